@@ -1,0 +1,568 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+const testToken = "s3cret"
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func dialFake(t *testing.T, fs *fakeServer) *Client {
+	t.Helper()
+	c, err := Dial(testCtx(t), Options{Servers: []string{fs.addr()}, Token: testToken, ClientName: t.Name(), RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func declare(t *testing.T, c *Client, name string, partitions int) {
+	t.Helper()
+	created, err := c.DeclareTopic(testCtx(t), TopicConfig{Name: name, Partitions: partitions})
+	if err != nil || !created {
+		t.Fatalf("DeclareTopic(%s) = %v, %v", name, created, err)
+	}
+}
+
+func TestParseServers(t *testing.T) {
+	got := ParseServers(" a:1, ,b:2,c ")
+	want := []string{"a:1", "b:2", "c:4850"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ParseServers = %q, want %q", got, want)
+	}
+}
+
+func TestAuthFailure(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	_, err := Dial(testCtx(t), Options{Servers: []string{fs.addr()}, Token: "wrong"})
+	if !errors.Is(err, ErrAuthFailed) || !errors.Is(err, wire.ErrAuthFailed) {
+		t.Fatalf("Dial with a bad token: err = %v, want AUTH_FAILED", err)
+	}
+	if IsRetryable(err) {
+		t.Fatalf("auth failure reported retryable: %v", err)
+	}
+}
+
+func TestDialUnreachableIsDisconnected(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	addr := fs.addr()
+	fs.close()
+	_, err := Dial(testCtx(t), Options{Servers: []string{addr}, DialTimeout: time.Second})
+	if !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("err = %v, want ErrDisconnected", err)
+	}
+}
+
+func TestDeclareAndTopics(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "orders", 3)
+	created, err := c.DeclareTopic(ctx, TopicConfig{Name: "orders", Partitions: 3})
+	if err != nil || created {
+		t.Fatalf("identical re-declare = %v, %v; want exists", created, err)
+	}
+	_, err = c.DeclareTopic(ctx, TopicConfig{Name: "orders", Partitions: 4})
+	if !errors.Is(err, ErrTopicConflict) {
+		t.Fatalf("conflicting declare: err = %v", err)
+	}
+	if _, err := c.DeclareTopic(ctx, TopicConfig{Name: "bad name", Partitions: 1}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("invalid name: err = %v", err)
+	}
+	infos, err := c.Topics(ctx)
+	if err != nil || len(infos) != 1 || infos[0].Config.Name != "orders" || len(infos[0].Partitions) != 3 {
+		t.Fatalf("Topics = %+v, %v", infos, err)
+	}
+	if infos, err := c.Topics(ctx, "missing"); err != nil || len(infos) != 0 {
+		t.Fatalf("Topics(missing) = %+v, %v", infos, err)
+	}
+	if _, err := c.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+}
+
+func TestPublishConsumeAckRoundTrip(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 2)
+	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ts := time.UnixMilli(1700000000123)
+	res, err := p.Publish(ctx, Message{Key: []byte("k1"), Value: []byte("hello"), Timestamp: ts,
+		Headers: []Header{{Key: "h", Value: []byte("v")}}})
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if res.Seq != 1 || res.Duplicate || res.ProducerSeq != 1 || res.Partition != int(wire.PartitionForKey([]byte("k1"), 2)) {
+		t.Fatalf("Publish result = %+v", res)
+	}
+	if _, err := p.Publish(ctx, Message{Value: []byte("pinned"), TargetPartition: PartitionOf(1)}); err != nil {
+		t.Fatal(err)
+	}
+
+	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 16})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	defer co.Close()
+	got := map[string]*Message{}
+	for range 2 {
+		m, err := co.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+		got[string(m.Value)] = m
+		if err := m.AckSync(ctx); err != nil {
+			t.Fatalf("AckSync: %v", err)
+		}
+	}
+	m := got["hello"]
+	if m == nil || string(m.Key) != "k1" || !m.Timestamp.Equal(ts) || m.DeliveryCount != 1 ||
+		len(m.Headers) != 1 || m.Headers[0].Key != "h" || string(m.Headers[0].Value) != "v" || m.Topic != "t" {
+		t.Fatalf("delivered message = %+v", m)
+	}
+	if pinned := got["pinned"]; pinned == nil || pinned.Partition != 1 {
+		t.Fatalf("pinned message = %+v", pinned)
+	}
+	if st := co.Stats(); st.Acked != 2 || st.Delivered != 2 {
+		t.Fatalf("stats = %+v", st)
+	}
+	if _, err := c.Subscribe(ctx, "nope", "g", ConsumerOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Subscribe to a missing topic: err = %v", err)
+	}
+	if _, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("second consumer of the same group on one client: err = %v", err)
+	}
+}
+
+func TestAsyncPublishIsPipelinedInSeqOrder(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	fs.reorderReplies = true
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 4)
+	p, err := c.NewProducer(ProducerOptions{Topic: "t", MaxInFlight: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const n = 2000
+	var mu sync.Mutex
+	results := map[uint64]PublishResult{}
+	var failures []error
+	for i := range n {
+		err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "m%d", i)}, func(r PublishResult, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures = append(failures, err)
+				return
+			}
+			results[r.ProducerSeq] = r
+		})
+		if err != nil {
+			t.Fatalf("PublishAsync %d: %v", i, err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if len(failures) > 0 || len(results) != n {
+		t.Fatalf("%d results, failures %v", len(results), failures)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if len(fs.pubLog) != n {
+		t.Fatalf("broker got %d PUBs, want %d", len(fs.pubLog), n)
+	}
+	for i, pub := range fs.pubLog {
+		if pub.ProducerSeq != uint64(i+1) || pub.ProducerID != p.ID() || string(pub.Value) != fmt.Sprintf("m%d", i) {
+			t.Fatalf("PUB %d arrived with seq %d value %q", i, pub.ProducerSeq, pub.Value)
+		}
+	}
+}
+
+// TestReconnectRetryIsExactlyOnce drops the connection mid-stream, both after
+// an append (the retry must be answered from the dedup table) and before one
+// (the retry must append): every message is acked once and stored once.
+func TestReconnectRetryIsExactlyOnce(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	fs.onPub = func(n int) fakeAction {
+		switch n {
+		case 100, 700:
+			return fakeAppendThenDrop
+		case 400:
+			return fakeDropBeforeAppend
+		}
+		return fakeNormal
+	}
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 3)
+	p, err := c.NewProducer(ProducerOptions{Topic: "t", MaxInFlight: 32, RetryBackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const n = 1000
+	var mu sync.Mutex
+	acked := map[uint64]int{}
+	duplicates := 0
+	var failures []error
+	for i := range n {
+		err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "%d", i+1)}, func(r PublishResult, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures = append(failures, err)
+				return
+			}
+			acked[r.ProducerSeq]++
+			if r.Duplicate {
+				duplicates++
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Synchronous publishes ride through a drop too.
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fs.dropAll()
+	res, err := p.Publish(ctx, Message{Value: []byte("after")})
+	if err != nil || res.ProducerSeq != n+1 {
+		t.Fatalf("Publish after drop = %+v, %v", res, err)
+	}
+	if len(failures) > 0 {
+		t.Fatalf("failures: %v", failures)
+	}
+	for seq := uint64(1); seq <= n; seq++ {
+		if acked[seq] != 1 {
+			t.Fatalf("producer seq %d acked %d times", seq, acked[seq])
+		}
+	}
+	if duplicates == 0 {
+		t.Fatal("no retry was answered from the dedup table; the drop hooks did not fire")
+	}
+	recs := fs.records("t")
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if seen[string(r.Value)] {
+			t.Fatalf("value %s stored twice", r.Value)
+		}
+		seen[string(r.Value)] = true
+	}
+	if len(recs) != n+1 {
+		t.Fatalf("broker stored %d records, want %d", len(recs), n+1)
+	}
+	fs.mu.Lock()
+	accepts := fs.accepts
+	fs.mu.Unlock()
+	if accepts < 5 {
+		t.Fatalf("only %d connections; expected reconnects", accepts)
+	}
+}
+
+func TestNonIdempotentPublishIsNotRetriedAfterSend(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	fs.onPub = func(n int) fakeAction {
+		if n == 1 {
+			return fakeAppendThenDrop
+		}
+		return fakeNormal
+	}
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 1)
+	p, err := c.NewProducer(ProducerOptions{Topic: "t", DisableIdempotence: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Publish(ctx, Message{Value: []byte("x")}); !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("err = %v, want ErrDisconnected", err)
+	}
+	if _, err := p.Publish(ctx, Message{Value: []byte("y")}); err != nil {
+		t.Fatalf("publish after reconnect: %v", err)
+	}
+}
+
+func TestCreditBatchingDeliversEverything(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	fs.creditLimit = 64
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 4)
+	p, _ := c.NewProducer(ProducerOptions{Topic: "t"})
+	defer p.Close()
+	const n = 1000
+	for i := range n {
+		if err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "%d", i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[fakeRef]bool{}
+	for len(seen) < n {
+		m, err := co.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next after %d: %v", len(seen), err)
+		}
+		if b := co.Buffered(); b > 64 {
+			t.Fatalf("buffer holds %d > credit 64", b)
+		}
+		seen[fakeRef{uint32(m.Partition), m.Seq}] = true
+		if err := m.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := co.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := co.Stats(); st.Acked != n || st.StaleAcks != 0 || st.FailedAcks != 0 {
+		t.Fatalf("stats after Close = %+v", st)
+	}
+	fs.waitFor(5*time.Second, "all acks", func() bool { return len(fs.groups[subKey{"t", "g"}].acked) == n })
+	fs.checkViolations()
+}
+
+// TestCreditNeverExceeded consumes slowly: the broker may never hold more
+// unused credit than Credit, and grants never run ahead of consumption.
+func TestCreditNeverExceeded(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	fs.creditLimit = 10
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 1)
+	p, _ := c.NewProducer(ProducerOptions{Topic: "t"})
+	defer p.Close()
+	for i := range 100 {
+		if err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "%d", i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	sub := func() *fakeSub {
+		for s := range fs.sessions {
+			if sub := s.subs[subKey{"t", "g"}]; sub != nil {
+				return sub
+			}
+		}
+		return nil
+	}
+	for consumed := 0; consumed < 100; {
+		// Wait until the broker has used all credit it was given.
+		fs.waitFor(5*time.Second, "credit used", func() bool { s := sub(); return s != nil && (s.credit == 0 || s.sent == 100) })
+		fs.mu.Lock()
+		sent := sub().sent
+		fs.mu.Unlock()
+		if sent > consumed+10 {
+			t.Fatalf("broker sent %d messages with %d consumed and credit 10", sent, consumed)
+		}
+		if b := co.Buffered(); b > sent-consumed {
+			t.Fatalf("buffered %d, more than the %d sent and not consumed", b, sent-consumed)
+		}
+		for range 3 {
+			if _, err := co.Next(ctx); err != nil {
+				t.Fatal(err)
+			}
+			consumed++
+			if consumed == 100 {
+				break
+			}
+		}
+	}
+	fs.checkViolations()
+}
+
+// TestCreditReturnedByTimer: with Credit 8 neither the 32-message batch nor
+// the low watermark (2) triggers after 3 messages; the 20 ms timer must.
+func TestCreditReturnedByTimer(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 1)
+	p, _ := c.NewProducer(ProducerOptions{Topic: "t"})
+	defer p.Close()
+	for range 3 {
+		if _, err := p.Publish(ctx, Message{Value: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	for range 3 {
+		if _, err := co.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.waitFor(5*time.Second, "credit 8+3 granted", func() bool {
+		for s := range fs.sessions {
+			if sub := s.subs[subKey{"t", "g"}]; sub != nil && sub.granted == 11 {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestStaleDeliveryAndNack(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 1)
+	p, _ := c.NewProducer(ProducerOptions{Topic: "t"})
+	defer p.Close()
+	if _, err := p.Publish(ctx, Message{Value: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	first, err := co.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.redeliver("t", "g") // AckWait expired: new delivery id
+	second, err := co.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Seq != first.Seq || second.DeliveryID == first.DeliveryID || second.DeliveryCount != 2 {
+		t.Fatalf("redelivery = %+v after %+v", second, first)
+	}
+	if err := first.AckSync(ctx); !errors.Is(err, ErrStaleDelivery) {
+		t.Fatalf("AckSync of a stale delivery: err = %v", err)
+	}
+	if err := first.Ack(); err != nil { // async: counted, not returned
+		t.Fatal(err)
+	}
+	if err := second.Nack(ctx, 0); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	third, err := co.Next(ctx)
+	if err != nil || third.Seq != first.Seq || third.DeliveryCount != 3 {
+		t.Fatalf("after nack: %+v, %v", third, err)
+	}
+	if err := third.AckSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := co.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := co.Stats(); st.StaleAcks != 2 || st.Acked != 1 {
+		t.Fatalf("stats = %+v, want 2 stale and 1 acked", st)
+	}
+}
+
+func TestConsumerResubscribesAfterReconnect(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 2)
+	p, _ := c.NewProducer(ProducerOptions{Topic: "t"})
+	defer p.Close()
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "%d", i)}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(0, 50)
+	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	acked := map[string]bool{}
+	consume := func(until int) {
+		for len(acked) < until {
+			m, err := co.Next(ctx)
+			if err != nil {
+				t.Fatalf("Next: %v", err)
+			}
+			if err := m.AckSync(ctx); err != nil {
+				if errors.Is(err, ErrStaleDelivery) || errors.Is(err, ErrDisconnected) {
+					continue // redelivered after the drop
+				}
+				t.Fatalf("AckSync: %v", err)
+			}
+			acked[string(m.Value)] = true
+		}
+	}
+	consume(20)
+	fs.dropAll()
+	publish(50, 100)
+	consume(100)
+	if co.Stats().Resubscribe == 0 {
+		t.Fatal("consumer never resubscribed")
+	}
+	fs.checkViolations()
+}
+
+func TestCloseFailsPendingWork(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 1)
+	p, _ := c.NewProducer(ProducerOptions{Topic: "t"})
+	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if _, err := p.Publish(ctx, Message{Value: []byte("x")}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Publish on a closed client: err = %v", err)
+	}
+	if _, err := co.Next(ctx); err == nil {
+		t.Fatal("Next on a closed client succeeded")
+	}
+	p.Close()
+	co.Close()
+	if _, err := c.Topics(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Topics on a closed client: err = %v", err)
+	}
+}

@@ -1,0 +1,425 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// replyHandler receives a reply frame, or the request's error (an ERR frame
+// as *wire.Error, or a disconnection). It runs on the connection's reader
+// goroutine and must not block.
+type replyHandler func(f wire.Frame, err error)
+
+// outbound is one encoded frame waiting for the writer.
+type outbound struct{ b []byte }
+
+// conn is one authenticated connection. It is safe for concurrent use.
+// Lifecycle: reader and writer goroutines start after HELLO; the first of
+// them to fail calls fail, which closes the socket; the reader then fails
+// every pending request and closes done. done closed means no handler of
+// this conn will run again.
+type conn struct {
+	nc            net.Conn
+	addr          string
+	nodeID        string
+	frameBytesMax int // outgoing bound, from HELLO_OK
+	out           chan outbound
+	done          chan struct{} // closed by the reader on exit
+	closing       chan struct{} // closed by fail
+	failOnce      sync.Once
+
+	mu       sync.Mutex
+	err      error                   // why the conn failed; set once by fail
+	dead     bool                    // no more registrations accepted
+	nextCorr uint64                  // last correlation id used
+	pending  map[uint64]replyHandler // one-shot: removed at the first reply
+	streams  map[uint64]replyHandler // persistent: subscriptions (MSG frames)
+	subs     map[subKey]*connSub     // server-side subscriptions of this conn
+}
+
+// subKey names a (topic, group) subscription.
+type subKey struct{ topic, group string }
+
+// connSub is the server-side subscription of one (topic, group) on one
+// connection. The broker routes its MSG frames with the correlation id of the
+// first PULL, so the id outlives any one Consumer. Fields are guarded by
+// conn.mu.
+type connSub struct {
+	corr     uint64
+	owner    *Consumer // nil when no consumer is attached
+	leftover int       // credit granted by a detached consumer, not yet used
+}
+
+// dialConn connects to addr, performs HELLO and starts the goroutines.
+func dialConn(ctx context.Context, addr string, opts *Options) (*conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	defer cancel()
+	var nc net.Conn
+	var err error
+	d := &net.Dialer{}
+	if opts.TLSConfig != nil {
+		cfg := opts.TLSConfig.Clone()
+		if cfg.ServerName == "" {
+			host, _, _ := net.SplitHostPort(addr)
+			cfg.ServerName = host
+		}
+		td := &tls.Dialer{NetDialer: d, Config: cfg}
+		nc, err = td.DialContext(ctx, "tcp", addr)
+	} else {
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial %s: %w", ErrDisconnected, addr, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	hello := wire.AppendFrame(nil, 1, &wire.Hello{
+		VersionMin: wire.VersionMin, VersionMax: wire.VersionMax,
+		Token: opts.Token, ClientName: opts.ClientName,
+	})
+	br := bufio.NewReaderSize(nc, ioBufferBytes)
+	if _, err := nc.Write(hello); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%w: hello to %s: %w", ErrDisconnected, addr, err)
+	}
+	_, f, err := wire.ReadFrame(br, opts.FrameBytesMax)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%w: hello reply from %s: %w", ErrDisconnected, addr, err)
+	}
+	var ok *wire.HelloOK
+	switch f := f.(type) {
+	case *wire.HelloOK:
+		ok = f
+	case *wire.Err:
+		nc.Close()
+		return nil, fmt.Errorf("nereus: hello to %s: %w", addr, f.AsError())
+	default:
+		nc.Close()
+		return nil, fmt.Errorf("%w: hello to %s: unexpected %s", ErrDisconnected, addr, f.Type())
+	}
+	if !stop() {
+		nc.Close()
+		return nil, fmt.Errorf("%w: hello to %s: %w", ErrDisconnected, addr, ctx.Err())
+	}
+	_ = nc.SetDeadline(time.Time{})
+	frameMax := int(ok.FrameBytesMax)
+	if frameMax <= 0 {
+		frameMax = wire.DefaultFrameBytesMax
+	}
+	c := &conn{
+		nc:            nc,
+		addr:          addr,
+		nodeID:        ok.NodeID,
+		frameBytesMax: frameMax,
+		out:           make(chan outbound, outQueueFramesMax),
+		done:          make(chan struct{}),
+		closing:       make(chan struct{}),
+		nextCorr:      1, // 1 was the HELLO
+		pending:       make(map[uint64]replyHandler),
+		streams:       make(map[uint64]replyHandler),
+		subs:          make(map[subKey]*connSub),
+	}
+	go c.readLoop(br, opts.FrameBytesMax)
+	go c.writeLoop()
+	return c, nil
+}
+
+// isDead reports whether the connection has failed.
+func (c *conn) isDead() bool {
+	select {
+	case <-c.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail marks the connection failed with cause and closes the socket; the
+// reader then fails pending requests. Safe to call many times.
+func (c *conn) fail(cause error) {
+	c.failOnce.Do(func() {
+		c.mu.Lock()
+		if !errors.Is(cause, ErrDisconnected) && !errors.Is(cause, ErrClosed) {
+			cause = fmt.Errorf("%w: %s: %w", ErrDisconnected, c.addr, cause)
+		}
+		c.err = cause
+		c.mu.Unlock()
+		close(c.closing)
+		_ = c.nc.Close()
+	})
+}
+
+func (c *conn) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		return fmt.Errorf("%w: %s", ErrDisconnected, c.addr)
+	}
+	return c.err
+}
+
+func (c *conn) readLoop(br *bufio.Reader, frameBytesMax int) {
+	for {
+		corr, f, err := wire.ReadFrame(br, frameBytesMax)
+		if err != nil {
+			c.fail(err)
+			break
+		}
+		c.dispatch(corr, f)
+	}
+	c.mu.Lock()
+	c.dead = true
+	handlers := make([]replyHandler, 0, len(c.pending)+len(c.streams))
+	for _, h := range c.pending {
+		handlers = append(handlers, h)
+	}
+	for _, h := range c.streams {
+		handlers = append(handlers, h)
+	}
+	c.pending, c.streams = nil, nil
+	err := c.err
+	c.mu.Unlock()
+	for _, h := range handlers {
+		h(nil, err)
+	}
+	close(c.done)
+}
+
+func (c *conn) dispatch(corr uint64, f wire.Frame) {
+	c.mu.Lock()
+	h, ok := c.pending[corr]
+	if ok {
+		delete(c.pending, corr)
+	} else {
+		h, ok = c.streams[corr]
+	}
+	c.mu.Unlock()
+	if !ok {
+		return // a reply to an abandoned request
+	}
+	if e, isErr := f.(*wire.Err); isErr {
+		h(nil, e.AsError())
+		return
+	}
+	h(f, nil)
+}
+
+func (c *conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, ioBufferBytes)
+	for {
+		select {
+		case ob := <-c.out:
+			if _, err := bw.Write(ob.b); err != nil {
+				c.fail(err)
+				return
+			}
+			if len(c.out) == 0 {
+				if err := bw.Flush(); err != nil {
+					c.fail(err)
+					return
+				}
+			}
+		case <-c.closing:
+			return
+		}
+	}
+}
+
+// newCorr reserves a correlation id.
+func (c *conn) newCorr() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextCorr++
+	return c.nextCorr
+}
+
+// encode builds the frame bytes, enforcing the broker's frame bound.
+func (c *conn) encode(corr uint64, f wire.Frame) ([]byte, error) {
+	b := wire.AppendFrame(nil, corr, f)
+	if len(b)-4 > c.frameBytesMax {
+		return nil, fmt.Errorf("nereus: %s of %d bytes exceeds the broker's frame limit %d: %w",
+			f.Type(), len(b)-4, c.frameBytesMax, wire.ErrFrameTooLarge)
+	}
+	return b, nil
+}
+
+// enqueue hands encoded bytes to the writer, blocking while the bounded
+// queue is full.
+func (c *conn) enqueue(ctx context.Context, b []byte) error {
+	select {
+	case c.out <- outbound{b: b}:
+		return nil
+	case <-c.closing:
+		return c.failure()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// request sends f with a fresh correlation id and registers h for its one
+// reply. If it returns an error, h is never called.
+func (c *conn) request(ctx context.Context, f wire.Frame, h replyHandler) (uint64, error) {
+	c.mu.Lock()
+	if c.dead || c.isDead() {
+		c.mu.Unlock()
+		return 0, c.failure()
+	}
+	c.nextCorr++
+	corr := c.nextCorr
+	c.mu.Unlock()
+	b, err := c.encode(corr, f)
+	if err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return 0, c.failure()
+	}
+	c.pending[corr] = h
+	c.mu.Unlock()
+	if err := c.enqueue(ctx, b); err != nil {
+		if c.forget(corr) {
+			return 0, err
+		}
+		// The reader already failed it and called h: report through h only.
+		return corr, nil
+	}
+	return corr, nil
+}
+
+// forget drops the pending handler of corr; it reports whether it was still
+// registered (so the caller now owns its completion).
+func (c *conn) forget(corr uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.pending[corr]; ok {
+		delete(c.pending, corr)
+		return true
+	}
+	return false
+}
+
+// roundTrip sends f and waits for its reply or ctx.
+func (c *conn) roundTrip(ctx context.Context, f wire.Frame) (wire.Frame, error) {
+	type result struct {
+		f   wire.Frame
+		err error
+	}
+	ch := make(chan result, 1)
+	corr, err := c.request(ctx, f, func(f wire.Frame, err error) { ch <- result{f, err} })
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.f, r.err
+	case <-ctx.Done():
+		c.forget(corr)
+		return nil, fmt.Errorf("nereus: %s: %w", f.Type(), ctx.Err())
+	}
+}
+
+// send writes f with correlation id corr and registers nothing (PULL).
+func (c *conn) send(ctx context.Context, corr uint64, f wire.Frame) error {
+	b, err := c.encode(corr, f)
+	if err != nil {
+		return err
+	}
+	return c.enqueue(ctx, b)
+}
+
+// attachSub attaches owner to the (topic, group) subscription of this conn,
+// creating its correlation id and stream handler on first use. It returns
+// the correlation id to PULL with, whether a PULL was already sent on it
+// (the subscription exists at the broker), and the credit a previously
+// detached consumer left unused.
+func (c *conn) attachSub(key subKey, owner *Consumer) (corr uint64, existed bool, leftover int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return 0, false, 0, c.errLocked()
+	}
+	s := c.subs[key]
+	if s != nil {
+		if s.owner != nil {
+			return 0, false, 0, fmt.Errorf("nereus: %s/%s is already consumed on this client: %w", key.topic, key.group, wire.ErrInvalidArgument)
+		}
+		s.owner = owner
+		leftover, s.leftover = s.leftover, 0
+		return s.corr, true, leftover, nil
+	}
+	c.nextCorr++
+	s = &connSub{corr: c.nextCorr, owner: owner}
+	c.subs[key] = s
+	c.streams[s.corr] = func(f wire.Frame, err error) { c.onStream(s, f, err) }
+	return s.corr, false, 0, nil
+}
+
+func (c *conn) errLocked() error {
+	if c.err != nil {
+		return c.err
+	}
+	return fmt.Errorf("%w: %s", ErrDisconnected, c.addr)
+}
+
+// detachSub records credit the leaving owner had granted but not used, so
+// the next consumer of the same subscription on this conn inherits it.
+func (c *conn) detachSub(key subKey, owner *Consumer, outstanding int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.subs[key]; s != nil && s.owner == owner {
+		s.owner = nil
+		s.leftover += outstanding
+	}
+}
+
+// dropSub forgets a subscription whose PULL failed, so the next attach
+// starts over with a new correlation id.
+func (c *conn) dropSub(key subKey, owner *Consumer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.subs[key]; s != nil && s.owner == owner {
+		delete(c.subs, key)
+		delete(c.streams, s.corr)
+	}
+}
+
+// onStream routes MSG and ERR frames of a subscription to its owner.
+func (c *conn) onStream(s *connSub, f wire.Frame, err error) {
+	c.mu.Lock()
+	owner := s.owner
+	c.mu.Unlock()
+	if owner != nil && owner.onStream(c, f, err) {
+		return
+	}
+	if _, ok := f.(*wire.Msg); ok {
+		c.mu.Lock()
+		if s.leftover > 0 {
+			s.leftover--
+			c.mu.Unlock()
+			return // unowned delivery: redelivered after AckWait
+		}
+		c.mu.Unlock()
+		c.fail(errCreditExceeded)
+	}
+}
+
+// errCreditExceeded means the broker sent more MSG frames than credit granted.
+var errCreditExceeded = errors.New("nereus: broker exceeded the granted credit")
+
+// close shuts the connection down.
+func (c *conn) close() { c.fail(ErrClosed) }

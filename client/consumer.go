@@ -1,0 +1,609 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Consumer defaults and batching bounds (DESIGN.md §2: credits and acks
+// return in batches of 32 messages / 1 MiB / low watermark / 20 ms).
+const (
+	DefaultCredit           = 512
+	CreditMax               = 1 << 16
+	creditBatchMessagesMax  = 32
+	creditBatchBytesMax     = 1 << 20
+	creditBatchDelay        = 20 * time.Millisecond
+	ackBatchEntriesMax      = 32
+	ackBatchDelay           = 20 * time.Millisecond
+	resubscribeDelay        = 100 * time.Millisecond
+	consumerCloseAckWaitMax = 5 * time.Second
+)
+
+// ConsumerOptions configure a Consumer.
+type ConsumerOptions struct {
+	// Credit bounds messages granted by the broker and not yet taken by
+	// Next; it is also the bound of the consumer's buffer (default 512).
+	Credit int
+	// AckWait is the redelivery timeout of an unacked message; it
+	// configures the group when the broker first creates it (0 = broker
+	// default).
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one message (0 = broker default);
+	// like AckWait it applies when the group is created.
+	MaxDeliver int
+}
+
+// ConsumerStats counts the outcomes of acks.
+type ConsumerStats struct {
+	Delivered   uint64 // messages returned by Next
+	Acked       uint64 // acks the broker confirmed
+	StaleAcks   uint64 // acks rejected with STALE_DELIVERY
+	FailedAcks  uint64 // acks that failed otherwise (e.g. disconnected)
+	Resubscribe uint64 // subscriptions made after a reconnect
+}
+
+// Consumer receives the messages of one (topic, group) through credit-based
+// flow control. Next is safe for concurrent use. A background pump owns the
+// subscription: it (re)subscribes after reconnects, returns credit in
+// batches and sends acks in batches.
+type Consumer struct {
+	client    *Client
+	key       subKey
+	creditMax int
+	pull      wire.Pull // template of every PULL (Credit set per send)
+
+	ready    chan struct{}   // capacity 1: a message was queued or err set
+	kick     chan struct{}   // capacity 1: the pump has work
+	acks     chan ackRequest // bounded queue of acks for the pump
+	closed   chan struct{}
+	pumpDone chan struct{}
+
+	closeOnce sync.Once
+
+	mu              sync.Mutex
+	queue           []*Message // received, not yet taken; len ≤ creditMax
+	sub             *conn      // connection of the live subscription, nil if none
+	subCorr         uint64
+	outstanding     int       // credit the broker holds for us on sub
+	unreturned      int       // credit freed by Next, not yet sent in a PULL
+	unreturnedBytes int       // payload bytes of those messages
+	firstUnreturned time.Time // when unreturned went from 0 to 1
+	err             error     // terminal subscription error
+
+	delivered, acked, staleAcks, failedAcks, resubscribes atomic.Uint64
+	acksInFlight                                          sync.WaitGroup
+}
+
+// ackRequest is one ack handed to the pump; done (capacity 1) is nil for
+// async acks.
+type ackRequest struct {
+	entry wire.AckEntry
+	done  chan error
+}
+
+// Subscribe starts consuming topic as a member of group. It checks that the
+// topic exists (ErrNotFound otherwise). One Client can hold one Consumer per
+// (topic, group) at a time.
+func (c *Client) Subscribe(ctx context.Context, topic, group string, opts ConsumerOptions) (*Consumer, error) {
+	if err := wire.ValidateName("topic", topic); err != nil {
+		return nil, fmt.Errorf("nereus: subscribe: %w", err)
+	}
+	if err := wire.ValidateName("group", group); err != nil {
+		return nil, fmt.Errorf("nereus: subscribe: %w", err)
+	}
+	if opts.Credit <= 0 {
+		opts.Credit = DefaultCredit
+	}
+	if opts.Credit > CreditMax || opts.AckWait < 0 || opts.MaxDeliver < 0 {
+		return nil, fmt.Errorf("nereus: subscribe: credit must be 1-%d, AckWait and MaxDeliver not negative: %w", CreditMax, wire.ErrInvalidArgument)
+	}
+	infos, err := c.Topics(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("nereus: subscribe %s: %w", topic, err)
+	}
+	if len(infos) == 0 {
+		return nil, fmt.Errorf("nereus: subscribe: topic %q: %w", topic, wire.ErrNotFound)
+	}
+	co := &Consumer{
+		client:    c,
+		key:       subKey{topic, group},
+		creditMax: opts.Credit,
+		pull: wire.Pull{
+			Topic: topic, Group: group,
+			AckWaitMs:  uint32(min(opts.AckWait.Milliseconds(), 1<<32-1)),
+			MaxDeliver: uint32(opts.MaxDeliver),
+		},
+		ready:    make(chan struct{}, 1),
+		kick:     make(chan struct{}, 1),
+		acks:     make(chan ackRequest, opts.Credit),
+		closed:   make(chan struct{}),
+		pumpDone: make(chan struct{}),
+	}
+	cn, err := c.getConn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("nereus: subscribe %s/%s: %w", topic, group, err)
+	}
+	if err := co.subscribe(ctx, cn); err != nil {
+		return nil, fmt.Errorf("nereus: subscribe %s/%s: %w", topic, group, err)
+	}
+	go co.pump(cn)
+	return co, nil
+}
+
+// subscribe attaches to cn's subscription of (topic, group) and grants the
+// credit the buffer has room for.
+func (co *Consumer) subscribe(ctx context.Context, cn *conn) error {
+	corr, existed, leftover, err := cn.attachSub(co.key, co)
+	if err != nil {
+		return err
+	}
+	co.mu.Lock()
+	co.sub, co.subCorr = cn, corr
+	co.outstanding = leftover
+	co.unreturned = max(co.creditMax-len(co.queue)-leftover, 0)
+	co.unreturnedBytes = 0
+	co.firstUnreturned = time.Now()
+	co.mu.Unlock()
+	if !existed && co.unreturned == 0 {
+		// The buffer is full of messages from before a reconnect; the
+		// first PULL goes out as soon as Next frees room.
+		return nil
+	}
+	return co.returnCredit(ctx, cn, true)
+}
+
+// returnCredit sends a PULL with the credit freed by Next when a batching
+// threshold is met (or force).
+func (co *Consumer) returnCredit(ctx context.Context, cn *conn, force bool) error {
+	co.mu.Lock()
+	if co.sub != cn || co.unreturned == 0 {
+		co.mu.Unlock()
+		return nil
+	}
+	due := force ||
+		co.unreturned >= creditBatchMessagesMax ||
+		co.unreturnedBytes >= creditBatchBytesMax ||
+		co.outstanding <= co.creditMax/4 ||
+		time.Since(co.firstUnreturned) >= creditBatchDelay
+	if !due {
+		co.mu.Unlock()
+		return nil
+	}
+	n := co.unreturned
+	co.outstanding += n
+	co.unreturned, co.unreturnedBytes = 0, 0
+	corr := co.subCorr
+	co.mu.Unlock()
+	pull := co.pull
+	pull.Credit = uint32(n)
+	return cn.send(ctx, corr, &pull)
+}
+
+// onStream receives a MSG or ERR of the subscription on cn, on cn's reader
+// goroutine. It reports whether the consumer took the frame.
+func (co *Consumer) onStream(cn *conn, f wire.Frame, err error) bool {
+	if err != nil {
+		if errors.Is(err, ErrDisconnected) || errors.Is(err, ErrClosed) {
+			return true // the pump sees cn.done
+		}
+		co.mu.Lock()
+		if co.sub == cn {
+			co.sub = nil
+			if !IsRetryable(err) {
+				co.err = fmt.Errorf("nereus: subscription %s/%s: %w", co.key.topic, co.key.group, err)
+			}
+		}
+		co.mu.Unlock()
+		cn.dropSub(co.key, co)
+		co.signalReady()
+		co.wakePump()
+		return true
+	}
+	m, ok := f.(*wire.Msg)
+	if !ok {
+		return true
+	}
+	co.mu.Lock()
+	if co.sub != cn {
+		co.mu.Unlock()
+		return false
+	}
+	if co.outstanding <= 0 {
+		co.mu.Unlock()
+		cn.fail(errCreditExceeded)
+		return true
+	}
+	co.outstanding--
+	if len(co.queue) >= co.creditMax {
+		// Only possible with credit inherited from a detached consumer of
+		// larger credit; the broker redelivers after AckWait.
+		co.mu.Unlock()
+		return true
+	}
+	co.queue = append(co.queue, messageFromWire(co, m))
+	co.mu.Unlock()
+	co.signalReady()
+	return true
+}
+
+func (co *Consumer) signalReady() {
+	select {
+	case co.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (co *Consumer) wakePump() {
+	select {
+	case co.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Next returns the next message, waiting until one arrives, ctx ends, the
+// consumer is closed, or the subscription fails terminally.
+func (co *Consumer) Next(ctx context.Context) (*Message, error) {
+	for {
+		co.mu.Lock()
+		if len(co.queue) > 0 {
+			m := co.queue[0]
+			co.queue[0] = nil
+			co.queue = co.queue[1:]
+			if len(co.queue) == 0 {
+				co.queue = co.queue[:0:0] // let the backing array go
+			}
+			if co.unreturned == 0 {
+				co.firstUnreturned = time.Now()
+			}
+			co.unreturned++
+			co.unreturnedBytes += m.payloadBytes()
+			more := len(co.queue) > 0
+			co.mu.Unlock()
+			co.delivered.Add(1)
+			co.wakePump()
+			if more {
+				co.signalReady()
+			}
+			return m, nil
+		}
+		err := co.err
+		co.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-co.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-co.closed:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Buffered returns the number of received messages not yet taken by Next.
+func (co *Consumer) Buffered() int {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	return len(co.queue)
+}
+
+// Stats returns the consumer's counters.
+func (co *Consumer) Stats() ConsumerStats {
+	return ConsumerStats{
+		Delivered:   co.delivered.Load(),
+		Acked:       co.acked.Load(),
+		StaleAcks:   co.staleAcks.Load(),
+		FailedAcks:  co.failedAcks.Load(),
+		Resubscribe: co.resubscribes.Load(),
+	}
+}
+
+func (co *Consumer) enqueueAck(ctx context.Context, e wire.AckEntry, done chan error) error {
+	select {
+	case <-co.closed:
+		return ErrClosed
+	default:
+	}
+	select {
+	case co.acks <- ackRequest{entry: e, done: done}:
+		return nil
+	case <-co.closed:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (co *Consumer) nack(ctx context.Context, e wire.AckEntry, delay time.Duration) error {
+	ctx, cancel := co.client.withRequestTimeout(ctx)
+	defer cancel()
+	cn, err := co.client.getConn(ctx)
+	if err != nil {
+		return fmt.Errorf("nereus: nack %d/%d: %w", e.Partition, e.Seq, err)
+	}
+	reply, err := cn.roundTrip(ctx, &wire.Nack{
+		Topic: co.key.topic, Group: co.key.group,
+		DelayMs: uint32(min(max(delay.Milliseconds(), 0), 1<<32-1)), Entries: []wire.AckEntry{e},
+	})
+	if err != nil {
+		return fmt.Errorf("nereus: nack %d/%d: %w", e.Partition, e.Seq, err)
+	}
+	ok, isOK := reply.(*wire.AckOK)
+	if !isOK || len(ok.Results) != 1 {
+		return unexpected("NACK", reply)
+	}
+	if ok.Results[0] != wire.CodeOK {
+		return fmt.Errorf("nereus: nack %d/%d: %w", e.Partition, e.Seq, &wire.Error{Code: ok.Results[0]})
+	}
+	return nil
+}
+
+// pump runs until Close: it keeps the subscription alive across
+// reconnects, returns credit and sends acks.
+func (co *Consumer) pump(cn *conn) {
+	defer close(co.pumpDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-co.closed:
+		case <-co.client.closed:
+		}
+		cancel()
+	}()
+
+	type dialResult struct {
+		cn  *conn
+		err error
+	}
+	var dialing chan dialResult
+	var batch []ackRequest
+	var batchStart, resubscribeAt time.Time
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+
+	for {
+		if cn == nil && dialing == nil && ctx.Err() == nil {
+			dialing = make(chan dialResult, 1)
+			go func(ch chan dialResult) {
+				cn, err := co.client.getConn(ctx)
+				ch <- dialResult{cn, err}
+			}(dialing)
+		}
+		var connDone <-chan struct{}
+		if cn != nil {
+			connDone = cn.done
+		}
+		// Next wake-up: an ack batch or unreturned credit coming due, or a
+		// resubscription after a retryable PULL error.
+		var wake time.Time
+		consider := func(t time.Time) {
+			if !t.IsZero() && (wake.IsZero() || t.Before(wake)) {
+				wake = t
+			}
+		}
+		if len(batch) > 0 {
+			consider(batchStart.Add(ackBatchDelay))
+		}
+		co.mu.Lock()
+		if co.unreturned > 0 && co.sub != nil {
+			consider(co.firstUnreturned.Add(creditBatchDelay))
+		}
+		needSub := cn != nil && co.sub == nil && co.err == nil
+		co.mu.Unlock()
+		if needSub {
+			consider(resubscribeAt)
+		}
+		wait := time.Hour
+		if !wake.IsZero() {
+			wait = max(time.Until(wake), 0)
+		}
+		timer.Reset(wait)
+
+		select {
+		case <-ctx.Done():
+			co.finishAcks(cn, batch)
+			co.setErr(fmt.Errorf("nereus: consumer %s/%s: %w", co.key.topic, co.key.group, ErrClosed))
+			return
+		case r := <-dialing:
+			dialing = nil
+			if r.err != nil {
+				if !errors.Is(r.err, ErrClosed) && !errors.Is(r.err, context.Canceled) {
+					co.setErr(fmt.Errorf("nereus: subscription %s/%s: %w", co.key.topic, co.key.group, r.err))
+				}
+				continue
+			}
+			cn = r.cn
+			resubscribeAt = time.Time{}
+			co.resubscribes.Add(1)
+		case <-connDone:
+			co.mu.Lock()
+			if co.sub == cn {
+				co.sub = nil
+			}
+			co.mu.Unlock()
+			co.failAcks(batch, fmt.Errorf("nereus: ack: %w", cn.failure()))
+			batch = nil
+			cn = nil
+		case a := <-co.acks:
+			if cn == nil {
+				co.failAcks([]ackRequest{a}, fmt.Errorf("nereus: ack: %w", ErrDisconnected))
+				break
+			}
+			if len(batch) == 0 {
+				batchStart = time.Now()
+			}
+			batch = append(batch, a)
+			// Take whatever else is queued without waiting.
+			for len(batch) < ackBatchEntriesMax {
+				select {
+				case a := <-co.acks:
+					batch = append(batch, a)
+					continue
+				default:
+				}
+				break
+			}
+		case <-co.kick:
+		case <-timer.C:
+		}
+
+		if cn == nil {
+			continue
+		}
+		co.mu.Lock()
+		needSub = co.sub == nil && co.err == nil
+		co.mu.Unlock()
+		if needSub {
+			if resubscribeAt.IsZero() {
+				resubscribeAt = time.Now()
+			}
+			if !time.Now().Before(resubscribeAt) {
+				if err := co.subscribe(ctx, cn); err != nil && !errors.Is(err, ErrDisconnected) {
+					co.setErr(fmt.Errorf("nereus: subscription %s/%s: %w", co.key.topic, co.key.group, err))
+				}
+				resubscribeAt = time.Now().Add(resubscribeDelay)
+			}
+		} else {
+			resubscribeAt = time.Time{}
+		}
+		_ = co.returnCredit(ctx, cn, false) // a failure shows up as cn.done
+		if len(batch) > 0 && (len(batch) >= ackBatchEntriesMax || hasWaiter(batch) || time.Since(batchStart) >= ackBatchDelay) {
+			co.sendAcks(cn, batch)
+			batch = nil
+		}
+	}
+}
+
+func hasWaiter(batch []ackRequest) bool {
+	for _, a := range batch {
+		if a.done != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// setErr records a terminal subscription error for Next.
+func (co *Consumer) setErr(err error) {
+	co.mu.Lock()
+	if co.err == nil {
+		co.err = err
+	}
+	co.mu.Unlock()
+	co.signalReady()
+}
+
+// failAcks completes acks that could not be sent.
+func (co *Consumer) failAcks(batch []ackRequest, err error) {
+	for _, a := range batch {
+		co.failedAcks.Add(1)
+		if a.done != nil {
+			a.done <- err
+		}
+	}
+}
+
+// sendAcks sends batch (at most ackBatchEntriesMax entries) as one ACK; the
+// reply completes each entry.
+func (co *Consumer) sendAcks(cn *conn, batch []ackRequest) {
+	// Not the pump's context: acks taken in must go out even while closing.
+	ctx, cancel := co.client.withRequestTimeout(context.Background())
+	defer cancel()
+	entries := make([]wire.AckEntry, len(batch))
+	for i, a := range batch {
+		entries[i] = a.entry
+	}
+	co.acksInFlight.Add(1)
+	_, err := cn.request(ctx, &wire.Ack{Topic: co.key.topic, Group: co.key.group, Entries: entries},
+		func(f wire.Frame, err error) {
+			defer co.acksInFlight.Done()
+			co.completeAcks(batch, f, err)
+		})
+	if err != nil {
+		co.acksInFlight.Done()
+		co.failAcks(batch, fmt.Errorf("nereus: ack: %w", err))
+	}
+}
+
+func (co *Consumer) completeAcks(batch []ackRequest, f wire.Frame, err error) {
+	if err == nil {
+		ok, isOK := f.(*wire.AckOK)
+		if !isOK || len(ok.Results) != len(batch) {
+			err = unexpected("ACK", f)
+		} else {
+			for i, a := range batch {
+				var aerr error
+				switch code := ok.Results[i]; code {
+				case wire.CodeOK:
+					co.acked.Add(1)
+				case wire.CodeStaleDelivery:
+					co.staleAcks.Add(1)
+					aerr = fmt.Errorf("nereus: ack %d/%d delivery %d: %w", a.entry.Partition, a.entry.Seq, a.entry.DeliveryID, &wire.Error{Code: code})
+				default:
+					co.failedAcks.Add(1)
+					aerr = fmt.Errorf("nereus: ack %d/%d: %w", a.entry.Partition, a.entry.Seq, &wire.Error{Code: code})
+				}
+				if a.done != nil {
+					a.done <- aerr
+				}
+			}
+			return
+		}
+	}
+	co.failAcks(batch, fmt.Errorf("nereus: ack: %w", err))
+}
+
+// finishAcks runs at Close: it sends every queued ack and waits (bounded)
+// for the broker to confirm them, then detaches from the subscription.
+func (co *Consumer) finishAcks(cn *conn, batch []ackRequest) {
+	for {
+		select {
+		case a := <-co.acks:
+			batch = append(batch, a)
+			continue
+		default:
+		}
+		break
+	}
+	wait := min(co.client.opts.RequestTimeout, consumerCloseAckWaitMax)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if cn != nil && !cn.isDead() {
+		for len(batch) > 0 {
+			n := min(len(batch), ackBatchEntriesMax)
+			co.sendAcks(cn, batch[:n:n])
+			batch = batch[n:]
+		}
+	} else {
+		co.failAcks(batch, fmt.Errorf("nereus: ack: %w", ErrClosed))
+	}
+	done := make(chan struct{})
+	go func() { co.acksInFlight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	co.mu.Lock()
+	if co.sub != nil {
+		co.sub.detachSub(co.key, co, co.outstanding)
+		co.sub = nil
+	}
+	co.mu.Unlock()
+}
+
+// Close stops the consumer: queued acks are sent and awaited (at most
+// RequestTimeout or 5s); messages received but not taken by Next are
+// dropped and redelivered by the broker after AckWait.
+func (co *Consumer) Close() error {
+	co.closeOnce.Do(func() { close(co.closed) })
+	<-co.pumpDone
+	return nil
+}

@@ -1,0 +1,568 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Producer bounds and defaults.
+const (
+	DefaultMaxInFlight     = 256
+	MaxInFlightMax         = 512
+	DefaultRetryBackoffMax = 2 * time.Second
+	DefaultDeliveryTimeout = 2 * time.Minute
+	retryBackoffMin        = 20 * time.Millisecond
+)
+
+// ProducerOptions configure a Producer.
+type ProducerOptions struct {
+	// Topic every message is published to. Required.
+	Topic string
+	// ProducerID is the idempotence identity; 0 = random (crypto/rand).
+	// Reuse an id across restarts only together with FirstSeq.
+	ProducerID uint64
+	// FirstSeq is the producer sequence of the first message (default 1).
+	FirstSeq uint64
+	// MaxInFlight bounds publishes awaiting PUB_OK (default 256, max 512).
+	MaxInFlight int
+	// RetryBackoffMax caps the delay between retries (default 2s).
+	RetryBackoffMax time.Duration
+	// DeliveryTimeout bounds the retries of one message, counted from its
+	// handoff (default 2m). A Publish context deadline applies as well.
+	DeliveryTimeout time.Duration
+	// DisableIdempotence publishes with producer id 0: no deduplication,
+	// so a publish whose fate is unknown after a disconnect is failed, not
+	// retried. The zero value keeps the producer idempotent.
+	DisableIdempotence bool
+}
+
+// PublishResult is the broker's acknowledgement of a durable, visible record.
+type PublishResult struct {
+	Partition int
+	Seq       uint64
+	Epoch     uint64
+	// Duplicate is true when the broker answered a retry from its dedup
+	// table: the record was appended once, by an earlier attempt.
+	Duplicate bool
+	// ProducerSeq is the producer sequence the message was published with.
+	ProducerSeq uint64
+}
+
+// Producer publishes to one topic. With idempotence on (the default) each
+// message gets the next producer sequence when it is handed over, and every
+// retry resends that same sequence, so the broker appends it exactly once.
+// Safe for concurrent use; messages from one goroutine are sent in order.
+type Producer struct {
+	client     *Client
+	topic      string
+	producerID uint64 // 0 when idempotence is disabled
+	opts       ProducerOptions
+
+	window      chan struct{}   // one token per message handed over and not completed
+	completions chan completion // capacity MaxInFlight: never blocks a sender
+	wake        chan struct{}   // capacity 1: nudges the retry loop
+	closed      chan struct{}   // closed by Close
+	loopDone    chan struct{}   // closed when the retry loop exits
+	callbacksOK chan struct{}   // closed when the callback goroutine exits
+
+	sendMu sync.Mutex // orders (sequence assignment, enqueue) among senders
+
+	mu          sync.Mutex
+	isClosed    bool
+	nextSeq     uint64
+	inflight    map[uint64]*pubRequest // sent, awaiting a reply, by producer seq
+	retry       []*pubRequest          // waiting to be (re)sent, sorted by seq
+	outstanding int                    // handed over, callback not yet run
+	idleWaiters []chan struct{}        // closed when outstanding reaches 0
+}
+
+// pubRequest is one message from handoff to completion. Fields after pub
+// are guarded by Producer.mu.
+type pubRequest struct {
+	seq      uint64
+	pub      wire.Pub
+	deadline time.Time
+	done     func(PublishResult, error)
+
+	attempts  int       // sends so far
+	conn      *conn     // connection of the current attempt
+	corr      uint64    // correlation id of the current attempt
+	sentAt    time.Time // start of the current attempt
+	notBefore time.Time // earliest resend
+	lastErr   error
+	abandoned error // set when the Publish caller gave up
+	finished  bool
+}
+
+type completion struct {
+	req *pubRequest
+	res PublishResult
+	err error
+}
+
+// NewProducer creates a producer. Its goroutines stop at Close.
+func (c *Client) NewProducer(opts ProducerOptions) (*Producer, error) {
+	if err := wire.ValidateName("topic", opts.Topic); err != nil {
+		return nil, fmt.Errorf("nereus: producer: %w", err)
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	if opts.MaxInFlight > MaxInFlightMax {
+		return nil, fmt.Errorf("nereus: producer: MaxInFlight %d over %d: %w", opts.MaxInFlight, MaxInFlightMax, wire.ErrInvalidArgument)
+	}
+	if opts.RetryBackoffMax <= 0 {
+		opts.RetryBackoffMax = DefaultRetryBackoffMax
+	}
+	if opts.DeliveryTimeout <= 0 {
+		opts.DeliveryTimeout = DefaultDeliveryTimeout
+	}
+	if opts.FirstSeq == 0 {
+		opts.FirstSeq = 1
+	}
+	id := opts.ProducerID
+	if opts.DisableIdempotence {
+		id = 0
+	} else if id == 0 {
+		var b [8]byte
+		for id == 0 {
+			if _, err := rand.Read(b[:]); err != nil {
+				return nil, fmt.Errorf("nereus: producer id: %w", err)
+			}
+			id = binary.BigEndian.Uint64(b[:])
+		}
+	}
+	p := &Producer{
+		client:      c,
+		topic:       opts.Topic,
+		producerID:  id,
+		opts:        opts,
+		window:      make(chan struct{}, opts.MaxInFlight),
+		completions: make(chan completion, opts.MaxInFlight),
+		wake:        make(chan struct{}, 1),
+		closed:      make(chan struct{}),
+		loopDone:    make(chan struct{}),
+		callbacksOK: make(chan struct{}),
+		nextSeq:     opts.FirstSeq,
+		inflight:    make(map[uint64]*pubRequest),
+	}
+	go p.retryLoop()
+	go p.callbackLoop()
+	return p, nil
+}
+
+// ID returns the producer id (0 when idempotence is disabled).
+func (p *Producer) ID() uint64 { return p.producerID }
+
+// Publish publishes m and waits for its PUB_OK. Retries end when ctx does or
+// after DeliveryTimeout; when ctx ends first the message may still be
+// appended by an attempt already sent.
+func (p *Producer) Publish(ctx context.Context, m Message) (PublishResult, error) {
+	type result struct {
+		res PublishResult
+		err error
+	}
+	ch := make(chan result, 1)
+	req, err := p.handOver(ctx, m, func(r PublishResult, err error) { ch <- result{r, err} })
+	if err != nil {
+		return PublishResult{}, err
+	}
+	select {
+	case r := <-ch:
+		return r.res, r.err
+	case <-ctx.Done():
+		p.abandon(req, ctx.Err())
+		return PublishResult{}, fmt.Errorf("nereus: publish seq %d: %w", req.seq, ctx.Err())
+	}
+}
+
+// PublishAsync hands m over and returns once it has a sequence number and
+// has been queued for sending; ctx bounds only the wait for a free slot in
+// the in-flight window. done is called exactly once with the outcome, from a
+// goroutine of the producer, in completion order; it must not block long
+// (it holds up later callbacks) and must not call Flush or Close.
+func (p *Producer) PublishAsync(ctx context.Context, m Message, done func(PublishResult, error)) error {
+	if done == nil {
+		done = func(PublishResult, error) {}
+	}
+	_, err := p.handOver(ctx, m, done)
+	return err
+}
+
+func (p *Producer) handOver(ctx context.Context, m Message, done func(PublishResult, error)) (*pubRequest, error) {
+	pub, err := m.toPub(p.topic, p.producerID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("nereus: publish: %w", err)
+	}
+	select {
+	case p.window <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("nereus: publish: waiting for the in-flight window: %w", ctx.Err())
+	case <-p.closed:
+		return nil, ErrClosed
+	}
+	now := time.Now()
+	deadline := now.Add(p.opts.DeliveryTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	p.mu.Lock()
+	if p.isClosed || p.client.isClosedNow() {
+		p.mu.Unlock()
+		<-p.window
+		return nil, ErrClosed
+	}
+	req := &pubRequest{seq: p.nextSeq, pub: pub, deadline: deadline, done: done}
+	if p.producerID != 0 {
+		req.pub.ProducerSeq = req.seq
+	}
+	p.nextSeq++
+	p.outstanding++
+	queued := len(p.retry) > 0
+	if queued {
+		p.retry = append(p.retry, req) // keep order behind earlier retries
+		p.kick()
+	}
+	p.mu.Unlock()
+	if !queued {
+		p.send(ctx, req, p.client.liveConn())
+	}
+	return req, nil
+}
+
+// send makes one attempt of req on cn (nil = no live connection: queue it
+// for the retry loop). Caller holds sendMu, not mu.
+func (p *Producer) send(ctx context.Context, req *pubRequest, cn *conn) {
+	if cn == nil {
+		p.requeue(req, anyAttempt, fmt.Errorf("%w: no connection", ErrDisconnected), false)
+		return
+	}
+	p.mu.Lock()
+	if req.finished {
+		p.mu.Unlock()
+		return
+	}
+	req.attempts++
+	req.conn, req.sentAt = cn, time.Now()
+	attempt := req.attempts
+	p.inflight[req.seq] = req
+	p.mu.Unlock()
+	// A deadline on the enqueue only: the bounded writer queue could be
+	// full of a dying connection's frames.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.client.opts.RequestTimeout)
+	defer cancel()
+	corr, err := cn.request(ctx, &req.pub, func(f wire.Frame, err error) { p.onReply(req, attempt, f, err) })
+	if err != nil {
+		// request failed before the frame was queued: it never left.
+		p.requeue(req, attempt, err, false)
+		return
+	}
+	p.mu.Lock()
+	if req.attempts == attempt {
+		req.corr = corr
+	}
+	p.mu.Unlock()
+}
+
+// onReply handles the outcome of attempt number attempt of req. It runs on
+// a connection's reader goroutine.
+func (p *Producer) onReply(req *pubRequest, attempt int, f wire.Frame, err error) {
+	if err == nil {
+		ok, isOK := f.(*wire.PubOK)
+		if !isOK {
+			err = unexpected("PUB", f)
+		} else {
+			// A PUB_OK from any attempt is genuine: the record is durable.
+			p.mu.Lock()
+			p.finishLocked(req, PublishResult{
+				Partition: int(ok.Partition), Seq: ok.Seq, Epoch: ok.Epoch,
+				Duplicate: ok.Duplicate, ProducerSeq: req.seq,
+			}, nil)
+			p.mu.Unlock()
+			return
+		}
+	}
+	p.requeue(req, attempt, err, true)
+}
+
+// anyAttempt makes requeue skip its attempt check.
+const anyAttempt = -1
+
+// requeue decides what follows a failed attempt: a delayed resend when the
+// error is retryable and the message may be resent, else completion with
+// the error. sent tells whether the attempt may have reached the broker.
+// An outcome of an attempt other than the current one is ignored.
+func (p *Producer) requeue(req *pubRequest, attempt int, err error, sent bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if req.finished || (attempt != anyAttempt && attempt != req.attempts) {
+		return
+	}
+	if p.inflight[req.seq] == req {
+		delete(p.inflight, req.seq)
+	}
+	req.lastErr = err
+	mayResend := !sent || p.producerID != 0
+	if p.isClosed || p.client.isClosedNow() {
+		err = ErrClosed
+	}
+	if !IsRetryable(err) || !mayResend {
+		p.finishLocked(req, PublishResult{}, fmt.Errorf("nereus: publish seq %d: %w", req.seq, err))
+		return
+	}
+	if req.abandoned != nil || !time.Now().Before(req.deadline) {
+		p.finishLocked(req, PublishResult{}, p.expiredError(req))
+		return
+	}
+	req.notBefore = time.Now().Add(backoff(max(req.attempts, 1), retryBackoffMin, p.opts.RetryBackoffMax))
+	p.insertRetryLocked(req)
+	p.kick()
+}
+
+// insertRetryLocked queues req for a resend, keeping seq order.
+func (p *Producer) insertRetryLocked(req *pubRequest) {
+	i := sort.Search(len(p.retry), func(i int) bool { return p.retry[i].seq >= req.seq })
+	if i < len(p.retry) && p.retry[i] == req {
+		return
+	}
+	p.retry = append(p.retry, nil)
+	copy(p.retry[i+1:], p.retry[i:])
+	p.retry[i] = req
+}
+
+func (p *Producer) expiredError(req *pubRequest) error {
+	cause := req.abandoned
+	if cause == nil {
+		cause = context.DeadlineExceeded
+	}
+	if req.lastErr != nil {
+		return fmt.Errorf("nereus: publish seq %d gave up after %d attempts: %w (last error: %w)", req.seq, req.attempts, cause, req.lastErr)
+	}
+	return fmt.Errorf("nereus: publish seq %d: %w", req.seq, cause)
+}
+
+// finishLocked completes req once. Caller holds mu.
+func (p *Producer) finishLocked(req *pubRequest, res PublishResult, err error) {
+	if req.finished {
+		return
+	}
+	req.finished = true
+	if p.inflight[req.seq] == req {
+		delete(p.inflight, req.seq)
+	}
+	// Capacity MaxInFlight and at most MaxInFlight requests exist: no block.
+	p.completions <- completion{req: req, res: res, err: err}
+}
+
+// abandon stops retrying req on behalf of a Publish whose ctx ended.
+func (p *Producer) abandon(req *pubRequest, cause error) {
+	p.mu.Lock()
+	req.abandoned = cause
+	p.mu.Unlock()
+	p.kick()
+}
+
+func (p *Producer) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Producer) callbackLoop() {
+	defer close(p.callbacksOK)
+	for c := range p.completions {
+		c.req.done(c.res, c.err)
+		<-p.window
+		p.mu.Lock()
+		p.outstanding--
+		if p.outstanding == 0 {
+			for _, w := range p.idleWaiters {
+				close(w)
+			}
+			p.idleWaiters = nil
+		}
+		p.mu.Unlock()
+	}
+}
+
+// retryLoop resends queued requests in sequence order when they are due,
+// times out attempts without a reply, and expires requests past their
+// deadline.
+func (p *Producer) retryLoop() {
+	defer close(p.loopDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.closed:
+		case <-p.client.closed:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	defer p.failAll(ErrClosed)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		due, next := p.collectDue(time.Now())
+		if len(due) > 0 {
+			p.resend(ctx, due)
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-p.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// resend sends due requests, in order, once a connection is up; the wait for
+// it is bounded by the earliest deadline among them.
+func (p *Producer) resend(ctx context.Context, due []*pubRequest) {
+	deadline := due[0].deadline
+	for _, req := range due {
+		if req.deadline.Before(deadline) {
+			deadline = req.deadline
+		}
+	}
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	cn, err := p.client.getConn(dctx)
+	cancel()
+	if err != nil {
+		for _, req := range due {
+			p.requeue(req, anyAttempt, err, false)
+		}
+		return
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	for _, req := range due {
+		p.send(ctx, req, cn)
+	}
+}
+
+// collectDue removes and returns the queued requests due for a resend, in
+// sequence order, expiring those past their deadline; it also moves
+// attempts unanswered for RequestTimeout back to the queue. next is the
+// earliest time something else falls due (zero if nothing is pending).
+func (p *Producer) collectDue(now time.Time) (due []*pubRequest, next time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	consider := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	attemptTimeout := p.client.opts.RequestTimeout
+	for _, req := range p.inflight {
+		switch {
+		case req.abandoned != nil || !now.Before(req.deadline):
+			p.finishLocked(req, PublishResult{}, p.expiredError(req))
+		case now.Sub(req.sentAt) >= attemptTimeout:
+			delete(p.inflight, req.seq)
+			req.lastErr = fmt.Errorf("%w: no PUB_OK within %v", ErrDisconnected, attemptTimeout)
+			req.notBefore = now
+			p.insertRetryLocked(req)
+		default:
+			consider(req.sentAt.Add(attemptTimeout))
+			consider(req.deadline)
+		}
+	}
+	kept := p.retry[:0]
+	for _, req := range p.retry {
+		switch {
+		case req.finished:
+		case req.abandoned != nil || !now.Before(req.deadline):
+			p.finishLocked(req, PublishResult{}, p.expiredError(req))
+		case !req.notBefore.After(now):
+			due = append(due, req)
+		default:
+			kept = append(kept, req)
+			consider(req.notBefore)
+			consider(req.deadline)
+		}
+	}
+	clear(p.retry[len(kept):])
+	p.retry = kept
+	return due, next
+}
+
+// failAll completes every request still queued or in flight with err.
+func (p *Producer) failAll(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failAllLocked(err)
+}
+
+func (p *Producer) failAllLocked(err error) {
+	for _, req := range p.inflight {
+		p.finishLocked(req, PublishResult{}, fmt.Errorf("nereus: publish seq %d: %w", req.seq, err))
+	}
+	for _, req := range p.retry {
+		p.finishLocked(req, PublishResult{}, fmt.Errorf("nereus: publish seq %d: %w", req.seq, err))
+	}
+	p.retry = nil
+}
+
+// Flush waits until every message handed over so far has completed (its
+// callback has returned), or ctx ends.
+func (p *Producer) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	if p.outstanding == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	w := make(chan struct{})
+	p.idleWaiters = append(p.idleWaiters, w)
+	p.mu.Unlock()
+	select {
+	case <-w:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("nereus: flush: %w", ctx.Err())
+	}
+}
+
+// Close stops the producer. Messages not yet acknowledged complete with
+// ErrClosed (call Flush first to wait for them). Close waits for the
+// remaining callbacks to run. It must not be called from a callback.
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	if p.isClosed {
+		p.mu.Unlock()
+		<-p.callbacksOK
+		return nil
+	}
+	p.isClosed = true
+	p.mu.Unlock()
+	close(p.closed)
+	<-p.loopDone
+	p.sendMu.Lock() // no send in progress past this point
+	p.mu.Lock()
+	p.failAllLocked(ErrClosed)
+	close(p.completions)
+	p.mu.Unlock()
+	p.sendMu.Unlock()
+	<-p.callbacksOK
+	return nil
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/client"
+)
+
+// buildBinary compiles the nereus command once per test binary.
+var buildOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+func nereusBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nereus-e2e-bin")
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		buildOnce.path = filepath.Join(dir, "nereus")
+		out, err := exec.Command("go", "build", "-o", buildOnce.path, ".").CombinedOutput()
+		if err != nil {
+			buildOnce.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildOnce.err != nil {
+		t.Fatal(buildOnce.err)
+	}
+	return buildOnce.path
+}
+
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// serverProcess is a `nereus serve` child process.
+type serverProcess struct {
+	t    *testing.T
+	args []string
+	cmd  *exec.Cmd
+	logs *os.File
+}
+
+func startServe(t *testing.T, args ...string) *serverProcess {
+	t.Helper()
+	logs, err := os.Create(filepath.Join(t.TempDir(), "serve.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &serverProcess{t: t, args: args, logs: logs}
+	p.start()
+	t.Cleanup(func() {
+		if p.cmd != nil && p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logs.Name())
+			t.Logf("server log tail:\n%s", tail(string(b), 3000))
+		}
+	})
+	return p
+}
+
+// start launches the process and waits (bounded) for its ready line.
+func (p *serverProcess) start() {
+	p.t.Helper()
+	cmd := exec.Command(nereusBinary(p.t), append([]string{"serve"}, p.args...)...)
+	cmd.Stderr = p.logs
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "nereus ready") {
+				ready <- nil
+				for sc.Scan() {
+				}
+				return
+			}
+		}
+		ready <- fmt.Errorf("server exited before ready: %v", sc.Err())
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			p.t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		p.t.Fatal("server not ready within 30s")
+	}
+	p.cmd = cmd
+}
+
+func (p *serverProcess) kill9() {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		p.t.Fatal(err)
+	}
+	p.cmd.Wait()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+type position struct {
+	partition int
+	seq       uint64
+}
+
+// TestKillNineKeepsEveryAckedMessage publishes through the SDK while the
+// broker is killed with SIGKILL and restarted three times, then reads the
+// whole topic back: every acknowledged message is at its acknowledged
+// (partition, seq), and exactly once.
+func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "tokens")
+	os.WriteFile(tokenFile, []byte("# test token\ne2e-secret\n"), 0o600)
+	addr := freeLoopbackAddr(t)
+	srv := startServe(t, "--data", filepath.Join(dir, "data"), "--listen", addr, "--http", "",
+		"--token-file", tokenFile, "--log-level", "warn")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Servers: []string{addr}, Token: "e2e-secret", DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "e2e", Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := c.NewProducer(client.ProducerOptions{Topic: "e2e", MaxInFlight: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const total = 3000
+	killAt := map[int]bool{400: true, 1200: true, 2200: true}
+	var mu sync.Mutex
+	acked := map[string]position{}
+	var failures []error
+	ackedCount := make(chan int, total)
+	var wg sync.WaitGroup
+	go func() {
+		// The killer: SIGKILL when enough acks arrived, restart at once.
+		for n := range ackedCount {
+			if killAt[n] {
+				srv.kill9()
+				srv.start()
+			}
+		}
+	}()
+	for i := 0; i < total; i++ {
+		value := fmt.Sprintf("msg-%05d", i)
+		wg.Add(1)
+		err := prod.PublishAsync(ctx, client.Message{Key: []byte(value), Value: []byte(value)}, func(r client.PublishResult, err error) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures = append(failures, fmt.Errorf("%s: %w", value, err))
+				return
+			}
+			acked[value] = position{r.Partition, r.Seq}
+			ackedCount <- len(acked)
+		})
+		if err != nil {
+			t.Fatalf("PublishAsync %d: %v", i, err)
+		}
+	}
+	wg.Wait()
+	close(ackedCount)
+	if len(failures) > 0 {
+		t.Fatalf("%d publishes failed, first: %v", len(failures), failures[0])
+	}
+	if len(acked) != total {
+		t.Fatalf("%d acked, want %d", len(acked), total)
+	}
+
+	// One more kill -9 after the last ack, then read everything back.
+	srv.kill9()
+	srv.start()
+	cons, err := c.Subscribe(ctx, "e2e", "verify", client.ConsumerOptions{Credit: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[position]string{}
+	count := map[string]int{}
+	for len(seen) < total {
+		rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+		m, err := cons.Next(rctx)
+		rcancel()
+		if err != nil {
+			t.Fatalf("after %d messages: %v", len(seen), err)
+		}
+		pos := position{m.Partition, m.Seq}
+		if prev, dup := seen[pos]; dup {
+			t.Fatalf("position %v delivered twice (%s, %s) without a redelivery", pos, prev, m.Value)
+		}
+		seen[pos] = string(m.Value)
+		count[string(m.Value)]++
+		m.Ack()
+	}
+	for value, pos := range acked {
+		if seen[pos] != value {
+			t.Fatalf("acked %s at %v, log has %q there", value, pos, seen[pos])
+		}
+		if count[value] != 1 {
+			t.Fatalf("%s stored %d times", value, count[value])
+		}
+	}
+	if len(seen) != total {
+		t.Fatalf("log holds %d records, want exactly %d", len(seen), total)
+	}
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/nereus-broker/nereus/client"
+)
+
+func TestParseHeaders(t *testing.T) {
+	hs, err := parseHeaders([]string{"a=1", "b=x=y", "c="})
+	if err != nil || len(hs) != 3 || hs[1].Key != "b" || string(hs[1].Value) != "x=y" || string(hs[2].Value) != "" {
+		t.Fatalf("parseHeaders = %+v, %v", hs, err)
+	}
+	for _, bad := range []string{"novalue", "=v"} {
+		if _, err := parseHeaders([]string{bad}); err == nil {
+			t.Errorf("parseHeaders(%q) accepted", bad)
+		}
+	}
+}
+
+func TestPubIdentityFlags(t *testing.T) {
+	if _, err := (pubFlags{seq: 5}).producerOptions("t"); err == nil {
+		t.Fatal("--seq without --producer-id accepted")
+	}
+	o, err := (pubFlags{producerID: 7, seq: 5}).producerOptions("t")
+	if err != nil || o.ProducerID != 7 || o.FirstSeq != 5 || o.Topic != "t" {
+		t.Fatalf("options = %+v, %v", o, err)
+	}
+}
+
+func TestFormatPubResult(t *testing.T) {
+	r := client.PublishResult{Partition: 2, Seq: 10, Epoch: 3, Duplicate: true, ProducerSeq: 4}
+	if got, want := formatPubResult(r, true), `{"partition":2,"seq":10,"epoch":3,"duplicate":true}`; got != want {
+		t.Fatalf("json = %s, want %s", got, want)
+	}
+	if got, want := formatPubResult(r, false), "published partition=2 seq=10 epoch=3 producer_seq=4 (duplicate)"; got != want {
+		t.Fatalf("text = %q, want %q", got, want)
+	}
+}
+
+func TestOrderedPrinterPrintsInInputOrder(t *testing.T) {
+	var out bytes.Buffer
+	pr := &orderedPrinter{out: &out, asJSON: true, pending: map[int]client.PublishResult{}}
+	pr.complete(2, client.PublishResult{Seq: 3}, nil)
+	pr.complete(0, client.PublishResult{Seq: 1}, nil)
+	if got := out.String(); got != "{\"partition\":0,\"seq\":1,\"epoch\":0,\"duplicate\":false}\n" {
+		t.Fatalf("after 0: %q", got)
+	}
+	pr.complete(1, client.PublishResult{Seq: 2}, nil)
+	if n := bytes.Count(out.Bytes(), []byte("\n")); n != 3 {
+		t.Fatalf("%d lines after all: %q", n, out.String())
+	}
+	boom := errors.New("boom")
+	pr.complete(3, client.PublishResult{}, boom)
+	if err := pr.failure(); !errors.Is(err, boom) {
+		t.Fatalf("failure = %v", err)
+	}
+}

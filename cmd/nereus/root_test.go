@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/client"
+)
+
+func TestGlobalFlagDefaultsComeFromEnvironment(t *testing.T) {
+	t.Setenv(envServer, "h1:1,h2:2")
+	t.Setenv(envToken, "tok")
+	root := newRootCmd()
+	if got := root.PersistentFlags().Lookup("server").DefValue; got != "h1:1,h2:2" {
+		t.Fatalf("--server default = %q", got)
+	}
+	if got := root.PersistentFlags().Lookup("token").DefValue; got != "tok" {
+		t.Fatalf("--token default = %q", got)
+	}
+	t.Setenv(envServer, "")
+	if got := newRootCmd().PersistentFlags().Lookup("server").DefValue; got != client.DefaultServer {
+		t.Fatalf("--server default without env = %q", got)
+	}
+}
+
+func TestClientOptionsFromFlags(t *testing.T) {
+	root := newRootCmd()
+	root.SetArgs([]string{"topic", "list", "--server", "a:1, b:2", "--token", "x", "--timeout", "3s"})
+	list, _, err := root.Find([]string{"topic", "list"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := root.ParseFlags(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := list.ParseFlags([]string{"--server", "a:1, b:2", "--token", "x", "--timeout", "3s"}); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := clientOptions(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Servers) != 2 || opts.Servers[1] != "b:2" || opts.Token != "x" || opts.RequestTimeout != 3*time.Second || opts.DialTimeout != 3*time.Second {
+		t.Fatalf("options = %+v", opts)
+	}
+	// sub's own --timeout is an idle timeout, not the request timeout.
+	sub, _, _ := root.Find([]string{"sub"})
+	if err := sub.ParseFlags([]string{"--timeout", "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	opts, err = clientOptions(sub)
+	if err != nil || opts.RequestTimeout != client.DefaultRequestTimeout {
+		t.Fatalf("sub options = %+v, %v", opts, err)
+	}
+}
+
+func TestUnreachableServerFailsClearly(t *testing.T) {
+	root := newRootCmd()
+	var stderr bytes.Buffer
+	root.SetErr(&stderr)
+	root.SetArgs([]string{"topic", "list", "--server", "127.0.0.1:1", "--timeout", "1s"})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), "connect to 127.0.0.1:1") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestExtraCommandsAreAdded(t *testing.T) {
+	root := newRootCmd()
+	addExtraCommands(root)
+	addExtraCommands(root) // idempotent
+	names := map[string]int{}
+	for _, c := range root.Commands() {
+		names[c.Name()]++
+	}
+	for _, want := range []string{"topic", "pub", "sub", "bench"} {
+		if names[want] != 1 {
+			t.Fatalf("command %s present %d times: %v", want, names[want], names)
+		}
+	}
+	for name, n := range names {
+		if n != 1 {
+			t.Fatalf("command %s added %d times", name, n)
+		}
+	}
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nereus-broker/nereus/client"
+)
+
+// subFlags are the options of `sub`.
+type subFlags struct {
+	group   string
+	count   int
+	idle    time.Duration
+	asJSON  bool
+	noAck   bool
+	credit  int
+	ackWait time.Duration
+}
+
+func newSubCmd() *cobra.Command {
+	var fl subFlags
+	cmd := &cobra.Command{
+		Use:   "sub TOPIC --group G",
+		Short: "Consume messages of a topic as a member of a group",
+		Long: "Print messages and ack each (unless --no-ack). Stops after --count messages, or when\n" +
+			"none arrives for --timeout: that is success without --count, failure when --count is\n" +
+			"not reached.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSub(cmd, args[0], fl)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&fl.group, "group", "", "consumer group (required)")
+	f.IntVar(&fl.count, "count", 0, "stop after this many messages (0 = until idle)")
+	f.DurationVar(&fl.idle, "timeout", client.DefaultRequestTimeout, "stop when no message arrives for this long")
+	f.BoolVar(&fl.asJSON, "json", false, "one JSON object per message")
+	f.BoolVar(&fl.noAck, "no-ack", false, "do not ack (messages are redelivered after the ack wait)")
+	f.IntVar(&fl.credit, "credit", 0, "max messages outstanding (default 512, or --count if smaller)")
+	f.DurationVar(&fl.ackWait, "ack-wait", 0, "redelivery timeout when the group is created (0 = broker default)")
+	_ = cmd.MarkFlagRequired("group")
+	return cmd
+}
+
+func runSub(cmd *cobra.Command, topic string, fl subFlags) error {
+	if fl.count < 0 || fl.idle <= 0 || fl.credit < 0 {
+		return errors.New("--count and --credit must not be negative, --timeout must be positive")
+	}
+	credit := fl.credit
+	if credit == 0 {
+		credit = client.DefaultCredit
+		if fl.count > 0 {
+			credit = min(credit, fl.count) // do not hold more than we will take
+		}
+	}
+	c, opts, err := dial(cmd.Context(), cmd)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sctx, cancel := withTimeout(cmd.Context(), opts.RequestTimeout)
+	co, err := c.Subscribe(sctx, topic, fl.group, client.ConsumerOptions{Credit: credit, AckWait: fl.ackWait})
+	cancel()
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	received := 0
+	var runErr error
+	for fl.count == 0 || received < fl.count {
+		ctx, cancel := context.WithTimeout(cmd.Context(), fl.idle)
+		m, err := co.Next(ctx)
+		cancel()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil {
+				if fl.count > 0 {
+					runErr = fmt.Errorf("received %d of %d messages: none for %v", received, fl.count, fl.idle)
+				}
+			} else {
+				runErr = err
+			}
+			break
+		}
+		received++
+		line, err := formatSubMessage(m, fl.asJSON)
+		if err != nil {
+			runErr = err
+			break
+		}
+		fmt.Fprintln(out, line)
+		if !fl.noAck {
+			if err := m.Ack(); err != nil {
+				runErr = err
+				break
+			}
+		}
+	}
+	co.Close() // waits for the acks taken so far
+	if st := co.Stats(); runErr == nil && (st.FailedAcks > 0 || st.StaleAcks > 0) {
+		runErr = fmt.Errorf("%d acks failed and %d were stale (those messages will be redelivered)", st.FailedAcks, st.StaleAcks)
+	}
+	return runErr
+}
+
+// subMessageJSON is the --json form of a message. Key and value are strings
+// when valid UTF-8; otherwise the *_b64 field holds their base64.
+type subMessageJSON struct {
+	Partition     int               `json:"partition"`
+	Seq           uint64            `json:"seq"`
+	Key           *string           `json:"key,omitempty"`
+	KeyB64        string            `json:"key_b64,omitempty"`
+	Value         *string           `json:"value,omitempty"`
+	ValueB64      string            `json:"value_b64,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	DeliveryID    uint64            `json:"delivery_id"`
+	DeliveryCount int               `json:"delivery_count"`
+	TimestampMs   int64             `json:"timestamp_ms"`
+}
+
+// formatSubMessage renders a message as one line (without newline).
+func formatSubMessage(m *client.Message, asJSON bool) (string, error) {
+	if !asJSON {
+		key := ""
+		if len(m.Key) > 0 {
+			key = " key=" + printable(m.Key)
+		}
+		return fmt.Sprintf("[%d:%d] delivery=%d count=%d%s %s", m.Partition, m.Seq, m.DeliveryID, m.DeliveryCount, key, printable(m.Value)), nil
+	}
+	obj := subMessageJSON{
+		Partition: m.Partition, Seq: m.Seq,
+		DeliveryID: m.DeliveryID, DeliveryCount: m.DeliveryCount,
+	}
+	if !m.Timestamp.IsZero() {
+		obj.TimestampMs = m.Timestamp.UnixMilli()
+	}
+	if len(m.Key) > 0 {
+		obj.Key, obj.KeyB64 = textOrBase64(m.Key)
+	}
+	obj.Value, obj.ValueB64 = textOrBase64(m.Value)
+	if len(m.Headers) > 0 {
+		obj.Headers = map[string]string{}
+		for _, h := range m.Headers {
+			obj.Headers[h.Key] = printable(h.Value)
+		}
+	}
+	b, err := json.Marshal(obj)
+	return string(b), err
+}
+
+func textOrBase64(b []byte) (*string, string) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, ""
+	}
+	return nil, base64.StdEncoding.EncodeToString(b)
+}
+
+// printable shows b as text when it is UTF-8, else as base64 with a prefix.
+func printable(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return "base64:" + base64.StdEncoding.EncodeToString(b)
+}

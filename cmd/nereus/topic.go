@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nereus-broker/nereus/client"
+)
+
+func newTopicCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "topic", Short: "Create and list topics"}
+	cmd.AddCommand(newTopicCreateCmd(), newTopicListCmd())
+	return cmd
+}
+
+func newTopicCreateCmd() *cobra.Command {
+	var cfg client.TopicConfig
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a topic (succeeds if an identical one exists)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.Name = args[0]
+			c, opts, err := dial(cmd.Context(), cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := withTimeout(cmd.Context(), opts.RequestTimeout)
+			defer cancel()
+			created, err := c.DeclareTopic(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if created {
+				fmt.Fprintf(cmd.OutOrStdout(), "created topic %s (%d partitions)\n", cfg.Name, cfg.Partitions)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "topic %s exists\n", cfg.Name)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Partitions, "partitions", 1, "number of partitions")
+	f.DurationVar(&cfg.Retention, "retention", 0, "retention age (0 = unlimited)")
+	f.Int64Var(&cfg.RetentionBytes, "retention-bytes", 0, "retention size per partition in bytes (0 = unlimited)")
+	return cmd
+}
+
+func newTopicListCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list [NAME...]",
+		Short: "List topics and the state of their partitions",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, opts, err := dial(cmd.Context(), cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := withTimeout(cmd.Context(), opts.RequestTimeout)
+			defer cancel()
+			topics, err := c.Topics(ctx, args...)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeTopicsJSON(cmd.OutOrStdout(), topics)
+			}
+			return writeTopicsTable(cmd.OutOrStdout(), topics)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per topic per line")
+	return cmd
+}
+
+// topicJSON is the --json form of a topic.
+type topicJSON struct {
+	Name           string          `json:"name"`
+	Partitions     int             `json:"partitions"`
+	RetentionMs    int64           `json:"retention_ms"`
+	RetentionBytes int64           `json:"retention_bytes"`
+	State          []partitionJSON `json:"partition_state"`
+}
+
+type partitionJSON struct {
+	Partition int    `json:"partition"`
+	Epoch     uint64 `json:"epoch"`
+	StartSeq  uint64 `json:"start_seq"`
+	CommitSeq uint64 `json:"commit_seq"`
+}
+
+func writeTopicsJSON(w io.Writer, topics []client.TopicInfo) error {
+	enc := json.NewEncoder(w)
+	for _, t := range topics {
+		obj := topicJSON{
+			Name: t.Config.Name, Partitions: t.Config.Partitions,
+			RetentionMs: t.Config.Retention.Milliseconds(), RetentionBytes: t.Config.RetentionBytes,
+			State: []partitionJSON{},
+		}
+		for _, p := range t.Partitions {
+			obj.State = append(obj.State, partitionJSON(p))
+		}
+		if err := enc.Encode(obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeTopicsTable(w io.Writer, topics []client.TopicInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tEPOCH\tSTART_SEQ\tCOMMIT_SEQ\tRETENTION\tRETENTION_BYTES")
+	for _, t := range topics {
+		retention, retentionBytes := "unlimited", "unlimited"
+		if t.Config.Retention > 0 {
+			retention = t.Config.Retention.String()
+		}
+		if t.Config.RetentionBytes > 0 {
+			retentionBytes = strconv.FormatInt(t.Config.RetentionBytes, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%d partitions\t\t\t\t%s\t%s\n", t.Config.Name, t.Config.Partitions, retention, retentionBytes)
+		for _, p := range t.Partitions {
+			fmt.Fprintf(tw, "\t%d\t%d\t%d\t%d\t\t\n", p.Partition, p.Epoch, p.StartSeq, p.CommitSeq)
+		}
+	}
+	return tw.Flush()
+}

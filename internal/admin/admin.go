@@ -1,0 +1,55 @@
+// Package admin serves a node's HTTP endpoints: health, readiness,
+// Prometheus metrics and a small JSON admin API.
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nereus-broker/nereus/internal/node"
+)
+
+// Handler returns the HTTP handler for n. ready reports whether the node
+// accepts client traffic (false while starting or shutting down).
+func Handler(n *node.Node, ready *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.Metrics().Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /api/v1/topics", func(w http.ResponseWriter, _ *http.Request) {
+		type partition struct {
+			Partition uint32 `json:"partition"`
+			Epoch     uint64 `json:"epoch"`
+			StartSeq  uint64 `json:"start_seq"`
+			CommitSeq uint64 `json:"commit_seq"`
+		}
+		type topic struct {
+			Name           string      `json:"name"`
+			RetentionMs    int64       `json:"retention_ms"`
+			RetentionBytes int64       `json:"retention_bytes"`
+			Partitions     []partition `json:"partitions"`
+		}
+		out := []topic{}
+		for _, t := range n.Metadata(nil) {
+			tt := topic{Name: t.Config.Name, RetentionMs: t.Config.RetentionMs, RetentionBytes: t.Config.RetentionBytes}
+			for _, p := range t.Partitions {
+				tt.Partitions = append(tt.Partitions, partition(p))
+			}
+			out = append(out, tt)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"node": n.NodeID(), "topics": out})
+	})
+	return mux
+}

@@ -1,0 +1,73 @@
+package admin
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+func TestEndpoints(t *testing.T) {
+	n, err := node.Open(node.Config{DataDir: "/d", FS: vfs.NewMem(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if _, err := n.Declare(wire.TopicConfig{Name: "orders", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	n.Publish(&wire.Pub{Topic: "orders", Partition: 1, Value: []byte("hello")}, func(wire.PubOK, *wire.Error) { close(done) })
+	<-done
+	var ready atomic.Bool
+	srv := httptest.NewServer(Handler(n, &ready))
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("healthz %d", code)
+	}
+	if code, _ := get("/readyz"); code != 503 {
+		t.Fatalf("readyz before ready: %d", code)
+	}
+	ready.Store(true)
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("readyz when ready: %d", code)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{`nereus_publish_records_total{topic="orders"} 1`, `nereus_partition_commit_seq{partition="1",topic="orders"} 1`, "nereus_fsync_seconds_bucket"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	_, body := get("/api/v1/topics")
+	var out struct {
+		Topics []struct {
+			Name       string `json:"name"`
+			Partitions []struct {
+				CommitSeq uint64 `json:"commit_seq"`
+			} `json:"partitions"`
+		} `json:"topics"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Topics) != 1 || out.Topics[0].Name != "orders" || out.Topics[0].Partitions[1].CommitSeq != 1 {
+		t.Fatalf("topics API: %s", body)
+	}
+}

@@ -1,0 +1,292 @@
+// Package delivery is the consume-side kernel: for one consumer group on one
+// partition it decides which seq to deliver next, fences acks with
+// delivery ids, schedules redelivery and dead-lettering, and keeps the ack
+// floor. It is pure (DESIGN §3): time arrives as a millisecond argument, ids
+// from a base the shell persists, and durability is the shell's job — it
+// persists the ack records a call returns before answering the client.
+package delivery
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ErrStale is returned for an ack or nack whose delivery id is not the
+// current delivery of that seq (redelivered since, or never delivered).
+var ErrStale = errors.New("stale delivery")
+
+// Config bounds one cursor.
+type Config struct {
+	AckWaitMs   int64  // redeliver an unacked message after this long
+	MaxDeliver  uint32 // after this many deliveries, dead-letter instead
+	InflightMax int    // deliveries outstanding at once
+}
+
+// Validate checks the bounds once, at construction.
+func (c Config) Validate() error {
+	if c.AckWaitMs <= 0 || c.MaxDeliver == 0 || c.InflightMax <= 0 {
+		return fmt.Errorf("delivery: config needs positive AckWaitMs, MaxDeliver and InflightMax: %+v", c)
+	}
+	return nil
+}
+
+// Delivery is one MSG to send.
+type Delivery struct {
+	Seq        uint64
+	DeliveryID uint64
+	Count      uint32 // 1 on first delivery
+}
+
+type inflight struct {
+	id         uint64
+	count      uint32
+	deadlineMs int64
+}
+
+type retry struct {
+	seq   uint64
+	count uint32 // deliveries so far
+	dueMs int64
+}
+
+// Cursor is the delivery state of one group on one partition.
+//
+// Invariants: every seq < ackFloor is acked; acked holds only seqs ≥
+// ackFloor; a seq is in at most one of {inflight, retries, dead, acked}; a
+// seq below ackFloor is never delivered again (AckFloorNeverRedelivered).
+type Cursor struct {
+	cfg       Config
+	ackFloor  uint64              // every seq below is done (acked or dead-lettered)
+	nextNew   uint64              // lowest seq never delivered in this incarnation
+	acked     map[uint64]struct{} // done seqs ≥ ackFloor
+	inflight  map[uint64]inflight // delivered, awaiting ack
+	retries   []retry             // awaiting redelivery, in due order per insertion
+	dead      map[uint64]bool     // to dead-letter; true once handed to the shell
+	idBase    uint64              // high bits of delivery ids for this incarnation
+	idCounter uint64
+}
+
+// NewCursor starts a cursor at startSeq (the partition's oldest retained
+// seq). idBase makes delivery ids unique across restarts: the shell persists
+// an incarnation number and passes it shifted into the high bits.
+func NewCursor(cfg Config, startSeq, idBase uint64) (*Cursor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if startSeq == 0 {
+		startSeq = 1
+	}
+	return &Cursor{cfg: cfg, ackFloor: startSeq, nextNew: startSeq,
+		acked: map[uint64]struct{}{}, inflight: map[uint64]inflight{},
+		dead: map[uint64]bool{}, idBase: idBase}, nil
+}
+
+// ReplayAck applies one durable ack record during recovery.
+func (c *Cursor) ReplayAck(seq uint64) { c.markDone(seq) }
+
+// ReplayFloor applies a durable floor (from a ledger snapshot) during recovery.
+func (c *Cursor) ReplayFloor(floor uint64) {
+	if floor > c.ackFloor {
+		c.ackFloor = floor
+		for s := range c.acked {
+			if s < floor {
+				delete(c.acked, s)
+			}
+		}
+	}
+	c.advanceFloor()
+	c.nextNew = max(c.nextNew, c.ackFloor)
+}
+
+// Truncated tells the cursor that retention removed every seq < startSeq:
+// they can no longer be delivered and count as done.
+func (c *Cursor) Truncated(startSeq uint64) {
+	c.ReplayFloor(startSeq)
+	c.retries = slices.DeleteFunc(c.retries, func(r retry) bool { return r.seq < startSeq })
+	for s := range c.inflight {
+		if s < startSeq {
+			delete(c.inflight, s)
+		}
+	}
+}
+
+// Next returns the next delivery, if any is due: redeliveries first, then new
+// seqs up to commitSeq (only visible records are ever delivered).
+func (c *Cursor) Next(nowMs int64, commitSeq uint64) (Delivery, bool) {
+	if len(c.inflight) >= c.cfg.InflightMax {
+		return Delivery{}, false
+	}
+	for i, r := range c.retries {
+		if r.dueMs > nowMs {
+			continue
+		}
+		c.retries = slices.Delete(c.retries, i, i+1)
+		return c.deliver(nowMs, r.seq, r.count+1), true
+	}
+	for c.nextNew <= commitSeq {
+		seq := c.nextNew
+		c.nextNew++
+		if c.isDone(seq) || c.isPending(seq) {
+			continue
+		}
+		return c.deliver(nowMs, seq, 1), true
+	}
+	return Delivery{}, false
+}
+
+func (c *Cursor) deliver(nowMs int64, seq uint64, count uint32) Delivery {
+	c.idCounter++
+	id := c.idBase | c.idCounter
+	c.inflight[seq] = inflight{id: id, count: count, deadlineMs: nowMs + c.cfg.AckWaitMs}
+	return Delivery{Seq: seq, DeliveryID: id, Count: count}
+}
+
+// Ack completes a delivery. Acking a seq that is already done is a no-op
+// success, so a client may retry an ack whose answer it lost. It returns
+// whether the ack is new (the shell must persist it before answering).
+func (c *Cursor) Ack(seq, deliveryID uint64) (isNew bool, err error) {
+	if c.isDone(seq) {
+		return false, nil
+	}
+	in, ok := c.inflight[seq]
+	if !ok || in.id != deliveryID {
+		return false, ErrStale
+	}
+	delete(c.inflight, seq)
+	c.markDone(seq)
+	return true, nil
+}
+
+// Nack returns a delivery for redelivery after delayMs, or to the dead
+// letters when it has used up MaxDeliver.
+func (c *Cursor) Nack(nowMs int64, seq, deliveryID uint64, delayMs int64) error {
+	in, ok := c.inflight[seq]
+	if !ok || in.id != deliveryID {
+		return ErrStale
+	}
+	delete(c.inflight, seq)
+	c.requeue(seq, in.count, nowMs+max(delayMs, 0))
+	return nil
+}
+
+// Expire moves every delivery whose ack wait has passed to redelivery (or
+// dead letters). The shell calls it on its timer.
+func (c *Cursor) Expire(nowMs int64) {
+	var expired []uint64
+	for seq, in := range c.inflight {
+		if in.deadlineMs <= nowMs {
+			expired = append(expired, seq)
+		}
+	}
+	slices.Sort(expired) // map order must not leak into the kernel's output
+	for _, seq := range expired {
+		in := c.inflight[seq]
+		delete(c.inflight, seq)
+		c.requeue(seq, in.count, nowMs)
+	}
+}
+
+func (c *Cursor) requeue(seq uint64, count uint32, dueMs int64) {
+	if count >= c.cfg.MaxDeliver {
+		c.dead[seq] = false
+		return
+	}
+	c.retries = append(c.retries, retry{seq: seq, count: count, dueMs: dueMs})
+}
+
+// TakeDead returns the seqs newly due for dead-lettering, in order, each
+// once. They stay pending (never redelivered) until the shell calls
+// DeadLettered after the dead-letter copy is durable, or DeadLetterFailed.
+func (c *Cursor) TakeDead() []uint64 {
+	var out []uint64
+	for s, taken := range c.dead {
+		if !taken {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	for _, s := range out {
+		c.dead[s] = true
+	}
+	return out
+}
+
+// DeadLetterFailed hands seq back so a later TakeDead offers it again.
+func (c *Cursor) DeadLetterFailed(seq uint64) {
+	if _, ok := c.dead[seq]; ok {
+		c.dead[seq] = false
+	}
+}
+
+// DeadLettered marks seq done after its dead-letter copy is durable. The
+// shell persists it in the ledger like an ack.
+func (c *Cursor) DeadLettered(seq uint64) {
+	delete(c.dead, seq)
+	c.markDone(seq)
+}
+
+// NextDeadlineMs is the earliest time something becomes due (ack wait or
+// retry), or -1 when nothing is pending; shells sleep until then.
+func (c *Cursor) NextDeadlineMs() int64 {
+	next := int64(-1)
+	for _, in := range c.inflight {
+		if next < 0 || in.deadlineMs < next {
+			next = in.deadlineMs
+		}
+	}
+	for _, r := range c.retries {
+		if next < 0 || r.dueMs < next {
+			next = r.dueMs
+		}
+	}
+	return next
+}
+
+// AckFloor is the lowest seq not yet done.
+func (c *Cursor) AckFloor() uint64 { return c.ackFloor }
+
+// Inflight is the number of deliveries awaiting ack.
+func (c *Cursor) Inflight() int { return len(c.inflight) }
+
+// Pending reports whether seq is in flight, awaiting retry or dead-lettering.
+func (c *Cursor) isPending(seq uint64) bool {
+	if _, ok := c.inflight[seq]; ok {
+		return true
+	}
+	if _, ok := c.dead[seq]; ok {
+		return true
+	}
+	for _, r := range c.retries {
+		if r.seq == seq {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Cursor) isDone(seq uint64) bool {
+	if seq < c.ackFloor {
+		return true
+	}
+	_, ok := c.acked[seq]
+	return ok
+}
+
+func (c *Cursor) markDone(seq uint64) {
+	if seq < c.ackFloor {
+		return
+	}
+	c.acked[seq] = struct{}{}
+	c.advanceFloor()
+}
+
+func (c *Cursor) advanceFloor() {
+	for {
+		if _, ok := c.acked[c.ackFloor]; !ok {
+			return
+		}
+		delete(c.acked, c.ackFloor)
+		c.ackFloor++
+	}
+}

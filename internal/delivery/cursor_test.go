@@ -1,0 +1,148 @@
+package delivery
+
+import (
+	"errors"
+	"testing"
+)
+
+func newTestCursor(t *testing.T, maxDeliver uint32) *Cursor {
+	t.Helper()
+	c, err := NewCursor(Config{AckWaitMs: 100, MaxDeliver: maxDeliver, InflightMax: 3}, 1, 7<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestDeliversOnlyVisibleInOrderWithinInflightBound(t *testing.T) {
+	c := newTestCursor(t, 5)
+	if _, ok := c.Next(0, 0); ok {
+		t.Fatal("delivered with nothing visible")
+	}
+	var got []uint64
+	for {
+		d, ok := c.Next(0, 10)
+		if !ok {
+			break
+		}
+		if d.DeliveryID>>40 != 7 {
+			t.Fatalf("delivery id %x lacks the incarnation", d.DeliveryID)
+		}
+		got = append(got, d.Seq)
+	}
+	if len(got) != 3 || got[0] != 1 || got[2] != 3 {
+		t.Fatalf("delivered %v, want [1 2 3] (inflight bound 3)", got)
+	}
+}
+
+func TestAckFencingAndFloor(t *testing.T) {
+	c := newTestCursor(t, 5)
+	d1, _ := c.Next(0, 3)
+	d2, _ := c.Next(0, 3)
+	if _, err := c.Ack(d2.Seq, d1.DeliveryID); !errors.Is(err, ErrStale) {
+		t.Fatalf("ack with another seq's id: %v", err)
+	}
+	if isNew, err := c.Ack(d2.Seq, d2.DeliveryID); err != nil || !isNew {
+		t.Fatalf("ack d2: %v %v", isNew, err)
+	}
+	if c.AckFloor() != 1 {
+		t.Fatalf("floor %d with seq 1 unacked", c.AckFloor())
+	}
+	c.Ack(d1.Seq, d1.DeliveryID)
+	if c.AckFloor() != 3 {
+		t.Fatalf("floor %d after acking 1 and 2", c.AckFloor())
+	}
+	// Re-acking a done seq is an idempotent success that persists nothing.
+	if isNew, err := c.Ack(1, 12345); err != nil || isNew {
+		t.Fatalf("re-ack: %v %v", isNew, err)
+	}
+	if _, err := c.Ack(9, 1); !errors.Is(err, ErrStale) {
+		t.Fatalf("ack of undelivered seq: %v", err)
+	}
+}
+
+func TestExpiryRedeliversWithNewIDThenDeadLetters(t *testing.T) {
+	c := newTestCursor(t, 2)
+	d1, _ := c.Next(0, 1)
+	if dl := c.NextDeadlineMs(); dl != 100 {
+		t.Fatalf("deadline %d", dl)
+	}
+	c.Expire(99)
+	if _, ok := c.Next(99, 1); ok {
+		t.Fatal("redelivered before the ack wait")
+	}
+	c.Expire(100)
+	d2, ok := c.Next(100, 1)
+	if !ok || d2.Seq != 1 || d2.Count != 2 || d2.DeliveryID == d1.DeliveryID {
+		t.Fatalf("redelivery %+v of %+v", d2, d1)
+	}
+	if _, err := c.Ack(1, d1.DeliveryID); !errors.Is(err, ErrStale) {
+		t.Fatal("old delivery id still accepted")
+	}
+	c.Expire(200)
+	if _, ok := c.Next(200, 1); ok {
+		t.Fatal("delivered beyond MaxDeliver")
+	}
+	dead := c.TakeDead()
+	if len(dead) != 1 || dead[0] != 1 {
+		t.Fatalf("dead %v", dead)
+	}
+	if again := c.TakeDead(); len(again) != 0 {
+		t.Fatalf("dead seq offered twice: %v", again)
+	}
+	c.DeadLetterFailed(1)
+	if again := c.TakeDead(); len(again) != 1 {
+		t.Fatal("failed dead letter not offered again")
+	}
+	c.DeadLettered(1)
+	if c.AckFloor() != 2 {
+		t.Fatalf("floor %d after dead-lettering seq 1", c.AckFloor())
+	}
+}
+
+func TestNackRedeliversAfterDelay(t *testing.T) {
+	c := newTestCursor(t, 5)
+	d, _ := c.Next(0, 1)
+	if err := c.Nack(0, d.Seq, d.DeliveryID+1, 0); !errors.Is(err, ErrStale) {
+		t.Fatalf("nack with wrong id: %v", err)
+	}
+	if err := c.Nack(0, d.Seq, d.DeliveryID, 50); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Next(49, 1); ok {
+		t.Fatal("redelivered before nack delay")
+	}
+	if d2, ok := c.Next(50, 1); !ok || d2.Seq != 1 || d2.Count != 2 {
+		t.Fatalf("after delay: %+v %v", d2, ok)
+	}
+}
+
+func TestReplayAndTruncationNeverRedeliverBelowFloor(t *testing.T) {
+	c := newTestCursor(t, 5)
+	c.ReplayAck(1)
+	c.ReplayAck(3)
+	if c.AckFloor() != 2 {
+		t.Fatalf("floor %d", c.AckFloor())
+	}
+	d, _ := c.Next(0, 4)
+	if d.Seq != 2 {
+		t.Fatalf("first delivery %d, want 2 (1 and 3 acked)", d.Seq)
+	}
+	d, _ = c.Next(0, 4)
+	if d.Seq != 4 {
+		t.Fatalf("second delivery %d, want 4", d.Seq)
+	}
+	c.Truncated(10)
+	if c.AckFloor() != 10 || c.Inflight() != 0 {
+		t.Fatalf("after truncation floor %d inflight %d", c.AckFloor(), c.Inflight())
+	}
+	if d, _ := c.Next(0, 12); d.Seq != 10 {
+		t.Fatalf("delivery %d after truncation", d.Seq)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	if _, err := NewCursor(Config{}, 1, 0); err == nil {
+		t.Fatal("zero config accepted")
+	}
+}

@@ -1,0 +1,616 @@
+package node
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"path"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/delivery"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Sink receives the MSG frames of one subscription. SendMsg is called from
+// the group's goroutine and must not block for long (sessions queue).
+type Sink interface {
+	SendMsg(m *wire.Msg)
+}
+
+// AckReply receives the per-entry outcome of an ACK or NACK once the acks
+// are durable in the group's ledger, or an error for the whole request.
+type AckReply func(results []wire.Code, err *wire.Error)
+
+// GroupOptions configure a group when its first subscription creates it;
+// later subscriptions keep the group's persisted settings. Zero = default.
+type GroupOptions struct {
+	AckWaitMs  int64
+	MaxDeliver uint32
+}
+
+// Subscription is one session's membership in a group: it receives MSG
+// frames while it has credit. Its credit is owned by the group goroutine.
+type Subscription struct {
+	g      *groupRunner
+	sink   Sink
+	credit uint32
+}
+
+// AddCredit grants n more messages; total credit is capped.
+func (s *Subscription) AddCredit(n uint32) {
+	s.g.send(groupCmd{kind: cmdCredit, sub: s, credit: n})
+}
+
+// Close ends the subscription. Its unacked deliveries are redelivered after
+// their ack wait.
+func (s *Subscription) Close() { s.g.send(groupCmd{kind: cmdClose, sub: s}) }
+
+type cmdKind uint8
+
+const (
+	cmdSubscribe cmdKind = iota
+	cmdCredit
+	cmdClose
+	cmdAck
+	cmdNack
+)
+
+type groupCmd struct {
+	kind    cmdKind
+	sub     *Subscription
+	credit  uint32
+	entries []wire.AckEntry
+	delayMs int64
+	reply   AckReply
+}
+
+type groupSettings struct {
+	AckWaitMs  int64  `json:"ack_wait_ms"`
+	MaxDeliver uint32 `json:"max_deliver"`
+}
+
+type dlqResult struct {
+	partition uint32
+	seq       uint64
+	err       *wire.Error
+}
+
+type dlqRetry struct {
+	partition uint32
+	seq       uint64
+	dueMs     int64
+}
+
+// groupRunner delivers one topic to one consumer group. Its goroutine owns
+// the cursors (delivery kernels), the ledger and the subscriptions.
+type groupRunner struct {
+	node  *Node
+	topic *topic
+	name  string
+	dir   string
+	cfg   delivery.Config
+	dlq   string
+
+	cmds   chan groupCmd
+	wakeCh chan struct{}
+	done   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	// Owned by run.
+	cursors     []*delivery.Cursor
+	ledger      *storage.Log
+	subs        []*Subscription
+	subRR       int               // next subscription to offer a message
+	partRR      int               // next partition to take a message from
+	cache       [][]storage.Entry // per partition: contiguous visible entries
+	ledgerBatch []byte
+	replies     []func(failed *wire.Error)
+	dlqRetries  []dlqRetry
+	dlqProducer uint64
+
+	// Published for metrics: the durable ack floor per partition.
+	floors []atomic.Uint64
+
+	dlqMu      sync.Mutex
+	dlqResults []dlqResult
+}
+
+const ledgerEntryBytes = 4 + 8
+
+// Subscribe joins sink to group on topic, creating the group on first use.
+func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) (*Subscription, error) {
+	if err := wire.ValidateName("group", group); err != nil {
+		return nil, err
+	}
+	t, err := n.topic(topicName)
+	if err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	key := groupKey{group: group, topic: topicName}
+	g, ok := n.groups[key]
+	if !ok {
+		g, err = n.startGroup(t, group, opts)
+		if err != nil {
+			n.mu.Unlock()
+			return nil, err
+		}
+		n.groups[key] = g
+	}
+	n.mu.Unlock()
+	s := &Subscription{g: g, sink: sink}
+	g.send(groupCmd{kind: cmdSubscribe, sub: s})
+	return s, nil
+}
+
+// Ack completes deliveries; reply is called after they are durable.
+func (n *Node) Ack(topicName, group string, entries []wire.AckEntry, reply AckReply) {
+	n.ackOrNack(topicName, group, groupCmd{kind: cmdAck, entries: entries, reply: reply})
+}
+
+// Nack returns deliveries for redelivery after delayMs.
+func (n *Node) Nack(topicName, group string, entries []wire.AckEntry, delayMs int64, reply AckReply) {
+	n.ackOrNack(topicName, group, groupCmd{kind: cmdNack, entries: entries, delayMs: delayMs, reply: reply})
+}
+
+func (n *Node) ackOrNack(topicName, group string, c groupCmd) {
+	n.mu.RLock()
+	g := n.groups[groupKey{group: group, topic: topicName}]
+	n.mu.RUnlock()
+	if g == nil {
+		c.reply(nil, wire.Errorf(wire.CodeNotFound, "group %q has no subscription on topic %q", group, topicName))
+		return
+	}
+	g.send(c)
+}
+
+func dlqTopicName(group, topic string) string { return "dlq." + group + "." + topic }
+
+// startGroup creates the runner; the caller holds n.mu.
+func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunner, error) {
+	dlq := dlqTopicName(group, t.cfg.Name)
+	if err := wire.ValidateName("dead-letter topic", dlq); err != nil {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "group and topic names too long together: %v", err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(dlq))
+	g := &groupRunner{
+		node: n, topic: t, name: group, dlq: dlq,
+		dir:         path.Join(n.cfg.DataDir, "groups", group, t.cfg.Name),
+		cmds:        make(chan groupCmd, 1024),
+		wakeCh:      make(chan struct{}, 1),
+		done:        make(chan struct{}),
+		floors:      make([]atomic.Uint64, len(t.partitions)),
+		dlqProducer: h.Sum64() | 1,
+	}
+	if err := g.loadSettings(opts); err != nil {
+		return nil, err
+	}
+	if err := g.load(); err != nil {
+		return nil, err
+	}
+	t.groupsMu.Lock()
+	t.groups = append(t.groups, g)
+	t.groupsMu.Unlock()
+	g.wg.Add(1)
+	go g.run()
+	return g, nil
+}
+
+func (g *groupRunner) loadSettings(opts GroupOptions) error {
+	fsys, file := g.node.cfg.FS, path.Join(g.dir, "settings.json")
+	var st groupSettings
+	b, err := storage.ReadFileAtomic(fsys, file)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &st); err != nil {
+			return fmt.Errorf("group %s: bad settings: %w", g.name, err)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		st = groupSettings{AckWaitMs: opts.AckWaitMs, MaxDeliver: opts.MaxDeliver}
+		if st.AckWaitMs <= 0 {
+			st.AckWaitMs = g.node.cfg.DefaultAckWaitMs
+		}
+		if st.MaxDeliver == 0 {
+			st.MaxDeliver = g.node.cfg.DefaultMaxDeliver
+		}
+		if err := fsys.MkdirAll(g.dir); err != nil {
+			return fmt.Errorf("group %s: %w", g.name, err)
+		}
+		b, _ := json.Marshal(st)
+		if err := storage.WriteFileAtomic(fsys, file, b); err != nil {
+			return fmt.Errorf("group %s: persist settings: %w", g.name, err)
+		}
+	default:
+		return fmt.Errorf("group %s: read settings: %w", g.name, err)
+	}
+	g.cfg = delivery.Config{AckWaitMs: st.AckWaitMs, MaxDeliver: st.MaxDeliver, InflightMax: g.node.cfg.InflightMax}
+	return g.cfg.Validate()
+}
+
+// load (re)builds the cursors from the durable ledger under a new
+// incarnation, so delivery ids never repeat across restarts or reloads.
+func (g *groupRunner) load() error {
+	fsys := g.node.cfg.FS
+	if g.ledger != nil {
+		g.ledger.Close()
+		g.ledger = nil
+	}
+	incFile := path.Join(g.dir, "incarnation")
+	var inc uint64
+	if b, err := storage.ReadFileAtomic(fsys, incFile); err == nil {
+		inc, _ = strconv.ParseUint(string(b), 10, 64)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("group %s: read incarnation: %w", g.name, err)
+	}
+	inc++
+	if err := storage.WriteFileAtomic(fsys, incFile, []byte(strconv.FormatUint(inc, 10))); err != nil {
+		return fmt.Errorf("group %s: persist incarnation: %w", g.name, err)
+	}
+	lg, err := storage.Open(fsys, path.Join(g.dir, "ledger"), storage.Options{})
+	if err != nil {
+		return fmt.Errorf("group %s: open ledger: %w", g.name, err)
+	}
+	cursors := make([]*delivery.Cursor, len(g.topic.partitions))
+	for i, p := range g.topic.partitions {
+		c, err := delivery.NewCursor(g.cfg, p.startSeq.Load(), inc<<40)
+		if err != nil {
+			lg.Close()
+			return err
+		}
+		cursors[i] = c
+	}
+	for from := lg.StartSeq(); from < lg.NextSeq(); {
+		entries, err := lg.Read(from, 1024, 8<<20)
+		if err != nil {
+			lg.Close()
+			return fmt.Errorf("group %s: replay ledger: %w", g.name, err)
+		}
+		for _, e := range entries {
+			v := e.Record.Value
+			if len(v)%ledgerEntryBytes != 0 {
+				lg.Close()
+				return fmt.Errorf("group %s: ledger record %d has %d bytes", g.name, e.Seq, len(v))
+			}
+			for ; len(v) > 0; v = v[ledgerEntryBytes:] {
+				part := binary.BigEndian.Uint32(v)
+				if int(part) < len(cursors) {
+					cursors[part].ReplayAck(binary.BigEndian.Uint64(v[4:]))
+				}
+			}
+		}
+		from = entries[len(entries)-1].Seq + 1
+	}
+	g.ledger, g.cursors = lg, cursors
+	g.cache = make([][]storage.Entry, len(cursors))
+	for i, c := range cursors {
+		g.floors[i].Store(c.AckFloor())
+	}
+	return nil
+}
+
+func (g *groupRunner) send(c groupCmd) {
+	select {
+	case g.cmds <- c:
+	case <-g.done:
+		if c.reply != nil {
+			c.reply(nil, wire.Errorf(wire.CodeUnavailable, "group is shutting down"))
+		}
+	}
+}
+
+func (g *groupRunner) poke() {
+	select {
+	case g.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (g *groupRunner) stop() {
+	g.once.Do(func() { close(g.done) })
+	g.wg.Wait()
+}
+
+const groupIdleWaitMs = 1000
+
+func (g *groupRunner) run() {
+	defer g.wg.Done()
+	defer func() {
+		g.flushLedger()
+		for {
+			select {
+			case c := <-g.cmds:
+				if c.reply != nil {
+					c.reply(nil, wire.Errorf(wire.CodeUnavailable, "group is shutting down"))
+				}
+			default:
+				g.ledger.Close()
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-g.done:
+			return
+		case c := <-g.cmds:
+			g.handle(c)
+		drain:
+			for {
+				select {
+				case c := <-g.cmds:
+					g.handle(c)
+				default:
+					break drain
+				}
+			}
+		case <-g.wakeCh:
+		case <-timer.C:
+		}
+		now := g.node.cfg.NowMs()
+		g.collectDeadLetters(now)
+		g.flushLedger()
+		g.dispatch(now)
+		wait := int64(groupIdleWaitMs)
+		for _, c := range g.cursors {
+			if d := c.NextDeadlineMs(); d >= 0 {
+				wait = min(wait, max(d-now, 1))
+			}
+		}
+		for _, r := range g.dlqRetries {
+			wait = min(wait, max(r.dueMs-now, 1))
+		}
+		timer.Reset(time.Duration(wait) * time.Millisecond)
+	}
+}
+
+func (g *groupRunner) handle(c groupCmd) {
+	switch c.kind {
+	case cmdSubscribe:
+		g.subs = append(g.subs, c.sub)
+	case cmdCredit:
+		c.sub.credit = min(c.sub.credit+c.credit, g.node.cfg.SubscriptionCreditMax)
+	case cmdClose:
+		for i, s := range g.subs {
+			if s == c.sub {
+				g.subs = append(g.subs[:i], g.subs[i+1:]...)
+				break
+			}
+		}
+	case cmdAck, cmdNack:
+		g.handleAcks(c)
+	}
+}
+
+func (g *groupRunner) handleAcks(c groupCmd) {
+	now := g.node.cfg.NowMs()
+	m := g.node.metrics
+	results := make([]wire.Code, len(c.entries))
+	for i, e := range c.entries {
+		if int(e.Partition) >= len(g.cursors) {
+			results[i] = wire.CodeInvalidArgument
+			continue
+		}
+		cur := g.cursors[e.Partition]
+		var err error
+		if c.kind == cmdNack {
+			err = cur.Nack(now, e.Seq, e.DeliveryID, c.delayMs)
+		} else {
+			var isNew bool
+			isNew, err = cur.Ack(e.Seq, e.DeliveryID)
+			if isNew {
+				g.ledgerBatch = binary.BigEndian.AppendUint32(g.ledgerBatch, e.Partition)
+				g.ledgerBatch = binary.BigEndian.AppendUint64(g.ledgerBatch, e.Seq)
+				m.acks.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
+			}
+		}
+		if errors.Is(err, delivery.ErrStale) {
+			results[i] = wire.CodeStaleDelivery
+		}
+	}
+	reply := c.reply
+	g.replies = append(g.replies, func(failed *wire.Error) {
+		if failed != nil {
+			reply(nil, failed)
+			return
+		}
+		reply(results, nil)
+	})
+}
+
+// flushLedger makes the batched acks durable, then answers every ACK/NACK
+// received since the last flush. An ACK_OK never precedes the fsync of its
+// ack; on a ledger failure the cursors are rebuilt from what is durable.
+func (g *groupRunner) flushLedger() {
+	var failed *wire.Error
+	if len(g.ledgerBatch) > 0 {
+		_, err := g.ledger.Append(0, []storage.Record{{Value: g.ledgerBatch}})
+		if err == nil {
+			start := time.Now()
+			err = g.ledger.Sync()
+			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(time.Since(start).Seconds())
+		}
+		g.ledgerBatch = nil
+		if err != nil {
+			failed = wire.Errorf(wire.CodeStorage, "ack ledger write failed: %v", err)
+			g.node.log.Error("ack ledger write failed; reloading group", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+			if lerr := g.load(); lerr != nil {
+				g.node.log.Error("group reload failed", "group", g.name, "err", lerr)
+			}
+		}
+	}
+	for _, r := range g.replies {
+		r(failed)
+	}
+	g.replies = g.replies[:0]
+	if failed == nil {
+		for i, c := range g.cursors {
+			g.floors[i].Store(c.AckFloor())
+		}
+	}
+}
+
+// dispatch sends due deliveries to subscriptions with credit, round-robin
+// over subscriptions and partitions. Only visible records are sent.
+func (g *groupRunner) dispatch(now int64) {
+	for i, p := range g.topic.partitions {
+		if start := p.startSeq.Load(); start > g.cursors[i].AckFloor() {
+			g.cursors[i].Truncated(start)
+		}
+	}
+	m := g.node.metrics
+	for {
+		sub := g.nextSubWithCredit()
+		if sub == nil {
+			return
+		}
+		sent := false
+		for k := 0; k < len(g.cursors) && !sent; k++ {
+			pi := (g.partRR + k) % len(g.cursors)
+			p := g.topic.partitions[pi]
+			d, ok := g.cursors[pi].Next(now, p.commitSeq.Load())
+			if !ok {
+				continue
+			}
+			e, err := g.fetch(pi, d.Seq)
+			if err != nil {
+				// The delivery stays in flight and is retried after its ack
+				// wait; a corrupt record is never sent.
+				g.node.log.Error("read for delivery failed", "topic", g.topic.cfg.Name, "partition", pi, "seq", d.Seq, "err", err)
+				continue
+			}
+			sub.sink.SendMsg(&wire.Msg{Topic: g.topic.cfg.Name, Partition: uint32(pi), Seq: d.Seq,
+				DeliveryID: d.DeliveryID, DeliveryCount: d.Count, TimestampMs: e.Record.TimestampMs,
+				Key: e.Record.Key, Value: e.Record.Value, Headers: toWireHeaders(e.Record.Headers)})
+			sub.credit--
+			g.partRR = pi + 1
+			sent = true
+			m.deliveries.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
+			if d.Count > 1 {
+				m.redeliveries.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
+			}
+		}
+		if !sent {
+			return
+		}
+	}
+}
+
+func (g *groupRunner) nextSubWithCredit() *Subscription {
+	for k := 0; k < len(g.subs); k++ {
+		s := g.subs[(g.subRR+k)%len(g.subs)]
+		if s.credit > 0 {
+			g.subRR = (g.subRR + k + 1) % len(g.subs)
+			return s
+		}
+	}
+	return nil
+}
+
+const readAheadRecords, readAheadBytes = 512, 1 << 20
+
+// fetch returns the visible entry at seq, reading ahead into a per-partition
+// cache so sequential delivery reads the log in batches.
+func (g *groupRunner) fetch(pi int, seq uint64) (storage.Entry, error) {
+	c := g.cache[pi]
+	if len(c) > 0 && seq >= c[0].Seq && seq <= c[len(c)-1].Seq {
+		return c[seq-c[0].Seq], nil
+	}
+	entries, err := g.topic.partitions[pi].read(seq, readAheadRecords, readAheadBytes)
+	if err != nil {
+		g.cache[pi] = nil
+		return storage.Entry{}, err
+	}
+	if len(entries) == 0 || entries[0].Seq != seq {
+		g.cache[pi] = nil
+		return storage.Entry{}, fmt.Errorf("seq %d not readable", seq)
+	}
+	g.cache[pi] = entries
+	return entries[0], nil
+}
+
+func toWireHeaders(hs []storage.Header) []wire.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]wire.Header, len(hs))
+	for i, h := range hs {
+		out[i] = wire.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}
+
+// collectDeadLetters finishes dead-letter publishes that completed and
+// starts the ones that became due. A message leaves the group (is recorded
+// in the ledger like an ack) only after its dead-letter copy is durable.
+func (g *groupRunner) collectDeadLetters(now int64) {
+	g.dlqMu.Lock()
+	results := g.dlqResults
+	g.dlqResults = nil
+	g.dlqMu.Unlock()
+	for _, r := range results {
+		if r.err != nil {
+			g.node.log.Warn("dead-letter publish failed; will retry", "dlq", g.dlq, "seq", r.seq, "err", r.err)
+			g.dlqRetries = append(g.dlqRetries, dlqRetry{partition: r.partition, seq: r.seq, dueMs: now + 1000})
+			continue
+		}
+		g.cursors[r.partition].DeadLettered(r.seq)
+		g.ledgerBatch = binary.BigEndian.AppendUint32(g.ledgerBatch, r.partition)
+		g.ledgerBatch = binary.BigEndian.AppendUint64(g.ledgerBatch, r.seq)
+		g.node.metrics.deadLetters.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
+	}
+	kept := g.dlqRetries[:0]
+	for _, r := range g.dlqRetries {
+		if r.dueMs <= now {
+			g.startDeadLetter(r.partition, r.seq)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	g.dlqRetries = kept
+	for pi, c := range g.cursors {
+		g.cursors[pi].Expire(now)
+		for _, seq := range c.TakeDead() {
+			g.startDeadLetter(uint32(pi), seq)
+		}
+	}
+}
+
+func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
+	e, err := g.fetch(int(pi), seq)
+	if err != nil {
+		g.dlqDone(pi, seq, wire.Errorf(wire.CodeStorage, "read: %v", err))
+		return
+	}
+	if _, err := g.node.Declare(wire.TopicConfig{Name: g.dlq, Partitions: 1}); err != nil {
+		g.dlqDone(pi, seq, asWire(err))
+		return
+	}
+	hs := append(toWireHeaders(e.Record.Headers),
+		wire.Header{Key: "nereus-dlq-topic", Value: []byte(g.topic.cfg.Name)},
+		wire.Header{Key: "nereus-dlq-group", Value: []byte(g.name)},
+		wire.Header{Key: "nereus-dlq-partition", Value: []byte(strconv.Itoa(int(pi)))},
+		wire.Header{Key: "nereus-dlq-seq", Value: []byte(strconv.FormatUint(seq, 10))})
+	// The producer identity makes a retried dead-letter publish idempotent.
+	g.node.Publish(&wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducer,
+		ProducerSeq: uint64(pi)<<48 | seq, TimestampMs: e.Record.TimestampMs,
+		Key: e.Record.Key, Value: e.Record.Value, Headers: hs},
+		func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
+}
+
+func (g *groupRunner) dlqDone(pi uint32, seq uint64, err *wire.Error) {
+	g.dlqMu.Lock()
+	g.dlqResults = append(g.dlqResults, dlqResult{partition: pi, seq: seq, err: err})
+	g.dlqMu.Unlock()
+	g.poke()
+}

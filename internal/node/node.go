@@ -1,0 +1,321 @@
+// Package node is the single-node broker runtime: it owns the topics, runs
+// one goroutine per partition (group commit) and one per consumer group and
+// topic (delivery), and turns disk and clock into calls on the pure kernels
+// in internal/partition and internal/delivery. Sessions (internal/server)
+// call it; it never touches sockets.
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/partition"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Config configures a Node. Zero fields take the defaults below.
+type Config struct {
+	NodeID  string
+	DataDir string
+	FS      vfs.FS
+	Logger  *slog.Logger
+	// NowMs is the wall clock in unix milliseconds (injected for tests).
+	NowMs func() int64
+
+	SegmentBytesMax       int64
+	RecordBytesMax        int   // key + value + headers of one record
+	PublishBatchMax       int   // records per group commit
+	PublishQueueMax       int   // queued PUBs per partition before senders block
+	RetentionCheckMs      int64 // how often retention runs
+	DefaultAckWaitMs      int64
+	DefaultMaxDeliver     uint32
+	InflightMax           int // unacked deliveries per group and partition
+	SubscriptionCreditMax uint32
+	Dedup                 partition.Config
+}
+
+func (c *Config) setDefaults() {
+	if c.NodeID == "" {
+		c.NodeID = "n1"
+	}
+	if c.FS == nil {
+		c.FS = vfs.OS()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.NowMs == nil {
+		c.NowMs = func() int64 { return time.Now().UnixMilli() }
+	}
+	if c.SegmentBytesMax == 0 {
+		c.SegmentBytesMax = 64 << 20
+	}
+	if c.RecordBytesMax == 0 {
+		c.RecordBytesMax = wire.DefaultFrameBytesMax - 64<<10
+	}
+	if c.PublishBatchMax == 0 {
+		c.PublishBatchMax = 4096
+	}
+	if c.PublishQueueMax == 0 {
+		c.PublishQueueMax = 8192
+	}
+	if c.RetentionCheckMs == 0 {
+		c.RetentionCheckMs = 30_000
+	}
+	if c.DefaultAckWaitMs == 0 {
+		c.DefaultAckWaitMs = 30_000
+	}
+	if c.DefaultMaxDeliver == 0 {
+		c.DefaultMaxDeliver = 5
+	}
+	if c.InflightMax == 0 {
+		c.InflightMax = 10_000
+	}
+	if c.SubscriptionCreditMax == 0 {
+		c.SubscriptionCreditMax = 100_000
+	}
+	if c.Dedup == (partition.Config{}) {
+		c.Dedup = partition.DefaultConfig
+	}
+}
+
+// Node is one broker node. All exported methods are safe for concurrent use.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu     sync.RWMutex
+	topics map[string]*topic
+	groups map[groupKey]*groupRunner
+	closed bool
+}
+
+type topic struct {
+	cfg        wire.TopicConfig
+	partitions []*partitionRunner
+	rr         uint32 // round-robin cursor for unkeyed, non-idempotent PUBs
+
+	groupsMu sync.Mutex
+	groups   []*groupRunner // woken when a partition commits
+}
+
+type groupKey struct{ group, topic string }
+
+const topicsFile = "topics.json"
+
+// Open recovers every topic in cfg.DataDir and starts its partitions.
+func Open(cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	if cfg.DataDir == "" {
+		return nil, errors.New("node: DataDir is required")
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, metrics: newMetrics(),
+		topics: map[string]*topic{}, groups: map[groupKey]*groupRunner{}}
+	if err := cfg.FS.MkdirAll(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("node: create data dir: %w", err)
+	}
+	configs, err := n.loadTopics()
+	if err != nil {
+		return nil, err
+	}
+	for _, tc := range configs {
+		if _, err := n.startTopic(tc); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
+	n.metrics.registerNode(n)
+	n.log.Info("node open", "node", cfg.NodeID, "data", cfg.DataDir, "topics", len(configs))
+	return n, nil
+}
+
+// Metrics returns the node's Prometheus metrics.
+func (n *Node) Metrics() *Metrics { return n.metrics }
+
+// NodeID returns the configured node id.
+func (n *Node) NodeID() string { return n.cfg.NodeID }
+
+func (n *Node) loadTopics() ([]wire.TopicConfig, error) {
+	b, err := storage.ReadFileAtomic(n.cfg.FS, path.Join(n.cfg.DataDir, topicsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: read topics: %w", err)
+	}
+	var configs []wire.TopicConfig
+	if err := json.Unmarshal(b, &configs); err != nil {
+		return nil, fmt.Errorf("node: decode topics: %w", err)
+	}
+	return configs, nil
+}
+
+// saveTopicsLocked persists the topic list; callers hold n.mu.
+func (n *Node) saveTopicsLocked() error {
+	configs := make([]wire.TopicConfig, 0, len(n.topics))
+	for _, t := range n.topics {
+		configs = append(configs, t.cfg)
+	}
+	slices.SortFunc(configs, func(a, b wire.TopicConfig) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	b, err := json.Marshal(configs)
+	if err != nil {
+		return err
+	}
+	return storage.WriteFileAtomic(n.cfg.FS, path.Join(n.cfg.DataDir, topicsFile), b)
+}
+
+func (n *Node) startTopic(tc wire.TopicConfig) (*topic, error) {
+	t := &topic{cfg: tc}
+	for i := uint32(0); i < tc.Partitions; i++ {
+		p, err := n.openPartition(t, i)
+		if err != nil {
+			for _, q := range t.partitions {
+				q.stop()
+			}
+			return nil, err
+		}
+		t.partitions = append(t.partitions, p)
+	}
+	n.topics[tc.Name] = t
+	return t, nil
+}
+
+// ValidateTopic checks a DECLARE's fields.
+func ValidateTopic(tc wire.TopicConfig) error {
+	if err := wire.ValidateName("topic", tc.Name); err != nil {
+		return err
+	}
+	if tc.Partitions == 0 || tc.Partitions > wire.PartitionsMax {
+		return wire.Errorf(wire.CodeInvalidArgument, "partitions must be 1-%d, got %d", wire.PartitionsMax, tc.Partitions)
+	}
+	if tc.RetentionMs < 0 || tc.RetentionBytes < 0 {
+		return wire.Errorf(wire.CodeInvalidArgument, "retention must not be negative")
+	}
+	return nil
+}
+
+// Declare creates a topic, or confirms an identical existing one. A DECLARE
+// that differs from the existing topic fails with TOPIC_CONFLICT.
+func (n *Node) Declare(tc wire.TopicConfig) (created bool, err error) {
+	if err := ValidateTopic(tc); err != nil {
+		return false, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
+	}
+	if t, ok := n.topics[tc.Name]; ok {
+		if t.cfg != tc {
+			return false, wire.Errorf(wire.CodeTopicConflict, "topic %q exists with partitions=%d retention_ms=%d retention_bytes=%d",
+				tc.Name, t.cfg.Partitions, t.cfg.RetentionMs, t.cfg.RetentionBytes)
+		}
+		return false, nil
+	}
+	if _, err := n.startTopic(tc); err != nil {
+		return false, wire.Errorf(wire.CodeStorage, "create topic: %v", err)
+	}
+	if err := n.saveTopicsLocked(); err != nil {
+		t := n.topics[tc.Name]
+		delete(n.topics, tc.Name)
+		for _, p := range t.partitions {
+			p.stop()
+		}
+		return false, wire.Errorf(wire.CodeStorage, "persist topic: %v", err)
+	}
+	n.log.Info("topic declared", "topic", tc.Name, "partitions", tc.Partitions)
+	return true, nil
+}
+
+// Metadata describes the named topics (all when names is empty).
+func (n *Node) Metadata(names []string) []wire.TopicInfo {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if len(names) == 0 {
+		for name := range n.topics {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+	}
+	var out []wire.TopicInfo
+	for _, name := range names {
+		t, ok := n.topics[name]
+		if !ok {
+			continue
+		}
+		info := wire.TopicInfo{Config: t.cfg}
+		for _, p := range t.partitions {
+			info.Partitions = append(info.Partitions, wire.PartitionInfo{
+				Partition: p.id, Epoch: p.epoch.Load(), StartSeq: p.startSeq.Load(), CommitSeq: p.commitSeq.Load()})
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+func (n *Node) topic(name string) (*topic, error) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed {
+		return nil, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
+	}
+	t, ok := n.topics[name]
+	if !ok {
+		return nil, wire.Errorf(wire.CodeNotFound, "topic %q does not exist", name)
+	}
+	return t, nil
+}
+
+// Close stops every group and partition; pending requests fail UNAVAILABLE.
+func (n *Node) Close() {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	groups := make([]*groupRunner, 0, len(n.groups))
+	for _, g := range n.groups {
+		groups = append(groups, g)
+	}
+	topics := make([]*topic, 0, len(n.topics))
+	for _, t := range n.topics {
+		topics = append(topics, t)
+	}
+	n.mu.Unlock()
+	for _, g := range groups {
+		g.stop()
+	}
+	for _, t := range topics {
+		for _, p := range t.partitions {
+			p.stop()
+		}
+	}
+	n.log.Info("node closed", "node", n.cfg.NodeID)
+}
+
+func (t *topic) notifyGroups() {
+	t.groupsMu.Lock()
+	for _, g := range t.groups {
+		g.poke()
+	}
+	t.groupsMu.Unlock()
+}

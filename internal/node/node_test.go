@@ -1,0 +1,484 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// harness runs a node on an in-memory, crashable file system with a clock
+// the test advances.
+type harness struct {
+	t     *testing.T
+	fs    *vfs.MemFS
+	nowMs atomic.Int64
+	node  *Node
+}
+
+func newHarness(t *testing.T) *harness {
+	h := &harness{t: t, fs: vfs.NewMem()}
+	h.nowMs.Store(1_000_000)
+	h.open()
+	t.Cleanup(func() { h.node.Close() })
+	return h
+}
+
+func (h *harness) open() {
+	h.t.Helper()
+	n, err := Open(Config{DataDir: "/data", FS: h.fs, NowMs: h.nowMs.Load,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		h.t.Fatalf("Open: %v", err)
+	}
+	h.node = n
+}
+
+func (h *harness) restart() {
+	h.node.Close()
+	h.open()
+}
+
+func (h *harness) declare(name string, partitions uint32) {
+	h.t.Helper()
+	if _, err := h.node.Declare(wire.TopicConfig{Name: name, Partitions: partitions}); err != nil {
+		h.t.Fatalf("Declare: %v", err)
+	}
+}
+
+const waitMax = 10 * time.Second
+
+func (h *harness) publish(pub *wire.Pub) (wire.PubOK, error) {
+	h.t.Helper()
+	type res struct {
+		ok  wire.PubOK
+		err *wire.Error
+	}
+	ch := make(chan res, 1)
+	h.node.Publish(pub, func(ok wire.PubOK, err *wire.Error) { ch <- res{ok, err} })
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return r.ok, r.err
+		}
+		return r.ok, nil
+	case <-time.After(waitMax):
+		h.t.Fatal("publish: no reply")
+		return wire.PubOK{}, nil
+	}
+}
+
+func (h *harness) mustPublish(pub *wire.Pub) wire.PubOK {
+	h.t.Helper()
+	ok, err := h.publish(pub)
+	if err != nil {
+		h.t.Fatalf("publish: %v", err)
+	}
+	return ok
+}
+
+func (h *harness) ack(topic, group string, nack bool, entries ...wire.AckEntry) []wire.Code {
+	h.t.Helper()
+	ch := make(chan []wire.Code, 1)
+	reply := func(res []wire.Code, err *wire.Error) {
+		if err != nil {
+			h.t.Errorf("ack: %v", err)
+		}
+		ch <- res
+	}
+	if nack {
+		h.node.Nack(topic, group, entries, 0, reply)
+	} else {
+		h.node.Ack(topic, group, entries, reply)
+	}
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(waitMax):
+		h.t.Fatal("ack: no reply")
+		return nil
+	}
+}
+
+// sync makes the group goroutine finish an iteration: an ack of nothing is
+// answered only after the loop that handled every earlier command ran.
+func (h *harness) sync(topic, group string) {
+	h.ack(topic, group, false)
+	h.ack(topic, group, false)
+}
+
+// sink collects MSG frames.
+type sink struct {
+	mu   sync.Mutex
+	msgs []*wire.Msg
+	ch   chan struct{}
+}
+
+func newSink() *sink { return &sink{ch: make(chan struct{}, 1)} }
+
+func (s *sink) SendMsg(m *wire.Msg) {
+	s.mu.Lock()
+	s.msgs = append(s.msgs, m)
+	s.mu.Unlock()
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.msgs)
+}
+
+func (s *sink) waitFor(t *testing.T, n int) []*wire.Msg {
+	t.Helper()
+	deadline := time.After(waitMax)
+	for {
+		s.mu.Lock()
+		if len(s.msgs) >= n {
+			out := append([]*wire.Msg(nil), s.msgs...)
+			s.mu.Unlock()
+			return out
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.ch:
+		case <-deadline:
+			t.Fatalf("got %d messages, want %d", s.count(), n)
+		}
+	}
+}
+
+func TestPublishThenRestartKeepsEverySeq(t *testing.T) {
+	h := newHarness(t)
+	h.declare("orders", 3)
+	acked := map[string]wire.PubOK{}
+	for i := 0; i < 60; i++ {
+		key := fmt.Sprintf("k%d", i)
+		acked[key] = h.mustPublish(&wire.Pub{Topic: "orders", Partition: wire.PartitionAuto, Key: []byte(key), Value: []byte("v" + key)})
+	}
+	h.restart()
+	s := newSink()
+	sub, err := h.node.Subscribe("orders", "g", GroupOptions{}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.AddCredit(1000)
+	got := s.waitFor(t, 60)
+	for _, m := range got {
+		ok := acked[string(m.Key)]
+		if ok.Partition != m.Partition || ok.Seq != m.Seq || string(m.Value) != "v"+string(m.Key) {
+			t.Fatalf("message %s at %d/%d, acked at %d/%d", m.Key, m.Partition, m.Seq, ok.Partition, ok.Seq)
+		}
+		if ok.Partition != wire.PartitionForKey(m.Key, 3) {
+			t.Fatalf("key %s in partition %d, want hash partition", m.Key, ok.Partition)
+		}
+	}
+	h.sync("orders", "g")
+	if n := s.count(); n != 60 {
+		t.Fatalf("delivered %d, want exactly 60", n)
+	}
+	// Each restart starts a new epoch.
+	for _, p := range h.node.Metadata([]string{"orders"})[0].Partitions {
+		if p.Epoch != 2 {
+			t.Fatalf("partition %d epoch %d after one restart, want 2", p.Partition, p.Epoch)
+		}
+	}
+}
+
+func TestDeclareIsIdempotentAndConflictsAreErrors(t *testing.T) {
+	h := newHarness(t)
+	created, err := h.node.Declare(wire.TopicConfig{Name: "t", Partitions: 2})
+	if err != nil || !created {
+		t.Fatalf("first declare: created=%v err=%v", created, err)
+	}
+	created, err = h.node.Declare(wire.TopicConfig{Name: "t", Partitions: 2})
+	if err != nil || created {
+		t.Fatalf("identical declare: created=%v err=%v", created, err)
+	}
+	if _, err := h.node.Declare(wire.TopicConfig{Name: "t", Partitions: 3}); !errors.Is(err, wire.ErrTopicConflict) {
+		t.Fatalf("conflicting declare: %v", err)
+	}
+	for _, bad := range []wire.TopicConfig{{Name: "t", Partitions: 0}, {Name: "a b", Partitions: 1}, {Name: "x", Partitions: 1, RetentionMs: -1}} {
+		if _, err := h.node.Declare(bad); !errors.Is(err, wire.ErrInvalidArgument) {
+			t.Fatalf("declare %+v: %v", bad, err)
+		}
+	}
+	h.restart()
+	if _, err := h.node.Declare(wire.TopicConfig{Name: "t", Partitions: 3}); !errors.Is(err, wire.ErrTopicConflict) {
+		t.Fatalf("conflict after restart: %v", err)
+	}
+	if _, err := h.publish(&wire.Pub{Topic: "missing", Partition: wire.PartitionAuto}); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("publish to missing topic: %v", err)
+	}
+	if _, err := h.publish(&wire.Pub{Topic: "t", Partition: 5}); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("publish to missing partition: %v", err)
+	}
+}
+
+func TestProducerReplayReturnsOriginalAcrossRestart(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 4)
+	orig := map[uint64]wire.PubOK{}
+	for seq := uint64(1); seq <= 20; seq++ {
+		orig[seq] = h.mustPublish(&wire.Pub{Topic: "t", Partition: wire.PartitionAuto, ProducerID: 77, ProducerSeq: seq, Value: []byte{byte(seq)}})
+	}
+	h.restart()
+	for seq := uint64(1); seq <= 20; seq++ {
+		again := h.mustPublish(&wire.Pub{Topic: "t", Partition: wire.PartitionAuto, ProducerID: 77, ProducerSeq: seq, Value: []byte{byte(seq)}})
+		want := orig[seq]
+		want.Duplicate = true
+		if again != want {
+			t.Fatalf("replay of %d = %+v, want %+v", seq, again, want)
+		}
+	}
+	var total uint64
+	for _, p := range h.node.Metadata([]string{"t"})[0].Partitions {
+		total += p.CommitSeq
+	}
+	if total != 20 {
+		t.Fatalf("%d records stored, want 20 (a replay appended)", total)
+	}
+}
+
+func TestConcurrentDuplicatesInOneBatchAppendOnce(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	var wg sync.WaitGroup
+	results := make([]wire.PubOK, 50)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 5, ProducerSeq: 1})
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		if r.Seq != 1 {
+			t.Fatalf("duplicate publish landed at seq %d", r.Seq)
+		}
+	}
+	if c := h.node.Metadata([]string{"t"})[0].Partitions[0].CommitSeq; c != 1 {
+		t.Fatalf("commit seq %d, want 1", c)
+	}
+}
+
+func TestCrashKeepsEveryAckedRecord(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newHarness(t)
+			h.declare("t", 2)
+			var acked []wire.PubOK
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			for i := 0; i < 40; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ok, err := h.publish(&wire.Pub{Topic: "t", Partition: wire.PartitionAuto, ProducerID: 9, ProducerSeq: uint64(i + 1), Value: []byte(fmt.Sprint(i))})
+					if err == nil {
+						mu.Lock()
+						acked = append(acked, ok)
+						mu.Unlock()
+					}
+				}()
+				if i == 30 {
+					h.fs.Crash(rand.New(rand.NewPCG(seed, 0)))
+				}
+			}
+			wg.Wait()
+			h.node.Close()
+			h.open()
+			meta := h.node.Metadata([]string{"t"})[0]
+			for _, ok := range acked {
+				if c := meta.Partitions[ok.Partition].CommitSeq; c < ok.Seq {
+					t.Fatalf("acked %d/%d lost: partition commit is %d", ok.Partition, ok.Seq, c)
+				}
+			}
+		})
+	}
+}
+
+func TestFsyncFailureFailsPublishThenRecovers(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("a")})
+	var fail atomic.Bool
+	fail.Store(true)
+	h.fs.SetInjector(func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && fail.CompareAndSwap(true, false) {
+			return errors.New("injected fsync error")
+		}
+		return nil
+	})
+	_, err := h.publish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 3, ProducerSeq: 1, Value: []byte("b")})
+	if !errors.Is(err, wire.ErrStorage) {
+		t.Fatalf("publish during fsync failure: %v, want STORAGE_ERROR", err)
+	}
+	// The retry is answered exactly once, whether or not the failed write
+	// reached the disk, and later publishes work.
+	again := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 3, ProducerSeq: 1, Value: []byte("b")})
+	next := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("c")})
+	if next.Seq != again.Seq+1 {
+		t.Fatalf("retry at %d, next at %d", again.Seq, next.Seq)
+	}
+}
+
+func TestCreditBoundsDeliveries(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 2)
+	for i := 0; i < 30; i++ {
+		h.mustPublish(&wire.Pub{Topic: "t", Partition: wire.PartitionAuto, Value: []byte("x")})
+	}
+	s := newSink()
+	sub, err := h.node.Subscribe("t", "g", GroupOptions{}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.AddCredit(7)
+	s.waitFor(t, 7)
+	h.sync("t", "g")
+	if n := s.count(); n != 7 {
+		t.Fatalf("delivered %d with credit 7", n)
+	}
+	sub.AddCredit(100)
+	got := s.waitFor(t, 30)
+	seen := map[[2]uint64]bool{}
+	for _, m := range got {
+		k := [2]uint64{uint64(m.Partition), m.Seq}
+		if seen[k] {
+			t.Fatalf("%v delivered twice", k)
+		}
+		seen[k] = true
+	}
+}
+
+func TestAckFencingRedeliveryAndDeadLetter(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("poison")})
+	h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("good")})
+	s := newSink()
+	sub, err := h.node.Subscribe("t", "g", GroupOptions{AckWaitMs: 1000, MaxDeliver: 2}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.AddCredit(100)
+	first := s.waitFor(t, 2)
+	if res := h.ack("t", "g", false, wire.AckEntry{Partition: 0, Seq: 2, DeliveryID: first[1].DeliveryID}); res[0] != wire.CodeOK {
+		t.Fatalf("ack of current delivery: %v", res)
+	}
+	// Ack wait passes: seq 1 is redelivered with a new delivery id, and the
+	// old id is now stale.
+	h.nowMs.Add(1001)
+	h.sync("t", "g")
+	second := s.waitFor(t, 3)[2]
+	if second.Seq != 1 || second.DeliveryID == first[0].DeliveryID || second.DeliveryCount != 2 {
+		t.Fatalf("redelivery %+v after %+v", second, first[0])
+	}
+	if res := h.ack("t", "g", false, wire.AckEntry{Partition: 0, Seq: 1, DeliveryID: first[0].DeliveryID}); res[0] != wire.CodeStaleDelivery {
+		t.Fatalf("ack with stale delivery id: %v", res)
+	}
+	// Second ack wait passes: max deliveries reached, so it goes to the
+	// dead-letter topic instead of a third delivery.
+	h.nowMs.Add(1001)
+	h.sync("t", "g")
+	dlq := dlqTopicName("g", "t")
+	deadline := time.Now().Add(waitMax)
+	for {
+		meta := h.node.Metadata([]string{dlq})
+		if len(meta) == 1 && meta[0].Partitions[0].CommitSeq == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no dead letter")
+		}
+		h.sync("t", "g")
+	}
+	ds := newSink()
+	dsub, err := h.node.Subscribe(dlq, "inspect", GroupOptions{}, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsub.AddCredit(10)
+	dm := ds.waitFor(t, 1)[0]
+	if string(dm.Value) != "poison" || headerValue(dm, "nereus-dlq-seq") != "1" {
+		t.Fatalf("dead letter %+v", dm)
+	}
+	h.sync("t", "g")
+	if n := s.count(); n != 3 {
+		t.Fatalf("%d deliveries, want 3 (no delivery after max)", n)
+	}
+	// The dead-lettered seq is done for the group: not redelivered after a
+	// restart either.
+	h.restart()
+	s2 := newSink()
+	sub2, _ := h.node.Subscribe("t", "g", GroupOptions{}, s2)
+	sub2.AddCredit(10)
+	h.sync("t", "g")
+	if n := s2.count(); n != 0 {
+		t.Fatalf("after restart %d deliveries of done seqs", n)
+	}
+}
+
+func TestAcksAreDurableAndUnackedAreRedeliveredAfterRestart(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	for i := 0; i < 10; i++ {
+		h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte{byte(i)}})
+	}
+	s := newSink()
+	sub, _ := h.node.Subscribe("t", "g", GroupOptions{}, s)
+	sub.AddCredit(10)
+	msgs := s.waitFor(t, 10)
+	for _, m := range msgs {
+		if m.Seq%2 == 0 {
+			if res := h.ack("t", "g", false, wire.AckEntry{Partition: 0, Seq: m.Seq, DeliveryID: m.DeliveryID}); res[0] != wire.CodeOK {
+				t.Fatalf("ack %d: %v", m.Seq, res)
+			}
+		}
+	}
+	// Crash: only what the ledger fsynced survives, and every ACK_OK was
+	// sent after that fsync.
+	h.fs.CrashClean()
+	h.node.Close()
+	h.open()
+	s2 := newSink()
+	sub2, _ := h.node.Subscribe("t", "g", GroupOptions{}, s2)
+	sub2.AddCredit(100)
+	got := s2.waitFor(t, 5)
+	h.sync("t", "g")
+	if s2.count() != 5 {
+		t.Fatalf("redelivered %d, want the 5 unacked", s2.count())
+	}
+	for _, m := range got {
+		if m.Seq%2 == 0 {
+			t.Fatalf("acked seq %d redelivered", m.Seq)
+		}
+		for _, old := range msgs {
+			if old.DeliveryID == m.DeliveryID {
+				t.Fatalf("delivery id %d reused after restart", m.DeliveryID)
+			}
+		}
+	}
+}
+
+func headerValue(m *wire.Msg, key string) string {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}

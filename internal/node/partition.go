@@ -1,0 +1,347 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/partition"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// PubReply receives the outcome of one publish exactly once, from the
+// partition's goroutine. It must not block.
+type PubReply func(ok wire.PubOK, err *wire.Error)
+
+type pubReq struct {
+	rec         storage.Record
+	producerID  uint64
+	producerSeq uint64
+	reply       PubReply
+}
+
+type dupWaiter struct {
+	reply PubReply
+	epoch uint64
+}
+
+// partitionRunner owns one partition's log and kernel state. Only its
+// goroutine (run) appends; readers use the log's concurrent Read and the
+// atomics below.
+type partitionRunner struct {
+	node  *Node
+	topic *topic
+	id    uint32
+	dir   string
+
+	reqs chan *pubReq
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	// Owned by run.
+	log     *storage.Log
+	state   *partition.State
+	failure error // set when the log could not be reopened; PUBs fail fast
+	waiters map[uint64][]dupWaiter
+
+	// Published for readers.
+	readLog   atomic.Pointer[storage.Log] // replaced by recover
+	epoch     atomic.Uint64
+	startSeq  atomic.Uint64
+	commitSeq atomic.Uint64
+
+	stopOnce sync.Once
+}
+
+func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
+	p := &partitionRunner{node: n, topic: t, id: id,
+		dir:     path.Join(n.cfg.DataDir, "topics", t.cfg.Name, strconv.Itoa(int(id))),
+		reqs:    make(chan *pubReq, n.cfg.PublishQueueMax),
+		done:    make(chan struct{}),
+		waiters: map[uint64][]dupWaiter{},
+	}
+	if err := p.recover(); err != nil {
+		return nil, err
+	}
+	p.wg.Add(1)
+	go p.run()
+	return p, nil
+}
+
+// recover opens the log, starts a new epoch and rebuilds the kernel state
+// (dedup table) from the retained log.
+func (p *partitionRunner) recover() error {
+	cfg := &p.node.cfg
+	if p.log != nil {
+		p.log.Close()
+		p.log = nil
+	}
+	lg, err := storage.Open(cfg.FS, p.dir, storage.Options{
+		SegmentBytesMax: cfg.SegmentBytesMax,
+		RetentionBytes:  p.topic.cfg.RetentionBytes,
+		RetentionAgeMs:  p.topic.cfg.RetentionMs,
+		RecordBytesMax:  cfg.RecordBytesMax + 64<<10,
+	})
+	if err != nil {
+		return fmt.Errorf("partition %s/%d: open log: %w", p.topic.cfg.Name, p.id, err)
+	}
+	epoch, err := p.bumpEpoch(lg.LastEpoch())
+	if err != nil {
+		lg.Close()
+		return err
+	}
+	st := partition.NewState(cfg.Dedup, epoch, lg.NextSeq())
+	for from := lg.StartSeq(); from < lg.NextSeq(); {
+		entries, err := lg.Read(from, 4096, 16<<20)
+		if err != nil {
+			lg.Close()
+			return fmt.Errorf("partition %s/%d: replay from %d: %w", p.topic.cfg.Name, p.id, from, err)
+		}
+		for _, e := range entries {
+			st.Replay(e.Seq, e.Epoch, e.Record.ProducerID, e.Record.ProducerSeq)
+		}
+		from = entries[len(entries)-1].Seq + 1
+	}
+	st.ReplayDone(lg.StartSeq() > 1)
+	p.log, p.state, p.failure = lg, st, nil
+	p.readLog.Store(lg)
+	p.epoch.Store(epoch)
+	p.startSeq.Store(lg.StartSeq())
+	p.commitSeq.Store(st.CommitSeq())
+	return nil
+}
+
+// bumpEpoch starts a new reign: one past both the persisted epoch and the
+// last epoch in the log, persisted before any record is written under it.
+func (p *partitionRunner) bumpEpoch(logEpoch uint64) (uint64, error) {
+	fsys := p.node.cfg.FS
+	file := path.Join(p.dir, "epoch")
+	var stored uint64
+	b, err := storage.ReadFileAtomic(fsys, file)
+	switch {
+	case err == nil:
+		stored, err = strconv.ParseUint(string(b), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("partition %s/%d: bad epoch file: %w", p.topic.cfg.Name, p.id, err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return 0, fmt.Errorf("partition %s/%d: read epoch: %w", p.topic.cfg.Name, p.id, err)
+	}
+	epoch := max(stored, logEpoch) + 1
+	if err := storage.WriteFileAtomic(fsys, file, []byte(strconv.FormatUint(epoch, 10))); err != nil {
+		return 0, fmt.Errorf("partition %s/%d: persist epoch: %w", p.topic.cfg.Name, p.id, err)
+	}
+	return epoch, nil
+}
+
+// enqueue hands a publish to the partition goroutine; it blocks while the
+// queue is full (backpressure on the publishing session).
+func (p *partitionRunner) enqueue(r *pubReq) {
+	select {
+	case p.reqs <- r:
+	case <-p.done:
+		r.reply(wire.PubOK{}, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+	}
+}
+
+func (p *partitionRunner) stop() {
+	p.stopOnce.Do(func() { close(p.done) })
+	p.wg.Wait()
+}
+
+func (p *partitionRunner) run() {
+	defer p.wg.Done()
+	defer func() {
+		p.failQueued()
+		if p.log != nil {
+			p.log.Close()
+		}
+	}()
+	retention := time.NewTicker(time.Duration(p.node.cfg.RetentionCheckMs) * time.Millisecond)
+	defer retention.Stop()
+	batch := make([]*pubReq, 0, p.node.cfg.PublishBatchMax)
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-retention.C:
+			p.applyRetention()
+			continue
+		case r := <-p.reqs:
+			batch = append(batch[:0], r)
+		}
+		// Group commit: everything that queued while the last fsync ran
+		// goes into this batch.
+	drain:
+		for len(batch) < cap(batch) {
+			select {
+			case r := <-p.reqs:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		p.commitBatch(batch)
+		clear(batch)
+	}
+}
+
+type appended struct {
+	req *pubReq
+	seq uint64
+}
+
+// commitBatch decides, appends, fsyncs and answers one batch. PUB_OK is sent
+// only after the fsync covering the record returned successfully.
+func (p *partitionRunner) commitBatch(batch []*pubReq) {
+	if p.failure != nil {
+		if err := p.recover(); err != nil {
+			for _, r := range batch {
+				r.reply(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "partition unavailable: %v", p.failure))
+			}
+			return
+		}
+	}
+	m := p.node.metrics
+	recs := make([]storage.Record, 0, len(batch))
+	news := make([]appended, 0, len(batch))
+	var bytes int
+	for _, r := range batch {
+		d := p.state.Publish(r.producerID, r.producerSeq)
+		switch d.Verdict {
+		case partition.VerdictNew:
+			recs = append(recs, r.rec)
+			news = append(news, appended{req: r, seq: d.Seq})
+			bytes += len(r.rec.Value) + len(r.rec.Key)
+		case partition.VerdictDuplicate:
+			ok := wire.PubOK{Partition: p.id, Seq: d.Seq, Epoch: d.Epoch, Duplicate: true}
+			if d.Seq <= p.state.CommitSeq() {
+				r.reply(ok, nil)
+			} else {
+				p.waiters[d.Seq] = append(p.waiters[d.Seq], dupWaiter{reply: r.reply, epoch: d.Epoch})
+			}
+		case partition.VerdictTooOld:
+			r.reply(wire.PubOK{}, wire.Errorf(wire.CodeProducerSeqTooOld,
+				"producer %d seq %d is below the dedup window of partition %d", r.producerID, r.producerSeq, p.id))
+		}
+	}
+	if len(recs) == 0 {
+		return
+	}
+	epoch := p.state.Epoch()
+	first, err := p.log.Append(epoch, recs)
+	if err == nil && first != news[0].seq {
+		err = fmt.Errorf("log assigned seq %d, kernel %d", first, news[0].seq)
+	}
+	if err == nil {
+		start := time.Now()
+		err = p.log.Sync()
+		m.fsyncSeconds.WithLabelValues("log").Observe(time.Since(start).Seconds())
+	}
+	if err != nil {
+		p.fail(err, news)
+		return
+	}
+	last := news[len(news)-1].seq
+	p.state.Committed(last)
+	p.commitSeq.Store(last)
+	m.publishes.WithLabelValues(p.topic.cfg.Name).Add(float64(len(news)))
+	m.publishBytes.WithLabelValues(p.topic.cfg.Name).Add(float64(bytes))
+	for _, a := range news {
+		a.req.reply(wire.PubOK{Partition: p.id, Seq: a.seq, Epoch: epoch}, nil)
+	}
+	for seq, ws := range p.waiters {
+		if seq <= last {
+			for _, w := range ws {
+				w.reply(wire.PubOK{Partition: p.id, Seq: seq, Epoch: w.epoch, Duplicate: true}, nil)
+			}
+			delete(p.waiters, seq)
+		}
+	}
+	p.topic.notifyGroups()
+}
+
+// fail answers every unacknowledged publish with STORAGE_ERROR and reopens
+// the log: after a failed write or fsync the file's state is unknown, so the
+// partition recovers from what is on disk (as after a crash) instead of
+// retrying the fsync. Records that did reach the disk may become visible; their
+// producers' retries then get them back as duplicates, never twice.
+func (p *partitionRunner) fail(cause error, news []appended) {
+	p.node.log.Error("partition write failed; recovering", "topic", p.topic.cfg.Name, "partition", p.id, "err", cause)
+	werr := wire.Errorf(wire.CodeStorage, "write not durable: %v", cause)
+	for _, a := range news {
+		a.req.reply(wire.PubOK{}, werr)
+	}
+	for seq, ws := range p.waiters {
+		for _, w := range ws {
+			w.reply(wire.PubOK{}, werr)
+		}
+		delete(p.waiters, seq)
+	}
+	if err := p.recover(); err != nil {
+		p.failure = err
+		p.node.log.Error("partition recovery failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		return
+	}
+	p.topic.notifyGroups()
+}
+
+func (p *partitionRunner) failQueued() {
+	err := wire.Errorf(wire.CodeUnavailable, "partition is shutting down")
+	for {
+		select {
+		case r := <-p.reqs:
+			r.reply(wire.PubOK{}, err)
+		default:
+			for seq, ws := range p.waiters {
+				for _, w := range ws {
+					w.reply(wire.PubOK{}, err)
+				}
+				delete(p.waiters, seq)
+			}
+			return
+		}
+	}
+}
+
+func (p *partitionRunner) applyRetention() {
+	if p.failure != nil {
+		return
+	}
+	deleted, err := p.log.ApplyRetention(p.node.cfg.NowMs())
+	if err != nil {
+		p.node.log.Error("retention failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		return
+	}
+	if deleted > 0 {
+		p.startSeq.Store(p.log.StartSeq())
+		p.node.log.Info("retention deleted segments", "topic", p.topic.cfg.Name, "partition", p.id,
+			"segments", deleted, "start_seq", p.log.StartSeq())
+		p.topic.notifyGroups()
+	}
+}
+
+// read returns visible entries from seq on; never beyond commitSeq.
+func (p *partitionRunner) read(from uint64, recordsMax, bytesMax int) ([]storage.Entry, error) {
+	commit := p.commitSeq.Load()
+	if from > commit {
+		return nil, nil
+	}
+	recordsMax = min(recordsMax, int(commit-from+1))
+	entries, err := p.readLog.Load().Read(from, recordsMax, bytesMax)
+	if err != nil {
+		return nil, err
+	}
+	for i, e := range entries {
+		if e.Seq > commit {
+			return entries[:i], nil
+		}
+	}
+	return entries, nil
+}

@@ -1,0 +1,81 @@
+package node
+
+import (
+	"sync/atomic"
+
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Publish validates a PUB, routes it to its partition and arranges for reply
+// to be called exactly once: with PUB_OK after the record is durable and
+// visible, or with an error. It blocks only while the partition's queue is
+// full. The frame's byte slices must stay valid until reply is called.
+func (n *Node) Publish(pub *wire.Pub, reply PubReply) {
+	t, err := n.topic(pub.Topic)
+	if err != nil {
+		reply(wire.PubOK{}, asWire(err))
+		return
+	}
+	if werr := n.validateRecord(pub); werr != nil {
+		reply(wire.PubOK{}, werr)
+		return
+	}
+	count := uint32(len(t.partitions))
+	var part uint32
+	switch {
+	case pub.Partition >= 0:
+		if uint32(pub.Partition) >= count {
+			reply(wire.PubOK{}, wire.Errorf(wire.CodeNotFound, "topic %q has no partition %d", pub.Topic, pub.Partition))
+			return
+		}
+		part = uint32(pub.Partition)
+	case pub.Partition != wire.PartitionAuto:
+		reply(wire.PubOK{}, wire.Errorf(wire.CodeInvalidArgument, "partition %d", pub.Partition))
+		return
+	case len(pub.Key) > 0:
+		part = wire.PartitionForKey(pub.Key, count)
+	case pub.ProducerID != 0:
+		part = wire.PartitionForProducer(pub.ProducerID, pub.ProducerSeq, count)
+	default:
+		part = atomic.AddUint32(&t.rr, 1) % count
+	}
+	ts := pub.TimestampMs
+	if ts == 0 {
+		ts = n.cfg.NowMs()
+	}
+	headers := make([]storage.Header, len(pub.Headers))
+	for i, h := range pub.Headers {
+		headers[i] = storage.Header{Key: h.Key, Value: h.Value}
+	}
+	t.partitions[part].enqueue(&pubReq{
+		rec: storage.Record{TimestampMs: ts, Key: pub.Key, Value: pub.Value, Headers: headers,
+			ProducerID: pub.ProducerID, ProducerSeq: pub.ProducerSeq},
+		producerID: pub.ProducerID, producerSeq: pub.ProducerSeq, reply: reply,
+	})
+}
+
+func (n *Node) validateRecord(pub *wire.Pub) *wire.Error {
+	if len(pub.Headers) > wire.HeadersMax {
+		return wire.Errorf(wire.CodeInvalidArgument, "%d headers exceed the limit of %d", len(pub.Headers), wire.HeadersMax)
+	}
+	size := len(pub.Key) + len(pub.Value)
+	for _, h := range pub.Headers {
+		if len(h.Key) == 0 || len(h.Key) > wire.HeaderKeyBytesMax {
+			return wire.Errorf(wire.CodeInvalidArgument, "header key must be 1-%d bytes", wire.HeaderKeyBytesMax)
+		}
+		size += len(h.Key) + len(h.Value)
+	}
+	if size > n.cfg.RecordBytesMax {
+		return wire.Errorf(wire.CodeInvalidArgument, "record of %d bytes exceeds the limit of %d", size, n.cfg.RecordBytesMax)
+	}
+	return nil
+}
+
+// asWire converts any error to a protocol error, keeping a *wire.Error's code.
+func asWire(err error) *wire.Error {
+	if we, ok := err.(*wire.Error); ok {
+		return we
+	}
+	return wire.Errorf(wire.CodeStorage, "%v", err)
+}

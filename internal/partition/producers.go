@@ -1,0 +1,148 @@
+// Package partition holds the deterministic state of one partition that is
+// derived from its committed log: today the idempotent-producer dedup table
+// and the sequence/commit bookkeeping of the publish path. It is a kernel
+// (DESIGN §3): no I/O, no clock, no goroutines; the node shell feeds it
+// requests and log entries and carries out its decisions.
+package partition
+
+// dedupEntry remembers where one producer_seq landed.
+type dedupEntry struct {
+	producerSeq uint64
+	seq         uint64
+	epoch       uint64
+}
+
+// producerWindow is the dedup state of one producer on one partition.
+//
+// Invariant: every producer_seq ≥ floor that was ever appended is in entries.
+// So a producer_seq not in entries is provably new when it is ≥ floor, and
+// unprovable (PRODUCER_SEQ_TOO_OLD) when it is below.
+type producerWindow struct {
+	entries []dedupEntry // ring in append order, at most windowMax
+	next    int          // ring position of the next insert once full
+	floor   uint64       // raised past every evicted producer_seq
+	lastSeq uint64       // log seq of the latest append, for LRU eviction
+}
+
+func (w *producerWindow) find(producerSeq uint64) (dedupEntry, bool) {
+	for _, e := range w.entries {
+		if e.producerSeq == producerSeq {
+			return e, true
+		}
+	}
+	return dedupEntry{}, false
+}
+
+func (w *producerWindow) add(e dedupEntry, windowMax int) {
+	w.lastSeq = e.seq
+	if len(w.entries) < windowMax {
+		w.entries = append(w.entries, e)
+		return
+	}
+	evicted := w.entries[w.next]
+	if evicted.producerSeq+1 > w.floor {
+		w.floor = evicted.producerSeq + 1
+	}
+	w.entries[w.next] = e
+	w.next = (w.next + 1) % windowMax
+}
+
+// Producers is the dedup table of one partition, bounded in producers and
+// in remembered sequences per producer.
+type Producers struct {
+	byID         map[uint64]*producerWindow
+	windowMax    int
+	producersMax int
+}
+
+// NewProducers returns an empty table. windowMax bounds the remembered
+// producer_seqs per producer (it must exceed a client's in-flight window);
+// producersMax bounds the producers kept, evicting the least recently used.
+func NewProducers(windowMax, producersMax int) *Producers {
+	if windowMax < 1 || producersMax < 1 {
+		panic("partition: dedup bounds must be positive")
+	}
+	return &Producers{byID: make(map[uint64]*producerWindow), windowMax: windowMax, producersMax: producersMax}
+}
+
+// Verdict classifies a (producer_id, producer_seq) against the table.
+type Verdict uint8
+
+const (
+	// VerdictNew: never appended; append it.
+	VerdictNew Verdict = iota
+	// VerdictDuplicate: appended before at the returned seq and epoch.
+	VerdictDuplicate
+	// VerdictTooOld: below the window floor; whether it was appended is unknown.
+	VerdictTooOld
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case VerdictNew:
+		return "New"
+	case VerdictDuplicate:
+		return "Duplicate"
+	case VerdictTooOld:
+		return "TooOld"
+	}
+	return "Verdict(?)"
+}
+
+// Check looks a producer_seq up without changing the table.
+func (p *Producers) Check(producerID, producerSeq uint64) (v Verdict, seq, epoch uint64) {
+	w := p.byID[producerID]
+	if w == nil {
+		return VerdictNew, 0, 0
+	}
+	if e, ok := w.find(producerSeq); ok {
+		return VerdictDuplicate, e.seq, e.epoch
+	}
+	if producerSeq < w.floor {
+		return VerdictTooOld, 0, 0
+	}
+	return VerdictNew, 0, 0
+}
+
+// Record notes that producerSeq was appended at (seq, epoch).
+func (p *Producers) Record(producerID, producerSeq, seq, epoch uint64) {
+	w := p.byID[producerID]
+	if w == nil {
+		if len(p.byID) >= p.producersMax {
+			p.evictLeastRecent()
+		}
+		w = &producerWindow{}
+		p.byID[producerID] = w
+	}
+	w.add(dedupEntry{producerSeq: producerSeq, seq: seq, epoch: epoch}, p.windowMax)
+}
+
+// SealHistory marks every known producer's window as possibly incomplete
+// below its oldest remembered entry. The shell calls it after rebuilding from
+// a log whose oldest records were deleted by retention: sequences appended in
+// the deleted part are no longer provable, so they must not pass as new.
+func (p *Producers) SealHistory() {
+	for _, w := range p.byID {
+		lowest := ^uint64(0)
+		for _, e := range w.entries {
+			lowest = min(lowest, e.producerSeq)
+		}
+		if lowest != ^uint64(0) && lowest > w.floor {
+			w.floor = lowest
+		}
+	}
+}
+
+// Len is the number of producers tracked.
+func (p *Producers) Len() int { return len(p.byID) }
+
+func (p *Producers) evictLeastRecent() {
+	var victim uint64
+	oldest := ^uint64(0)
+	for id, w := range p.byID {
+		if w.lastSeq < oldest || (w.lastSeq == oldest && id < victim) {
+			victim, oldest = id, w.lastSeq
+		}
+	}
+	delete(p.byID, victim)
+}

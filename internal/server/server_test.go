@@ -1,0 +1,194 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+func startServer(t *testing.T, cfg Config) string {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := node.Open(node.Config{DataDir: "/d", FS: vfs.NewMem(), Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = logger
+	s, err := New(cfg, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(lis)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Close(ctx)
+		n.Close()
+	})
+	return lis.Addr().String()
+}
+
+type rawConn struct {
+	t    *testing.T
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return &rawConn{t: t, conn: c, r: bufio.NewReader(c)}
+}
+
+func (c *rawConn) write(corr uint64, f wire.Frame) {
+	c.t.Helper()
+	if _, err := c.conn.Write(wire.AppendFrame(nil, corr, f)); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *rawConn) read() (uint64, wire.Frame) {
+	c.t.Helper()
+	corr, f, err := wire.ReadFrame(c.r, wire.DefaultFrameBytesMax)
+	if err != nil {
+		c.t.Fatalf("read: %v", err)
+	}
+	return corr, f
+}
+
+// expectClosed asserts the server closed the connection (a reset counts:
+// closing with unread input makes the kernel send RST).
+func (c *rawConn) expectClosed() {
+	c.t.Helper()
+	if _, _, err := wire.ReadFrame(c.r, wire.DefaultFrameBytesMax); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		c.t.Fatalf("connection still open: %v", err)
+	}
+}
+
+func (c *rawConn) hello(token string) {
+	c.t.Helper()
+	c.write(1, &wire.Hello{VersionMin: 1, VersionMax: 1, Token: token})
+	if _, f := c.read(); f.Type() != wire.TypeHelloOK {
+		c.t.Fatalf("hello answered %#v", f)
+	}
+}
+
+func TestWrongTokenFailsAfterFixedDelayAndCloses(t *testing.T) {
+	addr := startServer(t, Config{Tokens: []string{"right"}})
+	c := dialRaw(t, addr)
+	start := time.Now()
+	c.write(9, &wire.Hello{VersionMin: 1, VersionMax: 1, Token: "wrong"})
+	corr, f := c.read()
+	elapsed := time.Since(start)
+	e, ok := f.(*wire.Err)
+	if !ok || e.Code != wire.CodeAuthFailed || corr != 9 {
+		t.Fatalf("got %#v corr %d, want ERR AUTH_FAILED", f, corr)
+	}
+	if elapsed < 100*time.Millisecond {
+		t.Fatalf("AUTH_FAILED after %v, want at least 100ms", elapsed)
+	}
+	if e.Message != "" {
+		t.Fatalf("AUTH_FAILED must be generic, says %q", e.Message)
+	}
+	c.expectClosed()
+	// The right token works.
+	dialRaw(t, addr).hello("right")
+}
+
+func TestFirstFrameMustBeHello(t *testing.T) {
+	addr := startServer(t, Config{Tokens: []string{"tok"}})
+	c := dialRaw(t, addr)
+	c.write(1, &wire.Metadata{})
+	if _, f := c.read(); f.(*wire.Err).Code != wire.CodeNotAuthenticated {
+		t.Fatalf("got %#v", f)
+	}
+	c.expectClosed()
+}
+
+func TestNoTokensRequiresExplicitOptOut(t *testing.T) {
+	if _, err := New(Config{}, nil); !errors.Is(err, ErrNoTokens) {
+		t.Fatalf("New without tokens: %v", err)
+	}
+}
+
+func TestMalformedFrameGetsBadFrameAndCloses(t *testing.T) {
+	addr := startServer(t, Config{AllowNoAuth: true})
+	c := dialRaw(t, addr)
+	c.hello("")
+	b := wire.AppendFrame(nil, 5, &wire.Ping{})
+	b[len(b)-1] ^= 0xff // break the checksum
+	c.conn.Write(b)
+	if _, f := c.read(); f.(*wire.Err).Code != wire.CodeBadFrame {
+		t.Fatalf("got %#v", f)
+	}
+	c.expectClosed()
+}
+
+func TestOversizedFrameGetsFrameTooLargeAndCloses(t *testing.T) {
+	addr := startServer(t, Config{AllowNoAuth: true, FrameBytesMax: wire.FrameBytesMin})
+	c := dialRaw(t, addr)
+	c.hello("")
+	c.write(5, &wire.Pub{Topic: "t", Value: make([]byte, wire.FrameBytesMin)})
+	if _, f := c.read(); f.(*wire.Err).Code != wire.CodeFrameTooLarge {
+		t.Fatalf("got %#v", f)
+	}
+	c.expectClosed()
+}
+
+func TestPublishPullAckOverTheWire(t *testing.T) {
+	addr := startServer(t, Config{AllowNoAuth: true})
+	c := dialRaw(t, addr)
+	c.hello("")
+	c.write(2, &wire.Declare{Topic: wire.TopicConfig{Name: "t", Partitions: 1}})
+	if _, f := c.read(); !f.(*wire.DeclareOK).Created {
+		t.Fatalf("declare: %#v", f)
+	}
+	for i := uint64(0); i < 3; i++ {
+		c.write(10+i, &wire.Pub{Topic: "t", Partition: wire.PartitionAuto, ProducerID: 1, ProducerSeq: i, Value: []byte("v")})
+	}
+	for i := 0; i < 3; i++ {
+		if _, f := c.read(); f.Type() != wire.TypePubOK {
+			t.Fatalf("pub: %#v", f)
+		}
+	}
+	c.write(20, &wire.Pull{Topic: "t", Group: "g", Credit: 2})
+	var entries []wire.AckEntry
+	for i := 0; i < 2; i++ {
+		corr, f := c.read()
+		m, ok := f.(*wire.Msg)
+		if !ok || corr != 20 {
+			t.Fatalf("expected MSG with corr 20, got %#v corr %d", f, corr)
+		}
+		entries = append(entries, wire.AckEntry{Partition: m.Partition, Seq: m.Seq, DeliveryID: m.DeliveryID})
+	}
+	entries = append(entries, wire.AckEntry{Partition: 0, Seq: 3, DeliveryID: 12345})
+	c.write(30, &wire.Ack{Topic: "t", Group: "g", Entries: entries})
+	corr, f := c.read()
+	res := f.(*wire.AckOK).Results
+	if corr != 30 || res[0] != wire.CodeOK || res[1] != wire.CodeOK || res[2] != wire.CodeStaleDelivery {
+		t.Fatalf("ack results %v corr %d", res, corr)
+	}
+	c.write(31, &wire.Ping{})
+	if corr, f := c.read(); f.Type() != wire.TypePong || corr != 31 {
+		t.Fatalf("ping: %#v", f)
+	}
+}

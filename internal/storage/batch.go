@@ -1,0 +1,254 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math"
+)
+
+// Header is an application header of a record.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Record is one message. Decoded records alias the buffer they were read
+// into; zero-length Key and Value decode as nil.
+type Record struct {
+	// TimestampMs is the producer or broker time in unix milliseconds.
+	TimestampMs int64
+	Key, Value  []byte
+	Headers     []Header
+	// ProducerID identifies an idempotent producer; 0 = not idempotent.
+	ProducerID uint64
+	// ProducerSeq is the producer's sequence number for this record.
+	ProducerSeq uint64
+}
+
+// Entry is a record with its position in the log.
+type Entry struct {
+	// Seq is the record's 1-based sequence number.
+	Seq uint64
+	// Epoch is the leader epoch of the batch that holds the record.
+	Epoch  uint64
+	Record Record
+}
+
+const (
+	batchMagic         = 0xB7
+	batchFormatVersion = 1
+	// batchHeaderBytes is the size of the fixed batch header.
+	batchHeaderBytes = 38
+	// batchCRCOffset is where the CRC field starts; the CRC covers
+	// everything after it.
+	batchCRCOffset = 6
+	batchCRCEnd    = 10
+	// batchBytesLimit bounds one encoded batch, header included. It is a
+	// property of the format, not of Options, so that recovery never
+	// rejects a batch written under other Options.
+	batchBytesLimit = 1 << 30
+	// recordBytesMin is the encoding of a record with no key, value or
+	// headers.
+	recordBytesMin = 8 + 8 + 8 + 4 + 4 + 4
+	headerBytesMin = 4 + 4
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// batchHeader is the decoded fixed header of a batch.
+type batchHeader struct {
+	// totalBytes is the size of the whole batch, header included.
+	totalBytes     int64
+	crc            uint32
+	baseSeq        uint64
+	epoch          uint64
+	count          uint32
+	maxTimestampMs int64
+}
+
+// nextSeq returns the seq after the last record of the batch.
+func (h batchHeader) nextSeq() uint64 { return h.baseSeq + uint64(h.count) }
+
+// encodedRecordBytes returns the encoded size of r.
+func encodedRecordBytes(r *Record) int {
+	n := recordBytesMin + len(r.Key) + len(r.Value)
+	for i := range r.Headers {
+		n += headerBytesMin + len(r.Headers[i].Key) + len(r.Headers[i].Value)
+	}
+	return n
+}
+
+// appendBatch appends the encoding of recs as one batch to dst.
+func appendBatch(dst []byte, baseSeq, epoch uint64, recs []Record, recordBytesMax, batchBytesMax int) ([]byte, error) {
+	if len(recs) == 0 {
+		return dst, ErrEmptyBatch
+	}
+	total := batchHeaderBytes
+	maxTimestampMs := int64(math.MinInt64)
+	for i := range recs {
+		n := encodedRecordBytes(&recs[i])
+		if n > recordBytesMax {
+			return dst, fmt.Errorf("%w: record %d is %d bytes, max %d", ErrRecordTooLarge, i, n, recordBytesMax)
+		}
+		total += n
+		if total > batchBytesMax {
+			return dst, fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, batchBytesMax)
+		}
+		maxTimestampMs = max(maxTimestampMs, recs[i].TimestampMs)
+	}
+	start := len(dst)
+	dst = append(dst, batchMagic, batchFormatVersion)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(total-batchCRCOffset))
+	dst = binary.LittleEndian.AppendUint32(dst, 0) // CRC, filled below
+	dst = binary.LittleEndian.AppendUint64(dst, baseSeq)
+	dst = binary.LittleEndian.AppendUint64(dst, epoch)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(recs)))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(maxTimestampMs))
+	for i := range recs {
+		r := &recs[i]
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.TimestampMs))
+		dst = binary.LittleEndian.AppendUint64(dst, r.ProducerID)
+		dst = binary.LittleEndian.AppendUint64(dst, r.ProducerSeq)
+		dst = appendBytes(dst, r.Key)
+		dst = appendBytes(dst, r.Value)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Headers)))
+		for _, h := range r.Headers {
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(len(h.Key)))
+			dst = append(dst, h.Key...)
+			dst = appendBytes(dst, h.Value)
+		}
+	}
+	batch := dst[start:]
+	binary.LittleEndian.PutUint32(batch[batchCRCOffset:], crc32.Checksum(batch[batchCRCEnd:], castagnoli))
+	return dst, nil
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(b)))
+	return append(dst, b...)
+}
+
+// decodeBatchHeader decodes and bounds-checks the fixed header in
+// b[:batchHeaderBytes]. It does not verify the CRC.
+func decodeBatchHeader(b []byte) (batchHeader, error) {
+	if len(b) < batchHeaderBytes {
+		return batchHeader{}, fmt.Errorf("%w: short batch header (%d bytes)", ErrCorrupt, len(b))
+	}
+	if b[0] != batchMagic || b[1] != batchFormatVersion {
+		return batchHeader{}, fmt.Errorf("%w: bad batch magic or version %#x %#x", ErrCorrupt, b[0], b[1])
+	}
+	h := batchHeader{
+		totalBytes:     int64(binary.LittleEndian.Uint32(b[2:])) + batchCRCOffset,
+		crc:            binary.LittleEndian.Uint32(b[6:]),
+		baseSeq:        binary.LittleEndian.Uint64(b[10:]),
+		epoch:          binary.LittleEndian.Uint64(b[18:]),
+		count:          binary.LittleEndian.Uint32(b[26:]),
+		maxTimestampMs: int64(binary.LittleEndian.Uint64(b[30:])),
+	}
+	if h.totalBytes < batchHeaderBytes+recordBytesMin || h.totalBytes > batchBytesLimit {
+		return batchHeader{}, fmt.Errorf("%w: batch length %d out of bounds", ErrCorrupt, h.totalBytes)
+	}
+	if h.count == 0 || int64(h.count) > (h.totalBytes-batchHeaderBytes)/recordBytesMin {
+		return batchHeader{}, fmt.Errorf("%w: batch record count %d does not fit %d bytes", ErrCorrupt, h.count, h.totalBytes)
+	}
+	if h.baseSeq == 0 || h.baseSeq > math.MaxUint64-uint64(h.count) {
+		return batchHeader{}, fmt.Errorf("%w: batch base seq %d out of range", ErrCorrupt, h.baseSeq)
+	}
+	return h, nil
+}
+
+// verifyBatch checks the CRC and the record structure of a whole batch b
+// (header included, len(b) == h.totalBytes). When out is non-nil the
+// records are decoded into it as entries (aliasing b), with sizes holding
+// each record's encoded size.
+func verifyBatch(h batchHeader, b []byte, out []Entry, sizes []int) ([]Entry, []int, error) {
+	if int64(len(b)) != h.totalBytes {
+		return out, sizes, fmt.Errorf("%w: batch is %d bytes, header says %d", ErrCorrupt, len(b), h.totalBytes)
+	}
+	if got := crc32.Checksum(b[batchCRCEnd:], castagnoli); got != h.crc {
+		return out, sizes, fmt.Errorf("%w: batch at seq %d: crc %#08x, want %#08x", ErrCorrupt, h.baseSeq, got, h.crc)
+	}
+	d := decoder{b: b[batchHeaderBytes:]}
+	for i := uint32(0); i < h.count; i++ {
+		start := d.off
+		var r Record
+		r.TimestampMs = int64(d.u64())
+		r.ProducerID = d.u64()
+		r.ProducerSeq = d.u64()
+		r.Key = d.bytes()
+		r.Value = d.bytes()
+		nh := d.u32()
+		if d.err == nil && uint64(nh) > uint64(len(d.b)-d.off)/headerBytesMin {
+			d.err = fmt.Errorf("%w: header count %d too large", ErrCorrupt, nh)
+		}
+		if d.err == nil && nh > 0 {
+			r.Headers = make([]Header, nh)
+			for j := range r.Headers {
+				r.Headers[j].Key = string(d.bytes())
+				r.Headers[j].Value = d.bytes()
+			}
+		}
+		if d.err != nil {
+			return out, sizes, fmt.Errorf("batch at seq %d record %d: %w", h.baseSeq, i, d.err)
+		}
+		if out != nil || sizes != nil {
+			out = append(out, Entry{Seq: h.baseSeq + uint64(i), Epoch: h.epoch, Record: r})
+			sizes = append(sizes, d.off-start)
+		}
+	}
+	if d.off != len(d.b) {
+		return out, sizes, fmt.Errorf("%w: batch at seq %d has %d trailing bytes", ErrCorrupt, h.baseSeq, len(d.b)-d.off)
+	}
+	return out, sizes, nil
+}
+
+// decoder reads little-endian fields with bounds checks; the first error
+// sticks and later reads return zero values.
+type decoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *decoder) need(n int) bool {
+	if d.err != nil {
+		return false
+	}
+	if n < 0 || n > len(d.b)-d.off {
+		d.err = fmt.Errorf("%w: field of %d bytes overruns record", ErrCorrupt, n)
+		return false
+	}
+	return true
+}
+
+func (d *decoder) u32() uint32 {
+	if !d.need(4) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.b[d.off:])
+	d.off += 4
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	if !d.need(8) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b[d.off:])
+	d.off += 8
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.u32()
+	if !d.need(int(n)) {
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	v := d.b[d.off : d.off+int(n) : d.off+int(n)]
+	d.off += int(n)
+	return v
+}

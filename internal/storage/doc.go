@@ -1,0 +1,72 @@
+// Package storage implements the segmented, append-only log that holds one
+// partition replica, plus atomic small-state files, all on top of vfs.FS.
+//
+// # Sequence numbers
+//
+// Records are numbered with 1-based uint64 sequence numbers: the first
+// record ever appended has seq 1; seq 0 means "none". A log holds the
+// contiguous range [StartSeq, NextSeq).
+//
+// # Directory layout
+//
+//	<dir>/00000000000000000001.log   segment whose first record has seq 1
+//	<dir>/00000000000000000001.idx   sparse index of that segment (sealed only)
+//	<dir>/00000000000000004242.log   active (last) segment, base seq 4242
+//
+// Segment and index names are the zero-padded 20-digit base seq. Files
+// ending in ".tmp" are leftovers of an interrupted atomic write and are
+// removed on Open.
+//
+// # Segment format
+//
+// A segment is a sequence of batches. All integers are little-endian.
+//
+//	offset size field
+//	0      1    magic (0xB7)
+//	1      1    format version (1)
+//	2      4    length u32: number of bytes after this field
+//	6      4    crc32c (Castagnoli) u32 of every byte after this field
+//	10     8    base seq u64 (seq of the first record of the batch)
+//	18     8    epoch u64 (leader epoch that wrote the batch)
+//	26     4    record count u32 (at least 1)
+//	30     8    max timestamp i64 (unix milliseconds)
+//	38     ...  records
+//
+// Each record is:
+//
+//	timestamp i64, producer id u64, producer seq u64,
+//	key length u32, key, value length u32, value,
+//	header count u32, then per header: key length u32, key, value length u32, value
+//
+// Every length is checked against the bytes that remain, a record against
+// Options.RecordBytesMax when it is appended, and a batch against the
+// format limit of batchBytesLimit. A batch is valid only if its magic,
+// version, length, CRC and record structure check out and its base seq
+// continues the previous batch. Batches in one segment have non-decreasing
+// epochs.
+//
+// # Index format
+//
+// A sealed segment has a sparse index "<base>.idx", written with
+// WriteFileAtomic when the segment is rolled: segment size i64, base seq
+// u64, next seq u64, last epoch u64, max timestamp i64, entry count u32,
+// then entries of (batch base seq u64, file offset i64), one per
+// Options.IndexIntervalBytes of segment. An index whose checksum, size or
+// structure does not match its segment is ignored and rebuilt by scanning.
+//
+// # Recovery
+//
+// Open scans the last segment and every segment without a valid index,
+// batch by batch. At the first invalid batch the segment is truncated there
+// (a torn tail) and every later segment is deleted; a segment whose base
+// seq does not continue its predecessor is deleted with every later one.
+// The recovered state is then synced. Corruption inside a sealed segment
+// with a valid index is found by Read, which returns ErrCorrupt and never
+// the damaged record.
+//
+// # Atomic files
+//
+// WriteFileAtomic stores small state files as: magic "NAF1", length u32,
+// crc32c u32 of the data, data. It writes path+".tmp", syncs it, renames it
+// over path and syncs the directory.
+package storage

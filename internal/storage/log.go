@@ -1,0 +1,538 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// Options configures a Log. Zero values select the defaults.
+type Options struct {
+	// SegmentBytesMax rolls to a new segment when an append would make the
+	// active one exceed it; default 64 MiB. A batch larger than it gets a
+	// segment of its own.
+	SegmentBytesMax int64
+	// IndexIntervalBytes is the spacing of sparse index entries; default
+	// 4 KiB.
+	IndexIntervalBytes int64
+	// RetentionBytes bounds the total size of the log for ApplyRetention;
+	// 0 = unlimited.
+	RetentionBytes int64
+	// RetentionAgeMs makes ApplyRetention delete sealed segments whose
+	// records are all older than it; 0 = unlimited.
+	RetentionAgeMs int64
+	// RecordBytesMax bounds one encoded record; default 8 MiB + 64 KiB.
+	RecordBytesMax int
+	// BatchBytesMax bounds one encoded batch (one Append); default the
+	// larger of 16 MiB and one maximal record. At most 1 GiB.
+	BatchBytesMax int
+}
+
+const (
+	defaultSegmentBytesMax    = 64 << 20
+	defaultIndexIntervalBytes = 4 << 10
+	defaultRecordBytesMax     = 8<<20 + 64<<10
+	defaultBatchBytesMax      = 16 << 20
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.SegmentBytesMax < 0 || o.IndexIntervalBytes < 0 || o.RetentionBytes < 0 ||
+		o.RetentionAgeMs < 0 || o.RecordBytesMax < 0 || o.BatchBytesMax < 0 {
+		return o, fmt.Errorf("%w: negative value in %+v", ErrInvalidOptions, o)
+	}
+	if o.SegmentBytesMax == 0 {
+		o.SegmentBytesMax = defaultSegmentBytesMax
+	}
+	if o.IndexIntervalBytes == 0 {
+		o.IndexIntervalBytes = defaultIndexIntervalBytes
+	}
+	if o.RecordBytesMax == 0 {
+		o.RecordBytesMax = defaultRecordBytesMax
+	}
+	if o.BatchBytesMax == 0 {
+		o.BatchBytesMax = max(defaultBatchBytesMax, o.RecordBytesMax+batchHeaderBytes)
+	}
+	if o.BatchBytesMax > batchBytesLimit {
+		return o, fmt.Errorf("%w: BatchBytesMax %d exceeds %d", ErrInvalidOptions, o.BatchBytesMax, batchBytesLimit)
+	}
+	if o.RecordBytesMax+batchHeaderBytes > o.BatchBytesMax {
+		return o, fmt.Errorf("%w: RecordBytesMax %d does not fit BatchBytesMax %d", ErrInvalidOptions, o.RecordBytesMax, o.BatchBytesMax)
+	}
+	return o, nil
+}
+
+// Log is the segmented append-only log of one partition replica.
+//
+// Concurrency: one writer goroutine calls Append, Sync, TruncateAfter,
+// ApplyRetention and Close (they are also serialized by a mutex, so misuse
+// is safe but slow); any number of goroutines may call Read, StartSeq,
+// NextSeq, SyncedSeq and LastEpoch concurrently with the writer.
+//
+// Errors: a failed write or fsync leaves the log failed; every later writer
+// call returns an error matching ErrFailed (and the original cause). Close
+// it and Open it again to recover the durable state.
+type Log struct {
+	fsys vfs.FS
+	dir  string
+	opts Options
+
+	// writeMu serializes writer methods. Fields below "writer state" are
+	// owned by its holder; fields below "published state" are written only
+	// by its holder, under mu.
+	writeMu sync.Mutex
+
+	// mu guards the published state against concurrent readers.
+	mu sync.RWMutex
+
+	// published state
+	segments  []*segment // sorted by baseSeq, contiguous; the last is active
+	nextSeq   uint64
+	syncedSeq uint64
+	lastEpoch uint64
+	closed    bool
+
+	// writer state
+	failedErr   error
+	activeDirty bool // the active segment has unsynced writes
+	dirDirty    bool // the directory has unsynced creates or removes
+	encodeBuf   []byte
+}
+
+// Open opens the log in dir, creating dir if needed, and recovers it: torn
+// or invalid tails are truncated and the recovered state is synced.
+func Open(fsys vfs.FS, dir string, opts Options) (*Log, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := fsys.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
+	}
+	if err := fsys.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+		return nil, fmt.Errorf("%w: parent of %s: %w", ErrSyncFailed, dir, err)
+	}
+	l := &Log{fsys: fsys, dir: dir, opts: opts}
+	if err := l.recover(); err != nil {
+		for _, s := range l.segments {
+			_ = s.file.Close()
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// recover loads the segments of l.dir.
+func (l *Log) recover() error {
+	names, err := l.fsys.List(l.dir)
+	if err != nil {
+		return fmt.Errorf("storage: list %s: %w", l.dir, err)
+	}
+	var bases []uint64
+	hasIndex := map[uint64]bool{}
+	for _, name := range names {
+		if base, ok := parseBaseName(name, segmentSuffix); ok {
+			bases = append(bases, base)
+		} else if base, ok := parseBaseName(name, indexSuffix); ok {
+			hasIndex[base] = true
+		} else if filepath.Ext(name) == tmpSuffix {
+			if err := l.removeFile(filepath.Join(l.dir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	for base := range hasIndex {
+		if i := sort.Search(len(bases), func(i int) bool { return bases[i] >= base }); i == len(bases) || bases[i] != base {
+			if err := l.removeFile(indexPath(l.dir, base)); err != nil {
+				return err
+			}
+		}
+	}
+
+	var scanned []*segment
+	dropFrom := len(bases)
+	for i, base := range bases {
+		if i > 0 && base != l.segments[i-1].nextSeq {
+			dropFrom = i // a gap: what follows is not a continuation
+			break
+		}
+		f, err := l.fsys.OpenAppend(segmentPath(l.dir, base))
+		if err != nil {
+			return fmt.Errorf("storage: open segment: %w", err)
+		}
+		s := newSegment(base, f)
+		l.segments = append(l.segments, s)
+		size, err := f.Size()
+		if err != nil {
+			return fmt.Errorf("storage: size of segment %d: %w", base, err)
+		}
+		last := i == len(bases)-1
+		if !last && hasIndex[base] {
+			if data, err := ReadFileAtomic(l.fsys, indexPath(l.dir, base)); err == nil {
+				if s.decodeIndex(data, size) == nil {
+					continue
+				}
+				*s = *newSegment(base, f)
+			}
+		}
+		res, err := s.scan(size, l.opts.IndexIntervalBytes)
+		if err != nil {
+			return fmt.Errorf("storage: scan segment %d: %w", base, err)
+		}
+		scanned = append(scanned, s)
+		if res.validEnd < size {
+			if err := f.Truncate(res.validEnd); err != nil {
+				return fmt.Errorf("storage: truncate torn segment %d: %w", base, err)
+			}
+			dropFrom = i + 1
+			break
+		}
+		if !last {
+			if err := f.Sync(); err != nil {
+				return fmt.Errorf("%w: segment %d: %w", ErrSyncFailed, base, err)
+			}
+			if err := WriteFileAtomic(l.fsys, indexPath(l.dir, base), s.encodeIndex()); err != nil {
+				return err
+			}
+		}
+	}
+	// Delete what does not continue the recovered log, newest first.
+	for i := len(bases) - 1; i >= dropFrom; i-- {
+		if err := l.removeSegmentFiles(bases[i]); err != nil {
+			return err
+		}
+	}
+	if len(l.segments) == 0 {
+		f, err := l.fsys.Create(segmentPath(l.dir, 1))
+		if err != nil {
+			return fmt.Errorf("storage: create first segment: %w", err)
+		}
+		l.segments = append(l.segments, newSegment(1, f))
+		scanned = append(scanned, l.segments[0])
+	}
+	active := l.segments[len(l.segments)-1]
+	if len(scanned) == 0 || scanned[len(scanned)-1] != active {
+		// The active segment was loaded from its index; scan it anyway.
+		size := active.sizeBytes
+		*active = *newSegment(active.baseSeq, active.file)
+		res, err := active.scan(size, l.opts.IndexIntervalBytes)
+		if err != nil {
+			return fmt.Errorf("storage: scan segment %d: %w", active.baseSeq, err)
+		}
+		if res.validEnd < size {
+			if err := active.file.Truncate(res.validEnd); err != nil {
+				return fmt.Errorf("storage: truncate segment %d: %w", active.baseSeq, err)
+			}
+		}
+		scanned = append(scanned, active)
+	}
+	// The active segment never has an index file.
+	if err := l.removeFile(indexPath(l.dir, active.baseSeq)); err != nil {
+		return err
+	}
+	// Make the recovered state durable before anyone relies on it.
+	for _, s := range scanned {
+		if err := s.file.Sync(); err != nil {
+			return fmt.Errorf("%w: segment %d: %w", ErrSyncFailed, s.baseSeq, err)
+		}
+	}
+	if err := l.fsys.SyncDir(l.dir); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrSyncFailed, l.dir, err)
+	}
+	l.nextSeq = active.nextSeq
+	l.syncedSeq = l.nextSeq - 1
+	l.lastEpoch = l.computeLastEpoch()
+	return nil
+}
+
+// removeFile removes name, ignoring a missing file.
+func (l *Log) removeFile(name string) error {
+	if err := l.fsys.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("storage: remove %s: %w", name, err)
+	}
+	return nil
+}
+
+// removeSegmentFiles removes a segment's index and log files.
+func (l *Log) removeSegmentFiles(base uint64) error {
+	if err := l.removeFile(indexPath(l.dir, base)); err != nil {
+		return err
+	}
+	return l.removeFile(segmentPath(l.dir, base))
+}
+
+func (l *Log) computeLastEpoch() uint64 {
+	for i := len(l.segments) - 1; i >= 0; i-- {
+		if l.segments[i].nextSeq > l.segments[i].baseSeq {
+			return l.segments[i].lastEpoch
+		}
+	}
+	return 0
+}
+
+func (l *Log) active() *segment { return l.segments[len(l.segments)-1] }
+
+// writerCheck returns the error a writer method must fail with, if any.
+func (l *Log) writerCheck() error {
+	if l.closed {
+		return ErrClosed
+	}
+	if l.failedErr != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, l.failedErr)
+	}
+	return nil
+}
+
+// fail records err as the reason the log is failed and returns it.
+func (l *Log) fail(err error) error {
+	if l.failedErr == nil {
+		l.failedErr = err
+	}
+	return err
+}
+
+// Append writes recs as one batch with the given leader epoch and returns
+// the seq of its first record. The batch is not synced: call Sync.
+func (l *Log) Append(epoch uint64, recs []Record) (firstSeq uint64, err error) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if err := l.writerCheck(); err != nil {
+		return 0, err
+	}
+	if epoch < l.lastEpoch {
+		return 0, fmt.Errorf("%w: epoch %d, last epoch %d", ErrEpochRegression, epoch, l.lastEpoch)
+	}
+	base := l.nextSeq
+	if uint64(len(recs)) > math.MaxUint32 || base > math.MaxUint64-uint64(len(recs)) {
+		return 0, fmt.Errorf("%w: %d records at seq %d", ErrBatchTooLarge, len(recs), base)
+	}
+	buf, err := appendBatch(l.encodeBuf[:0], base, epoch, recs, l.opts.RecordBytesMax, l.opts.BatchBytesMax)
+	if err != nil {
+		return 0, err
+	}
+	if cap(buf) <= 1<<20 {
+		l.encodeBuf = buf
+	}
+	h, err := decodeBatchHeader(buf)
+	if err != nil {
+		panic(fmt.Sprintf("storage: encoded batch fails to decode: %v", err))
+	}
+	active := l.active()
+	if active.sizeBytes > 0 && active.sizeBytes+h.totalBytes > l.opts.SegmentBytesMax {
+		if err := l.roll(); err != nil {
+			return 0, err
+		}
+		active = l.active()
+	}
+	n, err := active.file.Write(buf)
+	if err == nil && n != len(buf) {
+		err = fmt.Errorf("short write of %d of %d bytes", n, len(buf))
+	}
+	if err != nil {
+		return 0, l.fail(fmt.Errorf("storage: append to segment %d: %w", active.baseSeq, err))
+	}
+	l.activeDirty = true
+	l.mu.Lock()
+	active.addBatch(active.sizeBytes, h, l.opts.IndexIntervalBytes)
+	l.nextSeq = h.nextSeq()
+	l.lastEpoch = epoch
+	l.mu.Unlock()
+	return base, nil
+}
+
+// roll seals the active segment (sync, persist its index) and starts a new
+// one. Any failure fails the log.
+func (l *Log) roll() error {
+	old := l.active()
+	if l.activeDirty {
+		if err := old.file.Sync(); err != nil {
+			return l.fail(fmt.Errorf("%w: segment %d: %w", ErrSyncFailed, old.baseSeq, err))
+		}
+		l.activeDirty = false
+	}
+	f, err := l.fsys.Create(segmentPath(l.dir, l.nextSeq))
+	if err != nil {
+		return l.fail(fmt.Errorf("storage: create segment %d: %w", l.nextSeq, err))
+	}
+	// WriteFileAtomic ends with SyncDir, which also makes the new
+	// segment's creation (and any earlier namespace change) durable.
+	if err := WriteFileAtomic(l.fsys, indexPath(l.dir, old.baseSeq), old.encodeIndex()); err != nil {
+		_ = f.Close()
+		return l.fail(err)
+	}
+	l.dirDirty = false
+	l.mu.Lock()
+	l.segments = append(l.segments, newSegment(l.nextSeq, f))
+	l.syncedSeq = l.nextSeq - 1
+	l.mu.Unlock()
+	return nil
+}
+
+// Sync makes every appended record durable: it fsyncs the active segment
+// and, when segments were created or removed since the last Sync, the
+// directory. A failure matches ErrSyncFailed (and the underlying error)
+// and fails the log.
+func (l *Log) Sync() error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if err := l.writerCheck(); err != nil {
+		return err
+	}
+	return l.syncLocked()
+}
+
+func (l *Log) syncLocked() error {
+	target := l.nextSeq - 1
+	if l.activeDirty {
+		active := l.active()
+		if err := active.file.Sync(); err != nil {
+			return l.fail(fmt.Errorf("%w: segment %d: %w", ErrSyncFailed, active.baseSeq, err))
+		}
+		l.activeDirty = false
+	}
+	if l.dirDirty {
+		if err := l.fsys.SyncDir(l.dir); err != nil {
+			return l.fail(fmt.Errorf("%w: %s: %w", ErrSyncFailed, l.dir, err))
+		}
+		l.dirDirty = false
+	}
+	l.mu.Lock()
+	l.syncedSeq = target
+	l.mu.Unlock()
+	return nil
+}
+
+// SyncedSeq returns the last seq known durable (0 if none).
+func (l *Log) SyncedSeq() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.syncedSeq
+}
+
+// StartSeq returns the oldest retained seq; it equals NextSeq when the log
+// is empty.
+func (l *Log) StartSeq() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if len(l.segments) == 0 {
+		return l.nextSeq
+	}
+	return l.segments[0].baseSeq
+}
+
+// NextSeq returns the seq the next appended record gets.
+func (l *Log) NextSeq() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.nextSeq
+}
+
+// LastEpoch returns the epoch of the last batch in the log, 0 if the log
+// holds none.
+func (l *Log) LastEpoch() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.lastEpoch
+}
+
+// Read returns entries from fromSeq on, at most maxRecords and at most
+// maxBytes of encoded records, but always at least one entry when
+// fromSeq < NextSeq (values below 1 act as 1 record). fromSeq == NextSeq
+// returns no entries; fromSeq below StartSeq or above NextSeq returns
+// ErrOutOfRange. Every batch is CRC-verified: a damaged batch returns an
+// error matching ErrCorrupt if it is the first one needed, and otherwise
+// ends the result just before it. Returned records alias buffers owned by
+// the caller.
+func (l *Log) Read(fromSeq uint64, maxRecords int, maxBytes int) ([]Entry, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	startSeq := l.segments[0].baseSeq
+	if fromSeq < startSeq || fromSeq > l.nextSeq {
+		return nil, fmt.Errorf("%w: seq %d outside [%d, %d]", ErrOutOfRange, fromSeq, startSeq, l.nextSeq)
+	}
+	maxRecords = max(maxRecords, 1)
+	i := sort.Search(len(l.segments), func(i int) bool { return l.segments[i].baseSeq > fromSeq }) - 1
+	var (
+		out        []Entry
+		totalBytes int
+		seq        = fromSeq
+		header     [batchHeaderBytes]byte
+	)
+	for ; i < len(l.segments) && seq < l.nextSeq; i++ {
+		s := l.segments[i]
+		off, expectSeq := s.lookup(seq)
+		for off < s.sizeBytes && seq < s.nextSeq {
+			h, err := readBatchHeader(s, off, expectSeq, header[:])
+			if err != nil {
+				return readResult(out, err)
+			}
+			if h.nextSeq() <= seq {
+				off += h.totalBytes
+				expectSeq = h.nextSeq()
+				continue
+			}
+			b := make([]byte, h.totalBytes)
+			if err := readFull(s.file, b, off); err != nil {
+				return readResult(out, fmt.Errorf("storage: read segment %d at %d: %w", s.baseSeq, off, err))
+			}
+			entries, sizes, err := verifyBatch(h, b, make([]Entry, 0, h.count), make([]int, 0, h.count))
+			if err != nil {
+				return readResult(out, fmt.Errorf("storage: segment %d offset %d: %w", s.baseSeq, off, err))
+			}
+			for j, e := range entries {
+				if e.Seq < seq {
+					continue
+				}
+				if len(out) > 0 && (len(out) >= maxRecords || totalBytes+sizes[j] > maxBytes) {
+					return out, nil
+				}
+				out = append(out, e)
+				totalBytes += sizes[j]
+			}
+			seq = h.nextSeq()
+			off += h.totalBytes
+			expectSeq = seq
+		}
+		if seq < s.nextSeq {
+			return readResult(out, fmt.Errorf("%w: segment %d ends before seq %d", ErrCorrupt, s.baseSeq, s.nextSeq))
+		}
+	}
+	return out, nil
+}
+
+// readResult returns the entries read so far, or err if there are none.
+func readResult(out []Entry, err error) ([]Entry, error) {
+	if len(out) > 0 {
+		return out, nil
+	}
+	return nil, err
+}
+
+// readBatchHeader reads and checks the header of the batch at off, which
+// must start at expectSeq and lie within the published part of s.
+func readBatchHeader(s *segment, off int64, expectSeq uint64, buf []byte) (batchHeader, error) {
+	if s.sizeBytes-off < batchHeaderBytes {
+		return batchHeader{}, fmt.Errorf("%w: segment %d offset %d: truncated batch header", ErrCorrupt, s.baseSeq, off)
+	}
+	if err := readFull(s.file, buf, off); err != nil {
+		return batchHeader{}, fmt.Errorf("storage: read segment %d at %d: %w", s.baseSeq, off, err)
+	}
+	h, err := decodeBatchHeader(buf)
+	if err != nil {
+		return batchHeader{}, fmt.Errorf("storage: segment %d offset %d: %w", s.baseSeq, off, err)
+	}
+	if h.baseSeq != expectSeq || h.totalBytes > s.sizeBytes-off || h.nextSeq() > s.nextSeq {
+		return batchHeader{}, fmt.Errorf("%w: segment %d offset %d: batch [%d, %d) of %d bytes does not fit (want seq %d)",
+			ErrCorrupt, s.baseSeq, off, h.baseSeq, h.nextSeq(), h.totalBytes, expectSeq)
+	}
+	return h, nil
+}

@@ -1,0 +1,218 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+const (
+	segmentSuffix  = ".log"
+	indexSuffix    = ".idx"
+	baseNameDigits = 20
+	// indexFixedBytes is the index payload before its entries.
+	indexFixedBytes = 8 + 8 + 8 + 8 + 8 + 4
+	indexEntryBytes = 16
+)
+
+// indexEntry maps the base seq of a batch to its file offset.
+type indexEntry struct {
+	seq    uint64
+	offset int64
+}
+
+// segment is one segment file. baseSeq and file are immutable while the
+// segment is in Log.segments except file, which the writer may replace
+// under Log.mu; the other fields are written by the writer under Log.mu
+// and read under Log.mu (read or write).
+type segment struct {
+	baseSeq uint64
+	file    vfs.File
+	// nextSeq is the seq after the last record published in the segment.
+	nextSeq uint64
+	// sizeBytes is the published size: readers never read at or past it.
+	sizeBytes int64
+	// lastEpoch is the epoch of the last batch, 0 when empty.
+	lastEpoch uint64
+	// maxTimestampMs is the largest record timestamp, MinInt64 when empty.
+	maxTimestampMs int64
+	// index holds one entry per IndexIntervalBytes, first at offset 0.
+	index []indexEntry
+}
+
+func newSegment(baseSeq uint64, file vfs.File) *segment {
+	return &segment{baseSeq: baseSeq, file: file, nextSeq: baseSeq, maxTimestampMs: math.MinInt64}
+}
+
+// addBatch records a batch written at offset off.
+func (s *segment) addBatch(off int64, h batchHeader, indexIntervalBytes int64) {
+	if len(s.index) == 0 || off-s.index[len(s.index)-1].offset >= indexIntervalBytes {
+		s.index = append(s.index, indexEntry{seq: h.baseSeq, offset: off})
+	}
+	s.nextSeq = h.nextSeq()
+	s.sizeBytes = off + h.totalBytes
+	s.lastEpoch = h.epoch
+	s.maxTimestampMs = max(s.maxTimestampMs, h.maxTimestampMs)
+}
+
+// lookup returns the offset and base seq of the last indexed batch that
+// starts at or before seq.
+func (s *segment) lookup(seq uint64) (int64, uint64) {
+	i := sort.Search(len(s.index), func(i int) bool { return s.index[i].seq > seq })
+	if i == 0 {
+		return 0, s.baseSeq
+	}
+	return s.index[i-1].offset, s.index[i-1].seq
+}
+
+func baseName(baseSeq uint64) string {
+	return fmt.Sprintf("%0*d", baseNameDigits, baseSeq)
+}
+
+// parseBaseName parses "<20 digits><suffix>".
+func parseBaseName(name, suffix string) (uint64, bool) {
+	stem, ok := strings.CutSuffix(name, suffix)
+	if !ok || len(stem) != baseNameDigits {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(stem, 10, 64)
+	if err != nil || v == 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+func segmentPath(dir string, baseSeq uint64) string {
+	return filepath.Join(dir, baseName(baseSeq)+segmentSuffix)
+}
+
+func indexPath(dir string, baseSeq uint64) string {
+	return filepath.Join(dir, baseName(baseSeq)+indexSuffix)
+}
+
+// readFull reads len(p) bytes at off, treating a short read as an error.
+func readFull(f vfs.File, p []byte, off int64) error {
+	n, err := f.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: short read of %d bytes at offset %d", ErrCorrupt, n, off)
+	}
+	return err
+}
+
+// scanResult is where and why a scan stopped.
+type scanResult struct {
+	validEnd int64
+	// stopErr explains why scanning stopped before the end of the file.
+	stopErr error
+}
+
+// scan validates every batch of s.file from offset 0 up to sizeBytes and
+// fills s. It stops at the first invalid batch and reports its offset in
+// validEnd. It returns an error only for I/O failures.
+func (s *segment) scan(fileBytes int64, indexIntervalBytes int64) (scanResult, error) {
+	var (
+		off    int64
+		header [batchHeaderBytes]byte
+		buf    []byte
+	)
+	for off < fileBytes {
+		if fileBytes-off < batchHeaderBytes {
+			return scanResult{off, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, fileBytes-off)}, nil
+		}
+		if err := readFull(s.file, header[:], off); err != nil {
+			return scanResult{}, err
+		}
+		h, err := decodeBatchHeader(header[:])
+		if err != nil {
+			return scanResult{off, err}, nil
+		}
+		if h.totalBytes > fileBytes-off {
+			return scanResult{off, fmt.Errorf("%w: batch of %d bytes overruns the file", ErrCorrupt, h.totalBytes)}, nil
+		}
+		if h.baseSeq != s.nextSeq {
+			return scanResult{off, fmt.Errorf("%w: batch base seq %d, want %d", ErrCorrupt, h.baseSeq, s.nextSeq)}, nil
+		}
+		if h.epoch < s.lastEpoch {
+			return scanResult{off, fmt.Errorf("%w: batch epoch %d below %d", ErrCorrupt, h.epoch, s.lastEpoch)}, nil
+		}
+		if int64(cap(buf)) < h.totalBytes {
+			buf = make([]byte, h.totalBytes)
+		}
+		b := buf[:h.totalBytes]
+		if err := readFull(s.file, b, off); err != nil {
+			return scanResult{}, err
+		}
+		if _, _, err := verifyBatch(h, b, nil, nil); err != nil {
+			return scanResult{off, err}, nil
+		}
+		s.addBatch(off, h, indexIntervalBytes)
+		off += h.totalBytes
+	}
+	return scanResult{validEnd: off}, nil
+}
+
+// encodeIndex serializes the sparse index of a sealed segment.
+func (s *segment) encodeIndex() []byte {
+	b := make([]byte, 0, indexFixedBytes+indexEntryBytes*len(s.index))
+	b = binary.LittleEndian.AppendUint64(b, uint64(s.sizeBytes))
+	b = binary.LittleEndian.AppendUint64(b, s.baseSeq)
+	b = binary.LittleEndian.AppendUint64(b, s.nextSeq)
+	b = binary.LittleEndian.AppendUint64(b, s.lastEpoch)
+	b = binary.LittleEndian.AppendUint64(b, uint64(s.maxTimestampMs))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s.index)))
+	for _, e := range s.index {
+		b = binary.LittleEndian.AppendUint64(b, e.seq)
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.offset))
+	}
+	return b
+}
+
+// decodeIndex fills s from an index payload and checks it against the
+// segment's base seq and file size.
+func (s *segment) decodeIndex(b []byte, fileBytes int64) error {
+	if len(b) < indexFixedBytes {
+		return fmt.Errorf("%w: index of %d bytes", ErrCorrupt, len(b))
+	}
+	size := int64(binary.LittleEndian.Uint64(b[0:]))
+	base := binary.LittleEndian.Uint64(b[8:])
+	next := binary.LittleEndian.Uint64(b[16:])
+	lastEpoch := binary.LittleEndian.Uint64(b[24:])
+	maxTimestampMs := int64(binary.LittleEndian.Uint64(b[32:]))
+	count := binary.LittleEndian.Uint32(b[40:])
+	if size != fileBytes || size == 0 || base != s.baseSeq || next <= base {
+		return fmt.Errorf("%w: index does not match segment (size %d/%d, base %d/%d, next %d)",
+			ErrCorrupt, size, fileBytes, base, s.baseSeq, next)
+	}
+	if count == 0 || uint64(len(b)-indexFixedBytes) != uint64(count)*indexEntryBytes {
+		return fmt.Errorf("%w: index entry count %d does not match %d bytes", ErrCorrupt, count, len(b))
+	}
+	index := make([]indexEntry, count)
+	for i := range index {
+		p := b[indexFixedBytes+i*indexEntryBytes:]
+		e := indexEntry{seq: binary.LittleEndian.Uint64(p), offset: int64(binary.LittleEndian.Uint64(p[8:]))}
+		if i == 0 && (e.seq != base || e.offset != 0) {
+			return fmt.Errorf("%w: first index entry %+v", ErrCorrupt, e)
+		}
+		if i > 0 && (e.seq <= index[i-1].seq || e.offset <= index[i-1].offset) {
+			return fmt.Errorf("%w: index entries out of order", ErrCorrupt)
+		}
+		if e.seq >= next || e.offset < 0 || e.offset >= size {
+			return fmt.Errorf("%w: index entry %+v out of range", ErrCorrupt, e)
+		}
+		index[i] = e
+	}
+	s.index, s.nextSeq, s.sizeBytes = index, next, size
+	s.lastEpoch, s.maxTimestampMs = lastEpoch, maxTimestampMs
+	return nil
+}

@@ -1,0 +1,531 @@
+package vfs
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"sync"
+)
+
+// Injector decides whether an operation fails. A non-nil return fails the
+// operation with that error and the operation is not performed. It is
+// called with the MemFS lock held and must not call back into the MemFS.
+type Injector func(op Op, name string) error
+
+// MemFS is an in-memory FS with a crash model, for tests and the simulator.
+// It is safe for concurrent use and fully deterministic: the only source of
+// randomness is the *rand.Rand passed to Crash.
+//
+// Crash model:
+//   - Every file has its current content and its durable content (the
+//     content as of its last successful Sync).
+//   - Create, Rename and Remove change the current namespace at once; they
+//     become durable only when SyncDir is called on the parent directory.
+//   - Directories made by MkdirAll are durable at once (a simplification:
+//     directories are never lost by a crash).
+//   - Crash reverts the namespace to the durable namespace and each file to
+//     its durable content plus an rng-chosen prefix of the unsynced appended
+//     tail (a torn write). If the file was truncated or rewritten below its
+//     durable size since its last Sync, it reverts to exactly its durable
+//     content. Every File opened before the crash returns ErrClosed.
+type MemFS struct {
+	mu sync.Mutex
+	// files is the current namespace: cleaned path to node.
+	files map[string]*memNode
+	// durableFiles is the namespace as of the last SyncDir of each directory.
+	durableFiles map[string]*memNode
+	// dirs holds every directory (always durable).
+	dirs map[string]bool
+	// generation increments on every crash; handles from an older
+	// generation are invalid.
+	generation uint64
+	injector   Injector
+}
+
+// memNode is one file's content. Fields are guarded by MemFS.mu.
+type memNode struct {
+	data []byte
+	// durableLen is the durable size while durableCopy is nil: the durable
+	// content is then data[:durableLen] (appends never modify those bytes).
+	durableLen int
+	// durableCopy holds the durable content once data was truncated below
+	// durableLen since the last Sync.
+	durableCopy []byte
+	hasCopy     bool
+}
+
+func (n *memNode) durable() []byte {
+	if n.hasCopy {
+		return n.durableCopy
+	}
+	return n.data[:n.durableLen]
+}
+
+func (n *memNode) truncate(size int) {
+	if size < n.durableLen && !n.hasCopy {
+		n.durableCopy = append([]byte(nil), n.data[:n.durableLen]...)
+		n.hasCopy = true
+	}
+	if size <= len(n.data) {
+		// Reallocate so later appends never overwrite bytes still
+		// shared with a durable view or a reader's slice.
+		n.data = append(make([]byte, 0, size), n.data[:size]...)
+		return
+	}
+	n.data = append(n.data, make([]byte, size-len(n.data))...)
+}
+
+func (n *memNode) sync() {
+	n.durableLen = len(n.data)
+	n.durableCopy = nil
+	n.hasCopy = false
+}
+
+// NewMem returns an empty MemFS whose root directories "." and "/" exist.
+func NewMem() *MemFS {
+	return &MemFS{
+		files:        make(map[string]*memNode),
+		durableFiles: make(map[string]*memNode),
+		dirs:         map[string]bool{".": true, "/": true},
+	}
+}
+
+// SetInjector installs fn as the fault injector; nil removes it.
+func (m *MemFS) SetInjector(fn Injector) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.injector = fn
+}
+
+func (m *MemFS) inject(op Op, name string) error {
+	if m.injector == nil {
+		return nil
+	}
+	if err := m.injector(op, name); err != nil {
+		return fmt.Errorf("vfs: %s %s: %w", op, name, err)
+	}
+	return nil
+}
+
+func clean(name string) string { return filepath.Clean(name) }
+
+func notExist(op, name string) error {
+	return &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+}
+
+func (m *MemFS) parentExists(name string) bool { return m.dirs[filepath.Dir(name)] }
+
+// Create implements FS.
+func (m *MemFS) Create(name string) (File, error) {
+	name = clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.inject(OpCreate, name); err != nil {
+		return nil, err
+	}
+	if !m.parentExists(name) {
+		return nil, notExist("create", name)
+	}
+	if m.dirs[name] {
+		return nil, fmt.Errorf("vfs: create %s: is a directory", name)
+	}
+	n, ok := m.files[name]
+	if ok {
+		n.truncate(0)
+	} else {
+		n = &memNode{}
+		m.files[name] = n
+	}
+	return &memFile{fs: m, node: n, name: name, generation: m.generation}, nil
+}
+
+// OpenAppend implements FS.
+func (m *MemFS) OpenAppend(name string) (File, error) {
+	name = clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, ok := m.files[name]
+	if ok {
+		if err := m.inject(OpOpen, name); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := m.inject(OpCreate, name); err != nil {
+			return nil, err
+		}
+		if !m.parentExists(name) {
+			return nil, notExist("open", name)
+		}
+		if m.dirs[name] {
+			return nil, fmt.Errorf("vfs: open %s: is a directory", name)
+		}
+		n = &memNode{}
+		m.files[name] = n
+	}
+	return &memFile{fs: m, node: n, name: name, generation: m.generation}, nil
+}
+
+// Open implements FS.
+func (m *MemFS) Open(name string) (File, error) {
+	name = clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.inject(OpOpen, name); err != nil {
+		return nil, err
+	}
+	n, ok := m.files[name]
+	if !ok {
+		return nil, notExist("open", name)
+	}
+	return &memFile{fs: m, node: n, name: name, generation: m.generation, readOnly: true}, nil
+}
+
+// Remove implements FS. Open handles to the file keep working.
+func (m *MemFS) Remove(name string) error {
+	name = clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.inject(OpRemove, name); err != nil {
+		return err
+	}
+	if _, ok := m.files[name]; !ok {
+		return notExist("remove", name)
+	}
+	delete(m.files, name)
+	return nil
+}
+
+// Rename implements FS.
+func (m *MemFS) Rename(oldname, newname string) error {
+	oldname, newname = clean(oldname), clean(newname)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.inject(OpRename, oldname); err != nil {
+		return err
+	}
+	n, ok := m.files[oldname]
+	if !ok {
+		return notExist("rename", oldname)
+	}
+	if !m.parentExists(newname) {
+		return notExist("rename", newname)
+	}
+	if m.dirs[newname] {
+		return fmt.Errorf("vfs: rename %s: target is a directory", newname)
+	}
+	delete(m.files, oldname)
+	m.files[newname] = n
+	return nil
+}
+
+// MkdirAll implements FS. Directories are durable at once.
+func (m *MemFS) MkdirAll(dir string) error {
+	dir = clean(dir)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.inject(OpMkdirAll, dir); err != nil {
+		return err
+	}
+	for d := dir; !m.dirs[d]; d = filepath.Dir(d) {
+		if _, ok := m.files[d]; ok {
+			return fmt.Errorf("vfs: mkdir %s: a file exists", d)
+		}
+		m.dirs[d] = true
+	}
+	return nil
+}
+
+// List implements FS.
+func (m *MemFS) List(dir string) ([]string, error) {
+	dir = clean(dir)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.inject(OpList, dir); err != nil {
+		return nil, err
+	}
+	if !m.dirs[dir] {
+		return nil, notExist("list", dir)
+	}
+	var names []string
+	for name := range m.files {
+		if filepath.Dir(name) == dir {
+			names = append(names, filepath.Base(name))
+		}
+	}
+	for d := range m.dirs {
+		if d != dir && filepath.Dir(d) == dir {
+			names = append(names, filepath.Base(d))
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Stat implements FS.
+func (m *MemFS) Stat(name string) (int64, error) {
+	name = clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.inject(OpStat, name); err != nil {
+		return 0, err
+	}
+	if m.dirs[name] {
+		return 0, nil
+	}
+	n, ok := m.files[name]
+	if !ok {
+		return 0, notExist("stat", name)
+	}
+	return int64(len(n.data)), nil
+}
+
+// SyncDir implements FS: the current namespace of dir becomes durable.
+func (m *MemFS) SyncDir(dir string) error {
+	dir = clean(dir)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.inject(OpSyncDir, dir); err != nil {
+		return err
+	}
+	if !m.dirs[dir] {
+		return notExist("syncdir", dir)
+	}
+	for name := range m.durableFiles {
+		if filepath.Dir(name) == dir {
+			delete(m.durableFiles, name)
+		}
+	}
+	for name, n := range m.files {
+		if filepath.Dir(name) == dir {
+			m.durableFiles[name] = n
+		}
+	}
+	return nil
+}
+
+// Crash simulates kill -9 or power loss (see the MemFS crash model): the
+// namespace reverts to the durable namespace, every file keeps its durable
+// content plus a prefix of its unsynced appended tail whose length rng
+// chooses, and every open File becomes invalid.
+func (m *MemFS) Crash(rng *rand.Rand) { m.crash(rng) }
+
+// CrashClean is Crash without torn writes: every file reverts to exactly
+// its durable content.
+func (m *MemFS) CrashClean() { m.crash(nil) }
+
+func (m *MemFS) crash(rng *rand.Rand) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.generation++
+	// Visit names in sorted order so rng draws are deterministic.
+	names := make([]string, 0, len(m.durableFiles))
+	for name := range m.durableFiles {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	seen := make(map[*memNode]bool, len(names))
+	m.files = make(map[string]*memNode, len(names))
+	for _, name := range names {
+		n := m.durableFiles[name]
+		m.files[name] = n
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		keep := 0
+		if !n.hasCopy && rng != nil {
+			keep = rng.IntN(len(n.data) - n.durableLen + 1)
+		}
+		var content []byte
+		if n.hasCopy {
+			content = append([]byte(nil), n.durableCopy...)
+		} else {
+			content = append([]byte(nil), n.data[:n.durableLen+keep]...)
+		}
+		n.data = content
+		n.sync()
+	}
+}
+
+// FlipBit flips one bit of name's content in both the current and the
+// durable content, modelling media corruption.
+func (m *MemFS) FlipBit(name string, offset int64, bit uint) error {
+	name = clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, ok := m.files[name]
+	if !ok {
+		return notExist("flipbit", name)
+	}
+	mask := byte(1) << (bit % 8)
+	flipped := false
+	if offset >= 0 && offset < int64(len(n.data)) {
+		// Copy first: readers may hold slices of the old array.
+		n.data = append([]byte(nil), n.data...)
+		n.data[offset] ^= mask
+		flipped = true
+	}
+	if n.hasCopy && offset >= 0 && offset < int64(len(n.durableCopy)) {
+		n.durableCopy[offset] ^= mask
+		flipped = true
+	}
+	if !flipped {
+		return fmt.Errorf("vfs: flipbit %s: offset %d out of range", name, offset)
+	}
+	return nil
+}
+
+// DurableBytes returns a copy of the durable content of the file that the
+// durable namespace holds under name: what a CrashClean would leave.
+func (m *MemFS) DurableBytes(name string) ([]byte, error) {
+	name = clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, ok := m.durableFiles[name]
+	if !ok {
+		return nil, notExist("durablebytes", name)
+	}
+	return append([]byte(nil), n.durable()...), nil
+}
+
+// ReadFile returns a copy of the current content of name.
+func (m *MemFS) ReadFile(name string) ([]byte, error) {
+	name = clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, ok := m.files[name]
+	if !ok {
+		return nil, notExist("readfile", name)
+	}
+	return append([]byte(nil), n.data...), nil
+}
+
+// WriteFile replaces name with data, durably (content and namespace), for
+// setting up test fixtures. The parent directory must exist.
+func (m *MemFS) WriteFile(name string, data []byte) error {
+	name = clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.parentExists(name) {
+		return notExist("writefile", name)
+	}
+	n := &memNode{data: append([]byte(nil), data...)}
+	n.sync()
+	m.files[name] = n
+	m.durableFiles[name] = n
+	return nil
+}
+
+// memFile is a handle on a memNode.
+type memFile struct {
+	fs         *MemFS
+	node       *memNode
+	name       string
+	generation uint64
+	readOnly   bool
+	// closed is guarded by fs.mu.
+	closed bool
+}
+
+func (f *memFile) check(op string) error {
+	if f.closed || f.generation != f.fs.generation {
+		return fmt.Errorf("vfs: %s %s: %w", op, f.name, ErrClosed)
+	}
+	return nil
+}
+
+// Write appends p. A failed Write (closed, read-only or injected) applies
+// nothing.
+func (f *memFile) Write(p []byte) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("write"); err != nil {
+		return 0, err
+	}
+	if f.readOnly {
+		return 0, fmt.Errorf("vfs: write %s: %w", f.name, ErrReadOnly)
+	}
+	if err := f.fs.inject(OpWrite, f.name); err != nil {
+		return 0, err
+	}
+	f.node.data = append(f.node.data, p...)
+	return len(p), nil
+}
+
+func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("read"); err != nil {
+		return 0, err
+	}
+	if err := f.fs.inject(OpRead, f.name); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("vfs: read %s: negative offset", f.name)
+	}
+	if off >= int64(len(f.node.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, f.node.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (f *memFile) Sync() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("sync"); err != nil {
+		return err
+	}
+	if err := f.fs.inject(OpSync, f.name); err != nil {
+		return err
+	}
+	f.node.sync()
+	return nil
+}
+
+func (f *memFile) Truncate(size int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("truncate"); err != nil {
+		return err
+	}
+	if f.readOnly {
+		return fmt.Errorf("vfs: truncate %s: %w", f.name, ErrReadOnly)
+	}
+	if err := f.fs.inject(OpTruncate, f.name); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("vfs: truncate %s: negative size", f.name)
+	}
+	f.node.truncate(int(size))
+	return nil
+}
+
+func (f *memFile) Size() (int64, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("size"); err != nil {
+		return 0, err
+	}
+	return int64(len(f.node.data)), nil
+}
+
+func (f *memFile) Close() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.closed {
+		return fmt.Errorf("vfs: close %s: %w", f.name, ErrClosed)
+	}
+	f.closed = true
+	return nil
+}
+
+var _ FS = (*MemFS)(nil)

@@ -1,0 +1,40 @@
+package vfs
+
+import (
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// BenchmarkOSWriteSync measures the raw disk: append a block and fsync it,
+// the floor under any durable acknowledgement. Compare group-commit numbers
+// with it (`go test -bench OSWriteSync ./internal/vfs`).
+func BenchmarkOSWriteSync(b *testing.B) {
+	for _, size := range []int{4 << 10, 1 << 20} {
+		b.Run(byteSize(size), func(b *testing.B) {
+			f, err := OS().Create(filepath.Join(b.TempDir(), "f"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			buf := make([]byte, size)
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := f.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func byteSize(n int) string {
+	if n >= 1<<20 {
+		return strconv.Itoa(n>>20) + "MiB"
+	}
+	return strconv.Itoa(n>>10) + "KiB"
+}

@@ -1,0 +1,222 @@
+package wire
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"io"
+	"unicode/utf8"
+)
+
+// Protocol versions this package speaks.
+const (
+	VersionMin uint16 = 1
+	VersionMax uint16 = 1
+)
+
+// Size bounds. A frame is never larger than the negotiated maximum; lists are
+// bounded so a small frame cannot make the decoder allocate much.
+const (
+	DefaultFrameBytesMax = 8 << 20  // 8 MiB
+	FrameBytesMin        = 64 << 10 // a server never negotiates below this
+	frameHeaderBytes     = 4        // the length prefix
+	frameFixedBytes      = 1 + 8 + 4
+	listLenMax           = 1 << 16 // any list in one frame
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// AppendFrame appends the encoding of f with correlation id corr to dst.
+func AppendFrame(dst []byte, corr uint64, f Frame) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, byte(f.Type()))
+	dst = binary.BigEndian.AppendUint64(dst, corr)
+	dst = f.appendBody(dst)
+	crc := crc32.Checksum(dst[start+frameHeaderBytes:], castagnoli)
+	dst = binary.BigEndian.AppendUint32(dst, crc)
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-frameHeaderBytes))
+	return dst
+}
+
+// ReadFrame reads one frame from r. frameBytesMax bounds the length field
+// before any allocation. The returned frame may alias a fresh buffer owned by
+// the caller; nothing is retained by this package.
+func ReadFrame(r io.Reader, frameBytesMax int) (corr uint64, f Frame, err error) {
+	var lenBuf [frameHeaderBytes]byte
+	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(lenBuf[:])
+	if int64(n) > int64(frameBytesMax) {
+		return 0, nil, Errorf(CodeFrameTooLarge, "frame of %d bytes exceeds %d", n, frameBytesMax)
+	}
+	if n < frameFixedBytes {
+		return 0, nil, Errorf(CodeBadFrame, "frame of %d bytes is shorter than its header", n)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return DecodeFrame(buf)
+}
+
+// DecodeFrame decodes a frame without its length prefix (type, corr, body,
+// crc). Byte fields of the result alias b.
+func DecodeFrame(b []byte) (corr uint64, f Frame, err error) {
+	if len(b) < frameFixedBytes {
+		return 0, nil, Errorf(CodeBadFrame, "frame of %d bytes is shorter than its header", len(b))
+	}
+	payload, crcBytes := b[:len(b)-4], b[len(b)-4:]
+	if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(crcBytes) {
+		return 0, nil, Errorf(CodeBadFrame, "frame checksum mismatch")
+	}
+	t := FrameType(payload[0])
+	corr = binary.BigEndian.Uint64(payload[1:9])
+	f = newFrame(t)
+	if f == nil {
+		return corr, nil, Errorf(CodeBadFrame, "unknown frame type %d", uint8(t))
+	}
+	d := decoder{b: payload[9:]}
+	f.decodeBody(&d)
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return corr, nil, Errorf(CodeBadFrame, "%s: %s", t, d.err.Message)
+	}
+	return corr, f, nil
+}
+
+// decoder reads fields from a body, remembering the first error so decode
+// methods can be written straight through.
+type decoder struct {
+	b   []byte
+	err *Error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = Errorf(CodeBadFrame, format, args...)
+	}
+	d.b = nil
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.b) {
+		d.fail("field of %d bytes overruns the frame", n)
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u8() uint8 {
+	if v := d.take(1); v != nil {
+		return v[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16() uint16 {
+	if v := d.take(2); v != nil {
+		return binary.BigEndian.Uint16(v)
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if v := d.take(4); v != nil {
+		return binary.BigEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if v := d.take(8); v != nil {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (d *decoder) boolean() bool {
+	switch d.u8() {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		d.fail("boolean out of range")
+		return false
+	}
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.u32()
+	if d.err != nil {
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	return d.take(int(n))
+}
+
+func (d *decoder) str() string {
+	n := d.u16()
+	v := d.take(int(n))
+	if d.err != nil {
+		return ""
+	}
+	if !utf8.Valid(v) {
+		d.fail("string is not UTF-8")
+		return ""
+	}
+	return string(v)
+}
+
+// listLen reads a u32 list length and checks it against the bound and against
+// the bytes left (each element takes at least elemBytesMin), so a tiny frame
+// cannot make the decoder allocate a huge slice.
+func (d *decoder) listLen(elemBytesMin int) int {
+	n := d.u32()
+	if d.err != nil {
+		return 0
+	}
+	if n > listLenMax || int(n)*elemBytesMin > len(d.b) {
+		d.fail("list of %d elements cannot fit the frame", n)
+		return 0
+	}
+	return int(n)
+}
+
+func appendBytes(b, v []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+	return append(b, v...)
+}
+
+// appendStr writes s, cut at a rune boundary to the u16 bound so an over-long
+// message can never corrupt the frame.
+func appendStr(b []byte, s string) []byte {
+	if len(s) > 0xFFFF {
+		cut := 0xFFFF
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}

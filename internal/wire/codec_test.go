@@ -1,0 +1,172 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// sampleFrames holds one populated value of every frame type; it is the
+// round-trip table and the fuzz seed corpus.
+func sampleFrames() []Frame {
+	return []Frame{
+		&Hello{VersionMin: 1, VersionMax: 3, Token: "s3cret", ClientName: "cli"},
+		&HelloOK{Version: 1, NodeID: "n1", FrameBytesMax: DefaultFrameBytesMax},
+		&Err{Code: CodeTopicConflict, Message: "partitions differ"},
+		&Declare{Topic: TopicConfig{Name: "orders", Partitions: 4, RetentionMs: 3600000, RetentionBytes: 1 << 30}},
+		&DeclareOK{Topic: TopicConfig{Name: "orders", Partitions: 4}, Created: true},
+		&Metadata{Topics: []string{"a", "b"}},
+		&MetadataOK{Topics: []TopicInfo{{Config: TopicConfig{Name: "a", Partitions: 2}, Partitions: []PartitionInfo{{0, 1, 1, 9}, {1, 1, 3, 4}}}}},
+		&Pub{Topic: "orders", Partition: PartitionAuto, ProducerID: 7, ProducerSeq: 9, TimestampMs: 1234, Key: []byte("k"), Value: []byte("value"), Headers: []Header{{Key: "h", Value: []byte("v")}}},
+		&PubOK{Partition: 3, Seq: 42, Epoch: 1, Duplicate: true},
+		&Pull{Topic: "orders", Group: "g", Credit: 500, AckWaitMs: 30000, MaxDeliver: 5},
+		&Msg{Topic: "orders", Partition: 1, Seq: 5, DeliveryID: 99, DeliveryCount: 2, TimestampMs: 77, Key: []byte("k"), Value: []byte("v")},
+		&Ack{Topic: "orders", Group: "g", Entries: []AckEntry{{1, 5, 99}, {2, 6, 100}}},
+		&AckOK{Results: []Code{CodeOK, CodeStaleDelivery}},
+		&Nack{Topic: "orders", Group: "g", DelayMs: 10, Entries: []AckEntry{{1, 5, 99}}},
+		&Ping{},
+		&Pong{},
+	}
+}
+
+func TestRoundTripEveryFrame(t *testing.T) {
+	for _, f := range sampleFrames() {
+		t.Run(f.Type().String(), func(t *testing.T) {
+			b := AppendFrame(nil, 0xABCDEF, f)
+			corr, got, err := ReadFrame(bytes.NewReader(b), DefaultFrameBytesMax)
+			if err != nil {
+				t.Fatalf("ReadFrame: %v", err)
+			}
+			if corr != 0xABCDEF {
+				t.Fatalf("corr = %x", corr)
+			}
+			if !reflect.DeepEqual(got, f) {
+				t.Fatalf("round trip mismatch:\n got %#v\nwant %#v", got, f)
+			}
+		})
+	}
+}
+
+func TestStreamOfFrames(t *testing.T) {
+	var b []byte
+	frames := sampleFrames()
+	for i, f := range frames {
+		b = AppendFrame(b, uint64(i), f)
+	}
+	r := bufio.NewReader(bytes.NewReader(b))
+	for i, want := range frames {
+		corr, got, err := ReadFrame(r, DefaultFrameBytesMax)
+		if err != nil || corr != uint64(i) || got.Type() != want.Type() {
+			t.Fatalf("frame %d: corr=%d type=%v err=%v", i, corr, got, err)
+		}
+	}
+	if _, _, err := ReadFrame(r, DefaultFrameBytesMax); err != io.EOF {
+		t.Fatalf("after last frame: err = %v, want EOF", err)
+	}
+}
+
+func TestFrameTooLargeRejectedBeforeAllocation(t *testing.T) {
+	b := AppendFrame(nil, 1, &Pub{Topic: "t", Value: make([]byte, 1000)})
+	_, _, err := ReadFrame(bytes.NewReader(b), 500)
+	if !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("err = %v, want FRAME_TOO_LARGE", err)
+	}
+	// A length prefix claiming 4 GiB must fail without reading a body.
+	_, _, err = ReadFrame(bytes.NewReader([]byte{0xff, 0xff, 0xff, 0xff}), DefaultFrameBytesMax)
+	if !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("err = %v, want FRAME_TOO_LARGE", err)
+	}
+}
+
+func TestMalformedFramesAreBadFrame(t *testing.T) {
+	good := AppendFrame(nil, 1, &Pub{Topic: "t", Value: []byte("hello")})
+	cases := map[string][]byte{
+		"flipped body bit": func() []byte { b := bytes.Clone(good); b[20] ^= 1; return b }(),
+		"unknown type":     AppendFrame(nil, 1, rawFrame{t: 200}),
+		"trailing bytes":   AppendFrame(nil, 1, rawFrame{t: TypePing, body: []byte{1}}),
+		"short body":       AppendFrame(nil, 1, rawFrame{t: TypePubOK, body: []byte{0, 0}}),
+		"huge list":        AppendFrame(nil, 1, rawFrame{t: TypeAckOK, body: []byte{0, 1, 0, 0}}),
+		"bad bool":         AppendFrame(nil, 1, rawFrame{t: TypePubOK, body: append(make([]byte, 20), 7)}),
+		"bad utf8":         AppendFrame(nil, 1, rawFrame{t: TypeMetadata, body: []byte{0, 0, 0, 1, 0, 1, 0xff}}),
+		"header only":      {0, 0, 0, 2, 1, 2},
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, f, err := ReadFrame(bytes.NewReader(b), DefaultFrameBytesMax)
+			if !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("got frame %#v err %v, want BAD_FRAME", f, err)
+			}
+		})
+	}
+}
+
+func TestOverlongStringIsCutNotCorrupting(t *testing.T) {
+	msg := strings.Repeat("é", 40000) // 80000 bytes
+	b := AppendFrame(nil, 1, &Err{Code: CodeStorage, Message: msg})
+	_, f, err := ReadFrame(bytes.NewReader(b), DefaultFrameBytesMax)
+	if err != nil {
+		t.Fatalf("ReadFrame: %v", err)
+	}
+	got := f.(*Err).Message
+	if len(got) > 0xFFFF || !strings.HasPrefix(msg, got) || len(got) < 0xFFFF-1 {
+		t.Fatalf("message cut to %d bytes", len(got))
+	}
+}
+
+func TestErrorIsMatchesByCode(t *testing.T) {
+	err := error(Errorf(CodeStaleDelivery, "seq %d", 4))
+	if !errors.Is(err, ErrStaleDelivery) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("errors.Is by code broken for %v", err)
+	}
+	if CodeStorage.String() != "STORAGE_ERROR" || Code(999).String() != "CODE_999" {
+		t.Fatal("code names")
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, ok := range []string{"a", "orders.v2", "A-b_c"} {
+		if err := ValidateName("topic", ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a b", "x/y", strings.Repeat("a", NameBytesMax+1)} {
+		if err := ValidateName("topic", bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%q: err = %v", bad, err)
+		}
+	}
+}
+
+func TestPartitionersAreStableAndInRange(t *testing.T) {
+	if PartitionForKey([]byte("user-1"), 8) != PartitionForKey([]byte("user-1"), 8) {
+		t.Fatal("key hash not stable")
+	}
+	// FNV-1a of "a" is 0xe40c292c; pinning it keeps clients and brokers agreeing.
+	if got := PartitionForKey([]byte("a"), 1000); got != 0xe40c292c%1000 {
+		t.Fatalf("PartitionForKey(a) = %d", got)
+	}
+	seen := map[uint32]bool{}
+	for s := uint64(0); s < 200; s++ {
+		p := PartitionForProducer(42, s, 4)
+		if p >= 4 {
+			t.Fatalf("partition %d out of range", p)
+		}
+		seen[p] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("producer partitioner uses only %d of 4 partitions", len(seen))
+	}
+}
+
+// rawFrame encodes an arbitrary type and body, to build malformed input.
+type rawFrame struct {
+	t    FrameType
+	body []byte
+}
+
+func (r rawFrame) Type() FrameType            { return r.t }
+func (r rawFrame) appendBody(b []byte) []byte { return append(b, r.body...) }
+func (r rawFrame) decodeBody(*decoder)        {}

@@ -1,0 +1,487 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// FrameType identifies a frame. Values are stable across releases.
+type FrameType uint8
+
+// Frame types of protocol v1.
+const (
+	TypeHello      FrameType = 1
+	TypeHelloOK    FrameType = 2
+	TypeErr        FrameType = 3
+	TypeDeclare    FrameType = 4
+	TypeDeclareOK  FrameType = 5
+	TypeMetadata   FrameType = 6
+	TypeMetadataOK FrameType = 7
+	TypePub        FrameType = 8
+	TypePubOK      FrameType = 9
+	TypePull       FrameType = 10
+	TypeMsg        FrameType = 11
+	TypeAck        FrameType = 12
+	TypeAckOK      FrameType = 13
+	TypeNack       FrameType = 14
+	TypePing       FrameType = 15
+	TypePong       FrameType = 16
+)
+
+var typeNames = map[FrameType]string{
+	TypeHello: "HELLO", TypeHelloOK: "HELLO_OK", TypeErr: "ERR",
+	TypeDeclare: "DECLARE", TypeDeclareOK: "DECLARE_OK",
+	TypeMetadata: "METADATA", TypeMetadataOK: "METADATA_OK",
+	TypePub: "PUB", TypePubOK: "PUB_OK", TypePull: "PULL", TypeMsg: "MSG",
+	TypeAck: "ACK", TypeAckOK: "ACK_OK", TypeNack: "NACK",
+	TypePing: "PING", TypePong: "PONG",
+}
+
+func (t FrameType) String() string {
+	if s, ok := typeNames[t]; ok {
+		return s
+	}
+	return fmt.Sprintf("FRAME_%d", uint8(t))
+}
+
+// Frame is one protocol message. Implementations are the structs below.
+type Frame interface {
+	Type() FrameType
+	appendBody(b []byte) []byte
+	decodeBody(d *decoder)
+}
+
+func newFrame(t FrameType) Frame {
+	switch t {
+	case TypeHello:
+		return &Hello{}
+	case TypeHelloOK:
+		return &HelloOK{}
+	case TypeErr:
+		return &Err{}
+	case TypeDeclare:
+		return &Declare{}
+	case TypeDeclareOK:
+		return &DeclareOK{}
+	case TypeMetadata:
+		return &Metadata{}
+	case TypeMetadataOK:
+		return &MetadataOK{}
+	case TypePub:
+		return &Pub{}
+	case TypePubOK:
+		return &PubOK{}
+	case TypePull:
+		return &Pull{}
+	case TypeMsg:
+		return &Msg{}
+	case TypeAck:
+		return &Ack{}
+	case TypeAckOK:
+		return &AckOK{}
+	case TypeNack:
+		return &Nack{}
+	case TypePing:
+		return &Ping{}
+	case TypePong:
+		return &Pong{}
+	}
+	return nil
+}
+
+// Hello is the first frame of every connection: version range and token.
+type Hello struct {
+	VersionMin, VersionMax uint16
+	Token                  string
+	ClientName             string
+}
+
+func (*Hello) Type() FrameType { return TypeHello }
+func (f *Hello) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint16(b, f.VersionMin)
+	b = binary.BigEndian.AppendUint16(b, f.VersionMax)
+	b = appendStr(b, f.Token)
+	return appendStr(b, f.ClientName)
+}
+func (f *Hello) decodeBody(d *decoder) {
+	f.VersionMin, f.VersionMax = d.u16(), d.u16()
+	f.Token, f.ClientName = d.str(), d.str()
+}
+
+// HelloOK accepts a connection: the chosen version and the frame bound.
+type HelloOK struct {
+	Version       uint16
+	NodeID        string
+	FrameBytesMax uint32
+}
+
+func (*HelloOK) Type() FrameType { return TypeHelloOK }
+func (f *HelloOK) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint16(b, f.Version)
+	b = appendStr(b, f.NodeID)
+	return binary.BigEndian.AppendUint32(b, f.FrameBytesMax)
+}
+func (f *HelloOK) decodeBody(d *decoder) {
+	f.Version, f.NodeID, f.FrameBytesMax = d.u16(), d.str(), d.u32()
+}
+
+// Err answers a request that failed. Its correlation id is the request's.
+type Err struct {
+	Code    Code
+	Message string
+}
+
+func (*Err) Type() FrameType { return TypeErr }
+func (f *Err) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(f.Code))
+	return appendStr(b, f.Message)
+}
+func (f *Err) decodeBody(d *decoder) { f.Code, f.Message = Code(d.u16()), d.str() }
+
+// AsError converts the frame to an *Error.
+func (f *Err) AsError() *Error { return &Error{Code: f.Code, Message: f.Message} }
+
+// TopicConfig is what a DECLARE fixes about a topic.
+type TopicConfig struct {
+	Name           string
+	Partitions     uint32
+	RetentionMs    int64 // 0 = unlimited
+	RetentionBytes int64 // per partition; 0 = unlimited
+}
+
+func (c *TopicConfig) append(b []byte) []byte {
+	b = appendStr(b, c.Name)
+	b = binary.BigEndian.AppendUint32(b, c.Partitions)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.RetentionMs))
+	return binary.BigEndian.AppendUint64(b, uint64(c.RetentionBytes))
+}
+func (c *TopicConfig) decode(d *decoder) {
+	c.Name, c.Partitions = d.str(), d.u32()
+	c.RetentionMs, c.RetentionBytes = int64(d.u64()), int64(d.u64())
+}
+
+const topicConfigBytesMin = 2 + 4 + 8 + 8
+
+// Declare creates a topic, or confirms an identical one.
+type Declare struct{ Topic TopicConfig }
+
+func (*Declare) Type() FrameType              { return TypeDeclare }
+func (f *Declare) appendBody(b []byte) []byte { return f.Topic.append(b) }
+func (f *Declare) decodeBody(d *decoder)      { f.Topic.decode(d) }
+
+// DeclareOK confirms a DECLARE. Created is false when the topic existed.
+type DeclareOK struct {
+	Topic   TopicConfig
+	Created bool
+}
+
+func (*DeclareOK) Type() FrameType { return TypeDeclareOK }
+func (f *DeclareOK) appendBody(b []byte) []byte {
+	return appendBool(f.Topic.append(b), f.Created)
+}
+func (f *DeclareOK) decodeBody(d *decoder) { f.Topic.decode(d); f.Created = d.boolean() }
+
+// Metadata asks for topic configurations; an empty list means all topics.
+type Metadata struct{ Topics []string }
+
+func (*Metadata) Type() FrameType { return TypeMetadata }
+func (f *Metadata) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Topics)))
+	for _, t := range f.Topics {
+		b = appendStr(b, t)
+	}
+	return b
+}
+func (f *Metadata) decodeBody(d *decoder) {
+	n := d.listLen(2)
+	f.Topics = make([]string, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		f.Topics = append(f.Topics, d.str())
+	}
+}
+
+// PartitionInfo describes one partition in a METADATA_OK.
+type PartitionInfo struct {
+	Partition uint32
+	Epoch     uint64
+	StartSeq  uint64 // oldest retained seq
+	CommitSeq uint64 // last visible seq
+}
+
+// TopicInfo is a topic and the state of its partitions.
+type TopicInfo struct {
+	Config     TopicConfig
+	Partitions []PartitionInfo
+}
+
+// MetadataOK answers METADATA. Requested topics that do not exist are absent.
+type MetadataOK struct{ Topics []TopicInfo }
+
+func (*MetadataOK) Type() FrameType { return TypeMetadataOK }
+func (f *MetadataOK) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Topics)))
+	for i := range f.Topics {
+		t := &f.Topics[i]
+		b = t.Config.append(b)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(t.Partitions)))
+		for _, p := range t.Partitions {
+			b = binary.BigEndian.AppendUint32(b, p.Partition)
+			b = binary.BigEndian.AppendUint64(b, p.Epoch)
+			b = binary.BigEndian.AppendUint64(b, p.StartSeq)
+			b = binary.BigEndian.AppendUint64(b, p.CommitSeq)
+		}
+	}
+	return b
+}
+func (f *MetadataOK) decodeBody(d *decoder) {
+	n := d.listLen(topicConfigBytesMin + 4)
+	f.Topics = make([]TopicInfo, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		t := &f.Topics[i]
+		t.Config.decode(d)
+		m := d.listLen(4 + 8 + 8 + 8)
+		t.Partitions = make([]PartitionInfo, m)
+		for j := 0; j < m && d.err == nil; j++ {
+			t.Partitions[j] = PartitionInfo{Partition: d.u32(), Epoch: d.u64(), StartSeq: d.u64(), CommitSeq: d.u64()}
+		}
+	}
+}
+
+// Header is one record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+func appendHeaders(b []byte, hs []Header) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(hs)))
+	for _, h := range hs {
+		b = appendStr(b, h.Key)
+		b = appendBytes(b, h.Value)
+	}
+	return b
+}
+
+func decodeHeaders(d *decoder) []Header {
+	n := d.listLen(2 + 4)
+	if n == 0 {
+		return nil
+	}
+	hs := make([]Header, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		hs[i] = Header{Key: d.str(), Value: d.bytes()}
+	}
+	return hs
+}
+
+// PartitionAuto lets the broker choose the partition of a PUB: by key hash
+// when a key is set, else deterministically from the producer identity when
+// set (so a replay lands on the same partition), else round-robin.
+const PartitionAuto int32 = -1
+
+// Pub publishes one record. ProducerID 0 means a non-idempotent publish.
+type Pub struct {
+	Topic       string
+	Partition   int32
+	ProducerID  uint64
+	ProducerSeq uint64
+	TimestampMs int64 // 0 = broker's clock
+	Key, Value  []byte
+	Headers     []Header
+}
+
+func (*Pub) Type() FrameType { return TypePub }
+func (f *Pub) appendBody(b []byte) []byte {
+	b = appendStr(b, f.Topic)
+	b = binary.BigEndian.AppendUint32(b, uint32(f.Partition))
+	b = binary.BigEndian.AppendUint64(b, f.ProducerID)
+	b = binary.BigEndian.AppendUint64(b, f.ProducerSeq)
+	b = binary.BigEndian.AppendUint64(b, uint64(f.TimestampMs))
+	b = appendBytes(b, f.Key)
+	b = appendBytes(b, f.Value)
+	return appendHeaders(b, f.Headers)
+}
+func (f *Pub) decodeBody(d *decoder) {
+	f.Topic = d.str()
+	f.Partition = int32(d.u32())
+	f.ProducerID, f.ProducerSeq = d.u64(), d.u64()
+	f.TimestampMs = int64(d.u64())
+	f.Key, f.Value = d.bytes(), d.bytes()
+	f.Headers = decodeHeaders(d)
+}
+
+// PubOK acknowledges a durable, visible record. Duplicate is true when the
+// PUB was a replay answered from the dedup table.
+type PubOK struct {
+	Partition uint32
+	Seq       uint64
+	Epoch     uint64
+	Duplicate bool
+}
+
+func (*PubOK) Type() FrameType { return TypePubOK }
+func (f *PubOK) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, f.Partition)
+	b = binary.BigEndian.AppendUint64(b, f.Seq)
+	b = binary.BigEndian.AppendUint64(b, f.Epoch)
+	return appendBool(b, f.Duplicate)
+}
+func (f *PubOK) decodeBody(d *decoder) {
+	f.Partition, f.Seq, f.Epoch, f.Duplicate = d.u32(), d.u64(), d.u64(), d.boolean()
+}
+
+// Pull grants Credit more messages to the connection's subscription of
+// (Topic, Group), creating it on the first PULL. MSG frames of the
+// subscription carry the correlation id of that first PULL. AckWaitMs and
+// MaxDeliver configure the group when it is first created (0 = default).
+type Pull struct {
+	Topic, Group string
+	Credit       uint32
+	AckWaitMs    uint32
+	MaxDeliver   uint32
+}
+
+func (*Pull) Type() FrameType { return TypePull }
+func (f *Pull) appendBody(b []byte) []byte {
+	b = appendStr(b, f.Topic)
+	b = appendStr(b, f.Group)
+	b = binary.BigEndian.AppendUint32(b, f.Credit)
+	b = binary.BigEndian.AppendUint32(b, f.AckWaitMs)
+	return binary.BigEndian.AppendUint32(b, f.MaxDeliver)
+}
+func (f *Pull) decodeBody(d *decoder) {
+	f.Topic, f.Group = d.str(), d.str()
+	f.Credit, f.AckWaitMs, f.MaxDeliver = d.u32(), d.u32(), d.u32()
+}
+
+// Msg delivers one record. DeliveryID fences its ACK: a later redelivery of
+// the same seq gets a new id and the old one becomes stale.
+type Msg struct {
+	Topic         string
+	Partition     uint32
+	Seq           uint64
+	DeliveryID    uint64
+	DeliveryCount uint32
+	TimestampMs   int64
+	Key, Value    []byte
+	Headers       []Header
+}
+
+func (*Msg) Type() FrameType { return TypeMsg }
+func (f *Msg) appendBody(b []byte) []byte {
+	b = appendStr(b, f.Topic)
+	b = binary.BigEndian.AppendUint32(b, f.Partition)
+	b = binary.BigEndian.AppendUint64(b, f.Seq)
+	b = binary.BigEndian.AppendUint64(b, f.DeliveryID)
+	b = binary.BigEndian.AppendUint32(b, f.DeliveryCount)
+	b = binary.BigEndian.AppendUint64(b, uint64(f.TimestampMs))
+	b = appendBytes(b, f.Key)
+	b = appendBytes(b, f.Value)
+	return appendHeaders(b, f.Headers)
+}
+func (f *Msg) decodeBody(d *decoder) {
+	f.Topic = d.str()
+	f.Partition, f.Seq, f.DeliveryID = d.u32(), d.u64(), d.u64()
+	f.DeliveryCount, f.TimestampMs = d.u32(), int64(d.u64())
+	f.Key, f.Value = d.bytes(), d.bytes()
+	f.Headers = decodeHeaders(d)
+}
+
+// AckEntry names one delivery.
+type AckEntry struct {
+	Partition  uint32
+	Seq        uint64
+	DeliveryID uint64
+}
+
+const ackEntryBytes = 4 + 8 + 8
+
+func appendAckEntries(b []byte, es []AckEntry) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(es)))
+	for _, e := range es {
+		b = binary.BigEndian.AppendUint32(b, e.Partition)
+		b = binary.BigEndian.AppendUint64(b, e.Seq)
+		b = binary.BigEndian.AppendUint64(b, e.DeliveryID)
+	}
+	return b
+}
+
+func decodeAckEntries(d *decoder) []AckEntry {
+	n := d.listLen(ackEntryBytes)
+	es := make([]AckEntry, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		es[i] = AckEntry{Partition: d.u32(), Seq: d.u64(), DeliveryID: d.u64()}
+	}
+	return es
+}
+
+// Ack acknowledges deliveries. The broker answers ACK_OK once the acks are
+// durable in the group's ledger, with one result code per entry.
+type Ack struct {
+	Topic, Group string
+	Entries      []AckEntry
+}
+
+func (*Ack) Type() FrameType { return TypeAck }
+func (f *Ack) appendBody(b []byte) []byte {
+	b = appendStr(b, f.Topic)
+	b = appendStr(b, f.Group)
+	return appendAckEntries(b, f.Entries)
+}
+func (f *Ack) decodeBody(d *decoder) {
+	f.Topic, f.Group = d.str(), d.str()
+	f.Entries = decodeAckEntries(d)
+}
+
+// AckOK answers ACK and NACK: Results[i] is the outcome of entry i
+// (CodeOK or CodeStaleDelivery, for example).
+type AckOK struct{ Results []Code }
+
+func (*AckOK) Type() FrameType { return TypeAckOK }
+func (f *AckOK) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Results)))
+	for _, c := range f.Results {
+		b = binary.BigEndian.AppendUint16(b, uint16(c))
+	}
+	return b
+}
+func (f *AckOK) decodeBody(d *decoder) {
+	n := d.listLen(2)
+	f.Results = make([]Code, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		f.Results[i] = Code(d.u16())
+	}
+}
+
+// Nack returns deliveries for redelivery after DelayMs (0 = at once).
+type Nack struct {
+	Topic, Group string
+	DelayMs      uint32
+	Entries      []AckEntry
+}
+
+func (*Nack) Type() FrameType { return TypeNack }
+func (f *Nack) appendBody(b []byte) []byte {
+	b = appendStr(b, f.Topic)
+	b = appendStr(b, f.Group)
+	b = binary.BigEndian.AppendUint32(b, f.DelayMs)
+	return appendAckEntries(b, f.Entries)
+}
+func (f *Nack) decodeBody(d *decoder) {
+	f.Topic, f.Group, f.DelayMs = d.str(), d.str(), d.u32()
+	f.Entries = decodeAckEntries(d)
+}
+
+// Ping asks for a Pong; either side may send it to check liveness.
+type Ping struct{}
+
+func (*Ping) Type() FrameType            { return TypePing }
+func (*Ping) appendBody(b []byte) []byte { return b }
+func (*Ping) decodeBody(*decoder)        {}
+
+// Pong answers a Ping with the same correlation id.
+type Pong struct{}
+
+func (*Pong) Type() FrameType            { return TypePong }
+func (*Pong) appendBody(b []byte) []byte { return b }
+func (*Pong) decodeBody(*decoder)        {}
