@@ -176,11 +176,15 @@ func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
 	var failures []error
 	ackedCount := make(chan int, total)
 	var wg sync.WaitGroup
+	kills := 0
+	killerDone := make(chan struct{})
 	go func() {
 		// The killer: SIGKILL when enough acks arrived, restart at once.
+		defer close(killerDone)
 		for n := range ackedCount {
 			if killAt[n] {
 				srv.kill9()
+				kills++
 				srv.start()
 			}
 		}
@@ -205,6 +209,10 @@ func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
 	}
 	wg.Wait()
 	close(ackedCount)
+	<-killerDone
+	if kills != len(killAt) {
+		t.Fatalf("%d kills happened, want %d", kills, len(killAt))
+	}
 	if len(failures) > 0 {
 		t.Fatalf("%d publishes failed, first: %v", len(failures), failures[0])
 	}
@@ -246,5 +254,63 @@ func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
 	}
 	if len(seen) != total {
 		t.Fatalf("log holds %d records, want exactly %d", len(seen), total)
+	}
+}
+
+// TestCLIAgainstRealServer drives the CLI verbs as a user would, against a
+// `nereus serve` with a token file.
+func TestCLIAgainstRealServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "tokens")
+	os.WriteFile(tokenFile, []byte("cli-secret\n"), 0o600)
+	addr := freeLoopbackAddr(t)
+	startServe(t, "--data", filepath.Join(dir, "data"), "--listen", addr, "--http", "", "--token-file", tokenFile)
+	run := func(stdin string, args ...string) (string, error) {
+		cmd := exec.Command(nereusBinary(t), args...)
+		cmd.Env = append(os.Environ(), "NEREUS_SERVER="+addr, "NEREUS_TOKEN=cli-secret")
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.Output()
+		return string(out), err
+	}
+	if _, err := run("", "topic", "create", "cli", "--partitions", "2"); err != nil {
+		t.Fatalf("topic create: %v", err)
+	}
+	if _, err := run("", "topic", "create", "cli", "--partitions", "3"); err == nil {
+		t.Fatal("conflicting topic create exited 0")
+	}
+	out, err := run("one\ntwo\nthree\n", "pub", "cli", "--json", "-")
+	if err != nil || strings.Count(out, `"seq":`) != 3 {
+		t.Fatalf("pub from stdin: %v\n%s", err, out)
+	}
+	first, err := run("", "pub", "cli", "--producer-id", "9", "--seq", "1", "--json", "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := run("", "pub", "cli", "--producer-id", "9", "--seq", "1", "--json", "once")
+	if err != nil || strings.Replace(again, `"duplicate":true`, `"duplicate":false`, 1) != first {
+		t.Fatalf("replay: %v\nfirst %s\nagain %s", err, first, again)
+	}
+	out, err = run("", "sub", "cli", "--group", "g", "--count", "4", "--json")
+	if err != nil {
+		t.Fatalf("sub: %v\n%s", err, out)
+	}
+	for _, v := range []string{`"value":"one"`, `"value":"two"`, `"value":"three"`, `"value":"once"`, `"key":`, `"delivery_id":`} {
+		if !strings.Contains(out, v) {
+			t.Fatalf("sub output lacks %s:\n%s", v, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n != 4 {
+		t.Fatalf("sub printed %d lines, want 4:\n%s", n, out)
+	}
+	// Everything was acked: the group has nothing left.
+	if out, err := run("", "sub", "cli", "--group", "g", "--count", "1", "--timeout", "300ms"); err == nil {
+		t.Fatalf("sub of an empty group reached --count: %s", out)
+	}
+	cmd := exec.Command(nereusBinary(t), "topic", "list", "--server", addr, "--token", "wrong")
+	if err := cmd.Run(); err == nil {
+		t.Fatal("wrong token exited 0")
 	}
 }

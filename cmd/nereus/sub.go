@@ -141,9 +141,7 @@ func formatSubMessage(m *client.Message, asJSON bool) (string, error) {
 	if !m.Timestamp.IsZero() {
 		obj.TimestampMs = m.Timestamp.UnixMilli()
 	}
-	if len(m.Key) > 0 {
-		obj.Key, obj.KeyB64 = textOrBase64(m.Key)
-	}
+	obj.Key, obj.KeyB64 = textOrBase64(m.Key) // always present: "" when unkeyed
 	obj.Value, obj.ValueB64 = textOrBase64(m.Value)
 	if len(m.Headers) > 0 {
 		obj.Headers = map[string]string{}

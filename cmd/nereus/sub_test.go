@@ -17,13 +17,13 @@ func TestFormatSubMessageJSON(t *testing.T) {
 	}
 	bin := &client.Message{Seq: 1, Value: []byte{0xff, 0x00}}
 	got, _ = formatSubMessage(bin, true)
-	want = `{"partition":0,"seq":1,"value_b64":"/wA=","delivery_id":0,"delivery_count":0,"timestamp_ms":0}`
+	want = `{"partition":0,"seq":1,"key":"","value_b64":"/wA=","delivery_id":0,"delivery_count":0,"timestamp_ms":0}`
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 	empty := &client.Message{Seq: 2}
 	got, _ = formatSubMessage(empty, true)
-	if want = `{"partition":0,"seq":2,"value":"","delivery_id":0,"delivery_count":0,"timestamp_ms":0}`; got != want {
+	if want = `{"partition":0,"seq":2,"key":"","value":"","delivery_id":0,"delivery_count":0,"timestamp_ms":0}`; got != want {
 		t.Fatalf("empty value: got %s", got)
 	}
 }

@@ -159,6 +159,16 @@ func TestPartitionersAreStableAndInRange(t *testing.T) {
 	if len(seen) != 4 {
 		t.Fatalf("producer partitioner uses only %d of 4 partitions", len(seen))
 	}
+	// Consecutive seqs of one producer must not pile onto one partition.
+	counts := make([]int, 4)
+	for s := uint64(1); s <= 400; s++ {
+		counts[PartitionForProducer(0xdeadbeefcafe, s, 4)]++
+	}
+	for p, c := range counts {
+		if c < 60 {
+			t.Fatalf("partition %d got %d of 400 consecutive seqs: %v", p, c, counts)
+		}
+	}
 }
 
 // rawFrame encodes an arbitrary type and body, to build malformed input.

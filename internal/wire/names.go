@@ -48,9 +48,11 @@ func PartitionForProducer(producerID, producerSeq uint64, n uint32) uint32 {
 	if n == 0 {
 		panic(fmt.Sprintf("wire: PartitionForProducer with %d partitions", n))
 	}
-	x := producerID*0x9E3779B97F4A7C15 ^ producerSeq
+	// SplitMix64's finalizer over both fields: every input bit reaches the
+	// low bits, so consecutive seqs spread over the partitions.
+	x := producerID ^ producerSeq*0x9E3779B97F4A7C15
+	x = (x ^ x>>30) * 0xBF58476D1CE4E5B9
+	x = (x ^ x>>27) * 0x94D049BB133111EB
 	x ^= x >> 31
-	x *= 0xBF58476D1CE4E5B9
-	x ^= x >> 29
 	return uint32(x % uint64(n))
 }
