@@ -83,6 +83,21 @@ func startServe(t *testing.T, args ...string) *serverProcess {
 	return p
 }
 
+// startServeWithToken runs `nereus serve` on a free loopback port with a
+// token file holding token, and returns the client address.
+func startServeWithToken(t *testing.T, token string) (string, *serverProcess) {
+	t.Helper()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokenFile, []byte("# test token\n"+token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeLoopbackAddr(t)
+	srv := startServe(t, "--data", filepath.Join(dir, "data"), "--listen", addr, "--http", "",
+		"--token-file", tokenFile, "--log-level", "warn")
+	return addr, srv
+}
+
 // start launches the process and waits (bounded) for its ready line.
 func (p *serverProcess) start() {
 	p.t.Helper()
@@ -147,12 +162,7 @@ func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "tokens")
-	os.WriteFile(tokenFile, []byte("# test token\ne2e-secret\n"), 0o600)
-	addr := freeLoopbackAddr(t)
-	srv := startServe(t, "--data", filepath.Join(dir, "data"), "--listen", addr, "--http", "",
-		"--token-file", tokenFile, "--log-level", "warn")
+	addr, srv := startServeWithToken(t, "e2e-secret")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -263,11 +273,7 @@ func TestCLIAgainstRealServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "tokens")
-	os.WriteFile(tokenFile, []byte("cli-secret\n"), 0o600)
-	addr := freeLoopbackAddr(t)
-	startServe(t, "--data", filepath.Join(dir, "data"), "--listen", addr, "--http", "", "--token-file", tokenFile)
+	addr, _ := startServeWithToken(t, "cli-secret")
 	run := func(stdin string, args ...string) (string, error) {
 		cmd := exec.Command(nereusBinary(t), args...)
 		cmd.Env = append(os.Environ(), "NEREUS_SERVER="+addr, "NEREUS_TOKEN=cli-secret")
