@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -57,6 +58,7 @@ func freeLoopbackAddr(t *testing.T) string {
 // serverProcess is a `nereus serve` child process.
 type serverProcess struct {
 	t    *testing.T
+	bin  string
 	args []string
 	cmd  *exec.Cmd
 	logs *os.File
@@ -68,7 +70,7 @@ func startServe(t *testing.T, args ...string) *serverProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &serverProcess{t: t, args: args, logs: logs}
+	p := &serverProcess{t: t, bin: nereusBinary(t), args: args, logs: logs}
 	p.start()
 	t.Cleanup(func() {
 		if p.cmd != nil && p.cmd.ProcessState == nil {
@@ -98,17 +100,32 @@ func startServeWithToken(t *testing.T, token string) (string, *serverProcess) {
 	return addr, srv
 }
 
-// start launches the process and waits (bounded) for its ready line.
+// start launches the process and waits (bounded) for its ready line; it
+// fails the test, so it must run on the test goroutine (see restart).
 func (p *serverProcess) start() {
 	p.t.Helper()
-	cmd := exec.Command(nereusBinary(p.t), append([]string{"serve"}, p.args...)...)
+	if err := p.restart(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// restart kills the process with SIGKILL if it runs, then starts it again.
+// It returns errors instead of failing the test, so any goroutine may call it.
+func (p *serverProcess) restart() error {
+	if p.cmd != nil && p.cmd.ProcessState == nil {
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			return fmt.Errorf("kill -9: %w", err)
+		}
+		p.cmd.Wait()
+	}
+	cmd := exec.Command(p.bin, append([]string{"serve"}, p.args...)...)
 	cmd.Stderr = p.logs
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	if err := cmd.Start(); err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	ready := make(chan error, 1)
 	go func() {
@@ -123,23 +140,13 @@ func (p *serverProcess) start() {
 		}
 		ready <- fmt.Errorf("server exited before ready: %v", sc.Err())
 	}()
+	p.cmd = cmd
 	select {
 	case err := <-ready:
-		if err != nil {
-			p.t.Fatal(err)
-		}
+		return err
 	case <-time.After(30 * time.Second):
-		p.t.Fatal("server not ready within 30s")
+		return errors.New("server not ready within 30s")
 	}
-	p.cmd = cmd
-}
-
-func (p *serverProcess) kill9() {
-	p.t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		p.t.Fatal(err)
-	}
-	p.cmd.Wait()
 }
 
 func tail(s string, n int) string {
@@ -187,15 +194,15 @@ func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
 	ackedCount := make(chan int, total)
 	var wg sync.WaitGroup
 	kills := 0
+	var killErr error
 	killerDone := make(chan struct{})
 	go func() {
 		// The killer: SIGKILL when enough acks arrived, restart at once.
 		defer close(killerDone)
 		for n := range ackedCount {
-			if killAt[n] {
-				srv.kill9()
+			if killAt[n] && killErr == nil {
+				killErr = srv.restart()
 				kills++
-				srv.start()
 			}
 		}
 	}()
@@ -220,6 +227,9 @@ func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
 	wg.Wait()
 	close(ackedCount)
 	<-killerDone
+	if killErr != nil {
+		t.Fatalf("restart during publishing: %v", killErr)
+	}
 	if kills != len(killAt) {
 		t.Fatalf("%d kills happened, want %d", kills, len(killAt))
 	}
@@ -231,8 +241,9 @@ func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
 	}
 
 	// One more kill -9 after the last ack, then read everything back.
-	srv.kill9()
-	srv.start()
+	if err := srv.restart(); err != nil {
+		t.Fatal(err)
+	}
 	cons, err := c.Subscribe(ctx, "e2e", "verify", client.ConsumerOptions{Credit: 512})
 	if err != nil {
 		t.Fatal(err)

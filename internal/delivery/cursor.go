@@ -42,6 +42,7 @@ type inflight struct {
 	id         uint64
 	count      uint32
 	deadlineMs int64
+	owner      uint64 // the subscription it was sent to (shell-assigned id)
 }
 
 type retry struct {
@@ -112,8 +113,9 @@ func (c *Cursor) Truncated(startSeq uint64) {
 }
 
 // Next returns the next delivery, if any is due: redeliveries first, then new
-// seqs up to commitSeq (only visible records are ever delivered).
-func (c *Cursor) Next(nowMs int64, commitSeq uint64) (Delivery, bool) {
+// seqs up to commitSeq (only visible records are ever delivered). owner names
+// the subscription it goes to, so Release can return it early.
+func (c *Cursor) Next(nowMs int64, commitSeq uint64, owner uint64) (Delivery, bool) {
 	if len(c.inflight) >= c.cfg.InflightMax {
 		return Delivery{}, false
 	}
@@ -122,7 +124,7 @@ func (c *Cursor) Next(nowMs int64, commitSeq uint64) (Delivery, bool) {
 			continue
 		}
 		c.retries = slices.Delete(c.retries, i, i+1)
-		return c.deliver(nowMs, r.seq, r.count+1), true
+		return c.deliver(nowMs, r.seq, r.count+1, owner), true
 	}
 	for c.nextNew <= commitSeq {
 		seq := c.nextNew
@@ -130,15 +132,15 @@ func (c *Cursor) Next(nowMs int64, commitSeq uint64) (Delivery, bool) {
 		if c.isDone(seq) || c.isPending(seq) {
 			continue
 		}
-		return c.deliver(nowMs, seq, 1), true
+		return c.deliver(nowMs, seq, 1, owner), true
 	}
 	return Delivery{}, false
 }
 
-func (c *Cursor) deliver(nowMs int64, seq uint64, count uint32) Delivery {
+func (c *Cursor) deliver(nowMs int64, seq uint64, count uint32, owner uint64) Delivery {
 	c.idCounter++
 	id := c.idBase | c.idCounter
-	c.inflight[seq] = inflight{id: id, count: count, deadlineMs: nowMs + c.cfg.AckWaitMs}
+	c.inflight[seq] = inflight{id: id, count: count, deadlineMs: nowMs + c.cfg.AckWaitMs, owner: owner}
 	return Delivery{Seq: seq, DeliveryID: id, Count: count}
 }
 
@@ -168,6 +170,24 @@ func (c *Cursor) Nack(nowMs int64, seq, deliveryID uint64, delayMs int64) error 
 	delete(c.inflight, seq)
 	c.requeue(seq, in.count, nowMs+max(delayMs, 0))
 	return nil
+}
+
+// Release returns every delivery in flight to owner (a subscription that
+// closed) for redelivery now, instead of after its ack wait. The delivery
+// still counts toward MaxDeliver, and its id becomes stale.
+func (c *Cursor) Release(nowMs int64, owner uint64) {
+	var released []uint64
+	for seq, in := range c.inflight {
+		if in.owner == owner {
+			released = append(released, seq)
+		}
+	}
+	slices.Sort(released) // map order must not leak into the kernel's output
+	for _, seq := range released {
+		in := c.inflight[seq]
+		delete(c.inflight, seq)
+		c.requeue(seq, in.count, nowMs)
+	}
 }
 
 // Expire moves every delivery whose ack wait has passed to redelivery (or

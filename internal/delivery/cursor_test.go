@@ -16,12 +16,12 @@ func newTestCursor(t *testing.T, maxDeliver uint32) *Cursor {
 
 func TestDeliversOnlyVisibleInOrderWithinInflightBound(t *testing.T) {
 	c := newTestCursor(t, 5)
-	if _, ok := c.Next(0, 0); ok {
+	if _, ok := c.Next(0, 0, 0); ok {
 		t.Fatal("delivered with nothing visible")
 	}
 	var got []uint64
 	for {
-		d, ok := c.Next(0, 10)
+		d, ok := c.Next(0, 10, 0)
 		if !ok {
 			break
 		}
@@ -37,8 +37,8 @@ func TestDeliversOnlyVisibleInOrderWithinInflightBound(t *testing.T) {
 
 func TestAckFencingAndFloor(t *testing.T) {
 	c := newTestCursor(t, 5)
-	d1, _ := c.Next(0, 3)
-	d2, _ := c.Next(0, 3)
+	d1, _ := c.Next(0, 3, 0)
+	d2, _ := c.Next(0, 3, 0)
 	if _, err := c.Ack(d2.Seq, d1.DeliveryID); !errors.Is(err, ErrStale) {
 		t.Fatalf("ack with another seq's id: %v", err)
 	}
@@ -63,16 +63,16 @@ func TestAckFencingAndFloor(t *testing.T) {
 
 func TestExpiryRedeliversWithNewIDThenDeadLetters(t *testing.T) {
 	c := newTestCursor(t, 2)
-	d1, _ := c.Next(0, 1)
+	d1, _ := c.Next(0, 1, 0)
 	if dl := c.NextDeadlineMs(); dl != 100 {
 		t.Fatalf("deadline %d", dl)
 	}
 	c.Expire(99)
-	if _, ok := c.Next(99, 1); ok {
+	if _, ok := c.Next(99, 1, 0); ok {
 		t.Fatal("redelivered before the ack wait")
 	}
 	c.Expire(100)
-	d2, ok := c.Next(100, 1)
+	d2, ok := c.Next(100, 1, 0)
 	if !ok || d2.Seq != 1 || d2.Count != 2 || d2.DeliveryID == d1.DeliveryID {
 		t.Fatalf("redelivery %+v of %+v", d2, d1)
 	}
@@ -80,7 +80,7 @@ func TestExpiryRedeliversWithNewIDThenDeadLetters(t *testing.T) {
 		t.Fatal("old delivery id still accepted")
 	}
 	c.Expire(200)
-	if _, ok := c.Next(200, 1); ok {
+	if _, ok := c.Next(200, 1, 0); ok {
 		t.Fatal("delivered beyond MaxDeliver")
 	}
 	dead := c.TakeDead()
@@ -102,17 +102,17 @@ func TestExpiryRedeliversWithNewIDThenDeadLetters(t *testing.T) {
 
 func TestNackRedeliversAfterDelay(t *testing.T) {
 	c := newTestCursor(t, 5)
-	d, _ := c.Next(0, 1)
+	d, _ := c.Next(0, 1, 0)
 	if err := c.Nack(0, d.Seq, d.DeliveryID+1, 0); !errors.Is(err, ErrStale) {
 		t.Fatalf("nack with wrong id: %v", err)
 	}
 	if err := c.Nack(0, d.Seq, d.DeliveryID, 50); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.Next(49, 1); ok {
+	if _, ok := c.Next(49, 1, 0); ok {
 		t.Fatal("redelivered before nack delay")
 	}
-	if d2, ok := c.Next(50, 1); !ok || d2.Seq != 1 || d2.Count != 2 {
+	if d2, ok := c.Next(50, 1, 0); !ok || d2.Seq != 1 || d2.Count != 2 {
 		t.Fatalf("after delay: %+v %v", d2, ok)
 	}
 }
@@ -124,11 +124,11 @@ func TestReplayAndTruncationNeverRedeliverBelowFloor(t *testing.T) {
 	if c.AckFloor() != 2 {
 		t.Fatalf("floor %d", c.AckFloor())
 	}
-	d, _ := c.Next(0, 4)
+	d, _ := c.Next(0, 4, 0)
 	if d.Seq != 2 {
 		t.Fatalf("first delivery %d, want 2 (1 and 3 acked)", d.Seq)
 	}
-	d, _ = c.Next(0, 4)
+	d, _ = c.Next(0, 4, 0)
 	if d.Seq != 4 {
 		t.Fatalf("second delivery %d, want 4", d.Seq)
 	}
@@ -136,7 +136,7 @@ func TestReplayAndTruncationNeverRedeliverBelowFloor(t *testing.T) {
 	if c.AckFloor() != 10 || c.Inflight() != 0 {
 		t.Fatalf("after truncation floor %d inflight %d", c.AckFloor(), c.Inflight())
 	}
-	if d, _ := c.Next(0, 12); d.Seq != 10 {
+	if d, _ := c.Next(0, 12, 0); d.Seq != 10 {
 		t.Fatalf("delivery %d after truncation", d.Seq)
 	}
 }
@@ -144,5 +144,22 @@ func TestReplayAndTruncationNeverRedeliverBelowFloor(t *testing.T) {
 func TestConfigValidation(t *testing.T) {
 	if _, err := NewCursor(Config{}, 1, 0); err == nil {
 		t.Fatal("zero config accepted")
+	}
+}
+
+func TestReleaseRequeuesOnlyThatOwnersDeliveries(t *testing.T) {
+	c := newTestCursor(t, 5)
+	a, _ := c.Next(0, 3, 1)
+	b, _ := c.Next(0, 3, 2)
+	c.Release(10, 1)
+	if _, err := c.Ack(a.Seq, a.DeliveryID); !errors.Is(err, ErrStale) {
+		t.Fatalf("released delivery still ackable: %v", err)
+	}
+	if _, err := c.Ack(b.Seq, b.DeliveryID); err != nil {
+		t.Fatalf("other owner's delivery: %v", err)
+	}
+	d, ok := c.Next(10, 3, 2)
+	if !ok || d.Seq != a.Seq || d.Count != 2 {
+		t.Fatalf("after release got %+v %v, want seq %d again at once", d, ok, a.Seq)
 	}
 }

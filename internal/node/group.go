@@ -39,6 +39,7 @@ type GroupOptions struct {
 // frames while it has credit. Its credit is owned by the group goroutine.
 type Subscription struct {
 	g      *groupRunner
+	id     uint64 // owner id of its deliveries in the cursors
 	sink   Sink
 	credit uint32
 }
@@ -48,8 +49,8 @@ func (s *Subscription) AddCredit(n uint32) {
 	s.g.send(groupCmd{kind: cmdCredit, sub: s, credit: n})
 }
 
-// Close ends the subscription. Its unacked deliveries are redelivered after
-// their ack wait.
+// Close ends the subscription. Its unacked deliveries are released for
+// redelivery to the group's other members at once.
 func (s *Subscription) Close() { s.g.send(groupCmd{kind: cmdClose, sub: s}) }
 
 type cmdKind uint8
@@ -119,6 +120,8 @@ type groupRunner struct {
 	// Published for metrics: the durable ack floor per partition.
 	floors []atomic.Uint64
 
+	nextSubID atomic.Uint64
+
 	dlqMu      sync.Mutex
 	dlqResults []dlqResult
 }
@@ -146,7 +149,7 @@ func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) 
 		n.groups[key] = g
 	}
 	n.mu.Unlock()
-	s := &Subscription{g: g, sink: sink}
+	s := &Subscription{g: g, id: g.nextSubID.Add(1), sink: sink}
 	g.send(groupCmd{kind: cmdSubscribe, sub: s})
 	return s, nil
 }
@@ -387,6 +390,10 @@ func (g *groupRunner) handle(c groupCmd) {
 				break
 			}
 		}
+		now := g.node.cfg.NowMs()
+		for _, cur := range g.cursors {
+			cur.Release(now, c.sub.id)
+		}
 	case cmdAck, cmdNack:
 		g.handleAcks(c)
 	}
@@ -478,7 +485,7 @@ func (g *groupRunner) dispatch(now int64) {
 		for k := 0; k < len(g.cursors) && !sent; k++ {
 			pi := (g.partRR + k) % len(g.cursors)
 			p := g.topic.partitions[pi]
-			d, ok := g.cursors[pi].Next(now, p.commitSeq.Load())
+			d, ok := g.cursors[pi].Next(now, p.commitSeq.Load(), sub.id)
 			if !ok {
 				continue
 			}

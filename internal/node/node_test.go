@@ -495,3 +495,30 @@ func headerValue(m *wire.Msg, key string) string {
 	}
 	return ""
 }
+
+func TestClosedSubscriptionReleasesItsDeliveriesAtOnce(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	for i := 0; i < 3; i++ {
+		h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte{byte(i)}})
+	}
+	first := newSink()
+	sub1, _ := h.node.Subscribe("t", "g", GroupOptions{AckWaitMs: 3_600_000}, first)
+	sub1.AddCredit(3)
+	got := first.waitFor(t, 3)
+	second := newSink()
+	sub2, _ := h.node.Subscribe("t", "g", GroupOptions{}, second)
+	sub2.AddCredit(10)
+	h.sync("t", "g")
+	if n := second.count(); n != 0 {
+		t.Fatalf("second member got %d messages still in flight to the first", n)
+	}
+	// No clock advance: only the release can make them due.
+	sub1.Close()
+	again := second.waitFor(t, 3)
+	for i, m := range again {
+		if m.DeliveryCount != 2 || m.DeliveryID == got[i].DeliveryID {
+			t.Fatalf("released delivery %+v after %+v", m, got[i])
+		}
+	}
+}
