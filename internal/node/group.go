@@ -105,6 +105,12 @@ type groupRunner struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 
+	// Manual mode (Config.Manual): queued commands and wake-ups, owned by
+	// the driver's goroutine instead of run.
+	manualQueue []groupCmd
+	woken       bool
+	nextWakeMs  int64
+
 	// Owned by run.
 	cursors     []*delivery.Cursor
 	ledger      *storage.Log
@@ -203,6 +209,10 @@ func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunn
 	t.groupsMu.Lock()
 	t.groups = append(t.groups, g)
 	t.groupsMu.Unlock()
+	if n.cfg.Manual {
+		g.woken = true
+		return g, nil
+	}
 	g.wg.Add(1)
 	go g.run()
 	return g, nil
@@ -301,6 +311,17 @@ func (g *groupRunner) load() error {
 }
 
 func (g *groupRunner) send(c groupCmd) {
+	if g.node.cfg.Manual {
+		select {
+		case <-g.done:
+			if c.reply != nil {
+				c.reply(nil, wire.Errorf(wire.CodeUnavailable, "group is shutting down"))
+			}
+		default:
+			g.manualQueue = append(g.manualQueue, c)
+		}
+		return
+	}
 	select {
 	case g.cmds <- c:
 	case <-g.done:
@@ -311,6 +332,10 @@ func (g *groupRunner) send(c groupCmd) {
 }
 
 func (g *groupRunner) poke() {
+	if g.node.cfg.Manual {
+		g.woken = true
+		return
+	}
 	select {
 	case g.wakeCh <- struct{}{}:
 	default:
@@ -318,28 +343,79 @@ func (g *groupRunner) poke() {
 }
 
 func (g *groupRunner) stop() {
-	g.once.Do(func() { close(g.done) })
+	g.once.Do(func() {
+		close(g.done)
+		if g.node.cfg.Manual {
+			g.shutdown()
+		}
+	})
 	g.wg.Wait()
+}
+
+// shutdown flushes the ledger, fails queued commands and closes the ledger;
+// it runs on the goroutine that owns the group.
+func (g *groupRunner) shutdown() {
+	g.flushLedger()
+	unavailable := wire.Errorf(wire.CodeUnavailable, "group is shutting down")
+	for _, c := range g.manualQueue {
+		if c.reply != nil {
+			c.reply(nil, unavailable)
+		}
+	}
+	g.manualQueue = nil
+	for {
+		select {
+		case c := <-g.cmds:
+			if c.reply != nil {
+				c.reply(nil, unavailable)
+			}
+		default:
+			g.ledger.Close()
+			return
+		}
+	}
+}
+
+// step runs one iteration in manual mode when the group has commands, was
+// woken, or reached its next deadline. It reports whether it ran.
+func (g *groupRunner) step(nowMs int64) bool {
+	if len(g.manualQueue) == 0 && !g.woken && nowMs < g.nextWakeMs {
+		return false
+	}
+	for len(g.manualQueue) > 0 {
+		c := g.manualQueue[0]
+		g.manualQueue = g.manualQueue[1:]
+		g.handle(c)
+	}
+	g.woken = false
+	g.nextWakeMs = nowMs + g.iterate(nowMs)
+	return true
 }
 
 const groupIdleWaitMs = 1000
 
+// iterate is one pass of the group's loop after its commands were handled:
+// dead letters, ledger flush (then ACK replies), dispatch. It returns how
+// long the group may sleep before something falls due.
+func (g *groupRunner) iterate(now int64) (waitMs int64) {
+	g.collectDeadLetters(now)
+	g.flushLedger()
+	g.dispatch(now)
+	wait := int64(groupIdleWaitMs)
+	for _, c := range g.cursors {
+		if d := c.NextDeadlineMs(); d >= 0 {
+			wait = min(wait, max(d-now, 1))
+		}
+	}
+	for _, r := range g.dlqRetries {
+		wait = min(wait, max(r.dueMs-now, 1))
+	}
+	return wait
+}
+
 func (g *groupRunner) run() {
 	defer g.wg.Done()
-	defer func() {
-		g.flushLedger()
-		for {
-			select {
-			case c := <-g.cmds:
-				if c.reply != nil {
-					c.reply(nil, wire.Errorf(wire.CodeUnavailable, "group is shutting down"))
-				}
-			default:
-				g.ledger.Close()
-				return
-			}
-		}
-	}()
+	defer g.shutdown()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -360,19 +436,7 @@ func (g *groupRunner) run() {
 		case <-g.wakeCh:
 		case <-timer.C:
 		}
-		now := g.node.cfg.NowMs()
-		g.collectDeadLetters(now)
-		g.flushLedger()
-		g.dispatch(now)
-		wait := int64(groupIdleWaitMs)
-		for _, c := range g.cursors {
-			if d := c.NextDeadlineMs(); d >= 0 {
-				wait = min(wait, max(d-now, 1))
-			}
-		}
-		for _, r := range g.dlqRetries {
-			wait = min(wait, max(r.dueMs-now, 1))
-		}
+		wait := g.iterate(g.node.cfg.NowMs())
 		timer.Reset(time.Duration(wait) * time.Millisecond)
 	}
 }
@@ -443,9 +507,11 @@ func (g *groupRunner) flushLedger() {
 	if len(g.ledgerBatch) > 0 {
 		_, err := g.ledger.Append(0, []storage.Record{{Value: g.ledgerBatch}})
 		if err == nil {
-			start := time.Now()
-			err = g.ledger.Sync()
-			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(time.Since(start).Seconds())
+			start := g.node.cfg.NowNanos()
+			if !g.node.cfg.Mutations.SkipLedgerFsync {
+				err = g.ledger.Sync()
+			}
+			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(float64(g.node.cfg.NowNanos()-start) / 1e9)
 		}
 		g.ledgerBatch = nil
 		if err != nil {

@@ -28,8 +28,17 @@ type Config struct {
 	DataDir string
 	FS      vfs.FS
 	Logger  *slog.Logger
-	// NowMs is the wall clock in unix milliseconds (injected for tests).
-	NowMs func() int64
+	// NowMs is the wall clock in unix milliseconds and NowNanos a clock for
+	// measuring durations (injected by tests and the simulator).
+	NowMs    func() int64
+	NowNanos func() int64
+	// Manual makes the node start no goroutines: partitions and groups only
+	// queue work, and the driver (the simulator) runs it by calling Step on
+	// one goroutine. Production leaves it false.
+	Manual bool
+	// Mutations deliberately break guards, so tests can prove that the
+	// simulator's checkers catch each one. Never set outside tests.
+	Mutations Mutations
 
 	SegmentBytesMax       int64
 	RecordBytesMax        int   // key + value + headers of one record
@@ -55,6 +64,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.NowMs == nil {
 		c.NowMs = func() int64 { return time.Now().UnixMilli() }
+	}
+	if c.NowNanos == nil {
+		c.NowNanos = func() int64 { return time.Now().UnixNano() }
 	}
 	if c.SegmentBytesMax == 0 {
 		c.SegmentBytesMax = 64 << 20

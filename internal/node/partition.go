@@ -44,6 +44,11 @@ type partitionRunner struct {
 	done chan struct{}
 	wg   sync.WaitGroup
 
+	// Manual mode (Config.Manual): queued publishes and the next retention
+	// run, owned by the driver's goroutine instead of run.
+	manualQueue     []*pubReq
+	nextRetentionMs int64
+
 	// Owned by run.
 	log     *storage.Log
 	state   *partition.State
@@ -68,6 +73,10 @@ func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
 	}
 	if err := p.recover(); err != nil {
 		return nil, err
+	}
+	if n.cfg.Manual {
+		p.nextRetentionMs = n.cfg.NowMs() + n.cfg.RetentionCheckMs
+		return p, nil
 	}
 	p.wg.Add(1)
 	go p.run()
@@ -104,7 +113,9 @@ func (p *partitionRunner) recover() error {
 			return fmt.Errorf("partition %s/%d: replay from %d: %w", p.topic.cfg.Name, p.id, from, err)
 		}
 		for _, e := range entries {
-			st.Replay(e.Seq, e.Epoch, e.Record.ProducerID, e.Record.ProducerSeq)
+			if !cfg.Mutations.SkipDedupRebuild {
+				st.Replay(e.Seq, e.Epoch, e.Record.ProducerID, e.Record.ProducerSeq)
+			}
 		}
 		from = entries[len(entries)-1].Seq + 1
 	}
@@ -143,6 +154,15 @@ func (p *partitionRunner) bumpEpoch(logEpoch uint64) (uint64, error) {
 // enqueue hands a publish to the partition goroutine; it blocks while the
 // queue is full (backpressure on the publishing session).
 func (p *partitionRunner) enqueue(r *pubReq) {
+	if p.node.cfg.Manual {
+		select {
+		case <-p.done:
+			r.reply(wire.PubOK{}, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+		default:
+			p.manualQueue = append(p.manualQueue, r)
+		}
+		return
+	}
 	select {
 	case p.reqs <- r:
 	case <-p.done:
@@ -151,18 +171,46 @@ func (p *partitionRunner) enqueue(r *pubReq) {
 }
 
 func (p *partitionRunner) stop() {
-	p.stopOnce.Do(func() { close(p.done) })
+	p.stopOnce.Do(func() {
+		close(p.done)
+		if p.node.cfg.Manual {
+			p.shutdown()
+		}
+	})
 	p.wg.Wait()
+}
+
+// shutdown fails what is queued and closes the log; it runs on the goroutine
+// that owns the partition (run, or the driver in manual mode).
+func (p *partitionRunner) shutdown() {
+	p.failQueued()
+	if p.log != nil {
+		p.log.Close()
+	}
+}
+
+// step does the partition's due work at nowMs in manual mode: retention when
+// due, then every queued publish in batches. It reports whether it did any.
+func (p *partitionRunner) step(nowMs int64) bool {
+	progress := false
+	if nowMs >= p.nextRetentionMs {
+		p.applyRetention()
+		p.nextRetentionMs = nowMs + p.node.cfg.RetentionCheckMs
+		progress = true
+	}
+	for len(p.manualQueue) > 0 {
+		n := min(len(p.manualQueue), p.node.cfg.PublishBatchMax)
+		batch := p.manualQueue[:n:n]
+		p.manualQueue = p.manualQueue[n:]
+		p.commitBatch(batch)
+		progress = true
+	}
+	return progress
 }
 
 func (p *partitionRunner) run() {
 	defer p.wg.Done()
-	defer func() {
-		p.failQueued()
-		if p.log != nil {
-			p.log.Close()
-		}
-	}()
+	defer p.shutdown()
 	retention := time.NewTicker(time.Duration(p.node.cfg.RetentionCheckMs) * time.Millisecond)
 	defer retention.Stop()
 	batch := make([]*pubReq, 0, p.node.cfg.PublishBatchMax)
@@ -240,9 +288,11 @@ func (p *partitionRunner) commitBatch(batch []*pubReq) {
 		err = fmt.Errorf("log assigned seq %d, kernel %d", first, news[0].seq)
 	}
 	if err == nil {
-		start := time.Now()
-		err = p.log.Sync()
-		m.fsyncSeconds.WithLabelValues("log").Observe(time.Since(start).Seconds())
+		start := p.node.cfg.NowNanos()
+		if !p.node.cfg.Mutations.AckBeforeFsync {
+			err = p.log.Sync()
+		}
+		m.fsyncSeconds.WithLabelValues("log").Observe(float64(p.node.cfg.NowNanos()-start) / 1e9)
 	}
 	if err != nil {
 		p.fail(err, news)
@@ -294,6 +344,10 @@ func (p *partitionRunner) fail(cause error, news []appended) {
 
 func (p *partitionRunner) failQueued() {
 	err := wire.Errorf(wire.CodeUnavailable, "partition is shutting down")
+	for _, r := range p.manualQueue {
+		r.reply(wire.PubOK{}, err)
+	}
+	p.manualQueue = nil
 	for {
 		select {
 		case r := <-p.reqs:

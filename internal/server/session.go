@@ -8,11 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
-
-type subKey struct{ topic, group string }
 
 // session is one client connection. The reader goroutine (serve) decodes
 // and routes requests; replies and deliveries from any goroutine are encoded
@@ -23,7 +20,7 @@ type session struct {
 	conn net.Conn
 	r    *bufio.Reader
 
-	subs map[subKey]*node.Subscription // owned by serve
+	proto *Protocol // owned by serve
 
 	outMu      sync.Mutex
 	outCond    *sync.Cond
@@ -33,9 +30,9 @@ type session struct {
 }
 
 func newSession(s *Server, conn net.Conn) *session {
-	ss := &session{srv: s, conn: conn, r: bufio.NewReaderSize(conn, 64<<10),
-		subs: map[subKey]*node.Subscription{}, writerDone: make(chan struct{})}
+	ss := &session{srv: s, conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writerDone: make(chan struct{})}
 	ss.outCond = sync.NewCond(&ss.outMu)
+	ss.proto = s.NewProtocol(ss.send, conn.RemoteAddr().String())
 	return ss
 }
 
@@ -55,15 +52,6 @@ func (ss *session) send(corr uint64, f wire.Frame) {
 		ss.conn.Close()
 	}
 	ss.outCond.Signal()
-}
-
-// sendErr queues an ERR frame.
-func (ss *session) sendErr(corr uint64, err error) {
-	var we *wire.Error
-	if !errors.As(err, &we) {
-		we = wire.Errorf(wire.CodeStorage, "%v", err)
-	}
-	ss.send(corr, &wire.Err{Code: we.Code, Message: we.Message})
 }
 
 // closeAfterFlush writes what is queued, then closes the connection.
@@ -110,9 +98,7 @@ func (ss *session) writer() {
 func (ss *session) serve() {
 	go ss.writer()
 	defer func() {
-		for _, sub := range ss.subs {
-			sub.Close()
-		}
+		ss.proto.Close()
 		ss.closeAfterFlush()
 		<-ss.writerDone
 	}()
@@ -122,140 +108,30 @@ func (ss *session) serve() {
 	for {
 		corr, f, err := wire.ReadFrame(ss.r, ss.srv.cfg.FrameBytesMax)
 		if err != nil {
-			var we *wire.Error
-			if errors.As(err, &we) {
-				ss.srv.log.Warn("bad frame; closing connection", "remote", ss.conn.RemoteAddr(), "err", err)
-				ss.sendErr(corr, we)
-			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			if !ss.proto.ReadFailed(corr, err) && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				ss.srv.log.Debug("connection read failed", "remote", ss.conn.RemoteAddr(), "err", err)
 			}
 			return
 		}
-		if !ss.dispatch(corr, f) {
+		if !ss.proto.Handle(corr, f) {
 			return
 		}
 	}
 }
 
-// handshake requires HELLO first, negotiates the version and checks the
-// token. A bad token is answered with a generic AUTH_FAILED after a fixed
-// delay counted from when HELLO arrived, then the connection closes.
+// handshake reads HELLO under a deadline and carries out the protocol's
+// verdict, including its fixed delay before AUTH_FAILED.
 func (ss *session) handshake() bool {
 	cfg := &ss.srv.cfg
 	ss.conn.SetReadDeadline(time.Now().Add(cfg.HandshakeTimeout))
 	corr, f, err := wire.ReadFrame(ss.r, min(cfg.FrameBytesMax, 64<<10))
-	received := time.Now()
 	if err != nil {
-		var we *wire.Error
-		if errors.As(err, &we) {
-			ss.sendErr(corr, we)
-		}
+		ss.proto.ReadFailed(corr, err)
 		return false
 	}
 	ss.conn.SetReadDeadline(time.Time{})
-	hello, ok := f.(*wire.Hello)
-	if !ok {
-		ss.sendErr(corr, wire.Errorf(wire.CodeNotAuthenticated, "first frame must be HELLO, got %s", f.Type()))
-		return false
-	}
-	if !ss.srv.authenticate(hello.Token) {
-		ss.srv.node.Metrics().AuthFailures.Inc()
-		ss.srv.log.Warn("authentication failed", "remote", ss.conn.RemoteAddr())
-		time.Sleep(time.Until(received.Add(cfg.AuthFailDelay)))
-		ss.sendErr(corr, wire.ErrAuthFailed)
-		return false
-	}
-	if hello.VersionMax < wire.VersionMin || hello.VersionMin > wire.VersionMax || hello.VersionMin > hello.VersionMax {
-		ss.sendErr(corr, wire.Errorf(wire.CodeUnsupportedVer, "server speaks %d-%d, client %d-%d",
-			wire.VersionMin, wire.VersionMax, hello.VersionMin, hello.VersionMax))
-		return false
-	}
-	ss.send(corr, &wire.HelloOK{Version: min(hello.VersionMax, wire.VersionMax), NodeID: ss.srv.node.NodeID(),
-		FrameBytesMax: uint32(cfg.FrameBytesMax)})
-	return true
-}
-
-// sessionSink delivers a subscription's MSG frames with its correlation id.
-type sessionSink struct {
-	ss   *session
-	corr uint64
-}
-
-func (k sessionSink) SendMsg(m *wire.Msg) { k.ss.send(k.corr, m) }
-
-// dispatch routes one request; it returns false when the connection must
-// close.
-func (ss *session) dispatch(corr uint64, f wire.Frame) bool {
-	n := ss.srv.node
-	switch f := f.(type) {
-	case *wire.Declare:
-		created, err := n.Declare(f.Topic)
-		if err != nil {
-			ss.sendErr(corr, err)
-			return true
-		}
-		ss.send(corr, &wire.DeclareOK{Topic: f.Topic, Created: created})
-	case *wire.Metadata:
-		ss.send(corr, &wire.MetadataOK{Topics: n.Metadata(f.Topics)})
-	case *wire.Pub:
-		if err := wire.ValidateName("topic", f.Topic); err != nil {
-			ss.sendErr(corr, err)
-			return true
-		}
-		n.Publish(f, func(ok wire.PubOK, err *wire.Error) {
-			if err != nil {
-				ss.sendErr(corr, err)
-				return
-			}
-			ss.send(corr, &ok)
-		})
-	case *wire.Pull:
-		ss.pull(corr, f)
-	case *wire.Ack:
-		n.Ack(f.Topic, f.Group, f.Entries, ss.ackReply(corr))
-	case *wire.Nack:
-		n.Nack(f.Topic, f.Group, f.Entries, int64(f.DelayMs), ss.ackReply(corr))
-	case *wire.Ping:
-		ss.send(corr, &wire.Pong{})
-	case *wire.Hello:
-		ss.sendErr(corr, wire.Errorf(wire.CodeBadFrame, "HELLO after the handshake"))
-		return false
-	default:
-		ss.sendErr(corr, wire.Errorf(wire.CodeBadFrame, "%s is not a request", f.Type()))
-		return false
-	}
-	return true
-}
-
-func (ss *session) ackReply(corr uint64) node.AckReply {
-	return func(results []wire.Code, err *wire.Error) {
-		if err != nil {
-			ss.sendErr(corr, err)
-			return
-		}
-		ss.send(corr, &wire.AckOK{Results: results})
-	}
-}
-
-func (ss *session) pull(corr uint64, f *wire.Pull) {
-	if err := wire.ValidateName("topic", f.Topic); err != nil {
-		ss.sendErr(corr, err)
-		return
-	}
-	key := subKey{topic: f.Topic, group: f.Group}
-	sub, ok := ss.subs[key]
-	if !ok {
-		var err error
-		sub, err = ss.srv.node.Subscribe(f.Topic, f.Group,
-			node.GroupOptions{AckWaitMs: int64(f.AckWaitMs), MaxDeliver: f.MaxDeliver},
-			sessionSink{ss: ss, corr: corr})
-		if err != nil {
-			ss.sendErr(corr, err)
-			return
-		}
-		ss.subs[key] = sub
-	}
-	if f.Credit > 0 {
-		sub.AddCredit(f.Credit)
-	}
+	v := ss.proto.Hello(corr, f)
+	time.Sleep(v.Delay)
+	ss.send(corr, v.Reply)
+	return v.Accepted
 }

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+)
+
+// workload names one measurement; the names are the ones in latest.json.
+type workload string
+
+const (
+	// workloadPubSync publishes with one message in flight; it reports
+	// throughput and the publish-to-ack latency percentiles.
+	workloadPubSync workload = "pub_sync"
+	// workloadPubAsync publishes with a window of inflightMax messages; it
+	// reports throughput.
+	workloadPubAsync workload = "pub_async"
+	// workloadConsume consumes a pre-filled stream with explicit acks; it
+	// reports throughput.
+	workloadConsume workload = "consume"
+	// workloadE2E publishes at a fixed offered rate and measures the time
+	// from publish to delivery to a consumer in the same process.
+	workloadE2E workload = "e2e"
+)
+
+// String returns the workload's name.
+func (w workload) String() string { return string(w) }
+
+// Names of the systems and durability modes, as written in latest.json.
+const (
+	systemNereus    = "nereus"
+	systemJetStream = "jetstream"
+	// modeR1 is one replica with each broker's default durability: Nereus
+	// fsyncs before it acks, JetStream acks before it fsyncs (every 2 min).
+	modeR1 = "r1"
+	// modeR1Always is one JetStream replica with sync_interval: always.
+	modeR1Always = "r1-always"
+)
+
+// systemSpec is a broker in one durability mode and the way to start it.
+// Adding a mode (say Nereus with 3 replicas) is one more entry in
+// systemSpecs with its own start function.
+type systemSpec struct {
+	System string
+	Mode   string
+	// start starts the broker with its data under dataDir and returns it
+	// ready for clients. The caller closes it.
+	start func(ctx context.Context, env *environment, dataDir string) (system, error)
+}
+
+// workloadSpec is one workload at one message size.
+type workloadSpec struct {
+	Workload  workload
+	SizeBytes int
+}
+
+// systemSpecs lists the brokers in the order they appear in the table.
+var systemSpecs = []systemSpec{
+	{System: systemNereus, Mode: modeR1, start: startNereus},
+	{System: systemJetStream, Mode: modeR1, start: startJetStreamMode(false)},
+	{System: systemJetStream, Mode: modeR1Always, start: startJetStreamMode(true)},
+}
+
+// workloadSpecs lists the rows of each system, in table order.
+var workloadSpecs = []workloadSpec{
+	{workloadPubSync, 1024},
+	{workloadPubAsync, 16},
+	{workloadPubAsync, 1024},
+	{workloadPubAsync, 64 << 10},
+	{workloadConsume, 1024},
+	{workloadE2E, 1024},
+}
+
+// benchCase is one row of the results table: a workload run against one
+// system in one mode.
+type benchCase struct {
+	System    string
+	Mode      string
+	Workload  workload
+	SizeBytes int
+}
+
+// ID names the case for -only and for progress lines:
+// "system/mode/workload/size", e.g. "nereus/r1/pub_async/1024".
+func (c benchCase) ID() string {
+	return fmt.Sprintf("%s/%s/%s/%d", c.System, c.Mode, c.Workload, c.SizeBytes)
+}
+
+// selectCases returns the cases whose ID matches only (all when only is
+// nil), ordered by workload row first so that the systems of one row run
+// back to back.
+func selectCases(systems []systemSpec, workloads []workloadSpec, only *regexp.Regexp) []benchCase {
+	var cases []benchCase
+	for _, w := range workloads {
+		for _, s := range systems {
+			c := benchCase{System: s.System, Mode: s.Mode, Workload: w.Workload, SizeBytes: w.SizeBytes}
+			if only == nil || only.MatchString(c.ID()) {
+				cases = append(cases, c)
+			}
+		}
+	}
+	return cases
+}

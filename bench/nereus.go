@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nereus-broker/nereus/client"
+)
+
+// Bounds of the Nereus child process.
+const (
+	nereusBuildTimeout = 5 * time.Minute
+	nereusReadyTimeout = 30 * time.Second
+	nereusStopTimeout  = 10 * time.Second
+	nereusLogTailBytes = 4 << 10
+)
+
+// nereusSystem is a `nereus serve` child process driven over TCP with the SDK.
+type nereusSystem struct {
+	cmd     *exec.Cmd
+	addr    string        // client listen address, from the ready line
+	exited  chan struct{} // closed when the child has exited
+	logPath string        // the child's stderr
+	// admin is the connection used to declare topics.
+	admin *client.Client
+}
+
+// buildNereus builds the CLI once per run into dir and returns its path.
+// It builds from the repository root (the main module), so bench/ needs
+// none of the CLI's own dependencies.
+func buildNereus(ctx context.Context, dir string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, nereusBuildTimeout)
+	defer cancel()
+	bin := filepath.Join(dir, "nereus")
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("find the go tool to build nereus: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, goTool, "build", "-o", bin, "./cmd/nereus")
+	cmd.Dir = ".." // bench/ is run from its own directory; the CLI is ../cmd/nereus
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build ../cmd/nereus (run the harness from bench/): %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// startNereus starts `nereus serve` on a loopback port the kernel picks and
+// waits for its ready line.
+func startNereus(ctx context.Context, env *environment, dataDir string) (system, error) {
+	bin, err := env.nereusBinary(ctx)
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dataDir, "nereus.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child holds its own descriptor
+	cmd := exec.Command(bin, "serve", "--data", filepath.Join(dataDir, "data"),
+		"--listen", "127.0.0.1:0", "--http", "", "--insecure-no-auth", "--log-level", "warn")
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = childProcAttr()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start nereus: %w", err)
+	}
+	s := &nereusSystem{cmd: cmd, exited: make(chan struct{}), logPath: logPath}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(line, "nereus ready") {
+				select {
+				case ready <- line:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() { _ = cmd.Wait(); close(s.exited) }()
+	env.track(s) // killed on exit even if what follows fails
+
+	timer := time.NewTimer(nereusReadyTimeout)
+	defer timer.Stop()
+	select {
+	case line := <-ready:
+		s.addr, err = parseReadyAddr(line)
+		if err != nil {
+			return nil, err
+		}
+	case <-s.exited:
+		return nil, fmt.Errorf("nereus exited before it was ready:\n%s", tailFile(logPath, nereusLogTailBytes))
+	case <-timer.C:
+		return nil, fmt.Errorf("nereus not ready after %s:\n%s", nereusReadyTimeout, tailFile(logPath, nereusLogTailBytes))
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.admin, err = s.dial(ctx, "bench-admin")
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// parseReadyAddr extracts ADDR from "nereus ready client=ADDR http=...".
+func parseReadyAddr(line string) (string, error) {
+	for _, field := range strings.Fields(line) {
+		if addr, ok := strings.CutPrefix(field, "client="); ok && addr != "" {
+			return addr, nil
+		}
+	}
+	return "", fmt.Errorf("no client address in ready line %q", line)
+}
+
+func (s *nereusSystem) dial(ctx context.Context, name string) (*client.Client, error) {
+	return client.Dial(ctx, client.Options{Servers: []string{s.addr}, ClientName: name})
+}
+
+func (s *nereusSystem) CreateStream(ctx context.Context, name string) error {
+	_, err := s.admin.DeclareTopic(ctx, client.TopicConfig{Name: name, Partitions: 1})
+	return err
+}
+
+// DeleteStream is a no-op: the SDK has no topic deletion. The data
+// directory goes when the run ends.
+func (s *nereusSystem) DeleteStream(context.Context, string) error { return nil }
+
+func (s *nereusSystem) NewPublisher(ctx context.Context, stream string, inflightMax int) (publisher, error) {
+	c, err := s.dial(ctx, "bench-pub")
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.NewProducer(client.ProducerOptions{Topic: stream, MaxInFlight: inflightMax})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &nereusPublisher{conn: c, producer: p}, nil
+}
+
+func (s *nereusSystem) NewSubscriber(ctx context.Context, stream, group string, batchMax int) (subscriber, error) {
+	c, err := s.dial(ctx, "bench-sub")
+	if err != nil {
+		return nil, err
+	}
+	co, err := c.Subscribe(ctx, stream, group, client.ConsumerOptions{Credit: batchMax})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &nereusSubscriber{conn: c, consumer: co, batchMax: batchMax}, nil
+}
+
+// Close asks the child to stop (SIGTERM), and kills it if it has not exited
+// within nereusStopTimeout. It is safe to call more than once.
+func (s *nereusSystem) Close() error {
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	select {
+	case <-s.exited:
+		return nil
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	timer := time.NewTimer(nereusStopTimeout)
+	defer timer.Stop()
+	select {
+	case <-s.exited:
+		return nil
+	case <-timer.C:
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		return fmt.Errorf("nereus did not stop within %s; killed", nereusStopTimeout)
+	}
+}
+
+// nereusPublisher is an idempotent SDK producer on its own connection.
+type nereusPublisher struct {
+	conn     *client.Client
+	producer *client.Producer
+}
+
+func (p *nereusPublisher) Publish(ctx context.Context, payload []byte) error {
+	_, err := p.producer.Publish(ctx, client.Message{Value: payload})
+	return err
+}
+
+func (p *nereusPublisher) PublishAsync(ctx context.Context, payload []byte, done func(error)) error {
+	return p.producer.PublishAsync(ctx, client.Message{Value: payload}, func(_ client.PublishResult, err error) { done(err) })
+}
+
+func (p *nereusPublisher) Flush(ctx context.Context) error { return p.producer.Flush(ctx) }
+
+func (p *nereusPublisher) Close() error {
+	err := p.producer.Close()
+	return errors.Join(err, p.conn.Close())
+}
+
+// nereusSubscriber is an SDK consumer whose credit is the batch size.
+type nereusSubscriber struct {
+	conn     *client.Client
+	consumer *client.Consumer
+	batchMax int
+}
+
+func (s *nereusSubscriber) ReceiveBatch(ctx context.Context, wait time.Duration, handle func([]byte)) (int, error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	m, err := s.consumer.Next(wctx)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return 0, nil // nothing arrived within wait
+		}
+		return 0, err
+	}
+	n := 0
+	for {
+		handle(m.Value)
+		if err := m.Ack(); err != nil {
+			return n, err
+		}
+		n++
+		if n >= s.batchMax || s.consumer.Buffered() == 0 {
+			return n, nil
+		}
+		if m, err = s.consumer.Next(ctx); err != nil {
+			return n, err
+		}
+	}
+}
+
+func (s *nereusSubscriber) Close() error {
+	err := s.consumer.Close()
+	if st := s.consumer.Stats(); st.FailedAcks > 0 || st.StaleAcks > 0 {
+		err = errors.Join(err, fmt.Errorf("nereus consumer: %d acks failed, %d stale", st.FailedAcks, st.StaleAcks))
+	}
+	return errors.Join(err, s.conn.Close())
+}
+
+// tailFile returns at most the last n bytes of a file, for error messages.
+func tailFile(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return string(b)
+}
+
+// childTracker remembers started child processes so that they are stopped
+// on every exit path of the run. Safe for concurrent use.
+type childTracker struct {
+	mu       sync.Mutex
+	children []io.Closer
+}
+
+func (t *childTracker) add(c io.Closer) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.children = append(t.children, c)
+}
+
+// closeAll stops every tracked child, newest first.
+func (t *childTracker) closeAll() error {
+	t.mu.Lock()
+	children := t.children
+	t.children = nil
+	t.mu.Unlock()
+	var errs []error
+	for i := len(children) - 1; i >= 0; i-- {
+		errs = append(errs, children[i].Close())
+	}
+	return errors.Join(errs...)
+}

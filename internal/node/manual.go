@@ -1,0 +1,64 @@
+package node
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Mutations are deliberate bugs behind a test-only switch. Each disables one
+// guard; the simulator's mutation tests assert that a campaign finds it.
+type Mutations struct {
+	// AckBeforeFsync sends PUB_OK without fsyncing the partition log.
+	AckBeforeFsync bool
+	// SkipDedupRebuild starts a reopened partition with an empty dedup table.
+	SkipDedupRebuild bool
+	// SkipLedgerFsync answers ACKs without fsyncing the group's ledger.
+	SkipLedgerFsync bool
+}
+
+// Step runs, on the caller's goroutine, all work of a Manual node that is
+// due at the current NowMs: queued publishes (group commit per call), group
+// commands, deliveries, redeliveries and retention. It repeats until nothing
+// is left (a commit wakes groups; a dead letter queues a publish) and reports
+// whether anything ran. Partitions run in (topic, partition) order and groups
+// in (group, topic) order, so a run is deterministic.
+func (n *Node) Step() bool {
+	if !n.cfg.Manual {
+		panic("node: Step on a node that runs its own goroutines")
+	}
+	now := n.cfg.NowMs()
+	ran := false
+	for {
+		progress := false
+		n.mu.RLock()
+		topics := make([]*topic, 0, len(n.topics))
+		for _, t := range n.topics {
+			topics = append(topics, t)
+		}
+		keys := make([]groupKey, 0, len(n.groups))
+		for k := range n.groups {
+			keys = append(keys, k)
+		}
+		groups := make([]*groupRunner, 0, len(keys))
+		slices.SortFunc(keys, func(a, b groupKey) int {
+			return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.topic, b.topic))
+		})
+		for _, k := range keys {
+			groups = append(groups, n.groups[k])
+		}
+		n.mu.RUnlock()
+		slices.SortFunc(topics, func(a, b *topic) int { return cmp.Compare(a.cfg.Name, b.cfg.Name) })
+		for _, t := range topics {
+			for _, p := range t.partitions {
+				progress = p.step(now) || progress
+			}
+		}
+		for _, g := range groups {
+			progress = g.step(now) || progress
+		}
+		if !progress {
+			return ran
+		}
+		ran = true
+	}
+}

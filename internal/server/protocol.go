@@ -1,0 +1,175 @@
+package server
+
+import (
+	"errors"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Protocol is the transport-independent half of a client connection: it
+// turns decoded frames into node calls and replies into frames passed to
+// send. The TCP session drives it in production; the simulator drives it
+// over its simulated network. It is not safe for concurrent use except that
+// send may be called from any goroutine (replies and deliveries arrive from
+// the node's goroutines).
+type Protocol struct {
+	srv    *Server
+	send   func(corr uint64, f wire.Frame)
+	remote string
+	subs   map[subKey]*node.Subscription
+}
+
+type subKey struct{ topic, group string }
+
+// NewProtocol returns the protocol state of one new connection. remote
+// names the peer in logs.
+func (s *Server) NewProtocol(send func(corr uint64, f wire.Frame), remote string) *Protocol {
+	return &Protocol{srv: s, send: send, remote: remote, subs: map[subKey]*node.Subscription{}}
+}
+
+// HelloVerdict is the answer to a connection's first frame: send Reply after
+// Delay; close the connection unless Accepted.
+type HelloVerdict struct {
+	Accepted bool
+	Delay    time.Duration
+	Reply    wire.Frame
+}
+
+// Hello checks a connection's first frame: it must be HELLO with a valid
+// token and a common version. A bad token gets a generic AUTH_FAILED after a
+// fixed delay, so timing tells an attacker nothing.
+func (p *Protocol) Hello(corr uint64, f wire.Frame) HelloVerdict {
+	hello, ok := f.(*wire.Hello)
+	if !ok {
+		return HelloVerdict{Reply: errFrame(wire.Errorf(wire.CodeNotAuthenticated, "first frame must be HELLO, got %s", f.Type()))}
+	}
+	if !p.srv.authenticate(hello.Token) {
+		p.srv.node.Metrics().AuthFailures.Inc()
+		p.srv.log.Warn("authentication failed", "remote", p.remote)
+		return HelloVerdict{Delay: p.srv.cfg.AuthFailDelay, Reply: errFrame(wire.ErrAuthFailed)}
+	}
+	if hello.VersionMax < wire.VersionMin || hello.VersionMin > wire.VersionMax || hello.VersionMin > hello.VersionMax {
+		return HelloVerdict{Reply: errFrame(wire.Errorf(wire.CodeUnsupportedVer, "server speaks %d-%d, client %d-%d",
+			wire.VersionMin, wire.VersionMax, hello.VersionMin, hello.VersionMax))}
+	}
+	return HelloVerdict{Accepted: true, Reply: &wire.HelloOK{Version: min(hello.VersionMax, wire.VersionMax),
+		NodeID: p.srv.node.NodeID(), FrameBytesMax: uint32(p.srv.cfg.FrameBytesMax)}}
+}
+
+// ReadFailed answers a frame that could not be decoded with its ERR
+// (BAD_FRAME, FRAME_TOO_LARGE) and reports whether it was such a protocol
+// error. The connection must close either way.
+func (p *Protocol) ReadFailed(corr uint64, err error) bool {
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		return false
+	}
+	p.srv.log.Warn("bad frame; closing connection", "remote", p.remote, "err", err)
+	p.sendErr(corr, we)
+	return true
+}
+
+// Close ends the connection's subscriptions (their deliveries are released).
+func (p *Protocol) Close() {
+	for _, sub := range p.subs {
+		sub.Close()
+	}
+	p.subs = nil
+}
+
+func errFrame(err error) *wire.Err {
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		we = wire.Errorf(wire.CodeStorage, "%v", err)
+	}
+	return &wire.Err{Code: we.Code, Message: we.Message}
+}
+
+func (p *Protocol) sendErr(corr uint64, err error) { p.send(corr, errFrame(err)) }
+
+// protocolSink delivers a subscription's MSG frames with its correlation id.
+type protocolSink struct {
+	p    *Protocol
+	corr uint64
+}
+
+func (k protocolSink) SendMsg(m *wire.Msg) { k.p.send(k.corr, m) }
+
+// Handle routes one request after the handshake; it returns false when the
+// connection must close.
+func (p *Protocol) Handle(corr uint64, f wire.Frame) bool {
+	n := p.srv.node
+	switch f := f.(type) {
+	case *wire.Declare:
+		created, err := n.Declare(f.Topic)
+		if err != nil {
+			p.sendErr(corr, err)
+			return true
+		}
+		p.send(corr, &wire.DeclareOK{Topic: f.Topic, Created: created})
+	case *wire.Metadata:
+		p.send(corr, &wire.MetadataOK{Topics: n.Metadata(f.Topics)})
+	case *wire.Pub:
+		if err := wire.ValidateName("topic", f.Topic); err != nil {
+			p.sendErr(corr, err)
+			return true
+		}
+		n.Publish(f, func(ok wire.PubOK, err *wire.Error) {
+			if err != nil {
+				p.sendErr(corr, err)
+				return
+			}
+			p.send(corr, &ok)
+		})
+	case *wire.Pull:
+		p.pull(corr, f)
+	case *wire.Ack:
+		n.Ack(f.Topic, f.Group, f.Entries, p.ackReply(corr))
+	case *wire.Nack:
+		n.Nack(f.Topic, f.Group, f.Entries, int64(f.DelayMs), p.ackReply(corr))
+	case *wire.Ping:
+		p.send(corr, &wire.Pong{})
+	case *wire.Hello:
+		p.sendErr(corr, wire.Errorf(wire.CodeBadFrame, "HELLO after the handshake"))
+		return false
+	default:
+		p.sendErr(corr, wire.Errorf(wire.CodeBadFrame, "%s is not a request", f.Type()))
+		return false
+	}
+	return true
+}
+
+func (p *Protocol) ackReply(corr uint64) node.AckReply {
+	return func(results []wire.Code, err *wire.Error) {
+		if err != nil {
+			p.sendErr(corr, err)
+			return
+		}
+		p.send(corr, &wire.AckOK{Results: results})
+	}
+}
+
+func (p *Protocol) pull(corr uint64, f *wire.Pull) {
+	if err := wire.ValidateName("topic", f.Topic); err != nil {
+		p.sendErr(corr, err)
+		return
+	}
+	key := subKey{topic: f.Topic, group: f.Group}
+	sub, ok := p.subs[key]
+	if !ok {
+		var err error
+		sub, err = p.srv.node.Subscribe(f.Topic, f.Group,
+			node.GroupOptions{AckWaitMs: int64(f.AckWaitMs), MaxDeliver: f.MaxDeliver},
+			protocolSink{p: p, corr: corr})
+		if err != nil {
+			p.sendErr(corr, err)
+			return
+		}
+		p.subs[key] = sub
+	}
+	if f.Credit > 0 {
+		sub.AddCredit(f.Credit)
+	}
+}
