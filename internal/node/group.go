@@ -112,6 +112,7 @@ type groupRunner struct {
 	nextWakeMs  int64
 
 	// Owned by run.
+	failure     error // the ledger failed and could not be reloaded yet
 	cursors     []*delivery.Cursor
 	ledger      *storage.Log
 	subs        []*Subscription
@@ -251,12 +252,11 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 
 // load (re)builds the cursors from the durable ledger under a new
 // incarnation, so delivery ids never repeat across restarts or reloads.
+//
+// It replaces the group's state only when it fully succeeds; on error the
+// old state stays (and g.failure keeps acks refused until a load succeeds).
 func (g *groupRunner) load() error {
 	fsys := g.node.cfg.FS
-	if g.ledger != nil {
-		g.ledger.Close()
-		g.ledger = nil
-	}
 	incFile := path.Join(g.dir, "incarnation")
 	var inc uint64
 	if b, err := storage.ReadFileAtomic(fsys, incFile); err == nil {
@@ -301,6 +301,9 @@ func (g *groupRunner) load() error {
 			}
 		}
 		from = entries[len(entries)-1].Seq + 1
+	}
+	if g.ledger != nil {
+		g.ledger.Close()
 	}
 	g.ledger, g.cursors = lg, cursors
 	g.cache = make([][]storage.Entry, len(cursors))
@@ -392,12 +395,22 @@ func (g *groupRunner) step(nowMs int64) bool {
 	return true
 }
 
-const groupIdleWaitMs = 1000
+const (
+	groupIdleWaitMs    = 1000
+	groupReloadRetryMs = 100
+)
 
 // iterate is one pass of the group's loop after its commands were handled:
 // dead letters, ledger flush (then ACK replies), dispatch. It returns how
 // long the group may sleep before something falls due.
 func (g *groupRunner) iterate(now int64) (waitMs int64) {
+	if g.failure != nil {
+		g.reload()
+		if g.failure != nil {
+			g.flushLedger() // answers the refused acks
+			return groupReloadRetryMs
+		}
+	}
 	g.collectDeadLetters(now)
 	g.flushLedger()
 	g.dispatch(now)
@@ -463,7 +476,23 @@ func (g *groupRunner) handle(c groupCmd) {
 	}
 }
 
+// reload rebuilds the cursors from the durable ledger after a failure. Until
+// it succeeds, acks are refused: the in-memory cursors may hold acks that
+// never became durable, and must not confirm a retried one.
+func (g *groupRunner) reload() {
+	if err := g.load(); err != nil {
+		g.node.log.Error("group reload failed; will retry", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+		return
+	}
+	g.failure = nil
+}
+
 func (g *groupRunner) handleAcks(c groupCmd) {
+	if g.failure != nil {
+		reply, refused := c.reply, wire.Errorf(wire.CodeStorage, "group ledger unavailable: %v", g.failure)
+		g.replies = append(g.replies, func(*wire.Error) { reply(nil, refused) })
+		return
+	}
 	now := g.node.cfg.NowMs()
 	m := g.node.metrics
 	results := make([]wire.Code, len(c.entries))
@@ -517,9 +546,8 @@ func (g *groupRunner) flushLedger() {
 		if err != nil {
 			failed = wire.Errorf(wire.CodeStorage, "ack ledger write failed: %v", err)
 			g.node.log.Error("ack ledger write failed; reloading group", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
-			if lerr := g.load(); lerr != nil {
-				g.node.log.Error("group reload failed", "group", g.name, "err", lerr)
-			}
+			g.failure = err
+			g.reload()
 		}
 	}
 	for _, r := range g.replies {

@@ -331,3 +331,16 @@ func (t *topic) notifyGroups() {
 	}
 	t.groupsMu.Unlock()
 }
+
+// Read returns up to recordsMax visible entries of a partition from fromSeq
+// on (never beyond its commit_seq). Checkers and tools use it.
+func (n *Node) Read(topicName string, partition uint32, fromSeq uint64, recordsMax int) ([]storage.Entry, error) {
+	t, err := n.topic(topicName)
+	if err != nil {
+		return nil, err
+	}
+	if int(partition) >= len(t.partitions) {
+		return nil, wire.Errorf(wire.CodeNotFound, "topic %q has no partition %d", topicName, partition)
+	}
+	return t.partitions[partition].read(fromSeq, recordsMax, 16<<20)
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -520,5 +521,62 @@ func TestClosedSubscriptionReleasesItsDeliveriesAtOnce(t *testing.T) {
 		if m.DeliveryCount != 2 || m.DeliveryID == got[i].DeliveryID {
 			t.Fatalf("released delivery %+v after %+v", m, got[i])
 		}
+	}
+}
+
+// Found by the simulator (seed 4): a ledger fsync failure followed by a
+// failed reload (its incarnation file could not be synced) left the group
+// without a ledger, and the next flush dereferenced nil. Now the old state
+// stays, acks are refused until a reload succeeds, and nothing is lost.
+func TestLedgerFailureWithFailedReloadRecovers(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("a")})
+	s := newSink()
+	sub, _ := h.node.Subscribe("t", "g", GroupOptions{}, s)
+	sub.AddCredit(10)
+	m := s.waitFor(t, 1)[0]
+	var ledgerFails, incarnationFails atomic.Int32
+	ledgerFails.Store(1)
+	incarnationFails.Store(3)
+	h.fs.SetInjector(func(op vfs.Op, name string) error {
+		if op != vfs.OpSync {
+			return nil
+		}
+		if strings.Contains(name, "ledger") && ledgerFails.Add(-1) >= 0 {
+			return errors.New("injected ledger fsync error")
+		}
+		if strings.Contains(name, "incarnation") && incarnationFails.Add(-1) >= 0 {
+			return errors.New("injected incarnation fsync error")
+		}
+		return nil
+	})
+	entry := wire.AckEntry{Partition: 0, Seq: m.Seq, DeliveryID: m.DeliveryID}
+	ch := make(chan *wire.Error, 1)
+	h.node.Ack("t", "g", []wire.AckEntry{entry}, func(_ []wire.Code, err *wire.Error) { ch <- err })
+	if err := <-ch; !errors.Is(err, wire.ErrStorage) {
+		t.Fatalf("ack during ledger failure: %v", err)
+	}
+	// The group reloads once the incarnation file can be written; then the
+	// message (whose ack may or may not have reached the disk) is either
+	// done or delivered again, and a fresh ack succeeds.
+	deadline := time.Now().Add(waitMax)
+	for {
+		res := make(chan []wire.Code, 1)
+		errc := make(chan *wire.Error, 1)
+		h.node.Ack("t", "g", []wire.AckEntry{entry}, func(r []wire.Code, err *wire.Error) { res <- r; errc <- err })
+		r, err := <-res, <-errc
+		if err == nil && r[0] == wire.CodeOK {
+			break
+		}
+		if err == nil && r[0] == wire.CodeStaleDelivery {
+			again := s.waitFor(t, 2)[1]
+			entry.DeliveryID = again.DeliveryID
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group never recovered: %v %v", r, err)
+		}
+		<-time.After(10 * time.Millisecond) // the group retries its reload on a 100 ms timer
 	}
 }
