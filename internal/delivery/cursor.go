@@ -120,7 +120,9 @@ func (c *Cursor) Next(nowMs int64, commitSeq uint64, owner uint64) (Delivery, bo
 		return Delivery{}, false
 	}
 	for i, r := range c.retries {
-		if r.dueMs > nowMs {
+		// A retry above commitSeq waits: the log lost that record (only media
+		// corruption can shrink it) and it must not be served until visible.
+		if r.dueMs > nowMs || r.seq > commitSeq {
 			continue
 		}
 		c.retries = slices.Delete(c.retries, i, i+1)

@@ -163,3 +163,15 @@ func TestReleaseRequeuesOnlyThatOwnersDeliveries(t *testing.T) {
 		t.Fatalf("after release got %+v %v, want seq %d again at once", d, ok, a.Seq)
 	}
 }
+
+func TestRetryAboveCommitWaitsUntilVisible(t *testing.T) {
+	c := newTestCursor(t, 5)
+	d, _ := c.Next(0, 5, 0)
+	c.Nack(0, d.Seq, d.DeliveryID, 0)
+	if got, ok := c.Next(1, 0, 0); ok {
+		t.Fatalf("redelivered %+v while commit_seq is 0", got)
+	}
+	if got, ok := c.Next(1, 1, 0); !ok || got.Seq != d.Seq {
+		t.Fatalf("retry not delivered once visible again: %+v %v", got, ok)
+	}
+}

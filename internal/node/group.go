@@ -119,6 +119,7 @@ type groupRunner struct {
 	subRR       int               // next subscription to offer a message
 	partRR      int               // next partition to take a message from
 	cache       [][]storage.Entry // per partition: contiguous visible entries
+	cacheEpoch  []uint64          // partition epoch the cache was read under
 	ledgerBatch []byte
 	replies     []func(failed *wire.Error)
 	dlqRetries  []dlqRetry
@@ -307,6 +308,7 @@ func (g *groupRunner) load() error {
 	}
 	g.ledger, g.cursors = lg, cursors
 	g.cache = make([][]storage.Entry, len(cursors))
+	g.cacheEpoch = make([]uint64, len(cursors))
 	for i, c := range cursors {
 		g.floors[i].Store(c.AckFloor())
 	}
@@ -624,7 +626,10 @@ const readAheadRecords, readAheadBytes = 512, 1 << 20
 // cache so sequential delivery reads the log in batches.
 func (g *groupRunner) fetch(pi int, seq uint64) (storage.Entry, error) {
 	c := g.cache[pi]
-	if len(c) > 0 && seq >= c[0].Seq && seq <= c[len(c)-1].Seq {
+	// A partition that recovered (new epoch) may have lost its tail to
+	// corruption and rewritten those seqs: never serve it from an old read.
+	epoch := g.topic.partitions[pi].epoch.Load()
+	if len(c) > 0 && g.cacheEpoch[pi] == epoch && seq >= c[0].Seq && seq <= c[len(c)-1].Seq {
 		return c[seq-c[0].Seq], nil
 	}
 	entries, err := g.topic.partitions[pi].read(seq, readAheadRecords, readAheadBytes)
@@ -636,7 +641,7 @@ func (g *groupRunner) fetch(pi int, seq uint64) (storage.Entry, error) {
 		g.cache[pi] = nil
 		return storage.Entry{}, fmt.Errorf("seq %d not readable", seq)
 	}
-	g.cache[pi] = entries
+	g.cache[pi], g.cacheEpoch[pi] = entries, epoch
 	return entries[0], nil
 }
 

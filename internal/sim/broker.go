@@ -1,0 +1,318 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/server"
+	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+const dataDir = "/data"
+
+// killSignal unwinds the broker's stack at a kill point: the simulated
+// kill -9 happens in the middle of whatever the broker was doing.
+type killSignal struct{ at string }
+
+var errInjectedFsync = errors.New("injected fsync error")
+
+// broker is the simulated broker process: the real node and protocol over a
+// crashable MemFS that survives its crashes.
+type broker struct {
+	w         *World
+	fs        *vfs.MemFS
+	mutations node.Mutations
+	node      *node.Node
+	srv       *server.Server
+	up        bool
+	started   int // incarnations so far
+	conns     []*conn
+	nextConn  int
+	chk       *checker
+
+	// Faults.
+	fsyncErrorP   float64                           // per fsync while a burst lasts
+	killOnDisk    func(op vfs.Op, name string) bool // kill before this disk op
+	killOnSend    func(f wire.Frame) bool           // kill as the broker sends this frame
+	traceDisk     bool                              // golden traces list disk ops
+	restartDelay  func() int64
+	stopRestarts  bool
+	damaged       map[uint32]bool // partitions whose files took a bit flip
+	discardLogger *slog.Logger
+}
+
+func newBroker(w *World, chk *checker, mutations node.Mutations) *broker {
+	b := &broker{w: w, fs: vfs.NewMem(), mutations: mutations, chk: chk, damaged: map[uint32]bool{},
+		discardLogger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		restartDelay:  func() int64 { return w.between(20, 400) }}
+	b.fs.SetInjector(b.inject)
+	return b
+}
+
+// inject is the MemFS hook: disk tracing, kill points and fsync errors. It
+// runs under the MemFS lock, on the simulator's goroutine.
+func (b *broker) inject(op vfs.Op, name string) error {
+	rel := strings.TrimPrefix(name, dataDir+"/")
+	if b.traceDisk && (op == vfs.OpWrite || op == vfs.OpSync || op == vfs.OpTruncate) {
+		b.w.tracef("disk %s %s", op, rel)
+	}
+	if b.killOnDisk != nil && b.killOnDisk(op, rel) {
+		b.killOnDisk = nil
+		panic(killSignal{at: fmt.Sprintf("disk %s %s", op, rel)})
+	}
+	if op == vfs.OpSync && b.w.chance(b.fsyncErrorP) {
+		b.w.tracef("fault fsync error %s", rel)
+		return errInjectedFsync
+	}
+	return nil
+}
+
+// start opens the node (recovery included) as a new incarnation.
+func (b *broker) start() {
+	if b.up {
+		return
+	}
+	b.started++
+	var n *node.Node
+	err := b.guard(func() error {
+		var err error
+		n, err = node.Open(node.Config{NodeID: "sim", DataDir: dataDir, FS: b.fs, Manual: true,
+			NowMs: b.w.brokerNowMs, NowNanos: b.w.brokerNowNanos, Logger: b.discardLogger,
+			Mutations: b.mutations})
+		return err
+	})
+	if err != nil {
+		b.w.tracef("broker start failed: %v", err)
+		b.scheduleRestart()
+		return
+	}
+	srv, err := server.New(server.Config{AllowNoAuth: true, Logger: b.discardLogger}, n)
+	if err != nil {
+		panic(err) // configuration is fixed; this is a programmer error
+	}
+	b.node, b.srv, b.up = n, srv, true
+	b.w.tracef("broker up (incarnation %d)", b.started)
+	b.chk.brokerStarted(b)
+}
+
+// guard runs fn and turns a kill point into a crash. It returns fn's error,
+// or errKilled when the broker died inside.
+func (b *broker) guard(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			k, ok := r.(killSignal)
+			if !ok {
+				panic(r)
+			}
+			b.w.tracef("kill -9 at %s", k.at)
+			b.crashNow()
+			err = errKilled
+		}
+	}()
+	return fn()
+}
+
+var errKilled = errors.New("broker killed")
+
+// crash is kill -9 at an event boundary.
+func (b *broker) crash() {
+	if !b.up {
+		return
+	}
+	b.w.tracef("kill -9")
+	b.crashNow()
+}
+
+func (b *broker) crashNow() {
+	b.up = false // the node is gone: nothing below may call into it
+	for _, c := range b.conns {
+		c.breakConn("broker crashed")
+	}
+	b.conns = nil
+	b.fs.Crash(b.w.rng) // unsynced data lost, last write maybe torn
+	b.node, b.srv = nil, nil
+	b.scheduleRestart()
+}
+
+func (b *broker) scheduleRestart() {
+	if b.stopRestarts {
+		return
+	}
+	b.w.after(b.restartDelay(), b.start)
+}
+
+// step runs the node's due work (group commit, deliveries, redeliveries).
+func (b *broker) step() {
+	if !b.up {
+		return
+	}
+	b.guard(func() error { b.node.Step(); return nil })
+}
+
+// conn is one client connection: FIFO in each direction like TCP, with a
+// random latency per frame. Frames cross it encoded, so the codec runs.
+type conn struct {
+	id     int
+	b      *broker
+	cl     client
+	proto  *server.Protocol
+	open   bool
+	hello  bool
+	c2sAt  int64 // arrival time of the last frame sent each way (FIFO)
+	s2cAt  int64
+	closed bool // the client has been told
+	// repliesLost models a one-way partition: the broker still receives
+	// the client's frames, but nothing it sends arrives.
+	repliesLost bool
+}
+
+// client is a workload participant that owns connections.
+type client interface {
+	name() string
+	onFrame(c *conn, corr uint64, f wire.Frame)
+	onClose(c *conn)
+}
+
+// dial opens a connection, or fails it (the client hears onClose) when the
+// broker is down or the client is partitioned away.
+func (b *broker) dial(cl client, partitioned bool) *conn {
+	b.nextConn++
+	c := &conn{id: b.nextConn, b: b, cl: cl}
+	if !b.up || partitioned {
+		b.w.tracef("%s dial #%d refused", cl.name(), c.id)
+		b.w.after(b.w.between(1, 20), func() { c.notifyClosed() })
+		return c
+	}
+	c.open = true
+	c.proto = b.srv.NewProtocol(c.serverSend, fmt.Sprintf("%s#%d", cl.name(), c.id))
+	b.conns = append(b.conns, c)
+	b.w.tracef("%s dial #%d", cl.name(), c.id)
+	return c
+}
+
+func (b *broker) latency() int64 {
+	if b.w.chance(0.1) {
+		return b.w.between(5, 50)
+	}
+	return b.w.between(1, 5)
+}
+
+// send carries a frame from the client to the broker.
+func (c *conn) send(corr uint64, f wire.Frame) {
+	if !c.open {
+		return
+	}
+	if line := describe(f); line != "" {
+		c.w().tracef("%s -> %s", c.cl.name(), line)
+	}
+	frame := wire.AppendFrame(nil, corr, f)
+	c.c2sAt = max(c.w().nowMs+c.b.latency(), c.c2sAt)
+	c.w().after(c.c2sAt-c.w().nowMs, func() { c.arriveAtBroker(frame) })
+}
+
+func (c *conn) w() *World { return c.b.w }
+
+func (c *conn) arriveAtBroker(frame []byte) {
+	if !c.open {
+		return
+	}
+	corr, f, err := wire.ReadFrame(bytes.NewReader(frame), wire.DefaultFrameBytesMax)
+	if err != nil {
+		c.proto.ReadFailed(corr, err)
+		c.breakConn("bad frame")
+		return
+	}
+	if !c.hello {
+		v := c.proto.Hello(corr, f)
+		c.hello = v.Accepted
+		c.w().after(v.Delay.Milliseconds(), func() {
+			c.serverSend(corr, v.Reply)
+			if !v.Accepted {
+				c.breakConn("handshake refused")
+			}
+		})
+		return
+	}
+	var keep bool
+	c.b.guard(func() error { keep = c.proto.Handle(corr, f); return nil })
+	if c.open && !keep {
+		c.breakConn("protocol error")
+	}
+}
+
+// serverSend is the Protocol's send: frames to the client, FIFO.
+func (c *conn) serverSend(corr uint64, f wire.Frame) {
+	if !c.open {
+		return
+	}
+	if c.b.killOnSend != nil && c.b.killOnSend(f) {
+		c.b.killOnSend = nil
+		panic(killSignal{at: "send " + f.Type().String()})
+	}
+	c.b.chk.brokerSends(c.b, f)
+	if c.repliesLost {
+		return
+	}
+	frame := wire.AppendFrame(nil, corr, f)
+	c.s2cAt = max(c.w().nowMs+c.b.latency(), c.s2cAt)
+	c.w().after(c.s2cAt-c.w().nowMs, func() {
+		if !c.open {
+			return
+		}
+		corr, f, err := wire.ReadFrame(bytes.NewReader(frame), wire.DefaultFrameBytesMax)
+		if err != nil {
+			panic(fmt.Sprintf("sim: broker sent an undecodable frame: %v", err))
+		}
+		c.cl.onFrame(c, corr, f)
+	})
+}
+
+// breakConn closes the connection at both ends; frames in flight are lost.
+func (c *conn) breakConn(why string) {
+	if !c.open {
+		return
+	}
+	c.open = false
+	c.w().tracef("%s conn #%d closed: %s", c.cl.name(), c.id, why)
+	if c.b.up && c.proto != nil {
+		c.b.guard(func() error { c.proto.Close(); return nil })
+	}
+	c.w().after(c.b.w.between(1, 10), c.notifyClosed)
+}
+
+func (c *conn) notifyClosed() {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.cl.onClose(c)
+}
+
+// describe summarizes the client requests worth a trace line.
+func describe(f wire.Frame) string {
+	switch f := f.(type) {
+	case *wire.Pub:
+		return fmt.Sprintf("PUB pid=%d pseq=%d", f.ProducerID, f.ProducerSeq)
+	case *wire.Pull:
+		return fmt.Sprintf("PULL credit=%d", f.Credit)
+	case *wire.Ack:
+		return "ACK " + describeEntries(f.Entries)
+	case *wire.Nack:
+		return "NACK " + describeEntries(f.Entries)
+	}
+	return ""
+}
+
+func describeEntries(es []wire.AckEntry) string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = fmt.Sprintf("%d/%d@%d", e.Partition, e.Seq, e.DeliveryID)
+	}
+	return strings.Join(parts, ",")
+}

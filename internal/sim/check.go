@@ -1,0 +1,275 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Violation is a broken invariant: its name (DESIGN §4), what happened, and
+// when.
+type Violation struct {
+	Invariant string
+	Detail    string
+	AtMs      int64 // virtual ms since the run started
+	Event     int
+}
+
+func (v *Violation) String() string {
+	return fmt.Sprintf("%s at t=%dms (event %d): %s", v.Invariant, v.AtMs, v.Event, v.Detail)
+}
+
+// The invariants the checker enforces.
+const (
+	// AckedNeverLost: every PUB_OK'd record stays readable at its seq.
+	AckedNeverLost = "AckedNeverLost"
+	// NoDuplicateFromReplay: a producer replay never appends twice, and a
+	// replay's PUB_OK names the original position.
+	NoDuplicateFromReplay = "NoDuplicateFromReplay"
+	// VisibleMonotonic: the visible prefix never shrinks and a visible
+	// position never changes content.
+	VisibleMonotonic = "VisibleMonotonic"
+	// DeliveredOnlyVisible: only visible records are delivered, with the
+	// content that was acknowledged at that position (a corrupt record is
+	// never served).
+	DeliveredOnlyVisible = "DeliveredOnlyVisible"
+	// AckFloorNeverRedelivered: a record whose ACK got ACK_OK is never
+	// delivered to the group again.
+	AckFloorNeverRedelivered = "AckFloorNeverRedelivered"
+	// Liveness: once faults heal, every acknowledged record is delivered and
+	// acked by the group within a bounded time.
+	Liveness = "Liveness"
+	// PublishAnswered: an idempotent publish is never refused for good.
+	PublishAnswered = "PublishAnswered"
+)
+
+type position struct {
+	partition uint32
+	seq       uint64
+}
+
+func (p position) String() string { return fmt.Sprintf("%d/%d", p.partition, p.seq) }
+
+type prodKey struct{ producerID, producerSeq uint64 }
+
+type ackRecord struct {
+	pos   position
+	value string
+}
+
+// checker is the reference model and the invariant checks. It lives apart
+// from the broker and sees only what a client or an operator could see:
+// frames on the wire, the broker's metadata and reads of its log.
+type checker struct {
+	w          *World
+	acked      map[prodKey]ackRecord
+	ackedAt    map[position]prodKey
+	seen       map[position]string // content delivered at a position
+	groupDone  map[position]bool   // ACK_OK'd for the group
+	maxSentID  map[position]uint64 // highest delivery id the broker sent per position
+	doneAtID   map[position]uint64 // maxSentID when the ack was confirmed
+	maxCommit  map[uint32]uint64   // highest commit_seq observed per partition
+	damaged    map[uint32]bool     // partitions hit by a bit flip: loss is expected there
+	sent       map[string]bool     // every value a producer ever published
+	violation  *Violation
+	deliveries int
+}
+
+func newChecker(w *World, damaged map[uint32]bool) *checker {
+	return &checker{w: w, acked: map[prodKey]ackRecord{}, ackedAt: map[position]prodKey{},
+		seen: map[position]string{}, groupDone: map[position]bool{}, maxCommit: map[uint32]uint64{},
+		maxSentID: map[position]uint64{}, doneAtID: map[position]uint64{},
+		damaged: damaged, sent: map[string]bool{}}
+}
+
+func (c *checker) violate(invariant, format string, args ...any) {
+	if c.violation != nil {
+		return
+	}
+	c.violation = &Violation{Invariant: invariant, Detail: fmt.Sprintf(format, args...),
+		AtMs: c.w.nowMs - epochMs, Event: c.w.events}
+	c.w.tracef("VIOLATION %s", c.violation)
+}
+
+func (c *checker) publishAcked(producerID, producerSeq uint64, value string, ok *wire.PubOK) {
+	k := prodKey{producerID, producerSeq}
+	pos := position{ok.Partition, ok.Seq}
+	if prev, dup := c.acked[k]; dup {
+		if prev.pos != pos {
+			c.violate(NoDuplicateFromReplay, "producer %d seq %d acked at %s and again at %s", producerID, producerSeq, prev.pos, pos)
+		}
+		return
+	}
+	if other, taken := c.ackedAt[pos]; taken && !c.damaged[pos.partition] {
+		c.violate(AckedNeverLost, "position %s acked for producer %d seq %d and for producer %d seq %d",
+			pos, other.producerID, other.producerSeq, producerID, producerSeq)
+		return
+	}
+	if seen, ok := c.seen[pos]; ok && seen != value && !c.damaged[pos.partition] {
+		c.violate(VisibleMonotonic, "position %s delivered %q, later acked as %q", pos, seen, value)
+		return
+	}
+	c.acked[k] = ackRecord{pos: pos, value: value}
+	c.ackedAt[pos] = k
+}
+
+// brokerSends checks a MSG as the broker puts it on the wire.
+func (c *checker) brokerSends(b *broker, f wire.Frame) {
+	m, ok := f.(*wire.Msg)
+	if !ok {
+		return
+	}
+	pos := position{m.Partition, m.Seq}
+	// Delivery ids only grow (within an incarnation, and across them by the
+	// incarnation prefix), so a delivery created after the ack was confirmed
+	// has a higher id than every one sent before. An older MSG still in
+	// flight on a slow connection is not a redelivery.
+	if doneAt, ok := c.doneAtID[pos]; ok && m.DeliveryID > doneAt {
+		c.violate(AckFloorNeverRedelivered, "broker sent %s again (delivery %d) after its ack was confirmed", pos, m.DeliveryID)
+	}
+	c.maxSentID[pos] = max(c.maxSentID[pos], m.DeliveryID)
+	for _, t := range b.node.Metadata([]string{simTopic}) {
+		if int(m.Partition) < len(t.Partitions) && m.Seq > t.Partitions[m.Partition].CommitSeq {
+			c.violate(DeliveredOnlyVisible, "MSG %d/%d sent above commit_seq %d", m.Partition, m.Seq, t.Partitions[m.Partition].CommitSeq)
+		}
+	}
+}
+
+func (c *checker) delivered(consumer string, m *wire.Msg) {
+	c.deliveries++
+	pos := position{m.Partition, m.Seq}
+	value := string(m.Value)
+	if prev, ok := c.seen[pos]; ok && prev != value && !c.damaged[pos.partition] {
+		c.violate(VisibleMonotonic, "position %s delivered as %q, earlier as %q", pos, value, prev)
+		return
+	}
+	if !c.sent[value] {
+		c.violate(DeliveredOnlyVisible, "%s got %q at %s: no producer ever sent it (corrupt record served)", consumer, value, pos)
+		return
+	}
+	c.seen[pos] = value
+	if k, ok := c.ackedAt[pos]; ok && c.acked[k].value != value && !c.damaged[pos.partition] {
+		c.violate(DeliveredOnlyVisible, "position %s acked as %q, delivered as %q", pos, c.acked[k].value, value)
+	}
+}
+
+func (c *checker) groupAcked(consumer string, e wire.AckEntry) {
+	pos := position{e.Partition, e.Seq}
+	if !c.groupDone[pos] {
+		c.groupDone[pos] = true
+		c.doneAtID[pos] = c.maxSentID[pos]
+	}
+}
+
+func (c *checker) brokerStarted(b *broker) {}
+
+// afterEvent checks what must hold in every state: the visible prefix of a
+// partition never shrinks, across crashes and restarts.
+func (c *checker) afterEvent(b *broker) {
+	if !b.up {
+		return
+	}
+	for _, t := range b.node.Metadata([]string{simTopic}) {
+		for _, p := range t.Partitions {
+			if p.CommitSeq < c.maxCommit[p.Partition] && !c.damaged[p.Partition] {
+				c.violate(VisibleMonotonic, "partition %d commit_seq went from %d to %d", p.Partition, c.maxCommit[p.Partition], p.CommitSeq)
+			}
+			c.maxCommit[p.Partition] = max(c.maxCommit[p.Partition], p.CommitSeq)
+		}
+	}
+}
+
+// undelivered lists acknowledged positions the group has not acked yet
+// (outside damaged partitions), sorted.
+func (c *checker) undelivered() []position {
+	var out []position
+	for pos := range c.ackedAt {
+		if !c.groupDone[pos] && !c.damaged[pos.partition] {
+			out = append(out, pos)
+		}
+	}
+	slices.SortFunc(out, func(a, b position) int {
+		if a.partition != b.partition {
+			return cmpU64(uint64(a.partition), uint64(b.partition))
+		}
+		return cmpU64(a.seq, b.seq)
+	})
+	return out
+}
+
+// finalChecks reads the whole log of a freshly restarted broker: every
+// acknowledged record is at its position with its content, and no producer
+// sequence is stored twice.
+func (c *checker) finalChecks(b *broker, partitions uint32) {
+	if !b.up {
+		c.violate(Liveness, "broker did not restart for the final check")
+		return
+	}
+	stored := map[prodKey]position{}
+	for p := uint32(0); p < partitions; p++ {
+		meta := b.node.Metadata([]string{simTopic})
+		if len(meta) == 0 {
+			c.violate(AckedNeverLost, "topic %q missing after restart", simTopic)
+			return
+		}
+		commit := meta[0].Partitions[p].CommitSeq
+		for from := uint64(1); from <= commit; {
+			entries, err := b.node.Read(simTopic, p, from, 1024)
+			if err != nil || len(entries) == 0 {
+				if !c.damaged[p] {
+					c.violate(AckedNeverLost, "partition %d unreadable at %d: %v", p, from, err)
+					return
+				}
+				break
+			}
+			for _, e := range entries {
+				pos := position{p, e.Seq}
+				k := prodKey{e.Record.ProducerID, e.Record.ProducerSeq}
+				if k.producerID != 0 {
+					if prev, dup := stored[k]; dup {
+						c.violate(NoDuplicateFromReplay, "producer %d seq %d stored at %s and %s", k.producerID, k.producerSeq, prev, pos)
+						return
+					}
+					stored[k] = pos
+				}
+				if want, ok := c.ackedAt[pos]; ok && (want != k || c.acked[want].value != string(e.Record.Value)) && !c.damaged[p] {
+					c.violate(AckedNeverLost, "position %s holds producer %d seq %d %q, acked producer %d seq %d %q",
+						pos, k.producerID, k.producerSeq, e.Record.Value, want.producerID, want.producerSeq, c.acked[want].value)
+					return
+				}
+			}
+			from = entries[len(entries)-1].Seq + 1
+		}
+	}
+	keys := make([]prodKey, 0, len(c.acked))
+	for k := range c.acked {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b prodKey) int {
+		if a.producerID != b.producerID {
+			return cmpU64(a.producerID, b.producerID)
+		}
+		return cmpU64(a.producerSeq, b.producerSeq)
+	})
+	for _, k := range keys {
+		rec := c.acked[k]
+		if c.damaged[rec.pos.partition] {
+			continue
+		}
+		if got, ok := stored[k]; !ok || got != rec.pos {
+			c.violate(AckedNeverLost, "producer %d seq %d acked at %s is not in the log", k.producerID, k.producerSeq, rec.pos)
+			return
+		}
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,413 @@
+package sim
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Faults selects the fault kinds a run injects.
+type Faults struct {
+	Crash      bool // kill -9 at an event boundary; unsynced writes lost, last write maybe torn
+	KillPoint  bool // kill -9 just before a chosen disk write or fsync
+	Disconnect bool // a client connection breaks; frames in flight are lost
+	Partition  bool // a client cannot reach the broker for a while
+	OneWay     bool // a connection loses everything the broker sends, then times out
+	Fsync      bool // bursts of failing fsyncs
+	Clock      bool // the broker's wall clock jumps forward or back
+	BitFlip    bool // a bit of a log segment flips on the medium
+}
+
+// FaultNames lists the names ParseFaults accepts, in order.
+var FaultNames = []string{"crash", "killpoint", "disconnect", "partition", "oneway", "fsync", "clock", "bitflip"}
+
+// AllFaults enables every fault kind.
+var AllFaults = Faults{Crash: true, KillPoint: true, Disconnect: true, Partition: true, OneWay: true, Fsync: true, Clock: true, BitFlip: true}
+
+// ParseFaults reads "all", "none" or a comma-separated list of FaultNames.
+func ParseFaults(list string) (Faults, error) {
+	switch list {
+	case "all":
+		return AllFaults, nil
+	case "none", "":
+		return Faults{}, nil
+	}
+	var f Faults
+	for _, name := range strings.Split(list, ",") {
+		switch strings.TrimSpace(name) {
+		case "crash":
+			f.Crash = true
+		case "killpoint":
+			f.KillPoint = true
+		case "disconnect":
+			f.Disconnect = true
+		case "partition":
+			f.Partition = true
+		case "oneway":
+			f.OneWay = true
+		case "fsync":
+			f.Fsync = true
+		case "clock":
+			f.Clock = true
+		case "bitflip":
+			f.BitFlip = true
+		default:
+			return f, fmt.Errorf("unknown fault %q (know: all, none, %s)", name, strings.Join(FaultNames, ", "))
+		}
+	}
+	return f, nil
+}
+
+// String is the comma-separated form ParseFaults reads back.
+func (f Faults) String() string {
+	on := []bool{f.Crash, f.KillPoint, f.Disconnect, f.Partition, f.OneWay, f.Fsync, f.Clock, f.BitFlip}
+	var names []string
+	for i, v := range on {
+		if v {
+			names = append(names, FaultNames[i])
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ",")
+}
+
+// Options configure one run. Zero fields take the defaults.
+type Options struct {
+	Seed                uint64
+	Steps               int // events in the fault (safety) phase
+	Faults              Faults
+	Producers           int
+	MessagesPerProducer int
+	Consumers           int
+	Partitions          uint32
+	AckWaitMs           int64
+	// Mutations break the broker on purpose (mutation tests).
+	Mutations node.Mutations
+	// KeepTrace keeps every trace line in the result (golden traces).
+	KeepTrace bool
+}
+
+func (o *Options) setDefaults() {
+	if o.Steps == 0 {
+		o.Steps = 20_000
+	}
+	if o.Producers == 0 {
+		o.Producers = 3
+	}
+	if o.MessagesPerProducer == 0 {
+		o.MessagesPerProducer = 60
+	}
+	if o.Consumers == 0 {
+		o.Consumers = 2
+	}
+	if o.Partitions == 0 {
+		o.Partitions = 3
+	}
+	if o.AckWaitMs == 0 {
+		o.AckWaitMs = 300
+	}
+}
+
+// Result is what a run did and whether an invariant broke.
+type Result struct {
+	Seed       uint64
+	Events     int
+	VirtualMs  int64
+	TraceHash  string   // hash of every trace line: equal seeds give equal hashes
+	Trace      []string // every line, with Options.KeepTrace
+	Tail       []string // the last lines of the trace
+	Violation  *Violation
+	Acked      int // PUB_OKs received
+	Deliveries int // MSG frames received
+	Restarts   int // broker incarnations after the first
+}
+
+// liveness phase bounds, after faults heal.
+const (
+	livenessMsMax     = 120_000
+	livenessEventsMax = 400_000
+	tickMs            = 5
+)
+
+// sim is one run in progress.
+type sim struct {
+	opts        Options
+	w           *World
+	b           *broker
+	chk         *checker
+	producers   []*producer
+	consumers   []*consumer
+	partitioned map[string]bool
+	healed      bool
+}
+
+// Run executes one seed and returns its result. It never panics on a broken
+// invariant; it reports it.
+func Run(opts Options) Result {
+	opts.setDefaults()
+	s := newSim(opts)
+	s.startWorkload()
+	s.safetyPhase()
+	if s.chk.violation == nil {
+		s.livenessPhase()
+	}
+	if s.chk.violation == nil {
+		s.finalPhase()
+	}
+	return s.result()
+}
+
+func newSim(opts Options) *sim {
+	w := newWorld(opts.Seed, opts.KeepTrace)
+	damaged := map[uint32]bool{}
+	chk := newChecker(w, damaged)
+	b := newBroker(w, chk, opts.Mutations)
+	b.damaged = damaged
+	return &sim{opts: opts, w: w, b: b, chk: chk, partitioned: map[string]bool{}}
+}
+
+func (s *sim) topicConfig() wire.TopicConfig {
+	return wire.TopicConfig{Name: simTopic, Partitions: s.opts.Partitions}
+}
+
+func (s *sim) startWorkload() {
+	s.w.tracef("run seed=%d faults=%s", s.opts.Seed, s.opts.Faults)
+	s.b.start()
+	for i := 0; i < s.opts.Producers; i++ {
+		p := &producer{s: s, id: uint64(1000 + i), window: 8, messagesMax: uint64(s.opts.MessagesPerProducer),
+			nextSeq: 1, inflight: map[uint64]string{}}
+		s.producers = append(s.producers, p)
+		s.w.after(s.w.between(0, 10), p.connect)
+	}
+	for i := 0; i < s.opts.Consumers; i++ {
+		c := &consumer{s: s, id: i + 1, credit: 8, pending: map[uint64][]wire.AckEntry{},
+			unanswered: map[position]wire.AckEntry{}}
+		s.consumers = append(s.consumers, c)
+		s.w.after(s.w.between(0, 10), c.connect)
+	}
+	s.w.after(tickMs, s.tick)
+	if s.opts.Faults != (Faults{}) {
+		s.w.after(s.w.between(20, 300), s.injectFault)
+	}
+}
+
+// tick advances the broker's timers (redelivery, retention) in virtual time.
+func (s *sim) tick() { s.w.after(tickMs, s.tick) }
+
+// step runs one event and then the broker's due work and the checks.
+func (s *sim) step() bool {
+	if !s.w.next() {
+		return false
+	}
+	s.b.step()
+	s.chk.afterEvent(s.b)
+	return true
+}
+
+func (s *sim) producersDone() bool {
+	for _, p := range s.producers {
+		if !p.done() {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *sim) safetyPhase() {
+	for s.w.events < s.opts.Steps && s.chk.violation == nil && !s.producersDone() && s.step() {
+	}
+}
+
+// livenessPhase heals every fault and requires the workload to finish: all
+// messages acknowledged, and every acknowledged message acked by the group.
+func (s *sim) livenessPhase() {
+	s.healed = true
+	s.b.fsyncErrorP = 0
+	s.b.killOnDisk = nil
+	clear(s.partitioned)
+	for _, c := range s.consumers {
+		c.polite = true
+	}
+	s.w.tracef("heal: faults off")
+	deadline := s.w.nowMs + livenessMsMax
+	for events := 0; s.chk.violation == nil; events++ {
+		if s.producersDone() && len(s.chk.undelivered()) == 0 {
+			return
+		}
+		if s.w.nowMs > deadline || events > livenessEventsMax || !s.step() {
+			missing := s.chk.undelivered()
+			unacked := 0
+			for _, p := range s.producers {
+				unacked += len(p.inflight) + int(p.messagesMax+1-min(p.nextSeq, p.messagesMax+1))
+			}
+			first := "none"
+			if len(missing) > 0 {
+				first = missing[0].String()
+			}
+			s.chk.violate(Liveness, "%d acknowledged records not acked by the group (first %s), %d messages never acknowledged, %dms after healing",
+				len(missing), first, unacked, s.w.nowMs-(deadline-livenessMsMax))
+			return
+		}
+	}
+}
+
+// finalPhase kills the broker once more, restarts it and reads its whole
+// log back against the reference model.
+func (s *sim) finalPhase() {
+	s.b.stopRestarts = true
+	s.b.crash()
+	s.b.stopRestarts = false
+	s.b.start()
+	s.b.step()
+	s.chk.afterEvent(s.b)
+	s.chk.finalChecks(s.b, s.opts.Partitions)
+	s.w.tracef("end: acked=%d deliveries=%d restarts=%d", len(s.chk.acked), s.chk.deliveries, s.b.started-1)
+}
+
+func (s *sim) result() Result {
+	return Result{Seed: s.opts.Seed, Events: s.w.events, VirtualMs: s.w.nowMs - epochMs,
+		TraceHash: s.w.trace.sum(), Trace: s.w.trace.all, Tail: s.w.trace.lastLines(),
+		Violation: s.chk.violation, Acked: len(s.chk.acked), Deliveries: s.chk.deliveries,
+		Restarts: max(s.b.started-1, 0)}
+}
+
+// injectFault applies one randomly chosen enabled fault, then schedules the
+// next. Faults stop when the run heals.
+func (s *sim) injectFault() {
+	if s.healed {
+		return
+	}
+	defer s.w.after(s.w.between(20, 300), s.injectFault)
+	f := s.opts.Faults
+	var kinds []func()
+	add := func(on bool, weight int, fn func()) {
+		for i := 0; on && i < weight; i++ {
+			kinds = append(kinds, fn)
+		}
+	}
+	add(f.Crash, 3, s.b.crash)
+	add(f.KillPoint, 3, s.armKillPoint)
+	add(f.Disconnect, 3, s.disconnectClient)
+	add(f.Partition, 2, s.partitionClient)
+	add(f.OneWay, 2, s.oneWayPartition)
+	add(f.Fsync, 2, s.fsyncBurst)
+	add(f.Clock, 2, s.clockJump)
+	add(f.BitFlip, 1, s.flipBit)
+	kinds[s.w.rng.IntN(len(kinds))]()
+}
+
+func (s *sim) armKillPoint() {
+	ops := []vfs.Op{vfs.OpWrite, vfs.OpSync}
+	op := ops[s.w.rng.IntN(len(ops))]
+	prefix := []string{"topics/", "groups/"}[s.w.rng.IntN(2)]
+	s.w.tracef("fault arm kill -9 before next %s under %s", op, prefix)
+	s.b.killOnDisk = func(o vfs.Op, name string) bool { return o == op && strings.HasPrefix(name, prefix) }
+}
+
+func (s *sim) clients() []client {
+	var out []client
+	for _, p := range s.producers {
+		out = append(out, p)
+	}
+	for _, c := range s.consumers {
+		out = append(out, c)
+	}
+	return out
+}
+
+func (s *sim) connOf(cl client) *conn {
+	switch v := cl.(type) {
+	case *producer:
+		return v.c
+	case *consumer:
+		return v.c
+	}
+	return nil
+}
+
+func (s *sim) disconnectClient() {
+	cl := s.clients()[s.w.rng.IntN(len(s.clients()))]
+	if c := s.connOf(cl); c != nil && c.open {
+		c.breakConn("fault disconnect")
+	}
+}
+
+func (s *sim) partitionClient() {
+	cl := s.clients()[s.w.rng.IntN(len(s.clients()))]
+	name := cl.name()
+	if s.partitioned[name] {
+		return
+	}
+	s.partitioned[name] = true
+	s.w.tracef("fault partition %s", name)
+	if c := s.connOf(cl); c != nil && c.open {
+		c.breakConn("fault partition")
+	}
+	s.w.after(s.w.between(50, 800), func() {
+		if s.partitioned[name] {
+			delete(s.partitioned, name)
+			s.w.tracef("heal partition %s", name)
+		}
+	})
+}
+
+// oneWayPartition drops everything the broker sends on one connection
+// (requests still arrive and take effect) until the client gives up on it.
+func (s *sim) oneWayPartition() {
+	cl := s.clients()[s.w.rng.IntN(len(s.clients()))]
+	c := s.connOf(cl)
+	if c == nil || !c.open || c.repliesLost {
+		return
+	}
+	c.repliesLost = true
+	s.w.tracef("fault one-way partition: %s hears nothing on conn #%d", cl.name(), c.id)
+	s.w.after(s.w.between(20, 400), func() { c.breakConn("one-way partition timed out") })
+}
+
+func (s *sim) fsyncBurst() {
+	s.b.fsyncErrorP = 0.5
+	s.w.tracef("fault fsync errors on")
+	s.w.after(s.w.between(10, 100), func() {
+		s.b.fsyncErrorP = 0
+		s.w.tracef("fault fsync errors off")
+	})
+}
+
+func (s *sim) clockJump() {
+	jump := s.w.between(-2_000, 5_000)
+	s.w.skewMs += jump
+	s.w.tracef("fault broker clock jumps %+dms", jump)
+}
+
+// flipBit flips one bit of a random segment of a random partition. Loss in
+// that partition is then expected (one node, one copy), but serving the
+// corrupt record never is.
+func (s *sim) flipBit() {
+	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
+	dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
+	names, err := s.b.fs.List(dir)
+	if err != nil {
+		return
+	}
+	names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })
+	if len(names) == 0 {
+		return
+	}
+	file := path.Join(dir, names[s.w.rng.IntN(len(names))])
+	size, err := s.b.fs.Stat(file)
+	if err != nil || size == 0 {
+		return
+	}
+	off := s.w.rng.Int64N(size)
+	if err := s.b.fs.FlipBit(file, off, uint(s.w.rng.IntN(8))); err == nil {
+		s.b.damaged[p] = true
+		s.w.tracef("fault bit flip %s@%d", strings.TrimPrefix(file, dataDir+"/"), off)
+	}
+}
