@@ -15,6 +15,7 @@ import (
 var kernels = []string{
 	"github.com/nereus-broker/nereus/internal/partition",
 	"github.com/nereus-broker/nereus/internal/delivery",
+	"github.com/nereus-broker/nereus/internal/replica",
 }
 
 var forbidden = []string{"os", "net", "time", "math/rand", "math/rand/v2", "sync", "log/slog", "io/fs"}

@@ -1,0 +1,536 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+)
+
+// Errors returned to proposers.
+var (
+	ErrNotLeader  = errors.New("replica: not the leader")
+	ErrQuorumLost = errors.New("replica: quorum lost (READ_ONLY_DEGRADED)")
+)
+
+// Config configures a replica. Times are logical ticks.
+type Config struct {
+	ID       NodeID
+	Replicas []NodeID // the whole group, ID included
+	Policy   AckPolicy
+	// HeartbeatTicks between leader appends when idle (default 1).
+	HeartbeatTicks int
+	// ElectionTicks: a follower that hears no leader for a random time in
+	// [ElectionTicks, 2*ElectionTicks) campaigns (default 10).
+	ElectionTicks int
+	// AckTimeoutTicks: a leader that has not heard from a quorum (every
+	// replica under SyncAll) for this long refuses writes (default 2*ElectionTicks).
+	AckTimeoutTicks int
+	// AppendEntriesMax bounds the entries of one Append (default 256).
+	AppendEntriesMax int
+	// Seed feeds the election jitter (no global randomness).
+	Seed uint64
+	// Mutations break guards on purpose (tests only).
+	Mutations Mutations
+}
+
+// Mutations are deliberate bugs for the simulator's mutation tests.
+type Mutations struct {
+	CommitOnLeaderFlushAlone bool // commit without waiting for followers
+	InstallWithoutQuorum     bool // take office on the candidate's own promise
+	AcceptStaleAppend        bool // accept an APPEND from an older epoch
+}
+
+func (c *Config) validate() error {
+	if c.ID == 0 {
+		return errors.New("replica: ID must be non-zero")
+	}
+	if !slices.Contains(c.Replicas, c.ID) {
+		return fmt.Errorf("replica: ID %d not in replicas %v", c.ID, c.Replicas)
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.AckTimeoutTicks == 0 {
+		c.AckTimeoutTicks = 2 * c.ElectionTicks
+	}
+	if c.AppendEntriesMax == 0 {
+		c.AppendEntriesMax = 256
+	}
+	if c.HeartbeatTicks >= c.ElectionTicks {
+		return fmt.Errorf("replica: heartbeat %d ticks must be shorter than election %d", c.HeartbeatTicks, c.ElectionTicks)
+	}
+	return nil
+}
+
+// Replica is the kernel state of one replica. Not safe for concurrent use;
+// a plain value the model checker can clone (Clone) and hash.
+type Replica struct {
+	cfg    Config
+	peers  []NodeID // cfg.Replicas sorted; indexes below refer to it
+	self   int
+	quorum int
+
+	hard    HardState // as it will be once the pending Ready is persisted
+	role    Role
+	leader  NodeID // leader of hard.Promised, 0 if unknown
+	epochs  []EpochStart
+	last    uint64 // last seq, pending entries included
+	durable uint64 // last seq known durable (after Advance)
+	commit  uint64
+
+	electionElapsed  int
+	electionTimeout  int
+	heartbeatElapsed int
+	rng              uint64
+
+	grants []bool // candidate: promises granted, by peer index
+
+	// Leader progress, by peer index.
+	match     []uint64 // highest seq known flushed and matching
+	next      []uint64 // next seq to send
+	heard     []int    // ticks since the peer last answered
+	dirty     []bool   // peer needs an Append in the next Ready
+	readOnly  bool
+	installAt uint64 // seq of this epoch's install entry
+
+	pending       Ready
+	hardChanged   bool
+	lastCommitOut uint64
+}
+
+// New restores a replica from its persisted state. It starts as a follower
+// with an unknown commit (learned from the next leader).
+func New(cfg Config, p Persisted) (*Replica, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	peers := slices.Clone(cfg.Replicas)
+	slices.Sort(peers)
+	r := &Replica{cfg: cfg, peers: peers, self: slices.Index(peers, cfg.ID), quorum: len(peers)/2 + 1,
+		hard: p.Hard, epochs: slices.Clone(p.Epochs), last: p.Last, durable: p.Last,
+		rng: cfg.Seed ^ uint64(cfg.ID)*0x9E3779B97F4A7C15}
+	n := len(peers)
+	r.grants, r.match, r.next, r.heard, r.dirty = make([]bool, n), make([]uint64, n), make([]uint64, n), make([]int, n), make([]bool, n)
+	r.resetElectionTimer()
+	return r, nil
+}
+
+// Clone returns an independent copy (for the model checker).
+func (r *Replica) Clone() *Replica {
+	c := *r
+	c.peers, c.epochs = slices.Clone(r.peers), slices.Clone(r.epochs)
+	c.grants, c.match, c.next, c.heard, c.dirty = slices.Clone(r.grants), slices.Clone(r.match), slices.Clone(r.next), slices.Clone(r.heard), slices.Clone(r.dirty)
+	c.pending.Entries, c.pending.Messages = slices.Clone(r.pending.Entries), slices.Clone(r.pending.Messages)
+	return &c
+}
+
+// nextRand is splitmix64: deterministic jitter from the configured seed.
+func (r *Replica) nextRand() uint64 {
+	r.rng += 0x9E3779B97F4A7C15
+	z := r.rng
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	return z ^ z>>31
+}
+
+func (r *Replica) resetElectionTimer() {
+	r.electionElapsed = 0
+	r.electionTimeout = r.cfg.ElectionTicks + int(r.nextRand()%uint64(r.cfg.ElectionTicks))
+}
+
+// epochAt returns the epoch of the entry at seq (0 for seq 0 or beyond the log).
+func (r *Replica) epochAt(seq uint64) uint64 {
+	if seq == 0 || seq > r.last {
+		return 0
+	}
+	i := sort.Search(len(r.epochs), func(i int) bool { return r.epochs[i].StartSeq > seq })
+	if i == 0 {
+		return 0
+	}
+	return r.epochs[i-1].Epoch
+}
+
+func (r *Replica) lastEpoch() uint64 { return r.epochAt(r.last) }
+
+// lineageAtLeast compares lineages by (last epoch, last seq): a longer log
+// of an older epoch is not better than a shorter one of a newer epoch.
+func lineageAtLeast(epochA, seqA, epochB, seqB uint64) bool {
+	if epochA != epochB {
+		return epochA > epochB
+	}
+	return seqA >= seqB
+}
+
+func (r *Replica) setHard(promised uint64, to NodeID) {
+	if promised < r.hard.Promised {
+		panic(fmt.Sprintf("replica %d: promise would go back from %d to %d", r.cfg.ID, r.hard.Promised, promised))
+	}
+	if r.hard.Promised != promised || r.hard.PromisedTo != to {
+		r.hard = HardState{Promised: promised, PromisedTo: to}
+		r.hardChanged = true
+	}
+}
+
+func (r *Replica) send(m Message) {
+	m.From = r.cfg.ID
+	r.pending.Messages = append(r.pending.Messages, m)
+}
+
+func (r *Replica) truncateAfter(seq uint64) {
+	if seq < r.commit {
+		panic(fmt.Sprintf("replica %d: truncating committed entries (after %d, commit %d)", r.cfg.ID, seq, r.commit))
+	}
+	if !r.pending.Truncate || seq < r.pending.TruncateAfter {
+		r.pending.Truncate, r.pending.TruncateAfter = true, seq
+	}
+	// Pending entries above the cut are dropped with it.
+	r.pending.Entries = slices.DeleteFunc(r.pending.Entries, func(e Entry) bool { return e.Seq > seq })
+	r.last = seq
+	r.durable = min(r.durable, seq)
+	for len(r.epochs) > 0 && r.epochs[len(r.epochs)-1].StartSeq > seq {
+		r.epochs = r.epochs[:len(r.epochs)-1]
+	}
+}
+
+func (r *Replica) appendEntry(e Entry) {
+	if e.Seq != r.last+1 {
+		panic(fmt.Sprintf("replica %d: append seq %d after %d", r.cfg.ID, e.Seq, r.last))
+	}
+	if len(r.epochs) == 0 || r.epochs[len(r.epochs)-1].Epoch != e.Epoch {
+		r.epochs = append(r.epochs, EpochStart{Epoch: e.Epoch, StartSeq: e.Seq})
+	}
+	r.last = e.Seq
+	r.pending.Entries = append(r.pending.Entries, e)
+}
+
+func (r *Replica) becomeFollower(epoch uint64, leader NodeID) {
+	if epoch > r.hard.Promised {
+		r.setHard(epoch, leader)
+	}
+	r.role, r.leader, r.readOnly = Follower, leader, false
+	r.resetElectionTimer()
+}
+
+// Tick advances logical time by one tick.
+func (r *Replica) Tick() {
+	switch r.role {
+	case Follower, Candidate:
+		r.electionElapsed++
+		if r.electionElapsed >= r.electionTimeout {
+			r.campaign()
+		}
+	case Leader:
+		for i := range r.peers {
+			if i != r.self {
+				r.heard[i]++
+			}
+		}
+		r.updateReadOnly()
+		r.heartbeatElapsed++
+		if r.heartbeatElapsed >= r.cfg.HeartbeatTicks {
+			r.heartbeatElapsed = 0
+			for i := range r.peers {
+				r.dirty[i] = i != r.self
+			}
+		}
+	}
+}
+
+// Campaign starts an election now instead of waiting for the election
+// timeout (tests, and leadership transfer later). A leader ignores it.
+func (r *Replica) Campaign() {
+	if r.role != Leader {
+		r.campaign()
+	}
+}
+
+// campaign persists a promise of the next epoch to itself and PREPAREs.
+func (r *Replica) campaign() {
+	r.setHard(r.hard.Promised+1, r.cfg.ID)
+	r.role, r.leader = Candidate, 0
+	r.resetElectionTimer()
+	clear(r.grants)
+	r.grants[r.self] = true
+	if r.granted() {
+		r.becomeLeader()
+		return
+	}
+	for i, p := range r.peers {
+		if i != r.self {
+			r.send(Message{Type: MsgPrepare, To: p, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last})
+		}
+	}
+}
+
+func (r *Replica) granted() bool {
+	n := 0
+	for _, g := range r.grants {
+		if g {
+			n++
+		}
+	}
+	return n >= r.quorum || (r.cfg.Mutations.InstallWithoutQuorum && n >= 1)
+}
+
+// becomeLeader takes office for the promised epoch: INSTALL is the first
+// Append of the epoch, carrying an install entry. Entries of older epochs
+// commit only through it (counting replicas never commits them directly).
+func (r *Replica) becomeLeader() {
+	r.role, r.leader, r.readOnly = Leader, r.cfg.ID, false
+	r.heartbeatElapsed = 0
+	for i := range r.peers {
+		r.match[i], r.next[i], r.heard[i], r.dirty[i] = 0, r.last+1, 0, i != r.self
+	}
+	r.appendEntry(Entry{Seq: r.last + 1, Epoch: r.hard.Promised})
+	r.installAt = r.last
+}
+
+// Propose appends data as a new entry (leader only). The entry is visible
+// once Ready.CommitSeq reaches the returned seq under this epoch.
+func (r *Replica) Propose(data []byte) (seq, epoch uint64, err error) {
+	if r.role != Leader {
+		return 0, 0, ErrNotLeader
+	}
+	if r.readOnly {
+		return 0, 0, ErrQuorumLost
+	}
+	r.appendEntry(Entry{Seq: r.last + 1, Epoch: r.hard.Promised, Data: data})
+	for i := range r.peers {
+		r.dirty[i] = i != r.self
+	}
+	return r.last, r.hard.Promised, nil
+}
+
+// Step handles one message. It is total: every message in every state has
+// a defined outcome (often: ignore).
+func (r *Replica) Step(m Message) {
+	if m.To != r.cfg.ID {
+		return
+	}
+	switch m.Type {
+	case MsgPrepare:
+		r.stepPrepare(m)
+	case MsgPrepareAck:
+		r.stepPrepareAck(m)
+	case MsgAppend:
+		r.stepAppend(m)
+	case MsgAppendAck:
+		r.stepAppendAck(m)
+	}
+}
+
+func (r *Replica) stepPrepare(m Message) {
+	renewed := m.Epoch == r.hard.Promised && r.hard.PromisedTo == m.From
+	if m.Epoch <= r.hard.Promised && !renewed {
+		r.send(Message{Type: MsgPrepareAck, To: m.From, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last, CommitSeq: r.commit})
+		return
+	}
+	// Promise the epoch even to a candidate with a worse lineage: the
+	// promise is what fences the old leader. Grant only a lineage at least
+	// as good as ours, so the winner carries every committed entry.
+	granted := lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last)
+	to := NodeID(0)
+	if granted {
+		to = m.From
+	}
+	if !renewed {
+		r.setHard(m.Epoch, to)
+		r.role, r.leader, r.readOnly = Follower, 0, false
+	}
+	if granted {
+		r.resetElectionTimer()
+	}
+	r.send(Message{Type: MsgPrepareAck, To: m.From, Epoch: m.Epoch, Granted: granted, LastEpoch: r.lastEpoch(), LastSeq: r.last, CommitSeq: r.commit})
+}
+
+func (r *Replica) stepPrepareAck(m Message) {
+	if m.Epoch > r.hard.Promised {
+		r.becomeFollower(m.Epoch, 0)
+		return
+	}
+	if r.role != Candidate || m.Epoch != r.hard.Promised || !m.Granted {
+		return
+	}
+	r.grants[slices.Index(r.peers, m.From)] = true
+	if r.granted() {
+		r.becomeLeader()
+	}
+}
+
+func (r *Replica) stepAppend(m Message) {
+	if m.Epoch < r.hard.Promised && !r.cfg.Mutations.AcceptStaleAppend {
+		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: r.hard.Promised, Reject: RejectStaleEpoch})
+		return
+	}
+	if m.Epoch > r.hard.Promised || r.role != Follower || r.leader != m.From {
+		r.becomeFollower(m.Epoch, m.From)
+	}
+	r.electionElapsed = 0
+	if m.PrevSeq > r.last || r.epochAt(m.PrevSeq) != m.PrevEpoch {
+		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, Reject: RejectMismatch, HintSeq: min(r.last, m.PrevSeq-1)})
+		return
+	}
+	for i, e := range m.Entries {
+		if e.Seq <= r.last && r.epochAt(e.Seq) == e.Epoch {
+			continue // already held
+		}
+		if e.Seq <= r.last {
+			r.truncateAfter(e.Seq - 1)
+		}
+		for _, rest := range m.Entries[i:] {
+			r.appendEntry(rest)
+		}
+		break
+	}
+	matched := m.PrevSeq + uint64(len(m.Entries))
+	if c := min(m.CommitSeq, matched); c > r.commit {
+		r.commit = c
+	}
+	r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: matched})
+}
+
+func (r *Replica) stepAppendAck(m Message) {
+	if m.Epoch > r.hard.Promised {
+		r.becomeFollower(m.Epoch, 0) // STALE_LEADER_EPOCH: demote, catch up later
+		return
+	}
+	if r.role != Leader || m.Epoch != r.hard.Promised {
+		return
+	}
+	i := slices.Index(r.peers, m.From)
+	if i < 0 {
+		return
+	}
+	r.heard[i] = 0
+	r.updateReadOnly()
+	switch m.Reject {
+	case RejectMismatch:
+		r.next[i] = max(1, min(r.next[i]-1, m.HintSeq+1))
+		r.dirty[i] = true
+	case RejectNone:
+		if m.FlushedSeq > r.match[i] {
+			r.match[i] = m.FlushedSeq
+			r.maybeCommit()
+		}
+		r.next[i] = max(r.next[i], m.FlushedSeq+1)
+		if r.next[i] <= r.last {
+			r.dirty[i] = true
+		}
+	}
+}
+
+func (r *Replica) updateReadOnly() {
+	alive := 1
+	for i := range r.peers {
+		if i != r.self && r.heard[i] <= r.cfg.AckTimeoutTicks {
+			alive++
+		}
+	}
+	need := r.quorum
+	if r.cfg.Policy == SyncAll {
+		need = len(r.peers)
+	}
+	r.readOnly = alive < need
+}
+
+// maybeCommit advances commit to the highest seq of this epoch that enough
+// replicas flushed: a majority under SyncQuorum, all under SyncAll.
+func (r *Replica) maybeCommit() {
+	flushed := slices.Clone(r.match)
+	flushed[r.self] = r.durable
+	slices.Sort(flushed)
+	var c uint64
+	switch {
+	case r.cfg.Mutations.CommitOnLeaderFlushAlone:
+		c = r.durable
+	case r.cfg.Policy == SyncAll:
+		c = flushed[0]
+	default:
+		c = flushed[len(flushed)-r.quorum]
+	}
+	if c > r.commit && c >= r.installAt && r.epochAt(c) == r.hard.Promised {
+		r.commit = c
+	}
+}
+
+// Ready returns the work accumulated since the last Advance: persist, then
+// send (see Ready). Call Advance once it is done.
+func (r *Replica) Ready() Ready {
+	if r.role == Leader {
+		for i, p := range r.peers {
+			if r.dirty[i] {
+				r.dirty[i] = false
+				r.send(r.appendFor(i, p))
+			}
+		}
+	}
+	rd := r.pending
+	if r.hardChanged {
+		h := r.hard
+		rd.HardState = &h
+	}
+	if r.commit > r.lastCommitOut {
+		rd.CommitSeq = r.commit
+	}
+	return rd
+}
+
+// appendFor builds the Append for peer i from its next seq, advancing next
+// optimistically (a loss comes back as a mismatch and resets it).
+func (r *Replica) appendFor(i int, p NodeID) Message {
+	prev := r.next[i] - 1
+	m := Message{Type: MsgAppend, To: p, Epoch: r.hard.Promised, PrevSeq: prev, PrevEpoch: r.epochAt(prev), CommitSeq: r.commit}
+	if r.next[i] <= r.last {
+		m.FirstSeq = r.next[i]
+		m.LastSeqSent = min(r.last, r.next[i]+uint64(r.cfg.AppendEntriesMax)-1)
+		r.next[i] = m.LastSeqSent + 1
+	}
+	return m
+}
+
+// Advance reports that the last Ready was carried out: its state is durable
+// and its messages are sent.
+func (r *Replica) Advance(rd Ready) {
+	if len(rd.Entries) > 0 || rd.Truncate {
+		r.durable = r.last
+	}
+	r.pending = Ready{}
+	r.hardChanged = false
+	if rd.CommitSeq > r.lastCommitOut {
+		r.lastCommitOut = rd.CommitSeq
+	}
+	if r.role == Leader {
+		r.maybeCommit()
+	}
+}
+
+// Status is a read-only view for tools, tests and checkers.
+type Status struct {
+	ID        NodeID
+	Role      Role
+	Hard      HardState
+	Leader    NodeID
+	Last      uint64
+	Durable   uint64
+	CommitSeq uint64
+	ReadOnly  bool
+	Epochs    []EpochStart
+}
+
+// Status returns the replica's current view.
+func (r *Replica) Status() Status {
+	return Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
+		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs)}
+}
+
+// HasReady reports whether Ready would return work.
+func (r *Replica) HasReady() bool {
+	if r.hardChanged || len(r.pending.Entries) > 0 || r.pending.Truncate || len(r.pending.Messages) > 0 || r.commit > r.lastCommitOut {
+		return true
+	}
+	return r.role == Leader && slices.Contains(r.dirty, true)
+}

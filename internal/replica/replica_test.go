@@ -1,0 +1,373 @@
+package replica
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// store is a replica's durable state in the test cluster.
+type store struct {
+	hard HardState
+	log  []Entry
+}
+
+func (s *store) persisted() Persisted {
+	p := Persisted{Hard: s.hard, Last: uint64(len(s.log))}
+	for _, e := range s.log {
+		if len(p.Epochs) == 0 || p.Epochs[len(p.Epochs)-1].Epoch != e.Epoch {
+			p.Epochs = append(p.Epochs, EpochStart{Epoch: e.Epoch, StartSeq: e.Seq})
+		}
+	}
+	return p
+}
+
+// cluster runs replicas in lockstep with an explicit message queue: the
+// scenario tests decide exactly what is delivered, dropped or delayed.
+type cluster struct {
+	t      *testing.T
+	ids    []NodeID
+	rs     map[NodeID]*Replica
+	stores map[NodeID]*store
+	queue  []Message
+	down   map[NodeID]bool
+	cut    map[NodeID]bool // isolated both ways
+	policy AckPolicy
+}
+
+func newCluster(t *testing.T, n int, policy AckPolicy) *cluster {
+	c := &cluster{t: t, rs: map[NodeID]*Replica{}, stores: map[NodeID]*store{}, down: map[NodeID]bool{}, cut: map[NodeID]bool{}, policy: policy}
+	for i := 1; i <= n; i++ {
+		c.ids = append(c.ids, NodeID(i))
+		c.stores[NodeID(i)] = &store{}
+	}
+	for _, id := range c.ids {
+		c.start(id)
+	}
+	return c
+}
+
+func (c *cluster) start(id NodeID) {
+	r, err := New(Config{ID: id, Replicas: c.ids, Policy: c.policy, ElectionTicks: 10, Seed: uint64(id)}, c.stores[id].persisted())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.rs[id] = r
+	delete(c.down, id)
+}
+
+func (c *cluster) crash(id NodeID) { c.down[id] = true }
+
+// flush carries out every pending Ready of id: persist, queue messages, Advance.
+func (c *cluster) flush(id NodeID) {
+	r, s := c.rs[id], c.stores[id]
+	for !c.down[id] && r.HasReady() {
+		rd := r.Ready()
+		if rd.HardState != nil {
+			s.hard = *rd.HardState
+		}
+		if rd.Truncate {
+			s.log = s.log[:rd.TruncateAfter]
+		}
+		s.log = append(s.log, rd.Entries...)
+		for _, m := range rd.Messages {
+			if m.Type == MsgAppend && m.FirstSeq != 0 {
+				m.Entries = slices.Clone(s.log[m.FirstSeq-1 : m.LastSeqSent])
+			}
+			c.queue = append(c.queue, m)
+		}
+		r.Advance(rd)
+	}
+}
+
+// settle delivers messages until none is left (dropping those to or from
+// crashed or isolated replicas).
+func (c *cluster) settle() {
+	for _, id := range c.ids {
+		c.flush(id)
+	}
+	for guard := 0; len(c.queue) > 0; guard++ {
+		if guard > 100_000 {
+			c.t.Fatal("messages never settle")
+		}
+		m := c.queue[0]
+		c.queue = c.queue[1:]
+		if c.down[m.To] || c.down[m.From] || c.cut[m.To] || c.cut[m.From] {
+			continue
+		}
+		c.rs[m.To].Step(m)
+		c.flush(m.To)
+	}
+}
+
+func (c *cluster) tick(n int) {
+	for i := 0; i < n; i++ {
+		for _, id := range c.ids {
+			if !c.down[id] {
+				c.rs[id].Tick()
+			}
+		}
+		c.settle()
+	}
+}
+
+func (c *cluster) elect(id NodeID) {
+	c.t.Helper()
+	c.rs[id].Campaign()
+	c.settle()
+	if st := c.rs[id].Status(); st.Role != Leader {
+		c.t.Fatalf("n%d did not win: %+v", id, st)
+	}
+}
+
+func (c *cluster) propose(id NodeID, v string) (uint64, uint64) {
+	c.t.Helper()
+	seq, epoch, err := c.rs[id].Propose([]byte(v))
+	if err != nil {
+		c.t.Fatalf("propose on n%d: %v", id, err)
+	}
+	c.settle()
+	return seq, epoch
+}
+
+func (c *cluster) logString(id NodeID) string {
+	var b []byte
+	for _, e := range c.stores[id].log {
+		b = fmt.Appendf(b, "%d:e%d:%s ", e.Seq, e.Epoch, e.Data)
+	}
+	return string(b)
+}
+
+// S1: an entry acked (committed) by the leader survives the leader's crash
+// at the same seq.
+func TestS1AckThenLeaderCrash(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	seq, _ := c.propose(1, "a")
+	if got := c.rs[1].Status().CommitSeq; got < seq {
+		t.Fatalf("not committed: commit %d < %d", got, seq)
+	}
+	c.crash(1)
+	c.elect(2)
+	c.propose(2, "b")
+	for _, id := range []NodeID{2, 3} {
+		if e := c.stores[id].log[seq-1]; string(e.Data) != "a" {
+			t.Fatalf("n%d holds %q at %d", id, e.Data, seq)
+		}
+	}
+	c.start(1)
+	c.tick(3)
+	if c.logString(1) != c.logString(2) {
+		t.Fatalf("restarted old leader diverges:\n n1 %s\n n2 %s", c.logString(1), c.logString(2))
+	}
+}
+
+// S2: a write that reached only the (isolated) leader is never made visible
+// after a failover: the new lineage overwrites it.
+func TestS2NonQuorumWriteNotRevived(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.cut[1] = true
+	seq, _ := c.propose(1, "lost")
+	if c.rs[1].Status().CommitSeq >= seq {
+		t.Fatal("write committed without a quorum")
+	}
+	c.crash(1)
+	delete(c.cut, 1)
+	c.elect(2)
+	c.propose(2, "b")
+	c.start(1)
+	c.tick(3)
+	for _, id := range c.ids {
+		for _, e := range c.stores[id].log {
+			if string(e.Data) == "lost" {
+				t.Fatalf("n%d still holds the non-quorum write: %s", id, c.logString(id))
+			}
+		}
+	}
+	if c.rs[1].Status().CommitSeq != c.rs[2].Status().CommitSeq {
+		t.Fatalf("commit differs: n1 %d, n2 %d", c.rs[1].Status().CommitSeq, c.rs[2].Status().CommitSeq)
+	}
+}
+
+// S3: an old leader cut off from the group keeps believing it leads; when it
+// is heard again its APPENDs are refused with STALE_LEADER_EPOCH, it
+// demotes itself, and nothing it wrote alone becomes visible.
+func TestS3ZombieLeaderFenced(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.cut[1] = true
+	zombieSeq, zombieEpoch, err := c.rs[1].Propose([]byte("zombie"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	c.elect(2)
+	c.propose(2, "b")
+	if c.rs[1].Status().Role != Leader {
+		t.Fatal("isolated leader should still think it leads")
+	}
+	delete(c.cut, 1)
+	c.tick(2) // its heartbeats reach the others and are refused
+	st := c.rs[1].Status()
+	if st.Role == Leader || st.Hard.Promised <= zombieEpoch {
+		t.Fatalf("zombie not fenced: %+v", st)
+	}
+	c.tick(3)
+	if e := c.stores[1].log[zombieSeq-1]; string(e.Data) == "zombie" {
+		t.Fatalf("zombie write survived: %s", c.logString(1))
+	}
+}
+
+// S12: promotion takes the best lineage by (last epoch, last seq), not the
+// longest log: a replica with more entries of an older epoch cannot win
+// against a majority holding a newer epoch, and its extra entries are
+// truncated.
+func TestS12PromotionPicksBestLineageNotHighestSeq(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.cut[1] = true
+	for _, v := range []string{"x1", "x2", "x3"} { // old epoch, only on n1
+		c.rs[1].Propose([]byte(v))
+	}
+	c.settle()
+	c.elect(2) // epoch 2 on n2 and n3
+	c.propose(2, "b")
+	c.crash(2)
+	delete(c.cut, 1)
+	if len(c.stores[1].log) <= len(c.stores[3].log) {
+		t.Fatalf("setup: n1 should have the longer log (%d vs %d)", len(c.stores[1].log), len(c.stores[3].log))
+	}
+	c.crash(1)
+	c.start(1)               // back as a follower with its long, old-epoch log
+	for i := 0; i < 2; i++ { // once at an epoch n3 already promised, once above it
+		c.rs[1].Campaign()
+		c.settle()
+	}
+	if c.rs[1].Status().Role == Leader {
+		t.Fatalf("the longer but older lineage won the election: %+v n3 %+v\n n1 %s\n n3 %s", c.rs[1].Status(), c.rs[3].Status(), c.logString(1), c.logString(3))
+	}
+	c.elect(3)
+	c.tick(3)
+	for _, e := range c.stores[1].log {
+		if string(e.Data) == "x1" || string(e.Data) == "x2" || string(e.Data) == "x3" {
+			t.Fatalf("old-epoch entries not truncated: %s", c.logString(1))
+		}
+	}
+	if c.logString(1) != c.logString(3) {
+		t.Fatalf("lineages differ:\n n1 %s\n n3 %s", c.logString(1), c.logString(3))
+	}
+}
+
+// S18: the leader restarts before anyone notices; FLUSHED acks of its old
+// reign that arrive late are ignored and never count toward a commit.
+func TestS18LeaderRestartStaleAcksRejected(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	seq, _, _ := c.rs[1].Propose([]byte("pending"))
+	c.flush(1)
+	// Hold back the followers' acks of "pending": deliver the appends only.
+	var acks []Message
+	for _, m := range c.queue {
+		if m.Type == MsgAppend {
+			c.rs[m.To].Step(m)
+			c.flush(m.To)
+		}
+	}
+	c.queue = slices.DeleteFunc(c.queue, func(m Message) bool { return m.Type == MsgAppend })
+	acks, c.queue = append(acks, c.queue...), nil
+	c.crash(1)
+	c.start(1) // promptly restarted: a follower now, commit unknown
+	c.elect(1) // next epoch
+	before := c.rs[1].Status()
+	for _, m := range acks {
+		c.rs[1].Step(m) // FLUSHED of the old epoch
+	}
+	after := c.rs[1].Status()
+	if after.CommitSeq != before.CommitSeq || after.Role != Leader {
+		t.Fatalf("stale acks changed the new reign: before %+v after %+v", before, after)
+	}
+	c.settle()
+	if got := c.rs[1].Status().CommitSeq; got < seq+1 {
+		t.Fatalf("the new epoch's install did not commit the old entries: commit %d", got)
+	}
+}
+
+func TestSyncAllBlocksWritesWhenAReplicaLags(t *testing.T) {
+	c := newCluster(t, 3, SyncAll)
+	c.elect(1)
+	seq, _ := c.propose(1, "a")
+	if c.rs[1].Status().CommitSeq < seq {
+		t.Fatal("sync_all did not commit with every replica up")
+	}
+	c.crash(3)
+	seq2, _ := c.propose(1, "b")
+	if c.rs[1].Status().CommitSeq >= seq2 {
+		t.Fatal("sync_all committed with a replica down")
+	}
+	c.tick(25) // past the ack timeout
+	if _, _, err := c.rs[1].Propose([]byte("c")); err != ErrQuorumLost {
+		t.Fatalf("write with a lagging replica under sync_all: %v, want ErrQuorumLost", err)
+	}
+	c.start(3)
+	c.tick(3)
+	if c.rs[1].Status().CommitSeq < seq2 {
+		t.Fatal("commit did not resume when the replica came back")
+	}
+	if _, _, err := c.rs[1].Propose([]byte("d")); err != nil {
+		t.Fatalf("writes did not resume: %v", err)
+	}
+}
+
+func TestReadOnlyDegradedOnQuorumLossAndBack(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	seq, _ := c.propose(1, "a")
+	c.cut[2], c.cut[3] = true, true
+	c.tick(25)
+	st := c.rs[1].Status()
+	if !st.ReadOnly || st.CommitSeq < seq {
+		t.Fatalf("leader without quorum: %+v (want read-only, visible prefix kept)", st)
+	}
+	if _, _, err := c.rs[1].Propose([]byte("b")); err != ErrQuorumLost {
+		t.Fatalf("write while degraded: %v", err)
+	}
+	delete(c.cut, 2)
+	c.tick(2)
+	if c.rs[1].Status().Role == Leader && c.rs[1].Status().ReadOnly {
+		t.Fatal("leader did not leave read-only mode when the quorum returned")
+	}
+}
+
+func TestPrepareReplayIsGrantedAgainButOnlyToTheSameCandidate(t *testing.T) {
+	r, _ := New(Config{ID: 1, Replicas: []NodeID{1, 2, 3}, Seed: 1}, Persisted{})
+	r.Step(Message{Type: MsgPrepare, From: 2, To: 1, Epoch: 5})
+	first := r.Ready()
+	r.Advance(first)
+	r.Step(Message{Type: MsgPrepare, From: 2, To: 1, Epoch: 5})
+	again := r.Ready()
+	r.Advance(again)
+	r.Step(Message{Type: MsgPrepare, From: 3, To: 1, Epoch: 5})
+	other := r.Ready()
+	if !first.Messages[0].Granted || !again.Messages[0].Granted || other.Messages[0].Granted {
+		t.Fatalf("grants: first %v again %v other %v", first.Messages[0], again.Messages[0], other.Messages[0])
+	}
+	if first.HardState == nil || first.HardState.Promised != 5 || again.HardState != nil {
+		t.Fatalf("promise persistence: first %+v again %+v", first.HardState, again.HardState)
+	}
+}
+
+func TestCloneIsIndependent(t *testing.T) {
+	r, _ := New(Config{ID: 1, Replicas: []NodeID{1}, Seed: 1}, Persisted{})
+	r.Campaign()
+	r.Advance(r.Ready())
+	c := r.Clone()
+	c.Propose([]byte("x"))
+	if r.Status().Last == c.Status().Last {
+		t.Fatal("clone shares state with the original")
+	}
+}

@@ -1,0 +1,203 @@
+// Package replica is the replication kernel of one partition replica group
+// (DESIGN §2): leader epochs, Prepare/Install elections with persisted
+// promises, quorum (or all-replica) commit of flushed entries, epoch fencing
+// and a read-only degraded mode. It is pure: the shell feeds it messages,
+// ticks and proposals and carries out the Ready it returns — persisting
+// first, then sending (the ordering rule written on Ready). It holds no
+// payloads: entries are described by (seq, epoch) and the shell reads or
+// writes their data in its log.
+package replica
+
+import "fmt"
+
+// NodeID names a replica.
+type NodeID uint32
+
+// Role is a replica's part in its group.
+type Role uint8
+
+const (
+	Follower Role = iota
+	Candidate
+	Leader
+)
+
+func (r Role) String() string {
+	switch r {
+	case Follower:
+		return "Follower"
+	case Candidate:
+		return "Candidate"
+	case Leader:
+		return "Leader"
+	}
+	return fmt.Sprintf("Role(%d)", uint8(r))
+}
+
+// AckPolicy decides when an entry is committed (visible).
+type AckPolicy uint8
+
+const (
+	// SyncQuorum commits once a majority of replicas has flushed the entry.
+	SyncQuorum AckPolicy = iota
+	// SyncAll commits only once every replica has flushed it; a lagging
+	// replica blocks commits (and new writes fail) — never a silent downgrade.
+	SyncAll
+)
+
+func (p AckPolicy) String() string {
+	if p == SyncAll {
+		return "sync_all"
+	}
+	return "sync_quorum"
+}
+
+// Entry identifies one log entry. Data travels only in Ready.Entries (to be
+// persisted) and in Append messages (filled in by the shell).
+type Entry struct {
+	Seq   uint64
+	Epoch uint64
+	Data  []byte
+}
+
+// MsgType is the kind of a replication message.
+type MsgType uint8
+
+const (
+	// MsgPrepare asks a peer to promise epoch Epoch to candidate From.
+	MsgPrepare MsgType = iota + 1
+	// MsgPrepareAck answers a Prepare: the peer's durable log end and
+	// commit, and whether it granted (promised and the candidate's lineage
+	// is at least as good as its own).
+	MsgPrepareAck
+	// MsgAppend carries entries (FirstSeq..LastSeq, possibly none: a
+	// heartbeat) after (PrevSeq, PrevEpoch), and the leader's commit. The
+	// first Append of an epoch carries its install entry (INSTALL).
+	MsgAppend
+	// MsgAppendAck is FLUSHED: everything up to FlushedSeq is durable on the
+	// sender and matches the leader's log; or a rejection.
+	MsgAppendAck
+)
+
+func (t MsgType) String() string {
+	switch t {
+	case MsgPrepare:
+		return "PREPARE"
+	case MsgPrepareAck:
+		return "PREPARE_ACK"
+	case MsgAppend:
+		return "APPEND"
+	case MsgAppendAck:
+		return "FLUSHED"
+	}
+	return fmt.Sprintf("MsgType(%d)", uint8(t))
+}
+
+// Reject says why an Append was refused.
+type Reject uint8
+
+const (
+	RejectNone Reject = iota
+	// RejectStaleEpoch: the sender's epoch is older than the receiver's
+	// promise (STALE_LEADER_EPOCH); Epoch carries the newer one.
+	RejectStaleEpoch
+	// RejectMismatch: the receiver's log does not hold (PrevSeq, PrevEpoch);
+	// HintSeq is where the leader should retry from.
+	RejectMismatch
+)
+
+func (r Reject) String() string {
+	switch r {
+	case RejectNone:
+		return "none"
+	case RejectStaleEpoch:
+		return "STALE_LEADER_EPOCH"
+	case RejectMismatch:
+		return "LOG_MISMATCH"
+	}
+	return fmt.Sprintf("Reject(%d)", uint8(r))
+}
+
+// Message is one replication frame between replicas.
+type Message struct {
+	Type     MsgType
+	From, To NodeID
+	Epoch    uint64
+
+	// Prepare: the candidate's lineage. PrepareAck: the sender's lineage.
+	LastEpoch, LastSeq uint64
+	// PrepareAck.
+	Granted bool
+
+	// Append.
+	PrevSeq, PrevEpoch    uint64
+	FirstSeq, LastSeqSent uint64 // entries the shell must attach; FirstSeq 0 = none
+	Entries               []Entry
+	CommitSeq             uint64 // also in PrepareAck: the sender's commit
+
+	// AppendAck.
+	FlushedSeq uint64
+	Reject     Reject
+	HintSeq    uint64
+}
+
+func (m Message) String() string {
+	switch m.Type {
+	case MsgPrepare:
+		return fmt.Sprintf("%s %d->%d e=%d last=(%d,%d)", m.Type, m.From, m.To, m.Epoch, m.LastEpoch, m.LastSeq)
+	case MsgPrepareAck:
+		return fmt.Sprintf("%s %d->%d e=%d granted=%v last=(%d,%d) commit=%d", m.Type, m.From, m.To, m.Epoch, m.Granted, m.LastEpoch, m.LastSeq, m.CommitSeq)
+	case MsgAppend:
+		return fmt.Sprintf("%s %d->%d e=%d prev=(%d,%d) entries=%d..%d commit=%d", m.Type, m.From, m.To, m.Epoch, m.PrevSeq, m.PrevEpoch, m.FirstSeq, m.LastSeqSent, m.CommitSeq)
+	case MsgAppendAck:
+		if m.Reject != RejectNone {
+			return fmt.Sprintf("%s %d->%d e=%d reject=%s hint=%d", m.Type, m.From, m.To, m.Epoch, m.Reject, m.HintSeq)
+		}
+		return fmt.Sprintf("%s %d->%d e=%d flushed=%d", m.Type, m.From, m.To, m.Epoch, m.FlushedSeq)
+	}
+	return fmt.Sprintf("%s %d->%d e=%d", m.Type, m.From, m.To, m.Epoch)
+}
+
+// EpochStart says that entries from StartSeq on (until the next EpochStart)
+// were written in Epoch.
+type EpochStart struct {
+	Epoch    uint64
+	StartSeq uint64
+}
+
+// HardState is what a replica persists besides its log entries.
+type HardState struct {
+	// Promised is the highest epoch this replica promised (to a candidate,
+	// itself included) or accepted from a leader. It never decreases.
+	Promised uint64
+	// PromisedTo is the replica Promised went to (0 = none yet): a replayed
+	// PREPARE from it is granted again; any other is refused.
+	PromisedTo NodeID
+}
+
+// Persisted is a replica's durable state on restart.
+type Persisted struct {
+	Hard   HardState
+	Epochs []EpochStart // the log's epoch boundaries, ascending
+	Last   uint64       // last durable seq (0 = empty log)
+}
+
+// Ready is the work a step produced. Ordering rule: the shell makes
+// HardState, TruncateAfter and Entries durable (in that order) before it
+// sends any of Messages, then calls Advance. Messages may assume it.
+type Ready struct {
+	HardState *HardState // nil = unchanged
+	// Truncate drops every entry after TruncateAfter before Entries are
+	// appended (only uncommitted entries are ever truncated).
+	Truncate      bool
+	TruncateAfter uint64
+	Entries       []Entry // to append, with data
+	Messages      []Message
+	// CommitSeq is the new visible end when it advanced (0 = unchanged).
+	CommitSeq uint64
+}
+
+// IsEmpty reports whether there is nothing to do.
+func (r *Ready) IsEmpty() bool {
+	return r.HardState == nil && !r.Truncate && len(r.Entries) == 0 && len(r.Messages) == 0 && r.CommitSeq == 0
+}

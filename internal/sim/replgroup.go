@@ -1,0 +1,397 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/nereus-broker/nereus/internal/replica"
+)
+
+// GroupOptions configure a replica-group run: the replication kernel of one
+// partition on GroupSize simulated nodes, with durable stores that survive
+// crashes and a network that drops, duplicates, delays and partitions.
+type GroupOptions struct {
+	Seed      uint64
+	Steps     int // events in the fault phase
+	GroupSize int // replicas (default 3)
+	Policy    replica.AckPolicy
+	Proposals int // values clients try to commit
+	Faults    bool
+	Mutations replica.Mutations
+	KeepTrace bool
+}
+
+func (o *GroupOptions) setDefaults() {
+	if o.Steps == 0 {
+		o.Steps = 20_000
+	}
+	if o.GroupSize == 0 {
+		o.GroupSize = 3
+	}
+	if o.Proposals == 0 {
+		o.Proposals = 60
+	}
+}
+
+// Invariants of the replication kernel (DESIGN §4).
+const (
+	OneLeaderPerEpoch           = "OneLeaderPerEpoch"
+	InstallNeedsQuorumPromise   = "InstallNeedsQuorumPromise"
+	CommittedPrefixAgreement    = "CommittedPrefixAgreement"
+	VisibleImpliesQuorumFlushed = "VisibleImpliesQuorumFlushed"
+)
+
+const groupTickMs = 10
+
+// groupNode is one simulated replica process: the kernel plus its durable
+// store (promise and log), which survives crashes.
+type groupNode struct {
+	id      replica.NodeID
+	k       *replica.Replica
+	up      bool
+	hard    replica.HardState
+	log     []replica.Entry // durable entries; log[i].Seq == i+1
+	commit  uint64          // last commit this incarnation reported
+	leading uint64          // epoch it was last seen leading (checker bookkeeping)
+}
+
+func (n *groupNode) persisted() replica.Persisted {
+	p := replica.Persisted{Hard: n.hard, Last: uint64(len(n.log))}
+	for _, e := range n.log {
+		if len(p.Epochs) == 0 || p.Epochs[len(p.Epochs)-1].Epoch != e.Epoch {
+			p.Epochs = append(p.Epochs, replica.EpochStart{Epoch: e.Epoch, StartSeq: e.Seq})
+		}
+	}
+	return p
+}
+
+type proposal struct {
+	value      string
+	node       replica.NodeID
+	seq, epoch uint64
+}
+
+type groupSim struct {
+	opts      GroupOptions
+	w         *World
+	nodes     []*groupNode
+	cut       map[[2]replica.NodeID]bool // directed links that drop everything
+	dropP     float64
+	dupP      float64
+	healed    bool
+	healAcked bool // a value proposed after healing was acknowledged
+	nextValue int
+	pending   []proposal
+	acked     map[string]uint64 // value → committed seq
+	committed map[uint64]replica.Entry
+	leaders   map[uint64]replica.NodeID
+	violation *Violation
+}
+
+// GroupResult is the outcome of a replica-group run.
+type GroupResult struct {
+	Seed      uint64
+	Events    int
+	TraceHash string
+	Trace     []string
+	Tail      []string
+	Violation *Violation
+	Acked     int
+	Elections int
+}
+
+// RunGroup runs the replication kernel of one replica group for a seed.
+func RunGroup(opts GroupOptions) GroupResult {
+	opts.setDefaults()
+	g := &groupSim{opts: opts, w: newWorld(opts.Seed, opts.KeepTrace), cut: map[[2]replica.NodeID]bool{},
+		acked: map[string]uint64{}, committed: map[uint64]replica.Entry{}, leaders: map[uint64]replica.NodeID{}}
+	for i := 1; i <= opts.GroupSize; i++ {
+		g.nodes = append(g.nodes, &groupNode{id: replica.NodeID(i)})
+	}
+	for _, n := range g.nodes {
+		g.start(n)
+	}
+	g.w.after(groupTickMs, g.tick)
+	g.w.after(5, g.propose)
+	if opts.Faults {
+		g.w.after(g.w.between(50, 500), g.fault)
+	}
+	for g.w.events < opts.Steps && g.violation == nil && g.w.next() {
+	}
+	if g.violation == nil {
+		g.heal()
+	}
+	res := GroupResult{Seed: opts.Seed, Events: g.w.events, TraceHash: g.w.trace.sum(), Trace: g.w.trace.all,
+		Tail: g.w.trace.lastLines(), Violation: g.violation, Acked: len(g.acked), Elections: len(g.leaders)}
+	return res
+}
+
+func (g *groupSim) violate(inv, format string, args ...any) {
+	if g.violation == nil {
+		g.violation = &Violation{Invariant: inv, Detail: fmt.Sprintf(format, args...), AtMs: g.w.nowMs - epochMs, Event: g.w.events}
+		g.w.tracef("VIOLATION %s", g.violation)
+	}
+}
+
+func (g *groupSim) ids() []replica.NodeID {
+	out := make([]replica.NodeID, len(g.nodes))
+	for i, n := range g.nodes {
+		out[i] = n.id
+	}
+	return out
+}
+
+func (g *groupSim) quorum() int { return len(g.nodes)/2 + 1 }
+
+func (g *groupSim) start(n *groupNode) {
+	k, err := replica.New(replica.Config{ID: n.id, Replicas: g.ids(), Policy: g.opts.Policy, ElectionTicks: 10,
+		Seed: g.opts.Seed*31 + uint64(len(g.leaders)) + uint64(g.w.events), Mutations: g.opts.Mutations}, n.persisted())
+	if err != nil {
+		panic(err)
+	}
+	n.k, n.up, n.commit = k, true, 0
+	g.w.tracef("n%d up promised=%d last=%d", n.id, n.hard.Promised, len(n.log))
+}
+
+func (g *groupSim) node(id replica.NodeID) *groupNode { return g.nodes[id-1] }
+
+// process carries out a node's Ready: persist, then send, then Advance.
+func (g *groupSim) process(n *groupNode) {
+	for n.up && n.k.HasReady() {
+		rd := n.k.Ready()
+		if rd.HardState != nil {
+			n.hard = *rd.HardState
+		}
+		if rd.Truncate {
+			n.log = n.log[:rd.TruncateAfter]
+		}
+		for _, e := range rd.Entries {
+			if e.Seq != uint64(len(n.log))+1 {
+				panic(fmt.Sprintf("n%d persists seq %d after %d", n.id, e.Seq, len(n.log)))
+			}
+			n.log = append(n.log, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: slices.Clone(e.Data)})
+		}
+		for _, m := range rd.Messages {
+			if m.Type == replica.MsgAppend && m.FirstSeq != 0 {
+				m.Entries = slices.Clone(n.log[m.FirstSeq-1 : m.LastSeqSent])
+			}
+			g.transmit(m)
+		}
+		n.k.Advance(rd)
+		g.observe(n, rd.CommitSeq)
+	}
+}
+
+func (g *groupSim) transmit(m replica.Message) {
+	if g.cut[[2]replica.NodeID{m.From, m.To}] || g.w.chance(g.dropP) {
+		return
+	}
+	copies := 1
+	if g.w.chance(g.dupP) {
+		copies = 2
+	}
+	for c := 0; c < copies; c++ {
+		g.w.after(g.w.between(1, 15), func() {
+			to := g.node(m.To)
+			if !to.up {
+				return
+			}
+			g.guard(func() { to.k.Step(m); g.process(to) })
+		})
+	}
+}
+
+// observe checks a node's state after its Ready: leadership, installs and
+// newly visible entries.
+func (g *groupSim) observe(n *groupNode, newCommit uint64) {
+	st := n.k.Status()
+	if st.Role == replica.Leader && n.leading != st.Hard.Promised {
+		e := st.Hard.Promised
+		n.leading = e
+		g.w.tracef("n%d leads epoch %d (last %d)", n.id, e, st.Last)
+		if other, ok := g.leaders[e]; ok && other != n.id {
+			g.violate(OneLeaderPerEpoch, "epoch %d led by n%d and n%d", e, other, n.id)
+		}
+		g.leaders[e] = n.id
+		promised := 0
+		for _, o := range g.nodes {
+			if o.hard.Promised >= e {
+				promised++
+			}
+		}
+		if promised < g.quorum() {
+			g.violate(InstallNeedsQuorumPromise, "n%d installed epoch %d with %d durable promises of %d needed", n.id, e, promised, g.quorum())
+		}
+	}
+	if newCommit <= n.commit {
+		return
+	}
+	need := g.quorum()
+	if g.opts.Policy == replica.SyncAll {
+		need = len(g.nodes)
+	}
+	for seq := n.commit + 1; seq <= newCommit; seq++ {
+		if seq > uint64(len(n.log)) {
+			g.violate(VisibleImpliesQuorumFlushed, "n%d made %d visible before holding it durably (log ends %d)", n.id, seq, len(n.log))
+			return
+		}
+		e := n.log[seq-1]
+		if prev, ok := g.committed[seq]; ok && (prev.Epoch != e.Epoch || string(prev.Data) != string(e.Data)) {
+			g.violate(CommittedPrefixAgreement, "seq %d visible as (e%d %q) on n%d, earlier as (e%d %q)", seq, e.Epoch, e.Data, n.id, prev.Epoch, prev.Data)
+			return
+		}
+		g.committed[seq] = e
+		holders := 0
+		for _, o := range g.nodes {
+			if uint64(len(o.log)) >= seq && o.log[seq-1].Epoch == e.Epoch {
+				holders++
+			}
+		}
+		if holders < need {
+			g.violate(VisibleImpliesQuorumFlushed, "seq %d (e%d) visible on n%d but durable on %d replicas, need %d", seq, e.Epoch, n.id, holders, need)
+			return
+		}
+	}
+	n.commit = newCommit
+	// Answer proposals this node made that are now visible in its epoch.
+	kept := g.pending[:0]
+	for _, p := range g.pending {
+		if p.node == n.id && p.seq <= newCommit {
+			if n.log[p.seq-1].Epoch == p.epoch && string(n.log[p.seq-1].Data) == p.value {
+				g.acked[p.value] = p.seq
+				g.healAcked = g.healAcked || g.healed
+				g.w.tracef("ack %s at %d", p.value, p.seq)
+			}
+			continue
+		}
+		kept = append(kept, p)
+	}
+	g.pending = kept
+}
+
+func (g *groupSim) tick() {
+	g.w.after(groupTickMs, g.tick)
+	for _, n := range g.nodes {
+		if n.up {
+			g.guard(func() { n.k.Tick(); g.process(n) })
+		}
+	}
+}
+
+// KernelAssertion reports a kernel that failed one of its own assertions
+// (for example, asked to truncate a committed entry).
+const KernelAssertion = "KernelAssertion"
+
+// guard turns a kernel assertion (a panic) into a violation, so a broken
+// guard shows up as a failing seed with its trace rather than a crash.
+func (g *groupSim) guard(fn func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			g.violate(KernelAssertion, "%v", p)
+		}
+	}()
+	fn()
+}
+
+// propose offers the next value to every node that believes it leads.
+func (g *groupSim) propose() {
+	g.w.after(g.w.between(5, 40), g.propose)
+	if g.nextValue >= g.opts.Proposals {
+		return
+	}
+	for _, n := range g.nodes {
+		if !n.up {
+			continue
+		}
+		value := fmt.Sprintf("v%d", g.nextValue)
+		seq, epoch, err := n.k.Propose([]byte(value))
+		if err != nil {
+			continue
+		}
+		g.nextValue++
+		g.w.tracef("n%d proposes %s at %d (e%d)", n.id, value, seq, epoch)
+		g.pending = append(g.pending, proposal{value: value, node: n.id, seq: seq, epoch: epoch})
+		g.guard(func() { g.process(n) })
+	}
+}
+
+func (g *groupSim) fault() {
+	if g.healed {
+		return
+	}
+	g.w.after(g.w.between(50, 500), g.fault)
+	n := g.nodes[g.w.rng.IntN(len(g.nodes))]
+	switch g.w.rng.IntN(5) {
+	case 0: // kill -9 and restart from the durable store
+		if n.up {
+			n.up = false
+			g.w.tracef("n%d kill -9", n.id)
+			g.w.after(g.w.between(20, 600), func() { g.start(n); g.guard(func() { g.process(n) }) })
+		}
+	case 1: // isolate a node both ways
+		g.w.tracef("partition n%d away", n.id)
+		g.setCut(n.id, true, true)
+		g.w.after(g.w.between(100, 1500), func() { g.setCut(n.id, false, false); g.w.tracef("heal n%d", n.id) })
+	case 2: // one-way: n hears nothing
+		g.w.tracef("one-way: n%d deaf", n.id)
+		g.setCut(n.id, false, true)
+		g.w.after(g.w.between(100, 1500), func() { g.setCut(n.id, false, false); g.w.tracef("heal n%d", n.id) })
+	case 3:
+		g.dropP = 0.3
+		g.w.tracef("network drops 30%%")
+		g.w.after(g.w.between(50, 500), func() { g.dropP = 0; g.w.tracef("network drops off") })
+	case 4:
+		g.dupP = 0.3
+		g.w.tracef("network duplicates 30%%")
+		g.w.after(g.w.between(50, 500), func() { g.dupP = 0; g.w.tracef("network duplicates off") })
+	}
+}
+
+// setCut cuts (or restores) the links from and/or to a node.
+func (g *groupSim) setCut(id replica.NodeID, from, to bool) {
+	for _, o := range g.nodes {
+		if o.id == id {
+			continue
+		}
+		g.cut[[2]replica.NodeID{id, o.id}] = from
+		g.cut[[2]replica.NodeID{o.id, id}] = to
+	}
+}
+
+// heal stops faults, restarts everyone, and requires a leader to commit a
+// final value and every acknowledged value to be in the committed prefix.
+func (g *groupSim) heal() {
+	g.healed = true
+	clear(g.cut)
+	g.dropP, g.dupP = 0, 0
+	for _, n := range g.nodes {
+		if !n.up {
+			g.start(n)
+		}
+	}
+	g.w.tracef("heal: faults off")
+	// New values keep coming; one of them must commit (a value proposed
+	// to a leader that loses office before committing it is not enough).
+	g.opts.Proposals = g.nextValue + 1000
+	deadline := g.w.nowMs + 60_000
+	for g.violation == nil && g.w.nowMs < deadline && !g.healAcked && g.w.next() {
+	}
+	if g.violation != nil {
+		return
+	}
+	if !g.healAcked {
+		for _, n := range g.nodes {
+			st := n.k.Status()
+			g.w.tracef("n%d %s promised=%+v leader=%d last=%d durable=%d commit=%d readOnly=%v", n.id, st.Role, st.Hard, st.Leader, st.Last, st.Durable, st.CommitSeq, st.ReadOnly)
+		}
+		g.violate(Liveness, "no value committed within 60s after healing")
+		return
+	}
+	for value, seq := range g.acked {
+		e, ok := g.committed[seq]
+		if !ok || string(e.Data) != value {
+			g.violate(AckedNeverLost, "%s acked at %d, committed prefix has %q", value, seq, e.Data)
+			return
+		}
+	}
+}
