@@ -42,6 +42,7 @@ func buildNereus(ctx context.Context, dir string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, nereusBuildTimeout)
 	defer cancel()
 	bin := filepath.Join(dir, "nereus")
+	fmt.Fprintln(os.Stderr, "bench: building ../cmd/nereus")
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		return "", fmt.Errorf("find the go tool to build nereus: %w", err)
@@ -136,10 +137,6 @@ func (s *nereusSystem) CreateStream(ctx context.Context, name string) error {
 	_, err := s.admin.DeclareTopic(ctx, client.TopicConfig{Name: name, Partitions: 1})
 	return err
 }
-
-// DeleteStream is a no-op: the SDK has no topic deletion. The data
-// directory goes when the run ends.
-func (s *nereusSystem) DeleteStream(context.Context, string) error { return nil }
 
 func (s *nereusSystem) NewPublisher(ctx context.Context, stream string, inflightMax int) (publisher, error) {
 	c, err := s.dial(ctx, "bench-pub")

@@ -1,9 +1,27 @@
 package main
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+)
 
 // childProcAttr makes the kernel kill the broker child if the harness dies
 // without running its deferred cleanup (a crash in another goroutine, kill -9).
 func childProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// flushDirtyPages asks the kernel to write back every dirty page (sync(2)),
+// so that the writeback of one case's data does not land in the fsyncs of
+// the next. It returns when sync does, or after timeout (sync then goes on
+// in the background).
+func flushDirtyPages(timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { syscall.Sync(); close(done) }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 }

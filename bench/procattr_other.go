@@ -2,8 +2,14 @@
 
 package main
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+)
 
 // childProcAttr is empty where the kernel cannot tie the child's life to ours;
 // the harness still stops the child on every normal, panic and signal exit.
 func childProcAttr() *syscall.SysProcAttr { return nil }
+
+// flushDirtyPages is a no-op where sync(2) is not available to us.
+func flushDirtyPages(time.Duration) {}

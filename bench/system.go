@@ -14,9 +14,6 @@ type system interface {
 	// CreateStream creates an empty single-partition stream (a Nereus topic,
 	// a JetStream stream on one subject) named name, on file storage.
 	CreateStream(ctx context.Context, name string) error
-	// DeleteStream frees the stream's storage where the broker can
-	// (JetStream); it is a no-op for brokers without a delete (Nereus).
-	DeleteStream(ctx context.Context, name string) error
 	// NewPublisher opens a connection that publishes to stream with at most
 	// inflightMax publishes awaiting the broker's ack.
 	NewPublisher(ctx context.Context, stream string, inflightMax int) (publisher, error)

@@ -208,9 +208,39 @@ func (p *partitionRunner) step(nowMs int64) bool {
 	return progress
 }
 
+// run is the production loop: group commit pipelined in two stages. While
+// one fsync runs on the syncer goroutine, the next publishes are decided
+// and appended; the next fsync then covers all of them. Replies go out
+// only from completeSync, after the fsync that covers them.
 func (p *partitionRunner) run() {
 	defer p.wg.Done()
-	defer p.shutdown()
+	syncReq := make(chan *storage.Log)
+	syncDone := make(chan error)
+	go func() {
+		for lg := range syncReq {
+			syncDone <- p.syncLog(lg)
+		}
+	}()
+	var inflight, unsynced []*pendingSync
+	syncing := false
+	defer func() {
+		close(syncReq)
+		if syncing {
+			if err := <-syncDone; err == nil {
+				for _, ps := range inflight {
+					p.completeSync(ps)
+				}
+				inflight = nil
+			}
+		}
+		werr := wire.Errorf(wire.CodeUnavailable, "partition is shutting down")
+		for _, ps := range append(inflight, unsynced...) {
+			for _, a := range ps.news {
+				a.req.reply(wire.PubOK{}, werr)
+			}
+		}
+		p.shutdown()
+	}()
 	retention := time.NewTicker(time.Duration(p.node.cfg.RetentionCheckMs) * time.Millisecond)
 	defer retention.Stop()
 	batch := make([]*pubReq, 0, p.node.cfg.PublishBatchMax)
@@ -219,24 +249,58 @@ func (p *partitionRunner) run() {
 		case <-p.done:
 			return
 		case <-retention.C:
-			p.applyRetention()
-			continue
+			if !syncing {
+				p.applyRetention()
+			}
+		case err := <-syncDone:
+			syncing = false
+			if err != nil {
+				// The log is failed: nothing appended since is durable
+				// either. Recover only now that no fsync is running.
+				p.failPending(err, append(inflight, unsynced...)...)
+				inflight, unsynced = nil, nil
+				p.recoverNow()
+				break
+			}
+			for _, ps := range inflight {
+				p.completeSync(ps)
+			}
+			inflight = nil
+			if p.failure != nil { // an append failed while the fsync ran
+				p.failPending(p.failure, unsynced...)
+				unsynced = nil
+				p.recoverNow()
+			}
 		case r := <-p.reqs:
 			batch = append(batch[:0], r)
-		}
-		// Group commit: everything that queued while the last fsync ran
-		// goes into this batch.
-	drain:
-		for len(batch) < cap(batch) {
-			select {
-			case r := <-p.reqs:
-				batch = append(batch, r)
-			default:
-				break drain
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case r := <-p.reqs:
+					batch = append(batch, r)
+				default:
+					break drain
+				}
 			}
+			if syncing && p.failure != nil {
+				// Cannot recover while the fsync runs on the old log.
+				for _, r := range batch {
+					r.reply(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "partition unavailable: %v", p.failure))
+				}
+			} else if ps := p.appendBatch(batch); ps != nil {
+				unsynced = append(unsynced, ps)
+			} else if p.failure != nil && !syncing {
+				p.failPending(p.failure, unsynced...)
+				unsynced = nil
+				p.recoverNow()
+			}
+			clear(batch)
 		}
-		p.commitBatch(batch)
-		clear(batch)
+		if !syncing && len(unsynced) > 0 {
+			inflight, unsynced = unsynced, nil
+			syncing = true
+			syncReq <- p.log
+		}
 	}
 }
 
@@ -245,28 +309,38 @@ type appended struct {
 	seq uint64
 }
 
-// commitBatch decides, appends, fsyncs and answers one batch. PUB_OK is sent
-// only after the fsync covering the record returned successfully.
-func (p *partitionRunner) commitBatch(batch []*pubReq) {
+// pendingSync is one appended batch waiting for the fsync that covers it.
+type pendingSync struct {
+	news  []appended
+	last  uint64
+	epoch uint64
+	bytes int
+}
+
+// appendBatch decides every publish of a batch with the kernel and appends
+// the new records as one log batch, without syncing. Duplicates of visible
+// records are answered at once; duplicates of pending ones wait for their
+// commit. It returns nil when nothing was appended, or when the append
+// failed (then the batch was answered and the partition recovered).
+func (p *partitionRunner) appendBatch(batch []*pubReq) *pendingSync {
 	if p.failure != nil {
-		if err := p.recover(); err != nil {
+		p.recoverNow()
+		if p.failure != nil {
 			for _, r := range batch {
 				r.reply(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "partition unavailable: %v", p.failure))
 			}
-			return
+			return nil
 		}
 	}
-	m := p.node.metrics
 	recs := make([]storage.Record, 0, len(batch))
-	news := make([]appended, 0, len(batch))
-	var bytes int
+	ps := &pendingSync{news: make([]appended, 0, len(batch)), epoch: p.state.Epoch()}
 	for _, r := range batch {
 		d := p.state.Publish(r.producerID, r.producerSeq)
 		switch d.Verdict {
 		case partition.VerdictNew:
 			recs = append(recs, r.rec)
-			news = append(news, appended{req: r, seq: d.Seq})
-			bytes += len(r.rec.Value) + len(r.rec.Key)
+			ps.news = append(ps.news, appended{req: r, seq: d.Seq})
+			ps.bytes += len(r.rec.Value) + len(r.rec.Key)
 		case partition.VerdictDuplicate:
 			ok := wire.PubOK{Partition: p.id, Seq: d.Seq, Epoch: d.Epoch, Duplicate: true}
 			if d.Seq <= p.state.CommitSeq() {
@@ -280,34 +354,45 @@ func (p *partitionRunner) commitBatch(batch []*pubReq) {
 		}
 	}
 	if len(recs) == 0 {
-		return
+		return nil
 	}
-	epoch := p.state.Epoch()
-	first, err := p.log.Append(epoch, recs)
-	if err == nil && first != news[0].seq {
-		err = fmt.Errorf("log assigned seq %d, kernel %d", first, news[0].seq)
-	}
-	if err == nil {
-		start := p.node.cfg.NowNanos()
-		if !p.node.cfg.Mutations.AckBeforeFsync {
-			err = p.log.Sync()
-		}
-		m.fsyncSeconds.WithLabelValues("log").Observe(float64(p.node.cfg.NowNanos()-start) / 1e9)
+	first, err := p.log.Append(ps.epoch, recs)
+	if err == nil && first != ps.news[0].seq {
+		err = fmt.Errorf("log assigned seq %d, kernel %d", first, ps.news[0].seq)
 	}
 	if err != nil {
-		p.fail(err, news)
-		return
+		p.failPending(err, ps)
+		return nil
 	}
-	last := news[len(news)-1].seq
-	p.state.Committed(last)
-	p.commitSeq.Store(last)
-	m.publishes.WithLabelValues(p.topic.cfg.Name).Add(float64(len(news)))
-	m.publishBytes.WithLabelValues(p.topic.cfg.Name).Add(float64(bytes))
-	for _, a := range news {
-		a.req.reply(wire.PubOK{Partition: p.id, Seq: a.seq, Epoch: epoch}, nil)
+	ps.last = ps.news[len(ps.news)-1].seq
+	return ps
+}
+
+// syncLog fsyncs the partition log (and times it). Safe to run on another
+// goroutine while the partition goroutine appends.
+func (p *partitionRunner) syncLog(lg *storage.Log) error {
+	if p.node.cfg.Mutations.AckBeforeFsync {
+		return nil
+	}
+	start := p.node.cfg.NowNanos()
+	err := lg.Sync()
+	p.node.metrics.fsyncSeconds.WithLabelValues("log").Observe(float64(p.node.cfg.NowNanos()-start) / 1e9)
+	return err
+}
+
+// completeSync makes a synced batch visible and answers it: PUB_OK is sent
+// only here, after the fsync covering the records returned successfully.
+func (p *partitionRunner) completeSync(ps *pendingSync) {
+	m := p.node.metrics
+	p.state.Committed(ps.last)
+	p.commitSeq.Store(ps.last)
+	m.publishes.WithLabelValues(p.topic.cfg.Name).Add(float64(len(ps.news)))
+	m.publishBytes.WithLabelValues(p.topic.cfg.Name).Add(float64(ps.bytes))
+	for _, a := range ps.news {
+		a.req.reply(wire.PubOK{Partition: p.id, Seq: a.seq, Epoch: ps.epoch}, nil)
 	}
 	for seq, ws := range p.waiters {
-		if seq <= last {
+		if seq <= ps.last {
 			for _, w := range ws {
 				w.reply(wire.PubOK{Partition: p.id, Seq: seq, Epoch: w.epoch, Duplicate: true}, nil)
 			}
@@ -317,17 +402,46 @@ func (p *partitionRunner) commitBatch(batch []*pubReq) {
 	p.topic.notifyGroups()
 }
 
-// fail answers every unacknowledged publish with STORAGE_ERROR and reopens
-// the log: after a failed write or fsync the file's state is unknown, so the
-// partition recovers from what is on disk (as after a crash) instead of
-// retrying the fsync. Records that did reach the disk may become visible; their
-// producers' retries then get them back as duplicates, never twice.
-func (p *partitionRunner) fail(cause error, news []appended) {
+// commitBatch is the unpipelined path (manual mode): append, fsync, answer.
+func (p *partitionRunner) commitBatch(batch []*pubReq) {
+	ps := p.appendBatch(batch)
+	if ps == nil {
+		if p.failure != nil {
+			p.recoverNow()
+		}
+		return
+	}
+	if err := p.syncLog(p.log); err != nil {
+		p.failPending(err, ps)
+		p.recoverNow()
+		return
+	}
+	p.completeSync(ps)
+}
+
+// failPending answers the given batches with STORAGE_ERROR and marks the
+// partition for recovery: after a failed write or fsync the file's state is
+// unknown, so the partition recovers from what is on disk (as after a
+// crash) instead of retrying the fsync.
+func (p *partitionRunner) failPending(cause error, pending ...*pendingSync) {
 	p.node.log.Error("partition write failed; recovering", "topic", p.topic.cfg.Name, "partition", p.id, "err", cause)
 	werr := wire.Errorf(wire.CodeStorage, "write not durable: %v", cause)
-	for _, a := range news {
-		a.req.reply(wire.PubOK{}, werr)
+	for _, ps := range pending {
+		for _, a := range ps.news {
+			a.req.reply(wire.PubOK{}, werr)
+		}
 	}
+	if p.failure == nil {
+		p.failure = cause
+	}
+}
+
+// recoverNow reopens the log and rebuilds the kernel from it. Duplicates
+// waiting for a pending seq are answered with an error (their producers
+// retry). Records that did reach the disk may become visible; the retries
+// then get them back as duplicates, never twice. No fsync may be running.
+func (p *partitionRunner) recoverNow() {
+	werr := wire.Errorf(wire.CodeStorage, "write not durable: %v", p.failure)
 	for seq, ws := range p.waiters {
 		for _, w := range ws {
 			w.reply(wire.PubOK{}, werr)

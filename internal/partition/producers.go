@@ -22,9 +22,13 @@ type producerWindow struct {
 	next    int          // ring position of the next insert once full
 	floor   uint64       // raised past every evicted producer_seq
 	lastSeq uint64       // log seq of the latest append, for LRU eviction
+	maxSeen uint64       // highest producer_seq ever recorded
 }
 
 func (w *producerWindow) find(producerSeq uint64) (dedupEntry, bool) {
+	if producerSeq > w.maxSeen {
+		return dedupEntry{}, false // the common case: a producer's next message
+	}
 	for _, e := range w.entries {
 		if e.producerSeq == producerSeq {
 			return e, true
@@ -35,6 +39,7 @@ func (w *producerWindow) find(producerSeq uint64) (dedupEntry, bool) {
 
 func (w *producerWindow) add(e dedupEntry, windowMax int) {
 	w.lastSeq = e.seq
+	w.maxSeen = max(w.maxSeen, e.producerSeq)
 	if len(w.entries) < windowMax {
 		w.entries = append(w.entries, e)
 		return

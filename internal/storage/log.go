@@ -86,6 +86,8 @@ type Log struct {
 	// owned by its holder; fields below "published state" are written only
 	// by its holder, under mu.
 	writeMu sync.Mutex
+	// syncMu serializes Sync; it is taken before writeMu, never after.
+	syncMu sync.Mutex
 
 	// mu guards the published state against concurrent readers.
 	mu sync.RWMutex
@@ -378,13 +380,43 @@ func (l *Log) roll() error {
 // and, when segments were created or removed since the last Sync, the
 // directory. A failure matches ErrSyncFailed (and the underlying error)
 // and fails the log.
+//
+// Sync does not block Append while the fsync runs (group commit pipelines
+// the next batch's write with this batch's fsync); it makes durable what
+// was appended before it was called. Concurrent Syncs are serialized.
 func (l *Log) Sync() error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
 	l.writeMu.Lock()
-	defer l.writeMu.Unlock()
 	if err := l.writerCheck(); err != nil {
+		l.writeMu.Unlock()
 		return err
 	}
-	return l.syncLocked()
+	target := l.nextSeq - 1
+	active, fileDirty, dirDirty := l.active(), l.activeDirty, l.dirDirty
+	l.activeDirty, l.dirDirty = false, false
+	l.writeMu.Unlock()
+
+	var err error
+	if fileDirty {
+		if serr := active.file.Sync(); serr != nil {
+			err = fmt.Errorf("%w: segment %d: %w", ErrSyncFailed, active.baseSeq, serr)
+		}
+	}
+	if err == nil && dirDirty {
+		if serr := l.fsys.SyncDir(l.dir); serr != nil {
+			err = fmt.Errorf("%w: %s: %w", ErrSyncFailed, l.dir, serr)
+		}
+	}
+	if err != nil {
+		l.writeMu.Lock()
+		defer l.writeMu.Unlock()
+		return l.fail(err)
+	}
+	l.mu.Lock()
+	l.syncedSeq = max(l.syncedSeq, target)
+	l.mu.Unlock()
+	return nil
 }
 
 func (l *Log) syncLocked() error {

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bounds of the in-process JetStream server and its clients.
+const (
+	jetStreamReadyTimeout = 10 * time.Second
+	jetStreamAckTimeout   = 30 * time.Second // one async publish awaiting its PubAck
+	jetStreamAckSlack     = 16               // extra nats.go pending slots beyond our own window
+)
+
+// jetStreamSystem is a nats-server with JetStream running in this process on
+// a loopback port the kernel picks, storing streams on files under its
+// data directory.
+type jetStreamSystem struct {
+	server *server.Server
+	url    string
+	admin  *nats.Conn
+	js     jetstream.JetStream
+}
+
+// startJetStreamMode returns the start function of JetStream with file
+// storage and, when syncAlways, an fsync per write (sync_interval: always,
+// server.Options.SyncAlways); otherwise the default sync_interval of 2 min.
+func startJetStreamMode(syncAlways bool) func(context.Context, *environment, string) (system, error) {
+	return func(ctx context.Context, env *environment, dataDir string) (system, error) {
+		opts := &server.Options{
+			ServerName:             "bench",
+			Host:                   "127.0.0.1",
+			Port:                   server.RANDOM_PORT,
+			JetStream:              true,
+			StoreDir:               filepath.Join(dataDir, "jetstream"),
+			SyncAlways:             syncAlways,
+			NoLog:                  true,
+			NoSigs:                 true,
+			DisableJetStreamBanner: true,
+		}
+		ns, err := server.NewServer(opts)
+		if err != nil {
+			return nil, fmt.Errorf("nats-server: %w", err)
+		}
+		ns.Start()
+		s := &jetStreamSystem{server: ns, url: ns.ClientURL()}
+		env.track(s)
+		if !ns.ReadyForConnections(jetStreamReadyTimeout) {
+			return nil, fmt.Errorf("nats-server not ready after %s", jetStreamReadyTimeout)
+		}
+		s.url = ns.ClientURL()
+		if s.admin, err = s.connect("bench-admin"); err != nil {
+			return nil, err
+		}
+		if s.js, err = jetstream.New(s.admin); err != nil {
+			return nil, err
+		}
+		return s, ctx.Err()
+	}
+}
+
+func (s *jetStreamSystem) connect(name string) (*nats.Conn, error) {
+	return nats.Connect(s.url, nats.Name(name), nats.Timeout(jetStreamReadyTimeout), nats.MaxReconnects(0))
+}
+
+func (s *jetStreamSystem) CreateStream(ctx context.Context, name string) error {
+	_, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:     name,
+		Subjects: []string{name},
+		Storage:  jetstream.FileStorage,
+		Replicas: 1,
+	})
+	return err
+}
+
+func (s *jetStreamSystem) NewPublisher(_ context.Context, stream string, inflightMax int) (publisher, error) {
+	nc, err := s.connect("bench-pub")
+	if err != nil {
+		return nil, err
+	}
+	// Our semaphore bounds the window; nats.go's own bound is set above it
+	// so that its stall timeout never fires.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(inflightMax+jetStreamAckSlack))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	p := &jetStreamPublisher{
+		conn:    nc,
+		js:      js,
+		subject: stream,
+		slots:   make(chan struct{}, inflightMax),
+		pending: make(chan pendingPublish, inflightMax),
+		closing: make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go p.complete()
+	return p, nil
+}
+
+func (s *jetStreamSystem) NewSubscriber(ctx context.Context, stream, group string, batchMax int) (subscriber, error) {
+	nc, err := s.connect("bench-sub")
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	consumer, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:       group,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		MaxAckPending: 2 * batchMax,
+	})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &jetStreamSubscriber{conn: nc, consumer: consumer, batchMax: batchMax}, nil
+}
+
+// Close closes the admin connection and shuts the server down. It is safe
+// to call more than once.
+func (s *jetStreamSystem) Close() error {
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	s.server.Shutdown()
+	s.server.WaitForShutdown()
+	return nil
+}
+
+// jetStreamPublisher publishes with nats.go's async publisher; one
+// goroutine (complete) waits for the futures in publish order and calls the
+// done callbacks, which is what the Nereus SDK does for its producer.
+type jetStreamPublisher struct {
+	conn    *nats.Conn
+	js      jetstream.JetStream
+	subject string
+	// slots holds one token per publish in flight; its capacity is the window.
+	slots chan struct{}
+	// pending carries the futures to complete, in publish order.
+	pending chan pendingPublish
+	// closing is closed by Close: complete then fails what is still pending
+	// instead of waiting for it.
+	closing chan struct{}
+	// stopped is closed when complete has returned.
+	stopped chan struct{}
+}
+
+// pendingPublish is one async publish awaiting its PubAck.
+type pendingPublish struct {
+	future jetstream.PubAckFuture
+	done   func(error)
+}
+
+func (p *jetStreamPublisher) Publish(ctx context.Context, payload []byte) error {
+	_, err := p.js.Publish(ctx, p.subject, payload)
+	return err
+}
+
+func (p *jetStreamPublisher) PublishAsync(ctx context.Context, payload []byte, done func(error)) error {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	future, err := p.js.PublishAsync(p.subject, payload)
+	if err != nil {
+		<-p.slots
+		return err
+	}
+	p.pending <- pendingPublish{future: future, done: done} // never blocks: cap = slots
+	return nil
+}
+
+// complete runs until pending is closed (by Close).
+func (p *jetStreamPublisher) complete() {
+	defer close(p.stopped)
+	timer := time.NewTimer(jetStreamAckTimeout)
+	defer timer.Stop()
+	for pp := range p.pending {
+		timer.Reset(jetStreamAckTimeout)
+		select {
+		case <-pp.future.Ok():
+			pp.done(nil)
+		case err := <-pp.future.Err():
+			pp.done(err)
+		case <-timer.C:
+			pp.done(fmt.Errorf("no PubAck within %s", jetStreamAckTimeout))
+		case <-p.closing:
+			pp.done(errors.New("jetstream publisher closed"))
+		}
+		<-p.slots
+	}
+}
+
+// Flush takes every slot of the window, which it gets once no publish is
+// in flight, and gives them back.
+func (p *jetStreamPublisher) Flush(ctx context.Context) error {
+	taken := 0
+	defer func() {
+		for range taken {
+			<-p.slots
+		}
+	}()
+	for taken < cap(p.slots) {
+		select {
+		case p.slots <- struct{}{}:
+			taken++
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (p *jetStreamPublisher) Close() error {
+	close(p.closing)
+	close(p.pending)
+	p.conn.Close()
+	timer := time.NewTimer(jetStreamAckTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.stopped:
+		return nil
+	case <-timer.C:
+		return errors.New("jetstream publisher: completions did not stop")
+	}
+}
+
+// jetStreamSubscriber is a durable pull consumer read with Fetch(batchMax).
+type jetStreamSubscriber struct {
+	conn     *nats.Conn
+	consumer jetstream.Consumer
+	batchMax int
+}
+
+func (s *jetStreamSubscriber) ReceiveBatch(ctx context.Context, wait time.Duration, handle func([]byte)) (int, error) {
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d))
+	}
+	if wait < time.Millisecond {
+		return 0, ctx.Err()
+	}
+	batch, err := s.consumer.Fetch(s.batchMax, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for m := range batch.Messages() {
+		handle(m.Data())
+		if err := m.Ack(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		return n, err
+	}
+	return n, nil
+}
+
+func (s *jetStreamSubscriber) Close() error {
+	// Acks are fire-and-forget publishes; flush them before closing.
+	err := s.conn.FlushTimeout(jetStreamReadyTimeout)
+	s.conn.Close()
+	return err
+}

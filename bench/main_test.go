@@ -1,0 +1,81 @@
+package main
+
+import (
+	"io"
+	"regexp"
+	"testing"
+)
+
+func TestSelectCases(t *testing.T) {
+	all := selectCases(systemSpecs, workloadSpecs, nil)
+	if want := len(systemSpecs) * len(workloadSpecs); len(all) != want {
+		t.Fatalf("%d cases, want %d", len(all), want)
+	}
+	if all[0].ID() != "nereus/r1/pub_sync/1024" || all[1].ID() != "jetstream/r1/pub_sync/1024" {
+		t.Errorf("the systems of one row run back to back: %v, %v", all[0].ID(), all[1].ID())
+	}
+	tests := []struct {
+		only string
+		want int
+	}{
+		{"pub_async", 9},
+		{"^nereus/", 6},
+		{"jetstream/r1/", 6},
+		{"r1-always/e2e", 1},
+		{"/65536$", 3},
+		{"nothing", 0},
+	}
+	for _, tt := range tests {
+		if got := selectCases(systemSpecs, workloadSpecs, regexp.MustCompile(tt.only)); len(got) != tt.want {
+			t.Errorf("-only %q: %d cases, want %d", tt.only, len(got), tt.want)
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	f, only, err := parseFlags([]string{"-quick", "-only", "e2e", "-count", "2", "-out", "x"}, io.Discard)
+	if err != nil || !f.quick || f.count != 2 || f.outDir != "x" || only == nil || !only.MatchString("nereus/r1/e2e/1024") {
+		t.Fatalf("parseFlags: %+v %v %v", f, only, err)
+	}
+	for _, bad := range [][]string{{"-count", "-1"}, {"-only", "("}, {"extra"}} {
+		if _, _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParseReadyAddr(t *testing.T) {
+	addr, err := parseReadyAddr("nereus ready client=127.0.0.1:41234 http=")
+	if err != nil || addr != "127.0.0.1:41234" {
+		t.Fatalf("got %q, %v", addr, err)
+	}
+	if _, err := parseReadyAddr("nereus ready http=127.0.0.1:1"); err == nil {
+		t.Fatal("a ready line without client= was accepted")
+	}
+}
+
+func TestFSTypeOf(t *testing.T) {
+	mounts := "/dev/vda / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\ntmpfs /tmpx tmpfs rw 0 0\n/dev/vdb /data/disk xfs rw 0 0\n"
+	tests := map[string]string{
+		"/tmp/nereus-bench-1":   "tmpfs",
+		"/tmpfoo/x":             "ext4",
+		"/data/disk/a":          "xfs",
+		"/data/diskette":        "ext4",
+		"/home/user/nereus/tmp": "ext4",
+	}
+	for path, want := range tests {
+		if got := fsTypeOf(mounts, path); got != want {
+			t.Errorf("fsTypeOf(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
+func TestNereusCommitFormat(t *testing.T) {
+	got := nereusCommit(t.Context())
+	if got == "" {
+		t.Skip("no git repository above bench/")
+	}
+	if !regexp.MustCompile(`^[0-9a-f]{12}(\+dirty)?$`).MatchString(got) {
+		t.Fatalf("nereusCommit() = %q", got)
+	}
+}

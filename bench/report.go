@@ -1,0 +1,369 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// report is everything one run writes: latest.json is this value.
+type report struct {
+	Machine machineInfo `json:"machine"`
+	Config  runConfig   `json:"config"`
+	Rows    []row       `json:"rows"`
+	Ratios  []ratioRow  `json:"ratios"`
+	// Errors lists the cases that failed, "id: error"; their rows are absent.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// runConfig records the flags and bounds a run used.
+type runConfig struct {
+	Quick       bool    `json:"quick"`
+	Only        string  `json:"only,omitempty"`
+	Runs        int     `json:"runs"`
+	TimeLimitS  float64 `json:"time_limit_s"`
+	InflightMax int     `json:"inflight_max"`
+	BatchMax    int     `json:"consume_batch_max"`
+	E2ERatePerS int     `json:"e2e_rate_per_s"`
+	E2ESeconds  float64 `json:"e2e_seconds"`
+}
+
+// metric is one number compared across systems.
+type metric struct {
+	Name          string // json field name of the row
+	Label         string // for people
+	LowerIsBetter bool
+	get           func(row) float64
+}
+
+var (
+	metricMsgsPerS = metric{Name: "msgs_per_s", Label: "msgs/s", get: func(r row) float64 { return r.MsgsPerS }}
+	metricP50      = metric{Name: "p50_us", Label: "p50 µs", LowerIsBetter: true, get: func(r row) float64 { return r.P50Us }}
+	metricP99      = metric{Name: "p99_us", Label: "p99 µs", LowerIsBetter: true, get: func(r row) float64 { return r.P99Us }}
+)
+
+// comparedMetrics lists, per workload, the metrics the ratio table shows.
+var comparedMetrics = map[workload][]metric{
+	workloadPubSync:  {metricMsgsPerS, metricP50, metricP99},
+	workloadPubAsync: {metricMsgsPerS},
+	workloadConsume:  {metricMsgsPerS},
+	workloadE2E:      {metricP50, metricP99},
+}
+
+// ratioRow compares one metric of one workload row: Nereus against each
+// JetStream mode.
+type ratioRow struct {
+	Workload      workload      `json:"workload"`
+	SizeBytes     int           `json:"size"`
+	Metric        string        `json:"metric"`
+	LowerIsBetter bool          `json:"lower_is_better"`
+	Nereus        float64       `json:"nereus"`
+	Versus        []ratioVersus `json:"versus"`
+}
+
+// ratioVersus is Nereus's value divided by one JetStream mode's value
+// (0 when either is missing).
+type ratioVersus struct {
+	Mode      string  `json:"mode"`
+	JetStream float64 `json:"jetstream"`
+	Ratio     float64 `json:"ratio"`
+}
+
+// jetStreamModes returns the JetStream modes of specs, in table order.
+func jetStreamModes(specs []systemSpec) []string {
+	var modes []string
+	for _, s := range specs {
+		if s.System == systemJetStream {
+			modes = append(modes, s.Mode)
+		}
+	}
+	return modes
+}
+
+// computeRatios compares the Nereus r1 row of each (workload, size) with
+// the JetStream rows of the same (workload, size), in the order of rows.
+func computeRatios(rows []row, modes []string) []ratioRow {
+	type key struct {
+		system, mode string
+		w            workload
+		size         int
+	}
+	byKey := map[key]row{}
+	for _, r := range rows {
+		byKey[key{r.System, r.Mode, r.Workload, r.SizeBytes}] = r
+	}
+	var out []ratioRow
+	for _, r := range rows {
+		if r.System != systemNereus || r.Mode != modeR1 {
+			continue
+		}
+		for _, m := range comparedMetrics[r.Workload] {
+			rr := ratioRow{Workload: r.Workload, SizeBytes: r.SizeBytes, Metric: m.Name,
+				LowerIsBetter: m.LowerIsBetter, Nereus: m.get(r)}
+			for _, mode := range modes {
+				js, ok := byKey[key{systemJetStream, mode, r.Workload, r.SizeBytes}]
+				if !ok {
+					continue
+				}
+				v := ratioVersus{Mode: mode, JetStream: m.get(js)}
+				v.Ratio, _ = ratio(rr.Nereus, v.JetStream)
+				rr.Versus = append(rr.Versus, v)
+			}
+			out = append(out, rr)
+		}
+	}
+	return out
+}
+
+// formatSize prints a message size: "16 B", "1 KiB", "64 KiB".
+func formatSize(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// formatNumber prints a measurement with about three significant digits,
+// or "–" when it was not measured.
+func formatNumber(v float64) string {
+	switch {
+	case v <= 0:
+		return "–"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func formatRatio(v float64) string {
+	if v <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+// markdown renders the report: machine, ratio table, all rows, errors.
+func (rep report) markdown() string {
+	var b strings.Builder
+	m := rep.Machine
+	fmt.Fprintf(&b, "# Nereus vs NATS JetStream\n\n")
+	kind := "default"
+	if rep.Config.Quick {
+		kind = "-quick"
+	}
+	fmt.Fprintf(&b, "Run %s (%s), each row the median of %d run(s). Nereus built from %s. Machine: %d CPU (%s), %s/%s, kernel %s, %s; data in %s (%s).\n\n",
+		m.Date, kind, rep.Config.Runs, orUnknown(m.NereusCommit), m.NumCPU, orUnknown(m.CPUModel), m.GOOS, m.GOARCH, orUnknown(m.Kernel), m.GoVersion, m.DataDir, orUnknown(m.DataFS))
+
+	modes := map[string]bool{}
+	var modeOrder []string
+	for _, rr := range rep.Ratios {
+		for _, v := range rr.Versus {
+			if !modes[v.Mode] {
+				modes[v.Mode] = true
+				modeOrder = append(modeOrder, v.Mode)
+			}
+		}
+	}
+	if len(rep.Ratios) > 0 {
+		b.WriteString("## Nereus ÷ JetStream\n\n")
+		b.WriteString("Nereus acks after fsync (r1). JetStream r1 acks before fsync (sync_interval 2 min); r1-always fsyncs every write.\n")
+		b.WriteString("For msgs/s a ratio above 1 means Nereus is faster; for latencies (µs) a ratio below 1 means Nereus is faster.\n\n")
+		b.WriteString("| workload | size | metric | nereus r1 |")
+		for _, mode := range modeOrder {
+			fmt.Fprintf(&b, " jetstream %s | nereus ÷ %s |", mode, mode)
+		}
+		b.WriteString("\n|---|---|---|---:|")
+		for range modeOrder {
+			b.WriteString("---:|---:|")
+		}
+		b.WriteString("\n")
+		for _, rr := range rep.Ratios {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr), formatNumber(rr.Nereus))
+			for _, mode := range modeOrder {
+				js, r := "–", "–"
+				for _, v := range rr.Versus {
+					if v.Mode == mode {
+						js, r = formatNumber(v.JetStream), formatRatio(v.Ratio)
+					}
+				}
+				fmt.Fprintf(&b, " %s | %s |", js, r)
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+
+	b.WriteString("## All rows\n\n")
+	b.WriteString("| system | mode | workload | size | msgs/s | MB/s | p50 µs | p99 µs | p99.9 µs | messages | seconds | runs |\n")
+	b.WriteString("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rep.Rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %.2f | %d |\n",
+			r.System, r.Mode, r.Workload, formatSize(r.SizeBytes), formatNumber(r.MsgsPerS), formatNumber(r.MBPerS),
+			formatNumber(r.P50Us), formatNumber(r.P99Us), formatNumber(r.P999Us), r.Messages, r.Seconds, r.Runs)
+	}
+	fmt.Fprintf(&b, "\nBounds: %.1fs per timed phase, %d publishes in flight for pub_async, consume batches of %d, e2e offered at %d msgs/s for %.0fs.\n",
+		rep.Config.TimeLimitS, rep.Config.InflightMax, rep.Config.BatchMax, rep.Config.E2ERatePerS, rep.Config.E2ESeconds)
+	if len(rep.Errors) > 0 {
+		b.WriteString("\n## Errors\n\n")
+		for _, e := range rep.Errors {
+			fmt.Fprintf(&b, "- %s\n", e)
+		}
+	}
+	return b.String()
+}
+
+// metricLabel returns the label of the metric a ratio row compares.
+func metricLabel(rr ratioRow) string {
+	for _, m := range []metric{metricMsgsPerS, metricP50, metricP99} {
+		if m.Name == rr.Metric {
+			return m.Label
+		}
+	}
+	return rr.Metric
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// Geometry and colours of the SVG chart.
+const (
+	svgWidth       = 960
+	svgLabelWidth  = 250
+	svgBarMaxWidth = 520
+	svgBarHeight   = 16
+	svgGroupGap    = 14
+	svgTop         = 70
+)
+
+// svgSeries are the bars of each group, in order, with their colours.
+var svgSeries = []struct{ system, mode, color string }{
+	{systemNereus, modeR1, "#2b6cb0"},
+	{systemJetStream, modeR1, "#dd6b20"},
+	{systemJetStream, modeR1Always, "#9c4221"},
+}
+
+// svg renders one group of horizontal bars per compared metric (the rows
+// of the ratio table), each group scaled to its own largest value, with
+// the values written beside the bars.
+func (rep report) svg() string {
+	type bar struct {
+		label string
+		color string
+		value float64
+	}
+	type group struct {
+		title string
+		bars  []bar
+	}
+	var groups []group
+	for _, rr := range rep.Ratios {
+		better := "higher is better"
+		if rr.LowerIsBetter {
+			better = "lower is better"
+		}
+		g := group{title: fmt.Sprintf("%s %s — %s (%s)", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr), better)}
+		for _, s := range svgSeries {
+			v := -1.0
+			if s.system == systemNereus {
+				v = rr.Nereus
+			} else {
+				for _, vs := range rr.Versus {
+					if vs.Mode == s.mode {
+						v = vs.JetStream
+					}
+				}
+			}
+			if v >= 0 {
+				g.bars = append(g.bars, bar{label: s.system + " " + s.mode, color: s.color, value: v})
+			}
+		}
+		groups = append(groups, g)
+	}
+	height := svgTop + 30
+	for _, g := range groups {
+		height += 20 + len(g.bars)*(svgBarHeight+4) + svgGroupGap
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
+		svgWidth, height, svgWidth, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#ffffff"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="10" y="22" font-size="16" font-weight="bold">%s</text>`+"\n",
+		html.EscapeString("Nereus vs NATS JetStream (each group scaled to its largest value)"))
+	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">%s</text>`+"\n", html.EscapeString(fmt.Sprintf("%s, %d CPU, %s/%s, %s, median of %d run(s)",
+		rep.Machine.Date, rep.Machine.NumCPU, rep.Machine.GOOS, rep.Machine.GOARCH, rep.Machine.GoVersion, rep.Config.Runs)))
+	x := 10
+	for _, s := range svgSeries {
+		fmt.Fprintf(&b, `<rect x="%d" y="50" width="12" height="12" fill="%s"/><text x="%d" y="60">%s</text>`+"\n",
+			x, s.color, x+16, html.EscapeString(s.system+" "+s.mode))
+		x += 150
+	}
+	y := svgTop
+	for _, g := range groups {
+		y += 14
+		fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">%s</text>`+"\n", y, html.EscapeString(g.title))
+		y += 6
+		peak := 0.0
+		for _, br := range g.bars {
+			peak = max(peak, br.value)
+		}
+		for _, br := range g.bars {
+			width := 0
+			if peak > 0 {
+				width = int(br.value / peak * svgBarMaxWidth)
+			}
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", svgLabelWidth-8, y+12, html.EscapeString(br.label))
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`+"\n", svgLabelWidth, y, width, svgBarHeight, br.color)
+			fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", svgLabelWidth+width+6, y+12, html.EscapeString(formatNumber(br.value)))
+			y += svgBarHeight + 4
+		}
+		y += svgGroupGap
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// jsonBytes is latest.json.
+func (rep report) jsonBytes() ([]byte, error) {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// writeReport writes latest.md, latest.svg and latest.json into dir.
+func writeReport(dir string, rep report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := rep.jsonBytes()
+	if err != nil {
+		return err
+	}
+	files := []struct {
+		name string
+		data []byte
+	}{
+		{"latest.md", []byte(rep.markdown())},
+		{"latest.svg", []byte(rep.svg())},
+		{"latest.json", js},
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// percentileMicros returns the p-th percentile (nearest rank, 0 < p <= 100)
+// of samples in microseconds, sorting samples in place. It is 0 for no
+// samples.
+func percentileMicros(samples []time.Duration, p float64) float64 {
+	if len(samples) == 0 {
+		return 0
+	}
+	if !slices.IsSorted(samples) {
+		slices.Sort(samples)
+	}
+	rank := int(math.Ceil(float64(len(samples))*p/100)) - 1
+	rank = min(max(rank, 0), len(samples)-1)
+	return float64(samples[rank].Nanoseconds()) / 1e3
+}
+
+// median returns the median of values (the mean of the two middle values
+// for an even count) without modifying values; 0 for none.
+func median(values []float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(values)
+	slices.Sort(sorted)
+	mid := len(sorted) / 2
+	if len(sorted)%2 == 1 {
+		return sorted[mid]
+	}
+	return (sorted[mid-1] + sorted[mid]) / 2
+}
+
+// ratio returns nereus/jetstream, and false when either is not measured
+// (zero or negative) so that no ratio is printed for it.
+func ratio(nereus, jetstream float64) (float64, bool) {
+	if nereus <= 0 || jetstream <= 0 {
+		return 0, false
+	}
+	return nereus / jetstream, true
+}
+
+// row is one line of latest.json: the median of a case's runs.
+type row struct {
+	System    string   `json:"system"`
+	Mode      string   `json:"mode"`
+	Workload  workload `json:"workload"`
+	SizeBytes int      `json:"size"`
+	MsgsPerS  float64  `json:"msgs_per_s"`
+	MBPerS    float64  `json:"mb_per_s"`
+	P50Us     float64  `json:"p50_us"`
+	P99Us     float64  `json:"p99_us"`
+	P999Us    float64  `json:"p999_us"`
+	// Messages is the median count of messages measured in one run.
+	Messages int64 `json:"messages"`
+	// Seconds is the median length of the timed part of one run.
+	Seconds float64 `json:"seconds"`
+	// Runs is how many runs the medians are taken over.
+	Runs int `json:"runs"`
+}
+
+// runResult is what one run of a case measured.
+type runResult struct {
+	Messages int64
+	Elapsed  time.Duration
+	// Latencies are per-message samples; nil for throughput workloads.
+	Latencies []time.Duration
+}
+
+// summarize turns one run into a row (Runs = 1). Latency percentiles are
+// reported only when the run took latency samples.
+func summarize(c benchCase, r runResult) row {
+	out := row{System: c.System, Mode: c.Mode, Workload: c.Workload, SizeBytes: c.SizeBytes,
+		Messages: r.Messages, Seconds: r.Elapsed.Seconds(), Runs: 1}
+	if s := r.Elapsed.Seconds(); s > 0 {
+		out.MsgsPerS = float64(r.Messages) / s
+		out.MBPerS = out.MsgsPerS * float64(c.SizeBytes) / 1e6
+	}
+	if len(r.Latencies) > 0 {
+		out.P50Us = percentileMicros(r.Latencies, 50)
+		out.P99Us = percentileMicros(r.Latencies, 99)
+		out.P999Us = percentileMicros(r.Latencies, 99.9)
+	}
+	return out
+}
+
+// medianRow combines the runs of one case, taking the median of each
+// metric on its own. runs must be non-empty and all of the same case.
+func medianRow(runs []row) row {
+	out := runs[0]
+	out.Runs = len(runs)
+	pick := func(get func(row) float64) float64 {
+		values := make([]float64, len(runs))
+		for i, r := range runs {
+			values[i] = get(r)
+		}
+		return median(values)
+	}
+	out.MsgsPerS = pick(func(r row) float64 { return r.MsgsPerS })
+	out.MBPerS = pick(func(r row) float64 { return r.MBPerS })
+	out.P50Us = pick(func(r row) float64 { return r.P50Us })
+	out.P99Us = pick(func(r row) float64 { return r.P99Us })
+	out.P999Us = pick(func(r row) float64 { return r.P999Us })
+	out.Messages = int64(pick(func(r row) float64 { return float64(r.Messages) }))
+	out.Seconds = pick(func(r row) float64 { return r.Seconds })
+	return out
+}

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Fixed bounds shared by every workload.
+const (
+	inflightMax         = 256              // pub_async window, both systems
+	consumeBatchMax     = 500              // Fetch(500) / Credit 500
+	latencySamplesMax   = 2_000_000        // per run, 8 bytes each
+	setupTimeout        = 30 * time.Second // creating a stream, publisher or subscriber
+	flushTimeout        = 60 * time.Second // waiting for a window of async publishes
+	receiveWait         = time.Second      // one ReceiveBatch
+	consumeIdleMax      = 2 * time.Second  // no message for this long: the stream is drained
+	e2eDrainTimeout     = 10 * time.Second // after the last e2e publish, for the deliveries
+	e2eTimestampBytes   = 8
+	e2ePaceSleepMax     = 5 * time.Millisecond
+	prefillProgressName = "prefill"
+)
+
+// limits bound every run of every case; -quick and the default run differ
+// only here (see newLimits).
+type limits struct {
+	// TimeLimit bounds the timed part of a pub_sync, pub_async or consume run.
+	TimeLimit time.Duration
+	// PubSyncCountMax and PubAsyncCountMax bound the messages of one run.
+	PubSyncCountMax  int
+	PubAsyncCountMax int
+	// RunBytesMax bounds count × size of any publishing phase, so that a
+	// 64 KiB run does not fill the disk.
+	RunBytesMax int64
+	// PrefillCountMax and PrefillTimeLimit bound the untimed fill before a
+	// consume run; the consume run reads what the fill wrote.
+	PrefillCountMax  int
+	PrefillTimeLimit time.Duration
+	// E2ERatePerS is the offered publish rate of an e2e run, for E2EDuration.
+	E2ERatePerS int
+	E2EDuration time.Duration
+	// Runs is how many times each case runs; rows report the median.
+	Runs int
+}
+
+// newLimits returns the bounds of a -quick run or of the default run.
+func newLimits(quick bool) limits {
+	if quick {
+		return limits{
+			TimeLimit: 3 * time.Second, PubSyncCountMax: 20_000, PubAsyncCountMax: 500_000,
+			RunBytesMax: 256 << 20, PrefillCountMax: 100_000, PrefillTimeLimit: 6 * time.Second,
+			E2ERatePerS: 2000, E2EDuration: 3 * time.Second, Runs: 1,
+		}
+	}
+	return limits{
+		TimeLimit: 6 * time.Second, PubSyncCountMax: 200_000, PubAsyncCountMax: 2_000_000,
+		RunBytesMax: 512 << 20, PrefillCountMax: 200_000, PrefillTimeLimit: 15 * time.Second,
+		E2ERatePerS: 2000, E2EDuration: 5 * time.Second, Runs: 3,
+	}
+}
+
+// countMax bounds a publishing phase by count and by bytes.
+func (l limits) countMax(count, sizeBytes int) int {
+	return int(min(int64(count), l.RunBytesMax/int64(max(sizeBytes, 1))))
+}
+
+// runCase runs one case once against a started system, on a fresh stream
+// named after the case and the run.
+func runCase(ctx context.Context, sys system, c benchCase, lim limits, runIndex int, prog *progress) (runResult, error) {
+	stream := fmt.Sprintf("bench-%s-%d-%s-%d", c.Workload, c.SizeBytes, c.Mode, runIndex)
+	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	err := sys.CreateStream(sctx, stream)
+	cancel()
+	if err != nil {
+		return runResult{}, fmt.Errorf("create stream %s: %w", stream, err)
+	}
+	// Streams are kept until the run ends, for both systems alike (Nereus
+	// has no topic deletion, and deleting gigabytes mid-run makes the disk
+	// busy with discards during the next case); RunBytesMax bounds the disk.
+	payload := make([]byte, c.SizeBytes)
+	_, _ = rand.Read(payload) // incompressible
+	switch c.Workload {
+	case workloadPubSync:
+		return runPubSync(ctx, sys, stream, payload, lim, prog)
+	case workloadPubAsync:
+		prog.phase("publish")
+		return runPubAsync(ctx, sys, stream, payload, lim.countMax(lim.PubAsyncCountMax, len(payload)), lim.TimeLimit, prog)
+	case workloadConsume:
+		return runConsume(ctx, sys, stream, payload, lim, prog)
+	case workloadE2E:
+		return runE2E(ctx, sys, stream, payload, lim, prog)
+	}
+	return runResult{}, fmt.Errorf("unknown workload %q", c.Workload)
+}
+
+// runPubSync publishes with one message in flight and records each
+// publish-to-ack latency.
+func runPubSync(ctx context.Context, sys system, stream string, payload []byte, lim limits, prog *progress) (runResult, error) {
+	prog.phase("publish")
+	pub, err := newPublisher(ctx, sys, stream, 1)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer pub.Close()
+	countMax := lim.countMax(lim.PubSyncCountMax, len(payload))
+	samples := make([]time.Duration, 0, min(countMax, latencySamplesMax))
+	tctx, cancel := context.WithTimeout(ctx, lim.TimeLimit)
+	defer cancel()
+	start := time.Now()
+	lastDone := start
+	var n int64
+	for n < int64(countMax) && tctx.Err() == nil {
+		t0 := time.Now()
+		if err := pub.Publish(tctx, payload); err != nil {
+			if tctx.Err() != nil {
+				break // time is up; this publish is not counted
+			}
+			return runResult{}, err
+		}
+		lastDone = time.Now()
+		if len(samples) < latencySamplesMax {
+			samples = append(samples, lastDone.Sub(t0))
+		}
+		n++
+		prog.count.Store(n)
+	}
+	return runResult{Messages: n, Elapsed: lastDone.Sub(start), Latencies: samples}, ctx.Err()
+}
+
+// runPubAsync publishes up to countMax messages with inflightMax in flight
+// for at most timeLimit, then waits for the window to drain. The elapsed
+// time runs until the last ack.
+func runPubAsync(ctx context.Context, sys system, stream string, payload []byte, countMax int, timeLimit time.Duration, prog *progress) (runResult, error) {
+	pub, err := newPublisher(ctx, sys, stream, inflightMax)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer pub.Close()
+	var acked atomic.Int64
+	var failed atomic.Pointer[error]
+	done := func(err error) {
+		if err != nil {
+			failed.CompareAndSwap(nil, &err)
+			return
+		}
+		prog.count.Store(acked.Add(1))
+	}
+	tctx, cancel := cancelAfter(ctx, timeLimit)
+	defer cancel()
+	start := time.Now()
+	for i := 0; i < countMax && tctx.Err() == nil && failed.Load() == nil; i++ {
+		if err := pub.PublishAsync(tctx, payload, done); err != nil {
+			if tctx.Err() != nil {
+				break
+			}
+			return runResult{}, err
+		}
+	}
+	fctx, fcancel := context.WithTimeout(ctx, flushTimeout)
+	defer fcancel()
+	if err := pub.Flush(fctx); err != nil {
+		return runResult{}, fmt.Errorf("flush: %w", err)
+	}
+	elapsed := time.Since(start)
+	if e := failed.Load(); e != nil {
+		return runResult{}, *e
+	}
+	return runResult{Messages: acked.Load(), Elapsed: elapsed}, nil
+}
+
+// runConsume fills the stream (untimed), then consumes it with explicit
+// acks in batches of consumeBatchMax. The timed part starts before the
+// subscriber is opened and ends at the last message received.
+func runConsume(ctx context.Context, sys system, stream string, payload []byte, lim limits, prog *progress) (runResult, error) {
+	prog.phase(prefillProgressName)
+	fill, err := runPubAsync(ctx, sys, stream, payload, lim.countMax(lim.PrefillCountMax, len(payload)), lim.PrefillTimeLimit, prog)
+	if err != nil {
+		return runResult{}, fmt.Errorf("prefill: %w", err)
+	}
+	prog.phase("consume")
+	tctx, cancel := context.WithTimeout(ctx, lim.TimeLimit)
+	defer cancel()
+	start := time.Now()
+	sub, err := newSubscriber(tctx, sys, stream)
+	if err != nil {
+		return runResult{}, err
+	}
+	var n int64
+	lastAt, idleSince := start, start
+	handle := func([]byte) { n++ }
+	for n < fill.Messages && tctx.Err() == nil && time.Since(idleSince) < consumeIdleMax {
+		k, err := sub.ReceiveBatch(tctx, receiveWait, handle)
+		if err != nil && tctx.Err() == nil {
+			sub.Close()
+			return runResult{}, err
+		}
+		if k > 0 {
+			lastAt, idleSince = time.Now(), time.Now()
+			prog.count.Store(n)
+		}
+	}
+	if err := sub.Close(); err != nil {
+		return runResult{}, err
+	}
+	return runResult{Messages: n, Elapsed: lastAt.Sub(start)}, ctx.Err()
+}
+
+// runE2E publishes at lim.E2ERatePerS for lim.E2EDuration (asynchronously,
+// so a slow ack does not lower the offered rate until the window is full)
+// while a consumer in this process receives and acks. Each payload carries
+// its send time (monotonic, relative to the run's start); the latency of a
+// message is its receive time minus its send time.
+func runE2E(ctx context.Context, sys system, stream string, payload []byte, lim limits, prog *progress) (runResult, error) {
+	if len(payload) < e2eTimestampBytes {
+		return runResult{}, fmt.Errorf("e2e needs messages of at least %d bytes", e2eTimestampBytes)
+	}
+	prog.phase("e2e")
+	total := int(float64(lim.E2ERatePerS) * lim.E2EDuration.Seconds())
+	sub, err := newSubscriber(ctx, sys, stream)
+	if err != nil {
+		return runResult{}, err
+	}
+	pub, err := newPublisher(ctx, sys, stream, inflightMax)
+	if err != nil {
+		sub.Close()
+		return runResult{}, err
+	}
+	defer pub.Close()
+
+	start := time.Now()
+	consumeCtx, cancelConsume := context.WithTimeout(ctx, lim.E2EDuration+e2eDrainTimeout)
+	defer cancelConsume()
+	type consumed struct {
+		latencies []time.Duration
+		err       error
+	}
+	result := make(chan consumed, 1)
+	go func() {
+		latencies := make([]time.Duration, 0, min(total, latencySamplesMax))
+		handle := func(p []byte) {
+			sent := time.Duration(binary.LittleEndian.Uint64(p))
+			if len(latencies) < latencySamplesMax {
+				latencies = append(latencies, time.Since(start)-sent)
+			}
+		}
+		var err error
+		for len(latencies) < total && consumeCtx.Err() == nil {
+			if _, err = sub.ReceiveBatch(consumeCtx, receiveWait, handle); err != nil {
+				break
+			}
+			prog.count.Store(int64(len(latencies)))
+		}
+		if consumeCtx.Err() != nil {
+			err = nil // a shortfall shows as fewer messages
+		}
+		result <- consumed{latencies: latencies, err: errors.Join(err, sub.Close())}
+	}()
+
+	var failed atomic.Pointer[error]
+	done := func(err error) {
+		if err != nil {
+			failed.CompareAndSwap(nil, &err)
+		}
+	}
+	interval := time.Second / time.Duration(lim.E2ERatePerS)
+	// Each message needs its own buffer: the timestamp differs and the
+	// publisher may still hold the previous one.
+	var buffers sync.Pool
+	for sent := 0; sent < total && ctx.Err() == nil && failed.Load() == nil; {
+		if wait := time.Until(start.Add(time.Duration(sent) * interval)); wait > 0 {
+			time.Sleep(min(wait, e2ePaceSleepMax)) // at most E2EDuration in all
+			continue
+		}
+		sent++
+		buf, _ := buffers.Get().([]byte)
+		if len(buf) != len(payload) {
+			buf = make([]byte, len(payload))
+			copy(buf, payload)
+		}
+		binary.LittleEndian.PutUint64(buf, uint64(time.Since(start)))
+		err := pub.PublishAsync(ctx, buf, func(err error) { done(err); buffers.Put(buf) })
+		if err != nil {
+			return runResult{}, err
+		}
+	}
+	offered := time.Since(start)
+	fctx, fcancel := context.WithTimeout(ctx, flushTimeout)
+	defer fcancel()
+	if err := pub.Flush(fctx); err != nil {
+		return runResult{}, fmt.Errorf("flush: %w", err)
+	}
+	got := <-result // bounded by consumeCtx
+	if e := failed.Load(); e != nil {
+		return runResult{}, *e
+	}
+	if got.err != nil {
+		return runResult{}, got.err
+	}
+	return runResult{Messages: int64(len(got.latencies)), Elapsed: offered, Latencies: got.latencies}, ctx.Err()
+}
+
+func newPublisher(ctx context.Context, sys system, stream string, inflight int) (publisher, error) {
+	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	pub, err := sys.NewPublisher(sctx, stream, inflight)
+	if err != nil {
+		return nil, fmt.Errorf("new publisher: %w", err)
+	}
+	return pub, nil
+}
+
+// newSubscriber opens a consumer group named after the stream.
+func newSubscriber(ctx context.Context, sys system, stream string) (subscriber, error) {
+	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	sub, err := sys.NewSubscriber(sctx, stream, stream+"-group", consumeBatchMax)
+	if err != nil {
+		return nil, fmt.Errorf("new subscriber: %w", err)
+	}
+	return sub, nil
+}
+
+// cancelAfter returns a context that is cancelled after d, without a
+// deadline. The hand-over loops use it: the Nereus SDK takes a PublishAsync
+// context's deadline as the message's delivery deadline (its doc says the
+// context bounds only the wait for a window slot), which would fail the
+// messages still in flight when the time limit strikes. Cancellation
+// without a deadline stops the loop and lets them complete, as with JetStream.
+func cancelAfter(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(d, cancel)
+	return ctx, func() { timer.Stop(); cancel() }
+}
