@@ -566,3 +566,38 @@ func TestCloseFailsPendingWork(t *testing.T) {
 		t.Fatalf("Topics on a closed client: err = %v", err)
 	}
 }
+
+// PublishAsync's ctx bounds only the wait for a window slot: a message
+// handed over before ctx ends is still retried and delivered after it.
+func TestPublishAsyncOutlivesItsContext(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	c := dialFake(t, fs)
+	declare(t, c, "t", 1)
+	fs.mu.Lock()
+	fs.onPub = func(n int) fakeAction {
+		if n == 1 {
+			return fakeDropBeforeAppend // the first attempt is lost with its connection
+		}
+		return fakeNormal
+	}
+	fs.mu.Unlock()
+	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	done := make(chan error, 1)
+	if err := p.PublishAsync(ctx, Message{Value: []byte("x")}, func(_ PublishResult, err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	<-ctx.Done()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("async publish bounded by its handover context: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no outcome")
+	}
+}

@@ -170,7 +170,7 @@ func (p *Producer) Publish(ctx context.Context, m Message) (PublishResult, error
 		err error
 	}
 	ch := make(chan result, 1)
-	req, err := p.handOver(ctx, m, func(r PublishResult, err error) { ch <- result{r, err} })
+	req, err := p.handOver(ctx, m, true, func(r PublishResult, err error) { ch <- result{r, err} })
 	if err != nil {
 		return PublishResult{}, err
 	}
@@ -192,11 +192,14 @@ func (p *Producer) PublishAsync(ctx context.Context, m Message, done func(Publis
 	if done == nil {
 		done = func(PublishResult, error) {}
 	}
-	_, err := p.handOver(ctx, m, done)
+	_, err := p.handOver(ctx, m, false, done)
 	return err
 }
 
-func (p *Producer) handOver(ctx context.Context, m Message, done func(PublishResult, error)) (*pubRequest, error) {
+// handOver gives m its producer sequence and sends it. ctx bounds the wait
+// for a window slot; with ctxBoundsDelivery (Publish) its deadline also
+// bounds the retries, otherwise (PublishAsync) only DeliveryTimeout does.
+func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bool, done func(PublishResult, error)) (*pubRequest, error) {
 	pub, err := m.toPub(p.topic, p.producerID, 0)
 	if err != nil {
 		return nil, fmt.Errorf("nereus: publish: %w", err)
@@ -210,8 +213,11 @@ func (p *Producer) handOver(ctx context.Context, m Message, done func(PublishRes
 	}
 	now := time.Now()
 	deadline := now.Add(p.opts.DeliveryTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+	if d, ok := ctx.Deadline(); ok && ctxBoundsDelivery && d.Before(deadline) {
 		deadline = d
+	}
+	if !ctxBoundsDelivery {
+		ctx = context.WithoutCancel(ctx)
 	}
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
