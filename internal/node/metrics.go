@@ -13,6 +13,7 @@ type Metrics struct {
 	publishes    *prometheus.CounterVec
 	publishBytes *prometheus.CounterVec
 	fsyncSeconds *prometheus.HistogramVec
+	commitBatch  prometheus.Histogram
 	deliveries   *prometheus.CounterVec
 	redeliveries *prometheus.CounterVec
 	acks         *prometheus.CounterVec
@@ -32,6 +33,9 @@ func newMetrics() *Metrics {
 		fsyncSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "nereus_fsync_seconds", Help: "Latency of fsync calls by file kind (log, ledger).",
 			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16)}, []string{"kind"}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nereus_group_commit_records", Help: "Records made durable by one partition log fsync.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nereus_deliveries_total", Help: "MSG frames sent to consumers."}, []string{"topic", "group"}),
 		redeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -45,7 +49,7 @@ func newMetrics() *Metrics {
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nereus_auth_failures_total", Help: "Connections rejected with AUTH_FAILED."}),
 	}
-	m.Registry.MustRegister(m.publishes, m.publishBytes, m.fsyncSeconds, m.deliveries,
+	m.Registry.MustRegister(m.publishes, m.publishBytes, m.fsyncSeconds, m.commitBatch, m.deliveries,
 		m.redeliveries, m.acks, m.deadLetters, m.Connections, m.AuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -262,11 +262,22 @@ func (p *partitionRunner) run() {
 				p.recoverNow()
 				break
 			}
-			for _, ps := range inflight {
+			done := inflight
+			inflight = nil
+			if len(unsynced) > 0 && p.failure == nil {
+				// Start the next fsync before answering this one, so the
+				// replies overlap with the disk.
+				inflight, unsynced = unsynced, nil
+				syncing = true
+				syncReq <- p.log
+			}
+			records := 0
+			for _, ps := range done {
+				records += len(ps.news)
 				p.completeSync(ps)
 			}
-			inflight = nil
-			if p.failure != nil { // an append failed while the fsync ran
+			p.node.metrics.commitBatch.Observe(float64(records))
+			if p.failure != nil && !syncing { // an append failed while the fsync ran
 				p.failPending(p.failure, unsynced...)
 				unsynced = nil
 				p.recoverNow()
@@ -416,6 +427,7 @@ func (p *partitionRunner) commitBatch(batch []*pubReq) {
 		p.recoverNow()
 		return
 	}
+	p.node.metrics.commitBatch.Observe(float64(len(ps.news)))
 	p.completeSync(ps)
 }
 

@@ -16,6 +16,11 @@ import (
 // startBenchBroker runs a node on the real disk (fsync before every ack)
 // and a server on loopback, in-process, for hot-path benchmarks.
 func startBenchBroker(b *testing.B) string {
+	addr, _ := startBenchBrokerNode(b)
+	return addr
+}
+
+func startBenchBrokerNode(b *testing.B) (string, *node.Node) {
 	b.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := node.Open(node.Config{DataDir: b.TempDir(), Logger: logger})
@@ -37,13 +42,13 @@ func startBenchBroker(b *testing.B) string {
 		s.Close(ctx)
 		n.Close()
 	})
-	return lis.Addr().String()
+	return lis.Addr().String(), n
 }
 
 // BenchmarkPublishAsync1KiB is the durable publish hot path end to end:
 // SDK → TCP → server → group commit (write + fsync) → PUB_OK, 256 in flight.
 func BenchmarkPublishAsync1KiB(b *testing.B) {
-	addr := startBenchBroker(b)
+	addr, n := startBenchBrokerNode(b)
 	ctx := context.Background()
 	c, err := client.Dial(ctx, client.Options{Servers: []string{addr}})
 	if err != nil {
@@ -76,4 +81,47 @@ func BenchmarkPublishAsync1KiB(b *testing.B) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	if mfs, err := n.Metrics().Registry.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() == "nereus_group_commit_records" {
+				h := mf.GetMetric()[0].GetHistogram()
+				b.ReportMetric(h.GetSampleSum()/float64(h.GetSampleCount()), "records/fsync")
+			}
+			if mf.GetName() == "nereus_fsync_seconds" {
+				for _, m := range mf.GetMetric() {
+					if m.GetLabel()[0].GetValue() == "log" {
+						h := m.GetHistogram()
+						b.ReportMetric(h.GetSampleSum()/float64(h.GetSampleCount())*1e6, "µs/fsync")
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkPublishSync1KiB is one durable publish at a time: its ns/op is
+// the acknowledgement latency; compare with vfs BenchmarkOSWriteSync.
+func BenchmarkPublishSync1KiB(b *testing.B) {
+	addr := startBenchBroker(b)
+	ctx := context.Background()
+	c, err := client.Dial(ctx, client.Options{Servers: []string{addr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "bench", Partitions: 1}); err != nil {
+		b.Fatal(err)
+	}
+	p, err := c.NewProducer(client.ProducerOptions{Topic: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	value := make([]byte, 1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Publish(ctx, client.Message{Value: value}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
