@@ -100,6 +100,48 @@ func (c *Cursor) ReplayFloor(floor uint64) {
 	c.nextNew = max(c.nextNew, c.ackFloor)
 }
 
+// Snapshot returns the cursor's done state (the floor and the done seqs
+// above it as maximal ranges). It holds what the shell has persisted only
+// when every ack the cursor returned as new is durable: the shell takes it
+// right after a successful ledger flush.
+func (c *Cursor) Snapshot() DoneState {
+	s := DoneState{Floor: c.ackFloor}
+	if len(c.acked) == 0 {
+		return s
+	}
+	seqs := make([]uint64, 0, len(c.acked))
+	for seq := range c.acked {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	for _, seq := range seqs {
+		if n := len(s.Ranges); n > 0 && s.Ranges[n-1].Last+1 == seq {
+			s.Ranges[n-1].Last = seq
+			continue
+		}
+		s.Ranges = append(s.Ranges, SeqRange{First: seq, Last: seq})
+	}
+	return s
+}
+
+// Restore applies a durable done state (a ledger snapshot) during recovery,
+// before the acks recorded after it are replayed with ReplayAck. Seqs below
+// the cursor's current floor (retention) stay done. Its cost is linear in
+// the number of done seqs above the floor, like replaying their acks.
+func (c *Cursor) Restore(s DoneState) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	c.ReplayFloor(s.Floor)
+	for _, r := range s.Ranges {
+		for seq := max(r.First, c.ackFloor); seq <= r.Last; seq++ {
+			c.markDone(seq)
+		}
+	}
+	c.nextNew = max(c.nextNew, c.ackFloor)
+	return nil
+}
+
 // Truncated tells the cursor that retention removed every seq < startSeq:
 // they can no longer be delivered and count as done.
 func (c *Cursor) Truncated(startSeq uint64) {

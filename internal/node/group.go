@@ -125,6 +125,16 @@ type groupRunner struct {
 	dlqRetries  []dlqRetry
 	dlqProducer uint64
 
+	// Ack ledger compaction (ledger.go), owned by run.
+	ledgerGen   uint64 // generation of ledger; names its directory
+	ledgerBytes int64  // approximate bytes in ledger (replayed or flushed)
+	// compactRetryBytes defers compaction after a failed attempt until
+	// ledgerBytes reaches it; 0 = no deferral.
+	compactRetryBytes int64
+	// ledgerCompactBytes is the compaction threshold (≤ 0 disables it). It
+	// is atomic only so tests can lower it while run reads it.
+	ledgerCompactBytes atomic.Int64
+
 	// Published for metrics: the durable ack floor per partition.
 	floors []atomic.Uint64
 
@@ -202,6 +212,7 @@ func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunn
 		floors:      make([]atomic.Uint64, len(t.partitions)),
 		dlqProducer: h.Sum64() | 1,
 	}
+	g.ledgerCompactBytes.Store(n.cfg.LedgerCompactBytes)
 	if err := g.loadSettings(opts); err != nil {
 		return nil, err
 	}
@@ -251,11 +262,18 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 	return g.cfg.Validate()
 }
 
-// load (re)builds the cursors from the durable ledger under a new
-// incarnation, so delivery ids never repeat across restarts or reloads.
+// load (re)builds the cursors from the durable ledger snapshot and ledger
+// under a new incarnation, so delivery ids never repeat across restarts or
+// reloads.
 //
 // It replaces the group's state only when it fully succeeds; on error the
 // old state stays (and g.failure keeps acks refused until a load succeeds).
+//
+// A load succeeds only after persisting the incarnation, whose
+// WriteFileAtomic fsyncs the group dir: that makes the ledger snapshot load
+// reads durable even if the compaction that renamed it into place failed
+// before its own directory fsync (ledger.go, step 3), so no ack is accepted
+// against a generation that a crash could still revert.
 func (g *groupRunner) load() error {
 	fsys := g.node.cfg.FS
 	incFile := path.Join(g.dir, "incarnation")
@@ -269,7 +287,11 @@ func (g *groupRunner) load() error {
 	if err := storage.WriteFileAtomic(fsys, incFile, []byte(strconv.FormatUint(inc, 10))); err != nil {
 		return fmt.Errorf("group %s: persist incarnation: %w", g.name, err)
 	}
-	lg, err := storage.Open(fsys, path.Join(g.dir, "ledger"), storage.Options{})
+	snap, err := g.readLedgerSnapshot()
+	if err != nil {
+		return err
+	}
+	lg, err := storage.Open(fsys, path.Join(g.dir, ledgerDirName(snap.gen)), storage.Options{})
 	if err != nil {
 		return fmt.Errorf("group %s: open ledger: %w", g.name, err)
 	}
@@ -280,8 +302,17 @@ func (g *groupRunner) load() error {
 			lg.Close()
 			return err
 		}
+		// A snapshot from a topic with other partitions restores the
+		// partitions both have; the rest start from the ledger alone.
+		if i < len(snap.states) {
+			if err := c.Restore(snap.states[i]); err != nil {
+				lg.Close()
+				return fmt.Errorf("group %s: restore partition %d: %w", g.name, i, err)
+			}
+		}
 		cursors[i] = c
 	}
+	var ledgerBytes int64
 	for from := lg.StartSeq(); from < lg.NextSeq(); {
 		entries, err := lg.Read(from, 1024, 8<<20)
 		if err != nil {
@@ -290,6 +321,7 @@ func (g *groupRunner) load() error {
 		}
 		for _, e := range entries {
 			v := e.Record.Value
+			ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
 			if len(v)%ledgerEntryBytes != 0 {
 				lg.Close()
 				return fmt.Errorf("group %s: ledger record %d has %d bytes", g.name, e.Seq, len(v))
@@ -307,6 +339,8 @@ func (g *groupRunner) load() error {
 		g.ledger.Close()
 	}
 	g.ledger, g.cursors = lg, cursors
+	g.ledgerGen, g.ledgerBytes = snap.gen, ledgerBytes
+	g.removeStaleLedgers(snap.gen)
 	g.cache = make([][]storage.Entry, len(cursors))
 	g.cacheEpoch = make([]uint64, len(cursors))
 	for i, c := range cursors {
@@ -538,6 +572,7 @@ func (g *groupRunner) flushLedger() {
 	if len(g.ledgerBatch) > 0 {
 		_, err := g.ledger.Append(0, []storage.Record{{Value: g.ledgerBatch}})
 		if err == nil {
+			g.ledgerBytes += ledgerRecordOverheadBytes + int64(len(g.ledgerBatch))
 			start := g.node.cfg.NowNanos()
 			if !g.node.cfg.Mutations.SkipLedgerFsync {
 				err = g.ledger.Sync()
@@ -560,6 +595,8 @@ func (g *groupRunner) flushLedger() {
 		for i, c := range g.cursors {
 			g.floors[i].Store(c.AckFloor())
 		}
+		// After the replies: compaction never delays an ACK_OK.
+		g.maybeCompactLedger()
 	}
 }
 

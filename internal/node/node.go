@@ -49,7 +49,10 @@ type Config struct {
 	DefaultMaxDeliver     uint32
 	InflightMax           int // unacked deliveries per group and partition
 	SubscriptionCreditMax uint32
-	Dedup                 partition.Config
+	// LedgerCompactBytes: a group's ack ledger is compacted into a snapshot
+	// once it grows past this; 0 = LedgerCompactBytesDefault, < 0 = never.
+	LedgerCompactBytes int64
+	Dedup              partition.Config
 }
 
 func (c *Config) setDefaults() {
@@ -94,6 +97,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SubscriptionCreditMax == 0 {
 		c.SubscriptionCreditMax = 100_000
+	}
+	if c.LedgerCompactBytes == 0 {
+		c.LedgerCompactBytes = LedgerCompactBytesDefault
 	}
 	if c.Dedup == (partition.Config{}) {
 		c.Dedup = partition.DefaultConfig

@@ -84,7 +84,10 @@ func (b *broker) start() {
 		var err error
 		n, err = node.Open(node.Config{NodeID: "sim", DataDir: dataDir, FS: b.fs, Manual: true,
 			NowMs: b.w.brokerNowMs, NowNanos: b.w.brokerNowNanos, Logger: b.discardLogger,
-			Mutations: b.mutations})
+			Mutations: b.mutations,
+			// Small, so campaigns compact ack ledgers (and crash inside
+			// compaction) often; a one-ack golden run stays below it.
+			LedgerCompactBytes: 1024})
 		return err
 	})
 	if err != nil {

@@ -1,0 +1,277 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/nereus-broker/nereus/internal/delivery"
+	"github.com/nereus-broker/nereus/internal/storage"
+)
+
+// Ack ledger compaction.
+//
+// A group's durable done-state is a snapshot plus a ledger generation:
+//
+//	<group dir>/ledger-snapshot   atomic file: generation N, DoneState per partition
+//	<group dir>/ledger-N/         the ledger of acks made after that snapshot
+//
+// Generation 0 has no snapshot and lives in <group dir>/ledger (the layout
+// before compaction existed, which a node keeps reading unchanged). The
+// snapshot file is the only commit point: whatever generation it names is
+// live, and the ledger directories of every other generation are garbage.
+//
+// Compaction from generation N to N+1 runs right after a successful ledger
+// flush, so the cursors' done state equals the durable one (every ack they
+// hold was fsynced; nothing is batched). Its steps, and a crash after each:
+//
+//  1. Remove the files of ledger-(N+1), left by an earlier attempt that
+//     failed or crashed before its snapshot committed. Defensive: no ack
+//     was ever appended there (appends go to a generation only after its
+//     snapshot is durable), so they hold at most an empty segment. Crash:
+//     the snapshot still names N and ledger-N is intact.
+//  2. Open ledger-(N+1): an empty log (storage.Open syncs its directory into
+//     the group dir). Crash: as 1; load replays N and removes N+1's files.
+//  3. Write the snapshot {N+1, cursors' DoneState} with WriteFileAtomic
+//     (temp file, fsync, rename, fsync of the group dir). Crash before the
+//     rename is durable: the old snapshot (or none) names N, whose ledger
+//     still holds every ack. Crash after: N+1's snapshot holds exactly the
+//     durable done state and its ledger is empty. Either way no ACK_OK is
+//     lost and no unacked seq becomes done. An error here is ambiguous (the
+//     rename may be visible but not durable), so the group fails and
+//     reloads: a load succeeds only after persisting the incarnation with
+//     WriteFileAtomic in the group dir, and that fsync of the group dir
+//     makes durable whichever snapshot load reads before any ack is
+//     accepted against its generation (until then acks are refused).
+//  4. Switch appends to ledger-(N+1) and close ledger-N.
+//  5. Remove ledger-N's files, best effort. Crash or error midway: the
+//     snapshot names N+1; the next load removes what is left.
+//
+// Steps 1 and 2 change nothing durable, so their failure only defers the
+// next attempt; step 3's failure goes through the group's failure/reload
+// path like a failed ledger write.
+
+// LedgerCompactBytesDefault is the ledger size (approximate bytes appended
+// since the last snapshot) past which a group compacts its ack ledger.
+const LedgerCompactBytesDefault = 8 << 20
+
+const (
+	ledgerDirGen0       = "ledger"
+	ledgerDirPrefix     = "ledger-"
+	ledgerSnapshotFile  = "ledger-snapshot"
+	ledgerSnapshotMagic = "NLS1"
+	// ledgerRecordOverheadBytes approximates the storage framing of one
+	// ledger append (one record in one batch: 38 bytes of batch header and
+	// 36 of record header) for the size accounting.
+	ledgerRecordOverheadBytes = 38 + 36
+)
+
+// ledgerDirName names the ledger directory of generation gen.
+func ledgerDirName(gen uint64) string {
+	if gen == 0 {
+		return ledgerDirGen0
+	}
+	return ledgerDirPrefix + strconv.FormatUint(gen, 10)
+}
+
+// parseLedgerDirName reports the generation of a ledger directory name.
+func parseLedgerDirName(name string) (uint64, bool) {
+	if name == ledgerDirGen0 {
+		return 0, true
+	}
+	digits, ok := strings.CutPrefix(name, ledgerDirPrefix)
+	if !ok || digits == "" || digits[0] == '0' {
+		return 0, false
+	}
+	for _, r := range digits {
+		if r < '0' || r > '9' {
+			return 0, false
+		}
+	}
+	gen, err := strconv.ParseUint(digits, 10, 64)
+	return gen, err == nil && gen > 0
+}
+
+// ledgerSnapshot is the decoded snapshot file.
+type ledgerSnapshot struct {
+	gen    uint64 // generation of the live ledger directory
+	states []delivery.DoneState
+}
+
+// encodeLedgerSnapshot lays out a snapshot as
+//
+//	magic "NLS1" | gen u64 | partitions u32 | partitions × {len u32, DoneState}
+//
+// (big endian; the atomic file around it carries length and CRC).
+func encodeLedgerSnapshot(s ledgerSnapshot) []byte {
+	b := append([]byte(nil), ledgerSnapshotMagic...)
+	b = binary.BigEndian.AppendUint64(b, s.gen)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s.states)))
+	for _, st := range s.states {
+		at := len(b)
+		b = binary.BigEndian.AppendUint32(b, 0)
+		b = delivery.AppendDoneState(b, st)
+		binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	}
+	return b
+}
+
+var errBadLedgerSnapshot = errors.New("bad ledger snapshot")
+
+// decodeLedgerSnapshot decodes encodeLedgerSnapshot's layout; it never
+// panics and allocates in proportion to len(b).
+func decodeLedgerSnapshot(b []byte) (ledgerSnapshot, error) {
+	const headerBytes = 4 + 8 + 4
+	if len(b) < headerBytes || string(b[:4]) != ledgerSnapshotMagic {
+		return ledgerSnapshot{}, fmt.Errorf("%w: bad header", errBadLedgerSnapshot)
+	}
+	s := ledgerSnapshot{gen: binary.BigEndian.Uint64(b[4:])}
+	count := binary.BigEndian.Uint32(b[12:])
+	b = b[headerBytes:]
+	if uint64(count) > uint64(len(b)/4) {
+		return ledgerSnapshot{}, fmt.Errorf("%w: %d partitions in %d bytes", errBadLedgerSnapshot, count, len(b))
+	}
+	s.states = make([]delivery.DoneState, 0, count)
+	for i := uint32(0); i < count; i++ {
+		if len(b) < 4 {
+			return ledgerSnapshot{}, fmt.Errorf("%w: partition %d truncated", errBadLedgerSnapshot, i)
+		}
+		n := binary.BigEndian.Uint32(b)
+		if uint64(n) > uint64(len(b)-4) {
+			return ledgerSnapshot{}, fmt.Errorf("%w: partition %d truncated", errBadLedgerSnapshot, i)
+		}
+		st, err := delivery.DecodeDoneState(b[4 : 4+n])
+		if err != nil {
+			return ledgerSnapshot{}, fmt.Errorf("%w: partition %d: %w", errBadLedgerSnapshot, i, err)
+		}
+		s.states = append(s.states, st)
+		b = b[4+n:]
+	}
+	if len(b) != 0 {
+		return ledgerSnapshot{}, fmt.Errorf("%w: %d trailing bytes", errBadLedgerSnapshot, len(b))
+	}
+	return s, nil
+}
+
+// readLedgerSnapshot returns the group's snapshot, or generation 0 with no
+// states when none was ever written.
+func (g *groupRunner) readLedgerSnapshot() (ledgerSnapshot, error) {
+	b, err := storage.ReadFileAtomic(g.node.cfg.FS, path.Join(g.dir, ledgerSnapshotFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return ledgerSnapshot{}, nil
+	}
+	if err != nil {
+		return ledgerSnapshot{}, fmt.Errorf("group %s: read ledger snapshot: %w", g.name, err)
+	}
+	s, err := decodeLedgerSnapshot(b)
+	if err != nil {
+		return ledgerSnapshot{}, fmt.Errorf("group %s: %w", g.name, err)
+	}
+	return s, nil
+}
+
+// removeLedgerFiles removes every file in the ledger directory of gen (the
+// directory itself stays). A missing directory is not an error.
+func (g *groupRunner) removeLedgerFiles(gen uint64) error {
+	fsys, dir := g.node.cfg.FS, path.Join(g.dir, ledgerDirName(gen))
+	names, err := fsys.List(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	for _, name := range names {
+		if err := fsys.Remove(path.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return fsys.SyncDir(dir)
+}
+
+// removeStaleLedgers removes the files of every ledger generation but live,
+// best effort: they are garbage (see the crash analysis above).
+func (g *groupRunner) removeStaleLedgers(live uint64) {
+	names, err := g.node.cfg.FS.List(g.dir)
+	if err != nil {
+		g.node.log.Warn("list group dir for stale ledgers failed", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+		return
+	}
+	for _, name := range names {
+		gen, ok := parseLedgerDirName(name)
+		if !ok || gen == live {
+			continue
+		}
+		if err := g.removeLedgerFiles(gen); err != nil {
+			g.node.log.Warn("remove stale ledger failed", "group", g.name, "topic", g.topic.cfg.Name, "dir", name, "err", err)
+		}
+	}
+}
+
+// maybeCompactLedger compacts the ledger once it has grown past the
+// threshold. The caller has just flushed the ledger successfully, so the
+// cursors hold exactly the durable done state.
+func (g *groupRunner) maybeCompactLedger() {
+	threshold := g.ledgerCompactBytes.Load()
+	if g.failure != nil || len(g.ledgerBatch) > 0 || threshold <= 0 ||
+		g.ledgerBytes < max(threshold, g.compactRetryBytes) {
+		return
+	}
+	committed, err := g.compactLedger()
+	if err == nil {
+		g.compactRetryBytes = 0
+		return
+	}
+	if committed {
+		// Past the commit point only the cleanup failed: harmless.
+		g.node.log.Warn("remove compacted ledger failed; next load retries", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+		g.compactRetryBytes = 0
+		return
+	}
+	g.node.log.Error("ack ledger compaction failed", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+	if errors.Is(err, errSnapshotWrite) {
+		// The snapshot may or may not have become durable: reload from
+		// whatever load finds (see step 3 above).
+		g.failure = err
+		g.reload()
+	}
+	// Try again once the ledger has grown by another threshold, so a
+	// persistent failure costs one attempt per threshold, not per flush.
+	g.compactRetryBytes = g.ledgerBytes + threshold
+}
+
+var errSnapshotWrite = errors.New("write ledger snapshot")
+
+// compactLedger runs steps 1-5 above. committed reports whether the new
+// snapshot is durable and live (an error then comes from the cleanup).
+func (g *groupRunner) compactLedger() (committed bool, err error) {
+	fsys := g.node.cfg.FS
+	next := g.ledgerGen + 1
+	if err := g.removeLedgerFiles(next); err != nil { // step 1
+		return false, fmt.Errorf("clear %s: %w", ledgerDirName(next), err)
+	}
+	lg, err := storage.Open(fsys, path.Join(g.dir, ledgerDirName(next)), storage.Options{}) // step 2
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", ledgerDirName(next), err)
+	}
+	snap := ledgerSnapshot{gen: next, states: make([]delivery.DoneState, len(g.cursors))}
+	for i, c := range g.cursors {
+		snap.states[i] = c.Snapshot()
+	}
+	if err := storage.WriteFileAtomic(fsys, path.Join(g.dir, ledgerSnapshotFile), encodeLedgerSnapshot(snap)); err != nil { // step 3
+		lg.Close()
+		return false, fmt.Errorf("%w: %w", errSnapshotWrite, err)
+	}
+	old, oldGen := g.ledger, g.ledgerGen // step 4
+	g.ledger, g.ledgerGen, g.ledgerBytes = lg, next, 0
+	old.Close()
+	g.node.log.Info("ack ledger compacted", "group", g.name, "topic", g.topic.cfg.Name, "generation", next)
+	return true, g.removeLedgerFiles(oldGen) // step 5
+}
