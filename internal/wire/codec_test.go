@@ -30,6 +30,12 @@ func sampleFrames() []Frame {
 		&Nack{Topic: "orders", Group: "g", DelayMs: 10, Entries: []AckEntry{{1, 5, 99}}},
 		&Ping{},
 		&Pong{},
+		&PeerHello{Version: 1, From: 1, To: 2, Nonce: []byte("0123456789abcdef0123456789abcdef")},
+		&PeerChallenge{Nonce: []byte("n"), Proof: []byte("p")},
+		&PeerAuth{Proof: []byte("proof")},
+		&Replicate{Topic: "t", Partition: 2, Kind: 3, From: 1, To: 2, Epoch: 7, LastEpoch: 6, LastSeq: 9, Granted: true,
+			PrevSeq: 8, PrevEpoch: 6, CommitSeq: 8, FlushedSeq: 9, Reject: 2, HintSeq: 4,
+			Entries: []ReplicaEntry{{Seq: 9, Epoch: 7, Data: []byte("d")}}},
 	}
 }
 

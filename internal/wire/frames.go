@@ -85,6 +85,14 @@ func newFrame(t FrameType) Frame {
 		return &Ping{}
 	case TypePong:
 		return &Pong{}
+	case TypePeerHello:
+		return &PeerHello{}
+	case TypePeerChallenge:
+		return &PeerChallenge{}
+	case TypePeerAuth:
+		return &PeerAuth{}
+	case TypeReplicate:
+		return &Replicate{}
 	}
 	return nil
 }

@@ -41,6 +41,25 @@ func normalize(f Frame) Frame {
 		c.Key, c.Value = nilIfEmpty(c.Key), nilIfEmpty(c.Value)
 		c.Headers = normalizeHeaders(c.Headers)
 		return &c
+	case *Replicate:
+		c := *v
+		c.Entries = nil
+		for _, e := range v.Entries {
+			c.Entries = append(c.Entries, ReplicaEntry{Seq: e.Seq, Epoch: e.Epoch, Data: nilIfEmpty(e.Data)})
+		}
+		return &c
+	case *PeerHello:
+		c := *v
+		c.Nonce = nilIfEmpty(c.Nonce)
+		return &c
+	case *PeerChallenge:
+		c := *v
+		c.Nonce, c.Proof = nilIfEmpty(c.Nonce), nilIfEmpty(c.Proof)
+		return &c
+	case *PeerAuth:
+		c := *v
+		c.Proof = nilIfEmpty(c.Proof)
+		return &c
 	}
 	return f
 }

@@ -1,0 +1,359 @@
+// Package peer is the node-to-node transport: authenticated TCP
+// connections between the members of a cluster that carry replication
+// frames (wire.Replicate). Each node dials every other node once and sends
+// on that connection; it receives on the connections the others dialed.
+// Sends never block: a peer that is down or slow loses messages beyond a
+// bounded queue, which the replication protocol tolerates (it retries).
+package peer
+
+import (
+	"bufio"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Version of the peer protocol.
+const Version = 1
+
+// Config configures a Transport.
+type Config struct {
+	ID     uint32
+	Listen string            // address peers dial (host:port)
+	// Listener, when set, is used instead of listening on Listen (tests
+	// create listeners first to learn their ports).
+	Listener net.Listener
+	Peers  map[uint32]string // every other member's peer address
+	Secret []byte            // the cluster secret; never sent over the wire
+	// Handler receives every Replicate frame from an authenticated peer. It
+	// runs on that connection's reader goroutine and must not block long.
+	// from is the authenticated sender: the shell must not trust m.From.
+	Handler func(from uint32, m *wire.Replicate)
+	Logger  *slog.Logger
+	// QueueMax bounds the frames queued per peer (default 4096).
+	QueueMax int
+	// DialTimeout bounds one dial plus handshake (default 2 s).
+	DialTimeout time.Duration
+	// FrameBytesMax bounds every frame (default wire.DefaultFrameBytesMax).
+	FrameBytesMax int
+}
+
+// ErrAuth is returned when a peer fails the handshake.
+var ErrAuth = errors.New("peer: authentication failed")
+
+// Transport connects one node to its peers. Safe for concurrent use.
+type Transport struct {
+	cfg Config
+	lis net.Listener
+
+	mu      sync.Mutex
+	outs    map[uint32]*outbound
+	inbound map[net.Conn]struct{}
+	closed  bool
+	wg      sync.WaitGroup
+	done    chan struct{}
+}
+
+// outbound is the queue and dialing loop toward one peer.
+type outbound struct {
+	to      uint32
+	addr    string
+	queue   chan []byte
+	dropped uint64 // frames lost to a full queue (under Transport.mu)
+}
+
+// Listen validates cfg and starts accepting peer connections and dialing
+// every peer.
+func Listen(cfg Config) (*Transport, error) {
+	if cfg.ID == 0 || len(cfg.Secret) < 16 || cfg.Handler == nil {
+		return nil, errors.New("peer: need a non-zero ID, a secret of at least 16 bytes and a handler")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.QueueMax == 0 {
+		cfg.QueueMax = 4096
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.FrameBytesMax == 0 {
+		cfg.FrameBytesMax = wire.DefaultFrameBytesMax
+	}
+	lis := cfg.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("peer: listen %s: %w", cfg.Listen, err)
+		}
+	}
+	t := &Transport{cfg: cfg, lis: lis, outs: map[uint32]*outbound{}, inbound: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	for id, addr := range cfg.Peers {
+		if id == cfg.ID {
+			continue
+		}
+		o := &outbound{to: id, addr: addr, queue: make(chan []byte, cfg.QueueMax)}
+		t.outs[id] = o
+		t.wg.Add(1)
+		go t.dialLoop(o)
+	}
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t, nil
+}
+
+// Addr is the address the transport listens on.
+func (t *Transport) Addr() string { return t.lis.Addr().String() }
+
+// Send queues m for peer to; it never blocks. It reports false when the
+// frame was dropped (unknown peer, closed transport or full queue).
+func (t *Transport) Send(to uint32, m *wire.Replicate) bool {
+	o := t.outs[to]
+	if o == nil {
+		return false
+	}
+	frame := wire.AppendFrame(nil, 0, m)
+	select {
+	case <-t.done:
+		return false
+	case o.queue <- frame:
+		return true
+	default:
+		t.mu.Lock()
+		o.dropped++
+		t.mu.Unlock()
+		return false
+	}
+}
+
+// Dropped reports how many frames to peer were lost to a full queue.
+func (t *Transport) Dropped(to uint32) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o := t.outs[to]; o != nil {
+		return o.dropped
+	}
+	return 0
+}
+
+// Close stops everything and waits for the goroutines.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	close(t.done)
+	err := t.lis.Close()
+	for c := range t.inbound {
+		c.Close()
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+	return err
+}
+
+const (
+	backoffMin = 50 * time.Millisecond
+	backoffMax = 2 * time.Second
+)
+
+// dialLoop keeps one authenticated connection to a peer and writes its
+// queue to it, reconnecting with bounded exponential backoff.
+func (t *Transport) dialLoop(o *outbound) {
+	defer t.wg.Done()
+	backoff := backoffMin
+	for {
+		conn, err := t.dial(o)
+		if err != nil {
+			t.cfg.Logger.Debug("peer dial failed", "peer", o.to, "addr", o.addr, "err", err)
+			select {
+			case <-t.done:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, backoffMax)
+			continue
+		}
+		backoff = backoffMin
+		t.cfg.Logger.Info("peer connected", "peer", o.to, "addr", o.addr)
+		err = t.writeLoop(conn, o)
+		conn.Close()
+		if err == nil {
+			return // closed
+		}
+		t.cfg.Logger.Info("peer connection lost", "peer", o.to, "err", err)
+	}
+}
+
+func (t *Transport) writeLoop(conn net.Conn, o *outbound) error {
+	w := bufio.NewWriterSize(conn, 64<<10)
+	for {
+		var frame []byte
+		select {
+		case <-t.done:
+			return nil
+		case frame = <-o.queue:
+		}
+		for {
+			if _, err := w.Write(frame); err != nil {
+				return err
+			}
+			select {
+			case frame = <-o.queue:
+				continue
+			default:
+			}
+			break
+		}
+		conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// proof is HMAC-SHA256 over a role label and both nonces and ids, so a
+// proof can neither be replayed nor reflected back to its sender.
+func (t *Transport) proof(role string, dialer, acceptor uint32, dialerNonce, acceptorNonce []byte) []byte {
+	mac := hmac.New(sha256.New, t.cfg.Secret)
+	fmt.Fprintf(mac, "nereus-peer-v%d|%s|%d|%d|", Version, role, dialer, acceptor)
+	mac.Write(dialerNonce)
+	mac.Write([]byte{'|'})
+	mac.Write(acceptorNonce)
+	return mac.Sum(nil)
+}
+
+func nonce() []byte {
+	b := make([]byte, wire.PeerNonceBytes)
+	rand.Read(b)
+	return b
+}
+
+// dial connects and runs the dialer's half of the handshake: HELLO, check
+// the acceptor's proof, send ours.
+func (t *Transport) dial(o *outbound) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", o.addr)
+	if err != nil {
+		return nil, err
+	}
+	conn.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	mine := nonce()
+	if _, err := conn.Write(wire.AppendFrame(nil, 0, &wire.PeerHello{Version: Version, From: t.cfg.ID, To: o.to, Nonce: mine})); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	_, f, err := wire.ReadFrame(conn, 4<<10)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	ch, ok := f.(*wire.PeerChallenge)
+	if !ok || len(ch.Nonce) != wire.PeerNonceBytes ||
+		!hmac.Equal(ch.Proof, t.proof("accept", t.cfg.ID, o.to, mine, ch.Nonce)) {
+		conn.Close()
+		return nil, fmt.Errorf("%w: peer %d at %s did not prove the cluster secret", ErrAuth, o.to, o.addr)
+	}
+	if _, err := conn.Write(wire.AppendFrame(nil, 0, &wire.PeerAuth{Proof: t.proof("dial", t.cfg.ID, o.to, mine, ch.Nonce)})); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	return conn, nil
+}
+
+func (t *Transport) acceptLoop() {
+	defer t.wg.Done()
+	for {
+		conn, err := t.lis.Accept()
+		if err != nil {
+			select {
+			case <-t.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			t.cfg.Logger.Error("peer accept failed", "err", err)
+			return
+		}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			conn.Close()
+			return
+		}
+		t.inbound[conn] = struct{}{}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.serveInbound(conn)
+	}
+}
+
+// serveInbound authenticates a dialing peer and hands its frames to the
+// handler. Any protocol error closes the connection.
+func (t *Transport) serveInbound(conn net.Conn) {
+	defer t.wg.Done()
+	defer func() {
+		conn.Close()
+		t.mu.Lock()
+		delete(t.inbound, conn)
+		t.mu.Unlock()
+	}()
+	conn.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	r := bufio.NewReaderSize(conn, 64<<10)
+	_, f, err := wire.ReadFrame(r, 4<<10)
+	if err != nil {
+		return
+	}
+	hello, ok := f.(*wire.PeerHello)
+	if !ok || hello.Version != Version || hello.To != t.cfg.ID || len(hello.Nonce) != wire.PeerNonceBytes {
+		return
+	}
+	if _, known := t.cfg.Peers[hello.From]; !known || hello.From == t.cfg.ID {
+		t.cfg.Logger.Warn("peer hello from an unknown member", "from", hello.From, "remote", conn.RemoteAddr())
+		return
+	}
+	mine := nonce()
+	if _, err := conn.Write(wire.AppendFrame(nil, 0, &wire.PeerChallenge{Nonce: mine,
+		Proof: t.proof("accept", hello.From, t.cfg.ID, hello.Nonce, mine)})); err != nil {
+		return
+	}
+	_, f, err = wire.ReadFrame(r, 4<<10)
+	if err != nil {
+		return
+	}
+	auth, ok := f.(*wire.PeerAuth)
+	if !ok || !hmac.Equal(auth.Proof, t.proof("dial", hello.From, t.cfg.ID, hello.Nonce, mine)) {
+		t.cfg.Logger.Warn("peer failed authentication", "from", hello.From, "remote", conn.RemoteAddr())
+		return
+	}
+	conn.SetDeadline(time.Time{})
+	for {
+		_, f, err := wire.ReadFrame(r, t.cfg.FrameBytesMax)
+		if err != nil {
+			return
+		}
+		m, ok := f.(*wire.Replicate)
+		if !ok {
+			t.cfg.Logger.Warn("unexpected frame from peer", "from", hello.From, "type", f.Type())
+			return
+		}
+		t.cfg.Handler(hello.From, m)
+	}
+}
