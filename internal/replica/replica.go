@@ -97,6 +97,8 @@ type Replica struct {
 	readOnly  bool
 	installAt uint64 // seq of this epoch's install entry
 
+	anomalies uint64 // messages refused as impossible from a correct peer
+
 	pending       Ready
 	hardChanged   bool
 	lastCommitOut uint64
@@ -308,8 +310,8 @@ func (r *Replica) Propose(data []byte) (seq, epoch uint64, err error) {
 // Step handles one message. It is total: every message in every state has
 // a defined outcome (often: ignore).
 func (r *Replica) Step(m Message) {
-	if m.To != r.cfg.ID {
-		return
+	if m.To != r.cfg.ID || m.From == r.cfg.ID || !slices.Contains(r.peers, m.From) {
+		return // not for us, or not from a member of the group
 	}
 	switch m.Type {
 	case MsgPrepare:
@@ -361,9 +363,31 @@ func (r *Replica) stepPrepareAck(m Message) {
 	}
 }
 
+// wellFormed reports whether an Append's entries can be what a leader of
+// its epoch sends: contiguous after PrevSeq, epochs not above the message's
+// and not decreasing. A malformed one is ignored (Step stays total).
+func wellFormed(m Message) bool {
+	prevEpoch := m.PrevEpoch
+	for i, e := range m.Entries {
+		if e.Seq != m.PrevSeq+uint64(i)+1 || e.Epoch == 0 || e.Epoch > m.Epoch || e.Epoch < prevEpoch {
+			return false
+		}
+		prevEpoch = e.Epoch
+	}
+	return m.PrevEpoch <= m.Epoch && m.PrevSeq < ^uint64(0)-uint64(len(m.Entries))
+}
+
 func (r *Replica) stepAppend(m Message) {
+	if !wellFormed(m) {
+		return
+	}
 	if m.Epoch < r.hard.Promised && !r.cfg.Mutations.AcceptStaleAppend {
 		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: r.hard.Promised, Reject: RejectStaleEpoch})
+		return
+	}
+	if m.Epoch == r.hard.Promised && ((r.role == Leader && m.From != r.cfg.ID) || (r.role == Follower && r.leader != 0 && r.leader != m.From)) {
+		// Two leaders of one epoch cannot exist; refuse the impossible one.
+		r.anomalies++
 		return
 	}
 	if m.Epoch > r.hard.Promised || r.role != Follower || r.leader != m.From {
@@ -377,6 +401,12 @@ func (r *Replica) stepAppend(m Message) {
 	for i, e := range m.Entries {
 		if e.Seq <= r.last && r.epochAt(e.Seq) == e.Epoch {
 			continue // already held
+		}
+		if e.Seq <= r.commit {
+			// A leader never rewrites a committed entry; refuse the message
+			// (counted, so checkers and logs see it) instead of obeying.
+			r.anomalies++
+			return
 		}
 		if e.Seq <= r.last {
 			r.truncateAfter(e.Seq - 1)
@@ -519,12 +549,15 @@ type Status struct {
 	CommitSeq uint64
 	ReadOnly  bool
 	Epochs    []EpochStart
+	// Anomalies counts messages refused because no correct peer could have
+	// sent them (a second leader of an epoch, a rewrite of a committed entry).
+	Anomalies uint64
 }
 
 // Status returns the replica's current view.
 func (r *Replica) Status() Status {
 	return Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
-		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs)}
+		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs), Anomalies: r.anomalies}
 }
 
 // HasReady reports whether Ready would return work.

@@ -371,3 +371,32 @@ func TestCloneIsIndependent(t *testing.T) {
 		t.Fatal("clone shares state with the original")
 	}
 }
+
+// FuzzStep feeds arbitrary messages to replicas in every role: Step must be
+// total (never panic) and the promise must never go back.
+func FuzzStep(f *testing.F) {
+	f.Add(uint8(3), uint8(2), uint64(1), uint64(0), uint64(0), uint64(1), uint64(1), uint8(2), uint64(0))
+	f.Add(uint8(1), uint8(3), uint64(5), uint64(3), uint64(2), uint64(0), uint64(0), uint8(0), uint64(9))
+	f.Fuzz(func(t *testing.T, kind, from uint8, epoch, prevSeq, prevEpoch, seq, entryEpoch uint64, n uint8, commit uint64) {
+		for _, setup := range []func(*cluster){
+			func(*cluster) {},
+			func(c *cluster) { c.elect(1); c.propose(1, "a") },
+			func(c *cluster) { c.rs[1].Campaign(); c.flush(1); c.queue = nil },
+		} {
+			c := newCluster(t, 3, SyncQuorum)
+			setup(c)
+			before := c.rs[1].Status().Hard.Promised
+			m := Message{Type: MsgType(kind % 6), From: NodeID(from%4 + 1), To: 1, Epoch: epoch % 8, PrevSeq: prevSeq % 8,
+				PrevEpoch: prevEpoch % 8, CommitSeq: commit % 10, LastSeq: seq % 8, LastEpoch: entryEpoch % 8, Granted: n%2 == 0,
+				FlushedSeq: seq % 8, HintSeq: prevSeq % 8, Reject: Reject(n % 3)}
+			for i := uint8(0); i < n%4; i++ {
+				m.Entries = append(m.Entries, Entry{Seq: seq%8 + uint64(i), Epoch: entryEpoch % 8, Data: []byte{i}})
+			}
+			c.rs[1].Step(m)
+			c.flush(1)
+			if after := c.rs[1].Status().Hard.Promised; after < before {
+				t.Fatalf("promise went back from %d to %d", before, after)
+			}
+		}
+	})
+}

@@ -205,6 +205,9 @@ func (g *groupSim) transmit(m replica.Message) {
 // newly visible entries.
 func (g *groupSim) observe(n *groupNode, newCommit uint64) {
 	st := n.k.Status()
+	if st.Anomalies > 0 {
+		g.violate(KernelAssertion, "n%d refused %d impossible messages (a second leader of an epoch, or a rewrite of a committed entry)", n.id, st.Anomalies)
+	}
 	if st.Role == replica.Leader && n.leading != st.Hard.Promised {
 		e := st.Hard.Promised
 		n.leading = e

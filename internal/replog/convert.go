@@ -1,0 +1,32 @@
+package replog
+
+import (
+	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// ToWire encodes a kernel message for the peer transport.
+func ToWire(topic string, partition uint32, m replica.Message) *wire.Replicate {
+	w := &wire.Replicate{Topic: topic, Partition: partition, Kind: uint8(m.Type), From: uint32(m.From), To: uint32(m.To),
+		Epoch: m.Epoch, LastEpoch: m.LastEpoch, LastSeq: m.LastSeq, Granted: m.Granted, PrevSeq: m.PrevSeq,
+		PrevEpoch: m.PrevEpoch, CommitSeq: m.CommitSeq, FlushedSeq: m.FlushedSeq, Reject: uint8(m.Reject), HintSeq: m.HintSeq}
+	for _, e := range m.Entries {
+		w.Entries = append(w.Entries, wire.ReplicaEntry{Seq: e.Seq, Epoch: e.Epoch, Data: e.Data})
+	}
+	return w
+}
+
+// FromWire decodes a peer frame into a kernel message. FirstSeq and
+// LastSeqSent are derived from the entries it carries.
+func FromWire(w *wire.Replicate) replica.Message {
+	m := replica.Message{Type: replica.MsgType(w.Kind), From: replica.NodeID(w.From), To: replica.NodeID(w.To),
+		Epoch: w.Epoch, LastEpoch: w.LastEpoch, LastSeq: w.LastSeq, Granted: w.Granted, PrevSeq: w.PrevSeq,
+		PrevEpoch: w.PrevEpoch, CommitSeq: w.CommitSeq, FlushedSeq: w.FlushedSeq, Reject: replica.Reject(w.Reject), HintSeq: w.HintSeq}
+	for _, e := range w.Entries {
+		m.Entries = append(m.Entries, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: e.Data})
+	}
+	if len(m.Entries) > 0 {
+		m.FirstSeq, m.LastSeqSent = m.Entries[0].Seq, m.Entries[len(m.Entries)-1].Seq
+	}
+	return m
+}
