@@ -28,12 +28,12 @@ const Version = 1
 // Config configures a Transport.
 type Config struct {
 	ID     uint32
-	Listen string            // address peers dial (host:port)
+	Listen string // address peers dial (host:port)
 	// Listener, when set, is used instead of listening on Listen (tests
 	// create listeners first to learn their ports).
 	Listener net.Listener
-	Peers  map[uint32]string // every other member's peer address
-	Secret []byte            // the cluster secret; never sent over the wire
+	Peers    map[uint32]string // every other member's peer address
+	Secret   []byte            // the cluster secret; never sent over the wire
 	// Handler receives every Replicate frame from an authenticated peer. It
 	// runs on that connection's reader goroutine and must not block long.
 	// from is the authenticated sender: the shell must not trust m.From.
