@@ -400,3 +400,17 @@ func FuzzStep(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendStateIsDeterministicAndSeesChanges(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	a := c.rs[1].AppendState(nil, true)
+	b := c.rs[1].Clone().AppendState(nil, true)
+	if string(a) != string(b) {
+		t.Fatal("a clone encodes differently")
+	}
+	c.propose(1, "x")
+	if string(c.rs[1].AppendState(nil, true)) == string(a) {
+		t.Fatal("a proposal did not change the encoding")
+	}
+}

@@ -1,0 +1,367 @@
+// Package model is an explicit-state model checker for the replication
+// kernel: it explores every interleaving of a small configuration (a few
+// replicas, proposals, elections, crashes, message loss and duplication) by
+// running the real internal/replica code, hashes each state to visit it
+// once, checks the DESIGN §4 invariants in every state, and returns the
+// shortest-found action trace to a violation.
+package model
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/nereus-broker/nereus/internal/replica"
+)
+
+// Config bounds the exploration. Every budget limits how often an action
+// kind may occur along one path.
+type Config struct {
+	Replicas   int
+	Policy     replica.AckPolicy
+	Proposals  int // values proposed
+	Campaigns  int // election timeouts
+	Heartbeats int // leader ticks (retransmissions)
+	Crashes    int // kill -9 and restart from durable state
+	Drops      int // messages lost
+	Dups       int // messages duplicated
+	NetworkMax int // states with more messages in flight are not explored further
+	DepthMax   int // actions along one path
+	StatesMax  int // distinct states before giving up (reported, not a failure)
+	Mutations  replica.Mutations
+}
+
+// Result is the outcome of a check.
+type Result struct {
+	States    int      // distinct states visited
+	Pruned    int      // states not expanded (network or depth bound)
+	Complete  bool     // false when StatesMax stopped the search
+	Violation string   // "" when every visited state satisfied the invariants
+	Trace     []string // actions from the initial state to the violation
+}
+
+type node struct {
+	k    *replica.Replica
+	hard replica.HardState
+	log  []replica.Entry // durable
+}
+
+type state struct {
+	nodes     []node
+	net       []replica.Message
+	used      [6]int   // proposals, campaigns, heartbeats, crashes, drops, dups
+	committed []string // ghost: value ever committed at seq i+1 ("epoch/value")
+	leaders   []uint32 // ghost: leaders[e] = node that led epoch e (0 = none)
+}
+
+const (
+	budgetProposals = iota
+	budgetCampaigns
+	budgetHeartbeats
+	budgetCrashes
+	budgetDrops
+	budgetDups
+)
+
+func (c *Config) budget(i int) int {
+	return [6]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups}[i]
+}
+
+func (s *state) clone() *state {
+	c := &state{nodes: make([]node, len(s.nodes)), net: slices.Clone(s.net), used: s.used,
+		committed: slices.Clone(s.committed), leaders: slices.Clone(s.leaders)}
+	for i, n := range s.nodes {
+		c.nodes[i] = node{k: n.k.Clone(), hard: n.hard, log: slices.Clone(n.log)}
+	}
+	return c
+}
+
+func (s *state) key() [16]byte {
+	var b []byte
+	for _, n := range s.nodes {
+		b = n.k.AppendState(b, false) // elections are explicit actions here
+		b = binary.AppendUvarint(b, n.hard.Promised)
+		b = binary.AppendUvarint(b, uint64(n.hard.PromisedTo))
+		b = binary.AppendUvarint(b, uint64(len(n.log)))
+		for _, e := range n.log {
+			b = binary.AppendUvarint(b, e.Epoch)
+			b = append(b, e.Data...)
+			b = append(b, 0)
+		}
+	}
+	msgs := make([][]byte, len(s.net))
+	for i, m := range s.net {
+		msgs[i] = replica.AppendMessage(nil, m)
+	}
+	slices.SortFunc(msgs, bytes.Compare) // the network is a multiset
+	for _, m := range msgs {
+		b = binary.AppendUvarint(b, uint64(len(m)))
+		b = append(b, m...)
+	}
+	for _, u := range s.used {
+		b = binary.AppendUvarint(b, uint64(u))
+	}
+	for _, c := range s.committed {
+		b = append(b, c...)
+		b = append(b, 0)
+	}
+	for _, l := range s.leaders {
+		b = binary.AppendUvarint(b, uint64(l))
+	}
+	sum := sha256.Sum256(b)
+	var k [16]byte
+	copy(k[:], sum[:])
+	return k
+}
+
+func (cfg *Config) ids() []replica.NodeID {
+	ids := make([]replica.NodeID, cfg.Replicas)
+	for i := range ids {
+		ids[i] = replica.NodeID(i + 1)
+	}
+	return ids
+}
+
+func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
+	p := replica.Persisted{Hard: n.hard, Last: uint64(len(n.log))}
+	for _, e := range n.log {
+		if len(p.Epochs) == 0 || p.Epochs[len(p.Epochs)-1].Epoch != e.Epoch {
+			p.Epochs = append(p.Epochs, replica.EpochStart{Epoch: e.Epoch, StartSeq: e.Seq})
+		}
+	}
+	// Election timeouts are explicit actions: a huge ElectionTicks keeps
+	// ticks from starting elections on their own.
+	k, err := replica.New(replica.Config{ID: id, Replicas: cfg.ids(), Policy: cfg.Policy, HeartbeatTicks: 1,
+		ElectionTicks: 1 << 20, AckTimeoutTicks: 1 << 20, Seed: 1, Mutations: cfg.Mutations}, p)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// process carries out node i's Ready (persist, then send) and checks what
+// became visible and who took office.
+func (cfg *Config) process(s *state, i int) string {
+	n := &s.nodes[i]
+	for n.k.HasReady() {
+		rd := n.k.Ready()
+		if rd.HardState != nil {
+			n.hard = *rd.HardState
+		}
+		if rd.Truncate {
+			n.log = n.log[:rd.TruncateAfter]
+		}
+		n.log = append(n.log, rd.Entries...)
+		for _, m := range rd.Messages {
+			if m.Type == replica.MsgAppend && m.FirstSeq != 0 {
+				m.Entries = slices.Clone(n.log[m.FirstSeq-1 : m.LastSeqSent])
+			}
+			s.net = append(s.net, m)
+		}
+		n.k.Advance(rd)
+		st := n.k.Status()
+		if st.Role == replica.Leader && (uint64(len(s.leaders)) <= st.Hard.Promised || s.leaders[st.Hard.Promised] != uint32(i+1)) {
+			if v := cfg.tookOffice(s, i, st.Hard.Promised); v != "" {
+				return v
+			}
+		}
+		if st.Anomalies > 0 {
+			return fmt.Sprintf("KernelAssertion: n%d refused an impossible message (a second leader of an epoch, or a rewrite of a committed entry)", i+1)
+		}
+		if v := cfg.checkCommit(s, i, rd.CommitSeq); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func (cfg *Config) quorum() int { return cfg.Replicas/2 + 1 }
+
+// tookOffice checks OneLeaderPerEpoch and InstallNeedsQuorumPromise.
+func (cfg *Config) tookOffice(s *state, i int, epoch uint64) string {
+	for uint64(len(s.leaders)) <= epoch {
+		s.leaders = append(s.leaders, 0)
+	}
+	if l := s.leaders[epoch]; l != 0 && l != uint32(i+1) {
+		return fmt.Sprintf("OneLeaderPerEpoch: epoch %d led by n%d and n%d", epoch, l, i+1)
+	}
+	s.leaders[epoch] = uint32(i + 1)
+	promised := 0
+	for _, n := range s.nodes {
+		if n.hard.Promised >= epoch {
+			promised++
+		}
+	}
+	if promised < cfg.quorum() {
+		return fmt.Sprintf("InstallNeedsQuorumPromise: n%d installed epoch %d with %d durable promises", i+1, epoch, promised)
+	}
+	return ""
+}
+
+// checkCommit checks VisibleImpliesQuorumFlushed, CommittedPrefixAgreement
+// and VisibleMonotonic for what node i just made visible.
+func (cfg *Config) checkCommit(s *state, i int, commit uint64) string {
+	if commit == 0 {
+		return ""
+	}
+	n := &s.nodes[i]
+	need := cfg.quorum()
+	if cfg.Policy == replica.SyncAll {
+		need = cfg.Replicas
+	}
+	for seq := uint64(1); seq <= commit; seq++ {
+		if seq > uint64(len(n.log)) {
+			return fmt.Sprintf("VisibleImpliesQuorumFlushed: n%d made %d visible, its log ends at %d", i+1, seq, len(n.log))
+		}
+		e := n.log[seq-1]
+		id := fmt.Sprintf("%d/%s", e.Epoch, e.Data)
+		if int(seq) <= len(s.committed) {
+			if s.committed[seq-1] != id {
+				return fmt.Sprintf("CommittedPrefixAgreement: seq %d visible as %s on n%d, before as %s", seq, id, i+1, s.committed[seq-1])
+			}
+			continue
+		}
+		holders := 0
+		for _, o := range s.nodes {
+			if uint64(len(o.log)) >= seq && o.log[seq-1].Epoch == e.Epoch && string(o.log[seq-1].Data) == string(e.Data) {
+				holders++
+			}
+		}
+		if holders < need {
+			return fmt.Sprintf("VisibleImpliesQuorumFlushed: seq %d (%s) visible on n%d, durable on %d of %d needed", seq, id, i+1, holders, need)
+		}
+		s.committed = append(s.committed, id)
+	}
+	return ""
+}
+
+type step struct {
+	action string
+	next   *state
+	err    string
+}
+
+// successors applies every enabled action to s.
+func (cfg *Config) successors(s *state) []step {
+	var out []step
+	add := func(action string, budget int, apply func(t *state) string) {
+		if budget >= 0 && s.used[budget] >= cfg.budget(budget) {
+			return
+		}
+		t := s.clone()
+		if budget >= 0 {
+			t.used[budget]++
+		}
+		out = append(out, step{action: action, next: t, err: apply(t)})
+	}
+	for mi, m := range s.net {
+		mi, m := mi, m
+		add("deliver "+m.String(), -1, func(t *state) string {
+			t.net = slices.Delete(t.net, mi, mi+1)
+			to := int(m.To) - 1
+			t.nodes[to].k.Step(m)
+			return cfg.process(t, to)
+		})
+		add("drop "+m.String(), budgetDrops, func(t *state) string {
+			t.net = slices.Delete(t.net, mi, mi+1)
+			return ""
+		})
+		add("duplicate "+m.String(), budgetDups, func(t *state) string {
+			t.net = append(t.net, m)
+			return ""
+		})
+	}
+	for i := range s.nodes {
+		i := i
+		st := s.nodes[i].k.Status()
+		if st.Role != replica.Leader {
+			add(fmt.Sprintf("n%d times out and campaigns", i+1), budgetCampaigns, func(t *state) string {
+				t.nodes[i].k.Campaign()
+				return cfg.process(t, i)
+			})
+		} else {
+			add(fmt.Sprintf("n%d heartbeat", i+1), budgetHeartbeats, func(t *state) string {
+				t.nodes[i].k.Tick()
+				return cfg.process(t, i)
+			})
+			v := fmt.Sprintf("v%d", s.used[budgetProposals]+1)
+			add(fmt.Sprintf("n%d proposes %s", i+1, v), budgetProposals, func(t *state) string {
+				if _, _, err := t.nodes[i].k.Propose([]byte(v)); err != nil {
+					return ""
+				}
+				return cfg.process(t, i)
+			})
+		}
+		add(fmt.Sprintf("n%d kill -9 and restart", i+1), budgetCrashes, func(t *state) string {
+			t.nodes[i].k = cfg.newKernel(replica.NodeID(i+1), &t.nodes[i])
+			return ""
+		})
+	}
+	return out
+}
+
+// Check explores the configuration depth-first and returns the first
+// violation with its trace, or the counts of a clean exploration.
+func Check(cfg Config) Result {
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 3
+	}
+	if cfg.NetworkMax == 0 {
+		cfg.NetworkMax = 6
+	}
+	if cfg.DepthMax == 0 {
+		cfg.DepthMax = 40
+	}
+	if cfg.StatesMax == 0 {
+		cfg.StatesMax = 500_000
+	}
+	init := &state{nodes: make([]node, cfg.Replicas)}
+	for i := range init.nodes {
+		init.nodes[i].k = cfg.newKernel(replica.NodeID(i+1), &init.nodes[i])
+	}
+	res := Result{Complete: true}
+	visited := map[[16]byte]struct{}{init.key(): {}}
+	type frame struct {
+		s     *state
+		steps []step
+		next  int
+		via   string
+	}
+	stack := []*frame{{s: init, steps: cfg.successors(init)}}
+	for len(stack) > 0 {
+		f := stack[len(stack)-1]
+		if f.next >= len(f.steps) {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		st := f.steps[f.next]
+		f.next++
+		if st.err != "" {
+			res.Violation = st.err
+			for _, fr := range stack[1:] {
+				res.Trace = append(res.Trace, fr.via)
+			}
+			res.Trace = append(res.Trace, st.action)
+			res.States = len(visited)
+			return res
+		}
+		k := st.next.key()
+		if _, seen := visited[k]; seen {
+			continue
+		}
+		visited[k] = struct{}{}
+		if len(visited) >= cfg.StatesMax {
+			res.Complete = false
+			break
+		}
+		if len(st.next.net) > cfg.NetworkMax || len(stack) >= cfg.DepthMax {
+			res.Pruned++
+			continue
+		}
+		stack = append(stack, &frame{s: st.next, steps: cfg.successors(st.next), via: st.action})
+	}
+	res.States = len(visited)
+	return res
+}
