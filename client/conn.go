@@ -271,7 +271,27 @@ func (c *conn) enqueue(ctx context.Context, b []byte) error {
 
 // request sends f with a fresh correlation id and registers h for its one
 // reply. If it returns an error, h is never called.
+// requestWithin is request with the enqueue bounded by d instead of a
+// context: the hot publish path, which must not allocate a context and a
+// timer per message (they are made only when the writer queue is full).
+func (c *conn) requestWithin(d time.Duration, f wire.Frame, h replyHandler) (uint64, error) {
+	return c.requestWith(func(b []byte) error {
+		select {
+		case c.out <- outbound{b: b}:
+			return nil
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return c.enqueue(ctx, b)
+	}, f, h)
+}
+
 func (c *conn) request(ctx context.Context, f wire.Frame, h replyHandler) (uint64, error) {
+	return c.requestWith(func(b []byte) error { return c.enqueue(ctx, b) }, f, h)
+}
+
+func (c *conn) requestWith(enqueue func([]byte) error, f wire.Frame, h replyHandler) (uint64, error) {
 	c.mu.Lock()
 	if c.dead || c.isDead() {
 		c.mu.Unlock()
@@ -291,7 +311,7 @@ func (c *conn) request(ctx context.Context, f wire.Frame, h replyHandler) (uint6
 	}
 	c.pending[corr] = h
 	c.mu.Unlock()
-	if err := c.enqueue(ctx, b); err != nil {
+	if err := enqueue(b); err != nil {
 		if c.forget(corr) {
 			return 0, err
 		}

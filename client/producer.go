@@ -216,9 +216,6 @@ func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bo
 	if d, ok := ctx.Deadline(); ok && ctxBoundsDelivery && d.Before(deadline) {
 		deadline = d
 	}
-	if !ctxBoundsDelivery {
-		ctx = context.WithoutCancel(ctx)
-	}
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
 	p.mu.Lock()
@@ -240,14 +237,14 @@ func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bo
 	}
 	p.mu.Unlock()
 	if !queued {
-		p.send(ctx, req, p.client.liveConn())
+		p.send(req, p.client.liveConn())
 	}
 	return req, nil
 }
 
 // send makes one attempt of req on cn (nil = no live connection: queue it
 // for the retry loop). Caller holds sendMu, not mu.
-func (p *Producer) send(ctx context.Context, req *pubRequest, cn *conn) {
+func (p *Producer) send(req *pubRequest, cn *conn) {
 	if cn == nil {
 		p.requeue(req, anyAttempt, fmt.Errorf("%w: no connection", ErrDisconnected), false)
 		return
@@ -264,9 +261,7 @@ func (p *Producer) send(ctx context.Context, req *pubRequest, cn *conn) {
 	p.mu.Unlock()
 	// A deadline on the enqueue only: the bounded writer queue could be
 	// full of a dying connection's frames.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.client.opts.RequestTimeout)
-	defer cancel()
-	corr, err := cn.request(ctx, &req.pub, func(f wire.Frame, err error) { p.onReply(req, attempt, f, err) })
+	corr, err := cn.requestWithin(p.client.opts.RequestTimeout, &req.pub, func(f wire.Frame, err error) { p.onReply(req, attempt, f, err) })
 	if err != nil {
 		// request failed before the frame was queued: it never left.
 		p.requeue(req, attempt, err, false)
@@ -463,7 +458,7 @@ func (p *Producer) resend(ctx context.Context, due []*pubRequest) {
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
 	for _, req := range due {
-		p.send(ctx, req, cn)
+		p.send(req, cn)
 	}
 }
 
