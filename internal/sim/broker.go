@@ -20,7 +20,10 @@ const dataDir = "/data"
 // kill -9 happens in the middle of whatever the broker was doing.
 type killSignal struct{ at string }
 
-var errInjectedFsync = errors.New("injected fsync error")
+var (
+	errInjectedFsync = errors.New("injected fsync error")
+	errInjectedWrite = errors.New("injected write error (EIO)")
+)
 
 // broker is the simulated broker process: the real node and protocol over a
 // crashable MemFS that survives its crashes.
@@ -38,6 +41,7 @@ type broker struct {
 
 	// Faults.
 	fsyncErrorP   float64                           // per fsync while a burst lasts
+	writeErrorP   float64                           // per write while a burst lasts
 	killOnDisk    func(op vfs.Op, name string) bool // kill before this disk op
 	killOnSend    func(f wire.Frame) bool           // kill as the broker sends this frame
 	traceDisk     bool                              // golden traces list disk ops
@@ -69,6 +73,10 @@ func (b *broker) inject(op vfs.Op, name string) error {
 	if op == vfs.OpSync && b.w.chance(b.fsyncErrorP) {
 		b.w.tracef("fault fsync error %s", rel)
 		return errInjectedFsync
+	}
+	if op == vfs.OpWrite && b.w.chance(b.writeErrorP) {
+		b.w.tracef("fault write error %s", rel)
+		return errInjectedWrite
 	}
 	return nil
 }

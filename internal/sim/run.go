@@ -19,15 +19,16 @@ type Faults struct {
 	Partition  bool // a client cannot reach the broker for a while
 	OneWay     bool // a connection loses everything the broker sends, then times out
 	Fsync      bool // bursts of failing fsyncs
+	WriteErr   bool // bursts of failing writes (EIO); the write does not happen
 	Clock      bool // the broker's wall clock jumps forward or back
 	BitFlip    bool // a bit of a log segment flips on the medium
 }
 
 // FaultNames lists the names ParseFaults accepts, in order.
-var FaultNames = []string{"crash", "killpoint", "disconnect", "partition", "oneway", "fsync", "clock", "bitflip"}
+var FaultNames = []string{"crash", "killpoint", "disconnect", "partition", "oneway", "fsync", "writeerr", "clock", "bitflip"}
 
 // AllFaults enables every fault kind.
-var AllFaults = Faults{Crash: true, KillPoint: true, Disconnect: true, Partition: true, OneWay: true, Fsync: true, Clock: true, BitFlip: true}
+var AllFaults = Faults{Crash: true, KillPoint: true, Disconnect: true, Partition: true, OneWay: true, Fsync: true, WriteErr: true, Clock: true, BitFlip: true}
 
 // ParseFaults reads "all", "none" or a comma-separated list of FaultNames.
 func ParseFaults(list string) (Faults, error) {
@@ -52,6 +53,8 @@ func ParseFaults(list string) (Faults, error) {
 			f.OneWay = true
 		case "fsync":
 			f.Fsync = true
+		case "writeerr":
+			f.WriteErr = true
 		case "clock":
 			f.Clock = true
 		case "bitflip":
@@ -65,7 +68,7 @@ func ParseFaults(list string) (Faults, error) {
 
 // String is the comma-separated form ParseFaults reads back.
 func (f Faults) String() string {
-	on := []bool{f.Crash, f.KillPoint, f.Disconnect, f.Partition, f.OneWay, f.Fsync, f.Clock, f.BitFlip}
+	on := []bool{f.Crash, f.KillPoint, f.Disconnect, f.Partition, f.OneWay, f.Fsync, f.WriteErr, f.Clock, f.BitFlip}
 	var names []string
 	for i, v := range on {
 		if v {
@@ -229,7 +232,7 @@ func (s *sim) safetyPhase() {
 // messages acknowledged, and every acknowledged message acked by the group.
 func (s *sim) livenessPhase() {
 	s.healed = true
-	s.b.fsyncErrorP = 0
+	s.b.fsyncErrorP, s.b.writeErrorP = 0, 0
 	s.b.killOnDisk = nil
 	clear(s.partitioned)
 	for _, c := range s.consumers {
@@ -298,6 +301,7 @@ func (s *sim) injectFault() {
 	add(f.Partition, 2, s.partitionClient)
 	add(f.OneWay, 2, s.oneWayPartition)
 	add(f.Fsync, 2, s.fsyncBurst)
+	add(f.WriteErr, 2, s.writeErrorBurst)
 	add(f.Clock, 2, s.clockJump)
 	add(f.BitFlip, 1, s.flipBit)
 	kinds[s.w.rng.IntN(len(kinds))]()
@@ -377,6 +381,15 @@ func (s *sim) fsyncBurst() {
 	s.w.after(s.w.between(10, 100), func() {
 		s.b.fsyncErrorP = 0
 		s.w.tracef("fault fsync errors off")
+	})
+}
+
+func (s *sim) writeErrorBurst() {
+	s.b.writeErrorP = 0.3
+	s.w.tracef("fault write errors on")
+	s.w.after(s.w.between(10, 100), func() {
+		s.b.writeErrorP = 0
+		s.w.tracef("fault write errors off")
 	})
 }
 
