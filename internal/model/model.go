@@ -125,12 +125,7 @@ func (cfg *Config) ids() []replica.NodeID {
 }
 
 func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
-	p := replica.Persisted{Hard: n.hard, Last: uint64(len(n.log))}
-	for _, e := range n.log {
-		if len(p.Epochs) == 0 || p.Epochs[len(p.Epochs)-1].Epoch != e.Epoch {
-			p.Epochs = append(p.Epochs, replica.EpochStart{Epoch: e.Epoch, StartSeq: e.Seq})
-		}
-	}
+	p := replica.PersistedFrom(n.hard, n.log)
 	// Election timeouts are explicit actions: a huge ElectionTicks keeps
 	// ticks from starting elections on their own.
 	k, err := replica.New(replica.Config{ID: id, Replicas: cfg.ids(), Policy: cfg.Policy, HeartbeatTicks: 1,

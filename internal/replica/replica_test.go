@@ -12,15 +12,7 @@ type store struct {
 	log  []Entry
 }
 
-func (s *store) persisted() Persisted {
-	p := Persisted{Hard: s.hard, Last: uint64(len(s.log))}
-	for _, e := range s.log {
-		if len(p.Epochs) == 0 || p.Epochs[len(p.Epochs)-1].Epoch != e.Epoch {
-			p.Epochs = append(p.Epochs, EpochStart{Epoch: e.Epoch, StartSeq: e.Seq})
-		}
-	}
-	return p
-}
+func (s *store) persisted() Persisted { return PersistedFrom(s.hard, s.log) }
 
 // cluster runs replicas in lockstep with an explicit message queue: the
 // scenario tests decide exactly what is delivered, dropped or delayed.

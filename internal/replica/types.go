@@ -201,3 +201,16 @@ type Ready struct {
 func (r *Ready) IsEmpty() bool {
 	return r.HardState == nil && !r.Truncate && len(r.Entries) == 0 && len(r.Messages) == 0 && r.CommitSeq == 0
 }
+
+// PersistedFrom rebuilds a replica's Persisted from its hard state and its
+// whole durable log (entries in seq order from 1): the restart path of
+// shells that keep the entries themselves.
+func PersistedFrom(hard HardState, log []Entry) Persisted {
+	p := Persisted{Hard: hard, Last: uint64(len(log))}
+	for _, e := range log {
+		if len(p.Epochs) == 0 || p.Epochs[len(p.Epochs)-1].Epoch != e.Epoch {
+			p.Epochs = append(p.Epochs, EpochStart{Epoch: e.Epoch, StartSeq: e.Seq})
+		}
+	}
+	return p
+}

@@ -45,19 +45,27 @@ func startBenchBrokerNode(b *testing.B) (string, *node.Node) {
 	return lis.Addr().String(), n
 }
 
-// BenchmarkPublishAsync1KiB is the durable publish hot path end to end:
-// SDK → TCP → server → group commit (write + fsync) → PUB_OK, 256 in flight.
-func BenchmarkPublishAsync1KiB(b *testing.B) {
-	addr, n := startBenchBrokerNode(b)
+// benchClient connects to addr and declares the one-partition topic "bench".
+func benchClient(b *testing.B, addr string) *client.Client {
+	b.Helper()
 	ctx := context.Background()
 	c, err := client.Dial(ctx, client.Options{Servers: []string{addr}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(func() { c.Close() })
 	if _, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "bench", Partitions: 1}); err != nil {
 		b.Fatal(err)
 	}
+	return c
+}
+
+// BenchmarkPublishAsync1KiB is the durable publish hot path end to end:
+// SDK → TCP → server → group commit (write + fsync) → PUB_OK, 256 in flight.
+func BenchmarkPublishAsync1KiB(b *testing.B) {
+	addr, n := startBenchBrokerNode(b)
+	ctx := context.Background()
+	c := benchClient(b, addr)
 	p, err := c.NewProducer(client.ProducerOptions{Topic: "bench", MaxInFlight: 256})
 	if err != nil {
 		b.Fatal(err)
@@ -104,14 +112,7 @@ func BenchmarkPublishAsync1KiB(b *testing.B) {
 func BenchmarkPublishSync1KiB(b *testing.B) {
 	addr := startBenchBroker(b)
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Options{Servers: []string{addr}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "bench", Partitions: 1}); err != nil {
-		b.Fatal(err)
-	}
+	c := benchClient(b, addr)
 	p, err := c.NewProducer(client.ProducerOptions{Topic: "bench"})
 	if err != nil {
 		b.Fatal(err)
@@ -131,14 +132,7 @@ func BenchmarkPublishSync1KiB(b *testing.B) {
 func BenchmarkConsumeAck1KiB(b *testing.B) {
 	addr := startBenchBroker(b)
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Options{Servers: []string{addr}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "bench", Partitions: 1}); err != nil {
-		b.Fatal(err)
-	}
+	c := benchClient(b, addr)
 	p, err := c.NewProducer(client.ProducerOptions{Topic: "bench", MaxInFlight: 512})
 	if err != nil {
 		b.Fatal(err)

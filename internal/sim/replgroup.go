@@ -55,15 +55,7 @@ type groupNode struct {
 	leading uint64          // epoch it was last seen leading (checker bookkeeping)
 }
 
-func (n *groupNode) persisted() replica.Persisted {
-	p := replica.Persisted{Hard: n.hard, Last: uint64(len(n.log))}
-	for _, e := range n.log {
-		if len(p.Epochs) == 0 || p.Epochs[len(p.Epochs)-1].Epoch != e.Epoch {
-			p.Epochs = append(p.Epochs, replica.EpochStart{Epoch: e.Epoch, StartSeq: e.Seq})
-		}
-	}
-	return p
-}
+func (n *groupNode) persisted() replica.Persisted { return replica.PersistedFrom(n.hard, n.log) }
 
 type proposal struct {
 	value      string
