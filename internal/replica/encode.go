@@ -21,6 +21,12 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 		u(e.StartSeq)
 	}
 	u(r.last)
+	u(r.snapSeq)
+	if r.rebuilding {
+		u(1)
+	} else {
+		u(0)
+	}
 	u(r.durable)
 	u(r.commit)
 	u(uint64(r.heartbeatElapsed))
@@ -50,7 +56,7 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 	u(r.installAt)
 	u(r.anomalies)
 	u(r.lastCommitOut)
-	if r.hardChanged || len(r.pending.Entries) > 0 || r.pending.Truncate || len(r.pending.Messages) > 0 {
+	if r.hardChanged || len(r.pending.Entries) > 0 || r.pending.Truncate || len(r.pending.Messages) > 0 || r.pending.Snapshot != nil {
 		panic("replica: AppendState with a pending Ready")
 	}
 	return b

@@ -28,6 +28,11 @@ type Config struct {
 	AckTimeoutTicks int
 	// AppendEntriesMax bounds the entries of one Append (default 256).
 	AppendEntriesMax int
+	// ReservationTicks: a leader keeps the log a follower still needs
+	// (RetainFloor) only while it heard from that follower within this many
+	// ticks (default 4*ElectionTicks). A follower that stays away longer
+	// may find its range compacted and must rebuild from a snapshot.
+	ReservationTicks int
 	// Seed feeds the election jitter (no global randomness).
 	Seed uint64
 	// Mutations break guards on purpose (tests only).
@@ -60,6 +65,9 @@ func (c *Config) validate() error {
 	if c.AppendEntriesMax == 0 {
 		c.AppendEntriesMax = 256
 	}
+	if c.ReservationTicks == 0 {
+		c.ReservationTicks = 4 * c.ElectionTicks
+	}
 	if c.HeartbeatTicks >= c.ElectionTicks {
 		return fmt.Errorf("replica: heartbeat %d ticks must be shorter than election %d", c.HeartbeatTicks, c.ElectionTicks)
 	}
@@ -79,8 +87,12 @@ type Replica struct {
 	leader  NodeID // leader of hard.Promised, 0 if unknown
 	epochs  []EpochStart
 	last    uint64 // last seq, pending entries included
-	durable uint64 // last seq known durable (after Advance)
-	commit  uint64
+	snapSeq uint64 // entries at or below are compacted into a snapshot
+	// rebuilding: the log is incomplete (an unfinished snapshot install);
+	// never promotable until whole again.
+	rebuilding bool
+	durable    uint64 // last seq known durable (after Advance)
+	commit     uint64
 
 	electionElapsed  int
 	electionTimeout  int
@@ -114,6 +126,7 @@ func New(cfg Config, p Persisted) (*Replica, error) {
 	slices.Sort(peers)
 	r := &Replica{cfg: cfg, peers: peers, self: slices.Index(peers, cfg.ID), quorum: len(peers)/2 + 1,
 		hard: p.Hard, epochs: slices.Clone(p.Epochs), last: p.Last, durable: p.Last,
+		snapSeq: p.SnapSeq, commit: p.SnapSeq, lastCommitOut: p.SnapSeq, rebuilding: p.Rebuilding,
 		rng: cfg.Seed ^ uint64(cfg.ID)*0x9E3779B97F4A7C15}
 	n := len(peers)
 	r.grants, r.match, r.next, r.heard, r.dirty = make([]bool, n), make([]uint64, n), make([]uint64, n), make([]int, n), make([]bool, n)
@@ -222,7 +235,7 @@ func (r *Replica) Tick() {
 	switch r.role {
 	case Follower, Candidate:
 		r.electionElapsed++
-		if r.electionElapsed >= r.electionTimeout {
+		if r.electionElapsed >= r.electionTimeout && !r.rebuilding {
 			r.campaign()
 		}
 	case Leader:
@@ -245,7 +258,7 @@ func (r *Replica) Tick() {
 // Campaign starts an election now instead of waiting for the election
 // timeout (tests, and leadership transfer later). A leader ignores it.
 func (r *Replica) Campaign() {
-	if r.role != Leader {
+	if r.role != Leader && !r.rebuilding {
 		r.campaign()
 	}
 }
@@ -322,6 +335,8 @@ func (r *Replica) Step(m Message) {
 		r.stepAppend(m)
 	case MsgAppendAck:
 		r.stepAppendAck(m)
+	case MsgSnapshot:
+		r.stepSnapshot(m)
 	}
 }
 
@@ -334,7 +349,7 @@ func (r *Replica) stepPrepare(m Message) {
 	// Promise the epoch even to a candidate with a worse lineage: the
 	// promise is what fences the old leader. Grant only a lineage at least
 	// as good as ours, so the winner carries every committed entry.
-	granted := lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last)
+	granted := !r.rebuilding && lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last)
 	to := NodeID(0)
 	if granted {
 		to = m.From
@@ -394,6 +409,17 @@ func (r *Replica) stepAppend(m Message) {
 		r.becomeFollower(m.Epoch, m.From)
 	}
 	r.electionElapsed = 0
+	if m.PrevSeq < r.snapSeq {
+		// Entries up to the snapshot are committed, so they match the
+		// leader's: skip them and match at the snapshot point instead.
+		skip := min(uint64(len(m.Entries)), r.snapSeq-m.PrevSeq)
+		m.Entries = m.Entries[skip:]
+		if len(m.Entries) == 0 {
+			r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: r.snapSeq})
+			return
+		}
+		m.PrevSeq, m.PrevEpoch = m.Entries[0].Seq-1, r.epochAt(m.Entries[0].Seq-1)
+	}
 	if m.PrevSeq > r.last || r.epochAt(m.PrevSeq) != m.PrevEpoch {
 		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, Reject: RejectMismatch, HintSeq: min(r.last, m.PrevSeq-1)})
 		return
@@ -420,7 +446,74 @@ func (r *Replica) stepAppend(m Message) {
 	if c := min(m.CommitSeq, matched); c > r.commit {
 		r.commit = c
 	}
+	if r.rebuilding && matched >= m.CommitSeq {
+		r.rebuilding = false // whole again: holds everything the leader committed
+	}
 	r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: matched})
+}
+
+// stepSnapshot rebuilds from the leader's snapshot when the leader no
+// longer keeps the entries this replica needs.
+func (r *Replica) stepSnapshot(m Message) {
+	if m.PrevSeq > 0 && (m.PrevEpoch == 0 || m.PrevEpoch > m.Epoch) {
+		return // malformed: no leader of m.Epoch has such a snapshot
+	}
+	if m.Epoch < r.hard.Promised {
+		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: r.hard.Promised, Reject: RejectStaleEpoch})
+		return
+	}
+	if m.Epoch == r.hard.Promised && ((r.role == Leader) || (r.role == Follower && r.leader != 0 && r.leader != m.From)) {
+		r.anomalies++
+		return
+	}
+	if m.Epoch > r.hard.Promised || r.role != Follower || r.leader != m.From {
+		r.becomeFollower(m.Epoch, m.From)
+	}
+	r.electionElapsed = 0
+	seq, epoch := m.PrevSeq, m.PrevEpoch
+	if seq <= r.commit && !r.rebuilding {
+		// Already holds that prefix (committed entries agree).
+		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: r.commit})
+		return
+	}
+	r.pending.Snapshot = &SnapshotMeta{Seq: seq, Epoch: epoch}
+	r.pending.Entries, r.pending.Truncate = nil, false
+	r.epochs = []EpochStart{{Epoch: epoch, StartSeq: seq}}
+	r.last, r.durable, r.snapSeq, r.commit = seq, seq, seq, seq
+	r.rebuilding = false
+	r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: seq})
+}
+
+// CompactTo records that the shell replaced every entry up to seq with a
+// snapshot. seq must be committed, durable and not below RetainFloor's
+// answer when it was asked (the kernel clamps to what is safe and returns
+// the point it accepted).
+func (r *Replica) CompactTo(seq uint64) uint64 {
+	seq = min(seq, r.commit, r.durable)
+	if seq <= r.snapSeq {
+		return r.snapSeq
+	}
+	i := sort.Search(len(r.epochs), func(i int) bool { return r.epochs[i].StartSeq > seq }) - 1
+	r.epochs = slices.Clone(r.epochs[i:])
+	r.epochs[0].StartSeq = seq
+	r.snapSeq = seq
+	return seq
+}
+
+// RetainFloor is the highest seq the shell may compact up to: committed,
+// and, on a leader, not past what a follower heard from within its
+// reservation still needs.
+func (r *Replica) RetainFloor() uint64 {
+	floor := min(r.commit, r.durable)
+	if r.role != Leader {
+		return floor
+	}
+	for i := range r.peers {
+		if i != r.self && r.heard[i] <= r.cfg.ReservationTicks {
+			floor = min(floor, r.match[i])
+		}
+	}
+	return max(floor, r.snapSeq)
 }
 
 func (r *Replica) stepAppendAck(m Message) {
@@ -512,6 +605,12 @@ func (r *Replica) Ready() Ready {
 // appendFor builds the Append for peer i from its next seq, advancing next
 // optimistically (a loss comes back as a mismatch and resets it).
 func (r *Replica) appendFor(i int, p NodeID) Message {
+	if r.next[i] <= r.snapSeq {
+		// The entries this follower needs are compacted: it must rebuild
+		// from the snapshot, then continue from its end.
+		r.next[i] = r.snapSeq + 1
+		return Message{Type: MsgSnapshot, To: p, Epoch: r.hard.Promised, PrevSeq: r.snapSeq, PrevEpoch: r.epochAt(r.snapSeq), CommitSeq: r.commit}
+	}
 	prev := r.next[i] - 1
 	m := Message{Type: MsgAppend, To: p, Epoch: r.hard.Promised, PrevSeq: prev, PrevEpoch: r.epochAt(prev), CommitSeq: r.commit}
 	if r.next[i] <= r.last {
@@ -525,7 +624,7 @@ func (r *Replica) appendFor(i int, p NodeID) Message {
 // Advance reports that the last Ready was carried out: its state is durable
 // and its messages are sent.
 func (r *Replica) Advance(rd Ready) {
-	if len(rd.Entries) > 0 || rd.Truncate {
+	if len(rd.Entries) > 0 || rd.Truncate || rd.Snapshot != nil {
 		r.durable = r.last
 	}
 	r.pending = Ready{}
@@ -552,17 +651,73 @@ type Status struct {
 	// Anomalies counts messages refused because no correct peer could have
 	// sent them (a second leader of an epoch, a rewrite of a committed entry).
 	Anomalies uint64
+	// SnapSeq is where the log was compacted; Rebuilding is true while the
+	// replica's log is incomplete (never promotable then).
+	SnapSeq    uint64
+	Rebuilding bool
+	// Peers is the leader's view of every other replica.
+	Peers []PeerStatus
+}
+
+// PeerState is a leader's classification of a follower.
+type PeerState uint8
+
+const (
+	InSync       PeerState = iota // flushed everything committed
+	CatchingUp                    // behind, served from the leader's log
+	NeedsRebuild                  // behind the leader's compacted prefix: snapshot required
+)
+
+func (s PeerState) String() string {
+	switch s {
+	case InSync:
+		return "InSync"
+	case CatchingUp:
+		return "CatchingUp"
+	case NeedsRebuild:
+		return "NeedsRebuild"
+	}
+	return fmt.Sprintf("PeerState(%d)", uint8(s))
+}
+
+// PeerStatus is one follower as its leader sees it.
+type PeerStatus struct {
+	ID    NodeID
+	Match uint64
+	State PeerState
 }
 
 // Status returns the replica's current view.
 func (r *Replica) Status() Status {
 	return Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
-		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs), Anomalies: r.anomalies}
+		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs), Anomalies: r.anomalies,
+		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Peers: r.peerStatus()}
+}
+
+func (r *Replica) peerStatus() []PeerStatus {
+	if r.role != Leader {
+		return nil
+	}
+	var out []PeerStatus
+	for i, id := range r.peers {
+		if i == r.self {
+			continue
+		}
+		st := CatchingUp
+		switch {
+		case r.match[i] >= r.commit:
+			st = InSync
+		case r.match[i] < r.snapSeq:
+			st = NeedsRebuild
+		}
+		out = append(out, PeerStatus{ID: id, Match: r.match[i], State: st})
+	}
+	return out
 }
 
 // HasReady reports whether Ready would return work.
 func (r *Replica) HasReady() bool {
-	if r.hardChanged || len(r.pending.Entries) > 0 || r.pending.Truncate || len(r.pending.Messages) > 0 || r.commit > r.lastCommitOut {
+	if r.hardChanged || len(r.pending.Entries) > 0 || r.pending.Truncate || len(r.pending.Messages) > 0 || r.commit > r.lastCommitOut || r.pending.Snapshot != nil {
 		return true
 	}
 	return r.role == Leader && slices.Contains(r.dirty, true)

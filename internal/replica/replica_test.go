@@ -8,11 +8,18 @@ import (
 
 // store is a replica's durable state in the test cluster.
 type store struct {
-	hard HardState
-	log  []Entry
+	hard       HardState
+	log        []Entry // full history; entries up to snapSeq count as compacted
+	snapSeq    uint64
+	snapEp     uint64
+	rebuilding bool
 }
 
-func (s *store) persisted() Persisted { return PersistedFrom(s.hard, s.log) }
+func (s *store) persisted() Persisted {
+	p := PersistedFromSnapshot(s.hard, s.snapSeq, s.snapEp, s.log[s.snapSeq:])
+	p.Rebuilding = s.rebuilding
+	return p
+}
 
 // cluster runs replicas in lockstep with an explicit message queue: the
 // scenario tests decide exactly what is delivered, dropped or delayed.
@@ -25,6 +32,8 @@ type cluster struct {
 	down   map[NodeID]bool
 	cut    map[NodeID]bool // isolated both ways
 	policy AckPolicy
+	// snapshots counts snapshot installs (rebuilds).
+	snapshots int
 }
 
 func newCluster(t *testing.T, n int, policy AckPolicy) *cluster {
@@ -58,12 +67,35 @@ func (c *cluster) flush(id NodeID) {
 		if rd.HardState != nil {
 			s.hard = *rd.HardState
 		}
+		if rd.Snapshot != nil {
+			c.snapshots++
+			// Install the leader's snapshot: the committed prefix, copied
+			// from a replica that holds it.
+			var src *store
+			for _, o := range c.stores {
+				if uint64(len(o.log)) >= rd.Snapshot.Seq && o != s {
+					src = o
+				}
+			}
+			if src == nil { // a forged snapshot (fuzzing): no replica has it
+				s.log = make([]Entry, rd.Snapshot.Seq)
+				for i := range s.log {
+					s.log[i] = Entry{Seq: uint64(i) + 1, Epoch: rd.Snapshot.Epoch}
+				}
+			} else {
+				s.log = slices.Clone(src.log[:rd.Snapshot.Seq])
+			}
+			s.snapSeq, s.snapEp, s.rebuilding = rd.Snapshot.Seq, rd.Snapshot.Epoch, false
+		}
 		if rd.Truncate {
 			s.log = s.log[:rd.TruncateAfter]
 		}
 		s.log = append(s.log, rd.Entries...)
 		for _, m := range rd.Messages {
 			if m.Type == MsgAppend && m.FirstSeq != 0 {
+				if m.FirstSeq <= s.snapSeq {
+					c.t.Fatalf("n%d sends compacted entries from %d (snapshot at %d)", id, m.FirstSeq, s.snapSeq)
+				}
 				m.Entries = slices.Clone(s.log[m.FirstSeq-1 : m.LastSeqSent])
 			}
 			c.queue = append(c.queue, m)
@@ -405,4 +437,147 @@ func TestAppendStateIsDeterministicAndSeesChanges(t *testing.T) {
 	if string(c.rs[1].AppendState(nil, true)) == string(a) {
 		t.Fatal("a proposal did not change the encoding")
 	}
+}
+
+// compact lets replica id compact as far as the kernel allows.
+func (c *cluster) compact(id NodeID) uint64 {
+	r, s := c.rs[id], c.stores[id]
+	at := r.CompactTo(r.RetainFloor())
+	if at > s.snapSeq {
+		s.snapSeq, s.snapEp = at, s.log[at-1].Epoch
+	}
+	return s.snapSeq
+}
+
+// S4: a brief disconnect stays within the follower's reservation: the
+// leader keeps the entries it needs, and it catches up from the log alone.
+func TestS4BriefDisconnectCatchesUpFromTheLog(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.cut[3] = true
+	for i := 0; i < 5; i++ {
+		c.propose(1, fmt.Sprintf("x%d", i))
+	}
+	c.tick(3) // well within the reservation
+	if at := c.compact(1); at >= uint64(len(c.stores[3].log)) && at > c.rs[3].Status().Last {
+		t.Fatalf("leader compacted to %d past what n3 still needs (%d)", at, c.rs[3].Status().Last)
+	}
+	delete(c.cut, 3)
+	c.tick(3)
+	if c.snapshots != 0 {
+		t.Fatalf("%d snapshot installs for a brief disconnect", c.snapshots)
+	}
+	if c.logString(3) != c.logString(1) {
+		t.Fatalf("not caught up:\n n3 %s\n n1 %s", c.logString(3), c.logString(1))
+	}
+}
+
+// S7 + S9: the follower stays away past its reservation; the leader
+// compacts what it needed; on return it is NeedsRebuild, rebuilds from the
+// snapshot plus the log tail, and reaches the leader's end.
+func TestS7ReservationExpiryForcesRebuildAndS9SnapshotPlusTail(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.cut[3] = true
+	for i := 0; i < 6; i++ {
+		c.propose(1, fmt.Sprintf("x%d", i))
+	}
+	c.tick(45) // past the reservation (4 x 10 election ticks)
+	at := c.compact(1)
+	if at <= c.rs[3].Status().Last {
+		t.Fatalf("reservation did not expire: compacted only to %d, n3 ends at %d", at, c.rs[3].Status().Last)
+	}
+	c.compact(2) // whoever leads next has compacted too
+	var state PeerState
+	for _, p := range c.rs[1].Status().Peers {
+		if p.ID == 3 {
+			state = p.State
+		}
+	}
+	if state != NeedsRebuild {
+		t.Fatalf("n3 is %v, want NeedsRebuild", state)
+	}
+	c.propose(1, "tail") // the tail after the snapshot
+	delete(c.cut, 3)
+	c.tick(60) // n3 may disrupt with its higher epoch; a complete leader wins
+	if c.snapshots == 0 {
+		t.Fatal("no snapshot install")
+	}
+	leader := c.leaderID()
+	if got, want := c.rs[3].Status().Last, c.rs[leader].Status().Last; got != want {
+		t.Fatalf("rebuilt replica ends at %d, leader n%d at %d", got, leader, want)
+	}
+	if c.logString(3) != c.logString(leader) {
+		t.Fatalf("rebuilt log differs:\n n3 %s\n n%d %s", c.logString(3), leader, c.logString(leader))
+	}
+}
+
+// S8: a replica whose log starts at a snapshot answers an APPEND that
+// starts below it from the snapshot point — it never claims to hold, or
+// truncates, entries it no longer has.
+func TestS8SnapshotCannotAnswerForAnOlderSeq(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	for i := 0; i < 4; i++ {
+		c.propose(1, fmt.Sprintf("v%d", i))
+	}
+	c.tick(2)
+	at := c.compact(2)
+	if at < 3 {
+		t.Fatalf("follower compacted only to %d", at)
+	}
+	r := c.rs[2]
+	r.Step(Message{Type: MsgAppend, From: 1, To: 2, Epoch: c.rs[1].Status().Hard.Promised, PrevSeq: 1, PrevEpoch: 1,
+		Entries: slices.Clone(c.stores[1].log[1:3]), CommitSeq: 3})
+	rd := r.Ready()
+	r.Advance(rd)
+	if len(rd.Messages) != 1 || rd.Messages[0].FlushedSeq < at || rd.Truncate {
+		t.Fatalf("answer to an append below the snapshot: %+v", rd)
+	}
+}
+
+// A replica with an unfinished rebuild is never promotable: it neither
+// campaigns nor grants promises, until the leader makes it whole.
+func TestRebuildingReplicaIsNeverPromotable(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.crash(1)
+	c.stores[2].rebuilding = true
+	c.crash(2)
+	c.start(2)
+	c.rs[2].Campaign()
+	c.settle()
+	if c.rs[2].Status().Role != Follower {
+		t.Fatal("a rebuilding replica campaigned")
+	}
+	c.rs[3].Campaign()
+	c.settle()
+	if c.rs[3].Status().Role == Leader {
+		t.Fatal("a rebuilding replica granted a promise to n3")
+	}
+	c.start(1)
+	c.tick(60)
+	leader := c.leaderID()
+	if leader == 2 {
+		t.Fatal("the rebuilding replica became leader")
+	}
+	c.propose(leader, "b")
+	c.tick(2)
+	if c.rs[2].Status().Rebuilding {
+		t.Fatal("still rebuilding after the leader made it whole")
+	}
+}
+
+func (c *cluster) leaderID() NodeID {
+	c.t.Helper()
+	for _, id := range c.ids {
+		if !c.down[id] && c.rs[id].Status().Role == Leader {
+			return id
+		}
+	}
+	c.t.Fatal("no leader")
+	return 0
 }

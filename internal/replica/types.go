@@ -77,6 +77,10 @@ const (
 	// MsgAppendAck is FLUSHED: everything up to FlushedSeq is durable on the
 	// sender and matches the leader's log; or a rejection.
 	MsgAppendAck
+	// MsgSnapshot tells a follower whose next entries the leader no longer
+	// keeps to rebuild from the leader's snapshot at (PrevSeq, PrevEpoch);
+	// the shell transfers the snapshot itself.
+	MsgSnapshot
 )
 
 func (t MsgType) String() string {
@@ -89,6 +93,8 @@ func (t MsgType) String() string {
 		return "APPEND"
 	case MsgAppendAck:
 		return "FLUSHED"
+	case MsgSnapshot:
+		return "SNAPSHOT"
 	}
 	return fmt.Sprintf("MsgType(%d)", uint8(t))
 }
@@ -149,6 +155,8 @@ func (m Message) String() string {
 		return fmt.Sprintf("%s %d->%d e=%d granted=%v last=(%d,%d) commit=%d", m.Type, m.From, m.To, m.Epoch, m.Granted, m.LastEpoch, m.LastSeq, m.CommitSeq)
 	case MsgAppend:
 		return fmt.Sprintf("%s %d->%d e=%d prev=(%d,%d) entries=%d..%d commit=%d", m.Type, m.From, m.To, m.Epoch, m.PrevSeq, m.PrevEpoch, m.FirstSeq, m.LastSeqSent, m.CommitSeq)
+	case MsgSnapshot:
+		return fmt.Sprintf("%s %d->%d e=%d snapshot=(%d,%d) commit=%d", m.Type, m.From, m.To, m.Epoch, m.PrevSeq, m.PrevEpoch, m.CommitSeq)
 	case MsgAppendAck:
 		if m.Reject != RejectNone {
 			return fmt.Sprintf("%s %d->%d e=%d reject=%s hint=%d", m.Type, m.From, m.To, m.Epoch, m.Reject, m.HintSeq)
@@ -180,6 +188,13 @@ type Persisted struct {
 	Hard   HardState
 	Epochs []EpochStart // the log's epoch boundaries, ascending
 	Last   uint64       // last durable seq (0 = empty log)
+	// SnapSeq and SnapEpoch: the log was compacted into a snapshot at this
+	// (committed) entry; entries at or below SnapSeq are no longer kept.
+	SnapSeq, SnapEpoch uint64
+	// Rebuilding: the shell found an unfinished snapshot install. The
+	// replica is then never promotable (it does not campaign or grant)
+	// until a snapshot or the leader's log has made it whole again.
+	Rebuilding bool
 }
 
 // Ready is the work a step produced. Ordering rule: the shell makes
@@ -195,18 +210,38 @@ type Ready struct {
 	Messages      []Message
 	// CommitSeq is the new visible end when it advanced (0 = unchanged).
 	CommitSeq uint64
+	// Snapshot, when set, must be installed first: the shell fetches the
+	// leader's snapshot at (Seq, Epoch), replaces its log and derived state
+	// with it (marking the install durable only when complete), then
+	// carries out the rest of the Ready.
+	Snapshot *SnapshotMeta
+}
+
+// SnapshotMeta names a snapshot: the state after applying every entry up
+// to Seq, whose entry was written in Epoch.
+type SnapshotMeta struct {
+	Seq, Epoch uint64
 }
 
 // IsEmpty reports whether there is nothing to do.
 func (r *Ready) IsEmpty() bool {
-	return r.HardState == nil && !r.Truncate && len(r.Entries) == 0 && len(r.Messages) == 0 && r.CommitSeq == 0
+	return r.HardState == nil && !r.Truncate && len(r.Entries) == 0 && len(r.Messages) == 0 && r.CommitSeq == 0 && r.Snapshot == nil
 }
 
 // PersistedFrom rebuilds a replica's Persisted from its hard state and its
 // whole durable log (entries in seq order from 1): the restart path of
 // shells that keep the entries themselves.
 func PersistedFrom(hard HardState, log []Entry) Persisted {
-	p := Persisted{Hard: hard, Last: uint64(len(log))}
+	return PersistedFromSnapshot(hard, 0, 0, log)
+}
+
+// PersistedFromSnapshot is PersistedFrom for a log compacted at (snapSeq,
+// snapEpoch): log holds the entries after snapSeq, in seq order.
+func PersistedFromSnapshot(hard HardState, snapSeq, snapEpoch uint64, log []Entry) Persisted {
+	p := Persisted{Hard: hard, Last: snapSeq + uint64(len(log)), SnapSeq: snapSeq, SnapEpoch: snapEpoch}
+	if snapSeq > 0 {
+		p.Epochs = append(p.Epochs, EpochStart{Epoch: snapEpoch, StartSeq: snapSeq})
+	}
 	for _, e := range log {
 		if len(p.Epochs) == 0 || p.Epochs[len(p.Epochs)-1].Epoch != e.Epoch {
 			p.Epochs = append(p.Epochs, EpochStart{Epoch: e.Epoch, StartSeq: e.Seq})

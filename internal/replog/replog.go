@@ -277,6 +277,11 @@ func (p *Proposal) finish(err error) {
 func (l *Log) handleReady() error {
 	for l.k.HasReady() {
 		rd := l.k.Ready()
+		if rd.Snapshot != nil {
+			// Members never compact yet, so no leader sends snapshots;
+			// installing one needs the snapshot transfer (not built).
+			return fmt.Errorf("replog: snapshot install at %d requested, not supported yet", rd.Snapshot.Seq)
+		}
 		if rd.HardState != nil {
 			var b [12]byte
 			binary.BigEndian.PutUint64(b[:], rd.HardState.Promised)

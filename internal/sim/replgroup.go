@@ -17,6 +17,9 @@ type GroupOptions struct {
 	Policy    replica.AckPolicy
 	Proposals int // values clients try to commit
 	Faults    bool
+	// Compact makes nodes compact their logs into snapshots as far as
+	// RetainFloor allows, so lagging followers rebuild from snapshots.
+	Compact   bool
 	Mutations replica.Mutations
 	KeepTrace bool
 }
@@ -50,12 +53,16 @@ type groupNode struct {
 	k       *replica.Replica
 	up      bool
 	hard    replica.HardState
-	log     []replica.Entry // durable entries; log[i].Seq == i+1
-	commit  uint64          // last commit this incarnation reported
-	leading uint64          // epoch it was last seen leading (checker bookkeeping)
+	log     []replica.Entry // durable entries; log[i].Seq == i+1 (up to snapSeq: compacted, kept for checks only)
+	snapSeq uint64          // compacted into a snapshot up to here
+	snapEp  uint64
+	commit  uint64 // last commit this incarnation reported
+	leading uint64 // epoch it was last seen leading (checker bookkeeping)
 }
 
-func (n *groupNode) persisted() replica.Persisted { return replica.PersistedFrom(n.hard, n.log) }
+func (n *groupNode) persisted() replica.Persisted {
+	return replica.PersistedFromSnapshot(n.hard, n.snapSeq, n.snapEp, n.log[n.snapSeq:])
+}
 
 type proposal struct {
 	value      string
@@ -78,6 +85,9 @@ type groupSim struct {
 	committed map[uint64]replica.Entry
 	leaders   map[uint64]replica.NodeID
 	violation *Violation
+	rebuilds  int
+	compacts  int
+	ticks     int
 }
 
 // GroupResult is the outcome of a replica-group run.
@@ -90,6 +100,8 @@ type GroupResult struct {
 	Violation *Violation
 	Acked     int
 	Elections int
+	Rebuilds  int // snapshot installs
+	Compacts  int
 }
 
 // RunGroup runs the replication kernel of one replica group for a seed.
@@ -114,7 +126,8 @@ func RunGroup(opts GroupOptions) GroupResult {
 		g.heal()
 	}
 	res := GroupResult{Seed: opts.Seed, Events: g.w.events, TraceHash: g.w.trace.sum(), Trace: g.w.trace.all,
-		Tail: g.w.trace.lastLines(), Violation: g.violation, Acked: len(g.acked), Elections: len(g.leaders)}
+		Tail: g.w.trace.lastLines(), Violation: g.violation, Acked: len(g.acked), Elections: len(g.leaders),
+		Rebuilds: g.rebuilds, Compacts: g.compacts}
 	return res
 }
 
@@ -154,6 +167,20 @@ func (g *groupSim) process(n *groupNode) {
 		if rd.HardState != nil {
 			n.hard = *rd.HardState
 		}
+		if rd.Snapshot != nil {
+			// Rebuild: the snapshot's content is the committed prefix.
+			if uint64(len(g.committed)) < rd.Snapshot.Seq {
+				g.violate(VisibleImpliesQuorumFlushed, "n%d told to install a snapshot at %d, only %d entries ever committed", n.id, rd.Snapshot.Seq, len(g.committed))
+				return
+			}
+			n.log = n.log[:0]
+			for seq := uint64(1); seq <= rd.Snapshot.Seq; seq++ {
+				n.log = append(n.log, g.committed[seq])
+			}
+			n.snapSeq, n.snapEp = rd.Snapshot.Seq, rd.Snapshot.Epoch
+			g.rebuilds++
+			g.w.tracef("n%d rebuilt from snapshot at %d", n.id, rd.Snapshot.Seq)
+		}
 		if rd.Truncate {
 			n.log = n.log[:rd.TruncateAfter]
 		}
@@ -165,6 +192,10 @@ func (g *groupSim) process(n *groupNode) {
 		}
 		for _, m := range rd.Messages {
 			if m.Type == replica.MsgAppend && m.FirstSeq != 0 {
+				if m.FirstSeq <= n.snapSeq {
+					g.violate(KernelAssertion, "n%d sends entries from %d, compacted up to %d", n.id, m.FirstSeq, n.snapSeq)
+					return
+				}
 				m.Entries = slices.Clone(n.log[m.FirstSeq-1 : m.LastSeqSent])
 			}
 			g.transmit(m)
@@ -266,11 +297,38 @@ func (g *groupSim) observe(n *groupNode, newCommit uint64) {
 
 func (g *groupSim) tick() {
 	g.w.after(groupTickMs, g.tick)
+	g.ticks++
 	for _, n := range g.nodes {
 		if n.up {
 			g.guard(func() { n.k.Tick(); g.process(n) })
+			if g.opts.Compact && g.ticks%20 == 0 {
+				g.compact(n)
+			}
 		}
 	}
+}
+
+// compact replaces a node's log prefix with a snapshot as far as the
+// kernel allows (committed, durable, and not past a reservation).
+func (g *groupSim) compact(n *groupNode) {
+	floor := n.k.RetainFloor()
+	if floor <= n.snapSeq+4 {
+		return
+	}
+	at := n.k.CompactTo(floor)
+	if at <= n.snapSeq {
+		return
+	}
+	if at > uint64(len(n.log)) {
+		g.violate(KernelAssertion, "n%d allowed to compact to %d past its log end %d", n.id, at, len(n.log))
+		return
+	}
+	if e, ok := g.committed[at]; !ok || e.Epoch != n.log[at-1].Epoch {
+		g.violate(CommittedPrefixAgreement, "n%d compacts to %d, which is not the committed entry there", n.id, at)
+		return
+	}
+	n.snapSeq, n.snapEp = at, n.log[at-1].Epoch
+	g.compacts++
 }
 
 // KernelAssertion reports a kernel that failed one of its own assertions

@@ -27,15 +27,21 @@ func TestGroupCampaign(t *testing.T) {
 		{GroupOptions{GroupSize: 5}, 50},
 		{GroupOptions{GroupSize: 3, Policy: replica.SyncAll}, 50},
 		{GroupOptions{GroupSize: 1}, 20},
+		{GroupOptions{GroupSize: 3, Compact: true}, 100},
+		{GroupOptions{GroupSize: 5, Compact: true}, 30},
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("R%d-%s", c.o.GroupSize, c.o.Policy), func(t *testing.T) {
+		name := fmt.Sprintf("R%d-%s", c.o.GroupSize, c.o.Policy)
+		if c.o.Compact {
+			name += "-compacting"
+		}
+		t.Run(name, func(t *testing.T) {
 			seeds := c.seeds
 			if testing.Short() {
 				seeds = min(seeds, 10)
 			}
 			start := time.Now()
-			elections, acked := 0, 0
+			elections, acked, rebuilds := 0, 0, 0
 			for seed := uint64(1); seed <= seeds; seed++ {
 				o := c.o
 				o.Seed, o.Faults = seed, true
@@ -44,10 +50,13 @@ func TestGroupCampaign(t *testing.T) {
 					failGroupRun(t, o, r)
 					return
 				}
-				elections, acked = elections+r.Elections, acked+r.Acked
+				elections, acked, rebuilds = elections+r.Elections, acked+r.Acked, rebuilds+r.Rebuilds
 			}
 			el := time.Since(start)
-			t.Logf("%d seeds in %v (%.0f seeds/s): %d elections, %d values acked", seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), elections, acked)
+			t.Logf("%d seeds in %v (%.0f seeds/s): %d elections, %d values acked, %d snapshot rebuilds", seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), elections, acked, rebuilds)
+			if c.o.Compact && rebuilds == 0 {
+				t.Fatal("compacting campaign rebuilt no replica from a snapshot")
+			}
 			if acked == 0 || (c.o.GroupSize > 1 && elections <= int(seeds)) {
 				t.Fatalf("campaign too tame: %d elections, %d acked", elections, acked)
 			}
