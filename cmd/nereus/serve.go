@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -41,13 +44,23 @@ type nodeOptions struct {
 
 func newServeCmd() *cobra.Command {
 	var o nodeOptions
+	var configFile string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a production Nereus node",
 		Long: `Run a Nereus node. Clients must authenticate with a token from --token-file
-(one token per line) unless --insecure-no-auth is given.`,
+(one token per line) unless --insecure-no-auth is given.
+
+--config FILE reads the same settings from a JSON object whose keys are the
+flag names (node-id, data, listen, http, token-file, insecure-no-auth,
+tls-cert, tls-key, log-level); flags given on the command line win.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				if err := applyConfigFile(cmd, configFile); err != nil {
+					return err
+				}
+			}
 			if o.tokenFile == "" && !o.insecureNoAuth {
 				return errors.New("serve: --token-file is required (or pass --insecure-no-auth to run without authentication)")
 			}
@@ -55,6 +68,7 @@ func newServeCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "JSON file with the settings below (flags override it)")
 	f.StringVar(&o.nodeID, "node-id", "n1", "node id")
 	f.StringVar(&o.dataDir, "data", "./nereus-data", "data directory")
 	f.StringVar(&o.listen, "listen", "127.0.0.1:4850", "client listen address")
@@ -190,6 +204,49 @@ func runNode(ctx context.Context, o nodeOptions) error {
 	}
 	if err != nil && !strings.Contains(err.Error(), "use of closed") {
 		return err
+	}
+	return nil
+}
+
+// applyConfigFile sets every flag the command line did not set from a JSON
+// object keyed by flag name. Unknown keys are errors, so a typo cannot
+// silently leave a setting at its default.
+func applyConfigFile(cmd *cobra.Command, file string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	var settings map[string]any
+	if err := json.Unmarshal(b, &settings); err != nil {
+		return fmt.Errorf("config %s: %w", file, err)
+	}
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		f := cmd.Flags().Lookup(key)
+		if f == nil || key == "config" {
+			return fmt.Errorf("config %s: unknown setting %q", file, key)
+		}
+		if f.Changed {
+			continue // the command line wins
+		}
+		var value string
+		switch v := settings[key].(type) {
+		case string:
+			value = v
+		case bool:
+			value = strconv.FormatBool(v)
+		case float64:
+			value = strconv.FormatFloat(v, 'f', -1, 64)
+		default:
+			return fmt.Errorf("config %s: %q must be a string, number or boolean", file, key)
+		}
+		if err := f.Value.Set(value); err != nil {
+			return fmt.Errorf("config %s: %q: %w", file, key, err)
+		}
 	}
 	return nil
 }

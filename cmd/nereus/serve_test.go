@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestServeConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "nereus.json")
+	os.WriteFile(file, []byte(`{"node-id": "n7", "data": "/var/lib/x", "insecure-no-auth": true, "listen": "127.0.0.1:5999"}`), 0o600)
+	cmd := newServeCmd()
+	if err := cmd.ParseFlags([]string{"--listen", "127.0.0.1:6000"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyConfigFile(cmd, file); err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
+	if get("node-id") != "n7" || get("data") != "/var/lib/x" || get("insecure-no-auth") != "true" {
+		t.Fatalf("config not applied: node-id=%s data=%s auth=%s", get("node-id"), get("data"), get("insecure-no-auth"))
+	}
+	if get("listen") != "127.0.0.1:6000" {
+		t.Fatalf("the command line should win over the file: listen=%s", get("listen"))
+	}
+	os.WriteFile(file, []byte(`{"node_id": "typo"}`), 0o600)
+	if err := applyConfigFile(newServeCmd(), file); err == nil || !strings.Contains(err.Error(), "unknown setting") {
+		t.Fatalf("a misspelled key must be an error, got %v", err)
+	}
+	os.WriteFile(file, []byte(`{"listen": ["a"]}`), 0o600)
+	if err := applyConfigFile(newServeCmd(), file); err == nil {
+		t.Fatal("a list value must be an error")
+	}
+}
