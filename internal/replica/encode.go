@@ -47,6 +47,13 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 		u(r.match[i])
 		u(r.next[i])
 		u(uint64(r.heard[i]))
+		u(r.chaseLag[i])
+		u(uint64(r.chaseAge[i]))
+		if r.revoked[i] {
+			u(1)
+		} else {
+			u(0)
+		}
 	}
 	ro := uint64(0)
 	if r.readOnly {

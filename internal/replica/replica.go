@@ -33,6 +33,11 @@ type Config struct {
 	// ticks (default 4*ElectionTicks). A follower that stays away longer
 	// may find its range compacted and must rebuild from a snapshot.
 	ReservationTicks int
+	// ChaseTicks: a follower whose lag (leader's last - its match) has not
+	// shrunk over this many ticks while above AppendEntriesMax is tail
+	// chasing; its reservation is revoked so the log can be compacted past
+	// it and it rebuilds from a snapshot (default ReservationTicks).
+	ChaseTicks int
 	// Seed feeds the election jitter (no global randomness).
 	Seed uint64
 	// Mutations break guards on purpose (tests only).
@@ -67,6 +72,9 @@ func (c *Config) validate() error {
 	}
 	if c.ReservationTicks == 0 {
 		c.ReservationTicks = 4 * c.ElectionTicks
+	}
+	if c.ChaseTicks == 0 {
+		c.ChaseTicks = c.ReservationTicks
 	}
 	if c.HeartbeatTicks >= c.ElectionTicks {
 		return fmt.Errorf("replica: heartbeat %d ticks must be shorter than election %d", c.HeartbeatTicks, c.ElectionTicks)
@@ -106,6 +114,9 @@ type Replica struct {
 	next      []uint64 // next seq to send
 	heard     []int    // ticks since the peer last answered
 	dirty     []bool   // peer needs an Append in the next Ready
+	chaseLag  []uint64 // lag at the start of the current chase window
+	chaseAge  []int    // ticks into the current chase window
+	revoked   []bool   // tail chasing: reservation withdrawn until caught up
 	readOnly  bool
 	installAt uint64 // seq of this epoch's install entry
 
@@ -130,6 +141,7 @@ func New(cfg Config, p Persisted) (*Replica, error) {
 		rng: cfg.Seed ^ uint64(cfg.ID)*0x9E3779B97F4A7C15}
 	n := len(peers)
 	r.grants, r.match, r.next, r.heard, r.dirty = make([]bool, n), make([]uint64, n), make([]uint64, n), make([]int, n), make([]bool, n)
+	r.chaseLag, r.chaseAge, r.revoked = make([]uint64, n), make([]int, n), make([]bool, n)
 	r.resetElectionTimer()
 	return r, nil
 }
@@ -139,6 +151,7 @@ func (r *Replica) Clone() *Replica {
 	c := *r
 	c.peers, c.epochs = slices.Clone(r.peers), slices.Clone(r.epochs)
 	c.grants, c.match, c.next, c.heard, c.dirty = slices.Clone(r.grants), slices.Clone(r.match), slices.Clone(r.next), slices.Clone(r.heard), slices.Clone(r.dirty)
+	c.chaseLag, c.chaseAge, c.revoked = slices.Clone(r.chaseLag), slices.Clone(r.chaseAge), slices.Clone(r.revoked)
 	c.pending.Entries, c.pending.Messages = slices.Clone(r.pending.Entries), slices.Clone(r.pending.Messages)
 	return &c
 }
@@ -242,6 +255,7 @@ func (r *Replica) Tick() {
 		for i := range r.peers {
 			if i != r.self {
 				r.heard[i]++
+				r.watchChase(i)
 			}
 		}
 		r.updateReadOnly()
@@ -299,6 +313,7 @@ func (r *Replica) becomeLeader() {
 	r.heartbeatElapsed = 0
 	for i := range r.peers {
 		r.match[i], r.next[i], r.heard[i], r.dirty[i] = 0, r.last+1, 0, i != r.self
+		r.chaseLag[i], r.chaseAge[i], r.revoked[i] = 0, 0, false
 	}
 	r.appendEntry(Entry{Seq: r.last + 1, Epoch: r.hard.Promised})
 	r.installAt = r.last
@@ -500,6 +515,26 @@ func (r *Replica) CompactTo(seq uint64) uint64 {
 	return seq
 }
 
+// watchChase detects tail chasing: over each window of ChaseTicks a
+// lagging follower must shrink its lag, or its reservation is revoked (it
+// will rebuild from a snapshot instead of chasing the tail forever). A
+// follower that catches up (lag within one Append) gets it back.
+func (r *Replica) watchChase(i int) {
+	lag := r.last - min(r.match[i], r.last)
+	if lag <= uint64(r.cfg.AppendEntriesMax) {
+		r.revoked[i], r.chaseAge[i], r.chaseLag[i] = false, 0, lag
+		return
+	}
+	r.chaseAge[i]++
+	if r.chaseAge[i] < r.cfg.ChaseTicks {
+		return
+	}
+	if lag >= r.chaseLag[i] && r.chaseLag[i] > 0 {
+		r.revoked[i] = true
+	}
+	r.chaseAge[i], r.chaseLag[i] = 0, lag
+}
+
 // RetainFloor is the highest seq the shell may compact up to: committed,
 // and, on a leader, not past what a follower heard from within its
 // reservation still needs.
@@ -509,7 +544,7 @@ func (r *Replica) RetainFloor() uint64 {
 		return floor
 	}
 	for i := range r.peers {
-		if i != r.self && r.heard[i] <= r.cfg.ReservationTicks {
+		if i != r.self && r.heard[i] <= r.cfg.ReservationTicks && !r.revoked[i] {
 			floor = min(floor, r.match[i])
 		}
 	}
@@ -707,7 +742,7 @@ func (r *Replica) peerStatus() []PeerStatus {
 		switch {
 		case r.match[i] >= r.commit:
 			st = InSync
-		case r.match[i] < r.snapSeq:
+		case r.match[i] < r.snapSeq || r.revoked[i]:
 			st = NeedsRebuild
 		}
 		out = append(out, PeerStatus{ID: id, Match: r.match[i], State: st})

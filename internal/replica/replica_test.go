@@ -581,3 +581,44 @@ func (c *cluster) leaderID() NodeID {
 	c.t.Fatal("no leader")
 	return 0
 }
+
+// S6: a follower that cannot keep up (the leader writes more per tick than
+// one Append carries) is tail chasing; the leader escalates — revokes its
+// reservation, compacts past it — and it rebuilds from a snapshot plus the
+// tail instead of chasing forever.
+func TestS6TailChasingEscalatesToRebuild(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	for _, id := range c.ids { // small appends, so a steady writer outruns one follower
+		r, err := New(Config{ID: id, Replicas: c.ids, ElectionTicks: 10, Seed: uint64(id), AppendEntriesMax: 2, ChaseTicks: 5}, c.stores[id].persisted())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.rs[id] = r
+	}
+	c.elect(1)
+	// n3 hears only every fourth tick's messages: it falls further behind.
+	for tick := 0; tick < 60; tick++ {
+		for i := 0; i < 3; i++ {
+			c.rs[1].Propose([]byte(fmt.Sprintf("t%d-%d", tick, i)))
+		}
+		c.cut[3] = tick%4 != 0
+		c.tick(1)
+		c.compact(1)
+		c.compact(2)
+	}
+	var st PeerState
+	for _, p := range c.rs[1].Status().Peers {
+		if p.ID == 3 {
+			st = p.State
+		}
+	}
+	if c.snapshots == 0 {
+		t.Fatalf("no rebuild: n3 is %v at match %d, leader last %d, snapshot at %d",
+			st, c.rs[3].Status().Last, c.rs[1].Status().Last, c.rs[1].Status().SnapSeq)
+	}
+	delete(c.cut, 3)
+	c.tick(20)
+	if c.logString(3) != c.logString(1) {
+		t.Fatalf("after the rebuild n3 did not converge")
+	}
+}
