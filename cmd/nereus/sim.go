@@ -28,6 +28,7 @@ func newSimCmd() *cobra.Command {
 		golden      string
 		replicas    int
 		policy      string
+		compact     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -53,7 +54,7 @@ Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames,
 				return nil
 			}
 			if replicas > 0 {
-				return runGroupSim(out, seed, seeds, steps, replicas, policy, faults != "none", trace)
+				return runGroupSim(out, seed, seeds, steps, replicas, policy, faults != "none", compact, trace)
 			}
 			f, err := sim.ParseFaults(faults)
 			if err != nil {
@@ -109,12 +110,13 @@ Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames,
 	fl.BoolVar(&trace, "trace", false, "print the whole trace")
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas: quorum or all")
+	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")
 	fl.StringVar(&golden, "golden", "", "print the golden trace of a variant ("+strings.Join(sim.GoldenVariants, ", ")+")")
 	return cmd
 }
 
 // runGroupSim runs the replication-kernel simulator (`sim --replicas N`).
-func runGroupSim(out io.Writer, seed, seeds uint64, steps, replicas int, policy string, faults, trace bool) error {
+func runGroupSim(out io.Writer, seed, seeds uint64, steps, replicas int, policy string, faults, compact, trace bool) error {
 	var p replica.AckPolicy
 	switch policy {
 	case "quorum", "sync_quorum":
@@ -125,18 +127,18 @@ func runGroupSim(out io.Writer, seed, seeds uint64, steps, replicas int, policy 
 		return fmt.Errorf("--policy %q: want quorum or all", policy)
 	}
 	for s := seed; s < seed+max(seeds, 1); s++ {
-		r := sim.RunGroup(sim.GroupOptions{Seed: s, Steps: steps, GroupSize: replicas, Policy: p, Faults: faults, KeepTrace: trace})
+		r := sim.RunGroup(sim.GroupOptions{Seed: s, Steps: steps, GroupSize: replicas, Policy: p, Faults: faults, Compact: compact, KeepTrace: trace})
 		if trace {
 			fmt.Fprintln(out, strings.Join(r.Trace, "\n"))
 		}
-		fmt.Fprintf(out, "seed %d: R=%d %s, %d events, %d elections, %d values acked, trace %s: ", s, replicas, p, r.Events, r.Elections, r.Acked, r.TraceHash)
+		fmt.Fprintf(out, "seed %d: R=%d %s, %d events, %d elections, %d values acked, %d rebuilds, trace %s: ", s, replicas, p, r.Events, r.Elections, r.Acked, r.Rebuilds, r.TraceHash)
 		if r.Violation == nil {
 			fmt.Fprintln(out, "ok")
 			continue
 		}
 		fmt.Fprintf(out, "VIOLATION %v\ntrace tail:\n  %s\n", r.Violation, strings.Join(r.Tail, "\n  "))
-		return fmt.Errorf("seed %d broke %s; reproduce: go run ./cmd/nereus sim --replicas %d --policy %s --seed %d --steps %d",
-			s, r.Violation.Invariant, replicas, policy, s, steps)
+		return fmt.Errorf("seed %d broke %s; reproduce: go run ./cmd/nereus sim --replicas %d --policy %s --compact=%v --seed %d --steps %d",
+			s, r.Violation.Invariant, replicas, policy, compact, s, steps)
 	}
 	return nil
 }
