@@ -11,8 +11,12 @@ import (
 
 func failGroupRun(t *testing.T, o GroupOptions, r GroupResult) {
 	t.Helper()
-	t.Errorf("seed %d: %v\ntrace tail:\n  %s\nreproduce: go run ./cmd/nereus sim --replicas %d --policy %s --seed %d",
-		r.Seed, r.Violation, strings.Join(r.Tail, "\n  "), max(o.GroupSize, 3), o.Policy, r.Seed)
+	policy := "quorum"
+	if o.Policy == replica.SyncAll {
+		policy = "all"
+	}
+	t.Errorf("seed %d: %v\ntrace tail:\n  %s\nreproduce: go run ./cmd/nereus sim --replicas %d --policy %s --compact=%v --seed %d",
+		r.Seed, r.Violation, strings.Join(r.Tail, "\n  "), max(o.GroupSize, 3), policy, o.Compact, r.Seed)
 }
 
 // TestGroupCampaign runs the replication kernel of one replica group under
