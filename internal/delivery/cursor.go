@@ -53,14 +53,15 @@ type retry struct {
 
 // Cursor is the delivery state of one group on one partition.
 //
-// Invariants: every seq < ackFloor is acked; acked holds only seqs ≥
-// ackFloor; a seq is in at most one of {inflight, retries, dead, acked}; a
+// Invariants: every seq < ackFloor is done; done holds sorted, maximal
+// ranges of done seqs, all above ackFloor (ackFloor itself is never done);
+// a seq is in at most one of {inflight, retries, dead, done}; a
 // seq below ackFloor is never delivered again (AckFloorNeverRedelivered).
 type Cursor struct {
 	cfg       Config
 	ackFloor  uint64              // every seq below is done (acked or dead-lettered)
 	nextNew   uint64              // lowest seq never delivered in this incarnation
-	acked     map[uint64]struct{} // done seqs ≥ ackFloor
+	done      []SeqRange          // done seqs above ackFloor, as ranges: memory per gap, not per seq
 	inflight  map[uint64]inflight // delivered, awaiting ack
 	retries   []retry             // awaiting redelivery, in due order per insertion
 	dead      map[uint64]bool     // to dead-letter; true once handed to the shell
@@ -79,8 +80,8 @@ func NewCursor(cfg Config, startSeq, idBase uint64) (*Cursor, error) {
 		startSeq = 1
 	}
 	return &Cursor{cfg: cfg, ackFloor: startSeq, nextNew: startSeq,
-		acked: map[uint64]struct{}{}, inflight: map[uint64]inflight{},
-		dead: map[uint64]bool{}, idBase: idBase}, nil
+		inflight: map[uint64]inflight{},
+		dead:     map[uint64]bool{}, idBase: idBase}, nil
 }
 
 // ReplayAck applies one durable ack record during recovery.
@@ -88,14 +89,7 @@ func (c *Cursor) ReplayAck(seq uint64) { c.markDone(seq) }
 
 // ReplayFloor applies a durable floor (from a ledger snapshot) during recovery.
 func (c *Cursor) ReplayFloor(floor uint64) {
-	if floor > c.ackFloor {
-		c.ackFloor = floor
-		for s := range c.acked {
-			if s < floor {
-				delete(c.acked, s)
-			}
-		}
-	}
+	c.ackFloor = max(c.ackFloor, floor)
 	c.advanceFloor()
 	c.nextNew = max(c.nextNew, c.ackFloor)
 }
@@ -105,41 +99,44 @@ func (c *Cursor) ReplayFloor(floor uint64) {
 // when every ack the cursor returned as new is durable: the shell takes it
 // right after a successful ledger flush.
 func (c *Cursor) Snapshot() DoneState {
-	s := DoneState{Floor: c.ackFloor}
-	if len(c.acked) == 0 {
-		return s
-	}
-	seqs := make([]uint64, 0, len(c.acked))
-	for seq := range c.acked {
-		seqs = append(seqs, seq)
-	}
-	slices.Sort(seqs)
-	for _, seq := range seqs {
-		if n := len(s.Ranges); n > 0 && s.Ranges[n-1].Last+1 == seq {
-			s.Ranges[n-1].Last = seq
-			continue
-		}
-		s.Ranges = append(s.Ranges, SeqRange{First: seq, Last: seq})
-	}
-	return s
+	return DoneState{Floor: c.ackFloor, Ranges: slices.Clone(c.done)}
 }
 
 // Restore applies a durable done state (a ledger snapshot) during recovery,
 // before the acks recorded after it are replayed with ReplayAck. Seqs below
 // the cursor's current floor (retention) stay done. Its cost is linear in
-// the number of done seqs above the floor, like replaying their acks.
+// the number of ranges, not of done seqs.
 func (c *Cursor) Restore(s DoneState) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
+	c.done = mergeRanges(c.done, s.Ranges)
 	c.ReplayFloor(s.Floor)
-	for _, r := range s.Ranges {
-		for seq := max(r.First, c.ackFloor); seq <= r.Last; seq++ {
-			c.markDone(seq)
-		}
-	}
-	c.nextNew = max(c.nextNew, c.ackFloor)
 	return nil
+}
+
+// mergeRanges returns the union of two sorted range lists as sorted,
+// maximal ranges.
+func mergeRanges(a, b []SeqRange) []SeqRange {
+	all := append(slices.Clone(a), b...)
+	slices.SortFunc(all, func(x, y SeqRange) int {
+		switch {
+		case x.First < y.First:
+			return -1
+		case x.First > y.First:
+			return 1
+		}
+		return 0
+	})
+	var out []SeqRange
+	for _, r := range all {
+		if n := len(out); n > 0 && r.First <= out[n-1].Last+1 {
+			out[n-1].Last = max(out[n-1].Last, r.Last)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // Truncated tells the cursor that retention removed every seq < startSeq:
@@ -333,24 +330,54 @@ func (c *Cursor) isDone(seq uint64) bool {
 	if seq < c.ackFloor {
 		return true
 	}
-	_, ok := c.acked[seq]
-	return ok
+	i, found := c.rangeAt(seq)
+	return found && i >= 0
+}
+
+// rangeAt returns the index of the first range whose Last ≥ seq, and
+// whether that range contains seq.
+func (c *Cursor) rangeAt(seq uint64) (int, bool) {
+	i, _ := slices.BinarySearchFunc(c.done, seq, func(r SeqRange, s uint64) int {
+		if r.Last < s {
+			return -1
+		}
+		if r.First > s {
+			return 1
+		}
+		return 0
+	})
+	return i, i < len(c.done) && c.done[i].First <= seq && seq <= c.done[i].Last
 }
 
 func (c *Cursor) markDone(seq uint64) {
 	if seq < c.ackFloor {
 		return
 	}
-	c.acked[seq] = struct{}{}
+	i, found := c.rangeAt(seq)
+	switch {
+	case found:
+		return
+	case i > 0 && c.done[i-1].Last+1 == seq:
+		c.done[i-1].Last = seq
+		if i < len(c.done) && c.done[i].First == seq+1 { // now touches the next run
+			c.done[i-1].Last = c.done[i].Last
+			c.done = slices.Delete(c.done, i, i+1)
+		}
+	case i < len(c.done) && c.done[i].First == seq+1:
+		c.done[i].First = seq
+	default:
+		c.done = slices.Insert(c.done, i, SeqRange{First: seq, Last: seq})
+	}
 	c.advanceFloor()
 }
 
+// advanceFloor moves the floor over every done run that reaches it.
 func (c *Cursor) advanceFloor() {
-	for {
-		if _, ok := c.acked[c.ackFloor]; !ok {
-			return
-		}
-		delete(c.acked, c.ackFloor)
-		c.ackFloor++
+	for len(c.done) > 0 && c.done[0].First <= c.ackFloor {
+		c.ackFloor = max(c.ackFloor, c.done[0].Last+1)
+		c.done = c.done[1:]
+	}
+	if len(c.done) == 0 {
+		c.done = nil // let a long-gone backing array be collected
 	}
 }

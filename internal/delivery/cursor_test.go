@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -173,5 +174,50 @@ func TestRetryAboveCommitWaitsUntilVisible(t *testing.T) {
 	}
 	if got, ok := c.Next(1, 1, 0); !ok || got.Seq != d.Seq {
 		t.Fatalf("retry not delivered once visible again: %+v %v", got, ok)
+	}
+}
+
+// TestDoneRangesMatchASetModel drives markDone/isDone with random seqs and
+// compares against a plain set: the range representation must agree, stay
+// sorted and maximal, and never hold the floor.
+func TestDoneRangesMatchASetModel(t *testing.T) {
+	for seed := uint64(1); seed <= 50; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		c := newTestCursor(t, 5)
+		model := map[uint64]bool{}
+		for i := 0; i < 400; i++ {
+			seq := 1 + rng.Uint64N(120)
+			c.markDone(seq)
+			model[seq] = true
+			floor := uint64(1)
+			for model[floor] {
+				floor++
+			}
+			if c.AckFloor() != floor {
+				t.Fatalf("seed %d: floor %d, model %d", seed, c.AckFloor(), floor)
+			}
+			for s := uint64(1); s <= 121; s++ {
+				if c.isDone(s) != model[s] {
+					t.Fatalf("seed %d: isDone(%d) = %v, model %v (ranges %v)", seed, s, c.isDone(s), model[s], c.done)
+				}
+			}
+			if err := c.Snapshot().Validate(); err != nil {
+				t.Fatalf("seed %d: %v (ranges %v)", seed, err, c.done)
+			}
+		}
+	}
+}
+
+func TestStuckFloorCostsOneRange(t *testing.T) {
+	c := newTestCursor(t, 5)
+	for seq := uint64(2); seq <= 1_000_000; seq++ {
+		c.markDone(seq)
+	}
+	if c.AckFloor() != 1 || len(c.done) != 1 {
+		t.Fatalf("floor %d with %d ranges, want floor 1 and one range", c.AckFloor(), len(c.done))
+	}
+	c.markDone(1)
+	if c.AckFloor() != 1_000_001 || len(c.done) != 0 {
+		t.Fatalf("after acking the stuck seq: floor %d, %d ranges", c.AckFloor(), len(c.done))
 	}
 }
