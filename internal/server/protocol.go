@@ -19,6 +19,7 @@ type Protocol struct {
 	send   func(corr uint64, f wire.Frame)
 	remote string
 	subs   map[subKey]*node.Subscription
+	perms  perms // of the token HELLO presented
 }
 
 type subKey struct{ topic, group string }
@@ -45,7 +46,8 @@ func (p *Protocol) Hello(corr uint64, f wire.Frame) HelloVerdict {
 	if !ok {
 		return HelloVerdict{Reply: errFrame(wire.Errorf(wire.CodeNotAuthenticated, "first frame must be HELLO, got %s", f.Type()))}
 	}
-	if !p.srv.authenticate(hello.Token) {
+	granted, ok := p.srv.authenticate(hello.Token)
+	if !ok {
 		p.srv.node.Metrics().AuthFailures.Inc()
 		p.srv.log.Warn("authentication failed", "remote", p.remote)
 		return HelloVerdict{Delay: p.srv.cfg.AuthFailDelay, Reply: errFrame(wire.ErrAuthFailed)}
@@ -54,6 +56,7 @@ func (p *Protocol) Hello(corr uint64, f wire.Frame) HelloVerdict {
 		return HelloVerdict{Reply: errFrame(wire.Errorf(wire.CodeUnsupportedVer, "server speaks %d-%d, client %d-%d",
 			wire.VersionMin, wire.VersionMax, hello.VersionMin, hello.VersionMax))}
 	}
+	p.perms = granted
 	return HelloVerdict{Accepted: true, Reply: &wire.HelloOK{Version: min(hello.VersionMax, wire.VersionMax),
 		NodeID: p.srv.node.NodeID(), FrameBytesMax: uint32(p.srv.cfg.FrameBytesMax)}}
 }
@@ -101,6 +104,10 @@ func (k protocolSink) SendMsg(m *wire.Msg) { k.p.send(k.corr, m) }
 // connection must close.
 func (p *Protocol) Handle(corr uint64, f wire.Frame) bool {
 	n := p.srv.node
+	if err := p.authorize(f); err != nil {
+		p.sendErr(corr, err)
+		return true
+	}
 	switch f := f.(type) {
 	case *wire.Declare:
 		created, err := n.Declare(f.Topic)
@@ -139,6 +146,33 @@ func (p *Protocol) Handle(corr uint64, f wire.Frame) bool {
 		return false
 	}
 	return true
+}
+
+// authorize checks a request against the token's permissions.
+func (p *Protocol) authorize(f wire.Frame) error {
+	switch f := f.(type) {
+	case *wire.Declare:
+		if !p.perms.canDeclare() {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not declare topics")
+		}
+	case *wire.Pub:
+		if !p.perms.canPublish(f.Topic) {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not publish to %q", f.Topic)
+		}
+	case *wire.Pull:
+		if !p.perms.canConsume(f.Topic) {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not consume %q", f.Topic)
+		}
+	case *wire.Ack:
+		if !p.perms.canConsume(f.Topic) {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not consume %q", f.Topic)
+		}
+	case *wire.Nack:
+		if !p.perms.canConsume(f.Topic) {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not consume %q", f.Topic)
+		}
+	}
+	return nil
 }
 
 func (p *Protocol) ackReply(corr uint64) node.AckReply {

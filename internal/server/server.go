@@ -23,7 +23,9 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Tokens accepted in HELLO. Empty with AllowNoAuth set disables auth.
+	// Tokens accepted in HELLO, one token-file line each: the secret, then
+	// optional permissions (see perms). Empty with AllowNoAuth set disables
+	// auth.
 	Tokens      []string
 	AllowNoAuth bool
 	TLS         *tls.Config
@@ -44,7 +46,7 @@ type Server struct {
 	cfg    Config
 	node   *node.Node
 	log    *slog.Logger
-	tokens [][sha256.Size]byte
+	tokens []tokenEntry
 
 	mu       sync.Mutex
 	lis      []net.Listener
@@ -80,16 +82,25 @@ func New(cfg Config, n *node.Node) (*Server, error) {
 		return nil, ErrNoTokens
 	}
 	s := &Server{cfg: cfg, node: n, log: cfg.Logger, sessions: map[*session]struct{}{}}
-	for _, t := range cfg.Tokens {
+	for i, line := range cfg.Tokens {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("server: token %d is empty", i+1)
+		}
+		p, err := parsePerms(fields[1:])
+		if err != nil {
+			return nil, fmt.Errorf("server: token %d: %w", i+1, err)
+		}
 		// Hashing first gives every comparison the same length, so timing
 		// reveals neither the token nor its length.
-		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+		s.tokens = append(s.tokens, tokenEntry{hash: sha256.Sum256([]byte(fields[0])), perms: p})
 	}
 	return s, nil
 }
 
-// LoadTokens reads a token file: one token per line; blank lines and lines
-// starting with # are ignored.
+// LoadTokens reads a token file: one token per line, optionally followed by
+// its permissions ("s3cret pub:orders.* sub:orders.*"); blank lines and
+// lines starting with # are ignored.
 func LoadTokens(path string) ([]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -112,18 +123,28 @@ func LoadTokens(path string) ([]string, error) {
 	return tokens, nil
 }
 
+type tokenEntry struct {
+	hash  [sha256.Size]byte
+	perms perms
+}
+
 // authenticate compares token against every configured token in constant
-// time (no early exit).
-func (s *Server) authenticate(token string) bool {
+// time (no early exit) and returns the matching token's permissions.
+func (s *Server) authenticate(token string) (perms, bool) {
 	if len(s.tokens) == 0 {
-		return s.cfg.AllowNoAuth
+		return perms{all: true}, s.cfg.AllowNoAuth
 	}
 	h := sha256.Sum256([]byte(token))
+	var found perms
 	ok := 0
 	for i := range s.tokens {
-		ok |= subtle.ConstantTimeCompare(h[:], s.tokens[i][:])
+		match := subtle.ConstantTimeCompare(h[:], s.tokens[i].hash[:])
+		if match == 1 {
+			found = s.tokens[i].perms
+		}
+		ok |= match
 	}
-	return ok == 1
+	return found, ok == 1
 }
 
 // Serve accepts connections on lis until Close. It returns nil after Close.

@@ -192,3 +192,53 @@ func TestPublishPullAckOverTheWire(t *testing.T) {
 		t.Fatalf("ping: %#v", f)
 	}
 }
+
+func TestTokenPermissions(t *testing.T) {
+	addr := startServer(t, Config{Tokens: []string{"root", "writer pub:orders.* admin", "reader sub:orders.eu"}})
+	root := dialRaw(t, addr)
+	root.hello("root")
+	for i, name := range []string{"orders.eu", "billing"} {
+		root.write(uint64(i+1), &wire.Declare{Topic: wire.TopicConfig{Name: name, Partitions: 1}})
+		if _, f := root.read(); f.Type() != wire.TypeDeclareOK {
+			t.Fatalf("root declare %s: %#v", name, f)
+		}
+	}
+	expect := func(c *rawConn, corr uint64, f wire.Frame, want wire.FrameType, code wire.Code) {
+		t.Helper()
+		c.write(corr, f)
+		_, got := c.read()
+		if e, ok := got.(*wire.Err); ok {
+			if want != wire.TypeErr || e.Code != code {
+				t.Fatalf("%s: got ERR %s (%s)", f.Type(), e.Code, e.Message)
+			}
+			return
+		}
+		if got.Type() != want {
+			t.Fatalf("%s: got %s, want %s", f.Type(), got.Type(), want)
+		}
+	}
+	w := dialRaw(t, addr)
+	w.hello("writer")
+	expect(w, 1, &wire.Pub{Topic: "orders.eu", Partition: 0, Value: []byte("x")}, wire.TypePubOK, 0)
+	expect(w, 2, &wire.Pub{Topic: "billing", Partition: 0, Value: []byte("x")}, wire.TypeErr, wire.CodeUnauthorized)
+	expect(w, 3, &wire.Pull{Topic: "orders.eu", Group: "g", Credit: 1}, wire.TypeErr, wire.CodeUnauthorized)
+	expect(w, 4, &wire.Declare{Topic: wire.TopicConfig{Name: "orders.us", Partitions: 1}}, wire.TypeDeclareOK, 0)
+
+	r := dialRaw(t, addr)
+	r.hello("reader")
+	expect(r, 1, &wire.Pub{Topic: "orders.eu", Partition: 0, Value: []byte("x")}, wire.TypeErr, wire.CodeUnauthorized)
+	expect(r, 2, &wire.Declare{Topic: wire.TopicConfig{Name: "x", Partitions: 1}}, wire.TypeErr, wire.CodeUnauthorized)
+	expect(r, 3, &wire.Ack{Topic: "orders.us", Group: "g"}, wire.TypeErr, wire.CodeUnauthorized)
+	expect(r, 4, &wire.Pull{Topic: "orders.eu", Group: "g", Credit: 1}, wire.TypeMsg, 0)
+	// A refused request does not close the connection.
+	expect(r, 5, &wire.Ping{}, wire.TypePong, 0)
+}
+
+func TestBadPermissionIsAConfigError(t *testing.T) {
+	if _, err := New(Config{Tokens: []string{"tok publish:everything"}}, nil); err == nil {
+		t.Fatal("unknown permission accepted")
+	}
+	if _, err := New(Config{Tokens: []string{"tok pub:bad/name"}}, nil); err == nil {
+		t.Fatal("bad topic glob accepted")
+	}
+}
