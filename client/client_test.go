@@ -601,3 +601,43 @@ func TestPublishAsyncOutlivesItsContext(t *testing.T) {
 		t.Fatal("no outcome")
 	}
 }
+
+// An ACK refused with a retryable error (the broker's ledger write failed)
+// is asked again, so AckSync reports the real outcome.
+func TestAckRetriedAfterRetryableError(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	c := dialFake(t, fs)
+	declare(t, c, "t", 1)
+	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish(testCtx(t), Message{Value: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	fs.onAck = func(n int) *wire.Err {
+		if n == 1 {
+			return &wire.Err{Code: wire.CodeStorage, Message: "ledger write failed"}
+		}
+		return nil
+	}
+	fs.mu.Unlock()
+	cons, err := c.Subscribe(testCtx(t), "t", "g", ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AckSync(testCtx(t)); err != nil {
+		t.Fatalf("ack after one retryable refusal: %v", err)
+	}
+	fs.mu.Lock()
+	n := fs.ackCount
+	fs.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d ACK frames, want 2 (one refused, one retried)", n)
+	}
+}

@@ -513,7 +513,16 @@ func (co *Consumer) failAcks(batch []ackRequest, err error) {
 
 // sendAcks sends batch (at most ackBatchEntriesMax entries) as one ACK; the
 // reply completes each entry.
+// ackRetriesMax bounds the resends of an ACK the broker refused with a
+// retryable error (its ledger write failed: the ack may or may not be
+// durable, and asking again is safe — acks are idempotent).
+const ackRetriesMax = 3
+
 func (co *Consumer) sendAcks(cn *conn, batch []ackRequest) {
+	co.sendAcksAttempt(cn, batch, 0)
+}
+
+func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt int) {
 	// Not the pump's context: acks taken in must go out even while closing.
 	ctx, cancel := co.client.withRequestTimeout(context.Background())
 	defer cancel()
@@ -525,6 +534,15 @@ func (co *Consumer) sendAcks(cn *conn, batch []ackRequest) {
 	_, err := cn.request(ctx, &wire.Ack{Topic: co.key.topic, Group: co.key.group, Entries: entries},
 		func(f wire.Frame, err error) {
 			defer co.acksInFlight.Done()
+			var werr *wire.Error
+			if attempt < ackRetriesMax && errors.As(err, &werr) && werr.Code.Retryable() {
+				co.acksInFlight.Add(1)
+				time.AfterFunc(time.Duration(attempt+1)*50*time.Millisecond, func() {
+					defer co.acksInFlight.Done()
+					co.sendAcksAttempt(cn, batch, attempt+1)
+				})
+				return
+			}
 			co.completeAcks(batch, f, err)
 		})
 	if err != nil {

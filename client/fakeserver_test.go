@@ -33,9 +33,12 @@ type fakeServer struct {
 	nextDeliv  uint64
 	violations []string
 	// Test hooks, set before use.
-	onPub          func(n int) fakeAction // n counts PUB frames from 1
-	reorderReplies bool                   // answer PUBs in reverse batches
-	creditLimit    int                    // if > 0: unused credit of a sub must stay ≤ it
+	onPub func(n int) fakeAction // n counts PUB frames from 1
+	// onAck, when set, may refuse the nth ACK frame with an error frame.
+	onAck          func(n int) *wire.Err
+	ackCount       int
+	reorderReplies bool // answer PUBs in reverse batches
+	creditLimit    int  // if > 0: unused credit of a sub must stay ≤ it
 	accepts        int
 }
 
@@ -313,6 +316,12 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 	case *wire.Pull:
 		return fs.pullLocked(s, corr, f), false
 	case *wire.Ack:
+		fs.ackCount++
+		if fs.onAck != nil {
+			if e := fs.onAck(fs.ackCount); e != nil {
+				return e, false
+			}
+		}
 		return fs.ackLocked(f.Topic, f.Group, f.Entries, false, 0), false
 	case *wire.Nack:
 		return fs.ackLocked(f.Topic, f.Group, f.Entries, true, f.DelayMs), false
