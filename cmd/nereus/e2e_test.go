@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,20 +44,11 @@ func nereusBinary(t *testing.T) string {
 	return buildOnce.path
 }
 
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // serverProcess is a `nereus serve` child process.
 type serverProcess struct {
 	t    *testing.T
 	bin  string
+	addr string // client address the first start reported
 	args []string
 	cmd  *exec.Cmd
 	logs *os.File
@@ -94,10 +84,11 @@ func startServeWithToken(t *testing.T, token string) (string, *serverProcess) {
 	if err := os.WriteFile(tokenFile, []byte("# test token\n"+token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeLoopbackAddr(t)
-	srv := startServe(t, "--data", filepath.Join(dir, "data"), "--listen", addr, "--http", "",
+	// Port 0: the kernel picks a free port (no race with other processes),
+	// and restarts reuse the port the first start reported.
+	srv := startServe(t, "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--http", "",
 		"--token-file", tokenFile, "--log-level", "warn")
-	return addr, srv
+	return srv.addr, srv
 }
 
 // start launches the process and waits (bounded) for its ready line; it
@@ -131,7 +122,12 @@ func (p *serverProcess) restart() error {
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "nereus ready") {
+			if line := sc.Text(); strings.HasPrefix(line, "nereus ready") {
+				for _, field := range strings.Fields(line) {
+					if a, ok := strings.CutPrefix(field, "client="); ok {
+						p.pinListen(a)
+					}
+				}
 				ready <- nil
 				for sc.Scan() {
 				}
@@ -146,6 +142,17 @@ func (p *serverProcess) restart() error {
 		return err
 	case <-time.After(30 * time.Second):
 		return errors.New("server not ready within 30s")
+	}
+}
+
+// pinListen records the address the server reported and makes later
+// restarts listen on it, so clients reconnect to the same place.
+func (p *serverProcess) pinListen(addr string) {
+	p.addr = addr
+	for i := 0; i+1 < len(p.args); i++ {
+		if p.args[i] == "--listen" {
+			p.args[i+1] = addr
+		}
 	}
 }
 
