@@ -238,14 +238,6 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// newCorr reserves a correlation id.
-func (c *conn) newCorr() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.nextCorr++
-	return c.nextCorr
-}
-
 // encode builds the frame bytes, enforcing the broker's frame bound.
 func (c *conn) encode(corr uint64, f wire.Frame) ([]byte, error) {
 	b := wire.AppendFrame(nil, corr, f)

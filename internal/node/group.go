@@ -241,7 +241,7 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 			return fmt.Errorf("group %s: bad settings: %w", g.name, err)
 		}
 	case errors.Is(err, fs.ErrNotExist):
-		st = groupSettings{AckWaitMs: opts.AckWaitMs, MaxDeliver: opts.MaxDeliver}
+		st = groupSettings(opts)
 		if st.AckWaitMs <= 0 {
 			st.AckWaitMs = g.node.cfg.DefaultAckWaitMs
 		}

@@ -57,8 +57,6 @@ type Proposal struct {
 	data       []byte
 }
 
-type inbound struct{ m replica.Message }
-
 // Log is one member. Its goroutine owns the kernel and the storage writer.
 type Log struct {
 	cfg  Config

@@ -109,7 +109,6 @@ func (b *broker) start() {
 	}
 	b.node, b.srv, b.up = n, srv, true
 	b.w.tracef("broker up (incarnation %d)", b.started)
-	b.chk.brokerStarted(b)
 }
 
 // guard runs fn and turns a kill point into a crash. It returns fn's error,

@@ -162,8 +162,6 @@ func (c *checker) groupAcked(consumer string, e wire.AckEntry) {
 	}
 }
 
-func (c *checker) brokerStarted(b *broker) {}
-
 // afterEvent checks what must hold in every state: the visible prefix of a
 // partition never shrinks, across crashes and restarts.
 func (c *checker) afterEvent(b *broker) {

@@ -90,20 +90,9 @@ func TestGroupMutationsAreCaught(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			for seed := uint64(1); seed <= 30; seed++ {
-				r := RunGroup(GroupOptions{Seed: seed, Faults: true, Mutations: c.m})
-				if r.Violation == nil {
-					continue
-				}
-				for _, inv := range c.want {
-					if r.Violation.Invariant == inv {
-						t.Logf("caught at seed %d: %v", seed, r.Violation)
-						return
-					}
-				}
-				t.Fatalf("seed %d: caught by %v, want one of %v", seed, r.Violation, c.want)
-			}
-			t.Fatal("not caught in 30 seeds")
+			expectCaught(t, 30, c.want, func(seed uint64) *Violation {
+				return RunGroup(GroupOptions{Seed: seed, Faults: true, Mutations: c.m}).Violation
+			})
 		})
 	}
 }

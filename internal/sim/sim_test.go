@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,22 +94,29 @@ func TestMutationsAreCaught(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			for seed := uint64(1); seed <= seedsMax; seed++ {
-				r := Run(Options{Seed: seed, Faults: AllFaults, Mutations: c.m})
-				if r.Violation == nil {
-					continue
-				}
-				for _, inv := range c.want {
-					if r.Violation.Invariant == inv {
-						t.Logf("caught at seed %d: %v", seed, r.Violation)
-						return
-					}
-				}
-				t.Fatalf("seed %d: caught by %v, want one of %v", seed, r.Violation, c.want)
-			}
-			t.Fatalf("not caught in %d seeds", seedsMax)
+			expectCaught(t, seedsMax, c.want, func(seed uint64) *Violation {
+				return Run(Options{Seed: seed, Faults: AllFaults, Mutations: c.m}).Violation
+			})
 		})
 	}
+}
+
+// expectCaught runs seeds 1..seedsMax until one breaks an invariant and
+// requires it to be one of want.
+func expectCaught(t *testing.T, seedsMax uint64, want []string, run func(seed uint64) *Violation) {
+	t.Helper()
+	for seed := uint64(1); seed <= seedsMax; seed++ {
+		v := run(seed)
+		if v == nil {
+			continue
+		}
+		if !slices.Contains(want, v.Invariant) {
+			t.Fatalf("seed %d: caught by %v, want one of %v", seed, v, want)
+		}
+		t.Logf("caught at seed %d: %v", seed, v)
+		return
+	}
+	t.Fatalf("not caught in %d seeds", seedsMax)
 }
 
 // TestGoldenTraces compares each golden run with its recorded trace, byte
