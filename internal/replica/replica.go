@@ -33,6 +33,10 @@ type Config struct {
 	// ticks (default 4*ElectionTicks). A follower that stays away longer
 	// may find its range compacted and must rebuild from a snapshot.
 	ReservationTicks int
+	// ReservationEntriesMax bounds how far behind a follower may be and
+	// still pin the leader's log: a reservation is bounded in size as well
+	// as time (entries stand in for bytes; default 1<<20).
+	ReservationEntriesMax uint64
 	// ChaseTicks: a follower whose lag (leader's last - its match) has not
 	// shrunk over this many ticks while above AppendEntriesMax is tail
 	// chasing; its reservation is revoked so the log can be compacted past
@@ -75,6 +79,9 @@ func (c *Config) validate() error {
 	}
 	if c.ChaseTicks == 0 {
 		c.ChaseTicks = c.ReservationTicks
+	}
+	if c.ReservationEntriesMax == 0 {
+		c.ReservationEntriesMax = 1 << 20
 	}
 	if c.HeartbeatTicks >= c.ElectionTicks {
 		return fmt.Errorf("replica: heartbeat %d ticks must be shorter than election %d", c.HeartbeatTicks, c.ElectionTicks)
@@ -544,7 +551,8 @@ func (r *Replica) RetainFloor() uint64 {
 		return floor
 	}
 	for i := range r.peers {
-		if i != r.self && r.heard[i] <= r.cfg.ReservationTicks && !r.revoked[i] {
+		if i != r.self && r.heard[i] <= r.cfg.ReservationTicks && !r.revoked[i] &&
+			r.last-min(r.match[i], r.last) <= r.cfg.ReservationEntriesMax {
 			floor = min(floor, r.match[i])
 		}
 	}

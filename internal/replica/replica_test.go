@@ -622,3 +622,27 @@ func TestS6TailChasingEscalatesToRebuild(t *testing.T) {
 		t.Fatalf("after the rebuild n3 did not converge")
 	}
 }
+
+// A reservation is bounded in size too: a follower that is heard but
+// further behind than ReservationEntriesMax does not pin the leader's log.
+func TestReservationIsBoundedInSize(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	for _, id := range c.ids {
+		r, err := New(Config{ID: id, Replicas: c.ids, ElectionTicks: 10, Seed: uint64(id), ReservationEntriesMax: 3}, c.stores[id].persisted())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.rs[id] = r
+	}
+	c.elect(1)
+	c.propose(1, "a")
+	c.cut[3] = true
+	for i := 0; i < 6; i++ {
+		c.propose(1, fmt.Sprintf("x%d", i))
+	}
+	// Within the time bound (2 ticks) but 6 entries behind, above the bound.
+	c.tick(2)
+	if at := c.compact(1); at <= c.rs[3].Status().Last {
+		t.Fatalf("a follower beyond the size bound still pinned the log: compacted to %d, it ends at %d", at, c.rs[3].Status().Last)
+	}
+}
