@@ -493,9 +493,14 @@ func (r *Replica) stepSnapshot(m Message) {
 	}
 	r.electionElapsed = 0
 	seq, epoch := m.PrevSeq, m.PrevEpoch
-	if seq <= r.commit && !r.rebuilding {
-		// Already holds that prefix (committed entries agree).
-		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: r.commit})
+	if !r.rebuilding && (seq <= r.snapSeq || (seq <= r.last && r.epochAt(seq) == epoch)) {
+		// Already holds the snapshot's prefix (a leader whose next index
+		// for us went stale sends this too): installing would throw away
+		// entries above it that we may have acknowledged as flushed.
+		if c := min(m.CommitSeq, seq); c > r.commit {
+			r.commit = c
+		}
+		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: max(seq, r.snapSeq)})
 		return
 	}
 	r.pending.Snapshot = &SnapshotMeta{Seq: seq, Epoch: epoch}

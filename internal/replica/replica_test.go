@@ -646,3 +646,39 @@ func TestReservationIsBoundedInSize(t *testing.T) {
 		t.Fatalf("a follower beyond the size bound still pinned the log: compacted to %d, it ends at %d", at, c.rs[3].Status().Last)
 	}
 }
+
+// Found by the replica-group simulator (sync_all, seed 40071): a leader
+// whose next index for an up-to-date follower went stale sent it a snapshot
+// below entries the follower had already acknowledged; installing it threw
+// those away while the leader counted them, and sync_all committed an
+// entry held by two of three replicas. A follower that already holds the
+// snapshot's prefix must keep its log.
+func TestSnapshotBelowAcknowledgedEntriesKeepsTheLog(t *testing.T) {
+	c := newCluster(t, 3, SyncAll)
+	c.elect(1)
+	c.propose(1, "a")
+	// Two more entries reach n2 (it acknowledges them) before it learns
+	// that they committed.
+	c.rs[1].Propose([]byte("x"))
+	c.rs[1].Propose([]byte("y"))
+	c.flush(1)
+	for _, m := range c.queue {
+		if m.Type == MsgAppend && m.To == 2 {
+			c.rs[2].Step(m)
+		}
+	}
+	c.queue = nil
+	c.flush(2)
+	c.queue = nil
+	st := c.rs[2].Status()
+	if st.Last < 4 || st.CommitSeq >= 3 {
+		t.Fatalf("setup: n2 last %d commit %d, want the new entries held and not known committed", st.Last, st.CommitSeq)
+	}
+	before := c.logString(2)
+	// A stale next index makes the leader send a snapshot at seq 3 (x).
+	c.rs[2].Step(Message{Type: MsgSnapshot, From: 1, To: 2, Epoch: c.rs[1].Status().Hard.Promised, PrevSeq: 3, PrevEpoch: 1, CommitSeq: 3})
+	c.flush(2)
+	if c.snapshots != 0 || c.logString(2) != before || c.rs[2].Status().Last != st.Last {
+		t.Fatalf("a follower holding the prefix installed the snapshot: installs %d, log %s (was %s)", c.snapshots, c.logString(2), before)
+	}
+}
