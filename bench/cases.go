@@ -36,6 +36,9 @@ const (
 	modeR1 = "r1"
 	// modeR1Always is one JetStream replica with sync_interval: always.
 	modeR1Always = "r1-always"
+	// modeR3 is three Nereus processes on this machine, each topic
+	// replicated to all three (ack quorum: two fsyncs before the ack).
+	modeR3 = "r3"
 )
 
 // systemSpec is a broker in one durability mode and the way to start it.
@@ -58,6 +61,7 @@ type workloadSpec struct {
 // systemSpecs lists the brokers in the order they appear in the table.
 var systemSpecs = []systemSpec{
 	{System: systemNereus, Mode: modeR1, start: startNereus},
+	{System: systemNereus, Mode: modeR3, start: startNereusCluster(3)},
 	{System: systemJetStream, Mode: modeR1, start: startJetStreamMode(false)},
 	{System: systemJetStream, Mode: modeR1Always, start: startJetStreamMode(true)},
 }

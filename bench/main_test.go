@@ -11,18 +11,19 @@ func TestSelectCases(t *testing.T) {
 	if want := len(systemSpecs) * len(workloadSpecs); len(all) != want {
 		t.Fatalf("%d cases, want %d", len(all), want)
 	}
-	if all[0].ID() != "nereus/r1/pub_sync/1024" || all[1].ID() != "jetstream/r1/pub_sync/1024" {
-		t.Errorf("the systems of one row run back to back: %v, %v", all[0].ID(), all[1].ID())
+	if all[0].ID() != "nereus/r1/pub_sync/1024" || all[1].ID() != "nereus/r3/pub_sync/1024" || all[2].ID() != "jetstream/r1/pub_sync/1024" {
+		t.Errorf("the systems of one row run back to back: %v, %v, %v", all[0].ID(), all[1].ID(), all[2].ID())
 	}
 	tests := []struct {
 		only string
 		want int
 	}{
-		{"pub_async", 9},
-		{"^nereus/", 6},
+		{"pub_async", 12},
+		{"^nereus/", 12},
+		{"^nereus/r3/", 6},
 		{"jetstream/r1/", 6},
 		{"r1-always/e2e", 1},
-		{"/65536$", 3},
+		{"/65536$", 4},
 		{"nothing", 0},
 	}
 	for _, tt := range tests {

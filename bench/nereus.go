@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,14 +26,21 @@ const (
 	nereusLogTailBytes = 4 << 10
 )
 
-// nereusSystem is a `nereus serve` child process driven over TCP with the SDK.
+// nereusSystem is one `nereus serve` child process, or a cluster of them
+// on loopback, driven over TCP with the SDK.
 type nereusSystem struct {
+	procs    []*nereusProc
+	replicas int // of the topics it declares
+	// admin is the connection used to declare topics.
+	admin *client.Client
+}
+
+// nereusProc is one `nereus serve` child process.
+type nereusProc struct {
 	cmd     *exec.Cmd
 	addr    string        // client listen address, from the ready line
 	exited  chan struct{} // closed when the child has exited
 	logPath string        // the child's stderr
-	// admin is the connection used to declare topics.
-	admin *client.Client
 }
 
 // buildNereus builds the CLI once per run into dir and returns its path.
@@ -56,21 +64,70 @@ func buildNereus(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// startNereus starts `nereus serve` on a loopback port the kernel picks and
-// waits for its ready line.
+// startNereus starts one `nereus serve` on a loopback port the kernel picks
+// and waits for its ready line.
 func startNereus(ctx context.Context, env *environment, dataDir string) (system, error) {
+	p, err := startNereusProc(ctx, env, dataDir, "n1")
+	if err != nil {
+		return nil, err
+	}
+	return newNereusSystem(ctx, 1, p)
+}
+
+// startNereusCluster starts a cluster of n `nereus serve` processes on
+// loopback whose topics have n replicas.
+func startNereusCluster(n int) func(context.Context, *environment, string) (system, error) {
+	return func(ctx context.Context, env *environment, dataDir string) (system, error) {
+		var peers []string
+		for i := 1; i <= n; i++ {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			peers = append(peers, fmt.Sprintf("n%d=%s", i, l.Addr()))
+			l.Close()
+		}
+		secret := filepath.Join(dataDir, "cluster-secret")
+		if err := os.WriteFile(secret, []byte("bench-cluster-secret-0123456789"), 0o600); err != nil {
+			return nil, err
+		}
+		var procs []*nereusProc
+		for i := 1; i <= n; i++ {
+			p, err := startNereusProc(ctx, env, dataDir, fmt.Sprintf("n%d", i),
+				"--peers", strings.Join(peers, ","), "--cluster-secret-file", secret)
+			if err != nil {
+				return nil, err
+			}
+			procs = append(procs, p)
+		}
+		return newNereusSystem(ctx, n, procs...)
+	}
+}
+
+func newNereusSystem(ctx context.Context, replicas int, procs ...*nereusProc) (*nereusSystem, error) {
+	s := &nereusSystem{procs: procs, replicas: replicas}
+	var err error
+	s.admin, err = s.dial(ctx, "bench-admin")
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// startNereusProc starts one child with its data under dataDir/id.
+func startNereusProc(ctx context.Context, env *environment, dataDir, id string, extra ...string) (*nereusProc, error) {
 	bin, err := env.nereusBinary(ctx)
 	if err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dataDir, "nereus.log")
+	logPath := filepath.Join(dataDir, id+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close() // the child holds its own descriptor
-	cmd := exec.Command(bin, "serve", "--data", filepath.Join(dataDir, "data"),
-		"--listen", "127.0.0.1:0", "--http", "", "--insecure-no-auth", "--log-level", "warn")
+	cmd := exec.Command(bin, append([]string{"serve", "--node-id", id, "--data", filepath.Join(dataDir, id),
+		"--listen", "127.0.0.1:0", "--http", "", "--insecure-no-auth", "--log-level", "warn"}, extra...)...)
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = childProcAttr()
 	stdout, err := cmd.StdoutPipe()
@@ -80,7 +137,7 @@ func startNereus(ctx context.Context, env *environment, dataDir string) (system,
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start nereus: %w", err)
 	}
-	s := &nereusSystem{cmd: cmd, exited: make(chan struct{}), logPath: logPath}
+	s := &nereusProc{cmd: cmd, exited: make(chan struct{}), logPath: logPath}
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -112,10 +169,6 @@ func startNereus(ctx context.Context, env *environment, dataDir string) (system,
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	s.admin, err = s.dial(ctx, "bench-admin")
-	if err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
@@ -130,12 +183,27 @@ func parseReadyAddr(line string) (string, error) {
 }
 
 func (s *nereusSystem) dial(ctx context.Context, name string) (*client.Client, error) {
-	return client.Dial(ctx, client.Options{Servers: []string{s.addr}, ClientName: name})
+	var addrs []string
+	for _, p := range s.procs {
+		addrs = append(addrs, p.addr)
+	}
+	return client.Dial(ctx, client.Options{Servers: addrs, ClientName: name})
 }
 
+// CreateStream declares the topic, retrying while a new cluster elects its
+// metadata leader.
 func (s *nereusSystem) CreateStream(ctx context.Context, name string) error {
-	_, err := s.admin.DeclareTopic(ctx, client.TopicConfig{Name: name, Partitions: 1})
-	return err
+	for {
+		_, err := s.admin.DeclareTopic(ctx, client.TopicConfig{Name: name, Partitions: 1, Replicas: s.replicas})
+		if err == nil || !client.IsRetryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (s *nereusSystem) NewPublisher(ctx context.Context, stream string, inflightMax int) (publisher, error) {
@@ -164,12 +232,21 @@ func (s *nereusSystem) NewSubscriber(ctx context.Context, stream, group string, 
 	return &nereusSubscriber{conn: c, consumer: co, batchMax: batchMax}, nil
 }
 
-// Close asks the child to stop (SIGTERM), and kills it if it has not exited
-// within nereusStopTimeout. It is safe to call more than once.
+// Close stops every child. It is safe to call more than once.
 func (s *nereusSystem) Close() error {
 	if s.admin != nil {
 		s.admin.Close()
 	}
+	var errs []error
+	for _, p := range s.procs {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Close asks the child to stop (SIGTERM), and kills it if it has not exited
+// within nereusStopTimeout. It is safe to call more than once.
+func (s *nereusProc) Close() error {
 	select {
 	case <-s.exited:
 		return nil

@@ -62,6 +62,10 @@ type ratioRow struct {
 	LowerIsBetter bool          `json:"lower_is_better"`
 	Nereus        float64       `json:"nereus"`
 	Versus        []ratioVersus `json:"versus"`
+	// NereusR3 is the same metric with 3 replicas (nil when not run), and
+	// R3VersusR1 their ratio: what replication costs.
+	NereusR3   *float64 `json:"nereus_r3,omitempty"`
+	R3VersusR1 float64  `json:"r3_versus_r1,omitempty"`
 }
 
 // ratioVersus is Nereus's value divided by one JetStream mode's value
@@ -103,6 +107,11 @@ func computeRatios(rows []row, modes []string) []ratioRow {
 		for _, m := range comparedMetrics[r.Workload] {
 			rr := ratioRow{Workload: r.Workload, SizeBytes: r.SizeBytes, Metric: m.Name,
 				LowerIsBetter: m.LowerIsBetter, Nereus: m.get(r)}
+			if r3, ok := byKey[key{systemNereus, modeR3, r.Workload, r.SizeBytes}]; ok {
+				v := m.get(r3)
+				rr.NereusR3 = &v
+				rr.R3VersusR1, _ = ratio(v, rr.Nereus)
+			}
 			for _, mode := range modes {
 				js, ok := byKey[key{systemJetStream, mode, r.Workload, r.SizeBytes}]
 				if !ok {
@@ -116,6 +125,15 @@ func computeRatios(rows []row, modes []string) []ratioRow {
 		}
 	}
 	return out
+}
+
+func hasR3(rows []ratioRow) bool {
+	for _, rr := range rows {
+		if rr.NereusR3 != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // formatSize prints a message size: "16 B", "1 KiB", "64 KiB".
@@ -201,6 +219,19 @@ func (rep report) markdown() string {
 		b.WriteString("\n")
 	}
 
+	if hasR3(rep.Ratios) {
+		b.WriteString("## Replication: Nereus r3 ÷ r1\n\n")
+		b.WriteString("r3 is three Nereus processes on this same machine (and disk); a record is acked once two of them fsynced it.\n\n")
+		b.WriteString("| workload | size | metric | nereus r1 | nereus r3 | r3 ÷ r1 |\n|---|---|---|---:|---:|---:|\n")
+		for _, rr := range rep.Ratios {
+			if rr.NereusR3 != nil {
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr),
+					formatNumber(rr.Nereus), formatNumber(*rr.NereusR3), formatRatio(rr.R3VersusR1))
+			}
+		}
+		b.WriteString("\n")
+	}
+
 	b.WriteString("## All rows\n\n")
 	b.WriteString("| system | mode | workload | size | msgs/s | MB/s | p50 µs | p99 µs | p99.9 µs | messages | seconds | runs |\n")
 	b.WriteString("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -250,6 +281,7 @@ const (
 // svgSeries are the bars of each group, in order, with their colours.
 var svgSeries = []struct{ system, mode, color string }{
 	{systemNereus, modeR1, "#2b6cb0"},
+	{systemNereus, modeR3, "#63b3ed"},
 	{systemJetStream, modeR1, "#dd6b20"},
 	{systemJetStream, modeR1Always, "#9c4221"},
 }
@@ -276,9 +308,14 @@ func (rep report) svg() string {
 		g := group{title: fmt.Sprintf("%s %s — %s (%s)", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr), better)}
 		for _, s := range svgSeries {
 			v := -1.0
-			if s.system == systemNereus {
+			switch {
+			case s.system == systemNereus && s.mode == modeR3:
+				if rr.NereusR3 != nil {
+					v = *rr.NereusR3
+				}
+			case s.system == systemNereus:
 				v = rr.Nereus
-			} else {
+			default:
 				for _, vs := range rr.Versus {
 					if vs.Mode == s.mode {
 						v = vs.JetStream

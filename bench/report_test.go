@@ -17,6 +17,7 @@ import (
 func sampleRows() []row {
 	return []row{
 		{System: systemNereus, Mode: modeR1, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 50, MBPerS: 0.05, Runs: 1},
+		{System: systemNereus, Mode: modeR3, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 20, MBPerS: 0.02, Runs: 1},
 		{System: systemJetStream, Mode: modeR1, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 100, MBPerS: 0.1, Runs: 1},
 		{System: systemJetStream, Mode: modeR1Always, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 25, MBPerS: 0.025, Runs: 1},
 		{System: systemNereus, Mode: modeR1, Workload: workloadE2E, SizeBytes: 1024, MsgsPerS: 2000, P50Us: 900, P99Us: 4000, Runs: 1},
@@ -63,6 +64,9 @@ func TestComputeRatios(t *testing.T) {
 			t.Errorf("ratio %d = %+v, want %+v", i, flattened[i], want[i])
 		}
 	}
+	if got[0].NereusR3 == nil || *got[0].NereusR3 != 20 || got[0].R3VersusR1 != 0.4 || got[1].NereusR3 != nil {
+		t.Errorf("r3 comparison: %+v / %+v", got[0], got[1])
+	}
 	if !got[1].LowerIsBetter || got[0].LowerIsBetter {
 		t.Errorf("latency ratios are lower-is-better, throughput ones are not: %+v", got)
 	}
@@ -77,6 +81,7 @@ func TestMarkdown(t *testing.T) {
 		"| e2e | 1 KiB | p50 µs | 900 | 300 | 3.00× | – | – |",
 		"| nereus | r1 | e2e | 1 KiB | 2000 | – | 900 | 4000 | – | 0 | 0.00 | 1 |",
 		"- jetstream/r1-always/e2e/1024: boom",
+		"| pub_async | 1 KiB | msgs/s | 50.0 | 20.0 | 0.40× |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
@@ -114,8 +119,8 @@ func TestSVGIsWellFormedWithOneBarPerValue(t *testing.T) {
 			rects++
 		}
 	}
-	// background + 3 legend swatches + bars: pub_async 3, e2e p50 2, e2e p99 2.
-	if want := 1 + 3 + 7; rects != want {
+	// background + 4 legend swatches + bars: pub_async 4, e2e p50 2, e2e p99 2.
+	if want := 1 + 4 + 8; rects != want {
 		t.Errorf("%d rects, want %d", rects, want)
 	}
 	// The largest bar of a group spans the full width.
@@ -142,7 +147,7 @@ func TestJSONHasTheDocumentedFields(t *testing.T) {
 			t.Errorf("machine lacks %q: %v", k, doc.Machine)
 		}
 	}
-	if len(doc.Rows) != 5 {
+	if len(doc.Rows) != 6 {
 		t.Fatalf("%d rows", len(doc.Rows))
 	}
 	for _, k := range []string{"system", "mode", "workload", "size", "msgs_per_s", "p50_us", "p99_us"} {
@@ -150,8 +155,8 @@ func TestJSONHasTheDocumentedFields(t *testing.T) {
 			t.Errorf("row lacks %q: %v", k, doc.Rows[0])
 		}
 	}
-	if doc.Rows[3]["workload"] != "e2e" || doc.Rows[3]["p99_us"] != 4000.0 || doc.Rows[0]["p50_us"] != 0.0 {
-		t.Errorf("row values: %v / %v", doc.Rows[3], doc.Rows[0])
+	if doc.Rows[4]["workload"] != "e2e" || doc.Rows[4]["p99_us"] != 4000.0 || doc.Rows[0]["p50_us"] != 0.0 {
+		t.Errorf("row values: %v / %v", doc.Rows[4], doc.Rows[0])
 	}
 	if len(doc.Ratios) != 3 {
 		t.Errorf("%d ratio rows, want 3", len(doc.Ratios))

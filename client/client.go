@@ -4,26 +4,59 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// Client is a connection to a Nereus broker, shared by any number of
-// producers and consumers. It is safe for concurrent use.
+// Metadata refreshes are rate-limited: consecutive refreshes that find no
+// change back off from metadataRefreshMin to metadataRefreshMax.
+const (
+	metadataRefreshMin = 50 * time.Millisecond
+	metadataRefreshMax = 2 * time.Second
+)
+
+// Client is a connection to a Nereus broker or cluster, shared by any number
+// of producers and consumers. It holds one connection to a seed server and,
+// in a cluster, one per partition leader it routes to. It is safe for
+// concurrent use.
 type Client struct {
 	opts   Options
 	closed chan struct{} // closed by Close
 
-	mu           sync.Mutex
-	isClosed     bool
-	cur          *conn         // current connection; nil or dead means reconnect
-	dialing      chan struct{} // non-nil while one goroutine dials; closed when it ends
-	nextServer   int           // index into opts.Servers of the next dial
-	dialFailures int           // consecutive failed dial rounds
-	nextDialAt   time.Time     // no dial round starts before this (backoff)
+	mu         sync.Mutex
+	isClosed   bool
+	seed       connSlot             // connection to one of opts.Servers
+	nextServer int                  // index into opts.Servers of the next dial
+	pool       map[string]*connSlot // connections to leaders, by address
+	meta       map[string]*topicMeta
 }
+
+// connSlot holds one connection that is redialed on demand: one dial at a
+// time, with backoff between failed dials. Fields are guarded by Client.mu.
+type connSlot struct {
+	cur        *conn         // nil or dead means redial
+	dialing    chan struct{} // non-nil while one goroutine dials; closed when it ends
+	failures   int           // consecutive failed dials
+	nextDialAt time.Time     // no dial starts before this (backoff)
+	lastErr    error         // why the last dial failed
+}
+
+// topicMeta is the cached routing of one topic. Fields are guarded by
+// Client.mu.
+type topicMeta struct {
+	leaders    []route       // by partition; nil until first fetched
+	refreshing chan struct{} // non-nil while a refresh waits or runs; closed when it ends
+	again      bool          // a refresh was asked for while one ran
+	unchanged  int           // consecutive refreshes that changed nothing
+	nextAt     time.Time     // no refresh starts before this
+}
+
+// route names a partition's leader: node id and client address, either
+// possibly "" (unknown).
+type route struct{ leader, addr string }
 
 // Dial connects and authenticates to the first reachable server of
 // opts.Servers, trying each once. A rejected token fails with an error
@@ -33,16 +66,16 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{opts: opts, closed: make(chan struct{})}
+	c := &Client{opts: opts, closed: make(chan struct{}), pool: map[string]*connSlot{}, meta: map[string]*topicMeta{}}
 	cn, err := c.dialRound(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c.cur = cn
+	c.seed.cur = cn
 	return c, nil
 }
 
-// Close closes the connection. Pending requests fail with ErrClosed;
+// Close closes every connection. Pending requests fail with ErrClosed;
 // producers and consumers of this client stop working.
 func (c *Client) Close() error {
 	c.mu.Lock()
@@ -51,11 +84,16 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.isClosed = true
-	cn := c.cur
+	conns := []*conn{c.seed.cur}
+	for _, s := range c.pool {
+		conns = append(conns, s.cur)
+	}
 	c.mu.Unlock()
 	close(c.closed)
-	if cn != nil {
-		cn.close()
+	for _, cn := range conns {
+		if cn != nil {
+			cn.close()
+		}
 	}
 	return nil
 }
@@ -88,10 +126,17 @@ func (c *Client) dialRound(ctx context.Context) (*conn, error) {
 	return nil, errors.Join(errs...)
 }
 
-// getConn returns the live connection, dialing (once for all callers, with
-// backoff between failed rounds) until one is up or ctx ends. Only
+// getConn returns the live seed connection, dialing (once for all callers,
+// with backoff between failed rounds) until one is up or ctx ends. Only
 // terminal failures (authentication, closed client, ctx) are returned.
 func (c *Client) getConn(ctx context.Context) (*conn, error) {
+	return c.slotConn(ctx, &c.seed, c.dialRound, true)
+}
+
+// slotConn returns s's live connection, dialing it with dial when it is
+// down. With persist it retries (after backoff) until ctx ends; without, it
+// makes at most one dial and fails at once while s is backing off.
+func (c *Client) slotConn(ctx context.Context, s *connSlot, dial func(context.Context) (*conn, error), persist bool) (*conn, error) {
 	var lastErr error
 	for {
 		c.mu.Lock()
@@ -99,12 +144,12 @@ func (c *Client) getConn(ctx context.Context) (*conn, error) {
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		if c.cur != nil && !c.cur.isDead() {
-			cn := c.cur
+		if s.cur != nil && !s.cur.isDead() {
+			cn := s.cur
 			c.mu.Unlock()
 			return cn, nil
 		}
-		if ch := c.dialing; ch != nil {
+		if ch := s.dialing; ch != nil {
 			c.mu.Unlock()
 			select {
 			case <-ch:
@@ -115,7 +160,12 @@ func (c *Client) getConn(ctx context.Context) (*conn, error) {
 				return nil, ErrClosed
 			}
 		}
-		if wait := time.Until(c.nextDialAt); wait > 0 {
+		if wait := time.Until(s.nextDialAt); wait > 0 {
+			if !persist {
+				err := s.lastErr
+				c.mu.Unlock()
+				return nil, err
+			}
 			c.mu.Unlock()
 			t := time.NewTimer(wait)
 			select {
@@ -130,30 +180,31 @@ func (c *Client) getConn(ctx context.Context) (*conn, error) {
 			}
 		}
 		ch := make(chan struct{})
-		c.dialing = ch
+		s.dialing = ch
 		c.mu.Unlock()
 
-		cn, err := c.dialRound(ctx)
+		cn, err := dial(ctx)
 
 		c.mu.Lock()
-		c.dialing = nil
+		s.dialing = nil
 		close(ch)
 		if err == nil {
-			c.dialFailures = 0
-			c.nextDialAt = time.Time{}
+			s.failures = 0
+			s.nextDialAt, s.lastErr = time.Time{}, nil
 			if c.isClosed {
 				c.mu.Unlock()
 				cn.close()
 				return nil, ErrClosed
 			}
-			c.cur = cn
+			s.cur = cn
 			c.mu.Unlock()
 			return cn, nil
 		}
 		lastErr = err
 		if ctx.Err() == nil && !isTerminalDialError(err) {
-			c.dialFailures++
-			c.nextDialAt = time.Now().Add(backoff(c.dialFailures, reconnectDelayMin, reconnectDelayMax))
+			s.failures++
+			s.nextDialAt = time.Now().Add(backoff(s.failures, reconnectDelayMin, reconnectDelayMax))
+			s.lastErr = err
 		}
 		c.mu.Unlock()
 		if isTerminalDialError(err) {
@@ -161,6 +212,9 @@ func (c *Client) getConn(ctx context.Context) (*conn, error) {
 		}
 		if ctx.Err() != nil {
 			return nil, ctxError(ctx, lastErr)
+		}
+		if !persist {
+			return nil, err
 		}
 	}
 }
@@ -175,14 +229,216 @@ func (c *Client) isClosedNow() bool {
 	}
 }
 
-// liveConn returns the current connection if it is up, without dialing.
+// liveConn returns a connection that is up, preferring the seed's, without
+// dialing; nil if none is.
 func (c *Client) liveConn() *conn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cur != nil && !c.cur.isDead() && !c.isClosed {
-		return c.cur
+	if c.isClosed {
+		return nil
+	}
+	if c.seed.cur != nil && !c.seed.cur.isDead() {
+		return c.seed.cur
+	}
+	for _, s := range c.pool {
+		if s.cur != nil && !s.cur.isDead() {
+			return s.cur
+		}
 	}
 	return nil
+}
+
+// anyConn returns a live connection, dialing a seed when none is up.
+func (c *Client) anyConn(ctx context.Context) (*conn, error) {
+	if cn := c.liveConn(); cn != nil {
+		return cn, nil
+	}
+	return c.getConn(ctx)
+}
+
+// leaderConn returns a connection to the leader of partition part of topic
+// as the metadata cache names it, matched by node id (the seed may be that
+// node) or else by address. When the leader is unknown (part < 0, no
+// metadata yet, election running) it returns any live connection: a
+// non-leader answers NOT_LEADER and the caller refreshes. Without dial it
+// returns nil rather than connect; with dial it connects to the leader and
+// falls back to a seed when that fails. Only terminal errors are returned.
+func (c *Client) leaderConn(ctx context.Context, topic string, part int32, dial bool) (*conn, error) {
+	c.mu.Lock()
+	r := c.routeLocked(topic, part)
+	cn := c.findLiveLocked(r)
+	// The seed's own node is redialed through the seed list, as a single
+	// node always is: its advertised address may not be reachable as is.
+	seedNode := c.seed.cur != nil && r.leader != "" && c.seed.cur.nodeID == r.leader
+	var slot *connSlot
+	if cn == nil && r.addr != "" && !seedNode && dial && !c.isClosed {
+		slot = c.pool[r.addr]
+		if slot == nil {
+			slot = &connSlot{}
+			c.pool[r.addr] = slot
+		}
+	}
+	c.mu.Unlock()
+	if cn != nil {
+		return cn, nil
+	}
+	if !dial {
+		if r != (route{}) {
+			return nil, nil // known leader, not connected: the caller dials
+		}
+		return c.liveConn(), nil
+	}
+	if seedNode {
+		return c.getConn(ctx)
+	}
+	if slot != nil {
+		cn, err := c.slotConn(ctx, slot, func(ctx context.Context) (*conn, error) {
+			return dialConn(ctx, r.addr, &c.opts)
+		}, false)
+		if err == nil {
+			return cn, nil
+		}
+		if errors.Is(err, ErrClosed) || isTerminalDialError(err) {
+			return nil, err
+		}
+		c.refreshTopic(topic) // the leader may be gone
+	}
+	return c.anyConn(ctx)
+}
+
+// routeLocked returns the cached leader of topic's partition part.
+func (c *Client) routeLocked(topic string, part int32) route {
+	if m := c.meta[topic]; m != nil && part >= 0 && int(part) < len(m.leaders) {
+		return m.leaders[part]
+	}
+	return route{}
+}
+
+// findLiveLocked returns a live connection to r's node, nil if none.
+func (c *Client) findLiveLocked(r route) *conn {
+	if r == (route{}) || c.isClosed {
+		return nil
+	}
+	match := func(cn *conn) bool {
+		return cn != nil && !cn.isDead() && (r.leader != "" && cn.nodeID == r.leader || r.addr != "" && cn.addr == r.addr)
+	}
+	if match(c.seed.cur) {
+		return c.seed.cur
+	}
+	if s := c.pool[r.addr]; s != nil && match(s.cur) {
+		return s.cur
+	}
+	for _, s := range c.pool {
+		if match(s.cur) {
+			return s.cur
+		}
+	}
+	return nil
+}
+
+// partitionCount returns topic's partition count from the metadata cache,
+// 0 when it is not known yet.
+func (c *Client) partitionCount(topic string) uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.meta[topic]; m != nil {
+		return uint32(len(m.leaders))
+	}
+	return 0
+}
+
+// refreshTopic starts a refresh of topic's metadata, unless one is already
+// waiting or running (it then runs once more afterwards), and returns a
+// channel closed when the current refresh ends. Refreshes that change
+// nothing back off, so callers may ask as often as they fail.
+func (c *Client) refreshTopic(topic string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.isClosed {
+		return c.closed
+	}
+	m := c.metaLocked(topic)
+	if m.refreshing != nil {
+		m.again = true
+		return m.refreshing
+	}
+	if time.Since(m.nextAt) > metadataRefreshMax {
+		m.unchanged = 0 // quiet for a while: react quickly again
+	}
+	ch := make(chan struct{})
+	m.refreshing = ch
+	go c.runRefresh(topic, ch, time.Until(m.nextAt))
+	return ch
+}
+
+// awaitRefresh refreshes topic's metadata and waits for it (or ctx).
+func (c *Client) awaitRefresh(ctx context.Context, topic string) {
+	select {
+	case <-c.refreshTopic(topic):
+	case <-ctx.Done():
+	}
+}
+
+func (c *Client) metaLocked(topic string) *topicMeta {
+	m := c.meta[topic]
+	if m == nil {
+		m = &topicMeta{}
+		c.meta[topic] = m
+	}
+	return m
+}
+
+func (c *Client) runRefresh(topic string, done chan struct{}, delay time.Duration) {
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-c.closed:
+			t.Stop()
+		}
+	}
+	var changed bool
+	if !c.isClosedNow() {
+		// Topics stores what it learns in the cache.
+		_, changed, _ = c.topics(context.Background(), topic)
+	}
+	c.mu.Lock()
+	m := c.meta[topic]
+	if changed {
+		m.unchanged = 0
+	} else {
+		m.unchanged++
+	}
+	m.nextAt = time.Now().Add(backoff(m.unchanged+1, metadataRefreshMin, metadataRefreshMax))
+	m.refreshing = nil
+	again := m.again
+	m.again = false
+	c.mu.Unlock()
+	close(done)
+	if again {
+		c.refreshTopic(topic)
+	}
+}
+
+// storeMetadata caches the routing of topics and reports whether any
+// leader or partition count changed.
+func (c *Client) storeMetadata(topics []wire.TopicInfo) (changed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range topics {
+		leaders := make([]route, t.Config.Partitions)
+		for _, p := range t.Partitions {
+			if int(p.Partition) < len(leaders) {
+				leaders[p.Partition] = route{leader: p.Leader, addr: p.LeaderAddr}
+			}
+		}
+		m := c.metaLocked(t.Config.Name)
+		if !slices.Equal(m.leaders, leaders) {
+			m.leaders = leaders
+			changed = true
+		}
+	}
+	return changed
 }
 
 func ctxError(ctx context.Context, last error) error {
@@ -197,14 +453,15 @@ func (c *Client) withRequestTimeout(ctx context.Context) (context.Context, conte
 	return context.WithTimeout(ctx, c.opts.RequestTimeout)
 }
 
-// idempotentRequest sends f and waits for its reply, reconnecting and
-// resending after a disconnection until ctx (bounded by RequestTimeout)
-// ends. Only for requests that are safe to repeat.
+// idempotentRequest sends f to any node and waits for its reply,
+// reconnecting and resending after a disconnection until ctx (bounded by
+// RequestTimeout) ends. Only for requests that are safe to repeat and that
+// every node answers (DECLARE is forwarded, METADATA answered locally).
 func (c *Client) idempotentRequest(ctx context.Context, f wire.Frame) (wire.Frame, error) {
 	ctx, cancel := c.withRequestTimeout(ctx)
 	defer cancel()
 	for {
-		cn, err := c.getConn(ctx)
+		cn, err := c.anyConn(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -237,14 +494,39 @@ type TopicConfig struct {
 	Retention time.Duration
 	// RetentionBytes bounds each partition's size; 0 = unlimited.
 	RetentionBytes int64
+	// Replicas is the replication factor: 1, 3 or 5; 0 = the broker's
+	// default (1 on a single node, 3 in a cluster of 3 or more).
+	Replicas int
+	// Ack is when a replicated record is acknowledged: "quorum" (a majority
+	// of the replicas fsynced it; "" means quorum) or "all" (every replica
+	// did; a lagging replica then blocks writes with QUORUM_LOST).
+	Ack string
 }
 
-// PartitionInfo is the state of one partition.
+// PartitionInfo is the state of one partition, as the answering node knows it.
 type PartitionInfo struct {
 	Partition int
 	Epoch     uint64 // leader epoch
 	StartSeq  uint64 // oldest retained seq
 	CommitSeq uint64 // last visible seq
+	// Leader is the node id of the partition's leader and LeaderAddr its
+	// client address; "" while unknown (an election is running).
+	Leader     string
+	LeaderAddr string
+	// ReadOnly is set while the leader has lost its ack quorum: publishes
+	// fail with ErrQuorumLost (the producer retries them until its deadline).
+	ReadOnly bool
+	// Replicas lists the replica group; empty on a single node.
+	Replicas []ReplicaInfo
+}
+
+// ReplicaInfo is one member of a partition's replica group. State (InSync,
+// CatchingUp, NeedsRebuild, Rebuilding) is known only when the answering
+// node leads the partition, else "".
+type ReplicaInfo struct {
+	Node       string
+	State      string
+	FlushedSeq uint64 // last seq the replica has fsynced
 }
 
 // TopicInfo is a topic's configuration and the state of its partitions.
@@ -263,9 +545,19 @@ func (t TopicConfig) toWire() (wire.TopicConfig, error) {
 	if t.Retention < 0 || t.RetentionBytes < 0 {
 		return wire.TopicConfig{}, wire.Errorf(wire.CodeInvalidArgument, "retention must not be negative")
 	}
+	switch t.Replicas {
+	case 0, 1, 3, 5:
+	default:
+		return wire.TopicConfig{}, wire.Errorf(wire.CodeInvalidArgument, "replicas must be 1, 3 or 5 (0 = broker default), got %d", t.Replicas)
+	}
+	ack, err := wire.ParseAckPolicy(t.Ack)
+	if err != nil {
+		return wire.TopicConfig{}, wire.Errorf(wire.CodeInvalidArgument, "%v", err)
+	}
 	return wire.TopicConfig{
 		Name: t.Name, Partitions: uint32(t.Partitions),
 		RetentionMs: t.Retention.Milliseconds(), RetentionBytes: t.RetentionBytes,
+		Replicas: uint8(t.Replicas), Ack: ack,
 	}, nil
 }
 
@@ -273,13 +565,15 @@ func topicConfigFromWire(w wire.TopicConfig) TopicConfig {
 	return TopicConfig{
 		Name: w.Name, Partitions: int(w.Partitions),
 		Retention: time.Duration(w.RetentionMs) * time.Millisecond, RetentionBytes: w.RetentionBytes,
+		Replicas: int(w.Replicas), Ack: w.Ack.String(),
 	}
 }
 
 // DeclareTopic creates a topic, or confirms that an identical one exists
 // (created is then false). A topic with a different configuration fails
 // with ErrTopicConflict. A declare retried after a disconnection may report
-// created=false for a topic the first attempt created.
+// created=false for a topic the first attempt created. Any node of a
+// cluster accepts it.
 func (c *Client) DeclareTopic(ctx context.Context, cfg TopicConfig) (created bool, err error) {
 	wc, err := cfg.toWire()
 	if err != nil {
@@ -299,25 +593,38 @@ func (c *Client) DeclareTopic(ctx context.Context, cfg TopicConfig) (created boo
 // Topics describes the named topics, or all topics when names is empty.
 // Named topics that do not exist are absent from the result.
 func (c *Client) Topics(ctx context.Context, names ...string) ([]TopicInfo, error) {
+	infos, _, err := c.topics(ctx, names...)
+	return infos, err
+}
+
+// topics is Topics; it also refreshes the routing cache and reports
+// whether that changed.
+func (c *Client) topics(ctx context.Context, names ...string) ([]TopicInfo, bool, error) {
 	reply, err := c.idempotentRequest(ctx, &wire.Metadata{Topics: names})
 	if err != nil {
-		return nil, fmt.Errorf("nereus: metadata: %w", err)
+		return nil, false, fmt.Errorf("nereus: metadata: %w", err)
 	}
 	ok, isOK := reply.(*wire.MetadataOK)
 	if !isOK {
-		return nil, unexpected("METADATA", reply)
+		return nil, false, unexpected("METADATA", reply)
 	}
+	changed := c.storeMetadata(ok.Topics)
 	out := make([]TopicInfo, 0, len(ok.Topics))
 	for _, t := range ok.Topics {
 		info := TopicInfo{Config: topicConfigFromWire(t.Config)}
 		for _, p := range t.Partitions {
-			info.Partitions = append(info.Partitions, PartitionInfo{
+			pi := PartitionInfo{
 				Partition: int(p.Partition), Epoch: p.Epoch, StartSeq: p.StartSeq, CommitSeq: p.CommitSeq,
-			})
+				Leader: p.Leader, LeaderAddr: p.LeaderAddr, ReadOnly: p.ReadOnly,
+			}
+			for _, r := range p.Replicas {
+				pi.Replicas = append(pi.Replicas, ReplicaInfo{Node: r.Node, State: r.State, FlushedSeq: r.FlushedSeq})
+			}
+			info.Partitions = append(info.Partitions, pi)
 		}
 		out = append(out, info)
 	}
-	return out, nil
+	return out, changed, nil
 }
 
 func unexpected(req string, f wire.Frame) error {

@@ -52,6 +52,12 @@ type ConsumerStats struct {
 // flow control. Next is safe for concurrent use. A background pump owns the
 // subscription: it (re)subscribes after reconnects, returns credit in
 // batches and sends acks in batches.
+//
+// In a cluster the group is served by its coordinator, the leader of the
+// topic's partition 0. When the subscription or an ack is refused with
+// NOT_LEADER, or the connection is lost, the consumer refreshes the
+// metadata and subscribes again at the new coordinator. Acks refused by the
+// old coordinator fail; their messages are redelivered.
 type Consumer struct {
 	client    *Client
 	key       subKey
@@ -75,6 +81,7 @@ type Consumer struct {
 	unreturnedBytes int       // payload bytes of those messages
 	firstUnreturned time.Time // when unreturned went from 0 to 1
 	err             error     // terminal subscription error
+	leaving         *conn     // the coordinator is no longer on this conn: move
 
 	delivered, acked, staleAcks, failedAcks, resubscribes atomic.Uint64
 	acksInFlight                                          sync.WaitGroup
@@ -125,7 +132,7 @@ func (c *Client) Subscribe(ctx context.Context, topic, group string, opts Consum
 		closed:   make(chan struct{}),
 		pumpDone: make(chan struct{}),
 	}
-	cn, err := c.getConn(ctx)
+	cn, err := c.leaderConn(ctx, topic, 0, true) // the group coordinator
 	if err != nil {
 		return nil, fmt.Errorf("nereus: subscribe %s/%s: %w", topic, group, err)
 	}
@@ -197,6 +204,8 @@ func (co *Consumer) onStream(cn *conn, f wire.Frame, err error) bool {
 			co.sub = nil
 			if !IsRetryable(err) {
 				co.err = fmt.Errorf("nereus: subscription %s/%s: %w", co.key.topic, co.key.group, err)
+			} else if routeMayHaveMoved(err) {
+				co.leaving = cn
 			}
 		}
 		co.mu.Unlock()
@@ -244,6 +253,35 @@ func (co *Consumer) wakePump() {
 	case co.kick <- struct{}{}:
 	default:
 	}
+}
+
+// leave tells the pump that cn no longer reaches the group coordinator.
+func (co *Consumer) leave(cn *conn) {
+	co.mu.Lock()
+	co.leaving = cn
+	co.mu.Unlock()
+	co.wakePump()
+}
+
+// takeLeaving reports (once) whether the pump must leave cn.
+func (co *Consumer) takeLeaving(cn *conn) bool {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	l := co.leaving
+	co.leaving = nil
+	return l != nil && l == cn
+}
+
+// coordinatorConn returns the connection of the live subscription, else one
+// to the group coordinator.
+func (co *Consumer) coordinatorConn(ctx context.Context) (*conn, error) {
+	co.mu.Lock()
+	cn := co.sub
+	co.mu.Unlock()
+	if cn != nil && !cn.isDead() {
+		return cn, nil
+	}
+	return co.client.leaderConn(ctx, co.key.topic, 0, true)
 }
 
 // Next returns the next message, waiting until one arrives, ctx ends, the
@@ -324,7 +362,7 @@ func (co *Consumer) enqueueAck(ctx context.Context, e wire.AckEntry, done chan e
 func (co *Consumer) nack(ctx context.Context, e wire.AckEntry, delay time.Duration) error {
 	ctx, cancel := co.client.withRequestTimeout(ctx)
 	defer cancel()
-	cn, err := co.client.getConn(ctx)
+	cn, err := co.coordinatorConn(ctx)
 	if err != nil {
 		return fmt.Errorf("nereus: nack %d/%d: %w", e.Partition, e.Seq, err)
 	}
@@ -333,6 +371,9 @@ func (co *Consumer) nack(ctx context.Context, e wire.AckEntry, delay time.Durati
 		DelayMs: uint32(min(max(delay.Milliseconds(), 0), 1<<32-1)), Entries: []wire.AckEntry{e},
 	})
 	if err != nil {
+		if hasCode(err, wire.CodeNotLeader, wire.CodeUnavailable) {
+			co.leave(cn)
+		}
 		return fmt.Errorf("nereus: nack %d/%d: %w", e.Partition, e.Seq, err)
 	}
 	ok, isOK := reply.(*wire.AckOK)
@@ -373,7 +414,10 @@ func (co *Consumer) pump(cn *conn) {
 		if cn == nil && dialing == nil && ctx.Err() == nil {
 			dialing = make(chan dialResult, 1)
 			go func(ch chan dialResult) {
-				cn, err := co.client.getConn(ctx)
+				// What ended the last connection (loss, NOT_LEADER) may
+				// mean the coordinator moved: look it up again first.
+				co.client.awaitRefresh(ctx, co.key.topic)
+				cn, err := co.client.leaderConn(ctx, co.key.topic, 0, true)
 				ch <- dialResult{cn, err}
 			}(dialing)
 		}
@@ -455,6 +499,19 @@ func (co *Consumer) pump(cn *conn) {
 		case <-timer.C:
 		}
 
+		if cn != nil && co.takeLeaving(cn) {
+			// The coordinator moved. cn may serve others: only stop using
+			// it. Unsent acks fail like on a lost connection.
+			co.mu.Lock()
+			if co.sub == cn {
+				cn.detachSub(co.key, co, co.outstanding)
+				co.sub = nil
+			}
+			co.mu.Unlock()
+			co.failAcks(batch, fmt.Errorf("nereus: ack: %s left the coordinator: %w", cn.addr, ErrNotLeader))
+			batch = nil
+			cn = nil
+		}
 		if cn == nil {
 			continue
 		}
@@ -535,7 +592,11 @@ func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt int) {
 		func(f wire.Frame, err error) {
 			defer co.acksInFlight.Done()
 			var werr *wire.Error
-			if attempt < ackRetriesMax && errors.As(err, &werr) && werr.Code.Retryable() {
+			if hasCode(err, wire.CodeNotLeader, wire.CodeUnavailable) {
+				// Asking this node again is pointless: follow the
+				// coordinator. These acks fail; their messages come again.
+				co.leave(cn)
+			} else if attempt < ackRetriesMax && errors.As(err, &werr) && werr.Code.Retryable() {
 				co.acksInFlight.Add(1)
 				time.AfterFunc(time.Duration(attempt+1)*50*time.Millisecond, func() {
 					defer co.acksInFlight.Done()

@@ -4,14 +4,31 @@
 //
 // # Connections
 //
-// A Client owns at most one TCP (or TLS) connection at a time. A reader
-// goroutine dispatches replies by correlation id; a writer goroutine batches
-// outgoing frames through a bufio.Writer and flushes whenever its bounded
-// queue runs empty. When the connection is lost every pending request fails
-// with an error wrapping ErrDisconnected. Reconnection is lazy: the next
-// request (or a producer retry, or a consumer's background pump) dials again,
-// cycling through Options.Servers with bounded exponential backoff between
-// failed rounds. A failed authentication is terminal and never retried.
+// A Client owns one TCP (or TLS) connection to a seed server and, in a
+// cluster, one to each partition leader it routes to (pooled by address,
+// closed by Close). On each, a reader goroutine dispatches replies by
+// correlation id; a writer goroutine batches outgoing frames through a
+// bufio.Writer and flushes whenever its bounded queue runs empty. When a
+// connection is lost every pending request on it fails with an error
+// wrapping ErrDisconnected. Reconnection is lazy: the next request (or a
+// producer retry, or a consumer's background pump) dials again, cycling
+// through Options.Servers (or redialing the leader) with bounded exponential
+// backoff between failed attempts. A failed authentication is terminal and
+// never retried.
+//
+// # Clusters
+//
+// Each partition of a cluster is led by one node. The client caches every
+// topic's leaders (from METADATA, asked of any node) and refreshes them,
+// rate-limited, when a request fails with NOT_LEADER, UNAVAILABLE or
+// QUORUM_LOST or a connection is lost. A Producer picks each message's
+// partition itself, with the broker's rule, and sends it to the leader;
+// a retry keeps the partition and the producer sequence, so it is
+// deduplicated by the new leader. A Consumer follows its group's
+// coordinator, the leader of the topic's partition 0. While a leader is
+// unknown, requests go to a seed, whose NOT_LEADER triggers the refresh.
+// DeclareTopic and Topics may be answered by any node. A single node leads
+// every partition, so none of this changes how it is used.
 //
 // # Delivery guarantees
 //

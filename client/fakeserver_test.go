@@ -13,13 +13,19 @@ import (
 )
 
 // fakeServer is an in-test broker implementing just enough of protocol v1:
-// HELLO with a token, DECLARE, METADATA, PUB with dedup by (topic, producer
-// id, seq), PULL/MSG with credit accounting, ACK/NACK with stale delivery
-// ids, PING. All state sits under one mutex; every connection has a reader
-// goroutine and a writer goroutine.
+// HELLO with a token, DECLARE, METADATA, PUB with dedup by (topic,
+// partition, producer id, seq), PULL/MSG with credit accounting, ACK/NACK
+// with stale delivery ids, PING. All state sits under one mutex; every
+// connection has a reader goroutine and a writer goroutine.
+//
+// It may run as a cluster of nodes, each with its own listener, sharing one
+// (as if perfectly replicated) state. Each partition has a leader node: PUB
+// elsewhere is answered NOT_LEADER, and so are PULL, ACK and NACK away from
+// the topic's coordinator (the leader of partition 0). A single node leads
+// everything.
 type fakeServer struct {
 	t     testing.TB
-	ln    net.Listener
+	nodes []*fakeNode
 	token string
 
 	mu         sync.Mutex
@@ -28,12 +34,22 @@ type fakeServer struct {
 	dedup      map[fakeDedupKey]wire.PubOK
 	groups     map[subKey]*fakeGroup
 	sessions   map[*fakeSession]bool
-	pubLog     []wire.Pub // every PUB received, in arrival order
-	pubCount   int        // PUB frames received (including replays)
+	leaders    map[fakePart]int  // leader node index (absent: partition % nodes; -1: election)
+	readOnly   map[fakePart]bool // PUBs fail with QUORUM_LOST
+	pubLog     []wire.Pub        // every PUB appended, in arrival order
+	pubFrames  []fakePubFrame    // every PUB received, with its outcome
+	accepted   int               // PUB frames a leader accepted (including replays)
+	acksAt     []int             // ACK frames received, by node
+	declares   int               // DECLARE frames received
+	advertised map[int]string    // LeaderAddr of a node, if not its listener's
 	nextDeliv  uint64
 	violations []string
 	// Test hooks, set before use.
-	onPub func(n int) fakeAction // n counts PUB frames from 1
+	onPub func(n int) fakeAction // n counts PUB frames a leader accepts, from 1
+	// silentMoves: a coordinator that loses its role does not end its
+	// subscriptions: it takes their credit but delivers nothing, and it
+	// refuses ACKs.
+	silentMoves bool
 	// onAck, when set, may refuse the nth ACK frame with an error frame.
 	onAck          func(n int) *wire.Err
 	ackCount       int
@@ -45,13 +61,37 @@ type fakeServer struct {
 type fakeAction int
 
 const (
-	fakeNormal           fakeAction = iota
-	fakeAppendThenDrop              // append, then close the connection without replying
-	fakeDropBeforeAppend            // close the connection without appending
+	fakeNormal             fakeAction = iota
+	fakeAppendThenDrop                // append, then close the connection without replying
+	fakeDropBeforeAppend              // close the connection without appending
+	fakeAppendThenStepDown            // append, move the topic's leaders to the next node, answer NOT_LEADER
+	fakeAppendThenCrash               // append, move the topic's leaders, close every connection of this node
 )
+
+type fakeNode struct {
+	idx int
+	id  string
+	ln  net.Listener
+}
+
+type fakePart struct {
+	topic     string
+	partition uint32
+}
+
+// fakePubFrame is one PUB as received: where it went and how it ended.
+type fakePubFrame struct {
+	node        int
+	partition   uint32 // the partition it was routed to
+	auto        bool   // sent with PartitionAuto
+	producerID  uint64
+	producerSeq uint64
+	code        wire.Code // CodeOK when appended or deduplicated
+}
 
 type fakeDedupKey struct {
 	topic       string
+	partition   uint32 // dedup is per partition, as in the broker
 	producerID  uint64
 	producerSeq uint64
 }
@@ -84,6 +124,7 @@ type fakeSub struct {
 }
 
 type fakeSession struct {
+	node *fakeNode
 	nc   net.Conn
 	out  chan []byte
 	subs map[subKey]*fakeSub
@@ -91,28 +132,45 @@ type fakeSession struct {
 }
 
 func newFakeServer(t testing.TB, token string) *fakeServer {
+	return newFakeCluster(t, token, 1)
+}
+
+// newFakeCluster starts n nodes with ids n0, n1, ...
+func newFakeCluster(t testing.TB, token string, n int) *fakeServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	fs := &fakeServer{
-		t: t, ln: ln, token: token,
+		t: t, token: token,
 		topics:   map[string]*fakeTopic{},
 		dedup:    map[fakeDedupKey]wire.PubOK{},
 		groups:   map[subKey]*fakeGroup{},
 		sessions: map[*fakeSession]bool{},
+		leaders:  map[fakePart]int{},
+		readOnly: map[fakePart]bool{},
+		acksAt:   make([]int, n),
 	}
 	fs.cond = sync.NewCond(&fs.mu)
-	go fs.acceptLoop()
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := &fakeNode{idx: i, id: fmt.Sprintf("n%d", i), ln: ln}
+		fs.nodes = append(fs.nodes, node)
+		go fs.acceptLoop(node)
+	}
 	t.Cleanup(fs.close)
 	return fs
 }
 
-func (fs *fakeServer) addr() string { return fs.ln.Addr().String() }
+// addr is the client address of node 0.
+func (fs *fakeServer) addr() string { return fs.nodeAddr(0) }
+
+func (fs *fakeServer) nodeAddr(i int) string { return fs.nodes[i].ln.Addr().String() }
 
 func (fs *fakeServer) close() {
-	fs.ln.Close()
+	for _, n := range fs.nodes {
+		n.ln.Close()
+	}
 	fs.mu.Lock()
 	for s := range fs.sessions {
 		s.nc.Close()
@@ -120,13 +178,13 @@ func (fs *fakeServer) close() {
 	fs.mu.Unlock()
 }
 
-func (fs *fakeServer) acceptLoop() {
+func (fs *fakeServer) acceptLoop(node *fakeNode) {
 	for {
-		nc, err := fs.ln.Accept()
+		nc, err := node.ln.Accept()
 		if err != nil {
 			return
 		}
-		s := &fakeSession{nc: nc, out: make(chan []byte, 1<<14), subs: map[subKey]*fakeSub{}}
+		s := &fakeSession{node: node, nc: nc, out: make(chan []byte, 1<<14), subs: map[subKey]*fakeSub{}}
 		fs.mu.Lock()
 		fs.accepts++
 		fs.sessions[s] = true
@@ -183,22 +241,94 @@ func (fs *fakeServer) endLocked(s *fakeSession, graceful bool) {
 	}
 	delete(fs.sessions, s)
 	for _, sub := range s.subs {
-		g := fs.groups[sub.key]
-		var refs []fakeRef
-		for ref, owner := range g.owner {
-			if owner == sub {
-				refs = append(refs, ref)
-			}
-		}
-		sortRefs(refs)
-		for _, ref := range refs {
-			delete(g.owner, ref)
-			delete(g.current, ref)
-			g.queue = append(g.queue, ref)
-		}
+		fs.releaseLocked(sub)
 	}
 	fs.deliverLocked()
 	fs.cond.Broadcast()
+}
+
+// releaseLocked queues the unacked deliveries of sub for redelivery.
+func (fs *fakeServer) releaseLocked(sub *fakeSub) {
+	g := fs.groups[sub.key]
+	var refs []fakeRef
+	for ref, owner := range g.owner {
+		if owner == sub {
+			refs = append(refs, ref)
+		}
+	}
+	sortRefs(refs)
+	for _, ref := range refs {
+		delete(g.owner, ref)
+		delete(g.current, ref)
+		g.queue = append(g.queue, ref)
+	}
+}
+
+// leaderLocked returns the leader node of (topic, partition), -1 if none.
+func (fs *fakeServer) leaderLocked(topic string, partition uint32) int {
+	if l, ok := fs.leaders[fakePart{topic, partition}]; ok {
+		return l
+	}
+	return int(partition) % len(fs.nodes)
+}
+
+// setLeader moves the leadership of (topic, partition) to node (-1: an
+// election is running).
+func (fs *fakeServer) setLeader(topic string, partition uint32, node int) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.setLeaderLocked(topic, partition, node)
+}
+
+// setLeaderLocked moves a leadership. When partition 0 moves, the topic's
+// group coordinator moves with it: the old coordinator's unacked deliveries
+// are redelivered, and unless silentMoves its subscriptions end with ERR
+// NOT_LEADER.
+func (fs *fakeServer) setLeaderLocked(topic string, partition uint32, node int) {
+	old := fs.leaderLocked(topic, partition)
+	fs.leaders[fakePart{topic, partition}] = node
+	if partition == 0 && old != node && old >= 0 {
+		for s := range fs.sessions {
+			if s.node.idx != old {
+				continue
+			}
+			for key, sub := range s.subs {
+				if key.topic != topic {
+					continue
+				}
+				fs.releaseLocked(sub)
+				if !fs.silentMoves {
+					fs.sendLocked(s, sub.corr, errFrame(wire.CodeNotLeader, "coordinator moved"))
+					delete(s.subs, key)
+				}
+			}
+		}
+		fs.deliverLocked()
+	}
+	fs.cond.Broadcast()
+}
+
+// rotateLeadersLocked moves every partition of topic to the next node.
+func (fs *fakeServer) rotateLeadersLocked(topic string) {
+	for p := range fs.topics[topic].cfg.Partitions {
+		if l := fs.leaderLocked(topic, p); l >= 0 {
+			fs.setLeaderLocked(topic, p, (l+1)%len(fs.nodes))
+		}
+	}
+}
+
+// dropNodeLocked closes every connection of node, as if it crashed.
+func (fs *fakeServer) dropNodeLocked(node int) {
+	for s := range fs.sessions {
+		if s.node.idx == node {
+			fs.dropLocked(s)
+		}
+	}
+}
+
+// isCoordinatorLocked reports whether s's node serves topic's groups.
+func (fs *fakeServer) isCoordinatorLocked(s *fakeSession, topic string) bool {
+	return fs.leaderLocked(topic, 0) == s.node.idx
 }
 
 func sortRefs(refs []fakeRef) {
@@ -230,7 +360,7 @@ func (fs *fakeServer) serve(s *fakeSession) {
 		fs.mu.Unlock()
 		return
 	}
-	fs.sendLocked(s, corr, &wire.HelloOK{Version: wire.VersionMax, NodeID: "fake", FrameBytesMax: wire.DefaultFrameBytesMax})
+	fs.sendLocked(s, corr, &wire.HelloOK{Version: wire.VersionMax, NodeID: s.node.id, FrameBytesMax: wire.DefaultFrameBytesMax})
 	fs.mu.Unlock()
 	type held struct {
 		corr uint64
@@ -282,6 +412,7 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 	case *wire.Ping:
 		return &wire.Pong{}, false
 	case *wire.Declare:
+		fs.declares++ // any node takes it, as if forwarded
 		if t, ok := fs.topics[f.Topic.Name]; ok {
 			if t.cfg != f.Topic {
 				return errFrame(wire.CodeTopicConflict, "topic %s exists with another configuration", f.Topic.Name), false
@@ -306,16 +437,38 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 			}
 			info := wire.TopicInfo{Config: t.cfg}
 			for p, recs := range t.parts {
-				info.Partitions = append(info.Partitions, wire.PartitionInfo{Partition: uint32(p), Epoch: 1, StartSeq: 1, CommitSeq: uint64(len(recs))})
+				pi := wire.PartitionInfo{Partition: uint32(p), Epoch: 1, StartSeq: 1, CommitSeq: uint64(len(recs)),
+					ReadOnly: fs.readOnly[fakePart{n, uint32(p)}]}
+				leader := fs.leaderLocked(n, uint32(p))
+				if leader >= 0 {
+					pi.Leader, pi.LeaderAddr = fs.nodes[leader].id, fs.nodeAddr(leader)
+					if a, ok := fs.advertised[leader]; ok {
+						pi.LeaderAddr = a
+					}
+				}
+				if len(fs.nodes) > 1 {
+					for _, node := range fs.nodes {
+						ri := wire.ReplicaInfo{Node: node.id, FlushedSeq: uint64(len(recs))}
+						if leader == s.node.idx {
+							ri.State = "InSync"
+						}
+						pi.Replicas = append(pi.Replicas, ri)
+					}
+				}
+				info.Partitions = append(info.Partitions, pi)
 			}
 			ok.Topics = append(ok.Topics, info)
 		}
 		return ok, false
 	case *wire.Pub:
-		return fs.pubLocked(f)
+		return fs.pubLocked(s, f)
 	case *wire.Pull:
 		return fs.pullLocked(s, corr, f), false
 	case *wire.Ack:
+		fs.acksAt[s.node.idx]++
+		if !fs.isCoordinatorLocked(s, f.Topic) {
+			return errFrame(wire.CodeNotLeader, "not the coordinator of %s", f.Topic), false
+		}
 		fs.ackCount++
 		if fs.onAck != nil {
 			if e := fs.onAck(fs.ackCount); e != nil {
@@ -324,31 +477,19 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 		}
 		return fs.ackLocked(f.Topic, f.Group, f.Entries, false, 0), false
 	case *wire.Nack:
+		if !fs.isCoordinatorLocked(s, f.Topic) {
+			return errFrame(wire.CodeNotLeader, "not the coordinator of %s", f.Topic), false
+		}
 		return fs.ackLocked(f.Topic, f.Group, f.Entries, true, f.DelayMs), false
 	default:
 		return errFrame(wire.CodeBadFrame, "unexpected %s", f.Type()), true
 	}
 }
 
-func (fs *fakeServer) pubLocked(f *wire.Pub) (wire.Frame, bool) {
-	fs.pubCount++
-	action := fakeNormal
-	if fs.onPub != nil {
-		action = fs.onPub(fs.pubCount)
-	}
-	if action == fakeDropBeforeAppend {
-		return nil, true
-	}
+func (fs *fakeServer) pubLocked(s *fakeSession, f *wire.Pub) (wire.Frame, bool) {
 	t, ok := fs.topics[f.Topic]
 	if !ok {
 		return errFrame(wire.CodeNotFound, "topic %s", f.Topic), false
-	}
-	key := fakeDedupKey{f.Topic, f.ProducerID, f.ProducerSeq}
-	if f.ProducerID != 0 {
-		if prev, dup := fs.dedup[key]; dup {
-			prev.Duplicate = true
-			return &prev, action == fakeAppendThenDrop
-		}
 	}
 	n := t.cfg.Partitions
 	var p uint32
@@ -365,6 +506,35 @@ func (fs *fakeServer) pubLocked(f *wire.Pub) (wire.Frame, bool) {
 	default:
 		p = t.rr % n
 		t.rr++
+	}
+	frame := fakePubFrame{node: s.node.idx, partition: p, auto: f.Partition == wire.PartitionAuto,
+		producerID: f.ProducerID, producerSeq: f.ProducerSeq}
+	refuse := func(code wire.Code) (wire.Frame, bool) {
+		frame.code = code
+		fs.pubFrames = append(fs.pubFrames, frame)
+		return errFrame(code, "partition %d", p), false
+	}
+	switch {
+	case fs.leaderLocked(f.Topic, p) != s.node.idx:
+		return refuse(wire.CodeNotLeader)
+	case fs.readOnly[fakePart{f.Topic, p}]:
+		return refuse(wire.CodeQuorumLost)
+	}
+	fs.pubFrames = append(fs.pubFrames, frame)
+	fs.accepted++
+	action := fakeNormal
+	if fs.onPub != nil {
+		action = fs.onPub(fs.accepted)
+	}
+	if action == fakeDropBeforeAppend {
+		return nil, true
+	}
+	key := fakeDedupKey{f.Topic, p, f.ProducerID, f.ProducerSeq}
+	if f.ProducerID != 0 {
+		if prev, dup := fs.dedup[key]; dup {
+			prev.Duplicate = true
+			return fs.afterAppendLocked(s, f.Topic, action, &prev)
+		}
 	}
 	ts := f.TimestampMs
 	if ts == 0 {
@@ -386,7 +556,24 @@ func (fs *fakeServer) pubLocked(f *wire.Pub) (wire.Frame, bool) {
 		}
 	}
 	fs.deliverLocked()
-	return &ok2, action == fakeAppendThenDrop
+	return fs.afterAppendLocked(s, f.Topic, action, &ok2)
+}
+
+// afterAppendLocked applies the fault of action to an appended PUB whose
+// reply is ok, returning handleLocked's results.
+func (fs *fakeServer) afterAppendLocked(s *fakeSession, topic string, action fakeAction, ok *wire.PubOK) (wire.Frame, bool) {
+	switch action {
+	case fakeAppendThenDrop:
+		return nil, true
+	case fakeAppendThenStepDown:
+		fs.rotateLeadersLocked(topic)
+		return errFrame(wire.CodeNotLeader, "stepped down"), false
+	case fakeAppendThenCrash:
+		fs.rotateLeadersLocked(topic)
+		fs.dropNodeLocked(s.node.idx)
+		return nil, true
+	}
+	return ok, false
 }
 
 func (fs *fakeServer) groupLocked(key subKey) *fakeGroup {
@@ -409,8 +596,11 @@ func (fs *fakeServer) pullLocked(s *fakeSession, corr uint64, f *wire.Pull) wire
 		return errFrame(wire.CodeNotFound, "topic %s", f.Topic)
 	}
 	key := subKey{f.Topic, f.Group}
-	fs.groupLocked(key)
 	sub := s.subs[key]
+	if !fs.isCoordinatorLocked(s, f.Topic) && !(fs.silentMoves && sub != nil) {
+		return errFrame(wire.CodeNotLeader, "not the coordinator of %s", f.Topic)
+	}
+	fs.groupLocked(key)
 	if sub == nil {
 		sub = &fakeSub{key: key, corr: corr}
 		s.subs[key] = sub
@@ -432,6 +622,9 @@ func (fs *fakeServer) deliverLocked() {
 	}
 	for _, s := range sessions {
 		for _, sub := range s.subs {
+			if !fs.isCoordinatorLocked(s, sub.key.topic) {
+				continue // a former coordinator (silentMoves)
+			}
 			g := fs.groups[sub.key]
 			for sub.credit > 0 && len(g.queue) > 0 && !s.dead {
 				ref := g.queue[0]

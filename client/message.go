@@ -25,8 +25,10 @@ type Message struct {
 	Headers []Header
 	// Timestamp of the record. On publish, zero means the broker's clock.
 	Timestamp time.Time
-	// TargetPartition pins a publish to one partition; nil lets the broker
-	// choose (by key hash, else by producer identity). See PartitionOf.
+	// TargetPartition pins a publish to one partition; nil chooses by key
+	// hash, else by producer identity, else round-robin (the broker's rule,
+	// applied by the producer once it knows the partition count). See
+	// PartitionOf.
 	TargetPartition *int
 
 	// Delivered messages only.

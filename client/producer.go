@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -14,8 +15,14 @@ import (
 
 // Producer bounds and defaults.
 const (
-	DefaultMaxInFlight     = 256
-	MaxInFlightMax         = 512
+	DefaultMaxInFlight = 256
+	MaxInFlightMax     = 512
+	// SeqSpanMax bounds how far the newest sequence handed over may run
+	// ahead of the oldest one not yet completed. The broker remembers the
+	// last 1 024 producer_seqs of a producer per partition; a message that
+	// is still being retried must stay inside that window, or its retry
+	// could only be answered PRODUCER_SEQ_TOO_OLD.
+	SeqSpanMax             = 1024
 	DefaultRetryBackoffMax = 2 * time.Second
 	DefaultDeliveryTimeout = 2 * time.Minute
 	retryBackoffMin        = 20 * time.Millisecond
@@ -59,11 +66,18 @@ type PublishResult struct {
 // message gets the next producer sequence when it is handed over, and every
 // retry resends that same sequence, so the broker appends it exactly once.
 // Safe for concurrent use; messages from one goroutine are sent in order.
+//
+// In a cluster the producer picks each message's partition itself, with the
+// broker's rule (target partition, else key hash, else producer identity,
+// else round-robin), and sends it to that partition's leader; NOT_LEADER,
+// UNAVAILABLE, QUORUM_LOST and lost connections refresh the topic's metadata
+// and the message is retried, on the same partition, at the new leader.
 type Producer struct {
 	client     *Client
 	topic      string
 	producerID uint64 // 0 when idempotence is disabled
 	opts       ProducerOptions
+	rr         atomic.Uint32 // round-robin partition counter
 
 	window      chan struct{}   // one token per message handed over and not completed
 	completions chan completion // capacity MaxInFlight: never blocks a sender
@@ -81,6 +95,11 @@ type Producer struct {
 	retry       []*pubRequest          // waiting to be (re)sent, sorted by seq
 	outstanding int                    // handed over, callback not yet run
 	idleWaiters []chan struct{}        // closed when outstanding reaches 0
+	// unfinished holds the seqs handed over and not yet finished; oldest
+	// is at or below the smallest of them (advanced lazily). See SeqSpanMax.
+	unfinished map[uint64]struct{}
+	oldest     uint64
+	spanWake   chan struct{} // capacity 1: a message finished
 }
 
 // pubRequest is one message from handoff to completion. Fields after pub
@@ -151,8 +170,12 @@ func (c *Client) NewProducer(opts ProducerOptions) (*Producer, error) {
 		loopDone:    make(chan struct{}),
 		callbacksOK: make(chan struct{}),
 		nextSeq:     opts.FirstSeq,
+		oldest:      opts.FirstSeq,
+		unfinished:  make(map[uint64]struct{}),
+		spanWake:    make(chan struct{}, 1),
 		inflight:    make(map[uint64]*pubRequest),
 	}
+	c.refreshTopic(opts.Topic) // learn the leaders before the first publish
 	go p.retryLoop()
 	go p.callbackLoop()
 	return p, nil
@@ -162,8 +185,9 @@ func (c *Client) NewProducer(opts ProducerOptions) (*Producer, error) {
 func (p *Producer) ID() uint64 { return p.producerID }
 
 // Publish publishes m and waits for its PUB_OK. Retries end when ctx does or
-// after DeliveryTimeout; when ctx ends first the message may still be
-// appended by an attempt already sent.
+// after DeliveryTimeout; the error then wraps both the cause and the last
+// attempt's error (errors.Is(err, ErrQuorumLost), for example). When ctx
+// ends first the message may still be appended by an attempt already sent.
 func (p *Producer) Publish(ctx context.Context, m Message) (PublishResult, error) {
 	type result struct {
 		res PublishResult
@@ -178,8 +202,7 @@ func (p *Producer) Publish(ctx context.Context, m Message) (PublishResult, error
 	case r := <-ch:
 		return r.res, r.err
 	case <-ctx.Done():
-		p.abandon(req, ctx.Err())
-		return PublishResult{}, fmt.Errorf("nereus: publish seq %d: %w", req.seq, ctx.Err())
+		return PublishResult{}, p.abandon(req, ctx.Err())
 	}
 }
 
@@ -216,15 +239,29 @@ func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bo
 	if d, ok := ctx.Deadline(); ok && ctxBoundsDelivery && d.Before(deadline) {
 		deadline = d
 	}
-	p.sendMu.Lock()
+	// Wait for the span without sendMu: the retry loop needs it to resend
+	// the very message being waited for.
+	for {
+		if err := p.waitSpan(ctx); err != nil {
+			<-p.window
+			return nil, err
+		}
+		p.sendMu.Lock()
+		p.mu.Lock()
+		if p.spanOKLocked() {
+			break
+		}
+		p.mu.Unlock()
+		p.sendMu.Unlock()
+	}
 	defer p.sendMu.Unlock()
-	p.mu.Lock()
 	if p.isClosed || p.client.isClosedNow() {
 		p.mu.Unlock()
 		<-p.window
 		return nil, ErrClosed
 	}
 	req := &pubRequest{seq: p.nextSeq, pub: pub, deadline: deadline, done: done}
+	p.unfinished[req.seq] = struct{}{}
 	if p.producerID != 0 {
 		req.pub.ProducerSeq = req.seq
 	}
@@ -237,16 +274,81 @@ func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bo
 	}
 	p.mu.Unlock()
 	if !queued {
-		p.send(req, p.client.liveConn())
+		cn, _ := p.target(context.Background(), req, false) // no dial: no error
+		p.send(req, cn)
 	}
 	return req, nil
 }
 
-// send makes one attempt of req on cn (nil = no live connection: queue it
-// for the retry loop). Caller holds sendMu, not mu.
+// spanOKLocked reports whether the next sequence is within SeqSpanMax of
+// the oldest unfinished one. Caller holds mu.
+func (p *Producer) spanOKLocked() bool {
+	for p.oldest < p.nextSeq {
+		if _, ok := p.unfinished[p.oldest]; ok {
+			break
+		}
+		p.oldest++
+	}
+	return p.producerID == 0 || p.nextSeq-p.oldest < SeqSpanMax
+}
+
+// waitSpan waits until spanOKLocked holds. It must not be called with
+// sendMu held: the retry loop takes sendMu to resend the oldest message.
+func (p *Producer) waitSpan(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		ok := p.spanOKLocked()
+		p.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-p.spanWake:
+		case <-ctx.Done():
+			return fmt.Errorf("nereus: publish: waiting for sequence %d, more than %d ahead of one still being retried: %w",
+				p.nextSeq, SeqSpanMax, ctx.Err())
+		case <-p.closed:
+			return ErrClosed
+		}
+	}
+}
+
+// target pins req to its partition once the topic's partition count is
+// known (until then the broker applies the same rule to PartitionAuto) and
+// returns the connection to that partition's leader; see Client.leaderConn.
+// Only the goroutine that owns req (handOver, then the retry loop) calls it.
+func (p *Producer) target(ctx context.Context, req *pubRequest, dial bool) (*conn, error) {
+	if req.pub.Partition == wire.PartitionAuto {
+		if n := p.client.partitionCount(p.topic); n > 0 {
+			req.pub.Partition = int32(p.partitionFor(&req.pub, n))
+		}
+	}
+	return p.client.leaderConn(ctx, p.topic, req.pub.Partition, dial)
+}
+
+// partitionFor is the broker's rule for PartitionAuto. It must match the
+// broker's exactly: a retry of one producer sequence has to reach the
+// partition whose dedup table knows it.
+func (p *Producer) partitionFor(pub *wire.Pub, n uint32) uint32 {
+	switch {
+	case len(pub.Key) > 0:
+		return wire.PartitionForKey(pub.Key, n)
+	case pub.ProducerID != 0:
+		return wire.PartitionForProducer(pub.ProducerID, pub.ProducerSeq, n)
+	}
+	return p.rr.Add(1) % n
+}
+
+// send makes one attempt of req on cn (nil = no live connection to its
+// leader: the retry loop dials it at once). Caller holds sendMu, not mu.
 func (p *Producer) send(req *pubRequest, cn *conn) {
 	if cn == nil {
-		p.requeue(req, anyAttempt, fmt.Errorf("%w: no connection", ErrDisconnected), false)
+		p.mu.Lock()
+		if !req.finished {
+			p.insertRetryLocked(req)
+			p.kick()
+		}
+		p.mu.Unlock()
 		return
 	}
 	p.mu.Lock()
@@ -303,6 +405,12 @@ const anyAttempt = -1
 // the error. sent tells whether the attempt may have reached the broker.
 // An outcome of an attempt other than the current one is ignored.
 func (p *Producer) requeue(req *pubRequest, attempt int, err error, sent bool) {
+	if routeMayHaveMoved(err) {
+		p.client.refreshTopic(p.topic)
+	}
+	if hasCode(err, wire.CodeNotLeader) {
+		sent = false // refused before any append: even a non-idempotent publish may go again
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if req.finished || (attempt != anyAttempt && attempt != req.attempts) {
@@ -360,16 +468,24 @@ func (p *Producer) finishLocked(req *pubRequest, res PublishResult, err error) {
 	if p.inflight[req.seq] == req {
 		delete(p.inflight, req.seq)
 	}
+	delete(p.unfinished, req.seq)
+	select {
+	case p.spanWake <- struct{}{}:
+	default:
+	}
 	// Capacity MaxInFlight and at most MaxInFlight requests exist: no block.
 	p.completions <- completion{req: req, res: res, err: err}
 }
 
-// abandon stops retrying req on behalf of a Publish whose ctx ended.
-func (p *Producer) abandon(req *pubRequest, cause error) {
+// abandon stops retrying req on behalf of a Publish whose ctx ended and
+// returns the error to report.
+func (p *Producer) abandon(req *pubRequest, cause error) error {
 	p.mu.Lock()
 	req.abandoned = cause
+	err := p.expiredError(req)
 	p.mu.Unlock()
 	p.kick()
+	return err
 }
 
 func (p *Producer) kick() {
@@ -437,8 +553,10 @@ func (p *Producer) retryLoop() {
 	}
 }
 
-// resend sends due requests, in order, once a connection is up; the wait for
-// it is bounded by the earliest deadline among them.
+// resend sends due requests, in order, each to its partition's leader once
+// a connection is up; the wait for connections is bounded by the earliest
+// deadline among them. Connecting happens before sendMu is taken, so
+// publishers are not held up by a dial.
 func (p *Producer) resend(ctx context.Context, due []*pubRequest) {
 	deadline := due[0].deadline
 	for _, req := range due {
@@ -447,18 +565,22 @@ func (p *Producer) resend(ctx context.Context, due []*pubRequest) {
 		}
 	}
 	dctx, cancel := context.WithDeadline(ctx, deadline)
-	cn, err := p.client.getConn(dctx)
-	cancel()
-	if err != nil {
-		for _, req := range due {
+	defer cancel()
+	conns := make([]*conn, len(due))
+	for i, req := range due {
+		cn, err := p.target(dctx, req, true)
+		if err != nil {
 			p.requeue(req, anyAttempt, err, false)
+			continue
 		}
-		return
+		conns[i] = cn
 	}
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
-	for _, req := range due {
-		p.send(req, cn)
+	for i, req := range due {
+		if conns[i] != nil {
+			p.send(req, conns[i])
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +42,12 @@ type nodeOptions struct {
 	tlsCert        string
 	tlsKey         string
 	logLevel       string
+	// Cluster membership (empty peers = a single node).
+	advertise         string
+	peerListen        string
+	peers             string
+	clusterSecretFile string
+	clusterSecret     []byte // dev: generated in-process
 }
 
 func newServeCmd() *cobra.Command {
@@ -51,9 +59,15 @@ func newServeCmd() *cobra.Command {
 		Long: `Run a Nereus node. Clients must authenticate with a token from --token-file
 (one token per line) unless --insecure-no-auth is given.
 
+A cluster member also takes --peer-listen, --peers (every member of the
+initial cluster by peer address, itself included, like etcd's initial
+cluster: n1=10.0.0.1:5850,n2=10.0.0.2:5850,n3=10.0.0.3:5850) and
+--cluster-secret-file (a secret of at least 16 bytes shared by all members).
+
 --config FILE reads the same settings from a JSON object whose keys are the
-flag names (node-id, data, listen, http, token-file, insecure-no-auth,
-tls-cert, tls-key, log-level); flags given on the command line win.`,
+flag names (node-id, data, listen, advertise, http, token-file,
+insecure-no-auth, tls-cert, tls-key, log-level, peer-listen, peers,
+cluster-secret-file); flags given on the command line win.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configFile != "" {
@@ -64,7 +78,7 @@ tls-cert, tls-key, log-level); flags given on the command line win.`,
 			if o.tokenFile == "" && !o.insecureNoAuth {
 				return errors.New("serve: --token-file is required (or pass --insecure-no-auth to run without authentication)")
 			}
-			return runNode(cmd.Context(), o)
+			return runNodes(cmd.Context(), []nodeOptions{o})
 		},
 	}
 	f := cmd.Flags()
@@ -78,6 +92,10 @@ tls-cert, tls-key, log-level); flags given on the command line win.`,
 	f.StringVar(&o.tlsCert, "tls-cert", "", "TLS certificate file (PEM); enables TLS with --tls-key")
 	f.StringVar(&o.tlsKey, "tls-key", "", "TLS private key file (PEM)")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&o.advertise, "advertise", "", "client address other nodes give clients for this node (default: the bound --listen address)")
+	f.StringVar(&o.peerListen, "peer-listen", "", "peer (node-to-node) listen address; default: this node's address in --peers")
+	f.StringVar(&o.peers, "peers", "", "initial cluster: id=host:port,... by peer address, this node included; empty runs a single node")
+	f.StringVar(&o.clusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (at least 16 bytes)")
 	return cmd
 }
 
@@ -88,20 +106,27 @@ func newDevCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a development node on loopback with no configuration",
-		Long: `Run a single Nereus node for development: data in ./nereus-data, clients on
+		Long: `Run a Nereus node for development: data in ./nereus-data, clients on
 127.0.0.1:4850, HTTP on 127.0.0.1:8850, no authentication. It listens on
-loopback only.`,
+loopback only.
+
+With --nodes 3 (or 5) it runs a cluster in one process over real loopback
+TCP: node nI keeps its data in ./nereus-data/nI, serves clients on port
+4850+I-1, HTTP on 8850+I-1 and peers on 5850+I-1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if nodes != 1 {
-				return fmt.Errorf("dev: --nodes %d needs replication, which this build does not have yet; use --nodes 1", nodes)
-			}
 			for _, addr := range []string{o.listen, o.httpListen} {
 				if err := requireLoopback(addr); err != nil {
 					return err
 				}
 			}
-			return runNode(cmd.Context(), o)
+			switch nodes {
+			case 1:
+				return runNodes(cmd.Context(), []nodeOptions{o})
+			case 3, 5:
+				return runNodes(cmd.Context(), devCluster(o, nodes))
+			}
+			return fmt.Errorf("dev: --nodes must be 1, 3 or 5, got %d", nodes)
 		},
 	}
 	f := cmd.Flags()
@@ -135,72 +160,208 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// runNode runs a node until SIGINT/SIGTERM or ctx ends. When it is ready it
-// prints one line to stdout: "nereus ready client=ADDR http=ADDR".
-func runNode(ctx context.Context, o nodeOptions) error {
+// devCluster derives the options of an n-node loopback cluster from the
+// dev defaults.
+func devCluster(o nodeOptions, n int) []nodeOptions {
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	host, cport, _ := net.SplitHostPort(o.listen)
+	hhost, hport, _ := net.SplitHostPort(o.httpListen)
+	cp, _ := strconv.Atoi(cport)
+	hp, _ := strconv.Atoi(hport)
+	var peers []string
+	for i := 1; i <= n; i++ {
+		peers = append(peers, fmt.Sprintf("n%d=%s", i, net.JoinHostPort(host, strconv.Itoa(5850+i-1))))
+	}
+	var out []nodeOptions
+	for i := 1; i <= n; i++ {
+		m := o
+		m.nodeID = fmt.Sprintf("n%d", i)
+		m.dataDir = filepath.Join(o.dataDir, m.nodeID)
+		m.listen = net.JoinHostPort(host, strconv.Itoa(cp+i-1))
+		if o.httpListen != "" {
+			m.httpListen = net.JoinHostPort(hhost, strconv.Itoa(hp+i-1))
+		}
+		m.peers, m.clusterSecret = strings.Join(peers, ","), secret
+		out = append(out, m)
+	}
+	return out
+}
+
+// parsePeers parses --peers: id=host:port,...
+func parsePeers(s string) ([]node.Member, error) {
+	var out []node.Member
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(item, "=")
+		if !ok || id == "" {
+			return nil, fmt.Errorf("--peers: %q is not id=host:port", item)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("--peers: %s: %w", id, err)
+		}
+		out = append(out, node.Member{ID: id, PeerAddr: addr})
+	}
+	return out, nil
+}
+
+// clusterConfig builds the node's cluster settings (nil = single node).
+func clusterConfig(o nodeOptions) (*node.ClusterConfig, error) {
+	if o.peers == "" {
+		if o.peerListen != "" || o.clusterSecretFile != "" {
+			return nil, errors.New("--peer-listen and --cluster-secret-file need --peers")
+		}
+		return nil, nil
+	}
+	members, err := parsePeers(o.peers)
+	if err != nil {
+		return nil, err
+	}
+	secret := o.clusterSecret
+	if secret == nil {
+		if o.clusterSecretFile == "" {
+			return nil, errors.New("a cluster member needs --cluster-secret-file")
+		}
+		b, err := os.ReadFile(o.clusterSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("cluster secret: %w", err)
+		}
+		secret = []byte(strings.TrimSpace(string(b)))
+	}
+	if len(secret) < 16 {
+		return nil, errors.New("the cluster secret must be at least 16 bytes")
+	}
+	cc := &node.ClusterConfig{Members: members, Secret: secret}
+	if o.peerListen != "" {
+		l, err := net.Listen("tcp", o.peerListen)
+		if err != nil {
+			return nil, fmt.Errorf("listen %s: %w", o.peerListen, err)
+		}
+		cc.PeerListener = l
+	}
+	return cc, nil
+}
+
+// runningNode is one node started by runNodes.
+type runningNode struct {
+	o        nodeOptions
+	logger   *slog.Logger
+	n        *node.Node
+	srv      *server.Server
+	lis      net.Listener
+	httpSrv  *http.Server
+	httpAddr string
+	ready    atomic.Bool
+	serveErr chan error
+}
+
+// startNode opens a node and starts serving clients and HTTP.
+func startNode(o nodeOptions) (*runningNode, error) {
 	level, err := parseLevel(o.logLevel)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	scfg := server.Config{Logger: logger, AllowNoAuth: o.insecureNoAuth}
+	r := &runningNode{o: o, serveErr: make(chan error, 1)}
+	r.logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if o.peers != "" {
+		r.logger = r.logger.With("node", o.nodeID)
+	}
+	scfg := server.Config{Logger: r.logger, AllowNoAuth: o.insecureNoAuth}
 	if o.tokenFile != "" {
 		if scfg.Tokens, err = server.LoadTokens(o.tokenFile); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if o.tlsCert != "" || o.tlsKey != "" {
 		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
 		if err != nil {
-			return fmt.Errorf("load TLS key pair: %w", err)
+			return nil, fmt.Errorf("load TLS key pair: %w", err)
 		}
 		scfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	n, err := node.Open(node.Config{NodeID: o.nodeID, DataDir: o.dataDir, Logger: logger})
+	cc, err := clusterConfig(o)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer n.Close()
-	srv, err := server.New(scfg, n)
+	if r.lis, err = net.Listen("tcp", o.listen); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", o.listen, err)
+	}
+	advertise := o.advertise
+	if advertise == "" {
+		advertise = r.lis.Addr().String()
+	}
+	r.n, err = node.Open(node.Config{NodeID: o.nodeID, DataDir: o.dataDir, Logger: r.logger, ClientAddr: advertise, Cluster: cc})
 	if err != nil {
-		return err
+		r.lis.Close()
+		return nil, err
 	}
-	lis, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", o.listen, err)
+	if r.srv, err = server.New(scfg, r.n); err != nil {
+		r.stop()
+		return nil, err
 	}
-	var ready atomic.Bool
-	var httpSrv *http.Server
-	httpAddr := ""
 	if o.httpListen != "" {
 		hl, err := net.Listen("tcp", o.httpListen)
 		if err != nil {
-			lis.Close()
-			return fmt.Errorf("listen %s: %w", o.httpListen, err)
+			r.stop()
+			return nil, fmt.Errorf("listen %s: %w", o.httpListen, err)
 		}
-		httpAddr = hl.Addr().String()
-		httpSrv = &http.Server{Handler: admin.Handler(n, &ready), ReadHeaderTimeout: 10 * time.Second}
-		go httpSrv.Serve(hl)
+		r.httpAddr = hl.Addr().String()
+		r.httpSrv = &http.Server{Handler: admin.Handler(r.n, &r.ready), ReadHeaderTimeout: 10 * time.Second}
+		go r.httpSrv.Serve(hl)
+	}
+	go func() { r.serveErr <- r.srv.Serve(r.lis) }()
+	r.ready.Store(true)
+	r.logger.Info("nereus ready", "node", o.nodeID, "client", r.lis.Addr().String(), "http", r.httpAddr,
+		"data", o.dataDir, "auth", !o.insecureNoAuth, "tls", scfg.TLS != nil, "cluster", o.peers != "")
+	return r, nil
+}
+
+func (r *runningNode) stop() {
+	r.ready.Store(false)
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r.srv != nil {
+		r.srv.Close(sctx)
+	} else {
+		r.lis.Close()
+	}
+	if r.httpSrv != nil {
+		r.httpSrv.Shutdown(sctx)
+	}
+	r.n.Close()
+}
+
+// runNodes runs nodes until SIGINT/SIGTERM or ctx ends. When each is ready
+// it prints one line to stdout: "nereus ready client=ADDR http=ADDR".
+func runNodes(ctx context.Context, opts []nodeOptions) error {
+	var running []*runningNode
+	defer func() {
+		for _, r := range running {
+			r.logger.Info("shutting down")
+			r.stop()
+		}
+	}()
+	for _, o := range opts {
+		r, err := startNode(o)
+		if err != nil {
+			return err
+		}
+		running = append(running, r)
+		fmt.Printf("nereus ready client=%s http=%s\n", r.lis.Addr(), r.httpAddr)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(lis) }()
-	ready.Store(true)
-	logger.Info("nereus ready", "node", o.nodeID, "client", lis.Addr().String(), "http", httpAddr,
-		"data", o.dataDir, "auth", !o.insecureNoAuth, "tls", scfg.TLS != nil)
-	fmt.Printf("nereus ready client=%s http=%s\n", lis.Addr(), httpAddr)
+	errs := make(chan error, len(running))
+	for _, r := range running {
+		go func() { errs <- <-r.serveErr }()
+	}
+	var err error
 	select {
 	case <-ctx.Done():
-	case err = <-serveErr:
-	}
-	ready.Store(false)
-	logger.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	srv.Close(sctx)
-	if httpSrv != nil {
-		httpSrv.Shutdown(sctx)
+	case err = <-errs:
 	}
 	if err != nil && !strings.Contains(err.Error(), "use of closed") {
 		return err

@@ -49,6 +49,8 @@ func newTopicCreateCmd() *cobra.Command {
 	f.IntVar(&cfg.Partitions, "partitions", 1, "number of partitions")
 	f.DurationVar(&cfg.Retention, "retention", 0, "retention age (0 = unlimited)")
 	f.Int64Var(&cfg.RetentionBytes, "retention-bytes", 0, "retention size per partition in bytes (0 = unlimited)")
+	f.IntVar(&cfg.Replicas, "replicas", 0, "replication factor 1, 3 or 5 (0 = the broker's default: 3 in a cluster of 3 or more, else 1)")
+	f.StringVar(&cfg.Ack, "ack", "quorum", "when a replicated record is acknowledged: quorum or all")
 	return cmd
 }
 
@@ -83,28 +85,48 @@ func newTopicListCmd() *cobra.Command {
 type topicJSON struct {
 	Name           string          `json:"name"`
 	Partitions     int             `json:"partitions"`
+	Replicas       int             `json:"replicas"`
+	Ack            string          `json:"ack"`
 	RetentionMs    int64           `json:"retention_ms"`
 	RetentionBytes int64           `json:"retention_bytes"`
 	State          []partitionJSON `json:"partition_state"`
 }
 
 type partitionJSON struct {
-	Partition int    `json:"partition"`
-	Epoch     uint64 `json:"epoch"`
-	StartSeq  uint64 `json:"start_seq"`
-	CommitSeq uint64 `json:"commit_seq"`
+	Partition int           `json:"partition"`
+	Epoch     uint64        `json:"epoch"`
+	StartSeq  uint64        `json:"start_seq"`
+	CommitSeq uint64        `json:"commit_seq"`
+	Leader    string        `json:"leader"`
+	ReadOnly  bool          `json:"read_only"`
+	Replicas  []replicaJSON `json:"replicas,omitempty"`
+}
+
+type replicaJSON struct {
+	Node       string `json:"node"`
+	State      string `json:"state,omitempty"`
+	FlushedSeq uint64 `json:"flushed_seq"`
+}
+
+func toPartitionJSON(p client.PartitionInfo) partitionJSON {
+	out := partitionJSON{Partition: p.Partition, Epoch: p.Epoch, StartSeq: p.StartSeq, CommitSeq: p.CommitSeq,
+		Leader: p.Leader, ReadOnly: p.ReadOnly}
+	for _, r := range p.Replicas {
+		out.Replicas = append(out.Replicas, replicaJSON{Node: r.Node, State: r.State, FlushedSeq: r.FlushedSeq})
+	}
+	return out
 }
 
 func writeTopicsJSON(w io.Writer, topics []client.TopicInfo) error {
 	enc := json.NewEncoder(w)
 	for _, t := range topics {
 		obj := topicJSON{
-			Name: t.Config.Name, Partitions: t.Config.Partitions,
+			Name: t.Config.Name, Partitions: t.Config.Partitions, Replicas: t.Config.Replicas, Ack: t.Config.Ack,
 			RetentionMs: t.Config.Retention.Milliseconds(), RetentionBytes: t.Config.RetentionBytes,
 			State: []partitionJSON{},
 		}
 		for _, p := range t.Partitions {
-			obj.State = append(obj.State, partitionJSON(p))
+			obj.State = append(obj.State, toPartitionJSON(p))
 		}
 		if err := enc.Encode(obj); err != nil {
 			return err
@@ -115,7 +137,7 @@ func writeTopicsJSON(w io.Writer, topics []client.TopicInfo) error {
 
 func writeTopicsTable(w io.Writer, topics []client.TopicInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tEPOCH\tSTART_SEQ\tCOMMIT_SEQ\tRETENTION\tRETENTION_BYTES")
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tLEADER\tEPOCH\tSTART_SEQ\tCOMMIT_SEQ\tRETENTION\tRETENTION_BYTES")
 	for _, t := range topics {
 		retention, retentionBytes := "unlimited", "unlimited"
 		if t.Config.Retention > 0 {
@@ -124,9 +146,10 @@ func writeTopicsTable(w io.Writer, topics []client.TopicInfo) error {
 		if t.Config.RetentionBytes > 0 {
 			retentionBytes = strconv.FormatInt(t.Config.RetentionBytes, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%d partitions\t\t\t\t%s\t%s\n", t.Config.Name, t.Config.Partitions, retention, retentionBytes)
+		fmt.Fprintf(tw, "%s\t%d partitions × %d replicas (ack %s)\t\t\t\t\t%s\t%s\n", t.Config.Name, t.Config.Partitions,
+			t.Config.Replicas, t.Config.Ack, retention, retentionBytes)
 		for _, p := range t.Partitions {
-			fmt.Fprintf(tw, "\t%d\t%d\t%d\t%d\t\t\n", p.Partition, p.Epoch, p.StartSeq, p.CommitSeq)
+			fmt.Fprintf(tw, "\t%d\t%s\t%d\t%d\t%d\t\t\n", p.Partition, p.Leader, p.Epoch, p.StartSeq, p.CommitSeq)
 		}
 	}
 	return tw.Flush()

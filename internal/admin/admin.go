@@ -28,23 +28,39 @@ func Handler(n *node.Node, ready *atomic.Bool) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.Metrics().Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /api/v1/topics", func(w http.ResponseWriter, _ *http.Request) {
+		type replica struct {
+			Node       string `json:"node"`
+			State      string `json:"state,omitempty"`
+			FlushedSeq uint64 `json:"flushed_seq"`
+		}
 		type partition struct {
-			Partition uint32 `json:"partition"`
-			Epoch     uint64 `json:"epoch"`
-			StartSeq  uint64 `json:"start_seq"`
-			CommitSeq uint64 `json:"commit_seq"`
+			Partition uint32    `json:"partition"`
+			Epoch     uint64    `json:"epoch"`
+			StartSeq  uint64    `json:"start_seq"`
+			CommitSeq uint64    `json:"commit_seq"`
+			Leader    string    `json:"leader"`
+			ReadOnly  bool      `json:"read_only"`
+			Replicas  []replica `json:"replicas,omitempty"`
 		}
 		type topic struct {
 			Name           string      `json:"name"`
 			RetentionMs    int64       `json:"retention_ms"`
 			RetentionBytes int64       `json:"retention_bytes"`
+			Replicas       uint8       `json:"replicas"`
+			Ack            string      `json:"ack"`
 			Partitions     []partition `json:"partitions"`
 		}
 		out := []topic{}
 		for _, t := range n.Metadata(nil) {
-			tt := topic{Name: t.Config.Name, RetentionMs: t.Config.RetentionMs, RetentionBytes: t.Config.RetentionBytes}
+			tt := topic{Name: t.Config.Name, RetentionMs: t.Config.RetentionMs, RetentionBytes: t.Config.RetentionBytes,
+				Replicas: t.Config.Replicas, Ack: t.Config.Ack.String()}
 			for _, p := range t.Partitions {
-				tt.Partitions = append(tt.Partitions, partition(p))
+				pp := partition{Partition: p.Partition, Epoch: p.Epoch, StartSeq: p.StartSeq, CommitSeq: p.CommitSeq,
+					Leader: p.Leader, ReadOnly: p.ReadOnly}
+				for _, r := range p.Replicas {
+					pp.Replicas = append(pp.Replicas, replica(r))
+				}
+				tt.Partitions = append(tt.Partitions, pp)
 			}
 			out = append(out, tt)
 		}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/delivery"
+	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -155,6 +157,9 @@ func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) 
 	if err != nil {
 		return nil, err
 	}
+	if err := n.coordinates(t); err != nil {
+		return nil, err
+	}
 	n.mu.Lock()
 	key := groupKey{group: group, topic: topicName}
 	g, ok := n.groups[key]
@@ -194,6 +199,29 @@ func (n *Node) ackOrNack(topicName, group string, c groupCmd) {
 }
 
 func dlqTopicName(group, topic string) string { return "dlq." + group + "." + topic }
+
+// coordinates checks that this node may run the topic's consumer groups.
+// In a cluster a topic's groups run on the leader of its partition 0 (one
+// coordinator, so a group never hands a message to two members at once),
+// and that node must hold a replica of every partition to read them.
+func (n *Node) coordinates(t *topic) error {
+	if n.cluster == nil {
+		return nil
+	}
+	p0 := t.partitions[0]
+	if p0.repl == nil || p0.repl.Status().Role != replica.Leader {
+		info := p0.info()
+		return wire.Errorf(wire.CodeNotLeader, "the groups of topic %q are coordinated by the leader of its partition 0: %s at %s",
+			t.cfg.Name, info.Leader, info.LeaderAddr)
+	}
+	for _, p := range t.partitions {
+		if p.repl == nil {
+			return wire.Errorf(wire.CodeUnavailable, "topic %q: consuming needs a node holding every partition, and this coordinator lacks partition %d (not supported yet)",
+				t.cfg.Name, p.id)
+		}
+	}
+	return nil
+}
 
 // startGroup creates the runner; the caller holds n.mu.
 func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunner, error) {
@@ -627,6 +655,13 @@ func (g *groupRunner) dispatch(now int64) {
 				// The delivery stays in flight and is retried after its ack
 				// wait; a corrupt record is never sent.
 				g.node.log.Error("read for delivery failed", "topic", g.topic.cfg.Name, "partition", pi, "seq", d.Seq, "err", err)
+				continue
+			}
+			if replog.IsControl(&e.Record) {
+				// An epoch's install entry: not a message. Done at once
+				// (derivable, so not written to the ledger).
+				g.cursors[pi].Ack(d.Seq, d.DeliveryID)
+				k--
 				continue
 			}
 			sub.sink.SendMsg(&wire.Msg{Topic: g.topic.cfg.Name, Partition: uint32(pi), Seq: d.Seq,

@@ -39,6 +39,12 @@ type Config struct {
 	// Mutations deliberately break guards, so tests can prove that the
 	// simulator's checkers catch each one. Never set outside tests.
 	Mutations Mutations
+	// ClientAddr is the address clients reach this node at; METADATA
+	// names it as the leader of what this node leads.
+	ClientAddr string
+	// Cluster, when set, makes the node a cluster member (replicated
+	// partitions, metadata log); nil runs a single node.
+	Cluster *ClusterConfig
 
 	SegmentBytesMax       int64
 	RecordBytesMax        int   // key + value + headers of one record
@@ -116,10 +122,13 @@ type Node struct {
 	topics map[string]*topic
 	groups map[groupKey]*groupRunner
 	closed bool
+
+	cluster *cluster // nil on a single node
 }
 
 type topic struct {
 	cfg        wire.TopicConfig
+	placement  [][]uint32 // per partition, its replica group's node numbers (cluster only)
 	partitions []*partitionRunner
 	rr         uint32 // round-robin cursor for unkeyed, non-idempotent PUBs
 
@@ -142,12 +151,24 @@ func Open(cfg Config) (*Node, error) {
 	if err := cfg.FS.MkdirAll(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
+	if cfg.Cluster != nil {
+		if cfg.Manual {
+			return nil, errors.New("node: the simulator's manual mode runs single nodes only")
+		}
+		if err := n.openCluster(); err != nil {
+			n.Close()
+			return nil, err
+		}
+		n.metrics.registerNode(n)
+		n.log.Info("node open", "node", cfg.NodeID, "data", cfg.DataDir, "cluster", n.cluster.names)
+		return n, nil
+	}
 	configs, err := n.loadTopics()
 	if err != nil {
 		return nil, err
 	}
 	for _, tc := range configs {
-		if _, err := n.startTopic(tc); err != nil {
+		if _, err := n.startTopic(tc, nil); err != nil {
 			n.Close()
 			return nil, err
 		}
@@ -175,6 +196,9 @@ func (n *Node) loadTopics() ([]wire.TopicConfig, error) {
 	if err := json.Unmarshal(b, &configs); err != nil {
 		return nil, fmt.Errorf("node: decode topics: %w", err)
 	}
+	for i := range configs {
+		configs[i].Replicas = 1 // files written before replication omit it
+	}
 	return configs, nil
 }
 
@@ -200,8 +224,10 @@ func (n *Node) saveTopicsLocked() error {
 	return storage.WriteFileAtomic(n.cfg.FS, path.Join(n.cfg.DataDir, topicsFile), b)
 }
 
-func (n *Node) startTopic(tc wire.TopicConfig) (*topic, error) {
-	t := &topic{cfg: tc}
+// startTopic opens a topic's partitions; placement is nil on a single node.
+// Callers hold n.mu (or own n, while opening).
+func (n *Node) startTopic(tc wire.TopicConfig, placement [][]uint32) (*topic, error) {
+	t := &topic{cfg: tc, placement: placement}
 	for i := uint32(0); i < tc.Partitions; i++ {
 		p, err := n.openPartition(t, i)
 		if err != nil {
@@ -231,10 +257,21 @@ func ValidateTopic(tc wire.TopicConfig) error {
 }
 
 // Declare creates a topic, or confirms an identical existing one. A DECLARE
-// that differs from the existing topic fails with TOPIC_CONFLICT.
+// that differs from the existing topic fails with TOPIC_CONFLICT. In a
+// cluster it goes through the metadata log (forwarded to its leader) and
+// returns once this node has applied it.
 func (n *Node) Declare(tc wire.TopicConfig) (created bool, err error) {
 	if err := ValidateTopic(tc); err != nil {
 		return false, err
+	}
+	if n.cluster != nil {
+		return n.cluster.declare(tc)
+	}
+	if tc.Replicas == 0 {
+		tc.Replicas = 1
+	}
+	if tc.Replicas != 1 {
+		return false, wire.Errorf(wire.CodeInvalidArgument, "a single node holds 1 replica, not %d; run a cluster for more", tc.Replicas)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -248,7 +285,7 @@ func (n *Node) Declare(tc wire.TopicConfig) (created bool, err error) {
 		}
 		return false, nil
 	}
-	if _, err := n.startTopic(tc); err != nil {
+	if _, err := n.startTopic(tc, nil); err != nil {
 		return false, wire.Errorf(wire.CodeStorage, "create topic: %v", err)
 	}
 	if err := n.saveTopicsLocked(); err != nil {
@@ -281,8 +318,7 @@ func (n *Node) Metadata(names []string) []wire.TopicInfo {
 		}
 		info := wire.TopicInfo{Config: t.cfg}
 		for _, p := range t.partitions {
-			info.Partitions = append(info.Partitions, wire.PartitionInfo{
-				Partition: p.id, Epoch: p.epoch.Load(), StartSeq: p.startSeq.Load(), CommitSeq: p.commitSeq.Load()})
+			info.Partitions = append(info.Partitions, p.info())
 		}
 		out = append(out, info)
 	}
@@ -326,6 +362,9 @@ func (n *Node) Close() {
 		for _, p := range t.partitions {
 			p.stop()
 		}
+	}
+	if n.cluster != nil {
+		n.cluster.close()
 	}
 	n.log.Info("node closed", "node", n.cfg.NodeID)
 }

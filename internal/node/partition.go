@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/partition"
+	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -55,6 +56,12 @@ type partitionRunner struct {
 	failure error // set when the log could not be reopened; PUBs fail fast
 	waiters map[uint64][]dupWaiter
 
+	// Cluster only: this node's member of the partition's replica group
+	// (nil when the node does not host the partition), and the state the
+	// replicated loop owns.
+	repl *replog.Log
+	rs   *replState
+
 	// Published for readers.
 	readLog   atomic.Pointer[storage.Log] // replaced by recover
 	epoch     atomic.Uint64
@@ -70,6 +77,9 @@ func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
 		reqs:    make(chan *pubReq, n.cfg.PublishQueueMax),
 		done:    make(chan struct{}),
 		waiters: map[uint64][]dupWaiter{},
+	}
+	if n.cluster != nil {
+		return p, p.openReplicated()
 	}
 	if err := p.recover(); err != nil {
 		return nil, err
@@ -154,6 +164,10 @@ func (p *partitionRunner) bumpEpoch(logEpoch uint64) (uint64, error) {
 // enqueue hands a publish to the partition goroutine; it blocks while the
 // queue is full (backpressure on the publishing session).
 func (p *partitionRunner) enqueue(r *pubReq) {
+	if p.node.cluster != nil && p.repl == nil {
+		r.reply(wire.PubOK{}, p.notHosted())
+		return
+	}
 	if p.node.cfg.Manual {
 		select {
 		case <-p.done:
@@ -178,6 +192,10 @@ func (p *partitionRunner) stop() {
 		}
 	})
 	p.wg.Wait()
+	if p.repl != nil {
+		p.node.cluster.closeGroup(p.topic.cfg.Name, p.id)
+		p.repl.Close()
+	}
 }
 
 // shutdown fails what is queued and closes the log; it runs on the goroutine
@@ -509,6 +527,9 @@ func (p *partitionRunner) applyRetention() {
 
 // read returns visible entries from seq on; never beyond commitSeq.
 func (p *partitionRunner) read(from uint64, recordsMax, bytesMax int) ([]storage.Entry, error) {
+	if p.readLog.Load() == nil {
+		return nil, wire.Errorf(wire.CodeNotLeader, "partition %s/%d is not hosted on this node", p.topic.cfg.Name, p.id)
+	}
 	commit := p.commitSeq.Load()
 	if from > commit {
 		return nil, nil

@@ -3,6 +3,7 @@ package node
 import (
 	"sync/atomic"
 
+	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -63,6 +64,9 @@ func (n *Node) validateRecord(pub *wire.Pub) *wire.Error {
 	for _, h := range pub.Headers {
 		if len(h.Key) == 0 || len(h.Key) > wire.HeaderKeyBytesMax {
 			return wire.Errorf(wire.CodeInvalidArgument, "header key must be 1-%d bytes", wire.HeaderKeyBytesMax)
+		}
+		if h.Key == replog.ControlHeader {
+			return wire.Errorf(wire.CodeInvalidArgument, "header %q is reserved", h.Key)
 		}
 		size += len(h.Key) + len(h.Value)
 	}

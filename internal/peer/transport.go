@@ -1,6 +1,6 @@
 // Package peer is the node-to-node transport: authenticated TCP
 // connections between the members of a cluster that carry replication
-// frames (wire.Replicate). Each node dials every other node once and sends
+// frames (wire.Replicate) and forwarded requests (wire.PeerDeclare). Each node dials every other node once and sends
 // on that connection; it receives on the connections the others dialed.
 // Sends never block: a peer that is down or slow loses messages beyond a
 // bounded queue, which the replication protocol tolerates (it retries).
@@ -34,10 +34,14 @@ type Config struct {
 	Listener net.Listener
 	Peers    map[uint32]string // every other member's peer address
 	Secret   []byte            // the cluster secret; never sent over the wire
-	// Handler receives every Replicate frame from an authenticated peer. It
-	// runs on that connection's reader goroutine and must not block long.
-	// from is the authenticated sender: the shell must not trust m.From.
-	Handler func(from uint32, m *wire.Replicate)
+	// ClientAddr is this node's client address, told to every peer in the
+	// handshake so that nodes can point clients at a leader.
+	ClientAddr string
+	// Handler receives every frame (Replicate, PeerDeclare, PeerDeclareOK)
+	// from an authenticated peer. It runs on that connection's reader
+	// goroutine and must not block long. from is the authenticated sender:
+	// the shell must not trust ids inside the frame.
+	Handler func(from uint32, f wire.Frame)
 	Logger  *slog.Logger
 	// QueueMax bounds the frames queued per peer (default 4096).
 	QueueMax int
@@ -55,12 +59,13 @@ type Transport struct {
 	cfg Config
 	lis net.Listener
 
-	mu      sync.Mutex
-	outs    map[uint32]*outbound
-	inbound map[net.Conn]struct{}
-	closed  bool
-	wg      sync.WaitGroup
-	done    chan struct{}
+	mu          sync.Mutex
+	outs        map[uint32]*outbound
+	inbound     map[net.Conn]struct{}
+	clientAddrs map[uint32]string // learned from authenticated handshakes
+	closed      bool
+	wg          sync.WaitGroup
+	done        chan struct{}
 }
 
 // outbound is the queue and dialing loop toward one peer.
@@ -96,7 +101,8 @@ func Listen(cfg Config) (*Transport, error) {
 			return nil, fmt.Errorf("peer: listen %s: %w", cfg.Listen, err)
 		}
 	}
-	t := &Transport{cfg: cfg, lis: lis, outs: map[uint32]*outbound{}, inbound: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	t := &Transport{cfg: cfg, lis: lis, outs: map[uint32]*outbound{}, inbound: map[net.Conn]struct{}{},
+		clientAddrs: map[uint32]string{}, done: make(chan struct{})}
 	for id, addr := range cfg.Peers {
 		if id == cfg.ID {
 			continue
@@ -114,14 +120,22 @@ func Listen(cfg Config) (*Transport, error) {
 // Addr is the address the transport listens on.
 func (t *Transport) Addr() string { return t.lis.Addr().String() }
 
-// Send queues m for peer to; it never blocks. It reports false when the
+// ClientAddr is the client address peer id announced when it last
+// connected ("" = not heard from yet).
+func (t *Transport) ClientAddr(id uint32) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.clientAddrs[id]
+}
+
+// Send queues f for peer to; it never blocks. It reports false when the
 // frame was dropped (unknown peer, closed transport or full queue).
-func (t *Transport) Send(to uint32, m *wire.Replicate) bool {
+func (t *Transport) Send(to uint32, f wire.Frame) bool {
 	o := t.outs[to]
 	if o == nil {
 		return false
 	}
-	frame := wire.AppendFrame(nil, 0, m)
+	frame := wire.AppendFrame(nil, 0, f)
 	select {
 	case <-t.done:
 		return false
@@ -223,11 +237,12 @@ func (t *Transport) writeLoop(conn net.Conn, o *outbound) error {
 	}
 }
 
-// proof is HMAC-SHA256 over a role label and both nonces and ids, so a
-// proof can neither be replayed nor reflected back to its sender.
-func (t *Transport) proof(role string, dialer, acceptor uint32, dialerNonce, acceptorNonce []byte) []byte {
+// proof is HMAC-SHA256 over a role label, both ids and nonces and the
+// dialer's client address, so a proof can neither be replayed nor
+// reflected back to its sender, and the address is authenticated too.
+func (t *Transport) proof(role string, dialer, acceptor uint32, dialerClientAddr string, dialerNonce, acceptorNonce []byte) []byte {
 	mac := hmac.New(sha256.New, t.cfg.Secret)
-	fmt.Fprintf(mac, "nereus-peer-v%d|%s|%d|%d|", Version, role, dialer, acceptor)
+	fmt.Fprintf(mac, "nereus-peer-v%d|%s|%d|%d|%q|", Version, role, dialer, acceptor, dialerClientAddr)
 	mac.Write(dialerNonce)
 	mac.Write([]byte{'|'})
 	mac.Write(acceptorNonce)
@@ -252,7 +267,7 @@ func (t *Transport) dial(o *outbound) (net.Conn, error) {
 	}
 	conn.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
 	mine := nonce()
-	if _, err := conn.Write(wire.AppendFrame(nil, 0, &wire.PeerHello{Version: Version, From: t.cfg.ID, To: o.to, Nonce: mine})); err != nil {
+	if _, err := conn.Write(wire.AppendFrame(nil, 0, &wire.PeerHello{Version: Version, From: t.cfg.ID, To: o.to, Nonce: mine, ClientAddr: t.cfg.ClientAddr})); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -263,11 +278,11 @@ func (t *Transport) dial(o *outbound) (net.Conn, error) {
 	}
 	ch, ok := f.(*wire.PeerChallenge)
 	if !ok || len(ch.Nonce) != wire.PeerNonceBytes ||
-		!hmac.Equal(ch.Proof, t.proof("accept", t.cfg.ID, o.to, mine, ch.Nonce)) {
+		!hmac.Equal(ch.Proof, t.proof("accept", t.cfg.ID, o.to, t.cfg.ClientAddr, mine, ch.Nonce)) {
 		conn.Close()
 		return nil, fmt.Errorf("%w: peer %d at %s did not prove the cluster secret", ErrAuth, o.to, o.addr)
 	}
-	if _, err := conn.Write(wire.AppendFrame(nil, 0, &wire.PeerAuth{Proof: t.proof("dial", t.cfg.ID, o.to, mine, ch.Nonce)})); err != nil {
+	if _, err := conn.Write(wire.AppendFrame(nil, 0, &wire.PeerAuth{Proof: t.proof("dial", t.cfg.ID, o.to, t.cfg.ClientAddr, mine, ch.Nonce)})); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -331,7 +346,7 @@ func (t *Transport) serveInbound(conn net.Conn) {
 	}
 	mine := nonce()
 	if _, err := conn.Write(wire.AppendFrame(nil, 0, &wire.PeerChallenge{Nonce: mine,
-		Proof: t.proof("accept", hello.From, t.cfg.ID, hello.Nonce, mine)})); err != nil {
+		Proof: t.proof("accept", hello.From, t.cfg.ID, hello.ClientAddr, hello.Nonce, mine)})); err != nil {
 		return
 	}
 	_, f, err = wire.ReadFrame(r, 4<<10)
@@ -339,21 +354,25 @@ func (t *Transport) serveInbound(conn net.Conn) {
 		return
 	}
 	auth, ok := f.(*wire.PeerAuth)
-	if !ok || !hmac.Equal(auth.Proof, t.proof("dial", hello.From, t.cfg.ID, hello.Nonce, mine)) {
+	if !ok || !hmac.Equal(auth.Proof, t.proof("dial", hello.From, t.cfg.ID, hello.ClientAddr, hello.Nonce, mine)) {
 		t.cfg.Logger.Warn("peer failed authentication", "from", hello.From, "remote", conn.RemoteAddr())
 		return
 	}
 	conn.SetDeadline(time.Time{})
+	t.mu.Lock()
+	t.clientAddrs[hello.From] = hello.ClientAddr
+	t.mu.Unlock()
 	for {
 		_, f, err := wire.ReadFrame(r, t.cfg.FrameBytesMax)
 		if err != nil {
 			return
 		}
-		m, ok := f.(*wire.Replicate)
-		if !ok {
+		switch f.(type) {
+		case *wire.Replicate, *wire.PeerDeclare, *wire.PeerDeclareOK:
+			t.cfg.Handler(hello.From, f)
+		default:
 			t.cfg.Logger.Warn("unexpected frame from peer", "from", hello.From, "type", f.Type())
 			return
 		}
-		t.cfg.Handler(hello.From, m)
 	}
 }

@@ -17,9 +17,16 @@ type received struct {
 	ch   chan struct{}
 }
 
-func (r *received) handler(from uint32, m *wire.Replicate) {
+func (r *received) handler(from uint32, f wire.Frame) {
 	r.mu.Lock()
-	r.msgs = append(r.msgs, itoa(from)+":"+m.Topic+":"+itoa(uint32(m.Epoch)))
+	switch m := f.(type) {
+	case *wire.Replicate:
+		r.msgs = append(r.msgs, itoa(from)+":"+m.Topic+":"+itoa(uint32(m.Epoch)))
+	case *wire.PeerDeclare:
+		r.msgs = append(r.msgs, itoa(from)+":declare:"+m.Topic.Name)
+	default:
+		r.msgs = append(r.msgs, itoa(from)+":"+f.Type().String())
+	}
 	r.mu.Unlock()
 	select {
 	case r.ch <- struct{}{}:
@@ -79,7 +86,8 @@ func cluster(t *testing.T, n int, secrets ...string) ([]*Transport, []*received)
 			secret = secrets[id-1]
 		}
 		r := &received{ch: make(chan struct{}, 1)}
-		tr, err := Listen(Config{ID: id, Listener: listeners[id], Peers: addrs, Secret: []byte(secret), Handler: r.handler, Logger: quiet})
+		tr, err := Listen(Config{ID: id, Listener: listeners[id], Peers: addrs, Secret: []byte(secret), Handler: r.handler, Logger: quiet,
+			ClientAddr: "127.0.0.1:48" + itoa(50+id)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,6 +119,18 @@ func TestPeersExchangeFramesInOrder(t *testing.T) {
 	}
 	if len(rs[0].msgs) != 0 {
 		t.Fatalf("node 1 received %v", rs[0].msgs)
+	}
+	// The handshake told node 2 where the dialers serve clients.
+	if a := ts[1].ClientAddr(1); a != "127.0.0.1:4851" {
+		t.Fatalf("node 2 learned client address %q for node 1", a)
+	}
+}
+
+func TestForwardedDeclaresTravel(t *testing.T) {
+	ts, rs := cluster(t, 2)
+	ts[1].Send(1, &wire.PeerDeclare{ReqID: 1, Topic: wire.TopicConfig{Name: "orders", Partitions: 1}})
+	if got := rs[0].waitFor(t, 1); got[0] != "2:declare:orders" {
+		t.Fatalf("node 1 got %v", got)
 	}
 }
 
@@ -190,7 +210,7 @@ func TestSendNeverBlocksAndCountsDrops(t *testing.T) {
 	dead, _ := net.Listen("tcp", "127.0.0.1:0")
 	defer dead.Close()
 	tr, err := Listen(Config{ID: 1, Listener: l, Peers: map[uint32]string{1: l.Addr().String(), 2: dead.Addr().String()},
-		Secret: []byte("a-cluster-secret-of-some-length"), Handler: func(uint32, *wire.Replicate) {}, Logger: quiet, QueueMax: 8})
+		Secret: []byte("a-cluster-secret-of-some-length"), Handler: func(uint32, wire.Frame) {}, Logger: quiet, QueueMax: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +230,7 @@ func TestSendNeverBlocksAndCountsDrops(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	if _, err := Listen(Config{ID: 1, Secret: []byte("short"), Handler: func(uint32, *wire.Replicate) {}}); err == nil {
+	if _, err := Listen(Config{ID: 1, Secret: []byte("short"), Handler: func(uint32, wire.Frame) {}}); err == nil {
 		t.Fatal("short secret accepted")
 	}
 }

@@ -4,6 +4,12 @@
 // function, drives its ticks from a real clock, and completes proposals
 // when they commit. The node wires it to the peer transport; tests wire
 // several members directly.
+//
+// Entries are storage records: a proposal is a record, carried between
+// members in its storage encoding, and the member's log holds it as is, so
+// a replicated partition's log reads like a single node's. The install
+// entry that opens each epoch is a control record (IsControl): readers
+// skip it.
 package replog
 
 import (
@@ -40,6 +46,12 @@ type Config struct {
 	Seed          uint64
 	// ProposeQueueMax bounds queued proposals (default 4096).
 	ProposeQueueMax int
+	// Storage configures the member's log (sizes, bounds).
+	Storage storage.Options
+	// Notify, when set, is called on the member's goroutine whenever the
+	// commit point, the role, the epoch, the leader or the read-only mode
+	// changed. It must not block.
+	Notify func()
 }
 
 // Errors.
@@ -55,6 +67,19 @@ type Proposal struct {
 	Seq, Epoch uint64
 	Err        error
 	data       []byte
+	onDone     func(seq, epoch uint64, err error)
+}
+
+// ControlHeader marks a control record (an epoch's install entry); the
+// broker refuses client records that carry it.
+const ControlHeader = "nereus-control"
+
+var installRecord = storage.Record{Headers: []storage.Header{{Key: ControlHeader, Value: []byte("install")}}}
+
+// IsControl reports whether a record in a replicated log is a control
+// record (not a message): consumers and derived state skip it.
+func IsControl(r *storage.Record) bool {
+	return len(r.Headers) == 1 && r.Headers[0].Key == ControlHeader && len(r.Key) == 0 && len(r.Value) == 0
 }
 
 // Log is one member. Its goroutine owns the kernel and the storage writer.
@@ -71,6 +96,15 @@ type Log struct {
 
 	status    atomic.Pointer[replica.Status]
 	commitSeq atomic.Uint64
+	notified  notice // what Notify last reported (run-owned)
+}
+
+// notice is the part of the kernel's view whose changes Notify reports.
+type notice struct {
+	role            replica.Role
+	epoch, commit   uint64
+	leader          replica.NodeID
+	readOnly, valid bool
 }
 
 const hardStateFile = "hardstate"
@@ -92,7 +126,7 @@ func Open(cfg Config) (*Log, error) {
 	if cfg.ProposeQueueMax == 0 {
 		cfg.ProposeQueueMax = 4096
 	}
-	lg, err := storage.Open(cfg.FS, cfg.Dir, storage.Options{})
+	lg, err := storage.Open(cfg.FS, cfg.Dir, cfg.Storage)
 	if err != nil {
 		return nil, err
 	}
@@ -154,19 +188,33 @@ func (l *Log) Step(m replica.Message) {
 	}
 }
 
-// Propose appends data if this member leads; the proposal completes when
-// the entry commits, or fails (ErrNotLeader, replica.ErrQuorumLost,
-// ErrLost, ErrClosed).
-func (l *Log) Propose(data []byte) *Proposal {
-	p := &Proposal{Done: make(chan struct{}), data: data}
+// Propose appends rec if this member leads; the proposal completes when
+// the entry commits, or fails (replica.ErrNotLeader, replica.ErrQuorumLost,
+// ErrLost, ErrClosed). It blocks while the proposal queue is full.
+func (l *Log) Propose(rec storage.Record) *Proposal {
+	p := &Proposal{Done: make(chan struct{}), data: storage.AppendRecord(nil, &rec)}
+	l.enqueue(p)
+	return p
+}
+
+// ProposeFunc is Propose with a completion callback instead of Done: done
+// runs exactly once, on the member's goroutine (or the caller's when the
+// member is closed), and must not block.
+func (l *Log) ProposeFunc(rec storage.Record, done func(seq, epoch uint64, err error)) {
+	l.enqueue(&Proposal{data: storage.AppendRecord(nil, &rec), onDone: done})
+}
+
+func (l *Log) enqueue(p *Proposal) {
 	select {
 	case l.prop <- p:
 	case <-l.done:
-		p.Err = ErrClosed
-		close(p.Done)
+		p.finish(ErrClosed)
 	}
-	return p
 }
+
+// ReadLog is the member's log for concurrent readers (storage.Log.Read);
+// entries above CommitSeq may still be truncated. Never write to it.
+func (l *Log) ReadLog() *storage.Log { return l.log }
 
 // Status is the kernel's latest view.
 func (l *Log) Status() replica.Status { return *l.status.Load() }
@@ -266,6 +314,10 @@ func (l *Log) propose(p *Proposal) {
 
 func (p *Proposal) finish(err error) {
 	p.Err = err
+	if p.onDone != nil {
+		p.onDone(p.Seq, p.Epoch, err)
+		return
+	}
 	close(p.Done)
 }
 
@@ -297,7 +349,14 @@ func (l *Log) handleReady() error {
 			j := i
 			var recs []storage.Record
 			for ; j < len(rd.Entries) && rd.Entries[j].Epoch == rd.Entries[i].Epoch; j++ {
-				recs = append(recs, storage.Record{Value: rd.Entries[j].Data})
+				rec := installRecord
+				if data := rd.Entries[j].Data; len(data) > 0 {
+					var err error
+					if rec, err = storage.DecodeRecord(data); err != nil {
+						return fmt.Errorf("replog: entry %d: %w", rd.Entries[j].Seq, err)
+					}
+				}
+				recs = append(recs, rec)
 			}
 			first, err := l.log.Append(rd.Entries[i].Epoch, recs)
 			if err != nil {
@@ -320,7 +379,11 @@ func (l *Log) handleReady() error {
 					return err
 				}
 				for _, e := range entries {
-					m.Entries = append(m.Entries, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: e.Record.Value})
+					var data []byte
+					if !IsControl(&e.Record) {
+						data = storage.AppendRecord(nil, &e.Record)
+					}
+					m.Entries = append(m.Entries, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: data})
 				}
 				if len(m.Entries) > 0 {
 					m.LastSeqSent = m.Entries[len(m.Entries)-1].Seq
@@ -339,28 +402,51 @@ func (l *Log) handleReady() error {
 }
 
 // completeCommitted finishes proposals up to commit: committed if the
-// entry at their seq is still theirs (same epoch), otherwise lost.
+// entry at their seq is still theirs (written in their epoch, by the
+// kernel's epoch boundaries), otherwise lost to another lineage.
 func (l *Log) completeCommitted(commit uint64) {
+	if len(l.pending) == 0 || l.pending[0].Seq > commit {
+		return
+	}
+	epochs := l.k.Status().Epochs
 	kept := l.pending[:0]
 	for _, p := range l.pending {
 		if p.Seq > commit {
 			kept = append(kept, p)
 			continue
 		}
-		entries, err := l.log.Read(p.Seq, 1, 1)
-		switch {
-		case err != nil:
-			p.finish(err)
-		case len(entries) == 1 && entries[0].Epoch == p.Epoch:
+		if epochAt(epochs, p.Seq) == p.Epoch {
 			p.finish(nil)
-		default:
+		} else {
 			p.finish(ErrLost)
 		}
 	}
+	clear(l.pending[len(kept):])
 	l.pending = kept
+}
+
+// epochAt is the epoch the entry at seq was written in, by the log's
+// epoch boundaries (ascending).
+func epochAt(epochs []replica.EpochStart, seq uint64) uint64 {
+	var e uint64
+	for _, b := range epochs {
+		if b.StartSeq > seq {
+			break
+		}
+		e = b.Epoch
+	}
+	return e
 }
 
 func (l *Log) publishStatus() {
 	st := l.k.Status()
 	l.status.Store(&st)
+	if l.cfg.Notify == nil {
+		return
+	}
+	n := notice{role: st.Role, epoch: st.Hard.Promised, commit: l.commitSeq.Load(), leader: st.Leader, readOnly: st.ReadOnly, valid: true}
+	if n != l.notified {
+		l.notified = n
+		l.cfg.Notify()
+	}
 }

@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/peer"
 	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -110,7 +112,7 @@ func (g *group) commit(v string) (seq uint64) {
 	g.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		p := g.leader().Propose([]byte(v))
+		p := g.leader().Propose(storage.Record{Value: []byte(v)})
 		select {
 		case <-p.Done:
 			if p.Err == nil {
@@ -155,7 +157,7 @@ func (g *group) values(id replica.NodeID) []string {
 			return out
 		}
 		for _, e := range es {
-			if len(e.Record.Value) > 0 { // install entries are empty
+			if !IsControl(&e.Record) {
 				out = append(out, fmt.Sprintf("%d:%s", e.Seq, e.Record.Value))
 			}
 		}
@@ -206,7 +208,7 @@ func TestIsolatedLeaderCannotCommitAndIsFenced(t *testing.T) {
 	old := g.leader()
 	oldID := old.Status().ID
 	g.isolate(oldID, true)
-	p := old.Propose([]byte("alone"))
+	p := old.Propose(storage.Record{Value: []byte("alone")})
 	g.commit("after") // the others elect a new leader and commit
 	select {
 	case <-p.Done:
@@ -248,8 +250,12 @@ func TestOverThePeerTransport(t *testing.T) {
 		i := i
 		tr, err := peer.Listen(peer.Config{ID: uint32(id), Listener: listeners[uint32(id)], Peers: addrs,
 			Secret: []byte("replog-test-cluster-secret"), Logger: quiet,
-			Handler: func(from uint32, m *wire.Replicate) {
+			Handler: func(from uint32, f wire.Frame) {
 				ready.Wait()
+				m, ok := f.(*wire.Replicate)
+				if !ok {
+					return
+				}
 				msg := FromWire(m)
 				if uint32(msg.From) != from {
 					return // only the authenticated sender counts
@@ -284,5 +290,48 @@ func TestOverThePeerTransport(t *testing.T) {
 	}
 	if fmt.Sprint(g.values(1)) != fmt.Sprint(g.values(3)) || len(g.values(2)) != 10 {
 		t.Fatalf("members disagree over TCP: %v / %v", g.values(1), g.values(3))
+	}
+}
+
+// Records travel whole (key, headers, producer identity) and every epoch's
+// install entry is a control record on every member, so readers can tell
+// it from a message.
+func TestRecordsReplicateWholeAndInstallsAreControl(t *testing.T) {
+	g := newGroup(t, 3)
+	rec := storage.Record{TimestampMs: 42, Key: []byte("k"), Value: []byte("v"),
+		Headers: []storage.Header{{Key: "h", Value: []byte("x")}}, ProducerID: 7, ProducerSeq: 9}
+	done := make(chan uint64, 1)
+	var seq uint64
+	for seq == 0 {
+		g.leader().ProposeFunc(rec, func(s, _ uint64, err error) {
+			if err != nil {
+				s = 0
+			}
+			done <- s
+		})
+		seq = <-done
+	}
+	for _, id := range g.members {
+		g.waitCommit(id, seq)
+		g.mu.Lock()
+		l := g.logs[id]
+		g.mu.Unlock()
+		es, err := l.Read(1, int(seq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		controls := 0
+		for _, e := range es {
+			if IsControl(&e.Record) {
+				controls++
+				continue
+			}
+			if e.Seq != seq || !reflect.DeepEqual(e.Record, rec) {
+				t.Fatalf("n%d: entry %d = %+v, want %+v at %d", id, e.Seq, e.Record, rec, seq)
+			}
+		}
+		if controls == 0 || controls != len(es)-1 {
+			t.Fatalf("n%d: %d control records among %d entries", id, controls, len(es))
+		}
 	}
 }

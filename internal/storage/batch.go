@@ -106,22 +106,39 @@ func appendBatch(dst []byte, baseSeq, epoch uint64, recs []Record, recordBytesMa
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(recs)))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(maxTimestampMs))
 	for i := range recs {
-		r := &recs[i]
-		dst = binary.LittleEndian.AppendUint64(dst, uint64(r.TimestampMs))
-		dst = binary.LittleEndian.AppendUint64(dst, r.ProducerID)
-		dst = binary.LittleEndian.AppendUint64(dst, r.ProducerSeq)
-		dst = appendBytes(dst, r.Key)
-		dst = appendBytes(dst, r.Value)
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Headers)))
-		for _, h := range r.Headers {
-			dst = binary.LittleEndian.AppendUint32(dst, uint32(len(h.Key)))
-			dst = append(dst, h.Key...)
-			dst = appendBytes(dst, h.Value)
-		}
+		dst = AppendRecord(dst, &recs[i])
 	}
 	batch := dst[start:]
 	binary.LittleEndian.PutUint32(batch[batchCRCOffset:], crc32.Checksum(batch[batchCRCEnd:], castagnoli))
 	return dst, nil
+}
+
+// AppendRecord appends the encoding of one record (as it is laid out inside
+// a batch) to dst. Replication carries records between nodes in it.
+func AppendRecord(dst []byte, r *Record) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(r.TimestampMs))
+	dst = binary.LittleEndian.AppendUint64(dst, r.ProducerID)
+	dst = binary.LittleEndian.AppendUint64(dst, r.ProducerSeq)
+	dst = appendBytes(dst, r.Key)
+	dst = appendBytes(dst, r.Value)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Headers)))
+	for _, h := range r.Headers {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(h.Key)))
+		dst = append(dst, h.Key...)
+		dst = appendBytes(dst, h.Value)
+	}
+	return dst
+}
+
+// DecodeRecord decodes one record encoded by AppendRecord; the record
+// aliases b. Trailing bytes are an error.
+func DecodeRecord(b []byte) (Record, error) {
+	d := decoder{b: b}
+	r := d.record()
+	if d.err == nil && d.off != len(b) {
+		d.err = fmt.Errorf("%w: %d trailing bytes after record", ErrCorrupt, len(b)-d.off)
+	}
+	return r, d.err
 }
 
 func appendBytes(dst, b []byte) []byte {
@@ -172,23 +189,7 @@ func verifyBatch(h batchHeader, b []byte, out []Entry, sizes []int) ([]Entry, []
 	d := decoder{b: b[batchHeaderBytes:]}
 	for i := uint32(0); i < h.count; i++ {
 		start := d.off
-		var r Record
-		r.TimestampMs = int64(d.u64())
-		r.ProducerID = d.u64()
-		r.ProducerSeq = d.u64()
-		r.Key = d.bytes()
-		r.Value = d.bytes()
-		nh := d.u32()
-		if d.err == nil && uint64(nh) > uint64(len(d.b)-d.off)/headerBytesMin {
-			d.err = fmt.Errorf("%w: header count %d too large", ErrCorrupt, nh)
-		}
-		if d.err == nil && nh > 0 {
-			r.Headers = make([]Header, nh)
-			for j := range r.Headers {
-				r.Headers[j].Key = string(d.bytes())
-				r.Headers[j].Value = d.bytes()
-			}
-		}
+		r := d.record()
 		if d.err != nil {
 			return out, sizes, fmt.Errorf("batch at seq %d record %d: %w", h.baseSeq, i, d.err)
 		}
@@ -209,6 +210,28 @@ type decoder struct {
 	b   []byte
 	off int
 	err error
+}
+
+// record decodes one record at the decoder's position.
+func (d *decoder) record() Record {
+	var r Record
+	r.TimestampMs = int64(d.u64())
+	r.ProducerID = d.u64()
+	r.ProducerSeq = d.u64()
+	r.Key = d.bytes()
+	r.Value = d.bytes()
+	nh := d.u32()
+	if d.err == nil && uint64(nh) > uint64(len(d.b)-d.off)/headerBytesMin {
+		d.err = fmt.Errorf("%w: header count %d too large", ErrCorrupt, nh)
+	}
+	if d.err == nil && nh > 0 {
+		r.Headers = make([]Header, nh)
+		for j := range r.Headers {
+			r.Headers[j].Key = string(d.bytes())
+			r.Headers[j].Value = d.bytes()
+		}
+	}
+	return r
 }
 
 func (d *decoder) need(n int) bool {

@@ -93,6 +93,10 @@ func newFrame(t FrameType) Frame {
 		return &PeerAuth{}
 	case TypeReplicate:
 		return &Replicate{}
+	case TypePeerDeclare:
+		return &PeerDeclare{}
+	case TypePeerDeclareOK:
+		return &PeerDeclareOK{}
 	}
 	return nil
 }
@@ -155,20 +159,56 @@ type TopicConfig struct {
 	Partitions     uint32
 	RetentionMs    int64 // 0 = unlimited
 	RetentionBytes int64 // per partition; 0 = unlimited
+	// Replicas is the replication factor (1, 3 or 5); 0 asks for the
+	// node's default (1 on a single node, 3 in a cluster of 3 or more).
+	Replicas uint8
+	// Ack is the ack policy of replicated partitions.
+	Ack AckPolicy
+}
+
+// AckPolicy says when a replicated record is visible and acknowledged.
+type AckPolicy uint8
+
+const (
+	// AckQuorum: once a majority of the replicas has fsynced it.
+	AckQuorum AckPolicy = iota
+	// AckAll: once every replica has fsynced it; a lagging replica blocks
+	// writes (they fail with QUORUM_LOST), never a silent downgrade.
+	AckAll
+)
+
+func (a AckPolicy) String() string {
+	if a == AckAll {
+		return "all"
+	}
+	return "quorum"
+}
+
+// ParseAckPolicy parses "quorum" or "all".
+func ParseAckPolicy(s string) (AckPolicy, error) {
+	switch s {
+	case "quorum", "sync_quorum", "":
+		return AckQuorum, nil
+	case "all", "sync_all":
+		return AckAll, nil
+	}
+	return 0, fmt.Errorf("ack policy %q: want quorum or all", s)
 }
 
 func (c *TopicConfig) append(b []byte) []byte {
 	b = appendStr(b, c.Name)
 	b = binary.BigEndian.AppendUint32(b, c.Partitions)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.RetentionMs))
-	return binary.BigEndian.AppendUint64(b, uint64(c.RetentionBytes))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.RetentionBytes))
+	return append(b, c.Replicas, uint8(c.Ack))
 }
 func (c *TopicConfig) decode(d *decoder) {
 	c.Name, c.Partitions = d.str(), d.u32()
 	c.RetentionMs, c.RetentionBytes = int64(d.u64()), int64(d.u64())
+	c.Replicas, c.Ack = d.u8(), AckPolicy(d.u8())
 }
 
-const topicConfigBytesMin = 2 + 4 + 8 + 8
+const topicConfigBytesMin = 2 + 4 + 8 + 8 + 1 + 1
 
 // Declare creates a topic, or confirms an identical one.
 type Declare struct{ Topic TopicConfig }
@@ -214,6 +254,24 @@ type PartitionInfo struct {
 	Epoch     uint64
 	StartSeq  uint64 // oldest retained seq
 	CommitSeq uint64 // last visible seq
+	// Leader is the node id of the partition's leader as the answering node
+	// knows it ("" = unknown: an election is running), and LeaderAddr its
+	// client address ("" = unknown). On a single node both name that node.
+	Leader     string
+	LeaderAddr string
+	// ReadOnly: the leader lost its ack quorum (READ_ONLY_DEGRADED).
+	ReadOnly bool
+	// Replicas lists the replica group (empty on a single node).
+	Replicas []ReplicaInfo
+}
+
+// ReplicaInfo is one member of a partition's replica group as the
+// answering node sees it. State is InSync, CatchingUp, NeedsRebuild or
+// Rebuilding when the answering node leads the partition, else "".
+type ReplicaInfo struct {
+	Node       string
+	State      string
+	FlushedSeq uint64
 }
 
 // TopicInfo is a topic and the state of its partitions.
@@ -237,6 +295,15 @@ func (f *MetadataOK) appendBody(b []byte) []byte {
 			b = binary.BigEndian.AppendUint64(b, p.Epoch)
 			b = binary.BigEndian.AppendUint64(b, p.StartSeq)
 			b = binary.BigEndian.AppendUint64(b, p.CommitSeq)
+			b = appendStr(b, p.Leader)
+			b = appendStr(b, p.LeaderAddr)
+			b = appendBool(b, p.ReadOnly)
+			b = binary.BigEndian.AppendUint32(b, uint32(len(p.Replicas)))
+			for _, r := range p.Replicas {
+				b = appendStr(b, r.Node)
+				b = appendStr(b, r.State)
+				b = binary.BigEndian.AppendUint64(b, r.FlushedSeq)
+			}
 		}
 	}
 	return b
@@ -247,10 +314,19 @@ func (f *MetadataOK) decodeBody(d *decoder) {
 	for i := 0; i < n && d.err == nil; i++ {
 		t := &f.Topics[i]
 		t.Config.decode(d)
-		m := d.listLen(4 + 8 + 8 + 8)
+		m := d.listLen(4 + 8 + 8 + 8 + 2 + 2 + 1 + 4)
 		t.Partitions = make([]PartitionInfo, m)
 		for j := 0; j < m && d.err == nil; j++ {
-			t.Partitions[j] = PartitionInfo{Partition: d.u32(), Epoch: d.u64(), StartSeq: d.u64(), CommitSeq: d.u64()}
+			p := &t.Partitions[j]
+			p.Partition, p.Epoch, p.StartSeq, p.CommitSeq = d.u32(), d.u64(), d.u64(), d.u64()
+			p.Leader, p.LeaderAddr, p.ReadOnly = d.str(), d.str(), d.boolean()
+			k := d.listLen(2 + 2 + 8)
+			if k > 0 {
+				p.Replicas = make([]ReplicaInfo, k)
+			}
+			for r := 0; r < k && d.err == nil; r++ {
+				p.Replicas[r] = ReplicaInfo{Node: d.str(), State: d.str(), FlushedSeq: d.u64()}
+			}
 		}
 	}
 }

@@ -9,6 +9,8 @@ const (
 	TypePeerChallenge FrameType = 65 // acceptor: its nonce and its proof
 	TypePeerAuth      FrameType = 66 // dialer: its proof
 	TypeReplicate     FrameType = 67 // one replication message for a partition
+	TypePeerDeclare   FrameType = 68 // a DECLARE forwarded to the metadata leader
+	TypePeerDeclareOK FrameType = 69 // its outcome, back to the forwarding node
 )
 
 func init() {
@@ -16,6 +18,8 @@ func init() {
 	typeNames[TypePeerChallenge] = "PEER_CHALLENGE"
 	typeNames[TypePeerAuth] = "PEER_AUTH"
 	typeNames[TypeReplicate] = "REPLICATE"
+	typeNames[TypePeerDeclare] = "PEER_DECLARE"
+	typeNames[TypePeerDeclareOK] = "PEER_DECLARE_OK"
 }
 
 // Nonce and proof sizes of the peer handshake.
@@ -24,12 +28,14 @@ const (
 	PeerProofBytes = 32 // HMAC-SHA256
 )
 
-// PeerHello opens a peer connection.
+// PeerHello opens a peer connection. ClientAddr is the dialer's client
+// address, so that every node can tell clients where a leader is.
 type PeerHello struct {
-	Version uint16
-	From    uint32
-	To      uint32
-	Nonce   []byte
+	Version    uint16
+	From       uint32
+	To         uint32
+	Nonce      []byte
+	ClientAddr string
 }
 
 func (*PeerHello) Type() FrameType { return TypePeerHello }
@@ -37,10 +43,12 @@ func (f *PeerHello) appendBody(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, f.Version)
 	b = binary.BigEndian.AppendUint32(b, f.From)
 	b = binary.BigEndian.AppendUint32(b, f.To)
-	return appendBytes(b, f.Nonce)
+	b = appendBytes(b, f.Nonce)
+	return appendStr(b, f.ClientAddr)
 }
 func (f *PeerHello) decodeBody(d *decoder) {
 	f.Version, f.From, f.To, f.Nonce = d.u16(), d.u32(), d.u32(), d.bytes()
+	f.ClientAddr = d.str()
 }
 
 // PeerChallenge answers PeerHello: the acceptor's nonce and its proof that
@@ -127,4 +135,37 @@ func (f *Replicate) decodeBody(d *decoder) {
 	for i := 0; i < n && d.err == nil; i++ {
 		f.Entries[i] = ReplicaEntry{Seq: d.u64(), Epoch: d.u64(), Data: d.bytes()}
 	}
+}
+
+// PeerDeclare forwards a client's DECLARE to the metadata leader; ReqID
+// pairs it with its PeerDeclareOK.
+type PeerDeclare struct {
+	ReqID uint64
+	Topic TopicConfig
+}
+
+func (*PeerDeclare) Type() FrameType { return TypePeerDeclare }
+func (f *PeerDeclare) appendBody(b []byte) []byte {
+	return f.Topic.append(binary.BigEndian.AppendUint64(b, f.ReqID))
+}
+func (f *PeerDeclare) decodeBody(d *decoder) { f.ReqID = d.u64(); f.Topic.decode(d) }
+
+// PeerDeclareOK is the metadata leader's answer to a PeerDeclare: Code OK
+// with Created, or an error code and message for the client.
+type PeerDeclareOK struct {
+	ReqID   uint64
+	Created bool
+	Code    Code
+	Message string
+}
+
+func (*PeerDeclareOK) Type() FrameType { return TypePeerDeclareOK }
+func (f *PeerDeclareOK) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, f.ReqID)
+	b = appendBool(b, f.Created)
+	b = binary.BigEndian.AppendUint16(b, uint16(f.Code))
+	return appendStr(b, f.Message)
+}
+func (f *PeerDeclareOK) decodeBody(d *decoder) {
+	f.ReqID, f.Created, f.Code, f.Message = d.u64(), d.boolean(), Code(d.u16()), d.str()
 }

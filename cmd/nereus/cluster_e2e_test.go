@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/client"
+	"github.com/nereus-broker/nereus/internal/replog"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// realCluster is three `nereus serve` processes on loopback.
+type realCluster struct {
+	t     *testing.T
+	dir   string
+	ids   []string
+	procs map[string]*serverProcess
+}
+
+func startRealCluster(t *testing.T) *realCluster {
+	t.Helper()
+	rc := &realCluster{t: t, dir: t.TempDir(), ids: []string{"n1", "n2", "n3"}, procs: map[string]*serverProcess{}}
+	secretFile := filepath.Join(rc.dir, "secret")
+	if err := os.WriteFile(secretFile, []byte("a-cluster-secret-for-the-e2e-test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var peers []string
+	for _, id := range rc.ids {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers = append(peers, id+"="+l.Addr().String())
+		l.Close()
+	}
+	for _, id := range rc.ids {
+		rc.procs[id] = startServe(t, "--node-id", id, "--data", filepath.Join(rc.dir, id), "--listen", "127.0.0.1:0",
+			"--http", "", "--insecure-no-auth", "--log-level", "warn", "--peers", strings.Join(peers, ","),
+			"--cluster-secret-file", secretFile)
+	}
+	return rc
+}
+
+func (rc *realCluster) addrs() []string {
+	var out []string
+	for _, id := range rc.ids {
+		out = append(out, rc.procs[id].addr)
+	}
+	return out
+}
+
+func (rc *realCluster) byAddr(addr string) string {
+	for id, p := range rc.procs {
+		if p.addr == addr {
+			return id
+		}
+	}
+	return ""
+}
+
+func (rc *realCluster) kill(id string) {
+	p := rc.procs[id]
+	if p.cmd != nil && p.cmd.ProcessState == nil {
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		p.cmd.Wait()
+	}
+}
+
+// leaderOf asks the nodes until one names a leader of the partition.
+func leaderOf(ctx context.Context, c *client.Client, topic string, partition int) (string, error) {
+	for {
+		topics, err := c.Topics(ctx, topic)
+		if err == nil && len(topics) == 1 && partition < len(topics[0].Partitions) {
+			if p := topics[0].Partitions[partition]; p.LeaderAddr != "" && p.Leader != "" {
+				return p.LeaderAddr, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no leader of %s/%d: %v", topic, partition, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestClusterFailoverKeepsEveryAckedMessage runs three real processes. A
+// producer with idempotent retries publishes continuously while the test
+// SIGKILLs the leader of partition 0, SIGSTOPs a follower for a while and
+// SIGKILLs the leader of partition 1, restarting each. Then every
+// acknowledged message must be readable exactly once at its acknowledged
+// (partition, seq), and the replicas must hold the same log. With two of
+// three nodes down, PUB fails with QUORUM_LOST while a consumer still
+// reads the visible prefix.
+func TestClusterFailoverKeepsEveryAckedMessage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Servers: rc.addrs(), DialTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for {
+		_, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "ha", Partitions: 2, Replicas: 3})
+		if err == nil {
+			break
+		}
+		if !client.IsRetryable(err) || ctx.Err() != nil {
+			t.Fatalf("declare: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	prod, err := c.NewProducer(client.ProducerOptions{Topic: "ha", MaxInFlight: 64, DeliveryTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const total = 2000
+	var mu sync.Mutex
+	acked := map[string]position{}
+	var failures []error
+	progress := make(chan int, total)
+	var wg sync.WaitGroup
+	faultsDone := make(chan error, 1)
+	go func() {
+		// The fault injector, driven by the number of acks so far.
+		var stopped string
+		step := 0
+		for n := range progress {
+			var err error
+			switch {
+			case step == 0 && n >= 300: // SIGKILL the leader of partition 0, restart it
+				var addr string
+				if addr, err = leaderOf(ctx, c, "ha", 0); err == nil {
+					t.Logf("%d acks: SIGKILL %s, leader of partition 0, and restart it", n, rc.byAddr(addr))
+					err = rc.procs[rc.byAddr(addr)].restart()
+				}
+				step++
+			case step == 1 && n >= 800: // SIGSTOP a follower of partition 1
+				var addr string
+				if addr, err = leaderOf(ctx, c, "ha", 1); err == nil {
+					for _, id := range rc.ids {
+						if rc.procs[id].addr != addr {
+							stopped = id
+						}
+					}
+					t.Logf("%d acks: SIGSTOP %s, a follower of partition 1", n, stopped)
+					err = rc.procs[stopped].cmd.Process.Signal(syscall.SIGSTOP)
+				}
+				step++
+			case step == 2 && n >= 1200: // SIGCONT it, SIGKILL the leader of partition 1
+				if err = rc.procs[stopped].cmd.Process.Signal(syscall.SIGCONT); err == nil {
+					var addr string
+					if addr, err = leaderOf(ctx, c, "ha", 1); err == nil {
+						t.Logf("%d acks: SIGCONT %s; SIGKILL %s, leader of partition 1, and restart it", n, stopped, rc.byAddr(addr))
+						err = rc.procs[rc.byAddr(addr)].restart()
+					}
+				}
+				step++
+			}
+			if err != nil {
+				faultsDone <- err
+				for range progress {
+				}
+				return
+			}
+		}
+		if step != 3 {
+			faultsDone <- fmt.Errorf("only %d of 3 faults injected", step)
+			return
+		}
+		faultsDone <- nil
+	}()
+	for i := 0; i < total; i++ {
+		value := fmt.Sprintf("msg-%05d", i)
+		wg.Add(1)
+		err := prod.PublishAsync(ctx, client.Message{Value: []byte(value)}, func(r client.PublishResult, err error) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures = append(failures, fmt.Errorf("%s: %w", value, err))
+				return
+			}
+			acked[value] = position{r.Partition, r.Seq}
+			progress <- len(acked)
+		})
+		if err != nil {
+			t.Fatalf("PublishAsync %d: %v", i, err)
+		}
+		if i%100 == 99 {
+			time.Sleep(20 * time.Millisecond) // keep writing across the faults
+		}
+	}
+	wg.Wait()
+	close(progress)
+	if err := <-faultsDone; err != nil {
+		t.Fatalf("fault injection: %v", err)
+	}
+	if len(failures) > 0 {
+		t.Fatalf("%d publishes failed, first: %v", len(failures), failures[0])
+	}
+	maxSeq := map[int]uint64{}
+	for _, pos := range acked {
+		maxSeq[pos.partition] = max(maxSeq[pos.partition], pos.seq)
+	}
+
+	// Let every replica catch up: the leaders report all followers InSync.
+	waitInSync(ctx, t, rc, maxSeq)
+	topics, err := c.Topics(ctx, "ha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range topics[0].Partitions {
+		t.Logf("partition %d: leader %s, epoch %d, commit %d", p.Partition, p.Leader, p.Epoch, p.CommitSeq)
+		if p.Epoch < 2 {
+			t.Fatalf("partition %d is still in epoch %d: its leader was killed, so a failover must have happened", p.Partition, p.Epoch)
+		}
+	}
+
+	// Two of three down: the survivor leads partition 0 (it coordinates the
+	// groups) and refuses writes with QUORUM_LOST.
+	addr, err := leaderOf(ctx, c, "ha", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	survivor := rc.byAddr(addr)
+	for _, id := range rc.ids {
+		if id != survivor {
+			rc.kill(id)
+		}
+	}
+	quorumLost := false
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !quorumLost; {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := prod.Publish(pctx, client.Message{Value: []byte("during-quorum-loss"), TargetPartition: client.PartitionOf(0)})
+		pcancel()
+		if err == nil {
+			t.Fatal("a publish was acknowledged with two of three nodes down")
+		}
+		quorumLost = errors.Is(err, client.ErrQuorumLost)
+	}
+	if !quorumLost {
+		t.Fatal("PUB never failed with QUORUM_LOST with two of three nodes down")
+	}
+
+	// The consumer still reads the whole visible prefix, exactly once.
+	cons, err := c.Subscribe(ctx, "ha", "verify", client.ConsumerOptions{Credit: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readBackExactlyOnce(ctx, t, cons, acked)
+	cons.Close()
+	rc.kill(survivor)
+
+	// The replicas hold the same log (every replica caught up before the
+	// kills, so each holds at least every acknowledged entry).
+	for p, last := range maxSeq {
+		var ref []string
+		for _, id := range rc.ids {
+			got := readReplica(t, filepath.Join(rc.dir, id, "topics", "ha", fmt.Sprint(p)), last)
+			if ref == nil {
+				ref = got
+				continue
+			}
+			if strings.Join(got, ",") != strings.Join(ref, ",") {
+				t.Fatalf("partition %d: replica %s disagrees:\n%v\n%v", p, id, got, ref)
+			}
+		}
+	}
+}
+
+// waitInSync waits until, for each partition, some node leads it and sees
+// every follower InSync at or past the last acknowledged seq.
+func waitInSync(ctx context.Context, t *testing.T, rc *realCluster, maxSeq map[int]uint64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for p, last := range maxSeq {
+		for {
+			if inSync(ctx, rc, p, last) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("partition %d: replicas never all InSync at %d", p, last)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+func inSync(ctx context.Context, rc *realCluster, partition int, last uint64) bool {
+	for _, addr := range rc.addrs() {
+		v := askNode(ctx, client.Options{RequestTimeout: 2 * time.Second, DialTimeout: time.Second}, addr)
+		for _, tp := range v.topics {
+			p := tp.Partitions[partition]
+			if rc.byAddr(addr) != p.Leader || len(p.Replicas) != 3 {
+				continue
+			}
+			ok := true
+			for _, r := range p.Replicas {
+				ok = ok && r.State == "InSync" && r.FlushedSeq >= last
+			}
+			return ok
+		}
+	}
+	return false
+}
+
+// readReplica returns "seq/epoch/value" of the entries of a replica's log
+// up to last, skipping control records.
+func readReplica(t *testing.T, dir string, last uint64) []string {
+	t.Helper()
+	lg, err := storage.Open(vfs.OS(), dir, storage.Options{})
+	if err != nil {
+		t.Fatalf("open %s: %v", dir, err)
+	}
+	defer lg.Close()
+	var out []string
+	for from := uint64(1); from <= last; {
+		es, err := lg.Read(from, 1000, 16<<20)
+		if err != nil {
+			t.Fatalf("read %s: %v", dir, err)
+		}
+		if len(es) == 0 {
+			t.Fatalf("%s ends at %d, before the acknowledged %d", dir, from-1, last)
+		}
+		for _, e := range es {
+			if e.Seq > last {
+				break
+			}
+			if !replog.IsControl(&e.Record) {
+				out = append(out, fmt.Sprintf("%d/%d/%s", e.Seq, e.Epoch, e.Record.Value))
+			}
+		}
+		from = es[len(es)-1].Seq + 1
+	}
+	return out
+}

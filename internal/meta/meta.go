@@ -1,0 +1,160 @@
+// Package meta is the metadata state machine of a cluster: the topics and
+// the placement of their partitions, applied in order from the committed
+// entries of the single-writer `__meta` log. It is a kernel (DESIGN §3):
+// no I/O, no clock, no goroutines. The metadata leader decides a DECLARE
+// against its state (Decide), proposes the resulting Command, and every
+// node applies the committed commands in log order (Apply), so all nodes
+// reach the same topics and placement.
+package meta
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// MetaTopic names the metadata log's replica group on the peer transport.
+const MetaTopic = "__meta"
+
+// MembersMax bounds the metadata group: the first five members of the
+// initial cluster hold it.
+const MembersMax = 5
+
+// Command is one entry of the metadata log.
+type Command struct {
+	// Op is "declare" (the only one today).
+	Op    string           `json:"op"`
+	Topic wire.TopicConfig `json:"topic"`
+	// Placement lists, per partition, the replica group's node numbers
+	// (1-based positions in the sorted initial cluster).
+	Placement [][]uint32 `json:"placement"`
+}
+
+// Topic is a declared topic and where its partitions live.
+type Topic struct {
+	Config    wire.TopicConfig `json:"config"`
+	Placement [][]uint32       `json:"placement"`
+}
+
+// State is the applied metadata. The zero value is not usable; use New.
+type State struct {
+	Applied uint64           `json:"applied"` // last applied log seq
+	Topics  map[string]Topic `json:"topics"`
+}
+
+// New returns an empty state.
+func New() *State { return &State{Topics: map[string]Topic{}} }
+
+// Normalize fills a DECLARE's defaults for a cluster of nodes members and
+// validates replication: Replicas 0 means 3 (1 when the cluster has fewer
+// than three nodes); it must be 1, 3 or 5 and at most the cluster size.
+func Normalize(tc wire.TopicConfig, nodes int) (wire.TopicConfig, error) {
+	if tc.Replicas == 0 {
+		tc.Replicas = 3
+		if nodes < 3 {
+			tc.Replicas = 1
+		}
+	}
+	switch tc.Replicas {
+	case 1, 3, 5:
+	default:
+		return tc, wire.Errorf(wire.CodeInvalidArgument, "replicas must be 1, 3 or 5, got %d", tc.Replicas)
+	}
+	if int(tc.Replicas) > nodes {
+		return tc, wire.Errorf(wire.CodeInvalidArgument, "replicas %d exceeds the %d node(s) of the cluster", tc.Replicas, nodes)
+	}
+	if tc.Ack > wire.AckAll {
+		return tc, wire.Errorf(wire.CodeInvalidArgument, "unknown ack policy %d", tc.Ack)
+	}
+	return tc, nil
+}
+
+// Decide answers a normalized DECLARE on the metadata leader: exists when
+// an identical topic is already applied (nothing to propose), an error
+// when a different one is, else the command to propose.
+func (s *State) Decide(tc wire.TopicConfig, nodes int) (cmd Command, exists bool, err error) {
+	if t, ok := s.Topics[tc.Name]; ok {
+		if t.Config != tc {
+			return Command{}, false, conflict(t.Config)
+		}
+		return Command{}, true, nil
+	}
+	return Command{Op: "declare", Topic: tc, Placement: s.place(tc, nodes)}, false, nil
+}
+
+func conflict(c wire.TopicConfig) error {
+	return wire.Errorf(wire.CodeTopicConflict, "topic %q exists with partitions=%d replicas=%d ack=%s retention_ms=%d retention_bytes=%d",
+		c.Name, c.Partitions, c.Replicas, c.Ack, c.RetentionMs, c.RetentionBytes)
+}
+
+// place spreads each partition's replicas over consecutive nodes, starting
+// where the replicas of earlier topics left off, so that groups (and the
+// leaders their first replica tends to become) spread evenly.
+func (s *State) place(tc wire.TopicConfig, nodes int) [][]uint32 {
+	start := 0
+	for _, t := range s.Topics {
+		for _, g := range t.Placement {
+			start += len(g)
+		}
+	}
+	out := make([][]uint32, tc.Partitions)
+	for p := range out {
+		for i := 0; i < int(tc.Replicas); i++ {
+			out[p] = append(out[p], uint32((start+p+i)%nodes)+1)
+		}
+		start += int(tc.Replicas) - 1
+	}
+	return out
+}
+
+// Apply applies the committed entry at seq. Entries are applied once, in
+// order; a DECLARE of an existing topic changes nothing (two nodes may
+// race to declare it: the first committed wins). It returns the topic a
+// declare created, if any.
+func (s *State) Apply(seq uint64, data []byte) (created *Topic, err error) {
+	if seq <= s.Applied {
+		return nil, fmt.Errorf("meta: entry %d applied twice (applied %d)", seq, s.Applied)
+	}
+	s.Applied = seq
+	var cmd Command
+	if err := json.Unmarshal(data, &cmd); err != nil {
+		return nil, fmt.Errorf("meta: entry %d: %w", seq, err)
+	}
+	if cmd.Op != "declare" {
+		return nil, fmt.Errorf("meta: entry %d: unknown op %q", seq, cmd.Op)
+	}
+	if _, ok := s.Topics[cmd.Topic.Name]; ok {
+		return nil, nil
+	}
+	if len(cmd.Placement) != int(cmd.Topic.Partitions) {
+		return nil, fmt.Errorf("meta: entry %d: %d placements for %d partitions", seq, len(cmd.Placement), cmd.Topic.Partitions)
+	}
+	t := Topic{Config: cmd.Topic, Placement: cmd.Placement}
+	s.Topics[cmd.Topic.Name] = t
+	return &t, nil
+}
+
+// Sorted returns the topics by name.
+func (s *State) Sorted() []Topic {
+	out := make([]Topic, 0, len(s.Topics))
+	for _, t := range s.Topics {
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b Topic) int {
+		switch {
+		case a.Config.Name < b.Config.Name:
+			return -1
+		case a.Config.Name > b.Config.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Hosts reports whether node holds a replica of the partition.
+func (t *Topic) Hosts(partition int, node uint32) bool {
+	return slices.Contains(t.Placement[partition], node)
+}

@@ -1,0 +1,123 @@
+package meta
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+func mustJSON(t *testing.T, c Command) []byte {
+	t.Helper()
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestNormalizeDefaultsAndBounds(t *testing.T) {
+	tc, err := Normalize(wire.TopicConfig{Name: "a", Partitions: 1}, 3)
+	if err != nil || tc.Replicas != 3 {
+		t.Fatalf("3 nodes: replicas %d, %v", tc.Replicas, err)
+	}
+	tc, err = Normalize(wire.TopicConfig{Name: "a", Partitions: 1}, 1)
+	if err != nil || tc.Replicas != 1 {
+		t.Fatalf("1 node: replicas %d, %v", tc.Replicas, err)
+	}
+	for _, bad := range []struct {
+		r     uint8
+		nodes int
+	}{{2, 3}, {5, 3}, {3, 2}, {7, 9}} {
+		_, err := Normalize(wire.TopicConfig{Name: "a", Partitions: 1, Replicas: bad.r}, bad.nodes)
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.CodeInvalidArgument {
+			t.Fatalf("replicas %d on %d nodes: %v", bad.r, bad.nodes, err)
+		}
+	}
+}
+
+// Every node applying the same entries reaches the same state; DECLARE is
+// idempotent and a conflicting one is refused.
+func TestDecideApplyIdempotentAndConflict(t *testing.T) {
+	leader, follower := New(), New()
+	tc := wire.TopicConfig{Name: "orders", Partitions: 3, Replicas: 3}
+	cmd, exists, err := leader.Decide(tc, 5)
+	if err != nil || exists {
+		t.Fatalf("first declare: %v exists=%v", err, exists)
+	}
+	data := mustJSON(t, cmd)
+	for _, s := range []*State{leader, follower} {
+		created, err := s.Apply(1, data)
+		if err != nil || created == nil {
+			t.Fatalf("apply: %v %v", created, err)
+		}
+		// A raced second declare of the same topic commits but changes nothing.
+		if created, err := s.Apply(2, data); err != nil || created != nil {
+			t.Fatalf("duplicate apply created %v, %v", created, err)
+		}
+	}
+	if _, exists, err := leader.Decide(tc, 5); err != nil || !exists {
+		t.Fatalf("identical declare: exists=%v err=%v", exists, err)
+	}
+	other := tc
+	other.Partitions = 4
+	_, _, err = leader.Decide(other, 5)
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeTopicConflict {
+		t.Fatalf("conflicting declare: %v", err)
+	}
+	if _, err := follower.Apply(2, data); err == nil {
+		t.Fatal("applying a seq twice was accepted")
+	}
+	a, _ := json.Marshal(leader)
+	b, _ := json.Marshal(follower)
+	if string(a) != string(b) {
+		t.Fatalf("nodes diverged:\n%s\n%s", a, b)
+	}
+}
+
+// Placement gives each partition R distinct nodes and spreads the groups
+// evenly over the cluster.
+func TestPlacementIsDistinctAndSpread(t *testing.T) {
+	s := New()
+	load := map[uint32]int{}
+	for i, name := range []string{"a", "b", "c", "d", "e"} {
+		cmd, _, err := s.Decide(wire.TopicConfig{Name: name, Partitions: 4, Replicas: 3}, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, g := range cmd.Placement {
+			seen := map[uint32]bool{}
+			for _, n := range g {
+				if n < 1 || n > 5 || seen[n] {
+					t.Fatalf("%s/%d placement %v", name, p, g)
+				}
+				seen[n] = true
+				load[n]++
+			}
+		}
+		if _, err := s.Apply(uint64(i+1), mustJSON(t, cmd)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := uint32(1); n <= 5; n++ {
+		if load[n] != 12 { // 5 topics × 4 partitions × 3 replicas / 5 nodes
+			t.Fatalf("node %d holds %d replicas: %v", n, load[n], load)
+		}
+	}
+}
+
+func TestApplyRejectsMalformed(t *testing.T) {
+	s := New()
+	for i, data := range [][]byte{[]byte("{"), []byte(`{"op":"drop"}`),
+		mustJSON(t, Command{Op: "declare", Topic: wire.TopicConfig{Name: "x", Partitions: 2}, Placement: [][]uint32{{1}}})} {
+		if _, err := s.Apply(uint64(i+1), data); err == nil {
+			t.Fatalf("entry %q accepted", data)
+		}
+	}
+	if len(s.Topics) != 0 {
+		t.Fatalf("malformed entries created %v", s.Topics)
+	}
+}
