@@ -117,7 +117,7 @@ func runPubSync(ctx context.Context, sys system, stream string, payload []byte, 
 	for n < int64(countMax) && tctx.Err() == nil {
 		t0 := time.Now()
 		if err := pub.Publish(tctx, payload); err != nil {
-			if tctx.Err() != nil {
+			if timeIsUp(tctx) {
 				break // time is up; this publish is not counted
 			}
 			return runResult{}, err
@@ -335,4 +335,11 @@ func cancelAfter(ctx context.Context, d time.Duration) (context.Context, context
 	ctx, cancel := context.WithCancel(ctx)
 	timer := time.AfterFunc(d, cancel)
 	return ctx, func() { timer.Stop(); cancel() }
+}
+
+// timeIsUp reports whether ctx's deadline has passed. A publish may give up
+// at its deadline a moment before ctx's own timer marks ctx done.
+func timeIsUp(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ctx.Err() != nil || (ok && !time.Now().Before(d))
 }

@@ -78,6 +78,7 @@ type Producer struct {
 	producerID uint64 // 0 when idempotence is disabled
 	opts       ProducerOptions
 	rr         atomic.Uint32 // round-robin partition counter
+	routed     atomic.Bool   // the first handover asked for the topic's leaders
 
 	window      chan struct{}   // one token per message handed over and not completed
 	completions chan completion // capacity MaxInFlight: never blocks a sender
@@ -238,6 +239,14 @@ func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bo
 	deadline := now.Add(p.opts.DeliveryTimeout)
 	if d, ok := ctx.Deadline(); ok && ctxBoundsDelivery && d.Before(deadline) {
 		deadline = d
+	}
+	if !p.routed.Swap(true) && p.client.partitionCount(p.topic) == 0 {
+		// Learn the leaders before the first send: guessing sends the first
+		// window to followers, whose NOT_LEADER answers then arrive as
+		// retries interleaved with (and behind) the later messages.
+		mctx, cancel := context.WithTimeout(ctx, p.client.opts.RequestTimeout)
+		p.client.awaitRefresh(mctx, p.topic)
+		cancel()
 	}
 	// Wait for the span without sendMu: the retry loop needs it to resend
 	// the very message being waited for.

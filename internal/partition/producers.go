@@ -17,9 +17,16 @@ type dedupEntry struct {
 // Invariant: every producer_seq ≥ floor that was ever appended is in entries.
 // So a producer_seq not in entries is provably new when it is ≥ floor, and
 // unprovable (PRODUCER_SEQ_TOO_OLD) when it is below.
+//
+// A full window forgets its lowest producer_seq, not its oldest append:
+// retries and leader changes append a producer's sequences out of order,
+// and forgetting an early-appended high sequence would raise the floor over
+// lower ones still in flight, whose retries could then only be TOO_OLD. With
+// lowest-first eviction a sequence stays provable while fewer than
+// windowMax higher ones were appended — which the SDK guarantees by keeping
+// its sequences within a window's span of the oldest still in flight.
 type producerWindow struct {
-	entries []dedupEntry // ring in append order, at most windowMax
-	next    int          // ring position of the next insert once full
+	entries []dedupEntry // min-heap by producerSeq, at most windowMax
 	floor   uint64       // raised past every evicted producer_seq
 	lastSeq uint64       // log seq of the latest append, for LRU eviction
 	maxSeen uint64       // highest producer_seq ever recorded
@@ -42,14 +49,46 @@ func (w *producerWindow) add(e dedupEntry, windowMax int) {
 	w.maxSeen = max(w.maxSeen, e.producerSeq)
 	if len(w.entries) < windowMax {
 		w.entries = append(w.entries, e)
+		w.siftUp(len(w.entries) - 1)
 		return
 	}
-	evicted := w.entries[w.next]
+	evicted := e // e itself goes when it is the lowest
+	if w.entries[0].producerSeq < e.producerSeq {
+		evicted, w.entries[0] = w.entries[0], e
+		w.siftDown(0)
+	}
 	if evicted.producerSeq+1 > w.floor {
 		w.floor = evicted.producerSeq + 1
 	}
-	w.entries[w.next] = e
-	w.next = (w.next + 1) % windowMax
+}
+
+func (w *producerWindow) siftUp(i int) {
+	h := w.entries
+	for i > 0 {
+		parent := (i - 1) / 2
+		if h[parent].producerSeq <= h[i].producerSeq {
+			return
+		}
+		h[parent], h[i] = h[i], h[parent]
+		i = parent
+	}
+}
+
+func (w *producerWindow) siftDown(i int) {
+	h := w.entries
+	for {
+		least := i
+		for _, c := range []int{2*i + 1, 2*i + 2} {
+			if c < len(h) && h[c].producerSeq < h[least].producerSeq {
+				least = c
+			}
+		}
+		if least == i {
+			return
+		}
+		h[least], h[i] = h[i], h[least]
+		i = least
+	}
 }
 
 // Producers is the dedup table of one partition, bounded in producers and

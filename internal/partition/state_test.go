@@ -1,6 +1,9 @@
 package partition
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+)
 
 func TestPublishAssignsConsecutiveSeqs(t *testing.T) {
 	s := NewState(Config{DedupWindowMax: 4, ProducersMax: 10}, 3, 5)
@@ -69,6 +72,34 @@ func TestWindowFloorMakesEvictedSeqsUnprovable(t *testing.T) {
 	}
 }
 
+// Sequences appended out of order (retries, leader changes) must not push
+// the floor over a lower one still in flight: a full window forgets its
+// lowest producer_seq, not the one appended first.
+func TestOutOfOrderAppendsKeepInFlightSeqsProvable(t *testing.T) {
+	s := NewState(Config{DedupWindowMax: 4, ProducersMax: 10}, 1, 1)
+	for _, ps := range []uint64{10, 1, 2, 3, 4} { // 10 came early (say, a retry of a later message)
+		s.Publish(1, ps)
+	}
+	cases := []struct {
+		ps   uint64
+		want Verdict
+	}{
+		{1, VerdictTooOld}, // forgotten: the lowest
+		{2, VerdictDuplicate}, {4, VerdictDuplicate}, {10, VerdictDuplicate},
+		{5, VerdictNew}, // still in flight, never appended: provably new
+	}
+	for _, c := range cases {
+		if v, _, _ := s.producers.Check(1, c.ps); v != c.want {
+			t.Errorf("producer_seq %d: %v, want %v", c.ps, v, c.want)
+		}
+	}
+	// Recording the window's lowest sequence again keeps the original.
+	s.producers.Record(1, 2, 99, 1)
+	if v, _, _ := s.producers.Check(1, 2); v != VerdictDuplicate {
+		t.Errorf("2 after recording it below the window: %v", v)
+	}
+}
+
 func TestReplayRebuildsDedupAndSealsTruncatedHistory(t *testing.T) {
 	s := NewState(DefaultConfig, 2, 101)
 	s.Replay(50, 1, 9, 5)
@@ -99,5 +130,41 @@ func TestProducerTableEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	if _, ok := s.producers.byID[2]; ok {
 		t.Fatal("least recent producer kept")
+	}
+}
+
+// The window invariant under random append orders: every producer_seq at
+// or above the floor that was appended is remembered (so "New" is never
+// wrong), and the floor never passes a sequence with fewer than windowMax
+// higher ones appended.
+func TestWindowInvariantUnderRandomOrders(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 200; round++ {
+		const window = 8
+		p := NewProducers(window, 10)
+		appended := map[uint64]bool{}
+		for i := 0; i < 60; i++ {
+			ps := uint64(rng.IntN(80))
+			if v, _, _ := p.Check(1, ps); v != VerdictNew {
+				continue
+			}
+			if appended[ps] {
+				t.Fatalf("round %d: %d judged new but was appended", round, ps)
+			}
+			p.Record(1, ps, uint64(i+1), 1)
+			appended[ps] = true
+		}
+		w := p.byID[1]
+		for ps := range appended {
+			higher := 0
+			for q := range appended {
+				if q > ps {
+					higher++
+				}
+			}
+			if v, _, _ := p.Check(1, ps); v != VerdictDuplicate && (ps >= w.floor || higher < window) {
+				t.Fatalf("round %d: appended %d (floor %d, %d higher) is %v", round, ps, w.floor, higher, v)
+			}
+		}
 	}
 }
