@@ -404,9 +404,12 @@ func (c *Client) runRefresh(topic string, done chan struct{}, delay time.Duratio
 	}
 	c.mu.Lock()
 	m := c.meta[topic]
-	if changed {
+	switch {
+	case changed || m.leaderless():
+		// An election is running: it ends within an election timeout, so
+		// keep asking at the quickest pace rather than backing off.
 		m.unchanged = 0
-	} else {
+	default:
 		m.unchanged++
 	}
 	m.nextAt = time.Now().Add(backoff(m.unchanged+1, metadataRefreshMin, metadataRefreshMax))
@@ -418,6 +421,11 @@ func (c *Client) runRefresh(topic string, done chan struct{}, delay time.Duratio
 	if again {
 		c.refreshTopic(topic)
 	}
+}
+
+// leaderless reports whether some partition's leader is unknown.
+func (m *topicMeta) leaderless() bool {
+	return slices.ContainsFunc(m.leaders, func(r route) bool { return r.leader == "" })
 }
 
 // storeMetadata caches the routing of topics and reports whether any

@@ -142,10 +142,22 @@ func (n *Node) openCluster() error {
 	if err != nil {
 		return err
 	}
+	c.campaignIfNew(c.metaLog, 1)
 	close(c.ready)
 	c.wg.Add(1)
 	go c.applyMeta()
 	return nil
+}
+
+// campaignIfNew starts the first election of a brand-new group on its
+// first member a few ticks after it opened (time for the other members to
+// apply the same metadata and open theirs), instead of after an election
+// timeout: a new topic is usable soon after it is declared. Any member may
+// still win; a lost PREPARE just leaves it to the election timeout.
+func (c *cluster) campaignIfNew(l *replog.Log, first replica.NodeID) {
+	if st := l.Status(); first == c.self && st.Hard.Promised == 0 && st.Last == 0 {
+		time.AfterFunc(5*c.cfg.Tick, l.Campaign)
+	}
 }
 
 // number is a member's 1-based position among the sorted ids (0 = none).

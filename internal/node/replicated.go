@@ -63,6 +63,7 @@ func (p *partitionRunner) openReplicated() error {
 		return err
 	}
 	p.repl = l
+	c.campaignIfNew(l, members[0])
 	p.readLog.Store(l.ReadLog())
 	p.startSeq.Store(l.ReadLog().StartSeq())
 	p.wg.Add(1)

@@ -87,8 +87,9 @@ type Log struct {
 	cfg  Config
 	log  *storage.Log
 	k    *replica.Replica
-	in   chan replica.Message
-	prop chan *Proposal
+	in       chan replica.Message
+	prop     chan *Proposal
+	campaign chan struct{} // capacity 1: Campaign asked for an election
 	done chan struct{}
 	wg   sync.WaitGroup
 
@@ -141,7 +142,7 @@ func Open(cfg Config) (*Log, error) {
 		lg.Close()
 		return nil, err
 	}
-	l := &Log{cfg: cfg, log: lg, k: k, in: make(chan replica.Message, 4096),
+	l := &Log{cfg: cfg, log: lg, k: k, in: make(chan replica.Message, 4096), campaign: make(chan struct{}, 1),
 		prop: make(chan *Proposal, cfg.ProposeQueueMax), done: make(chan struct{})}
 	l.publishStatus()
 	l.wg.Add(1)
@@ -216,6 +217,16 @@ func (l *Log) enqueue(p *Proposal) {
 // entries above CommitSeq may still be truncated. Never write to it.
 func (l *Log) ReadLog() *storage.Log { return l.log }
 
+// Campaign asks the member to start an election now rather than after its
+// election timeout (a new group's first leader; a leader hand-off). The
+// kernel ignores it when this member leads or is rebuilding.
+func (l *Log) Campaign() {
+	select {
+	case l.campaign <- struct{}{}:
+	default:
+	}
+}
+
 // Status is the kernel's latest view.
 func (l *Log) Status() replica.Status { return *l.status.Load() }
 
@@ -272,6 +283,8 @@ func (l *Log) run() {
 			return
 		case <-ticker.C:
 			l.k.Tick()
+		case <-l.campaign:
+			l.k.Campaign()
 		case m := <-l.in:
 			l.k.Step(m)
 		drainIn:
