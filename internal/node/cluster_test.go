@@ -44,12 +44,17 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 	return tc
 }
 
-func (tc *testCluster) start(id string) {
+func (tc *testCluster) start(id string) { tc.startWith(id, 30) }
+
+// startWith starts a node whose election timeout is electionTicks ticks of
+// 5 ms (a long one keeps a restarted node from campaigning before it hears
+// the leader).
+func (tc *testCluster) startWith(id string, electionTicks int) {
 	tc.t.Helper()
 	n, err := Open(Config{NodeID: id, DataDir: "/" + id, FS: tc.fs, ClientAddr: "client-of-" + id,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Cluster: &ClusterConfig{Members: tc.members, Secret: []byte("test-cluster-secret-0123456789"),
-			Tick: 2 * time.Millisecond, ElectionTicks: 20}})
+			Tick: 5 * time.Millisecond, ElectionTicks: electionTicks}})
 	if err != nil {
 		tc.t.Fatalf("open %s: %v", id, err)
 	}
@@ -69,6 +74,7 @@ func (tc *testCluster) declare(via string, cfg wire.TopicConfig) bool {
 	for {
 		created, err := tc.nodes[via].Declare(cfg)
 		if err == nil {
+			tc.waitKnown(cfg.Name)
 			return created
 		}
 		var we *wire.Error
@@ -76,6 +82,21 @@ func (tc *testCluster) declare(via string, cfg wire.TopicConfig) bool {
 			tc.t.Fatalf("declare via %s: %v", via, err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitKnown waits until every running node has applied the topic (DECLARE
+// returns once the answering node has).
+func (tc *testCluster) waitKnown(topic string) {
+	tc.t.Helper()
+	deadline := time.Now().Add(waitMax)
+	for id, n := range tc.nodes {
+		for len(n.Metadata([]string{topic})) == 0 {
+			if time.Now().After(deadline) {
+				tc.t.Fatalf("%s never learned topic %s", id, topic)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
 	}
 }
 
@@ -142,6 +163,12 @@ func (tc *testCluster) readAll(id, topic string, partition uint32, upTo uint64) 
 			return out
 		}
 		if time.Now().After(deadline) {
+			for nid, nn := range tc.nodes {
+				p := nn.topics[topic].partitions[partition]
+				st := p.repl.Status()
+				tc.t.Logf("%s: %v epoch %d leader %d last %d durable %d commit %d applied %d peers %+v",
+					nid, st.Role, st.Hard.Promised, st.Leader, st.Last, st.Durable, st.CommitSeq, p.commitSeq.Load(), st.Peers)
+			}
 			tc.t.Fatalf("%s never reached commit %d", id, upTo)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -243,5 +270,156 @@ func TestClusterQuorumLossIsReadOnly(t *testing.T) {
 	}
 	if got := tc.readAll(leader, "t", 0, ok.Seq); len(got) != 1 || got[0] != fmt.Sprintf("%d:before", ok.Seq) {
 		t.Fatalf("visible prefix in degraded mode: %v", got)
+	}
+}
+
+// subscribeOn subscribes to group on a node, retrying while the node is
+// not (yet) the coordinator.
+func subscribeOn(t *testing.T, n *Node, topic, group string, credit uint32) (*Subscription, *sink) {
+	t.Helper()
+	deadline := time.Now().Add(waitMax)
+	for {
+		s := newSink()
+		sub, err := n.Subscribe(topic, group, GroupOptions{}, s)
+		if err == nil {
+			sub.AddCredit(credit)
+			return sub, s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("subscribe: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func ackOn(t *testing.T, n *Node, topic, group string, msgs []*wire.Msg) {
+	t.Helper()
+	var entries []wire.AckEntry
+	for _, m := range msgs {
+		entries = append(entries, wire.AckEntry{Partition: m.Partition, Seq: m.Seq, DeliveryID: m.DeliveryID})
+	}
+	done := make(chan *wire.Error, 1)
+	n.Ack(topic, group, entries, func(results []wire.Code, err *wire.Error) {
+		for _, r := range results {
+			if err == nil && r != wire.CodeOK {
+				err = wire.Errorf(r, "ack result")
+			}
+		}
+		done <- err
+	})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ack: %v", err)
+		}
+	case <-time.After(waitMax):
+		t.Fatal("ack: no reply")
+	}
+}
+
+// A group's acks are committed in the replicated log of partition 0, so a
+// new coordinator (the next leader of partition 0) redelivers exactly what
+// was not acked, and only the coordinator serves the group.
+func TestClusterAcksSurviveCoordinatorFailover(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.declare("n1", wire.TopicConfig{Name: "q", Partitions: 1, Replicas: 3})
+	var leader string
+	for i := 0; i < 20; i++ {
+		leader, _ = tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, ProducerID: 3, ProducerSeq: uint64(i + 1), Value: []byte(fmt.Sprint("m", i))})
+	}
+	for id, n := range tc.nodes {
+		if id == leader {
+			continue
+		}
+		if _, err := n.Subscribe("q", "g", GroupOptions{}, newSink()); err == nil || err.(*wire.Error).Code != wire.CodeNotLeader {
+			t.Fatalf("subscribe on non-coordinator %s: %v", id, err)
+		}
+	}
+	_, s := subscribeOn(t, tc.nodes[leader], "q", "g", 100)
+	msgs := s.waitFor(t, 20)
+	ackOn(t, tc.nodes[leader], "q", "g", msgs[:12])
+
+	tc.stop(leader)
+	newLeader, probe := tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, Value: []byte("after")})
+	_, s2 := subscribeOn(t, tc.nodes[newLeader], "q", "g", 100)
+	got := s2.waitFor(t, 9)
+	seen := map[uint64]bool{}
+	for _, m := range got {
+		seen[m.Seq] = true
+	}
+	for _, m := range msgs[:12] {
+		if seen[m.Seq] {
+			t.Fatalf("acked seq %d redelivered by the new coordinator", m.Seq)
+		}
+	}
+	for _, m := range msgs[12:] {
+		if !seen[m.Seq] {
+			t.Fatalf("unacked seq %d not redelivered (got %v)", m.Seq, seen)
+		}
+	}
+	if !seen[probe.Seq] || len(got) != 9 {
+		t.Fatalf("the new coordinator delivered %d messages: %v", len(got), seen)
+	}
+}
+
+// Acks that cannot commit (quorum lost) are refused but stay applied, so
+// the consumer keeps reading; once the quorum is back a repeated ack is
+// committed anew rather than confirmed from memory, so a later coordinator
+// does not redeliver what was confirmed.
+func TestClusterAcksDuringQuorumLossAreRetriedDurably(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.declare("n1", wire.TopicConfig{Name: "q", Partitions: 1, Replicas: 3})
+	var leader string
+	for i := 0; i < 10; i++ {
+		leader, _ = tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, Value: []byte(fmt.Sprint("m", i))})
+	}
+	_, s := subscribeOn(t, tc.nodes[leader], "q", "g", 100)
+	msgs := s.waitFor(t, 10)
+	var others []string
+	for id := range tc.nodes {
+		if id != leader {
+			others = append(others, id)
+		}
+	}
+	for _, id := range others {
+		tc.stop(id)
+	}
+	var entries []wire.AckEntry
+	for _, m := range msgs {
+		entries = append(entries, wire.AckEntry{Partition: m.Partition, Seq: m.Seq, DeliveryID: m.DeliveryID})
+	}
+	ack := func() *wire.Error {
+		done := make(chan *wire.Error, 1)
+		tc.nodes[leader].Ack("q", "g", entries, func(_ []wire.Code, err *wire.Error) { done <- err })
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(waitMax):
+			t.Fatal("ack: no reply")
+			return nil
+		}
+	}
+	if err := ack(); err == nil || err.Code != wire.CodeQuorumLost {
+		t.Fatalf("ack with two of three nodes down: %v, want QUORUM_LOST", err)
+	}
+	// One follower back (the leader's log is the longer one, so it stays
+	// leader; the follower's long election timeout keeps it from trying).
+	tc.startWith(others[0], 2000)
+	deadline := time.Now().Add(waitMax)
+	for ack() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the repeated ack never committed after the quorum returned")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The last follower back and caught up, then the coordinator goes.
+	tc.start(others[1])
+	commit := tc.nodes[leader].Metadata([]string{"q"})[0].Partitions[0].CommitSeq
+	tc.readAll(others[1], "q", 0, commit)
+	tc.stop(leader)
+	newLeader, _ := tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, Value: []byte("after")})
+	_, s2 := subscribeOn(t, tc.nodes[newLeader], "q", "g", 100)
+	if got := s2.waitFor(t, 1); len(got) != 1 || string(got[0].Value) != "after" {
+		t.Fatalf("the new coordinator delivered %v", got)
 	}
 }

@@ -21,9 +21,12 @@ import (
 )
 
 // Sink receives the MSG frames of one subscription. SendMsg is called from
-// the group's goroutine and must not block for long (sessions queue).
+// the group's goroutine and must not block for long (sessions queue). End
+// tells the subscriber that the subscription is over (in a cluster: its
+// group moved to another coordinator) and why.
 type Sink interface {
 	SendMsg(m *wire.Msg)
+	End(err *wire.Error)
 }
 
 // AckReply receives the per-entry outcome of an ACK or NACK once the acks
@@ -44,7 +47,12 @@ type Subscription struct {
 	id     uint64 // owner id of its deliveries in the cursors
 	sink   Sink
 	credit uint32
+	ended  atomic.Bool
 }
+
+// Ended reports whether the group ended the subscription (Sink.End); a new
+// PULL must then subscribe again.
+func (s *Subscription) Ended() bool { return s.ended.Load() }
 
 // AddCredit grants n more messages; total credit is capped.
 func (s *Subscription) AddCredit(n uint32) {
@@ -114,7 +122,9 @@ type groupRunner struct {
 	nextWakeMs  int64
 
 	// Owned by run.
-	failure     error // the ledger failed and could not be reloaded yet
+	repl        replLedger // the replicated ledger (cluster only)
+	retired     bool       // stopped coordinating (cluster only): run ends
+	failure     error      // the ledger failed and could not be reloaded yet
 	cursors     []*delivery.Cursor
 	ledger      *storage.Log
 	subs        []*Subscription
@@ -315,6 +325,14 @@ func (g *groupRunner) load() error {
 	if err := storage.WriteFileAtomic(fsys, incFile, []byte(strconv.FormatUint(inc, 10))); err != nil {
 		return fmt.Errorf("group %s: persist incarnation: %w", g.name, err)
 	}
+	if g.node.cluster != nil {
+		cursors, err := g.loadReplicated(inc)
+		if err != nil {
+			return err
+		}
+		g.setCursors(cursors)
+		return nil
+	}
 	snap, err := g.readLedgerSnapshot()
 	if err != nil {
 		return err
@@ -366,15 +384,20 @@ func (g *groupRunner) load() error {
 	if g.ledger != nil {
 		g.ledger.Close()
 	}
-	g.ledger, g.cursors = lg, cursors
+	g.ledger = lg
 	g.ledgerGen, g.ledgerBytes = snap.gen, ledgerBytes
 	g.removeStaleLedgers(snap.gen)
+	g.setCursors(cursors)
+	return nil
+}
+
+func (g *groupRunner) setCursors(cursors []*delivery.Cursor) {
+	g.cursors = cursors
 	g.cache = make([][]storage.Entry, len(cursors))
 	g.cacheEpoch = make([]uint64, len(cursors))
 	for i, c := range cursors {
 		g.floors[i].Store(c.AckFloor())
 	}
-	return nil
 }
 
 func (g *groupRunner) send(c groupCmd) {
@@ -437,7 +460,9 @@ func (g *groupRunner) shutdown() {
 				c.reply(nil, unavailable)
 			}
 		default:
-			g.ledger.Close()
+			if g.ledger != nil {
+				g.ledger.Close()
+			}
 			return
 		}
 	}
@@ -468,6 +493,9 @@ const (
 // dead letters, ledger flush (then ACK replies), dispatch. It returns how
 // long the group may sleep before something falls due.
 func (g *groupRunner) iterate(now int64) (waitMs int64) {
+	if !g.stillCoordinates() {
+		return groupIdleWaitMs
+	}
 	if g.failure != nil {
 		g.reload()
 		if g.failure != nil {
@@ -514,6 +542,9 @@ func (g *groupRunner) run() {
 		case <-timer.C:
 		}
 		wait := g.iterate(g.node.cfg.NowMs())
+		if g.retired {
+			return
+		}
 		timer.Reset(time.Duration(wait) * time.Millisecond)
 	}
 }
@@ -572,7 +603,7 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		} else {
 			var isNew bool
 			isNew, err = cur.Ack(e.Seq, e.DeliveryID)
-			if isNew {
+			if g.needsRecord(isNew, e.Partition, e.Seq) && err == nil {
 				g.ledgerBatch = binary.BigEndian.AppendUint32(g.ledgerBatch, e.Partition)
 				g.ledgerBatch = binary.BigEndian.AppendUint64(g.ledgerBatch, e.Seq)
 				m.acks.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
@@ -596,6 +627,10 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 // received since the last flush. An ACK_OK never precedes the fsync of its
 // ack; on a ledger failure the cursors are rebuilt from what is durable.
 func (g *groupRunner) flushLedger() {
+	if g.node.cluster != nil {
+		g.flushReplicated()
+		return
+	}
 	var failed *wire.Error
 	if len(g.ledgerBatch) > 0 {
 		_, err := g.ledger.Append(0, []storage.Record{{Value: g.ledgerBatch}})

@@ -116,11 +116,22 @@ func (h *harness) sync(topic, group string) {
 	h.ack(topic, group, false)
 }
 
-// sink collects MSG frames.
+// sink collects MSG frames and the error that ended the subscription.
 type sink struct {
-	mu   sync.Mutex
-	msgs []*wire.Msg
-	ch   chan struct{}
+	mu    sync.Mutex
+	msgs  []*wire.Msg
+	ended *wire.Error
+	ch    chan struct{}
+}
+
+func (s *sink) End(err *wire.Error) {
+	s.mu.Lock()
+	s.ended = err
+	s.mu.Unlock()
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
 }
 
 func newSink() *sink { return &sink{ch: make(chan struct{}, 1)} }

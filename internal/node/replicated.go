@@ -211,6 +211,7 @@ func (p *partitionRunner) applyReplicated() {
 	p.epoch.Store(st.Hard.Promised)
 	if st.Role == replica.Leader && st.ReadOnly {
 		p.answerDegraded()
+		p.topic.notifyGroups() // their ack records are stuck too
 	}
 	for _, c := range done {
 		in := rs.inflight[c.key]

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -73,7 +74,14 @@ type outbound struct {
 	to      uint32
 	addr    string
 	queue   chan []byte
-	dropped uint64 // frames lost to a full queue (under Transport.mu)
+	dropped uint64        // frames lost to a full queue (under Transport.mu)
+	redial  chan struct{} // capacity 1: the peer just dialed us, so it is up: stop backing off
+	// up is set while a connection is established, lost once one was lost.
+	// Frames for a peer whose connection was lost are dropped, not queued,
+	// until it is back: replication resends what matters, and a burst of
+	// stale frames on reconnect would only flood the peer. (Before the
+	// first connection frames queue, so a starting cluster loses nothing.)
+	up, lost atomic.Bool
 }
 
 // Listen validates cfg and starts accepting peer connections and dialing
@@ -107,7 +115,7 @@ func Listen(cfg Config) (*Transport, error) {
 		if id == cfg.ID {
 			continue
 		}
-		o := &outbound{to: id, addr: addr, queue: make(chan []byte, cfg.QueueMax)}
+		o := &outbound{to: id, addr: addr, queue: make(chan []byte, cfg.QueueMax), redial: make(chan struct{}, 1)}
 		t.outs[id] = o
 		t.wg.Add(1)
 		go t.dialLoop(o)
@@ -133,6 +141,12 @@ func (t *Transport) ClientAddr(id uint32) string {
 func (t *Transport) Send(to uint32, f wire.Frame) bool {
 	o := t.outs[to]
 	if o == nil {
+		return false
+	}
+	if o.lost.Load() && !o.up.Load() {
+		t.mu.Lock()
+		o.dropped++
+		t.mu.Unlock()
 		return false
 	}
 	frame := wire.AppendFrame(nil, 0, f)
@@ -195,14 +209,24 @@ func (t *Transport) dialLoop(o *outbound) {
 			case <-t.done:
 				return
 			case <-time.After(backoff):
+				backoff = min(backoff*2, backoffMax)
+			case <-o.redial:
+				// A restarted peer must hear from us at once, or it times out
+				// and campaigns, disturbing a healthy group.
+				backoff = backoffMin
 			}
-			backoff = min(backoff*2, backoffMax)
 			continue
 		}
 		backoff = backoffMin
 		t.cfg.Logger.Info("peer connected", "peer", o.to, "addr", o.addr)
+		o.up.Store(true)
 		err = t.writeLoop(conn, o)
+		o.lost.Store(true)
+		o.up.Store(false)
 		conn.Close()
+		for len(o.queue) > 0 { // what was queued for the lost connection is stale
+			<-o.queue
+		}
 		if err == nil {
 			return // closed
 		}
@@ -362,6 +386,12 @@ func (t *Transport) serveInbound(conn net.Conn) {
 	t.mu.Lock()
 	t.clientAddrs[hello.From] = hello.ClientAddr
 	t.mu.Unlock()
+	if o := t.outs[hello.From]; o != nil {
+		select {
+		case o.redial <- struct{}{}:
+		default:
+		}
+	}
 	for {
 		_, f, err := wire.ReadFrame(r, t.cfg.FrameBytesMax)
 		if err != nil {

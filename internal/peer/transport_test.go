@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,6 +178,11 @@ func TestReconnectsAfterPeerRestart(t *testing.T) {
 	t1.Send(2, &wire.Replicate{Topic: "before", Epoch: 1})
 	r2.waitFor(t, 1)
 	t2.Close()
+	// Frames for a peer that went away are not kept for its return: stale
+	// heartbeats would only flood it.
+	for i := 0; i < 20; i++ {
+		t1.Send(2, &wire.Replicate{Topic: "stale", Epoch: 1})
+	}
 	// Node 2 comes back on the same address; node 1's dialer reconnects.
 	l2b, err := net.Listen("tcp", addr2)
 	if err != nil {
@@ -201,6 +207,13 @@ func TestReconnectsAfterPeerRestart(t *testing.T) {
 			t.Fatal("no frame after the peer restarted")
 		}
 		<-time.After(50 * time.Millisecond)
+	}
+	r2b.mu.Lock()
+	defer r2b.mu.Unlock()
+	for _, m := range r2b.msgs {
+		if strings.Contains(m, "stale") {
+			t.Fatalf("a frame queued while the peer was down arrived after it came back: %v", r2b.msgs)
+		}
 	}
 }
 

@@ -468,8 +468,12 @@ func (r *Replica) stepAppend(m Message) {
 	if c := min(m.CommitSeq, matched); c > r.commit {
 		r.commit = c
 	}
-	if r.rebuilding && matched >= m.CommitSeq {
-		r.rebuilding = false // whole again: holds everything the leader committed
+	if r.rebuilding && matched >= m.CommitSeq && r.epochAt(m.CommitSeq) == m.Epoch {
+		// Whole again: holds everything the leader committed. Only a commit
+		// in the leader's own epoch proves that (it covers every earlier
+		// commit); before its install commits, a new leader's commit is a
+		// stale lower bound — 0 after a restart.
+		r.rebuilding = false
 	}
 	r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: matched})
 }

@@ -34,10 +34,21 @@ type cluster struct {
 	policy AckPolicy
 	// snapshots counts snapshot installs (rebuilds).
 	snapshots int
+	// tweak adjusts every replica's Config, at every (re)start.
+	tweak func(*Config)
+	// drop, when set, loses the messages it returns true for.
+	drop func(Message) bool
+	// onFlush, when set, runs after every Ready a replica carried out (the
+	// scenario tests' reference model checks each step there).
+	onFlush func(NodeID)
 }
 
 func newCluster(t *testing.T, n int, policy AckPolicy) *cluster {
-	c := &cluster{t: t, rs: map[NodeID]*Replica{}, stores: map[NodeID]*store{}, down: map[NodeID]bool{}, cut: map[NodeID]bool{}, policy: policy}
+	return newClusterWith(t, n, policy, nil)
+}
+
+func newClusterWith(t *testing.T, n int, policy AckPolicy, tweak func(*Config)) *cluster {
+	c := &cluster{t: t, rs: map[NodeID]*Replica{}, stores: map[NodeID]*store{}, down: map[NodeID]bool{}, cut: map[NodeID]bool{}, policy: policy, tweak: tweak}
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, NodeID(i))
 		c.stores[NodeID(i)] = &store{}
@@ -49,7 +60,11 @@ func newCluster(t *testing.T, n int, policy AckPolicy) *cluster {
 }
 
 func (c *cluster) start(id NodeID) {
-	r, err := New(Config{ID: id, Replicas: c.ids, Policy: c.policy, ElectionTicks: 10, Seed: uint64(id)}, c.stores[id].persisted())
+	cfg := Config{ID: id, Replicas: c.ids, Policy: c.policy, ElectionTicks: 10, Seed: uint64(id)}
+	if c.tweak != nil {
+		c.tweak(&cfg)
+	}
+	r, err := New(cfg, c.stores[id].persisted())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -70,10 +85,13 @@ func (c *cluster) flush(id NodeID) {
 		if rd.Snapshot != nil {
 			c.snapshots++
 			// Install the leader's snapshot: the committed prefix, copied
-			// from a replica that holds it.
+			// from the leader (the sender), else from a replica that holds it.
 			var src *store
-			for _, o := range c.stores {
-				if uint64(len(o.log)) >= rd.Snapshot.Seq && o != s {
+			if l := r.Status().Leader; l != 0 && l != id && uint64(len(c.stores[l].log)) >= rd.Snapshot.Seq {
+				src = c.stores[l]
+			}
+			for _, oid := range c.ids {
+				if o := c.stores[oid]; src == nil && uint64(len(o.log)) >= rd.Snapshot.Seq && o != s {
 					src = o
 				}
 			}
@@ -101,6 +119,9 @@ func (c *cluster) flush(id NodeID) {
 			c.queue = append(c.queue, m)
 		}
 		r.Advance(rd)
+		if c.onFlush != nil {
+			c.onFlush(id)
+		}
 	}
 }
 
@@ -116,12 +137,18 @@ func (c *cluster) settle() {
 		}
 		m := c.queue[0]
 		c.queue = c.queue[1:]
-		if c.down[m.To] || c.down[m.From] || c.cut[m.To] || c.cut[m.From] {
-			continue
-		}
-		c.rs[m.To].Step(m)
-		c.flush(m.To)
+		c.deliver(m)
 	}
+}
+
+// deliver hands one message to its addressee and carries out the result,
+// unless the network loses it (an end is down or cut off, or drop says so).
+func (c *cluster) deliver(m Message) {
+	if c.down[m.To] || c.down[m.From] || c.cut[m.To] || c.cut[m.From] || (c.drop != nil && c.drop(m)) {
+		return
+	}
+	c.rs[m.To].Step(m)
+	c.flush(m.To)
 }
 
 func (c *cluster) tick(n int) {

@@ -77,21 +77,28 @@ const ControlHeader = "nereus-control"
 var installRecord = storage.Record{Headers: []storage.Header{{Key: ControlHeader, Value: []byte("install")}}}
 
 // IsControl reports whether a record in a replicated log is a control
-// record (not a message): consumers and derived state skip it.
+// record (an install entry, or a record of derived state such as a group's
+// acks), not a message: consumers skip it. Its first header is
+// ControlHeader, whose value names the kind.
 func IsControl(r *storage.Record) bool {
-	return len(r.Headers) == 1 && r.Headers[0].Key == ControlHeader && len(r.Key) == 0 && len(r.Value) == 0
+	return len(r.Headers) > 0 && r.Headers[0].Key == ControlHeader
+}
+
+func isInstall(r *storage.Record) bool {
+	return len(r.Headers) == 1 && r.Headers[0].Key == ControlHeader && string(r.Headers[0].Value) == "install" &&
+		len(r.Key) == 0 && len(r.Value) == 0
 }
 
 // Log is one member. Its goroutine owns the kernel and the storage writer.
 type Log struct {
-	cfg  Config
-	log  *storage.Log
-	k    *replica.Replica
+	cfg      Config
+	log      *storage.Log
+	k        *replica.Replica
 	in       chan replica.Message
 	prop     chan *Proposal
 	campaign chan struct{} // capacity 1: Campaign asked for an election
-	done chan struct{}
-	wg   sync.WaitGroup
+	done     chan struct{}
+	wg       sync.WaitGroup
 
 	pending []*Proposal // proposed by this member, awaiting commit (run-owned)
 
@@ -392,8 +399,8 @@ func (l *Log) handleReady() error {
 					return err
 				}
 				for _, e := range entries {
-					var data []byte
-					if !IsControl(&e.Record) {
+					var data []byte // an install entry travels empty
+					if !isInstall(&e.Record) {
 						data = storage.AppendRecord(nil, &e.Record)
 					}
 					m.Entries = append(m.Entries, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: data})

@@ -100,6 +100,10 @@ type protocolSink struct {
 
 func (k protocolSink) SendMsg(m *wire.Msg) { k.p.send(k.corr, m) }
 
+// End answers the subscription's PULL corr with the error; the next PULL
+// subscribes again (Protocol.pull checks Ended).
+func (k protocolSink) End(err *wire.Error) { k.p.sendErr(k.corr, err) }
+
 // Handle routes one request after the handshake; it returns false when the
 // connection must close.
 func (p *Protocol) Handle(corr uint64, f wire.Frame) bool {
@@ -192,6 +196,10 @@ func (p *Protocol) pull(corr uint64, f *wire.Pull) {
 	}
 	key := subKey{topic: f.Topic, group: f.Group}
 	sub, ok := p.subs[key]
+	if ok && sub.Ended() {
+		delete(p.subs, key)
+		ok = false
+	}
 	if !ok {
 		var err error
 		sub, err = p.srv.node.Subscribe(f.Topic, f.Group,
