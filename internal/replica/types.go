@@ -199,7 +199,11 @@ type Persisted struct {
 
 // Ready is the work a step produced. Ordering rule: the shell makes
 // HardState, TruncateAfter and Entries durable (in that order) before it
-// sends any of Messages, then calls Advance. Messages may assume it.
+// sends any of Messages, then calls Advance. Messages may assume it. One
+// relaxation is allowed: when a Ready has neither HardState nor Truncate,
+// its Append messages may be sent once Entries are written, before they
+// are durable — the leader counts its own entries toward a commit only
+// after Advance (durable), and followers ack only what they flushed.
 type Ready struct {
 	HardState *HardState // nil = unchanged
 	// Truncate drops every entry after TruncateAfter before Entries are

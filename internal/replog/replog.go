@@ -345,6 +345,7 @@ func (p *Proposal) finish(err error) {
 // entries made durable first, then messages sent (the ordering rule), then
 // Advance and completion of committed proposals.
 func (l *Log) handleReady() error {
+	var err error
 	for l.k.HasReady() {
 		rd := l.k.Ready()
 		if rd.Snapshot != nil {
@@ -387,29 +388,29 @@ func (l *Log) handleReady() error {
 			}
 			i = j
 		}
+		// A leader's Appends go out before its own fsync: followers then
+		// flush in parallel with it. That is safe because the kernel counts
+		// the leader's own entries only once Advance reports them durable
+		// (Raft §10.2.1). Everything else waits for durability (the
+		// ordering rule on replica.Ready): promises, truncations, acks.
+		early := rd.HardState == nil && !rd.Truncate // Appends come from leaders only
+		if early {
+			if err := l.send(rd, replica.MsgAppend); err != nil {
+				return err
+			}
+		}
 		if rd.Truncate || len(rd.Entries) > 0 {
 			if err := l.log.Sync(); err != nil {
 				return err
 			}
 		}
-		for _, m := range rd.Messages {
-			if m.Type == replica.MsgAppend && m.FirstSeq != 0 {
-				entries, err := l.log.Read(m.FirstSeq, int(m.LastSeqSent-m.FirstSeq+1), 4<<20)
-				if err != nil {
-					return err
-				}
-				for _, e := range entries {
-					var data []byte // an install entry travels empty
-					if !isInstall(&e.Record) {
-						data = storage.AppendRecord(nil, &e.Record)
-					}
-					m.Entries = append(m.Entries, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: data})
-				}
-				if len(m.Entries) > 0 {
-					m.LastSeqSent = m.Entries[len(m.Entries)-1].Seq
-				}
-			}
-			l.cfg.Send(m)
+		if early {
+			err = l.send(rd, otherThanAppend)
+		} else {
+			err = l.send(rd, anyMessage)
+		}
+		if err != nil {
+			return err
 		}
 		l.k.Advance(rd)
 		if rd.CommitSeq > 0 {
@@ -418,6 +419,57 @@ func (l *Log) handleReady() error {
 		}
 	}
 	l.publishStatus()
+	return nil
+}
+
+// Message filters for send.
+const (
+	anyMessage      replica.MsgType = 0
+	otherThanAppend replica.MsgType = 255
+)
+
+// send sends the Ready's messages of type only (anyMessage: all;
+// otherThanAppend: all but Appends), attaching entry data to Appends: from
+// the Ready itself when it holds the range (a leader's fresh proposals, no
+// read or re-encoding), else from the log.
+func (l *Log) send(rd replica.Ready, only replica.MsgType) error {
+	for _, m := range rd.Messages {
+		switch {
+		case only == anyMessage:
+		case only == otherThanAppend && m.Type == replica.MsgAppend:
+			continue
+		case only != otherThanAppend && m.Type != only:
+			continue
+		}
+		if m.Type == replica.MsgAppend && m.FirstSeq != 0 {
+			if err := l.attachEntries(&m, rd.Entries); err != nil {
+				return err
+			}
+		}
+		l.cfg.Send(m)
+	}
+	return nil
+}
+
+func (l *Log) attachEntries(m *replica.Message, fresh []replica.Entry) error {
+	if n := len(fresh); n > 0 && m.FirstSeq >= fresh[0].Seq && m.LastSeqSent <= fresh[n-1].Seq {
+		m.Entries = fresh[m.FirstSeq-fresh[0].Seq : m.LastSeqSent-fresh[0].Seq+1]
+		return nil
+	}
+	entries, err := l.log.Read(m.FirstSeq, int(m.LastSeqSent-m.FirstSeq+1), 4<<20)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		var data []byte // an install entry travels empty
+		if !isInstall(&e.Record) {
+			data = storage.AppendRecord(nil, &e.Record)
+		}
+		m.Entries = append(m.Entries, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: data})
+	}
+	if len(m.Entries) > 0 {
+		m.LastSeqSent = m.Entries[len(m.Entries)-1].Seq
+	}
 	return nil
 }
 
