@@ -112,11 +112,11 @@ loopback only.
 
 With --nodes 3 (or 5) it runs a cluster in one process over real loopback
 TCP: node nI keeps its data in ./nereus-data/nI, serves clients on port
-4850+I-1, HTTP on 8850+I-1 and peers on 5850+I-1.`,
+4850+I-1, HTTP on 8850+I-1 and peers on 5850+I-1 (client port + 1000).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, addr := range []string{o.listen, o.httpListen} {
-				if err := requireLoopback(addr); err != nil {
+				if err := requireLoopback(addr); addr != "" && err != nil {
 					return err
 				}
 			}
@@ -132,7 +132,7 @@ TCP: node nI keeps its data in ./nereus-data/nI, serves clients on port
 	f := cmd.Flags()
 	f.StringVar(&o.dataDir, "data", "./nereus-data", "data directory")
 	f.StringVar(&o.listen, "listen", o.listen, "client listen address (loopback only)")
-	f.StringVar(&o.httpListen, "http", o.httpListen, "HTTP listen address (loopback only)")
+	f.StringVar(&o.httpListen, "http", o.httpListen, "HTTP listen address (loopback only); empty disables")
 	f.IntVar(&nodes, "nodes", 1, "number of nodes")
 	f.StringVar(&o.logLevel, "log-level", o.logLevel, "log level: debug, info, warn, error")
 	return cmd
@@ -171,7 +171,7 @@ func devCluster(o nodeOptions, n int) []nodeOptions {
 	hp, _ := strconv.Atoi(hport)
 	var peers []string
 	for i := 1; i <= n; i++ {
-		peers = append(peers, fmt.Sprintf("n%d=%s", i, net.JoinHostPort(host, strconv.Itoa(5850+i-1))))
+		peers = append(peers, fmt.Sprintf("n%d=%s", i, net.JoinHostPort(host, strconv.Itoa(cp+1000+i-1))))
 	}
 	var out []nodeOptions
 	for i := 1; i <= n; i++ {

@@ -275,20 +275,40 @@ func (c *cluster) declare(tc wire.TopicConfig) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	st := c.metaLog.Status()
+	st, err := c.metaLeader()
+	if err != nil {
+		return false, err
+	}
 	var created bool
-	switch {
-	case st.Role == replica.Leader:
+	if st.Role == replica.Leader {
 		created, err = c.declareAsLeader(tc)
-	case st.Leader != 0:
+	} else {
 		created, err = c.forward(st.Leader, tc)
-	default:
-		return false, wire.Errorf(wire.CodeUnavailable, "no metadata leader (an election is running, or a quorum of nodes is down); retry")
 	}
 	if err != nil {
 		return false, err
 	}
 	return created, c.waitTopic(tc.Name)
+}
+
+// metaLeader waits (bounded by DeclareTimeout) until the metadata group
+// has a leader: right after a cluster starts, or during an election.
+func (c *cluster) metaLeader() (replica.Status, error) {
+	deadline := time.Now().Add(c.cfg.DeclareTimeout)
+	for {
+		st := c.metaLog.Status()
+		if st.Role == replica.Leader || st.Leader != 0 {
+			return st, nil
+		}
+		if time.Now().After(deadline) {
+			return st, wire.Errorf(wire.CodeUnavailable, "no metadata leader within %v (a quorum of nodes is down?); retry", c.cfg.DeclareTimeout)
+		}
+		select {
+		case <-time.After(c.cfg.Tick):
+		case <-c.done:
+			return st, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
+		}
+	}
 }
 
 func (c *cluster) forward(leader replica.NodeID, tc wire.TopicConfig) (bool, error) {

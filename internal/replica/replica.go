@@ -757,7 +757,10 @@ func (r *Replica) peerStatus() []PeerStatus {
 		}
 		st := CatchingUp
 		switch {
-		case r.match[i] >= r.commit:
+		case r.match[i] >= max(r.commit, r.installAt):
+			// In sync: holds everything committed — and, until this epoch's
+			// install commits (the commit is then a stale lower bound, 0
+			// after a restart), everything up to the install entry.
 			st = InSync
 		case r.match[i] < r.snapSeq || r.revoked[i]:
 			st = NeedsRebuild

@@ -709,3 +709,28 @@ func TestSnapshotBelowAcknowledgedEntriesKeepsTheLog(t *testing.T) {
 		t.Fatalf("a follower holding the prefix installed the snapshot: installs %d, log %s (was %s)", c.snapshots, c.logString(2), before)
 	}
 }
+
+// A new leader does not report followers InSync before they hold its
+// install entry: until the install commits, its commit is a stale lower
+// bound (0 after a restart) and says nothing about them.
+func TestNewLeaderReportsInSyncOnlyPastItsInstall(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.drop = func(m Message) bool { return m.Type == MsgAppendAck } // the install is never acked
+	c.elect(1)
+	st := c.rs[1].Status()
+	if st.CommitSeq != 0 || len(st.Peers) != 2 {
+		t.Fatalf("unexpected leader state %+v", st)
+	}
+	for _, p := range st.Peers {
+		if p.State == InSync {
+			t.Fatalf("follower %d reported InSync at match %d before holding the install at %d", p.ID, p.Match, st.Last)
+		}
+	}
+	c.drop = nil
+	c.tick(2)
+	for _, p := range c.rs[1].Status().Peers {
+		if p.State != InSync {
+			t.Fatalf("follower %d is %v once the install is acked", p.ID, p.State)
+		}
+	}
+}
