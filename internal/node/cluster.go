@@ -275,6 +275,12 @@ func (c *cluster) declare(tc wire.TopicConfig) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if tc.RetentionMs != 0 || tc.RetentionBytes != 0 {
+		// Replicated logs are never compacted yet (no snapshot transfer
+		// for a follower that falls behind the leader's retention floor):
+		// refuse rather than accept a retention that would not apply.
+		return false, wire.Errorf(wire.CodeInvalidArgument, "retention is not supported on replicated topics yet; declare %q without retention", tc.Name)
+	}
 	st, err := c.metaLeader()
 	if err != nil {
 		return false, err

@@ -195,6 +195,11 @@ func TestClusterReplicatesAndFailsOverWithoutDuplicates(t *testing.T) {
 		t.Fatalf("conflicting declare: %v", err)
 	}
 
+	withRetention := wire.TopicConfig{Name: "aged", Partitions: 1, RetentionMs: 60_000}
+	if _, err := tc.nodes["n1"].Declare(withRetention); !errors.As(err, &we) || we.Code != wire.CodeInvalidArgument {
+		t.Fatalf("a replicated topic with retention: %v, want INVALID_ARGUMENT", err)
+	}
+
 	var leader string
 	acked := map[uint64]uint64{} // producer_seq -> seq
 	for i := uint64(1); i <= 20; i++ {
