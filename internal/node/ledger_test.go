@@ -257,7 +257,7 @@ var errInjected = errors.New("injected")
 
 func isMutating(op vfs.Op) bool {
 	switch op {
-	case vfs.OpCreate, vfs.OpWrite, vfs.OpSync, vfs.OpSyncDir, vfs.OpRename, vfs.OpRemove, vfs.OpMkdirAll, vfs.OpTruncate:
+	case vfs.OpCreate, vfs.OpWrite, vfs.OpSync, vfs.OpSyncDir, vfs.OpRename, vfs.OpRemove, vfs.OpMkdirAll, vfs.OpTruncate, vfs.OpAllocate:
 		return true
 	}
 	return false

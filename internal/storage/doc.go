@@ -19,7 +19,15 @@
 //
 // # Segment format
 //
-// A segment is a sequence of batches. All integers are little-endian.
+// A segment is a sequence of batches, written at explicit offsets. The
+// active segment's file is preallocated: past its last batch it holds
+// zeroes written ahead by the writer (as many bytes as the segment uses,
+// at most 1 MiB, never past SegmentBytesMax), so that an append lands
+// inside the file and its fdatasync need not also flush a new file size.
+// A segment is sealed when the log rolls to a new one: its zero tail is
+// cut off first, so a sealed segment's file is exactly its batches.
+// A segment's size (for retention and in its index) is always its used
+// length, never its preallocated length. All integers are little-endian.
 //
 //	offset size field
 //	0      1    magic (0xB7)
@@ -57,12 +65,20 @@
 // # Recovery
 //
 // Open scans the last segment and every segment without a valid index,
-// batch by batch. At the first invalid batch the segment is truncated there
-// (a torn tail) and every later segment is deleted; a segment whose base
-// seq does not continue its predecessor is deleted with every later one.
-// The recovered state is then synced. Corruption inside a sealed segment
-// with a valid index is found by Read, which returns ErrCorrupt and never
-// the damaged record.
+// batch by batch. A scan ends cleanly at the end of the file or at a batch
+// header of all zeroes when every byte after it is zero too: the unused
+// preallocated tail. The last segment keeps such a tail for its next
+// appends; an earlier segment (sealed, but its trim was not durable) is
+// trimmed to its batches. Any other stop is an invalid batch (a zeroed
+// header followed by non-zero bytes is one): the segment is truncated there
+// (a torn tail, preallocated zeroes included) and every later segment is
+// deleted. So a torn batch followed by zeroes is a torn tail, and after
+// recovery nothing but zeroes follows the last batch: no stale batch
+// written before a crash can reappear behind later appends. A segment
+// whose base seq does not continue its predecessor is deleted with every
+// later one. The recovered state is then synced. Corruption inside a
+// sealed segment with a valid index is found by Read, which returns
+// ErrCorrupt and never the damaged record.
 //
 // # Atomic files
 //

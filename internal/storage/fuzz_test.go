@@ -9,18 +9,29 @@ import (
 	"github.com/nereus-broker/nereus/internal/vfs"
 )
 
-// validSegment returns the bytes of a segment holding a few batches.
+// validSegment returns the bytes of a segment holding a few batches,
+// followed by its preallocated zeroes.
 func validSegment(tb testing.TB) []byte {
+	seg, _ := validSegmentUsed(tb)
+	return seg
+}
+
+// validSegmentUsed is validSegment and the length of its batches.
+func validSegmentUsed(tb testing.TB) ([]byte, int) {
 	m := vfs.NewMem()
 	l := openLog(tb, m, Options{})
 	var mod model
 	appendMany(tb, l, &mod, 9, 3)
+	used := int(l.active().sizeBytes)
 	l.Close()
 	b, err := m.ReadFile(testDir + "/00000000000000000001.log")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return b
+	if len(b) <= used {
+		tb.Fatalf("segment of %d bytes for %d used: not preallocated", len(b), used)
+	}
+	return b, used
 }
 
 // verifiedSeqs walks the batches of seg independently of the package's
@@ -48,13 +59,25 @@ func verifiedSeqs(seg []byte) map[uint64]bool {
 // FuzzRecovery feeds arbitrary bytes as a segment file: as the active
 // segment (recovered by scanning) when asSealed is false, or as a sealed
 // segment trusted through a forged index when it is true. Open must not
-// panic and Read must serve only records from CRC-verified batches.
+// panic, Read must serve only records from CRC-verified batches, and only
+// zeroes may follow the active segment's last batch.
 func FuzzRecovery(f *testing.F) {
-	seg := validSegment(f)
+	seg, used := validSegmentUsed(f)
 	f.Add(seg, false)
 	f.Add(seg, true)
 	f.Add(seg[:len(seg)-7], false)
 	f.Add(seg[:len(seg)-7], true)
+	f.Add(seg[:used], false)
+	f.Add(seg[:used-7], false)
+	zeroes := make([]byte, len(seg)-used)
+	// A torn batch, then zeroes.
+	torn := append(append([]byte(nil), seg[:used]...), seg[:batchHeaderBytes+9]...)
+	f.Add(append(torn, zeroes...), false)
+	// Zeroes, then batches (stale, out of sequence).
+	gap := append(append([]byte(nil), seg[:used]...), zeroes[:100]...)
+	f.Add(append(gap, seg[:used]...), false)
+	// One stray byte after the batches.
+	f.Add(append(append([]byte(nil), seg[:used]...), 1), false)
 	f.Add([]byte{}, false)
 	f.Add([]byte{batchMagic, batchFormatVersion, 0xff, 0xff, 0xff, 0x7f}, false)
 	f.Fuzz(func(t *testing.T, data []byte, asSealed bool) {
@@ -90,6 +113,7 @@ func FuzzRecovery(f *testing.F) {
 		if !asSealed && len(recovered) > len(data) {
 			t.Fatalf("recovery grew the segment")
 		}
+		checkLayout(t, m, l)
 		for seq := l.StartSeq(); seq < l.NextSeq(); {
 			es, err := l.Read(seq, 1000, 1<<20)
 			if err != nil {

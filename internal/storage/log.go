@@ -16,7 +16,7 @@ import (
 type Options struct {
 	// SegmentBytesMax rolls to a new segment when an append would make the
 	// active one exceed it; default 64 MiB. A batch larger than it gets a
-	// segment of its own.
+	// segment of its own. It also caps the active segment's preallocation.
 	SegmentBytesMax int64
 	// IndexIntervalBytes is the spacing of sparse index entries; default
 	// 4 KiB.
@@ -164,7 +164,7 @@ func (l *Log) recover() error {
 			dropFrom = i // a gap: what follows is not a continuation
 			break
 		}
-		f, err := l.fsys.OpenAppend(segmentPath(l.dir, base))
+		f, err := l.fsys.OpenRW(segmentPath(l.dir, base))
 		if err != nil {
 			return fmt.Errorf("storage: open segment: %w", err)
 		}
@@ -174,6 +174,7 @@ func (l *Log) recover() error {
 		if err != nil {
 			return fmt.Errorf("storage: size of segment %d: %w", base, err)
 		}
+		s.allocBytes = size
 		last := i == len(bases)-1
 		if !last && hasIndex[base] {
 			if data, err := ReadFileAtomic(l.fsys, indexPath(l.dir, base)); err == nil {
@@ -181,6 +182,7 @@ func (l *Log) recover() error {
 					continue
 				}
 				*s = *newSegment(base, f)
+				s.allocBytes = size
 			}
 		}
 		res, err := s.scan(size, l.opts.IndexIntervalBytes)
@@ -188,12 +190,20 @@ func (l *Log) recover() error {
 			return fmt.Errorf("storage: scan segment %d: %w", base, err)
 		}
 		scanned = append(scanned, s)
-		if res.validEnd < size {
+		// A zero tail is unused preallocated space: the last segment
+		// keeps it for its next appends, an earlier one (whose trim at
+		// roll was not durable) is trimmed. Anything else after the last
+		// valid batch is a torn or damaged tail: it is cut off, and what
+		// follows it does not continue the log.
+		if res.validEnd < size && (!res.zeroTail || !last) {
 			if err := f.Truncate(res.validEnd); err != nil {
 				return fmt.Errorf("storage: truncate torn segment %d: %w", base, err)
 			}
-			dropFrom = i + 1
-			break
+			s.allocBytes = res.validEnd
+			if !res.zeroTail {
+				dropFrom = i + 1
+				break
+			}
 		}
 		if !last {
 			if err := f.Sync(); err != nil {
@@ -211,7 +221,7 @@ func (l *Log) recover() error {
 		}
 	}
 	if len(l.segments) == 0 {
-		f, err := l.fsys.Create(segmentPath(l.dir, 1))
+		f, err := l.createSegment(1)
 		if err != nil {
 			return fmt.Errorf("storage: create first segment: %w", err)
 		}
@@ -221,8 +231,11 @@ func (l *Log) recover() error {
 	active := l.segments[len(l.segments)-1]
 	if len(scanned) == 0 || scanned[len(scanned)-1] != active {
 		// The active segment was loaded from its index; scan it anyway.
+		// Its file is exactly its indexed batches: no zero tail is
+		// expected, and whatever invalid data ends it is cut off.
 		size := active.sizeBytes
 		*active = *newSegment(active.baseSeq, active.file)
+		active.allocBytes = size
 		res, err := active.scan(size, l.opts.IndexIntervalBytes)
 		if err != nil {
 			return fmt.Errorf("storage: scan segment %d: %w", active.baseSeq, err)
@@ -231,6 +244,7 @@ func (l *Log) recover() error {
 			if err := active.file.Truncate(res.validEnd); err != nil {
 				return fmt.Errorf("storage: truncate segment %d: %w", active.baseSeq, err)
 			}
+			active.allocBytes = res.validEnd
 		}
 		scanned = append(scanned, active)
 	}
@@ -251,6 +265,24 @@ func (l *Log) recover() error {
 	l.syncedSeq = l.nextSeq - 1
 	l.lastEpoch = l.computeLastEpoch()
 	return nil
+}
+
+// createSegment creates the file of a new, empty segment, opened for
+// positional writes. The name is normally unused; a leftover is emptied.
+func (l *Log) createSegment(base uint64) (vfs.File, error) {
+	f, err := l.fsys.OpenRW(segmentPath(l.dir, base))
+	if err != nil {
+		return nil, err
+	}
+	size, err := f.Size()
+	if err == nil && size > 0 {
+		err = f.Truncate(0)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // removeFile removes name, ignoring a missing file.
@@ -332,7 +364,13 @@ func (l *Log) Append(epoch uint64, recs []Record) (firstSeq uint64, err error) {
 		}
 		active = l.active()
 	}
-	n, err := active.file.Write(buf)
+	if end := active.sizeBytes + h.totalBytes; end > active.allocBytes {
+		// Before the write, so that a failed Append wrote nothing.
+		if err := l.preallocate(active, end); err != nil {
+			return 0, l.fail(fmt.Errorf("storage: preallocate segment %d: %w", active.baseSeq, err))
+		}
+	}
+	n, err := active.file.WriteAt(buf, active.sizeBytes)
 	if err == nil && n != len(buf) {
 		err = fmt.Errorf("short write of %d of %d bytes", n, len(buf))
 	}
@@ -348,17 +386,46 @@ func (l *Log) Append(epoch uint64, recs []Record) (firstSeq uint64, err error) {
 	return base, nil
 }
 
-// roll seals the active segment (sync, persist its index) and starts a new
-// one. Any failure fails the log.
+// preallocBytesMax bounds how far past its used length the active segment
+// is preallocated.
+const preallocBytesMax = 1 << 20
+
+// preallocate grows the file of s, whose next batch will end at end, with
+// zeroes up to end and past it: by as many bytes as the segment will use,
+// at most preallocBytesMax, and not past SegmentBytesMax. Appends then
+// write inside the file instead of growing it, and their fdatasync need
+// not flush the file's size (see vfs.File.Allocate). The step follows the
+// used length so that a small log stays small; a big segment grows once
+// per MiB. An empty segment (a new log, a new ledger) takes no space.
+func (l *Log) preallocate(s *segment, end int64) error {
+	size := max(end, min(end+min(end, preallocBytesMax), l.opts.SegmentBytesMax))
+	if err := s.file.Allocate(size); err != nil {
+		return err
+	}
+	s.allocBytes = size
+	return nil
+}
+
+// roll seals the active segment (trim its preallocated tail, sync, persist
+// its index) and starts a new one. Any failure fails the log.
 func (l *Log) roll() error {
 	old := l.active()
+	if old.allocBytes > old.sizeBytes {
+		// A sealed segment holds exactly its batches: its size on disk
+		// is its used length, as its index records.
+		if err := old.file.Truncate(old.sizeBytes); err != nil {
+			return l.fail(fmt.Errorf("storage: trim segment %d: %w", old.baseSeq, err))
+		}
+		old.allocBytes = old.sizeBytes
+		l.activeDirty = true
+	}
 	if l.activeDirty {
 		if err := old.file.Sync(); err != nil {
 			return l.fail(fmt.Errorf("%w: segment %d: %w", ErrSyncFailed, old.baseSeq, err))
 		}
 		l.activeDirty = false
 	}
-	f, err := l.fsys.Create(segmentPath(l.dir, l.nextSeq))
+	f, err := l.createSegment(l.nextSeq)
 	if err != nil {
 		return l.fail(fmt.Errorf("storage: create segment %d: %w", l.nextSeq, err))
 	}

@@ -296,36 +296,60 @@ func TestCrashKeepsSyncedPrefix(t *testing.T) {
 	}
 }
 
+// TestTornTailTruncated writes a torn batch where the next append goes,
+// over the preallocated zero tail (so it is followed by zeroes) or at the
+// end of a file without one: either way it is a torn tail, cut off with
+// everything after it.
 func TestTornTailTruncated(t *testing.T) {
 	m := vfs.NewMem()
 	l := openLog(t, m, Options{})
 	var mod model
 	appendMany(t, l, &mod, 10, 1)
+	usedBytes := l.active().sizeBytes
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 	name := testDir + "/00000000000000000001.log"
-	sizeBefore, _ := m.Stat(name)
+	if size, _ := m.Stat(name); size <= usedBytes {
+		t.Fatalf("segment of %d bytes for %d used: not preallocated", size, usedBytes)
+	}
 	torn, err := appendBatch(nil, 11, 1, []Record{testRecord(11)}, 1<<20, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cut := range []int{1, batchHeaderBytes - 1, batchHeaderBytes + 3, len(torn) - 1} {
-		f, err := m.OpenAppend(name)
-		if err != nil {
-			t.Fatal(err)
+	// Over zeroes, a batch missing only trailing zero bytes is whole (and
+	// its CRC verifies): the longest torn prefix stops at its last
+	// non-zero byte.
+	lastNonZero := len(torn) - 1
+	for torn[lastNonZero] == 0 {
+		lastNonZero--
+	}
+	for _, zeroTail := range []bool{true, false} {
+		for _, cut := range []int{1, batchHeaderBytes - 1, batchHeaderBytes + 3, lastNonZero} {
+			f, err := m.OpenRW(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if zeroTail {
+				if err := f.Allocate(usedBytes + 4096); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.WriteAt(torn[:cut], usedBytes); err != nil {
+				t.Fatal(err)
+			}
+			f.Sync()
+			f.Close()
+			l = openLog(t, m, Options{})
+			if l.NextSeq() != 11 {
+				t.Fatalf("zero tail %v cut %d: NextSeq %d", zeroTail, cut, l.NextSeq())
+			}
+			if size, _ := m.Stat(name); size != usedBytes {
+				t.Fatalf("zero tail %v cut %d: size %d, want %d", zeroTail, cut, size, usedBytes)
+			}
+			checkAgainst(t, l, &mod)
+			l.Close()
 		}
-		f.Write(torn[:cut])
-		f.Close()
-		l = openLog(t, m, Options{})
-		if l.NextSeq() != 11 {
-			t.Fatalf("cut %d: NextSeq %d", cut, l.NextSeq())
-		}
-		if size, _ := m.Stat(name); size != sizeBefore {
-			t.Fatalf("cut %d: size %d, want %d", cut, size, sizeBefore)
-		}
-		checkAgainst(t, l, &mod)
-		l.Close()
 	}
 }
 
@@ -377,7 +401,7 @@ func TestBitFlipInLastBatchTruncatedOnRecovery(t *testing.T) {
 	var mod model
 	appendMany(t, l, &mod, 10, 1)
 	name := testDir + "/00000000000000000001.log"
-	sizeBefore, _ := m.Stat(name)
+	sizeBefore := l.active().sizeBytes
 	mod.append(t, l, 2, []Record{testRecord(11), testRecord(12)})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -414,10 +438,19 @@ func TestRetentionByBytes(t *testing.T) {
 	if n == 0 || len(after) != before-n || len(after) < 1 {
 		t.Fatalf("deleted %d: %d -> %d segments", n, before, len(after))
 	}
+	// Sealed segments take exactly their used bytes on disk; the active
+	// one counts its used bytes, not its preallocated zeroes.
 	var total int64
-	for _, name := range after {
+	for i, name := range after {
 		size, _ := m.Stat(testDir + "/" + name)
-		total += size
+		s := l.segments[i]
+		if i < len(after)-1 && size != s.sizeBytes {
+			t.Fatalf("sealed segment %s: %d bytes on disk, %d used", name, size, s.sizeBytes)
+		}
+		if i == len(after)-1 && size < s.sizeBytes {
+			t.Fatalf("active segment %s: %d bytes on disk, %d used", name, size, s.sizeBytes)
+		}
+		total += s.sizeBytes
 	}
 	if total > opts.RetentionBytes {
 		t.Fatalf("total %d bytes after retention", total)

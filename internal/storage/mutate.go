@@ -98,11 +98,14 @@ func (l *Log) truncateSegment(s *segment, cut uint64) error {
 				return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
 			}
 		}
+		// Cutting the file (rather than only moving the write position)
+		// drops the preallocated tail too: no stale batch may survive
+		// after the new end. The next Append preallocates again.
 		if err := s.file.Truncate(off); err != nil {
 			return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
 		}
 		if len(keep) > 0 {
-			if _, err := s.file.Write(keep); err != nil {
+			if _, err := s.file.WriteAt(keep, off); err != nil {
 				return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
 			}
 		}
@@ -113,6 +116,7 @@ func (l *Log) truncateSegment(s *segment, cut uint64) error {
 		return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
 	}
 	*s = *newSegment(s.baseSeq, s.file)
+	s.allocBytes = size
 	res, err := s.scan(size, l.opts.IndexIntervalBytes)
 	if err != nil {
 		return fmt.Errorf("storage: rescan segment %d: %w", s.baseSeq, err)

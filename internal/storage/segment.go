@@ -31,15 +31,19 @@ type indexEntry struct {
 
 // segment is one segment file. baseSeq and file are immutable while the
 // segment is in Log.segments except file, which the writer may replace
-// under Log.mu; the other fields are written by the writer under Log.mu
-// and read under Log.mu (read or write).
+// under Log.mu; the other fields but allocBytes are written by the writer
+// under Log.mu and read under Log.mu (read or write).
 type segment struct {
 	baseSeq uint64
 	file    vfs.File
 	// nextSeq is the seq after the last record published in the segment.
 	nextSeq uint64
-	// sizeBytes is the published size: readers never read at or past it.
+	// sizeBytes is the published size, the used length of the file:
+	// readers never read at or past it.
 	sizeBytes int64
+	// allocBytes is the size of the file: [sizeBytes, allocBytes) is
+	// preallocated zeroes (see Log.preallocate). Only the writer uses it.
+	allocBytes int64
 	// lastEpoch is the epoch of the last batch, 0 when empty.
 	lastEpoch uint64
 	// maxTimestampMs is the largest record timestamp, MinInt64 when empty.
@@ -113,13 +117,20 @@ func readFull(f vfs.File, p []byte, off int64) error {
 // scanResult is where and why a scan stopped.
 type scanResult struct {
 	validEnd int64
-	// stopErr explains why scanning stopped before the end of the file.
+	// stopErr explains why scanning stopped before the end of the file at
+	// an invalid batch (nil when it stopped at a zero tail).
 	stopErr error
+	// zeroTail is set when every byte from validEnd to the end of the file
+	// is zero: the preallocated, never written tail of a segment, which
+	// ends the log cleanly.
+	zeroTail bool
 }
 
-// scan validates every batch of s.file from offset 0 up to sizeBytes and
-// fills s. It stops at the first invalid batch and reports its offset in
-// validEnd. It returns an error only for I/O failures.
+// scan validates every batch of s.file from offset 0 up to fileBytes and
+// fills s. It stops at the first invalid batch, or at a batch header that
+// is all zeroes if every byte after it is zero too, and reports its offset
+// in validEnd. A zeroed header followed by anything else is an invalid
+// batch. It returns an error only for I/O failures.
 func (s *segment) scan(fileBytes int64, indexIntervalBytes int64) (scanResult, error) {
 	var (
 		off    int64
@@ -127,24 +138,35 @@ func (s *segment) scan(fileBytes int64, indexIntervalBytes int64) (scanResult, e
 		buf    []byte
 	)
 	for off < fileBytes {
-		if fileBytes-off < batchHeaderBytes {
-			return scanResult{off, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, fileBytes-off)}, nil
-		}
-		if err := readFull(s.file, header[:], off); err != nil {
+		n := min(fileBytes-off, batchHeaderBytes)
+		if err := readFull(s.file, header[:n], off); err != nil {
 			return scanResult{}, err
+		}
+		if allZero(header[:n]) {
+			zero, err := zeroFrom(s.file, off+n, fileBytes, buf)
+			if err != nil {
+				return scanResult{}, err
+			}
+			if zero {
+				return scanResult{validEnd: off, zeroTail: true}, nil
+			}
+			return scanResult{validEnd: off, stopErr: fmt.Errorf("%w: zeroed batch header followed by non-zero bytes", ErrCorrupt)}, nil
+		}
+		if n < batchHeaderBytes {
+			return scanResult{validEnd: off, stopErr: fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, n)}, nil
 		}
 		h, err := decodeBatchHeader(header[:])
 		if err != nil {
-			return scanResult{off, err}, nil
+			return scanResult{validEnd: off, stopErr: err}, nil
 		}
 		if h.totalBytes > fileBytes-off {
-			return scanResult{off, fmt.Errorf("%w: batch of %d bytes overruns the file", ErrCorrupt, h.totalBytes)}, nil
+			return scanResult{validEnd: off, stopErr: fmt.Errorf("%w: batch of %d bytes overruns the file", ErrCorrupt, h.totalBytes)}, nil
 		}
 		if h.baseSeq != s.nextSeq {
-			return scanResult{off, fmt.Errorf("%w: batch base seq %d, want %d", ErrCorrupt, h.baseSeq, s.nextSeq)}, nil
+			return scanResult{validEnd: off, stopErr: fmt.Errorf("%w: batch base seq %d, want %d", ErrCorrupt, h.baseSeq, s.nextSeq)}, nil
 		}
 		if h.epoch < s.lastEpoch {
-			return scanResult{off, fmt.Errorf("%w: batch epoch %d below %d", ErrCorrupt, h.epoch, s.lastEpoch)}, nil
+			return scanResult{validEnd: off, stopErr: fmt.Errorf("%w: batch epoch %d below %d", ErrCorrupt, h.epoch, s.lastEpoch)}, nil
 		}
 		if int64(cap(buf)) < h.totalBytes {
 			buf = make([]byte, h.totalBytes)
@@ -154,12 +176,41 @@ func (s *segment) scan(fileBytes int64, indexIntervalBytes int64) (scanResult, e
 			return scanResult{}, err
 		}
 		if _, _, err := verifyBatch(h, b, nil, nil); err != nil {
-			return scanResult{off, err}, nil
+			return scanResult{validEnd: off, stopErr: err}, nil
 		}
 		s.addBatch(off, h, indexIntervalBytes)
 		off += h.totalBytes
 	}
 	return scanResult{validEnd: off}, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// zeroFrom reports whether every byte of f in [off, end) is zero, reading
+// through buf (grown as needed). The tail it reads is the active segment's
+// preallocation: at most its used length or 1 MiB.
+func zeroFrom(f vfs.File, off, end int64, buf []byte) (bool, error) {
+	if want := min(end-off, 64<<10); int64(cap(buf)) < want {
+		buf = make([]byte, want)
+	}
+	for off < end {
+		b := buf[:min(end-off, int64(cap(buf)))]
+		if err := readFull(f, b, off); err != nil {
+			return false, err
+		}
+		if !allZero(b) {
+			return false, nil
+		}
+		off += int64(len(b))
+	}
+	return true, nil
 }
 
 // encodeIndex serializes the sparse index of a sealed segment.

@@ -10,6 +10,10 @@ import (
 	"sync"
 )
 
+// memFileBytesMax bounds WriteAt offsets and Allocate sizes, far above any
+// file a test holds in memory, so that int conversions cannot overflow.
+const memFileBytesMax = 1 << 40
+
 // Injector decides whether an operation fails. A non-nil return fails the
 // operation with that error and the operation is not performed. It is
 // called with the MemFS lock held and must not call back into the MemFS.
@@ -27,10 +31,17 @@ type Injector func(op Op, name string) error
 //   - Directories made by MkdirAll are durable at once (a simplification:
 //     directories are never lost by a crash).
 //   - Crash reverts the namespace to the durable namespace and each file to
-//     its durable content plus an rng-chosen prefix of the unsynced appended
-//     tail (a torn write). If the file was truncated or rewritten below its
-//     durable size since its last Sync, it reverts to exactly its durable
-//     content. Every File opened before the crash returns ErrClosed.
+//     its durable content plus an rng-chosen prefix of the bytes written
+//     since its last Sync (a torn write). The bytes written are taken as
+//     one range, from the lowest to the highest offset written (Write,
+//     WriteAt, or a Truncate that grows the file), and the kept prefix is
+//     applied over the durable content; the file's size after the crash is
+//     its durable size, or the end of the kept prefix if that is larger.
+//     For appends this keeps the durable content plus a prefix of the
+//     appended tail. Growth by Allocate is not a write: unsynced, it is
+//     lost. If the file was truncated below its durable size since its
+//     last Sync, it reverts to exactly its durable content. Every File
+//     opened before the crash returns ErrClosed.
 type MemFS struct {
 	mu sync.Mutex
 	// files is the current namespace: cleaned path to node.
@@ -49,25 +60,61 @@ type MemFS struct {
 type memNode struct {
 	data []byte
 	// durableLen is the durable size while durableCopy is nil: the durable
-	// content is then data[:durableLen] (appends never modify those bytes).
+	// content is then data[:durableLen] with undo applied (appends never
+	// modify those bytes).
 	durableLen int
 	// durableCopy holds the durable content once data was truncated below
-	// durableLen since the last Sync.
+	// durableLen since the last Sync; a crash then reverts to it exactly.
 	durableCopy []byte
 	hasCopy     bool
+	// undo holds, oldest first, the durable bytes that WriteAt overwrote
+	// since the last Sync (while hasCopy is false).
+	undo []undoRecord
+	// [writtenLo, writtenHi) covers every byte written since the last
+	// Sync, if written.
+	written              bool
+	writtenLo, writtenHi int
 }
 
+// undoRecord is the durable content of data[off:off+len(old)] before a
+// WriteAt replaced it.
+type undoRecord struct {
+	off int
+	old []byte
+}
+
+// durable returns the durable content; the caller must not modify it.
 func (n *memNode) durable() []byte {
 	if n.hasCopy {
 		return n.durableCopy
 	}
-	return n.data[:n.durableLen]
+	if len(n.undo) == 0 {
+		return n.data[:n.durableLen]
+	}
+	d := append([]byte(nil), n.data[:n.durableLen]...)
+	for i := len(n.undo) - 1; i >= 0; i-- {
+		copy(d[n.undo[i].off:], n.undo[i].old)
+	}
+	return d
+}
+
+// markWritten adds [lo, hi) to the written range.
+func (n *memNode) markWritten(lo, hi int) {
+	if !n.written {
+		n.written, n.writtenLo, n.writtenHi = true, lo, hi
+		return
+	}
+	n.writtenLo, n.writtenHi = min(n.writtenLo, lo), max(n.writtenHi, hi)
 }
 
 func (n *memNode) truncate(size int) {
 	if size < n.durableLen && !n.hasCopy {
-		n.durableCopy = append([]byte(nil), n.data[:n.durableLen]...)
+		n.durableCopy = append([]byte(nil), n.durable()...)
 		n.hasCopy = true
+		n.undo = nil
+	}
+	if n.written {
+		n.writtenLo, n.writtenHi = min(n.writtenLo, size), min(n.writtenHi, size)
 	}
 	if size <= len(n.data) {
 		// Reallocate so later appends never overwrite bytes still
@@ -75,13 +122,66 @@ func (n *memNode) truncate(size int) {
 		n.data = append(make([]byte, 0, size), n.data[:size]...)
 		return
 	}
+	n.markWritten(len(n.data), size)
 	n.data = append(n.data, make([]byte, size-len(n.data))...)
+}
+
+// writeAt writes p at off, growing the file with zeroes up to off first.
+func (n *memNode) writeAt(p []byte, off int) {
+	end := off + len(p)
+	if !n.hasCopy && off < n.durableLen && len(p) > 0 {
+		n.undo = append(n.undo, undoRecord{off: off, old: append([]byte(nil), n.data[off:min(end, n.durableLen)]...)})
+	}
+	if end > len(n.data) {
+		n.data = append(n.data, make([]byte, end-len(n.data))...)
+	}
+	copy(n.data[off:], p)
+	n.markWritten(off, end)
+}
+
+// allocate grows the file with zeroes to size; it is not a write.
+func (n *memNode) allocate(size int) {
+	if size > len(n.data) {
+		n.data = append(n.data, make([]byte, size-len(n.data))...)
+	}
+}
+
+// crashContent returns the content after a crash that keeps keep bytes of
+// the written range.
+func (n *memNode) crashContent(keep int) []byte {
+	if n.hasCopy {
+		return append([]byte(nil), n.durableCopy...)
+	}
+	size := n.durableLen
+	if keep > 0 {
+		size = max(size, n.writtenLo+keep)
+	}
+	content := make([]byte, size)
+	copy(content, n.durable())
+	if size > n.durableLen {
+		// Bytes past the durable size and below the written range were
+		// grown by Allocate or by a WriteAt past the end: zeroes.
+		copy(content[n.durableLen:], n.data[n.durableLen:size])
+	}
+	if keep > 0 {
+		copy(content[n.writtenLo:], n.data[n.writtenLo:n.writtenLo+keep])
+	}
+	return content
+}
+
+func (n *memNode) writtenBytes() int {
+	if !n.written {
+		return 0
+	}
+	return n.writtenHi - n.writtenLo
 }
 
 func (n *memNode) sync() {
 	n.durableLen = len(n.data)
 	n.durableCopy = nil
 	n.hasCopy = false
+	n.undo = nil
+	n.written = false
 }
 
 // NewMem returns an empty MemFS whose root directories "." and "/" exist.
@@ -166,6 +266,16 @@ func (m *MemFS) OpenAppend(name string) (File, error) {
 		m.files[name] = n
 	}
 	return &memFile{fs: m, node: n, name: name, generation: m.generation}, nil
+}
+
+// OpenRW implements FS.
+func (m *MemFS) OpenRW(name string) (File, error) {
+	f, err := m.OpenAppend(name)
+	if err != nil {
+		return nil, err
+	}
+	f.(*memFile).positional = true
+	return f, nil
 }
 
 // Open implements FS.
@@ -308,8 +418,8 @@ func (m *MemFS) SyncDir(dir string) error {
 
 // Crash simulates kill -9 or power loss (see the MemFS crash model): the
 // namespace reverts to the durable namespace, every file keeps its durable
-// content plus a prefix of its unsynced appended tail whose length rng
-// chooses, and every open File becomes invalid.
+// content plus a prefix of its unsynced writes whose length rng chooses,
+// and every open File becomes invalid.
 func (m *MemFS) Crash(rng *rand.Rand) { m.crash(rng) }
 
 // CrashClean is Crash without torn writes: every file reverts to exactly
@@ -337,15 +447,9 @@ func (m *MemFS) crash(rng *rand.Rand) {
 		seen[n] = true
 		keep := 0
 		if !n.hasCopy && rng != nil {
-			keep = rng.IntN(len(n.data) - n.durableLen + 1)
+			keep = rng.IntN(n.writtenBytes() + 1)
 		}
-		var content []byte
-		if n.hasCopy {
-			content = append([]byte(nil), n.durableCopy...)
-		} else {
-			content = append([]byte(nil), n.data[:n.durableLen+keep]...)
-		}
-		n.data = content
+		n.data = n.crashContent(keep)
 		n.sync()
 	}
 }
@@ -371,6 +475,11 @@ func (m *MemFS) FlipBit(name string, offset int64, bit uint) error {
 	if n.hasCopy && offset >= 0 && offset < int64(len(n.durableCopy)) {
 		n.durableCopy[offset] ^= mask
 		flipped = true
+	}
+	for _, u := range n.undo {
+		if i := int(offset) - u.off; i >= 0 && i < len(u.old) {
+			u.old[i] ^= mask // the durable byte under a later write
+		}
 	}
 	if !flipped {
 		return fmt.Errorf("vfs: flipbit %s: offset %d out of range", name, offset)
@@ -426,6 +535,8 @@ type memFile struct {
 	name       string
 	generation uint64
 	readOnly   bool
+	// positional is set for OpenRW: WriteAt and Allocate, no Write.
+	positional bool
 	// closed is guarded by fs.mu.
 	closed bool
 }
@@ -448,11 +559,64 @@ func (f *memFile) Write(p []byte) (int, error) {
 	if f.readOnly {
 		return 0, fmt.Errorf("vfs: write %s: %w", f.name, ErrReadOnly)
 	}
+	if f.positional {
+		return 0, fmt.Errorf("vfs: write %s: %w", f.name, ErrOpenMode)
+	}
 	if err := f.fs.inject(OpWrite, f.name); err != nil {
 		return 0, err
 	}
+	f.node.markWritten(len(f.node.data), len(f.node.data)+len(p))
 	f.node.data = append(f.node.data, p...)
 	return len(p), nil
+}
+
+// checkPositional checks that f may be written with WriteAt or Allocate.
+func (f *memFile) checkPositional(op string) error {
+	if err := f.check(op); err != nil {
+		return err
+	}
+	if f.readOnly {
+		return fmt.Errorf("vfs: %s %s: %w", op, f.name, ErrReadOnly)
+	}
+	if !f.positional {
+		return fmt.Errorf("vfs: %s %s: %w", op, f.name, ErrOpenMode)
+	}
+	return nil
+}
+
+// WriteAt writes p at off (an OpWrite for the injector). A failed WriteAt
+// applies nothing.
+func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.checkPositional("writeat"); err != nil {
+		return 0, err
+	}
+	if off < 0 || off > memFileBytesMax {
+		return 0, fmt.Errorf("vfs: writeat %s: offset %d out of range", f.name, off)
+	}
+	if err := f.fs.inject(OpWrite, f.name); err != nil {
+		return 0, err
+	}
+	f.node.writeAt(p, int(off))
+	return len(p), nil
+}
+
+// Allocate grows the file with zeroes. A failed Allocate applies nothing.
+func (f *memFile) Allocate(size int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.checkPositional("allocate"); err != nil {
+		return err
+	}
+	if size < 0 || size > memFileBytesMax {
+		return fmt.Errorf("vfs: allocate %s: size %d out of range", f.name, size)
+	}
+	if err := f.fs.inject(OpAllocate, f.name); err != nil {
+		return err
+	}
+	f.node.allocate(int(size))
+	return nil
 }
 
 func (f *memFile) ReadAt(p []byte, off int64) (int, error) {

@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,7 +20,7 @@ func (osFS) Create(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return osFile{File: f}, nil
 }
 
 func (osFS) OpenAppend(name string) (File, error) {
@@ -27,7 +28,15 @@ func (osFS) OpenAppend(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return osFile{File: f}, nil
+}
+
+func (osFS) OpenRW(name string) (File, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, filePerm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{File: f, positional: true}, nil
 }
 
 func (osFS) Open(name string) (File, error) {
@@ -35,7 +44,7 @@ func (osFS) Open(name string) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return osFile{File: f, readOnly: true}, nil
 }
 
 func (osFS) Remove(name string) error { return os.Remove(name) }
@@ -78,7 +87,66 @@ func (osFS) SyncDir(dir string) error {
 }
 
 // osFile adapts *os.File to File.
-type osFile struct{ *os.File }
+type osFile struct {
+	*os.File
+	// positional is set for OpenRW files (no O_APPEND), readOnly for Open.
+	positional, readOnly bool
+}
+
+func (f osFile) modeErr(op string, positional bool) error {
+	if f.readOnly {
+		return &os.PathError{Op: op, Path: f.Name(), Err: ErrReadOnly}
+	}
+	if f.positional != positional {
+		return &os.PathError{Op: op, Path: f.Name(), Err: ErrOpenMode}
+	}
+	return nil
+}
+
+// Write appends p; a file opened with OpenRW has no O_APPEND, so Write
+// would write at the file offset instead, and is refused.
+func (f osFile) Write(p []byte) (int, error) {
+	if f.positional {
+		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: ErrOpenMode}
+	}
+	return f.File.Write(p)
+}
+
+func (f osFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.modeErr("writeat", true); err != nil {
+		return 0, err
+	}
+	return f.File.WriteAt(p, off)
+}
+
+// zeroBlock is the source of the zeroes Allocate writes; never modified.
+var zeroBlock [256 << 10]byte
+
+// Allocate writes zeroes from the end of the file up to size. Writing them
+// is what makes later fdatasyncs cheap: measured on the project's machine
+// (ext4; 4 KiB pwrite + fdatasync, growing the file 1 MiB ahead, means of
+// interleaved runs) ~210 µs inside zeroes written this way, ~250 µs inside
+// a fallocate'd region (its unwritten extents must still be converted, and
+// that is journaled), ~300 µs inside a sparse ftruncate'd region, ~270 µs
+// for an append. The price is writing every byte of the file twice.
+func (f osFile) Allocate(size int64) error {
+	if err := f.modeErr("allocate", true); err != nil {
+		return err
+	}
+	cur, err := f.Size()
+	if err != nil {
+		return err
+	}
+	for cur < size {
+		n := int(min(size-cur, int64(len(zeroBlock))))
+		w, err := f.File.WriteAt(zeroBlock[:n], cur)
+		cur += int64(w)
+		if err != nil {
+			return fmt.Errorf("vfs: allocate %s to %d bytes: %w", f.Name(), size, err)
+		}
+	}
+	return nil
+}
 
 func (f osFile) Size() (int64, error) {
 	fi, err := f.Stat()

@@ -22,6 +22,10 @@ type FS interface {
 	// OpenAppend opens name for reading and appending, creating it if it
 	// does not exist (O_RDWR|O_CREATE|O_APPEND).
 	OpenAppend(name string) (File, error)
+	// OpenRW opens name for reading and positional writing (WriteAt,
+	// Allocate), creating it empty if it does not exist (O_RDWR|O_CREATE).
+	// Write, which appends, fails on it with ErrOpenMode.
+	OpenRW(name string) (File, error)
 	// Open opens an existing file read-only.
 	Open(name string) (File, error)
 	// Remove removes a file.
@@ -38,12 +42,17 @@ type FS interface {
 	SyncDir(dir string) error
 }
 
-// File is an open file. Writes always append at the current end of the
-// file. A File may be used by several goroutines at once: ReadAt calls may
-// run concurrently with each other and with one writer.
+// File is an open file. A file opened with Create or OpenAppend is written
+// with Write, which always appends at the current end of the file; a file
+// opened with OpenRW is written with WriteAt and Allocate. A File may be
+// used by several goroutines at once: ReadAt calls may run concurrently
+// with each other and with one writer.
 type File interface {
-	// Write appends p at the end of the file.
+	// Write appends p at the end of the file (Create and OpenAppend only).
 	io.Writer
+	// WriteAt writes p at offset off, growing the file if it ends before
+	// off+len(p) (OpenRW only).
+	io.WriterAt
 	// ReadAt reads len(p) bytes at off; it returns io.EOF when fewer bytes
 	// are available.
 	io.ReaderAt
@@ -52,6 +61,13 @@ type File interface {
 	// Truncate changes the size of the file; subsequent writes append at
 	// the new end.
 	Truncate(size int64) error
+	// Allocate grows the file to size bytes (it never shrinks it): the new
+	// bytes read as zeroes and are written to the device, not left as a
+	// hole or an unwritten extent, so a later WriteAt inside them followed
+	// by Sync need not change the file's size or block map, which makes
+	// that Sync cheaper. Like a write, the growth is durable only after
+	// Sync (OpenRW only).
+	Allocate(size int64) error
 	// Size returns the current size of the file in bytes.
 	Size() (int64, error)
 	// Close releases the file.
@@ -62,8 +78,13 @@ type File interface {
 // of a MemFS opened before a Crash.
 var ErrClosed = errors.New("vfs: file closed")
 
-// ErrReadOnly is returned by Write and Truncate on a File opened with Open.
+// ErrReadOnly is returned by Write, WriteAt, Allocate and Truncate on a
+// File opened with Open.
 var ErrReadOnly = errors.New("vfs: file opened read-only")
+
+// ErrOpenMode is returned by Write on a File opened with OpenRW, and by
+// WriteAt and Allocate on a File opened with Create or OpenAppend.
+var ErrOpenMode = errors.New("vfs: operation not allowed by the file's open mode")
 
 // Op names a file-system operation for fault injection.
 type Op uint8
@@ -82,6 +103,7 @@ const (
 	OpMkdirAll
 	OpList
 	OpStat
+	OpAllocate
 )
 
 // String returns the operation name, e.g. "Write".
@@ -111,6 +133,8 @@ func (op Op) String() string {
 		return "List"
 	case OpStat:
 		return "Stat"
+	case OpAllocate:
+		return "Allocate"
 	default:
 		return "Op(" + strconv.Itoa(int(op)) + ")"
 	}
