@@ -273,9 +273,42 @@ func TestClusterQuorumLossIsReadOnly(t *testing.T) {
 	if !info.ReadOnly {
 		t.Fatalf("metadata does not show the degraded mode: %+v", info)
 	}
+	if v := gauge(t, tc.nodes[leader], "nereus_partition_read_only", "t"); v != 1 {
+		t.Fatalf("nereus_partition_read_only = %v on the degraded leader", v)
+	}
+	if v := gauge(t, tc.nodes[leader], "nereus_partition_leader", "t"); v != 1 {
+		t.Fatalf("nereus_partition_leader = %v on the leader", v)
+	}
 	if got := tc.readAll(leader, "t", 0, ok.Seq); len(got) != 1 || got[0] != fmt.Sprintf("%d:before", ok.Seq) {
 		t.Fatalf("visible prefix in degraded mode: %v", got)
 	}
+}
+
+// gauge reads a node's metric for topic's partition 0 (-1 when absent).
+func gauge(t *testing.T, n *Node, name, topic string) float64 {
+	t.Helper()
+	families, err := n.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["topic"] == topic && labels["partition"] == "0" {
+				if g := m.GetGauge(); g != nil {
+					return g.GetValue()
+				}
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return -1
 }
 
 // subscribeOn subscribes to group on a node, retrying while the node is

@@ -3,6 +3,8 @@ package node
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/nereus-broker/nereus/internal/replica"
 )
 
 // Metrics are one node's Prometheus metrics, in a registry of their own (no
@@ -67,6 +69,14 @@ var (
 		"Last visible seq of a partition.", []string{"topic", "partition"}, nil)
 	startDesc = prometheus.NewDesc("nereus_partition_start_seq",
 		"Oldest retained seq of a partition.", []string{"topic", "partition"}, nil)
+	epochDesc = prometheus.NewDesc("nereus_partition_epoch",
+		"Leader epoch of a partition as this node knows it.", []string{"topic", "partition"}, nil)
+	leaderDesc = prometheus.NewDesc("nereus_partition_leader",
+		"1 when this node leads the partition's replica group (cluster only).", []string{"topic", "partition"}, nil)
+	readOnlyDesc = prometheus.NewDesc("nereus_partition_read_only",
+		"1 when this node leads the partition and is READ_ONLY_DEGRADED (cluster only).", []string{"topic", "partition"}, nil)
+	droppedDesc = prometheus.NewDesc("nereus_replication_dropped_messages_total",
+		"Replication messages this node's replica dropped because its inbound queue was full (cluster only).", []string{"topic", "partition"}, nil)
 )
 
 // stateCollector reads partition and group positions at scrape time.
@@ -76,6 +86,10 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lagDesc
 	ch <- commitDesc
 	ch <- startDesc
+	ch <- epochDesc
+	ch <- leaderDesc
+	ch <- readOnlyDesc
+	ch <- droppedDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -86,6 +100,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			part := itoa(p.id)
 			ch <- prometheus.MustNewConstMetric(commitDesc, prometheus.GaugeValue, float64(p.commitSeq.Load()), name, part)
 			ch <- prometheus.MustNewConstMetric(startDesc, prometheus.GaugeValue, float64(p.startSeq.Load()), name, part)
+			ch <- prometheus.MustNewConstMetric(epochDesc, prometheus.GaugeValue, float64(p.epoch.Load()), name, part)
+			if p.repl != nil {
+				st := p.repl.Status()
+				leads := st.Role == replica.Leader
+				ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, boolGauge(leads), name, part)
+				ch <- prometheus.MustNewConstMetric(readOnlyDesc, prometheus.GaugeValue, boolGauge(leads && st.ReadOnly), name, part)
+				ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(p.repl.Dropped()), name, part)
+			}
 		}
 	}
 	for key, g := range c.n.groups {
@@ -113,4 +135,11 @@ func itoa(v uint32) string {
 		v /= 10
 	}
 	return string(b[i:])
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -104,6 +104,7 @@ type Log struct {
 
 	status    atomic.Pointer[replica.Status]
 	commitSeq atomic.Uint64
+	dropped   atomic.Uint64
 	notified  notice // what Notify last reported (run-owned)
 }
 
@@ -188,13 +189,17 @@ func loadPersisted(fsys vfs.FS, dir string, lg *storage.Log) (replica.Persisted,
 }
 
 // Step hands a message from another member to the kernel (non-blocking;
-// dropped when the inbound queue is full).
+// dropped, and counted, when the inbound queue is full).
 func (l *Log) Step(m replica.Message) {
 	select {
 	case l.in <- m:
 	default:
+		l.dropped.Add(1)
 	}
 }
+
+// Dropped is how many inbound messages a full queue has dropped.
+func (l *Log) Dropped() uint64 { return l.dropped.Load() }
 
 // Propose appends rec if this member leads; the proposal completes when
 // the entry commits, or fails (replica.ErrNotLeader, replica.ErrQuorumLost,
