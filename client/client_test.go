@@ -317,14 +317,7 @@ func TestCreditBatchingDeliversEverything(t *testing.T) {
 	p, _ := c.NewProducer(ProducerOptions{Topic: "t"})
 	defer p.Close()
 	const n = 1000
-	for i := range n {
-		if err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "%d", i)}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	publishRange(ctx, t, p, 0, n)
 	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -363,14 +356,7 @@ func TestCreditNeverExceeded(t *testing.T) {
 	declare(t, c, "t", 1)
 	p, _ := c.NewProducer(ProducerOptions{Topic: "t"})
 	defer p.Close()
-	for i := range 100 {
-		if err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "%d", i)}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	publishRange(ctx, t, p, 0, 100)
 	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -503,17 +489,7 @@ func TestConsumerResubscribesAfterReconnect(t *testing.T) {
 	declare(t, c, "t", 2)
 	p, _ := c.NewProducer(ProducerOptions{Topic: "t"})
 	defer p.Close()
-	publish := func(from, to int) {
-		for i := from; i < to; i++ {
-			if err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "%d", i)}, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := p.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	publish(0, 50)
+	publishRange(ctx, t, p, 0, 50)
 	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -537,7 +513,7 @@ func TestConsumerResubscribesAfterReconnect(t *testing.T) {
 	}
 	consume(20)
 	fs.dropAll()
-	publish(50, 100)
+	publishRange(ctx, t, p, 50, 100)
 	consume(100)
 	if co.Stats().Resubscribe == 0 {
 		t.Fatal("consumer never resubscribed")
@@ -641,5 +617,19 @@ func TestAckRetriedAfterRetryableError(t *testing.T) {
 	fs.mu.Unlock()
 	if n != 2 {
 		t.Fatalf("%d ACK frames, want 2 (one refused, one retried)", n)
+	}
+}
+
+// publishRange publishes the values from..to-1 (as decimal text) and
+// waits until all are acknowledged.
+func publishRange(ctx context.Context, t *testing.T, p *Producer, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "%d", i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

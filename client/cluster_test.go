@@ -403,14 +403,7 @@ func TestClusterConsumerFollowsCoordinator(t *testing.T) {
 	}
 	defer p.Close()
 	const n = 60
-	for i := range n {
-		if err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "%d", i)}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	publishRange(ctx, t, p, 0, n)
 	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 8})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -129,11 +128,7 @@ func TestClusterFailoverKeepsEveryAckedMessage(t *testing.T) {
 	}
 
 	const total = 2000
-	var mu sync.Mutex
-	acked := map[string]position{}
-	var failures []error
 	progress := make(chan int, total)
-	var wg sync.WaitGroup
 	faultsDone := make(chan error, 1)
 	go func() {
 		// The fault injector, driven by the number of acks so far.
@@ -184,29 +179,11 @@ func TestClusterFailoverKeepsEveryAckedMessage(t *testing.T) {
 		}
 		faultsDone <- nil
 	}()
-	for i := 0; i < total; i++ {
-		value := fmt.Sprintf("msg-%05d", i)
-		wg.Add(1)
-		err := prod.PublishAsync(ctx, client.Message{Value: []byte(value)}, func(r client.PublishResult, err error) {
-			defer wg.Done()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				failures = append(failures, fmt.Errorf("%s: %w", value, err))
-				return
-			}
-			acked[value] = position{r.Partition, r.Seq}
-			progress <- len(acked)
-		})
-		if err != nil {
-			t.Fatalf("PublishAsync %d: %v", i, err)
-		}
+	acked, failures := publishTracked(ctx, t, prod, total, false, progress, func(i int) {
 		if i%100 == 99 {
 			time.Sleep(20 * time.Millisecond) // keep writing across the faults
 		}
-	}
-	wg.Wait()
-	close(progress)
+	})
 	if err := <-faultsDone; err != nil {
 		t.Fatalf("fault injection: %v", err)
 	}

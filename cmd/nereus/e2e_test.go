@@ -195,11 +195,7 @@ func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
 
 	const total = 3000
 	killAt := map[int]bool{400: true, 1200: true, 2200: true}
-	var mu sync.Mutex
-	acked := map[string]position{}
-	var failures []error
 	ackedCount := make(chan int, total)
-	var wg sync.WaitGroup
 	kills := 0
 	var killErr error
 	killerDone := make(chan struct{})
@@ -213,26 +209,7 @@ func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
 			}
 		}
 	}()
-	for i := 0; i < total; i++ {
-		value := fmt.Sprintf("msg-%05d", i)
-		wg.Add(1)
-		err := prod.PublishAsync(ctx, client.Message{Key: []byte(value), Value: []byte(value)}, func(r client.PublishResult, err error) {
-			defer wg.Done()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				failures = append(failures, fmt.Errorf("%s: %w", value, err))
-				return
-			}
-			acked[value] = position{r.Partition, r.Seq}
-			ackedCount <- len(acked)
-		})
-		if err != nil {
-			t.Fatalf("PublishAsync %d: %v", i, err)
-		}
-	}
-	wg.Wait()
-	close(ackedCount)
+	acked, failures := publishTracked(ctx, t, prod, total, true, ackedCount, nil)
 	<-killerDone
 	if killErr != nil {
 		t.Fatalf("restart during publishing: %v", killErr)
@@ -256,6 +233,47 @@ func TestKillNineKeepsEveryAckedMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	readBackExactlyOnce(ctx, t, cons, acked)
+}
+
+// publishTracked publishes total messages "msg-NNNNN" (also as keys when
+// keyed) and returns where each acknowledged one landed and the failures.
+// After every ack it sends the count so far to progress, which it closes
+// once every publish completed; pace, when set, runs after each handoff.
+func publishTracked(ctx context.Context, t *testing.T, prod *client.Producer, total int, keyed bool,
+	progress chan<- int, pace func(i int)) (map[string]position, []error) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	acked := map[string]position{}
+	var failures []error
+	for i := 0; i < total; i++ {
+		value := fmt.Sprintf("msg-%05d", i)
+		m := client.Message{Value: []byte(value)}
+		if keyed {
+			m.Key = m.Value
+		}
+		wg.Add(1)
+		err := prod.PublishAsync(ctx, m, func(r client.PublishResult, err error) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures = append(failures, fmt.Errorf("%s: %w", value, err))
+				return
+			}
+			acked[value] = position{r.Partition, r.Seq}
+			progress <- len(acked)
+		})
+		if err != nil {
+			t.Fatalf("PublishAsync %d: %v", i, err)
+		}
+		if pace != nil {
+			pace(i)
+		}
+	}
+	wg.Wait()
+	close(progress)
+	return acked, failures
 }
 
 // readBackExactlyOnce consumes until it has seen len(acked) distinct
