@@ -37,6 +37,10 @@ type ClusterConfig struct {
 	ElectionTicks int
 	// DeclareTimeout bounds a DECLARE through the metadata log (default 10 s).
 	DeclareTimeout time.Duration
+	// Reservation is how long a partition leader keeps the log a silent
+	// follower still needs before retention may delete it (default 30 s);
+	// a follower away longer rebuilds from the leader's snapshot point.
+	Reservation time.Duration
 }
 
 // Member is one node of the initial cluster.
@@ -138,7 +142,7 @@ func (n *Node) openCluster() error {
 			return err
 		}
 	}
-	c.metaLog, err = c.openGroup(meta.MetaTopic, 0, c.allMembers(), replica.SyncQuorum, c.wakeMeta)
+	c.metaLog, err = c.openGroup(meta.MetaTopic, 0, c.allMembers(), replica.SyncQuorum, c.wakeMeta, groupStorage{})
 	if err != nil {
 		return err
 	}
@@ -195,9 +199,16 @@ func (c *cluster) clientAddr(id replica.NodeID) string {
 	return c.tr.ClientAddr(uint32(id))
 }
 
+// groupStorage is a replica group's retention: nothing for __meta; the
+// topic's retention for a partition, compacted no further than limit.
+type groupStorage struct {
+	retentionMs, retentionBytes int64
+	limit                       func() uint64
+}
+
 // openGroup starts this node's member of a replica group and registers it
 // for peer traffic.
-func (c *cluster) openGroup(topic string, partition uint32, members []replica.NodeID, policy replica.AckPolicy, notify func()) (*replog.Log, error) {
+func (c *cluster) openGroup(topic string, partition uint32, members []replica.NodeID, policy replica.AckPolicy, notify func(), gs groupStorage) (*replog.Log, error) {
 	dir := path.Join(c.n.cfg.DataDir, "meta")
 	if topic != meta.MetaTopic {
 		dir = path.Join(c.n.cfg.DataDir, "topics", topic, fmt.Sprint(partition))
@@ -205,9 +216,12 @@ func (c *cluster) openGroup(topic string, partition uint32, members []replica.No
 	gid := groupID{topic, partition}
 	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.n.cfg.FS,
 		Logger: c.n.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition),
-		Storage: storage.Options{SegmentBytesMax: c.n.cfg.SegmentBytesMax, RecordBytesMax: c.n.cfg.RecordBytesMax + 64<<10},
-		Notify:  notify,
-		Send:    func(m replica.Message) { c.tr.Send(uint32(m.To), replog.ToWire(topic, partition, m)) }})
+		Storage: storage.Options{SegmentBytesMax: c.n.cfg.SegmentBytesMax, RecordBytesMax: c.n.cfg.RecordBytesMax + 64<<10,
+			RetentionAgeMs: gs.retentionMs, RetentionBytes: gs.retentionBytes},
+		CompactEvery: time.Duration(c.n.cfg.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.limit,
+		NowMs: c.n.cfg.NowMs, Reservation: c.cfg.Reservation,
+		Notify: notify,
+		Send:   func(m replica.Message) { c.tr.Send(uint32(m.To), replog.ToWire(topic, partition, m)) }})
 	if err != nil {
 		return nil, fmt.Errorf("node: open replica %s/%d: %w", topic, partition, err)
 	}
@@ -274,12 +288,6 @@ func (c *cluster) declare(tc wire.TopicConfig) (bool, error) {
 	tc, err := meta.Normalize(tc, len(c.names))
 	if err != nil {
 		return false, err
-	}
-	if tc.RetentionMs != 0 || tc.RetentionBytes != 0 {
-		// Replicated logs are never compacted yet (no snapshot transfer
-		// for a follower that falls behind the leader's retention floor):
-		// refuse rather than accept a retention that would not apply.
-		return false, wire.Errorf(wire.CodeInvalidArgument, "retention is not supported on replicated topics yet; declare %q without retention", tc.Name)
 	}
 	st, err := c.metaLeader()
 	if err != nil {

@@ -3,10 +3,12 @@ package node
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/replog"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -17,6 +19,18 @@ import (
 type replState struct {
 	producers *partition.Producers
 	applied   uint64 // last committed entry applied to producers
+	// truncated: the entries before the log's start are gone (retention,
+	// or a rebuild from the leader's snapshot point), so the dedup table
+	// knows only what came after; it is sealed before this member takes
+	// publishes (sealedEpoch: the epoch it was last sealed for).
+	truncated   bool
+	sealedEpoch uint64
+	// firstAck is the seq of the oldest group ack record kept (0 = none):
+	// partition 0's log holds its groups' acks, and is not compacted past
+	// them (group checkpoints do not exist yet). compactLimit is what the
+	// member may compact through: applied, and below firstAck.
+	firstAck     uint64
+	compactLimit atomic.Uint64
 	// inflight: proposals not yet committed, by producer identity, so a
 	// retry of one that is still in flight waits for it instead of
 	// appending twice.
@@ -58,14 +72,17 @@ func (p *partitionRunner) openReplicated() error {
 	}
 	p.rs = &replState{producers: partition.NewProducers(p.node.cfg.Dedup.DedupWindowMax, p.node.cfg.Dedup.ProducersMax),
 		inflight: map[prodKey]*inflightPub{}, wake: make(chan struct{}, 1)}
-	l, err := c.openGroup(p.topic.cfg.Name, p.id, members, policy, p.rs.poke)
+	l, err := c.openGroup(p.topic.cfg.Name, p.id, members, policy, p.rs.poke, groupStorage{
+		retentionMs: p.topic.cfg.RetentionMs, retentionBytes: p.topic.cfg.RetentionBytes, limit: p.rs.compactLimit.Load})
 	if err != nil {
 		return err
 	}
 	p.repl = l
 	c.campaignIfNew(l, members[0])
 	p.readLog.Store(l.ReadLog())
-	p.startSeq.Store(l.ReadLog().StartSeq())
+	start := l.ReadLog().StartSeq()
+	p.startSeq.Store(start)
+	p.rs.applied, p.rs.truncated = start-1, start > 1
 	p.wg.Add(1)
 	go p.runReplicated()
 	return nil
@@ -138,6 +155,13 @@ func (p *partitionRunner) leaderView() (replica.Status, *wire.Error) {
 	if start == 0 || p.rs.applied < start {
 		return st, wire.Errorf(wire.CodeUnavailable, "partition %s/%d: the new leader is taking office; retry", p.topic.cfg.Name, p.id)
 	}
+	if rs := p.rs; rs.truncated && rs.sealedEpoch != st.Hard.Promised {
+		// Sequences appended before the kept log are unknown here: seal
+		// each producer's window at its oldest known sequence, so that a
+		// retry of an older one is PRODUCER_SEQ_TOO_OLD, never a duplicate.
+		rs.producers.SealHistory()
+		rs.sealedEpoch = st.Hard.Promised
+	}
 	return st, nil
 }
 
@@ -186,8 +210,12 @@ func (p *partitionRunner) applyReplicated() {
 	rs.completions = nil
 	rs.mu.Unlock()
 	commit := p.repl.CommitSeq()
+	p.followStart()
 	for rs.applied < commit {
 		entries, err := p.repl.ReadLog().Read(rs.applied+1, int(min(commit-rs.applied, 4096)), 16<<20)
+		if errors.Is(err, storage.ErrOutOfRange) && p.followStart() {
+			continue // rebuilt from a snapshot point under us
+		}
 		if err != nil || len(entries) == 0 {
 			p.node.log.Error("apply committed entries failed; will retry", "topic", p.topic.cfg.Name, "partition", p.id, "from", rs.applied+1, "err", err)
 			break
@@ -198,10 +226,17 @@ func (p *partitionRunner) applyReplicated() {
 			}
 			if r := &e.Record; r.ProducerID != 0 && !replog.IsControl(r) {
 				rs.producers.Record(r.ProducerID, r.ProducerSeq, e.Seq, e.Epoch)
+			} else if _, ok := ackGroupOf(r); ok && rs.firstAck == 0 {
+				rs.firstAck = e.Seq
 			}
 			rs.applied = e.Seq
 		}
 	}
+	limit := rs.applied
+	if rs.firstAck != 0 {
+		limit = min(limit, rs.firstAck-1)
+	}
+	rs.compactLimit.Store(limit)
 	if rs.applied > p.commitSeq.Load() {
 		p.commitSeq.Store(rs.applied)
 		p.node.metrics.commitBatch.Observe(float64(len(done)))
@@ -230,6 +265,25 @@ func (p *partitionRunner) applyReplicated() {
 			p.node.metrics.publishes.WithLabelValues(p.topic.cfg.Name).Inc()
 		}
 	}
+}
+
+// followStart takes in a change of the log's start: retention deleted old
+// segments (groups treat what is gone as done), or the member rebuilt from
+// the leader's snapshot point past what was applied — the derived state
+// then starts over from the kept log. It reports whether applied moved.
+func (p *partitionRunner) followStart() bool {
+	rs := p.rs
+	start := p.repl.ReadLog().StartSeq()
+	if start != p.startSeq.Load() {
+		p.startSeq.Store(start)
+		p.topic.notifyGroups()
+	}
+	if start <= rs.applied+1 {
+		return false
+	}
+	rs.producers = partition.NewProducers(p.node.cfg.Dedup.DedupWindowMax, p.node.cfg.Dedup.ProducersMax)
+	rs.applied, rs.truncated, rs.sealedEpoch, rs.firstAck = start-1, true, 0, 0
+	return true
 }
 
 // answerDegraded answers the publishes in flight with QUORUM_LOST once the

@@ -49,9 +49,22 @@ type Config struct {
 	// Storage configures the member's log (sizes, bounds).
 	Storage storage.Options
 	// Notify, when set, is called on the member's goroutine whenever the
-	// commit point, the role, the epoch, the leader or the read-only mode
-	// changed. It must not block.
+	// commit point, the role, the epoch, the leader, the read-only mode or
+	// the log's start changed. It must not block.
 	Notify func()
+	// Compaction: when Storage sets a retention, every CompactEvery
+	// (default 1 s) the member deletes the log segments retention lets go
+	// of — never past what the kernel must keep (committed, flushed, and
+	// what a follower inside its reservation still needs), nor past
+	// CompactLimit when set (what the caller has not consumed yet). NowMs
+	// is the retention clock (default the wall clock).
+	CompactEvery time.Duration
+	CompactLimit func() uint64
+	NowMs        func() int64
+	// Reservation is how long a leader keeps the log a silent follower
+	// still needs (default 30 s); a follower away longer may have to
+	// rebuild from a snapshot.
+	Reservation time.Duration
 }
 
 // Errors.
@@ -105,6 +118,7 @@ type Log struct {
 	status    atomic.Pointer[replica.Status]
 	commitSeq atomic.Uint64
 	dropped   atomic.Uint64
+	installs  atomic.Uint64
 	notified  notice // what Notify last reported (run-owned)
 }
 
@@ -112,6 +126,7 @@ type Log struct {
 type notice struct {
 	role            replica.Role
 	epoch, commit   uint64
+	start           uint64 // the log's first seq
 	leader          replica.NodeID
 	readOnly, valid bool
 }
@@ -135,6 +150,15 @@ func Open(cfg Config) (*Log, error) {
 	if cfg.ProposeQueueMax == 0 {
 		cfg.ProposeQueueMax = 4096
 	}
+	if cfg.CompactEvery == 0 {
+		cfg.CompactEvery = time.Second
+	}
+	if cfg.NowMs == nil {
+		cfg.NowMs = func() int64 { return time.Now().UnixMilli() }
+	}
+	if cfg.Reservation == 0 {
+		cfg.Reservation = 30 * time.Second
+	}
 	lg, err := storage.Open(cfg.FS, cfg.Dir, cfg.Storage)
 	if err != nil {
 		return nil, err
@@ -145,7 +169,8 @@ func Open(cfg Config) (*Log, error) {
 		return nil, err
 	}
 	k, err := replica.New(replica.Config{ID: cfg.ID, Replicas: cfg.Members, Policy: cfg.Policy,
-		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed}, p)
+		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed,
+		ReservationTicks: max(int(cfg.Reservation/cfg.Tick), 4*cfg.ElectionTicks)}, p)
 	if err != nil {
 		lg.Close()
 		return nil, err
@@ -158,7 +183,8 @@ func Open(cfg Config) (*Log, error) {
 	return l, nil
 }
 
-// loadPersisted reads the hard state and derives the log's epoch boundaries.
+// loadPersisted reads the hard state and the snapshot point, finishes an
+// interrupted snapshot install, and derives the log's epoch boundaries.
 func loadPersisted(fsys vfs.FS, dir string, lg *storage.Log) (replica.Persisted, error) {
 	var p replica.Persisted
 	b, err := storage.ReadFileAtomic(fsys, path.Join(dir, hardStateFile))
@@ -170,9 +196,34 @@ func loadPersisted(fsys vfs.FS, dir string, lg *storage.Log) (replica.Persisted,
 	case !errors.Is(err, fs.ErrNotExist):
 		return p, fmt.Errorf("replog: read hard state: %w", err)
 	}
-	// The epoch boundaries come from the entries' epochs. (A scan: fine for
-	// now; a persisted boundary index belongs with snapshots.)
-	for from := lg.StartSeq(); from < lg.NextSeq(); {
+	snap, err := readSnapshotPoint(fsys, dir)
+	if err != nil {
+		return p, err
+	}
+	if snap.installing {
+		// A crash interrupted an install: finish it (the log becomes
+		// empty after the snapshot point), then record it done.
+		if err := lg.Reset(snap.seq + 1); err != nil {
+			return p, fmt.Errorf("replog: finish snapshot install at %d: %w", snap.seq, err)
+		}
+		snap.installing = false
+		if err := writeSnapshotPoint(fsys, dir, snap); err != nil {
+			return p, err
+		}
+	}
+	if start := lg.StartSeq(); start > snap.seq+1 {
+		return p, fmt.Errorf("replog: log starts at %d, after its snapshot point %d", start, snap.seq)
+	}
+	if last := lg.NextSeq() - 1; last < snap.seq {
+		return p, fmt.Errorf("replog: log ends at %d, before its snapshot point %d", last, snap.seq)
+	}
+	p.SnapSeq, p.SnapEpoch = snap.seq, snap.epoch
+	if snap.seq > 0 {
+		p.Epochs = append(p.Epochs, replica.EpochStart{Epoch: snap.epoch, StartSeq: snap.seq})
+	}
+	// The epoch boundaries after the snapshot point come from the entries'
+	// epochs. (A scan: fine for now; an index belongs with checkpoints.)
+	for from := max(lg.StartSeq(), snap.seq+1); from < lg.NextSeq(); {
 		entries, err := lg.Read(from, 4096, 16<<20)
 		if err != nil {
 			return p, fmt.Errorf("replog: scan log: %w", err)
@@ -276,6 +327,8 @@ func (l *Log) run() {
 	defer l.wg.Done()
 	ticker := time.NewTicker(l.cfg.Tick)
 	defer ticker.Stop()
+	compact := time.NewTicker(l.cfg.CompactEvery)
+	defer compact.Stop()
 	defer func() {
 		for _, p := range l.pending {
 			p.finish(ErrClosed)
@@ -295,6 +348,11 @@ func (l *Log) run() {
 			return
 		case <-ticker.C:
 			l.k.Tick()
+		case <-compact.C:
+			if err := l.compact(); err != nil {
+				l.cfg.Logger.Error("replog: compaction failed; stopping member", "member", l.cfg.ID, "dir", l.cfg.Dir, "err", err)
+				return
+			}
 		case <-l.campaign:
 			l.k.Campaign()
 		case m := <-l.in:
@@ -354,9 +412,9 @@ func (l *Log) handleReady() error {
 	for l.k.HasReady() {
 		rd := l.k.Ready()
 		if rd.Snapshot != nil {
-			// Members never compact yet, so no leader sends snapshots;
-			// installing one needs the snapshot transfer (not built).
-			return fmt.Errorf("replog: snapshot install at %d requested, not supported yet", rd.Snapshot.Seq)
+			if err := l.installSnapshot(*rd.Snapshot); err != nil {
+				return err
+			}
 		}
 		if rd.HardState != nil {
 			var b [12]byte
@@ -521,7 +579,8 @@ func (l *Log) publishStatus() {
 	if l.cfg.Notify == nil {
 		return
 	}
-	n := notice{role: st.Role, epoch: st.Hard.Promised, commit: l.commitSeq.Load(), leader: st.Leader, readOnly: st.ReadOnly, valid: true}
+	n := notice{role: st.Role, epoch: st.Hard.Promised, commit: l.commitSeq.Load(), leader: st.Leader, readOnly: st.ReadOnly,
+		start: l.log.StartSeq(), valid: true}
 	if n != l.notified {
 		l.notified = n
 		l.cfg.Notify()

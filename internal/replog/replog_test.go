@@ -29,10 +29,13 @@ type group struct {
 	mu      sync.Mutex
 	logs    map[replica.NodeID]*Log
 	cut     map[replica.NodeID]bool
+	tune    func(*Config) // adjusts every member's config (nil: defaults)
 }
 
-func newGroup(t *testing.T, n int) *group {
-	g := &group{t: t, fs: vfs.NewMem(), logs: map[replica.NodeID]*Log{}, cut: map[replica.NodeID]bool{}}
+func newGroup(t *testing.T, n int) *group { return newGroupWith(t, n, nil) }
+
+func newGroupWith(t *testing.T, n int, tune func(*Config)) *group {
+	g := &group{t: t, fs: vfs.NewMem(), logs: map[replica.NodeID]*Log{}, cut: map[replica.NodeID]bool{}, tune: tune}
 	for i := 1; i <= n; i++ {
 		g.members = append(g.members, replica.NodeID(i))
 	}
@@ -49,8 +52,12 @@ func newGroup(t *testing.T, n int) *group {
 
 func (g *group) start(id replica.NodeID) {
 	g.t.Helper()
-	l, err := Open(Config{ID: id, Members: g.members, Dir: fmt.Sprintf("/n%d", id), FS: g.fs, Logger: quiet,
-		Tick: 2 * time.Millisecond, Seed: uint64(id), Send: g.route})
+	cfg := Config{ID: id, Members: g.members, Dir: fmt.Sprintf("/n%d", id), FS: g.fs, Logger: quiet,
+		Tick: 2 * time.Millisecond, Seed: uint64(id), Send: g.route}
+	if g.tune != nil {
+		g.tune(&cfg)
+	}
+	l, err := Open(cfg)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -148,7 +155,7 @@ func (g *group) values(id replica.NodeID) []string {
 	l := g.logs[id]
 	g.mu.Unlock()
 	var out []string
-	for from := uint64(1); ; {
+	for from := l.ReadLog().StartSeq(); ; {
 		es, err := l.Read(from, 1000)
 		if err != nil {
 			g.t.Fatal(err)

@@ -554,6 +554,9 @@ func (l *Log) Read(fromSeq uint64, maxRecords int, maxBytes int) ([]Entry, error
 	if l.closed {
 		return nil, ErrClosed
 	}
+	if len(l.segments) == 0 {
+		return nil, fmt.Errorf("%w: no segment left (a reset failed)", ErrFailed)
+	}
 	startSeq := l.segments[0].baseSeq
 	if fromSeq < startSeq || fromSeq > l.nextSeq {
 		return nil, fmt.Errorf("%w: seq %d outside [%d, %d]", ErrOutOfRange, fromSeq, startSeq, l.nextSeq)

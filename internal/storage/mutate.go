@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -132,22 +133,45 @@ func (l *Log) truncateSegment(s *segment, cut uint64) error {
 // older than RetentionAgeMs at nowMs (unix milliseconds). It never deletes
 // the active segment. Each deletion is durable before the next one starts.
 func (l *Log) ApplyRetention(nowMs int64) (segmentsDeleted int, err error) {
+	return l.DeleteThrough(l.RetentionPoint(nowMs, math.MaxUint64))
+}
+
+// RetentionPoint is the last seq of the newest sealed segment that
+// retention (RetentionBytes, RetentionAgeMs at nowMs) would delete, oldest
+// first, without deleting any segment that holds a seq above limit: the
+// point DeleteThrough may then delete through. 0 when nothing is due. A
+// replicated log passes its replication kernel's retain floor as limit.
+func (l *Log) RetentionPoint(nowMs int64, limit uint64) uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var totalBytes int64
+	for _, s := range l.segments {
+		totalBytes += s.sizeBytes
+	}
+	var point uint64
+	for _, s := range l.segments[:len(l.segments)-1] {
+		overBytes := l.opts.RetentionBytes > 0 && totalBytes > l.opts.RetentionBytes
+		expired := l.opts.RetentionAgeMs > 0 && olderThan(s.maxTimestampMs, nowMs, l.opts.RetentionAgeMs)
+		if (!overBytes && !expired) || s.nextSeq-1 > limit {
+			break
+		}
+		point = s.nextSeq - 1
+		totalBytes -= s.sizeBytes
+	}
+	return point
+}
+
+// DeleteThrough deletes the sealed segments whose records all have seqs at
+// or below seq, oldest first; the active segment stays. Each deletion is
+// durable before the next one starts.
+func (l *Log) DeleteThrough(seq uint64) (segmentsDeleted int, err error) {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	if err := l.writerCheck(); err != nil {
 		return 0, err
 	}
-	var totalBytes int64
-	for _, s := range l.segments {
-		totalBytes += s.sizeBytes
-	}
-	for len(l.segments) > 1 {
+	for len(l.segments) > 1 && l.segments[0].nextSeq-1 <= seq {
 		s := l.segments[0]
-		overBytes := l.opts.RetentionBytes > 0 && totalBytes > l.opts.RetentionBytes
-		expired := l.opts.RetentionAgeMs > 0 && olderThan(s.maxTimestampMs, nowMs, l.opts.RetentionAgeMs)
-		if !overBytes && !expired {
-			break
-		}
 		l.mu.Lock()
 		l.segments = l.segments[1:]
 		l.mu.Unlock()
@@ -160,10 +184,49 @@ func (l *Log) ApplyRetention(nowMs int64) (segmentsDeleted int, err error) {
 		if err := l.fsys.SyncDir(l.dir); err != nil {
 			return segmentsDeleted, l.fail(fmt.Errorf("%w: %s: %w", ErrSyncFailed, l.dir, err))
 		}
-		totalBytes -= s.sizeBytes
 		segmentsDeleted++
 	}
 	return segmentsDeleted, nil
+}
+
+// Reset replaces the whole log by an empty one whose first record will get
+// startSeq (a replica installing a snapshot at startSeq-1). It removes
+// every segment, durably, then creates the new one: a crash in between
+// leaves an empty log starting at 1, never a mix of the two, so the caller
+// records the reset it intends before and repeats it on restart.
+func (l *Log) Reset(startSeq uint64) error {
+	if startSeq == 0 {
+		return fmt.Errorf("%w: reset to seq 0", ErrOutOfRange)
+	}
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if err := l.writerCheck(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.segments) - 1; i >= 0; i-- {
+		s := l.segments[i]
+		_ = s.file.Close()
+		l.segments = l.segments[:i]
+		if err := l.removeSegmentFiles(s.baseSeq); err != nil {
+			return l.fail(err)
+		}
+	}
+	if err := l.fsys.SyncDir(l.dir); err != nil {
+		return l.fail(fmt.Errorf("%w: %s: %w", ErrSyncFailed, l.dir, err))
+	}
+	f, err := l.createSegment(startSeq)
+	if err != nil {
+		return l.fail(fmt.Errorf("storage: create segment %d: %w", startSeq, err))
+	}
+	l.segments = []*segment{newSegment(startSeq, f)}
+	if err := l.fsys.SyncDir(l.dir); err != nil {
+		return l.fail(fmt.Errorf("%w: %s: %w", ErrSyncFailed, l.dir, err))
+	}
+	l.nextSeq, l.syncedSeq, l.lastEpoch = startSeq, startSeq-1, 0
+	l.activeDirty, l.dirDirty = false, false
+	return nil
 }
 
 // olderThan reports whether nowMs - tsMs > ageMs without overflow.

@@ -1,0 +1,127 @@
+package replog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+
+	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// Compaction and snapshots.
+//
+// A member's log is compacted by retention: whole segments go once they
+// are old or large enough and the kernel no longer needs them (RetainFloor:
+// committed, flushed, and not needed by a follower inside its reservation).
+// The snapshot point (seq, epoch) is the last entry compacted away; it is
+// written, atomically, before the segments are deleted.
+//
+// A snapshot carries no state beyond its point. Everything a partition
+// derives from its log (producer dedup, group cursors) is rebuilt from the
+// entries kept after it, as a single node does after retention, so a
+// follower that the leader's compaction left behind "rebuilds" by emptying
+// its log and continuing from the leader's snapshot point. The install is
+// recorded (installing) before the log is reset and completed on restart
+// if a crash interrupts it.
+
+const snapshotFile = "snapshot"
+
+type snapshotPoint struct {
+	seq, epoch uint64
+	installing bool
+}
+
+func readSnapshotPoint(fsys vfs.FS, dir string) (snapshotPoint, error) {
+	b, err := storage.ReadFileAtomic(fsys, path.Join(dir, snapshotFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return snapshotPoint{}, nil
+	case err != nil:
+		return snapshotPoint{}, fmt.Errorf("replog: read snapshot point: %w", err)
+	case len(b) != 17 || b[16] > 1:
+		return snapshotPoint{}, fmt.Errorf("replog: snapshot point file of %d bytes is damaged", len(b))
+	}
+	p := snapshotPoint{seq: binary.BigEndian.Uint64(b), epoch: binary.BigEndian.Uint64(b[8:]), installing: b[16] == 1}
+	if (p.seq == 0) != (p.epoch == 0) {
+		return snapshotPoint{}, fmt.Errorf("replog: snapshot point (%d, %d) is invalid", p.seq, p.epoch)
+	}
+	return p, nil
+}
+
+func writeSnapshotPoint(fsys vfs.FS, dir string, p snapshotPoint) error {
+	var b [17]byte
+	binary.BigEndian.PutUint64(b[:], p.seq)
+	binary.BigEndian.PutUint64(b[8:], p.epoch)
+	if p.installing {
+		b[16] = 1
+	}
+	return storage.WriteFileAtomic(fsys, path.Join(dir, snapshotFile), b[:])
+}
+
+// compact applies retention within what the kernel (and CompactLimit)
+// allow. It runs on the member's goroutine.
+func (l *Log) compact() error {
+	if l.cfg.Storage.RetentionBytes == 0 && l.cfg.Storage.RetentionAgeMs == 0 {
+		return nil
+	}
+	limit := l.k.RetainFloor()
+	if l.cfg.CompactLimit != nil {
+		limit = min(limit, l.cfg.CompactLimit())
+	}
+	point := l.log.RetentionPoint(l.cfg.NowMs(), limit)
+	if point == 0 {
+		return nil
+	}
+	st := l.k.Status()
+	if point > st.SnapSeq {
+		epoch := epochAt(st.Epochs, point)
+		if err := writeSnapshotPoint(l.cfg.FS, l.cfg.Dir, snapshotPoint{seq: point, epoch: epoch}); err != nil {
+			return err
+		}
+		if got := l.k.CompactTo(point); got != point {
+			return fmt.Errorf("replog: kernel compacted to %d, not %d", got, point)
+		}
+	}
+	if _, err := l.log.DeleteThrough(point); err != nil {
+		return err
+	}
+	l.publishStatus()
+	return nil
+}
+
+// installSnapshot rebuilds this member from the leader's snapshot point:
+// its log becomes empty after snap. Proposals at or below it are lost (a
+// leader that became a follower; the client retries idempotently).
+func (l *Log) installSnapshot(snap replica.SnapshotMeta) error {
+	p := snapshotPoint{seq: snap.Seq, epoch: snap.Epoch, installing: true}
+	if err := writeSnapshotPoint(l.cfg.FS, l.cfg.Dir, p); err != nil {
+		return err
+	}
+	if err := l.log.Reset(snap.Seq + 1); err != nil {
+		return err
+	}
+	p.installing = false
+	if err := writeSnapshotPoint(l.cfg.FS, l.cfg.Dir, p); err != nil {
+		return err
+	}
+	kept := l.pending[:0]
+	for _, pr := range l.pending {
+		if pr.Seq <= snap.Seq {
+			pr.finish(ErrLost)
+		} else {
+			kept = append(kept, pr)
+		}
+	}
+	clear(l.pending[len(kept):])
+	l.pending = kept
+	l.installs.Add(1)
+	l.cfg.Logger.Info("replog: rebuilt from the leader's snapshot point", "dir", l.cfg.Dir, "seq", snap.Seq, "epoch", snap.Epoch)
+	return nil
+}
+
+// Installs is how many snapshot installs this member has done.
+func (l *Log) Installs() uint64 { return l.installs.Load() }
