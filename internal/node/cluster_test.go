@@ -516,8 +516,8 @@ func TestClusterRetentionRebuildsALaggingReplica(t *testing.T) {
 	}
 	tc.start(lagger)
 	got, want := tc.readAll(lagger, "r", 0, acked[n]), tc.readAll(leader, "r", 0, acked[n])
-	if repl(lagger).repl.Installs() == 0 {
-		t.Fatalf("%s caught up without rebuilding from the snapshot point", lagger)
+	if v := gauge(t, tc.nodes[lagger], "nereus_replication_rebuilds_total", "r"); v < 1 {
+		t.Fatalf("%s caught up without rebuilding from the snapshot point (nereus_replication_rebuilds_total %v)", lagger, v)
 	}
 	if len(got) == 0 || got[len(got)-1] != fmt.Sprintf("%d:m%d", acked[n], n) ||
 		fmt.Sprint(got) != fmt.Sprint(want[max(0, len(want)-len(got)):]) {

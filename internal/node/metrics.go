@@ -77,6 +77,8 @@ var (
 		"1 when this node leads the partition and is READ_ONLY_DEGRADED (cluster only).", []string{"topic", "partition"}, nil)
 	droppedDesc = prometheus.NewDesc("nereus_replication_dropped_messages_total",
 		"Replication messages this node's replica dropped because its inbound queue was full (cluster only).", []string{"topic", "partition"}, nil)
+	rebuildsDesc = prometheus.NewDesc("nereus_replication_rebuilds_total",
+		"Times this node's replica rebuilt from its leader's snapshot point because the entries it needed were compacted (cluster only).", []string{"topic", "partition"}, nil)
 )
 
 // stateCollector reads partition and group positions at scrape time.
@@ -90,6 +92,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- leaderDesc
 	ch <- readOnlyDesc
 	ch <- droppedDesc
+	ch <- rebuildsDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -107,6 +110,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, boolGauge(leads), name, part)
 				ch <- prometheus.MustNewConstMetric(readOnlyDesc, prometheus.GaugeValue, boolGauge(leads && st.ReadOnly), name, part)
 				ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(p.repl.Dropped()), name, part)
+				ch <- prometheus.MustNewConstMetric(rebuildsDesc, prometheus.CounterValue, float64(p.repl.Installs()), name, part)
 			}
 		}
 	}
