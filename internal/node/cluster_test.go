@@ -570,14 +570,25 @@ func TestClusterRetentionRebuildsALaggingReplica(t *testing.T) {
 	}
 }
 
-// A group's acks live in partition 0's log, so retention does not compact
-// partition 0 past the oldest ack record: a new coordinator still finds
-// the acks of messages that other partitions keep, and does not redeliver
-// them.
+// A group's acks live in partition 0's log, so retention compacts partition
+// 0 no further than the oldest record a group still needs: its first ack
+// while it has no checkpoint, later its latest checkpoint. Either way a new
+// coordinator finds the acks of messages that other partitions keep, and
+// does not redeliver them.
 func TestClusterGroupAcksOutliveRetention(t *testing.T) {
+	for _, checkpoints := range []bool{false, true} {
+		t.Run(fmt.Sprint("checkpoints=", checkpoints), func(t *testing.T) { testGroupAcksOutliveRetention(t, checkpoints) })
+	}
+}
+
+func testGroupAcksOutliveRetention(t *testing.T, checkpoints bool) {
 	tc := newTestClusterWith(t, 3, func(c *Config) {
 		c.SegmentBytesMax = 2048
 		c.RetentionCheckMs = 10
+		c.LedgerCompactBytes = -1
+		if checkpoints {
+			c.LedgerCompactBytes = 100 // a checkpoint after every ack record or two
+		}
 	})
 	tc.declare("n1", wire.TopicConfig{Name: "q", Partitions: 2, Replicas: 3, RetentionBytes: 8192})
 	fill := func(from, to int) {
@@ -594,18 +605,33 @@ func TestClusterGroupAcksOutliveRetention(t *testing.T) {
 	p1 := partitionMsgs(t, s, 1, 20)
 	ackOn(t, tc.nodes[coordinator], "q", "g", p1[:12])
 	p0 := tc.nodes[coordinator].topics["q"].partitions[0]
-	ackAt := p0.repl.CommitSeq() // the ack record is at or below it
-	fill(300, 700)
+	ackAt := p0.repl.CommitSeq() // the first ack record is at or below it
+	fill(300, 600)
+	if checkpoints {
+		// More acks (of recent messages: older ones are compacted away,
+		// so done), and the group checkpoints far past its first ack.
+		var recent []*wire.Msg
+		for deadline := time.Now().Add(waitMax); len(recent) == 0 || string(recent[len(recent)-1].Value) != "p0-599"; {
+			if time.Now().After(deadline) {
+				t.Fatal("p0-599 never delivered")
+			}
+			recent = partitionMsgs(t, s, 0, len(recent)+1)
+		}
+		ackOn(t, tc.nodes[coordinator], "q", "g", recent[len(recent)-50:])
+	}
+	fill(600, 900)
 	deadline := time.Now().Add(waitMax)
-	for p0.repl.Status().SnapSeq == 0 {
+	for p0.repl.Status().SnapSeq == 0 || checkpoints && p0.repl.Status().SnapSeq < ackAt {
 		if time.Now().After(deadline) {
-			t.Fatal("partition 0 was never compacted")
+			t.Fatalf("partition 0 compacted only through %d (first ack record at or below %d)", p0.repl.Status().SnapSeq, ackAt)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // ten more retention passes
-	if snap := p0.repl.Status().SnapSeq; snap >= ackAt {
-		t.Fatalf("partition 0 compacted through %d, past its ack record (at or below %d)", snap, ackAt)
+	if !checkpoints {
+		time.Sleep(100 * time.Millisecond) // ten more retention passes
+		if snap := p0.repl.Status().SnapSeq; snap >= ackAt {
+			t.Fatalf("partition 0 compacted through %d, past its only ack record (at or below %d)", snap, ackAt)
+		}
 	}
 
 	tc.stop(coordinator)

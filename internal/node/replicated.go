@@ -25,11 +25,11 @@ type replState struct {
 	// publishes (sealedEpoch: the epoch it was last sealed for).
 	truncated   bool
 	sealedEpoch uint64
-	// firstAck is the seq of the oldest group ack record kept (0 = none):
-	// partition 0's log holds its groups' acks, and is not compacted past
-	// them (group checkpoints do not exist yet). compactLimit is what the
-	// member may compact through: applied, and below firstAck.
-	firstAck     uint64
+	// groupsFrom: partition 0's log holds its groups' acks; each group
+	// needs its records from its latest checkpoint on (from its first ack
+	// when it has none). compactLimit is what the member may compact
+	// through: what it applied, and below every group's need.
+	groupsFrom   map[string]uint64
 	compactLimit atomic.Uint64
 	// inflight: proposals not yet committed, by producer identity, so a
 	// retry of one that is still in flight waits for it instead of
@@ -226,15 +226,18 @@ func (p *partitionRunner) applyReplicated() {
 			}
 			if r := &e.Record; r.ProducerID != 0 && !replog.IsControl(r) {
 				rs.producers.Record(r.ProducerID, r.ProducerSeq, e.Seq, e.Epoch)
-			} else if _, ok := ackGroupOf(r); ok && rs.firstAck == 0 {
-				rs.firstAck = e.Seq
+			} else if kind, group, ok := groupRecordOf(r); ok && (kind == groupCheckpoint || rs.groupsFrom[group] == 0) {
+				if rs.groupsFrom == nil {
+					rs.groupsFrom = map[string]uint64{}
+				}
+				rs.groupsFrom[group] = e.Seq
 			}
 			rs.applied = e.Seq
 		}
 	}
 	limit := rs.applied
-	if rs.firstAck != 0 {
-		limit = min(limit, rs.firstAck-1)
+	for _, from := range rs.groupsFrom {
+		limit = min(limit, from-1)
 	}
 	rs.compactLimit.Store(limit)
 	if rs.applied > p.commitSeq.Load() {
@@ -282,7 +285,7 @@ func (p *partitionRunner) followStart() bool {
 		return false
 	}
 	rs.producers = partition.NewProducers(p.node.cfg.Dedup.DedupWindowMax, p.node.cfg.Dedup.ProducersMax)
-	rs.applied, rs.truncated, rs.sealedEpoch, rs.firstAck = start-1, true, 0, 0
+	rs.applied, rs.truncated, rs.sealedEpoch, rs.groupsFrom = start-1, true, 0, nil
 	return true
 }
 

@@ -19,21 +19,41 @@ import (
 // its record (a quorum fsynced it), and a new coordinator rebuilds every
 // group's cursors from the committed log, so acks survive failover.
 
-// ackHeader names the group of an ack control record; the value holds
-// (partition u32, seq u64) pairs, as the local ledger does.
+//
+// A group checkpoints its cursors into the same log once its ack records
+// since the last checkpoint pass the ledger compaction threshold: a
+// checkpoint record holds the done state of every partition (the local
+// ledger snapshot's layout) as of its place in the log. A new coordinator
+// starts from the group's latest checkpoint, and partition 0 is compacted
+// no further than the oldest record some group still needs (its latest
+// checkpoint, or its first ack when it has none).
+
+// ackHeader names the group of a group control record. An ack record's
+// value holds (partition u32, seq u64) pairs, as the local ledger does; a
+// checkpoint's holds encodeLedgerSnapshot's layout.
 const ackHeader = "nereus-group"
 
-func ackRecord(group string, batch []byte) storage.Record {
-	return storage.Record{Value: batch, Headers: []storage.Header{
-		{Key: replog.ControlHeader, Value: []byte("ack")}, {Key: ackHeader, Value: []byte(group)}}}
+// Kinds of group control records.
+const (
+	groupAck        = "ack"
+	groupCheckpoint = "checkpoint"
+)
+
+func groupRecord(kind, group string, value []byte) storage.Record {
+	return storage.Record{Value: value, Headers: []storage.Header{
+		{Key: replog.ControlHeader, Value: []byte(kind)}, {Key: ackHeader, Value: []byte(group)}}}
 }
 
-// ackGroupOf returns the group of an ack control record.
-func ackGroupOf(r *storage.Record) (string, bool) {
-	if !replog.IsControl(r) || len(r.Headers) != 2 || string(r.Headers[0].Value) != "ack" || r.Headers[1].Key != ackHeader {
-		return "", false
+// groupRecordOf returns the kind and group of a group control record.
+func groupRecordOf(r *storage.Record) (kind, group string, ok bool) {
+	if !replog.IsControl(r) || len(r.Headers) != 2 || r.Headers[1].Key != ackHeader {
+		return "", "", false
 	}
-	return string(r.Headers[1].Value), true
+	switch kind := string(r.Headers[0].Value); kind {
+	case groupAck, groupCheckpoint:
+		return kind, string(r.Headers[1].Value), true
+	}
+	return "", "", false
 }
 
 // replLedger is the group's state of the replicated ledger (run-owned but
@@ -46,6 +66,8 @@ type replLedger struct {
 	// proposed again rather than confirmed from the cursor: an ACK_OK must
 	// follow a commit.
 	undurable map[ackKey]bool
+	// checkpointing: a checkpoint record is in flight (at most one).
+	checkpointing bool
 
 	mu   sync.Mutex
 	done []*ackProposal
@@ -55,10 +77,11 @@ type replLedger struct {
 // (its own, and those of requests that needed no new record but must not
 // be answered before it: a re-ack of a seq whose first ack is in flight).
 type ackProposal struct {
-	gen     uint64
-	batch   []byte // (partition u32, seq u64) pairs
-	replies []func(failed *wire.Error)
-	err     error // set by the completion, under replLedger.mu
+	gen        uint64
+	checkpoint bool   // a checkpoint record, not acks
+	batch      []byte // (partition u32, seq u64) pairs
+	replies    []func(failed *wire.Error)
+	err        error // set by the completion, under replLedger.mu
 }
 
 type ackKey struct {
@@ -81,20 +104,29 @@ func forEachAck(batch []byte, f func(ackKey)) {
 // coordinator is partition 0's member on this node (nil if not hosted).
 func (g *groupRunner) coordinator() *partitionRunner { return g.topic.partitions[0] }
 
-// loadReplicated builds cursors from the ack records of this group in
-// partition 0's committed log. The delivery ids start from the partition's
-// epoch, so a new coordinator never reuses an old one's ids.
+// loadReplicated builds cursors from this group's latest checkpoint and
+// the ack records after it in partition 0's committed log. The delivery ids
+// start from the partition's epoch, so a new coordinator never reuses an
+// old one's ids.
 func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
 	p0 := g.coordinator()
 	epoch := p0.epoch.Load()
-	cursors := make([]*delivery.Cursor, len(g.topic.partitions))
-	for i, p := range g.topic.partitions {
-		c, err := delivery.NewCursor(g.cfg, p.startSeq.Load(), (epoch<<10|inc&0x3ff)<<30)
-		if err != nil {
-			return nil, err
+	var cursors []*delivery.Cursor
+	fresh := func() error {
+		cursors = make([]*delivery.Cursor, len(g.topic.partitions))
+		for i, p := range g.topic.partitions {
+			c, err := delivery.NewCursor(g.cfg, p.startSeq.Load(), (epoch<<10|inc&0x3ff)<<30)
+			if err != nil {
+				return err
+			}
+			cursors[i] = c
 		}
-		cursors[i] = c
+		return nil
 	}
+	if err := fresh(); err != nil {
+		return nil, err
+	}
+	g.ledgerBytes = 0
 	for from := p0.startSeq.Load(); ; {
 		entries, err := p0.read(from, 4096, 16<<20)
 		if err != nil {
@@ -104,10 +136,30 @@ func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
 			break
 		}
 		for _, e := range entries {
-			if name, ok := ackGroupOf(&e.Record); !ok || name != g.name {
+			kind, name, ok := groupRecordOf(&e.Record)
+			if !ok || name != g.name {
 				continue
 			}
 			v := e.Record.Value
+			if kind == groupCheckpoint {
+				snap, err := decodeLedgerSnapshot(v)
+				if err != nil {
+					return nil, fmt.Errorf("group %s: checkpoint record %d: %w", g.name, e.Seq, err)
+				}
+				if err := fresh(); err != nil {
+					return nil, err
+				}
+				for i, st := range snap.states {
+					if i < len(cursors) {
+						if err := cursors[i].Restore(st); err != nil {
+							return nil, fmt.Errorf("group %s: checkpoint record %d, partition %d: %w", g.name, e.Seq, i, err)
+						}
+					}
+				}
+				g.ledgerBytes = 0
+				continue
+			}
+			g.ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
 			if len(v)%ledgerEntryBytes != 0 {
 				return nil, fmt.Errorf("group %s: ack record %d has %d bytes", g.name, e.Seq, len(v))
 			}
@@ -144,19 +196,52 @@ func (g *groupRunner) flushReplicated() {
 			g.answer(g.replies, nil) // nothing in flight to wait for
 		}
 		g.replies = g.replies[:0]
+		g.maybeCheckpoint()
 		return
 	}
 	prop := &ackProposal{gen: rl.gen, batch: g.ledgerBatch, replies: append([]func(*wire.Error){}, g.replies...)}
 	g.replies = g.replies[:0]
+	g.ledgerBytes += ledgerRecordOverheadBytes + int64(len(g.ledgerBatch))
+	g.propose(prop, groupRecord(groupAck, g.name, g.ledgerBatch))
+	g.ledgerBatch = nil
+}
+
+func (g *groupRunner) propose(prop *ackProposal, rec storage.Record) {
+	rl := &g.repl
 	rl.inflight = append(rl.inflight, prop)
-	g.coordinator().repl.ProposeFunc(ackRecord(g.name, g.ledgerBatch), func(_, _ uint64, err error) {
+	g.coordinator().repl.ProposeFunc(rec, func(_, _ uint64, err error) {
 		rl.mu.Lock()
 		prop.err = err
 		rl.done = append(rl.done, prop)
 		rl.mu.Unlock()
 		g.poke()
 	})
-	g.ledgerBatch = nil
+}
+
+// maybeCheckpoint proposes a checkpoint of the cursors once the group's
+// ack records since the last one pass the threshold, at a moment when the
+// cursors hold exactly the committed acks: nothing in flight, batched or
+// undurable.
+func (g *groupRunner) maybeCheckpoint() {
+	rl := &g.repl
+	threshold := g.ledgerCompactBytes.Load()
+	if threshold <= 0 || g.ledgerBytes < max(threshold, g.compactRetryBytes) || rl.checkpointing ||
+		len(rl.inflight) > 0 || len(rl.undurable) > 0 || len(g.ledgerBatch) > 0 || g.coordinatorDegraded() {
+		return
+	}
+	snap := ledgerSnapshot{}
+	for _, c := range g.cursors {
+		snap.states = append(snap.states, c.Snapshot())
+	}
+	value := encodeLedgerSnapshot(snap)
+	if len(value) > g.node.cfg.RecordBytesMax {
+		g.node.log.Warn("group checkpoint too large; partition 0 keeps the group's ack records", "group", g.name,
+			"topic", g.topic.cfg.Name, "bytes", len(value))
+		g.compactRetryBytes = g.ledgerBytes + threshold
+		return
+	}
+	rl.checkpointing = true
+	g.propose(&ackProposal{gen: rl.gen, checkpoint: true}, groupRecord(groupCheckpoint, g.name, value))
 }
 
 // collectAckCommits answers the acks whose records committed. A record that
@@ -173,6 +258,14 @@ func (g *groupRunner) collectAckCommits() {
 	for _, c := range done {
 		if i := slices.Index(rl.inflight, c); i >= 0 {
 			rl.inflight = slices.Delete(rl.inflight, i, i+1)
+		}
+		if c.checkpoint {
+			// Its replies (if any) are re-acks that waited on whatever was
+			// last in flight: answered below like an ack record's.
+			rl.checkpointing = false
+			if c.err == nil && c.gen == rl.gen {
+				g.ledgerBytes, g.compactRetryBytes = 0, 0
+			}
 		}
 		if c.gen != rl.gen {
 			g.answer(c.replies, wire.Errorf(wire.CodeUnavailable, "ack not durable: an earlier ack failed; retry"))
