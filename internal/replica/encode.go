@@ -43,6 +43,9 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 		if r.dirty[i] {
 			flags |= 2
 		}
+		if r.preGrants[i] {
+			flags |= 4
+		}
 		u(flags)
 		u(r.match[i])
 		u(r.next[i])
@@ -58,6 +61,9 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 	ro := uint64(0)
 	if r.readOnly {
 		ro = 1
+	}
+	if r.preVoting {
+		ro |= 2
 	}
 	u(ro)
 	u(r.installAt)

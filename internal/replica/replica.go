@@ -53,6 +53,7 @@ type Mutations struct {
 	CommitOnLeaderFlushAlone bool // commit without waiting for followers
 	InstallWithoutQuorum     bool // take office on the candidate's own promise
 	AcceptStaleAppend        bool // accept an APPEND from an older epoch
+	PreVoteIgnoresLease      bool // grant a PRE_VOTE while still holding the leader's lease
 }
 
 func (c *Config) validate() error {
@@ -116,6 +117,14 @@ type Replica struct {
 
 	grants []bool // candidate: promises granted, by peer index
 
+	// Pre-vote round (started by an election timeout): preGrants are the
+	// peers that would promise hard.Promised+1 (answers for another epoch
+	// are ignored). A round ends on news from a leader, on a promise to
+	// another candidate or any role change, and restarts when the timer
+	// fires again.
+	preVoting bool
+	preGrants []bool
+
 	// Leader progress, by peer index.
 	match     []uint64 // highest seq known flushed and matching
 	next      []uint64 // next seq to send
@@ -149,6 +158,7 @@ func New(cfg Config, p Persisted) (*Replica, error) {
 	n := len(peers)
 	r.grants, r.match, r.next, r.heard, r.dirty = make([]bool, n), make([]uint64, n), make([]uint64, n), make([]int, n), make([]bool, n)
 	r.chaseLag, r.chaseAge, r.revoked = make([]uint64, n), make([]int, n), make([]bool, n)
+	r.preGrants = make([]bool, n)
 	r.resetElectionTimer()
 	return r, nil
 }
@@ -159,6 +169,7 @@ func (r *Replica) Clone() *Replica {
 	c.peers, c.epochs = slices.Clone(r.peers), slices.Clone(r.epochs)
 	c.grants, c.match, c.next, c.heard, c.dirty = slices.Clone(r.grants), slices.Clone(r.match), slices.Clone(r.next), slices.Clone(r.heard), slices.Clone(r.dirty)
 	c.chaseLag, c.chaseAge, c.revoked = slices.Clone(r.chaseLag), slices.Clone(r.chaseAge), slices.Clone(r.revoked)
+	c.preGrants = slices.Clone(r.preGrants)
 	c.pending.Entries, c.pending.Messages = slices.Clone(r.pending.Entries), slices.Clone(r.pending.Messages)
 	return &c
 }
@@ -247,6 +258,7 @@ func (r *Replica) becomeFollower(epoch uint64, leader NodeID) {
 		r.setHard(epoch, leader)
 	}
 	r.role, r.leader, r.readOnly = Follower, leader, false
+	r.endPreVote()
 	r.resetElectionTimer()
 }
 
@@ -256,7 +268,7 @@ func (r *Replica) Tick() {
 	case Follower, Candidate:
 		r.electionElapsed++
 		if r.electionElapsed >= r.electionTimeout && !r.rebuilding {
-			r.campaign()
+			r.preVote()
 		}
 	case Leader:
 		for i := range r.peers {
@@ -277,17 +289,64 @@ func (r *Replica) Tick() {
 }
 
 // Campaign starts an election now instead of waiting for the election
-// timeout (tests, and leadership transfer later). A leader ignores it.
+// timeout: a forced, immediate campaign with no pre-vote round — it
+// persists the promise of the next epoch and PREPAREs at once, fencing a
+// leader the others may still hear. For the tests, the model checker
+// (whose "times out and campaigns" action is this), a brand-new group's
+// first election (the node shell) and leadership transfer later; an
+// election timeout (Tick) pre-votes first instead. A leader ignores it.
 func (r *Replica) Campaign() {
 	if r.role != Leader && !r.rebuilding {
 		r.campaign()
 	}
 }
 
+// preVote starts a pre-vote round for the next epoch: it asks the others
+// whether they would promise it, changing and persisting nothing, and
+// campaigns only once a majority (itself included) would (stepPreVoteAck).
+// A single replica has no leader to disrupt and campaigns at once.
+func (r *Replica) preVote() {
+	if r.quorum == 1 {
+		r.campaign()
+		return
+	}
+	r.resetElectionTimer()
+	r.preVoting = true
+	clear(r.preGrants)
+	r.preGrants[r.self] = true
+	for i, p := range r.peers {
+		if i != r.self {
+			r.send(Message{Type: MsgPreVote, To: p, Epoch: r.hard.Promised + 1, LastEpoch: r.lastEpoch(), LastSeq: r.last})
+		}
+	}
+}
+
+// endPreVote ends the pre-vote round, if any, back to the state before it.
+func (r *Replica) endPreVote() {
+	r.preVoting = false
+	clear(r.preGrants)
+}
+
+// leaseExpired reports whether this replica no longer holds its leader's
+// lease, so it may help elect another: a follower that knows no leader or
+// has not heard from it for ElectionTicks (or is pre-voting itself: its
+// own timer fired and it has heard nothing since); a leader only once it
+// lost its quorum — read-only degraded under sync_quorum. A sync_all
+// leader that is read-only because one replica lags but still hears a
+// majority keeps its lease: granting would let that very replica (which
+// no other grants) win with the leader's own answer.
+func (r *Replica) leaseExpired() bool {
+	if r.role == Leader {
+		return r.heardFrom() < r.quorum
+	}
+	return r.leader == 0 || r.preVoting || r.electionElapsed >= r.cfg.ElectionTicks
+}
+
 // campaign persists a promise of the next epoch to itself and PREPAREs.
 func (r *Replica) campaign() {
 	r.setHard(r.hard.Promised+1, r.cfg.ID)
 	r.role, r.leader = Candidate, 0
+	r.endPreVote()
 	r.resetElectionTimer()
 	clear(r.grants)
 	r.grants[r.self] = true
@@ -317,6 +376,7 @@ func (r *Replica) granted() bool {
 // commit only through it (counting replicas never commits them directly).
 func (r *Replica) becomeLeader() {
 	r.role, r.leader, r.readOnly = Leader, r.cfg.ID, false
+	r.endPreVote()
 	r.heartbeatElapsed = 0
 	for i := range r.peers {
 		r.match[i], r.next[i], r.heard[i], r.dirty[i] = 0, r.last+1, 0, i != r.self
@@ -359,6 +419,51 @@ func (r *Replica) Step(m Message) {
 		r.stepAppendAck(m)
 	case MsgSnapshot:
 		r.stepSnapshot(m)
+	case MsgPreVote:
+		r.stepPreVote(m)
+	case MsgPreVoteAck:
+		r.stepPreVoteAck(m)
+	}
+}
+
+// stepPreVote answers whether this replica would promise m.Epoch to m.From
+// were it to campaign: only for a newer epoch than its promise, when it is
+// not rebuilding, the candidate's lineage is at least as good as its own,
+// and its lease on the leader has expired. Answering changes nothing here
+// — no promise, no timer — so a pre-vote cannot disturb a healthy group.
+func (r *Replica) stepPreVote(m Message) {
+	granted := m.Epoch > r.hard.Promised && !r.rebuilding &&
+		lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last) &&
+		(r.cfg.Mutations.PreVoteIgnoresLease || r.leaseExpired())
+	epoch := r.hard.Promised
+	if granted {
+		epoch = m.Epoch
+	}
+	r.send(Message{Type: MsgPreVoteAck, To: m.From, Epoch: epoch, Granted: granted})
+}
+
+// stepPreVoteAck counts pre-grants for the round in progress and
+// campaigns for real with a majority; a refusal from a newer epoch means
+// this replica is behind: it adopts that epoch as a follower.
+func (r *Replica) stepPreVoteAck(m Message) {
+	if !m.Granted {
+		if m.Epoch > r.hard.Promised {
+			r.becomeFollower(m.Epoch, 0)
+		}
+		return
+	}
+	if !r.preVoting || m.Epoch != r.hard.Promised+1 {
+		return // no round in progress, or a stale round's answer
+	}
+	r.preGrants[slices.Index(r.peers, m.From)] = true
+	n := 0
+	for _, g := range r.preGrants {
+		if g {
+			n++
+		}
+	}
+	if n >= r.quorum {
+		r.campaign()
 	}
 }
 
@@ -379,6 +484,7 @@ func (r *Replica) stepPrepare(m Message) {
 	if !renewed {
 		r.setHard(m.Epoch, to)
 		r.role, r.leader, r.readOnly = Follower, 0, false
+		r.endPreVote()
 	}
 	if granted {
 		r.resetElectionTimer()
@@ -431,6 +537,7 @@ func (r *Replica) stepAppend(m Message) {
 		r.becomeFollower(m.Epoch, m.From)
 	}
 	r.electionElapsed = 0
+	r.endPreVote() // heard the leader
 	if m.PrevSeq < r.snapSeq {
 		// Entries up to the snapshot are committed, so they match the
 		// leader's: skip them and match at the snapshot point instead.
@@ -496,6 +603,7 @@ func (r *Replica) stepSnapshot(m Message) {
 		r.becomeFollower(m.Epoch, m.From)
 	}
 	r.electionElapsed = 0
+	r.endPreVote() // heard the leader
 	seq, epoch := m.PrevSeq, m.PrevEpoch
 	if !r.rebuilding && (seq <= r.snapSeq || (seq <= r.last && r.epochAt(seq) == epoch)) {
 		// Already holds the snapshot's prefix (a leader whose next index
@@ -598,18 +706,24 @@ func (r *Replica) stepAppendAck(m Message) {
 	}
 }
 
-func (r *Replica) updateReadOnly() {
+// heardFrom counts the replicas a leader heard from within the ack
+// timeout, itself included.
+func (r *Replica) heardFrom() int {
 	alive := 1
 	for i := range r.peers {
 		if i != r.self && r.heard[i] <= r.cfg.AckTimeoutTicks {
 			alive++
 		}
 	}
+	return alive
+}
+
+func (r *Replica) updateReadOnly() {
 	need := r.quorum
 	if r.cfg.Policy == SyncAll {
 		need = len(r.peers)
 	}
-	r.readOnly = alive < need
+	r.readOnly = r.heardFrom() < need
 }
 
 // maybeCommit advances commit to the highest seq of this epoch that enough

@@ -428,16 +428,19 @@ func TestCloneIsIndependent(t *testing.T) {
 func FuzzStep(f *testing.F) {
 	f.Add(uint8(3), uint8(2), uint64(1), uint64(0), uint64(0), uint64(1), uint64(1), uint8(2), uint64(0))
 	f.Add(uint8(1), uint8(3), uint64(5), uint64(3), uint64(2), uint64(0), uint64(0), uint8(0), uint64(9))
+	f.Add(uint8(6), uint8(2), uint64(2), uint64(0), uint64(0), uint64(1), uint64(1), uint8(0), uint64(0))
+	f.Add(uint8(7), uint8(3), uint64(4), uint64(0), uint64(0), uint64(0), uint64(0), uint8(1), uint64(0))
 	f.Fuzz(func(t *testing.T, kind, from uint8, epoch, prevSeq, prevEpoch, seq, entryEpoch uint64, n uint8, commit uint64) {
 		for _, setup := range []func(*cluster){
 			func(*cluster) {},
 			func(c *cluster) { c.elect(1); c.propose(1, "a") },
 			func(c *cluster) { c.rs[1].Campaign(); c.flush(1); c.queue = nil },
+			func(c *cluster) { c.elect(2); c.startPreVote(1) },
 		} {
 			c := newCluster(t, 3, SyncQuorum)
 			setup(c)
 			before := c.rs[1].Status().Hard.Promised
-			m := Message{Type: MsgType(kind % 6), From: NodeID(from%4 + 1), To: 1, Epoch: epoch % 8, PrevSeq: prevSeq % 8,
+			m := Message{Type: MsgType(kind % 8), From: NodeID(from%4 + 1), To: 1, Epoch: epoch % 8, PrevSeq: prevSeq % 8,
 				PrevEpoch: prevEpoch % 8, CommitSeq: commit % 10, LastSeq: seq % 8, LastEpoch: entryEpoch % 8, Granted: n%2 == 0,
 				FlushedSeq: seq % 8, HintSeq: prevSeq % 8, Reject: Reject(n % 3)}
 			for i := uint8(0); i < n%4; i++ {
@@ -732,5 +735,384 @@ func TestNewLeaderReportsInSyncOnlyPastItsInstall(t *testing.T) {
 		if p.State != InSync {
 			t.Fatalf("follower %d is %v once the install is acked", p.ID, p.State)
 		}
+	}
+}
+
+// lineage is what id would put in its PREPARE or PRE_VOTE.
+func (c *cluster) lineage(id NodeID) (lastEpoch, lastSeq uint64) {
+	r := c.rs[id]
+	return r.lastEpoch(), r.last
+}
+
+// askPreVote hands id a PRE_VOTE from `from` and returns its answer,
+// checking that answering changed nothing at all: the only work is the
+// answer (no HardState, nothing to persist), and the encoded state,
+// election clock included, is the same as before.
+func (c *cluster) askPreVote(id, from NodeID, epoch, lastEpoch, lastSeq uint64) Message {
+	c.t.Helper()
+	r := c.rs[id]
+	if r.HasReady() {
+		c.t.Fatalf("n%d has pending work before the pre-vote", id)
+	}
+	before := r.AppendState(nil, true)
+	r.Step(Message{Type: MsgPreVote, From: from, To: id, Epoch: epoch, LastEpoch: lastEpoch, LastSeq: lastSeq})
+	rd := r.Ready()
+	if rd.HardState != nil || rd.Truncate || len(rd.Entries) != 0 || rd.CommitSeq != 0 || rd.Snapshot != nil ||
+		len(rd.Messages) != 1 || rd.Messages[0].Type != MsgPreVoteAck || rd.Messages[0].To != from {
+		c.t.Fatalf("n%d answering a pre-vote: %+v (want exactly one PRE_VOTE_ACK to n%d, nothing persisted)", id, rd, from)
+	}
+	r.Advance(rd)
+	if string(r.AppendState(nil, true)) != string(before) {
+		c.t.Fatalf("n%d changed its state answering a pre-vote", id)
+	}
+	return rd.Messages[0]
+}
+
+// startPreVote ticks id alone (the others' clocks stand still) until its
+// election timer fires and it starts a pre-vote round; the PRE_VOTEs are
+// returned and not delivered.
+func (c *cluster) startPreVote(id NodeID) []Message {
+	c.t.Helper()
+	hard := c.stores[id].hard
+	for i := 0; i < 100; i++ {
+		c.rs[id].Tick()
+		c.flush(id)
+		var out []Message
+		for _, m := range c.queue {
+			if m.From == id && m.Type == MsgPreVote {
+				out = append(out, m)
+			}
+		}
+		if len(out) > 0 {
+			c.queue = slices.DeleteFunc(c.queue, func(m Message) bool { return m.From == id })
+			if !c.rs[id].preVoting || len(out) != len(c.ids)-1 || c.stores[id].hard != hard {
+				c.t.Fatalf("n%d pre-votes %v, hard state %+v (was %+v)", id, out, c.stores[id].hard, hard)
+			}
+			return out
+		}
+	}
+	c.t.Fatalf("n%d never started a pre-vote", id)
+	return nil
+}
+
+func TestPreVoteRefusedByAFollowerThatHearsItsLeader(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.tick(1)
+	e := c.rs[1].Status().Hard.Promised
+	le, ls := c.lineage(3)
+	if ack := c.askPreVote(2, 3, e+1, le, ls); ack.Granted || ack.Epoch != e {
+		t.Fatalf("a follower that hears its leader answered %v", ack)
+	}
+}
+
+// The lease runs out after ElectionTicks without news from the leader: one
+// tick short the follower still refuses, then it grants.
+func TestPreVoteGrantedOnceTheLeaseExpired(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.tick(1)
+	e := c.rs[1].Status().Hard.Promised
+	le, ls := c.lineage(3)
+	c.cut[2] = true
+	c.tick(c.rs[2].cfg.ElectionTicks - 1)
+	if c.rs[2].electionTimeout <= c.rs[2].cfg.ElectionTicks {
+		t.Fatalf("setup: n2's timer (%d) fires at the lease end", c.rs[2].electionTimeout)
+	}
+	if ack := c.askPreVote(2, 3, e+1, le, ls); ack.Granted {
+		t.Fatalf("one tick before its lease expired n2 answered %v", ack)
+	}
+	c.tick(1)
+	if ack := c.askPreVote(2, 3, e+1, le, ls); !ack.Granted || ack.Epoch != e+1 {
+		t.Fatalf("with its lease expired n2 answered %v", ack)
+	}
+}
+
+func TestPreVoteRefusedByAHealthyLeaderGrantedByADegradedOne(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.tick(c.rs[1].cfg.ElectionTicks + 1) // followers answer heartbeats long past any election timeout
+	e := c.rs[1].Status().Hard.Promised
+	le, ls := c.lineage(3)
+	if ack := c.askPreVote(1, 3, e+1, le, ls); ack.Granted || ack.Epoch != e {
+		t.Fatalf("a healthy leader answered %v", ack)
+	}
+	c.cut[2], c.cut[3] = true, true
+	c.tick(c.rs[1].cfg.AckTimeoutTicks + 1)
+	if !c.rs[1].Status().ReadOnly {
+		t.Fatal("setup: the leader is not read-only")
+	}
+	if ack := c.askPreVote(1, 3, e+1, le, ls); !ack.Granted || ack.Epoch != e+1 {
+		t.Fatalf("a read-only leader answered %v", ack)
+	}
+	if st := c.rs[1].Status(); st.Role != Leader || st.Hard.Promised != e {
+		t.Fatalf("granting a pre-vote changed the leader: %+v", st)
+	}
+}
+
+// Under sync_all a leader is read-only as soon as one replica lags; while
+// it still hears a majority it keeps its lease and refuses (else the
+// lagging replica would win with the leader's own pre-grant).
+func TestSyncAllLeaderKeepsItsLeaseWhileItHearsAMajority(t *testing.T) {
+	c := newCluster(t, 3, SyncAll)
+	c.elect(1)
+	c.propose(1, "a")
+	e := c.rs[1].Status().Hard.Promised
+	le, ls := c.lineage(3)
+	c.cut[3] = true
+	c.tick(c.rs[1].cfg.AckTimeoutTicks + 1)
+	if !c.rs[1].Status().ReadOnly {
+		t.Fatal("setup: the sync_all leader is not read-only")
+	}
+	if ack := c.askPreVote(1, 3, e+1, le, ls); ack.Granted {
+		t.Fatalf("a sync_all leader that hears a majority answered %v", ack)
+	}
+	c.cut[2] = true
+	c.tick(c.rs[1].cfg.AckTimeoutTicks + 1)
+	if ack := c.askPreVote(1, 3, e+1, le, ls); !ack.Granted {
+		t.Fatalf("a sync_all leader that lost its quorum answered %v", ack)
+	}
+}
+
+// Besides the lease, a pre-vote needs a newer epoch, a lineage at least as
+// good as the receiver's, and a receiver that is not rebuilding. A
+// restarted follower knows no leader, so its lease has expired.
+func TestPreVoteRefusals(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.propose(1, "b")
+	e := c.rs[1].Status().Hard.Promised
+	c.crash(2)
+	c.start(2)
+	le, ls := c.lineage(2)
+	if le != e || ls != 3 {
+		t.Fatalf("setup: n2 lineage (%d, %d)", le, ls)
+	}
+	if ack := c.askPreVote(2, 3, e+1, le, ls); !ack.Granted || ack.Epoch != e+1 {
+		t.Fatalf("a restarted follower refused an equal lineage: %v", ack)
+	}
+	for _, tc := range []struct {
+		name                    string
+		epoch, lastEpoch, lastS uint64
+	}{
+		{"no newer epoch", e, le, ls},
+		{"a shorter log of the same epoch", e + 1, le, ls - 1},
+		{"a longer log of an older epoch", e + 1, le - 1, ls + 5},
+	} {
+		if ack := c.askPreVote(2, 3, tc.epoch, tc.lastEpoch, tc.lastS); ack.Granted || ack.Epoch != e {
+			t.Fatalf("%s: n2 answered %v", tc.name, ack)
+		}
+	}
+	c.crash(2)
+	c.stores[2].rebuilding = true
+	c.start(2)
+	if ack := c.askPreVote(2, 3, e+1, le, ls+1); ack.Granted {
+		t.Fatalf("a rebuilding replica answered %v", ack)
+	}
+}
+
+// A replica whose own timer fired has heard nothing from its leader since:
+// it grants a peer's pre-vote although its election clock restarted.
+func TestPreCandidateGrantsAPeersPreVote(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	e := c.rs[1].Status().Hard.Promised
+	c.startPreVote(3)
+	if st := c.rs[3].Status(); st.Leader != 1 || c.rs[3].electionElapsed != 0 {
+		t.Fatalf("setup: n3 %+v elapsed %d", st, c.rs[3].electionElapsed)
+	}
+	le, ls := c.lineage(2)
+	if ack := c.askPreVote(3, 2, e+1, le, ls); !ack.Granted {
+		t.Fatalf("a pre-candidate answered %v", ack)
+	}
+}
+
+// An election timeout pre-votes (persisting nothing), and a majority of
+// pre-grants leads to a real campaign, won at the next epoch.
+func TestPreVoteMajorityLeadsToARealElection(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	m := watch(c)
+	c.elect(1)
+	c.propose(1, "a")
+	e := c.rs[1].Status().Hard.Promised
+	c.crash(1)
+	hard := map[NodeID]HardState{2: c.stores[2].hard, 3: c.stores[3].hard}
+	var kinds []string
+	for i := 0; i < 100 && c.leader() == 0; i++ {
+		c.quietTick()
+		c.pump(func(msg Message) bool {
+			if !c.down[msg.To] {
+				kinds = append(kinds, fmt.Sprintf("%s from n%d", msg.Type, msg.From))
+			}
+			if msg.Type == MsgPreVote || msg.Type == MsgPreVoteAck {
+				for id, h := range hard {
+					if c.stores[id].hard != h {
+						t.Fatalf("n%d persisted %+v during the pre-vote round", id, c.stores[id].hard)
+					}
+				}
+			}
+			return false
+		})
+	}
+	l := c.leaderID()
+	if got := c.rs[l].Status().Hard.Promised; got != e+1 {
+		t.Fatalf("n%d leads epoch %d, want %d", l, got, e+1)
+	}
+	other := NodeID(5) - l
+	want := []string{"PRE_VOTE from n" + fmt.Sprint(l), "PRE_VOTE_ACK from n" + fmt.Sprint(other), "PREPARE from n" + fmt.Sprint(l)}
+	for i, k := range want {
+		if len(kinds) <= i || kinds[i] != k {
+			t.Fatalf("messages %v, want them to start %v", kinds, want)
+		}
+	}
+	c.propose(l, "b")
+	if m.seqOf("b") == 0 {
+		t.Fatal("the new leader does not commit")
+	}
+}
+
+func TestRefusedPreVoteFromANewerEpochMakesAFollower(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	e := c.rs[1].Status().Hard.Promised
+	c.startPreVote(3)
+	c.rs[3].Step(Message{Type: MsgPreVoteAck, From: 2, To: 3, Epoch: e})
+	c.flush(3)
+	if st := c.rs[3].Status(); st.Hard.Promised != e || !c.rs[3].preVoting {
+		t.Fatalf("a refusal at its own epoch changed n3: %+v", st)
+	}
+	c.rs[3].Step(Message{Type: MsgPreVoteAck, From: 2, To: 3, Epoch: e + 3})
+	c.flush(3)
+	if st := c.rs[3].Status(); st.Role != Follower || st.Hard.Promised != e+3 || st.Leader != 0 || c.stores[3].hard.Promised != e+3 || c.rs[3].preVoting {
+		t.Fatalf("after a refusal from epoch %d: %+v, durable %+v", e+3, st, c.stores[3].hard)
+	}
+}
+
+// Grants count only toward the round in progress: not after news from the
+// leader ended it, not from an earlier round at another epoch, and not
+// from an earlier round at the same epoch (a restarted round starts over).
+func TestPreGrantsCountOnlyForTheRoundInProgress(t *testing.T) {
+	grant := func(c *cluster, to, from NodeID, epoch uint64) {
+		c.rs[to].Step(Message{Type: MsgPreVoteAck, From: from, To: to, Epoch: epoch, Granted: true})
+		c.flush(to)
+	}
+	// Late grants from a majority (n2, n3, n4 of five) after the round ended.
+	t.Run("after the leader was heard", func(t *testing.T) {
+		c := newCluster(t, 5, SyncQuorum)
+		c.elect(1)
+		e := c.rs[1].Status().Hard.Promised
+		c.startPreVote(5)
+		c.rs[1].Tick() // a heartbeat reaches n5
+		c.settle()
+		for _, from := range []NodeID{2, 3, 4} {
+			grant(c, 5, from, e+1)
+		}
+		if st := c.rs[5].Status(); st.Role != Follower || st.Hard.Promised != e {
+			t.Fatalf("late pre-grants after the leader was heard: %+v", st)
+		}
+	})
+	t.Run("after the leader's snapshot", func(t *testing.T) {
+		c := newCluster(t, 5, SyncQuorum)
+		c.elect(1)
+		e := c.rs[1].Status().Hard.Promised
+		c.startPreVote(5)
+		c.rs[5].Step(Message{Type: MsgSnapshot, From: 1, To: 5, Epoch: e})
+		c.flush(5)
+		for _, from := range []NodeID{2, 3, 4} {
+			grant(c, 5, from, e+1)
+		}
+		if st := c.rs[5].Status(); st.Role != Follower || st.Hard.Promised != e {
+			t.Fatalf("late pre-grants after the leader's snapshot: %+v", st)
+		}
+	})
+	t.Run("from a round at another epoch", func(t *testing.T) {
+		c := newCluster(t, 3, SyncQuorum)
+		c.elect(1)
+		e := c.rs[1].Status().Hard.Promised
+		c.startPreVote(3)
+		c.rs[3].Step(Message{Type: MsgPrepare, From: 2, To: 3, Epoch: e + 1}) // promises e+1 (refuses n2's lineage)
+		c.flush(3)
+		c.queue = nil
+		c.startPreVote(3) // asks for e+2
+		grant(c, 3, 1, e+1)
+		if st := c.rs[3].Status(); st.Role != Follower || st.Hard.Promised != e+1 {
+			t.Fatalf("a pre-grant for epoch %d counted toward a round for %d: %+v", e+1, e+2, st)
+		}
+	})
+	t.Run("from an earlier round", func(t *testing.T) {
+		c := newCluster(t, 5, SyncQuorum)
+		c.elect(1)
+		e := c.rs[1].Status().Hard.Promised
+		c.startPreVote(5)
+		grant(c, 5, 4, e+1)
+		c.startPreVote(5) // the timer fired again: the round restarts
+		grant(c, 5, 3, e+1)
+		if st := c.rs[5].Status(); st.Role != Follower || st.Hard.Promised != e {
+			t.Fatalf("pre-grants of two rounds added up: %+v", st)
+		}
+		grant(c, 5, 2, e+1)
+		if st := c.rs[5].Status(); st.Role != Candidate || st.Hard.Promised != e+1 {
+			t.Fatalf("three pre-grants of five in one round: %+v", st)
+		}
+	})
+}
+
+func TestSingleReplicaCampaignsOnTimeoutWithoutPreVote(t *testing.T) {
+	c := newCluster(t, 1, SyncQuorum)
+	c.drop = func(m Message) bool {
+		t.Fatalf("a single replica sent %v", m)
+		return true
+	}
+	c.tick(40)
+	if st := c.rs[1].Status(); st.Role != Leader || st.Hard.Promised != 1 {
+		t.Fatalf("single replica: %+v", st)
+	}
+}
+
+// Campaign stays a forced election: no pre-vote, the promise at once, even
+// on a follower that hears its leader.
+func TestCampaignIsForcedWithoutPreVote(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.tick(1)
+	e := c.rs[1].Status().Hard.Promised
+	c.rs[2].Campaign()
+	rd := c.rs[2].Ready()
+	if rd.HardState == nil || rd.HardState.Promised != e+1 || len(rd.Messages) != 2 || rd.Messages[0].Type != MsgPrepare {
+		t.Fatalf("Campaign: %+v", rd)
+	}
+}
+
+// A pre-vote round is part of the state: it shows in the encoding (without
+// timers too) and a clone's round is its own.
+func TestPreVoteRoundIsEncodedAndCloned(t *testing.T) {
+	c := newCluster(t, 5, SyncQuorum)
+	c.elect(1)
+	c.tick(1) // the followers learn the install's commit
+	e := c.rs[1].Status().Hard.Promised
+	before := c.rs[5].AppendState(nil, false)
+	c.startPreVote(5)
+	round := c.rs[5].AppendState(nil, false)
+	if string(round) == string(before) {
+		t.Fatal("a pre-vote round does not show in the encoding")
+	}
+	clone := c.rs[5].Clone()
+	clone.Step(Message{Type: MsgPreVoteAck, From: 4, To: 5, Epoch: e + 1, Granted: true})
+	clone.Advance(clone.Ready())
+	if string(clone.AppendState(nil, false)) == string(round) {
+		t.Fatal("a pre-grant does not show in the encoding")
+	}
+	if string(c.rs[5].AppendState(nil, false)) != string(round) {
+		t.Fatal("a pre-grant to the clone changed the original")
+	}
+	c.rs[1].Tick() // the leader's heartbeat ends the round
+	c.settle()
+	if string(c.rs[5].AppendState(nil, false)) != string(before) {
+		t.Fatal("a pre-vote round ended by the leader's heartbeat left a trace in the state")
 	}
 }

@@ -81,6 +81,16 @@ const (
 	// keeps to rebuild from the leader's snapshot at (PrevSeq, PrevEpoch);
 	// the shell transfers the snapshot itself.
 	MsgSnapshot
+	// MsgPreVote asks a peer whether it would promise epoch Epoch to
+	// candidate From (lineage LastEpoch, LastSeq) — without promising
+	// anything: neither side persists or changes state. A replica whose
+	// election timer fires pre-votes first and campaigns only with a
+	// majority of pre-grants, so it cannot fence a leader whose lease the
+	// others still hold.
+	MsgPreVote
+	// MsgPreVoteAck answers a PreVote: Granted, with Epoch the asked one;
+	// or refused, with Epoch the sender's own promise.
+	MsgPreVoteAck
 )
 
 func (t MsgType) String() string {
@@ -95,6 +105,10 @@ func (t MsgType) String() string {
 		return "FLUSHED"
 	case MsgSnapshot:
 		return "SNAPSHOT"
+	case MsgPreVote:
+		return "PRE_VOTE"
+	case MsgPreVoteAck:
+		return "PRE_VOTE_ACK"
 	}
 	return fmt.Sprintf("MsgType(%d)", uint8(t))
 }
@@ -130,9 +144,9 @@ type Message struct {
 	From, To NodeID
 	Epoch    uint64
 
-	// Prepare: the candidate's lineage. PrepareAck: the sender's lineage.
+	// Prepare, PreVote: the candidate's lineage. PrepareAck: the sender's lineage.
 	LastEpoch, LastSeq uint64
-	// PrepareAck.
+	// PrepareAck, PreVoteAck.
 	Granted bool
 
 	// Append.
@@ -149,8 +163,10 @@ type Message struct {
 
 func (m Message) String() string {
 	switch m.Type {
-	case MsgPrepare:
+	case MsgPrepare, MsgPreVote:
 		return fmt.Sprintf("%s %d->%d e=%d last=(%d,%d)", m.Type, m.From, m.To, m.Epoch, m.LastEpoch, m.LastSeq)
+	case MsgPreVoteAck:
+		return fmt.Sprintf("%s %d->%d e=%d granted=%v", m.Type, m.From, m.To, m.Epoch, m.Granted)
 	case MsgPrepareAck:
 		return fmt.Sprintf("%s %d->%d e=%d granted=%v last=(%d,%d) commit=%d", m.Type, m.From, m.To, m.Epoch, m.Granted, m.LastEpoch, m.LastSeq, m.CommitSeq)
 	case MsgAppend:

@@ -31,12 +31,17 @@ const (
 	// prefix at a seq it reported visible, or holds an entry of the same
 	// (seq, epoch) as a committed one with other data.
 	FlapCorruption = "FlapCorruption"
+	// LeaderDeposed: a replica promised a newer epoch than the established
+	// leader's although that leader stayed healthy and reachable from a
+	// majority the whole run (an election for nothing).
+	LeaderDeposed = "LeaderDeposed"
 )
 
 type scenarioRun struct {
 	g      *groupSim
 	doomed map[string]bool
-	faults int // faults the schedule injected
+	faults int    // faults the schedule injected
+	reign  uint64 // S21: the epoch of the leader established before the first fault
 }
 
 // newScenarioRun sets up what RunGroup sets up, minus the random faults
@@ -317,6 +322,63 @@ func (s *scenarioRun) partitions() {
 	g.w.after(g.w.between(200, 600), split)
 }
 
+// isolatedFollower (S21) cuts a follower of the established leader off —
+// both ways, or deaf (it hears nothing, while its own messages, pre-votes
+// included, still arrive) — for 300-1200 ms, so its 100-200 ms election
+// timer fires several times, then lets it back for 100-400 ms, again and
+// again, with every other replica healthy throughout. Nothing justifies an
+// election: from the first fault on, no replica may promise an epoch
+// beyond the established leader's (LeaderDeposed, checked every tick).
+func (s *scenarioRun) isolatedFollower() {
+	g := s.g
+	var check func()
+	check = func() {
+		g.w.after(groupTickMs, check)
+		for _, n := range g.nodes {
+			if n.hard.Promised > s.reign {
+				g.violate(LeaderDeposed, "n%d promised %+v; the leader of epoch %d stayed healthy", n.id, n.hard, s.reign)
+			}
+		}
+	}
+	var isolate func()
+	isolate = func() {
+		if g.healed {
+			return
+		}
+		l := s.leader()
+		if s.reign == 0 {
+			if l == nil || l.k.Status().CommitSeq == 0 {
+				g.w.after(50, isolate)
+				return
+			}
+			s.reign = l.k.Status().Hard.Promised
+			g.w.tracef("leader n%d of epoch %d established", l.id, s.reign)
+			check()
+		}
+		var followers []*groupNode
+		for _, n := range g.nodes {
+			if l == nil || n.id != l.id {
+				followers = append(followers, n)
+			}
+		}
+		n := followers[g.w.rng.IntN(len(followers))]
+		if g.w.chance(0.5) {
+			g.w.tracef("n%d cut off", n.id)
+			g.setCut(n.id, true, true)
+		} else {
+			g.w.tracef("n%d deaf", n.id)
+			g.setCut(n.id, false, true)
+		}
+		s.faults++
+		g.w.after(g.w.between(300, 1200), func() {
+			g.setCut(n.id, false, false)
+			g.w.tracef("n%d back", n.id)
+			g.w.after(g.w.between(100, 400), isolate)
+		})
+	}
+	g.w.after(g.w.between(100, 300), isolate)
+}
+
 type scenarioCase struct {
 	name  string
 	o     GroupOptions
@@ -436,9 +498,42 @@ func TestS20MutationsAreCaught(t *testing.T) {
 	}
 }
 
+// TestS21IsolatedFollowerCampaign: a follower cut off (or deaf) again and
+// again, each time long enough for its election timer to fire several
+// times, never costs the healthy leader its office (LeaderDeposed): not
+// while it is away and not as it rejoins, whatever the network delays.
+// Writes go on until a few seconds in (so later absences find the
+// follower's lineage as good as the others' and only the lease refuses
+// its pre-votes), every run ends with a new write committed after
+// healing and Converged, the follower caught up.
+func TestS21IsolatedFollowerCampaign(t *testing.T) {
+	for _, c := range []scenarioCase{
+		{"R3", GroupOptions{GroupSize: 3, Steps: 8000, Proposals: 20}, 25},
+		{"R5", GroupOptions{GroupSize: 5, Steps: 8000, Proposals: 20}, 10},
+		{"R3-sync_all", GroupOptions{GroupSize: 3, Policy: replica.SyncAll, Steps: 8000, Proposals: 20}, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := runCampaign(t, c, (*scenarioRun).isolatedFollower)
+			if st.faults < 3*int(c.seeds) || st.elections != int(c.seeds) {
+				t.Fatalf("%d isolations, %d elections in %d seeds", st.faults, st.elections, c.seeds)
+			}
+		})
+	}
+}
+
+// TestS21MutationIsCaught: pre-votes granted regardless of the leader's
+// lease let a rejoining (or deaf) follower depose the healthy leader.
+func TestS21MutationIsCaught(t *testing.T) {
+	expectCaught(t, 20, []string{LeaderDeposed}, func(seed uint64) *Violation {
+		r, _ := runScenario(GroupOptions{Seed: seed, GroupSize: 3, Steps: 8000, Proposals: 20,
+			Mutations: replica.Mutations{PreVoteIgnoresLease: true}}, (*scenarioRun).isolatedFollower)
+		return r.Violation
+	})
+}
+
 // A scenario run replays bit for bit from its seed, like RunGroup.
 func TestScenarioRunsAreDeterministic(t *testing.T) {
-	for _, schedule := range []func(*scenarioRun){(*scenarioRun).flapping, (*scenarioRun).leaderKiller, (*scenarioRun).partitions} {
+	for _, schedule := range []func(*scenarioRun){(*scenarioRun).flapping, (*scenarioRun).leaderKiller, (*scenarioRun).partitions, (*scenarioRun).isolatedFollower} {
 		o := GroupOptions{Seed: 7, Compact: true, Steps: 4000}
 		a, _ := runScenario(o, schedule)
 		b, _ := runScenario(o, schedule)
