@@ -29,6 +29,8 @@ func newSimCmd() *cobra.Command {
 		replicas    int
 		policy      string
 		compact     bool
+		diskFaults  bool
+		clockFaults bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -54,7 +56,9 @@ Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames,
 				return nil
 			}
 			if replicas > 0 {
-				return runGroupSim(out, seed, seeds, steps, replicas, policy, faults != "none", compact, trace)
+				o := sim.GroupOptions{Steps: steps, GroupSize: replicas, Faults: faults != "none", Compact: compact,
+					DiskFaults: diskFaults, ClockFaults: clockFaults, KeepTrace: trace}
+				return runGroupSim(out, seed, seeds, policy, o)
 			}
 			f, err := sim.ParseFaults(faults)
 			if err != nil {
@@ -111,34 +115,35 @@ Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames,
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas: quorum or all")
 	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")
+	fl.BoolVar(&diskFaults, "disk-faults", false, "with --replicas: failing disks (replicas die mid-write, a prefix of the writes durable)")
+	fl.BoolVar(&clockFaults, "clock-faults", false, "with --replicas: stalled processes and fast clocks")
 	fl.StringVar(&golden, "golden", "", "print the golden trace of a variant ("+strings.Join(sim.GoldenVariants, ", ")+")")
 	return cmd
 }
 
 // runGroupSim runs the replication-kernel simulator (`sim --replicas N`).
-func runGroupSim(out io.Writer, seed, seeds uint64, steps, replicas int, policy string, faults, compact, trace bool) error {
-	var p replica.AckPolicy
+func runGroupSim(out io.Writer, seed, seeds uint64, policy string, o sim.GroupOptions) error {
 	switch policy {
 	case "quorum", "sync_quorum":
-		p = replica.SyncQuorum
+		o.Policy = replica.SyncQuorum
 	case "all", "sync_all":
-		p = replica.SyncAll
+		o.Policy = replica.SyncAll
 	default:
 		return fmt.Errorf("--policy %q: want quorum or all", policy)
 	}
 	for s := seed; s < seed+max(seeds, 1); s++ {
-		r := sim.RunGroup(sim.GroupOptions{Seed: s, Steps: steps, GroupSize: replicas, Policy: p, Faults: faults, Compact: compact, KeepTrace: trace})
-		if trace {
+		o.Seed = s
+		r := sim.RunGroup(o)
+		if o.KeepTrace {
 			fmt.Fprintln(out, strings.Join(r.Trace, "\n"))
 		}
-		fmt.Fprintf(out, "seed %d: R=%d %s, %d events, %d elections, %d values acked, %d rebuilds, trace %s: ", s, replicas, p, r.Events, r.Elections, r.Acked, r.Rebuilds, r.TraceHash)
+		fmt.Fprintf(out, "seed %d: R=%d %s, %d events, %d elections, %d values acked, %d rebuilds, trace %s: ", s, o.GroupSize, o.Policy, r.Events, r.Elections, r.Acked, r.Rebuilds, r.TraceHash)
 		if r.Violation == nil {
 			fmt.Fprintln(out, "ok")
 			continue
 		}
 		fmt.Fprintf(out, "VIOLATION %v\ntrace tail:\n  %s\n", r.Violation, strings.Join(r.Tail, "\n  "))
-		return fmt.Errorf("seed %d broke %s; reproduce: go run ./cmd/nereus sim --replicas %d --policy %s --compact=%v --seed %d --steps %d",
-			s, r.Violation.Invariant, replicas, policy, compact, s, steps)
+		return fmt.Errorf("seed %d broke %s; reproduce: %s", s, r.Violation.Invariant, sim.GroupReproduce(o))
 	}
 	return nil
 }

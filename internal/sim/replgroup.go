@@ -16,12 +16,29 @@ type GroupOptions struct {
 	GroupSize int // replicas (default 3)
 	Policy    replica.AckPolicy
 	Proposals int // values clients try to commit
-	Faults    bool
+	// Faults: crashes, symmetric and one-way partitions, message loss and
+	// duplication.
+	Faults bool
+	// DiskFaults (with Faults): for a while a replica's disk is failing:
+	// it dies in the middle of carrying out a Ready (an fsync failed, or
+	// kill -9 mid-write) with only a prefix of the Ready's writes durable —
+	// after a leader's early APPENDs went out, as the replog shell sends
+	// them before its own fsync.
+	DiskFaults bool
+	// ClockFaults (with Faults): a replica's clock runs fast for a while
+	// (its timers fire 2-4x early), or the whole process stalls (no ticks,
+	// no messages handled, no requests taken) and resumes where it left
+	// off, as after a VM pause or SIGSTOP.
+	ClockFaults bool
 	// Compact makes nodes compact their logs into snapshots as far as
 	// RetainFloor allows, so lagging followers rebuild from snapshots.
 	Compact   bool
 	Mutations replica.Mutations
-	KeepTrace bool
+	// SendBeforePersist is a deliberate shell bug for tests: every message
+	// of a Ready (FLUSHED and promises included) goes out before its writes
+	// are durable.
+	SendBeforePersist bool
+	KeepTrace         bool
 }
 
 func (o *GroupOptions) setDefaults() {
@@ -34,6 +51,21 @@ func (o *GroupOptions) setDefaults() {
 	if o.Proposals == 0 {
 		o.Proposals = 60
 	}
+}
+
+// GroupReproduce is the command that runs o again.
+func GroupReproduce(o GroupOptions) string {
+	o.setDefaults()
+	policy := "quorum"
+	if o.Policy == replica.SyncAll {
+		policy = "all"
+	}
+	faults := "all"
+	if !o.Faults {
+		faults = "none"
+	}
+	return fmt.Sprintf("go run ./cmd/nereus sim --replicas %d --policy %s --faults %s --compact=%v --disk-faults=%v --clock-faults=%v --steps %d --seed %d",
+		o.GroupSize, policy, faults, o.Compact, o.DiskFaults, o.ClockFaults, o.Steps, o.Seed)
 }
 
 // Invariants of the replication kernel (DESIGN §4).
@@ -58,7 +90,14 @@ type groupNode struct {
 	snapEp  uint64
 	commit  uint64 // last commit this incarnation reported
 	leading uint64 // epoch it was last seen leading (checker bookkeeping)
+
+	// Faults in force (DiskFaults, ClockFaults).
+	diskFailing bool  // the next Ready may die midway
+	pausedUntil int64 // world ms: stalled until then
+	tickRate    int   // ticks per world tick (0 or 1: normal)
 }
+
+func (n *groupNode) paused(nowMs int64) bool { return nowMs < n.pausedUntil }
 
 func (n *groupNode) persisted() replica.Persisted {
 	return replica.PersistedFromSnapshot(n.hard, n.snapSeq, n.snapEp, n.log[n.snapSeq:])
@@ -88,6 +127,8 @@ type groupSim struct {
 	rebuilds  int
 	compacts  int
 	ticks     int
+	// Disk and clock faults that struck.
+	midWrite, stalls, fastClocks int
 }
 
 // GroupResult is the outcome of a replica-group run.
@@ -102,6 +143,9 @@ type GroupResult struct {
 	Elections int
 	Rebuilds  int // snapshot installs
 	Compacts  int
+	// MidWriteDeaths, Stalls and FastClocks count the disk and clock
+	// faults that struck.
+	MidWriteDeaths, Stalls, FastClocks int
 }
 
 // RunGroup runs the replication kernel of one replica group for a seed.
@@ -127,7 +171,7 @@ func RunGroup(opts GroupOptions) GroupResult {
 	}
 	res := GroupResult{Seed: opts.Seed, Events: g.w.events, TraceHash: g.w.trace.sum(), Trace: g.w.trace.all,
 		Tail: g.w.trace.lastLines(), Violation: g.violation, Acked: len(g.acked), Elections: len(g.leaders),
-		Rebuilds: g.rebuilds, Compacts: g.compacts}
+		Rebuilds: g.rebuilds, Compacts: g.compacts, MidWriteDeaths: g.midWrite, Stalls: g.stalls, FastClocks: g.fastClocks}
 	return res
 }
 
@@ -155,54 +199,132 @@ func (g *groupSim) start(n *groupNode) {
 		panic(err)
 	}
 	n.k, n.up, n.commit = k, true, 0
+	n.diskFailing, n.pausedUntil, n.tickRate = false, 0, 0
 	g.w.tracef("n%d up promised=%d last=%d", n.id, n.hard.Promised, len(n.log))
 }
 
 func (g *groupSim) node(id replica.NodeID) *groupNode { return g.nodes[id-1] }
 
-// process carries out a node's Ready: persist, then send, then Advance.
+// process carries out a node's Ready as the replog shell does: a leader's
+// APPENDs go out before its own writes are durable when the Ready has no
+// promise or truncation; everything else is persisted first, then sent;
+// then Advance. Under DiskFaults a failing disk may kill it midway.
 func (g *groupSim) process(n *groupNode) {
 	for n.up && n.k.HasReady() {
 		rd := n.k.Ready()
-		if rd.HardState != nil {
-			n.hard = *rd.HardState
+		early, late := replica.MsgAppend, allButAppend
+		switch {
+		case g.opts.SendBeforePersist:
+			early, late = anyMsg, noMsg
+		case rd.HardState != nil || rd.Truncate || rd.Snapshot != nil:
+			early, late = noMsg, anyMsg
 		}
-		if rd.Snapshot != nil {
-			// Rebuild: the snapshot's content is the committed prefix.
-			if uint64(len(g.committed)) < rd.Snapshot.Seq {
-				g.violate(VisibleImpliesQuorumFlushed, "n%d told to install a snapshot at %d, only %d entries ever committed", n.id, rd.Snapshot.Seq, len(g.committed))
-				return
-			}
-			n.log = n.log[:0]
-			for seq := uint64(1); seq <= rd.Snapshot.Seq; seq++ {
-				n.log = append(n.log, g.committed[seq])
-			}
-			n.snapSeq, n.snapEp = rd.Snapshot.Seq, rd.Snapshot.Epoch
-			g.rebuilds++
-			g.w.tracef("n%d rebuilt from snapshot at %d", n.id, rd.Snapshot.Seq)
-		}
-		if rd.Truncate {
-			n.log = n.log[:rd.TruncateAfter]
-		}
-		for _, e := range rd.Entries {
-			if e.Seq != uint64(len(n.log))+1 {
-				panic(fmt.Sprintf("n%d persists seq %d after %d", n.id, e.Seq, len(n.log)))
-			}
-			n.log = append(n.log, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: slices.Clone(e.Data)})
-		}
-		for _, m := range rd.Messages {
-			if m.Type == replica.MsgAppend && m.FirstSeq != 0 {
-				if m.FirstSeq <= n.snapSeq {
-					g.violate(KernelAssertion, "n%d sends entries from %d, compacted up to %d", n.id, m.FirstSeq, n.snapSeq)
-					return
-				}
-				m.Entries = slices.Clone(n.log[m.FirstSeq-1 : m.LastSeqSent])
-			}
-			g.transmit(m)
+		if !g.send(n, rd, early) || !g.persist(n, rd) || !g.send(n, rd, late) {
+			return
 		}
 		n.k.Advance(rd)
 		g.observe(n, rd.CommitSeq)
 	}
+}
+
+// Message filters for send (besides one replica.MsgType).
+const (
+	anyMsg       replica.MsgType = 0
+	allButAppend replica.MsgType = 255
+	noMsg        replica.MsgType = 254
+)
+
+// persist makes a Ready's writes durable in the shell's order: snapshot,
+// promise, truncation, entries. Under a failing disk it may die after any
+// prefix of them; it then reports false (the node is down).
+func (g *groupSim) persist(n *groupNode, rd replica.Ready) bool {
+	writes := len(rd.Entries)
+	if rd.Snapshot != nil {
+		writes++
+	}
+	if rd.HardState != nil {
+		writes++
+	}
+	if rd.Truncate {
+		writes++
+	}
+	durable := writes
+	if n.diskFailing && writes > 0 && g.w.chance(0.3) {
+		durable = g.w.rng.IntN(writes + 1)
+	}
+	done := 0
+	step := func() bool { done++; return done <= durable }
+	if rd.Snapshot != nil && step() {
+		// Rebuild: the snapshot's content is the committed prefix.
+		if uint64(len(g.committed)) < rd.Snapshot.Seq {
+			g.violate(VisibleImpliesQuorumFlushed, "n%d told to install a snapshot at %d, only %d entries ever committed", n.id, rd.Snapshot.Seq, len(g.committed))
+			return false
+		}
+		n.log = n.log[:0]
+		for seq := uint64(1); seq <= rd.Snapshot.Seq; seq++ {
+			n.log = append(n.log, g.committed[seq])
+		}
+		n.snapSeq, n.snapEp = rd.Snapshot.Seq, rd.Snapshot.Epoch
+		g.rebuilds++
+		g.w.tracef("n%d rebuilt from snapshot at %d", n.id, rd.Snapshot.Seq)
+	}
+	if rd.HardState != nil && step() {
+		n.hard = *rd.HardState
+	}
+	if rd.Truncate && step() {
+		n.log = n.log[:rd.TruncateAfter]
+	}
+	for _, e := range rd.Entries {
+		if !step() {
+			break
+		}
+		if e.Seq != uint64(len(n.log))+1 {
+			panic(fmt.Sprintf("n%d persists seq %d after %d", n.id, e.Seq, len(n.log)))
+		}
+		n.log = append(n.log, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: slices.Clone(e.Data)})
+	}
+	if durable < writes {
+		g.w.tracef("n%d dies mid-write: %d of %d writes durable", n.id, durable, writes)
+		g.midWrite++
+		g.crash(n)
+		return false
+	}
+	return true
+}
+
+// send transmits the Ready's messages of one type (anyMsg: all;
+// allButAppend: all but APPENDs), attaching entries to APPENDs from the
+// durable log or, sent early, from the Ready itself. It reports false
+// (after recording a violation) on an APPEND of compacted entries.
+func (g *groupSim) send(n *groupNode, rd replica.Ready, only replica.MsgType) bool {
+	for _, m := range rd.Messages {
+		switch {
+		case only == anyMsg:
+		case only == allButAppend:
+			if m.Type == replica.MsgAppend {
+				continue
+			}
+		case m.Type != only:
+			continue
+		}
+		if m.Type == replica.MsgAppend && m.FirstSeq != 0 {
+			if m.FirstSeq <= n.snapSeq {
+				g.violate(KernelAssertion, "n%d sends entries from %d, compacted up to %d", n.id, m.FirstSeq, n.snapSeq)
+				return false
+			}
+			for seq := m.FirstSeq; seq <= m.LastSeqSent; seq++ {
+				var e replica.Entry
+				if seq <= uint64(len(n.log)) {
+					e = n.log[seq-1]
+				} else { // sent early: not durable yet, in the Ready
+					e = rd.Entries[seq-rd.Entries[0].Seq]
+				}
+				m.Entries = append(m.Entries, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: slices.Clone(e.Data)})
+			}
+		}
+		g.transmit(m)
+	}
+	return true
 }
 
 func (g *groupSim) transmit(m replica.Message) {
@@ -214,13 +336,20 @@ func (g *groupSim) transmit(m replica.Message) {
 		copies = 2
 	}
 	for c := 0; c < copies; c++ {
-		g.w.after(g.w.between(1, 15), func() {
-			to := g.node(m.To)
-			if !to.up {
-				return
-			}
-			g.guard(func() { to.k.Step(m); g.process(to) })
-		})
+		g.w.after(g.w.between(1, 15), func() { g.deliver(m) })
+	}
+}
+
+// deliver hands a message to its (running) receiver; a stalled one takes
+// it when it resumes.
+func (g *groupSim) deliver(m replica.Message) {
+	to := g.node(m.To)
+	switch {
+	case !to.up:
+	case to.paused(g.w.nowMs):
+		g.w.after(to.pausedUntil-g.w.nowMs, func() { g.deliver(m) })
+	default:
+		g.guard(func() { to.k.Step(m); g.process(to) })
 	}
 }
 
@@ -299,8 +428,10 @@ func (g *groupSim) tick() {
 	g.w.after(groupTickMs, g.tick)
 	g.ticks++
 	for _, n := range g.nodes {
-		if n.up {
-			g.guard(func() { n.k.Tick(); g.process(n) })
+		if n.up && !n.paused(g.w.nowMs) {
+			for range max(n.tickRate, 1) {
+				g.guard(func() { n.k.Tick(); g.process(n) })
+			}
 			if g.opts.Compact && g.ticks%20 == 0 {
 				g.compact(n)
 			}
@@ -353,7 +484,7 @@ func (g *groupSim) propose() {
 		return
 	}
 	for _, n := range g.nodes {
-		if !n.up {
+		if !n.up || n.paused(g.w.nowMs) {
 			continue
 		}
 		value := fmt.Sprintf("v%d", g.nextValue)
@@ -368,18 +499,34 @@ func (g *groupSim) propose() {
 	}
 }
 
+// crash stops a node where it is; it restarts from its durable store.
+func (g *groupSim) crash(n *groupNode) {
+	n.up = false
+	g.w.after(g.w.between(20, 600), func() { g.start(n); g.guard(func() { g.process(n) }) })
+}
+
 func (g *groupSim) fault() {
 	if g.healed {
 		return
 	}
 	g.w.after(g.w.between(50, 500), g.fault)
 	n := g.nodes[g.w.rng.IntN(len(g.nodes))]
-	switch g.w.rng.IntN(5) {
+	kinds := 5
+	if g.opts.DiskFaults {
+		kinds++
+	}
+	if g.opts.ClockFaults {
+		kinds += 2
+	}
+	kind := g.w.rng.IntN(kinds)
+	if kind >= 5 && !g.opts.DiskFaults {
+		kind++ // no disk fault: the clock faults follow
+	}
+	switch kind {
 	case 0: // kill -9 and restart from the durable store
 		if n.up {
-			n.up = false
 			g.w.tracef("n%d kill -9", n.id)
-			g.w.after(g.w.between(20, 600), func() { g.start(n); g.guard(func() { g.process(n) }) })
+			g.crash(n)
 		}
 	case 1: // isolate a node both ways
 		g.w.tracef("partition n%d away", n.id)
@@ -397,6 +544,35 @@ func (g *groupSim) fault() {
 		g.dupP = 0.3
 		g.w.tracef("network duplicates 30%%")
 		g.w.after(g.w.between(50, 500), func() { g.dupP = 0; g.w.tracef("network duplicates off") })
+	case 5: // its disk fails for a while: it may die mid-write
+		if n.up && !n.diskFailing {
+			n.diskFailing = true
+			g.w.tracef("n%d disk failing", n.id)
+			g.w.after(g.w.between(100, 1500), func() {
+				if n.diskFailing {
+					n.diskFailing = false
+					g.w.tracef("n%d disk healthy", n.id)
+				}
+			})
+		}
+	case 6: // the process stalls (VM pause, SIGSTOP), then resumes
+		if n.up && !n.paused(g.w.nowMs) {
+			n.pausedUntil = g.w.nowMs + g.w.between(100, 1500)
+			g.w.tracef("n%d stalls until %d", n.id, n.pausedUntil-epochMs)
+			g.stalls++
+		}
+	case 7: // its clock runs fast: timers fire early
+		if n.up && n.tickRate <= 1 {
+			n.tickRate = 2 + g.w.rng.IntN(3)
+			g.w.tracef("n%d clock runs %dx fast", n.id, n.tickRate)
+			g.fastClocks++
+			g.w.after(g.w.between(100, 1500), func() {
+				if n.tickRate > 1 {
+					n.tickRate = 0
+					g.w.tracef("n%d clock back to normal", n.id)
+				}
+			})
+		}
 	}
 }
 

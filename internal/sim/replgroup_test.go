@@ -11,12 +11,7 @@ import (
 
 func failGroupRun(t *testing.T, o GroupOptions, r GroupResult) {
 	t.Helper()
-	policy := "quorum"
-	if o.Policy == replica.SyncAll {
-		policy = "all"
-	}
-	t.Errorf("seed %d: %v\ntrace tail:\n  %s\nreproduce: go run ./cmd/nereus sim --replicas %d --policy %s --compact=%v --seed %d",
-		r.Seed, r.Violation, strings.Join(r.Tail, "\n  "), max(o.GroupSize, 3), policy, o.Compact, r.Seed)
+	t.Errorf("seed %d: %v\ntrace tail:\n  %s\nreproduce: %s", r.Seed, r.Violation, strings.Join(r.Tail, "\n  "), GroupReproduce(o))
 }
 
 // TestGroupCampaign runs the replication kernel of one replica group under
@@ -34,11 +29,18 @@ func TestGroupCampaign(t *testing.T) {
 		{GroupOptions{GroupSize: 3, Compact: true}, 100},
 		{GroupOptions{GroupSize: 5, Compact: true}, 30},
 		{GroupOptions{GroupSize: 3, Policy: replica.SyncAll, Compact: true}, 50},
+		{GroupOptions{GroupSize: 3, DiskFaults: true, ClockFaults: true}, 100},
+		{GroupOptions{GroupSize: 5, DiskFaults: true, ClockFaults: true}, 30},
+		{GroupOptions{GroupSize: 3, Policy: replica.SyncAll, DiskFaults: true, ClockFaults: true}, 30},
+		{GroupOptions{GroupSize: 3, Compact: true, DiskFaults: true, ClockFaults: true}, 50},
 	}
 	for _, c := range cases {
 		name := fmt.Sprintf("R%d-%s", c.o.GroupSize, c.o.Policy)
 		if c.o.Compact {
 			name += "-compacting"
+		}
+		if c.o.DiskFaults {
+			name += "-disk-clock"
 		}
 		t.Run(name, func(t *testing.T) {
 			seeds := c.seeds
@@ -47,6 +49,7 @@ func TestGroupCampaign(t *testing.T) {
 			}
 			start := time.Now()
 			elections, acked, rebuilds := 0, 0, 0
+			var midWrite, stalls, fast int
 			for seed := uint64(1); seed <= seeds; seed++ {
 				o := c.o
 				o.Seed, o.Faults = seed, true
@@ -56,9 +59,14 @@ func TestGroupCampaign(t *testing.T) {
 					return
 				}
 				elections, acked, rebuilds = elections+r.Elections, acked+r.Acked, rebuilds+r.Rebuilds
+				midWrite, stalls, fast = midWrite+r.MidWriteDeaths, stalls+r.Stalls, fast+r.FastClocks
 			}
 			el := time.Since(start)
-			t.Logf("%d seeds in %v (%.0f seeds/s): %d elections, %d values acked, %d snapshot rebuilds", seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), elections, acked, rebuilds)
+			t.Logf("%d seeds in %v (%.0f seeds/s): %d elections, %d values acked, %d snapshot rebuilds; %d deaths mid-write, %d stalls, %d fast clocks",
+				seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), elections, acked, rebuilds, midWrite, stalls, fast)
+			if c.o.DiskFaults && (midWrite == 0 || stalls == 0 || fast == 0) {
+				t.Fatal("the disk and clock faults never struck")
+			}
 			// Under sync_all nobody lags past the commit point, so only
 			// sync_quorum campaigns must exercise rebuilds.
 			if c.o.Compact && c.o.Policy == replica.SyncQuorum && rebuilds == 0 {
@@ -110,5 +118,21 @@ func TestGroupMutationsAreCaught(t *testing.T) {
 				return RunGroup(GroupOptions{Seed: seed, Faults: true, Mutations: c.m}).Violation
 			})
 		})
+	}
+}
+
+// TestGroupDiskFaultsCatchAnEarlyFlushed: the disk-fault model has teeth. A
+// shell that sends a Ready's messages before its writes are durable (so a
+// follower reports FLUSHED for entries it then loses) breaks the
+// invariants within a bounded number of seeds — and only with DiskFaults,
+// which is what makes such a shell lose writes.
+func TestGroupDiskFaultsCatchAnEarlyFlushed(t *testing.T) {
+	expectCaught(t, 40, []string{VisibleImpliesQuorumFlushed, AckedNeverLost, CommittedPrefixAgreement, InstallNeedsQuorumPromise, OneLeaderPerEpoch}, func(seed uint64) *Violation {
+		return RunGroup(GroupOptions{Seed: seed, Faults: true, DiskFaults: true, SendBeforePersist: true}).Violation
+	})
+	for seed := uint64(1); seed <= 10; seed++ {
+		if r := RunGroup(GroupOptions{Seed: seed, Faults: true, SendBeforePersist: true}); r.Violation != nil {
+			t.Fatalf("seed %d without disk faults: %v", seed, r.Violation)
+		}
 	}
 }
