@@ -110,6 +110,14 @@ func TestSimReplicasWithDiskAndClockFaults(t *testing.T) {
 	}
 	root := newRootCmd()
 	addExtraCommands(root)
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"sim", "--replicas", "3", "--golden", "kill-leader-before-commit"})
+	if err := root.Execute(); err != nil || !strings.Contains(out.String(), "kill -9 n1 before any FLUSHED of m1 reaches it") {
+		t.Fatalf("replicated golden: %v\n%s", err, out.String())
+	}
+	root = newRootCmd()
+	addExtraCommands(root)
 	root.SetArgs([]string{"sim", "--replicas", "3", "--policy", "most"})
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), `--policy "most"`) {
 		t.Fatalf("a bad policy: %v", err)

@@ -44,6 +44,17 @@ Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
+			if golden != "" && replicas > 0 {
+				r, err := sim.RunReplicatedGolden(golden)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(out, strings.Join(r.Trace, "\n"))
+				if r.Violation != nil {
+					return fmt.Errorf("replicated golden %s: %v", golden, r.Violation)
+				}
+				return nil
+			}
 			if golden != "" {
 				r, err := sim.RunGolden(golden)
 				if err != nil {
@@ -117,7 +128,8 @@ Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames,
 	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")
 	fl.BoolVar(&diskFaults, "disk-faults", false, "with --replicas: failing disks (replicas die mid-write, a prefix of the writes durable)")
 	fl.BoolVar(&clockFaults, "clock-faults", false, "with --replicas: stalled processes and fast clocks")
-	fl.StringVar(&golden, "golden", "", "print the golden trace of a variant ("+strings.Join(sim.GoldenVariants, ", ")+")")
+	fl.StringVar(&golden, "golden", "", "print the golden trace of a variant ("+strings.Join(sim.GoldenVariants, ", ")+
+		"; with --replicas 3: "+strings.Join(sim.ReplicatedGoldenVariants, ", ")+")")
 	return cmd
 }
 

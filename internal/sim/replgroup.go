@@ -129,6 +129,16 @@ type groupSim struct {
 	ticks     int
 	// Disk and clock faults that struck.
 	midWrite, stalls, fastClocks int
+
+	// Golden runs (replgolden.go): traceIO traces persists, sends (but
+	// heartbeats and repeated FLUSHED, tracked in acks) and commits; the
+	// hooks kill or drop at scripted points (nil: never).
+	traceIO       bool
+	acks          map[[2]replica.NodeID]uint64
+	beforeReady   func(n *groupNode, rd *replica.Ready) bool // false: n died
+	beforeSend    func(m replica.Message) bool               // false: dropped
+	beforeDeliver func(m replica.Message) bool               // false: dropped
+	beforeAck     func(n *groupNode, value string) bool      // false: n died
 }
 
 // GroupResult is the outcome of a replica-group run.
@@ -212,6 +222,9 @@ func (g *groupSim) node(id replica.NodeID) *groupNode { return g.nodes[id-1] }
 func (g *groupSim) process(n *groupNode) {
 	for n.up && n.k.HasReady() {
 		rd := n.k.Ready()
+		if g.beforeReady != nil && !g.beforeReady(n, &rd) {
+			return
+		}
 		early, late := replica.MsgAppend, allButAppend
 		switch {
 		case g.opts.SendBeforePersist:
@@ -283,6 +296,9 @@ func (g *groupSim) persist(n *groupNode, rd replica.Ready) bool {
 		}
 		n.log = append(n.log, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: slices.Clone(e.Data)})
 	}
+	if g.traceIO {
+		g.tracePersist(n, rd)
+	}
 	if durable < writes {
 		g.w.tracef("n%d dies mid-write: %d of %d writes durable", n.id, durable, writes)
 		g.midWrite++
@@ -322,7 +338,47 @@ func (g *groupSim) send(n *groupNode, rd replica.Ready, only replica.MsgType) bo
 				m.Entries = append(m.Entries, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: slices.Clone(e.Data)})
 			}
 		}
+		if g.beforeSend != nil && !g.beforeSend(m) {
+			g.w.tracef("lost %s", m)
+			continue
+		}
+		if g.traceIO && g.notable(m) {
+			g.w.tracef("send %s", m)
+		}
 		g.transmit(m)
+	}
+	return true
+}
+
+// tracePersist traces what a Ready made durable (golden runs).
+func (g *groupSim) tracePersist(n *groupNode, rd replica.Ready) {
+	if rd.HardState != nil {
+		g.w.tracef("n%d persist promise e%d to n%d", n.id, rd.HardState.Promised, rd.HardState.PromisedTo)
+	}
+	if rd.Truncate {
+		g.w.tracef("n%d persist truncation after %d", n.id, rd.TruncateAfter)
+	}
+	for _, e := range rd.Entries {
+		v := string(e.Data)
+		if v == "" {
+			v = "install"
+		}
+		g.w.tracef("n%d persist %d (e%d) %s", n.id, e.Seq, e.Epoch, v)
+	}
+}
+
+// notable reports whether a message belongs in a golden trace: not a
+// heartbeat, nor a FLUSHED that repeats the last one between the same pair.
+func (g *groupSim) notable(m replica.Message) bool {
+	switch {
+	case m.Type == replica.MsgAppend:
+		return m.FirstSeq != 0
+	case m.Type == replica.MsgAppendAck && m.Reject == replica.RejectNone:
+		pair := [2]replica.NodeID{m.From, m.To}
+		if g.acks[pair] == m.FlushedSeq {
+			return false
+		}
+		g.acks[pair] = m.FlushedSeq
 	}
 	return true
 }
@@ -348,6 +404,8 @@ func (g *groupSim) deliver(m replica.Message) {
 	case !to.up:
 	case to.paused(g.w.nowMs):
 		g.w.after(to.pausedUntil-g.w.nowMs, func() { g.deliver(m) })
+	case g.beforeDeliver != nil && !g.beforeDeliver(m):
+		g.w.tracef("lost %s", m)
 	default:
 		g.guard(func() { to.k.Step(m); g.process(to) })
 	}
@@ -408,10 +466,16 @@ func (g *groupSim) observe(n *groupNode, newCommit uint64) {
 		}
 	}
 	n.commit = newCommit
+	if g.traceIO {
+		g.w.tracef("n%d commit %d", n.id, newCommit)
+	}
 	// Answer proposals this node made that are now visible in its epoch.
 	kept := g.pending[:0]
 	for _, p := range g.pending {
 		if p.node == n.id && p.seq <= newCommit {
+			if g.beforeAck != nil && !g.beforeAck(n, p.value) {
+				continue // died before answering
+			}
 			if n.log[p.seq-1].Epoch == p.epoch && string(n.log[p.seq-1].Data) == p.value {
 				g.acked[p.value] = p.seq
 				g.healAcked = g.healAcked || g.healed
@@ -501,8 +565,15 @@ func (g *groupSim) propose() {
 
 // crash stops a node where it is; it restarts from its durable store.
 func (g *groupSim) crash(n *groupNode) {
-	n.up = false
+	g.down(n)
 	g.w.after(g.w.between(20, 600), func() { g.start(n); g.guard(func() { g.process(n) }) })
+}
+
+// down stops a node. The requests it had not answered die with it: a later
+// incarnation never acknowledges them (their clients retry elsewhere).
+func (g *groupSim) down(n *groupNode) {
+	n.up = false
+	g.pending = slices.DeleteFunc(g.pending, func(p proposal) bool { return p.node == n.id })
 }
 
 func (g *groupSim) fault() {

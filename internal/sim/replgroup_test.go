@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +135,39 @@ func TestGroupDiskFaultsCatchAnEarlyFlushed(t *testing.T) {
 		if r := RunGroup(GroupOptions{Seed: seed, Faults: true, SendBeforePersist: true}); r.Violation != nil {
 			t.Fatalf("seed %d without disk faults: %v", seed, r.Violation)
 		}
+	}
+}
+
+// TestReplicatedGoldenTraces compares each replicated golden run with its
+// recorded trace, byte for byte, and checks the value's fate: acknowledged
+// and committed on the clean path; never visible when the leader died
+// before writing it; committed after the failover once every replica held
+// it; and in every variant the replicas agree and the probe commits.
+// Regenerate deliberately with: go test ./internal/sim -run Golden -update
+func TestReplicatedGoldenTraces(t *testing.T) {
+	for _, v := range ReplicatedGoldenVariants {
+		t.Run(v, func(t *testing.T) {
+			r, err := RunReplicatedGolden(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Violation != nil {
+				t.Fatalf("golden run broke %v\n%s", r.Violation, strings.Join(r.Trace, "\n"))
+			}
+			has := func(value string) bool { return slices.Contains(r.Committed, value) }
+			switch {
+			case !r.Agree || !has("m2"):
+				t.Fatalf("replicas disagree or the probe never committed: %v", r.Committed)
+			case v == "clean" && (!r.Acked || !has("m1") || r.Killed):
+				t.Fatalf("clean run: acked %v, committed %v", r.Acked, r.Committed)
+			case v != "clean" && (!r.Killed || r.Acked):
+				t.Fatalf("the kill did not happen before the ack: killed %v, acked %v", r.Killed, r.Acked)
+			case v == "kill-leader-before-append" && has("m1"):
+				t.Fatalf("a value the leader never wrote became visible: %v", r.Committed)
+			case (v == "kill-leader-before-commit" || v == "kill-leader-before-ack") && !has("m1"):
+				t.Fatalf("a value every replica held was lost: %v", r.Committed)
+			}
+			checkGolden(t, "replicated-"+v, r.Trace)
+		})
 	}
 }

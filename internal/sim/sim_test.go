@@ -131,22 +131,29 @@ func TestGoldenTraces(t *testing.T) {
 			if r.Violation != nil {
 				t.Fatalf("golden run broke %v\n%s", r.Violation, strings.Join(r.Tail, "\n"))
 			}
-			got := strings.Join(r.Trace, "\n") + "\n"
-			file := filepath.Join("testdata", "golden", v+".trace")
-			if *updateGolden {
-				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatalf("%v (run with -update to record it)", err)
-			}
-			if d := firstDifference(string(want), got); d != "" {
-				t.Fatalf("trace differs from %s (rerun with -update only if the change is intended):\n%s", file, d)
-			}
+			checkGolden(t, v, r.Trace)
 		})
+	}
+}
+
+// checkGolden compares a trace with testdata/golden/<name>.trace (or
+// records it with -update).
+func checkGolden(t *testing.T, name string, trace []string) {
+	t.Helper()
+	got := strings.Join(trace, "\n") + "\n"
+	file := filepath.Join("testdata", "golden", name+".trace")
+	if *updateGolden {
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run with -update to record it)", err)
+	}
+	if d := firstDifference(string(want), got); d != "" {
+		t.Fatalf("trace differs from %s (rerun with -update only if the change is intended):\n%s", file, d)
 	}
 }
 
