@@ -278,22 +278,33 @@ func waitInSync(ctx context.Context, t *testing.T, rc *realCluster, maxSeq map[i
 	}
 }
 
+// inSync reports whether the partition's leader reports every replica
+// InSync at last, and every node already knows last is committed: a
+// follower learns the commit point from the leader's next APPEND, so a
+// survivor that did not would serve a shorter visible prefix once the
+// others are gone.
 func inSync(ctx context.Context, rc *realCluster, partition int, last uint64) bool {
+	leaderOK := false
 	for _, addr := range rc.addrs() {
 		v := askNode(ctx, client.Options{RequestTimeout: 2 * time.Second, DialTimeout: time.Second}, addr)
+		if len(v.topics) == 0 {
+			return false
+		}
 		for _, tp := range v.topics {
 			p := tp.Partitions[partition]
+			if p.CommitSeq < last {
+				return false
+			}
 			if rc.byAddr(addr) != p.Leader || len(p.Replicas) != 3 {
 				continue
 			}
-			ok := true
+			leaderOK = true
 			for _, r := range p.Replicas {
-				ok = ok && r.State == "InSync" && r.FlushedSeq >= last
+				leaderOK = leaderOK && r.State == "InSync" && r.FlushedSeq >= last
 			}
-			return ok
 		}
 	}
-	return false
+	return leaderOK
 }
 
 // readReplica returns "seq/epoch/value" of the entries of a replica's log
