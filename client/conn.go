@@ -18,8 +18,27 @@ import (
 // goroutine and must not block.
 type replyHandler func(f wire.Frame, err error)
 
-// outbound is one encoded frame waiting for the writer.
-type outbound struct{ b []byte }
+// outbound is one encoded frame waiting for the writer; buf, when set, is
+// the pooled buffer holding b, recycled once the writer has copied it.
+type outbound struct {
+	b   []byte
+	buf *[]byte
+}
+
+// frameBufs recycles encoded frames so that a publish allocates no frame
+// buffer (a 1 KiB publish used to allocate and grow one per message).
+var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// frameBufKeepMax bounds the buffers kept in frameBufs.
+const frameBufKeepMax = 128 << 10
+
+// release returns the frame's buffer to frameBufs. b must not be used after.
+func (ob outbound) release() {
+	if ob.buf != nil && cap(ob.b) <= frameBufKeepMax {
+		*ob.buf = ob.b[:0]
+		frameBufs.Put(ob.buf)
+	}
+}
 
 // conn is one authenticated connection. It is safe for concurrent use.
 // Lifecycle: reader and writer goroutines start after HELLO; the first of
@@ -172,11 +191,19 @@ func (c *conn) failure() error {
 }
 
 func (c *conn) readLoop(br *bufio.Reader, frameBytesMax int) {
+	var buf []byte // reused by the next read unless the frame aliases it
 	for {
-		corr, f, err := wire.ReadFrame(br, frameBytesMax)
+		corr, f, used, err := wire.ReadFrameInto(br, frameBytesMax, buf)
 		if err != nil {
 			c.fail(err)
 			break
+		}
+		buf = nil
+		switch f.(type) {
+		case *wire.PubOK, *wire.AckOK: // no byte fields: nothing aliases used
+			if cap(used) <= frameBufKeepMax {
+				buf = used
+			}
 		}
 		c.dispatch(corr, f)
 	}
@@ -217,42 +244,52 @@ func (c *conn) dispatch(corr uint64, f wire.Frame) {
 	h(f, nil)
 }
 
+// writeLoop copies queued frames into one buffer and writes it out when
+// the queue runs empty: one syscall per burst of frames.
 func (c *conn) writeLoop() {
 	bw := bufio.NewWriterSize(c.nc, ioBufferBytes)
 	for {
+		var ob outbound
 		select {
-		case ob := <-c.out:
-			if _, err := bw.Write(ob.b); err != nil {
+		case ob = <-c.out: // while frames are queued, no two-way select
+		default:
+			if err := bw.Flush(); err != nil {
 				c.fail(err)
 				return
 			}
-			if len(c.out) == 0 {
-				if err := bw.Flush(); err != nil {
-					c.fail(err)
-					return
-				}
+			select {
+			case ob = <-c.out:
+			case <-c.closing:
+				return
 			}
-		case <-c.closing:
+		}
+		_, err := bw.Write(ob.b)
+		ob.release()
+		if err != nil {
+			c.fail(err)
 			return
 		}
 	}
 }
 
-// encode builds the frame bytes, enforcing the broker's frame bound.
-func (c *conn) encode(corr uint64, f wire.Frame) ([]byte, error) {
-	b := wire.AppendFrame(nil, corr, f)
-	if len(b)-4 > c.frameBytesMax {
-		return nil, fmt.Errorf("nereus: %s of %d bytes exceeds the broker's frame limit %d: %w",
-			f.Type(), len(b)-4, c.frameBytesMax, wire.ErrFrameTooLarge)
+// encode builds the frame bytes in a pooled buffer, enforcing the broker's
+// frame bound.
+func (c *conn) encode(corr uint64, f wire.Frame) (outbound, error) {
+	buf := frameBufs.Get().(*[]byte)
+	ob := outbound{b: wire.AppendFrame((*buf)[:0], corr, f), buf: buf}
+	if n := len(ob.b) - 4; n > c.frameBytesMax {
+		ob.release()
+		return outbound{}, fmt.Errorf("nereus: %s of %d bytes exceeds the broker's frame limit %d: %w",
+			f.Type(), n, c.frameBytesMax, wire.ErrFrameTooLarge)
 	}
-	return b, nil
+	return ob, nil
 }
 
-// enqueue hands encoded bytes to the writer, blocking while the bounded
+// enqueue hands an encoded frame to the writer, blocking while the bounded
 // queue is full.
-func (c *conn) enqueue(ctx context.Context, b []byte) error {
+func (c *conn) enqueue(ctx context.Context, ob outbound) error {
 	select {
-	case c.out <- outbound{b: b}:
+	case c.out <- ob:
 		return nil
 	case <-c.closing:
 		return c.failure()
@@ -267,23 +304,25 @@ func (c *conn) enqueue(ctx context.Context, b []byte) error {
 // context: the hot publish path, which must not allocate a context and a
 // timer per message (they are made only when the writer queue is full).
 func (c *conn) requestWithin(d time.Duration, f wire.Frame, h replyHandler) (uint64, error) {
-	return c.requestWith(func(b []byte) error {
+	return c.requestWith(func(ob outbound) error {
 		select {
-		case c.out <- outbound{b: b}:
+		case c.out <- ob:
 			return nil
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
-		return c.enqueue(ctx, b)
+		return c.enqueue(ctx, ob)
 	}, f, h)
 }
 
 func (c *conn) request(ctx context.Context, f wire.Frame, h replyHandler) (uint64, error) {
-	return c.requestWith(func(b []byte) error { return c.enqueue(ctx, b) }, f, h)
+	return c.requestWith(func(ob outbound) error { return c.enqueue(ctx, ob) }, f, h)
 }
 
-func (c *conn) requestWith(enqueue func([]byte) error, f wire.Frame, h replyHandler) (uint64, error) {
+// requestWith registers h under a fresh correlation id, then encodes and
+// enqueues f: one lock per request, and no reply can precede the frame.
+func (c *conn) requestWith(enqueue func(outbound) error, f wire.Frame, h replyHandler) (uint64, error) {
 	c.mu.Lock()
 	if c.dead || c.isDead() {
 		c.mu.Unlock()
@@ -291,19 +330,13 @@ func (c *conn) requestWith(enqueue func([]byte) error, f wire.Frame, h replyHand
 	}
 	c.nextCorr++
 	corr := c.nextCorr
-	c.mu.Unlock()
-	b, err := c.encode(corr, f)
-	if err != nil {
-		return 0, err
-	}
-	c.mu.Lock()
-	if c.dead {
-		c.mu.Unlock()
-		return 0, c.failure()
-	}
 	c.pending[corr] = h
 	c.mu.Unlock()
-	if err := enqueue(b); err != nil {
+	ob, err := c.encode(corr, f)
+	if err == nil {
+		err = enqueue(ob)
+	}
+	if err != nil {
 		if c.forget(corr) {
 			return 0, err
 		}
@@ -347,11 +380,11 @@ func (c *conn) roundTrip(ctx context.Context, f wire.Frame) (wire.Frame, error) 
 
 // send writes f with correlation id corr and registers nothing (PULL).
 func (c *conn) send(ctx context.Context, corr uint64, f wire.Frame) error {
-	b, err := c.encode(corr, f)
+	ob, err := c.encode(corr, f)
 	if err != nil {
 		return err
 	}
-	return c.enqueue(ctx, b)
+	return c.enqueue(ctx, ob)
 }
 
 // attachSub attaches owner to the (topic, group) subscription of this conn,

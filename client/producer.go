@@ -113,7 +113,6 @@ type pubRequest struct {
 
 	attempts  int       // sends so far
 	conn      *conn     // connection of the current attempt
-	corr      uint64    // correlation id of the current attempt
 	sentAt    time.Time // start of the current attempt
 	notBefore time.Time // earliest resend
 	lastErr   error
@@ -229,11 +228,15 @@ func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bo
 		return nil, fmt.Errorf("nereus: publish: %w", err)
 	}
 	select {
-	case p.window <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("nereus: publish: waiting for the in-flight window: %w", ctx.Err())
-	case <-p.closed:
-		return nil, ErrClosed
+	case p.window <- struct{}{}: // a free slot: skip the three-way select
+	default:
+		select {
+		case p.window <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("nereus: publish: waiting for the in-flight window: %w", ctx.Err())
+		case <-p.closed:
+			return nil, ErrClosed
+		}
 	}
 	now := time.Now()
 	deadline := now.Add(p.opts.DeliveryTimeout)
@@ -251,10 +254,6 @@ func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bo
 	// Wait for the span without sendMu: the retry loop needs it to resend
 	// the very message being waited for.
 	for {
-		if err := p.waitSpan(ctx); err != nil {
-			<-p.window
-			return nil, err
-		}
 		p.sendMu.Lock()
 		p.mu.Lock()
 		if p.spanOKLocked() {
@@ -262,6 +261,10 @@ func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bo
 		}
 		p.mu.Unlock()
 		p.sendMu.Unlock()
+		if err := p.waitSpan(ctx); err != nil {
+			<-p.window
+			return nil, err
+		}
 	}
 	defer p.sendMu.Unlock()
 	if p.isClosed || p.client.isClosedNow() {
@@ -276,15 +279,21 @@ func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bo
 	}
 	p.nextSeq++
 	p.outstanding++
-	queued := len(p.retry) > 0
-	if queued {
+	var cn *conn
+	attempt := 0
+	if len(p.retry) > 0 {
 		p.retry = append(p.retry, req) // keep order behind earlier retries
 		p.kick()
+	} else {
+		// The first attempt starts under the same lock. target takes
+		// Client.mu inside mu: it does not dial, and the Client never takes
+		// a producer's lock.
+		cn, _ = p.target(context.Background(), req, false) // no dial: no error
+		attempt = p.beginAttemptLocked(req, cn, now)
 	}
 	p.mu.Unlock()
-	if !queued {
-		cn, _ := p.target(context.Background(), req, false) // no dial: no error
-		p.send(req, cn)
+	if attempt > 0 {
+		p.request(req, cn, attempt)
 	}
 	return req, nil
 }
@@ -349,40 +358,44 @@ func (p *Producer) partitionFor(pub *wire.Pub, n uint32) uint32 {
 }
 
 // send makes one attempt of req on cn (nil = no live connection to its
-// leader: the retry loop dials it at once). Caller holds sendMu, not mu.
-func (p *Producer) send(req *pubRequest, cn *conn) {
-	if cn == nil {
-		p.mu.Lock()
-		if !req.finished {
-			p.insertRetryLocked(req)
-			p.kick()
-		}
-		p.mu.Unlock()
-		return
-	}
+// leader: the retry loop dials it at once), starting at now. Caller holds
+// sendMu, not mu.
+func (p *Producer) send(req *pubRequest, cn *conn, now time.Time) {
 	p.mu.Lock()
+	attempt := p.beginAttemptLocked(req, cn, now)
+	p.mu.Unlock()
+	if attempt > 0 {
+		p.request(req, cn, attempt)
+	}
+}
+
+// beginAttemptLocked records a new attempt of req on cn and returns its
+// number, or 0 when there is none to make: req is finished, or has no
+// connection (it is then queued for the retry loop). Caller holds mu.
+func (p *Producer) beginAttemptLocked(req *pubRequest, cn *conn, now time.Time) int {
 	if req.finished {
-		p.mu.Unlock()
-		return
+		return 0
+	}
+	if cn == nil {
+		p.insertRetryLocked(req)
+		p.kick()
+		return 0
 	}
 	req.attempts++
-	req.conn, req.sentAt = cn, time.Now()
-	attempt := req.attempts
+	req.conn, req.sentAt = cn, now
 	p.inflight[req.seq] = req
-	p.mu.Unlock()
+	return req.attempts
+}
+
+// request sends attempt number attempt of req on cn. Caller holds sendMu,
+// not mu.
+func (p *Producer) request(req *pubRequest, cn *conn, attempt int) {
 	// A deadline on the enqueue only: the bounded writer queue could be
 	// full of a dying connection's frames.
-	corr, err := cn.requestWithin(p.client.opts.RequestTimeout, &req.pub, func(f wire.Frame, err error) { p.onReply(req, attempt, f, err) })
-	if err != nil {
+	if _, err := cn.requestWithin(p.client.opts.RequestTimeout, &req.pub, func(f wire.Frame, err error) { p.onReply(req, attempt, f, err) }); err != nil {
 		// request failed before the frame was queued: it never left.
 		p.requeue(req, attempt, err, false)
-		return
 	}
-	p.mu.Lock()
-	if req.attempts == attempt {
-		req.corr = corr
-	}
-	p.mu.Unlock()
 }
 
 // onReply handles the outcome of attempt number attempt of req. It runs on
@@ -504,13 +517,33 @@ func (p *Producer) kick() {
 	}
 }
 
+// callbackLoop runs the callbacks in completion order, freeing each
+// window slot at once; the completions of a burst are counted under one
+// lock.
 func (p *Producer) callbackLoop() {
 	defer close(p.callbacksOK)
-	for c := range p.completions {
+	callback := func(c completion) {
 		c.req.done(c.res, c.err)
 		<-p.window
+	}
+	for c := range p.completions {
+		callback(c)
+		n := 1
+	burst:
+		for n < cap(p.completions) {
+			select {
+			case c, ok := <-p.completions:
+				if !ok {
+					break burst
+				}
+				callback(c)
+				n++
+			default:
+				break burst
+			}
+		}
 		p.mu.Lock()
-		p.outstanding--
+		p.outstanding -= n
 		if p.outstanding == 0 {
 			for _, w := range p.idleWaiters {
 				close(w)
@@ -586,9 +619,10 @@ func (p *Producer) resend(ctx context.Context, due []*pubRequest) {
 	}
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
+	now := time.Now()
 	for i, req := range due {
 		if conns[i] != nil {
-			p.send(req, conns[i])
+			p.send(req, conns[i], now)
 		}
 	}
 }

@@ -55,6 +55,10 @@ type partitionRunner struct {
 	state   *partition.State
 	failure error // set when the log could not be reopened; PUBs fail fast
 	waiters map[uint64][]dupWaiter
+	// Reused by appendBatch: the records of one Append, and answered
+	// pendingSyncs (their news slices), so a batch allocates neither.
+	recsBuf   []storage.Record
+	freeSyncs []*pendingSync
 
 	// Cluster only: this node's member of the partition's replica group
 	// (nil when the node does not host the partition), and the state the
@@ -178,10 +182,20 @@ func (p *partitionRunner) enqueue(r *pubReq) {
 		return
 	}
 	select {
-	case p.reqs <- r:
 	case <-p.done:
-		r.reply(wire.PubOK{}, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+	default:
+		select {
+		case p.reqs <- r: // room in the queue: skip the two-way select
+			return
+		default:
+		}
+		select {
+		case p.reqs <- r:
+			return
+		case <-p.done:
+		}
 	}
+	r.reply(wire.PubOK{}, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
 }
 
 func (p *partitionRunner) stop() {
@@ -226,33 +240,69 @@ func (p *partitionRunner) step(nowMs int64) bool {
 	return progress
 }
 
-// run is the production loop: group commit pipelined in two stages. While
-// one fsync runs on the syncer goroutine, the next publishes are decided
-// and appended; the next fsync then covers all of them. Replies go out
-// only from completeSync, after the fsync that covers them.
+// syncsMax bounds the fsync requests of run in flight: one running, one
+// queued behind it.
+const syncsMax = 2
+
+// syncResult is the outcome of one fsync request of run: the last seq the
+// log knows durable after it.
+type syncResult struct {
+	synced uint64
+	err    error
+}
+
+// run is the production loop: group commit, pipelined. While the syncer
+// goroutine fsyncs, the next publishes are decided and appended; a second
+// fsync request waits queued behind the running one, so the syncer starts
+// the next fsync as soon as the previous returns, without waiting for this
+// goroutine. An fsync covers what was appended before it started
+// (Log.SyncedSeq): replies go out only from completeSync, for the batches
+// at or below it.
 func (p *partitionRunner) run() {
 	defer p.wg.Done()
-	syncReq := make(chan *storage.Log)
-	syncDone := make(chan error)
+	// At most syncsMax requests are unanswered: neither channel blocks.
+	syncReq := make(chan *storage.Log, syncsMax)
+	syncDone := make(chan syncResult, syncsMax)
 	go func() {
 		for lg := range syncReq {
-			syncDone <- p.syncLog(lg)
+			err := p.syncLog(lg)
+			synced := lg.SyncedSeq()
+			if p.node.cfg.Mutations.AckBeforeFsync {
+				synced = lg.NextSeq() - 1
+			}
+			syncDone <- syncResult{synced: synced, err: err}
 		}
 	}()
-	var inflight, unsynced []*pendingSync
-	syncing := false
+	var pending []*pendingSync // appended, not yet answered, in seq order
+	syncs := 0                 // fsync requests not yet answered
+	requestSync := func() {
+		if len(pending) > 0 && syncs < syncsMax && p.failure == nil {
+			syncs++
+			syncReq <- p.log
+		}
+	}
+	// recoverIfFailed fails what is pending and recovers the partition after
+	// a failed append or fsync, once no fsync runs on the old log.
+	recoverIfFailed := func() {
+		if p.failure != nil && syncs == 0 {
+			if len(pending) > 0 {
+				p.failPending(p.failure, pending...)
+				pending = nil
+			}
+			p.recoverNow()
+		}
+	}
 	defer func() {
 		close(syncReq)
-		if syncing {
-			if err := <-syncDone; err == nil {
-				for _, ps := range inflight {
-					p.completeSync(ps)
-				}
-				inflight = nil
+		for ; syncs > 0; syncs-- {
+			if r := <-syncDone; r.err == nil {
+				var done []*pendingSync
+				done, pending = splitSynced(pending, r.synced)
+				p.answer(done)
 			}
 		}
 		werr := wire.Errorf(wire.CodeUnavailable, "partition is shutting down")
-		for _, ps := range append(inflight, unsynced...) {
+		for _, ps := range pending {
 			for _, a := range ps.news {
 				a.req.reply(wire.PubOK{}, werr)
 			}
@@ -267,39 +317,25 @@ func (p *partitionRunner) run() {
 		case <-p.done:
 			return
 		case <-retention.C:
-			if !syncing {
+			if syncs == 0 {
 				p.applyRetention()
 			}
-		case err := <-syncDone:
-			syncing = false
-			if err != nil {
+		case r := <-syncDone:
+			syncs--
+			if r.err != nil {
 				// The log is failed: nothing appended since is durable
-				// either. Recover only now that no fsync is running.
-				p.failPending(err, append(inflight, unsynced...)...)
-				inflight, unsynced = nil, nil
-				p.recoverNow()
-				break
+				// either.
+				if len(pending) > 0 || p.failure == nil {
+					p.failPending(r.err, pending...)
+				}
+				pending = nil
+			} else {
+				var done []*pendingSync
+				done, pending = splitSynced(pending, r.synced)
+				requestSync() // before answering: the replies overlap the disk
+				p.answer(done)
 			}
-			done := inflight
-			inflight = nil
-			if len(unsynced) > 0 && p.failure == nil {
-				// Start the next fsync before answering this one, so the
-				// replies overlap with the disk.
-				inflight, unsynced = unsynced, nil
-				syncing = true
-				syncReq <- p.log
-			}
-			records := 0
-			for _, ps := range done {
-				records += len(ps.news)
-				p.completeSync(ps)
-			}
-			p.node.metrics.commitBatch.Observe(float64(records))
-			if p.failure != nil && !syncing { // an append failed while the fsync ran
-				p.failPending(p.failure, unsynced...)
-				unsynced = nil
-				p.recoverNow()
-			}
+			recoverIfFailed()
 		case r := <-p.reqs:
 			batch = append(batch[:0], r)
 		drain:
@@ -311,25 +347,41 @@ func (p *partitionRunner) run() {
 					break drain
 				}
 			}
-			if syncing && p.failure != nil {
-				// Cannot recover while the fsync runs on the old log.
+			if syncs > 0 && p.failure != nil {
+				// Cannot recover while an fsync runs on the old log.
 				for _, r := range batch {
 					r.reply(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "partition unavailable: %v", p.failure))
 				}
 			} else if ps := p.appendBatch(batch); ps != nil {
-				unsynced = append(unsynced, ps)
-			} else if p.failure != nil && !syncing {
-				p.failPending(p.failure, unsynced...)
-				unsynced = nil
-				p.recoverNow()
+				pending = append(pending, ps)
+				requestSync()
+			} else {
+				recoverIfFailed()
 			}
 			clear(batch)
 		}
-		if !syncing && len(unsynced) > 0 {
-			inflight, unsynced = unsynced, nil
-			syncing = true
-			syncReq <- p.log
-		}
+	}
+}
+
+// splitSynced splits the pending batches (in seq order) into those at or
+// below synced, now durable, and the rest.
+func splitSynced(pending []*pendingSync, synced uint64) (done, rest []*pendingSync) {
+	n := 0
+	for n < len(pending) && pending[n].last <= synced {
+		n++
+	}
+	return pending[:n], pending[n:]
+}
+
+// answer completes durable batches in order and records the commit size.
+func (p *partitionRunner) answer(done []*pendingSync) {
+	records := 0
+	for _, ps := range done {
+		records += len(ps.news)
+		p.completeSync(ps)
+	}
+	if records > 0 {
+		p.node.metrics.commitBatch.Observe(float64(records))
 	}
 }
 
@@ -361,8 +413,8 @@ func (p *partitionRunner) appendBatch(batch []*pubReq) *pendingSync {
 			return nil
 		}
 	}
-	recs := make([]storage.Record, 0, len(batch))
-	ps := &pendingSync{news: make([]appended, 0, len(batch)), epoch: p.state.Epoch()}
+	recs := p.recsBuf[:0]
+	ps := p.newPendingSync()
 	for _, r := range batch {
 		d := p.state.Publish(r.producerID, r.producerSeq)
 		switch d.Verdict {
@@ -383,12 +435,12 @@ func (p *partitionRunner) appendBatch(batch []*pubReq) *pendingSync {
 		}
 	}
 	if len(recs) == 0 {
+		p.recycle(ps)
 		return nil
 	}
-	first, err := p.log.Append(ps.epoch, recs)
-	if err == nil && first != ps.news[0].seq {
-		err = fmt.Errorf("log assigned seq %d, kernel %d", first, ps.news[0].seq)
-	}
+	err := p.appendRecords(ps.epoch, recs, ps.news)
+	clear(recs) // Append copied them: drop the references to the payloads
+	p.recsBuf = recs[:0]
 	if err != nil {
 		p.failPending(err, ps)
 		return nil
@@ -397,15 +449,75 @@ func (p *partitionRunner) appendBatch(batch []*pubReq) *pendingSync {
 	return ps
 }
 
+// appendBytesMax bounds the estimated encoded size of one Log.Append: the
+// log keeps its encoding buffer for the next Append only up to 1 MiB, so a
+// bigger one (a batch of 64 KiB records) would allocate and grow a new
+// buffer every time.
+const (
+	appendBytesMax      = 1<<20 - 64<<10
+	recordOverheadBytes = 64 // an upper estimate of a record's encoding beyond its key and value
+)
+
+// appendRecords appends recs, decided as news, in as few Log.Appends of at
+// most appendBytesMax as it takes.
+func (p *partitionRunner) appendRecords(epoch uint64, recs []storage.Record, news []appended) error {
+	for len(recs) > 0 {
+		n, bytes := 0, 0
+		for n < len(recs) {
+			size := len(recs[n].Key) + len(recs[n].Value) + recordOverheadBytes
+			if n > 0 && bytes+size > appendBytesMax {
+				break
+			}
+			bytes += size
+			n++
+		}
+		first, err := p.log.Append(epoch, recs[:n])
+		if err == nil && first != news[0].seq {
+			err = fmt.Errorf("log assigned seq %d, kernel %d", first, news[0].seq)
+		}
+		if err != nil {
+			return err
+		}
+		recs, news = recs[n:], news[n:]
+	}
+	return nil
+}
+
+// newPendingSync returns an empty pendingSync, reusing an answered one.
+func (p *partitionRunner) newPendingSync() *pendingSync {
+	ps := &pendingSync{}
+	if n := len(p.freeSyncs); n > 0 {
+		ps, p.freeSyncs = p.freeSyncs[n-1], p.freeSyncs[:n-1]
+	}
+	ps.epoch = p.state.Epoch()
+	return ps
+}
+
+// freeSyncsMax bounds the answered pendingSyncs kept for reuse: a few are
+// pending at a time.
+const freeSyncsMax = 4
+
+// recycle keeps an answered pendingSync for reuse; nothing may refer to it.
+func (p *partitionRunner) recycle(ps *pendingSync) {
+	if len(p.freeSyncs) < freeSyncsMax {
+		clear(ps.news)
+		*ps = pendingSync{news: ps.news[:0]}
+		p.freeSyncs = append(p.freeSyncs, ps)
+	}
+}
+
 // syncLog fsyncs the partition log (and times it). Safe to run on another
 // goroutine while the partition goroutine appends.
 func (p *partitionRunner) syncLog(lg *storage.Log) error {
 	if p.node.cfg.Mutations.AckBeforeFsync {
 		return nil
 	}
+	before := lg.SyncedSeq()
 	start := p.node.cfg.NowNanos()
 	err := lg.Sync()
-	p.node.metrics.fsyncSeconds.WithLabelValues("log").Observe(float64(p.node.cfg.NowNanos()-start) / 1e9)
+	if err != nil || lg.SyncedSeq() != before { // not a request already covered
+		p.node.metrics.fsyncSeconds.WithLabelValues("log").Observe(float64(p.node.cfg.NowNanos()-start) / 1e9)
+	}
 	return err
 }
 
@@ -428,6 +540,7 @@ func (p *partitionRunner) completeSync(ps *pendingSync) {
 			delete(p.waiters, seq)
 		}
 	}
+	p.recycle(ps)
 	p.topic.notifyGroups()
 }
 
@@ -445,8 +558,7 @@ func (p *partitionRunner) commitBatch(batch []*pubReq) {
 		p.recoverNow()
 		return
 	}
-	p.node.metrics.commitBatch.Observe(float64(len(ps.news)))
-	p.completeSync(ps)
+	p.answer([]*pendingSync{ps})
 }
 
 // failPending answers the given batches with STORAGE_ERROR and marks the

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/node"
@@ -106,12 +107,23 @@ func (k protocolSink) End(err *wire.Error) { k.p.sendErr(k.corr, err) }
 
 // Handle routes one request after the handshake; it returns false when the
 // connection must close.
-func (p *Protocol) Handle(corr uint64, f wire.Frame) bool {
-	n := p.srv.node
+func (p *Protocol) Handle(corr uint64, f wire.Frame) bool { return p.handle(corr, f, nil) }
+
+// handle is Handle for a frame read into the pooled buffer buf (nil: not
+// pooled), which it releases once the frame's bytes are no longer needed.
+func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 	if err := p.authorize(f); err != nil {
+		releaseReadBuf(buf)
 		p.sendErr(corr, err)
 		return true
 	}
+	if f, ok := f.(*wire.Pub); ok {
+		p.publish(corr, f, buf)
+		return true
+	}
+	// Only PUB frames alias their buffer beyond this call.
+	defer releaseReadBuf(buf)
+	n := p.srv.node
 	switch f := f.(type) {
 	case *wire.Declare:
 		created, err := n.Declare(f.Topic)
@@ -122,18 +134,6 @@ func (p *Protocol) Handle(corr uint64, f wire.Frame) bool {
 		p.send(corr, &wire.DeclareOK{Topic: f.Topic, Created: created})
 	case *wire.Metadata:
 		p.send(corr, &wire.MetadataOK{Topics: n.Metadata(f.Topics)})
-	case *wire.Pub:
-		if err := wire.ValidateName("topic", f.Topic); err != nil {
-			p.sendErr(corr, err)
-			return true
-		}
-		n.Publish(f, func(ok wire.PubOK, err *wire.Error) {
-			if err != nil {
-				p.sendErr(corr, err)
-				return
-			}
-			p.send(corr, &ok)
-		})
 	case *wire.Pull:
 		p.pull(corr, f)
 	case *wire.Ack:
@@ -150,6 +150,30 @@ func (p *Protocol) Handle(corr uint64, f wire.Frame) bool {
 		return false
 	}
 	return true
+}
+
+// publish hands a PUB to the node. Its key, value and headers alias buf,
+// which is released when the node answers: it copies the record first.
+func (p *Protocol) publish(corr uint64, f *wire.Pub, buf *[]byte) {
+	if err := wire.ValidateName("topic", f.Topic); err != nil {
+		releaseReadBuf(buf)
+		p.sendErr(corr, err)
+		return
+	}
+	var answered atomic.Bool
+	p.srv.node.Publish(f, func(ok wire.PubOK, err *wire.Error) {
+		if answered.Swap(true) {
+			// The node answers once; a second answer must not put buf
+			// back in the pool twice (two frames would share it).
+			return
+		}
+		releaseReadBuf(buf)
+		if err != nil {
+			p.sendErr(corr, err)
+			return
+		}
+		p.send(corr, &ok)
+	})
 }
 
 // authorize checks a request against the token's permissions.

@@ -106,16 +106,35 @@ func (ss *session) serve() {
 		return
 	}
 	for {
-		corr, f, err := wire.ReadFrame(ss.r, ss.srv.cfg.FrameBytesMax)
+		buf := readBufs.Get().(*[]byte)
+		corr, f, used, err := wire.ReadFrameInto(ss.r, ss.srv.cfg.FrameBytesMax, *buf)
+		if used != nil {
+			*buf = used
+		}
 		if err != nil {
+			releaseReadBuf(buf)
 			if !ss.proto.ReadFailed(corr, err) && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				ss.srv.log.Debug("connection read failed", "remote", ss.conn.RemoteAddr(), "err", err)
 			}
 			return
 		}
-		if !ss.proto.Handle(corr, f) {
+		if !ss.proto.handle(corr, f, buf) {
 			return
 		}
+	}
+}
+
+// readBufs recycles the buffers frames are read into, so that a publish
+// allocates none: Protocol.handle releases each one when its frame is done.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// readBufKeepMax bounds the buffers kept in readBufs.
+const readBufKeepMax = 128 << 10
+
+// releaseReadBuf returns buf (nil: none) to readBufs.
+func releaseReadBuf(buf *[]byte) {
+	if buf != nil && cap(*buf) <= readBufKeepMax {
+		readBufs.Put(buf)
 	}
 }
 

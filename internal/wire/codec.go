@@ -41,25 +41,39 @@ func AppendFrame(dst []byte, corr uint64, f Frame) []byte {
 // before any allocation. The returned frame may alias a fresh buffer owned by
 // the caller; nothing is retained by this package.
 func ReadFrame(r io.Reader, frameBytesMax int) (corr uint64, f Frame, err error) {
+	corr, f, _, err = ReadFrameInto(r, frameBytesMax, nil)
+	return corr, f, err
+}
+
+// ReadFrameInto is ReadFrame reading the frame into buf when its capacity
+// suffices, else into a fresh buffer. It returns the buffer used (nil if the
+// length was refused before any read into it): the frame aliases it, so it
+// may be reused only once the frame is no longer needed.
+func ReadFrameInto(r io.Reader, frameBytesMax int, buf []byte) (corr uint64, f Frame, used []byte, err error) {
 	var lenBuf [frameHeaderBytes]byte
 	if _, err := io.ReadFull(r, lenBuf[:]); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	n := binary.BigEndian.Uint32(lenBuf[:])
 	if int64(n) > int64(frameBytesMax) {
-		return 0, nil, Errorf(CodeFrameTooLarge, "frame of %d bytes exceeds %d", n, frameBytesMax)
+		return 0, nil, nil, Errorf(CodeFrameTooLarge, "frame of %d bytes exceeds %d", n, frameBytesMax)
 	}
 	if n < frameFixedBytes {
-		return 0, nil, Errorf(CodeBadFrame, "frame of %d bytes is shorter than its header", n)
+		return 0, nil, nil, Errorf(CodeBadFrame, "frame of %d bytes is shorter than its header", n)
 	}
-	buf := make([]byte, n)
+	if uint64(cap(buf)) >= uint64(n) {
+		buf = buf[:n]
+	} else {
+		buf = make([]byte, n)
+	}
 	if _, err := io.ReadFull(r, buf); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return 0, nil, err
+		return 0, nil, buf, err
 	}
-	return DecodeFrame(buf)
+	corr, f, err = DecodeFrame(buf)
+	return corr, f, buf, err
 }
 
 // DecodeFrame decodes a frame without its length prefix (type, corr, body,
@@ -78,15 +92,38 @@ func DecodeFrame(b []byte) (corr uint64, f Frame, err error) {
 	if f == nil {
 		return corr, nil, Errorf(CodeBadFrame, "unknown frame type %d", uint8(t))
 	}
-	d := decoder{b: payload[9:]}
-	f.decodeBody(&d)
+	if derr := decodeBody(f, payload[9:]); derr != nil {
+		return corr, nil, Errorf(CodeBadFrame, "%s: %s", t, derr.Message)
+	}
+	return corr, f, nil
+}
+
+// decodeBody decodes f's body from b. The frames of the publish and
+// delivery paths are called by their type so that the decoder stays on the
+// stack: through the Frame interface it escapes, one allocation per frame.
+func decodeBody(f Frame, b []byte) *Error {
+	d := decoder{b: b}
+	switch f := f.(type) {
+	case *Pub:
+		f.decodeBody(&d)
+	case *PubOK:
+		f.decodeBody(&d)
+	case *Msg:
+		f.decodeBody(&d)
+	default:
+		hd := &decoder{b: b}
+		f.decodeBody(hd)
+		return hd.finish()
+	}
+	return d.finish()
+}
+
+// finish reports the decoder's first error, or trailing bytes.
+func (d *decoder) finish() *Error {
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}
-	if d.err != nil {
-		return corr, nil, Errorf(CodeBadFrame, "%s: %s", t, d.err.Message)
-	}
-	return corr, f, nil
+	return d.err
 }
 
 // decoder reads fields from a body, remembering the first error so decode
