@@ -56,6 +56,7 @@ it prints the action trace that leads to it and exits non-zero.`,
 	f.StringVar(&policy, "policy", "quorum", "ack policy: quorum or all")
 	f.IntVar(&cfg.Proposals, "proposals", 1, "values proposed")
 	f.IntVar(&cfg.Campaigns, "campaigns", 1, "election timeouts")
+	f.BoolVar(&cfg.PreVote, "pre-vote", false, "election timeouts start pre-vote rounds (as in production) instead of campaigning at once")
 	f.IntVar(&cfg.Heartbeats, "heartbeats", 0, "leader heartbeats")
 	f.IntVar(&cfg.Crashes, "crashes", 1, "kill -9 and restart")
 	f.IntVar(&cfg.Drops, "drops", 1, "lost messages")

@@ -19,10 +19,16 @@ import (
 // Config bounds the exploration. Every budget limits how often an action
 // kind may occur along one path.
 type Config struct {
-	Replicas   int
-	Policy     replica.AckPolicy
-	Proposals  int // values proposed
-	Campaigns  int // election timeouts
+	Replicas  int
+	Policy    replica.AckPolicy
+	Proposals int // values proposed
+	Campaigns int // election timeouts
+	// PreVote: an election timeout starts a pre-vote round, as in
+	// production (Replica.ElectionTimeout); otherwise it campaigns at once
+	// (Replica.Campaign, the forced path). Followers never tick here, so a
+	// follower that knows a leader grants a pre-vote only once its own
+	// timer fired.
+	PreVote    bool
 	Heartbeats int // leader ticks (retransmissions)
 	Crashes    int // kill -9 and restart from durable state
 	Drops      int // messages lost
@@ -40,6 +46,8 @@ type Result struct {
 	Complete  bool     // false when StatesMax stopped the search
 	Violation string   // "" when every visited state satisfied the invariants
 	Trace     []string // actions from the initial state to the violation
+	MaxEpoch  uint64   // the highest epoch some leader took office in
+	Committed int      // the most values any visited state committed
 }
 
 type node struct {
@@ -271,7 +279,12 @@ func (cfg *Config) successors(s *state) []step {
 	for i := range s.nodes {
 		i := i
 		st := s.nodes[i].k.Status()
-		if st.Role != replica.Leader {
+		if st.Role != replica.Leader && cfg.PreVote {
+			add(fmt.Sprintf("n%d times out and pre-votes", i+1), budgetCampaigns, func(t *state) string {
+				t.nodes[i].k.ElectionTimeout()
+				return cfg.process(t, i)
+			})
+		} else if st.Role != replica.Leader {
 			add(fmt.Sprintf("n%d times out and campaigns", i+1), budgetCampaigns, func(t *state) string {
 				t.nodes[i].k.Campaign()
 				return cfg.process(t, i)
@@ -347,6 +360,10 @@ func Check(cfg Config) Result {
 			continue
 		}
 		visited[k] = struct{}{}
+		if n := uint64(len(st.next.leaders)); n > 0 {
+			res.MaxEpoch = max(res.MaxEpoch, n-1)
+		}
+		res.Committed = max(res.Committed, len(st.next.committed))
 		if len(visited) >= cfg.StatesMax {
 			res.Complete = false
 			break

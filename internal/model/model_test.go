@@ -31,6 +31,19 @@ func TestExhaustiveSingleElection(t *testing.T) {
 	}
 }
 
+// TestExhaustivePreVoteElection explores every interleaving of an election
+// that goes through a pre-vote round, as a timeout does in production, with
+// a proposal and a lost message. (Two timeouts, so that two rounds race,
+// pass 3M states without finishing here.)
+func TestExhaustivePreVoteElection(t *testing.T) {
+	r := run(t, "pre-vote", Config{Replicas: 3, PreVote: true, Proposals: 1, Campaigns: 1, Drops: 1,
+		NetworkMax: 8, DepthMax: 60, StatesMax: 1_000_000})
+	if !r.Complete || r.States < 100_000 || r.MaxEpoch < 1 || r.Committed < 2 {
+		t.Fatalf("expected a complete exploration of >100k states reaching an elected leader and a committed value: %d states, complete=%v, max epoch %d, committed %d",
+			r.States, r.Complete, r.MaxEpoch, r.Committed)
+	}
+}
+
 // TestBoundedRicherConfiguration explores part of a configuration too large
 // to finish here (two elections, two proposals, a crash, loss, duplication
 // and a heartbeat): the first 200k states depth-first.

@@ -267,8 +267,8 @@ func (r *Replica) Tick() {
 	switch r.role {
 	case Follower, Candidate:
 		r.electionElapsed++
-		if r.electionElapsed >= r.electionTimeout && !r.rebuilding {
-			r.preVote()
+		if r.electionElapsed >= r.electionTimeout {
+			r.ElectionTimeout()
 		}
 	case Leader:
 		for i := range r.peers {
@@ -298,6 +298,16 @@ func (r *Replica) Tick() {
 func (r *Replica) Campaign() {
 	if r.role != Leader && !r.rebuilding {
 		r.campaign()
+	}
+}
+
+// ElectionTimeout does what the election timer does when it runs out: it
+// starts a pre-vote round (a single replica campaigns at once). Tick calls
+// it; a driver that keeps time itself (the model checker) calls it
+// directly. A leader or a rebuilding replica ignores it.
+func (r *Replica) ElectionTimeout() {
+	if r.role != Leader && !r.rebuilding {
+		r.preVote()
 	}
 }
 
