@@ -45,19 +45,11 @@ func RunReplicatedGolden(variant string) (ReplicatedGoldenResult, error) {
 	if !known {
 		return ReplicatedGoldenResult{}, fmt.Errorf("unknown replicated golden variant %q (know %s)", variant, strings.Join(ReplicatedGoldenVariants, ", "))
 	}
-	opts := GroupOptions{Seed: 1, GroupSize: 3, KeepTrace: true}
-	opts.setDefaults()
-	g := &groupSim{opts: opts, w: newWorld(opts.Seed, true), cut: map[[2]replica.NodeID]bool{},
-		acked: map[string]uint64{}, committed: map[uint64]replica.Entry{}, leaders: map[uint64]replica.NodeID{},
-		traceIO: true, acks: map[[2]replica.NodeID]uint64{}}
+	g := newGroupSim(GroupOptions{Seed: 1, GroupSize: 3, KeepTrace: true})
+	g.traceIO, g.acks = true, map[[2]replica.NodeID]uint64{}
 	res := ReplicatedGoldenResult{}
 	g.w.tracef("replicated golden %s", variant)
-	for i := 1; i <= opts.GroupSize; i++ {
-		g.nodes = append(g.nodes, &groupNode{id: replica.NodeID(i)})
-	}
-	for _, n := range g.nodes {
-		g.start(n)
-	}
+	g.startAll()
 	n1 := g.nodes[0]
 	kill := func(why string) {
 		if res.Killed {

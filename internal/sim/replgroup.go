@@ -158,17 +158,29 @@ type GroupResult struct {
 	MidWriteDeaths, Stalls, FastClocks int
 }
 
-// RunGroup runs the replication kernel of one replica group for a seed.
-func RunGroup(opts GroupOptions) GroupResult {
+// newGroupSim builds a group of opts.GroupSize replicas, not started yet,
+// with no events scheduled.
+func newGroupSim(opts GroupOptions) *groupSim {
 	opts.setDefaults()
 	g := &groupSim{opts: opts, w: newWorld(opts.Seed, opts.KeepTrace), cut: map[[2]replica.NodeID]bool{},
 		acked: map[string]uint64{}, committed: map[uint64]replica.Entry{}, leaders: map[uint64]replica.NodeID{}}
 	for i := 1; i <= opts.GroupSize; i++ {
 		g.nodes = append(g.nodes, &groupNode{id: replica.NodeID(i)})
 	}
+	return g
+}
+
+func (g *groupSim) startAll() {
 	for _, n := range g.nodes {
 		g.start(n)
 	}
+}
+
+// RunGroup runs the replication kernel of one replica group for a seed.
+func RunGroup(opts GroupOptions) GroupResult {
+	g := newGroupSim(opts)
+	g.startAll()
+	opts = g.opts
 	g.w.after(groupTickMs, g.tick)
 	g.w.after(5, g.propose)
 	if opts.Faults {

@@ -47,15 +47,8 @@ type scenarioRun struct {
 // newScenarioRun sets up what RunGroup sets up, minus the random faults
 // and with the tracking proposer.
 func newScenarioRun(o GroupOptions) *scenarioRun {
-	o.setDefaults()
-	g := &groupSim{opts: o, w: newWorld(o.Seed, o.KeepTrace), cut: map[[2]replica.NodeID]bool{},
-		acked: map[string]uint64{}, committed: map[uint64]replica.Entry{}, leaders: map[uint64]replica.NodeID{}}
-	for i := 1; i <= o.GroupSize; i++ {
-		g.nodes = append(g.nodes, &groupNode{id: replica.NodeID(i)})
-	}
-	for _, n := range g.nodes {
-		g.start(n)
-	}
+	g := newGroupSim(o)
+	g.startAll()
 	s := &scenarioRun{g: g, doomed: map[string]bool{}}
 	g.w.after(groupTickMs, g.tick)
 	g.w.after(5, s.propose)
