@@ -82,6 +82,11 @@ type outbound struct {
 	// stale frames on reconnect would only flood the peer. (Before the
 	// first connection frames queue, so a starting cluster loses nothing.)
 	up, lost atomic.Bool
+	// mu makes Send's check-and-enqueue atomic with the dial loop marking
+	// the connection lost and draining the queue; without it a frame that
+	// passed the check could land after the drain and reach the restarted
+	// peer.
+	mu sync.Mutex
 }
 
 // Listen validates cfg and starts accepting peer connections and dialing
@@ -143,24 +148,26 @@ func (t *Transport) Send(to uint32, f wire.Frame) bool {
 	if o == nil {
 		return false
 	}
-	if o.lost.Load() && !o.up.Load() {
-		t.mu.Lock()
-		o.dropped++
-		t.mu.Unlock()
-		return false
-	}
 	frame := wire.AppendFrame(nil, 0, f)
-	select {
-	case <-t.done:
-		return false
-	case o.queue <- frame:
-		return true
-	default:
+	o.mu.Lock()
+	queued := false
+	if !o.lost.Load() || o.up.Load() {
+		select {
+		case <-t.done:
+			o.mu.Unlock()
+			return false
+		case o.queue <- frame:
+			queued = true
+		default:
+		}
+	}
+	o.mu.Unlock()
+	if !queued {
 		t.mu.Lock()
 		o.dropped++
 		t.mu.Unlock()
-		return false
 	}
+	return queued
 }
 
 // Dropped reports how many frames to peer were lost to a full queue.
@@ -221,12 +228,14 @@ func (t *Transport) dialLoop(o *outbound) {
 		t.cfg.Logger.Info("peer connected", "peer", o.to, "addr", o.addr)
 		o.up.Store(true)
 		err = t.writeLoop(conn, o)
+		o.mu.Lock()
 		o.lost.Store(true)
 		o.up.Store(false)
-		conn.Close()
 		for len(o.queue) > 0 { // what was queued for the lost connection is stale
 			<-o.queue
 		}
+		o.mu.Unlock()
+		conn.Close()
 		if err == nil {
 			return // closed
 		}
