@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 )
 
 // workload names one measurement; the names are the ones in latest.json.
@@ -33,12 +34,21 @@ const (
 	systemJetStream = "jetstream"
 	// modeR1 is one replica with each broker's default durability: Nereus
 	// fsyncs before it acks, JetStream acks before it fsyncs (every 2 min).
+	// Both run in the harness process, as the issue runs JetStream.
 	modeR1 = "r1"
 	// modeR1Always is one JetStream replica with sync_interval: always.
 	modeR1Always = "r1-always"
+	// modeR1Proc is one Nereus replica in a `nereus serve` child process:
+	// what the process boundary costs, against modeR1.
+	modeR1Proc = "r1-proc"
 	// modeR3 is three Nereus processes on this machine, each topic
 	// replicated to all three (ack quorum: two fsyncs before the ack).
 	modeR3 = "r3"
+	// systemDisk/modeFsync is no broker: one 1 KiB write and fdatasync
+	// into a preallocated file, one at a time — the raw fsync the issue
+	// measures sync publish latency against, in the same run.
+	systemDisk = "disk"
+	modeFsync  = "fsync"
 )
 
 // systemSpec is a broker in one durability mode and the way to start it.
@@ -50,6 +60,8 @@ type systemSpec struct {
 	// start starts the broker with its data under dataDir and returns it
 	// ready for clients. The caller closes it.
 	start func(ctx context.Context, env *environment, dataDir string) (system, error)
+	// workloads, when set, are the only workloads the system runs.
+	workloads []workload
 }
 
 // workloadSpec is one workload at one message size.
@@ -60,10 +72,12 @@ type workloadSpec struct {
 
 // systemSpecs lists the brokers in the order they appear in the table.
 var systemSpecs = []systemSpec{
-	{System: systemNereus, Mode: modeR1, start: startNereus},
+	{System: systemNereus, Mode: modeR1, start: startNereusInProcess},
+	{System: systemNereus, Mode: modeR1Proc, start: startNereus},
 	{System: systemNereus, Mode: modeR3, start: startNereusCluster(3)},
 	{System: systemJetStream, Mode: modeR1, start: startJetStreamMode(false)},
 	{System: systemJetStream, Mode: modeR1Always, start: startJetStreamMode(true)},
+	{System: systemDisk, Mode: modeFsync, start: startDisk, workloads: []workload{workloadPubSync}},
 }
 
 // workloadSpecs lists the rows of each system, in table order.
@@ -98,6 +112,9 @@ func selectCases(systems []systemSpec, workloads []workloadSpec, only *regexp.Re
 	var cases []benchCase
 	for _, w := range workloads {
 		for _, s := range systems {
+			if s.workloads != nil && !slices.Contains(s.workloads, w.Workload) {
+				continue
+			}
 			c := benchCase{System: s.System, Mode: s.Mode, Workload: w.Workload, SizeBytes: w.SizeBytes}
 			if only == nil || only.MatchString(c.ID()) {
 				cases = append(cases, c)

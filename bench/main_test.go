@@ -3,27 +3,36 @@ package main
 import (
 	"io"
 	"regexp"
+	"slices"
 	"testing"
 )
 
 func TestSelectCases(t *testing.T) {
 	all := selectCases(systemSpecs, workloadSpecs, nil)
-	if want := len(systemSpecs) * len(workloadSpecs); len(all) != want {
+	// Five brokers run every workload; the disk anchor runs pub_sync only.
+	if want := 5*len(workloadSpecs) + 1; len(all) != want {
 		t.Fatalf("%d cases, want %d", len(all), want)
 	}
-	if all[0].ID() != "nereus/r1/pub_sync/1024" || all[1].ID() != "nereus/r3/pub_sync/1024" || all[2].ID() != "jetstream/r1/pub_sync/1024" {
-		t.Errorf("the systems of one row run back to back: %v, %v, %v", all[0].ID(), all[1].ID(), all[2].ID())
+	var first []string
+	for _, c := range all[:6] {
+		first = append(first, c.ID())
+	}
+	if want := []string{"nereus/r1/pub_sync/1024", "nereus/r1-proc/pub_sync/1024", "nereus/r3/pub_sync/1024",
+		"jetstream/r1/pub_sync/1024", "jetstream/r1-always/pub_sync/1024", "disk/fsync/pub_sync/1024"}; !slices.Equal(first, want) {
+		t.Errorf("the systems of one row run back to back: %v", first)
 	}
 	tests := []struct {
 		only string
 		want int
 	}{
-		{"pub_async", 12},
-		{"^nereus/", 12},
+		{"pub_async", 15},
+		{"^nereus/", 18},
 		{"^nereus/r3/", 6},
 		{"jetstream/r1/", 6},
 		{"r1-always/e2e", 1},
-		{"/65536$", 4},
+		{"/65536$", 5},
+		{"^disk/", 1},
+		{"pub_sync", 6},
 		{"nothing", 0},
 	}
 	for _, tt := range tests {

@@ -29,8 +29,9 @@ const (
 // nereusSystem is one `nereus serve` child process, or a cluster of them
 // on loopback, driven over TCP with the SDK.
 type nereusSystem struct {
-	procs    []*nereusProc
-	replicas int // of the topics it declares
+	addrs    []string    // client addresses
+	stops    []io.Closer // the processes (or in-process node) behind them
+	replicas int         // of the topics it declares
 	// admin is the connection used to declare topics.
 	admin *client.Client
 }
@@ -105,7 +106,17 @@ func startNereusCluster(n int) func(context.Context, *environment, string) (syst
 }
 
 func newNereusSystem(ctx context.Context, replicas int, procs ...*nereusProc) (*nereusSystem, error) {
-	s := &nereusSystem{procs: procs, replicas: replicas}
+	var addrs []string
+	var stops []io.Closer
+	for _, p := range procs {
+		addrs = append(addrs, p.addr)
+		stops = append(stops, p)
+	}
+	return newNereusSystemAt(ctx, replicas, addrs, stops...)
+}
+
+func newNereusSystemAt(ctx context.Context, replicas int, addrs []string, stops ...io.Closer) (*nereusSystem, error) {
+	s := &nereusSystem{addrs: addrs, stops: stops, replicas: replicas}
 	var err error
 	s.admin, err = s.dial(ctx, "bench-admin")
 	if err != nil {
@@ -183,11 +194,7 @@ func parseReadyAddr(line string) (string, error) {
 }
 
 func (s *nereusSystem) dial(ctx context.Context, name string) (*client.Client, error) {
-	var addrs []string
-	for _, p := range s.procs {
-		addrs = append(addrs, p.addr)
-	}
-	return client.Dial(ctx, client.Options{Servers: addrs, ClientName: name})
+	return client.Dial(ctx, client.Options{Servers: s.addrs, ClientName: name})
 }
 
 // CreateStream declares the topic, retrying while a new cluster elects its
@@ -269,7 +276,7 @@ func (s *nereusSystem) Close() error {
 		s.admin.Close()
 	}
 	var errs []error
-	for _, p := range s.procs {
+	for _, p := range s.stops {
 		errs = append(errs, p.Close())
 	}
 	return errors.Join(errs...)

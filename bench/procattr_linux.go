@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"syscall"
 	"time"
 )
@@ -23,5 +24,16 @@ func flushDirtyPages(timeout time.Duration) {
 	select {
 	case <-done:
 	case <-timer.C:
+	}
+}
+
+// dataSync is fdatasync(2), as Nereus's log uses on Linux: file data and
+// only the metadata needed to read it back.
+func dataSync(f *os.File) error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if err != syscall.EINTR {
+			return err
+		}
 	}
 }

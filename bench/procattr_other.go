@@ -3,6 +3,7 @@
 package main
 
 import (
+	"os"
 	"syscall"
 	"time"
 )
@@ -13,3 +14,6 @@ func childProcAttr() *syscall.SysProcAttr { return nil }
 
 // flushDirtyPages is a no-op where sync(2) is not available to us.
 func flushDirtyPages(time.Duration) {}
+
+// dataSync is fsync where fdatasync is not available.
+func dataSync(f *os.File) error { return f.Sync() }

@@ -6,6 +6,7 @@ import (
 	"html"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -53,8 +54,10 @@ var comparedMetrics = map[workload][]metric{
 	workloadE2E:      {metricP50, metricP99},
 }
 
-// ratioRow compares one metric of one workload row: Nereus against each
-// JetStream mode.
+// ratioRow compares one metric of one workload row: Nereus r1 (in the
+// harness process, as JetStream) against each JetStream mode, against the
+// same Nereus in a child process and with 3 replicas, and, for pub_sync
+// latencies, against one raw write + fdatasync measured in the same run.
 type ratioRow struct {
 	Workload      workload      `json:"workload"`
 	SizeBytes     int           `json:"size"`
@@ -62,10 +65,20 @@ type ratioRow struct {
 	LowerIsBetter bool          `json:"lower_is_better"`
 	Nereus        float64       `json:"nereus"`
 	Versus        []ratioVersus `json:"versus"`
-	// NereusR3 is the same metric with 3 replicas (nil when not run), and
-	// R3VersusR1 their ratio: what replication costs.
-	NereusR3   *float64 `json:"nereus_r3,omitempty"`
-	R3VersusR1 float64  `json:"r3_versus_r1,omitempty"`
+	// NereusProc is the metric of a `nereus serve` child process (nil when
+	// not run), and ProcVersusR1 its ratio to Nereus: what the process
+	// boundary costs.
+	NereusProc   *float64 `json:"nereus_r1_proc,omitempty"`
+	ProcVersusR1 float64  `json:"r1_proc_versus_r1,omitempty"`
+	// NereusR3 is the metric with 3 replicas, three child processes (nil
+	// when not run), and R3VersusProc its ratio to the one child process:
+	// what replication costs.
+	NereusR3     *float64 `json:"nereus_r3,omitempty"`
+	R3VersusProc float64  `json:"r3_versus_r1_proc,omitempty"`
+	// Disk is the same latency of the raw-disk anchor (nil when not run or
+	// not a pub_sync latency), and VersusDisk Nereus's ratio to it.
+	Disk       *float64 `json:"disk_fsync,omitempty"`
+	VersusDisk float64  `json:"versus_disk_fsync,omitempty"`
 }
 
 // ratioVersus is Nereus's value divided by one JetStream mode's value
@@ -107,10 +120,23 @@ func computeRatios(rows []row, modes []string) []ratioRow {
 		for _, m := range comparedMetrics[r.Workload] {
 			rr := ratioRow{Workload: r.Workload, SizeBytes: r.SizeBytes, Metric: m.Name,
 				LowerIsBetter: m.LowerIsBetter, Nereus: m.get(r)}
-			if r3, ok := byKey[key{systemNereus, modeR3, r.Workload, r.SizeBytes}]; ok {
-				v := m.get(r3)
+			get := func(system, mode string) (float64, bool) {
+				o, ok := byKey[key{system, mode, r.Workload, r.SizeBytes}]
+				return m.get(o), ok
+			}
+			if v, ok := get(systemNereus, modeR1Proc); ok {
+				rr.NereusProc = &v
+				rr.ProcVersusR1, _ = ratio(v, rr.Nereus)
+			}
+			if v, ok := get(systemNereus, modeR3); ok {
 				rr.NereusR3 = &v
-				rr.R3VersusR1, _ = ratio(v, rr.Nereus)
+				if rr.NereusProc != nil {
+					rr.R3VersusProc, _ = ratio(v, *rr.NereusProc)
+				}
+			}
+			if v, ok := get(systemDisk, modeFsync); ok && m.LowerIsBetter {
+				rr.Disk = &v
+				rr.VersusDisk, _ = ratio(rr.Nereus, v)
 			}
 			for _, mode := range modes {
 				js, ok := byKey[key{systemJetStream, mode, r.Workload, r.SizeBytes}]
@@ -127,13 +153,9 @@ func computeRatios(rows []row, modes []string) []ratioRow {
 	return out
 }
 
-func hasR3(rows []ratioRow) bool {
-	for _, rr := range rows {
-		if rr.NereusR3 != nil {
-			return true
-		}
-	}
-	return false
+// anyRatio reports whether some row has the comparison has picks.
+func anyRatio(rows []ratioRow, has func(ratioRow) bool) bool {
+	return slices.ContainsFunc(rows, has)
 }
 
 // formatSize prints a message size: "16 B", "1 KiB", "64 KiB".
@@ -192,7 +214,7 @@ func (rep report) markdown() string {
 	}
 	if len(rep.Ratios) > 0 {
 		b.WriteString("## Nereus ÷ JetStream\n\n")
-		b.WriteString("Nereus acks after fsync (r1). JetStream r1 acks before fsync (sync_interval 2 min); r1-always fsyncs every write.\n")
+		b.WriteString("Both run in the harness process. Nereus r1 acks after fsync. JetStream r1 acks before fsync (sync_interval 2 min); r1-always fsyncs every write.\n")
 		b.WriteString("For msgs/s a ratio above 1 means Nereus is faster; for latencies (µs) a ratio below 1 means Nereus is faster.\n\n")
 		b.WriteString("| workload | size | metric | nereus r1 |")
 		for _, mode := range modeOrder {
@@ -219,15 +241,50 @@ func (rep report) markdown() string {
 		b.WriteString("\n")
 	}
 
-	if hasR3(rep.Ratios) {
-		b.WriteString("## Replication: Nereus r3 ÷ r1\n\n")
-		b.WriteString("r3 is three Nereus processes on this same machine (and disk); a record is acked once two of them fsynced it.\n\n")
-		b.WriteString("| workload | size | metric | nereus r1 | nereus r3 | r3 ÷ r1 |\n|---|---|---|---:|---:|---:|\n")
+	if anyRatio(rep.Ratios, func(rr ratioRow) bool { return rr.Disk != nil }) {
+		b.WriteString("## Against one raw fsync\n\n")
+		b.WriteString("disk fsync is no broker: one 1 KiB write and fdatasync into a preallocated file on the same file system, one at a time.\n\n")
+		b.WriteString("| workload | size | metric | disk fsync | nereus r1 | ÷ disk | nereus r1-proc | ÷ disk | jetstream r1-always | ÷ disk |\n")
+		b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, rr := range rep.Ratios {
-			if rr.NereusR3 != nil {
-				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr),
-					formatNumber(rr.Nereus), formatNumber(*rr.NereusR3), formatRatio(rr.R3VersusR1))
+			if rr.Disk == nil {
+				continue
 			}
+			proc, procRatio := "–", "–"
+			if rr.NereusProc != nil {
+				r, _ := ratio(*rr.NereusProc, *rr.Disk)
+				proc, procRatio = formatNumber(*rr.NereusProc), formatRatio(r)
+			}
+			js, jsRatio := "–", "–"
+			for _, v := range rr.Versus {
+				if v.Mode == modeR1Always {
+					r, _ := ratio(v.JetStream, *rr.Disk)
+					js, jsRatio = formatNumber(v.JetStream), formatRatio(r)
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr),
+				formatNumber(*rr.Disk), formatNumber(rr.Nereus), formatRatio(rr.VersusDisk), proc, procRatio, js, jsRatio)
+		}
+		b.WriteString("\n")
+	}
+
+	if anyRatio(rep.Ratios, func(rr ratioRow) bool { return rr.NereusProc != nil || rr.NereusR3 != nil }) {
+		b.WriteString("## Nereus: in the harness process, in a child process, replicated\n\n")
+		b.WriteString("r1 runs in the harness process (as JetStream does), r1-proc is one `nereus serve` child process, r3 is three of them on this same machine (and disk); an r3 record is acked once two of them fsynced it.\n\n")
+		b.WriteString("| workload | size | metric | nereus r1 | nereus r1-proc | r1-proc ÷ r1 | nereus r3 | r3 ÷ r1-proc |\n|---|---|---|---:|---:|---:|---:|---:|\n")
+		for _, rr := range rep.Ratios {
+			if rr.NereusProc == nil && rr.NereusR3 == nil {
+				continue
+			}
+			proc, r3 := "–", "–"
+			if rr.NereusProc != nil {
+				proc = formatNumber(*rr.NereusProc)
+			}
+			if rr.NereusR3 != nil {
+				r3 = formatNumber(*rr.NereusR3)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr),
+				formatNumber(rr.Nereus), proc, formatRatio(rr.ProcVersusR1), r3, formatRatio(rr.R3VersusProc))
 		}
 		b.WriteString("\n")
 	}
@@ -281,9 +338,11 @@ const (
 // svgSeries are the bars of each group, in order, with their colours.
 var svgSeries = []struct{ system, mode, color string }{
 	{systemNereus, modeR1, "#2b6cb0"},
-	{systemNereus, modeR3, "#63b3ed"},
+	{systemNereus, modeR1Proc, "#4299e1"},
+	{systemNereus, modeR3, "#90cdf4"},
 	{systemJetStream, modeR1, "#dd6b20"},
 	{systemJetStream, modeR1Always, "#9c4221"},
+	{systemDisk, modeFsync, "#718096"},
 }
 
 // svg renders one group of horizontal bars per compared metric (the rows
@@ -313,8 +372,16 @@ func (rep report) svg() string {
 				if rr.NereusR3 != nil {
 					v = *rr.NereusR3
 				}
+			case s.system == systemNereus && s.mode == modeR1Proc:
+				if rr.NereusProc != nil {
+					v = *rr.NereusProc
+				}
 			case s.system == systemNereus:
 				v = rr.Nereus
+			case s.system == systemDisk:
+				if rr.Disk != nil {
+					v = *rr.Disk
+				}
 			default:
 				for _, vs := range rr.Versus {
 					if vs.Mode == s.mode {

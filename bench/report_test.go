@@ -12,16 +12,21 @@ import (
 	"testing"
 )
 
-// sampleRows are two workload rows for three systems; the e2e row has no
-// r1-always measurement, as after a failed case.
+// sampleRows are three workload rows for the systems; the e2e row has no
+// r1-always measurement, as after a failed case, and only pub_sync has the
+// disk anchor.
 func sampleRows() []row {
 	return []row{
 		{System: systemNereus, Mode: modeR1, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 50, MBPerS: 0.05, Runs: 1},
+		{System: systemNereus, Mode: modeR1Proc, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 40, MBPerS: 0.04, Runs: 1},
 		{System: systemNereus, Mode: modeR3, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 20, MBPerS: 0.02, Runs: 1},
 		{System: systemJetStream, Mode: modeR1, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 100, MBPerS: 0.1, Runs: 1},
 		{System: systemJetStream, Mode: modeR1Always, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 25, MBPerS: 0.025, Runs: 1},
 		{System: systemNereus, Mode: modeR1, Workload: workloadE2E, SizeBytes: 1024, MsgsPerS: 2000, P50Us: 900, P99Us: 4000, Runs: 1},
 		{System: systemJetStream, Mode: modeR1, Workload: workloadE2E, SizeBytes: 1024, MsgsPerS: 2000, P50Us: 300, P99Us: 1000, Runs: 1},
+		{System: systemNereus, Mode: modeR1, Workload: workloadPubSync, SizeBytes: 1024, MsgsPerS: 3000, P50Us: 300, P99Us: 720, Runs: 1},
+		{System: systemJetStream, Mode: modeR1Always, Workload: workloadPubSync, SizeBytes: 1024, MsgsPerS: 2500, P50Us: 400, P99Us: 900, Runs: 1},
+		{System: systemDisk, Mode: modeFsync, Workload: workloadPubSync, SizeBytes: 1024, MsgsPerS: 5000, P50Us: 200, P99Us: 400, Runs: 1},
 	}
 }
 
@@ -55,6 +60,9 @@ func TestComputeRatios(t *testing.T) {
 		{workloadPubAsync, "msgs_per_s", modeR1Always, 2},
 		{workloadE2E, "p50_us", modeR1, 3},
 		{workloadE2E, "p99_us", modeR1, 4},
+		{workloadPubSync, "msgs_per_s", modeR1Always, 1.2},
+		{workloadPubSync, "p50_us", modeR1Always, 0.75},
+		{workloadPubSync, "p99_us", modeR1Always, 0.8},
 	}
 	if len(flattened) != len(want) {
 		t.Fatalf("got %+v, want %+v", flattened, want)
@@ -64,8 +72,15 @@ func TestComputeRatios(t *testing.T) {
 			t.Errorf("ratio %d = %+v, want %+v", i, flattened[i], want[i])
 		}
 	}
-	if got[0].NereusR3 == nil || *got[0].NereusR3 != 20 || got[0].R3VersusR1 != 0.4 || got[1].NereusR3 != nil {
+	if got[0].NereusR3 == nil || *got[0].NereusR3 != 20 || got[0].R3VersusProc != 0.5 || got[1].NereusR3 != nil {
 		t.Errorf("r3 comparison: %+v / %+v", got[0], got[1])
+	}
+	if got[0].NereusProc == nil || *got[0].NereusProc != 40 || got[0].ProcVersusR1 != 0.8 || got[1].NereusProc != nil {
+		t.Errorf("child-process comparison: %+v / %+v", got[0], got[1])
+	}
+	// The disk anchor compares latencies only, and only where it ran.
+	if got[3].Disk != nil || got[4].Disk == nil || *got[4].Disk != 200 || got[4].VersusDisk != 1.5 || got[5].VersusDisk != 1.8 || got[1].Disk != nil {
+		t.Errorf("disk comparison: %+v / %+v / %+v", got[3], got[4], got[5])
 	}
 	if !got[1].LowerIsBetter || got[0].LowerIsBetter {
 		t.Errorf("latency ratios are lower-is-better, throughput ones are not: %+v", got)
@@ -81,7 +96,8 @@ func TestMarkdown(t *testing.T) {
 		"| e2e | 1 KiB | p50 µs | 900 | 300 | 3.00× | – | – |",
 		"| nereus | r1 | e2e | 1 KiB | 2000 | – | 900 | 4000 | – | 0 | 0.00 | 1 |",
 		"- jetstream/r1-always/e2e/1024: boom",
-		"| pub_async | 1 KiB | msgs/s | 50.0 | 20.0 | 0.40× |",
+		"| pub_async | 1 KiB | msgs/s | 50.0 | 40.0 | 0.80× | 20.0 | 0.50× |",
+		"| pub_sync | 1 KiB | p50 µs | 200 | 300 | 1.50× | – | – | 400 | 2.00× |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
@@ -119,8 +135,9 @@ func TestSVGIsWellFormedWithOneBarPerValue(t *testing.T) {
 			rects++
 		}
 	}
-	// background + 4 legend swatches + bars: pub_async 4, e2e p50 2, e2e p99 2.
-	if want := 1 + 4 + 8; rects != want {
+	// background + 6 legend swatches + bars: pub_async 5, e2e p50 2,
+	// e2e p99 2, pub_sync msgs/s 2, p50 3 (with the disk), p99 3.
+	if want := 1 + 6 + 17; rects != want {
 		t.Errorf("%d rects, want %d", rects, want)
 	}
 	// The largest bar of a group spans the full width.
@@ -147,7 +164,7 @@ func TestJSONHasTheDocumentedFields(t *testing.T) {
 			t.Errorf("machine lacks %q: %v", k, doc.Machine)
 		}
 	}
-	if len(doc.Rows) != 6 {
+	if len(doc.Rows) != 10 {
 		t.Fatalf("%d rows", len(doc.Rows))
 	}
 	for _, k := range []string{"system", "mode", "workload", "size", "msgs_per_s", "p50_us", "p99_us"} {
@@ -155,11 +172,14 @@ func TestJSONHasTheDocumentedFields(t *testing.T) {
 			t.Errorf("row lacks %q: %v", k, doc.Rows[0])
 		}
 	}
-	if doc.Rows[4]["workload"] != "e2e" || doc.Rows[4]["p99_us"] != 4000.0 || doc.Rows[0]["p50_us"] != 0.0 {
-		t.Errorf("row values: %v / %v", doc.Rows[4], doc.Rows[0])
+	if doc.Rows[5]["workload"] != "e2e" || doc.Rows[5]["p99_us"] != 4000.0 || doc.Rows[0]["p50_us"] != 0.0 {
+		t.Errorf("row values: %v / %v", doc.Rows[5], doc.Rows[0])
 	}
-	if len(doc.Ratios) != 3 {
-		t.Errorf("%d ratio rows, want 3", len(doc.Ratios))
+	if len(doc.Ratios) != 6 {
+		t.Errorf("%d ratio rows, want 6", len(doc.Ratios))
+	}
+	if doc.Ratios[4]["versus_disk_fsync"] != 1.5 || doc.Ratios[0]["r1_proc_versus_r1"] != 0.8 || doc.Ratios[0]["r3_versus_r1_proc"] != 0.5 {
+		t.Errorf("ratio fields: %v / %v", doc.Ratios[4], doc.Ratios[0])
 	}
 }
 
