@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ type pubReq struct {
 	producerID  uint64
 	producerSeq uint64
 	reply       PubReply
+	corker      Corker // of reply's connection, or nil
 }
 
 type dupWaiter struct {
@@ -55,6 +57,15 @@ type partitionRunner struct {
 	state   *partition.State
 	failure error // set when the log could not be reopened; PUBs fail fast
 	waiters map[uint64][]dupWaiter
+	// pending are the appended batches not yet acknowledged, in seq order.
+	// run appends to it; acknowledgeThrough takes what an fsync made
+	// durable, under ackMu, on run or on the syncer.
+	pendingMu sync.Mutex
+	pending   []*pendingSync
+	ackMu     sync.Mutex
+	// corked is acknowledge's scratch list of the connections it corked
+	// (under ackMu, or in manual mode).
+	corked []Corker
 	// Reused by appendBatch: the records of one Append, and answered
 	// pendingSyncs (their news slices), so a batch allocates neither.
 	recsBuf   []storage.Record
@@ -245,9 +256,12 @@ func (p *partitionRunner) step(nowMs int64) bool {
 const syncsMax = 2
 
 // syncResult is the outcome of one fsync request of run: the last seq the
-// log knows durable after it.
+// log knows durable after it and, when the syncer acknowledged them itself
+// (acked), the batches it acknowledged (run settles them).
 type syncResult struct {
 	synced uint64
+	acked  bool
+	done   []*pendingSync
 	err    error
 }
 
@@ -256,8 +270,10 @@ type syncResult struct {
 // fsync request waits queued behind the running one, so the syncer starts
 // the next fsync as soon as the previous returns, without waiting for this
 // goroutine. An fsync covers what was appended before it started
-// (Log.SyncedSeq): replies go out only from completeSync, for the batches
-// at or below it.
+// (Log.SyncedSeq). The syncer itself acknowledges the batches at or below
+// it, on the goroutine the fsync returned on (a handoff costs the ack a
+// goroutine wakeup, tens of µs on a 2-vCPU VM); this goroutine then
+// settles them (the kernel's commit point, waiting duplicates).
 func (p *partitionRunner) run() {
 	defer p.wg.Done()
 	// At most syncsMax requests are unanswered: neither channel blocks.
@@ -270,13 +286,32 @@ func (p *partitionRunner) run() {
 			if p.node.cfg.Mutations.AckBeforeFsync {
 				synced = lg.NextSeq() - 1
 			}
-			syncDone <- syncResult{synced: synced, err: err}
+			r := syncResult{synced: synced, err: err}
+			if err == nil && len(syncReq) == 0 {
+				// Nothing queued behind this fsync: acknowledge here, on
+				// the goroutine the fsync returned on, as a handoff to run
+				// would cost each ack a goroutine wakeup. With an fsync
+				// queued, start it first and let run acknowledge.
+				r.acked, r.done = true, p.acknowledgeThrough(synced, true)
+			}
+			syncDone <- r
 		}
 	}()
-	var pending []*pendingSync // appended, not yet answered, in seq order
-	syncs := 0                 // fsync requests not yet answered
+	syncs := 0 // fsync requests not yet answered
+	hasPending := func() bool {
+		p.pendingMu.Lock()
+		defer p.pendingMu.Unlock()
+		return len(p.pending) > 0
+	}
+	takePending := func() []*pendingSync {
+		p.pendingMu.Lock()
+		defer p.pendingMu.Unlock()
+		pending := p.pending
+		p.pending = nil
+		return pending
+	}
 	requestSync := func() {
-		if len(pending) > 0 && syncs < syncsMax && p.failure == nil {
+		if syncs < syncsMax && p.failure == nil && hasPending() {
 			syncs++
 			syncReq <- p.log
 		}
@@ -285,9 +320,8 @@ func (p *partitionRunner) run() {
 	// a failed append or fsync, once no fsync runs on the old log.
 	recoverIfFailed := func() {
 		if p.failure != nil && syncs == 0 {
-			if len(pending) > 0 {
+			if pending := takePending(); len(pending) > 0 {
 				p.failPending(p.failure, pending...)
-				pending = nil
 			}
 			p.recoverNow()
 		}
@@ -296,13 +330,14 @@ func (p *partitionRunner) run() {
 		close(syncReq)
 		for ; syncs > 0; syncs-- {
 			if r := <-syncDone; r.err == nil {
-				var done []*pendingSync
-				done, pending = splitSynced(pending, r.synced)
-				p.answer(done)
+				if !r.acked {
+					r.done = p.acknowledgeThrough(r.synced, false)
+				}
+				p.settle(r.done)
 			}
 		}
 		werr := wire.Errorf(wire.CodeUnavailable, "partition is shutting down")
-		for _, ps := range pending {
+		for _, ps := range takePending() {
 			for _, a := range ps.news {
 				a.req.reply(wire.PubOK{}, werr)
 			}
@@ -325,15 +360,15 @@ func (p *partitionRunner) run() {
 			if r.err != nil {
 				// The log is failed: nothing appended since is durable
 				// either.
-				if len(pending) > 0 || p.failure == nil {
+				if pending := takePending(); len(pending) > 0 || p.failure == nil {
 					p.failPending(r.err, pending...)
 				}
-				pending = nil
 			} else {
-				var done []*pendingSync
-				done, pending = splitSynced(pending, r.synced)
-				requestSync() // before answering: the replies overlap the disk
-				p.answer(done)
+				requestSync() // before acknowledging: the next fsync overlaps it
+				if !r.acked {
+					r.done = p.acknowledgeThrough(r.synced, false)
+				}
+				p.settle(r.done)
 			}
 			recoverIfFailed()
 		case r := <-p.reqs:
@@ -353,7 +388,9 @@ func (p *partitionRunner) run() {
 					r.reply(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "partition unavailable: %v", p.failure))
 				}
 			} else if ps := p.appendBatch(batch); ps != nil {
-				pending = append(pending, ps)
+				p.pendingMu.Lock()
+				p.pending = append(p.pending, ps)
+				p.pendingMu.Unlock()
 				requestSync()
 			} else {
 				recoverIfFailed()
@@ -373,15 +410,89 @@ func splitSynced(pending []*pendingSync, synced uint64) (done, rest []*pendingSy
 	return pending[:n], pending[n:]
 }
 
-// answer completes durable batches in order and records the commit size.
+// answer completes durable batches in order (manual mode, on the
+// partition's goroutine).
 func (p *partitionRunner) answer(done []*pendingSync) {
+	p.acknowledge(done, false)
+	p.settle(done)
+}
+
+// acknowledgeThrough takes the pending batches at or below synced and
+// acknowledges them, in order with any other acknowledgment (run and the
+// syncer both call it), and returns them for run to settle. corked is
+// acknowledge's.
+func (p *partitionRunner) acknowledgeThrough(synced uint64, corked bool) []*pendingSync {
+	p.ackMu.Lock()
+	defer p.ackMu.Unlock()
+	p.pendingMu.Lock()
+	done, rest := splitSynced(p.pending, synced)
+	p.pending = rest
+	p.pendingMu.Unlock()
+	p.acknowledge(done, corked)
+	return done
+}
+
+// acknowledge makes durable batches visible and answers their publishes:
+// PUB_OK is sent only here, after the fsync covering the records returned
+// successfully. It may run on the syncer goroutine: it touches only the
+// batches, which run no longer changes, and what is safe for concurrent use;
+// ackMu (or manual mode) keeps one acknowledgment at a time. With corked,
+// each connection's PUB_OKs leave in one write made here (the syncer, when
+// nothing else waits for it: the ack's latency); else connections write
+// them on their own goroutines (run, whose next appends must not wait for
+// socket writes: throughput).
+func (p *partitionRunner) acknowledge(done []*pendingSync, corked bool) {
+	if len(done) == 0 {
+		return
+	}
+	m := p.node.metrics
+	corkers := p.corked[:0]
+	for _, ps := range done {
+		for _, a := range ps.news {
+			if c := a.req.corker; corked && c != nil && len(corkers) < corkedMax && !slices.Contains(corkers, c) {
+				c.Cork()
+				corkers = append(corkers, c)
+			}
+		}
+	}
 	records := 0
 	for _, ps := range done {
+		p.commitSeq.Store(ps.last)
+		m.publishes.WithLabelValues(p.topic.cfg.Name).Add(float64(len(ps.news)))
+		m.publishBytes.WithLabelValues(p.topic.cfg.Name).Add(float64(ps.bytes))
+		for _, a := range ps.news {
+			a.req.reply(wire.PubOK{Partition: p.id, Seq: a.seq, Epoch: ps.epoch}, nil)
+		}
 		records += len(ps.news)
-		p.completeSync(ps)
 	}
-	if records > 0 {
-		p.node.metrics.commitBatch.Observe(float64(records))
+	for _, c := range corkers {
+		c.Uncork()
+	}
+	clear(corkers)
+	p.corked = corkers[:0]
+	m.commitBatch.Observe(float64(records))
+	p.topic.notifyGroups()
+}
+
+// corkedMax bounds the connections acknowledge corks for one burst (and
+// its linear search among them); the replies of others go out uncorked.
+const corkedMax = 16
+
+// settle brings the kernel up to acknowledged batches, on the partition's
+// goroutine: the commit point, duplicates that waited for it, and the
+// batches' reuse.
+func (p *partitionRunner) settle(done []*pendingSync) {
+	for _, ps := range done {
+		p.state.Committed(ps.last)
+		for seq, ws := range p.waiters {
+			if seq <= ps.last {
+				for _, w := range ws {
+					w.reply(wire.PubOK{Partition: p.id, Seq: seq, Epoch: w.epoch, Duplicate: true}, nil)
+				}
+				delete(p.waiters, seq)
+			}
+		}
+		p.recycle(ps)
 	}
 }
 
@@ -519,29 +630,6 @@ func (p *partitionRunner) syncLog(lg *storage.Log) error {
 		p.node.metrics.fsyncSeconds.WithLabelValues("log").Observe(float64(p.node.cfg.NowNanos()-start) / 1e9)
 	}
 	return err
-}
-
-// completeSync makes a synced batch visible and answers it: PUB_OK is sent
-// only here, after the fsync covering the records returned successfully.
-func (p *partitionRunner) completeSync(ps *pendingSync) {
-	m := p.node.metrics
-	p.state.Committed(ps.last)
-	p.commitSeq.Store(ps.last)
-	m.publishes.WithLabelValues(p.topic.cfg.Name).Add(float64(len(ps.news)))
-	m.publishBytes.WithLabelValues(p.topic.cfg.Name).Add(float64(ps.bytes))
-	for _, a := range ps.news {
-		a.req.reply(wire.PubOK{Partition: p.id, Seq: a.seq, Epoch: ps.epoch}, nil)
-	}
-	for seq, ws := range p.waiters {
-		if seq <= ps.last {
-			for _, w := range ws {
-				w.reply(wire.PubOK{Partition: p.id, Seq: seq, Epoch: w.epoch, Duplicate: true}, nil)
-			}
-			delete(p.waiters, seq)
-		}
-	}
-	p.recycle(ps)
-	p.topic.notifyGroups()
 }
 
 // commitBatch is the unpipelined path (manual mode): append, fsync, answer.

@@ -12,7 +12,19 @@ import (
 // to be called exactly once: with PUB_OK after the record is durable and
 // visible, or with an error. It blocks only while the partition's queue is
 // full. The frame's byte slices must stay valid until reply is called.
-func (n *Node) Publish(pub *wire.Pub, reply PubReply) {
+func (n *Node) Publish(pub *wire.Pub, reply PubReply) { n.PublishCorked(pub, reply, nil) }
+
+// Corker is a connection that can hold its replies back and send a burst
+// of them at once: between Cork and Uncork, replies are only queued.
+type Corker interface {
+	Cork()
+	Uncork()
+}
+
+// PublishCorked is Publish for a reply that goes out on c (nil: none): the
+// node corks c around a burst of PUB_OKs it sends from one goroutine, so
+// that the burst leaves in one write, made on that goroutine.
+func (n *Node) PublishCorked(pub *wire.Pub, reply PubReply, c Corker) {
 	t, err := n.topic(pub.Topic)
 	if err != nil {
 		reply(wire.PubOK{}, asWire(err))
@@ -52,7 +64,7 @@ func (n *Node) Publish(pub *wire.Pub, reply PubReply) {
 	t.partitions[part].enqueue(&pubReq{
 		rec: storage.Record{TimestampMs: ts, Key: pub.Key, Value: pub.Value, Headers: headers,
 			ProducerID: pub.ProducerID, ProducerSeq: pub.ProducerSeq},
-		producerID: pub.ProducerID, producerSeq: pub.ProducerSeq, reply: reply,
+		producerID: pub.ProducerID, producerSeq: pub.ProducerSeq, reply: reply, corker: c,
 	})
 }
 

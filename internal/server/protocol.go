@@ -18,6 +18,7 @@ import (
 type Protocol struct {
 	srv    *Server
 	send   func(corr uint64, f wire.Frame)
+	corker node.Corker // of the connection send writes to; nil: none
 	remote string
 	subs   map[subKey]*node.Subscription
 	perms  perms // of the token HELLO presented
@@ -161,7 +162,7 @@ func (p *Protocol) publish(corr uint64, f *wire.Pub, buf *[]byte) {
 		return
 	}
 	var answered atomic.Bool
-	p.srv.node.Publish(f, func(ok wire.PubOK, err *wire.Error) {
+	p.srv.node.PublishCorked(f, func(ok wire.PubOK, err *wire.Error) {
 		if answered.Swap(true) {
 			// The node answers once; a second answer must not put buf
 			// back in the pool twice (two frames would share it).
@@ -173,7 +174,7 @@ func (p *Protocol) publish(corr uint64, f *wire.Pub, buf *[]byte) {
 			return
 		}
 		p.send(corr, &ok)
-	})
+	}, p.corker)
 }
 
 // authorize checks a request against the token's permissions.

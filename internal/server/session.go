@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -14,7 +15,9 @@ import (
 // session is one client connection. The reader goroutine (serve) decodes
 // and routes requests; replies and deliveries from any goroutine are encoded
 // straight into the pending buffer, which the writer goroutine writes out in
-// one syscall per batch.
+// one syscall per batch. A burst of PUB_OKs is corked instead (node.Corker)
+// and written by the goroutine that sent it, when it uncorks and the writer
+// is idle: on a 2-vCPU VM waking the writer costs an ack tens of µs.
 type session struct {
 	srv  *Server
 	conn net.Conn
@@ -22,10 +25,15 @@ type session struct {
 
 	proto *Protocol // owned by serve
 
-	outMu      sync.Mutex
-	outCond    *sync.Cond
-	pending    []byte // encoded frames not yet written
-	closing    bool   // write what is pending, then close
+	outMu   sync.Mutex
+	outCond *sync.Cond
+	pending []byte // encoded frames not yet written
+	closing bool   // write what is pending, then close
+	writing bool   // the writer or an uncorking goroutine is writing to conn
+	corks   int    // Cork calls not yet uncorked: send only queues
+	spare   []byte // a written buffer, for pending to reuse after an inline write
+	// raw writes inline without blocking; nil unless conn is plain TCP.
+	raw        syscall.RawConn
 	writerDone chan struct{}
 }
 
@@ -33,6 +41,10 @@ func newSession(s *Server, conn net.Conn) *session {
 	ss := &session{srv: s, conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writerDone: make(chan struct{})}
 	ss.outCond = sync.NewCond(&ss.outMu)
 	ss.proto = s.NewProtocol(ss.send, conn.RemoteAddr().String())
+	ss.proto.corker = ss
+	if tc, ok := conn.(*net.TCPConn); ok {
+		ss.raw, _ = tc.SyscallConn()
+	}
 	return ss
 }
 
@@ -51,8 +63,75 @@ func (ss *session) send(corr uint64, f wire.Frame) {
 		ss.closing = true
 		ss.conn.Close()
 	}
-	ss.outCond.Signal()
+	if ss.corks == 0 {
+		ss.outCond.Signal()
+	}
 }
+
+// Cork holds what send queues until the matching Uncork.
+func (ss *session) Cork() {
+	ss.outMu.Lock()
+	ss.corks++
+	ss.outMu.Unlock()
+}
+
+// Uncork ends a Cork. The last one writes what is pending: on this
+// goroutine when nobody is writing (one non-blocking write; the writer
+// takes what the socket does not), else through the writer.
+func (ss *session) Uncork() {
+	ss.outMu.Lock()
+	defer ss.outMu.Unlock()
+	ss.corks--
+	if ss.corks > 0 || len(ss.pending) == 0 {
+		return
+	}
+	if ss.raw != nil && !ss.writing && !ss.closing {
+		ss.writeInlineLocked()
+	}
+	if len(ss.pending) > 0 || ss.closing {
+		ss.outCond.Signal()
+	}
+}
+
+// writeInlineLocked writes pending with one non-blocking write and keeps
+// what the socket did not take at the head of pending. Caller holds outMu,
+// which is released during the write; writing keeps the writer out.
+func (ss *session) writeInlineLocked() {
+	buf := ss.pending
+	ss.pending, ss.spare = ss.spare[:0], nil
+	ss.writing = true
+	ss.outMu.Unlock()
+	if testHookInlineWrite != nil {
+		testHookInlineWrite()
+	}
+	var n int
+	var werr error
+	rerr := ss.raw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = syscall.Write(int(fd), buf)
+			if werr != syscall.EINTR {
+				return true // done either way: never wait for the socket here
+			}
+		}
+	})
+	ss.outMu.Lock()
+	ss.writing = false
+	switch {
+	case rerr != nil || (werr != nil && werr != syscall.EAGAIN):
+		ss.closing = true
+		ss.pending = nil
+		ss.conn.Close()
+	case n < len(buf):
+		n = max(n, 0)
+		ss.pending = append(buf[n:len(buf):len(buf)], ss.pending...) // the unsent bytes go first
+	default:
+		ss.spare = buf[:0]
+	}
+}
+
+// testHookInlineWrite, when set by a test, runs in writeInlineLocked
+// while outMu is released, before the write.
+var testHookInlineWrite func()
 
 // closeAfterFlush writes what is queued, then closes the connection.
 func (ss *session) closeAfterFlush() {
@@ -67,7 +146,7 @@ func (ss *session) writer() {
 	var spare []byte
 	for {
 		ss.outMu.Lock()
-		for len(ss.pending) == 0 && !ss.closing {
+		for ss.writing || (len(ss.pending) == 0 || ss.corks > 0) && !ss.closing {
 			ss.outCond.Wait()
 		}
 		if len(ss.pending) == 0 {
@@ -77,16 +156,20 @@ func (ss *session) writer() {
 		}
 		buf := ss.pending
 		ss.pending = spare[:0]
+		ss.writing = true
 		ss.outMu.Unlock()
 		ss.conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		if _, err := ss.conn.Write(buf); err != nil {
-			ss.outMu.Lock()
+		_, err := ss.conn.Write(buf)
+		ss.outMu.Lock()
+		ss.writing = false
+		if err != nil {
 			ss.closing = true
 			ss.pending = nil
 			ss.outMu.Unlock()
 			ss.conn.Close()
 			return
 		}
+		ss.outMu.Unlock()
 		if cap(buf) <= 4<<20 {
 			spare = buf
 		} else {
