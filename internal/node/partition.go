@@ -297,11 +297,20 @@ func (p *partitionRunner) run() {
 			syncDone <- r
 		}
 	}()
-	syncs := 0 // fsync requests not yet answered
-	hasPending := func() bool {
+	syncs := 0 // fsync requests whose result this goroutine has not yet had
+	// requested is the last seq appended when the latest fsync request was
+	// made: that request covers it. A request is needed only for what was
+	// appended since (the syncer may have acknowledged a request's batches
+	// before this goroutine hears of it, and a publish that followed that
+	// acknowledgment must not make a second request for the same batch).
+	var requested uint64
+	lastPending := func() uint64 {
 		p.pendingMu.Lock()
 		defer p.pendingMu.Unlock()
-		return len(p.pending) > 0
+		if len(p.pending) == 0 {
+			return 0
+		}
+		return p.pending[len(p.pending)-1].last
 	}
 	takePending := func() []*pendingSync {
 		p.pendingMu.Lock()
@@ -311,8 +320,9 @@ func (p *partitionRunner) run() {
 		return pending
 	}
 	requestSync := func() {
-		if syncs < syncsMax && p.failure == nil && hasPending() {
+		if last := lastPending(); syncs < syncsMax && p.failure == nil && last > requested {
 			syncs++
+			requested = last
 			syncReq <- p.log
 		}
 	}
@@ -324,6 +334,7 @@ func (p *partitionRunner) run() {
 				p.failPending(p.failure, pending...)
 			}
 			p.recoverNow()
+			requested = 0 // the reopened log may reuse the failed seqs
 		}
 	}
 	defer func() {
