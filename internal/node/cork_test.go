@@ -1,11 +1,15 @@
 package node
 
 import (
+	"io"
+	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -61,5 +65,55 @@ func TestIdlePartitionAcknowledgesCorked(t *testing.T) {
 	// A publish without a corker is answered as before.
 	if _, err := h.publish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("y")}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A duplicate that waits for its original's commit is answered when the
+// syncer acknowledges the original by itself: the syncer wakes the
+// partition goroutine when duplicates wait, instead of leaving the result
+// for whenever it next wakes (here: never, as nothing else happens and
+// retention runs once an hour).
+func TestDuplicateWaitingForAnIdleAckIsAnswered(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{}, 1)
+	var holding atomic.Bool
+	fsys := heldSyncFS{FS: vfs.NewMem(), hold: func(string) {
+		if holding.CompareAndSwap(true, false) {
+			entered <- struct{}{}
+			<-release
+		}
+	}}
+	n, err := Open(Config{DataDir: "/data", FS: fsys, RetentionCheckMs: 3_600_000,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if _, err := n.Declare(wire.TopicConfig{Name: "t", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	holding.Store(true)
+	pub := &wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: 1, Value: []byte("v")}
+	type res struct {
+		ok  wire.PubOK
+		err *wire.Error
+	}
+	first, dup := make(chan res, 1), make(chan res, 1)
+	n.Publish(pub, func(ok wire.PubOK, err *wire.Error) { first <- res{ok, err} })
+	<-entered // the original's fsync is running
+	n.Publish(pub, func(ok wire.PubOK, err *wire.Error) { dup <- res{ok, err} })
+	// The duplicate reaches the partition goroutine and waits: give it the
+	// time to, as nothing observable says it has.
+	time.Sleep(50 * time.Millisecond)
+	release <- struct{}{}
+	var got [2]res
+	for i, ch := range []chan res{first, dup} {
+		select {
+		case got[i] = <-ch:
+		case <-time.After(waitMax):
+			t.Fatalf("publish %d not answered", i)
+		}
+	}
+	if got[0].err != nil || got[1].err != nil || !got[1].ok.Duplicate || got[1].ok.Seq != got[0].ok.Seq {
+		t.Fatalf("original %+v, duplicate %+v", got[0], got[1])
 	}
 }

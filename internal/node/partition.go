@@ -66,6 +66,15 @@ type partitionRunner struct {
 	// corked is acknowledge's scratch list of the connections it corked
 	// (under ackMu, or in manual mode).
 	corked []Corker
+	// acked holds the results of fsyncs the syncer acknowledged itself,
+	// for run to settle when it next wakes: waking it for each would cost
+	// the next ack the same goroutine wakeup the syncer saved. The syncer
+	// wakes run (ackedWake) only when run must act: duplicates wait
+	// (runWaits), or something was appended that no fsync request covers.
+	ackedMu   sync.Mutex
+	acked     []syncResult
+	runWaits  bool          // under ackedMu: p.waiters is not empty
+	ackedWake chan struct{} // capacity 1
 	// Reused by appendBatch: the records of one Append, and answered
 	// pendingSyncs (their news slices), so a batch allocates neither.
 	recsBuf   []storage.Record
@@ -92,6 +101,8 @@ func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
 		reqs:    make(chan *pubReq, n.cfg.PublishQueueMax),
 		done:    make(chan struct{}),
 		waiters: map[uint64][]dupWaiter{},
+
+		ackedWake: make(chan struct{}, 1),
 	}
 	if n.cluster != nil {
 		return p, p.openReplicated()
@@ -256,11 +267,10 @@ func (p *partitionRunner) step(nowMs int64) bool {
 const syncsMax = 2
 
 // syncResult is the outcome of one fsync request of run: the last seq the
-// log knows durable after it and, when the syncer acknowledged them itself
-// (acked), the batches it acknowledged (run settles them).
+// log knows durable after it and, when the syncer acknowledged them itself,
+// the batches it acknowledged (run settles them).
 type syncResult struct {
 	synced uint64
-	acked  bool
 	done   []*pendingSync
 	err    error
 }
@@ -270,16 +280,19 @@ type syncResult struct {
 // fsync request waits queued behind the running one, so the syncer starts
 // the next fsync as soon as the previous returns, without waiting for this
 // goroutine. An fsync covers what was appended before it started
-// (Log.SyncedSeq). The syncer itself acknowledges the batches at or below
-// it, on the goroutine the fsync returned on (a handoff costs the ack a
-// goroutine wakeup, tens of µs on a 2-vCPU VM); this goroutine then
-// settles them (the kernel's commit point, waiting duplicates).
+// (Log.SyncedSeq). When no other request is queued behind an fsync, the
+// syncer itself acknowledges the batches at or below it, on the goroutine
+// the fsync returned on, and leaves the result for this goroutine to settle
+// (the kernel's commit point, waiting duplicates) when it next wakes: on a
+// 2-vCPU VM each goroutine wakeup on the ack's path costs tens of µs.
 func (p *partitionRunner) run() {
 	defer p.wg.Done()
 	// At most syncsMax requests are unanswered: neither channel blocks.
 	syncReq := make(chan *storage.Log, syncsMax)
 	syncDone := make(chan syncResult, syncsMax)
+	syncerExited := make(chan struct{})
 	go func() {
+		defer close(syncerExited)
 		for lg := range syncReq {
 			err := p.syncLog(lg)
 			synced := lg.SyncedSeq()
@@ -287,14 +300,17 @@ func (p *partitionRunner) run() {
 				synced = lg.NextSeq() - 1
 			}
 			r := syncResult{synced: synced, err: err}
-			if err == nil && len(syncReq) == 0 {
-				// Nothing queued behind this fsync: acknowledge here, on
-				// the goroutine the fsync returned on, as a handoff to run
-				// would cost each ack a goroutine wakeup. With an fsync
-				// queued, start it first and let run acknowledge.
-				r.acked, r.done = true, p.acknowledgeThrough(synced, true)
+			if err != nil || len(syncReq) > 0 {
+				// With an fsync queued, start it first and let run
+				// acknowledge; a failure is run's to handle.
+				syncDone <- r
+				continue
 			}
-			syncDone <- r
+			// Nothing queued behind this fsync: acknowledge here, on the
+			// goroutine the fsync returned on (a handoff to run would cost
+			// the ack a goroutine wakeup), and leave the result for run.
+			r.done = p.acknowledgeThrough(synced, true)
+			p.leaveAcked(r)
 		}
 	}()
 	syncs := 0 // fsync requests whose result this goroutine has not yet had
@@ -319,7 +335,30 @@ func (p *partitionRunner) run() {
 		p.pending = nil
 		return pending
 	}
+	// takeAcked settles what the syncer acknowledged by itself, and tells
+	// it whether duplicates wait (so that it wakes this goroutine when it
+	// acknowledges). Every decision that depends on syncs or on the
+	// kernel's commit point follows a call; so does adding waiters, which
+	// closes the race with leaveAcked: under ackedMu either the syncer sees
+	// runWaits or this goroutine sees the result.
+	takeAcked := func() {
+		for {
+			p.ackedMu.Lock()
+			acked := p.acked
+			p.acked = nil
+			p.runWaits = len(p.waiters) > 0
+			p.ackedMu.Unlock()
+			if len(acked) == 0 {
+				return
+			}
+			for _, r := range acked {
+				syncs--
+				p.settle(r.done)
+			}
+		}
+	}
 	requestSync := func() {
+		takeAcked()
 		if last := lastPending(); syncs < syncsMax && p.failure == nil && last > requested {
 			syncs++
 			requested = last
@@ -329,6 +368,7 @@ func (p *partitionRunner) run() {
 	// recoverIfFailed fails what is pending and recovers the partition after
 	// a failed append or fsync, once no fsync runs on the old log.
 	recoverIfFailed := func() {
+		takeAcked()
 		if p.failure != nil && syncs == 0 {
 			if pending := takePending(); len(pending) > 0 {
 				p.failPending(p.failure, pending...)
@@ -339,14 +379,13 @@ func (p *partitionRunner) run() {
 	}
 	defer func() {
 		close(syncReq)
-		for ; syncs > 0; syncs-- {
+		<-syncerExited // every result is now in syncDone or acked
+		for ; len(syncDone) > 0; syncs-- {
 			if r := <-syncDone; r.err == nil {
-				if !r.acked {
-					r.done = p.acknowledgeThrough(r.synced, false)
-				}
-				p.settle(r.done)
+				p.settle(p.acknowledgeThrough(r.synced, false))
 			}
 		}
+		takeAcked()
 		werr := wire.Errorf(wire.CodeUnavailable, "partition is shutting down")
 		for _, ps := range takePending() {
 			for _, a := range ps.news {
@@ -362,7 +401,11 @@ func (p *partitionRunner) run() {
 		select {
 		case <-p.done:
 			return
+		case <-p.ackedWake:
+			takeAcked()
+			requestSync()
 		case <-retention.C:
+			takeAcked()
 			if syncs == 0 {
 				p.applyRetention()
 			}
@@ -376,13 +419,11 @@ func (p *partitionRunner) run() {
 				}
 			} else {
 				requestSync() // before acknowledging: the next fsync overlaps it
-				if !r.acked {
-					r.done = p.acknowledgeThrough(r.synced, false)
-				}
-				p.settle(r.done)
+				p.settle(p.acknowledgeThrough(r.synced, false))
 			}
 			recoverIfFailed()
 		case r := <-p.reqs:
+			takeAcked() // the kernel's commit point for the duplicates below
 			batch = append(batch[:0], r)
 		drain:
 			for len(batch) < cap(batch) {
@@ -407,6 +448,30 @@ func (p *partitionRunner) run() {
 				recoverIfFailed()
 			}
 			clear(batch)
+			takeAcked() // appendBatch may have added waiters
+		}
+	}
+}
+
+// leaveAcked hands run the result of an fsync the syncer acknowledged,
+// waking run only when it must act now: duplicates wait for a commit, or a
+// batch is pending that no fsync request may cover (run declined to make
+// one while this fsync ran). Otherwise run settles the result when it next
+// wakes for its own reasons.
+func (p *partitionRunner) leaveAcked(r syncResult) {
+	p.ackedMu.Lock()
+	p.acked = append(p.acked, r)
+	wake := p.runWaits
+	p.ackedMu.Unlock()
+	if !wake {
+		p.pendingMu.Lock()
+		wake = len(p.pending) > 0
+		p.pendingMu.Unlock()
+	}
+	if wake {
+		select {
+		case p.ackedWake <- struct{}{}:
+		default:
 		}
 	}
 }
