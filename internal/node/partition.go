@@ -309,8 +309,12 @@ func (p *partitionRunner) run() {
 			// Nothing queued behind this fsync: acknowledge here, on the
 			// goroutine the fsync returned on (a handoff to run would cost
 			// the ack a goroutine wakeup), and leave the result for run.
-			r.done = p.acknowledgeThrough(synced, true)
-			p.leaveAcked(r)
+			// The write of the corked replies goes last: it wakes the
+			// publisher's reader, which the kernel may place on this CPU.
+			p.acknowledgeThrough(synced, true, func(done []*pendingSync) {
+				r.done = done
+				p.leaveAcked(r)
+			})
 		}
 	}()
 	syncs := 0 // fsync requests whose result this goroutine has not yet had
@@ -382,7 +386,7 @@ func (p *partitionRunner) run() {
 		<-syncerExited // every result is now in syncDone or acked
 		for ; len(syncDone) > 0; syncs-- {
 			if r := <-syncDone; r.err == nil {
-				p.settle(p.acknowledgeThrough(r.synced, false))
+				p.settle(p.acknowledgeThrough(r.synced, false, nil))
 			}
 		}
 		takeAcked()
@@ -419,7 +423,7 @@ func (p *partitionRunner) run() {
 				}
 			} else {
 				requestSync() // before acknowledging: the next fsync overlaps it
-				p.settle(p.acknowledgeThrough(r.synced, false))
+				p.settle(p.acknowledgeThrough(r.synced, false, nil))
 			}
 			recoverIfFailed()
 		case r := <-p.reqs:
@@ -489,22 +493,22 @@ func splitSynced(pending []*pendingSync, synced uint64) (done, rest []*pendingSy
 // answer completes durable batches in order (manual mode, on the
 // partition's goroutine).
 func (p *partitionRunner) answer(done []*pendingSync) {
-	p.acknowledge(done, false)
+	p.acknowledge(done, false, nil)
 	p.settle(done)
 }
 
 // acknowledgeThrough takes the pending batches at or below synced and
 // acknowledges them, in order with any other acknowledgment (run and the
-// syncer both call it), and returns them for run to settle. corked is
-// acknowledge's.
-func (p *partitionRunner) acknowledgeThrough(synced uint64, corked bool) []*pendingSync {
+// syncer both call it), and returns them for run to settle. corked and
+// beforeUncork are acknowledge's.
+func (p *partitionRunner) acknowledgeThrough(synced uint64, corked bool, beforeUncork func([]*pendingSync)) []*pendingSync {
 	p.ackMu.Lock()
 	defer p.ackMu.Unlock()
 	p.pendingMu.Lock()
 	done, rest := splitSynced(p.pending, synced)
 	p.pending = rest
 	p.pendingMu.Unlock()
-	p.acknowledge(done, corked)
+	p.acknowledge(done, corked, beforeUncork)
 	return done
 }
 
@@ -516,9 +520,13 @@ func (p *partitionRunner) acknowledgeThrough(synced uint64, corked bool) []*pend
 // each connection's PUB_OKs leave in one write made here (the syncer, when
 // nothing else waits for it: the ack's latency); else connections write
 // them on their own goroutines (run, whose next appends must not wait for
-// socket writes: throughput).
-func (p *partitionRunner) acknowledge(done []*pendingSync, corked bool) {
+// socket writes: throughput). beforeUncork, when set, gets done after the
+// replies are made and before the connections are uncorked.
+func (p *partitionRunner) acknowledge(done []*pendingSync, corked bool, beforeUncork func([]*pendingSync)) {
 	if len(done) == 0 {
+		if beforeUncork != nil {
+			beforeUncork(done)
+		}
 		return
 	}
 	m := p.node.metrics
@@ -541,13 +549,16 @@ func (p *partitionRunner) acknowledge(done []*pendingSync, corked bool) {
 		}
 		records += len(ps.news)
 	}
+	m.commitBatch.Observe(float64(records))
+	p.topic.notifyGroups()
+	if beforeUncork != nil {
+		beforeUncork(done)
+	}
 	for _, c := range corkers {
 		c.Uncork()
 	}
 	clear(corkers)
 	p.corked = corkers[:0]
-	m.commitBatch.Observe(float64(records))
-	p.topic.notifyGroups()
 }
 
 // corkedMax bounds the connections acknowledge corks for one burst (and
