@@ -38,14 +38,29 @@ func TestRetentionCompactsEveryMember(t *testing.T) {
 	for _, id := range g.members {
 		g.waitCommit(id, last)
 	}
-	waitFor(t, "every member compacts", func() bool {
+	compacted := func() bool {
 		for _, id := range g.members {
 			if g.member(id).ReadLog().StartSeq() <= 1 || g.member(id).Status().SnapSeq == 0 {
 				return false
 			}
 		}
 		return true
-	})
+	}
+	// A slow machine can make this slow (elections under CPU starvation);
+	// on a timeout, say where each member stands.
+	deadline := time.Now().Add(30 * time.Second)
+	for !compacted() {
+		if time.Now().After(deadline) {
+			var b strings.Builder
+			for _, id := range g.members {
+				st := g.member(id).Status()
+				fmt.Fprintf(&b, "\n  n%d: role %v epoch %d commit %d durable %d last %d snap %d start %d rebuilding %v peers %+v",
+					id, st.Role, st.Hard.Promised, st.CommitSeq, st.Durable, st.Last, st.SnapSeq, g.member(id).ReadLog().StartSeq(), st.Rebuilding, st.Peers)
+			}
+			t.Fatalf("timed out waiting until every member compacts:%s", b.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	ref := g.values(g.leader().Status().ID)
 	for _, id := range g.members {
 		got := g.values(id)
