@@ -1,8 +1,6 @@
 package node
 
 import (
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -82,15 +80,7 @@ func TestDuplicateWaitingForAnIdleAckIsAnswered(t *testing.T) {
 			<-release
 		}
 	}}
-	n, err := Open(Config{DataDir: "/data", FS: fsys, RetentionCheckMs: 3_600_000,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	if _, err := n.Declare(wire.TopicConfig{Name: "t", Partitions: 1}); err != nil {
-		t.Fatal(err)
-	}
+	n := openWithTopic(t, Config{DataDir: "/data", FS: fsys, RetentionCheckMs: 3_600_000})
 	holding.Store(true)
 	pub := &wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: 1, Value: []byte("v")}
 	type res struct {

@@ -463,6 +463,22 @@ func (f heldSyncFile) Sync() error {
 	return f.File.Sync()
 }
 
+// openWithTopic opens a node with cfg (and a quiet logger), closed when
+// the test ends, with the one-partition topic "t" declared.
+func openWithTopic(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	if _, err := n.Declare(wire.TopicConfig{Name: "t", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestPipelinedFsyncAnswersOnlyWhatItCovered holds each fsync of the
 // partition log until the test releases it: a publish appended while an
 // fsync runs is answered only after an fsync that started after it
@@ -478,14 +494,7 @@ func TestPipelinedFsyncAnswersOnlyWhatItCovered(t *testing.T) {
 			<-release
 		}
 	}}
-	n, err := Open(Config{DataDir: "/data", FS: fsys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	if _, err := n.Declare(wire.TopicConfig{Name: "t", Partitions: 1}); err != nil {
-		t.Fatal(err)
-	}
+	n := openWithTopic(t, Config{DataDir: "/data", FS: fsys})
 	holding.Store(true)
 	defer func() {
 		holding.Store(false)
