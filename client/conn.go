@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -18,28 +19,6 @@ import (
 // goroutine and must not block.
 type replyHandler func(f wire.Frame, err error)
 
-// outbound is one encoded frame waiting for the writer; buf, when set, is
-// the pooled buffer holding b, recycled once the writer has copied it.
-type outbound struct {
-	b   []byte
-	buf *[]byte
-}
-
-// frameBufs recycles encoded frames so that a publish allocates no frame
-// buffer (a 1 KiB publish used to allocate and grow one per message).
-var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
-
-// frameBufKeepMax bounds the buffers kept in frameBufs.
-const frameBufKeepMax = 128 << 10
-
-// release returns the frame's buffer to frameBufs. b must not be used after.
-func (ob outbound) release() {
-	if ob.buf != nil && cap(ob.b) <= frameBufKeepMax {
-		*ob.buf = ob.b[:0]
-		frameBufs.Put(ob.buf)
-	}
-}
-
 // conn is one authenticated connection. It is safe for concurrent use.
 // Lifecycle: reader and writer goroutines start after HELLO; the first of
 // them to fail calls fail, which closes the socket; the reader then fails
@@ -49,11 +28,27 @@ type conn struct {
 	nc            net.Conn
 	addr          string
 	nodeID        string
-	frameBytesMax int // outgoing bound, from HELLO_OK
-	out           chan outbound
+	frameBytesMax int           // outgoing bound, from HELLO_OK
 	done          chan struct{} // closed by the reader on exit
 	closing       chan struct{} // closed by fail
 	failOnce      sync.Once
+
+	// Outgoing frames are encoded straight into outBuf, in order. Whoever
+	// finds nobody writing may write it out: the writer goroutine (kicked
+	// when outBuf stops being empty), or, on plain TCP, a sender with one
+	// non-blocking write once outBuf holds inlineWriteBytes, or before it
+	// waits for a reply or a window slot (flush). On a 2-vCPU VM the writer
+	// goroutine, woken by a sender that goes on running, often starts only
+	// when that sender blocks, hundreds of µs later: a publisher's burst
+	// then reached the broker all at once, after the last message.
+	outMu   sync.Mutex
+	outBuf  []byte          // encoded frames not yet written
+	spare   []byte          // a written buffer for outBuf to reuse
+	writing bool            // a goroutine is writing to nc; only one may
+	drained chan struct{}   // closed when outBuf is next taken (senders waiting for room)
+	kick    chan struct{}   // capacity 1: wakes the writer goroutine
+	raw     syscall.RawConn // nil unless plain TCP: no inline writes
+	inline  inlineWrite     // guarded by writing
 
 	mu       sync.Mutex
 	err      error                   // why the conn failed; set once by fail
@@ -143,13 +138,17 @@ func dialConn(ctx context.Context, addr string, opts *Options) (*conn, error) {
 		addr:          addr,
 		nodeID:        ok.NodeID,
 		frameBytesMax: frameMax,
-		out:           make(chan outbound, outQueueFramesMax),
+		kick:          make(chan struct{}, 1),
 		done:          make(chan struct{}),
 		closing:       make(chan struct{}),
 		nextCorr:      1, // 1 was the HELLO
 		pending:       make(map[uint64]replyHandler),
 		streams:       make(map[uint64]replyHandler),
 		subs:          make(map[subKey]*connSub),
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		c.raw, _ = tc.SyscallConn()
+		c.inline.fn = c.inline.write
 	}
 	go c.readLoop(br, opts.FrameBytesMax)
 	go c.writeLoop()
@@ -201,7 +200,7 @@ func (c *conn) readLoop(br *bufio.Reader, frameBytesMax int) {
 		buf = nil
 		switch f.(type) {
 		case *wire.PubOK, *wire.AckOK: // no byte fields: nothing aliases used
-			if cap(used) <= frameBufKeepMax {
+			if cap(used) <= readBufKeepMax {
 				buf = used
 			}
 		}
@@ -244,85 +243,225 @@ func (c *conn) dispatch(corr uint64, f wire.Frame) {
 	h(f, nil)
 }
 
-// writeLoop copies queued frames into one buffer and writes it out when
-// the queue runs empty: one syscall per burst of frames.
+// writeLoop writes outBuf whenever it is kicked and nobody else is
+// writing: one blocking write per batch of frames.
 func (c *conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, ioBufferBytes)
 	for {
-		var ob outbound
 		select {
-		case ob = <-c.out: // while frames are queued, no two-way select
-		default:
-			if err := bw.Flush(); err != nil {
+		case <-c.kick:
+		case <-c.closing:
+			return
+		}
+		for {
+			c.outMu.Lock()
+			if c.writing || len(c.outBuf) == 0 {
+				// An inline writer kicks again if it leaves bytes behind.
+				c.outMu.Unlock()
+				break
+			}
+			buf := c.takeLocked()
+			c.outMu.Unlock()
+			_, err := c.nc.Write(buf)
+			c.wroteLocking(buf)
+			if err != nil {
 				c.fail(err)
 				return
 			}
-			select {
-			case ob = <-c.out:
-			case <-c.closing:
-				return
-			}
-		}
-		_, err := bw.Write(ob.b)
-		ob.release()
-		if err != nil {
-			c.fail(err)
-			return
 		}
 	}
 }
 
-// encode builds the frame bytes in a pooled buffer, enforcing the broker's
-// frame bound.
-func (c *conn) encode(corr uint64, f wire.Frame) (outbound, error) {
-	buf := frameBufs.Get().(*[]byte)
-	ob := outbound{b: wire.AppendFrame((*buf)[:0], corr, f), buf: buf}
-	if n := len(ob.b) - 4; n > c.frameBytesMax {
-		ob.release()
-		return outbound{}, fmt.Errorf("nereus: %s of %d bytes exceeds the broker's frame limit %d: %w",
+// takeLocked hands outBuf to a writer, which must call wroteLocking after.
+// Caller holds outMu.
+func (c *conn) takeLocked() []byte {
+	buf := c.outBuf
+	c.outBuf, c.spare = c.spare[:0], nil
+	c.writing = true
+	if c.drained != nil {
+		close(c.drained)
+		c.drained = nil
+	}
+	return buf
+}
+
+// wroteLocking ends a write of buf begun with takeLocked.
+func (c *conn) wroteLocking(buf []byte) {
+	c.outMu.Lock()
+	c.writing = false
+	if cap(buf) <= outBufKeepMax {
+		c.spare = buf[:0]
+	}
+	c.outMu.Unlock()
+}
+
+// outBufKeepMax and readBufKeepMax bound the buffers kept for reuse.
+const (
+	outBufKeepMax  = 1 << 20
+	readBufKeepMax = 128 << 10
+)
+
+// writeInlineLocked writes outBuf with one non-blocking write on the
+// calling goroutine, puts what the socket did not take back at the head of
+// outBuf and kicks the writer for it. Caller holds outMu, released during
+// the write, and has checked that raw is set and nobody is writing.
+func (c *conn) writeInlineLocked() {
+	buf := c.takeLocked()
+	c.outMu.Unlock()
+	if testHookInlineWrite != nil {
+		testHookInlineWrite(c)
+	}
+	w := &c.inline
+	w.buf = buf
+	rerr := c.raw.Write(w.fn)
+	n, werr := w.n, w.err
+	w.buf = nil
+	c.outMu.Lock()
+	c.writing = false
+	switch {
+	case rerr != nil || (werr != nil && werr != syscall.EAGAIN):
+		err := rerr
+		if err == nil {
+			err = werr
+		}
+		c.outMu.Unlock()
+		c.fail(err)
+		c.outMu.Lock()
+		return
+	case n < len(buf):
+		c.outBuf = append(buf[max(n, 0):len(buf):len(buf)], c.outBuf...) // the unsent bytes go first
+	default:
+		if cap(buf) <= outBufKeepMax {
+			c.spare = buf[:0]
+		}
+	}
+	if len(c.outBuf) > 0 {
+		c.wakeWriter()
+	}
+}
+
+// testHookInlineWrite, when set by a test, runs in writeInlineLocked
+// while outMu is released, before the write.
+var testHookInlineWrite func(*conn)
+
+// inlineWrite is the one non-blocking write of writeInlineLocked, kept in
+// the conn (writing makes it exclusive) so that a write allocates nothing.
+type inlineWrite struct {
+	buf []byte
+	n   int
+	err error
+	fn  func(fd uintptr) bool // write, bound once
+}
+
+func (w *inlineWrite) write(fd uintptr) bool {
+	for {
+		w.n, w.err = syscall.Write(int(fd), w.buf)
+		if w.err != syscall.EINTR {
+			return true // done either way: never wait for the socket here
+		}
+	}
+}
+
+func (c *conn) wakeWriter() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flush writes what is queued on this goroutine, if nobody is writing (else
+// that writer takes it). Senders call it before they wait for replies.
+func (c *conn) flush() {
+	c.outMu.Lock()
+	if c.raw != nil && !c.writing && len(c.outBuf) > 0 {
+		c.writeInlineLocked()
+	}
+	c.outMu.Unlock()
+}
+
+// inlineWriteBytes is how much a sender lets queue before it writes it out
+// itself (plain TCP, nobody writing): a burst reaches the broker as it is
+// made, not after its last frame.
+const inlineWriteBytes = 64 << 10
+
+// enqueue encodes f with correlation id corr at the end of outBuf. While
+// outBuf holds outQueueBytesMax or more it first waits for the writer to
+// take it, up to timeout or ctx (nil: no context).
+func (c *conn) enqueue(ctx context.Context, timeout time.Duration, corr uint64, f wire.Frame) error {
+	c.outMu.Lock()
+	for len(c.outBuf) >= outQueueBytesMax {
+		if c.drained == nil {
+			c.drained = make(chan struct{})
+		}
+		drained := c.drained
+		c.outMu.Unlock()
+		if err := c.waitDrained(ctx, timeout, drained); err != nil {
+			return err
+		}
+		c.outMu.Lock()
+	}
+	if c.isDead() {
+		c.outMu.Unlock()
+		return c.failure()
+	}
+	start := len(c.outBuf)
+	c.outBuf = wire.AppendFrame(c.outBuf, corr, f)
+	if n := len(c.outBuf) - start - 4; n > c.frameBytesMax {
+		c.outBuf = c.outBuf[:start]
+		c.outMu.Unlock()
+		return fmt.Errorf("nereus: %s of %d bytes exceeds the broker's frame limit %d: %w",
 			f.Type(), n, c.frameBytesMax, wire.ErrFrameTooLarge)
 	}
-	return ob, nil
+	switch {
+	case c.writing:
+		// The writer takes it when its write returns.
+	case c.raw != nil && len(c.outBuf) >= inlineWriteBytes:
+		c.writeInlineLocked()
+	case start == 0:
+		c.wakeWriter()
+	}
+	c.outMu.Unlock()
+	return nil
 }
 
-// enqueue hands an encoded frame to the writer, blocking while the bounded
-// queue is full.
-func (c *conn) enqueue(ctx context.Context, ob outbound) error {
+// waitDrained waits for drained, the connection's failure, ctx or timeout.
+func (c *conn) waitDrained(ctx context.Context, timeout time.Duration, drained chan struct{}) error {
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
 	select {
-	case c.out <- ob:
+	case <-drained:
 		return nil
 	case <-c.closing:
 		return c.failure()
-	case <-ctx.Done():
+	case <-done:
 		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("nereus: no room to send for %v: %w", timeout, context.DeadlineExceeded)
 	}
+}
+
+// requestWithin is request with the wait for room bounded by d instead of
+// a context: the hot publish path, which must not allocate a context per
+// message.
+func (c *conn) requestWithin(d time.Duration, f wire.Frame, h replyHandler) (uint64, error) {
+	return c.requestWith(nil, d, f, h)
 }
 
 // request sends f with a fresh correlation id and registers h for its one
 // reply. If it returns an error, h is never called.
-// requestWithin is request with the enqueue bounded by d instead of a
-// context: the hot publish path, which must not allocate a context and a
-// timer per message (they are made only when the writer queue is full).
-func (c *conn) requestWithin(d time.Duration, f wire.Frame, h replyHandler) (uint64, error) {
-	return c.requestWith(func(ob outbound) error {
-		select {
-		case c.out <- ob:
-			return nil
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		return c.enqueue(ctx, ob)
-	}, f, h)
+func (c *conn) request(ctx context.Context, f wire.Frame, h replyHandler) (uint64, error) {
+	return c.requestWith(ctx, noTimeout, f, h)
 }
 
-func (c *conn) request(ctx context.Context, f wire.Frame, h replyHandler) (uint64, error) {
-	return c.requestWith(func(ob outbound) error { return c.enqueue(ctx, ob) }, f, h)
-}
+// noTimeout bounds waits that a context bounds instead.
+const noTimeout = 24 * time.Hour
 
 // requestWith registers h under a fresh correlation id, then encodes and
 // enqueues f: one lock per request, and no reply can precede the frame.
-func (c *conn) requestWith(enqueue func(outbound) error, f wire.Frame, h replyHandler) (uint64, error) {
+func (c *conn) requestWith(ctx context.Context, timeout time.Duration, f wire.Frame, h replyHandler) (uint64, error) {
 	c.mu.Lock()
 	if c.dead || c.isDead() {
 		c.mu.Unlock()
@@ -332,11 +471,7 @@ func (c *conn) requestWith(enqueue func(outbound) error, f wire.Frame, h replyHa
 	corr := c.nextCorr
 	c.pending[corr] = h
 	c.mu.Unlock()
-	ob, err := c.encode(corr, f)
-	if err == nil {
-		err = enqueue(ob)
-	}
-	if err != nil {
+	if err := c.enqueue(ctx, timeout, corr, f); err != nil {
 		if c.forget(corr) {
 			return 0, err
 		}
@@ -369,6 +504,7 @@ func (c *conn) roundTrip(ctx context.Context, f wire.Frame) (wire.Frame, error) 
 	if err != nil {
 		return nil, err
 	}
+	c.flush()
 	select {
 	case r := <-ch:
 		return r.f, r.err
@@ -380,11 +516,7 @@ func (c *conn) roundTrip(ctx context.Context, f wire.Frame) (wire.Frame, error) 
 
 // send writes f with correlation id corr and registers nothing (PULL).
 func (c *conn) send(ctx context.Context, corr uint64, f wire.Frame) error {
-	ob, err := c.encode(corr, f)
-	if err != nil {
-		return err
-	}
-	return c.enqueue(ctx, ob)
+	return c.enqueue(ctx, noTimeout, corr, f)
 }
 
 // attachSub attaches owner to the (topic, group) subscription of this conn,

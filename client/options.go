@@ -21,7 +21,7 @@ const (
 
 // Internal bounds of a connection.
 const (
-	outQueueFramesMax = 1024     // frames waiting for the writer goroutine
+	outQueueBytesMax  = 4 << 20  // encoded frames waiting to be written; senders wait past it
 	ioBufferBytes     = 64 << 10 // bufio sizes of reader and writer
 	reconnectDelayMin = 50 * time.Millisecond
 	reconnectDelayMax = 2 * time.Second

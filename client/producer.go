@@ -79,6 +79,9 @@ type Producer struct {
 	opts       ProducerOptions
 	rr         atomic.Uint32 // round-robin partition counter
 	routed     atomic.Bool   // the first handover asked for the topic's leaders
+	// sentOn is the connection of the latest send, flushed before the
+	// producer waits (conn.flush).
+	sentOn atomic.Pointer[conn]
 
 	window      chan struct{}   // one token per message handed over and not completed
 	completions chan completion // capacity MaxInFlight: never blocks a sender
@@ -198,6 +201,7 @@ func (p *Producer) Publish(ctx context.Context, m Message) (PublishResult, error
 	if err != nil {
 		return PublishResult{}, err
 	}
+	p.flush()
 	select {
 	case r := <-ch:
 		return r.res, r.err
@@ -230,6 +234,7 @@ func (p *Producer) handOver(ctx context.Context, m Message, ctxBoundsDelivery bo
 	select {
 	case p.window <- struct{}{}: // a free slot: skip the three-way select
 	default:
+		p.flush() // what was sent so far must leave before this waits
 		select {
 		case p.window <- struct{}{}:
 		case <-ctx.Done():
@@ -390,11 +395,21 @@ func (p *Producer) beginAttemptLocked(req *pubRequest, cn *conn, now time.Time) 
 // request sends attempt number attempt of req on cn. Caller holds sendMu,
 // not mu.
 func (p *Producer) request(req *pubRequest, cn *conn, attempt int) {
+	if p.sentOn.Load() != cn {
+		p.sentOn.Store(cn)
+	}
 	// A deadline on the enqueue only: the bounded writer queue could be
 	// full of a dying connection's frames.
 	if _, err := cn.requestWithin(p.client.opts.RequestTimeout, &req.pub, func(f wire.Frame, err error) { p.onReply(req, attempt, f, err) }); err != nil {
 		// request failed before the frame was queued: it never left.
 		p.requeue(req, attempt, err, false)
+	}
+}
+
+// flush writes out what the latest send queued, unless a writer is at it.
+func (p *Producer) flush() {
+	if cn := p.sentOn.Load(); cn != nil {
+		cn.flush()
 	}
 }
 

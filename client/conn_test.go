@@ -1,0 +1,180 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// rawPeer is the broker end of a conn under test: it answers HELLO, then
+// reads nothing until the test reads from r.
+type rawPeer struct {
+	nc net.Conn
+	r  *bufio.Reader
+}
+
+// dialRawPeer returns a conn to an in-test peer that has only answered its
+// HELLO, and that peer.
+func dialRawPeer(t *testing.T) (*conn, *rawPeer) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	peers := make(chan *rawPeer, 1)
+	go func() {
+		nc, err := lis.Accept()
+		if err != nil {
+			peers <- nil
+			return
+		}
+		p := &rawPeer{nc: nc, r: bufio.NewReader(nc)}
+		corr, _, err := wire.ReadFrame(p.r, wire.DefaultFrameBytesMax)
+		if err == nil {
+			_, err = nc.Write(wire.AppendFrame(nil, corr, &wire.HelloOK{Version: wire.VersionMax, NodeID: "n1", FrameBytesMax: wire.DefaultFrameBytesMax}))
+		}
+		if err != nil {
+			nc.Close()
+			peers <- nil
+			return
+		}
+		peers <- p
+	}()
+	opts, err := Options{Servers: []string{lis.Addr().String()}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dialConn(context.Background(), lis.Addr().String(), &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	p := <-peers
+	if p == nil {
+		t.Fatal("the peer failed the handshake")
+	}
+	t.Cleanup(func() { p.nc.Close() })
+	if c.raw == nil {
+		t.Fatal("a plain TCP conn has no raw connection to write inline")
+	}
+	return c, p
+}
+
+// readPubs reads len(corrs) frames from p: each must be the PUB with the
+// next correlation id of corrs, that id as its producer seq, and value.
+func (p *rawPeer) readPubs(t *testing.T, corrs []uint64, value []byte) {
+	t.Helper()
+	p.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i, want := range corrs {
+		corr, f, err := wire.ReadFrame(p.r, wire.DefaultFrameBytesMax)
+		if err != nil {
+			t.Fatalf("frame %d of %d: %v", i+1, len(corrs), err)
+		}
+		pub, ok := f.(*wire.Pub)
+		if !ok || corr != want || pub.ProducerSeq != want || !bytes.Equal(pub.Value, value) {
+			t.Fatalf("frame %d of %d arrived as corr %d, want %d (%T)", i+1, len(corrs), corr, want, f)
+		}
+	}
+}
+
+// span returns from, from+1, ..., to.
+func span(from, to uint64) []uint64 {
+	var s []uint64
+	for i := from; i <= to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+func TestInlineWriteLeavesWhatTheSocketRefusesAheadOfLaterFrames(t *testing.T) {
+	c, peer := dialRawPeer(t)
+	// A small send buffer and a peer not yet reading: an inline write
+	// cannot take a 64 KiB burst.
+	c.nc.(*net.TCPConn).SetWriteBuffer(4 << 10)
+	value := bytes.Repeat([]byte("v"), 1024)
+	pub := func(i uint64) *wire.Pub {
+		return &wire.Pub{Topic: "t", Partition: 0, ProducerID: 1, ProducerSeq: i, Value: value}
+	}
+	// A frame queued during an inline write goes after every byte of the
+	// burst being written, whatever part of it the socket refuses, and
+	// before the frames queued after it.
+	const frames, hooked = 200, 1000
+	var burst uint64 // frames in the burst when the hook ran
+	var i uint64
+	testHookInlineWrite = func(c *conn) {
+		if burst == 0 {
+			burst = i
+			if err := c.send(context.Background(), hooked, pub(hooked)); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer func() { testHookInlineWrite = nil }()
+	for i = 1; i <= frames; i++ {
+		if err := c.send(context.Background(), i, pub(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testHookInlineWrite = nil
+	if burst == 0 {
+		t.Fatal("no inline write: 200 KiB queued without the sender writing")
+	}
+	c.outMu.Lock()
+	left := len(c.outBuf) > 0 || c.writing
+	c.outMu.Unlock()
+	if !left {
+		t.Fatal("the socket took every frame without a reader: the partial write is not exercised")
+	}
+	want := append(append(span(1, burst), hooked), span(burst+1, frames)...)
+	peer.readPubs(t, want, value)
+}
+
+func TestFlushWritesQueuedFramesOnTheCallersGoroutine(t *testing.T) {
+	c, peer := dialRawPeer(t)
+	value := []byte("v")
+	// Hold the writer goroutine off: with a kick pending it would write.
+	c.outMu.Lock()
+	c.outBuf = wire.AppendFrame(c.outBuf, 1, &wire.Pub{Topic: "t", ProducerID: 1, ProducerSeq: 1, Value: value})
+	c.outMu.Unlock()
+	c.flush()
+	c.outMu.Lock()
+	left := len(c.outBuf)
+	c.outMu.Unlock()
+	if left != 0 {
+		t.Fatalf("flush left %d bytes queued", left)
+	}
+	peer.readPubs(t, []uint64{1}, value)
+}
+
+func TestSendWaitsForRoomThenTimesOut(t *testing.T) {
+	c, peer := dialRawPeer(t)
+	value := bytes.Repeat([]byte("v"), 16<<10)
+	pub := &wire.Pub{Topic: "t", ProducerID: 1, Value: value}
+	// Nobody reads: past the socket buffers and outQueueBytesMax a send
+	// must wait for room and give up at its bound, not queue forever.
+	limit := uint64(outQueueBytesMax/len(value) + 2048)
+	var i uint64
+	var err error
+	for i = 1; i <= limit; i++ {
+		pub.ProducerSeq = i + 1 // its corr: 1 was the HELLO
+		if _, err = c.requestWithin(20*time.Millisecond, pub, func(wire.Frame, error) {}); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("after %d sends of 16 KiB without a reader: %v", i-1, err)
+	}
+	if c.isDead() {
+		t.Fatal("a send that found no room failed the connection")
+	}
+	// Once the peer reads, everything queued arrives, in order (corr 1
+	// was the HELLO).
+	peer.readPubs(t, span(2, i), value)
+}
