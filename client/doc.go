@@ -7,8 +7,11 @@
 // A Client owns one TCP (or TLS) connection to a seed server and, in a
 // cluster, one to each partition leader it routes to (pooled by address,
 // closed by Close). On each, a reader goroutine dispatches replies by
-// correlation id; a writer goroutine batches outgoing frames through a
-// bufio.Writer and flushes whenever its bounded queue runs empty. When a
+// correlation id. Outgoing frames are encoded into one buffer (bounded at
+// 4 MiB: a sender then waits for room, up to its deadline); a writer
+// goroutine writes it out, and on plain TCP a sender writes it itself, with
+// one non-blocking write, once it holds 64 KiB and before the sender waits
+// for a reply or a window slot, so a burst leaves as it is made. When a
 // connection is lost every pending request on it fails with an error
 // wrapping ErrDisconnected. Reconnection is lazy: the next request (or a
 // producer retry, or a consumer's background pump) dials again, cycling
