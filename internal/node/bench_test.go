@@ -10,20 +10,28 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
+// openBenchNode opens a node on the real disk with the one-partition topic
+// "t", closed when the benchmark ends.
+func openBenchNode(b *testing.B) *Node {
+	b.Helper()
+	n, err := Open(Config{DataDir: b.TempDir(), FS: vfs.OS(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(n.Close)
+	if _, err := n.Declare(wire.TopicConfig{Name: "t", Partitions: 1}); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
 // BenchmarkPublishSyncNode1KiB is one durable publish at a time straight
 // into a node on the real disk (no TCP, no SDK): the broker's own share of
 // a sync publish's latency. Compare it with storage's BenchmarkAppendSyncOS
 // (one append + fdatasync) and server's BenchmarkPublishSync1KiB (the same
 // through the SDK over loopback TCP).
 func BenchmarkPublishSyncNode1KiB(b *testing.B) {
-	n, err := Open(Config{DataDir: b.TempDir(), FS: vfs.OS(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
-	if _, err := n.Declare(wire.TopicConfig{Name: "t", Partitions: 1}); err != nil {
-		b.Fatal(err)
-	}
+	n := openBenchNode(b)
 	value := make([]byte, 1024)
 	done := make(chan *wire.Error, 1)
 	b.ReportAllocs()
@@ -40,14 +48,7 @@ func BenchmarkPublishSyncNode1KiB(b *testing.B) {
 // for server's BenchmarkPublishAsync1KiB, which adds the SDK and loopback
 // TCP on both sides of the same group commit.
 func BenchmarkPublishAsyncNode1KiB(b *testing.B) {
-	n, err := Open(Config{DataDir: b.TempDir(), FS: vfs.OS(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
-	if _, err := n.Declare(wire.TopicConfig{Name: "t", Partitions: 1}); err != nil {
-		b.Fatal(err)
-	}
+	n := openBenchNode(b)
 	value := make([]byte, 1024)
 	window := make(chan struct{}, 256)
 	b.SetBytes(int64(len(value)))
