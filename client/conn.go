@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/sockwrite"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -42,13 +42,12 @@ type conn struct {
 	// when that sender blocks, hundreds of µs later: a publisher's burst
 	// then reached the broker all at once, after the last message.
 	outMu   sync.Mutex
-	outBuf  []byte          // encoded frames not yet written
-	spare   []byte          // a written buffer for outBuf to reuse
-	writing bool            // a goroutine is writing to nc; only one may
-	drained chan struct{}   // closed when outBuf is next taken (senders waiting for room)
-	kick    chan struct{}   // capacity 1: wakes the writer goroutine
-	raw     syscall.RawConn // nil unless plain TCP: no inline writes
-	inline  inlineWrite     // guarded by writing
+	outBuf  []byte            // encoded frames not yet written
+	spare   []byte            // a written buffer for outBuf to reuse
+	writing bool              // a goroutine is writing to nc; only one may
+	drained chan struct{}     // closed when outBuf is next taken (senders waiting for room)
+	kick    chan struct{}     // capacity 1: wakes the writer goroutine
+	inline  *sockwrite.Writer // nil unless plain TCP: no inline writes; guarded by writing
 
 	mu       sync.Mutex
 	err      error                   // why the conn failed; set once by fail
@@ -146,10 +145,7 @@ func dialConn(ctx context.Context, addr string, opts *Options) (*conn, error) {
 		streams:       make(map[uint64]replyHandler),
 		subs:          make(map[subKey]*connSub),
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
-		c.raw, _ = tc.SyscallConn()
-		c.inline.fn = c.inline.write
-	}
+	c.inline = sockwrite.New(nc)
 	go c.readLoop(br, opts.FrameBytesMax)
 	go c.writeLoop()
 	return c, nil
@@ -303,32 +299,24 @@ const (
 // writeInlineLocked writes outBuf with one non-blocking write on the
 // calling goroutine, puts what the socket did not take back at the head of
 // outBuf and kicks the writer for it. Caller holds outMu, released during
-// the write, and has checked that raw is set and nobody is writing.
+// the write, and has checked that inline is set and nobody is writing.
 func (c *conn) writeInlineLocked() {
 	buf := c.takeLocked()
 	c.outMu.Unlock()
 	if testHookInlineWrite != nil {
 		testHookInlineWrite(c)
 	}
-	w := &c.inline
-	w.buf = buf
-	rerr := c.raw.Write(w.fn)
-	n, werr := w.n, w.err
-	w.buf = nil
+	n, err := c.inline.Write(buf)
 	c.outMu.Lock()
 	c.writing = false
 	switch {
-	case rerr != nil || (werr != nil && werr != syscall.EAGAIN):
-		err := rerr
-		if err == nil {
-			err = werr
-		}
+	case err != nil:
 		c.outMu.Unlock()
 		c.fail(err)
 		c.outMu.Lock()
 		return
 	case n < len(buf):
-		c.outBuf = append(buf[max(n, 0):len(buf):len(buf)], c.outBuf...) // the unsent bytes go first
+		c.outBuf = append(buf[n:len(buf):len(buf)], c.outBuf...) // the unsent bytes go first
 	default:
 		if cap(buf) <= outBufKeepMax {
 			c.spare = buf[:0]
@@ -343,24 +331,6 @@ func (c *conn) writeInlineLocked() {
 // while outMu is released, before the write.
 var testHookInlineWrite func(*conn)
 
-// inlineWrite is the one non-blocking write of writeInlineLocked, kept in
-// the conn (writing makes it exclusive) so that a write allocates nothing.
-type inlineWrite struct {
-	buf []byte
-	n   int
-	err error
-	fn  func(fd uintptr) bool // write, bound once
-}
-
-func (w *inlineWrite) write(fd uintptr) bool {
-	for {
-		w.n, w.err = syscall.Write(int(fd), w.buf)
-		if w.err != syscall.EINTR {
-			return true // done either way: never wait for the socket here
-		}
-	}
-}
-
 func (c *conn) wakeWriter() {
 	select {
 	case c.kick <- struct{}{}:
@@ -372,7 +342,7 @@ func (c *conn) wakeWriter() {
 // that writer takes it). Senders call it before they wait for replies.
 func (c *conn) flush() {
 	c.outMu.Lock()
-	if c.raw != nil && !c.writing && len(c.outBuf) > 0 {
+	if c.inline != nil && !c.writing && len(c.outBuf) > 0 {
 		c.writeInlineLocked()
 	}
 	c.outMu.Unlock()
@@ -414,7 +384,7 @@ func (c *conn) enqueue(ctx context.Context, timeout time.Duration, corr uint64, 
 	switch {
 	case c.writing:
 		// The writer takes it when its write returns.
-	case c.raw != nil && len(c.outBuf) >= inlineWriteBytes:
+	case c.inline != nil && len(c.outBuf) >= inlineWriteBytes:
 		c.writeInlineLocked()
 	case start == 0:
 		c.wakeWriter()

@@ -61,8 +61,8 @@ func dialRawPeer(t *testing.T) (*conn, *rawPeer) {
 		t.Fatal("the peer failed the handshake")
 	}
 	t.Cleanup(func() { p.nc.Close() })
-	if c.raw == nil {
-		t.Fatal("a plain TCP conn has no raw connection to write inline")
+	if c.inline == nil {
+		t.Fatal("a plain TCP conn has no inline writer")
 	}
 	return c, p
 }

@@ -6,9 +6,9 @@ import (
 	"io"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/sockwrite"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -32,8 +32,8 @@ type session struct {
 	writing bool   // the writer or an uncorking goroutine is writing to conn
 	corks   int    // Cork calls not yet uncorked: send only queues
 	spare   []byte // a written buffer, for pending to reuse after an inline write
-	// raw writes inline without blocking; nil unless conn is plain TCP.
-	raw        syscall.RawConn
+	// inline writes without blocking; nil unless conn is plain TCP.
+	inline     *sockwrite.Writer
 	writerDone chan struct{}
 }
 
@@ -42,9 +42,7 @@ func newSession(s *Server, conn net.Conn) *session {
 	ss.outCond = sync.NewCond(&ss.outMu)
 	ss.proto = s.NewProtocol(ss.send, conn.RemoteAddr().String())
 	ss.proto.corker = ss
-	if tc, ok := conn.(*net.TCPConn); ok {
-		ss.raw, _ = tc.SyscallConn()
-	}
+	ss.inline = sockwrite.New(conn)
 	return ss
 }
 
@@ -85,7 +83,7 @@ func (ss *session) Uncork() {
 	if ss.corks > 0 || len(ss.pending) == 0 {
 		return
 	}
-	if ss.raw != nil && !ss.writing && !ss.closing {
+	if ss.inline != nil && !ss.writing && !ss.closing {
 		ss.writeInlineLocked()
 	}
 	if len(ss.pending) > 0 || ss.closing {
@@ -104,25 +102,15 @@ func (ss *session) writeInlineLocked() {
 	if testHookInlineWrite != nil {
 		testHookInlineWrite()
 	}
-	var n int
-	var werr error
-	rerr := ss.raw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = syscall.Write(int(fd), buf)
-			if werr != syscall.EINTR {
-				return true // done either way: never wait for the socket here
-			}
-		}
-	})
+	n, err := ss.inline.Write(buf)
 	ss.outMu.Lock()
 	ss.writing = false
 	switch {
-	case rerr != nil || (werr != nil && werr != syscall.EAGAIN):
+	case err != nil:
 		ss.closing = true
 		ss.pending = nil
 		ss.conn.Close()
 	case n < len(buf):
-		n = max(n, 0)
 		ss.pending = append(buf[n:len(buf):len(buf)], ss.pending...) // the unsent bytes go first
 	default:
 		ss.spare = buf[:0]
