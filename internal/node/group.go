@@ -686,6 +686,13 @@ func (g *groupRunner) dispatch(now int64) {
 				continue
 			}
 			e, err := g.fetch(pi, d.Seq)
+			if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
+				// A seq a repair dropped (logged by the repair): not a
+				// message; done at once, derivable from the log.
+				g.cursors[pi].Ack(d.Seq, d.DeliveryID)
+				k--
+				continue
+			}
 			if err != nil {
 				// The delivery stays in flight and is retried after its ack
 				// wait; a corrupt record is never sent.
