@@ -287,3 +287,63 @@ func TestRepair(t *testing.T) {
 		})
 	}
 }
+
+// TestTruncateAtTheDamage: a replica that quarantines damage truncates its
+// log just before it; the damaged batch is never read for that, and the
+// damage is gone from the log afterwards.
+func TestTruncateAtTheDamage(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		m := vfs.NewMem()
+		opts := Options{IndexIntervalBytes: 256}
+		if sealed {
+			opts.SegmentBytesMax = 2048
+		}
+		l := openLog(t, m, opts)
+		var mod model
+		off, first, _ := appendSynced(t, l, &mod, 60, 20)
+		name := l.segments[0].path
+		for _, s := range l.segments {
+			if s.baseSeq <= first {
+				name = s.path
+				if sealed {
+					off = -1
+					for _, e := range s.index {
+						if e.seq == first {
+							off = e.offset
+						}
+					}
+				}
+			}
+		}
+		l.Close()
+		if sealed {
+			if off < 0 {
+				t.Fatalf("seq %d not indexed", first)
+			}
+			if err := m.Remove(name[:len(name)-len(segmentSuffix)] + indexSuffix); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := m.FlipBit(name, off+12, 2); err != nil { // the header's base seq
+			t.Fatal(err)
+		}
+		l = openLog(t, m, opts)
+		if ds := l.Damage(); len(ds) != 1 || ds[0].FirstSeq != first {
+			t.Fatalf("sealed %v: damage %v, want from %d", sealed, ds, first)
+		}
+		if err := l.TruncateAfter(first - 1); err != nil {
+			t.Fatalf("sealed %v: TruncateAfter(%d): %v", sealed, first-1, err)
+		}
+		if len(l.Damage()) != 0 || l.NextSeq() != first {
+			t.Fatalf("sealed %v: damage %v, NextSeq %d after truncation", sealed, l.Damage(), l.NextSeq())
+		}
+		mod.truncate(first - 1)
+		checkAgainst(t, l, &mod)
+		l.Close()
+		l = openLog(t, m, opts)
+		if len(l.Damage()) != 0 || l.NextSeq() != first {
+			t.Fatalf("sealed %v: after reopen damage %v, NextSeq %d", sealed, l.Damage(), l.NextSeq())
+		}
+		l.Close()
+	}
+}

@@ -71,6 +71,14 @@ func (l *Log) truncateSegment(s *segment, cut uint64) error {
 	off, expectSeq := s.lookup(cut)
 	var header [batchHeaderBytes]byte
 	for {
+		if expectSeq == cut {
+			// The batch at off starts at the cut: cut there without
+			// reading it (it may be the first damaged batch).
+			if err := s.file.Truncate(off); err != nil {
+				return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
+			}
+			break
+		}
 		h, err := readBatchHeader(s, off, expectSeq, header[:])
 		if err != nil {
 			return fmt.Errorf("storage: truncate: %w", err)
