@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 
 	"log/slog"
 	"path"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -272,5 +274,42 @@ func TestCorruptEpochFileRefusesWritesUntilRepaired(t *testing.T) {
 	h.open()
 	if ok := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("x")}); ok.Seq != 4 {
 		t.Fatalf("seq %d after repair", ok.Seq)
+	}
+}
+
+// TestFullDiskLogsOneLinePerWindow: a disk that refuses every write made
+// each publish (and each recovery) log an ERROR line: 1 307 identical
+// lines in 20 s. A repeated line now gets through once per window and then
+// says how many it suppressed. The errors name each file once.
+func TestFullDiskLogsOneLinePerWindow(t *testing.T) {
+	var logs bytes.Buffer
+	h := newCorruptionHarness(t, &logs)
+	h.declare("t", 1)
+	h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("a")})
+	h.fs.SetInjector(func(op vfs.Op, name string) error {
+		if op == vfs.OpWrite || op == vfs.OpCreate {
+			return &fs.PathError{Op: "write", Path: name, Err: syscall.ENOSPC}
+		}
+		return nil
+	})
+	for i := 0; i < 50; i++ {
+		if _, err := h.publish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("b")}); !errors.Is(err, wire.ErrStorage) {
+			t.Fatalf("publish %d on a full disk: %v", i, err)
+		}
+	}
+	lines := strings.Count(logs.String(), "level=ERROR")
+	if lines == 0 || lines > 2 {
+		t.Fatalf("%d ERROR lines for 50 failed publishes:\n%s", lines, logs.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if strings.Count(line, "/data/topics/t/0/") > 1 && strings.Count(line, "epoch.tmp") > 1 {
+			t.Fatalf("an error names its file twice: %s", line)
+		}
+	}
+	h.nowMs.Add(repeatWindowMs)
+	logs.Reset()
+	h.publish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("c")})
+	if !strings.Contains(logs.String(), "suppressed_repeats=") {
+		t.Fatalf("after the window, no count of the suppressed lines:\n%s", logs.String())
 	}
 }

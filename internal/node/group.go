@@ -576,7 +576,7 @@ func (g *groupRunner) handle(c groupCmd) {
 // never became durable, and must not confirm a retried one.
 func (g *groupRunner) reload() {
 	if err := g.load(); err != nil {
-		g.node.log.Error("group reload failed; will retry", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+		g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "group reload failed; will retry", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
 		return
 	}
 	g.failure = nil
@@ -645,7 +645,7 @@ func (g *groupRunner) flushLedger() {
 		g.ledgerBatch = nil
 		if err != nil {
 			failed = wire.Errorf(wire.CodeStorage, "ack ledger write failed: %v", err)
-			g.node.log.Error("ack ledger write failed; reloading group", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+			g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "ack ledger write failed; reloading group", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
 			g.failure = err
 			g.reload()
 		}
@@ -696,7 +696,7 @@ func (g *groupRunner) dispatch(now int64) {
 			if err != nil {
 				// The delivery stays in flight and is retried after its ack
 				// wait; a corrupt record is never sent.
-				g.node.log.Error("read for delivery failed", "topic", g.topic.cfg.Name, "partition", pi, "seq", d.Seq, "err", err)
+				g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "read for delivery failed", "topic", g.topic.cfg.Name, "partition", pi, "seq", d.Seq, "err", err)
 				continue
 			}
 			if replog.IsControl(&e.Record) {

@@ -132,6 +132,9 @@ type Node struct {
 
 	cluster *cluster // nil on a single node
 
+	// repeats throttles ERROR lines that a persistent fault repeats.
+	repeats repeatLimiter
+
 	// scrubStop ends the scrubber's goroutine (nil when none runs).
 	scrubStop chan struct{}
 	scrubDone chan struct{}

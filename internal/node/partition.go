@@ -228,6 +228,9 @@ func (p *partitionRunner) noteDamage(ds []storage.Damage) {
 	}
 }
 
+// subject names the partition in throttled log lines.
+func (p *partitionRunner) subject() string { return p.topic.cfg.Name + "/" + strconv.Itoa(int(p.id)) }
+
 // corruptError is the DATA_CORRUPT answer of a damaged partition, or nil.
 func (p *partitionRunner) corruptError() *wire.Error {
 	d := p.damage.Load()
@@ -832,7 +835,7 @@ func (p *partitionRunner) commitBatch(batch []*pubReq) {
 // unknown, so the partition recovers from what is on disk (as after a
 // crash) instead of retrying the fsync.
 func (p *partitionRunner) failPending(cause error, pending ...*pendingSync) {
-	p.node.log.Error("partition write failed; recovering", "topic", p.topic.cfg.Name, "partition", p.id, "err", cause)
+	p.node.logRepeatedError(p.subject(), "partition write failed; recovering", "topic", p.topic.cfg.Name, "partition", p.id, "err", cause)
 	werr := wire.Errorf(wire.CodeStorage, "write not durable: %v", cause)
 	for _, ps := range pending {
 		for _, a := range ps.news {
@@ -858,7 +861,7 @@ func (p *partitionRunner) recoverNow() {
 	}
 	if err := p.recover(); err != nil {
 		p.failure = err
-		p.node.log.Error("partition recovery failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		p.node.logRepeatedError(p.subject(), "partition recovery failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
 		return
 	}
 	p.topic.notifyGroups()
