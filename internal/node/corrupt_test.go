@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -17,9 +18,33 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
+// logBuffer collects log lines written by the node's goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
+}
+
 // newCorruptionHarness opens a node with small segments (so a partition
 // has sealed segments) and a log that records ERROR and WARN lines.
-func newCorruptionHarness(t *testing.T, logs *bytes.Buffer) *harness {
+func newCorruptionHarness(t *testing.T, logs *logBuffer) *harness {
 	h := &harness{t: t, fs: vfs.NewMem(), tune: func(c *Config) {
 		c.SegmentBytesMax = 4 << 10
 		c.ScrubBytesPerSecond = -1 // the tests step the scrubber themselves
@@ -107,7 +132,7 @@ func readVisible(t *testing.T, h *harness, topic string, partition uint32, value
 // drops only the damaged batch; consumers skip it and new records get
 // seqs above the old end.
 func TestFlipInTheActiveSegmentMakesOnlyThatPartitionCorrupt(t *testing.T) {
-	var logs bytes.Buffer
+	var logs logBuffer
 	h := newCorruptionHarness(t, &logs)
 	h.declare("t", 2)
 	values := publishTo(h, "t", 1, 40)
@@ -198,7 +223,7 @@ func TestFlipInTheActiveSegmentMakesOnlyThatPartitionCorrupt(t *testing.T) {
 // sealed segments and marks only that partition corrupt; the node and the
 // other topic keep working.
 func TestFlipInASealedSegmentDoesNotStopTheNode(t *testing.T) {
-	var logs bytes.Buffer
+	var logs logBuffer
 	h := newCorruptionHarness(t, &logs)
 	h.declare("t", 1)
 	h.declare("u", 1)
@@ -226,7 +251,7 @@ func TestFlipInASealedSegmentDoesNotStopTheNode(t *testing.T) {
 // node runs is found by the scrubber's next pass, which marks the
 // partition corrupt and counts what it read.
 func TestScrubberFindsDamageInASealedSegment(t *testing.T) {
-	var logs bytes.Buffer
+	var logs logBuffer
 	h := newCorruptionHarness(t, &logs)
 	h.declare("t", 1)
 	publishTo(h, "t", 0, 200)
@@ -254,7 +279,7 @@ func TestScrubberFindsDamageInASealedSegment(t *testing.T) {
 // file fails its checksum cannot know a safe next epoch, so it takes no
 // write; the repair removes the file.
 func TestCorruptEpochFileRefusesWritesUntilRepaired(t *testing.T) {
-	var logs bytes.Buffer
+	var logs logBuffer
 	h := newCorruptionHarness(t, &logs)
 	h.declare("t", 1)
 	publishTo(h, "t", 0, 3)
@@ -282,7 +307,7 @@ func TestCorruptEpochFileRefusesWritesUntilRepaired(t *testing.T) {
 // lines in 20 s. A repeated line now gets through once per window and then
 // says how many it suppressed. The errors name each file once.
 func TestFullDiskLogsOneLinePerWindow(t *testing.T) {
-	var logs bytes.Buffer
+	var logs logBuffer
 	h := newCorruptionHarness(t, &logs)
 	h.declare("t", 1)
 	h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("a")})
