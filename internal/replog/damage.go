@@ -71,3 +71,20 @@ func isRebuilding(fsys vfs.FS, dir string) (bool, error) {
 	}
 	return false, err
 }
+
+// resetDamagedMember handles a damaged snapshot point: without it the
+// member cannot tell where its log starts in the replicated history, so it
+// records that it is rebuilding, empties its log and starts over as an
+// empty member (snapshot point zero) that its leader fills again, from
+// its log or a snapshot. The hard state (promises) is kept. Each step can
+// be repeated after a crash.
+func resetDamagedMember(fsys vfs.FS, dir string, lg *storage.Log, cause error, logger *slog.Logger) error {
+	logger.Error("replog: damaged snapshot point; emptying the log, rebuilding from the leader", "dir", dir, "err", cause)
+	if err := storage.WriteFileAtomic(fsys, path.Join(dir, rebuildingFile), []byte(cause.Error())); err != nil {
+		return err
+	}
+	if err := lg.Reset(1); err != nil {
+		return fmt.Errorf("replog: empty damaged member: %w", err)
+	}
+	return writeSnapshotPoint(fsys, dir, snapshotPoint{})
+}

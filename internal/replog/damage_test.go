@@ -105,3 +105,40 @@ func batchOffsets(data []byte) []int64 {
 	}
 	return out
 }
+
+// TestDamagedSnapshotPointEmptiesTheMemberWhichRebuilds: a member whose
+// snapshot point file is damaged cannot place its log in the replicated
+// history; it empties its log, stays out of elections, and its leader
+// fills it again.
+func TestDamagedSnapshotPointEmptiesTheMemberWhichRebuilds(t *testing.T) {
+	g := newGroup(t, 3)
+	var last uint64
+	for i := 0; i < 10; i++ {
+		last = g.commit(fmt.Sprintf("v%d", i))
+	}
+	leader := g.leader().Status().ID
+	damaged := replica.NodeID(1)
+	if damaged == leader {
+		damaged = 2
+	}
+	g.waitCommit(damaged, last)
+	g.stop(damaged)
+	dir := fmt.Sprintf("/n%d", damaged)
+	if err := g.fs.WriteFile(path.Join(dir, snapshotFile), []byte("not a snapshot point")); err != nil {
+		t.Fatal(err)
+	}
+	g.isolate(damaged, true)
+	g.start(damaged)
+	g.mu.Lock()
+	st := g.logs[damaged].Status()
+	g.mu.Unlock()
+	if !st.Rebuilding || st.Durable != 0 {
+		t.Fatalf("after a damaged snapshot point: rebuilding %v, durable %d; want an empty rebuilding member", st.Rebuilding, st.Durable)
+	}
+	g.isolate(damaged, false)
+	last = g.commit("after")
+	g.waitCommit(damaged, last)
+	if got, want := g.values(damaged), g.values(leader); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("rebuilt member has\n%v\nleader has\n%v", got, want)
+	}
+}

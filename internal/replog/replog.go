@@ -167,7 +167,15 @@ func Open(cfg Config) (*Log, error) {
 		return nil, err
 	}
 	p, err := loadPersisted(cfg.FS, cfg.Dir, lg)
-	if errors.Is(err, storage.ErrCorrupt) {
+	// A damaged member rebuilds from a healthy one; a member alone has
+	// none, so it refuses to open (its data cannot be recovered here).
+	canRebuild := len(cfg.Members) > 1
+	if canRebuild && errors.Is(err, errSnapshotPointDamaged) {
+		if err = resetDamagedMember(cfg.FS, cfg.Dir, lg, err, cfg.Logger); err == nil {
+			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
+		}
+	}
+	if canRebuild && errors.Is(err, storage.ErrCorrupt) {
 		quarantined, qerr := quarantineDamage(cfg.FS, cfg.Dir, lg, cfg.Logger)
 		switch {
 		case qerr != nil:
