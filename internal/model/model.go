@@ -28,15 +28,21 @@ type Config struct {
 	// (Replica.Campaign, the forced path). Followers never tick here, so a
 	// follower that knows a leader grants a pre-vote only once its own
 	// timer fired.
-	PreVote    bool
-	Heartbeats int // leader ticks (retransmissions)
-	Crashes    int // kill -9 and restart from durable state
-	Drops      int // messages lost
-	Dups       int // messages duplicated
-	NetworkMax int // states with more messages in flight are not explored further
-	DepthMax   int // actions along one path
-	StatesMax  int // distinct states before giving up (reported, not a failure)
-	Mutations  replica.Mutations
+	PreVote bool
+	// EarlyAppends: a node carries out a Ready without a promise or a
+	// truncation as the replog shell may (the Ready's relaxation): its
+	// APPENDs go out as soon as its entries are written, the fsync is a
+	// separate action ("fsyncs"), and a kill -9 before it loses those
+	// entries. Otherwise every Ready is durable before anything is sent.
+	EarlyAppends bool
+	Heartbeats   int // leader ticks (retransmissions)
+	Crashes      int // kill -9 and restart from durable state
+	Drops        int // messages lost
+	Dups         int // messages duplicated
+	NetworkMax   int // states with more messages in flight are not explored further
+	DepthMax     int // actions along one path
+	StatesMax    int // distinct states before giving up (reported, not a failure)
+	Mutations    replica.Mutations
 }
 
 // Result is the outcome of a check.
@@ -54,6 +60,11 @@ type node struct {
 	k    *replica.Replica
 	hard replica.HardState
 	log  []replica.Entry // durable
+	// held is the Ready whose APPENDs went out early (EarlyAppends): its
+	// Entries are written but not durable, its Messages are the rest,
+	// sent after the fsync. The kernel takes no step until then (a shell
+	// finishes one Ready before the next event); a crash loses it.
+	held *replica.Ready
 }
 
 type state struct {
@@ -82,6 +93,11 @@ func (s *state) clone() *state {
 		committed: slices.Clone(s.committed), leaders: slices.Clone(s.leaders)}
 	for i, n := range s.nodes {
 		c.nodes[i] = node{k: n.k.Clone(), hard: n.hard, log: slices.Clone(n.log)}
+		if n.held != nil {
+			rd := *n.held
+			rd.Entries, rd.Messages = slices.Clone(rd.Entries), slices.Clone(rd.Messages)
+			c.nodes[i].held = &rd
+		}
 	}
 	return c
 }
@@ -89,7 +105,28 @@ func (s *state) clone() *state {
 func (s *state) key() [16]byte {
 	var b []byte
 	for _, n := range s.nodes {
-		b = n.k.AppendState(b, false) // elections are explicit actions here
+		if n.held == nil {
+			b = n.k.AppendState(b, false) // elections are explicit actions here
+			b = append(b, 0)
+		} else {
+			// A kernel between Ready and Advance has no encoding; its
+			// future is the fsync (Advance) or a crash, so encode it as
+			// the fsync will leave it, plus what the fsync will do.
+			k := n.k.Clone()
+			k.Advance(*n.held)
+			b = k.AppendState(b, false)
+			b = append(b, 1)
+			b = binary.AppendUvarint(b, n.held.CommitSeq)
+			for _, e := range n.held.Entries {
+				b = binary.AppendUvarint(b, e.Epoch)
+				b = append(b, e.Data...)
+				b = append(b, 0)
+			}
+			for _, m := range n.held.Messages {
+				b = replica.AppendMessage(b, m)
+			}
+			b = append(b, 0)
+		}
 		b = binary.AppendUvarint(b, n.hard.Promised)
 		b = binary.AppendUvarint(b, uint64(n.hard.PromisedTo))
 		b = binary.AppendUvarint(b, uint64(len(n.log)))
@@ -144,11 +181,12 @@ func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
 	return k
 }
 
-// process carries out node i's Ready (persist, then send) and checks what
-// became visible and who took office.
+// process carries out node i's Ready (persist, then send; or, under
+// EarlyAppends, send the APPENDs and hold the rest until the node fsyncs)
+// and checks who took office and what became visible.
 func (cfg *Config) process(s *state, i int) string {
 	n := &s.nodes[i]
-	for n.k.HasReady() {
+	for n.held == nil && n.k.HasReady() {
 		rd := n.k.Ready()
 		if rd.HardState != nil {
 			n.hard = *rd.HardState
@@ -156,14 +194,22 @@ func (cfg *Config) process(s *state, i int) string {
 		if rd.Truncate {
 			n.log = n.log[:rd.TruncateAfter]
 		}
-		n.log = append(n.log, rd.Entries...)
-		for _, m := range rd.Messages {
-			if m.Type == replica.MsgAppend && m.FirstSeq != 0 {
-				m.Entries = slices.Clone(n.log[m.FirstSeq-1 : m.LastSeqSent])
-			}
-			s.net = append(s.net, m)
+		// Only a Ready with entries and APPENDs to send early is split: a
+		// follower's, whose FLUSHED must wait for the fsync anyway, would
+		// only add states that a crash before the Ready already covers.
+		early := cfg.EarlyAppends && rd.HardState == nil && !rd.Truncate && len(rd.Entries) > 0 &&
+			slices.ContainsFunc(rd.Messages, func(m replica.Message) bool { return m.Type == replica.MsgAppend })
+		if !early {
+			n.log = append(n.log, rd.Entries...)
 		}
-		n.k.Advance(rd)
+		var late []replica.Message
+		for _, m := range rd.Messages {
+			if early && m.Type != replica.MsgAppend {
+				late = append(late, m)
+				continue
+			}
+			s.net = append(s.net, withEntries(n, rd, m))
+		}
 		st := n.k.Status()
 		if st.Role == replica.Leader && (uint64(len(s.leaders)) <= st.Hard.Promised || s.leaders[st.Hard.Promised] != uint32(i+1)) {
 			if v := cfg.tookOffice(s, i, st.Hard.Promised); v != "" {
@@ -173,11 +219,55 @@ func (cfg *Config) process(s *state, i int) string {
 		if st.Anomalies > 0 {
 			return fmt.Sprintf("KernelAssertion: n%d refused an impossible message (a second leader of an epoch, or a rewrite of a committed entry)", i+1)
 		}
-		if v := cfg.checkCommit(s, i, rd.CommitSeq); v != "" {
+		if early {
+			rd.Messages = late
+			n.held = &rd
+			return ""
+		}
+		if v := cfg.advance(s, i, rd); v != "" {
 			return v
 		}
 	}
 	return ""
+}
+
+// withEntries attaches an APPEND's entries: from the durable log or, sent
+// early, from the Ready itself.
+func withEntries(n *node, rd replica.Ready, m replica.Message) replica.Message {
+	if m.Type != replica.MsgAppend || m.FirstSeq == 0 {
+		return m
+	}
+	for seq := m.FirstSeq; seq <= m.LastSeqSent; seq++ {
+		if seq <= uint64(len(n.log)) {
+			m.Entries = append(m.Entries, n.log[seq-1])
+		} else {
+			m.Entries = append(m.Entries, rd.Entries[seq-rd.Entries[0].Seq])
+		}
+	}
+	return m
+}
+
+// advance tells node i its Ready is carried out and checks what became
+// visible.
+func (cfg *Config) advance(s *state, i int, rd replica.Ready) string {
+	s.nodes[i].k.Advance(rd)
+	return cfg.checkCommit(s, i, rd.CommitSeq)
+}
+
+// fsync makes node i's early-sent entries durable, sends the rest of
+// their Ready and carries on with the next one.
+func (cfg *Config) fsync(s *state, i int) string {
+	n := &s.nodes[i]
+	rd := *n.held
+	n.held = nil
+	n.log = append(n.log, rd.Entries...)
+	for _, m := range rd.Messages {
+		s.net = append(s.net, withEntries(n, rd, m))
+	}
+	if v := cfg.advance(s, i, rd); v != "" {
+		return v
+	}
+	return cfg.process(s, i)
 }
 
 func (cfg *Config) quorum() int { return cfg.Replicas/2 + 1 }
@@ -261,12 +351,14 @@ func (cfg *Config) successors(s *state) []step {
 	}
 	for mi, m := range s.net {
 		mi, m := mi, m
-		add("deliver "+m.String(), -1, func(t *state) string {
-			t.net = slices.Delete(t.net, mi, mi+1)
-			to := int(m.To) - 1
-			t.nodes[to].k.Step(m)
-			return cfg.process(t, to)
-		})
+		if s.nodes[m.To-1].held == nil { // a node finishing a Ready takes no message
+			add("deliver "+m.String(), -1, func(t *state) string {
+				t.net = slices.Delete(t.net, mi, mi+1)
+				to := int(m.To) - 1
+				t.nodes[to].k.Step(m)
+				return cfg.process(t, to)
+			})
+		}
 		add("drop "+m.String(), budgetDrops, func(t *state) string {
 			t.net = slices.Delete(t.net, mi, mi+1)
 			return ""
@@ -279,7 +371,11 @@ func (cfg *Config) successors(s *state) []step {
 	for i := range s.nodes {
 		i := i
 		st := s.nodes[i].k.Status()
-		if st.Role != replica.Leader && cfg.PreVote {
+		if s.nodes[i].held != nil {
+			add(fmt.Sprintf("n%d fsyncs", i+1), -1, func(t *state) string {
+				return cfg.fsync(t, i)
+			})
+		} else if st.Role != replica.Leader && cfg.PreVote {
 			add(fmt.Sprintf("n%d times out and pre-votes", i+1), budgetCampaigns, func(t *state) string {
 				t.nodes[i].k.ElectionTimeout()
 				return cfg.process(t, i)
@@ -303,11 +399,22 @@ func (cfg *Config) successors(s *state) []step {
 			})
 		}
 		add(fmt.Sprintf("n%d kill -9 and restart", i+1), budgetCrashes, func(t *state) string {
+			t.nodes[i].held = nil // written, never fsynced: lost
 			t.nodes[i].k = cfg.newKernel(replica.NodeID(i+1), &t.nodes[i])
 			return ""
 		})
 	}
 	return out
+}
+
+// initial is the state every exploration starts from: empty logs, no
+// promise, nothing in flight.
+func (cfg *Config) initial() *state {
+	s := &state{nodes: make([]node, cfg.Replicas)}
+	for i := range s.nodes {
+		s.nodes[i].k = cfg.newKernel(replica.NodeID(i+1), &s.nodes[i])
+	}
+	return s
 }
 
 // Check explores the configuration depth-first and returns the first
@@ -325,10 +432,7 @@ func Check(cfg Config) Result {
 	if cfg.StatesMax == 0 {
 		cfg.StatesMax = 500_000
 	}
-	init := &state{nodes: make([]node, cfg.Replicas)}
-	for i := range init.nodes {
-		init.nodes[i].k = cfg.newKernel(replica.NodeID(i+1), &init.nodes[i])
-	}
+	init := cfg.initial()
 	res := Result{Complete: true}
 	visited := map[[16]byte]struct{}{init.key(): {}}
 	type frame struct {

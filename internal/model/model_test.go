@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,21 +60,101 @@ func small() Config {
 		NetworkMax: 6, DepthMax: 30, StatesMax: 200_000}
 }
 
+// restartBeforeFsync is the small configuration S18 needs: APPENDs leave
+// before the leader's own fsync (EarlyAppends) and one kill -9 may land
+// before it, so a leader can restart without the entry a follower already
+// flushed and answered FLUSHED for; two campaigns let the restarted leader
+// take the next epoch and write its install entry at that very seq while
+// the old FLUSHED is still in flight. One proposal makes the tail. The
+// shortest such trace is 18 actions; a depth bound of 24 keeps the
+// depth-first search from wandering deep first (the counterexample comes
+// after ~20k states, against ~450k at depth 40). Too large to finish here.
+func restartBeforeFsync() Config {
+	return Config{Replicas: 3, EarlyAppends: true, Proposals: 1, Campaigns: 2, Crashes: 1,
+		NetworkMax: 6, DepthMax: 24, StatesMax: 100_000}
+}
+
+// TestBoundedRestartBeforeFsync: with the guards in place, the first 100k
+// states of restartBeforeFsync — leaders sending APPENDs before their own
+// fsync, crashing before it, restarting and leading again — violate
+// nothing.
+func TestBoundedRestartBeforeFsync(t *testing.T) {
+	r := run(t, "restart before fsync", restartBeforeFsync())
+	if r.MaxEpoch < 2 || r.Committed < 2 {
+		t.Fatalf("expected the exploration to reach epoch 2 and a committed value: %d states, max epoch %d, committed %d", r.States, r.MaxEpoch, r.Committed)
+	}
+}
+
+// walk applies the named actions (by prefix) one after the other from the
+// initial state, failing on a missing action or a violation.
+func walk(t *testing.T, cfg Config, actions ...string) *state {
+	t.Helper()
+	s := cfg.initial()
+	for _, a := range actions {
+		i := slices.IndexFunc(cfg.successors(s), func(st step) bool { return strings.HasPrefix(st.action, a) })
+		if i < 0 {
+			t.Fatalf("no action %q", a)
+		}
+		st := cfg.successors(s)[i]
+		if st.err != "" {
+			t.Fatalf("%s: %s", a, st.err)
+		}
+		s = st.next
+	}
+	return s
+}
+
+// TestEarlyAppendsLoseTheTailOnACrash: under EarlyAppends a leader's
+// APPENDs of a new entry are in flight before the entry is durable; until
+// the leader fsyncs it takes no message and has nothing to do but fsync
+// or crash; a crash loses the entry, an fsync keeps it.
+func TestEarlyAppendsLoseTheTailOnACrash(t *testing.T) {
+	cfg := Config{Replicas: 3, EarlyAppends: true, Proposals: 1, Campaigns: 1, Crashes: 1}
+	s := walk(t, cfg, "n1 times out", "deliver PREPARE 1->2", "deliver PREPARE_ACK 2->1", "n1 fsyncs", "deliver APPEND 1->2", "n1 proposes v1")
+	if len(s.nodes[0].log) != 1 || s.nodes[0].held == nil {
+		t.Fatalf("v1 should be written, not durable: log %v, held %v", s.nodes[0].log, s.nodes[0].held)
+	}
+	sent := slices.ContainsFunc(s.net, func(m replica.Message) bool {
+		return m.Type == replica.MsgAppend && len(m.Entries) == 1 && string(m.Entries[0].Data) == "v1"
+	})
+	if !sent {
+		t.Fatalf("no APPEND of v1 in flight: %v", s.net)
+	}
+	if !slices.ContainsFunc(s.net, func(m replica.Message) bool { return m.To == 1 }) {
+		t.Fatalf("setup: no message for n1 in flight: %v", s.net)
+	}
+	for _, st := range cfg.successors(s) {
+		if strings.HasPrefix(st.action, "n1 ") && st.action != "n1 fsyncs" && st.action != "n1 kill -9 and restart" ||
+			strings.HasPrefix(st.action, "deliver ") && strings.Contains(st.action, "->1 ") {
+			t.Errorf("n1 is in the middle of a Ready, yet %q is enabled", st.action)
+		}
+	}
+	if crashed := walk(t, cfg, "n1 times out", "deliver PREPARE 1->2", "deliver PREPARE_ACK 2->1", "n1 fsyncs", "deliver APPEND 1->2", "n1 proposes v1", "n1 kill -9"); len(crashed.nodes[0].log) != 1 || crashed.nodes[0].held != nil {
+		t.Fatalf("a crash before the fsync should lose v1: log %v", crashed.nodes[0].log)
+	}
+	if synced := walk(t, cfg, "n1 times out", "deliver PREPARE 1->2", "deliver PREPARE_ACK 2->1", "n1 fsyncs", "deliver APPEND 1->2", "n1 proposes v1", "n1 fsyncs"); len(synced.nodes[0].log) != 2 || synced.nodes[0].held != nil {
+		t.Fatalf("the fsync should make v1 durable: log %v", synced.nodes[0].log)
+	}
+}
+
 // TestMutationsHaveCounterexamples proves each kernel guard load-bearing:
 // with it removed the checker finds a violating trace.
 func TestMutationsHaveCounterexamples(t *testing.T) {
 	cases := []struct {
 		name string
+		cfg  func() Config
 		m    replica.Mutations
 		want string
 	}{
-		{"commit on the leader's own fsync alone", replica.Mutations{CommitOnLeaderFlushAlone: true}, "VisibleImpliesQuorumFlushed"},
-		{"install without a promise majority", replica.Mutations{InstallWithoutQuorum: true}, "InstallNeedsQuorumPromise"},
-		{"accept a stale-epoch APPEND", replica.Mutations{AcceptStaleAppend: true}, "KernelAssertion"},
+		{"commit on the leader's own fsync alone", small, replica.Mutations{CommitOnLeaderFlushAlone: true}, "VisibleImpliesQuorumFlushed"},
+		{"install without a promise majority", small, replica.Mutations{InstallWithoutQuorum: true}, "InstallNeedsQuorumPromise"},
+		{"accept a stale-epoch APPEND", small, replica.Mutations{AcceptStaleAppend: true}, "KernelAssertion"},
+		{"PREPARE grants ignore lineage", small, replica.Mutations{GrantIgnoresLineage: true}, "CommittedPrefixAgreement"},
+		{"count a stale-epoch FLUSHED (S18)", restartBeforeFsync, replica.Mutations{AcceptStaleFlushed: true}, "VisibleImpliesQuorumFlushed"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := small()
+			cfg := c.cfg()
 			cfg.Mutations = c.m
 			r := Check(cfg)
 			if r.Violation == "" {

@@ -54,6 +54,8 @@ type Mutations struct {
 	InstallWithoutQuorum     bool // take office on the candidate's own promise
 	AcceptStaleAppend        bool // accept an APPEND from an older epoch
 	PreVoteIgnoresLease      bool // grant a PRE_VOTE while still holding the leader's lease
+	AcceptStaleFlushed       bool // count a FLUSHED of an older epoch toward this epoch's commit
+	GrantIgnoresLineage      bool // grant a PREPARE whatever the candidate's lineage
 }
 
 func (c *Config) validate() error {
@@ -486,7 +488,7 @@ func (r *Replica) stepPrepare(m Message) {
 	// Promise the epoch even to a candidate with a worse lineage: the
 	// promise is what fences the old leader. Grant only a lineage at least
 	// as good as ours, so the winner carries every committed entry.
-	granted := !r.rebuilding && lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last)
+	granted := !r.rebuilding && (r.cfg.Mutations.GrantIgnoresLineage || lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last))
 	to := NodeID(0)
 	if granted {
 		to = m.From
@@ -691,7 +693,11 @@ func (r *Replica) stepAppendAck(m Message) {
 		r.becomeFollower(m.Epoch, 0) // STALE_LEADER_EPOCH: demote, catch up later
 		return
 	}
-	if r.role != Leader || m.Epoch != r.hard.Promised {
+	// A FLUSHED of an older epoch (S18) says what the sender held of
+	// that epoch's log — which this replica may no longer hold itself:
+	// restarted without fsyncing its tail, it reused those seqs for this
+	// epoch's entries. Counting it would commit entries no quorum holds.
+	if r.role != Leader || (m.Epoch != r.hard.Promised && !r.cfg.Mutations.AcceptStaleFlushed) {
 		return
 	}
 	i := slices.Index(r.peers, m.From)

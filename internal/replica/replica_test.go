@@ -190,26 +190,51 @@ func (c *cluster) logString(id NodeID) string {
 }
 
 // S1: an entry acked (committed) by the leader survives the leader's crash
-// at the same seq.
+// at the same seq. Follower n3 is cut off, so only n1 and n2 can hold the
+// entry, and n1 is killed -9 the moment it acks (reports the commit): an
+// ack sent before a quorum flushed would leave it on n1 alone. Then n3,
+// which lacks it, is the first to campaign (its worse lineage must lose),
+// or n2 is; either way the new leader holds the entry at its seq.
 func TestS1AckThenLeaderCrash(t *testing.T) {
-	c := newCluster(t, 3, SyncQuorum)
-	c.elect(1)
-	seq, _ := c.propose(1, "a")
-	if got := c.rs[1].Status().CommitSeq; got < seq {
-		t.Fatalf("not committed: commit %d < %d", got, seq)
-	}
-	c.crash(1)
-	c.elect(2)
-	c.propose(2, "b")
-	for _, id := range []NodeID{2, 3} {
-		if e := c.stores[id].log[seq-1]; string(e.Data) != "a" {
-			t.Fatalf("n%d holds %q at %d", id, e.Data, seq)
-		}
-	}
-	c.start(1)
-	c.tick(3)
-	if c.logString(1) != c.logString(2) {
-		t.Fatalf("restarted old leader diverges:\n n1 %s\n n2 %s", c.logString(1), c.logString(2))
+	for _, first := range []NodeID{3, 2} {
+		t.Run(fmt.Sprintf("n%d campaigns first", first), func(t *testing.T) {
+			c := newCluster(t, 3, SyncQuorum)
+			m := watch(c)
+			c.elect(1)
+			c.cut[3] = true
+			seq, _, err := c.rs[1].Propose([]byte("a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			acked := false
+			c.chain(func(id NodeID) {
+				if id == 1 && !acked && c.rs[1].Status().CommitSeq >= seq {
+					acked = true
+					c.crash(1) // kill -9 right after the ack
+				}
+			})
+			c.settle()
+			if !acked || c.holds(3, "a") {
+				t.Fatalf("setup: acked %v, n3 %s", acked, c.logString(3))
+			}
+			delete(c.cut, 3)
+			c.rs[first].Campaign()
+			c.settle()
+			if c.leader() == 0 && !c.promote(2) {
+				t.Fatal("no leader after the crash")
+			}
+			l := c.leader()
+			if e := c.stores[l].log[seq-1]; string(e.Data) != "a" {
+				t.Fatalf("AckedNeverLost: acked %q at %d, new leader n%d holds %q there: %s", "a", seq, l, e.Data, c.logString(l))
+			}
+			c.propose(l, "b")
+			c.start(1)
+			c.tick(3)
+			c.requireConverged(m)
+			if m.seqOf("a") != seq {
+				t.Fatalf("AckedNeverLost: %q visible at %d, acked at %d", "a", m.seqOf("a"), seq)
+			}
+		})
 	}
 }
 

@@ -829,6 +829,89 @@ func TestRebuildingClearsOnlyAgainstTheLeadersOwnCommit(t *testing.T) {
 	c.requireConverged(m)
 }
 
+// crashAfterEarlyAppends carries out id's pending Ready only as far as the
+// Ready's relaxation lets a shell go before a crash: its APPENDs are sent
+// (entries not yet durable taken from the Ready itself), then it is killed
+// -9 before the fsync, losing the Ready's entries.
+func (c *cluster) crashAfterEarlyAppends(id NodeID) {
+	c.t.Helper()
+	rd, s := c.rs[id].Ready(), c.stores[id]
+	if rd.HardState != nil || rd.Truncate || rd.Snapshot != nil {
+		c.t.Fatalf("n%d: a Ready with a promise, truncation or snapshot is persisted before anything is sent", id)
+	}
+	for _, m := range rd.Messages {
+		if m.Type != MsgAppend {
+			continue
+		}
+		for seq := m.FirstSeq; m.FirstSeq != 0 && seq <= m.LastSeqSent; seq++ {
+			if seq <= uint64(len(s.log)) {
+				m.Entries = append(m.Entries, s.log[seq-1])
+			} else {
+				m.Entries = append(m.Entries, rd.Entries[seq-rd.Entries[0].Seq])
+			}
+		}
+		c.queue = append(c.queue, m)
+	}
+	c.crash(id)
+}
+
+// S18, the unsynced tail: leader n1 sends its APPEND of entry 3 before its
+// own fsync (the Ready's relaxation) and is killed -9 before the fsync, so
+// it restarts holding 1..2 only — no failover happened. n2 fsynced entry 3
+// of epoch 1 and its FLUSHED(3) is delayed. n1 wins epoch 2 with n3's
+// grant (n2's longer lineage refuses) and writes its install entry at the
+// same seq 3. The delayed epoch-1 FLUSHED(3) then arrives: it speaks of
+// another entry 3, and counting it toward epoch 2 would make the install
+// visible while n1 alone holds it.
+func TestS18UnsyncedLeaderRestartIgnoresStaleFlushed(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	m := watch(c)
+	c.elect(1)
+	c.propose(1, "a")
+	c.rs[1].Propose([]byte("pending"))
+	c.crashAfterEarlyAppends(1)
+	var stale []Message
+	c.pump(func(msg Message) bool {
+		switch {
+		case msg.Type == MsgAppend && msg.To == 2: // in flight from the dead leader
+			c.rs[2].Step(msg)
+			c.flush(2)
+		case msg.Type == MsgAppendAck && msg.From == 2: // delayed
+			stale = append(stale, msg)
+		}
+		return true // n3 never hears of entry 3
+	})
+	if len(stale) != 1 || stale[0].Epoch != 1 || stale[0].FlushedSeq != 3 || c.holds(1, "pending") || !c.holds(2, "pending") || c.holds(3, "pending") {
+		t.Fatalf("setup: delayed %v\n n1 %s\n n2 %s\n n3 %s", stale, c.logString(1), c.logString(2), c.logString(3))
+	}
+	c.start(1)
+	c.rs[1].Campaign()
+	c.flush(1)
+	var held []Message
+	c.pump(func(msg Message) bool {
+		if msg.From == 1 && msg.Type == MsgAppend { // INSTALL: not answered yet
+			held = append(held, msg)
+			return true
+		}
+		return false
+	})
+	if st := c.rs[1].Status(); st.Role != Leader || st.Hard.Promised != 2 || st.Durable != 3 || c.stores[1].log[2].Epoch != 2 {
+		t.Fatalf("setup: n1 should lead epoch 2 with its install durable at 3: %+v %s", st, c.logString(1))
+	}
+	c.rs[1].Step(stale[0])
+	c.flush(1) // the reference model fails here too, naming the invariant
+	if got := c.rs[1].Status().CommitSeq; got >= 3 {
+		t.Fatalf("VisibleImpliesQuorumFlushed: n2's epoch-1 FLUSHED(3) committed n1's epoch-2 install at 3, durable on n1 alone (commit %d)", got)
+	}
+	c.queue = append(held, c.queue...)
+	c.settle()
+	c.tick(3)
+	c.requireConverged(m)
+	if m.seqOf("pending") != 0 || c.holds(2, "pending") {
+		t.Fatalf("the lost entry survived: n2 %s", c.logString(2))
+	}
+}
+
 // S19: chain of custody over several promotions. The classic trap first
 // (R=5, one entry per Append): x is written in epoch 1 on n1 and n2 only;
 // n5 leads epoch 2 alone with its own entry at that seq; n1 leads epoch 3
