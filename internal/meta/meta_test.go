@@ -121,3 +121,28 @@ func TestApplyRejectsMalformed(t *testing.T) {
 		t.Fatalf("malformed entries created %v", s.Topics)
 	}
 }
+
+// The metadata leader refuses a reserved or path-like name even when a
+// peer forwards it, and an entry decided before names were checked creates
+// nothing: a user topic `__meta` would share the metadata log's replica
+// group on the peer transport. A dead-letter topic name is valid here (the
+// group machinery declares it through the metadata log).
+func TestReservedNamesAreNeverDecidedOrApplied(t *testing.T) {
+	s := New()
+	for _, name := range []string{"__meta", "__x", ".", ".."} {
+		tc := wire.TopicConfig{Name: name, Partitions: 1, Replicas: 3}
+		_, _, err := s.Decide(tc, 3)
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.CodeInvalidArgument {
+			t.Errorf("Decide(%q) = %v, want INVALID_ARGUMENT", name, err)
+		}
+		old := mustJSON(t, Command{Op: "declare", Topic: tc, Placement: [][]uint32{{1, 2, 3}}})
+		created, err := s.Apply(s.Applied+1, old)
+		if err == nil || created != nil || len(s.Topics) != 0 {
+			t.Errorf("Apply(%q) created %v, err %v", name, created, err)
+		}
+	}
+	if _, _, err := s.Decide(wire.TopicConfig{Name: "dlq.g.orders", Partitions: 1, Replicas: 3}, 3); err != nil {
+		t.Fatalf("dead-letter topic refused: %v", err)
+	}
+}

@@ -138,6 +138,12 @@ func (n *Node) openCluster() error {
 		return err
 	}
 	for _, t := range st.Sorted() {
+		if err := wire.ValidateName("topic", t.Config.Name); err != nil {
+			// Applied before names were checked: `__meta` would speak for
+			// the metadata log on the peer transport.
+			n.log.Error("topic not started: its name is reserved or invalid", "topic", t.Config.Name, "err", err)
+			continue
+		}
 		if _, err := n.startTopic(t.Config, t.Placement); err != nil {
 			return err
 		}

@@ -160,7 +160,7 @@ const ledgerEntryBytes = 4 + 8
 
 // Subscribe joins sink to group on topic, creating the group on first use.
 func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) (*Subscription, error) {
-	if err := wire.ValidateName("group", group); err != nil {
+	if err := validateConsumer(topicName, group); err != nil {
 		return nil, err
 	}
 	t, err := n.topic(topicName)
@@ -197,7 +197,20 @@ func (n *Node) Nack(topicName, group string, entries []wire.AckEntry, delayMs in
 	n.ackOrNack(topicName, group, groupCmd{kind: cmdNack, entries: entries, delayMs: delayMs, reply: reply})
 }
 
+// validateConsumer checks the names a client consumes by: any valid topic,
+// dead-letter topics included, and a valid group.
+func validateConsumer(topicName, group string) error {
+	if err := wire.ValidateName("topic", topicName); err != nil {
+		return err
+	}
+	return wire.ValidateName("group", group)
+}
+
 func (n *Node) ackOrNack(topicName, group string, c groupCmd) {
+	if err := validateConsumer(topicName, group); err != nil {
+		c.reply(nil, asWire(err))
+		return
+	}
 	n.mu.RLock()
 	g := n.groups[groupKey{group: group, topic: topicName}]
 	n.mu.RUnlock()
@@ -812,7 +825,7 @@ func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
 		g.dlqDone(pi, seq, wire.Errorf(wire.CodeStorage, "read: %v", err))
 		return
 	}
-	if _, err := g.node.Declare(wire.TopicConfig{Name: g.dlq, Partitions: 1}); err != nil {
+	if _, err := g.node.declare(wire.TopicConfig{Name: g.dlq, Partitions: 1}); err != nil {
 		g.dlqDone(pi, seq, asWire(err))
 		return
 	}
@@ -822,10 +835,10 @@ func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
 		wire.Header{Key: "nereus-dlq-partition", Value: []byte(strconv.Itoa(int(pi)))},
 		wire.Header{Key: "nereus-dlq-seq", Value: []byte(strconv.FormatUint(seq, 10))})
 	// The producer identity makes a retried dead-letter publish idempotent.
-	g.node.Publish(&wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducer,
+	g.node.publish(&wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducer,
 		ProducerSeq: uint64(pi)<<48 | seq, TimestampMs: e.Record.TimestampMs,
 		Key: e.Record.Key, Value: e.Record.Value, Headers: hs},
-		func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
+		func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) }, nil)
 }
 
 func (g *groupRunner) dlqDone(pi uint32, seq uint64, err *wire.Error) {

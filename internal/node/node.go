@@ -258,7 +258,9 @@ func (n *Node) startTopic(tc wire.TopicConfig, placement [][]uint32) (*topic, er
 	return t, nil
 }
 
-// ValidateTopic checks a DECLARE's fields.
+// ValidateTopic checks a DECLARE's fields. The name may be a dead-letter
+// topic's: Declare refuses those for clients, declare accepts them for the
+// group machinery.
 func ValidateTopic(tc wire.TopicConfig) error {
 	if err := wire.ValidateName("topic", tc.Name); err != nil {
 		return err
@@ -272,11 +274,21 @@ func ValidateTopic(tc wire.TopicConfig) error {
 	return nil
 }
 
-// Declare creates a topic, or confirms an identical existing one. A DECLARE
-// that differs from the existing topic fails with TOPIC_CONFLICT. In a
-// cluster it goes through the metadata log (forwarded to its leader) and
-// returns once this node has applied it.
+// Declare creates a topic for a client, or confirms an identical existing
+// one. A DECLARE that differs from the existing topic fails with
+// TOPIC_CONFLICT; one of a dead-letter topic fails with INVALID_ARGUMENT.
+// In a cluster it goes through the metadata log (forwarded to its leader)
+// and returns once this node has applied it.
 func (n *Node) Declare(tc wire.TopicConfig) (created bool, err error) {
+	if err := wire.ValidateWritableTopic(tc.Name); err != nil {
+		return false, err
+	}
+	return n.declare(tc)
+}
+
+// declare is Declare without the client's name rule: the group machinery
+// declares dead-letter topics through it.
+func (n *Node) declare(tc wire.TopicConfig) (created bool, err error) {
 	if err := ValidateTopic(tc); err != nil {
 		return false, err
 	}

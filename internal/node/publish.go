@@ -8,10 +8,11 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// Publish validates a PUB, routes it to its partition and arranges for reply
-// to be called exactly once: with PUB_OK after the record is durable and
-// visible, or with an error. It blocks only while the partition's queue is
-// full. The frame's byte slices must stay valid until reply is called.
+// Publish validates a client's PUB, routes it to its partition and arranges
+// for reply to be called exactly once: with PUB_OK after the record is
+// durable and visible, or with an error. It blocks only while the
+// partition's queue is full. The frame's byte slices must stay valid until
+// reply is called. A client may not publish into a dead-letter topic.
 func (n *Node) Publish(pub *wire.Pub, reply PubReply) { n.PublishCorked(pub, reply, nil) }
 
 // Corker is a connection that can hold its replies back and send a burst
@@ -25,6 +26,16 @@ type Corker interface {
 // node corks c around a burst of PUB_OKs it sends from one goroutine, so
 // that the burst leaves in one write, made on that goroutine.
 func (n *Node) PublishCorked(pub *wire.Pub, reply PubReply, c Corker) {
+	if err := wire.ValidateWritableTopic(pub.Topic); err != nil {
+		reply(wire.PubOK{}, asWire(err))
+		return
+	}
+	n.publish(pub, reply, c)
+}
+
+// publish is PublishCorked without the client's name rule: the group
+// machinery publishes into dead-letter topics through it.
+func (n *Node) publish(pub *wire.Pub, reply PubReply, c Corker) {
 	t, err := n.topic(pub.Topic)
 	if err != nil {
 		reply(wire.PubOK{}, asWire(err))

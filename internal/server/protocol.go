@@ -134,6 +134,12 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 		}
 		p.send(corr, &wire.DeclareOK{Topic: f.Topic, Created: created})
 	case *wire.Metadata:
+		for _, name := range f.Topics {
+			if err := wire.ValidateName("topic", name); err != nil {
+				p.sendErr(corr, err)
+				return true
+			}
+		}
 		p.send(corr, &wire.MetadataOK{Topics: n.Metadata(f.Topics)})
 	case *wire.Pull:
 		p.pull(corr, f)
@@ -156,11 +162,6 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 // publish hands a PUB to the node. Its key, value and headers alias buf,
 // which is released when the node answers: it copies the record first.
 func (p *Protocol) publish(corr uint64, f *wire.Pub, buf *[]byte) {
-	if err := wire.ValidateName("topic", f.Topic); err != nil {
-		releaseReadBuf(buf)
-		p.sendErr(corr, err)
-		return
-	}
 	var answered atomic.Bool
 	p.srv.node.PublishCorked(f, func(ok wire.PubOK, err *wire.Error) {
 		if answered.Swap(true) {
@@ -215,10 +216,6 @@ func (p *Protocol) ackReply(corr uint64) node.AckReply {
 }
 
 func (p *Protocol) pull(corr uint64, f *wire.Pull) {
-	if err := wire.ValidateName("topic", f.Topic); err != nil {
-		p.sendErr(corr, err)
-		return
-	}
 	key := subKey{topic: f.Topic, group: f.Group}
 	sub, ok := p.subs[key]
 	if ok && sub.Ended() {

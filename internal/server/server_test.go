@@ -242,3 +242,42 @@ func TestBadPermissionIsAConfigError(t *testing.T) {
 		t.Fatal("bad topic glob accepted")
 	}
 }
+
+// Every name a client sends over the wire is checked: reserved and
+// path-like names in DECLARE, PUB, PULL, ACK and METADATA, and writes into
+// the dead-letter namespace, are refused with INVALID_ARGUMENT and a reason;
+// the connection stays usable.
+func TestReservedNamesAreRefusedOverTheWire(t *testing.T) {
+	addr := startServer(t, Config{AllowNoAuth: true})
+	c := dialRaw(t, addr)
+	c.hello("")
+	c.write(2, &wire.Declare{Topic: wire.TopicConfig{Name: "t", Partitions: 1}})
+	if _, f := c.read(); f.Type() != wire.TypeDeclareOK {
+		t.Fatalf("declare t: %#v", f)
+	}
+	frames := []wire.Frame{
+		&wire.Declare{Topic: wire.TopicConfig{Name: "__meta", Partitions: 1}},
+		&wire.Declare{Topic: wire.TopicConfig{Name: "..", Partitions: 1}},
+		&wire.Declare{Topic: wire.TopicConfig{Name: "dlq.g.t", Partitions: 1}},
+		&wire.Pub{Topic: "__meta", Partition: wire.PartitionAuto, Value: []byte("v")},
+		&wire.Pub{Topic: "dlq.g.t", Partition: wire.PartitionAuto, Value: []byte("v")},
+		&wire.Pull{Topic: "..", Group: "g", Credit: 1},
+		&wire.Pull{Topic: "t", Group: "..", Credit: 1},
+		&wire.Pull{Topic: "t", Group: "__g", Credit: 1},
+		&wire.Ack{Topic: "t", Group: "."},
+		&wire.Metadata{Topics: []string{"t", "__meta"}},
+	}
+	for i, fr := range frames {
+		corr := uint64(100 + i)
+		c.write(corr, fr)
+		got, f := c.read()
+		e, ok := f.(*wire.Err)
+		if !ok || got != corr || e.Code != wire.CodeInvalidArgument || e.Message == "" {
+			t.Errorf("%#v answered %#v (corr %d)", fr, f, got)
+		}
+	}
+	c.write(200, &wire.Metadata{Topics: []string{"t"}})
+	if _, f := c.read(); f.Type() != wire.TypeMetadataOK || len(f.(*wire.MetadataOK).Topics) != 1 {
+		t.Fatalf("metadata of t: %#v", f)
+	}
+}

@@ -139,15 +139,32 @@ func TestErrorIsMatchesByCode(t *testing.T) {
 }
 
 func TestValidateName(t *testing.T) {
-	for _, ok := range []string{"a", "orders.v2", "A-b_c"} {
+	for _, ok := range []string{"a", "orders.v2", "A-b_c", "...", ".a", "a..", "_meta", "a__b", "dlq.g.t", "ledger", "topics.json", "epoch", "0"} {
 		if err := ValidateName("topic", ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "a b", "x/y", strings.Repeat("a", NameBytesMax+1)} {
+	for _, bad := range []string{"", "a b", "x/y", strings.Repeat("a", NameBytesMax+1), ".", "..", "__meta", "__", "__x"} {
 		if err := ValidateName("topic", bad); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%q: err = %v", bad, err)
 		}
+	}
+}
+
+func TestValidateWritableTopicRefusesDeadLetterTopics(t *testing.T) {
+	for _, ok := range []string{"orders", "dlq", "dlqx.a", "x.dlq.a"} {
+		if err := ValidateWritableTopic(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"dlq.g.orders", "dlq.", "..", "__meta"} {
+		err := ValidateWritableTopic(bad)
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%q: err = %v", bad, err)
+		}
+	}
+	if err := ValidateWritableTopic("dlq.g.orders"); !strings.Contains(err.Error(), "dead-letter") {
+		t.Errorf("the refusal does not give the reason: %v", err)
 	}
 }
 

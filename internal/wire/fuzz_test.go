@@ -2,7 +2,9 @@ package wire
 
 import (
 	"bytes"
+	"path"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -80,4 +82,25 @@ func nilIfEmpty(b []byte) []byte {
 		return nil
 	}
 	return b
+}
+
+// FuzzValidateName: every accepted name is one path element that stays a
+// child of the directory it is joined to (it can never reach the data
+// directory's own files), and is outside the reserved namespace.
+func FuzzValidateName(f *testing.F) {
+	for _, s := range []string{"orders", ".", "..", "...", "__meta", "_a", "a/b", "dlq.g.t", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if ValidateName("topic", name) != nil {
+			return
+		}
+		joined := path.Join("data/topics", name)
+		if path.Dir(joined) != "data/topics" || path.Base(joined) != name {
+			t.Fatalf("accepted %q escapes its directory: %s", name, joined)
+		}
+		if strings.HasPrefix(name, ReservedPrefix) || len(name) > NameBytesMax {
+			t.Fatalf("accepted %q", name)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"hash/fnv"
+	"strings"
 )
 
 // Name bounds shared by topics and groups.
@@ -15,7 +16,20 @@ const (
 	ClientNameBytesMax = 256
 )
 
-// ValidateName checks a topic or group name: 1–200 bytes of [A-Za-z0-9._-].
+// Name prefixes with a meaning to Nereus.
+const (
+	// ReservedPrefix starts the names Nereus keeps for itself (the
+	// metadata log is `__meta`): no client may send one.
+	ReservedPrefix = "__"
+	// DeadLetterPrefix starts the name of a dead-letter topic,
+	// `dlq.<group>.<topic>`. Only the group machinery declares one and
+	// publishes into it; clients may read it (METADATA, PULL, ACK, NACK).
+	DeadLetterPrefix = "dlq."
+)
+
+// ValidateName checks a topic or group name a client sends: 1–200 bytes
+// of [A-Za-z0-9._-], not `.` or `..` (a name is a directory of the data
+// directory), and not starting with `__` (ReservedPrefix).
 func ValidateName(kind, name string) error {
 	if len(name) == 0 || len(name) > NameBytesMax {
 		return Errorf(CodeInvalidArgument, "%s name must be 1-%d bytes, got %d", kind, NameBytesMax, len(name))
@@ -26,6 +40,27 @@ func ValidateName(kind, name string) error {
 		if !ok {
 			return Errorf(CodeInvalidArgument, "%s name %q: character %q not allowed (use A-Z a-z 0-9 . _ -)", kind, name, c)
 		}
+	}
+	if name == "." || name == ".." {
+		return Errorf(CodeInvalidArgument, "%s name %q is not allowed", kind, name)
+	}
+	if strings.HasPrefix(name, ReservedPrefix) {
+		return Errorf(CodeInvalidArgument, "%s name %q: names starting with %q are reserved for Nereus", kind, name, ReservedPrefix)
+	}
+	return nil
+}
+
+// IsDeadLetter reports whether topic is in the dead-letter namespace.
+func IsDeadLetter(topic string) bool { return strings.HasPrefix(topic, DeadLetterPrefix) }
+
+// ValidateWritableTopic checks the name of a topic a client declares or
+// publishes to: a valid name outside the dead-letter namespace.
+func ValidateWritableTopic(name string) error {
+	if err := ValidateName("topic", name); err != nil {
+		return err
+	}
+	if IsDeadLetter(name) {
+		return Errorf(CodeInvalidArgument, "topic %q: names starting with %q are dead-letter topics, which only their consumer group declares and writes (clients may consume them)", name, DeadLetterPrefix)
 	}
 	return nil
 }
