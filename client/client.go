@@ -499,6 +499,7 @@ type TopicConfig struct {
 	Name       string
 	Partitions int
 	// Retention is the age after which records may be deleted; 0 = unlimited.
+	// It must be a whole number of milliseconds (the protocol unit).
 	Retention time.Duration
 	// RetentionBytes bounds each partition's size; 0 = unlimited.
 	RetentionBytes int64
@@ -556,6 +557,11 @@ func (t TopicConfig) toWire() (wire.TopicConfig, error) {
 	}
 	if t.Retention < 0 || t.RetentionBytes < 0 {
 		return wire.TopicConfig{}, wire.Errorf(wire.CodeInvalidArgument, "retention must not be negative")
+	}
+	if t.Retention%time.Millisecond != 0 {
+		// Retention travels in whole milliseconds, and 0 means unlimited:
+		// 1ns must not silently become "keep forever".
+		return wire.TopicConfig{}, wire.Errorf(wire.CodeInvalidArgument, "retention %v is not a whole number of milliseconds", t.Retention)
 	}
 	switch t.Replicas {
 	case 0, 1, 3, 5:

@@ -633,3 +633,61 @@ func publishRange(ctx context.Context, t *testing.T, p *Producer, from, to int) 
 		t.Fatal(err)
 	}
 }
+
+// TestMessagesMaxBoundsGrantedCredit: a consumer that will take 6 messages
+// grants the broker exactly 6 credits in all — whether its credit window
+// is smaller (Next frees credit after each message) or larger (the first
+// grant) — so none is delivered only to be dropped at Close.
+func TestMessagesMaxBoundsGrantedCredit(t *testing.T) {
+	for _, credit := range []int{4, 10} {
+		t.Run(fmt.Sprintf("credit=%d", credit), func(t *testing.T) {
+			fs := newFakeServer(t, testToken)
+			c := dialFake(t, fs)
+			ctx := testCtx(t)
+			declare(t, c, "t", 1)
+			p, _ := c.NewProducer(ProducerOptions{Topic: "t"})
+			defer p.Close()
+			publishRange(ctx, t, p, 0, 20)
+			co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: credit, MessagesMax: 6})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer co.Close()
+			for range 6 {
+				if _, err := co.Next(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// taken + buffered + outstanding + unreturned is all credit ever granted.
+			co.mu.Lock()
+			granted := int(co.delivered.Load()) + len(co.queue) + co.outstanding + co.unreturned
+			co.mu.Unlock()
+			if granted != 6 {
+				t.Fatalf("consumer granted %d credits for 6 messages", granted)
+			}
+			fs.waitFor(5*time.Second, "6 credits granted", func() bool {
+				for s := range fs.sessions {
+					if sub := s.subs[subKey{"t", "g"}]; sub != nil && sub.granted == 6 {
+						return true
+					}
+				}
+				return false
+			})
+			if _, err := c.Subscribe(ctx, "t", "h", ConsumerOptions{MessagesMax: -1}); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("negative MessagesMax: err = %v", err)
+			}
+		})
+	}
+}
+
+func TestRetentionMustBeWholeMilliseconds(t *testing.T) {
+	for _, bad := range []time.Duration{time.Nanosecond, 999 * time.Microsecond, 1500 * time.Microsecond} {
+		if _, err := (TopicConfig{Name: "t", Partitions: 1, Retention: bad}).toWire(); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("retention %v: err = %v", bad, err)
+		}
+	}
+	wc, err := TopicConfig{Name: "t", Partitions: 1, Retention: 2 * time.Second}.toWire()
+	if err != nil || wc.RetentionMs != 2000 {
+		t.Fatalf("retention 2s: %+v, %v", wc, err)
+	}
+}

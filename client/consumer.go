@@ -37,6 +37,11 @@ type ConsumerOptions struct {
 	// MaxDeliver bounds deliveries of one message (0 = broker default);
 	// like AckWait it applies when the group is created.
 	MaxDeliver int
+	// MessagesMax, when positive, is how many messages this consumer will
+	// take with Next in all: it never grants the broker credit beyond it,
+	// so no message is delivered to it only to be dropped at Close (and
+	// counted toward MaxDeliver). 0 = unbounded.
+	MessagesMax int
 }
 
 // ConsumerStats counts the outcomes of acks.
@@ -62,7 +67,10 @@ type Consumer struct {
 	client    *Client
 	key       subKey
 	creditMax int
-	pull      wire.Pull // template of every PULL (Credit set per send)
+	// messagesMax bounds the credit ever granted: taken + queued +
+	// outstanding + unreturned ≤ messagesMax (0 = unbounded).
+	messagesMax int
+	pull        wire.Pull // template of every PULL (Credit set per send)
 
 	ready    chan struct{}   // capacity 1: a message was queued or err set
 	kick     chan struct{}   // capacity 1: the pump has work
@@ -107,8 +115,8 @@ func (c *Client) Subscribe(ctx context.Context, topic, group string, opts Consum
 	if opts.Credit <= 0 {
 		opts.Credit = DefaultCredit
 	}
-	if opts.Credit > CreditMax || opts.AckWait < 0 || opts.MaxDeliver < 0 {
-		return nil, fmt.Errorf("nereus: subscribe: credit must be 1-%d, AckWait and MaxDeliver not negative: %w", CreditMax, wire.ErrInvalidArgument)
+	if opts.Credit > CreditMax || opts.AckWait < 0 || opts.MaxDeliver < 0 || opts.MessagesMax < 0 {
+		return nil, fmt.Errorf("nereus: subscribe: credit must be 1-%d, AckWait, MaxDeliver and MessagesMax not negative: %w", CreditMax, wire.ErrInvalidArgument)
 	}
 	infos, err := c.Topics(ctx, topic)
 	if err != nil {
@@ -118,9 +126,10 @@ func (c *Client) Subscribe(ctx context.Context, topic, group string, opts Consum
 		return nil, fmt.Errorf("nereus: subscribe: topic %q: %w", topic, wire.ErrNotFound)
 	}
 	co := &Consumer{
-		client:    c,
-		key:       subKey{topic, group},
-		creditMax: opts.Credit,
+		client:      c,
+		key:         subKey{topic, group},
+		creditMax:   opts.Credit,
+		messagesMax: opts.MessagesMax,
 		pull: wire.Pull{
 			Topic: topic, Group: group,
 			AckWaitMs:  uint32(min(opts.AckWait.Milliseconds(), 1<<32-1)),
@@ -154,6 +163,10 @@ func (co *Consumer) subscribe(ctx context.Context, cn *conn) error {
 	co.sub, co.subCorr = cn, corr
 	co.outstanding = leftover
 	co.unreturned = max(co.creditMax-len(co.queue)-leftover, 0)
+	if co.messagesMax > 0 {
+		wanted := co.messagesMax - int(co.delivered.Load()) - len(co.queue) - leftover
+		co.unreturned = max(min(co.unreturned, wanted), 0)
+	}
 	co.unreturnedBytes = 0
 	co.firstUnreturned = time.Now()
 	co.mu.Unlock()
@@ -296,14 +309,16 @@ func (co *Consumer) Next(ctx context.Context) (*Message, error) {
 			if len(co.queue) == 0 {
 				co.queue = co.queue[:0:0] // let the backing array go
 			}
-			if co.unreturned == 0 {
-				co.firstUnreturned = time.Now()
+			taken := co.delivered.Add(1)
+			if co.messagesMax == 0 || int(taken)+len(co.queue)+co.outstanding+co.unreturned < co.messagesMax {
+				if co.unreturned == 0 {
+					co.firstUnreturned = time.Now()
+				}
+				co.unreturned++
+				co.unreturnedBytes += m.payloadBytes()
 			}
-			co.unreturned++
-			co.unreturnedBytes += m.payloadBytes()
 			more := len(co.queue) > 0
 			co.mu.Unlock()
-			co.delivered.Add(1)
 			co.wakePump()
 			if more {
 				co.signalReady()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -366,5 +367,86 @@ func TestCLIAgainstRealServer(t *testing.T) {
 	cmd := exec.Command(nereusBinary(t), "topic", "list", "--server", addr, "--token", "wrong")
 	if err := cmd.Run(); err == nil {
 		t.Fatal("wrong token exited 0")
+	}
+}
+
+// TestCLIRefusesAndStopsAtCount: names reserved for Nereus or shaped like
+// paths, and a retention finer than the protocol's millisecond, are refused
+// with the reason and leave the data directory as it was; `topic list` of
+// a missing topic fails; `sub --count N` takes exactly N messages, so the
+// next member of the group gets the rest at once, delivered for the first
+// time.
+func TestCLIRefusesAndStopsAtCount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	srv := startServe(t, "--data", data, "--listen", "127.0.0.1:0", "--http", "", "--insecure-no-auth", "--log-level", "warn")
+	run := func(args ...string) (string, string, error) {
+		cmd := exec.Command(nereusBinary(t), args...)
+		cmd.Env = append(os.Environ(), "NEREUS_SERVER="+srv.addr)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		return string(out), stderr.String(), err
+	}
+	if _, _, err := run("topic", "create", "one"); err != nil {
+		t.Fatal(err)
+	}
+	tree := func() []string {
+		var out []string
+		filepath.WalkDir(data, func(p string, _ os.DirEntry, err error) error {
+			out = append(out, p)
+			return err
+		})
+		return out
+	}
+	before := tree()
+	for _, c := range []struct {
+		args []string
+		why  string
+	}{
+		{[]string{"topic", "create", "__meta", "--replicas", "1"}, "reserved"},
+		{[]string{"topic", "create", "."}, "not allowed"},
+		{[]string{"topic", "create", ".."}, "not allowed"},
+		{[]string{"topic", "create", "dlq.g.one"}, "dead-letter"},
+		{[]string{"pub", "dlq.g.one", "forged"}, "dead-letter"},
+		{[]string{"sub", "one", "--group", ".."}, "not allowed"},
+		{[]string{"sub", "topics.json", "--group", "..", "--timeout", "5s"}, "not allowed"},
+		{[]string{"topic", "create", "r", "--retention", "1ns"}, "milliseconds"},
+		{[]string{"topic", "list", "one", "nonexist"}, "no such topic: nonexist"},
+	} {
+		if _, stderr, err := run(c.args...); err == nil || !strings.Contains(stderr, c.why) {
+			t.Errorf("%v: err %v, stderr %q (want %q)", c.args, err, stderr, c.why)
+		}
+	}
+	if after := tree(); !slices.Equal(before, after) {
+		t.Fatalf("refused commands changed the data directory:\nbefore %v\nafter  %v", before, after)
+	}
+	if _, _, err := run("topic", "list", "one"); err != nil {
+		t.Fatalf("topic list one: %v", err)
+	}
+	for _, m := range []string{"m1", "m2", "m3", "m4"} {
+		if _, stderr, err := run("pub", "one", m); err != nil {
+			t.Fatalf("pub %s: %v %s", m, err, stderr)
+		}
+	}
+	first, _, err := run("sub", "one", "--group", "g", "--count", "1", "--json")
+	if err != nil || !strings.Contains(first, `"seq":1,`) {
+		t.Fatalf("sub --count 1: %v\n%s", err, first)
+	}
+	// With the default ack wait (30 s), a message the first sub fetched and
+	// dropped would not come back within --timeout.
+	rest, _, err := run("sub", "one", "--group", "g", "--count", "3", "--json", "--timeout", "5s")
+	if err != nil {
+		t.Fatalf("second sub: %v\n%s", err, rest)
+	}
+	for _, want := range []string{`"seq":2,`, `"seq":3,`, `"seq":4,`} {
+		if !strings.Contains(rest, want) {
+			t.Fatalf("second sub lacks %s:\n%s", want, rest)
+		}
+	}
+	if strings.Count(rest, `"delivery_count":1,`) != 3 {
+		t.Fatalf("messages were delivered before:\n%s", rest)
 	}
 }

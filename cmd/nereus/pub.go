@@ -109,7 +109,7 @@ func runPub(cmd *cobra.Command, args []string, fl pubFlags) error {
 		return err
 	}
 	defer c.Close()
-	popts.DeliveryTimeout = max(opts.RequestTimeout, client.DefaultRequestTimeout)
+	popts.DeliveryTimeout = opts.RequestTimeout // --timeout bounds a message's retries too
 	p, err := c.NewProducer(popts)
 	if err != nil {
 		return err

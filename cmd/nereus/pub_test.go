@@ -1,11 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"net"
+	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nereus-broker/nereus/client"
+	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 func TestParseHeaders(t *testing.T) {
@@ -56,5 +62,73 @@ func TestOrderedPrinterPrintsInInputOrder(t *testing.T) {
 	pr.complete(3, client.PublishResult{}, boom)
 	if err := pr.failure(); !errors.Is(err, boom) {
 		t.Fatalf("failure = %v", err)
+	}
+}
+
+// quorumLostBroker is a fake broker on loopback: it knows one topic "t"
+// and answers every PUB with QUORUM_LOST, which the producer retries.
+func quorumLostBroker(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	addr := lis.Addr().String()
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := bufio.NewReader(conn)
+				for {
+					corr, f, err := wire.ReadFrame(r, wire.DefaultFrameBytesMax)
+					if err != nil {
+						return
+					}
+					var reply wire.Frame
+					switch f.(type) {
+					case *wire.Hello:
+						reply = &wire.HelloOK{Version: 1, NodeID: "fake", FrameBytesMax: wire.DefaultFrameBytesMax}
+					case *wire.Metadata:
+						reply = &wire.MetadataOK{Topics: []wire.TopicInfo{{
+							Config:     wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 1},
+							Partitions: []wire.PartitionInfo{{Partition: 0, Epoch: 1, Leader: "fake", LeaderAddr: addr}}}}}
+					case *wire.Pub:
+						reply = &wire.Err{Code: wire.CodeQuorumLost, Message: "fake: no quorum"}
+					default:
+						reply = &wire.Pong{}
+					}
+					if _, err := conn.Write(wire.AppendFrame(nil, corr, reply)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return addr
+}
+
+// `pub --timeout 1s` gives up on a message the broker keeps refusing after
+// about a second (it used to wait at least the 10 s default).
+func TestPubTimeoutBoundsRetries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the CLI")
+	}
+	addr := quorumLostBroker(t)
+	cmd := exec.Command(nereusBinary(t), "pub", "t", "x", "--timeout", "1s", "--server", addr)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	elapsed := time.Since(start)
+	if err == nil || !strings.Contains(stderr.String(), "QUORUM_LOST") {
+		t.Fatalf("pub against a broker without quorum: %v\n%s", err, stderr.String())
+	}
+	if elapsed > 5*time.Second {
+		t.Fatalf("pub --timeout 1s took %v", elapsed)
 	}
 }

@@ -67,7 +67,9 @@ func runSub(cmd *cobra.Command, topic string, fl subFlags) error {
 	}
 	defer c.Close()
 	sctx, cancel := withTimeout(cmd.Context(), opts.RequestTimeout)
-	co, err := c.Subscribe(sctx, topic, fl.group, client.ConsumerOptions{Credit: credit, AckWait: fl.ackWait})
+	// --count N grants N credits in all: a message fetched beyond it would
+	// be dropped at exit and count toward the group's max deliveries.
+	co, err := c.Subscribe(sctx, topic, fl.group, client.ConsumerOptions{Credit: credit, AckWait: fl.ackWait, MessagesMax: fl.count})
 	cancel()
 	if err != nil {
 		return err

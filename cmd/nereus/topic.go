@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -72,13 +74,33 @@ func newTopicListCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return writeTopicsJSON(cmd.OutOrStdout(), topics)
+				err = writeTopicsJSON(cmd.OutOrStdout(), topics)
+			} else {
+				err = writeTopicsTable(cmd.OutOrStdout(), topics)
 			}
-			return writeTopicsTable(cmd.OutOrStdout(), topics)
+			if err != nil {
+				return err
+			}
+			return missingTopics(args, topics)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per topic per line")
 	return cmd
+}
+
+// missingTopics fails when a topic asked for by name does not exist, after
+// the ones that do were listed.
+func missingTopics(names []string, topics []client.TopicInfo) error {
+	var missing []string
+	for _, name := range names {
+		if !slices.ContainsFunc(topics, func(t client.TopicInfo) bool { return t.Config.Name == name }) {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no such topic: %s", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // topicJSON is the --json form of a topic.
