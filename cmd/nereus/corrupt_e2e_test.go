@@ -41,6 +41,14 @@ func TestClusterBitFlipOnEachNodeKeepsEveryAckedMessage(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// DECLARE returns once the answering node applied it; publish only
+	// once every node knows the topic and its leader.
+	for !everyNodeKnows(ctx, rc, "flip") {
+		if ctx.Err() != nil {
+			t.Fatal("the topic never reached every node")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	prod, err := c.NewProducer(client.ProducerOptions{Topic: "flip", DeliveryTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -96,4 +104,28 @@ func TestClusterBitFlipOnEachNodeKeepsEveryAckedMessage(t *testing.T) {
 		}
 		ref = got
 	}
+}
+
+// everyNodeKnows reports whether every node knows topic and a leader for
+// each of its partitions.
+func everyNodeKnows(ctx context.Context, rc *realCluster, topic string) bool {
+	for _, addr := range rc.addrs() {
+		v := askNode(ctx, client.Options{RequestTimeout: 2 * time.Second, DialTimeout: time.Second}, addr)
+		found := false
+		for _, tp := range v.topics {
+			if tp.Config.Name != topic {
+				continue
+			}
+			found = true
+			for _, p := range tp.Partitions {
+				if p.Leader == "" {
+					return false
+				}
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
