@@ -219,6 +219,22 @@ func (c *Client) slotConn(ctx context.Context, s *connSlot, dial func(context.Co
 	}
 }
 
+// giveUpIfSilent fails cn when the broker sent nothing on it for a whole
+// RequestTimeout (conn.giveUpIfSilent); when cn was the seed connection,
+// the next seed dial starts at the next server, not at the silent one,
+// whose kernel may still accept a connection and leave HELLO unanswered
+// for a whole DialTimeout.
+func (c *Client) giveUpIfSilent(cn *conn) {
+	if !cn.giveUpIfSilent(c.opts.RequestTimeout) {
+		return
+	}
+	c.mu.Lock()
+	if c.seed.cur == cn && c.opts.Servers[c.nextServer] == cn.addr {
+		c.nextServer = (c.nextServer + 1) % len(c.opts.Servers)
+	}
+	c.mu.Unlock()
+}
+
 // isClosedNow reports whether Close was called.
 func (c *Client) isClosedNow() bool {
 	select {
@@ -473,9 +489,13 @@ func (c *Client) idempotentRequest(ctx context.Context, f wire.Frame) (wire.Fram
 		if err != nil {
 			return nil, err
 		}
+		sentAt := time.Now()
 		reply, err := cn.roundTrip(ctx, f)
 		if err != nil && errors.Is(err, ErrDisconnected) && ctx.Err() == nil {
 			continue
+		}
+		if err != nil && ctx.Err() != nil && time.Since(sentAt) >= c.opts.RequestTimeout {
+			c.giveUpIfSilent(cn) // the next request goes to another node
 		}
 		return reply, err
 	}

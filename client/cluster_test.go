@@ -656,3 +656,164 @@ func TestProducerSeqSpanStaysInsideTheDedupWindow(t *testing.T) {
 		t.Fatalf("the publish that waited for the span: %v", err)
 	}
 }
+
+// dialShortTimeouts connects to all three nodes of fs, n0 first, with short
+// timeouts: a silent node is noticed after 500 ms.
+func dialShortTimeouts(t *testing.T, fs *fakeServer) *Client {
+	t.Helper()
+	c, err := Dial(testCtx(t), Options{Servers: []string{fs.nodeAddr(0), fs.nodeAddr(1), fs.nodeAddr(2)}, Token: testToken,
+		ClientName: t.Name(), RequestTimeout: 500 * time.Millisecond, DialTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A partition leader stops answering but keeps its connections open (a
+// SIGSTOPped broker) while the cluster moves its leadership to another
+// node. The producer's attempts there time out; the silent connection is
+// given up, the metadata refreshed (through the seed, n0, which still
+// answers), and publishing resumes at the new leader within a few
+// timeouts — not after the one-minute DeliveryTimeout, with the window
+// full of retries sent back to the silent node.
+func TestClusterProducerLeavesASilentLeader(t *testing.T) {
+	fs := newFakeCluster(t, testToken, 3)
+	c := dialShortTimeouts(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 1)
+	fs.setLeader("t", 0, 1) // not the seed: only the producer sees n1 go silent
+	p, err := c.NewProducer(ProducerOptions{Topic: "t", MaxInFlight: 16, DeliveryTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := range 5 {
+		if _, err := p.Publish(ctx, Message{Value: fmt.Appendf(nil, "before-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No refresh may be under way: one would learn the move below by
+	// itself, and the publishes would never meet the silent node. And the
+	// retry loop sleeps, as it does whenever nothing is pending.
+	waitRefreshIdle(t, c, "t")
+	waitRetryLoopAsleep(t, p)
+	fs.freeze(1, true)
+	fs.setLeader("t", 0, 2)
+	var mu sync.Mutex
+	var failures []error
+	for i := range 50 {
+		err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "after-%d", i)}, func(_ PublishResult, err error) {
+			if err != nil {
+				mu.Lock()
+				failures = append(failures, err)
+				mu.Unlock()
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+	defer cancel()
+	if err := p.Flush(fctx); err != nil {
+		t.Fatalf("publishing did not resume at the new leader: %v", err)
+	}
+	if len(failures) > 0 {
+		t.Fatalf("%d publishes failed, first: %v", len(failures), failures[0])
+	}
+	if got := len(fs.records("t")); got != 55 {
+		t.Fatalf("broker holds %d records, want 55", got)
+	}
+}
+
+// waitRefreshIdle waits until no metadata refresh of topic is queued or
+// running.
+func waitRefreshIdle(t *testing.T, c *Client, topic string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		c.mu.Lock()
+		idle := c.meta[topic] == nil || c.meta[topic].refreshing == nil
+		c.mu.Unlock()
+		if idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a metadata refresh never ended")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitRetryLoopAsleep waits until p's retry loop has nothing to look at
+// before a kick: every message completed, no timer armed.
+func waitRetryLoopAsleep(t *testing.T, p *Producer) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		p.mu.Lock()
+		asleep := p.loopWakeAt.IsZero() && len(p.inflight) == 0 && len(p.retry) == 0
+		p.mu.Unlock()
+		if asleep {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the retry loop never went idle")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A publish sent while the retry loop sleeps (nothing was pending) to a
+// broker that never answers still ends: its attempt times out and, the
+// broker staying silent, its DeliveryTimeout fails it. Without a watchdog
+// it would hold its window slot for good.
+func TestProducerSilentBrokerFailsPublishAtDeliveryTimeout(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	c, err := Dial(testCtx(t), Options{Servers: []string{fs.addr()}, Token: testToken, ClientName: t.Name(),
+		RequestTimeout: 300 * time.Millisecond, DialTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t)
+	declare(t, c, "t", 1)
+	p, err := c.NewProducer(ProducerOptions{Topic: "t", DeliveryTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Publish(ctx, Message{Value: []byte("answered")}); err != nil {
+		t.Fatal(err)
+	}
+	waitRetryLoopAsleep(t, p)
+	fs.freeze(0, true)
+	done := make(chan error, 1)
+	if err := p.PublishAsync(ctx, Message{Value: []byte("unanswered")}, func(_ PublishResult, err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("publish to a silent broker ended with %v, want its DeliveryTimeout", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a publish to a silent broker was still pending 5 s after its 1 s DeliveryTimeout")
+	}
+}
+
+// Metadata requests (any node answers them) leave a seed that stopped
+// answering: the first one times out, the next is answered by another node.
+func TestClusterMetadataLeavesASilentSeed(t *testing.T) {
+	fs := newFakeCluster(t, testToken, 3)
+	c := dialShortTimeouts(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 1)
+	fs.freeze(0, true)
+	if _, err := c.Topics(ctx, "t"); err == nil {
+		t.Fatal("a frozen seed answered METADATA")
+	}
+	infos, err := c.Topics(ctx, "t")
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("METADATA after the seed went silent = %+v, %v; want an answer from another node", infos, err)
+	}
+}

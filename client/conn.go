@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/sockwrite"
@@ -56,6 +57,12 @@ type conn struct {
 	pending  map[uint64]replyHandler // one-shot: removed at the first reply
 	streams  map[uint64]replyHandler // persistent: subscriptions (MSG frames)
 	subs     map[subKey]*connSub     // server-side subscriptions of this conn
+
+	// lastRead is when the latest frame arrived (monotonic, since
+	// monoBase; the reader stores it): a request that waited out a
+	// RequestTimeout checks whether the broker said anything meanwhile
+	// (giveUpIfSilent).
+	lastRead atomic.Int64
 }
 
 // subKey names a (topic, group) subscription.
@@ -161,6 +168,27 @@ func (c *conn) isDead() bool {
 	}
 }
 
+// monoBase is the origin of conn.lastRead: durations since it use the
+// monotonic clock.
+var monoBase = time.Now()
+
+// giveUpIfSilent fails the connection when not one frame has arrived on it
+// for quiet, the RequestTimeout a request has just waited out for its
+// reply. A broker that answers nothing at all for that long is stopped or
+// cut off, though its socket may stay open: a SIGSTOPped process's kernel
+// still accepts connections and buffers what is sent, and writes to it
+// block once the buffers fill. Kept, such a connection would draw every
+// retry and every metadata refresh back to the silent node; failed, its
+// requests are retried where the refreshed metadata points. It reports
+// whether it failed the connection.
+func (c *conn) giveUpIfSilent(quiet time.Duration) bool {
+	if since := time.Since(monoBase) - time.Duration(c.lastRead.Load()); since < quiet {
+		return false
+	}
+	c.fail(fmt.Errorf("%w: %s answered nothing for %v", ErrDisconnected, c.addr, quiet))
+	return true
+}
+
 // fail marks the connection failed with cause and closes the socket; the
 // reader then fails pending requests. Safe to call many times.
 func (c *conn) fail(cause error) {
@@ -193,6 +221,7 @@ func (c *conn) readLoop(br *bufio.Reader, frameBytesMax int) {
 			c.fail(err)
 			break
 		}
+		c.lastRead.Store(int64(time.Since(monoBase)))
 		buf = nil
 		switch f.(type) {
 		case *wire.PubOK, *wire.AckOK: // no byte fields: nothing aliases used

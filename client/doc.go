@@ -13,7 +13,11 @@
 // one non-blocking write, once it holds 64 KiB and before the sender waits
 // for a reply or a window slot, so a burst leaves as it is made. When a
 // connection is lost every pending request on it fails with an error
-// wrapping ErrDisconnected. Reconnection is lazy: the next request (or a
+// wrapping ErrDisconnected. So does a connection on which a request waited
+// a whole RequestTimeout while the broker sent nothing at all: a stopped
+// (SIGSTOPped, hung) broker keeps its socket open, and the client gives it
+// up rather than send every retry and metadata request back to it; the
+// next seed dial then starts at the next server. Reconnection is lazy: the next request (or a
 // producer retry, or a consumer's background pump) dials again, cycling
 // through Options.Servers (or redialing the leader) with bounded exponential
 // backoff between failed attempts. A failed authentication is terminal and

@@ -56,6 +56,11 @@ type fakeServer struct {
 	reorderReplies bool // answer PUBs in reverse batches
 	creditLimit    int  // if > 0: unused credit of a sub must stay ≤ it
 	accepts        int
+	// frozen nodes read nothing more and so answer nothing, HELLO
+	// included, while their connections stay open and they keep accepting
+	// (a SIGSTOPped broker: its kernel still accepts and buffers).
+	frozen map[int]bool
+	closed bool
 }
 
 type fakeAction int
@@ -145,6 +150,7 @@ func newFakeCluster(t testing.TB, token string, n int) *fakeServer {
 		groups:   map[subKey]*fakeGroup{},
 		sessions: map[*fakeSession]bool{},
 		leaders:  map[fakePart]int{},
+		frozen:   map[int]bool{},
 		readOnly: map[fakePart]bool{},
 		acksAt:   make([]int, n),
 	}
@@ -172,6 +178,8 @@ func (fs *fakeServer) close() {
 		n.ln.Close()
 	}
 	fs.mu.Lock()
+	fs.closed = true
+	fs.cond.Broadcast()
 	for s := range fs.sessions {
 		s.nc.Close()
 	}
@@ -354,6 +362,7 @@ func (fs *fakeServer) serve(s *fakeSession) {
 	}
 	hello, ok := f.(*wire.Hello)
 	fs.mu.Lock()
+	fs.waitThawedLocked(s)
 	if !ok || hello.Token != fs.token {
 		fs.sendLocked(s, corr, &wire.Err{Code: wire.CodeAuthFailed, Message: "authentication failed"})
 		graceful = true
@@ -373,6 +382,7 @@ func (fs *fakeServer) serve(s *fakeSession) {
 			return
 		}
 		fs.mu.Lock()
+		fs.waitThawedLocked(s)
 		if s.dead {
 			fs.mu.Unlock()
 			return
@@ -399,6 +409,22 @@ func (fs *fakeServer) serve(s *fakeSession) {
 		fs.cond.Broadcast()
 		fs.mu.Unlock()
 	}
+}
+
+// waitThawedLocked holds a frame just read by a session of a frozen node
+// until the node thaws (or the server closes). Caller holds fs.mu.
+func (fs *fakeServer) waitThawedLocked(s *fakeSession) {
+	for fs.frozen[s.node.idx] && !fs.closed {
+		fs.cond.Wait()
+	}
+}
+
+// freeze stops (or, with false, resumes) node's reading: see frozen.
+func (fs *fakeServer) freeze(node int, frozen bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.frozen[node] = frozen
+	fs.cond.Broadcast()
 }
 
 func errFrame(code wire.Code, format string, args ...any) *wire.Err {

@@ -104,6 +104,13 @@ type Producer struct {
 	unfinished map[uint64]struct{}
 	oldest     uint64
 	spanWake   chan struct{} // capacity 1: a message finished
+	// loopWakeAt is when the retry loop looks next of its own accord
+	// (zero: not before a kick). An attempt that must time out earlier
+	// kicks it: an attempt started outside the loop (handOver) would
+	// otherwise have no watchdog while the loop sleeps — no attempt
+	// timeout, no DeliveryTimeout — and a broker that never answers would
+	// hold its window slot indefinitely.
+	loopWakeAt time.Time
 }
 
 // pubRequest is one message from handoff to completion. Fields after pub
@@ -389,6 +396,14 @@ func (p *Producer) beginAttemptLocked(req *pubRequest, cn *conn, now time.Time) 
 	req.attempts++
 	req.conn, req.sentAt = cn, now
 	p.inflight[req.seq] = req
+	check := now.Add(p.client.opts.RequestTimeout)
+	if req.deadline.Before(check) {
+		check = req.deadline
+	}
+	if p.loopWakeAt.IsZero() || p.loopWakeAt.After(check) {
+		p.loopWakeAt = check
+		p.kick()
+	}
 	return req.attempts
 }
 
@@ -645,7 +660,8 @@ func (p *Producer) resend(ctx context.Context, due []*pubRequest) {
 // collectDue removes and returns the queued requests due for a resend, in
 // sequence order, expiring those past their deadline; it also moves
 // attempts unanswered for RequestTimeout back to the queue. next is the
-// earliest time something else falls due (zero if nothing is pending).
+// earliest time something else falls due (zero if nothing is pending),
+// recorded as loopWakeAt.
 func (p *Producer) collectDue(now time.Time) (due []*pubRequest, next time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -662,6 +678,9 @@ func (p *Producer) collectDue(now time.Time) (due []*pubRequest, next time.Time)
 		case now.Sub(req.sentAt) >= attemptTimeout:
 			delete(p.inflight, req.seq)
 			req.lastErr = fmt.Errorf("%w: no PUB_OK within %v", ErrDisconnected, attemptTimeout)
+			// Failing a silent connection fails its requests: their
+			// requeue refreshes the metadata, away from that node.
+			p.client.giveUpIfSilent(req.conn)
 			req.notBefore = now
 			p.insertRetryLocked(req)
 		default:
@@ -685,6 +704,7 @@ func (p *Producer) collectDue(now time.Time) (due []*pubRequest, next time.Time)
 	}
 	clear(p.retry[len(kept):])
 	p.retry = kept
+	p.loopWakeAt = next
 	return due, next
 }
 
