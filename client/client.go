@@ -539,7 +539,8 @@ type PartitionInfo struct {
 	StartSeq  uint64 // oldest retained seq
 	CommitSeq uint64 // last visible seq
 	// Leader is the node id of the partition's leader and LeaderAddr its
-	// client address; "" while unknown (an election is running).
+	// client address; "" while unknown (an election is running, or the
+	// answering node no longer hears the leader it knew).
 	Leader     string
 	LeaderAddr string
 	// ReadOnly is set while the leader has lost its ack quorum: publishes
@@ -554,8 +555,9 @@ type PartitionInfo struct {
 }
 
 // ReplicaInfo is one member of a partition's replica group. State (InSync,
-// CatchingUp, NeedsRebuild, Rebuilding) is known only when the answering
-// node leads the partition, else "".
+// CatchingUp, NeedsRebuild, or Unreachable: not heard from for two
+// election timeouts) is known only when the answering node leads the
+// partition, else "" (a follower reports Rebuilding for itself).
 type ReplicaInfo struct {
 	Node       string
 	State      string

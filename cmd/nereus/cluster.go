@@ -39,7 +39,15 @@ func newClusterStatusCmd() *cobra.Command {
 		Long: `Ask every address of --server (give all the nodes: a,b,c) for its view and
 merge them: for each partition the view of the node that leads it wins,
 since only a leader knows its followers' states (InSync, CatchingUp,
-NeedsRebuild); a node that does not answer is shown as down.`,
+NeedsRebuild, Unreachable: not heard from for 2 election timeouts). A node
+that does not answer is shown unreachable, and a partition whose leader is
+none of the nodes that answered has no leader (NO_LEADER), whoever the
+others last heard of.
+
+Exit status: 0 when the cluster is healthy — every node answered, and every
+partition has a leader among them, takes writes (not READ_ONLY_DEGRADED nor
+DATA_CORRUPT), and has every replica InSync; 2 when it is degraded (the
+reasons go to stderr); 1 on errors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := clientOptions(cmd)
@@ -51,10 +59,17 @@ NeedsRebuild); a node that does not answer is shown as down.`,
 				views[i] = askNode(cmd.Context(), opts, addr)
 			}
 			merged := mergeViews(views)
+			write := writeClusterTable
 			if asJSON {
-				return writeClusterJSON(cmd.OutOrStdout(), views, merged)
+				write = writeClusterJSON
 			}
-			return writeClusterTable(cmd.OutOrStdout(), views, merged)
+			if err := write(cmd.OutOrStdout(), views, merged); err != nil {
+				return err
+			}
+			if reasons := degradedReasons(views, merged); len(reasons) > 0 {
+				return &exitError{code: exitDegraded, msg: "cluster degraded: " + strings.Join(reasons, "; ")}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line: nodes first, then partitions")
@@ -76,12 +91,83 @@ func askNode(ctx context.Context, opts client.Options, addr string) nodeView {
 }
 
 // partitionView is one partition as the best-informed node reported it.
+// Leader is empty unless a node that answered leads it; Mode says whether
+// the partition takes writes.
 type partitionView struct {
 	Topic  string `json:"topic"`
 	Factor int    `json:"replication"`
 	Ack    string `json:"ack"`
+	Mode   string `json:"mode"`
 	partitionJSON
 }
+
+// Partition modes.
+const (
+	modeReadWrite = "read-write"
+	modeReadOnly  = "READ_ONLY_DEGRADED"
+	modeNoLeader  = "NO_LEADER" // no node that answered leads it
+	modeCorrupt   = "DATA_CORRUPT"
+)
+
+// exitDegraded is cluster status's exit status for a degraded cluster.
+const exitDegraded = 2
+
+// exitError is an error with its own exit status (main uses it).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+func (e *exitError) ExitCode() int { return e.code }
+
+// leaderAnswered reports whether p is its leader's own view: a leader
+// reports its own replica's state, a follower never reports the leader's;
+// a single node (no replica list) answers for itself.
+func leaderAnswered(p partitionJSON) bool {
+	if p.Leader == "" {
+		return false
+	}
+	if len(p.Replicas) == 0 {
+		return true
+	}
+	for _, r := range p.Replicas {
+		if r.Node == p.Leader {
+			return r.State != ""
+		}
+	}
+	return false
+}
+
+// degradedReasons lists why the cluster is degraded; none when every node
+// answered and every partition has a leader that answered, takes writes,
+// and has every replica InSync.
+func degradedReasons(views []nodeView, parts []partitionView) []string {
+	var out []string
+	for _, v := range views {
+		if v.err != nil {
+			out = append(out, fmt.Sprintf("node %s unreachable", v.addr))
+		}
+	}
+	for _, p := range parts {
+		name := fmt.Sprintf("%s/%d", p.Topic, p.Partition)
+		switch p.Mode {
+		case modeNoLeader:
+			out = append(out, name+" has no reachable leader")
+			continue // the followers know no replica's state
+		case modeReadOnly, modeCorrupt:
+			out = append(out, name+" is "+p.Mode)
+		}
+		for _, r := range p.Replicas {
+			if r.State != replicaInSync {
+				out = append(out, fmt.Sprintf("%s replica %s is %s", name, r.Node, r.State))
+			}
+		}
+	}
+	return out
+}
+
+const replicaInSync = "InSync"
 
 // mergeViews picks, per partition, the answer of the node that knows the
 // most replica states (its leader), then the highest epoch.
@@ -115,6 +201,18 @@ func mergeViews(views []nodeView) []partitionView {
 	}
 	out := make([]partitionView, 0, len(best))
 	for _, pv := range best {
+		switch {
+		case pv.State == "corrupt":
+			pv.Mode = modeCorrupt
+		case !leaderAnswered(pv.partitionJSON):
+			// Who the others last heard of did not answer here: it may be
+			// dead, so it is nobody's leader in this report.
+			pv.Mode, pv.Leader = modeNoLeader, ""
+		case pv.ReadOnly:
+			pv.Mode = modeReadOnly
+		default:
+			pv.Mode = modeReadWrite
+		}
 		out = append(out, pv)
 	}
 	slices.SortFunc(out, func(a, b partitionView) int {
@@ -151,22 +249,13 @@ func writeClusterTable(w io.Writer, views []nodeView, parts []partitionView) err
 	for _, v := range views {
 		status := "up"
 		if v.err != nil {
-			status = "down: " + v.err.Error()
+			status = "unreachable: " + v.err.Error()
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", v.addr, status)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tLEADER\tEPOCH\tCOMMIT_SEQ\tMODE\tREPLICAS")
 	for _, p := range parts {
-		mode := "read-write"
-		switch {
-		case p.State == "corrupt":
-			mode = "DATA_CORRUPT"
-		case p.ReadOnly:
-			mode = "READ_ONLY_DEGRADED"
-		case p.Leader == "":
-			mode = "no leader"
-		}
 		var reps []string
 		for _, r := range p.Replicas {
 			s := r.Node
@@ -175,7 +264,11 @@ func writeClusterTable(w io.Writer, views []nodeView, parts []partitionView) err
 			}
 			reps = append(reps, s)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\t%s\n", p.Topic, p.Partition, p.Leader, p.Epoch, p.CommitSeq, mode, strings.Join(reps, " "))
+		leader := p.Leader
+		if leader == "" {
+			leader = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\t%s\n", p.Topic, p.Partition, leader, p.Epoch, p.CommitSeq, p.Mode, strings.Join(reps, " "))
 	}
 	return tw.Flush()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -336,4 +337,125 @@ func readReplica(t *testing.T, dir string, last uint64) []string {
 		from = es[len(es)-1].Seq + 1
 	}
 	return out
+}
+
+// statusLine is one line of `cluster status --json`: a node or a partition.
+type statusLine struct {
+	NodeAddr string `json:"node_addr"`
+	Up       bool   `json:"up"`
+	Topic    string `json:"topic"`
+	Mode     string `json:"mode"`
+	Leader   string `json:"leader"`
+	Replicas []struct {
+		Node  string `json:"node"`
+		State string `json:"state"`
+	} `json:"replicas"`
+}
+
+// waitClusterStatus runs `cluster status --json` until ok accepts its
+// lines and exit status, failing the test after 20 s.
+func waitClusterStatus(t *testing.T, servers, what string, ok func(lines []statusLine, code int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, code := clusterStatus(t, servers)
+		var lines []statusLine
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			var sl statusLine
+			if err := json.Unmarshal([]byte(l), &sl); err != nil {
+				t.Fatalf("cluster status line %q: %v", l, err)
+			}
+			lines = append(lines, sl)
+		}
+		if ok(lines, code) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster status never showed %s; last (exit %d):\n%s", what, code, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestClusterStatusOfAClusterLosingNodes: `cluster status` against three
+// real processes shows what the nodes that answer can observe, and its exit
+// status says whether the cluster is healthy. Healthy: 0. A follower
+// SIGKILLed: its node is unreachable, its leader reports its replica
+// Unreachable (not InSync), exit 2. The leader SIGKILLed too: the partition
+// has no reachable leader (not read-write under the dead node's name), exit 2.
+func TestClusterStatusOfAClusterLosingNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Servers: rc.addrs(), DialTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for {
+		_, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "st", Partitions: 1, Replicas: 3})
+		if err == nil {
+			break
+		}
+		if !client.IsRetryable(err) || ctx.Err() != nil {
+			t.Fatalf("declare: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	prod, err := c.NewProducer(client.ProducerOptions{Topic: "st"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	if _, err := prod.Publish(ctx, client.Message{Value: []byte("one")}); err != nil {
+		t.Fatal(err)
+	}
+	servers := strings.Join(rc.addrs(), ",")
+	partition := func(lines []statusLine) statusLine {
+		for _, l := range lines {
+			if l.Topic == "st" {
+				return l
+			}
+		}
+		return statusLine{}
+	}
+	stateOf := func(p statusLine, node string) string {
+		for _, r := range p.Replicas {
+			if r.Node == node {
+				return r.State
+			}
+		}
+		return "absent"
+	}
+	waitClusterStatus(t, servers, "a healthy cluster (exit 0)", func(lines []statusLine, code int) bool {
+		return code == 0 && partition(lines).Mode == "read-write"
+	})
+	addr, err := leaderOf(ctx, c, "st", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, follower := rc.byAddr(addr), ""
+	for _, id := range rc.ids {
+		if id != leader {
+			follower = id
+		}
+	}
+	rc.kill(follower)
+	waitClusterStatus(t, servers, follower+" unreachable and its replica Unreachable (exit 2)", func(lines []statusLine, code int) bool {
+		nodeDown := false
+		for _, l := range lines {
+			nodeDown = nodeDown || (l.NodeAddr == rc.procs[follower].addr && !l.Up)
+		}
+		p := partition(lines)
+		return code == exitDegraded && nodeDown && p.Leader == leader && p.Mode == "read-write" &&
+			stateOf(p, follower) == "Unreachable" && stateOf(p, leader) == "InSync"
+	})
+	rc.kill(leader)
+	waitClusterStatus(t, servers, "no reachable leader (exit 2)", func(lines []statusLine, code int) bool {
+		p := partition(lines)
+		return code == exitDegraded && p.Mode == "NO_LEADER" && p.Leader == ""
+	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -101,10 +102,11 @@ func TestDevClusterAndClusterStatus(t *testing.T) {
 	}
 	run("topic", "create", "dev3", "--replicas", "3", "--ack", "all")
 	run("pub", "dev3", "hello")
-	// The replicas report InSync once the leader has heard them ack.
+	// The replicas report InSync once the leader has heard them ack; until
+	// then the cluster is degraded: exit status 2.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		out := run("cluster", "status", "--json")
+		out, code := clusterStatus(t, servers)
 		var leaders, inSync, up int
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 			var obj struct {
@@ -132,6 +134,9 @@ func TestDevClusterAndClusterStatus(t *testing.T) {
 			}
 		}
 		if up == 3 && leaders == 1 && inSync == 3 {
+			if code != 0 {
+				t.Fatalf("cluster status exited %d for a healthy cluster:\n%s", code, out)
+			}
 			return
 		}
 		if time.Now().After(deadline) {
@@ -139,4 +144,27 @@ func TestDevClusterAndClusterStatus(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// clusterStatus runs `nereus cluster status --json` against servers and
+// returns its output and exit status (0 healthy, 2 degraded; anything else
+// fails the test).
+func clusterStatus(t *testing.T, servers string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(nereusBinary(t), "cluster", "status", "--json", "--server", servers)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return stdout.String(), 0
+	case errors.As(err, &exit) && exit.ExitCode() == exitDegraded:
+		if !strings.Contains(stderr.String(), "cluster degraded: ") {
+			t.Fatalf("cluster status exited %d without saying why: %q", exitDegraded, stderr.String())
+		}
+		return stdout.String(), exitDegraded
+	}
+	t.Fatalf("cluster status: %v\n%s%s", err, stdout.String(), stderr.String())
+	return "", 0
 }

@@ -670,3 +670,88 @@ func partitionMsgs(t *testing.T, s *sink, partition uint32, n int) []*wire.Msg {
 		}
 	}
 }
+
+// waitUntil waits (up to waitMax) until cond holds, failing with what.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(waitMax); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// A follower that no longer hears its partition's leader does not point
+// clients at it — neither in METADATA nor in NOT_LEADER: the leader may be
+// dead. Here it is: the leader and the third node stop, so no new leader
+// can be elected and the survivor's last-known leader stays the dead one.
+func TestClusterFollowerNamesNoLeaderItNoLongerHears(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
+	tc.publishAnywhere(&wire.Pub{Topic: "t", Value: []byte("a"), ProducerID: 7, ProducerSeq: 1})
+	var survivor, leader string
+	waitUntil(t, "a follower naming the leader it hears", func() bool {
+		for id, n := range tc.nodes {
+			if p := n.Metadata([]string{"t"})[0].Partitions[0]; p.Leader != "" && p.Leader != id && p.LeaderAddr == "client-of-"+p.Leader {
+				survivor, leader = id, p.Leader
+				return true
+			}
+		}
+		return false
+	})
+	for _, m := range tc.members {
+		if m.ID != survivor {
+			tc.stop(m.ID) // the leader and the third node: no quorum is left to elect another
+		}
+	}
+	n := tc.nodes[survivor]
+	waitUntil(t, "the survivor to stop naming the dead leader", func() bool {
+		p := n.Metadata([]string{"t"})[0].Partitions[0]
+		return p.Leader == "" && p.LeaderAddr == ""
+	})
+	_, err := publishOn(t, n, &wire.Pub{Topic: "t", Value: []byte("b"), ProducerID: 7, ProducerSeq: 2})
+	if err == nil || err.Code != wire.CodeNotLeader || strings.Contains(err.Message, "client-of-"+leader) {
+		t.Fatalf("publish on the survivor = %v; want NOT_LEADER naming no leader", err)
+	}
+}
+
+// A leader reports a follower it no longer hears from as Unreachable, not
+// with the state it last had (InSync, on an idle partition, forever).
+func TestClusterLeaderReportsAStoppedFollowerUnreachable(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
+	leader, _ := tc.publishAnywhere(&wire.Pub{Topic: "t", Value: []byte("a"), ProducerID: 7, ProducerSeq: 1})
+	// states is the replica states in the view of whichever running node
+	// leads now (a loaded machine may see an election).
+	states := func() map[string]string {
+		out := map[string]string{}
+		for id, n := range tc.nodes {
+			if p := n.Metadata([]string{"t"})[0].Partitions[0]; p.Leader == id {
+				for _, r := range p.Replicas {
+					out[r.Node] = r.State
+				}
+			}
+		}
+		return out
+	}
+	stopped := ""
+	for _, m := range tc.members {
+		if m.ID != leader {
+			stopped = m.ID
+		}
+	}
+	waitUntil(t, "every replica InSync", func() bool {
+		s := states()
+		return len(s) == 3 && s["n1"] == "InSync" && s["n2"] == "InSync" && s["n3"] == "InSync"
+	})
+	tc.stop(stopped)
+	waitUntil(t, "the stopped follower to be reported Unreachable", func() bool {
+		s := states()
+		for id, state := range s {
+			if (id == stopped) != (state == ReplicaUnreachable) || (id != stopped && state != "InSync") {
+				return false
+			}
+		}
+		return len(s) == 3
+	})
+}

@@ -139,7 +139,7 @@ func (p *partitionRunner) leaderView() (replica.Status, *wire.Error) {
 	switch {
 	case st.Role != replica.Leader:
 		leader := "unknown (an election is running)"
-		if st.Leader != 0 {
+		if st.Leader != 0 && !st.LeaderSilent { // never a leader it no longer hears
 			leader = c.name(st.Leader) + " at " + c.clientAddr(st.Leader)
 		}
 		return st, wire.Errorf(wire.CodeNotLeader, "partition %s/%d: this node does not lead it; leader: %s", p.topic.cfg.Name, p.id, leader)
@@ -363,7 +363,9 @@ func (p *partitionRunner) info() wire.PartitionInfo {
 	}
 	st := p.repl.Status()
 	info.Epoch, info.ReadOnly = st.Hard.Promised, st.ReadOnly && st.Role == replica.Leader
-	info.Leader, info.LeaderAddr = c.name(st.Leader), c.clientAddr(st.Leader)
+	if !st.LeaderSilent { // a leader this follower no longer hears may be dead: name none
+		info.Leader, info.LeaderAddr = c.name(st.Leader), c.clientAddr(st.Leader)
+	}
 	for _, id := range group {
 		ri := wire.ReplicaInfo{Node: c.name(replica.NodeID(id))}
 		switch {
@@ -380,6 +382,9 @@ func (p *partitionRunner) info() wire.PartitionInfo {
 			for _, ps := range st.Peers {
 				if ps.ID == replica.NodeID(id) {
 					ri.State, ri.FlushedSeq = ps.State.String(), ps.Match
+					if ps.Silent {
+						ri.State = ReplicaUnreachable
+					}
 				}
 			}
 		}
@@ -387,6 +392,12 @@ func (p *partitionRunner) info() wire.PartitionInfo {
 	}
 	return info
 }
+
+// ReplicaUnreachable is the state a leader reports for a follower it has
+// not heard from within the ack timeout (2 election timeouts): whatever it
+// last flushed, it is not known to be in sync, and it counts toward no
+// quorum.
+const ReplicaUnreachable = "Unreachable"
 
 // notHosted answers a publish to a partition this node has no replica of.
 func (p *partitionRunner) notHosted() *wire.Error {

@@ -839,6 +839,11 @@ type Status struct {
 	Rebuilding bool
 	// Peers is the leader's view of every other replica.
 	Peers []PeerStatus
+	// LeaderSilent: this follower (or candidate) no longer holds its
+	// leader's lease (leaseExpired): it knows none, or has not heard from it
+	// for ElectionTicks — it may be dead, so the shell must not point
+	// clients at it. Always false on a leader.
+	LeaderSilent bool
 }
 
 // PeerState is a leader's classification of a follower.
@@ -867,13 +872,17 @@ type PeerStatus struct {
 	ID    NodeID
 	Match uint64
 	State PeerState
+	// Silent: the leader has not heard from it for AckTimeoutTicks (it
+	// does not count toward the quorum then); State is its last known.
+	Silent bool
 }
 
 // Status returns the replica's current view.
 func (r *Replica) Status() Status {
 	return Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
 		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs), Anomalies: r.anomalies,
-		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Peers: r.peerStatus()}
+		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Peers: r.peerStatus(),
+		LeaderSilent: r.role != Leader && r.leaseExpired()}
 }
 
 func (r *Replica) peerStatus() []PeerStatus {
@@ -895,7 +904,7 @@ func (r *Replica) peerStatus() []PeerStatus {
 		case r.match[i] < r.snapSeq || r.revoked[i]:
 			st = NeedsRebuild
 		}
-		out = append(out, PeerStatus{ID: id, Match: r.match[i], State: st})
+		out = append(out, PeerStatus{ID: id, Match: r.match[i], State: st, Silent: r.heard[i] > r.cfg.AckTimeoutTicks})
 	}
 	return out
 }

@@ -1141,3 +1141,37 @@ func TestPreVoteRoundIsEncodedAndCloned(t *testing.T) {
 		t.Fatal("a pre-vote round ended by the leader's heartbeat left a trace in the state")
 	}
 }
+
+// The status tells what a replica can vouch for about the others: a
+// leader marks a follower it has not heard from for AckTimeoutTicks
+// Silent; a follower that lost its leader's lease reports LeaderSilent
+// (it still remembers who led), so the shell stops pointing clients there.
+func TestStatusReportsSilentPeersAndLeader(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	c.propose(1, "a")
+	c.tick(1)
+	if st := c.rs[2].Status(); st.LeaderSilent || st.Leader != 1 {
+		t.Fatalf("a follower hearing its leader: %+v", st)
+	}
+	for _, ps := range c.rs[1].Status().Peers {
+		if ps.Silent {
+			t.Fatalf("leader finds a live follower silent: %+v", ps)
+		}
+	}
+	c.crash(3)
+	c.tick(2*10 + 1) // AckTimeoutTicks (2 x ElectionTicks) and one
+	for _, ps := range c.rs[1].Status().Peers {
+		if ps.Silent != (ps.ID == 3) {
+			t.Fatalf("after n3 crashed the leader reports %+v", c.rs[1].Status().Peers)
+		}
+	}
+	if st := c.rs[1].Status(); st.LeaderSilent || st.ReadOnly {
+		t.Fatalf("a leader with a quorum: %+v", st)
+	}
+	c.crash(1)
+	c.tick(2 * 10) // n2 alone cannot elect anyone
+	if st := c.rs[2].Status(); !st.LeaderSilent || st.Leader != 1 || st.Role == Leader {
+		t.Fatalf("a follower whose leader crashed %d ticks ago: %+v", 2*10, st)
+	}
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nereus-broker/nereus/client"
+)
+
+// partitionOf builds what a node answered for one partition of topic t.
+func partitionOf(leader string, epoch uint64, states ...string) client.TopicInfo {
+	p := client.PartitionInfo{Partition: 0, Epoch: epoch, Leader: leader}
+	for i, s := range states {
+		p.Replicas = append(p.Replicas, client.ReplicaInfo{Node: []string{"n1", "n2", "n3"}[i], State: s})
+	}
+	return client.TopicInfo{Config: client.TopicConfig{Name: "t", Partitions: 1, Replicas: 3}, Partitions: []client.PartitionInfo{p}}
+}
+
+// cluster status reports what the nodes that answered can vouch for: a
+// leader only when it answered itself (followers may still name a dead
+// one), a replica's state as its leader sees it, and the verdict (exit
+// status 2) whenever a node, a leader or an in-sync replica is missing.
+func TestClusterStatusShowsOnlyWhatAnsweringNodesObserve(t *testing.T) {
+	down := errors.New("connection refused")
+	for _, tc := range []struct {
+		name     string
+		views    []nodeView
+		mode     string
+		leader   string
+		degraded []string // substrings of the reasons, in order
+	}{
+		{"healthy", []nodeView{
+			{addr: "a1", topics: []client.TopicInfo{partitionOf("n1", 2, "InSync", "InSync", "InSync")}},
+			{addr: "a2", topics: []client.TopicInfo{partitionOf("n1", 2, "", "", "")}},
+			{addr: "a3", topics: []client.TopicInfo{partitionOf("n1", 2, "", "", "")}},
+		}, modeReadWrite, "n1", nil},
+		{"the leader's node is dead, the followers still name it", []nodeView{
+			{addr: "a1", err: down},
+			{addr: "a2", topics: []client.TopicInfo{partitionOf("n1", 2, "", "", "")}},
+			{addr: "a3", topics: []client.TopicInfo{partitionOf("n1", 2, "", "", "")}},
+		}, modeNoLeader, "", []string{"node a1 unreachable", "t/0 has no reachable leader"}},
+		{"a follower is dead", []nodeView{
+			{addr: "a1", topics: []client.TopicInfo{partitionOf("n1", 2, "InSync", "InSync", "Unreachable")}},
+			{addr: "a2", topics: []client.TopicInfo{partitionOf("n1", 2, "", "", "")}},
+			{addr: "a3", err: down},
+		}, modeReadWrite, "n1", []string{"node a3 unreachable", "t/0 replica n3 is Unreachable"}},
+		{"a deposed leader's view loses to its successor's", []nodeView{
+			{addr: "a1", topics: []client.TopicInfo{partitionOf("n1", 2, "InSync", "Unreachable", "Unreachable")}},
+			{addr: "a2", topics: []client.TopicInfo{partitionOf("n2", 3, "CatchingUp", "InSync", "InSync")}},
+			{addr: "a3", topics: []client.TopicInfo{partitionOf("n2", 3, "", "", "")}},
+		}, modeReadWrite, "n2", []string{"t/0 replica n1 is CatchingUp"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parts := mergeViews(tc.views)
+			if len(parts) != 1 {
+				t.Fatalf("merged %d partitions, want 1", len(parts))
+			}
+			if p := parts[0]; p.Mode != tc.mode || p.Leader != tc.leader {
+				t.Fatalf("partition shown as %s led by %q, want %s led by %q", p.Mode, p.Leader, tc.mode, tc.leader)
+			}
+			reasons := degradedReasons(tc.views, parts)
+			if len(reasons) != len(tc.degraded) || !slices.EqualFunc(reasons, tc.degraded, strings.Contains) {
+				t.Fatalf("degraded reasons %q, want %q", reasons, tc.degraded)
+			}
+			var table strings.Builder
+			if err := writeClusterTable(&table, tc.views, parts); err != nil {
+				t.Fatal(err)
+			}
+			if tc.mode == modeNoLeader && strings.Contains(table.String(), modeReadWrite) {
+				t.Fatalf("a partition without a reachable leader is shown %s:\n%s", modeReadWrite, table.String())
+			}
+		})
+	}
+}
