@@ -220,19 +220,28 @@ func (c *Client) slotConn(ctx context.Context, s *connSlot, dial func(context.Co
 }
 
 // giveUpIfSilent fails cn when the broker sent nothing on it for a whole
-// RequestTimeout (conn.giveUpIfSilent); when cn was the seed connection,
-// the next seed dial starts at the next server, not at the silent one,
-// whose kernel may still accept a connection and leave HELLO unanswered
-// for a whole DialTimeout.
+// RequestTimeout (conn.giveUpIfSilent). The silent node's kernel may still
+// accept a connection and leave HELLO unanswered for a whole DialTimeout,
+// so it is not dialed first again: when cn was the seed connection the
+// next seed dial starts at the next server, and when it was a leader's
+// pooled connection that slot is not redialed for a RequestTimeout — until
+// then its partitions' requests go wherever the refreshed metadata (or a
+// live seed) points.
 func (c *Client) giveUpIfSilent(cn *conn) {
 	if !cn.giveUpIfSilent(c.opts.RequestTimeout) {
 		return
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.seed.cur == cn && c.opts.Servers[c.nextServer] == cn.addr {
 		c.nextServer = (c.nextServer + 1) % len(c.opts.Servers)
 	}
-	c.mu.Unlock()
+	for _, s := range c.pool {
+		if s.cur == cn {
+			s.failures++
+			s.nextDialAt, s.lastErr = time.Now().Add(c.opts.RequestTimeout), cn.failure()
+		}
+	}
 }
 
 // isClosedNow reports whether Close was called.

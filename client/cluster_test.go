@@ -657,12 +657,13 @@ func TestProducerSeqSpanStaysInsideTheDedupWindow(t *testing.T) {
 	}
 }
 
-// dialShortTimeouts connects to all three nodes of fs, n0 first, with short
-// timeouts: a silent node is noticed after 500 ms.
-func dialShortTimeouts(t *testing.T, fs *fakeServer) *Client {
+// dialShortTimeouts connects to all three nodes of fs, n0 first, with a
+// short request timeout (a silent node is noticed after 500 ms) and the
+// given dial timeout.
+func dialShortTimeouts(t *testing.T, fs *fakeServer, dialTimeout time.Duration) *Client {
 	t.Helper()
 	c, err := Dial(testCtx(t), Options{Servers: []string{fs.nodeAddr(0), fs.nodeAddr(1), fs.nodeAddr(2)}, Token: testToken,
-		ClientName: t.Name(), RequestTimeout: 500 * time.Millisecond, DialTimeout: 500 * time.Millisecond})
+		ClientName: t.Name(), RequestTimeout: 500 * time.Millisecond, DialTimeout: dialTimeout})
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -674,12 +675,14 @@ func dialShortTimeouts(t *testing.T, fs *fakeServer) *Client {
 // SIGSTOPped broker) while the cluster moves its leadership to another
 // node. The producer's attempts there time out; the silent connection is
 // given up, the metadata refreshed (through the seed, n0, which still
-// answers), and publishing resumes at the new leader within a few
-// timeouts — not after the one-minute DeliveryTimeout, with the window
-// full of retries sent back to the silent node.
+// answers), and publishing resumes at the new leader about one request
+// timeout later — not after the one-minute DeliveryTimeout, with the
+// window full of retries sent back to the silent node, nor after a
+// redial of the silent node, whose kernel would take the connection and
+// leave HELLO unanswered for the whole (here long) dial timeout.
 func TestClusterProducerLeavesASilentLeader(t *testing.T) {
 	fs := newFakeCluster(t, testToken, 3)
-	c := dialShortTimeouts(t, fs)
+	c := dialShortTimeouts(t, fs, 5*time.Second)
 	ctx := testCtx(t)
 	declare(t, c, "t", 1)
 	fs.setLeader("t", 0, 1) // not the seed: only the producer sees n1 go silent
@@ -700,10 +703,12 @@ func TestClusterProducerLeavesASilentLeader(t *testing.T) {
 	waitRetryLoopAsleep(t, p)
 	fs.freeze(1, true)
 	fs.setLeader("t", 0, 2)
+	fctx, cancel := context.WithTimeout(ctx, 3*time.Second) // from the freeze to the last PUB_OK
+	defer cancel()
 	var mu sync.Mutex
 	var failures []error
 	for i := range 50 {
-		err := p.PublishAsync(ctx, Message{Value: fmt.Appendf(nil, "after-%d", i)}, func(_ PublishResult, err error) {
+		err := p.PublishAsync(fctx, Message{Value: fmt.Appendf(nil, "after-%d", i)}, func(_ PublishResult, err error) {
 			if err != nil {
 				mu.Lock()
 				failures = append(failures, err)
@@ -711,13 +716,11 @@ func TestClusterProducerLeavesASilentLeader(t *testing.T) {
 			}
 		})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("publishing did not resume at the new leader within 3 s: %v", err)
 		}
 	}
-	fctx, cancel := context.WithTimeout(ctx, 6*time.Second)
-	defer cancel()
 	if err := p.Flush(fctx); err != nil {
-		t.Fatalf("publishing did not resume at the new leader: %v", err)
+		t.Fatalf("publishing did not resume at the new leader within 3 s: %v", err)
 	}
 	if len(failures) > 0 {
 		t.Fatalf("%d publishes failed, first: %v", len(failures), failures[0])
@@ -805,7 +808,7 @@ func TestProducerSilentBrokerFailsPublishAtDeliveryTimeout(t *testing.T) {
 // answering: the first one times out, the next is answered by another node.
 func TestClusterMetadataLeavesASilentSeed(t *testing.T) {
 	fs := newFakeCluster(t, testToken, 3)
-	c := dialShortTimeouts(t, fs)
+	c := dialShortTimeouts(t, fs, 500*time.Millisecond)
 	ctx := testCtx(t)
 	declare(t, c, "t", 1)
 	fs.freeze(0, true)
