@@ -223,10 +223,10 @@ func (c *Client) slotConn(ctx context.Context, s *connSlot, dial func(context.Co
 // RequestTimeout (conn.giveUpIfSilent). The silent node's kernel may still
 // accept a connection and leave HELLO unanswered for a whole DialTimeout,
 // so it is not dialed first again: when cn was the seed connection the
-// next seed dial starts at the next server, and when it was a leader's
-// pooled connection that slot is not redialed for a RequestTimeout — until
-// then its partitions' requests go wherever the refreshed metadata (or a
-// live seed) points.
+// next seed dial starts at the next server, and the leader slot of its
+// address (pooled, or made now) is not redialed for a RequestTimeout —
+// until then the retries that still route there (they may run before the
+// metadata refresh) go to a live seed instead.
 func (c *Client) giveUpIfSilent(cn *conn) {
 	if !cn.giveUpIfSilent(c.opts.RequestTimeout) {
 		return
@@ -236,12 +236,13 @@ func (c *Client) giveUpIfSilent(cn *conn) {
 	if c.seed.cur == cn && c.opts.Servers[c.nextServer] == cn.addr {
 		c.nextServer = (c.nextServer + 1) % len(c.opts.Servers)
 	}
-	for _, s := range c.pool {
-		if s.cur == cn {
-			s.failures++
-			s.nextDialAt, s.lastErr = time.Now().Add(c.opts.RequestTimeout), cn.failure()
-		}
+	s := c.pool[cn.addr]
+	if s == nil {
+		s = &connSlot{}
+		c.pool[cn.addr] = s
 	}
+	s.failures++
+	s.nextDialAt, s.lastErr = time.Now().Add(c.opts.RequestTimeout), cn.failure()
 }
 
 // isClosedNow reports whether Close was called.

@@ -674,59 +674,66 @@ func dialShortTimeouts(t *testing.T, fs *fakeServer, dialTimeout time.Duration) 
 // A partition leader stops answering but keeps its connections open (a
 // SIGSTOPped broker) while the cluster moves its leadership to another
 // node. The producer's attempts there time out; the silent connection is
-// given up, the metadata refreshed (through the seed, n0, which still
-// answers), and publishing resumes at the new leader about one request
-// timeout later — not after the one-minute DeliveryTimeout, with the
-// window full of retries sent back to the silent node, nor after a
-// redial of the silent node, whose kernel would take the connection and
-// leave HELLO unanswered for the whole (here long) dial timeout.
+// given up, the metadata refreshed, and publishing resumes at the new
+// leader about one request timeout later — not after the one-minute
+// DeliveryTimeout, with the window full of retries sent back to the silent
+// node, nor after a redial of the silent node, whose kernel would take the
+// connection and leave HELLO unanswered for the whole (here long) dial
+// timeout. The silent leader is the seed (n0, whose connection also
+// carries the metadata requests), or a leader reached over a pooled
+// connection (n1; the seed keeps answering).
 func TestClusterProducerLeavesASilentLeader(t *testing.T) {
-	fs := newFakeCluster(t, testToken, 3)
-	c := dialShortTimeouts(t, fs, 5*time.Second)
-	ctx := testCtx(t)
-	declare(t, c, "t", 1)
-	fs.setLeader("t", 0, 1) // not the seed: only the producer sees n1 go silent
-	p, err := c.NewProducer(ProducerOptions{Topic: "t", MaxInFlight: 16, DeliveryTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	for i := range 5 {
-		if _, err := p.Publish(ctx, Message{Value: fmt.Appendf(nil, "before-%d", i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// No refresh may be under way: one would learn the move below by
-	// itself, and the publishes would never meet the silent node. And the
-	// retry loop sleeps, as it does whenever nothing is pending.
-	waitRefreshIdle(t, c, "t")
-	waitRetryLoopAsleep(t, p)
-	fs.freeze(1, true)
-	fs.setLeader("t", 0, 2)
-	fctx, cancel := context.WithTimeout(ctx, 3*time.Second) // from the freeze to the last PUB_OK
-	defer cancel()
-	var mu sync.Mutex
-	var failures []error
-	for i := range 50 {
-		err := p.PublishAsync(fctx, Message{Value: fmt.Appendf(nil, "after-%d", i)}, func(_ PublishResult, err error) {
+	for _, silent := range []int{0, 1} {
+		t.Run(fmt.Sprintf("n%d", silent), func(t *testing.T) {
+			fs := newFakeCluster(t, testToken, 3)
+			c := dialShortTimeouts(t, fs, 5*time.Second)
+			ctx := testCtx(t)
+			declare(t, c, "t", 1)
+			fs.setLeader("t", 0, silent)
+			p, err := c.NewProducer(ProducerOptions{Topic: "t", MaxInFlight: 16, DeliveryTimeout: time.Minute})
 			if err != nil {
-				mu.Lock()
-				failures = append(failures, err)
-				mu.Unlock()
+				t.Fatal(err)
+			}
+			defer p.Close()
+			for i := range 5 {
+				if _, err := p.Publish(ctx, Message{Value: fmt.Appendf(nil, "before-%d", i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// No refresh may be under way: one would learn the move below
+			// by itself, and the publishes would never meet the silent node.
+			// And the retry loop sleeps, as it does whenever nothing is
+			// pending.
+			waitRefreshIdle(t, c, "t")
+			waitRetryLoopAsleep(t, p)
+			fs.freeze(silent, true)
+			fs.setLeader("t", 0, 2)
+			fctx, cancel := context.WithTimeout(ctx, 3*time.Second) // from the freeze to the last PUB_OK
+			defer cancel()
+			var mu sync.Mutex
+			var failures []error
+			for i := range 50 {
+				err := p.PublishAsync(fctx, Message{Value: fmt.Appendf(nil, "after-%d", i)}, func(_ PublishResult, err error) {
+					if err != nil {
+						mu.Lock()
+						failures = append(failures, err)
+						mu.Unlock()
+					}
+				})
+				if err != nil {
+					t.Fatalf("publishing did not resume at the new leader within 3 s: %v", err)
+				}
+			}
+			if err := p.Flush(fctx); err != nil {
+				t.Fatalf("publishing did not resume at the new leader within 3 s: %v", err)
+			}
+			if len(failures) > 0 {
+				t.Fatalf("%d publishes failed, first: %v", len(failures), failures[0])
+			}
+			if got := len(fs.records("t")); got != 55 {
+				t.Fatalf("broker holds %d records, want 55", got)
 			}
 		})
-		if err != nil {
-			t.Fatalf("publishing did not resume at the new leader within 3 s: %v", err)
-		}
-	}
-	if err := p.Flush(fctx); err != nil {
-		t.Fatalf("publishing did not resume at the new leader within 3 s: %v", err)
-	}
-	if len(failures) > 0 {
-		t.Fatalf("%d publishes failed, first: %v", len(failures), failures[0])
-	}
-	if got := len(fs.records("t")); got != 55 {
-		t.Fatalf("broker holds %d records, want 55", got)
 	}
 }
 

@@ -17,8 +17,8 @@
 // a whole RequestTimeout while the broker sent nothing at all: a stopped
 // (SIGSTOPped, hung) broker keeps its socket open, and the client gives it
 // up rather than send every retry and metadata request back to it; the
-// next seed dial then starts at the next server, and a leader's pooled
-// connection is not redialed for a RequestTimeout. Reconnection is lazy: the next request (or a
+// next seed dial then starts at the next server, and the silent node is
+// not redialed as a leader for a RequestTimeout. Reconnection is lazy: the next request (or a
 // producer retry, or a consumer's background pump) dials again, cycling
 // through Options.Servers (or redialing the leader) with bounded exponential
 // backoff between failed attempts. A failed authentication is terminal and
