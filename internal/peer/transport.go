@@ -50,6 +50,10 @@ type Config struct {
 	DialTimeout time.Duration
 	// FrameBytesMax bounds every frame (default wire.DefaultFrameBytesMax).
 	FrameBytesMax int
+	// WriteTimeout bounds each write to a peer (default 10 s): a peer that
+	// takes nothing for that long (stopped, its buffers full) loses the
+	// connection, and what was queued for it.
+	WriteTimeout time.Duration
 }
 
 // ErrAuth is returned when a peer fails the handshake.
@@ -106,6 +110,9 @@ func Listen(cfg Config) (*Transport, error) {
 	}
 	if cfg.FrameBytesMax == 0 {
 		cfg.FrameBytesMax = wire.DefaultFrameBytesMax
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 10 * time.Second
 	}
 	lis := cfg.Listener
 	if lis == nil {
@@ -252,6 +259,12 @@ func (t *Transport) writeLoop(conn net.Conn, o *outbound) error {
 			return nil
 		case frame = <-o.queue:
 		}
+		// The deadline covers the batch's writes, not only its Flush: a
+		// Write that fills the buffer (or a frame larger than it) writes to
+		// the socket too, and must not run under a deadline left over from
+		// a batch long past (an idle link: it fails at once) nor without one
+		// (the first batch: a stopped peer would block it for good).
+		conn.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
 		for {
 			if _, err := w.Write(frame); err != nil {
 				return err
@@ -263,7 +276,6 @@ func (t *Transport) writeLoop(conn net.Conn, o *outbound) error {
 			}
 			break
 		}
-		conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		if err := w.Flush(); err != nil {
 			return err
 		}

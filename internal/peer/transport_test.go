@@ -70,6 +70,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // cluster starts n transports on loopback that all know each other.
 func cluster(t *testing.T, n int, secrets ...string) ([]*Transport, []*received) {
 	t.Helper()
+	return clusterTuned(t, n, nil, secrets...)
+}
+
+// clusterTuned is cluster with tune (nil: none) applied to every Config.
+func clusterTuned(t *testing.T, n int, tune func(*Config), secrets ...string) ([]*Transport, []*received) {
+	t.Helper()
 	listeners := map[uint32]net.Listener{}
 	addrs := map[uint32]string{}
 	for id := uint32(1); id <= uint32(n); id++ {
@@ -87,8 +93,12 @@ func cluster(t *testing.T, n int, secrets ...string) ([]*Transport, []*received)
 			secret = secrets[id-1]
 		}
 		r := &received{ch: make(chan struct{}, 1)}
-		tr, err := Listen(Config{ID: id, Listener: listeners[id], Peers: addrs, Secret: []byte(secret), Handler: r.handler, Logger: quiet,
-			ClientAddr: "127.0.0.1:48" + itoa(50+id)})
+		cfg := Config{ID: id, Listener: listeners[id], Peers: addrs, Secret: []byte(secret), Handler: r.handler, Logger: quiet,
+			ClientAddr: "127.0.0.1:48" + itoa(50+id)}
+		if tune != nil {
+			tune(&cfg)
+		}
+		tr, err := Listen(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,5 +255,24 @@ func TestSendNeverBlocksAndCountsDrops(t *testing.T) {
 func TestConfigValidation(t *testing.T) {
 	if _, err := Listen(Config{ID: 1, Secret: []byte("short"), Handler: func(uint32, wire.Frame) {}}); err == nil {
 		t.Fatal("short secret accepted")
+	}
+}
+
+// A link that idled past the write timeout still carries a frame larger
+// than the write buffer: that frame goes to the socket inside Write, which
+// must run under a fresh deadline, not the expired one of the last batch
+// (the write failed at once, the connection was dropped, the frame lost).
+func TestLargeFrameAfterAnIdleLinkArrives(t *testing.T) {
+	const writeTimeout = 50 * time.Millisecond
+	ts, rs := clusterTuned(t, 2, func(c *Config) { c.WriteTimeout = writeTimeout })
+	ts[0].Send(2, &wire.Replicate{Topic: "small", Epoch: 1})
+	rs[1].waitFor(t, 1)
+	time.Sleep(3 * writeTimeout) // the link idles: the scenario is time passing
+	big := &wire.Replicate{Topic: "big", Epoch: 2, Entries: []wire.ReplicaEntry{{Seq: 1, Epoch: 2, Data: make([]byte, 128<<10)}}}
+	if !ts[0].Send(2, big) {
+		t.Fatal("send dropped on an idle link")
+	}
+	if got := rs[1].waitFor(t, 2); got[1] != "1:big:2" {
+		t.Fatalf("received %v", got)
 	}
 }
