@@ -134,6 +134,7 @@ func TestClusterFailoverKeepsEveryAckedMessage(t *testing.T) {
 	go func() {
 		// The fault injector, driven by the number of acks so far.
 		var stopped string
+		var stoppedAt time.Time
 		step := 0
 		for n := range progress {
 			var err error
@@ -163,14 +164,15 @@ func TestClusterFailoverKeepsEveryAckedMessage(t *testing.T) {
 						role += " leading partition 0"
 					}
 					t.Logf("%d acks: SIGSTOP %s, %s", n, stopped, role)
-					err = rc.procs[stopped].cmd.Process.Signal(syscall.SIGSTOP)
+					err, stoppedAt = rc.procs[stopped].cmd.Process.Signal(syscall.SIGSTOP), time.Now()
 				}
 				step++
 			case step == 2 && n >= 1200: // SIGCONT it, SIGKILL the leader of partition 1
 				if err = rc.procs[stopped].cmd.Process.Signal(syscall.SIGCONT); err == nil {
 					var addr string
 					if addr, err = leaderOf(ctx, c, "ha", 1); err == nil {
-						t.Logf("%d acks: SIGCONT %s; SIGKILL %s, leader of partition 1, and restart it", n, stopped, rc.byAddr(addr))
+						t.Logf("%d acks, %v after the SIGSTOP: SIGCONT %s; SIGKILL %s, leader of partition 1, and restart it",
+							n, time.Since(stoppedAt).Round(time.Millisecond), stopped, rc.byAddr(addr))
 						err = rc.procs[rc.byAddr(addr)].restart()
 					}
 				}
