@@ -18,6 +18,12 @@ func partitionOf(leader string, epoch uint64, states ...string) client.TopicInfo
 	return client.TopicInfo{Config: client.TopicConfig{Name: "t", Partitions: 1, Replicas: 3}, Partitions: []client.PartitionInfo{p}}
 }
 
+// corrupt marks t's partition DATA_CORRUPT, as its node reports it.
+func corrupt(t client.TopicInfo) client.TopicInfo {
+	t.Partitions[0].Corrupt = true
+	return t
+}
+
 // cluster status reports what the nodes that answered can vouch for: a
 // leader only when it answered itself (followers may still name a dead
 // one), a replica's state as its leader sees it, and the verdict (exit
@@ -51,6 +57,9 @@ func TestClusterStatusShowsOnlyWhatAnsweringNodesObserve(t *testing.T) {
 			{addr: "a2", topics: []client.TopicInfo{partitionOf("n2", 3, "CatchingUp", "InSync", "InSync")}},
 			{addr: "a3", topics: []client.TopicInfo{partitionOf("n2", 3, "", "", "")}},
 		}, modeReadWrite, "n2", []string{"t/0 replica n1 is CatchingUp"}},
+		{"a single node's partition is corrupt", []nodeView{
+			{addr: "a1", topics: []client.TopicInfo{corrupt(partitionOf("n1", 1))}},
+		}, modeCorrupt, "n1", []string{"t/0 is DATA_CORRUPT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parts := mergeViews(tc.views)
