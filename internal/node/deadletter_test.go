@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -400,4 +401,102 @@ func (l *lockedBuffer) count(substr string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Count(l.b.String(), substr)
+}
+
+// dlqLog keeps the dead-letter log lines of a cluster (message and error).
+type dlqLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *dlqLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *dlqLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *dlqLog) WithGroup(string) slog.Handler            { return l }
+func (l *dlqLog) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "dead-letter") {
+		return nil
+	}
+	line := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" {
+			line += " err=" + a.Value.String()
+		}
+		return true
+	})
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *dlqLog) count(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// In a cluster a dead letter is published only once its record committed
+// in partition 0's log. While the coordinator has no quorum, the record
+// fails and is written again after a backoff — the dead letter is not
+// published, even to a dead-letter topic the coordinator could write alone
+// (one replica, on the coordinator) — and once the quorum is back the
+// record commits and the dead letter arrives, once.
+func TestClusterDeadLetterWaitsForItsRecordToCommit(t *testing.T) {
+	logs := &dlqLog{}
+	tc := newTestClusterWith(t, 3, func(c *Config) { c.Logger = slog.New(logs) })
+	tc.declare("n1", wire.TopicConfig{Name: "q", Partitions: 1, Replicas: 3})
+	coordinator, ok := tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, Value: []byte("poison")})
+	var group string
+	for i := 0; group == ""; i++ {
+		if i == 10 {
+			t.Fatalf("no dead-letter topic placed on the coordinator %s", coordinator)
+		}
+		name := fmt.Sprint("g", i)
+		tc.declare(coordinator, wire.TopicConfig{Name: dlqTopicName(name, "q"), Partitions: 1, Replicas: 1})
+		if tc.clusterLeaderOf(dlqTopicName(name, "q")) == coordinator {
+			group = name
+			break
+		}
+	}
+	dlq := dlqTopicName(group, "q")
+	s := subscribeWith(t, tc.nodes[coordinator], "q", group, GroupOptions{AckWaitMs: 60_000, MaxDeliver: 1})
+	m := s.waitFor(t, 1)[0]
+	var others []string
+	for id := range tc.nodes {
+		if id != coordinator {
+			others = append(others, id)
+		}
+	}
+	for _, id := range others {
+		tc.stop(id)
+	}
+	q, _ := tc.nodes[coordinator].topic("q")
+	eventually(t, "the coordinator is READ_ONLY_DEGRADED", func() bool { return q.partitions[0].repl.Status().ReadOnly })
+	tc.nodes[coordinator].Nack("q", group, []wire.AckEntry{{Partition: 0, Seq: m.Seq, DeliveryID: m.DeliveryID}}, 0,
+		func([]wire.Code, *wire.Error) {}) // answered QUORUM_LOST: the count cannot commit
+	// Two attempts at the record fail (the second after its backoff);
+	// the dead letter has not been published meanwhile.
+	eventually(t, "the dead letter's record fails twice", func() bool {
+		return logs.count("failed again err=record not committed") > 0
+	})
+	if got := deadLetters(t, tc.nodes[coordinator], dlq, ok.Seq); len(got) != 0 {
+		t.Fatalf("dead letter published before its record committed: %+v", got)
+	}
+	// One follower back: the coordinator keeps its office and the record
+	// commits at its next attempt.
+	tc.start(others[0])
+	g := groupOf(tc.nodes[coordinator], group, "q")
+	eventually(t, "the group records the dead letter", func() bool { return g.floors[0].Load() > ok.Seq })
+	if got := deadLetters(t, tc.nodes[coordinator], dlq, ok.Seq); len(got) != 1 || string(got[0].Record.Value) != "poison" {
+		t.Fatalf("dead letters %+v, want one copy of the poison message", got)
+	}
+	if n := s.count(); n != 1 {
+		t.Fatalf("%d deliveries, want 1 (MaxDeliver 1)", n)
+	}
 }
