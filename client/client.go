@@ -524,6 +524,10 @@ type PartitionInfo struct {
 	// ReadOnly is set while the leader has lost its ack quorum: publishes
 	// fail with ErrQuorumLost (the producer retries them until its deadline).
 	ReadOnly bool
+	// Corrupt is set when the answering node found damage in the
+	// partition's log: publishes fail with a DATA_CORRUPT error (not
+	// retried) until an operator repairs it.
+	Corrupt bool
 	// Replicas lists the replica group; empty on a single node.
 	Replicas []ReplicaInfo
 }
@@ -624,6 +628,7 @@ func (c *Client) topics(ctx context.Context, names ...string) ([]TopicInfo, bool
 			pi := PartitionInfo{
 				Partition: int(p.Partition), Epoch: p.Epoch, StartSeq: p.StartSeq, CommitSeq: p.CommitSeq,
 				Leader: p.Leader, LeaderAddr: p.LeaderAddr, ReadOnly: p.ReadOnly,
+				Corrupt: p.State == wire.PartitionStateCorrupt,
 			}
 			for _, r := range p.Replicas {
 				pi.Replicas = append(pi.Replicas, ReplicaInfo{Node: r.Node, State: r.State, FlushedSeq: r.FlushedSeq})

@@ -29,6 +29,9 @@ var (
 	ErrUnavailable       = wire.ErrUnavailable
 	ErrFrameTooLarge     = wire.ErrFrameTooLarge
 	ErrBadFrame          = wire.ErrBadFrame
+	// ErrDataCorrupt: the partition's log is damaged; it refuses publishes
+	// until an operator runs `nereus repair`.
+	ErrDataCorrupt = wire.ErrDataCorrupt
 )
 
 // Cluster errors; wire has no sentinels for them.

@@ -160,6 +160,8 @@ func writeClusterTable(w io.Writer, views []nodeView, parts []partitionView) err
 	for _, p := range parts {
 		mode := "read-write"
 		switch {
+		case p.State == "corrupt":
+			mode = "DATA_CORRUPT"
 		case p.ReadOnly:
 			mode = "READ_ONLY_DEGRADED"
 		case p.Leader == "":

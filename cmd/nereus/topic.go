@@ -93,13 +93,15 @@ type topicJSON struct {
 }
 
 type partitionJSON struct {
-	Partition int           `json:"partition"`
-	Epoch     uint64        `json:"epoch"`
-	StartSeq  uint64        `json:"start_seq"`
-	CommitSeq uint64        `json:"commit_seq"`
-	Leader    string        `json:"leader"`
-	ReadOnly  bool          `json:"read_only"`
-	Replicas  []replicaJSON `json:"replicas,omitempty"`
+	Partition int    `json:"partition"`
+	Epoch     uint64 `json:"epoch"`
+	StartSeq  uint64 `json:"start_seq"`
+	CommitSeq uint64 `json:"commit_seq"`
+	Leader    string `json:"leader"`
+	ReadOnly  bool   `json:"read_only"`
+	// State is "ok", "read_only" or "corrupt".
+	State    string        `json:"state"`
+	Replicas []replicaJSON `json:"replicas,omitempty"`
 }
 
 type replicaJSON struct {
@@ -110,7 +112,13 @@ type replicaJSON struct {
 
 func toPartitionJSON(p client.PartitionInfo) partitionJSON {
 	out := partitionJSON{Partition: p.Partition, Epoch: p.Epoch, StartSeq: p.StartSeq, CommitSeq: p.CommitSeq,
-		Leader: p.Leader, ReadOnly: p.ReadOnly}
+		Leader: p.Leader, ReadOnly: p.ReadOnly, State: "ok"}
+	switch {
+	case p.Corrupt:
+		out.State = "corrupt"
+	case p.ReadOnly:
+		out.State = "read_only"
+	}
 	for _, r := range p.Replicas {
 		out.Replicas = append(out.Replicas, replicaJSON{Node: r.Node, State: r.State, FlushedSeq: r.FlushedSeq})
 	}

@@ -5,6 +5,7 @@ package admin
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -24,6 +25,11 @@ func Handler(n *node.Node, ready *atomic.Bool) http.Handler {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
+		if damaged := n.Damaged(); len(damaged) > 0 {
+			// Serving, but an operator must repair these partitions.
+			http.Error(w, "not ready: data corrupt:\n"+strings.Join(damaged, "\n"), http.StatusServiceUnavailable)
+			return
+		}
 		w.Write([]byte("ready\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.Metrics().Registry, promhttp.HandlerOpts{}))
@@ -40,6 +46,7 @@ func Handler(n *node.Node, ready *atomic.Bool) http.Handler {
 			CommitSeq uint64    `json:"commit_seq"`
 			Leader    string    `json:"leader"`
 			ReadOnly  bool      `json:"read_only"`
+			State     string    `json:"state"`
 			Replicas  []replica `json:"replicas,omitempty"`
 		}
 		type topic struct {
@@ -56,7 +63,7 @@ func Handler(n *node.Node, ready *atomic.Bool) http.Handler {
 				Replicas: t.Config.Replicas, Ack: t.Config.Ack.String()}
 			for _, p := range t.Partitions {
 				pp := partition{Partition: p.Partition, Epoch: p.Epoch, StartSeq: p.StartSeq, CommitSeq: p.CommitSeq,
-					Leader: p.Leader, ReadOnly: p.ReadOnly}
+					Leader: p.Leader, ReadOnly: p.ReadOnly, State: node.PartitionState(p)}
 				for _, r := range p.Replicas {
 					pp.Replicas = append(pp.Replicas, replica(r))
 				}

@@ -459,7 +459,7 @@ func (c *cluster) applyCommittedMeta() {
 		c.metaMu.Unlock()
 		entries, err := c.metaLog.Read(from, 256)
 		if err != nil {
-			c.n.log.Error("read metadata log failed; will retry", "from", from, "err", err)
+			c.n.logRepeatedError("__meta", "read metadata log failed; will retry", "from", from, "err", err)
 			return
 		}
 		if len(entries) == 0 {

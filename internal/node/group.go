@@ -649,7 +649,7 @@ func (g *groupRunner) handle(c groupCmd) {
 // never became durable, and must not confirm a retried one.
 func (g *groupRunner) reload() {
 	if err := g.load(); err != nil {
-		g.node.log.Error("group reload failed; will retry", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+		g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "group reload failed; will retry", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
 		return
 	}
 	g.failure = nil
@@ -729,7 +729,7 @@ func (g *groupRunner) flushLedger() {
 		}
 		if err != nil {
 			failed = wire.Errorf(wire.CodeStorage, "ack ledger write failed: %v", err)
-			g.node.log.Error("ack ledger write failed; reloading group", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+			g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "ack ledger write failed; reloading group", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
 			g.failure = err
 			g.reload()
 		}
@@ -770,10 +770,17 @@ func (g *groupRunner) dispatch(now int64) {
 				continue
 			}
 			e, err := g.fetch(pi, d.Seq)
+			if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
+				// A seq a repair dropped (logged by the repair): not a
+				// message; done at once, derivable from the log.
+				g.cursors[pi].Ack(d.Seq, d.DeliveryID)
+				k--
+				continue
+			}
 			if err != nil {
 				// The delivery stays in flight and is retried after its ack
 				// wait; a corrupt record is never sent.
-				g.node.log.Error("read for delivery failed", "topic", g.topic.cfg.Name, "partition", pi, "seq", d.Seq, "err", err)
+				g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "read for delivery failed", "topic", g.topic.cfg.Name, "partition", pi, "seq", d.Seq, "err", err)
 				continue
 			}
 			if replog.IsControl(&e.Record) {

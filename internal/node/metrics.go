@@ -20,6 +20,8 @@ type Metrics struct {
 	redeliveries *prometheus.CounterVec
 	acks         *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
+	scrubBytes   prometheus.Counter
+	scrubDamage  prometheus.Counter
 	// Connections and AuthFailures are maintained by the server.
 	Connections  prometheus.Gauge
 	AuthFailures prometheus.Counter
@@ -35,6 +37,10 @@ func newMetrics() *Metrics {
 		fsyncSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "nereus_fsync_seconds", Help: "Latency of fsync calls by file kind (log, ledger).",
 			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16)}, []string{"kind"}),
+		scrubBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nereus_scrub_bytes_total", Help: "Bytes of sealed log segments the scrubber re-verified."}),
+		scrubDamage: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nereus_scrub_damage_found_total", Help: "Damaged ranges the scrubber found."}),
 		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "nereus_group_commit_records", Help: "Records made durable by one partition log fsync.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
@@ -51,7 +57,7 @@ func newMetrics() *Metrics {
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nereus_auth_failures_total", Help: "Connections rejected with AUTH_FAILED."}),
 	}
-	m.Registry.MustRegister(m.publishes, m.publishBytes, m.fsyncSeconds, m.commitBatch, m.deliveries,
+	m.Registry.MustRegister(m.scrubBytes, m.scrubDamage, m.publishes, m.publishBytes, m.fsyncSeconds, m.commitBatch, m.deliveries,
 		m.redeliveries, m.acks, m.deadLetters, m.Connections, m.AuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -73,6 +79,8 @@ var (
 		"Leader epoch of a partition as this node knows it.", []string{"topic", "partition"}, nil)
 	leaderDesc = prometheus.NewDesc("nereus_partition_leader",
 		"1 when this node leads the partition's replica group (cluster only).", []string{"topic", "partition"}, nil)
+	corruptDesc = prometheus.NewDesc("nereus_partition_corrupt",
+		"1 when this node found damage in the partition's log: it refuses publishes until `nereus repair`.", []string{"topic", "partition"}, nil)
 	readOnlyDesc = prometheus.NewDesc("nereus_partition_read_only",
 		"1 when this node leads the partition and is READ_ONLY_DEGRADED (cluster only).", []string{"topic", "partition"}, nil)
 	droppedDesc = prometheus.NewDesc("nereus_replication_dropped_messages_total",
@@ -91,6 +99,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- epochDesc
 	ch <- leaderDesc
 	ch <- readOnlyDesc
+	ch <- corruptDesc
 	ch <- droppedDesc
 	ch <- rebuildsDesc
 }
@@ -104,6 +113,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(commitDesc, prometheus.GaugeValue, float64(p.commitSeq.Load()), name, part)
 			ch <- prometheus.MustNewConstMetric(startDesc, prometheus.GaugeValue, float64(p.startSeq.Load()), name, part)
 			ch <- prometheus.MustNewConstMetric(epochDesc, prometheus.GaugeValue, float64(p.epoch.Load()), name, part)
+			ch <- prometheus.MustNewConstMetric(corruptDesc, prometheus.GaugeValue, boolGauge(p.damage.Load() != nil), name, part)
 			if p.repl != nil {
 				st := p.repl.Status()
 				leads := st.Role == replica.Leader

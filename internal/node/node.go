@@ -58,7 +58,11 @@ type Config struct {
 	// LedgerCompactBytes: a group's ack ledger is compacted into a snapshot
 	// once it grows past this; 0 = LedgerCompactBytesDefault, < 0 = never.
 	LedgerCompactBytes int64
-	Dedup              partition.Config
+	// ScrubBytesPerSecond bounds the background scrubber's average read
+	// rate; 0 = ScrubBytesPerSecondDefault, < 0 = no scrubber. Manual mode
+	// runs no scrubber.
+	ScrubBytesPerSecond int64
+	Dedup               partition.Config
 }
 
 func (c *Config) setDefaults() {
@@ -92,6 +96,9 @@ func (c *Config) setDefaults() {
 	if c.RetentionCheckMs == 0 {
 		c.RetentionCheckMs = 30_000
 	}
+	if c.ScrubBytesPerSecond == 0 {
+		c.ScrubBytesPerSecond = ScrubBytesPerSecondDefault
+	}
 	if c.DefaultAckWaitMs == 0 {
 		c.DefaultAckWaitMs = 30_000
 	}
@@ -124,6 +131,13 @@ type Node struct {
 	closed bool
 
 	cluster *cluster // nil on a single node
+
+	// repeats throttles ERROR lines that a persistent fault repeats.
+	repeats repeatLimiter
+
+	// scrubStop ends the scrubber's goroutine (nil when none runs).
+	scrubStop chan struct{}
+	scrubDone chan struct{}
 }
 
 type topic struct {
@@ -160,6 +174,7 @@ func Open(cfg Config) (*Node, error) {
 			return nil, err
 		}
 		n.metrics.registerNode(n)
+		n.startScrubber()
 		n.log.Info("node open", "node", cfg.NodeID, "data", cfg.DataDir, "cluster", n.cluster.names)
 		return n, nil
 	}
@@ -174,6 +189,7 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 	n.metrics.registerNode(n)
+	n.startScrubber()
 	n.log.Info("node open", "node", cfg.NodeID, "data", cfg.DataDir, "topics", len(configs))
 	return n, nil
 }
@@ -355,6 +371,10 @@ func (n *Node) Close() {
 		topics = append(topics, t)
 	}
 	n.mu.Unlock()
+	if n.scrubStop != nil {
+		close(n.scrubStop)
+		<-n.scrubDone
+	}
 	for _, g := range groups {
 		g.stop()
 	}

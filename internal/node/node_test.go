@@ -23,6 +23,8 @@ type harness struct {
 	fs    *vfs.MemFS
 	nowMs atomic.Int64
 	node  *Node
+	// tune, when set, adjusts the config of every open.
+	tune func(*Config)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -35,8 +37,12 @@ func newHarness(t *testing.T) *harness {
 
 func (h *harness) open() {
 	h.t.Helper()
-	n, err := Open(Config{DataDir: "/data", FS: h.fs, NowMs: h.nowMs.Load,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := Config{DataDir: "/data", FS: h.fs, NowMs: h.nowMs.Load,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if h.tune != nil {
+		h.tune(&cfg)
+	}
+	n, err := Open(cfg)
 	if err != nil {
 		h.t.Fatalf("Open: %v", err)
 	}

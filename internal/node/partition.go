@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -86,6 +87,11 @@ type partitionRunner struct {
 	repl *replog.Log
 	rs   *replState
 
+	// damage is the first damaged range of the log (nil when healthy):
+	// set by recovery or the scrubber, it makes the partition refuse
+	// publishes with DATA_CORRUPT until a repair.
+	damage atomic.Pointer[storage.Damage]
+
 	// Published for readers.
 	readLog   atomic.Pointer[storage.Log] // replaced by recover
 	epoch     atomic.Uint64
@@ -136,25 +142,23 @@ func (p *partitionRunner) recover() error {
 	if err != nil {
 		return fmt.Errorf("partition %s/%d: open log: %w", p.topic.cfg.Name, p.id, err)
 	}
+	p.reportRecovery(lg)
 	epoch, err := p.bumpEpoch(lg.LastEpoch())
 	if err != nil {
 		lg.Close()
 		return err
 	}
 	st := partition.NewState(cfg.Dedup, epoch, lg.NextSeq())
-	for from := lg.StartSeq(); from < lg.NextSeq(); {
-		entries, err := lg.Read(from, 4096, 16<<20)
-		if err != nil {
-			lg.Close()
-			return fmt.Errorf("partition %s/%d: replay from %d: %w", p.topic.cfg.Name, p.id, from, err)
+	err = replayLog(lg, func(e storage.Entry) {
+		if !cfg.Mutations.SkipDedupRebuild {
+			st.Replay(e.Seq, e.Epoch, e.Record.ProducerID, e.Record.ProducerSeq)
 		}
-		for _, e := range entries {
-			if !cfg.Mutations.SkipDedupRebuild {
-				st.Replay(e.Seq, e.Epoch, e.Record.ProducerID, e.Record.ProducerSeq)
-			}
-		}
-		from = entries[len(entries)-1].Seq + 1
+	})
+	if err != nil {
+		lg.Close()
+		return fmt.Errorf("partition %s/%d: %w", p.topic.cfg.Name, p.id, err)
 	}
+	p.noteDamage(lg.Damage())
 	st.ReplayDone(lg.StartSeq() > 1)
 	p.log, p.state, p.failure = lg, st, nil
 	p.readLog.Store(lg)
@@ -162,6 +166,79 @@ func (p *partitionRunner) recover() error {
 	p.startSeq.Store(lg.StartSeq())
 	p.commitSeq.Store(st.CommitSeq())
 	return nil
+}
+
+// replayLog calls apply for every readable entry of lg, in order. It
+// steps over gaps and damaged ranges; damage that recovery could not see
+// (a sealed segment trusted through its index) is found by verifying the
+// sealed segments, once, and then stepped over too.
+func replayLog(lg *storage.Log, apply func(storage.Entry)) error {
+	verified := false
+	for from := lg.StartSeq(); from < lg.NextSeq(); {
+		entries, err := lg.Read(from, 4096, 16<<20)
+		var damaged *storage.CorruptError
+		var gap *storage.GapError
+		switch {
+		case errors.As(err, &damaged):
+			from = damaged.Damage.LastSeq + 1
+			continue
+		case errors.As(err, &gap):
+			from = gap.Next
+			continue
+		case errors.Is(err, storage.ErrCorrupt) && !verified:
+			verified = true
+			for next := lg.StartSeq(); ; {
+				if next, _, _, err = lg.Verify(next, math.MaxInt64); err != nil || next == 0 {
+					break
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("verify: %w", err)
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("replay from %d: %w", from, err)
+		}
+		for _, e := range entries {
+			apply(e)
+		}
+		from = entries[len(entries)-1].Seq + 1
+	}
+	return nil
+}
+
+// reportRecovery logs what opening the log cut off.
+func (p *partitionRunner) reportRecovery(lg *storage.Log) {
+	if t, ok := lg.TornTail(); ok {
+		p.node.log.Warn("torn tail truncated", "topic", p.topic.cfg.Name, "partition", p.id,
+			"file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes)
+	}
+}
+
+// noteDamage marks the partition corrupt when ds is not empty, logging
+// each damaged range once.
+func (p *partitionRunner) noteDamage(ds []storage.Damage) {
+	for _, d := range ds {
+		p.node.log.Error("partition data corrupt; publishes refused until `nereus repair`", "topic", p.topic.cfg.Name,
+			"partition", p.id, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes,
+			"first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)
+	}
+	if len(ds) > 0 && p.damage.Load() == nil {
+		p.damage.Store(&ds[0])
+	}
+}
+
+// subject names the partition in throttled log lines.
+func (p *partitionRunner) subject() string { return p.topic.cfg.Name + "/" + strconv.Itoa(int(p.id)) }
+
+// corruptError is the DATA_CORRUPT answer of a damaged partition, or nil.
+func (p *partitionRunner) corruptError() *wire.Error {
+	d := p.damage.Load()
+	if d == nil {
+		return nil
+	}
+	return wire.Errorf(wire.CodeDataCorrupt, "partition %s/%d is damaged at seqs %d-%d (%s offset %d); it refuses publishes until repaired",
+		p.topic.cfg.Name, p.id, d.FirstSeq, d.LastSeq, d.Segment, d.Offset)
 }
 
 // bumpEpoch starts a new reign: one past both the persisted epoch and the
@@ -175,9 +252,20 @@ func (p *partitionRunner) bumpEpoch(logEpoch uint64) (uint64, error) {
 	case err == nil:
 		stored, err = strconv.ParseUint(string(b), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("partition %s/%d: bad epoch file: %w", p.topic.cfg.Name, p.id, err)
+			err = fmt.Errorf("%w: %w", storage.ErrCorrupt, err)
 		}
-	case !errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist):
+		err = nil
+	}
+	if errors.Is(err, storage.ErrCorrupt) {
+		// The epoch is a lower bound for the next reign; without it the
+		// partition takes no writes (so no record can carry a reused
+		// epoch) until a repair removes the file: logEpoch+1 is then safe,
+		// since a reign that wrote no record left no trace.
+		p.noteDamage([]storage.Damage{{Segment: file, Cause: err.Error()}})
+		return logEpoch + 1, nil
+	}
+	if err != nil {
 		return 0, fmt.Errorf("partition %s/%d: read epoch: %w", p.topic.cfg.Name, p.id, err)
 	}
 	epoch := max(stored, logEpoch) + 1
@@ -602,6 +690,12 @@ type pendingSync struct {
 // commit. It returns nil when nothing was appended, or when the append
 // failed (then the batch was answered and the partition recovered).
 func (p *partitionRunner) appendBatch(batch []*pubReq) *pendingSync {
+	if werr := p.corruptError(); werr != nil {
+		for _, r := range batch {
+			r.reply(wire.PubOK{}, werr)
+		}
+		return nil
+	}
 	if p.failure != nil {
 		p.recoverNow()
 		if p.failure != nil {
@@ -741,7 +835,7 @@ func (p *partitionRunner) commitBatch(batch []*pubReq) {
 // unknown, so the partition recovers from what is on disk (as after a
 // crash) instead of retrying the fsync.
 func (p *partitionRunner) failPending(cause error, pending ...*pendingSync) {
-	p.node.log.Error("partition write failed; recovering", "topic", p.topic.cfg.Name, "partition", p.id, "err", cause)
+	p.node.logRepeatedError(p.subject(), "partition write failed; recovering", "topic", p.topic.cfg.Name, "partition", p.id, "err", cause)
 	werr := wire.Errorf(wire.CodeStorage, "write not durable: %v", cause)
 	for _, ps := range pending {
 		for _, a := range ps.news {
@@ -767,7 +861,7 @@ func (p *partitionRunner) recoverNow() {
 	}
 	if err := p.recover(); err != nil {
 		p.failure = err
-		p.node.log.Error("partition recovery failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		p.node.logRepeatedError(p.subject(), "partition recovery failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
 		return
 	}
 	p.topic.notifyGroups()

@@ -343,6 +343,9 @@ func (p *partitionRunner) failReplicated(werr *wire.Error) {
 // info describes the partition for METADATA.
 func (p *partitionRunner) info() wire.PartitionInfo {
 	info := wire.PartitionInfo{Partition: p.id, Epoch: p.epoch.Load(), StartSeq: p.startSeq.Load(), CommitSeq: p.commitSeq.Load()}
+	if p.damage.Load() != nil {
+		info.State = wire.PartitionStateCorrupt
+	}
 	c := p.node.cluster
 	if c == nil {
 		info.Leader, info.LeaderAddr = p.node.cfg.NodeID, p.node.cfg.ClientAddr

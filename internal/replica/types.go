@@ -207,7 +207,8 @@ type Persisted struct {
 	// SnapSeq and SnapEpoch: the log was compacted into a snapshot at this
 	// (committed) entry; entries at or below SnapSeq are no longer kept.
 	SnapSeq, SnapEpoch uint64
-	// Rebuilding: the shell found an unfinished snapshot install. The
+	// Rebuilding: the shell found an unfinished snapshot install, or it
+	// dropped a damaged range of its log (replog's rebuilding mark). The
 	// replica is then never promotable (it does not campaign or grant)
 	// until a snapshot or the leader's log has made it whole again.
 	Rebuilding bool

@@ -35,19 +35,25 @@ type snapshotPoint struct {
 	installing bool
 }
 
+// errSnapshotPointDamaged marks a snapshot point file that fails its
+// checksum or holds no valid point.
+var errSnapshotPointDamaged = errors.New("replog: snapshot point damaged")
+
 func readSnapshotPoint(fsys vfs.FS, dir string) (snapshotPoint, error) {
 	b, err := storage.ReadFileAtomic(fsys, path.Join(dir, snapshotFile))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return snapshotPoint{}, nil
+	case errors.Is(err, storage.ErrCorrupt):
+		return snapshotPoint{}, fmt.Errorf("%w: %w", errSnapshotPointDamaged, err)
 	case err != nil:
 		return snapshotPoint{}, fmt.Errorf("replog: read snapshot point: %w", err)
 	case len(b) != 17 || b[16] > 1:
-		return snapshotPoint{}, fmt.Errorf("replog: snapshot point file of %d bytes is damaged", len(b))
+		return snapshotPoint{}, fmt.Errorf("%w: file of %d bytes", errSnapshotPointDamaged, len(b))
 	}
 	p := snapshotPoint{seq: binary.BigEndian.Uint64(b), epoch: binary.BigEndian.Uint64(b[8:]), installing: b[16] == 1}
 	if (p.seq == 0) != (p.epoch == 0) {
-		return snapshotPoint{}, fmt.Errorf("replog: snapshot point (%d, %d) is invalid", p.seq, p.epoch)
+		return snapshotPoint{}, fmt.Errorf("%w: (%d, %d) is invalid", errSnapshotPointDamaged, p.seq, p.epoch)
 	}
 	return p, nil
 }

@@ -155,6 +155,9 @@ func TestInterruptedInstallIsFinishedOnRestart(t *testing.T) {
 	}
 }
 
+// TestDamagedSnapshotPointRefusesToOpen: a member alone has no healthy
+// replica to rebuild from (a member of a group resets and rebuilds:
+// TestDamagedSnapshotPointEmptiesTheMemberWhichRebuilds).
 func TestDamagedSnapshotPointRefusesToOpen(t *testing.T) {
 	fsys := vfs.NewMem()
 	if err := fsys.MkdirAll("/m"); err != nil {

@@ -120,6 +120,9 @@ type Log struct {
 	dropped   atomic.Uint64
 	installs  atomic.Uint64
 	notified  notice // what Notify last reported (run-owned)
+	// rebuildingMarked: the rebuilding mark (rebuildingFile) is on disk;
+	// run removes it once the kernel says the member is whole (run-owned).
+	rebuildingMarked bool
 }
 
 // notice is the part of the kernel's view whose changes Notify reports.
@@ -164,6 +167,28 @@ func Open(cfg Config) (*Log, error) {
 		return nil, err
 	}
 	p, err := loadPersisted(cfg.FS, cfg.Dir, lg)
+	// A damaged member rebuilds from a healthy one; a member alone has
+	// none, so it refuses to open (its data cannot be recovered here).
+	canRebuild := len(cfg.Members) > 1
+	if canRebuild && errors.Is(err, errSnapshotPointDamaged) {
+		if err = resetDamagedMember(cfg.FS, cfg.Dir, lg, err, cfg.Logger); err == nil {
+			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
+		}
+	}
+	if canRebuild && errors.Is(err, storage.ErrCorrupt) {
+		quarantined, qerr := quarantineDamage(cfg.FS, cfg.Dir, lg, cfg.Logger)
+		switch {
+		case qerr != nil:
+			err = qerr
+		case quarantined:
+			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
+		}
+	}
+	marked := false
+	if err == nil {
+		marked, err = isRebuilding(cfg.FS, cfg.Dir)
+		p.Rebuilding = p.Rebuilding || marked
+	}
 	if err != nil {
 		lg.Close()
 		return nil, err
@@ -176,7 +201,7 @@ func Open(cfg Config) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{cfg: cfg, log: lg, k: k, in: make(chan replica.Message, 4096), campaign: make(chan struct{}, 1),
-		prop: make(chan *Proposal, cfg.ProposeQueueMax), done: make(chan struct{})}
+		prop: make(chan *Proposal, cfg.ProposeQueueMax), done: make(chan struct{}), rebuildingMarked: marked}
 	l.publishStatus()
 	l.wg.Add(1)
 	go l.run()
@@ -382,7 +407,27 @@ func (l *Log) run() {
 			l.cfg.Logger.Error("replog: cannot persist; stopping member", "member", l.cfg.ID, "err", err)
 			return
 		}
+		if l.rebuildingMarked && !l.k.Status().Rebuilding {
+			if err := l.clearRebuilding(); err != nil {
+				l.cfg.Logger.Error("replog: cannot clear the rebuilding mark; stopping member", "member", l.cfg.ID, "err", err)
+				return
+			}
+		}
 	}
+}
+
+// clearRebuilding removes the rebuilding mark once the member is whole
+// (it holds everything its leader committed), durably.
+func (l *Log) clearRebuilding() error {
+	if err := l.cfg.FS.Remove(path.Join(l.cfg.Dir, rebuildingFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := l.cfg.FS.SyncDir(l.cfg.Dir); err != nil {
+		return err
+	}
+	l.rebuildingMarked = false
+	l.cfg.Logger.Info("replog: whole again after dropping a damaged range", "member", l.cfg.ID, "dir", l.cfg.Dir)
+	return nil
 }
 
 func (l *Log) propose(p *Proposal) {

@@ -84,8 +84,13 @@ func (p *producer) onFrame(c *conn, corr uint64, f wire.Frame) {
 			return
 		}
 		if _, ok := p.inflight[corr]; ok {
-			p.s.chk.violate("PublishAnswered", "%s: PUB pseq=%d failed permanently: %s", p.name(), corr, f.AsError())
+			// A partition whose log took a bit flip may refuse writes
+			// until repaired: that is the right answer, not a failure.
+			if f.Code != wire.CodeDataCorrupt || !p.s.chk.anyDamaged() {
+				p.s.chk.violate("PublishAnswered", "%s: PUB pseq=%d failed permanently: %s", p.name(), corr, f.AsError())
+			}
 			delete(p.inflight, corr)
+			p.fill()
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -35,21 +36,21 @@ func WriteFileAtomic(fsys vfs.FS, path string, data []byte) error {
 	tmp := path + tmpSuffix
 	f, err := fsys.Create(tmp)
 	if err != nil {
-		return fmt.Errorf("storage: write %s: %w", path, err)
+		return fsError("create", tmp, err)
 	}
 	if _, err := f.Write(buf); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("storage: write %s: %w", tmp, err)
+		return fsError("write", tmp, err)
 	}
 	if err := f.Sync(); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("%w: %s: %w", ErrSyncFailed, tmp, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("storage: close %s: %w", tmp, err)
+		return fsError("close", tmp, err)
 	}
 	if err := fsys.Rename(tmp, path); err != nil {
-		return fmt.Errorf("storage: rename %s: %w", tmp, err)
+		return fsError("rename", tmp, err)
 	}
 	if err := fsys.SyncDir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("%w: dir of %s: %w", ErrSyncFailed, path, err)
@@ -89,4 +90,14 @@ func ReadFileAtomic(fsys vfs.FS, path string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s: checksum mismatch", ErrCorrupt, path)
 	}
 	return data, nil
+}
+
+// fsError wraps an error of the file system, naming the operation and the
+// file only when the error does not already (an *fs.PathError does:
+// "write /a/b: no space left on device" stays one line, not two).
+func fsError(op, path string, err error) error {
+	if _, ok := errors.AsType[*fs.PathError](err); ok {
+		return fmt.Errorf("storage: %w", err)
+	}
+	return fmt.Errorf("storage: %s %s: %w", op, path, err)
 }

@@ -36,8 +36,18 @@ type Entry struct {
 }
 
 const (
-	batchMagic         = 0xB7
-	batchFormatVersion = 1
+	batchMagic = 0xB7
+	// Batch format versions. Version 1 (written before the synced-through
+	// prefix existed) is still read. Version 2 starts its body with the
+	// writer's synced-through seq. A gap batch has no body: its count
+	// names seqs that a repair dropped on purpose.
+	batchVersionV1  = 1
+	batchVersionV2  = 2
+	batchVersionGap = 3
+	// syncedThroughBytes is the size of a version-2 body's prefix.
+	syncedThroughBytes = 8
+	// batchOverheadBytes is what a version-2 batch adds to its records.
+	batchOverheadBytes = batchHeaderBytes + syncedThroughBytes
 	// batchHeaderBytes is the size of the fixed batch header.
 	batchHeaderBytes = 38
 	// batchCRCOffset is where the CRC field starts; the CRC covers
@@ -65,7 +75,11 @@ type batchHeader struct {
 	epoch          uint64
 	count          uint32
 	maxTimestampMs int64
+	version        byte
 }
+
+// gap reports whether h is a gap batch (seqs dropped by a repair).
+func (h batchHeader) gap() bool { return h.version == batchVersionGap }
 
 // nextSeq returns the seq after the last record of the batch.
 func (h batchHeader) nextSeq() uint64 { return h.baseSeq + uint64(h.count) }
@@ -79,12 +93,15 @@ func encodedRecordBytes(r *Record) int {
 	return n
 }
 
-// appendBatch appends the encoding of recs as one batch to dst.
-func appendBatch(dst []byte, baseSeq, epoch uint64, recs []Record, recordBytesMax, batchBytesMax int) ([]byte, error) {
+// appendBatch appends the encoding of recs as one version-2 batch to dst.
+// syncedThrough is the writer's last durable seq when it wrote the batch:
+// recovery trusts a damaged range below it to have been durable (so it is
+// corruption, not a torn tail).
+func appendBatch(dst []byte, baseSeq, epoch, syncedThrough uint64, recs []Record, recordBytesMax, batchBytesMax int) ([]byte, error) {
 	if len(recs) == 0 {
 		return dst, ErrEmptyBatch
 	}
-	total := batchHeaderBytes
+	total := batchHeaderBytes + syncedThroughBytes
 	maxTimestampMs := int64(math.MinInt64)
 	for i := range recs {
 		n := encodedRecordBytes(&recs[i])
@@ -98,19 +115,39 @@ func appendBatch(dst []byte, baseSeq, epoch uint64, recs []Record, recordBytesMa
 		maxTimestampMs = max(maxTimestampMs, recs[i].TimestampMs)
 	}
 	start := len(dst)
-	dst = append(dst, batchMagic, batchFormatVersion)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(total-batchCRCOffset))
-	dst = binary.LittleEndian.AppendUint32(dst, 0) // CRC, filled below
-	dst = binary.LittleEndian.AppendUint64(dst, baseSeq)
-	dst = binary.LittleEndian.AppendUint64(dst, epoch)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(recs)))
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(maxTimestampMs))
+	dst = appendBatchHeader(dst, batchVersionV2, total, baseSeq, epoch, uint32(len(recs)), maxTimestampMs)
+	dst = binary.LittleEndian.AppendUint64(dst, syncedThrough)
 	for i := range recs {
 		dst = AppendRecord(dst, &recs[i])
 	}
+	return sealBatch(dst, start), nil
+}
+
+// appendGapBatch appends a gap batch: seqs [baseSeq, baseSeq+count) were
+// dropped by a repair and are absent on purpose. epoch keeps the log's
+// epochs non-decreasing (the epoch of the batch before it).
+func appendGapBatch(dst []byte, baseSeq, epoch uint64, count uint32) []byte {
+	start := len(dst)
+	dst = appendBatchHeader(dst, batchVersionGap, batchHeaderBytes, baseSeq, epoch, count, math.MinInt64)
+	return sealBatch(dst, start)
+}
+
+// appendBatchHeader appends a batch header with a zero CRC.
+func appendBatchHeader(dst []byte, version byte, total int, baseSeq, epoch uint64, count uint32, maxTimestampMs int64) []byte {
+	dst = append(dst, batchMagic, version)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(total-batchCRCOffset))
+	dst = binary.LittleEndian.AppendUint32(dst, 0) // CRC, filled by sealBatch
+	dst = binary.LittleEndian.AppendUint64(dst, baseSeq)
+	dst = binary.LittleEndian.AppendUint64(dst, epoch)
+	dst = binary.LittleEndian.AppendUint32(dst, count)
+	return binary.LittleEndian.AppendUint64(dst, uint64(maxTimestampMs))
+}
+
+// sealBatch fills in the CRC of the batch encoded at dst[start:].
+func sealBatch(dst []byte, start int) []byte {
 	batch := dst[start:]
 	binary.LittleEndian.PutUint32(batch[batchCRCOffset:], crc32.Checksum(batch[batchCRCEnd:], castagnoli))
-	return dst, nil
+	return dst
 }
 
 // AppendRecord appends the encoding of one record (as it is laid out inside
@@ -152,7 +189,7 @@ func decodeBatchHeader(b []byte) (batchHeader, error) {
 	if len(b) < batchHeaderBytes {
 		return batchHeader{}, fmt.Errorf("%w: short batch header (%d bytes)", ErrCorrupt, len(b))
 	}
-	if b[0] != batchMagic || b[1] != batchFormatVersion {
+	if b[0] != batchMagic || b[1] < batchVersionV1 || b[1] > batchVersionGap {
 		return batchHeader{}, fmt.Errorf("%w: bad batch magic or version %#x %#x", ErrCorrupt, b[0], b[1])
 	}
 	h := batchHeader{
@@ -162,12 +199,20 @@ func decodeBatchHeader(b []byte) (batchHeader, error) {
 		epoch:          binary.LittleEndian.Uint64(b[18:]),
 		count:          binary.LittleEndian.Uint32(b[26:]),
 		maxTimestampMs: int64(binary.LittleEndian.Uint64(b[30:])),
+		version:        b[1],
 	}
-	if h.totalBytes < batchHeaderBytes+recordBytesMin || h.totalBytes > batchBytesLimit {
-		return batchHeader{}, fmt.Errorf("%w: batch length %d out of bounds", ErrCorrupt, h.totalBytes)
-	}
-	if h.count == 0 || int64(h.count) > (h.totalBytes-batchHeaderBytes)/recordBytesMin {
-		return batchHeader{}, fmt.Errorf("%w: batch record count %d does not fit %d bytes", ErrCorrupt, h.count, h.totalBytes)
+	if h.gap() {
+		if h.totalBytes != batchHeaderBytes || h.count == 0 {
+			return batchHeader{}, fmt.Errorf("%w: gap batch of %d bytes for %d seqs", ErrCorrupt, h.totalBytes, h.count)
+		}
+	} else {
+		bodyMin := int64(batchHeaderBytes + h.prefixBytes())
+		if h.totalBytes < bodyMin+recordBytesMin || h.totalBytes > batchBytesLimit {
+			return batchHeader{}, fmt.Errorf("%w: batch length %d out of bounds", ErrCorrupt, h.totalBytes)
+		}
+		if h.count == 0 || int64(h.count) > (h.totalBytes-bodyMin)/recordBytesMin {
+			return batchHeader{}, fmt.Errorf("%w: batch record count %d does not fit %d bytes", ErrCorrupt, h.count, h.totalBytes)
+		}
 	}
 	if h.baseSeq == 0 || h.baseSeq > math.MaxUint64-uint64(h.count) {
 		return batchHeader{}, fmt.Errorf("%w: batch base seq %d out of range", ErrCorrupt, h.baseSeq)
@@ -175,10 +220,27 @@ func decodeBatchHeader(b []byte) (batchHeader, error) {
 	return h, nil
 }
 
+// prefixBytes is the size of the body's prefix before the records.
+func (h batchHeader) prefixBytes() int {
+	if h.version == batchVersionV2 {
+		return syncedThroughBytes
+	}
+	return 0
+}
+
+// syncedThrough returns the synced-through seq of a verified version-2
+// batch b, and 0 (proves nothing) for other versions.
+func syncedThrough(h batchHeader, b []byte) uint64 {
+	if h.version != batchVersionV2 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[batchHeaderBytes:])
+}
+
 // verifyBatch checks the CRC and the record structure of a whole batch b
 // (header included, len(b) == h.totalBytes). When out is non-nil the
 // records are decoded into it as entries (aliasing b), with sizes holding
-// each record's encoded size.
+// each record's encoded size. A gap batch verifies with no entries.
 func verifyBatch(h batchHeader, b []byte, out []Entry, sizes []int) ([]Entry, []int, error) {
 	if int64(len(b)) != h.totalBytes {
 		return out, sizes, fmt.Errorf("%w: batch is %d bytes, header says %d", ErrCorrupt, len(b), h.totalBytes)
@@ -186,7 +248,13 @@ func verifyBatch(h batchHeader, b []byte, out []Entry, sizes []int) ([]Entry, []
 	if got := crc32.Checksum(b[batchCRCEnd:], castagnoli); got != h.crc {
 		return out, sizes, fmt.Errorf("%w: batch at seq %d: crc %#08x, want %#08x", ErrCorrupt, h.baseSeq, got, h.crc)
 	}
-	d := decoder{b: b[batchHeaderBytes:]}
+	if h.gap() {
+		return out, sizes, nil
+	}
+	if st := syncedThrough(h, b); st >= h.baseSeq {
+		return out, sizes, fmt.Errorf("%w: batch at seq %d claims seq %d synced", ErrCorrupt, h.baseSeq, st)
+	}
+	d := decoder{b: b[batchHeaderBytes+h.prefixBytes():]}
 	for i := uint32(0); i < h.count; i++ {
 		start := d.off
 		r := d.record()

@@ -31,14 +31,21 @@
 //
 //	offset size field
 //	0      1    magic (0xB7)
-//	1      1    format version (1)
+//	1      1    format version (1, 2 or 3; see below)
 //	2      4    length u32: number of bytes after this field
 //	6      4    crc32c (Castagnoli) u32 of every byte after this field
 //	10     8    base seq u64 (seq of the first record of the batch)
 //	18     8    epoch u64 (leader epoch that wrote the batch)
 //	26     4    record count u32 (at least 1)
 //	30     8    max timestamp i64 (unix milliseconds)
-//	38     ...  records
+//	38     ...  body
+//
+// The body of a version 2 batch (what Append writes) starts with the
+// writer's synced-through seq u64: the last seq that was durable when the
+// batch was written. Version 1 batches (written before it existed) have
+// no such prefix and are still read. Then come the records. A version 3
+// batch is a gap: it has no body, and its count names seqs that a repair
+// dropped on purpose; Read returns a *GapError for them.
 //
 // Each record is:
 //
@@ -62,23 +69,43 @@
 // Options.IndexIntervalBytes of segment. An index whose checksum, size or
 // structure does not match its segment is ignored and rebuilt by scanning.
 //
-// # Recovery
+// # Recovery: torn tails and damage
 //
 // Open scans the last segment and every segment without a valid index,
 // batch by batch. A scan ends cleanly at the end of the file or at a batch
 // header of all zeroes when every byte after it is zero too: the unused
 // preallocated tail. The last segment keeps such a tail for its next
 // appends; an earlier segment (sealed, but its trim was not durable) is
-// trimmed to its batches. Any other stop is an invalid batch (a zeroed
-// header followed by non-zero bytes is one): the segment is truncated there
-// (a torn tail, preallocated zeroes included) and every later segment is
-// deleted. So a torn batch followed by zeroes is a torn tail, and after
-// recovery nothing but zeroes follows the last batch: no stale batch
-// written before a crash can reappear behind later appends. A segment
-// whose base seq does not continue its predecessor is deleted with every
-// later one. The recovered state is then synced. Corruption inside a
-// sealed segment with a valid index is found by Read, which returns
-// ErrCorrupt and never the damaged record.
+// trimmed to its batches.
+//
+// Any other invalid batch is either a torn tail or damage, and the two are
+// never confused in the direction that loses data silently:
+//   - A sealed segment was synced whole when the log rolled past it, so an
+//     invalid range in it is damage. The scan looks for the next valid
+//     batch that continues the segment; without one the damage runs to
+//     the end of the file and covers the seqs up to the next segment.
+//   - In the last segment, an invalid range is damage only when a later
+//     valid batch proves it was durable: its synced-through seq reaches
+//     the range's first seq. Otherwise (the next batches of a group commit
+//     were written while the invalid one was not yet synced, or nothing
+//     valid follows) it is a torn tail: the segment is truncated there,
+//     everything after it included, and Open reports it (TornTail) so the
+//     caller can log the bytes dropped. After recovery nothing but zeroes
+//     follows the last batch.
+//
+// Damage is never truncated and its seqs are never reused: Open keeps the
+// log at its full length, lists each damaged range (Damage: file, offset,
+// bytes, seq range, cause), indexes the batch after it, and Read answers a
+// seq inside it with a *CorruptError and serves every record around it.
+// Verify re-reads sealed segments trusted through their index (the
+// scrubber) and records what it finds the same way. Repair, on a closed
+// log, replaces each damaged range with a gap batch (RepairSalvage) or
+// cuts the log at the first one and covers everything after with a gap
+// (RepairTruncate); either way the log's next seq stays above every seq
+// it ever held. A segment whose base seq overlaps its predecessor is
+// deleted with every later one; one that leaves seqs missing after its
+// predecessor is damage. The recovered state is then synced. Reads verify
+// every batch's CRC and never return a damaged record.
 //
 // # Atomic files
 //

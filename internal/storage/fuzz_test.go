@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"testing"
 
@@ -79,7 +80,7 @@ func FuzzRecovery(f *testing.F) {
 	// One stray byte after the batches.
 	f.Add(append(append([]byte(nil), seg[:used]...), 1), false)
 	f.Add([]byte{}, false)
-	f.Add([]byte{batchMagic, batchFormatVersion, 0xff, 0xff, 0xff, 0x7f}, false)
+	f.Add([]byte{batchMagic, batchVersionV2, 0xff, 0xff, 0xff, 0x7f}, false)
 	f.Fuzz(func(t *testing.T, data []byte, asSealed bool) {
 		m := vfs.NewMem()
 		if err := m.MkdirAll(testDir); err != nil {
@@ -116,11 +117,19 @@ func FuzzRecovery(f *testing.F) {
 		checkLayout(t, m, l)
 		for seq := l.StartSeq(); seq < l.NextSeq(); {
 			es, err := l.Read(seq, 1000, 1<<20)
-			if err != nil {
-				if asSealed {
-					seq++
-					continue
-				}
+			var damaged *CorruptError
+			var gap *GapError
+			switch {
+			case errors.As(err, &damaged):
+				seq = damaged.Damage.LastSeq + 1 // recorded damage: refused, stepped over
+				continue
+			case errors.As(err, &gap):
+				seq = gap.Next
+				continue
+			case err != nil && asSealed:
+				seq++
+				continue
+			case err != nil:
 				t.Fatalf("Read(%d) on a recovered log: %v", seq, err)
 			}
 			for i, e := range es {
@@ -156,12 +165,20 @@ func FuzzDecodeBatch(f *testing.F) {
 		for i, e := range entries {
 			recs[i] = e.Record
 		}
-		again, err := appendBatch(nil, h.baseSeq, h.epoch, recs, batchBytesLimit, batchBytesLimit)
+		if h.gap() {
+			if again := appendGapBatch(nil, h.baseSeq, h.epoch, h.count); string(again[:30]) != string(b[:30]) {
+				t.Fatalf("gap batch does not re-encode to its bytes")
+			}
+			return
+		}
+		again, err := appendBatch(nil, h.baseSeq, h.epoch, syncedThrough(h, b), recs, batchBytesLimit, batchBytesLimit)
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		// The max timestamp field is derived; everything else must match.
-		if string(again[10:30]) != string(b[10:30]) || string(again[batchHeaderBytes:]) != string(b[batchHeaderBytes:]) {
+		// The max timestamp field is derived; everything else must match
+		// (a version-1 batch re-encodes as version 2, with a prefix).
+		if string(again[10:30]) != string(b[10:30]) ||
+			string(again[batchHeaderBytes+syncedThroughBytes:]) != string(b[batchHeaderBytes+h.prefixBytes():]) {
 			t.Fatalf("decoded batch does not re-encode to its bytes")
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 
@@ -56,12 +57,12 @@ func (o Options) withDefaults() (Options, error) {
 		o.RecordBytesMax = defaultRecordBytesMax
 	}
 	if o.BatchBytesMax == 0 {
-		o.BatchBytesMax = max(defaultBatchBytesMax, o.RecordBytesMax+batchHeaderBytes)
+		o.BatchBytesMax = max(defaultBatchBytesMax, o.RecordBytesMax+batchOverheadBytes)
 	}
 	if o.BatchBytesMax > batchBytesLimit {
 		return o, fmt.Errorf("%w: BatchBytesMax %d exceeds %d", ErrInvalidOptions, o.BatchBytesMax, batchBytesLimit)
 	}
-	if o.RecordBytesMax+batchHeaderBytes > o.BatchBytesMax {
+	if o.RecordBytesMax+batchOverheadBytes > o.BatchBytesMax {
 		return o, fmt.Errorf("%w: RecordBytesMax %d does not fit BatchBytesMax %d", ErrInvalidOptions, o.RecordBytesMax, o.BatchBytesMax)
 	}
 	return o, nil
@@ -98,6 +99,12 @@ type Log struct {
 	syncedSeq uint64
 	lastEpoch uint64
 	closed    bool
+	// damage lists the known damaged ranges, sorted by FirstSeq: found by
+	// recovery or Verify, dropped when truncation, deletion or a reset
+	// removes their seqs.
+	damage []Damage
+	// tornTail is what recovery cut off the last segment, if anything.
+	tornTail *TornTail
 
 	// writer state
 	failedErr   error
@@ -160,51 +167,49 @@ func (l *Log) recover() error {
 	var scanned []*segment
 	dropFrom := len(bases)
 	for i, base := range bases {
-		if i > 0 && base != l.segments[i-1].nextSeq {
-			dropFrom = i // a gap: what follows is not a continuation
-			break
+		last := i == len(bases)-1
+		var limitSeq uint64 // the next segment's base: where this one must end
+		if !last {
+			limitSeq = bases[i+1]
+		}
+		if i > 0 {
+			prev := l.segments[i-1]
+			if base < prev.nextSeq {
+				dropFrom = i // overlaps its predecessor: not a continuation
+				break
+			}
+			if base > prev.nextSeq {
+				// The predecessor (trusted through its index) ends early:
+				// the seqs in between are missing.
+				l.damage = append(l.damage, Damage{Segment: prev.path, Offset: prev.sizeBytes,
+					FirstSeq: prev.nextSeq, LastSeq: base - 1, Cause: "seqs missing between segments", epoch: prev.lastEpoch})
+				prev.nextSeq = base
+			}
 		}
 		f, err := l.fsys.OpenRW(segmentPath(l.dir, base))
 		if err != nil {
 			return fmt.Errorf("storage: open segment: %w", err)
 		}
-		s := newSegment(base, f)
+		s := newSegment(l.dir, base, f)
 		l.segments = append(l.segments, s)
 		size, err := f.Size()
 		if err != nil {
 			return fmt.Errorf("storage: size of segment %d: %w", base, err)
 		}
 		s.allocBytes = size
-		last := i == len(bases)-1
 		if !last && hasIndex[base] {
 			if data, err := ReadFileAtomic(l.fsys, indexPath(l.dir, base)); err == nil {
 				if s.decodeIndex(data, size) == nil {
 					continue
 				}
-				*s = *newSegment(base, f)
+				*s = *newSegment(l.dir, base, f)
 				s.allocBytes = size
 			}
 		}
-		res, err := s.scan(size, l.opts.IndexIntervalBytes)
-		if err != nil {
-			return fmt.Errorf("storage: scan segment %d: %w", base, err)
+		if err := l.scanSegment(s, size, limitSeq); err != nil {
+			return err
 		}
 		scanned = append(scanned, s)
-		// A zero tail is unused preallocated space: the last segment
-		// keeps it for its next appends, an earlier one (whose trim at
-		// roll was not durable) is trimmed. Anything else after the last
-		// valid batch is a torn or damaged tail: it is cut off, and what
-		// follows it does not continue the log.
-		if res.validEnd < size && (!res.zeroTail || !last) {
-			if err := f.Truncate(res.validEnd); err != nil {
-				return fmt.Errorf("storage: truncate torn segment %d: %w", base, err)
-			}
-			s.allocBytes = res.validEnd
-			if !res.zeroTail {
-				dropFrom = i + 1
-				break
-			}
-		}
 		if !last {
 			if err := f.Sync(); err != nil {
 				return fmt.Errorf("%w: segment %d: %w", ErrSyncFailed, base, err)
@@ -225,26 +230,18 @@ func (l *Log) recover() error {
 		if err != nil {
 			return fmt.Errorf("storage: create first segment: %w", err)
 		}
-		l.segments = append(l.segments, newSegment(1, f))
+		l.segments = append(l.segments, newSegment(l.dir, 1, f))
 		scanned = append(scanned, l.segments[0])
 	}
 	active := l.segments[len(l.segments)-1]
 	if len(scanned) == 0 || scanned[len(scanned)-1] != active {
-		// The active segment was loaded from its index; scan it anyway.
-		// Its file is exactly its indexed batches: no zero tail is
-		// expected, and whatever invalid data ends it is cut off.
+		// The active segment was loaded from its index (the segments
+		// after it were dropped); scan it anyway as the last segment.
 		size := active.sizeBytes
-		*active = *newSegment(active.baseSeq, active.file)
+		*active = *newSegment(l.dir, active.baseSeq, active.file)
 		active.allocBytes = size
-		res, err := active.scan(size, l.opts.IndexIntervalBytes)
-		if err != nil {
-			return fmt.Errorf("storage: scan segment %d: %w", active.baseSeq, err)
-		}
-		if res.validEnd < size {
-			if err := active.file.Truncate(res.validEnd); err != nil {
-				return fmt.Errorf("storage: truncate segment %d: %w", active.baseSeq, err)
-			}
-			active.allocBytes = res.validEnd
+		if err := l.scanSegment(active, size, 0); err != nil {
+			return err
 		}
 		scanned = append(scanned, active)
 	}
@@ -264,6 +261,30 @@ func (l *Log) recover() error {
 	l.nextSeq = active.nextSeq
 	l.syncedSeq = l.nextSeq - 1
 	l.lastEpoch = l.computeLastEpoch()
+	return nil
+}
+
+// scanSegment scans s (fileBytes long) during recovery and records what
+// it found: damage, or a torn tail that it cuts off. A zero tail is
+// unused preallocated space: the last segment (limitSeq 0) keeps it for
+// its next appends, an earlier one (whose trim at roll was not durable) is
+// trimmed.
+func (l *Log) scanSegment(s *segment, fileBytes int64, limitSeq uint64) error {
+	res, err := s.scan(fileBytes, l.opts.IndexIntervalBytes, limitSeq)
+	if err != nil {
+		return fmt.Errorf("storage: scan segment %d: %w", s.baseSeq, err)
+	}
+	l.damage = append(l.damage, res.damage...)
+	if res.validEnd == fileBytes || (res.zeroTail && limitSeq == 0) {
+		return nil
+	}
+	if err := s.file.Truncate(res.validEnd); err != nil {
+		return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
+	}
+	s.allocBytes = res.validEnd
+	if !res.zeroTail {
+		l.tornTail = &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: fileBytes - res.validEnd}
+	}
 	return nil
 }
 
@@ -346,7 +367,10 @@ func (l *Log) Append(epoch uint64, recs []Record) (firstSeq uint64, err error) {
 	if uint64(len(recs)) > math.MaxUint32 || base > math.MaxUint64-uint64(len(recs)) {
 		return 0, fmt.Errorf("%w: %d records at seq %d", ErrBatchTooLarge, len(recs), base)
 	}
-	buf, err := appendBatch(l.encodeBuf[:0], base, epoch, recs, l.opts.RecordBytesMax, l.opts.BatchBytesMax)
+	l.mu.RLock()
+	synced := l.syncedSeq
+	l.mu.RUnlock()
+	buf, err := appendBatch(l.encodeBuf[:0], base, epoch, synced, recs, l.opts.RecordBytesMax, l.opts.BatchBytesMax)
 	if err != nil {
 		return 0, err
 	}
@@ -437,7 +461,7 @@ func (l *Log) roll() error {
 	}
 	l.dirDirty = false
 	l.mu.Lock()
-	l.segments = append(l.segments, newSegment(l.nextSeq, f))
+	l.segments = append(l.segments, newSegment(l.dir, l.nextSeq, f))
 	l.syncedSeq = l.nextSeq - 1
 	l.mu.Unlock()
 	return nil
@@ -542,12 +566,16 @@ func (l *Log) LastEpoch() uint64 {
 
 // Read returns entries from fromSeq on, at most maxRecords and at most
 // maxBytes of encoded records, but always at least one entry when
-// fromSeq < NextSeq (values below 1 act as 1 record). fromSeq == NextSeq
-// returns no entries; fromSeq below StartSeq or above NextSeq returns
-// ErrOutOfRange. Every batch is CRC-verified: a damaged batch returns an
-// error matching ErrCorrupt if it is the first one needed, and otherwise
-// ends the result just before it. Returned records alias buffers owned by
-// the caller.
+// fromSeq < NextSeq (values below 1 act as 1 record). The entries are
+// contiguous and start at fromSeq. fromSeq == NextSeq returns no entries;
+// fromSeq below StartSeq or above NextSeq returns ErrOutOfRange. A fromSeq
+// inside a gap (seqs a repair dropped) returns a *GapError naming where
+// the gap ends, and a read that reaches a gap ends before it. A fromSeq
+// inside a known damaged range returns a *CorruptError; a read that
+// reaches one ends before it. Every batch is CRC-verified: a damaged
+// batch returns an error matching ErrCorrupt if it is the first one
+// needed, and otherwise ends the result just before it. Returned records
+// alias buffers owned by the caller.
 func (l *Log) Read(fromSeq uint64, maxRecords int, maxBytes int) ([]Entry, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -561,6 +589,17 @@ func (l *Log) Read(fromSeq uint64, maxRecords int, maxBytes int) ([]Entry, error
 	if fromSeq < startSeq || fromSeq > l.nextSeq {
 		return nil, fmt.Errorf("%w: seq %d outside [%d, %d]", ErrOutOfRange, fromSeq, startSeq, l.nextSeq)
 	}
+	endSeq := l.nextSeq // the read stops before endSeq
+	for _, d := range l.damage {
+		if d.Seqs() == 0 || d.LastSeq < fromSeq {
+			continue
+		}
+		if d.FirstSeq <= fromSeq {
+			return nil, &CorruptError{Damage: d}
+		}
+		endSeq = d.FirstSeq
+		break
+	}
 	maxRecords = max(maxRecords, 1)
 	i := sort.Search(len(l.segments), func(i int) bool { return l.segments[i].baseSeq > fromSeq }) - 1
 	var (
@@ -569,10 +608,10 @@ func (l *Log) Read(fromSeq uint64, maxRecords int, maxBytes int) ([]Entry, error
 		seq        = fromSeq
 		header     [batchHeaderBytes]byte
 	)
-	for ; i < len(l.segments) && seq < l.nextSeq; i++ {
+	for ; i < len(l.segments) && seq < endSeq; i++ {
 		s := l.segments[i]
 		off, expectSeq := s.lookup(seq)
-		for off < s.sizeBytes && seq < s.nextSeq {
+		for off < s.sizeBytes && seq < s.nextSeq && seq < endSeq {
 			h, err := readBatchHeader(s, off, expectSeq, header[:])
 			if err != nil {
 				return readResult(out, err)
@@ -581,6 +620,12 @@ func (l *Log) Read(fromSeq uint64, maxRecords int, maxBytes int) ([]Entry, error
 				off += h.totalBytes
 				expectSeq = h.nextSeq()
 				continue
+			}
+			if h.gap() {
+				if len(out) > 0 {
+					return out, nil
+				}
+				return nil, &GapError{Next: h.nextSeq()}
 			}
 			b := make([]byte, h.totalBytes)
 			if err := readFull(s.file, b, off); err != nil {
@@ -604,11 +649,29 @@ func (l *Log) Read(fromSeq uint64, maxRecords int, maxBytes int) ([]Entry, error
 			off += h.totalBytes
 			expectSeq = seq
 		}
-		if seq < s.nextSeq {
+		if seq < s.nextSeq && seq < endSeq {
 			return readResult(out, fmt.Errorf("%w: segment %d ends before seq %d", ErrCorrupt, s.baseSeq, s.nextSeq))
 		}
 	}
 	return out, nil
+}
+
+// Damage returns the known damaged ranges of the log, sorted by FirstSeq:
+// those recovery found, and those Verify found since. A log with damage
+// still appends (after its last valid record, never reusing a seq); the
+// caller decides whether it may.
+func (l *Log) Damage() []Damage {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Clone(l.damage)
+}
+
+// TornTail returns what Open cut off the end of the log, if anything.
+func (l *Log) TornTail() (TornTail, bool) {
+	if l.tornTail == nil {
+		return TornTail{}, false
+	}
+	return *l.tornTail, true
 }
 
 // readResult returns the entries read so far, or err if there are none.

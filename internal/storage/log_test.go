@@ -313,7 +313,7 @@ func TestTornTailTruncated(t *testing.T) {
 	if size, _ := m.Stat(name); size <= usedBytes {
 		t.Fatalf("segment of %d bytes for %d used: not preallocated", size, usedBytes)
 	}
-	torn, err := appendBatch(nil, 11, 1, []Record{testRecord(11)}, 1<<20, 1<<20)
+	torn, err := appendBatch(nil, 11, 1, 0, []Record{testRecord(11)}, 1<<20, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,6 +62,7 @@ func (l *Log) TruncateAfter(seq uint64) error {
 	l.nextSeq = cut
 	l.syncedSeq = min(l.syncedSeq, seq)
 	l.lastEpoch = l.computeLastEpoch()
+	l.damage = keepDamage(l.damage, 0, seq)
 	return nil
 }
 
@@ -70,6 +71,14 @@ func (l *Log) truncateSegment(s *segment, cut uint64) error {
 	off, expectSeq := s.lookup(cut)
 	var header [batchHeaderBytes]byte
 	for {
+		if expectSeq == cut {
+			// The batch at off starts at the cut: cut there without
+			// reading it (it may be the first damaged batch).
+			if err := s.file.Truncate(off); err != nil {
+				return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
+			}
+			break
+		}
 		h, err := readBatchHeader(s, off, expectSeq, header[:])
 		if err != nil {
 			return fmt.Errorf("storage: truncate: %w", err)
@@ -94,7 +103,8 @@ func (l *Log) truncateSegment(s *segment, cut uint64) error {
 			for _, e := range entries[:cut-h.baseSeq] {
 				recs = append(recs, e.Record)
 			}
-			keep, err = appendBatch(nil, h.baseSeq, h.epoch, recs, batchBytesLimit, batchBytesLimit)
+			// The shortened batch keeps the claim the original made.
+			keep, err = appendBatch(nil, h.baseSeq, h.epoch, syncedThrough(h, b), recs, batchBytesLimit, batchBytesLimit)
 			if err != nil {
 				return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
 			}
@@ -116,9 +126,11 @@ func (l *Log) truncateSegment(s *segment, cut uint64) error {
 	if err != nil {
 		return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
 	}
-	*s = *newSegment(s.baseSeq, s.file)
+	*s = *newSegment(l.dir, s.baseSeq, s.file)
 	s.allocBytes = size
-	res, err := s.scan(size, l.opts.IndexIntervalBytes)
+	// Scanned as a segment that must end at cut: damage below the cut
+	// (already known) is stepped over, not taken for a torn tail.
+	res, err := s.scan(size, l.opts.IndexIntervalBytes, cut)
 	if err != nil {
 		return fmt.Errorf("storage: rescan segment %d: %w", s.baseSeq, err)
 	}
@@ -177,6 +189,9 @@ func (l *Log) DeleteThrough(seq uint64) (segmentsDeleted int, err error) {
 		l.mu.Unlock()
 		// No reader holds s: readers keep mu read-locked while they use
 		// a segment, and s is no longer reachable.
+		l.mu.Lock()
+		l.damage = keepDamage(l.damage, l.segments[0].baseSeq, math.MaxUint64)
+		l.mu.Unlock()
 		_ = s.file.Close()
 		if err := l.removeSegmentFiles(s.baseSeq); err != nil {
 			return segmentsDeleted, l.fail(err)
@@ -220,12 +235,13 @@ func (l *Log) Reset(startSeq uint64) error {
 	if err != nil {
 		return l.fail(fmt.Errorf("storage: create segment %d: %w", startSeq, err))
 	}
-	l.segments = []*segment{newSegment(startSeq, f)}
+	l.segments = []*segment{newSegment(l.dir, startSeq, f)}
 	if err := l.fsys.SyncDir(l.dir); err != nil {
 		return l.fail(fmt.Errorf("%w: %s: %w", ErrSyncFailed, l.dir, err))
 	}
 	l.nextSeq, l.syncedSeq, l.lastEpoch = startSeq, startSeq-1, 0
 	l.activeDirty, l.dirDirty = false, false
+	l.damage = nil
 	return nil
 }
 
@@ -258,4 +274,21 @@ func (l *Log) Close() error {
 		}
 	}
 	return err
+}
+
+// keepDamage returns the damaged ranges of ds that still hold a seq in
+// [from, through], clipped to it (ds is sorted; the result reuses it).
+func keepDamage(ds []Damage, from, through uint64) []Damage {
+	out := ds[:0]
+	for _, d := range ds {
+		if d.Seqs() > 0 && (d.LastSeq < from || d.FirstSeq > through) {
+			continue
+		}
+		if d.Seqs() == 0 && (d.FirstSeq < from || d.FirstSeq > through) {
+			continue
+		}
+		d.FirstSeq, d.LastSeq = max(d.FirstSeq, from), min(d.LastSeq, through)
+		out = append(out, d)
+	}
+	return out
 }

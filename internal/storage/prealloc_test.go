@@ -126,7 +126,7 @@ func TestPreallocatedLayout(t *testing.T) {
 // preallocated active segment. Only an all-zero tail is a clean end; every
 // other tail is cut off, and no record is served from it.
 func TestRecoveryOfTheActiveTail(t *testing.T) {
-	next, err := appendBatch(nil, 31, 1, []Record{testRecord(31)}, 1<<20, 1<<20)
+	next, err := appendBatch(nil, 31, 1, 0, []Record{testRecord(31)}, 1<<20, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

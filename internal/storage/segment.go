@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,6 +37,8 @@ type indexEntry struct {
 type segment struct {
 	baseSeq uint64
 	file    vfs.File
+	// path is the file's name, for reports.
+	path string
 	// nextSeq is the seq after the last record published in the segment.
 	nextSeq uint64
 	// sizeBytes is the published size, the used length of the file:
@@ -52,8 +55,8 @@ type segment struct {
 	index []indexEntry
 }
 
-func newSegment(baseSeq uint64, file vfs.File) *segment {
-	return &segment{baseSeq: baseSeq, file: file, nextSeq: baseSeq, maxTimestampMs: math.MinInt64}
+func newSegment(dir string, baseSeq uint64, file vfs.File) *segment {
+	return &segment{baseSeq: baseSeq, file: file, path: segmentPath(dir, baseSeq), nextSeq: baseSeq, maxTimestampMs: math.MinInt64}
 }
 
 // addBatch records a batch written at offset off.
@@ -124,64 +127,166 @@ type scanResult struct {
 	// is zero: the preallocated, never written tail of a segment, which
 	// ends the log cleanly.
 	zeroTail bool
+	// damage lists the damaged ranges the scan stepped over: in a sealed
+	// segment (limitSeq > 0) every invalid range, in the last segment
+	// only those that a later batch proves were durable.
+	damage []Damage
+}
+
+// scanMark is the state of a segment at the start of an unproven invalid
+// range of the last segment, to return to if nothing after it proves it
+// was durable (then it is a torn tail).
+type scanMark struct {
+	off    int64
+	seg    segment
+	damage Damage
 }
 
 // scan validates every batch of s.file from offset 0 up to fileBytes and
-// fills s. It stops at the first invalid batch, or at a batch header that
-// is all zeroes if every byte after it is zero too, and reports its offset
-// in validEnd. A zeroed header followed by anything else is an invalid
-// batch. It returns an error only for I/O failures.
-func (s *segment) scan(fileBytes int64, indexIntervalBytes int64) (scanResult, error) {
+// fills s. limitSeq is the base seq of the next segment (0 for the last
+// segment).
+//
+// A scan ends cleanly at the end of the file or at a batch header of all
+// zeroes when every byte after it is zero too. At any other invalid batch
+// it looks for the next valid batch that continues the segment:
+//   - in a sealed segment (synced whole when it was rolled) the invalid
+//     bytes are damage; without a valid batch after them the damage runs
+//     to the end of the file and the seqs up to limitSeq-1;
+//   - in the last segment the invalid bytes are damage only when a later
+//     valid batch says (by its synced-through seq) that they were durable
+//     when it was written. Otherwise they may be the unsynced end of the
+//     log, which a crash tore: the scan stops at the first unproven
+//     invalid batch and reports its offset in validEnd (a torn tail,
+//     with whatever follows it).
+//
+// It returns an error only for I/O failures.
+func (s *segment) scan(fileBytes, indexIntervalBytes int64, limitSeq uint64) (scanResult, error) {
 	var (
-		off    int64
-		header [batchHeaderBytes]byte
-		buf    []byte
+		off     int64
+		header  [batchHeaderBytes]byte
+		buf     []byte
+		damage  []Damage
+		pending []scanMark // unproven invalid ranges of the last segment
+		forceIx bool       // index the next batch: it follows damage
 	)
+	// stop ends the scan at an invalid batch at off, or at the first
+	// unproven one before it.
+	stop := func(cause error) scanResult {
+		if len(pending) > 0 {
+			*s = pending[0].seg
+			return scanResult{validEnd: pending[0].off, stopErr: fmt.Errorf("%w: %s", ErrCorrupt, pending[0].damage.Cause), damage: damage}
+		}
+		return scanResult{validEnd: off, stopErr: cause, damage: damage}
+	}
 	for off < fileBytes {
 		n := min(fileBytes-off, batchHeaderBytes)
 		if err := readFull(s.file, header[:n], off); err != nil {
 			return scanResult{}, err
 		}
+		var cause error
 		if allZero(header[:n]) {
 			zero, err := zeroFrom(s.file, off+n, fileBytes, buf)
 			if err != nil {
 				return scanResult{}, err
 			}
 			if zero {
-				return scanResult{validEnd: off, zeroTail: true}, nil
+				if len(pending) > 0 {
+					return stop(nil), nil
+				}
+				return scanResult{validEnd: off, zeroTail: true, damage: damage}, nil
 			}
-			return scanResult{validEnd: off, stopErr: fmt.Errorf("%w: zeroed batch header followed by non-zero bytes", ErrCorrupt)}, nil
+			cause = fmt.Errorf("%w: zeroed batch header followed by non-zero bytes", ErrCorrupt)
 		}
-		if n < batchHeaderBytes {
-			return scanResult{validEnd: off, stopErr: fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, n)}, nil
+		var h batchHeader
+		if cause == nil {
+			h, cause = s.checkBatchHeader(header[:n], fileBytes-off)
 		}
-		h, err := decodeBatchHeader(header[:])
+		if cause == nil {
+			if int64(cap(buf)) < h.totalBytes {
+				buf = make([]byte, h.totalBytes)
+			}
+			b := buf[:h.totalBytes]
+			if err := readFull(s.file, b, off); err != nil {
+				return scanResult{}, err
+			}
+			if _, _, err := verifyBatch(h, b, nil, nil); err != nil {
+				cause = err
+			} else {
+				// A batch written after its writer had synced through a
+				// pending range's first seq proves that range durable.
+				if st := syncedThrough(h, b); len(pending) > 0 && st >= pending[0].damage.FirstSeq {
+					for len(pending) > 0 && st >= pending[0].damage.FirstSeq {
+						damage = append(damage, pending[0].damage)
+						pending = pending[1:]
+					}
+				}
+				if forceIx {
+					s.index = append(s.index, indexEntry{seq: h.baseSeq, offset: off})
+					forceIx = false
+				}
+				s.addBatch(off, h, indexIntervalBytes)
+				off += h.totalBytes
+				continue
+			}
+		}
+		// An invalid batch at off: find what continues the segment, first
+		// where its header (if it decoded) says the next batch starts.
+		hint := int64(0)
+		if h.totalBytes > 0 {
+			hint = off + h.totalBytes
+		}
+		at, next, found, err := nextValidBatch(s.file, off, hint, fileBytes, s.nextSeq, s.lastEpoch, limitSeq)
 		if err != nil {
-			return scanResult{validEnd: off, stopErr: err}, nil
-		}
-		if h.totalBytes > fileBytes-off {
-			return scanResult{validEnd: off, stopErr: fmt.Errorf("%w: batch of %d bytes overruns the file", ErrCorrupt, h.totalBytes)}, nil
-		}
-		if h.baseSeq != s.nextSeq {
-			return scanResult{validEnd: off, stopErr: fmt.Errorf("%w: batch base seq %d, want %d", ErrCorrupt, h.baseSeq, s.nextSeq)}, nil
-		}
-		if h.epoch < s.lastEpoch {
-			return scanResult{validEnd: off, stopErr: fmt.Errorf("%w: batch epoch %d below %d", ErrCorrupt, h.epoch, s.lastEpoch)}, nil
-		}
-		if int64(cap(buf)) < h.totalBytes {
-			buf = make([]byte, h.totalBytes)
-		}
-		b := buf[:h.totalBytes]
-		if err := readFull(s.file, b, off); err != nil {
 			return scanResult{}, err
 		}
-		if _, _, err := verifyBatch(h, b, nil, nil); err != nil {
-			return scanResult{validEnd: off, stopErr: err}, nil
+		d := Damage{Segment: s.path, Offset: off, Bytes: fileBytes - off, FirstSeq: s.nextSeq, Cause: cause.Error(), epoch: s.lastEpoch}
+		if found {
+			d.Bytes, d.LastSeq = at-off, next.baseSeq-1
+		} else if limitSeq > 0 {
+			d.LastSeq = limitSeq - 1
 		}
-		s.addBatch(off, h, indexIntervalBytes)
-		off += h.totalBytes
+		switch {
+		case limitSeq > 0 && !found:
+			// A sealed segment whose end is unreadable: the seqs up to
+			// the next segment are damaged.
+			damage = append(damage, d)
+			s.nextSeq, s.sizeBytes = limitSeq, fileBytes
+			return scanResult{validEnd: fileBytes, damage: damage}, nil
+		case limitSeq > 0:
+			damage = append(damage, d)
+		case !found:
+			return stop(cause), nil
+		default:
+			pending = append(pending, scanMark{off: off, seg: *s, damage: d})
+			pending[len(pending)-1].seg.index = slices.Clone(s.index)
+		}
+		off, forceIx = at, true
+		s.nextSeq = next.baseSeq
 	}
-	return scanResult{validEnd: off}, nil
+	if len(pending) > 0 {
+		return stop(nil), nil
+	}
+	return scanResult{validEnd: off, damage: damage}, nil
+}
+
+// checkBatchHeader decodes the header of a batch that should continue s
+// and has at most remaining bytes of file.
+func (s *segment) checkBatchHeader(header []byte, remaining int64) (batchHeader, error) {
+	if len(header) < batchHeaderBytes {
+		return batchHeader{}, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(header))
+	}
+	h, err := decodeBatchHeader(header)
+	switch {
+	case err != nil:
+		return h, err
+	case h.totalBytes > remaining:
+		return h, fmt.Errorf("%w: batch of %d bytes overruns the file", ErrCorrupt, h.totalBytes)
+	case h.baseSeq != s.nextSeq:
+		return h, fmt.Errorf("%w: batch base seq %d, want %d", ErrCorrupt, h.baseSeq, s.nextSeq)
+	case h.epoch < s.lastEpoch:
+		return h, fmt.Errorf("%w: batch epoch %d below %d", ErrCorrupt, h.epoch, s.lastEpoch)
+	}
+	return h, nil
 }
 
 func allZero(b []byte) bool {

@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -205,7 +206,11 @@ func (m *MemFS) inject(op Op, name string) error {
 		return nil
 	}
 	if err := m.injector(op, name); err != nil {
-		return fmt.Errorf("vfs: %s %s: %w", op, name, err)
+		if _, ok := errors.AsType[*fs.PathError](err); ok {
+			return err // already names the file
+		}
+		// Like the OS: an *fs.PathError names the operation and the file.
+		return &fs.PathError{Op: op.String(), Path: name, Err: err}
 	}
 	return nil
 }

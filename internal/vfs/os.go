@@ -142,7 +142,7 @@ func (f osFile) Allocate(size int64) error {
 		w, err := f.File.WriteAt(zeroBlock[:n], cur)
 		cur += int64(w)
 		if err != nil {
-			return fmt.Errorf("vfs: allocate %s to %d bytes: %w", f.Name(), size, err)
+			return fmt.Errorf("vfs: allocate to %d bytes: %w", size, err) // err names the file
 		}
 	}
 	return nil

@@ -23,7 +23,7 @@ func sampleFrames() []Frame {
 		&MetadataOK{Topics: []TopicInfo{{Config: TopicConfig{Name: "a", Partitions: 2}, Partitions: []PartitionInfo{
 			{Partition: 0, Epoch: 1, StartSeq: 1, CommitSeq: 9, Leader: "n2", LeaderAddr: "127.0.0.1:4851", ReadOnly: true,
 				Replicas: []ReplicaInfo{{Node: "n1", State: "CatchingUp", FlushedSeq: 7}, {Node: "n2", State: "InSync", FlushedSeq: 9}}},
-			{Partition: 1, Epoch: 1, StartSeq: 3, CommitSeq: 4}}}}},
+			{Partition: 1, Epoch: 1, StartSeq: 3, CommitSeq: 4, State: PartitionStateCorrupt}}}}},
 		&Pub{Topic: "orders", Partition: PartitionAuto, ProducerID: 7, ProducerSeq: 9, TimestampMs: 1234, Key: []byte("k"), Value: []byte("value"), Headers: []Header{{Key: "h", Value: []byte("v")}}},
 		&PubOK{Partition: 3, Seq: 42, Epoch: 1, Duplicate: true},
 		&Pull{Topic: "orders", Group: "g", Credit: 500, AckWaitMs: 30000, MaxDeliver: 5},

@@ -28,6 +28,7 @@ const (
 	CodeUnauthorized      Code = 14 // token lacks permission for this topic
 	CodeUnavailable       Code = 15 // shutting down or overloaded; retry elsewhere or later
 	CodeNotAuthenticated  Code = 16 // a request arrived before HELLO
+	CodeDataCorrupt       Code = 17 // the partition's data is damaged; it refuses writes until repaired
 )
 
 var codeNames = map[Code]string{
@@ -48,6 +49,7 @@ var codeNames = map[Code]string{
 	CodeUnauthorized:      "UNAUTHORIZED",
 	CodeUnavailable:       "UNAVAILABLE",
 	CodeNotAuthenticated:  "NOT_AUTHENTICATED",
+	CodeDataCorrupt:       "DATA_CORRUPT",
 }
 
 func (c Code) String() string {
@@ -110,4 +112,5 @@ var (
 	ErrUnauthorized      = &Error{Code: CodeUnauthorized}
 	ErrUnavailable       = &Error{Code: CodeUnavailable}
 	ErrNotAuthenticated  = &Error{Code: CodeNotAuthenticated}
+	ErrDataCorrupt       = &Error{Code: CodeDataCorrupt}
 )

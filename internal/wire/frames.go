@@ -267,7 +267,14 @@ type PartitionInfo struct {
 	ReadOnly bool
 	// Replicas lists the replica group (empty on a single node).
 	Replicas []ReplicaInfo
+	// State is "" for a healthy partition and "corrupt" when the
+	// answering node found damage in its log (it refuses publishes with
+	// DATA_CORRUPT until repaired).
+	State string
 }
+
+// PartitionStateCorrupt is PartitionInfo.State of a damaged partition.
+const PartitionStateCorrupt = "corrupt"
 
 // ReplicaInfo is one member of a partition's replica group as the
 // answering node sees it. State is InSync, CatchingUp, NeedsRebuild or
@@ -308,6 +315,7 @@ func (f *MetadataOK) appendBody(b []byte) []byte {
 				b = appendStr(b, r.State)
 				b = binary.BigEndian.AppendUint64(b, r.FlushedSeq)
 			}
+			b = appendStr(b, p.State)
 		}
 	}
 	return b
@@ -318,7 +326,7 @@ func (f *MetadataOK) decodeBody(d *decoder) {
 	for i := 0; i < n && d.err == nil; i++ {
 		t := &f.Topics[i]
 		t.Config.decode(d)
-		m := d.listLen(4 + 8 + 8 + 8 + 2 + 2 + 1 + 4)
+		m := d.listLen(4 + 8 + 8 + 8 + 2 + 2 + 1 + 4 + 2)
 		t.Partitions = make([]PartitionInfo, m)
 		for j := 0; j < m && d.err == nil; j++ {
 			p := &t.Partitions[j]
@@ -331,6 +339,7 @@ func (f *MetadataOK) decodeBody(d *decoder) {
 			for r := 0; r < k && d.err == nil; r++ {
 				p.Replicas[r] = ReplicaInfo{Node: d.str(), State: d.str(), FlushedSeq: d.u64()}
 			}
+			p.State = d.str()
 		}
 	}
 }

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+func init() {
+	extraCommands = append(extraCommands, newRepairCmd)
+}
+
+func newRepairCmd() *cobra.Command {
+	var (
+		dataDir, topic            string
+		partition                 int
+		salvage, truncate, dryRun bool
+		asJSON                    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "repair --data DIR (--salvage | --truncate) [--topic T] [--partition P] [--dry-run]",
+		Short: "Repair damaged logs of a stopped node's data directory",
+		Long: `Check every partition log (and every consumer group's ack ledger) of a stopped
+single node's data directory, ignoring the segment indexes, and repair what is
+damaged:
+
+  --salvage   drop only the unreadable batches; every later valid record keeps
+              its seq, and readers skip the gap (recorded in the log).
+  --truncate  cut each damaged log at its first damage.
+
+Either way new records get seqs above everything the log held before, and the
+command prints what it dropped (seq ranges, counts). A dropped ack-ledger range
+makes those messages be delivered again, never skipped. Run it with --dry-run
+first. The node must not be running.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dataDir == "" {
+				return errors.New("--data is required")
+			}
+			if salvage == truncate {
+				return errors.New("choose exactly one of --salvage and --truncate")
+			}
+			if partition >= 0 && topic == "" {
+				return errors.New("--partition needs --topic")
+			}
+			mode := storage.RepairSalvage
+			if truncate {
+				mode = storage.RepairTruncate
+			}
+			logs, err := node.Repair(vfs.OS(), dataDir, node.RepairOptions{Topic: topic, Partition: partition, Mode: mode, DryRun: dryRun})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return writeRepairJSON(out, logs, mode, dryRun)
+			}
+			writeRepairText(out, logs, mode, dryRun)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data", "", "the node's data directory")
+	f.StringVar(&topic, "topic", "", "repair only this topic")
+	f.IntVar(&partition, "partition", -1, "repair only this partition of --topic")
+	f.BoolVar(&salvage, "salvage", false, "drop only the damaged batches; keep every later record at its seq")
+	f.BoolVar(&truncate, "truncate", false, "cut each log at its first damage")
+	f.BoolVar(&dryRun, "dry-run", false, "report what would be dropped; change nothing")
+	f.BoolVar(&asJSON, "json", false, "one JSON object per log")
+	return cmd
+}
+
+// repairJSON is the --json form of one repaired log.
+type repairJSON struct {
+	Topic               string         `json:"topic"`
+	Partition           *int           `json:"partition,omitempty"`
+	Group               string         `json:"group,omitempty"`
+	Dir                 string         `json:"dir"`
+	Mode                string         `json:"mode"`
+	DryRun              bool           `json:"dry_run"`
+	Damage              []damageJSON   `json:"damage"`
+	TornTailBytes       int64          `json:"torn_tail_bytes"`
+	Dropped             []seqRangeJSON `json:"dropped"`
+	DroppedSeqs         uint64         `json:"dropped_seqs"`
+	ValidRecordsDropped uint64         `json:"valid_records_dropped"`
+	NextSeq             uint64         `json:"next_seq"`
+	EpochFileRemoved    bool           `json:"epoch_file_removed,omitempty"`
+}
+
+type damageJSON struct {
+	File     string `json:"file"`
+	Offset   int64  `json:"offset"`
+	Bytes    int64  `json:"bytes"`
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+	Cause    string `json:"cause"`
+}
+
+type seqRangeJSON struct {
+	First uint64 `json:"first"`
+	Last  uint64 `json:"last"`
+}
+
+func writeRepairJSON(w io.Writer, logs []node.RepairedLog, mode storage.RepairMode, dryRun bool) error {
+	enc := json.NewEncoder(w)
+	for _, l := range logs {
+		r := l.Report
+		j := repairJSON{Topic: l.Topic, Group: l.Group, Dir: l.Dir, Mode: mode.String(), DryRun: dryRun,
+			Damage: []damageJSON{}, Dropped: []seqRangeJSON{}, DroppedSeqs: r.DroppedSeqs,
+			ValidRecordsDropped: r.ValidRecordsDropped, NextSeq: r.NextSeq, EpochFileRemoved: l.EpochFileRemoved}
+		if l.Group == "" {
+			j.Partition = &l.Partition
+		}
+		for _, d := range r.Damage {
+			j.Damage = append(j.Damage, damageJSON{File: d.Segment, Offset: d.Offset, Bytes: d.Bytes,
+				FirstSeq: d.FirstSeq, LastSeq: d.LastSeq, Cause: d.Cause})
+		}
+		if r.TornTail != nil {
+			j.TornTailBytes = r.TornTail.Bytes
+		}
+		for _, d := range r.Dropped {
+			j.Dropped = append(j.Dropped, seqRangeJSON(d))
+		}
+		if err := enc.Encode(j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeRepairText(w io.Writer, logs []node.RepairedLog, mode storage.RepairMode, dryRun bool) {
+	verb, damaged := "dropped", 0
+	if dryRun {
+		verb = "would drop"
+	}
+	for _, l := range logs {
+		name := fmt.Sprintf("topic %s partition %d", l.Topic, l.Partition)
+		if l.Group != "" {
+			name = fmt.Sprintf("group %s topic %s ack ledger (%s)", l.Group, l.Topic, l.Dir)
+		}
+		if !l.Damaged() {
+			fmt.Fprintf(w, "%s: ok\n", name)
+			continue
+		}
+		damaged++
+		r := l.Report
+		for _, d := range r.Damage {
+			fmt.Fprintf(w, "%s: damage at %s offset %d (%d bytes), seqs %d-%d: %s\n",
+				name, d.Segment, d.Offset, d.Bytes, d.FirstSeq, d.LastSeq, d.Cause)
+		}
+		if t := r.TornTail; t != nil {
+			fmt.Fprintf(w, "%s: torn tail at %s offset %d (%d bytes) cut off\n", name, t.Segment, t.Offset, t.Bytes)
+		}
+		for _, d := range r.Dropped {
+			fmt.Fprintf(w, "%s: %s seqs %d-%d\n", name, verb, d.First, d.Last)
+		}
+		if len(r.Damage) > 0 {
+			fmt.Fprintf(w, "%s: %s: %s %d seqs (%d of them readable records); next seq %d\n",
+				name, mode, verb, r.DroppedSeqs, r.ValidRecordsDropped, r.NextSeq)
+		}
+		if l.EpochFileRemoved {
+			fmt.Fprintf(w, "%s: corrupt epoch file removed\n", name)
+		}
+	}
+	fmt.Fprintf(w, "%d of %d logs damaged\n", damaged, len(logs))
+}

@@ -1,0 +1,149 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// RepairOptions selects what Repair repairs and how.
+type RepairOptions struct {
+	// Topic limits the repair to one topic ("" = every topic); Partition
+	// to one of its partitions (< 0 = all).
+	Topic     string
+	Partition int
+	Mode      storage.RepairMode
+	// DryRun reports what would be dropped and changes nothing.
+	DryRun bool
+}
+
+// RepairedLog is what Repair found in one log and did with it.
+type RepairedLog struct {
+	// Topic and Partition name a partition log; Group is set (with Topic)
+	// for a consumer group's ack ledger.
+	Topic     string
+	Partition int
+	Group     string
+	Dir       string
+	Report    storage.RepairReport
+	// EpochFileRemoved: the partition's epoch file was corrupt and was
+	// removed (the next open starts one past the log's last epoch).
+	EpochFileRemoved bool
+}
+
+// Damaged reports whether the log needed a repair.
+func (r RepairedLog) Damaged() bool {
+	return len(r.Report.Damage) > 0 || r.Report.TornTail != nil || r.EpochFileRemoved
+}
+
+// Repair checks every log of the single-node data directory dataDir (which
+// no node may have open) and repairs what is damaged (storage.Repair):
+// partition logs, their epoch files and consumer groups' ack ledgers. A
+// salvaged ledger forgets the acks it lost: those messages are delivered
+// again (at least once), never skipped.
+func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error) {
+	if _, err := fsys.List(path.Join(dataDir, "meta")); err == nil {
+		return nil, errors.New("node: repair: this is a cluster member's data directory; " +
+			"offline repair of replicated partitions is not supported yet")
+	}
+	n := &Node{cfg: Config{FS: fsys, DataDir: dataDir}}
+	configs, err := n.loadTopics()
+	if err != nil {
+		return nil, err
+	}
+	var out []RepairedLog
+	found := o.Topic == ""
+	for _, tc := range configs {
+		if o.Topic != "" && tc.Name != o.Topic {
+			continue
+		}
+		found = true
+		if o.Partition >= int(tc.Partitions) {
+			return nil, fmt.Errorf("node: repair: topic %s has %d partitions, no partition %d", tc.Name, tc.Partitions, o.Partition)
+		}
+		for p := 0; p < int(tc.Partitions); p++ {
+			if o.Partition >= 0 && p != o.Partition {
+				continue
+			}
+			dir := path.Join(dataDir, "topics", tc.Name, strconv.Itoa(p))
+			r := RepairedLog{Topic: tc.Name, Partition: p, Dir: dir}
+			if r.Report, err = storage.Repair(fsys, dir, storage.Options{}, o.Mode, o.DryRun); err != nil {
+				return out, fmt.Errorf("node: repair %s: %w", dir, err)
+			}
+			epochFile := path.Join(dir, "epoch")
+			if _, err := storage.ReadFileAtomic(fsys, epochFile); errors.Is(err, storage.ErrCorrupt) {
+				r.EpochFileRemoved = true
+				if !o.DryRun {
+					if err := fsys.Remove(epochFile); err != nil {
+						return out, fmt.Errorf("node: repair: remove %s: %w", epochFile, err)
+					}
+				}
+			}
+			out = append(out, r)
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("node: repair: no topic %q in %s", o.Topic, dataDir)
+	}
+	if o.Partition >= 0 {
+		return out, nil // a partition was named: its log only
+	}
+	ledgers, err := ledgerDirs(fsys, path.Join(dataDir, "groups"))
+	if err != nil {
+		return out, err
+	}
+	for _, l := range ledgers {
+		if o.Topic != "" && l.topic != o.Topic {
+			continue
+		}
+		r := RepairedLog{Topic: l.topic, Partition: -1, Group: l.group, Dir: l.dir}
+		if r.Report, err = storage.Repair(fsys, l.dir, storage.Options{}, o.Mode, o.DryRun); err != nil {
+			return out, fmt.Errorf("node: repair %s: %w", l.dir, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+type ledgerDir struct{ group, topic, dir string }
+
+// ledgerDirs lists groups/<group>/<topic>/ledger* directories.
+func ledgerDirs(fsys vfs.FS, groupsDir string) ([]ledgerDir, error) {
+	groups, err := fsys.List(groupsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: repair: list %s: %w", groupsDir, err)
+	}
+	var out []ledgerDir
+	for _, g := range slices.Sorted(slices.Values(groups)) {
+		topics, err := fsys.List(path.Join(groupsDir, g))
+		if err != nil {
+			continue // a file, not a group
+		}
+		for _, t := range slices.Sorted(slices.Values(topics)) {
+			entries, err := fsys.List(path.Join(groupsDir, g, t))
+			if err != nil {
+				continue
+			}
+			for _, e := range slices.Sorted(slices.Values(entries)) {
+				dir := path.Join(groupsDir, g, t, e)
+				if !strings.HasPrefix(e, "ledger") || e == "ledger-snapshot" {
+					continue
+				}
+				if _, err := fsys.List(dir); err == nil {
+					out = append(out, ledgerDir{group: g, topic: t, dir: dir})
+				}
+			}
+		}
+	}
+	return out, nil
+}

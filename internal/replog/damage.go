@@ -1,0 +1,90 @@
+package replog
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"path"
+
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// rebuildingFile marks a member that dropped a damaged range of its log
+// and is not whole again yet. It outlives restarts: once the damaged
+// entries are gone nothing else would remember that this member may lack
+// entries it acknowledged as flushed, and such a member must not grant a
+// promise or campaign (a candidate missing a committed entry could win
+// with its vote) until its leader has made it whole.
+const rebuildingFile = "rebuilding"
+
+// quarantineDamage handles damage in a member's log at open. Damage that
+// recovery could not see (a sealed segment trusted through its index) is
+// first looked for by verifying the sealed segments. The member then
+// records that it is rebuilding, durably, and truncates its log just
+// before the first damaged range: it stops vouching for that range and
+// what follows, and catches up from its leader (or a snapshot) instead.
+// It reports whether it quarantined anything.
+func quarantineDamage(fsys vfs.FS, dir string, lg *storage.Log, logger *slog.Logger) (bool, error) {
+	if len(lg.Damage()) == 0 {
+		for next := lg.StartSeq(); ; {
+			var err error
+			if next, _, _, err = lg.Verify(next, math.MaxInt64); err != nil {
+				return false, fmt.Errorf("replog: verify log: %w", err)
+			}
+			if next == 0 {
+				break
+			}
+		}
+	}
+	ds := lg.Damage()
+	if len(ds) == 0 {
+		return false, nil
+	}
+	d := ds[0]
+	logger.Error("replog: damaged log; dropping the damaged range and what follows, rebuilding from the leader",
+		"dir", dir, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes, "first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)
+	if err := storage.WriteFileAtomic(fsys, path.Join(dir, rebuildingFile), []byte(d.String())); err != nil {
+		return false, err
+	}
+	if err := lg.TruncateAfter(d.FirstSeq - 1); err != nil {
+		return false, fmt.Errorf("replog: drop damaged range: %w", err)
+	}
+	if err := lg.Sync(); err != nil {
+		return false, fmt.Errorf("replog: drop damaged range: %w", err)
+	}
+	return true, nil
+}
+
+// isRebuilding reports whether the member's rebuilding mark is set.
+func isRebuilding(fsys vfs.FS, dir string) (bool, error) {
+	_, err := storage.ReadFileAtomic(fsys, path.Join(dir, rebuildingFile))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case errors.Is(err, storage.ErrCorrupt):
+		return true, nil // a damaged mark still marks
+	}
+	return false, err
+}
+
+// resetDamagedMember handles a damaged snapshot point: without it the
+// member cannot tell where its log starts in the replicated history, so it
+// records that it is rebuilding, empties its log and starts over as an
+// empty member (snapshot point zero) that its leader fills again, from
+// its log or a snapshot. The hard state (promises) is kept. Each step can
+// be repeated after a crash.
+func resetDamagedMember(fsys vfs.FS, dir string, lg *storage.Log, cause error, logger *slog.Logger) error {
+	logger.Error("replog: damaged snapshot point; emptying the log, rebuilding from the leader", "dir", dir, "err", cause)
+	if err := storage.WriteFileAtomic(fsys, path.Join(dir, rebuildingFile), []byte(cause.Error())); err != nil {
+		return err
+	}
+	if err := lg.Reset(1); err != nil {
+		return fmt.Errorf("replog: empty damaged member: %w", err)
+	}
+	return writeSnapshotPoint(fsys, dir, snapshotPoint{})
+}

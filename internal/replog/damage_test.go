@@ -1,0 +1,144 @@
+package replog
+
+import (
+	"encoding/binary"
+	"fmt"
+	"path"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/replica"
+)
+
+// TestDamagedMemberDropsTheRangeAndRebuilds: a member whose log took a
+// flipped byte (in a range a later batch proves was durable) opens anyway,
+// drops the damaged range and everything after it, marks itself
+// rebuilding (durably: a restart before it is whole keeps the mark, though
+// the damage is gone) and, once it can hear its leader, catches up and
+// clears the mark. It never serves a damaged entry.
+func TestDamagedMemberDropsTheRangeAndRebuilds(t *testing.T) {
+	g := newGroup(t, 3)
+	var last uint64
+	for i := 0; i < 40; i++ {
+		last = g.commit(fmt.Sprintf("value-%02d", i))
+	}
+	for _, id := range g.members {
+		g.waitCommit(id, last)
+	}
+	leader := g.leader().Status().ID
+	want := g.values(leader)
+	// Damage a follower's log in a batch that later batches prove was
+	// durable: pick the follower with the most batches (one that lagged
+	// may hold its catch-up as one last batch, whose damage is a torn
+	// tail) and flip a byte inside its middle batch.
+	var damaged replica.NodeID
+	var batches []int64
+	for _, id := range g.members {
+		if id == leader {
+			continue
+		}
+		data, err := g.fs.ReadFile(path.Join(fmt.Sprintf("/n%d", id), "00000000000000000001.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if offs := batchOffsets(data); len(offs) > len(batches) {
+			damaged, batches = id, offs
+		}
+	}
+	if len(batches) < 10 {
+		t.Fatalf("followers hold at most %d batches", len(batches))
+	}
+	g.stop(damaged)
+	dir := fmt.Sprintf("/n%d", damaged)
+	segment := path.Join(dir, "00000000000000000001.log")
+	if err := g.fs.FlipBit(segment, batches[len(batches)/2]+40, 5); err != nil {
+		t.Fatal(err)
+	}
+	g.isolate(damaged, true) // cannot catch up yet
+	g.start(damaged)
+	rebuilding := func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.logs[damaged].Status().Rebuilding
+	}
+	marked := func() bool {
+		ok, err := isRebuilding(g.fs, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !rebuilding() || !marked() {
+		t.Fatalf("after opening a damaged log: rebuilding %v, marked %v", rebuilding(), marked())
+	}
+	if got := g.values(damaged); len(got) >= len(want) || !strings.HasPrefix(fmt.Sprint(want), strings.TrimSuffix(fmt.Sprint(got), "]")) {
+		t.Fatalf("damaged member kept %v\nleader has %v", got, want)
+	}
+	// A restart before it is whole: the damage is gone, the mark is not.
+	g.stop(damaged)
+	g.start(damaged)
+	if !rebuilding() || !marked() {
+		t.Fatalf("after a restart while rebuilding: rebuilding %v, marked %v", rebuilding(), marked())
+	}
+	g.isolate(damaged, false)
+	last = g.commit("after")
+	g.waitCommit(damaged, last)
+	deadline := time.Now().Add(10 * time.Second)
+	for (rebuilding() || marked()) && time.Now().Before(deadline) {
+		<-time.After(5 * time.Millisecond)
+	}
+	if rebuilding() || marked() {
+		t.Fatalf("caught up but still rebuilding %v, marked %v", rebuilding(), marked())
+	}
+	if got, want := g.values(damaged), g.values(g.leader().Status().ID); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("rebuilt member has\n%v\nleader has\n%v", got, want)
+	}
+}
+
+// batchOffsets returns the offsets of the batches of a segment file (the
+// length field at offset 2 says how many bytes follow the 6-byte prefix).
+func batchOffsets(data []byte) []int64 {
+	var out []int64
+	for off := 0; off+38 <= len(data) && data[off] == 0xB7; off += int(binary.LittleEndian.Uint32(data[off+2:])) + 6 {
+		out = append(out, int64(off))
+	}
+	return out
+}
+
+// TestDamagedSnapshotPointEmptiesTheMemberWhichRebuilds: a member whose
+// snapshot point file is damaged cannot place its log in the replicated
+// history; it empties its log, stays out of elections, and its leader
+// fills it again.
+func TestDamagedSnapshotPointEmptiesTheMemberWhichRebuilds(t *testing.T) {
+	g := newGroup(t, 3)
+	var last uint64
+	for i := 0; i < 10; i++ {
+		last = g.commit(fmt.Sprintf("v%d", i))
+	}
+	leader := g.leader().Status().ID
+	damaged := replica.NodeID(1)
+	if damaged == leader {
+		damaged = 2
+	}
+	g.waitCommit(damaged, last)
+	g.stop(damaged)
+	dir := fmt.Sprintf("/n%d", damaged)
+	if err := g.fs.WriteFile(path.Join(dir, snapshotFile), []byte("not a snapshot point")); err != nil {
+		t.Fatal(err)
+	}
+	g.isolate(damaged, true)
+	g.start(damaged)
+	g.mu.Lock()
+	st := g.logs[damaged].Status()
+	g.mu.Unlock()
+	if !st.Rebuilding || st.Durable != 0 {
+		t.Fatalf("after a damaged snapshot point: rebuilding %v, durable %d; want an empty rebuilding member", st.Rebuilding, st.Durable)
+	}
+	g.isolate(damaged, false)
+	last = g.commit("after")
+	g.waitCommit(damaged, last)
+	if got, want := g.values(damaged), g.values(leader); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("rebuilt member has\n%v\nleader has\n%v", got, want)
+	}
+}

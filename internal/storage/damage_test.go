@@ -1,0 +1,349 @@
+package storage
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// appendSynced appends n records in batches of 3, syncing after each
+// batch (as a partition does before it acknowledges), and returns the
+// offset and seq range of batch number mid.
+func appendSynced(t *testing.T, l *Log, mod *model, batches, mid int) (off int64, first, last uint64) {
+	t.Helper()
+	for i := 0; i < batches; i++ {
+		if i == mid {
+			off, first = l.active().sizeBytes, l.NextSeq()
+		}
+		recs := []Record{testRecord(len(mod.records) + 1), testRecord(len(mod.records) + 2), testRecord(len(mod.records) + 3)}
+		mod.append(t, l, 1, recs)
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if i == mid {
+			last = l.NextSeq() - 1
+		}
+	}
+	return off, first, last
+}
+
+// readAround reads the whole log, stepping over damaged ranges, and
+// checks every record served against mod; it returns the seqs refused as
+// corrupt.
+func readAround(t *testing.T, l *Log, mod *model) (refused []uint64) {
+	refused, _ = readAroundCounting(t, l, mod)
+	return refused
+}
+
+// readAroundCounting is readAround that also counts the records served.
+func readAroundCounting(t *testing.T, l *Log, mod *model) (refused []uint64, served int) {
+	t.Helper()
+	for seq := l.StartSeq(); seq < l.NextSeq(); {
+		es, err := l.Read(seq, 4, 1<<20)
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			refused = append(refused, seq)
+			seq = ce.Damage.LastSeq + 1
+			continue
+		}
+		var gap *GapError
+		if errors.As(err, &gap) {
+			if gap.Next <= seq {
+				t.Fatalf("gap at %d ends at %d", seq, gap.Next)
+			}
+			seq = gap.Next
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Read(%d): %v", seq, err)
+		}
+		for i, e := range es {
+			if e.Seq != seq+uint64(i) {
+				t.Fatalf("Read(%d) entry %d has seq %d", seq, i, e.Seq)
+			}
+			if !sameRecord(e.Record, mod.records[e.Seq-1]) {
+				t.Fatalf("seq %d served a wrong record", e.Seq)
+			}
+		}
+		served += len(es)
+		seq = es[len(es)-1].Seq + 1
+	}
+	return refused, served
+}
+
+// TestFlipInTheMiddleOfTheActiveSegmentIsDamage: a flipped byte in a
+// synced batch followed by batches written after that sync is corruption,
+// not a torn tail: nothing is cut, no seq is reused, the damaged seqs are
+// refused and every later record is still served.
+func TestFlipInTheMiddleOfTheActiveSegmentIsDamage(t *testing.T) {
+	for _, at := range []string{"header", "crc", "record"} {
+		t.Run(at, func(t *testing.T) {
+			m := vfs.NewMem()
+			l := openLog(t, m, Options{IndexIntervalBytes: 256})
+			var mod model
+			off, first, last := appendSynced(t, l, &mod, 40, 20)
+			next := l.NextSeq()
+			l.Close()
+			flip := map[string]int64{"header": off + 12, "crc": off + 7, "record": off + batchOverheadBytes + 20}[at]
+			if err := m.FlipBit(segmentPath(testDir, 1), flip, 3); err != nil {
+				t.Fatal(err)
+			}
+			l = openLog(t, m, Options{IndexIntervalBytes: 256})
+			defer l.Close()
+			if l.NextSeq() != next {
+				t.Fatalf("NextSeq %d after recovery, want %d: the log was cut", l.NextSeq(), next)
+			}
+			if tt, ok := l.TornTail(); ok {
+				t.Fatalf("damage taken for a torn tail: %+v", tt)
+			}
+			ds := l.Damage()
+			if len(ds) != 1 || ds[0].FirstSeq != first || ds[0].LastSeq != last || ds[0].Offset != off {
+				t.Fatalf("damage %+v, want seqs %d-%d at offset %d", ds, first, last, off)
+			}
+			if refused := readAround(t, l, &mod); len(refused) != 1 || refused[0] != first {
+				t.Fatalf("refused %v, want only %d", refused, first)
+			}
+			for seq := first; seq <= last; seq++ {
+				if _, err := l.Read(seq, 1, 1<<20); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("Read(%d) in the damage: %v", seq, err)
+				}
+			}
+			if es, err := l.Read(last+1, 1, 1<<20); err != nil || es[0].Seq != last+1 {
+				t.Fatalf("Read(%d) after the damage: %v %v", last+1, es, err)
+			}
+		})
+	}
+}
+
+// TestUnprovenInvalidBatchIsATornTail: batches appended while the damaged
+// one was not yet synced (group commit's next batch) prove nothing, so
+// the damage is the torn end of the log and is cut with them.
+func TestUnprovenInvalidBatchIsATornTail(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, Options{})
+	var mod model
+	appendSynced(t, l, &mod, 5, -1)
+	off, first := l.active().sizeBytes, l.NextSeq()
+	appendMany(t, l, &mod, 12, 1) // several batches, no sync in between
+	l.Close()
+	if err := m.FlipBit(segmentPath(testDir, 1), off+batchOverheadBytes+3, 1); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, m, Options{})
+	defer l.Close()
+	tt, ok := l.TornTail()
+	if !ok || tt.Offset != off || l.NextSeq() != first || len(l.Damage()) != 0 {
+		t.Fatalf("torn tail %+v %v, NextSeq %d, damage %v; want a torn tail at %d, NextSeq %d", tt, ok, l.NextSeq(), l.Damage(), off, first)
+	}
+	mod.truncate(first - 1)
+	checkAgainst(t, l, &mod)
+}
+
+// TestDamagedSealedSegmentKeepsTheSegmentsAfterIt: a sealed segment
+// scanned at open (its index is gone) whose end is unreadable keeps its
+// seqs reserved and every later segment.
+func TestDamagedSealedSegmentKeepsTheSegmentsAfterIt(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, smallOpts())
+	var mod model
+	appendSynced(t, l, &mod, 60, -1)
+	if len(l.segments) < 3 {
+		t.Fatalf("%d segments", len(l.segments))
+	}
+	first := l.segments[0]
+	lastOff := first.index[len(first.index)-1].offset
+	next, second := l.NextSeq(), l.segments[1].baseSeq
+	l.Close()
+	if err := m.Remove(indexPath(testDir, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// Damage the last part of the first segment, through its end.
+	zeroRange(t, m, segmentPath(testDir, 1), int(lastOff)+1, 1<<20)
+	l = openLog(t, m, smallOpts())
+	defer l.Close()
+	if l.NextSeq() != next {
+		t.Fatalf("NextSeq %d, want %d", l.NextSeq(), next)
+	}
+	ds := l.Damage()
+	if len(ds) != 1 || ds[0].LastSeq != second-1 {
+		t.Fatalf("damage %+v, want one range ending at %d", ds, second-1)
+	}
+	if refused := readAround(t, l, &mod); len(refused) != 1 {
+		t.Fatalf("refused %v", refused)
+	}
+}
+
+// TestVerifyFindsDamageInAnIndexedSealedSegment: the scrubber's step
+// finds a flip that recovery could not see (the segment was trusted
+// through its index), records it once, and reads step over it.
+func TestVerifyFindsDamageInAnIndexedSealedSegment(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, smallOpts())
+	var mod model
+	appendSynced(t, l, &mod, 60, -1)
+	s1 := l.segments[1]
+	off, seq := s1.index[1].offset, s1.index[1].seq
+	l.Close()
+	if err := m.FlipBit(segmentPath(testDir, s1.baseSeq), off+batchOverheadBytes+5, 0); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, m, smallOpts())
+	defer l.Close()
+	if len(l.Damage()) != 0 {
+		t.Fatalf("recovery scanned an indexed sealed segment: %v", l.Damage())
+	}
+	var found []Damage
+	for from := l.StartSeq(); ; {
+		next, _, ds, err := l.Verify(from, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found = append(found, ds...)
+		if next == 0 {
+			break
+		}
+		from = next
+	}
+	if len(found) != 1 || found[0].FirstSeq != seq {
+		t.Fatalf("Verify found %+v, want damage from seq %d", found, seq)
+	}
+	if _, _, again, _ := l.Verify(s1.baseSeq, 1); len(again) != 0 {
+		t.Fatalf("the same damage reported twice: %v", again)
+	}
+	if refused := readAround(t, l, &mod); len(refused) != 1 || refused[0] != seq {
+		t.Fatalf("refused %v, want %d", refused, seq)
+	}
+}
+
+// TestRepair: both modes make a damaged log whole again; new records get
+// seqs above the old end; salvage keeps every valid record at its seq,
+// truncate drops everything from the damage on; a dry run changes
+// nothing; the result survives a reopen.
+func TestRepair(t *testing.T) {
+	for _, mode := range []RepairMode{RepairSalvage, RepairTruncate} {
+		t.Run(mode.String(), func(t *testing.T) {
+			m := vfs.NewMem()
+			l := openLog(t, m, smallOpts())
+			var mod model
+			appendSynced(t, l, &mod, 60, -1)
+			s1 := l.segments[1]
+			off, first := s1.index[1].offset, s1.index[1].seq
+			next := l.NextSeq()
+			l.Close()
+			if err := m.Remove(indexPath(testDir, s1.baseSeq)); err != nil {
+				t.Fatal(err)
+			}
+			name := segmentPath(testDir, s1.baseSeq)
+			if err := m.FlipBit(name, off+batchOverheadBytes+5, 0); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := m.ReadFile(name)
+			dry, err := Repair(m, testDir, smallOpts(), mode, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after, _ := m.ReadFile(name); string(after) != string(before) {
+				t.Fatal("a dry run changed the segment")
+			}
+			rep, err := Repair(m, testDir, smallOpts(), mode, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Damage) != 1 || rep.Damage[0].FirstSeq != first || rep.NextSeq != next ||
+				rep.DroppedSeqs != dry.DroppedSeqs || rep.DroppedSeqs == 0 {
+				t.Fatalf("report %+v (dry run %+v)", rep, dry)
+			}
+			wantDropped := rep.Damage[0].Seqs()
+			if mode == RepairTruncate {
+				wantDropped = next - first
+			}
+			if rep.DroppedSeqs != wantDropped || rep.ValidRecordsDropped != wantDropped-rep.Damage[0].Seqs() {
+				t.Fatalf("dropped %d seqs (%d valid), want %d", rep.DroppedSeqs, rep.ValidRecordsDropped, wantDropped)
+			}
+			for reopen := 0; reopen < 2; reopen++ {
+				l = openLog(t, m, smallOpts())
+				if len(l.Damage()) != 0 || l.NextSeq() != next {
+					t.Fatalf("after repair: damage %v, NextSeq %d, want none and %d", l.Damage(), l.NextSeq(), next)
+				}
+				refused, served := readAroundCounting(t, l, &mod)
+				if len(refused) != 0 {
+					t.Fatalf("refused %v after repair", refused)
+				}
+				if want := int(next-1) - int(rep.DroppedSeqs); served != want {
+					t.Fatalf("served %d records, want %d", served, want)
+				}
+				if reopen == 0 {
+					rec := testRecord(9999)
+					if seq, err := l.Append(2, []Record{rec}); err != nil || seq != next {
+						t.Fatalf("Append after repair: seq %d, %v; want %d", seq, err, next)
+					}
+					mod.records = append(mod.records, rec)
+					mod.epochs = append(mod.epochs, 2)
+					next++
+				}
+				l.Close()
+			}
+		})
+	}
+}
+
+// TestTruncateAtTheDamage: a replica that quarantines damage truncates its
+// log just before it; the damaged batch is never read for that, and the
+// damage is gone from the log afterwards.
+func TestTruncateAtTheDamage(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		m := vfs.NewMem()
+		opts := Options{IndexIntervalBytes: 256}
+		if sealed {
+			opts.SegmentBytesMax = 2048
+		}
+		l := openLog(t, m, opts)
+		var mod model
+		off, first, _ := appendSynced(t, l, &mod, 60, 20)
+		name := l.segments[0].path
+		for _, s := range l.segments {
+			if s.baseSeq <= first {
+				name = s.path
+				if sealed {
+					off = -1
+					for _, e := range s.index {
+						if e.seq == first {
+							off = e.offset
+						}
+					}
+				}
+			}
+		}
+		l.Close()
+		if sealed {
+			if off < 0 {
+				t.Fatalf("seq %d not indexed", first)
+			}
+			if err := m.Remove(name[:len(name)-len(segmentSuffix)] + indexSuffix); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := m.FlipBit(name, off+12, 2); err != nil { // the header's base seq
+			t.Fatal(err)
+		}
+		l = openLog(t, m, opts)
+		if ds := l.Damage(); len(ds) != 1 || ds[0].FirstSeq != first {
+			t.Fatalf("sealed %v: damage %v, want from %d", sealed, ds, first)
+		}
+		if err := l.TruncateAfter(first - 1); err != nil {
+			t.Fatalf("sealed %v: TruncateAfter(%d): %v", sealed, first-1, err)
+		}
+		if len(l.Damage()) != 0 || l.NextSeq() != first {
+			t.Fatalf("sealed %v: damage %v, NextSeq %d after truncation", sealed, l.Damage(), l.NextSeq())
+		}
+		mod.truncate(first - 1)
+		checkAgainst(t, l, &mod)
+		l.Close()
+		l = openLog(t, m, opts)
+		if len(l.Damage()) != 0 || l.NextSeq() != first {
+			t.Fatalf("sealed %v: after reopen damage %v, NextSeq %d", sealed, l.Damage(), l.NextSeq())
+		}
+		l.Close()
+	}
+}

@@ -1,0 +1,100 @@
+package storage
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Verify re-reads sealed segments, starting with the one that holds
+// fromSeq, and checks every batch (the scrubber's step). It stops once it
+// has read at least bytesMax bytes (always at least one segment) or before
+// the active segment, which recovery scanned and appends are extending.
+// Damage it finds is recorded (Damage, and Read then refuses those seqs
+// with a *CorruptError and serves the records after them) and returned.
+// next is the seq to continue from, or 0 when no sealed segment is left;
+// readBytes is how much it read.
+//
+// Verify reads without blocking the writer: a sealed segment never
+// changes, and one that retention or truncation removes meanwhile is
+// skipped.
+func (l *Log) Verify(fromSeq uint64, bytesMax int64) (next uint64, readBytes int64, found []Damage, err error) {
+	for {
+		l.mu.RLock()
+		if l.closed {
+			l.mu.RUnlock()
+			return 0, readBytes, found, ErrClosed
+		}
+		i := max(0, segmentHolding(l.segments, fromSeq))
+		if i >= len(l.segments)-1 {
+			l.mu.RUnlock()
+			return 0, readBytes, found, nil
+		}
+		s, limitSeq := l.segments[i], l.segments[i+1].baseSeq
+		sizeBytes := s.sizeBytes
+		l.mu.RUnlock()
+
+		fresh := newSegment(l.dir, s.baseSeq, s.file)
+		res, err := fresh.scan(sizeBytes, l.opts.IndexIntervalBytes, limitSeq)
+		if err != nil {
+			if l.stillHolds(s) {
+				return 0, readBytes, found, fmt.Errorf("storage: verify segment %d: %w", s.baseSeq, err)
+			}
+			res.damage = nil // removed meanwhile
+		}
+		if len(res.damage) > 0 {
+			found = append(found, l.recordDamage(s, fresh, res.damage)...)
+		}
+		readBytes += sizeBytes
+		fromSeq = limitSeq
+		if readBytes >= bytesMax {
+			return fromSeq, readBytes, found, nil
+		}
+	}
+}
+
+// segmentHolding returns the index of the segment holding seq (or the
+// first one for a seq below the log, -1 for an empty list).
+func segmentHolding(segments []*segment, seq uint64) int {
+	i := len(segments) - 1
+	for i > 0 && segments[i].baseSeq > seq {
+		i--
+	}
+	return i
+}
+
+// stillHolds reports whether s is still one of the log's segments.
+func (l *Log) stillHolds(s *segment) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Contains(l.segments, s)
+}
+
+// recordDamage takes the rescanned state of the sealed segment s (whose
+// index now steps over the damage) and adds the damage that is new.
+func (l *Log) recordDamage(s, rescanned *segment, damage []Damage) []Damage {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.Contains(l.segments, s) {
+		return nil
+	}
+	s.index, s.nextSeq = rescanned.index, rescanned.nextSeq
+	var added []Damage
+	for _, d := range damage {
+		if !slices.ContainsFunc(l.damage, func(k Damage) bool { return k.Segment == d.Segment && k.Offset == d.Offset }) {
+			l.damage = append(l.damage, d)
+			added = append(added, d)
+		}
+	}
+	slices.SortFunc(l.damage, func(a, b Damage) int {
+		switch {
+		case a.FirstSeq < b.FirstSeq:
+			return -1
+		case a.FirstSeq > b.FirstSeq:
+			return 1
+		}
+		return 0
+	})
+	return added
+}
