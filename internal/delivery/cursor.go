@@ -57,6 +57,13 @@ type retry struct {
 // ranges of done seqs, all above ackFloor (ackFloor itself is never done);
 // a seq is in at most one of {inflight, retries, dead, done}; a
 // seq below ackFloor is never delivered again (AckFloorNeverRedelivered).
+//
+// Delivery counts are durable through the shell: every delivery that ends
+// without an ack (ack wait, NACK, release) is returned by TakeCounts for
+// the ledger, and a seq that used up MaxDeliver by TakeDead, which the
+// shell records too before it publishes the dead letter. Recovery replays
+// them with ReplayCount, so MaxDeliver holds across restarts; only a
+// delivery still in flight when the shell stops goes uncounted.
 type Cursor struct {
 	cfg       Config
 	ackFloor  uint64              // every seq below is done (acked or dead-lettered)
@@ -65,6 +72,7 @@ type Cursor struct {
 	inflight  map[uint64]inflight // delivered, awaiting ack
 	retries   []retry             // awaiting redelivery, in due order per insertion
 	dead      map[uint64]bool     // to dead-letter; true once handed to the shell
+	counts    []SeqCount          // ended deliveries not yet taken by TakeCounts
 	idBase    uint64              // high bits of delivery ids for this incarnation
 	idCounter uint64
 }
@@ -84,8 +92,89 @@ func NewCursor(cfg Config, startSeq, idBase uint64) (*Cursor, error) {
 		dead:     map[uint64]bool{}, idBase: idBase}, nil
 }
 
-// ReplayAck applies one durable ack record during recovery.
-func (c *Cursor) ReplayAck(seq uint64) { c.markDone(seq) }
+// SeqCount records that seq has been delivered Count times.
+type SeqCount struct {
+	Seq   uint64
+	Count uint32
+}
+
+// ReplayAck applies one durable ack (or dead-lettered) record during
+// recovery. It wins over any count recorded for seq.
+func (c *Cursor) ReplayAck(seq uint64) {
+	c.forget(seq)
+	c.markDone(seq)
+}
+
+// ReplayCount applies one durable delivery count during recovery: seq,
+// unless done, waits for redelivery as delivery count+1, or for
+// dead-lettering once count reaches MaxDeliver. The highest count
+// recorded for a seq wins, whatever the order of the records.
+func (c *Cursor) ReplayCount(seq uint64, count uint32) {
+	if count == 0 || c.isDone(seq) {
+		return
+	}
+	if _, dead := c.dead[seq]; dead {
+		return
+	}
+	for i, r := range c.retries {
+		if r.seq == seq {
+			count = max(count, r.count)
+			c.retries = slices.Delete(c.retries, i, i+1)
+			break
+		}
+	}
+	if count >= c.cfg.MaxDeliver {
+		c.dead[seq] = false
+		return
+	}
+	c.retries = append(c.retries, retry{seq: seq, count: count})
+}
+
+// forget drops seq from the retries and dead letters.
+func (c *Cursor) forget(seq uint64) {
+	delete(c.dead, seq)
+	c.retries = slices.DeleteFunc(c.retries, func(r retry) bool { return r.seq == seq })
+}
+
+// Counts returns the delivery count of every seq that is pending with at
+// least one delivery ended, sorted by seq: what the shell has recorded
+// when every count TakeCounts and TakeDead returned is durable. A seq in
+// flight counts the deliveries before the current one. Snapshots carry it.
+func (c *Cursor) Counts() []SeqCount {
+	var out []SeqCount
+	for seq, in := range c.inflight {
+		if in.count > 1 {
+			out = append(out, SeqCount{Seq: seq, Count: in.count - 1})
+		}
+	}
+	for _, r := range c.retries {
+		out = append(out, SeqCount{Seq: r.seq, Count: r.count})
+	}
+	for seq := range c.dead {
+		out = append(out, SeqCount{Seq: seq, Count: c.cfg.MaxDeliver})
+	}
+	slices.SortFunc(out, func(a, b SeqCount) int { return cmpUint64(a.Seq, b.Seq) })
+	return out
+}
+
+func cmpUint64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// TakeCounts returns, in order, the counts of the deliveries that ended
+// without an ack since the last call (each seq with its deliveries so
+// far), for the shell to record before the redelivery can be sent.
+func (c *Cursor) TakeCounts() []SeqCount {
+	out := c.counts
+	c.counts = nil
+	return out
+}
 
 // ReplayFloor applies a durable floor (from a ledger snapshot) during recovery.
 func (c *Cursor) ReplayFloor(floor uint64) {
@@ -147,6 +236,11 @@ func (c *Cursor) Truncated(startSeq uint64) {
 	for s := range c.inflight {
 		if s < startSeq {
 			delete(c.inflight, s)
+		}
+	}
+	for s := range c.dead {
+		if s < startSeq {
+			delete(c.dead, s)
 		}
 	}
 }
@@ -250,15 +344,18 @@ func (c *Cursor) Expire(nowMs int64) {
 
 func (c *Cursor) requeue(seq uint64, count uint32, dueMs int64) {
 	if count >= c.cfg.MaxDeliver {
-		c.dead[seq] = false
+		c.dead[seq] = false // TakeDead hands it to the shell, which records it
 		return
 	}
 	c.retries = append(c.retries, retry{seq: seq, count: count, dueMs: dueMs})
+	c.counts = append(c.counts, SeqCount{Seq: seq, Count: count})
 }
 
 // TakeDead returns the seqs newly due for dead-lettering, in order, each
 // once. They stay pending (never redelivered) until the shell calls
 // DeadLettered after the dead-letter copy is durable, or DeadLetterFailed.
+// The shell records each (as a count of MaxDeliver) and publishes its
+// dead letter only once that record is durable.
 func (c *Cursor) TakeDead() []uint64 {
 	var out []uint64
 	for s, taken := range c.dead {

@@ -80,6 +80,9 @@ type cluster struct {
 	reqID     atomic.Uint64
 	fwdMu     sync.Mutex
 	forwards  map[uint64]chan *wire.PeerDeclareOK
+	// pubForwards are the publishes forwarded to partition leaders
+	// (forward.go).
+	pubForwards forwardedPubs
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -284,6 +287,10 @@ func (c *cluster) handle(from uint32, f wire.Frame) {
 		if ch != nil {
 			ch <- f
 		}
+	case *wire.PeerPublish:
+		c.servePublish(from, f)
+	case *wire.PeerPublishOK:
+		c.publishAnswered(f)
 	}
 }
 
@@ -528,6 +535,7 @@ func (c *cluster) close() {
 		c.tr.Close()
 	}
 	c.wg.Wait()
+	c.failForwardedPublishes()
 	if c.metaLog != nil {
 		c.metaLog.Close()
 	}

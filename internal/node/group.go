@@ -97,6 +97,27 @@ type dlqRetry struct {
 	partition uint32
 	seq       uint64
 	dueMs     int64
+	// record: the dead letter's record did not commit (cluster): write it
+	// again before publishing.
+	record bool
+}
+
+// Dead-letter publish retries back off exponentially from dlqRetryFirstMs
+// up to dlqRetryMaxMs: a dead-letter topic that stays unwritable costs one
+// attempt per message every dlqRetryMaxMs, and one warning (at the first
+// failure; later ones log at debug level).
+const (
+	dlqRetryFirstMs = 100
+	dlqRetryMaxMs   = 30_000
+)
+
+// dlqBackoffMs is the wait before attempt failures+1 of a dead letter.
+func dlqBackoffMs(failures int) int64 {
+	wait := int64(dlqRetryFirstMs)
+	for i := 1; i < failures && wait < dlqRetryMaxMs; i++ {
+		wait *= 2
+	}
+	return min(wait, dlqRetryMaxMs)
 }
 
 // groupRunner delivers one topic to one consumer group. Its goroutine owns
@@ -133,8 +154,18 @@ type groupRunner struct {
 	cache       [][]storage.Entry // per partition: contiguous visible entries
 	cacheEpoch  []uint64          // partition epoch the cache was read under
 	ledgerBatch []byte
-	replies     []func(failed *wire.Error)
+	// countBatch holds delivery counts to record with the next flush, as
+	// (partition u32, seq u64, count u32) entries.
+	countBatch []byte
+	replies    []func(failed *wire.Error)
+	// deadPending are dead letters whose count record (MaxDeliver) is in
+	// countBatch or in flight; deadReady those whose record is durable,
+	// so their publish may start: a message is known dead durably before
+	// its copy leaves, and is never delivered again after a restart.
+	deadPending []ackKey
+	deadReady   []ackKey
 	dlqRetries  []dlqRetry
+	dlqFailures map[ackKey]int // failed publish attempts of a dead letter
 	dlqProducer uint64
 
 	// Ack ledger compaction (ledger.go), owned by run.
@@ -157,6 +188,48 @@ type groupRunner struct {
 }
 
 const ledgerEntryBytes = 4 + 8
+
+// countEntryBytes is one delivery count in a count record: partition u32,
+// seq u64, count u32.
+const countEntryBytes = 4 + 8 + 4
+
+// ledgerKindHeader marks a local ledger record that holds delivery counts
+// (an unmarked record holds acks, as before counts were persisted).
+const ledgerKindHeader = "nereus-ledger"
+
+func countRecord(batch []byte) storage.Record {
+	return storage.Record{Value: batch, Headers: []storage.Header{{Key: ledgerKindHeader, Value: []byte(groupCount)}}}
+}
+
+func isCountRecord(r *storage.Record) bool {
+	return len(r.Headers) == 1 && r.Headers[0].Key == ledgerKindHeader && string(r.Headers[0].Value) == groupCount
+}
+
+// replayCounts applies a count record's entries to the cursors.
+func replayCounts(cursors []*delivery.Cursor, v []byte) error {
+	if len(v)%countEntryBytes != 0 {
+		return fmt.Errorf("count record has %d bytes", len(v))
+	}
+	for ; len(v) > 0; v = v[countEntryBytes:] {
+		if part := binary.BigEndian.Uint32(v); int(part) < len(cursors) {
+			cursors[part].ReplayCount(binary.BigEndian.Uint64(v[4:]), binary.BigEndian.Uint32(v[12:]))
+		}
+	}
+	return nil
+}
+
+// replayAcks applies an ack record's entries to the cursors.
+func replayAcks(cursors []*delivery.Cursor, v []byte) error {
+	if len(v)%ledgerEntryBytes != 0 {
+		return fmt.Errorf("ack record has %d bytes", len(v))
+	}
+	for ; len(v) > 0; v = v[ledgerEntryBytes:] {
+		if part := binary.BigEndian.Uint32(v); int(part) < len(cursors) {
+			cursors[part].ReplayAck(binary.BigEndian.Uint64(v[4:]))
+		}
+	}
+	return nil
+}
 
 // Subscribe joins sink to group on topic, creating the group on first use.
 func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) (*Subscription, error) {
@@ -363,11 +436,9 @@ func (g *groupRunner) load() error {
 		}
 		// A snapshot from a topic with other partitions restores the
 		// partitions both have; the rest start from the ledger alone.
-		if i < len(snap.states) {
-			if err := c.Restore(snap.states[i]); err != nil {
-				lg.Close()
-				return fmt.Errorf("group %s: restore partition %d: %w", g.name, i, err)
-			}
+		if err := snap.restore(i, c); err != nil {
+			lg.Close()
+			return fmt.Errorf("group %s: restore partition %d: %w", g.name, i, err)
 		}
 		cursors[i] = c
 	}
@@ -381,15 +452,13 @@ func (g *groupRunner) load() error {
 		for _, e := range entries {
 			v := e.Record.Value
 			ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
-			if len(v)%ledgerEntryBytes != 0 {
-				lg.Close()
-				return fmt.Errorf("group %s: ledger record %d has %d bytes", g.name, e.Seq, len(v))
+			replay := replayAcks
+			if isCountRecord(&e.Record) {
+				replay = replayCounts
 			}
-			for ; len(v) > 0; v = v[ledgerEntryBytes:] {
-				part := binary.BigEndian.Uint32(v)
-				if int(part) < len(cursors) {
-					cursors[part].ReplayAck(binary.BigEndian.Uint64(v[4:]))
-				}
+			if err := replay(cursors, v); err != nil {
+				lg.Close()
+				return fmt.Errorf("group %s: ledger record %d: %w", g.name, e.Seq, err)
 			}
 		}
 		from = entries[len(entries)-1].Seq + 1
@@ -405,6 +474,9 @@ func (g *groupRunner) load() error {
 }
 
 func (g *groupRunner) setCursors(cursors []*delivery.Cursor) {
+	// Dead letters waiting for their record start over from the cursors
+	// (which offer every dead seq again through TakeDead).
+	g.deadPending, g.deadReady, g.countBatch, g.dlqRetries = nil, nil, nil, nil
 	g.cursors = cursors
 	g.cache = make([][]storage.Entry, len(cursors))
 	g.cacheEpoch = make([]uint64, len(cursors))
@@ -518,6 +590,7 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 	}
 	g.collectDeadLetters(now)
 	g.flushLedger()
+	g.startReadyDeadLetters()
 	g.dispatch(now)
 	wait := int64(groupIdleWaitMs)
 	for _, c := range g.cursors {
@@ -645,17 +718,28 @@ func (g *groupRunner) flushLedger() {
 		return
 	}
 	var failed *wire.Error
-	if len(g.ledgerBatch) > 0 {
-		_, err := g.ledger.Append(0, []storage.Record{{Value: g.ledgerBatch}})
+	if len(g.ledgerBatch) > 0 || len(g.countBatch) > 0 {
+		var recs []storage.Record
+		if len(g.ledgerBatch) > 0 {
+			recs = append(recs, storage.Record{Value: g.ledgerBatch})
+		}
+		if len(g.countBatch) > 0 {
+			recs = append(recs, countRecord(g.countBatch))
+		}
+		_, err := g.ledger.Append(0, recs)
 		if err == nil {
-			g.ledgerBytes += ledgerRecordOverheadBytes + int64(len(g.ledgerBatch))
+			g.ledgerBytes += int64(len(recs))*ledgerRecordOverheadBytes + int64(len(g.ledgerBatch)+len(g.countBatch))
 			start := g.node.cfg.NowNanos()
 			if !g.node.cfg.Mutations.SkipLedgerFsync {
 				err = g.ledger.Sync()
 			}
 			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(float64(g.node.cfg.NowNanos()-start) / 1e9)
 		}
-		g.ledgerBatch = nil
+		g.ledgerBatch, g.countBatch = nil, nil
+		if err == nil {
+			g.deadReady = append(g.deadReady, g.deadPending...)
+			g.deadPending = nil
+		}
 		if err != nil {
 			failed = wire.Errorf(wire.CodeStorage, "ack ledger write failed: %v", err)
 			g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "ack ledger write failed; reloading group", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
@@ -783,19 +867,27 @@ func toWireHeaders(hs []storage.Header) []wire.Header {
 	return out
 }
 
-// collectDeadLetters finishes dead-letter publishes that completed and
-// starts the ones that became due. A message leaves the group (is recorded
-// in the ledger like an ack) only after its dead-letter copy is durable.
+// collectDeadLetters finishes dead-letter publishes that completed, starts
+// the retries that fell due, and batches the delivery counts of deliveries
+// that ended (for the next flush) and the record of each seq that newly
+// used up MaxDeliver. A dead letter's publish starts only once that record
+// is durable (startReadyDeadLetters), and the message leaves the group
+// (is recorded in the ledger like an ack) only after its dead-letter copy
+// is durable.
 func (g *groupRunner) collectDeadLetters(now int64) {
 	g.dlqMu.Lock()
 	results := g.dlqResults
 	g.dlqResults = nil
 	g.dlqMu.Unlock()
 	for _, r := range results {
+		k := ackKey{r.partition, r.seq}
 		if r.err != nil {
-			g.node.log.Warn("dead-letter publish failed; will retry", "dlq", g.dlq, "seq", r.seq, "err", r.err)
-			g.dlqRetries = append(g.dlqRetries, dlqRetry{partition: r.partition, seq: r.seq, dueMs: now + 1000})
+			g.retryDeadLetter(now, k, r.err, false)
 			continue
+		}
+		if failures := g.dlqFailures[k]; failures > 0 {
+			g.node.log.Info("dead-letter publish succeeded after failures", "dlq", g.dlq, "partition", r.partition, "seq", r.seq, "failures", failures)
+			delete(g.dlqFailures, k)
 		}
 		g.cursors[r.partition].DeadLettered(r.seq)
 		g.ledgerBatch = binary.BigEndian.AppendUint32(g.ledgerBatch, r.partition)
@@ -804,18 +896,66 @@ func (g *groupRunner) collectDeadLetters(now int64) {
 	}
 	kept := g.dlqRetries[:0]
 	for _, r := range g.dlqRetries {
-		if r.dueMs <= now {
-			g.startDeadLetter(r.partition, r.seq)
-		} else {
+		switch {
+		case r.dueMs > now:
 			kept = append(kept, r)
+		case r.record:
+			g.recordDead(r.partition, r.seq)
+		default:
+			g.startDeadLetter(r.partition, r.seq)
 		}
 	}
 	g.dlqRetries = kept
 	for pi, c := range g.cursors {
-		g.cursors[pi].Expire(now)
-		for _, seq := range c.TakeDead() {
-			g.startDeadLetter(uint32(pi), seq)
+		c.Expire(now)
+		for _, sc := range c.TakeCounts() {
+			g.batchCount(uint32(pi), sc.Seq, sc.Count)
 		}
+		for _, seq := range c.TakeDead() {
+			g.recordDead(uint32(pi), seq)
+		}
+	}
+}
+
+// recordDead batches the record of a dead letter; its publish starts once
+// the record is durable.
+func (g *groupRunner) recordDead(pi uint32, seq uint64) {
+	g.batchCount(pi, seq, g.cfg.MaxDeliver)
+	g.deadPending = append(g.deadPending, ackKey{pi, seq})
+}
+
+// retryDeadLetter schedules another attempt at a dead letter whose publish
+// (or, with record, whose record) failed, with exponential backoff. Only
+// its first failure is a warning.
+func (g *groupRunner) retryDeadLetter(now int64, k ackKey, err error, record bool) {
+	if g.dlqFailures == nil {
+		g.dlqFailures = map[ackKey]int{}
+	}
+	g.dlqFailures[k]++
+	failures := g.dlqFailures[k]
+	wait := dlqBackoffMs(failures)
+	if failures == 1 {
+		g.node.log.Warn("dead-letter publish failed; retrying with backoff (further failures of it log at debug level)",
+			"dlq", g.dlq, "partition", k.partition, "seq", k.seq, "retry_in_ms", wait, "err", err)
+	} else {
+		g.node.log.Debug("dead-letter publish failed again", "dlq", g.dlq, "partition", k.partition, "seq", k.seq,
+			"failures", failures, "retry_in_ms", wait, "err", err)
+	}
+	g.dlqRetries = append(g.dlqRetries, dlqRetry{partition: k.partition, seq: k.seq, dueMs: now + wait, record: record})
+}
+
+func (g *groupRunner) batchCount(pi uint32, seq uint64, count uint32) {
+	g.countBatch = binary.BigEndian.AppendUint32(g.countBatch, pi)
+	g.countBatch = binary.BigEndian.AppendUint64(g.countBatch, seq)
+	g.countBatch = binary.BigEndian.AppendUint32(g.countBatch, count)
+}
+
+// startReadyDeadLetters publishes the dead letters whose record is durable.
+func (g *groupRunner) startReadyDeadLetters() {
+	ready := g.deadReady
+	g.deadReady = nil
+	for _, k := range ready {
+		g.startDeadLetter(k.partition, k.seq)
 	}
 }
 
@@ -825,20 +965,23 @@ func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
 		g.dlqDone(pi, seq, wire.Errorf(wire.CodeStorage, "read: %v", err))
 		return
 	}
-	if _, err := g.node.declare(wire.TopicConfig{Name: g.dlq, Partitions: 1}); err != nil {
-		g.dlqDone(pi, seq, asWire(err))
-		return
+	if _, err := g.node.topic(g.dlq); err != nil {
+		if _, err := g.node.declare(wire.TopicConfig{Name: g.dlq, Partitions: 1}); err != nil {
+			g.dlqDone(pi, seq, asWire(err))
+			return
+		}
 	}
 	hs := append(toWireHeaders(e.Record.Headers),
 		wire.Header{Key: "nereus-dlq-topic", Value: []byte(g.topic.cfg.Name)},
 		wire.Header{Key: "nereus-dlq-group", Value: []byte(g.name)},
 		wire.Header{Key: "nereus-dlq-partition", Value: []byte(strconv.Itoa(int(pi)))},
 		wire.Header{Key: "nereus-dlq-seq", Value: []byte(strconv.FormatUint(seq, 10))})
-	// The producer identity makes a retried dead-letter publish idempotent.
-	g.node.publish(&wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducer,
+	// The producer identity makes a retried dead-letter publish idempotent,
+	// on whichever node leads the dead-letter topic's partition.
+	g.node.publishToLeader(&wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducer,
 		ProducerSeq: uint64(pi)<<48 | seq, TimestampMs: e.Record.TimestampMs,
-		Key: e.Record.Key, Value: e.Record.Value, Headers: hs},
-		func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) }, nil)
+		Key: e.Record.Key, Value: e.Record.Value, Headers: hs}, g.dlqFailures[ackKey{pi, seq}],
+		func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
 }
 
 func (g *groupRunner) dlqDone(pi uint32, seq uint64, err *wire.Error) {

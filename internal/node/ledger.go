@@ -17,8 +17,8 @@ import (
 //
 // A group's durable done-state is a snapshot plus a ledger generation:
 //
-//	<group dir>/ledger-snapshot   atomic file: generation N, DoneState per partition
-//	<group dir>/ledger-N/         the ledger of acks made after that snapshot
+//	<group dir>/ledger-snapshot   atomic file: generation N, DoneState and delivery counts per partition
+//	<group dir>/ledger-N/         the ledger of acks and delivery counts recorded after that snapshot
 //
 // Generation 0 has no snapshot and lives in <group dir>/ledger (the layout
 // before compaction existed, which a node keeps reading unchanged). The
@@ -60,10 +60,14 @@ import (
 const LedgerCompactBytesDefault = 8 << 20
 
 const (
-	ledgerDirGen0       = "ledger"
-	ledgerDirPrefix     = "ledger-"
-	ledgerSnapshotFile  = "ledger-snapshot"
-	ledgerSnapshotMagic = "NLS1"
+	ledgerDirGen0      = "ledger"
+	ledgerDirPrefix    = "ledger-"
+	ledgerSnapshotFile = "ledger-snapshot"
+	// ledgerSnapshotMagic starts a snapshot with delivery counts;
+	// ledgerSnapshotMagicV1 one without (written before counts were
+	// persisted), which still decodes.
+	ledgerSnapshotMagic   = "NLS2"
+	ledgerSnapshotMagicV1 = "NLS1"
 	// ledgerRecordOverheadBytes approximates the storage framing of one
 	// ledger append (one record in one batch: 38 bytes of batch header and
 	// 36 of record header) for the size accounting.
@@ -100,24 +104,74 @@ func parseLedgerDirName(name string) (uint64, bool) {
 type ledgerSnapshot struct {
 	gen    uint64 // generation of the live ledger directory
 	states []delivery.DoneState
+	counts [][]delivery.SeqCount // per partition (nil from an NLS1 snapshot)
+}
+
+// snapshotCursors captures the cursors' done states and delivery counts.
+func snapshotCursors(gen uint64, cursors []*delivery.Cursor) ledgerSnapshot {
+	snap := ledgerSnapshot{gen: gen}
+	for _, c := range cursors {
+		snap.states = append(snap.states, c.Snapshot())
+		snap.counts = append(snap.counts, c.Counts())
+	}
+	return snap
+}
+
+// restore applies a snapshot's partition i (if it has one) to c.
+func (s ledgerSnapshot) restore(i int, c *delivery.Cursor) error {
+	if i >= len(s.states) {
+		return nil
+	}
+	if err := c.Restore(s.states[i]); err != nil {
+		return err
+	}
+	if i < len(s.counts) {
+		for _, sc := range s.counts[i] {
+			c.ReplayCount(sc.Seq, sc.Count)
+		}
+	}
+	return nil
 }
 
 // encodeLedgerSnapshot lays out a snapshot as
 //
-//	magic "NLS1" | gen u64 | partitions u32 | partitions × {len u32, DoneState}
+//	magic "NLS2" | gen u64 | partitions u32 |
+//	partitions × {len u32, DoneState, len u32, delivery counts}
 //
-// (big endian; the atomic file around it carries length and CRC).
+// (big endian; the atomic file around it carries length and CRC). An
+// "NLS1" snapshot has no counts in its partitions. s.counts is empty or
+// has one list per state.
 func encodeLedgerSnapshot(s ledgerSnapshot) []byte {
 	b := append([]byte(nil), ledgerSnapshotMagic...)
 	b = binary.BigEndian.AppendUint64(b, s.gen)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s.states)))
-	for _, st := range s.states {
+	for i, st := range s.states {
 		at := len(b)
 		b = binary.BigEndian.AppendUint32(b, 0)
 		b = delivery.AppendDoneState(b, st)
 		binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+		var counts []delivery.SeqCount
+		if i < len(s.counts) {
+			counts = s.counts[i]
+		}
+		at = len(b)
+		b = binary.BigEndian.AppendUint32(b, 0)
+		b = delivery.AppendCounts(b, counts)
+		binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
 	}
 	return b
+}
+
+// cutSection splits a len u32-prefixed section off b.
+func cutSection(b []byte) (section, rest []byte, ok bool) {
+	if len(b) < 4 {
+		return nil, nil, false
+	}
+	n := binary.BigEndian.Uint32(b)
+	if uint64(n) > uint64(len(b)-4) {
+		return nil, nil, false
+	}
+	return b[4 : 4+n], b[4+n:], true
 }
 
 var errBadLedgerSnapshot = errors.New("bad ledger snapshot")
@@ -126,9 +180,10 @@ var errBadLedgerSnapshot = errors.New("bad ledger snapshot")
 // panics and allocates in proportion to len(b).
 func decodeLedgerSnapshot(b []byte) (ledgerSnapshot, error) {
 	const headerBytes = 4 + 8 + 4
-	if len(b) < headerBytes || string(b[:4]) != ledgerSnapshotMagic {
+	if len(b) < headerBytes || (string(b[:4]) != ledgerSnapshotMagic && string(b[:4]) != ledgerSnapshotMagicV1) {
 		return ledgerSnapshot{}, fmt.Errorf("%w: bad header", errBadLedgerSnapshot)
 	}
+	withCounts := string(b[:4]) == ledgerSnapshotMagic
 	s := ledgerSnapshot{gen: binary.BigEndian.Uint64(b[4:])}
 	count := binary.BigEndian.Uint32(b[12:])
 	b = b[headerBytes:]
@@ -137,19 +192,28 @@ func decodeLedgerSnapshot(b []byte) (ledgerSnapshot, error) {
 	}
 	s.states = make([]delivery.DoneState, 0, count)
 	for i := uint32(0); i < count; i++ {
-		if len(b) < 4 {
+		section, rest, ok := cutSection(b)
+		if !ok {
 			return ledgerSnapshot{}, fmt.Errorf("%w: partition %d truncated", errBadLedgerSnapshot, i)
 		}
-		n := binary.BigEndian.Uint32(b)
-		if uint64(n) > uint64(len(b)-4) {
-			return ledgerSnapshot{}, fmt.Errorf("%w: partition %d truncated", errBadLedgerSnapshot, i)
-		}
-		st, err := delivery.DecodeDoneState(b[4 : 4+n])
+		st, err := delivery.DecodeDoneState(section)
 		if err != nil {
 			return ledgerSnapshot{}, fmt.Errorf("%w: partition %d: %w", errBadLedgerSnapshot, i, err)
 		}
 		s.states = append(s.states, st)
-		b = b[4+n:]
+		b = rest
+		if !withCounts {
+			continue
+		}
+		if section, rest, ok = cutSection(b); !ok {
+			return ledgerSnapshot{}, fmt.Errorf("%w: partition %d counts truncated", errBadLedgerSnapshot, i)
+		}
+		counts, err := delivery.DecodeCounts(section)
+		if err != nil {
+			return ledgerSnapshot{}, fmt.Errorf("%w: partition %d: %w", errBadLedgerSnapshot, i, err)
+		}
+		s.counts = append(s.counts, counts)
+		b = rest
 	}
 	if len(b) != 0 {
 		return ledgerSnapshot{}, fmt.Errorf("%w: %d trailing bytes", errBadLedgerSnapshot, len(b))
@@ -261,10 +325,7 @@ func (g *groupRunner) compactLedger() (committed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("open %s: %w", ledgerDirName(next), err)
 	}
-	snap := ledgerSnapshot{gen: next, states: make([]delivery.DoneState, len(g.cursors))}
-	for i, c := range g.cursors {
-		snap.states[i] = c.Snapshot()
-	}
+	snap := snapshotCursors(next, g.cursors)
 	if err := storage.WriteFileAtomic(fsys, path.Join(g.dir, ledgerSnapshotFile), encodeLedgerSnapshot(snap)); err != nil { // step 3
 		lg.Close()
 		return false, fmt.Errorf("%w: %w", errSnapshotWrite, err)

@@ -29,13 +29,15 @@ import (
 // checkpoint, or its first ack when it has none).
 
 // ackHeader names the group of a group control record. An ack record's
-// value holds (partition u32, seq u64) pairs, as the local ledger does; a
+// value holds (partition u32, seq u64) pairs and a count record's
+// (partition u32, seq u64, count u32) entries, as the local ledger's do; a
 // checkpoint's holds encodeLedgerSnapshot's layout.
 const ackHeader = "nereus-group"
 
 // Kinds of group control records.
 const (
 	groupAck        = "ack"
+	groupCount      = "count"
 	groupCheckpoint = "checkpoint"
 )
 
@@ -50,7 +52,7 @@ func groupRecordOf(r *storage.Record) (kind, group string, ok bool) {
 		return "", "", false
 	}
 	switch kind := string(r.Headers[0].Value); kind {
-	case groupAck, groupCheckpoint:
+	case groupAck, groupCount, groupCheckpoint:
 		return kind, string(r.Headers[1].Value), true
 	}
 	return "", "", false
@@ -79,9 +81,13 @@ type replLedger struct {
 type ackProposal struct {
 	gen        uint64
 	checkpoint bool   // a checkpoint record, not acks
-	batch      []byte // (partition u32, seq u64) pairs
-	replies    []func(failed *wire.Error)
-	err        error // set by the completion, under replLedger.mu
+	batch      []byte // (partition u32, seq u64) pairs of an ack record
+	counts     bool   // a count record (its batch is nil)
+	// dead are the dead letters whose record (MaxDeliver) this count
+	// record carries: their publish starts when it commits.
+	dead    []ackKey
+	replies []func(failed *wire.Error)
+	err     error // set by the completion, under replLedger.mu
 }
 
 type ackKey struct {
@@ -149,24 +155,21 @@ func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
 				if err := fresh(); err != nil {
 					return nil, err
 				}
-				for i, st := range snap.states {
-					if i < len(cursors) {
-						if err := cursors[i].Restore(st); err != nil {
-							return nil, fmt.Errorf("group %s: checkpoint record %d, partition %d: %w", g.name, e.Seq, i, err)
-						}
+				for i, c := range cursors {
+					if err := snap.restore(i, c); err != nil {
+						return nil, fmt.Errorf("group %s: checkpoint record %d, partition %d: %w", g.name, e.Seq, i, err)
 					}
 				}
 				g.ledgerBytes = 0
 				continue
 			}
 			g.ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
-			if len(v)%ledgerEntryBytes != 0 {
-				return nil, fmt.Errorf("group %s: ack record %d has %d bytes", g.name, e.Seq, len(v))
+			replay := replayAcks
+			if kind == groupCount {
+				replay = replayCounts
 			}
-			for ; len(v) > 0; v = v[ledgerEntryBytes:] {
-				if part := binary.BigEndian.Uint32(v); int(part) < len(cursors) {
-					cursors[part].ReplayAck(binary.BigEndian.Uint64(v[4:]))
-				}
+			if err := replay(cursors, v); err != nil {
+				return nil, fmt.Errorf("group %s: record %d: %w", g.name, e.Seq, err)
 			}
 		}
 		from = entries[len(entries)-1].Seq + 1
@@ -188,6 +191,14 @@ func (g *groupRunner) flushReplicated() {
 			prop.replies = nil
 			g.markUndurable(prop.batch)
 		}
+	}
+	if len(g.countBatch) > 0 {
+		// Counts need no reply; the dead letters they record are published
+		// once this record commits.
+		prop := &ackProposal{gen: rl.gen, counts: true, dead: g.deadPending}
+		g.ledgerBytes += ledgerRecordOverheadBytes + int64(len(g.countBatch))
+		g.propose(prop, groupRecord(groupCount, g.name, g.countBatch))
+		g.countBatch, g.deadPending = nil, nil
 	}
 	if len(g.ledgerBatch) == 0 {
 		if n := len(rl.inflight); n > 0 {
@@ -226,14 +237,11 @@ func (g *groupRunner) maybeCheckpoint() {
 	rl := &g.repl
 	threshold := g.ledgerCompactBytes.Load()
 	if threshold <= 0 || g.ledgerBytes < max(threshold, g.compactRetryBytes) || rl.checkpointing ||
-		len(rl.inflight) > 0 || len(rl.undurable) > 0 || len(g.ledgerBatch) > 0 || g.coordinatorDegraded() {
+		len(rl.inflight) > 0 || len(rl.undurable) > 0 || len(g.ledgerBatch) > 0 || len(g.countBatch) > 0 ||
+		g.coordinatorDegraded() {
 		return
 	}
-	snap := ledgerSnapshot{}
-	for _, c := range g.cursors {
-		snap.states = append(snap.states, c.Snapshot())
-	}
-	value := encodeLedgerSnapshot(snap)
+	value := encodeLedgerSnapshot(snapshotCursors(0, g.cursors))
 	if len(value) > g.node.cfg.RecordBytesMax {
 		g.node.log.Warn("group checkpoint too large; partition 0 keeps the group's ack records", "group", g.name,
 			"topic", g.topic.cfg.Name, "bytes", len(value))
@@ -270,6 +278,20 @@ func (g *groupRunner) collectAckCommits() {
 		if c.gen != rl.gen {
 			g.answer(c.replies, wire.Errorf(wire.CodeUnavailable, "ack not durable: an earlier ack failed; retry"))
 			continue
+		}
+		if c.counts {
+			// Its replies (if any) waited on it like a checkpoint's. If
+			// it failed, its dead letters are recorded again after a
+			// backoff; a lost retry count costs at most one extra
+			// delivery should the coordinator change.
+			if c.err != nil {
+				now := g.node.cfg.NowMs()
+				for _, k := range c.dead {
+					g.retryDeadLetter(now, k, fmt.Errorf("record not committed: %w", c.err), true)
+				}
+			} else {
+				g.deadReady = append(g.deadReady, c.dead...)
+			}
 		}
 		if c.err != nil {
 			g.node.log.Debug("ack record not committed", "group", g.name, "topic", g.topic.cfg.Name, "err", c.err)
@@ -337,7 +359,7 @@ func (g *groupRunner) stillCoordinates() bool {
 	}
 	g.answer(g.replies, werr)
 	g.replies = g.replies[:0]
-	g.ledgerBatch = nil
+	g.ledgerBatch, g.countBatch, g.deadPending, g.deadReady = nil, nil, nil, nil
 	g.node.retireGroup(g)
 	return false
 }

@@ -38,8 +38,8 @@ type Config struct {
 	// ClientAddr is this node's client address, told to every peer in the
 	// handshake so that nodes can point clients at a leader.
 	ClientAddr string
-	// Handler receives every frame (Replicate, PeerDeclare, PeerDeclareOK)
-	// from an authenticated peer. It runs on that connection's reader
+	// Handler receives every frame (Replicate, PeerDeclare, PeerDeclareOK,
+	// PeerPublish, PeerPublishOK) from an authenticated peer. It runs on that connection's reader
 	// goroutine and must not block long. from is the authenticated sender:
 	// the shell must not trust ids inside the frame.
 	Handler func(from uint32, f wire.Frame)
@@ -419,7 +419,7 @@ func (t *Transport) serveInbound(conn net.Conn) {
 			return
 		}
 		switch f.(type) {
-		case *wire.Replicate, *wire.PeerDeclare, *wire.PeerDeclareOK:
+		case *wire.Replicate, *wire.PeerDeclare, *wire.PeerDeclareOK, *wire.PeerPublish, *wire.PeerPublishOK:
 			t.cfg.Handler(hello.From, f)
 		default:
 			t.cfg.Logger.Warn("unexpected frame from peer", "from", hello.From, "type", f.Type())

@@ -97,6 +97,10 @@ func newFrame(t FrameType) Frame {
 		return &PeerDeclare{}
 	case TypePeerDeclareOK:
 		return &PeerDeclareOK{}
+	case TypePeerPublish:
+		return &PeerPublish{}
+	case TypePeerPublishOK:
+		return &PeerPublishOK{}
 	}
 	return nil
 }

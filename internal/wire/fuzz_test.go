@@ -43,6 +43,10 @@ func normalize(f Frame) Frame {
 		c.Key, c.Value = nilIfEmpty(c.Key), nilIfEmpty(c.Value)
 		c.Headers = normalizeHeaders(c.Headers)
 		return &c
+	case *PeerPublish:
+		c := *v
+		c.Pub = *normalize(&v.Pub).(*Pub)
+		return &c
 	case *Replicate:
 		c := *v
 		c.Entries = nil

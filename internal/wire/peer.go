@@ -11,6 +11,8 @@ const (
 	TypeReplicate     FrameType = 67 // one replication message for a partition
 	TypePeerDeclare   FrameType = 68 // a DECLARE forwarded to the metadata leader
 	TypePeerDeclareOK FrameType = 69 // its outcome, back to the forwarding node
+	TypePeerPublish   FrameType = 70 // a broker-made PUB forwarded to a partition leader
+	TypePeerPublishOK FrameType = 71 // its outcome, back to the forwarding node
 )
 
 func init() {
@@ -20,6 +22,8 @@ func init() {
 	typeNames[TypeReplicate] = "REPLICATE"
 	typeNames[TypePeerDeclare] = "PEER_DECLARE"
 	typeNames[TypePeerDeclareOK] = "PEER_DECLARE_OK"
+	typeNames[TypePeerPublish] = "PEER_PUBLISH"
+	typeNames[TypePeerPublishOK] = "PEER_PUBLISH_OK"
 }
 
 // Nonce and proof sizes of the peer handshake.
@@ -168,4 +172,39 @@ func (f *PeerDeclareOK) appendBody(b []byte) []byte {
 }
 func (f *PeerDeclareOK) decodeBody(d *decoder) {
 	f.ReqID, f.Created, f.Code, f.Message = d.u64(), d.boolean(), Code(d.u16()), d.str()
+}
+
+// PeerPublish forwards a PUB that a node makes itself (a dead letter) to
+// the leader of its partition; ReqID pairs it with its PeerPublishOK. The
+// PUB's producer identity makes a retry idempotent.
+type PeerPublish struct {
+	ReqID uint64
+	Pub   Pub
+}
+
+func (*PeerPublish) Type() FrameType { return TypePeerPublish }
+func (f *PeerPublish) appendBody(b []byte) []byte {
+	return f.Pub.appendBody(binary.BigEndian.AppendUint64(b, f.ReqID))
+}
+func (f *PeerPublish) decodeBody(d *decoder) { f.ReqID = d.u64(); f.Pub.decodeBody(d) }
+
+// PeerPublishOK is the partition leader's answer to a PeerPublish: Code OK
+// with the PUB_OK, or an error code and message.
+type PeerPublishOK struct {
+	ReqID   uint64
+	OK      PubOK
+	Code    Code
+	Message string
+}
+
+func (*PeerPublishOK) Type() FrameType { return TypePeerPublishOK }
+func (f *PeerPublishOK) appendBody(b []byte) []byte {
+	b = f.OK.appendBody(binary.BigEndian.AppendUint64(b, f.ReqID))
+	b = binary.BigEndian.AppendUint16(b, uint16(f.Code))
+	return appendStr(b, f.Message)
+}
+func (f *PeerPublishOK) decodeBody(d *decoder) {
+	f.ReqID = d.u64()
+	f.OK.decodeBody(d)
+	f.Code, f.Message = Code(d.u16()), d.str()
 }
