@@ -500,3 +500,43 @@ func TestClusterDeadLetterWaitsForItsRecordToCommit(t *testing.T) {
 		t.Fatalf("%d deliveries, want 1 (MaxDeliver 1)", n)
 	}
 }
+
+// TestGroupsSharingADeadLetterTopicKeepEachOthersDeadLetters: group "a.b"
+// of topic "c" and group "a" of topic "b.c" both dead-letter into
+// dlq.a.b.c; their dead letters at the same (partition, seq) are two
+// records, not one deduplicated away.
+func TestGroupsSharingADeadLetterTopicKeepEachOthersDeadLetters(t *testing.T) {
+	h := newHarness(t)
+	pairs := [][2]string{{"a.b", "c"}, {"a", "b.c"}}
+	dlq := dlqTopicName(pairs[0][0], pairs[0][1])
+	if other := dlqTopicName(pairs[1][0], pairs[1][1]); other != dlq {
+		t.Fatalf("the pairs do not share a dead-letter topic: %s, %s", dlq, other)
+	}
+	for _, p := range pairs {
+		group, topic := p[0], p[1]
+		h.declare(topic, 1)
+		h.mustPublish(&wire.Pub{Topic: topic, Partition: 0, Value: []byte("poison of " + group)})
+		s := newSink()
+		sub, err := h.node.Subscribe(topic, group, GroupOptions{AckWaitMs: 1000, MaxDeliver: 1}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub.AddCredit(1)
+		s.waitFor(t, 1)
+		h.nowMs.Add(1001) // the only delivery expires: dead
+		h.sync(topic, group)
+	}
+	deadline := time.Now().Add(waitMax)
+	for {
+		meta := h.node.Metadata([]string{dlq})
+		if len(meta) == 1 && meta[0].Partitions[0].CommitSeq == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead-letter topic %s: %+v; want both dead letters", dlq, meta)
+		}
+		for _, p := range pairs {
+			h.sync(p[1], p[0])
+		}
+	}
+}

@@ -325,8 +325,15 @@ func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunn
 	if err := wire.ValidateName("dead-letter topic", dlq); err != nil {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "group and topic names too long together: %v", err)
 	}
+	// The producer identity is the (group, topic) pair, not the
+	// dead-letter topic's name: group "a.b" of topic "c" and group "a" of
+	// topic "b.c" share dlq.a.b.c, and one identity would make the second
+	// group's dead letter at a (partition, seq) a "duplicate" of the
+	// first's, dropped while its group counts it done.
 	h := fnv.New64a()
-	h.Write([]byte(dlq))
+	h.Write([]byte(group))
+	h.Write([]byte{0})
+	h.Write([]byte(t.cfg.Name))
 	g := &groupRunner{
 		node: n, topic: t, name: group, dlq: dlq,
 		dir:         path.Join(n.cfg.DataDir, "groups", group, t.cfg.Name),
