@@ -338,3 +338,73 @@ func TestFullDiskLogsOneLinePerWindow(t *testing.T) {
 		t.Fatalf("after the window, no count of the suppressed lines:\n%s", logs.String())
 	}
 }
+
+// TestDamagedAckLedgerRefusesTheGroupUntilRepaired is issue 11's third
+// finding: a flipped byte in an ack ledger used to cut it there and
+// silently deliver hundreds of acknowledged messages again. Now the group
+// is refused with DATA_CORRUPT (naming the file) until a repair drops the
+// damaged ack records on purpose; then only the messages whose acks were
+// dropped come again.
+func TestDamagedAckLedgerRefusesTheGroupUntilRepaired(t *testing.T) {
+	var logs logBuffer
+	h := newCorruptionHarness(t, &logs)
+	h.declare("t", 1)
+	const n = 40
+	publishTo(h, "t", 0, n)
+	s := newSink()
+	sub, err := h.node.Subscribe("t", "g", GroupOptions{}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.AddCredit(n)
+	for _, m := range s.waitFor(t, n) {
+		// One ack per ledger flush: one batch each, synced in turn.
+		if res := h.ack("t", "g", false, wire.AckEntry{Partition: m.Partition, Seq: m.Seq, DeliveryID: m.DeliveryID}); res[0] != wire.CodeOK {
+			t.Fatalf("ack %d: %v", m.Seq, res)
+		}
+	}
+	h.node.Close()
+	ledger := "/data/groups/g/t/ledger/00000000000000000001.log"
+	data, err := h.fs.ReadFile(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.fs.FlipBit(ledger, int64(len(bytes.TrimRight(data, "\x00")))/2, 3); err != nil {
+		t.Fatal(err)
+	}
+	h.open()
+	if _, err := h.node.Subscribe("t", "g", GroupOptions{}, newSink()); !errors.Is(err, wire.ErrDataCorrupt) || !strings.Contains(err.Error(), "ledger") {
+		t.Fatalf("subscribe to a group with a damaged ledger: %v, want DATA_CORRUPT", err)
+	}
+	if !strings.Contains(logs.String(), "group ack ledger corrupt") {
+		t.Fatalf("no ERROR line:\n%s", logs.String())
+	}
+	h.node.Close()
+	repaired, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped uint64
+	for _, l := range repaired {
+		if l.Group == "g" {
+			dropped += l.Report.DroppedSeqs
+		} else if l.Damaged() {
+			t.Fatalf("repair found damage in %+v", l)
+		}
+	}
+	if dropped == 0 {
+		t.Fatalf("repair dropped nothing from the ledger: %+v", repaired)
+	}
+	h.open()
+	s2 := newSink()
+	sub2, err := h.node.Subscribe("t", "g", GroupOptions{}, s2)
+	if err != nil {
+		t.Fatalf("subscribe after repair: %v", err)
+	}
+	sub2.AddCredit(n)
+	again := s2.waitFor(t, int(dropped))
+	h.sync("t", "g")
+	if s2.count() != int(dropped) {
+		t.Fatalf("%d messages delivered again, want the %d whose acks the repair dropped: %v", s2.count(), dropped, again)
+	}
+}

@@ -449,26 +449,27 @@ func (g *groupRunner) load() error {
 		}
 		cursors[i] = c
 	}
+	// A gap (a repair dropped damaged ledger records) replays nothing: the
+	// acks it held are forgotten and their messages delivered again.
 	var ledgerBytes int64
-	for from := lg.StartSeq(); from < lg.NextSeq(); {
-		entries, err := lg.Read(from, 1024, 8<<20)
-		if err != nil {
-			lg.Close()
-			return fmt.Errorf("group %s: replay ledger: %w", g.name, err)
+	err = replayLog(lg, func(e storage.Entry) error {
+		v := e.Record.Value
+		ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
+		replay := replayAcks
+		if isCountRecord(&e.Record) {
+			replay = replayCounts
 		}
-		for _, e := range entries {
-			v := e.Record.Value
-			ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
-			replay := replayAcks
-			if isCountRecord(&e.Record) {
-				replay = replayCounts
-			}
-			if err := replay(cursors, v); err != nil {
-				lg.Close()
-				return fmt.Errorf("group %s: ledger record %d: %w", g.name, e.Seq, err)
-			}
+		if err := replay(cursors, v); err != nil {
+			return fmt.Errorf("ledger record %d: %w", e.Seq, err)
 		}
-		from = entries[len(entries)-1].Seq + 1
+		return nil
+	})
+	if err == nil {
+		err = g.ledgerDamage(lg.Damage())
+	}
+	if err != nil {
+		lg.Close()
+		return fmt.Errorf("group %s: replay ledger: %w", g.name, err)
 	}
 	if g.ledger != nil {
 		g.ledger.Close()
@@ -478,6 +479,23 @@ func (g *groupRunner) load() error {
 	g.removeStaleLedgers(snap.gen)
 	g.setCursors(cursors)
 	return nil
+}
+
+// ledgerDamage refuses a ledger with damage: the acks in the damaged range
+// are unknown, and delivering their messages again without a word is
+// what a damaged ledger used to do. The group stays unusable (PULL and
+// ACK get DATA_CORRUPT naming the place) until `nereus repair` drops the
+// range on purpose.
+func (g *groupRunner) ledgerDamage(ds []storage.Damage) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	d := ds[0]
+	g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "group ack ledger corrupt; the group is refused until `nereus repair`",
+		"group", g.name, "topic", g.topic.cfg.Name, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes,
+		"first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)
+	return wire.Errorf(wire.CodeDataCorrupt, "the ack ledger of group %s on topic %s is damaged (%s offset %d): run nereus repair",
+		g.name, g.topic.cfg.Name, d.Segment, d.Offset)
 }
 
 func (g *groupRunner) setCursors(cursors []*delivery.Cursor) {
@@ -968,6 +986,12 @@ func (g *groupRunner) startReadyDeadLetters() {
 
 func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
 	e, err := g.fetch(int(pi), seq)
+	if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
+		// A repair dropped the record: there is nothing to dead-letter,
+		// and the seq is done (as at delivery).
+		g.dlqDone(pi, seq, nil)
+		return
+	}
 	if err != nil {
 		g.dlqDone(pi, seq, wire.Errorf(wire.CodeStorage, "read: %v", err))
 		return

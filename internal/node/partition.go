@@ -149,10 +149,11 @@ func (p *partitionRunner) recover() error {
 		return err
 	}
 	st := partition.NewState(cfg.Dedup, epoch, lg.NextSeq())
-	err = replayLog(lg, func(e storage.Entry) {
+	err = replayLog(lg, func(e storage.Entry) error {
 		if !cfg.Mutations.SkipDedupRebuild {
 			st.Replay(e.Seq, e.Epoch, e.Record.ProducerID, e.Record.ProducerSeq)
 		}
+		return nil
 	})
 	if err != nil {
 		lg.Close()
@@ -168,11 +169,12 @@ func (p *partitionRunner) recover() error {
 	return nil
 }
 
-// replayLog calls apply for every readable entry of lg, in order. It
-// steps over gaps and damaged ranges; damage that recovery could not see
-// (a sealed segment trusted through its index) is found by verifying the
-// sealed segments, once, and then stepped over too.
-func replayLog(lg *storage.Log, apply func(storage.Entry)) error {
+// replayLog calls apply for every readable entry of lg, in order, until
+// apply fails. It steps over gaps and damaged ranges (lg.Damage() lists
+// the latter afterwards); damage that recovery could not see (a sealed
+// segment trusted through its index) is found by verifying the sealed
+// segments, once, and then stepped over too.
+func replayLog(lg *storage.Log, apply func(storage.Entry) error) error {
 	verified := false
 	for from := lg.StartSeq(); from < lg.NextSeq(); {
 		entries, err := lg.Read(from, 4096, 16<<20)
@@ -200,7 +202,9 @@ func replayLog(lg *storage.Log, apply func(storage.Entry)) error {
 			return fmt.Errorf("replay from %d: %w", from, err)
 		}
 		for _, e := range entries {
-			apply(e)
+			if err := apply(e); err != nil {
+				return err
+			}
 		}
 		from = entries[len(entries)-1].Seq + 1
 	}
