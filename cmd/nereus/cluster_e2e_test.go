@@ -51,6 +51,61 @@ func startRealCluster(t *testing.T) *realCluster {
 	return rc
 }
 
+// dialWithTopic connects a client to the cluster and declares topic,
+// retrying while the metadata log elects its leader. It returns once every
+// node knows the topic and a leader for each partition: DECLARE answers
+// once the answering node applied it, and a producer sent to a leader that
+// has not would get NOT_FOUND.
+func (rc *realCluster) dialWithTopic(ctx context.Context, topic client.TopicConfig) *client.Client {
+	t := rc.t
+	t.Helper()
+	c, err := client.Dial(ctx, client.Options{Servers: rc.addrs(), DialTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := c.DeclareTopic(ctx, topic)
+		if err == nil {
+			break
+		}
+		if !client.IsRetryable(err) || ctx.Err() != nil {
+			t.Fatalf("declare: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for !rc.everyNodeKnows(ctx, topic.Name) {
+		if ctx.Err() != nil {
+			t.Fatalf("topic %s never reached every node", topic.Name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return c
+}
+
+// everyNodeKnows reports whether every node knows topic and a leader for
+// each of its partitions.
+func (rc *realCluster) everyNodeKnows(ctx context.Context, topic string) bool {
+	for _, addr := range rc.addrs() {
+		v := askNode(ctx, client.Options{RequestTimeout: 2 * time.Second, DialTimeout: time.Second}, addr)
+		found := false
+		for _, tp := range v.topics {
+			if tp.Config.Name != topic {
+				continue
+			}
+			found = true
+			for _, p := range tp.Partitions {
+				if p.Leader == "" {
+					return false
+				}
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 func (rc *realCluster) addrs() []string {
 	var out []string
 	for _, id := range rc.ids {
@@ -108,21 +163,8 @@ func TestClusterFailoverKeepsEveryAckedMessage(t *testing.T) {
 	rc := startRealCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Servers: rc.addrs(), DialTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := rc.dialWithTopic(ctx, client.TopicConfig{Name: "ha", Partitions: 2, Replicas: 3})
 	defer c.Close()
-	for {
-		_, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "ha", Partitions: 2, Replicas: 3})
-		if err == nil {
-			break
-		}
-		if !client.IsRetryable(err) || ctx.Err() != nil {
-			t.Fatalf("declare: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	prod, err := c.NewProducer(client.ProducerOptions{Topic: "ha", MaxInFlight: 64, DeliveryTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -401,21 +443,8 @@ func TestClusterStatusOfAClusterLosingNodes(t *testing.T) {
 	rc := startRealCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Servers: rc.addrs(), DialTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := rc.dialWithTopic(ctx, client.TopicConfig{Name: "st", Partitions: 1, Replicas: 3})
 	defer c.Close()
-	for {
-		_, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "st", Partitions: 1, Replicas: 3})
-		if err == nil {
-			break
-		}
-		if !client.IsRetryable(err) || ctx.Err() != nil {
-			t.Fatalf("declare: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	prod, err := c.NewProducer(client.ProducerOptions{Topic: "st"})
 	if err != nil {
 		t.Fatal(err)

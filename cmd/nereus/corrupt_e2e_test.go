@@ -26,29 +26,8 @@ func TestClusterBitFlipOnEachNodeKeepsEveryAckedMessage(t *testing.T) {
 	rc := startRealCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{Servers: rc.addrs(), DialTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := rc.dialWithTopic(ctx, client.TopicConfig{Name: "flip", Partitions: 1, Replicas: 3})
 	defer c.Close()
-	for {
-		_, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "flip", Partitions: 1, Replicas: 3})
-		if err == nil {
-			break
-		}
-		if !client.IsRetryable(err) || ctx.Err() != nil {
-			t.Fatalf("declare: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// DECLARE returns once the answering node applied it; publish only
-	// once every node knows the topic and its leader.
-	for !everyNodeKnows(ctx, rc, "flip") {
-		if ctx.Err() != nil {
-			t.Fatal("the topic never reached every node")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	prod, err := c.NewProducer(client.ProducerOptions{Topic: "flip", DeliveryTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -104,28 +83,4 @@ func TestClusterBitFlipOnEachNodeKeepsEveryAckedMessage(t *testing.T) {
 		}
 		ref = got
 	}
-}
-
-// everyNodeKnows reports whether every node knows topic and a leader for
-// each of its partitions.
-func everyNodeKnows(ctx context.Context, rc *realCluster, topic string) bool {
-	for _, addr := range rc.addrs() {
-		v := askNode(ctx, client.Options{RequestTimeout: 2 * time.Second, DialTimeout: time.Second}, addr)
-		found := false
-		for _, tp := range v.topics {
-			if tp.Config.Name != topic {
-				continue
-			}
-			found = true
-			for _, p := range tp.Partitions {
-				if p.Leader == "" {
-					return false
-				}
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }

@@ -18,7 +18,8 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// logBuffer collects log lines written by the node's goroutines.
+// logBuffer collects log lines written by the node's goroutines, for the
+// test to read.
 type logBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
@@ -35,6 +36,8 @@ func (b *logBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+func (b *logBuffer) count(substr string) int { return strings.Count(b.String(), substr) }
 
 func (b *logBuffer) Reset() {
 	b.mu.Lock()

@@ -342,7 +342,7 @@ func TestClusterDeadLetterGoesToTheDeadLetterTopicsLeader(t *testing.T) {
 // backoff, and warned about once, not every second forever. (A record at
 // the size limit cannot carry the dead-letter headers: INVALID_ARGUMENT.)
 func TestDeadLetterRetriesBackOffAndWarnOnce(t *testing.T) {
-	var logs lockedBuffer
+	var logs logBuffer
 	h := &harness{t: t, fs: vfs.NewMem()}
 	h.nowMs.Store(1_000_000)
 	n, err := Open(Config{DataDir: "/data", FS: h.fs, NowMs: h.nowMs.Load, RecordBytesMax: 1000,
@@ -383,24 +383,6 @@ func TestDeadLetterRetriesBackOffAndWarnOnce(t *testing.T) {
 	if got := dlqBackoffMs(100); got != dlqRetryMaxMs {
 		t.Fatalf("backoff after 100 failures %d ms, want the cap %d", got, dlqRetryMaxMs)
 	}
-}
-
-// lockedBuffer is a log sink safe for the group goroutine and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), substr)
 }
 
 // dlqLog keeps the dead-letter log lines of a cluster (message and error).
