@@ -50,9 +50,11 @@ type serverProcess struct {
 	t    *testing.T
 	bin  string
 	addr string // client address the first start reported
-	args []string
-	cmd  *exec.Cmd
-	logs *os.File
+	// httpAddr is the HTTP address the last start reported ("" without).
+	httpAddr string
+	args     []string
+	cmd      *exec.Cmd
+	logs     *os.File
 }
 
 func startServe(t *testing.T, args ...string) *serverProcess {
@@ -127,6 +129,9 @@ func (p *serverProcess) restart() error {
 				for _, field := range strings.Fields(line) {
 					if a, ok := strings.CutPrefix(field, "client="); ok {
 						p.pinListen(a)
+					}
+					if a, ok := strings.CutPrefix(field, "http="); ok {
+						p.httpAddr = a
 					}
 				}
 				ready <- nil
