@@ -16,7 +16,9 @@ const ScrubBytesPerSecondDefault = 8 << 20
 // node holds, at a bounded average rate (Config.ScrubBytesPerSecond): each
 // second adds that many bytes of credit, a step reads while credit
 // remains, and a segment read past the credit is paid back by idle
-// seconds. Damage it finds takes the same path as damage found at open.
+// seconds. Damage it finds takes the same path as damage found at open: a
+// single-node partition goes corrupt, a replica drops the damaged range
+// and rebuilds it from a healthy replica without a restart.
 type scrubber struct {
 	n *Node
 	// creditBytes may go negative: a whole segment is read at once.
@@ -71,7 +73,13 @@ func (s *scrubber) step(rateBytes int64) {
 		}
 		if len(found) > 0 {
 			s.n.metrics.scrubDamage.Add(float64(len(found)))
-			p.noteDamage(found)
+			if p.repl != nil {
+				// A replica drops the range and rebuilds it from a
+				// healthy one (and logs it).
+				p.repl.Damaged()
+			} else {
+				p.noteDamage(found)
+			}
 		}
 		s.from[p] = next
 		if next == 0 { // this log is done for this round

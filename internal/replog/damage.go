@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math"
 	"path"
 
+	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 )
@@ -29,14 +29,8 @@ const rebuildingFile = "rebuilding"
 // It reports whether it quarantined anything.
 func quarantineDamage(fsys vfs.FS, dir string, lg *storage.Log, logger *slog.Logger) (bool, error) {
 	if len(lg.Damage()) == 0 {
-		for next := lg.StartSeq(); ; {
-			var err error
-			if next, _, _, err = lg.Verify(next, math.MaxInt64); err != nil {
-				return false, fmt.Errorf("replog: verify log: %w", err)
-			}
-			if next == 0 {
-				break
-			}
+		if _, err := lg.VerifyAll(); err != nil {
+			return false, fmt.Errorf("replog: verify log: %w", err)
 		}
 	}
 	ds := lg.Damage()
@@ -87,4 +81,58 @@ func resetDamagedMember(fsys vfs.FS, dir string, lg *storage.Log, cause error, l
 		return fmt.Errorf("replog: empty damaged member: %w", err)
 	}
 	return writeSnapshotPoint(fsys, dir, snapshotPoint{})
+}
+
+// ErrRestarted fails the proposals pending on a member that restarted in
+// place to drop a damaged range; they may still commit through the other
+// members, so a retry with the same producer identity is the safe answer.
+var ErrRestarted = errors.New("replog: member restarted to drop a damaged range")
+
+// Damaged tells a running member that its log has damage (the node's
+// scrubber found it with storage.Log.Verify, which records it in the
+// log). The member then drops the damaged range like a member that finds
+// it at open, without a process restart. Safe to call from any goroutine.
+func (l *Log) Damaged() {
+	select {
+	case l.damaged <- struct{}{}:
+	default:
+	}
+}
+
+// errDamagedRead marks a read of this member's own log that found damage.
+var errDamagedRead = errors.New("replog: damaged entries")
+
+// restartDamaged drops the log's first damaged range (verifying the sealed
+// segments when no damage is recorded yet) and restarts the member in
+// place, as a process restart would: a fresh kernel from what is durable,
+// rebuilding (neither campaigning nor granting) until its leader has made
+// it whole. A leader thereby gives up its leadership. Pending proposals
+// fail with ErrRestarted. It reports whether it restarted: a member alone
+// (nothing to rebuild from) does not, nor one whose log shows no damage.
+// Run-owned.
+func (l *Log) restartDamaged() (bool, error) {
+	if len(l.cfg.Members) < 2 {
+		return false, nil
+	}
+	quarantined, err := quarantineDamage(l.cfg.FS, l.cfg.Dir, l.log, l.cfg.Logger)
+	if err != nil || !quarantined {
+		return false, err
+	}
+	p, err := loadPersisted(l.cfg.FS, l.cfg.Dir, l.log)
+	if err != nil {
+		return false, err
+	}
+	p.Rebuilding = true
+	k, err := replica.New(kernelConfig(l.cfg), p)
+	if err != nil {
+		return false, err
+	}
+	for _, pr := range l.pending {
+		pr.finish(ErrRestarted)
+	}
+	l.pending = nil
+	l.k, l.rebuildingMarked = k, true
+	l.commitSeq.Store(min(l.commitSeq.Load(), l.log.NextSeq()-1))
+	l.publishStatus()
+	return true, nil
 }

@@ -123,6 +123,9 @@ type Log struct {
 	// rebuildingMarked: the rebuilding mark (rebuildingFile) is on disk;
 	// run removes it once the kernel says the member is whole (run-owned).
 	rebuildingMarked bool
+	// damaged (capacity 1) tells run that damage was found in the log
+	// while the member runs (Damaged).
+	damaged chan struct{}
 }
 
 // notice is the part of the kernel's view whose changes Notify reports.
@@ -193,19 +196,25 @@ func Open(cfg Config) (*Log, error) {
 		lg.Close()
 		return nil, err
 	}
-	k, err := replica.New(replica.Config{ID: cfg.ID, Replicas: cfg.Members, Policy: cfg.Policy,
-		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed,
-		ReservationTicks: max(int(cfg.Reservation/cfg.Tick), 4*cfg.ElectionTicks)}, p)
+	k, err := replica.New(kernelConfig(cfg), p)
 	if err != nil {
 		lg.Close()
 		return nil, err
 	}
 	l := &Log{cfg: cfg, log: lg, k: k, in: make(chan replica.Message, 4096), campaign: make(chan struct{}, 1),
-		prop: make(chan *Proposal, cfg.ProposeQueueMax), done: make(chan struct{}), rebuildingMarked: marked}
+		prop: make(chan *Proposal, cfg.ProposeQueueMax), done: make(chan struct{}), rebuildingMarked: marked,
+		damaged: make(chan struct{}, 1)}
 	l.publishStatus()
 	l.wg.Add(1)
 	go l.run()
 	return l, nil
+}
+
+// kernelConfig is the replication kernel's configuration for a member.
+func kernelConfig(cfg Config) replica.Config {
+	return replica.Config{ID: cfg.ID, Replicas: cfg.Members, Policy: cfg.Policy,
+		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed,
+		ReservationTicks: max(int(cfg.Reservation/cfg.Tick), 4*cfg.ElectionTicks)}
 }
 
 // loadPersisted reads the hard state and the snapshot point, finishes an
@@ -380,6 +389,11 @@ func (l *Log) run() {
 			}
 		case <-l.campaign:
 			l.k.Campaign()
+		case <-l.damaged:
+			if _, err := l.restartDamaged(); err != nil {
+				l.cfg.Logger.Error("replog: cannot drop a damaged range; stopping member", "member", l.cfg.ID, "dir", l.cfg.Dir, "err", err)
+				return
+			}
 		case m := <-l.in:
 			l.k.Step(m)
 		drainIn:
@@ -403,7 +417,15 @@ func (l *Log) run() {
 				}
 			}
 		}
-		if err := l.handleReady(); err != nil {
+		if err := l.handleReady(); errors.Is(err, errDamagedRead) {
+			// Reading entries for a follower found damage: drop it and
+			// rebuild, as after a restart (the unfinished Ready is lost,
+			// as in a crash).
+			if restarted, rerr := l.restartDamaged(); rerr != nil || !restarted {
+				l.cfg.Logger.Error("replog: damaged log; stopping member", "member", l.cfg.ID, "dir", l.cfg.Dir, "err", errors.Join(err, rerr))
+				return
+			}
+		} else if err != nil {
 			l.cfg.Logger.Error("replog: cannot persist; stopping member", "member", l.cfg.ID, "err", err)
 			return
 		}
@@ -565,6 +587,9 @@ func (l *Log) attachEntries(m *replica.Message, fresh []replica.Entry) error {
 		return nil
 	}
 	entries, err := l.log.Read(m.FirstSeq, int(m.LastSeqSent-m.FirstSeq+1), 4<<20)
+	if errors.Is(err, storage.ErrCorrupt) {
+		return fmt.Errorf("%w: %w", errDamagedRead, err)
+	}
 	if err != nil {
 		return err
 	}
