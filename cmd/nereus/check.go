@@ -59,6 +59,7 @@ it prints the action trace that leads to it and exits non-zero.`,
 	f.BoolVar(&cfg.PreVote, "pre-vote", false, "election timeouts start pre-vote rounds (as in production) instead of campaigning at once")
 	f.IntVar(&cfg.Heartbeats, "heartbeats", 0, "leader heartbeats")
 	f.IntVar(&cfg.Crashes, "crashes", 1, "kill -9 and restart")
+	f.BoolVar(&cfg.EarlyAppends, "early-appends", false, "a leader sends its APPENDs before its own fsync (as production does) and can be killed between the two")
 	f.IntVar(&cfg.Drops, "drops", 1, "lost messages")
 	f.IntVar(&cfg.Dups, "dups", 0, "duplicated messages")
 	f.IntVar(&cfg.NetworkMax, "network-max", 8, "messages in flight before a state is not expanded")
