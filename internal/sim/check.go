@@ -44,6 +44,9 @@ const (
 	Liveness = "Liveness"
 	// PublishAnswered: an idempotent publish is never refused for good.
 	PublishAnswered = "PublishAnswered"
+	// RepairRestores: after a salvage repair of a damaged node no
+	// partition is corrupt, and its log reads back around the gaps.
+	RepairRestores = "RepairRestores"
 )
 
 type position struct {
@@ -223,6 +226,10 @@ func (c *checker) finalChecks(b *broker, partitions uint32) {
 				// A flipped bit that recovery found: refused, never
 				// served; every record after it is checked too.
 				from = damaged.Damage.LastSeq + 1
+				continue
+			}
+			if gap := (*storage.GapError)(nil); errors.As(err, &gap) && c.damaged[p] {
+				from = gap.Next // dropped by the repair, on purpose
 				continue
 			}
 			if err != nil || len(entries) == 0 {
