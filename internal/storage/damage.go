@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -78,12 +79,22 @@ type TornTail struct {
 // damaged batch is not taken for the next batch when the damage spares
 // the header. Otherwise it reads [off, end) in windows: one pass over the
 // rest of the file plus one read per candidate header.
+//
+// Its cost is bounded: the candidates' CRCs may read at most verifyBudget
+// bytes in all. A file built to defeat the
+// search (a fuzzer's, or an attacker's with write access to the data
+// directory) then ends it early: the damage is reported to the end of the
+// segment, or in the last segment the rest is a torn tail.
 func nextValidBatch(f vfs.File, off, hint, end int64, nextSeq, lastEpoch, limitSeq uint64) (int64, batchHeader, bool, error) {
+	budget := verifyBudget(end - off)
 	try := func(at int64, hb []byte) (batchHeader, bool, error) {
 		h, err := decodeBatchHeader(hb)
 		if err != nil || h.baseSeq < nextSeq || h.epoch < lastEpoch || h.totalBytes > end-at ||
 			(limitSeq > 0 && h.nextSeq() > limitSeq) {
 			return h, false, nil
+		}
+		if budget -= h.totalBytes; budget < 0 {
+			return h, false, errSearchBudget
 		}
 		whole := make([]byte, h.totalBytes)
 		if err := readFull(f, whole, at); err != nil {
@@ -98,7 +109,7 @@ func nextValidBatch(f vfs.File, off, hint, end int64, nextSeq, lastEpoch, limitS
 			return 0, batchHeader{}, false, err
 		}
 		if h, ok, err := try(hint, header[:]); err != nil || ok {
-			return hint, h, ok, err
+			return hint, h, ok, ignoreBudget(err)
 		}
 	}
 	const window = 4 << 20
@@ -120,9 +131,26 @@ func nextValidBatch(f vfs.File, off, hint, end int64, nextSeq, lastEpoch, limitS
 				return 0, batchHeader{}, false, err
 			}
 			if h, ok, err := try(at, hb); err != nil || ok {
-				return at, h, ok, err
+				return at, h, ok, ignoreBudget(err)
 			}
 		}
 	}
 	return 0, batchHeader{}, false, nil
+}
+
+// errSearchBudget ends a search that spent its verification budget.
+var errSearchBudget = errors.New("storage: resync search budget spent")
+
+// verifyBudget is how many bytes a resync search over n bytes may read to
+// check candidates' CRCs: several times the bytes searched, which a real
+// file (where a random header almost never passes the plausibility
+// checks) never approaches.
+func verifyBudget(n int64) int64 { return 8*n + 1<<20 }
+
+// ignoreBudget turns a spent budget into "not found".
+func ignoreBudget(err error) error {
+	if errors.Is(err, errSearchBudget) {
+		return nil
+	}
+	return err
 }

@@ -347,3 +347,48 @@ func TestTruncateAtTheDamage(t *testing.T) {
 		l.Close()
 	}
 }
+
+// countingFile counts the bytes read through it.
+type countingFile struct {
+	vfs.File
+	read *int64
+}
+
+func (f countingFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	*f.read += int64(n)
+	return n, err
+}
+
+// TestResyncSearchIsBounded: bytes built so that every offset holds a
+// plausible batch header claiming the rest of the file (each failing its
+// CRC) would make the search for the next valid batch read the file once
+// per offset; its verification budget stops it after a few passes.
+func TestResyncSearchIsBounded(t *testing.T) {
+	m := vfs.NewMem()
+	if err := m.MkdirAll(testDir); err != nil {
+		t.Fatal(err)
+	}
+	const size = 256 << 10
+	var data []byte
+	for len(data) < size {
+		h := appendBatchHeader(nil, batchVersionV2, size-len(data), 5, 1, 1, 0)
+		data = append(data, h...)
+	}
+	name := testDir + "/junk"
+	if err := m.WriteFile(name, data[:size]); err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.OpenRW(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var read int64
+	if _, _, found, err := nextValidBatch(countingFile{f, &read}, 0, 0, size, 5, 1, 0); err != nil || found {
+		t.Fatalf("found %v, %v", found, err)
+	}
+	if limit := verifyBudget(size) + 2*size; read > limit {
+		t.Fatalf("the search read %d bytes of a %d-byte file (budget %d)", read, size, limit)
+	}
+}
