@@ -92,6 +92,7 @@ type repairJSON struct {
 	ValidRecordsDropped uint64         `json:"valid_records_dropped"`
 	NextSeq             uint64         `json:"next_seq"`
 	EpochFileRemoved    bool           `json:"epoch_file_removed,omitempty"`
+	TopicsRebuilt       int            `json:"topics_rebuilt,omitempty"`
 }
 
 type damageJSON struct {
@@ -114,8 +115,9 @@ func writeRepairJSON(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 		r := l.Report
 		j := repairJSON{Topic: l.Topic, Group: l.Group, Dir: l.Dir, Mode: mode.String(), DryRun: dryRun,
 			Damage: []damageJSON{}, Dropped: []seqRangeJSON{}, DroppedSeqs: r.DroppedSeqs,
-			ValidRecordsDropped: r.ValidRecordsDropped, NextSeq: r.NextSeq, EpochFileRemoved: l.EpochFileRemoved}
-		if l.Group == "" {
+			ValidRecordsDropped: r.ValidRecordsDropped, NextSeq: r.NextSeq, EpochFileRemoved: l.EpochFileRemoved,
+			TopicsRebuilt: l.TopicsRebuilt}
+		if l.Group == "" && l.TopicsRebuilt == 0 {
 			j.Partition = &l.Partition
 		}
 		for _, d := range r.Damage {
@@ -141,6 +143,12 @@ func writeRepairText(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 		verb = "would drop"
 	}
 	for _, l := range logs {
+		if l.TopicsRebuilt > 0 {
+			damaged++
+			fmt.Fprintf(w, "%s: corrupt; %s: rebuilt from the topic directories with %d topics and default settings (retention was lost: set it again)\n",
+				l.Dir, map[bool]string{true: "would be", false: "was"}[dryRun], l.TopicsRebuilt)
+			continue
+		}
 		name := fmt.Sprintf("topic %s partition %d", l.Topic, l.Partition)
 		if l.Group != "" {
 			name = fmt.Sprintf("group %s topic %s ack ledger (%s)", l.Group, l.Topic, l.Dir)

@@ -205,6 +205,9 @@ func (n *Node) loadTopics() ([]wire.TopicConfig, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	if errors.Is(err, storage.ErrCorrupt) {
+		return nil, fmt.Errorf("node: read topics: %w (stop the node and run nereus repair to rebuild it from the topic directories)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("node: read topics: %w", err)
 	}

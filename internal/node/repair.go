@@ -11,6 +11,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 // RepairOptions selects what Repair repairs and how.
@@ -36,11 +37,43 @@ type RepairedLog struct {
 	// EpochFileRemoved: the partition's epoch file was corrupt and was
 	// removed (the next open starts one past the log's last epoch).
 	EpochFileRemoved bool
+	// TopicsRebuilt is set on the entry of a corrupt topics.json, rebuilt
+	// from the topic directories: how many topics it lists now.
+	TopicsRebuilt int
 }
 
 // Damaged reports whether the log needed a repair.
 func (r RepairedLog) Damaged() bool {
-	return len(r.Report.Damage) > 0 || r.Report.TornTail != nil || r.EpochFileRemoved
+	return len(r.Report.Damage) > 0 || r.Report.TornTail != nil || r.EpochFileRemoved || r.TopicsRebuilt > 0
+}
+
+// topicsFromDirectories lists the topics of topics/<name>/<partition>/ with
+// their partition counts and default settings.
+func topicsFromDirectories(fsys vfs.FS, dataDir string) ([]wire.TopicConfig, error) {
+	names, err := fsys.List(path.Join(dataDir, "topics"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: repair: list topics: %w", err)
+	}
+	var out []wire.TopicConfig
+	for _, name := range names {
+		parts, err := fsys.List(path.Join(dataDir, "topics", name))
+		if err != nil {
+			continue // not a directory
+		}
+		count := 0
+		for _, p := range parts {
+			if i, err := strconv.Atoi(p); err == nil && i >= 0 && i+1 > count {
+				count = i + 1
+			}
+		}
+		if count > 0 {
+			out = append(out, wire.TopicConfig{Name: name, Partitions: uint32(count), Replicas: 1})
+		}
+	}
+	return out, nil
 }
 
 // Repair checks every log of the single-node data directory dataDir (which
@@ -54,11 +87,26 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			"offline repair of replicated partitions is not supported yet")
 	}
 	n := &Node{cfg: Config{FS: fsys, DataDir: dataDir}}
+	var out []RepairedLog
 	configs, err := n.loadTopics()
+	if errors.Is(err, storage.ErrCorrupt) {
+		// The topic list is lost; the partition directories remain. Each
+		// topic comes back with its partition count and default settings
+		// (its retention is forgotten: reported, to be set again).
+		if configs, err = topicsFromDirectories(fsys, dataDir); err == nil {
+			out = append(out, RepairedLog{Partition: -1, Dir: path.Join(dataDir, topicsFile), TopicsRebuilt: len(configs)})
+			if !o.DryRun {
+				n.topics = map[string]*topic{}
+				for _, tc := range configs {
+					n.topics[tc.Name] = &topic{cfg: tc}
+				}
+				err = n.saveTopicsLocked()
+			}
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	var out []RepairedLog
 	found := o.Topic == ""
 	for _, tc := range configs {
 		if o.Topic != "" && tc.Name != o.Topic {
