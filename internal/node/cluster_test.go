@@ -23,20 +23,23 @@ type testCluster struct {
 	members []Member
 	nodes   map[string]*Node
 	tune    func(*Config) // adjusts every node's config (nil: defaults)
+	// listeners hold each node's peer port until its first start, so no
+	// other process (tests run packages in parallel) can take it meanwhile.
+	listeners map[string]net.Listener
 }
 
 func newTestCluster(t *testing.T, n int) *testCluster { return newTestClusterWith(t, n, nil) }
 
 func newTestClusterWith(t *testing.T, n int, tune func(*Config)) *testCluster {
-	tc := &testCluster{t: t, fs: vfs.NewMem(), nodes: map[string]*Node{}, tune: tune}
+	tc := &testCluster{t: t, fs: vfs.NewMem(), nodes: map[string]*Node{}, tune: tune, listeners: map[string]net.Listener{}}
 	for i := 1; i <= n; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := l.Addr().String()
-		l.Close() // the node listens on it again; loopback ports are not reused at once
-		tc.members = append(tc.members, Member{ID: fmt.Sprintf("n%d", i), PeerAddr: addr})
+		id := fmt.Sprintf("n%d", i)
+		tc.listeners[id] = l
+		tc.members = append(tc.members, Member{ID: id, PeerAddr: l.Addr().String()})
 	}
 	for _, m := range tc.members {
 		tc.start(m.ID)
@@ -44,6 +47,9 @@ func newTestClusterWith(t *testing.T, n int, tune func(*Config)) *testCluster {
 	t.Cleanup(func() {
 		for id := range tc.nodes {
 			tc.stop(id)
+		}
+		for _, l := range tc.listeners {
+			l.Close()
 		}
 	})
 	return tc
@@ -56,6 +62,10 @@ func (tc *testCluster) start(id string) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Cluster: &ClusterConfig{Members: tc.members, Secret: []byte("test-cluster-secret-0123456789"),
 			Tick: 5 * time.Millisecond, ElectionTicks: 30}}
+	if l := tc.listeners[id]; l != nil {
+		cfg.Cluster.PeerListener = l
+		delete(tc.listeners, id)
+	}
 	if tc.tune != nil {
 		tc.tune(&cfg)
 	}
