@@ -29,6 +29,23 @@ type realCluster struct {
 
 func startRealCluster(t *testing.T) *realCluster {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		rc, err := tryRealCluster(t)
+		if err == nil {
+			return rc
+		}
+		// Peer ports are picked free and bound by the processes later:
+		// another test (packages run in parallel) may take one meanwhile.
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("starting the cluster again on other ports: %v", err)
+	}
+}
+
+// tryRealCluster starts three processes on free loopback ports; on a
+// failure it kills those it started and says why, with the log's tail.
+func tryRealCluster(t *testing.T) (*realCluster, error) {
 	rc := &realCluster{t: t, dir: t.TempDir(), ids: []string{"n1", "n2", "n3"}, procs: map[string]*serverProcess{}}
 	secretFile := filepath.Join(rc.dir, "secret")
 	if err := os.WriteFile(secretFile, []byte("a-cluster-secret-for-the-e2e-test\n"), 0o600); err != nil {
@@ -44,11 +61,19 @@ func startRealCluster(t *testing.T) *realCluster {
 		l.Close()
 	}
 	for _, id := range rc.ids {
-		rc.procs[id] = startServe(t, "--node-id", id, "--data", filepath.Join(rc.dir, id), "--listen", "127.0.0.1:0",
+		p := newServe(t, "--node-id", id, "--data", filepath.Join(rc.dir, id), "--listen", "127.0.0.1:0",
 			"--http", "", "--insecure-no-auth", "--log-level", "warn", "--peers", strings.Join(peers, ","),
 			"--cluster-secret-file", secretFile)
+		if err := p.restart(); err != nil {
+			for started := range rc.procs {
+				rc.kill(started)
+			}
+			b, _ := os.ReadFile(p.logs.Name())
+			return nil, fmt.Errorf("start %s: %v: %s", id, err, tail(string(b), 500))
+		}
+		rc.procs[id] = p
 	}
-	return rc
+	return rc, nil
 }
 
 // dialWithTopic connects a client to the cluster and declares topic,

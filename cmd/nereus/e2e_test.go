@@ -59,12 +59,20 @@ type serverProcess struct {
 
 func startServe(t *testing.T, args ...string) *serverProcess {
 	t.Helper()
+	p := newServe(t, args...)
+	p.start()
+	return p
+}
+
+// newServe prepares a `nereus serve` process (not started) whose log the
+// test prints if it fails, and which is killed at the end of the test.
+func newServe(t *testing.T, args ...string) *serverProcess {
+	t.Helper()
 	logs, err := os.Create(filepath.Join(t.TempDir(), "serve.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &serverProcess{t: t, bin: nereusBinary(t), args: args, logs: logs}
-	p.start()
 	t.Cleanup(func() {
 		if p.cmd != nil && p.cmd.ProcessState == nil {
 			p.cmd.Process.Kill()
