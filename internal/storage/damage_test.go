@@ -392,3 +392,24 @@ func TestResyncSearchIsBounded(t *testing.T) {
 		t.Fatalf("the search read %d bytes of a %d-byte file (budget %d)", read, size, limit)
 	}
 }
+
+// TestVerifyRecordsNothingForASegmentThatChanged: Verify reads a sealed
+// segment without the writer's lock; if a replica's truncation cut that
+// segment meanwhile (making it the active one), what Verify read is not
+// what the segment holds, and no damage may be recorded from it.
+func TestVerifyRecordsNothingForASegmentThatChanged(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, smallOpts())
+	defer l.Close()
+	var mod model
+	appendSynced(t, l, &mod, 60, -1)
+	s := l.segments[0]
+	sizeBytes, nextSeq := s.sizeBytes, s.nextSeq
+	fake := []Damage{{Segment: s.path, Offset: 10, FirstSeq: s.baseSeq + 1, LastSeq: s.baseSeq + 1, Cause: "read while it changed"}}
+	if err := l.TruncateAfter(s.baseSeq + 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.recordDamage(s, sizeBytes, nextSeq, true, newSegment(l.dir, s.baseSeq, s.file), fake); len(got) != 0 || len(l.Damage()) != 0 {
+		t.Fatalf("recorded %v from a segment truncated since it was read", got)
+	}
+}

@@ -31,7 +31,7 @@ func (l *Log) Verify(fromSeq uint64, bytesMax int64) (next uint64, readBytes int
 			return 0, readBytes, found, nil
 		}
 		s, limitSeq := l.segments[i], l.segments[i+1].baseSeq
-		sizeBytes := s.sizeBytes
+		sizeBytes, nextSeq := s.sizeBytes, s.nextSeq
 		l.mu.RUnlock()
 
 		fresh := newSegment(l.dir, s.baseSeq, s.file)
@@ -43,7 +43,7 @@ func (l *Log) Verify(fromSeq uint64, bytesMax int64) (next uint64, readBytes int
 			res.damage = nil // removed meanwhile
 		}
 		if len(res.damage) > 0 {
-			found = append(found, l.recordDamage(s, fresh, res.damage)...)
+			found = append(found, l.recordDamage(s, sizeBytes, nextSeq, true, fresh, res.damage)...)
 		}
 		readBytes += sizeBytes
 		fromSeq = limitSeq
@@ -70,14 +70,19 @@ func (l *Log) stillHolds(s *segment) bool {
 	return slices.Contains(l.segments, s)
 }
 
-// recordDamage takes the rescanned state of the sealed segment s (whose
-// index now steps over the damage) and adds the damage that is new.
-func (l *Log) recordDamage(s, rescanned *segment, damage []Damage) []Damage {
+// recordDamage takes the rescanned state of segment s (whose index now
+// steps over the damage) and adds the damage that is new. It records
+// nothing when s changed since it was read — deleted, truncated (a
+// replica's truncation may cut a sealed segment and make it the active
+// one), or no longer sealed when sealedOnly: what was read may not be
+// what the segment holds.
+func (l *Log) recordDamage(s *segment, sizeBytes int64, nextSeq uint64, sealedOnly bool, rescanned *segment, damage []Damage) []Damage {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !slices.Contains(l.segments, s) {
+	i := slices.Index(l.segments, s)
+	if i < 0 || s.sizeBytes != sizeBytes || s.nextSeq != nextSeq || (sealedOnly && i == len(l.segments)-1) {
 		return nil
 	}
 	s.index, s.nextSeq = rescanned.index, rescanned.nextSeq
@@ -132,7 +137,7 @@ func (l *Log) VerifyAll() ([]Damage, error) {
 		return found, fmt.Errorf("storage: verify segment %d: %w", s.baseSeq, err)
 	}
 	if len(res.damage) > 0 {
-		found = append(found, l.recordDamage(s, fresh, res.damage)...)
+		found = append(found, l.recordDamage(s, sizeBytes, nextSeq, false, fresh, res.damage)...)
 	}
 	return found, nil
 }
