@@ -27,8 +27,13 @@ type realCluster struct {
 	procs map[string]*serverProcess
 }
 
+// startRealCluster starts three `nereus serve` processes on loopback; in
+// -short mode it skips the test.
 func startRealCluster(t *testing.T) *realCluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
 	for attempt := 1; ; attempt++ {
 		rc, err := tryRealCluster(t)
 		if err == nil {
@@ -182,9 +187,6 @@ func leaderOf(ctx context.Context, c *client.Client, topic string, partition int
 // three nodes down, PUB fails with QUORUM_LOST while a consumer still
 // reads the visible prefix.
 func TestClusterFailoverKeepsEveryAckedMessage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
 	rc := startRealCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -462,9 +464,6 @@ func waitClusterStatus(t *testing.T, servers, what string, ok func(lines []statu
 // Unreachable (not InSync), exit 2. The leader SIGKILLed too: the partition
 // has no reachable leader (not read-write under the dead node's name), exit 2.
 func TestClusterStatusOfAClusterLosingNodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
 	rc := startRealCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

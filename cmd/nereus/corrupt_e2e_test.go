@@ -27,9 +27,6 @@ import (
 // one: every acknowledged message is then read back exactly once, and
 // the three replicas hold the same log.
 func TestClusterBitFlipOnEachNodeKeepsEveryAckedMessage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
 	rc := startRealCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

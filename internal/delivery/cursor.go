@@ -7,6 +7,7 @@
 package delivery
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -153,18 +154,8 @@ func (c *Cursor) Counts() []SeqCount {
 	for seq := range c.dead {
 		out = append(out, SeqCount{Seq: seq, Count: c.cfg.MaxDeliver})
 	}
-	slices.SortFunc(out, func(a, b SeqCount) int { return cmpUint64(a.Seq, b.Seq) })
+	slices.SortFunc(out, func(a, b SeqCount) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out
-}
-
-func cmpUint64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // TakeCounts returns, in order, the counts of the deliveries that ended

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -197,9 +198,9 @@ func (c *checker) undelivered() []position {
 	}
 	slices.SortFunc(out, func(a, b position) int {
 		if a.partition != b.partition {
-			return cmpU64(uint64(a.partition), uint64(b.partition))
+			return cmp.Compare(uint64(a.partition), uint64(b.partition))
 		}
-		return cmpU64(a.seq, b.seq)
+		return cmp.Compare(a.seq, b.seq)
 	})
 	return out
 }
@@ -264,9 +265,9 @@ func (c *checker) finalChecks(b *broker, partitions uint32) {
 	}
 	slices.SortFunc(keys, func(a, b prodKey) int {
 		if a.producerID != b.producerID {
-			return cmpU64(a.producerID, b.producerID)
+			return cmp.Compare(a.producerID, b.producerID)
 		}
-		return cmpU64(a.producerSeq, b.producerSeq)
+		return cmp.Compare(a.producerSeq, b.producerSeq)
 	})
 	for _, k := range keys {
 		rec := c.acked[k]
@@ -278,14 +279,4 @@ func (c *checker) finalChecks(b *broker, partitions uint32) {
 			return
 		}
 	}
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -148,7 +149,7 @@ func (c *consumer) connect() {
 				entries = append(entries, e)
 			}
 			slices.SortFunc(entries, func(a, b wire.AckEntry) int {
-				return cmpU64(uint64(a.Partition)<<48|a.Seq, uint64(b.Partition)<<48|b.Seq)
+				return cmp.Compare(uint64(a.Partition)<<48|a.Seq, uint64(b.Partition)<<48|b.Seq)
 			})
 			c.nextCorr++
 			c.pending[c.nextCorr] = entries

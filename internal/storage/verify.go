@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -93,15 +94,7 @@ func (l *Log) recordDamage(s *segment, sizeBytes int64, nextSeq uint64, sealedOn
 			added = append(added, d)
 		}
 	}
-	slices.SortFunc(l.damage, func(a, b Damage) int {
-		switch {
-		case a.FirstSeq < b.FirstSeq:
-			return -1
-		case a.FirstSeq > b.FirstSeq:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(l.damage, func(a, b Damage) int { return cmp.Compare(a.FirstSeq, b.FirstSeq) })
 	return added
 }
 
