@@ -1,0 +1,96 @@
+// Package env is the world as a node sees it: files, clock and timers,
+// and randomness, as one value. Production uses OS (the real file
+// system, the wall clock, crypto-seeded randomness); the simulator builds
+// its own from a MemFS, virtual time and a seeded generator, so the very
+// same node code runs in both. Code in internal/node, replog and peer
+// dispatch reaches the world only through an Env (internal/archtest
+// enforces it).
+package env
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// Env is everything a node touches in the world.
+type Env struct {
+	FS    vfs.FS
+	Clock Clock
+	// Rand returns uniformly random 64-bit values (seeds for the kernels'
+	// election jitter, nonces that need not be secret).
+	Rand func() uint64
+}
+
+// Clock is time: now, and callbacks later.
+type Clock interface {
+	// NowMs is the wall clock in unix milliseconds (retention, deliver_at).
+	NowMs() int64
+	// NowNanos measures durations (latencies, rates); only differences
+	// between two readings mean anything.
+	NowNanos() int64
+	// AfterFunc runs f once, d from now: on its own goroutine in
+	// production, on the simulator's goroutine at that virtual time.
+	AfterFunc(d time.Duration, f func()) Timer
+	// NewTicker delivers ticks every d on its channel (production drivers
+	// only: a simulated node is stepped by its driver instead).
+	NewTicker(d time.Duration) Ticker
+}
+
+// Timer is a pending AfterFunc.
+type Timer interface {
+	// Stop cancels it; false when it already ran or was stopped.
+	Stop() bool
+}
+
+// Ticker is a NewTicker.
+type Ticker interface {
+	C() <-chan time.Time
+	Stop()
+}
+
+// OS is the production environment: the operating system's files, the
+// wall clock and crypto-seeded randomness.
+func OS() Env {
+	return Env{FS: vfs.OS(), Clock: Wall{}, Rand: cryptoRand}
+}
+
+// WithDefaults fills e's unset parts from OS.
+func (e Env) WithDefaults() Env {
+	os := OS()
+	if e.FS == nil {
+		e.FS = os.FS
+	}
+	if e.Clock == nil {
+		e.Clock = os.Clock
+	}
+	if e.Rand == nil {
+		e.Rand = os.Rand
+	}
+	return e
+}
+
+func cryptoRand() uint64 {
+	var b [8]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		panic("env: crypto/rand failed: " + err.Error()) // never, on Linux
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// Wall is the real clock.
+type Wall struct{}
+
+func (Wall) NowMs() int64    { return time.Now().UnixMilli() }
+func (Wall) NowNanos() int64 { return time.Now().UnixNano() }
+
+func (Wall) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+func (Wall) NewTicker(d time.Duration) Ticker { return wallTicker{time.NewTicker(d)} }
+
+type wallTicker struct{ t *time.Ticker }
+
+func (w wallTicker) C() <-chan time.Time { return w.t.C }
+func (w wallTicker) Stop()               { w.t.Stop() }
