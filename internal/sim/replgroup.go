@@ -237,12 +237,9 @@ func (g *groupSim) process(n *groupNode) {
 		if g.beforeReady != nil && !g.beforeReady(n, &rd) {
 			return
 		}
-		early, late := replica.MsgAppend, allButAppend
-		switch {
-		case g.opts.SendBeforePersist:
-			early, late = anyMsg, noMsg
-		case rd.HardState != nil || rd.Truncate || rd.Snapshot != nil:
-			early, late = noMsg, anyMsg
+		early, late := rd.Early, rd.Messages
+		if g.opts.SendBeforePersist {
+			early, late = append(slices.Clone(early), late...), nil
 		}
 		if !g.send(n, rd, early) || !g.persist(n, rd) || !g.send(n, rd, late) {
 			return
@@ -251,13 +248,6 @@ func (g *groupSim) process(n *groupNode) {
 		g.observe(n, rd.CommitSeq)
 	}
 }
-
-// Message filters for send (besides one replica.MsgType).
-const (
-	anyMsg       replica.MsgType = 0
-	allButAppend replica.MsgType = 255
-	noMsg        replica.MsgType = 254
-)
 
 // persist makes a Ready's writes durable in the shell's order: snapshot,
 // promise, truncation, entries. Under a failing disk it may die after any
@@ -320,21 +310,12 @@ func (g *groupSim) persist(n *groupNode, rd replica.Ready) bool {
 	return true
 }
 
-// send transmits the Ready's messages of one type (anyMsg: all;
-// allButAppend: all but APPENDs), attaching entries to APPENDs from the
-// durable log or, sent early, from the Ready itself. It reports false
+// send transmits msgs (the Ready's Early ones, or the rest), attaching
+// entries to APPENDs from the durable log or, sent early, from the Ready
+// itself. It reports false
 // (after recording a violation) on an APPEND of compacted entries.
-func (g *groupSim) send(n *groupNode, rd replica.Ready, only replica.MsgType) bool {
-	for _, m := range rd.Messages {
-		switch {
-		case only == anyMsg:
-		case only == allButAppend:
-			if m.Type == replica.MsgAppend {
-				continue
-			}
-		case m.Type != only:
-			continue
-		}
+func (g *groupSim) send(n *groupNode, rd replica.Ready, msgs []replica.Message) bool {
+	for _, m := range msgs {
 		if m.Type == replica.MsgAppend && m.FirstSeq != 0 {
 			if m.FirstSeq <= n.snapSeq {
 				g.violate(KernelAssertion, "n%d sends entries from %d, compacted up to %d", n.id, m.FirstSeq, n.snapSeq)
