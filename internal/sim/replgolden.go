@@ -178,11 +178,11 @@ func (g *groupSim) caughtUp(seq uint64) bool {
 func (g *groupSim) committedValues() ([]string, bool) {
 	var out []string
 	for seq := uint64(1); ; seq++ {
-		e, ok := g.committed[seq]
+		e, ok := g.ghost.Committed(seq)
 		if !ok {
 			break
 		}
-		v := e.value
+		v := e.Value
 		if v == "" {
 			v = "-"
 		}
@@ -194,7 +194,8 @@ func (g *groupSim) committedValues() ([]string, bool) {
 		agree = agree && err == nil && n.commit == uint64(len(out))
 		for i, e := range log {
 			seq := start + uint64(i)
-			agree = agree && (seq > n.commit || e == g.committed[seq])
+			c, _ := g.ghost.Committed(seq)
+			agree = agree && (seq > n.commit || e == c)
 		}
 	}
 	return out, agree

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/invariant"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -85,10 +86,10 @@ func GroupReproduce(o GroupOptions) string {
 
 // Invariants of the replication kernel (DESIGN §4).
 const (
-	OneLeaderPerEpoch           = "OneLeaderPerEpoch"
-	InstallNeedsQuorumPromise   = "InstallNeedsQuorumPromise"
-	CommittedPrefixAgreement    = "CommittedPrefixAgreement"
-	VisibleImpliesQuorumFlushed = "VisibleImpliesQuorumFlushed"
+	OneLeaderPerEpoch           = invariant.OneLeaderPerEpoch
+	InstallNeedsQuorumPromise   = invariant.InstallNeedsQuorumPromise
+	CommittedPrefixAgreement    = invariant.CommittedPrefixAgreement
+	VisibleImpliesQuorumFlushed = invariant.VisibleImpliesQuorumFlushed
 )
 
 const groupTickMs = 10
@@ -163,12 +164,6 @@ func epochOf(st replica.Status, seq uint64) uint64 {
 	return e
 }
 
-// committedEntry is one visible entry as the checkers remember it.
-type committedEntry struct {
-	epoch uint64
-	value string // "" for an install entry
-}
-
 type proposal struct {
 	value       string
 	node        replica.NodeID
@@ -188,8 +183,7 @@ type groupSim struct {
 	nextValue int
 	pending   []proposal
 	acked     map[string]uint64 // value → committed seq
-	committed map[uint64]committedEntry
-	leaders   map[uint64]replica.NodeID
+	ghost     *invariant.Group  // the leaders and the committed prefix
 	violation *Violation
 	rebuilds  int
 	compacts  int
@@ -229,7 +223,7 @@ type GroupResult struct {
 func newGroupSim(opts GroupOptions) *groupSim {
 	opts.setDefaults()
 	g := &groupSim{opts: opts, w: newWorld(opts.Seed, opts.KeepTrace), cut: map[[2]replica.NodeID]bool{},
-		acked: map[string]uint64{}, committed: map[uint64]committedEntry{}, leaders: map[uint64]replica.NodeID{}}
+		acked: map[string]uint64{}, ghost: invariant.NewGroup(opts.GroupSize, opts.Policy == replica.SyncAll)}
 	for i := 1; i <= opts.GroupSize; i++ {
 		n := &groupNode{id: replica.NodeID(i), fs: vfs.NewMem()}
 		n.fs.SetInjector(g.injector(n))
@@ -264,7 +258,7 @@ func RunGroup(opts GroupOptions) GroupResult {
 
 func (g *groupSim) result() GroupResult {
 	return GroupResult{Seed: g.opts.Seed, Events: g.w.events, TraceHash: g.w.trace.sum(), Trace: g.w.trace.all,
-		Tail: g.w.trace.lastLines(), Violation: g.violation, Acked: len(g.acked), Elections: len(g.leaders),
+		Tail: g.w.trace.lastLines(), Violation: g.violation, Acked: len(g.acked), Elections: g.ghost.Elections(),
 		Rebuilds: g.rebuilds, Compacts: g.compacts, MidWriteDeaths: g.midWrite, Stalls: g.stalls, FastClocks: g.fastClocks}
 }
 
@@ -283,14 +277,13 @@ func (g *groupSim) ids() []replica.NodeID {
 	return out
 }
 
-func (g *groupSim) quorum() int { return len(g.nodes)/2 + 1 }
 
 // open reopens n's member from its disk (recovery), as a new incarnation
 // that is not up yet. It reports false (after recording a violation) when
 // the disk does not recover.
 func (g *groupSim) open(n *groupNode) bool {
 	cfg := replog.Config{ID: n.id, Members: g.ids(), Policy: g.opts.Policy, Dir: groupDir, FS: n.fs, Logger: discardLogger,
-		Tick: groupTickMs * time.Millisecond, ElectionTicks: 10, Reservation: 400 * time.Millisecond, Seed: g.opts.Seed*31 + uint64(len(g.leaders)) + uint64(g.w.events), Send: g.sender(n),
+		Tick: groupTickMs * time.Millisecond, ElectionTicks: 10, Reservation: 400 * time.Millisecond, Seed: g.opts.Seed*31 + uint64(g.ghost.Elections()) + uint64(g.w.events), Send: g.sender(n),
 		NowMs: func() int64 { return g.w.nowMs }, Mutations: g.opts.Mutations, SendBeforePersist: g.opts.SendBeforePersist}
 	if g.opts.Compact {
 		// A few entries a segment; retention keeps about one.
@@ -472,33 +465,25 @@ func (g *groupSim) observe(n *groupNode) {
 		e := st.Hard.Promised
 		n.leading = e
 		g.w.tracef("n%d leads epoch %d (last %d)", n.id, e, st.Last)
-		if other, ok := g.leaders[e]; ok && other != n.id {
-			g.violate(OneLeaderPerEpoch, "epoch %d led by n%d and n%d", e, other, n.id)
-		}
-		g.leaders[e] = n.id
 		promised := 0
 		for _, o := range g.nodes {
 			if o.durablePromise() >= e {
 				promised++
 			}
 		}
-		if promised < g.quorum() {
-			g.violate(InstallNeedsQuorumPromise, "n%d installed epoch %d with %d durable promises of %d needed", n.id, e, promised, g.quorum())
+		if v := g.ghost.TookOffice(uint32(n.id), e, promised); v != nil {
+			g.violate(v.Invariant, "%s", v.Detail)
 		}
 	}
 	newCommit := n.m.CommitSeq()
 	if newCommit <= n.commit {
 		return
 	}
-	need := g.quorum()
-	if g.opts.Policy == replica.SyncAll {
-		need = len(g.nodes)
-	}
 	from := n.commit + 1
 	if st.SnapSeq >= from {
 		// Made visible by a snapshot install: only a committed prefix
 		// can be one.
-		if _, ok := g.committed[st.SnapSeq]; !ok {
+		if _, ok := g.ghost.Committed(st.SnapSeq); !ok {
 			g.violate(VisibleImpliesQuorumFlushed, "n%d installed a snapshot at %d, past anything ever committed", n.id, st.SnapSeq)
 			return
 		}
@@ -517,23 +502,14 @@ func (g *groupSim) observe(n *groupNode) {
 		}
 	}
 	for _, e := range entries {
-		c := committedEntry{epoch: e.Epoch}
-		if !replog.IsControl(&e.Record) {
-			c.value = string(e.Record.Value)
-		}
-		if prev, ok := g.committed[e.Seq]; ok && prev != c {
-			g.violate(CommittedPrefixAgreement, "seq %d visible as (e%d %q) on n%d, earlier as (e%d %q)", e.Seq, c.epoch, c.value, n.id, prev.epoch, prev.value)
-			return
-		}
-		g.committed[e.Seq] = c
 		holders := 0
 		for _, o := range g.nodes {
 			if o.holds(e.Seq, e.Epoch) {
 				holders++
 			}
 		}
-		if holders < need {
-			g.violate(VisibleImpliesQuorumFlushed, "seq %d (e%d) visible on n%d but durable on %d replicas, need %d", e.Seq, e.Epoch, n.id, holders, need)
+		if v := g.ghost.Visible(uint32(n.id), e.Seq, ghostEntry(e), holders); v != nil {
+			g.violate(v.Invariant, "%s", v.Detail)
 			return
 		}
 	}
@@ -570,7 +546,7 @@ func (g *groupSim) compact(n *groupNode) {
 	if st.SnapSeq <= before {
 		return
 	}
-	if c, ok := g.committed[st.SnapSeq]; !ok || c.epoch != epochOf(st, st.SnapSeq) {
+	if c, ok := g.ghost.Committed(st.SnapSeq); !ok || c.Epoch != epochOf(st, st.SnapSeq) {
 		g.violate(CommittedPrefixAgreement, "n%d compacts to %d, which is not the committed entry there", n.id, st.SnapSeq)
 		return
 	}
@@ -801,9 +777,9 @@ func (g *groupSim) heal() {
 		return
 	}
 	for value, seq := range g.acked {
-		e, ok := g.committed[seq]
-		if !ok || e.value != value {
-			g.violate(AckedNeverLost, "%s acked at %d, committed prefix has %q", value, seq, e.value)
+		e, ok := g.ghost.Committed(seq)
+		if !ok || e.Value != value {
+			g.violate(AckedNeverLost, "%s acked at %d, committed prefix has %q", value, seq, e.Value)
 			return
 		}
 	}
@@ -812,7 +788,7 @@ func (g *groupSim) heal() {
 // durableLog is n's log as its disk holds it durably (for a node that is
 // down, what it reopened with): (epoch, value) from its log start through
 // its synced seq.
-func (n *groupNode) durableLog() (start uint64, entries []committedEntry, err error) {
+func (n *groupNode) durableLog() (start uint64, entries []invariant.Entry, err error) {
 	lg := n.m.ReadLog()
 	start, end := lg.StartSeq(), lg.SyncedSeq()
 	for from := start; from <= end; {
@@ -821,13 +797,18 @@ func (n *groupNode) durableLog() (start uint64, entries []committedEntry, err er
 			return start, entries, fmt.Errorf("read %d..%d: %d entries, %v", from, end, len(read), err)
 		}
 		for _, e := range read {
-			c := committedEntry{epoch: e.Epoch}
-			if !replog.IsControl(&e.Record) {
-				c.value = string(e.Record.Value)
-			}
-			entries = append(entries, c)
+			entries = append(entries, ghostEntry(e))
 		}
 		from = read[len(read)-1].Seq + 1
 	}
 	return start, entries, nil
+}
+
+// ghostEntry is a log entry as the invariants compare it.
+func ghostEntry(e storage.Entry) invariant.Entry {
+	c := invariant.Entry{Epoch: e.Epoch}
+	if !replog.IsControl(&e.Record) {
+		c.Value = string(e.Record.Value)
+	}
+	return c
 }

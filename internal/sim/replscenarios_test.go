@@ -64,8 +64,9 @@ func (s *scenarioRun) propose() {
 		return
 	}
 	var newest uint64 // the latest epoch of any visible entry
-	for _, e := range g.committed {
-		newest = max(newest, e.epoch)
+	for seq := uint64(1); seq <= g.ghost.CommittedLen(); seq++ {
+		e, _ := g.ghost.Committed(seq)
+		newest = max(newest, e.Epoch)
 	}
 	for _, n := range g.nodes {
 		if !n.up {
@@ -128,13 +129,13 @@ func (s *scenarioRun) checkDurable(n *groupNode, commit uint64) {
 	}
 	for i, e := range log {
 		seq := start + uint64(i)
-		c, ok := g.committed[seq]
+		c, ok := g.ghost.Committed(seq)
 		switch {
 		case seq <= commit && (!ok || c != e):
-			g.violate(FlapCorruption, "n%d reported %d visible, its durable log holds (e%d %q), committed (e%d %q)", n.id, seq, e.epoch, e.value, c.epoch, c.value)
+			g.violate(FlapCorruption, "n%d reported %d visible, its durable log holds (e%d %q), committed (e%d %q)", n.id, seq, e.Epoch, e.Value, c.Epoch, c.Value)
 			return
-		case ok && c.epoch == e.epoch && c.value != e.value:
-			g.violate(FlapCorruption, "n%d holds (%d, e%d) as %q, committed as %q", n.id, seq, e.epoch, e.value, c.value)
+		case ok && c.Epoch == e.Epoch && c.Value != e.Value:
+			g.violate(FlapCorruption, "n%d holds (%d, e%d) as %q, committed as %q", n.id, seq, e.Epoch, e.Value, c.Value)
 			return
 		}
 	}
@@ -157,9 +158,9 @@ func (s *scenarioRun) finish() GroupResult {
 		for _, n := range g.nodes {
 			s.checkDurable(n, n.commit)
 		}
-		for seq := uint64(1); seq <= uint64(len(g.committed)) && g.violation == nil; seq++ {
-			if e := g.committed[seq]; s.doomed[e.value] {
-				g.violate(UncommittedNotRevived, "%s became visible at %d (e%d) though proposed after a later epoch was visible", e.value, seq, e.epoch)
+		for seq := uint64(1); seq <= g.ghost.CommittedLen() && g.violation == nil; seq++ {
+			if e, _ := g.ghost.Committed(seq); s.doomed[e.Value] {
+				g.violate(UncommittedNotRevived, "%s became visible at %d (e%d) though proposed after a later epoch was visible", e.Value, seq, e.Epoch)
 			}
 		}
 		for v := range s.doomed {
@@ -217,8 +218,8 @@ func (s *scenarioRun) converged() string {
 		}
 		for i, e := range log {
 			seq := start + uint64(i)
-			if c, ok := g.committed[seq]; !ok || c != e {
-				g.violate(CommittedPrefixAgreement, "n%d ends with (e%d %q) at %d, committed (e%d %q)", n.id, e.epoch, e.value, seq, c.epoch, c.value)
+			if c, ok := g.ghost.Committed(seq); !ok || c != e {
+				g.violate(CommittedPrefixAgreement, "n%d ends with (e%d %q) at %d, committed (e%d %q)", n.id, e.Epoch, e.Value, seq, c.Epoch, c.Value)
 				return "violation"
 			}
 		}
