@@ -134,7 +134,8 @@ type Input[R any] struct {
 // whose record did not commit stays undurable — a repeated ack of it needs
 // a record again — until a later record of it commits; at most one
 // checkpoint is in flight, and one is proposed only when the cursors hold
-// exactly the committed acks (nothing in flight, batched or undurable).
+// exactly the committed acks (nothing in flight — the checkpoint itself
+// included — batched or undurable).
 type Log[R any] struct {
 	cfg      Config
 	gen      uint64         // bumped by Retire: older proposals answer Superseded
@@ -142,8 +143,7 @@ type Log[R any] struct {
 	inflight []*proposal[R] // proposed, not completed, oldest first
 	// undurable holds acks applied to the cursors whose record did not
 	// commit.
-	undurable     map[Key]bool
-	checkpointing bool
+	undurable map[Key]bool
 	// recordBytes: size of the ack and count records since the latest
 	// checkpoint; retryBytes defers a checkpoint that was too large.
 	recordBytes, retryBytes int64
@@ -239,7 +239,7 @@ func (l *Log[R]) answer(eff *Effects[R], replies []R, o Outcome, err error) {
 // committed acks: nothing in flight, batched or undurable.
 func (l *Log[R]) maybeCheckpoint(in Input[R], eff *Effects[R]) {
 	threshold := in.CompactBytes
-	if threshold <= 0 || l.recordBytes < max(threshold, l.retryBytes) || l.checkpointing ||
+	if threshold <= 0 || l.recordBytes < max(threshold, l.retryBytes) ||
 		len(l.inflight) > 0 || len(l.undurable) > 0 || len(in.Acks) > 0 || len(in.Counts) > 0 || in.Degraded {
 		return
 	}
@@ -249,7 +249,6 @@ func (l *Log[R]) maybeCheckpoint(in Input[R], eff *Effects[R]) {
 		l.retryBytes = l.recordBytes + threshold
 		return
 	}
-	l.checkpointing = true
 	l.propose(eff, &proposal[R]{kind: KindCheckpoint, recordBytesBefore: l.recordBytes}, value)
 }
 
@@ -264,13 +263,10 @@ func (l *Log[R]) complete(c Completion, eff *Effects[R]) {
 	}
 	p := l.inflight[i]
 	l.inflight = slices.Delete(l.inflight, i, i+1)
-	if p.kind == KindCheckpoint {
-		l.checkpointing = false
-		if c.Err == nil && p.gen == l.gen {
-			// What it covers is behind it now; records proposed while it
-			// was in flight count toward the next one.
-			l.recordBytes, l.retryBytes = max(l.recordBytes-p.recordBytesBefore, 0), 0
-		}
+	if p.kind == KindCheckpoint && c.Err == nil && p.gen == l.gen {
+		// What it covers is behind it now; records proposed while it was
+		// in flight count toward the next one.
+		l.recordBytes, l.retryBytes = max(l.recordBytes-p.recordBytesBefore, 0), 0
 	}
 	if p.gen != l.gen {
 		l.answer(eff, p.replies, Superseded, nil)

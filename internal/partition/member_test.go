@@ -201,6 +201,7 @@ var memberScenarios = []struct {
 		{apply{groupRec(4, "g2", acklog.KindAck), groupRec(5, "g1", acklog.KindAck)}, "applied 5 limit 1"},
 		{apply{groupRec(6, "g1", acklog.KindCheckpoint), published(7, 1, 7, 2)}, "applied 7 limit 3"},
 		{apply{groupRec(8, "g2", acklog.KindCheckpoint)}, "applied 8 limit 5"},
+		{apply{groupRec(2, "g1", acklog.KindCheckpoint)}, "applied 8 limit 5"}, // applied already: ignored
 		{start(9), "kept"},
 		{start(12), "moved"}, // the groups' records are applied again from the new start
 		{apply{install(12, 2)}, "applied 12 limit 12"},
