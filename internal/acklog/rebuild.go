@@ -38,7 +38,7 @@ func (r *Rebuild) Checkpoint(cp Checkpoint) error {
 		return err
 	}
 	for i, c := range cursors {
-		if err := cp.restore(i, c); err != nil {
+		if err := cp.Restore(i, c); err != nil {
 			return fmt.Errorf("partition %d: %w", i, err)
 		}
 	}

@@ -113,8 +113,8 @@ func CheckpointOf(cursors []*delivery.Cursor) Checkpoint {
 	return cp
 }
 
-// restore applies the checkpoint's partition i (if it has one) to c.
-func (cp Checkpoint) restore(i int, c *delivery.Cursor) error {
+// Restore applies the checkpoint's partition i (if it has one) to c.
+func (cp Checkpoint) Restore(i int, c *delivery.Cursor) error {
 	if i >= len(cp.States) {
 		return nil
 	}
