@@ -1,14 +1,16 @@
 // Command bench measures Nereus side by side with NATS JetStream on this
-// machine: the same workloads, message sizes and bounds against a
-// `nereus serve` child process and an in-process JetStream server, both on
-// loopback, and writes the table to results/latest.{md,svg,json}.
+// machine: the same workloads, message sizes and bounds against Nereus
+// (in process, as a `nereus serve` child, and as a three-process cluster)
+// and JetStream (an in-process server, and a three-process R3 cluster),
+// all on loopback, plus the failover time of both clusters after kill -9
+// of a stream leader, and writes the tables to results/latest.{md,svg,json}.
 //
 // Run it from bench/:
 //
-//	go run . -quick                 # under 3 minutes
+//	go run . -quick                 # about 3 minutes
 //	go run .                        # 3 runs per row, a few minutes
 //	go run . -only 'pub_async'      # rows whose system/mode/workload/size matches
-//	go run . -quick -only '^nereus/r3/pub_' -profile results/profiles
+//	go run . -quick -only '^nereus/r3/pub_' -profile /tmp/nereus-profiles
 package main
 
 import (
@@ -54,7 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, *regexp.Regexp, error) 
 	var f flags
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.BoolVar(&f.quick, "quick", false, "short bounds and 1 run per row (under 3 minutes)")
+	fs.BoolVar(&f.quick, "quick", false, "short bounds and 1 run per row (about 3 minutes)")
 	fs.StringVar(&f.outDir, "out", "results", "directory for latest.md, latest.svg and latest.json")
 	fs.StringVar(&f.only, "only", "", "run only the rows whose system/mode/workload/size matches this regexp")
 	fs.IntVar(&f.count, "count", 0, "runs per row, the median is reported (default 1 with -quick, else 3)")
