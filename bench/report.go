@@ -297,8 +297,12 @@ func (rep report) markdown() string {
 
 	if anyRatio(rep.Ratios, func(rr ratioRow) bool { return rr.Workload == workloadFailover }) {
 		b.WriteString("## Failover: kill -9 of the partition leader\n\n")
-		fmt.Fprintf(&b, "Time from SIGKILL of the process leading an R3 stream to the next acknowledged synchronous publish; %d kills per run, each on a new stream after %d publishes and with every replica in sync, the killed process started again after each. Both clients retry a publish after at most %.0f ms and wait at most %.0f ms for an ack per attempt.\n\n",
+		fmt.Fprintf(&b, "Time from SIGKILL of the process leading an R3 stream to the next acknowledged synchronous publish; %d kills per run, each on a new stream after %d publishes and with every replica in sync, the killed process started again after each. Both clients retry a publish after at most %.0f ms and wait at most %.0f ms for an ack per attempt.",
 			rep.Config.FailoverKills, failoverSteadyCount, float64(failoverRetryWait.Milliseconds()), float64(failoverAttemptTimeout.Milliseconds()))
+		if rep.Config.Runs > 1 {
+			b.WriteString(" p50 and max are each the median of the runs' p50 and max.")
+		}
+		b.WriteString("\n\n")
 		b.WriteString("| metric | nereus r3 ms |")
 		modes := versusModes(rep.Ratios, func(rr ratioRow) []ratioVersus {
 			if rr.Workload != workloadFailover {

@@ -196,6 +196,17 @@ func TestMarkdown(t *testing.T) {
 	}
 }
 
+func TestFailoverTableSaysWhatAMedianOfRunsIs(t *testing.T) {
+	rep := sampleReport()
+	if md := rep.markdown(); strings.Contains(md, "median of the runs' p50 and max") {
+		t.Errorf("one run, yet the failover table speaks of medians:\n%s", md)
+	}
+	rep.Config.Runs = 3
+	if md := rep.markdown(); !strings.Contains(md, "p50 and max are each the median of the runs' p50 and max.\n\n| metric | nereus r3 ms |") {
+		t.Errorf("three runs, and the failover table does not say how they combine:\n%s", md)
+	}
+}
+
 func TestSVGIsWellFormedWithOneBarPerValue(t *testing.T) {
 	svg := sampleReport().svg()
 	dec := xml.NewDecoder(strings.NewReader(svg))
