@@ -96,7 +96,15 @@ func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim
 	// has no topic deletion, and deleting gigabytes mid-run makes the disk
 	// busy with discards during the next case); RunBytesMax bounds the disk.
 	payload := make([]byte, c.SizeBytes)
-	_, _ = rand.Read(payload) // incompressible
+	_, _ = rand.Read(payload)           // incompressible
+	if c.Workload != workloadFailover { // which kills and restarts processes
+		cpu := measureCPU(sys)
+		defer func() {
+			if res.CPU == nil { // runConsume measures its own timed part
+				res.CPU = cpu()
+			}
+		}()
+	}
 	switch c.Workload {
 	case workloadPubSync:
 		return runPubSync(ctx, sys, stream, payload, lim, prog)
@@ -200,6 +208,7 @@ func runConsume(ctx context.Context, sys system, stream string, payload []byte, 
 	prog.phase("consume")
 	tctx, cancel := context.WithTimeout(ctx, lim.TimeLimit)
 	defer cancel()
+	cpu := measureCPU(sys) // the consumption, not the prefill
 	start := time.Now()
 	sub, err := newSubscriber(tctx, sys, stream)
 	if err != nil {
@@ -222,7 +231,7 @@ func runConsume(ctx context.Context, sys system, stream string, payload []byte, 
 	if err := sub.Close(); err != nil {
 		return runResult{}, err
 	}
-	return runResult{Messages: n, Elapsed: lastAt.Sub(start)}, ctx.Err()
+	return runResult{Messages: n, Elapsed: lastAt.Sub(start), CPU: cpu()}, ctx.Err()
 }
 
 // runE2E publishes at lim.E2ERatePerS for lim.E2EDuration (asynchronously,
