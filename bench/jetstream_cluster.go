@@ -233,6 +233,9 @@ func (s *jetStreamSystem) KillLeader(ctx context.Context, stream string) (string
 // Restart starts a killed server again with its configuration: the same
 // addresses and store directory.
 func (s *jetStreamSystem) Restart(ctx context.Context, name string) error {
+	if s.cluster == nil {
+		return errors.New("jetstream: not a cluster")
+	}
 	i := slices.IndexFunc(s.cluster.procs, func(p *childProc) bool { return p.name == name })
 	if i < 0 {
 		return fmt.Errorf("jetstream: no server %q", name)
