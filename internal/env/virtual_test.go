@@ -155,3 +155,20 @@ func TestVirtualConcurrentScheduling(t *testing.T) {
 		t.Fatalf("%d callbacks ran, want 800", ran)
 	}
 }
+
+// A tick already taken off the queue when Stop ran (the driver popped it
+// on its goroutine) must not schedule the next one.
+func TestVirtualTickerStoppedWhileItsTickRunsStaysStopped(t *testing.T) {
+	v := NewVirtual(startMs)
+	tk := v.NewTicker(10 * time.Millisecond).(*virtualTicker)
+	tk.Stop()
+	v.tick(tk) // the popped tick, running late
+	if v.Pending() != 0 {
+		t.Fatalf("a tick that ran after Stop left %d callbacks pending", v.Pending())
+	}
+	select {
+	case <-tk.C():
+		t.Fatal("a tick that ran after Stop was delivered")
+	default:
+	}
+}
