@@ -285,7 +285,7 @@ func (g *groupRunner) collectAckCommits() {
 			// backoff; a lost retry count costs at most one extra
 			// delivery should the coordinator change.
 			if c.err != nil {
-				now := g.node.cfg.NowMs()
+				now := g.node.nowMs()
 				for _, k := range c.dead {
 					g.retryDeadLetter(now, k, fmt.Errorf("record not committed: %w", c.err), true)
 				}
