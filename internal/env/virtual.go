@@ -58,7 +58,7 @@ func (v *Virtual) NewTicker(d time.Duration) Ticker {
 	if d <= 0 {
 		panic("env: non-positive interval for Virtual.NewTicker")
 	}
-	t := &virtualTicker{c: make(chan time.Time, 1), period: int64(d)}
+	t := &virtualTicker{v: v, c: make(chan time.Time, 1), period: int64(d)}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	t.next = v.scheduleLocked(v.nowNanos+t.period, func() { v.tick(t) })
@@ -137,6 +137,7 @@ func (t *virtualTimer) Stop() bool {
 }
 
 type virtualTicker struct {
+	v       *Virtual
 	c       chan time.Time
 	period  int64
 	next    *virtualTimer // under Virtual.mu
@@ -146,11 +147,10 @@ type virtualTicker struct {
 func (t *virtualTicker) C() <-chan time.Time { return t.c }
 
 func (t *virtualTicker) Stop() {
-	v := t.next.v
-	v.mu.Lock()
+	t.v.mu.Lock()
 	t.stopped = true
 	next := t.next
-	v.mu.Unlock()
+	t.v.mu.Unlock()
 	next.Stop()
 }
 

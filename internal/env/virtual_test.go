@@ -172,3 +172,22 @@ func TestVirtualTickerStoppedWhileItsTickRunsStaysStopped(t *testing.T) {
 	default:
 	}
 }
+
+// Stop may come from another goroutine while the driver runs ticks (run
+// under -race).
+func TestVirtualTickerStopWhileTheDriverAdvances(t *testing.T) {
+	v := NewVirtual(startMs)
+	tk := v.NewTicker(time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			v.Advance(time.Millisecond)
+		}
+	}()
+	tk.Stop()
+	<-done
+	if v.Pending() != 0 {
+		t.Fatalf("a stopped ticker left %d callbacks pending", v.Pending())
+	}
+}
