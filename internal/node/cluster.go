@@ -142,10 +142,11 @@ func (n *Node) openCluster() error {
 	if network == nil {
 		network = tcpPeers{secret: cc.Secret, listener: cc.PeerListener, logger: n.log}
 	}
-	c.tr, err = network.Join(env.PeerEndpoint{ID: uint32(c.self), Addrs: peers, ClientAddr: n.cfg.ClientAddr, Handler: c.handle})
+	link, err := network.Join(env.PeerEndpoint{ID: uint32(c.self), Addrs: peers, ClientAddr: n.cfg.ClientAddr, Handler: c.handle})
 	if err != nil {
-		return err
+		return err // c.tr stays nil: a failed Join may return a typed nil link
 	}
+	c.tr = link
 	for _, t := range st.Sorted() {
 		if err := wire.ValidateName("topic", t.Config.Name); err != nil {
 			// Applied before names were checked: `__meta` would speak for

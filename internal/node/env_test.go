@@ -247,3 +247,13 @@ func TestClusterUsesTheEnvsPeerNetworkAndClock(t *testing.T) {
 		t.Fatal("Close left the node on the peer network")
 	}
 }
+
+// A peer network that cannot start (the TCP one without a secret) fails
+// Open with its error; the half-open node closes cleanly.
+func TestClusterOpenFailsCleanlyWhenThePeerNetworkCannotStart(t *testing.T) {
+	_, err := Open(Config{NodeID: "n1", DataDir: "/n1", ScrubBytesPerSecond: -1, Env: env.Env{FS: vfs.NewMem()},
+		Cluster: &ClusterConfig{Members: []Member{{ID: "n1", PeerAddr: "127.0.0.1:0"}, {ID: "n2", PeerAddr: "127.0.0.1:1"}}}})
+	if err == nil || !strings.Contains(err.Error(), "secret") {
+		t.Fatalf("Open without a cluster secret: %v, want the TCP network's refusal", err)
+	}
+}
