@@ -19,6 +19,9 @@ type Virtual struct {
 	nowNanos int64
 	seq      uint64 // insertion order of the next timer
 	timers   timerHeap
+	// runToNanos is where the running Advance stops (tickers skip the
+	// ticks in between that nobody could have taken).
+	runToNanos int64
 }
 
 // NewVirtual returns a virtual clock reading startMs (unix milliseconds).
@@ -53,7 +56,9 @@ func (v *Virtual) scheduleLocked(atNanos int64, f func()) *virtualTimer {
 
 // NewTicker delivers the virtual time every d on its channel, as the
 // driver advances past each multiple of d. Like time.Ticker it drops ticks
-// a slow receiver has not taken (the channel holds one).
+// a slow receiver has not taken (the channel holds one); one Advance over
+// many periods delivers the first tick and then the last one in it, so a
+// long jump costs two callbacks, not one per period.
 func (v *Virtual) NewTicker(d time.Duration) Ticker {
 	if d <= 0 {
 		panic("env: non-positive interval for Virtual.NewTicker")
@@ -76,7 +81,8 @@ func (v *Virtual) tick(t *virtualTicker) {
 	case t.c <- time.Unix(0, v.nowNanos):
 	default:
 	}
-	t.next = v.scheduleLocked(v.nowNanos+t.period, func() { v.tick(t) })
+	periods := max((v.runToNanos-v.nowNanos)/t.period, 1)
+	t.next = v.scheduleLocked(v.nowNanos+periods*t.period, func() { v.tick(t) })
 }
 
 // Advance moves time forward by d, running every callback due by then
@@ -97,6 +103,7 @@ func (v *Virtual) runUntil(targetNanos int64) int {
 	ran := 0
 	for {
 		v.mu.Lock()
+		v.runToNanos = targetNanos
 		if len(v.timers) == 0 || v.timers[0].atNanos > targetNanos {
 			v.nowNanos = max(v.nowNanos, targetNanos)
 			v.mu.Unlock()

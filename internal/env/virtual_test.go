@@ -191,3 +191,18 @@ func TestVirtualTickerStopWhileTheDriverAdvances(t *testing.T) {
 		t.Fatalf("a stopped ticker left %d callbacks pending", v.Pending())
 	}
 }
+
+func TestVirtualTickerCoalescesTheTicksOfOneLongAdvance(t *testing.T) {
+	v := NewVirtual(startMs)
+	tk := v.NewTicker(time.Millisecond)
+	if ran := v.Advance(10 * time.Second); ran != 2 {
+		t.Fatalf("a 10 s Advance ran %d ticker callbacks, want 2 (the first tick and the last)", ran)
+	}
+	if at := <-tk.C(); at.UnixMilli() != startMs+1 {
+		t.Fatalf("kept tick carries +%d ms, want the first (+1)", at.UnixMilli()-startMs)
+	}
+	v.Advance(time.Millisecond) // back to one tick a period
+	if at := <-tk.C(); at.UnixMilli() != startMs+10_001 {
+		t.Fatalf("next tick at +%d ms", at.UnixMilli()-startMs)
+	}
+}
