@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -184,5 +185,30 @@ func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
 		}
 	case <-time.After(waitMax):
 		t.Fatal("the forwarded publish never gave up")
+	}
+
+	// DECLAREs give up at their deadlines too: one forwarded by a follower
+	// of `__meta` (no answer comes back) and one on its leader (nothing
+	// commits). n1, the first member, won the only `__meta` campaign.
+	if st := tc.nodes["n1"].cluster.metaLog.Status(); st.Role != replica.Leader {
+		t.Fatalf("n1 is %v of __meta, want leader", st.Role)
+	}
+	for via, want := range map[string]string{"n2": "did not answer", "n1": "did not commit"} {
+		go func() {
+			_, err := tc.nodes[via].Declare(wire.TopicConfig{Name: "u-" + via, Partitions: 1})
+			declared <- err
+		}()
+		advanceUntil(t, clock, 1000*time.Hour, "DECLARE via "+via+" gave up", func() bool {
+			select {
+			case err = <-declared:
+				return true
+			default:
+				return false
+			}
+		})
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.CodeUnavailable || !strings.Contains(we.Message, want) {
+			t.Fatalf("DECLARE via %s: %v, want UNAVAILABLE: %s", via, err, want)
+		}
 	}
 }
