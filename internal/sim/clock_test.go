@@ -24,7 +24,7 @@ func TestBrokerClockIsTheWorldsSkewedVirtualTimeAndEvents(t *testing.T) {
 		return func() { ran = append(ran, name+"@"+time.Duration((w.nowMs-epochMs)*int64(time.Millisecond)).String()) }
 	}
 	clock.AfterFunc(1500*time.Microsecond, at("timer")) // rounded up: never early
-	w.after(2, at("event"))                              // same ms, scheduled later
+	w.after(2, at("event"))                             // same ms, scheduled later
 	w.after(1, at("earlier"))
 	stopped := clock.AfterFunc(time.Millisecond, at("stopped"))
 	if !stopped.Stop() {
