@@ -1,8 +1,9 @@
 // Package env is the world as a node sees it: files, clock and timers,
-// randomness and the peer network, as one value. Production uses OS (the real file
-// system, the wall clock, crypto-seeded randomness); the simulator builds
-// its own from a MemFS, virtual time and a seeded generator, so the very
-// same node code runs in both. Code in internal/node, replog and peer
+// randomness and the peer network, as one value. Production uses OS (the
+// real file system, the wall clock, crypto-seeded randomness; TCP peers
+// are built by internal/node); the simulator builds its own from a MemFS,
+// virtual time and a seeded generator (a simulated peer network plugs into
+// Peers), so the very same node code runs in both. Code in internal/node, replog and peer
 // dispatch reaches the world only through an Env (internal/archtest
 // enforces it).
 package env
