@@ -43,6 +43,9 @@ type Config struct {
 	DepthMax     int // actions along one path
 	StatesMax    int // distinct states before giving up (reported, not a failure)
 	Mutations    replica.Mutations
+	// SendBeforePersist breaks the shared executor (replica.Executor): a
+	// Ready's messages all go before its writes are durable.
+	SendBeforePersist bool
 }
 
 // Result is the outcome of a check.
@@ -65,6 +68,9 @@ type node struct {
 	// sent after the fsync. The kernel takes no step until then (a shell
 	// finishes one Ready before the next event); a crash loses it.
 	held *replica.Ready
+	// unsynced: entries written, not yet fsynced (held's, between the
+	// executor's Begin and Finish).
+	unsynced []replica.Entry
 }
 
 type state struct {
@@ -92,10 +98,10 @@ func (s *state) clone() *state {
 	c := &state{nodes: make([]node, len(s.nodes)), net: slices.Clone(s.net), used: s.used,
 		committed: slices.Clone(s.committed), leaders: slices.Clone(s.leaders)}
 	for i, n := range s.nodes {
-		c.nodes[i] = node{k: n.k.Clone(), hard: n.hard, log: slices.Clone(n.log)}
+		c.nodes[i] = node{k: n.k.Clone(), hard: n.hard, log: slices.Clone(n.log), unsynced: slices.Clone(n.unsynced)}
 		if n.held != nil {
 			rd := *n.held
-			rd.Entries, rd.Messages = slices.Clone(rd.Entries), slices.Clone(rd.Messages)
+			rd.Entries, rd.Messages, rd.Early = slices.Clone(rd.Entries), slices.Clone(rd.Messages), slices.Clone(rd.Early)
 			c.nodes[i].held = &rd
 		}
 	}
@@ -181,34 +187,18 @@ func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
 	return k
 }
 
-// process carries out node i's Ready (persist, then send; or, under
-// EarlyAppends, send the APPENDs and hold the rest until the node fsyncs)
-// and checks who took office and what became visible.
+// process carries out node i's Readys with the shared executor and checks
+// who took office and what became visible. Under EarlyAppends a Ready
+// that sent messages before its entries are durable (its Early APPENDs,
+// or everything under SendBeforePersist) is held: the fsync is a separate
+// action, and a kill -9 before it loses the entries.
 func (cfg *Config) process(s *state, i int) string {
 	n := &s.nodes[i]
+	x := cfg.executor(s, i)
 	for n.held == nil && n.k.HasReady() {
-		rd := n.k.Ready()
-		if rd.HardState != nil {
-			n.hard = *rd.HardState
-		}
-		if rd.Truncate {
-			n.log = n.log[:rd.TruncateAfter]
-		}
-		// Only a Ready with entries and APPENDs to send early is split: a
-		// follower's, whose FLUSHED must wait for the fsync anyway, would
-		// only add states that a crash before the Ready already covers.
-		early := cfg.EarlyAppends && rd.HardState == nil && !rd.Truncate && len(rd.Entries) > 0 &&
-			slices.ContainsFunc(rd.Messages, func(m replica.Message) bool { return m.Type == replica.MsgAppend })
-		if !early {
-			n.log = append(n.log, rd.Entries...)
-		}
-		var late []replica.Message
-		for _, m := range rd.Messages {
-			if early && m.Type != replica.MsgAppend {
-				late = append(late, m)
-				continue
-			}
-			s.net = append(s.net, withEntries(n, rd, m))
+		rd, err := x.Begin(n.k)
+		if err != nil {
+			panic(err) // the model's store does not fail
 		}
 		st := n.k.Status()
 		if st.Role == replica.Leader && (uint64(len(s.leaders)) <= st.Hard.Promised || s.leaders[st.Hard.Promised] != uint32(i+1)) {
@@ -219,38 +209,58 @@ func (cfg *Config) process(s *state, i int) string {
 		if st.Anomalies > 0 {
 			return fmt.Sprintf("KernelAssertion: n%d refused an impossible message (a second leader of an epoch, or a rewrite of a committed entry)", i+1)
 		}
-		if early {
-			rd.Messages = late
+		// Only a Ready with entries and something sent early is split: a
+		// follower's, whose FLUSHED waits for the fsync anyway, would only
+		// add states that a crash before the Ready already covers.
+		if cfg.EarlyAppends && len(rd.Entries) > 0 && (len(rd.Early) > 0 || x.SendBeforePersist) {
 			n.held = &rd
 			return ""
 		}
-		if v := cfg.advance(s, i, rd); v != "" {
+		if v := cfg.finish(s, i, rd); v != "" {
 			return v
 		}
 	}
 	return ""
 }
 
-// withEntries attaches an APPEND's entries: from the durable log or, sent
-// early, from the Ready itself.
-func withEntries(n *node, rd replica.Ready, m replica.Message) replica.Message {
-	if m.Type != replica.MsgAppend || m.FirstSeq == 0 {
-		return m
-	}
-	for seq := m.FirstSeq; seq <= m.LastSeqSent; seq++ {
-		if seq <= uint64(len(n.log)) {
-			m.Entries = append(m.Entries, n.log[seq-1])
-		} else {
-			m.Entries = append(m.Entries, rd.Entries[seq-rd.Entries[0].Seq])
-		}
-	}
-	return m
+// executor is node i's Ready executor: its store is the node's logs, its
+// network the state's.
+func (cfg *Config) executor(s *state, i int) *replica.Executor {
+	return &replica.Executor{Store: modelStore{&s.nodes[i]}, Send: func(m replica.Message) { s.net = append(s.net, m) },
+		SendBeforePersist: cfg.SendBeforePersist}
 }
 
-// advance tells node i its Ready is carried out and checks what became
-// visible.
-func (cfg *Config) advance(s *state, i int, rd replica.Ready) string {
-	s.nodes[i].k.Advance(rd)
+// modelStore is a node's durable state: the hard state and truncations are
+// durable at once, appends at Sync (a crash loses them before).
+type modelStore struct{ n *node }
+
+func (ms modelStore) InstallSnapshot(replica.SnapshotMeta) error {
+	panic("model: nothing compacts, so no snapshot is installed")
+}
+func (ms modelStore) SetHardState(h replica.HardState) error { ms.n.hard = h; return nil }
+func (ms modelStore) TruncateAfter(seq uint64) error {
+	ms.n.log, ms.n.unsynced = ms.n.log[:seq], nil
+	return nil
+}
+func (ms modelStore) Append(entries []replica.Entry) error {
+	ms.n.unsynced = append(ms.n.unsynced, entries...)
+	return nil
+}
+func (ms modelStore) Sync() error {
+	ms.n.log, ms.n.unsynced = append(ms.n.log, ms.n.unsynced...), nil
+	return nil
+}
+func (ms modelStore) Entries(first, last uint64) ([]replica.Entry, error) {
+	all := append(slices.Clone(ms.n.log), ms.n.unsynced...)
+	return slices.Clone(all[first-1 : min(last, uint64(len(all)))]), nil
+}
+
+// finish completes node i's Ready (fsync, the rest of its messages,
+// Advance) and checks what became visible.
+func (cfg *Config) finish(s *state, i int, rd replica.Ready) string {
+	if err := cfg.executor(s, i).Finish(s.nodes[i].k, rd); err != nil {
+		panic(err)
+	}
 	return cfg.checkCommit(s, i, rd.CommitSeq)
 }
 
@@ -260,11 +270,7 @@ func (cfg *Config) fsync(s *state, i int) string {
 	n := &s.nodes[i]
 	rd := *n.held
 	n.held = nil
-	n.log = append(n.log, rd.Entries...)
-	for _, m := range rd.Messages {
-		s.net = append(s.net, withEntries(n, rd, m))
-	}
-	if v := cfg.advance(s, i, rd); v != "" {
+	if v := cfg.finish(s, i, rd); v != "" {
 		return v
 	}
 	return cfg.process(s, i)
@@ -399,7 +405,7 @@ func (cfg *Config) successors(s *state) []step {
 			})
 		}
 		add(fmt.Sprintf("n%d kill -9 and restart", i+1), budgetCrashes, func(t *state) string {
-			t.nodes[i].held = nil // written, never fsynced: lost
+			t.nodes[i].held, t.nodes[i].unsynced = nil, nil // written, never fsynced: lost
 			t.nodes[i].k = cfg.newKernel(replica.NodeID(i+1), &t.nodes[i])
 			return ""
 		})

@@ -167,3 +167,21 @@ func TestMutationsHaveCounterexamples(t *testing.T) {
 		})
 	}
 }
+
+// TestSendBeforePersistHasACounterexample proves the shared executor's
+// ordering rule load-bearing: with every message of a Ready sent before its
+// writes are durable, a follower's FLUSHED counts toward a commit while its
+// entry can still be lost.
+func TestSendBeforePersistHasACounterexample(t *testing.T) {
+	cfg := Config{Replicas: 3, EarlyAppends: true, SendBeforePersist: true, Proposals: 1, Campaigns: 1,
+		NetworkMax: 6, DepthMax: 20, StatesMax: 200_000}
+	r := Check(cfg)
+	if !strings.HasPrefix(r.Violation, "VisibleImpliesQuorumFlushed") {
+		t.Fatalf("violation %q after %d states (complete=%v), want VisibleImpliesQuorumFlushed", r.Violation, r.States, r.Complete)
+	}
+	t.Logf("%s after %d states, trace of %d actions", r.Violation, r.States, len(r.Trace))
+	cfg.SendBeforePersist = false
+	if r := Check(cfg); r.Violation != "" || !r.Complete {
+		t.Fatalf("without the mutation: violation %q, complete %v after %d states", r.Violation, r.Complete, r.States)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
@@ -188,11 +189,9 @@ type groupRunner struct {
 	dlqResults []dlqResult
 }
 
-const ledgerEntryBytes = 4 + 8
-
-// countEntryBytes is one delivery count in a count record: partition u32,
-// seq u64, count u32.
-const countEntryBytes = 4 + 8 + 4
+// The local ledger's ack and count records have the layout of the
+// replicated ack log's (internal/acklog).
+const ledgerEntryBytes = acklog.AckEntryBytes
 
 // ledgerKindHeader marks a local ledger record that holds delivery counts
 // (an unmarked record holds acks, as before counts were persisted).
@@ -207,30 +206,10 @@ func isCountRecord(r *storage.Record) bool {
 }
 
 // replayCounts applies a count record's entries to the cursors.
-func replayCounts(cursors []*delivery.Cursor, v []byte) error {
-	if len(v)%countEntryBytes != 0 {
-		return fmt.Errorf("count record has %d bytes", len(v))
-	}
-	for ; len(v) > 0; v = v[countEntryBytes:] {
-		if part := binary.BigEndian.Uint32(v); int(part) < len(cursors) {
-			cursors[part].ReplayCount(binary.BigEndian.Uint64(v[4:]), binary.BigEndian.Uint32(v[12:]))
-		}
-	}
-	return nil
-}
+func replayCounts(cursors []*delivery.Cursor, v []byte) error { return acklog.ReplayCounts(cursors, v) }
 
 // replayAcks applies an ack record's entries to the cursors.
-func replayAcks(cursors []*delivery.Cursor, v []byte) error {
-	if len(v)%ledgerEntryBytes != 0 {
-		return fmt.Errorf("ack record has %d bytes", len(v))
-	}
-	for ; len(v) > 0; v = v[ledgerEntryBytes:] {
-		if part := binary.BigEndian.Uint32(v); int(part) < len(cursors) {
-			cursors[part].ReplayAck(binary.BigEndian.Uint64(v[4:]))
-		}
-	}
-	return nil
-}
+func replayAcks(cursors []*delivery.Cursor, v []byte) error { return acklog.ReplayAcks(cursors, v) }
 
 // Subscribe joins sink to group on topic, creating the group on first use.
 func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) (*Subscription, error) {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
 	"github.com/nereus-broker/nereus/internal/storage"
 )
@@ -107,30 +108,16 @@ type ledgerSnapshot struct {
 	counts [][]delivery.SeqCount // per partition (nil from an NLS1 snapshot)
 }
 
-// snapshotCursors captures the cursors' done states and delivery counts.
+// snapshotCursors captures the cursors' done states and delivery counts
+// (a replicated group's checkpoint holds the same).
 func snapshotCursors(gen uint64, cursors []*delivery.Cursor) ledgerSnapshot {
-	snap := ledgerSnapshot{gen: gen}
-	for _, c := range cursors {
-		snap.states = append(snap.states, c.Snapshot())
-		snap.counts = append(snap.counts, c.Counts())
-	}
-	return snap
+	cp := acklog.CheckpointOf(cursors)
+	return ledgerSnapshot{gen: gen, states: cp.States, counts: cp.Counts}
 }
 
 // restore applies a snapshot's partition i (if it has one) to c.
 func (s ledgerSnapshot) restore(i int, c *delivery.Cursor) error {
-	if i >= len(s.states) {
-		return nil
-	}
-	if err := c.Restore(s.states[i]); err != nil {
-		return err
-	}
-	if i < len(s.counts) {
-		for _, sc := range s.counts[i] {
-			c.ReplayCount(sc.Seq, sc.Count)
-		}
-	}
-	return nil
+	return acklog.Checkpoint{States: s.states, Counts: s.counts}.Restore(i, c)
 }
 
 // encodeLedgerSnapshot lays out a snapshot as

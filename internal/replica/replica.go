@@ -781,8 +781,21 @@ func (r *Replica) Ready() Ready {
 	if r.commit > r.lastCommitOut {
 		rd.CommitSeq = r.commit
 	}
+	if !r.hardChanged && slices.ContainsFunc(rd.Messages, isAppend) {
+		var late []Message
+		for _, m := range rd.Messages {
+			if isAppend(m) {
+				rd.Early = append(rd.Early, m)
+			} else {
+				late = append(late, m)
+			}
+		}
+		rd.Messages = late
+	}
 	return rd
 }
+
+func isAppend(m Message) bool { return m.Type == MsgAppend }
 
 // appendFor builds the Append for peer i from its next seq, advancing next
 // optimistically (a loss comes back as a mismatch and resets it).
@@ -915,4 +928,32 @@ func (r *Replica) HasReady() bool {
 		return true
 	}
 	return r.role == Leader && slices.Contains(r.dirty, true)
+}
+
+// Outcome is what became of an entry a replica proposed.
+type Outcome uint8
+
+const (
+	// Pending: not committed yet, and not known replaced.
+	Pending Outcome = iota
+	// Committed: the commit point passed it, and the entry at its seq is
+	// still of its epoch (same seq and epoch: the same entry).
+	Committed
+	// Lost: the commit point passed its seq with another epoch's entry
+	// there, or a snapshot replaced the log below it: it may or may not
+	// be in the committed prefix, so its proposer must retry idempotently.
+	Lost
+)
+
+// Outcome reports what became of the entry this replica proposed at (seq,
+// epoch) — the answer its proposer gets.
+func (r *Replica) Outcome(seq, epoch uint64) Outcome {
+	switch {
+	case seq > r.commit:
+		return Pending
+	case r.epochAt(seq) == epoch:
+		return Committed
+	default:
+		return Lost
+	}
 }

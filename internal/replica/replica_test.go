@@ -13,6 +13,7 @@ type store struct {
 	snapSeq    uint64
 	snapEp     uint64
 	rebuilding bool
+	unsynced   []Entry // appended, not yet synced: a crash loses them
 }
 
 func (s *store) persisted() Persisted {
@@ -72,57 +73,100 @@ func (c *cluster) start(id NodeID) {
 	delete(c.down, id)
 }
 
-func (c *cluster) crash(id NodeID) { c.down[id] = true }
+func (c *cluster) crash(id NodeID) {
+	c.down[id] = true
+	c.stores[id].unsynced = nil
+}
 
-// flush carries out every pending Ready of id: persist, queue messages, Advance.
+// flush carries out every pending Ready of id with the shared Executor
+// over id's store.
 func (c *cluster) flush(id NodeID) {
-	r, s := c.rs[id], c.stores[id]
+	r := c.rs[id]
+	x := c.executor(id)
 	for !c.down[id] && r.HasReady() {
-		rd := r.Ready()
-		if rd.HardState != nil {
-			s.hard = *rd.HardState
+		rd, err := x.Begin(r)
+		if err == nil {
+			err = x.Finish(r, rd)
 		}
-		if rd.Snapshot != nil {
-			c.snapshots++
-			// Install the leader's snapshot: the committed prefix, copied
-			// from the leader (the sender), else from a replica that holds it.
-			var src *store
-			if l := r.Status().Leader; l != 0 && l != id && uint64(len(c.stores[l].log)) >= rd.Snapshot.Seq {
-				src = c.stores[l]
-			}
-			for _, oid := range c.ids {
-				if o := c.stores[oid]; src == nil && uint64(len(o.log)) >= rd.Snapshot.Seq && o != s {
-					src = o
-				}
-			}
-			if src == nil { // a forged snapshot (fuzzing): no replica has it
-				s.log = make([]Entry, rd.Snapshot.Seq)
-				for i := range s.log {
-					s.log[i] = Entry{Seq: uint64(i) + 1, Epoch: rd.Snapshot.Epoch}
-				}
-			} else {
-				s.log = slices.Clone(src.log[:rd.Snapshot.Seq])
-			}
-			s.snapSeq, s.snapEp, s.rebuilding = rd.Snapshot.Seq, rd.Snapshot.Epoch, false
+		if err != nil {
+			c.t.Fatalf("n%d: %v", id, err)
 		}
-		if rd.Truncate {
-			s.log = s.log[:rd.TruncateAfter]
-		}
-		s.log = append(s.log, rd.Entries...)
-		for _, m := range rd.Messages {
-			if m.Type == MsgAppend && m.FirstSeq != 0 {
-				if m.FirstSeq <= s.snapSeq {
-					c.t.Fatalf("n%d sends compacted entries from %d (snapshot at %d)", id, m.FirstSeq, s.snapSeq)
-				}
-				m.Entries = slices.Clone(s.log[m.FirstSeq-1 : m.LastSeqSent])
-			}
-			c.queue = append(c.queue, m)
-		}
-		r.Advance(rd)
 		if c.onFlush != nil {
 			c.onFlush(id)
 		}
 	}
+}
+
+func (c *cluster) executor(id NodeID) *Executor {
+	return &Executor{Store: testStore{c, id}, Send: func(m Message) { c.queue = append(c.queue, m) }}
+}
+
+// testStore is the Store of replica id in the test cluster. Appends are
+// durable at Sync (a crash in between loses them); the rest at once.
+type testStore struct {
+	c  *cluster
+	id NodeID
+}
+
+func (ts testStore) InstallSnapshot(snap SnapshotMeta) error {
+	c, s := ts.c, ts.c.stores[ts.id]
+	c.snapshots++
+	// Install the leader's snapshot: the committed prefix, copied from the
+	// leader (the sender), else from a replica that holds it.
+	var src *store
+	if l := c.rs[ts.id].Status().Leader; l != 0 && l != ts.id && uint64(len(c.stores[l].log)) >= snap.Seq {
+		src = c.stores[l]
+	}
+	for _, oid := range c.ids {
+		if o := c.stores[oid]; src == nil && uint64(len(o.log)) >= snap.Seq && o != s {
+			src = o
+		}
+	}
+	if src == nil { // a forged snapshot (fuzzing): no replica has it
+		s.log = make([]Entry, snap.Seq)
+		for i := range s.log {
+			s.log[i] = Entry{Seq: uint64(i) + 1, Epoch: snap.Epoch}
+		}
+	} else {
+		s.log = slices.Clone(src.log[:snap.Seq])
+	}
+	s.unsynced = nil
+	s.snapSeq, s.snapEp, s.rebuilding = snap.Seq, snap.Epoch, false
+	return nil
+}
+
+func (ts testStore) SetHardState(h HardState) error {
+	ts.c.stores[ts.id].hard = h
+	return nil
+}
+
+func (ts testStore) TruncateAfter(seq uint64) error {
+	s := ts.c.stores[ts.id]
+	s.log = s.log[:seq]
+	s.unsynced = nil
+	return nil
+}
+
+func (ts testStore) Append(entries []Entry) error {
+	s := ts.c.stores[ts.id]
+	s.unsynced = append(s.unsynced, entries...)
+	return nil
+}
+
+func (ts testStore) Sync() error {
+	s := ts.c.stores[ts.id]
+	s.log = append(s.log, s.unsynced...)
+	s.unsynced = nil
+	return nil
+}
+
+func (ts testStore) Entries(first, last uint64) ([]Entry, error) {
+	s := ts.c.stores[ts.id]
+	if first <= s.snapSeq {
+		ts.c.t.Fatalf("n%d sends compacted entries from %d (snapshot at %d)", ts.id, first, s.snapSeq)
+	}
+	all := append(slices.Clone(s.log), s.unsynced...)
+	return slices.Clone(all[first-1 : min(last, uint64(len(all)))]), nil
 }
 
 // settle delivers messages until none is left (dropping those to or from
@@ -1173,5 +1217,62 @@ func TestStatusReportsSilentPeersAndLeader(t *testing.T) {
 	c.tick(2 * 10) // n2 alone cannot elect anyone
 	if st := c.rs[2].Status(); !st.LeaderSilent || st.Leader != 1 || st.Role == Leader {
 		t.Fatalf("a follower whose leader crashed %d ticks ago: %+v", 2*10, st)
+	}
+}
+
+// TestEarlyHoldsOnlyAppendsOfPlainReadys: the ordering rule is data in the
+// Ready. A leader's Ready with fresh entries and nothing else to persist
+// puts its Appends in Early; a Ready with a promise holds back everything.
+func TestEarlyHoldsOnlyAppendsOfPlainReadys(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	r := c.rs[1]
+	if _, _, err := r.Propose([]byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	rd := r.Ready()
+	if rd.HardState != nil || rd.Truncate || len(rd.Entries) != 1 || len(rd.Early) != 2 {
+		t.Fatalf("leader's Ready: hard %v truncate %v entries %d early %v", rd.HardState, rd.Truncate, len(rd.Entries), rd.Early)
+	}
+	for _, m := range rd.Early {
+		if m.Type != MsgAppend {
+			t.Fatalf("early %s", m)
+		}
+	}
+	for _, m := range rd.Messages {
+		if m.Type == MsgAppend {
+			t.Fatalf("an Append left behind in Messages: %s", m)
+		}
+	}
+	c.flush(1)
+	c.settle()
+
+	// A follower that times out campaigns: its promise must be durable
+	// before its PREPAREs (and any Append) go out.
+	c.rs[2].Campaign()
+	rd = c.rs[2].Ready()
+	if rd.HardState == nil || len(rd.Early) != 0 || len(rd.Messages) == 0 {
+		t.Fatalf("candidate's Ready: hard %v early %v messages %v", rd.HardState, rd.Early, rd.Messages)
+	}
+}
+
+// TestEarlyIsEmptyWhenTheReadyPromises: a leader whose heartbeat Appends
+// are still pending when it promises a higher epoch sends nothing before
+// the promise is durable — Appends included.
+func TestEarlyIsEmptyWhenTheReadyPromises(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	c.elect(1)
+	r := c.rs[1]
+	for i := 0; i < 10 && !slices.ContainsFunc(r.Ready().Messages, isAppend) && len(r.Ready().Early) == 0; i++ {
+		r.Tick()
+	}
+	if len(r.Ready().Early) == 0 {
+		t.Fatal("setup: no heartbeat Appends pending after 10 ticks")
+	}
+	st := r.Status()
+	r.Step(Message{Type: MsgPrepare, From: 2, To: 1, Epoch: st.Hard.Promised + 1, LastEpoch: st.Hard.Promised, LastSeq: st.Last})
+	rd := r.Ready()
+	if rd.HardState == nil || len(rd.Early) != 0 || !slices.ContainsFunc(rd.Messages, isAppend) {
+		t.Fatalf("hard %v, early %v, messages %v", rd.HardState, rd.Early, rd.Messages)
 	}
 }

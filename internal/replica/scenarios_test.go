@@ -835,22 +835,16 @@ func TestRebuildingClearsOnlyAgainstTheLeadersOwnCommit(t *testing.T) {
 // -9 before the fsync, losing the Ready's entries.
 func (c *cluster) crashAfterEarlyAppends(id NodeID) {
 	c.t.Helper()
-	rd, s := c.rs[id].Ready(), c.stores[id]
-	if rd.HardState != nil || rd.Truncate || rd.Snapshot != nil {
-		c.t.Fatalf("n%d: a Ready with a promise, truncation or snapshot is persisted before anything is sent", id)
+	r := c.rs[id]
+	if !r.HasReady() {
+		c.t.Fatalf("n%d has no Ready", id)
 	}
-	for _, m := range rd.Messages {
-		if m.Type != MsgAppend {
-			continue
-		}
-		for seq := m.FirstSeq; m.FirstSeq != 0 && seq <= m.LastSeqSent; seq++ {
-			if seq <= uint64(len(s.log)) {
-				m.Entries = append(m.Entries, s.log[seq-1])
-			} else {
-				m.Entries = append(m.Entries, rd.Entries[seq-rd.Entries[0].Seq])
-			}
-		}
-		c.queue = append(c.queue, m)
+	rd, err := c.executor(id).Begin(r)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if rd.HardState != nil || rd.Truncate || rd.Snapshot != nil || len(rd.Early) == 0 {
+		c.t.Fatalf("n%d: expected a Ready whose Appends may go early, got %+v", id, rd)
 	}
 	c.crash(id)
 }

@@ -215,12 +215,18 @@ type Persisted struct {
 }
 
 // Ready is the work a step produced. Ordering rule: the shell makes
-// HardState, TruncateAfter and Entries durable (in that order) before it
-// sends any of Messages, then calls Advance. Messages may assume it. One
-// relaxation is allowed: when a Ready has neither HardState nor Truncate,
-// its Append messages may be sent once Entries are written, before they
-// are durable — the leader counts its own entries toward a commit only
-// after Advance (durable), and followers ack only what they flushed.
+// Snapshot, HardState, TruncateAfter and Entries durable (in that order)
+// before it sends any of Messages, then calls Advance. Messages may assume
+// it. Early holds the messages that need not wait: a leader's Appends,
+// unless the Ready changes the hard state (a leader that promised a newer
+// epoch in the meantime). They may go once Entries are written, before
+// they are durable — the leader counts its own entries toward a commit
+// only after Advance (durable), and followers ack only what they flushed —
+// so followers flush in parallel with the leader (Raft §10.2.1). A leader
+// never truncates or installs a snapshot, and a replica that stops leading
+// changes its hard state, so no Ready with Appends in Early truncates or
+// installs. The rule is the kernel's, as data: executors (Executor) only
+// follow it.
 type Ready struct {
 	HardState *HardState // nil = unchanged
 	// Truncate drops every entry after TruncateAfter before Entries are
@@ -229,6 +235,7 @@ type Ready struct {
 	TruncateAfter uint64
 	Entries       []Entry // to append, with data
 	Messages      []Message
+	Early         []Message // may be sent before Entries are durable (above)
 	// CommitSeq is the new visible end when it advanced (0 = unchanged).
 	CommitSeq uint64
 	// Snapshot, when set, must be installed first: the shell fetches the
@@ -246,7 +253,7 @@ type SnapshotMeta struct {
 
 // IsEmpty reports whether there is nothing to do.
 func (r *Ready) IsEmpty() bool {
-	return r.HardState == nil && !r.Truncate && len(r.Entries) == 0 && len(r.Messages) == 0 && r.CommitSeq == 0 && r.Snapshot == nil
+	return r.HardState == nil && !r.Truncate && len(r.Entries) == 0 && len(r.Messages) == 0 && len(r.Early) == 0 && r.CommitSeq == 0 && r.Snapshot == nil
 }
 
 // PersistedFrom rebuilds a replica's Persisted from its hard state and its

@@ -68,66 +68,53 @@ func writeSnapshotPoint(fsys vfs.FS, dir string, p snapshotPoint) error {
 	return storage.WriteFileAtomic(fsys, path.Join(dir, snapshotFile), b[:])
 }
 
-// compact applies retention within what the kernel (and CompactLimit)
-// allow. It runs on the member's goroutine.
-func (l *Log) compact() error {
-	if l.cfg.Storage.RetentionBytes == 0 && l.cfg.Storage.RetentionAgeMs == 0 {
+// Compact applies retention within what the kernel (and CompactLimit)
+// allow. Its driver calls it every CompactEvery.
+func (m *Member) Compact() error {
+	if m.cfg.Storage.RetentionBytes == 0 && m.cfg.Storage.RetentionAgeMs == 0 {
 		return nil
 	}
-	limit := l.k.RetainFloor()
-	if l.cfg.CompactLimit != nil {
-		limit = min(limit, l.cfg.CompactLimit())
+	limit := m.k.RetainFloor()
+	if m.cfg.CompactLimit != nil {
+		limit = min(limit, m.cfg.CompactLimit())
 	}
-	point := l.log.RetentionPoint(l.cfg.NowMs(), limit)
+	point := m.log.RetentionPoint(m.cfg.NowMs(), limit)
 	if point == 0 {
 		return nil
 	}
-	st := l.k.Status()
+	st := m.k.Status()
 	if point > st.SnapSeq {
 		epoch := epochAt(st.Epochs, point)
-		if err := writeSnapshotPoint(l.cfg.FS, l.cfg.Dir, snapshotPoint{seq: point, epoch: epoch}); err != nil {
+		if err := writeSnapshotPoint(m.cfg.FS, m.cfg.Dir, snapshotPoint{seq: point, epoch: epoch}); err != nil {
 			return err
 		}
-		if got := l.k.CompactTo(point); got != point {
+		if got := m.k.CompactTo(point); got != point {
 			return fmt.Errorf("replog: kernel compacted to %d, not %d", got, point)
 		}
 	}
-	if _, err := l.log.DeleteThrough(point); err != nil {
+	if _, err := m.log.DeleteThrough(point); err != nil {
 		return err
 	}
-	l.publishStatus()
+	m.publishStatus()
 	return nil
 }
 
 // installSnapshot rebuilds this member from the leader's snapshot point:
 // its log becomes empty after snap. Proposals at or below it are lost (a
 // leader that became a follower; the client retries idempotently).
-func (l *Log) installSnapshot(snap replica.SnapshotMeta) error {
+func (m *Member) installSnapshot(snap replica.SnapshotMeta) error {
 	p := snapshotPoint{seq: snap.Seq, epoch: snap.Epoch, installing: true}
-	if err := writeSnapshotPoint(l.cfg.FS, l.cfg.Dir, p); err != nil {
+	if err := writeSnapshotPoint(m.cfg.FS, m.cfg.Dir, p); err != nil {
 		return err
 	}
-	if err := l.log.Reset(snap.Seq + 1); err != nil {
+	if err := m.log.Reset(snap.Seq + 1); err != nil {
 		return err
 	}
 	p.installing = false
-	if err := writeSnapshotPoint(l.cfg.FS, l.cfg.Dir, p); err != nil {
+	if err := writeSnapshotPoint(m.cfg.FS, m.cfg.Dir, p); err != nil {
 		return err
 	}
-	kept := l.pending[:0]
-	for _, pr := range l.pending {
-		if pr.Seq <= snap.Seq {
-			pr.finish(ErrLost)
-		} else {
-			kept = append(kept, pr)
-		}
-	}
-	clear(l.pending[len(kept):])
-	l.pending = kept
-	l.installs.Add(1)
-	l.cfg.Logger.Info("replog: rebuilt from the leader's snapshot point", "dir", l.cfg.Dir, "seq", snap.Seq, "epoch", snap.Epoch)
+	m.installs.Add(1)
+	m.cfg.Logger.Info("replog: rebuilt from the leader's snapshot point", "dir", m.cfg.Dir, "seq", snap.Seq, "epoch", snap.Epoch)
 	return nil
 }
-
-// Installs is how many snapshot installs this member has done.
-func (l *Log) Installs() uint64 { return l.installs.Load() }

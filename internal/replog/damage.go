@@ -88,17 +88,6 @@ func resetDamagedMember(fsys vfs.FS, dir string, lg *storage.Log, cause error, l
 // members, so a retry with the same producer identity is the safe answer.
 var ErrRestarted = errors.New("replog: member restarted to drop a damaged range")
 
-// Damaged tells a running member that its log has damage (the node's
-// scrubber found it with storage.Log.Verify, which records it in the
-// log). The member then drops the damaged range like a member that finds
-// it at open, without a process restart. Safe to call from any goroutine.
-func (l *Log) Damaged() {
-	select {
-	case l.damaged <- struct{}{}:
-	default:
-	}
-}
-
 // errDamagedRead marks a read of this member's own log that found damage.
 var errDamagedRead = errors.New("replog: damaged entries")
 
@@ -109,30 +98,29 @@ var errDamagedRead = errors.New("replog: damaged entries")
 // it whole. A leader thereby gives up its leadership. Pending proposals
 // fail with ErrRestarted. It reports whether it restarted: a member alone
 // (nothing to rebuild from) does not, nor one whose log shows no damage.
-// Run-owned.
-func (l *Log) restartDamaged() (bool, error) {
-	if len(l.cfg.Members) < 2 {
+func (m *Member) restartDamaged() (bool, error) {
+	if len(m.cfg.Members) < 2 {
 		return false, nil
 	}
-	quarantined, err := quarantineDamage(l.cfg.FS, l.cfg.Dir, l.log, l.cfg.Logger)
+	quarantined, err := quarantineDamage(m.cfg.FS, m.cfg.Dir, m.log, m.cfg.Logger)
 	if err != nil || !quarantined {
 		return false, err
 	}
-	p, err := loadPersisted(l.cfg.FS, l.cfg.Dir, l.log)
+	p, err := loadPersisted(m.cfg.FS, m.cfg.Dir, m.log)
 	if err != nil {
 		return false, err
 	}
 	p.Rebuilding = true
-	k, err := replica.New(kernelConfig(l.cfg), p)
+	k, err := replica.New(kernelConfig(m.cfg), p)
 	if err != nil {
 		return false, err
 	}
-	for _, pr := range l.pending {
+	for _, pr := range m.pending {
 		pr.finish(ErrRestarted)
 	}
-	l.pending = nil
-	l.k, l.rebuildingMarked = k, true
-	l.commitSeq.Store(min(l.commitSeq.Load(), l.log.NextSeq()-1))
-	l.publishStatus()
+	m.pending = nil
+	m.k, m.rebuildingMarked = k, true
+	m.commitSeq.Store(min(m.commitSeq.Load(), m.log.NextSeq()-1))
+	m.publishStatus()
 	return true, nil
 }

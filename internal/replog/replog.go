@@ -1,9 +1,11 @@
 // Package replog is the shell around the replication kernel for one member
-// of one replica group: it persists the kernel's Ready to a storage.Log and
-// an atomic hard-state file, sends its messages through a caller-supplied
-// function, drives its ticks from a real clock, and completes proposals
-// when they commit. The node wires it to the peer transport; tests wire
-// several members directly.
+// of one replica group. Member is the single-threaded shell: it carries out
+// the kernel's Readys with the shared executor (replica.Executor) against a
+// storage.Log and an atomic hard-state file, sends messages through a
+// caller-supplied function, and completes proposals when the kernel knows
+// their outcome; its driver steps it. Log is the production driver: one
+// goroutine, inbound and proposal queues, and tickers from the clock. The
+// node wires it to the peer transport; the simulator steps Members itself.
 //
 // Entries are storage records: a proposal is a record, carried between
 // members in its storage encoding, and the member's log holds it as is, so
@@ -40,11 +42,11 @@ type Config struct {
 	Send   func(m replica.Message)
 	Logger *slog.Logger
 	// Tick is the kernel's logical tick (default 10 ms); elections time out
-	// after ElectionTicks ticks (default 15).
+	// after ElectionTicks ticks (0: the kernel's default).
 	Tick          time.Duration
 	ElectionTicks int
 	Seed          uint64
-	// ProposeQueueMax bounds queued proposals (default 4096).
+	// ProposeQueueMax bounds queued proposals (default 4096; Log only).
 	ProposeQueueMax int
 	// Storage configures the member's log (sizes, bounds).
 	Storage storage.Options
@@ -57,7 +59,7 @@ type Config struct {
 	// of — never past what the kernel must keep (committed, flushed, and
 	// what a follower inside its reservation still needs), nor past
 	// CompactLimit when set (what the caller has not consumed yet). NowMs
-	// is the retention clock (default the wall clock).
+	// is the retention clock (required when Storage sets a retention).
 	CompactEvery time.Duration
 	CompactLimit func() uint64
 	NowMs        func() int64
@@ -65,6 +67,33 @@ type Config struct {
 	// still needs (default 30 s); a follower away longer may have to
 	// rebuild from a snapshot.
 	Reservation time.Duration
+	// Manual makes Open start no goroutine: the driver (a simulated node)
+	// calls Pump on its own goroutine, and ticks and compactions follow
+	// NowMs (required then).
+	Manual bool
+	// Mutations and SendBeforePersist deliberately break the kernel and the
+	// executor, so tests can prove the simulator catches each. Never set
+	// outside tests.
+	Mutations         replica.Mutations
+	SendBeforePersist bool
+}
+
+func (cfg *Config) setDefaults() {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = 10 * time.Millisecond
+	}
+	if cfg.ProposeQueueMax == 0 {
+		cfg.ProposeQueueMax = 4096
+	}
+	if cfg.CompactEvery == 0 {
+		cfg.CompactEvery = time.Second
+	}
+	if cfg.Reservation == 0 {
+		cfg.Reservation = 30 * time.Second
+	}
 }
 
 // Errors.
@@ -72,6 +101,9 @@ var (
 	ErrClosed = errors.New("replog: closed")
 	// ErrLost: the entry was proposed but a new leader's lineage replaced it.
 	ErrLost = errors.New("replog: entry lost to a leader change")
+	// ErrBusy: a Manual log's proposal queue is full while it is being
+	// pumped (a production Log blocks instead).
+	ErrBusy = errors.New("replog: proposal queue full")
 )
 
 // Proposal is the outcome of one Propose, available once Done is closed.
@@ -102,30 +134,25 @@ func isInstall(r *storage.Record) bool {
 		len(r.Key) == 0 && len(r.Value) == 0
 }
 
-// Log is one member. Its goroutine owns the kernel and the storage writer.
+// Log is the production driver of one Member: its goroutine owns the
+// member and steps it with inbound messages, proposals and ticks.
 type Log struct {
-	cfg      Config
-	log      *storage.Log
-	k        *replica.Replica
+	m        *Member
 	in       chan replica.Message
 	prop     chan *Proposal
 	campaign chan struct{} // capacity 1: Campaign asked for an election
 	done     chan struct{}
 	wg       sync.WaitGroup
-
-	pending []*Proposal // proposed by this member, awaiting commit (run-owned)
-
-	status    atomic.Pointer[replica.Status]
-	commitSeq atomic.Uint64
-	dropped   atomic.Uint64
-	installs  atomic.Uint64
-	notified  notice // what Notify last reported (run-owned)
-	// rebuildingMarked: the rebuilding mark (rebuildingFile) is on disk;
-	// run removes it once the kernel says the member is whole (run-owned).
-	rebuildingMarked bool
+	dropped  atomic.Uint64
 	// damaged (capacity 1) tells run that damage was found in the log
 	// while the member runs (Damaged).
 	damaged chan struct{}
+
+	// Manual mode (Pump): the driver's goroutine owns everything; the
+	// times of the last tick and compaction, and whether a Pump is running.
+	manual                    bool
+	lastTickMs, lastCompactMs int64
+	pumping, closed           bool
 }
 
 // notice is the part of the kernel's view whose changes Notify reports.
@@ -139,82 +166,92 @@ type notice struct {
 
 const hardStateFile = "hardstate"
 
-// Open restores a member from its directory and starts it.
+// Open restores a member from its directory and starts its goroutine
+// (none in Manual mode).
 func Open(cfg Config) (*Log, error) {
-	if cfg.FS == nil || cfg.Send == nil || cfg.Dir == "" {
-		return nil, errors.New("replog: FS, Send and Dir are required")
+	if cfg.Manual && cfg.NowMs == nil {
+		return nil, errors.New("replog: a Manual log needs NowMs, its clock")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Tick == 0 {
-		cfg.Tick = 10 * time.Millisecond
-	}
-	if cfg.ElectionTicks == 0 {
-		cfg.ElectionTicks = 15
-	}
-	if cfg.ProposeQueueMax == 0 {
-		cfg.ProposeQueueMax = 4096
-	}
-	if cfg.CompactEvery == 0 {
-		cfg.CompactEvery = time.Second
-	}
-	if cfg.NowMs == nil {
-		cfg.NowMs = func() int64 { return time.Now().UnixMilli() }
-	}
-	if cfg.Reservation == 0 {
-		cfg.Reservation = 30 * time.Second
-	}
-	lg, err := storage.Open(cfg.FS, cfg.Dir, cfg.Storage)
+	m, err := OpenMember(cfg)
 	if err != nil {
 		return nil, err
 	}
-	p, err := loadPersisted(cfg.FS, cfg.Dir, lg)
-	// A damaged member rebuilds from a healthy one; a member alone has
-	// none, so it refuses to open (its data cannot be recovered here).
-	canRebuild := len(cfg.Members) > 1
-	if canRebuild && errors.Is(err, errSnapshotPointDamaged) {
-		if err = resetDamagedMember(cfg.FS, cfg.Dir, lg, err, cfg.Logger); err == nil {
-			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
-		}
+	l := &Log{m: m, in: make(chan replica.Message, 4096), campaign: make(chan struct{}, 1),
+		prop: make(chan *Proposal, m.cfg.ProposeQueueMax), done: make(chan struct{}), damaged: make(chan struct{}, 1),
+		manual: cfg.Manual}
+	if l.manual {
+		l.lastTickMs = cfg.NowMs()
+		l.lastCompactMs = l.lastTickMs
+		return l, nil
 	}
-	if canRebuild && errors.Is(err, storage.ErrCorrupt) {
-		quarantined, qerr := quarantineDamage(cfg.FS, cfg.Dir, lg, cfg.Logger)
-		switch {
-		case qerr != nil:
-			err = qerr
-		case quarantined:
-			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
-		}
-	}
-	marked := false
-	if err == nil {
-		marked, err = isRebuilding(cfg.FS, cfg.Dir)
-		p.Rebuilding = p.Rebuilding || marked
-	}
-	if err != nil {
-		lg.Close()
-		return nil, err
-	}
-	k, err := replica.New(kernelConfig(cfg), p)
-	if err != nil {
-		lg.Close()
-		return nil, err
-	}
-	l := &Log{cfg: cfg, log: lg, k: k, in: make(chan replica.Message, 4096), campaign: make(chan struct{}, 1),
-		prop: make(chan *Proposal, cfg.ProposeQueueMax), done: make(chan struct{}), rebuildingMarked: marked,
-		damaged: make(chan struct{}, 1)}
-	l.publishStatus()
 	l.wg.Add(1)
 	go l.run()
 	return l, nil
 }
 
-// kernelConfig is the replication kernel's configuration for a member.
-func kernelConfig(cfg Config) replica.Config {
-	return replica.Config{ID: cfg.ID, Replicas: cfg.Members, Policy: cfg.Policy,
-		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed,
-		ReservationTicks: max(int(cfg.Reservation/cfg.Tick), 4*cfg.ElectionTicks)}
+// Pump runs what a Manual log has queued — inbound messages, proposals, a
+// campaign, damage — and the ticks and compaction its clock says are due,
+// then carries out the kernel's Readys, all on the caller's goroutine. It
+// reports whether anything ran; an error means the member stopped (as the
+// goroutine of a production Log stops), and every later Pump returns it.
+func (l *Log) Pump() (bool, error) {
+	if !l.manual {
+		panic("replog: Pump on a Log that runs its own goroutine")
+	}
+	select {
+	case <-l.done:
+		return false, ErrClosed
+	default:
+	}
+	l.pumping = true
+	defer func() { l.pumping = false }()
+	m, ran := l.m, false
+	now := m.cfg.NowMs()
+	tick := m.cfg.Tick.Milliseconds()
+	for ; now-l.lastTickMs >= tick; l.lastTickMs += tick {
+		m.Tick()
+		ran = true
+	}
+	if now-l.lastCompactMs >= m.cfg.CompactEvery.Milliseconds() {
+		l.lastCompactMs = now
+		if err := m.Compact(); err != nil {
+			return true, l.stop(fmt.Errorf("replog: compaction failed: %w", err))
+		}
+	}
+	for {
+		select {
+		case <-l.campaign:
+			m.Campaign()
+		case <-l.damaged:
+			if _, err := m.restartDamaged(); err != nil {
+				return true, l.stop(fmt.Errorf("replog: cannot drop a damaged range: %w", err))
+			}
+		case msg := <-l.in:
+			m.Step(msg)
+		case p := <-l.prop:
+			m.Propose(p)
+		default:
+			if err := m.Handle(); err != nil {
+				return true, l.stop(err)
+			}
+			return ran, nil
+		}
+		ran = true
+	}
+}
+
+// stop ends a Manual log after a failure, as run's return does.
+func (l *Log) stop(err error) error {
+	l.m.cfg.Logger.Error("replog: stopping member", "member", l.m.cfg.ID, "dir", l.m.cfg.Dir, "err", err)
+	close(l.done)
+	for {
+		select {
+		case p := <-l.prop:
+			p.finish(ErrClosed)
+		default:
+			return err
+		}
+	}
 }
 
 // loadPersisted reads the hard state and the snapshot point, finishes an
@@ -290,7 +327,7 @@ func (l *Log) Dropped() uint64 { return l.dropped.Load() }
 // the entry commits, or fails (replica.ErrNotLeader, replica.ErrQuorumLost,
 // ErrLost, ErrClosed). It blocks while the proposal queue is full.
 func (l *Log) Propose(rec storage.Record) *Proposal {
-	p := &Proposal{Done: make(chan struct{}), data: storage.AppendRecord(nil, &rec)}
+	p := NewProposal(rec)
 	l.enqueue(p)
 	return p
 }
@@ -299,10 +336,29 @@ func (l *Log) Propose(rec storage.Record) *Proposal {
 // runs exactly once, on the member's goroutine (or the caller's when the
 // member is closed), and must not block.
 func (l *Log) ProposeFunc(rec storage.Record, done func(seq, epoch uint64, err error)) {
-	l.enqueue(&Proposal{data: storage.AppendRecord(nil, &rec), onDone: done})
+	l.enqueue(NewProposalFunc(rec, done))
 }
 
 func (l *Log) enqueue(p *Proposal) {
+	if l.manual {
+		// One goroutine: never block. A full queue is emptied by a Pump,
+		// unless one is running (the caller is inside it).
+		for tries := 0; ; tries++ {
+			select {
+			case <-l.done:
+				p.finish(ErrClosed)
+				return
+			case l.prop <- p:
+				return
+			default:
+			}
+			if tries > 0 || l.pumping {
+				p.finish(ErrBusy)
+				return
+			}
+			l.Pump()
+		}
+	}
 	select {
 	case l.prop <- p:
 	case <-l.done:
@@ -310,9 +366,28 @@ func (l *Log) enqueue(p *Proposal) {
 	}
 }
 
+// NewProposal is a proposal of rec whose outcome closes Done.
+func NewProposal(rec storage.Record) *Proposal {
+	return &Proposal{Done: make(chan struct{}), data: storage.AppendRecord(nil, &rec)}
+}
+
+// NewProposalFunc is a proposal of rec whose outcome is reported to done.
+func NewProposalFunc(rec storage.Record, done func(seq, epoch uint64, err error)) *Proposal {
+	return &Proposal{data: storage.AppendRecord(nil, &rec), onDone: done}
+}
+
+func (p *Proposal) finish(err error) {
+	p.Err = err
+	if p.onDone != nil {
+		p.onDone(p.Seq, p.Epoch, err)
+		return
+	}
+	close(p.Done)
+}
+
 // ReadLog is the member's log for concurrent readers (storage.Log.Read);
 // entries above CommitSeq may still be truncated. Never write to it.
-func (l *Log) ReadLog() *storage.Log { return l.log }
+func (l *Log) ReadLog() *storage.Log { return l.m.ReadLog() }
 
 // Campaign asks the member to start an election now rather than after its
 // election timeout (a new group's first leader; a leader hand-off). The
@@ -325,48 +400,64 @@ func (l *Log) Campaign() {
 }
 
 // Status is the kernel's latest view.
-func (l *Log) Status() replica.Status { return *l.status.Load() }
+func (l *Log) Status() replica.Status { return l.m.Status() }
 
 // CommitSeq is the last entry known committed (visible).
-func (l *Log) CommitSeq() uint64 { return l.commitSeq.Load() }
+func (l *Log) CommitSeq() uint64 { return l.m.CommitSeq() }
+
+// Installs is how many snapshot installs this member has done.
+func (l *Log) Installs() uint64 { return l.m.Installs() }
 
 // Read returns committed entries from fromSeq on.
-func (l *Log) Read(fromSeq uint64, max int) ([]storage.Entry, error) {
-	commit := l.commitSeq.Load()
-	if fromSeq > commit {
-		return nil, nil
-	}
-	entries, err := l.log.Read(fromSeq, min(max, int(commit-fromSeq+1)), 16<<20)
-	for i, e := range entries {
-		if e.Seq > commit {
-			return entries[:i], err
-		}
-	}
-	return entries, err
-}
+func (l *Log) Read(fromSeq uint64, max int) ([]storage.Entry, error) { return l.m.Read(fromSeq, max) }
 
 // Close stops the member; pending proposals fail with ErrClosed.
 func (l *Log) Close() error {
 	select {
 	case <-l.done:
+		if l.manual && !l.closed {
+			l.closed = true
+			return l.m.Close() // stopped after a failure: the log is still open
+		}
 		return nil
 	default:
 	}
+	l.closed = true
 	close(l.done)
 	l.wg.Wait()
-	return l.log.Close()
+	if l.manual {
+		for {
+			select {
+			case p := <-l.prop:
+				p.finish(ErrClosed)
+				continue
+			default:
+			}
+			break
+		}
+	}
+	return l.m.Close()
+}
+
+// Damaged tells a running member that its log has damage (the node's
+// scrubber found it with storage.Log.Verify, which records it in the
+// log). The member then drops the damaged range like a member that finds
+// it at open, without a process restart. Safe to call from any goroutine.
+func (l *Log) Damaged() {
+	select {
+	case l.damaged <- struct{}{}:
+	default:
+	}
 }
 
 func (l *Log) run() {
 	defer l.wg.Done()
-	ticker := time.NewTicker(l.cfg.Tick)
+	m := l.m
+	ticker := time.NewTicker(m.cfg.Tick)
 	defer ticker.Stop()
-	compact := time.NewTicker(l.cfg.CompactEvery)
+	compact := time.NewTicker(m.cfg.CompactEvery)
 	defer compact.Stop()
 	defer func() {
-		for _, p := range l.pending {
-			p.finish(ErrClosed)
-		}
 		for {
 			select {
 			case p := <-l.prop:
@@ -381,253 +472,47 @@ func (l *Log) run() {
 		case <-l.done:
 			return
 		case <-ticker.C:
-			l.k.Tick()
+			m.Tick()
 		case <-compact.C:
-			if err := l.compact(); err != nil {
-				l.cfg.Logger.Error("replog: compaction failed; stopping member", "member", l.cfg.ID, "dir", l.cfg.Dir, "err", err)
+			if err := m.Compact(); err != nil {
+				m.cfg.Logger.Error("replog: compaction failed; stopping member", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
 				return
 			}
 		case <-l.campaign:
-			l.k.Campaign()
+			m.Campaign()
 		case <-l.damaged:
-			if _, err := l.restartDamaged(); err != nil {
-				l.cfg.Logger.Error("replog: cannot drop a damaged range; stopping member", "member", l.cfg.ID, "dir", l.cfg.Dir, "err", err)
+			if _, err := m.restartDamaged(); err != nil {
+				m.cfg.Logger.Error("replog: cannot drop a damaged range; stopping member", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
 				return
 			}
-		case m := <-l.in:
-			l.k.Step(m)
+		case msg := <-l.in:
+			m.Step(msg)
 		drainIn:
 			for i := 0; i < 1024; i++ {
 				select {
-				case m := <-l.in:
-					l.k.Step(m)
+				case msg := <-l.in:
+					m.Step(msg)
 				default:
 					break drainIn
 				}
 			}
 		case p := <-l.prop:
-			l.propose(p)
+			m.Propose(p)
 		drainProp:
 			for i := 0; i < 4096; i++ {
 				select {
 				case p := <-l.prop:
-					l.propose(p)
+					m.Propose(p)
 				default:
 					break drainProp
 				}
 			}
 		}
-		if err := l.handleReady(); errors.Is(err, errDamagedRead) {
-			// Reading entries for a follower found damage: drop it and
-			// rebuild, as after a restart (the unfinished Ready is lost,
-			// as in a crash).
-			if restarted, rerr := l.restartDamaged(); rerr != nil || !restarted {
-				l.cfg.Logger.Error("replog: damaged log; stopping member", "member", l.cfg.ID, "dir", l.cfg.Dir, "err", errors.Join(err, rerr))
-				return
-			}
-		} else if err != nil {
-			l.cfg.Logger.Error("replog: cannot persist; stopping member", "member", l.cfg.ID, "err", err)
+		if err := m.Handle(); err != nil {
+			m.cfg.Logger.Error("replog: cannot persist; stopping member", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
 			return
 		}
-		if l.rebuildingMarked && !l.k.Status().Rebuilding {
-			if err := l.clearRebuilding(); err != nil {
-				l.cfg.Logger.Error("replog: cannot clear the rebuilding mark; stopping member", "member", l.cfg.ID, "err", err)
-				return
-			}
-		}
 	}
-}
-
-// clearRebuilding removes the rebuilding mark once the member is whole
-// (it holds everything its leader committed), durably.
-func (l *Log) clearRebuilding() error {
-	if err := l.cfg.FS.Remove(path.Join(l.cfg.Dir, rebuildingFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if err := l.cfg.FS.SyncDir(l.cfg.Dir); err != nil {
-		return err
-	}
-	l.rebuildingMarked = false
-	l.cfg.Logger.Info("replog: whole again after dropping a damaged range", "member", l.cfg.ID, "dir", l.cfg.Dir)
-	return nil
-}
-
-func (l *Log) propose(p *Proposal) {
-	seq, epoch, err := l.k.Propose(p.data)
-	if err != nil {
-		p.finish(err)
-		return
-	}
-	p.Seq, p.Epoch = seq, epoch
-	l.pending = append(l.pending, p)
-}
-
-func (p *Proposal) finish(err error) {
-	p.Err = err
-	if p.onDone != nil {
-		p.onDone(p.Seq, p.Epoch, err)
-		return
-	}
-	close(p.Done)
-}
-
-// handleReady carries out the kernel's Ready: hard state, truncation and
-// entries made durable first, then messages sent (the ordering rule), then
-// Advance and completion of committed proposals.
-func (l *Log) handleReady() error {
-	var err error
-	for l.k.HasReady() {
-		rd := l.k.Ready()
-		if rd.Snapshot != nil {
-			if err := l.installSnapshot(*rd.Snapshot); err != nil {
-				return err
-			}
-		}
-		if rd.HardState != nil {
-			var b [12]byte
-			binary.BigEndian.PutUint64(b[:], rd.HardState.Promised)
-			binary.BigEndian.PutUint32(b[8:], uint32(rd.HardState.PromisedTo))
-			if err := storage.WriteFileAtomic(l.cfg.FS, path.Join(l.cfg.Dir, hardStateFile), b[:]); err != nil {
-				return err
-			}
-		}
-		if rd.Truncate {
-			if err := l.log.TruncateAfter(rd.TruncateAfter); err != nil {
-				return err
-			}
-		}
-		for i := 0; i < len(rd.Entries); {
-			j := i
-			var recs []storage.Record
-			for ; j < len(rd.Entries) && rd.Entries[j].Epoch == rd.Entries[i].Epoch; j++ {
-				rec := installRecord
-				if data := rd.Entries[j].Data; len(data) > 0 {
-					var err error
-					if rec, err = storage.DecodeRecord(data); err != nil {
-						return fmt.Errorf("replog: entry %d: %w", rd.Entries[j].Seq, err)
-					}
-				}
-				recs = append(recs, rec)
-			}
-			first, err := l.log.Append(rd.Entries[i].Epoch, recs)
-			if err != nil {
-				return err
-			}
-			if first != rd.Entries[i].Seq {
-				return fmt.Errorf("replog: storage put seq %d where the kernel expects %d", first, rd.Entries[i].Seq)
-			}
-			i = j
-		}
-		// A leader's Appends go out before its own fsync: followers then
-		// flush in parallel with it. That is safe because the kernel counts
-		// the leader's own entries only once Advance reports them durable
-		// (Raft §10.2.1). Everything else waits for durability (the
-		// ordering rule on replica.Ready): promises, truncations, acks.
-		early := rd.HardState == nil && !rd.Truncate // Appends come from leaders only
-		if early {
-			if err := l.send(rd, replica.MsgAppend); err != nil {
-				return err
-			}
-		}
-		if rd.Truncate || len(rd.Entries) > 0 {
-			if err := l.log.Sync(); err != nil {
-				return err
-			}
-		}
-		if early {
-			err = l.send(rd, otherThanAppend)
-		} else {
-			err = l.send(rd, anyMessage)
-		}
-		if err != nil {
-			return err
-		}
-		l.k.Advance(rd)
-		if rd.CommitSeq > 0 {
-			l.commitSeq.Store(rd.CommitSeq)
-			l.completeCommitted(rd.CommitSeq)
-		}
-	}
-	l.publishStatus()
-	return nil
-}
-
-// Message filters for send.
-const (
-	anyMessage      replica.MsgType = 0
-	otherThanAppend replica.MsgType = 255
-)
-
-// send sends the Ready's messages of type only (anyMessage: all;
-// otherThanAppend: all but Appends), attaching entry data to Appends: from
-// the Ready itself when it holds the range (a leader's fresh proposals, no
-// read or re-encoding), else from the log.
-func (l *Log) send(rd replica.Ready, only replica.MsgType) error {
-	for _, m := range rd.Messages {
-		switch {
-		case only == anyMessage:
-		case only == otherThanAppend && m.Type == replica.MsgAppend:
-			continue
-		case only != otherThanAppend && m.Type != only:
-			continue
-		}
-		if m.Type == replica.MsgAppend && m.FirstSeq != 0 {
-			if err := l.attachEntries(&m, rd.Entries); err != nil {
-				return err
-			}
-		}
-		l.cfg.Send(m)
-	}
-	return nil
-}
-
-func (l *Log) attachEntries(m *replica.Message, fresh []replica.Entry) error {
-	if n := len(fresh); n > 0 && m.FirstSeq >= fresh[0].Seq && m.LastSeqSent <= fresh[n-1].Seq {
-		m.Entries = fresh[m.FirstSeq-fresh[0].Seq : m.LastSeqSent-fresh[0].Seq+1]
-		return nil
-	}
-	entries, err := l.log.Read(m.FirstSeq, int(m.LastSeqSent-m.FirstSeq+1), 4<<20)
-	if errors.Is(err, storage.ErrCorrupt) {
-		return fmt.Errorf("%w: %w", errDamagedRead, err)
-	}
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		var data []byte // an install entry travels empty
-		if !isInstall(&e.Record) {
-			data = storage.AppendRecord(nil, &e.Record)
-		}
-		m.Entries = append(m.Entries, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: data})
-	}
-	if len(m.Entries) > 0 {
-		m.LastSeqSent = m.Entries[len(m.Entries)-1].Seq
-	}
-	return nil
-}
-
-// completeCommitted finishes proposals up to commit: committed if the
-// entry at their seq is still theirs (written in their epoch, by the
-// kernel's epoch boundaries), otherwise lost to another lineage.
-func (l *Log) completeCommitted(commit uint64) {
-	if len(l.pending) == 0 || l.pending[0].Seq > commit {
-		return
-	}
-	epochs := l.k.Status().Epochs
-	kept := l.pending[:0]
-	for _, p := range l.pending {
-		if p.Seq > commit {
-			kept = append(kept, p)
-			continue
-		}
-		if epochAt(epochs, p.Seq) == p.Epoch {
-			p.finish(nil)
-		} else {
-			p.finish(ErrLost)
-		}
-	}
-	clear(l.pending[len(kept):])
-	l.pending = kept
 }
 
 // epochAt is the epoch the entry at seq was written in, by the log's
@@ -641,18 +526,4 @@ func epochAt(epochs []replica.EpochStart, seq uint64) uint64 {
 		e = b.Epoch
 	}
 	return e
-}
-
-func (l *Log) publishStatus() {
-	st := l.k.Status()
-	l.status.Store(&st)
-	if l.cfg.Notify == nil {
-		return
-	}
-	n := notice{role: st.Role, epoch: st.Hard.Promised, commit: l.commitSeq.Load(), leader: st.Leader, readOnly: st.ReadOnly,
-		start: l.log.StartSeq(), valid: true}
-	if n != l.notified {
-		l.notified = n
-		l.cfg.Notify()
-	}
 }

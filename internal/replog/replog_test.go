@@ -53,7 +53,7 @@ func newGroupWith(t *testing.T, n int, tune func(*Config)) *group {
 func (g *group) start(id replica.NodeID) {
 	g.t.Helper()
 	cfg := Config{ID: id, Members: g.members, Dir: fmt.Sprintf("/n%d", id), FS: g.fs, Logger: quiet,
-		Tick: 2 * time.Millisecond, Seed: uint64(id), Send: g.route}
+		Tick: 2 * time.Millisecond, Seed: uint64(id), Send: g.route, NowMs: func() int64 { return time.Now().UnixMilli() }}
 	if g.tune != nil {
 		g.tune(&cfg)
 	}

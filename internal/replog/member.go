@@ -1,0 +1,299 @@
+package replog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sync/atomic"
+
+	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/storage"
+)
+
+// Member is one member of one replica group, stepped by its driver on one
+// goroutine: the kernel, its storage and the proposals it made, and no
+// goroutine, channel or clock of its own. Production wraps it in Log (a
+// goroutine, queues and tickers); the simulator steps it directly. Only
+// the readers (Status, CommitSeq, Read, ReadLog) may be called from other
+// goroutines.
+type Member struct {
+	cfg Config
+	log *storage.Log
+	k   *replica.Replica
+	x   replica.Executor
+
+	pending []*Proposal // proposed by this member, awaiting their outcome
+
+	status    atomic.Pointer[replica.Status]
+	commitSeq atomic.Uint64
+	installs  atomic.Uint64
+	notified  notice // what Notify last reported
+	// rebuildingMarked: the rebuilding mark (rebuildingFile) is on disk;
+	// Handle removes it once the kernel says the member is whole.
+	rebuildingMarked bool
+}
+
+// OpenMember restores a member from its directory. Nothing runs until its
+// driver steps it.
+func OpenMember(cfg Config) (*Member, error) {
+	if cfg.FS == nil || cfg.Send == nil || cfg.Dir == "" {
+		return nil, errors.New("replog: FS, Send and Dir are required")
+	}
+	cfg.setDefaults()
+	if (cfg.Storage.RetentionAgeMs != 0 || cfg.Storage.RetentionBytes != 0) && cfg.NowMs == nil {
+		return nil, errors.New("replog: a retention needs NowMs, its clock")
+	}
+	lg, err := storage.Open(cfg.FS, cfg.Dir, cfg.Storage)
+	if err != nil {
+		return nil, err
+	}
+	p, err := loadPersisted(cfg.FS, cfg.Dir, lg)
+	// A damaged member rebuilds from a healthy one; a member alone has
+	// none, so it refuses to open (its data cannot be recovered here).
+	canRebuild := len(cfg.Members) > 1
+	if canRebuild && errors.Is(err, errSnapshotPointDamaged) {
+		if err = resetDamagedMember(cfg.FS, cfg.Dir, lg, err, cfg.Logger); err == nil {
+			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
+		}
+	}
+	if canRebuild && errors.Is(err, storage.ErrCorrupt) {
+		quarantined, qerr := quarantineDamage(cfg.FS, cfg.Dir, lg, cfg.Logger)
+		switch {
+		case qerr != nil:
+			err = qerr
+		case quarantined:
+			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
+		}
+	}
+	marked := false
+	if err == nil {
+		marked, err = isRebuilding(cfg.FS, cfg.Dir)
+		p.Rebuilding = p.Rebuilding || marked
+	}
+	if err != nil {
+		lg.Close()
+		return nil, err
+	}
+	k, err := replica.New(kernelConfig(cfg), p)
+	if err != nil {
+		lg.Close()
+		return nil, err
+	}
+	m := &Member{cfg: cfg, log: lg, k: k, rebuildingMarked: marked}
+	m.x = replica.Executor{Store: memberStore{m}, Send: cfg.Send, SendBeforePersist: cfg.SendBeforePersist}
+	m.publishStatus()
+	return m, nil
+}
+
+// kernelConfig is the replication kernel's configuration for a member.
+func kernelConfig(cfg Config) replica.Config {
+	return replica.Config{ID: cfg.ID, Replicas: cfg.Members, Policy: cfg.Policy,
+		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed, Mutations: cfg.Mutations,
+		ReservationTicks: max(int(cfg.Reservation/cfg.Tick), 4*cfg.ElectionTicks)}
+}
+
+// Step hands the kernel a message from another member.
+func (m *Member) Step(msg replica.Message) { m.k.Step(msg) }
+
+// Tick advances the kernel's logical clock by one tick.
+func (m *Member) Tick() { m.k.Tick() }
+
+// Campaign starts an election now (see Log.Campaign).
+func (m *Member) Campaign() { m.k.Campaign() }
+
+// Propose proposes p's record; p completes (finish) when its outcome is
+// known, during a later Handle, or at once when the kernel refuses it.
+func (m *Member) Propose(p *Proposal) {
+	seq, epoch, err := m.k.Propose(p.data)
+	if err != nil {
+		p.finish(err)
+		return
+	}
+	p.Seq, p.Epoch = seq, epoch
+	m.pending = append(m.pending, p)
+}
+
+// Handle carries out the kernel's Readys with the shared executor, then
+// completes the proposals whose outcome is known and publishes the
+// member's status. A damaged entry found while reading for a follower
+// restarts the member in place (see restartDamaged); any other error means
+// the member cannot persist and must stop.
+func (m *Member) Handle() error {
+	commit, err := m.x.Run(m.k)
+	if errors.Is(err, errDamagedRead) {
+		// Drop the damage and rebuild, as after a restart (the unfinished
+		// Ready is lost, as in a crash).
+		if restarted, rerr := m.restartDamaged(); rerr != nil || !restarted {
+			return fmt.Errorf("replog: damaged log: %w", errors.Join(err, rerr))
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if commit > 0 {
+		// Published before proposals complete: a completed entry is
+		// always at or below CommitSeq.
+		m.commitSeq.Store(commit)
+	}
+	m.completeProposals()
+	if m.rebuildingMarked && !m.k.Status().Rebuilding {
+		if err := m.clearRebuilding(); err != nil {
+			return fmt.Errorf("replog: cannot clear the rebuilding mark: %w", err)
+		}
+	}
+	m.publishStatus()
+	return nil
+}
+
+// Close fails the pending proposals with ErrClosed and closes the log.
+func (m *Member) Close() error {
+	for _, p := range m.pending {
+		p.finish(ErrClosed)
+	}
+	m.pending = nil
+	return m.log.Close()
+}
+
+// completeProposals finishes every pending proposal whose outcome the
+// kernel knows: committed, or lost to another lineage.
+func (m *Member) completeProposals() {
+	kept := m.pending[:0]
+	for _, p := range m.pending {
+		switch m.k.Outcome(p.Seq, p.Epoch) {
+		case replica.Committed:
+			p.finish(nil)
+		case replica.Lost:
+			p.finish(ErrLost)
+		default:
+			kept = append(kept, p)
+		}
+	}
+	clear(m.pending[len(kept):])
+	m.pending = kept
+}
+
+// clearRebuilding removes the rebuilding mark once the member is whole
+// (it holds everything its leader committed), durably.
+func (m *Member) clearRebuilding() error {
+	if err := m.cfg.FS.Remove(path.Join(m.cfg.Dir, rebuildingFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := m.cfg.FS.SyncDir(m.cfg.Dir); err != nil {
+		return err
+	}
+	m.rebuildingMarked = false
+	m.cfg.Logger.Info("replog: whole again after dropping a damaged range", "member", m.cfg.ID, "dir", m.cfg.Dir)
+	return nil
+}
+
+// ReadLog is the member's log for concurrent readers (storage.Log.Read);
+// entries above CommitSeq may still be truncated. Never write to it.
+func (m *Member) ReadLog() *storage.Log { return m.log }
+
+// Status is the kernel's latest view.
+func (m *Member) Status() replica.Status { return *m.status.Load() }
+
+// CommitSeq is the last entry known committed (visible).
+func (m *Member) CommitSeq() uint64 { return m.commitSeq.Load() }
+
+// Installs is how many snapshot installs this member has done.
+func (m *Member) Installs() uint64 { return m.installs.Load() }
+
+// Read returns committed entries from fromSeq on.
+func (m *Member) Read(fromSeq uint64, max int) ([]storage.Entry, error) {
+	commit := m.commitSeq.Load()
+	if fromSeq > commit {
+		return nil, nil
+	}
+	entries, err := m.log.Read(fromSeq, min(max, int(commit-fromSeq+1)), 16<<20)
+	for i, e := range entries {
+		if e.Seq > commit {
+			return entries[:i], err
+		}
+	}
+	return entries, err
+}
+
+func (m *Member) publishStatus() {
+	st := m.k.Status()
+	m.status.Store(&st)
+	if m.cfg.Notify == nil {
+		return
+	}
+	n := notice{role: st.Role, epoch: st.Hard.Promised, commit: m.commitSeq.Load(), leader: st.Leader, readOnly: st.ReadOnly,
+		start: m.log.StartSeq(), valid: true}
+	if n != m.notified {
+		m.notified = n
+		m.cfg.Notify()
+	}
+}
+
+// memberStore is the member's replica.Store: its storage.Log, hard-state
+// file and snapshot point.
+type memberStore struct{ m *Member }
+
+func (s memberStore) InstallSnapshot(snap replica.SnapshotMeta) error {
+	return s.m.installSnapshot(snap)
+}
+
+func (s memberStore) SetHardState(h replica.HardState) error {
+	var b [12]byte
+	binary.BigEndian.PutUint64(b[:], h.Promised)
+	binary.BigEndian.PutUint32(b[8:], uint32(h.PromisedTo))
+	return storage.WriteFileAtomic(s.m.cfg.FS, path.Join(s.m.cfg.Dir, hardStateFile), b[:])
+}
+
+func (s memberStore) TruncateAfter(seq uint64) error { return s.m.log.TruncateAfter(seq) }
+
+// Append writes entries as storage batches, one per run of one epoch.
+func (s memberStore) Append(entries []replica.Entry) error {
+	for i := 0; i < len(entries); {
+		j := i
+		var recs []storage.Record
+		for ; j < len(entries) && entries[j].Epoch == entries[i].Epoch; j++ {
+			rec := installRecord
+			if data := entries[j].Data; len(data) > 0 {
+				var err error
+				if rec, err = storage.DecodeRecord(data); err != nil {
+					return fmt.Errorf("replog: entry %d: %w", entries[j].Seq, err)
+				}
+			}
+			recs = append(recs, rec)
+		}
+		first, err := s.m.log.Append(entries[i].Epoch, recs)
+		if err != nil {
+			return err
+		}
+		if first != entries[i].Seq {
+			return fmt.Errorf("replog: storage put seq %d where the kernel expects %d", first, entries[i].Seq)
+		}
+		i = j
+	}
+	return nil
+}
+
+func (s memberStore) Sync() error { return s.m.log.Sync() }
+
+// Entries reads first..last back in their storage encoding (an install
+// entry travels empty). Damage found here restarts the member (Handle).
+func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
+	read, err := s.m.log.Read(first, int(last-first+1), 4<<20)
+	if errors.Is(err, storage.ErrCorrupt) {
+		return nil, fmt.Errorf("%w: %w", errDamagedRead, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]replica.Entry, 0, len(read))
+	for _, e := range read {
+		var data []byte
+		if !isInstall(&e.Record) {
+			data = storage.AppendRecord(nil, &e.Record)
+		}
+		out = append(out, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: data})
+	}
+	return out, nil
+}
