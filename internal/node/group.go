@@ -15,6 +15,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -342,7 +343,7 @@ func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunn
 }
 
 func (g *groupRunner) loadSettings(opts GroupOptions) error {
-	fsys, file := g.node.cfg.FS, path.Join(g.dir, "settings.json")
+	fsys, file := g.node.cfg.Env.FS, path.Join(g.dir, "settings.json")
 	var st groupSettings
 	b, err := storage.ReadFileAtomic(fsys, file)
 	switch {
@@ -385,7 +386,7 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 // before its own directory fsync (ledger.go, step 3), so no ack is accepted
 // against a generation that a crash could still revert.
 func (g *groupRunner) load() error {
-	fsys := g.node.cfg.FS
+	fsys := g.node.cfg.Env.FS
 	incFile := path.Join(g.dir, "incarnation")
 	var inc uint64
 	if b, err := storage.ReadFileAtomic(fsys, incFile); err == nil {
@@ -611,8 +612,14 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 func (g *groupRunner) run() {
 	defer g.wg.Done()
 	defer g.shutdown()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	// The next wake-up: an AfterFunc on the node's clock that pokes the
+	// loop like any other wake, replaced after every pass.
+	var timer env.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-g.done:
@@ -629,13 +636,15 @@ func (g *groupRunner) run() {
 				}
 			}
 		case <-g.wakeCh:
-		case <-timer.C:
 		}
-		wait := g.iterate(g.node.cfg.NowMs())
+		wait := g.iterate(g.node.nowMs())
 		if g.retired {
 			return
 		}
-		timer.Reset(time.Duration(wait) * time.Millisecond)
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = g.node.cfg.Env.Clock.AfterFunc(time.Duration(wait)*time.Millisecond, g.poke)
 	}
 }
 
@@ -652,7 +661,7 @@ func (g *groupRunner) handle(c groupCmd) {
 				break
 			}
 		}
-		now := g.node.cfg.NowMs()
+		now := g.node.nowMs()
 		for _, cur := range g.cursors {
 			cur.Release(now, c.sub.id)
 		}
@@ -678,7 +687,7 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		g.replies = append(g.replies, func(*wire.Error) { reply(nil, refused) })
 		return
 	}
-	now := g.node.cfg.NowMs()
+	now := g.node.nowMs()
 	m := g.node.metrics
 	results := make([]wire.Code, len(c.entries))
 	for i, e := range c.entries {
@@ -733,11 +742,11 @@ func (g *groupRunner) flushLedger() {
 		_, err := g.ledger.Append(0, recs)
 		if err == nil {
 			g.ledgerBytes += int64(len(recs))*ledgerRecordOverheadBytes + int64(len(g.ledgerBatch)+len(g.countBatch))
-			start := g.node.cfg.NowNanos()
+			start := g.node.nowNanos()
 			if !g.node.cfg.Mutations.SkipLedgerFsync {
 				err = g.ledger.Sync()
 			}
-			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(float64(g.node.cfg.NowNanos()-start) / 1e9)
+			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(float64(g.node.nowNanos()-start) / 1e9)
 		}
 		g.ledgerBatch, g.countBatch = nil, nil
 		if err == nil {

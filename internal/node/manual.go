@@ -33,7 +33,7 @@ func (n *Node) Step() bool {
 	if !n.cfg.Manual {
 		panic("node: Step on a node that runs its own goroutines")
 	}
-	now := n.cfg.NowMs()
+	now := n.nowMs()
 	ran := false
 	for {
 		progress := false

@@ -202,7 +202,7 @@ func (g *groupRunner) flushReplicated() {
 	if len(eff.DeadRetry) > 0 {
 		// A lost retry count costs at most one extra delivery should the
 		// coordinator change.
-		now := g.node.cfg.NowMs()
+		now := g.node.nowMs()
 		for _, r := range eff.DeadRetry {
 			g.retryDeadLetter(now, ackKey{r.Key.Partition, r.Key.Seq}, fmt.Errorf("record not committed: %w", r.Err), true)
 		}
