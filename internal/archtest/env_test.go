@@ -29,12 +29,7 @@ var globalRandomness = []string{"math/rand", "math/rand/v2"}
 // pendingEnvAllowlist lists violations known and scheduled to go: "file
 // (relative to the module root): enclosing function: offending use".
 // Each entry must still match a violation (a fixed one must be removed).
-var pendingEnvAllowlist = []string{
-	// internal/replog's production driver (the goroutine around a
-	// stepped Member) still ticks on the wall clock (issue 12); remove
-	// this when it takes its ticks from an env.Clock.
-	"internal/replog/replog.go: (*Log).run: time.NewTicker",
-}
+var pendingEnvAllowlist = []string{}
 
 // envViolation is one use of the wall clock or global randomness.
 type envViolation struct {

@@ -35,7 +35,8 @@ type ClusterConfig struct {
 	// listening on this node's peer address (tests pick free ports first).
 	PeerListener net.Listener
 	// Tick is the replication kernel's tick (default 10 ms); a leader is
-	// suspected after ElectionTicks ticks without news (default 30).
+	// suspected after ElectionTicks ticks without news (0: the replication
+	// kernel's default, replica.Config).
 	Tick          time.Duration
 	ElectionTicks int
 	// DeclareTimeout bounds a DECLARE through the metadata log (default 10 s).
@@ -96,9 +97,6 @@ const metaStateFile = "meta.json"
 func (c *ClusterConfig) setDefaults() {
 	if c.Tick == 0 {
 		c.Tick = 10 * time.Millisecond
-	}
-	if c.ElectionTicks == 0 {
-		c.ElectionTicks = 30
 	}
 	if c.DeclareTimeout == 0 {
 		c.DeclareTimeout = 10 * time.Second
@@ -248,7 +246,7 @@ func (c *cluster) openGroup(topic string, partition uint32, members []replica.No
 		Storage: storage.Options{SegmentBytesMax: c.n.cfg.SegmentBytesMax, RecordBytesMax: c.n.cfg.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.retentionMs, RetentionBytes: gs.retentionBytes},
 		CompactEvery: time.Duration(c.n.cfg.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.limit,
-		NowMs: c.n.cfg.Env.Clock.NowMs, Reservation: c.cfg.Reservation,
+		Clock: c.n.cfg.Env.Clock, Reservation: c.cfg.Reservation,
 		Notify: notify,
 		Send:   func(m replica.Message) { c.tr.Send(uint32(m.To), replog.ToWire(topic, partition, m)) }})
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -14,13 +16,13 @@ import (
 // and a queue of messages in flight, delivered by pump.
 type manualGroup struct {
 	t     *testing.T
-	nowMs int64
+	clock *env.Virtual
 	logs  []*Log
 	net   []replica.Message
 }
 
 func newManualGroup(t *testing.T, n int, tune func(*Config)) *manualGroup {
-	g := &manualGroup{t: t, nowMs: 1_000}
+	g := &manualGroup{t: t, clock: env.NewVirtual(1_000)}
 	fs := vfs.NewMem()
 	var members []replica.NodeID
 	for i := 1; i <= n; i++ {
@@ -28,7 +30,7 @@ func newManualGroup(t *testing.T, n int, tune func(*Config)) *manualGroup {
 	}
 	for _, id := range members {
 		cfg := Config{ID: id, Members: members, Dir: fmt.Sprintf("/m%d", id), FS: fs, Logger: quiet, Seed: uint64(id),
-			Manual: true, NowMs: func() int64 { return g.nowMs }, Send: func(m replica.Message) { g.net = append(g.net, m) }}
+			Manual: true, Clock: g.clock, Send: func(m replica.Message) { g.net = append(g.net, m) }}
 		if tune != nil {
 			tune(&cfg)
 		}
@@ -45,7 +47,7 @@ func newManualGroup(t *testing.T, n int, tune func(*Config)) *manualGroup {
 // run advances the clock by ms, one tick at a time, delivering every
 // message and pumping every log after each tick.
 func (g *manualGroup) run(ms int64) {
-	for end := g.nowMs + ms; g.nowMs < end; g.nowMs += 10 {
+	for end := g.clock.NowMs() + ms; g.clock.NowMs() < end; g.clock.Advance(10 * time.Millisecond) {
 		for progress := true; progress; {
 			progress = false
 			for _, l := range g.logs {

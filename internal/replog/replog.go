@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -58,18 +59,20 @@ type Config struct {
 	// (default 1 s) the member deletes the log segments retention lets go
 	// of — never past what the kernel must keep (committed, flushed, and
 	// what a follower inside its reservation still needs), nor past
-	// CompactLimit when set (what the caller has not consumed yet). NowMs
-	// is the retention clock (required when Storage sets a retention).
+	// CompactLimit when set (what the caller has not consumed yet).
 	CompactEvery time.Duration
 	CompactLimit func() uint64
-	NowMs        func() int64
+	// Clock is the member's time: the retention clock, and the tickers of
+	// the production driver (Log); a Manual Log ticks by its NowMs.
+	// Required.
+	Clock env.Clock
 	// Reservation is how long a leader keeps the log a silent follower
 	// still needs (default 30 s); a follower away longer may have to
 	// rebuild from a snapshot.
 	Reservation time.Duration
 	// Manual makes Open start no goroutine: the driver (a simulated node)
 	// calls Pump on its own goroutine, and ticks and compactions follow
-	// NowMs (required then).
+	// the Clock's NowMs.
 	Manual bool
 	// Mutations and SendBeforePersist deliberately break the kernel and the
 	// executor, so tests can prove the simulator catches each. Never set
@@ -169,9 +172,6 @@ const hardStateFile = "hardstate"
 // Open restores a member from its directory and starts its goroutine
 // (none in Manual mode).
 func Open(cfg Config) (*Log, error) {
-	if cfg.Manual && cfg.NowMs == nil {
-		return nil, errors.New("replog: a Manual log needs NowMs, its clock")
-	}
 	m, err := OpenMember(cfg)
 	if err != nil {
 		return nil, err
@@ -180,7 +180,7 @@ func Open(cfg Config) (*Log, error) {
 		prop: make(chan *Proposal, m.cfg.ProposeQueueMax), done: make(chan struct{}), damaged: make(chan struct{}, 1),
 		manual: cfg.Manual}
 	if l.manual {
-		l.lastTickMs = cfg.NowMs()
+		l.lastTickMs = cfg.Clock.NowMs()
 		l.lastCompactMs = l.lastTickMs
 		return l, nil
 	}
@@ -206,7 +206,7 @@ func (l *Log) Pump() (bool, error) {
 	l.pumping = true
 	defer func() { l.pumping = false }()
 	m, ran := l.m, false
-	now := m.cfg.NowMs()
+	now := m.cfg.Clock.NowMs()
 	tick := m.cfg.Tick.Milliseconds()
 	for ; now-l.lastTickMs >= tick; l.lastTickMs += tick {
 		m.Tick()
@@ -453,9 +453,9 @@ func (l *Log) Damaged() {
 func (l *Log) run() {
 	defer l.wg.Done()
 	m := l.m
-	ticker := time.NewTicker(m.cfg.Tick)
+	ticker := m.cfg.Clock.NewTicker(m.cfg.Tick)
 	defer ticker.Stop()
-	compact := time.NewTicker(m.cfg.CompactEvery)
+	compact := m.cfg.Clock.NewTicker(m.cfg.CompactEvery)
 	defer compact.Stop()
 	defer func() {
 		for {
@@ -471,9 +471,9 @@ func (l *Log) run() {
 		select {
 		case <-l.done:
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 			m.Tick()
-		case <-compact.C:
+		case <-compact.C():
 			if err := m.Compact(); err != nil {
 				m.cfg.Logger.Error("replog: compaction failed; stopping member", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
 				return

@@ -277,14 +277,13 @@ func (g *groupSim) ids() []replica.NodeID {
 	return out
 }
 
-
 // open reopens n's member from its disk (recovery), as a new incarnation
 // that is not up yet. It reports false (after recording a violation) when
 // the disk does not recover.
 func (g *groupSim) open(n *groupNode) bool {
 	cfg := replog.Config{ID: n.id, Members: g.ids(), Policy: g.opts.Policy, Dir: groupDir, FS: n.fs, Logger: discardLogger,
 		Tick: groupTickMs * time.Millisecond, ElectionTicks: 10, Reservation: 400 * time.Millisecond, Seed: g.opts.Seed*31 + uint64(g.ghost.Elections()) + uint64(g.w.events), Send: g.sender(n),
-		NowMs: func() int64 { return g.w.nowMs }, Mutations: g.opts.Mutations, SendBeforePersist: g.opts.SendBeforePersist}
+		Clock: brokerClock{g.w}, Mutations: g.opts.Mutations, SendBeforePersist: g.opts.SendBeforePersist}
 	if g.opts.Compact {
 		// A few entries a segment; retention keeps about one.
 		cfg.Storage = storage.Options{SegmentBytesMax: 512, RetentionBytes: 512}
