@@ -73,17 +73,21 @@ type cluster struct {
 	groups map[groupID]*replog.Log
 
 	// Metadata state, applied by the applier goroutine (metaMu guards it
-	// for readers); appliedCh is closed and replaced after every apply.
-	metaMu    sync.Mutex
-	state     *meta.State
-	appliedCh chan struct{}
-	metaWake  chan struct{}
+	// for readers).
+	metaMu   sync.Mutex
+	state    *meta.State
+	metaWake chan struct{}
 
-	ready     chan struct{} // closed once the members are open: peer frames wait for it
-	declareMu sync.Mutex    // serializes DECLAREs on the metadata leader
-	reqID     atomic.Uint64
-	fwdMu     sync.Mutex
-	forwards  map[uint64]chan *wire.PeerDeclareOK
+	ready chan struct{} // closed once the members are open: peer frames wait for it
+	reqID atomic.Uint64
+	// DECLAREs in progress (declare.go): declMu guards the list, the
+	// forwarded ones by request id and the outcomes callbacks set;
+	// deciding is the one the metadata leader is deciding (stepper-owned).
+	declMu       sync.Mutex
+	declares     []*declareJob
+	declForwards map[uint64]*declareJob
+	declClosed   bool
+	deciding     *declareJob
 	// pubForwards are the publishes forwarded to partition leaders
 	// (forward.go).
 	pubForwards forwardedPubs
@@ -108,8 +112,8 @@ func (c *ClusterConfig) setDefaults() {
 func (n *Node) openCluster() error {
 	cc := *n.cfg.Cluster
 	cc.setDefaults()
-	c := &cluster{n: n, cfg: cc, groups: map[groupID]*replog.Log{}, appliedCh: make(chan struct{}), ready: make(chan struct{}),
-		metaWake: make(chan struct{}, 1), forwards: map[uint64]chan *wire.PeerDeclareOK{}, done: make(chan struct{})}
+	c := &cluster{n: n, cfg: cc, groups: map[groupID]*replog.Log{}, ready: make(chan struct{}),
+		metaWake: make(chan struct{}, 1), declForwards: map[uint64]*declareJob{}, done: make(chan struct{})}
 	peers := map[uint32]string{}
 	for _, m := range cc.Members {
 		c.names = append(c.names, m.ID)
@@ -285,177 +289,20 @@ func (c *cluster) handle(from uint32, f wire.Frame) {
 			l.Step(m) // a group this node does not host yet: dropped, resent
 		}
 	case *wire.PeerDeclare:
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			reply := &wire.PeerDeclareOK{ReqID: f.ReqID}
-			created, err := c.declareAsLeader(f.Topic)
+		c.declareAsync(f.Topic, true, func(created bool, err error) {
+			reply := &wire.PeerDeclareOK{ReqID: f.ReqID, Created: created}
 			if err != nil {
 				we := asWire(err)
 				reply.Code, reply.Message = we.Code, we.Message
 			}
-			reply.Created = created
 			c.tr.Send(from, reply)
-		}()
+		})
 	case *wire.PeerDeclareOK:
-		c.fwdMu.Lock()
-		ch := c.forwards[f.ReqID]
-		delete(c.forwards, f.ReqID)
-		c.fwdMu.Unlock()
-		if ch != nil {
-			ch <- f
-		}
+		c.declareAnswered(f)
 	case *wire.PeerPublish:
 		c.servePublish(from, f)
 	case *wire.PeerPublishOK:
 		c.publishAnswered(f)
-	}
-}
-
-// declare creates a topic through the metadata log: directly on its
-// leader, forwarded to it elsewhere. It returns once this node has applied
-// the topic.
-func (c *cluster) declare(tc wire.TopicConfig) (bool, error) {
-	tc, err := meta.Normalize(tc, len(c.names))
-	if err != nil {
-		return false, err
-	}
-	st, err := c.metaLeader()
-	if err != nil {
-		return false, err
-	}
-	var created bool
-	if st.Role == replica.Leader {
-		created, err = c.declareAsLeader(tc)
-	} else {
-		created, err = c.forward(st.Leader, tc)
-	}
-	if err != nil {
-		return false, err
-	}
-	return created, c.waitTopic(tc.Name)
-}
-
-// metaLeader waits (bounded by DeclareTimeout) until the metadata group
-// has a leader: right after a cluster starts, or during an election.
-func (c *cluster) metaLeader() (replica.Status, error) {
-	deadline, stop := c.n.after(c.cfg.DeclareTimeout)
-	defer stop()
-	poll := c.n.cfg.Env.Clock.NewTicker(c.cfg.Tick)
-	defer poll.Stop()
-	for {
-		st := c.metaLog.Status()
-		if st.Role == replica.Leader || st.Leader != 0 {
-			return st, nil
-		}
-		select {
-		case <-poll.C():
-		case <-deadline:
-			return st, wire.Errorf(wire.CodeUnavailable, "no metadata leader within %v (a quorum of nodes is down?); retry", c.cfg.DeclareTimeout)
-		case <-c.done:
-			return st, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
-		}
-	}
-}
-
-func (c *cluster) forward(leader replica.NodeID, tc wire.TopicConfig) (bool, error) {
-	id := c.reqID.Add(1)
-	ch := make(chan *wire.PeerDeclareOK, 1)
-	c.fwdMu.Lock()
-	c.forwards[id] = ch
-	c.fwdMu.Unlock()
-	defer func() {
-		c.fwdMu.Lock()
-		delete(c.forwards, id)
-		c.fwdMu.Unlock()
-	}()
-	if !c.tr.Send(uint32(leader), &wire.PeerDeclare{ReqID: id, Topic: tc}) {
-		return false, wire.Errorf(wire.CodeUnavailable, "metadata leader %s unreachable; retry", c.name(leader))
-	}
-	timeout, stop := c.n.after(c.cfg.DeclareTimeout)
-	defer stop()
-	select {
-	case r := <-ch:
-		if r.Code != wire.CodeOK {
-			return false, wire.Errorf(r.Code, "%s", r.Message)
-		}
-		return r.Created, nil
-	case <-timeout:
-		return false, wire.Errorf(wire.CodeUnavailable, "metadata leader %s did not answer in %v; retry", c.name(leader), c.cfg.DeclareTimeout)
-	case <-c.done:
-		return false, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
-	}
-}
-
-// declareAsLeader decides and commits a DECLARE on the metadata leader.
-// DECLAREs are serialized so that a decision sees every earlier one.
-func (c *cluster) declareAsLeader(tc wire.TopicConfig) (bool, error) {
-	tc, err := meta.Normalize(tc, len(c.names))
-	if err != nil {
-		return false, err
-	}
-	c.declareMu.Lock()
-	defer c.declareMu.Unlock()
-	if c.metaLog.Status().Role != replica.Leader {
-		return false, wire.Errorf(wire.CodeUnavailable, "metadata leadership moved; retry")
-	}
-	// Everything committed before must be applied before deciding.
-	if err := c.waitApplied(c.metaLog.CommitSeq()); err != nil {
-		return false, err
-	}
-	c.metaMu.Lock()
-	cmd, exists, err := c.state.Decide(tc, len(c.names))
-	c.metaMu.Unlock()
-	if err != nil || exists {
-		return false, err
-	}
-	data, err := json.Marshal(cmd)
-	if err != nil {
-		return false, err
-	}
-	p := c.metaLog.Propose(storage.Record{Value: data})
-	timeout, stop := c.n.after(c.cfg.DeclareTimeout)
-	defer stop()
-	select {
-	case <-p.Done:
-	case <-timeout:
-		return false, wire.Errorf(wire.CodeUnavailable, "the metadata log did not commit in %v; retry", c.cfg.DeclareTimeout)
-	}
-	switch {
-	case errors.Is(p.Err, replica.ErrQuorumLost):
-		return false, wire.Errorf(wire.CodeQuorumLost, "metadata log: %v", p.Err)
-	case p.Err != nil:
-		return false, wire.Errorf(wire.CodeUnavailable, "metadata log: %v; retry", p.Err)
-	}
-	return true, c.waitApplied(p.Seq)
-}
-
-// waitApplied waits until the applier has applied seq.
-func (c *cluster) waitApplied(seq uint64) error {
-	return c.waitMeta(func(s *meta.State) bool { return s.Applied >= seq })
-}
-
-func (c *cluster) waitTopic(name string) error {
-	return c.waitMeta(func(s *meta.State) bool { _, ok := s.Topics[name]; return ok })
-}
-
-func (c *cluster) waitMeta(cond func(*meta.State) bool) error {
-	deadline, stop := c.n.after(c.cfg.DeclareTimeout)
-	defer stop()
-	for {
-		c.metaMu.Lock()
-		ok, ch := cond(c.state), c.appliedCh
-		c.metaMu.Unlock()
-		if ok {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			return wire.Errorf(wire.CodeUnavailable, "metadata not applied in %v; retry", c.cfg.DeclareTimeout)
-		case <-c.done:
-			return wire.Errorf(wire.CodeUnavailable, "node is shutting down")
-		}
 	}
 }
 
@@ -480,6 +327,7 @@ func (c *cluster) applyMeta() {
 		case <-tick.C():
 		}
 		c.applyCommittedMeta()
+		c.stepDeclares()
 	}
 }
 
@@ -530,10 +378,6 @@ func (c *cluster) applyCommittedMeta() {
 		if err != nil {
 			c.n.log.Error("persist metadata state failed", "err", err)
 		}
-		c.metaMu.Lock()
-		close(c.appliedCh)
-		c.appliedCh = make(chan struct{})
-		c.metaMu.Unlock()
 	}
 }
 
@@ -560,6 +404,7 @@ func (c *cluster) close() {
 		c.tr.Close()
 	}
 	c.wg.Wait()
+	c.failDeclares()
 	c.failForwardedPublishes()
 	if c.metaLog != nil {
 		c.metaLog.Close()

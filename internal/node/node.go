@@ -14,7 +14,6 @@ import (
 	"path"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/partition"
@@ -193,14 +192,6 @@ func (n *Node) nowMs() int64 { return n.cfg.Env.Clock.NowMs() }
 // nowNanos is the node's clock for measuring durations (Config.Env).
 func (n *Node) nowNanos() int64 { return n.cfg.Env.Clock.NowNanos() }
 
-// after returns a channel closed d from now on the node's clock, and stop,
-// which releases the timer if it has not fired.
-func (n *Node) after(d time.Duration) (fired <-chan struct{}, stop func() bool) {
-	ch := make(chan struct{})
-	t := n.cfg.Env.Clock.AfterFunc(d, func() { close(ch) })
-	return ch, t.Stop
-}
-
 // Metrics returns the node's Prometheus metrics.
 func (n *Node) Metrics() *Metrics { return n.metrics }
 
@@ -296,6 +287,25 @@ func (n *Node) Declare(tc wire.TopicConfig) (created bool, err error) {
 	return n.declare(tc)
 }
 
+// DeclareAsync is Declare answering through done (exactly once) instead
+// of blocking: in a cluster, on the goroutine that steps the metadata
+// (sessions use it, so no reader waits on the metadata log).
+func (n *Node) DeclareAsync(tc wire.TopicConfig, done func(created bool, err error)) {
+	if err := wire.ValidateWritableTopic(tc.Name); err != nil {
+		done(false, err)
+		return
+	}
+	if err := ValidateTopic(tc); err != nil {
+		done(false, err)
+		return
+	}
+	if n.cluster != nil {
+		n.cluster.declareAsync(tc, false, done)
+		return
+	}
+	done(n.declareLocal(tc))
+}
+
 // declare is Declare without the client's name rule: the group machinery
 // declares dead-letter topics through it.
 func (n *Node) declare(tc wire.TopicConfig) (created bool, err error) {
@@ -305,6 +315,11 @@ func (n *Node) declare(tc wire.TopicConfig) (created bool, err error) {
 	if n.cluster != nil {
 		return n.cluster.declare(tc)
 	}
+	return n.declareLocal(tc)
+}
+
+// declareLocal creates a topic on a single node.
+func (n *Node) declareLocal(tc wire.TopicConfig) (created bool, err error) {
 	if tc.Replicas == 0 {
 		tc.Replicas = 1
 	}
