@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -166,9 +167,52 @@ func (n *Node) openCluster() error {
 	}
 	c.campaignIfNew(c.metaLog, 1)
 	close(c.ready)
+	if n.cfg.Manual {
+		return nil // Step applies the metadata and advances DECLAREs
+	}
 	c.wg.Add(1)
 	go c.applyMeta()
 	return nil
+}
+
+func metaFirst(id groupID) int {
+	if id.topic == meta.MetaTopic {
+		return 0
+	}
+	return 1
+}
+
+// step is the cluster's share of a Manual node's Step: it pumps every
+// replica group this node hosts (the metadata log first, then the
+// partitions in (topic, partition) order), applies committed metadata and
+// advances DECLAREs. It reports whether anything ran.
+func (c *cluster) step() bool {
+	c.mu.RLock()
+	ids := make([]groupID, 0, len(c.groups))
+	for id := range c.groups {
+		ids = append(ids, id)
+	}
+	c.mu.RUnlock()
+	slices.SortFunc(ids, func(a, b groupID) int {
+		return cmp.Or(cmp.Compare(metaFirst(a), metaFirst(b)), cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+	progress := false
+	for _, id := range ids {
+		c.mu.RLock()
+		l := c.groups[id]
+		c.mu.RUnlock()
+		if l == nil {
+			continue
+		}
+		// A member that cannot persist stops (replog logs why); its
+		// partition then answers from its last status, as in production.
+		ran, _ := l.Pump()
+		progress = progress || ran
+	}
+	before := c.applied()
+	c.applyCommittedMeta()
+	progress = progress || c.applied() != before
+	return c.stepDeclares() || progress
 }
 
 // campaignIfNew starts the first election of a brand-new group on its
@@ -245,7 +289,7 @@ func (c *cluster) openGroup(topic string, partition uint32, members []replica.No
 		dir = path.Join(c.n.cfg.DataDir, "topics", topic, fmt.Sprint(partition))
 	}
 	gid := groupID{topic, partition}
-	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.n.cfg.Env.FS,
+	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.n.cfg.Env.FS, Manual: c.n.cfg.Manual,
 		Logger: c.n.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition),
 		Storage: storage.Options{SegmentBytesMax: c.n.cfg.SegmentBytesMax, RecordBytesMax: c.n.cfg.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.retentionMs, RetentionBytes: gs.retentionBytes},

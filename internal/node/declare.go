@@ -104,16 +104,21 @@ func (c *cluster) declare(tc wire.TopicConfig) (bool, error) {
 	return o.created, o.err
 }
 
-// stepDeclares advances every DECLARE as far as it can go now. Only one
-// goroutine steps (the applier's, or a Manual node's driver).
-func (c *cluster) stepDeclares() {
+// stepDeclares advances every DECLARE as far as it can go now, reporting
+// whether any moved. Only one goroutine steps (the applier's, or a Manual
+// node's driver).
+func (c *cluster) stepDeclares() bool {
 	c.declMu.Lock()
 	jobs := slices.Clone(c.declares)
 	c.declMu.Unlock()
 	now := c.n.nowMs()
 	var finished []*declareJob
+	moved := false
 	for _, j := range jobs {
-		if created, err, ok := c.advance(j, now); ok {
+		stage := j.stage
+		created, err, ok := c.advance(j, now)
+		moved = moved || ok || j.stage != stage
+		if ok {
 			finished = append(finished, j)
 			if c.deciding == j {
 				c.deciding = nil
@@ -129,6 +134,7 @@ func (c *cluster) stepDeclares() {
 		c.declares = slices.DeleteFunc(c.declares, func(j *declareJob) bool { return slices.Contains(finished, j) })
 		c.declMu.Unlock()
 	}
+	return moved
 }
 
 // takeOutcome returns j's outcome once a callback has set it.

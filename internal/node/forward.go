@@ -97,9 +97,7 @@ func (c *cluster) forwardPublish(to replica.NodeID, pub *wire.Pub, reply PubRepl
 // It does not forward again: a node that no longer leads answers
 // NOT_LEADER and the sender retries with its newer view.
 func (c *cluster) servePublish(from uint32, f *wire.PeerPublish) {
-	c.wg.Add(1)
-	go func() { // Publish may block while the partition's queue is full
-		defer c.wg.Done()
+	publish := func() {
 		c.n.publish(&f.Pub, func(ok wire.PubOK, err *wire.Error) {
 			answer := &wire.PeerPublishOK{ReqID: f.ReqID, OK: ok}
 			if err != nil {
@@ -107,6 +105,15 @@ func (c *cluster) servePublish(from uint32, f *wire.PeerPublish) {
 			}
 			c.tr.Send(from, answer)
 		}, nil)
+	}
+	if c.n.cfg.Manual {
+		publish() // queues, never blocks
+		return
+	}
+	c.wg.Add(1)
+	go func() { // Publish may block while the partition's queue is full
+		defer c.wg.Done()
+		publish()
 	}()
 }
 

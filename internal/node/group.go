@@ -146,6 +146,7 @@ type groupRunner struct {
 
 	// Owned by run.
 	repl        replLedger // the replicated ledger (cluster only)
+	coordEpoch  uint64     // the epoch of partition 0 it coordinates in (cluster only)
 	retired     bool       // stopped coordinating (cluster only): run ends
 	failure     error      // the ledger failed and could not be reloaded yet
 	cursors     []*delivery.Cursor
@@ -289,6 +290,12 @@ func (n *Node) coordinates(t *topic) error {
 		info := p0.info()
 		return wire.Errorf(wire.CodeNotLeader, "the groups of topic %q are coordinated by the leader of its partition 0: %s at %s",
 			t.cfg.Name, info.Leader, info.LeaderAddr)
+	}
+	if _, ok := p0.tookOffice(); !ok {
+		// Its commit point is not known to cover the previous leaders'
+		// entries yet: cursors rebuilt now would miss committed acks
+		// (CoordinatorAfterInstall).
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the new coordinator is taking office; retry", t.cfg.Name)
 	}
 	for _, p := range t.partitions {
 		if p.repl == nil {

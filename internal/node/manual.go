@@ -37,6 +37,9 @@ func (n *Node) Step() bool {
 	ran := false
 	for {
 		progress := false
+		if n.cluster != nil {
+			progress = n.cluster.step()
+		}
 		n.mu.RLock()
 		topics := make([]*topic, 0, len(n.topics))
 		for _, t := range n.topics {

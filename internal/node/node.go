@@ -158,9 +158,6 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
 	if cfg.Cluster != nil {
-		if cfg.Manual {
-			return nil, errors.New("node: the simulator's manual mode runs single nodes only")
-		}
 		if err := n.openCluster(); err != nil {
 			n.Close()
 			return nil, err
@@ -287,9 +284,9 @@ func (n *Node) Declare(tc wire.TopicConfig) (created bool, err error) {
 	return n.declare(tc)
 }
 
-// DeclareAsync is Declare answering through done (exactly once) instead
-// of blocking: in a cluster, on the goroutine that steps the metadata
-// (sessions use it, so no reader waits on the metadata log).
+// DeclareAsync is Declare answering through done, exactly once. A Manual
+// cluster node answers later, from Step (its driver's only goroutine must
+// not wait); otherwise it answers before returning.
 func (n *Node) DeclareAsync(tc wire.TopicConfig, done func(created bool, err error)) {
 	if err := wire.ValidateWritableTopic(tc.Name); err != nil {
 		done(false, err)
@@ -299,11 +296,16 @@ func (n *Node) DeclareAsync(tc wire.TopicConfig, done func(created bool, err err
 		done(false, err)
 		return
 	}
-	if n.cluster != nil {
+	switch {
+	case n.cluster != nil && n.cfg.Manual:
 		n.cluster.declareAsync(tc, false, done)
-		return
+	case n.cluster != nil:
+		// A session's later requests may depend on the topic (DECLARE
+		// then PUB, pipelined): its reader waits, keeping them in order.
+		done(n.cluster.declare(tc))
+	default:
+		done(n.declareLocal(tc))
 	}
-	done(n.declareLocal(tc))
 }
 
 // declare is Declare without the client's name rule: the group machinery

@@ -329,6 +329,9 @@ func (p *partitionRunner) stop() {
 // shutdown fails what is queued and closes the log; it runs on the goroutine
 // that owns the partition (run, or the driver in manual mode).
 func (p *partitionRunner) shutdown() {
+	if p.rs != nil {
+		p.failReplicated(wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+	}
 	p.failQueued()
 	if p.log != nil {
 		p.log.Close()
@@ -338,6 +341,9 @@ func (p *partitionRunner) shutdown() {
 // step does the partition's due work at nowMs in manual mode: retention when
 // due, then every queued publish in batches. It reports whether it did any.
 func (p *partitionRunner) step(nowMs int64) bool {
+	if p.node.cluster != nil {
+		return p.repl != nil && p.stepReplicated()
+	}
 	progress := false
 	if nowMs >= p.nextRetentionMs {
 		p.applyRetention()

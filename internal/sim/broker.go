@@ -2,12 +2,14 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/server"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -49,6 +51,13 @@ type broker struct {
 	stopRestarts  bool
 	damaged       map[uint32]bool // partitions whose files took a bit flip
 	discardLogger *slog.Logger
+
+	// A cluster member (cluster.go): its node id, the cluster and the
+	// simulated peer network; nil cluster runs the single node "sim".
+	id      string
+	cluster *node.ClusterConfig
+	peers   env.PeerNetwork
+	onCrash func() // a cluster takes the dead incarnation off the network
 }
 
 func newBroker(w *World, chk *checker, mutations node.Mutations) *broker {
@@ -90,7 +99,10 @@ func (b *broker) start() {
 	var n *node.Node
 	err := b.guard(func() error {
 		var err error
-		n, err = node.Open(node.Config{NodeID: "sim", DataDir: dataDir, Env: b.w.brokerEnv(b.fs), Manual: true,
+		e := b.w.brokerEnv(b.fs)
+		e.Peers = b.peers
+		n, err = node.Open(node.Config{NodeID: cmp.Or(b.id, "sim"), ClientAddr: b.id, DataDir: dataDir, Env: e, Manual: true,
+			Cluster:   b.cluster,
 			Logger:    b.discardLogger,
 			Mutations: b.mutations,
 			// Small, so campaigns compact ack ledgers (and crash inside
@@ -108,7 +120,7 @@ func (b *broker) start() {
 		panic(err) // configuration is fixed; this is a programmer error
 	}
 	b.node, b.srv, b.up = n, srv, true
-	b.w.tracef("broker up (incarnation %d)", b.started)
+	b.w.tracef("%s up (incarnation %d)", cmp.Or(b.id, "broker"), b.started)
 }
 
 // guard runs fn and turns a kill point into a crash. It returns fn's error,
@@ -141,6 +153,9 @@ func (b *broker) crash() {
 
 func (b *broker) crashNow() {
 	b.up = false // the node is gone: nothing below may call into it
+	if b.onCrash != nil {
+		b.onCrash()
+	}
 	for _, c := range b.conns {
 		c.breakConn("broker crashed")
 	}
