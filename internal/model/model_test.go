@@ -85,23 +85,45 @@ func TestBoundedRestartBeforeFsync(t *testing.T) {
 	}
 }
 
-// walk applies the named actions (by prefix) one after the other from the
-// initial state, failing on a missing action or a violation.
+// walk applies the named actions one after the other from the initial
+// state, failing on a missing action or a violation. An action is named
+// by a prefix of its name, or by parts joined with "…" that its name holds
+// in that order (the first one as its prefix).
 func walk(t *testing.T, cfg Config, actions ...string) *state {
 	t.Helper()
 	s := cfg.initial()
 	for _, a := range actions {
-		i := slices.IndexFunc(cfg.successors(s), func(st step) bool { return strings.HasPrefix(st.action, a) })
+		steps := cfg.successors(s)
+		i := slices.IndexFunc(steps, func(st step) bool { return matches(st.action, a) })
 		if i < 0 {
-			t.Fatalf("no action %q", a)
+			names := make([]string, len(steps))
+			for j, st := range steps {
+				names[j] = st.action
+			}
+			t.Fatalf("no action %q among:\n  %s", a, strings.Join(names, "\n  "))
 		}
-		st := cfg.successors(s)[i]
-		if st.err != "" {
-			t.Fatalf("%s: %s", a, st.err)
+		if steps[i].err != "" {
+			t.Fatalf("%s: %s", a, steps[i].err)
 		}
-		s = st.next
+		s = steps[i].next
 	}
 	return s
+}
+
+func matches(action, pattern string) bool {
+	parts := strings.Split(pattern, "…")
+	if !strings.HasPrefix(action, parts[0]) {
+		return false
+	}
+	rest := action[len(parts[0]):]
+	for _, p := range parts[1:] {
+		j := strings.Index(rest, p)
+		if j < 0 {
+			return false
+		}
+		rest = rest[j+len(p):]
+	}
+	return true
 }
 
 // TestEarlyAppendsLoseTheTailOnACrash: under EarlyAppends a leader's
