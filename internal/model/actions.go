@@ -156,7 +156,9 @@ func (cfg *Config) settle(out []step, action string, t *state, err string) []ste
 		}
 		err = cfg.fsync(t, i)
 	}
-	return append(append(out, step{action: action, next: t, err: err}), crashes...)
+	// Crashes first: a bounded depth-first search reaches them before it
+	// loses itself in the fsync's subtree.
+	return append(append(out, crashes...), step{action: action, next: t, err: err})
 }
 
 // compact replaces node i's log up to its RetainFloor (floor) with a

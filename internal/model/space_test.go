@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -102,7 +103,6 @@ func logString(n *node, committed []replica.Entry) string {
 	}
 	return b.String()
 }
-
 
 // TestAckTimeoutMakesTheLeaderReadOnlyUntilItsQuorumAnswers: an ack
 // timeout leaves the leader READ_ONLY_DEGRADED: it refuses a proposal
@@ -206,4 +206,56 @@ func TestSnapshotCannotAnswerForAnOlderSeq(t *testing.T) {
 		}
 	}
 	t.Fatal("no duplicate APPEND to deliver")
+}
+
+// TestModelStoreRefusesWhatNoShellCouldDo: the model's store installs only
+// a snapshot of the committed prefix (else CommittedPrefixAgreement), and
+// serves no entries it compacted.
+func TestModelStoreRefusesWhatNoShellCouldDo(t *testing.T) {
+	cfg := snapshotConfig()
+	s := walk(t, cfg, snapshotInstall[:10]...) // n1 compacted to 2
+	ms := modelStore{s.mut(0), s.committed}
+	if err := ms.InstallSnapshot(replica.SnapshotMeta{Seq: 3, Epoch: 1}); !errors.Is(err, errNotCommitted) {
+		t.Errorf("a snapshot past the committed prefix: %v", err)
+	}
+	if err := ms.InstallSnapshot(replica.SnapshotMeta{Seq: 2, Epoch: 2}); !errors.Is(err, errNotCommitted) {
+		t.Errorf("a snapshot of another epoch's entry: %v", err)
+	}
+	if _, err := ms.Entries(2, 2); err == nil {
+		t.Error("served a compacted entry")
+	}
+	if e, err := ms.Entries(3, 3); err != nil || len(e) != 0 {
+		t.Errorf("entries past the end: %v, %v", e, err)
+	}
+}
+
+// TestCompactionOfAnUncommittedEntryIsCaught: the checker refuses a
+// compaction of an entry the ghost record does not hold as committed.
+func TestCompactionOfAnUncommittedEntryIsCaught(t *testing.T) {
+	cfg := snapshotConfig()
+	s := walk(t, cfg, snapshotInstall[:9]...) // v1 committed at 2
+	s.committed = s.committed[:1]             // as if v1 never committed
+	if v := cfg.compact(s, 0, 2); !strings.HasPrefix(v, "CommittedPrefixAgreement") {
+		t.Fatalf("compaction over an uncommitted entry: %q", v)
+	}
+}
+
+// TestCrashKeepsWhatBeginMadeDurable: once a held Ready sent something,
+// its Begin returned, so a crash keeps its snapshot install and hard
+// state (durable when they return) and any prefix of the rest; a silent
+// one may lose them too.
+func TestCrashKeepsWhatBeginMadeDurable(t *testing.T) {
+	cfg := Config{CrashPartial: true}
+	n := &node{held: &replica.Ready{}, writes: []write{{kind: writeHardState}, {kind: writeTruncate}, {kind: writeEntry}}}
+	if least, most := cfg.crashPoints(n); least != 1 || most != 3 {
+		t.Errorf("sent early: a crash keeps %d..%d writes, want 1..3", least, most)
+	}
+	n.silent = true
+	if least, most := cfg.crashPoints(n); least != 0 || most != 3 {
+		t.Errorf("silent: a crash keeps %d..%d writes, want 0..3", least, most)
+	}
+	cfg.CrashPartial = false
+	if least, most := cfg.crashPoints(n); least != 0 || most != 0 {
+		t.Errorf("without CrashPartial: %d..%d, want 0..0", least, most)
+	}
 }
