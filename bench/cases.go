@@ -23,6 +23,11 @@ const (
 	// workloadE2E publishes at a fixed offered rate and measures the time
 	// from publish to delivery to a consumer in the same process.
 	workloadE2E workload = "e2e"
+	// workloadFailover kills -9 the leader of a replicated stream during a
+	// stream of synchronous publishes and measures the time from the kill
+	// to the next acknowledged publish (failover.go). Only systems whose
+	// spec is killable run it.
+	workloadFailover workload = "failover"
 )
 
 // String returns the workload's name.
@@ -43,7 +48,11 @@ const (
 	modeR1Proc = "r1-proc"
 	// modeR3 is three Nereus processes on this machine, each topic
 	// replicated to all three (ack quorum: two fsyncs before the ack).
+	// For JetStream, modeR3 is three nats-server child processes in one
+	// cluster and an R3 stream, default sync_interval.
 	modeR3 = "r3"
+	// modeR3Always is the JetStream R3 cluster with sync_interval: always.
+	modeR3Always = "r3-always"
 	// systemDisk/modeFsync is no broker: one 1 KiB write and fdatasync
 	// into a preallocated file, one at a time — the raw fsync the issue
 	// measures sync publish latency against, in the same run.
@@ -62,7 +71,16 @@ type systemSpec struct {
 	start func(ctx context.Context, env *environment, dataDir string) (system, error)
 	// workloads, when set, are the only workloads the system runs.
 	workloads []workload
+	// replicas is the replication factor of its streams (0 means 1): the
+	// ratio tables compare Nereus and JetStream of the same factor.
+	replicas int
+	// killable systems run the failover workload (they are child
+	// processes whose stream leader can be killed -9 and started again).
+	killable bool
 }
+
+// replicationFactor returns the spec's number of replicas per stream.
+func (s systemSpec) replicationFactor() int { return max(s.replicas, 1) }
 
 // workloadSpec is one workload at one message size.
 type workloadSpec struct {
@@ -74,9 +92,11 @@ type workloadSpec struct {
 var systemSpecs = []systemSpec{
 	{System: systemNereus, Mode: modeR1, start: startNereusInProcess},
 	{System: systemNereus, Mode: modeR1Proc, start: startNereus},
-	{System: systemNereus, Mode: modeR3, start: startNereusCluster(3)},
+	{System: systemNereus, Mode: modeR3, start: startNereusCluster(3), replicas: 3, killable: true},
 	{System: systemJetStream, Mode: modeR1, start: startJetStreamMode(false)},
 	{System: systemJetStream, Mode: modeR1Always, start: startJetStreamMode(true)},
+	{System: systemJetStream, Mode: modeR3, start: startJetStreamCluster(3, false), replicas: 3, killable: true},
+	{System: systemJetStream, Mode: modeR3Always, start: startJetStreamCluster(3, true), replicas: 3},
 	{System: systemDisk, Mode: modeFsync, start: startDisk, workloads: []workload{workloadPubSync}},
 }
 
@@ -88,6 +108,7 @@ var workloadSpecs = []workloadSpec{
 	{workloadPubAsync, 64 << 10},
 	{workloadConsume, 1024},
 	{workloadE2E, 1024},
+	{workloadFailover, 1024}, // last: it kills and restarts processes
 }
 
 // benchCase is one row of the results table: a workload run against one
@@ -113,6 +134,9 @@ func selectCases(systems []systemSpec, workloads []workloadSpec, only *regexp.Re
 	for _, w := range workloads {
 		for _, s := range systems {
 			if s.workloads != nil && !slices.Contains(s.workloads, w.Workload) {
+				continue
+			}
+			if w.Workload == workloadFailover && !s.killable {
 				continue
 			}
 			c := benchCase{System: s.System, Mode: s.Mode, Workload: w.Workload, SizeBytes: w.SizeBytes}

@@ -20,13 +20,17 @@ const (
 )
 
 // jetStreamSystem is a nats-server with JetStream running in this process on
-// a loopback port the kernel picks, storing streams on files under its
-// data directory.
+// a loopback port the kernel picks, or a cluster of nats-server child
+// processes (jetstream_cluster.go), storing streams on files under its data
+// directory.
 type jetStreamSystem struct {
-	server *server.Server
-	url    string
-	admin  *nats.Conn
-	js     jetstream.JetStream
+	server  *server.Server // the in-process server; nil for a cluster
+	cluster *natsCluster   // the child processes; nil in process
+	// url is the client URL, or for a cluster the list of them.
+	url      string
+	replicas int // of the streams it creates
+	admin    *nats.Conn
+	js       jetstream.JetStream
 }
 
 // startJetStreamMode returns the start function of JetStream with file
@@ -50,7 +54,7 @@ func startJetStreamMode(syncAlways bool) func(context.Context, *environment, str
 			return nil, fmt.Errorf("nats-server: %w", err)
 		}
 		ns.Start()
-		s := &jetStreamSystem{server: ns, url: ns.ClientURL()}
+		s := &jetStreamSystem{server: ns, url: ns.ClientURL(), replicas: 1}
 		env.track(s)
 		if !ns.ReadyForConnections(jetStreamReadyTimeout) {
 			return nil, fmt.Errorf("nats-server not ready after %s", jetStreamReadyTimeout)
@@ -70,18 +74,40 @@ func (s *jetStreamSystem) connect(name string) (*nats.Conn, error) {
 	return nats.Connect(s.url, nats.Name(name), nats.Timeout(jetStreamReadyTimeout), nats.MaxReconnects(0))
 }
 
+// connectNear connects a client of stream: in a cluster to the server that
+// leads the stream (the Nereus SDK, too, talks to the partition leader), in
+// process to the one server.
+func (s *jetStreamSystem) connectNear(ctx context.Context, stream, name string, extra ...nats.Option) (*nats.Conn, error) {
+	if s.cluster == nil {
+		return s.connect(name)
+	}
+	url, err := s.cluster.leaderFirst(ctx, s.js, stream)
+	if err != nil {
+		return nil, err
+	}
+	return nats.Connect(url, append([]nats.Option{nats.Name(name), nats.Timeout(jetStreamReadyTimeout),
+		nats.DontRandomize(), nats.MaxReconnects(0)}, extra...)...)
+}
+
+// CreateStream creates the stream; in a cluster it retries while the
+// cluster elects its metadata leader, and returns once the stream has a
+// leader, as Nereus's CreateStream does.
 func (s *jetStreamSystem) CreateStream(ctx context.Context, name string) error {
-	_, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:     name,
 		Subjects: []string{name},
 		Storage:  jetstream.FileStorage,
-		Replicas: 1,
-	})
-	return err
+		Replicas: s.replicas,
+	}
+	if s.cluster == nil {
+		_, err := s.js.CreateStream(ctx, cfg)
+		return err
+	}
+	return s.cluster.createStream(ctx, s.js, cfg)
 }
 
-func (s *jetStreamSystem) NewPublisher(_ context.Context, stream string, inflightMax int) (publisher, error) {
-	nc, err := s.connect("bench-pub")
+func (s *jetStreamSystem) NewPublisher(ctx context.Context, stream string, inflightMax int) (publisher, error) {
+	nc, err := s.connectNear(ctx, stream, "bench-pub")
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +132,7 @@ func (s *jetStreamSystem) NewPublisher(_ context.Context, stream string, infligh
 }
 
 func (s *jetStreamSystem) NewSubscriber(ctx context.Context, stream, group string, batchMax int) (subscriber, error) {
-	nc, err := s.connect("bench-sub")
+	nc, err := s.connectNear(ctx, stream, "bench-sub")
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +159,9 @@ func (s *jetStreamSystem) NewSubscriber(ctx context.Context, stream, group strin
 func (s *jetStreamSystem) Close() error {
 	if s.admin != nil {
 		s.admin.Close()
+	}
+	if s.cluster != nil {
+		return s.cluster.Close()
 	}
 	s.server.Shutdown()
 	s.server.WaitForShutdown()

@@ -1,13 +1,16 @@
 // Command bench measures Nereus side by side with NATS JetStream on this
-// machine: the same workloads, message sizes and bounds against a
-// `nereus serve` child process and an in-process JetStream server, both on
-// loopback, and writes the table to results/latest.{md,svg,json}.
+// machine: the same workloads, message sizes and bounds against Nereus
+// (in process, as a `nereus serve` child, and as a three-process cluster)
+// and JetStream (an in-process server, and a three-process R3 cluster),
+// all on loopback, plus the failover time of both clusters after kill -9
+// of a stream leader, and writes the tables to results/latest.{md,svg,json}.
 //
 // Run it from bench/:
 //
-//	go run . -quick                 # under 3 minutes
+//	go run . -quick                 # about 3 minutes
 //	go run .                        # 3 runs per row, a few minutes
 //	go run . -only 'pub_async'      # rows whose system/mode/workload/size matches
+//	go run . -quick -only '^nereus/r3/pub_' -profile /tmp/nereus-profiles
 package main
 
 import (
@@ -44,17 +47,21 @@ type flags struct {
 	only   string
 	count  int
 	tmpDir string
+	// profileDir, when set, receives CPU and allocation profiles of the
+	// partition leader's process for the nereus/r3 publish cases.
+	profileDir string
 }
 
 func parseFlags(args []string, stderr io.Writer) (flags, *regexp.Regexp, error) {
 	var f flags
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.BoolVar(&f.quick, "quick", false, "short bounds and 1 run per row (under 3 minutes)")
+	fs.BoolVar(&f.quick, "quick", false, "short bounds and 1 run per row (about 3 minutes)")
 	fs.StringVar(&f.outDir, "out", "results", "directory for latest.md, latest.svg and latest.json")
 	fs.StringVar(&f.only, "only", "", "run only the rows whose system/mode/workload/size matches this regexp")
 	fs.IntVar(&f.count, "count", 0, "runs per row, the median is reported (default 1 with -quick, else 3)")
 	fs.StringVar(&f.tmpDir, "tmp", os.TempDir(), "parent directory of the brokers' data (use a real disk, not tmpfs)")
+	fs.StringVar(&f.profileDir, "profile", "", "write CPU and allocation profiles of the partition leader's process of each nereus/r3 publish case into this directory (builds nereus with a bench-only pprof endpoint)")
 	if err := fs.Parse(args); err != nil {
 		return f, nil, err
 	}
@@ -103,7 +110,7 @@ func runMain(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
 	}
-	env := &environment{workDir: workDir}
+	env := &environment{workDir: workDir, profileDir: f.profileDir, profiling: f.profileDir != ""}
 	defer os.RemoveAll(workDir)
 	defer func() {
 		if err := env.children.closeAll(); err != nil {
@@ -120,7 +127,8 @@ func runMain(args []string, stderr io.Writer) int {
 	rep.Machine = collectMachineInfo(started, workDir)
 	rep.Machine.NereusCommit = nereusCommit(context.WithoutCancel(ctx))
 	rep.Config = runConfig{Quick: f.quick, Only: f.only, Runs: lim.Runs, TimeLimitS: lim.TimeLimit.Seconds(),
-		InflightMax: inflightMax, BatchMax: consumeBatchMax, E2ERatePerS: lim.E2ERatePerS, E2ESeconds: lim.E2EDuration.Seconds()}
+		InflightMax: inflightMax, BatchMax: consumeBatchMax, E2ERatePerS: lim.E2ERatePerS, E2ESeconds: lim.E2EDuration.Seconds(),
+		FailoverKills: lim.FailoverKills}
 	if err := writeReport(f.outDir, rep); err != nil {
 		fmt.Fprintln(stderr, "bench: write results:", err)
 		return 1
@@ -141,9 +149,18 @@ type environment struct {
 	// children are stopped when the run ends, however it ends.
 	children childTracker
 
+	// profiling builds nereus with the pprof overlay; profileDir receives
+	// the profiles.
+	profiling  bool
+	profileDir string
+
 	buildOnce sync.Once
 	nereusBin string
 	buildErr  error
+
+	natsBuildOnce sync.Once
+	natsBin       string
+	natsBuildErr  error
 }
 
 // track registers a started broker so that it is stopped at exit.
@@ -151,8 +168,14 @@ func (e *environment) track(c io.Closer) { e.children.add(c) }
 
 // nereusBinary builds the nereus CLI the first time it is asked for.
 func (e *environment) nereusBinary(ctx context.Context) (string, error) {
-	e.buildOnce.Do(func() { e.nereusBin, e.buildErr = buildNereus(ctx, e.workDir) })
+	e.buildOnce.Do(func() { e.nereusBin, e.buildErr = buildNereus(ctx, e.workDir, e.profiling) })
 	return e.nereusBin, e.buildErr
+}
+
+// natsServerBinary builds nats-server the first time it is asked for.
+func (e *environment) natsServerBinary(ctx context.Context) (string, error) {
+	e.natsBuildOnce.Do(func() { e.natsBin, e.natsBuildErr = buildNATSServer(ctx, e.workDir) })
+	return e.natsBin, e.natsBuildErr
 }
 
 // runCases starts the systems the cases need, runs every case lim.Runs
@@ -198,7 +221,7 @@ func runCases(ctx context.Context, env *environment, cases []benchCase, lim limi
 			flushDirtyPages(syncTimeout) // untimed: the previous case's writeback
 			prog.setCase(label)
 			cctx, cancel := context.WithTimeout(ctx, caseTimeout)
-			res, err := runCase(cctx, systems[c.System+"/"+c.Mode], c, lim, runIndex, prog)
+			res, err := runCase(cctx, env, systems[c.System+"/"+c.Mode], c, lim, runIndex, prog)
 			cancel()
 			prog.setCase("")
 			if err != nil {
@@ -209,11 +232,14 @@ func runCases(ctx context.Context, env *environment, cases []benchCase, lim limi
 				fmt.Fprintf(stderr, "bench: %s: FAILED: %v\n", label, err)
 				continue
 			}
+			if c.Workload == workloadFailover { // in kill order, before summarize sorts them
+				fmt.Fprintf(stderr, "bench: %s: kill -9 of the leader to the next ack, in ms: %s\n", label, formatSamplesMs(res.Latencies))
+			}
 			r := summarize(c, res)
 			runs[c.ID()] = append(runs[c.ID()], r)
 			latency := ""
 			if r.P50Us > 0 {
-				latency = fmt.Sprintf(", p50 %.0fµs p99 %.0fµs", r.P50Us, r.P99Us)
+				latency = fmt.Sprintf(", p50 %.0fµs p99 %.0fµs max %.0fµs", r.P50Us, r.P99Us, r.MaxUs)
 			}
 			fmt.Fprintf(stderr, "bench: %s: %d msgs in %.2fs, %.0f msg/s, %.1f MB/s%s\n",
 				label, r.Messages, r.Seconds, r.MsgsPerS, r.MBPerS, latency)
@@ -228,6 +254,6 @@ func runCases(ctx context.Context, env *environment, cases []benchCase, lim limi
 		}
 		rep.Rows = append(rep.Rows, medianRow(runs[c.ID()]))
 	}
-	rep.Ratios = computeRatios(rep.Rows, jetStreamModes(systemSpecs))
+	rep.Ratios = computeRatios(rep.Rows, jetStreamModes(systemSpecs, 1), jetStreamModes(systemSpecs, 3))
 	return rep, nil
 }

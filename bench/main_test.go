@@ -9,30 +9,41 @@ import (
 
 func TestSelectCases(t *testing.T) {
 	all := selectCases(systemSpecs, workloadSpecs, nil)
-	// Five brokers run every workload; the disk anchor runs pub_sync only.
-	if want := 5*len(workloadSpecs) + 1; len(all) != want {
+	// Seven brokers run every workload but failover; the disk anchor runs
+	// pub_sync only; the two killable R3 systems run failover, last.
+	if want := 7*(len(workloadSpecs)-1) + 1 + 2; len(all) != want {
 		t.Fatalf("%d cases, want %d", len(all), want)
 	}
 	var first []string
-	for _, c := range all[:6] {
+	for _, c := range all[:8] {
 		first = append(first, c.ID())
 	}
 	if want := []string{"nereus/r1/pub_sync/1024", "nereus/r1-proc/pub_sync/1024", "nereus/r3/pub_sync/1024",
-		"jetstream/r1/pub_sync/1024", "jetstream/r1-always/pub_sync/1024", "disk/fsync/pub_sync/1024"}; !slices.Equal(first, want) {
+		"jetstream/r1/pub_sync/1024", "jetstream/r1-always/pub_sync/1024", "jetstream/r3/pub_sync/1024",
+		"jetstream/r3-always/pub_sync/1024", "disk/fsync/pub_sync/1024"}; !slices.Equal(first, want) {
 		t.Errorf("the systems of one row run back to back: %v", first)
+	}
+	var last []string
+	for _, c := range all[len(all)-2:] {
+		last = append(last, c.ID())
+	}
+	if want := []string{"nereus/r3/failover/1024", "jetstream/r3/failover/1024"}; !slices.Equal(last, want) {
+		t.Errorf("failover runs last, on the killable systems only: %v", last)
 	}
 	tests := []struct {
 		only string
 		want int
 	}{
-		{"pub_async", 15},
-		{"^nereus/", 18},
-		{"^nereus/r3/", 6},
+		{"pub_async", 21},
+		{"^nereus/", 19},
+		{"^nereus/r3/", 7},
 		{"jetstream/r1/", 6},
+		{"^jetstream/r3", 13},
 		{"r1-always/e2e", 1},
-		{"/65536$", 5},
+		{"/65536$", 7},
 		{"^disk/", 1},
-		{"pub_sync", 6},
+		{"pub_sync", 8},
+		{"failover", 2},
 		{"nothing", 0},
 	}
 	for _, tt := range tests {
@@ -43,8 +54,8 @@ func TestSelectCases(t *testing.T) {
 }
 
 func TestParseFlags(t *testing.T) {
-	f, only, err := parseFlags([]string{"-quick", "-only", "e2e", "-count", "2", "-out", "x"}, io.Discard)
-	if err != nil || !f.quick || f.count != 2 || f.outDir != "x" || only == nil || !only.MatchString("nereus/r1/e2e/1024") {
+	f, only, err := parseFlags([]string{"-quick", "-only", "e2e", "-count", "2", "-out", "x", "-profile", "p"}, io.Discard)
+	if err != nil || !f.quick || f.count != 2 || f.outDir != "x" || f.profileDir != "p" || only == nil || !only.MatchString("nereus/r1/e2e/1024") {
 		t.Fatalf("parseFlags: %+v %v %v", f, only, err)
 	}
 	for _, bad := range [][]string{{"-count", "-1"}, {"-only", "("}, {"extra"}} {

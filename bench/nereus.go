@@ -1,29 +1,23 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nereus-broker/nereus/client"
 )
 
-// Bounds of the Nereus child process.
+// Bounds of the Nereus child processes.
 const (
 	nereusBuildTimeout = 5 * time.Minute
-	nereusReadyTimeout = 30 * time.Second
-	nereusStopTimeout  = 10 * time.Second
-	nereusLogTailBytes = 4 << 10
+	nereusStopTimeout  = childStopTimeout
 )
 
 // nereusSystem is one `nereus serve` child process, or a cluster of them
@@ -31,23 +25,31 @@ const (
 type nereusSystem struct {
 	addrs    []string    // client addresses
 	stops    []io.Closer // the processes (or in-process node) behind them
-	replicas int         // of the topics it declares
+	procs    []*nereusProc
+	replicas int // of the topics it declares
 	// admin is the connection used to declare topics.
 	admin *client.Client
 }
 
 // nereusProc is one `nereus serve` child process.
 type nereusProc struct {
-	cmd     *exec.Cmd
-	addr    string        // client listen address, from the ready line
-	exited  chan struct{} // closed when the child has exited
-	logPath string        // the child's stderr
+	*childProc
+	addr string // client listen address, from the ready line
+	// pprofAddr serves net/http/pprof when the binary was built with the
+	// bench's profiling overlay (-profile); "" otherwise.
+	pprofAddr string
 }
+
+// pprofEnv names the environment variable the profiling overlay
+// (pprof_overlay.go.txt) reads: the address to serve net/http/pprof on.
+const pprofEnv = "NEREUS_BENCH_PPROF_ADDR"
 
 // buildNereus builds the CLI once per run into dir and returns its path.
 // It builds from the repository root (the main module), so bench/ needs
-// none of the CLI's own dependencies.
-func buildNereus(ctx context.Context, dir string) (string, error) {
+// none of the CLI's own dependencies. With profiling, an overlay adds one
+// file to the CLI's main package that serves net/http/pprof on the address
+// in $NEREUS_BENCH_PPROF_ADDR; the sources are not changed.
+func buildNereus(ctx context.Context, dir string, profiling bool) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, nereusBuildTimeout)
 	defer cancel()
 	bin := filepath.Join(dir, "nereus")
@@ -56,7 +58,15 @@ func buildNereus(ctx context.Context, dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find the go tool to build nereus: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, goTool, "build", "-o", bin, "./cmd/nereus")
+	args := []string{"build", "-o", bin}
+	if profiling {
+		overlay, err := writePprofOverlay(dir)
+		if err != nil {
+			return "", err
+		}
+		args = append(args, "-overlay", overlay)
+	}
+	cmd := exec.CommandContext(ctx, goTool, append(args, "./cmd/nereus")...)
 	cmd.Dir = ".." // bench/ is run from its own directory; the CLI is ../cmd/nereus
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -79,14 +89,13 @@ func startNereus(ctx context.Context, env *environment, dataDir string) (system,
 // loopback whose topics have n replicas.
 func startNereusCluster(n int) func(context.Context, *environment, string) (system, error) {
 	return func(ctx context.Context, env *environment, dataDir string) (system, error) {
+		addrs, err := freeLoopbackAddrs(n)
+		if err != nil {
+			return nil, err
+		}
 		var peers []string
-		for i := 1; i <= n; i++ {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				return nil, err
-			}
-			peers = append(peers, fmt.Sprintf("n%d=%s", i, l.Addr()))
-			l.Close()
+		for i, addr := range addrs {
+			peers = append(peers, fmt.Sprintf("n%d=%s", i+1, addr))
 		}
 		secret := filepath.Join(dataDir, "cluster-secret")
 		if err := os.WriteFile(secret, []byte("bench-cluster-secret-0123456789"), 0o600); err != nil {
@@ -112,7 +121,11 @@ func newNereusSystem(ctx context.Context, replicas int, procs ...*nereusProc) (*
 		addrs = append(addrs, p.addr)
 		stops = append(stops, p)
 	}
-	return newNereusSystemAt(ctx, replicas, addrs, stops...)
+	s, err := newNereusSystemAt(ctx, replicas, addrs, stops...)
+	if s != nil {
+		s.procs = procs
+	}
+	return s, err
 }
 
 func newNereusSystemAt(ctx context.Context, replicas int, addrs []string, stops ...io.Closer) (*nereusSystem, error) {
@@ -131,56 +144,48 @@ func startNereusProc(ctx context.Context, env *environment, dataDir, id string, 
 	if err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dataDir, id+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close() // the child holds its own descriptor
-	cmd := exec.Command(bin, append([]string{"serve", "--node-id", id, "--data", filepath.Join(dataDir, id),
-		"--listen", "127.0.0.1:0", "--http", "", "--insecure-no-auth", "--log-level", "warn"}, extra...)...)
-	cmd.Stderr = logFile
-	cmd.SysProcAttr = childProcAttr()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start nereus: %w", err)
-	}
-	s := &nereusProc{cmd: cmd, exited: make(chan struct{}), logPath: logPath}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if line := sc.Text(); strings.HasPrefix(line, "nereus ready") {
-				select {
-				case ready <- line:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() { _ = cmd.Wait(); close(s.exited) }()
-	env.track(s) // killed on exit even if what follows fails
-
-	timer := time.NewTimer(nereusReadyTimeout)
-	defer timer.Stop()
-	select {
-	case line := <-ready:
-		s.addr, err = parseReadyAddr(line)
+	p := &nereusProc{}
+	var childEnv []string
+	if env.profiling {
+		addrs, err := freeLoopbackAddrs(1)
 		if err != nil {
 			return nil, err
 		}
-	case <-s.exited:
-		return nil, fmt.Errorf("nereus exited before it was ready:\n%s", tailFile(logPath, nereusLogTailBytes))
-	case <-timer.C:
-		return nil, fmt.Errorf("nereus not ready after %s:\n%s", nereusReadyTimeout, tailFile(logPath, nereusLogTailBytes))
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		p.pprofAddr = addrs[0]
+		childEnv = append(childEnv, pprofEnv+"="+p.pprofAddr)
 	}
-	return s, nil
+	args := append([]string{"serve", "--node-id", id, "--data", filepath.Join(dataDir, id),
+		"--listen", "127.0.0.1:0", "--http", "", "--insecure-no-auth", "--log-level", "warn"}, extra...)
+	isReady := func(line string) bool { return strings.HasPrefix(line, "nereus ready") }
+	p.childProc, err = startChild(ctx, env, id, filepath.Join(dataDir, id+".log"), isReady, childEnv, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	if p.addr, err = parseReadyAddr(p.readyLine); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// restart starts a killed child again on its data directory and its client
+// address, and waits for its ready line.
+func (p *nereusProc) restart(ctx context.Context) error {
+	for i := range len(p.args) - 1 {
+		if p.args[i] == "--listen" {
+			p.args[i+1] = p.addr
+		}
+	}
+	if err := p.start(ctx); err != nil {
+		return err
+	}
+	addr, err := parseReadyAddr(p.readyLine)
+	if err != nil {
+		return err
+	}
+	if addr != p.addr {
+		return fmt.Errorf("%s restarted on %s, not on %s", p.name, addr, p.addr)
+	}
+	return nil
 }
 
 // parseReadyAddr extracts ADDR from "nereus ready client=ADDR http=...".
@@ -282,27 +287,6 @@ func (s *nereusSystem) Close() error {
 	return errors.Join(errs...)
 }
 
-// Close asks the child to stop (SIGTERM), and kills it if it has not exited
-// within nereusStopTimeout. It is safe to call more than once.
-func (s *nereusProc) Close() error {
-	select {
-	case <-s.exited:
-		return nil
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	timer := time.NewTimer(nereusStopTimeout)
-	defer timer.Stop()
-	select {
-	case <-s.exited:
-		return nil
-	case <-timer.C:
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-		return fmt.Errorf("nereus did not stop within %s; killed", nereusStopTimeout)
-	}
-}
-
 // nereusPublisher is an idempotent SDK producer on its own connection.
 type nereusPublisher struct {
 	conn     *client.Client
@@ -364,44 +348,4 @@ func (s *nereusSubscriber) Close() error {
 		err = errors.Join(err, fmt.Errorf("nereus consumer: %d acks failed, %d stale", st.FailedAcks, st.StaleAcks))
 	}
 	return errors.Join(err, s.conn.Close())
-}
-
-// tailFile returns at most the last n bytes of a file, for error messages.
-func tailFile(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > n {
-		_, _ = f.Seek(-n, io.SeekEnd)
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, n))
-	return string(b)
-}
-
-// childTracker remembers started child processes so that they are stopped
-// on every exit path of the run. Safe for concurrent use.
-type childTracker struct {
-	mu       sync.Mutex
-	children []io.Closer
-}
-
-func (t *childTracker) add(c io.Closer) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.children = append(t.children, c)
-}
-
-// closeAll stops every tracked child, newest first.
-func (t *childTracker) closeAll() error {
-	t.mu.Lock()
-	children := t.children
-	t.children = nil
-	t.mu.Unlock()
-	var errs []error
-	for i := len(children) - 1; i >= 0; i-- {
-		errs = append(errs, children[i].Close())
-	}
-	return errors.Join(errs...)
 }

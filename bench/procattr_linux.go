@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 	"time"
@@ -36,4 +37,23 @@ func dataSync(f *os.File) error {
 			return err
 		}
 	}
+}
+
+// selfCPUTime is the user and system CPU time the harness process used.
+func selfCPUTime() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// processCPUTime is the user and system CPU time process pid used so far,
+// in clock ticks (10 ms).
+func processCPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseProcStatCPU(string(b))
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"syscall"
 	"time"
@@ -17,3 +18,11 @@ func flushDirtyPages(time.Duration) {}
 
 // dataSync is fsync where fdatasync is not available.
 func dataSync(f *os.File) error { return f.Sync() }
+
+var errNoCPUTimes = errors.New("process CPU times are read on Linux only")
+
+// selfCPUTime is not measured outside Linux.
+func selfCPUTime() (time.Duration, error) { return 0, errNoCPUTimes }
+
+// processCPUTime is not measured outside Linux.
+func processCPUTime(int) (time.Duration, error) { return 0, errNoCPUTimes }

@@ -30,6 +30,8 @@ type runConfig struct {
 	BatchMax    int     `json:"consume_batch_max"`
 	E2ERatePerS int     `json:"e2e_rate_per_s"`
 	E2ESeconds  float64 `json:"e2e_seconds"`
+	// FailoverKills is how many leaders one run of a failover case kills.
+	FailoverKills int `json:"failover_kills,omitempty"`
 }
 
 // metric is one number compared across systems.
@@ -44,6 +46,7 @@ var (
 	metricMsgsPerS = metric{Name: "msgs_per_s", Label: "msgs/s", get: func(r row) float64 { return r.MsgsPerS }}
 	metricP50      = metric{Name: "p50_us", Label: "p50 µs", LowerIsBetter: true, get: func(r row) float64 { return r.P50Us }}
 	metricP99      = metric{Name: "p99_us", Label: "p99 µs", LowerIsBetter: true, get: func(r row) float64 { return r.P99Us }}
+	metricMax      = metric{Name: "max_us", Label: "max µs", LowerIsBetter: true, get: func(r row) float64 { return r.MaxUs }}
 )
 
 // comparedMetrics lists, per workload, the metrics the ratio table shows.
@@ -52,19 +55,24 @@ var comparedMetrics = map[workload][]metric{
 	workloadPubAsync: {metricMsgsPerS},
 	workloadConsume:  {metricMsgsPerS},
 	workloadE2E:      {metricP50, metricP99},
+	workloadFailover: {metricP50, metricMax},
 }
 
 // ratioRow compares one metric of one workload row: Nereus r1 (in the
-// harness process, as JetStream) against each JetStream mode, against the
-// same Nereus in a child process and with 3 replicas, and, for pub_sync
-// latencies, against one raw write + fdatasync measured in the same run.
+// harness process, as JetStream r1) against each one-replica JetStream
+// mode, against the same Nereus in a child process and with 3 replicas,
+// Nereus r3 against each three-replica JetStream mode, and, for pub_sync
+// latencies, Nereus r1 against one raw write + fdatasync measured in the
+// same run.
 type ratioRow struct {
-	Workload      workload      `json:"workload"`
-	SizeBytes     int           `json:"size"`
-	Metric        string        `json:"metric"`
-	LowerIsBetter bool          `json:"lower_is_better"`
-	Nereus        float64       `json:"nereus"`
-	Versus        []ratioVersus `json:"versus"`
+	Workload      workload `json:"workload"`
+	SizeBytes     int      `json:"size"`
+	Metric        string   `json:"metric"`
+	LowerIsBetter bool     `json:"lower_is_better"`
+	// Nereus is the metric of Nereus r1 (0 when not run), and Versus its
+	// ratio to each one-replica JetStream mode.
+	Nereus float64       `json:"nereus"`
+	Versus []ratioVersus `json:"versus"`
 	// NereusProc is the metric of a `nereus serve` child process (nil when
 	// not run), and ProcVersusR1 its ratio to Nereus: what the process
 	// boundary costs.
@@ -75,6 +83,9 @@ type ratioRow struct {
 	// what replication costs.
 	NereusR3     *float64 `json:"nereus_r3,omitempty"`
 	R3VersusProc float64  `json:"r3_versus_r1_proc,omitempty"`
+	// R3Versus is Nereus r3's ratio to each three-replica JetStream mode
+	// (JetStream R3, default and sync-always), in the same run.
+	R3Versus []ratioVersus `json:"r3_versus,omitempty"`
 	// Disk is the same latency of the raw-disk anchor (nil when not run or
 	// not a pub_sync latency), and VersusDisk Nereus's ratio to it.
 	Disk       *float64 `json:"disk_fsync,omitempty"`
@@ -82,48 +93,57 @@ type ratioRow struct {
 }
 
 // ratioVersus is Nereus's value divided by one JetStream mode's value
-// (0 when either is missing).
+// (0 when either is missing); Nereus r1's for a one-replica mode, Nereus
+// r3's for a three-replica one.
 type ratioVersus struct {
 	Mode      string  `json:"mode"`
 	JetStream float64 `json:"jetstream"`
 	Ratio     float64 `json:"ratio"`
 }
 
-// jetStreamModes returns the JetStream modes of specs, in table order.
-func jetStreamModes(specs []systemSpec) []string {
+// jetStreamModes returns the JetStream modes of specs whose streams have
+// the given number of replicas, in table order.
+func jetStreamModes(specs []systemSpec, replicas int) []string {
 	var modes []string
 	for _, s := range specs {
-		if s.System == systemJetStream {
+		if s.System == systemJetStream && s.replicationFactor() == replicas {
 			modes = append(modes, s.Mode)
 		}
 	}
 	return modes
 }
 
-// computeRatios compares the Nereus r1 row of each (workload, size) with
-// the JetStream rows of the same (workload, size), in the order of rows.
-func computeRatios(rows []row, modes []string) []ratioRow {
+// computeRatios compares, for each (workload, size) that some Nereus row
+// measured, in the order of rows: the Nereus r1 row with the JetStream rows
+// of modesR1, and the Nereus r3 row with the JetStream rows of modesR3.
+func computeRatios(rows []row, modesR1, modesR3 []string) []ratioRow {
 	type key struct {
 		system, mode string
 		w            workload
 		size         int
 	}
+	type workloadKey struct {
+		w    workload
+		size int
+	}
 	byKey := map[key]row{}
+	var order []workloadKey
 	for _, r := range rows {
 		byKey[key{r.System, r.Mode, r.Workload, r.SizeBytes}] = r
+		wk := workloadKey{r.Workload, r.SizeBytes}
+		if r.System == systemNereus && !slices.Contains(order, wk) {
+			order = append(order, wk)
+		}
 	}
 	var out []ratioRow
-	for _, r := range rows {
-		if r.System != systemNereus || r.Mode != modeR1 {
-			continue
-		}
-		for _, m := range comparedMetrics[r.Workload] {
-			rr := ratioRow{Workload: r.Workload, SizeBytes: r.SizeBytes, Metric: m.Name,
-				LowerIsBetter: m.LowerIsBetter, Nereus: m.get(r)}
+	for _, wk := range order {
+		for _, m := range comparedMetrics[wk.w] {
 			get := func(system, mode string) (float64, bool) {
-				o, ok := byKey[key{system, mode, r.Workload, r.SizeBytes}]
+				o, ok := byKey[key{system, mode, wk.w, wk.size}]
 				return m.get(o), ok
 			}
+			rr := ratioRow{Workload: wk.w, SizeBytes: wk.size, Metric: m.Name, LowerIsBetter: m.LowerIsBetter}
+			rr.Nereus, _ = get(systemNereus, modeR1)
 			if v, ok := get(systemNereus, modeR1Proc); ok {
 				rr.NereusProc = &v
 				rr.ProcVersusR1, _ = ratio(v, rr.Nereus)
@@ -138,14 +158,20 @@ func computeRatios(rows []row, modes []string) []ratioRow {
 				rr.Disk = &v
 				rr.VersusDisk, _ = ratio(rr.Nereus, v)
 			}
-			for _, mode := range modes {
-				js, ok := byKey[key{systemJetStream, mode, r.Workload, r.SizeBytes}]
-				if !ok {
-					continue
+			versus := func(nereus float64, modes []string) []ratioVersus {
+				var vs []ratioVersus
+				for _, mode := range modes {
+					if js, ok := get(systemJetStream, mode); ok {
+						v := ratioVersus{Mode: mode, JetStream: js}
+						v.Ratio, _ = ratio(nereus, js)
+						vs = append(vs, v)
+					}
 				}
-				v := ratioVersus{Mode: mode, JetStream: m.get(js)}
-				v.Ratio, _ = ratio(rr.Nereus, v.JetStream)
-				rr.Versus = append(rr.Versus, v)
+				return vs
+			}
+			rr.Versus = versus(rr.Nereus, modesR1)
+			if rr.NereusR3 != nil {
+				rr.R3Versus = versus(*rr.NereusR3, modesR3)
 			}
 			out = append(out, rr)
 		}
@@ -202,43 +228,20 @@ func (rep report) markdown() string {
 	fmt.Fprintf(&b, "Run %s (%s), each row the median of %d run(s). Nereus built from %s. Machine: %d CPU (%s), %s/%s, kernel %s, %s; data in %s (%s).\n\n",
 		m.Date, kind, rep.Config.Runs, orUnknown(m.NereusCommit), m.NumCPU, orUnknown(m.CPUModel), m.GOOS, m.GOARCH, orUnknown(m.Kernel), m.GoVersion, m.DataDir, orUnknown(m.DataFS))
 
-	modes := map[string]bool{}
-	var modeOrder []string
-	for _, rr := range rep.Ratios {
-		for _, v := range rr.Versus {
-			if !modes[v.Mode] {
-				modes[v.Mode] = true
-				modeOrder = append(modeOrder, v.Mode)
-			}
-		}
-	}
-	if len(rep.Ratios) > 0 {
+	if anyRatio(rep.Ratios, inHeadToHead) {
 		b.WriteString("## Nereus ÷ JetStream\n\n")
 		b.WriteString("Both run in the harness process. Nereus r1 acks after fsync. JetStream r1 acks before fsync (sync_interval 2 min); r1-always fsyncs every write.\n")
 		b.WriteString("For msgs/s a ratio above 1 means Nereus is faster; for latencies (µs) a ratio below 1 means Nereus is faster.\n\n")
-		b.WriteString("| workload | size | metric | nereus r1 |")
-		for _, mode := range modeOrder {
-			fmt.Fprintf(&b, " jetstream %s | nereus ÷ %s |", mode, mode)
-		}
-		b.WriteString("\n|---|---|---|---:|")
-		for range modeOrder {
-			b.WriteString("---:|---:|")
-		}
-		b.WriteString("\n")
-		for _, rr := range rep.Ratios {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr), formatNumber(rr.Nereus))
-			for _, mode := range modeOrder {
-				js, r := "–", "–"
-				for _, v := range rr.Versus {
-					if v.Mode == mode {
-						js, r = formatNumber(v.JetStream), formatRatio(v.Ratio)
-					}
-				}
-				fmt.Fprintf(&b, " %s | %s |", js, r)
-			}
-			b.WriteString("\n")
-		}
-		b.WriteString("\n")
+		writeVersusTable(&b, rep.Ratios, inHeadToHead, "nereus r1", "nereus",
+			func(rr ratioRow) (float64, []ratioVersus) { return rr.Nereus, rr.Versus })
+	}
+
+	inR3 := func(rr ratioRow) bool { return rr.Workload != workloadFailover && len(rr.R3Versus) > 0 }
+	if anyRatio(rep.Ratios, inR3) {
+		b.WriteString("## Replicated: Nereus r3 ÷ JetStream R3\n\n")
+		b.WriteString("Both are three child processes on this machine (and disk), clustered on loopback, with streams of 3 replicas; the clients talk to the stream's leader. Nereus r3 acks once two replicas fsynced a record. JetStream r3 acks once two replicas stored it, fsyncing every 2 min (the default sync_interval); r3-always fsyncs every write.\n\n")
+		writeVersusTable(&b, rep.Ratios, inR3, "nereus r3", "nereus r3",
+			func(rr ratioRow) (float64, []ratioVersus) { return *rr.NereusR3, rr.R3Versus })
 	}
 
 	if anyRatio(rep.Ratios, func(rr ratioRow) bool { return rr.Disk != nil }) {
@@ -268,12 +271,15 @@ func (rep report) markdown() string {
 		b.WriteString("\n")
 	}
 
-	if anyRatio(rep.Ratios, func(rr ratioRow) bool { return rr.NereusProc != nil || rr.NereusR3 != nil }) {
+	inNereus := func(rr ratioRow) bool {
+		return rr.Workload != workloadFailover && (rr.NereusProc != nil || rr.NereusR3 != nil)
+	}
+	if anyRatio(rep.Ratios, inNereus) {
 		b.WriteString("## Nereus: in the harness process, in a child process, replicated\n\n")
 		b.WriteString("r1 runs in the harness process (as JetStream does), r1-proc is one `nereus serve` child process, r3 is three of them on this same machine (and disk); an r3 record is acked once two of them fsynced it.\n\n")
 		b.WriteString("| workload | size | metric | nereus r1 | nereus r1-proc | r1-proc ÷ r1 | nereus r3 | r3 ÷ r1-proc |\n|---|---|---|---:|---:|---:|---:|---:|\n")
 		for _, rr := range rep.Ratios {
-			if rr.NereusProc == nil && rr.NereusR3 == nil {
+			if !inNereus(rr) {
 				continue
 			}
 			proc, r3 := "–", "–"
@@ -285,6 +291,63 @@ func (rep report) markdown() string {
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr),
 				formatNumber(rr.Nereus), proc, formatRatio(rr.ProcVersusR1), r3, formatRatio(rr.R3VersusProc))
+		}
+		b.WriteString("\n")
+	}
+
+	if anyRatio(rep.Ratios, func(rr ratioRow) bool { return rr.Workload == workloadFailover }) {
+		b.WriteString("## Failover: kill -9 of the partition leader\n\n")
+		fmt.Fprintf(&b, "Time from SIGKILL of the process leading an R3 stream to the next acknowledged synchronous publish; %d kills per run, each on a new stream after %d publishes and with every replica in sync, the killed process started again after each. Both clients retry a publish after at most %.0f ms and wait at most %.0f ms for an ack per attempt.",
+			rep.Config.FailoverKills, failoverSteadyCount, float64(failoverRetryWait.Milliseconds()), float64(failoverAttemptTimeout.Milliseconds()))
+		if rep.Config.Runs > 1 {
+			b.WriteString(" p50 and max are each the median of the runs' p50 and max.")
+		}
+		b.WriteString("\n\n")
+		b.WriteString("| metric | nereus r3 ms |")
+		modes := versusModes(rep.Ratios, func(rr ratioRow) []ratioVersus {
+			if rr.Workload != workloadFailover {
+				return nil
+			}
+			return rr.R3Versus
+		})
+		for _, mode := range modes {
+			fmt.Fprintf(&b, " jetstream %s ms | nereus ÷ %s |", mode, mode)
+		}
+		b.WriteString("\n|---|---:|" + strings.Repeat("---:|---:|", len(modes)) + "\n")
+		for _, rr := range rep.Ratios {
+			if rr.Workload != workloadFailover {
+				continue
+			}
+			nereus := "–"
+			if rr.NereusR3 != nil {
+				nereus = formatNumber(*rr.NereusR3 / 1e3)
+			}
+			fmt.Fprintf(&b, "| %s | %s |", strings.TrimSuffix(metricLabel(rr), " µs"), nereus)
+			for _, mode := range modes {
+				js, r := "–", "–"
+				for _, v := range rr.R3Versus {
+					if v.Mode == mode {
+						js, r = formatNumber(v.JetStream/1e3), formatRatio(v.Ratio)
+					}
+				}
+				fmt.Fprintf(&b, " %s | %s |", js, r)
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+
+	if slices.ContainsFunc(rep.Rows, func(r row) bool { return r.HarnessCPUUsPerMsg > 0 }) {
+		b.WriteString("## CPU per message\n\n")
+		b.WriteString("User + system CPU time during each case divided by its messages, in µs: the harness process (getrusage: the load generator, and the broker when it runs in process), the broker's child processes together and the busiest one of them (/proc/PID/stat, 10 ms ticks; in a cluster the busiest is about the leader). It includes the case's set-up (stream, connections); for consume it covers the consumption, not the prefill.\n\n")
+		b.WriteString("| system | mode | workload | size | harness | broker processes | busiest process | total |\n|---|---|---|---|---:|---:|---:|---:|\n")
+		for _, r := range rep.Rows {
+			if r.HarnessCPUUsPerMsg <= 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.System, r.Mode, r.Workload, formatSize(r.SizeBytes),
+				formatNumber(r.HarnessCPUUsPerMsg), formatNumber(r.BrokerCPUUsPerMsg), formatNumber(r.BusiestCPUUsPerMsg),
+				formatNumber(r.HarnessCPUUsPerMsg+r.BrokerCPUUsPerMsg))
 		}
 		b.WriteString("\n")
 	}
@@ -308,9 +371,61 @@ func (rep report) markdown() string {
 	return b.String()
 }
 
+// inHeadToHead selects the ratio rows of the Nereus r1 ÷ JetStream table.
+func inHeadToHead(rr ratioRow) bool {
+	return rr.Workload != workloadFailover && (rr.Nereus > 0 || len(rr.Versus) > 0)
+}
+
+// versusModes returns the JetStream modes that versus names in rows, in
+// their first order.
+func versusModes(rows []ratioRow, versus func(ratioRow) []ratioVersus) []string {
+	var modes []string
+	for _, rr := range rows {
+		for _, v := range versus(rr) {
+			if !slices.Contains(modes, v.Mode) {
+				modes = append(modes, v.Mode)
+			}
+		}
+	}
+	return modes
+}
+
+// writeVersusTable writes one ratio table: the rows that include selects,
+// Nereus's value (named label) and, per JetStream mode, its value and the
+// ratio "ratioName ÷ mode".
+func writeVersusTable(b *strings.Builder, rows []ratioRow, include func(ratioRow) bool, label, ratioName string, values func(ratioRow) (float64, []ratioVersus)) {
+	var selected []ratioRow
+	for _, rr := range rows {
+		if include(rr) {
+			selected = append(selected, rr)
+		}
+	}
+	modes := versusModes(selected, func(rr ratioRow) []ratioVersus { _, vs := values(rr); return vs })
+	fmt.Fprintf(b, "| workload | size | metric | %s |", label)
+	for _, mode := range modes {
+		fmt.Fprintf(b, " jetstream %s | %s ÷ %s |", mode, ratioName, mode)
+	}
+	b.WriteString("\n|---|---|---|---:|" + strings.Repeat("---:|---:|", len(modes)) + "\n")
+	for _, rr := range selected {
+		nereus, vs := values(rr)
+		fmt.Fprintf(b, "| %s | %s | %s | %s |", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr), formatNumber(nereus))
+		for _, mode := range modes {
+			js, r := "–", "–"
+			for _, v := range vs {
+				if v.Mode == mode {
+					js, r = formatNumber(v.JetStream), formatRatio(v.Ratio)
+				}
+			}
+			fmt.Fprintf(b, " %s | %s |", js, r)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
 // metricLabel returns the label of the metric a ratio row compares.
 func metricLabel(rr ratioRow) string {
-	for _, m := range []metric{metricMsgsPerS, metricP50, metricP99} {
+	for _, m := range []metric{metricMsgsPerS, metricP50, metricP99, metricMax} {
 		if m.Name == rr.Metric {
 			return m.Label
 		}
@@ -342,8 +457,13 @@ var svgSeries = []struct{ system, mode, color string }{
 	{systemNereus, modeR3, "#90cdf4"},
 	{systemJetStream, modeR1, "#dd6b20"},
 	{systemJetStream, modeR1Always, "#9c4221"},
+	{systemJetStream, modeR3, "#f6ad55"},
+	{systemJetStream, modeR3Always, "#fbd38d"},
 	{systemDisk, modeFsync, "#718096"},
 }
+
+// svgLegendPerLine is how many legend entries share one line.
+const svgLegendPerLine = 5
 
 // svg renders one group of horizontal bars per compared metric (the rows
 // of the ratio table), each group scaled to its own largest value, with
@@ -377,13 +497,15 @@ func (rep report) svg() string {
 					v = *rr.NereusProc
 				}
 			case s.system == systemNereus:
-				v = rr.Nereus
+				if rr.Nereus > 0 { // 0: Nereus r1 did not run this row
+					v = rr.Nereus
+				}
 			case s.system == systemDisk:
 				if rr.Disk != nil {
 					v = *rr.Disk
 				}
-			default:
-				for _, vs := range rr.Versus {
+			default: // a JetStream mode: one replica or three
+				for _, vs := range append(slices.Clone(rr.Versus), rr.R3Versus...) {
 					if vs.Mode == s.mode {
 						v = vs.JetStream
 					}
@@ -395,7 +517,9 @@ func (rep report) svg() string {
 		}
 		groups = append(groups, g)
 	}
-	height := svgTop + 30
+	legendLines := (len(svgSeries) + svgLegendPerLine - 1) / svgLegendPerLine
+	top := svgTop + (legendLines-1)*18
+	height := top + 30
 	for _, g := range groups {
 		height += 20 + len(g.bars)*(svgBarHeight+4) + svgGroupGap
 	}
@@ -407,13 +531,12 @@ func (rep report) svg() string {
 		html.EscapeString("Nereus vs NATS JetStream (each group scaled to its largest value)"))
 	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">%s</text>`+"\n", html.EscapeString(fmt.Sprintf("%s, %d CPU, %s/%s, %s, median of %d run(s)",
 		rep.Machine.Date, rep.Machine.NumCPU, rep.Machine.GOOS, rep.Machine.GOARCH, rep.Machine.GoVersion, rep.Config.Runs)))
-	x := 10
-	for _, s := range svgSeries {
-		fmt.Fprintf(&b, `<rect x="%d" y="50" width="12" height="12" fill="%s"/><text x="%d" y="60">%s</text>`+"\n",
-			x, s.color, x+16, html.EscapeString(s.system+" "+s.mode))
-		x += 150
+	for i, s := range svgSeries {
+		x, y := 10+(i%svgLegendPerLine)*180, 50+(i/svgLegendPerLine)*18
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+			x, y, s.color, x+16, y+10, html.EscapeString(s.system+" "+s.mode))
 	}
-	y := svgTop
+	y := top
 	for _, g := range groups {
 		y += 14
 		fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">%s</text>`+"\n", y, html.EscapeString(g.title))

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -19,6 +21,16 @@ func percentileMicros(samples []time.Duration, p float64) float64 {
 	rank := int(math.Ceil(float64(len(samples))*p/100)) - 1
 	rank = min(max(rank, 0), len(samples)-1)
 	return float64(samples[rank].Nanoseconds()) / 1e3
+}
+
+// formatSamplesMs prints latency samples in milliseconds, in their order:
+// "812, 640, 1003".
+func formatSamplesMs(samples []time.Duration) string {
+	parts := make([]string, len(samples))
+	for i, d := range samples {
+		parts[i] = fmt.Sprintf("%.0f", float64(d.Microseconds())/1e3)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // median returns the median of values (the mean of the two middle values
@@ -56,6 +68,15 @@ type row struct {
 	P50Us     float64  `json:"p50_us"`
 	P99Us     float64  `json:"p99_us"`
 	P999Us    float64  `json:"p999_us"`
+	// MaxUs is the largest latency sample (the failover table shows it).
+	MaxUs float64 `json:"max_us,omitempty"`
+	// CPU time per message during the case, in µs: of the harness process
+	// (the load generator, and the broker when it runs in process), of the
+	// broker's child processes together, and of the busiest one of them.
+	// 0 where not measured.
+	HarnessCPUUsPerMsg float64 `json:"harness_cpu_us_per_msg,omitempty"`
+	BrokerCPUUsPerMsg  float64 `json:"broker_cpu_us_per_msg,omitempty"`
+	BusiestCPUUsPerMsg float64 `json:"busiest_process_cpu_us_per_msg,omitempty"`
 	// Messages is the median count of messages measured in one run.
 	Messages int64 `json:"messages"`
 	// Seconds is the median length of the timed part of one run.
@@ -70,6 +91,9 @@ type runResult struct {
 	Elapsed  time.Duration
 	// Latencies are per-message samples; nil for throughput workloads.
 	Latencies []time.Duration
+	// CPU is what the harness and the broker's processes used during the
+	// case; nil where not measured.
+	CPU *cpuUsage
 }
 
 // summarize turns one run into a row (Runs = 1). Latency percentiles are
@@ -85,6 +109,13 @@ func summarize(c benchCase, r runResult) row {
 		out.P50Us = percentileMicros(r.Latencies, 50)
 		out.P99Us = percentileMicros(r.Latencies, 99)
 		out.P999Us = percentileMicros(r.Latencies, 99.9)
+		out.MaxUs = percentileMicros(r.Latencies, 100)
+	}
+	if r.CPU != nil && r.Messages > 0 {
+		perMsg := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(r.Messages) }
+		out.HarnessCPUUsPerMsg = perMsg(r.CPU.Harness)
+		out.BrokerCPUUsPerMsg = perMsg(r.CPU.Brokers)
+		out.BusiestCPUUsPerMsg = perMsg(r.CPU.Busiest)
 	}
 	return out
 }
@@ -106,6 +137,10 @@ func medianRow(runs []row) row {
 	out.P50Us = pick(func(r row) float64 { return r.P50Us })
 	out.P99Us = pick(func(r row) float64 { return r.P99Us })
 	out.P999Us = pick(func(r row) float64 { return r.P999Us })
+	out.MaxUs = pick(func(r row) float64 { return r.MaxUs })
+	out.HarnessCPUUsPerMsg = pick(func(r row) float64 { return r.HarnessCPUUsPerMsg })
+	out.BrokerCPUUsPerMsg = pick(func(r row) float64 { return r.BrokerCPUUsPerMsg })
+	out.BusiestCPUUsPerMsg = pick(func(r row) float64 { return r.BusiestCPUUsPerMsg })
 	out.Messages = int64(pick(func(r row) float64 { return float64(r.Messages) }))
 	out.Seconds = pick(func(r row) float64 { return r.Seconds })
 	return out

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,8 @@ type limits struct {
 	// E2ERatePerS is the offered publish rate of an e2e run, for E2EDuration.
 	E2ERatePerS int
 	E2EDuration time.Duration
+	// FailoverKills is how many leaders one run of a failover case kills.
+	FailoverKills int
 	// Runs is how many times each case runs; rows report the median.
 	Runs int
 }
@@ -54,13 +58,13 @@ func newLimits(quick bool) limits {
 		return limits{
 			TimeLimit: 3 * time.Second, PubSyncCountMax: 20_000, PubAsyncCountMax: 500_000,
 			RunBytesMax: 256 << 20, PrefillCountMax: 100_000, PrefillTimeLimit: 6 * time.Second,
-			E2ERatePerS: 2000, E2EDuration: 3 * time.Second, Runs: 1,
+			E2ERatePerS: 2000, E2EDuration: 3 * time.Second, FailoverKills: 5, Runs: 1,
 		}
 	}
 	return limits{
 		TimeLimit: 6 * time.Second, PubSyncCountMax: 200_000, PubAsyncCountMax: 2_000_000,
 		RunBytesMax: 512 << 20, PrefillCountMax: 200_000, PrefillTimeLimit: 15 * time.Second,
-		E2ERatePerS: 2000, E2EDuration: 5 * time.Second, Runs: 3,
+		E2ERatePerS: 2000, E2EDuration: 5 * time.Second, FailoverKills: 5, Runs: 3,
 	}
 }
 
@@ -70,20 +74,37 @@ func (l limits) countMax(count, sizeBytes int) int {
 }
 
 // runCase runs one case once against a started system, on a fresh stream
-// named after the case and the run.
-func runCase(ctx context.Context, sys system, c benchCase, lim limits, runIndex int, prog *progress) (runResult, error) {
+// named after the case and the run. With -profile, a publish case of a
+// system that can profile its stream's leader is profiled while it runs.
+func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim limits, runIndex int, prog *progress) (res runResult, err error) {
 	stream := fmt.Sprintf("bench-%s-%d-%s-%d", c.Workload, c.SizeBytes, c.Mode, runIndex)
 	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
-	err := sys.CreateStream(sctx, stream)
+	err = sys.CreateStream(sctx, stream)
 	cancel()
 	if err != nil {
 		return runResult{}, fmt.Errorf("create stream %s: %w", stream, err)
+	}
+	if lp, ok := sys.(leaderProfiler); ok && env.profileDir != "" && (c.Workload == workloadPubSync || c.Workload == workloadPubAsync) {
+		prefix := filepath.Join(env.profileDir, strings.ReplaceAll(c.ID(), "/", "-")+fmt.Sprintf("-run%d", runIndex))
+		finish, err := lp.profileLeader(ctx, stream, lim.TimeLimit, prefix)
+		if err != nil {
+			return runResult{}, err
+		}
+		defer func() { err = errors.Join(err, finish()) }()
 	}
 	// Streams are kept until the run ends, for both systems alike (Nereus
 	// has no topic deletion, and deleting gigabytes mid-run makes the disk
 	// busy with discards during the next case); RunBytesMax bounds the disk.
 	payload := make([]byte, c.SizeBytes)
-	_, _ = rand.Read(payload) // incompressible
+	_, _ = rand.Read(payload)           // incompressible
+	if c.Workload != workloadFailover { // which kills and restarts processes
+		cpu := measureCPU(sys)
+		defer func() {
+			if res.CPU == nil { // runConsume measures its own timed part
+				res.CPU = cpu()
+			}
+		}()
+	}
 	switch c.Workload {
 	case workloadPubSync:
 		return runPubSync(ctx, sys, stream, payload, lim, prog)
@@ -94,6 +115,8 @@ func runCase(ctx context.Context, sys system, c benchCase, lim limits, runIndex 
 		return runConsume(ctx, sys, stream, payload, lim, prog)
 	case workloadE2E:
 		return runE2E(ctx, sys, stream, payload, lim, prog)
+	case workloadFailover:
+		return runFailover(ctx, sys, stream, payload, lim, prog)
 	}
 	return runResult{}, fmt.Errorf("unknown workload %q", c.Workload)
 }
@@ -185,6 +208,7 @@ func runConsume(ctx context.Context, sys system, stream string, payload []byte, 
 	prog.phase("consume")
 	tctx, cancel := context.WithTimeout(ctx, lim.TimeLimit)
 	defer cancel()
+	cpu := measureCPU(sys) // the consumption, not the prefill
 	start := time.Now()
 	sub, err := newSubscriber(tctx, sys, stream)
 	if err != nil {
@@ -207,7 +231,7 @@ func runConsume(ctx context.Context, sys system, stream string, payload []byte, 
 	if err := sub.Close(); err != nil {
 		return runResult{}, err
 	}
-	return runResult{Messages: n, Elapsed: lastAt.Sub(start)}, ctx.Err()
+	return runResult{Messages: n, Elapsed: lastAt.Sub(start), CPU: cpu()}, ctx.Err()
 }
 
 // runE2E publishes at lim.E2ERatePerS for lim.E2EDuration (asynchronously,

@@ -126,7 +126,7 @@ Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames,
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas: quorum or all")
 	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")
-	fl.BoolVar(&diskFaults, "disk-faults", false, "with --replicas: failing disks (replicas die mid-write, a prefix of the writes durable)")
+	fl.BoolVar(&diskFaults, "disk-faults", false, "with --replicas: failing disks (a write or fsync fails, or the process dies just before one: unsynced writes lost)")
 	fl.BoolVar(&clockFaults, "clock-faults", false, "with --replicas: stalled processes and fast clocks")
 	fl.StringVar(&golden, "golden", "", "print the golden trace of a variant ("+strings.Join(sim.GoldenVariants, ", ")+
 		"; with --replicas 3: "+strings.Join(sim.ReplicatedGoldenVariants, ", ")+")")

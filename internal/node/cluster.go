@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"path"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/peer"
 	"github.com/nereus-broker/nereus/internal/replica"
@@ -26,13 +28,15 @@ type ClusterConfig struct {
 	// Members is the initial cluster, this node (Config.NodeID) included,
 	// by peer address. Every member must be given the same list.
 	Members []Member
-	// Secret authenticates peers (at least 16 bytes).
+	// Secret authenticates peers (at least 16 bytes) on the TCP peer
+	// network, the one a node uses when its Config.Env.Peers is nil.
 	Secret []byte
-	// PeerListener, when set, is used instead of listening on this node's
-	// peer address (tests pick free ports first).
+	// PeerListener, when set, is used by the TCP peer network instead of
+	// listening on this node's peer address (tests pick free ports first).
 	PeerListener net.Listener
 	// Tick is the replication kernel's tick (default 10 ms); a leader is
-	// suspected after ElectionTicks ticks without news (default 30).
+	// suspected after ElectionTicks ticks without news (0: the replication
+	// kernel's default, replica.Config).
 	Tick          time.Duration
 	ElectionTicks int
 	// DeclareTimeout bounds a DECLARE through the metadata log (default 10 s).
@@ -62,7 +66,7 @@ type cluster struct {
 	cfg     ClusterConfig
 	names   []string // node number i+1 is names[i] (sorted ids)
 	self    replica.NodeID
-	tr      *peer.Transport
+	tr      env.PeerLink // this node on the peer network (Config.Env.Peers)
 	metaLog *replog.Log
 
 	mu     sync.RWMutex
@@ -93,9 +97,6 @@ const metaStateFile = "meta.json"
 func (c *ClusterConfig) setDefaults() {
 	if c.Tick == 0 {
 		c.Tick = 10 * time.Millisecond
-	}
-	if c.ElectionTicks == 0 {
-		c.ElectionTicks = 30
 	}
 	if c.DeclareTimeout == 0 {
 		c.DeclareTimeout = 10 * time.Second
@@ -133,13 +134,17 @@ func (n *Node) openCluster() error {
 		return err
 	}
 	c.state = st
-	// The transport first (members send through it), but peer frames wait
-	// until every member is open.
-	c.tr, err = peer.Listen(peer.Config{ID: uint32(c.self), Listen: peers[uint32(c.self)], Listener: cc.PeerListener,
-		Peers: peers, Secret: cc.Secret, ClientAddr: n.cfg.ClientAddr, Handler: c.handle, Logger: n.log})
-	if err != nil {
-		return err
+	// The peer network first (members send through it), but peer frames
+	// wait until every member is open.
+	network := n.cfg.Env.Peers
+	if network == nil {
+		network = tcpPeers{secret: cc.Secret, listener: cc.PeerListener, logger: n.log}
 	}
+	link, err := network.Join(env.PeerEndpoint{ID: uint32(c.self), Addrs: peers, ClientAddr: n.cfg.ClientAddr, Handler: c.handle})
+	if err != nil {
+		return err // c.tr stays nil: a failed Join may return a typed nil link
+	}
+	c.tr = link
 	for _, t := range st.Sorted() {
 		if err := wire.ValidateName("topic", t.Config.Name); err != nil {
 			// Applied before names were checked: `__meta` would speak for
@@ -169,8 +174,21 @@ func (n *Node) openCluster() error {
 // still win; a lost PREPARE just leaves it to the election timeout.
 func (c *cluster) campaignIfNew(l *replog.Log, first replica.NodeID) {
 	if st := l.Status(); first == c.self && st.Hard.Promised == 0 && st.Last == 0 {
-		time.AfterFunc(5*c.cfg.Tick, l.Campaign)
+		c.n.cfg.Env.Clock.AfterFunc(5*c.cfg.Tick, l.Campaign)
 	}
+}
+
+// tcpPeers is the production peer network: authenticated TCP
+// (internal/peer), configured by the ClusterConfig.
+type tcpPeers struct {
+	secret   []byte
+	listener net.Listener
+	logger   *slog.Logger
+}
+
+func (t tcpPeers) Join(e env.PeerEndpoint) (env.PeerLink, error) {
+	return peer.Listen(peer.Config{ID: e.ID, Listen: e.Addrs[e.ID], Listener: t.listener, Peers: e.Addrs,
+		Secret: t.secret, ClientAddr: e.ClientAddr, Handler: e.Handler, Logger: t.logger})
 }
 
 // number is a member's 1-based position among the sorted ids (0 = none).
@@ -223,12 +241,12 @@ func (c *cluster) openGroup(topic string, partition uint32, members []replica.No
 		dir = path.Join(c.n.cfg.DataDir, "topics", topic, fmt.Sprint(partition))
 	}
 	gid := groupID{topic, partition}
-	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.n.cfg.FS,
+	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.n.cfg.Env.FS,
 		Logger: c.n.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition),
 		Storage: storage.Options{SegmentBytesMax: c.n.cfg.SegmentBytesMax, RecordBytesMax: c.n.cfg.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.retentionMs, RetentionBytes: gs.retentionBytes},
 		CompactEvery: time.Duration(c.n.cfg.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.limit,
-		NowMs: c.n.cfg.NowMs, Reservation: c.cfg.Reservation,
+		Clock: c.n.cfg.Env.Clock, Reservation: c.cfg.Reservation,
 		Notify: notify,
 		Send:   func(m replica.Message) { c.tr.Send(uint32(m.To), replog.ToWire(topic, partition, m)) }})
 	if err != nil {
@@ -321,17 +339,19 @@ func (c *cluster) declare(tc wire.TopicConfig) (bool, error) {
 // metaLeader waits (bounded by DeclareTimeout) until the metadata group
 // has a leader: right after a cluster starts, or during an election.
 func (c *cluster) metaLeader() (replica.Status, error) {
-	deadline := time.Now().Add(c.cfg.DeclareTimeout)
+	deadline, stop := c.n.after(c.cfg.DeclareTimeout)
+	defer stop()
+	poll := c.n.cfg.Env.Clock.NewTicker(c.cfg.Tick)
+	defer poll.Stop()
 	for {
 		st := c.metaLog.Status()
 		if st.Role == replica.Leader || st.Leader != 0 {
 			return st, nil
 		}
-		if time.Now().After(deadline) {
-			return st, wire.Errorf(wire.CodeUnavailable, "no metadata leader within %v (a quorum of nodes is down?); retry", c.cfg.DeclareTimeout)
-		}
 		select {
-		case <-time.After(c.cfg.Tick):
+		case <-poll.C():
+		case <-deadline:
+			return st, wire.Errorf(wire.CodeUnavailable, "no metadata leader within %v (a quorum of nodes is down?); retry", c.cfg.DeclareTimeout)
 		case <-c.done:
 			return st, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
 		}
@@ -352,13 +372,15 @@ func (c *cluster) forward(leader replica.NodeID, tc wire.TopicConfig) (bool, err
 	if !c.tr.Send(uint32(leader), &wire.PeerDeclare{ReqID: id, Topic: tc}) {
 		return false, wire.Errorf(wire.CodeUnavailable, "metadata leader %s unreachable; retry", c.name(leader))
 	}
+	timeout, stop := c.n.after(c.cfg.DeclareTimeout)
+	defer stop()
 	select {
 	case r := <-ch:
 		if r.Code != wire.CodeOK {
 			return false, wire.Errorf(r.Code, "%s", r.Message)
 		}
 		return r.Created, nil
-	case <-time.After(c.cfg.DeclareTimeout):
+	case <-timeout:
 		return false, wire.Errorf(wire.CodeUnavailable, "metadata leader %s did not answer in %v; retry", c.name(leader), c.cfg.DeclareTimeout)
 	case <-c.done:
 		return false, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
@@ -392,9 +414,11 @@ func (c *cluster) declareAsLeader(tc wire.TopicConfig) (bool, error) {
 		return false, err
 	}
 	p := c.metaLog.Propose(storage.Record{Value: data})
+	timeout, stop := c.n.after(c.cfg.DeclareTimeout)
+	defer stop()
 	select {
 	case <-p.Done:
-	case <-time.After(c.cfg.DeclareTimeout):
+	case <-timeout:
 		return false, wire.Errorf(wire.CodeUnavailable, "the metadata log did not commit in %v; retry", c.cfg.DeclareTimeout)
 	}
 	switch {
@@ -416,7 +440,8 @@ func (c *cluster) waitTopic(name string) error {
 }
 
 func (c *cluster) waitMeta(cond func(*meta.State) bool) error {
-	deadline := time.After(c.cfg.DeclareTimeout)
+	deadline, stop := c.n.after(c.cfg.DeclareTimeout)
+	defer stop()
 	for {
 		c.metaMu.Lock()
 		ok, ch := cond(c.state), c.appliedCh
@@ -445,14 +470,14 @@ func (c *cluster) wakeMeta() {
 // they create and persists the applied state.
 func (c *cluster) applyMeta() {
 	defer c.wg.Done()
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := c.n.cfg.Env.Clock.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case <-c.done:
 			return
 		case <-c.metaWake:
-		case <-tick.C:
+		case <-tick.C():
 		}
 		c.applyCommittedMeta()
 	}
@@ -500,7 +525,7 @@ func (c *cluster) applyCommittedMeta() {
 			c.n.mu.Unlock()
 		}
 		if err == nil {
-			err = storage.WriteFileAtomic(c.n.cfg.FS, path.Join(c.n.cfg.DataDir, metaStateFile), b)
+			err = storage.WriteFileAtomic(c.n.cfg.Env.FS, path.Join(c.n.cfg.DataDir, metaStateFile), b)
 		}
 		if err != nil {
 			c.n.log.Error("persist metadata state failed", "err", err)
@@ -513,7 +538,7 @@ func (c *cluster) applyCommittedMeta() {
 }
 
 func (c *cluster) loadState() (*meta.State, error) {
-	b, err := storage.ReadFileAtomic(c.n.cfg.FS, path.Join(c.n.cfg.DataDir, metaStateFile))
+	b, err := storage.ReadFileAtomic(c.n.cfg.Env.FS, path.Join(c.n.cfg.DataDir, metaStateFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return meta.New(), nil
 	}

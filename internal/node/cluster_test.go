@@ -6,10 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -58,10 +61,11 @@ func newTestClusterWith(t *testing.T, n int, tune func(*Config)) *testCluster {
 // start opens (or reopens) a node: ticks of 5 ms, elections after 30–60.
 func (tc *testCluster) start(id string) {
 	tc.t.Helper()
-	cfg := Config{NodeID: id, DataDir: "/" + id, FS: tc.fs, ClientAddr: "client-of-" + id,
+	cfg := Config{NodeID: id, DataDir: "/" + id, Env: env.Env{FS: tc.fs}, ClientAddr: "client-of-" + id,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Cluster: &ClusterConfig{Members: tc.members, Secret: []byte("test-cluster-secret-0123456789"),
 			Tick: 5 * time.Millisecond, ElectionTicks: 30}}
+	kernelMutation(&cfg.Mutations)
 	if l := tc.listeners[id]; l != nil {
 		cfg.Cluster.PeerListener = l
 		delete(tc.listeners, id)
@@ -768,4 +772,42 @@ func TestClusterLeaderReportsAStoppedFollowerUnreachable(t *testing.T) {
 		}
 		return len(s) == 3
 	})
+}
+
+// kernelMutationEnv names a kernel mutation that every node of a test
+// cluster runs with: set only by TestClusterTestsCatchKernelMutations for
+// the test binary it runs again.
+const kernelMutationEnv = "NEREUS_TEST_KERNEL_MUTATION"
+
+var kernelMutations = map[string]func(*Mutations){
+	"AckBeforeCommit": func(m *Mutations) { m.AckLog.AckBeforeCommit = true },
+	"SkipDedupSeal":   func(m *Mutations) { m.Partition.SkipDedupSeal = true },
+	"SkipInstallGate": func(m *Mutations) { m.Partition.SkipInstallGate = true },
+}
+
+func kernelMutation(m *Mutations) {
+	if name := os.Getenv(kernelMutationEnv); name != "" {
+		kernelMutations[name](m)
+	}
+}
+
+// The kernels' guards are load-bearing at node level too: with a mutation
+// on, the cluster test named for it fails. (SkipInstallGate has no cluster
+// test here: over real TCP a new leader applies its install entry before
+// any test can reach it; the kernel's scenario tests catch it.)
+func TestClusterTestsCatchKernelMutations(t *testing.T) {
+	if os.Getenv(kernelMutationEnv) != "" {
+		t.Skip("running under a mutation")
+	}
+	for _, c := range []struct{ mutation, test string }{
+		{"AckBeforeCommit", "TestClusterAcksDuringQuorumLossAreRetriedDurably"},
+		{"SkipDedupSeal", "TestClusterRetentionRebuildsALaggingReplica"},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+c.test+"$", "-test.count=1")
+		cmd.Env = append(os.Environ(), kernelMutationEnv+"="+c.mutation)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "--- FAIL: "+c.test) {
+			t.Errorf("%s with mutation %s: err %v, want it to fail\n%s", c.test, c.mutation, err, out)
+		}
+	}
 }

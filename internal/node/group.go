@@ -13,7 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -187,11 +189,9 @@ type groupRunner struct {
 	dlqResults []dlqResult
 }
 
-const ledgerEntryBytes = 4 + 8
-
-// countEntryBytes is one delivery count in a count record: partition u32,
-// seq u64, count u32.
-const countEntryBytes = 4 + 8 + 4
+// The local ledger's ack and count records have the layout of the
+// replicated ack log's (internal/acklog).
+const ledgerEntryBytes = acklog.AckEntryBytes
 
 // ledgerKindHeader marks a local ledger record that holds delivery counts
 // (an unmarked record holds acks, as before counts were persisted).
@@ -206,30 +206,10 @@ func isCountRecord(r *storage.Record) bool {
 }
 
 // replayCounts applies a count record's entries to the cursors.
-func replayCounts(cursors []*delivery.Cursor, v []byte) error {
-	if len(v)%countEntryBytes != 0 {
-		return fmt.Errorf("count record has %d bytes", len(v))
-	}
-	for ; len(v) > 0; v = v[countEntryBytes:] {
-		if part := binary.BigEndian.Uint32(v); int(part) < len(cursors) {
-			cursors[part].ReplayCount(binary.BigEndian.Uint64(v[4:]), binary.BigEndian.Uint32(v[12:]))
-		}
-	}
-	return nil
-}
+func replayCounts(cursors []*delivery.Cursor, v []byte) error { return acklog.ReplayCounts(cursors, v) }
 
 // replayAcks applies an ack record's entries to the cursors.
-func replayAcks(cursors []*delivery.Cursor, v []byte) error {
-	if len(v)%ledgerEntryBytes != 0 {
-		return fmt.Errorf("ack record has %d bytes", len(v))
-	}
-	for ; len(v) > 0; v = v[ledgerEntryBytes:] {
-		if part := binary.BigEndian.Uint32(v); int(part) < len(cursors) {
-			cursors[part].ReplayAck(binary.BigEndian.Uint64(v[4:]))
-		}
-	}
-	return nil
-}
+func replayAcks(cursors []*delivery.Cursor, v []byte) error { return acklog.ReplayAcks(cursors, v) }
 
 // Subscribe joins sink to group on topic, creating the group on first use.
 func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) (*Subscription, error) {
@@ -363,7 +343,7 @@ func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunn
 }
 
 func (g *groupRunner) loadSettings(opts GroupOptions) error {
-	fsys, file := g.node.cfg.FS, path.Join(g.dir, "settings.json")
+	fsys, file := g.node.cfg.Env.FS, path.Join(g.dir, "settings.json")
 	var st groupSettings
 	b, err := storage.ReadFileAtomic(fsys, file)
 	switch {
@@ -406,7 +386,7 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 // before its own directory fsync (ledger.go, step 3), so no ack is accepted
 // against a generation that a crash could still revert.
 func (g *groupRunner) load() error {
-	fsys := g.node.cfg.FS
+	fsys := g.node.cfg.Env.FS
 	incFile := path.Join(g.dir, "incarnation")
 	var inc uint64
 	if b, err := storage.ReadFileAtomic(fsys, incFile); err == nil {
@@ -632,8 +612,14 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 func (g *groupRunner) run() {
 	defer g.wg.Done()
 	defer g.shutdown()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	// The next wake-up: an AfterFunc on the node's clock that pokes the
+	// loop like any other wake, replaced after every pass.
+	var timer env.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-g.done:
@@ -650,13 +636,15 @@ func (g *groupRunner) run() {
 				}
 			}
 		case <-g.wakeCh:
-		case <-timer.C:
 		}
-		wait := g.iterate(g.node.cfg.NowMs())
+		wait := g.iterate(g.node.nowMs())
 		if g.retired {
 			return
 		}
-		timer.Reset(time.Duration(wait) * time.Millisecond)
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = g.node.cfg.Env.Clock.AfterFunc(time.Duration(wait)*time.Millisecond, g.poke)
 	}
 }
 
@@ -673,7 +661,7 @@ func (g *groupRunner) handle(c groupCmd) {
 				break
 			}
 		}
-		now := g.node.cfg.NowMs()
+		now := g.node.nowMs()
 		for _, cur := range g.cursors {
 			cur.Release(now, c.sub.id)
 		}
@@ -699,7 +687,7 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		g.replies = append(g.replies, func(*wire.Error) { reply(nil, refused) })
 		return
 	}
-	now := g.node.cfg.NowMs()
+	now := g.node.nowMs()
 	m := g.node.metrics
 	results := make([]wire.Code, len(c.entries))
 	for i, e := range c.entries {
@@ -754,11 +742,11 @@ func (g *groupRunner) flushLedger() {
 		_, err := g.ledger.Append(0, recs)
 		if err == nil {
 			g.ledgerBytes += int64(len(recs))*ledgerRecordOverheadBytes + int64(len(g.ledgerBatch)+len(g.countBatch))
-			start := g.node.cfg.NowNanos()
+			start := g.node.nowNanos()
 			if !g.node.cfg.Mutations.SkipLedgerFsync {
 				err = g.ledger.Sync()
 			}
-			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(float64(g.node.cfg.NowNanos()-start) / 1e9)
+			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(float64(g.node.nowNanos()-start) / 1e9)
 		}
 		g.ledgerBatch, g.countBatch = nil, nil
 		if err == nil {

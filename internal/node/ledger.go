@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
 	"github.com/nereus-broker/nereus/internal/storage"
 )
@@ -107,30 +108,16 @@ type ledgerSnapshot struct {
 	counts [][]delivery.SeqCount // per partition (nil from an NLS1 snapshot)
 }
 
-// snapshotCursors captures the cursors' done states and delivery counts.
+// snapshotCursors captures the cursors' done states and delivery counts
+// (a replicated group's checkpoint holds the same).
 func snapshotCursors(gen uint64, cursors []*delivery.Cursor) ledgerSnapshot {
-	snap := ledgerSnapshot{gen: gen}
-	for _, c := range cursors {
-		snap.states = append(snap.states, c.Snapshot())
-		snap.counts = append(snap.counts, c.Counts())
-	}
-	return snap
+	cp := acklog.CheckpointOf(cursors)
+	return ledgerSnapshot{gen: gen, states: cp.States, counts: cp.Counts}
 }
 
 // restore applies a snapshot's partition i (if it has one) to c.
 func (s ledgerSnapshot) restore(i int, c *delivery.Cursor) error {
-	if i >= len(s.states) {
-		return nil
-	}
-	if err := c.Restore(s.states[i]); err != nil {
-		return err
-	}
-	if i < len(s.counts) {
-		for _, sc := range s.counts[i] {
-			c.ReplayCount(sc.Seq, sc.Count)
-		}
-	}
-	return nil
+	return acklog.Checkpoint{States: s.states, Counts: s.counts}.Restore(i, c)
 }
 
 // encodeLedgerSnapshot lays out a snapshot as
@@ -224,7 +211,7 @@ func decodeLedgerSnapshot(b []byte) (ledgerSnapshot, error) {
 // readLedgerSnapshot returns the group's snapshot, or generation 0 with no
 // states when none was ever written.
 func (g *groupRunner) readLedgerSnapshot() (ledgerSnapshot, error) {
-	b, err := storage.ReadFileAtomic(g.node.cfg.FS, path.Join(g.dir, ledgerSnapshotFile))
+	b, err := storage.ReadFileAtomic(g.node.cfg.Env.FS, path.Join(g.dir, ledgerSnapshotFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return ledgerSnapshot{}, nil
 	}
@@ -241,7 +228,7 @@ func (g *groupRunner) readLedgerSnapshot() (ledgerSnapshot, error) {
 // removeLedgerFiles removes every file in the ledger directory of gen (the
 // directory itself stays). A missing directory is not an error.
 func (g *groupRunner) removeLedgerFiles(gen uint64) error {
-	fsys, dir := g.node.cfg.FS, path.Join(g.dir, ledgerDirName(gen))
+	fsys, dir := g.node.cfg.Env.FS, path.Join(g.dir, ledgerDirName(gen))
 	names, err := fsys.List(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -263,7 +250,7 @@ func (g *groupRunner) removeLedgerFiles(gen uint64) error {
 // removeStaleLedgers removes the files of every ledger generation but live,
 // best effort: they are garbage (see the crash analysis above).
 func (g *groupRunner) removeStaleLedgers(live uint64) {
-	names, err := g.node.cfg.FS.List(g.dir)
+	names, err := g.node.cfg.Env.FS.List(g.dir)
 	if err != nil {
 		g.node.log.Warn("list group dir for stale ledgers failed", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
 		return
@@ -316,7 +303,7 @@ var errSnapshotWrite = errors.New("write ledger snapshot")
 // compactLedger runs steps 1-5 above. committed reports whether the new
 // snapshot is durable and live (an error then comes from the cleanup).
 func (g *groupRunner) compactLedger() (committed bool, err error) {
-	fsys := g.node.cfg.FS
+	fsys := g.node.cfg.Env.FS
 	next := g.ledgerGen + 1
 	if err := g.removeLedgerFiles(next); err != nil { // step 1
 		return false, fmt.Errorf("clear %s: %w", ledgerDirName(next), err)

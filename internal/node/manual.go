@@ -3,6 +3,9 @@ package node
 import (
 	"cmp"
 	"slices"
+
+	"github.com/nereus-broker/nereus/internal/acklog"
+	"github.com/nereus-broker/nereus/internal/partition"
 )
 
 // Mutations are deliberate bugs behind a test-only switch. Each disables one
@@ -14,6 +17,10 @@ type Mutations struct {
 	SkipDedupRebuild bool
 	// SkipLedgerFsync answers ACKs without fsyncing the group's ledger.
 	SkipLedgerFsync bool
+	// Partition and AckLog break the guards of the replicated-partition
+	// and ack-log kernels (install gate, dedup seal; ACK_OK before commit).
+	Partition partition.Mutations
+	AckLog    acklog.Mutations
 }
 
 // Step runs, on the caller's goroutine, all work of a Manual node that is
@@ -26,7 +33,7 @@ func (n *Node) Step() bool {
 	if !n.cfg.Manual {
 		panic("node: Step on a node that runs its own goroutines")
 	}
-	now := n.cfg.NowMs()
+	now := n.nowMs()
 	ran := false
 	for {
 		progress := false

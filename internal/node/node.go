@@ -16,9 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/storage"
-	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -26,12 +26,13 @@ import (
 type Config struct {
 	NodeID  string
 	DataDir string
-	FS      vfs.FS
-	Logger  *slog.Logger
-	// NowMs is the wall clock in unix milliseconds and NowNanos a clock for
-	// measuring durations (injected by tests and the simulator).
-	NowMs    func() int64
-	NowNanos func() int64
+	// Env is the world the node touches: files, clock and timers,
+	// randomness and, in a cluster, the peer network. Unset parts are the
+	// operating system's (env.OS); a nil Env.Peers is TCP (internal/peer)
+	// as the ClusterConfig describes it. Tests and the simulator inject
+	// their own.
+	Env    env.Env
+	Logger *slog.Logger
 	// Manual makes the node start no goroutines: partitions and groups only
 	// queue work, and the driver (the simulator) runs it by calling Step on
 	// one goroutine. Production leaves it false.
@@ -69,17 +70,9 @@ func (c *Config) setDefaults() {
 	if c.NodeID == "" {
 		c.NodeID = "n1"
 	}
-	if c.FS == nil {
-		c.FS = vfs.OS()
-	}
+	c.Env = c.Env.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.NowMs == nil {
-		c.NowMs = func() int64 { return time.Now().UnixMilli() }
-	}
-	if c.NowNanos == nil {
-		c.NowNanos = func() int64 { return time.Now().UnixNano() }
 	}
 	if c.SegmentBytesMax == 0 {
 		c.SegmentBytesMax = 64 << 20
@@ -162,7 +155,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, metrics: newMetrics(),
 		topics: map[string]*topic{}, groups: map[groupKey]*groupRunner{}}
-	if err := cfg.FS.MkdirAll(cfg.DataDir); err != nil {
+	if err := cfg.Env.FS.MkdirAll(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
 	if cfg.Cluster != nil {
@@ -194,6 +187,20 @@ func Open(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// nowMs is the node's wall clock in unix milliseconds (Config.Env).
+func (n *Node) nowMs() int64 { return n.cfg.Env.Clock.NowMs() }
+
+// nowNanos is the node's clock for measuring durations (Config.Env).
+func (n *Node) nowNanos() int64 { return n.cfg.Env.Clock.NowNanos() }
+
+// after returns a channel closed d from now on the node's clock, and stop,
+// which releases the timer if it has not fired.
+func (n *Node) after(d time.Duration) (fired <-chan struct{}, stop func() bool) {
+	ch := make(chan struct{})
+	t := n.cfg.Env.Clock.AfterFunc(d, func() { close(ch) })
+	return ch, t.Stop
+}
+
 // Metrics returns the node's Prometheus metrics.
 func (n *Node) Metrics() *Metrics { return n.metrics }
 
@@ -201,7 +208,7 @@ func (n *Node) Metrics() *Metrics { return n.metrics }
 func (n *Node) NodeID() string { return n.cfg.NodeID }
 
 func (n *Node) loadTopics() ([]wire.TopicConfig, error) {
-	b, err := storage.ReadFileAtomic(n.cfg.FS, path.Join(n.cfg.DataDir, topicsFile))
+	b, err := storage.ReadFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -240,7 +247,7 @@ func (n *Node) saveTopicsLocked() error {
 	if err != nil {
 		return err
 	}
-	return storage.WriteFileAtomic(n.cfg.FS, path.Join(n.cfg.DataDir, topicsFile), b)
+	return storage.WriteFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile), b)
 }
 
 // startTopic opens a topic's partitions; placement is nil on a single node.

@@ -117,7 +117,7 @@ func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
 		return nil, err
 	}
 	if n.cfg.Manual {
-		p.nextRetentionMs = n.cfg.NowMs() + n.cfg.RetentionCheckMs
+		p.nextRetentionMs = n.nowMs() + n.cfg.RetentionCheckMs
 		return p, nil
 	}
 	p.wg.Add(1)
@@ -133,7 +133,7 @@ func (p *partitionRunner) recover() error {
 		p.log.Close()
 		p.log = nil
 	}
-	lg, err := storage.Open(cfg.FS, p.dir, storage.Options{
+	lg, err := storage.Open(cfg.Env.FS, p.dir, storage.Options{
 		SegmentBytesMax: cfg.SegmentBytesMax,
 		RetentionBytes:  p.topic.cfg.RetentionBytes,
 		RetentionAgeMs:  p.topic.cfg.RetentionMs,
@@ -248,7 +248,7 @@ func (p *partitionRunner) corruptError() *wire.Error {
 // bumpEpoch starts a new reign: one past both the persisted epoch and the
 // last epoch in the log, persisted before any record is written under it.
 func (p *partitionRunner) bumpEpoch(logEpoch uint64) (uint64, error) {
-	fsys := p.node.cfg.FS
+	fsys := p.node.cfg.Env.FS
 	file := path.Join(p.dir, "epoch")
 	var stored uint64
 	b, err := storage.ReadFileAtomic(fsys, file)
@@ -490,7 +490,7 @@ func (p *partitionRunner) run() {
 		}
 		p.shutdown()
 	}()
-	retention := time.NewTicker(time.Duration(p.node.cfg.RetentionCheckMs) * time.Millisecond)
+	retention := p.node.cfg.Env.Clock.NewTicker(time.Duration(p.node.cfg.RetentionCheckMs) * time.Millisecond)
 	defer retention.Stop()
 	batch := make([]*pubReq, 0, p.node.cfg.PublishBatchMax)
 	for {
@@ -500,7 +500,7 @@ func (p *partitionRunner) run() {
 		case <-p.ackedWake:
 			takeAcked()
 			requestSync()
-		case <-retention.C:
+		case <-retention.C():
 			takeAcked()
 			if syncs == 0 {
 				p.applyRetention()
@@ -809,10 +809,10 @@ func (p *partitionRunner) syncLog(lg *storage.Log) error {
 		return nil
 	}
 	before := lg.SyncedSeq()
-	start := p.node.cfg.NowNanos()
+	start := p.node.nowNanos()
 	err := lg.Sync()
 	if err != nil || lg.SyncedSeq() != before { // not a request already covered
-		p.node.metrics.fsyncSeconds.WithLabelValues("log").Observe(float64(p.node.cfg.NowNanos()-start) / 1e9)
+		p.node.metrics.fsyncSeconds.WithLabelValues("log").Observe(float64(p.node.nowNanos()-start) / 1e9)
 	}
 	return err
 }
@@ -897,7 +897,7 @@ func (p *partitionRunner) applyRetention() {
 	if p.failure != nil {
 		return
 	}
-	deleted, err := p.log.ApplyRetention(p.node.cfg.NowMs())
+	deleted, err := p.log.ApplyRetention(p.node.nowMs())
 	if err != nil {
 		p.node.log.Error("retention failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
 		return

@@ -12,30 +12,16 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// replState is what the replicated loop of one partition owns. The dedup
-// table is derived state: every replica applies the committed entries to
-// it in log order, so a new leader already knows what its predecessors
-// appended and a producer's retry gets its original PUB_OK.
+// replState is the shell of one partition's replicated loop: the kernel
+// (partition.Member) holds every decision — the dedup table applied from
+// committed entries, the applied position, the seal, the install gate,
+// proposals in flight by producer identity, the compaction limit — and
+// this shell feeds it the member's events and carries out its answers.
 type replState struct {
-	producers *partition.Producers
-	applied   uint64 // last committed entry applied to producers
-	// truncated: the entries before the log's start are gone (retention,
-	// or a rebuild from the leader's snapshot point), so the dedup table
-	// knows only what came after; it is sealed before this member takes
-	// publishes (sealedEpoch: the epoch it was last sealed for).
-	truncated   bool
-	sealedEpoch uint64
-	// groupsFrom: partition 0's log holds its groups' acks; each group
-	// needs its records from its latest checkpoint on (from its first ack
-	// when it has none). compactLimit is what the member may compact
-	// through: what it applied, and below every group's need.
-	groupsFrom   map[string]uint64
+	kernel *partition.Member[PubReply] // owned by runReplicated
+	// compactLimit publishes the kernel's compaction limit to the member's
+	// storage (read on its goroutine).
 	compactLimit atomic.Uint64
-	// inflight: proposals not yet committed, by producer identity, so a
-	// retry of one that is still in flight waits for it instead of
-	// appending twice.
-	inflight map[prodKey]*inflightPub
-	anon     uint64 // key space for non-idempotent publishes
 
 	wake chan struct{} // poked by the member (Notify) and by completions
 
@@ -43,12 +29,8 @@ type replState struct {
 	completions []completion
 }
 
-type prodKey struct{ id, seq uint64 }
-
-type inflightPub struct{ replies []PubReply }
-
 type completion struct {
-	key        prodKey
+	key        partition.ProposalKey
 	seq, epoch uint64
 	err        error
 }
@@ -70,8 +52,7 @@ func (p *partitionRunner) openReplicated() error {
 	if p.topic.cfg.Ack == wire.AckAll {
 		policy = replica.SyncAll
 	}
-	p.rs = &replState{producers: partition.NewProducers(p.node.cfg.Dedup.DedupWindowMax, p.node.cfg.Dedup.ProducersMax),
-		inflight: map[prodKey]*inflightPub{}, wake: make(chan struct{}, 1)}
+	p.rs = &replState{wake: make(chan struct{}, 1)}
 	l, err := c.openGroup(p.topic.cfg.Name, p.id, members, policy, p.rs.poke, groupStorage{
 		retentionMs: p.topic.cfg.RetentionMs, retentionBytes: p.topic.cfg.RetentionBytes, limit: p.rs.compactLimit.Load})
 	if err != nil {
@@ -82,7 +63,7 @@ func (p *partitionRunner) openReplicated() error {
 	p.readLog.Store(l.ReadLog())
 	start := l.ReadLog().StartSeq()
 	p.startSeq.Store(start)
-	p.rs.applied, p.rs.truncated = start-1, start > 1
+	p.rs.kernel = partition.NewMember[PubReply](p.node.cfg.Dedup, start, p.node.cfg.Mutations.Partition)
 	p.wg.Add(1)
 	go p.runReplicated()
 	return nil
@@ -130,73 +111,56 @@ func (p *partitionRunner) runReplicated() {
 	}
 }
 
-// leaderView reports whether this member leads and may take publishes: it
-// leads, and its install entry (the first entry of its epoch) is applied,
-// so the dedup table covers everything earlier leaders appended.
-func (p *partitionRunner) leaderView() (replica.Status, *wire.Error) {
+// leaderView is this member's replication state as the kernel sees it.
+func (p *partitionRunner) leaderView() (replica.Status, partition.View) {
 	st := p.repl.Status()
-	c := p.node.cluster
-	switch {
-	case st.Role != replica.Leader:
-		leader := "unknown (an election is running)"
-		if st.Leader != 0 && !st.LeaderSilent { // never a leader it no longer hears
-			leader = c.name(st.Leader) + " at " + c.clientAddr(st.Leader)
-		}
-		return st, wire.Errorf(wire.CodeNotLeader, "partition %s/%d: this node does not lead it; leader: %s", p.topic.cfg.Name, p.id, leader)
-	case st.ReadOnly:
-		return st, wire.Errorf(wire.CodeQuorumLost, "partition %s/%d is READ_ONLY_DEGRADED: no quorum of replicas acknowledges", p.topic.cfg.Name, p.id)
-	}
-	var start uint64
+	v := partition.View{Leader: st.Role == replica.Leader, ReadOnly: st.ReadOnly, Epoch: st.Hard.Promised}
 	for _, e := range st.Epochs {
 		if e.Epoch == st.Hard.Promised {
-			start = e.StartSeq
+			v.InstallSeq = e.StartSeq
 		}
 	}
-	if start == 0 || p.rs.applied < start {
-		return st, wire.Errorf(wire.CodeUnavailable, "partition %s/%d: the new leader is taking office; retry", p.topic.cfg.Name, p.id)
+	return st, v
+}
+
+// refusal words the kernel's refusal of a publish for the client.
+func (p *partitionRunner) refusal(st replica.Status, r partition.Refusal) *wire.Error {
+	name := p.topic.cfg.Name
+	switch r {
+	case partition.RefusedNotLeader:
+		leader := "unknown (an election is running)"
+		if c := p.node.cluster; st.Leader != 0 && !st.LeaderSilent { // never a leader it no longer hears
+			leader = c.name(st.Leader) + " at " + c.clientAddr(st.Leader)
+		}
+		return wire.Errorf(wire.CodeNotLeader, "partition %s/%d: this node does not lead it; leader: %s", name, p.id, leader)
+	case partition.RefusedQuorumLost:
+		return wire.Errorf(wire.CodeQuorumLost, "partition %s/%d is READ_ONLY_DEGRADED: no quorum of replicas acknowledges", name, p.id)
+	case partition.RefusedTakingOffice:
+		return wire.Errorf(wire.CodeUnavailable, "partition %s/%d: the new leader is taking office; retry", name, p.id)
 	}
-	if rs := p.rs; rs.truncated && rs.sealedEpoch != st.Hard.Promised {
-		// Sequences appended before the kept log are unknown here: seal
-		// each producer's window at its oldest known sequence, so that a
-		// retry of an older one is PRODUCER_SEQ_TOO_OLD, never a duplicate.
-		rs.producers.SealHistory()
-		rs.sealedEpoch = st.Hard.Promised
-	}
-	return st, nil
+	return nil
 }
 
 func (p *partitionRunner) proposeReplicated(r *pubReq) {
-	if _, werr := p.leaderView(); werr != nil {
-		r.reply(wire.PubOK{}, werr)
-		return
+	st, view := p.leaderView()
+	d := p.rs.kernel.Publish(view, r.producerID, r.producerSeq, r.reply)
+	switch d.Action {
+	case partition.Refuse:
+		r.reply(wire.PubOK{}, p.refusal(st, d.Refusal))
+	case partition.AnswerDuplicate:
+		r.reply(wire.PubOK{Partition: p.id, Seq: d.Seq, Epoch: d.Epoch, Duplicate: true}, nil)
+	case partition.AnswerTooOld:
+		r.reply(wire.PubOK{}, wire.Errorf(wire.CodeProducerSeqTooOld,
+			"producer %d seq %d is below the dedup window of partition %d", r.producerID, r.producerSeq, p.id))
+	case partition.Propose:
+		rs := p.rs
+		p.repl.ProposeFunc(r.rec, func(seq, epoch uint64, err error) {
+			rs.mu.Lock()
+			rs.completions = append(rs.completions, completion{key: d.Key, seq: seq, epoch: epoch, err: err})
+			rs.mu.Unlock()
+			rs.poke()
+		})
 	}
-	rs := p.rs
-	key := prodKey{id: r.producerID, seq: r.producerSeq}
-	if r.producerID != 0 {
-		switch v, seq, epoch := rs.producers.Check(r.producerID, r.producerSeq); v {
-		case partition.VerdictDuplicate:
-			r.reply(wire.PubOK{Partition: p.id, Seq: seq, Epoch: epoch, Duplicate: true}, nil)
-			return
-		case partition.VerdictTooOld:
-			r.reply(wire.PubOK{}, wire.Errorf(wire.CodeProducerSeqTooOld,
-				"producer %d seq %d is below the dedup window of partition %d", r.producerID, r.producerSeq, p.id))
-			return
-		}
-		if in := rs.inflight[key]; in != nil {
-			in.replies = append(in.replies, r.reply)
-			return
-		}
-	} else {
-		rs.anon++
-		key = prodKey{seq: rs.anon}
-	}
-	rs.inflight[key] = &inflightPub{replies: []PubReply{r.reply}}
-	p.repl.ProposeFunc(r.rec, func(seq, epoch uint64, err error) {
-		rs.mu.Lock()
-		rs.completions = append(rs.completions, completion{key: key, seq: seq, epoch: epoch, err: err})
-		rs.mu.Unlock()
-		rs.poke()
-	})
 }
 
 // applyReplicated applies newly committed entries, then answers completed
@@ -204,65 +168,61 @@ func (p *partitionRunner) proposeReplicated(r *pubReq) {
 // member publishes its commit before completing, so every completed entry
 // is applied (and deduplicates retries) before its PUB_OK goes out.
 func (p *partitionRunner) applyReplicated() {
-	rs := p.rs
+	rs, k := p.rs, p.rs.kernel
 	rs.mu.Lock()
 	done := rs.completions
 	rs.completions = nil
 	rs.mu.Unlock()
 	commit := p.repl.CommitSeq()
 	p.followStart()
-	for rs.applied < commit {
-		entries, err := p.repl.ReadLog().Read(rs.applied+1, int(min(commit-rs.applied, 4096)), 16<<20)
+	for k.Applied() < commit {
+		from := k.Applied() + 1
+		entries, err := p.repl.ReadLog().Read(from, int(min(commit-k.Applied(), 4096)), 16<<20)
 		if errors.Is(err, storage.ErrOutOfRange) && p.followStart() {
 			continue // rebuilt from a snapshot point under us
 		}
 		if err != nil || len(entries) == 0 {
-			p.node.log.Error("apply committed entries failed; will retry", "topic", p.topic.cfg.Name, "partition", p.id, "from", rs.applied+1, "err", err)
+			p.node.log.Error("apply committed entries failed; will retry", "topic", p.topic.cfg.Name, "partition", p.id, "from", from, "err", err)
 			break
 		}
 		for _, e := range entries {
 			if e.Seq > commit {
 				break
 			}
-			if r := &e.Record; r.ProducerID != 0 && !replog.IsControl(r) {
-				rs.producers.Record(r.ProducerID, r.ProducerSeq, e.Seq, e.Epoch)
-			} else if kind, group, ok := groupRecordOf(r); ok && (kind == groupCheckpoint || rs.groupsFrom[group] == 0) {
-				if rs.groupsFrom == nil {
-					rs.groupsFrom = map[string]uint64{}
-				}
-				rs.groupsFrom[group] = e.Seq
-			}
-			rs.applied = e.Seq
+			k.Apply(kernelEntry(&e))
 		}
 	}
-	limit := rs.applied
-	for _, from := range rs.groupsFrom {
-		limit = min(limit, from-1)
-	}
-	rs.compactLimit.Store(limit)
-	if rs.applied > p.commitSeq.Load() {
-		p.commitSeq.Store(rs.applied)
+	rs.compactLimit.Store(k.CompactLimit())
+	if applied := k.Applied(); applied > p.commitSeq.Load() {
+		p.commitSeq.Store(applied)
 		p.node.metrics.commitBatch.Observe(float64(len(done)))
 		p.topic.notifyGroups()
 	}
 	st := p.repl.Status()
 	p.epoch.Store(st.Hard.Promised)
 	if st.Role == replica.Leader && st.ReadOnly {
-		p.answerDegraded()
+		// The entries stay in flight: a retry waits on the same one.
+		werr := wire.Errorf(wire.CodeQuorumLost, "partition %s/%d is READ_ONLY_DEGRADED: the write may still commit if the quorum returns; retry with the same producer identity",
+			p.topic.cfg.Name, p.id)
+		for _, reply := range k.Degraded() {
+			reply(wire.PubOK{}, werr)
+		}
 		p.topic.notifyGroups() // their ack records are stuck too
 	}
 	for _, c := range done {
-		in := rs.inflight[c.key]
-		delete(rs.inflight, c.key)
-		if in == nil {
+		a, ok := k.Completed(c.key, c.seq, c.epoch, c.err)
+		if !ok {
 			continue
 		}
-		ok, werr := wire.PubOK{Partition: p.id, Seq: c.seq, Epoch: c.epoch}, replicationError(p, c.err)
-		if werr == nil && c.seq > rs.applied {
+		var werr *wire.Error
+		switch a.Outcome {
+		case partition.Failed:
+			werr = replicationError(p, a.Err)
+		case partition.NotApplied:
 			werr = wire.Errorf(wire.CodeUnavailable, "partition %s/%d: commit not applied yet; retry", p.topic.cfg.Name, p.id)
 		}
-		for _, reply := range in.replies {
-			reply(ok, werr)
+		for _, reply := range a.Replies {
+			reply(wire.PubOK{Partition: p.id, Seq: a.Seq, Epoch: a.Epoch}, werr)
 		}
 		if werr == nil {
 			p.node.metrics.publishes.WithLabelValues(p.topic.cfg.Name).Inc()
@@ -270,38 +230,29 @@ func (p *partitionRunner) applyReplicated() {
 	}
 }
 
+// kernelEntry is what the kernel needs of a committed entry.
+func kernelEntry(e *storage.Entry) partition.Entry {
+	ke := partition.Entry{Seq: e.Seq, Epoch: e.Epoch}
+	if r := &e.Record; !replog.IsControl(r) {
+		ke.ProducerID, ke.ProducerSeq = r.ProducerID, r.ProducerSeq
+	} else if kind, group, ok := groupRecordOf(r); ok {
+		ke.Group, ke.GroupKind = group, kind
+	}
+	return ke
+}
+
 // followStart takes in a change of the log's start: retention deleted old
 // segments (groups treat what is gone as done), or the member rebuilt from
-// the leader's snapshot point past what was applied — the derived state
-// then starts over from the kept log. It reports whether applied moved.
+// the leader's snapshot point past what was applied — the kernel's derived
+// state then starts over from the kept log. It reports whether applied
+// moved.
 func (p *partitionRunner) followStart() bool {
-	rs := p.rs
 	start := p.repl.ReadLog().StartSeq()
 	if start != p.startSeq.Load() {
 		p.startSeq.Store(start)
 		p.topic.notifyGroups()
 	}
-	if start <= rs.applied+1 {
-		return false
-	}
-	rs.producers = partition.NewProducers(p.node.cfg.Dedup.DedupWindowMax, p.node.cfg.Dedup.ProducersMax)
-	rs.applied, rs.truncated, rs.sealedEpoch, rs.groupsFrom = start-1, true, 0, nil
-	return true
-}
-
-// answerDegraded answers the publishes in flight with QUORUM_LOST once the
-// leader is READ_ONLY_DEGRADED, instead of leaving them hanging. Their
-// entries stay in flight: they may still commit when the quorum returns,
-// so a retry keeps waiting on the same entry rather than appending again.
-func (p *partitionRunner) answerDegraded() {
-	werr := wire.Errorf(wire.CodeQuorumLost, "partition %s/%d is READ_ONLY_DEGRADED: the write may still commit if the quorum returns; retry with the same producer identity",
-		p.topic.cfg.Name, p.id)
-	for _, in := range p.rs.inflight {
-		for _, reply := range in.replies {
-			reply(wire.PubOK{}, werr)
-		}
-		in.replies = nil
-	}
+	return p.rs.kernel.LogStart(start)
 }
 
 // replicationError maps a proposal's failure to what the client sees; all
@@ -332,11 +283,8 @@ func (p *partitionRunner) failReplicated(werr *wire.Error) {
 		}
 		break
 	}
-	for key, in := range p.rs.inflight {
-		for _, reply := range in.replies {
-			reply(wire.PubOK{}, werr)
-		}
-		delete(p.rs.inflight, key)
+	for _, reply := range p.rs.kernel.Close() {
+		reply(wire.PubOK{}, werr)
 	}
 }
 

@@ -1,11 +1,10 @@
 package node
 
 import (
-	"encoding/binary"
 	"fmt"
-	"slices"
 	"sync"
 
+	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/replog"
@@ -18,7 +17,6 @@ import (
 // leader coordinates the topic's groups. An ACK_OK follows the commit of
 // its record (a quorum fsynced it), and a new coordinator rebuilds every
 // group's cursors from the committed log, so acks survive failover.
-
 //
 // A group checkpoints its cursors into the same log once its ack records
 // since the last checkpoint pass the ledger compaction threshold: a
@@ -27,6 +25,11 @@ import (
 // starts from the group's latest checkpoint, and partition 0 is compacted
 // no further than the oldest record some group still needs (its latest
 // checkpoint, or its first ack when it has none).
+//
+// The decisions are the ack-log kernel's (internal/acklog): which acks
+// need a record, which replies wait for which commit, when to checkpoint,
+// how to rebuild. This file is its shell: it proposes the records the
+// kernel returns and feeds it their completions.
 
 // ackHeader names the group of a group control record. An ack record's
 // value holds (partition u32, seq u64) pairs and a count record's
@@ -34,60 +37,43 @@ import (
 // checkpoint's holds encodeLedgerSnapshot's layout.
 const ackHeader = "nereus-group"
 
-// Kinds of group control records.
+// Kinds of group control records (the control header's value).
 const (
 	groupAck        = "ack"
 	groupCount      = "count"
 	groupCheckpoint = "checkpoint"
 )
 
-func groupRecord(kind, group string, value []byte) storage.Record {
+func groupRecord(kind acklog.Kind, group string, value []byte) storage.Record {
 	return storage.Record{Value: value, Headers: []storage.Header{
-		{Key: replog.ControlHeader, Value: []byte(kind)}, {Key: ackHeader, Value: []byte(group)}}}
+		{Key: replog.ControlHeader, Value: []byte(kind.String())}, {Key: ackHeader, Value: []byte(group)}}}
 }
 
 // groupRecordOf returns the kind and group of a group control record.
-func groupRecordOf(r *storage.Record) (kind, group string, ok bool) {
+func groupRecordOf(r *storage.Record) (kind acklog.Kind, group string, ok bool) {
 	if !replog.IsControl(r) || len(r.Headers) != 2 || r.Headers[1].Key != ackHeader {
-		return "", "", false
+		return 0, "", false
 	}
-	switch kind := string(r.Headers[0].Value); kind {
-	case groupAck, groupCount, groupCheckpoint:
-		return kind, string(r.Headers[1].Value), true
+	switch string(r.Headers[0].Value) {
+	case groupAck:
+		kind = acklog.KindAck
+	case groupCount:
+		kind = acklog.KindCount
+	case groupCheckpoint:
+		kind = acklog.KindCheckpoint
+	default:
+		return 0, "", false
 	}
-	return "", "", false
+	return kind, string(r.Headers[1].Value), true
 }
 
-// replLedger is the group's state of the replicated ledger (run-owned but
-// for the completion queue).
+// replLedger is the group's replicated ack log: the kernel (run-owned) and
+// the completions of its records, queued by the member's goroutine.
 type replLedger struct {
-	gen      uint64         // bumped on retirement: completions of older proposals fail
-	inflight []*ackProposal // proposals not completed yet, oldest first
-	// undurable holds acks applied to the cursors whose record did not
-	// commit (quorum lost, leadership moved). A repeated ack of one is
-	// proposed again rather than confirmed from the cursor: an ACK_OK must
-	// follow a commit.
-	undurable map[ackKey]bool
-	// checkpointing: a checkpoint record is in flight (at most one).
-	checkpointing bool
+	log *acklog.Log[func(failed *wire.Error)]
 
 	mu   sync.Mutex
-	done []*ackProposal
-}
-
-// ackProposal is one batch of acks in flight and the replies waiting for it
-// (its own, and those of requests that needed no new record but must not
-// be answered before it: a re-ack of a seq whose first ack is in flight).
-type ackProposal struct {
-	gen        uint64
-	checkpoint bool   // a checkpoint record, not acks
-	batch      []byte // (partition u32, seq u64) pairs of an ack record
-	counts     bool   // a count record (its batch is nil)
-	// dead are the dead letters whose record (MaxDeliver) this count
-	// record carries: their publish starts when it commits.
-	dead    []ackKey
-	replies []func(failed *wire.Error)
-	err     error // set by the completion, under replLedger.mu
+	done []acklog.Completion
 }
 
 type ackKey struct {
@@ -96,43 +82,38 @@ type ackKey struct {
 }
 
 // needsRecord reports whether an ack must go into the next record: it is
-// new to the cursor, or an earlier record of it did not commit.
+// new to the cursor, or (cluster) an earlier record of it did not commit.
 func (g *groupRunner) needsRecord(isNew bool, partition uint32, seq uint64) bool {
-	return isNew || g.repl.undurable[ackKey{partition, seq}]
-}
-
-func forEachAck(batch []byte, f func(ackKey)) {
-	for ; len(batch) >= ledgerEntryBytes; batch = batch[ledgerEntryBytes:] {
-		f(ackKey{binary.BigEndian.Uint32(batch), binary.BigEndian.Uint64(batch[4:])})
+	if g.repl.log == nil {
+		return isNew
 	}
+	return g.repl.log.NeedsRecord(isNew, acklog.Key{Partition: partition, Seq: seq})
 }
 
 // coordinator is partition 0's member on this node (nil if not hosted).
 func (g *groupRunner) coordinator() *partitionRunner { return g.topic.partitions[0] }
 
 // loadReplicated builds cursors from this group's latest checkpoint and
-// the ack records after it in partition 0's committed log. The delivery ids
-// start from the partition's epoch, so a new coordinator never reuses an
-// old one's ids.
+// the ack records after it in partition 0's committed log, and starts the
+// group's ack log. The delivery ids start from the partition's epoch, so a
+// new coordinator never reuses an old one's ids.
 func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
 	p0 := g.coordinator()
 	epoch := p0.epoch.Load()
-	var cursors []*delivery.Cursor
-	fresh := func() error {
-		cursors = make([]*delivery.Cursor, len(g.topic.partitions))
+	rb, err := acklog.NewRebuild(func() ([]*delivery.Cursor, error) {
+		cursors := make([]*delivery.Cursor, len(g.topic.partitions))
 		for i, p := range g.topic.partitions {
 			c, err := delivery.NewCursor(g.cfg, p.startSeq.Load(), (epoch<<10|inc&0x3ff)<<30)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			cursors[i] = c
 		}
-		return nil
-	}
-	if err := fresh(); err != nil {
+		return cursors, nil
+	}, ledgerRecordOverheadBytes)
+	if err != nil {
 		return nil, err
 	}
-	g.ledgerBytes = 0
 	for from := p0.startSeq.Load(); ; {
 		entries, err := p0.read(from, 4096, 16<<20)
 		if err != nil {
@@ -146,174 +127,91 @@ func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
 			if !ok || name != g.name {
 				continue
 			}
-			v := e.Record.Value
-			if kind == groupCheckpoint {
-				snap, err := decodeLedgerSnapshot(v)
-				if err != nil {
-					return nil, fmt.Errorf("group %s: checkpoint record %d: %w", g.name, e.Seq, err)
-				}
-				if err := fresh(); err != nil {
-					return nil, err
-				}
-				for i, c := range cursors {
-					if err := snap.restore(i, c); err != nil {
-						return nil, fmt.Errorf("group %s: checkpoint record %d, partition %d: %w", g.name, e.Seq, i, err)
-					}
-				}
-				g.ledgerBytes = 0
-				continue
+			if kind != acklog.KindCheckpoint {
+				err = rb.Record(kind, e.Record.Value)
+			} else if snap, derr := decodeLedgerSnapshot(e.Record.Value); derr != nil {
+				err = derr
+			} else {
+				err = rb.Checkpoint(acklog.Checkpoint{States: snap.states, Counts: snap.counts})
 			}
-			g.ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
-			replay := replayAcks
-			if kind == groupCount {
-				replay = replayCounts
-			}
-			if err := replay(cursors, v); err != nil {
-				return nil, fmt.Errorf("group %s: record %d: %w", g.name, e.Seq, err)
+			if err != nil {
+				return nil, fmt.Errorf("group %s: %v record %d: %w", g.name, kind, e.Seq, err)
 			}
 		}
 		from = entries[len(entries)-1].Seq + 1
 	}
-	return cursors, nil
+	g.repl.log = acklog.New[func(*wire.Error)](acklog.Config{
+		RecordOverheadBytes: ledgerRecordOverheadBytes,
+		RecordBytesMax:      g.node.cfg.RecordBytesMax,
+		EncodeCheckpoint: func(cp acklog.Checkpoint) []byte {
+			return encodeLedgerSnapshot(ledgerSnapshot{states: cp.States, counts: cp.Counts})
+		},
+		Mutations: g.node.cfg.Mutations.AckLog,
+	}, rb.RecordBytes())
+	return rb.Cursors(), nil
 }
 
-// flushReplicated proposes the batched acks and hands the replies waiting
-// for them to the proposal; they are answered when it commits.
+// flushReplicated hands the kernel what happened since the last flush
+// (completed records, the coordinator's state, batched acks, counts and
+// replies) and carries out its decisions: answer, propose, then start or
+// retry the dead letters whose record completed.
 func (g *groupRunner) flushReplicated() {
-	rl := &g.repl
-	g.collectAckCommits()
-	if g.coordinatorDegraded() {
-		// The records in flight may still commit once the quorum is back;
-		// until then their acks are answered now, as not durable.
-		werr := wire.Errorf(wire.CodeQuorumLost, "topic %q: the coordinator lost its quorum; acks are not durable", g.topic.cfg.Name)
-		for _, prop := range rl.inflight {
-			g.answer(prop.replies, werr)
-			prop.replies = nil
-			g.markUndurable(prop.batch)
-		}
-	}
-	if len(g.countBatch) > 0 {
-		// Counts need no reply; the dead letters they record are published
-		// once this record commits.
-		prop := &ackProposal{gen: rl.gen, counts: true, dead: g.deadPending}
-		g.ledgerBytes += ledgerRecordOverheadBytes + int64(len(g.countBatch))
-		g.propose(prop, groupRecord(groupCount, g.name, g.countBatch))
-		g.countBatch, g.deadPending = nil, nil
-	}
-	if len(g.ledgerBatch) == 0 {
-		if n := len(rl.inflight); n > 0 {
-			rl.inflight[n-1].replies = append(rl.inflight[n-1].replies, g.replies...)
-		} else {
-			g.answer(g.replies, nil) // nothing in flight to wait for
-		}
-		g.replies = g.replies[:0]
-		g.maybeCheckpoint()
-		return
-	}
-	prop := &ackProposal{gen: rl.gen, batch: g.ledgerBatch, replies: append([]func(*wire.Error){}, g.replies...)}
-	g.replies = g.replies[:0]
-	g.ledgerBytes += ledgerRecordOverheadBytes + int64(len(g.ledgerBatch))
-	g.propose(prop, groupRecord(groupAck, g.name, g.ledgerBatch))
-	g.ledgerBatch = nil
-}
-
-func (g *groupRunner) propose(prop *ackProposal, rec storage.Record) {
-	rl := &g.repl
-	rl.inflight = append(rl.inflight, prop)
-	g.coordinator().repl.ProposeFunc(rec, func(_, _ uint64, err error) {
-		rl.mu.Lock()
-		prop.err = err
-		rl.done = append(rl.done, prop)
-		rl.mu.Unlock()
-		g.poke()
-	})
-}
-
-// maybeCheckpoint proposes a checkpoint of the cursors once the group's
-// ack records since the last one pass the threshold, at a moment when the
-// cursors hold exactly the committed acks: nothing in flight, batched or
-// undurable.
-func (g *groupRunner) maybeCheckpoint() {
-	rl := &g.repl
-	threshold := g.ledgerCompactBytes.Load()
-	if threshold <= 0 || g.ledgerBytes < max(threshold, g.compactRetryBytes) || rl.checkpointing ||
-		len(rl.inflight) > 0 || len(rl.undurable) > 0 || len(g.ledgerBatch) > 0 || len(g.countBatch) > 0 ||
-		g.coordinatorDegraded() {
-		return
-	}
-	value := encodeLedgerSnapshot(snapshotCursors(0, g.cursors))
-	if len(value) > g.node.cfg.RecordBytesMax {
-		g.node.log.Warn("group checkpoint too large; partition 0 keeps the group's ack records", "group", g.name,
-			"topic", g.topic.cfg.Name, "bytes", len(value))
-		g.compactRetryBytes = g.ledgerBytes + threshold
-		return
-	}
-	rl.checkpointing = true
-	g.propose(&ackProposal{gen: rl.gen, checkpoint: true}, groupRecord(groupCheckpoint, g.name, value))
-}
-
-// collectAckCommits answers the acks whose records committed. A record that
-// failed (quorum lost, leadership moved) fails its acks; they stay applied
-// to the cursors, so consumers keep reading the visible prefix, and are
-// remembered as undurable until a later record of them commits. A new
-// coordinator rebuilds from the log and so redelivers them (at least once).
-func (g *groupRunner) collectAckCommits() {
 	rl := &g.repl
 	rl.mu.Lock()
 	done := rl.done
 	rl.done = nil
 	rl.mu.Unlock()
-	for _, c := range done {
-		if i := slices.Index(rl.inflight, c); i >= 0 {
-			rl.inflight = slices.Delete(rl.inflight, i, i+1)
-		}
-		if c.checkpoint {
-			// Its replies (if any) are re-acks that waited on whatever was
-			// last in flight: answered below like an ack record's.
-			rl.checkpointing = false
-			if c.err == nil && c.gen == rl.gen {
-				g.ledgerBytes, g.compactRetryBytes = 0, 0
-			}
-		}
-		if c.gen != rl.gen {
-			g.answer(c.replies, wire.Errorf(wire.CodeUnavailable, "ack not durable: an earlier ack failed; retry"))
-			continue
-		}
-		if c.counts {
-			// Its replies (if any) waited on it like a checkpoint's. If
-			// it failed, its dead letters are recorded again after a
-			// backoff; a lost retry count costs at most one extra
-			// delivery should the coordinator change.
-			if c.err != nil {
-				now := g.node.cfg.NowMs()
-				for _, k := range c.dead {
-					g.retryDeadLetter(now, k, fmt.Errorf("record not committed: %w", c.err), true)
-				}
-			} else {
-				g.deadReady = append(g.deadReady, c.dead...)
-			}
-		}
-		if c.err != nil {
-			g.node.log.Debug("ack record not committed", "group", g.name, "topic", g.topic.cfg.Name, "err", c.err)
-			g.markUndurable(c.batch)
-			g.answer(c.replies, replicationError(g.coordinator(), c.err))
-			continue
-		}
-		forEachAck(c.batch, func(k ackKey) { delete(rl.undurable, k) })
-		g.answer(c.replies, nil)
+	dead := make([]acklog.Key, len(g.deadPending))
+	for i, k := range g.deadPending {
+		dead[i] = acklog.Key{Partition: k.partition, Seq: k.seq}
 	}
-	if len(done) > 0 && len(rl.undurable) == 0 {
+	eff := rl.log.Flush(acklog.Input[func(*wire.Error)]{Done: done, Degraded: g.coordinatorDegraded(),
+		Acks: g.ledgerBatch, Counts: g.countBatch, Dead: dead, Replies: g.replies,
+		CompactBytes: g.ledgerCompactBytes.Load(), Cursors: g.cursors})
+	g.ledgerBatch, g.countBatch, g.deadPending = nil, nil, nil
+	g.replies = g.replies[:0]
+	for _, a := range eff.Answers {
+		var werr *wire.Error
+		switch a.Outcome {
+		case acklog.NotCommitted:
+			g.node.log.Debug("ack record not committed", "group", g.name, "topic", g.topic.cfg.Name, "err", a.Err)
+			werr = replicationError(g.coordinator(), a.Err)
+		case acklog.QuorumLost:
+			werr = wire.Errorf(wire.CodeQuorumLost, "topic %q: the coordinator lost its quorum; acks are not durable", g.topic.cfg.Name)
+		case acklog.Superseded:
+			werr = wire.Errorf(wire.CodeUnavailable, "ack not durable: the group's coordinator changed; retry")
+		}
+		g.answer(a.Replies, werr)
+	}
+	if eff.CheckpointTooLargeBytes > 0 {
+		g.node.log.Warn("group checkpoint too large; partition 0 keeps the group's ack records", "group", g.name,
+			"topic", g.topic.cfg.Name, "bytes", eff.CheckpointTooLargeBytes)
+	}
+	for _, prop := range eff.Propose {
+		id := prop.ID
+		g.coordinator().repl.ProposeFunc(groupRecord(prop.Kind, g.name, prop.Value), func(_, _ uint64, err error) {
+			rl.mu.Lock()
+			rl.done = append(rl.done, acklog.Completion{ID: id, Err: err})
+			rl.mu.Unlock()
+			g.poke()
+		})
+	}
+	for _, k := range eff.DeadReady {
+		g.deadReady = append(g.deadReady, ackKey{k.Partition, k.Seq})
+	}
+	if len(eff.DeadRetry) > 0 {
+		// A lost retry count costs at most one extra delivery should the
+		// coordinator change.
+		now := g.node.nowMs()
+		for _, r := range eff.DeadRetry {
+			g.retryDeadLetter(now, ackKey{r.Key.Partition, r.Key.Seq}, fmt.Errorf("record not committed: %w", r.Err), true)
+		}
+	}
+	if eff.FloorsDurable {
 		for i, c := range g.cursors {
 			g.floors[i].Store(c.AckFloor())
 		}
 	}
-}
-
-func (g *groupRunner) markUndurable(batch []byte) {
-	if g.repl.undurable == nil {
-		g.repl.undurable = map[ackKey]bool{}
-	}
-	forEachAck(batch, func(k ackKey) { g.repl.undurable[k] = true })
 }
 
 // coordinatorDegraded reports whether partition 0's leader (this node) is
@@ -352,11 +250,7 @@ func (g *groupRunner) stillCoordinates() bool {
 		s.sink.End(werr)
 	}
 	g.subs = nil
-	g.repl.gen++
-	for _, prop := range g.repl.inflight {
-		g.answer(prop.replies, werr)
-		prop.replies = nil
-	}
+	g.answer(g.repl.log.Retire(), werr)
 	g.answer(g.replies, werr)
 	g.replies = g.replies[:0]
 	g.ledgerBatch, g.countBatch, g.deadPending, g.deadReady = nil, nil, nil, nil

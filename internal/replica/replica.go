@@ -21,7 +21,9 @@ type Config struct {
 	// HeartbeatTicks between leader appends when idle (default 1).
 	HeartbeatTicks int
 	// ElectionTicks: a follower that hears no leader for a random time in
-	// [ElectionTicks, 2*ElectionTicks) campaigns (default 10).
+	// [ElectionTicks, 2*ElectionTicks) campaigns (default 30: 300 ms at
+	// the node's 10 ms tick). The one default of this setting: the node
+	// and replog pass 0 through.
 	ElectionTicks int
 	// AckTimeoutTicks: a leader that has not heard from a quorum (every
 	// replica under SyncAll) for this long refuses writes (default 2*ElectionTicks).
@@ -71,7 +73,7 @@ func (c *Config) validate() error {
 		c.HeartbeatTicks = 1
 	}
 	if c.ElectionTicks == 0 {
-		c.ElectionTicks = 10
+		c.ElectionTicks = 30
 	}
 	if c.AckTimeoutTicks == 0 {
 		c.AckTimeoutTicks = 2 * c.ElectionTicks

@@ -186,9 +186,15 @@ func TestRunningMemberDropsDamageFoundByTheScrubber(t *testing.T) {
 			}
 			g.isolate(damaged, true) // it cannot catch up before we look
 			l.Damaged()
-			waitFor(t, "the damaged member to drop the range", func() bool { return len(l.ReadLog().Damage()) == 0 })
-			if ok, _ := isRebuilding(g.fs, dir); !ok || !l.Status().Rebuilding || l.Status().Role == replica.Leader {
-				t.Fatalf("after dropping the range: marked %v, status %+v", ok, l.Status())
+			// The range goes before the restarted kernel's status is
+			// published: wait for both (reading the status as soon as the
+			// damage is gone raced with the member's goroutine).
+			waitFor(t, "the damaged member to drop the range and restart rebuilding", func() bool {
+				ok, _ := isRebuilding(g.fs, dir)
+				return len(l.ReadLog().Damage()) == 0 && ok && l.Status().Rebuilding
+			})
+			if st := l.Status(); st.Role == replica.Leader {
+				t.Fatalf("after dropping the range it still leads: %+v", st)
 			}
 			g.isolate(damaged, false)
 			last = g.commit("after")

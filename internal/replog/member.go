@@ -38,13 +38,10 @@ type Member struct {
 // OpenMember restores a member from its directory. Nothing runs until its
 // driver steps it.
 func OpenMember(cfg Config) (*Member, error) {
-	if cfg.FS == nil || cfg.Send == nil || cfg.Dir == "" {
-		return nil, errors.New("replog: FS, Send and Dir are required")
+	if cfg.FS == nil || cfg.Send == nil || cfg.Dir == "" || cfg.Clock == nil {
+		return nil, errors.New("replog: FS, Send, Dir and Clock are required")
 	}
 	cfg.setDefaults()
-	if (cfg.Storage.RetentionAgeMs != 0 || cfg.Storage.RetentionBytes != 0) && cfg.NowMs == nil {
-		return nil, errors.New("replog: a retention needs NowMs, its clock")
-	}
 	lg, err := storage.Open(cfg.FS, cfg.Dir, cfg.Storage)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -58,15 +59,21 @@ type Config struct {
 	// (default 1 s) the member deletes the log segments retention lets go
 	// of — never past what the kernel must keep (committed, flushed, and
 	// what a follower inside its reservation still needs), nor past
-	// CompactLimit when set (what the caller has not consumed yet). NowMs
-	// is the retention clock (required when Storage sets a retention).
+	// CompactLimit when set (what the caller has not consumed yet).
 	CompactEvery time.Duration
 	CompactLimit func() uint64
-	NowMs        func() int64
+	// Clock is the member's time: the retention clock, and the tickers of
+	// the production driver (Log); a Manual Log ticks by its NowMs.
+	// Required.
+	Clock env.Clock
 	// Reservation is how long a leader keeps the log a silent follower
 	// still needs (default 30 s); a follower away longer may have to
 	// rebuild from a snapshot.
 	Reservation time.Duration
+	// Manual makes Open start no goroutine: the driver (a simulated node)
+	// calls Pump on its own goroutine, and ticks and compactions follow
+	// the Clock's NowMs.
+	Manual bool
 	// Mutations and SendBeforePersist deliberately break the kernel and the
 	// executor, so tests can prove the simulator catches each. Never set
 	// outside tests.
@@ -97,6 +104,9 @@ var (
 	ErrClosed = errors.New("replog: closed")
 	// ErrLost: the entry was proposed but a new leader's lineage replaced it.
 	ErrLost = errors.New("replog: entry lost to a leader change")
+	// ErrBusy: a Manual log's proposal queue is full while it is being
+	// pumped (a production Log blocks instead).
+	ErrBusy = errors.New("replog: proposal queue full")
 )
 
 // Proposal is the outcome of one Propose, available once Done is closed.
@@ -140,6 +150,12 @@ type Log struct {
 	// damaged (capacity 1) tells run that damage was found in the log
 	// while the member runs (Damaged).
 	damaged chan struct{}
+
+	// Manual mode (Pump): the driver's goroutine owns everything; the
+	// times of the last tick and compaction, and whether a Pump is running.
+	manual                    bool
+	lastTickMs, lastCompactMs int64
+	pumping, closed           bool
 }
 
 // notice is the part of the kernel's view whose changes Notify reports.
@@ -153,17 +169,89 @@ type notice struct {
 
 const hardStateFile = "hardstate"
 
-// Open restores a member from its directory and starts its goroutine.
+// Open restores a member from its directory and starts its goroutine
+// (none in Manual mode).
 func Open(cfg Config) (*Log, error) {
 	m, err := OpenMember(cfg)
 	if err != nil {
 		return nil, err
 	}
 	l := &Log{m: m, in: make(chan replica.Message, 4096), campaign: make(chan struct{}, 1),
-		prop: make(chan *Proposal, m.cfg.ProposeQueueMax), done: make(chan struct{}), damaged: make(chan struct{}, 1)}
+		prop: make(chan *Proposal, m.cfg.ProposeQueueMax), done: make(chan struct{}), damaged: make(chan struct{}, 1),
+		manual: cfg.Manual}
+	if l.manual {
+		l.lastTickMs = cfg.Clock.NowMs()
+		l.lastCompactMs = l.lastTickMs
+		return l, nil
+	}
 	l.wg.Add(1)
 	go l.run()
 	return l, nil
+}
+
+// Pump runs what a Manual log has queued — inbound messages, proposals, a
+// campaign, damage — and the ticks and compaction its clock says are due,
+// then carries out the kernel's Readys, all on the caller's goroutine. It
+// reports whether anything ran; an error means the member stopped (as the
+// goroutine of a production Log stops), and every later Pump returns it.
+func (l *Log) Pump() (bool, error) {
+	if !l.manual {
+		panic("replog: Pump on a Log that runs its own goroutine")
+	}
+	select {
+	case <-l.done:
+		return false, ErrClosed
+	default:
+	}
+	l.pumping = true
+	defer func() { l.pumping = false }()
+	m, ran := l.m, false
+	now := m.cfg.Clock.NowMs()
+	tick := m.cfg.Tick.Milliseconds()
+	for ; now-l.lastTickMs >= tick; l.lastTickMs += tick {
+		m.Tick()
+		ran = true
+	}
+	if now-l.lastCompactMs >= m.cfg.CompactEvery.Milliseconds() {
+		l.lastCompactMs = now
+		if err := m.Compact(); err != nil {
+			return true, l.stop(fmt.Errorf("replog: compaction failed: %w", err))
+		}
+	}
+	for {
+		select {
+		case <-l.campaign:
+			m.Campaign()
+		case <-l.damaged:
+			if _, err := m.restartDamaged(); err != nil {
+				return true, l.stop(fmt.Errorf("replog: cannot drop a damaged range: %w", err))
+			}
+		case msg := <-l.in:
+			m.Step(msg)
+		case p := <-l.prop:
+			m.Propose(p)
+		default:
+			if err := m.Handle(); err != nil {
+				return true, l.stop(err)
+			}
+			return ran, nil
+		}
+		ran = true
+	}
+}
+
+// stop ends a Manual log after a failure, as run's return does.
+func (l *Log) stop(err error) error {
+	l.m.cfg.Logger.Error("replog: stopping member", "member", l.m.cfg.ID, "dir", l.m.cfg.Dir, "err", err)
+	close(l.done)
+	for {
+		select {
+		case p := <-l.prop:
+			p.finish(ErrClosed)
+		default:
+			return err
+		}
+	}
 }
 
 // loadPersisted reads the hard state and the snapshot point, finishes an
@@ -252,6 +340,25 @@ func (l *Log) ProposeFunc(rec storage.Record, done func(seq, epoch uint64, err e
 }
 
 func (l *Log) enqueue(p *Proposal) {
+	if l.manual {
+		// One goroutine: never block. A full queue is emptied by a Pump,
+		// unless one is running (the caller is inside it).
+		for tries := 0; ; tries++ {
+			select {
+			case <-l.done:
+				p.finish(ErrClosed)
+				return
+			case l.prop <- p:
+				return
+			default:
+			}
+			if tries > 0 || l.pumping {
+				p.finish(ErrBusy)
+				return
+			}
+			l.Pump()
+		}
+	}
 	select {
 	case l.prop <- p:
 	case <-l.done:
@@ -308,11 +415,27 @@ func (l *Log) Read(fromSeq uint64, max int) ([]storage.Entry, error) { return l.
 func (l *Log) Close() error {
 	select {
 	case <-l.done:
+		if l.manual && !l.closed {
+			l.closed = true
+			return l.m.Close() // stopped after a failure: the log is still open
+		}
 		return nil
 	default:
 	}
+	l.closed = true
 	close(l.done)
 	l.wg.Wait()
+	if l.manual {
+		for {
+			select {
+			case p := <-l.prop:
+				p.finish(ErrClosed)
+				continue
+			default:
+			}
+			break
+		}
+	}
 	return l.m.Close()
 }
 
@@ -330,9 +453,9 @@ func (l *Log) Damaged() {
 func (l *Log) run() {
 	defer l.wg.Done()
 	m := l.m
-	ticker := time.NewTicker(m.cfg.Tick)
+	ticker := m.cfg.Clock.NewTicker(m.cfg.Tick)
 	defer ticker.Stop()
-	compact := time.NewTicker(m.cfg.CompactEvery)
+	compact := m.cfg.Clock.NewTicker(m.cfg.CompactEvery)
 	defer compact.Stop()
 	defer func() {
 		for {
@@ -348,9 +471,9 @@ func (l *Log) run() {
 		select {
 		case <-l.done:
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 			m.Tick()
-		case <-compact.C:
+		case <-compact.C():
 			if err := m.Compact(); err != nil {
 				m.cfg.Logger.Error("replog: compaction failed; stopping member", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
 				return

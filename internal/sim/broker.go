@@ -90,8 +90,8 @@ func (b *broker) start() {
 	var n *node.Node
 	err := b.guard(func() error {
 		var err error
-		n, err = node.Open(node.Config{NodeID: "sim", DataDir: dataDir, FS: b.fs, Manual: true,
-			NowMs: b.w.brokerNowMs, NowNanos: b.w.brokerNowNanos, Logger: b.discardLogger,
+		n, err = node.Open(node.Config{NodeID: "sim", DataDir: dataDir, Env: b.w.brokerEnv(b.fs), Manual: true,
+			Logger:    b.discardLogger,
 			Mutations: b.mutations,
 			// Small, so campaigns compact ack ledgers (and crash inside
 			// compaction) often; a one-ack golden run stays below it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nereus-broker/nereus/internal/invariant"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -26,7 +27,7 @@ func (v *Violation) String() string {
 // The invariants the checker enforces.
 const (
 	// AckedNeverLost: every PUB_OK'd record stays readable at its seq.
-	AckedNeverLost = "AckedNeverLost"
+	AckedNeverLost = invariant.AckedNeverLost
 	// NoDuplicateFromReplay: a producer replay never appends twice, and a
 	// replay's PUB_OK names the original position.
 	NoDuplicateFromReplay = "NoDuplicateFromReplay"

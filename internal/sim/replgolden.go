@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
 )
 
 // ReplicatedGoldenVariants are the recorded traces of one value on the
@@ -51,35 +53,24 @@ func RunReplicatedGolden(variant string) (ReplicatedGoldenResult, error) {
 	g.w.tracef("replicated golden %s", variant)
 	g.startAll()
 	n1 := g.nodes[0]
+	// kill kill -9s n1 from outside its processing; killNow from inside it
+	// (unwinding it, as a kill mid-step does).
 	kill := func(why string) {
 		if res.Killed {
 			return
 		}
 		res.Killed = true
 		g.w.tracef("kill -9 n1 %s", why)
-		g.down(n1)
-		g.w.after(300, func() { g.start(n1); g.guard(func() { g.process(n1) }) })
-	}
-	holdsM1 := func(rd *replica.Ready) bool {
-		for _, e := range rd.Entries {
-			if string(e.Data) == "m1" {
-				return true
-			}
-		}
-		return false
+		g.crashFor(n1, 300)
 	}
 	switch variant {
 	case "kill-leader-before-append":
-		g.beforeReady = func(n *groupNode, rd *replica.Ready) bool {
-			if n == n1 && holdsM1(rd) {
-				kill("before writing m1")
-			}
-			return n.up
-		}
+		// Armed when m1 is proposed (below): the first disk write after it
+		// is m1's.
 	case "kill-leader-before-replicate":
 		g.beforeSend = func(m replica.Message) bool {
 			for _, e := range m.Entries {
-				if m.From == 1 && string(e.Data) == "m1" {
+				if m.From == 1 && recordValue(e.Data) == "m1" {
 					g.w.after(0, func() { kill("after m1 is durable on it, its APPENDs lost") })
 					return false
 				}
@@ -95,22 +86,35 @@ func RunReplicatedGolden(variant string) (ReplicatedGoldenResult, error) {
 		}
 	case "kill-leader-before-ack":
 		g.beforeAck = func(n *groupNode, value string) bool {
-			if n == n1 && value == "m1" {
-				kill("after committing m1, before acknowledging it")
+			if n == n1 && value == "m1" && !res.Killed {
+				res.Killed = true
+				g.w.tracef("kill -9 n1 after committing m1, before acknowledging it")
+				g.w.after(0, func() { g.crashFor(n1, 300) })
+				return false
 			}
 			return n.up
 		}
 	}
 	g.w.after(groupTickMs, g.tick)
-	g.w.after(1, func() { n1.k.Campaign(); g.guard(func() { g.process(n1) }) })
+	g.w.after(1, func() { g.step(n1, func() { n1.m.Campaign() }) })
 	// m1 once n1 leads with its install committed.
 	var proposeM1 func()
 	proposeM1 = func() {
-		if st := n1.k.Status(); !n1.up || st.Role != replica.Leader || st.CommitSeq < 1 {
+		if !n1.up || n1.m.Status().Role != replica.Leader || n1.m.CommitSeq() < 1 {
 			g.w.after(1, proposeM1)
 			return
 		}
-		g.proposeAt(n1, "m1")
+		if variant == "kill-leader-before-append" {
+			n1.killOnDisk = func(op vfs.Op, name string) bool {
+				if op == vfs.OpWrite && strings.HasSuffix(name, ".log") {
+					res.Killed = true
+					g.w.tracef("kill -9 n1 before writing m1")
+					return true
+				}
+				return false
+			}
+		}
+		g.proposeAt(n1, "m1", true)
 	}
 	g.w.after(1, proposeM1)
 	// The probe m2, once m1 is settled: acknowledged, or the kill happened.
@@ -125,8 +129,8 @@ func RunReplicatedGolden(variant string) (ReplicatedGoldenResult, error) {
 			return
 		}
 		for _, n := range g.nodes {
-			if st := n.k.Status(); n.up && st.Role == replica.Leader && st.CommitSeq >= installOf(st) {
-				g.proposeAt(n, "m2")
+			if n.up && n.m.Status().Role == replica.Leader && n.m.CommitSeq() >= installOf(n.m.Status()) {
+				g.proposeAt(n, "m2", true)
 				probed = true
 				return
 			}
@@ -159,18 +163,6 @@ func installOf(st replica.Status) uint64 {
 	return ^uint64(0)
 }
 
-// proposeAt proposes value at n (which leads) as a client would.
-func (g *groupSim) proposeAt(n *groupNode, value string) {
-	seq, epoch, err := n.k.Propose([]byte(value))
-	if err != nil {
-		g.w.tracef("n%d refuses %s: %v", n.id, value, err)
-		return
-	}
-	g.w.tracef("client -> n%d %s: at %d (e%d)", n.id, value, seq, epoch)
-	g.pending = append(g.pending, proposal{value: value, node: n.id, seq: seq, epoch: epoch})
-	g.guard(func() { g.process(n) })
-}
-
 // caughtUp reports whether every replica is up with a commit of at least seq.
 func (g *groupSim) caughtUp(seq uint64) bool {
 	for _, n := range g.nodes {
@@ -186,11 +178,11 @@ func (g *groupSim) caughtUp(seq uint64) bool {
 func (g *groupSim) committedValues() ([]string, bool) {
 	var out []string
 	for seq := uint64(1); ; seq++ {
-		e, ok := g.committed[seq]
+		e, ok := g.ghost.Committed(seq)
 		if !ok {
 			break
 		}
-		v := string(e.Data)
+		v := e.Value
 		if v == "" {
 			v = "-"
 		}
@@ -198,11 +190,26 @@ func (g *groupSim) committedValues() ([]string, bool) {
 	}
 	agree := true
 	for _, n := range g.nodes {
-		for seq := uint64(1); seq <= n.commit; seq++ {
-			e := g.committed[seq]
-			agree = agree && seq <= uint64(len(n.log)) && n.log[seq-1].Epoch == e.Epoch && string(n.log[seq-1].Data) == string(e.Data)
+		start, log, err := n.durableLog()
+		agree = agree && err == nil && n.commit == uint64(len(out))
+		for i, e := range log {
+			seq := start + uint64(i)
+			c, _ := g.ghost.Committed(seq)
+			agree = agree && (seq > n.commit || e == c)
 		}
-		agree = agree && n.commit == uint64(len(out))
 	}
 	return out, agree
+}
+
+// recordValue is the value of a replicated entry's record ("" for an
+// install entry or an undecodable one).
+func recordValue(data []byte) string {
+	if len(data) == 0 {
+		return ""
+	}
+	r, err := storage.DecodeRecord(data)
+	if err != nil {
+		return ""
+	}
+	return string(r.Value)
 }

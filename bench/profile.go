@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// pprofOverlaySource is the file the -profile build adds to ../cmd/nereus.
+//
+//go:embed pprof_overlay.go.txt
+var pprofOverlaySource []byte
+
+// pprofOverlayTarget is where the overlay file appears in the main module.
+const pprofOverlayTarget = "../cmd/nereus/zz_bench_pprof.go"
+
+// writePprofOverlay writes the overlay file and the `go build -overlay`
+// description of it into dir and returns the description's path.
+func writePprofOverlay(dir string) (string, error) {
+	src := filepath.Join(dir, "zz_bench_pprof.go")
+	if err := os.WriteFile(src, pprofOverlaySource, 0o644); err != nil {
+		return "", err
+	}
+	target, err := filepath.Abs(pprofOverlayTarget)
+	if err != nil {
+		return "", err
+	}
+	desc, err := json.Marshal(map[string]map[string]string{"Replace": {target: src}})
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "pprof-overlay.json")
+	return path, os.WriteFile(path, desc, 0o644)
+}
+
+// profileFetchSlack bounds a profile download beyond its own duration.
+const profileFetchSlack = 10 * time.Second
+
+// leaderProfiler is a system that can profile the process leading a stream.
+type leaderProfiler interface {
+	// profileLeader starts a CPU profile of d of the process that leads
+	// stream and records its allocation counters, and returns a function
+	// that waits for the profile and writes prefix-cpu.pprof,
+	// prefix-allocs-before.pprof and prefix-allocs-after.pprof (the
+	// allocations of the case are after minus before: go tool pprof -base).
+	profileLeader(ctx context.Context, stream string, d time.Duration, prefix string) (finish func() error, err error)
+}
+
+// profileLeader implements leaderProfiler for child processes built with
+// the pprof overlay; for an in-process node it profiles nothing.
+func (s *nereusSystem) profileLeader(ctx context.Context, stream string, d time.Duration, prefix string) (func() error, error) {
+	none := func() error { return nil }
+	p, err := s.leaderOf(ctx, stream)
+	if err != nil {
+		return none, err
+	}
+	i := slices.IndexFunc(s.procs, func(np *nereusProc) bool { return np.name == p.Leader })
+	if i < 0 || s.procs[i].pprofAddr == "" {
+		return none, nil
+	}
+	base := "http://" + s.procs[i].pprofAddr + "/debug/pprof/"
+	if err := fetchProfile(ctx, base+"allocs", prefix+"-allocs-before.pprof", 0); err != nil {
+		return none, err
+	}
+	seconds := int(math.Ceil(d.Seconds()))
+	cpu := make(chan error, 1)
+	go func() {
+		cpu <- fetchProfile(ctx, fmt.Sprintf("%sprofile?seconds=%d", base, seconds), prefix+"-cpu.pprof", time.Duration(seconds)*time.Second)
+	}()
+	return func() error {
+		err := <-cpu
+		return errors.Join(err, fetchProfile(ctx, base+"allocs", prefix+"-allocs-after.pprof", 0))
+	}, nil
+}
+
+// fetchProfile downloads a pprof endpoint that takes d to answer into path.
+func fetchProfile(ctx context.Context, url, path string, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d+profileFetchSlack)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("profile %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
+}

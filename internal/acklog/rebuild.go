@@ -1,0 +1,68 @@
+package acklog
+
+import (
+	"fmt"
+
+	"github.com/nereus-broker/nereus/internal/delivery"
+)
+
+// Rebuild folds one group's committed records, in log order, into its
+// cursors: a new coordinator starts from the group's latest checkpoint and
+// replays the ack and count records after it. Records of other groups are
+// not fed to it.
+type Rebuild struct {
+	fresh       func() ([]*delivery.Cursor, error)
+	overhead    int64
+	cursors     []*delivery.Cursor
+	recordBytes int64
+}
+
+// NewRebuild starts a rebuild from fresh cursors (the partitions' start,
+// no ack); fresh is called again at every checkpoint. recordOverheadBytes
+// is the storage framing counted per record toward the checkpoint
+// threshold (Config.RecordOverheadBytes).
+func NewRebuild(fresh func() ([]*delivery.Cursor, error), recordOverheadBytes int64) (*Rebuild, error) {
+	r := &Rebuild{fresh: fresh, overhead: recordOverheadBytes}
+	cursors, err := fresh()
+	if err != nil {
+		return nil, err
+	}
+	r.cursors = cursors
+	return r, nil
+}
+
+// Checkpoint starts over from a checkpoint record's content.
+func (r *Rebuild) Checkpoint(cp Checkpoint) error {
+	cursors, err := r.fresh()
+	if err != nil {
+		return err
+	}
+	for i, c := range cursors {
+		if err := cp.Restore(i, c); err != nil {
+			return fmt.Errorf("partition %d: %w", i, err)
+		}
+	}
+	r.cursors, r.recordBytes = cursors, 0
+	return nil
+}
+
+// Record applies an ack or count record.
+func (r *Rebuild) Record(kind Kind, value []byte) error {
+	replay := ReplayAcks
+	switch kind {
+	case KindAck:
+	case KindCount:
+		replay = ReplayCounts
+	default:
+		return fmt.Errorf("acklog: Record of a %v record", kind)
+	}
+	r.recordBytes += r.overhead + int64(len(value))
+	return replay(r.cursors, value)
+}
+
+// Cursors are the rebuilt cursors.
+func (r *Rebuild) Cursors() []*delivery.Cursor { return r.cursors }
+
+// RecordBytes is the size of the records after the latest checkpoint (what
+// counts toward the next one): New takes it.
+func (r *Rebuild) RecordBytes() int64 { return r.recordBytes }

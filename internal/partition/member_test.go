@@ -1,0 +1,261 @@
+package partition
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nereus-broker/nereus/internal/acklog"
+)
+
+// The events of a member's scenario, each with the decision it must
+// produce written as text (see memberScenario.step).
+type (
+	// lead sets the replication state later publishes see.
+	lead View
+	// pub is a publish of (id, seq) answered through reply; it yields
+	// "Refuse <why>", "Duplicate seq@epoch", "TooOld", "Wait" or
+	// "Propose id/seq".
+	pub struct {
+		id, seq uint64
+		reply   string
+	}
+	// apply feeds committed entries; it yields "applied N limit L".
+	apply []Entry
+	// start reports the log's start; it yields "moved" or "kept".
+	start uint64
+	// done completes a proposal; it yields "<Outcome> seq@epoch [replies]"
+	// ("Failed <err> [replies]" on failure), or "unknown".
+	done struct {
+		id, seq   uint64 // the proposal key
+		at, epoch uint64
+		err       error
+	}
+	// degrade reports READ_ONLY_DEGRADED; it yields the replies answered.
+	degrade struct{}
+	// shutdown yields the replies answered at shutdown.
+	shutdown struct{}
+)
+
+type step struct {
+	event any
+	want  string
+}
+
+var errLost = errors.New("lost")
+
+// Entries of a committed log: an install (control) entry, an idempotent
+// publish, a group record.
+func install(seq, epoch uint64) Entry { return Entry{Seq: seq, Epoch: epoch} }
+func published(seq, epoch, id, pseq uint64) Entry {
+	return Entry{Seq: seq, Epoch: epoch, ProducerID: id, ProducerSeq: pseq}
+}
+func groupRec(seq uint64, group string, kind acklog.Kind) Entry {
+	return Entry{Seq: seq, Epoch: 1, Group: group, GroupKind: kind}
+}
+
+// runMember feeds the steps to a fresh member whose log starts at
+// startSeq and returns the first decision that differs from the script.
+func runMember(startSeq uint64, mut Mutations, steps []step) error {
+	m := NewMember[string](Config{DedupWindowMax: 8, ProducersMax: 8}, startSeq, mut)
+	var view View
+	for i, s := range steps {
+		var got string
+		switch e := s.event.(type) {
+		case lead:
+			view = View(e)
+			continue
+		case pub:
+			d := m.Publish(view, e.id, e.seq, e.reply)
+			switch d.Action {
+			case Refuse:
+				got = "Refuse " + d.Refusal.String()
+			case AnswerDuplicate:
+				got = fmt.Sprintf("Duplicate %d@%d", d.Seq, d.Epoch)
+			case AnswerTooOld:
+				got = "TooOld"
+			case Wait:
+				got = "Wait"
+			case Propose:
+				got = fmt.Sprintf("Propose %d/%d", d.Key.ProducerID, d.Key.ProducerSeq)
+			}
+		case apply:
+			for _, entry := range e {
+				m.Apply(entry)
+			}
+			got = fmt.Sprintf("applied %d limit %d", m.Applied(), m.CompactLimit())
+		case start:
+			got = "kept"
+			if m.LogStart(uint64(e)) {
+				got = "moved"
+			}
+		case done:
+			a, ok := m.Completed(ProposalKey{e.id, e.seq}, e.at, e.epoch, e.err)
+			switch {
+			case !ok:
+				got = "unknown"
+			case a.Outcome == Failed:
+				got = fmt.Sprintf("Failed %v %v", a.Err, a.Replies)
+			default:
+				got = fmt.Sprintf("%v %d@%d %v", a.Outcome, a.Seq, a.Epoch, a.Replies)
+			}
+		case degrade:
+			got = fmt.Sprint(m.Degraded())
+		case shutdown:
+			got = fmt.Sprint(m.Close())
+		default:
+			panic(fmt.Sprintf("unknown event %T", e))
+		}
+		if got != s.want {
+			return fmt.Errorf("step %d %T%+v: got %q, want %q", i, s.event, s.event, got, s.want)
+		}
+	}
+	return nil
+}
+
+// leader1 leads epoch 1, installed at seq 1; leader2 the next epoch,
+// installed at seq 3.
+var (
+	leader1 = lead{Leader: true, Epoch: 1, InstallSeq: 1}
+	leader2 = lead{Leader: true, Epoch: 2, InstallSeq: 3}
+)
+
+var memberScenarios = []struct {
+	name     string
+	startSeq uint64
+	steps    []step
+}{
+	{"retry of an in-flight publish waits for it", 1, []step{
+		{leader1, ""},
+		{apply{install(1, 1)}, "applied 1 limit 1"},
+		{pub{7, 1, "a"}, "Propose 7/1"},
+		{pub{7, 1, "b"}, "Wait"}, // not appended twice
+		{pub{7, 2, "c"}, "Propose 7/2"},
+		{apply{published(2, 1, 7, 1)}, "applied 2 limit 2"},
+		{done{7, 1, 2, 1, nil}, "Committed 2@1 [a b]"},
+		{pub{7, 1, "d"}, "Duplicate 2@1"},
+		{shutdown{}, "[c]"},
+		{done{7, 2, 3, 1, nil}, "unknown"},
+	}},
+	{"a retry after failover gets the original PUB_OK", 1, []step{
+		{lead{Epoch: 1}, ""}, // a follower applies what the old leader appended
+		{apply{install(1, 1), published(2, 1, 7, 1)}, "applied 2 limit 2"},
+		{pub{7, 1, "a"}, "Refuse NotLeader"},
+		{leader2, ""}, // elected; its install entry (seq 3) is not applied yet
+		{pub{7, 1, "b"}, "Refuse TakingOffice"},
+		{apply{install(3, 2)}, "applied 3 limit 3"},
+		{pub{7, 1, "c"}, "Duplicate 2@1"},
+	}},
+	{"a leader whose install seq is unknown takes no publish", 1, []step{
+		{lead{Leader: true, Epoch: 2}, ""},
+		{apply{install(1, 1), published(2, 1, 7, 1)}, "applied 2 limit 2"},
+		{pub{7, 1, "a"}, "Refuse TakingOffice"},
+	}},
+	{"a lost proposal fails and its retry is proposed again", 1, []step{
+		{leader1, ""},
+		{apply{install(1, 1)}, "applied 1 limit 1"},
+		{pub{7, 1, "a"}, "Propose 7/1"},
+		{pub{7, 1, "b"}, "Wait"},
+		{done{7, 1, 2, 1, errLost}, "Failed lost [a b]"},
+		{pub{7, 1, "c"}, "Propose 7/1"},
+	}},
+	{"a commit not applied yet is not answered OK", 1, []step{
+		{leader1, ""},
+		{apply{install(1, 1)}, "applied 1 limit 1"},
+		{pub{7, 1, "a"}, "Propose 7/1"},
+		{done{7, 1, 2, 1, nil}, "NotApplied 2@1 [a]"},
+	}},
+	{"degraded answers QUORUM_LOST and keeps the entry in flight", 1, []step{
+		{leader1, ""},
+		{apply{install(1, 1)}, "applied 1 limit 1"},
+		{pub{7, 1, "a"}, "Propose 7/1"},
+		{pub{0, 0, "x"}, "Propose 0/1"}, // not idempotent: a key of the kernel's
+		{degrade{}, "[x a]"},
+		{lead{Leader: true, ReadOnly: true, Epoch: 1, InstallSeq: 1}, ""},
+		{pub{7, 1, "b"}, "Refuse QuorumLost"},
+		{leader1, ""}, // the quorum is back
+		{pub{7, 1, "c"}, "Wait"},
+		{apply{published(2, 1, 7, 1)}, "applied 2 limit 2"},
+		{done{7, 1, 2, 1, nil}, "Committed 2@1 [c]"}, // a was answered once
+	}},
+	{"a log that starts past 1 is sealed before the first publish", 10, []step{
+		{lead{Leader: true, Epoch: 3, InstallSeq: 10}, ""},
+		{apply{install(10, 3), published(11, 3, 7, 5), published(12, 3, 7, 6)}, "applied 12 limit 12"},
+		{pub{7, 3, "a"}, "TooOld"}, // appended before the kept log, perhaps
+		{pub{7, 5, "b"}, "Duplicate 11@3"},
+		{pub{7, 7, "c"}, "Propose 7/7"},
+		{pub{9, 1, "d"}, "Propose 9/1"}, // a producer it never saw is new
+	}},
+	{"the seal after a start move", 1, []step{
+		{apply{install(1, 1), published(2, 1, 7, 1), published(3, 1, 7, 2)}, "applied 3 limit 3"},
+		{start(1), "kept"},
+		{start(20), "moved"}, // rebuilt from the leader's snapshot point
+		{apply{published(20, 4, 7, 9), install(21, 5)}, "applied 21 limit 21"},
+		{lead{Leader: true, Epoch: 5, InstallSeq: 21}, ""},
+		{pub{7, 2, "a"}, "TooOld"},
+		{pub{7, 9, "b"}, "Duplicate 20@4"},
+	}},
+	{"checkpoint then compaction limit", 1, []step{
+		{apply{install(1, 1), groupRec(2, "g1", acklog.KindAck), published(3, 1, 7, 1)}, "applied 3 limit 1"},
+		{apply{groupRec(4, "g2", acklog.KindAck), groupRec(5, "g1", acklog.KindAck)}, "applied 5 limit 1"},
+		{apply{groupRec(6, "g1", acklog.KindCheckpoint), published(7, 1, 7, 2)}, "applied 7 limit 3"},
+		{apply{groupRec(8, "g2", acklog.KindCheckpoint)}, "applied 8 limit 5"},
+		{apply{groupRec(2, "g1", acklog.KindCheckpoint)}, "applied 8 limit 5"}, // applied already: ignored
+		{start(9), "kept"},
+		{start(12), "moved"}, // the groups' records are applied again from the new start
+		{apply{install(12, 2)}, "applied 12 limit 12"},
+	}},
+}
+
+func TestMemberScenarios(t *testing.T) {
+	for _, sc := range memberScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			if err := runMember(sc.startSeq, Mutations{}, sc.steps); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Each mutation breaks a guard; the named scenarios must then fail.
+func TestMemberMutationsAreCaught(t *testing.T) {
+	cases := []struct {
+		mutation  Mutations
+		scenarios []string
+	}{
+		{Mutations{SkipInstallGate: true}, []string{"a retry after failover gets the original PUB_OK",
+			"a leader whose install seq is unknown takes no publish"}},
+		{Mutations{SkipDedupSeal: true}, []string{"a log that starts past 1 is sealed before the first publish",
+			"the seal after a start move"}},
+	}
+	for _, c := range cases {
+		for _, name := range c.scenarios {
+			found := false
+			for _, sc := range memberScenarios {
+				if sc.name != name {
+					continue
+				}
+				found = true
+				err := runMember(sc.startSeq, c.mutation, sc.steps)
+				if err == nil {
+					t.Errorf("%+v: scenario %q passed", c.mutation, name)
+				} else if !strings.Contains(err.Error(), "pub") {
+					t.Errorf("%+v: scenario %q failed elsewhere than a publish: %v", c.mutation, name, err)
+				}
+			}
+			if !found {
+				t.Fatalf("no scenario %q", name)
+			}
+		}
+	}
+}
+
+func TestNewMemberRefusesSeqZero(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a log starting at seq 0 must panic")
+		}
+	}()
+	NewMember[string](DefaultConfig, 0, Mutations{})
+}

@@ -1,0 +1,139 @@
+package replog
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// manualGroup runs Manual logs on the test's goroutine: a virtual clock
+// and a queue of messages in flight, delivered by pump.
+type manualGroup struct {
+	t     *testing.T
+	clock *env.Virtual
+	logs  []*Log
+	net   []replica.Message
+}
+
+func newManualGroup(t *testing.T, n int, tune func(*Config)) *manualGroup {
+	g := &manualGroup{t: t, clock: env.NewVirtual(1_000)}
+	fs := vfs.NewMem()
+	var members []replica.NodeID
+	for i := 1; i <= n; i++ {
+		members = append(members, replica.NodeID(i))
+	}
+	for _, id := range members {
+		cfg := Config{ID: id, Members: members, Dir: fmt.Sprintf("/m%d", id), FS: fs, Logger: quiet, Seed: uint64(id),
+			Manual: true, Clock: g.clock, Send: func(m replica.Message) { g.net = append(g.net, m) }}
+		if tune != nil {
+			tune(&cfg)
+		}
+		l, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.logs = append(g.logs, l)
+		t.Cleanup(func() { l.Close() })
+	}
+	return g
+}
+
+// run advances the clock by ms, one tick at a time, delivering every
+// message and pumping every log after each tick.
+func (g *manualGroup) run(ms int64) {
+	for end := g.clock.NowMs() + ms; g.clock.NowMs() < end; g.clock.Advance(10 * time.Millisecond) {
+		for progress := true; progress; {
+			progress = false
+			for _, l := range g.logs {
+				ran, err := l.Pump()
+				if err != nil {
+					g.t.Fatal(err)
+				}
+				progress = progress || ran
+			}
+			for len(g.net) > 0 {
+				m := g.net[0]
+				g.net = g.net[1:]
+				g.logs[m.To-1].Step(m)
+				progress = true
+			}
+		}
+	}
+}
+
+func (g *manualGroup) leader() *Log {
+	for _, l := range g.logs {
+		if l.Status().Role == replica.Leader {
+			return l
+		}
+	}
+	return nil
+}
+
+// TestManualLogsElectCommitAndAnswer: Manual logs run entirely on the
+// caller's goroutine, by the virtual clock: they elect a leader, commit a
+// proposal and answer it, with no goroutine of their own.
+func TestManualLogsElectCommitAndAnswer(t *testing.T) {
+	g := newManualGroup(t, 3, nil)
+	g.logs[0].Campaign()
+	g.run(200)
+	l := g.leader()
+	if l == nil {
+		t.Fatal("no leader after 200 ms")
+	}
+	var got error = errors.New("not answered")
+	var seq uint64
+	l.ProposeFunc(storage.Record{Value: []byte("v")}, func(s, _ uint64, err error) { seq, got = s, err })
+	g.run(100)
+	if got != nil || seq == 0 {
+		t.Fatalf("proposal: seq %d, err %v", seq, got)
+	}
+	for _, m := range g.logs {
+		if m.CommitSeq() < seq {
+			t.Fatalf("n%d commit %d < %d", m.Status().ID, m.CommitSeq(), seq)
+		}
+	}
+	// No clock, no ticks: a follower never times out between two Pumps at
+	// the same virtual time.
+	before := g.logs[1].Status()
+	for i := 0; i < 100; i++ {
+		g.logs[1].Pump()
+	}
+	if after := g.logs[1].Status(); after.Hard != before.Hard || after.Role != before.Role {
+		t.Fatalf("pumping without time passing changed n2: %+v -> %+v", before, after)
+	}
+}
+
+// TestManualLogNeverBlocksAProposal: a full proposal queue is pumped (and
+// proposed) by the next ProposeFunc; inside a Pump it fails with ErrBusy
+// instead of blocking the only goroutine.
+func TestManualLogNeverBlocksAProposal(t *testing.T) {
+	g := newManualGroup(t, 1, func(c *Config) { c.ProposeQueueMax = 2 })
+	l := g.logs[0]
+	l.Campaign()
+	g.run(50)
+	if l.Status().Role != replica.Leader {
+		t.Fatal("a group of one did not elect itself")
+	}
+	var answers []error
+	record := func(_, _ uint64, err error) { answers = append(answers, err) }
+	for i := 0; i < 3; i++ { // the third pumps the first two
+		l.ProposeFunc(storage.Record{Value: []byte("v")}, record)
+	}
+	if len(answers) != 2 || answers[0] != nil || answers[1] != nil {
+		t.Fatalf("the full queue was not pumped: answers %v", answers)
+	}
+	l.ProposeFunc(storage.Record{Value: []byte("w")}, record) // queue: 2 of 2
+	l.pumping = true                                          // as if called from inside a Pump
+	l.ProposeFunc(storage.Record{Value: []byte("x")}, record)
+	l.pumping = false
+	if len(answers) != 3 || !errors.Is(answers[2], ErrBusy) {
+		t.Fatalf("a full queue inside a Pump: answers %v, want ErrBusy last", answers)
+	}
+}
