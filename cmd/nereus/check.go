@@ -44,8 +44,8 @@ it prints the action trace that leads to it and exits non-zero.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%d states (%d not expanded: network or depth bound), complete=%v, %v\n",
 				r.States, r.Pruned, r.Complete, time.Since(start).Round(time.Millisecond))
-			fmt.Fprintf(out, "reached: max epoch %d, %d committed, %d mid-Ready crashes, %d read-only, %d back from read-only, %d compactions, %d snapshot installs, %d appends below a snapshot\n",
-				r.MaxEpoch, r.Committed, r.MidReadyCrashes, r.ReadOnly, r.ReadOnlyBack, r.Compactions, r.SnapshotInstalls, r.AppendsBelowSnapshot)
+			fmt.Fprintf(out, "reached: max epoch %d, %d committed, %d mid-Ready crashes, %d of them undoing a truncation, %d read-only, %d back from read-only, %d compactions, %d snapshot installs, %d appends below a snapshot\n",
+				r.MaxEpoch, r.Committed, r.MidReadyCrashes, r.TruncationsUndone, r.ReadOnly, r.ReadOnlyBack, r.Compactions, r.SnapshotInstalls, r.AppendsBelowSnapshot)
 			if r.Violation != "" {
 				fmt.Fprintf(out, "VIOLATION %s\ntrace:\n  %s\n", r.Violation, strings.Join(r.Trace, "\n  "))
 				return fmt.Errorf("model check failed: %s", r.Violation)

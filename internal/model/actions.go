@@ -125,6 +125,9 @@ func (cfg *Config) crash(s *state, i, kept int) {
 	n := s.mut(i)
 	if n.held != nil {
 		s.events |= evMidReadyCrash
+		if slices.ContainsFunc(n.writes[kept:], func(w write) bool { return w.kind == writeTruncate }) {
+			s.events |= evTruncationUndone
+		}
 		d := n.pre.clone()
 		for _, w := range n.writes[:kept] {
 			d.apply(w)
@@ -156,9 +159,10 @@ func (cfg *Config) settle(out []step, action string, t *state, err string) []ste
 		}
 		err = cfg.fsync(t, i)
 	}
-	// Crashes first: a bounded depth-first search reaches them before it
-	// loses itself in the fsync's subtree.
-	return append(append(out, crashes...), step{action: action, next: t, err: err})
+	// The fsync first, the crashes after it: a bounded depth-first search
+	// then tries crashes at every Ready near its frontier (with the
+	// crashes first, the first one took the budget for the whole run).
+	return append(append(out, step{action: action, next: t, err: err}), crashes...)
 }
 
 // compact replaces node i's log up to its RetainFloor (floor) with a

@@ -83,11 +83,14 @@ type Result struct {
 	Committed int      // the most values any visited state committed
 	// Distinct states entered through each kind of event: they show that
 	// the exploration reached the new dimensions (0: never).
-	MidReadyCrashes  int // a kill -9 between a Ready's Begin and its fsync
-	ReadOnly         int // an ack timeout left a leader READ_ONLY_DEGRADED
-	ReadOnlyBack     int // a FLUSHED brought a read-only leader's quorum back
-	Compactions      int // a node compacted its log
-	SnapshotInstalls int // a follower installed its leader's snapshot
+	MidReadyCrashes int // a kill -9 between a Ready's Begin and its fsync
+	// TruncationsUndone: a mid-Ready kill -9 lost a truncation (the
+	// truncated entries are back on the disk).
+	TruncationsUndone int
+	ReadOnly          int // an ack timeout left a leader READ_ONLY_DEGRADED
+	ReadOnlyBack      int // a FLUSHED brought a read-only leader's quorum back
+	Compactions       int // a node compacted its log
+	SnapshotInstalls  int // a follower installed its leader's snapshot
 	// AppendsBelowSnapshot: a compacted replica took an APPEND that starts
 	// below its snapshot point (S8).
 	AppendsBelowSnapshot int
@@ -145,6 +148,7 @@ type event uint8
 
 const (
 	evMidReadyCrash event = 1 << iota
+	evTruncationUndone
 	evReadOnly
 	evReadOnlyBack
 	evCompaction
@@ -407,7 +411,7 @@ func (res *Result) count(s *state) {
 		ev event
 		n  *int
 	}{
-		{evMidReadyCrash, &res.MidReadyCrashes}, {evReadOnly, &res.ReadOnly}, {evReadOnlyBack, &res.ReadOnlyBack},
+		{evMidReadyCrash, &res.MidReadyCrashes}, {evTruncationUndone, &res.TruncationsUndone}, {evReadOnly, &res.ReadOnly}, {evReadOnlyBack, &res.ReadOnlyBack},
 		{evCompaction, &res.Compactions}, {evSnapshotInstall, &res.SnapshotInstalls}, {evAppendBelowSnapshot, &res.AppendsBelowSnapshot},
 	} {
 		if s.events&c.ev != 0 {

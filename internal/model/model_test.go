@@ -58,6 +58,19 @@ func TestExhaustiveCrashPartial(t *testing.T) {
 	}
 }
 
+// TestBoundedCrashPartialTwoElections explores the first 100k states of
+// two elections and two proposals with a kill -9 that may land in the
+// middle of any Ready: followers truncating a deposed leader's tail crash
+// after part of it, and the truncated entries come back.
+func TestBoundedCrashPartialTwoElections(t *testing.T) {
+	r := run(t, "crash-partial, two elections", Config{Replicas: 3, CrashPartial: true, EarlyAppends: true, Proposals: 2, Campaigns: 2,
+		Crashes: 1, NetworkMax: 6, DepthMax: 24, StatesMax: 100_000})
+	if r.MidReadyCrashes == 0 || r.TruncationsUndone == 0 || r.MaxEpoch < 2 {
+		t.Fatalf("expected mid-Ready crashes undoing truncations and a second epoch: %+v", r)
+	}
+	t.Logf("reached: %d mid-Ready crashes, %d undoing a truncation", r.MidReadyCrashes, r.TruncationsUndone)
+}
+
 // TestBoundedDegradedAndCompacting explores the first 100k states of one
 // election, two proposals, an ack timeout and a compaction: leaders go
 // read-only and come back, nodes compact, followers behind a leader's
