@@ -2,6 +2,7 @@ package model
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -157,6 +158,18 @@ func TestSnapshotInstallThenTheTail(t *testing.T) {
 	if st := n3.k.Status(); st.SnapSeq != 2 || st.Last != 2 || st.CommitSeq != 2 {
 		t.Fatalf("n3's kernel after the install: %+v", st)
 	}
+	// A kill -9 in the middle of the install keeps it or not: the
+	// restarted kernel starts from the snapshot, or from the empty log.
+	cfg.CrashPartial, cfg.Crashes = true, 1
+	last := len(snapshotInstall) - 1
+	for kept, want := range []uint64{0, 2} {
+		c := walk(t, cfg, append(append([]string(nil), snapshotInstall[:last]...),
+			fmt.Sprintf("%s…n3 kill -9 keeping %d of 1 writes", snapshotInstall[last], kept))...)
+		if st := c.nodes[2].k.Status(); c.nodes[2].snapSeq != want || st.SnapSeq != want || st.CommitSeq != want || st.Last != want {
+			t.Errorf("crash keeping %d of the install: disk snapshot %d, kernel %+v", kept, c.nodes[2].snapSeq, st)
+		}
+	}
+	cfg.CrashPartial, cfg.Crashes = false, 0
 	s = walk2(t, cfg, s, "deliver FLUSHED 3->1 e=1 flushed=2", "n1 proposes v2", "deliver APPEND 1->3 e=1 prev=(2,1) entries=3..3",
 		"deliver FLUSHED 3->1 e=1 flushed=3")
 	if len(s.committed) != 3 || string(s.committed[2].Data) != "v2" || logString(&s.nodes[2], s.committed) != "1/ 1/v1 1/v2" || s.nodes[2].snapSeq != 2 {
