@@ -71,6 +71,16 @@ func TestBoundedCrashPartialTwoElections(t *testing.T) {
 	t.Logf("reached: %d mid-Ready crashes, %d undoing a truncation", r.MidReadyCrashes, r.TruncationsUndone)
 }
 
+// TestExhaustiveCompaction explores to the end one election, one
+// proposal and one compaction by any node: compacted followers take
+// APPENDs from below their snapshot point (S8), and every invariant holds.
+func TestExhaustiveCompaction(t *testing.T) {
+	r := run(t, "compaction", Config{Replicas: 3, Proposals: 1, Campaigns: 1, Compactions: 1, NetworkMax: 6, DepthMax: 40, StatesMax: 1_000_000})
+	if !r.Complete || r.Compactions == 0 || r.AppendsBelowSnapshot == 0 {
+		t.Fatalf("expected a complete exploration with compactions and APPENDs below a snapshot: %+v", r)
+	}
+}
+
 // TestBoundedDegradedAndCompacting explores the first 100k states of one
 // election, two proposals, an ack timeout and a compaction: leaders go
 // read-only and come back, nodes compact, followers behind a leader's
