@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +146,45 @@ func TestCheckEarlyAppends(t *testing.T) {
 	}
 	if plain, early := states(), states("--early-appends"); plain == early {
 		t.Fatalf("--early-appends explored the same %s states", plain)
+	}
+}
+
+// `check --crash-partial`, `--ack-timeouts` and `--compactions` put
+// crashes in the middle of a Ready, read-only leaders and snapshot
+// installs into the explored space, and the report says they were
+// reached.
+func TestCheckNewDimensions(t *testing.T) {
+	check := func(args ...string) (states int, reached map[string]int) {
+		root := newRootCmd()
+		addExtraCommands(root)
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(append([]string{"check", "--campaigns", "1", "--drops", "0"}, args...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("check %v: %v\n%s", args, err, out.String())
+		}
+		lines := strings.Split(out.String(), "\n")
+		if _, err := fmt.Sscan(lines[0], &states); err != nil {
+			t.Fatalf("check %v: %v\n%s", args, err, out.String())
+		}
+		reached = map[string]int{}
+		for _, part := range strings.Split(strings.TrimPrefix(lines[1], "reached: "), ", ") {
+			var n int
+			if _, err := fmt.Sscan(part, &n); err == nil {
+				reached[strings.TrimLeft(part, "0123456789 ")] = n
+			}
+		}
+		return states, reached
+	}
+	plain, _ := check("--proposals", "0", "--crashes", "1")
+	partial, reached := check("--proposals", "0", "--crashes", "1", "--crash-partial")
+	if partial <= plain || reached["mid-Ready crashes"] == 0 {
+		t.Fatalf("--crash-partial: %d states (plain %d), reached %v", partial, plain, reached)
+	}
+	_, reached = check("--proposals", "1", "--crashes", "0", "--ack-timeouts", "1", "--compactions", "1", "--states-max", "20000")
+	for _, what := range []string{"read-only", "back from read-only", "compactions", "snapshot installs", "appends below a snapshot"} {
+		if reached[what] == 0 {
+			t.Errorf("--ack-timeouts 1 --compactions 1 never reached %q: %v", what, reached)
+		}
 	}
 }

@@ -58,6 +58,8 @@ type Mutations struct {
 	PreVoteIgnoresLease      bool // grant a PRE_VOTE while still holding the leader's lease
 	AcceptStaleFlushed       bool // count a FLUSHED of an older epoch toward this epoch's commit
 	GrantIgnoresLineage      bool // grant a PREPARE whatever the candidate's lineage
+	ProposeWhenReadOnly      bool // accept proposals while READ_ONLY_DEGRADED
+	AppendBelowSnapshot      bool // S8: match an APPEND starting below the snapshot point against the compacted prefix
 }
 
 func (c *Config) validate() error {
@@ -406,7 +408,7 @@ func (r *Replica) Propose(data []byte) (seq, epoch uint64, err error) {
 	if r.role != Leader {
 		return 0, 0, ErrNotLeader
 	}
-	if r.readOnly {
+	if r.readOnly && !r.cfg.Mutations.ProposeWhenReadOnly {
 		return 0, 0, ErrQuorumLost
 	}
 	r.appendEntry(Entry{Seq: r.last + 1, Epoch: r.hard.Promised, Data: data})
@@ -552,7 +554,7 @@ func (r *Replica) stepAppend(m Message) {
 	}
 	r.electionElapsed = 0
 	r.endPreVote() // heard the leader
-	if m.PrevSeq < r.snapSeq {
+	if m.PrevSeq < r.snapSeq && !r.cfg.Mutations.AppendBelowSnapshot {
 		// Entries up to the snapshot are committed, so they match the
 		// leader's: skip them and match at the snapshot point instead.
 		skip := min(uint64(len(m.Entries)), r.snapSeq-m.PrevSeq)
