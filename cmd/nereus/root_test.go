@@ -125,6 +125,38 @@ func TestSimReplicasWithDiskAndClockFaults(t *testing.T) {
 	}
 }
 
+// `sim --nodes` runs complete nodes in the simulator; a mutation is caught
+// and the error names the command that reproduces it.
+func TestSimNodes(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		root := newRootCmd()
+		addExtraCommands(root)
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(append([]string{"sim"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	out, err := run("--nodes", "3", "--seed", "1", "--steps", "3000")
+	if err != nil || !strings.Contains(out, "seed 1: 3 nodes") || !strings.HasSuffix(out, ": ok\n") {
+		t.Fatalf("sim --nodes: %v\n%s", err, out)
+	}
+	out, err = run("--list-mutations")
+	if err != nil || !strings.Contains(out, "ack-before-commit\n") {
+		t.Fatalf("--list-mutations: %v\n%s", err, out)
+	}
+	_, err = run("--nodes", "3", "--seed", "6", "--mutation", "ack-before-commit")
+	if err == nil || !strings.Contains(err.Error(), "AckFloorNeverRedelivered") || !strings.Contains(err.Error(), "--mutation ack-before-commit") {
+		t.Fatalf("a mutated run: %v", err)
+	}
+	if _, err = run("--nodes", "3", "--mutation", "nope"); err == nil || !strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("an unknown mutation: %v", err)
+	}
+	if _, err = run("--nodes", "3", "--faults", "lightning"); err == nil {
+		t.Fatal("an unknown fault was accepted")
+	}
+}
+
 // `check --early-appends` explores the leader sending its APPENDs before
 // its own fsync: the complete exploration of the same configuration has
 // more states (an fsync is then an action of its own, and deliveries

@@ -291,7 +291,7 @@ func (n *Node) coordinates(t *topic) error {
 		return wire.Errorf(wire.CodeNotLeader, "the groups of topic %q are coordinated by the leader of its partition 0: %s at %s",
 			t.cfg.Name, info.Leader, info.LeaderAddr)
 	}
-	if _, ok := p0.tookOffice(); !ok {
+	if _, ok := p0.tookOffice(); !ok && !n.cfg.Mutations.CoordinateBeforeInstall {
 		// Its commit point is not known to cover the previous leaders'
 		// entries yet: cursors rebuilt now would miss committed acks
 		// (CoordinatorAfterInstall).

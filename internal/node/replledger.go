@@ -100,6 +100,9 @@ func (g *groupRunner) coordinator() *partitionRunner { return g.topic.partitions
 func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
 	p0 := g.coordinator()
 	epoch, ok := p0.tookOffice()
+	if !ok && g.node.cfg.Mutations.CoordinateBeforeInstall {
+		epoch, ok = p0.repl.Status().Hard.Promised, true
+	}
 	if !ok {
 		return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: this node no longer coordinates its groups; retry", g.topic.cfg.Name)
 	}

@@ -69,21 +69,21 @@ type ackRecord struct {
 // from the broker and sees only what a client or an operator could see:
 // frames on the wire, the broker's metadata and reads of its log.
 type checker struct {
-	w          *World
-	acked      map[prodKey]ackRecord
-	ackedAt    map[position]prodKey
-	seen       map[position]string // content delivered at a position
-	groupDone  map[position]bool   // ACK_OK'd for the group
-	maxSentID  map[position]uint64 // highest delivery id the broker sent per position
-	doneAtID   map[position]uint64 // maxSentID when the ack was confirmed
-	maxCommit  map[commitKey]uint64 // highest commit_seq observed per partition (and node incarnation in a cluster)
+	w         *World
+	acked     map[prodKey]ackRecord
+	ackedAt   map[position]prodKey
+	seen      map[position]string  // content delivered at a position
+	groupDone map[position]bool    // ACK_OK'd for the group
+	maxSentID map[position]uint64  // highest delivery id the broker sent per position
+	doneAtID  map[position]uint64  // maxSentID when the ack was confirmed
+	maxCommit map[commitKey]uint64 // highest commit_seq observed per partition (and node incarnation in a cluster)
 	// perIncarnation: a cluster member's commit_seq is its own knowledge,
 	// which starts over when it restarts (a single node's never shrinks).
 	perIncarnation bool
-	damaged    map[uint32]bool     // partitions hit by a bit flip: loss is expected there
-	sent       map[string]bool     // every value a producer ever published
-	violation  *Violation
-	deliveries int
+	damaged        map[uint32]bool // partitions hit by a bit flip: loss is expected there
+	sent           map[string]bool // every value a producer ever published
+	violation      *Violation
+	deliveries     int
 }
 
 // anyDamaged reports whether a bit flip hit any partition.

@@ -7,8 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/invariant"
 	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -115,10 +117,26 @@ func (o *ClusterOptions) setDefaults() {
 	}
 }
 
+// ClusterMutations name the deliberate bugs a cluster run can carry
+// (`nereus sim --nodes N --mutation NAME`); each is a guard of the node or
+// its kernels removed.
+var ClusterMutations = map[string]node.Mutations{
+	"skip-install-gate":         {Partition: partition.Mutations{SkipInstallGate: true}},
+	"skip-dedup-seal":           {Partition: partition.Mutations{SkipDedupSeal: true}},
+	"ack-before-commit":         {AckLog: acklog.Mutations{AckBeforeCommit: true}},
+	"coordinate-before-install": {CoordinateBeforeInstall: true},
+}
+
 // ClusterReproduce is the command that runs o again.
 func ClusterReproduce(o ClusterOptions) string {
 	o.setDefaults()
-	return fmt.Sprintf("go run ./cmd/nereus sim --nodes %d --faults %s --steps %d --seed %d", o.Nodes, o.Faults, o.Steps, o.Seed)
+	cmd := fmt.Sprintf("go run ./cmd/nereus sim --nodes %d --faults %s --steps %d --seed %d", o.Nodes, o.Faults, o.Steps, o.Seed)
+	for name, m := range ClusterMutations {
+		if m == o.Mutations {
+			cmd += " --mutation " + name
+		}
+	}
+	return cmd
 }
 
 // Cluster timing: the nodes' replication tick, and how long a DECLARE may
