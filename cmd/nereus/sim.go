@@ -83,6 +83,13 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 					return err
 				}
 				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace}
+				switch policy {
+				case "quorum", "sync_quorum":
+				case "all", "sync_all":
+					o.SyncAll = true
+				default:
+					return fmt.Errorf("--policy %q: want quorum or all", policy)
+				}
 				if mutation != "" {
 					m, ok := sim.ClusterMutations[mutation]
 					if !ok {
@@ -156,7 +163,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
-	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas: quorum or all")
+	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
 	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")
 	fl.BoolVar(&diskFaults, "disk-faults", false, "with --replicas: failing disks (a write or fsync fails, or the process dies just before one: unsynced writes lost)")
 	fl.BoolVar(&clockFaults, "clock-faults", false, "with --replicas: stalled processes and fast clocks")

@@ -30,7 +30,10 @@ type ClusterOptions struct {
 	Partitions          uint32 // default 3
 	Faults              ClusterFaults
 	Mutations           node.Mutations
-	KeepTrace           bool
+	// SyncAll makes the topic sync_all: a record is acknowledged once
+	// every replica fsynced it (default sync_quorum).
+	SyncAll   bool
+	KeepTrace bool
 }
 
 // ClusterFaults selects the faults a cluster run injects.
@@ -131,6 +134,9 @@ var ClusterMutations = map[string]node.Mutations{
 func ClusterReproduce(o ClusterOptions) string {
 	o.setDefaults()
 	cmd := fmt.Sprintf("go run ./cmd/nereus sim --nodes %d --faults %s --steps %d --seed %d", o.Nodes, o.Faults, o.Steps, o.Seed)
+	if o.SyncAll {
+		cmd += " --policy all"
+	}
 	for name, m := range ClusterMutations {
 		if m == o.Mutations {
 			cmd += " --mutation " + name
@@ -155,7 +161,7 @@ func RunCluster(o ClusterOptions) Result {
 	chk.perIncarnation = true
 	s := &sim{opts: Options{Seed: o.Seed, Steps: o.Steps, Producers: o.Producers, MessagesPerProducer: o.MessagesPerProducer,
 		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace},
-		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: uint8(o.Nodes)}
+		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: uint8(o.Nodes), syncAll: o.SyncAll}
 	s.opts.setDefaults()
 	var members []node.Member
 	for i := 1; i <= o.Nodes; i++ {
@@ -177,7 +183,7 @@ func RunCluster(o ClusterOptions) Result {
 	s.b = s.nodes[0]
 	s.ghosts = make([]*invariant.Group, o.Partitions)
 	for p := range s.ghosts {
-		s.ghosts[p] = invariant.NewGroup(o.Nodes, false)
+		s.ghosts[p] = invariant.NewGroup(o.Nodes, o.SyncAll)
 	}
 	s.observed = map[commitKey]uint64{}
 	s.w.tracef("cluster run seed=%d nodes=%d faults=%s", o.Seed, o.Nodes, o.Faults)

@@ -23,26 +23,37 @@ func failClusterRun(t *testing.T, o ClusterOptions, r Result) {
 // acknowledged and consumed, then cuts the power to every node once more
 // and reads every partition back.
 func TestClusterCampaign(t *testing.T) {
-	seeds := uint64(30)
-	if testing.Short() {
-		seeds = 6
-	}
-	start := time.Now()
-	var acked, deliveries, restarts, faults int
-	for seed := uint64(1); seed <= seeds; seed++ {
-		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults}
-		r := RunCluster(o)
-		if r.Violation != nil {
-			failClusterRun(t, o, r)
-			return
-		}
-		acked, deliveries, restarts, faults = acked+r.Acked, deliveries+r.Deliveries, restarts+r.Restarts, faults+r.Faults
-	}
-	el := time.Since(start)
-	t.Logf("%d seeds in %v (%.1f seeds/s): %d faults, %d node restarts, %d messages acked, %d deliveries",
-		seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), faults, restarts, acked, deliveries)
-	if faults < 10*int(seeds) || restarts < 4*int(seeds) {
-		t.Fatalf("campaign too tame: %d faults, %d restarts in %d seeds", faults, restarts, seeds)
+	for _, c := range []struct {
+		name    string
+		syncAll bool
+		seeds   uint64
+	}{
+		{"sync_quorum", false, 30},
+		{"sync_all", true, 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			seeds := c.seeds
+			if testing.Short() {
+				seeds = min(seeds, 5)
+			}
+			start := time.Now()
+			var acked, deliveries, restarts, faults int
+			for seed := uint64(1); seed <= seeds; seed++ {
+				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, SyncAll: c.syncAll}
+				r := RunCluster(o)
+				if r.Violation != nil {
+					failClusterRun(t, o, r)
+					return
+				}
+				acked, deliveries, restarts, faults = acked+r.Acked, deliveries+r.Deliveries, restarts+r.Restarts, faults+r.Faults
+			}
+			el := time.Since(start)
+			t.Logf("%d seeds in %v (%.1f seeds/s): %d faults, %d node restarts, %d messages acked, %d deliveries",
+				seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), faults, restarts, acked, deliveries)
+			if faults < 10*int(seeds) || restarts < 4*int(seeds) {
+				t.Fatalf("campaign too tame: %d faults, %d restarts in %d seeds", faults, restarts, seeds)
+			}
+		})
 	}
 }
 

@@ -150,6 +150,7 @@ type sim struct {
 	nodes    []*broker // a cluster's members (one for a single node)
 	net      *peerNet  // a cluster's peer network (nil on a single node)
 	replicas uint8     // the topic's replication factor (0: the default)
+	syncAll  bool      // the topic is sync_all (cluster runs)
 	// A cluster's faults, and its replication checks (cluster.go): the
 	// ghost state of each partition, and the last committed seq checked
 	// per (partition, node incarnation).
@@ -195,7 +196,11 @@ func (s *sim) dial(cl client, at int) *conn {
 }
 
 func (s *sim) topicConfig() wire.TopicConfig {
-	return wire.TopicConfig{Name: simTopic, Partitions: s.opts.Partitions, Replicas: s.replicas}
+	tc := wire.TopicConfig{Name: simTopic, Partitions: s.opts.Partitions, Replicas: s.replicas}
+	if s.syncAll {
+		tc.Ack = wire.AckAll
+	}
+	return tc
 }
 
 func (s *sim) startWorkload() {
