@@ -85,6 +85,16 @@ func (g *Group) Leader(epoch uint64) uint32 {
 	return g.leaders[epoch]
 }
 
+// LastLedEpoch is the highest epoch a leader was seen in (0: none).
+func (g *Group) LastLedEpoch() uint64 {
+	for e := len(g.leaders) - 1; e > 0; e-- {
+		if g.leaders[e] != 0 {
+			return uint64(e)
+		}
+	}
+	return 0
+}
+
 // Elections is how many epochs had a leader.
 func (g *Group) Elections() int {
 	n := 0

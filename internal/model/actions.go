@@ -37,7 +37,7 @@ func (cfg *Config) process(s *state, i int) string {
 			s.events |= evSnapshotInstall
 		}
 		st := n.k.Status()
-		if st.Role == replica.Leader && (uint64(len(s.leaders)) <= st.Hard.Promised || s.leaders[st.Hard.Promised] != uint32(i+1)) {
+		if st.Role == replica.Leader && s.ghost.Leader(st.Hard.Promised) != uint32(i+1) {
 			if v := cfg.tookOffice(s, i, st.Hard.Promised); v != "" {
 				return v
 			}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nereus-broker/nereus/internal/invariant"
 	"github.com/nereus-broker/nereus/internal/replica"
 )
 
@@ -121,8 +122,8 @@ type state struct {
 	nodes     []node
 	net       []replica.Message
 	used      [budgets]int
-	committed []replica.Entry // ghost: the entry ever committed at seq i+1
-	leaders   []uint32        // ghost: leaders[e] = node that led epoch e (0 = none)
+	committed []replica.Entry   // ghost: the entry ever committed at seq i+1, with its data (snapshots install it)
+	ghost     *invariant.Group // the named invariants' ghost state: each epoch's leader, the committed prefix
 	events    event           // how this state was entered (not part of its identity)
 	owned     uint64          // nodes this state may write (mut); the others are shared
 }
@@ -164,7 +165,7 @@ var errNotCommitted = errors.New("CommittedPrefixAgreement")
 // takes one for writing (mut): most actions touch one node.
 func (s *state) clone() *state {
 	return &state{nodes: slices.Clone(s.nodes), net: slices.Clone(s.net), used: s.used,
-		committed: slices.Clone(s.committed), leaders: slices.Clone(s.leaders)}
+		committed: slices.Clone(s.committed), ghost: s.ghost.Clone()}
 }
 
 // mut returns node i for writing, copying what s shares with the state it
@@ -222,12 +223,7 @@ func (s *state) key() [16]byte {
 	for _, u := range s.used {
 		b = binary.AppendUvarint(b, uint64(u))
 	}
-	for _, e := range s.committed {
-		b = appendEntry(b, e)
-	}
-	for _, l := range s.leaders {
-		b = binary.AppendUvarint(b, uint64(l))
-	}
+	b = s.ghost.AppendKey(b) // the committed prefix (as committed holds it) and the leaders
 	sum := sha256.Sum256(b)
 	var k [16]byte
 	copy(k[:], sum[:])
@@ -260,25 +256,17 @@ func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
 	return k
 }
 
-func (cfg *Config) quorum() int { return cfg.Replicas/2 + 1 }
 
 // tookOffice checks OneLeaderPerEpoch and InstallNeedsQuorumPromise.
 func (cfg *Config) tookOffice(s *state, i int, epoch uint64) string {
-	for uint64(len(s.leaders)) <= epoch {
-		s.leaders = append(s.leaders, 0)
-	}
-	if l := s.leaders[epoch]; l != 0 && l != uint32(i+1) {
-		return fmt.Sprintf("OneLeaderPerEpoch: epoch %d led by n%d and n%d", epoch, l, i+1)
-	}
-	s.leaders[epoch] = uint32(i + 1)
 	promised := 0
 	for _, n := range s.nodes {
 		if n.hard.Promised >= epoch {
 			promised++
 		}
 	}
-	if promised < cfg.quorum() {
-		return fmt.Sprintf("InstallNeedsQuorumPromise: n%d installed epoch %d with %d durable promises", i+1, epoch, promised)
+	if v := s.ghost.TookOffice(uint32(i+1), epoch, promised); v != nil {
+		return v.Error()
 	}
 	return ""
 }
@@ -294,18 +282,14 @@ func (cfg *Config) checkCommit(s *state, i int, commit uint64) string {
 		return ""
 	}
 	n := &s.nodes[i]
-	need := cfg.quorum()
-	if cfg.Policy == replica.SyncAll {
-		need = cfg.Replicas
-	}
 	for seq := uint64(1); seq <= commit; seq++ {
 		e, ok := n.entry(seq, s.committed)
 		if !ok {
 			return fmt.Sprintf("VisibleImpliesQuorumFlushed: n%d made %d visible, its log ends at %d", i+1, seq, n.last())
 		}
 		if int(seq) <= len(s.committed) {
-			if c := s.committed[seq-1]; !sameEntry(c, e) {
-				return fmt.Sprintf("CommittedPrefixAgreement: seq %d visible as %s on n%d, before as %s", seq, entryID(e), i+1, entryID(c))
+			if v := s.ghost.Agree(uint32(i+1), seq, ghostEntry(e)); v != nil {
+				return v.Error()
 			}
 			continue
 		}
@@ -315,12 +299,16 @@ func (cfg *Config) checkCommit(s *state, i int, commit uint64) string {
 				holders++
 			}
 		}
-		if holders < need {
-			return fmt.Sprintf("VisibleImpliesQuorumFlushed: seq %d (%s) visible on n%d, durable on %d of %d needed", seq, entryID(e), i+1, holders, need)
+		if v := s.ghost.Visible(uint32(i+1), seq, ghostEntry(e), holders); v != nil {
+			return v.Error()
 		}
 		s.committed = append(s.committed, e)
 	}
 	return ""
+}
+
+func ghostEntry(e replica.Entry) invariant.Entry {
+	return invariant.Entry{Epoch: e.Epoch, Value: string(e.Data)}
 }
 
 type step struct {
@@ -332,7 +320,7 @@ type step struct {
 // initial is the state every exploration starts from: empty logs, no
 // promise, nothing in flight.
 func (cfg *Config) initial() *state {
-	s := &state{nodes: make([]node, cfg.Replicas)}
+	s := &state{nodes: make([]node, cfg.Replicas), ghost: invariant.NewGroup(cfg.Replicas, cfg.Policy == replica.SyncAll)}
 	for i := range s.nodes {
 		s.nodes[i].k = cfg.newKernel(replica.NodeID(i+1), &s.nodes[i])
 	}
@@ -403,9 +391,7 @@ func Check(cfg Config) Result {
 
 // count adds a newly visited state to the result's tallies.
 func (res *Result) count(s *state) {
-	if n := uint64(len(s.leaders)); n > 0 {
-		res.MaxEpoch = max(res.MaxEpoch, n-1)
-	}
+	res.MaxEpoch = max(res.MaxEpoch, s.ghost.LastLedEpoch())
 	res.Committed = max(res.Committed, len(s.committed))
 	for _, c := range []struct {
 		ev event
