@@ -122,10 +122,10 @@ type state struct {
 	nodes     []node
 	net       []replica.Message
 	used      [budgets]int
-	committed []replica.Entry   // ghost: the entry ever committed at seq i+1, with its data (snapshots install it)
+	committed []replica.Entry  // ghost: the entry ever committed at seq i+1, with its data (snapshots install it)
 	ghost     *invariant.Group // the named invariants' ghost state: each epoch's leader, the committed prefix
-	events    event           // how this state was entered (not part of its identity)
-	owned     uint64          // nodes this state may write (mut); the others are shared
+	events    event            // how this state was entered (not part of its identity)
+	owned     uint64           // nodes this state may write (mut); the others are shared
 }
 
 const (
@@ -255,7 +255,6 @@ func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
 	}
 	return k
 }
-
 
 // tookOffice checks OneLeaderPerEpoch and InstallNeedsQuorumPromise.
 func (cfg *Config) tookOffice(s *state, i int, epoch uint64) string {

@@ -58,7 +58,13 @@ type broker struct {
 	cluster *node.ClusterConfig
 	peers   env.PeerNetwork
 	onCrash func() // a cluster takes the dead incarnation off the network
+	// A cluster member's own clock skew (ms) and pause (a stopped
+	// process: nothing addressed to it runs until pausedUntil).
+	skewMs      int64
+	pausedUntil int64
 }
+
+func (b *broker) paused() bool { return b.w.nowMs < b.pausedUntil }
 
 func newBroker(w *World, chk *checker, mutations node.Mutations) *broker {
 	b := &broker{w: w, fs: vfs.NewMem(), mutations: mutations, chk: chk, damaged: map[uint32]bool{},
@@ -100,7 +106,9 @@ func (b *broker) start() {
 	err := b.guard(func() error {
 		var err error
 		e := b.w.brokerEnv(b.fs)
-		e.Peers = b.peers
+		if b.cluster != nil {
+			e.Clock, e.Peers = nodeClock{b}, b.peers
+		}
 		n, err = node.Open(node.Config{NodeID: cmp.Or(b.id, "sim"), ClientAddr: b.id, DataDir: dataDir, Env: e, Manual: true,
 			Cluster:   b.cluster,
 			Logger:    b.discardLogger,
@@ -174,7 +182,7 @@ func (b *broker) scheduleRestart() {
 
 // step runs the node's due work (group commit, deliveries, redeliveries).
 func (b *broker) step() {
-	if !b.up {
+	if !b.up || b.paused() {
 		return
 	}
 	b.guard(func() error { b.node.Step(); return nil })
@@ -245,6 +253,10 @@ func (c *conn) w() *World { return c.b.w }
 
 func (c *conn) arriveAtBroker(frame []byte) {
 	if !c.open {
+		return
+	}
+	if c.b.paused() {
+		c.w().after(c.b.pausedUntil-c.w().nowMs, func() { c.arriveAtBroker(frame) })
 		return
 	}
 	corr, f, err := wire.ReadFrame(bytes.NewReader(frame), wire.DefaultFrameBytesMax)

@@ -45,13 +45,16 @@ type ClusterFaults struct {
 	Network   bool // peer frames dropped and duplicated for a while
 	Fsync     bool // bursts of failing fsyncs on one node
 	Clients   bool // client connections broken
+	Clock     bool // one node's clock jumps forward or back
+	Pause     bool // one node stops (SIGSTOP, a VM pause) and resumes where it was
 }
 
 // ClusterFaultNames lists the names ParseClusterFaults accepts.
-var ClusterFaultNames = []string{"crash", "powerloss", "killpoint", "partition", "network", "fsync", "clients"}
+var ClusterFaultNames = []string{"crash", "powerloss", "killpoint", "partition", "network", "fsync", "clients", "clock", "pause"}
 
 // AllClusterFaults enables every cluster fault.
-var AllClusterFaults = ClusterFaults{Crash: true, PowerLoss: true, KillPoint: true, Partition: true, Network: true, Fsync: true, Clients: true}
+var AllClusterFaults = ClusterFaults{Crash: true, PowerLoss: true, KillPoint: true, Partition: true, Network: true, Fsync: true, Clients: true,
+	Clock: true, Pause: true}
 
 // ParseClusterFaults reads "all", "none" or a comma-separated list of
 // ClusterFaultNames.
@@ -79,6 +82,10 @@ func ParseClusterFaults(list string) (ClusterFaults, error) {
 			f.Fsync = true
 		case "clients":
 			f.Clients = true
+		case "clock":
+			f.Clock = true
+		case "pause":
+			f.Pause = true
 		default:
 			return f, fmt.Errorf("unknown cluster fault %q (know %s)", name, strings.Join(ClusterFaultNames, ", "))
 		}
@@ -88,7 +95,7 @@ func ParseClusterFaults(list string) (ClusterFaults, error) {
 
 func (f ClusterFaults) String() string {
 	var on []string
-	for i, b := range []bool{f.Crash, f.PowerLoss, f.KillPoint, f.Partition, f.Network, f.Fsync, f.Clients} {
+	for i, b := range []bool{f.Crash, f.PowerLoss, f.KillPoint, f.Partition, f.Network, f.Fsync, f.Clients, f.Clock, f.Pause} {
 		if b {
 			on = append(on, ClusterFaultNames[i])
 		}
@@ -246,6 +253,8 @@ func (s *sim) injectClusterFault() {
 	add(f.Network, 2, s.flakyNetwork)
 	add(f.Fsync, 2, func() { s.nodeFsyncBurst(n) })
 	add(f.Clients, 2, s.disconnectClient)
+	add(f.Clock, 2, func() { s.nodeClockJump(n) })
+	add(f.Pause, 2, func() { s.pauseNode(n) })
 	kinds[s.w.rng.IntN(len(kinds))]()
 }
 
@@ -303,6 +312,25 @@ func (s *sim) nodeFsyncBurst(b *broker) {
 	b.fsyncErrorP = 0.3
 	s.w.tracef("fault %s fsync errors", b.id)
 	s.w.after(s.w.between(50, 400), func() { b.fsyncErrorP = 0 })
+}
+
+// nodeClockJump moves one node's clock forward (its timers fire early,
+// elections start) or back (no ticks until it catches up) by up to 3 s.
+func (s *sim) nodeClockJump(b *broker) {
+	d := s.w.between(-3000, 3000)
+	b.skewMs += d
+	s.w.tracef("fault %s clock jumps %+dms (skew %dms)", b.id, d, b.skewMs)
+}
+
+// pauseNode stops a node for 100 ms to 2 s: nothing it is sent is handled,
+// none of its timers fire, it takes no step; then it resumes where it was
+// (its peers may have moved on).
+func (s *sim) pauseNode(b *broker) {
+	if !b.up || b.paused() {
+		return
+	}
+	b.pausedUntil = s.w.nowMs + s.w.between(100, 2000)
+	s.w.tracef("fault %s pauses until %d", b.id, b.pausedUntil-epochMs)
 }
 
 // heal ends every network fault.

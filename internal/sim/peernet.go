@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"fmt"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -78,6 +79,10 @@ func (n *peerNet) deliver(from, to uint32, frame []byte) {
 	if dst == nil || dst.closed || !b.up || n.cut[[2]uint32{from, to}] {
 		return
 	}
+	if b.paused() { // a stopped process reads its socket when it resumes
+		n.w.after(b.pausedUntil-n.w.nowMs, func() { n.deliver(from, to, frame) })
+		return
+	}
 	_, f, err := wire.ReadFrame(bytes.NewReader(frame), wire.DefaultFrameBytesMax)
 	if err != nil {
 		panic(fmt.Sprintf("sim: a member sent an undecodable frame: %v", err))
@@ -110,4 +115,30 @@ func (n *peerNet) setCut(id uint32, from, to bool) {
 		n.cut[[2]uint32{id, other}] = from
 		n.cut[[2]uint32{other, id}] = to
 	}
+}
+
+// nodeClock is a cluster member's env.Clock: virtual time plus its own
+// skew (clock jumps of one node). Its AfterFunc callbacks, like everything
+// else addressed to the node, wait while the node is paused.
+type nodeClock struct{ b *broker }
+
+func (c nodeClock) NowMs() int64    { return c.b.w.nowMs + c.b.skewMs }
+func (c nodeClock) NowNanos() int64 { return c.NowMs() * 1_000_000 }
+
+func (c nodeClock) AfterFunc(d time.Duration, f func()) env.Timer {
+	t := &worldTimer{fn: f}
+	var fire func()
+	fire = func() {
+		if c.b.paused() {
+			c.b.w.after(c.b.pausedUntil-c.b.w.nowMs, fire)
+			return
+		}
+		t.fire()
+	}
+	c.b.w.after(int64((d+time.Millisecond-1)/time.Millisecond), fire)
+	return t
+}
+
+func (nodeClock) NewTicker(time.Duration) env.Ticker {
+	panic("sim: a node asked for a ticker; a Manual node is stepped by the simulator")
 }

@@ -263,6 +263,7 @@ func (s *sim) livenessPhase() {
 	for _, b := range s.nodes {
 		b.fsyncErrorP, b.writeErrorP = 0, 0
 		b.killOnDisk = nil
+		b.skewMs = 0 // cluster members' clocks agree again (ticks resume once caught up)
 	}
 	if s.net != nil {
 		s.net.heal()
