@@ -2,6 +2,7 @@ package node
 
 import (
 	"cmp"
+	"maps"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,6 +79,7 @@ type cluster struct {
 	metaMu   sync.Mutex
 	state    *meta.State
 	metaWake chan struct{}
+	toStart  map[string]*meta.Topic // applied but not started yet (startTopics retries)
 
 	ready chan struct{} // closed once the members are open: peer frames wait for it
 	reqID atomic.Uint64
@@ -114,7 +116,7 @@ func (n *Node) openCluster() error {
 	cc := *n.cfg.Cluster
 	cc.setDefaults()
 	c := &cluster{n: n, cfg: cc, groups: map[groupID]*replog.Log{}, ready: make(chan struct{}),
-		metaWake: make(chan struct{}, 1), declForwards: map[uint64]*declareJob{}, done: make(chan struct{})}
+		metaWake: make(chan struct{}, 1), declForwards: map[uint64]*declareJob{}, done: make(chan struct{}), toStart: map[string]*meta.Topic{}}
 	peers := map[uint32]string{}
 	for _, m := range cc.Members {
 		c.names = append(c.names, m.ID)
@@ -211,7 +213,7 @@ func (c *cluster) step() bool {
 	}
 	before := c.applied()
 	c.applyCommittedMeta()
-	progress = progress || c.applied() != before
+	progress = c.startTopics() || progress || c.applied() != before
 	return c.stepDeclares() || progress
 }
 
@@ -371,6 +373,7 @@ func (c *cluster) applyMeta() {
 		case <-tick.C():
 		}
 		c.applyCommittedMeta()
+		c.startTopics()
 		c.stepDeclares()
 	}
 }
@@ -403,19 +406,12 @@ func (c *cluster) applyCommittedMeta() {
 				created = append(created, t)
 			}
 		}
+		for _, t := range created {
+			c.toStart[t.Config.Name] = t
+		}
 		b, err := json.Marshal(c.state)
 		c.metaMu.Unlock()
-		for _, t := range created {
-			c.n.mu.Lock()
-			if _, ok := c.n.topics[t.Config.Name]; !ok {
-				if _, err := c.n.startTopic(t.Config, t.Placement); err != nil {
-					c.n.log.Error("start topic failed", "topic", t.Config.Name, "err", err)
-				} else {
-					c.n.log.Info("topic declared", "topic", t.Config.Name, "partitions", t.Config.Partitions, "replicas", t.Config.Replicas)
-				}
-			}
-			c.n.mu.Unlock()
-		}
+		c.startTopics()
 		if err == nil {
 			err = storage.WriteFileAtomic(c.n.cfg.Env.FS, path.Join(c.n.cfg.DataDir, metaStateFile), b)
 		}
@@ -423,6 +419,48 @@ func (c *cluster) applyCommittedMeta() {
 			c.n.log.Error("persist metadata state failed", "err", err)
 		}
 	}
+}
+
+// startTopics starts the topics applied metadata created here. One whose
+// start fails (a disk error opening its replicas) is retried on the next
+// apply pass; meanwhile the node answers UNAVAILABLE for it, not
+// NOT_FOUND.
+func (c *cluster) startTopics() (started bool) {
+	c.metaMu.Lock()
+	names := slices.Sorted(maps.Keys(c.toStart))
+	c.metaMu.Unlock()
+	for _, name := range names {
+		c.metaMu.Lock()
+		t := c.toStart[name]
+		c.metaMu.Unlock()
+		c.n.mu.Lock()
+		_, running := c.n.topics[name]
+		var err error
+		if !running {
+			_, err = c.n.startTopic(t.Config, t.Placement)
+		}
+		c.n.mu.Unlock()
+		if err != nil {
+			c.n.logRepeatedError("topic/"+name, "start topic failed; will retry", "topic", name, "err", err)
+			continue
+		}
+		if !running {
+			c.n.log.Info("topic declared", "topic", name, "partitions", t.Config.Partitions, "replicas", t.Config.Replicas)
+		}
+		c.metaMu.Lock()
+		delete(c.toStart, name)
+		c.metaMu.Unlock()
+		started = true
+	}
+	return started
+}
+
+// starting reports whether topic name is declared but not started here.
+func (c *cluster) starting(name string) bool {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	_, ok := c.toStart[name]
+	return ok
 }
 
 func (c *cluster) loadState() (*meta.State, error) {

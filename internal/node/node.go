@@ -392,6 +392,9 @@ func (n *Node) topic(name string) (*topic, error) {
 		return nil, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
 	}
 	t, ok := n.topics[name]
+	if !ok && n.cluster != nil && n.cluster.starting(name) {
+		return nil, wire.Errorf(wire.CodeUnavailable, "topic %q is declared but not started on this node yet (its start failed and is retried); retry", name)
+	}
 	if !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "topic %q does not exist", name)
 	}
