@@ -78,7 +78,7 @@ func (c *cluster) declareAsync(tc wire.TopicConfig, peer bool, done func(created
 		done(false, err)
 		return
 	}
-	j := &declareJob{tc: tc, peer: peer, done: done, deadlineMs: c.n.nowMs() + c.cfg.DeclareTimeout.Milliseconds()}
+	j := &declareJob{tc: tc, peer: peer, done: done} // the deadline starts at its first step
 	if peer {
 		j.stage, j.decideAfter = awaitDecide, c.metaLog.CommitSeq()
 	}
@@ -156,6 +156,9 @@ func (c *cluster) applied() uint64 {
 // advance moves j on as far as it can; ok reports that it is finished
 // with (created, err).
 func (c *cluster) advance(j *declareJob, nowMs int64) (created bool, err error, ok bool) {
+	if j.deadlineMs == 0 {
+		j.deadlineMs = nowMs + c.cfg.DeclareTimeout.Milliseconds()
+	}
 	for {
 		if nowMs >= j.deadlineMs {
 			return false, c.timeoutError(j), true
@@ -166,7 +169,7 @@ func (c *cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 			switch {
 			case st.Role == replica.Leader:
 				j.stage, j.decideAfter = awaitDecide, c.metaLog.CommitSeq()
-			case st.Leader != 0:
+			case st.Leader != 0 && st.Leader != c.self:
 				j.reqID = c.reqID.Add(1)
 				c.declMu.Lock()
 				c.declForwards[j.reqID] = j
@@ -183,7 +186,11 @@ func (c *cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 				return false, nil, false
 			}
 			if c.metaLog.Status().Role != replica.Leader {
-				return false, wire.Errorf(wire.CodeUnavailable, "metadata leadership moved; retry"), true
+				if j.peer {
+					return false, wire.Errorf(wire.CodeUnavailable, "metadata leadership moved; retry"), true
+				}
+				j.stage = awaitLeader // find the new leader, within the deadline
+				return false, nil, false
 			}
 			if c.applied() < j.decideAfter {
 				return false, nil, false
@@ -219,8 +226,14 @@ func (c *cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 				return false, nil, false
 			case errors.Is(o.err, replica.ErrQuorumLost):
 				return false, wire.Errorf(wire.CodeQuorumLost, "metadata log: %v", o.err), true
-			case o.err != nil:
+			case o.err != nil && j.peer:
 				return false, wire.Errorf(wire.CodeUnavailable, "metadata log: %v; retry", o.err), true
+			case o.err != nil:
+				// Not committed here (or no longer provable): decide again
+				// at whichever node leads now; a committed decision is
+				// then found existing.
+				c.deciding, j.stage = nil, awaitLeader
+				return false, nil, false
 			}
 			j.seq, j.created, j.stage = o.seq, true, awaitApplied
 		case awaitApplied:
@@ -235,6 +248,10 @@ func (c *cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 		case awaitForward:
 			o := c.takeOutcome(j)
 			if o == nil {
+				return false, nil, false
+			}
+			if we := asWire(o.err); o.err != nil && we.Code == wire.CodeUnavailable {
+				j.stage = awaitLeader // the leader moved: ask again, within the deadline
 				return false, nil, false
 			}
 			if o.err != nil {
