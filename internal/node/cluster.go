@@ -2,12 +2,12 @@ package node
 
 import (
 	"cmp"
-	"maps"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"path"
 	"slices"
