@@ -218,6 +218,15 @@ func (p *partitionRunner) applyReplicated() {
 		if errors.Is(err, storage.ErrOutOfRange) && p.followStart() {
 			continue // rebuilt from a snapshot point under us
 		}
+		if errors.Is(err, storage.ErrCorrupt) {
+			// Damage in this replica's copy of committed entries: the
+			// member drops the damaged range and is made whole from a
+			// healthy replica (as when the scrubber finds it); applying
+			// resumes from its rebuilt log.
+			p.node.logRepeatedError(p.subject(), "committed entries damaged in this replica; dropping the range to rebuild it", "from", from, "err", err)
+			p.repl.Damaged()
+			break
+		}
 		if err != nil || len(entries) == 0 {
 			p.node.log.Error("apply committed entries failed; will retry", "topic", p.topic.cfg.Name, "partition", p.id, "from", from, "err", err)
 			break

@@ -47,14 +47,17 @@ type ClusterFaults struct {
 	Clients   bool // client connections broken
 	Clock     bool // one node's clock jumps forward or back
 	Pause     bool // one node stops (SIGSTOP, a VM pause) and resumes where it was
+	// BitFlip flips a bit in a partition segment of the last node only —
+	// a damaged minority, which must cost no acknowledged record.
+	BitFlip bool
 }
 
 // ClusterFaultNames lists the names ParseClusterFaults accepts.
-var ClusterFaultNames = []string{"crash", "powerloss", "killpoint", "partition", "network", "fsync", "clients", "clock", "pause"}
+var ClusterFaultNames = []string{"crash", "powerloss", "killpoint", "partition", "network", "fsync", "clients", "clock", "pause", "bitflip"}
 
 // AllClusterFaults enables every cluster fault.
 var AllClusterFaults = ClusterFaults{Crash: true, PowerLoss: true, KillPoint: true, Partition: true, Network: true, Fsync: true, Clients: true,
-	Clock: true, Pause: true}
+	Clock: true, Pause: true, BitFlip: true}
 
 // ParseClusterFaults reads "all", "none" or a comma-separated list of
 // ClusterFaultNames.
@@ -86,6 +89,8 @@ func ParseClusterFaults(list string) (ClusterFaults, error) {
 			f.Clock = true
 		case "pause":
 			f.Pause = true
+		case "bitflip":
+			f.BitFlip = true
 		default:
 			return f, fmt.Errorf("unknown cluster fault %q (know %s)", name, strings.Join(ClusterFaultNames, ", "))
 		}
@@ -95,7 +100,7 @@ func ParseClusterFaults(list string) (ClusterFaults, error) {
 
 func (f ClusterFaults) String() string {
 	var on []string
-	for i, b := range []bool{f.Crash, f.PowerLoss, f.KillPoint, f.Partition, f.Network, f.Fsync, f.Clients, f.Clock, f.Pause} {
+	for i, b := range []bool{f.Crash, f.PowerLoss, f.KillPoint, f.Partition, f.Network, f.Fsync, f.Clients, f.Clock, f.Pause, f.BitFlip} {
 		if b {
 			on = append(on, ClusterFaultNames[i])
 		}
@@ -255,6 +260,7 @@ func (s *sim) injectClusterFault() {
 	add(f.Clients, 2, s.disconnectClient)
 	add(f.Clock, 2, func() { s.nodeClockJump(n) })
 	add(f.Pause, 2, func() { s.pauseNode(n) })
+	add(f.BitFlip, 1, func() { s.flipMinorityBit(s.nodes[len(s.nodes)-1]) })
 	kinds[s.w.rng.IntN(len(kinds))]()
 }
 
@@ -331,6 +337,31 @@ func (s *sim) pauseNode(b *broker) {
 	}
 	b.pausedUntil = s.w.nowMs + s.w.between(100, 2000)
 	s.w.tracef("fault %s pauses until %d", b.id, b.pausedUntil-epochMs)
+}
+
+// flipMinorityBit flips one bit of a partition segment on node b's disk
+// (current and durable content: media damage). Only ever one node is hit,
+// so the damage stays on a minority of every replica group.
+func (s *sim) flipMinorityBit(b *broker) {
+	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
+	dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
+	names, err := b.fs.List(dir)
+	if err != nil {
+		return
+	}
+	names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })
+	if len(names) == 0 {
+		return
+	}
+	file := path.Join(dir, names[s.w.rng.IntN(len(names))])
+	size, err := b.fs.Stat(file)
+	if err != nil || size == 0 {
+		return
+	}
+	off := s.w.rng.Int64N(size)
+	if err := b.fs.FlipBit(file, off, uint(s.w.rng.IntN(8))); err == nil {
+		s.w.tracef("fault %s bit flip %s@%d", b.id, strings.TrimPrefix(file, dataDir+"/"), off)
+	}
 }
 
 // heal ends every network fault.

@@ -98,6 +98,11 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// with UNAVAILABLE meanwhile.
 		{Seed: 1213, Faults: before},
 		{Seed: 1256, Faults: before},
+		// A bit flip in the active segment of a sync_all leader's copy of
+		// committed entries stalled its applier for good (nothing told the
+		// member; no scrubber runs in Manual mode): every write then waited
+		// on it. The applier now reports the damage to the member.
+		{Seed: 8, Faults: AllClusterFaults, SyncAll: true},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
