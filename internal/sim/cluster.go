@@ -62,54 +62,17 @@ var AllClusterFaults = ClusterFaults{Crash: true, PowerLoss: true, KillPoint: tr
 // ParseClusterFaults reads "all", "none" or a comma-separated list of
 // ClusterFaultNames.
 func ParseClusterFaults(list string) (ClusterFaults, error) {
-	switch list {
-	case "all":
-		return AllClusterFaults, nil
-	case "none", "":
-		return ClusterFaults{}, nil
-	}
 	var f ClusterFaults
-	for _, name := range strings.Split(list, ",") {
-		switch strings.TrimSpace(name) {
-		case "crash":
-			f.Crash = true
-		case "powerloss":
-			f.PowerLoss = true
-		case "killpoint":
-			f.KillPoint = true
-		case "partition":
-			f.Partition = true
-		case "network":
-			f.Network = true
-		case "fsync":
-			f.Fsync = true
-		case "clients":
-			f.Clients = true
-		case "clock":
-			f.Clock = true
-		case "pause":
-			f.Pause = true
-		case "bitflip":
-			f.BitFlip = true
-		default:
-			return f, fmt.Errorf("unknown cluster fault %q (know %s)", name, strings.Join(ClusterFaultNames, ", "))
-		}
-	}
-	return f, nil
+	all := AllClusterFaults
+	return f, parseFaultList(list, ClusterFaultNames, f.flags(), all.flags())
 }
 
-func (f ClusterFaults) String() string {
-	var on []string
-	for i, b := range []bool{f.Crash, f.PowerLoss, f.KillPoint, f.Partition, f.Network, f.Fsync, f.Clients, f.Clock, f.Pause, f.BitFlip} {
-		if b {
-			on = append(on, ClusterFaultNames[i])
-		}
-	}
-	if len(on) == 0 {
-		return "none"
-	}
-	return strings.Join(on, ",")
+// flags are f's switches in the order of ClusterFaultNames.
+func (f *ClusterFaults) flags() []*bool {
+	return []*bool{&f.Crash, &f.PowerLoss, &f.KillPoint, &f.Partition, &f.Network, &f.Fsync, &f.Clients, &f.Clock, &f.Pause, &f.BitFlip}
 }
+
+func (f ClusterFaults) String() string { return faultListString(ClusterFaultNames, f.flags()) }
 
 func (o *ClusterOptions) setDefaults() {
 	if o.Nodes == 0 {

@@ -34,53 +34,52 @@ var AllFaults = Faults{Crash: true, KillPoint: true, Disconnect: true, Partition
 
 // ParseFaults reads "all", "none" or a comma-separated list of FaultNames.
 func ParseFaults(list string) (Faults, error) {
-	switch list {
-	case "all":
-		return AllFaults, nil
-	case "none", "":
-		return Faults{}, nil
-	}
 	var f Faults
-	for _, name := range strings.Split(list, ",") {
-		switch strings.TrimSpace(name) {
-		case "crash":
-			f.Crash = true
-		case "killpoint":
-			f.KillPoint = true
-		case "disconnect":
-			f.Disconnect = true
-		case "partition":
-			f.Partition = true
-		case "oneway":
-			f.OneWay = true
-		case "fsync":
-			f.Fsync = true
-		case "writeerr":
-			f.WriteErr = true
-		case "clock":
-			f.Clock = true
-		case "bitflip":
-			f.BitFlip = true
-		default:
-			return f, fmt.Errorf("unknown fault %q (know: all, none, %s)", name, strings.Join(FaultNames, ", "))
-		}
-	}
-	return f, nil
+	return f, parseFaultList(list, FaultNames, f.flags(), AllFaults.flags())
+}
+
+// flags are f's switches in the order of FaultNames.
+func (f *Faults) flags() []*bool {
+	return []*bool{&f.Crash, &f.KillPoint, &f.Disconnect, &f.Partition, &f.OneWay, &f.Fsync, &f.WriteErr, &f.Clock, &f.BitFlip}
 }
 
 // String is the comma-separated form ParseFaults reads back.
-func (f Faults) String() string {
-	on := []bool{f.Crash, f.KillPoint, f.Disconnect, f.Partition, f.OneWay, f.Fsync, f.WriteErr, f.Clock, f.BitFlip}
-	var names []string
-	for i, v := range on {
-		if v {
-			names = append(names, FaultNames[i])
+func (f Faults) String() string { return faultListString(FaultNames, f.flags()) }
+
+// parseFaultList sets flags (in the order of names) from "all", "none" or
+// a comma-separated list of names; all are the flags of "all".
+func parseFaultList(list string, names []string, flags, all []*bool) error {
+	switch list {
+	case "all":
+		for i := range flags {
+			*flags[i] = *all[i]
+		}
+		return nil
+	case "none", "":
+		return nil
+	}
+	for _, name := range strings.Split(list, ",") {
+		i := slices.Index(names, strings.TrimSpace(name))
+		if i < 0 {
+			return fmt.Errorf("unknown fault %q (know: all, none, %s)", name, strings.Join(names, ", "))
+		}
+		*flags[i] = true
+	}
+	return nil
+}
+
+// faultListString is the comma-separated form parseFaultList reads back.
+func faultListString(names []string, flags []*bool) string {
+	var on []string
+	for i, v := range flags {
+		if *v {
+			on = append(on, names[i])
 		}
 	}
-	if len(names) == 0 {
+	if len(on) == 0 {
 		return "none"
 	}
-	return strings.Join(names, ",")
+	return strings.Join(on, ",")
 }
 
 // Options configure one run. Zero fields take the defaults.
