@@ -292,6 +292,7 @@ func (c *cluster) openGroup(topic string, partition uint32, members []replica.No
 	}
 	gid := groupID{topic, partition}
 	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.n.cfg.Env.FS, Manual: c.n.cfg.Manual,
+		Mutations: c.n.cfg.Mutations.Replica, SendBeforePersist: c.n.cfg.Mutations.SendBeforePersist,
 		Logger: c.n.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition),
 		Storage: storage.Options{SegmentBytesMax: c.n.cfg.SegmentBytesMax, RecordBytesMax: c.n.cfg.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.retentionMs, RetentionBytes: gs.retentionBytes},
@@ -491,4 +492,28 @@ func (c *cluster) close() {
 	if c.metaLog != nil {
 		c.metaLog.Close()
 	}
+}
+
+// ReplicaView is what this node's member of a replica group says of itself,
+// for checkers (the simulator): the kernel's status, and the last seq its
+// log has synced (what it holds durably).
+type ReplicaView struct {
+	Status replica.Status
+	Synced uint64
+}
+
+// Replica returns this node's member of a partition's replica group — or
+// of the metadata log, for topic meta.MetaTopic — if it hosts one.
+func (n *Node) Replica(topic string, partition uint32) (ReplicaView, bool) {
+	c := n.cluster
+	if c == nil {
+		return ReplicaView{}, false
+	}
+	c.mu.RLock()
+	l := c.groups[groupID{topic, partition}]
+	c.mu.RUnlock()
+	if l == nil {
+		return ReplicaView{}, false
+	}
+	return ReplicaView{Status: l.Status(), Synced: l.ReadLog().SyncedSeq()}, true
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/partition"
+	"github.com/nereus-broker/nereus/internal/replica"
 )
 
 // Mutations are deliberate bugs behind a test-only switch. Each disables one
@@ -25,6 +26,11 @@ type Mutations struct {
 	// topic's groups before its install entry is applied (cursors rebuilt
 	// from a commit point that may miss committed acks).
 	CoordinateBeforeInstall bool
+	// Replica breaks the replication kernel of every replica group, and
+	// SendBeforePersist the shared Ready executor (every message of a
+	// Ready before its writes are durable: FLUSHED before fsync).
+	Replica           replica.Mutations
+	SendBeforePersist bool
 }
 
 // Step runs, on the caller's goroutine, all work of a Manual node that is

@@ -7,6 +7,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/partition"
+	"github.com/nereus-broker/nereus/internal/replica"
 )
 
 func failClusterRun(t *testing.T, o ClusterOptions, r Result) {
@@ -79,6 +80,10 @@ func TestClusterMutationsAreCaught(t *testing.T) {
 			node.Mutations{AckLog: acklog.Mutations{AckBeforeCommit: true}}, []string{AckFloorNeverRedelivered}},
 		{"groups coordinated before the install entry is applied",
 			node.Mutations{CoordinateBeforeInstall: true}, []string{AckFloorNeverRedelivered}},
+		{"FLUSHED before fsync in the real replog (the shared executor)",
+			node.Mutations{SendBeforePersist: true}, []string{VisibleImpliesQuorumFlushed, AckedNeverLost}},
+		{"commit on the leader's own fsync alone",
+			node.Mutations{Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}}, []string{VisibleImpliesQuorumFlushed}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			expectCaught(t, 20, c.want, func(seed uint64) *Violation {

@@ -157,6 +157,8 @@ type sim struct {
 	faultsInjected int
 	ghosts         []*invariant.Group
 	observed       map[commitKey]uint64
+	replicaViews   map[replicaKey]node.ReplicaView // each member as last seen up
+	flipped        map[string]bool                 // nodes whose disks took a bit flip
 	chk            *checker
 	producers      []*producer
 	consumers      []*consumer
