@@ -9,10 +9,10 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/invariant"
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
-	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -166,6 +166,7 @@ func RunCluster(o ClusterOptions) Result {
 	s.observed = map[commitKey]uint64{}
 	s.replicaViews = map[replicaKey]node.ReplicaView{}
 	s.flipped = map[string]bool{}
+	s.metaGhost = invariant.NewGroup(o.Nodes, false)
 	s.w.tracef("cluster run seed=%d nodes=%d faults=%s", o.Seed, o.Nodes, o.Faults)
 	for _, b := range s.nodes {
 		b.start()
@@ -358,6 +359,7 @@ func (s *sim) observeReplication() {
 		if !b.up || s.chk.violation != nil {
 			continue
 		}
+		s.observeMetaLeader(ni, b)
 		for _, t := range b.node.Metadata([]string{simTopic}) {
 			for _, p := range t.Partitions {
 				s.observePartition(ni, b, p)
@@ -436,16 +438,31 @@ type replicaKey struct {
 	partition uint32
 }
 
+// observeMetaLeader checks OneLeaderPerEpoch and InstallNeedsQuorumPromise
+// for the metadata log, as node ni reports leading it.
+func (s *sim) observeMetaLeader(ni int, b *broker) {
+	v, ok := b.node.Replica(meta.MetaTopic, 0)
+	if !ok || v.Status.Role != replica.Leader || s.metaGhost.Leader(v.Status.Hard.Promised) == uint32(ni+1) {
+		return
+	}
+	epoch, promised := v.Status.Hard.Promised, 0
+	for _, o := range s.nodes {
+		if hardStatePromise(o.fs, path.Join(dataDir, "meta", "hardstate")) >= epoch {
+			promised++
+		}
+	}
+	if v := s.metaGhost.TookOffice(uint32(ni+1), epoch, promised); v != nil {
+		s.chk.violate(v.Invariant, "%s: %s", meta.MetaTopic, v.Detail)
+		return
+	}
+	s.w.tracef("%s leads %s in epoch %d", b.id, meta.MetaTopic, epoch)
+}
+
 // durablePromise is the promise a node's member of a partition holds in
 // its hard-state file (between events no write is in progress, so what
 // the file holds is durable).
 func (s *sim) durablePromise(b *broker, partition uint32) uint64 {
-	data, err := storage.ReadFileAtomic(b.fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(partition), "hardstate"))
-	if err != nil || len(data) != 12 {
-		return 0
-	}
-	return uint64(data[0])<<56 | uint64(data[1])<<48 | uint64(data[2])<<40 | uint64(data[3])<<32 |
-		uint64(data[4])<<24 | uint64(data[5])<<16 | uint64(data[6])<<8 | uint64(data[7])
+	return hardStatePromise(b.fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(partition), "hardstate"))
 }
 
 // clusterFinalPhase cuts the power to every node at once, restarts them

@@ -132,11 +132,17 @@ func (n *groupNode) paused(nowMs int64) bool { return nowMs < n.pausedUntil }
 // it between steps, when no write is in progress: what the file holds then
 // is durable (the member writes it atomically, synced).
 func (n *groupNode) durablePromise() uint64 {
-	b, err := storage.ReadFileAtomic(n.fs, path.Join(groupDir, "hardstate"))
-	if err != nil || len(b) != 12 {
+	return hardStatePromise(n.fs, path.Join(groupDir, "hardstate"))
+}
+
+// hardStatePromise is the promise a replog member's hard-state file holds
+// (0: none, or unreadable).
+func hardStatePromise(fsys vfs.FS, file string) uint64 {
+	data, err := storage.ReadFileAtomic(fsys, file)
+	if err != nil || len(data) != 12 {
 		return 0
 	}
-	return binary.BigEndian.Uint64(b)
+	return binary.BigEndian.Uint64(data)
 }
 
 // holds reports whether n's disk durably holds the entry (seq, epoch), or

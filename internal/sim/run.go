@@ -159,6 +159,7 @@ type sim struct {
 	observed       map[commitKey]uint64
 	replicaViews   map[replicaKey]node.ReplicaView // each member as last seen up
 	flipped        map[string]bool                 // nodes whose disks took a bit flip
+	metaGhost      *invariant.Group                // the metadata log's leaders
 	chk            *checker
 	producers      []*producer
 	consumers      []*consumer
