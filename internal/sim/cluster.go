@@ -133,13 +133,24 @@ const (
 // RunCluster runs one seed of a cluster and returns its result. It never
 // panics on a broken invariant; it reports it.
 func RunCluster(o ClusterOptions) Result {
+	s := newClusterSim(o)
+	if s.clusterFaults != (ClusterFaults{}) {
+		s.w.after(s.w.between(50, 200), s.injectClusterFault)
+	}
+	return s.runPhases()
+}
+
+// newClusterSim builds a cluster run with its nodes started and its
+// workload scheduled, but no fault yet.
+func newClusterSim(o ClusterOptions) *sim {
 	o.setDefaults()
 	w := newWorld(o.Seed, o.KeepTrace)
 	chk := newChecker(w, map[uint32]bool{})
 	chk.perIncarnation = true
 	s := &sim{opts: Options{Seed: o.Seed, Steps: o.Steps, Producers: o.Producers, MessagesPerProducer: o.MessagesPerProducer,
 		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace},
-		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: uint8(o.Nodes), syncAll: o.SyncAll}
+		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: uint8(o.Nodes), syncAll: o.SyncAll,
+		clusterFaults: o.Faults}
 	s.opts.setDefaults()
 	var members []node.Member
 	for i := 1; i <= o.Nodes; i++ {
@@ -184,10 +195,12 @@ func RunCluster(o ClusterOptions) Result {
 		s.w.after(s.w.between(0, 10), c.connect)
 	}
 	s.w.after(tickMs, s.tick)
-	if o.Faults != (ClusterFaults{}) {
-		s.clusterFaults = o.Faults
-		s.w.after(s.w.between(50, 200), s.injectClusterFault)
-	}
+	return s
+}
+
+// runPhases runs the fault phase, heals (liveness), and ends with a power
+// loss and a full read-back.
+func (s *sim) runPhases() Result {
 	s.safetyPhase()
 	if s.chk.violation == nil {
 		s.livenessPhase()
