@@ -14,7 +14,18 @@ import (
 // leader is fenced and follows. Nothing it appended after the cut ever
 // becomes visible (those entries had no way to reach a majority), every
 // acknowledged record is read back, and the invariants hold throughout.
-func TestS3ZombieLeaderFencedAtNodeLevel(t *testing.T) {
+func TestS3ZombieLeaderFencedAtNodeLevel(t *testing.T) { runCutOffLeader(t, false) }
+
+// TestS2NonQuorumWritesNotRevivedAtNodeLevel (S2 at node level): as S3,
+// but the cut-off leader is killed -9 instead of rejoining, and restarts
+// from its disk, which holds the entries it appended alone: they are
+// never revived.
+func TestS2NonQuorumWritesNotRevivedAtNodeLevel(t *testing.T) { runCutOffLeader(t, true) }
+
+// runCutOffLeader cuts partition 0's leader off its peers for 2.5 s while
+// its clients publish to it; then it rejoins, or (crash) is killed -9 and
+// restarts.
+func runCutOffLeader(t *testing.T, crash bool) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		s := newClusterSim(ClusterOptions{Seed: seed, MessagesPerProducer: 200})
 		var zombie *broker
@@ -49,6 +60,10 @@ func TestS3ZombieLeaderFencedAtNodeLevel(t *testing.T) {
 			s.net.setCut(zombieID, true, true)
 			watch()
 			s.w.after(2500, func() {
+				if crash {
+					s.w.tracef("scenario: kill -9 %s", zombie.id)
+					zombie.crash() // it restarts from its disk
+				}
 				s.net.setCut(zombieID, false, false)
 				s.w.tracef("scenario: %s rejoins", zombie.id)
 			})
