@@ -2,6 +2,7 @@ package sim
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nereus-broker/nereus/internal/replica"
@@ -21,6 +22,64 @@ func TestS3ZombieLeaderFencedAtNodeLevel(t *testing.T) { runCutOffLeader(t, fals
 // from its disk, which holds the entries it appended alone: they are
 // never revived.
 func TestS2NonQuorumWritesNotRevivedAtNodeLevel(t *testing.T) { runCutOffLeader(t, true) }
+
+// TestS20CompetingWritesAtNodeLevel (S20 at node level): while the cut-off
+// leader takes writes from one producer, a second producer of the same
+// partition finds the majority's new leader and commits there; after the
+// heal the majority's writes are visible, the minority's post-cut writes
+// never are, and every acknowledged record is read back.
+func TestS20CompetingWritesAtNodeLevel(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		s := newClusterSim(ClusterOptions{Seed: seed, Producers: 4, MessagesPerProducer: 200})
+		var zombie *broker
+		var epoch, lastAtCut uint64
+		var majorityAcked, duringCut int
+		second := s.producers[3] // partition 0, like producers[0]
+		s.w.after(800, func() {
+			if zombie = s.leaderOf(0); zombie == nil {
+				return
+			}
+			v, _ := zombie.node.Replica(simTopic, 0)
+			epoch, lastAtCut = v.Status.Hard.Promised, v.Status.Last
+			id := uint32(slices.Index(s.nodes, zombie) + 1)
+			s.w.tracef("scenario: cut %s off its peers; %s moves to another node", zombie.id, second.name())
+			s.net.setCut(id, true, true)
+			if second.c != nil && second.c.b == zombie {
+				second.c.breakConn("scenario: to the majority")
+			}
+			s.w.after(2500, func() {
+				g := s.ghosts[0]
+				for seq := lastAtCut + 1; seq <= g.CommittedLen(); seq++ {
+					if e, ok := g.Committed(seq); ok && e.Epoch > epoch && strings.HasPrefix(e.Value, second.name()) {
+						duringCut++
+					}
+				}
+				s.net.setCut(id, false, false)
+			})
+		})
+		r := s.runPhases()
+		if r.Violation != nil {
+			t.Fatalf("seed %d: %v\ntrace tail:\n%v", seed, r.Violation, r.Tail)
+		}
+		if zombie == nil {
+			t.Fatalf("seed %d: no leader of partition 0 at 800 ms", seed)
+		}
+		g := s.ghosts[0]
+		for seq := lastAtCut + 1; seq <= g.CommittedLen(); seq++ {
+			e, ok := g.Committed(seq)
+			if ok && e.Epoch == epoch {
+				t.Fatalf("seed %d: %s's entry %d of epoch %d, appended after it was cut off, became visible (%q)", seed, zombie.id, seq, epoch, e.Value)
+			}
+			if ok && e.Epoch > epoch && strings.HasPrefix(e.Value, second.name()) {
+				majorityAcked++
+			}
+		}
+		if duringCut == 0 {
+			t.Fatalf("seed %d: the second producer committed nothing with the majority while the leader was cut off", seed)
+		}
+		t.Logf("seed %d: %s cut off in epoch %d at last %d; %d of %s's writes committed with the majority during the cut, %d in all", seed, zombie.id, epoch, lastAtCut, duringCut, second.name(), majorityAcked)
+	}
+}
 
 // runCutOffLeader cuts partition 0's leader off its peers for 2.5 s while
 // its clients publish to it; then it rejoins, or (crash) is killed -9 and
