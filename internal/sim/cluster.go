@@ -177,6 +177,7 @@ func newClusterSim(o ClusterOptions) *sim {
 	s.observed = map[commitKey]uint64{}
 	s.replicaViews = map[replicaKey]node.ReplicaView{}
 	s.flipped = map[string]bool{}
+	s.replicaStates = map[string]int{}
 	s.metaGhost = invariant.NewGroup(o.Nodes, false)
 	s.w.tracef("cluster run seed=%d nodes=%d faults=%s", o.Seed, o.Nodes, o.Faults)
 	for _, b := range s.nodes {
@@ -210,6 +211,7 @@ func (s *sim) runPhases() Result {
 	}
 	r := s.result()
 	r.Faults = s.faultsInjected
+	r.ReplicaStates = s.replicaStates
 	r.Restarts = 0
 	for _, b := range s.nodes {
 		r.Restarts += max(b.started-1, 0)
@@ -383,6 +385,13 @@ func (s *sim) observeReplication() {
 
 func (s *sim) observePartition(ni int, b *broker, p wire.PartitionInfo) {
 	g := s.ghosts[p.Partition]
+	if p.Leader == b.id {
+		for _, r := range p.Replicas {
+			if r.State != "" {
+				s.replicaStates[r.State]++
+			}
+		}
+	}
 	if p.Leader == b.id && g.Leader(p.Epoch) != uint32(ni+1) {
 		promised := 0
 		for _, o := range s.nodes {

@@ -39,6 +39,7 @@ func TestClusterCampaign(t *testing.T) {
 			}
 			start := time.Now()
 			var acked, deliveries, restarts, faults int
+			states := map[string]int{}
 			for seed := uint64(1); seed <= seeds; seed++ {
 				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, SyncAll: c.syncAll}
 				r := RunCluster(o)
@@ -47,12 +48,21 @@ func TestClusterCampaign(t *testing.T) {
 					return
 				}
 				acked, deliveries, restarts, faults = acked+r.Acked, deliveries+r.Deliveries, restarts+r.Restarts, faults+r.Faults
+				for st, n := range r.ReplicaStates {
+					states[st] += n
+				}
 			}
 			el := time.Since(start)
-			t.Logf("%d seeds in %v (%.1f seeds/s): %d faults, %d node restarts, %d messages acked, %d deliveries",
-				seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), faults, restarts, acked, deliveries)
+			t.Logf("%d seeds in %v (%.1f seeds/s): %d faults, %d node restarts, %d messages acked, %d deliveries; replica states reported by leaders %v",
+				seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), faults, restarts, acked, deliveries, states)
 			if faults < 10*int(seeds) || restarts < 4*int(seeds) {
 				t.Fatalf("campaign too tame: %d faults, %d restarts in %d seeds", faults, restarts, seeds)
+			}
+			// S10/S11: the replicas were in mixed states, not just InSync.
+			for _, st := range []string{"InSync", "CatchingUp", "Unreachable"} {
+				if states[st] == 0 {
+					t.Fatalf("no leader ever reported a replica %s: %v", st, states)
+				}
 			}
 		})
 	}

@@ -132,6 +132,9 @@ type Result struct {
 	Deliveries int // MSG frames received
 	Restarts   int // broker incarnations after the first
 	Faults     int // faults injected (cluster runs)
+	// ReplicaStates counts the replica states partition leaders reported
+	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...
+	ReplicaStates map[string]int
 }
 
 // liveness phase bounds, after faults heal.
@@ -160,6 +163,7 @@ type sim struct {
 	replicaViews   map[replicaKey]node.ReplicaView // each member as last seen up
 	flipped        map[string]bool                 // nodes whose disks took a bit flip
 	metaGhost      *invariant.Group                // the metadata log's leaders
+	replicaStates  map[string]int                  // replica states leaders reported, and how often
 	chk            *checker
 	producers      []*producer
 	consumers      []*consumer
