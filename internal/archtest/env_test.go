@@ -18,6 +18,7 @@ import (
 var envUsers = []string{
 	"github.com/nereus-broker/nereus/internal/node",
 	"github.com/nereus-broker/nereus/internal/replog",
+	"github.com/nereus-broker/nereus/internal/cluster",
 }
 
 // wallClock are the package time functions that read the wall clock or

@@ -210,7 +210,7 @@ func TestClusterUsesTheEnvsPeerNetworkAndClock(t *testing.T) {
 	if ep.ID != 1 || ep.ClientAddr != "client-of-n1" || len(ep.Addrs) != 3 || ep.Addrs[2] != "peer-2" || ep.Handler == nil {
 		t.Fatalf("joined the peer network as %+v", ep)
 	}
-	if got := n.cluster.clientAddr(2); got != "client-of-2" {
+	if got := n.cluster.ClientAddr(2); got != "client-of-2" {
 		t.Fatalf("member 2's client address %q, want the peer network's", got)
 	}
 

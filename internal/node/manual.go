@@ -48,7 +48,7 @@ func (n *Node) Step() bool {
 	for {
 		progress := false
 		if n.cluster != nil {
-			progress = n.cluster.step()
+			progress = n.cluster.Step()
 		}
 		n.mu.RLock()
 		topics := make([]*topic, 0, len(n.topics))

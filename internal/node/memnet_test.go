@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -159,7 +160,7 @@ func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
 		var leaderNumber replica.NodeID
 		for id, n := range tc.nodes {
 			if st, ok := partitionStatus(n, "t", 0); ok && st.Role == replica.Leader {
-				leader, leaderNumber = id, n.cluster.self
+				leader, leaderNumber = id, n.cluster.Self()
 			}
 		}
 		for id, n := range tc.nodes {
@@ -190,8 +191,8 @@ func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
 	// DECLAREs give up at their deadlines too: one forwarded by a follower
 	// of `__meta` (no answer comes back) and one on its leader (nothing
 	// commits). n1, the first member, won the only `__meta` campaign.
-	if st := tc.nodes["n1"].cluster.metaLog.Status(); st.Role != replica.Leader {
-		t.Fatalf("n1 is %v of __meta, want leader", st.Role)
+	if v, _ := tc.nodes["n1"].Replica(meta.MetaTopic, 0); v.Status.Role != replica.Leader {
+		t.Fatalf("n1 is %v of __meta, want leader", v.Status.Role)
 	}
 	for via, want := range map[string]string{"n2": "did not answer", "n1": "did not commit"} {
 		go func() {

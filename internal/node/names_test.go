@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -130,7 +131,7 @@ func TestClusterRefusesReservedTopicNames(t *testing.T) {
 	clusterDeclare := func(n *Node, cfg wire.TopicConfig) error {
 		deadline := time.Now().Add(waitMax)
 		for {
-			_, err := n.cluster.declare(cfg)
+			_, err := n.cluster.Declare(cfg)
 			var we *wire.Error
 			if !errors.As(err, &we) || we.Code != wire.CodeUnavailable || time.Now().After(deadline) {
 				return err
@@ -167,7 +168,7 @@ func TestClusterDoesNotStartAReservedTopicFromOldMetadata(t *testing.T) {
 	tc := newTestCluster(t, 1)
 	tc.declare("n1", wire.TopicConfig{Name: "orders", Partitions: 1, Replicas: 1})
 	tc.stop("n1")
-	file := "/n1/" + metaStateFile
+	file := "/n1/" + cluster.MetaStateFile
 	b, err := storage.ReadFileAtomic(tc.fs, file)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"io/fs"
 	"log/slog"
 	"path"
@@ -127,7 +128,7 @@ type Node struct {
 	groups map[groupKey]*groupRunner
 	closed bool
 
-	cluster *cluster // nil on a single node
+	cluster *cluster.Cluster // nil on a single node
 
 	// repeats throttles ERROR lines that a persistent fault repeats.
 	repeats repeatLimiter
@@ -169,7 +170,7 @@ func Open(cfg Config) (*Node, error) {
 		}
 		n.metrics.registerNode(n)
 		n.startScrubber()
-		n.log.Info("node open", "node", cfg.NodeID, "data", cfg.DataDir, "cluster", n.cluster.names)
+		n.log.Info("node open", "node", cfg.NodeID, "data", cfg.DataDir, "cluster", n.cluster.Names())
 		return n, nil
 	}
 	configs, err := n.loadTopics()
@@ -303,11 +304,11 @@ func (n *Node) DeclareAsync(tc wire.TopicConfig, done func(created bool, err err
 	}
 	switch {
 	case n.cluster != nil && n.cfg.Manual:
-		n.cluster.declareAsync(tc, false, done)
+		n.cluster.DeclareAsync(tc, done)
 	case n.cluster != nil:
 		// A session's later requests may depend on the topic (DECLARE
 		// then PUB, pipelined): its reader waits, keeping them in order.
-		done(n.cluster.declare(tc))
+		done(n.cluster.Declare(tc))
 	default:
 		done(n.declareLocal(tc))
 	}
@@ -320,7 +321,7 @@ func (n *Node) declare(tc wire.TopicConfig) (created bool, err error) {
 		return false, err
 	}
 	if n.cluster != nil {
-		return n.cluster.declare(tc)
+		return n.cluster.Declare(tc)
 	}
 	return n.declareLocal(tc)
 }
@@ -392,7 +393,7 @@ func (n *Node) topic(name string) (*topic, error) {
 		return nil, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
 	}
 	t, ok := n.topics[name]
-	if !ok && n.cluster != nil && n.cluster.starting(name) {
+	if !ok && n.cluster != nil && n.cluster.Starting(name) {
 		return nil, wire.Errorf(wire.CodeUnavailable, "topic %q is declared but not started on this node yet (its start failed and is retried); retry", name)
 	}
 	if !ok {
@@ -431,7 +432,7 @@ func (n *Node) Close() {
 		}
 	}
 	if n.cluster != nil {
-		n.cluster.close()
+		n.cluster.Close()
 	}
 	n.log.Info("node closed", "node", n.cfg.NodeID)
 }

@@ -319,7 +319,7 @@ func (p *partitionRunner) stop() {
 	})
 	p.wg.Wait()
 	if p.repl != nil {
-		p.node.cluster.closeGroup(p.topic.cfg.Name, p.id)
+		p.node.cluster.CloseGroup(p.topic.cfg.Name, p.id)
 		p.repl.Close()
 	}
 }

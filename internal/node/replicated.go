@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"sync"
 	"sync/atomic"
 
@@ -41,7 +42,7 @@ type completion struct {
 func (p *partitionRunner) openReplicated() error {
 	c := p.node.cluster
 	group := p.topic.placement[p.id]
-	if !p.topic.hosts(int(p.id), uint32(c.self)) {
+	if !p.topic.hosts(int(p.id), uint32(c.Self())) {
 		return nil
 	}
 	members := make([]replica.NodeID, len(group))
@@ -53,13 +54,13 @@ func (p *partitionRunner) openReplicated() error {
 		policy = replica.SyncAll
 	}
 	p.rs = &replState{wake: make(chan struct{}, 1)}
-	l, err := c.openGroup(p.topic.cfg.Name, p.id, members, policy, p.rs.poke, groupStorage{
-		retentionMs: p.topic.cfg.RetentionMs, retentionBytes: p.topic.cfg.RetentionBytes, limit: p.rs.compactLimit.Load})
+	l, err := c.OpenGroup(p.topic.cfg.Name, p.id, members, policy, p.rs.poke, cluster.GroupStorage{
+		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: p.topic.cfg.RetentionBytes, Limit: p.rs.compactLimit.Load})
 	if err != nil {
 		return err
 	}
 	p.repl = l
-	c.campaignIfNew(l, members[0])
+	c.CampaignIfNew(l, members[0])
 	p.readLog.Store(l.ReadLog())
 	start := l.ReadLog().StartSeq()
 	p.startSeq.Store(start)
@@ -166,7 +167,7 @@ func (p *partitionRunner) refusal(st replica.Status, r partition.Refusal) *wire.
 	case partition.RefusedNotLeader:
 		leader := "unknown (an election is running)"
 		if c := p.node.cluster; st.Leader != 0 && !st.LeaderSilent { // never a leader it no longer hears
-			leader = c.name(st.Leader) + " at " + c.clientAddr(st.Leader)
+			leader = c.Name(st.Leader) + " at " + c.ClientAddr(st.Leader)
 		}
 		return wire.Errorf(wire.CodeNotLeader, "partition %s/%d: this node does not lead it; leader: %s", name, p.id, leader)
 	case partition.RefusedQuorumLost:
@@ -349,28 +350,28 @@ func (p *partitionRunner) info() wire.PartitionInfo {
 	if p.repl == nil {
 		// Not hosted here: the first replica is the best hint (the only
 		// one with R=1); the client is redirected from there if needed.
-		info.Leader, info.LeaderAddr = c.name(replica.NodeID(group[0])), c.clientAddr(replica.NodeID(group[0]))
+		info.Leader, info.LeaderAddr = c.Name(replica.NodeID(group[0])), c.ClientAddr(replica.NodeID(group[0]))
 		for _, id := range group {
-			info.Replicas = append(info.Replicas, wire.ReplicaInfo{Node: c.name(replica.NodeID(id))})
+			info.Replicas = append(info.Replicas, wire.ReplicaInfo{Node: c.Name(replica.NodeID(id))})
 		}
 		return info
 	}
 	st := p.repl.Status()
 	info.Epoch, info.ReadOnly = st.Hard.Promised, st.ReadOnly && st.Role == replica.Leader
 	if !st.LeaderSilent { // a leader this follower no longer hears may be dead: name none
-		info.Leader, info.LeaderAddr = c.name(st.Leader), c.clientAddr(st.Leader)
+		info.Leader, info.LeaderAddr = c.Name(st.Leader), c.ClientAddr(st.Leader)
 	}
 	for _, id := range group {
-		ri := wire.ReplicaInfo{Node: c.name(replica.NodeID(id))}
+		ri := wire.ReplicaInfo{Node: c.Name(replica.NodeID(id))}
 		switch {
 		case st.Role != replica.Leader:
-			if replica.NodeID(id) == c.self {
+			if replica.NodeID(id) == c.Self() {
 				ri.FlushedSeq = st.Durable
 				if st.Rebuilding {
 					ri.State = "Rebuilding"
 				}
 			}
-		case replica.NodeID(id) == c.self:
+		case replica.NodeID(id) == c.Self():
 			ri.State, ri.FlushedSeq = replica.InSync.String(), st.Durable
 		default:
 			for _, ps := range st.Peers {

@@ -1,4 +1,11 @@
-package node
+// Package cluster is a node's membership of a static cluster: the peer
+// network (env.PeerNetwork; TCP in production), the metadata log `__meta`
+// and its applier, DECLAREs through it (declare.go), publishes forwarded
+// to partition leaders (forward.go), and the registry of the replica
+// groups (replog members) this node hosts, to which it dispatches peer
+// frames. The node (internal/node) owns topics and partitions and is its
+// Host.
+package cluster
 
 import (
 	"cmp"
@@ -24,9 +31,9 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// ClusterConfig makes a node a member of a cluster: its partitions become
+// Config makes a node a member of a cluster: its partitions become
 // replica groups and its topics come from the `__meta` log.
-type ClusterConfig struct {
+type Config struct {
 	// Members is the initial cluster, this node (Config.NodeID) included,
 	// by peer address. Every member must be given the same list.
 	Members []Member
@@ -61,11 +68,44 @@ type groupID struct {
 	partition uint32
 }
 
-// cluster is a node's membership: the peer transport, the metadata log and
+// Host is what the cluster needs of its node.
+type Host interface {
+	// StartTopic starts a topic the metadata declares (its partitions open
+	// their replica groups through OpenGroup); started is false when it
+	// runs already.
+	StartTopic(tc wire.TopicConfig, placement [][]uint32) (started bool, err error)
+	// PublishLocal publishes a forwarded PUB on this node (it does not
+	// forward again); in Manual mode it must not block.
+	PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Error))
+	// LogRepeatedError logs an ERROR line a persistent fault repeats,
+	// limited per subject.
+	LogRepeatedError(subject, msg string, args ...any)
+}
+
+// Options are the node's settings the cluster uses.
+type Options struct {
+	NodeID, DataDir, ClientAddr string
+	Env                         env.Env
+	Logger                      *slog.Logger
+	// Manual: no goroutine (Step drives the cluster; see node.Config).
+	Manual bool
+	// The replica groups' storage bounds and retention pace.
+	SegmentBytesMax  int64
+	RecordBytesMax   int
+	RetentionCheckMs int64
+	// Replica and SendBeforePersist break the replication kernel and the
+	// shared executor on purpose (mutation tests only).
+	Replica           replica.Mutations
+	SendBeforePersist bool
+}
+
+// Cluster is a node's membership: the peer network, the metadata log and
 // the replica groups of the partitions it hosts.
-type cluster struct {
-	n       *Node
-	cfg     ClusterConfig
+type Cluster struct {
+	host    Host
+	opts    Options
+	log     *slog.Logger
+	cfg     Config
 	names   []string // node number i+1 is names[i] (sorted ids)
 	self    replica.NodeID
 	tr      env.PeerLink // this node on the peer network (Config.Env.Peers)
@@ -99,9 +139,10 @@ type cluster struct {
 	wg   sync.WaitGroup
 }
 
-const metaStateFile = "meta.json"
+// MetaStateFile holds the applied metadata state in a node's data directory.
+const MetaStateFile = "meta.json"
 
-func (c *ClusterConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.Tick == 0 {
 		c.Tick = 10 * time.Millisecond
 	}
@@ -110,66 +151,71 @@ func (c *ClusterConfig) setDefaults() {
 	}
 }
 
-// openCluster joins the cluster: restores the applied metadata, starts the
-// topics it names, the metadata member and the peer transport.
-func (n *Node) openCluster() error {
-	cc := *n.cfg.Cluster
-	cc.setDefaults()
-	c := &cluster{n: n, cfg: cc, groups: map[groupID]*replog.Log{}, ready: make(chan struct{}),
+// New joins the cluster's peer network and restores the applied
+// metadata. The node keeps the Cluster, then calls Start.
+func New(host Host, cfg Config, opts Options) (*Cluster, error) {
+	cfg.setDefaults()
+	c := &Cluster{host: host, opts: opts, log: opts.Logger, cfg: cfg, groups: map[groupID]*replog.Log{}, ready: make(chan struct{}),
 		metaWake: make(chan struct{}, 1), declForwards: map[uint64]*declareJob{}, done: make(chan struct{}), toStart: map[string]*meta.Topic{}}
 	peers := map[uint32]string{}
-	for _, m := range cc.Members {
+	for _, m := range cfg.Members {
 		c.names = append(c.names, m.ID)
 	}
 	slices.Sort(c.names)
 	if len(c.names) == 0 || len(slices.Compact(slices.Clone(c.names))) != len(c.names) {
-		return errors.New("node: cluster members must be non-empty with unique ids")
+		return nil, errors.New("node: cluster members must be non-empty with unique ids")
 	}
 	if len(c.names) > meta.MembersMax {
-		return fmt.Errorf("node: clusters of more than %d nodes are not supported yet (got %d)", meta.MembersMax, len(c.names))
+		return nil, fmt.Errorf("node: clusters of more than %d nodes are not supported yet (got %d)", meta.MembersMax, len(c.names))
 	}
-	for _, m := range cc.Members {
+	for _, m := range cfg.Members {
 		peers[c.number(m.ID)] = m.PeerAddr
 	}
-	c.self = replica.NodeID(c.number(n.cfg.NodeID))
+	c.self = replica.NodeID(c.number(opts.NodeID))
 	if c.self == 0 {
-		return fmt.Errorf("node: %q is not among the cluster members %v", n.cfg.NodeID, c.names)
+		return nil, fmt.Errorf("node: %q is not among the cluster members %v", opts.NodeID, c.names)
 	}
-	n.cluster = c
 	st, err := c.loadState()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c.state = st
 	// The peer network first (members send through it), but peer frames
-	// wait until every member is open.
-	network := n.cfg.Env.Peers
+	// wait until every member is open (Start).
+	network := opts.Env.Peers
 	if network == nil {
-		network = tcpPeers{secret: cc.Secret, listener: cc.PeerListener, logger: n.log}
+		network = tcpPeers{secret: cfg.Secret, listener: cfg.PeerListener, logger: c.log}
 	}
-	link, err := network.Join(env.PeerEndpoint{ID: uint32(c.self), Addrs: peers, ClientAddr: n.cfg.ClientAddr, Handler: c.handle})
+	link, err := network.Join(env.PeerEndpoint{ID: uint32(c.self), Addrs: peers, ClientAddr: opts.ClientAddr, Handler: c.handle})
 	if err != nil {
-		return err // c.tr stays nil: a failed Join may return a typed nil link
+		return nil, err // c.tr stays nil: a failed Join may return a typed nil link
 	}
 	c.tr = link
-	for _, t := range st.Sorted() {
+	return c, nil
+}
+
+// Start starts the topics the applied metadata names, the metadata member
+// and (not in Manual mode) the applier.
+func (c *Cluster) Start() error {
+	for _, t := range c.state.Sorted() {
 		if err := wire.ValidateName("topic", t.Config.Name); err != nil {
 			// Applied before names were checked: `__meta` would speak for
 			// the metadata log on the peer transport.
-			n.log.Error("topic not started: its name is reserved or invalid", "topic", t.Config.Name, "err", err)
+			c.log.Error("topic not started: its name is reserved or invalid", "topic", t.Config.Name, "err", err)
 			continue
 		}
-		if _, err := n.startTopic(t.Config, t.Placement); err != nil {
+		if _, err := c.host.StartTopic(t.Config, t.Placement); err != nil {
 			return err
 		}
 	}
-	c.metaLog, err = c.openGroup(meta.MetaTopic, 0, c.allMembers(), replica.SyncQuorum, c.wakeMeta, groupStorage{})
+	var err error
+	c.metaLog, err = c.OpenGroup(meta.MetaTopic, 0, c.allMembers(), replica.SyncQuorum, c.wakeMeta, GroupStorage{})
 	if err != nil {
 		return err
 	}
-	c.campaignIfNew(c.metaLog, 1)
+	c.CampaignIfNew(c.metaLog, 1)
 	close(c.ready)
-	if n.cfg.Manual {
+	if c.opts.Manual {
 		return nil // Step applies the metadata and advances DECLAREs
 	}
 	c.wg.Add(1)
@@ -184,11 +230,11 @@ func metaFirst(id groupID) int {
 	return 1
 }
 
-// step is the cluster's share of a Manual node's Step: it pumps every
+// Step is the cluster's share of a Manual node's Step: it pumps every
 // replica group this node hosts (the metadata log first, then the
 // partitions in (topic, partition) order), applies committed metadata and
 // advances DECLAREs. It reports whether anything ran.
-func (c *cluster) step() bool {
+func (c *Cluster) Step() bool {
 	c.mu.RLock()
 	ids := make([]groupID, 0, len(c.groups))
 	for id := range c.groups {
@@ -217,14 +263,14 @@ func (c *cluster) step() bool {
 	return c.stepDeclares() || progress
 }
 
-// campaignIfNew starts the first election of a brand-new group on its
+// CampaignIfNew starts the first election of a brand-new group on its
 // first member a few ticks after it opened (time for the other members to
 // apply the same metadata and open theirs), instead of after an election
 // timeout: a new topic is usable soon after it is declared. Any member may
 // still win; a lost PREPARE just leaves it to the election timeout.
-func (c *cluster) campaignIfNew(l *replog.Log, first replica.NodeID) {
+func (c *Cluster) CampaignIfNew(l *replog.Log, first replica.NodeID) {
 	if st := l.Status(); first == c.self && st.Hard.Promised == 0 && st.Last == 0 {
-		c.n.cfg.Env.Clock.AfterFunc(5*c.cfg.Tick, l.Campaign)
+		c.opts.Env.Clock.AfterFunc(5*c.cfg.Tick, l.Campaign)
 	}
 }
 
@@ -242,7 +288,7 @@ func (t tcpPeers) Join(e env.PeerEndpoint) (env.PeerLink, error) {
 }
 
 // number is a member's 1-based position among the sorted ids (0 = none).
-func (c *cluster) number(id string) uint32 {
+func (c *Cluster) number(id string) uint32 {
 	i, ok := slices.BinarySearch(c.names, id)
 	if !ok {
 		return 0
@@ -250,14 +296,15 @@ func (c *cluster) number(id string) uint32 {
 	return uint32(i + 1)
 }
 
-func (c *cluster) name(id replica.NodeID) string {
+// Name is member id's node id ("" for none).
+func (c *Cluster) Name(id replica.NodeID) string {
 	if id == 0 || int(id) > len(c.names) {
 		return ""
 	}
 	return c.names[id-1]
 }
 
-func (c *cluster) allMembers() []replica.NodeID {
+func (c *Cluster) allMembers() []replica.NodeID {
 	out := make([]replica.NodeID, len(c.names))
 	for i := range out {
 		out[i] = replica.NodeID(i + 1)
@@ -265,10 +312,10 @@ func (c *cluster) allMembers() []replica.NodeID {
 	return out
 }
 
-// clientAddr is where a member serves clients ("" = not known yet).
-func (c *cluster) clientAddr(id replica.NodeID) string {
+// ClientAddr is where a member serves clients ("" = not known yet).
+func (c *Cluster) ClientAddr(id replica.NodeID) string {
 	if id == c.self {
-		return c.n.cfg.ClientAddr
+		return c.opts.ClientAddr
 	}
 	if id == 0 {
 		return ""
@@ -276,28 +323,28 @@ func (c *cluster) clientAddr(id replica.NodeID) string {
 	return c.tr.ClientAddr(uint32(id))
 }
 
-// groupStorage is a replica group's retention: nothing for __meta; the
+// GroupStorage is a replica group's retention: nothing for __meta; the
 // topic's retention for a partition, compacted no further than limit.
-type groupStorage struct {
-	retentionMs, retentionBytes int64
-	limit                       func() uint64
+type GroupStorage struct {
+	RetentionMs, RetentionBytes int64
+	Limit                       func() uint64
 }
 
-// openGroup starts this node's member of a replica group and registers it
+// OpenGroup starts this node's member of a replica group and registers it
 // for peer traffic.
-func (c *cluster) openGroup(topic string, partition uint32, members []replica.NodeID, policy replica.AckPolicy, notify func(), gs groupStorage) (*replog.Log, error) {
-	dir := path.Join(c.n.cfg.DataDir, "meta")
+func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.NodeID, policy replica.AckPolicy, notify func(), gs GroupStorage) (*replog.Log, error) {
+	dir := path.Join(c.opts.DataDir, "meta")
 	if topic != meta.MetaTopic {
-		dir = path.Join(c.n.cfg.DataDir, "topics", topic, fmt.Sprint(partition))
+		dir = path.Join(c.opts.DataDir, "topics", topic, fmt.Sprint(partition))
 	}
 	gid := groupID{topic, partition}
-	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.n.cfg.Env.FS, Manual: c.n.cfg.Manual,
-		Mutations: c.n.cfg.Mutations.Replica, SendBeforePersist: c.n.cfg.Mutations.SendBeforePersist,
-		Logger: c.n.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition),
-		Storage: storage.Options{SegmentBytesMax: c.n.cfg.SegmentBytesMax, RecordBytesMax: c.n.cfg.RecordBytesMax + 64<<10,
-			RetentionAgeMs: gs.retentionMs, RetentionBytes: gs.retentionBytes},
-		CompactEvery: time.Duration(c.n.cfg.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.limit,
-		Clock: c.n.cfg.Env.Clock, Reservation: c.cfg.Reservation,
+	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.opts.Env.FS, Manual: c.opts.Manual,
+		Mutations: c.opts.Replica, SendBeforePersist: c.opts.SendBeforePersist,
+		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition),
+		Storage: storage.Options{SegmentBytesMax: c.opts.SegmentBytesMax, RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
+			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes},
+		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit,
+		Clock: c.opts.Env.Clock, Reservation: c.cfg.Reservation,
 		Notify: notify,
 		Send:   func(m replica.Message) { c.tr.Send(uint32(m.To), replog.ToWire(topic, partition, m)) }})
 	if err != nil {
@@ -309,7 +356,8 @@ func (c *cluster) openGroup(topic string, partition uint32, members []replica.No
 	return l, nil
 }
 
-func (c *cluster) closeGroup(topic string, partition uint32) {
+// CloseGroup forgets a replica group this node no longer hosts.
+func (c *Cluster) CloseGroup(topic string, partition uint32) {
 	c.mu.Lock()
 	delete(c.groups, groupID{topic, partition})
 	c.mu.Unlock()
@@ -317,7 +365,7 @@ func (c *cluster) closeGroup(topic string, partition uint32) {
 
 // handle receives a frame from an authenticated peer (on its reader
 // goroutine: nothing here blocks).
-func (c *cluster) handle(from uint32, f wire.Frame) {
+func (c *Cluster) handle(from uint32, f wire.Frame) {
 	select {
 	case <-c.ready:
 	case <-c.done:
@@ -353,7 +401,7 @@ func (c *cluster) handle(from uint32, f wire.Frame) {
 	}
 }
 
-func (c *cluster) wakeMeta() {
+func (c *Cluster) wakeMeta() {
 	select {
 	case c.metaWake <- struct{}{}:
 	default:
@@ -362,9 +410,9 @@ func (c *cluster) wakeMeta() {
 
 // applyMeta applies committed metadata entries in order, starts the topics
 // they create and persists the applied state.
-func (c *cluster) applyMeta() {
+func (c *Cluster) applyMeta() {
 	defer c.wg.Done()
-	tick := c.n.cfg.Env.Clock.NewTicker(100 * time.Millisecond)
+	tick := c.opts.Env.Clock.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
@@ -379,14 +427,14 @@ func (c *cluster) applyMeta() {
 	}
 }
 
-func (c *cluster) applyCommittedMeta() {
+func (c *Cluster) applyCommittedMeta() {
 	for {
 		c.metaMu.Lock()
 		from := c.state.Applied + 1
 		c.metaMu.Unlock()
 		entries, err := c.metaLog.Read(from, 256)
 		if err != nil {
-			c.n.logRepeatedError("__meta", "read metadata log failed; will retry", "from", from, "err", err)
+			c.host.LogRepeatedError("__meta", "read metadata log failed; will retry", "from", from, "err", err)
 			return
 		}
 		if len(entries) == 0 {
@@ -401,7 +449,7 @@ func (c *cluster) applyCommittedMeta() {
 			}
 			t, err := c.state.Apply(e.Seq, e.Record.Value)
 			if err != nil {
-				c.n.log.Error("metadata entry refused", "seq", e.Seq, "err", err)
+				c.log.Error("metadata entry refused", "seq", e.Seq, "err", err)
 			}
 			if t != nil {
 				created = append(created, t)
@@ -414,10 +462,10 @@ func (c *cluster) applyCommittedMeta() {
 		c.metaMu.Unlock()
 		c.startTopics()
 		if err == nil {
-			err = storage.WriteFileAtomic(c.n.cfg.Env.FS, path.Join(c.n.cfg.DataDir, metaStateFile), b)
+			err = storage.WriteFileAtomic(c.opts.Env.FS, path.Join(c.opts.DataDir, MetaStateFile), b)
 		}
 		if err != nil {
-			c.n.log.Error("persist metadata state failed", "err", err)
+			c.log.Error("persist metadata state failed", "err", err)
 		}
 	}
 }
@@ -426,7 +474,7 @@ func (c *cluster) applyCommittedMeta() {
 // start fails (a disk error opening its replicas) is retried on the next
 // apply pass; meanwhile the node answers UNAVAILABLE for it, not
 // NOT_FOUND.
-func (c *cluster) startTopics() (started bool) {
+func (c *Cluster) startTopics() (progress bool) {
 	c.metaMu.Lock()
 	names := slices.Sorted(maps.Keys(c.toStart))
 	c.metaMu.Unlock()
@@ -434,38 +482,32 @@ func (c *cluster) startTopics() (started bool) {
 		c.metaMu.Lock()
 		t := c.toStart[name]
 		c.metaMu.Unlock()
-		c.n.mu.Lock()
-		_, running := c.n.topics[name]
-		var err error
-		if !running {
-			_, err = c.n.startTopic(t.Config, t.Placement)
-		}
-		c.n.mu.Unlock()
+		started, err := c.host.StartTopic(t.Config, t.Placement)
 		if err != nil {
-			c.n.logRepeatedError("topic/"+name, "start topic failed; will retry", "topic", name, "err", err)
+			c.host.LogRepeatedError("topic/"+name, "start topic failed; will retry", "topic", name, "err", err)
 			continue
 		}
-		if !running {
-			c.n.log.Info("topic declared", "topic", name, "partitions", t.Config.Partitions, "replicas", t.Config.Replicas)
+		if started {
+			c.log.Info("topic declared", "topic", name, "partitions", t.Config.Partitions, "replicas", t.Config.Replicas)
 		}
 		c.metaMu.Lock()
 		delete(c.toStart, name)
 		c.metaMu.Unlock()
-		started = true
+		progress = true
 	}
-	return started
+	return progress
 }
 
-// starting reports whether topic name is declared but not started here.
-func (c *cluster) starting(name string) bool {
+// Starting reports whether topic name is declared but not started here.
+func (c *Cluster) Starting(name string) bool {
 	c.metaMu.Lock()
 	defer c.metaMu.Unlock()
 	_, ok := c.toStart[name]
 	return ok
 }
 
-func (c *cluster) loadState() (*meta.State, error) {
-	b, err := storage.ReadFileAtomic(c.n.cfg.Env.FS, path.Join(c.n.cfg.DataDir, metaStateFile))
+func (c *Cluster) loadState() (*meta.State, error) {
+	b, err := storage.ReadFileAtomic(c.opts.Env.FS, path.Join(c.opts.DataDir, MetaStateFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return meta.New(), nil
 	}
@@ -479,9 +521,9 @@ func (c *cluster) loadState() (*meta.State, error) {
 	return st, nil
 }
 
-// close stops the transport, the applier and the metadata member; the
+// Close stops the transport, the applier and the metadata member; the
 // partitions' members stop with their partitions.
-func (c *cluster) close() {
+func (c *Cluster) Close() {
 	close(c.done)
 	if c.tr != nil {
 		c.tr.Close()
@@ -504,11 +546,7 @@ type ReplicaView struct {
 
 // Replica returns this node's member of a partition's replica group — or
 // of the metadata log, for topic meta.MetaTopic — if it hosts one.
-func (n *Node) Replica(topic string, partition uint32) (ReplicaView, bool) {
-	c := n.cluster
-	if c == nil {
-		return ReplicaView{}, false
-	}
+func (c *Cluster) Replica(topic string, partition uint32) (ReplicaView, bool) {
 	c.mu.RLock()
 	l := c.groups[groupID{topic, partition}]
 	c.mu.RUnlock()
@@ -517,3 +555,9 @@ func (n *Node) Replica(topic string, partition uint32) (ReplicaView, bool) {
 	}
 	return ReplicaView{Status: l.Status(), Synced: l.ReadLog().SyncedSeq()}, true
 }
+
+// Names are the members' node ids, sorted (member number i+1 is Names()[i]).
+func (c *Cluster) Names() []string { return slices.Clone(c.names) }
+
+// Self is this node's member number.
+func (c *Cluster) Self() replica.NodeID { return c.self }

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"encoding/json"
@@ -32,7 +32,7 @@ const (
 )
 
 // timeoutError is a DECLARE's answer when its deadline passed in stage s.
-func (c *cluster) timeoutError(j *declareJob) *wire.Error {
+func (c *Cluster) timeoutError(j *declareJob) *wire.Error {
 	d := c.cfg.DeclareTimeout
 	switch j.stage {
 	case awaitLeader:
@@ -72,7 +72,7 @@ type declareOutcome struct {
 // declareAsync starts a DECLARE of tc (peer: on another node's behalf);
 // done is called exactly once, on the stepper's goroutine or, for an
 // error found at once, on the caller's.
-func (c *cluster) declareAsync(tc wire.TopicConfig, peer bool, done func(created bool, err error)) {
+func (c *Cluster) declareAsync(tc wire.TopicConfig, peer bool, done func(created bool, err error)) {
 	tc, err := meta.Normalize(tc, len(c.names))
 	if err != nil {
 		done(false, err)
@@ -93,9 +93,16 @@ func (c *cluster) declareAsync(tc wire.TopicConfig, peer bool, done func(created
 	c.wakeMeta()
 }
 
-// declare is declareAsync for callers that may block (production only).
-func (c *cluster) declare(tc wire.TopicConfig) (bool, error) {
-	if c.n.cfg.Manual {
+// DeclareAsync starts a DECLARE of tc through the metadata log; done is
+// called exactly once: on the stepper's goroutine (the applier's, or a
+// Manual node's driver), or on the caller's for an error found at once.
+func (c *Cluster) DeclareAsync(tc wire.TopicConfig, done func(created bool, err error)) {
+	c.declareAsync(tc, false, done)
+}
+
+// Declare is DeclareAsync for callers that may block (production only).
+func (c *Cluster) Declare(tc wire.TopicConfig) (bool, error) {
+	if c.opts.Manual {
 		return false, wire.Errorf(wire.CodeUnavailable, "a simulated node declares topics asynchronously only")
 	}
 	ch := make(chan declareOutcome, 1)
@@ -107,11 +114,11 @@ func (c *cluster) declare(tc wire.TopicConfig) (bool, error) {
 // stepDeclares advances every DECLARE as far as it can go now, reporting
 // whether any moved. Only one goroutine steps (the applier's, or a Manual
 // node's driver).
-func (c *cluster) stepDeclares() bool {
+func (c *Cluster) stepDeclares() bool {
 	c.declMu.Lock()
 	jobs := slices.Clone(c.declares)
 	c.declMu.Unlock()
-	now := c.n.nowMs()
+	now := c.opts.Env.Clock.NowMs()
 	var finished []*declareJob
 	moved := false
 	for _, j := range jobs {
@@ -138,7 +145,7 @@ func (c *cluster) stepDeclares() bool {
 }
 
 // takeOutcome returns j's outcome once a callback has set it.
-func (c *cluster) takeOutcome(j *declareJob) *declareOutcome {
+func (c *Cluster) takeOutcome(j *declareJob) *declareOutcome {
 	c.declMu.Lock()
 	defer c.declMu.Unlock()
 	o := j.outcome
@@ -147,7 +154,7 @@ func (c *cluster) takeOutcome(j *declareJob) *declareOutcome {
 }
 
 // applied is the last metadata entry this node applied.
-func (c *cluster) applied() uint64 {
+func (c *Cluster) applied() uint64 {
 	c.metaMu.Lock()
 	defer c.metaMu.Unlock()
 	return c.state.Applied
@@ -155,7 +162,7 @@ func (c *cluster) applied() uint64 {
 
 // advance moves j on as far as it can; ok reports that it is finished
 // with (created, err).
-func (c *cluster) advance(j *declareJob, nowMs int64) (created bool, err error, ok bool) {
+func (c *Cluster) advance(j *declareJob, nowMs int64) (created bool, err error, ok bool) {
 	if j.deadlineMs == 0 {
 		j.deadlineMs = nowMs + c.cfg.DeclareTimeout.Milliseconds()
 	}
@@ -176,7 +183,7 @@ func (c *cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 				c.declMu.Unlock()
 				j.stage = awaitForward
 				if !c.tr.Send(uint32(st.Leader), &wire.PeerDeclare{ReqID: j.reqID, Topic: j.tc}) {
-					return false, wire.Errorf(wire.CodeUnavailable, "metadata leader %s unreachable; retry", c.name(st.Leader)), true
+					return false, wire.Errorf(wire.CodeUnavailable, "metadata leader %s unreachable; retry", c.Name(st.Leader)), true
 				}
 			default:
 				return false, nil, false
@@ -271,7 +278,7 @@ func (c *cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 
 // declareAnswered takes the metadata leader's answer to a forwarded
 // DECLARE.
-func (c *cluster) declareAnswered(f *wire.PeerDeclareOK) {
+func (c *Cluster) declareAnswered(f *wire.PeerDeclareOK) {
 	c.declMu.Lock()
 	j := c.declForwards[f.ReqID]
 	delete(c.declForwards, f.ReqID)
@@ -287,7 +294,7 @@ func (c *cluster) declareAnswered(f *wire.PeerDeclareOK) {
 }
 
 // failDeclares answers every DECLARE in progress (the node is closing).
-func (c *cluster) failDeclares() {
+func (c *Cluster) failDeclares() {
 	c.declMu.Lock()
 	jobs := c.declares
 	c.declares, c.declClosed = nil, true
@@ -295,4 +302,12 @@ func (c *cluster) failDeclares() {
 	for _, j := range jobs {
 		j.done(false, wire.Errorf(wire.CodeUnavailable, "node is shutting down"))
 	}
+}
+
+// asWire is err as a wire error (a storage or other failure: STORAGE).
+func asWire(err error) *wire.Error {
+	if we, ok := err.(*wire.Error); ok {
+		return we
+	}
+	return wire.Errorf(wire.CodeStorage, "%v", err)
 }

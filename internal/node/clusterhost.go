@@ -1,0 +1,62 @@
+package node
+
+import (
+	"github.com/nereus-broker/nereus/internal/cluster"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// ClusterConfig makes a node a member of a cluster (cluster.Config).
+type ClusterConfig = cluster.Config
+
+// Member is one node of the initial cluster.
+type Member = cluster.Member
+
+// ReplicaView is what a node's member of a replica group says of itself
+// (for checkers).
+type ReplicaView = cluster.ReplicaView
+
+// openCluster joins the cluster and starts the topics its metadata names.
+func (n *Node) openCluster() error {
+	c, err := cluster.New(clusterHost{n}, *n.cfg.Cluster, cluster.Options{
+		NodeID: n.cfg.NodeID, DataDir: n.cfg.DataDir, ClientAddr: n.cfg.ClientAddr, Env: n.cfg.Env, Logger: n.log,
+		Manual: n.cfg.Manual, SegmentBytesMax: n.cfg.SegmentBytesMax, RecordBytesMax: n.cfg.RecordBytesMax,
+		RetentionCheckMs: n.cfg.RetentionCheckMs, Replica: n.cfg.Mutations.Replica, SendBeforePersist: n.cfg.Mutations.SendBeforePersist})
+	if err != nil {
+		return err
+	}
+	n.cluster = c // partitions open their replica groups through it
+	return c.Start()
+}
+
+// Replica returns this node's member of a partition's replica group — or
+// of the metadata log, for topic meta.MetaTopic — if it hosts one.
+func (n *Node) Replica(topic string, partition uint32) (ReplicaView, bool) {
+	if n.cluster == nil {
+		return ReplicaView{}, false
+	}
+	return n.cluster.Replica(topic, partition)
+}
+
+// clusterHost is the node as its cluster.Cluster sees it.
+type clusterHost struct{ n *Node }
+
+func (h clusterHost) StartTopic(tc wire.TopicConfig, placement [][]uint32) (bool, error) {
+	n := h.n
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.topics[tc.Name]; ok {
+		return false, nil
+	}
+	if _, err := n.startTopic(tc, placement); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (h clusterHost) PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Error)) {
+	h.n.publish(pub, reply, nil)
+}
+
+func (h clusterHost) LogRepeatedError(subject, msg string, args ...any) {
+	h.n.logRepeatedError(subject, msg, args...)
+}
