@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"io"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -25,8 +26,16 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// bodySizer is a frame that knows its encoded body's size in bytes, so
+// that AppendFrame grows dst once instead of doubling it as the body's
+// fields are appended (a REPLICATE's entries are megabytes).
+type bodySizer interface{ bodyBytes() int }
+
 // AppendFrame appends the encoding of f with correlation id corr to dst.
 func AppendFrame(dst []byte, corr uint64, f Frame) []byte {
+	if s, ok := f.(bodySizer); ok {
+		dst = slices.Grow(dst, frameHeaderBytes+frameFixedBytes+s.bodyBytes())
+	}
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, byte(f.Type()))
 	dst = binary.BigEndian.AppendUint64(dst, corr)
