@@ -228,7 +228,7 @@ func TestReplicateBodyBytesIsExact(t *testing.T) {
 		{Topic: strings.Repeat("é", 0x8000), Entries: []ReplicaEntry{{Data: []byte("x")}}}, // cut at the u16 bound
 	} {
 		got := len(AppendFrame(nil, 0, f))
-		want := frameHeaderBytes + frameFixedBytes + f.bodyBytes()
+		want := FrameBytes(f)
 		if cut := len(f.Topic) > 0xFFFF; (!cut && got != want) || got > want || got < want-3 {
 			t.Errorf("topic of %d bytes, %d entries: encoded %d bytes, bodyBytes says %d", len(f.Topic), len(f.Entries), got, want)
 		}
