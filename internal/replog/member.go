@@ -88,7 +88,8 @@ func OpenMember(cfg Config) (*Member, error) {
 	return m, nil
 }
 
-// appendBytesMax bounds the entries' data in one Append on the wire. The
+// appendBytesMax bounds the entries' data in one Append on the wire, and
+// in one storage batch (memberStore.Append). The
 // kernel bounds an Append by entries (AppendEntriesMax, 256), and 256
 // records of 64 KiB make a REPLICATE over the peer transport's frame limit
 // (wire.DefaultFrameBytesMax, 8 MiB), which the follower refuses by
@@ -281,12 +282,21 @@ func (s memberStore) SetHardState(h replica.HardState) error {
 
 func (s memberStore) TruncateAfter(seq uint64) error { return s.m.log.TruncateAfter(seq) }
 
-// Append writes entries as storage batches, one per run of one epoch.
+// Append writes entries as storage batches: one per run of one epoch, cut
+// so that a batch carries at most appendBytesMax of records (but for a
+// single larger one) — a Ready can hold more than a batch may
+// (storage.Options.BatchBytesMax, 16 MiB by default): a follower steps many
+// Appends, a leader many proposals, before it writes.
 func (s memberStore) Append(entries []replica.Entry) error {
+	batchBytesMax := appendBytesMax
+	if b := s.m.cfg.Storage.BatchBytesMax; b > 0 {
+		batchBytesMax = min(batchBytesMax, b/2)
+	}
 	for i := 0; i < len(entries); {
-		j := i
+		j, bytes := i, 0
 		var recs []storage.Record
-		for ; j < len(entries) && entries[j].Epoch == entries[i].Epoch; j++ {
+		for ; j < len(entries) && entries[j].Epoch == entries[i].Epoch && (j == i || bytes+len(entries[j].Data) <= batchBytesMax); j++ {
+			bytes += len(entries[j].Data)
 			rec := installRecord
 			if data := entries[j].Data; len(data) > 0 {
 				var err error
