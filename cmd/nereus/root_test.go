@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,38 @@ func TestSimReplicasWithDiskAndClockFaults(t *testing.T) {
 	}
 }
 
+// `sim --nodes` runs complete nodes in the simulator; a mutation is caught
+// and the error names the command that reproduces it.
+func TestSimNodes(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		root := newRootCmd()
+		addExtraCommands(root)
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(append([]string{"sim"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	out, err := run("--nodes", "3", "--seed", "1", "--steps", "3000")
+	if err != nil || !strings.Contains(out, "seed 1: 3 nodes") || !strings.HasSuffix(out, ": ok\n") {
+		t.Fatalf("sim --nodes: %v\n%s", err, out)
+	}
+	out, err = run("--list-mutations")
+	if err != nil || !strings.Contains(out, "ack-before-commit\n") {
+		t.Fatalf("--list-mutations: %v\n%s", err, out)
+	}
+	_, err = run("--nodes", "3", "--seed", "2", "--mutation", "ack-before-commit")
+	if err == nil || !strings.Contains(err.Error(), "AckFloorNeverRedelivered") || !strings.Contains(err.Error(), "--mutation ack-before-commit") {
+		t.Fatalf("a mutated run: %v", err)
+	}
+	if _, err = run("--nodes", "3", "--mutation", "nope"); err == nil || !strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("an unknown mutation: %v", err)
+	}
+	if _, err = run("--nodes", "3", "--faults", "lightning"); err == nil {
+		t.Fatal("an unknown fault was accepted")
+	}
+}
+
 // `check --early-appends` explores the leader sending its APPENDs before
 // its own fsync: the complete exploration of the same configuration has
 // more states (an fsync is then an action of its own, and deliveries
@@ -145,5 +178,45 @@ func TestCheckEarlyAppends(t *testing.T) {
 	}
 	if plain, early := states(), states("--early-appends"); plain == early {
 		t.Fatalf("--early-appends explored the same %s states", plain)
+	}
+}
+
+// `check --crash-partial`, `--ack-timeouts` and `--compactions` put
+// crashes in the middle of a Ready, read-only leaders and snapshot
+// installs into the explored space, and the report says they were
+// reached.
+func TestCheckNewDimensions(t *testing.T) {
+	check := func(args ...string) (states int, reached map[string]int) {
+		root := newRootCmd()
+		addExtraCommands(root)
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(append([]string{"check", "--campaigns", "1", "--drops", "0"}, args...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("check %v: %v\n%s", args, err, out.String())
+		}
+		lines := strings.Split(out.String(), "\n")
+		if _, err := fmt.Sscan(lines[0], &states); err != nil {
+			t.Fatalf("check %v: %v\n%s", args, err, out.String())
+		}
+		reached = map[string]int{}
+		for _, part := range strings.Split(strings.TrimPrefix(lines[1], "reached: "), ", ") {
+			var n int
+			if _, err := fmt.Sscan(part, &n); err == nil {
+				reached[strings.TrimLeft(part, "0123456789 ")] = n
+			}
+		}
+		return states, reached
+	}
+	plain, _ := check("--proposals", "0", "--crashes", "1")
+	partial, reached := check("--proposals", "0", "--crashes", "1", "--crash-partial")
+	if partial <= plain || reached["mid-Ready crashes"] == 0 {
+		t.Fatalf("--crash-partial: %d states (plain %d), reached %v", partial, plain, reached)
+	}
+	_, reached = check("--proposals", "1", "--crashes", "0", "--ack-timeouts", "1", "--compactions", "1", "--states-max", "20000")
+	for _, what := range []string{"read-only", "back from read-only", "compactions", "snapshot installs", "appends below a snapshot"} {
+		if reached[what] == 0 {
+			t.Errorf("--ack-timeouts 1 --compactions 1 never reached %q: %v", what, reached)
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,6 +33,9 @@ func newSimCmd() *cobra.Command {
 		compact     bool
 		diskFaults  bool
 		clockFaults bool
+		nodes       int
+		mutation    string
+		listMut     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -40,7 +45,8 @@ and a crashable disk, under seeded faults, and check its invariants. The same
 seed always gives the same run. On a violation it prints the invariant, the
 end of the trace and the command that reproduces it, and exits non-zero.
 
-Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames, ", ") + `.`,
+Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames, ", ") + `;
+with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -65,6 +71,36 @@ Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames,
 					return fmt.Errorf("golden %s: %v", golden, r.Violation)
 				}
 				return nil
+			}
+			if listMut {
+				names := slices.Sorted(maps.Keys(sim.ClusterMutations))
+				fmt.Fprintln(out, strings.Join(names, "\n"))
+				return nil
+			}
+			if nodes > 0 {
+				f, err := sim.ParseClusterFaults(faults)
+				if err != nil {
+					return err
+				}
+				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace}
+				switch policy {
+				case "quorum", "sync_quorum":
+				case "all", "sync_all":
+					o.SyncAll = true
+				default:
+					return fmt.Errorf("--policy %q: want quorum or all", policy)
+				}
+				if mutation != "" {
+					m, ok := sim.ClusterMutations[mutation]
+					if !ok {
+						return fmt.Errorf("--mutation %q: unknown (see --list-mutations)", mutation)
+					}
+					o.Mutations = m
+				}
+				return runClusterSim(out, seed, seeds, o)
+			}
+			if mutation != "" {
+				return errors.New("--mutation needs --nodes")
 			}
 			if replicas > 0 {
 				o := sim.GroupOptions{Steps: steps, GroupSize: replicas, Faults: faults != "none", Compact: compact,
@@ -123,14 +159,42 @@ Faults: all, none, or a comma-separated list of ` + strings.Join(sim.FaultNames,
 	fl.StringVar(&faults, "faults", "all", "faults to inject")
 	fl.BoolVar(&asJSON, "json", false, "one JSON object per seed")
 	fl.BoolVar(&trace, "trace", false, "print the whole trace")
+	fl.IntVar(&nodes, "nodes", 0, "simulate a cluster of this many complete nodes (server, node, replication, metadata) instead of one node")
+	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
+	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
-	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas: quorum or all")
+	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
 	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")
 	fl.BoolVar(&diskFaults, "disk-faults", false, "with --replicas: failing disks (a write or fsync fails, or the process dies just before one: unsynced writes lost)")
 	fl.BoolVar(&clockFaults, "clock-faults", false, "with --replicas: stalled processes and fast clocks")
 	fl.StringVar(&golden, "golden", "", "print the golden trace of a variant ("+strings.Join(sim.GoldenVariants, ", ")+
 		"; with --replicas 3: "+strings.Join(sim.ReplicatedGoldenVariants, ", ")+")")
 	return cmd
+}
+
+// runClusterSim runs the cluster simulator (`sim --nodes N`).
+func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) error {
+	start := time.Now()
+	for s := seed; s < seed+max(seeds, 1); s++ {
+		o.Seed = s
+		r := sim.RunCluster(o)
+		if o.KeepTrace {
+			fmt.Fprintln(out, strings.Join(r.Trace, "\n"))
+		}
+		fmt.Fprintf(out, "seed %d: %d nodes, %d events, %dms virtual, %d faults, %d restarts, %d acked, %d deliveries, trace %s: ",
+			s, max(o.Nodes, 3), r.Events, r.VirtualMs, r.Faults, r.Restarts, r.Acked, r.Deliveries, r.TraceHash)
+		if r.Violation == nil {
+			fmt.Fprintln(out, "ok")
+			continue
+		}
+		fmt.Fprintf(out, "VIOLATION %v\ntrace tail:\n  %s\n", r.Violation, strings.Join(r.Tail, "\n  "))
+		return fmt.Errorf("seed %d broke %s; reproduce: %s", s, r.Violation.Invariant, sim.ClusterReproduce(o))
+	}
+	if seeds > 1 {
+		el := time.Since(start)
+		fmt.Fprintf(out, "%d seeds ok in %v (%.1f seeds/s)\n", seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds())
+	}
+	return nil
 }
 
 // runGroupSim runs the replication-kernel simulator (`sim --replicas N`).

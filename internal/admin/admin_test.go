@@ -10,13 +10,14 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 func TestEndpoints(t *testing.T) {
-	n, err := node.Open(node.Config{DataDir: "/d", FS: vfs.NewMem(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	n, err := node.Open(node.Config{DataDir: "/d", Env: env.Env{FS: vfs.NewMem()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

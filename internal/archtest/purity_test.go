@@ -17,6 +17,7 @@ var kernels = []string{
 	"github.com/nereus-broker/nereus/internal/partition",
 	"github.com/nereus-broker/nereus/internal/delivery",
 	"github.com/nereus-broker/nereus/internal/acklog",
+	"github.com/nereus-broker/nereus/internal/invariant",
 	"github.com/nereus-broker/nereus/internal/replica",
 	"github.com/nereus-broker/nereus/internal/meta",
 }

@@ -1,8 +1,9 @@
 // Package env is the world as a node sees it: files, clock and timers,
-// and randomness, as one value. Production uses OS (the real file
-// system, the wall clock, crypto-seeded randomness); the simulator builds
-// its own from a MemFS, virtual time and a seeded generator, so the very
-// same node code runs in both. Code in internal/node, replog and peer
+// randomness and the peer network, as one value. Production uses OS (the
+// real file system, the wall clock, crypto-seeded randomness; TCP peers
+// are built by internal/node); the simulator builds its own from a MemFS,
+// virtual time and a seeded generator (a simulated peer network plugs into
+// Peers), so the very same node code runs in both. Code in internal/node, replog and peer
 // dispatch reaches the world only through an Env (internal/archtest
 // enforces it).
 package env
@@ -22,6 +23,11 @@ type Env struct {
 	// Rand returns uniformly random 64-bit values (seeds for the kernels'
 	// election jitter, nonces that need not be secret).
 	Rand func() uint64
+	// Peers is the network to the other members of a cluster (peers.go).
+	// OS and WithDefaults leave it nil: production's is TCP, which needs
+	// the cluster's secret and addresses, so internal/node builds it from
+	// its ClusterConfig when this is nil.
+	Peers PeerNetwork
 }
 
 // Clock is time: now, and callbacks later.

@@ -85,6 +85,16 @@ func (g *Group) Leader(epoch uint64) uint32 {
 	return g.leaders[epoch]
 }
 
+// LastLedEpoch is the highest epoch a leader was seen in (0: none).
+func (g *Group) LastLedEpoch() uint64 {
+	for e := len(g.leaders) - 1; e > 0; e-- {
+		if g.leaders[e] != 0 {
+			return uint64(e)
+		}
+	}
+	return 0
+}
+
 // Elections is how many epochs had a leader.
 func (g *Group) Elections() int {
 	n := 0
@@ -128,8 +138,21 @@ func (g *Group) TookOffice(node uint32, epoch uint64, promised int) *Violation {
 // as replica node makes entry e visible at seq, with holders replicas
 // (itself included) durably holding it. It records the entry.
 func (g *Group) Visible(node uint32, seq uint64, e Entry, holders int) *Violation {
+	if v := g.Agree(node, seq, e); v != nil {
+		return v
+	}
+	if holders < g.durableNeed() {
+		return violation(VisibleImpliesQuorumFlushed, "seq %d (e%d) visible on n%d but durable on %d replicas, need %d", seq, e.Epoch, node, holders, g.durableNeed())
+	}
+	return nil
+}
+
+// Agree checks CommittedPrefixAgreement alone as replica node reports the
+// entry e committed at seq (where the caller cannot see durability), and
+// records it.
+func (g *Group) Agree(node uint32, seq uint64, e Entry) *Violation {
 	if seq == 0 {
-		return violation(CommittedPrefixAgreement, "n%d made seq 0 visible", node)
+		return violation(CommittedPrefixAgreement, "n%d reports seq 0 committed", node)
 	}
 	if prev, ok := g.Committed(seq); ok && prev != e {
 		return violation(CommittedPrefixAgreement, "seq %d visible as (e%d %q) on n%d, earlier as (e%d %q)", seq, e.Epoch, e.Value, node, prev.Epoch, prev.Value)
@@ -139,9 +162,6 @@ func (g *Group) Visible(node uint32, seq uint64, e Entry, holders int) *Violatio
 		g.known = append(g.known, false)
 	}
 	g.committed[seq-1], g.known[seq-1] = e, true
-	if holders < g.durableNeed() {
-		return violation(VisibleImpliesQuorumFlushed, "seq %d (e%d) visible on n%d but durable on %d replicas, need %d", seq, e.Epoch, node, holders, g.durableNeed())
-	}
 	return nil
 }
 

@@ -16,6 +16,9 @@ func TestTookOffice(t *testing.T) {
 	if v := g.TookOffice(3, 2, 1); v == nil || v.Invariant != InstallNeedsQuorumPromise {
 		t.Fatalf("one promise of three: %v", v)
 	}
+	if g.LastLedEpoch() != 2 || NewGroup(3, false).LastLedEpoch() != 0 {
+		t.Fatalf("last led epoch %d", g.LastLedEpoch())
+	}
 	if g.Leader(1) != 1 || g.Leader(2) != 3 || g.Leader(9) != 0 || g.Elections() != 2 {
 		t.Fatalf("leaders: %d %d %d, elections %d", g.Leader(1), g.Leader(2), g.Leader(9), g.Elections())
 	}

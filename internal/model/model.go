@@ -1,18 +1,22 @@
 // Package model is an explicit-state model checker for the replication
 // kernel: it explores every interleaving of a small configuration (a few
-// replicas, proposals, elections, crashes, message loss and duplication) by
-// running the real internal/replica code, hashes each state to visit it
-// once, checks the DESIGN §4 invariants in every state, and returns the
-// shortest-found action trace to a violation.
+// replicas, proposals, elections, crashes — also in the middle of a
+// Ready's writes —, message loss and duplication, ack timeouts into
+// read-only mode, compactions and snapshot installs) by running the real
+// internal/replica code through the shared Ready executor, hashes each
+// state to visit it once, checks the DESIGN §4 invariants in every state,
+// and returns the shortest-found action trace to a violation.
 package model
 
 import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/nereus-broker/nereus/internal/invariant"
 	"github.com/nereus-broker/nereus/internal/replica"
 )
 
@@ -35,14 +39,35 @@ type Config struct {
 	// separate action ("fsyncs"), and a kill -9 before it loses those
 	// entries. Otherwise every Ready is durable before anything is sent.
 	EarlyAppends bool
+	// CrashPartial: a kill -9 may land in the middle of a Ready's writes
+	// and keep any prefix of them (snapshot install, hard state,
+	// truncation, then the entries one by one: a torn tail keeps a prefix
+	// of an unsynced append). A Ready that writes the log or installs a
+	// snapshot and sent nothing yet offers, while the crash budget lasts,
+	// a crash after each prefix besides its fsync; a held Ready whose
+	// APPENDs went early (EarlyAppends) offers a crash keeping its durable
+	// writes and any prefix of the rest. Truncations and appends are
+	// durable only at Sync (the Store contract), so a crash may bring
+	// truncated entries back.
+	CrashPartial bool
 	Heartbeats   int // leader ticks (retransmissions)
-	Crashes      int // kill -9 and restart from durable state
-	Drops        int // messages lost
-	Dups         int // messages duplicated
-	NetworkMax   int // states with more messages in flight are not explored further
-	DepthMax     int // actions along one path
-	StatesMax    int // distinct states before giving up (reported, not a failure)
-	Mutations    replica.Mutations
+	// AckTimeouts: a leader hears nothing for its whole ack timeout
+	// (every follower silent: AckTimeoutTicks+1 ticks at once). It goes
+	// READ_ONLY_DEGRADED — and its reservations expire, so it may compact
+	// past a lagging follower — until FLUSHED answers bring its quorum
+	// back. Heartbeats alone never add up to an ack timeout.
+	AckTimeouts int
+	// Compactions: a node replaces its log up to its RetainFloor with a
+	// snapshot (Replica.CompactTo); a follower its leader no longer keeps
+	// entries for installs the leader's snapshot (MsgSnapshot).
+	Compactions int
+	Crashes     int // kill -9 and restart from durable state
+	Drops       int // messages lost
+	Dups        int // messages duplicated
+	NetworkMax  int // states with more messages in flight are not explored further
+	DepthMax    int // actions along one path
+	StatesMax   int // distinct states before giving up (reported, not a failure)
+	Mutations   replica.Mutations
 	// SendBeforePersist breaks the shared executor (replica.Executor): a
 	// Ready's messages all go before its writes are durable.
 	SendBeforePersist bool
@@ -57,28 +82,50 @@ type Result struct {
 	Trace     []string // actions from the initial state to the violation
 	MaxEpoch  uint64   // the highest epoch some leader took office in
 	Committed int      // the most values any visited state committed
+	// Distinct states entered through each kind of event: they show that
+	// the exploration reached the new dimensions (0: never).
+	MidReadyCrashes int // a kill -9 between a Ready's Begin and its fsync
+	// TruncationsUndone: a mid-Ready kill -9 lost a truncation (the
+	// truncated entries are back on the disk).
+	TruncationsUndone int
+	ReadOnly          int // an ack timeout left a leader READ_ONLY_DEGRADED
+	ReadOnlyBack      int // a FLUSHED brought a read-only leader's quorum back
+	Compactions       int // a node compacted its log
+	SnapshotInstalls  int // a follower installed its leader's snapshot
+	// AppendsBelowSnapshot: a compacted replica took an APPEND that starts
+	// below its snapshot point (S8).
+	AppendsBelowSnapshot int
 }
 
 type node struct {
-	k    *replica.Replica
-	hard replica.HardState
-	log  []replica.Entry // durable
-	// held is the Ready whose APPENDs went out early (EarlyAppends): its
-	// Entries are written but not durable, its Messages are the rest,
-	// sent after the fsync. The kernel takes no step until then (a shell
-	// finishes one Ready before the next event); a crash loses it.
-	held *replica.Ready
-	// unsynced: entries written, not yet fsynced (held's, between the
-	// executor's Begin and Finish).
-	unsynced []replica.Entry
+	k *replica.Replica
+	// disk is what survives a kill -9; unsynced the truncations and
+	// appends written since the last Sync (lost by a kill -9).
+	disk
+	unsynced []write
+	// held is a Ready between the executor's Begin and Finish. Under
+	// EarlyAppends its APPENDs went out early; its fsync is an action of
+	// its own and the kernel takes no step until then (a shell finishes
+	// one Ready before the next event). Under CrashPartial a Ready that
+	// sent nothing is held silently: the step that produced it is
+	// followed at once by its fsync or by a crash after a prefix of its
+	// writes (other nodes cannot tell the difference until it sends).
+	held   *replica.Ready
+	silent bool
+	// pre is the disk before held's Begin; writes are held's writes in
+	// order: a crash keeps a prefix of them on pre.
+	pre    *disk
+	writes []write
 }
 
 type state struct {
 	nodes     []node
 	net       []replica.Message
-	used      [6]int   // proposals, campaigns, heartbeats, crashes, drops, dups
-	committed []string // ghost: value ever committed at seq i+1 ("epoch/value")
-	leaders   []uint32 // ghost: leaders[e] = node that led epoch e (0 = none)
+	used      [budgets]int
+	committed []replica.Entry  // ghost: the entry ever committed at seq i+1, with its data (snapshots install it)
+	ghost     *invariant.Group // the named invariants' ghost state: each epoch's leader, the committed prefix
+	events    event            // how this state was entered (not part of its identity)
+	owned     uint64           // nodes this state may write (mut); the others are shared
 }
 
 const (
@@ -88,24 +135,48 @@ const (
 	budgetCrashes
 	budgetDrops
 	budgetDups
+	budgetAckTimeouts
+	budgetCompactions
+	budgets
 )
 
 func (c *Config) budget(i int) int {
-	return [6]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups}[i]
+	return [budgets]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups, c.AckTimeouts, c.Compactions}[i]
 }
 
+// event marks what the step into a state did, for Result's counts.
+type event uint8
+
+const (
+	evMidReadyCrash event = 1 << iota
+	evTruncationUndone
+	evReadOnly
+	evReadOnlyBack
+	evCompaction
+	evSnapshotInstall
+	evAppendBelowSnapshot
+)
+
+// errNotCommitted is a snapshot of something else than the committed
+// prefix: a CommittedPrefixAgreement violation.
+var errNotCommitted = errors.New("CommittedPrefixAgreement")
+
+// clone copies s for a successor. Nodes are shared until an action
+// takes one for writing (mut): most actions touch one node.
 func (s *state) clone() *state {
-	c := &state{nodes: make([]node, len(s.nodes)), net: slices.Clone(s.net), used: s.used,
-		committed: slices.Clone(s.committed), leaders: slices.Clone(s.leaders)}
-	for i, n := range s.nodes {
-		c.nodes[i] = node{k: n.k.Clone(), hard: n.hard, log: slices.Clone(n.log), unsynced: slices.Clone(n.unsynced)}
-		if n.held != nil {
-			rd := *n.held
-			rd.Entries, rd.Messages, rd.Early = slices.Clone(rd.Entries), slices.Clone(rd.Messages), slices.Clone(rd.Early)
-			c.nodes[i].held = &rd
-		}
+	return &state{nodes: slices.Clone(s.nodes), net: slices.Clone(s.net), used: s.used,
+		committed: slices.Clone(s.committed), ghost: s.ghost.Clone()}
+}
+
+// mut returns node i for writing, copying what s shares with the state it
+// was cloned from (held and pre are never written in place).
+func (s *state) mut(i int) *node {
+	n := &s.nodes[i]
+	if s.owned&(1<<i) == 0 {
+		n.k, n.disk, n.unsynced, n.writes = n.k.Clone(), n.disk.clone(), slices.Clone(n.unsynced), slices.Clone(n.writes)
+		s.owned |= 1 << i
 	}
-	return c
+	return n
 }
 
 func (s *state) key() [16]byte {
@@ -117,30 +188,28 @@ func (s *state) key() [16]byte {
 		} else {
 			// A kernel between Ready and Advance has no encoding; its
 			// future is the fsync (Advance) or a crash, so encode it as
-			// the fsync will leave it, plus what the fsync will do.
+			// the fsync will leave it, plus what the fsync will do and
+			// what a crash may keep.
 			k := n.k.Clone()
 			k.Advance(*n.held)
 			b = k.AppendState(b, false)
 			b = append(b, 1)
 			b = binary.AppendUvarint(b, n.held.CommitSeq)
-			for _, e := range n.held.Entries {
-				b = binary.AppendUvarint(b, e.Epoch)
-				b = append(b, e.Data...)
-				b = append(b, 0)
-			}
 			for _, m := range n.held.Messages {
 				b = replica.AppendMessage(b, m)
 			}
 			b = append(b, 0)
-		}
-		b = binary.AppendUvarint(b, n.hard.Promised)
-		b = binary.AppendUvarint(b, uint64(n.hard.PromisedTo))
-		b = binary.AppendUvarint(b, uint64(len(n.log)))
-		for _, e := range n.log {
-			b = binary.AppendUvarint(b, e.Epoch)
-			b = append(b, e.Data...)
+			b = n.pre.appendState(b)
+			for _, w := range n.writes {
+				b = w.appendState(b)
+			}
 			b = append(b, 0)
 		}
+		b = n.disk.appendState(b)
+		for _, w := range n.unsynced {
+			b = w.appendState(b)
+		}
+		b = append(b, 0)
 	}
 	msgs := make([][]byte, len(s.net))
 	for i, m := range s.net {
@@ -154,13 +223,7 @@ func (s *state) key() [16]byte {
 	for _, u := range s.used {
 		b = binary.AppendUvarint(b, uint64(u))
 	}
-	for _, c := range s.committed {
-		b = append(b, c...)
-		b = append(b, 0)
-	}
-	for _, l := range s.leaders {
-		b = binary.AppendUvarint(b, uint64(l))
-	}
+	b = s.ghost.AppendKey(b) // the committed prefix (as committed holds it) and the leaders
 	sum := sha256.Sum256(b)
 	var k [16]byte
 	copy(k[:], sum[:])
@@ -175,129 +238,41 @@ func (cfg *Config) ids() []replica.NodeID {
 	return ids
 }
 
+// ackTimeoutTicks is longer than every heartbeat of a path together, so
+// only the ack-timeout action (AckTimeoutTicks+1 ticks) silences peers.
+func (cfg *Config) ackTimeoutTicks() int { return cfg.Heartbeats + 1 }
+
 func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
-	p := replica.PersistedFrom(n.hard, n.log)
+	p := replica.PersistedFromSnapshot(n.hard, n.snapSeq, n.snapEpoch, n.log)
 	// Election timeouts are explicit actions: a huge ElectionTicks keeps
-	// ticks from starting elections on their own.
+	// ticks from starting elections on their own. Reservations last as
+	// long as the ack timeout: an ack-timeout action expires both.
 	k, err := replica.New(replica.Config{ID: id, Replicas: cfg.ids(), Policy: cfg.Policy, HeartbeatTicks: 1,
-		ElectionTicks: 1 << 20, AckTimeoutTicks: 1 << 20, Seed: 1, Mutations: cfg.Mutations}, p)
+		ElectionTicks: 1 << 20, AckTimeoutTicks: cfg.ackTimeoutTicks(), ReservationTicks: cfg.ackTimeoutTicks(),
+		Seed: 1, Mutations: cfg.Mutations}, p)
 	if err != nil {
 		panic(err)
 	}
 	return k
 }
 
-// process carries out node i's Readys with the shared executor and checks
-// who took office and what became visible. Under EarlyAppends a Ready
-// that sent messages before its entries are durable (its Early APPENDs,
-// or everything under SendBeforePersist) is held: the fsync is a separate
-// action, and a kill -9 before it loses the entries.
-func (cfg *Config) process(s *state, i int) string {
-	n := &s.nodes[i]
-	x := cfg.executor(s, i)
-	for n.held == nil && n.k.HasReady() {
-		rd, err := x.Begin(n.k)
-		if err != nil {
-			panic(err) // the model's store does not fail
-		}
-		st := n.k.Status()
-		if st.Role == replica.Leader && (uint64(len(s.leaders)) <= st.Hard.Promised || s.leaders[st.Hard.Promised] != uint32(i+1)) {
-			if v := cfg.tookOffice(s, i, st.Hard.Promised); v != "" {
-				return v
-			}
-		}
-		if st.Anomalies > 0 {
-			return fmt.Sprintf("KernelAssertion: n%d refused an impossible message (a second leader of an epoch, or a rewrite of a committed entry)", i+1)
-		}
-		// Only a Ready with entries and something sent early is split: a
-		// follower's, whose FLUSHED waits for the fsync anyway, would only
-		// add states that a crash before the Ready already covers.
-		if cfg.EarlyAppends && len(rd.Entries) > 0 && (len(rd.Early) > 0 || x.SendBeforePersist) {
-			n.held = &rd
-			return ""
-		}
-		if v := cfg.finish(s, i, rd); v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// executor is node i's Ready executor: its store is the node's logs, its
-// network the state's.
-func (cfg *Config) executor(s *state, i int) *replica.Executor {
-	return &replica.Executor{Store: modelStore{&s.nodes[i]}, Send: func(m replica.Message) { s.net = append(s.net, m) },
-		SendBeforePersist: cfg.SendBeforePersist}
-}
-
-// modelStore is a node's durable state: the hard state and truncations are
-// durable at once, appends at Sync (a crash loses them before).
-type modelStore struct{ n *node }
-
-func (ms modelStore) InstallSnapshot(replica.SnapshotMeta) error {
-	panic("model: nothing compacts, so no snapshot is installed")
-}
-func (ms modelStore) SetHardState(h replica.HardState) error { ms.n.hard = h; return nil }
-func (ms modelStore) TruncateAfter(seq uint64) error {
-	ms.n.log, ms.n.unsynced = ms.n.log[:seq], nil
-	return nil
-}
-func (ms modelStore) Append(entries []replica.Entry) error {
-	ms.n.unsynced = append(ms.n.unsynced, entries...)
-	return nil
-}
-func (ms modelStore) Sync() error {
-	ms.n.log, ms.n.unsynced = append(ms.n.log, ms.n.unsynced...), nil
-	return nil
-}
-func (ms modelStore) Entries(first, last uint64) ([]replica.Entry, error) {
-	all := append(slices.Clone(ms.n.log), ms.n.unsynced...)
-	return slices.Clone(all[first-1 : min(last, uint64(len(all)))]), nil
-}
-
-// finish completes node i's Ready (fsync, the rest of its messages,
-// Advance) and checks what became visible.
-func (cfg *Config) finish(s *state, i int, rd replica.Ready) string {
-	if err := cfg.executor(s, i).Finish(s.nodes[i].k, rd); err != nil {
-		panic(err)
-	}
-	return cfg.checkCommit(s, i, rd.CommitSeq)
-}
-
-// fsync makes node i's early-sent entries durable, sends the rest of
-// their Ready and carries on with the next one.
-func (cfg *Config) fsync(s *state, i int) string {
-	n := &s.nodes[i]
-	rd := *n.held
-	n.held = nil
-	if v := cfg.finish(s, i, rd); v != "" {
-		return v
-	}
-	return cfg.process(s, i)
-}
-
-func (cfg *Config) quorum() int { return cfg.Replicas/2 + 1 }
-
 // tookOffice checks OneLeaderPerEpoch and InstallNeedsQuorumPromise.
 func (cfg *Config) tookOffice(s *state, i int, epoch uint64) string {
-	for uint64(len(s.leaders)) <= epoch {
-		s.leaders = append(s.leaders, 0)
-	}
-	if l := s.leaders[epoch]; l != 0 && l != uint32(i+1) {
-		return fmt.Sprintf("OneLeaderPerEpoch: epoch %d led by n%d and n%d", epoch, l, i+1)
-	}
-	s.leaders[epoch] = uint32(i + 1)
 	promised := 0
 	for _, n := range s.nodes {
 		if n.hard.Promised >= epoch {
 			promised++
 		}
 	}
-	if promised < cfg.quorum() {
-		return fmt.Sprintf("InstallNeedsQuorumPromise: n%d installed epoch %d with %d durable promises", i+1, epoch, promised)
+	if v := s.ghost.TookOffice(uint32(i+1), epoch, promised); v != nil {
+		return v.Error()
 	}
 	return ""
 }
+
+func sameEntry(a, b replica.Entry) bool { return a.Epoch == b.Epoch && bytes.Equal(a.Data, b.Data) }
+
+func entryID(e replica.Entry) string { return fmt.Sprintf("%d/%s", e.Epoch, e.Data) }
 
 // checkCommit checks VisibleImpliesQuorumFlushed, CommittedPrefixAgreement
 // and VisibleMonotonic for what node i just made visible.
@@ -306,34 +281,33 @@ func (cfg *Config) checkCommit(s *state, i int, commit uint64) string {
 		return ""
 	}
 	n := &s.nodes[i]
-	need := cfg.quorum()
-	if cfg.Policy == replica.SyncAll {
-		need = cfg.Replicas
-	}
 	for seq := uint64(1); seq <= commit; seq++ {
-		if seq > uint64(len(n.log)) {
-			return fmt.Sprintf("VisibleImpliesQuorumFlushed: n%d made %d visible, its log ends at %d", i+1, seq, len(n.log))
+		e, ok := n.entry(seq, s.committed)
+		if !ok {
+			return fmt.Sprintf("VisibleImpliesQuorumFlushed: n%d made %d visible, its log ends at %d", i+1, seq, n.last())
 		}
-		e := n.log[seq-1]
-		id := fmt.Sprintf("%d/%s", e.Epoch, e.Data)
 		if int(seq) <= len(s.committed) {
-			if s.committed[seq-1] != id {
-				return fmt.Sprintf("CommittedPrefixAgreement: seq %d visible as %s on n%d, before as %s", seq, id, i+1, s.committed[seq-1])
+			if v := s.ghost.Agree(uint32(i+1), seq, ghostEntry(e)); v != nil {
+				return v.Error()
 			}
 			continue
 		}
 		holders := 0
 		for _, o := range s.nodes {
-			if uint64(len(o.log)) >= seq && o.log[seq-1].Epoch == e.Epoch && string(o.log[seq-1].Data) == string(e.Data) {
+			if oe, ok := o.entry(seq, s.committed); ok && sameEntry(oe, e) {
 				holders++
 			}
 		}
-		if holders < need {
-			return fmt.Sprintf("VisibleImpliesQuorumFlushed: seq %d (%s) visible on n%d, durable on %d of %d needed", seq, id, i+1, holders, need)
+		if v := s.ghost.Visible(uint32(i+1), seq, ghostEntry(e), holders); v != nil {
+			return v.Error()
 		}
-		s.committed = append(s.committed, id)
+		s.committed = append(s.committed, e)
 	}
 	return ""
+}
+
+func ghostEntry(e replica.Entry) invariant.Entry {
+	return invariant.Entry{Epoch: e.Epoch, Value: string(e.Data)}
 }
 
 type step struct {
@@ -342,81 +316,10 @@ type step struct {
 	err    string
 }
 
-// successors applies every enabled action to s.
-func (cfg *Config) successors(s *state) []step {
-	var out []step
-	add := func(action string, budget int, apply func(t *state) string) {
-		if budget >= 0 && s.used[budget] >= cfg.budget(budget) {
-			return
-		}
-		t := s.clone()
-		if budget >= 0 {
-			t.used[budget]++
-		}
-		out = append(out, step{action: action, next: t, err: apply(t)})
-	}
-	for mi, m := range s.net {
-		mi, m := mi, m
-		if s.nodes[m.To-1].held == nil { // a node finishing a Ready takes no message
-			add("deliver "+m.String(), -1, func(t *state) string {
-				t.net = slices.Delete(t.net, mi, mi+1)
-				to := int(m.To) - 1
-				t.nodes[to].k.Step(m)
-				return cfg.process(t, to)
-			})
-		}
-		add("drop "+m.String(), budgetDrops, func(t *state) string {
-			t.net = slices.Delete(t.net, mi, mi+1)
-			return ""
-		})
-		add("duplicate "+m.String(), budgetDups, func(t *state) string {
-			t.net = append(t.net, m)
-			return ""
-		})
-	}
-	for i := range s.nodes {
-		i := i
-		st := s.nodes[i].k.Status()
-		if s.nodes[i].held != nil {
-			add(fmt.Sprintf("n%d fsyncs", i+1), -1, func(t *state) string {
-				return cfg.fsync(t, i)
-			})
-		} else if st.Role != replica.Leader && cfg.PreVote {
-			add(fmt.Sprintf("n%d times out and pre-votes", i+1), budgetCampaigns, func(t *state) string {
-				t.nodes[i].k.ElectionTimeout()
-				return cfg.process(t, i)
-			})
-		} else if st.Role != replica.Leader {
-			add(fmt.Sprintf("n%d times out and campaigns", i+1), budgetCampaigns, func(t *state) string {
-				t.nodes[i].k.Campaign()
-				return cfg.process(t, i)
-			})
-		} else {
-			add(fmt.Sprintf("n%d heartbeat", i+1), budgetHeartbeats, func(t *state) string {
-				t.nodes[i].k.Tick()
-				return cfg.process(t, i)
-			})
-			v := fmt.Sprintf("v%d", s.used[budgetProposals]+1)
-			add(fmt.Sprintf("n%d proposes %s", i+1, v), budgetProposals, func(t *state) string {
-				if _, _, err := t.nodes[i].k.Propose([]byte(v)); err != nil {
-					return ""
-				}
-				return cfg.process(t, i)
-			})
-		}
-		add(fmt.Sprintf("n%d kill -9 and restart", i+1), budgetCrashes, func(t *state) string {
-			t.nodes[i].held, t.nodes[i].unsynced = nil, nil // written, never fsynced: lost
-			t.nodes[i].k = cfg.newKernel(replica.NodeID(i+1), &t.nodes[i])
-			return ""
-		})
-	}
-	return out
-}
-
 // initial is the state every exploration starts from: empty logs, no
 // promise, nothing in flight.
 func (cfg *Config) initial() *state {
-	s := &state{nodes: make([]node, cfg.Replicas)}
+	s := &state{nodes: make([]node, cfg.Replicas), ghost: invariant.NewGroup(cfg.Replicas, cfg.Policy == replica.SyncAll)}
 	for i := range s.nodes {
 		s.nodes[i].k = cfg.newKernel(replica.NodeID(i+1), &s.nodes[i])
 	}
@@ -470,10 +373,7 @@ func Check(cfg Config) Result {
 			continue
 		}
 		visited[k] = struct{}{}
-		if n := uint64(len(st.next.leaders)); n > 0 {
-			res.MaxEpoch = max(res.MaxEpoch, n-1)
-		}
-		res.Committed = max(res.Committed, len(st.next.committed))
+		res.count(st.next)
 		if len(visited) >= cfg.StatesMax {
 			res.Complete = false
 			break
@@ -486,4 +386,21 @@ func Check(cfg Config) Result {
 	}
 	res.States = len(visited)
 	return res
+}
+
+// count adds a newly visited state to the result's tallies.
+func (res *Result) count(s *state) {
+	res.MaxEpoch = max(res.MaxEpoch, s.ghost.LastLedEpoch())
+	res.Committed = max(res.Committed, len(s.committed))
+	for _, c := range []struct {
+		ev event
+		n  *int
+	}{
+		{evMidReadyCrash, &res.MidReadyCrashes}, {evTruncationUndone, &res.TruncationsUndone}, {evReadOnly, &res.ReadOnly}, {evReadOnlyBack, &res.ReadOnlyBack},
+		{evCompaction, &res.Compactions}, {evSnapshotInstall, &res.SnapshotInstalls}, {evAppendBelowSnapshot, &res.AppendsBelowSnapshot},
+	} {
+		if s.events&c.ev != 0 {
+			*c.n++
+		}
+	}
 }

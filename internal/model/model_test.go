@@ -45,6 +45,57 @@ func TestExhaustivePreVoteElection(t *testing.T) {
 	}
 }
 
+// TestExhaustiveCrashPartial explores to the end one election and one
+// proposal with a kill -9 that may land in the middle of any Ready — its
+// leader's APPENDs sent before its own fsync (EarlyAppends), a follower's
+// truncation and entries half written — keeping any prefix of its writes.
+func TestExhaustiveCrashPartial(t *testing.T) {
+	r := run(t, "crash-partial", Config{Replicas: 3, CrashPartial: true, EarlyAppends: true, Proposals: 1, Campaigns: 1, Crashes: 1,
+		NetworkMax: 8, DepthMax: 60, StatesMax: 1_000_000})
+	if !r.Complete || r.MidReadyCrashes == 0 || r.Committed < 2 {
+		t.Fatalf("expected a complete exploration with crashes in the middle of Readys and a committed value: %d states, complete=%v, %d mid-Ready crashes, committed %d",
+			r.States, r.Complete, r.MidReadyCrashes, r.Committed)
+	}
+}
+
+// TestBoundedCrashPartialTwoElections explores the first 100k states of
+// two elections and two proposals with a kill -9 that may land in the
+// middle of any Ready: followers truncating a deposed leader's tail crash
+// after part of it, and the truncated entries come back.
+func TestBoundedCrashPartialTwoElections(t *testing.T) {
+	r := run(t, "crash-partial, two elections", Config{Replicas: 3, CrashPartial: true, EarlyAppends: true, Proposals: 2, Campaigns: 2,
+		Crashes: 1, NetworkMax: 6, DepthMax: 24, StatesMax: 100_000})
+	if r.MidReadyCrashes == 0 || r.TruncationsUndone == 0 || r.MaxEpoch < 2 {
+		t.Fatalf("expected mid-Ready crashes undoing truncations and a second epoch: %+v", r)
+	}
+	t.Logf("reached: %d mid-Ready crashes, %d undoing a truncation", r.MidReadyCrashes, r.TruncationsUndone)
+}
+
+// TestExhaustiveCompaction explores to the end one election, one
+// proposal and one compaction by any node: compacted followers take
+// APPENDs from below their snapshot point (S8), and every invariant holds.
+func TestExhaustiveCompaction(t *testing.T) {
+	r := run(t, "compaction", Config{Replicas: 3, Proposals: 1, Campaigns: 1, Compactions: 1, NetworkMax: 6, DepthMax: 40, StatesMax: 1_000_000})
+	if !r.Complete || r.Compactions == 0 || r.AppendsBelowSnapshot == 0 {
+		t.Fatalf("expected a complete exploration with compactions and APPENDs below a snapshot: %+v", r)
+	}
+}
+
+// TestBoundedDegradedAndCompacting explores the first 100k states of one
+// election, two proposals, an ack timeout and a compaction: leaders go
+// read-only and come back, nodes compact, followers behind a leader's
+// snapshot install it, compacted followers take APPENDs from below their
+// snapshot point (S8) — and every invariant holds.
+func TestBoundedDegradedAndCompacting(t *testing.T) {
+	r := run(t, "degraded and compacting", Config{Replicas: 3, Proposals: 2, Campaigns: 1, AckTimeouts: 1, Compactions: 1,
+		NetworkMax: 6, DepthMax: 20, StatesMax: 100_000})
+	if r.ReadOnly == 0 || r.ReadOnlyBack == 0 || r.Compactions == 0 || r.SnapshotInstalls == 0 || r.AppendsBelowSnapshot == 0 || r.Committed < 3 {
+		t.Fatalf("not every new dimension reached: %+v", r)
+	}
+	t.Logf("reached: %d read-only, %d back, %d compactions, %d snapshot installs, %d appends below a snapshot",
+		r.ReadOnly, r.ReadOnlyBack, r.Compactions, r.SnapshotInstalls, r.AppendsBelowSnapshot)
+}
+
 // TestBoundedRicherConfiguration explores part of a configuration too large
 // to finish here (two elections, two proposals, a crash, loss, duplication
 // and a heartbeat): the first 200k states depth-first.
@@ -85,23 +136,46 @@ func TestBoundedRestartBeforeFsync(t *testing.T) {
 	}
 }
 
-// walk applies the named actions (by prefix) one after the other from the
-// initial state, failing on a missing action or a violation.
+// walk applies the named actions one after the other from the initial
+// state, failing on a missing action or a violation. An action is named
+// by a prefix of its name, or by parts joined with "…" that its name holds
+// in that order (the first one as its prefix). A crash that follows a step
+// at once ("…; n2 kill -9 …") is taken only when the name asks for it.
 func walk(t *testing.T, cfg Config, actions ...string) *state {
 	t.Helper()
 	s := cfg.initial()
 	for _, a := range actions {
-		i := slices.IndexFunc(cfg.successors(s), func(st step) bool { return strings.HasPrefix(st.action, a) })
+		steps := cfg.successors(s)
+		i := slices.IndexFunc(steps, func(st step) bool { return matches(st.action, a) })
 		if i < 0 {
-			t.Fatalf("no action %q", a)
+			names := make([]string, len(steps))
+			for j, st := range steps {
+				names[j] = st.action
+			}
+			t.Fatalf("no action %q among:\n  %s", a, strings.Join(names, "\n  "))
 		}
-		st := cfg.successors(s)[i]
-		if st.err != "" {
-			t.Fatalf("%s: %s", a, st.err)
+		if steps[i].err != "" {
+			t.Fatalf("%s: %s", a, steps[i].err)
 		}
-		s = st.next
+		s = steps[i].next
 	}
 	return s
+}
+
+func matches(action, pattern string) bool {
+	parts := strings.Split(pattern, "…")
+	if !strings.HasPrefix(action, parts[0]) || strings.Contains(action, "; ") && len(parts) == 1 {
+		return false
+	}
+	rest := action[len(parts[0]):]
+	for _, p := range parts[1:] {
+		j := strings.Index(rest, p)
+		if j < 0 {
+			return false
+		}
+		rest = rest[j+len(p):]
+	}
+	return true
 }
 
 // TestEarlyAppendsLoseTheTailOnACrash: under EarlyAppends a leader's
@@ -138,19 +212,25 @@ func TestEarlyAppendsLoseTheTailOnACrash(t *testing.T) {
 }
 
 // TestMutationsHaveCounterexamples proves each kernel guard load-bearing:
-// with it removed the checker finds a violating trace.
+// with it removed the checker finds a violating trace. The guards only the
+// new dimensions reach (read-only mode, compaction) are checked on small
+// configurations of their own, which the unmutated kernel passes for as
+// many states as the mutated one needed.
 func TestMutationsHaveCounterexamples(t *testing.T) {
 	cases := []struct {
-		name string
-		cfg  func() Config
-		m    replica.Mutations
-		want string
+		name  string
+		cfg   func() Config
+		m     replica.Mutations
+		want  string
+		clean bool // also run unmutated on the same state budget
 	}{
-		{"commit on the leader's own fsync alone", small, replica.Mutations{CommitOnLeaderFlushAlone: true}, "VisibleImpliesQuorumFlushed"},
-		{"install without a promise majority", small, replica.Mutations{InstallWithoutQuorum: true}, "InstallNeedsQuorumPromise"},
-		{"accept a stale-epoch APPEND", small, replica.Mutations{AcceptStaleAppend: true}, "KernelAssertion"},
-		{"PREPARE grants ignore lineage", small, replica.Mutations{GrantIgnoresLineage: true}, "CommittedPrefixAgreement"},
-		{"count a stale-epoch FLUSHED (S18)", restartBeforeFsync, replica.Mutations{AcceptStaleFlushed: true}, "VisibleImpliesQuorumFlushed"},
+		{"commit on the leader's own fsync alone", small, replica.Mutations{CommitOnLeaderFlushAlone: true}, "VisibleImpliesQuorumFlushed", false},
+		{"install without a promise majority", small, replica.Mutations{InstallWithoutQuorum: true}, "InstallNeedsQuorumPromise", false},
+		{"accept a stale-epoch APPEND", small, replica.Mutations{AcceptStaleAppend: true}, "KernelAssertion", false},
+		{"PREPARE grants ignore lineage", small, replica.Mutations{GrantIgnoresLineage: true}, "CommittedPrefixAgreement", false},
+		{"count a stale-epoch FLUSHED (S18)", restartBeforeFsync, replica.Mutations{AcceptStaleFlushed: true}, "VisibleImpliesQuorumFlushed", false},
+		{"accept a proposal while read-only", readOnlySpace, replica.Mutations{ProposeWhenReadOnly: true}, "ReadOnlyRefusesWrites", true},
+		{"match an APPEND below the snapshot point (S8)", belowSnapshotSpace, replica.Mutations{AppendBelowSnapshot: true}, "KernelAssertion", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -164,8 +244,26 @@ func TestMutationsHaveCounterexamples(t *testing.T) {
 				t.Fatalf("violation %q, want %s", r.Violation, c.want)
 			}
 			t.Logf("%s after %d states, trace of %d actions", r.Violation, r.States, len(r.Trace))
+			if c.clean {
+				cfg.Mutations, cfg.StatesMax = replica.Mutations{}, r.States
+				if clean := Check(cfg); clean.Violation != "" {
+					t.Fatalf("unmutated: %s\ntrace:\n  %s", clean.Violation, strings.Join(clean.Trace, "\n  "))
+				}
+			}
 		})
 	}
+}
+
+// readOnlySpace: one election, two proposals and an ack timeout — a
+// leader goes read-only and comes back.
+func readOnlySpace() Config {
+	return Config{Replicas: 3, Proposals: 2, Campaigns: 1, AckTimeouts: 1, NetworkMax: 6, DepthMax: 20, StatesMax: 200_000}
+}
+
+// belowSnapshotSpace: one election, one proposal, a heartbeat (to tell a
+// follower the commit), a duplicated message and a compaction — S8.
+func belowSnapshotSpace() Config {
+	return Config{Replicas: 3, Proposals: 1, Campaigns: 1, Heartbeats: 1, Dups: 1, Compactions: 1, NetworkMax: 6, DepthMax: 16, StatesMax: 200_000}
 }
 
 // TestSendBeforePersistHasACounterexample proves the shared executor's

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -14,7 +13,7 @@ import (
 // "t", closed when the benchmark ends.
 func openBenchNode(b *testing.B) *Node {
 	b.Helper()
-	n, err := Open(Config{DataDir: b.TempDir(), FS: vfs.OS(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	n, err := Open(Config{DataDir: b.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}

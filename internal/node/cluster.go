@@ -1,10 +1,13 @@
 package node
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"maps"
 	"net"
 	"path"
 	"slices"
@@ -12,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/peer"
 	"github.com/nereus-broker/nereus/internal/replica"
@@ -26,13 +30,15 @@ type ClusterConfig struct {
 	// Members is the initial cluster, this node (Config.NodeID) included,
 	// by peer address. Every member must be given the same list.
 	Members []Member
-	// Secret authenticates peers (at least 16 bytes).
+	// Secret authenticates peers (at least 16 bytes) on the TCP peer
+	// network, the one a node uses when its Config.Env.Peers is nil.
 	Secret []byte
-	// PeerListener, when set, is used instead of listening on this node's
-	// peer address (tests pick free ports first).
+	// PeerListener, when set, is used by the TCP peer network instead of
+	// listening on this node's peer address (tests pick free ports first).
 	PeerListener net.Listener
 	// Tick is the replication kernel's tick (default 10 ms); a leader is
-	// suspected after ElectionTicks ticks without news (default 30).
+	// suspected after ElectionTicks ticks without news (0: the replication
+	// kernel's default, replica.Config).
 	Tick          time.Duration
 	ElectionTicks int
 	// DeclareTimeout bounds a DECLARE through the metadata log (default 10 s).
@@ -62,24 +68,29 @@ type cluster struct {
 	cfg     ClusterConfig
 	names   []string // node number i+1 is names[i] (sorted ids)
 	self    replica.NodeID
-	tr      *peer.Transport
+	tr      env.PeerLink // this node on the peer network (Config.Env.Peers)
 	metaLog *replog.Log
 
 	mu     sync.RWMutex
 	groups map[groupID]*replog.Log
 
 	// Metadata state, applied by the applier goroutine (metaMu guards it
-	// for readers); appliedCh is closed and replaced after every apply.
-	metaMu    sync.Mutex
-	state     *meta.State
-	appliedCh chan struct{}
-	metaWake  chan struct{}
+	// for readers).
+	metaMu   sync.Mutex
+	state    *meta.State
+	metaWake chan struct{}
+	toStart  map[string]*meta.Topic // applied but not started yet (startTopics retries)
 
-	ready     chan struct{} // closed once the members are open: peer frames wait for it
-	declareMu sync.Mutex    // serializes DECLAREs on the metadata leader
-	reqID     atomic.Uint64
-	fwdMu     sync.Mutex
-	forwards  map[uint64]chan *wire.PeerDeclareOK
+	ready chan struct{} // closed once the members are open: peer frames wait for it
+	reqID atomic.Uint64
+	// DECLAREs in progress (declare.go): declMu guards the list, the
+	// forwarded ones by request id and the outcomes callbacks set;
+	// deciding is the one the metadata leader is deciding (stepper-owned).
+	declMu       sync.Mutex
+	declares     []*declareJob
+	declForwards map[uint64]*declareJob
+	declClosed   bool
+	deciding     *declareJob
 	// pubForwards are the publishes forwarded to partition leaders
 	// (forward.go).
 	pubForwards forwardedPubs
@@ -94,9 +105,6 @@ func (c *ClusterConfig) setDefaults() {
 	if c.Tick == 0 {
 		c.Tick = 10 * time.Millisecond
 	}
-	if c.ElectionTicks == 0 {
-		c.ElectionTicks = 30
-	}
 	if c.DeclareTimeout == 0 {
 		c.DeclareTimeout = 10 * time.Second
 	}
@@ -107,8 +115,8 @@ func (c *ClusterConfig) setDefaults() {
 func (n *Node) openCluster() error {
 	cc := *n.cfg.Cluster
 	cc.setDefaults()
-	c := &cluster{n: n, cfg: cc, groups: map[groupID]*replog.Log{}, appliedCh: make(chan struct{}), ready: make(chan struct{}),
-		metaWake: make(chan struct{}, 1), forwards: map[uint64]chan *wire.PeerDeclareOK{}, done: make(chan struct{})}
+	c := &cluster{n: n, cfg: cc, groups: map[groupID]*replog.Log{}, ready: make(chan struct{}),
+		metaWake: make(chan struct{}, 1), declForwards: map[uint64]*declareJob{}, done: make(chan struct{}), toStart: map[string]*meta.Topic{}}
 	peers := map[uint32]string{}
 	for _, m := range cc.Members {
 		c.names = append(c.names, m.ID)
@@ -133,13 +141,17 @@ func (n *Node) openCluster() error {
 		return err
 	}
 	c.state = st
-	// The transport first (members send through it), but peer frames wait
-	// until every member is open.
-	c.tr, err = peer.Listen(peer.Config{ID: uint32(c.self), Listen: peers[uint32(c.self)], Listener: cc.PeerListener,
-		Peers: peers, Secret: cc.Secret, ClientAddr: n.cfg.ClientAddr, Handler: c.handle, Logger: n.log})
-	if err != nil {
-		return err
+	// The peer network first (members send through it), but peer frames
+	// wait until every member is open.
+	network := n.cfg.Env.Peers
+	if network == nil {
+		network = tcpPeers{secret: cc.Secret, listener: cc.PeerListener, logger: n.log}
 	}
+	link, err := network.Join(env.PeerEndpoint{ID: uint32(c.self), Addrs: peers, ClientAddr: n.cfg.ClientAddr, Handler: c.handle})
+	if err != nil {
+		return err // c.tr stays nil: a failed Join may return a typed nil link
+	}
+	c.tr = link
 	for _, t := range st.Sorted() {
 		if err := wire.ValidateName("topic", t.Config.Name); err != nil {
 			// Applied before names were checked: `__meta` would speak for
@@ -157,9 +169,52 @@ func (n *Node) openCluster() error {
 	}
 	c.campaignIfNew(c.metaLog, 1)
 	close(c.ready)
+	if n.cfg.Manual {
+		return nil // Step applies the metadata and advances DECLAREs
+	}
 	c.wg.Add(1)
 	go c.applyMeta()
 	return nil
+}
+
+func metaFirst(id groupID) int {
+	if id.topic == meta.MetaTopic {
+		return 0
+	}
+	return 1
+}
+
+// step is the cluster's share of a Manual node's Step: it pumps every
+// replica group this node hosts (the metadata log first, then the
+// partitions in (topic, partition) order), applies committed metadata and
+// advances DECLAREs. It reports whether anything ran.
+func (c *cluster) step() bool {
+	c.mu.RLock()
+	ids := make([]groupID, 0, len(c.groups))
+	for id := range c.groups {
+		ids = append(ids, id)
+	}
+	c.mu.RUnlock()
+	slices.SortFunc(ids, func(a, b groupID) int {
+		return cmp.Or(cmp.Compare(metaFirst(a), metaFirst(b)), cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+	progress := false
+	for _, id := range ids {
+		c.mu.RLock()
+		l := c.groups[id]
+		c.mu.RUnlock()
+		if l == nil {
+			continue
+		}
+		// A member that cannot persist stops (replog logs why); its
+		// partition then answers from its last status, as in production.
+		ran, _ := l.Pump()
+		progress = progress || ran
+	}
+	before := c.applied()
+	c.applyCommittedMeta()
+	progress = c.startTopics() || progress || c.applied() != before
+	return c.stepDeclares() || progress
 }
 
 // campaignIfNew starts the first election of a brand-new group on its
@@ -169,8 +224,21 @@ func (n *Node) openCluster() error {
 // still win; a lost PREPARE just leaves it to the election timeout.
 func (c *cluster) campaignIfNew(l *replog.Log, first replica.NodeID) {
 	if st := l.Status(); first == c.self && st.Hard.Promised == 0 && st.Last == 0 {
-		time.AfterFunc(5*c.cfg.Tick, l.Campaign)
+		c.n.cfg.Env.Clock.AfterFunc(5*c.cfg.Tick, l.Campaign)
 	}
+}
+
+// tcpPeers is the production peer network: authenticated TCP
+// (internal/peer), configured by the ClusterConfig.
+type tcpPeers struct {
+	secret   []byte
+	listener net.Listener
+	logger   *slog.Logger
+}
+
+func (t tcpPeers) Join(e env.PeerEndpoint) (env.PeerLink, error) {
+	return peer.Listen(peer.Config{ID: e.ID, Listen: e.Addrs[e.ID], Listener: t.listener, Peers: e.Addrs,
+		Secret: t.secret, ClientAddr: e.ClientAddr, Handler: e.Handler, Logger: t.logger})
 }
 
 // number is a member's 1-based position among the sorted ids (0 = none).
@@ -223,12 +291,12 @@ func (c *cluster) openGroup(topic string, partition uint32, members []replica.No
 		dir = path.Join(c.n.cfg.DataDir, "topics", topic, fmt.Sprint(partition))
 	}
 	gid := groupID{topic, partition}
-	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.n.cfg.FS,
+	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.n.cfg.Env.FS, Manual: c.n.cfg.Manual,
 		Logger: c.n.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition),
 		Storage: storage.Options{SegmentBytesMax: c.n.cfg.SegmentBytesMax, RecordBytesMax: c.n.cfg.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.retentionMs, RetentionBytes: gs.retentionBytes},
 		CompactEvery: time.Duration(c.n.cfg.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.limit,
-		NowMs: c.n.cfg.NowMs, Reservation: c.cfg.Reservation,
+		Clock: c.n.cfg.Env.Clock, Reservation: c.cfg.Reservation,
 		Notify: notify,
 		Send:   func(m replica.Message) { c.tr.Send(uint32(m.To), replog.ToWire(topic, partition, m)) }})
 	if err != nil {
@@ -267,170 +335,20 @@ func (c *cluster) handle(from uint32, f wire.Frame) {
 			l.Step(m) // a group this node does not host yet: dropped, resent
 		}
 	case *wire.PeerDeclare:
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			reply := &wire.PeerDeclareOK{ReqID: f.ReqID}
-			created, err := c.declareAsLeader(f.Topic)
+		c.declareAsync(f.Topic, true, func(created bool, err error) {
+			reply := &wire.PeerDeclareOK{ReqID: f.ReqID, Created: created}
 			if err != nil {
 				we := asWire(err)
 				reply.Code, reply.Message = we.Code, we.Message
 			}
-			reply.Created = created
 			c.tr.Send(from, reply)
-		}()
+		})
 	case *wire.PeerDeclareOK:
-		c.fwdMu.Lock()
-		ch := c.forwards[f.ReqID]
-		delete(c.forwards, f.ReqID)
-		c.fwdMu.Unlock()
-		if ch != nil {
-			ch <- f
-		}
+		c.declareAnswered(f)
 	case *wire.PeerPublish:
 		c.servePublish(from, f)
 	case *wire.PeerPublishOK:
 		c.publishAnswered(f)
-	}
-}
-
-// declare creates a topic through the metadata log: directly on its
-// leader, forwarded to it elsewhere. It returns once this node has applied
-// the topic.
-func (c *cluster) declare(tc wire.TopicConfig) (bool, error) {
-	tc, err := meta.Normalize(tc, len(c.names))
-	if err != nil {
-		return false, err
-	}
-	st, err := c.metaLeader()
-	if err != nil {
-		return false, err
-	}
-	var created bool
-	if st.Role == replica.Leader {
-		created, err = c.declareAsLeader(tc)
-	} else {
-		created, err = c.forward(st.Leader, tc)
-	}
-	if err != nil {
-		return false, err
-	}
-	return created, c.waitTopic(tc.Name)
-}
-
-// metaLeader waits (bounded by DeclareTimeout) until the metadata group
-// has a leader: right after a cluster starts, or during an election.
-func (c *cluster) metaLeader() (replica.Status, error) {
-	deadline := time.Now().Add(c.cfg.DeclareTimeout)
-	for {
-		st := c.metaLog.Status()
-		if st.Role == replica.Leader || st.Leader != 0 {
-			return st, nil
-		}
-		if time.Now().After(deadline) {
-			return st, wire.Errorf(wire.CodeUnavailable, "no metadata leader within %v (a quorum of nodes is down?); retry", c.cfg.DeclareTimeout)
-		}
-		select {
-		case <-time.After(c.cfg.Tick):
-		case <-c.done:
-			return st, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
-		}
-	}
-}
-
-func (c *cluster) forward(leader replica.NodeID, tc wire.TopicConfig) (bool, error) {
-	id := c.reqID.Add(1)
-	ch := make(chan *wire.PeerDeclareOK, 1)
-	c.fwdMu.Lock()
-	c.forwards[id] = ch
-	c.fwdMu.Unlock()
-	defer func() {
-		c.fwdMu.Lock()
-		delete(c.forwards, id)
-		c.fwdMu.Unlock()
-	}()
-	if !c.tr.Send(uint32(leader), &wire.PeerDeclare{ReqID: id, Topic: tc}) {
-		return false, wire.Errorf(wire.CodeUnavailable, "metadata leader %s unreachable; retry", c.name(leader))
-	}
-	select {
-	case r := <-ch:
-		if r.Code != wire.CodeOK {
-			return false, wire.Errorf(r.Code, "%s", r.Message)
-		}
-		return r.Created, nil
-	case <-time.After(c.cfg.DeclareTimeout):
-		return false, wire.Errorf(wire.CodeUnavailable, "metadata leader %s did not answer in %v; retry", c.name(leader), c.cfg.DeclareTimeout)
-	case <-c.done:
-		return false, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
-	}
-}
-
-// declareAsLeader decides and commits a DECLARE on the metadata leader.
-// DECLAREs are serialized so that a decision sees every earlier one.
-func (c *cluster) declareAsLeader(tc wire.TopicConfig) (bool, error) {
-	tc, err := meta.Normalize(tc, len(c.names))
-	if err != nil {
-		return false, err
-	}
-	c.declareMu.Lock()
-	defer c.declareMu.Unlock()
-	if c.metaLog.Status().Role != replica.Leader {
-		return false, wire.Errorf(wire.CodeUnavailable, "metadata leadership moved; retry")
-	}
-	// Everything committed before must be applied before deciding.
-	if err := c.waitApplied(c.metaLog.CommitSeq()); err != nil {
-		return false, err
-	}
-	c.metaMu.Lock()
-	cmd, exists, err := c.state.Decide(tc, len(c.names))
-	c.metaMu.Unlock()
-	if err != nil || exists {
-		return false, err
-	}
-	data, err := json.Marshal(cmd)
-	if err != nil {
-		return false, err
-	}
-	p := c.metaLog.Propose(storage.Record{Value: data})
-	select {
-	case <-p.Done:
-	case <-time.After(c.cfg.DeclareTimeout):
-		return false, wire.Errorf(wire.CodeUnavailable, "the metadata log did not commit in %v; retry", c.cfg.DeclareTimeout)
-	}
-	switch {
-	case errors.Is(p.Err, replica.ErrQuorumLost):
-		return false, wire.Errorf(wire.CodeQuorumLost, "metadata log: %v", p.Err)
-	case p.Err != nil:
-		return false, wire.Errorf(wire.CodeUnavailable, "metadata log: %v; retry", p.Err)
-	}
-	return true, c.waitApplied(p.Seq)
-}
-
-// waitApplied waits until the applier has applied seq.
-func (c *cluster) waitApplied(seq uint64) error {
-	return c.waitMeta(func(s *meta.State) bool { return s.Applied >= seq })
-}
-
-func (c *cluster) waitTopic(name string) error {
-	return c.waitMeta(func(s *meta.State) bool { _, ok := s.Topics[name]; return ok })
-}
-
-func (c *cluster) waitMeta(cond func(*meta.State) bool) error {
-	deadline := time.After(c.cfg.DeclareTimeout)
-	for {
-		c.metaMu.Lock()
-		ok, ch := cond(c.state), c.appliedCh
-		c.metaMu.Unlock()
-		if ok {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			return wire.Errorf(wire.CodeUnavailable, "metadata not applied in %v; retry", c.cfg.DeclareTimeout)
-		case <-c.done:
-			return wire.Errorf(wire.CodeUnavailable, "node is shutting down")
-		}
 	}
 }
 
@@ -445,16 +363,18 @@ func (c *cluster) wakeMeta() {
 // they create and persists the applied state.
 func (c *cluster) applyMeta() {
 	defer c.wg.Done()
-	tick := time.NewTicker(100 * time.Millisecond)
+	tick := c.n.cfg.Env.Clock.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case <-c.done:
 			return
 		case <-c.metaWake:
-		case <-tick.C:
+		case <-tick.C():
 		}
 		c.applyCommittedMeta()
+		c.startTopics()
+		c.stepDeclares()
 	}
 }
 
@@ -486,34 +406,65 @@ func (c *cluster) applyCommittedMeta() {
 				created = append(created, t)
 			}
 		}
+		for _, t := range created {
+			c.toStart[t.Config.Name] = t
+		}
 		b, err := json.Marshal(c.state)
 		c.metaMu.Unlock()
-		for _, t := range created {
-			c.n.mu.Lock()
-			if _, ok := c.n.topics[t.Config.Name]; !ok {
-				if _, err := c.n.startTopic(t.Config, t.Placement); err != nil {
-					c.n.log.Error("start topic failed", "topic", t.Config.Name, "err", err)
-				} else {
-					c.n.log.Info("topic declared", "topic", t.Config.Name, "partitions", t.Config.Partitions, "replicas", t.Config.Replicas)
-				}
-			}
-			c.n.mu.Unlock()
-		}
+		c.startTopics()
 		if err == nil {
-			err = storage.WriteFileAtomic(c.n.cfg.FS, path.Join(c.n.cfg.DataDir, metaStateFile), b)
+			err = storage.WriteFileAtomic(c.n.cfg.Env.FS, path.Join(c.n.cfg.DataDir, metaStateFile), b)
 		}
 		if err != nil {
 			c.n.log.Error("persist metadata state failed", "err", err)
 		}
-		c.metaMu.Lock()
-		close(c.appliedCh)
-		c.appliedCh = make(chan struct{})
-		c.metaMu.Unlock()
 	}
 }
 
+// startTopics starts the topics applied metadata created here. One whose
+// start fails (a disk error opening its replicas) is retried on the next
+// apply pass; meanwhile the node answers UNAVAILABLE for it, not
+// NOT_FOUND.
+func (c *cluster) startTopics() (started bool) {
+	c.metaMu.Lock()
+	names := slices.Sorted(maps.Keys(c.toStart))
+	c.metaMu.Unlock()
+	for _, name := range names {
+		c.metaMu.Lock()
+		t := c.toStart[name]
+		c.metaMu.Unlock()
+		c.n.mu.Lock()
+		_, running := c.n.topics[name]
+		var err error
+		if !running {
+			_, err = c.n.startTopic(t.Config, t.Placement)
+		}
+		c.n.mu.Unlock()
+		if err != nil {
+			c.n.logRepeatedError("topic/"+name, "start topic failed; will retry", "topic", name, "err", err)
+			continue
+		}
+		if !running {
+			c.n.log.Info("topic declared", "topic", name, "partitions", t.Config.Partitions, "replicas", t.Config.Replicas)
+		}
+		c.metaMu.Lock()
+		delete(c.toStart, name)
+		c.metaMu.Unlock()
+		started = true
+	}
+	return started
+}
+
+// starting reports whether topic name is declared but not started here.
+func (c *cluster) starting(name string) bool {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	_, ok := c.toStart[name]
+	return ok
+}
+
 func (c *cluster) loadState() (*meta.State, error) {
-	b, err := storage.ReadFileAtomic(c.n.cfg.FS, path.Join(c.n.cfg.DataDir, metaStateFile))
+	b, err := storage.ReadFileAtomic(c.n.cfg.Env.FS, path.Join(c.n.cfg.DataDir, metaStateFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return meta.New(), nil
 	}
@@ -535,6 +486,7 @@ func (c *cluster) close() {
 		c.tr.Close()
 	}
 	c.wg.Wait()
+	c.failDeclares()
 	c.failForwardedPublishes()
 	if c.metaLog != nil {
 		c.metaLog.Close()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -60,7 +61,7 @@ func newTestClusterWith(t *testing.T, n int, tune func(*Config)) *testCluster {
 // start opens (or reopens) a node: ticks of 5 ms, elections after 30–60.
 func (tc *testCluster) start(id string) {
 	tc.t.Helper()
-	cfg := Config{NodeID: id, DataDir: "/" + id, FS: tc.fs, ClientAddr: "client-of-" + id,
+	cfg := Config{NodeID: id, DataDir: "/" + id, Env: env.Env{FS: tc.fs}, ClientAddr: "client-of-" + id,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Cluster: &ClusterConfig{Members: tc.members, Secret: []byte("test-cluster-secret-0123456789"),
 			Tick: 5 * time.Millisecond, ElectionTicks: 30}}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -80,7 +81,7 @@ func TestDuplicateWaitingForAnIdleAckIsAnswered(t *testing.T) {
 			<-release
 		}
 	}}
-	n := openWithTopic(t, Config{DataDir: "/data", FS: fsys, RetentionCheckMs: 3_600_000})
+	n := openWithTopic(t, Config{DataDir: "/data", Env: env.Env{FS: fsys}, RetentionCheckMs: 3_600_000})
 	holding.Store(true)
 	pub := &wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: 1, Value: []byte("v")}
 	type res struct {

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -424,7 +425,7 @@ func TestCorruptTopicListIsRebuiltByRepair(t *testing.T) {
 	if err := h.fs.FlipBit("/data/topics.json", 12, 1); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{DataDir: "/data", FS: h.fs, NowMs: h.nowMs.Load, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	cfg := Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.nowMs}}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	if _, err := Open(cfg); err == nil || !strings.Contains(err.Error(), "nereus repair") {
 		t.Fatalf("open with a damaged topics.json: %v", err)
 	}

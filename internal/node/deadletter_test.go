@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -73,7 +74,7 @@ func TestDeadLetterRecordedBeforeItsCopyLeaves(t *testing.T) {
 	var now atomic.Int64
 	now.Store(1_000_000)
 	open := func() *Node {
-		n, err := Open(Config{DataDir: "/data", FS: fs, NowMs: now.Load, Manual: true,
+		n, err := Open(Config{DataDir: "/data", Env: env.Env{FS: fs, Clock: testClock{nowMs: &now}}, Manual: true,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
@@ -345,7 +346,7 @@ func TestDeadLetterRetriesBackOffAndWarnOnce(t *testing.T) {
 	var logs logBuffer
 	h := &harness{t: t, fs: vfs.NewMem()}
 	h.nowMs.Store(1_000_000)
-	n, err := Open(Config{DataDir: "/data", FS: h.fs, NowMs: h.nowMs.Load, RecordBytesMax: 1000,
+	n, err := Open(Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.nowMs}}, RecordBytesMax: 1000,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,8 @@ package node
 
 import (
 	"sync"
-	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -23,7 +23,7 @@ type forwardedPubs struct {
 
 type forwardedPub struct {
 	reply PubReply
-	timer *time.Timer // answers UNAVAILABLE if the leader does not
+	timer env.Timer // answers UNAVAILABLE if the leader does not
 }
 
 // take removes and returns the forwarded publish id, or nil if it was
@@ -78,7 +78,7 @@ func (c *cluster) forwardPublish(to replica.NodeID, pub *wire.Pub, reply PubRepl
 		fp.pending = map[uint64]*forwardedPub{}
 	}
 	fp.pending[id] = f
-	f.timer = time.AfterFunc(c.cfg.DeclareTimeout, func() {
+	f.timer = c.n.cfg.Env.Clock.AfterFunc(c.cfg.DeclareTimeout, func() {
 		if f := fp.take(id); f != nil {
 			f.reply(wire.PubOK{}, wire.Errorf(wire.CodeUnavailable, "partition %s/%d: leader %s did not answer in %v; retry",
 				pub.Topic, pub.Partition, c.name(to), c.cfg.DeclareTimeout))
@@ -97,9 +97,7 @@ func (c *cluster) forwardPublish(to replica.NodeID, pub *wire.Pub, reply PubRepl
 // It does not forward again: a node that no longer leads answers
 // NOT_LEADER and the sender retries with its newer view.
 func (c *cluster) servePublish(from uint32, f *wire.PeerPublish) {
-	c.wg.Add(1)
-	go func() { // Publish may block while the partition's queue is full
-		defer c.wg.Done()
+	publish := func() {
 		c.n.publish(&f.Pub, func(ok wire.PubOK, err *wire.Error) {
 			answer := &wire.PeerPublishOK{ReqID: f.ReqID, OK: ok}
 			if err != nil {
@@ -107,6 +105,15 @@ func (c *cluster) servePublish(from uint32, f *wire.PeerPublish) {
 			}
 			c.tr.Send(from, answer)
 		}, nil)
+	}
+	if c.n.cfg.Manual {
+		publish() // queues, never blocks
+		return
+	}
+	c.wg.Add(1)
+	go func() { // Publish may block while the partition's queue is full
+		defer c.wg.Done()
+		publish()
 	}()
 }
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
-	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -88,39 +88,6 @@ type groupSettings struct {
 	MaxDeliver uint32 `json:"max_deliver"`
 }
 
-type dlqResult struct {
-	partition uint32
-	seq       uint64
-	err       *wire.Error
-}
-
-type dlqRetry struct {
-	partition uint32
-	seq       uint64
-	dueMs     int64
-	// record: the dead letter's record did not commit (cluster): write it
-	// again before publishing.
-	record bool
-}
-
-// Dead-letter publish retries back off exponentially from dlqRetryFirstMs
-// up to dlqRetryMaxMs: a dead-letter topic that stays unwritable costs one
-// attempt per message every dlqRetryMaxMs, and one warning (at the first
-// failure; later ones log at debug level).
-const (
-	dlqRetryFirstMs = 100
-	dlqRetryMaxMs   = 30_000
-)
-
-// dlqBackoffMs is the wait before attempt failures+1 of a dead letter.
-func dlqBackoffMs(failures int) int64 {
-	wait := int64(dlqRetryFirstMs)
-	for i := 1; i < failures && wait < dlqRetryMaxMs; i++ {
-		wait *= 2
-	}
-	return min(wait, dlqRetryMaxMs)
-}
-
 // groupRunner delivers one topic to one consumer group. Its goroutine owns
 // the cursors (delivery kernels), the ledger and the subscriptions.
 type groupRunner struct {
@@ -145,6 +112,7 @@ type groupRunner struct {
 
 	// Owned by run.
 	repl        replLedger // the replicated ledger (cluster only)
+	coordEpoch  uint64     // the epoch of partition 0 it coordinates in (cluster only)
 	retired     bool       // stopped coordinating (cluster only): run ends
 	failure     error      // the ledger failed and could not be reloaded yet
 	cursors     []*delivery.Cursor
@@ -289,6 +257,12 @@ func (n *Node) coordinates(t *topic) error {
 		return wire.Errorf(wire.CodeNotLeader, "the groups of topic %q are coordinated by the leader of its partition 0: %s at %s",
 			t.cfg.Name, info.Leader, info.LeaderAddr)
 	}
+	if _, ok := p0.tookOffice(); !ok && !n.cfg.Mutations.CoordinateBeforeInstall {
+		// Its commit point is not known to cover the previous leaders'
+		// entries yet: cursors rebuilt now would miss committed acks
+		// (CoordinatorAfterInstall).
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the new coordinator is taking office; retry", t.cfg.Name)
+	}
 	for _, p := range t.partitions {
 		if p.repl == nil {
 			return wire.Errorf(wire.CodeUnavailable, "topic %q: consuming needs a node holding every partition, and this coordinator lacks partition %d (not supported yet)",
@@ -342,7 +316,7 @@ func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunn
 }
 
 func (g *groupRunner) loadSettings(opts GroupOptions) error {
-	fsys, file := g.node.cfg.FS, path.Join(g.dir, "settings.json")
+	fsys, file := g.node.cfg.Env.FS, path.Join(g.dir, "settings.json")
 	var st groupSettings
 	b, err := storage.ReadFileAtomic(fsys, file)
 	switch {
@@ -385,7 +359,7 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 // before its own directory fsync (ledger.go, step 3), so no ack is accepted
 // against a generation that a crash could still revert.
 func (g *groupRunner) load() error {
-	fsys := g.node.cfg.FS
+	fsys := g.node.cfg.Env.FS
 	incFile := path.Join(g.dir, "incarnation")
 	var inc uint64
 	if b, err := storage.ReadFileAtomic(fsys, incFile); err == nil {
@@ -611,8 +585,14 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 func (g *groupRunner) run() {
 	defer g.wg.Done()
 	defer g.shutdown()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	// The next wake-up: an AfterFunc on the node's clock that pokes the
+	// loop like any other wake, replaced after every pass.
+	var timer env.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-g.done:
@@ -629,13 +609,15 @@ func (g *groupRunner) run() {
 				}
 			}
 		case <-g.wakeCh:
-		case <-timer.C:
 		}
-		wait := g.iterate(g.node.cfg.NowMs())
+		wait := g.iterate(g.node.nowMs())
 		if g.retired {
 			return
 		}
-		timer.Reset(time.Duration(wait) * time.Millisecond)
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = g.node.cfg.Env.Clock.AfterFunc(time.Duration(wait)*time.Millisecond, g.poke)
 	}
 }
 
@@ -652,7 +634,7 @@ func (g *groupRunner) handle(c groupCmd) {
 				break
 			}
 		}
-		now := g.node.cfg.NowMs()
+		now := g.node.nowMs()
 		for _, cur := range g.cursors {
 			cur.Release(now, c.sub.id)
 		}
@@ -678,7 +660,7 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		g.replies = append(g.replies, func(*wire.Error) { reply(nil, refused) })
 		return
 	}
-	now := g.node.cfg.NowMs()
+	now := g.node.nowMs()
 	m := g.node.metrics
 	results := make([]wire.Code, len(c.entries))
 	for i, e := range c.entries {
@@ -733,11 +715,11 @@ func (g *groupRunner) flushLedger() {
 		_, err := g.ledger.Append(0, recs)
 		if err == nil {
 			g.ledgerBytes += int64(len(recs))*ledgerRecordOverheadBytes + int64(len(g.ledgerBatch)+len(g.countBatch))
-			start := g.node.cfg.NowNanos()
+			start := g.node.nowNanos()
 			if !g.node.cfg.Mutations.SkipLedgerFsync {
 				err = g.ledger.Sync()
 			}
-			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(float64(g.node.cfg.NowNanos()-start) / 1e9)
+			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(float64(g.node.nowNanos()-start) / 1e9)
 		}
 		g.ledgerBatch, g.countBatch = nil, nil
 		if err == nil {
@@ -762,241 +744,4 @@ func (g *groupRunner) flushLedger() {
 		// After the replies: compaction never delays an ACK_OK.
 		g.maybeCompactLedger()
 	}
-}
-
-// dispatch sends due deliveries to subscriptions with credit, round-robin
-// over subscriptions and partitions. Only visible records are sent.
-func (g *groupRunner) dispatch(now int64) {
-	for i, p := range g.topic.partitions {
-		if start := p.startSeq.Load(); start > g.cursors[i].AckFloor() {
-			g.cursors[i].Truncated(start)
-		}
-	}
-	m := g.node.metrics
-	for {
-		sub := g.nextSubWithCredit()
-		if sub == nil {
-			return
-		}
-		sent := false
-		for k := 0; k < len(g.cursors) && !sent; k++ {
-			pi := (g.partRR + k) % len(g.cursors)
-			p := g.topic.partitions[pi]
-			d, ok := g.cursors[pi].Next(now, p.commitSeq.Load(), sub.id)
-			if !ok {
-				continue
-			}
-			e, err := g.fetch(pi, d.Seq)
-			if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
-				// A seq a repair dropped (logged by the repair): not a
-				// message; done at once, derivable from the log.
-				g.cursors[pi].Ack(d.Seq, d.DeliveryID)
-				k--
-				continue
-			}
-			if err != nil {
-				// The delivery stays in flight and is retried after its ack
-				// wait; a corrupt record is never sent.
-				g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "read for delivery failed", "topic", g.topic.cfg.Name, "partition", pi, "seq", d.Seq, "err", err)
-				continue
-			}
-			if replog.IsControl(&e.Record) {
-				// An epoch's install entry: not a message. Done at once
-				// (derivable, so not written to the ledger).
-				g.cursors[pi].Ack(d.Seq, d.DeliveryID)
-				k--
-				continue
-			}
-			sub.sink.SendMsg(&wire.Msg{Topic: g.topic.cfg.Name, Partition: uint32(pi), Seq: d.Seq,
-				DeliveryID: d.DeliveryID, DeliveryCount: d.Count, TimestampMs: e.Record.TimestampMs,
-				Key: e.Record.Key, Value: e.Record.Value, Headers: toWireHeaders(e.Record.Headers)})
-			sub.credit--
-			g.partRR = pi + 1
-			sent = true
-			m.deliveries.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
-			if d.Count > 1 {
-				m.redeliveries.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
-			}
-		}
-		if !sent {
-			return
-		}
-	}
-}
-
-func (g *groupRunner) nextSubWithCredit() *Subscription {
-	for k := 0; k < len(g.subs); k++ {
-		s := g.subs[(g.subRR+k)%len(g.subs)]
-		if s.credit > 0 {
-			g.subRR = (g.subRR + k + 1) % len(g.subs)
-			return s
-		}
-	}
-	return nil
-}
-
-const readAheadRecords, readAheadBytes = 512, 1 << 20
-
-// fetch returns the visible entry at seq, reading ahead into a per-partition
-// cache so sequential delivery reads the log in batches.
-func (g *groupRunner) fetch(pi int, seq uint64) (storage.Entry, error) {
-	c := g.cache[pi]
-	// A partition that recovered (new epoch) may have lost its tail to
-	// corruption and rewritten those seqs: never serve it from an old read.
-	epoch := g.topic.partitions[pi].epoch.Load()
-	if len(c) > 0 && g.cacheEpoch[pi] == epoch && seq >= c[0].Seq && seq <= c[len(c)-1].Seq {
-		return c[seq-c[0].Seq], nil
-	}
-	entries, err := g.topic.partitions[pi].read(seq, readAheadRecords, readAheadBytes)
-	if err != nil {
-		g.cache[pi] = nil
-		return storage.Entry{}, err
-	}
-	if len(entries) == 0 || entries[0].Seq != seq {
-		g.cache[pi] = nil
-		return storage.Entry{}, fmt.Errorf("seq %d not readable", seq)
-	}
-	g.cache[pi], g.cacheEpoch[pi] = entries, epoch
-	return entries[0], nil
-}
-
-func toWireHeaders(hs []storage.Header) []wire.Header {
-	if len(hs) == 0 {
-		return nil
-	}
-	out := make([]wire.Header, len(hs))
-	for i, h := range hs {
-		out[i] = wire.Header{Key: h.Key, Value: h.Value}
-	}
-	return out
-}
-
-// collectDeadLetters finishes dead-letter publishes that completed, starts
-// the retries that fell due, and batches the delivery counts of deliveries
-// that ended (for the next flush) and the record of each seq that newly
-// used up MaxDeliver. A dead letter's publish starts only once that record
-// is durable (startReadyDeadLetters), and the message leaves the group
-// (is recorded in the ledger like an ack) only after its dead-letter copy
-// is durable.
-func (g *groupRunner) collectDeadLetters(now int64) {
-	g.dlqMu.Lock()
-	results := g.dlqResults
-	g.dlqResults = nil
-	g.dlqMu.Unlock()
-	for _, r := range results {
-		k := ackKey{r.partition, r.seq}
-		if r.err != nil {
-			g.retryDeadLetter(now, k, r.err, false)
-			continue
-		}
-		if failures := g.dlqFailures[k]; failures > 0 {
-			g.node.log.Info("dead-letter publish succeeded after failures", "dlq", g.dlq, "partition", r.partition, "seq", r.seq, "failures", failures)
-			delete(g.dlqFailures, k)
-		}
-		g.cursors[r.partition].DeadLettered(r.seq)
-		g.ledgerBatch = binary.BigEndian.AppendUint32(g.ledgerBatch, r.partition)
-		g.ledgerBatch = binary.BigEndian.AppendUint64(g.ledgerBatch, r.seq)
-		g.node.metrics.deadLetters.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
-	}
-	kept := g.dlqRetries[:0]
-	for _, r := range g.dlqRetries {
-		switch {
-		case r.dueMs > now:
-			kept = append(kept, r)
-		case r.record:
-			g.recordDead(r.partition, r.seq)
-		default:
-			g.startDeadLetter(r.partition, r.seq)
-		}
-	}
-	g.dlqRetries = kept
-	for pi, c := range g.cursors {
-		c.Expire(now)
-		for _, sc := range c.TakeCounts() {
-			g.batchCount(uint32(pi), sc.Seq, sc.Count)
-		}
-		for _, seq := range c.TakeDead() {
-			g.recordDead(uint32(pi), seq)
-		}
-	}
-}
-
-// recordDead batches the record of a dead letter; its publish starts once
-// the record is durable.
-func (g *groupRunner) recordDead(pi uint32, seq uint64) {
-	g.batchCount(pi, seq, g.cfg.MaxDeliver)
-	g.deadPending = append(g.deadPending, ackKey{pi, seq})
-}
-
-// retryDeadLetter schedules another attempt at a dead letter whose publish
-// (or, with record, whose record) failed, with exponential backoff. Only
-// its first failure is a warning.
-func (g *groupRunner) retryDeadLetter(now int64, k ackKey, err error, record bool) {
-	if g.dlqFailures == nil {
-		g.dlqFailures = map[ackKey]int{}
-	}
-	g.dlqFailures[k]++
-	failures := g.dlqFailures[k]
-	wait := dlqBackoffMs(failures)
-	if failures == 1 {
-		g.node.log.Warn("dead-letter publish failed; retrying with backoff (further failures of it log at debug level)",
-			"dlq", g.dlq, "partition", k.partition, "seq", k.seq, "retry_in_ms", wait, "err", err)
-	} else {
-		g.node.log.Debug("dead-letter publish failed again", "dlq", g.dlq, "partition", k.partition, "seq", k.seq,
-			"failures", failures, "retry_in_ms", wait, "err", err)
-	}
-	g.dlqRetries = append(g.dlqRetries, dlqRetry{partition: k.partition, seq: k.seq, dueMs: now + wait, record: record})
-}
-
-func (g *groupRunner) batchCount(pi uint32, seq uint64, count uint32) {
-	g.countBatch = binary.BigEndian.AppendUint32(g.countBatch, pi)
-	g.countBatch = binary.BigEndian.AppendUint64(g.countBatch, seq)
-	g.countBatch = binary.BigEndian.AppendUint32(g.countBatch, count)
-}
-
-// startReadyDeadLetters publishes the dead letters whose record is durable.
-func (g *groupRunner) startReadyDeadLetters() {
-	ready := g.deadReady
-	g.deadReady = nil
-	for _, k := range ready {
-		g.startDeadLetter(k.partition, k.seq)
-	}
-}
-
-func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
-	e, err := g.fetch(int(pi), seq)
-	if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
-		// A repair dropped the record: there is nothing to dead-letter,
-		// and the seq is done (as at delivery).
-		g.dlqDone(pi, seq, nil)
-		return
-	}
-	if err != nil {
-		g.dlqDone(pi, seq, wire.Errorf(wire.CodeStorage, "read: %v", err))
-		return
-	}
-	if _, err := g.node.topic(g.dlq); err != nil {
-		if _, err := g.node.declare(wire.TopicConfig{Name: g.dlq, Partitions: 1}); err != nil {
-			g.dlqDone(pi, seq, asWire(err))
-			return
-		}
-	}
-	hs := append(toWireHeaders(e.Record.Headers),
-		wire.Header{Key: "nereus-dlq-topic", Value: []byte(g.topic.cfg.Name)},
-		wire.Header{Key: "nereus-dlq-group", Value: []byte(g.name)},
-		wire.Header{Key: "nereus-dlq-partition", Value: []byte(strconv.Itoa(int(pi)))},
-		wire.Header{Key: "nereus-dlq-seq", Value: []byte(strconv.FormatUint(seq, 10))})
-	// The producer identity makes a retried dead-letter publish idempotent,
-	// on whichever node leads the dead-letter topic's partition.
-	g.node.publishToLeader(&wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducer,
-		ProducerSeq: uint64(pi)<<48 | seq, TimestampMs: e.Record.TimestampMs,
-		Key: e.Record.Key, Value: e.Record.Value, Headers: hs}, g.dlqFailures[ackKey{pi, seq}],
-		func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
-}
-
-func (g *groupRunner) dlqDone(pi uint32, seq uint64, err *wire.Error) {
-	g.dlqMu.Lock()
-	g.dlqResults = append(g.dlqResults, dlqResult{partition: pi, seq: seq, err: err})
-	g.dlqMu.Unlock()
-	g.poke()
 }

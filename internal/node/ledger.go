@@ -211,7 +211,7 @@ func decodeLedgerSnapshot(b []byte) (ledgerSnapshot, error) {
 // readLedgerSnapshot returns the group's snapshot, or generation 0 with no
 // states when none was ever written.
 func (g *groupRunner) readLedgerSnapshot() (ledgerSnapshot, error) {
-	b, err := storage.ReadFileAtomic(g.node.cfg.FS, path.Join(g.dir, ledgerSnapshotFile))
+	b, err := storage.ReadFileAtomic(g.node.cfg.Env.FS, path.Join(g.dir, ledgerSnapshotFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return ledgerSnapshot{}, nil
 	}
@@ -228,7 +228,7 @@ func (g *groupRunner) readLedgerSnapshot() (ledgerSnapshot, error) {
 // removeLedgerFiles removes every file in the ledger directory of gen (the
 // directory itself stays). A missing directory is not an error.
 func (g *groupRunner) removeLedgerFiles(gen uint64) error {
-	fsys, dir := g.node.cfg.FS, path.Join(g.dir, ledgerDirName(gen))
+	fsys, dir := g.node.cfg.Env.FS, path.Join(g.dir, ledgerDirName(gen))
 	names, err := fsys.List(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -250,7 +250,7 @@ func (g *groupRunner) removeLedgerFiles(gen uint64) error {
 // removeStaleLedgers removes the files of every ledger generation but live,
 // best effort: they are garbage (see the crash analysis above).
 func (g *groupRunner) removeStaleLedgers(live uint64) {
-	names, err := g.node.cfg.FS.List(g.dir)
+	names, err := g.node.cfg.Env.FS.List(g.dir)
 	if err != nil {
 		g.node.log.Warn("list group dir for stale ledgers failed", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
 		return
@@ -303,7 +303,7 @@ var errSnapshotWrite = errors.New("write ledger snapshot")
 // compactLedger runs steps 1-5 above. committed reports whether the new
 // snapshot is durable and live (an error then comes from the cleanup).
 func (g *groupRunner) compactLedger() (committed bool, err error) {
-	fsys := g.node.cfg.FS
+	fsys := g.node.cfg.Env.FS
 	next := g.ledgerGen + 1
 	if err := g.removeLedgerFiles(next); err != nil { // step 1
 		return false, fmt.Errorf("clear %s: %w", ledgerDirName(next), err)

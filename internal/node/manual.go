@@ -21,6 +21,10 @@ type Mutations struct {
 	// and ack-log kernels (install gate, dedup seal; ACK_OK before commit).
 	Partition partition.Mutations
 	AckLog    acklog.Mutations
+	// CoordinateBeforeInstall lets a new leader of partition 0 run its
+	// topic's groups before its install entry is applied (cursors rebuilt
+	// from a commit point that may miss committed acks).
+	CoordinateBeforeInstall bool
 }
 
 // Step runs, on the caller's goroutine, all work of a Manual node that is
@@ -33,10 +37,13 @@ func (n *Node) Step() bool {
 	if !n.cfg.Manual {
 		panic("node: Step on a node that runs its own goroutines")
 	}
-	now := n.cfg.NowMs()
+	now := n.nowMs()
 	ran := false
 	for {
 		progress := false
+		if n.cluster != nil {
+			progress = n.cluster.step()
+		}
 		n.mu.RLock()
 		topics := make([]*topic, 0, len(n.topics))
 		for _, t := range n.topics {

@@ -1,8 +1,13 @@
-// Package node is the single-node broker runtime: it owns the topics, runs
-// one goroutine per partition (group commit) and one per consumer group and
-// topic (delivery), and turns disk and clock into calls on the pure kernels
-// in internal/partition and internal/delivery. Sessions (internal/server)
-// call it; it never touches sockets.
+// Package node is the broker runtime of one node, alone or a cluster
+// member: it owns the topics — each partition a local log with group
+// commit, or this node's member of the partition's replica group
+// (internal/replog) — and the consumer groups, and turns the world it
+// reaches through Config.Env (files, clock, peer network) into calls on
+// the kernels in internal/partition, delivery, acklog, replica and meta.
+// In production it runs goroutines (one per partition, per group, the
+// metadata applier, replog's members); in Manual mode it runs none and
+// its driver (the simulator) calls Step. Sessions (internal/server) call
+// it; it never touches client sockets.
 package node
 
 import (
@@ -14,11 +19,10 @@ import (
 	"path"
 	"slices"
 	"sync"
-	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/storage"
-	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -26,12 +30,13 @@ import (
 type Config struct {
 	NodeID  string
 	DataDir string
-	FS      vfs.FS
-	Logger  *slog.Logger
-	// NowMs is the wall clock in unix milliseconds and NowNanos a clock for
-	// measuring durations (injected by tests and the simulator).
-	NowMs    func() int64
-	NowNanos func() int64
+	// Env is the world the node touches: files, clock and timers,
+	// randomness and, in a cluster, the peer network. Unset parts are the
+	// operating system's (env.OS); a nil Env.Peers is TCP (internal/peer)
+	// as the ClusterConfig describes it. Tests and the simulator inject
+	// their own.
+	Env    env.Env
+	Logger *slog.Logger
 	// Manual makes the node start no goroutines: partitions and groups only
 	// queue work, and the driver (the simulator) runs it by calling Step on
 	// one goroutine. Production leaves it false.
@@ -69,17 +74,9 @@ func (c *Config) setDefaults() {
 	if c.NodeID == "" {
 		c.NodeID = "n1"
 	}
-	if c.FS == nil {
-		c.FS = vfs.OS()
-	}
+	c.Env = c.Env.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.NowMs == nil {
-		c.NowMs = func() int64 { return time.Now().UnixMilli() }
-	}
-	if c.NowNanos == nil {
-		c.NowNanos = func() int64 { return time.Now().UnixNano() }
 	}
 	if c.SegmentBytesMax == 0 {
 		c.SegmentBytesMax = 64 << 20
@@ -162,13 +159,10 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, metrics: newMetrics(),
 		topics: map[string]*topic{}, groups: map[groupKey]*groupRunner{}}
-	if err := cfg.FS.MkdirAll(cfg.DataDir); err != nil {
+	if err := cfg.Env.FS.MkdirAll(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
 	if cfg.Cluster != nil {
-		if cfg.Manual {
-			return nil, errors.New("node: the simulator's manual mode runs single nodes only")
-		}
 		if err := n.openCluster(); err != nil {
 			n.Close()
 			return nil, err
@@ -194,6 +188,12 @@ func Open(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// nowMs is the node's wall clock in unix milliseconds (Config.Env).
+func (n *Node) nowMs() int64 { return n.cfg.Env.Clock.NowMs() }
+
+// nowNanos is the node's clock for measuring durations (Config.Env).
+func (n *Node) nowNanos() int64 { return n.cfg.Env.Clock.NowNanos() }
+
 // Metrics returns the node's Prometheus metrics.
 func (n *Node) Metrics() *Metrics { return n.metrics }
 
@@ -201,7 +201,7 @@ func (n *Node) Metrics() *Metrics { return n.metrics }
 func (n *Node) NodeID() string { return n.cfg.NodeID }
 
 func (n *Node) loadTopics() ([]wire.TopicConfig, error) {
-	b, err := storage.ReadFileAtomic(n.cfg.FS, path.Join(n.cfg.DataDir, topicsFile))
+	b, err := storage.ReadFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -240,7 +240,7 @@ func (n *Node) saveTopicsLocked() error {
 	if err != nil {
 		return err
 	}
-	return storage.WriteFileAtomic(n.cfg.FS, path.Join(n.cfg.DataDir, topicsFile), b)
+	return storage.WriteFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile), b)
 }
 
 // startTopic opens a topic's partitions; placement is nil on a single node.
@@ -289,6 +289,30 @@ func (n *Node) Declare(tc wire.TopicConfig) (created bool, err error) {
 	return n.declare(tc)
 }
 
+// DeclareAsync is Declare answering through done, exactly once. A Manual
+// cluster node answers later, from Step (its driver's only goroutine must
+// not wait); otherwise it answers before returning.
+func (n *Node) DeclareAsync(tc wire.TopicConfig, done func(created bool, err error)) {
+	if err := wire.ValidateWritableTopic(tc.Name); err != nil {
+		done(false, err)
+		return
+	}
+	if err := ValidateTopic(tc); err != nil {
+		done(false, err)
+		return
+	}
+	switch {
+	case n.cluster != nil && n.cfg.Manual:
+		n.cluster.declareAsync(tc, false, done)
+	case n.cluster != nil:
+		// A session's later requests may depend on the topic (DECLARE
+		// then PUB, pipelined): its reader waits, keeping them in order.
+		done(n.cluster.declare(tc))
+	default:
+		done(n.declareLocal(tc))
+	}
+}
+
 // declare is Declare without the client's name rule: the group machinery
 // declares dead-letter topics through it.
 func (n *Node) declare(tc wire.TopicConfig) (created bool, err error) {
@@ -298,6 +322,11 @@ func (n *Node) declare(tc wire.TopicConfig) (created bool, err error) {
 	if n.cluster != nil {
 		return n.cluster.declare(tc)
 	}
+	return n.declareLocal(tc)
+}
+
+// declareLocal creates a topic on a single node.
+func (n *Node) declareLocal(tc wire.TopicConfig) (created bool, err error) {
 	if tc.Replicas == 0 {
 		tc.Replicas = 1
 	}
@@ -363,6 +392,9 @@ func (n *Node) topic(name string) (*topic, error) {
 		return nil, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
 	}
 	t, ok := n.topics[name]
+	if !ok && n.cluster != nil && n.cluster.starting(name) {
+		return nil, wire.Errorf(wire.CodeUnavailable, "topic %q is declared but not started on this node yet (its start failed and is retried); retry", name)
+	}
 	if !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "topic %q does not exist", name)
 	}

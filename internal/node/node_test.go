@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -27,6 +28,16 @@ type harness struct {
 	tune func(*Config)
 }
 
+// testClock is the wall clock with a NowMs the test sets: the node's
+// timers still fire in real time, but what it stamps and compares is the
+// test's time.
+type testClock struct {
+	env.Wall
+	nowMs *atomic.Int64
+}
+
+func (c testClock) NowMs() int64 { return c.nowMs.Load() }
+
 func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, fs: vfs.NewMem()}
 	h.nowMs.Store(1_000_000)
@@ -37,7 +48,7 @@ func newHarness(t *testing.T) *harness {
 
 func (h *harness) open() {
 	h.t.Helper()
-	cfg := Config{DataDir: "/data", FS: h.fs, NowMs: h.nowMs.Load,
+	cfg := Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.nowMs}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if h.tune != nil {
 		h.tune(&cfg)
@@ -500,7 +511,7 @@ func TestPipelinedFsyncAnswersOnlyWhatItCovered(t *testing.T) {
 			<-release
 		}
 	}}
-	n := openWithTopic(t, Config{DataDir: "/data", FS: fsys})
+	n := openWithTopic(t, Config{DataDir: "/data", Env: env.Env{FS: fsys}})
 	holding.Store(true)
 	defer func() {
 		holding.Store(false)

@@ -66,7 +66,7 @@ func (n *Node) publish(pub *wire.Pub, reply PubReply, c Corker) {
 	}
 	ts := pub.TimestampMs
 	if ts == 0 {
-		ts = n.cfg.NowMs()
+		ts = n.nowMs()
 	}
 	headers := make([]storage.Header, len(pub.Headers))
 	for i, h := range pub.Headers {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -86,7 +87,7 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 		return nil, errors.New("node: repair: this is a cluster member's data directory; " +
 			"offline repair of replicated partitions is not supported yet")
 	}
-	n := &Node{cfg: Config{FS: fsys, DataDir: dataDir}}
+	n := &Node{cfg: Config{Env: env.Env{FS: fsys}.WithDefaults(), DataDir: dataDir}}
 	var out []RepairedLog
 	configs, err := n.loadTopics()
 	if errors.Is(err, storage.ErrCorrupt) {

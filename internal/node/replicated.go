@@ -64,9 +64,34 @@ func (p *partitionRunner) openReplicated() error {
 	start := l.ReadLog().StartSeq()
 	p.startSeq.Store(start)
 	p.rs.kernel = partition.NewMember[PubReply](p.node.cfg.Dedup, start, p.node.cfg.Mutations.Partition)
+	if p.node.cfg.Manual {
+		return nil // stepReplicated, from Step
+	}
 	p.wg.Add(1)
 	go p.runReplicated()
 	return nil
+}
+
+// stepReplicated is runReplicated's loop for a Manual node: the queued
+// publishes, and the applying and answering a wake-up asks for. It
+// reports whether anything ran.
+func (p *partitionRunner) stepReplicated() bool {
+	progress := false
+	select {
+	case <-p.rs.wake:
+		progress = true
+	default:
+	}
+	for len(p.manualQueue) > 0 {
+		r := p.manualQueue[0]
+		p.manualQueue = p.manualQueue[1:]
+		p.proposeReplicated(r)
+		progress = true
+	}
+	if progress {
+		p.applyReplicated()
+	}
+	return progress
 }
 
 func (t *topic) hosts(partition int, node uint32) bool {
@@ -123,6 +148,17 @@ func (p *partitionRunner) leaderView() (replica.Status, partition.View) {
 	return st, v
 }
 
+// tookOffice reports whether this member leads and has applied its
+// epoch's install entry — so everything earlier leaders committed is
+// applied here — and in which epoch.
+func (p *partitionRunner) tookOffice() (epoch uint64, ok bool) {
+	if p.repl == nil {
+		return 0, false
+	}
+	_, v := p.leaderView()
+	return v.Epoch, v.Leader && v.InstallSeq != 0 && p.commitSeq.Load() >= v.InstallSeq
+}
+
 // refusal words the kernel's refusal of a publish for the client.
 func (p *partitionRunner) refusal(st replica.Status, r partition.Refusal) *wire.Error {
 	name := p.topic.cfg.Name
@@ -174,6 +210,7 @@ func (p *partitionRunner) applyReplicated() {
 	rs.completions = nil
 	rs.mu.Unlock()
 	commit := p.repl.CommitSeq()
+	p.readLog.Store(p.repl.ReadLog()) // a member restarted in place reads a new one
 	p.followStart()
 	for k.Applied() < commit {
 		from := k.Applied() + 1

@@ -99,7 +99,14 @@ func (g *groupRunner) coordinator() *partitionRunner { return g.topic.partitions
 // new coordinator never reuses an old one's ids.
 func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
 	p0 := g.coordinator()
-	epoch := p0.epoch.Load()
+	epoch, ok := p0.tookOffice()
+	if !ok && g.node.cfg.Mutations.CoordinateBeforeInstall {
+		epoch, ok = p0.repl.Status().Hard.Promised, true
+	}
+	if !ok {
+		return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: this node no longer coordinates its groups; retry", g.topic.cfg.Name)
+	}
+	g.coordEpoch = epoch
 	rb, err := acklog.NewRebuild(func() ([]*delivery.Cursor, error) {
 		cursors := make([]*delivery.Cursor, len(g.topic.partitions))
 		for i, p := range g.topic.partitions {
@@ -202,7 +209,7 @@ func (g *groupRunner) flushReplicated() {
 	if len(eff.DeadRetry) > 0 {
 		// A lost retry count costs at most one extra delivery should the
 		// coordinator change.
-		now := g.node.cfg.NowMs()
+		now := g.node.nowMs()
 		for _, r := range eff.DeadRetry {
 			g.retryDeadLetter(now, ackKey{r.Key.Partition, r.Key.Seq}, fmt.Errorf("record not committed: %w", r.Err), true)
 		}
@@ -239,8 +246,12 @@ func (g *groupRunner) stillCoordinates() bool {
 		return true
 	}
 	p0 := g.coordinator()
-	if p0.repl != nil && p0.repl.Status().Role == replica.Leader {
-		return true
+	if p0.repl != nil {
+		// A leader again in a later epoch is a new coordinator: this
+		// group's cursors are from before, so it retires and reloads.
+		if st := p0.repl.Status(); st.Role == replica.Leader && st.Hard.Promised == g.coordEpoch {
+			return true
+		}
 	}
 	info := p0.info()
 	werr := wire.Errorf(wire.CodeNotLeader, "the groups of topic %q moved to the leader of its partition 0: %s at %s",

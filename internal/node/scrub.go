@@ -41,13 +41,13 @@ func (n *Node) startScrubber() {
 func (n *Node) runScrubber(stop <-chan struct{}) {
 	defer close(n.scrubDone)
 	s := &scrubber{n: n, from: map[*partitionRunner]uint64{}}
-	t := time.NewTicker(time.Second)
+	t := n.cfg.Env.Clock.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case <-t.C:
+		case <-t.C():
 			s.step(n.cfg.ScrubBytesPerSecond)
 		}
 	}

@@ -21,7 +21,9 @@ type Config struct {
 	// HeartbeatTicks between leader appends when idle (default 1).
 	HeartbeatTicks int
 	// ElectionTicks: a follower that hears no leader for a random time in
-	// [ElectionTicks, 2*ElectionTicks) campaigns (default 10).
+	// [ElectionTicks, 2*ElectionTicks) campaigns (default 30: 300 ms at
+	// the node's 10 ms tick). The one default of this setting: the node
+	// and replog pass 0 through.
 	ElectionTicks int
 	// AckTimeoutTicks: a leader that has not heard from a quorum (every
 	// replica under SyncAll) for this long refuses writes (default 2*ElectionTicks).
@@ -56,6 +58,8 @@ type Mutations struct {
 	PreVoteIgnoresLease      bool // grant a PRE_VOTE while still holding the leader's lease
 	AcceptStaleFlushed       bool // count a FLUSHED of an older epoch toward this epoch's commit
 	GrantIgnoresLineage      bool // grant a PREPARE whatever the candidate's lineage
+	ProposeWhenReadOnly      bool // accept proposals while READ_ONLY_DEGRADED
+	AppendBelowSnapshot      bool // S8: match an APPEND starting below the snapshot point against the compacted prefix
 }
 
 func (c *Config) validate() error {
@@ -69,7 +73,7 @@ func (c *Config) validate() error {
 		c.HeartbeatTicks = 1
 	}
 	if c.ElectionTicks == 0 {
-		c.ElectionTicks = 10
+		c.ElectionTicks = 30
 	}
 	if c.AckTimeoutTicks == 0 {
 		c.AckTimeoutTicks = 2 * c.ElectionTicks
@@ -290,121 +294,13 @@ func (r *Replica) Tick() {
 	}
 }
 
-// Campaign starts an election now instead of waiting for the election
-// timeout: a forced, immediate campaign with no pre-vote round — it
-// persists the promise of the next epoch and PREPAREs at once, fencing a
-// leader the others may still hear. For the tests, the model checker
-// (whose "times out and campaigns" action is this), a brand-new group's
-// first election (the node shell) and leadership transfer later; an
-// election timeout (Tick) pre-votes first instead. A leader ignores it.
-func (r *Replica) Campaign() {
-	if r.role != Leader && !r.rebuilding {
-		r.campaign()
-	}
-}
-
-// ElectionTimeout does what the election timer does when it runs out: it
-// starts a pre-vote round (a single replica campaigns at once). Tick calls
-// it; a driver that keeps time itself (the model checker) calls it
-// directly. A leader or a rebuilding replica ignores it.
-func (r *Replica) ElectionTimeout() {
-	if r.role != Leader && !r.rebuilding {
-		r.preVote()
-	}
-}
-
-// preVote starts a pre-vote round for the next epoch: it asks the others
-// whether they would promise it, changing and persisting nothing, and
-// campaigns only once a majority (itself included) would (stepPreVoteAck).
-// A single replica has no leader to disrupt and campaigns at once.
-func (r *Replica) preVote() {
-	if r.quorum == 1 {
-		r.campaign()
-		return
-	}
-	r.resetElectionTimer()
-	r.preVoting = true
-	clear(r.preGrants)
-	r.preGrants[r.self] = true
-	for i, p := range r.peers {
-		if i != r.self {
-			r.send(Message{Type: MsgPreVote, To: p, Epoch: r.hard.Promised + 1, LastEpoch: r.lastEpoch(), LastSeq: r.last})
-		}
-	}
-}
-
-// endPreVote ends the pre-vote round, if any, back to the state before it.
-func (r *Replica) endPreVote() {
-	r.preVoting = false
-	clear(r.preGrants)
-}
-
-// leaseExpired reports whether this replica no longer holds its leader's
-// lease, so it may help elect another: a follower that knows no leader or
-// has not heard from it for ElectionTicks (or is pre-voting itself: its
-// own timer fired and it has heard nothing since); a leader only once it
-// lost its quorum — read-only degraded under sync_quorum. A sync_all
-// leader that is read-only because one replica lags but still hears a
-// majority keeps its lease: granting would let that very replica (which
-// no other grants) win with the leader's own answer.
-func (r *Replica) leaseExpired() bool {
-	if r.role == Leader {
-		return r.heardFrom() < r.quorum
-	}
-	return r.leader == 0 || r.preVoting || r.electionElapsed >= r.cfg.ElectionTicks
-}
-
-// campaign persists a promise of the next epoch to itself and PREPAREs.
-func (r *Replica) campaign() {
-	r.setHard(r.hard.Promised+1, r.cfg.ID)
-	r.role, r.leader = Candidate, 0
-	r.endPreVote()
-	r.resetElectionTimer()
-	clear(r.grants)
-	r.grants[r.self] = true
-	if r.granted() {
-		r.becomeLeader()
-		return
-	}
-	for i, p := range r.peers {
-		if i != r.self {
-			r.send(Message{Type: MsgPrepare, To: p, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last})
-		}
-	}
-}
-
-func (r *Replica) granted() bool {
-	n := 0
-	for _, g := range r.grants {
-		if g {
-			n++
-		}
-	}
-	return n >= r.quorum || (r.cfg.Mutations.InstallWithoutQuorum && n >= 1)
-}
-
-// becomeLeader takes office for the promised epoch: INSTALL is the first
-// Append of the epoch, carrying an install entry. Entries of older epochs
-// commit only through it (counting replicas never commits them directly).
-func (r *Replica) becomeLeader() {
-	r.role, r.leader, r.readOnly = Leader, r.cfg.ID, false
-	r.endPreVote()
-	r.heartbeatElapsed = 0
-	for i := range r.peers {
-		r.match[i], r.next[i], r.heard[i], r.dirty[i] = 0, r.last+1, 0, i != r.self
-		r.chaseLag[i], r.chaseAge[i], r.revoked[i] = 0, 0, false
-	}
-	r.appendEntry(Entry{Seq: r.last + 1, Epoch: r.hard.Promised})
-	r.installAt = r.last
-}
-
 // Propose appends data as a new entry (leader only). The entry is visible
 // once Ready.CommitSeq reaches the returned seq under this epoch.
 func (r *Replica) Propose(data []byte) (seq, epoch uint64, err error) {
 	if r.role != Leader {
 		return 0, 0, ErrNotLeader
 	}
-	if r.readOnly {
+	if r.readOnly && !r.cfg.Mutations.ProposeWhenReadOnly {
 		return 0, 0, ErrQuorumLost
 	}
 	r.appendEntry(Entry{Seq: r.last + 1, Epoch: r.hard.Promised, Data: data})
@@ -435,86 +331,6 @@ func (r *Replica) Step(m Message) {
 		r.stepPreVote(m)
 	case MsgPreVoteAck:
 		r.stepPreVoteAck(m)
-	}
-}
-
-// stepPreVote answers whether this replica would promise m.Epoch to m.From
-// were it to campaign: only for a newer epoch than its promise, when it is
-// not rebuilding, the candidate's lineage is at least as good as its own,
-// and its lease on the leader has expired. Answering changes nothing here
-// — no promise, no timer — so a pre-vote cannot disturb a healthy group.
-func (r *Replica) stepPreVote(m Message) {
-	granted := m.Epoch > r.hard.Promised && !r.rebuilding &&
-		lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last) &&
-		(r.cfg.Mutations.PreVoteIgnoresLease || r.leaseExpired())
-	epoch := r.hard.Promised
-	if granted {
-		epoch = m.Epoch
-	}
-	r.send(Message{Type: MsgPreVoteAck, To: m.From, Epoch: epoch, Granted: granted})
-}
-
-// stepPreVoteAck counts pre-grants for the round in progress and
-// campaigns for real with a majority; a refusal from a newer epoch means
-// this replica is behind: it adopts that epoch as a follower.
-func (r *Replica) stepPreVoteAck(m Message) {
-	if !m.Granted {
-		if m.Epoch > r.hard.Promised {
-			r.becomeFollower(m.Epoch, 0)
-		}
-		return
-	}
-	if !r.preVoting || m.Epoch != r.hard.Promised+1 {
-		return // no round in progress, or a stale round's answer
-	}
-	r.preGrants[slices.Index(r.peers, m.From)] = true
-	n := 0
-	for _, g := range r.preGrants {
-		if g {
-			n++
-		}
-	}
-	if n >= r.quorum {
-		r.campaign()
-	}
-}
-
-func (r *Replica) stepPrepare(m Message) {
-	renewed := m.Epoch == r.hard.Promised && r.hard.PromisedTo == m.From
-	if m.Epoch <= r.hard.Promised && !renewed {
-		r.send(Message{Type: MsgPrepareAck, To: m.From, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last, CommitSeq: r.commit})
-		return
-	}
-	// Promise the epoch even to a candidate with a worse lineage: the
-	// promise is what fences the old leader. Grant only a lineage at least
-	// as good as ours, so the winner carries every committed entry.
-	granted := !r.rebuilding && (r.cfg.Mutations.GrantIgnoresLineage || lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last))
-	to := NodeID(0)
-	if granted {
-		to = m.From
-	}
-	if !renewed {
-		r.setHard(m.Epoch, to)
-		r.role, r.leader, r.readOnly = Follower, 0, false
-		r.endPreVote()
-	}
-	if granted {
-		r.resetElectionTimer()
-	}
-	r.send(Message{Type: MsgPrepareAck, To: m.From, Epoch: m.Epoch, Granted: granted, LastEpoch: r.lastEpoch(), LastSeq: r.last, CommitSeq: r.commit})
-}
-
-func (r *Replica) stepPrepareAck(m Message) {
-	if m.Epoch > r.hard.Promised {
-		r.becomeFollower(m.Epoch, 0)
-		return
-	}
-	if r.role != Candidate || m.Epoch != r.hard.Promised || !m.Granted {
-		return
-	}
-	r.grants[slices.Index(r.peers, m.From)] = true
-	if r.granted() {
-		r.becomeLeader()
 	}
 }
 
@@ -550,7 +366,7 @@ func (r *Replica) stepAppend(m Message) {
 	}
 	r.electionElapsed = 0
 	r.endPreVote() // heard the leader
-	if m.PrevSeq < r.snapSeq {
+	if m.PrevSeq < r.snapSeq && !r.cfg.Mutations.AppendBelowSnapshot {
 		// Entries up to the snapshot are committed, so they match the
 		// leader's: skip them and match at the snapshot point instead.
 		skip := min(uint64(len(m.Entries)), r.snapSeq-m.PrevSeq)
@@ -633,59 +449,6 @@ func (r *Replica) stepSnapshot(m Message) {
 	r.last, r.durable, r.snapSeq, r.commit = seq, seq, seq, seq
 	r.rebuilding = false
 	r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: seq})
-}
-
-// CompactTo records that the shell replaced every entry up to seq with a
-// snapshot. seq must be committed, durable and not below RetainFloor's
-// answer when it was asked (the kernel clamps to what is safe and returns
-// the point it accepted).
-func (r *Replica) CompactTo(seq uint64) uint64 {
-	seq = min(seq, r.commit, r.durable)
-	if seq <= r.snapSeq {
-		return r.snapSeq
-	}
-	i := sort.Search(len(r.epochs), func(i int) bool { return r.epochs[i].StartSeq > seq }) - 1
-	r.epochs = slices.Clone(r.epochs[i:])
-	r.epochs[0].StartSeq = seq
-	r.snapSeq = seq
-	return seq
-}
-
-// watchChase detects tail chasing: over each window of ChaseTicks a
-// lagging follower must shrink its lag, or its reservation is revoked (it
-// will rebuild from a snapshot instead of chasing the tail forever). A
-// follower that catches up (lag within one Append) gets it back.
-func (r *Replica) watchChase(i int) {
-	lag := r.last - min(r.match[i], r.last)
-	if lag <= uint64(r.cfg.AppendEntriesMax) {
-		r.revoked[i], r.chaseAge[i], r.chaseLag[i] = false, 0, lag
-		return
-	}
-	r.chaseAge[i]++
-	if r.chaseAge[i] < r.cfg.ChaseTicks {
-		return
-	}
-	if lag >= r.chaseLag[i] && r.chaseLag[i] > 0 {
-		r.revoked[i] = true
-	}
-	r.chaseAge[i], r.chaseLag[i] = 0, lag
-}
-
-// RetainFloor is the highest seq the shell may compact up to: committed,
-// and, on a leader, not past what a follower heard from within its
-// reservation still needs.
-func (r *Replica) RetainFloor() uint64 {
-	floor := min(r.commit, r.durable)
-	if r.role != Leader {
-		return floor
-	}
-	for i := range r.peers {
-		if i != r.self && r.heard[i] <= r.cfg.ReservationTicks && !r.revoked[i] &&
-			r.last-min(r.match[i], r.last) <= r.cfg.ReservationEntriesMax {
-			floor = min(floor, r.match[i])
-		}
-	}
-	return max(floor, r.snapSeq)
 }
 
 func (r *Replica) stepAppendAck(m Message) {
@@ -928,32 +691,4 @@ func (r *Replica) HasReady() bool {
 		return true
 	}
 	return r.role == Leader && slices.Contains(r.dirty, true)
-}
-
-// Outcome is what became of an entry a replica proposed.
-type Outcome uint8
-
-const (
-	// Pending: not committed yet, and not known replaced.
-	Pending Outcome = iota
-	// Committed: the commit point passed it, and the entry at its seq is
-	// still of its epoch (same seq and epoch: the same entry).
-	Committed
-	// Lost: the commit point passed its seq with another epoch's entry
-	// there, or a snapshot replaced the log below it: it may or may not
-	// be in the committed prefix, so its proposer must retry idempotently.
-	Lost
-)
-
-// Outcome reports what became of the entry this replica proposed at (seq,
-// epoch) — the answer its proposer gets.
-func (r *Replica) Outcome(seq, epoch uint64) Outcome {
-	switch {
-	case seq > r.commit:
-		return Pending
-	case r.epochAt(seq) == epoch:
-		return Committed
-	default:
-		return Lost
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -39,7 +40,7 @@ func BenchmarkLeaderReplicates(b *testing.B) {
 				}
 			}
 			for _, id := range members {
-				l, err := Open(Config{ID: id, Members: members, Dir: fmt.Sprintf("/n%d", id), FS: fs, Logger: quiet,
+				l, err := Open(Config{ID: id, Members: members, Dir: fmt.Sprintf("/n%d", id), FS: fs, Logger: quiet, Clock: env.Wall{},
 					Tick: 5 * time.Millisecond, ElectionTicks: 400, Seed: uint64(id), Send: route})
 				if err != nil {
 					b.Fatal(err)

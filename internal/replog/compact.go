@@ -78,7 +78,7 @@ func (m *Member) Compact() error {
 	if m.cfg.CompactLimit != nil {
 		limit = min(limit, m.cfg.CompactLimit())
 	}
-	point := m.log.RetentionPoint(m.cfg.NowMs(), limit)
+	point := m.log.RetentionPoint(m.cfg.Clock.NowMs(), limit)
 	if point == 0 {
 		return nil
 	}

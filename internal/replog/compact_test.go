@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -120,7 +121,7 @@ func TestLaggingFollowerRebuildsFromSnapshotPoint(t *testing.T) {
 // install and resetting the log is completed when the member opens.
 func TestInterruptedInstallIsFinishedOnRestart(t *testing.T) {
 	fsys := vfs.NewMem()
-	cfg := Config{ID: 1, Members: []replica.NodeID{1}, Dir: "/m", FS: fsys, Logger: quiet, Tick: 2 * time.Millisecond,
+	cfg := Config{ID: 1, Members: []replica.NodeID{1}, Dir: "/m", FS: fsys, Logger: quiet, Clock: env.Wall{}, Tick: 2 * time.Millisecond,
 		Send: func(replica.Message) {}}
 	l, err := Open(cfg)
 	if err != nil {
@@ -171,7 +172,7 @@ func TestDamagedSnapshotPointRefusesToOpen(t *testing.T) {
 		if err := storage.WriteFileAtomic(fsys, "/m/"+snapshotFile, b); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Open(Config{ID: 1, Members: []replica.NodeID{1}, Dir: "/m", FS: fsys, Logger: quiet, Send: func(replica.Message) {}})
+		_, err := Open(Config{ID: 1, Members: []replica.NodeID{1}, Dir: "/m", FS: fsys, Logger: quiet, Clock: env.Wall{}, Send: func(replica.Message) {}})
 		if err == nil || !strings.Contains(err.Error(), "snapshot point") {
 			t.Fatalf("open with snapshot point file %v: %v", b, err)
 		}

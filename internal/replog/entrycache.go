@@ -34,8 +34,10 @@ const (
 // the log's next append lands inside the run), and a read is cut at the
 // log's end (a truncation not followed by an append yet) and refused
 // below the log's start. A cached entry thus never outlives a truncation,
-// a reset or a restart (a restarted member has a new, empty cache);
-// entrycache_test.go breaks each of these rules in turn.
+// a reset or a restart: a process restart starts with an empty cache, and
+// what a restart in place does to the log (restartDamaged drops a damaged
+// range, Recover reopens the log cut back to its synced end) is one of the
+// changes above. entrycache_test.go breaks each of these rules in turn.
 //
 // Eviction: entries leave from the front once committed and taken by the
 // applier (or, while no applier uses the cache, once committed), and
@@ -135,9 +137,10 @@ func (l *Log) Committed(fromSeq uint64, maxEntries int) ([]storage.Entry, error)
 	if fromSeq > commit {
 		return nil, nil
 	}
+	rl := m.ReadLog() // not m.log: the driver may replace it (Recover)
 	c.mu.Lock()
 	c.applier = true
-	cached, ok := c.get(fromSeq, min(commit, fromSeq+uint64(max(maxEntries, 1))-1), m.log.StartSeq(), m.log.NextSeq()-1)
+	cached, ok := c.get(fromSeq, min(commit, fromSeq+uint64(max(maxEntries, 1))-1), rl.StartSeq(), rl.NextSeq()-1)
 	if ok && len(cached) > 0 {
 		c.taken = cached[len(cached)-1].Seq
 	}

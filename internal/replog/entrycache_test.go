@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -13,7 +14,7 @@ import (
 // in-memory file system; nothing steps it, the tests drive its store.
 func openTestMember(t *testing.T) *Member {
 	t.Helper()
-	m, err := OpenMember(Config{ID: 1, Members: []replica.NodeID{1, 2, 3}, Dir: "/n1", FS: vfs.NewMem(), Logger: quiet,
+	m, err := OpenMember(Config{ID: 1, Members: []replica.NodeID{1, 2, 3}, Dir: "/n1", FS: vfs.NewMem(), Logger: quiet, Clock: env.Wall{},
 		Send: func(replica.Message) {}})
 	if err != nil {
 		t.Fatal(err)

@@ -3,8 +3,11 @@ package replog
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -14,21 +17,23 @@ import (
 // and a queue of messages in flight, delivered by pump.
 type manualGroup struct {
 	t     *testing.T
-	nowMs int64
+	fs    *vfs.MemFS
+	clock *env.Virtual
 	logs  []*Log
 	net   []replica.Message
 }
 
 func newManualGroup(t *testing.T, n int, tune func(*Config)) *manualGroup {
-	g := &manualGroup{t: t, nowMs: 1_000}
+	g := &manualGroup{t: t, clock: env.NewVirtual(1_000)}
 	fs := vfs.NewMem()
+	g.fs = fs
 	var members []replica.NodeID
 	for i := 1; i <= n; i++ {
 		members = append(members, replica.NodeID(i))
 	}
 	for _, id := range members {
 		cfg := Config{ID: id, Members: members, Dir: fmt.Sprintf("/m%d", id), FS: fs, Logger: quiet, Seed: uint64(id),
-			Manual: true, NowMs: func() int64 { return g.nowMs }, Send: func(m replica.Message) { g.net = append(g.net, m) }}
+			Manual: true, Clock: g.clock, Send: func(m replica.Message) { g.net = append(g.net, m) }}
 		if tune != nil {
 			tune(&cfg)
 		}
@@ -45,7 +50,7 @@ func newManualGroup(t *testing.T, n int, tune func(*Config)) *manualGroup {
 // run advances the clock by ms, one tick at a time, delivering every
 // message and pumping every log after each tick.
 func (g *manualGroup) run(ms int64) {
-	for end := g.nowMs + ms; g.nowMs < end; g.nowMs += 10 {
+	for end := g.clock.NowMs() + ms; g.clock.NowMs() < end; g.clock.Advance(10 * time.Millisecond) {
 		for progress := true; progress; {
 			progress = false
 			for _, l := range g.logs {
@@ -133,5 +138,81 @@ func TestManualLogNeverBlocksAProposal(t *testing.T) {
 	l.pumping = false
 	if len(answers) != 3 || !errors.Is(answers[2], ErrBusy) {
 		t.Fatalf("a full queue inside a Pump: answers %v, want ErrBusy last", answers)
+	}
+}
+
+// TestMemberRestartsInPlaceAfterAFailedFsync: a leader whose fsync fails
+// claims nothing while it cannot persist (no leader in its status),
+// answers proposals instead of leaving them waiting, and once the disk
+// works again restarts in place with its log cut back to what it had
+// synced — the entry whose fsync failed is gone from it — and the group
+// commits again.
+func TestMemberRestartsInPlaceAfterAFailedFsync(t *testing.T) {
+	g := newManualGroup(t, 3, nil)
+	g.logs[0].Campaign()
+	g.run(200)
+	l := g.leader()
+	if l == nil {
+		t.Fatal("no leader")
+	}
+	var seq uint64
+	l.ProposeFunc(storage.Record{Value: []byte("synced")}, func(s, _ uint64, err error) { seq = s })
+	g.run(100)
+	synced := l.ReadLog().SyncedSeq()
+	if seq == 0 || synced < seq {
+		t.Fatalf("setup: seq %d synced %d", seq, synced)
+	}
+	id := l.Status().ID
+	failing := true
+	g.fs.SetInjector(func(op vfs.Op, name string) error {
+		if failing && op == vfs.OpSync && strings.HasPrefix(name, fmt.Sprintf("/m%d/", id)) {
+			return errors.New("injected fsync error")
+		}
+		return nil
+	})
+	var answer error = errors.New("not answered")
+	l.ProposeFunc(storage.Record{Value: []byte("lost")}, func(_, _ uint64, err error) { answer = err })
+	g.pumpOnly(l)
+	if st := l.Status(); st.Role == replica.Leader || st.Leader != 0 {
+		t.Fatalf("a member that cannot persist still claims leadership: %+v", st)
+	}
+	if !errors.Is(answer, ErrRestarted) && !errors.Is(answer, ErrLost) {
+		t.Fatalf("the proposal whose fsync failed: %v", answer)
+	}
+	if next := l.ReadLog().NextSeq(); next <= synced+1 {
+		t.Fatalf("setup: the failed entry was never written (next %d, synced %d)", next, synced)
+	}
+	failing = false
+	// Restart it alone (no message moves): it cut its log back to what
+	// it had synced. (The entry may still come back from a follower that
+	// flushed the early APPEND, as the next leader's.)
+	g.clock.Advance(200 * time.Millisecond)
+	g.pumpOnly(l)
+	if next := l.ReadLog().NextSeq(); next != synced+1 {
+		t.Fatalf("n%d restarted with its log ending at %d, want its synced %d", id, next-1, synced)
+	}
+	g.net = nil // what it sent meanwhile
+	g.run(1500) // an election timeout (300-600 ms)
+	leader := g.leader()
+	if leader == nil {
+		t.Fatal("no leader after the disk healed")
+	}
+	var after error = errors.New("not answered")
+	leader.ProposeFunc(storage.Record{Value: []byte("after")}, func(_, _ uint64, err error) { after = err })
+	g.run(200)
+	if after != nil {
+		t.Fatalf("a write after the restart: %v", after)
+	}
+}
+
+// pumpOnly pumps one log until it has nothing left to do, without time
+// passing or messages moving.
+func (g *manualGroup) pumpOnly(l *Log) {
+	for i := 0; i < 100; i++ {
+		if ran, err := l.Pump(); err != nil {
+			g.t.Fatal(err)
+		} else if !ran {
+			return
+		}
 	}
 }

@@ -20,9 +20,11 @@ import (
 // goroutines.
 type Member struct {
 	cfg Config
-	log *storage.Log
-	k   *replica.Replica
-	x   replica.Executor
+	log *storage.Log // driver-owned; Recover replaces it
+	// readLog is log for readers on other goroutines.
+	readLog atomic.Pointer[storage.Log]
+	k       *replica.Replica
+	x       replica.Executor
 
 	pending []*Proposal // proposed by this member, awaiting their outcome
 	cache   entryCache  // the most recent entries, as written (entrycache.go)
@@ -39,13 +41,10 @@ type Member struct {
 // OpenMember restores a member from its directory. Nothing runs until its
 // driver steps it.
 func OpenMember(cfg Config) (*Member, error) {
-	if cfg.FS == nil || cfg.Send == nil || cfg.Dir == "" {
-		return nil, errors.New("replog: FS, Send and Dir are required")
+	if cfg.FS == nil || cfg.Send == nil || cfg.Dir == "" || cfg.Clock == nil {
+		return nil, errors.New("replog: FS, Send, Dir and Clock are required")
 	}
 	cfg.setDefaults()
-	if (cfg.Storage.RetentionAgeMs != 0 || cfg.Storage.RetentionBytes != 0) && cfg.NowMs == nil {
-		return nil, errors.New("replog: a retention needs NowMs, its clock")
-	}
 	lg, err := storage.Open(cfg.FS, cfg.Dir, cfg.Storage)
 	if err != nil {
 		return nil, err
@@ -83,6 +82,7 @@ func OpenMember(cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m := &Member{cfg: cfg, log: lg, k: k, rebuildingMarked: marked}
+	m.readLog.Store(lg)
 	m.x = replica.Executor{Store: memberStore{m}, Send: m.send, SendBeforePersist: cfg.SendBeforePersist}
 	m.publishStatus()
 	return m, nil
@@ -225,7 +225,7 @@ func (m *Member) clearRebuilding() error {
 
 // ReadLog is the member's log for concurrent readers (storage.Log.Read);
 // entries above CommitSeq may still be truncated. Never write to it.
-func (m *Member) ReadLog() *storage.Log { return m.log }
+func (m *Member) ReadLog() *storage.Log { return m.readLog.Load() }
 
 // Status is the kernel's latest view.
 func (m *Member) Status() replica.Status { return *m.status.Load() }
@@ -242,7 +242,7 @@ func (m *Member) Read(fromSeq uint64, max int) ([]storage.Entry, error) {
 	if fromSeq > commit {
 		return nil, nil
 	}
-	entries, err := m.log.Read(fromSeq, min(max, int(commit-fromSeq+1)), 16<<20)
+	entries, err := m.readLog.Load().Read(fromSeq, min(max, int(commit-fromSeq+1)), 16<<20)
 	for i, e := range entries {
 		if e.Seq > commit {
 			return entries[:i], err
@@ -345,4 +345,81 @@ func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
 		out = append(out, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: data})
 	}
 	return out, nil
+}
+
+// Recover restarts the member in place after a failed write or fsync, as
+// a process restart would, without trusting what the failure left behind:
+// the log is reopened (recovery), cut back to the last seq it had synced
+// before the failure — it never vouched for the rest (FLUSHED and a
+// leader's own count wait for a sync) — and synced; then a fresh kernel
+// starts from what is durable. Pending proposals fail with ErrRestarted.
+// It fails, leaving the member as it was, while the disk keeps failing.
+func (m *Member) Recover() error {
+	synced := m.log.SyncedSeq()
+	lg, err := storage.Open(m.cfg.FS, m.cfg.Dir, m.cfg.Storage)
+	if err != nil {
+		return err
+	}
+	if synced+1 < lg.NextSeq() && synced+1 >= lg.StartSeq() {
+		if err := lg.TruncateAfter(synced); err != nil {
+			lg.Close()
+			return err
+		}
+	}
+	// The log's cut, and the state files' renames (a failed SyncDir may
+	// have left a new hard state current but not durable), made durable
+	// before anything is trusted.
+	if err := lg.Sync(); err != nil {
+		lg.Close()
+		return err
+	}
+	if err := m.cfg.FS.SyncDir(m.cfg.Dir); err != nil {
+		lg.Close()
+		return err
+	}
+	p, err := loadPersisted(m.cfg.FS, m.cfg.Dir, lg)
+	if err == nil {
+		var marked bool
+		marked, err = isRebuilding(m.cfg.FS, m.cfg.Dir)
+		p.Rebuilding = p.Rebuilding || marked
+		m.rebuildingMarked = marked
+	}
+	var k *replica.Replica
+	if err == nil {
+		k, err = replica.New(kernelConfig(m.cfg), p)
+	}
+	if err != nil {
+		lg.Close()
+		return err
+	}
+	old := m.log
+	for _, pr := range m.pending {
+		pr.finish(ErrRestarted)
+	}
+	m.pending = nil
+	m.log, m.k = lg, k
+	m.readLog.Store(lg)
+	old.Close() // the failed writer's (readers that still hold it get ErrClosed and read again)
+	m.commitSeq.Store(min(m.commitSeq.Load(), lg.NextSeq()-1))
+	m.publishStatus()
+	m.cfg.Logger.Warn("replog: member restarted in place after a failed write", "member", m.cfg.ID, "dir", m.cfg.Dir, "synced", synced)
+	return nil
+}
+
+// publishStopped fails the pending proposals and publishes a status that
+// claims nothing — no role beyond follower, no leader — while the member
+// cannot persist, so that clients look elsewhere rather than at a leader
+// that is gone.
+func (m *Member) publishStopped() {
+	for _, pr := range m.pending { // their entries may never be durable here
+		pr.finish(ErrRestarted)
+	}
+	m.pending = nil
+	st := m.k.Status()
+	st.Role, st.Leader, st.LeaderSilent, st.Peers = replica.Follower, 0, true, nil
+	m.status.Store(&st)
+	if m.cfg.Notify != nil {
+		m.notified = notice{}
+		m.cfg.Notify()
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -58,18 +59,20 @@ type Config struct {
 	// (default 1 s) the member deletes the log segments retention lets go
 	// of — never past what the kernel must keep (committed, flushed, and
 	// what a follower inside its reservation still needs), nor past
-	// CompactLimit when set (what the caller has not consumed yet). NowMs
-	// is the retention clock (required when Storage sets a retention).
+	// CompactLimit when set (what the caller has not consumed yet).
 	CompactEvery time.Duration
 	CompactLimit func() uint64
-	NowMs        func() int64
+	// Clock is the member's time: the retention clock, and the tickers of
+	// the production driver (Log); a Manual Log ticks by its NowMs.
+	// Required.
+	Clock env.Clock
 	// Reservation is how long a leader keeps the log a silent follower
 	// still needs (default 30 s); a follower away longer may have to
 	// rebuild from a snapshot.
 	Reservation time.Duration
 	// Manual makes Open start no goroutine: the driver (a simulated node)
 	// calls Pump on its own goroutine, and ticks and compactions follow
-	// NowMs (required then).
+	// the Clock's NowMs.
 	Manual bool
 	// Mutations and SendBeforePersist deliberately break the kernel and the
 	// executor, so tests can prove the simulator catches each. Never set
@@ -153,6 +156,8 @@ type Log struct {
 	manual                    bool
 	lastTickMs, lastCompactMs int64
 	pumping, closed           bool
+	failed                    bool // it could not persist: recovering (pumpFailed) since failedAtMs
+	failedAtMs                int64
 }
 
 // notice is the part of the kernel's view whose changes Notify reports.
@@ -169,9 +174,6 @@ const hardStateFile = "hardstate"
 // Open restores a member from its directory and starts its goroutine
 // (none in Manual mode).
 func Open(cfg Config) (*Log, error) {
-	if cfg.Manual && cfg.NowMs == nil {
-		return nil, errors.New("replog: a Manual log needs NowMs, its clock")
-	}
 	m, err := OpenMember(cfg)
 	if err != nil {
 		return nil, err
@@ -180,7 +182,7 @@ func Open(cfg Config) (*Log, error) {
 		prop: make(chan *Proposal, m.cfg.ProposeQueueMax), done: make(chan struct{}), damaged: make(chan struct{}, 1),
 		manual: cfg.Manual}
 	if l.manual {
-		l.lastTickMs = cfg.NowMs()
+		l.lastTickMs = cfg.Clock.NowMs()
 		l.lastCompactMs = l.lastTickMs
 		return l, nil
 	}
@@ -206,7 +208,10 @@ func (l *Log) Pump() (bool, error) {
 	l.pumping = true
 	defer func() { l.pumping = false }()
 	m, ran := l.m, false
-	now := m.cfg.NowMs()
+	now := m.cfg.Clock.NowMs()
+	if l.failed {
+		return l.pumpFailed(now), nil
+	}
 	tick := m.cfg.Tick.Milliseconds()
 	for ; now-l.lastTickMs >= tick; l.lastTickMs += tick {
 		m.Tick()
@@ -218,29 +223,49 @@ func (l *Log) Pump() (bool, error) {
 			return true, l.stop(fmt.Errorf("replog: compaction failed: %w", err))
 		}
 	}
-	for {
+	// In a fixed order (a select among several ready channels picks at
+	// random, and a simulated run must replay bit for bit): damage, a
+	// campaign, messages in arrival order, then proposals.
+	select {
+	case <-l.damaged:
+		ran = true
+		if _, err := m.restartDamaged(); err != nil {
+			return true, l.stop(fmt.Errorf("replog: cannot drop a damaged range: %w", err))
+		}
+	default:
+	}
+	select {
+	case <-l.campaign:
+		ran = true
+		m.Campaign()
+	default:
+	}
+	for drained := false; !drained; {
 		select {
-		case <-l.campaign:
-			m.Campaign()
-		case <-l.damaged:
-			if _, err := m.restartDamaged(); err != nil {
-				return true, l.stop(fmt.Errorf("replog: cannot drop a damaged range: %w", err))
-			}
 		case msg := <-l.in:
+			ran = true
 			m.Step(msg)
+		default:
+			drained = true
+		}
+	}
+	for drained := false; !drained; {
+		select {
 		case p := <-l.prop:
+			ran = true
 			m.Propose(p)
 		default:
-			if err := m.Handle(); err != nil {
-				return true, l.stop(err)
-			}
-			return ran, nil
+			drained = true
 		}
-		ran = true
 	}
+	if err := m.Handle(); err != nil {
+		return true, l.fail(err, now)
+	}
+	return ran, nil
 }
 
-// stop ends a Manual log after a failure, as run's return does.
+// stop ends a Manual log after a failure to drop a damaged range or to
+// compact, as run's return does.
 func (l *Log) stop(err error) error {
 	l.m.cfg.Logger.Error("replog: stopping member", "member", l.m.cfg.ID, "dir", l.m.cfg.Dir, "err", err)
 	close(l.done)
@@ -252,6 +277,39 @@ func (l *Log) stop(err error) error {
 			return err
 		}
 	}
+}
+
+// fail starts a Manual log's recoverLoop: it cannot persist.
+func (l *Log) fail(err error, nowMs int64) error {
+	l.m.cfg.Logger.Error("replog: cannot persist; restarting the member in place", "member", l.m.cfg.ID, "dir", l.m.cfg.Dir, "err", err)
+	l.failed, l.failedAtMs = true, nowMs
+	l.m.publishStopped()
+	return nil
+}
+
+// pumpFailed is recoverLoop for a Manual log.
+func (l *Log) pumpFailed(nowMs int64) bool {
+	ran := false
+	for drained := false; !drained; {
+		select {
+		case p := <-l.prop:
+			p.finish(ErrRestarted)
+			ran = true
+		case <-l.in:
+			ran = true
+		default:
+			drained = true
+		}
+	}
+	if nowMs-l.failedAtMs < recoverEveryTicks*l.m.cfg.Tick.Milliseconds() {
+		return ran
+	}
+	if err := l.m.Recover(); err != nil {
+		l.failedAtMs = nowMs // retry later
+		return ran
+	}
+	l.failed, l.lastTickMs = false, nowMs
+	return true
 }
 
 // loadPersisted reads the hard state and the snapshot point, finishes an
@@ -344,10 +402,13 @@ func (l *Log) enqueue(p *Proposal) {
 		// One goroutine: never block. A full queue is emptied by a Pump,
 		// unless one is running (the caller is inside it).
 		for tries := 0; ; tries++ {
-			select {
+			select { // on its own: with room in prop too, a select would pick at random
 			case <-l.done:
 				p.finish(ErrClosed)
 				return
+			default:
+			}
+			select {
 			case l.prop <- p:
 				return
 			default:
@@ -453,9 +514,9 @@ func (l *Log) Damaged() {
 func (l *Log) run() {
 	defer l.wg.Done()
 	m := l.m
-	ticker := time.NewTicker(m.cfg.Tick)
+	ticker := m.cfg.Clock.NewTicker(m.cfg.Tick)
 	defer ticker.Stop()
-	compact := time.NewTicker(m.cfg.CompactEvery)
+	compact := m.cfg.Clock.NewTicker(m.cfg.CompactEvery)
 	defer compact.Stop()
 	defer func() {
 		for {
@@ -471,9 +532,9 @@ func (l *Log) run() {
 		select {
 		case <-l.done:
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 			m.Tick()
-		case <-compact.C:
+		case <-compact.C():
 			if err := m.Compact(); err != nil {
 				m.cfg.Logger.Error("replog: compaction failed; stopping member", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
 				return
@@ -509,11 +570,43 @@ func (l *Log) run() {
 			}
 		}
 		if err := m.Handle(); err != nil {
-			m.cfg.Logger.Error("replog: cannot persist; stopping member", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
-			return
+			m.cfg.Logger.Error("replog: cannot persist; restarting the member in place", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
+			if !l.recoverLoop(ticker) {
+				return
+			}
 		}
 	}
 }
+
+// recoverLoop runs while the member cannot persist: it claims nothing
+// (publishStopped), answers proposals with ErrRestarted, drops inbound
+// messages, and tries Member.Recover every recoverEveryTicks ticks until
+// it succeeds (true) or the Log closes (false).
+func (l *Log) recoverLoop(ticker env.Ticker) bool {
+	m := l.m
+	m.publishStopped()
+	for ticks := 0; ; {
+		select {
+		case <-l.done:
+			return false
+		case p := <-l.prop:
+			p.finish(ErrRestarted)
+		case <-l.in:
+		case <-ticker.C():
+			if ticks++; ticks%recoverEveryTicks != 0 {
+				continue
+			}
+			if err := m.Recover(); err != nil {
+				m.cfg.Logger.Error("replog: member still cannot restart; will retry", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
+				continue
+			}
+			return true
+		}
+	}
+}
+
+// recoverEveryTicks paces the restarts of a member whose disk fails.
+const recoverEveryTicks = 10
 
 // epochAt is the epoch the entry at seq was written in, by the log's
 // epoch boundaries (ascending).

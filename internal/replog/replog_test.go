@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/peer"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -53,7 +54,7 @@ func newGroupWith(t *testing.T, n int, tune func(*Config)) *group {
 func (g *group) start(id replica.NodeID) {
 	g.t.Helper()
 	cfg := Config{ID: id, Members: g.members, Dir: fmt.Sprintf("/n%d", id), FS: g.fs, Logger: quiet,
-		Tick: 2 * time.Millisecond, Seed: uint64(id), Send: g.route, NowMs: func() int64 { return time.Now().UnixMilli() }}
+		Tick: 2 * time.Millisecond, Seed: uint64(id), Send: g.route, Clock: env.Wall{}}
 	if g.tune != nil {
 		g.tune(&cfg)
 	}
@@ -278,7 +279,7 @@ func TestOverThePeerTransport(t *testing.T) {
 	fs := vfs.NewMem()
 	for i, id := range members {
 		tr := transports[i]
-		l, err := Open(Config{ID: id, Members: members, Dir: fmt.Sprintf("/n%d", id), FS: fs, Logger: quiet, Seed: uint64(id),
+		l, err := Open(Config{ID: id, Members: members, Dir: fmt.Sprintf("/n%d", id), FS: fs, Logger: quiet, Clock: env.Wall{}, Seed: uint64(id),
 			Send: func(m replica.Message) { tr.Send(uint32(m.To), ToWire("t", 0, m)) }})
 		if err != nil {
 			t.Fatal(err)

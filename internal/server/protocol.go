@@ -127,12 +127,13 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 	n := p.srv.node
 	switch f := f.(type) {
 	case *wire.Declare:
-		created, err := n.Declare(f.Topic)
-		if err != nil {
-			p.sendErr(corr, err)
-			return true
-		}
-		p.send(corr, &wire.DeclareOK{Topic: f.Topic, Created: created})
+		n.DeclareAsync(f.Topic, func(created bool, err error) {
+			if err != nil {
+				p.sendErr(corr, err)
+				return
+			}
+			p.send(corr, &wire.DeclareOK{Topic: f.Topic, Created: created})
+		})
 	case *wire.Metadata:
 		for _, name := range f.Topics {
 			if err := wire.ValidateName("topic", name); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -19,7 +20,7 @@ import (
 func startServer(t *testing.T, cfg Config) string {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := node.Open(node.Config{DataDir: "/d", FS: vfs.NewMem(), Logger: logger})
+	n, err := node.Open(node.Config{DataDir: "/d", Env: env.Env{FS: vfs.NewMem()}, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

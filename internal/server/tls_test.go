@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/client"
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/vfs"
 )
@@ -48,7 +49,7 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 func TestTLSEndToEnd(t *testing.T) {
 	cert, pool := selfSigned(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := node.Open(node.Config{DataDir: "/d", FS: vfs.NewMem(), Logger: logger})
+	n, err := node.Open(node.Config{DataDir: "/d", Env: env.Env{FS: vfs.NewMem()}, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,14 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/server"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -49,7 +51,20 @@ type broker struct {
 	stopRestarts  bool
 	damaged       map[uint32]bool // partitions whose files took a bit flip
 	discardLogger *slog.Logger
+
+	// A cluster member (cluster.go): its node id, the cluster and the
+	// simulated peer network; nil cluster runs the single node "sim".
+	id      string
+	cluster *node.ClusterConfig
+	peers   env.PeerNetwork
+	onCrash func() // a cluster takes the dead incarnation off the network
+	// A cluster member's own clock skew (ms) and pause (a stopped
+	// process: nothing addressed to it runs until pausedUntil).
+	skewMs      int64
+	pausedUntil int64
 }
+
+func (b *broker) paused() bool { return b.w.nowMs < b.pausedUntil }
 
 func newBroker(w *World, chk *checker, mutations node.Mutations) *broker {
 	b := &broker{w: w, fs: vfs.NewMem(), mutations: mutations, chk: chk, damaged: map[uint32]bool{},
@@ -90,8 +105,13 @@ func (b *broker) start() {
 	var n *node.Node
 	err := b.guard(func() error {
 		var err error
-		n, err = node.Open(node.Config{NodeID: "sim", DataDir: dataDir, FS: b.fs, Manual: true,
-			NowMs: b.w.brokerNowMs, NowNanos: b.w.brokerNowNanos, Logger: b.discardLogger,
+		e := b.w.brokerEnv(b.fs)
+		if b.cluster != nil {
+			e.Clock, e.Peers = nodeClock{b}, b.peers
+		}
+		n, err = node.Open(node.Config{NodeID: cmp.Or(b.id, "sim"), ClientAddr: b.id, DataDir: dataDir, Env: e, Manual: true,
+			Cluster:   b.cluster,
+			Logger:    b.discardLogger,
 			Mutations: b.mutations,
 			// Small, so campaigns compact ack ledgers (and crash inside
 			// compaction) often; a one-ack golden run stays below it.
@@ -108,7 +128,7 @@ func (b *broker) start() {
 		panic(err) // configuration is fixed; this is a programmer error
 	}
 	b.node, b.srv, b.up = n, srv, true
-	b.w.tracef("broker up (incarnation %d)", b.started)
+	b.w.tracef("%s up (incarnation %d)", cmp.Or(b.id, "broker"), b.started)
 }
 
 // guard runs fn and turns a kill point into a crash. It returns fn's error,
@@ -141,6 +161,9 @@ func (b *broker) crash() {
 
 func (b *broker) crashNow() {
 	b.up = false // the node is gone: nothing below may call into it
+	if b.onCrash != nil {
+		b.onCrash()
+	}
 	for _, c := range b.conns {
 		c.breakConn("broker crashed")
 	}
@@ -159,7 +182,7 @@ func (b *broker) scheduleRestart() {
 
 // step runs the node's due work (group commit, deliveries, redeliveries).
 func (b *broker) step() {
-	if !b.up {
+	if !b.up || b.paused() {
 		return
 	}
 	b.guard(func() error { b.node.Step(); return nil })
@@ -230,6 +253,10 @@ func (c *conn) w() *World { return c.b.w }
 
 func (c *conn) arriveAtBroker(frame []byte) {
 	if !c.open {
+		return
+	}
+	if c.b.paused() {
+		c.w().after(c.b.pausedUntil-c.w().nowMs, func() { c.arriveAtBroker(frame) })
 		return
 	}
 	corr, f, err := wire.ReadFrame(bytes.NewReader(frame), wire.DefaultFrameBytesMax)

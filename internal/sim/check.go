@@ -69,18 +69,21 @@ type ackRecord struct {
 // from the broker and sees only what a client or an operator could see:
 // frames on the wire, the broker's metadata and reads of its log.
 type checker struct {
-	w          *World
-	acked      map[prodKey]ackRecord
-	ackedAt    map[position]prodKey
-	seen       map[position]string // content delivered at a position
-	groupDone  map[position]bool   // ACK_OK'd for the group
-	maxSentID  map[position]uint64 // highest delivery id the broker sent per position
-	doneAtID   map[position]uint64 // maxSentID when the ack was confirmed
-	maxCommit  map[uint32]uint64   // highest commit_seq observed per partition
-	damaged    map[uint32]bool     // partitions hit by a bit flip: loss is expected there
-	sent       map[string]bool     // every value a producer ever published
-	violation  *Violation
-	deliveries int
+	w         *World
+	acked     map[prodKey]ackRecord
+	ackedAt   map[position]prodKey
+	seen      map[position]string  // content delivered at a position
+	groupDone map[position]bool    // ACK_OK'd for the group
+	maxSentID map[position]uint64  // highest delivery id the broker sent per position
+	doneAtID  map[position]uint64  // maxSentID when the ack was confirmed
+	maxCommit map[commitKey]uint64 // highest commit_seq observed per partition (and node incarnation in a cluster)
+	// perIncarnation: a cluster member's commit_seq is its own knowledge,
+	// which starts over when it restarts (a single node's never shrinks).
+	perIncarnation bool
+	damaged        map[uint32]bool // partitions hit by a bit flip: loss is expected there
+	sent           map[string]bool // every value a producer ever published
+	violation      *Violation
+	deliveries     int
 }
 
 // anyDamaged reports whether a bit flip hit any partition.
@@ -88,7 +91,7 @@ func (c *checker) anyDamaged() bool { return len(c.damaged) > 0 }
 
 func newChecker(w *World, damaged map[uint32]bool) *checker {
 	return &checker{w: w, acked: map[prodKey]ackRecord{}, ackedAt: map[position]prodKey{},
-		seen: map[position]string{}, groupDone: map[position]bool{}, maxCommit: map[uint32]uint64{},
+		seen: map[position]string{}, groupDone: map[position]bool{}, maxCommit: map[commitKey]uint64{},
 		maxSentID: map[position]uint64{}, doneAtID: map[position]uint64{},
 		damaged: damaged, sent: map[string]bool{}}
 }
@@ -180,12 +183,22 @@ func (c *checker) afterEvent(b *broker) {
 	}
 	for _, t := range b.node.Metadata([]string{simTopic}) {
 		for _, p := range t.Partitions {
-			if p.CommitSeq < c.maxCommit[p.Partition] && !c.damaged[p.Partition] {
-				c.violate(VisibleMonotonic, "partition %d commit_seq went from %d to %d", p.Partition, c.maxCommit[p.Partition], p.CommitSeq)
+			k := commitKey{partition: p.Partition}
+			if c.perIncarnation {
+				k.node, k.incarnation = b.id, b.started
 			}
-			c.maxCommit[p.Partition] = max(c.maxCommit[p.Partition], p.CommitSeq)
+			if p.CommitSeq < c.maxCommit[k] && !c.damaged[p.Partition] {
+				c.violate(VisibleMonotonic, "partition %d commit_seq went from %d to %d %s", p.Partition, c.maxCommit[k], p.CommitSeq, b.id)
+			}
+			c.maxCommit[k] = max(c.maxCommit[k], p.CommitSeq)
 		}
 	}
+}
+
+type commitKey struct {
+	partition   uint32
+	node        string
+	incarnation int
 }
 
 // undelivered lists acknowledged positions the group has not acked yet
@@ -206,16 +219,17 @@ func (c *checker) undelivered() []position {
 	return out
 }
 
-// finalChecks reads the whole log of a freshly restarted broker: every
-// acknowledged record is at its position with its content, and no producer
-// sequence is stored twice.
-func (c *checker) finalChecks(b *broker, partitions uint32) {
-	if !b.up {
-		c.violate(Liveness, "broker did not restart for the final check")
-		return
-	}
+// finalChecks reads the whole log of each partition from the broker pick
+// names for it (freshly restarted): every acknowledged record is at its
+// position with its content, and no producer sequence is stored twice.
+func (c *checker) finalChecks(pick func(partition uint32) *broker, partitions uint32) {
 	stored := map[prodKey]position{}
 	for p := uint32(0); p < partitions; p++ {
+		b := pick(p)
+		if b == nil || !b.up {
+			c.violate(Liveness, "no node up to read partition %d back", p)
+			return
+		}
 		meta := b.node.Metadata([]string{simTopic})
 		if len(meta) == 0 {
 			c.violate(AckedNeverLost, "topic %q missing after restart", simTopic)

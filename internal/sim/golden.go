@@ -46,7 +46,7 @@ func RunGolden(variant string) (Result, error) {
 	}
 	s.w.tracef("golden %s", variant)
 	s.b.start()
-	p := &producer{s: s, id: 7, window: 1, messagesMax: 1, nextSeq: 1, inflight: map[uint64]string{}}
+	p := &producer{s: s, id: 7, window: 1, messagesMax: 1, nextSeq: 1, inflight: map[uint64]string{}, partition: wire.PartitionAuto}
 	s.producers = append(s.producers, p)
 	p.connect()
 	s.w.after(tickMs, s.tick)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nereus-broker/nereus/internal/invariant"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -131,6 +132,7 @@ type Result struct {
 	Acked      int // PUB_OKs received
 	Deliveries int // MSG frames received
 	Restarts   int // broker incarnations after the first
+	Faults     int // faults injected (cluster runs)
 }
 
 // liveness phase bounds, after faults heal.
@@ -142,14 +144,25 @@ const (
 
 // sim is one run in progress.
 type sim struct {
-	opts        Options
-	w           *World
-	b           *broker
-	chk         *checker
-	producers   []*producer
-	consumers   []*consumer
-	partitioned map[string]bool
-	healed      bool
+	opts     Options
+	w        *World
+	b        *broker   // nodes[0]
+	nodes    []*broker // a cluster's members (one for a single node)
+	net      *peerNet  // a cluster's peer network (nil on a single node)
+	replicas uint8     // the topic's replication factor (0: the default)
+	syncAll  bool      // the topic is sync_all (cluster runs)
+	// A cluster's faults, and its replication checks (cluster.go): the
+	// ghost state of each partition, and the last committed seq checked
+	// per (partition, node incarnation).
+	clusterFaults  ClusterFaults
+	faultsInjected int
+	ghosts         []*invariant.Group
+	observed       map[commitKey]uint64
+	chk            *checker
+	producers      []*producer
+	consumers      []*consumer
+	partitioned    map[string]bool
+	healed         bool
 }
 
 // Run executes one seed and returns its result. It never panics on a broken
@@ -174,11 +187,20 @@ func newSim(opts Options) *sim {
 	chk := newChecker(w, damaged)
 	b := newBroker(w, chk, opts.Mutations)
 	b.damaged = damaged
-	return &sim{opts: opts, w: w, b: b, chk: chk, partitioned: map[string]bool{}}
+	return &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{}}
+}
+
+// dial connects a client to the node at index at (modulo the nodes).
+func (s *sim) dial(cl client, at int) *conn {
+	return s.nodes[at%len(s.nodes)].dial(cl, s.partitioned[cl.name()])
 }
 
 func (s *sim) topicConfig() wire.TopicConfig {
-	return wire.TopicConfig{Name: simTopic, Partitions: s.opts.Partitions}
+	tc := wire.TopicConfig{Name: simTopic, Partitions: s.opts.Partitions, Replicas: s.replicas}
+	if s.syncAll {
+		tc.Ack = wire.AckAll
+	}
+	return tc
 }
 
 func (s *sim) startWorkload() {
@@ -186,7 +208,7 @@ func (s *sim) startWorkload() {
 	s.b.start()
 	for i := 0; i < s.opts.Producers; i++ {
 		p := &producer{s: s, id: uint64(1000 + i), window: 8, messagesMax: uint64(s.opts.MessagesPerProducer),
-			nextSeq: 1, inflight: map[uint64]string{}}
+			nextSeq: 1, inflight: map[uint64]string{}, partition: wire.PartitionAuto}
 		s.producers = append(s.producers, p)
 		s.w.after(s.w.between(0, 10), p.connect)
 	}
@@ -210,8 +232,13 @@ func (s *sim) step() bool {
 	if !s.w.next() {
 		return false
 	}
-	s.b.step()
-	s.chk.afterEvent(s.b)
+	for _, b := range s.nodes {
+		b.step()
+		s.chk.afterEvent(b)
+	}
+	if s.net != nil {
+		s.observeReplication()
+	}
 	return true
 }
 
@@ -233,8 +260,14 @@ func (s *sim) safetyPhase() {
 // messages acknowledged, and every acknowledged message acked by the group.
 func (s *sim) livenessPhase() {
 	s.healed = true
-	s.b.fsyncErrorP, s.b.writeErrorP = 0, 0
-	s.b.killOnDisk = nil
+	for _, b := range s.nodes {
+		b.fsyncErrorP, b.writeErrorP = 0, 0
+		b.killOnDisk = nil
+		b.skewMs = 0 // cluster members' clocks agree again (ticks resume once caught up)
+	}
+	if s.net != nil {
+		s.net.heal()
+	}
 	clear(s.partitioned)
 	for _, c := range s.consumers {
 		c.polite = true
@@ -295,7 +328,7 @@ func (s *sim) finalPhase() {
 			}
 		}
 	}
-	s.chk.finalChecks(s.b, s.opts.Partitions)
+	s.chk.finalChecks(func(uint32) *broker { return s.b }, s.opts.Partitions)
 	s.w.tracef("end: acked=%d deliveries=%d restarts=%d", len(s.chk.acked), s.chk.deliveries, s.b.started-1)
 }
 

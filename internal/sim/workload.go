@@ -23,6 +23,10 @@ type producer struct {
 	c           *conn
 	ready       bool // HELLO_OK and DECLARE_OK received on c
 	backoffMs   int64
+	// partition it publishes to (wire.PartitionAuto on a single node); at
+	// is the node it tries (cluster runs move on when it does not lead).
+	partition int32
+	at        int
 }
 
 func (p *producer) name() string { return fmt.Sprintf("p%d", p.id) }
@@ -31,7 +35,7 @@ func (p *producer) done() bool { return p.nextSeq > p.messagesMax && len(p.infli
 
 func (p *producer) connect() {
 	p.ready = false
-	p.c = p.s.b.dial(p, p.s.partitioned[p.name()])
+	p.c = p.s.dial(p, p.at)
 	if p.c.open {
 		p.c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: p.name()})
 		p.c.send(0, &wire.Declare{Topic: p.s.topicConfig()})
@@ -43,6 +47,7 @@ func (p *producer) onClose(c *conn) {
 		return
 	}
 	p.ready = false
+	p.at++ // a cluster's next node (a single node's only one)
 	p.backoffMs = min(max(p.backoffMs*2, 10), 500)
 	p.s.w.after(p.s.w.between(1, p.backoffMs), p.connect)
 }
@@ -76,6 +81,14 @@ func (p *producer) onFrame(c *conn, corr uint64, f wire.Frame) {
 		p.fill()
 	case *wire.Err:
 		p.s.w.tracef("%s ERR %s corr=%d", p.name(), f.Code, corr)
+		if corr == 0 && !p.ready {
+			c.breakConn("declare failed") // start over, on the next node
+			return
+		}
+		if _, ok := p.inflight[corr]; ok && movesOn(f.Code) {
+			c.breakConn("not the leader") // try the next node
+			return
+		}
 		if _, ok := p.inflight[corr]; ok && f.Code.Retryable() {
 			p.s.w.after(p.s.w.between(5, 50), func() {
 				if _, still := p.inflight[corr]; still && p.ready && p.c == c {
@@ -110,7 +123,7 @@ func (p *producer) fill() {
 // sendPub publishes producer_seq s; its correlation id is s, so replies map
 // straight back.
 func (p *producer) sendPub(s uint64) {
-	p.c.send(s, &wire.Pub{Topic: simTopic, Partition: wire.PartitionAuto, ProducerID: p.id, ProducerSeq: s,
+	p.c.send(s, &wire.Pub{Topic: simTopic, Partition: p.partition, ProducerID: p.id, ProducerSeq: s,
 		Value: []byte(p.inflight[s])})
 }
 
@@ -129,12 +142,13 @@ type consumer struct {
 	unanswered map[position]wire.AckEntry
 	unreturned uint32
 	polite     bool // liveness phase: ack everything at once
+	at         int  // the node it tries (cluster runs move on from one that does not coordinate)
 }
 
 func (c *consumer) name() string { return fmt.Sprintf("c%d", c.id) }
 
 func (c *consumer) connect() {
-	c.c = c.s.b.dial(c, c.s.partitioned[c.name()])
+	c.c = c.s.dial(c, c.at)
 	if c.c.open {
 		c.c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: c.name()})
 		c.c.send(0, &wire.Declare{Topic: c.s.topicConfig()})
@@ -163,6 +177,7 @@ func (c *consumer) onClose(cn *conn) {
 		return
 	}
 	c.pending = map[uint64][]wire.AckEntry{}
+	c.at++ // a cluster's next node (a single node's only one)
 	c.s.w.after(c.s.w.between(5, 100), c.connect)
 }
 
@@ -204,7 +219,7 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		}
 	case *wire.Err:
 		c.s.w.tracef("%s ERR %s corr=%d", c.name(), f.Code, corr)
-		if corr == c.subCorr {
+		if corr == c.subCorr || corr == 0 {
 			// The subscription failed (e.g. the group's ledger could not be
 			// opened): start over on a new connection, which resubscribes
 			// and resends unanswered acks.
@@ -213,6 +228,10 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		}
 		entries, ok := c.pending[corr]
 		delete(c.pending, corr)
+		if ok && movesOn(f.Code) {
+			cn.breakConn("not the coordinator") // try the next node; the acks are resent there
+			return
+		}
 		if ok && f.Code.Retryable() {
 			// The ack may or may not be durable: ask again (acks are
 			// idempotent; a stale one is refused and the broker redelivers).
@@ -241,3 +260,7 @@ func (c *consumer) ack(cn *conn, e wire.AckEntry, nack bool) {
 	c.unanswered[position{e.Partition, e.Seq}] = e
 	cn.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: []wire.AckEntry{e}})
 }
+
+// movesOn reports whether a client should try another node of a cluster:
+// this one does not lead (or coordinate) what it asked for.
+func movesOn(code wire.Code) bool { return code == wire.CodeNotLeader }

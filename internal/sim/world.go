@@ -14,6 +14,10 @@ import (
 	"fmt"
 	"hash"
 	"math/rand/v2"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/vfs"
 )
 
 // World is the simulated environment: virtual clock, event queue, PRNG and
@@ -61,6 +65,53 @@ func (w *World) next() bool {
 func (w *World) brokerNowMs() int64 { return w.nowMs + w.skewMs }
 
 func (w *World) brokerNowNanos() int64 { return w.brokerNowMs() * 1_000_000 }
+
+// brokerEnv is the world as the broker's node sees it: its MemFS, the
+// broker's clock and the World's seeded randomness.
+func (w *World) brokerEnv(fsys vfs.FS) env.Env {
+	return env.Env{FS: fsys, Clock: brokerClock{w}, Rand: w.rng.Uint64}
+}
+
+// brokerClock is the broker's env.Clock: virtual time plus the World's
+// clock skew. AfterFunc schedules a World event, so its callback runs on
+// the simulator's goroutine at that virtual time (rounded up to the
+// World's millisecond).
+type brokerClock struct{ w *World }
+
+func (c brokerClock) NowMs() int64    { return c.w.brokerNowMs() }
+func (c brokerClock) NowNanos() int64 { return c.w.brokerNowNanos() }
+
+func (c brokerClock) AfterFunc(d time.Duration, f func()) env.Timer {
+	t := &worldTimer{fn: f}
+	c.w.after(int64((d+time.Millisecond-1)/time.Millisecond), t.fire)
+	return t
+}
+
+// NewTicker is for production drivers: a simulated node runs in Manual
+// mode and is stepped by the simulator, so a ticker here is a bug.
+func (brokerClock) NewTicker(time.Duration) env.Ticker {
+	panic("sim: the broker asked for a ticker; a Manual node is stepped by the simulator")
+}
+
+// worldTimer is an AfterFunc on the World: Stop turns its event into a
+// no-op (the event stays queued; nothing is traced for it).
+type worldTimer struct {
+	fn   func()
+	done bool // ran or stopped
+}
+
+func (t *worldTimer) fire() {
+	if !t.done {
+		t.done = true
+		t.fn()
+	}
+}
+
+func (t *worldTimer) Stop() bool {
+	stopped := !t.done
+	t.done = true
+	return stopped
+}
 
 // chance returns true with probability p.
 func (w *World) chance(p float64) bool { return p > 0 && w.rng.Float64() < p }

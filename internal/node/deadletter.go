@@ -1,0 +1,177 @@
+package node
+
+// A group's dead letters: messages that used up MaxDeliver are published to
+// the group's dead-letter topic (dlq.GROUP.TOPIC), once the record of their
+// last delivery is durable, and leave the group only once their copy is.
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+type dlqResult struct {
+	partition uint32
+	seq       uint64
+	err       *wire.Error
+}
+
+type dlqRetry struct {
+	partition uint32
+	seq       uint64
+	dueMs     int64
+	// record: the dead letter's record did not commit (cluster): write it
+	// again before publishing.
+	record bool
+}
+
+// Dead-letter publish retries back off exponentially from dlqRetryFirstMs
+// up to dlqRetryMaxMs: a dead-letter topic that stays unwritable costs one
+// attempt per message every dlqRetryMaxMs, and one warning (at the first
+// failure; later ones log at debug level).
+const (
+	dlqRetryFirstMs = 100
+	dlqRetryMaxMs   = 30_000
+)
+
+// dlqBackoffMs is the wait before attempt failures+1 of a dead letter.
+func dlqBackoffMs(failures int) int64 {
+	wait := int64(dlqRetryFirstMs)
+	for i := 1; i < failures && wait < dlqRetryMaxMs; i++ {
+		wait *= 2
+	}
+	return min(wait, dlqRetryMaxMs)
+}
+
+// collectDeadLetters finishes dead-letter publishes that completed, starts
+// the retries that fell due, and batches the delivery counts of deliveries
+// that ended (for the next flush) and the record of each seq that newly
+// used up MaxDeliver. A dead letter's publish starts only once that record
+// is durable (startReadyDeadLetters), and the message leaves the group
+// (is recorded in the ledger like an ack) only after its dead-letter copy
+// is durable.
+func (g *groupRunner) collectDeadLetters(now int64) {
+	g.dlqMu.Lock()
+	results := g.dlqResults
+	g.dlqResults = nil
+	g.dlqMu.Unlock()
+	for _, r := range results {
+		k := ackKey{r.partition, r.seq}
+		if r.err != nil {
+			g.retryDeadLetter(now, k, r.err, false)
+			continue
+		}
+		if failures := g.dlqFailures[k]; failures > 0 {
+			g.node.log.Info("dead-letter publish succeeded after failures", "dlq", g.dlq, "partition", r.partition, "seq", r.seq, "failures", failures)
+			delete(g.dlqFailures, k)
+		}
+		g.cursors[r.partition].DeadLettered(r.seq)
+		g.ledgerBatch = binary.BigEndian.AppendUint32(g.ledgerBatch, r.partition)
+		g.ledgerBatch = binary.BigEndian.AppendUint64(g.ledgerBatch, r.seq)
+		g.node.metrics.deadLetters.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
+	}
+	kept := g.dlqRetries[:0]
+	for _, r := range g.dlqRetries {
+		switch {
+		case r.dueMs > now:
+			kept = append(kept, r)
+		case r.record:
+			g.recordDead(r.partition, r.seq)
+		default:
+			g.startDeadLetter(r.partition, r.seq)
+		}
+	}
+	g.dlqRetries = kept
+	for pi, c := range g.cursors {
+		c.Expire(now)
+		for _, sc := range c.TakeCounts() {
+			g.batchCount(uint32(pi), sc.Seq, sc.Count)
+		}
+		for _, seq := range c.TakeDead() {
+			g.recordDead(uint32(pi), seq)
+		}
+	}
+}
+
+// recordDead batches the record of a dead letter; its publish starts once
+// the record is durable.
+func (g *groupRunner) recordDead(pi uint32, seq uint64) {
+	g.batchCount(pi, seq, g.cfg.MaxDeliver)
+	g.deadPending = append(g.deadPending, ackKey{pi, seq})
+}
+
+// retryDeadLetter schedules another attempt at a dead letter whose publish
+// (or, with record, whose record) failed, with exponential backoff. Only
+// its first failure is a warning.
+func (g *groupRunner) retryDeadLetter(now int64, k ackKey, err error, record bool) {
+	if g.dlqFailures == nil {
+		g.dlqFailures = map[ackKey]int{}
+	}
+	g.dlqFailures[k]++
+	failures := g.dlqFailures[k]
+	wait := dlqBackoffMs(failures)
+	if failures == 1 {
+		g.node.log.Warn("dead-letter publish failed; retrying with backoff (further failures of it log at debug level)",
+			"dlq", g.dlq, "partition", k.partition, "seq", k.seq, "retry_in_ms", wait, "err", err)
+	} else {
+		g.node.log.Debug("dead-letter publish failed again", "dlq", g.dlq, "partition", k.partition, "seq", k.seq,
+			"failures", failures, "retry_in_ms", wait, "err", err)
+	}
+	g.dlqRetries = append(g.dlqRetries, dlqRetry{partition: k.partition, seq: k.seq, dueMs: now + wait, record: record})
+}
+
+func (g *groupRunner) batchCount(pi uint32, seq uint64, count uint32) {
+	g.countBatch = binary.BigEndian.AppendUint32(g.countBatch, pi)
+	g.countBatch = binary.BigEndian.AppendUint64(g.countBatch, seq)
+	g.countBatch = binary.BigEndian.AppendUint32(g.countBatch, count)
+}
+
+// startReadyDeadLetters publishes the dead letters whose record is durable.
+func (g *groupRunner) startReadyDeadLetters() {
+	ready := g.deadReady
+	g.deadReady = nil
+	for _, k := range ready {
+		g.startDeadLetter(k.partition, k.seq)
+	}
+}
+
+func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
+	e, err := g.fetch(int(pi), seq)
+	if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
+		// A repair dropped the record: there is nothing to dead-letter,
+		// and the seq is done (as at delivery).
+		g.dlqDone(pi, seq, nil)
+		return
+	}
+	if err != nil {
+		g.dlqDone(pi, seq, wire.Errorf(wire.CodeStorage, "read: %v", err))
+		return
+	}
+	if _, err := g.node.topic(g.dlq); err != nil {
+		if _, err := g.node.declare(wire.TopicConfig{Name: g.dlq, Partitions: 1}); err != nil {
+			g.dlqDone(pi, seq, asWire(err))
+			return
+		}
+	}
+	hs := append(toWireHeaders(e.Record.Headers),
+		wire.Header{Key: "nereus-dlq-topic", Value: []byte(g.topic.cfg.Name)},
+		wire.Header{Key: "nereus-dlq-group", Value: []byte(g.name)},
+		wire.Header{Key: "nereus-dlq-partition", Value: []byte(strconv.Itoa(int(pi)))},
+		wire.Header{Key: "nereus-dlq-seq", Value: []byte(strconv.FormatUint(seq, 10))})
+	// The producer identity makes a retried dead-letter publish idempotent,
+	// on whichever node leads the dead-letter topic's partition.
+	g.node.publishToLeader(&wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducer,
+		ProducerSeq: uint64(pi)<<48 | seq, TimestampMs: e.Record.TimestampMs,
+		Key: e.Record.Key, Value: e.Record.Value, Headers: hs}, g.dlqFailures[ackKey{pi, seq}],
+		func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
+}
+
+func (g *groupRunner) dlqDone(pi uint32, seq uint64, err *wire.Error) {
+	g.dlqMu.Lock()
+	g.dlqResults = append(g.dlqResults, dlqResult{partition: pi, seq: seq, err: err})
+	g.dlqMu.Unlock()
+	g.poke()
+}

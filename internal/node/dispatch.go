@@ -1,0 +1,120 @@
+package node
+
+// A group's dispatch: records handed to its subscriptions while they have
+// credit, read ahead from the partitions' logs.
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nereus-broker/nereus/internal/replog"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// dispatch sends due deliveries to subscriptions with credit, round-robin
+// over subscriptions and partitions. Only visible records are sent.
+func (g *groupRunner) dispatch(now int64) {
+	for i, p := range g.topic.partitions {
+		if start := p.startSeq.Load(); start > g.cursors[i].AckFloor() {
+			g.cursors[i].Truncated(start)
+		}
+	}
+	m := g.node.metrics
+	for {
+		sub := g.nextSubWithCredit()
+		if sub == nil {
+			return
+		}
+		sent := false
+		for k := 0; k < len(g.cursors) && !sent; k++ {
+			pi := (g.partRR + k) % len(g.cursors)
+			p := g.topic.partitions[pi]
+			d, ok := g.cursors[pi].Next(now, p.commitSeq.Load(), sub.id)
+			if !ok {
+				continue
+			}
+			e, err := g.fetch(pi, d.Seq)
+			if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
+				// A seq a repair dropped (logged by the repair): not a
+				// message; done at once, derivable from the log.
+				g.cursors[pi].Ack(d.Seq, d.DeliveryID)
+				k--
+				continue
+			}
+			if err != nil {
+				// The delivery stays in flight and is retried after its ack
+				// wait; a corrupt record is never sent.
+				g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "read for delivery failed", "topic", g.topic.cfg.Name, "partition", pi, "seq", d.Seq, "err", err)
+				continue
+			}
+			if replog.IsControl(&e.Record) {
+				// An epoch's install entry: not a message. Done at once
+				// (derivable, so not written to the ledger).
+				g.cursors[pi].Ack(d.Seq, d.DeliveryID)
+				k--
+				continue
+			}
+			sub.sink.SendMsg(&wire.Msg{Topic: g.topic.cfg.Name, Partition: uint32(pi), Seq: d.Seq,
+				DeliveryID: d.DeliveryID, DeliveryCount: d.Count, TimestampMs: e.Record.TimestampMs,
+				Key: e.Record.Key, Value: e.Record.Value, Headers: toWireHeaders(e.Record.Headers)})
+			sub.credit--
+			g.partRR = pi + 1
+			sent = true
+			m.deliveries.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
+			if d.Count > 1 {
+				m.redeliveries.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
+			}
+		}
+		if !sent {
+			return
+		}
+	}
+}
+
+func (g *groupRunner) nextSubWithCredit() *Subscription {
+	for k := 0; k < len(g.subs); k++ {
+		s := g.subs[(g.subRR+k)%len(g.subs)]
+		if s.credit > 0 {
+			g.subRR = (g.subRR + k + 1) % len(g.subs)
+			return s
+		}
+	}
+	return nil
+}
+
+const readAheadRecords, readAheadBytes = 512, 1 << 20
+
+// fetch returns the visible entry at seq, reading ahead into a per-partition
+// cache so sequential delivery reads the log in batches.
+func (g *groupRunner) fetch(pi int, seq uint64) (storage.Entry, error) {
+	c := g.cache[pi]
+	// A partition that recovered (new epoch) may have lost its tail to
+	// corruption and rewritten those seqs: never serve it from an old read.
+	epoch := g.topic.partitions[pi].epoch.Load()
+	if len(c) > 0 && g.cacheEpoch[pi] == epoch && seq >= c[0].Seq && seq <= c[len(c)-1].Seq {
+		return c[seq-c[0].Seq], nil
+	}
+	entries, err := g.topic.partitions[pi].read(seq, readAheadRecords, readAheadBytes)
+	if err != nil {
+		g.cache[pi] = nil
+		return storage.Entry{}, err
+	}
+	if len(entries) == 0 || entries[0].Seq != seq {
+		g.cache[pi] = nil
+		return storage.Entry{}, fmt.Errorf("seq %d not readable", seq)
+	}
+	g.cache[pi], g.cacheEpoch[pi] = entries, epoch
+	return entries[0], nil
+}
+
+func toWireHeaders(hs []storage.Header) []wire.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]wire.Header, len(hs))
+	for i, h := range hs {
+		out[i] = wire.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}

@@ -1,0 +1,214 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// memNet is an in-process env.PeerNetwork: frames cross it encoded (so
+// nothing is shared between nodes), FIFO per receiver, delivered by one
+// goroutine per member; cut makes every link lose what is sent.
+type memNet struct {
+	mu      sync.Mutex
+	members map[uint32]*memMember
+	cut     bool
+}
+
+type memMember struct {
+	net   *memNet
+	ep    env.PeerEndpoint
+	inbox chan memFrame
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+type memFrame struct {
+	from uint32
+	b    []byte
+}
+
+func newMemNet() *memNet { return &memNet{members: map[uint32]*memMember{}} }
+
+func (n *memNet) Join(e env.PeerEndpoint) (env.PeerLink, error) {
+	m := &memMember{net: n, ep: e, inbox: make(chan memFrame, 4096), done: make(chan struct{})}
+	n.mu.Lock()
+	n.members[e.ID] = m
+	n.mu.Unlock()
+	m.wg.Add(1)
+	go m.deliver()
+	return m, nil
+}
+
+func (n *memNet) setCut(cut bool) {
+	n.mu.Lock()
+	n.cut = cut
+	n.mu.Unlock()
+}
+
+func (m *memMember) deliver() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.done:
+			return
+		case fr := <-m.inbox:
+			_, f, err := wire.ReadFrame(bytes.NewReader(fr.b), wire.DefaultFrameBytesMax)
+			if err != nil {
+				panic("memNet: undecodable frame: " + err.Error())
+			}
+			m.ep.Handler(fr.from, f)
+		}
+	}
+}
+
+func (m *memMember) Send(to uint32, f wire.Frame) bool {
+	m.net.mu.Lock()
+	dst, cut := m.net.members[to], m.net.cut
+	m.net.mu.Unlock()
+	if dst == nil {
+		return false
+	}
+	if cut {
+		return true // lost in flight
+	}
+	select {
+	case dst.inbox <- memFrame{from: m.ep.ID, b: wire.AppendFrame(nil, 0, f)}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (m *memMember) ClientAddr(id uint32) string {
+	m.net.mu.Lock()
+	defer m.net.mu.Unlock()
+	if o := m.net.members[id]; o != nil {
+		return o.ep.ClientAddr
+	}
+	return ""
+}
+
+func (m *memMember) Close() error {
+	close(m.done)
+	m.wg.Wait()
+	m.net.mu.Lock()
+	if m.net.members[m.ep.ID] == m {
+		delete(m.net.members, m.ep.ID)
+	}
+	m.net.mu.Unlock()
+	return nil
+}
+
+// partitionStatus is partition p of topic on n, if n knows the topic yet.
+func partitionStatus(n *Node, topic string, p int) (replica.Status, bool) {
+	t, err := n.topic(topic)
+	if err != nil || t.partitions[p].repl == nil {
+		return replica.Status{}, false
+	}
+	return t.partitions[p].repl.Status(), true
+}
+
+// A whole cluster runs over a peer network that is not TCP, and its
+// protocol timers run on a virtual clock: with no election timeout in the
+// test's lifetime, every leader comes from a group's first campaign, which
+// fires only as the test advances time; DECLARE, replication and a
+// forwarded publish cross the in-memory network; and the forwarded
+// publish gives up when virtual time passes its deadline.
+func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
+	clock := &recordingClock{Virtual: env.NewVirtual(1_000_000)}
+	peers := newMemNet()
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		c.Cluster.PeerListener.Close() // the TCP network is not used
+		c.Cluster.PeerListener = nil
+		c.Env.Clock, c.Env.Peers = clock, peers
+		c.ScrubBytesPerSecond = -1
+		c.Cluster.ElectionTicks = 1_000_000
+		c.Cluster.DeclareTimeout = 1000 * time.Hour
+	})
+	tick := 5 * time.Millisecond // newTestCluster's
+
+	declared := make(chan error, 1)
+	go func() {
+		_, err := tc.nodes["n2"].Declare(wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
+		declared <- err
+	}()
+	var err error
+	advanceUntil(t, clock, tick, "DECLARE answered", func() bool {
+		select {
+		case err = <-declared:
+			return true
+		default:
+			return false
+		}
+	})
+	if err != nil {
+		t.Fatalf("DECLARE: %v", err)
+	}
+
+	var leader, follower string
+	advanceUntil(t, clock, tick, "partition 0 has a leader its followers know", func() bool {
+		leader, follower = "", ""
+		var leaderNumber replica.NodeID
+		for id, n := range tc.nodes {
+			if st, ok := partitionStatus(n, "t", 0); ok && st.Role == replica.Leader {
+				leader, leaderNumber = id, n.cluster.self
+			}
+		}
+		for id, n := range tc.nodes {
+			if st, ok := partitionStatus(n, "t", 0); ok && id != leader && st.Leader == leaderNumber && leaderNumber != 0 {
+				follower = id
+			}
+		}
+		return leader != "" && follower != ""
+	})
+	if ok, perr := publishOn(t, tc.nodes[leader], &wire.Pub{Topic: "t", Partition: 0, Value: []byte("m1")}); perr != nil || ok.Seq == 0 {
+		t.Fatalf("publish on leader %s: %+v %v", leader, ok, perr)
+	}
+
+	peers.setCut(true)
+	answered := make(chan *wire.Error, 1)
+	tc.nodes[follower].publishToLeader(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("m2")}, 0,
+		func(_ wire.PubOK, err *wire.Error) { answered <- err })
+	clock.Advance(1000 * time.Hour)
+	select {
+	case ferr := <-answered:
+		if ferr == nil || ferr.Code != wire.CodeUnavailable || !strings.Contains(ferr.Message, "did not answer") {
+			t.Fatalf("forwarded publish: %v, want UNAVAILABLE after its deadline", ferr)
+		}
+	case <-time.After(waitMax):
+		t.Fatal("the forwarded publish never gave up")
+	}
+
+	// DECLAREs give up at their deadlines too: one forwarded by a follower
+	// of `__meta` (no answer comes back) and one on its leader (nothing
+	// commits). n1, the first member, won the only `__meta` campaign.
+	if st := tc.nodes["n1"].cluster.metaLog.Status(); st.Role != replica.Leader {
+		t.Fatalf("n1 is %v of __meta, want leader", st.Role)
+	}
+	for via, want := range map[string]string{"n2": "did not answer", "n1": "did not commit"} {
+		go func() {
+			_, err := tc.nodes[via].Declare(wire.TopicConfig{Name: "u-" + via, Partitions: 1})
+			declared <- err
+		}()
+		advanceUntil(t, clock, 1000*time.Hour, "DECLARE via "+via+" gave up", func() bool {
+			select {
+			case err = <-declared:
+				return true
+			default:
+				return false
+			}
+		})
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.CodeUnavailable || !strings.Contains(we.Message, want) {
+			t.Fatalf("DECLARE via %s: %v, want UNAVAILABLE: %s", via, err, want)
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package replica
+
+// Elections: pre-vote rounds that persist nothing, then Prepare/Install —
+// promises persisted before they are sent, a majority of grants to lead,
+// grants only to a lineage at least as good as the granter's.
+
+import "slices"
+
+// Campaign starts an election now instead of waiting for the election
+// timeout: a forced, immediate campaign with no pre-vote round — it
+// persists the promise of the next epoch and PREPAREs at once, fencing a
+// leader the others may still hear. For the tests, the model checker
+// (whose "times out and campaigns" action is this), a brand-new group's
+// first election (the node shell) and leadership transfer later; an
+// election timeout (Tick) pre-votes first instead. A leader ignores it.
+func (r *Replica) Campaign() {
+	if r.role != Leader && !r.rebuilding {
+		r.campaign()
+	}
+}
+
+// ElectionTimeout does what the election timer does when it runs out: it
+// starts a pre-vote round (a single replica campaigns at once). Tick calls
+// it; a driver that keeps time itself (the model checker) calls it
+// directly. A leader or a rebuilding replica ignores it.
+func (r *Replica) ElectionTimeout() {
+	if r.role != Leader && !r.rebuilding {
+		r.preVote()
+	}
+}
+
+// preVote starts a pre-vote round for the next epoch: it asks the others
+// whether they would promise it, changing and persisting nothing, and
+// campaigns only once a majority (itself included) would (stepPreVoteAck).
+// A single replica has no leader to disrupt and campaigns at once.
+func (r *Replica) preVote() {
+	if r.quorum == 1 {
+		r.campaign()
+		return
+	}
+	r.resetElectionTimer()
+	r.preVoting = true
+	clear(r.preGrants)
+	r.preGrants[r.self] = true
+	for i, p := range r.peers {
+		if i != r.self {
+			r.send(Message{Type: MsgPreVote, To: p, Epoch: r.hard.Promised + 1, LastEpoch: r.lastEpoch(), LastSeq: r.last})
+		}
+	}
+}
+
+// endPreVote ends the pre-vote round, if any, back to the state before it.
+func (r *Replica) endPreVote() {
+	r.preVoting = false
+	clear(r.preGrants)
+}
+
+// leaseExpired reports whether this replica no longer holds its leader's
+// lease, so it may help elect another: a follower that knows no leader or
+// has not heard from it for ElectionTicks (or is pre-voting itself: its
+// own timer fired and it has heard nothing since); a leader only once it
+// lost its quorum — read-only degraded under sync_quorum. A sync_all
+// leader that is read-only because one replica lags but still hears a
+// majority keeps its lease: granting would let that very replica (which
+// no other grants) win with the leader's own answer.
+func (r *Replica) leaseExpired() bool {
+	if r.role == Leader {
+		return r.heardFrom() < r.quorum
+	}
+	return r.leader == 0 || r.preVoting || r.electionElapsed >= r.cfg.ElectionTicks
+}
+
+// campaign persists a promise of the next epoch to itself and PREPAREs.
+func (r *Replica) campaign() {
+	r.setHard(r.hard.Promised+1, r.cfg.ID)
+	r.role, r.leader = Candidate, 0
+	r.endPreVote()
+	r.resetElectionTimer()
+	clear(r.grants)
+	r.grants[r.self] = true
+	if r.granted() {
+		r.becomeLeader()
+		return
+	}
+	for i, p := range r.peers {
+		if i != r.self {
+			r.send(Message{Type: MsgPrepare, To: p, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last})
+		}
+	}
+}
+
+func (r *Replica) granted() bool {
+	n := 0
+	for _, g := range r.grants {
+		if g {
+			n++
+		}
+	}
+	return n >= r.quorum || (r.cfg.Mutations.InstallWithoutQuorum && n >= 1)
+}
+
+// becomeLeader takes office for the promised epoch: INSTALL is the first
+// Append of the epoch, carrying an install entry. Entries of older epochs
+// commit only through it (counting replicas never commits them directly).
+func (r *Replica) becomeLeader() {
+	r.role, r.leader, r.readOnly = Leader, r.cfg.ID, false
+	r.endPreVote()
+	r.heartbeatElapsed = 0
+	for i := range r.peers {
+		r.match[i], r.next[i], r.heard[i], r.dirty[i] = 0, r.last+1, 0, i != r.self
+		r.chaseLag[i], r.chaseAge[i], r.revoked[i] = 0, 0, false
+	}
+	r.appendEntry(Entry{Seq: r.last + 1, Epoch: r.hard.Promised})
+	r.installAt = r.last
+}
+
+// stepPreVote answers whether this replica would promise m.Epoch to m.From
+// were it to campaign: only for a newer epoch than its promise, when it is
+// not rebuilding, the candidate's lineage is at least as good as its own,
+// and its lease on the leader has expired. Answering changes nothing here
+// — no promise, no timer — so a pre-vote cannot disturb a healthy group.
+func (r *Replica) stepPreVote(m Message) {
+	granted := m.Epoch > r.hard.Promised && !r.rebuilding &&
+		lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last) &&
+		(r.cfg.Mutations.PreVoteIgnoresLease || r.leaseExpired())
+	epoch := r.hard.Promised
+	if granted {
+		epoch = m.Epoch
+	}
+	r.send(Message{Type: MsgPreVoteAck, To: m.From, Epoch: epoch, Granted: granted})
+}
+
+// stepPreVoteAck counts pre-grants for the round in progress and
+// campaigns for real with a majority; a refusal from a newer epoch means
+// this replica is behind: it adopts that epoch as a follower.
+func (r *Replica) stepPreVoteAck(m Message) {
+	if !m.Granted {
+		if m.Epoch > r.hard.Promised {
+			r.becomeFollower(m.Epoch, 0)
+		}
+		return
+	}
+	if !r.preVoting || m.Epoch != r.hard.Promised+1 {
+		return // no round in progress, or a stale round's answer
+	}
+	r.preGrants[slices.Index(r.peers, m.From)] = true
+	n := 0
+	for _, g := range r.preGrants {
+		if g {
+			n++
+		}
+	}
+	if n >= r.quorum {
+		r.campaign()
+	}
+}
+
+func (r *Replica) stepPrepare(m Message) {
+	renewed := m.Epoch == r.hard.Promised && r.hard.PromisedTo == m.From
+	if m.Epoch <= r.hard.Promised && !renewed {
+		r.send(Message{Type: MsgPrepareAck, To: m.From, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last, CommitSeq: r.commit})
+		return
+	}
+	// Promise the epoch even to a candidate with a worse lineage: the
+	// promise is what fences the old leader. Grant only a lineage at least
+	// as good as ours, so the winner carries every committed entry.
+	granted := !r.rebuilding && (r.cfg.Mutations.GrantIgnoresLineage || lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last))
+	to := NodeID(0)
+	if granted {
+		to = m.From
+	}
+	if !renewed {
+		r.setHard(m.Epoch, to)
+		r.role, r.leader, r.readOnly = Follower, 0, false
+		r.endPreVote()
+	}
+	if granted {
+		r.resetElectionTimer()
+	}
+	r.send(Message{Type: MsgPrepareAck, To: m.From, Epoch: m.Epoch, Granted: granted, LastEpoch: r.lastEpoch(), LastSeq: r.last, CommitSeq: r.commit})
+}
+
+func (r *Replica) stepPrepareAck(m Message) {
+	if m.Epoch > r.hard.Promised {
+		r.becomeFollower(m.Epoch, 0)
+		return
+	}
+	if r.role != Candidate || m.Epoch != r.hard.Promised || !m.Granted {
+		return
+	}
+	r.grants[slices.Index(r.peers, m.From)] = true
+	if r.granted() {
+		r.becomeLeader()
+	}
+}
