@@ -215,7 +215,7 @@ func (p *partitionRunner) applyReplicated() {
 	p.followStart()
 	for k.Applied() < commit {
 		from := k.Applied() + 1
-		entries, err := p.repl.ReadLog().Read(from, int(min(commit-k.Applied(), 4096)), 16<<20)
+		entries, err := p.repl.Committed(from, int(min(commit-k.Applied(), 4096)))
 		if errors.Is(err, storage.ErrOutOfRange) && p.followStart() {
 			continue // rebuilt from a snapshot point under us
 		}

@@ -77,7 +77,7 @@ type Transport struct {
 type outbound struct {
 	to      uint32
 	addr    string
-	queue   chan []byte
+	queue   chan []byte   // encoded frames, in pooled buffers (getFrameBuffer)
 	dropped uint64        // frames lost to a full queue (under Transport.mu)
 	redial  chan struct{} // capacity 1: the peer just dialed us, so it is up: stop backing off
 	// up is set while a connection is established, lost once one was lost.
@@ -155,13 +155,14 @@ func (t *Transport) Send(to uint32, f wire.Frame) bool {
 	if o == nil {
 		return false
 	}
-	frame := wire.AppendFrame(nil, 0, f)
+	frame := wire.AppendFrame(getFrameBuffer(wire.FrameBytes(f)), 0, f)
 	o.mu.Lock()
 	queued := false
 	if !o.lost.Load() || o.up.Load() {
 		select {
 		case <-t.done:
 			o.mu.Unlock()
+			putFrameBuffer(frame)
 			return false
 		case o.queue <- frame:
 			queued = true
@@ -170,6 +171,7 @@ func (t *Transport) Send(to uint32, f wire.Frame) bool {
 	}
 	o.mu.Unlock()
 	if !queued {
+		putFrameBuffer(frame)
 		t.mu.Lock()
 		o.dropped++
 		t.mu.Unlock()
@@ -239,7 +241,7 @@ func (t *Transport) dialLoop(o *outbound) {
 		o.lost.Store(true)
 		o.up.Store(false)
 		for len(o.queue) > 0 { // what was queued for the lost connection is stale
-			<-o.queue
+			putFrameBuffer(<-o.queue)
 		}
 		o.mu.Unlock()
 		conn.Close()
@@ -266,7 +268,9 @@ func (t *Transport) writeLoop(conn net.Conn, o *outbound) error {
 		// (the first batch: a stopped peer would block it for good).
 		conn.SetWriteDeadline(time.Now().Add(t.cfg.WriteTimeout))
 		for {
-			if _, err := w.Write(frame); err != nil {
+			_, err := w.Write(frame) // copies frame, or writes it to conn, and keeps no reference
+			putFrameBuffer(frame)
+			if err != nil {
 				return err
 			}
 			select {

@@ -68,13 +68,13 @@ func itoa(v uint32) string {
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // cluster starts n transports on loopback that all know each other.
-func cluster(t *testing.T, n int, secrets ...string) ([]*Transport, []*received) {
+func cluster(t testing.TB, n int, secrets ...string) ([]*Transport, []*received) {
 	t.Helper()
 	return clusterTuned(t, n, nil, secrets...)
 }
 
 // clusterTuned is cluster with tune (nil: none) applied to every Config.
-func clusterTuned(t *testing.T, n int, tune func(*Config), secrets ...string) ([]*Transport, []*received) {
+func clusterTuned(t testing.TB, n int, tune func(*Config), secrets ...string) ([]*Transport, []*received) {
 	t.Helper()
 	listeners := map[uint32]net.Listener{}
 	addrs := map[uint32]string{}

@@ -27,6 +27,7 @@ type Member struct {
 	x       replica.Executor
 
 	pending []*Proposal // proposed by this member, awaiting their outcome
+	cache   entryCache  // the most recent entries, as written (entrycache.go)
 
 	status    atomic.Pointer[replica.Status]
 	commitSeq atomic.Uint64
@@ -82,9 +83,41 @@ func OpenMember(cfg Config) (*Member, error) {
 	}
 	m := &Member{cfg: cfg, log: lg, k: k, rebuildingMarked: marked}
 	m.readLog.Store(lg)
-	m.x = replica.Executor{Store: memberStore{m}, Send: cfg.Send, SendBeforePersist: cfg.SendBeforePersist}
+	m.x = replica.Executor{Store: memberStore{m}, Send: m.send, SendBeforePersist: cfg.SendBeforePersist}
 	m.publishStatus()
 	return m, nil
+}
+
+// appendBytesMax bounds the entries' data in one Append on the wire, and
+// in one storage batch (memberStore.Append). The
+// kernel bounds an Append by entries (AppendEntriesMax, 256), and 256
+// records of 64 KiB make a REPLICATE over the peer transport's frame limit
+// (wire.DefaultFrameBytesMax, 8 MiB), which the follower refuses by
+// dropping the connection, and everything queued on it.
+const appendBytesMax = 4 << 20
+
+// send hands msg to the network, an Append whose entries carry more than
+// appendBytesMax of data as consecutive Appends that each do not (but for
+// a single larger entry): each names the previous one's last entry as its
+// PrevSeq/PrevEpoch, so the follower takes them in order as it would the
+// whole, and a lost one is a mismatch the kernel repairs as any loss.
+func (m *Member) send(msg replica.Message) {
+	for len(msg.Entries) > 1 {
+		n, bytes := 1, len(msg.Entries[0].Data)
+		for n < len(msg.Entries) && bytes+len(msg.Entries[n].Data) <= appendBytesMax {
+			bytes += len(msg.Entries[n].Data)
+			n++
+		}
+		if n == len(msg.Entries) {
+			break
+		}
+		head, last := msg, msg.Entries[n-1]
+		head.Entries, head.LastSeqSent = msg.Entries[:n:n], last.Seq
+		m.cfg.Send(head)
+		msg.Entries = msg.Entries[n:]
+		msg.PrevSeq, msg.PrevEpoch, msg.FirstSeq = last.Seq, last.Epoch, msg.Entries[0].Seq
+	}
+	m.cfg.Send(msg)
 }
 
 // kernelConfig is the replication kernel's configuration for a member.
@@ -138,6 +171,7 @@ func (m *Member) Handle() error {
 		// always at or below CommitSeq.
 		m.commitSeq.Store(commit)
 	}
+	m.cache.evict(m.commitSeq.Load())
 	m.completeProposals()
 	if m.rebuildingMarked && !m.k.Status().Rebuilding {
 		if err := m.clearRebuilding(); err != nil {
@@ -248,12 +282,21 @@ func (s memberStore) SetHardState(h replica.HardState) error {
 
 func (s memberStore) TruncateAfter(seq uint64) error { return s.m.log.TruncateAfter(seq) }
 
-// Append writes entries as storage batches, one per run of one epoch.
+// Append writes entries as storage batches: one per run of one epoch, cut
+// so that a batch carries at most appendBytesMax of records (but for a
+// single larger one) — a Ready can hold more than a batch may
+// (storage.Options.BatchBytesMax, 16 MiB by default): a follower steps many
+// Appends, a leader many proposals, before it writes.
 func (s memberStore) Append(entries []replica.Entry) error {
+	batchBytesMax := appendBytesMax
+	if b := s.m.cfg.Storage.BatchBytesMax; b > 0 {
+		batchBytesMax = min(batchBytesMax, b/2)
+	}
 	for i := 0; i < len(entries); {
-		j := i
+		j, bytes := i, 0
 		var recs []storage.Record
-		for ; j < len(entries) && entries[j].Epoch == entries[i].Epoch; j++ {
+		for ; j < len(entries) && entries[j].Epoch == entries[i].Epoch && (j == i || bytes+len(entries[j].Data) <= batchBytesMax); j++ {
+			bytes += len(entries[j].Data)
 			rec := installRecord
 			if data := entries[j].Data; len(data) > 0 {
 				var err error
@@ -270,6 +313,7 @@ func (s memberStore) Append(entries []replica.Entry) error {
 		if first != entries[i].Seq {
 			return fmt.Errorf("replog: storage put seq %d where the kernel expects %d", first, entries[i].Seq)
 		}
+		s.m.cache.add(entries[i:j])
 		i = j
 	}
 	return nil
@@ -277,9 +321,14 @@ func (s memberStore) Append(entries []replica.Entry) error {
 
 func (s memberStore) Sync() error { return s.m.log.Sync() }
 
-// Entries reads first..last back in their storage encoding (an install
-// entry travels empty). Damage found here restarts the member (Handle).
+// Entries returns first..last in their storage encoding (an install
+// entry travels empty): from the cache of recent entries when it holds
+// first, else read back from the log. Damage found here restarts the
+// member (Handle).
 func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
+	if entries, ok := s.m.cache.read(s.m.log, first, last); ok {
+		return entries, nil
+	}
 	read, err := s.m.log.Read(first, int(last-first+1), 4<<20)
 	if errors.Is(err, storage.ErrCorrupt) {
 		return nil, fmt.Errorf("%w: %w", errDamagedRead, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"slices"
 )
 
 // Header is an application header of a record.
@@ -115,6 +116,7 @@ func appendBatch(dst []byte, baseSeq, epoch, syncedThrough uint64, recs []Record
 		maxTimestampMs = max(maxTimestampMs, recs[i].TimestampMs)
 	}
 	start := len(dst)
+	dst = slices.Grow(dst, total) // once: a batch of large records would grow it many times
 	dst = appendBatchHeader(dst, batchVersionV2, total, baseSeq, epoch, uint32(len(recs)), maxTimestampMs)
 	dst = binary.LittleEndian.AppendUint64(dst, syncedThrough)
 	for i := range recs {

@@ -490,6 +490,11 @@ func crashWorkload(m *vfs.MemFS, h *crashHistory) {
 				recs[j].Value = append([]byte("after truncation "), recs[j].Value...)
 			}
 		}
+		if i == 20 || i == 60 {
+			// A large record: a batch longer than a segment, with a
+			// segment of its own.
+			recs[0].Value = append(recs[0].Value, make([]byte, 256<<10)...)
+		}
 		if err := h.append(l, epoch, recs); err != nil {
 			return
 		}

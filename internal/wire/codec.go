@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"io"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -25,8 +26,26 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// bodySizer is a frame that knows its encoded body's size in bytes, so
+// that AppendFrame grows dst once instead of doubling it as the body's
+// fields are appended (a REPLICATE's entries are megabytes).
+type bodySizer interface{ bodyBytes() int }
+
+// FrameBytes is the size of f's encoding when f knows it in advance (a
+// REPLICATE does), else 0: a caller may get a buffer that fits before
+// encoding.
+func FrameBytes(f Frame) int {
+	if s, ok := f.(bodySizer); ok {
+		return frameHeaderBytes + frameFixedBytes + s.bodyBytes()
+	}
+	return 0
+}
+
 // AppendFrame appends the encoding of f with correlation id corr to dst.
 func AppendFrame(dst []byte, corr uint64, f Frame) []byte {
+	if n := FrameBytes(f); n > 0 {
+		dst = slices.Grow(dst, n)
+	}
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, byte(f.Type()))
 	dst = binary.BigEndian.AppendUint64(dst, corr)

@@ -216,3 +216,24 @@ type rawFrame struct {
 func (r rawFrame) Type() FrameType            { return r.t }
 func (r rawFrame) appendBody(b []byte) []byte { return append(b, r.body...) }
 func (r rawFrame) decodeBody(*decoder)        {}
+
+// TestReplicateBodyBytesIsExact: the size AppendFrame reserves for a
+// REPLICATE is exactly what it writes (at most 3 bytes more for a topic
+// cut at its u16 bound, at a rune boundary), so one allocation suffices.
+func TestReplicateBodyBytesIsExact(t *testing.T) {
+	for _, f := range []*Replicate{
+		{},
+		{Topic: "t", Entries: []ReplicaEntry{{Seq: 1, Epoch: 1}}},
+		replicateBatch(3, 100),
+		{Topic: strings.Repeat("é", 0x8000), Entries: []ReplicaEntry{{Data: []byte("x")}}}, // cut at the u16 bound
+	} {
+		got := len(AppendFrame(nil, 0, f))
+		want := FrameBytes(f)
+		if cut := len(f.Topic) > 0xFFFF; (!cut && got != want) || got > want || got < want-3 {
+			t.Errorf("topic of %d bytes, %d entries: encoded %d bytes, bodyBytes says %d", len(f.Topic), len(f.Entries), got, want)
+		}
+		if allocs := testing.AllocsPerRun(10, func() { AppendFrame(nil, 0, f) }); allocs > 1 && !raceEnabled {
+			t.Errorf("%d entries: %v allocations per frame, want 1", len(f.Entries), allocs)
+		}
+	}
+}

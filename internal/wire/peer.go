@@ -102,6 +102,21 @@ type Replicate struct {
 }
 
 func (*Replicate) Type() FrameType { return TypeReplicate }
+
+// replicateFixedBytes is a Replicate body without its topic's bytes and
+// entries; replicaEntryFixedBytes an entry without its data.
+const (
+	replicateFixedBytes    = 2 + 4 + 1 + 4 + 4 + 3*8 + 1 + 4*8 + 1 + 8 + 4
+	replicaEntryFixedBytes = 8 + 8 + 4
+)
+
+func (f *Replicate) bodyBytes() int {
+	n := replicateFixedBytes + min(len(f.Topic), 0xFFFF) + len(f.Entries)*replicaEntryFixedBytes
+	for i := range f.Entries {
+		n += len(f.Entries[i].Data)
+	}
+	return n
+}
 func (f *Replicate) appendBody(b []byte) []byte {
 	b = appendStr(b, f.Topic)
 	b = binary.BigEndian.AppendUint32(b, f.Partition)

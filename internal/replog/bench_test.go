@@ -1,0 +1,85 @@
+package replog
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// BenchmarkLeaderReplicates is the replicated write path of one partition
+// in one process: a leader and two followers on an in-memory file system,
+// every message encoded as the peer transport sends it (a REPLICATE frame)
+// and decoded by its receiver. One op proposes 64 records of size bytes at
+// the leader, waits until they commit and applies them there as the
+// partition's applier does (applyCommitted, bench_apply_test.go).
+func BenchmarkLeaderReplicates(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10} {
+		b.Run(fmt.Sprintf("64x%d", size), func(b *testing.B) {
+			fs := vfs.NewMem()
+			members := []replica.NodeID{1, 2, 3}
+			var mu sync.Mutex
+			logs := map[replica.NodeID]*Log{}
+			route := func(m replica.Message) {
+				frame := wire.AppendFrame(nil, 0, ToWire("t", 0, m))
+				_, f, err := wire.DecodeFrame(frame[4:])
+				if err != nil {
+					panic(err)
+				}
+				mu.Lock()
+				to := logs[m.To]
+				mu.Unlock()
+				if to != nil {
+					to.Step(FromWire(f.(*wire.Replicate)))
+				}
+			}
+			for _, id := range members {
+				l, err := Open(Config{ID: id, Members: members, Dir: fmt.Sprintf("/n%d", id), FS: fs, Logger: quiet, Clock: env.Wall{},
+					Tick: 5 * time.Millisecond, ElectionTicks: 400, Seed: uint64(id), Send: route})
+				if err != nil {
+					b.Fatal(err)
+				}
+				mu.Lock()
+				logs[id] = l
+				mu.Unlock()
+				defer l.Close()
+			}
+			logs[1].Campaign()
+			leader := logs[1]
+			for leader.Status().Role != replica.Leader {
+				time.Sleep(time.Millisecond)
+			}
+			rec := storage.Record{Value: make([]byte, size)}
+			applied := leader.CommitSeq()
+			b.SetBytes(int64(64 * size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var wg sync.WaitGroup
+				wg.Add(64)
+				for j := 0; j < 64; j++ {
+					leader.ProposeFunc(rec, func(seq, epoch uint64, err error) {
+						if err != nil {
+							panic(err)
+						}
+						wg.Done()
+					})
+				}
+				wg.Wait()
+				for commit := leader.CommitSeq(); applied < commit; {
+					entries := applyCommitted(leader, applied+1, int(commit-applied))
+					if len(entries) == 0 {
+						b.Fatalf("no committed entries from %d", applied+1)
+					}
+					applied = entries[len(entries)-1].Seq
+				}
+			}
+		})
+	}
+}

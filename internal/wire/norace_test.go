@@ -1,0 +1,6 @@
+//go:build !race
+
+package wire
+
+// raceEnabled: the race detector changes what allocates.
+const raceEnabled = false
