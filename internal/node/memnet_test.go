@@ -155,12 +155,16 @@ func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
 	}
 
 	var leader, follower string
-	advanceUntil(t, clock, tick, "partition 0 has a leader its followers know", func() bool {
+	advanceUntil(t, clock, tick, "partition 0 has a leader that took office and that its followers know", func() bool {
 		leader, follower = "", ""
 		var leaderNumber replica.NodeID
 		for id, n := range tc.nodes {
-			if st, ok := partitionStatus(n, "t", 0); ok && st.Role == replica.Leader {
-				leader, leaderNumber = id, n.cluster.Self()
+			tp, _ := n.topic("t")
+			// It takes publishes once its install entry is applied.
+			if st, ok := partitionStatus(n, "t", 0); ok && st.Role == replica.Leader && tp != nil {
+				if _, took := tp.partitions[0].tookOffice(); took {
+					leader, leaderNumber = id, n.cluster.Self()
+				}
 			}
 		}
 		for id, n := range tc.nodes {
