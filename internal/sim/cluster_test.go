@@ -118,6 +118,12 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// member; no scrubber runs in Manual mode): every write then waited
 		// on it. The applier now reports the damage to the member.
 		{Seed: 8, Faults: AllClusterFaults, SyncAll: true},
+		// (soak) A bit flip in the coordinator's copy of another partition:
+		// its group could not read a record it had to redeliver, and kept
+		// it in flight for good. The read now reports the damage to the
+		// member, which rebuilds the range from a healthy replica.
+		{Seed: 30078, Faults: AllClusterFaults},
+		{Seed: 30161, Faults: AllClusterFaults},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
