@@ -150,12 +150,27 @@ func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
 		g.dlqDone(pi, seq, wire.Errorf(wire.CodeStorage, "read: %v", err))
 		return
 	}
+	attempt := g.dlqFailures[ackKey{pi, seq}]
 	if _, err := g.node.topic(g.dlq); err != nil {
-		if _, err := g.node.declare(wire.TopicConfig{Name: g.dlq, Partitions: 1}); err != nil {
-			g.dlqDone(pi, seq, asWire(err))
-			return
-		}
+		// Declared through the metadata log in a cluster: the group's
+		// goroutine does not wait for it (the answer may come from
+		// another goroutine, as a publish's does).
+		g.node.declareAsync(wire.TopicConfig{Name: g.dlq, Partitions: 1}, func(_ bool, err error) {
+			if err != nil {
+				g.dlqDone(pi, seq, asWire(err))
+				return
+			}
+			g.publishDeadLetter(pi, seq, e, attempt)
+		})
+		return
 	}
+	g.publishDeadLetter(pi, seq, e, attempt)
+}
+
+// publishDeadLetter publishes the dead letter of (pi, seq) — its record e —
+// to the dead-letter topic; attempt is how many attempts failed before.
+// Safe from any goroutine.
+func (g *groupRunner) publishDeadLetter(pi uint32, seq uint64, e storage.Entry, attempt int) {
 	hs := append(toWireHeaders(e.Record.Headers),
 		wire.Header{Key: "nereus-dlq-topic", Value: []byte(g.topic.cfg.Name)},
 		wire.Header{Key: "nereus-dlq-group", Value: []byte(g.name)},
@@ -165,7 +180,7 @@ func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
 	// on whichever node leads the dead-letter topic's partition.
 	g.node.publishToLeader(&wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducer,
 		ProducerSeq: uint64(pi)<<48 | seq, TimestampMs: e.Record.TimestampMs,
-		Key: e.Record.Key, Value: e.Record.Value, Headers: hs}, g.dlqFailures[ackKey{pi, seq}],
+		Key: e.Record.Key, Value: e.Record.Value, Headers: hs}, attempt,
 		func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
 }
 

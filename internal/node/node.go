@@ -314,8 +314,22 @@ func (n *Node) DeclareAsync(tc wire.TopicConfig, done func(created bool, err err
 	}
 }
 
-// declare is Declare without the client's name rule: the group machinery
-// declares dead-letter topics through it.
+// declareAsync is DeclareAsync without the client's name rule (the group
+// machinery declares dead-letter topics through it); in a cluster done is
+// called from the goroutine that steps DECLAREs, even in production.
+func (n *Node) declareAsync(tc wire.TopicConfig, done func(created bool, err error)) {
+	if err := ValidateTopic(tc); err != nil {
+		done(false, err)
+		return
+	}
+	if n.cluster != nil {
+		n.cluster.DeclareAsync(tc, done)
+		return
+	}
+	done(n.declareLocal(tc))
+}
+
+// declare is Declare without the client's name rule.
 func (n *Node) declare(tc wire.TopicConfig) (created bool, err error) {
 	if err := ValidateTopic(tc); err != nil {
 		return false, err
