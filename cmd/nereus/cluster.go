@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -270,5 +271,36 @@ func writeClusterTable(w io.Writer, views []nodeView, parts []partitionView) err
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\t%s\n", p.Topic, p.Partition, leader, p.Epoch, p.CommitSeq, p.Mode, strings.Join(reps, " "))
 	}
+	if counts := leaderCounts(parts); len(counts) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "NODE_ID\tLEADS")
+		for _, c := range counts {
+			fmt.Fprintf(tw, "%s\t%d\n", c.node, c.leads)
+		}
+	}
 	return tw.Flush()
+}
+
+type leaderCount struct {
+	node  string
+	leads int
+}
+
+// leaderCounts is how many partitions each replica node leads (0 for one
+// that leads none), by node id: whether leadership is balanced.
+func leaderCounts(parts []partitionView) []leaderCount {
+	leads := map[string]int{}
+	for _, p := range parts {
+		for _, r := range p.Replicas {
+			leads[r.Node] += 0
+		}
+		if p.Leader != "" {
+			leads[p.Leader]++
+		}
+	}
+	out := make([]leaderCount, 0, len(leads))
+	for _, n := range slices.Sorted(maps.Keys(leads)) {
+		out = append(out, leaderCount{n, leads[n]})
+	}
+	return out
 }

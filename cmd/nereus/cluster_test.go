@@ -83,3 +83,26 @@ func TestClusterStatusShowsOnlyWhatAnsweringNodesObserve(t *testing.T) {
 		})
 	}
 }
+
+// The table counts the partitions each node leads (0 for a replica node
+// that leads none), so an unbalanced cluster shows.
+func TestClusterStatusCountsLeadersPerNode(t *testing.T) {
+	parts := []partitionView{
+		{Topic: "a", partitionJSON: partitionJSON{Partition: 0, Leader: "n1", Replicas: []replicaJSON{{Node: "n1"}, {Node: "n2"}, {Node: "n3"}}}},
+		{Topic: "a", partitionJSON: partitionJSON{Partition: 1, Leader: "n1", Replicas: []replicaJSON{{Node: "n2"}, {Node: "n3"}, {Node: "n1"}}}},
+		{Topic: "b", partitionJSON: partitionJSON{Partition: 0, Leader: "n2", Replicas: []replicaJSON{{Node: "n3"}, {Node: "n1"}, {Node: "n2"}}}},
+		{Topic: "b", partitionJSON: partitionJSON{Partition: 1, Leader: "", Replicas: []replicaJSON{{Node: "n1"}, {Node: "n2"}, {Node: "n3"}}}},
+	}
+	got := leaderCounts(parts)
+	want := []leaderCount{{"n1", 2}, {"n2", 1}, {"n3", 0}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("leader counts %v, want %v", got, want)
+	}
+	var table strings.Builder
+	if err := writeClusterTable(&table, nil, parts); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "NODE_ID  LEADS") || !strings.Contains(table.String(), "n3       0") {
+		t.Fatalf("table:\n%s", table.String())
+	}
+}
