@@ -44,14 +44,9 @@ func (g *groupRunner) dispatch(now int64) {
 			}
 			if err != nil {
 				// The delivery stays in flight and is retried after its ack
-				// wait; a corrupt record is never sent. A replica of a
-				// cluster drops the damaged range and is made whole from a
-				// healthy one meanwhile (a single node's damage waits for
-				// `nereus repair`).
+				// wait; a corrupt record is never sent (a replica of a
+				// cluster rebuilds the range meanwhile: partitionRunner.read).
 				g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "read for delivery failed", "topic", g.topic.cfg.Name, "partition", pi, "seq", d.Seq, "err", err)
-				if p.repl != nil && errors.Is(err, storage.ErrCorrupt) {
-					p.repl.Damaged()
-				}
 				continue
 			}
 			if replog.IsControl(&e.Record) {

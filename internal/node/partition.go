@@ -462,6 +462,13 @@ func (p *partitionRunner) read(from uint64, recordsMax, bytesMax int) ([]storage
 	}
 	recordsMax = min(recordsMax, int(commit-from+1))
 	entries, err := p.readLog.Load().Read(from, recordsMax, bytesMax)
+	if err != nil && p.repl != nil && errors.Is(err, storage.ErrCorrupt) {
+		// This replica's copy of committed records is damaged (a group's
+		// delivery or replay, a client read found it): the member drops
+		// the range and is made whole from a healthy replica; readers
+		// retry. A single node's damage waits for `nereus repair`.
+		p.repl.Damaged()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -124,6 +124,11 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// member, which rebuilds the range from a healthy replica.
 		{Seed: 30078, Faults: AllClusterFaults},
 		{Seed: 30161, Faults: AllClusterFaults},
+		// (soak) The same on the coordinator's partition 0: its groups
+		// could not replay their acks (subscribe failed with STORAGE_ERROR
+		// for good). Every read of a replica's committed records now
+		// reports damage to the member.
+		{Seed: 40088, Faults: AllClusterFaults},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
