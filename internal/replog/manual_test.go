@@ -216,3 +216,44 @@ func (g *manualGroup) pumpOnly(l *Log) {
 		}
 	}
 }
+
+// TestMemberRestartsInPlaceOverDamage: a member restarting after a failed
+// fsync whose log also took damage drops the damaged range and rebuilds,
+// as at open, instead of failing every restart for good.
+func TestMemberRestartsInPlaceOverDamage(t *testing.T) {
+	g := newManualGroup(t, 3, nil)
+	g.logs[0].Campaign()
+	g.run(200)
+	l := g.leader()
+	for i := 0; i < 20; i++ {
+		l.ProposeFunc(storage.Record{Value: []byte(fmt.Sprintf("value-%02d", i))}, func(_, _ uint64, _ error) {})
+		g.run(20)
+	}
+	follower := g.logs[(int(l.Status().ID))%3]
+	id := follower.Status().ID
+	dir := fmt.Sprintf("/m%d/", id)
+	failing := true
+	g.fs.SetInjector(func(op vfs.Op, name string) error {
+		if failing && op == vfs.OpSync && strings.HasPrefix(name, dir) {
+			return errors.New("injected fsync error")
+		}
+		return nil
+	})
+	l.ProposeFunc(storage.Record{Value: []byte("while failing")}, func(_, _ uint64, _ error) {})
+	g.run(50)
+	if st := follower.Status(); st.Leader != 0 {
+		t.Fatalf("setup: n%d did not fail (status %+v)", id, st)
+	}
+	if err := g.fs.FlipBit(dir+"00000000000000000001.log", 200, 3); err != nil {
+		t.Fatal(err)
+	}
+	failing = false
+	g.run(300)
+	if st := follower.Status(); st.Rebuilding && st.Leader == 0 {
+		t.Fatalf("n%d never came back: %+v", id, st)
+	}
+	g.run(1500)
+	if c, lc := follower.CommitSeq(), g.leader().CommitSeq(); c != lc {
+		t.Fatalf("n%d commit %d, leader %d: not caught up after the restart over damage", id, c, lc)
+	}
+}

@@ -49,29 +49,7 @@ func OpenMember(cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := loadPersisted(cfg.FS, cfg.Dir, lg)
-	// A damaged member rebuilds from a healthy one; a member alone has
-	// none, so it refuses to open (its data cannot be recovered here).
-	canRebuild := len(cfg.Members) > 1
-	if canRebuild && errors.Is(err, errSnapshotPointDamaged) {
-		if err = resetDamagedMember(cfg.FS, cfg.Dir, lg, err, cfg.Logger); err == nil {
-			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
-		}
-	}
-	if canRebuild && errors.Is(err, storage.ErrCorrupt) {
-		quarantined, qerr := quarantineDamage(cfg.FS, cfg.Dir, lg, cfg.Logger)
-		switch {
-		case qerr != nil:
-			err = qerr
-		case quarantined:
-			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
-		}
-	}
-	marked := false
-	if err == nil {
-		marked, err = isRebuilding(cfg.FS, cfg.Dir)
-		p.Rebuilding = p.Rebuilding || marked
-	}
+	p, marked, err := loadOrQuarantine(cfg, lg)
 	if err != nil {
 		lg.Close()
 		return nil, err
@@ -118,6 +96,34 @@ func (m *Member) send(msg replica.Message) {
 		msg.PrevSeq, msg.PrevEpoch, msg.FirstSeq = last.Seq, last.Epoch, msg.Entries[0].Seq
 	}
 	m.cfg.Send(msg)
+}
+
+// loadOrQuarantine reads a member's durable state from lg and its files.
+// A damaged member drops the damage and rebuilds from a healthy one
+// (marked: its rebuilding mark is on disk); a member alone has none, so
+// it refuses to open (its data cannot be recovered here).
+func loadOrQuarantine(cfg Config, lg *storage.Log) (p replica.Persisted, marked bool, err error) {
+	p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
+	canRebuild := len(cfg.Members) > 1
+	if canRebuild && errors.Is(err, errSnapshotPointDamaged) {
+		if err = resetDamagedMember(cfg.FS, cfg.Dir, lg, err, cfg.Logger); err == nil {
+			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
+		}
+	}
+	if canRebuild && errors.Is(err, storage.ErrCorrupt) {
+		quarantined, qerr := quarantineDamage(cfg.FS, cfg.Dir, lg, cfg.Logger)
+		switch {
+		case qerr != nil:
+			err = qerr
+		case quarantined:
+			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
+		}
+	}
+	if err == nil {
+		marked, err = isRebuilding(cfg.FS, cfg.Dir)
+		p.Rebuilding = p.Rebuilding || marked
+	}
+	return p, marked, err
 }
 
 // kernelConfig is the replication kernel's configuration for a member.
@@ -377,11 +383,8 @@ func (m *Member) Recover() error {
 		lg.Close()
 		return err
 	}
-	p, err := loadPersisted(m.cfg.FS, m.cfg.Dir, lg)
+	p, marked, err := loadOrQuarantine(m.cfg, lg) // damage found now is dropped and rebuilt, as at open
 	if err == nil {
-		var marked bool
-		marked, err = isRebuilding(m.cfg.FS, m.cfg.Dir)
-		p.Rebuilding = p.Rebuilding || marked
 		m.rebuildingMarked = marked
 	}
 	var k *replica.Replica

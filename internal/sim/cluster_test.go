@@ -129,6 +129,11 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// for good). Every read of a replica's committed records now
 		// reports damage to the member.
 		{Seed: 40088, Faults: AllClusterFaults},
+		// (soak) A replica that failed an fsync restarted in place over a
+		// log with damage (a bit flip), failed its scan, and retried for
+		// good: its partition had no third replica any more. Restarting in
+		// place now drops damage and rebuilds, as at open.
+		{Seed: 40343, Faults: AllClusterFaults},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
