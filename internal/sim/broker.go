@@ -62,6 +62,8 @@ type broker struct {
 	// process: nothing addressed to it runs until pausedUntil).
 	skewMs      int64
 	pausedUntil int64
+	// Node settings of a cluster run with retention (0: the defaults).
+	segmentBytesMax, retentionCheckMs int64
 }
 
 func (b *broker) paused() bool { return b.w.nowMs < b.pausedUntil }
@@ -110,9 +112,10 @@ func (b *broker) start() {
 			e.Clock, e.Peers = nodeClock{b}, b.peers
 		}
 		n, err = node.Open(node.Config{NodeID: cmp.Or(b.id, "sim"), ClientAddr: b.id, DataDir: dataDir, Env: e, Manual: true,
-			Cluster:   b.cluster,
-			Logger:    b.discardLogger,
-			Mutations: b.mutations,
+			Cluster:         b.cluster,
+			Logger:          b.discardLogger,
+			Mutations:       b.mutations,
+			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
 			// Small, so campaigns compact ack ledgers (and crash inside
 			// compaction) often; a one-ack golden run stays below it.
 			LedgerCompactBytes: 1024})
