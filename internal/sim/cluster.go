@@ -40,7 +40,10 @@ type ClusterOptions struct {
 	// segments, so replicated logs compact within a scripted run (zero: no
 	// retention).
 	Retention ClusterRetention
-	KeepTrace bool
+	// LedgerCompactBytes is the nodes' node.Config.LedgerCompactBytes
+	// (0: the simulator's 1024, so groups checkpoint often; < 0: never).
+	LedgerCompactBytes int64
+	KeepTrace          bool
 }
 
 // ClusterRetention is a cluster run's retention: the topic's
@@ -186,6 +189,9 @@ func newClusterSim(o ClusterOptions) *sim {
 		b.cluster = &node.ClusterConfig{Members: members, Tick: clusterTick, DeclareTimeout: clusterDeclareTimeout,
 			Reservation: time.Duration(o.Retention.ReservationMs) * time.Millisecond}
 		b.segmentBytesMax, b.retentionCheckMs = o.Retention.SegmentBytesMax, o.Retention.RetentionCheckMs
+		if o.LedgerCompactBytes != 0 {
+			b.ledgerCompactBytes = o.LedgerCompactBytes
+		}
 		id := uint32(i)
 		b.onCrash = func() {
 			if l := s.net.members[id]; l != nil {

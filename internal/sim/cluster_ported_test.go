@@ -68,11 +68,12 @@ func (sc *script) when(what string, withinMs int64, cond func() bool, then func(
 // or the script's failed assertions.
 func (sc *script) run() (Result, error) {
 	r := sc.runPhases()
-	switch {
-	case r.Violation != nil:
-		return r, fmt.Errorf("%v\ntrace tail:\n%s", r.Violation, strings.Join(r.Tail, "\n"))
-	case len(sc.failures) > 0:
-		return r, fmt.Errorf("%s\ntrace tail:\n%s", strings.Join(sc.failures, "\n"), strings.Join(r.Tail, "\n"))
+	problems := sc.failures // a failed step first: a broken invariant may follow from it
+	if r.Violation != nil {
+		problems = append(problems, r.Violation.String())
+	}
+	if len(problems) > 0 {
+		return r, fmt.Errorf("%s\ntrace tail:\n%s", strings.Join(problems, "\n"), strings.Join(r.Tail, "\n"))
 	}
 	return r, nil
 }
@@ -578,4 +579,109 @@ func TestPortedScenariosCatchKernelMutations(t *testing.T) {
 			t.Logf("mutation %s, seed %d: %s", c.mutation, seed, strings.SplitN(err.Error(), "\n", 2)[0])
 		}
 	}
+}
+
+// TestGroupAcksOutliveRetentionAtNodeLevel (was
+// TestClusterGroupAcksOutliveRetention): a group's acks live in partition
+// 0's log, so retention compacts partition 0 no further than the oldest
+// record the group still needs — its first ack record while it has no
+// checkpoint (checked on every node after every tick until the run ends),
+// later its latest checkpoint (partition 0 then compacts past the first
+// ack). The coordinator is killed -9 once partition 0 has compacted; the
+// next one, loading from what partition 0 kept, never redelivers an acked
+// record (AckFloorNeverRedelivered) and delivers the rest (liveness).
+// The consumers join at 600 ms, so partition 0 holds records to compact
+// before the group's first ack; partition 1's producer is quiet from 150
+// ms until the crash, so partition 1 still holds the records acked early
+// (a coordinator that lost their acks would redeliver them).
+func TestGroupAcksOutliveRetentionAtNodeLevel(t *testing.T) {
+	for _, checkpoints := range []bool{false, true} {
+		t.Run(fmt.Sprint("checkpoints=", checkpoints), func(t *testing.T) {
+			runSeeds(t, func(seed uint64, m node.Mutations) (Result, error) {
+				return groupAcksOutliveRetention(seed, m, checkpoints)
+			})
+		})
+	}
+}
+
+func groupAcksOutliveRetention(seed uint64, m node.Mutations, checkpoints bool) (Result, error) {
+	o := ClusterOptions{Seed: seed, MessagesPerProducer: 400, Retention: retentionOptions, LedgerCompactBytes: -1, Mutations: m}
+	if checkpoints {
+		o.LedgerCompactBytes = 100 // a checkpoint after every ack record or two
+	}
+	sc := newScript(o)
+	for _, c := range sc.consumers {
+		sc.partitioned[c.name()] = true
+	}
+	sc.at(600, func() {
+		for _, c := range sc.consumers {
+			delete(sc.partitioned, c.name())
+		}
+	})
+	// Partition 1's producer stops at 150 ms until the coordinator's crash,
+	// so partition 1 keeps the records the group acked early while
+	// partition 0 compacts past their ack records.
+	quiet := sc.producers[1]
+	sc.at(150, func() {
+		sc.partitioned[quiet.name()] = true
+		if quiet.c != nil && quiet.c.open {
+			quiet.c.breakConn("scenario: partition 1 goes quiet")
+		}
+	})
+	var ackAt uint64 // the group's first ack record is at or below it
+	// snapped is the highest snapshot point of partition 0 on any node.
+	snapped := func() uint64 {
+		var most uint64
+		for _, b := range sc.nodes {
+			if !b.up {
+				continue
+			}
+			if v, ok := b.node.Replica(simTopic, 0); ok {
+				most = max(most, v.Status.SnapSeq)
+			}
+		}
+		return most
+	}
+	var crashed bool
+	sc.when("the group's first ack is confirmed", 10_000, func() bool { return sc.acksConfirmed > 0 }, func() {
+		l := sc.leaderOf(0)
+		if l == nil {
+			sc.fail("no coordinator when the first ack was confirmed")
+			return
+		}
+		p, _ := partitionOn(l, 0)
+		ackAt = p.CommitSeq
+		if !checkpoints {
+			var watch func()
+			watch = func() {
+				if snap := snapped(); snap >= ackAt {
+					sc.fail("partition 0 compacted through %d, past the group's only ack records (the first at or below %d)", snap, ackAt)
+					return
+				}
+				if !sc.healed || !sc.producersDone() {
+					sc.w.after(tickMs, watch) // the run's end does not wait for it
+				}
+			}
+			watch()
+		}
+		sc.when("partition 0 compacted", 20_000, func() bool {
+			snap := snapped()
+			return snap > 0 && (!checkpoints || snap >= ackAt)
+		}, func() {
+			coordinator := sc.leaderOf(0)
+			if coordinator == nil {
+				sc.fail("no coordinator once partition 0 compacted")
+				return
+			}
+			sc.w.tracef("scenario: partition 0 compacted through %d (first ack at or below %d); kill -9 %s, the coordinator", snapped(), ackAt, coordinator.id)
+			coordinator.crash()
+			crashed = true
+			delete(sc.partitioned, quiet.name())
+		})
+	})
+	r, err := sc.run()
+	if err == nil && !crashed {
+		err = errors.New("the coordinator was never killed")
+	}
+	return r, err
 }
