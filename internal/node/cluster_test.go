@@ -6,14 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
-	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -65,7 +62,6 @@ func (tc *testCluster) start(id string) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Cluster: &ClusterConfig{Members: tc.members, Secret: []byte("test-cluster-secret-0123456789"),
 			Tick: 5 * time.Millisecond, ElectionTicks: 30}}
-	kernelMutation(&cfg.Mutations)
 	if l := tc.listeners[id]; l != nil {
 		cfg.Cluster.PeerListener = l
 		delete(tc.listeners, id)
@@ -89,37 +85,30 @@ func (tc *testCluster) stop(id string) {
 
 func (tc *testCluster) declare(via string, cfg wire.TopicConfig) bool {
 	tc.t.Helper()
-	deadline := time.Now().Add(waitMax)
-	for {
+	var created bool
+	eventually(tc.t, "DECLARE via "+via+" answered", func() bool {
 		declare := tc.nodes[via].Declare
 		if strings.HasPrefix(cfg.Name, "dlq.") {
 			declare = tc.nodes[via].declare // as the group machinery does
 		}
-		created, err := declare(cfg)
-		if err == nil {
-			tc.waitKnown(cfg.Name)
-			return created
-		}
+		var err error
+		created, err = declare(cfg)
 		var we *wire.Error
-		if !errors.As(err, &we) || we.Code != wire.CodeUnavailable || time.Now().After(deadline) {
+		if err != nil && (!errors.As(err, &we) || we.Code != wire.CodeUnavailable) {
 			tc.t.Fatalf("declare via %s: %v", via, err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil
+	})
+	tc.waitKnown(cfg.Name)
+	return created
 }
 
 // waitKnown waits until every running node has applied the topic (DECLARE
 // returns once the answering node has).
 func (tc *testCluster) waitKnown(topic string) {
 	tc.t.Helper()
-	deadline := time.Now().Add(waitMax)
 	for id, n := range tc.nodes {
-		for len(n.Metadata([]string{topic})) == 0 {
-			if time.Now().After(deadline) {
-				tc.t.Fatalf("%s never learned topic %s", id, topic)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+		eventually(tc.t, id+" learns topic "+topic, func() bool { return len(n.Metadata([]string{topic})) > 0 })
 	}
 }
 
@@ -140,40 +129,46 @@ func publishOn(t *testing.T, n *Node, pub *wire.Pub) (wire.PubOK, *wire.Error) {
 	}
 }
 
-// leaderOf waits until some running node leads partition p of topic and
-// accepts a probe publish from a producer identity nobody else uses.
+// publishAnywhere offers pub to every running node until one (the
+// partition's leader) takes it.
 func (tc *testCluster) publishAnywhere(pub *wire.Pub) (string, wire.PubOK) {
 	tc.t.Helper()
-	deadline := time.Now().Add(waitMax)
-	for {
-		var last *wire.Error
+	var at string
+	var ok wire.PubOK
+	eventually(tc.t, "a node takes the publish", func() bool {
 		for id, n := range tc.nodes {
-			ok, err := publishOn(tc.t, n, pub)
-			if err == nil {
-				return id, ok
+			var err *wire.Error
+			if ok, err = publishOn(tc.t, n, pub); err == nil {
+				at = id
+				return true
 			}
-			last = err
 		}
-		if time.Now().After(deadline) {
-			tc.t.Fatalf("no node took the publish: %v", last)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false
+	})
+	return at, ok
 }
 
+// readAll waits until node id's commit of the partition reaches upTo and
+// returns its log's records (control records skipped) as "seq:value".
 func (tc *testCluster) readAll(id, topic string, partition uint32, upTo uint64) []string {
 	tc.t.Helper()
-	deadline := time.Now().Add(waitMax)
-	for {
-		var out []string
+	var out []string
+	done := false
+	defer func() { // eventually failed: show every replica's state
+		if !done {
+			for nid, nn := range tc.nodes {
+				p := nn.topics[topic].partitions[partition]
+				st := p.repl.Status()
+				tc.t.Logf("%s: %v epoch %d leader %d last %d durable %d commit %d applied %d peers %+v",
+					nid, st.Role, st.Hard.Promised, st.Leader, st.Last, st.Durable, st.CommitSeq, p.commitSeq.Load(), st.Peers)
+			}
+		}
+	}()
+	eventually(tc.t, fmt.Sprintf("%s reaches commit %d", id, upTo), func() bool {
+		out = nil
 		n := tc.nodes[id]
 		for from := n.Metadata([]string{topic})[0].Partitions[partition].StartSeq; ; {
 			es, err := n.Read(topic, partition, from, 1000)
-			if errors.Is(err, storage.ErrOutOfRange) {
-				out = nil // retention moved the start under us: read again
-				from = n.Metadata([]string{topic})[0].Partitions[partition].StartSeq
-				continue
-			}
 			if err != nil {
 				tc.t.Fatalf("read on %s: %v", id, err)
 			}
@@ -187,20 +182,10 @@ func (tc *testCluster) readAll(id, topic string, partition uint32, upTo uint64) 
 			}
 			from = es[len(es)-1].Seq + 1
 		}
-		if n.Metadata([]string{topic})[0].Partitions[partition].CommitSeq >= upTo {
-			return out
-		}
-		if time.Now().After(deadline) {
-			for nid, nn := range tc.nodes {
-				p := nn.topics[topic].partitions[partition]
-				st := p.repl.Status()
-				tc.t.Logf("%s: %v epoch %d leader %d last %d durable %d commit %d applied %d peers %+v",
-					nid, st.Role, st.Hard.Promised, st.Leader, st.Last, st.Durable, st.CommitSeq, p.commitSeq.Load(), st.Peers)
-			}
-			tc.t.Fatalf("%s never reached commit %d", id, upTo)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return n.Metadata([]string{topic})[0].Partitions[partition].CommitSeq >= upTo
+	})
+	done = true
+	return out
 }
 
 // A topic declared through any node reaches every node; publishes are
@@ -264,550 +249,5 @@ func TestClusterReplicatesAndFailsOverWithoutDuplicates(t *testing.T) {
 	tc.start(leader)
 	if got2 := tc.readAll(leader, "orders", 0, ok.Seq); fmt.Sprint(got2) != fmt.Sprint(got) {
 		t.Fatalf("restarted %s holds %v, want %v", leader, got2, got)
-	}
-}
-
-// With two of three nodes down the survivor refuses writes with
-// QUORUM_LOST (once it notices) and still serves the visible prefix.
-func TestClusterQuorumLossIsReadOnly(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
-	leader, ok := tc.publishAnywhere(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("before")})
-	for id := range tc.nodes {
-		if id != leader {
-			tc.stop(id)
-		}
-	}
-	deadline := time.Now().Add(waitMax)
-	for {
-		_, err := publishOn(t, tc.nodes[leader], &wire.Pub{Topic: "t", Partition: 0, Value: []byte("after")})
-		if err != nil && err.Code == wire.CodeQuorumLost {
-			break
-		}
-		if err == nil {
-			t.Fatal("a publish was acknowledged with two of three replicas down")
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never QUORUM_LOST: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	info := tc.nodes[leader].Metadata([]string{"t"})[0].Partitions[0]
-	if !info.ReadOnly {
-		t.Fatalf("metadata does not show the degraded mode: %+v", info)
-	}
-	if v := gauge(t, tc.nodes[leader], "nereus_partition_read_only", "t"); v != 1 {
-		t.Fatalf("nereus_partition_read_only = %v on the degraded leader", v)
-	}
-	if v := gauge(t, tc.nodes[leader], "nereus_partition_leader", "t"); v != 1 {
-		t.Fatalf("nereus_partition_leader = %v on the leader", v)
-	}
-	if got := tc.readAll(leader, "t", 0, ok.Seq); len(got) != 1 || got[0] != fmt.Sprintf("%d:before", ok.Seq) {
-		t.Fatalf("visible prefix in degraded mode: %v", got)
-	}
-}
-
-// gauge reads a node's metric for topic's partition 0 (-1 when absent).
-func gauge(t *testing.T, n *Node, name, topic string) float64 {
-	t.Helper()
-	families, err := n.Metrics().Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["topic"] == topic && labels["partition"] == "0" {
-				if g := m.GetGauge(); g != nil {
-					return g.GetValue()
-				}
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return -1
-}
-
-// subscribeOn subscribes to group on a node, retrying while the node is
-// not (yet) the coordinator.
-func subscribeOn(t *testing.T, n *Node, topic, group string, credit uint32) (*Subscription, *sink) {
-	t.Helper()
-	deadline := time.Now().Add(waitMax)
-	for {
-		s := newSink()
-		sub, err := n.Subscribe(topic, group, GroupOptions{}, s)
-		if err == nil {
-			sub.AddCredit(credit)
-			return sub, s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("subscribe: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func ackOn(t *testing.T, n *Node, topic, group string, msgs []*wire.Msg) {
-	t.Helper()
-	var entries []wire.AckEntry
-	for _, m := range msgs {
-		entries = append(entries, wire.AckEntry{Partition: m.Partition, Seq: m.Seq, DeliveryID: m.DeliveryID})
-	}
-	done := make(chan *wire.Error, 1)
-	n.Ack(topic, group, entries, func(results []wire.Code, err *wire.Error) {
-		for _, r := range results {
-			if err == nil && r != wire.CodeOK {
-				err = wire.Errorf(r, "ack result")
-			}
-		}
-		done <- err
-	})
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("ack: %v", err)
-		}
-	case <-time.After(waitMax):
-		t.Fatal("ack: no reply")
-	}
-}
-
-// A group's acks are committed in the replicated log of partition 0, so a
-// new coordinator (the next leader of partition 0) redelivers exactly what
-// was not acked, and only the coordinator serves the group.
-func TestClusterAcksSurviveCoordinatorFailover(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.declare("n1", wire.TopicConfig{Name: "q", Partitions: 1, Replicas: 3})
-	var leader string
-	for i := 0; i < 20; i++ {
-		leader, _ = tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, ProducerID: 3, ProducerSeq: uint64(i + 1), Value: []byte(fmt.Sprint("m", i))})
-	}
-	for id, n := range tc.nodes {
-		if id == leader {
-			continue
-		}
-		if _, err := n.Subscribe("q", "g", GroupOptions{}, newSink()); err == nil || err.(*wire.Error).Code != wire.CodeNotLeader {
-			t.Fatalf("subscribe on non-coordinator %s: %v", id, err)
-		}
-	}
-	_, s := subscribeOn(t, tc.nodes[leader], "q", "g", 100)
-	msgs := s.waitFor(t, 20)
-	ackOn(t, tc.nodes[leader], "q", "g", msgs[:12])
-
-	tc.stop(leader)
-	newLeader, probe := tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, Value: []byte("after")})
-	_, s2 := subscribeOn(t, tc.nodes[newLeader], "q", "g", 100)
-	got := s2.waitFor(t, 9)
-	seen := map[uint64]bool{}
-	for _, m := range got {
-		seen[m.Seq] = true
-	}
-	for _, m := range msgs[:12] {
-		if seen[m.Seq] {
-			t.Fatalf("acked seq %d redelivered by the new coordinator", m.Seq)
-		}
-	}
-	for _, m := range msgs[12:] {
-		if !seen[m.Seq] {
-			t.Fatalf("unacked seq %d not redelivered (got %v)", m.Seq, seen)
-		}
-	}
-	if !seen[probe.Seq] || len(got) != 9 {
-		t.Fatalf("the new coordinator delivered %d messages: %v", len(got), seen)
-	}
-}
-
-// Acks that cannot commit (quorum lost) are refused but stay applied, so
-// the consumer keeps reading; once the quorum is back a repeated ack is
-// committed anew rather than confirmed from memory, so a later coordinator
-// does not redeliver what was confirmed.
-func TestClusterAcksDuringQuorumLossAreRetriedDurably(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.declare("n1", wire.TopicConfig{Name: "q", Partitions: 1, Replicas: 3})
-	var leader string
-	for i := 0; i < 10; i++ {
-		leader, _ = tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, Value: []byte(fmt.Sprint("m", i))})
-	}
-	_, s := subscribeOn(t, tc.nodes[leader], "q", "g", 100)
-	msgs := s.waitFor(t, 10)
-	var others []string
-	for id := range tc.nodes {
-		if id != leader {
-			others = append(others, id)
-		}
-	}
-	for _, id := range others {
-		tc.stop(id)
-	}
-	var entries []wire.AckEntry
-	for _, m := range msgs {
-		entries = append(entries, wire.AckEntry{Partition: m.Partition, Seq: m.Seq, DeliveryID: m.DeliveryID})
-	}
-	ack := func() *wire.Error {
-		done := make(chan *wire.Error, 1)
-		tc.nodes[leader].Ack("q", "g", entries, func(_ []wire.Code, err *wire.Error) { done <- err })
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(waitMax):
-			t.Fatal("ack: no reply")
-			return nil
-		}
-	}
-	if err := ack(); err == nil || err.Code != wire.CodeQuorumLost {
-		t.Fatalf("ack with two of three nodes down: %v, want QUORUM_LOST", err)
-	}
-	// One follower back: the leader keeps its office (its log is longer,
-	// and the follower's pre-vote finds the leader's lease alive).
-	tc.start(others[0])
-	deadline := time.Now().Add(waitMax)
-	for ack() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the repeated ack never committed after the quorum returned")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	// The last follower back and caught up, then the coordinator goes.
-	tc.start(others[1])
-	commit := tc.nodes[leader].Metadata([]string{"q"})[0].Partitions[0].CommitSeq
-	tc.readAll(others[1], "q", 0, commit)
-	tc.stop(leader)
-	newLeader, _ := tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, Value: []byte("after")})
-	_, s2 := subscribeOn(t, tc.nodes[newLeader], "q", "g", 100)
-	if got := s2.waitFor(t, 1); len(got) != 1 || string(got[0].Value) != "after" {
-		t.Fatalf("the new coordinator delivered %v", got)
-	}
-}
-
-// With a retention, replicated logs are compacted. A replica that was down
-// while the leader compacted past its log end (its reservation expired)
-// rebuilds from the leader's snapshot point and catches up; after a
-// failover, retries of acknowledged publishes get their original seq, or
-// PRODUCER_SEQ_TOO_OLD when the new leader's kept log no longer proves
-// them — never a second append.
-func TestClusterRetentionRebuildsALaggingReplica(t *testing.T) {
-	tc := newTestClusterWith(t, 3, func(c *Config) {
-		c.SegmentBytesMax = 2048
-		c.RetentionCheckMs = 10
-		c.Cluster.Reservation = 100 * time.Millisecond
-	})
-	tc.declare("n1", wire.TopicConfig{Name: "r", Partitions: 1, Replicas: 3, RetentionBytes: 8192})
-	pub := func(i uint64) *wire.Pub {
-		return &wire.Pub{Topic: "r", ProducerID: 9, ProducerSeq: i, Value: []byte(fmt.Sprint("m", i))}
-	}
-	leader, ok := tc.publishAnywhere(pub(1))
-	acked := map[uint64]uint64{1: ok.Seq}
-	repl := func(id string) *partitionRunner { return tc.nodes[id].topics["r"].partitions[0] }
-	var lagger string
-	for id := range tc.nodes {
-		if id != leader {
-			lagger = id
-		}
-	}
-	tc.readAll(lagger, "r", 0, ok.Seq)
-	lagEnd := repl(lagger).repl.Status().Last
-	tc.stop(lagger)
-	const n = 400
-	for i := uint64(2); i <= n; i++ {
-		ok, err := publishOn(t, tc.nodes[leader], pub(i))
-		if err != nil {
-			leader, ok = tc.publishAnywhere(pub(i))
-		}
-		acked[i] = ok.Seq
-	}
-	deadline := time.Now().Add(waitMax)
-	for repl(leader).repl.Status().SnapSeq <= lagEnd {
-		if time.Now().After(deadline) {
-			t.Fatalf("the leader never compacted past %d: %+v", lagEnd, repl(leader).repl.Status())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	tc.start(lagger)
-	got, want := tc.readAll(lagger, "r", 0, acked[n]), tc.readAll(leader, "r", 0, acked[n])
-	if v := gauge(t, tc.nodes[lagger], "nereus_replication_rebuilds_total", "r"); v < 1 {
-		t.Fatalf("%s caught up without rebuilding from the snapshot point (nereus_replication_rebuilds_total %v)", lagger, v)
-	}
-	if len(got) == 0 || got[len(got)-1] != fmt.Sprintf("%d:m%d", acked[n], n) ||
-		fmt.Sprint(got) != fmt.Sprint(want[max(0, len(want)-len(got)):]) {
-		t.Fatalf("rebuilt %s holds %v\nthe leader holds %v", lagger, got, want)
-	}
-	if start := tc.nodes[lagger].Metadata([]string{"r"})[0].Partitions[0].StartSeq; start <= lagEnd+1 {
-		t.Fatalf("rebuilt replica starts at %d, not after the snapshot point", start)
-	}
-
-	// The third replica restarts too: its dedup table is then rebuilt from
-	// its own compacted log, like the rebuilt one's, whichever wins next.
-	for id := range tc.nodes {
-		if id != leader && id != lagger {
-			tc.stop(id)
-			tc.start(id)
-			tc.readAll(id, "r", 0, acked[n])
-		}
-	}
-	tc.stop(leader)
-	for _, i := range []uint64{1, 2, n / 2, n - 1, n} {
-		deadline := time.Now().Add(waitMax)
-	retry:
-		for {
-			for id, node := range tc.nodes {
-				ok, err := publishOn(t, node, pub(i))
-				switch {
-				case err == nil && (!ok.Duplicate || ok.Seq != acked[i]):
-					t.Fatalf("retry of producer_seq %d at %s: %+v, want its original seq %d", i, id, ok, acked[i])
-				case err == nil, err.Code == wire.CodeProducerSeqTooOld:
-					break retry
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no node answered the retry of producer_seq %d", i)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	newLeader, ok := tc.publishAnywhere(pub(n + 1))
-	if ok.Duplicate || ok.Seq <= acked[n] {
-		t.Fatalf("a new publish after failover: %+v", ok)
-	}
-	seen := map[string]bool{}
-	for _, v := range tc.readAll(newLeader, "r", 0, ok.Seq) {
-		val := v[strings.Index(v, ":")+1:]
-		if seen[val] {
-			t.Fatalf("%s appears twice in %s's log", val, newLeader)
-		}
-		seen[val] = true
-	}
-}
-
-// A group's acks live in partition 0's log, so retention compacts partition
-// 0 no further than the oldest record a group still needs: its first ack
-// while it has no checkpoint, later its latest checkpoint. Either way a new
-// coordinator finds the acks of messages that other partitions keep, and
-// does not redeliver them.
-func TestClusterGroupAcksOutliveRetention(t *testing.T) {
-	for _, checkpoints := range []bool{false, true} {
-		t.Run(fmt.Sprint("checkpoints=", checkpoints), func(t *testing.T) { testGroupAcksOutliveRetention(t, checkpoints) })
-	}
-}
-
-func testGroupAcksOutliveRetention(t *testing.T, checkpoints bool) {
-	tc := newTestClusterWith(t, 3, func(c *Config) {
-		c.SegmentBytesMax = 2048
-		c.RetentionCheckMs = 10
-		c.LedgerCompactBytes = -1
-		if checkpoints {
-			c.LedgerCompactBytes = 100 // a checkpoint after every ack record or two
-		}
-	})
-	tc.declare("n1", wire.TopicConfig{Name: "q", Partitions: 2, Replicas: 3, RetentionBytes: 8192})
-	fill := func(from, to int) {
-		for i := from; i < to; i++ {
-			tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, Value: []byte(fmt.Sprint("p0-", i))})
-		}
-	}
-	fill(0, 300)
-	for i := range 20 {
-		tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 1, Value: []byte(fmt.Sprint("p1-", i))})
-	}
-	coordinator, _ := tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, Value: []byte("probe")})
-	_, s := subscribeOn(t, tc.nodes[coordinator], "q", "g", 5000)
-	p1 := partitionMsgs(t, s, 1, 20)
-	ackOn(t, tc.nodes[coordinator], "q", "g", p1[:12])
-	p0 := tc.nodes[coordinator].topics["q"].partitions[0]
-	ackAt := p0.repl.CommitSeq() // the first ack record is at or below it
-	fill(300, 600)
-	if checkpoints {
-		// More acks (of recent messages: older ones are compacted away,
-		// so done), and the group checkpoints far past its first ack.
-		var recent []*wire.Msg
-		for deadline := time.Now().Add(waitMax); len(recent) == 0 || string(recent[len(recent)-1].Value) != "p0-599"; {
-			if time.Now().After(deadline) {
-				t.Fatal("p0-599 never delivered")
-			}
-			recent = partitionMsgs(t, s, 0, len(recent)+1)
-		}
-		ackOn(t, tc.nodes[coordinator], "q", "g", recent[len(recent)-50:])
-	}
-	fill(600, 900)
-	deadline := time.Now().Add(waitMax)
-	for p0.repl.Status().SnapSeq == 0 || checkpoints && p0.repl.Status().SnapSeq < ackAt {
-		if time.Now().After(deadline) {
-			t.Fatalf("partition 0 compacted only through %d (first ack record at or below %d)", p0.repl.Status().SnapSeq, ackAt)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !checkpoints {
-		time.Sleep(100 * time.Millisecond) // ten more retention passes
-		if snap := p0.repl.Status().SnapSeq; snap >= ackAt {
-			t.Fatalf("partition 0 compacted through %d, past its only ack record (at or below %d)", snap, ackAt)
-		}
-	}
-
-	tc.stop(coordinator)
-	newCoordinator, _ := tc.publishAnywhere(&wire.Pub{Topic: "q", Partition: 0, Value: []byte("after")})
-	_, s2 := subscribeOn(t, tc.nodes[newCoordinator], "q", "g", 5000)
-	// The cursor delivers a partition in seq order: once the 8 unacked
-	// messages are back, a redelivered acked one would be among them.
-	for _, m := range partitionMsgs(t, s2, 1, 8) {
-		for _, a := range p1[:12] {
-			if a.Seq == m.Seq {
-				t.Fatalf("acked seq %d of partition 1 redelivered by the new coordinator", m.Seq)
-			}
-		}
-	}
-}
-
-// partitionMsgs waits until the sink holds at least n messages of the
-// partition and returns them all.
-func partitionMsgs(t *testing.T, s *sink, partition uint32, n int) []*wire.Msg {
-	t.Helper()
-	deadline := time.Now().Add(waitMax)
-	for {
-		var out []*wire.Msg
-		s.mu.Lock()
-		for _, m := range s.msgs {
-			if m.Partition == partition {
-				out = append(out, m)
-			}
-		}
-		s.mu.Unlock()
-		if len(out) >= n {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d of %d messages of partition %d", len(out), n, partition)
-		}
-		select {
-		case <-s.ch:
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// waitUntil waits (up to waitMax) until cond holds, failing with what.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(waitMax); !cond(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
-// A follower that no longer hears its partition's leader does not point
-// clients at it — neither in METADATA nor in NOT_LEADER: the leader may be
-// dead. Here it is: the leader and the third node stop, so no new leader
-// can be elected and the survivor's last-known leader stays the dead one.
-func TestClusterFollowerNamesNoLeaderItNoLongerHears(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
-	tc.publishAnywhere(&wire.Pub{Topic: "t", Value: []byte("a"), ProducerID: 7, ProducerSeq: 1})
-	var survivor, leader string
-	waitUntil(t, "a follower naming the leader it hears", func() bool {
-		for id, n := range tc.nodes {
-			if p := n.Metadata([]string{"t"})[0].Partitions[0]; p.Leader != "" && p.Leader != id && p.LeaderAddr == "client-of-"+p.Leader {
-				survivor, leader = id, p.Leader
-				return true
-			}
-		}
-		return false
-	})
-	for _, m := range tc.members {
-		if m.ID != survivor {
-			tc.stop(m.ID) // the leader and the third node: no quorum is left to elect another
-		}
-	}
-	n := tc.nodes[survivor]
-	waitUntil(t, "the survivor to stop naming the dead leader", func() bool {
-		p := n.Metadata([]string{"t"})[0].Partitions[0]
-		return p.Leader == "" && p.LeaderAddr == ""
-	})
-	_, err := publishOn(t, n, &wire.Pub{Topic: "t", Value: []byte("b"), ProducerID: 7, ProducerSeq: 2})
-	if err == nil || err.Code != wire.CodeNotLeader || strings.Contains(err.Message, "client-of-"+leader) {
-		t.Fatalf("publish on the survivor = %v; want NOT_LEADER naming no leader", err)
-	}
-}
-
-// A leader reports a follower it no longer hears from as Unreachable, not
-// with the state it last had (InSync, on an idle partition, forever).
-func TestClusterLeaderReportsAStoppedFollowerUnreachable(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
-	leader, _ := tc.publishAnywhere(&wire.Pub{Topic: "t", Value: []byte("a"), ProducerID: 7, ProducerSeq: 1})
-	// states is the replica states in the view of whichever running node
-	// leads now (a loaded machine may see an election).
-	states := func() map[string]string {
-		out := map[string]string{}
-		for id, n := range tc.nodes {
-			if p := n.Metadata([]string{"t"})[0].Partitions[0]; p.Leader == id {
-				for _, r := range p.Replicas {
-					out[r.Node] = r.State
-				}
-			}
-		}
-		return out
-	}
-	stopped := ""
-	for _, m := range tc.members {
-		if m.ID != leader {
-			stopped = m.ID
-		}
-	}
-	waitUntil(t, "every replica InSync", func() bool {
-		s := states()
-		return len(s) == 3 && s["n1"] == "InSync" && s["n2"] == "InSync" && s["n3"] == "InSync"
-	})
-	tc.stop(stopped)
-	waitUntil(t, "the stopped follower to be reported Unreachable", func() bool {
-		s := states()
-		for id, state := range s {
-			if (id == stopped) != (state == ReplicaUnreachable) || (id != stopped && state != "InSync") {
-				return false
-			}
-		}
-		return len(s) == 3
-	})
-}
-
-// kernelMutationEnv names a kernel mutation that every node of a test
-// cluster runs with: set only by TestClusterTestsCatchKernelMutations for
-// the test binary it runs again.
-const kernelMutationEnv = "NEREUS_TEST_KERNEL_MUTATION"
-
-var kernelMutations = map[string]func(*Mutations){
-	"AckBeforeCommit": func(m *Mutations) { m.AckLog.AckBeforeCommit = true },
-	"SkipDedupSeal":   func(m *Mutations) { m.Partition.SkipDedupSeal = true },
-	"SkipInstallGate": func(m *Mutations) { m.Partition.SkipInstallGate = true },
-}
-
-func kernelMutation(m *Mutations) {
-	if name := os.Getenv(kernelMutationEnv); name != "" {
-		kernelMutations[name](m)
-	}
-}
-
-// The kernels' guards are load-bearing at node level too: with a mutation
-// on, the cluster test named for it fails. (SkipInstallGate has no cluster
-// test here: over real TCP a new leader applies its install entry before
-// any test can reach it; the kernel's scenario tests catch it.)
-func TestClusterTestsCatchKernelMutations(t *testing.T) {
-	if os.Getenv(kernelMutationEnv) != "" {
-		t.Skip("running under a mutation")
-	}
-	for _, c := range []struct{ mutation, test string }{
-		{"AckBeforeCommit", "TestClusterAcksDuringQuorumLossAreRetriedDurably"},
-		{"SkipDedupSeal", "TestClusterRetentionRebuildsALaggingReplica"},
-	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^"+c.test+"$", "-test.count=1")
-		cmd.Env = append(os.Environ(), kernelMutationEnv+"="+c.mutation)
-		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "--- FAIL: "+c.test) {
-			t.Errorf("%s with mutation %s: err %v, want it to fail\n%s", c.test, c.mutation, err, out)
-		}
 	}
 }

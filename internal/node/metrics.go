@@ -1,6 +1,8 @@
 package node
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -156,4 +158,33 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// PartitionValue is what a scrape of the registry reports for the gauge or
+// counter name of (topic, partition), or -1 when it reports none — one
+// number read the way an operator's dashboard reads it (tests use it).
+func (m *Metrics) PartitionValue(name, topic string, partition uint32) (float64, error) {
+	families, err := m.Registry.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range metric.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["topic"] != topic || labels["partition"] != strconv.FormatUint(uint64(partition), 10) {
+				continue
+			}
+			if g := metric.GetGauge(); g != nil {
+				return g.GetValue(), nil
+			}
+			return metric.GetCounter().GetValue(), nil
+		}
+	}
+	return -1, nil
 }

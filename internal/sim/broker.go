@@ -62,6 +62,12 @@ type broker struct {
 	// process: nothing addressed to it runs until pausedUntil).
 	skewMs      int64
 	pausedUntil int64
+	// Node settings of a cluster run with retention (0: the defaults).
+	segmentBytesMax, retentionCheckMs int64
+	// ledgerCompactBytes is node.Config.LedgerCompactBytes: small, so
+	// campaigns compact ack ledgers (and crash inside compaction) often;
+	// a one-ack golden run stays below it.
+	ledgerCompactBytes int64
 }
 
 func (b *broker) paused() bool { return b.w.nowMs < b.pausedUntil }
@@ -69,7 +75,7 @@ func (b *broker) paused() bool { return b.w.nowMs < b.pausedUntil }
 func newBroker(w *World, chk *checker, mutations node.Mutations) *broker {
 	b := &broker{w: w, fs: vfs.NewMem(), mutations: mutations, chk: chk, damaged: map[uint32]bool{},
 		discardLogger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		restartDelay:  func() int64 { return w.between(20, 400) }}
+		restartDelay:  func() int64 { return w.between(20, 400) }, ledgerCompactBytes: 1024}
 	b.fs.SetInjector(b.inject)
 	return b
 }
@@ -110,12 +116,11 @@ func (b *broker) start() {
 			e.Clock, e.Peers = nodeClock{b}, b.peers
 		}
 		n, err = node.Open(node.Config{NodeID: cmp.Or(b.id, "sim"), ClientAddr: b.id, DataDir: dataDir, Env: e, Manual: true,
-			Cluster:   b.cluster,
-			Logger:    b.discardLogger,
-			Mutations: b.mutations,
-			// Small, so campaigns compact ack ledgers (and crash inside
-			// compaction) often; a one-ack golden run stays below it.
-			LedgerCompactBytes: 1024})
+			Cluster:         b.cluster,
+			Logger:          b.discardLogger,
+			Mutations:       b.mutations,
+			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
+			LedgerCompactBytes: b.ledgerCompactBytes})
 		return err
 	})
 	if err != nil {

@@ -81,9 +81,13 @@ type checker struct {
 	// which starts over when it restarts (a single node's never shrinks).
 	perIncarnation bool
 	damaged        map[uint32]bool // partitions hit by a bit flip: loss is expected there
-	sent           map[string]bool // every value a producer ever published
-	violation      *Violation
-	deliveries     int
+	// retained is, with a retention (cluster runs), the highest start seq
+	// any node reported per partition: records below it may be compacted
+	// before the group saw them (nil: no retention, nothing may go).
+	retained   map[uint32]uint64
+	sent       map[string]bool // every value a producer ever published
+	violation  *Violation
+	deliveries int
 }
 
 // anyDamaged reports whether a bit flip hit any partition.
@@ -191,6 +195,9 @@ func (c *checker) afterEvent(b *broker) {
 				c.violate(VisibleMonotonic, "partition %d commit_seq went from %d to %d %s", p.Partition, c.maxCommit[k], p.CommitSeq, b.id)
 			}
 			c.maxCommit[k] = max(c.maxCommit[k], p.CommitSeq)
+			if c.retained != nil {
+				c.retained[p.Partition] = max(c.retained[p.Partition], p.StartSeq)
+			}
 		}
 	}
 }
@@ -201,12 +208,15 @@ type commitKey struct {
 	incarnation int
 }
 
+// compacted reports whether retention may have removed pos.
+func (c *checker) compacted(pos position) bool { return pos.seq < c.retained[pos.partition] }
+
 // undelivered lists acknowledged positions the group has not acked yet
 // (outside damaged partitions), sorted.
 func (c *checker) undelivered() []position {
 	var out []position
 	for pos := range c.ackedAt {
-		if !c.groupDone[pos] && !c.damaged[pos.partition] {
+		if !c.groupDone[pos] && !c.damaged[pos.partition] && !c.compacted(pos) {
 			out = append(out, pos)
 		}
 	}
@@ -236,7 +246,12 @@ func (c *checker) finalChecks(pick func(partition uint32) *broker, partitions ui
 			return
 		}
 		commit := meta[0].Partitions[p].CommitSeq
-		for from := uint64(1); from <= commit; {
+		from := uint64(1)
+		if c.retained != nil {
+			from = max(from, meta[0].Partitions[p].StartSeq)
+			c.retained[p] = max(c.retained[p], from)
+		}
+		for from <= commit {
 			entries, err := b.node.Read(simTopic, p, from, 1024)
 			if damaged := (*storage.CorruptError)(nil); errors.As(err, &damaged) && c.damaged[p] {
 				// A flipped bit that recovery found: refused, never
@@ -286,7 +301,7 @@ func (c *checker) finalChecks(pick func(partition uint32) *broker, partitions ui
 	})
 	for _, k := range keys {
 		rec := c.acked[k]
-		if c.damaged[rec.pos.partition] {
+		if c.damaged[rec.pos.partition] || c.compacted(rec.pos) {
 			continue
 		}
 		if got, ok := stored[k]; !ok || got != rec.pos {

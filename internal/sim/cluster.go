@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -33,8 +35,29 @@ type ClusterOptions struct {
 	Mutations           node.Mutations
 	// SyncAll makes the topic sync_all: a record is acknowledged once
 	// every replica fsynced it (default sync_quorum).
-	SyncAll   bool
-	KeepTrace bool
+	SyncAll bool
+	// Retention, when set, gives the topic a retention and the nodes small
+	// segments, so replicated logs compact within a scripted run (zero: no
+	// retention).
+	Retention ClusterRetention
+	// LedgerCompactBytes is the nodes' node.Config.LedgerCompactBytes
+	// (0: the simulator's 1024, so groups checkpoint often; < 0: never).
+	LedgerCompactBytes int64
+	KeepTrace          bool
+}
+
+// ClusterRetention is a cluster run's retention: the topic's
+// RetentionBytes per partition, and the node settings that make it bite
+// in a short run (zeros take the node defaults). Records below a
+// partition's start are then gone on purpose: the checker requires them
+// neither delivered nor read back.
+type ClusterRetention struct {
+	Bytes            int64 // the topic's RetentionBytes (0: no retention)
+	SegmentBytesMax  int64 // node.Config.SegmentBytesMax
+	RetentionCheckMs int64 // node.Config.RetentionCheckMs
+	// ReservationMs is how long a leader keeps the log a silent follower
+	// needs (node.ClusterConfig.Reservation).
+	ReservationMs int64
 }
 
 // ClusterFaults selects the faults a cluster run injects.
@@ -147,10 +170,14 @@ func newClusterSim(o ClusterOptions) *sim {
 	w := newWorld(o.Seed, o.KeepTrace)
 	chk := newChecker(w, map[uint32]bool{})
 	chk.perIncarnation = true
+	if o.Retention.Bytes > 0 {
+		chk.retained = map[uint32]uint64{}
+	}
 	s := &sim{opts: Options{Seed: o.Seed, Steps: o.Steps, Producers: o.Producers, MessagesPerProducer: o.MessagesPerProducer,
 		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace},
 		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: uint8(o.Nodes), syncAll: o.SyncAll,
-		clusterFaults: o.Faults}
+		retentionBytes: o.Retention.Bytes,
+		clusterFaults:  o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}}
 	s.opts.setDefaults()
 	var members []node.Member
 	for i := 1; i <= o.Nodes; i++ {
@@ -159,7 +186,12 @@ func newClusterSim(o ClusterOptions) *sim {
 	for i := 1; i <= o.Nodes; i++ {
 		b := newBroker(w, chk, o.Mutations)
 		b.id, b.peers = members[i-1].ID, s.net
-		b.cluster = &node.ClusterConfig{Members: members, Tick: clusterTick, DeclareTimeout: clusterDeclareTimeout}
+		b.cluster = &node.ClusterConfig{Members: members, Tick: clusterTick, DeclareTimeout: clusterDeclareTimeout,
+			Reservation: time.Duration(o.Retention.ReservationMs) * time.Millisecond}
+		b.segmentBytesMax, b.retentionCheckMs = o.Retention.SegmentBytesMax, o.Retention.RetentionCheckMs
+		if o.LedgerCompactBytes != 0 {
+			b.ledgerCompactBytes = o.LedgerCompactBytes
+		}
 		id := uint32(i)
 		b.onCrash = func() {
 			if l := s.net.members[id]; l != nil {
@@ -408,6 +440,11 @@ func (s *sim) observePartition(ni int, b *broker, p wire.PartitionInfo) {
 	k := commitKey{partition: p.Partition, node: b.id, incarnation: b.started}
 	for from := s.observed[k] + 1; from <= p.CommitSeq; {
 		entries, err := b.node.Read(simTopic, p.Partition, from, 256)
+		if errors.Is(err, storage.ErrOutOfRange) && from < p.StartSeq {
+			s.observed[k] = p.StartSeq - 1 // compacted by retention: checked from the start on
+			from = p.StartSeq
+			continue
+		}
 		if err != nil || len(entries) == 0 {
 			return // retention, or not applied yet: looked at again later
 		}

@@ -153,6 +153,8 @@ type sim struct {
 	net      *peerNet  // a cluster's peer network (nil on a single node)
 	replicas uint8     // the topic's replication factor (0: the default)
 	syncAll  bool      // the topic is sync_all (cluster runs)
+	// retentionBytes is the topic's RetentionBytes (cluster runs; 0: none).
+	retentionBytes int64
 	// A cluster's faults, and its replication checks (cluster.go): the
 	// ghost state of each partition, and the last committed seq checked
 	// per (partition, node incarnation).
@@ -169,6 +171,13 @@ type sim struct {
 	consumers      []*consumer
 	partitioned    map[string]bool
 	healed         bool
+	// What clients heard (scripted scenarios assert on it): ERR codes
+	// answering a PUB or an ACK, and acks confirmed (ACK_OK results OK).
+	pubErrors, ackErrors map[wire.Code]int
+	acksConfirmed        int
+	// scriptSteps counts a scripted scenario's steps still to come: the
+	// liveness phase does not end before they ran.
+	scriptSteps int
 }
 
 // Run executes one seed and returns its result. It never panics on a broken
@@ -193,7 +202,8 @@ func newSim(opts Options) *sim {
 	chk := newChecker(w, damaged)
 	b := newBroker(w, chk, opts.Mutations)
 	b.damaged = damaged
-	return &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{}}
+	return &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{},
+		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}}
 }
 
 // dial connects a client to the node at index at (modulo the nodes).
@@ -202,7 +212,7 @@ func (s *sim) dial(cl client, at int) *conn {
 }
 
 func (s *sim) topicConfig() wire.TopicConfig {
-	tc := wire.TopicConfig{Name: simTopic, Partitions: s.opts.Partitions, Replicas: s.replicas}
+	tc := wire.TopicConfig{Name: simTopic, Partitions: s.opts.Partitions, Replicas: s.replicas, RetentionBytes: s.retentionBytes}
 	if s.syncAll {
 		tc.Ack = wire.AckAll
 	}
@@ -281,7 +291,7 @@ func (s *sim) livenessPhase() {
 	s.w.tracef("heal: faults off")
 	deadline := s.w.nowMs + livenessMsMax
 	for events := 0; s.chk.violation == nil; events++ {
-		if s.producersDone() && len(s.chk.undelivered()) == 0 {
+		if s.producersDone() && len(s.chk.undelivered()) == 0 && s.scriptSteps == 0 {
 			return
 		}
 		if s.w.nowMs > deadline || events > livenessEventsMax || !s.step() {

@@ -81,6 +81,9 @@ func (p *producer) onFrame(c *conn, corr uint64, f wire.Frame) {
 		p.fill()
 	case *wire.Err:
 		p.s.w.tracef("%s ERR %s corr=%d", p.name(), f.Code, corr)
+		if _, ok := p.inflight[corr]; ok {
+			p.s.pubErrors[f.Code]++
+		}
 		if corr == 0 && !p.ready {
 			c.breakConn("declare failed") // start over, on the next node
 			return
@@ -214,6 +217,7 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 				delete(c.unanswered, pos)
 			}
 			if i < len(f.Results) && f.Results[i] == wire.CodeOK {
+				c.s.acksConfirmed++
 				c.s.chk.groupAcked(c.name(), e)
 			}
 		}
@@ -228,6 +232,9 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		}
 		entries, ok := c.pending[corr]
 		delete(c.pending, corr)
+		if ok {
+			c.s.ackErrors[f.Code]++
+		}
 		if ok && movesOn(f.Code) {
 			cn.breakConn("not the coordinator") // try the next node; the acks are resent there
 			return
