@@ -340,7 +340,7 @@ func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
 	for _, e := range read {
 		var data []byte
 		if !isInstall(&e.Record) {
-			data = storage.AppendRecord(nil, &e.Record)
+			data = storage.EncodeRecord(&e.Record)
 		}
 		out = append(out, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: data})
 	}

@@ -85,15 +85,6 @@ func (h batchHeader) gap() bool { return h.version == batchVersionGap }
 // nextSeq returns the seq after the last record of the batch.
 func (h batchHeader) nextSeq() uint64 { return h.baseSeq + uint64(h.count) }
 
-// encodedRecordBytes returns the encoded size of r.
-func encodedRecordBytes(r *Record) int {
-	n := recordBytesMin + len(r.Key) + len(r.Value)
-	for i := range r.Headers {
-		n += headerBytesMin + len(r.Headers[i].Key) + len(r.Headers[i].Value)
-	}
-	return n
-}
-
 // appendBatch appends the encoding of recs as one version-2 batch to dst.
 // syncedThrough is the writer's last durable seq when it wrote the batch:
 // recovery trusts a damaged range below it to have been durable (so it is
@@ -105,7 +96,7 @@ func appendBatch(dst []byte, baseSeq, epoch, syncedThrough uint64, recs []Record
 	total := batchHeaderBytes + syncedThroughBytes
 	maxTimestampMs := int64(math.MinInt64)
 	for i := range recs {
-		n := encodedRecordBytes(&recs[i])
+		n := RecordBytes(&recs[i])
 		if n > recordBytesMax {
 			return dst, fmt.Errorf("%w: record %d is %d bytes, max %d", ErrRecordTooLarge, i, n, recordBytesMax)
 		}
@@ -150,6 +141,22 @@ func sealBatch(dst []byte, start int) []byte {
 	batch := dst[start:]
 	binary.LittleEndian.PutUint32(batch[batchCRCOffset:], crc32.Checksum(batch[batchCRCEnd:], castagnoli))
 	return dst
+}
+
+// RecordBytes returns the exact size of AppendRecord's encoding of r.
+func RecordBytes(r *Record) int {
+	n := recordBytesMin + len(r.Key) + len(r.Value)
+	for i := range r.Headers {
+		n += headerBytesMin + len(r.Headers[i].Key) + len(r.Headers[i].Value)
+	}
+	return n
+}
+
+// EncodeRecord returns AppendRecord's encoding of r in a new slice of
+// exactly its size (one allocation; appending to nil grows it several
+// times on the way).
+func EncodeRecord(r *Record) []byte {
+	return AppendRecord(make([]byte, 0, RecordBytes(r)), r)
 }
 
 // AppendRecord appends the encoding of one record (as it is laid out inside
