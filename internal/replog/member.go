@@ -28,6 +28,9 @@ type Member struct {
 
 	pending []*Proposal // proposed by this member, awaiting their outcome
 	cache   entryCache  // the most recent entries, as written (entrycache.go)
+	// appendRecords is memberStore.Append's scratch for one batch's
+	// records (they alias the entries; cleared after each batch).
+	appendRecords []storage.Record
 
 	status    atomic.Pointer[replica.Status]
 	commitSeq atomic.Uint64
@@ -294,7 +297,7 @@ func (s memberStore) Append(entries []replica.Entry) error {
 	}
 	for i := 0; i < len(entries); {
 		j, bytes := i, 0
-		var recs []storage.Record
+		recs := s.m.appendRecords[:0] // reused: Append runs on the member's goroutine only
 		for ; j < len(entries) && entries[j].Epoch == entries[i].Epoch && (j == i || bytes+len(entries[j].Data) <= batchBytesMax); j++ {
 			bytes += len(entries[j].Data)
 			rec := installRecord
@@ -307,6 +310,8 @@ func (s memberStore) Append(entries []replica.Entry) error {
 			recs = append(recs, rec)
 		}
 		first, err := s.m.log.Append(entries[i].Epoch, recs)
+		clear(recs) // keep no payload alive through the scratch
+		s.m.appendRecords = recs[:0]
 		if err != nil {
 			return err
 		}
