@@ -91,8 +91,7 @@ func OpenMember(cfg Config) (*Member, error) {
 	return m, nil
 }
 
-// appendBytesMax bounds the entries' data in one Append on the wire, and
-// in one storage batch (memberStore.Append). The
+// appendBytesMax bounds the entries' data in one Append on the wire. The
 // kernel bounds an Append by entries (AppendEntriesMax, 256), and 256
 // records of 64 KiB make a REPLICATE over the peer transport's frame limit
 // (wire.DefaultFrameBytesMax, 8 MiB), which the follower refuses by
@@ -286,12 +285,14 @@ func (s memberStore) SetHardState(h replica.HardState) error {
 func (s memberStore) TruncateAfter(seq uint64) error { return s.m.log.TruncateAfter(seq) }
 
 // Append writes entries as storage batches: one per run of one epoch, cut
-// so that a batch carries at most appendBytesMax of records (but for a
-// single larger one) — a Ready can hold more than a batch may
-// (storage.Options.BatchBytesMax, 16 MiB by default): a follower steps many
-// Appends, a leader many proposals, before it writes.
+// so that a batch carries at most storage.BatchRecordBytesReused of
+// records (but for a single larger one) — a Ready can hold more than a
+// batch may (storage.Options.BatchBytesMax, 16 MiB by default): a
+// follower steps many Appends, a leader many proposals, before it writes;
+// and up to that size the log encodes the batch in the buffer it keeps,
+// instead of allocating one per batch.
 func (s memberStore) Append(entries []replica.Entry) error {
-	batchBytesMax := appendBytesMax
+	batchBytesMax := storage.BatchRecordBytesReused
 	if b := s.m.cfg.Storage.BatchBytesMax; b > 0 {
 		batchBytesMax = min(batchBytesMax, b/2)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
-	"slices"
 )
 
 // Header is an application header of a record.
@@ -65,6 +64,16 @@ const (
 	headerBytesMin = 4 + 4
 )
 
+// encodeBufferBytesMax is the largest batch encoding buffer a Log keeps
+// for its next Append; a larger batch is encoded into a new buffer.
+const encodeBufferBytesMax = 1 << 20
+
+// BatchRecordBytesReused bounds the records (their encoded size together,
+// RecordBytes) of a batch that a Log encodes in the buffer it keeps: a
+// writer that cuts its batches there allocates no encoding buffer per
+// Append.
+const BatchRecordBytesReused = encodeBufferBytesMax - batchOverheadBytes
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // batchHeader is the decoded fixed header of a batch.
@@ -107,7 +116,12 @@ func appendBatch(dst []byte, baseSeq, epoch, syncedThrough uint64, recs []Record
 		maxTimestampMs = max(maxTimestampMs, recs[i].TimestampMs)
 	}
 	start := len(dst)
-	dst = slices.Grow(dst, total) // once: a batch of large records would grow it many times
+	if cap(dst)-len(dst) < total {
+		// Once, to the exact size: a batch of large records would grow it
+		// many times, and a buffer grown by a factor could overshoot
+		// encodeBufferBytesMax and not be kept.
+		dst = append(make([]byte, 0, len(dst)+total), dst...)
+	}
 	dst = appendBatchHeader(dst, batchVersionV2, total, baseSeq, epoch, uint32(len(recs)), maxTimestampMs)
 	dst = binary.LittleEndian.AppendUint64(dst, syncedThrough)
 	for i := range recs {
