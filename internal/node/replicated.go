@@ -28,6 +28,10 @@ type replState struct {
 
 	mu          sync.Mutex
 	completions []completion
+	// spareCompletions is the array applyReplicated answered from last,
+	// handed back to completions next time (so that it is not grown anew
+	// for every burst). Owned by runReplicated.
+	spareCompletions []completion
 }
 
 type completion struct {
@@ -208,8 +212,12 @@ func (p *partitionRunner) applyReplicated() {
 	rs, k := p.rs, p.rs.kernel
 	rs.mu.Lock()
 	done := rs.completions
-	rs.completions = nil
+	rs.completions, rs.spareCompletions = rs.spareCompletions[:0], nil // one owner per array, even if a reply re-enters
 	rs.mu.Unlock()
+	defer func() {
+		clear(done) // no error kept alive through the spare
+		rs.spareCompletions = done[:0]
+	}()
 	commit := p.repl.CommitSeq()
 	p.readLog.Store(p.repl.ReadLog()) // a member restarted in place reads a new one
 	p.followStart()

@@ -106,23 +106,25 @@ func (c *entryCache) trim(floor uint64) {
 	}
 }
 
-// get returns copies of the cached entries first..last (fewer when the log
-// ends before last), or false when the cache does not hold first; start
-// and end are the log's first and last seqs. Caller holds mu.
+// get returns the cached entries first..last (fewer when the log ends
+// before last), or false when the cache does not hold first; start and
+// end are the log's first and last seqs. The slice is the cache's own:
+// valid only while the caller holds mu.
 func (c *entryCache) get(first, last, start, end uint64) ([]replica.Entry, bool) {
 	if len(c.entries) == 0 || first < start || first < c.entries[0].Seq || first > end {
 		return nil, false
 	}
 	i := int(first - c.entries[0].Seq)
 	j := int(min(last, end) - c.entries[0].Seq + 1)
-	return slices.Clone(c.entries[i:j]), true
+	return c.entries[i:j], true
 }
 
-// read is the executor's read of first..last through the cache.
+// read is the executor's read of first..last through the cache: a copy.
 func (c *entryCache) read(log *storage.Log, first, last uint64) ([]replica.Entry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.get(first, last, log.StartSeq(), log.NextSeq()-1)
+	entries, ok := c.get(first, last, log.StartSeq(), log.NextSeq()-1)
+	return slices.Clone(entries), ok
 }
 
 // Committed returns up to maxEntries committed entries from fromSeq on, as Read
@@ -141,19 +143,27 @@ func (l *Log) Committed(fromSeq uint64, maxEntries int) ([]storage.Entry, error)
 	c.mu.Lock()
 	c.applier = true
 	cached, ok := c.get(fromSeq, min(commit, fromSeq+uint64(max(maxEntries, 1))-1), rl.StartSeq(), rl.NextSeq()-1)
-	if ok && len(cached) > 0 {
-		c.taken = cached[len(cached)-1].Seq
+	if ok {
+		out, err := decodeCached(cached) // under mu: cached is the cache's own slice
+		if len(cached) > 0 {
+			c.taken = cached[len(cached)-1].Seq
+		}
+		c.mu.Unlock()
+		return out, err
 	}
 	c.mu.Unlock()
-	if !ok {
-		entries, err := m.Read(fromSeq, maxEntries)
-		if len(entries) > 0 {
-			c.mu.Lock()
-			c.taken = entries[len(entries)-1].Seq
-			c.mu.Unlock()
-		}
-		return entries, err
+	entries, err := m.Read(fromSeq, maxEntries)
+	if len(entries) > 0 {
+		c.mu.Lock()
+		c.taken = entries[len(entries)-1].Seq
+		c.mu.Unlock()
 	}
+	return entries, err
+}
+
+// decodeCached decodes cached entries into the log's entries; the records
+// alias the entries' data (which is never written to once cached).
+func decodeCached(cached []replica.Entry) ([]storage.Entry, error) {
 	out := make([]storage.Entry, len(cached))
 	for i, e := range cached {
 		out[i] = storage.Entry{Seq: e.Seq, Epoch: e.Epoch, Record: installRecord}

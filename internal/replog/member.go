@@ -28,6 +28,9 @@ type Member struct {
 
 	pending []*Proposal // proposed by this member, awaiting their outcome
 	cache   entryCache  // the most recent entries, as written (entrycache.go)
+	// appendRecords is memberStore.Append's scratch for one batch's
+	// records (they alias the entries; cleared after each batch).
+	appendRecords []storage.Record
 
 	status    atomic.Pointer[replica.Status]
 	commitSeq atomic.Uint64
@@ -66,8 +69,7 @@ func OpenMember(cfg Config) (*Member, error) {
 	return m, nil
 }
 
-// appendBytesMax bounds the entries' data in one Append on the wire, and
-// in one storage batch (memberStore.Append). The
+// appendBytesMax bounds the entries' data in one Append on the wire. The
 // kernel bounds an Append by entries (AppendEntriesMax, 256), and 256
 // records of 64 KiB make a REPLICATE over the peer transport's frame limit
 // (wire.DefaultFrameBytesMax, 8 MiB), which the follower refuses by
@@ -289,18 +291,20 @@ func (s memberStore) SetHardState(h replica.HardState) error {
 func (s memberStore) TruncateAfter(seq uint64) error { return s.m.log.TruncateAfter(seq) }
 
 // Append writes entries as storage batches: one per run of one epoch, cut
-// so that a batch carries at most appendBytesMax of records (but for a
-// single larger one) — a Ready can hold more than a batch may
-// (storage.Options.BatchBytesMax, 16 MiB by default): a follower steps many
-// Appends, a leader many proposals, before it writes.
+// so that a batch carries at most storage.BatchRecordBytesReused of
+// records (but for a single larger one) — a Ready can hold more than a
+// batch may (storage.Options.BatchBytesMax, 16 MiB by default): a
+// follower steps many Appends, a leader many proposals, before it writes;
+// and up to that size the log encodes the batch in the buffer it keeps,
+// instead of allocating one per batch.
 func (s memberStore) Append(entries []replica.Entry) error {
-	batchBytesMax := appendBytesMax
+	batchBytesMax := storage.BatchRecordBytesReused
 	if b := s.m.cfg.Storage.BatchBytesMax; b > 0 {
 		batchBytesMax = min(batchBytesMax, b/2)
 	}
 	for i := 0; i < len(entries); {
 		j, bytes := i, 0
-		var recs []storage.Record
+		recs := s.m.appendRecords[:0] // reused: Append runs on the member's goroutine only
 		for ; j < len(entries) && entries[j].Epoch == entries[i].Epoch && (j == i || bytes+len(entries[j].Data) <= batchBytesMax); j++ {
 			bytes += len(entries[j].Data)
 			rec := installRecord
@@ -313,6 +317,8 @@ func (s memberStore) Append(entries []replica.Entry) error {
 			recs = append(recs, rec)
 		}
 		first, err := s.m.log.Append(entries[i].Epoch, recs)
+		clear(recs) // keep no payload alive through the scratch
+		s.m.appendRecords = recs[:0]
 		if err != nil {
 			return err
 		}
@@ -346,7 +352,7 @@ func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
 	for _, e := range read {
 		var data []byte
 		if !isInstall(&e.Record) {
-			data = storage.AppendRecord(nil, &e.Record)
+			data = storage.EncodeRecord(&e.Record)
 		}
 		out = append(out, replica.Entry{Seq: e.Seq, Epoch: e.Epoch, Data: data})
 	}

@@ -429,12 +429,12 @@ func (l *Log) enqueue(p *Proposal) {
 
 // NewProposal is a proposal of rec whose outcome closes Done.
 func NewProposal(rec storage.Record) *Proposal {
-	return &Proposal{Done: make(chan struct{}), data: storage.AppendRecord(nil, &rec)}
+	return &Proposal{Done: make(chan struct{}), data: storage.EncodeRecord(&rec)}
 }
 
 // NewProposalFunc is a proposal of rec whose outcome is reported to done.
 func NewProposalFunc(rec storage.Record, done func(seq, epoch uint64, err error)) *Proposal {
-	return &Proposal{data: storage.AppendRecord(nil, &rec), onDone: done}
+	return &Proposal{data: storage.EncodeRecord(&rec), onDone: done}
 }
 
 func (p *Proposal) finish(err error) {

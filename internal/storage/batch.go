@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
-	"slices"
 )
 
 // Header is an application header of a record.
@@ -65,6 +64,16 @@ const (
 	headerBytesMin = 4 + 4
 )
 
+// encodeBufferBytesMax is the largest batch encoding buffer a Log keeps
+// for its next Append; a larger batch is encoded into a new buffer.
+const encodeBufferBytesMax = 1 << 20
+
+// BatchRecordBytesReused bounds the records (their encoded size together,
+// RecordBytes) of a batch that a Log encodes in the buffer it keeps: a
+// writer that cuts its batches there allocates no encoding buffer per
+// Append.
+const BatchRecordBytesReused = encodeBufferBytesMax - batchOverheadBytes
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // batchHeader is the decoded fixed header of a batch.
@@ -85,15 +94,6 @@ func (h batchHeader) gap() bool { return h.version == batchVersionGap }
 // nextSeq returns the seq after the last record of the batch.
 func (h batchHeader) nextSeq() uint64 { return h.baseSeq + uint64(h.count) }
 
-// encodedRecordBytes returns the encoded size of r.
-func encodedRecordBytes(r *Record) int {
-	n := recordBytesMin + len(r.Key) + len(r.Value)
-	for i := range r.Headers {
-		n += headerBytesMin + len(r.Headers[i].Key) + len(r.Headers[i].Value)
-	}
-	return n
-}
-
 // appendBatch appends the encoding of recs as one version-2 batch to dst.
 // syncedThrough is the writer's last durable seq when it wrote the batch:
 // recovery trusts a damaged range below it to have been durable (so it is
@@ -105,7 +105,7 @@ func appendBatch(dst []byte, baseSeq, epoch, syncedThrough uint64, recs []Record
 	total := batchHeaderBytes + syncedThroughBytes
 	maxTimestampMs := int64(math.MinInt64)
 	for i := range recs {
-		n := encodedRecordBytes(&recs[i])
+		n := RecordBytes(&recs[i])
 		if n > recordBytesMax {
 			return dst, fmt.Errorf("%w: record %d is %d bytes, max %d", ErrRecordTooLarge, i, n, recordBytesMax)
 		}
@@ -116,7 +116,12 @@ func appendBatch(dst []byte, baseSeq, epoch, syncedThrough uint64, recs []Record
 		maxTimestampMs = max(maxTimestampMs, recs[i].TimestampMs)
 	}
 	start := len(dst)
-	dst = slices.Grow(dst, total) // once: a batch of large records would grow it many times
+	if cap(dst)-len(dst) < total {
+		// Once, to the exact size: a batch of large records would grow it
+		// many times, and a buffer grown by a factor could overshoot
+		// encodeBufferBytesMax and not be kept.
+		dst = append(make([]byte, 0, len(dst)+total), dst...)
+	}
 	dst = appendBatchHeader(dst, batchVersionV2, total, baseSeq, epoch, uint32(len(recs)), maxTimestampMs)
 	dst = binary.LittleEndian.AppendUint64(dst, syncedThrough)
 	for i := range recs {
@@ -150,6 +155,22 @@ func sealBatch(dst []byte, start int) []byte {
 	batch := dst[start:]
 	binary.LittleEndian.PutUint32(batch[batchCRCOffset:], crc32.Checksum(batch[batchCRCEnd:], castagnoli))
 	return dst
+}
+
+// RecordBytes returns the exact size of AppendRecord's encoding of r.
+func RecordBytes(r *Record) int {
+	n := recordBytesMin + len(r.Key) + len(r.Value)
+	for i := range r.Headers {
+		n += headerBytesMin + len(r.Headers[i].Key) + len(r.Headers[i].Value)
+	}
+	return n
+}
+
+// EncodeRecord returns AppendRecord's encoding of r in a new slice of
+// exactly its size (one allocation; appending to nil grows it several
+// times on the way).
+func EncodeRecord(r *Record) []byte {
+	return AppendRecord(make([]byte, 0, RecordBytes(r)), r)
 }
 
 // AppendRecord appends the encoding of one record (as it is laid out inside

@@ -185,7 +185,7 @@ func FuzzDecodeBatch(f *testing.F) {
 }
 
 // FuzzDecodeRecord: DecodeRecord never panics, and what it accepts
-// re-encodes to the same bytes.
+// re-encodes to the same bytes, whose size RecordBytes tells exactly.
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(AppendRecord(nil, &Record{TimestampMs: 1, Key: []byte("k"), Value: []byte("v"),
 		Headers: []Header{{Key: "h", Value: []byte("x")}}, ProducerID: 7, ProducerSeq: 9}))
@@ -197,6 +197,12 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 		if got := AppendRecord(nil, &r); !bytes.Equal(got, b) {
 			t.Fatalf("re-encoding differs:\n got %x\nwant %x", got, b)
+		}
+		if n := RecordBytes(&r); n != len(b) {
+			t.Fatalf("RecordBytes = %d for a record of %d bytes", n, len(b))
+		}
+		if got := EncodeRecord(&r); !bytes.Equal(got, b) || cap(got) != len(b) {
+			t.Fatalf("EncodeRecord: %d bytes (capacity %d), equal %v; want the record's %d", len(got), cap(got), bytes.Equal(got, b), len(b))
 		}
 	})
 }

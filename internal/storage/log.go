@@ -374,7 +374,7 @@ func (l *Log) Append(epoch uint64, recs []Record) (firstSeq uint64, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if cap(buf) <= 1<<20 {
+	if cap(buf) <= encodeBufferBytesMax {
 		l.encodeBuf = buf
 	}
 	h, err := decodeBatchHeader(buf)

@@ -197,7 +197,7 @@ func TestReadBounds(t *testing.T) {
 	if _, err := l.Append(1, recs); err != nil {
 		t.Fatal(err)
 	}
-	recordBytes := encodedRecordBytes(&recs[0])
+	recordBytes := RecordBytes(&recs[0])
 	cases := []struct {
 		from       uint64
 		maxRecords int
