@@ -675,7 +675,12 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		} else {
 			var isNew bool
 			isNew, err = cur.Ack(e.Seq, e.DeliveryID)
-			if g.needsRecord(isNew, e.Partition, e.Seq) && err == nil {
+			// A seq below this replica's log start counts as done here (its
+			// record is gone), but another replica — a later coordinator's —
+			// may still hold it: in a cluster the ack is recorded anyway,
+			// or that coordinator would deliver it again.
+			gone := g.node.cluster != nil && !isNew && e.Seq < g.topic.partitions[e.Partition].startSeq.Load()
+			if (g.needsRecord(isNew, e.Partition, e.Seq) || gone) && err == nil {
 				g.ledgerBatch = binary.BigEndian.AppendUint32(g.ledgerBatch, e.Partition)
 				g.ledgerBatch = binary.BigEndian.AppendUint64(g.ledgerBatch, e.Seq)
 				m.acks.WithLabelValues(g.topic.cfg.Name, g.name).Inc()

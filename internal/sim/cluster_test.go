@@ -134,6 +134,12 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// good: its partition had no third replica any more. Restarting in
 		// place now drops damage and rebuilds, as at open.
 		{Seed: 40343, Faults: AllClusterFaults},
+		// A topic with an aggressive retention: an ack for a seq already
+		// compacted on the coordinator's replica was answered OK without a
+		// record; a later coordinator, whose replica still held the seq,
+		// delivered it again (AckFloorNeverRedelivered). Such acks are
+		// recorded now.
+		{Seed: 3, Faults: ClusterFaults{Crash: true, PowerLoss: true}, Retention: retentionOptions},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
