@@ -138,6 +138,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	if o.SyncAll {
 		cmd += " --policy all"
 	}
+	if o.Retention != (ClusterRetention{}) {
+		cmd += fmt.Sprintf(" # with ClusterOptions.Retention %+v (no CLI flag: run it from a test)", o.Retention)
+	}
 	for name, m := range ClusterMutations {
 		if m == o.Mutations {
 			cmd += " --mutation " + name
