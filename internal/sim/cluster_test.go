@@ -25,12 +25,16 @@ func failClusterRun(t *testing.T, o ClusterOptions, r Result) {
 // and reads every partition back.
 func TestClusterCampaign(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		syncAll bool
-		seeds   uint64
+		name      string
+		syncAll   bool
+		retention ClusterRetention
+		seeds     uint64
 	}{
-		{"sync_quorum", false, 30},
-		{"sync_all", true, 10},
+		{"sync_quorum", false, ClusterRetention{}, 30},
+		{"sync_all", true, ClusterRetention{}, 10},
+		// Logs compacting all the time: snapshot rebuilds, dedup seals,
+		// group checkpoints and acks of compacted seqs under every fault.
+		{"retention", false, retentionOptions, 10},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			seeds := c.seeds
@@ -41,7 +45,7 @@ func TestClusterCampaign(t *testing.T) {
 			var acked, deliveries, restarts, faults int
 			states := map[string]int{}
 			for seed := uint64(1); seed <= seeds; seed++ {
-				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, SyncAll: c.syncAll}
+				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, SyncAll: c.syncAll, Retention: c.retention}
 				r := RunCluster(o)
 				if r.Violation != nil {
 					failClusterRun(t, o, r)
