@@ -247,6 +247,7 @@ func (s *sim) runPhases() Result {
 	r := s.result()
 	r.Faults = s.faultsInjected
 	r.ReplicaStates = s.replicaStates
+	r.PubErrors = s.pubErrors
 	r.Restarts = 0
 	for _, b := range s.nodes {
 		r.Restarts += max(b.started-1, 0)

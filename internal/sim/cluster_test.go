@@ -8,6 +8,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 func failClusterRun(t *testing.T, o ClusterOptions, r Result) {
@@ -44,6 +45,7 @@ func TestClusterCampaign(t *testing.T) {
 			start := time.Now()
 			var acked, deliveries, restarts, faults int
 			states := map[string]int{}
+			quorumLost := 0
 			for seed := uint64(1); seed <= seeds; seed++ {
 				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, SyncAll: c.syncAll, Retention: c.retention}
 				r := RunCluster(o)
@@ -55,6 +57,7 @@ func TestClusterCampaign(t *testing.T) {
 				for st, n := range r.ReplicaStates {
 					states[st] += n
 				}
+				quorumLost += r.PubErrors[wire.CodeQuorumLost]
 			}
 			el := time.Since(start)
 			t.Logf("%d seeds in %v (%.1f seeds/s): %d faults, %d node restarts, %d messages acked, %d deliveries; replica states reported by leaders %v",
@@ -68,6 +71,13 @@ func TestClusterCampaign(t *testing.T) {
 					t.Fatalf("no leader ever reported a replica %s: %v", st, states)
 				}
 			}
+			// S11: under sync_all a lagging replica blocks writes: the
+			// producers were refused QUORUM_LOST (never acknowledged
+			// without every replica: VisibleImpliesQuorumFlushed).
+			if c.syncAll && quorumLost == 0 {
+				t.Fatal("sync_all never refused a publish with QUORUM_LOST")
+			}
+			t.Logf("publishes refused QUORUM_LOST: %d", quorumLost)
 		})
 	}
 }

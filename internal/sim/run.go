@@ -135,6 +135,9 @@ type Result struct {
 	// ReplicaStates counts the replica states partition leaders reported
 	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...
 	ReplicaStates map[string]int
+	// PubErrors counts the errors producers got for their publishes, by
+	// code (cluster runs).
+	PubErrors map[wire.Code]int
 }
 
 // liveness phase bounds, after faults heal.
