@@ -27,6 +27,7 @@ func newSimCmd() *cobra.Command {
 		faults      string
 		asJSON      bool
 		trace       bool
+		logs        bool
 		golden      string
 		replicas    int
 		policy      string
@@ -83,6 +84,9 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 					return err
 				}
 				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace}
+				if logs {
+					o.Logs = cmd.ErrOrStderr()
+				}
 				switch policy {
 				case "quorum", "sync_quorum":
 				case "all", "sync_all":
@@ -159,6 +163,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.StringVar(&faults, "faults", "all", "faults to inject")
 	fl.BoolVar(&asJSON, "json", false, "one JSON object per seed")
 	fl.BoolVar(&trace, "trace", false, "print the whole trace")
+	fl.BoolVar(&logs, "logs", false, "with --nodes: write every node's log lines (virtual time t in ms, sim_node) to stderr")
 	fl.IntVar(&nodes, "nodes", 0, "simulate a cluster of this many complete nodes (server, node, replication, metadata) instead of one node")
 	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")

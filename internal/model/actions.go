@@ -58,6 +58,9 @@ func (cfg *Config) process(s *state, i int) string {
 			return v
 		}
 	}
+	if n.uncertain && !n.k.Status().Uncertain {
+		n.uncertain = false // the shell removes its mark
+	}
 	return ""
 }
 
@@ -214,6 +217,9 @@ func (cfg *Config) successors(s *state) []step {
 				if m.Type == replica.MsgAppend && m.PrevSeq < t.nodes[to].snapSeq {
 					t.events |= evAppendBelowSnapshot
 				}
+				if m.Type == replica.MsgPrepareAck && m.Uncertain {
+					t.events |= evUncertainGrant
+				}
 				t.mut(to).k.Step(m)
 				if status[to].ReadOnly && !t.nodes[to].k.Status().ReadOnly {
 					t.events |= evReadOnlyBack
@@ -292,6 +298,16 @@ func (cfg *Config) successors(s *state) []step {
 			cfg.crash(t, i, 0)
 			return ""
 		})
+		if len(s.nodes[i].log) > 0 {
+			add(fmt.Sprintf("n%d's last entry goes bad; it restarts cutting it", i+1), budgetDamages, func(t *state) string {
+				n := t.mut(i)
+				n.lost = append(n.lost, n.log[len(n.log)-1])
+				n.log = n.log[:len(n.log)-1]
+				n.uncertain = true
+				cfg.crash(t, i, 0)
+				return ""
+			})
+		}
 	}
 	return out
 }

@@ -62,12 +62,18 @@ type Config struct {
 	// entries for installs the leader's snapshot (MsgSnapshot).
 	Compactions int
 	Crashes     int // kill -9 and restart from durable state
-	Drops       int // messages lost
-	Dups        int // messages duplicated
-	NetworkMax  int // states with more messages in flight are not explored further
-	DepthMax    int // actions along one path
-	StatesMax   int // distinct states before giving up (reported, not a failure)
-	Mutations   replica.Mutations
+	// Damages: a node's last durable entry goes bad and it restarts: its
+	// log cuts the entry as a torn tail would (nothing after it proves it
+	// was durable) and the node is uncertain (replica.Persisted.Uncertain).
+	// Keep it within the damage a group is built for (a minority of
+	// nodes: 1 of 3).
+	Damages    int
+	Drops      int // messages lost
+	Dups       int // messages duplicated
+	NetworkMax int // states with more messages in flight are not explored further
+	DepthMax   int // actions along one path
+	StatesMax  int // distinct states before giving up (reported, not a failure)
+	Mutations  replica.Mutations
 	// SendBeforePersist breaks the shared executor (replica.Executor): a
 	// Ready's messages all go before its writes are durable.
 	SendBeforePersist bool
@@ -95,6 +101,8 @@ type Result struct {
 	// AppendsBelowSnapshot: a compacted replica took an APPEND that starts
 	// below its snapshot point (S8).
 	AppendsBelowSnapshot int
+	// UncertainGrants: a candidate received an uncertain node's grant.
+	UncertainGrants int
 }
 
 type node struct {
@@ -137,11 +145,12 @@ const (
 	budgetDups
 	budgetAckTimeouts
 	budgetCompactions
+	budgetDamages
 	budgets
 )
 
 func (c *Config) budget(i int) int {
-	return [budgets]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups, c.AckTimeouts, c.Compactions}[i]
+	return [budgets]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups, c.AckTimeouts, c.Compactions, c.Damages}[i]
 }
 
 // event marks what the step into a state did, for Result's counts.
@@ -155,6 +164,7 @@ const (
 	evCompaction
 	evSnapshotInstall
 	evAppendBelowSnapshot
+	evUncertainGrant
 )
 
 // errNotCommitted is a snapshot of something else than the committed
@@ -244,6 +254,7 @@ func (cfg *Config) ackTimeoutTicks() int { return cfg.Heartbeats + 1 }
 
 func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
 	p := replica.PersistedFromSnapshot(n.hard, n.snapSeq, n.snapEpoch, n.log)
+	p.Uncertain = n.uncertain
 	// Election timeouts are explicit actions: a huge ElectionTicks keeps
 	// ticks from starting elections on their own. Reservations last as
 	// long as the ack timeout: an ack-timeout action expires both.
@@ -294,7 +305,7 @@ func (cfg *Config) checkCommit(s *state, i int, commit uint64) string {
 		}
 		holders := 0
 		for _, o := range s.nodes {
-			if oe, ok := o.entry(seq, s.committed); ok && sameEntry(oe, e) {
+			if o.flushed(seq, e, s.committed) {
 				holders++
 			}
 		}
@@ -398,6 +409,7 @@ func (res *Result) count(s *state) {
 	}{
 		{evMidReadyCrash, &res.MidReadyCrashes}, {evTruncationUndone, &res.TruncationsUndone}, {evReadOnly, &res.ReadOnly}, {evReadOnlyBack, &res.ReadOnlyBack},
 		{evCompaction, &res.Compactions}, {evSnapshotInstall, &res.SnapshotInstalls}, {evAppendBelowSnapshot, &res.AppendsBelowSnapshot},
+		{evUncertainGrant, &res.UncertainGrants},
 	} {
 		if s.events&c.ev != 0 {
 			*c.n++

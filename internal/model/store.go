@@ -15,11 +15,29 @@ type disk struct {
 	hard               replica.HardState
 	snapSeq, snapEpoch uint64
 	log                []replica.Entry // entries snapSeq+1.. in seq order
+	// uncertain is replog's uncertain mark: set when damage cut the last
+	// entry, removed once the kernel is no longer uncertain.
+	uncertain bool
+	// lost is ghost state: the entries damage took from this disk. The
+	// node flushed them, and may have said so: it counts as holding them
+	// for VisibleImpliesQuorumFlushed (damage after a flush is not a
+	// flush missing) — what the invariants catch is a lost entry the
+	// group then forgets.
+	lost []replica.Entry
 }
 
 func (d disk) clone() disk {
-	d.log = slices.Clone(d.log)
+	d.log, d.lost = slices.Clone(d.log), slices.Clone(d.lost)
 	return d
+}
+
+// flushed reports whether the disk holds e at seq, or held it until
+// damage took it.
+func (d *disk) flushed(seq uint64, e replica.Entry, committed []replica.Entry) bool {
+	if oe, ok := d.entry(seq, committed); ok && sameEntry(oe, e) {
+		return true
+	}
+	return slices.ContainsFunc(d.lost, func(l replica.Entry) bool { return l.Seq == seq && sameEntry(l, e) })
 }
 
 // last is the seq of the last entry on the disk.
@@ -44,6 +62,16 @@ func (d *disk) appendState(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(d.hard.PromisedTo))
 	b = binary.AppendUvarint(b, d.snapSeq)
 	b = binary.AppendUvarint(b, d.snapEpoch)
+	if d.uncertain {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(d.lost)))
+	for _, e := range d.lost {
+		b = binary.AppendUvarint(b, e.Seq)
+		b = appendEntry(b, e)
+	}
 	b = binary.AppendUvarint(b, uint64(len(d.log)))
 	for _, e := range d.log {
 		b = appendEntry(b, e)

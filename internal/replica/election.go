@@ -77,7 +77,9 @@ func (r *Replica) campaign() {
 	r.endPreVote()
 	r.resetElectionTimer()
 	clear(r.grants)
-	r.grants[r.self] = true
+	clear(r.uncertainGrants)
+	clear(r.damagedRefusals)
+	r.grants[r.self], r.uncertainGrants[r.self] = true, r.uncertain
 	if r.granted() {
 		r.becomeLeader()
 		return
@@ -89,14 +91,35 @@ func (r *Replica) campaign() {
 	}
 }
 
+// granted reports whether the candidate's grants elect it. A grant
+// promises the epoch and vouches that the candidate's lineage holds the
+// granter's log; a majority of them meets every quorum that committed an
+// entry, so the winner holds every committed entry. An uncertain granter
+// (Persisted.Uncertain) may have lost an entry it flushed: its grant
+// vouches for less than the commit counted on. Safety then rests on the
+// damage bound the group is built for — at most len(peers)-quorum
+// replicas lose data they flushed — minus the ones known to have
+// (damaged refusals): the candidate needs enough grants that, with
+// every granter it cannot trust wrong, no quorum is left outside them.
+// A group whose every replica answers elects as before.
 func (r *Replica) granted() bool {
-	n := 0
-	for _, g := range r.grants {
-		if g {
+	n, uncertain, damaged := 0, 0, 0
+	for i, g := range r.grants {
+		switch {
+		case g && r.uncertainGrants[i] && !r.cfg.Mutations.TrustUncertainGrants:
+			uncertain++
 			n++
+		case g:
+			n++
+		case r.damagedRefusals[i]:
+			damaged++
 		}
 	}
-	return n >= r.quorum || (r.cfg.Mutations.InstallWithoutQuorum && n >= 1)
+	if r.cfg.Mutations.InstallWithoutQuorum && n >= 1 {
+		return true
+	}
+	budget := max(0, len(r.peers)-r.quorum-damaged)
+	return n >= r.quorum && len(r.peers)-n+min(uncertain, budget) < r.quorum
 }
 
 // becomeLeader takes office for the promised epoch: INSTALL is the first
@@ -112,6 +135,9 @@ func (r *Replica) becomeLeader() {
 	}
 	r.appendEntry(Entry{Seq: r.last + 1, Epoch: r.hard.Promised})
 	r.installAt = r.last
+	// Elected by grants that vouch for every committed entry (granted), in
+	// an epoch newer than its uncertainty: nothing it lost can commit now.
+	r.uncertain = false
 }
 
 // stepPreVote answers whether this replica would promise m.Epoch to m.From
@@ -177,7 +203,8 @@ func (r *Replica) stepPrepare(m Message) {
 	if granted {
 		r.resetElectionTimer()
 	}
-	r.send(Message{Type: MsgPrepareAck, To: m.From, Epoch: m.Epoch, Granted: granted, LastEpoch: r.lastEpoch(), LastSeq: r.last, CommitSeq: r.commit})
+	r.send(Message{Type: MsgPrepareAck, To: m.From, Epoch: m.Epoch, Granted: granted, LastEpoch: r.lastEpoch(), LastSeq: r.last, CommitSeq: r.commit,
+		Uncertain: granted && r.uncertain, Damaged: r.rebuilding})
 }
 
 func (r *Replica) stepPrepareAck(m Message) {
@@ -185,10 +212,15 @@ func (r *Replica) stepPrepareAck(m Message) {
 		r.becomeFollower(m.Epoch, 0)
 		return
 	}
-	if r.role != Candidate || m.Epoch != r.hard.Promised || !m.Granted {
+	i := slices.Index(r.peers, m.From)
+	if r.role != Candidate || m.Epoch != r.hard.Promised || i < 0 || !m.Granted && !m.Damaged {
 		return
 	}
-	r.grants[slices.Index(r.peers, m.From)] = true
+	if m.Granted {
+		r.grants[i], r.uncertainGrants[i] = true, m.Uncertain
+	} else {
+		r.damagedRefusals[i] = true
+	}
 	if r.granted() {
 		r.becomeLeader()
 	}

@@ -22,11 +22,15 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 	}
 	u(r.last)
 	u(r.snapSeq)
+	flags := uint64(0)
 	if r.rebuilding {
-		u(1)
-	} else {
-		u(0)
+		flags |= 1
 	}
+	if r.uncertain {
+		flags |= 2
+	}
+	u(flags)
+	u(r.uncertainEpoch)
 	u(r.durable)
 	u(r.commit)
 	u(uint64(r.heartbeatElapsed))
@@ -45,6 +49,12 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 		}
 		if r.preGrants[i] {
 			flags |= 4
+		}
+		if r.uncertainGrants[i] {
+			flags |= 8
+		}
+		if r.damagedRefusals[i] {
+			flags |= 16
 		}
 		u(flags)
 		u(r.match[i])
@@ -84,11 +94,17 @@ func AppendMessage(b []byte, m Message) []byte {
 	u(m.Epoch)
 	u(m.LastEpoch)
 	u(m.LastSeq)
+	flags := uint64(0)
 	if m.Granted {
-		u(1)
-	} else {
-		u(0)
+		flags |= 1
 	}
+	if m.Uncertain {
+		flags |= 2
+	}
+	if m.Damaged {
+		flags |= 4
+	}
+	u(flags)
 	u(m.PrevSeq)
 	u(m.PrevEpoch)
 	u(m.FirstSeq)

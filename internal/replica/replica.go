@@ -52,14 +52,16 @@ type Config struct {
 
 // Mutations are deliberate bugs for the simulator's mutation tests.
 type Mutations struct {
-	CommitOnLeaderFlushAlone bool // commit without waiting for followers
-	InstallWithoutQuorum     bool // take office on the candidate's own promise
-	AcceptStaleAppend        bool // accept an APPEND from an older epoch
-	PreVoteIgnoresLease      bool // grant a PRE_VOTE while still holding the leader's lease
-	AcceptStaleFlushed       bool // count a FLUSHED of an older epoch toward this epoch's commit
-	GrantIgnoresLineage      bool // grant a PREPARE whatever the candidate's lineage
-	ProposeWhenReadOnly      bool // accept proposals while READ_ONLY_DEGRADED
-	AppendBelowSnapshot      bool // S8: match an APPEND starting below the snapshot point against the compacted prefix
+	CommitOnLeaderFlushAlone   bool // commit without waiting for followers
+	InstallWithoutQuorum       bool // take office on the candidate's own promise
+	AcceptStaleAppend          bool // accept an APPEND from an older epoch
+	PreVoteIgnoresLease        bool // grant a PRE_VOTE while still holding the leader's lease
+	AcceptStaleFlushed         bool // count a FLUSHED of an older epoch toward this epoch's commit
+	GrantIgnoresLineage        bool // grant a PREPARE whatever the candidate's lineage
+	ProposeWhenReadOnly        bool // accept proposals while READ_ONLY_DEGRADED
+	AppendBelowSnapshot        bool // S8: match an APPEND starting below the snapshot point against the compacted prefix
+	TrustUncertainGrants       bool // count an uncertain replica's grant as a witness of its whole log
+	UncertainClearsOnAnyLeader bool // leave Uncertain once any leader made the replica whole, not only a newer one
 }
 
 func (c *Config) validate() error {
@@ -110,11 +112,18 @@ type Replica struct {
 	epochs  []EpochStart
 	last    uint64 // last seq, pending entries included
 	snapSeq uint64 // entries at or below are compacted into a snapshot
-	// rebuilding: the log is incomplete (an unfinished snapshot install);
+	// rebuilding: the log lost a damaged range (Persisted.Rebuilding);
 	// never promotable until whole again.
 	rebuilding bool
-	durable    uint64 // last seq known durable (after Advance)
-	commit     uint64
+	// uncertain: the log may lack entries this replica acknowledged as
+	// flushed (Persisted.Uncertain). Its grants do not vouch for its
+	// whole log (granted) until a leader of an epoch newer than
+	// uncertainEpoch, its promise when it became uncertain, has made it
+	// whole: only such a leader ignores FLUSHED answers it sent before.
+	uncertain      bool
+	uncertainEpoch uint64
+	durable        uint64 // last seq known durable (after Advance)
+	commit         uint64
 
 	electionElapsed  int
 	electionTimeout  int
@@ -122,6 +131,9 @@ type Replica struct {
 	rng              uint64
 
 	grants []bool // candidate: promises granted, by peer index
+	// Candidate, by peer index: grants from uncertain replicas, and
+	// refusals from replicas that lost a damaged range (granted).
+	uncertainGrants, damagedRefusals []bool
 
 	// Pre-vote round (started by an election timeout): preGrants are the
 	// peers that would promise hard.Promised+1 (answers for another epoch
@@ -160,11 +172,15 @@ func New(cfg Config, p Persisted) (*Replica, error) {
 	r := &Replica{cfg: cfg, peers: peers, self: slices.Index(peers, cfg.ID), quorum: len(peers)/2 + 1,
 		hard: p.Hard, epochs: slices.Clone(p.Epochs), last: p.Last, durable: p.Last,
 		snapSeq: p.SnapSeq, commit: p.SnapSeq, lastCommitOut: p.SnapSeq, rebuilding: p.Rebuilding,
-		rng: cfg.Seed ^ uint64(cfg.ID)*0x9E3779B97F4A7C15}
+		uncertain: p.Uncertain,
+		rng:       cfg.Seed ^ uint64(cfg.ID)*0x9E3779B97F4A7C15}
 	n := len(peers)
 	r.grants, r.match, r.next, r.heard, r.dirty = make([]bool, n), make([]uint64, n), make([]uint64, n), make([]int, n), make([]bool, n)
 	r.chaseLag, r.chaseAge, r.revoked = make([]uint64, n), make([]int, n), make([]bool, n)
-	r.preGrants = make([]bool, n)
+	r.preGrants, r.uncertainGrants, r.damagedRefusals = make([]bool, n), make([]bool, n), make([]bool, n)
+	if p.Uncertain {
+		r.uncertainEpoch = p.Hard.Promised
+	}
 	r.resetElectionTimer()
 	return r, nil
 }
@@ -175,7 +191,7 @@ func (r *Replica) Clone() *Replica {
 	c.peers, c.epochs = slices.Clone(r.peers), slices.Clone(r.epochs)
 	c.grants, c.match, c.next, c.heard, c.dirty = slices.Clone(r.grants), slices.Clone(r.match), slices.Clone(r.next), slices.Clone(r.heard), slices.Clone(r.dirty)
 	c.chaseLag, c.chaseAge, c.revoked = slices.Clone(r.chaseLag), slices.Clone(r.chaseAge), slices.Clone(r.revoked)
-	c.preGrants = slices.Clone(r.preGrants)
+	c.preGrants, c.uncertainGrants, c.damagedRefusals = slices.Clone(r.preGrants), slices.Clone(r.uncertainGrants), slices.Clone(r.damagedRefusals)
 	c.pending.Entries, c.pending.Messages = slices.Clone(r.pending.Entries), slices.Clone(r.pending.Messages)
 	return &c
 }
@@ -403,12 +419,17 @@ func (r *Replica) stepAppend(m Message) {
 	if c := min(m.CommitSeq, matched); c > r.commit {
 		r.commit = c
 	}
-	if r.rebuilding && matched >= m.CommitSeq && r.epochAt(m.CommitSeq) == m.Epoch {
+	if matched >= m.CommitSeq && r.epochAt(m.CommitSeq) == m.Epoch {
 		// Whole again: holds everything the leader committed. Only a commit
 		// in the leader's own epoch proves that (it covers every earlier
 		// commit); before its install commits, a new leader's commit is a
-		// stale lower bound — 0 after a restart.
+		// stale lower bound — 0 after a restart. An uncertain replica
+		// needs a leader newer than its uncertainty: an older one may
+		// still count a FLUSHED it sent for entries it lost since.
 		r.rebuilding = false
+		if m.Epoch > r.uncertainEpoch || r.cfg.Mutations.UncertainClearsOnAnyLeader {
+			r.uncertain = false
+		}
 	}
 	r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: matched})
 }
@@ -613,6 +634,10 @@ type Status struct {
 	// replica's log is incomplete (never promotable then).
 	SnapSeq    uint64
 	Rebuilding bool
+	// Uncertain: the log may lack entries this replica acknowledged as
+	// flushed (Persisted.Uncertain); cleared once a newer leader made it
+	// whole.
+	Uncertain bool
 	// Peers is the leader's view of every other replica.
 	Peers []PeerStatus
 	// LeaderSilent: this follower (or candidate) no longer holds its
@@ -657,7 +682,7 @@ type PeerStatus struct {
 func (r *Replica) Status() Status {
 	return Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
 		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs), Anomalies: r.anomalies,
-		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Peers: r.peerStatus(),
+		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Uncertain: r.uncertain, Peers: r.peerStatus(),
 		LeaderSilent: r.role != Leader && r.leaseExpired()}
 }
 

@@ -13,12 +13,13 @@ type store struct {
 	snapSeq    uint64
 	snapEp     uint64
 	rebuilding bool
+	uncertain  bool    // replog's uncertain mark
 	unsynced   []Entry // appended, not yet synced: a crash loses them
 }
 
 func (s *store) persisted() Persisted {
 	p := PersistedFromSnapshot(s.hard, s.snapSeq, s.snapEp, s.log[s.snapSeq:])
-	p.Rebuilding = s.rebuilding
+	p.Rebuilding, p.Uncertain = s.rebuilding, s.uncertain
 	return p
 }
 

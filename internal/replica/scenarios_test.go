@@ -806,10 +806,7 @@ func TestRebuildingClearsOnlyAgainstTheLeadersOwnCommit(t *testing.T) {
 	// n3's snapshot install was cut short: three entries and the mark.
 	s := c.stores[3]
 	s.log, s.rebuilding = slices.Clone(s.log[:3]), true
-	for _, id := range c.ids {
-		c.crash(id)
-		c.start(id)
-	}
+	c.restartAll()
 	c.chain(func(id NodeID) {
 		if st := c.rs[3].Status(); id == 3 && !st.Rebuilding && st.Last < visible {
 			t.Fatalf("n3 left Rebuilding holding %d entries, %d are visible", st.Last, visible)
@@ -1320,4 +1317,138 @@ func isolatedFollowerRejoins(t *testing.T, seed uint64, writesWhileCut bool, mut
 	}
 	t.Logf("n3 pre-voted %d times while cut off; %d writes committed at epoch %d", rounds, len(written), epoch)
 	return ""
+}
+
+// S22: a flushed entry goes bad where nothing proves it was durable (the
+// last batch of a log), so the replica's restart cuts it as a torn write
+// and it is uncertain. n1 leads and commits a with n2's FLUSHED alone (n3
+// cut off); n2's copy of a goes bad; n1 dies. n3 (without a) campaigns:
+// n2's grant alone would elect it — a majority with n3's own — and a
+// would be overwritten. Uncertain, n2's grant vouches for less: n3 waits
+// for n1. Once n1 is back only n1 (the one holding a) can win, which
+// makes n2 whole (certain again). It returns how a was lost ("" if not);
+// the reference model checks the unmutated run throughout.
+func damagedTail(t *testing.T, muts Mutations) string {
+	c := newClusterWith(t, 3, SyncQuorum, func(cfg *Config) { cfg.Mutations = muts })
+	var m *model
+	if muts == (Mutations{}) {
+		m = watch(c)
+	}
+	c.elect(1)
+	c.cut[3] = true
+	c.propose(1, "a")
+	if st := c.rs[1].Status(); st.CommitSeq != st.Last || c.holds(3, "a") {
+		t.Fatalf("setup: n1 commit %d of %d, n3 holds a: %v", st.CommitSeq, st.Last, c.holds(3, "a"))
+	}
+	s2 := c.stores[2]
+	if last := s2.log[len(s2.log)-1]; string(last.Data) != "a" {
+		t.Fatalf("setup: n2's last entry is %v, not a", last)
+	}
+	s2.log, s2.uncertain = slices.Clone(s2.log[:len(s2.log)-1]), true
+	c.crash(2)
+	c.start(2)
+	c.crash(1)
+	delete(c.cut, 3)
+	if c.promote(3) {
+		if !c.holds(3, "a") {
+			return "n3 won with n2's uncertain grant and does not hold a"
+		}
+		return "n3 won without n1"
+	}
+	if !c.rs[2].Status().Uncertain {
+		t.Fatal("n2 is no longer uncertain, yet no new leader made it whole")
+	}
+	c.start(1)
+	if c.promote(3) || c.promote(2) {
+		t.Fatal("a replica without a won")
+	}
+	if !c.promote(1) {
+		t.Fatal("n1 did not win once every replica answers")
+	}
+	c.settle()
+	c.tick(2)
+	for _, id := range c.ids {
+		if !c.holds(id, "a") {
+			t.Fatalf("n%d does not hold a", id)
+		}
+	}
+	if c.rs[2].Status().Uncertain {
+		t.Fatal("n2 stayed uncertain under a leader of a newer epoch")
+	}
+	c.requireConverged(m)
+	return ""
+}
+
+func TestS22DamagedTailDoesNotVouch(t *testing.T) {
+	if why := damagedTail(t, Mutations{}); why != "" {
+		t.Fatal(why)
+	}
+}
+
+// TestS22MutationIsCaught: with an uncertain grant trusted as any other,
+// n3 wins without a — the committed entry is gone.
+func TestS22MutationIsCaught(t *testing.T) {
+	why := damagedTail(t, Mutations{TrustUncertainGrants: true})
+	if why == "" {
+		t.Fatal("a survived although uncertain grants were trusted")
+	}
+	t.Log(why)
+}
+
+// A replica that refuses because it lost a damaged range (rebuilding) has
+// used up the damage a 3-replica group is built for: the uncertain
+// replica's grant then vouches for its log, and the group elects a leader
+// without waiting for the damaged one to be made whole (by a leader: it
+// would never be).
+func TestUncertainGrantCountsOnceTheDamageIsKnown(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	m := watch(c)
+	c.elect(1)
+	c.propose(1, "a")
+	c.settle()
+	c.stores[1].rebuilding = true
+	c.stores[2].uncertain = true
+	c.restartAll()
+	if !c.promote(3) {
+		t.Fatal("n3 did not win with n2's grant and n1's damaged refusal")
+	}
+	c.settle()
+	c.tick(2)
+	if st := c.rs[1].Status(); st.Rebuilding {
+		t.Fatal("n1 never left Rebuilding")
+	}
+	c.requireConverged(m)
+}
+
+// An uncertain replica elected by grants that vouch for every committed
+// entry (here all three) holds them all, in an epoch newer than its
+// uncertainty: it is certain from its install on.
+func TestAnUncertainReplicaElectedIsCertain(t *testing.T) {
+	c := newCluster(t, 3, SyncQuorum)
+	m := watch(c)
+	c.elect(1)
+	c.propose(1, "a")
+	c.settle()
+	c.stores[1].uncertain = true
+	c.restartAll()
+	if !c.rs[1].Status().Uncertain {
+		t.Fatal("n1 restarted certain despite its mark")
+	}
+	if !c.promote(1) {
+		t.Fatal("n1 did not win with every grant")
+	}
+	if c.rs[1].Status().Uncertain {
+		t.Fatal("n1 leads, yet is still uncertain")
+	}
+	c.settle()
+	c.tick(2)
+	c.requireConverged(m)
+}
+
+// restartAll kills every replica and restarts it from its durable state.
+func (c *cluster) restartAll() {
+	for _, id := range c.ids {
+		c.crash(id)
+		c.start(id)
+	}
 }

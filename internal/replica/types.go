@@ -148,6 +148,10 @@ type Message struct {
 	LastEpoch, LastSeq uint64
 	// PrepareAck, PreVoteAck.
 	Granted bool
+	// PrepareAck: Uncertain, with Granted, says the sender's log may lack
+	// entries it acknowledged as flushed (its grant vouches for less);
+	// Damaged, refused, says it lost a damaged range and is rebuilding.
+	Uncertain, Damaged bool
 
 	// Append.
 	PrevSeq, PrevEpoch    uint64
@@ -168,7 +172,14 @@ func (m Message) String() string {
 	case MsgPreVoteAck:
 		return fmt.Sprintf("%s %d->%d e=%d granted=%v", m.Type, m.From, m.To, m.Epoch, m.Granted)
 	case MsgPrepareAck:
-		return fmt.Sprintf("%s %d->%d e=%d granted=%v last=(%d,%d) commit=%d", m.Type, m.From, m.To, m.Epoch, m.Granted, m.LastEpoch, m.LastSeq, m.CommitSeq)
+		s := fmt.Sprintf("%s %d->%d e=%d granted=%v last=(%d,%d) commit=%d", m.Type, m.From, m.To, m.Epoch, m.Granted, m.LastEpoch, m.LastSeq, m.CommitSeq)
+		if m.Uncertain {
+			s += " uncertain"
+		}
+		if m.Damaged {
+			s += " damaged"
+		}
+		return s
 	case MsgAppend:
 		return fmt.Sprintf("%s %d->%d e=%d prev=(%d,%d) entries=%d..%d commit=%d", m.Type, m.From, m.To, m.Epoch, m.PrevSeq, m.PrevEpoch, m.FirstSeq, m.LastSeqSent, m.CommitSeq)
 	case MsgSnapshot:
@@ -207,11 +218,18 @@ type Persisted struct {
 	// SnapSeq and SnapEpoch: the log was compacted into a snapshot at this
 	// (committed) entry; entries at or below SnapSeq are no longer kept.
 	SnapSeq, SnapEpoch uint64
-	// Rebuilding: the shell found an unfinished snapshot install, or it
-	// dropped a damaged range of its log (replog's rebuilding mark). The
-	// replica is then never promotable (it does not campaign or grant)
-	// until a snapshot or the leader's log has made it whole again.
+	// Rebuilding: the shell dropped a damaged range of its log (replog's
+	// rebuilding mark). The replica is then never promotable (it does not
+	// campaign or grant) until a snapshot or the leader's log has made it
+	// whole again.
 	Rebuilding bool
+	// Uncertain: the shell cut an invalid tail off the log that may have
+	// been a flushed entry gone bad rather than a torn write (nothing
+	// after it proved it durable). The replica may have acknowledged
+	// entries it no longer holds: it still campaigns and grants, but its
+	// grants do not vouch for its whole log (Replica.granted) until a
+	// leader of a newer epoch has made it whole.
+	Uncertain bool
 }
 
 // Ready is the work a step produced. Ordering rule: the shell makes

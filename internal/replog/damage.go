@@ -52,9 +52,35 @@ func quarantineDamage(fsys vfs.FS, dir string, lg *storage.Log, logger *slog.Log
 	return true, nil
 }
 
-// isRebuilding reports whether the member's rebuilding mark is set.
-func isRebuilding(fsys vfs.FS, dir string) (bool, error) {
-	_, err := storage.ReadFileAtomic(fsys, path.Join(dir, rebuildingFile))
+// uncertainFile marks a member that cut an invalid tail off its log at
+// open with nothing after it to prove it durable. A torn write looks like
+// that, and so does a flushed batch that went bad since: the member may
+// have acknowledged entries it no longer holds. The mark is written
+// before the cut (storage.Options.BeforeTornTailCut), so a crash cannot
+// forget it, and outlives restarts until a newer leader has made the
+// member whole (replica.Persisted.Uncertain).
+const uncertainFile = "uncertain"
+
+// storageOptions are the member's log options: a member of a group marks
+// itself uncertain before its log cuts a torn tail. A member alone has no
+// one to vouch to.
+func storageOptions(cfg Config) storage.Options {
+	opts := cfg.Storage
+	if len(cfg.Members) > 1 {
+		opts.BeforeTornTailCut = func(t storage.TornTail) error {
+			cfg.Logger.Warn("replog: cutting an invalid tail that nothing proves torn; this member's votes vouch for less until a new leader has made it whole",
+				"dir", cfg.Dir, "file", t.Segment, "offset", t.Offset, "bytes", t.Bytes)
+			return storage.WriteFileAtomic(cfg.FS, path.Join(cfg.Dir, uncertainFile),
+				fmt.Appendf(nil, "%s at %d: %d bytes", t.Segment, t.Offset, t.Bytes))
+		}
+	}
+	return opts
+}
+
+// hasMark reports whether the member's mark file name (rebuildingFile,
+// uncertainFile) is set.
+func hasMark(fsys vfs.FS, dir, name string) (bool, error) {
+	_, err := storage.ReadFileAtomic(fsys, path.Join(dir, name))
 	switch {
 	case err == nil:
 		return true, nil
@@ -111,6 +137,9 @@ func (m *Member) restartDamaged() (bool, error) {
 		return false, err
 	}
 	p.Rebuilding = true
+	if p.Uncertain, err = hasMark(m.cfg.FS, m.cfg.Dir, uncertainFile); err != nil {
+		return false, err
+	}
 	k, err := replica.New(kernelConfig(m.cfg), p)
 	if err != nil {
 		return false, err
@@ -119,7 +148,7 @@ func (m *Member) restartDamaged() (bool, error) {
 		pr.finish(ErrRestarted)
 	}
 	m.pending = nil
-	m.k, m.rebuildingMarked = k, true
+	m.k, m.rebuildingMarked, m.uncertainMarked = k, true, p.Uncertain
 	m.commitSeq.Store(min(m.commitSeq.Load(), m.log.NextSeq()-1))
 	m.publishStatus()
 	return true, nil

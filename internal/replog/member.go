@@ -39,6 +39,9 @@ type Member struct {
 	// rebuildingMarked: the rebuilding mark (rebuildingFile) is on disk;
 	// Handle removes it once the kernel says the member is whole.
 	rebuildingMarked bool
+	// uncertainMarked: the uncertain mark (uncertainFile) is on disk;
+	// Handle removes it once the kernel is no longer uncertain.
+	uncertainMarked bool
 }
 
 // OpenMember restores a member from its directory. Nothing runs until its
@@ -48,7 +51,7 @@ func OpenMember(cfg Config) (*Member, error) {
 		return nil, errors.New("replog: FS, Send, Dir and Clock are required")
 	}
 	cfg.setDefaults()
-	lg, err := storage.Open(cfg.FS, cfg.Dir, cfg.Storage)
+	lg, err := storage.Open(cfg.FS, cfg.Dir, storageOptions(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +65,7 @@ func OpenMember(cfg Config) (*Member, error) {
 		lg.Close()
 		return nil, err
 	}
-	m := &Member{cfg: cfg, log: lg, k: k, rebuildingMarked: marked}
+	m := &Member{cfg: cfg, log: lg, k: k, rebuildingMarked: marked, uncertainMarked: p.Uncertain}
 	m.readLog.Store(lg)
 	m.x = replica.Executor{Store: memberStore{m}, Send: m.send, SendBeforePersist: cfg.SendBeforePersist}
 	m.publishStatus()
@@ -122,8 +125,11 @@ func loadOrQuarantine(cfg Config, lg *storage.Log) (p replica.Persisted, marked 
 		}
 	}
 	if err == nil {
-		marked, err = isRebuilding(cfg.FS, cfg.Dir)
+		marked, err = hasMark(cfg.FS, cfg.Dir, rebuildingFile)
 		p.Rebuilding = p.Rebuilding || marked
+	}
+	if err == nil {
+		p.Uncertain, err = hasMark(cfg.FS, cfg.Dir, uncertainFile)
 	}
 	return p, marked, err
 }
@@ -182,9 +188,18 @@ func (m *Member) Handle() error {
 	m.cache.evict(m.commitSeq.Load())
 	m.completeProposals()
 	if m.rebuildingMarked && !m.k.Status().Rebuilding {
-		if err := m.clearRebuilding(); err != nil {
+		if err := m.clearMark(rebuildingFile); err != nil {
 			return fmt.Errorf("replog: cannot clear the rebuilding mark: %w", err)
 		}
+		m.rebuildingMarked = false
+		m.cfg.Logger.Info("replog: whole again after dropping a damaged range", "member", m.cfg.ID, "dir", m.cfg.Dir)
+	}
+	if m.uncertainMarked && !m.k.Status().Uncertain {
+		if err := m.clearMark(uncertainFile); err != nil {
+			return fmt.Errorf("replog: cannot clear the uncertain mark: %w", err)
+		}
+		m.uncertainMarked = false
+		m.cfg.Logger.Info("replog: whole again after cutting an unproven tail", "member", m.cfg.ID, "dir", m.cfg.Dir)
 	}
 	m.publishStatus()
 	return nil
@@ -217,18 +232,13 @@ func (m *Member) completeProposals() {
 	m.pending = kept
 }
 
-// clearRebuilding removes the rebuilding mark once the member is whole
-// (it holds everything its leader committed), durably.
-func (m *Member) clearRebuilding() error {
-	if err := m.cfg.FS.Remove(path.Join(m.cfg.Dir, rebuildingFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+// clearMark removes a mark file (rebuildingFile, uncertainFile) once the
+// member is whole (it holds everything its leader committed), durably.
+func (m *Member) clearMark(name string) error {
+	if err := m.cfg.FS.Remove(path.Join(m.cfg.Dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := m.cfg.FS.SyncDir(m.cfg.Dir); err != nil {
-		return err
-	}
-	m.rebuildingMarked = false
-	m.cfg.Logger.Info("replog: whole again after dropping a damaged range", "member", m.cfg.ID, "dir", m.cfg.Dir)
-	return nil
+	return m.cfg.FS.SyncDir(m.cfg.Dir)
 }
 
 // ReadLog is the member's log for concurrent readers (storage.Log.Read);
@@ -368,7 +378,7 @@ func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
 // It fails, leaving the member as it was, while the disk keeps failing.
 func (m *Member) Recover() error {
 	synced := m.log.SyncedSeq()
-	lg, err := storage.Open(m.cfg.FS, m.cfg.Dir, m.cfg.Storage)
+	lg, err := storage.Open(m.cfg.FS, m.cfg.Dir, storageOptions(m.cfg))
 	if err != nil {
 		return err
 	}
@@ -391,7 +401,7 @@ func (m *Member) Recover() error {
 	}
 	p, marked, err := loadOrQuarantine(m.cfg, lg) // damage found now is dropped and rebuilt, as at open
 	if err == nil {
-		m.rebuildingMarked = marked
+		m.rebuildingMarked, m.uncertainMarked = marked, p.Uncertain
 	}
 	var k *replica.Replica
 	if err == nil {

@@ -117,7 +117,7 @@ func (b *broker) start() {
 		}
 		n, err = node.Open(node.Config{NodeID: cmp.Or(b.id, "sim"), ClientAddr: b.id, DataDir: dataDir, Env: e, Manual: true,
 			Cluster:         b.cluster,
-			Logger:          b.discardLogger,
+			Logger:          b.nodeLogger(),
 			Mutations:       b.mutations,
 			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
 			LedgerCompactBytes: b.ledgerCompactBytes})
@@ -357,4 +357,19 @@ func describeEntries(es []wire.AckEntry) string {
 		parts[i] = fmt.Sprintf("%d/%d@%d", e.Partition, e.Seq, e.DeliveryID)
 	}
 	return strings.Join(parts, ",")
+}
+
+// nodeLogger is the logger of b's node: discarded, unless the run's
+// options ask for the nodes' logs (ClusterOptions.Logs).
+func (b *broker) nodeLogger() *slog.Logger {
+	if b.w.logs == nil {
+		return b.discardLogger
+	}
+	return slog.New(slog.NewTextHandler(b.w.logs, &slog.HandlerOptions{Level: slog.LevelDebug,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Int64("t", b.w.nowMs-epochMs)
+			}
+			return a
+		}})).With("sim_node", b.id)
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"slices"
 	"strings"
@@ -44,6 +45,10 @@ type ClusterOptions struct {
 	// (0: the simulator's 1024, so groups checkpoint often; < 0: never).
 	LedgerCompactBytes int64
 	KeepTrace          bool
+	// Logs, when set, receives every node's log lines (slog text, with
+	// virtual time and the node's id): what the nodes said, beside the
+	// trace of what happened.
+	Logs io.Writer
 }
 
 // ClusterRetention is a cluster run's retention: the topic's
@@ -129,6 +134,7 @@ var ClusterMutations = map[string]node.Mutations{
 	"coordinate-before-install": {CoordinateBeforeInstall: true},
 	"send-before-persist":       {SendBeforePersist: true},
 	"commit-on-leader-fsync":    {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
+	"trust-uncertain-grants":    {Replica: replica.Mutations{TrustUncertainGrants: true}},
 }
 
 // ClusterReproduce is the command that runs o again.
@@ -171,6 +177,7 @@ func RunCluster(o ClusterOptions) Result {
 func newClusterSim(o ClusterOptions) *sim {
 	o.setDefaults()
 	w := newWorld(o.Seed, o.KeepTrace)
+	w.logs = o.Logs
 	chk := newChecker(w, map[uint32]bool{})
 	chk.perIncarnation = true
 	if o.Retention.Bytes > 0 {

@@ -154,9 +154,25 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// delivered it again (AckFloorNeverRedelivered). Such acks are
 		// recorded now.
 		{Seed: 3, Faults: ClusterFaults{Crash: true, PowerLoss: true}, Retention: retentionOptions},
+		// (soak) S22: a bit flip in the only batch of an idle partition's
+		// log on n3 (its install entry, committed with n2). Restarted, n3
+		// cut it as a torn write and granted n1 (which never had it) a
+		// lineage without it: epoch 3 rewrote seq 1
+		// (CommittedPrefixAgreement). Such a member is uncertain now, and
+		// its grant does not vouch for its whole log.
+		{Seed: 70053, Faults: AllClusterFaults},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
 		}
+	}
+}
+
+// TestClusterUncertainGrantMutationIsCaught: with an uncertain member's
+// grant trusted as any other, the S22 seed loses a committed entry again.
+func TestClusterUncertainGrantMutationIsCaught(t *testing.T) {
+	r := RunCluster(ClusterOptions{Seed: 70053, Faults: AllClusterFaults, Mutations: ClusterMutations["trust-uncertain-grants"]})
+	if r.Violation == nil || r.Violation.Invariant != CommittedPrefixAgreement {
+		t.Fatalf("violation %v, want %s", r.Violation, CommittedPrefixAgreement)
 	}
 }

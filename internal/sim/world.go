@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"io"
 	"math/rand/v2"
 	"time"
 
@@ -32,6 +33,7 @@ type World struct {
 	seq    uint64
 	events int
 	trace  *tracer
+	logs   io.Writer // ClusterOptions.Logs
 }
 
 // epochMs is the virtual time a run starts at (a plausible unix time, so

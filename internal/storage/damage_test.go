@@ -413,3 +413,51 @@ func TestVerifyRecordsNothingForASegmentThatChanged(t *testing.T) {
 		t.Fatalf("recorded %v from a segment truncated since it was read", got)
 	}
 }
+
+// TestBeforeTornTailCutRunsFirst: the hook sees the torn tail while its
+// bytes are still in the file; its error fails Open and cuts nothing (so
+// a replicated log that cannot record its uncertainty keeps the evidence),
+// and an Open that succeeds afterwards cuts as usual.
+func TestBeforeTornTailCutRunsFirst(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, Options{})
+	var mod model
+	appendSynced(t, l, &mod, 5, -1)
+	off, next := l.active().sizeBytes, l.NextSeq()
+	appendSynced(t, l, &mod, 1, -1) // the last batch: nothing after it proves it durable
+	size := l.active().sizeBytes
+	l.Close()
+	if err := m.FlipBit(segmentPath(testDir, 1), off+batchOverheadBytes+3, 1); err != nil {
+		t.Fatal(err)
+	}
+	errRefused := errors.New("refused")
+	var seen []TornTail
+	_, err := Open(m, testDir, Options{BeforeTornTailCut: func(tt TornTail) error {
+		f, err := m.Open(tt.Segment)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if n, _ := f.Size(); n < tt.Offset+tt.Bytes {
+			t.Errorf("the hook ran after the cut: file of %d bytes, torn tail %+v", n, tt)
+		}
+		seen = append(seen, tt)
+		return errRefused
+	}})
+	if !errors.Is(err, errRefused) || len(seen) != 1 || seen[0].Offset != off {
+		t.Fatalf("Open: %v, hook saw %+v; want the hook's error and a torn tail at %d", err, seen, off)
+	}
+	f, err := m.Open(segmentPath(testDir, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.Size(); n < size {
+		t.Fatalf("a refused cut left %d bytes of %d", n, size)
+	}
+	f.Close()
+	l = openLog(t, m, Options{BeforeTornTailCut: func(TornTail) error { return nil }})
+	defer l.Close()
+	if tt, ok := l.TornTail(); !ok || tt.Offset != off || l.NextSeq() != next {
+		t.Fatalf("torn tail %+v %v, NextSeq %d; want a cut at %d, NextSeq %d", tt, ok, l.NextSeq(), off, next)
+	}
+}

@@ -33,6 +33,12 @@ type Options struct {
 	// BatchBytesMax bounds one encoded batch (one Append); default the
 	// larger of 16 MiB and one maximal record. At most 1 GiB.
 	BatchBytesMax int
+	// BeforeTornTailCut, when set, is called by Open with a torn tail
+	// before it is cut off; an error fails Open and cuts nothing. A
+	// replicated log records there, durably, that it may have lost
+	// entries it acknowledged: a flipped bit in the last batch looks
+	// exactly like a torn write, and only the cut bytes told them apart.
+	BeforeTornTailCut func(TornTail) error
 }
 
 const (
@@ -278,12 +284,21 @@ func (l *Log) scanSegment(s *segment, fileBytes int64, limitSeq uint64) error {
 	if res.validEnd == fileBytes || (res.zeroTail && limitSeq == 0) {
 		return nil
 	}
+	var torn *TornTail
+	if !res.zeroTail {
+		torn = &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: fileBytes - res.validEnd}
+		if l.opts.BeforeTornTailCut != nil {
+			if err := l.opts.BeforeTornTailCut(*torn); err != nil {
+				return fmt.Errorf("storage: before cutting the torn tail of segment %d: %w", s.baseSeq, err)
+			}
+		}
+	}
 	if err := s.file.Truncate(res.validEnd); err != nil {
 		return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
 	}
 	s.allocBytes = res.validEnd
-	if !res.zeroTail {
-		l.tornTail = &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: fileBytes - res.validEnd}
+	if torn != nil {
+		l.tornTail = torn
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ func sampleFrames() []Frame {
 		&PeerPublishOK{ReqID: 9, Code: CodeNotLeader, Message: "moved"},
 		&PeerChallenge{Nonce: []byte("n"), Proof: []byte("p")},
 		&PeerAuth{Proof: []byte("proof")},
-		&Replicate{Topic: "t", Partition: 2, Kind: 3, From: 1, To: 2, Epoch: 7, LastEpoch: 6, LastSeq: 9, Granted: true,
+		&Replicate{Topic: "t", Partition: 2, Kind: 3, From: 1, To: 2, Epoch: 7, LastEpoch: 6, LastSeq: 9, Granted: true, Uncertain: true, Damaged: true,
 			PrevSeq: 8, PrevEpoch: 6, CommitSeq: 8, FlushedSeq: 9, Reject: 2, HintSeq: 4,
 			Entries: []ReplicaEntry{{Seq: 9, Epoch: 7, Data: []byte("d")}}},
 	}

@@ -92,6 +92,8 @@ type Replicate struct {
 	LastEpoch  uint64
 	LastSeq    uint64
 	Granted    bool
+	Uncertain  bool
+	Damaged    bool
 	PrevSeq    uint64
 	PrevEpoch  uint64
 	CommitSeq  uint64
@@ -106,7 +108,7 @@ func (*Replicate) Type() FrameType { return TypeReplicate }
 // replicateFixedBytes is a Replicate body without its topic's bytes and
 // entries; replicaEntryFixedBytes an entry without its data.
 const (
-	replicateFixedBytes    = 2 + 4 + 1 + 4 + 4 + 3*8 + 1 + 4*8 + 1 + 8 + 4
+	replicateFixedBytes    = 2 + 4 + 1 + 4 + 4 + 3*8 + 3 + 4*8 + 1 + 8 + 4
 	replicaEntryFixedBytes = 8 + 8 + 4
 )
 
@@ -126,7 +128,7 @@ func (f *Replicate) appendBody(b []byte) []byte {
 	for _, v := range []uint64{f.Epoch, f.LastEpoch, f.LastSeq} {
 		b = binary.BigEndian.AppendUint64(b, v)
 	}
-	b = appendBool(b, f.Granted)
+	b = appendBool(appendBool(appendBool(b, f.Granted), f.Uncertain), f.Damaged)
 	for _, v := range []uint64{f.PrevSeq, f.PrevEpoch, f.CommitSeq, f.FlushedSeq} {
 		b = binary.BigEndian.AppendUint64(b, v)
 	}
@@ -144,7 +146,7 @@ func (f *Replicate) decodeBody(d *decoder) {
 	f.Topic, f.Partition, f.Kind = d.str(), d.u32(), d.u8()
 	f.From, f.To = d.u32(), d.u32()
 	f.Epoch, f.LastEpoch, f.LastSeq = d.u64(), d.u64(), d.u64()
-	f.Granted = d.boolean()
+	f.Granted, f.Uncertain, f.Damaged = d.boolean(), d.boolean(), d.boolean()
 	f.PrevSeq, f.PrevEpoch, f.CommitSeq, f.FlushedSeq = d.u64(), d.u64(), d.u64(), d.u64()
 	f.Reject, f.HintSeq = d.u8(), d.u64()
 	n := d.listLen(8 + 8 + 4)
