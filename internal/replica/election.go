@@ -147,7 +147,7 @@ func (r *Replica) becomeLeader() {
 // — no promise, no timer — so a pre-vote cannot disturb a healthy group.
 func (r *Replica) stepPreVote(m Message) {
 	granted := m.Epoch > r.hard.Promised && !r.rebuilding &&
-		lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last) &&
+		(r.cfg.Mutations.GrantIgnoresLineage || lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last)) &&
 		(r.cfg.Mutations.PreVoteIgnoresLease || r.leaseExpired())
 	epoch := r.hard.Promised
 	if granted {

@@ -57,7 +57,7 @@ type Mutations struct {
 	AcceptStaleAppend          bool // accept an APPEND from an older epoch
 	PreVoteIgnoresLease        bool // grant a PRE_VOTE while still holding the leader's lease
 	AcceptStaleFlushed         bool // count a FLUSHED of an older epoch toward this epoch's commit
-	GrantIgnoresLineage        bool // grant a PREPARE whatever the candidate's lineage
+	GrantIgnoresLineage        bool // grant a PREPARE (and a pre-vote) whatever the candidate's lineage
 	ProposeWhenReadOnly        bool // accept proposals while READ_ONLY_DEGRADED
 	AppendBelowSnapshot        bool // S8: match an APPEND starting below the snapshot point against the compacted prefix
 	TrustUncertainGrants       bool // count an uncertain replica's grant as a witness of its whole log

@@ -135,6 +135,7 @@ var ClusterMutations = map[string]node.Mutations{
 	"send-before-persist":       {SendBeforePersist: true},
 	"commit-on-leader-fsync":    {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
 	"trust-uncertain-grants":    {Replica: replica.Mutations{TrustUncertainGrants: true}},
+	"accept-stale-flushed":      {Replica: replica.Mutations{AcceptStaleFlushed: true}},
 }
 
 // ClusterReproduce is the command that runs o again.
@@ -220,6 +221,7 @@ func newClusterSim(o ClusterOptions) *sim {
 	s.replicaViews = map[replicaKey]node.ReplicaView{}
 	s.flipped = map[string]bool{}
 	s.replicaStates = map[string]int{}
+	s.lagging, s.recoveries = map[replicaKey]lagEpisode{}, map[string]int{}
 	s.metaGhost = invariant.NewGroup(o.Nodes, false)
 	s.w.tracef("cluster run seed=%d nodes=%d faults=%s", o.Seed, o.Nodes, o.Faults)
 	for _, b := range s.nodes {
@@ -253,7 +255,7 @@ func (s *sim) runPhases() Result {
 	}
 	r := s.result()
 	r.Faults = s.faultsInjected
-	r.ReplicaStates = s.replicaStates
+	r.ReplicaStates, r.Recoveries = s.replicaStates, s.recoveries
 	r.PubErrors = s.pubErrors
 	r.Restarts = 0
 	for _, b := range s.nodes {
@@ -333,10 +335,10 @@ func (s *sim) partitionNode(b *broker) {
 }
 
 func (s *sim) flakyNetwork() {
-	s.net.dropP, s.net.dupP = 0.2, 0.1
-	s.w.tracef("fault peer network drops 20%%, duplicates 10%%")
+	s.net.dropP, s.net.dupP, s.net.delayP = 0.2, 0.1, 0.05
+	s.w.tracef("fault peer network drops 20%%, duplicates 10%%, delays 5%% by 50-600 ms")
 	s.w.after(s.w.between(100, 1000), func() {
-		s.net.dropP, s.net.dupP = 0, 0
+		s.net.dropP, s.net.dupP, s.net.delayP = 0, 0, 0
 		s.w.tracef("peer network healthy")
 	})
 }
@@ -433,6 +435,7 @@ func (s *sim) observePartition(ni int, b *broker, p wire.PartitionInfo) {
 			if r.State != "" {
 				s.replicaStates[r.State]++
 			}
+			s.trackRecovery(replicaKey{r.Node, p.Partition}, r.State)
 		}
 	}
 	if p.Leader == b.id && g.Leader(p.Epoch) != uint32(ni+1) {
@@ -599,4 +602,54 @@ func (s *sim) caughtUp(b *broker, p uint32) bool {
 		return t.Partitions[p].CommitSeq >= need
 	}
 	return false
+}
+
+// How a lagging replica became InSync again (Result.Recoveries).
+const (
+	RecoveredFromLog                = "caught up from the log"
+	RecoveredBySnapshot             = "rebuilt from a snapshot"
+	RecoveredFromLogAfterRestart    = "caught up from the log, restarted meanwhile"
+	RecoveredBySnapshotAfterRestart = "rebuilt from a snapshot, restarted meanwhile"
+)
+
+// lagEpisode is a replica a leader saw behind: since which incarnation
+// of its node, and whether it needed a snapshot.
+type lagEpisode struct {
+	incarnation int
+	rebuild     bool
+}
+
+// trackRecovery follows what partition leaders report of a replica: from
+// the first report behind (CatchingUp, NeedsRebuild, Rebuilding) to the
+// next InSync is one episode, counted by how it ended.
+func (s *sim) trackRecovery(k replicaKey, state string) {
+	i := slices.IndexFunc(s.nodes, func(b *broker) bool { return b.id == k.node })
+	if i < 0 {
+		return
+	}
+	ep, behind := s.lagging[k]
+	switch state {
+	case "CatchingUp", "NeedsRebuild", "Rebuilding":
+		if !behind {
+			ep = lagEpisode{incarnation: s.nodes[i].started}
+		}
+		ep.rebuild = ep.rebuild || state != "CatchingUp"
+		s.lagging[k] = ep
+	case "InSync":
+		if !behind {
+			return
+		}
+		delete(s.lagging, k)
+		restarted := s.nodes[i].started != ep.incarnation
+		switch {
+		case ep.rebuild && restarted:
+			s.recoveries[RecoveredBySnapshotAfterRestart]++
+		case ep.rebuild:
+			s.recoveries[RecoveredBySnapshot]++
+		case restarted:
+			s.recoveries[RecoveredFromLogAfterRestart]++
+		default:
+			s.recoveries[RecoveredFromLog]++
+		}
+	}
 }

@@ -44,7 +44,7 @@ func TestClusterCampaign(t *testing.T) {
 			}
 			start := time.Now()
 			var acked, deliveries, restarts, faults int
-			states := map[string]int{}
+			states, recoveries := map[string]int{}, map[string]int{}
 			quorumLost := 0
 			for seed := uint64(1); seed <= seeds; seed++ {
 				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, SyncAll: c.syncAll, Retention: c.retention}
@@ -56,6 +56,9 @@ func TestClusterCampaign(t *testing.T) {
 				acked, deliveries, restarts, faults = acked+r.Acked, deliveries+r.Deliveries, restarts+r.Restarts, faults+r.Faults
 				for st, n := range r.ReplicaStates {
 					states[st] += n
+				}
+				for how, n := range r.Recoveries {
+					recoveries[how] += n
 				}
 				quorumLost += r.PubErrors[wire.CodeQuorumLost]
 			}
@@ -78,6 +81,20 @@ func TestClusterCampaign(t *testing.T) {
 				t.Fatal("sync_all never refused a publish with QUORUM_LOST")
 			}
 			t.Logf("publishes refused QUORUM_LOST: %d", quorumLost)
+			// S4/S13, S16 (and with a retention S9/S14, S17) at node
+			// level: lagging replicas came back, from the log and by
+			// snapshot, also with a restart in between — the invariants
+			// held throughout.
+			want := []string{RecoveredFromLog, RecoveredFromLogAfterRestart}
+			if c.retention.Bytes > 0 {
+				want = append(want, RecoveredBySnapshot, RecoveredBySnapshotAfterRestart)
+			}
+			for _, how := range want {
+				if recoveries[how] == 0 && !testing.Short() {
+					t.Fatalf("no replica %s: %v", how, recoveries)
+				}
+			}
+			t.Logf("replicas back InSync: %v", recoveries)
 		})
 	}
 }

@@ -22,7 +22,11 @@ type peerNet struct {
 	cut     map[[2]uint32]bool // directed links that lose everything
 	dropP   float64
 	dupP    float64
-	sent    int // frames put on the network (for campaign statistics)
+	// delayP: a frame arrives 50-600 ms late, as one queued on a link
+	// that was reconnecting does — after frames sent later, and maybe at
+	// a later incarnation of its addressee (S18's stale FLUSHED).
+	delayP float64
+	sent   int // frames put on the network (for campaign statistics)
 }
 
 func newPeerNet(w *World) *peerNet {
@@ -67,7 +71,11 @@ func (l *peerLink) Send(to uint32, f wire.Frame) bool {
 	}
 	from := l.ep.ID
 	for range copies {
-		n.w.after(n.w.between(1, 8), func() { n.deliver(from, to, frame) })
+		delay := n.w.between(1, 8)
+		if n.w.chance(n.delayP) {
+			delay = n.w.between(50, 600)
+		}
+		n.w.after(delay, func() { n.deliver(from, to, frame) })
 	}
 	return true
 }

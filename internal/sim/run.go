@@ -135,6 +135,11 @@ type Result struct {
 	// ReplicaStates counts the replica states partition leaders reported
 	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...
 	ReplicaStates map[string]int
+	// Recoveries counts lagging replicas that became InSync again, as
+	// their leaders saw it (cluster runs), by how: RecoveredFromLog,
+	// RecoveredBySnapshot, and the same with the replica restarted
+	// meanwhile (S4/S13, S9/S14, S16, S17 at node level).
+	Recoveries map[string]int
 	// PubErrors counts the errors producers got for their publishes, by
 	// code (cluster runs).
 	PubErrors map[wire.Code]int
@@ -169,6 +174,8 @@ type sim struct {
 	flipped        map[string]bool                 // nodes whose disks took a bit flip
 	metaGhost      *invariant.Group                // the metadata log's leaders
 	replicaStates  map[string]int                  // replica states leaders reported, and how often
+	lagging        map[replicaKey]lagEpisode       // replicas a leader last saw behind
+	recoveries     map[string]int                  // Result.Recoveries
 	chk            *checker
 	producers      []*producer
 	consumers      []*consumer
