@@ -87,6 +87,8 @@ var (
 		"1 when this node leads the partition and is READ_ONLY_DEGRADED (cluster only).", []string{"topic", "partition"}, nil)
 	droppedDesc = prometheus.NewDesc("nereus_replication_dropped_messages_total",
 		"Replication messages this node's replica dropped because its inbound queue was full (cluster only).", []string{"topic", "partition"}, nil)
+	uncertainDesc = prometheus.NewDesc("nereus_replica_uncertain",
+		"1 while this node's replica may lack entries it acknowledged (it cut an invalid last batch nothing proved torn): its election votes count for less until a newer leader has made it whole (cluster only).", []string{"topic", "partition"}, nil)
 	rebuildsDesc = prometheus.NewDesc("nereus_replication_rebuilds_total",
 		"Times this node's replica rebuilt from its leader's snapshot point because the entries it needed were compacted (cluster only).", []string{"topic", "partition"}, nil)
 )
@@ -104,6 +106,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- corruptDesc
 	ch <- droppedDesc
 	ch <- rebuildsDesc
+	ch <- uncertainDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -123,6 +126,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(readOnlyDesc, prometheus.GaugeValue, boolGauge(leads && st.ReadOnly), name, part)
 				ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(p.repl.Dropped()), name, part)
 				ch <- prometheus.MustNewConstMetric(rebuildsDesc, prometheus.CounterValue, float64(p.repl.Installs()), name, part)
+				ch <- prometheus.MustNewConstMetric(uncertainDesc, prometheus.GaugeValue, boolGauge(st.Uncertain), name, part)
 			}
 		}
 	}

@@ -375,8 +375,11 @@ func (p *partitionRunner) info() wire.PartitionInfo {
 		case st.Role != replica.Leader:
 			if replica.NodeID(id) == c.Self() {
 				ri.FlushedSeq = st.Durable
-				if st.Rebuilding {
+				switch {
+				case st.Rebuilding:
 					ri.State = "Rebuilding"
+				case st.Uncertain:
+					ri.State = ReplicaUncertain
 				}
 			}
 		case replica.NodeID(id) == c.Self():
@@ -401,6 +404,12 @@ func (p *partitionRunner) info() wire.PartitionInfo {
 // last flushed, it is not known to be in sync, and it counts toward no
 // quorum.
 const ReplicaUnreachable = "Unreachable"
+
+// ReplicaUncertain is the state a follower reports of itself while it may
+// lack entries it acknowledged (it cut an invalid last batch that nothing
+// proved torn): its election votes count for less until a newer leader
+// has made it whole (replica.Persisted.Uncertain).
+const ReplicaUncertain = "Uncertain"
 
 // notHosted answers a publish to a partition this node has no replica of.
 func (p *partitionRunner) notHosted() *wire.Error {

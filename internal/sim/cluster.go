@@ -437,6 +437,12 @@ func (s *sim) observePartition(ni int, b *broker, p wire.PartitionInfo) {
 			}
 			s.trackRecovery(replicaKey{r.Node, p.Partition}, r.State)
 		}
+	} else {
+		for _, r := range p.Replicas {
+			if r.Node == b.id && r.State != "" {
+				s.replicaStates[r.State+" (self)"]++ // a follower's own Rebuilding or Uncertain
+			}
+		}
 	}
 	if p.Leader == b.id && g.Leader(p.Epoch) != uint32(ni+1) {
 		promised := 0

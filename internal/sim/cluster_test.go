@@ -188,6 +188,10 @@ func TestClusterRegressionSeeds(t *testing.T) {
 // TestClusterUncertainGrantMutationIsCaught: with an uncertain member's
 // grant trusted as any other, the S22 seed loses a committed entry again.
 func TestClusterUncertainGrantMutationIsCaught(t *testing.T) {
+	// Unmutated, the damaged member said so in METADATA meanwhile.
+	if r := RunCluster(ClusterOptions{Seed: 70053, Faults: AllClusterFaults}); r.Violation != nil || r.ReplicaStates["Uncertain (self)"] == 0 {
+		t.Fatalf("violation %v; no node reported its replica Uncertain: %v", r.Violation, r.ReplicaStates)
+	}
 	r := RunCluster(ClusterOptions{Seed: 70053, Faults: AllClusterFaults, Mutations: ClusterMutations["trust-uncertain-grants"]})
 	if r.Violation == nil || r.Violation.Invariant != CommittedPrefixAgreement {
 		t.Fatalf("violation %v, want %s", r.Violation, CommittedPrefixAgreement)

@@ -133,7 +133,9 @@ type Result struct {
 	Restarts   int // broker incarnations after the first
 	Faults     int // faults injected (cluster runs)
 	// ReplicaStates counts the replica states partition leaders reported
-	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...
+	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...;
+	// and followers of themselves, suffixed " (self)": Rebuilding,
+	// Uncertain.
 	ReplicaStates map[string]int
 	// Recoveries counts lagging replicas that became InSync again, as
 	// their leaders saw it (cluster runs), by how: RecoveredFromLog,

@@ -277,8 +277,9 @@ type PartitionInfo struct {
 const PartitionStateCorrupt = "corrupt"
 
 // ReplicaInfo is one member of a partition's replica group as the
-// answering node sees it. State is InSync, CatchingUp, NeedsRebuild or
-// Rebuilding when the answering node leads the partition, else "".
+// answering node sees it. State is InSync, CatchingUp, NeedsRebuild,
+// Rebuilding or Unreachable when the answering node leads the partition;
+// a follower fills in only its own entry, Rebuilding or Uncertain; else "".
 type ReplicaInfo struct {
 	Node       string
 	State      string
