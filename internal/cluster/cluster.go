@@ -542,6 +542,7 @@ func (c *Cluster) Close() {
 type ReplicaView struct {
 	Status replica.Status
 	Synced uint64
+	Log    *storage.Log // the member's log, for reads only
 }
 
 // Replica returns this node's member of a partition's replica group — or
@@ -553,7 +554,8 @@ func (c *Cluster) Replica(topic string, partition uint32) (ReplicaView, bool) {
 	if l == nil {
 		return ReplicaView{}, false
 	}
-	return ReplicaView{Status: l.Status(), Synced: l.ReadLog().SyncedSeq()}, true
+	lg := l.ReadLog()
+	return ReplicaView{Status: l.Status(), Synced: lg.SyncedSeq(), Log: lg}, true
 }
 
 // Names are the members' node ids, sorted (member number i+1 is Names()[i]).

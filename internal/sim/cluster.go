@@ -223,6 +223,7 @@ func newClusterSim(o ClusterOptions) *sim {
 	s.replicaStates = map[string]int{}
 	s.lagging, s.recoveries = map[replicaKey]lagEpisode{}, map[string]int{}
 	s.metaGhost = invariant.NewGroup(o.Nodes, false)
+	s.metaViews = map[string]node.ReplicaView{}
 	s.w.tracef("cluster run seed=%d nodes=%d faults=%s", o.Seed, o.Nodes, o.Faults)
 	for _, b := range s.nodes {
 		b.start()
@@ -406,13 +407,16 @@ func (n *peerNet) heal() {
 // never disagree across nodes or change (invariant.Group).
 func (s *sim) observeReplication() {
 	for _, b := range s.nodes {
+		if !b.up {
+			continue
+		}
 		for p := range s.opts.Partitions {
-			if !b.up {
-				continue
-			}
 			if v, ok := b.node.Replica(simTopic, p); ok {
 				s.replicaViews[replicaKey{b.id, p}] = v
 			}
+		}
+		if v, ok := b.node.Replica(meta.MetaTopic, 0); ok {
+			s.metaViews[b.id] = v
 		}
 	}
 	for ni, b := range s.nodes {
@@ -420,6 +424,7 @@ func (s *sim) observeReplication() {
 			continue
 		}
 		s.observeMetaLeader(ni, b)
+		s.observeMetaCommits(ni, b)
 		for _, t := range b.node.Metadata([]string{simTopic}) {
 			for _, p := range t.Partitions {
 				s.observePartition(ni, b, p)
@@ -535,6 +540,66 @@ func (s *sim) observeMetaLeader(ni int, b *broker) {
 		return
 	}
 	s.w.tracef("%s leads %s in epoch %d", b.id, meta.MetaTopic, epoch)
+}
+
+// metaPartition keys the metadata log's entries in sim.observed.
+const metaPartition = ^uint32(0)
+
+// observeMetaCommits checks CommittedPrefixAgreement, VisibleMonotonic
+// and VisibleImpliesQuorumFlushed for the metadata log: every entry node
+// ni's member reports committed, against what any member committed there
+// before, and durable on a majority of the members' logs.
+func (s *sim) observeMetaCommits(ni int, b *broker) {
+	v, ok := s.metaViews[b.id]
+	if !ok {
+		return
+	}
+	k := commitKey{partition: metaPartition, node: b.id, incarnation: b.started}
+	for from := s.observed[k] + 1; from <= v.Status.CommitSeq; {
+		if start := max(v.Log.StartSeq(), v.Status.SnapSeq+1); from < start {
+			s.observed[k] = start - 1 // compacted: checked from the start on
+			from = start
+			continue
+		}
+		entries, err := v.Log.Read(from, 256, 1<<20)
+		if err != nil || len(entries) == 0 {
+			return // looked at again later
+		}
+		for _, e := range entries {
+			if e.Seq > v.Status.CommitSeq {
+				break
+			}
+			holders := 0
+			for _, o := range s.nodes {
+				if s.holdsMeta(o, e.Seq, e.Epoch) {
+					holders++
+				}
+			}
+			ge := invariant.Entry{Epoch: e.Epoch, Value: string(e.Record.Value)}
+			if vi := s.metaGhost.Visible(uint32(ni+1), e.Seq, ge, holders); vi != nil {
+				s.chk.violate(vi.Invariant, "%s: %s", meta.MetaTopic, vi.Detail)
+				return
+			}
+			s.observed[k] = e.Seq
+		}
+		from = s.observed[k] + 1
+	}
+}
+
+// holdsMeta is holds for node b's metadata member.
+func (s *sim) holdsMeta(b *broker, seq, epoch uint64) bool {
+	v, ok := s.metaViews[b.id]
+	switch {
+	case s.flipped[b.id]:
+		return true // see holds
+	case !ok:
+		return false
+	case seq <= v.Status.SnapSeq:
+		return true
+	case seq > v.Synced:
+		return false
+	}
+	return epochOf(v.Status, seq) == epoch
 }
 
 // durablePromise is the promise a node's member of a partition holds in

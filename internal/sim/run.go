@@ -174,7 +174,8 @@ type sim struct {
 	observed       map[commitKey]uint64
 	replicaViews   map[replicaKey]node.ReplicaView // each member as last seen up
 	flipped        map[string]bool                 // nodes whose disks took a bit flip
-	metaGhost      *invariant.Group                // the metadata log's leaders
+	metaGhost      *invariant.Group                // the metadata log's leaders and committed prefix
+	metaViews      map[string]node.ReplicaView     // each node's metadata member as last seen up
 	replicaStates  map[string]int                  // replica states leaders reported, and how often
 	lagging        map[replicaKey]lagEpisode       // replicas a leader last saw behind
 	recoveries     map[string]int                  // Result.Recoveries
