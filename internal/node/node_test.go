@@ -796,3 +796,34 @@ func TestLedgerFailureWithFailedReloadRecovers(t *testing.T) {
 		<-time.After(10 * time.Millisecond) // the group retries its reload on a 100 ms timer
 	}
 }
+
+// TestReadBelowTheCommitIsNotTheEnd: a read of seqs the node published as
+// committed that finds its log ending below them (a replica that has just
+// cut a damaged range, before its status caught up) is an error to retry,
+// not an empty answer: a group replaying its acks would take it for the
+// end and redeliver what was acknowledged after it (cluster soak, seed
+// 105140).
+func TestReadBelowTheCommitIsNotTheEnd(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	for i := 0; i < 3; i++ {
+		h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte{byte(i)}})
+	}
+	tp, err := h.node.topic("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tp.partitions[0]
+	if es, err := p.read(1, 10, 1<<20); err != nil || len(es) != 3 {
+		t.Fatalf("setup: read %d entries, %v", len(es), err)
+	}
+	p.commitSeq.Store(5) // what the log no longer holds
+	es, err := p.read(4, 10, 1<<20)
+	var werr *wire.Error
+	if !errors.As(err, &werr) || werr.Code != wire.CodeUnavailable || len(es) != 0 {
+		t.Fatalf("read above the log's end, below the commit: %d entries, %v; want UNAVAILABLE", len(es), err)
+	}
+	if es, err := p.read(6, 10, 1<<20); err != nil || len(es) != 0 {
+		t.Fatalf("a read above the commit: %d entries, %v; want none, no error", len(es), err)
+	}
+}

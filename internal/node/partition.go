@@ -472,6 +472,13 @@ func (p *partitionRunner) read(from uint64, recordsMax, bytesMax int) ([]storage
 	if err != nil {
 		return nil, err
 	}
+	if len(entries) == 0 {
+		// The log ends below the commit this node published: a replica
+		// that just dropped a damaged range (or restarted in place) before
+		// its status caught up. That is not the end of the committed
+		// records — a group replaying its acks must not stop there.
+		return nil, wire.Errorf(wire.CodeUnavailable, "partition %s/%d: its log ends below seq %d, committed; retry", p.topic.cfg.Name, p.id, from)
+	}
 	for i, e := range entries {
 		if e.Seq > commit {
 			return entries[:i], nil

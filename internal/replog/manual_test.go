@@ -257,3 +257,60 @@ func TestMemberRestartsInPlaceOverDamage(t *testing.T) {
 		t.Fatalf("n%d commit %d, leader %d: not caught up after the restart over damage", id, c, lc)
 	}
 }
+
+// TestLeaderThatCannotDropDamageRestartsInPlace (found by the cluster
+// soak, seed 105140): a leader told its log is damaged drops the range,
+// but the fsync of the drop fails. It used to stop for good with its last
+// status — still the leader, its log already cut below its commit — so
+// its node went on coordinating from the cut log and redelivered an
+// acknowledged message. It now claims nothing and restarts in place like a
+// member whose fsync failed, finishes the drop, and rebuilds.
+func TestLeaderThatCannotDropDamageRestartsInPlace(t *testing.T) {
+	g := newManualGroup(t, 3, nil)
+	g.logs[0].Campaign()
+	g.run(200)
+	l := g.leader()
+	for i := 0; i < 20; i++ {
+		l.ProposeFunc(storage.Record{Value: []byte(fmt.Sprintf("value-%02d", i))}, func(_, _ uint64, _ error) {})
+		g.run(20)
+	}
+	id := l.Status().ID
+	dir := fmt.Sprintf("/m%d/", id)
+	segment := dir + "00000000000000000001.log"
+	data, err := g.fs.ReadFile(segment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs := batchOffsets(data)
+	if len(offs) < 10 {
+		t.Fatalf("setup: %d batches", len(offs))
+	}
+	if err := g.fs.FlipBit(segment, offs[len(offs)/2]+40, 3); err != nil {
+		t.Fatal(err)
+	}
+	failing := true
+	g.fs.SetInjector(func(op vfs.Op, name string) error {
+		if failing && op == vfs.OpSync && strings.HasPrefix(name, dir) {
+			return errors.New("injected fsync error")
+		}
+		return nil
+	})
+	l.Damaged()
+	g.pumpOnly(l) // fails the test if the member stopped
+	if st := l.Status(); st.Role == replica.Leader || st.Leader != 0 {
+		t.Fatalf("a member that could not drop its damage still claims leadership: %+v", st)
+	}
+	failing = false
+	g.run(2000)
+	st := l.Status()
+	if st.Rebuilding {
+		t.Fatalf("n%d never came back whole: %+v", id, st)
+	}
+	leader := g.leader()
+	if leader == nil {
+		t.Fatal("no leader after the disk healed")
+	}
+	if c, lc := l.CommitSeq(), leader.CommitSeq(); c != lc {
+		t.Fatalf("n%d commit %d, leader %d: not caught up", id, c, lc)
+	}
+}

@@ -194,8 +194,9 @@ func Open(cfg Config) (*Log, error) {
 // Pump runs what a Manual log has queued — inbound messages, proposals, a
 // campaign, damage — and the ticks and compaction its clock says are due,
 // then carries out the kernel's Readys, all on the caller's goroutine. It
-// reports whether anything ran; an error means the member stopped (as the
-// goroutine of a production Log stops), and every later Pump returns it.
+// reports whether anything ran; its only error is ErrClosed. A member
+// that cannot persist claims nothing and restarts in place every
+// recoverEveryTicks ticks, as the production goroutine does.
 func (l *Log) Pump() (bool, error) {
 	if !l.manual {
 		panic("replog: Pump on a Log that runs its own goroutine")
@@ -220,7 +221,7 @@ func (l *Log) Pump() (bool, error) {
 	if now-l.lastCompactMs >= m.cfg.CompactEvery.Milliseconds() {
 		l.lastCompactMs = now
 		if err := m.Compact(); err != nil {
-			return true, l.stop(fmt.Errorf("replog: compaction failed: %w", err))
+			return true, l.fail(fmt.Errorf("replog: compaction failed: %w", err), now)
 		}
 	}
 	// In a fixed order (a select among several ready channels picks at
@@ -230,7 +231,7 @@ func (l *Log) Pump() (bool, error) {
 	case <-l.damaged:
 		ran = true
 		if _, err := m.restartDamaged(); err != nil {
-			return true, l.stop(fmt.Errorf("replog: cannot drop a damaged range: %w", err))
+			return true, l.fail(fmt.Errorf("replog: cannot drop a damaged range: %w", err), now)
 		}
 	default:
 	}
@@ -264,22 +265,8 @@ func (l *Log) Pump() (bool, error) {
 	return ran, nil
 }
 
-// stop ends a Manual log after a failure to drop a damaged range or to
-// compact, as run's return does.
-func (l *Log) stop(err error) error {
-	l.m.cfg.Logger.Error("replog: stopping member", "member", l.m.cfg.ID, "dir", l.m.cfg.Dir, "err", err)
-	close(l.done)
-	for {
-		select {
-		case p := <-l.prop:
-			p.finish(ErrClosed)
-		default:
-			return err
-		}
-	}
-}
-
-// fail starts a Manual log's recoverLoop: it cannot persist.
+// fail starts a Manual log's recoverLoop: it cannot persist (a write, an
+// fsync, a compaction or dropping a damaged range failed).
 func (l *Log) fail(err error, nowMs int64) error {
 	l.m.cfg.Logger.Error("replog: cannot persist; restarting the member in place", "member", l.m.cfg.ID, "dir", l.m.cfg.Dir, "err", err)
 	l.failed, l.failedAtMs = true, nowMs
@@ -536,15 +523,21 @@ func (l *Log) run() {
 			m.Tick()
 		case <-compact.C():
 			if err := m.Compact(); err != nil {
-				m.cfg.Logger.Error("replog: compaction failed; stopping member", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
-				return
+				m.cfg.Logger.Error("replog: compaction failed; restarting the member in place", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
+				if !l.recoverLoop(ticker) {
+					return
+				}
 			}
 		case <-l.campaign:
 			m.Campaign()
 		case <-l.damaged:
 			if _, err := m.restartDamaged(); err != nil {
-				m.cfg.Logger.Error("replog: cannot drop a damaged range; stopping member", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
-				return
+				// The range may be half dropped (its mark is on disk): a
+				// restart in place finishes it from what is durable.
+				m.cfg.Logger.Error("replog: cannot drop a damaged range; restarting the member in place", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
+				if !l.recoverLoop(ticker) {
+					return
+				}
 			}
 		case msg := <-l.in:
 			m.Step(msg)

@@ -143,7 +143,7 @@ func (c *checker) brokerSends(b *broker, f wire.Frame) {
 	// has a higher id than every one sent before. An older MSG still in
 	// flight on a slow connection is not a redelivery.
 	if doneAt, ok := c.doneAtID[pos]; ok && m.DeliveryID > doneAt {
-		c.violate(AckFloorNeverRedelivered, "broker sent %s again (delivery %d) after its ack was confirmed", pos, m.DeliveryID)
+		c.violate(AckFloorNeverRedelivered, "%s sent %s again (delivery %d) after its ack was confirmed", cmp.Or(b.id, "broker"), pos, m.DeliveryID)
 	}
 	c.maxSentID[pos] = max(c.maxSentID[pos], m.DeliveryID)
 	for _, t := range b.node.Metadata([]string{simTopic}) {

@@ -178,6 +178,14 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// (CommittedPrefixAgreement). Such a member is uncertain now, and
 		// its grant does not vouch for its whole log.
 		{Seed: 70053, Faults: AllClusterFaults},
+		// (soak) The leader of partition 0 (the coordinator) read a
+		// damaged range and dropped it, but the drop's fsync failed: the
+		// member stopped for good, still claiming leadership with its log
+		// cut below its commit, and its group replayed its acks from the
+		// cut log as if complete: an acknowledged message went out again
+		// (AckFloorNeverRedelivered). Such a member restarts in place now,
+		// and a read below the commit is an error, not the end.
+		{Seed: 105140, Faults: AllClusterFaults},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
