@@ -708,7 +708,12 @@ func TestClusterProducerLeavesASilentLeader(t *testing.T) {
 			waitRetryLoopAsleep(t, p)
 			fs.freeze(silent, true)
 			fs.setLeader("t", 0, 2)
-			fctx, cancel := context.WithTimeout(ctx, 3*time.Second) // from the freeze to the last PUB_OK
+			// From the freeze to the last PUB_OK: about one request timeout
+			// (500 ms) and a refresh on a quiet machine; the bound only has to
+			// be far below the one-minute DeliveryTimeout it tells apart (3 s
+			// was once missed on a machine running two simulator soaks beside
+			// the race-enabled suite).
+			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			var mu sync.Mutex
 			var failures []error
@@ -721,11 +726,11 @@ func TestClusterProducerLeavesASilentLeader(t *testing.T) {
 					}
 				})
 				if err != nil {
-					t.Fatalf("publishing did not resume at the new leader within 3 s: %v", err)
+					t.Fatalf("publishing did not resume at the new leader within 10 s: %v", err)
 				}
 			}
 			if err := p.Flush(fctx); err != nil {
-				t.Fatalf("publishing did not resume at the new leader within 3 s: %v", err)
+				t.Fatalf("publishing did not resume at the new leader within 10 s: %v", err)
 			}
 			if len(failures) > 0 {
 				t.Fatalf("%d publishes failed, first: %v", len(failures), failures[0])
