@@ -208,6 +208,9 @@ func newClusterSim(o ClusterOptions) *sim {
 			if l := s.net.members[id]; l != nil {
 				l.closed = true
 			}
+			// What it synced in the event it died in (a FLUSHED it sent
+			// then may still count) is durable: seen before it is gone.
+			s.recordViews(b)
 		}
 		s.net.brokers[id] = b
 		s.nodes = append(s.nodes, b)
@@ -407,16 +410,8 @@ func (n *peerNet) heal() {
 // never disagree across nodes or change (invariant.Group).
 func (s *sim) observeReplication() {
 	for _, b := range s.nodes {
-		if !b.up {
-			continue
-		}
-		for p := range s.opts.Partitions {
-			if v, ok := b.node.Replica(simTopic, p); ok {
-				s.replicaViews[replicaKey{b.id, p}] = v
-			}
-		}
-		if v, ok := b.node.Replica(meta.MetaTopic, 0); ok {
-			s.metaViews[b.id] = v
+		if b.up {
+			s.recordViews(b)
 		}
 	}
 	for ni, b := range s.nodes {
@@ -540,6 +535,23 @@ func (s *sim) observeMetaLeader(ni int, b *broker) {
 		return
 	}
 	s.w.tracef("%s leads %s in epoch %d", b.id, meta.MetaTopic, epoch)
+}
+
+// recordViews keeps what b's members hold (replicaViews, metaViews): after
+// every event while it is up, and as it dies (the kill unwound every lock
+// its code held; its logs' synced seqs are what survives).
+func (s *sim) recordViews(b *broker) {
+	if b.node == nil {
+		return
+	}
+	for p := range s.opts.Partitions {
+		if v, ok := b.node.Replica(simTopic, p); ok {
+			s.replicaViews[replicaKey{b.id, p}] = v
+		}
+	}
+	if v, ok := b.node.Replica(meta.MetaTopic, 0); ok {
+		s.metaViews[b.id] = v
+	}
 }
 
 // metaPartition keys the metadata log's entries in sim.observed.
