@@ -172,10 +172,10 @@ type sim struct {
 	faultsInjected int
 	ghosts         []*invariant.Group
 	observed       map[commitKey]uint64
-	replicaViews   map[replicaKey]node.ReplicaView // each member as last seen up
+	replicaViews   map[replicaKey]node.ReplicaView // each member as last seen up, or as it died
 	flipped        map[string]bool                 // nodes whose disks took a bit flip
 	metaGhost      *invariant.Group                // the metadata log's leaders and committed prefix
-	metaViews      map[string]node.ReplicaView     // each node's metadata member as last seen up
+	metaViews      map[string]node.ReplicaView     // each node's metadata member, likewise
 	replicaStates  map[string]int                  // replica states leaders reported, and how often
 	lagging        map[replicaKey]lagEpisode       // replicas a leader last saw behind
 	recoveries     map[string]int                  // Result.Recoveries
