@@ -492,8 +492,8 @@ func (s *sim) observePartition(ni int, b *broker, p wire.PartitionInfo) {
 // holds reports whether node b's member of partition p durably holds the
 // entry (seq, epoch): its log synced through seq, the entry there of that
 // epoch; or compacted into its snapshot point (only committed entries
-// are). A node that is down holds at least what it had synced when last
-// seen up (a crash keeps synced writes).
+// are). A node that is down holds what it had synced as it died (a crash
+// keeps synced writes; recordViews).
 func (s *sim) holds(b *broker, p uint32, seq, epoch uint64) bool {
 	if s.flipped[b.id] {
 		// A damaged disk may have dropped a range it held when the entry
