@@ -186,6 +186,10 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// (AckFloorNeverRedelivered). Such a member restarts in place now,
 		// and a read below the commit is an error, not the end.
 		{Seed: 105140, Faults: AllClusterFaults},
+		// (soak) The same stop, seen as liveness: the stopped member kept
+		// its partition from committing for good (242 publishes never
+		// acknowledged 120 s after healing).
+		{Seed: 105456, Faults: AllClusterFaults},
 		// (soak) A checker bug, not a broker one: n2 synced __meta's entry
 		// 5, sent its FLUSHED and died at a later fsync in the same event;
 		// the checker kept n2's view from before the event and counted
