@@ -1277,3 +1277,50 @@ func TestEarlyIsEmptyWhenTheReadyPromises(t *testing.T) {
 		t.Fatalf("hard %v, early %v, messages %v", rd.HardState, rd.Early, rd.Messages)
 	}
 }
+
+// TestGrantedCountsUncertainGrantsWithinTheDamageBudget pins the election
+// rule of Replica.granted for groups of 3 and 5: N grants, U of them
+// uncertain, D damaged refusals; elected when N ≥ Q and
+// (R−N) + min(U, R−Q−D) < Q.
+func TestGrantedCountsUncertainGrantsWithinTheDamageBudget(t *testing.T) {
+	for _, c := range []struct {
+		replicas, grants, uncertain, damaged int
+		want                                 bool
+	}{
+		{3, 2, 0, 0, true},
+		{3, 2, 1, 0, false}, // the one outside may hold what the uncertain one lost
+		{3, 2, 2, 0, false},
+		{3, 2, 1, 1, true}, // the third is known damaged: the budget is spent
+		{3, 2, 2, 1, true},
+		{3, 3, 1, 0, true},
+		{3, 3, 3, 0, true},
+		{3, 1, 0, 2, false}, // no majority
+		{5, 3, 0, 0, true},
+		{5, 3, 1, 0, false},
+		{5, 4, 1, 0, true},
+		{5, 4, 2, 0, false},
+		{5, 4, 2, 1, true},
+		{5, 5, 2, 0, true},
+		{5, 5, 5, 0, true},
+		{5, 3, 1, 2, true},
+		{5, 3, 2, 2, true},
+	} {
+		ids := make([]NodeID, c.replicas)
+		for i := range ids {
+			ids[i] = NodeID(i + 1)
+		}
+		r, err := New(Config{ID: 1, Replicas: ids}, Persisted{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < c.grants; i++ {
+			r.grants[i], r.uncertainGrants[i] = true, i < c.uncertain
+		}
+		for i := c.grants; i < c.grants+c.damaged; i++ {
+			r.damagedRefusals[i] = true
+		}
+		if got := r.granted(); got != c.want {
+			t.Errorf("R=%d, %d grants (%d uncertain), %d damaged refusals: elected %v, want %v", c.replicas, c.grants, c.uncertain, c.damaged, got, c.want)
+		}
+	}
+}
