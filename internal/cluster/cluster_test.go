@@ -1,0 +1,495 @@
+package cluster
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/replog"
+	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// These tests run Manual clusters of fake hosts on one goroutine: one
+// virtual clock, a queue of encoded peer frames, and every member stepped
+// until nothing moves before time advances by a millisecond. What a
+// cluster decides (the metadata leader, DECLAREs, forwarded publishes) is
+// then exact and repeatable, without a node behind it.
+
+const testTick = 10 * time.Millisecond
+
+type testFrame struct {
+	from, to uint32
+	b        []byte
+}
+
+// testNet is an env.PeerNetwork whose frames wait in one FIFO until the
+// harness delivers them; cut members neither send nor receive (their
+// frames are lost), held members' frames wait until they are released.
+type testNet struct {
+	members map[uint32]*testLink
+	queue   []testFrame
+	cut     map[uint32]bool
+	hold    map[uint32]bool
+}
+
+type testLink struct {
+	net    *testNet
+	ep     env.PeerEndpoint
+	closed bool
+}
+
+func (n *testNet) Join(e env.PeerEndpoint) (env.PeerLink, error) {
+	l := &testLink{net: n, ep: e}
+	n.members[e.ID] = l
+	return l, nil
+}
+
+func (l *testLink) Send(to uint32, f wire.Frame) bool {
+	if l.closed {
+		return false
+	}
+	l.net.queue = append(l.net.queue, testFrame{from: l.ep.ID, to: to, b: wire.AppendFrame(nil, 0, f)})
+	return true
+}
+
+func (l *testLink) ClientAddr(id uint32) string {
+	if m := l.net.members[id]; m != nil {
+		return m.ep.ClientAddr
+	}
+	return ""
+}
+
+func (l *testLink) Close() error { l.closed = true; return nil }
+
+// deliver hands every queued frame to its member (frames sent meanwhile
+// wait for the next call); it reports whether it delivered any.
+func (n *testNet) deliver(t *testing.T) bool {
+	q := n.queue
+	n.queue = nil
+	delivered := false
+	for _, fr := range q {
+		if n.hold[fr.from] || n.hold[fr.to] {
+			n.queue = append(n.queue, fr)
+			continue
+		}
+		dst := n.members[fr.to]
+		if dst == nil || dst.closed || n.cut[fr.from] || n.cut[fr.to] {
+			continue
+		}
+		_, f, err := wire.ReadFrame(bytes.NewReader(fr.b), wire.DefaultFrameBytesMax)
+		if err != nil {
+			t.Fatalf("a member sent an undecodable frame: %v", err)
+		}
+		dst.ep.Handler(fr.from, f)
+		delivered = true
+	}
+	return delivered
+}
+
+// fakeHost is a node reduced to what the cluster asks of it: it opens the
+// replica groups a started topic places here and answers forwarded
+// publishes with a fixed seq.
+type fakeHost struct {
+	t       *testing.T
+	c       *Cluster
+	started map[string][][]uint32 // topic → placement
+	pubs    []wire.Pub            // forwarded to it
+}
+
+func (h *fakeHost) StartTopic(tc wire.TopicConfig, placement [][]uint32) (bool, error) {
+	if _, ok := h.started[tc.Name]; ok {
+		return false, nil
+	}
+	for p, group := range placement {
+		if !slices.Contains(group, uint32(h.c.Self())) {
+			continue
+		}
+		members := make([]replica.NodeID, len(group))
+		for i, id := range group {
+			members[i] = replica.NodeID(id)
+		}
+		l, err := h.c.OpenGroup(tc.Name, uint32(p), members, replica.SyncQuorum, func() {}, GroupStorage{})
+		if err != nil {
+			return false, err
+		}
+		h.c.CampaignIfNew(l, members[0])
+	}
+	h.started[tc.Name] = placement
+	return true, nil
+}
+
+func (h *fakeHost) PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Error)) {
+	h.pubs = append(h.pubs, *pub)
+	reply(wire.PubOK{Partition: uint32(pub.Partition), Seq: 42, Epoch: 7}, nil)
+}
+
+func (h *fakeHost) LogRepeatedError(subject, msg string, args ...any) {
+	h.t.Logf("%s: %s %v", subject, msg, args)
+}
+
+type testCluster struct {
+	t      *testing.T
+	clock  *env.Virtual
+	net    *testNet
+	fs     []*vfs.MemFS
+	hosts  []*fakeHost
+	nodes  []*Cluster // nil: down
+	config Config
+}
+
+func newTestCluster(t *testing.T, n int) *testCluster {
+	tc := &testCluster{t: t, clock: env.NewVirtual(1_700_000_000_000),
+		net: &testNet{members: map[uint32]*testLink{}, cut: map[uint32]bool{}, hold: map[uint32]bool{}}}
+	tc.config = Config{Tick: testTick, DeclareTimeout: 2 * time.Second}
+	for i := 1; i <= n; i++ {
+		tc.config.Members = append(tc.config.Members, Member{ID: fmt.Sprintf("n%d", i), PeerAddr: fmt.Sprintf("peer-%d", i)})
+	}
+	tc.fs = make([]*vfs.MemFS, n)
+	tc.hosts = make([]*fakeHost, n)
+	tc.nodes = make([]*Cluster, n)
+	for i := range n {
+		tc.fs[i] = vfs.NewMem()
+		tc.start(i)
+	}
+	return tc
+}
+
+// start opens member i (0-based) over its file system.
+func (tc *testCluster) start(i int) {
+	tc.t.Helper()
+	h := &fakeHost{t: tc.t, started: map[string][][]uint32{}}
+	seed := uint64(i + 1)
+	c, err := New(h, tc.config, Options{
+		NodeID: fmt.Sprintf("n%d", i+1), DataDir: "/data", ClientAddr: fmt.Sprintf("127.0.0.1:%d", 4850+i),
+		Env: env.Env{FS: tc.fs[i], Clock: tc.clock, Rand: func() uint64 { seed = seed*6364136223846793005 + 1; return seed },
+			Peers: tc.net},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Manual: true,
+		SegmentBytesMax: 1 << 20, RecordBytesMax: 1 << 20, RetentionCheckMs: 1000,
+	})
+	if err != nil {
+		tc.t.Fatalf("n%d: %v", i+1, err)
+	}
+	h.c = c
+	if err := c.Start(); err != nil {
+		tc.t.Fatalf("n%d: start: %v", i+1, err)
+	}
+	tc.hosts[i], tc.nodes[i] = h, c
+}
+
+func (tc *testCluster) stop(i int) {
+	tc.nodes[i].Close()
+	for _, l := range tc.nodes[i].groups {
+		l.Close()
+	}
+	tc.nodes[i] = nil
+}
+
+// settle delivers frames and steps every member until nothing moves.
+func (tc *testCluster) settle() {
+	for range 10_000 {
+		moved := tc.net.deliver(tc.t)
+		for _, c := range tc.nodes {
+			if c != nil && c.Step() {
+				moved = true
+			}
+		}
+		if !moved {
+			return
+		}
+	}
+	tc.t.Fatal("the cluster never settled")
+}
+
+// runUntil advances virtual time a millisecond at a time, settling after
+// each, until cond holds; it fails the test after limit.
+func (tc *testCluster) runUntil(limit time.Duration, what string, cond func() bool) {
+	tc.t.Helper()
+	for end := tc.clock.NowNanos() + int64(limit); ; {
+		tc.settle()
+		if cond() {
+			return
+		}
+		if tc.clock.NowNanos() >= end {
+			tc.t.Fatalf("not within %v of virtual time: %s", limit, what)
+		}
+		tc.clock.Advance(time.Millisecond)
+	}
+}
+
+// runFor advances virtual time by d, settling every millisecond.
+func (tc *testCluster) runFor(d time.Duration) {
+	for end := tc.clock.NowNanos() + int64(d); tc.clock.NowNanos() < end; {
+		tc.settle()
+		tc.clock.Advance(time.Millisecond)
+	}
+	tc.settle()
+}
+
+// metaLeader is the index of the member leading `__meta`, or -1.
+func (tc *testCluster) metaLeader() int {
+	for i, c := range tc.nodes {
+		if c != nil && !tc.net.cut[uint32(i+1)] && c.metaLog.Status().Role == replica.Leader {
+			return i
+		}
+	}
+	return -1
+}
+
+type declareResult struct {
+	answered bool
+	created  bool
+	err      error
+	atNanos  int64
+}
+
+func (tc *testCluster) declare(i int, cfg wire.TopicConfig) *declareResult {
+	r := &declareResult{}
+	tc.nodes[i].DeclareAsync(cfg, func(created bool, err error) {
+		if r.answered {
+			tc.t.Errorf("DECLARE %s on n%d answered twice", cfg.Name, i+1)
+		}
+		r.answered, r.created, r.err, r.atNanos = true, created, err, tc.clock.NowNanos()
+	})
+	return r
+}
+
+func codeOf(err error) wire.Code {
+	if we, ok := err.(*wire.Error); ok {
+		return we.Code
+	}
+	return wire.CodeOK
+}
+
+// TestDeclareOnAFollowerReachesEveryMember: a DECLARE on a node that does
+// not lead `__meta` is forwarded, decided once, committed and applied on
+// every member, which all start the topic with the same placement; the
+// same DECLARE again is answered as existing, a different one as a
+// conflict, and a bad replication factor is refused before any of it.
+func TestDeclareOnAFollowerReachesEveryMember(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	follower := (tc.metaLeader() + 1) % 3
+	orders := wire.TopicConfig{Name: "orders", Partitions: 4, Replicas: 3}
+	r := tc.declare(follower, orders)
+	tc.runUntil(3*time.Second, "the DECLARE answered", func() bool { return r.answered })
+	if r.err != nil || !r.created {
+		t.Fatalf("DECLARE on follower n%d: created %v, err %v", follower+1, r.created, r.err)
+	}
+	tc.runUntil(time.Second, "every member started orders", func() bool {
+		for _, h := range tc.hosts {
+			if _, ok := h.started["orders"]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	placement := tc.hosts[0].started["orders"]
+	if len(placement) != 4 {
+		t.Fatalf("placement %v: want 4 partitions", placement)
+	}
+	for p, group := range placement {
+		if len(group) != 3 || len(slices.Compact(slices.Sorted(slices.Values(group)))) != 3 {
+			t.Fatalf("partition %d placed on %v: want 3 distinct nodes", p, group)
+		}
+	}
+	for i, h := range tc.hosts {
+		if !slices.EqualFunc(h.started["orders"], placement, slices.Equal) {
+			t.Fatalf("n%d started orders with placement %v, n1 with %v", i+1, h.started["orders"], placement)
+		}
+		st, err := tc.nodes[i].loadState() // what a restart would read
+		if _, ok := st.Topics["orders"]; err != nil || !ok {
+			t.Fatalf("n%d: persisted metadata lacks orders (err %v)", i+1, err)
+		}
+	}
+	// Every partition's replica group elects a leader among its members.
+	tc.runUntil(5*time.Second, "a leader for each partition", func() bool {
+		for p := range placement {
+			led := false
+			for _, c := range tc.nodes {
+				if v, ok := c.Replica("orders", uint32(p)); ok && v.Status.Role == replica.Leader {
+					led = true
+				}
+			}
+			if !led {
+				return false
+			}
+		}
+		return true
+	})
+
+	again := tc.declare((follower+1)%3, orders)
+	tc.runUntil(3*time.Second, "the repeated DECLARE answered", func() bool { return again.answered })
+	if again.err != nil || again.created {
+		t.Fatalf("an identical DECLARE: created %v, err %v; want existing, no error", again.created, again.err)
+	}
+	other := orders
+	other.Partitions = 8
+	conflict := tc.declare(follower, other)
+	tc.runUntil(3*time.Second, "the conflicting DECLARE answered", func() bool { return conflict.answered })
+	if codeOf(conflict.err) != wire.CodeTopicConflict || !strings.Contains(conflict.err.Error(), "partitions=4") {
+		t.Fatalf("a conflicting DECLARE: %v; want TOPIC_CONFLICT naming the existing partitions=4", conflict.err)
+	}
+	bad := tc.declare(follower, wire.TopicConfig{Name: "two", Partitions: 1, Replicas: 2})
+	if !bad.answered || codeOf(bad.err) != wire.CodeInvalidArgument {
+		t.Fatalf("replicas=2: answered %v, err %v; want INVALID_ARGUMENT at once", bad.answered, bad.err)
+	}
+	for i, h := range tc.hosts {
+		if !slices.EqualFunc(h.started["orders"], placement, slices.Equal) || h.started["two"] != nil {
+			t.Fatalf("n%d's topics changed after refused DECLAREs: %v", i+1, h.started)
+		}
+	}
+}
+
+// TestDeclareWithoutAQuorumIsAnsweredInTime: a DECLARE that cannot commit
+// (the metadata leader is alone) is answered with a retryable error once
+// its deadline passes, and nothing is started anywhere; a member that
+// never heard of a leader says so.
+func TestDeclareWithoutAQuorumIsAnsweredInTime(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	leader := tc.metaLeader()
+	for i := range 3 {
+		if i != leader {
+			tc.net.cut[uint32(i+1)] = true
+		}
+	}
+	start := tc.clock.NowNanos()
+	r := tc.declare(leader, wire.TopicConfig{Name: "lonely", Partitions: 1, Replicas: 3})
+	tc.runUntil(5*time.Second, "the DECLARE answered", func() bool { return r.answered })
+	took := time.Duration(r.atNanos - start)
+	if c := codeOf(r.err); (c != wire.CodeUnavailable && c != wire.CodeQuorumLost) || !c.Retryable() {
+		t.Fatalf("DECLARE on a leader without quorum: %v; want a retryable UNAVAILABLE or QUORUM_LOST", r.err)
+	}
+	if took > tc.config.DeclareTimeout+100*time.Millisecond {
+		t.Fatalf("answered after %v; the deadline is %v", took, tc.config.DeclareTimeout)
+	}
+	for i, h := range tc.hosts {
+		if h.started["lonely"] != nil {
+			t.Fatalf("n%d started a topic that never committed", i+1)
+		}
+	}
+
+	// A fresh cluster whose members cannot reach each other has no
+	// metadata leader at all.
+	alone := newTestCluster(t, 3)
+	alone.net.cut[2], alone.net.cut[3] = true, true
+	r = alone.declare(0, wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 1})
+	alone.runUntil(5*time.Second, "the DECLARE answered", func() bool { return r.answered })
+	if codeOf(r.err) != wire.CodeUnavailable || !strings.Contains(r.err.Error(), "no metadata leader") {
+		t.Fatalf("DECLARE with no metadata leader: %v; want UNAVAILABLE saying there is none", r.err)
+	}
+}
+
+// TestAppliedMetadataSurvivesARestart: a member restarted over its disk
+// starts the topics its persisted metadata names before it hears from any
+// peer, and it does not start them twice when the log is applied again.
+func TestAppliedMetadataSurvivesARestart(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	r := tc.declare(tc.metaLeader(), wire.TopicConfig{Name: "kept", Partitions: 2, Replicas: 3})
+	tc.runUntil(3*time.Second, "the DECLARE answered", func() bool { return r.answered && tc.hosts[2].started["kept"] != nil })
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	placement := tc.hosts[2].started["kept"]
+	tc.stop(2)
+	tc.net.cut[3] = true
+	tc.start(2)
+	if got := tc.hosts[2].started["kept"]; !slices.EqualFunc(got, placement, slices.Equal) {
+		t.Fatalf("restarted n3 started kept with %v before any peer frame; want %v", got, placement)
+	}
+	for p := range placement {
+		if _, ok := tc.nodes[2].Replica("kept", uint32(p)); !ok {
+			t.Fatalf("restarted n3 does not host partition %d it is placed on", p)
+		}
+	}
+	tc.net.cut[3] = false
+	tc.runUntil(3*time.Second, "n3 applies the metadata log again", func() bool { return tc.nodes[2].applied() >= tc.nodes[0].applied() })
+	if n := len(tc.hosts[2].started); n != 1 {
+		t.Fatalf("restarted n3 started %d topics: %v", n, tc.hosts[2].started)
+	}
+}
+
+// TestForwardedPublishIsAnsweredExactlyOnce: a publish forwarded to
+// another member gets that member's answer; one to an unreachable member
+// gets UNAVAILABLE at its deadline and nothing more when the link heals;
+// one still waiting when the node closes gets "shutting down".
+func TestForwardedPublishIsAnsweredExactlyOnce(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	type answer struct {
+		ok  wire.PubOK
+		err *wire.Error
+	}
+	var got []answer
+	record := func(ok wire.PubOK, err *wire.Error) { got = append(got, answer{ok, err}) }
+	pub := &wire.Pub{Topic: "orders", Partition: 1, ProducerID: 9, ProducerSeq: 3, Value: []byte("v")}
+
+	tc.nodes[0].ForwardPublish(2, pub, record)
+	tc.runUntil(time.Second, "the forwarded publish answered", func() bool { return len(got) > 0 })
+	if len(got) != 1 || got[0].err != nil || got[0].ok.Seq != 42 || got[0].ok.Partition != 1 {
+		t.Fatalf("forwarded publish: %+v; want one PubOK with n2's seq 42", got)
+	}
+	if h := tc.hosts[1]; len(h.pubs) != 1 || h.pubs[0].ProducerSeq != 3 || string(h.pubs[0].Value) != "v" {
+		t.Fatalf("n2 published %+v; want the forwarded PUB once, identity kept", h.pubs)
+	}
+
+	got = nil
+	tc.net.hold[3] = true
+	tc.nodes[0].ForwardPublish(3, pub, record)
+	tc.runUntil(3*time.Second, "the unanswered publish timed out", func() bool { return len(got) > 0 })
+	if got[0].err == nil || got[0].err.Code != wire.CodeUnavailable || !strings.Contains(got[0].err.Message, "did not answer") {
+		t.Fatalf("forward to a silent member: %+v; want UNAVAILABLE at the deadline", got[0])
+	}
+	tc.net.hold[3] = false // the PUB arrives late, and so does its answer
+	tc.runFor(500 * time.Millisecond)
+	if len(tc.hosts[2].pubs) != 1 {
+		t.Fatalf("n3 published %d forwarded PUBs after the heal; want the late one", len(tc.hosts[2].pubs))
+	}
+	if len(got) != 1 {
+		t.Fatalf("forwarded publish answered %d times: %+v", len(got), got)
+	}
+
+	got = nil
+	tc.net.cut[2] = true
+	tc.nodes[0].ForwardPublish(2, pub, record)
+	tc.stop(0)
+	if len(got) != 1 || got[0].err == nil || !strings.Contains(got[0].err.Message, "shutting down") {
+		t.Fatalf("forward pending at close: %+v; want one UNAVAILABLE saying the node is shutting down", got)
+	}
+}
+
+// TestReplicateFromAnImpostorIsDropped: a REPLICATE frame naming another
+// sender than the authenticated peer never reaches the replica group.
+func TestReplicateFromAnImpostorIsDropped(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	leader := tc.metaLeader()
+	victim := (leader + 1) % 3
+	impostor := (leader + 2) % 3
+	before := tc.nodes[victim].metaLog.Status()
+	// A PREPARE of a far later epoch, claiming to come from the leader but
+	// sent by another member: taken at face value it would make the
+	// victim promise that epoch and leave its leader.
+	m := replica.Message{Type: replica.MsgPrepare, From: replica.NodeID(leader + 1), To: replica.NodeID(victim + 1),
+		Epoch: before.Hard.Promised + 10}
+	tc.nodes[impostor].tr.Send(uint32(victim+1), replog.ToWire("__meta", 0, m))
+	tc.settle()
+	after := tc.nodes[victim].metaLog.Status()
+	if after.Hard.Promised != before.Hard.Promised {
+		t.Fatalf("n%d promised epoch %d on a frame n%d forged in n%d's name (was %d)", victim+1, after.Hard.Promised, impostor+1, leader+1, before.Hard.Promised)
+	}
+	// The same frame from its real sender is taken.
+	tc.nodes[leader].tr.Send(uint32(victim+1), replog.ToWire("__meta", 0, m))
+	tc.settle()
+	if got := tc.nodes[victim].metaLog.Status().Hard.Promised; got != m.Epoch {
+		t.Fatalf("n%d promised %d on the genuine PREPARE of epoch %d", victim+1, got, m.Epoch)
+	}
+}
