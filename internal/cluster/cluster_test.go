@@ -102,9 +102,18 @@ type fakeHost struct {
 	c       *Cluster
 	started map[string][][]uint32 // topic → placement
 	pubs    []wire.Pub            // forwarded to it
+	// startFailures fails that many StartTopic calls (a disk error while
+	// opening a topic's replicas).
+	startFailures int
+	startCalls    int
 }
 
 func (h *fakeHost) StartTopic(tc wire.TopicConfig, placement [][]uint32) (bool, error) {
+	h.startCalls++
+	if h.startFailures > 0 {
+		h.startFailures--
+		return false, fmt.Errorf("open %s: injected disk error", tc.Name)
+	}
 	if _, ok := h.started[tc.Name]; ok {
 		return false, nil
 	}
@@ -491,5 +500,35 @@ func TestReplicateFromAnImpostorIsDropped(t *testing.T) {
 	tc.settle()
 	if got := tc.nodes[victim].metaLog.Status().Hard.Promised; got != m.Epoch {
 		t.Fatalf("n%d promised %d on the genuine PREPARE of epoch %d", victim+1, got, m.Epoch)
+	}
+}
+
+// TestAFailedTopicStartIsRetried: a member whose start of a declared topic
+// fails (a disk error opening its replicas) says the topic is starting —
+// the node answers UNAVAILABLE for it, not NOT_FOUND — and starts it on a
+// later pass; the DECLARE itself is answered by the other members.
+func TestAFailedTopicStartIsRetried(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	sick := (tc.metaLeader() + 1) % 3
+	tc.hosts[sick].startFailures = 1 << 30 // until the disk recovers
+	r := tc.declare(tc.metaLeader(), wire.TopicConfig{Name: "retried", Partitions: 1, Replicas: 3})
+	tc.runUntil(3*time.Second, "the DECLARE answered", func() bool { return r.answered })
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	tc.runFor(100 * time.Millisecond)
+	calls := tc.hosts[sick].startCalls
+	if !tc.nodes[sick].Starting("retried") || tc.hosts[sick].started["retried"] != nil || calls < 2 {
+		t.Fatalf("while its starts fail n%d says starting=%v, started %v, after %d calls; want starting, retried",
+			sick+1, tc.nodes[sick].Starting("retried"), tc.hosts[sick].started, calls)
+	}
+	tc.hosts[sick].startFailures = 0
+	tc.runUntil(time.Second, "the start retried once the disk recovers", func() bool { return tc.hosts[sick].started["retried"] != nil })
+	if tc.nodes[sick].Starting("retried") {
+		t.Fatalf("n%d still says starting once started", sick+1)
+	}
+	if tc.nodes[(sick+1)%3].Starting("retried") {
+		t.Fatal("a healthy member reports the topic as still starting")
 	}
 }
