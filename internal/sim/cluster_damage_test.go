@@ -74,6 +74,7 @@ func coordinatorReadDamage(t *testing.T, seed uint64, m node.Mutations) (why str
 			if !ok || at < 0 {
 				break
 			}
+			s.flipped[coord.id] = true // as flipMinorityBit: the checker counts a damaged disk's holdings
 			if err := coord.fs.FlipBit(file, int64(at), 0); err != nil {
 				t.Fatalf("seed %d: flip seq %d: %v", seed, seq, err)
 			}
