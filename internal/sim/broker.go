@@ -51,6 +51,10 @@ type broker struct {
 	stopRestarts  bool
 	damaged       map[uint32]bool // partitions whose files took a bit flip
 	discardLogger *slog.Logger
+	// cleanCrash (scripted scenarios only) makes a crash lose every
+	// unsynced write whole, tearing nothing: one outcome of fs.Crash,
+	// chosen instead of drawn.
+	cleanCrash bool
 
 	// A cluster member (cluster.go): its node id, the cluster and the
 	// simulated peer network; nil cluster runs the single node "sim".
@@ -173,7 +177,11 @@ func (b *broker) crashNow() {
 		c.breakConn("broker crashed")
 	}
 	b.conns = nil
-	b.fs.Crash(b.w.rng) // unsynced data lost, last write maybe torn
+	if b.cleanCrash {
+		b.fs.CrashClean()
+	} else {
+		b.fs.Crash(b.w.rng) // unsynced data lost, last write maybe torn
+	}
 	b.node, b.srv = nil, nil
 	b.scheduleRestart()
 }

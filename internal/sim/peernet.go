@@ -27,6 +27,20 @@ type peerNet struct {
 	// a later incarnation of its addressee (S18's stale FLUSHED).
 	delayP float64
 	sent   int // frames put on the network (for campaign statistics)
+	// hold, set by scripted scenarios only (nil otherwise), takes the
+	// frames it matches off the network as they are sent: kept in held,
+	// neither lost nor delivered, until the scenario releases them (a
+	// frame stuck in a queue for as long as the scenario needs).
+	hold func(from, to uint32, f wire.Frame) bool
+	held []heldFrame
+}
+
+// heldFrame is a frame hold took off the network: f is its decoded copy,
+// for the scenario to look at.
+type heldFrame struct {
+	from, to uint32
+	f        wire.Frame
+	frame    []byte
 }
 
 func newPeerNet(w *World) *peerNet {
@@ -61,6 +75,11 @@ func (l *peerLink) Send(to uint32, f wire.Frame) bool {
 		return false
 	}
 	n.sent++
+	if n.hold != nil && n.hold(l.ep.ID, to, f) {
+		frame := wire.AppendFrame(nil, 0, f)
+		n.held = append(n.held, heldFrame{from: l.ep.ID, to: to, f: decodePeerFrame(frame), frame: frame})
+		return true
+	}
 	if n.cut[[2]uint32{l.ep.ID, to}] || n.w.chance(n.dropP) {
 		return true
 	}
@@ -83,19 +102,56 @@ func (l *peerLink) Send(to uint32, f wire.Frame) bool {
 // deliver hands a frame to the member's current incarnation, if it is up
 // and the link was not cut meanwhile.
 func (n *peerNet) deliver(from, to uint32, frame []byte) {
+	if !n.cut[[2]uint32{from, to}] {
+		n.handOver(from, to, frame)
+	}
+}
+
+// handOver gives a frame to the member's current incarnation, if it is
+// up; it reports whether its handler ran (a paused member gets it when it
+// resumes).
+func (n *peerNet) handOver(from, to uint32, frame []byte) bool {
 	dst, b := n.members[to], n.brokers[to]
-	if dst == nil || dst.closed || !b.up || n.cut[[2]uint32{from, to}] {
-		return
+	if dst == nil || dst.closed || !b.up {
+		return false
 	}
 	if b.paused() { // a stopped process reads its socket when it resumes
 		n.w.after(b.pausedUntil-n.w.nowMs, func() { n.deliver(from, to, frame) })
-		return
+		return false
 	}
+	f := decodePeerFrame(frame)
+	b.guard(func() error { dst.ep.Handler(from, f); return nil })
+	return true
+}
+
+func decodePeerFrame(frame []byte) wire.Frame {
 	_, f, err := wire.ReadFrame(bytes.NewReader(frame), wire.DefaultFrameBytesMax)
 	if err != nil {
 		panic(fmt.Sprintf("sim: a member sent an undecodable frame: %v", err))
 	}
-	b.guard(func() error { dst.ep.Handler(from, f); return nil })
+	return f
+}
+
+// release hands the held frames that match to their addressees' current
+// incarnations now, in the order they were sent, whatever the cuts (the
+// scenario chose the moment); the others stay held. It reports how many
+// reached a running member.
+func (n *peerNet) release(match func(heldFrame) bool) (delivered int) {
+	var kept, out []heldFrame
+	for _, h := range n.held {
+		if match(h) {
+			out = append(out, h)
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	n.held = kept
+	for _, h := range out {
+		if n.handOver(h.from, h.to, h.frame) {
+			delivered++
+		}
+	}
+	return delivered
 }
 
 // ClientAddr is where member id serves clients (its node id here).
