@@ -16,7 +16,6 @@ import (
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
 	"github.com/nereus-broker/nereus/internal/env"
-	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -243,33 +242,30 @@ func (n *Node) ackOrNack(topicName, group string, c groupCmd) {
 
 func dlqTopicName(group, topic string) string { return "dlq." + group + "." + topic }
 
-// coordinates checks that this node may run the topic's consumer groups.
-// In a cluster a topic's groups run on the leader of its partition 0 (one
-// coordinator, so a group never hands a message to two members at once),
-// and that node must hold a replica of every partition to read them.
+// coordinates checks that this node may run the topic's consumer groups:
+// partition 0's store says whether it may (a single node runs every
+// group; in a cluster a topic's groups run on the leader of its partition
+// 0, one coordinator, so a group never hands a message to two members at
+// once), and the node must hold every partition to read them.
 func (n *Node) coordinates(t *topic) error {
-	if n.cluster == nil {
-		return nil
-	}
-	p0 := t.partitions[0]
-	if p0.repl == nil || p0.repl.Status().Role != replica.Leader {
-		info := p0.info()
-		return wire.Errorf(wire.CodeNotLeader, "the groups of topic %q are coordinated by the leader of its partition 0: %s at %s",
-			t.cfg.Name, info.Leader, info.LeaderAddr)
-	}
-	if _, ok := p0.tookOffice(); !ok && !n.cfg.Mutations.CoordinateBeforeInstall {
-		// Its commit point is not known to cover the previous leaders'
-		// entries yet: cursors rebuilt now would miss committed acks
-		// (CoordinatorAfterInstall).
-		return wire.Errorf(wire.CodeUnavailable, "topic %q: the new coordinator is taking office; retry", t.cfg.Name)
+	if err := t.partitions[0].store.mayCoordinate(); err != nil {
+		return err
 	}
 	for _, p := range t.partitions {
-		if p.repl == nil {
+		if !p.held() {
 			return wire.Errorf(wire.CodeUnavailable, "topic %q: consuming needs a node holding every partition, and this coordinator lacks partition %d (not supported yet)",
 				t.cfg.Name, p.id)
 		}
 	}
 	return nil
+}
+
+// notCoordinator is the NOT_LEADER answer of a node that does not lead
+// partition 0 (p), naming the leader it knows.
+func (p *partitionRunner) notCoordinator() *wire.Error {
+	info := p.info()
+	return wire.Errorf(wire.CodeNotLeader, "the groups of topic %q are coordinated by the leader of its partition 0: %s at %s",
+		p.topic.cfg.Name, info.Leader, info.LeaderAddr)
 }
 
 // startGroup creates the runner; the caller holds n.mu.

@@ -547,7 +547,7 @@ func TestPipelinedFsyncAnswersOnlyWhatItCovered(t *testing.T) {
 	waitFor("the fsync of a", entered)
 	b := publish("b")
 	tp, _ := n.topic("t")
-	for deadline := time.Now().Add(waitMax); tp.partitions[0].log.NextSeq() < 3; {
+	for deadline := time.Now().Add(waitMax); tp.partitions[0].store.(*localStore).log.NextSeq() < 3; {
 		if time.Now().After(deadline) {
 			t.Fatal("b was never appended")
 		}

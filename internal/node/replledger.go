@@ -91,7 +91,7 @@ func (g *groupRunner) needsRecord(isNew bool, partition uint32, seq uint64) bool
 }
 
 // coordinator is partition 0's member on this node (nil if not hosted).
-func (g *groupRunner) coordinator() *partitionRunner { return g.topic.partitions[0] }
+func (g *groupRunner) coordinator() *replicaStore { return g.topic.partitions[0].replica() }
 
 // loadReplicated builds cursors from this group's latest checkpoint and
 // the ack records after it in partition 0's committed log, and starts the
@@ -182,7 +182,7 @@ func (g *groupRunner) flushReplicated() {
 		switch a.Outcome {
 		case acklog.NotCommitted:
 			g.node.log.Debug("ack record not committed", "group", g.name, "topic", g.topic.cfg.Name, "err", a.Err)
-			werr = replicationError(g.coordinator(), a.Err)
+			werr = g.coordinator().replicationError(a.Err)
 		case acklog.QuorumLost:
 			werr = wire.Errorf(wire.CodeQuorumLost, "topic %q: the coordinator lost its quorum; acks are not durable", g.topic.cfg.Name)
 		case acklog.Superseded:
@@ -225,7 +225,7 @@ func (g *groupRunner) flushReplicated() {
 // READ_ONLY_DEGRADED: ack records cannot commit.
 func (g *groupRunner) coordinatorDegraded() bool {
 	p0 := g.coordinator()
-	if p0.repl == nil {
+	if p0 == nil {
 		return false
 	}
 	st := p0.repl.Status()
@@ -246,14 +246,14 @@ func (g *groupRunner) stillCoordinates() bool {
 		return true
 	}
 	p0 := g.coordinator()
-	if p0.repl != nil {
+	if p0 != nil {
 		// A leader again in a later epoch is a new coordinator: this
 		// group's cursors are from before, so it retires and reloads.
 		if st := p0.repl.Status(); st.Role == replica.Leader && st.Hard.Promised == g.coordEpoch {
 			return true
 		}
 	}
-	info := p0.info()
+	info := g.topic.partitions[0].info()
 	werr := wire.Errorf(wire.CodeNotLeader, "the groups of topic %q moved to the leader of its partition 0: %s at %s",
 		g.topic.cfg.Name, info.Leader, info.LeaderAddr)
 	for _, s := range g.subs {
