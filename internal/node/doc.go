@@ -22,6 +22,15 @@
 //     partition with no replica here, which sends publishes on.
 //     partitionRunner.replica is the one place that asks which store a
 //     partition has, for what only a replica can answer.
+//   - A consumer group (group.go, dispatch.go, deadletter.go) is a
+//     groupRunner — cursors, subscriptions, the batches of acks, counts
+//     and replies of one iteration — and an ackLedger chosen when the
+//     group starts, by its topic's partition 0: fileLedger (ledger.go), a
+//     single node's ack ledger with snapshot generations and compaction;
+//     or replicatedLedger (replledger.go), the shell of the acklog kernel,
+//     whose records go to partition 0's replicated log on the node that
+//     leads it (the coordinator) and which retires the group when that
+//     node stops leading.
 //
 // The node itself differs only where a cluster does something a single
 // node does not: starting and stepping the cluster (clusterhost.go,
