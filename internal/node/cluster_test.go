@@ -158,7 +158,7 @@ func (tc *testCluster) readAll(id, topic string, partition uint32, upTo uint64) 
 		if !done {
 			for nid, nn := range tc.nodes {
 				p := nn.topics[topic].partitions[partition]
-				st := p.repl.Status()
+				st := p.replica().repl.Status()
 				tc.t.Logf("%s: %v epoch %d leader %d last %d durable %d commit %d applied %d peers %+v",
 					nid, st.Role, st.Hard.Promised, st.Leader, st.Last, st.Durable, st.CommitSeq, p.commitSeq.Load(), st.Peers)
 			}

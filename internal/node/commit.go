@@ -36,7 +36,7 @@ type syncResult struct {
 // the fsync returned on, and leaves the result for this goroutine to settle
 // (the kernel's commit point, waiting duplicates) when it next wakes: on a
 // 2-vCPU VM each goroutine wakeup on the ack's path costs tens of µs.
-func (p *partitionRunner) run() {
+func (p *localStore) run() {
 	defer p.wg.Done()
 	// At most syncsMax requests are unanswered: neither channel blocks.
 	syncReq := make(chan *storage.Log, syncsMax)
@@ -213,7 +213,7 @@ func (p *partitionRunner) run() {
 // batch is pending that no fsync request may cover (run declined to make
 // one while this fsync ran). Otherwise run settles the result when it next
 // wakes for its own reasons.
-func (p *partitionRunner) leaveAcked(r syncResult) {
+func (p *localStore) leaveAcked(r syncResult) {
 	p.ackedMu.Lock()
 	p.acked = append(p.acked, r)
 	wake := p.runWaits
@@ -243,7 +243,7 @@ func splitSynced(pending []*pendingSync, synced uint64) (done, rest []*pendingSy
 
 // answer completes durable batches in order (manual mode, on the
 // partition's goroutine).
-func (p *partitionRunner) answer(done []*pendingSync) {
+func (p *localStore) answer(done []*pendingSync) {
 	p.acknowledge(done, false, nil)
 	p.settle(done)
 }
@@ -252,7 +252,7 @@ func (p *partitionRunner) answer(done []*pendingSync) {
 // acknowledges them, in order with any other acknowledgment (run and the
 // syncer both call it), and returns them for run to settle. corked and
 // beforeUncork are acknowledge's.
-func (p *partitionRunner) acknowledgeThrough(synced uint64, corked bool, beforeUncork func([]*pendingSync)) []*pendingSync {
+func (p *localStore) acknowledgeThrough(synced uint64, corked bool, beforeUncork func([]*pendingSync)) []*pendingSync {
 	p.ackMu.Lock()
 	defer p.ackMu.Unlock()
 	p.pendingMu.Lock()
@@ -273,7 +273,7 @@ func (p *partitionRunner) acknowledgeThrough(synced uint64, corked bool, beforeU
 // them on their own goroutines (run, whose next appends must not wait for
 // socket writes: throughput). beforeUncork, when set, gets done after the
 // replies are made and before the connections are uncorked.
-func (p *partitionRunner) acknowledge(done []*pendingSync, corked bool, beforeUncork func([]*pendingSync)) {
+func (p *localStore) acknowledge(done []*pendingSync, corked bool, beforeUncork func([]*pendingSync)) {
 	if len(done) == 0 {
 		if beforeUncork != nil {
 			beforeUncork(done)
@@ -319,7 +319,7 @@ const corkedMax = 16
 // settle brings the kernel up to acknowledged batches, on the partition's
 // goroutine: the commit point, duplicates that waited for it, and the
 // batches' reuse.
-func (p *partitionRunner) settle(done []*pendingSync) {
+func (p *localStore) settle(done []*pendingSync) {
 	for _, ps := range done {
 		p.state.Committed(ps.last)
 		for seq, ws := range p.waiters {
@@ -352,7 +352,7 @@ type pendingSync struct {
 // records are answered at once; duplicates of pending ones wait for their
 // commit. It returns nil when nothing was appended, or when the append
 // failed (then the batch was answered and the partition recovered).
-func (p *partitionRunner) appendBatch(batch []*pubReq) *pendingSync {
+func (p *localStore) appendBatch(batch []*pubReq) *pendingSync {
 	if werr := p.corruptError(); werr != nil {
 		for _, r := range batch {
 			r.reply(wire.PubOK{}, werr)
@@ -415,7 +415,7 @@ const (
 
 // appendRecords appends recs, decided as news, in as few Log.Appends of at
 // most appendBytesMax as it takes.
-func (p *partitionRunner) appendRecords(epoch uint64, recs []storage.Record, news []appended) error {
+func (p *localStore) appendRecords(epoch uint64, recs []storage.Record, news []appended) error {
 	for len(recs) > 0 {
 		n, bytes := 0, 0
 		for n < len(recs) {
@@ -439,7 +439,7 @@ func (p *partitionRunner) appendRecords(epoch uint64, recs []storage.Record, new
 }
 
 // newPendingSync returns an empty pendingSync, reusing an answered one.
-func (p *partitionRunner) newPendingSync() *pendingSync {
+func (p *localStore) newPendingSync() *pendingSync {
 	ps := &pendingSync{}
 	if n := len(p.freeSyncs); n > 0 {
 		ps, p.freeSyncs = p.freeSyncs[n-1], p.freeSyncs[:n-1]
@@ -453,7 +453,7 @@ func (p *partitionRunner) newPendingSync() *pendingSync {
 const freeSyncsMax = 4
 
 // recycle keeps an answered pendingSync for reuse; nothing may refer to it.
-func (p *partitionRunner) recycle(ps *pendingSync) {
+func (p *localStore) recycle(ps *pendingSync) {
 	if len(p.freeSyncs) < freeSyncsMax {
 		clear(ps.news)
 		*ps = pendingSync{news: ps.news[:0]}
@@ -463,7 +463,7 @@ func (p *partitionRunner) recycle(ps *pendingSync) {
 
 // syncLog fsyncs the partition log (and times it). Safe to run on another
 // goroutine while the partition goroutine appends.
-func (p *partitionRunner) syncLog(lg *storage.Log) error {
+func (p *localStore) syncLog(lg *storage.Log) error {
 	if p.node.cfg.Mutations.AckBeforeFsync {
 		return nil
 	}

@@ -210,8 +210,8 @@ func (tc *testCluster) clusterLeaderOf(topic string) string {
 	var leader string
 	eventually(tc.t, "a leader of "+topic, func() bool {
 		for id, n := range tc.nodes {
-			if t, err := n.topic(topic); err == nil && t.partitions[0].repl != nil &&
-				t.partitions[0].repl.Status().Role == replica.Leader {
+			if t, err := n.topic(topic); err == nil && t.partitions[0].replica() != nil &&
+				t.partitions[0].replica().repl.Status().Role == replica.Leader {
 				leader = id
 				return true
 			}
@@ -322,7 +322,7 @@ func TestClusterDeadLetterGoesToTheDeadLetterTopicsLeader(t *testing.T) {
 			}
 			dlq := dlqTopicName(group, "q")
 			dt, _ := tc.nodes[coordinator].topic(dlq)
-			if hosted := dt.partitions[0].repl != nil; hosted != (replicas == 3) {
+			if hosted := dt.partitions[0].replica() != nil; hosted != (replicas == 3) {
 				t.Fatalf("the coordinator hosts %s: %v, with %d replicas", dlq, hosted, replicas)
 			}
 			s := subscribeWith(t, tc.nodes[coordinator], "q", group, GroupOptions{AckWaitMs: 60_000, MaxDeliver: 1})
@@ -460,7 +460,7 @@ func TestClusterDeadLetterWaitsForItsRecordToCommit(t *testing.T) {
 		tc.stop(id)
 	}
 	q, _ := tc.nodes[coordinator].topic("q")
-	eventually(t, "the coordinator is READ_ONLY_DEGRADED", func() bool { return q.partitions[0].repl.Status().ReadOnly })
+	eventually(t, "the coordinator is READ_ONLY_DEGRADED", func() bool { return q.partitions[0].replica().repl.Status().ReadOnly })
 	tc.nodes[coordinator].Nack("q", group, []wire.AckEntry{{Partition: 0, Seq: m.Seq, DeliveryID: m.DeliveryID}}, 0,
 		func([]wire.Code, *wire.Error) {}) // answered QUORUM_LOST: the count cannot commit
 	// Two attempts at the record fail (the second after its backoff);

@@ -13,10 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
 	"github.com/nereus-broker/nereus/internal/env"
-	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -111,12 +109,12 @@ type groupRunner struct {
 	nextWakeMs  int64
 
 	// Owned by run.
-	repl        replLedger // the replicated ledger (cluster only)
-	coordEpoch  uint64     // the epoch of partition 0 it coordinates in (cluster only)
-	retired     bool       // stopped coordinating (cluster only): run ends
-	failure     error      // the ledger failed and could not be reloaded yet
+	// ledger is where acks and delivery counts become durable, chosen
+	// when the group starts.
+	ledger      ackLedger
+	retired     bool  // stopped coordinating (cluster only): run ends
+	failure     error // the ledger failed and could not be reloaded yet
 	cursors     []*delivery.Cursor
-	ledger      *storage.Log
 	subs        []*Subscription
 	subRR       int               // next subscription to offer a message
 	partRR      int               // next partition to take a message from
@@ -137,14 +135,9 @@ type groupRunner struct {
 	dlqFailures map[ackKey]int // failed publish attempts of a dead letter
 	dlqProducer uint64
 
-	// Ack ledger compaction (ledger.go), owned by run.
-	ledgerGen   uint64 // generation of ledger; names its directory
-	ledgerBytes int64  // approximate bytes in ledger (replayed or flushed)
-	// compactRetryBytes defers compaction after a failed attempt until
-	// ledgerBytes reaches it; 0 = no deferral.
-	compactRetryBytes int64
-	// ledgerCompactBytes is the compaction threshold (≤ 0 disables it). It
-	// is atomic only so tests can lower it while run reads it.
+	// ledgerCompactBytes is the threshold of ledger compaction or
+	// checkpoints (≤ 0 disables it). It is atomic only so tests can lower
+	// it while run reads it.
 	ledgerCompactBytes atomic.Int64
 
 	// Published for metrics: the durable ack floor per partition.
@@ -156,27 +149,32 @@ type groupRunner struct {
 	dlqResults []dlqResult
 }
 
-// The local ledger's ack and count records have the layout of the
-// replicated ack log's (internal/acklog).
-const ledgerEntryBytes = acklog.AckEntryBytes
-
-// ledgerKindHeader marks a local ledger record that holds delivery counts
-// (an unmarked record holds acks, as before counts were persisted).
-const ledgerKindHeader = "nereus-ledger"
-
-func countRecord(batch []byte) storage.Record {
-	return storage.Record{Value: batch, Headers: []storage.Header{{Key: ledgerKindHeader, Value: []byte(groupCount)}}}
+// ackLedger is where a group's acks and delivery counts become durable:
+// a single node's file ledger (fileLedger, ledger.go) or the control
+// records of a cluster's replicated ack log in partition 0's log
+// (replicatedLedger, replledger.go). The group chooses one when it starts;
+// its methods run on the group's goroutine and read and clear the batches
+// the group keeps for them (ledgerBatch, countBatch, deadPending,
+// replies).
+type ackLedger interface {
+	// load rebuilds the cursors from what is durable, with delivery ids
+	// under incarnation inc. On error the ledger's previous state stays.
+	load(inc uint64) ([]*delivery.Cursor, error)
+	// needsRecord reports whether an ack must go into the next record:
+	// isNew says it is new to its cursor.
+	needsRecord(isNew bool, partition uint32, seq uint64) bool
+	// flush makes the batched acks and counts durable, then answers every
+	// ACK/NACK received since the last flush: an ACK_OK never precedes
+	// the durability of its ack. Dead letters whose record is durable move
+	// to deadReady.
+	flush()
+	// stillCoordinates reports whether this node may still run the group;
+	// when it may not, the ledger ends the group's subscriptions and
+	// answers what waits, and the group retires.
+	stillCoordinates() bool
+	// close releases the ledger (the group is shutting down).
+	close()
 }
-
-func isCountRecord(r *storage.Record) bool {
-	return len(r.Headers) == 1 && r.Headers[0].Key == ledgerKindHeader && string(r.Headers[0].Value) == groupCount
-}
-
-// replayCounts applies a count record's entries to the cursors.
-func replayCounts(cursors []*delivery.Cursor, v []byte) error { return acklog.ReplayCounts(cursors, v) }
-
-// replayAcks applies an ack record's entries to the cursors.
-func replayAcks(cursors []*delivery.Cursor, v []byte) error { return acklog.ReplayAcks(cursors, v) }
 
 // Subscribe joins sink to group on topic, creating the group on first use.
 func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) (*Subscription, error) {
@@ -243,33 +241,30 @@ func (n *Node) ackOrNack(topicName, group string, c groupCmd) {
 
 func dlqTopicName(group, topic string) string { return "dlq." + group + "." + topic }
 
-// coordinates checks that this node may run the topic's consumer groups.
-// In a cluster a topic's groups run on the leader of its partition 0 (one
-// coordinator, so a group never hands a message to two members at once),
-// and that node must hold a replica of every partition to read them.
+// coordinates checks that this node may run the topic's consumer groups:
+// partition 0's store says whether it may (a single node runs every
+// group; in a cluster a topic's groups run on the leader of its partition
+// 0, one coordinator, so a group never hands a message to two members at
+// once), and the node must hold every partition to read them.
 func (n *Node) coordinates(t *topic) error {
-	if n.cluster == nil {
-		return nil
-	}
-	p0 := t.partitions[0]
-	if p0.repl == nil || p0.repl.Status().Role != replica.Leader {
-		info := p0.info()
-		return wire.Errorf(wire.CodeNotLeader, "the groups of topic %q are coordinated by the leader of its partition 0: %s at %s",
-			t.cfg.Name, info.Leader, info.LeaderAddr)
-	}
-	if _, ok := p0.tookOffice(); !ok && !n.cfg.Mutations.CoordinateBeforeInstall {
-		// Its commit point is not known to cover the previous leaders'
-		// entries yet: cursors rebuilt now would miss committed acks
-		// (CoordinatorAfterInstall).
-		return wire.Errorf(wire.CodeUnavailable, "topic %q: the new coordinator is taking office; retry", t.cfg.Name)
+	if err := t.partitions[0].store.mayCoordinate(); err != nil {
+		return err
 	}
 	for _, p := range t.partitions {
-		if p.repl == nil {
+		if !p.held() {
 			return wire.Errorf(wire.CodeUnavailable, "topic %q: consuming needs a node holding every partition, and this coordinator lacks partition %d (not supported yet)",
 				t.cfg.Name, p.id)
 		}
 	}
 	return nil
+}
+
+// notCoordinator is the NOT_LEADER answer of a node that does not lead
+// partition 0 (p), naming the leader it knows.
+func (p *partitionRunner) notCoordinator() *wire.Error {
+	info := p.info()
+	return wire.Errorf(wire.CodeNotLeader, "the groups of topic %q are coordinated by the leader of its partition 0: %s at %s",
+		p.topic.cfg.Name, info.Leader, info.LeaderAddr)
 }
 
 // startGroup creates the runner; the caller holds n.mu.
@@ -297,6 +292,13 @@ func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunn
 		dlqProducer: h.Sum64() | 1,
 	}
 	g.ledgerCompactBytes.Store(n.cfg.LedgerCompactBytes)
+	if p0 := t.partitions[0].replica(); p0 != nil {
+		// Partition 0's leader (this node: coordinates) keeps the group's
+		// acks in its replicated log.
+		g.ledger = &replicatedLedger{g: g, p0: p0}
+	} else {
+		g.ledger = &fileLedger{g: g}
+	}
 	if err := g.loadSettings(opts); err != nil {
 		return nil, err
 	}
@@ -346,9 +348,8 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 	return g.cfg.Validate()
 }
 
-// load (re)builds the cursors from the durable ledger snapshot and ledger
-// under a new incarnation, so delivery ids never repeat across restarts or
-// reloads.
+// load (re)builds the cursors from the durable ledger under a new
+// incarnation, so delivery ids never repeat across restarts or reloads.
 //
 // It replaces the group's state only when it fully succeeds; on error the
 // old state stays (and g.failure keeps acks refused until a load succeeds).
@@ -371,84 +372,12 @@ func (g *groupRunner) load() error {
 	if err := storage.WriteFileAtomic(fsys, incFile, []byte(strconv.FormatUint(inc, 10))); err != nil {
 		return fmt.Errorf("group %s: persist incarnation: %w", g.name, err)
 	}
-	if g.node.cluster != nil {
-		cursors, err := g.loadReplicated(inc)
-		if err != nil {
-			return err
-		}
-		g.setCursors(cursors)
-		return nil
-	}
-	snap, err := g.readLedgerSnapshot()
+	cursors, err := g.ledger.load(inc)
 	if err != nil {
 		return err
 	}
-	lg, err := storage.Open(fsys, path.Join(g.dir, ledgerDirName(snap.gen)), storage.Options{})
-	if err != nil {
-		return fmt.Errorf("group %s: open ledger: %w", g.name, err)
-	}
-	cursors := make([]*delivery.Cursor, len(g.topic.partitions))
-	for i, p := range g.topic.partitions {
-		c, err := delivery.NewCursor(g.cfg, p.startSeq.Load(), inc<<40)
-		if err != nil {
-			lg.Close()
-			return err
-		}
-		// A snapshot from a topic with other partitions restores the
-		// partitions both have; the rest start from the ledger alone.
-		if err := snap.restore(i, c); err != nil {
-			lg.Close()
-			return fmt.Errorf("group %s: restore partition %d: %w", g.name, i, err)
-		}
-		cursors[i] = c
-	}
-	// A gap (a repair dropped damaged ledger records) replays nothing: the
-	// acks it held are forgotten and their messages delivered again.
-	var ledgerBytes int64
-	err = replayLog(lg, func(e storage.Entry) error {
-		v := e.Record.Value
-		ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
-		replay := replayAcks
-		if isCountRecord(&e.Record) {
-			replay = replayCounts
-		}
-		if err := replay(cursors, v); err != nil {
-			return fmt.Errorf("ledger record %d: %w", e.Seq, err)
-		}
-		return nil
-	})
-	if err == nil {
-		err = g.ledgerDamage(lg.Damage())
-	}
-	if err != nil {
-		lg.Close()
-		return fmt.Errorf("group %s: replay ledger: %w", g.name, err)
-	}
-	if g.ledger != nil {
-		g.ledger.Close()
-	}
-	g.ledger = lg
-	g.ledgerGen, g.ledgerBytes = snap.gen, ledgerBytes
-	g.removeStaleLedgers(snap.gen)
 	g.setCursors(cursors)
 	return nil
-}
-
-// ledgerDamage refuses a ledger with damage: the acks in the damaged range
-// are unknown, and delivering their messages again without a word is
-// what a damaged ledger used to do. The group stays unusable (PULL and
-// ACK get DATA_CORRUPT naming the place) until `nereus repair` drops the
-// range on purpose.
-func (g *groupRunner) ledgerDamage(ds []storage.Damage) error {
-	if len(ds) == 0 {
-		return nil
-	}
-	d := ds[0]
-	g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "group ack ledger corrupt; the group is refused until `nereus repair`",
-		"group", g.name, "topic", g.topic.cfg.Name, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes,
-		"first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)
-	return wire.Errorf(wire.CodeDataCorrupt, "the ack ledger of group %s on topic %s is damaged (%s offset %d): run nereus repair",
-		g.name, g.topic.cfg.Name, d.Segment, d.Offset)
 }
 
 func (g *groupRunner) setCursors(cursors []*delivery.Cursor) {
@@ -508,7 +437,7 @@ func (g *groupRunner) stop() {
 // shutdown flushes the ledger, fails queued commands and closes the ledger;
 // it runs on the goroutine that owns the group.
 func (g *groupRunner) shutdown() {
-	g.flushLedger()
+	g.ledger.flush()
 	unavailable := wire.Errorf(wire.CodeUnavailable, "group is shutting down")
 	for _, c := range g.manualQueue {
 		if c.reply != nil {
@@ -523,9 +452,7 @@ func (g *groupRunner) shutdown() {
 				c.reply(nil, unavailable)
 			}
 		default:
-			if g.ledger != nil {
-				g.ledger.Close()
-			}
+			g.ledger.close()
 			return
 		}
 	}
@@ -556,18 +483,18 @@ const (
 // dead letters, ledger flush (then ACK replies), dispatch. It returns how
 // long the group may sleep before something falls due.
 func (g *groupRunner) iterate(now int64) (waitMs int64) {
-	if !g.stillCoordinates() {
+	if !g.ledger.stillCoordinates() {
 		return groupIdleWaitMs
 	}
 	if g.failure != nil {
 		g.reload()
 		if g.failure != nil {
-			g.flushLedger() // answers the refused acks
+			g.ledger.flush() // answers the refused acks
 			return groupReloadRetryMs
 		}
 	}
 	g.collectDeadLetters(now)
-	g.flushLedger()
+	g.ledger.flush()
 	g.startReadyDeadLetters()
 	g.dispatch(now)
 	wait := int64(groupIdleWaitMs)
@@ -675,12 +602,7 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		} else {
 			var isNew bool
 			isNew, err = cur.Ack(e.Seq, e.DeliveryID)
-			// A seq below this replica's log start counts as done here (its
-			// record is gone), but another replica — a later coordinator's —
-			// may still hold it: in a cluster the ack is recorded anyway,
-			// or that coordinator would deliver it again.
-			gone := g.node.cluster != nil && !isNew && e.Seq < g.topic.partitions[e.Partition].startSeq.Load()
-			if (g.needsRecord(isNew, e.Partition, e.Seq) || gone) && err == nil {
+			if g.ledger.needsRecord(isNew, e.Partition, e.Seq) && err == nil {
 				g.ledgerBatch = binary.BigEndian.AppendUint32(g.ledgerBatch, e.Partition)
 				g.ledgerBatch = binary.BigEndian.AppendUint64(g.ledgerBatch, e.Seq)
 				m.acks.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
@@ -698,55 +620,4 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		}
 		reply(results, nil)
 	})
-}
-
-// flushLedger makes the batched acks durable, then answers every ACK/NACK
-// received since the last flush. An ACK_OK never precedes the fsync of its
-// ack; on a ledger failure the cursors are rebuilt from what is durable.
-func (g *groupRunner) flushLedger() {
-	if g.node.cluster != nil {
-		g.flushReplicated()
-		return
-	}
-	var failed *wire.Error
-	if len(g.ledgerBatch) > 0 || len(g.countBatch) > 0 {
-		var recs []storage.Record
-		if len(g.ledgerBatch) > 0 {
-			recs = append(recs, storage.Record{Value: g.ledgerBatch})
-		}
-		if len(g.countBatch) > 0 {
-			recs = append(recs, countRecord(g.countBatch))
-		}
-		_, err := g.ledger.Append(0, recs)
-		if err == nil {
-			g.ledgerBytes += int64(len(recs))*ledgerRecordOverheadBytes + int64(len(g.ledgerBatch)+len(g.countBatch))
-			start := g.node.nowNanos()
-			if !g.node.cfg.Mutations.SkipLedgerFsync {
-				err = g.ledger.Sync()
-			}
-			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(float64(g.node.nowNanos()-start) / 1e9)
-		}
-		g.ledgerBatch, g.countBatch = nil, nil
-		if err == nil {
-			g.deadReady = append(g.deadReady, g.deadPending...)
-			g.deadPending = nil
-		}
-		if err != nil {
-			failed = wire.Errorf(wire.CodeStorage, "ack ledger write failed: %v", err)
-			g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "ack ledger write failed; reloading group", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
-			g.failure = err
-			g.reload()
-		}
-	}
-	for _, r := range g.replies {
-		r(failed)
-	}
-	g.replies = g.replies[:0]
-	if failed == nil {
-		for i, c := range g.cursors {
-			g.floors[i].Store(c.AckFloor())
-		}
-		// After the replies: compaction never delays an ACK_OK.
-		g.maybeCompactLedger()
-	}
 }

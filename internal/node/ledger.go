@@ -12,8 +12,13 @@ import (
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
 	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
 )
 
+// A single node's ack ledger (fileLedger): each group's acks and delivery
+// counts appended to a storage log of its own and fsynced before their
+// ACK_OKs, and compacted into snapshots.
+//
 // Ack ledger compaction.
 //
 // A group's durable done-state is a snapshot plus a ledger generation:
@@ -74,6 +79,178 @@ const (
 	// 36 of record header) for the size accounting.
 	ledgerRecordOverheadBytes = 38 + 36
 )
+
+// fileLedger is a single node's ack ledger: the live generation's
+// storage log and its snapshot, owned by the group's goroutine.
+type fileLedger struct {
+	g *groupRunner
+
+	log   *storage.Log // the live generation's ledger
+	gen   uint64       // generation of log; names its directory
+	bytes int64        // approximate bytes in log (replayed or flushed)
+	// compactRetryBytes defers compaction after a failed attempt until
+	// bytes reaches it; 0 = no deferral.
+	compactRetryBytes int64
+}
+
+// The local ledger's ack and count records have the layout of the
+// replicated ack log's (internal/acklog).
+const ledgerEntryBytes = acklog.AckEntryBytes
+
+// ledgerKindHeader marks a local ledger record that holds delivery counts
+// (an unmarked record holds acks, as before counts were persisted).
+const ledgerKindHeader = "nereus-ledger"
+
+func countRecord(batch []byte) storage.Record {
+	return storage.Record{Value: batch, Headers: []storage.Header{{Key: ledgerKindHeader, Value: []byte(groupCount)}}}
+}
+
+func isCountRecord(r *storage.Record) bool {
+	return len(r.Headers) == 1 && r.Headers[0].Key == ledgerKindHeader && string(r.Headers[0].Value) == groupCount
+}
+
+// replayCounts applies a count record's entries to the cursors.
+func replayCounts(cursors []*delivery.Cursor, v []byte) error { return acklog.ReplayCounts(cursors, v) }
+
+// replayAcks applies an ack record's entries to the cursors.
+func replayAcks(cursors []*delivery.Cursor, v []byte) error { return acklog.ReplayAcks(cursors, v) }
+
+// load restores the cursors from the live generation's snapshot and
+// replays its ledger into them; it then removes the files of every other
+// generation.
+func (l *fileLedger) load(inc uint64) ([]*delivery.Cursor, error) {
+	g, fsys := l.g, l.g.node.cfg.Env.FS
+	snap, err := l.readSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	lg, err := storage.Open(fsys, path.Join(g.dir, ledgerDirName(snap.gen)), storage.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("group %s: open ledger: %w", g.name, err)
+	}
+	cursors := make([]*delivery.Cursor, len(g.topic.partitions))
+	for i, p := range g.topic.partitions {
+		c, err := delivery.NewCursor(g.cfg, p.startSeq.Load(), inc<<40)
+		if err != nil {
+			lg.Close()
+			return nil, err
+		}
+		// A snapshot from a topic with other partitions restores the
+		// partitions both have; the rest start from the ledger alone.
+		if err := snap.restore(i, c); err != nil {
+			lg.Close()
+			return nil, fmt.Errorf("group %s: restore partition %d: %w", g.name, i, err)
+		}
+		cursors[i] = c
+	}
+	// A gap (a repair dropped damaged ledger records) replays nothing: the
+	// acks it held are forgotten and their messages delivered again.
+	var ledgerBytes int64
+	err = replayLog(lg, func(e storage.Entry) error {
+		v := e.Record.Value
+		ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
+		replay := replayAcks
+		if isCountRecord(&e.Record) {
+			replay = replayCounts
+		}
+		if err := replay(cursors, v); err != nil {
+			return fmt.Errorf("ledger record %d: %w", e.Seq, err)
+		}
+		return nil
+	})
+	if err == nil {
+		err = l.damage(lg.Damage())
+	}
+	if err != nil {
+		lg.Close()
+		return nil, fmt.Errorf("group %s: replay ledger: %w", g.name, err)
+	}
+	if l.log != nil {
+		l.log.Close()
+	}
+	l.log = lg
+	l.gen, l.bytes = snap.gen, ledgerBytes
+	l.removeStale(snap.gen)
+	return cursors, nil
+}
+
+// needsRecord: an ack goes into the ledger once, when it is new.
+func (l *fileLedger) needsRecord(isNew bool, _ uint32, _ uint64) bool { return isNew }
+
+// stillCoordinates: a single node runs every group.
+func (l *fileLedger) stillCoordinates() bool { return true }
+
+func (l *fileLedger) close() {
+	if l.log != nil {
+		l.log.Close()
+	}
+}
+
+// damage refuses a ledger with damage: the acks in the damaged range
+// are unknown, and delivering their messages again without a word is
+// what a damaged ledger used to do. The group stays unusable (PULL and
+// ACK get DATA_CORRUPT naming the place) until `nereus repair` drops the
+// range on purpose.
+func (l *fileLedger) damage(ds []storage.Damage) error {
+	g := l.g
+	if len(ds) == 0 {
+		return nil
+	}
+	d := ds[0]
+	g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "group ack ledger corrupt; the group is refused until `nereus repair`",
+		"group", g.name, "topic", g.topic.cfg.Name, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes,
+		"first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)
+	return wire.Errorf(wire.CodeDataCorrupt, "the ack ledger of group %s on topic %s is damaged (%s offset %d): run nereus repair",
+		g.name, g.topic.cfg.Name, d.Segment, d.Offset)
+}
+
+// flush appends the batched acks and counts and fsyncs them, then
+// answers; on a ledger failure the cursors are rebuilt from what is
+// durable.
+func (l *fileLedger) flush() {
+	g := l.g
+	var failed *wire.Error
+	if len(g.ledgerBatch) > 0 || len(g.countBatch) > 0 {
+		var recs []storage.Record
+		if len(g.ledgerBatch) > 0 {
+			recs = append(recs, storage.Record{Value: g.ledgerBatch})
+		}
+		if len(g.countBatch) > 0 {
+			recs = append(recs, countRecord(g.countBatch))
+		}
+		_, err := l.log.Append(0, recs)
+		if err == nil {
+			l.bytes += int64(len(recs))*ledgerRecordOverheadBytes + int64(len(g.ledgerBatch)+len(g.countBatch))
+			start := g.node.nowNanos()
+			if !g.node.cfg.Mutations.SkipLedgerFsync {
+				err = l.log.Sync()
+			}
+			g.node.metrics.fsyncSeconds.WithLabelValues("ledger").Observe(float64(g.node.nowNanos()-start) / 1e9)
+		}
+		g.ledgerBatch, g.countBatch = nil, nil
+		if err == nil {
+			g.deadReady = append(g.deadReady, g.deadPending...)
+			g.deadPending = nil
+		}
+		if err != nil {
+			failed = wire.Errorf(wire.CodeStorage, "ack ledger write failed: %v", err)
+			g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "ack ledger write failed; reloading group", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+			g.failure = err
+			g.reload()
+		}
+	}
+	for _, r := range g.replies {
+		r(failed)
+	}
+	g.replies = g.replies[:0]
+	if failed == nil {
+		for i, c := range g.cursors {
+			g.floors[i].Store(c.AckFloor())
+		}
+		// After the replies: compaction never delays an ACK_OK.
+		l.maybeCompact()
+	}
+}
 
 // ledgerDirName names the ledger directory of generation gen.
 func ledgerDirName(gen uint64) string {
@@ -208,9 +385,10 @@ func decodeLedgerSnapshot(b []byte) (ledgerSnapshot, error) {
 	return s, nil
 }
 
-// readLedgerSnapshot returns the group's snapshot, or generation 0 with no
+// readSnapshot returns the group's snapshot, or generation 0 with no
 // states when none was ever written.
-func (g *groupRunner) readLedgerSnapshot() (ledgerSnapshot, error) {
+func (l *fileLedger) readSnapshot() (ledgerSnapshot, error) {
+	g := l.g
 	b, err := storage.ReadFileAtomic(g.node.cfg.Env.FS, path.Join(g.dir, ledgerSnapshotFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return ledgerSnapshot{}, nil
@@ -225,10 +403,10 @@ func (g *groupRunner) readLedgerSnapshot() (ledgerSnapshot, error) {
 	return s, nil
 }
 
-// removeLedgerFiles removes every file in the ledger directory of gen (the
+// removeFiles removes every file in the ledger directory of gen (the
 // directory itself stays). A missing directory is not an error.
-func (g *groupRunner) removeLedgerFiles(gen uint64) error {
-	fsys, dir := g.node.cfg.Env.FS, path.Join(g.dir, ledgerDirName(gen))
+func (l *fileLedger) removeFiles(gen uint64) error {
+	fsys, dir := l.g.node.cfg.Env.FS, path.Join(l.g.dir, ledgerDirName(gen))
 	names, err := fsys.List(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -247,9 +425,10 @@ func (g *groupRunner) removeLedgerFiles(gen uint64) error {
 	return fsys.SyncDir(dir)
 }
 
-// removeStaleLedgers removes the files of every ledger generation but live,
+// removeStale removes the files of every ledger generation but live,
 // best effort: they are garbage (see the crash analysis above).
-func (g *groupRunner) removeStaleLedgers(live uint64) {
+func (l *fileLedger) removeStale(live uint64) {
+	g := l.g
 	names, err := g.node.cfg.Env.FS.List(g.dir)
 	if err != nil {
 		g.node.log.Warn("list group dir for stale ledgers failed", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
@@ -260,30 +439,31 @@ func (g *groupRunner) removeStaleLedgers(live uint64) {
 		if !ok || gen == live {
 			continue
 		}
-		if err := g.removeLedgerFiles(gen); err != nil {
+		if err := l.removeFiles(gen); err != nil {
 			g.node.log.Warn("remove stale ledger failed", "group", g.name, "topic", g.topic.cfg.Name, "dir", name, "err", err)
 		}
 	}
 }
 
-// maybeCompactLedger compacts the ledger once it has grown past the
-// threshold. The caller has just flushed the ledger successfully, so the
-// cursors hold exactly the durable done state.
-func (g *groupRunner) maybeCompactLedger() {
+// maybeCompact compacts the ledger once it has grown past the threshold.
+// The caller has just flushed the ledger successfully, so the cursors hold
+// exactly the durable done state.
+func (l *fileLedger) maybeCompact() {
+	g := l.g
 	threshold := g.ledgerCompactBytes.Load()
 	if g.failure != nil || len(g.ledgerBatch) > 0 || threshold <= 0 ||
-		g.ledgerBytes < max(threshold, g.compactRetryBytes) {
+		l.bytes < max(threshold, l.compactRetryBytes) {
 		return
 	}
-	committed, err := g.compactLedger()
+	committed, err := l.compact()
 	if err == nil {
-		g.compactRetryBytes = 0
+		l.compactRetryBytes = 0
 		return
 	}
 	if committed {
 		// Past the commit point only the cleanup failed: harmless.
 		g.node.log.Warn("remove compacted ledger failed; next load retries", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
-		g.compactRetryBytes = 0
+		l.compactRetryBytes = 0
 		return
 	}
 	g.node.log.Error("ack ledger compaction failed", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
@@ -295,17 +475,17 @@ func (g *groupRunner) maybeCompactLedger() {
 	}
 	// Try again once the ledger has grown by another threshold, so a
 	// persistent failure costs one attempt per threshold, not per flush.
-	g.compactRetryBytes = g.ledgerBytes + threshold
+	l.compactRetryBytes = l.bytes + threshold
 }
 
 var errSnapshotWrite = errors.New("write ledger snapshot")
 
-// compactLedger runs steps 1-5 above. committed reports whether the new
+// compact runs steps 1-5 above. committed reports whether the new
 // snapshot is durable and live (an error then comes from the cleanup).
-func (g *groupRunner) compactLedger() (committed bool, err error) {
-	fsys := g.node.cfg.Env.FS
-	next := g.ledgerGen + 1
-	if err := g.removeLedgerFiles(next); err != nil { // step 1
+func (l *fileLedger) compact() (committed bool, err error) {
+	g, fsys := l.g, l.g.node.cfg.Env.FS
+	next := l.gen + 1
+	if err := l.removeFiles(next); err != nil { // step 1
 		return false, fmt.Errorf("clear %s: %w", ledgerDirName(next), err)
 	}
 	lg, err := storage.Open(fsys, path.Join(g.dir, ledgerDirName(next)), storage.Options{}) // step 2
@@ -317,9 +497,9 @@ func (g *groupRunner) compactLedger() (committed bool, err error) {
 		lg.Close()
 		return false, fmt.Errorf("%w: %w", errSnapshotWrite, err)
 	}
-	old, oldGen := g.ledger, g.ledgerGen // step 4
-	g.ledger, g.ledgerGen, g.ledgerBytes = lg, next, 0
+	old, oldGen := l.log, l.gen // step 4
+	l.log, l.gen, l.bytes = lg, next, 0
 	old.Close()
 	g.node.log.Info("ack ledger compacted", "group", g.name, "topic", g.topic.cfg.Name, "generation", next)
-	return true, g.removeLedgerFiles(oldGen) // step 5
+	return true, l.removeFiles(oldGen) // step 5
 }

@@ -111,10 +111,10 @@ func (m *memMember) Close() error {
 // partitionStatus is partition p of topic on n, if n knows the topic yet.
 func partitionStatus(n *Node, topic string, p int) (replica.Status, bool) {
 	t, err := n.topic(topic)
-	if err != nil || t.partitions[p].repl == nil {
+	if err != nil || t.partitions[p].replica() == nil {
 		return replica.Status{}, false
 	}
-	return t.partitions[p].repl.Status(), true
+	return t.partitions[p].replica().repl.Status(), true
 }
 
 // A whole cluster runs over a peer network that is not TCP, and its
@@ -162,7 +162,7 @@ func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
 			tp, _ := n.topic("t")
 			// It takes publishes once its install entry is applied.
 			if st, ok := partitionStatus(n, "t", 0); ok && st.Role == replica.Leader && tp != nil {
-				if _, took := tp.partitions[0].tookOffice(); took {
+				if _, took := tp.partitions[0].replica().tookOffice(); took {
 					leader, leaderNumber = id, n.cluster.Self()
 				}
 			}

@@ -5,8 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"github.com/nereus-broker/nereus/internal/replica"
 )
 
 // Metrics are one node's Prometheus metrics, in a registry of their own (no
@@ -119,15 +117,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(startDesc, prometheus.GaugeValue, float64(p.startSeq.Load()), name, part)
 			ch <- prometheus.MustNewConstMetric(epochDesc, prometheus.GaugeValue, float64(p.epoch.Load()), name, part)
 			ch <- prometheus.MustNewConstMetric(corruptDesc, prometheus.GaugeValue, boolGauge(p.damage.Load() != nil), name, part)
-			if p.repl != nil {
-				st := p.repl.Status()
-				leads := st.Role == replica.Leader
-				ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, boolGauge(leads), name, part)
-				ch <- prometheus.MustNewConstMetric(readOnlyDesc, prometheus.GaugeValue, boolGauge(leads && st.ReadOnly), name, part)
-				ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(p.repl.Dropped()), name, part)
-				ch <- prometheus.MustNewConstMetric(rebuildsDesc, prometheus.CounterValue, float64(p.repl.Installs()), name, part)
-				ch <- prometheus.MustNewConstMetric(uncertainDesc, prometheus.GaugeValue, boolGauge(st.Uncertain), name, part)
-			}
+			p.store.collect(ch, name, part)
 		}
 	}
 	for key, g := range c.n.groups {

@@ -1,13 +1,3 @@
-// Package node is the broker runtime of one node, alone or a cluster
-// member: it owns the topics — each partition a local log with group
-// commit, or this node's member of the partition's replica group
-// (internal/replog) — and the consumer groups, and turns the world it
-// reaches through Config.Env (files, clock, peer network) into calls on
-// the kernels in internal/partition, delivery, acklog, replica and meta.
-// In production it runs goroutines (one per partition, per group, the
-// metadata applier, replog's members); in Manual mode it runs none and
-// its driver (the simulator) calls Step. Sessions (internal/server) call
-// it; it never touches client sockets.
 package node
 
 import (

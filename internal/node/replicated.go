@@ -2,10 +2,12 @@ package node
 
 import (
 	"errors"
-	"github.com/nereus-broker/nereus/internal/cluster"
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/replog"
@@ -13,12 +15,16 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// replState is the shell of one partition's replicated loop: the kernel
-// (partition.Member) holds every decision — the dedup table applied from
-// committed entries, the applied position, the seal, the install gate,
-// proposals in flight by producer identity, the compaction limit — and
-// this shell feeds it the member's events and carries out its answers.
-type replState struct {
+// replicaStore is this node's member of a partition's replica group and
+// the shell of its replicated loop: the kernel (partition.Member) holds
+// every decision — the dedup table applied from committed entries, the
+// applied position, the seal, the install gate, proposals in flight by
+// producer identity, the compaction limit — and this shell feeds it the
+// member's events and carries out its answers.
+type replicaStore struct {
+	*partitionRunner
+
+	repl   *replog.Log                 // the member; safe for concurrent use
 	kernel *partition.Member[PubReply] // owned by runReplicated
 	// compactLimit publishes the kernel's compaction limit to the member's
 	// storage (read on its goroutine).
@@ -40,15 +46,12 @@ type completion struct {
 	err        error
 }
 
-// openReplicated starts this node's member of the partition's replica
-// group when the placement puts a replica here; otherwise the partition
-// is known (metadata) but not hosted.
-func (p *partitionRunner) openReplicated() error {
+// openReplica starts this node's member of the partition's replica
+// group (the placement puts a replica here) and its loop (none in Manual
+// mode: Step runs it).
+func (p *partitionRunner) openReplica() error {
 	c := p.node.cluster
 	group := p.topic.placement[p.id]
-	if !p.topic.hosts(int(p.id), uint32(c.Self())) {
-		return nil
-	}
 	members := make([]replica.NodeID, len(group))
 	for i, id := range group {
 		members[i] = replica.NodeID(id)
@@ -57,33 +60,36 @@ func (p *partitionRunner) openReplicated() error {
 	if p.topic.cfg.Ack == wire.AckAll {
 		policy = replica.SyncAll
 	}
-	p.rs = &replState{wake: make(chan struct{}, 1)}
-	l, err := c.OpenGroup(p.topic.cfg.Name, p.id, members, policy, p.rs.poke, cluster.GroupStorage{
-		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: p.topic.cfg.RetentionBytes, Limit: p.rs.compactLimit.Load})
+	s := &replicaStore{partitionRunner: p, wake: make(chan struct{}, 1)}
+	l, err := c.OpenGroup(p.topic.cfg.Name, p.id, members, policy, s.poke, cluster.GroupStorage{
+		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: p.topic.cfg.RetentionBytes, Limit: s.compactLimit.Load})
 	if err != nil {
 		return err
 	}
-	p.repl = l
+	s.repl = l
 	c.CampaignIfNew(l, members[0])
 	p.readLog.Store(l.ReadLog())
 	start := l.ReadLog().StartSeq()
 	p.startSeq.Store(start)
-	p.rs.kernel = partition.NewMember[PubReply](p.node.cfg.Dedup, start, p.node.cfg.Mutations.Partition)
+	s.kernel = partition.NewMember[PubReply](p.node.cfg.Dedup, start, p.node.cfg.Mutations.Partition)
+	p.store = s
 	if p.node.cfg.Manual {
-		return nil // stepReplicated, from Step
+		return nil // stepManual, from Step
 	}
 	p.wg.Add(1)
-	go p.runReplicated()
+	go s.runReplicated()
 	return nil
 }
 
-// stepReplicated is runReplicated's loop for a Manual node: the queued
+func (p *replicaStore) accept(r *pubReq) { p.queue(r) }
+
+// stepManual is runReplicated's loop for a Manual node: the queued
 // publishes, and the applying and answering a wake-up asks for. It
 // reports whether anything ran.
-func (p *partitionRunner) stepReplicated() bool {
+func (p *replicaStore) stepManual(int64) bool {
 	progress := false
 	select {
-	case <-p.rs.wake:
+	case <-p.wake:
 		progress = true
 	default:
 	}
@@ -99,32 +105,23 @@ func (p *partitionRunner) stepReplicated() bool {
 	return progress
 }
 
-func (t *topic) hosts(partition int, node uint32) bool {
-	for _, id := range t.placement[partition] {
-		if id == node {
-			return true
-		}
-	}
-	return false
-}
-
-func (rs *replState) poke() {
+func (p *replicaStore) poke() {
 	select {
-	case rs.wake <- struct{}{}:
+	case p.wake <- struct{}{}:
 	default:
 	}
 }
 
 // runReplicated is the partition loop on a cluster member: it proposes
 // publishes when this member leads, applies what commits, and answers.
-func (p *partitionRunner) runReplicated() {
+func (p *replicaStore) runReplicated() {
 	defer p.wg.Done()
 	defer p.failReplicated(wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
 	for {
 		select {
 		case <-p.done:
 			return
-		case <-p.rs.wake:
+		case <-p.wake:
 		case r := <-p.reqs:
 			p.proposeReplicated(r)
 		drain:
@@ -142,7 +139,7 @@ func (p *partitionRunner) runReplicated() {
 }
 
 // leaderView is this member's replication state as the kernel sees it.
-func (p *partitionRunner) leaderView() (replica.Status, partition.View) {
+func (p *replicaStore) leaderView() (replica.Status, partition.View) {
 	st := p.repl.Status()
 	v := partition.View{Leader: st.Role == replica.Leader, ReadOnly: st.ReadOnly, Epoch: st.Hard.Promised}
 	for _, e := range st.Epochs {
@@ -156,16 +153,13 @@ func (p *partitionRunner) leaderView() (replica.Status, partition.View) {
 // tookOffice reports whether this member leads and has applied its
 // epoch's install entry — so everything earlier leaders committed is
 // applied here — and in which epoch.
-func (p *partitionRunner) tookOffice() (epoch uint64, ok bool) {
-	if p.repl == nil {
-		return 0, false
-	}
+func (p *replicaStore) tookOffice() (epoch uint64, ok bool) {
 	_, v := p.leaderView()
 	return v.Epoch, v.Leader && v.InstallSeq != 0 && p.commitSeq.Load() >= v.InstallSeq
 }
 
 // refusal words the kernel's refusal of a publish for the client.
-func (p *partitionRunner) refusal(st replica.Status, r partition.Refusal) *wire.Error {
+func (p *replicaStore) refusal(st replica.Status, r partition.Refusal) *wire.Error {
 	name := p.topic.cfg.Name
 	switch r {
 	case partition.RefusedNotLeader:
@@ -182,9 +176,9 @@ func (p *partitionRunner) refusal(st replica.Status, r partition.Refusal) *wire.
 	return nil
 }
 
-func (p *partitionRunner) proposeReplicated(r *pubReq) {
+func (p *replicaStore) proposeReplicated(r *pubReq) {
 	st, view := p.leaderView()
-	d := p.rs.kernel.Publish(view, r.producerID, r.producerSeq, r.reply)
+	d := p.kernel.Publish(view, r.producerID, r.producerSeq, r.reply)
 	switch d.Action {
 	case partition.Refuse:
 		r.reply(wire.PubOK{}, p.refusal(st, d.Refusal))
@@ -194,12 +188,11 @@ func (p *partitionRunner) proposeReplicated(r *pubReq) {
 		r.reply(wire.PubOK{}, wire.Errorf(wire.CodeProducerSeqTooOld,
 			"producer %d seq %d is below the dedup window of partition %d", r.producerID, r.producerSeq, p.id))
 	case partition.Propose:
-		rs := p.rs
 		p.repl.ProposeFunc(r.rec, func(seq, epoch uint64, err error) {
-			rs.mu.Lock()
-			rs.completions = append(rs.completions, completion{key: d.Key, seq: seq, epoch: epoch, err: err})
-			rs.mu.Unlock()
-			rs.poke()
+			p.mu.Lock()
+			p.completions = append(p.completions, completion{key: d.Key, seq: seq, epoch: epoch, err: err})
+			p.mu.Unlock()
+			p.poke()
 		})
 	}
 }
@@ -208,15 +201,15 @@ func (p *partitionRunner) proposeReplicated(r *pubReq) {
 // proposals. Completions are taken before the commit point is read: the
 // member publishes its commit before completing, so every completed entry
 // is applied (and deduplicates retries) before its PUB_OK goes out.
-func (p *partitionRunner) applyReplicated() {
-	rs, k := p.rs, p.rs.kernel
-	rs.mu.Lock()
-	done := rs.completions
-	rs.completions, rs.spareCompletions = rs.spareCompletions[:0], nil // one owner per array, even if a reply re-enters
-	rs.mu.Unlock()
+func (p *replicaStore) applyReplicated() {
+	k := p.kernel
+	p.mu.Lock()
+	done := p.completions
+	p.completions, p.spareCompletions = p.spareCompletions[:0], nil // one owner per array, even if a reply re-enters
+	p.mu.Unlock()
 	defer func() {
 		clear(done) // no error kept alive through the spare
-		rs.spareCompletions = done[:0]
+		p.spareCompletions = done[:0]
 	}()
 	commit := p.repl.CommitSeq()
 	p.readLog.Store(p.repl.ReadLog()) // a member restarted in place reads a new one
@@ -247,7 +240,7 @@ func (p *partitionRunner) applyReplicated() {
 			k.Apply(kernelEntry(&e))
 		}
 	}
-	rs.compactLimit.Store(k.CompactLimit())
+	p.compactLimit.Store(k.CompactLimit())
 	if applied := k.Applied(); applied > p.commitSeq.Load() {
 		p.commitSeq.Store(applied)
 		p.node.metrics.commitBatch.Observe(float64(len(done)))
@@ -272,7 +265,7 @@ func (p *partitionRunner) applyReplicated() {
 		var werr *wire.Error
 		switch a.Outcome {
 		case partition.Failed:
-			werr = replicationError(p, a.Err)
+			werr = p.replicationError(a.Err)
 		case partition.NotApplied:
 			werr = wire.Errorf(wire.CodeUnavailable, "partition %s/%d: commit not applied yet; retry", p.topic.cfg.Name, p.id)
 		}
@@ -301,18 +294,18 @@ func kernelEntry(e *storage.Entry) partition.Entry {
 // the leader's snapshot point past what was applied — the kernel's derived
 // state then starts over from the kept log. It reports whether applied
 // moved.
-func (p *partitionRunner) followStart() bool {
+func (p *replicaStore) followStart() bool {
 	start := p.repl.ReadLog().StartSeq()
 	if start != p.startSeq.Load() {
 		p.startSeq.Store(start)
 		p.topic.notifyGroups()
 	}
-	return p.rs.kernel.LogStart(start)
+	return p.kernel.LogStart(start)
 }
 
 // replicationError maps a proposal's failure to what the client sees; all
 // of them are safe to retry with the same producer identity.
-func replicationError(p *partitionRunner, err error) *wire.Error {
+func (p *replicaStore) replicationError(err error) *wire.Error {
 	name := p.topic.cfg.Name
 	switch {
 	case err == nil:
@@ -328,7 +321,7 @@ func replicationError(p *partitionRunner, err error) *wire.Error {
 }
 
 // failReplicated answers everything queued or in flight (shutdown).
-func (p *partitionRunner) failReplicated(werr *wire.Error) {
+func (p *replicaStore) failReplicated(werr *wire.Error) {
 	for {
 		select {
 		case r := <-p.reqs:
@@ -338,38 +331,21 @@ func (p *partitionRunner) failReplicated(werr *wire.Error) {
 		}
 		break
 	}
-	for _, reply := range p.rs.kernel.Close() {
+	for _, reply := range p.kernel.Close() {
 		reply(wire.PubOK{}, werr)
 	}
 }
 
-// info describes the partition for METADATA.
-func (p *partitionRunner) info() wire.PartitionInfo {
-	info := wire.PartitionInfo{Partition: p.id, Epoch: p.epoch.Load(), StartSeq: p.startSeq.Load(), CommitSeq: p.commitSeq.Load()}
-	if p.damage.Load() != nil {
-		info.State = wire.PartitionStateCorrupt
-	}
+// describe reports the member's view: its epoch, whether it is degraded,
+// the leader it hears and each replica's state as far as it knows it.
+func (p *replicaStore) describe(info *wire.PartitionInfo) {
 	c := p.node.cluster
-	if c == nil {
-		info.Leader, info.LeaderAddr = p.node.cfg.NodeID, p.node.cfg.ClientAddr
-		return info
-	}
-	group := p.topic.placement[p.id]
-	if p.repl == nil {
-		// Not hosted here: the first replica is the best hint (the only
-		// one with R=1); the client is redirected from there if needed.
-		info.Leader, info.LeaderAddr = c.Name(replica.NodeID(group[0])), c.ClientAddr(replica.NodeID(group[0]))
-		for _, id := range group {
-			info.Replicas = append(info.Replicas, wire.ReplicaInfo{Node: c.Name(replica.NodeID(id))})
-		}
-		return info
-	}
 	st := p.repl.Status()
 	info.Epoch, info.ReadOnly = st.Hard.Promised, st.ReadOnly && st.Role == replica.Leader
 	if !st.LeaderSilent { // a leader this follower no longer hears may be dead: name none
 		info.Leader, info.LeaderAddr = c.Name(st.Leader), c.ClientAddr(st.Leader)
 	}
-	for _, id := range group {
+	for _, id := range p.topic.placement[p.id] {
 		ri := wire.ReplicaInfo{Node: c.Name(replica.NodeID(id))}
 		switch {
 		case st.Role != replica.Leader:
@@ -396,7 +372,6 @@ func (p *partitionRunner) info() wire.PartitionInfo {
 		}
 		info.Replicas = append(info.Replicas, ri)
 	}
-	return info
 }
 
 // ReplicaUnreachable is the state a leader reports for a follower it has
@@ -411,9 +386,57 @@ const ReplicaUnreachable = "Unreachable"
 // has made it whole (replica.Persisted.Uncertain).
 const ReplicaUncertain = "Uncertain"
 
-// notHosted answers a publish to a partition this node has no replica of.
-func (p *partitionRunner) notHosted() *wire.Error {
-	info := p.info()
-	return wire.Errorf(wire.CodeNotLeader, "partition %s/%d has no replica on this node; try %s at %s",
-		p.topic.cfg.Name, p.id, info.Leader, info.LeaderAddr)
+// shutdown answers everything queued or in flight (Manual mode; the
+// production loop does it as it returns).
+func (p *replicaStore) shutdown() {
+	p.failReplicated(wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+	p.failQueued()
+}
+
+// release closes the member once the loop ended.
+func (p *replicaStore) release() {
+	p.node.cluster.CloseGroup(p.topic.cfg.Name, p.id)
+	p.repl.Close()
+}
+
+// foundDamage drops the damaged range of this replica's copy of committed
+// records (a group's delivery or replay, a client read or the scrubber
+// found it): the member is made whole from a healthy replica, without a
+// restart, and readers retry. It logs what it drops.
+func (p *replicaStore) foundDamage([]storage.Damage) { p.repl.Damaged() }
+
+// forwardTo names the leader this member hears, unless this node leads or
+// knows no leader: then its own answer says so.
+func (p *replicaStore) forwardTo(int) (replica.NodeID, bool) {
+	st := p.repl.Status()
+	if st.Role == replica.Leader || st.Leader == 0 || st.Leader == p.node.cluster.Self() {
+		return 0, false
+	}
+	return st.Leader, true
+}
+
+// mayCoordinate: the leader of partition 0 runs its topic's groups, once
+// it took office.
+func (p *replicaStore) mayCoordinate() error {
+	if p.repl.Status().Role != replica.Leader {
+		return p.notCoordinator()
+	}
+	if _, ok := p.tookOffice(); !ok && !p.node.cfg.Mutations.CoordinateBeforeInstall {
+		// Its commit point is not known to cover the previous leaders'
+		// entries yet: cursors rebuilt now would miss committed acks
+		// (CoordinatorAfterInstall).
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the new coordinator is taking office; retry", p.topic.cfg.Name)
+	}
+	return nil
+}
+
+// collect reports the member's replication gauges.
+func (p *replicaStore) collect(ch chan<- prometheus.Metric, topic, part string) {
+	st := p.repl.Status()
+	leads := st.Role == replica.Leader
+	ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, boolGauge(leads), topic, part)
+	ch <- prometheus.MustNewConstMetric(readOnlyDesc, prometheus.GaugeValue, boolGauge(leads && st.ReadOnly), topic, part)
+	ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(p.repl.Dropped()), topic, part)
+	ch <- prometheus.MustNewConstMetric(rebuildsDesc, prometheus.CounterValue, float64(p.repl.Installs()), topic, part)
+	ch <- prometheus.MustNewConstMetric(uncertainDesc, prometheus.GaugeValue, boolGauge(st.Uncertain), topic, part)
 }

@@ -67,10 +67,16 @@ func groupRecordOf(r *storage.Record) (kind acklog.Kind, group string, ok bool) 
 	return kind, string(r.Headers[1].Value), true
 }
 
-// replLedger is the group's replicated ack log: the kernel (run-owned) and
-// the completions of its records, queued by the member's goroutine.
-type replLedger struct {
-	log *acklog.Log[func(failed *wire.Error)]
+// replicatedLedger is a cluster group's replicated ack log: the kernel and
+// the coordinator's member it proposes to, owned by the group's goroutine,
+// and the completions of its records, queued by the member's goroutine.
+type replicatedLedger struct {
+	g *groupRunner
+	// p0 is partition 0's member on this node, whose leader coordinates
+	// the group; epoch is the epoch it leads in, from the last load.
+	p0    *replicaStore
+	epoch uint64
+	log   *acklog.Log[func(failed *wire.Error)]
 
 	mu   sync.Mutex
 	done []acklog.Completion
@@ -81,24 +87,22 @@ type ackKey struct {
 	seq       uint64
 }
 
-// needsRecord reports whether an ack must go into the next record: it is
-// new to the cursor, or (cluster) an earlier record of it did not commit.
-func (g *groupRunner) needsRecord(isNew bool, partition uint32, seq uint64) bool {
-	if g.repl.log == nil {
-		return isNew
-	}
-	return g.repl.log.NeedsRecord(isNew, acklog.Key{Partition: partition, Seq: seq})
+// needsRecord: an ack goes into the next record when it is new to the
+// cursor, or an earlier record of it did not commit. A seq below this
+// replica's log start counts as done here (its record is gone), but
+// another replica — a later coordinator's — may still hold it: its ack is
+// recorded anyway, or that coordinator would deliver it again.
+func (l *replicatedLedger) needsRecord(isNew bool, partition uint32, seq uint64) bool {
+	return l.log.NeedsRecord(isNew, acklog.Key{Partition: partition, Seq: seq}) ||
+		(!isNew && seq < l.g.topic.partitions[partition].startSeq.Load())
 }
 
-// coordinator is partition 0's member on this node (nil if not hosted).
-func (g *groupRunner) coordinator() *partitionRunner { return g.topic.partitions[0] }
-
-// loadReplicated builds cursors from this group's latest checkpoint and
-// the ack records after it in partition 0's committed log, and starts the
-// group's ack log. The delivery ids start from the partition's epoch, so a
-// new coordinator never reuses an old one's ids.
-func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
-	p0 := g.coordinator()
+// load builds cursors from this group's latest checkpoint and the ack
+// records after it in partition 0's committed log, and starts the group's
+// ack log. The delivery ids start from the partition's epoch, so a new
+// coordinator never reuses an old one's ids.
+func (l *replicatedLedger) load(inc uint64) ([]*delivery.Cursor, error) {
+	g, p0 := l.g, l.p0
 	epoch, ok := p0.tookOffice()
 	if !ok && g.node.cfg.Mutations.CoordinateBeforeInstall {
 		epoch, ok = p0.repl.Status().Hard.Promised, true
@@ -106,7 +110,7 @@ func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
 	if !ok {
 		return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: this node no longer coordinates its groups; retry", g.topic.cfg.Name)
 	}
-	g.coordEpoch = epoch
+	l.epoch = epoch
 	rb, err := acklog.NewRebuild(func() ([]*delivery.Cursor, error) {
 		cursors := make([]*delivery.Cursor, len(g.topic.partitions))
 		for i, p := range g.topic.partitions {
@@ -147,7 +151,7 @@ func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
 		}
 		from = entries[len(entries)-1].Seq + 1
 	}
-	g.repl.log = acklog.New[func(*wire.Error)](acklog.Config{
+	l.log = acklog.New[func(*wire.Error)](acklog.Config{
 		RecordOverheadBytes: ledgerRecordOverheadBytes,
 		RecordBytesMax:      g.node.cfg.RecordBytesMax,
 		EncodeCheckpoint: func(cp acklog.Checkpoint) []byte {
@@ -158,21 +162,22 @@ func (g *groupRunner) loadReplicated(inc uint64) ([]*delivery.Cursor, error) {
 	return rb.Cursors(), nil
 }
 
-// flushReplicated hands the kernel what happened since the last flush
-// (completed records, the coordinator's state, batched acks, counts and
-// replies) and carries out its decisions: answer, propose, then start or
-// retry the dead letters whose record completed.
-func (g *groupRunner) flushReplicated() {
-	rl := &g.repl
-	rl.mu.Lock()
-	done := rl.done
-	rl.done = nil
-	rl.mu.Unlock()
+// flush hands the kernel what happened since the last flush (completed
+// records, the coordinator's state, batched acks, counts and replies) and
+// carries out its decisions: answer, propose, then start or retry the
+// dead letters whose record completed. An ACK_OK waits for its record's
+// commit.
+func (l *replicatedLedger) flush() {
+	g := l.g
+	l.mu.Lock()
+	done := l.done
+	l.done = nil
+	l.mu.Unlock()
 	dead := make([]acklog.Key, len(g.deadPending))
 	for i, k := range g.deadPending {
 		dead[i] = acklog.Key{Partition: k.partition, Seq: k.seq}
 	}
-	eff := rl.log.Flush(acklog.Input[func(*wire.Error)]{Done: done, Degraded: g.coordinatorDegraded(),
+	eff := l.log.Flush(acklog.Input[func(*wire.Error)]{Done: done, Degraded: l.coordinatorDegraded(),
 		Acks: g.ledgerBatch, Counts: g.countBatch, Dead: dead, Replies: g.replies,
 		CompactBytes: g.ledgerCompactBytes.Load(), Cursors: g.cursors})
 	g.ledgerBatch, g.countBatch, g.deadPending = nil, nil, nil
@@ -182,7 +187,7 @@ func (g *groupRunner) flushReplicated() {
 		switch a.Outcome {
 		case acklog.NotCommitted:
 			g.node.log.Debug("ack record not committed", "group", g.name, "topic", g.topic.cfg.Name, "err", a.Err)
-			werr = replicationError(g.coordinator(), a.Err)
+			werr = l.p0.replicationError(a.Err)
 		case acklog.QuorumLost:
 			werr = wire.Errorf(wire.CodeQuorumLost, "topic %q: the coordinator lost its quorum; acks are not durable", g.topic.cfg.Name)
 		case acklog.Superseded:
@@ -196,10 +201,10 @@ func (g *groupRunner) flushReplicated() {
 	}
 	for _, prop := range eff.Propose {
 		id := prop.ID
-		g.coordinator().repl.ProposeFunc(groupRecord(prop.Kind, g.name, prop.Value), func(_, _ uint64, err error) {
-			rl.mu.Lock()
-			rl.done = append(rl.done, acklog.Completion{ID: id, Err: err})
-			rl.mu.Unlock()
+		l.p0.repl.ProposeFunc(groupRecord(prop.Kind, g.name, prop.Value), func(_, _ uint64, err error) {
+			l.mu.Lock()
+			l.done = append(l.done, acklog.Completion{ID: id, Err: err})
+			l.mu.Unlock()
 			g.poke()
 		})
 	}
@@ -223,14 +228,13 @@ func (g *groupRunner) flushReplicated() {
 
 // coordinatorDegraded reports whether partition 0's leader (this node) is
 // READ_ONLY_DEGRADED: ack records cannot commit.
-func (g *groupRunner) coordinatorDegraded() bool {
-	p0 := g.coordinator()
-	if p0.repl == nil {
-		return false
-	}
-	st := p0.repl.Status()
+func (l *replicatedLedger) coordinatorDegraded() bool {
+	st := l.p0.repl.Status()
 	return st.Role == replica.Leader && st.ReadOnly
 }
+
+// close: the log is partition 0's, which outlives the group.
+func (l *replicatedLedger) close() {}
 
 func (g *groupRunner) answer(replies []func(*wire.Error), failed *wire.Error) {
 	for _, r := range replies {
@@ -241,19 +245,14 @@ func (g *groupRunner) answer(replies []func(*wire.Error), failed *wire.Error) {
 // stillCoordinates reports whether this node still leads partition 0. A
 // group that lost it ends its subscriptions with NOT_LEADER (clients move
 // to the new coordinator) and retires.
-func (g *groupRunner) stillCoordinates() bool {
-	if g.node.cluster == nil {
+func (l *replicatedLedger) stillCoordinates() bool {
+	g := l.g
+	// A leader again in a later epoch is a new coordinator: this group's
+	// cursors are from before, so it retires and reloads.
+	if st := l.p0.repl.Status(); st.Role == replica.Leader && st.Hard.Promised == l.epoch {
 		return true
 	}
-	p0 := g.coordinator()
-	if p0.repl != nil {
-		// A leader again in a later epoch is a new coordinator: this
-		// group's cursors are from before, so it retires and reloads.
-		if st := p0.repl.Status(); st.Role == replica.Leader && st.Hard.Promised == g.coordEpoch {
-			return true
-		}
-	}
-	info := p0.info()
+	info := l.p0.info()
 	werr := wire.Errorf(wire.CodeNotLeader, "the groups of topic %q moved to the leader of its partition 0: %s at %s",
 		g.topic.cfg.Name, info.Leader, info.LeaderAddr)
 	for _, s := range g.subs {
@@ -261,7 +260,7 @@ func (g *groupRunner) stillCoordinates() bool {
 		s.sink.End(werr)
 	}
 	g.subs = nil
-	g.answer(g.repl.log.Retire(), werr)
+	g.answer(l.log.Retire(), werr)
 	g.answer(g.replies, werr)
 	g.replies = g.replies[:0]
 	g.ledgerBatch, g.countBatch, g.deadPending, g.deadReady = nil, nil, nil, nil

@@ -73,13 +73,7 @@ func (s *scrubber) step(rateBytes int64) {
 		}
 		if len(found) > 0 {
 			s.n.metrics.scrubDamage.Add(float64(len(found)))
-			if p.repl != nil {
-				// A replica drops the range and rebuilds it from a
-				// healthy one (and logs it).
-				p.repl.Damaged()
-			} else {
-				p.noteDamage(found)
-			}
+			p.store.foundDamage(found)
 		}
 		s.from[p] = next
 		if next == 0 { // this log is done for this round
@@ -98,7 +92,7 @@ func (n *Node) partitionsHeld() []*partitionRunner {
 	var out []*partitionRunner
 	for _, name := range slices.Sorted(maps.Keys(n.topics)) {
 		for _, p := range n.topics[name].partitions {
-			if p.readLog.Load() != nil {
+			if p.held() {
 				out = append(out, p)
 			}
 		}

@@ -1,0 +1,360 @@
+package node
+
+// A single node's partition: its local log, recovered at open under a new
+// epoch, with group commit (commit.go), retention and damage found at
+// open or by the scrubber.
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nereus-broker/nereus/internal/partition"
+	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+type dupWaiter struct {
+	reply PubReply
+	epoch uint64
+}
+
+// localStore is a single node's partition: it owns the log and the kernel
+// state. Only its goroutine (run) appends; readers use the log's concurrent
+// Read and the runner's atomics.
+type localStore struct {
+	*partitionRunner
+
+	// nextRetentionMs is the next retention run in Manual mode (the
+	// driver's goroutine).
+	nextRetentionMs int64
+
+	// Owned by run.
+	log     *storage.Log
+	state   *partition.State
+	failure error // set when the log could not be reopened; PUBs fail fast
+	waiters map[uint64][]dupWaiter
+	// pending are the appended batches not yet acknowledged, in seq order.
+	// run appends to it; acknowledgeThrough takes what an fsync made
+	// durable, under ackMu, on run or on the syncer.
+	pendingMu sync.Mutex
+	pending   []*pendingSync
+	ackMu     sync.Mutex
+	// corked is acknowledge's scratch list of the connections it corked
+	// (under ackMu, or in manual mode).
+	corked []Corker
+	// acked holds the results of fsyncs the syncer acknowledged itself,
+	// for run to settle when it next wakes: waking it for each would cost
+	// the next ack the same goroutine wakeup the syncer saved. The syncer
+	// wakes run (ackedWake) only when run must act: duplicates wait
+	// (runWaits), or something was appended that no fsync request covers.
+	ackedMu   sync.Mutex
+	acked     []syncResult
+	runWaits  bool          // under ackedMu: p.waiters is not empty
+	ackedWake chan struct{} // capacity 1
+	// Reused by appendBatch: the records of one Append, and answered
+	// pendingSyncs (their news slices), so a batch allocates neither.
+	recsBuf   []storage.Record
+	freeSyncs []*pendingSync
+}
+
+// openLocal recovers the partition's log and starts its loop (none in
+// Manual mode: Step runs it).
+func (p *partitionRunner) openLocal() error {
+	s := &localStore{partitionRunner: p, waiters: map[uint64][]dupWaiter{}, ackedWake: make(chan struct{}, 1)}
+	if err := s.recover(); err != nil {
+		return err
+	}
+	p.store = s
+	if p.node.cfg.Manual {
+		s.nextRetentionMs = p.node.nowMs() + p.node.cfg.RetentionCheckMs
+		return nil
+	}
+	p.wg.Add(1)
+	go s.run()
+	return nil
+}
+
+func (p *localStore) accept(r *pubReq) { p.queue(r) }
+
+// stepManual does the partition's due work at nowMs in manual mode:
+// retention when due, then every queued publish in batches.
+func (p *localStore) stepManual(nowMs int64) bool {
+	progress := false
+	if nowMs >= p.nextRetentionMs {
+		p.applyRetention()
+		p.nextRetentionMs = nowMs + p.node.cfg.RetentionCheckMs
+		progress = true
+	}
+	for len(p.manualQueue) > 0 {
+		n := min(len(p.manualQueue), p.node.cfg.PublishBatchMax)
+		batch := p.manualQueue[:n:n]
+		p.manualQueue = p.manualQueue[n:]
+		p.commitBatch(batch)
+		progress = true
+	}
+	return progress
+}
+
+// shutdown fails what is queued or waiting and closes the log; it runs on
+// the goroutine that owns the partition (run, or the driver in manual
+// mode).
+func (p *localStore) shutdown() {
+	p.failQueued()
+	p.failWaiters(wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+	if p.log != nil {
+		p.log.Close()
+	}
+}
+
+func (p *localStore) release() {}
+
+// foundDamage marks the partition corrupt for the ranges found: it
+// refuses publishes until `nereus repair`. A read's failure alone names
+// no range and changes nothing: the reader gets the error.
+func (p *localStore) foundDamage(ds []storage.Damage) { p.noteDamage(ds) }
+
+// describe names this node, the only replica, as the leader.
+func (p *localStore) describe(info *wire.PartitionInfo) {
+	info.Leader, info.LeaderAddr = p.node.cfg.NodeID, p.node.cfg.ClientAddr
+}
+
+func (p *localStore) forwardTo(int) (replica.NodeID, bool) { return 0, false }
+
+func (p *localStore) collect(chan<- prometheus.Metric, string, string) {}
+
+// mayCoordinate: a single node runs every group of its topics.
+func (p *localStore) mayCoordinate() error { return nil }
+
+// recover opens the log, starts a new epoch and rebuilds the kernel state
+// (dedup table) from the retained log.
+func (p *localStore) recover() error {
+	cfg := &p.node.cfg
+	if p.log != nil {
+		p.log.Close()
+		p.log = nil
+	}
+	lg, err := storage.Open(cfg.Env.FS, p.dir, storage.Options{
+		SegmentBytesMax: cfg.SegmentBytesMax,
+		RetentionBytes:  p.topic.cfg.RetentionBytes,
+		RetentionAgeMs:  p.topic.cfg.RetentionMs,
+		RecordBytesMax:  cfg.RecordBytesMax + 64<<10,
+	})
+	if err != nil {
+		return fmt.Errorf("partition %s/%d: open log: %w", p.topic.cfg.Name, p.id, err)
+	}
+	p.reportRecovery(lg)
+	epoch, err := p.bumpEpoch(lg.LastEpoch())
+	if err != nil {
+		lg.Close()
+		return err
+	}
+	st := partition.NewState(cfg.Dedup, epoch, lg.NextSeq())
+	err = replayLog(lg, func(e storage.Entry) error {
+		if !cfg.Mutations.SkipDedupRebuild {
+			st.Replay(e.Seq, e.Epoch, e.Record.ProducerID, e.Record.ProducerSeq)
+		}
+		return nil
+	})
+	if err != nil {
+		lg.Close()
+		return fmt.Errorf("partition %s/%d: %w", p.topic.cfg.Name, p.id, err)
+	}
+	p.noteDamage(lg.Damage())
+	st.ReplayDone(lg.StartSeq() > 1)
+	p.log, p.state, p.failure = lg, st, nil
+	p.readLog.Store(lg)
+	p.epoch.Store(epoch)
+	p.startSeq.Store(lg.StartSeq())
+	p.commitSeq.Store(st.CommitSeq())
+	return nil
+}
+
+// replayLog calls apply for every readable entry of lg, in order, until
+// apply fails. It steps over gaps and damaged ranges (lg.Damage() lists
+// the latter afterwards); damage that recovery could not see (a sealed
+// segment trusted through its index) is found by verifying the sealed
+// segments, once, and then stepped over too.
+func replayLog(lg *storage.Log, apply func(storage.Entry) error) error {
+	verified := false
+	for from := lg.StartSeq(); from < lg.NextSeq(); {
+		entries, err := lg.Read(from, 4096, 16<<20)
+		var damaged *storage.CorruptError
+		var gap *storage.GapError
+		switch {
+		case errors.As(err, &damaged):
+			from = damaged.Damage.LastSeq + 1
+			continue
+		case errors.As(err, &gap):
+			from = gap.Next
+			continue
+		case errors.Is(err, storage.ErrCorrupt) && !verified:
+			verified = true
+			for next := lg.StartSeq(); ; {
+				if next, _, _, err = lg.Verify(next, math.MaxInt64); err != nil || next == 0 {
+					break
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("verify: %w", err)
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("replay from %d: %w", from, err)
+		}
+		for _, e := range entries {
+			if err := apply(e); err != nil {
+				return err
+			}
+		}
+		from = entries[len(entries)-1].Seq + 1
+	}
+	return nil
+}
+
+// reportRecovery logs what opening the log cut off.
+func (p *localStore) reportRecovery(lg *storage.Log) {
+	if t, ok := lg.TornTail(); ok {
+		p.node.log.Warn("torn tail truncated", "topic", p.topic.cfg.Name, "partition", p.id,
+			"file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes)
+	}
+}
+
+// noteDamage marks the partition corrupt when ds is not empty, logging
+// each damaged range once.
+func (p *localStore) noteDamage(ds []storage.Damage) {
+	for _, d := range ds {
+		p.node.log.Error("partition data corrupt; publishes refused until `nereus repair`", "topic", p.topic.cfg.Name,
+			"partition", p.id, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes,
+			"first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)
+	}
+	if len(ds) > 0 && p.damage.Load() == nil {
+		p.damage.Store(&ds[0])
+	}
+}
+
+// corruptError is the DATA_CORRUPT answer of a damaged partition, or nil.
+func (p *localStore) corruptError() *wire.Error {
+	d := p.damage.Load()
+	if d == nil {
+		return nil
+	}
+	return wire.Errorf(wire.CodeDataCorrupt, "partition %s/%d is damaged at seqs %d-%d (%s offset %d); it refuses publishes until repaired",
+		p.topic.cfg.Name, p.id, d.FirstSeq, d.LastSeq, d.Segment, d.Offset)
+}
+
+// bumpEpoch starts a new reign: one past both the persisted epoch and the
+// last epoch in the log, persisted before any record is written under it.
+func (p *localStore) bumpEpoch(logEpoch uint64) (uint64, error) {
+	fsys := p.node.cfg.Env.FS
+	file := path.Join(p.dir, "epoch")
+	var stored uint64
+	b, err := storage.ReadFileAtomic(fsys, file)
+	switch {
+	case err == nil:
+		stored, err = strconv.ParseUint(string(b), 10, 64)
+		if err != nil {
+			err = fmt.Errorf("%w: %w", storage.ErrCorrupt, err)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		err = nil
+	}
+	if errors.Is(err, storage.ErrCorrupt) {
+		// The epoch is a lower bound for the next reign; without it the
+		// partition takes no writes (so no record can carry a reused
+		// epoch) until a repair removes the file: logEpoch+1 is then safe,
+		// since a reign that wrote no record left no trace.
+		p.noteDamage([]storage.Damage{{Segment: file, Cause: err.Error()}})
+		return logEpoch + 1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("partition %s/%d: read epoch: %w", p.topic.cfg.Name, p.id, err)
+	}
+	epoch := max(stored, logEpoch) + 1
+	if err := storage.WriteFileAtomic(fsys, file, []byte(strconv.FormatUint(epoch, 10))); err != nil {
+		return 0, fmt.Errorf("partition %s/%d: persist epoch: %w", p.topic.cfg.Name, p.id, err)
+	}
+	return epoch, nil
+}
+
+// commitBatch is the unpipelined path (manual mode): append, fsync, answer.
+func (p *localStore) commitBatch(batch []*pubReq) {
+	ps := p.appendBatch(batch)
+	if ps == nil {
+		if p.failure != nil {
+			p.recoverNow()
+		}
+		return
+	}
+	if err := p.syncLog(p.log); err != nil {
+		p.failPending(err, ps)
+		p.recoverNow()
+		return
+	}
+	p.answer([]*pendingSync{ps})
+}
+
+// failPending answers the given batches with STORAGE_ERROR and marks the
+// partition for recovery: after a failed write or fsync the file's state is
+// unknown, so the partition recovers from what is on disk (as after a
+// crash) instead of retrying the fsync.
+func (p *localStore) failPending(cause error, pending ...*pendingSync) {
+	p.node.logRepeatedError(p.subject(), "partition write failed; recovering", "topic", p.topic.cfg.Name, "partition", p.id, "err", cause)
+	werr := wire.Errorf(wire.CodeStorage, "write not durable: %v", cause)
+	for _, ps := range pending {
+		for _, a := range ps.news {
+			a.req.reply(wire.PubOK{}, werr)
+		}
+	}
+	if p.failure == nil {
+		p.failure = cause
+	}
+}
+
+// recoverNow reopens the log and rebuilds the kernel from it. Duplicates
+// waiting for a pending seq are answered with an error (their producers
+// retry). Records that did reach the disk may become visible; the retries
+// then get them back as duplicates, never twice. No fsync may be running.
+func (p *localStore) recoverNow() {
+	p.failWaiters(wire.Errorf(wire.CodeStorage, "write not durable: %v", p.failure))
+	if err := p.recover(); err != nil {
+		p.failure = err
+		p.node.logRepeatedError(p.subject(), "partition recovery failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		return
+	}
+	p.topic.notifyGroups()
+}
+
+// failWaiters answers every duplicate waiting for a pending seq with werr.
+func (p *localStore) failWaiters(werr *wire.Error) {
+	for seq, ws := range p.waiters {
+		for _, w := range ws {
+			w.reply(wire.PubOK{}, werr)
+		}
+		delete(p.waiters, seq)
+	}
+}
+
+func (p *localStore) applyRetention() {
+	if p.failure != nil {
+		return
+	}
+	deleted, err := p.log.ApplyRetention(p.node.nowMs())
+	if err != nil {
+		p.node.log.Error("retention failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		return
+	}
+	if deleted > 0 {
+		p.startSeq.Store(p.log.StartSeq())
+		p.node.log.Info("retention deleted segments", "topic", p.topic.cfg.Name, "partition", p.id,
+			"segments", deleted, "start_seq", p.log.StartSeq())
+		p.topic.notifyGroups()
+	}
+}
