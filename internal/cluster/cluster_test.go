@@ -304,10 +304,15 @@ func TestDeclareOnAFollowerReachesEveryMember(t *testing.T) {
 	if len(placement) != 4 {
 		t.Fatalf("placement %v: want 4 partitions", placement)
 	}
+	leads := map[uint32]int{}
 	for p, group := range placement {
 		if len(group) != 3 || len(slices.Compact(slices.Sorted(slices.Values(group)))) != 3 {
 			t.Fatalf("partition %d placed on %v: want 3 distinct nodes", p, group)
 		}
+		leads[group[0]]++
+	}
+	if len(leads) != 3 {
+		t.Fatalf("the first replicas (preferred leaders) of 4 partitions fall on %v: want every node", leads)
 	}
 	for i, h := range tc.hosts {
 		if !slices.EqualFunc(h.started["orders"], placement, slices.Equal) {
@@ -318,16 +323,11 @@ func TestDeclareOnAFollowerReachesEveryMember(t *testing.T) {
 			t.Fatalf("n%d: persisted metadata lacks orders (err %v)", i+1, err)
 		}
 	}
-	// Every partition's replica group elects a leader among its members.
-	tc.runUntil(5*time.Second, "a leader for each partition", func() bool {
-		for p := range placement {
-			led := false
-			for _, c := range tc.nodes {
-				if v, ok := c.Replica("orders", uint32(p)); ok && v.Status.Role == replica.Leader {
-					led = true
-				}
-			}
-			if !led {
+	// Every partition's replica group elects its first replica, which
+	// campaigns first: the leaders spread over the nodes.
+	tc.runUntil(5*time.Second, "each partition led by its first replica", func() bool {
+		for p, group := range placement {
+			if v, ok := tc.nodes[group[0]-1].Replica("orders", uint32(p)); !ok || v.Status.Role != replica.Leader {
 				return false
 			}
 		}

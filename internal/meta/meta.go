@@ -92,22 +92,22 @@ func conflict(c wire.TopicConfig) error {
 		c.Name, c.Partitions, c.Replicas, c.Ack, c.RetentionMs, c.RetentionBytes)
 }
 
-// place spreads each partition's replicas over consecutive nodes, starting
-// where the replicas of earlier topics left off, so that groups (and the
-// leaders their first replica tends to become) spread evenly.
+// place puts partition p's replicas on R consecutive nodes starting at
+// node (base+p) mod N, base counting the partitions of earlier topics. The
+// first replica — the partition's preferred leader, the member that
+// campaigns first — thus rotates over the nodes, and the replicas with
+// it, even when R = N (stepping by R per partition would put every
+// partition's first replica on one node then).
 func (s *State) place(tc wire.TopicConfig, nodes int) [][]uint32 {
-	start := 0
+	base := 0
 	for _, t := range s.Topics {
-		for _, g := range t.Placement {
-			start += len(g)
-		}
+		base += len(t.Placement)
 	}
 	out := make([][]uint32, tc.Partitions)
 	for p := range out {
-		for i := 0; i < int(tc.Replicas); i++ {
-			out[p] = append(out[p], uint32((start+p+i)%nodes)+1)
+		for i := range int(tc.Replicas) {
+			out[p] = append(out[p], uint32((base+p+i)%nodes)+1)
 		}
-		start += int(tc.Replicas) - 1
 	}
 	return out
 }

@@ -78,33 +78,42 @@ func TestDecideApplyIdempotentAndConflict(t *testing.T) {
 	}
 }
 
-// Placement gives each partition R distinct nodes and spreads the groups
-// evenly over the cluster.
+// Placement gives each partition R distinct nodes and spreads both the
+// replicas and the first replicas (the preferred leaders) evenly over the
+// cluster, for every replication factor up to the cluster's size.
 func TestPlacementIsDistinctAndSpread(t *testing.T) {
-	s := New()
-	load := map[uint32]int{}
-	for i, name := range []string{"a", "b", "c", "d", "e"} {
-		cmd, _, err := s.Decide(wire.TopicConfig{Name: name, Partitions: 4, Replicas: 3}, 5)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for p, g := range cmd.Placement {
-			seen := map[uint32]bool{}
-			for _, n := range g {
-				if n < 1 || n > 5 || seen[n] {
-					t.Fatalf("%s/%d placement %v", name, p, g)
+	for _, c := range []struct{ nodes, replicas int }{{1, 1}, {3, 1}, {3, 3}, {5, 1}, {5, 3}, {5, 5}} {
+		s := New()
+		load, leads := map[uint32]int{}, map[uint32]int{}
+		for i, name := range []string{"a", "b", "c", "d", "e"} {
+			cmd, _, err := s.Decide(wire.TopicConfig{Name: name, Partitions: 4, Replicas: uint8(c.replicas)}, c.nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for p, g := range cmd.Placement {
+				seen := map[uint32]bool{}
+				for _, n := range g {
+					if n < 1 || n > uint32(c.nodes) || seen[n] {
+						t.Fatalf("%d nodes: %s/%d placement %v", c.nodes, name, p, g)
+					}
+					seen[n] = true
+					load[n]++
 				}
-				seen[n] = true
-				load[n]++
+				leads[g[0]]++
+			}
+			if _, err := s.Apply(uint64(i+1), mustJSON(t, cmd)); err != nil {
+				t.Fatal(err)
 			}
 		}
-		if _, err := s.Apply(uint64(i+1), mustJSON(t, cmd)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for n := uint32(1); n <= 5; n++ {
-		if load[n] != 12 { // 5 topics × 4 partitions × 3 replicas / 5 nodes
-			t.Fatalf("node %d holds %d replicas: %v", n, load[n], load)
+		// 5 topics × 4 partitions: every node leads and holds its share,
+		// within one partition's worth.
+		for n := uint32(1); n <= uint32(c.nodes); n++ {
+			if l := leads[n]; l < 20/c.nodes || l > (20+c.nodes-1)/c.nodes {
+				t.Fatalf("%d nodes, R=%d: node %d is first replica of %d of 20 partitions: %v", c.nodes, c.replicas, n, l, leads)
+			}
+			if l := load[n]; l < 20*c.replicas/c.nodes || l > (20*c.replicas+c.nodes-1)/c.nodes {
+				t.Fatalf("%d nodes, R=%d: node %d holds %d replicas: %v", c.nodes, c.replicas, n, l, load)
+			}
 		}
 	}
 }
