@@ -22,7 +22,26 @@ type Protocol struct {
 	remote string
 	subs   map[subKey]*node.Subscription
 	perms  perms // of the token HELLO presented
+	// declaring: a DECLARE is in progress and the frames after it wait in
+	// held, so that a pipelined DECLARE-then-PUB (or PULL) finds its
+	// topic. Only a Manual cluster node answers a DECLARE later than the
+	// call (production answers before DeclareAsync returns).
+	declaring bool
+	held      []heldFrame
+	// broken: a held frame, handled late, asked for the connection to
+	// close; the next Handle says so.
+	broken bool
 }
+
+type heldFrame struct {
+	corr uint64
+	f    wire.Frame
+	buf  *[]byte
+}
+
+// heldFramesMax bounds the frames a connection may pipeline behind a
+// DECLARE in progress.
+const heldFramesMax = 1024
 
 type subKey struct{ topic, group string }
 
@@ -78,6 +97,10 @@ func (p *Protocol) ReadFailed(corr uint64, err error) bool {
 
 // Close ends the connection's subscriptions (their deliveries are released).
 func (p *Protocol) Close() {
+	for _, h := range p.held {
+		releaseReadBuf(h.buf)
+	}
+	p.held = nil
 	for _, sub := range p.subs {
 		sub.Close()
 	}
@@ -113,6 +136,19 @@ func (p *Protocol) Handle(corr uint64, f wire.Frame) bool { return p.handle(corr
 // handle is Handle for a frame read into the pooled buffer buf (nil: not
 // pooled), which it releases once the frame's bytes are no longer needed.
 func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
+	if p.broken {
+		releaseReadBuf(buf)
+		return false
+	}
+	if p.declaring {
+		if len(p.held) >= heldFramesMax {
+			releaseReadBuf(buf)
+			p.sendErr(corr, wire.Errorf(wire.CodeBadFrame, "more than %d requests pipelined behind a DECLARE in progress", heldFramesMax))
+			return false
+		}
+		p.held = append(p.held, heldFrame{corr, f, buf})
+		return true
+	}
 	if err := p.authorize(f); err != nil {
 		releaseReadBuf(buf)
 		p.sendErr(corr, err)
@@ -127,12 +163,15 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 	n := p.srv.node
 	switch f := f.(type) {
 	case *wire.Declare:
+		p.declaring = true
 		n.DeclareAsync(f.Topic, func(created bool, err error) {
 			if err != nil {
 				p.sendErr(corr, err)
-				return
+			} else {
+				p.send(corr, &wire.DeclareOK{Topic: f.Topic, Created: created})
 			}
-			p.send(corr, &wire.DeclareOK{Topic: f.Topic, Created: created})
+			p.declaring = false
+			p.handleHeld()
 		})
 	case *wire.Metadata:
 		for _, name := range f.Topics {
@@ -158,6 +197,19 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 		return false
 	}
 	return true
+}
+
+// handleHeld handles the frames that waited for a DECLARE, in order, until
+// another DECLARE makes the rest wait again.
+func (p *Protocol) handleHeld() {
+	for len(p.held) > 0 && !p.declaring && !p.broken {
+		h := p.held[0]
+		p.held[0] = heldFrame{}
+		p.held = p.held[1:]
+		if !p.handle(h.corr, h.f, h.buf) {
+			p.broken = true
+		}
+	}
 }
 
 // publish hands a PUB to the node. Its key, value and headers alias buf,
