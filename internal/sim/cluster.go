@@ -6,7 +6,6 @@ import (
 	"io"
 	"path"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/acklog"
@@ -16,7 +15,6 @@ import (
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
-	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -64,44 +62,6 @@ type ClusterRetention struct {
 	// needs (node.ClusterConfig.Reservation).
 	ReservationMs int64
 }
-
-// ClusterFaults selects the faults a cluster run injects.
-type ClusterFaults struct {
-	Crash     bool // kill -9 of one node: its unsynced writes lost, the last maybe torn
-	PowerLoss bool // every node loses its unsynced writes at once
-	KillPoint bool // kill -9 of one node just before a chosen disk write or fsync
-	Partition bool // a node cut off from its peers, both ways or one way
-	Network   bool // peer frames dropped and duplicated for a while
-	Fsync     bool // bursts of failing fsyncs on one node
-	Clients   bool // client connections broken
-	Clock     bool // one node's clock jumps forward or back
-	Pause     bool // one node stops (SIGSTOP, a VM pause) and resumes where it was
-	// BitFlip flips a bit in a partition segment of the last node only —
-	// a damaged minority, which must cost no acknowledged record.
-	BitFlip bool
-}
-
-// ClusterFaultNames lists the names ParseClusterFaults accepts.
-var ClusterFaultNames = []string{"crash", "powerloss", "killpoint", "partition", "network", "fsync", "clients", "clock", "pause", "bitflip"}
-
-// AllClusterFaults enables every cluster fault.
-var AllClusterFaults = ClusterFaults{Crash: true, PowerLoss: true, KillPoint: true, Partition: true, Network: true, Fsync: true, Clients: true,
-	Clock: true, Pause: true, BitFlip: true}
-
-// ParseClusterFaults reads "all", "none" or a comma-separated list of
-// ClusterFaultNames.
-func ParseClusterFaults(list string) (ClusterFaults, error) {
-	var f ClusterFaults
-	all := AllClusterFaults
-	return f, parseFaultList(list, ClusterFaultNames, f.flags(), all.flags())
-}
-
-// flags are f's switches in the order of ClusterFaultNames.
-func (f *ClusterFaults) flags() []*bool {
-	return []*bool{&f.Crash, &f.PowerLoss, &f.KillPoint, &f.Partition, &f.Network, &f.Fsync, &f.Clients, &f.Clock, &f.Pause, &f.BitFlip}
-}
-
-func (f ClusterFaults) String() string { return faultListString(ClusterFaultNames, f.flags()) }
 
 func (o *ClusterOptions) setDefaults() {
 	if o.Nodes == 0 {
@@ -266,142 +226,6 @@ func (s *sim) runPhases() Result {
 		r.Restarts += max(b.started-1, 0)
 	}
 	return r
-}
-
-// injectClusterFault applies one randomly chosen enabled fault, then
-// schedules the next. Faults stop when the run heals.
-func (s *sim) injectClusterFault() {
-	if s.healed {
-		return
-	}
-	defer s.w.after(s.w.between(50, 400), s.injectClusterFault)
-	s.faultsInjected++
-	f := s.clusterFaults
-	var kinds []func()
-	add := func(on bool, weight int, fn func()) {
-		for i := 0; on && i < weight; i++ {
-			kinds = append(kinds, fn)
-		}
-	}
-	n := s.nodes[s.w.rng.IntN(len(s.nodes))]
-	add(f.Crash, 3, n.crash)
-	add(f.PowerLoss, 1, s.powerLoss)
-	add(f.KillPoint, 2, func() { s.armNodeKillPoint(n) })
-	add(f.Partition, 3, func() { s.partitionNode(n) })
-	add(f.Network, 2, s.flakyNetwork)
-	add(f.Fsync, 2, func() { s.nodeFsyncBurst(n) })
-	add(f.Clients, 2, s.disconnectClient)
-	add(f.Clock, 2, func() { s.nodeClockJump(n) })
-	add(f.Pause, 2, func() { s.pauseNode(n) })
-	add(f.BitFlip, 1, func() { s.flipMinorityBit(s.nodes[len(s.nodes)-1]) })
-	kinds[s.w.rng.IntN(len(kinds))]()
-}
-
-// powerLoss crashes every node at once: each loses its unsynced writes
-// (the fault that, coordinated, loses acknowledged writes in brokers that
-// acknowledge before fsync).
-func (s *sim) powerLoss() {
-	s.w.tracef("fault power loss: every node")
-	for _, b := range s.nodes {
-		if b.up {
-			b.crashNow()
-		}
-	}
-}
-
-func (s *sim) armNodeKillPoint(b *broker) {
-	op := []vfs.Op{vfs.OpWrite, vfs.OpSync}[s.w.rng.IntN(2)]
-	prefix := []string{"topics/", "meta/"}[s.w.rng.IntN(2)]
-	s.w.tracef("fault %s: arm kill -9 before next %s under %s", b.id, op, prefix)
-	b.killOnDisk = func(o vfs.Op, name string) bool { return o == op && strings.HasPrefix(name, prefix) }
-}
-
-// partitionNode cuts a node off from its peers (both ways, or only what
-// it sends, or only what it hears) for a while. Its clients still reach
-// it.
-func (s *sim) partitionNode(b *broker) {
-	id := uint32(slices.Index(s.nodes, b) + 1)
-	from, to := true, true
-	switch s.w.rng.IntN(3) {
-	case 1:
-		to = false // it is heard by no one
-	case 2:
-		from = false // it hears no one
-	}
-	s.w.tracef("fault partition %s (sends lost %v, receives lost %v)", b.id, from, to)
-	s.net.setCut(id, from, to)
-	s.w.after(s.w.between(200, 2000), func() {
-		if !s.healed {
-			s.net.setCut(id, false, false)
-			s.w.tracef("heal partition %s", b.id)
-		}
-	})
-}
-
-func (s *sim) flakyNetwork() {
-	s.net.dropP, s.net.dupP, s.net.delayP = 0.2, 0.1, 0.05
-	s.w.tracef("fault peer network drops 20%%, duplicates 10%%, delays 5%% by 50-600 ms")
-	s.w.after(s.w.between(100, 1000), func() {
-		s.net.dropP, s.net.dupP, s.net.delayP = 0, 0, 0
-		s.w.tracef("peer network healthy")
-	})
-}
-
-func (s *sim) nodeFsyncBurst(b *broker) {
-	b.fsyncErrorP = 0.3
-	s.w.tracef("fault %s fsync errors", b.id)
-	s.w.after(s.w.between(50, 400), func() { b.fsyncErrorP = 0 })
-}
-
-// nodeClockJump moves one node's clock forward (its timers fire early,
-// elections start) or back (no ticks until it catches up) by up to 3 s.
-func (s *sim) nodeClockJump(b *broker) {
-	d := s.w.between(-3000, 3000)
-	b.skewMs += d
-	s.w.tracef("fault %s clock jumps %+dms (skew %dms)", b.id, d, b.skewMs)
-}
-
-// pauseNode stops a node for 100 ms to 2 s: nothing it is sent is handled,
-// none of its timers fire, it takes no step; then it resumes where it was
-// (its peers may have moved on).
-func (s *sim) pauseNode(b *broker) {
-	if !b.up || b.paused() {
-		return
-	}
-	b.pausedUntil = s.w.nowMs + s.w.between(100, 2000)
-	s.w.tracef("fault %s pauses until %d", b.id, b.pausedUntil-epochMs)
-}
-
-// flipMinorityBit flips one bit of a partition segment on node b's disk
-// (current and durable content: media damage). Only ever one node is hit,
-// so the damage stays on a minority of every replica group.
-func (s *sim) flipMinorityBit(b *broker) {
-	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
-	dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
-	names, err := b.fs.List(dir)
-	if err != nil {
-		return
-	}
-	names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })
-	if len(names) == 0 {
-		return
-	}
-	file := path.Join(dir, names[s.w.rng.IntN(len(names))])
-	size, err := b.fs.Stat(file)
-	if err != nil || size == 0 {
-		return
-	}
-	off := s.w.rng.Int64N(size)
-	if err := b.fs.FlipBit(file, off, uint(s.w.rng.IntN(8))); err == nil {
-		s.flipped[b.id] = true
-		s.w.tracef("fault %s bit flip %s@%d", b.id, strings.TrimPrefix(file, dataDir+"/"), off)
-	}
-}
-
-// heal ends every network fault.
-func (n *peerNet) heal() {
-	clear(n.cut)
-	n.dropP, n.dupP = 0, 0
 }
 
 // observeReplication checks, after every event, what each node says of

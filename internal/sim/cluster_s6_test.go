@@ -148,7 +148,13 @@ func tailChasingEscalates(seed uint64) (s6Stage, error) {
 		v, _ := leader.node.Replica(simTopic, p)
 		st.epoch = v.Status.Hard.Promised
 		lid = uint32(slices.Index(sc.nodes, leader) + 1)
+		// C is a follower that does not coordinate the groups (lead
+		// partition 0): the coordinator reads partition 2 from its own
+		// replica, so a starved coordinator also holds back delivery.
 		cid = lid%3 + 1
+		if coord := sc.leaderOf(0); coord == sc.nodes[cid-1] {
+			cid = cid%3 + 1
+		}
 		chaser = sc.nodes[cid-1]
 		st.leader, st.chaser, st.slowAtMs = leader.id, chaser.id, sc.w.nowMs-epochMs
 		sc.w.tracef("scenario: %s's link to %s carries partition %d's frames at %d bytes/ms", leader.id, chaser.id, p, linkBytesPerMs)

@@ -127,7 +127,7 @@ func TestClusterMutationsAreCaught(t *testing.T) {
 			node.Mutations{Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}}, []string{VisibleImpliesQuorumFlushed}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			expectCaught(t, 20, c.want, func(seed uint64) *Violation {
+			expectCaught(t, 40, c.want, func(seed uint64) *Violation {
 				return RunCluster(ClusterOptions{Seed: seed, Faults: AllClusterFaults, Mutations: c.m}).Violation
 			})
 		})
