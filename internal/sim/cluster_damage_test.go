@@ -109,3 +109,107 @@ func coordinatorReadDamage(t *testing.T, seed uint64, m node.Mutations) (why str
 	t.Logf("seed %d: %s's copy of partition %d seqs %d-%d flipped; it rebuilt them; %d acked, %d deliveries", seed, coord.id, p, first, last, r.Acked, r.Deliveries)
 	return ""
 }
+
+// TestApplierDamageIsRebuiltAtNodeLevel (scripted; the bug of regression
+// seed 8): a sync_all topic whose logs roll 1 KiB segments. Partition 1's
+// leader is killed -9 and restarted; right after it opened its log (which
+// verified it), a bit flips in a committed record of a sealed segment.
+// Its applier then reads the committed records back from the log (a
+// restarted member's entry cache is empty) and meets the damage: the
+// member must drop the range and be made whole from a healthy replica (it
+// reports Rebuilding). An applier that only retried the read would hold
+// that replica's applied position — and, on a sync_all leader, every
+// PUB_OK — for good.
+func TestApplierDamageIsRebuiltAtNodeLevel(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		if why := applierDamage(t, seed); why != "" {
+			t.Fatalf("seed %d: %s", seed, why)
+		}
+	}
+}
+
+func applierDamage(t *testing.T, seed uint64) (why string) {
+	const p = 1
+	s := newClusterSim(ClusterOptions{Seed: seed, MessagesPerProducer: 400, Steps: 200_000, SyncAll: true,
+		Retention: ClusterRetention{SegmentBytesMax: 1024}})
+	var victim *broker
+	var flippedSeq uint64
+	var flippedAt, rebuiltAt int64
+	var watch func()
+	watch = func() {
+		if victim.up {
+			if v, ok := victim.node.Replica(simTopic, p); ok && v.Status.Rebuilding {
+				rebuiltAt = s.w.nowMs
+				return
+			}
+		}
+		s.w.after(1, watch)
+	}
+	restart := func() {
+		victim.stopRestarts = false
+		victim.start()
+		if !victim.up {
+			t.Fatalf("seed %d: %s did not restart", seed, victim.id)
+		}
+		dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
+		names, _ := victim.fs.List(dir)
+		names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })
+		slices.Sort(names)
+		file := path.Join(dir, names[len(names)-3]) // sealed
+		durable, err := victim.fs.DurableBytes(file)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		g := s.ghosts[p]
+		for seq := g.CommittedLen(); seq > 0 && flippedSeq == 0; seq-- {
+			e, ok := g.Committed(seq)
+			if at := bytes.LastIndex(durable, []byte(e.Value)); ok && e.Value != "" && at >= 0 {
+				s.flipped[victim.id] = true // as flipMinorityBit: the checker counts a damaged disk's holdings
+				if err := victim.fs.FlipBit(file, int64(at), 0); err != nil {
+					t.Fatalf("seed %d: flip seq %d: %v", seed, seq, err)
+				}
+				flippedSeq, flippedAt = seq, s.w.nowMs
+			}
+		}
+		s.w.tracef("scenario: %s restarted; flip a bit of committed seq %d in its sealed %s", victim.id, flippedSeq, strings.TrimPrefix(file, dataDir+"/"))
+		watch()
+	}
+	var stage func()
+	stage = func() {
+		if s.healed {
+			return
+		}
+		names, _ := victim.fs.List(path.Join(dataDir, "topics", simTopic, fmt.Sprint(p)))
+		if len(slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })) < 4 {
+			s.w.after(1, stage)
+			return
+		}
+		s.w.tracef("scenario: kill -9 %s", victim.id)
+		victim.stopRestarts = true // restarted by the scenario
+		victim.crash()
+		s.w.after(50, restart)
+	}
+	s.w.after(400, func() {
+		if victim = s.leaderOf(p); victim != nil {
+			stage()
+		}
+	})
+	r := s.runPhases()
+	if r.Violation != nil {
+		return fmt.Sprintf("%v\ntrace tail:\n%v", r.Violation, r.Tail)
+	}
+	if victim == nil || flippedSeq == 0 {
+		t.Fatalf("seed %d: the scenario never staged", seed)
+	}
+	// The applier meets the damage once the leader's commit reaches the
+	// restarted member: about 430 ms later on these seeds. Without its
+	// report the range is dropped only at the run's final restart (2.6 s
+	// later on seed 1), when opening the log finds it.
+	if rebuiltAt == 0 || rebuiltAt-flippedAt > 1500 {
+		return fmt.Sprintf("%s did not drop and rebuild the damaged range at seq %d within 1.5 s (flipped at %d ms, Rebuilding at %d ms)",
+			victim.id, flippedSeq, flippedAt-epochMs, rebuiltAt-epochMs)
+	}
+	t.Logf("seed %d: %s restarted and its sealed copy of partition %d seq %d flipped; its applier found it and it was Rebuilding %d ms later; %d acked",
+		seed, victim.id, p, flippedSeq, rebuiltAt-flippedAt, r.Acked)
+	return ""
+}
