@@ -3,13 +3,25 @@ package sim
 import (
 	"bytes"
 	"fmt"
-	"path"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/nereus-broker/nereus/internal/node"
 )
+
+// flipValue flips a bit of value's last copy in file on node b (media
+// damage: current and durable content) and marks b damaged for the
+// checker, as flipMinorityBit does. It reports false when the file's
+// durable content does not hold value.
+func flipValue(s *sim, b *broker, file string, value []byte) bool {
+	durable, err := b.fs.DurableBytes(file)
+	at := bytes.LastIndex(durable, value)
+	if err != nil || len(value) == 0 || at < 0 {
+		return false
+	}
+	s.flipped[b.id] = true // the checker counts a damaged disk's holdings
+	return b.fs.FlipBit(file, int64(at), 0) == nil
+}
 
 // TestCoordinatorReadDamageIsRebuiltAtNodeLevel (scripted; the bug of soak
 // seeds 30078 and 30161): while the cluster runs, bits flip in the
@@ -57,26 +69,14 @@ func coordinatorReadDamage(t *testing.T, seed uint64, m node.Mutations) (why str
 			s.w.after(1, stage)
 			return
 		}
-		dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
-		names, _ := coord.fs.List(dir)
-		names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })
-		slices.Sort(names)
-		file := path.Join(dir, names[len(names)-1])
-		durable, err := coord.fs.DurableBytes(file)
-		if err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
-		}
+		files := segmentFiles(coord.fs, p)
+		file := files[len(files)-1]
 		// Flip a bit in the value of each of the last 20 synced, committed
 		// records still in the active segment.
 		for seq := v.Synced; seq > v.Synced-20; seq-- {
 			e, ok := s.ghosts[p].Committed(seq)
-			at := bytes.LastIndex(durable, []byte(e.Value))
-			if !ok || at < 0 {
+			if !ok || !flipValue(s, coord, file, []byte(e.Value)) {
 				break
-			}
-			s.flipped[coord.id] = true // as flipMinorityBit: the checker counts a damaged disk's holdings
-			if err := coord.fs.FlipBit(file, int64(at), 0); err != nil {
-				t.Fatalf("seed %d: flip seq %d: %v", seed, seq, err)
 			}
 			first = seq
 			if last == 0 {
@@ -151,23 +151,11 @@ func applierDamage(t *testing.T, seed uint64) (why string) {
 		if !victim.up {
 			t.Fatalf("seed %d: %s did not restart", seed, victim.id)
 		}
-		dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
-		names, _ := victim.fs.List(dir)
-		names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })
-		slices.Sort(names)
-		file := path.Join(dir, names[len(names)-3]) // sealed
-		durable, err := victim.fs.DurableBytes(file)
-		if err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
-		}
+		files := segmentFiles(victim.fs, p)
+		file := files[len(files)-3] // sealed
 		g := s.ghosts[p]
 		for seq := g.CommittedLen(); seq > 0 && flippedSeq == 0; seq-- {
-			e, ok := g.Committed(seq)
-			if at := bytes.LastIndex(durable, []byte(e.Value)); ok && e.Value != "" && at >= 0 {
-				s.flipped[victim.id] = true // as flipMinorityBit: the checker counts a damaged disk's holdings
-				if err := victim.fs.FlipBit(file, int64(at), 0); err != nil {
-					t.Fatalf("seed %d: flip seq %d: %v", seed, seq, err)
-				}
+			if e, ok := g.Committed(seq); ok && flipValue(s, victim, file, []byte(e.Value)) {
 				flippedSeq, flippedAt = seq, s.w.nowMs
 			}
 		}
@@ -179,8 +167,7 @@ func applierDamage(t *testing.T, seed uint64) (why string) {
 		if s.healed {
 			return
 		}
-		names, _ := victim.fs.List(path.Join(dataDir, "topics", simTopic, fmt.Sprint(p)))
-		if len(slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })) < 4 {
+		if len(segmentFiles(victim.fs, p)) < 4 {
 			s.w.after(1, stage)
 			return
 		}

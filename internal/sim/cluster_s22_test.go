@@ -1,9 +1,7 @@
 package sim
 
 import (
-	"bytes"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -75,19 +73,12 @@ func uncertainGrant(t *testing.T, seed uint64, m node.Mutations) (r Result, why 
 			return
 		}
 		lost, laggingLast = dv.Synced, lv.Status.Last
-		dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
-		names, _ := damaged.fs.List(dir)
-		names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })
-		slices.Sort(names)
-		file := path.Join(dir, names[len(names)-1])
 		// Flip a bit of seq lost's value, in the last batch on disk (the
 		// log may have zero-filled space after it).
-		durable, err := damaged.fs.DurableBytes(file)
-		e, ok := s.ghosts[p].Committed(lost)
-		at := bytes.LastIndex(durable, []byte(e.Value))
-		s.flipped[damaged.id] = true // as flipMinorityBit: the checker counts a damaged disk's holdings
-		if err != nil || !ok || at < 0 || damaged.fs.FlipBit(file, int64(at), 0) != nil {
-			t.Fatalf("seed %d: flip seq %d's value %q in %s: %v", seed, lost, e.Value, file, err)
+		files := segmentFiles(damaged.fs, p)
+		file := files[len(files)-1]
+		if e, ok := s.ghosts[p].Committed(lost); !ok || !flipValue(s, damaged, file, []byte(e.Value)) {
+			t.Fatalf("seed %d: flip seq %d's value in %s", seed, lost, file)
 		}
 		damaged.crash()
 		var restarted func()

@@ -199,16 +199,11 @@ func (s *sim) pauseNode(b *broker) {
 // so the damage stays on a minority of every replica group.
 func (s *sim) flipMinorityBit(b *broker) {
 	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
-	dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
-	names, err := b.fs.List(dir)
-	if err != nil {
+	files := segmentFiles(b.fs, p)
+	if len(files) == 0 {
 		return
 	}
-	names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })
-	if len(names) == 0 {
-		return
-	}
-	file := path.Join(dir, names[s.w.rng.IntN(len(names))])
+	file := files[s.w.rng.IntN(len(files))]
 	size, err := b.fs.Stat(file)
 	if err != nil || size == 0 {
 		return
@@ -224,4 +219,21 @@ func (s *sim) flipMinorityBit(b *broker) {
 func (n *peerNet) heal() {
 	clear(n.cut)
 	n.dropP, n.dupP = 0, 0
+}
+
+// segmentFiles lists the paths of partition p's log segments on fs, in
+// seq order (none when it cannot list them).
+func segmentFiles(fs *vfs.MemFS, p uint32) []string {
+	dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil
+	}
+	var files []string
+	for _, n := range names {
+		if strings.HasSuffix(n, ".log") {
+			files = append(files, path.Join(dir, n))
+		}
+	}
+	return files
 }

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 
@@ -491,16 +490,11 @@ func (s *sim) clockJump() {
 // corrupt record never is.
 func (s *sim) flipBit() {
 	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
-	dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
-	names, err := s.b.fs.List(dir)
-	if err != nil {
+	files := segmentFiles(s.b.fs, p)
+	if len(files) == 0 {
 		return
 	}
-	names = slices.DeleteFunc(names, func(n string) bool { return !strings.HasSuffix(n, ".log") })
-	if len(names) == 0 {
-		return
-	}
-	file := path.Join(dir, names[s.w.rng.IntN(len(names))])
+	file := files[s.w.rng.IntN(len(files))]
 	size, err := s.b.fs.Stat(file)
 	if err != nil || size == 0 {
 		return
