@@ -63,3 +63,37 @@ func TestPipelinedDeclareThenPublishAtNodeLevel(t *testing.T) {
 		t.Logf("n%d: %v", i+1, cl.answers)
 	}
 }
+
+// TestTooManyFramesBehindADeclareCloseTheConnection: the frames a
+// connection pipelines behind a DECLARE in progress are bounded. The node
+// is cut off from its peers so the DECLARE cannot finish; of 1,025 PINGs
+// behind it the first 1,024 wait (none is answered) and the next closes
+// the connection (its BAD_FRAME answer is lost with it in the simulator).
+func TestTooManyFramesBehindADeclareCloseTheConnection(t *testing.T) {
+	s := newClusterSim(ClusterOptions{Seed: 1, MessagesPerProducer: 50})
+	cl := &pipeliner{}
+	var c *conn
+	openAtHeal := true
+	s.w.after(300, func() {
+		s.net.setCut(2, true, true)
+		c = s.nodes[1].dial(cl, false)
+		c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: cl.name()})
+		c.send(1, &wire.Declare{Topic: wire.TopicConfig{Name: "flood", Partitions: 1, Replicas: 3}})
+		for i := range 1025 {
+			c.send(uint64(2+i), &wire.Ping{})
+		}
+		s.w.after(500, func() {
+			openAtHeal = c.open // the DECLARE is still waiting for the metadata log
+			s.net.setCut(2, false, false)
+		})
+	})
+	if r := s.runPhases(); r.Violation != nil {
+		t.Fatalf("%v\ntrace tail:\n%v", r.Violation, r.Tail)
+	}
+	if c == nil || openAtHeal {
+		t.Fatal("the connection stayed open with 1,025 frames behind a DECLARE")
+	}
+	if len(cl.answers) != 0 {
+		t.Fatalf("%d frames were answered (first %q); want none: all waited behind the DECLARE", len(cl.answers), cl.answers[0])
+	}
+}
