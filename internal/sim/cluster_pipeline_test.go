@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,5 +96,36 @@ func TestTooManyFramesBehindADeclareCloseTheConnection(t *testing.T) {
 	}
 	if len(cl.answers) != 0 {
 		t.Fatalf("%d frames were answered (first %q); want none: all waited behind the DECLARE", len(cl.answers), cl.answers[0])
+	}
+}
+
+// TestAHeldFrameThatBreaksTheProtocolClosesTheConnection: a frame held
+// behind a DECLARE that turns out to be a protocol error (a second HELLO)
+// is answered BAD_FRAME when its turn comes; nothing after it is handled,
+// and the connection closes at its next frame.
+func TestAHeldFrameThatBreaksTheProtocolClosesTheConnection(t *testing.T) {
+	s := newClusterSim(ClusterOptions{Seed: 1, MessagesPerProducer: 200})
+	cl := &pipeliner{}
+	var c *conn
+	openAfter := true
+	s.w.after(300, func() {
+		c = s.nodes[1].dial(cl, false)
+		hello := &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: cl.name()}
+		c.send(0, hello)
+		c.send(1, &wire.Declare{Topic: wire.TopicConfig{Name: "broken", Partitions: 1, Replicas: 3}})
+		c.send(2, hello)
+		c.send(3, &wire.Ping{})
+		s.w.after(400, func() { c.send(4, &wire.Ping{}) })
+		s.w.after(500, func() { openAfter = c.open })
+	})
+	if r := s.runPhases(); r.Violation != nil {
+		t.Fatalf("%v\ntrace tail:\n%v", r.Violation, r.Tail)
+	}
+	want := []string{"1:DECLARE_OK", "2:ERR BAD_FRAME HELLO after the handshake"}
+	if !slices.Equal(cl.answers, want) {
+		t.Fatalf("answers %q; want %q (nothing after the broken frame)", cl.answers, want)
+	}
+	if openAfter {
+		t.Fatal("the connection stayed open after a held frame broke the protocol")
 	}
 }
