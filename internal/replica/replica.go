@@ -224,6 +224,29 @@ func (r *Replica) epochAt(seq uint64) uint64 {
 
 func (r *Replica) lastEpoch() uint64 { return r.epochAt(r.last) }
 
+// mismatchHint is a follower's answer to an Append whose prev (seq, epoch)
+// it does not hold: the seq the leader should try as prev next. A log too
+// short gives its end. An entry of another epoch at prev gives the seq
+// before that epoch's run here: the leader's entries may match only a
+// prefix of the run, which it then sends again (already held, skipped).
+// Stepping back one seq per round trip over a long divergent tail (a
+// deposed leader's uncommitted appends) took hundreds of round trips —
+// with every rejection answered by a new Append, long enough for the
+// Appends in flight to multiply without end (soak seed 300399). Only the
+// leader's next Append changes: a follower still accepts only an Append
+// whose prev it holds.
+func (r *Replica) mismatchHint(prev uint64) uint64 {
+	if prev > r.last {
+		return r.last
+	}
+	hint := prev - 1
+	i := sort.Search(len(r.epochs), func(i int) bool { return r.epochs[i].StartSeq > prev })
+	if i > 0 && r.epochs[i-1].StartSeq > 0 {
+		hint = min(hint, r.epochs[i-1].StartSeq-1)
+	}
+	return hint
+}
+
 // lineageAtLeast compares lineages by (last epoch, last seq): a longer log
 // of an older epoch is not better than a shorter one of a newer epoch.
 func lineageAtLeast(epochA, seqA, epochB, seqB uint64) bool {
@@ -394,7 +417,7 @@ func (r *Replica) stepAppend(m Message) {
 		m.PrevSeq, m.PrevEpoch = m.Entries[0].Seq-1, r.epochAt(m.Entries[0].Seq-1)
 	}
 	if m.PrevSeq > r.last || r.epochAt(m.PrevSeq) != m.PrevEpoch {
-		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, Reject: RejectMismatch, HintSeq: min(r.last, m.PrevSeq-1)})
+		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, Reject: RejectMismatch, HintSeq: r.mismatchHint(m.PrevSeq)})
 		return
 	}
 	for i, e := range m.Entries {

@@ -521,7 +521,7 @@ func TestS15UncommittedTailIsNeverReportedCommitted(t *testing.T) {
 		duplicated := false
 		c.quietTick()
 		c.pump(func(msg Message) bool {
-			if duplicated || msg.To != 1 || msg.From != 3 || msg.Reject != RejectMismatch || msg.HintSeq != 3 {
+			if duplicated || msg.To != 1 || msg.From != 3 || msg.Reject != RejectMismatch {
 				return false
 			}
 			duplicated = true
@@ -1451,4 +1451,54 @@ func (c *cluster) restartAll() {
 		c.crash(id)
 		c.start(id)
 	}
+}
+
+// TestLongDivergentTailConvergesInAFewRoundTrips: a deposed leader that
+// appended 300 entries alone rejoins under a newer leader whose log has
+// grown longer. Its rejection
+// points the leader before its whole divergent epoch run, so it is made
+// whole within a few round trips instead of one per divergent entry (soak
+// seed 300399: stepping back one seq per rejection, with every rejection
+// answered by a new Append, never converged under load).
+func TestLongDivergentTailConvergesInAFewRoundTrips(t *testing.T) {
+	c := newClusterWith(t, 3, SyncQuorum, nil)
+	c.elect(1)
+	c.propose(1, "a")
+	c.drop = func(m Message) bool { return m.From == 1 || m.To == 1 }
+	for i := range 300 {
+		if _, _, err := c.rs[1].Propose(fmt.Appendf(nil, "alone-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		c.flush(1)
+	}
+	if !c.promote(2) {
+		t.Fatal("n2 did not win")
+	}
+	// The new leader's log grows past n1's, so its first Append to n1
+	// lands beyond n1's end and the search starts at n1's last seq.
+	for i := range 400 {
+		c.propose(2, fmt.Sprintf("b-%d", i))
+	}
+	c.propose(2, "b")
+	c.drop = nil
+	rejects := 0
+	for round := 0; round < 50 && !c.holds(1, "b"); round++ {
+		c.quietTick()
+		c.pump(func(m Message) bool {
+			if m.From == 1 && m.Reject == RejectMismatch {
+				rejects++
+			}
+			return false
+		})
+	}
+	if !c.holds(1, "b") {
+		t.Fatalf("n1 never caught up: %d rejections; n1 %d entries", rejects, len(c.stores[1].log))
+	}
+	if rejects > 3 {
+		t.Fatalf("n1 caught up after %d rejections; want at most 3 for one divergent epoch run", rejects)
+	}
+	if c.holds(1, "alone-0") {
+		t.Fatal("n1 kept its divergent tail")
+	}
+	t.Logf("n1 made whole after %d rejection(s)", rejects)
 }
