@@ -206,6 +206,14 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// one holder of a visible entry (VisibleImpliesQuorumFlushed). A
 		// node's views are recorded as it dies now.
 		{Seed: 110367, Faults: AllClusterFaults},
+		// (final soak, rotated placements) A deposed leader's 404
+		// uncommitted entries: the follower's rejections stepped the new
+		// leader back one seq per round trip while every rejection
+		// started another Append, and catch-up livelocked (Liveness after
+		// 420,001 events). A rejection points before the follower's whole
+		// divergent epoch run now (replica
+		// TestLongDivergentTailConvergesInAFewRoundTrips).
+		{Seed: 300399, Faults: AllClusterFaults},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
