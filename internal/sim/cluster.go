@@ -319,12 +319,15 @@ func (s *sim) observePartition(ni int, b *broker, p wire.PartitionInfo) {
 // are). A node that is down holds what it had synced as it died (a crash
 // keeps synced writes; recordViews).
 func (s *sim) holds(b *broker, p uint32, seq, epoch uint64) bool {
-	if s.flipped[b.id] {
-		// A damaged disk may have dropped a range it held when the entry
-		// became visible (and rebuilds it): counted, not checked.
-		return true
-	}
+	// A damaged disk may have dropped a range it held when the entry
+	// became visible (and rebuilds it): counted, not checked.
 	v, ok := s.replicaViews[replicaKey{b.id, p}]
+	return s.flipped[b.id] || viewHolds(v, ok, seq, epoch)
+}
+
+// viewHolds reports whether a member seen as v (ok: seen at all) durably
+// holds the entry (seq, epoch).
+func viewHolds(v node.ReplicaView, ok bool, seq, epoch uint64) bool {
 	switch {
 	case !ok:
 		return false
@@ -425,17 +428,7 @@ func (s *sim) observeMetaCommits(ni int, b *broker) {
 // holdsMeta is holds for node b's metadata member.
 func (s *sim) holdsMeta(b *broker, seq, epoch uint64) bool {
 	v, ok := s.metaViews[b.id]
-	switch {
-	case s.flipped[b.id]:
-		return true // see holds
-	case !ok:
-		return false
-	case seq <= v.Status.SnapSeq:
-		return true
-	case seq > v.Synced:
-		return false
-	}
-	return epochOf(v.Status, seq) == epoch
+	return s.flipped[b.id] || viewHolds(v, ok, seq, epoch) // see holds
 }
 
 // durablePromise is the promise a node's member of a partition holds in
