@@ -57,6 +57,7 @@ it prints the action trace that leads to it and exits non-zero.`,
 			return nil
 		},
 	}
+	cmd.AddCommand(newCheckGroupsCmd())
 	f := cmd.Flags()
 	f.IntVar(&cfg.Replicas, "replicas", 3, "replicas in the group")
 	f.StringVar(&policy, "policy", "quorum", "ack policy: quorum or all")

@@ -220,3 +220,27 @@ func TestCheckNewDimensions(t *testing.T) {
 		}
 	}
 }
+
+// `check groups` explores the group kernel; a mutation fails with a
+// counterexample.
+func TestCheckGroups(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		root := newRootCmd()
+		addExtraCommands(root)
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(append([]string{"check", "groups", "--partitions", "1", "--nodes", "1"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	if out, err := run(); err != nil || !strings.Contains(out, "complete=true") {
+		t.Fatalf("check groups: %v\n%s", err, out)
+	}
+	out, err := run("--mutation", "stale-ack-accepted")
+	if err == nil || !strings.Contains(out, "VIOLATION AckFromCurrentOwner") {
+		t.Fatalf("the stale-ack mutation passed: %v\n%s", err, out)
+	}
+	if _, err := run("--mutation", "nonsense"); err == nil {
+		t.Fatal("an unknown mutation was accepted")
+	}
+}

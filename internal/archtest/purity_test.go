@@ -20,6 +20,7 @@ var kernels = []string{
 	"github.com/nereus-broker/nereus/internal/invariant",
 	"github.com/nereus-broker/nereus/internal/replica",
 	"github.com/nereus-broker/nereus/internal/meta",
+	"github.com/nereus-broker/nereus/internal/group",
 }
 
 // vocabulary may be imported by kernels: the protocol's types, codes and

@@ -144,8 +144,8 @@ func (cfg *Config) crash(s *state, i, kept int) {
 // settle follows a step that left a node silently holding a Ready with
 // every way it can end: its fsync (and whatever follows), or a crash
 // after each prefix of its writes.
-func (cfg *Config) settle(out []step, action string, t *state, err string) []step {
-	var crashes []step
+func (cfg *Config) settle(out []rstep, action string, t *state, err string) []rstep {
+	var crashes []rstep
 	for err == "" {
 		i := slices.IndexFunc(t.nodes, func(n node) bool { return n.silent })
 		if i < 0 {
@@ -158,14 +158,14 @@ func (cfg *Config) settle(out []step, action string, t *state, err string) []ste
 			c.used[budgetCrashes]++
 			name := cfg.crashName(&c.nodes[i], i, kept)
 			cfg.crash(c, i, kept)
-			crashes = append(crashes, step{action: action + "; " + name, next: c})
+			crashes = append(crashes, rstep{action: action + "; " + name, next: c})
 		}
 		err = cfg.fsync(t, i)
 	}
 	// The fsync first, the crashes after it: a bounded depth-first search
 	// then tries crashes at every Ready near its frontier (with the
 	// crashes first, the first one took the budget for the whole run).
-	return append(append(out, step{action: action, next: t, err: err}), crashes...)
+	return append(append(out, rstep{action: action, next: t, err: err}), crashes...)
 }
 
 // compact replaces node i's log up to its RetainFloor (floor) with a
@@ -193,8 +193,8 @@ func (cfg *Config) compact(s *state, i int, floor uint64) string {
 }
 
 // successors applies every enabled action to s.
-func (cfg *Config) successors(s *state) []step {
-	var out []step
+func (cfg *Config) successors(s *state) []rstep {
+	var out []rstep
 	add := func(action string, budget int, apply func(t *state) string) {
 		if budget >= 0 && s.used[budget] >= cfg.budget(budget) {
 			return

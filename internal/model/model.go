@@ -321,12 +321,6 @@ func ghostEntry(e replica.Entry) invariant.Entry {
 	return invariant.Entry{Epoch: e.Epoch, Value: string(e.Data)}
 }
 
-type step struct {
-	action string
-	next   *state
-	err    string
-}
-
 // initial is the state every exploration starts from: empty logs, no
 // promise, nothing in flight.
 func (cfg *Config) initial() *state {
@@ -352,50 +346,16 @@ func Check(cfg Config) Result {
 	if cfg.StatesMax == 0 {
 		cfg.StatesMax = 500_000
 	}
-	init := cfg.initial()
-	res := Result{Complete: true}
-	visited := map[[16]byte]struct{}{init.key(): {}}
-	type frame struct {
-		s     *state
-		steps []step
-		next  int
-		via   string
-	}
-	stack := []*frame{{s: init, steps: cfg.successors(init)}}
-	for len(stack) > 0 {
-		f := stack[len(stack)-1]
-		if f.next >= len(f.steps) {
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		st := f.steps[f.next]
-		f.next++
-		if st.err != "" {
-			res.Violation = st.err
-			for _, fr := range stack[1:] {
-				res.Trace = append(res.Trace, fr.via)
-			}
-			res.Trace = append(res.Trace, st.action)
-			res.States = len(visited)
-			return res
-		}
-		k := st.next.key()
-		if _, seen := visited[k]; seen {
-			continue
-		}
-		visited[k] = struct{}{}
-		res.count(st.next)
-		if len(visited) >= cfg.StatesMax {
-			res.Complete = false
-			break
-		}
-		if len(st.next.net) > cfg.NetworkMax || len(stack) >= cfg.DepthMax {
-			res.Pruned++
-			continue
-		}
-		stack = append(stack, &frame{s: st.next, steps: cfg.successors(st.next), via: st.action})
-	}
-	res.States = len(visited)
+	res := Result{}
+	o := search[*state]{
+		successors: cfg.successors,
+		key:        (*state).key,
+		visit:      res.count,
+		bounded:    func(s *state) bool { return len(s.net) > cfg.NetworkMax },
+		depthMax:   cfg.DepthMax,
+		statesMax:  cfg.StatesMax,
+	}.run(cfg.initial())
+	res.States, res.Pruned, res.Complete, res.Violation, res.Trace = o.states, o.pruned, o.complete, o.violation, o.trace
 	return res
 }
 

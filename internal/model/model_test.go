@@ -146,7 +146,7 @@ func walk(t *testing.T, cfg Config, actions ...string) *state {
 	s := cfg.initial()
 	for _, a := range actions {
 		steps := cfg.successors(s)
-		i := slices.IndexFunc(steps, func(st step) bool { return matches(st.action, a) })
+		i := slices.IndexFunc(steps, func(st rstep) bool { return matches(st.action, a) })
 		if i < 0 {
 			names := make([]string, len(steps))
 			for j, st := range steps {

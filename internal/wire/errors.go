@@ -29,6 +29,10 @@ const (
 	CodeUnavailable       Code = 15 // shutting down or overloaded; retry elsewhere or later
 	CodeNotAuthenticated  Code = 16 // a request arrived before HELLO
 	CodeDataCorrupt       Code = 17 // the partition's data is damaged; it refuses writes until repaired
+	// CodeStaleAssignment: a consumer-group member pulled or acked a
+	// partition it does not hold at that assignment epoch (revoked,
+	// moved to another member, or the member was fenced).
+	CodeStaleAssignment Code = 18
 )
 
 var codeNames = map[Code]string{
@@ -50,6 +54,7 @@ var codeNames = map[Code]string{
 	CodeUnavailable:       "UNAVAILABLE",
 	CodeNotAuthenticated:  "NOT_AUTHENTICATED",
 	CodeDataCorrupt:       "DATA_CORRUPT",
+	CodeStaleAssignment:   "STALE_ASSIGNMENT",
 }
 
 func (c Code) String() string {
@@ -113,4 +118,5 @@ var (
 	ErrUnavailable       = &Error{Code: CodeUnavailable}
 	ErrNotAuthenticated  = &Error{Code: CodeNotAuthenticated}
 	ErrDataCorrupt       = &Error{Code: CodeDataCorrupt}
+	ErrStaleAssignment   = &Error{Code: CodeStaleAssignment}
 )

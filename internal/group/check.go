@@ -1,0 +1,97 @@
+package group
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/nereus-broker/nereus/internal/invariant"
+)
+
+// Check verifies the state's own invariants: every owner is a live member
+// subscribed to the partition's topic (ExclusiveDelivery's one owner per
+// partition and epoch), every partition of a subscribed topic has an
+// owner, an owner that is not the target is being revoked by a pending
+// notice of that owner (EventuallyOwned: the coordinator resends it or
+// fences the member, and the partition moves on), and every pending
+// notice is for a live member, a REVOKE only of what that member holds.
+func (g *State) Check(topics Topics) *invariant.Violation {
+	if g.Mode == Shared {
+		return nil
+	}
+	epochOwner := map[uint64]map[Partition]string{}
+	for _, p := range g.partitions(topics) {
+		o := g.Owners[p]
+		if o == nil {
+			if g.Target[p] != "" {
+				return invariant.Violated(invariant.EventuallyOwned, "group %s: %v has target %s but no owner and no notice", g.Name, p, g.Target[p])
+			}
+			continue
+		}
+		m := g.Members[o.Member]
+		if m == nil || !slices.Contains(m.Topics, p.Topic) {
+			return invariant.Violated(invariant.ExclusiveDelivery, "group %s: %v owned by %q, not a subscribed member", g.Name, p, o.Member)
+		}
+		if o.Epoch == 0 || o.Epoch > g.AssignmentEpoch {
+			return invariant.Violated(invariant.ExclusiveDelivery, "group %s: %v held at epoch %d (assignment epoch %d)", g.Name, p, o.Epoch, g.AssignmentEpoch)
+		}
+		if epochOwner[o.Epoch] == nil {
+			epochOwner[o.Epoch] = map[Partition]string{}
+		}
+		epochOwner[o.Epoch][p] = o.Member
+		if o.Member != g.Target[p] {
+			n := g.Notices[o.Revoking]
+			if n == nil || n.Kind != NoticeRevoke || n.Member != o.Member {
+				return invariant.Violated(invariant.EventuallyOwned, "group %s: %v held by %s, target %q, no REVOKE pending", g.Name, p, o.Member, g.Target[p])
+			}
+		}
+	}
+	for _, n := range g.Notices {
+		if g.Members[n.Member] == nil || g.Members[n.Member].Incarnation != n.Incarnation {
+			return invariant.Violated(invariant.EventuallyOwned, "group %s: notice #%d pending for a member that is gone", g.Name, n.ID)
+		}
+		for _, h := range n.Partitions {
+			if o := g.Owners[h.Partition]; n.Kind == NoticeRevoke && (o == nil || o.Member != n.Member || o.Revoking != n.ID || o.Epoch != h.Epoch) {
+				return invariant.Violated(invariant.ExclusiveDelivery, "group %s: REVOKE #%d of %v to %s, but the partition is %+v", g.Name, n.ID, h.Partition, n.Member, o)
+			}
+		}
+	}
+	return nil
+}
+
+// CheckRebalance verifies MinimalRebalance between the state before a
+// command and after it: when every member subscribes to the same topics,
+// the number of partitions whose target left a member still present must
+// equal MinimalMoves of what those members kept.
+func (g *State) CheckRebalance(before *State, topics Topics) *invariant.Violation {
+	if len(g.Members) == 0 {
+		return nil
+	}
+	var topicsOf []string
+	for _, id := range slices.Sorted(maps.Keys(g.Members)) {
+		t := g.Members[id].Topics
+		if topicsOf != nil && !slices.Equal(t, topicsOf) {
+			return nil // mixed subscriptions: Assign's balance property is tested on its own
+		}
+		topicsOf = t
+	}
+	parts := g.partitions(topics)
+	kept := map[string]int{}
+	moved := 0
+	for _, p := range parts {
+		was := before.Target[p]
+		if m, ok := g.Members[was]; ok && before.Members[was] != nil && m.Incarnation == before.Members[was].Incarnation {
+			kept[was]++
+			if g.Target[p] != was {
+				moved++
+			}
+		}
+	}
+	var ks []int
+	for id := range g.Members {
+		ks = append(ks, kept[id])
+	}
+	if want := MinimalMoves(ks, len(parts)); moved != want {
+		return invariant.Violated(invariant.MinimalRebalance, "group %s: %d partitions left members still present, %d had to", g.Name, moved, want)
+	}
+	return nil
+}

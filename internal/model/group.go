@@ -1,0 +1,534 @@
+package model
+
+// The consumer-group model: the real group kernel (internal/group) —
+// the metadata log's group commands, the coordinator's notices, the
+// partition leaders' PULL and ACK checks — with members that join,
+// leave, crash, are fenced while still running (slow), lose and
+// duplicate notices and CONTROL_ACKs, and partition leaders that apply
+// the metadata log at their own pace and change hosts. The metadata log
+// itself is one linear sequence here (its replication is the replica
+// model's business); a command is committed when its action runs.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/nereus-broker/nereus/internal/group"
+	"github.com/nereus-broker/nereus/internal/invariant"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// GroupConfig bounds a group exploration. Budgets limit how often an
+// action kind may occur along one path.
+type GroupConfig struct {
+	Members    int // member ids m1..mN, all subscribed to topic t
+	Partitions int // partitions of t
+	Messages   int // messages in each partition
+	Nodes      int // hosts of partition leaders, each applying the metadata log at its own pace
+	Joins      int // JOINs (a member's first, or a restart's)
+	Leaves     int // graceful LEAVEs (the member acks what it holds first)
+	Crashes    int // a member stops and forgets everything
+	// Fences: the coordinator fences a member — its session or rebalance
+	// timeout ran out. The member may be alive and merely slow: it keeps
+	// pulling and acking with what it holds until refused.
+	Fences     int
+	Moves      int // a partition's leadership moves to another node
+	Resends    int // the coordinator sends a pending notice again
+	Drops      int // notices or CONTROL_ACKs lost
+	Dups       int // notices or CONTROL_ACKs duplicated
+	NetworkMax int
+	DepthMax   int
+	StatesMax  int
+	Mutations  group.Mutations
+}
+
+// GroupResult is the outcome of a group exploration.
+type GroupResult struct {
+	States    int
+	Pruned    int
+	Complete  bool
+	Violation string
+	Trace     []string
+	// What the exploration reached (distinct states entered that way).
+	Deliveries   int // a partition leader delivered a message
+	Redeliveries int // a message delivered to a second member
+	Refused      int // a stale PULL or ACK was refused
+	Revokes      int // a member answered a REVOKE
+	ZombieFenced int // a member was fenced while it held deliveries
+}
+
+const (
+	gbJoins = iota
+	gbLeaves
+	gbCrashes
+	gbFences
+	gbMoves
+	gbResends
+	gbDrops
+	gbDups
+	gbudgets
+)
+
+func (c *GroupConfig) budget(i int) int {
+	return [gbudgets]int{c.Joins, c.Leaves, c.Crashes, c.Fences, c.Moves, c.Resends, c.Drops, c.Dups}[i]
+}
+
+type gmember struct {
+	up          bool   // joined and running (a fenced member still runs)
+	joinID      uint64 // its current incarnation's JOIN
+	incarnation uint64 // metadata seq of that JOIN (0: not joined)
+	// view: the partitions it holds, from its notices (the SDK's logic);
+	// inflight, per partition, the messages delivered to it and not yet
+	// acked (a bitmask).
+	view     *group.View
+	inflight []uint64
+}
+
+func (cfg *GroupConfig) newMember(incarnation uint64) gmember {
+	return gmember{incarnation: incarnation, view: group.NewView(), inflight: make([]uint64, cfg.Partitions)}
+}
+
+func (m gmember) clone() gmember {
+	m.view, m.inflight = m.view.Clone(), slices.Clone(m.inflight)
+	return m
+}
+
+func (m *gmember) epoch(p int) uint64 { return m.view.Epoch(gpart(p)) }
+
+// gmsg is a NOTICE to a member or a CONTROL_ACK to the coordinator.
+type gmsg struct {
+	member int
+	ack    bool // CONTROL_ACK of notice.ID from member
+	notice group.Notice
+}
+
+type gstate struct {
+	log      []group.Command
+	applied  []*group.State // applied[i]: the group after i commands (immutable, shared)
+	views    []int          // per node: commands applied
+	leader   []int          // per partition: the node leading it
+	fence    []uint64       // per partition: the highest epoch its log recorded a delivery under
+	acked    []uint64       // per partition: acked messages (a bitmask)
+	members  []gmember
+	net      []gmsg
+	sent     []uint64 // notices sent at least once
+	used     [gbudgets]int
+	ghost    *invariant.Consumers
+	lastJoin uint64
+	events   gevent
+}
+
+type gevent uint8
+
+const (
+	geDelivery gevent = 1 << iota
+	geRedelivery
+	geRefused
+	geRevoke
+	geZombieFenced
+)
+
+func (s *gstate) clone() *gstate {
+	c := *s
+	c.log, c.applied, c.views, c.leader = slices.Clone(s.log), slices.Clone(s.applied), slices.Clone(s.views), slices.Clone(s.leader)
+	c.fence, c.acked, c.net, c.sent = slices.Clone(s.fence), slices.Clone(s.acked), slices.Clone(s.net), slices.Clone(s.sent)
+	c.members = make([]gmember, len(s.members))
+	for i, m := range s.members {
+		c.members[i] = m.clone()
+	}
+	c.ghost = s.ghost.Clone()
+	c.events = 0
+	return &c
+}
+
+func (s *gstate) latest() *group.State { return s.applied[len(s.applied)-1] }
+
+func memberID(i int) string { return fmt.Sprintf("m%d", i+1) }
+
+func gpart(p int) group.Partition { return group.Partition{Topic: "t", Index: uint32(p)} }
+
+func (cfg *GroupConfig) topics(t string) int {
+	if t == "t" {
+		return cfg.Partitions
+	}
+	return 0
+}
+
+// commit appends a command to the metadata log and checks the group's
+// invariants on the result.
+func (cfg *GroupConfig) commit(s *gstate, c group.Command) string {
+	c.Group = "g"
+	before := s.latest()
+	next := before.Clone()
+	if _, err := next.Apply(uint64(len(s.log)+1), c, cfg.topics, cfg.Mutations); err != nil {
+		return err.Error()
+	}
+	s.log = append(s.log, c)
+	s.applied = append(s.applied, next)
+	if v := next.Check(cfg.topics); v != nil {
+		return v.Error()
+	}
+	if v := next.CheckRebalance(before, cfg.topics); v != nil {
+		return v.Error()
+	}
+	return ""
+}
+
+// current reports whether member i's incarnation is still a member in the
+// committed metadata (not fenced, not left).
+func (s *gstate) current(i int) bool {
+	m := s.latest().Members[memberID(i)]
+	return m != nil && s.members[i].incarnation != 0 && m.Incarnation == s.members[i].incarnation
+}
+
+// pull: member i pulls partition p from its leader.
+func (cfg *GroupConfig) pull(s *gstate, i, p int) (string, bool) {
+	m := &s.members[i]
+	view := s.applied[s.views[s.leader[p]]]
+	res, err := view.CheckPull(gpart(p), memberID(i), m.epoch(p), s.fence[p], cfg.Mutations)
+	if err != nil {
+		if e, ok := err.(*wire.Error); ok && e.Code == wire.CodeUnavailable {
+			return "", false // the leader has not applied the epoch yet: nothing happens
+		}
+		m.view.Drop(gpart(p)) // STALE_ASSIGNMENT: the member drops the partition
+		m.inflight[p] = 0
+		s.events |= geRefused
+		return "", true
+	}
+	if res != group.PullOK {
+		return "", false
+	}
+	msg := -1
+	for k := range cfg.Messages {
+		if s.acked[p]&(1<<k) == 0 && m.inflight[p]&(1<<k) == 0 {
+			msg = k
+			break
+		}
+	}
+	if msg < 0 {
+		return "", false
+	}
+	var holders []string
+	for j := range s.members {
+		if j != i && s.members[j].up && s.current(j) && s.members[j].inflight[p] != 0 {
+			holders = append(holders, memberID(j))
+		}
+		if s.members[j].inflight[p]&(1<<msg) != 0 {
+			s.events |= geRedelivery
+		}
+	}
+	if v := s.ghost.Delivered(gpart(p).String(), memberID(i), m.epoch(p), holders); v != nil {
+		return v.Error(), true
+	}
+	s.fence[p] = max(s.fence[p], m.epoch(p))
+	m.inflight[p] |= 1 << msg
+	s.events |= geDelivery
+	return "", true
+}
+
+// ack: member i acks its message k of partition p, held at epoch, at p's
+// leader.
+func (cfg *GroupConfig) ack(s *gstate, i, p, k int, epoch uint64) (string, bool) {
+	m := &s.members[i]
+	view := s.applied[s.views[s.leader[p]]]
+	err := view.CheckAck(gpart(p), memberID(i), epoch, s.fence[p], cfg.Mutations)
+	if err != nil {
+		if e, ok := err.(*wire.Error); ok && e.Code == wire.CodeUnavailable {
+			return "", false
+		}
+		m.inflight[p] &^= 1 << k // refused: the delivery is lost to this member
+		s.events |= geRefused
+		return "", true
+	}
+	if v := s.ghost.Acked(gpart(p).String(), memberID(i), epoch); v != nil {
+		return v.Error(), true
+	}
+	s.acked[p] |= 1 << k
+	m.inflight[p] &^= 1 << k
+	return "", true
+}
+
+// release acks everything member i holds of partition p at epoch (as a
+// member does on a REVOKE or before a LEAVE); the partition is no longer
+// in its view.
+func (cfg *GroupConfig) release(s *gstate, i, p int, epoch uint64) string {
+	m := &s.members[i]
+	for k := range cfg.Messages {
+		if m.inflight[p]&(1<<k) == 0 {
+			continue
+		}
+		if err, _ := cfg.ack(s, i, p, k, epoch); err != "" {
+			return err
+		}
+	}
+	m.inflight[p] = 0
+	return ""
+}
+
+// receive delivers a network message.
+func (cfg *GroupConfig) receive(s *gstate, msg gmsg) string {
+	if msg.ack {
+		return cfg.commit(s, group.Command{Op: group.OpControlAck, Member: memberID(msg.member), Notice: msg.notice.ID})
+	}
+	m := &s.members[msg.member]
+	if !m.up || m.incarnation != msg.notice.Incarnation {
+		return "" // for an incarnation that is gone
+	}
+	assigned, revoked := m.view.Notice(&msg.notice)
+	for _, h := range assigned {
+		m.inflight[h.Partition.Index] = 0
+	}
+	for _, h := range revoked {
+		s.events |= geRevoke
+		if err := cfg.release(s, msg.member, int(h.Partition.Index), h.Epoch); err != "" {
+			return err
+		}
+	}
+	s.net = append(s.net, gmsg{member: msg.member, ack: true, notice: group.Notice{ID: msg.notice.ID}})
+	return ""
+}
+
+type gstep = step[*gstate]
+
+func (cfg *GroupConfig) successors(s *gstate) []gstep {
+	var out []gstep
+	try := func(name string, budget int, f func(t *gstate) (string, bool)) {
+		if budget >= 0 && s.used[budget] >= cfg.budget(budget) {
+			return
+		}
+		t := s.clone()
+		if budget >= 0 {
+			t.used[budget]++
+		}
+		err, ok := f(t)
+		if ok || err != "" {
+			out = append(out, gstep{action: name, next: t, err: err})
+		}
+	}
+	for i := range s.members {
+		m := s.members[i]
+		try(fmt.Sprintf("%s joins", memberID(i)), gbJoins, func(t *gstate) (string, bool) {
+			if m.up && t.current(i) {
+				return "", false
+			}
+			t.lastJoin++
+			mm := &t.members[i]
+			*mm = cfg.newMember(uint64(len(t.log) + 1))
+			mm.up, mm.joinID = true, t.lastJoin
+			return cfg.commit(t, group.Command{Op: group.OpJoin, Member: memberID(i), Topics: []string{"t"}, JoinID: t.lastJoin}), true
+		})
+		if !m.up {
+			continue
+		}
+		try(fmt.Sprintf("%s leaves", memberID(i)), gbLeaves, func(t *gstate) (string, bool) {
+			if !t.current(i) {
+				return "", false
+			}
+			for _, h := range t.members[i].view.Held() {
+				if err := cfg.release(t, i, int(h.Partition.Index), h.Epoch); err != "" {
+					return err, true
+				}
+			}
+			t.members[i].up = false
+			return cfg.commit(t, group.Command{Op: group.OpLeave, Member: memberID(i), Incarnation: t.members[i].incarnation}), true
+		})
+		try(fmt.Sprintf("%s crashes", memberID(i)), gbCrashes, func(t *gstate) (string, bool) {
+			t.members[i] = cfg.newMember(t.members[i].incarnation)
+			return "", true
+		})
+		for p := range cfg.Partitions {
+			e := m.epoch(p)
+			if e != 0 {
+				try(fmt.Sprintf("%s pulls p%d at epoch %d", memberID(i), p, e), -1, func(t *gstate) (string, bool) { return cfg.pull(t, i, p) })
+			}
+			for k := range cfg.Messages {
+				if m.inflight[p]&(1<<k) != 0 {
+					try(fmt.Sprintf("%s acks p%d message %d at epoch %d", memberID(i), p, k, e), -1, func(t *gstate) (string, bool) { return cfg.ack(t, i, p, k, e) })
+				}
+			}
+		}
+	}
+	latest := s.latest()
+	for _, id := range slices.Sorted(maps.Keys(latest.Members)) {
+		mem := latest.Members[id]
+		try(fmt.Sprintf("coordinator fences %s", id), gbFences, func(t *gstate) (string, bool) {
+			var i int
+			fmt.Sscanf(id, "m%d", &i)
+			if t.members[i-1].up && t.members[i-1].incarnation == mem.Incarnation && slices.ContainsFunc(t.members[i-1].inflight, func(b uint64) bool { return b != 0 }) {
+				t.events |= geZombieFenced
+			}
+			return cfg.commit(t, group.Command{Op: group.OpFence, Member: id, Incarnation: mem.Incarnation}), true
+		})
+	}
+	for _, n := range latest.PendingNotices() {
+		budget := gbResends
+		if !slices.Contains(s.sent, n.ID) {
+			budget = -1
+		}
+		var i int
+		fmt.Sscanf(n.Member, "m%d", &i)
+		try(fmt.Sprintf("coordinator sends %v #%d to %s", n.Kind, n.ID, n.Member), budget, func(t *gstate) (string, bool) {
+			if !slices.Contains(t.sent, n.ID) {
+				t.sent = append(t.sent, n.ID)
+			}
+			t.net = append(t.net, gmsg{member: i - 1, notice: *n})
+			return "", true
+		})
+	}
+	for k, msg := range s.net {
+		name := fmt.Sprintf("%v #%d to m%d", msg.notice.Kind, msg.notice.ID, msg.member+1)
+		if msg.ack {
+			name = fmt.Sprintf("CONTROL_ACK #%d from m%d", msg.notice.ID, msg.member+1)
+		}
+		try("deliver "+name, -1, func(t *gstate) (string, bool) {
+			t.net = slices.Delete(t.net, k, k+1)
+			return cfg.receive(t, msg), true
+		})
+		try("drop "+name, gbDrops, func(t *gstate) (string, bool) {
+			t.net = slices.Delete(t.net, k, k+1)
+			return "", true
+		})
+		try("duplicate "+name, gbDups, func(t *gstate) (string, bool) {
+			t.net = append(t.net, msg)
+			return "", true
+		})
+	}
+	for n := range cfg.Nodes {
+		if s.views[n] < len(s.log) {
+			try(fmt.Sprintf("node %d applies metadata %d", n+1, s.views[n]+1), -1, func(t *gstate) (string, bool) {
+				t.views[n]++
+				return "", true
+			})
+		}
+	}
+	for p := range cfg.Partitions {
+		for n := range cfg.Nodes {
+			if n != s.leader[p] {
+				try(fmt.Sprintf("p%d's leadership moves to node %d", p, n+1), gbMoves, func(t *gstate) (string, bool) {
+					t.leader[p] = n
+					return "", true
+				})
+			}
+		}
+	}
+	return out
+}
+
+func (s *gstate) key() [16]byte {
+	var b []byte
+	for _, c := range s.log {
+		b = append(append(append(b, c.Op...), c.Member...), 0)
+		for _, x := range []uint64{c.JoinID, c.Incarnation, c.Notice} {
+			b = binary.AppendUvarint(b, x)
+		}
+	}
+	for _, xs := range [][]uint64{intsU(s.views), intsU(s.leader), s.fence, s.acked} {
+		for _, x := range xs {
+			b = binary.AppendUvarint(b, x)
+		}
+		b = append(b, 0)
+	}
+	for _, m := range s.members {
+		b = append(b, boolByte(m.up))
+		for _, x := range append([]uint64{m.joinID, m.incarnation}, m.inflight...) {
+			b = binary.AppendUvarint(b, x)
+		}
+		b = append(m.view.AppendKey(b), ';')
+	}
+	msgs := make([][]byte, len(s.net))
+	for i, m := range s.net {
+		msgs[i] = binary.AppendUvarint(binary.AppendUvarint([]byte{byte(m.member), boolByte(m.ack)}, m.notice.ID), m.notice.Incarnation)
+	}
+	slices.SortFunc(msgs, bytes.Compare)
+	for _, m := range msgs {
+		b = append(append(b, m...), ';')
+	}
+	sent := slices.Clone(s.sent)
+	slices.Sort(sent)
+	for _, x := range sent {
+		b = binary.AppendUvarint(b, x)
+	}
+	b = append(b, 0)
+	for _, x := range s.used {
+		b = binary.AppendUvarint(b, uint64(x))
+	}
+	b = binary.AppendUvarint(b, s.lastJoin)
+	b = s.ghost.AppendKey(b)
+	sum := sha256.Sum256(b)
+	var k [16]byte
+	copy(k[:], sum[:])
+	return k
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func intsU(xs []int) []uint64 {
+	out := make([]uint64, len(xs))
+	for i, x := range xs {
+		out[i] = uint64(x)
+	}
+	return out
+}
+
+// CheckGroup explores the group configuration depth-first and returns the
+// first violation with its trace, or the counts of a clean exploration.
+func CheckGroup(cfg GroupConfig) GroupResult {
+	if cfg.Members == 0 {
+		cfg.Members = 2
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 2
+	}
+	if cfg.Messages == 0 {
+		cfg.Messages = 1
+	}
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 2
+	}
+	if cfg.NetworkMax == 0 {
+		cfg.NetworkMax = 4
+	}
+	if cfg.DepthMax == 0 {
+		cfg.DepthMax = 40
+	}
+	if cfg.StatesMax == 0 {
+		cfg.StatesMax = 500_000
+	}
+	init := &gstate{applied: []*group.State{group.NewState("g", group.Exclusive)}, views: make([]int, cfg.Nodes),
+		leader: make([]int, cfg.Partitions), fence: make([]uint64, cfg.Partitions), acked: make([]uint64, cfg.Partitions),
+		members: make([]gmember, cfg.Members), ghost: invariant.NewConsumers()}
+	for i := range init.members {
+		init.members[i] = cfg.newMember(0)
+	}
+	res := GroupResult{}
+	o := search[*gstate]{
+		successors: cfg.successors,
+		key:        (*gstate).key,
+		visit:      func(s *gstate) { res.count(s.events) },
+		bounded:    func(s *gstate) bool { return len(s.net) > cfg.NetworkMax },
+		depthMax:   cfg.DepthMax,
+		statesMax:  cfg.StatesMax,
+	}.run(init)
+	res.States, res.Pruned, res.Complete, res.Violation, res.Trace = o.states, o.pruned, o.complete, o.violation, o.trace
+	return res
+}
+
+func (res *GroupResult) count(ev gevent) {
+	for _, c := range []struct {
+		ev gevent
+		n  *int
+	}{{geDelivery, &res.Deliveries}, {geRedelivery, &res.Redeliveries}, {geRefused, &res.Refused}, {geRevoke, &res.Revokes}, {geZombieFenced, &res.ZombieFenced}} {
+		if ev&c.ev != 0 {
+			*c.n++
+		}
+	}
+}

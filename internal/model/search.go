@@ -1,0 +1,79 @@
+package model
+
+// step is one action out of a state: the state it leads to, or the
+// invariant it broke.
+type step[S any] struct {
+	action string
+	next   S
+	err    string
+}
+
+// search is a depth-first exploration of a state space, shared by the
+// models: every state is hashed and visited once.
+type search[S any] struct {
+	successors func(S) []step[S]
+	key        func(S) [16]byte
+	// visit is called once per new state; bounded reports whether the
+	// state is past a bound (it is counted, not expanded).
+	visit     func(S)
+	bounded   func(S) bool
+	depthMax  int
+	statesMax int
+}
+
+// outcome is what a search found.
+type outcome struct {
+	states    int
+	pruned    int
+	complete  bool
+	violation string
+	trace     []string // actions from the initial state to the violation
+}
+
+func (x search[S]) run(init S) outcome {
+	out := outcome{complete: true}
+	visited := map[[16]byte]struct{}{x.key(init): {}}
+	type frame struct {
+		steps []step[S]
+		next  int
+		via   string
+	}
+	stack := []*frame{{steps: x.successors(init)}}
+	for len(stack) > 0 {
+		f := stack[len(stack)-1]
+		if f.next >= len(f.steps) {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		st := f.steps[f.next]
+		f.next++
+		if st.err != "" {
+			out.violation = st.err
+			for _, fr := range stack[1:] {
+				out.trace = append(out.trace, fr.via)
+			}
+			out.trace = append(out.trace, st.action)
+			break
+		}
+		k := x.key(st.next)
+		if _, seen := visited[k]; seen {
+			continue
+		}
+		visited[k] = struct{}{}
+		x.visit(st.next)
+		if len(visited) >= x.statesMax {
+			out.complete = false
+			break
+		}
+		if x.bounded(st.next) || len(stack) >= x.depthMax {
+			out.pruned++
+			continue
+		}
+		stack = append(stack, &frame{steps: x.successors(st.next), via: st.action})
+	}
+	out.states = len(visited)
+	return out
+}
+
+// rstep is a step of the replication model.
+type rstep = step[*state]
