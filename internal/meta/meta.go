@@ -10,8 +10,10 @@ package meta
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
+	"github.com/nereus-broker/nereus/internal/group"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -22,14 +24,23 @@ const MetaTopic = "__meta"
 // initial cluster hold it.
 const MembersMax = 5
 
+// The metadata log's operations.
+const (
+	OpDeclare     = "declare"
+	OpGroup       = "group"        // a consumer-group command (JOIN, LEAVE, fence, CONTROL_ACK)
+	OpGroupDelete = "group_delete" // remove a group without members
+)
+
 // Command is one entry of the metadata log.
 type Command struct {
-	// Op is "declare" (the only one today).
 	Op    string           `json:"op"`
 	Topic wire.TopicConfig `json:"topic"`
 	// Placement lists, per partition, the replica group's node numbers
 	// (1-based positions in the sorted initial cluster).
 	Placement [][]uint32 `json:"placement"`
+	// Group is the command of OpGroup; OpGroupDelete names its group in
+	// Group.Group.
+	Group *group.Command `json:"group,omitempty"`
 }
 
 // Topic is a declared topic and where its partitions live.
@@ -42,10 +53,12 @@ type Topic struct {
 type State struct {
 	Applied uint64           `json:"applied"` // last applied log seq
 	Topics  map[string]Topic `json:"topics"`
+	// Groups are the consumer groups with assignment (internal/group).
+	Groups map[string]*group.State `json:"groups,omitempty"`
 }
 
 // New returns an empty state.
-func New() *State { return &State{Topics: map[string]Topic{}} }
+func New() *State { return &State{Topics: map[string]Topic{}, Groups: map[string]*group.State{}} }
 
 // Normalize fills a DECLARE's defaults for a cluster of nodes members and
 // validates replication: Replicas 0 means 3 (1 when the cluster has fewer
@@ -84,7 +97,7 @@ func (s *State) Decide(tc wire.TopicConfig, nodes int) (cmd Command, exists bool
 		}
 		return Command{}, true, nil
 	}
-	return Command{Op: "declare", Topic: tc, Placement: s.place(tc, nodes)}, false, nil
+	return Command{Op: OpDeclare, Topic: tc, Placement: s.place(tc, nodes)}, false, nil
 }
 
 func conflict(c wire.TopicConfig) error {
@@ -125,7 +138,17 @@ func (s *State) Apply(seq uint64, data []byte) (created *Topic, err error) {
 	if err := json.Unmarshal(data, &cmd); err != nil {
 		return nil, fmt.Errorf("meta: entry %d: %w", seq, err)
 	}
-	if cmd.Op != "declare" {
+	if s.Groups == nil {
+		s.Groups = map[string]*group.State{} // a state saved before groups
+	}
+	switch cmd.Op {
+	case OpDeclare:
+	case OpGroup, OpGroupDelete:
+		if cmd.Group == nil {
+			return nil, fmt.Errorf("meta: entry %d: %s without a group command", seq, cmd.Op)
+		}
+		return nil, s.applyGroup(seq, cmd.Op, *cmd.Group)
+	default:
 		return nil, fmt.Errorf("meta: entry %d: unknown op %q", seq, cmd.Op)
 	}
 	if err := wire.ValidateName("topic", cmd.Topic.Name); err != nil {
@@ -139,7 +162,15 @@ func (s *State) Apply(seq uint64, data []byte) (created *Topic, err error) {
 	}
 	t := Topic{Config: cmd.Topic, Placement: cmd.Placement}
 	s.Topics[cmd.Topic.Name] = t
+	for _, name := range slices.Sorted(maps.Keys(s.Groups)) {
+		s.Groups[name].Rebalance(s.partitions, group.Mutations{}) // members waiting for this topic get it
+	}
 	return &t, nil
+}
+
+// partitions is the group kernel's view of the declared topics.
+func (s *State) partitions(topic string) int {
+	return int(s.Topics[topic].Config.Partitions)
 }
 
 // Sorted returns the topics by name.

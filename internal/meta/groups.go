@@ -1,0 +1,141 @@
+package meta
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/nereus-broker/nereus/internal/group"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Bounds and defaults of a JOIN.
+const (
+	SessionTimeoutMsDefault   = 10_000
+	RebalanceTimeoutMsDefault = 30_000
+	TimeoutMsMin              = 1_000
+	TimeoutMsMax              = 600_000
+	MemberIDBytesMax          = 200
+	JoinTopicsMax             = 64
+)
+
+// DecideGroup validates a group command on the metadata leader, fills a
+// JOIN's defaults, and returns the entry to propose. A JOIN in a mode
+// other than the group's, and a delete of a group with members, are
+// refused; so are names the topic rules refuse.
+func (s *State) DecideGroup(c group.Command) (Command, error) {
+	if err := wire.ValidateName("group", c.Group); err != nil {
+		return Command{}, err
+	}
+	g := s.Groups[c.Group]
+	switch c.Op {
+	case group.OpJoin:
+		if c.Member == "" || len(c.Member) > MemberIDBytesMax {
+			return Command{}, wire.Errorf(wire.CodeInvalidArgument, "member id must be 1-%d bytes", MemberIDBytesMax)
+		}
+		if len(c.Topics) == 0 || len(c.Topics) > JoinTopicsMax {
+			return Command{}, wire.Errorf(wire.CodeInvalidArgument, "a member subscribes to 1-%d topics, got %d", JoinTopicsMax, len(c.Topics))
+		}
+		for _, t := range c.Topics {
+			if err := wire.ValidateName("topic", t); err != nil {
+				return Command{}, err
+			}
+		}
+		if c.JoinID == 0 {
+			return Command{}, wire.Errorf(wire.CodeInvalidArgument, "join id 0 is reserved")
+		}
+		if c.Mode > group.Shared {
+			return Command{}, wire.Errorf(wire.CodeInvalidArgument, "unknown group mode %d", c.Mode)
+		}
+		if g != nil && g.Mode != c.Mode && len(g.Members) > 0 {
+			return Command{}, wire.Errorf(wire.CodeInvalidArgument, "group %s is %s, not %s", c.Group, g.Mode, c.Mode)
+		}
+		var err error
+		if c.SessionTimeoutMs, err = timeout("session", c.SessionTimeoutMs, SessionTimeoutMsDefault); err != nil {
+			return Command{}, err
+		}
+		if c.RebalanceTimeoutMs, err = timeout("rebalance", c.RebalanceTimeoutMs, RebalanceTimeoutMsDefault); err != nil {
+			return Command{}, err
+		}
+		return Command{Op: OpGroup, Group: &c}, nil
+	case group.OpLeave, group.OpFence, group.OpControlAck:
+		if g == nil {
+			return Command{}, wire.Errorf(wire.CodeNotFound, "group %s does not exist", c.Group)
+		}
+		return Command{Op: OpGroup, Group: &c}, nil
+	}
+	return Command{}, wire.Errorf(wire.CodeInvalidArgument, "unknown group operation %q", c.Op)
+}
+
+// DecideGroupDelete returns the entry deleting a group, refused while the
+// group has members.
+func (s *State) DecideGroupDelete(name string) (Command, error) {
+	g := s.Groups[name]
+	if g == nil {
+		return Command{}, wire.Errorf(wire.CodeNotFound, "group %s does not exist", name)
+	}
+	if len(g.Members) > 0 {
+		return Command{}, wire.Errorf(wire.CodeInvalidArgument, "group %s has %d member(s); they must leave first", name, len(g.Members))
+	}
+	return Command{Op: OpGroupDelete, Group: &group.Command{Group: name}}, nil
+}
+
+func timeout(what string, ms, def int64) (int64, error) {
+	if ms == 0 {
+		return def, nil
+	}
+	if ms < TimeoutMsMin || ms > TimeoutMsMax {
+		return 0, wire.Errorf(wire.CodeInvalidArgument, "%s timeout %d ms: want %d-%d", what, ms, TimeoutMsMin, TimeoutMsMax)
+	}
+	return ms, nil
+}
+
+// applyGroup applies a committed group entry. Entries decided against an
+// older state may no longer fit (a group deleted in between, a mode
+// changed): they change nothing.
+func (s *State) applyGroup(seq uint64, op string, c group.Command) error {
+	if err := wire.ValidateName("group", c.Group); err != nil {
+		return fmt.Errorf("meta: entry %d: %w", seq, err)
+	}
+	g := s.Groups[c.Group]
+	if op == OpGroupDelete {
+		if g != nil && len(g.Members) == 0 {
+			delete(s.Groups, c.Group)
+		}
+		return nil
+	}
+	if g == nil {
+		if c.Op != group.OpJoin {
+			return nil
+		}
+		g = group.NewState(c.Group, c.Mode)
+		s.Groups[c.Group] = g
+	}
+	if c.Op == group.OpJoin && g.Mode != c.Mode {
+		if len(g.Members) > 0 {
+			return nil // a raced JOIN in another mode: the first committed wins
+		}
+		g.Mode = c.Mode
+	}
+	if _, err := g.Apply(seq, c, s.partitions, group.Mutations{}); err != nil {
+		return fmt.Errorf("meta: entry %d: %w", seq, err)
+	}
+	return nil
+}
+
+// SortedGroups returns the groups by name.
+func (s *State) SortedGroups() []*group.State {
+	out := make([]*group.State, 0, len(s.Groups))
+	for _, g := range s.Groups {
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b *group.State) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}

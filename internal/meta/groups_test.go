@@ -1,0 +1,154 @@
+package meta
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/nereus-broker/nereus/internal/group"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// nodes applies the same entries to several states, as the nodes of a
+// cluster do, deciding on the first.
+type nodes struct {
+	t   *testing.T
+	all []*State
+	seq uint64
+}
+
+func (n *nodes) leader() *State { return n.all[0] }
+
+func (n *nodes) commit(c Command) {
+	n.t.Helper()
+	n.seq++
+	data := mustJSON(n.t, c)
+	for _, s := range n.all {
+		if _, err := s.Apply(n.seq, data); err != nil {
+			n.t.Fatalf("apply %s: %v", data, err)
+		}
+	}
+}
+
+func (n *nodes) group(c group.Command) {
+	n.t.Helper()
+	cmd, err := n.leader().DecideGroup(c)
+	if err != nil {
+		n.t.Fatalf("decide %+v: %v", c, err)
+	}
+	n.commit(cmd)
+}
+
+func (n *nodes) same() {
+	n.t.Helper()
+	a, _ := json.Marshal(n.all[0])
+	for _, s := range n.all[1:] {
+		if b, _ := json.Marshal(s); string(a) != string(b) {
+			n.t.Fatalf("nodes diverged:\n%s\n%s", a, b)
+		}
+	}
+}
+
+func TestGroupsThroughTheMetadataLog(t *testing.T) {
+	n := &nodes{t: t, all: []*State{New(), New()}}
+	join := group.Command{Op: group.OpJoin, Group: "billing", Member: "a", Topics: []string{"orders"}, JoinID: 1}
+	n.group(join)
+	g := n.leader().Groups["billing"]
+	if m := g.Members["a"]; m == nil || m.SessionTimeoutMs != SessionTimeoutMsDefault || m.RebalanceTimeoutMs != RebalanceTimeoutMsDefault {
+		t.Fatalf("member after JOIN: %+v", m)
+	}
+	if len(g.Owners) != 0 {
+		t.Fatalf("partitions of an undeclared topic assigned: %v", g.Owners)
+	}
+	// Declaring the topic assigns its partitions to the waiting member.
+	cmd, _, err := n.leader().Decide(wire.TopicConfig{Name: "orders", Partitions: 4, Replicas: 1}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.commit(cmd)
+	if got := len(n.leader().Groups["billing"].Assigned("a")); got != 4 {
+		t.Fatalf("a holds %d partitions after the declare, want 4", got)
+	}
+	n.group(join) // a retried JOIN
+	if n.leader().Groups["billing"].MembershipEpoch != 1 {
+		t.Fatal("a retried JOIN was applied again")
+	}
+	n.group(group.Command{Op: group.OpJoin, Group: "billing", Member: "b", Topics: []string{"orders"}, JoinID: 2})
+	if _, err := n.leader().DecideGroupDelete("billing"); err == nil {
+		t.Fatal("a group with members was deleted")
+	}
+	n.same()
+
+	// The state survives its JSON form (meta.json) and the nodes agree.
+	b, _ := json.Marshal(n.leader())
+	back := New()
+	if err := json.Unmarshal(b, back); err != nil {
+		t.Fatal(err)
+	}
+	n.all = append(n.all, back)
+	n.group(group.Command{Op: group.OpLeave, Group: "billing", Member: "a"})
+	n.group(group.Command{Op: group.OpLeave, Group: "billing", Member: "b"})
+	n.same()
+	del, err := n.leader().DecideGroupDelete("billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.commit(del)
+	if len(n.leader().Groups) != 0 {
+		t.Fatalf("groups after delete: %v", n.leader().Groups)
+	}
+	n.same()
+}
+
+func TestGroupCommandsAreValidated(t *testing.T) {
+	s := New()
+	ok := group.Command{Op: group.OpJoin, Group: "g", Member: "m", Topics: []string{"t"}, JoinID: 1}
+	for name, c := range map[string]func(*group.Command){
+		"reserved group":    func(c *group.Command) { c.Group = "__g" },
+		"empty member":      func(c *group.Command) { c.Member = "" },
+		"no topics":         func(c *group.Command) { c.Topics = nil },
+		"bad topic":         func(c *group.Command) { c.Topics = []string{".."} },
+		"join id 0":         func(c *group.Command) { c.JoinID = 0 },
+		"short session":     func(c *group.Command) { c.SessionTimeoutMs = 10 },
+		"endless rebalance": func(c *group.Command) { c.RebalanceTimeoutMs = TimeoutMsMax + 1 },
+		"unknown mode":      func(c *group.Command) { c.Mode = 7 },
+	} {
+		bad := ok
+		c(&bad)
+		var we *wire.Error
+		if _, err := s.DecideGroup(bad); !errors.As(err, &we) || we.Code != wire.CodeInvalidArgument {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	cmd, err := s.DecideGroup(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(1, mustJSON(t, cmd)); err != nil {
+		t.Fatal(err)
+	}
+	shared := ok
+	shared.Member, shared.Mode = "n", group.Shared
+	if _, err := s.DecideGroup(shared); err == nil {
+		t.Fatal("a shared JOIN of an exclusive group was accepted")
+	}
+	if _, err := s.DecideGroup(group.Command{Op: group.OpLeave, Group: "other", Member: "m"}); !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("leave of a missing group: %v", err)
+	}
+}
+
+// A meta.json written before groups existed loads and takes group entries.
+func TestStateWithoutGroupsLoads(t *testing.T) {
+	s := New()
+	if err := json.Unmarshal([]byte(`{"applied":3,"topics":{}}`), s); err != nil {
+		t.Fatal(err)
+	}
+	s.Groups = nil
+	cmd, err := New().DecideGroup(group.Command{Op: group.OpJoin, Group: "g", Member: "m", Topics: []string{"t"}, JoinID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(4, mustJSON(t, cmd)); err != nil || s.Groups["g"] == nil {
+		t.Fatalf("group entry on an old state: %v %v", err, s.Groups)
+	}
+}
