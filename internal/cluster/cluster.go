@@ -131,6 +131,7 @@ type Cluster struct {
 	declForwards map[uint64]*declareJob
 	declClosed   bool
 	deciding     *declareJob
+	groupJobs    []*groupJob // group commands proposed here (groups.go)
 	// pubForwards are the publishes forwarded to partition leaders
 	// (forward.go).
 	pubForwards forwardedPubs
@@ -260,6 +261,7 @@ func (c *Cluster) Step() bool {
 	before := c.applied()
 	c.applyCommittedMeta()
 	progress = c.startTopics() || progress || c.applied() != before
+	progress = c.stepGroupJobs() || progress
 	return c.stepDeclares() || progress
 }
 
@@ -424,6 +426,7 @@ func (c *Cluster) applyMeta() {
 		c.applyCommittedMeta()
 		c.startTopics()
 		c.stepDeclares()
+		c.stepGroupJobs()
 	}
 }
 

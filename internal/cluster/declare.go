@@ -296,11 +296,14 @@ func (c *Cluster) declareAnswered(f *wire.PeerDeclareOK) {
 // failDeclares answers every DECLARE in progress (the node is closing).
 func (c *Cluster) failDeclares() {
 	c.declMu.Lock()
-	jobs := c.declares
-	c.declares, c.declClosed = nil, true
+	jobs, gjobs := c.declares, c.groupJobs
+	c.declares, c.groupJobs, c.declClosed = nil, nil, true
 	c.declMu.Unlock()
 	for _, j := range jobs {
 		j.done(false, wire.Errorf(wire.CodeUnavailable, "node is shutting down"))
+	}
+	for _, j := range gjobs {
+		j.done(wire.Errorf(wire.CodeUnavailable, "node is shutting down"))
 	}
 }
 

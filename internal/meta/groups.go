@@ -139,3 +139,16 @@ func (s *State) SortedGroups() []*group.State {
 	})
 	return out
 }
+
+// Clone returns a deep copy.
+func (s *State) Clone() *State {
+	c := &State{Applied: s.Applied, Topics: make(map[string]Topic, len(s.Topics)), Groups: make(map[string]*group.State, len(s.Groups))}
+	for name, t := range s.Topics {
+		t.Placement = slices.Clone(t.Placement)
+		c.Topics[name] = t
+	}
+	for name, g := range s.Groups {
+		c.Groups[name] = g.Clone()
+	}
+	return c
+}

@@ -161,11 +161,18 @@ func (s *State) Apply(seq uint64, data []byte) (created *Topic, err error) {
 		return nil, fmt.Errorf("meta: entry %d: %d placements for %d partitions", seq, len(cmd.Placement), cmd.Topic.Partitions)
 	}
 	t := Topic{Config: cmd.Topic, Placement: cmd.Placement}
-	s.Topics[cmd.Topic.Name] = t
-	for _, name := range slices.Sorted(maps.Keys(s.Groups)) {
-		s.Groups[name].Rebalance(s.partitions, group.Mutations{}) // members waiting for this topic get it
-	}
+	s.AddTopic(t)
 	return &t, nil
+}
+
+// AddTopic records a declared topic and gives its partitions to the
+// groups' members waiting for it. Apply calls it for a committed declare;
+// a single node, whose topics are not in a metadata log, calls it itself.
+func (s *State) AddTopic(t Topic) {
+	s.Topics[t.Config.Name] = t
+	for _, name := range slices.Sorted(maps.Keys(s.Groups)) {
+		s.Groups[name].Rebalance(s.partitions, group.Mutations{})
+	}
 }
 
 // partitions is the group kernel's view of the declared topics.

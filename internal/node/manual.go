@@ -76,6 +76,9 @@ func (n *Node) Step() bool {
 		for _, g := range groups {
 			progress = g.step(now) || progress
 		}
+		if n.members != nil {
+			progress = n.members.step(now) || progress
+		}
 		if !progress {
 			return ran
 		}

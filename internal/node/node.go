@@ -119,6 +119,7 @@ type Node struct {
 	closed bool
 
 	cluster *cluster.Cluster // nil on a single node
+	members *membership      // consumer-group membership (members.go)
 
 	// repeats throttles ERROR lines that a persistent fault repeats.
 	repeats repeatLimiter
@@ -158,6 +159,10 @@ func Open(cfg Config) (*Node, error) {
 			n.Close()
 			return nil, err
 		}
+		if err := n.openMembership(); err != nil {
+			n.Close()
+			return nil, err
+		}
 		n.metrics.registerNode(n)
 		n.startScrubber()
 		n.log.Info("node open", "node", cfg.NodeID, "data", cfg.DataDir, "cluster", n.cluster.Names())
@@ -172,6 +177,10 @@ func Open(cfg Config) (*Node, error) {
 			n.Close()
 			return nil, err
 		}
+	}
+	if err := n.openMembership(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("node: group state: %w", err)
 	}
 	n.metrics.registerNode(n)
 	n.startScrubber()
@@ -361,6 +370,7 @@ func (n *Node) declareLocal(tc wire.TopicConfig) (created bool, err error) {
 		}
 		return false, wire.Errorf(wire.CodeStorage, "persist topic: %v", err)
 	}
+	n.members.topicDeclared(tc)
 	n.log.Info("topic declared", "topic", tc.Name, "partitions", tc.Partitions)
 	return true, nil
 }
@@ -377,6 +387,10 @@ func (n *Node) Metadata(names []string) []wire.TopicInfo {
 	}
 	var out []wire.TopicInfo
 	for _, name := range names {
+		if name == wire.CoordinatorTopic && n.cluster != nil {
+			out = append(out, n.coordinatorInfo())
+			continue
+		}
 		t, ok := n.topics[name]
 		if !ok {
 			continue
@@ -423,6 +437,9 @@ func (n *Node) Close() {
 		topics = append(topics, t)
 	}
 	n.mu.Unlock()
+	if n.members != nil {
+		n.members.close()
+	}
 	if n.scrubStop != nil {
 		close(n.scrubStop)
 		<-n.scrubDone

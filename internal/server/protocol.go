@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,10 @@ type Protocol struct {
 	// broken: a held frame, handled late, asked for the connection to
 	// close; the next Handle says so.
 	broken bool
+	// members joined on this connection (their notices stop at Close);
+	// JOIN answers may come from the metadata applier's goroutine.
+	membersMu sync.Mutex
+	members   []wire.MemberRef
 }
 
 type heldFrame struct {
@@ -105,6 +110,13 @@ func (p *Protocol) Close() {
 		sub.Close()
 	}
 	p.subs = nil
+	p.membersMu.Lock()
+	members := p.members
+	p.members = nil
+	p.membersMu.Unlock()
+	for _, m := range members {
+		p.srv.node.DropNotices(m)
+	}
 }
 
 func errFrame(err error) *wire.Err {
@@ -175,6 +187,9 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 		})
 	case *wire.Metadata:
 		for _, name := range f.Topics {
+			if name == wire.CoordinatorTopic {
+				continue // where the groups' coordinator is
+			}
 			if err := wire.ValidateName("topic", name); err != nil {
 				p.sendErr(corr, err)
 				return true
@@ -187,6 +202,16 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 		n.Ack(f.Topic, f.Group, f.Entries, p.ackReply(corr))
 	case *wire.Nack:
 		n.Nack(f.Topic, f.Group, f.Entries, int64(f.DelayMs), p.ackReply(corr))
+	case *wire.Join:
+		p.join(corr, f)
+	case *wire.Leave, *wire.Heartbeat, *wire.ControlAck:
+		n.GroupRequest(f, func(epoch uint64, err error) {
+			if err != nil {
+				p.sendErr(corr, err)
+				return
+			}
+			p.send(corr, &wire.GroupOK{MembershipEpoch: epoch})
+		})
 	case *wire.Ping:
 		p.send(corr, &wire.Pong{})
 	case *wire.Hello:
@@ -254,9 +279,38 @@ func (p *Protocol) authorize(f wire.Frame) error {
 		if !p.perms.canConsume(f.Topic) {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not consume %q", f.Topic)
 		}
+	case *wire.Join:
+		for _, t := range f.Topics {
+			if !p.perms.canConsume(t) {
+				return wire.Errorf(wire.CodeUnauthorized, "token may not consume %q", t)
+			}
+		}
 	}
 	return nil
 }
+
+// join joins the connection's member to its group; the member's NOTICEs
+// come with corr until the connection closes.
+func (p *Protocol) join(corr uint64, f *wire.Join) {
+	p.srv.node.JoinGroup(f, noticeSink{p: p, corr: corr}, func(ok *wire.JoinOK, err error) {
+		if err != nil {
+			p.sendErr(corr, err)
+			return
+		}
+		p.membersMu.Lock()
+		p.members = append(p.members, wire.MemberRef{Group: f.Group, Member: f.Member, Incarnation: ok.Incarnation})
+		p.membersMu.Unlock()
+		p.send(corr, ok)
+	})
+}
+
+// noticeSink pushes a member's NOTICEs with its JOIN's correlation id.
+type noticeSink struct {
+	p    *Protocol
+	corr uint64
+}
+
+func (k noticeSink) SendNotice(n *wire.Notice) { k.p.send(k.corr, n) }
 
 func (p *Protocol) ackReply(corr uint64) node.AckReply {
 	return func(results []wire.Code, err *wire.Error) {

@@ -45,6 +45,13 @@ func sampleFrames() []Frame {
 		&Replicate{Topic: "t", Partition: 2, Kind: 3, From: 1, To: 2, Epoch: 7, LastEpoch: 6, LastSeq: 9, Granted: true, Uncertain: true, Damaged: true,
 			PrevSeq: 8, PrevEpoch: 6, CommitSeq: 8, FlushedSeq: 9, Reject: 2, HintSeq: 4,
 			Entries: []ReplicaEntry{{Seq: 9, Epoch: 7, Data: []byte("d")}}},
+		&Join{Group: "billing", Member: "pod-1", Topics: []string{"orders", "refunds"}, Mode: GroupShared, SessionTimeoutMs: 10000, RebalanceTimeoutMs: 30000, JoinID: 77},
+		&JoinOK{Incarnation: 12, MembershipEpoch: 3, HeartbeatMs: 2500},
+		&Leave{MemberRef{Group: "billing", Member: "pod-1", Incarnation: 12}},
+		&Heartbeat{MemberRef{Group: "billing", Member: "pod-1", Incarnation: 12}},
+		&GroupOK{MembershipEpoch: 4},
+		&Notice{Group: "billing", NoticeID: 9, Kind: NoticeRevoke, Incarnation: 12, Partitions: []HeldPartition{{Topic: "orders", Partition: 3, Epoch: 2}, {Topic: "refunds", Partition: 0, Epoch: 5}}},
+		&ControlAck{MemberRef: MemberRef{Group: "billing", Member: "pod-1", Incarnation: 12}, NoticeID: 9},
 	}
 }
 

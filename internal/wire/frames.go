@@ -102,7 +102,7 @@ func newFrame(t FrameType) Frame {
 	case TypePeerPublishOK:
 		return &PeerPublishOK{}
 	}
-	return nil
+	return newGroupFrame(t)
 }
 
 // Hello is the first frame of every connection: version range and token.

@@ -1,0 +1,410 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/group"
+	"github.com/nereus-broker/nereus/internal/meta"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Consumer-group membership (internal/group): JOIN, LEAVE, HEARTBEAT and
+// CONTROL_ACK from members, and the coordinator that fences silent or slow
+// members and pushes NOTICEs. The group state lives in the metadata: in a
+// cluster in `__meta` (commands proposed on its leader, the coordinator,
+// which members connect to); on a single node in groups.json, where each
+// command is applied and made durable before it is answered — the same
+// meta.State code either way.
+
+// NoticeSink receives a member's NOTICE frames (on the JOIN's correlation
+// id); it must not block.
+type NoticeSink interface {
+	SendNotice(n *wire.Notice)
+}
+
+const (
+	groupsFile = "groups.json"
+	// noticeRetransmit: a notice not acknowledged within it is sent again.
+	noticeRetransmit = time.Second
+	// coordinatorTick is how often the coordinator checks its members.
+	coordinatorTick = 100 * time.Millisecond
+)
+
+type memberKey struct {
+	group, member string
+	incarnation   uint64
+}
+
+type membership struct {
+	n  *Node
+	mu sync.Mutex
+	// local is the single node's applied group state (nil in a cluster),
+	// seq the last command applied to it.
+	local *meta.State
+	seq   uint64
+	// coord is the coordinator's soft state while this node coordinates
+	// (nil otherwise: a new coordinator starts fresh).
+	coord  *group.Coordinator
+	sinks  map[memberKey]NoticeSink
+	nextMs int64 // Manual mode: the next coordinator tick
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func (n *Node) openMembership() error {
+	m := &membership{n: n, sinks: map[memberKey]NoticeSink{}}
+	if n.cluster == nil {
+		st, err := loadGroups(n)
+		if err != nil {
+			return err
+		}
+		m.local, m.seq = st, st.Applied
+		n.mu.RLock()
+		for name, t := range n.topics {
+			if _, ok := st.Topics[name]; !ok {
+				st.AddTopic(meta.Topic{Config: t.cfg})
+			}
+		}
+		n.mu.RUnlock()
+	}
+	n.members = m
+	if !n.cfg.Manual {
+		m.stop, m.done = make(chan struct{}), make(chan struct{})
+		go m.run()
+	}
+	return nil
+}
+
+func loadGroups(n *Node) (*meta.State, error) {
+	b, err := storage.ReadFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, groupsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return meta.New(), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := meta.New()
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (m *membership) run() {
+	defer close(m.done)
+	t := m.n.cfg.Env.Clock.NewTicker(coordinatorTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C():
+			m.tick()
+		}
+	}
+}
+
+func (m *membership) close() {
+	if m.stop != nil {
+		close(m.stop)
+		<-m.done
+	}
+}
+
+// step is the Manual node's share: a coordinator tick when one is due.
+func (m *membership) step(now int64) bool {
+	if now < m.nextMs {
+		return false
+	}
+	m.nextMs = now + coordinatorTick.Milliseconds()
+	return m.tick()
+}
+
+// coordinating reports whether this node coordinates the groups.
+func (m *membership) coordinating() bool {
+	if m.n.cluster == nil {
+		return true
+	}
+	here, _ := m.n.cluster.Coordinator()
+	return here
+}
+
+// read calls f with the applied group state.
+func (m *membership) read(f func(*meta.State)) {
+	if m.n.cluster != nil {
+		m.n.cluster.ReadGroups(f)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f(m.local)
+}
+
+// propose decides and applies (single node) or proposes (cluster) a group
+// command; done gets the outcome once it is applied here.
+func (m *membership) propose(c group.Command, del string, done func(error)) {
+	if m.n.cluster != nil {
+		m.n.cluster.ProposeGroup(c, del, done)
+		return
+	}
+	m.mu.Lock()
+	var cmd meta.Command
+	var err error
+	if del != "" {
+		cmd, err = m.local.DecideGroupDelete(del)
+	} else {
+		cmd, err = m.local.DecideGroup(c)
+	}
+	if err == nil {
+		err = m.applyLocal(cmd)
+	}
+	m.mu.Unlock()
+	done(err)
+}
+
+// applyLocal applies a command on a single node and persists the state
+// before anyone hears of it; m.mu is held.
+func (m *membership) applyLocal(cmd meta.Command) error {
+	data, err := json.Marshal(cmd)
+	if err != nil {
+		return err
+	}
+	next := m.local.Clone()
+	if _, err := next.Apply(m.seq+1, data); err != nil {
+		return err
+	}
+	b, err := json.Marshal(next)
+	if err != nil {
+		return err
+	}
+	if err := storage.WriteFileAtomic(m.n.cfg.Env.FS, path.Join(m.n.cfg.DataDir, groupsFile), b); err != nil {
+		return wire.Errorf(wire.CodeStorage, "persist group state: %v", err)
+	}
+	m.local, m.seq = next, m.seq+1
+	return nil
+}
+
+// tick runs the coordinator: fences for silent or slow members, NOTICEs
+// to the members connected here. It reports whether it did anything.
+func (m *membership) tick() bool {
+	if !m.coordinating() {
+		m.mu.Lock()
+		m.coord = nil
+		m.mu.Unlock()
+		return false
+	}
+	var groups []*group.State
+	m.read(func(st *meta.State) {
+		for _, g := range st.SortedGroups() {
+			groups = append(groups, g.Clone())
+		}
+	})
+	m.mu.Lock()
+	if m.coord == nil {
+		m.coord = group.NewCoordinator(noticeRetransmit.Milliseconds())
+	}
+	eff := m.coord.Tick(m.n.nowMs(), groups)
+	type send struct {
+		sink NoticeSink
+		f    *wire.Notice
+	}
+	var sends []send
+	for _, s := range eff.Send {
+		if sink := m.sinks[memberKey{s.Group, s.Notice.Member, s.Notice.Incarnation}]; sink != nil {
+			sends = append(sends, send{sink, noticeFrame(s.Group, s.Notice)})
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range sends {
+		s.sink.SendNotice(s.f)
+	}
+	for _, c := range eff.Propose {
+		m.n.log.Info("fencing group member", "group", c.Group, "member", c.Member, "incarnation", c.Incarnation)
+		m.propose(c, "", func(err error) {
+			if err != nil {
+				m.n.log.Warn("fencing group member failed; will retry", "group", c.Group, "member", c.Member, "err", err)
+			}
+		})
+	}
+	return len(sends) > 0 || len(eff.Propose) > 0
+}
+
+func noticeFrame(g string, n *group.Notice) *wire.Notice {
+	f := &wire.Notice{Group: g, NoticeID: n.ID, Kind: uint8(n.Kind), Incarnation: n.Incarnation}
+	for _, h := range n.Partitions {
+		f.Partitions = append(f.Partitions, wire.HeldPartition{Topic: h.Partition.Topic, Partition: h.Partition.Index, Epoch: h.Epoch})
+	}
+	return f
+}
+
+// member returns the applied member, if its incarnation is current.
+func (m *membership) member(ref wire.MemberRef) (inc uint64, epoch uint64, ok bool) {
+	m.read(func(st *meta.State) {
+		if g := st.Groups[ref.Group]; g != nil {
+			epoch = g.MembershipEpoch
+			if mm := g.Members[ref.Member]; mm != nil && (ref.Incarnation == 0 || mm.Incarnation == ref.Incarnation) {
+				inc, ok = mm.Incarnation, true
+			}
+		}
+	})
+	return inc, epoch, ok
+}
+
+func fenced(ref wire.MemberRef) error {
+	return wire.Errorf(wire.CodeStaleAssignment, "member %q of group %s (incarnation %d) is not in the group (left or fenced): join again", ref.Member, ref.Group, ref.Incarnation)
+}
+
+// JoinGroup joins a member to a group on the coordinator. Its NOTICEs go
+// to sink while the member's incarnation lasts (or until DropNotices).
+// done is called exactly once.
+func (n *Node) JoinGroup(f *wire.Join, sink NoticeSink, done func(*wire.JoinOK, error)) {
+	m := n.members
+	if !m.coordinating() {
+		done(nil, n.cluster.NotCoordinator())
+		return
+	}
+	c := group.Command{Op: group.OpJoin, Group: f.Group, Member: f.Member, Topics: f.Topics, Mode: group.Mode(f.Mode),
+		SessionTimeoutMs: int64(f.SessionTimeoutMs), RebalanceTimeoutMs: int64(f.RebalanceTimeoutMs), JoinID: f.JoinID}
+	m.propose(c, "", func(err error) {
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		var ok *wire.JoinOK
+		m.read(func(st *meta.State) {
+			g := st.Groups[f.Group]
+			if g == nil {
+				return
+			}
+			if mm := g.Members[f.Member]; mm != nil && mm.JoinID == f.JoinID {
+				ok = &wire.JoinOK{Incarnation: mm.Incarnation, MembershipEpoch: g.MembershipEpoch, HeartbeatMs: uint32(mm.SessionTimeoutMs / 3)}
+			}
+		})
+		if ok == nil {
+			done(nil, wire.Errorf(wire.CodeUnavailable, "the JOIN of %q to group %s was overtaken (joined again or fenced); retry", f.Member, f.Group))
+			return
+		}
+		m.mu.Lock()
+		m.sinks[memberKey{f.Group, f.Member, ok.Incarnation}] = sink
+		if m.coord != nil {
+			m.coord.Heard(f.Group, f.Member, ok.Incarnation, n.nowMs())
+		}
+		m.mu.Unlock()
+		done(ok, nil)
+		m.tick() // its ASSIGN goes out now, not at the next tick
+	})
+}
+
+// GroupRequest handles a member's LEAVE, HEARTBEAT or CONTROL_ACK on the
+// coordinator; done is called exactly once with the membership epoch.
+func (n *Node) GroupRequest(f wire.Frame, done func(epoch uint64, err error)) {
+	m := n.members
+	if !m.coordinating() {
+		done(0, n.cluster.NotCoordinator())
+		return
+	}
+	var ref wire.MemberRef
+	var c group.Command
+	switch f := f.(type) {
+	case *wire.Leave:
+		ref, c = f.MemberRef, group.Command{Op: group.OpLeave}
+	case *wire.ControlAck:
+		ref, c = f.MemberRef, group.Command{Op: group.OpControlAck, Notice: f.NoticeID}
+	case *wire.Heartbeat:
+		ref = f.MemberRef
+	default:
+		done(0, wire.Errorf(wire.CodeBadFrame, "not a group request: %s", f.Type()))
+		return
+	}
+	inc, epoch, ok := m.member(ref)
+	if !ok {
+		if c.Op == group.OpLeave {
+			done(epoch, nil) // gone already: a retried LEAVE
+			return
+		}
+		done(0, fenced(ref))
+		return
+	}
+	m.mu.Lock()
+	if m.coord != nil {
+		m.coord.Heard(ref.Group, ref.Member, inc, n.nowMs())
+	}
+	m.mu.Unlock()
+	if c.Op == "" {
+		done(epoch, nil)
+		return
+	}
+	c.Group, c.Member, c.Incarnation = ref.Group, ref.Member, inc
+	m.propose(c, "", func(err error) {
+		if err != nil {
+			done(0, err)
+			return
+		}
+		if c.Op == group.OpLeave {
+			n.DropNotices(ref)
+		}
+		_, epoch, _ := m.member(wire.MemberRef{Group: ref.Group, Member: ref.Member})
+		done(epoch, nil)
+		m.tick() // the notices the command made go out now
+	})
+}
+
+// DropNotices forgets a member's notice sink (its connection closed).
+func (n *Node) DropNotices(ref wire.MemberRef) {
+	n.members.mu.Lock()
+	delete(n.members.sinks, memberKey{ref.Group, ref.Member, ref.Incarnation})
+	n.members.mu.Unlock()
+}
+
+// DeleteGroup removes a group without members; done is called once.
+func (n *Node) DeleteGroup(name string, done func(error)) {
+	m := n.members
+	if !m.coordinating() {
+		done(n.cluster.NotCoordinator())
+		return
+	}
+	m.propose(group.Command{}, name, done)
+}
+
+// GroupStates returns copies of the applied groups, by name.
+func (n *Node) GroupStates() []*group.State {
+	var out []*group.State
+	n.members.read(func(st *meta.State) {
+		for _, g := range st.SortedGroups() {
+			out = append(out, g.Clone())
+		}
+	})
+	return out
+}
+
+// coordinatorInfo answers METADATA for wire.CoordinatorTopic in a
+// cluster: one partition led by the groups' coordinator, as far as this
+// node knows.
+func (n *Node) coordinatorInfo() wire.TopicInfo {
+	here, addr := n.cluster.Coordinator()
+	p := wire.PartitionInfo{LeaderAddr: addr}
+	if here {
+		p.Leader = n.cfg.NodeID
+	} else if v, ok := n.cluster.Replica(meta.MetaTopic, 0); ok && v.Status.Leader != 0 {
+		p.Leader = n.cluster.Name(v.Status.Leader)
+	}
+	return wire.TopicInfo{Config: wire.TopicConfig{Name: wire.CoordinatorTopic, Partitions: 1}, Partitions: []wire.PartitionInfo{p}}
+}
+
+// topicDeclared gives a single node's new topic to the groups waiting for
+// it; the state is persisted with the next command (the topic list is
+// topics.json's, read again at every open).
+func (m *membership) topicDeclared(tc wire.TopicConfig) {
+	if m == nil || m.local == nil {
+		return
+	}
+	m.mu.Lock()
+	m.local.AddTopic(meta.Topic{Config: tc})
+	m.mu.Unlock()
+}
