@@ -80,6 +80,9 @@ type Host interface {
 	// LogRepeatedError logs an ERROR line a persistent fault repeats,
 	// limited per subject.
 	LogRepeatedError(subject, msg string, args ...any)
+	// MetadataApplied tells the node that metadata entries were applied
+	// (consumer groups re-read their assignment).
+	MetadataApplied()
 }
 
 // Options are the node's settings the cluster uses.
@@ -463,6 +466,7 @@ func (c *Cluster) applyCommittedMeta() {
 		}
 		b, err := json.Marshal(c.state)
 		c.metaMu.Unlock()
+		c.host.MetadataApplied()
 		c.startTopics()
 		if err == nil {
 			err = storage.WriteFileAtomic(c.opts.Env.FS, path.Join(c.opts.DataDir, MetaStateFile), b)

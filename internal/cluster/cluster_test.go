@@ -140,6 +140,8 @@ func (h *fakeHost) PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Erro
 	reply(wire.PubOK{Partition: uint32(pub.Partition), Seq: 42, Epoch: 7}, nil)
 }
 
+func (h *fakeHost) MetadataApplied() {}
+
 func (h *fakeHost) LogRepeatedError(subject, msg string, args ...any) {
 	h.t.Logf("%s: %s %v", subject, msg, args)
 }

@@ -60,3 +60,5 @@ func (h clusterHost) PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Er
 func (h clusterHost) LogRepeatedError(subject, msg string, args ...any) {
 	h.n.logRepeatedError(subject, msg, args...)
 }
+
+func (h clusterHost) MetadataApplied() { h.n.pokeGroups() }

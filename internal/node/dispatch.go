@@ -20,6 +20,7 @@ func (g *groupRunner) dispatch(now int64) {
 			g.cursors[i].Truncated(start)
 		}
 	}
+	g.refreshAssignment(now)
 	m := g.node.metrics
 	for {
 		sub := g.nextSubWithCredit()
@@ -29,6 +30,9 @@ func (g *groupRunner) dispatch(now int64) {
 		sent := false
 		for k := 0; k < len(g.cursors) && !sent; k++ {
 			pi := (g.partRR + k) % len(g.cursors)
+			if !g.mayDeliver(sub, pi) {
+				continue
+			}
 			p := g.topic.partitions[pi]
 			d, ok := g.cursors[pi].Next(now, p.commitSeq.Load(), sub.id)
 			if !ok {
@@ -68,20 +72,67 @@ func (g *groupRunner) dispatch(now int64) {
 			}
 		}
 		if !sent {
-			return
+			sub.idle = true // nothing for it this pass; the others may have some
 		}
 	}
 }
 
+// nextSubWithCredit returns the next subscription with credit that has
+// not come up empty in this dispatch pass.
 func (g *groupRunner) nextSubWithCredit() *Subscription {
 	for k := 0; k < len(g.subs); k++ {
 		s := g.subs[(g.subRR+k)%len(g.subs)]
-		if s.credit > 0 {
+		if s.credit > 0 && !s.idle {
 			g.subRR = (g.subRR + k + 1) % len(g.subs)
 			return s
 		}
 	}
+	for _, s := range g.subs {
+		s.idle = false
+	}
 	return nil
+}
+
+// mayDeliver reports whether partition pi may go to sub: any subscription
+// of a group that assigns nothing; else only the current incarnation of
+// the partition's owner, and not while its REVOKE is in flight.
+func (g *groupRunner) mayDeliver(sub *Subscription, pi int) bool {
+	if !g.assigned {
+		return true
+	}
+	o := g.owners[pi]
+	return o.member == sub.member && o.incarnation == sub.incarnation && !o.revoking
+}
+
+// refreshAssignment re-reads the group's assignment when the group state
+// changed. A partition that changed hands releases the deliveries its
+// previous holders' subscriptions still have in flight at once: they are
+// redelivered to the new owner, and the old delivery ids are stale — a
+// fenced member's late acks are refused (AckFromCurrentOwner).
+func (g *groupRunner) refreshAssignment(now int64) {
+	ver := g.node.members.version()
+	if ver == g.assignVer && g.owners != nil {
+		return
+	}
+	g.assignVer = ver
+	owners, assigned := g.node.members.owners(g.name, g.topic.cfg.Name, len(g.cursors))
+	if owners == nil {
+		owners = make([]partOwner, len(g.cursors))
+	}
+	for pi, o := range owners {
+		if prev := g.owners; prev != nil && prev[pi].member == o.member && prev[pi].incarnation == o.incarnation {
+			continue
+		}
+		if !assigned && !g.assigned {
+			continue
+		}
+		for _, s := range g.subs {
+			if s.member != o.member || s.incarnation != o.incarnation || !assigned {
+				g.cursors[pi].Release(now, s.id)
+			}
+		}
+	}
+	g.owners, g.assigned = owners, assigned
 }
 
 const readAheadRecords, readAheadBytes = 512, 1 << 20

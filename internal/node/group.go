@@ -37,6 +37,10 @@ type AckReply func(results []wire.Code, err *wire.Error)
 type GroupOptions struct {
 	AckWaitMs  int64
 	MaxDeliver uint32
+	// Member and Incarnation (from JoinGroup) make the subscription a
+	// group member's: it gets only the partitions the member holds.
+	Member      string
+	Incarnation uint64
 }
 
 // Subscription is one session's membership in a group: it receives MSG
@@ -47,6 +51,11 @@ type Subscription struct {
 	sink   Sink
 	credit uint32
 	ended  atomic.Bool
+	// member and incarnation: the group member it serves ("" for a
+	// competing consumer of a group without members).
+	member      string
+	incarnation uint64
+	idle        bool // came up empty in the current dispatch pass
 }
 
 // Ended reports whether the group ended the subscription (Sink.End); a new
@@ -111,12 +120,18 @@ type groupRunner struct {
 	// Owned by run.
 	// ledger is where acks and delivery counts become durable, chosen
 	// when the group starts.
-	ledger      ackLedger
-	retired     bool  // stopped coordinating (cluster only): run ends
-	failure     error // the ledger failed and could not be reloaded yet
-	cursors     []*delivery.Cursor
-	subs        []*Subscription
-	subRR       int               // next subscription to offer a message
+	ledger  ackLedger
+	retired bool  // stopped coordinating (cluster only): run ends
+	failure error // the ledger failed and could not be reloaded yet
+	cursors []*delivery.Cursor
+	subs    []*Subscription
+	subRR   int // next subscription to offer a message
+	// The group's assignment for this topic, re-read when the group
+	// state changes (assignVer): with assigned set, partition i goes only
+	// to a subscription of owners[i] (dispatch.go).
+	assignVer   uint64
+	assigned    bool
+	owners      []partOwner
 	partRR      int               // next partition to take a message from
 	cache       [][]storage.Entry // per partition: contiguous visible entries
 	cacheEpoch  []uint64          // partition epoch the cache was read under
@@ -188,6 +203,9 @@ func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) 
 	if err := n.coordinates(t); err != nil {
 		return nil, err
 	}
+	if err := n.members.mayConsume(group, topicName, opts.Member, opts.Incarnation); err != nil {
+		return nil, err
+	}
 	n.mu.Lock()
 	key := groupKey{group: group, topic: topicName}
 	g, ok := n.groups[key]
@@ -200,7 +218,7 @@ func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) 
 		n.groups[key] = g
 	}
 	n.mu.Unlock()
-	s := &Subscription{g: g, id: g.nextSubID.Add(1), sink: sink}
+	s := &Subscription{g: g, id: g.nextSubID.Add(1), sink: sink, member: opts.Member, incarnation: opts.Incarnation}
 	g.send(groupCmd{kind: cmdSubscribe, sub: s})
 	return s, nil
 }
@@ -327,7 +345,7 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 			return fmt.Errorf("group %s: bad settings: %w", g.name, err)
 		}
 	case errors.Is(err, fs.ErrNotExist):
-		st = groupSettings(opts)
+		st = groupSettings{AckWaitMs: opts.AckWaitMs, MaxDeliver: opts.MaxDeliver}
 		if st.AckWaitMs <= 0 {
 			st.AckWaitMs = g.node.cfg.DefaultAckWaitMs
 		}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io/fs"
 	"path"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/group"
@@ -53,8 +55,10 @@ type membership struct {
 	coord  *group.Coordinator
 	sinks  map[memberKey]NoticeSink
 	nextMs int64 // Manual mode: the next coordinator tick
-	stop   chan struct{}
-	done   chan struct{}
+	// changes counts changes to a single node's group state (version).
+	changes atomic.Uint64
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 func (n *Node) openMembership() error {
@@ -165,6 +169,9 @@ func (m *membership) propose(c group.Command, del string, done func(error)) {
 		err = m.applyLocal(cmd)
 	}
 	m.mu.Unlock()
+	if err == nil {
+		m.n.pokeGroups() // (not under m.mu: a declare holds n.mu, then m.mu)
+	}
 	done(err)
 }
 
@@ -187,6 +194,7 @@ func (m *membership) applyLocal(cmd meta.Command) error {
 		return wire.Errorf(wire.CodeStorage, "persist group state: %v", err)
 	}
 	m.local, m.seq = next, m.seq+1
+	m.changes.Add(1)
 	return nil
 }
 
@@ -406,5 +414,75 @@ func (m *membership) topicDeclared(tc wire.TopicConfig) {
 	}
 	m.mu.Lock()
 	m.local.AddTopic(meta.Topic{Config: tc})
+	m.changes.Add(1)
 	m.mu.Unlock()
+}
+
+// mayConsume checks a PULL's membership: a group with JOINed members in
+// exclusive mode serves only its members (each the partitions it holds);
+// a member must be a current incarnation subscribed to the topic.
+func (m *membership) mayConsume(groupName, topic, member string, incarnation uint64) error {
+	var err error
+	m.read(func(st *meta.State) {
+		g := st.Groups[groupName]
+		switch {
+		case member == "" && g != nil && g.Mode == group.Exclusive && len(g.Members) > 0:
+			err = wire.Errorf(wire.CodeInvalidArgument, "group %s assigns partitions to its members: JOIN it before PULL", groupName)
+		case member == "":
+		case g == nil || g.Members[member] == nil || g.Members[member].Incarnation != incarnation:
+			err = fenced(wire.MemberRef{Group: groupName, Member: member, Incarnation: incarnation})
+		case !slices.Contains(g.Members[member].Topics, topic):
+			err = wire.Errorf(wire.CodeInvalidArgument, "member %q of group %s did not subscribe to topic %s", member, groupName, topic)
+		}
+	})
+	return err
+}
+
+// version changes whenever the applied group state may have: runners
+// re-read their assignment then.
+func (m *membership) version() uint64 {
+	if m.n.cluster != nil {
+		var v uint64
+		m.n.cluster.ReadGroups(func(st *meta.State) { v = st.Applied })
+		return v
+	}
+	return m.changes.Load()
+}
+
+// owners returns, per partition of topic, who may be delivered it in
+// group (ok false: the group assigns nothing on this topic — no JOINed
+// members in exclusive mode — and every subscription competes).
+func (m *membership) owners(groupName, topic string, partitions int) (out []partOwner, ok bool) {
+	m.read(func(st *meta.State) {
+		g := st.Groups[groupName]
+		if g == nil || g.Mode != group.Exclusive || len(g.Members) == 0 {
+			return
+		}
+		ok = true
+		out = make([]partOwner, partitions)
+		for i := range out {
+			if o := g.Owners[group.Partition{Topic: topic, Index: uint32(i)}]; o != nil {
+				out[i] = partOwner{member: o.Member, incarnation: g.Members[o.Member].Incarnation, epoch: o.Epoch, revoking: o.Revoking != 0}
+			}
+		}
+	})
+	return out, ok
+}
+
+// partOwner is who holds one partition for a group's delivery.
+type partOwner struct {
+	member      string
+	incarnation uint64
+	epoch       uint64
+	revoking    bool // no new deliveries; acks still count
+}
+
+// pokeGroups wakes every group runner: the group state changed, and a
+// partition may have a new owner to deliver to.
+func (n *Node) pokeGroups() {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	for _, g := range n.groups {
+		g.poke()
+	}
 }

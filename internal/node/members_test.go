@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -187,5 +188,111 @@ func TestGroupJoinRefusesBadInput(t *testing.T) {
 	}
 	if gs := h.n.GroupStates(); len(gs) != 0 {
 		t.Fatalf("refused JOINs created %v", gs)
+	}
+}
+
+func (s *sink) all() []*wire.Msg {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*wire.Msg(nil), s.msgs...)
+}
+
+// TestGroupDeliversOnlyWhatAMemberHolds: with JOINed members, each
+// subscription gets only its member's partitions; a REVOKEd partition
+// gets no new deliveries; once it moves, what its old owner left unacked
+// goes to the new owner and the old owner's late ack is stale; a PULL
+// without a JOIN is refused while the group has members.
+func TestGroupDeliversOnlyWhatAMemberHolds(t *testing.T) {
+	h := newMemberHarness(t)
+	if _, err := h.n.Declare(wire.TopicConfig{Name: "t", Partitions: 4}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(round int) {
+		for p := range 4 {
+			h.n.Publish(&wire.Pub{Topic: "t", Partition: int32(p), Value: fmt.Appendf(nil, "%d/%d", round, p)}, func(_ wire.PubOK, err *wire.Error) {
+				if err != nil {
+					t.Errorf("publish: %v", err)
+				}
+			})
+		}
+		h.n.Step()
+	}
+	publish(0)
+	boxA, boxB := &noticeBox{}, &noticeBox{}
+	okA := h.join("a", 1, boxA)
+	refA := wire.MemberRef{Group: "g", Member: "a", Incarnation: okA.Incarnation}
+	h.request(&wire.ControlAck{MemberRef: refA, NoticeID: one(t, boxA, wire.NoticeAssign, 4).NoticeID})
+	if _, err := h.n.Subscribe("t", "g", GroupOptions{}, newSink()); !errors.Is(err, wire.ErrInvalidArgument) {
+		t.Fatalf("a PULL without JOIN: %v", err)
+	}
+	sa := newSink()
+	subA, err := h.n.Subscribe("t", "g", GroupOptions{Member: "a", Incarnation: okA.Incarnation}, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subA.AddCredit(100)
+	h.n.Step()
+	if got := sa.count(); got != 4 {
+		t.Fatalf("a got %d messages, want 4", got)
+	}
+	// b joins: a's REVOKE of two partitions; a (unacked) gets nothing new
+	// on them.
+	okB := h.join("b", 2, boxB)
+	refB := wire.MemberRef{Group: "g", Member: "b", Incarnation: okB.Incarnation}
+	revoke := one(t, boxA, wire.NoticeRevoke, 2)
+	moving := map[uint32]bool{}
+	for _, p := range revoke.Partitions {
+		moving[p.Partition] = true
+	}
+	sb := newSink()
+	subB, err := h.n.Subscribe("t", "g", GroupOptions{Member: "b", Incarnation: okB.Incarnation}, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subB.AddCredit(100)
+	publish(1)
+	for _, m := range sa.all()[4:] {
+		if moving[m.Partition] {
+			t.Fatalf("a was delivered %v of a partition being revoked", m)
+		}
+	}
+	if sb.count() != 0 {
+		t.Fatalf("b was delivered %d messages before a released its partitions", sb.count())
+	}
+	// a acks one moving partition's message, not the other's, and answers.
+	var kept *wire.Msg
+	acked := false
+	for _, m := range sa.all()[:4] {
+		if !moving[m.Partition] {
+			continue
+		}
+		if !acked {
+			h.n.Ack("t", "g", []wire.AckEntry{{Partition: m.Partition, Seq: m.Seq, DeliveryID: m.DeliveryID}}, func([]wire.Code, *wire.Error) {})
+			acked = true
+		} else {
+			kept = m
+		}
+	}
+	h.n.Step()
+	h.request(&wire.ControlAck{MemberRef: refA, NoticeID: revoke.NoticeID})
+	h.request(&wire.ControlAck{MemberRef: refB, NoticeID: one(t, boxB, wire.NoticeAssign, 2).NoticeID})
+	h.n.Step()
+	got := map[string]bool{}
+	for _, m := range sb.all() {
+		if !moving[m.Partition] {
+			t.Fatalf("b was delivered %v of a partition it does not hold", m)
+		}
+		got[string(m.Value)] = true
+	}
+	// b gets a's unacked message of the moved partition and the new ones
+	// on its two partitions; not the one a acked.
+	if len(got) != 3 || !got[string(kept.Value)] {
+		t.Fatalf("b got %v, want a's unacked %s and round 1 of its partitions", got, kept.Value)
+	}
+	var codes []wire.Code
+	h.n.Ack("t", "g", []wire.AckEntry{{Partition: kept.Partition, Seq: kept.Seq, DeliveryID: kept.DeliveryID}}, func(c []wire.Code, _ *wire.Error) { codes = c })
+	h.n.Step()
+	if len(codes) != 1 || codes[0] != wire.CodeStaleDelivery {
+		t.Fatalf("a's late ack of a moved partition: %v", codes)
 	}
 }

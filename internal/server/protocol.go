@@ -332,7 +332,7 @@ func (p *Protocol) pull(corr uint64, f *wire.Pull) {
 	if !ok {
 		var err error
 		sub, err = p.srv.node.Subscribe(f.Topic, f.Group,
-			node.GroupOptions{AckWaitMs: int64(f.AckWaitMs), MaxDeliver: f.MaxDeliver},
+			node.GroupOptions{AckWaitMs: int64(f.AckWaitMs), MaxDeliver: f.MaxDeliver, Member: f.Member, Incarnation: f.Incarnation},
 			protocolSink{p: p, corr: corr})
 		if err != nil {
 			p.sendErr(corr, err)

@@ -26,7 +26,7 @@ func sampleFrames() []Frame {
 			{Partition: 1, Epoch: 1, StartSeq: 3, CommitSeq: 4, State: PartitionStateCorrupt}}}}},
 		&Pub{Topic: "orders", Partition: PartitionAuto, ProducerID: 7, ProducerSeq: 9, TimestampMs: 1234, Key: []byte("k"), Value: []byte("value"), Headers: []Header{{Key: "h", Value: []byte("v")}}},
 		&PubOK{Partition: 3, Seq: 42, Epoch: 1, Duplicate: true},
-		&Pull{Topic: "orders", Group: "g", Credit: 500, AckWaitMs: 30000, MaxDeliver: 5},
+		&Pull{Topic: "orders", Group: "g", Credit: 500, AckWaitMs: 30000, MaxDeliver: 5, Member: "pod-1", Incarnation: 12},
 		&Msg{Topic: "orders", Partition: 1, Seq: 5, DeliveryID: 99, DeliveryCount: 2, TimestampMs: 77, Key: []byte("k"), Value: []byte("v")},
 		&Ack{Topic: "orders", Group: "g", Entries: []AckEntry{{1, 5, 99}, {2, 6, 100}}},
 		&AckOK{Results: []Code{CodeOK, CodeStaleDelivery}},

@@ -432,11 +432,16 @@ func (f *PubOK) decodeBody(d *decoder) {
 // (Topic, Group), creating it on the first PULL. MSG frames of the
 // subscription carry the correlation id of that first PULL. AckWaitMs and
 // MaxDeliver configure the group when it is first created (0 = default).
+// Member and Incarnation, from a JOIN_OK, make the subscription a group
+// member's: it is delivered only the partitions the member holds (empty:
+// a competing consumer of a group without JOINed members).
 type Pull struct {
 	Topic, Group string
 	Credit       uint32
 	AckWaitMs    uint32
 	MaxDeliver   uint32
+	Member       string
+	Incarnation  uint64
 }
 
 func (*Pull) Type() FrameType { return TypePull }
@@ -445,11 +450,14 @@ func (f *Pull) appendBody(b []byte) []byte {
 	b = appendStr(b, f.Group)
 	b = binary.BigEndian.AppendUint32(b, f.Credit)
 	b = binary.BigEndian.AppendUint32(b, f.AckWaitMs)
-	return binary.BigEndian.AppendUint32(b, f.MaxDeliver)
+	b = binary.BigEndian.AppendUint32(b, f.MaxDeliver)
+	b = appendStr(b, f.Member)
+	return binary.BigEndian.AppendUint64(b, f.Incarnation)
 }
 func (f *Pull) decodeBody(d *decoder) {
 	f.Topic, f.Group = d.str(), d.str()
 	f.Credit, f.AckWaitMs, f.MaxDeliver = d.u32(), d.u32(), d.u32()
+	f.Member, f.Incarnation = d.str(), d.u64()
 }
 
 // Msg delivers one record. DeliveryID fences its ACK: a later redelivery of
