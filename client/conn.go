@@ -599,3 +599,30 @@ var errCreditExceeded = errors.New("nereus: broker exceeded the granted credit")
 
 // close shuts the connection down.
 func (c *conn) close() { c.fail(ErrClosed) }
+
+// openStream sends f with a fresh correlation id whose every reply —
+// the first and the frames pushed after it (a JOIN's NOTICEs) — goes to h
+// until closeStream.
+func (c *conn) openStream(ctx context.Context, f wire.Frame, h replyHandler) (uint64, error) {
+	c.mu.Lock()
+	if c.dead || c.isDead() {
+		c.mu.Unlock()
+		return 0, c.failure()
+	}
+	c.nextCorr++
+	corr := c.nextCorr
+	c.streams[corr] = h
+	c.mu.Unlock()
+	if err := c.enqueue(ctx, noTimeout, corr, f); err != nil {
+		c.closeStream(corr)
+		return 0, err
+	}
+	return corr, nil
+}
+
+// closeStream stops routing corr's frames.
+func (c *conn) closeStream(corr uint64) {
+	c.mu.Lock()
+	delete(c.streams, corr)
+	c.mu.Unlock()
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,28 @@ type ConsumerOptions struct {
 	// so no message is delivered to it only to be dropped at Close (and
 	// counted toward MaxDeliver). 0 = unbounded.
 	MessagesMax int
+
+	// Member, when set, makes the consumer a member of its group under
+	// this id: the group's coordinator assigns it partitions — each
+	// partition to one member at a time (unless Shared) — and it is
+	// delivered only those; rebalances move only the partitions that must
+	// move. Without Member every consumer of the group competes for every
+	// partition, which a group with members refuses.
+	Member string
+	// Shared joins the group in shared mode: every member competes for
+	// every partition (a work queue), no per-partition order.
+	Shared bool
+	// SessionTimeout: the coordinator fences a member it has not heard
+	// from for this long (0 = broker default, 10s). RebalanceTimeout: it
+	// fences a member that has not answered a REVOKE within it (0 = 30s).
+	SessionTimeout, RebalanceTimeout time.Duration
+	// OnAssigned is called with the partitions the member starts to hold.
+	// OnRevoked is called with the partitions it must give up: messages of
+	// those partitions not yet taken by Next are dropped, and acks made
+	// before OnRevoked returns are sent before the coordinator hears that
+	// the partitions are free. Both run on the membership goroutine; keep
+	// them short.
+	OnAssigned, OnRevoked func(partitions []int)
 }
 
 // ConsumerStats counts the outcomes of acks.
@@ -93,6 +116,17 @@ type Consumer struct {
 
 	delivered, acked, staleAcks, failedAcks, resubscribes atomic.Uint64
 	acksInFlight                                          sync.WaitGroup
+	// acksOut counts the ACKs in flight too, for a revoke's flush, which
+	// may not Wait on acksInFlight while the pump adds to it.
+	acksOut atomic.Int64
+
+	// member is the consumer's group membership (nil without
+	// ConsumerOptions.Member).
+	member                *groupMember
+	onAssigned, onRevoked func([]int)
+	// flushReq asks the pump to send its ack batch now; it closes the
+	// channel once every ack sent so far is answered.
+	flushReq chan chan struct{}
 }
 
 // ackRequest is one ack handed to the pump; done (capacity 1) is nil for
@@ -115,8 +149,11 @@ func (c *Client) Subscribe(ctx context.Context, topic, group string, opts Consum
 	if opts.Credit <= 0 {
 		opts.Credit = DefaultCredit
 	}
-	if opts.Credit > CreditMax || opts.AckWait < 0 || opts.MaxDeliver < 0 || opts.MessagesMax < 0 {
-		return nil, fmt.Errorf("nereus: subscribe: credit must be 1-%d, AckWait, MaxDeliver and MessagesMax not negative: %w", CreditMax, wire.ErrInvalidArgument)
+	if opts.Credit > CreditMax || opts.AckWait < 0 || opts.MaxDeliver < 0 || opts.MessagesMax < 0 || opts.SessionTimeout < 0 || opts.RebalanceTimeout < 0 {
+		return nil, fmt.Errorf("nereus: subscribe: credit must be 1-%d, AckWait, MaxDeliver, MessagesMax and the timeouts not negative: %w", CreditMax, wire.ErrInvalidArgument)
+	}
+	if opts.Member == "" && (opts.Shared || opts.OnAssigned != nil || opts.OnRevoked != nil || opts.SessionTimeout != 0 || opts.RebalanceTimeout != 0) {
+		return nil, fmt.Errorf("nereus: subscribe: Shared, the timeouts and the callbacks need a Member: %w", wire.ErrInvalidArgument)
 	}
 	infos, err := c.Topics(ctx, topic)
 	if err != nil {
@@ -135,11 +172,20 @@ func (c *Client) Subscribe(ctx context.Context, topic, group string, opts Consum
 			AckWaitMs:  uint32(min(opts.AckWait.Milliseconds(), 1<<32-1)),
 			MaxDeliver: uint32(opts.MaxDeliver),
 		},
-		ready:    make(chan struct{}, 1),
-		kick:     make(chan struct{}, 1),
-		acks:     make(chan ackRequest, opts.Credit),
-		closed:   make(chan struct{}),
-		pumpDone: make(chan struct{}),
+		ready:      make(chan struct{}, 1),
+		kick:       make(chan struct{}, 1),
+		acks:       make(chan ackRequest, opts.Credit),
+		closed:     make(chan struct{}),
+		pumpDone:   make(chan struct{}),
+		flushReq:   make(chan chan struct{}, 1),
+		onAssigned: opts.OnAssigned,
+		onRevoked:  opts.OnRevoked,
+	}
+	if opts.Member != "" {
+		co.member = newGroupMember(co, opts)
+		if err := co.member.joinOnce(ctx); err != nil {
+			return nil, fmt.Errorf("nereus: subscribe %s/%s: join: %w", topic, group, err)
+		}
 	}
 	cn, err := c.leaderConn(ctx, topic, 0, true) // the group coordinator
 	if err != nil {
@@ -149,7 +195,57 @@ func (c *Client) Subscribe(ctx context.Context, topic, group string, opts Consum
 		return nil, fmt.Errorf("nereus: subscribe %s/%s: %w", topic, group, err)
 	}
 	go co.pump(cn)
+	if co.member != nil {
+		go co.member.run()
+	}
 	return co, nil
+}
+
+// setIncarnation makes the next PULLs a member incarnation's; a live
+// subscription of an earlier incarnation is dropped and made again.
+func (co *Consumer) setIncarnation(member string, inc uint64) {
+	co.mu.Lock()
+	co.pull.Member, co.pull.Incarnation = member, inc
+	cn := co.sub
+	co.sub = nil
+	co.mu.Unlock()
+	if cn != nil {
+		cn.dropSub(co.key, co)
+	}
+	co.wakePump()
+}
+
+// release gives up partitions: their messages not yet taken are dropped
+// (the broker redelivers them to the next holder), OnRevoked runs, and
+// the acks made so far are sent and answered (bounded by RequestTimeout).
+func (co *Consumer) release(parts []int) {
+	co.mu.Lock()
+	kept := co.queue[:0]
+	for _, m := range co.queue {
+		if !slices.Contains(parts, m.Partition) {
+			kept = append(kept, m)
+		}
+	}
+	clear(co.queue[len(kept):])
+	co.queue = kept
+	co.mu.Unlock()
+	if co.onRevoked != nil {
+		co.onRevoked(parts)
+	}
+	done := make(chan struct{})
+	select {
+	case co.flushReq <- done:
+		co.wakePump()
+	case <-co.closed:
+		return
+	}
+	t := time.NewTimer(co.client.opts.RequestTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-co.closed:
+	}
 }
 
 // subscribe attaches to cn's subscription of (topic, group) and grants the
@@ -308,6 +404,15 @@ func (co *Consumer) Next(ctx context.Context) (*Message, error) {
 			co.queue = co.queue[1:]
 			if len(co.queue) == 0 {
 				co.queue = co.queue[:0:0] // let the backing array go
+			}
+			if co.member != nil && !co.member.holds(uint32(m.Partition)) {
+				// Of a partition given up: the broker redelivers it to
+				// its holder. Its credit comes back.
+				if co.messagesMax == 0 || int(co.delivered.Load())+len(co.queue)+co.outstanding+co.unreturned < co.messagesMax {
+					co.unreturned++
+				}
+				co.mu.Unlock()
+				continue
 			}
 			taken := co.delivered.Add(1)
 			if co.messagesMax == 0 || int(taken)+len(co.queue)+co.outstanding+co.unreturned < co.messagesMax {
@@ -512,6 +617,32 @@ func (co *Consumer) pump(cn *conn) {
 			}
 		case <-co.kick:
 		case <-timer.C:
+		case done := <-co.flushReq:
+			// A revoke: the acks taken in go out now; done closes once
+			// every ack sent is answered.
+			for {
+				select {
+				case a := <-co.acks:
+					batch = append(batch, a)
+					continue
+				default:
+				}
+				break
+			}
+			for cn != nil && len(batch) > 0 {
+				n := min(len(batch), ackBatchEntriesMax)
+				co.sendAcks(cn, batch[:n:n])
+				batch = batch[n:]
+			}
+			if cn != nil {
+				cn.flush()
+			}
+			go func() {
+				for co.acksOut.Load() > 0 {
+					time.Sleep(2 * time.Millisecond)
+				}
+				close(done)
+			}()
 		}
 
 		if cn != nil && co.takeLeaving(cn) {
@@ -590,6 +721,9 @@ func (co *Consumer) failAcks(batch []ackRequest, err error) {
 // durable, and asking again is safe — acks are idempotent).
 const ackRetriesMax = 3
 
+func (co *Consumer) ackStarted() { co.acksInFlight.Add(1); co.acksOut.Add(1) }
+func (co *Consumer) ackEnded()   { co.acksOut.Add(-1); co.acksInFlight.Done() }
+
 func (co *Consumer) sendAcks(cn *conn, batch []ackRequest) {
 	co.sendAcksAttempt(cn, batch, 0)
 }
@@ -602,19 +736,19 @@ func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt int) {
 	for i, a := range batch {
 		entries[i] = a.entry
 	}
-	co.acksInFlight.Add(1)
+	co.ackStarted()
 	_, err := cn.request(ctx, &wire.Ack{Topic: co.key.topic, Group: co.key.group, Entries: entries},
 		func(f wire.Frame, err error) {
-			defer co.acksInFlight.Done()
+			defer co.ackEnded()
 			var werr *wire.Error
 			if hasCode(err, wire.CodeNotLeader, wire.CodeUnavailable) {
 				// Asking this node again is pointless: follow the
 				// coordinator. These acks fail; their messages come again.
 				co.leave(cn)
 			} else if attempt < ackRetriesMax && errors.As(err, &werr) && werr.Code.Retryable() {
-				co.acksInFlight.Add(1)
+				co.ackStarted()
 				time.AfterFunc(time.Duration(attempt+1)*50*time.Millisecond, func() {
-					defer co.acksInFlight.Done()
+					defer co.ackEnded()
 					co.sendAcksAttempt(cn, batch, attempt+1)
 				})
 				return
@@ -622,7 +756,7 @@ func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt int) {
 			co.completeAcks(batch, f, err)
 		})
 	if err != nil {
-		co.acksInFlight.Done()
+		co.ackEnded()
 		co.failAcks(batch, fmt.Errorf("nereus: ack: %w", err))
 	}
 }
@@ -697,7 +831,13 @@ func (co *Consumer) finishAcks(cn *conn, batch []ackRequest) {
 // RequestTimeout or 5s); messages received but not taken by Next are
 // dropped and redelivered by the broker after AckWait.
 func (co *Consumer) Close() error {
-	co.closeOnce.Do(func() { close(co.closed) })
+	co.closeOnce.Do(func() {
+		close(co.closed)
+		<-co.pumpDone
+		if co.member != nil {
+			co.member.leave() // after the acks: its partitions move at once
+		}
+	})
 	<-co.pumpDone
 	return nil
 }

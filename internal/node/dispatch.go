@@ -95,13 +95,14 @@ func (g *groupRunner) nextSubWithCredit() *Subscription {
 
 // mayDeliver reports whether partition pi may go to sub: any subscription
 // of a group that assigns nothing; else only the current incarnation of
-// the partition's owner, and not while its REVOKE is in flight.
+// the partition's owner, once it acknowledged the ASSIGN and not while
+// its REVOKE is in flight.
 func (g *groupRunner) mayDeliver(sub *Subscription, pi int) bool {
 	if !g.assigned {
 		return true
 	}
 	o := g.owners[pi]
-	return o.member == sub.member && o.incarnation == sub.incarnation && !o.revoking
+	return o.member == sub.member && o.incarnation == sub.incarnation && !o.revoking && !o.assigning
 }
 
 // refreshAssignment re-reads the group's assignment when the group state

@@ -62,6 +62,12 @@ type Subscription struct {
 // PULL must then subscribe again.
 func (s *Subscription) Ended() bool { return s.ended.Load() }
 
+// Serves reports whether the subscription is the given member
+// incarnation's ("" for a competing consumer).
+func (s *Subscription) Serves(member string, incarnation uint64) bool {
+	return s.member == member && s.incarnation == incarnation
+}
+
 // AddCredit grants n more messages; total credit is capped.
 func (s *Subscription) AddCredit(n uint32) {
 	s.g.send(groupCmd{kind: cmdCredit, sub: s, credit: n})

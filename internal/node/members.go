@@ -465,6 +465,13 @@ func (m *membership) owners(groupName, topic string, partitions int) (out []part
 				out[i] = partOwner{member: o.Member, incarnation: g.Members[o.Member].Incarnation, epoch: o.Epoch, revoking: o.Revoking != 0}
 			}
 		}
+		for _, n := range g.Notices {
+			for _, h := range n.Partitions {
+				if n.Kind == group.NoticeAssign && h.Partition.Topic == topic && int(h.Partition.Index) < len(out) {
+					out[h.Partition.Index].assigning = true
+				}
+			}
+		}
 	})
 	return out, ok
 }
@@ -475,6 +482,9 @@ type partOwner struct {
 	incarnation uint64
 	epoch       uint64
 	revoking    bool // no new deliveries; acks still count
+	// assigning: its ASSIGN is not acknowledged yet — the member may not
+	// know it holds the partition and would drop what came.
+	assigning bool
 }
 
 // pokeGroups wakes every group runner: the group state changed, and a

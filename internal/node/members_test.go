@@ -275,7 +275,12 @@ func TestGroupDeliversOnlyWhatAMemberHolds(t *testing.T) {
 	}
 	h.n.Step()
 	h.request(&wire.ControlAck{MemberRef: refA, NoticeID: revoke.NoticeID})
-	h.request(&wire.ControlAck{MemberRef: refB, NoticeID: one(t, boxB, wire.NoticeAssign, 2).NoticeID})
+	assignB := one(t, boxB, wire.NoticeAssign, 2)
+	h.n.Step()
+	if sb.count() != 0 {
+		t.Fatalf("b was delivered %d messages before it acknowledged its ASSIGN", sb.count())
+	}
+	h.request(&wire.ControlAck{MemberRef: refB, NoticeID: assignB.NoticeID})
 	h.n.Step()
 	got := map[string]bool{}
 	for _, m := range sb.all() {

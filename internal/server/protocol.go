@@ -329,6 +329,13 @@ func (p *Protocol) pull(corr uint64, f *wire.Pull) {
 		delete(p.subs, key)
 		ok = false
 	}
+	if ok && !sub.Serves(f.Member, f.Incarnation) {
+		// Another member incarnation on this connection (it joined
+		// again): the old subscription's deliveries are released.
+		sub.Close()
+		delete(p.subs, key)
+		ok = false
+	}
 	if !ok {
 		var err error
 		sub, err = p.srv.node.Subscribe(f.Topic, f.Group,
