@@ -143,8 +143,14 @@ func TestGroupMembersOverTheWire(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); consume(a, "a", la, func() bool { return split() && count(&mu, seen) >= total/2 }) }()
-	go func() { defer wg.Done(); consume(b, "b", lb, func() bool { return split() && count(&mu, seen) >= total/2 }) }()
+	go func() {
+		defer wg.Done()
+		consume(a, "a", la, func() bool { return split() && count(&mu, seen) >= total/2 })
+	}()
+	go func() {
+		defer wg.Done()
+		consume(b, "b", lb, func() bool { return split() && count(&mu, seen) >= total/2 })
+	}()
 	wg.Wait()
 	if !split() {
 		t.Fatalf("no 2/2 split: a %v b %v", la.holding(), lb.holding())
