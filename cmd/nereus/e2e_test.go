@@ -463,3 +463,72 @@ func TestCLIRefusesAndStopsAtCount(t *testing.T) {
 		t.Fatalf("messages were delivered before:\n%s", rest)
 	}
 }
+
+// TestCLIGroupMembers: `sub --member` joins the group and prints its
+// assignment on stderr; `group list`, `group describe --json` show the
+// member and its partitions while it runs; after it leaves, `group delete`
+// removes the group; a second delete fails.
+func TestCLIGroupMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	addr, _ := startServeWithToken(t, "grp-secret")
+	command := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(nereusBinary(t), args...)
+		cmd.Env = append(os.Environ(), "NEREUS_SERVER="+addr, "NEREUS_TOKEN=grp-secret")
+		return cmd
+	}
+	run := func(args ...string) (string, error) {
+		out, err := command(args...).Output()
+		return string(out), err
+	}
+	if _, err := run("topic", "create", "jobs", "--partitions", "3"); err != nil {
+		t.Fatal(err)
+	}
+	pub := command("pub", "jobs", "-")
+	pub.Stdin = strings.NewReader("a\nb\nc\n")
+	if out, err := pub.CombinedOutput(); err != nil {
+		t.Fatalf("pub: %v %s", err, out)
+	}
+	// A member that waits for a message that never comes, long enough to
+	// be described.
+	sub := command("sub", "jobs", "--group", "workers", "--member", "w1", "--count", "4", "--timeout", "3s")
+	var subOut, subErr strings.Builder
+	sub.Stdout, sub.Stderr = &subOut, &subErr
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var desc string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		out, err := run("group", "describe", "workers", "--json")
+		if err == nil && strings.Contains(out, `"id":"w1"`) && strings.Count(out, `"topic":"jobs"`) >= 3 {
+			desc = out
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if desc == "" {
+		t.Fatal("group describe never showed w1 holding the topic's partitions")
+	}
+	list, err := run("group", "list")
+	if err != nil || !strings.Contains(list, "workers") || !strings.Contains(list, "exclusive") {
+		t.Fatalf("group list: %v\n%s", err, list)
+	}
+	if _, err := run("group", "delete", "workers"); err == nil {
+		t.Fatal("a group with a member was deleted")
+	}
+	_ = sub.Wait() // it times out waiting for a 4th message: exit 1
+	if got := subOut.String(); strings.Count(got, "\n") != 3 {
+		t.Fatalf("sub printed:\n%s", got)
+	}
+	if !strings.Contains(subErr.String(), "assigned jobs partitions [0 1 2]") {
+		t.Fatalf("sub stderr lacks its assignment:\n%s", subErr.String())
+	}
+	if out, err := run("group", "delete", "workers"); err != nil {
+		t.Fatalf("delete after the member left: %v %s", err, out)
+	}
+	if _, err := run("group", "delete", "workers"); err == nil {
+		t.Fatal("a second delete succeeded")
+	}
+}

@@ -17,6 +17,8 @@ import (
 // subFlags are the options of `sub`.
 type subFlags struct {
 	group   string
+	member  string
+	shared  bool
 	count   int
 	idle    time.Duration
 	asJSON  bool
@@ -46,6 +48,8 @@ func newSubCmd() *cobra.Command {
 	f.BoolVar(&fl.noAck, "no-ack", false, "do not ack (messages are redelivered after the ack wait)")
 	f.IntVar(&fl.credit, "credit", 0, "max messages outstanding (default 512, or --count if smaller)")
 	f.DurationVar(&fl.ackWait, "ack-wait", 0, "redelivery timeout when the group is created (0 = broker default)")
+	f.StringVar(&fl.member, "member", "", "join the group as this member: it is assigned partitions (each to one member at a time); assignment changes are printed on stderr")
+	f.BoolVar(&fl.shared, "shared", false, "with --member: join in shared mode (every member competes for every partition)")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }
@@ -69,7 +73,17 @@ func runSub(cmd *cobra.Command, topic string, fl subFlags) error {
 	sctx, cancel := withTimeout(cmd.Context(), opts.RequestTimeout)
 	// --count N grants N credits in all: a message fetched beyond it would
 	// be dropped at exit and count toward the group's max deliveries.
-	co, err := c.Subscribe(sctx, topic, fl.group, client.ConsumerOptions{Credit: credit, AckWait: fl.ackWait, MessagesMax: fl.count})
+	copts := client.ConsumerOptions{Credit: credit, AckWait: fl.ackWait, MessagesMax: fl.count}
+	if fl.member != "" {
+		errOut := cmd.ErrOrStderr()
+		copts.Member, copts.Shared = fl.member, fl.shared
+		copts.OnAssigned = func(ps []int) { fmt.Fprintf(errOut, "assigned %s partitions %v\n", topic, ps) }
+		copts.OnRevoked = func(ps []int) { fmt.Fprintf(errOut, "revoked %s partitions %v\n", topic, ps) }
+	} else if fl.shared {
+		cancel()
+		return errors.New("--shared needs --member")
+	}
+	co, err := c.Subscribe(sctx, topic, fl.group, copts)
 	cancel()
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 // Handler returns the HTTP handler for n. ready reports whether the node
@@ -74,5 +75,50 @@ func Handler(n *node.Node, ready *atomic.Bool) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"node": n.NodeID(), "topics": out})
 	})
+	mux.HandleFunc("GET /api/v1/groups", func(w http.ResponseWriter, _ *http.Request) {
+		infos, err := n.GroupInfos("")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"node": n.NodeID(), "groups": groupsJSON(infos)})
+	})
 	return mux
+}
+
+// groupsJSON is the API's form of the groups (the CLI's --json shape).
+func groupsJSON(infos []wire.GroupInfo) []map[string]any {
+	held := func(hs []wire.HeldPartition) []map[string]any {
+		out := []map[string]any{}
+		for _, h := range hs {
+			out = append(out, map[string]any{"topic": h.Topic, "partition": h.Partition, "epoch": h.Epoch})
+		}
+		return out
+	}
+	out := []map[string]any{}
+	for _, g := range infos {
+		mode := "exclusive"
+		if g.Mode == wire.GroupShared {
+			mode = "shared"
+		}
+		members, pending, parts := []map[string]any{}, []map[string]any{}, []map[string]any{}
+		for _, m := range g.Members {
+			members = append(members, map[string]any{"id": m.Member, "incarnation": m.Incarnation, "topics": m.Topics, "partitions": held(m.Partitions)})
+		}
+		for _, p := range g.Pending {
+			kind := "ASSIGN"
+			if p.Kind == wire.NoticeRevoke {
+				kind = "REVOKE"
+			}
+			pending = append(pending, map[string]any{"id": p.NoticeID, "kind": kind, "member": p.Member, "partitions": held(p.Partitions)})
+		}
+		for _, p := range g.Partitions {
+			parts = append(parts, map[string]any{"topic": p.Topic, "partition": p.Partition, "ack_floor": p.AckFloor,
+				"commit_seq": p.CommitSeq, "lag": p.CommitSeq - min(p.AckFloor, p.CommitSeq)})
+		}
+		out = append(out, map[string]any{"name": g.Group, "mode": mode, "membership_epoch": g.MembershipEpoch,
+			"assignment_epoch": g.AssignmentEpoch, "members": members, "pending_notices": pending, "partitions": parts})
+	}
+	return out
 }

@@ -71,4 +71,38 @@ func TestEndpoints(t *testing.T) {
 	if len(out.Topics) != 1 || out.Topics[0].Name != "orders" || out.Topics[0].Partitions[1].CommitSeq != 1 {
 		t.Fatalf("topics API: %s", body)
 	}
+	var joinErr error
+	n.JoinGroup(&wire.Join{Group: "billing", Member: "m1", Topics: []string{"orders"}, JoinID: 1}, noSink{},
+		func(_ *wire.JoinOK, err error) { joinErr = err })
+	if joinErr != nil {
+		t.Fatal(joinErr)
+	}
+	_, body = get("/api/v1/groups")
+	var groups struct {
+		Groups []struct {
+			Name    string `json:"name"`
+			Mode    string `json:"mode"`
+			Members []struct {
+				ID         string `json:"id"`
+				Partitions []struct {
+					Partition int `json:"partition"`
+				} `json:"partitions"`
+			} `json:"members"`
+			Pending []struct {
+				Kind string `json:"kind"`
+			} `json:"pending_notices"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal([]byte(body), &groups); err != nil {
+		t.Fatal(err)
+	}
+	g := groups.Groups
+	if len(g) != 1 || g[0].Name != "billing" || g[0].Mode != "exclusive" || len(g[0].Members) != 1 || len(g[0].Members[0].Partitions) != 2 ||
+		len(g[0].Pending) != 1 || g[0].Pending[0].Kind != "ASSIGN" {
+		t.Fatalf("groups API: %s", body)
+	}
 }
+
+type noSink struct{}
+
+func (noSink) SendNotice(*wire.Notice) {}

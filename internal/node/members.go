@@ -1,9 +1,11 @@
 package node
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"sync"
@@ -372,6 +374,10 @@ func (n *Node) DropNotices(ref wire.MemberRef) {
 
 // DeleteGroup removes a group without members; done is called once.
 func (n *Node) DeleteGroup(name string, done func(error)) {
+	if err := wire.ValidateName("group", name); err != nil {
+		done(err)
+		return
+	}
 	m := n.members
 	if !m.coordinating() {
 		done(n.cluster.NotCoordinator())
@@ -495,4 +501,56 @@ func (n *Node) pokeGroups() {
 	for _, g := range n.groups {
 		g.poke()
 	}
+}
+
+// GroupInfos describes the group named name ("" = all), with the ack
+// floors of the partitions whose delivery this node runs for it.
+func (n *Node) GroupInfos(name string) ([]wire.GroupInfo, error) {
+	if name != "" {
+		if err := wire.ValidateName("group", name); err != nil {
+			return nil, err
+		}
+	}
+	var out []wire.GroupInfo
+	for _, g := range n.GroupStates() {
+		if name != "" && g.Name != name {
+			continue
+		}
+		info := wire.GroupInfo{Group: g.Name, Mode: uint8(g.Mode), MembershipEpoch: g.MembershipEpoch, AssignmentEpoch: g.AssignmentEpoch}
+		for _, id := range slices.Sorted(maps.Keys(g.Members)) {
+			mm := g.Members[id]
+			info.Members = append(info.Members, wire.GroupMemberInfo{Member: id, Incarnation: mm.Incarnation, Topics: mm.Topics, Partitions: heldFrames(g.Assigned(id))})
+		}
+		for _, nt := range g.PendingNotices() {
+			info.Pending = append(info.Pending, wire.PendingNotice{NoticeID: nt.ID, Kind: uint8(nt.Kind), Member: nt.Member, Partitions: heldFrames(nt.Partitions)})
+		}
+		n.mu.RLock()
+		var runners []*groupRunner
+		for k, r := range n.groups {
+			if k.group == g.Name {
+				runners = append(runners, r)
+			}
+		}
+		n.mu.RUnlock()
+		slices.SortFunc(runners, func(a, b *groupRunner) int { return cmp.Compare(a.topic.cfg.Name, b.topic.cfg.Name) })
+		for _, r := range runners {
+			for i, p := range r.topic.partitions {
+				info.Partitions = append(info.Partitions, wire.GroupPartitionInfo{Topic: r.topic.cfg.Name, Partition: uint32(i),
+					AckFloor: r.floors[i].Load(), CommitSeq: p.commitSeq.Load()})
+			}
+		}
+		out = append(out, info)
+	}
+	if name != "" && len(out) == 0 {
+		return nil, wire.Errorf(wire.CodeNotFound, "group %s does not exist", name)
+	}
+	return out, nil
+}
+
+func heldFrames(hs []group.Held) []wire.HeldPartition {
+	out := make([]wire.HeldPartition, len(hs))
+	for i, h := range hs {
+		out[i] = wire.HeldPartition{Topic: h.Partition.Topic, Partition: h.Partition.Index, Epoch: h.Epoch}
+	}
+	return out
 }

@@ -204,6 +204,21 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 		n.Nack(f.Topic, f.Group, f.Entries, int64(f.DelayMs), p.ackReply(corr))
 	case *wire.Join:
 		p.join(corr, f)
+	case *wire.GroupList:
+		infos, err := n.GroupInfos(f.Group)
+		if err != nil {
+			p.sendErr(corr, err)
+			break
+		}
+		p.send(corr, &wire.GroupListOK{Groups: infos})
+	case *wire.GroupDelete:
+		n.DeleteGroup(f.Group, func(err error) {
+			if err != nil {
+				p.sendErr(corr, err)
+				return
+			}
+			p.send(corr, &wire.GroupOK{})
+		})
 	case *wire.Leave, *wire.Heartbeat, *wire.ControlAck:
 		n.GroupRequest(f, func(epoch uint64, err error) {
 			if err != nil {
@@ -278,6 +293,10 @@ func (p *Protocol) authorize(f wire.Frame) error {
 	case *wire.Nack:
 		if !p.perms.canConsume(f.Topic) {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not consume %q", f.Topic)
+		}
+	case *wire.GroupDelete:
+		if !p.perms.canDeclare() {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not delete groups")
 		}
 	case *wire.Join:
 		for _, t := range f.Topics {

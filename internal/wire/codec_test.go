@@ -52,6 +52,12 @@ func sampleFrames() []Frame {
 		&GroupOK{MembershipEpoch: 4},
 		&Notice{Group: "billing", NoticeID: 9, Kind: NoticeRevoke, Incarnation: 12, Partitions: []HeldPartition{{Topic: "orders", Partition: 3, Epoch: 2}, {Topic: "refunds", Partition: 0, Epoch: 5}}},
 		&ControlAck{MemberRef: MemberRef{Group: "billing", Member: "pod-1", Incarnation: 12}, NoticeID: 9},
+		&GroupList{Group: "billing"},
+		&GroupDelete{Group: "billing"},
+		&GroupListOK{Groups: []GroupInfo{{Group: "billing", Mode: GroupExclusive, MembershipEpoch: 3, AssignmentEpoch: 2,
+			Members:    []GroupMemberInfo{{Member: "pod-1", Incarnation: 12, Topics: []string{"orders"}, Partitions: []HeldPartition{{Topic: "orders", Partition: 1, Epoch: 2}}}},
+			Pending:    []PendingNotice{{NoticeID: 9, Kind: NoticeRevoke, Member: "pod-1", Partitions: []HeldPartition{{Topic: "orders", Partition: 1, Epoch: 2}}}},
+			Partitions: []GroupPartitionInfo{{Topic: "orders", Partition: 1, AckFloor: 40, CommitSeq: 44}}}, {Group: "empty"}}},
 	}
 }
 

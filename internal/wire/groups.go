@@ -36,6 +36,12 @@ func newGroupFrame(t FrameType) Frame {
 		return &Notice{}
 	case TypeControlAck:
 		return &ControlAck{}
+	case TypeGroupList:
+		return &GroupList{}
+	case TypeGroupListOK:
+		return &GroupListOK{}
+	case TypeGroupDelete:
+		return &GroupDelete{}
 	}
 	return nil
 }
@@ -216,4 +222,154 @@ func decodeStrs(d *decoder) []string {
 		out = append(out, d.str())
 	}
 	return out
+}
+
+// Group administration frames.
+const (
+	TypeGroupList   FrameType = 24 // describe one group, or all
+	TypeGroupListOK FrameType = 25
+	TypeGroupDelete FrameType = 26 // a group without members; answered GROUP_OK (on the coordinator)
+)
+
+func init() {
+	typeNames[TypeGroupList], typeNames[TypeGroupListOK], typeNames[TypeGroupDelete] = "GROUP_LIST", "GROUP_LIST_OK", "GROUP_DELETE"
+}
+
+// GroupList asks for the group named Group ("" = every group).
+type GroupList struct{ Group string }
+
+func (*GroupList) Type() FrameType              { return TypeGroupList }
+func (f *GroupList) appendBody(b []byte) []byte { return appendStr(b, f.Group) }
+func (f *GroupList) decodeBody(d *decoder)      { f.Group = d.str() }
+
+// GroupDelete removes a group that has no members.
+type GroupDelete struct{ Group string }
+
+func (*GroupDelete) Type() FrameType              { return TypeGroupDelete }
+func (f *GroupDelete) appendBody(b []byte) []byte { return appendStr(b, f.Group) }
+func (f *GroupDelete) decodeBody(d *decoder)      { f.Group = d.str() }
+
+// GroupMemberInfo is one member and what it holds.
+type GroupMemberInfo struct {
+	Member      string
+	Incarnation uint64
+	Topics      []string
+	Partitions  []HeldPartition
+}
+
+// PendingNotice is a notice its member has not acknowledged.
+type PendingNotice struct {
+	NoticeID   uint64
+	Kind       uint8
+	Member     string
+	Partitions []HeldPartition
+}
+
+// GroupPartitionInfo is a partition's delivery state in a group, as the
+// answering node knows it (it runs the group's delivery of the topic).
+type GroupPartitionInfo struct {
+	Topic     string
+	Partition uint32
+	AckFloor  uint64 // every seq at or below it is acked
+	CommitSeq uint64 // the partition's last visible seq
+}
+
+// GroupInfo describes one group.
+type GroupInfo struct {
+	Group           string
+	Mode            uint8
+	MembershipEpoch uint64
+	AssignmentEpoch uint64
+	Members         []GroupMemberInfo
+	Pending         []PendingNotice
+	Partitions      []GroupPartitionInfo
+}
+
+// GroupListOK answers GROUP_LIST.
+type GroupListOK struct{ Groups []GroupInfo }
+
+func (*GroupListOK) Type() FrameType { return TypeGroupListOK }
+
+func appendHeld(b []byte, hs []HeldPartition) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(hs)))
+	for _, p := range hs {
+		b = appendStr(b, p.Topic)
+		b = binary.BigEndian.AppendUint32(b, p.Partition)
+		b = binary.BigEndian.AppendUint64(b, p.Epoch)
+	}
+	return b
+}
+
+func decodeHeld(d *decoder) []HeldPartition {
+	n := d.listLen(2 + 4 + 8)
+	if n == 0 {
+		return nil
+	}
+	out := make([]HeldPartition, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		out[i] = HeldPartition{Topic: d.str(), Partition: d.u32(), Epoch: d.u64()}
+	}
+	return out
+}
+
+func (f *GroupListOK) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Groups)))
+	for _, g := range f.Groups {
+		b = appendStr(b, g.Group)
+		b = append(b, g.Mode)
+		b = binary.BigEndian.AppendUint64(b, g.MembershipEpoch)
+		b = binary.BigEndian.AppendUint64(b, g.AssignmentEpoch)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(g.Members)))
+		for _, m := range g.Members {
+			b = appendStr(b, m.Member)
+			b = binary.BigEndian.AppendUint64(b, m.Incarnation)
+			b = appendStrs(b, m.Topics)
+			b = appendHeld(b, m.Partitions)
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(g.Pending)))
+		for _, n := range g.Pending {
+			b = binary.BigEndian.AppendUint64(b, n.NoticeID)
+			b = append(b, n.Kind)
+			b = appendStr(b, n.Member)
+			b = appendHeld(b, n.Partitions)
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(g.Partitions)))
+		for _, p := range g.Partitions {
+			b = appendStr(b, p.Topic)
+			b = binary.BigEndian.AppendUint32(b, p.Partition)
+			b = binary.BigEndian.AppendUint64(b, p.AckFloor)
+			b = binary.BigEndian.AppendUint64(b, p.CommitSeq)
+		}
+	}
+	return b
+}
+
+func (f *GroupListOK) decodeBody(d *decoder) {
+	n := d.listLen(2 + 1 + 8 + 8 + 4 + 4 + 4)
+	if n == 0 {
+		return
+	}
+	f.Groups = make([]GroupInfo, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		g := &f.Groups[i]
+		g.Group, g.Mode, g.MembershipEpoch, g.AssignmentEpoch = d.str(), d.u8(), d.u64(), d.u64()
+		if k := d.listLen(2 + 8 + 4 + 4); k > 0 {
+			g.Members = make([]GroupMemberInfo, k)
+			for j := 0; j < k && d.err == nil; j++ {
+				g.Members[j] = GroupMemberInfo{Member: d.str(), Incarnation: d.u64(), Topics: decodeStrs(d), Partitions: decodeHeld(d)}
+			}
+		}
+		if k := d.listLen(8 + 1 + 2 + 4); k > 0 {
+			g.Pending = make([]PendingNotice, k)
+			for j := 0; j < k && d.err == nil; j++ {
+				g.Pending[j] = PendingNotice{NoticeID: d.u64(), Kind: d.u8(), Member: d.str(), Partitions: decodeHeld(d)}
+			}
+		}
+		if k := d.listLen(2 + 4 + 8 + 8); k > 0 {
+			g.Partitions = make([]GroupPartitionInfo, k)
+			for j := 0; j < k && d.err == nil; j++ {
+				g.Partitions[j] = GroupPartitionInfo{Topic: d.str(), Partition: d.u32(), AckFloor: d.u64(), CommitSeq: d.u64()}
+			}
+		}
+	}
 }
