@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -300,4 +302,79 @@ func TestGroupDeliversOnlyWhatAMemberHolds(t *testing.T) {
 	if len(codes) != 1 || codes[0] != wire.CodeStaleDelivery {
 		t.Fatalf("a's late ack of a moved partition: %v", codes)
 	}
+}
+
+// TestClusterGroupMembershipFollowsTheMetadataLeader: on three nodes, JOIN
+// is answered only by the coordinator (the metadata leader; the others
+// say NOT_LEADER naming it), every node applies the same assignment, and
+// when the coordinator stops, a new one takes over and a member that stays
+// silent is fenced by it.
+func TestClusterGroupMembershipFollowsTheMetadataLeader(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 4, Replicas: 3})
+	coordinator := func() string {
+		for id, n := range tc.nodes {
+			if here, _ := n.cluster.Coordinator(); here {
+				return id
+			}
+		}
+		return ""
+	}
+	var coord string
+	eventually(t, "a coordinator", func() bool { coord = coordinator(); return coord != "" })
+	for id, n := range tc.nodes {
+		if id == coord {
+			continue
+		}
+		var err error
+		n.JoinGroup(&wire.Join{Group: "g", Member: "x", Topics: []string{"t"}, JoinID: 9}, &noticeBox{}, func(_ *wire.JoinOK, e error) { err = e })
+		var we *wire.Error
+		if !errors.As(err, &we) || we.Code != wire.CodeNotLeader || !strings.Contains(err.Error(), "client-of-"+coord) {
+			t.Fatalf("JOIN at %s (not the coordinator %s): %v", id, coord, err)
+		}
+	}
+	join := func(id, member string, joinID uint64, box *noticeBox) *wire.JoinOK {
+		t.Helper()
+		ch := make(chan error, 1)
+		var ok *wire.JoinOK
+		tc.nodes[id].JoinGroup(&wire.Join{Group: "g", Member: member, Topics: []string{"t"}, SessionTimeoutMs: 1000, JoinID: joinID}, box,
+			func(o *wire.JoinOK, err error) { ok = o; ch <- err })
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("join %s at %s: %v", member, id, err)
+			}
+		case <-time.After(waitMax):
+			t.Fatalf("join %s at %s: no answer", member, id)
+		}
+		return ok
+	}
+	boxA, boxB := &noticeBox{}, &noticeBox{}
+	join(coord, "a", 1, boxA)
+	join(coord, "b", 2, boxB)
+	// Every node applies the same assignment: a (which acknowledged
+	// nothing) holds all four, a REVOKE pending.
+	for id, n := range tc.nodes {
+		eventually(t, id+" applies both JOINs", func() bool {
+			gs := n.GroupStates()
+			return len(gs) == 1 && len(gs[0].Members) == 2 && len(gs[0].Assigned("a")) == 4 && len(gs[0].Notices) == 2 // a's ASSIGN, its REVOKE
+		})
+	}
+	eventually(t, "a hears its REVOKE", func() bool {
+		for _, n := range boxA.take() {
+			if n.Kind == wire.NoticeRevoke {
+				return true
+			}
+		}
+		return false
+	})
+	// The coordinator stops; a and b never heartbeat the new one: after a
+	// session timeout both are fenced there, and the group empties.
+	tc.stop(coord)
+	var next string
+	eventually(t, "a new coordinator", func() bool { next = coordinator(); return next != "" })
+	eventually(t, "the new coordinator "+next+" fences the silent members", func() bool {
+		gs := tc.nodes[next].GroupStates()
+		return len(gs) == 1 && len(gs[0].Members) == 0 && len(gs[0].Owners) == 0
+	})
 }
