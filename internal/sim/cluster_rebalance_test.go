@@ -33,6 +33,9 @@ func TestLeadershipReturnsToThePreferredLeader(t *testing.T) {
 		if st.handoffGapMs >= electionMs {
 			t.Fatalf("seed %d: the hand-off left partition 0 without a writable leader for %d ms, an election timeout is %d ms (%s)", seed, st.handoffGapMs, electionMs, st)
 		}
+		if st.ackedDuringHandoffWindow == 0 {
+			t.Fatalf("seed %d: nothing acknowledged in the 500 ms after the hand-off: the producer was not publishing through it (%s)", seed, st)
+		}
 		if !st.balanced {
 			t.Fatalf("seed %d: leaders not balanced after the return: %v (%s)", seed, st.leaders, st)
 		}
@@ -80,7 +83,9 @@ func (r rebalanceRun) String() string {
 // saw and the run's violation ("" when none).
 func preferredLeaderReturns(seed uint64, rebalance bool) (rebalanceRun, string) {
 	const p = uint32(0)
-	s := newClusterSim(ClusterOptions{Seed: seed, MessagesPerProducer: 1000, Consumers: 1, NoLeaderRebalance: !rebalance})
+	// One producer, on partition 0, still publishing when the partition
+	// is handed back (about 3 s in).
+	s := newClusterSim(ClusterOptions{Seed: seed, Producers: 1, MessagesPerProducer: 1000, Consumers: 1, NoLeaderRebalance: !rebalance})
 	st := rebalanceRun{killedAtMs: -1, failedOverAtMs: -1, restartedAtMs: -1, returnedAtMs: -1}
 	var pref *broker
 	// writable: some up node leads partition 0, has taken office (its
