@@ -45,8 +45,9 @@ it prints the action trace that leads to it and exits non-zero.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%d states (%d not expanded: network or depth bound), complete=%v, %v\n",
 				r.States, r.Pruned, r.Complete, time.Since(start).Round(time.Millisecond))
-			fmt.Fprintf(out, "reached: max epoch %d, %d committed, %d mid-Ready crashes, %d of them undoing a truncation, %d read-only, %d back from read-only, %d compactions, %d snapshot installs, %d appends below a snapshot, %d uncertain grants\n",
-				r.MaxEpoch, r.Committed, r.MidReadyCrashes, r.TruncationsUndone, r.ReadOnly, r.ReadOnlyBack, r.Compactions, r.SnapshotInstalls, r.AppendsBelowSnapshot, r.UncertainGrants)
+			fmt.Fprintf(out, "reached: max epoch %d, %d committed, %d mid-Ready crashes, %d of them undoing a truncation, %d read-only, %d back from read-only, %d compactions, %d snapshot installs, %d appends below a snapshot, %d uncertain grants, %d campaigns on TIMEOUT_NOW, %d hand-offs completed, %d abandoned\n",
+				r.MaxEpoch, r.Committed, r.MidReadyCrashes, r.TruncationsUndone, r.ReadOnly, r.ReadOnlyBack, r.Compactions, r.SnapshotInstalls, r.AppendsBelowSnapshot, r.UncertainGrants,
+				r.TransferCampaigns, r.TransferLeaders, r.TransfersAbandoned)
 			if r.Violation != "" {
 				fmt.Fprintf(out, "VIOLATION %s\ntrace:\n  %s\n", r.Violation, strings.Join(r.Trace, "\n  "))
 				return fmt.Errorf("model check failed: %s", r.Violation)
@@ -70,6 +71,7 @@ it prints the action trace that leads to it and exits non-zero.`,
 	f.BoolVar(&cfg.CrashPartial, "crash-partial", false, "a kill -9 may land in the middle of a Ready's writes and keep any prefix of them (snapshot, hard state, truncation, entries one by one)")
 	f.IntVar(&cfg.AckTimeouts, "ack-timeouts", 0, "ack timeouts: a leader hears no follower for its ack timeout and goes READ_ONLY_DEGRADED (its reservations expire too)")
 	f.IntVar(&cfg.Compactions, "compactions", 0, "compactions: a node compacts its log to its RetainFloor; followers behind a leader's snapshot install it")
+	f.IntVar(&cfg.Transfers, "transfers", 0, "leadership transfers: a leader hands leadership to another node (TIMEOUT_NOW once it flushed the leader's log; the target campaigns at once)")
 	f.IntVar(&cfg.Damages, "damages", 0, "damaged tails: a node's last durable entry goes bad and it restarts uncertain (keep within a minority of nodes)")
 	f.IntVar(&cfg.Drops, "drops", 1, "lost messages")
 	f.IntVar(&cfg.Dups, "dups", 0, "duplicated messages")

@@ -523,3 +523,57 @@ func TestClusterStatusOfAClusterLosingNodes(t *testing.T) {
 		return code == exitDegraded && p.Mode == "NO_LEADER" && p.Leader == ""
 	})
 }
+
+// TestClusterLeadersRebalanceAfterARestart (issue 16): three real `nereus
+// serve` processes and a topic of three partitions with three replicas:
+// the placement makes each node the preferred leader of one partition, so
+// `cluster status` shows one leader per node. A node is SIGKILLed: its
+// partition fails over and a survivor leads two. It restarts: once it has
+// caught up, the survivor hands the partition back (a leadership
+// transfer), and `cluster status` shows one leader per node again.
+func TestClusterLeadersRebalanceAfterARestart(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := rc.dialWithTopic(ctx, client.TopicConfig{Name: "rb", Partitions: 3, Replicas: 3})
+	defer c.Close()
+	prod, err := c.NewProducer(client.ProducerOptions{Topic: "rb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	for p := 0; p < 3; p++ {
+		if _, err := prod.Publish(ctx, client.Message{Value: []byte("before"), TargetPartition: &p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	servers := strings.Join(rc.addrs(), ",")
+	leads := func(lines []statusLine) map[string]int {
+		n := map[string]int{}
+		for _, l := range lines {
+			if l.Topic == "rb" && l.Mode == "read-write" {
+				n[l.Leader]++
+			}
+		}
+		return n
+	}
+	balanced := func(lines []statusLine, _ int) bool {
+		n := leads(lines)
+		return n["n1"] == 1 && n["n2"] == 1 && n["n3"] == 1
+	}
+	waitClusterStatus(t, servers, "one leader per node", balanced)
+	rc.kill("n1")
+	waitClusterStatus(t, servers, "n1's partition failed over (n1 leads none, every partition read-write)", func(lines []statusLine, _ int) bool {
+		n := leads(lines)
+		return n["n1"] == 0 && n["n2"]+n["n3"] == 3
+	})
+	if err := rc.procs["n1"].restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitClusterStatus(t, servers, "one leader per node again after n1's restart", balanced)
+	for p := 0; p < 3; p++ {
+		if _, err := prod.Publish(ctx, client.Message{Value: []byte("after"), TargetPartition: &p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

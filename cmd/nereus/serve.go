@@ -48,6 +48,7 @@ type nodeOptions struct {
 	peers             string
 	clusterSecretFile string
 	clusterSecret     []byte // dev: generated in-process
+	noLeaderRebalance bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -96,6 +97,7 @@ cluster-secret-file); flags given on the command line win.`,
 	f.StringVar(&o.peerListen, "peer-listen", "", "peer (node-to-node) listen address; default: this node's address in --peers")
 	f.StringVar(&o.peers, "peers", "", "initial cluster: id=host:port,... by peer address, this node included; empty runs a single node")
 	f.StringVar(&o.clusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (at least 16 bytes)")
+	f.BoolVar(&o.noLeaderRebalance, "no-leader-rebalance", false, "leave partitions led where failovers put them (by default a partition's leader hands it back to its preferred leader once that node is back and caught up)")
 	return cmd
 }
 
@@ -234,7 +236,7 @@ func clusterConfig(o nodeOptions) (*node.ClusterConfig, error) {
 	if len(secret) < 16 {
 		return nil, errors.New("the cluster secret must be at least 16 bytes")
 	}
-	cc := &node.ClusterConfig{Members: members, Secret: secret}
+	cc := &node.ClusterConfig{Members: members, Secret: secret, NoLeaderRebalance: o.noLeaderRebalance}
 	if o.peerListen != "" {
 		l, err := net.Listen("tcp", o.peerListen)
 		if err != nil {

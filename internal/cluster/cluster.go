@@ -54,6 +54,11 @@ type Config struct {
 	// follower still needs before retention may delete it (default 30 s);
 	// a follower away longer rebuilds from the leader's snapshot point.
 	Reservation time.Duration
+	// NoLeaderRebalance turns off handing a partition's leadership back
+	// to its preferred leader (the first replica of its placement) once
+	// that node is back and caught up after a failover: leaders then stay
+	// where elections put them.
+	NoLeaderRebalance bool
 }
 
 // Member is one node of the initial cluster.
@@ -213,7 +218,7 @@ func (c *Cluster) Start() error {
 		}
 	}
 	var err error
-	c.metaLog, err = c.OpenGroup(meta.MetaTopic, 0, c.allMembers(), replica.SyncQuorum, c.wakeMeta, GroupStorage{})
+	c.metaLog, err = c.OpenGroup(meta.MetaTopic, 0, c.allMembers(), replica.SyncQuorum, c.wakeMeta, GroupOptions{})
 	if err != nil {
 		return err
 	}
@@ -328,24 +333,33 @@ func (c *Cluster) ClientAddr(id replica.NodeID) string {
 	return c.tr.ClientAddr(uint32(id))
 }
 
-// GroupStorage is a replica group's retention: nothing for __meta; the
-// topic's retention for a partition, compacted no further than limit.
-type GroupStorage struct {
+// GroupOptions is a replica group's retention — nothing for __meta; the
+// topic's retention for a partition, compacted no further than Limit —
+// and its preferred leader: for a partition, the first replica of its
+// placement, to which a leader elsewhere hands leadership back once it is
+// healthy (replog.Config.PreferredLeader; 0: none, as for __meta and
+// when Config.NoLeaderRebalance is set).
+type GroupOptions struct {
 	RetentionMs, RetentionBytes int64
 	Limit                       func() uint64
+	PreferredLeader             replica.NodeID
 }
 
 // OpenGroup starts this node's member of a replica group and registers it
 // for peer traffic.
-func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.NodeID, policy replica.AckPolicy, notify func(), gs GroupStorage) (*replog.Log, error) {
+func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.NodeID, policy replica.AckPolicy, notify func(), gs GroupOptions) (*replog.Log, error) {
 	dir := path.Join(c.opts.DataDir, "meta")
 	if topic != meta.MetaTopic {
 		dir = path.Join(c.opts.DataDir, "topics", topic, fmt.Sprint(partition))
 	}
 	gid := groupID{topic, partition}
+	preferred := gs.PreferredLeader
+	if c.cfg.NoLeaderRebalance {
+		preferred = 0
+	}
 	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.opts.Env.FS, Manual: c.opts.Manual,
 		Mutations: c.opts.Replica, SendBeforePersist: c.opts.SendBeforePersist,
-		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition),
+		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred,
 		Storage: storage.Options{SegmentBytesMax: c.opts.SegmentBytesMax, RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes},
 		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit,

@@ -125,7 +125,7 @@ func (h *fakeHost) StartTopic(tc wire.TopicConfig, placement [][]uint32) (bool, 
 		for i, id := range group {
 			members[i] = replica.NodeID(id)
 		}
-		l, err := h.c.OpenGroup(tc.Name, uint32(p), members, replica.SyncQuorum, func() {}, GroupStorage{})
+		l, err := h.c.OpenGroup(tc.Name, uint32(p), members, replica.SyncQuorum, func() {}, GroupOptions{})
 		if err != nil {
 			return false, err
 		}

@@ -41,6 +41,9 @@ func (cfg *Config) process(s *state, i int) string {
 			if v := cfg.tookOffice(s, i, st.Hard.Promised); v != "" {
 				return v
 			}
+			if n.transferEpoch == st.Hard.Promised {
+				s.events |= evTransferLeader
+			}
 		}
 		// Only a Ready with entries and something sent early is split: a
 		// follower's, whose FLUSHED waits for the fsync anyway, would only
@@ -224,6 +227,10 @@ func (cfg *Config) successors(s *state) []rstep {
 				if status[to].ReadOnly && !t.nodes[to].k.Status().ReadOnly {
 					t.events |= evReadOnlyBack
 				}
+				if promised := t.nodes[to].k.Status().Hard.Promised; m.Type == replica.MsgTimeoutNow && promised > status[to].Hard.Promised {
+					t.events |= evTransferCampaign
+					t.nodes[to].transferEpoch = promised
+				}
 				return cfg.process(t, to)
 			})
 		}
@@ -272,16 +279,33 @@ func (cfg *Config) successors(s *state) []rstep {
 				for range cfg.ackTimeoutTicks() + 1 {
 					t.mut(i).k.Tick()
 				}
-				if t.nodes[i].k.Status().ReadOnly {
+				after := t.nodes[i].k.Status()
+				if after.ReadOnly {
 					t.events |= evReadOnly
+				}
+				if st.TransferTo != 0 && after.TransferTo == 0 && after.Role == replica.Leader {
+					t.events |= evTransferAbandoned
 				}
 				return cfg.process(t, i)
 			})
+			for j := range s.nodes {
+				if j != i && st.TransferTo == 0 {
+					add(fmt.Sprintf("n%d transfers leadership to n%d", i+1, j+1), budgetTransfers, func(t *state) string {
+						if err := t.mut(i).k.TransferTo(replica.NodeID(j + 1)); err != nil && !st.ReadOnly {
+							return fmt.Sprintf("KernelAssertion: n%d refused to transfer leadership to n%d: %v", i+1, j+1, err)
+						}
+						return cfg.process(t, i)
+					})
+				}
+			}
 			v := fmt.Sprintf("v%d", s.used[budgetProposals]+1)
 			add(fmt.Sprintf("n%d proposes %s", i+1, v), budgetProposals, func(t *state) string {
 				_, _, err := t.mut(i).k.Propose([]byte(v))
 				if st.ReadOnly && err == nil {
 					return fmt.Sprintf("ReadOnlyRefusesWrites: n%d accepted %s while READ_ONLY_DEGRADED", i+1, v)
+				}
+				if st.TransferTo != 0 && err == nil {
+					return fmt.Sprintf("TransferRefusesWrites: n%d accepted %s while handing leadership to n%d", i+1, v, st.TransferTo)
 				}
 				if err != nil {
 					return ""

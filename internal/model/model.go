@@ -67,7 +67,14 @@ type Config struct {
 	// was durable) and the node is uncertain (replica.Persisted.Uncertain).
 	// Keep it within the damage a group is built for (a minority of
 	// nodes: 1 of 3).
-	Damages    int
+	Damages int
+	// Transfers: a leader hands leadership to another node
+	// (Replica.TransferTo): it refuses proposals, waits for the target to
+	// flush its log, and sends TIMEOUT_NOW, on whose delivery the target
+	// campaigns (that campaign takes nothing from Campaigns). An ack
+	// timeout also abandons a transfer (TransferTicks is the ack
+	// timeout), after which the leader takes proposals again.
+	Transfers  int
 	Drops      int // messages lost
 	Dups       int // messages duplicated
 	NetworkMax int // states with more messages in flight are not explored further
@@ -103,6 +110,13 @@ type Result struct {
 	AppendsBelowSnapshot int
 	// UncertainGrants: a candidate received an uncertain node's grant.
 	UncertainGrants int
+	// TransferCampaigns: a node campaigned on a TIMEOUT_NOW;
+	// TransferLeaders: a node took office in the epoch it campaigned for
+	// on one (the hand-off completed).
+	TransferCampaigns, TransferLeaders int
+	// TransfersAbandoned: an ack timeout made a transferring leader give
+	// up and take proposals again (its TIMEOUT_NOW may still arrive).
+	TransfersAbandoned int
 }
 
 type node struct {
@@ -124,6 +138,10 @@ type node struct {
 	// order: a crash keeps a prefix of them on pre.
 	pre    *disk
 	writes []write
+	// transferEpoch is the epoch the node last campaigned for on a
+	// TIMEOUT_NOW: ghost bookkeeping for Result.TransferLeaders only (not
+	// part of the state's identity).
+	transferEpoch uint64
 }
 
 type state struct {
@@ -146,15 +164,16 @@ const (
 	budgetAckTimeouts
 	budgetCompactions
 	budgetDamages
+	budgetTransfers
 	budgets
 )
 
 func (c *Config) budget(i int) int {
-	return [budgets]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups, c.AckTimeouts, c.Compactions, c.Damages}[i]
+	return [budgets]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups, c.AckTimeouts, c.Compactions, c.Damages, c.Transfers}[i]
 }
 
 // event marks what the step into a state did, for Result's counts.
-type event uint8
+type event uint16
 
 const (
 	evMidReadyCrash event = 1 << iota
@@ -165,6 +184,9 @@ const (
 	evSnapshotInstall
 	evAppendBelowSnapshot
 	evUncertainGrant
+	evTransferCampaign
+	evTransferLeader
+	evTransferAbandoned
 )
 
 // errNotCommitted is a snapshot of something else than the committed
@@ -259,7 +281,7 @@ func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
 	// ticks from starting elections on their own. Reservations last as
 	// long as the ack timeout: an ack-timeout action expires both.
 	k, err := replica.New(replica.Config{ID: id, Replicas: cfg.ids(), Policy: cfg.Policy, HeartbeatTicks: 1,
-		ElectionTicks: 1 << 20, AckTimeoutTicks: cfg.ackTimeoutTicks(), ReservationTicks: cfg.ackTimeoutTicks(),
+		ElectionTicks: 1 << 20, AckTimeoutTicks: cfg.ackTimeoutTicks(), ReservationTicks: cfg.ackTimeoutTicks(), TransferTicks: cfg.ackTimeoutTicks(),
 		Seed: 1, Mutations: cfg.Mutations}, p)
 	if err != nil {
 		panic(err)
@@ -369,7 +391,8 @@ func (res *Result) count(s *state) {
 	}{
 		{evMidReadyCrash, &res.MidReadyCrashes}, {evTruncationUndone, &res.TruncationsUndone}, {evReadOnly, &res.ReadOnly}, {evReadOnlyBack, &res.ReadOnlyBack},
 		{evCompaction, &res.Compactions}, {evSnapshotInstall, &res.SnapshotInstalls}, {evAppendBelowSnapshot, &res.AppendsBelowSnapshot},
-		{evUncertainGrant, &res.UncertainGrants},
+		{evUncertainGrant, &res.UncertainGrants}, {evTransferCampaign, &res.TransferCampaigns}, {evTransferLeader, &res.TransferLeaders},
+		{evTransferAbandoned, &res.TransfersAbandoned},
 	} {
 		if s.events&c.ev != 0 {
 			*c.n++

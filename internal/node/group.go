@@ -189,6 +189,10 @@ type ackLedger interface {
 	// the durability of its ack. Dead letters whose record is durable move
 	// to deadReady.
 	flush()
+	// holdMs is how long the group must keep its batches before the next
+	// flush (0: flush now): while partition 0's leader hands leadership
+	// over, a record proposed would only be refused at once.
+	holdMs() int64
 	// stillCoordinates reports whether this node may still run the group;
 	// when it may not, the ledger ends the group's subscriptions and
 	// answers what waits, and the group retires.
@@ -518,10 +522,14 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 		}
 	}
 	g.collectDeadLetters(now)
-	g.ledger.flush()
+	wait := int64(groupIdleWaitMs)
+	if hold := g.ledger.holdMs(); hold > 0 {
+		wait = hold // the acks and replies wait in their batches
+	} else {
+		g.ledger.flush()
+	}
 	g.startReadyDeadLetters()
 	g.dispatch(now)
-	wait := int64(groupIdleWaitMs)
 	for _, c := range g.cursors {
 		if d := c.NextDeadlineMs(); d >= 0 {
 			wait = min(wait, max(d-now, 1))

@@ -204,6 +204,9 @@ func (l *fileLedger) damage(ds []storage.Damage) error {
 		g.name, g.topic.cfg.Name, d.Segment, d.Offset)
 }
 
+// holdMs: a file ledger never waits.
+func (l *fileLedger) holdMs() int64 { return 0 }
+
 // flush appends the batched acks and counts and fsyncs them, then
 // answers; on a ledger failure the cursors are rebuilt from what is
 // durable.

@@ -2,6 +2,7 @@ package node
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	"github.com/nereus-broker/nereus/internal/acklog"
@@ -39,13 +40,23 @@ type Mutations struct {
 // is left (a commit wakes groups; a dead letter queues a publish) and reports
 // whether anything ran. Partitions run in (topic, partition) order and groups
 // in (group, topic) order, so a run is deterministic.
+// stepRoundsMax bounds the rounds of one Step (see Step).
+const stepRoundsMax = 1_000_000
+
 func (n *Node) Step() bool {
 	if !n.cfg.Manual {
 		panic("node: Step on a node that runs its own goroutines")
 	}
 	now := n.nowMs()
 	ran := false
-	for {
+	for rounds := 0; ; rounds++ {
+		if rounds == stepRoundsMax {
+			// Work that keeps making more work at one instant (a proposal
+			// refused and proposed again at once) is a livelock: in
+			// production a goroutine spinning, in the simulator a run
+			// that never ends. Fail loudly instead.
+			panic(fmt.Sprintf("node %s: Step still making progress after %d rounds at %d ms: livelock", n.cfg.NodeID, stepRoundsMax, now))
+		}
 		progress := false
 		if n.cluster != nil {
 			progress = n.cluster.Step()

@@ -61,8 +61,9 @@ func (p *partitionRunner) openReplica() error {
 		policy = replica.SyncAll
 	}
 	s := &replicaStore{partitionRunner: p, wake: make(chan struct{}, 1)}
-	l, err := c.OpenGroup(p.topic.cfg.Name, p.id, members, policy, s.poke, cluster.GroupStorage{
-		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: p.topic.cfg.RetentionBytes, Limit: s.compactLimit.Load})
+	l, err := c.OpenGroup(p.topic.cfg.Name, p.id, members, policy, s.poke, cluster.GroupOptions{
+		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: p.topic.cfg.RetentionBytes, Limit: s.compactLimit.Load,
+		PreferredLeader: members[0]})
 	if err != nil {
 		return err
 	}
@@ -314,6 +315,15 @@ func (p *replicaStore) replicationError(err error) *wire.Error {
 		return wire.Errorf(wire.CodeNotLeader, "partition %s/%d: leadership moved; retry at the new leader", name, p.id)
 	case errors.Is(err, replica.ErrQuorumLost):
 		return wire.Errorf(wire.CodeQuorumLost, "partition %s/%d is READ_ONLY_DEGRADED", name, p.id)
+	case errors.Is(err, replica.ErrTransferring):
+		// Refused before any append: the leader is handing the partition
+		// to its preferred leader (about one round trip; at most an
+		// election timeout). NOT_LEADER sends the client to look again.
+		to := "another replica"
+		if st := p.repl.Status(); st.TransferTo != 0 {
+			to = p.node.cluster.Name(st.TransferTo) + " at " + p.node.cluster.ClientAddr(st.TransferTo)
+		}
+		return wire.Errorf(wire.CodeNotLeader, "partition %s/%d: leadership is moving to %s; retry there", name, p.id, to)
 	case errors.Is(err, replog.ErrLost):
 		return wire.Errorf(wire.CodeNotLeader, "partition %s/%d: the write was superseded by a new leader; retry", name, p.id)
 	}

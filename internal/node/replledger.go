@@ -226,6 +226,23 @@ func (l *replicatedLedger) flush() {
 	}
 }
 
+// holdMs holds the group's records while partition 0's leader (this
+// node) hands leadership over (replica.ErrTransferring): a checkpoint
+// proposed then fails at once and would be proposed again at once,
+// forever. The hand-off ends within an election timeout — this node no
+// longer coordinates (stillCoordinates retires the group), or it leads
+// on and flushes.
+func (l *replicatedLedger) holdMs() int64 {
+	if st := l.p0.repl.Status(); st.Role == replica.Leader && st.TransferTo != 0 {
+		return transferHoldMs
+	}
+	return 0
+}
+
+// transferHoldMs is how often a group whose coordinator is handing over
+// looks again.
+const transferHoldMs = 10
+
 // coordinatorDegraded reports whether partition 0's leader (this node) is
 // READ_ONLY_DEGRADED: ack records cannot commit.
 func (l *replicatedLedger) coordinatorDegraded() bool {

@@ -11,8 +11,8 @@ import "slices"
 // persists the promise of the next epoch and PREPAREs at once, fencing a
 // leader the others may still hear. For the tests, the model checker
 // (whose "times out and campaigns" action is this), a brand-new group's
-// first election (the node shell) and leadership transfer later; an
-// election timeout (Tick) pre-votes first instead. A leader ignores it.
+// first election (the node shell) and the target of a leadership
+// transfer (MsgTimeoutNow, transfer.go); an election timeout (Tick) pre-votes first instead. A leader ignores it.
 func (r *Replica) Campaign() {
 	if r.role != Leader && !r.rebuilding {
 		r.campaign()
@@ -75,6 +75,7 @@ func (r *Replica) campaign() {
 	r.setHard(r.hard.Promised+1, r.cfg.ID)
 	r.role, r.leader = Candidate, 0
 	r.endPreVote()
+	r.endTransfer()
 	r.resetElectionTimer()
 	clear(r.grants)
 	clear(r.uncertainGrants)
@@ -128,6 +129,8 @@ func (r *Replica) granted() bool {
 func (r *Replica) becomeLeader() {
 	r.role, r.leader, r.readOnly = Leader, r.cfg.ID, false
 	r.endPreVote()
+	r.endTransfer()
+	r.preferredStable, r.rebalanceIdle = 0, 0
 	r.heartbeatElapsed = 0
 	for i := range r.peers {
 		r.match[i], r.next[i], r.heard[i], r.dirty[i] = 0, r.last+1, 0, i != r.self
@@ -199,6 +202,7 @@ func (r *Replica) stepPrepare(m Message) {
 		r.setHard(m.Epoch, to)
 		r.role, r.leader, r.readOnly = Follower, 0, false
 		r.endPreVote()
+		r.endTransfer()
 	}
 	if granted {
 		r.resetElectionTimer()

@@ -79,6 +79,15 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 	u(r.installAt)
 	u(r.anomalies)
 	u(r.lastCommitOut)
+	u(uint64(r.transferee))
+	u(uint64(r.transferElapsed))
+	if r.timeoutNowSent {
+		u(1)
+	} else {
+		u(0)
+	}
+	u(uint64(r.preferredStable))
+	u(uint64(r.rebalanceIdle))
 	if r.hardChanged || len(r.pending.Entries) > 0 || r.pending.Truncate || len(r.pending.Messages) > 0 || r.pending.Snapshot != nil {
 		panic("replica: AppendState with a pending Ready")
 	}

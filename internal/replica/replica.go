@@ -11,6 +11,12 @@ import (
 var (
 	ErrNotLeader  = errors.New("replica: not the leader")
 	ErrQuorumLost = errors.New("replica: quorum lost (READ_ONLY_DEGRADED)")
+	// ErrTransferring: the leader is handing leadership to another replica
+	// (TransferTo) and takes no proposal until the hand-off ends — it is
+	// then not the leader any more, or it gave up after TransferTicks and
+	// takes proposals again. Nothing was appended: retry, at the new
+	// leader if there is one.
+	ErrTransferring = errors.New("replica: leadership transfer in progress")
 )
 
 // Config configures a replica. Times are logical ticks.
@@ -44,6 +50,23 @@ type Config struct {
 	// chasing; its reservation is revoked so the log can be compacted past
 	// it and it rebuilds from a snapshot (default ReservationTicks).
 	ChaseTicks int
+	// TransferTicks: a leadership transfer (TransferTo) that has not
+	// ended within this many ticks is abandoned and the leader takes
+	// proposals again (default ElectionTicks): a hand-off costs at most
+	// about one election timeout of refused writes.
+	TransferTicks int
+	// PreferredLeader is the replica that should lead the group while it
+	// is healthy (0: none, no automatic transfer). A leader that is not
+	// it hands leadership to it (TransferTo) once it has kept up —
+	// flushed everything committed, or within one Append of the leader's
+	// log, and heard within half an election timeout — for
+	// RebalanceStableTicks ticks in a row (default 2*ElectionTicks), and
+	// at most once every RebalanceEveryTicks (default 5*ElectionTicks,
+	// counted from taking office too), so a flapping replica cannot make
+	// leadership flap with it.
+	PreferredLeader      NodeID
+	RebalanceStableTicks int
+	RebalanceEveryTicks  int
 	// Seed feeds the election jitter (no global randomness).
 	Seed uint64
 	// Mutations break guards on purpose (tests only).
@@ -60,6 +83,10 @@ type Mutations struct {
 	GrantIgnoresLineage        bool // grant a PREPARE (and a pre-vote) whatever the candidate's lineage
 	ProposeWhenReadOnly        bool // accept proposals while READ_ONLY_DEGRADED
 	AppendBelowSnapshot        bool // S8: match an APPEND starting below the snapshot point against the compacted prefix
+	ProposeWhileTransferring   bool // accept proposals while handing leadership over (TransferTo)
+	TimeoutNowBeforeCaughtUp   bool // send TIMEOUT_NOW before the target flushed the leader's last entry
+	TimeoutNowAnyEpoch         bool // campaign on any TIMEOUT_NOW, whatever its epoch or sender
+	TransferNeverAbandoned     bool // keep refusing proposals until a transfer succeeds
 	TrustUncertainGrants       bool // count an uncertain replica's grant as a witness of its whole log
 	UncertainClearsOnAnyLeader bool // leave Uncertain once any leader made the replica whole, not only a newer one
 }
@@ -91,6 +118,18 @@ func (c *Config) validate() error {
 	}
 	if c.ReservationEntriesMax == 0 {
 		c.ReservationEntriesMax = 1 << 20
+	}
+	if c.TransferTicks == 0 {
+		c.TransferTicks = c.ElectionTicks
+	}
+	if c.RebalanceStableTicks == 0 {
+		c.RebalanceStableTicks = 2 * c.ElectionTicks
+	}
+	if c.RebalanceEveryTicks == 0 {
+		c.RebalanceEveryTicks = 5 * c.ElectionTicks
+	}
+	if c.PreferredLeader != 0 && !slices.Contains(c.Replicas, c.PreferredLeader) {
+		return fmt.Errorf("replica: preferred leader %d not in replicas %v", c.PreferredLeader, c.Replicas)
 	}
 	if c.HeartbeatTicks >= c.ElectionTicks {
 		return fmt.Errorf("replica: heartbeat %d ticks must be shorter than election %d", c.HeartbeatTicks, c.ElectionTicks)
@@ -153,6 +192,19 @@ type Replica struct {
 	revoked   []bool   // tail chasing: reservation withdrawn until caught up
 	readOnly  bool
 	installAt uint64 // seq of this epoch's install entry
+
+	// Leadership transfer (transfer.go), leader only: the replica it
+	// hands leadership to (0: none), the ticks since it began, and
+	// whether TIMEOUT_NOW went out. While transferee is set the leader
+	// takes no proposal, so the target's lineage stays the leader's own.
+	transferee      NodeID
+	transferElapsed int
+	timeoutNowSent  bool
+	// Rebalancing toward cfg.PreferredLeader (leader only): ticks in a
+	// row the preferred replica kept up, and ticks since this leader took
+	// office or last tried a transfer.
+	preferredStable int
+	rebalanceIdle   int
 
 	anomalies uint64 // messages refused as impossible from a correct peer
 
@@ -304,6 +356,7 @@ func (r *Replica) becomeFollower(epoch uint64, leader NodeID) {
 	}
 	r.role, r.leader, r.readOnly = Follower, leader, false
 	r.endPreVote()
+	r.endTransfer()
 	r.resetElectionTimer()
 }
 
@@ -323,6 +376,7 @@ func (r *Replica) Tick() {
 			}
 		}
 		r.updateReadOnly()
+		r.tickTransfer()
 		r.heartbeatElapsed++
 		if r.heartbeatElapsed >= r.cfg.HeartbeatTicks {
 			r.heartbeatElapsed = 0
@@ -338,6 +392,9 @@ func (r *Replica) Tick() {
 func (r *Replica) Propose(data []byte) (seq, epoch uint64, err error) {
 	if r.role != Leader {
 		return 0, 0, ErrNotLeader
+	}
+	if r.transferee != 0 && !r.cfg.Mutations.ProposeWhileTransferring {
+		return 0, 0, ErrTransferring
 	}
 	if r.readOnly && !r.cfg.Mutations.ProposeWhenReadOnly {
 		return 0, 0, ErrQuorumLost
@@ -370,6 +427,8 @@ func (r *Replica) Step(m Message) {
 		r.stepPreVote(m)
 	case MsgPreVoteAck:
 		r.stepPreVoteAck(m)
+	case MsgTimeoutNow:
+		r.stepTimeoutNow(m)
 	}
 }
 
@@ -521,6 +580,7 @@ func (r *Replica) stepAppendAck(m Message) {
 		if m.FlushedSeq > r.match[i] {
 			r.match[i] = m.FlushedSeq
 			r.maybeCommit()
+			r.maybeTimeoutNow()
 		}
 		r.next[i] = max(r.next[i], m.FlushedSeq+1)
 		if r.next[i] <= r.last {
@@ -663,6 +723,9 @@ type Status struct {
 	Uncertain bool
 	// Peers is the leader's view of every other replica.
 	Peers []PeerStatus
+	// TransferTo: the replica this leader is handing leadership to
+	// (TransferTo; 0: none). It takes no proposal meanwhile.
+	TransferTo NodeID
 	// LeaderSilent: this follower (or candidate) no longer holds its
 	// leader's lease (leaseExpired): it knows none, or has not heard from it
 	// for ElectionTicks — it may be dead, so the shell must not point
@@ -706,7 +769,7 @@ func (r *Replica) Status() Status {
 	return Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
 		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs), Anomalies: r.anomalies,
 		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Uncertain: r.uncertain, Peers: r.peerStatus(),
-		LeaderSilent: r.role != Leader && r.leaseExpired()}
+		TransferTo: r.transferee, LeaderSilent: r.role != Leader && r.leaseExpired()}
 }
 
 func (r *Replica) peerStatus() []PeerStatus {

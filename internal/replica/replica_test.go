@@ -500,17 +500,19 @@ func FuzzStep(f *testing.F) {
 	f.Add(uint8(1), uint8(3), uint64(5), uint64(3), uint64(2), uint64(0), uint64(0), uint8(0), uint64(9))
 	f.Add(uint8(6), uint8(2), uint64(2), uint64(0), uint64(0), uint64(1), uint64(1), uint8(0), uint64(0))
 	f.Add(uint8(7), uint8(3), uint64(4), uint64(0), uint64(0), uint64(0), uint64(0), uint8(1), uint64(0))
+	f.Add(uint8(8), uint8(2), uint64(1), uint64(0), uint64(0), uint64(2), uint64(1), uint8(0), uint64(0))
 	f.Fuzz(func(t *testing.T, kind, from uint8, epoch, prevSeq, prevEpoch, seq, entryEpoch uint64, n uint8, commit uint64) {
 		for _, setup := range []func(*cluster){
 			func(*cluster) {},
 			func(c *cluster) { c.elect(1); c.propose(1, "a") },
 			func(c *cluster) { c.rs[1].Campaign(); c.flush(1); c.queue = nil },
 			func(c *cluster) { c.elect(2); c.startPreVote(1) },
+			func(c *cluster) { c.elect(1); c.rs[1].TransferTo(2); c.flush(1) },
 		} {
 			c := newCluster(t, 3, SyncQuorum)
 			setup(c)
 			before := c.rs[1].Status().Hard.Promised
-			m := Message{Type: MsgType(kind % 8), From: NodeID(from%4 + 1), To: 1, Epoch: epoch % 8, PrevSeq: prevSeq % 8,
+			m := Message{Type: MsgType(kind % 9), From: NodeID(from%4 + 1), To: 1, Epoch: epoch % 8, PrevSeq: prevSeq % 8,
 				PrevEpoch: prevEpoch % 8, CommitSeq: commit % 10, LastSeq: seq % 8, LastEpoch: entryEpoch % 8, Granted: n%2 == 0,
 				FlushedSeq: seq % 8, HintSeq: prevSeq % 8, Reject: Reject(n % 3)}
 			for i := uint8(0); i < n%4; i++ {

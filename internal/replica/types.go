@@ -91,6 +91,11 @@ const (
 	// MsgPreVoteAck answers a PreVote: Granted, with Epoch the asked one;
 	// or refused, with Epoch the sender's own promise.
 	MsgPreVoteAck
+	// MsgTimeoutNow is a leader's hand-off (TransferTo): the addressee,
+	// which has flushed the leader's whole log (LastEpoch, LastSeq), is to
+	// campaign at once — forced, without a pre-vote — for Epoch+1. It acts
+	// only on one from the leader it follows, in its current epoch.
+	MsgTimeoutNow
 )
 
 func (t MsgType) String() string {
@@ -109,6 +114,8 @@ func (t MsgType) String() string {
 		return "PRE_VOTE"
 	case MsgPreVoteAck:
 		return "PRE_VOTE_ACK"
+	case MsgTimeoutNow:
+		return "TIMEOUT_NOW"
 	}
 	return fmt.Sprintf("MsgType(%d)", uint8(t))
 }
@@ -167,7 +174,7 @@ type Message struct {
 
 func (m Message) String() string {
 	switch m.Type {
-	case MsgPrepare, MsgPreVote:
+	case MsgPrepare, MsgPreVote, MsgTimeoutNow:
 		return fmt.Sprintf("%s %d->%d e=%d last=(%d,%d)", m.Type, m.From, m.To, m.Epoch, m.LastEpoch, m.LastSeq)
 	case MsgPreVoteAck:
 		return fmt.Sprintf("%s %d->%d e=%d granted=%v", m.Type, m.From, m.To, m.Epoch, m.Granted)

@@ -36,6 +36,9 @@ type Member struct {
 	commitSeq atomic.Uint64
 	installs  atomic.Uint64
 	notified  notice // what Notify last reported
+	// transfer is the leadership transfer last logged (its target; 0:
+	// none), so each start and end is one log line.
+	transfer replica.NodeID
 	// rebuildingMarked: the rebuilding mark (rebuildingFile) is on disk;
 	// Handle removes it once the kernel says the member is whole.
 	rebuildingMarked bool
@@ -137,7 +140,7 @@ func loadOrQuarantine(cfg Config, lg *storage.Log) (p replica.Persisted, marked 
 // kernelConfig is the replication kernel's configuration for a member.
 func kernelConfig(cfg Config) replica.Config {
 	return replica.Config{ID: cfg.ID, Replicas: cfg.Members, Policy: cfg.Policy,
-		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed, Mutations: cfg.Mutations,
+		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed, Mutations: cfg.Mutations, PreferredLeader: cfg.PreferredLeader,
 		ReservationTicks: max(int(cfg.Reservation/cfg.Tick), 4*cfg.ElectionTicks)}
 }
 
@@ -272,6 +275,7 @@ func (m *Member) Read(fromSeq uint64, max int) ([]storage.Entry, error) {
 func (m *Member) publishStatus() {
 	st := m.k.Status()
 	m.status.Store(&st)
+	m.logTransfer(st)
 	if m.cfg.Notify == nil {
 		return
 	}
@@ -441,4 +445,22 @@ func (m *Member) publishStopped() {
 		m.notified = notice{}
 		m.cfg.Notify()
 	}
+}
+
+// logTransfer logs a leadership transfer's start and end (the kernel
+// starts one on its own for the preferred leader: an operator should see
+// leadership move, and why).
+func (m *Member) logTransfer(st replica.Status) {
+	if st.TransferTo == m.transfer {
+		return
+	}
+	switch {
+	case st.TransferTo != 0:
+		m.cfg.Logger.Info("replog: handing leadership over", "member", m.cfg.ID, "dir", m.cfg.Dir, "to", st.TransferTo, "epoch", st.Hard.Promised)
+	case st.Role == replica.Leader:
+		m.cfg.Logger.Warn("replog: leadership transfer abandoned; leading on", "member", m.cfg.ID, "dir", m.cfg.Dir, "to", m.transfer, "epoch", st.Hard.Promised)
+	default:
+		m.cfg.Logger.Info("replog: leadership transfer ended: no longer leading", "member", m.cfg.ID, "dir", m.cfg.Dir, "to", m.transfer, "epoch", st.Hard.Promised)
+	}
+	m.transfer = st.TransferTo
 }

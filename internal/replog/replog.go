@@ -47,6 +47,11 @@ type Config struct {
 	Tick          time.Duration
 	ElectionTicks int
 	Seed          uint64
+	// PreferredLeader is the member that should lead this group while it
+	// is healthy (0: none): a leader that is not it hands leadership to
+	// it once it has kept up for a while (replica.Config.PreferredLeader,
+	// with the kernel's defaults for how long and how often).
+	PreferredLeader replica.NodeID
 	// ProposeQueueMax bounds queued proposals (default 4096; Log only).
 	ProposeQueueMax int
 	// Storage configures the member's log (sizes, bounds).

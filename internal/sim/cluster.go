@@ -43,6 +43,9 @@ type ClusterOptions struct {
 	// (0: the simulator's 1024, so groups checkpoint often; < 0: never).
 	LedgerCompactBytes int64
 	KeepTrace          bool
+	// NoLeaderRebalance turns off the hand-back of partitions to their
+	// preferred leaders (node.ClusterConfig.NoLeaderRebalance).
+	NoLeaderRebalance bool
 	// Logs, when set, receives every node's log lines (slog text, with
 	// virtual time and the node's id): what the nodes said, beside the
 	// trace of what happened.
@@ -158,7 +161,7 @@ func newClusterSim(o ClusterOptions) *sim {
 		b := newBroker(w, chk, o.Mutations)
 		b.id, b.peers = members[i-1].ID, s.net
 		b.cluster = &node.ClusterConfig{Members: members, Tick: clusterTick, DeclareTimeout: clusterDeclareTimeout,
-			Reservation: time.Duration(o.Retention.ReservationMs) * time.Millisecond}
+			Reservation: time.Duration(o.Retention.ReservationMs) * time.Millisecond, NoLeaderRebalance: o.NoLeaderRebalance}
 		b.segmentBytesMax, b.retentionCheckMs = o.Retention.SegmentBytesMax, o.Retention.RetentionCheckMs
 		if o.LedgerCompactBytes != 0 {
 			b.ledgerCompactBytes = o.LedgerCompactBytes

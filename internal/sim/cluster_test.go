@@ -214,6 +214,13 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// divergent epoch run now (replica
 		// TestLongDivergentTailConvergesInAFewRoundTrips).
 		{Seed: 300399, Faults: AllClusterFaults},
+		// (leadership transfer) The coordinator began handing partition 0
+		// to its preferred leader; its group's checkpoint proposal was
+		// refused at once (ErrTransferring), which woke the group, which
+		// proposed it again: Node.Step never returned (now a panic after
+		// stepRoundsMax rounds). A group holds its records while its
+		// coordinator hands over (replicatedLedger.holdMs).
+		{Seed: 10, Faults: AllClusterFaults},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
