@@ -35,6 +35,7 @@ type groupMember struct {
 	ref       wire.MemberRef // Incarnation 0 until joined
 	heartbeat time.Duration
 	view      *group.View
+	lostHeld  []group.Held // an earlier incarnation's partitions, to give up
 
 	notices chan *wire.Notice
 	stop    chan struct{}
@@ -109,7 +110,12 @@ func (m *groupMember) joinOnce(ctx context.Context) error {
 		}
 		m.mu.Lock()
 		m.corr = corr
+		lost := m.lostHeld
+		m.lostHeld = nil
 		m.mu.Unlock()
+		if len(lost) > 0 {
+			m.co.release(indexes(lost))
+		}
 		return nil
 	case <-ctx.Done():
 		cn.closeStream(corr)
@@ -118,7 +124,9 @@ func (m *groupMember) joinOnce(ctx context.Context) error {
 }
 
 // joined records a JOIN_OK: a new incarnation starts with an empty view
-// and a fresh subscription.
+// and a fresh subscription. What an earlier incarnation held (it was
+// fenced while this member was away, and the JOIN made a new one) is given
+// up: joinOnce releases it off the connection's reader goroutine.
 func (m *groupMember) joined(cn *conn, ok *wire.JoinOK) {
 	m.mu.Lock()
 	m.cn = cn
@@ -126,6 +134,7 @@ func (m *groupMember) joined(cn *conn, ok *wire.JoinOK) {
 	changed := m.ref.Incarnation != ok.Incarnation
 	m.ref = wire.MemberRef{Group: m.join.Group, Member: m.join.Member, Incarnation: ok.Incarnation}
 	if changed {
+		m.lostHeld = append(m.lostHeld, m.view.Held()...)
 		m.view = group.NewView()
 	}
 	m.mu.Unlock()

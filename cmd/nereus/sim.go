@@ -37,6 +37,7 @@ func newSimCmd() *cobra.Command {
 		nodes       int
 		mutation    string
 		listMut     bool
+		members     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -83,7 +84,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err != nil {
 					return err
 				}
-				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace}
+				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members}
 				if logs {
 					o.Logs = cmd.ErrOrStderr()
 				}
@@ -166,6 +167,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&logs, "logs", false, "with --nodes: write every node's log lines (virtual time t in ms, sim_node) to stderr")
 	fl.IntVar(&nodes, "nodes", 0, "simulate a cluster of this many complete nodes (server, node, replication, metadata) instead of one node")
 	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
+	fl.BoolVar(&members, "members", false, "with --nodes: the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked)")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
@@ -188,6 +190,9 @@ func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) erro
 		}
 		fmt.Fprintf(out, "seed %d: %d nodes, %d events, %dms virtual, %d faults, %d restarts, %d acked, %d deliveries, trace %s: ",
 			s, max(o.Nodes, 3), r.Events, r.VirtualMs, r.Faults, r.Restarts, r.Acked, r.Deliveries, r.TraceHash)
+		if o.Members {
+			fmt.Fprintf(out, "members %v: ", r.Members)
+		}
 		if r.Violation == nil {
 			fmt.Fprintln(out, "ok")
 			continue

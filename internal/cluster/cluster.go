@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nereus-broker/nereus/internal/group"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -105,6 +106,8 @@ type Options struct {
 	// shared executor on purpose (mutation tests only).
 	Replica           replica.Mutations
 	SendBeforePersist bool
+	// Group breaks the consumer-group kernel (mutation tests only).
+	Group group.Mutations
 }
 
 // Cluster is a node's membership: the peer network, the metadata log and
@@ -528,6 +531,14 @@ func (c *Cluster) Starting(name string) bool {
 }
 
 func (c *Cluster) loadState() (*meta.State, error) {
+	st, err := c.readState()
+	if st != nil {
+		st.GroupMutations = c.opts.Group
+	}
+	return st, err
+}
+
+func (c *Cluster) readState() (*meta.State, error) {
 	b, err := storage.ReadFileAtomic(c.opts.Env.FS, path.Join(c.opts.DataDir, MetaStateFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return meta.New(), nil

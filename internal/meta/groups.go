@@ -116,7 +116,7 @@ func (s *State) applyGroup(seq uint64, op string, c group.Command) error {
 		}
 		g.Mode = c.Mode
 	}
-	if _, err := g.Apply(seq, c, s.partitions, group.Mutations{}); err != nil {
+	if _, err := g.Apply(seq, c, s.partitions, s.GroupMutations); err != nil {
 		return fmt.Errorf("meta: entry %d: %w", seq, err)
 	}
 	return nil
@@ -142,7 +142,8 @@ func (s *State) SortedGroups() []*group.State {
 
 // Clone returns a deep copy.
 func (s *State) Clone() *State {
-	c := &State{Applied: s.Applied, Topics: make(map[string]Topic, len(s.Topics)), Groups: make(map[string]*group.State, len(s.Groups))}
+	c := &State{Applied: s.Applied, Topics: make(map[string]Topic, len(s.Topics)), Groups: make(map[string]*group.State, len(s.Groups)),
+		GroupMutations: s.GroupMutations}
 	for name, t := range s.Topics {
 		t.Placement = slices.Clone(t.Placement)
 		c.Topics[name] = t

@@ -55,6 +55,9 @@ type State struct {
 	Topics  map[string]Topic `json:"topics"`
 	// Groups are the consumer groups with assignment (internal/group).
 	Groups map[string]*group.State `json:"groups,omitempty"`
+	// GroupMutations break the group kernel on purpose (simulator
+	// mutation tests only; never persisted).
+	GroupMutations group.Mutations `json:"-"`
 }
 
 // New returns an empty state.
@@ -171,7 +174,7 @@ func (s *State) Apply(seq uint64, data []byte) (created *Topic, err error) {
 func (s *State) AddTopic(t Topic) {
 	s.Topics[t.Config.Name] = t
 	for _, name := range slices.Sorted(maps.Keys(s.Groups)) {
-		s.Groups[name].Rebalance(s.partitions, group.Mutations{})
+		s.Groups[name].Rebalance(s.partitions, s.GroupMutations)
 	}
 }
 

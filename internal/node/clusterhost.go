@@ -20,7 +20,8 @@ func (n *Node) openCluster() error {
 	c, err := cluster.New(clusterHost{n}, *n.cfg.Cluster, cluster.Options{
 		NodeID: n.cfg.NodeID, DataDir: n.cfg.DataDir, ClientAddr: n.cfg.ClientAddr, Env: n.cfg.Env, Logger: n.log,
 		Manual: n.cfg.Manual, SegmentBytesMax: n.cfg.SegmentBytesMax, RecordBytesMax: n.cfg.RecordBytesMax,
-		RetentionCheckMs: n.cfg.RetentionCheckMs, Replica: n.cfg.Mutations.Replica, SendBeforePersist: n.cfg.Mutations.SendBeforePersist})
+		RetentionCheckMs: n.cfg.RetentionCheckMs, Replica: n.cfg.Mutations.Replica, SendBeforePersist: n.cfg.Mutations.SendBeforePersist,
+		Group: n.cfg.Mutations.Group})
 	if err != nil {
 		return err
 	}

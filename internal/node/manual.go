@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"fmt"
+	"github.com/nereus-broker/nereus/internal/group"
 	"slices"
 
 	"github.com/nereus-broker/nereus/internal/acklog"
@@ -32,6 +33,9 @@ type Mutations struct {
 	// Ready before its writes are durable: FLUSHED before fsync).
 	Replica           replica.Mutations
 	SendBeforePersist bool
+	// Group breaks the consumer-group kernel as the metadata applies it
+	// (e.g. a moving partition assigned before its REVOKE is answered).
+	Group group.Mutations
 }
 
 // Step runs, on the caller's goroutine, all work of a Manual node that is

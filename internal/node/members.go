@@ -70,6 +70,7 @@ func (n *Node) openMembership() error {
 		if err != nil {
 			return err
 		}
+		st.GroupMutations = n.cfg.Mutations.Group
 		m.local, m.seq = st, st.Applied
 		n.mu.RLock()
 		for name, t := range n.topics {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/acklog"
+	"github.com/nereus-broker/nereus/internal/group"
 	"github.com/nereus-broker/nereus/internal/invariant"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/node"
@@ -46,6 +47,10 @@ type ClusterOptions struct {
 	// NoLeaderRebalance turns off the hand-back of partitions to their
 	// preferred leaders (node.ClusterConfig.NoLeaderRebalance).
 	NoLeaderRebalance bool
+	// Members makes the consumers group members (JOIN, heartbeats,
+	// notices; members.go) with ExclusiveDelivery checked on every
+	// message; a client fault may also crash a member.
+	Members bool
 	// Logs, when set, receives every node's log lines (slog text, with
 	// virtual time and the node's id): what the nodes said, beside the
 	// trace of what happened.
@@ -99,6 +104,9 @@ var ClusterMutations = map[string]node.Mutations{
 	"commit-on-leader-fsync":    {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
 	"trust-uncertain-grants":    {Replica: replica.Mutations{TrustUncertainGrants: true}},
 	"accept-stale-flushed":      {Replica: replica.Mutations{AcceptStaleFlushed: true}},
+	// With --members: a moving partition assigned before its REVOKE is
+	// answered (ExclusiveDelivery).
+	"assign-before-revoke": {Group: group.Mutations{AssignBeforeRevoke: true}},
 }
 
 // ClusterReproduce is the command that runs o again.
@@ -107,6 +115,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	cmd := fmt.Sprintf("go run ./cmd/nereus sim --nodes %d --faults %s --steps %d --seed %d", o.Nodes, o.Faults, o.Steps, o.Seed)
 	if o.SyncAll {
 		cmd += " --policy all"
+	}
+	if o.Members {
+		cmd += " --members"
 	}
 	if o.Retention != (ClusterRetention{}) {
 		cmd += fmt.Sprintf(" # with ClusterOptions.Retention %+v (no CLI flag: run it from a test)", o.Retention)
@@ -151,7 +162,7 @@ func newClusterSim(o ClusterOptions) *sim {
 		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace},
 		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: uint8(o.Nodes), syncAll: o.SyncAll,
 		retentionBytes: o.Retention.Bytes,
-		clusterFaults:  o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}}
+		clusterFaults:  o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, memberEvents: map[string]int{}}
 	s.opts.setDefaults()
 	var members []node.Member
 	for i := 1; i <= o.Nodes; i++ {
@@ -205,6 +216,10 @@ func newClusterSim(o ClusterOptions) *sim {
 			unanswered: map[position]wire.AckEntry{}, at: i}
 		s.consumers = append(s.consumers, c)
 		s.w.after(s.w.between(0, 10), c.connect)
+		if o.Members {
+			c.m = &simMember{mat: i, joinID: uint64(i+1) << 32, view: group.NewView(), held: map[position]uint64{}, revokes: map[uint64]uint64{}}
+			s.w.after(s.w.between(0, 10), c.joinGroup)
+		}
 	}
 	s.w.after(tickMs, s.tick)
 	return s
@@ -224,6 +239,7 @@ func (s *sim) runPhases() Result {
 	r.Faults = s.faultsInjected
 	r.ReplicaStates, r.Recoveries = s.replicaStates, s.recoveries
 	r.PubErrors = s.pubErrors
+	r.Members = s.memberEvents
 	r.Restarts = 0
 	for _, b := range s.nodes {
 		r.Restarts += max(b.started-1, 0)

@@ -144,6 +144,10 @@ type Result struct {
 	// PubErrors counts the errors producers got for their publishes, by
 	// code (cluster runs).
 	PubErrors map[wire.Code]int
+	// Members counts what group members went through (ClusterOptions.
+	// Members): "joins", "assigns", "revokes", "fenced", "crashes",
+	// "dropped" (a message of a partition not held).
+	Members map[string]int
 }
 
 // liveness phase bounds, after faults heal.
@@ -186,6 +190,7 @@ type sim struct {
 	// What clients heard (scripted scenarios assert on it): ERR codes
 	// answering a PUB or an ACK, and acks confirmed (ACK_OK results OK).
 	pubErrors, ackErrors map[wire.Code]int
+	memberEvents         map[string]int // Result.Members
 	acksConfirmed        int
 	// scriptSteps counts a scripted scenario's steps still to come: the
 	// liveness phase does not end before they ran.
@@ -424,6 +429,10 @@ func (s *sim) connOf(cl client) *conn {
 
 func (s *sim) disconnectClient() {
 	cl := s.clients()[s.w.rng.IntN(len(s.clients()))]
+	if co, ok := cl.(*consumer); ok && co.m != nil && s.w.chance(0.3) {
+		co.crash()
+		return
+	}
 	if c := s.connOf(cl); c != nil && c.open {
 		c.breakConn("fault disconnect")
 	}

@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -150,8 +151,9 @@ type consumer struct {
 	// the next connection (acks are idempotent, and a stale one is refused).
 	unanswered map[position]wire.AckEntry
 	unreturned uint32
-	polite     bool // liveness phase: ack everything at once
-	at         int  // the node it tries (cluster runs move on from one that does not coordinate)
+	polite     bool       // liveness phase: ack everything at once
+	at         int        // the node it tries (cluster runs move on from one that does not coordinate)
+	m          *simMember // group membership (ClusterOptions.Members; members.go)
 }
 
 func (c *consumer) name() string { return fmt.Sprintf("c%d", c.id) }
@@ -161,11 +163,9 @@ func (c *consumer) connect() {
 	if c.c.open {
 		c.c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: c.name()})
 		c.c.send(0, &wire.Declare{Topic: c.s.topicConfig()})
-		c.nextCorr++
-		c.subCorr = c.nextCorr
-		c.unreturned = 0
-		c.c.send(c.subCorr, &wire.Pull{Topic: simTopic, Group: simGroup, Credit: c.credit,
-			AckWaitMs: uint32(c.s.opts.AckWaitMs), MaxDeliver: 1000})
+		if c.m == nil || c.m.inc != 0 {
+			c.subscribe() // a member subscribes once it has joined
+		}
 		if len(c.unanswered) > 0 {
 			var entries []wire.AckEntry
 			for _, e := range c.unanswered {
@@ -181,9 +181,30 @@ func (c *consumer) connect() {
 	}
 }
 
+// subscribe sends the subscription's first PULL (a member's names its
+// incarnation).
+func (c *consumer) subscribe() {
+	if c.c == nil || !c.c.open {
+		return
+	}
+	c.nextCorr++
+	c.subCorr = c.nextCorr
+	c.unreturned = 0
+	pull := &wire.Pull{Topic: simTopic, Group: simGroup, Credit: c.credit, AckWaitMs: uint32(c.s.opts.AckWaitMs), MaxDeliver: 1000}
+	if c.m != nil {
+		pull.Member, pull.Incarnation = c.memberName(), c.m.inc
+	}
+	c.c.send(c.subCorr, pull)
+}
+
 func (c *consumer) onClose(cn *conn) {
 	if cn != c.c {
 		return
+	}
+	if c.m != nil {
+		for _, corr := range slices.Sorted(maps.Keys(c.m.revokes)) {
+			c.revokeAnswered(corr) // those acks are lost: the partitions are given up
+		}
 	}
 	c.pending = map[uint64][]wire.AckEntry{}
 	c.at++ // a cluster's next node (a single node's only one)
@@ -201,16 +222,22 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		entry := wire.AckEntry{Partition: f.Partition, Seq: f.Seq, DeliveryID: f.DeliveryID}
 		roll := c.s.w.rng.Float64()
 		switch {
+		case c.m != nil && !c.accept(cn, f):
+			// Not held (any more): the broker redelivers it to its holder.
 		case c.polite || roll < 0.85:
-			c.s.w.after(c.s.w.between(0, 20), func() { c.ack(cn, entry, false) })
+			c.s.w.after(c.processMs(), func() { c.ack(cn, entry, false) })
 		case roll < 0.93:
-			c.s.w.after(c.s.w.between(0, 20), func() { c.ack(cn, entry, true) })
+			c.s.w.after(c.processMs(), func() { c.ack(cn, entry, true) })
 		default:
 			// Stall: never ack; the broker must redeliver after the ack wait.
 		}
 		c.unreturned++
 		if c.unreturned >= c.credit/2 || c.polite {
-			cn.send(c.subCorr, &wire.Pull{Topic: simTopic, Group: simGroup, Credit: c.unreturned})
+			pull := &wire.Pull{Topic: simTopic, Group: simGroup, Credit: c.unreturned}
+			if c.m != nil {
+				pull.Member, pull.Incarnation = c.memberName(), c.m.inc
+			}
+			cn.send(c.subCorr, pull)
 			c.unreturned = 0
 		}
 	case *wire.AckOK:
@@ -227,6 +254,7 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 				c.s.chk.groupAcked(c.name(), e)
 			}
 		}
+		c.revokeAnswered(corr)
 	case *wire.Err:
 		c.s.w.tracef("%s ERR %s corr=%d", c.name(), f.Code, corr)
 		if corr == c.subCorr || corr == 0 {
@@ -241,6 +269,7 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		if ok {
 			c.s.ackErrors[f.Code]++
 		}
+		c.revokeAnswered(corr)
 		if ok && movesOn(f.Code) {
 			cn.breakConn("not the coordinator") // try the next node; the acks are resent there
 			return
@@ -260,9 +289,25 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 	}
 }
 
+// processMs is how long a consumer works on a message before its ack:
+// members take longer, so a rebalance often finds them holding some.
+func (c *consumer) processMs() int64 {
+	if c.m != nil && !c.polite {
+		return c.s.w.between(10, 150)
+	}
+	return c.s.w.between(0, 20)
+}
+
 func (c *consumer) ack(cn *conn, e wire.AckEntry, nack bool) {
 	if cn != c.c || !cn.open {
 		return
+	}
+	if c.m != nil {
+		pos := position{e.Partition, e.Seq}
+		if c.m.held[pos] != e.DeliveryID {
+			return // given up (revoked or fenced) meanwhile
+		}
+		delete(c.m.held, pos)
 	}
 	c.nextCorr++
 	if nack {

@@ -1,0 +1,272 @@
+package sim
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/nereus-broker/nereus/internal/group"
+	"github.com/nereus-broker/nereus/internal/invariant"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// A consumer of a ClusterOptions.Members run is a group member, as the
+// SDK's is: it JOINs the coordinator on a connection of its own (moving on
+// from a node that answers NOT_LEADER), heartbeats, applies NOTICEs
+// through group.View, and pulls with its member id and incarnation from
+// whichever node runs the group's delivery. On a REVOKE it acks what it
+// holds of those partitions and answers CONTROL_ACK once the acks are
+// answered; fenced (STALE_ASSIGNMENT), it drops what it holds and joins
+// again as a new incarnation. A client fault may crash it: it forgets
+// everything and joins again.
+//
+// ExclusiveDelivery is checked on every message a member accepts: no
+// other member may then hold unacked deliveries of the partition unless
+// the delivering node no longer counts it a member (it was fenced or
+// left: the documented redelivery).
+
+const (
+	memberSessionMs   = 1000
+	memberHeartbeatMs = 300
+)
+
+type simMember struct {
+	mc       *conn // to the coordinator
+	mat      int   // the node it tries for the coordinator
+	joinID   uint64
+	joinCorr uint64
+	inc      uint64 // incarnation (0: not joined)
+	view     *group.View
+	// held: accepted deliveries not yet acked, nacked or given up.
+	held map[position]uint64
+	// revokes: ACK corr on the delivery connection → the REVOKE notice to
+	// answer once that ACK is answered (or the connection is gone).
+	revokes map[uint64]uint64
+	beating bool
+}
+
+func (c *consumer) memberName() string { return c.name() }
+
+// joinGroup (re)connects the membership connection and JOINs.
+func (c *consumer) joinGroup() {
+	m := c.m
+	m.mc = c.s.dial(memberConn{c}, m.mat)
+	if !m.mc.open {
+		return
+	}
+	m.mc.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: c.name() + "/member"})
+	c.nextCorr++
+	m.joinCorr = c.nextCorr
+	m.mc.send(m.joinCorr, &wire.Join{Group: simGroup, Member: c.memberName(), Topics: []string{simTopic},
+		SessionTimeoutMs: memberSessionMs, RebalanceTimeoutMs: memberSessionMs, JoinID: m.joinID})
+	if !m.beating {
+		m.beating = true
+		c.s.w.after(memberHeartbeatMs, c.heartbeat)
+	}
+}
+
+func (c *consumer) heartbeat() {
+	m := c.m
+	if m.mc != nil && m.mc.open && m.inc != 0 {
+		c.nextCorr++
+		m.mc.send(c.nextCorr, &wire.Heartbeat{MemberRef: c.ref()})
+	}
+	c.s.w.after(memberHeartbeatMs, c.heartbeat)
+}
+
+func (c *consumer) ref() wire.MemberRef {
+	return wire.MemberRef{Group: simGroup, Member: c.memberName(), Incarnation: c.m.inc}
+}
+
+// memberConn is the member's coordinator connection as a sim client.
+type memberConn struct{ c *consumer }
+
+func (mc memberConn) name() string { return mc.c.name() }
+
+func (mc memberConn) onClose(cn *conn) {
+	m := mc.c.m
+	if cn != m.mc {
+		return
+	}
+	m.mat++ // the coordinator may be elsewhere now
+	mc.c.s.w.after(mc.c.s.w.between(5, 100), mc.c.joinGroup)
+}
+
+func (mc memberConn) onFrame(cn *conn, corr uint64, f wire.Frame) {
+	c, m := mc.c, mc.c.m
+	if cn != m.mc {
+		return
+	}
+	switch f := f.(type) {
+	case *wire.JoinOK:
+		c.s.w.tracef("%s JOIN_OK inc=%d epoch=%d", c.name(), f.Incarnation, f.MembershipEpoch)
+		c.s.memberEvents["joins"]++
+		if f.Incarnation != m.inc {
+			if m.inc != 0 {
+				// The old incarnation was fenced while this one was away
+				// (the JOIN, same join id, made a new one): what it held
+				// is the broker's to redeliver now.
+				c.fenced()
+			}
+			m.inc, m.view = f.Incarnation, group.NewView()
+			c.subscribe() // a new incarnation's subscription
+		}
+	case *wire.Notice:
+		c.notice(f)
+	case *wire.GroupOK:
+	case *wire.Err:
+		c.s.w.tracef("%s member ERR %s corr=%d", c.name(), f.Code, corr)
+		switch {
+		case f.Code == wire.CodeStaleAssignment:
+			c.fenced()
+			cn.breakConn("fenced: join again")
+		case corr == m.joinCorr || movesOn(f.Code) || f.Code.Retryable():
+			cn.breakConn("join failed or not the coordinator")
+		}
+	}
+}
+
+// fenced drops what the member holds; it joins again as a new incarnation.
+func (c *consumer) fenced() {
+	m := c.m
+	c.s.w.tracef("%s fenced (incarnation %d): drops %d held", c.name(), m.inc, len(m.held))
+	c.s.memberEvents["fenced"]++
+	m.joinID++
+	m.inc, m.view = 0, group.NewView()
+	clear(m.held)
+	clear(m.revokes)
+}
+
+// crash is a member process dying: it restarts with nothing.
+func (c *consumer) crash() {
+	c.s.w.tracef("fault member crash %s", c.name())
+	c.s.memberEvents["crashes"]++
+	c.fenced()
+	if c.m.mc != nil && c.m.mc.open {
+		c.m.mc.breakConn("member crashed")
+	}
+	if c.c != nil && c.c.open {
+		c.c.breakConn("member crashed")
+	}
+}
+
+func (c *consumer) notice(f *wire.Notice) {
+	m := c.m
+	if f.Incarnation != m.inc || m.inc == 0 {
+		return
+	}
+	n := &group.Notice{ID: f.NoticeID, Kind: group.NoticeKind(f.Kind), Incarnation: f.Incarnation}
+	for _, p := range f.Partitions {
+		n.Partitions = append(n.Partitions, group.Held{Partition: group.Partition{Topic: p.Topic, Index: p.Partition}, Epoch: p.Epoch})
+	}
+	assigned, revoked := m.view.Notice(n)
+	c.s.w.tracef("%s NOTICE #%d %v %v: assigned %v revoked %v", c.name(), f.NoticeID, n.Kind, f.Partitions, len(assigned), len(revoked))
+	c.s.memberEvents["assigns"] += len(assigned)
+	c.s.memberEvents["revokes"] += len(revoked)
+	if len(revoked) == 0 {
+		c.controlAck(f.NoticeID)
+		return
+	}
+	// Finishing the work in progress takes a while; meanwhile it still
+	// holds those deliveries (the partitions are not fetched any more).
+	inc := m.inc
+	c.s.w.after(c.s.w.between(20, 300), func() {
+		if m.inc == inc {
+			c.release(f.NoticeID, revoked)
+		}
+	})
+}
+
+// release acks what the member holds of revoked partitions, then answers
+// the REVOKE once the acks are answered.
+func (c *consumer) release(notice uint64, revoked []group.Held) {
+	m := c.m
+	var entries []wire.AckEntry
+	for _, h := range revoked {
+		for pos, id := range m.held {
+			if pos.partition == h.Partition.Index {
+				entries = append(entries, wire.AckEntry{Partition: pos.partition, Seq: pos.seq, DeliveryID: id})
+				delete(m.held, pos)
+			}
+		}
+	}
+	if len(entries) == 0 || c.c == nil || !c.c.open {
+		c.controlAck(notice)
+		return
+	}
+	slices.SortFunc(entries, func(a, b wire.AckEntry) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Seq, b.Seq))
+	})
+	for _, e := range entries {
+		// Resent on the next connection if unanswered, like any ack: the
+		// broker may have made it durable while its answer was lost.
+		c.unanswered[position{e.Partition, e.Seq}] = e
+	}
+	c.nextCorr++
+	c.pending[c.nextCorr] = entries
+	m.revokes[c.nextCorr] = notice
+	c.c.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: entries})
+}
+
+func (c *consumer) controlAck(notice uint64) {
+	m := c.m
+	if m.mc == nil || !m.mc.open {
+		return // the coordinator resends the notice
+	}
+	c.nextCorr++
+	c.s.w.tracef("%s CONTROL_ACK #%d", c.name(), notice)
+	m.mc.send(c.nextCorr, &wire.ControlAck{MemberRef: c.ref(), NoticeID: notice})
+}
+
+// revokeAnswered answers the REVOKE whose acks were answered (or lost).
+func (c *consumer) revokeAnswered(corr uint64) {
+	if c.m == nil {
+		return
+	}
+	if notice, ok := c.m.revokes[corr]; ok {
+		delete(c.m.revokes, corr)
+		c.controlAck(notice)
+	}
+}
+
+// accept reports whether a member takes a delivered message: it holds the
+// partition. It checks ExclusiveDelivery against the other members.
+func (c *consumer) accept(cn *conn, f *wire.Msg) bool {
+	m := c.m
+	if m.inc == 0 || m.view.Epoch(group.Partition{Topic: simTopic, Index: f.Partition}) == 0 {
+		c.s.w.tracef("%s drops %d/%d: partition not held", c.name(), f.Partition, f.Seq)
+		c.s.memberEvents["dropped"]++
+		return false
+	}
+	current := c.s.currentMembers(cn.b)
+	for _, o := range c.s.consumers {
+		if o == c || o.m == nil {
+			continue
+		}
+		for pos := range o.m.held {
+			if pos.partition == f.Partition && current[o.memberName()] == o.m.inc && o.m.inc != 0 {
+				c.s.chk.violate(invariant.ExclusiveDelivery, "%s accepted %d/%d from %s while %s (incarnation %d, a member there) holds %s unacked",
+					c.name(), f.Partition, f.Seq, cn.b.id, o.name(), o.m.inc, pos)
+				return false
+			}
+		}
+	}
+	m.held[position{f.Partition, f.Seq}] = f.DeliveryID
+	return true
+}
+
+// currentMembers maps each member of the group to its incarnation, as
+// node b has applied it.
+func (s *sim) currentMembers(b *broker) map[string]uint64 {
+	out := map[string]uint64{}
+	if !b.up {
+		return out
+	}
+	for _, g := range b.node.GroupStates() {
+		if g.Name == simGroup {
+			for id, mm := range g.Members {
+				out[id] = mm.Incarnation
+			}
+		}
+	}
+	return out
+}
