@@ -61,8 +61,12 @@ func newGroupMember(co *Consumer, opts ConsumerOptions) *groupMember {
 		view: group.NewView(), notices: make(chan *wire.Notice, 64), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// holds reports whether the member holds partition p of its topic.
+// holds reports whether the member holds partition p of its topic (in
+// shared mode every member takes every partition).
 func (m *groupMember) holds(p uint32) bool {
+	if m.join.Mode == wire.GroupShared {
+		return true
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.view.Epoch(group.Partition{Topic: m.join.Topics[0], Index: p}) != 0

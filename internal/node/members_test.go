@@ -378,3 +378,49 @@ func TestClusterGroupMembershipFollowsTheMetadataLeader(t *testing.T) {
 		return len(gs) == 1 && len(gs[0].Members) == 0 && len(gs[0].Owners) == 0
 	})
 }
+
+// TestSharedGroupMembersCompete: in shared mode members are not assigned
+// partitions; they compete — both are delivered messages of the one
+// partition — and a PULL of a non-member is still refused.
+func TestSharedGroupMembersCompete(t *testing.T) {
+	h := newMemberHarness(t)
+	if _, err := h.n.Declare(wire.TopicConfig{Name: "t", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		h.n.Publish(&wire.Pub{Topic: "t", Partition: 0, Value: fmt.Appendf(nil, "%d", i)}, func(wire.PubOK, *wire.Error) {})
+	}
+	h.n.Step()
+	var sinks []*sink
+	for i, id := range []string{"a", "b"} {
+		var ok *wire.JoinOK
+		h.n.JoinGroup(&wire.Join{Group: "g", Member: id, Topics: []string{"t"}, Mode: wire.GroupShared, JoinID: uint64(i + 1)}, &noticeBox{},
+			func(o *wire.JoinOK, err error) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				ok = o
+			})
+		s := newSink()
+		sub, err := h.n.Subscribe("t", "g", GroupOptions{Member: id, Incarnation: ok.Incarnation}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub.AddCredit(6)
+		sinks = append(sinks, s)
+	}
+	h.n.Step()
+	for i, s := range sinks {
+		if s.count() != 6 {
+			t.Fatalf("member %d got %d messages of the one partition, want 6", i, s.count())
+		}
+	}
+	if _, err := h.n.Subscribe("t", "g", GroupOptions{Member: "c", Incarnation: 99}, newSink()); !errors.Is(err, wire.ErrStaleAssignment) {
+		t.Fatalf("a non-member's PULL: %v", err)
+	}
+	var exclusive error
+	h.n.JoinGroup(&wire.Join{Group: "g", Member: "c", Topics: []string{"t"}, JoinID: 3}, &noticeBox{}, func(_ *wire.JoinOK, err error) { exclusive = err })
+	if !errors.Is(exclusive, wire.ErrInvalidArgument) {
+		t.Fatalf("an exclusive JOIN of a shared group: %v", exclusive)
+	}
+}

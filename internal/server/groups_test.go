@@ -166,6 +166,32 @@ func TestGroupMembersOverTheWire(t *testing.T) {
 	if len(seen) != total {
 		t.Fatalf("consumed %d of %d", len(seen), total)
 	}
+
+	// Shared mode: two members of another group both take messages of the
+	// same partition (nothing is assigned; each takes what comes).
+	sa, err := ca.Subscribe(ctx, "t", "s", client.ConsumerOptions{Member: "a", Shared: true, Credit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := cb.Subscribe(ctx, "t", "s", client.ConsumerOptions{Member: "b", Shared: true, Credit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for len(got) < 2 {
+		for who, co := range map[string]*client.Consumer{"a": sa, "b": sb} {
+			mctx, mcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			m, err := co.Next(mctx)
+			mcancel()
+			if err == nil {
+				got[who]++
+				_ = m.Ack()
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("shared members took %v", got)
+		}
+	}
 }
 
 func count(mu *sync.Mutex, m map[string]string) int {
