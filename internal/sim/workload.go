@@ -166,18 +166,6 @@ func (c *consumer) connect() {
 		if c.m == nil || c.m.inc != 0 {
 			c.subscribe() // a member subscribes once it has joined
 		}
-		if len(c.unanswered) > 0 {
-			var entries []wire.AckEntry
-			for _, e := range c.unanswered {
-				entries = append(entries, e)
-			}
-			slices.SortFunc(entries, func(a, b wire.AckEntry) int {
-				return cmp.Compare(uint64(a.Partition)<<48|a.Seq, uint64(b.Partition)<<48|b.Seq)
-			})
-			c.nextCorr++
-			c.pending[c.nextCorr] = entries
-			c.c.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: entries})
-		}
 	}
 }
 
@@ -195,6 +183,20 @@ func (c *consumer) subscribe() {
 		pull.Member, pull.Incarnation = c.memberName(), c.m.inc
 	}
 	c.c.send(c.subCorr, pull)
+	// Acks whose answers were lost go again, after the PULL that makes the
+	// group run on this node (acks are idempotent; a stale one is refused).
+	if len(c.unanswered) > 0 {
+		var entries []wire.AckEntry
+		for _, e := range c.unanswered {
+			entries = append(entries, e)
+		}
+		slices.SortFunc(entries, func(a, b wire.AckEntry) int {
+			return cmp.Compare(uint64(a.Partition)<<48|a.Seq, uint64(b.Partition)<<48|b.Seq)
+		})
+		c.nextCorr++
+		c.pending[c.nextCorr] = entries
+		c.c.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: entries})
+	}
 }
 
 func (c *consumer) onClose(cn *conn) {
