@@ -19,6 +19,7 @@ type subFlags struct {
 	group   string
 	member  string
 	shared  bool
+	session time.Duration
 	count   int
 	idle    time.Duration
 	asJSON  bool
@@ -50,6 +51,7 @@ func newSubCmd() *cobra.Command {
 	f.DurationVar(&fl.ackWait, "ack-wait", 0, "redelivery timeout when the group is created (0 = broker default)")
 	f.StringVar(&fl.member, "member", "", "join the group as this member: it is assigned partitions (each to one member at a time); assignment changes are printed on stderr")
 	f.BoolVar(&fl.shared, "shared", false, "with --member: join in shared mode (every member competes for every partition)")
+	f.DurationVar(&fl.session, "session-timeout", 0, "with --member: the coordinator fences the member after this long without a heartbeat (0 = broker default, 10s)")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }
@@ -76,12 +78,12 @@ func runSub(cmd *cobra.Command, topic string, fl subFlags) error {
 	copts := client.ConsumerOptions{Credit: credit, AckWait: fl.ackWait, MessagesMax: fl.count}
 	if fl.member != "" {
 		errOut := cmd.ErrOrStderr()
-		copts.Member, copts.Shared = fl.member, fl.shared
+		copts.Member, copts.Shared, copts.SessionTimeout = fl.member, fl.shared, fl.session
 		copts.OnAssigned = func(ps []int) { fmt.Fprintf(errOut, "assigned %s partitions %v\n", topic, ps) }
 		copts.OnRevoked = func(ps []int) { fmt.Fprintf(errOut, "revoked %s partitions %v\n", topic, ps) }
-	} else if fl.shared {
+	} else if fl.shared || fl.session != 0 {
 		cancel()
-		return errors.New("--shared needs --member")
+		return errors.New("--shared and --session-timeout need --member")
 	}
 	co, err := c.Subscribe(sctx, topic, fl.group, copts)
 	cancel()
