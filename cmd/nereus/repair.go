@@ -93,6 +93,7 @@ type repairJSON struct {
 	NextSeq             uint64         `json:"next_seq"`
 	EpochFileRemoved    bool           `json:"epoch_file_removed,omitempty"`
 	TopicsRebuilt       int            `json:"topics_rebuilt,omitempty"`
+	GroupsReset         bool           `json:"groups_reset,omitempty"`
 }
 
 type damageJSON struct {
@@ -116,8 +117,8 @@ func writeRepairJSON(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 		j := repairJSON{Topic: l.Topic, Group: l.Group, Dir: l.Dir, Mode: mode.String(), DryRun: dryRun,
 			Damage: []damageJSON{}, Dropped: []seqRangeJSON{}, DroppedSeqs: r.DroppedSeqs,
 			ValidRecordsDropped: r.ValidRecordsDropped, NextSeq: r.NextSeq, EpochFileRemoved: l.EpochFileRemoved,
-			TopicsRebuilt: l.TopicsRebuilt}
-		if l.Group == "" && l.TopicsRebuilt == 0 {
+			TopicsRebuilt: l.TopicsRebuilt, GroupsReset: l.GroupsReset}
+		if l.Group == "" && l.TopicsRebuilt == 0 && !l.GroupsReset {
 			j.Partition = &l.Partition
 		}
 		for _, d := range r.Damage {
@@ -143,6 +144,12 @@ func writeRepairText(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 		verb = "would drop"
 	}
 	for _, l := range logs {
+		if l.GroupsReset {
+			damaged++
+			fmt.Fprintf(w, "%s: corrupt; %s: the groups' members are forgotten and join again (acks are kept)\n",
+				l.Dir, map[bool]string{true: "would be removed", false: "removed"}[dryRun])
+			continue
+		}
 		if l.TopicsRebuilt > 0 {
 			damaged++
 			fmt.Fprintf(w, "%s: corrupt; %s: rebuilt from the topic directories with %d topics and default settings (retention was lost: set it again)\n",

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"slices"
 
 	"log/slog"
 	"path"
@@ -443,5 +445,41 @@ func TestCorruptTopicListIsRebuiltByRepair(t *testing.T) {
 	}
 	if served, refused := readVisible(t, h, "t", 2, values); served != len(values) || len(refused) != 0 {
 		t.Fatalf("served %d of %d, refused %v", served, len(values), refused)
+	}
+}
+
+// TestCorruptGroupStateIsResetByRepair: a damaged groups.json stops the
+// node at start with an error that says what to do; repair removes it, the
+// node opens with no members, and a member of before is told to join again.
+func TestCorruptGroupStateIsResetByRepair(t *testing.T) {
+	h := newMemberHarness(t)
+	if _, err := h.n.Declare(wire.TopicConfig{Name: "t", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ok := h.join("a", 1, &noticeBox{})
+	h.n.Close()
+	if err := h.fs.FlipBit("/data/groups.json", 20, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.now}}, Manual: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}); err == nil || !strings.Contains(err.Error(), "nereus repair") {
+		t.Fatalf("open with a damaged groups.json: %v", err)
+	}
+	dry, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage, DryRun: true})
+	if err != nil || !slices.ContainsFunc(dry, func(r RepairedLog) bool { return r.GroupsReset }) {
+		t.Fatalf("dry run: %+v, %v", dry, err)
+	}
+	if _, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage}); err != nil {
+		t.Fatal(err)
+	}
+	h.open()
+	if gs := h.n.GroupStates(); len(gs) != 0 {
+		t.Fatalf("groups after the reset: %+v", gs)
+	}
+	if err := h.request(&wire.Heartbeat{MemberRef: wire.MemberRef{Group: "g", Member: "a", Incarnation: ok.Incarnation}}); !errors.Is(err, wire.ErrStaleAssignment) {
+		t.Fatalf("a forgotten member's heartbeat: %v", err)
+	}
+	if got := h.join("a", 1, &noticeBox{}); got.Incarnation == 0 {
+		t.Fatal("no incarnation after joining again")
 	}
 }

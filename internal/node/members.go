@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"path"
@@ -92,6 +93,9 @@ func loadGroups(n *Node) (*meta.State, error) {
 	b, err := storage.ReadFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, groupsFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return meta.New(), nil
+	}
+	if errors.Is(err, storage.ErrCorrupt) {
+		return nil, fmt.Errorf("%s: %w (stop the node and run nereus repair: the groups' members are forgotten and join again)", groupsFile, err)
 	}
 	if err != nil {
 		return nil, err

@@ -41,11 +41,15 @@ type RepairedLog struct {
 	// TopicsRebuilt is set on the entry of a corrupt topics.json, rebuilt
 	// from the topic directories: how many topics it lists now.
 	TopicsRebuilt int
+	// GroupsReset is set on the entry of a corrupt groups.json, removed:
+	// the groups' members are forgotten and JOIN again (their heartbeats
+	// get STALE_ASSIGNMENT); acks live in the ledgers and are kept.
+	GroupsReset bool
 }
 
 // Damaged reports whether the log needed a repair.
 func (r RepairedLog) Damaged() bool {
-	return len(r.Report.Damage) > 0 || r.Report.TornTail != nil || r.EpochFileRemoved || r.TopicsRebuilt > 0
+	return len(r.Report.Damage) > 0 || r.Report.TornTail != nil || r.EpochFileRemoved || r.TopicsRebuilt > 0 || r.GroupsReset
 }
 
 // topicsFromDirectories lists the topics of topics/<name>/<partition>/ with
@@ -143,6 +147,17 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 	}
 	if o.Partition >= 0 {
 		return out, nil // a partition was named: its log only
+	}
+	if o.Topic == "" {
+		file := path.Join(dataDir, groupsFile)
+		if _, err := storage.ReadFileAtomic(fsys, file); errors.Is(err, storage.ErrCorrupt) {
+			out = append(out, RepairedLog{Partition: -1, Dir: file, GroupsReset: true})
+			if !o.DryRun {
+				if err := fsys.Remove(file); err != nil {
+					return out, fmt.Errorf("node: repair: remove %s: %w", file, err)
+				}
+			}
+		}
 	}
 	ledgers, err := ledgerDirs(fsys, path.Join(dataDir, "groups"))
 	if err != nil {
