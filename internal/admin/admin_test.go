@@ -77,6 +77,12 @@ func TestEndpoints(t *testing.T) {
 	if joinErr != nil {
 		t.Fatal(joinErr)
 	}
+	_, metrics = get("/metrics")
+	for _, want := range []string{`nereus_group_members{group="billing"} 1`, `nereus_group_pending_notices{group="billing"} 1`, `nereus_group_assignment_epoch{group="billing"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
 	_, body = get("/api/v1/groups")
 	var groups struct {
 		Groups []struct {

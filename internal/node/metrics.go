@@ -87,6 +87,14 @@ var (
 		"Replication messages this node's replica dropped because its inbound queue was full (cluster only).", []string{"topic", "partition"}, nil)
 	uncertainDesc = prometheus.NewDesc("nereus_replica_uncertain",
 		"1 while this node's replica may lack entries it acknowledged (it cut an invalid last batch nothing proved torn): its election votes count for less until a newer leader has made it whole (cluster only).", []string{"topic", "partition"}, nil)
+	groupMembersDesc = prometheus.NewDesc("nereus_group_members",
+		"JOINed members of a consumer group, as this node has applied the metadata.", []string{"group"}, nil)
+	groupMembershipEpochDesc = prometheus.NewDesc("nereus_group_membership_epoch",
+		"Membership changes of a consumer group (joins, leaves, fences).", []string{"group"}, nil)
+	groupAssignmentEpochDesc = prometheus.NewDesc("nereus_group_assignment_epoch",
+		"Assignment steps of a consumer group that gave partitions new owners.", []string{"group"}, nil)
+	groupPendingDesc = prometheus.NewDesc("nereus_group_pending_notices",
+		"NOTICEs of a consumer group its members have not acknowledged yet (a rebalance in progress).", []string{"group"}, nil)
 	rebuildsDesc = prometheus.NewDesc("nereus_replication_rebuilds_total",
 		"Times this node's replica rebuilt from its leader's snapshot point because the entries it needed were compacted (cluster only).", []string{"topic", "partition"}, nil)
 )
@@ -105,9 +113,21 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- droppedDesc
 	ch <- rebuildsDesc
 	ch <- uncertainDesc
+	ch <- groupMembersDesc
+	ch <- groupMembershipEpochDesc
+	ch <- groupAssignmentEpochDesc
+	ch <- groupPendingDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.n.members != nil {
+		for _, g := range c.n.GroupStates() {
+			ch <- prometheus.MustNewConstMetric(groupMembersDesc, prometheus.GaugeValue, float64(len(g.Members)), g.Name)
+			ch <- prometheus.MustNewConstMetric(groupMembershipEpochDesc, prometheus.GaugeValue, float64(g.MembershipEpoch), g.Name)
+			ch <- prometheus.MustNewConstMetric(groupAssignmentEpochDesc, prometheus.GaugeValue, float64(g.AssignmentEpoch), g.Name)
+			ch <- prometheus.MustNewConstMetric(groupPendingDesc, prometheus.GaugeValue, float64(len(g.Notices)), g.Name)
+		}
+	}
 	c.n.mu.RLock()
 	defer c.n.mu.RUnlock()
 	for name, t := range c.n.topics {
