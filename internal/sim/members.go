@@ -19,10 +19,11 @@ import (
 // again as a new incarnation. A client fault may crash it: it forgets
 // everything and joins again.
 //
-// ExclusiveDelivery is checked on every message a member accepts: no
-// other member may then hold unacked deliveries of the partition unless
-// the delivering node no longer counts it a member (it was fenced or
-// left: the documented redelivery).
+// ExclusiveDelivery is checked on every message a member accepts: when the
+// delivering node counts the member a member, no other member it counts
+// may hold unacked deliveries of the partition. A member it no longer
+// counts (fenced, or left) is a zombie: what it holds or still receives is
+// the documented redelivery.
 
 const (
 	memberSessionMs   = 1000
@@ -238,6 +239,15 @@ func (c *consumer) accept(cn *conn, f *wire.Msg) bool {
 		return false
 	}
 	current := c.s.currentMembers(cn.b)
+	if current[c.memberName()] != m.inc {
+		// Delivered while this incarnation still held the partition, and
+		// arrived after the node fenced it: a zombie's delivery (its acks
+		// are refused, the message goes to the new owner) — the documented
+		// redelivery, not two members at once.
+		c.s.memberEvents["zombie"]++
+		m.held[position{f.Partition, f.Seq}] = f.DeliveryID
+		return true
+	}
 	for _, o := range c.s.consumers {
 		if o == c || o.m == nil {
 			continue
