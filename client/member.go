@@ -114,12 +114,8 @@ func (m *groupMember) joinOnce(ctx context.Context) error {
 		}
 		m.mu.Lock()
 		m.corr = corr
-		lost := m.lostHeld
-		m.lostHeld = nil
 		m.mu.Unlock()
-		if len(lost) > 0 {
-			m.co.release(indexes(lost))
-		}
+		m.releaseLost()
 		return nil
 	case <-ctx.Done():
 		cn.closeStream(corr)
@@ -144,6 +140,18 @@ func (m *groupMember) joined(cn *conn, ok *wire.JoinOK) {
 	m.mu.Unlock()
 	if changed {
 		m.co.setIncarnation(m.join.Member, ok.Incarnation)
+	}
+}
+
+// releaseLost gives up what an earlier incarnation held (joined found a
+// new one): OnRevoked, buffered messages dropped, acks sent.
+func (m *groupMember) releaseLost() {
+	m.mu.Lock()
+	lost := m.lostHeld
+	m.lostHeld = nil
+	m.mu.Unlock()
+	if len(lost) > 0 {
+		m.co.release(indexes(lost))
 	}
 }
 
