@@ -227,6 +227,12 @@ func TestGroupDeliversOnlyWhatAMemberHolds(t *testing.T) {
 	if _, err := h.n.Subscribe("t", "g", GroupOptions{}, newSink()); !errors.Is(err, wire.ErrInvalidArgument) {
 		t.Fatalf("a PULL without JOIN: %v", err)
 	}
+	if _, err := h.n.Declare(wire.TopicConfig{Name: "u", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.n.Subscribe("u", "g", GroupOptions{Member: "a", Incarnation: okA.Incarnation}, newSink()); !errors.Is(err, wire.ErrInvalidArgument) {
+		t.Fatalf("a member's PULL of a topic it did not join for: %v", err)
+	}
 	sa := newSink()
 	subA, err := h.n.Subscribe("t", "g", GroupOptions{Member: "a", Incarnation: okA.Incarnation}, sa)
 	if err != nil {
