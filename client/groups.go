@@ -47,9 +47,9 @@ type PendingNotice struct {
 type GroupPartition struct {
 	Topic     string `json:"topic"`
 	Partition int    `json:"partition"`
-	AckFloor  uint64 `json:"ack_floor"`
+	AckFloor  uint64 `json:"ack_floor"` // the lowest seq not yet done
 	CommitSeq uint64 `json:"commit_seq"`
-	Lag       uint64 `json:"lag"` // CommitSeq - AckFloor
+	Lag       uint64 `json:"lag"` // visible records not yet done: CommitSeq + 1 - AckFloor
 }
 
 // Groups describes the named group, or every group when name is "".
@@ -81,7 +81,7 @@ func (c *Client) Groups(ctx context.Context, name string) ([]GroupInfo, error) {
 		}
 		for _, p := range g.Partitions {
 			info.Partitions = append(info.Partitions, GroupPartition{Topic: p.Topic, Partition: int(p.Partition), AckFloor: p.AckFloor,
-				CommitSeq: p.CommitSeq, Lag: p.CommitSeq - min(p.AckFloor, p.CommitSeq)})
+				CommitSeq: p.CommitSeq, Lag: p.CommitSeq + 1 - min(p.AckFloor, p.CommitSeq+1)})
 		}
 		out = append(out, info)
 	}

@@ -115,7 +115,7 @@ func groupsJSON(infos []wire.GroupInfo) []map[string]any {
 		}
 		for _, p := range g.Partitions {
 			parts = append(parts, map[string]any{"topic": p.Topic, "partition": p.Partition, "ack_floor": p.AckFloor,
-				"commit_seq": p.CommitSeq, "lag": p.CommitSeq - min(p.AckFloor, p.CommitSeq)})
+				"commit_seq": p.CommitSeq, "lag": p.CommitSeq + 1 - min(p.AckFloor, p.CommitSeq+1)})
 		}
 		out = append(out, map[string]any{"name": g.Group, "mode": mode, "membership_epoch": g.MembershipEpoch,
 			"assignment_epoch": g.AssignmentEpoch, "members": members, "pending_notices": pending, "partitions": parts})

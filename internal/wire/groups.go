@@ -270,7 +270,7 @@ type PendingNotice struct {
 type GroupPartitionInfo struct {
 	Topic     string
 	Partition uint32
-	AckFloor  uint64 // every seq at or below it is acked
+	AckFloor  uint64 // the lowest seq not yet done (acked or dead-lettered)
 	CommitSeq uint64 // the partition's last visible seq
 }
 
