@@ -92,7 +92,12 @@ func (n *Node) openMembership() error {
 func loadGroups(n *Node) (*meta.State, error) {
 	b, err := storage.ReadFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, groupsFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return meta.New(), nil
+		// A fresh state numbers its commands (and so its incarnations)
+		// from the clock: after a repair removed a damaged file, a new
+		// member never reuses an incarnation of before.
+		st := meta.New()
+		st.Applied = uint64(max(n.nowMs(), 0))
+		return st, nil
 	}
 	if errors.Is(err, storage.ErrCorrupt) {
 		return nil, fmt.Errorf("%s: %w (stop the node and run nereus repair: the groups' members are forgotten and join again)", groupsFile, err)
@@ -258,9 +263,16 @@ func noticeFrame(g string, n *group.Notice) *wire.Notice {
 	return f
 }
 
-// member returns the applied member, if its incarnation is current.
+// member returns the applied member, if its incarnation is current, and
+// the metadata entry applied last.
 func (m *membership) member(ref wire.MemberRef) (inc uint64, epoch uint64, ok bool) {
+	inc, epoch, ok, _ = m.memberAt(ref)
+	return inc, epoch, ok
+}
+
+func (m *membership) memberAt(ref wire.MemberRef) (inc uint64, epoch uint64, ok bool, applied uint64) {
 	m.read(func(st *meta.State) {
+		applied = st.Applied
 		if g := st.Groups[ref.Group]; g != nil {
 			epoch = g.MembershipEpoch
 			if mm := g.Members[ref.Member]; mm != nil && (ref.Incarnation == 0 || mm.Incarnation == ref.Incarnation) {
@@ -268,11 +280,24 @@ func (m *membership) member(ref wire.MemberRef) (inc uint64, epoch uint64, ok bo
 			}
 		}
 	})
-	return inc, epoch, ok
+	return inc, epoch, ok, applied
 }
 
 func fenced(ref wire.MemberRef) error {
 	return wire.Errorf(wire.CodeStaleAssignment, "member %q of group %s (incarnation %d) is not in the group (left or fenced): join again", ref.Member, ref.Group, ref.Incarnation)
+}
+
+// notMember answers a request naming an incarnation that is not a member
+// here: STALE_ASSIGNMENT, unless this cluster node has not applied the
+// metadata entry that made it (an incarnation is the seq of its JOIN) —
+// then the request is early, not stale, and may be retried. (A single
+// node's state is the one that answered the JOIN.)
+func (m *membership) notMember(ref wire.MemberRef, applied uint64) error {
+	if m.n.cluster != nil && ref.Incarnation > applied {
+		return wire.Errorf(wire.CodeUnavailable, "member %q of group %s joined at metadata entry %d, not applied here yet (at %d); retry",
+			ref.Member, ref.Group, ref.Incarnation, applied)
+	}
+	return fenced(ref)
 }
 
 // JoinGroup joins a member to a group on the coordinator. Its NOTICEs go
@@ -337,13 +362,13 @@ func (n *Node) GroupRequest(f wire.Frame, done func(epoch uint64, err error)) {
 		done(0, wire.Errorf(wire.CodeBadFrame, "not a group request: %s", f.Type()))
 		return
 	}
-	inc, epoch, ok := m.member(ref)
+	inc, epoch, ok, applied := m.memberAt(ref)
 	if !ok {
-		if c.Op == group.OpLeave {
+		if c.Op == group.OpLeave && ref.Incarnation <= applied {
 			done(epoch, nil) // gone already: a retried LEAVE
 			return
 		}
-		done(0, fenced(ref))
+		done(0, m.notMember(ref, applied))
 		return
 	}
 	m.mu.Lock()
@@ -441,7 +466,9 @@ func (m *membership) mayConsume(groupName, topic, member string, incarnation uin
 			err = wire.Errorf(wire.CodeInvalidArgument, "group %s assigns partitions to its members: JOIN it before PULL", groupName)
 		case member == "":
 		case g == nil || g.Members[member] == nil || g.Members[member].Incarnation != incarnation:
-			err = fenced(wire.MemberRef{Group: groupName, Member: member, Incarnation: incarnation})
+			// (The node running the group's delivery may apply the JOIN
+			// after the coordinator answered it.)
+			err = m.notMember(wire.MemberRef{Group: groupName, Member: member, Incarnation: incarnation}, st.Applied)
 		case !slices.Contains(g.Members[member].Topics, topic):
 			err = wire.Errorf(wire.CodeInvalidArgument, "member %q of group %s did not subscribe to topic %s", member, groupName, topic)
 		}

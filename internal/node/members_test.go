@@ -356,8 +356,22 @@ func TestClusterGroupMembershipFollowsTheMetadataLeader(t *testing.T) {
 		return ok
 	}
 	boxA, boxB := &noticeBox{}, &noticeBox{}
-	join(coord, "a", 1, boxA)
+	okA := join(coord, "a", 1, boxA)
 	join(coord, "b", 2, boxB)
+	// An incarnation this node has not applied yet (its JOIN committed
+	// elsewhere first) is early, not fenced: retry, not STALE_ASSIGNMENT.
+	future := wire.MemberRef{Group: "g", Member: "a", Incarnation: okA.Incarnation + 1_000_000}
+	var hbErr error
+	tc.nodes[coord].GroupRequest(&wire.Heartbeat{MemberRef: future}, func(_ uint64, err error) { hbErr = err })
+	if !errors.Is(hbErr, wire.ErrUnavailable) {
+		t.Fatalf("a heartbeat from an incarnation not applied yet: %v", hbErr)
+	}
+	tc.declare(coord, wire.TopicConfig{Name: "t", Partitions: 4, Replicas: 3})
+	for id, n := range tc.nodes {
+		if err := n.members.mayConsume("g", "t", "a", future.Incarnation); !errors.Is(err, wire.ErrUnavailable) {
+			t.Fatalf("%s: a PULL of an incarnation not applied yet: %v", id, err)
+		}
+	}
 	// Every node applies the same assignment: a (which acknowledged
 	// nothing) holds all four, a REVOKE pending.
 	for id, n := range tc.nodes {
