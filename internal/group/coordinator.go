@@ -2,6 +2,7 @@ package group
 
 import (
 	"maps"
+	"math"
 	"slices"
 )
 
@@ -98,6 +99,20 @@ func (c *Coordinator) Tick(now int64, groups []*State) Effects {
 	maps.DeleteFunc(c.fencedAt, func(k memberKey, _ int64) bool { return !liveMembers[k] })
 	maps.DeleteFunc(c.sent, func(k noticeKey, _ sentAt) bool { return !liveNotices[k] })
 	return eff
+}
+
+// Due makes every pending notice of group due at the next Tick: a member
+// just joined here, and a notice produced before the shell could deliver
+// it (its sink was not registered yet) must not wait for RetransmitMs. The
+// time of a notice's first send, which the rebalance timeout counts
+// from, is kept.
+func (c *Coordinator) Due(group string) {
+	for k, s := range c.sent {
+		if k.group == group {
+			s.last = math.MinInt64 / 2
+			c.sent[k] = s
+		}
+	}
 }
 
 // fence proposes removing a member's incarnation, once per RetransmitMs.

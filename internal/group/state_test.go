@@ -224,6 +224,11 @@ func TestCoordinatorFencesAndResends(t *testing.T) {
 	if eff := c.Tick(100, []*State{a.g}); len(eff.Send) != 1 {
 		t.Fatalf("not resent: %+v", eff)
 	}
+	// A member that just joined here: its notices are due at once.
+	c.Due("g")
+	if eff := c.Tick(101, []*State{a.g}); len(eff.Send) != 1 {
+		t.Fatalf("not sent again after Due: %+v", eff)
+	}
 	inc := a.g.Members["a"].Incarnation
 	c.Heard("g", "a", inc, 900)
 	if eff := c.Tick(1500, []*State{a.g}); len(eff.Propose) != 0 {

@@ -334,6 +334,9 @@ func (n *Node) JoinGroup(f *wire.Join, sink NoticeSink, done func(*wire.JoinOK, 
 		m.sinks[memberKey{f.Group, f.Member, ok.Incarnation}] = sink
 		if m.coord != nil {
 			m.coord.Heard(f.Group, f.Member, ok.Incarnation, n.nowMs())
+			// A tick between the JOIN's apply and now produced its ASSIGN
+			// with no sink to take it: send it now, not after a second.
+			m.coord.Due(f.Group)
 		}
 		m.mu.Unlock()
 		done(ok, nil)
