@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,17 +99,21 @@ func runGroupConsume(ctx context.Context, sys system, stream string, payload []b
 	tctx, cancelTimed := context.WithTimeout(ctx, groupConsumeTimeFactor*lim.TimeLimit)
 	defer cancelTimed()
 	seen := make([]atomic.Bool, total)
+	perMember := make([]atomic.Int64, members) // distinct messages each received first
 	var distinct, again atomic.Int64
 	start := time.Now()
 	var lastNewNs atomic.Int64 // since start
-	handle := func(p []byte) {
-		id := binary.LittleEndian.Uint64(p)
-		if id >= uint64(total) || seen[id].Swap(true) {
-			again.Add(1)
-			return
+	handler := func(member int) func([]byte) {
+		return func(p []byte) {
+			id := binary.LittleEndian.Uint64(p)
+			if id >= uint64(total) || seen[id].Swap(true) {
+				again.Add(1)
+				return
+			}
+			perMember[member].Add(1)
+			prog.count.Store(distinct.Add(1))
+			lastNewNs.Store(int64(time.Since(start)))
 		}
-		prog.count.Store(distinct.Add(1))
-		lastNewNs.Store(int64(time.Since(start)))
 	}
 	done := func() bool {
 		idle := time.Since(start) - time.Duration(lastNewNs.Load())
@@ -131,6 +136,7 @@ func runGroupConsume(ctx context.Context, sys system, stream string, payload []b
 				return
 			}
 			subs[i] = sub
+			handle := handler(i)
 			for !done() {
 				if _, err := sub.ReceiveBatch(tctx, receiveWait, handle); err != nil && tctx.Err() == nil {
 					errs[i] = fmt.Errorf("member %d receives: %w", i+1, err)
@@ -151,16 +157,19 @@ func runGroupConsume(ctx context.Context, sys system, stream string, payload []b
 			}
 		}
 		if tc, ok := sub.(transientCounter); ok && tc.transientErrors() > 0 {
-			logf("%s member %d: %d transient errors retried", stream, i+1, tc.transientErrors())
+			logf("%s member %d: %d transient errors retried (JetStream: fetches answered no responders; Nereus: subscriptions refused STALE_ASSIGNMENT, subscribed again)", stream, i+1, tc.transientErrors())
 		}
 		errs = append(errs, sub.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return runResult{}, err
 	}
-	if n := again.Load(); n > 0 || distinct.Load() < total {
-		logf("%s, %d member(s): %d of %d messages received, %d received again", stream, members, distinct.Load(), total, n)
+	counts := make([]string, members)
+	for i := range perMember {
+		counts[i] = fmt.Sprint(perMember[i].Load())
 	}
+	logf("%s, %d member(s): %d of %d messages received (by member: %s), %d received again",
+		stream, members, distinct.Load(), total, strings.Join(counts, ", "), again.Load())
 	return runResult{Messages: distinct.Load(), Elapsed: time.Duration(lastNewNs.Load()), CPU: usage}, ctx.Err()
 }
 

@@ -42,13 +42,49 @@ func (s *nereusSystem) NewGroupMember(ctx context.Context, stream, group, member
 		c.Close()
 		return nil, err
 	}
-	return &nereusMember{nereusSubscriber{conn: c, consumer: co, batchMax: batchMax}}, nil
+	return &nereusMember{nereusSubscriber: nereusSubscriber{conn: c, consumer: co, batchMax: batchMax}, stream: stream, group: group, member: member}, nil
 }
+
+// memberResubscribesMax bounds how often one member subscribes again after
+// its subscription was refused STALE_ASSIGNMENT.
+const memberResubscribesMax = 3
 
 // nereusMember is a member of a group. Unlike the plain subscriber its
 // Close does not fail on stale or failed acks: ackCounts reports them
 // (a rebalance may legitimately make an ack stale; the harness logs them).
-type nereusMember struct{ nereusSubscriber }
+//
+// In a cluster a member's first PULL, sent at once after JOIN_OK, can
+// reach the leader of partition 0 before that node has applied the JOIN
+// from the metadata log; it answers STALE_ASSIGNMENT, which the SDK's
+// Consumer takes as final (docs/PERFORMANCE.md, consumer groups). The
+// member then closes its consumer and subscribes again (a new JOIN), at
+// most memberResubscribesMax times, inside the timed part; the workload
+// logs how often (transientErrors).
+type nereusMember struct {
+	nereusSubscriber
+	stream, group, member string
+	resubscribes          int64
+}
+
+func (m *nereusMember) ReceiveBatch(ctx context.Context, wait time.Duration, handle func([]byte)) (int, error) {
+	n, err := m.nereusSubscriber.ReceiveBatch(ctx, wait, handle)
+	var we *wire.Error
+	if err == nil || !errors.As(err, &we) || we.Code != wire.CodeStaleAssignment || m.resubscribes >= memberResubscribesMax {
+		return n, err
+	}
+	m.resubscribes++
+	if cerr := m.consumer.Close(); cerr != nil {
+		return n, errors.Join(err, cerr)
+	}
+	co, serr := m.conn.Subscribe(ctx, m.stream, m.group, client.ConsumerOptions{Credit: m.batchMax, Member: m.member})
+	if serr != nil {
+		return n, fmt.Errorf("%w; subscribe again: %w", err, serr)
+	}
+	m.consumer = co
+	return n, nil
+}
+
+func (m *nereusMember) transientErrors() int64 { return m.resubscribes }
 
 func (m *nereusMember) ackCounts() (failed, stale uint64) {
 	st := m.consumer.Stats()
@@ -120,15 +156,17 @@ func runGroupChange(ctx context.Context, sys system, stream string, change group
 	defer watcher.Close()
 	var samples []time.Duration
 	byPosition := make([][]time.Duration, groupMembersMax)
+	var subscribed []time.Duration // until Subscribe returned, per join
 	prog.phase(map[groupChange]string{changeJoin: "joins", changeLeave: "leaves"}[change])
 	for rep := 1; rep <= lim.GroupChangeRepeats; rep++ {
 		group := fmt.Sprintf("%s-g%d", stream, rep)
-		joins, leave, err := groupChangeOnce(ctx, s, watcher, stream, group, change == changeLeave)
+		joins, returned, leave, err := groupChangeOnce(ctx, s, watcher, stream, group, change == changeLeave)
 		if err != nil {
 			return runResult{}, fmt.Errorf("repetition %d: %w", rep, err)
 		}
 		if change == changeJoin {
 			samples = append(samples, joins...)
+			subscribed = append(subscribed, returned...)
 			for i, d := range joins {
 				byPosition[i] = append(byPosition[i], d)
 			}
@@ -146,6 +184,8 @@ func runGroupChange(ctx context.Context, sys system, stream string, change group
 		for i, ds := range byPosition {
 			logf("%s: join of member %d of %d to a stable assignment, in ms: %s", stream, i+1, groupMembersMax, formatSamplesMs(ds))
 		}
+		logf("%s: Subscribe returned (JOIN_OK, then the PULL sent) after p50 %.1f ms, p99 %.1f ms", stream,
+			percentileMicros(subscribed, 50)/1e3, percentileMicros(subscribed, 99)/1e3)
 	} else {
 		logf("%s: leave of 1 of %d members to a stable assignment, in ms: %s", stream, groupMembersMax, formatSamplesMs(samples))
 	}
@@ -154,9 +194,10 @@ func runGroupChange(ctx context.Context, sys system, stream string, change group
 
 // groupChangeOnce starts groupMembersMax members of group one after
 // another and returns the time each took from its Subscribe to a stable
-// assignment; with leave it then closes the first one and returns the
-// time to the next stable assignment. Every member is closed on return.
-func groupChangeOnce(ctx context.Context, s *nereusSystem, watcher *client.Client, topic, group string, leave bool) (joins []time.Duration, left time.Duration, err error) {
+// assignment, and to Subscribe's return; with leave it then closes the
+// first one and returns the time to the next stable assignment. Every
+// member is closed on return.
+func groupChangeOnce(ctx context.Context, s *nereusSystem, watcher *client.Client, topic, group string, leave bool) (joins, returned []time.Duration, left time.Duration, err error) {
 	var members []*client.Consumer
 	var conns []*client.Client
 	defer func() {
@@ -173,25 +214,26 @@ func groupChangeOnce(ctx context.Context, s *nereusSystem, watcher *client.Clien
 		c, err := s.dial(dctx, "bench-member-"+member)
 		cancel()
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		conns = append(conns, c)
 		sctx, cancel := context.WithTimeout(ctx, groupStableTimeout)
 		start := time.Now()
 		co, err := c.Subscribe(sctx, topic, group, client.ConsumerOptions{Credit: consumeBatchMax, Member: member})
 		if err == nil {
+			returned = append(returned, time.Since(start))
 			members = append(members, co)
 			err = awaitStable(sctx, watcher, group, topic, i)
 		}
 		took := time.Since(start)
 		cancel()
 		if err != nil {
-			return nil, 0, fmt.Errorf("join of %s: %w", member, err)
+			return nil, nil, 0, fmt.Errorf("join of %s: %w", member, err)
 		}
 		joins = append(joins, took)
 	}
 	if !leave {
-		return joins, 0, nil
+		return joins, returned, 0, nil
 	}
 	sctx, cancel := context.WithTimeout(ctx, groupStableTimeout)
 	defer cancel()
@@ -202,9 +244,9 @@ func groupChangeOnce(ctx context.Context, s *nereusSystem, watcher *client.Clien
 		err = awaitStable(sctx, watcher, group, topic, groupMembersMax-1)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("leave of m1: %w", err)
+		return nil, nil, 0, fmt.Errorf("leave of m1: %w", err)
 	}
-	return joins, time.Since(start), nil
+	return joins, returned, time.Since(start), nil
 }
 
 // awaitStable polls the group's description until stableAssignment holds.
