@@ -84,7 +84,7 @@ func (l limits) countMax(count, sizeBytes int) int {
 // named after the case and the run. With -profile, a publish case of a
 // system that can profile its stream's leader is profiled while it runs.
 func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim limits, runIndex int, prog *progress) (res runResult, err error) {
-	logf := env.logf
+	logf := func(format string, args ...any) { env.logf(c.ID()+": "+format, args...) }
 	stream := fmt.Sprintf("bench-%s-%d-%s-%d", c.Workload, c.SizeBytes, c.Mode, runIndex)
 	if !c.Workload.createsStream() {
 		sctx, cancel := context.WithTimeout(ctx, setupTimeout)
