@@ -28,7 +28,36 @@ const (
 	// to the next acknowledged publish (failover.go). Only systems whose
 	// spec is killable run it.
 	workloadFailover workload = "failover"
+	// workloadGroupConsume1 and workloadGroupConsume3 consume a pre-filled
+	// stream of groupPartitions partitions with 1 and 3 members of one
+	// group (JetStream: 1 and 3 workers of one durable pull consumer),
+	// counting distinct messages; they report throughput (group.go).
+	workloadGroupConsume1 workload = "group_consume_1"
+	workloadGroupConsume3 workload = "group_consume_3"
+	// workloadGroupJoin and workloadGroupLeave measure the time from a
+	// member's JOIN (Subscribe) or LEAVE (Close) to a stable assignment of
+	// a fresh group (Nereus only: nereus_group.go).
+	workloadGroupJoin  workload = "group_join"
+	workloadGroupLeave workload = "group_leave"
 )
+
+// groupMembers returns how many members a group consume workload opens
+// (0 for the other workloads).
+func (w workload) groupMembers() int {
+	switch w {
+	case workloadGroupConsume1:
+		return 1
+	case workloadGroupConsume3:
+		return 3
+	}
+	return 0
+}
+
+// createsStream reports whether the workload creates its own (partitioned)
+// stream instead of the single-partition one runCase creates.
+func (w workload) createsStream() bool {
+	return w.groupMembers() > 0 || w == workloadGroupJoin || w == workloadGroupLeave
+}
 
 // String returns the workload's name.
 func (w workload) String() string { return string(w) }
@@ -86,7 +115,18 @@ func (s systemSpec) replicationFactor() int { return max(s.replicas, 1) }
 type workloadSpec struct {
 	Workload  workload
 	SizeBytes int
+	// systems, when set, are the only "system/mode" keys that run it.
+	systems []string
 }
+
+// Which systems run the group workloads: Nereus r3 (three processes, a
+// 6-partition topic of 3 replicas: while a group's delivery runs on the
+// leader of partition 0, that leader must hold every partition), the
+// single child process, and JetStream R3 for the consume rows.
+var (
+	groupConsumeSystems = []string{systemNereus + "/" + modeR1Proc, systemNereus + "/" + modeR3, systemJetStream + "/" + modeR3}
+	groupChangeSystems  = []string{systemNereus + "/" + modeR1Proc, systemNereus + "/" + modeR3}
+)
 
 // systemSpecs lists the brokers in the order they appear in the table.
 var systemSpecs = []systemSpec{
@@ -102,13 +142,17 @@ var systemSpecs = []systemSpec{
 
 // workloadSpecs lists the rows of each system, in table order.
 var workloadSpecs = []workloadSpec{
-	{workloadPubSync, 1024},
-	{workloadPubAsync, 16},
-	{workloadPubAsync, 1024},
-	{workloadPubAsync, 64 << 10},
-	{workloadConsume, 1024},
-	{workloadE2E, 1024},
-	{workloadFailover, 1024}, // last: it kills and restarts processes
+	{Workload: workloadPubSync, SizeBytes: 1024},
+	{Workload: workloadPubAsync, SizeBytes: 16},
+	{Workload: workloadPubAsync, SizeBytes: 1024},
+	{Workload: workloadPubAsync, SizeBytes: 64 << 10},
+	{Workload: workloadConsume, SizeBytes: 1024},
+	{Workload: workloadE2E, SizeBytes: 1024},
+	{Workload: workloadGroupConsume1, SizeBytes: 1024, systems: groupConsumeSystems},
+	{Workload: workloadGroupConsume3, SizeBytes: 1024, systems: groupConsumeSystems},
+	{Workload: workloadGroupJoin, systems: groupChangeSystems},
+	{Workload: workloadGroupLeave, systems: groupChangeSystems},
+	{Workload: workloadFailover, SizeBytes: 1024}, // last: it kills and restarts processes
 }
 
 // benchCase is one row of the results table: a workload run against one
@@ -137,6 +181,9 @@ func selectCases(systems []systemSpec, workloads []workloadSpec, only *regexp.Re
 				continue
 			}
 			if w.Workload == workloadFailover && !s.killable {
+				continue
+			}
+			if w.systems != nil && !slices.Contains(w.systems, s.System+"/"+s.Mode) {
 				continue
 			}
 			c := benchCase{System: s.System, Mode: s.Mode, Workload: w.Workload, SizeBytes: w.SizeBytes}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -29,8 +30,10 @@ type jetStreamSystem struct {
 	// url is the client URL, or for a cluster the list of them.
 	url      string
 	replicas int // of the streams it creates
-	admin    *nats.Conn
-	js       jetstream.JetStream
+	// consumerCreateMu serializes consumer creates of concurrent workers.
+	consumerCreateMu sync.Mutex
+	admin            *nats.Conn
+	js               jetstream.JetStream
 }
 
 // startJetStreamMode returns the start function of JetStream with file
@@ -132,6 +135,12 @@ func (s *jetStreamSystem) NewPublisher(ctx context.Context, stream string, infli
 }
 
 func (s *jetStreamSystem) NewSubscriber(ctx context.Context, stream, group string, batchMax int) (subscriber, error) {
+	return s.newPullSubscriber(ctx, stream, group, batchMax, 2*batchMax)
+}
+
+// newPullSubscriber opens a connection that fetches from the durable pull
+// consumer group (created or updated with maxAckPending).
+func (s *jetStreamSystem) newPullSubscriber(ctx context.Context, stream, group string, batchMax, maxAckPending int) (subscriber, error) {
 	nc, err := s.connectNear(ctx, stream, "bench-sub")
 	if err != nil {
 		return nil, err
@@ -141,12 +150,16 @@ func (s *jetStreamSystem) NewSubscriber(ctx context.Context, stream, group strin
 		nc.Close()
 		return nil, err
 	}
+	// Workers of one consumer are opened concurrently (group.go); their
+	// creates go one at a time.
+	s.consumerCreateMu.Lock()
 	consumer, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       group,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		MaxAckPending: 2 * batchMax,
+		MaxAckPending: maxAckPending,
 	})
+	s.consumerCreateMu.Unlock()
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -110,7 +110,8 @@ func runMain(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
 	}
-	env := &environment{workDir: workDir, profileDir: f.profileDir, profiling: f.profileDir != ""}
+	env := &environment{workDir: workDir, profileDir: f.profileDir, profiling: f.profileDir != "",
+		logf: func(format string, args ...any) { fmt.Fprintf(stderr, "bench: "+format+"\n", args...) }}
 	defer os.RemoveAll(workDir)
 	defer func() {
 		if err := env.children.closeAll(); err != nil {
@@ -128,7 +129,7 @@ func runMain(args []string, stderr io.Writer) int {
 	rep.Machine.NereusCommit = nereusCommit(context.WithoutCancel(ctx))
 	rep.Config = runConfig{Quick: f.quick, Only: f.only, Runs: lim.Runs, TimeLimitS: lim.TimeLimit.Seconds(),
 		InflightMax: inflightMax, BatchMax: consumeBatchMax, E2ERatePerS: lim.E2ERatePerS, E2ESeconds: lim.E2EDuration.Seconds(),
-		FailoverKills: lim.FailoverKills}
+		FailoverKills: lim.FailoverKills, GroupPrefillCountMax: lim.GroupPrefillCountMax, GroupChangeRepeats: lim.GroupChangeRepeats}
 	if err := writeReport(f.outDir, rep); err != nil {
 		fmt.Fprintln(stderr, "bench: write results:", err)
 		return 1
@@ -146,6 +147,8 @@ func runMain(args []string, stderr io.Writer) int {
 type environment struct {
 	// workDir is this run's temporary directory, removed at exit.
 	workDir string
+	// logf writes one line about a case to stderr (what a row cannot say).
+	logf func(format string, args ...any)
 	// children are stopped when the run ends, however it ends.
 	children childTracker
 
@@ -255,5 +258,6 @@ func runCases(ctx context.Context, env *environment, cases []benchCase, lim limi
 		rep.Rows = append(rep.Rows, medianRow(runs[c.ID()]))
 	}
 	rep.Ratios = computeRatios(rep.Rows, jetStreamModes(systemSpecs, 1), jetStreamModes(systemSpecs, 3))
+	rep.Groups = computeGroupSummary(rep.Rows)
 	return rep, nil
 }

@@ -9,9 +9,19 @@ import (
 
 func TestSelectCases(t *testing.T) {
 	all := selectCases(systemSpecs, workloadSpecs, nil)
-	// Seven brokers run every workload but failover; the disk anchor runs
-	// pub_sync only; the two killable R3 systems run failover, last.
-	if want := 7*(len(workloadSpecs)-1) + 1 + 2; len(all) != want {
+	// Seven brokers run every workload but failover and the group ones;
+	// the disk anchor runs pub_sync only; the two killable R3 systems run
+	// failover, last; the group workloads run on the systems they list
+	// (consume 1 and 3: nereus r1-proc and r3, jetstream r3; join and
+	// leave: nereus r1-proc and r3).
+	groupCases := 0
+	for _, w := range workloadSpecs {
+		groupCases += len(w.systems)
+	}
+	if groupCases != 10 {
+		t.Fatalf("%d group cases, want 10", groupCases)
+	}
+	if want := 7*(len(workloadSpecs)-1-4) + 1 + 2 + groupCases; len(all) != want {
 		t.Fatalf("%d cases, want %d", len(all), want)
 	}
 	var first []string
@@ -35,10 +45,15 @@ func TestSelectCases(t *testing.T) {
 		want int
 	}{
 		{"pub_async", 21},
-		{"^nereus/", 19},
-		{"^nereus/r3/", 7},
+		{"^nereus/", 27},
+		{"^nereus/r3/", 11},
 		{"jetstream/r1/", 6},
-		{"^jetstream/r3", 13},
+		{"^jetstream/r3", 15},
+		{"group", 10},
+		{"group_consume", 6},
+		{"group_(join|leave)", 4},
+		{"^jetstream/.*/group_join", 0},
+		{"^nereus/r1/group", 0},
 		{"r1-always/e2e", 1},
 		{"/65536$", 7},
 		{"^disk/", 1},

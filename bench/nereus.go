@@ -208,8 +208,13 @@ func (s *nereusSystem) dial(ctx context.Context, name string) (*client.Client, e
 // phase must not start inside that election (it showed as ~50 ms at the
 // e2e p99 of R=3).
 func (s *nereusSystem) CreateStream(ctx context.Context, name string) error {
+	return s.createTopic(ctx, name, 1)
+}
+
+// createTopic is CreateStream with partitions partitions.
+func (s *nereusSystem) createTopic(ctx context.Context, name string, partitions int) error {
 	for {
-		_, err := s.admin.DeclareTopic(ctx, client.TopicConfig{Name: name, Partitions: 1, Replicas: s.replicas})
+		_, err := s.admin.DeclareTopic(ctx, client.TopicConfig{Name: name, Partitions: partitions, Replicas: s.replicas})
 		if err == nil {
 			break
 		}
@@ -291,15 +296,32 @@ func (s *nereusSystem) Close() error {
 type nereusPublisher struct {
 	conn     *client.Client
 	producer *client.Producer
+	// targets, when set, are the partitions its messages go to in turn
+	// (an idempotent producer without keys puts every message on the
+	// partition its identity picks); next counts the messages. Publish
+	// and PublishAsync are called from one goroutine.
+	targets []int
+	next    int
+}
+
+// message returns the message of payload, on the next target partition
+// when the publisher spreads its messages.
+func (p *nereusPublisher) message(payload []byte) client.Message {
+	m := client.Message{Value: payload}
+	if len(p.targets) > 0 {
+		m.TargetPartition = &p.targets[p.next%len(p.targets)]
+		p.next++
+	}
+	return m
 }
 
 func (p *nereusPublisher) Publish(ctx context.Context, payload []byte) error {
-	_, err := p.producer.Publish(ctx, client.Message{Value: payload})
+	_, err := p.producer.Publish(ctx, p.message(payload))
 	return err
 }
 
 func (p *nereusPublisher) PublishAsync(ctx context.Context, payload []byte, done func(error)) error {
-	return p.producer.PublishAsync(ctx, client.Message{Value: payload}, func(_ client.PublishResult, err error) { done(err) })
+	return p.producer.PublishAsync(ctx, p.message(payload), func(_ client.PublishResult, err error) { done(err) })
 }
 
 func (p *nereusPublisher) Flush(ctx context.Context) error { return p.producer.Flush(ctx) }

@@ -16,6 +16,8 @@ type report struct {
 	Config  runConfig   `json:"config"`
 	Rows    []row       `json:"rows"`
 	Ratios  []ratioRow  `json:"ratios"`
+	// Groups compares the consumer-group rows (nil when none ran).
+	Groups *groupSummary `json:"groups,omitempty"`
 	// Errors lists the cases that failed, "id: error"; their rows are absent.
 	Errors []string `json:"errors,omitempty"`
 }
@@ -32,6 +34,10 @@ type runConfig struct {
 	E2ESeconds  float64 `json:"e2e_seconds"`
 	// FailoverKills is how many leaders one run of a failover case kills.
 	FailoverKills int `json:"failover_kills,omitempty"`
+	// GroupPrefillCountMax bounds the fill of a group consume run, and
+	// GroupChangeRepeats is how many fresh groups a join or leave run uses.
+	GroupPrefillCountMax int `json:"group_prefill_count_max,omitempty"`
+	GroupChangeRepeats   int `json:"group_change_repeats,omitempty"`
 }
 
 // metric is one number compared across systems.
@@ -336,6 +342,8 @@ func (rep report) markdown() string {
 		}
 		b.WriteString("\n")
 	}
+
+	writeGroupMarkdown(&b, rep.Groups, rep.Config)
 
 	if slices.ContainsFunc(rep.Rows, func(r row) bool { return r.HarnessCPUUsPerMsg > 0 }) {
 		b.WriteString("## CPU per message\n\n")

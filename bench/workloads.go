@@ -48,6 +48,11 @@ type limits struct {
 	E2EDuration time.Duration
 	// FailoverKills is how many leaders one run of a failover case kills.
 	FailoverKills int
+	// GroupPrefillCountMax bounds the fill before a group consume run
+	// (PrefillTimeLimit bounds its time); GroupChangeRepeats is how many
+	// fresh groups one run of a join or leave case measures.
+	GroupPrefillCountMax int
+	GroupChangeRepeats   int
 	// Runs is how many times each case runs; rows report the median.
 	Runs int
 }
@@ -58,13 +63,15 @@ func newLimits(quick bool) limits {
 		return limits{
 			TimeLimit: 3 * time.Second, PubSyncCountMax: 20_000, PubAsyncCountMax: 500_000,
 			RunBytesMax: 256 << 20, PrefillCountMax: 100_000, PrefillTimeLimit: 6 * time.Second,
-			E2ERatePerS: 2000, E2EDuration: 3 * time.Second, FailoverKills: 5, Runs: 1,
+			E2ERatePerS: 2000, E2EDuration: 3 * time.Second, FailoverKills: 5,
+			GroupPrefillCountMax: 100_000, GroupChangeRepeats: 10, Runs: 1,
 		}
 	}
 	return limits{
 		TimeLimit: 6 * time.Second, PubSyncCountMax: 200_000, PubAsyncCountMax: 2_000_000,
 		RunBytesMax: 512 << 20, PrefillCountMax: 200_000, PrefillTimeLimit: 15 * time.Second,
-		E2ERatePerS: 2000, E2EDuration: 5 * time.Second, FailoverKills: 5, Runs: 3,
+		E2ERatePerS: 2000, E2EDuration: 5 * time.Second, FailoverKills: 5,
+		GroupPrefillCountMax: 150_000, GroupChangeRepeats: 20, Runs: 3,
 	}
 }
 
@@ -77,12 +84,15 @@ func (l limits) countMax(count, sizeBytes int) int {
 // named after the case and the run. With -profile, a publish case of a
 // system that can profile its stream's leader is profiled while it runs.
 func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim limits, runIndex int, prog *progress) (res runResult, err error) {
+	logf := func(format string, args ...any) { env.logf(c.ID()+": "+format, args...) }
 	stream := fmt.Sprintf("bench-%s-%d-%s-%d", c.Workload, c.SizeBytes, c.Mode, runIndex)
-	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
-	err = sys.CreateStream(sctx, stream)
-	cancel()
-	if err != nil {
-		return runResult{}, fmt.Errorf("create stream %s: %w", stream, err)
+	if !c.Workload.createsStream() {
+		sctx, cancel := context.WithTimeout(ctx, setupTimeout)
+		err = sys.CreateStream(sctx, stream)
+		cancel()
+		if err != nil {
+			return runResult{}, fmt.Errorf("create stream %s: %w", stream, err)
+		}
 	}
 	if lp, ok := sys.(leaderProfiler); ok && env.profileDir != "" && (c.Workload == workloadPubSync || c.Workload == workloadPubAsync) {
 		prefix := filepath.Join(env.profileDir, strings.ReplaceAll(c.ID(), "/", "-")+fmt.Sprintf("-run%d", runIndex))
@@ -96,8 +106,10 @@ func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim
 	// has no topic deletion, and deleting gigabytes mid-run makes the disk
 	// busy with discards during the next case); RunBytesMax bounds the disk.
 	payload := make([]byte, c.SizeBytes)
-	_, _ = rand.Read(payload)           // incompressible
-	if c.Workload != workloadFailover { // which kills and restarts processes
+	_, _ = rand.Read(payload) // incompressible
+	// Not the failover (which kills and restarts processes), nor a join
+	// or leave, whose samples are not messages.
+	if c.Workload != workloadFailover && c.Workload != workloadGroupJoin && c.Workload != workloadGroupLeave {
 		cpu := measureCPU(sys)
 		defer func() {
 			if res.CPU == nil { // runConsume measures its own timed part
@@ -117,6 +129,12 @@ func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim
 		return runE2E(ctx, sys, stream, payload, lim, prog)
 	case workloadFailover:
 		return runFailover(ctx, sys, stream, payload, lim, prog)
+	case workloadGroupConsume1, workloadGroupConsume3:
+		return runGroupConsume(ctx, sys, stream, payload, c.Workload.groupMembers(), lim, prog, logf)
+	case workloadGroupJoin:
+		return runGroupChange(ctx, sys, stream, changeJoin, lim, prog, logf)
+	case workloadGroupLeave:
+		return runGroupChange(ctx, sys, stream, changeLeave, lim, prog, logf)
 	}
 	return runResult{}, fmt.Errorf("unknown workload %q", c.Workload)
 }
