@@ -217,7 +217,7 @@ func newClusterSim(o ClusterOptions) *sim {
 		s.consumers = append(s.consumers, c)
 		s.w.after(s.w.between(0, 10), c.connect)
 		if o.Members {
-			c.m = &simMember{mat: i, joinID: uint64(i+1) << 32, view: group.NewView(), held: map[position]uint64{}, revokes: map[uint64]uint64{}}
+			c.m = &simMember{mat: i, joinID: uint64(i+1) << 32, view: group.NewView(), held: map[position]uint64{}, revokes: map[uint64]uint64{}, releasing: map[uint64]bool{}}
 			s.w.after(s.w.between(0, 10), c.joinGroup)
 		}
 	}

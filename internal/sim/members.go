@@ -42,7 +42,11 @@ type simMember struct {
 	// revokes: ACK corr on the delivery connection → the REVOKE notice to
 	// answer once that ACK is answered (or the connection is gone).
 	revokes map[uint64]uint64
-	beating bool
+	// releasing: REVOKE notices whose release is under way; a copy of one
+	// (a resend) is answered by the release, not at once — answering it
+	// early would free the partition while this member still holds it.
+	releasing map[uint64]bool
+	beating   bool
 }
 
 func (c *consumer) memberName() string { return c.name() }
@@ -135,6 +139,7 @@ func (c *consumer) fenced() {
 	m.inc, m.view = 0, group.NewView()
 	clear(m.held)
 	clear(m.revokes)
+	clear(m.releasing)
 }
 
 // crash is a member process dying: it restarts with nothing.
@@ -155,6 +160,9 @@ func (c *consumer) notice(f *wire.Notice) {
 	if f.Incarnation != m.inc || m.inc == 0 {
 		return
 	}
+	if m.releasing[f.NoticeID] {
+		return // its release answers it
+	}
 	n := &group.Notice{ID: f.NoticeID, Kind: group.NoticeKind(f.Kind), Incarnation: f.Incarnation}
 	for _, p := range f.Partitions {
 		n.Partitions = append(n.Partitions, group.Held{Partition: group.Partition{Topic: p.Topic, Index: p.Partition}, Epoch: p.Epoch})
@@ -170,8 +178,10 @@ func (c *consumer) notice(f *wire.Notice) {
 	// Finishing the work in progress takes a while; meanwhile it still
 	// holds those deliveries (the partitions are not fetched any more).
 	inc := m.inc
+	m.releasing[f.NoticeID] = true
 	c.s.w.after(c.s.w.between(20, 300), func() {
 		if m.inc == inc {
+			delete(m.releasing, f.NoticeID)
 			c.release(f.NoticeID, revoked)
 		}
 	})
