@@ -461,15 +461,10 @@ const noTimeout = 24 * time.Hour
 // requestWith registers h under a fresh correlation id, then encodes and
 // enqueues f: one lock per request, and no reply can precede the frame.
 func (c *conn) requestWith(ctx context.Context, timeout time.Duration, f wire.Frame, h replyHandler) (uint64, error) {
-	c.mu.Lock()
-	if c.dead || c.isDead() {
-		c.mu.Unlock()
-		return 0, c.failure()
+	corr, err := c.register(false, h)
+	if err != nil {
+		return 0, err
 	}
-	c.nextCorr++
-	corr := c.nextCorr
-	c.pending[corr] = h
-	c.mu.Unlock()
 	if err := c.enqueue(ctx, timeout, corr, f); err != nil {
 		if c.forget(corr) {
 			return 0, err
@@ -478,6 +473,23 @@ func (c *conn) requestWith(ctx context.Context, timeout time.Duration, f wire.Fr
 		return corr, nil
 	}
 	return corr, nil
+}
+
+// register files h under a fresh correlation id — for one reply, or for
+// every frame of the stream — unless the connection is dead.
+func (c *conn) register(stream bool, h replyHandler) (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead || c.isDead() {
+		return 0, c.errLocked()
+	}
+	c.nextCorr++
+	if stream {
+		c.streams[c.nextCorr] = h
+	} else {
+		c.pending[c.nextCorr] = h
+	}
+	return c.nextCorr, nil
 }
 
 // forget drops the pending handler of corr; it reports whether it was still
@@ -604,15 +616,10 @@ func (c *conn) close() { c.fail(ErrClosed) }
 // the first and the frames pushed after it (a JOIN's NOTICEs) — goes to h
 // until closeStream.
 func (c *conn) openStream(ctx context.Context, f wire.Frame, h replyHandler) (uint64, error) {
-	c.mu.Lock()
-	if c.dead || c.isDead() {
-		c.mu.Unlock()
-		return 0, c.failure()
+	corr, err := c.register(true, h)
+	if err != nil {
+		return 0, err
 	}
-	c.nextCorr++
-	corr := c.nextCorr
-	c.streams[corr] = h
-	c.mu.Unlock()
 	if err := c.enqueue(ctx, noTimeout, corr, f); err != nil {
 		c.closeStream(corr)
 		return 0, err

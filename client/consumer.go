@@ -620,21 +620,10 @@ func (co *Consumer) pump(cn *conn) {
 		case done := <-co.flushReq:
 			// A revoke: the acks taken in go out now; done closes once
 			// every ack sent is answered.
-			for {
-				select {
-				case a := <-co.acks:
-					batch = append(batch, a)
-					continue
-				default:
-				}
-				break
-			}
-			for cn != nil && len(batch) > 0 {
-				n := min(len(batch), ackBatchEntriesMax)
-				co.sendAcks(cn, batch[:n:n])
-				batch = batch[n:]
-			}
+			batch = co.takeQueuedAcks(batch)
 			if cn != nil {
+				co.sendAllAcks(cn, batch)
+				batch = nil
 				cn.flush()
 			}
 			go func() {
@@ -789,27 +778,36 @@ func (co *Consumer) completeAcks(batch []ackRequest, f wire.Frame, err error) {
 	co.failAcks(batch, fmt.Errorf("nereus: ack: %w", err))
 }
 
-// finishAcks runs at Close: it sends every queued ack and waits (bounded)
-// for the broker to confirm them, then detaches from the subscription.
-func (co *Consumer) finishAcks(cn *conn, batch []ackRequest) {
+// takeQueuedAcks appends every ack queued for the pump to batch.
+func (co *Consumer) takeQueuedAcks(batch []ackRequest) []ackRequest {
 	for {
 		select {
 		case a := <-co.acks:
 			batch = append(batch, a)
-			continue
 		default:
+			return batch
 		}
-		break
 	}
+}
+
+// sendAllAcks sends batch as ACKs of at most ackBatchEntriesMax entries.
+func (co *Consumer) sendAllAcks(cn *conn, batch []ackRequest) {
+	for len(batch) > 0 {
+		n := min(len(batch), ackBatchEntriesMax)
+		co.sendAcks(cn, batch[:n:n])
+		batch = batch[n:]
+	}
+}
+
+// finishAcks runs at Close: it sends every queued ack and waits (bounded)
+// for the broker to confirm them, then detaches from the subscription.
+func (co *Consumer) finishAcks(cn *conn, batch []ackRequest) {
+	batch = co.takeQueuedAcks(batch)
 	wait := min(co.client.opts.RequestTimeout, consumerCloseAckWaitMax)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	if cn != nil && !cn.isDead() {
-		for len(batch) > 0 {
-			n := min(len(batch), ackBatchEntriesMax)
-			co.sendAcks(cn, batch[:n:n])
-			batch = batch[n:]
-		}
+		co.sendAllAcks(cn, batch)
 	} else {
 		co.failAcks(batch, fmt.Errorf("nereus: ack: %w", ErrClosed))
 	}

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -128,15 +129,7 @@ func (s *State) SortedGroups() []*group.State {
 	for _, g := range s.Groups {
 		out = append(out, g)
 	}
-	slices.SortFunc(out, func(a, b *group.State) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b *group.State) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
 

@@ -48,11 +48,7 @@ type GroupConfig struct {
 
 // GroupResult is the outcome of a group exploration.
 type GroupResult struct {
-	States    int
-	Pruned    int
-	Complete  bool
-	Violation string
-	Trace     []string
+	Outcome
 	// What the exploration reached (distinct states entered that way).
 	Deliveries   int // a partition leader delivered a message
 	Redeliveries int // a message delivered to a second member
@@ -510,7 +506,7 @@ func CheckGroup(cfg GroupConfig) GroupResult {
 		init.members[i] = cfg.newMember(0)
 	}
 	res := GroupResult{}
-	o := search[*gstate]{
+	res.Outcome = search[*gstate]{
 		successors: cfg.successors,
 		key:        (*gstate).key,
 		visit:      func(s *gstate) { res.count(s.events) },
@@ -518,7 +514,6 @@ func CheckGroup(cfg GroupConfig) GroupResult {
 		depthMax:   cfg.DepthMax,
 		statesMax:  cfg.StatesMax,
 	}.run(init)
-	res.States, res.Pruned, res.Complete, res.Violation, res.Trace = o.states, o.pruned, o.complete, o.violation, o.trace
 	return res
 }
 

@@ -88,13 +88,9 @@ type Config struct {
 
 // Result is the outcome of a check.
 type Result struct {
-	States    int      // distinct states visited
-	Pruned    int      // states not expanded (network or depth bound)
-	Complete  bool     // false when StatesMax stopped the search
-	Violation string   // "" when every visited state satisfied the invariants
-	Trace     []string // actions from the initial state to the violation
-	MaxEpoch  uint64   // the highest epoch some leader took office in
-	Committed int      // the most values any visited state committed
+	Outcome
+	MaxEpoch  uint64 // the highest epoch some leader took office in
+	Committed int    // the most values any visited state committed
 	// Distinct states entered through each kind of event: they show that
 	// the exploration reached the new dimensions (0: never).
 	MidReadyCrashes int // a kill -9 between a Ready's Begin and its fsync
@@ -369,7 +365,7 @@ func Check(cfg Config) Result {
 		cfg.StatesMax = 500_000
 	}
 	res := Result{}
-	o := search[*state]{
+	res.Outcome = search[*state]{
 		successors: cfg.successors,
 		key:        (*state).key,
 		visit:      res.count,
@@ -377,7 +373,6 @@ func Check(cfg Config) Result {
 		depthMax:   cfg.DepthMax,
 		statesMax:  cfg.StatesMax,
 	}.run(cfg.initial())
-	res.States, res.Pruned, res.Complete, res.Violation, res.Trace = o.states, o.pruned, o.complete, o.violation, o.trace
 	return res
 }
 

@@ -21,17 +21,17 @@ type search[S any] struct {
 	statesMax int
 }
 
-// outcome is what a search found.
-type outcome struct {
-	states    int
-	pruned    int
-	complete  bool
-	violation string
-	trace     []string // actions from the initial state to the violation
+// Outcome is what an exploration found; every model's result has it.
+type Outcome struct {
+	States    int      // distinct states visited
+	Pruned    int      // states not expanded (network or depth bound)
+	Complete  bool     // false when StatesMax stopped the search
+	Violation string   // "" when every visited state satisfied the invariants
+	Trace     []string // actions from the initial state to the violation
 }
 
-func (x search[S]) run(init S) outcome {
-	out := outcome{complete: true}
+func (x search[S]) run(init S) Outcome {
+	out := Outcome{Complete: true}
 	visited := map[[16]byte]struct{}{x.key(init): {}}
 	type frame struct {
 		steps []step[S]
@@ -48,11 +48,11 @@ func (x search[S]) run(init S) outcome {
 		st := f.steps[f.next]
 		f.next++
 		if st.err != "" {
-			out.violation = st.err
+			out.Violation = st.err
 			for _, fr := range stack[1:] {
-				out.trace = append(out.trace, fr.via)
+				out.Trace = append(out.Trace, fr.via)
 			}
-			out.trace = append(out.trace, st.action)
+			out.Trace = append(out.Trace, st.action)
 			break
 		}
 		k := x.key(st.next)
@@ -62,16 +62,16 @@ func (x search[S]) run(init S) outcome {
 		visited[k] = struct{}{}
 		x.visit(st.next)
 		if len(visited) >= x.statesMax {
-			out.complete = false
+			out.Complete = false
 			break
 		}
 		if x.bounded(st.next) || len(stack) >= x.depthMax {
-			out.pruned++
+			out.Pruned++
 			continue
 		}
 		stack = append(stack, &frame{steps: x.successors(st.next), via: st.action})
 	}
-	out.states = len(visited)
+	out.States = len(visited)
 	return out
 }
 

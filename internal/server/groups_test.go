@@ -3,18 +3,12 @@ package server
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nereus-broker/nereus/client"
-	"github.com/nereus-broker/nereus/internal/env"
-	"github.com/nereus-broker/nereus/internal/node"
-	"github.com/nereus-broker/nereus/internal/vfs"
 )
 
 // partitionLog records a member's assignment callbacks.
@@ -58,30 +52,11 @@ func (l *partitionLog) holding() []int {
 // one closes (LEAVE), the other gets its partitions and every message is
 // consumed.
 func TestGroupMembersOverTheWire(t *testing.T) {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := node.Open(node.Config{DataDir: "/d", Env: env.Env{FS: vfs.NewMem()}, Logger: logger, ScrubBytesPerSecond: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	s, err := New(Config{Tokens: []string{"tok"}, Logger: logger}, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(lis)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Close(ctx)
-	}()
+	addr := startServer(t, Config{Tokens: []string{"tok"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dial := func() *client.Client {
-		c, err := client.Dial(ctx, client.Options{Servers: []string{lis.Addr().String()}, Token: "tok", RequestTimeout: 5 * time.Second})
+		c, err := client.Dial(ctx, client.Options{Servers: []string{addr}, Token: "tok", RequestTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
