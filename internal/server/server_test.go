@@ -233,6 +233,16 @@ func TestTokenPermissions(t *testing.T) {
 	expect(r, 4, &wire.Pull{Topic: "orders.eu", Group: "g", Credit: 1}, wire.TypeMsg, 0)
 	// A refused request does not close the connection.
 	expect(r, 5, &wire.Ping{}, wire.TypePong, 0)
+	// Groups: a reader joins only for topics it may consume, and may not
+	// delete groups (an admin token may).
+	expect(r, 6, &wire.Join{Group: "m", Member: "a", Topics: []string{"orders.eu", "billing"}, JoinID: 1}, wire.TypeErr, wire.CodeUnauthorized)
+	expect(r, 7, &wire.Join{Group: "m", Member: "a", Topics: []string{"orders.eu"}, JoinID: 1}, wire.TypeJoinOK, 0)
+	if corr, f := r.read(); f.Type() != wire.TypeNotice || corr != 7 {
+		t.Fatalf("after JOIN_OK: %s on corr %d, want its NOTICE on 7", f.Type(), corr)
+	}
+	expect(r, 8, &wire.Leave{MemberRef: wire.MemberRef{Group: "m", Member: "a"}}, wire.TypeGroupOK, 0)
+	expect(r, 9, &wire.GroupDelete{Group: "m"}, wire.TypeErr, wire.CodeUnauthorized)
+	expect(w, 5, &wire.GroupDelete{Group: "m"}, wire.TypeGroupOK, 0)
 }
 
 func TestBadPermissionIsAConfigError(t *testing.T) {
