@@ -44,6 +44,10 @@ type GroupConfig struct {
 	DepthMax   int
 	StatesMax  int
 	Mutations  group.Mutations
+	// AnswerCopyEarly breaks the member (not the kernel): a copy of a
+	// REVOKE that arrives while the member is still releasing is answered
+	// at once, freeing the partitions it still holds.
+	AnswerCopyEarly bool
 }
 
 // GroupResult is the outcome of a group exploration.
@@ -82,6 +86,15 @@ type gmember struct {
 	// acked (a bitmask).
 	view     *group.View
 	inflight []uint64
+	// releasing: REVOKEs being carried out (their acks not yet sent): a
+	// member finishes one as a separate action, then answers it.
+	releasing []release
+}
+
+// release is a REVOKE a member is carrying out.
+type release struct {
+	notice uint64
+	parts  []group.Held
 }
 
 func (cfg *GroupConfig) newMember(incarnation uint64) gmember {
@@ -89,8 +102,12 @@ func (cfg *GroupConfig) newMember(incarnation uint64) gmember {
 }
 
 func (m gmember) clone() gmember {
-	m.view, m.inflight = m.view.Clone(), slices.Clone(m.inflight)
+	m.view, m.inflight, m.releasing = m.view.Clone(), slices.Clone(m.inflight), slices.Clone(m.releasing)
 	return m
+}
+
+func (m *gmember) isReleasing(notice uint64) bool {
+	return slices.ContainsFunc(m.releasing, func(r release) bool { return r.notice == notice })
 }
 
 func (m *gmember) epoch(p int) uint64 { return m.view.Epoch(gpart(p)) }
@@ -274,17 +291,36 @@ func (cfg *GroupConfig) receive(s *gstate, msg gmsg) string {
 	if !m.up || m.incarnation != msg.notice.Incarnation {
 		return "" // for an incarnation that is gone
 	}
+	if m.isReleasing(msg.notice.ID) && !cfg.AnswerCopyEarly {
+		return "" // a copy of a REVOKE under way: its release answers it
+	}
 	assigned, revoked := m.view.Notice(&msg.notice)
 	for _, h := range assigned {
 		m.inflight[h.Partition.Index] = 0
 	}
-	for _, h := range revoked {
+	if len(revoked) > 0 {
+		// Carried out by a later action: the member still holds what it
+		// was delivered of those partitions until then.
 		s.events |= geRevoke
-		if err := cfg.release(s, msg.member, int(h.Partition.Index), h.Epoch); err != "" {
+		m.releasing = append(m.releasing, release{notice: msg.notice.ID, parts: revoked})
+		return ""
+	}
+	s.net = append(s.net, gmsg{member: msg.member, ack: true, notice: group.Notice{ID: msg.notice.ID}})
+	return ""
+}
+
+// finishRelease acks what member i holds of the partitions of its k-th
+// REVOKE under way, then answers it.
+func (cfg *GroupConfig) finishRelease(s *gstate, i, k int) string {
+	m := &s.members[i]
+	r := m.releasing[k]
+	m.releasing = slices.Delete(m.releasing, k, k+1)
+	for _, h := range r.parts {
+		if err := cfg.release(s, i, int(h.Partition.Index), h.Epoch); err != "" {
 			return err
 		}
 	}
-	s.net = append(s.net, gmsg{member: msg.member, ack: true, notice: group.Notice{ID: msg.notice.ID}})
+	s.net = append(s.net, gmsg{member: i, ack: true, notice: group.Notice{ID: r.notice}})
 	return ""
 }
 
@@ -324,14 +360,24 @@ func (cfg *GroupConfig) successors(s *gstate) []gstep {
 			if !t.current(i) {
 				return "", false
 			}
-			for _, h := range t.members[i].view.Held() {
+			held := t.members[i].view.Held()
+			for _, r := range t.members[i].releasing {
+				held = append(held, r.parts...)
+			}
+			for _, h := range held {
 				if err := cfg.release(t, i, int(h.Partition.Index), h.Epoch); err != "" {
 					return err, true
 				}
 			}
+			t.members[i].releasing = nil
 			t.members[i].up = false
 			return cfg.commit(t, group.Command{Op: group.OpLeave, Member: memberID(i), Incarnation: t.members[i].incarnation}), true
 		})
+		for k, r := range m.releasing {
+			try(fmt.Sprintf("%s finishes releasing #%d", memberID(i), r.notice), -1, func(t *gstate) (string, bool) {
+				return cfg.finishRelease(t, i, k), true
+			})
+		}
 		try(fmt.Sprintf("%s crashes", memberID(i)), gbCrashes, func(t *gstate) (string, bool) {
 			t.members[i] = cfg.newMember(t.members[i].incarnation)
 			return "", true
@@ -342,7 +388,8 @@ func (cfg *GroupConfig) successors(s *gstate) []gstep {
 				try(fmt.Sprintf("%s pulls p%d at epoch %d", memberID(i), p, e), -1, func(t *gstate) (string, bool) { return cfg.pull(t, i, p) })
 			}
 			for k := range cfg.Messages {
-				if m.inflight[p]&(1<<k) != 0 {
+				// (What a member is releasing is acked by the release.)
+				if e != 0 && m.inflight[p]&(1<<k) != 0 {
 					try(fmt.Sprintf("%s acks p%d message %d at epoch %d", memberID(i), p, k, e), -1, func(t *gstate) (string, bool) { return cfg.ack(t, i, p, k, e) })
 				}
 			}
@@ -432,6 +479,12 @@ func (s *gstate) key() [16]byte {
 		b = append(b, boolByte(m.up))
 		for _, x := range append([]uint64{m.joinID, m.incarnation}, m.inflight...) {
 			b = binary.AppendUvarint(b, x)
+		}
+		for _, r := range m.releasing {
+			b = binary.AppendUvarint(b, r.notice)
+			for _, h := range r.parts {
+				b = binary.AppendUvarint(binary.AppendUvarint(b, uint64(h.Partition.Index)), h.Epoch)
+			}
 		}
 		b = append(m.view.AppendKey(b), ';')
 	}

@@ -76,3 +76,17 @@ func TestGroupMutationsHaveCounterexamples(t *testing.T) {
 		t.Logf("%s: %s after %d states (%d actions)", c.name, r.Violation, r.States, len(r.Trace))
 	}
 }
+
+// TestGroupMemberAnsweringACopyEarlyHasACounterexample: a member that
+// answers a resent copy of a REVOKE while it is still releasing frees the
+// partitions it holds (the simulator's member once did, seed 3062).
+func TestGroupMemberAnsweringACopyEarlyHasACounterexample(t *testing.T) {
+	cfg := GroupConfig{Members: 2, Partitions: 2, Nodes: 1, Joins: 2, Resends: 1, StatesMax: 1_000_000}
+	runGroup(t, "copies answered by the release", cfg)
+	cfg.AnswerCopyEarly = true
+	r := CheckGroup(cfg)
+	if !strings.HasPrefix(r.Violation, invariant.ExclusiveDelivery) {
+		t.Fatalf("answering a copy early: want an ExclusiveDelivery counterexample, got %q after %d states", r.Violation, r.States)
+	}
+	t.Logf("answering a copy early: %s after %d states (%d actions)", r.Violation, r.States, len(r.Trace))
+}
