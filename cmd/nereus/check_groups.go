@@ -37,10 +37,12 @@ violation it prints the action trace and exits non-zero. --mutation runs a
 deliberately broken kernel, which must fail.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if mutation != "" {
+			if mutation == "answer-copy-early" {
+				cfg.AnswerCopyEarly = true // the member's, not the kernel's
+			} else if mutation != "" {
 				set, ok := groupMutations[mutation]
 				if !ok {
-					names := slices.Sorted(maps.Keys(groupMutations))
+					names := append(slices.Sorted(maps.Keys(groupMutations)), "answer-copy-early")
 					return fmt.Errorf("--mutation %q: want one of %s", mutation, strings.Join(names, ", "))
 				}
 				set(&cfg.Mutations)
@@ -78,6 +80,6 @@ deliberately broken kernel, which must fail.`,
 	f.IntVar(&cfg.NetworkMax, "network-max", 4, "messages in flight before a state is not expanded")
 	f.IntVar(&cfg.DepthMax, "depth-max", 40, "actions along one path")
 	f.IntVar(&cfg.StatesMax, "states-max", 1_000_000, "distinct states before stopping")
-	f.StringVar(&mutation, "mutation", "", "a deliberate bug: assign-before-revoke, no-epoch-fencing, non-sticky or stale-ack-accepted")
+	f.StringVar(&mutation, "mutation", "", "a deliberate bug: assign-before-revoke, no-epoch-fencing, non-sticky, stale-ack-accepted, or the member's answer-copy-early (try with --resends 1)")
 	return cmd
 }
