@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 	"unicode/utf8"
 
@@ -33,7 +34,9 @@ func newSubCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sub TOPIC --group G",
 		Short: "Consume messages of a topic as a member of a group",
-		Long: "Print messages and ack each (unless --no-ack). Stops after --count messages, or when\n" +
+		Long: "Join the group (as --member, default HOSTNAME-PID) and consume the partitions it assigns;\n" +
+			"assignment changes are printed on stderr; the member leaves the group at exit.\n" +
+			"Print messages and ack each (unless --no-ack). Stops after --count messages, or when\n" +
 			"none arrives for --timeout: that is success without --count, failure when --count is\n" +
 			"not reached.",
 		Args: cobra.ExactArgs(1),
@@ -49,9 +52,9 @@ func newSubCmd() *cobra.Command {
 	f.BoolVar(&fl.noAck, "no-ack", false, "do not ack (messages are redelivered after the ack wait)")
 	f.IntVar(&fl.credit, "credit", 0, "max messages outstanding (default 512, or --count if smaller)")
 	f.DurationVar(&fl.ackWait, "ack-wait", 0, "redelivery timeout when the group is created (0 = broker default)")
-	f.StringVar(&fl.member, "member", "", "join the group as this member: it is assigned partitions (each to one member at a time); assignment changes are printed on stderr")
-	f.BoolVar(&fl.shared, "shared", false, "with --member: join in shared mode (every member competes for every partition)")
-	f.DurationVar(&fl.session, "session-timeout", 0, "with --member: the coordinator fences the member after this long without a heartbeat (0 = broker default, 10s)")
+	f.StringVar(&fl.member, "member", "", "the member id it joins the group as (default HOSTNAME-PID); it is assigned partitions, each to one member at a time; assignment changes are printed on stderr")
+	f.BoolVar(&fl.shared, "shared", false, "join in shared mode: every member competes for every partition")
+	f.DurationVar(&fl.session, "session-timeout", 0, "the coordinator fences the member after this long without a heartbeat (0 = broker default, 10s)")
 	_ = cmd.MarkFlagRequired("group")
 	return cmd
 }
@@ -76,15 +79,15 @@ func runSub(cmd *cobra.Command, topic string, fl subFlags) error {
 	// --count N grants N credits in all: a message fetched beyond it would
 	// be dropped at exit and count toward the group's max deliveries.
 	copts := client.ConsumerOptions{Credit: credit, AckWait: fl.ackWait, MessagesMax: fl.count}
-	if fl.member != "" {
-		errOut := cmd.ErrOrStderr()
-		copts.Member, copts.Shared, copts.SessionTimeout = fl.member, fl.shared, fl.session
-		copts.OnAssigned = func(ps []int) { fmt.Fprintf(errOut, "assigned %s partitions %v\n", topic, ps) }
-		copts.OnRevoked = func(ps []int) { fmt.Fprintf(errOut, "revoked %s partitions %v\n", topic, ps) }
-	} else if fl.shared || fl.session != 0 {
-		cancel()
-		return errors.New("--shared and --session-timeout need --member")
+	member := fl.member
+	if member == "" {
+		host, _ := os.Hostname()
+		member = fmt.Sprintf("%s-%d", host, os.Getpid()) // one member per process
 	}
+	errOut := cmd.ErrOrStderr()
+	copts.Member, copts.Shared, copts.SessionTimeout = member, fl.shared, fl.session
+	copts.OnAssigned = func(ps []int) { fmt.Fprintf(errOut, "assigned %s partitions %v\n", topic, ps) }
+	copts.OnRevoked = func(ps []int) { fmt.Fprintf(errOut, "revoked %s partitions %v\n", topic, ps) }
 	co, err := c.Subscribe(sctx, topic, fl.group, copts)
 	cancel()
 	if err != nil {

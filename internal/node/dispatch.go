@@ -6,6 +6,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -132,6 +133,22 @@ func (g *groupRunner) refreshAssignment(now int64) {
 				g.cursors[pi].Release(now, s.id)
 			}
 		}
+	}
+	if assigned && !g.assigned {
+		// Members joined: a competing consumer (no member) is served
+		// nothing from now on; say so rather than starve it.
+		werr := wire.Errorf(wire.CodeInvalidArgument, "group %s now assigns partitions to its members: JOIN it to consume", g.name)
+		g.subs = slices.DeleteFunc(g.subs, func(s *Subscription) bool {
+			if s.member != "" {
+				return false
+			}
+			for _, cur := range g.cursors {
+				cur.Release(now, s.id)
+			}
+			s.ended.Store(true)
+			s.sink.End(werr)
+			return true
+		})
 	}
 	g.owners, g.assigned = owners, assigned
 }

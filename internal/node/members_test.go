@@ -220,8 +220,15 @@ func TestGroupDeliversOnlyWhatAMemberHolds(t *testing.T) {
 		h.n.Step()
 	}
 	publish(0)
+	// A competing consumer of the group from before it had members.
+	legacy := newSink()
+	legacySub, err := h.n.Subscribe("t", "g", GroupOptions{}, legacy)
+	if err != nil {
+		t.Fatal(err)
+	}
 	boxA, boxB := &noticeBox{}, &noticeBox{}
 	okA := h.join("a", 1, boxA)
+	legacySub.AddCredit(10)
 	refA := wire.MemberRef{Group: "g", Member: "a", Incarnation: okA.Incarnation}
 	h.request(&wire.ControlAck{MemberRef: refA, NoticeID: one(t, boxA, wire.NoticeAssign, 4).NoticeID})
 	if _, err := h.n.Subscribe("t", "g", GroupOptions{}, newSink()); !errors.Is(err, wire.ErrInvalidArgument) {
@@ -242,6 +249,12 @@ func TestGroupDeliversOnlyWhatAMemberHolds(t *testing.T) {
 	h.n.Step()
 	if got := sa.count(); got != 4 {
 		t.Fatalf("a got %d messages, want 4", got)
+	}
+	legacy.mu.Lock()
+	ended := legacy.ended
+	legacy.mu.Unlock()
+	if !legacySub.Ended() || ended == nil || ended.Code != wire.CodeInvalidArgument || legacy.count() != 0 {
+		t.Fatalf("the competing consumer of before: ended %v (%v), got %d messages", legacySub.Ended(), ended, legacy.count())
 	}
 	// b joins: a's REVOKE of two partitions; a (unacked) gets nothing new
 	// on them.
