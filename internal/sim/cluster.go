@@ -49,8 +49,11 @@ type ClusterOptions struct {
 	NoLeaderRebalance bool
 	// Members makes the consumers group members (JOIN, heartbeats,
 	// notices; members.go) with ExclusiveDelivery checked on every
-	// message; a client fault may also crash a member.
+	// message; a client fault may also crash a member. Shared makes them
+	// members of a shared group: every member competes for every
+	// partition (liveness and the other checks; no ExclusiveDelivery).
 	Members bool
+	Shared  bool
 	// Logs, when set, receives every node's log lines (slog text, with
 	// virtual time and the node's id): what the nodes said, beside the
 	// trace of what happened.
@@ -118,6 +121,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.Members {
 		cmd += " --members"
+	}
+	if o.Shared {
+		cmd += " # with ClusterOptions.Shared (no CLI flag: run it from a test)"
 	}
 	if o.Retention != (ClusterRetention{}) {
 		cmd += fmt.Sprintf(" # with ClusterOptions.Retention %+v (no CLI flag: run it from a test)", o.Retention)
@@ -216,8 +222,8 @@ func newClusterSim(o ClusterOptions) *sim {
 			unanswered: map[position]wire.AckEntry{}, at: i}
 		s.consumers = append(s.consumers, c)
 		s.w.after(s.w.between(0, 10), c.connect)
-		if o.Members {
-			c.m = &simMember{mat: i, joinID: uint64(i+1) << 32, view: group.NewView(), held: map[position]uint64{}, revokes: map[uint64]uint64{}, releasing: map[uint64]bool{}}
+		if o.Members || o.Shared {
+			c.m = &simMember{shared: o.Shared, mat: i, joinID: uint64(i+1) << 32, view: group.NewView(), held: map[position]uint64{}, revokes: map[uint64]uint64{}, releasing: map[uint64]bool{}}
 			s.w.after(s.w.between(0, 10), c.joinGroup)
 		}
 	}

@@ -56,3 +56,26 @@ func TestClusterMembersMutationIsCaught(t *testing.T) {
 			Mutations: node.Mutations{Group: group.Mutations{AssignBeforeRevoke: true}}}).Violation
 	})
 }
+
+// TestClusterSharedMembersCampaign: members of a shared group compete for
+// every partition under every fault; every message is consumed
+// (liveness) and read back.
+func TestClusterSharedMembersCampaign(t *testing.T) {
+	seeds := uint64(6)
+	if testing.Short() {
+		seeds = 2
+	}
+	joins := 0
+	for seed := uint64(1); seed <= seeds; seed++ {
+		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Shared: true, Consumers: 3}
+		r := RunCluster(o)
+		if r.Violation != nil {
+			failClusterRun(t, o, r)
+			return
+		}
+		joins += r.Members["joins"]
+	}
+	if joins == 0 {
+		t.Fatal("no member joined")
+	}
+}

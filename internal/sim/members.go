@@ -31,6 +31,7 @@ const (
 )
 
 type simMember struct {
+	shared   bool  // a shared group: no assignment, every partition taken
 	mc       *conn // to the coordinator
 	mat      int   // the node it tries for the coordinator
 	joinID   uint64
@@ -61,7 +62,11 @@ func (c *consumer) joinGroup() {
 	m.mc.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: c.name() + "/member"})
 	c.nextCorr++
 	m.joinCorr = c.nextCorr
-	m.mc.send(m.joinCorr, &wire.Join{Group: simGroup, Member: c.memberName(), Topics: []string{simTopic},
+	mode := wire.GroupExclusive
+	if m.shared {
+		mode = wire.GroupShared
+	}
+	m.mc.send(m.joinCorr, &wire.Join{Group: simGroup, Member: c.memberName(), Topics: []string{simTopic}, Mode: mode,
 		SessionTimeoutMs: memberSessionMs, RebalanceTimeoutMs: memberSessionMs, JoinID: m.joinID})
 	if !m.beating {
 		m.beating = true
@@ -243,6 +248,10 @@ func (c *consumer) revokeAnswered(corr uint64) {
 // partition. It checks ExclusiveDelivery against the other members.
 func (c *consumer) accept(cn *conn, f *wire.Msg) bool {
 	m := c.m
+	if m.shared {
+		m.held[position{f.Partition, f.Seq}] = f.DeliveryID
+		return m.inc != 0
+	}
 	if m.inc == 0 || m.view.Epoch(group.Partition{Topic: simTopic, Index: f.Partition}) == 0 {
 		c.s.w.tracef("%s drops %d/%d: partition not held", c.name(), f.Partition, f.Seq)
 		c.s.memberEvents["dropped"]++
