@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -42,20 +43,9 @@ it prints the action trace that leads to it and exits non-zero.`,
 			}
 			start := time.Now()
 			r := model.Check(cfg)
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%d states (%d not expanded: network or depth bound), complete=%v, %v\n",
-				r.States, r.Pruned, r.Complete, time.Since(start).Round(time.Millisecond))
-			fmt.Fprintf(out, "reached: max epoch %d, %d committed, %d mid-Ready crashes, %d of them undoing a truncation, %d read-only, %d back from read-only, %d compactions, %d snapshot installs, %d appends below a snapshot, %d uncertain grants, %d campaigns on TIMEOUT_NOW, %d hand-offs completed, %d abandoned\n",
+			return reportOutcome(cmd.OutOrStdout(), r.Outcome, time.Since(start), fmt.Sprintf("max epoch %d, %d committed, %d mid-Ready crashes, %d of them undoing a truncation, %d read-only, %d back from read-only, %d compactions, %d snapshot installs, %d appends below a snapshot, %d uncertain grants, %d campaigns on TIMEOUT_NOW, %d hand-offs completed, %d abandoned",
 				r.MaxEpoch, r.Committed, r.MidReadyCrashes, r.TruncationsUndone, r.ReadOnly, r.ReadOnlyBack, r.Compactions, r.SnapshotInstalls, r.AppendsBelowSnapshot, r.UncertainGrants,
-				r.TransferCampaigns, r.TransferLeaders, r.TransfersAbandoned)
-			if r.Violation != "" {
-				fmt.Fprintf(out, "VIOLATION %s\ntrace:\n  %s\n", r.Violation, strings.Join(r.Trace, "\n  "))
-				return fmt.Errorf("model check failed: %s", r.Violation)
-			}
-			if !r.Complete {
-				fmt.Fprintln(out, "no violation in the states explored; raise --states-max to explore further")
-			}
-			return nil
+				r.TransferCampaigns, r.TransferLeaders, r.TransfersAbandoned))
 		},
 	}
 	cmd.AddCommand(newCheckGroupsCmd())
@@ -79,4 +69,20 @@ it prints the action trace that leads to it and exits non-zero.`,
 	f.IntVar(&cfg.DepthMax, "depth-max", 60, "actions along one path")
 	f.IntVar(&cfg.StatesMax, "states-max", 1_000_000, "distinct states before stopping")
 	return cmd
+}
+
+// reportOutcome prints an exploration's outcome and what it reached, and
+// fails on a violation.
+func reportOutcome(out io.Writer, o model.Outcome, took time.Duration, reached string) error {
+	fmt.Fprintf(out, "%d states (%d not expanded: network or depth bound), complete=%v, %v\n",
+		o.States, o.Pruned, o.Complete, took.Round(time.Millisecond))
+	fmt.Fprintf(out, "reached: %s\n", reached)
+	if o.Violation != "" {
+		fmt.Fprintf(out, "VIOLATION %s\ntrace:\n  %s\n", o.Violation, strings.Join(o.Trace, "\n  "))
+		return fmt.Errorf("model check failed: %s", o.Violation)
+	}
+	if !o.Complete {
+		fmt.Fprintln(out, "no violation in the states explored; raise --states-max to explore further")
+	}
+	return nil
 }

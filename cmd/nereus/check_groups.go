@@ -49,19 +49,8 @@ deliberately broken kernel, which must fail.`,
 			}
 			start := time.Now()
 			r := model.CheckGroup(cfg)
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%d states (%d not expanded: network or depth bound), complete=%v, %v\n",
-				r.States, r.Pruned, r.Complete, time.Since(start).Round(time.Millisecond))
-			fmt.Fprintf(out, "reached: %d deliveries, %d redeliveries, %d stale pulls or acks refused, %d revokes answered, %d members fenced holding deliveries\n",
-				r.Deliveries, r.Redeliveries, r.Refused, r.Revokes, r.ZombieFenced)
-			if r.Violation != "" {
-				fmt.Fprintf(out, "VIOLATION %s\ntrace:\n  %s\n", r.Violation, strings.Join(r.Trace, "\n  "))
-				return fmt.Errorf("model check failed: %s", r.Violation)
-			}
-			if !r.Complete {
-				fmt.Fprintln(out, "no violation in the states explored; raise --states-max to explore further")
-			}
-			return nil
+			return reportOutcome(cmd.OutOrStdout(), r.Outcome, time.Since(start), fmt.Sprintf("%d deliveries, %d redeliveries, %d stale pulls or acks refused, %d revokes answered, %d members fenced holding deliveries",
+				r.Deliveries, r.Redeliveries, r.Refused, r.Revokes, r.ZombieFenced))
 		},
 	}
 	f := cmd.Flags()
