@@ -62,4 +62,9 @@ func (h clusterHost) LogRepeatedError(subject, msg string, args ...any) {
 	h.n.logRepeatedError(subject, msg, args...)
 }
 
-func (h clusterHost) MetadataApplied() { h.n.pokeGroups() }
+func (h clusterHost) MetadataApplied() {
+	if m := h.n.members; m != nil {
+		m.changes.Add(1)
+	}
+	h.n.pokeGroups()
+}

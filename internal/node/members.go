@@ -49,30 +49,36 @@ type memberKey struct {
 type membership struct {
 	n  *Node
 	mu sync.Mutex
-	// local is the single node's applied group state (nil in a cluster),
-	// seq the last command applied to it.
+	// local is the single node's applied group state (nil in a cluster).
 	local *meta.State
-	seq   uint64
 	// coord is the coordinator's soft state while this node coordinates
 	// (nil otherwise: a new coordinator starts fresh).
 	coord  *group.Coordinator
 	sinks  map[memberKey]NoticeSink
 	nextMs int64 // Manual mode: the next coordinator tick
-	// changes counts changes to a single node's group state (version).
+	// changes counts the changes to the applied group state (version): a
+	// single node's commands and topics, a cluster's metadata applies.
 	changes atomic.Uint64
 	stop    chan struct{}
 	done    chan struct{}
 }
 
+// newMembership is allocated with the node, before its cluster starts (the
+// cluster's applier counts metadata changes on it); openMembership then
+// loads a single node's state and starts the coordinator.
+func newMembership(n *Node) *membership {
+	return &membership{n: n, sinks: map[memberKey]NoticeSink{}}
+}
+
 func (n *Node) openMembership() error {
-	m := &membership{n: n, sinks: map[memberKey]NoticeSink{}}
+	m := n.members
 	if n.cluster == nil {
 		st, err := loadGroups(n)
 		if err != nil {
 			return err
 		}
 		st.GroupMutations = n.cfg.Mutations.Group
-		m.local, m.seq = st, st.Applied
+		m.local = st
 		n.mu.RLock()
 		for name, t := range n.topics {
 			if _, ok := st.Topics[name]; !ok {
@@ -81,7 +87,6 @@ func (n *Node) openMembership() error {
 		}
 		n.mu.RUnlock()
 	}
-	n.members = m
 	if !n.cfg.Manual {
 		m.stop, m.done = make(chan struct{}), make(chan struct{})
 		go m.run()
@@ -195,7 +200,7 @@ func (m *membership) applyLocal(cmd meta.Command) error {
 		return err
 	}
 	next := m.local.Clone()
-	if _, err := next.Apply(m.seq+1, data); err != nil {
+	if _, err := next.Apply(m.local.Applied+1, data); err != nil {
 		return err
 	}
 	b, err := json.Marshal(next)
@@ -205,7 +210,7 @@ func (m *membership) applyLocal(cmd meta.Command) error {
 	if err := storage.WriteFileAtomic(m.n.cfg.Env.FS, path.Join(m.n.cfg.DataDir, groupsFile), b); err != nil {
 		return wire.Errorf(wire.CodeStorage, "persist group state: %v", err)
 	}
-	m.local, m.seq = next, m.seq+1
+	m.local = next
 	m.changes.Add(1)
 	return nil
 }
@@ -480,15 +485,8 @@ func (m *membership) mayConsume(groupName, topic, member string, incarnation uin
 }
 
 // version changes whenever the applied group state may have: runners
-// re-read their assignment then.
-func (m *membership) version() uint64 {
-	if m.n.cluster != nil {
-		var v uint64
-		m.n.cluster.ReadGroups(func(st *meta.State) { v = st.Applied })
-		return v
-	}
-	return m.changes.Load()
-}
+// re-read their assignment then (an atomic: every dispatch asks).
+func (m *membership) version() uint64 { return m.changes.Load() }
 
 // owners returns, per partition of topic, who may be delivered it in
 // group (ok false: the group assigns nothing on this topic — no JOINed

@@ -151,6 +151,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, metrics: newMetrics(),
 		topics: map[string]*topic{}, groups: map[groupKey]*groupRunner{}}
+	n.members = newMembership(n)
 	if err := cfg.Env.FS.MkdirAll(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
