@@ -30,7 +30,7 @@ type Mutations struct {
 	AckBeforeCommit bool
 }
 
-// Proposal is a record the shell proposes to partition 0's log, in the
+// Proposal is a record the shell proposes to the partition's log, in the
 // order returned. It reports how it ended with a Completion of its ID.
 type Proposal struct {
 	ID    uint64
@@ -53,7 +53,7 @@ const (
 	Durable Outcome = iota
 	// NotCommitted: their record failed; Answer.Err says why.
 	NotCommitted
-	// QuorumLost: the coordinator lost its quorum; the record stays in
+	// QuorumLost: the leader lost its quorum; the record stays in
 	// flight and may still commit, its acks are not durable for now.
 	QuorumLost
 	// Superseded: the record belongs to an earlier generation (the group
@@ -111,7 +111,7 @@ type Effects[R any] struct {
 type Input[R any] struct {
 	// Done are the proposals that completed, in any order.
 	Done []Completion
-	// Degraded: partition 0's leader (this node) is READ_ONLY_DEGRADED.
+	// Degraded: the partition's leader (this node) is READ_ONLY_DEGRADED.
 	Degraded bool
 	// Acks is the value of an ack record to propose (empty: none); Counts
 	// that of a count record, carrying the dead letters Dead. The log
@@ -125,9 +125,13 @@ type Input[R any] struct {
 	// Cursors are the group's cursors, captured by a checkpoint.
 	CompactBytes int64
 	Cursors      []*delivery.Cursor
+	// Fence is the highest fence the shell recorded or is recording: a
+	// checkpoint carries it, so compacting the fence records before the
+	// checkpoint loses none.
+	Fence uint64
 }
 
-// Log is the ack-log kernel of one group on its coordinator.
+// Log is the ack-log kernel of one group on the leader of its partition.
 //
 // Invariants: a reply is answered Durable only after every record it waits
 // for committed (its own, or the one in flight when it needed none); an ack
@@ -176,7 +180,7 @@ func (l *Log[R]) NeedsRecord(isNew bool, k Key) bool {
 	return isNew || l.undurable[k]
 }
 
-// Flush takes in completions, the coordinator's state and the batched
+// Flush takes in completions, the leader's state and the batched
 // records and replies, and decides what to answer and propose.
 func (l *Log[R]) Flush(in Input[R]) Effects[R] {
 	var eff Effects[R]
@@ -243,7 +247,9 @@ func (l *Log[R]) maybeCheckpoint(in Input[R], eff *Effects[R]) {
 		len(l.inflight) > 0 || len(l.undurable) > 0 || len(in.Acks) > 0 || len(in.Counts) > 0 || in.Degraded {
 		return
 	}
-	value := l.cfg.EncodeCheckpoint(CheckpointOf(in.Cursors))
+	cp := CheckpointOf(in.Cursors)
+	cp.Fence = in.Fence
+	value := l.cfg.EncodeCheckpoint(cp)
 	if len(value) > l.cfg.RecordBytesMax {
 		eff.CheckpointTooLargeBytes = len(value)
 		l.retryBytes = l.recordBytes + threshold
@@ -255,7 +261,7 @@ func (l *Log[R]) maybeCheckpoint(in Input[R], eff *Effects[R]) {
 // complete answers a proposal's replies. A record that failed fails its
 // acks; they stay applied to the cursors (consumers keep reading the
 // visible prefix) and are undurable until a later record of them commits.
-// A new coordinator rebuilds from the log and so redelivers them.
+// A new leader rebuilds from the log and so redelivers them.
 func (l *Log[R]) complete(c Completion, eff *Effects[R]) {
 	i := slices.IndexFunc(l.inflight, func(p *proposal[R]) bool { return p.id == c.ID })
 	if i < 0 {

@@ -1,13 +1,14 @@
 package acklog
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/nereus-broker/nereus/internal/delivery"
 )
 
 // Rebuild folds one group's committed records, in log order, into its
-// cursors: a new coordinator starts from the group's latest checkpoint and
+// cursors: a new leader starts from the group's latest checkpoint and
 // replays the ack and count records after it. Records of other groups are
 // not fed to it.
 type Rebuild struct {
@@ -15,6 +16,7 @@ type Rebuild struct {
 	overhead    int64
 	cursors     []*delivery.Cursor
 	recordBytes int64
+	fence       uint64
 }
 
 // NewRebuild starts a rebuild from fresh cursors (the partitions' start,
@@ -43,16 +45,24 @@ func (r *Rebuild) Checkpoint(cp Checkpoint) error {
 		}
 	}
 	r.cursors, r.recordBytes = cursors, 0
+	r.fence = max(r.fence, cp.Fence) // fences only rise
 	return nil
 }
 
-// Record applies an ack or count record.
+// Record applies an ack, count or fence record.
 func (r *Rebuild) Record(kind Kind, value []byte) error {
 	replay := ReplayAcks
 	switch kind {
 	case KindAck:
 	case KindCount:
 		replay = ReplayCounts
+	case KindFence:
+		if len(value) != FenceEntryBytes {
+			return fmt.Errorf("fence record has %d bytes", len(value))
+		}
+		r.recordBytes += r.overhead + int64(len(value))
+		r.fence = max(r.fence, binary.BigEndian.Uint64(value))
+		return nil
 	default:
 		return fmt.Errorf("acklog: Record of a %v record", kind)
 	}
@@ -62,6 +72,9 @@ func (r *Rebuild) Record(kind Kind, value []byte) error {
 
 // Cursors are the rebuilt cursors.
 func (r *Rebuild) Cursors() []*delivery.Cursor { return r.cursors }
+
+// Fence is the highest fence in the records and checkpoints rebuilt from.
+func (r *Rebuild) Fence() uint64 { return r.fence }
 
 // RecordBytes is the size of the records after the latest checkpoint (what
 // counts toward the next one): New takes it.

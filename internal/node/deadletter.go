@@ -59,6 +59,11 @@ func (g *groupRunner) collectDeadLetters(now int64) {
 	g.dlqResults = nil
 	g.dlqMu.Unlock()
 	for _, r := range results {
+		if g.cursors[r.partition] == nil {
+			// Its partition's leadership moved: the next leader finds the
+			// message dead and publishes it again (deduplicated).
+			continue
+		}
 		k := ackKey{r.partition, r.seq}
 		if r.err != nil {
 			g.retryDeadLetter(now, k, r.err, false)
@@ -86,6 +91,9 @@ func (g *groupRunner) collectDeadLetters(now int64) {
 	}
 	g.dlqRetries = kept
 	for pi, c := range g.cursors {
+		if c == nil {
+			continue
+		}
 		c.Expire(now)
 		for _, sc := range c.TakeCounts() {
 			g.batchCount(uint32(pi), sc.Seq, sc.Count)

@@ -17,6 +17,9 @@ import (
 // over subscriptions and partitions. Only visible records are sent.
 func (g *groupRunner) dispatch(now int64) {
 	for i, p := range g.topic.partitions {
+		if g.cursors[i] == nil {
+			continue
+		}
 		if start := p.startSeq.Load(); start > g.cursors[i].AckFloor() {
 			g.cursors[i].Truncated(start)
 		}
@@ -94,16 +97,22 @@ func (g *groupRunner) nextSubWithCredit() *Subscription {
 	return nil
 }
 
-// mayDeliver reports whether partition pi may go to sub: any subscription
-// of a group that assigns nothing; else only the current incarnation of
-// the partition's owner, once it acknowledged the ASSIGN and not while
-// its REVOKE is in flight.
+// mayDeliver reports whether partition pi may go to sub: never when this
+// node does not deliver pi (a cluster's other leaders do); any
+// subscription of a group that assigns nothing; else only the current
+// incarnation of the partition's owner, once it acknowledged the ASSIGN
+// and not while its REVOKE is in flight, nor past the partition's fence
+// (ackLedger.fenced).
 func (g *groupRunner) mayDeliver(sub *Subscription, pi int) bool {
+	if g.cursors[pi] == nil {
+		return false
+	}
 	if !g.assigned {
 		return true
 	}
 	o := g.owners[pi]
-	return o.member == sub.member && o.incarnation == sub.incarnation && !o.revoking && !o.assigning
+	return o.member == sub.member && o.incarnation == sub.incarnation && !o.revoking && !o.assigning &&
+		g.ledger.fenced(pi, o.epoch, g.assignEpoch)
 }
 
 // refreshAssignment re-reads the group's assignment when the group state
@@ -117,7 +126,7 @@ func (g *groupRunner) refreshAssignment(now int64) {
 		return
 	}
 	g.assignVer = ver
-	owners, assigned := g.node.members.owners(g.name, g.topic.cfg.Name, len(g.cursors))
+	owners, epoch, assigned := g.node.members.owners(g.name, g.topic.cfg.Name, len(g.cursors))
 	if owners == nil {
 		owners = make([]partOwner, len(g.cursors))
 	}
@@ -129,7 +138,7 @@ func (g *groupRunner) refreshAssignment(now int64) {
 			continue
 		}
 		for _, s := range g.subs {
-			if s.member != o.member || s.incarnation != o.incarnation || !assigned {
+			if g.cursors[pi] != nil && (s.member != o.member || s.incarnation != o.incarnation || !assigned) {
 				g.cursors[pi].Release(now, s.id)
 			}
 		}
@@ -143,14 +152,16 @@ func (g *groupRunner) refreshAssignment(now int64) {
 				return false
 			}
 			for _, cur := range g.cursors {
-				cur.Release(now, s.id)
+				if cur != nil {
+					cur.Release(now, s.id)
+				}
 			}
 			s.ended.Store(true)
 			s.sink.End(werr)
 			return true
 		})
 	}
-	g.owners, g.assigned = owners, assigned
+	g.owners, g.assigned, g.assignEpoch = owners, assigned, epoch
 }
 
 const readAheadRecords, readAheadBytes = 512, 1 << 20

@@ -8,11 +8,13 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -127,8 +129,9 @@ type groupRunner struct {
 	// ledger is where acks and delivery counts become durable, chosen
 	// when the group starts.
 	ledger  ackLedger
-	retired bool  // stopped coordinating (cluster only): run ends
 	failure error // the ledger failed and could not be reloaded yet
+	// cursors are the delivery kernels by partition; in a cluster, nil
+	// for a partition this node does not lead (replicatedLedger.follow).
 	cursors []*delivery.Cursor
 	subs    []*Subscription
 	subRR   int // next subscription to offer a message
@@ -137,6 +140,7 @@ type groupRunner struct {
 	// to a subscription of owners[i] (dispatch.go).
 	assignVer   uint64
 	assigned    bool
+	assignEpoch uint64 // the group's assignment epoch in that view
 	owners      []partOwner
 	partRR      int               // next partition to take a message from
 	cache       [][]storage.Entry // per partition: contiguous visible entries
@@ -145,7 +149,7 @@ type groupRunner struct {
 	// countBatch holds delivery counts to record with the next flush, as
 	// (partition u32, seq u64, count u32) entries.
 	countBatch []byte
-	replies    []func(failed *wire.Error)
+	replies    []groupReply
 	// deadPending are dead letters whose count record (MaxDeliver) is in
 	// countBatch or in flight; deadReady those whose record is durable,
 	// so their publish may start: a message is known dead durably before
@@ -161,8 +165,10 @@ type groupRunner struct {
 	// it while run reads it.
 	ledgerCompactBytes atomic.Int64
 
-	// Published for metrics: the durable ack floor per partition.
-	floors []atomic.Uint64
+	// Published for metrics: the durable ack floor per partition, and
+	// whether this node delivers the partition (a cluster's leader).
+	floors     []atomic.Uint64
+	delivering []atomic.Bool
 
 	nextSubID atomic.Uint64
 
@@ -170,9 +176,17 @@ type groupRunner struct {
 	dlqResults []dlqResult
 }
 
+// groupReply answers one ACK or NACK once what it waits for is durable.
+// parts are the partitions its entries name that this node delivers: in a
+// cluster it waits for the records of each of their ack logs.
+type groupReply struct {
+	answer func(failed *wire.Error)
+	parts  []uint32
+}
+
 // ackLedger is where a group's acks and delivery counts become durable:
 // a single node's file ledger (fileLedger, ledger.go) or the control
-// records of a cluster's replicated ack log in partition 0's log
+// records of a cluster's replicated ack logs, in each partition's own log
 // (replicatedLedger, replledger.go). The group chooses one when it starts;
 // its methods run on the group's goroutine and read and clear the batches
 // the group keeps for them (ledgerBatch, countBatch, deadPending,
@@ -189,14 +203,17 @@ type ackLedger interface {
 	// the durability of its ack. Dead letters whose record is durable move
 	// to deadReady.
 	flush()
-	// holdMs is how long the group must keep its batches before the next
-	// flush (0: flush now): while partition 0's leader hands leadership
-	// over, a record proposed would only be refused at once.
+	// holdMs is how soon the group must look again at batches it holds
+	// (0: none held): while a partition's leader hands leadership over, a
+	// record proposed would only be refused at once.
 	holdMs() int64
-	// stillCoordinates reports whether this node may still run the group;
-	// when it may not, the ledger ends the group's subscriptions and
-	// answers what waits, and the group retires.
-	stillCoordinates() bool
+	// follow takes in which partitions this node delivers (a cluster's
+	// leaders): cursors start and stop with leadership.
+	follow(now int64)
+	// fenced reports whether partition pi may go to its owner at
+	// ownerEpoch, judged by a view of the group at viewEpoch (a cluster's
+	// partition fence; a single node has one view).
+	fenced(pi int, ownerEpoch, viewEpoch uint64) bool
 	// close releases the ledger (the group is shutting down).
 	close()
 }
@@ -210,7 +227,7 @@ func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) 
 	if err != nil {
 		return nil, err
 	}
-	if err := n.coordinates(t); err != nil {
+	if err := n.servesGroups(t); err != nil {
 		return nil, err
 	}
 	if err := n.members.mayConsume(group, topicName, opts.Member, opts.Incarnation); err != nil {
@@ -269,30 +286,20 @@ func (n *Node) ackOrNack(topicName, group string, c groupCmd) {
 
 func dlqTopicName(group, topic string) string { return "dlq." + group + "." + topic }
 
-// coordinates checks that this node may run the topic's consumer groups:
-// partition 0's store says whether it may (a single node runs every
-// group; in a cluster a topic's groups run on the leader of its partition
-// 0, one coordinator, so a group never hands a message to two members at
-// once), and the node must hold every partition to read them.
-func (n *Node) coordinates(t *topic) error {
-	if err := t.partitions[0].store.mayCoordinate(); err != nil {
-		return err
+// servesGroups checks that this node may deliver the topic to groups: a
+// single node delivers every partition; in a cluster each partition's
+// leader delivers it, so a node must hold some partition of the topic (a
+// subscription at a node that leads none now waits for leadership).
+func (n *Node) servesGroups(t *topic) error {
+	if n.cluster == nil {
+		return nil
 	}
 	for _, p := range t.partitions {
-		if !p.held() {
-			return wire.Errorf(wire.CodeUnavailable, "topic %q: consuming needs a node holding every partition, and this coordinator lacks partition %d (not supported yet)",
-				t.cfg.Name, p.id)
+		if p.replica() != nil {
+			return nil
 		}
 	}
-	return nil
-}
-
-// notCoordinator is the NOT_LEADER answer of a node that does not lead
-// partition 0 (p), naming the leader it knows.
-func (p *partitionRunner) notCoordinator() *wire.Error {
-	info := p.info()
-	return wire.Errorf(wire.CodeNotLeader, "the groups of topic %q are coordinated by the leader of its partition 0: %s at %s",
-		p.topic.cfg.Name, info.Leader, info.LeaderAddr)
+	return wire.Errorf(wire.CodeNotLeader, "topic %q: this node holds none of its partitions; subscribe at the leaders of its partitions", t.cfg.Name)
 }
 
 // startGroup creates the runner; the caller holds n.mu.
@@ -317,13 +324,13 @@ func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunn
 		wakeCh:      make(chan struct{}, 1),
 		done:        make(chan struct{}),
 		floors:      make([]atomic.Uint64, len(t.partitions)),
+		delivering:  make([]atomic.Bool, len(t.partitions)),
 		dlqProducer: h.Sum64() | 1,
 	}
 	g.ledgerCompactBytes.Store(n.cfg.LedgerCompactBytes)
-	if p0 := t.partitions[0].replica(); p0 != nil {
-		// Partition 0's leader (this node: coordinates) keeps the group's
-		// acks in its replicated log.
-		g.ledger = &replicatedLedger{g: g, p0: p0}
+	if n.cluster != nil {
+		// Each partition's leader keeps the group's acks in its log.
+		g.ledger = &replicatedLedger{g: g}
 	} else {
 		g.ledger = &fileLedger{g: g}
 	}
@@ -416,8 +423,51 @@ func (g *groupRunner) setCursors(cursors []*delivery.Cursor) {
 	g.cache = make([][]storage.Entry, len(cursors))
 	g.cacheEpoch = make([]uint64, len(cursors))
 	for i, c := range cursors {
-		g.floors[i].Store(c.AckFloor())
+		if c != nil {
+			g.floors[i].Store(c.AckFloor())
+		}
+		g.delivering[i].Store(c != nil)
 	}
+}
+
+// setCursor starts delivering partition i from c (a cluster's new leader).
+func (g *groupRunner) setCursor(i int, c *delivery.Cursor) {
+	g.cursors[i], g.cache[i] = c, nil
+	g.floors[i].Store(c.AckFloor())
+	g.delivering[i].Store(true)
+}
+
+// forgetPartition stops delivering partition pi (a cluster's leadership
+// moved): its cursor and everything batched of it go, and the replies
+// waiting for its acks are answered failed.
+func (g *groupRunner) forgetPartition(pi uint32, failed *wire.Error) {
+	g.cursors[pi], g.cache[pi] = nil, nil
+	g.delivering[pi].Store(false)
+	g.ledgerBatch = dropEntries(g.ledgerBatch, acklog.AckEntryBytes, pi)
+	g.countBatch = dropEntries(g.countBatch, acklog.CountEntryBytes, pi)
+	ofPi := func(k ackKey) bool { return k.partition == pi }
+	g.deadPending = slices.DeleteFunc(g.deadPending, ofPi)
+	g.deadReady = slices.DeleteFunc(g.deadReady, ofPi)
+	g.dlqRetries = slices.DeleteFunc(g.dlqRetries, func(r dlqRetry) bool { return r.partition == pi })
+	g.replies = slices.DeleteFunc(g.replies, func(r groupReply) bool {
+		if slices.Contains(r.parts, pi) {
+			r.answer(failed)
+			return true
+		}
+		return false
+	})
+}
+
+// dropEntries removes the entries of partition pi from a batch of
+// fixed-size entries that each start with their partition.
+func dropEntries(batch []byte, size int, pi uint32) []byte {
+	kept := batch[:0]
+	for b := batch; len(b) >= size; b = b[size:] {
+		if binary.BigEndian.Uint32(b) != pi {
+			kept = append(kept, b[:size]...)
+		}
+	}
+	return kept
 }
 
 func (g *groupRunner) send(c groupCmd) {
@@ -511,9 +561,7 @@ const (
 // dead letters, ledger flush (then ACK replies), dispatch. It returns how
 // long the group may sleep before something falls due.
 func (g *groupRunner) iterate(now int64) (waitMs int64) {
-	if !g.ledger.stillCoordinates() {
-		return groupIdleWaitMs
-	}
+	g.ledger.follow(now)
 	if g.failure != nil {
 		g.reload()
 		if g.failure != nil {
@@ -531,6 +579,9 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 	g.startReadyDeadLetters()
 	g.dispatch(now)
 	for _, c := range g.cursors {
+		if c == nil {
+			continue
+		}
 		if d := c.NextDeadlineMs(); d >= 0 {
 			wait = min(wait, max(d-now, 1))
 		}
@@ -570,9 +621,6 @@ func (g *groupRunner) run() {
 		case <-g.wakeCh:
 		}
 		wait := g.iterate(g.node.nowMs())
-		if g.retired {
-			return
-		}
 		if timer != nil {
 			timer.Stop()
 		}
@@ -595,7 +643,9 @@ func (g *groupRunner) handle(c groupCmd) {
 		}
 		now := g.node.nowMs()
 		for _, cur := range g.cursors {
-			cur.Release(now, c.sub.id)
+			if cur != nil {
+				cur.Release(now, c.sub.id)
+			}
 		}
 	case cmdAck, cmdNack:
 		g.handleAcks(c)
@@ -616,18 +666,28 @@ func (g *groupRunner) reload() {
 func (g *groupRunner) handleAcks(c groupCmd) {
 	if g.failure != nil {
 		reply, refused := c.reply, wire.Errorf(wire.CodeStorage, "group ledger unavailable: %v", g.failure)
-		g.replies = append(g.replies, func(*wire.Error) { reply(nil, refused) })
+		g.replies = append(g.replies, groupReply{answer: func(*wire.Error) { reply(nil, refused) }})
 		return
 	}
 	now := g.node.nowMs()
 	m := g.node.metrics
 	results := make([]wire.Code, len(c.entries))
+	var parts []uint32
 	for i, e := range c.entries {
 		if int(e.Partition) >= len(g.cursors) {
 			results[i] = wire.CodeInvalidArgument
 			continue
 		}
 		cur := g.cursors[e.Partition]
+		if cur == nil {
+			// A partition this node does not deliver (any more): its
+			// leader delivers it under delivery ids of its own.
+			results[i] = wire.CodeStaleDelivery
+			continue
+		}
+		if !slices.Contains(parts, e.Partition) {
+			parts = append(parts, e.Partition)
+		}
 		var err error
 		if c.kind == cmdNack {
 			err = cur.Nack(now, e.Seq, e.DeliveryID, c.delayMs)
@@ -645,11 +705,11 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		}
 	}
 	reply := c.reply
-	g.replies = append(g.replies, func(failed *wire.Error) {
+	g.replies = append(g.replies, groupReply{parts: parts, answer: func(failed *wire.Error) {
 		if failed != nil {
 			reply(nil, failed)
 			return
 		}
 		reply(results, nil)
-	})
+	}})
 }

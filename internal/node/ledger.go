@@ -74,6 +74,9 @@ const (
 	// persisted), which still decodes.
 	ledgerSnapshotMagic   = "NLS2"
 	ledgerSnapshotMagicV1 = "NLS1"
+	// ledgerSnapshotMagicFenced: NLS2's layout and a fence (a replicated
+	// group's checkpoint of a partition delivered to its members).
+	ledgerSnapshotMagicFenced = "NLS3"
 	// ledgerRecordOverheadBytes approximates the storage framing of one
 	// ledger append (one record in one batch: 38 bytes of batch header and
 	// 36 of record header) for the size accounting.
@@ -177,8 +180,11 @@ func (l *fileLedger) load(inc uint64) ([]*delivery.Cursor, error) {
 // needsRecord: an ack goes into the ledger once, when it is new.
 func (l *fileLedger) needsRecord(isNew bool, _ uint32, _ uint64) bool { return isNew }
 
-// stillCoordinates: a single node runs every group.
-func (l *fileLedger) stillCoordinates() bool { return true }
+// follow: a single node delivers every partition.
+func (l *fileLedger) follow(int64) {}
+
+// fenced: a single node's one view of the group never goes back.
+func (l *fileLedger) fenced(int, uint64, uint64) bool { return true }
 
 func (l *fileLedger) close() {
 	if l.log != nil {
@@ -243,8 +249,9 @@ func (l *fileLedger) flush() {
 		}
 	}
 	for _, r := range g.replies {
-		r(failed)
+		r.answer(failed)
 	}
+	clear(g.replies)
 	g.replies = g.replies[:0]
 	if failed == nil {
 		for i, c := range g.cursors {
@@ -286,6 +293,7 @@ type ledgerSnapshot struct {
 	gen    uint64 // generation of the live ledger directory
 	states []delivery.DoneState
 	counts [][]delivery.SeqCount // per partition (nil from an NLS1 snapshot)
+	fence  uint64                // a checkpoint's (acklog.Checkpoint.Fence)
 }
 
 // snapshotCursors captures the cursors' done states and delivery counts
@@ -306,10 +314,15 @@ func (s ledgerSnapshot) restore(i int, c *delivery.Cursor) error {
 //	partitions × {len u32, DoneState, len u32, delivery counts}
 //
 // (big endian; the atomic file around it carries length and CRC). An
-// "NLS1" snapshot has no counts in its partitions. s.counts is empty or
+// "NLS1" snapshot has no counts in its partitions; an "NLS3" one (written
+// when the fence is not 0) ends with the fence, u64. s.counts is empty or
 // has one list per state.
 func encodeLedgerSnapshot(s ledgerSnapshot) []byte {
-	b := append([]byte(nil), ledgerSnapshotMagic...)
+	magic := ledgerSnapshotMagic
+	if s.fence != 0 {
+		magic = ledgerSnapshotMagicFenced
+	}
+	b := append([]byte(nil), magic...)
 	b = binary.BigEndian.AppendUint64(b, s.gen)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s.states)))
 	for i, st := range s.states {
@@ -325,6 +338,9 @@ func encodeLedgerSnapshot(s ledgerSnapshot) []byte {
 		b = binary.BigEndian.AppendUint32(b, 0)
 		b = delivery.AppendCounts(b, counts)
 		binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	}
+	if s.fence != 0 {
+		b = binary.BigEndian.AppendUint64(b, s.fence)
 	}
 	return b
 }
@@ -347,10 +363,14 @@ var errBadLedgerSnapshot = errors.New("bad ledger snapshot")
 // panics and allocates in proportion to len(b).
 func decodeLedgerSnapshot(b []byte) (ledgerSnapshot, error) {
 	const headerBytes = 4 + 8 + 4
-	if len(b) < headerBytes || (string(b[:4]) != ledgerSnapshotMagic && string(b[:4]) != ledgerSnapshotMagicV1) {
+	magic := ""
+	if len(b) >= headerBytes {
+		magic = string(b[:4])
+	}
+	if magic != ledgerSnapshotMagic && magic != ledgerSnapshotMagicV1 && magic != ledgerSnapshotMagicFenced {
 		return ledgerSnapshot{}, fmt.Errorf("%w: bad header", errBadLedgerSnapshot)
 	}
-	withCounts := string(b[:4]) == ledgerSnapshotMagic
+	withCounts, fenced := magic != ledgerSnapshotMagicV1, magic == ledgerSnapshotMagicFenced
 	s := ledgerSnapshot{gen: binary.BigEndian.Uint64(b[4:])}
 	count := binary.BigEndian.Uint32(b[12:])
 	b = b[headerBytes:]
@@ -381,6 +401,12 @@ func decodeLedgerSnapshot(b []byte) (ledgerSnapshot, error) {
 		}
 		s.counts = append(s.counts, counts)
 		b = rest
+	}
+	if fenced {
+		if len(b) < 8 {
+			return ledgerSnapshot{}, fmt.Errorf("%w: fence truncated", errBadLedgerSnapshot)
+		}
+		s.fence, b = binary.BigEndian.Uint64(b), b[8:]
 	}
 	if len(b) != 0 {
 		return ledgerSnapshot{}, fmt.Errorf("%w: %d trailing bytes", errBadLedgerSnapshot, len(b))

@@ -130,9 +130,6 @@ func (p *localStore) forwardTo(int) (replica.NodeID, bool) { return 0, false }
 
 func (p *localStore) collect(chan<- prometheus.Metric, string, string) {}
 
-// mayCoordinate: a single node runs every group of its topics.
-func (p *localStore) mayCoordinate() error { return nil }
-
 // recover opens the log, starts a new epoch and rebuilds the kernel state
 // (dedup table) from the retained log.
 func (p *localStore) recover() error {

@@ -24,10 +24,14 @@ type Mutations struct {
 	// and ack-log kernels (install gate, dedup seal; ACK_OK before commit).
 	Partition partition.Mutations
 	AckLog    acklog.Mutations
-	// CoordinateBeforeInstall lets a new leader of partition 0 run its
-	// topic's groups before its install entry is applied (cursors rebuilt
-	// from a commit point that may miss committed acks).
+	// CoordinateBeforeInstall lets a new leader of a partition deliver it
+	// to groups before its install entry is applied (cursors rebuilt from
+	// a commit point that may miss committed acks).
 	CoordinateBeforeInstall bool
+	// DeliverBehindFence lets a partition's leader deliver it to an owner
+	// without recording the owner's epoch in the partition's log, and with
+	// a view of the group older than the epochs recorded there.
+	DeliverBehindFence bool
 	// Replica breaks the replication kernel of every replica group, and
 	// SendBeforePersist the shared Ready executor (every message of a
 	// Ready before its writes are durable: FLUSHED before fsync).

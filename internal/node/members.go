@@ -491,13 +491,13 @@ func (m *membership) version() uint64 { return m.changes.Load() }
 // owners returns, per partition of topic, who may be delivered it in
 // group (ok false: the group assigns nothing on this topic — no JOINed
 // members in exclusive mode — and every subscription competes).
-func (m *membership) owners(groupName, topic string, partitions int) (out []partOwner, ok bool) {
+func (m *membership) owners(groupName, topic string, partitions int) (out []partOwner, epoch uint64, ok bool) {
 	m.read(func(st *meta.State) {
 		g := st.Groups[groupName]
 		if g == nil || g.Mode != group.Exclusive || len(g.Members) == 0 {
 			return
 		}
-		ok = true
+		ok, epoch = true, g.AssignmentEpoch
 		out = make([]partOwner, partitions)
 		for i := range out {
 			if o := g.Owners[group.Partition{Topic: topic, Index: uint32(i)}]; o != nil {
@@ -512,7 +512,7 @@ func (m *membership) owners(groupName, topic string, partitions int) (out []part
 			}
 		}
 	})
-	return out, ok
+	return out, epoch, ok
 }
 
 // partOwner is who holds one partition for a group's delivery.
@@ -537,7 +537,8 @@ func (n *Node) pokeGroups() {
 }
 
 // GroupInfos describes the group named name ("" = all), with the ack
-// floors of the partitions whose delivery this node runs for it.
+// floors of the partitions whose delivery this node runs for it (in a
+// cluster: those it leads).
 func (n *Node) GroupInfos(name string) ([]wire.GroupInfo, error) {
 	if name != "" {
 		if err := wire.ValidateName("group", name); err != nil {
@@ -568,6 +569,9 @@ func (n *Node) GroupInfos(name string) ([]wire.GroupInfo, error) {
 		slices.SortFunc(runners, func(a, b *groupRunner) int { return cmp.Compare(a.topic.cfg.Name, b.topic.cfg.Name) })
 		for _, r := range runners {
 			for i, p := range r.topic.partitions {
+				if !r.delivering[i].Load() {
+					continue
+				}
 				info.Partitions = append(info.Partitions, wire.GroupPartitionInfo{Topic: r.topic.cfg.Name, Partition: uint32(i),
 					AckFloor: r.floors[i].Load(), CommitSeq: p.commitSeq.Load()})
 			}

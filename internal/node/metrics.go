@@ -142,6 +142,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for key, g := range c.n.groups {
 		for i, p := range g.topic.partitions {
+			if !g.delivering[i].Load() {
+				continue // another node's (a cluster's leader of it)
+			}
 			commit, floor := p.commitSeq.Load(), g.floors[i].Load()
 			lag := 0.0
 			if commit+1 > floor {

@@ -95,9 +95,6 @@ type partitionStore interface {
 	// collect adds the store's own gauges for a metrics scrape (any
 	// goroutine).
 	collect(ch chan<- prometheus.Metric, topic, partition string)
-	// mayCoordinate reports, of partition 0, whether this node may run
-	// its topic's consumer groups now (any goroutine).
-	mayCoordinate() error
 }
 
 func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
@@ -292,5 +289,3 @@ func (p unhostedStore) forwardTo(attempt int) (replica.NodeID, bool) {
 }
 
 func (unhostedStore) collect(chan<- prometheus.Metric, string, string) {}
-
-func (p unhostedStore) mayCoordinate() error { return p.notCoordinator() }

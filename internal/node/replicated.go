@@ -425,21 +425,6 @@ func (p *replicaStore) forwardTo(int) (replica.NodeID, bool) {
 	return st.Leader, true
 }
 
-// mayCoordinate: the leader of partition 0 runs its topic's groups, once
-// it took office.
-func (p *replicaStore) mayCoordinate() error {
-	if p.repl.Status().Role != replica.Leader {
-		return p.notCoordinator()
-	}
-	if _, ok := p.tookOffice(); !ok && !p.node.cfg.Mutations.CoordinateBeforeInstall {
-		// Its commit point is not known to cover the previous leaders'
-		// entries yet: cursors rebuilt now would miss committed acks
-		// (CoordinatorAfterInstall).
-		return wire.Errorf(wire.CodeUnavailable, "topic %q: the new coordinator is taking office; retry", p.topic.cfg.Name)
-	}
-	return nil
-}
-
 // collect reports the member's replication gauges.
 func (p *replicaStore) collect(ch chan<- prometheus.Metric, topic, part string) {
 	st := p.repl.Status()

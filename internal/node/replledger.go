@@ -1,7 +1,9 @@
 package node
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/nereus-broker/nereus/internal/acklog"
@@ -12,24 +14,26 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// In a cluster a group's acks are not written to a local ledger: they are
-// control records in the replicated log of the topic's partition 0, whose
-// leader coordinates the topic's groups. An ACK_OK follows the commit of
-// its record (a quorum fsynced it), and a new coordinator rebuilds every
-// group's cursors from the committed log, so acks survive failover.
+// In a cluster a group's delivery of partition p runs on p's leader, and
+// its acks of p are not written to a local ledger: they are control
+// records in p's own replicated log. An ACK_OK follows the commit of its
+// record (a quorum fsynced it), and a new leader of p rebuilds the group's
+// cursor of p from p's committed log, so acks fail over with the
+// partition and no node needs to host every partition.
 //
-// A group checkpoints its cursors into the same log once its ack records
+// A group checkpoints its cursor of p into p's log once its ack records
 // since the last checkpoint pass the ledger compaction threshold: a
-// checkpoint record holds the done state of every partition (the local
-// ledger snapshot's layout) as of its place in the log. A new coordinator
-// starts from the group's latest checkpoint, and partition 0 is compacted
-// no further than the oldest record some group still needs (its latest
-// checkpoint, or its first ack when it has none).
+// checkpoint record holds the done state (the local ledger snapshot's
+// layout) as of its place in the log. A new leader starts from the
+// group's latest checkpoint, and p is compacted no further than the
+// oldest record some group still needs (its latest checkpoint, or its
+// first ack when it has none).
 //
-// The decisions are the ack-log kernel's (internal/acklog): which acks
-// need a record, which replies wait for which commit, when to checkpoint,
-// how to rebuild. This file is its shell: it proposes the records the
-// kernel returns and feeds it their completions.
+// The decisions are the ack-log kernel's (internal/acklog), one per
+// partition this node leads: which acks need a record, which replies
+// wait for which commit, when to checkpoint, how to rebuild. This file is
+// its shell: it follows which partitions this node leads, proposes the
+// records the kernels return and feeds them their completions.
 
 // ackHeader names the group of a group control record. An ack record's
 // value holds (partition u32, seq u64) pairs and a count record's
@@ -42,6 +46,7 @@ const (
 	groupAck        = "ack"
 	groupCount      = "count"
 	groupCheckpoint = "checkpoint"
+	groupFence      = "fence"
 )
 
 func groupRecord(kind acklog.Kind, group string, value []byte) storage.Record {
@@ -61,25 +66,49 @@ func groupRecordOf(r *storage.Record) (kind acklog.Kind, group string, ok bool) 
 		kind = acklog.KindCount
 	case groupCheckpoint:
 		kind = acklog.KindCheckpoint
+	case groupFence:
+		kind = acklog.KindFence
 	default:
 		return 0, "", false
 	}
 	return kind, string(r.Headers[1].Value), true
 }
 
-// replicatedLedger is a cluster group's replicated ack log: the kernel and
-// the coordinator's member it proposes to, owned by the group's goroutine,
-// and the completions of its records, queued by the member's goroutine.
+// replicatedLedger is a cluster group's ack logs on this node: one per
+// partition it leads, owned by the group's goroutine.
 type replicatedLedger struct {
 	g *groupRunner
-	// p0 is partition 0's member on this node, whose leader coordinates
-	// the group; epoch is the epoch it leads in, from the last load.
-	p0    *replicaStore
-	epoch uint64
+	// inc is the group's incarnation on this node, part of every delivery
+	// id with the partition's epoch.
+	inc   uint64
+	parts []*partLedger // by partition; nil where this node does not deliver
+}
+
+// partLedger is the group's ack log of one partition this node leads.
+type partLedger struct {
+	id    uint32
+	store *replicaStore
+	epoch uint64 // the epoch this node leads the partition in
 	log   *acklog.Log[func(failed *wire.Error)]
+	// scope is what the log checkpoints: the partition's cursor at its
+	// index, nil elsewhere.
+	scope []*delivery.Cursor
+	// The group's batches of this partition, split off at each flush and
+	// kept while the partition is handed over (holding).
+	acks, counts []byte
+	dead         []acklog.Key
+	replies      []func(failed *wire.Error)
+	// fenceAsked is the highest fence proposed (committed or not): a
+	// checkpoint carries it.
+	fenceAsked uint64
 
 	mu   sync.Mutex
-	done []acklog.Completion
+	done []acklog.Completion // queued by the member's goroutine
+	// fence is the highest assignment epoch the partition's log recorded
+	// a delivery under (rebuilt, or committed here); fencing: a fence
+	// record is in flight.
+	fence   uint64
+	fencing bool
 }
 
 type ackKey struct {
@@ -90,45 +119,86 @@ type ackKey struct {
 // needsRecord: an ack goes into the next record when it is new to the
 // cursor, or an earlier record of it did not commit. A seq below this
 // replica's log start counts as done here (its record is gone), but
-// another replica — a later coordinator's — may still hold it: its ack is
-// recorded anyway, or that coordinator would deliver it again.
+// another replica — a later leader's — may still hold it: its ack is
+// recorded anyway, or that leader would deliver it again.
 func (l *replicatedLedger) needsRecord(isNew bool, partition uint32, seq uint64) bool {
-	return l.log.NeedsRecord(isNew, acklog.Key{Partition: partition, Seq: seq}) ||
+	pl := l.parts[partition]
+	if pl == nil {
+		return false // no cursor here: the ack was answered stale
+	}
+	return pl.log.NeedsRecord(isNew, acklog.Key{Partition: partition, Seq: seq}) ||
 		(!isNew && seq < l.g.topic.partitions[partition].startSeq.Load())
 }
 
-// load builds cursors from this group's latest checkpoint and the ack
-// records after it in partition 0's committed log, and starts the group's
-// ack log. The delivery ids start from the partition's epoch, so a new
-// coordinator never reuses an old one's ids.
+// load starts the group with no partition: follow takes in those this
+// node leads.
 func (l *replicatedLedger) load(inc uint64) ([]*delivery.Cursor, error) {
-	g, p0 := l.g, l.p0
-	epoch, ok := p0.tookOffice()
-	if !ok && g.node.cfg.Mutations.CoordinateBeforeInstall {
-		epoch, ok = p0.repl.Status().Hard.Promised, true
-	}
-	if !ok {
-		return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: this node no longer coordinates its groups; retry", g.topic.cfg.Name)
-	}
-	l.epoch = epoch
-	rb, err := acklog.NewRebuild(func() ([]*delivery.Cursor, error) {
-		cursors := make([]*delivery.Cursor, len(g.topic.partitions))
-		for i, p := range g.topic.partitions {
-			c, err := delivery.NewCursor(g.cfg, p.startSeq.Load(), (epoch<<10|inc&0x3ff)<<30)
-			if err != nil {
-				return nil, err
-			}
-			cursors[i] = c
+	l.inc = inc
+	l.parts = make([]*partLedger, len(l.g.topic.partitions))
+	return make([]*delivery.Cursor, len(l.g.topic.partitions)), nil
+}
+
+// follow takes in changes of leadership: a partition this node stopped
+// leading (or leads again in a later epoch: its cursor is from before)
+// stops being delivered here, and one it took office for starts, from its
+// cursor rebuilt out of the partition's committed log.
+func (l *replicatedLedger) follow(now int64) {
+	g := l.g
+	for i, p := range g.topic.partitions {
+		epoch, leads := l.leads(p)
+		if pl := l.parts[i]; pl != nil && (!leads || epoch != pl.epoch) {
+			l.stopDelivering(i, now)
 		}
-		return cursors, nil
+		if l.parts[i] == nil && leads {
+			if err := l.startDelivering(i, epoch); err != nil {
+				g.node.logRepeatedError(g.name+"/"+p.subject(), "group cannot start delivering a partition it leads; will retry",
+					"group", g.name, "topic", g.topic.cfg.Name, "partition", i, "err", err)
+			}
+		}
+	}
+}
+
+// leads reports whether this node leads p and took office in its epoch:
+// its install entry is applied, so every group record an earlier leader
+// committed is in what it rebuilds from (LeaderDeliversAfterInstall).
+func (l *replicatedLedger) leads(p *partitionRunner) (epoch uint64, ok bool) {
+	store := p.replica()
+	if store == nil {
+		return 0, false
+	}
+	epoch, ok = store.tookOffice()
+	if !ok && l.g.node.cfg.Mutations.CoordinateBeforeInstall {
+		if st := store.repl.Status(); st.Role == replica.Leader {
+			return st.Hard.Promised, true
+		}
+	}
+	return epoch, ok
+}
+
+// startDelivering rebuilds the group's cursor of partition i from the
+// group's latest checkpoint and the ack records after it in i's committed
+// log, and starts the partition's ack log. The delivery ids start from
+// the partition's epoch, so a new leader never reuses an old one's ids.
+func (l *replicatedLedger) startDelivering(i int, epoch uint64) error {
+	g := l.g
+	p := g.topic.partitions[i]
+	store := p.replica()
+	rb, err := acklog.NewRebuild(func() ([]*delivery.Cursor, error) {
+		c, err := delivery.NewCursor(g.cfg, p.startSeq.Load(), (epoch<<10|l.inc&0x3ff)<<30)
+		if err != nil {
+			return nil, err
+		}
+		scope := make([]*delivery.Cursor, i+1)
+		scope[i] = c
+		return scope, nil
 	}, ledgerRecordOverheadBytes)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for from := p0.startSeq.Load(); ; {
-		entries, err := p0.read(from, 4096, 16<<20)
+	for from := p.startSeq.Load(); ; {
+		entries, err := store.read(from, 4096, 16<<20)
 		if err != nil {
-			return nil, fmt.Errorf("group %s: replay acks: %w", g.name, err)
+			return fmt.Errorf("replay acks: %w", err)
 		}
 		if len(entries) == 0 {
 			break
@@ -143,68 +213,185 @@ func (l *replicatedLedger) load(inc uint64) ([]*delivery.Cursor, error) {
 			} else if snap, derr := decodeLedgerSnapshot(e.Record.Value); derr != nil {
 				err = derr
 			} else {
-				err = rb.Checkpoint(acklog.Checkpoint{States: snap.states, Counts: snap.counts})
+				err = rb.Checkpoint(acklog.Checkpoint{States: snap.states, Counts: snap.counts, Fence: snap.fence})
 			}
 			if err != nil {
-				return nil, fmt.Errorf("group %s: %v record %d: %w", g.name, kind, e.Seq, err)
+				return fmt.Errorf("%v record %d: %w", kind, e.Seq, err)
 			}
 		}
 		from = entries[len(entries)-1].Seq + 1
 	}
-	l.log = acklog.New[func(*wire.Error)](acklog.Config{
-		RecordOverheadBytes: ledgerRecordOverheadBytes,
-		RecordBytesMax:      g.node.cfg.RecordBytesMax,
-		EncodeCheckpoint: func(cp acklog.Checkpoint) []byte {
-			return encodeLedgerSnapshot(ledgerSnapshot{states: cp.States, counts: cp.Counts})
-		},
-		Mutations: g.node.cfg.Mutations.AckLog,
-	}, rb.RecordBytes())
-	return rb.Cursors(), nil
+	scope := rb.Cursors()
+	l.parts[i] = &partLedger{id: uint32(i), store: store, epoch: epoch, scope: scope, fence: rb.Fence(), fenceAsked: rb.Fence(),
+		log: acklog.New[func(*wire.Error)](acklog.Config{
+			RecordOverheadBytes: ledgerRecordOverheadBytes,
+			RecordBytesMax:      g.node.cfg.RecordBytesMax,
+			EncodeCheckpoint: func(cp acklog.Checkpoint) []byte {
+				return encodeLedgerSnapshot(ledgerSnapshot{states: cp.States, counts: cp.Counts, fence: cp.Fence})
+			},
+			Mutations: g.node.cfg.Mutations.AckLog,
+		}, rb.RecordBytes())}
+	g.setCursor(i, scope[i])
+	return nil
 }
 
-// flush hands the kernel what happened since the last flush (completed
-// records, the coordinator's state, batched acks, counts and replies) and
+// stopDelivering: this node no longer delivers partition i. Its
+// deliveries end with its cursor (the next leader redelivers what was not
+// acked, under new delivery ids), and what waits for its records is
+// answered NOT_LEADER: those acks are not known durable.
+func (l *replicatedLedger) stopDelivering(i int, now int64) {
+	g, pl := l.g, l.parts[i]
+	werr := wire.Errorf(wire.CodeNotLeader, "partition %s/%d: this node no longer leads it; acks of it not yet durable may be lost (their messages are redelivered)",
+		g.topic.cfg.Name, i)
+	g.answer(pl.log.Retire(), werr)
+	g.answer(pl.replies, werr)
+	l.parts[i] = nil
+	g.forgetPartition(uint32(i), werr)
+}
+
+// flush splits what the group batched since the last flush by partition,
+// hands each partition's ack log its share and its completions, and
 // carries out its decisions: answer, propose, then start or retry the
-// dead letters whose record completed. An ACK_OK waits for its record's
-// commit.
+// dead letters whose record completed. An ACK_OK waits for the commit of
+// every record it waits for, in each partition its entries name.
 func (l *replicatedLedger) flush() {
 	g := l.g
-	l.mu.Lock()
-	done := l.done
-	l.done = nil
-	l.mu.Unlock()
-	dead := make([]acklog.Key, len(g.deadPending))
-	for i, k := range g.deadPending {
-		dead[i] = acklog.Key{Partition: k.partition, Seq: k.seq}
+	for b := g.ledgerBatch; len(b) >= acklog.AckEntryBytes; b = b[acklog.AckEntryBytes:] {
+		if pl := l.parts[binary.BigEndian.Uint32(b)]; pl != nil {
+			pl.acks = append(pl.acks, b[:acklog.AckEntryBytes]...)
+		}
 	}
-	eff := l.log.Flush(acklog.Input[func(*wire.Error)]{Done: done, Degraded: l.coordinatorDegraded(),
-		Acks: g.ledgerBatch, Counts: g.countBatch, Dead: dead, Replies: g.replies,
-		CompactBytes: g.ledgerCompactBytes.Load(), Cursors: g.cursors})
+	for b := g.countBatch; len(b) >= acklog.CountEntryBytes; b = b[acklog.CountEntryBytes:] {
+		if pl := l.parts[binary.BigEndian.Uint32(b)]; pl != nil {
+			pl.counts = append(pl.counts, b[:acklog.CountEntryBytes]...)
+		}
+	}
+	for _, k := range g.deadPending {
+		if pl := l.parts[k.partition]; pl != nil {
+			pl.dead = append(pl.dead, acklog.Key{Partition: k.partition, Seq: k.seq})
+		}
+	}
+	for _, r := range g.replies {
+		var waits []*partLedger
+		for _, pi := range r.parts {
+			if pl := l.parts[pi]; pl != nil && !slices.Contains(waits, pl) {
+				waits = append(waits, pl)
+			}
+		}
+		if len(waits) == 0 {
+			r.answer(nil) // nothing of it needs a record here
+			continue
+		}
+		join := joinReplies(len(waits), r.answer)
+		for _, pl := range waits {
+			pl.replies = append(pl.replies, join)
+		}
+	}
 	g.ledgerBatch, g.countBatch, g.deadPending = nil, nil, nil
+	clear(g.replies)
 	g.replies = g.replies[:0]
+	for _, pl := range l.parts {
+		if pl != nil && !pl.handingOver() {
+			l.flushPart(pl)
+		}
+	}
+}
+
+// fenced reports whether partition pi may be delivered to an owner that
+// holds it at ownerEpoch, by a node whose view of the group is at
+// viewEpoch (group.State.CheckPull's fence, DeliveryBehindFence): not
+// while the partition's log has recorded a delivery under a later epoch
+// than this node's view (an earlier leader applied more of the metadata
+// log: this node could still take a replaced owner for the current one),
+// and not before the log has recorded ownerEpoch — that record is
+// proposed here, one at a time, and delivery starts once it committed.
+func (l *replicatedLedger) fenced(pi int, ownerEpoch, viewEpoch uint64) bool {
+	pl := l.parts[pi]
+	if pl == nil {
+		return false
+	}
+	if l.g.node.cfg.Mutations.DeliverBehindFence {
+		return true
+	}
+	handingOver := pl.handingOver()
+	pl.mu.Lock()
+	fence := pl.fence
+	propose := fence <= viewEpoch && ownerEpoch > fence && !pl.fencing && !handingOver
+	if propose {
+		pl.fencing = true
+	}
+	pl.mu.Unlock()
+	switch {
+	case fence > viewEpoch:
+		return false // this node's view is behind the log: it waits to apply more
+	case ownerEpoch <= fence:
+		return true
+	case propose:
+		g := l.g
+		pl.fenceAsked = max(pl.fenceAsked, ownerEpoch)
+		pl.store.repl.ProposeFunc(groupRecord(acklog.KindFence, g.name, acklog.FenceRecord(ownerEpoch)), func(_, _ uint64, err error) {
+			pl.mu.Lock()
+			if err == nil {
+				pl.fence = max(pl.fence, ownerEpoch)
+			}
+			pl.fencing = false
+			pl.mu.Unlock()
+			g.poke()
+		})
+	}
+	return false
+}
+
+// joinReplies answers once after n answers: with the first failure, or
+// as durable when none failed. The group's goroutine calls it.
+func joinReplies(n int, answer func(failed *wire.Error)) func(failed *wire.Error) {
+	var first *wire.Error
+	return func(failed *wire.Error) {
+		if failed != nil && first == nil {
+			first = failed
+		}
+		if n--; n == 0 {
+			answer(first)
+		}
+	}
+}
+
+func (l *replicatedLedger) flushPart(pl *partLedger) {
+	g := l.g
+	pl.mu.Lock()
+	done := pl.done
+	pl.done = nil
+	pl.mu.Unlock()
+	st := pl.store.repl.Status()
+	eff := pl.log.Flush(acklog.Input[func(*wire.Error)]{Done: done, Degraded: st.Role == replica.Leader && st.ReadOnly,
+		Acks: pl.acks, Counts: pl.counts, Dead: pl.dead, Replies: pl.replies,
+		CompactBytes: g.ledgerCompactBytes.Load(), Cursors: pl.scope, Fence: pl.fenceAsked})
+	pl.acks, pl.counts, pl.dead = nil, nil, nil // the log keeps them
+	clear(pl.replies)
+	pl.replies = pl.replies[:0]
 	for _, a := range eff.Answers {
 		var werr *wire.Error
 		switch a.Outcome {
 		case acklog.NotCommitted:
-			g.node.log.Debug("ack record not committed", "group", g.name, "topic", g.topic.cfg.Name, "err", a.Err)
-			werr = l.p0.replicationError(a.Err)
+			g.node.log.Debug("ack record not committed", "group", g.name, "topic", g.topic.cfg.Name, "partition", pl.id, "err", a.Err)
+			werr = pl.store.replicationError(a.Err)
 		case acklog.QuorumLost:
-			werr = wire.Errorf(wire.CodeQuorumLost, "topic %q: the coordinator lost its quorum; acks are not durable", g.topic.cfg.Name)
+			werr = wire.Errorf(wire.CodeQuorumLost, "partition %s/%d lost its quorum; acks are not durable", g.topic.cfg.Name, pl.id)
 		case acklog.Superseded:
-			werr = wire.Errorf(wire.CodeUnavailable, "ack not durable: the group's coordinator changed; retry")
+			werr = wire.Errorf(wire.CodeUnavailable, "ack not durable: the partition's leader changed; retry")
 		}
 		g.answer(a.Replies, werr)
 	}
 	if eff.CheckpointTooLargeBytes > 0 {
-		g.node.log.Warn("group checkpoint too large; partition 0 keeps the group's ack records", "group", g.name,
-			"topic", g.topic.cfg.Name, "bytes", eff.CheckpointTooLargeBytes)
+		g.node.log.Warn("group checkpoint too large; the partition keeps the group's ack records", "group", g.name,
+			"topic", g.topic.cfg.Name, "partition", pl.id, "bytes", eff.CheckpointTooLargeBytes)
 	}
 	for _, prop := range eff.Propose {
 		id := prop.ID
-		l.p0.repl.ProposeFunc(groupRecord(prop.Kind, g.name, prop.Value), func(_, _ uint64, err error) {
-			l.mu.Lock()
-			l.done = append(l.done, acklog.Completion{ID: id, Err: err})
-			l.mu.Unlock()
+		pl.store.repl.ProposeFunc(groupRecord(prop.Kind, g.name, prop.Value), func(_, _ uint64, err error) {
+			pl.mu.Lock()
+			pl.done = append(pl.done, acklog.Completion{ID: id, Err: err})
+			pl.mu.Unlock()
 			g.poke()
 		})
 	}
@@ -213,93 +400,46 @@ func (l *replicatedLedger) flush() {
 	}
 	if len(eff.DeadRetry) > 0 {
 		// A lost retry count costs at most one extra delivery should the
-		// coordinator change.
+		// leader change.
 		now := g.node.nowMs()
 		for _, r := range eff.DeadRetry {
 			g.retryDeadLetter(now, ackKey{r.Key.Partition, r.Key.Seq}, fmt.Errorf("record not committed: %w", r.Err), true)
 		}
 	}
 	if eff.FloorsDurable {
-		for i, c := range g.cursors {
-			g.floors[i].Store(c.AckFloor())
-		}
+		g.floors[pl.id].Store(pl.scope[pl.id].AckFloor())
 	}
 }
 
-// holdMs holds the group's records while partition 0's leader (this
-// node) hands leadership over (replica.ErrTransferring): a checkpoint
-// proposed then fails at once and would be proposed again at once,
-// forever. The hand-off ends within an election timeout — this node no
-// longer coordinates (stillCoordinates retires the group), or it leads
-// on and flushes.
+// handingOver: this node hands the partition's leadership over
+// (replica.ErrTransferring), so a record proposed now would fail at once
+// and be proposed again at once, forever. Its batches wait; the hand-off
+// ends within an election timeout — this node no longer leads it
+// (follow stops delivering it), or it leads on and flushes.
+func (pl *partLedger) handingOver() bool {
+	st := pl.store.repl.Status()
+	return st.Role == replica.Leader && st.TransferTo != 0
+}
+
+// holdMs: while a partition is handed over, the group looks again soon.
 func (l *replicatedLedger) holdMs() int64 {
-	if st := l.p0.repl.Status(); st.Role == replica.Leader && st.TransferTo != 0 {
-		return transferHoldMs
+	for _, pl := range l.parts {
+		if pl != nil && pl.handingOver() {
+			return transferHoldMs
+		}
 	}
 	return 0
 }
 
-// transferHoldMs is how often a group whose coordinator is handing over
-// looks again.
+// transferHoldMs is how often a group whose partition's leader hands
+// over looks again.
 const transferHoldMs = 10
 
-// coordinatorDegraded reports whether partition 0's leader (this node) is
-// READ_ONLY_DEGRADED: ack records cannot commit.
-func (l *replicatedLedger) coordinatorDegraded() bool {
-	st := l.p0.repl.Status()
-	return st.Role == replica.Leader && st.ReadOnly
-}
-
-// close: the log is partition 0's, which outlives the group.
+// close: the logs are the partitions', which outlive the group.
 func (l *replicatedLedger) close() {}
 
 func (g *groupRunner) answer(replies []func(*wire.Error), failed *wire.Error) {
 	for _, r := range replies {
 		r(failed)
 	}
-}
-
-// stillCoordinates reports whether this node still leads partition 0. A
-// group that lost it ends its subscriptions with NOT_LEADER (clients move
-// to the new coordinator) and retires.
-func (l *replicatedLedger) stillCoordinates() bool {
-	g := l.g
-	// A leader again in a later epoch is a new coordinator: this group's
-	// cursors are from before, so it retires and reloads.
-	if st := l.p0.repl.Status(); st.Role == replica.Leader && st.Hard.Promised == l.epoch {
-		return true
-	}
-	info := l.p0.info()
-	werr := wire.Errorf(wire.CodeNotLeader, "the groups of topic %q moved to the leader of its partition 0: %s at %s",
-		g.topic.cfg.Name, info.Leader, info.LeaderAddr)
-	for _, s := range g.subs {
-		s.ended.Store(true)
-		s.sink.End(werr)
-	}
-	g.subs = nil
-	g.answer(l.log.Retire(), werr)
-	g.answer(g.replies, werr)
-	g.replies = g.replies[:0]
-	g.ledgerBatch, g.countBatch, g.deadPending, g.deadReady = nil, nil, nil, nil
-	g.node.retireGroup(g)
-	return false
-}
-
-// retireGroup forgets a group that stopped coordinating; a later PULL
-// starts it again from the log if this node coordinates once more.
-func (n *Node) retireGroup(g *groupRunner) {
-	n.mu.Lock()
-	if n.groups[groupKey{group: g.name, topic: g.topic.cfg.Name}] == g {
-		delete(n.groups, groupKey{group: g.name, topic: g.topic.cfg.Name})
-	}
-	n.mu.Unlock()
-	g.topic.groupsMu.Lock()
-	for i, x := range g.topic.groups {
-		if x == g {
-			g.topic.groups = append(g.topic.groups[:i], g.topic.groups[i+1:]...)
-			break
-		}
-	}
-	g.topic.groupsMu.Unlock()
-	g.retired = true
 }
