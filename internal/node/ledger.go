@@ -407,6 +407,9 @@ func decodeLedgerSnapshot(b []byte) (ledgerSnapshot, error) {
 			return ledgerSnapshot{}, fmt.Errorf("%w: fence truncated", errBadLedgerSnapshot)
 		}
 		s.fence, b = binary.BigEndian.Uint64(b), b[8:]
+		if s.fence == 0 {
+			return ledgerSnapshot{}, fmt.Errorf("%w: NLS3 with fence 0", errBadLedgerSnapshot)
+		}
 	}
 	if len(b) != 0 {
 		return ledgerSnapshot{}, fmt.Errorf("%w: %d trailing bytes", errBadLedgerSnapshot, len(b))

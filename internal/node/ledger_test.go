@@ -449,6 +449,7 @@ func FuzzDecodeLedgerSnapshot(f *testing.F) {
 	f.Add(encodeLedgerSnapshot(ledgerSnapshot{}))
 	f.Add(encodeLedgerSnapshot(ledgerSnapshot{gen: 2, states: []delivery.DoneState{{Floor: 1}},
 		counts: [][]delivery.SeqCount{{{Seq: 4, Count: 2}, {Seq: 9, Count: 5}}}}))
+	f.Add(encodeLedgerSnapshot(ledgerSnapshot{states: []delivery.DoneState{{Floor: 3}}, fence: 12}))
 	f.Add([]byte("NLS1\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x00\x03\x01\x01\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := decodeLedgerSnapshot(b)
