@@ -660,7 +660,7 @@ func TestMessagesMaxBoundsGrantedCredit(t *testing.T) {
 			}
 			// taken + buffered + outstanding + unreturned is all credit ever granted.
 			co.mu.Lock()
-			granted := int(co.delivered.Load()) + len(co.queue) + co.outstanding + co.unreturned
+			granted := co.grantedLocked()
 			co.mu.Unlock()
 			if granted != 6 {
 				t.Fatalf("consumer granted %d credits for 6 messages", granted)

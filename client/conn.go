@@ -70,12 +70,12 @@ type subKey struct{ topic, group string }
 
 // connSub is the server-side subscription of one (topic, group) on one
 // connection. The broker routes its MSG frames with the correlation id of the
-// first PULL, so the id outlives any one Consumer. Fields are guarded by
-// conn.mu.
+// first PULL, so the id outlives any one Consumer. Its owner is the lane of
+// the Consumer that uses it. Fields are guarded by conn.mu.
 type connSub struct {
 	corr     uint64
-	owner    *Consumer // nil when no consumer is attached
-	leftover int       // credit granted by a detached consumer, not yet used
+	owner    *lane // nil when no consumer is attached
+	leftover int   // credit granted by a detached consumer, not yet used
 }
 
 // dialConn connects to addr, performs HELLO and starts the goroutines.
@@ -530,12 +530,13 @@ func (c *conn) send(ctx context.Context, corr uint64, f wire.Frame) error {
 	return c.enqueue(ctx, noTimeout, corr, f)
 }
 
-// attachSub attaches owner to the (topic, group) subscription of this conn,
+// attachSub attaches owner (a consumer's lane) to the (topic, group)
+// subscription of this conn,
 // creating its correlation id and stream handler on first use. It returns
 // the correlation id to PULL with, whether a PULL was already sent on it
 // (the subscription exists at the broker), and the credit a previously
 // detached consumer left unused.
-func (c *conn) attachSub(key subKey, owner *Consumer) (corr uint64, existed bool, leftover int, err error) {
+func (c *conn) attachSub(key subKey, owner *lane) (corr uint64, existed bool, leftover int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead {
@@ -566,7 +567,7 @@ func (c *conn) errLocked() error {
 
 // detachSub records credit the leaving owner had granted but not used, so
 // the next consumer of the same subscription on this conn inherits it.
-func (c *conn) detachSub(key subKey, owner *Consumer, outstanding int) {
+func (c *conn) detachSub(key subKey, owner *lane, outstanding int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.subs[key]; s != nil && s.owner == owner {
@@ -577,7 +578,7 @@ func (c *conn) detachSub(key subKey, owner *Consumer, outstanding int) {
 
 // dropSub forgets a subscription whose PULL failed, so the next attach
 // starts over with a new correlation id.
-func (c *conn) dropSub(key subKey, owner *Consumer) {
+func (c *conn) dropSub(key subKey, owner *lane) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.subs[key]; s != nil && s.owner == owner {

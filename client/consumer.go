@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,12 +25,21 @@ const (
 	ackBatchDelay           = 20 * time.Millisecond
 	resubscribeDelay        = 100 * time.Millisecond
 	consumerCloseAckWaitMax = 5 * time.Second
+	// A lane whose PULL was refused (NOT_LEADER, UNAVAILABLE: the node
+	// delivers nothing of the topic for now) subscribes again after
+	// laneRetryDelay plus up to laneRetryJitter.
+	laneRetryDelay  = 200 * time.Millisecond
+	laneRetryJitter = 300 * time.Millisecond
+	// laneReconcileEvery is how often the consumer asks for the topic's
+	// metadata to open lanes at nodes that became leaders.
+	laneReconcileEvery = time.Second
 )
 
 // ConsumerOptions configure a Consumer.
 type ConsumerOptions struct {
-	// Credit bounds messages granted by the broker and not yet taken by
-	// Next; it is also the bound of the consumer's buffer (default 512).
+	// Credit bounds the messages granted by each node serving the
+	// consumer (each lane) and not yet taken by Next (default 512): the
+	// consumer's buffer holds at most Credit messages per lane.
 	Credit int
 	// AckWait is the redelivery timeout of an unacked message; it
 	// configures the group when the broker first creates it (0 = broker
@@ -39,9 +49,12 @@ type ConsumerOptions struct {
 	// like AckWait it applies when the group is created.
 	MaxDeliver int
 	// MessagesMax, when positive, is how many messages this consumer will
-	// take with Next in all: it never grants the broker credit beyond it,
-	// so no message is delivered to it only to be dropped at Close (and
-	// counted toward MaxDeliver). 0 = unbounded.
+	// take with Next in all: it never grants credit beyond it, summed over
+	// every node serving it, so no message is delivered to it only to be
+	// dropped at Close (and counted toward MaxDeliver). 0 = unbounded.
+	// Credit granted to a node stays there until that node uses it: with
+	// several lanes, a node with nothing to deliver may hold part of the
+	// budget while another has messages.
 	MessagesMax int
 
 	// Member, when set, makes the consumer a member of its group under
@@ -67,70 +80,112 @@ type ConsumerOptions struct {
 	OnAssigned, OnRevoked func(partitions []int)
 }
 
-// ConsumerStats counts the outcomes of acks.
+// ConsumerStats counts the outcomes of acks, summed over the consumer's
+// lanes.
 type ConsumerStats struct {
-	Delivered   uint64 // messages returned by Next
-	Acked       uint64 // acks the broker confirmed
-	StaleAcks   uint64 // acks rejected with STALE_DELIVERY
-	FailedAcks  uint64 // acks that failed otherwise (e.g. disconnected)
-	Resubscribe uint64 // subscriptions made after a reconnect
+	Delivered  uint64 // messages returned by Next
+	Acked      uint64 // acks the broker confirmed
+	StaleAcks  uint64 // acks rejected with STALE_DELIVERY
+	FailedAcks uint64 // acks that failed otherwise (e.g. disconnected, NOT_LEADER)
+	// Resubscribe counts subscriptions made after the first ones: a lane
+	// opened after Subscribe (after a reconnect, or at a node that became
+	// a leader), and a lane's subscription, made again after its node
+	// ended or refused the one before, that delivers.
+	Resubscribe uint64
 }
 
 // Consumer receives the messages of one (topic, group) through credit-based
-// flow control. Next is safe for concurrent use. A background pump owns the
-// subscription: it (re)subscribes after reconnects, returns credit in
-// batches and sends acks in batches.
+// flow control. Next is safe for concurrent use.
 //
-// In a cluster the group is served by its coordinator, the leader of the
-// topic's partition 0. When the subscription or an ack is refused with
-// NOT_LEADER, or the connection is lost, the consumer refreshes the
-// metadata and subscribes again at the new coordinator. Acks refused by the
-// old coordinator fail; their messages are redelivered.
+// The consumer holds one lane per broker node that leads a partition of
+// the topic, as the client's metadata names them (one lane on a single
+// node): a subscription (PULL) on the connection to that node, with its
+// own credit window, and a background pump that returns that lane's
+// credit in batches and sends the acks of the messages it delivered, in
+// batches, to that same node. Messages of every lane meet in one buffer
+// read by Next. A lane lives as long as its connection; when one is lost,
+// when a PULL (the first time in a row), ACK or NACK is refused with
+// NOT_LEADER or UNAVAILABLE or an ack is answered STALE_DELIVERY, and about
+// every second besides, the consumer refreshes the metadata and opens
+// lanes at leaders it has none at (rate-limited). A node that refuses a lane's PULL
+// with NOT_LEADER or UNAVAILABLE (it does not serve the group: on brokers
+// where one coordinator — the leader of partition 0 — delivers the whole
+// topic, every other node) gets the PULL again a few hundred milliseconds
+// later; the consumer goes on with its other lanes.
+//
+// An ack goes to the node that delivered the message. Acks refused as a
+// whole with NOT_LEADER or UNAVAILABLE, or lost with their connection,
+// fail; per entry STALE_DELIVERY means the message was redelivered
+// meanwhile (for example by a partition's new leader).
 type Consumer struct {
 	client    *Client
 	key       subKey
 	creditMax int
-	// messagesMax bounds the credit ever granted: taken + queued +
-	// outstanding + unreturned ≤ messagesMax (0 = unbounded).
+	// messagesMax bounds the credit ever granted: taken + queued + Σ over
+	// lanes (outstanding + unreturned) ≤ messagesMax (0 = unbounded).
 	messagesMax int
-	pull        wire.Pull // template of every PULL (Credit set per send)
 
-	ready    chan struct{}   // capacity 1: a message was queued or err set
-	kick     chan struct{}   // capacity 1: the pump has work
-	acks     chan ackRequest // bounded queue of acks for the pump
-	closed   chan struct{}
-	pumpDone chan struct{}
+	ready     chan struct{} // capacity 1: a message was queued or err set
+	reconcile chan struct{} // capacity 1: refresh the metadata and open missing lanes
+	closed    chan struct{}
+	pumpDone  chan struct{} // closed when every lane stopped and the acks are answered
 
 	closeOnce sync.Once
 
-	mu              sync.Mutex
-	queue           []*Message // received, not yet taken; len ≤ creditMax
-	sub             *conn      // connection of the live subscription, nil if none
-	subCorr         uint64
-	outstanding     int       // credit the broker holds for us on sub
-	unreturned      int       // credit freed by Next, not yet sent in a PULL
-	unreturnedBytes int       // payload bytes of those messages
-	firstUnreturned time.Time // when unreturned went from 0 to 1
-	err             error     // terminal subscription error
-	leaving         *conn     // the coordinator is no longer on this conn: move
+	mu    sync.Mutex
+	pull  wire.Pull        // template of every PULL (Credit set per send)
+	queue []*Message       // received, not yet taken; ≤ creditMax per lane
+	lanes map[string]*lane // live lanes by node
+	err   error            // terminal subscription error
+	// lanesRun counts lane pumps; only Subscribe (before the manager
+	// starts) and the manager add to it.
+	lanesRun sync.WaitGroup
 
 	delivered, acked, staleAcks, failedAcks, resubscribes atomic.Uint64
 	acksInFlight                                          sync.WaitGroup
 	// acksOut counts the ACKs in flight too, for a revoke's flush, which
-	// may not Wait on acksInFlight while the pump adds to it.
+	// may not Wait on acksInFlight while lanes add to it.
 	acksOut atomic.Int64
 
 	// member is the consumer's group membership (nil without
 	// ConsumerOptions.Member).
 	member                *groupMember
 	onAssigned, onRevoked func([]int)
-	// flushReq asks the pump to send its ack batch now; it closes the
-	// channel once every ack sent so far is answered.
-	flushReq chan chan struct{}
 }
 
-// ackRequest is one ack handed to the pump; done (capacity 1) is nil for
-// async acks.
+// lane is the consumer's subscription at one node: a connection, the
+// credit granted there, the acks of what it delivered, and the pump
+// goroutine that serves them. A lane never changes connection; when its
+// connection is lost the lane ends and the consumer opens another.
+type lane struct {
+	co   *Consumer
+	node string // cn's node id (its address if the node named none)
+	cn   *conn
+
+	acks     chan ackRequest    // bounded queue of acks for the pump
+	kick     chan struct{}      // capacity 1: the pump has work
+	flushReq chan chan struct{} // a revoke: send the ack batch now, then close the channel
+	stopping chan struct{}      // closed when the pump stops taking acks
+	ackMu    sync.RWMutex       // enqueuers hold it for reading; stop takes it to set ended
+	ended    bool               // guarded by ackMu: acks can no longer reach the pump
+	done     chan struct{}      // closed when the pump has returned
+
+	// Guarded by co.mu.
+	subscribed      bool      // attached to cn's subscription of (topic, group)
+	subCorr         uint64    // its correlation id
+	outstanding     int       // credit the node holds for this lane
+	queued          int       // messages of this lane in co.queue
+	unreturned      int       // credit freed by Next, not yet sent in a PULL
+	unreturnedBytes int       // payload bytes of those messages
+	firstUnreturned time.Time // when unreturned went from 0 to more
+	resubscribeAt   time.Time // no PULL before this after a refusal (zero: at once)
+	fromSub         int       // messages received on the current subscription
+	refusals        int       // subscriptions ended in a row without a message
+	gone            bool      // the lane ended: it grants no more credit
+}
+
+// ackRequest is one ack handed to a lane's pump; done (capacity 1) is nil
+// for async acks.
 type ackRequest struct {
 	entry wire.AckEntry
 	done  chan error
@@ -155,172 +210,474 @@ func (c *Client) Subscribe(ctx context.Context, topic, group string, opts Consum
 	if opts.Member == "" && (opts.Shared || opts.OnAssigned != nil || opts.OnRevoked != nil || opts.SessionTimeout != 0 || opts.RebalanceTimeout != 0) {
 		return nil, fmt.Errorf("nereus: subscribe: Shared, the timeouts and the callbacks need a Member: %w", wire.ErrInvalidArgument)
 	}
-	infos, err := c.Topics(ctx, topic)
+	infos, err := c.Topics(ctx, topic) // also fills the routing cache
 	if err != nil {
 		return nil, fmt.Errorf("nereus: subscribe %s: %w", topic, err)
 	}
 	if len(infos) == 0 {
 		return nil, fmt.Errorf("nereus: subscribe: topic %q: %w", topic, wire.ErrNotFound)
 	}
-	co := &Consumer{
-		client:      c,
-		key:         subKey{topic, group},
-		creditMax:   opts.Credit,
-		messagesMax: opts.MessagesMax,
-		pull: wire.Pull{
-			Topic: topic, Group: group,
-			AckWaitMs:  uint32(min(opts.AckWait.Milliseconds(), 1<<32-1)),
-			MaxDeliver: uint32(opts.MaxDeliver),
-		},
-		ready:      make(chan struct{}, 1),
-		kick:       make(chan struct{}, 1),
-		acks:       make(chan ackRequest, opts.Credit),
-		closed:     make(chan struct{}),
-		pumpDone:   make(chan struct{}),
-		flushReq:   make(chan chan struct{}, 1),
-		onAssigned: opts.OnAssigned,
-		onRevoked:  opts.OnRevoked,
-	}
+	co := newConsumer(c, subKey{topic, group}, opts)
 	if opts.Member != "" {
 		co.member = newGroupMember(co, opts)
 		if err := co.member.joinOnce(ctx); err != nil {
 			return nil, fmt.Errorf("nereus: subscribe %s/%s: join: %w", topic, group, err)
 		}
 	}
-	cn, err := c.leaderConn(ctx, topic, 0, true) // the group coordinator
+	lanes, err := co.openLanes(ctx, true)
 	if err != nil {
+		co.mu.Lock()
+		for _, l := range lanes {
+			l.detachLocked()
+		}
+		co.mu.Unlock()
 		return nil, fmt.Errorf("nereus: subscribe %s/%s: %w", topic, group, err)
 	}
-	if err := co.subscribe(ctx, cn); err != nil {
-		return nil, fmt.Errorf("nereus: subscribe %s/%s: %w", topic, group, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-co.closed:
+		case <-co.client.closed:
+		}
+		cancel()
+	}()
+	for _, l := range lanes {
+		co.startLane(ctx, l)
 	}
-	go co.pump(cn)
+	go co.manage(ctx)
 	if co.member != nil {
 		go co.member.run()
 	}
 	return co, nil
 }
 
-// setIncarnation makes the next PULLs a member incarnation's; a live
+func newConsumer(c *Client, key subKey, opts ConsumerOptions) *Consumer {
+	return &Consumer{
+		client:      c,
+		key:         key,
+		creditMax:   opts.Credit,
+		messagesMax: opts.MessagesMax,
+		pull: wire.Pull{
+			Topic: key.topic, Group: key.group,
+			AckWaitMs:  uint32(min(opts.AckWait.Milliseconds(), 1<<32-1)),
+			MaxDeliver: uint32(opts.MaxDeliver),
+		},
+		ready:      make(chan struct{}, 1),
+		reconcile:  make(chan struct{}, 1),
+		closed:     make(chan struct{}),
+		pumpDone:   make(chan struct{}),
+		lanes:      map[string]*lane{},
+		onAssigned: opts.OnAssigned,
+		onRevoked:  opts.OnRevoked,
+	}
+}
+
+// openLanes opens a lane at every node the metadata cache names as the
+// leader of a partition of the topic and that has no live lane yet — at
+// least one lane in all: with no leader known, at any live connection. It
+// returns the lanes opened, whose pumps the caller starts. An error is
+// returned only for a terminal failure (closed client, refused
+// credentials, a subscription this client already holds); with strict
+// (Subscribe) a lane that could not be attached fails the whole call.
+func (co *Consumer) openLanes(ctx context.Context, strict bool) ([]*lane, error) {
+	c := co.client
+	c.mu.Lock()
+	var routes []route
+	if m := c.meta[co.key.topic]; m != nil {
+		routes = slices.Clone(m.leaders)
+	}
+	c.mu.Unlock()
+	var opened []*lane
+	tried := map[route]bool{}
+	open := func(part int32) error {
+		cn, err := c.leaderConn(ctx, co.key.topic, part, true)
+		if err != nil {
+			return err
+		}
+		if cn == nil || co.hasLane(cn.nodeID, cn.addr) {
+			return nil // the leader was not reachable: a seed answered instead
+		}
+		l, err := co.addLane(ctx, cn)
+		if err != nil {
+			if strict || errors.Is(err, wire.ErrInvalidArgument) {
+				return err
+			}
+			return nil
+		}
+		opened = append(opened, l)
+		return nil
+	}
+	for p, r := range routes {
+		if r == (route{}) || tried[r] || co.hasLane(r.leader, r.addr) {
+			continue
+		}
+		tried[r] = true
+		if err := open(int32(p)); err != nil {
+			return opened, err
+		}
+	}
+	co.mu.Lock()
+	none := len(co.lanes) == 0
+	co.mu.Unlock()
+	if none {
+		// No leader known (or none reachable): any node, as a seed. A
+		// node that does not serve the group refuses the PULL, and the
+		// lane asks again while the metadata is refreshed.
+		if err := open(-1); err != nil {
+			return opened, err
+		}
+	}
+	return opened, nil
+}
+
+// hasLane reports whether a live lane reaches the node named by id or
+// addr (either may be "").
+func (co *Consumer) hasLane(id, addr string) bool {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	for _, l := range co.lanes {
+		if !l.gone && !l.cn.isDead() && (id != "" && l.cn.nodeID == id || addr != "" && l.cn.addr == addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// addLane makes a lane on cn and subscribes it (the first PULL). A send
+// failure still returns the lane: its pump sees the connection end.
+func (co *Consumer) addLane(ctx context.Context, cn *conn) (*lane, error) {
+	node := cn.nodeID
+	if node == "" {
+		node = cn.addr
+	}
+	l := &lane{
+		co: co, node: node, cn: cn,
+		acks:     make(chan ackRequest, co.creditMax),
+		kick:     make(chan struct{}, 1),
+		flushReq: make(chan chan struct{}, 1),
+		stopping: make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	co.mu.Lock()
+	if old := co.lanes[node]; old != nil && !old.gone && !old.cn.isDead() {
+		co.mu.Unlock()
+		return nil, fmt.Errorf("nereus: a lane at %s exists: %w", node, ErrDisconnected)
+	}
+	co.lanes[node] = l // replaces a lane whose connection died: it ends by itself
+	co.mu.Unlock()
+	if err := l.subscribe(ctx); err != nil && !errors.Is(err, ErrDisconnected) {
+		co.mu.Lock()
+		l.gone = true
+		if co.lanes[node] == l {
+			delete(co.lanes, node)
+		}
+		co.mu.Unlock()
+		return nil, err
+	}
+	return l, nil
+}
+
+// startLane runs l's pump.
+func (co *Consumer) startLane(ctx context.Context, l *lane) {
+	co.lanesRun.Add(1)
+	go l.pump(ctx)
+}
+
+// manage runs until Close: it opens lanes at new leaders (when a lane
+// asks, and every laneReconcileEvery), then, at Close, waits for the
+// lanes' acks and detaches their subscriptions.
+func (co *Consumer) manage(ctx context.Context) {
+	defer close(co.pumpDone)
+	tick := time.NewTicker(laneReconcileEvery)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			continue
+		case <-co.reconcile:
+			// A lane lost its connection or met NOT_LEADER: the leaders
+			// may have moved. Rate-limited, shared with producers.
+			co.client.awaitRefresh(ctx, co.key.topic)
+		case <-tick.C:
+			rctx, cancel := co.client.withRequestTimeout(ctx)
+			_, _, _ = co.client.topics(rctx, co.key.topic) // stores the leaders
+			cancel()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		opened, err := co.openLanes(ctx, false)
+		for _, l := range opened {
+			co.resubscribes.Add(1)
+			co.startLane(ctx, l)
+		}
+		if err != nil && ctx.Err() == nil && !IsRetryable(err) {
+			co.setErr(fmt.Errorf("nereus: subscription %s/%s: %w", co.key.topic, co.key.group, err))
+		}
+	}
+	co.lanesRun.Wait() // each sent what it held, or failed it
+	wait := min(co.client.opts.RequestTimeout, consumerCloseAckWaitMax)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	done := make(chan struct{})
+	go func() { co.acksInFlight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	co.mu.Lock()
+	for _, l := range co.lanes {
+		l.detachLocked()
+	}
+	co.mu.Unlock()
+	co.setErr(fmt.Errorf("nereus: consumer %s/%s: %w", co.key.topic, co.key.group, ErrClosed))
+}
+
+// askReconcile asks the manager to refresh the metadata and open lanes.
+func (co *Consumer) askReconcile() {
+	select {
+	case co.reconcile <- struct{}{}:
+	default:
+	}
+}
+
+// liveLanes returns the lanes whose pumps may still run.
+func (co *Consumer) liveLanes() []*lane {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	out := make([]*lane, 0, len(co.lanes))
+	for _, l := range co.lanes {
+		out = append(out, l)
+	}
+	return out
+}
+
+// setIncarnation makes the next PULLs a member incarnation's; every lane's
 // subscription of an earlier incarnation is dropped and made again.
 func (co *Consumer) setIncarnation(member string, inc uint64) {
 	co.mu.Lock()
 	co.pull.Member, co.pull.Incarnation = member, inc
-	cn := co.sub
-	co.sub = nil
-	co.mu.Unlock()
-	if cn != nil {
-		cn.dropSub(co.key, co)
+	lanes := make([]*lane, 0, len(co.lanes))
+	for _, l := range co.lanes {
+		l.resubscribeAt = time.Time{}
+		if l.subscribed {
+			// Unrouted first: a MSG arriving after endSubLocked would
+			// count as credit exceeded.
+			l.cn.dropSub(co.key, l)
+			l.endSubLocked()
+		}
+		lanes = append(lanes, l)
 	}
-	co.wakePump()
+	co.mu.Unlock()
+	for _, l := range lanes {
+		l.wake()
+	}
 }
 
 // release gives up partitions: their messages not yet taken are dropped
 // (the broker redelivers them to the next holder), OnRevoked runs, and
-// the acks made so far are sent and answered (bounded by RequestTimeout).
+// the acks made so far are sent by every lane and answered (bounded by
+// RequestTimeout).
 func (co *Consumer) release(parts []int) {
 	co.mu.Lock()
 	kept := co.queue[:0]
 	for _, m := range co.queue {
 		if !slices.Contains(parts, m.Partition) {
 			kept = append(kept, m)
+		} else if m.lane != nil {
+			m.lane.queued--
 		}
 	}
 	clear(co.queue[len(kept):])
 	co.queue = kept
 	co.mu.Unlock()
+	for _, l := range co.liveLanes() {
+		l.wake() // the freed credit goes back
+	}
 	if co.onRevoked != nil {
 		co.onRevoked(parts)
 	}
-	done := make(chan struct{})
-	select {
-	case co.flushReq <- done:
-		co.wakePump()
-	case <-co.closed:
-		return
-	}
 	t := time.NewTimer(co.client.opts.RequestTimeout)
 	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	case <-co.closed:
+	type flush struct {
+		l    *lane
+		done chan struct{}
+	}
+	var flushes []flush
+	for _, l := range co.liveLanes() {
+		done := make(chan struct{})
+		select {
+		case l.flushReq <- done:
+			l.wake()
+			flushes = append(flushes, flush{l, done})
+		case <-l.done:
+		case <-co.closed:
+			return
+		case <-t.C:
+			return
+		}
+	}
+	for _, f := range flushes {
+		select {
+		case <-f.done:
+		case <-f.l.done: // ended: its acks were sent or failed
+		case <-co.closed:
+			return
+		case <-t.C:
+			return
+		}
+	}
+	// Every ack taken in so far is sent: wait for the answers.
+	poll := time.NewTicker(2 * time.Millisecond)
+	defer poll.Stop()
+	for co.acksOut.Load() > 0 {
+		select {
+		case <-poll.C:
+		case <-co.closed:
+			return
+		case <-t.C:
+			return
+		}
 	}
 }
 
-// subscribe attaches to cn's subscription of (topic, group) and grants the
-// credit the buffer has room for.
-func (co *Consumer) subscribe(ctx context.Context, cn *conn) error {
-	corr, existed, leftover, err := cn.attachSub(co.key, co)
+// subscribe attaches the lane to its connection's subscription of (topic,
+// group) and grants the credit its window has room for.
+func (l *lane) subscribe(ctx context.Context) error {
+	co := l.co
+	corr, existed, leftover, err := l.cn.attachSub(co.key, l)
 	if err != nil {
 		return err
 	}
 	co.mu.Lock()
-	co.sub, co.subCorr = cn, corr
-	co.outstanding = leftover
-	co.unreturned = max(co.creditMax-len(co.queue)-leftover, 0)
-	if co.messagesMax > 0 {
-		wanted := co.messagesMax - int(co.delivered.Load()) - len(co.queue) - leftover
-		co.unreturned = max(min(co.unreturned, wanted), 0)
-	}
-	co.unreturnedBytes = 0
-	co.firstUnreturned = time.Now()
+	l.subscribed, l.subCorr = true, corr
+	l.outstanding = leftover
+	l.unreturned, l.unreturnedBytes, l.fromSub = 0, 0, 0
+	co.topUpLocked(l)
+	n := l.unreturned
 	co.mu.Unlock()
-	if !existed && co.unreturned == 0 {
-		// The buffer is full of messages from before a reconnect; the
-		// first PULL goes out as soon as Next frees room.
+	if !existed && n == 0 {
+		// The window is full of messages not yet taken (or MessagesMax
+		// is reached); the first PULL goes out as soon as Next frees room.
 		return nil
 	}
-	return co.returnCredit(ctx, cn, true)
+	return l.returnCredit(ctx, true)
+}
+
+// topUpLocked adds to l's unreturned credit what its window has room for,
+// within MessagesMax over every lane. Caller holds co.mu.
+func (co *Consumer) topUpLocked(l *lane) {
+	if !l.subscribed || l.gone {
+		return
+	}
+	room := co.creditMax - l.queued - l.outstanding - l.unreturned
+	if co.messagesMax > 0 && room > 0 {
+		granted := co.grantedLocked()
+		if co.lanes[l.node] != l {
+			granted += l.outstanding + l.unreturned
+		}
+		room = min(room, co.messagesMax-granted)
+	}
+	if room <= 0 {
+		return
+	}
+	if l.unreturned == 0 {
+		l.firstUnreturned = time.Now()
+	}
+	l.unreturned += room
+}
+
+// grantedLocked is the credit granted so far that may still bring a
+// message to Next: taken + queued + Σ over live lanes (outstanding +
+// unreturned). Caller holds co.mu.
+func (co *Consumer) grantedLocked() int {
+	granted := int(co.delivered.Load()) + len(co.queue)
+	for _, l := range co.lanes {
+		granted += l.outstanding + l.unreturned
+	}
+	return granted
+}
+
+// endSubLocked forgets l's subscription (ended by the broker, or of an
+// earlier incarnation): its credit is gone with it. Caller holds co.mu.
+func (l *lane) endSubLocked() {
+	l.subscribed = false
+	l.outstanding, l.unreturned, l.unreturnedBytes = 0, 0, 0
+}
+
+// detachLocked leaves l's subscription to a later consumer of the same
+// (topic, group) on this connection, with the credit granted and unused.
+// Caller holds co.mu.
+func (l *lane) detachLocked() {
+	if l.subscribed {
+		l.cn.detachSub(l.co.key, l, l.outstanding)
+		l.endSubLocked()
+	}
+	l.gone = true
 }
 
 // returnCredit sends a PULL with the credit freed by Next when a batching
 // threshold is met (or force).
-func (co *Consumer) returnCredit(ctx context.Context, cn *conn, force bool) error {
+func (l *lane) returnCredit(ctx context.Context, force bool) error {
+	co := l.co
 	co.mu.Lock()
-	if co.sub != cn || co.unreturned == 0 {
+	if !l.subscribed || l.unreturned == 0 {
 		co.mu.Unlock()
 		return nil
 	}
 	due := force ||
-		co.unreturned >= creditBatchMessagesMax ||
-		co.unreturnedBytes >= creditBatchBytesMax ||
-		co.outstanding <= co.creditMax/4 ||
-		time.Since(co.firstUnreturned) >= creditBatchDelay
+		l.unreturned >= creditBatchMessagesMax ||
+		l.unreturnedBytes >= creditBatchBytesMax ||
+		l.outstanding <= co.creditMax/4 ||
+		time.Since(l.firstUnreturned) >= creditBatchDelay
 	if !due {
 		co.mu.Unlock()
 		return nil
 	}
-	n := co.unreturned
-	co.outstanding += n
-	co.unreturned, co.unreturnedBytes = 0, 0
-	corr := co.subCorr
-	co.mu.Unlock()
+	n := l.unreturned
+	l.outstanding += n
+	l.unreturned, l.unreturnedBytes = 0, 0
+	corr := l.subCorr
 	pull := co.pull
+	co.mu.Unlock()
 	pull.Credit = uint32(n)
-	return cn.send(ctx, corr, &pull)
+	return l.cn.send(ctx, corr, &pull)
 }
 
-// onStream receives a MSG or ERR of the subscription on cn, on cn's reader
-// goroutine. It reports whether the consumer took the frame.
-func (co *Consumer) onStream(cn *conn, f wire.Frame, err error) bool {
+// onStream receives a MSG or ERR of the lane's subscription, on its
+// connection's reader goroutine. It reports whether the lane took the
+// frame.
+func (l *lane) onStream(cn *conn, f wire.Frame, err error) bool {
+	co := l.co
 	if err != nil {
 		if errors.Is(err, ErrDisconnected) || errors.Is(err, ErrClosed) {
 			return true // the pump sees cn.done
 		}
 		co.mu.Lock()
-		if co.sub == cn {
-			co.sub = nil
+		ask := false
+		if l.subscribed {
+			if l.fromSub > 0 {
+				l.refusals = 0
+			}
+			l.refusals++
+			l.endSubLocked()
 			if !IsRetryable(err) {
-				co.err = fmt.Errorf("nereus: subscription %s/%s: %w", co.key.topic, co.key.group, err)
-			} else if routeMayHaveMoved(err) {
-				co.leaving = cn
+				co.err = fmt.Errorf("nereus: subscription %s/%s at %s: %w", co.key.topic, co.key.group, cn.addr, err)
+			} else {
+				// NOT_LEADER, UNAVAILABLE: this node does not serve the
+				// group now. Ask again later; look for moved leaders the
+				// first time.
+				l.resubscribeAt = time.Now().Add(laneRetryDelay + rand.N(laneRetryJitter))
+				ask = l.refusals == 1 && routeMayHaveMoved(err)
 			}
 		}
 		co.mu.Unlock()
-		cn.dropSub(co.key, co)
+		cn.dropSub(co.key, l)
+		if ask {
+			co.askReconcile()
+		}
 		co.signalReady()
-		co.wakePump()
+		l.wake()
 		return true
 	}
 	m, ok := f.(*wire.Msg)
@@ -328,23 +685,28 @@ func (co *Consumer) onStream(cn *conn, f wire.Frame, err error) bool {
 		return true
 	}
 	co.mu.Lock()
-	if co.sub != cn {
+	if !l.subscribed {
 		co.mu.Unlock()
 		return false
 	}
-	if co.outstanding <= 0 {
+	if l.outstanding <= 0 {
 		co.mu.Unlock()
 		cn.fail(errCreditExceeded)
 		return true
 	}
-	co.outstanding--
-	if len(co.queue) >= co.creditMax {
+	l.outstanding--
+	if l.queued >= co.creditMax {
 		// Only possible with credit inherited from a detached consumer of
 		// larger credit; the broker redelivers after AckWait.
 		co.mu.Unlock()
 		return true
 	}
-	co.queue = append(co.queue, messageFromWire(co, m))
+	l.queued++
+	l.fromSub++
+	if l.fromSub == 1 && l.refusals > 0 {
+		co.resubscribes.Add(1) // a subscription made again delivers
+	}
+	co.queue = append(co.queue, messageFromWire(co, l, m))
 	co.mu.Unlock()
 	co.signalReady()
 	return true
@@ -357,40 +719,11 @@ func (co *Consumer) signalReady() {
 	}
 }
 
-func (co *Consumer) wakePump() {
+func (l *lane) wake() {
 	select {
-	case co.kick <- struct{}{}:
+	case l.kick <- struct{}{}:
 	default:
 	}
-}
-
-// leave tells the pump that cn no longer reaches the group coordinator.
-func (co *Consumer) leave(cn *conn) {
-	co.mu.Lock()
-	co.leaving = cn
-	co.mu.Unlock()
-	co.wakePump()
-}
-
-// takeLeaving reports (once) whether the pump must leave cn.
-func (co *Consumer) takeLeaving(cn *conn) bool {
-	co.mu.Lock()
-	defer co.mu.Unlock()
-	l := co.leaving
-	co.leaving = nil
-	return l != nil && l == cn
-}
-
-// coordinatorConn returns the connection of the live subscription, else one
-// to the group coordinator.
-func (co *Consumer) coordinatorConn(ctx context.Context) (*conn, error) {
-	co.mu.Lock()
-	cn := co.sub
-	co.mu.Unlock()
-	if cn != nil && !cn.isDead() {
-		return cn, nil
-	}
-	return co.client.leaderConn(ctx, co.key.topic, 0, true)
 }
 
 // Next returns the next message, waiting until one arrives, ctx ends, the
@@ -405,26 +738,25 @@ func (co *Consumer) Next(ctx context.Context) (*Message, error) {
 			if len(co.queue) == 0 {
 				co.queue = co.queue[:0:0] // let the backing array go
 			}
+			l := m.lane
+			l.queued--
 			if co.member != nil && !co.member.holds(uint32(m.Partition)) {
 				// Of a partition given up: the broker redelivers it to
 				// its holder. Its credit comes back.
-				if co.messagesMax == 0 || int(co.delivered.Load())+len(co.queue)+co.outstanding+co.unreturned < co.messagesMax {
-					co.unreturned++
-				}
+				co.topUpLocked(l)
 				co.mu.Unlock()
+				co.wakeLanes(l)
 				continue
 			}
-			taken := co.delivered.Add(1)
-			if co.messagesMax == 0 || int(taken)+len(co.queue)+co.outstanding+co.unreturned < co.messagesMax {
-				if co.unreturned == 0 {
-					co.firstUnreturned = time.Now()
-				}
-				co.unreturned++
-				co.unreturnedBytes += m.payloadBytes()
+			co.delivered.Add(1)
+			before := l.unreturned
+			co.topUpLocked(l)
+			if l.unreturned > before {
+				l.unreturnedBytes += m.payloadBytes()
 			}
 			more := len(co.queue) > 0
 			co.mu.Unlock()
-			co.wakePump()
+			co.wakeLanes(l)
 			if more {
 				co.signalReady()
 			}
@@ -442,6 +774,18 @@ func (co *Consumer) Next(ctx context.Context) (*Message, error) {
 		case <-co.closed:
 			return nil, ErrClosed
 		}
+	}
+}
+
+// wakeLanes wakes l's pump to return credit; with MessagesMax every lane's,
+// since room under the bound may go to any.
+func (co *Consumer) wakeLanes(l *lane) {
+	if co.messagesMax == 0 {
+		l.wake()
+		return
+	}
+	for _, x := range co.liveLanes() {
+		x.wake()
 	}
 }
 
@@ -463,15 +807,33 @@ func (co *Consumer) Stats() ConsumerStats {
 	}
 }
 
-func (co *Consumer) enqueueAck(ctx context.Context, e wire.AckEntry, done chan error) error {
+// enqueueAck hands an ack to the pump of the lane that delivered the
+// message. A lane that ended (its connection was lost) fails it at once.
+func (co *Consumer) enqueueAck(ctx context.Context, l *lane, e wire.AckEntry, done chan error) error {
 	select {
 	case <-co.closed:
 		return ErrClosed
 	default:
 	}
-	select {
-	case co.acks <- ackRequest{entry: e, done: done}:
+	l.ackMu.RLock()
+	defer l.ackMu.RUnlock()
+	lost := func() error {
+		select {
+		case <-co.closed:
+			return ErrClosed
+		default:
+		}
+		co.failAcks([]ackRequest{{entry: e, done: done}}, fmt.Errorf("nereus: ack: %w", l.cn.failure()))
 		return nil
+	}
+	if l.ended {
+		return lost()
+	}
+	select {
+	case l.acks <- ackRequest{entry: e, done: done}:
+		return nil
+	case <-l.stopping:
+		return lost()
 	case <-co.closed:
 		return ErrClosed
 	case <-ctx.Done():
@@ -479,20 +841,17 @@ func (co *Consumer) enqueueAck(ctx context.Context, e wire.AckEntry, done chan e
 	}
 }
 
-func (co *Consumer) nack(ctx context.Context, e wire.AckEntry, delay time.Duration) error {
+// nack sends a NACK to the node that delivered the message.
+func (co *Consumer) nack(ctx context.Context, l *lane, e wire.AckEntry, delay time.Duration) error {
 	ctx, cancel := co.client.withRequestTimeout(ctx)
 	defer cancel()
-	cn, err := co.coordinatorConn(ctx)
-	if err != nil {
-		return fmt.Errorf("nereus: nack %d/%d: %w", e.Partition, e.Seq, err)
-	}
-	reply, err := cn.roundTrip(ctx, &wire.Nack{
+	reply, err := l.cn.roundTrip(ctx, &wire.Nack{
 		Topic: co.key.topic, Group: co.key.group,
 		DelayMs: uint32(min(max(delay.Milliseconds(), 0), 1<<32-1)), Entries: []wire.AckEntry{e},
 	})
 	if err != nil {
 		if hasCode(err, wire.CodeNotLeader, wire.CodeUnavailable) {
-			co.leave(cn)
+			co.askReconcile()
 		}
 		return fmt.Errorf("nereus: nack %d/%d: %w", e.Partition, e.Seq, err)
 	}
@@ -506,50 +865,49 @@ func (co *Consumer) nack(ctx context.Context, e wire.AckEntry, delay time.Durati
 	return nil
 }
 
-// pump runs until Close: it keeps the subscription alive across
-// reconnects, returns credit and sends acks.
-func (co *Consumer) pump(cn *conn) {
-	defer close(co.pumpDone)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-co.closed:
-		case <-co.client.closed:
-		}
-		cancel()
-	}()
+// stop makes the lane take no more acks: enqueuers waiting give up, later
+// ones fail at once; what is queued stays for the pump to take.
+func (l *lane) stop() {
+	close(l.stopping)
+	l.ackMu.Lock()
+	l.ended = true
+	l.ackMu.Unlock()
+}
 
-	type dialResult struct {
-		cn  *conn
-		err error
-	}
-	var dialing chan dialResult
+// pump runs until Close or until the lane's connection is lost: it
+// subscribes again after a refusal, returns credit and sends acks.
+func (l *lane) pump(ctx context.Context) {
+	co, cn := l.co, l.cn
+	defer co.lanesRun.Done()
+	defer close(l.done)
 	var batch []ackRequest
-	var batchStart, resubscribeAt time.Time
+	var batchStart time.Time
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
 	for {
-		if cn == nil && dialing == nil && ctx.Err() == nil {
-			dialing = make(chan dialResult, 1)
-			go func(ch chan dialResult) {
-				// What ended the last connection (loss, NOT_LEADER) may
-				// mean the coordinator moved: look it up again first.
-				co.client.awaitRefresh(ctx, co.key.topic)
-				cn, err := co.client.leaderConn(ctx, co.key.topic, 0, true)
-				ch <- dialResult{cn, err}
-			}(dialing)
+		co.mu.Lock()
+		needSub := !l.subscribed && co.err == nil && !time.Now().Before(l.resubscribeAt)
+		co.mu.Unlock()
+		if needSub {
+			if err := l.subscribe(ctx); err != nil && !errors.Is(err, ErrDisconnected) {
+				co.setErr(fmt.Errorf("nereus: subscription %s/%s: %w", co.key.topic, co.key.group, err))
+			}
 		}
-		var connDone <-chan struct{}
-		if cn != nil {
-			connDone = cn.done
+		co.mu.Lock()
+		co.topUpLocked(l) // room under MessagesMax another lane freed
+		co.mu.Unlock()
+		_ = l.returnCredit(ctx, false) // a failure shows up as cn.done
+		if len(batch) > 0 && (len(batch) >= ackBatchEntriesMax || hasWaiter(batch) || time.Since(batchStart) >= ackBatchDelay) {
+			co.sendAcks(l, batch)
+			batch = nil
 		}
+
 		// Next wake-up: an ack batch or unreturned credit coming due, or a
-		// resubscription after a retryable PULL error.
+		// subscription after a refusal.
 		var wake time.Time
 		consider := func(t time.Time) {
-			if !t.IsZero() && (wake.IsZero() || t.Before(wake)) {
+			if wake.IsZero() || t.Before(wake) {
 				wake = t
 			}
 		}
@@ -557,14 +915,13 @@ func (co *Consumer) pump(cn *conn) {
 			consider(batchStart.Add(ackBatchDelay))
 		}
 		co.mu.Lock()
-		if co.unreturned > 0 && co.sub != nil {
-			consider(co.firstUnreturned.Add(creditBatchDelay))
+		if l.unreturned > 0 && l.subscribed {
+			consider(l.firstUnreturned.Add(creditBatchDelay))
 		}
-		needSub := cn != nil && co.sub == nil && co.err == nil
+		if !l.subscribed && co.err == nil {
+			consider(l.resubscribeAt)
+		}
 		co.mu.Unlock()
-		if needSub {
-			consider(resubscribeAt)
-		}
 		wait := time.Hour
 		if !wake.IsZero() {
 			wait = max(time.Until(wake), 0)
@@ -573,34 +930,12 @@ func (co *Consumer) pump(cn *conn) {
 
 		select {
 		case <-ctx.Done():
-			co.finishAcks(cn, batch)
-			co.setErr(fmt.Errorf("nereus: consumer %s/%s: %w", co.key.topic, co.key.group, ErrClosed))
+			l.finish(batch)
 			return
-		case r := <-dialing:
-			dialing = nil
-			if r.err != nil {
-				if !errors.Is(r.err, ErrClosed) && !errors.Is(r.err, context.Canceled) {
-					co.setErr(fmt.Errorf("nereus: subscription %s/%s: %w", co.key.topic, co.key.group, r.err))
-				}
-				continue
-			}
-			cn = r.cn
-			resubscribeAt = time.Time{}
-			co.resubscribes.Add(1)
-		case <-connDone:
-			co.mu.Lock()
-			if co.sub == cn {
-				co.sub = nil
-			}
-			co.mu.Unlock()
-			co.failAcks(batch, fmt.Errorf("nereus: ack: %w", cn.failure()))
-			batch = nil
-			cn = nil
-		case a := <-co.acks:
-			if cn == nil {
-				co.failAcks([]ackRequest{a}, fmt.Errorf("nereus: ack: %w", ErrDisconnected))
-				break
-			}
+		case <-cn.done:
+			l.lost(batch)
+			return
+		case a := <-l.acks:
 			if len(batch) == 0 {
 				batchStart = time.Now()
 			}
@@ -608,69 +943,55 @@ func (co *Consumer) pump(cn *conn) {
 			// Take whatever else is queued without waiting.
 			for len(batch) < ackBatchEntriesMax {
 				select {
-				case a := <-co.acks:
+				case a := <-l.acks:
 					batch = append(batch, a)
 					continue
 				default:
 				}
 				break
 			}
-		case <-co.kick:
+		case <-l.kick:
 		case <-timer.C:
-		case done := <-co.flushReq:
-			// A revoke: the acks taken in go out now; done closes once
-			// every ack sent is answered.
-			batch = co.takeQueuedAcks(batch)
-			if cn != nil {
-				co.sendAllAcks(cn, batch)
-				batch = nil
-				cn.flush()
-			}
-			go func() {
-				for co.acksOut.Load() > 0 {
-					time.Sleep(2 * time.Millisecond)
-				}
-				close(done)
-			}()
+		case done := <-l.flushReq:
+			// A revoke: the acks taken in go out now; the revoke then
+			// waits for their answers.
+			batch = l.takeQueuedAcks(batch)
+			co.sendAllAcks(l, batch)
+			batch = nil
+			cn.flush()
+			close(done)
 		}
+	}
+}
 
-		if cn != nil && co.takeLeaving(cn) {
-			// The coordinator moved. cn may serve others: only stop using
-			// it. Unsent acks fail like on a lost connection.
-			co.mu.Lock()
-			if co.sub == cn {
-				cn.detachSub(co.key, co, co.outstanding)
-				co.sub = nil
-			}
-			co.mu.Unlock()
-			co.failAcks(batch, fmt.Errorf("nereus: ack: %s left the coordinator: %w", cn.addr, ErrNotLeader))
-			batch = nil
-			cn = nil
-		}
-		if cn == nil {
-			continue
-		}
-		co.mu.Lock()
-		needSub = co.sub == nil && co.err == nil
-		co.mu.Unlock()
-		if needSub {
-			if resubscribeAt.IsZero() {
-				resubscribeAt = time.Now()
-			}
-			if !time.Now().Before(resubscribeAt) {
-				if err := co.subscribe(ctx, cn); err != nil && !errors.Is(err, ErrDisconnected) {
-					co.setErr(fmt.Errorf("nereus: subscription %s/%s: %w", co.key.topic, co.key.group, err))
-				}
-				resubscribeAt = time.Now().Add(resubscribeDelay)
-			}
-		} else {
-			resubscribeAt = time.Time{}
-		}
-		_ = co.returnCredit(ctx, cn, false) // a failure shows up as cn.done
-		if len(batch) > 0 && (len(batch) >= ackBatchEntriesMax || hasWaiter(batch) || time.Since(batchStart) >= ackBatchDelay) {
-			co.sendAcks(cn, batch)
-			batch = nil
-		}
+// lost ends a lane whose connection failed: its unsent acks fail (their
+// messages are redelivered), and the consumer looks for the leaders again.
+func (l *lane) lost(batch []ackRequest) {
+	co := l.co
+	l.stop()
+	co.mu.Lock()
+	l.endSubLocked()
+	l.gone = true
+	if co.lanes[l.node] == l {
+		delete(co.lanes, l.node)
+	}
+	co.mu.Unlock()
+	batch = l.takeQueuedAcks(batch)
+	co.failAcks(batch, fmt.Errorf("nereus: ack: %w", l.cn.failure()))
+	co.askReconcile()
+}
+
+// finish runs at Close: the lane sends every ack queued for it; the
+// manager waits for the answers, then detaches the subscription.
+func (l *lane) finish(batch []ackRequest) {
+	co := l.co
+	l.stop()
+	batch = l.takeQueuedAcks(batch)
+	if !l.cn.isDead() {
+		co.sendAllAcks(l, batch)
+		l.cn.flush()
+	} else {
+		co.failAcks(batch, fmt.Errorf("nereus: ack: %w", ErrClosed))
 	}
 }
 
@@ -703,21 +1024,22 @@ func (co *Consumer) failAcks(batch []ackRequest, err error) {
 	}
 }
 
-// sendAcks sends batch (at most ackBatchEntriesMax entries) as one ACK; the
-// reply completes each entry.
 // ackRetriesMax bounds the resends of an ACK the broker refused with a
-// retryable error (its ledger write failed: the ack may or may not be
-// durable, and asking again is safe — acks are idempotent).
+// retryable error other than NOT_LEADER and UNAVAILABLE (its ledger write
+// failed: the ack may or may not be durable, and asking again is safe —
+// acks are idempotent).
 const ackRetriesMax = 3
 
 func (co *Consumer) ackStarted() { co.acksInFlight.Add(1); co.acksOut.Add(1) }
 func (co *Consumer) ackEnded()   { co.acksOut.Add(-1); co.acksInFlight.Done() }
 
-func (co *Consumer) sendAcks(cn *conn, batch []ackRequest) {
-	co.sendAcksAttempt(cn, batch, 0)
+// sendAcks sends batch (at most ackBatchEntriesMax entries) as one ACK on
+// l's connection; the reply completes each entry.
+func (co *Consumer) sendAcks(l *lane, batch []ackRequest) {
+	co.sendAcksAttempt(l, batch, 0)
 }
 
-func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt int) {
+func (co *Consumer) sendAcksAttempt(l *lane, batch []ackRequest, attempt int) {
 	// Not the pump's context: acks taken in must go out even while closing.
 	ctx, cancel := co.client.withRequestTimeout(context.Background())
 	defer cancel()
@@ -726,19 +1048,20 @@ func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt int) {
 		entries[i] = a.entry
 	}
 	co.ackStarted()
-	_, err := cn.request(ctx, &wire.Ack{Topic: co.key.topic, Group: co.key.group, Entries: entries},
+	_, err := l.cn.request(ctx, &wire.Ack{Topic: co.key.topic, Group: co.key.group, Entries: entries},
 		func(f wire.Frame, err error) {
 			defer co.ackEnded()
 			var werr *wire.Error
 			if hasCode(err, wire.CodeNotLeader, wire.CodeUnavailable) {
-				// Asking this node again is pointless: follow the
-				// coordinator. These acks fail; their messages come again.
-				co.leave(cn)
+				// This node no longer serves what it delivered: these acks
+				// fail, their messages come again from the new leader.
+				// Look for it.
+				co.askReconcile()
 			} else if attempt < ackRetriesMax && errors.As(err, &werr) && werr.Code.Retryable() {
 				co.ackStarted()
 				time.AfterFunc(time.Duration(attempt+1)*50*time.Millisecond, func() {
 					defer co.ackEnded()
-					co.sendAcksAttempt(cn, batch, attempt+1)
+					co.sendAcksAttempt(l, batch, attempt+1)
 				})
 				return
 			}
@@ -756,12 +1079,14 @@ func (co *Consumer) completeAcks(batch []ackRequest, f wire.Frame, err error) {
 		if !isOK || len(ok.Results) != len(batch) {
 			err = unexpected("ACK", f)
 		} else {
+			stale := false
 			for i, a := range batch {
 				var aerr error
 				switch code := ok.Results[i]; code {
 				case wire.CodeOK:
 					co.acked.Add(1)
 				case wire.CodeStaleDelivery:
+					stale = true
 					co.staleAcks.Add(1)
 					aerr = fmt.Errorf("nereus: ack %d/%d delivery %d: %w", a.entry.Partition, a.entry.Seq, a.entry.DeliveryID, &wire.Error{Code: code})
 				default:
@@ -772,17 +1097,22 @@ func (co *Consumer) completeAcks(batch []ackRequest, f wire.Frame, err error) {
 					a.done <- aerr
 				}
 			}
+			if stale {
+				// Redelivered meanwhile: after AckWait, or by the
+				// partition's new leader, which may need a lane.
+				co.askReconcile()
+			}
 			return
 		}
 	}
 	co.failAcks(batch, fmt.Errorf("nereus: ack: %w", err))
 }
 
-// takeQueuedAcks appends every ack queued for the pump to batch.
-func (co *Consumer) takeQueuedAcks(batch []ackRequest) []ackRequest {
+// takeQueuedAcks appends every ack queued for the lane to batch.
+func (l *lane) takeQueuedAcks(batch []ackRequest) []ackRequest {
 	for {
 		select {
-		case a := <-co.acks:
+		case a := <-l.acks:
 			batch = append(batch, a)
 		default:
 			return batch
@@ -791,43 +1121,18 @@ func (co *Consumer) takeQueuedAcks(batch []ackRequest) []ackRequest {
 }
 
 // sendAllAcks sends batch as ACKs of at most ackBatchEntriesMax entries.
-func (co *Consumer) sendAllAcks(cn *conn, batch []ackRequest) {
+func (co *Consumer) sendAllAcks(l *lane, batch []ackRequest) {
 	for len(batch) > 0 {
 		n := min(len(batch), ackBatchEntriesMax)
-		co.sendAcks(cn, batch[:n:n])
+		co.sendAcks(l, batch[:n:n])
 		batch = batch[n:]
 	}
 }
 
-// finishAcks runs at Close: it sends every queued ack and waits (bounded)
-// for the broker to confirm them, then detaches from the subscription.
-func (co *Consumer) finishAcks(cn *conn, batch []ackRequest) {
-	batch = co.takeQueuedAcks(batch)
-	wait := min(co.client.opts.RequestTimeout, consumerCloseAckWaitMax)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if cn != nil && !cn.isDead() {
-		co.sendAllAcks(cn, batch)
-	} else {
-		co.failAcks(batch, fmt.Errorf("nereus: ack: %w", ErrClosed))
-	}
-	done := make(chan struct{})
-	go func() { co.acksInFlight.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-	co.mu.Lock()
-	if co.sub != nil {
-		co.sub.detachSub(co.key, co, co.outstanding)
-		co.sub = nil
-	}
-	co.mu.Unlock()
-}
-
-// Close stops the consumer: queued acks are sent and awaited (at most
-// RequestTimeout or 5s); messages received but not taken by Next are
-// dropped and redelivered by the broker after AckWait.
+// Close stops the consumer: every lane's queued acks are sent and awaited
+// (at most RequestTimeout or 5s); messages received but not taken by Next
+// are dropped and redelivered by the broker after AckWait. A member then
+// LEAVEs its group.
 func (co *Consumer) Close() error {
 	co.closeOnce.Do(func() {
 		close(co.closed)

@@ -19,7 +19,7 @@
 // up rather than send every retry and metadata request back to it; the
 // next seed dial then starts at the next server, and the silent node is
 // not redialed as a leader for a RequestTimeout. Reconnection is lazy: the next request (or a
-// producer retry, or a consumer's background pump) dials again, cycling
+// producer retry, or a consumer opening a lane again) dials again, cycling
 // through Options.Servers (or redialing the leader) with bounded exponential
 // backoff between failed attempts. A failed authentication is terminal and
 // never retried.
@@ -32,9 +32,13 @@
 // QUORUM_LOST or a connection is lost. A Producer picks each message's
 // partition itself, with the broker's rule, and sends it to the leader;
 // a retry keeps the partition and the producer sequence, so it is
-// deduplicated by the new leader. A Consumer follows its group's
-// coordinator, the leader of the topic's partition 0. While a leader is
-// unknown, requests go to a seed, whose NOT_LEADER triggers the refresh.
+// deduplicated by the new leader. A Consumer subscribes at every node that
+// leads a partition of its topic (a lane per node, each with its own
+// credit), acks each message at the node that delivered it, and follows
+// the leaders as they move; a node that does not serve the group refuses
+// the subscription and is asked again a few hundred milliseconds later.
+// While a leader is unknown, requests go to a seed, whose NOT_LEADER
+// triggers the refresh.
 // DeclareTopic and Topics may be answered by any node. A single node leads
 // every partition, so none of this changes how it is used.
 //

@@ -22,7 +22,11 @@ import (
 // (as if perfectly replicated) state. Each partition has a leader node: PUB
 // elsewhere is answered NOT_LEADER, and so are PULL, ACK and NACK away from
 // the topic's coordinator (the leader of partition 0). A single node leads
-// everything.
+// everything. With perPartition set it follows the contract of delivery at
+// each partition's leader instead: a PULL subscribes at any node, a node
+// delivers only the partitions it leads, and an ACK or NACK entry counts
+// only at the node that made the delivery while it still leads the
+// partition (else STALE_DELIVERY).
 type fakeServer struct {
 	t     testing.TB
 	nodes []*fakeNode
@@ -40,6 +44,9 @@ type fakeServer struct {
 	pubFrames  []fakePubFrame    // every PUB received, with its outcome
 	accepted   int               // PUB frames a leader accepted (including replays)
 	acksAt     []int             // ACK frames received, by node
+	pullsAt    []int             // PULL frames received, by node
+	refusedAt  []int             // PULL frames refused with NOT_LEADER, by node
+	ackedAt    map[fakeRef]int   // the node whose ACK completed a record
 	declares   int               // DECLARE frames received
 	advertised map[int]string    // LeaderAddr of a node, if not its listener's
 	nextDeliv  uint64
@@ -50,6 +57,8 @@ type fakeServer struct {
 	// subscriptions: it takes their credit but delivers nothing, and it
 	// refuses ACKs.
 	silentMoves bool
+	// perPartition: delivery at each partition's leader (see fakeServer).
+	perPartition bool
 	// onAck, when set, may refuse the nth ACK frame with an error frame.
 	onAck          func(n int) *wire.Err
 	ackCount       int
@@ -121,6 +130,9 @@ type fakeGroup struct {
 }
 
 type fakeSub struct {
+	node    int // the node of its session
+	member  string
+	inc     uint64 // the member incarnation it serves
 	key     subKey
 	corr    uint64
 	credit  int // unused credit
@@ -145,14 +157,17 @@ func newFakeCluster(t testing.TB, token string, n int) *fakeServer {
 	t.Helper()
 	fs := &fakeServer{
 		t: t, token: token,
-		topics:   map[string]*fakeTopic{},
-		dedup:    map[fakeDedupKey]wire.PubOK{},
-		groups:   map[subKey]*fakeGroup{},
-		sessions: map[*fakeSession]bool{},
-		leaders:  map[fakePart]int{},
-		frozen:   map[int]bool{},
-		readOnly: map[fakePart]bool{},
-		acksAt:   make([]int, n),
+		topics:    map[string]*fakeTopic{},
+		dedup:     map[fakeDedupKey]wire.PubOK{},
+		groups:    map[subKey]*fakeGroup{},
+		sessions:  map[*fakeSession]bool{},
+		leaders:   map[fakePart]int{},
+		frozen:    map[int]bool{},
+		readOnly:  map[fakePart]bool{},
+		acksAt:    make([]int, n),
+		pullsAt:   make([]int, n),
+		refusedAt: make([]int, n),
+		ackedAt:   map[fakeRef]int{},
 	}
 	fs.cond = sync.NewCond(&fs.mu)
 	for i := range n {
@@ -272,6 +287,23 @@ func (fs *fakeServer) releaseLocked(sub *fakeSub) {
 	}
 }
 
+// releasePartitionLocked queues the unacked deliveries of partition in g
+// for redelivery.
+func (fs *fakeServer) releasePartitionLocked(g *fakeGroup, partition uint32) {
+	var refs []fakeRef
+	for ref := range g.owner {
+		if ref.partition == partition {
+			refs = append(refs, ref)
+		}
+	}
+	sortRefs(refs)
+	for _, ref := range refs {
+		delete(g.owner, ref)
+		delete(g.current, ref)
+		g.queue = append(g.queue, ref)
+	}
+}
+
 // leaderLocked returns the leader node of (topic, partition), -1 if none.
 func (fs *fakeServer) leaderLocked(topic string, partition uint32) int {
 	if l, ok := fs.leaders[fakePart{topic, partition}]; ok {
@@ -295,6 +327,20 @@ func (fs *fakeServer) setLeader(topic string, partition uint32, node int) {
 func (fs *fakeServer) setLeaderLocked(topic string, partition uint32, node int) {
 	old := fs.leaderLocked(topic, partition)
 	fs.leaders[fakePart{topic, partition}] = node
+	if fs.perPartition {
+		// The new leader redelivers what the old one left unacked; every
+		// subscription stays.
+		if old != node {
+			for key, g := range fs.groups {
+				if key.topic == topic {
+					fs.releasePartitionLocked(g, partition)
+				}
+			}
+			fs.deliverLocked()
+		}
+		fs.cond.Broadcast()
+		return
+	}
 	if partition == 0 && old != node && old >= 0 {
 		for s := range fs.sessions {
 			if s.node.idx != old {
@@ -492,7 +538,7 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 		return fs.pullLocked(s, corr, f), false
 	case *wire.Ack:
 		fs.acksAt[s.node.idx]++
-		if !fs.isCoordinatorLocked(s, f.Topic) {
+		if !fs.isCoordinatorLocked(s, f.Topic) && !fs.perPartition {
 			return errFrame(wire.CodeNotLeader, "not the coordinator of %s", f.Topic), false
 		}
 		fs.ackCount++
@@ -501,12 +547,12 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 				return e, false
 			}
 		}
-		return fs.ackLocked(f.Topic, f.Group, f.Entries, false, 0), false
+		return fs.ackLocked(s, f.Topic, f.Group, f.Entries, false, 0), false
 	case *wire.Nack:
-		if !fs.isCoordinatorLocked(s, f.Topic) {
+		if !fs.isCoordinatorLocked(s, f.Topic) && !fs.perPartition {
 			return errFrame(wire.CodeNotLeader, "not the coordinator of %s", f.Topic), false
 		}
-		return fs.ackLocked(f.Topic, f.Group, f.Entries, true, f.DelayMs), false
+		return fs.ackLocked(s, f.Topic, f.Group, f.Entries, true, f.DelayMs), false
 	default:
 		return errFrame(wire.CodeBadFrame, "unexpected %s", f.Type()), true
 	}
@@ -623,12 +669,21 @@ func (fs *fakeServer) pullLocked(s *fakeSession, corr uint64, f *wire.Pull) wire
 	}
 	key := subKey{f.Topic, f.Group}
 	sub := s.subs[key]
-	if !fs.isCoordinatorLocked(s, f.Topic) && !(fs.silentMoves && sub != nil) {
+	fs.pullsAt[s.node.idx]++
+	if !fs.isCoordinatorLocked(s, f.Topic) && !(fs.silentMoves && sub != nil) && !fs.perPartition {
+		fs.refusedAt[s.node.idx]++
 		return errFrame(wire.CodeNotLeader, "not the coordinator of %s", f.Topic)
 	}
 	fs.groupLocked(key)
+	if sub != nil && (sub.member != f.Member || sub.inc != f.Incarnation) {
+		// Another incarnation on this connection: the old subscription
+		// ends, its deliveries are released.
+		fs.releaseLocked(sub)
+		delete(s.subs, key)
+		sub = nil
+	}
 	if sub == nil {
-		sub = &fakeSub{key: key, corr: corr}
+		sub = &fakeSub{node: s.node.idx, key: key, corr: corr, member: f.Member, inc: f.Incarnation}
 		s.subs[key] = sub
 	}
 	sub.credit += int(f.Credit)
@@ -648,6 +703,10 @@ func (fs *fakeServer) deliverLocked() {
 	}
 	for _, s := range sessions {
 		for _, sub := range s.subs {
+			if fs.perPartition {
+				fs.deliverLedLocked(s, sub)
+				continue
+			}
 			if !fs.isCoordinatorLocked(s, sub.key.topic) {
 				continue // a former coordinator (silentMoves)
 			}
@@ -672,7 +731,37 @@ func (fs *fakeServer) deliverLocked() {
 	}
 }
 
-func (fs *fakeServer) ackLocked(topic, group string, entries []wire.AckEntry, nack bool, _ uint32) wire.Frame {
+// deliverLedLocked sends sub the queued records of the partitions its node
+// leads (perPartition), while it has credit.
+func (fs *fakeServer) deliverLedLocked(s *fakeSession, sub *fakeSub) {
+	g := fs.groups[sub.key]
+	kept := g.queue[:0]
+	for i, ref := range g.queue {
+		if sub.credit == 0 || s.dead {
+			kept = append(kept, g.queue[i:]...)
+			break
+		}
+		if g.acked[ref] {
+			continue
+		}
+		if fs.leaderLocked(sub.key.topic, ref.partition) != s.node.idx {
+			kept = append(kept, ref)
+			continue
+		}
+		fs.nextDeliv++
+		g.current[ref] = fs.nextDeliv
+		g.owner[ref] = sub
+		g.count[ref]++
+		rec := *fs.topics[sub.key.topic].parts[ref.partition][ref.seq-1]
+		rec.DeliveryID, rec.DeliveryCount = fs.nextDeliv, g.count[ref]
+		sub.credit--
+		sub.sent++
+		fs.sendLocked(s, sub.corr, &rec)
+	}
+	g.queue = kept
+}
+
+func (fs *fakeServer) ackLocked(s *fakeSession, topic, group string, entries []wire.AckEntry, nack bool, _ uint32) wire.Frame {
 	g := fs.groups[subKey{topic, group}]
 	if g == nil {
 		return errFrame(wire.CodeNotFound, "group %s/%s", topic, group)
@@ -684,12 +773,19 @@ func (fs *fakeServer) ackLocked(topic, group string, entries []wire.AckEntry, na
 			res.Results = append(res.Results, wire.CodeStaleDelivery)
 			continue
 		}
+		if fs.perPartition && (g.owner[ref].node != s.node.idx || fs.leaderLocked(topic, e.Partition) != s.node.idx) {
+			// Delivered by another node, or this node no longer leads
+			// the partition.
+			res.Results = append(res.Results, wire.CodeStaleDelivery)
+			continue
+		}
 		delete(g.current, ref)
 		delete(g.owner, ref)
 		if nack {
 			g.queue = append(g.queue, ref)
 		} else {
 			g.acked[ref] = true
+			fs.ackedAt[ref] = s.node.idx
 		}
 		res.Results = append(res.Results, wire.CodeOK)
 	}

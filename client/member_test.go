@@ -15,8 +15,8 @@ import (
 // JOIN_OK of the same incarnation (a retried JOIN) changes nothing.
 func TestMemberGivesUpWhatAFencedIncarnationHeld(t *testing.T) {
 	var revoked [][]int
-	co := &Consumer{client: &Client{opts: Options{RequestTimeout: 1}}, key: subKey{"t", "g"}, closed: make(chan struct{}),
-		kick: make(chan struct{}, 1), flushReq: make(chan chan struct{}, 1), onRevoked: func(ps []int) { revoked = append(revoked, ps) }}
+	co := newConsumer(&Client{opts: Options{RequestTimeout: 1}}, subKey{"t", "g"},
+		ConsumerOptions{Credit: 4, OnRevoked: func(ps []int) { revoked = append(revoked, ps) }})
 	close(co.closed) // no pump: release does not wait for one
 	m := newGroupMember(co, ConsumerOptions{Member: "a"})
 	co.member = m

@@ -39,6 +39,7 @@ type Message struct {
 	DeliveryCount int
 
 	consumer *Consumer // nil for messages not delivered by a Consumer
+	lane     *lane     // the consumer's lane that delivered it: its acks go there
 }
 
 // PartitionOf returns a pointer to p, for Message.TargetPartition.
@@ -79,12 +80,12 @@ func (m *Message) toPub(topic string, producerID, seq uint64) (wire.Pub, error) 
 	return p, nil
 }
 
-func messageFromWire(consumer *Consumer, f *wire.Msg) *Message {
+func messageFromWire(consumer *Consumer, l *lane, f *wire.Msg) *Message {
 	m := &Message{
 		Key: f.Key, Value: f.Value,
 		Topic: f.Topic, Partition: int(f.Partition), Seq: f.Seq,
 		DeliveryID: f.DeliveryID, DeliveryCount: int(f.DeliveryCount),
-		consumer: consumer,
+		consumer: consumer, lane: l,
 	}
 	if f.TimestampMs != 0 {
 		m.Timestamp = time.UnixMilli(f.TimestampMs)
@@ -100,24 +101,29 @@ func (m *Message) ackEntry() wire.AckEntry {
 }
 
 // Ack acknowledges the message asynchronously: the ack joins a batch (up to
-// 32 entries or 20 ms) and its outcome is counted in the consumer's Stats.
-// It blocks only while the consumer's bounded ack queue is full.
+// 32 entries or 20 ms) sent to the node that delivered the message, and its
+// outcome is counted in the consumer's Stats. It blocks only while that
+// lane's bounded ack queue is full.
 func (m *Message) Ack() error {
-	if m.consumer == nil {
+	if m.consumer == nil || m.lane == nil {
 		return fmt.Errorf("nereus: ack of a message not delivered by a consumer: %w", wire.ErrInvalidArgument)
 	}
-	return m.consumer.enqueueAck(context.Background(), m.ackEntry(), nil)
+	return m.consumer.enqueueAck(context.Background(), m.lane, m.ackEntry(), nil)
 }
 
-// AckSync acknowledges the message and waits until the ack is durable. A
-// delivery that is no longer current (redelivered meanwhile) fails with an
-// error matching ErrStaleDelivery.
+// AckSync acknowledges the message, at the node that delivered it, and
+// waits until the ack is durable. A delivery that is no longer current
+// (redelivered meanwhile, say by a partition's new leader) fails with an
+// error matching ErrStaleDelivery; an ack the node refuses because it no
+// longer serves the partition fails with ErrNotLeader (or UNAVAILABLE),
+// one whose connection was lost with ErrDisconnected: the message is
+// redelivered.
 func (m *Message) AckSync(ctx context.Context) error {
-	if m.consumer == nil {
+	if m.consumer == nil || m.lane == nil {
 		return fmt.Errorf("nereus: ack of a message not delivered by a consumer: %w", wire.ErrInvalidArgument)
 	}
 	done := make(chan error, 1)
-	if err := m.consumer.enqueueAck(ctx, m.ackEntry(), done); err != nil {
+	if err := m.consumer.enqueueAck(ctx, m.lane, m.ackEntry(), done); err != nil {
 		return err
 	}
 	select {
@@ -129,10 +135,10 @@ func (m *Message) AckSync(ctx context.Context) error {
 }
 
 // Nack returns the message for redelivery after delay (0 = at once) and
-// waits for the broker's answer.
+// waits for the answer of the node that delivered it.
 func (m *Message) Nack(ctx context.Context, delay time.Duration) error {
-	if m.consumer == nil {
+	if m.consumer == nil || m.lane == nil {
 		return fmt.Errorf("nereus: nack of a message not delivered by a consumer: %w", wire.ErrInvalidArgument)
 	}
-	return m.consumer.nack(ctx, m.ackEntry(), delay)
+	return m.consumer.nack(ctx, m.lane, m.ackEntry(), delay)
 }
