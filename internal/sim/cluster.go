@@ -218,12 +218,11 @@ func newClusterSim(o ClusterOptions) *sim {
 		s.w.after(s.w.between(0, 10), p.connect)
 	}
 	for i := 0; i < s.opts.Consumers; i++ {
-		c := &consumer{s: s, id: i + 1, credit: 8, pending: map[uint64][]wire.AckEntry{},
-			unanswered: map[position]wire.AckEntry{}, at: i}
+		c := newConsumer(s, i+1, 8)
 		s.consumers = append(s.consumers, c)
 		s.w.after(s.w.between(0, 10), c.connect)
 		if o.Members || o.Shared {
-			c.m = &simMember{shared: o.Shared, mat: i, joinID: uint64(i+1) << 32, view: group.NewView(), held: map[position]uint64{}, revokes: map[uint64]uint64{}, releasing: map[uint64]bool{}}
+			c.m = &simMember{shared: o.Shared, mat: i, joinID: uint64(i+1) << 32, view: group.NewView(), held: map[position]heldMsg{}, revokes: map[uint64]map[uint64]bool{}, releasing: map[uint64]bool{}}
 			s.w.after(s.w.between(0, 10), c.joinGroup)
 		}
 	}

@@ -85,8 +85,8 @@ func coordinatorReadDamage(t *testing.T, seed uint64, m node.Mutations) (why str
 		}
 		s.w.tracef("scenario: flip a bit in each of seqs %d-%d of %s's copy of partition %d; break every consumer connection", first, last, coord.id, p)
 		for _, c := range s.consumers {
-			if c.c != nil && c.c.open {
-				c.c.breakConn("scenario")
+			for _, cn := range c.conns() {
+				cn.breakConn("scenario")
 			}
 		}
 		watch()

@@ -121,8 +121,10 @@ func TestClusterMutationsAreCaught(t *testing.T) {
 			node.Mutations{AckLog: acklog.Mutations{AckBeforeCommit: true}}, []string{AckFloorNeverRedelivered}},
 		{"groups coordinated before the install entry is applied",
 			node.Mutations{CoordinateBeforeInstall: true}, []string{AckFloorNeverRedelivered}},
+		// Every message of a Ready goes before its writes are durable: a
+		// FLUSHED before its fsync, and a PREPARE_ACK before its promise.
 		{"FLUSHED before fsync in the real replog (the shared executor)",
-			node.Mutations{SendBeforePersist: true}, []string{VisibleImpliesQuorumFlushed, AckedNeverLost}},
+			node.Mutations{SendBeforePersist: true}, []string{VisibleImpliesQuorumFlushed, AckedNeverLost, InstallNeedsQuorumPromise}},
 		{"commit on the leader's own fsync alone",
 			node.Mutations{Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}}, []string{VisibleImpliesQuorumFlushed}},
 	} {

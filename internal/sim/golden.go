@@ -53,8 +53,8 @@ func RunGolden(variant string) (Result, error) {
 	const eventsMax = 10_000
 	for !p.done() && s.w.events < eventsMax && s.chk.violation == nil && s.step() {
 	}
-	c := &consumer{s: s, id: 1, credit: 1, polite: true, pending: map[uint64][]wire.AckEntry{},
-		unanswered: map[position]wire.AckEntry{}}
+	c := newConsumer(s, 1, 1)
+	c.polite = true
 	s.consumers = append(s.consumers, c)
 	c.connect()
 	for len(s.chk.undelivered()) > 0 && s.w.events < eventsMax && s.chk.violation == nil && s.step() {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/nereus-broker/nereus/internal/group"
@@ -12,10 +13,12 @@ import (
 // A consumer of a ClusterOptions.Members run is a group member, as the
 // SDK's is: it JOINs the coordinator on a connection of its own (moving on
 // from a node that answers NOT_LEADER), heartbeats, applies NOTICEs
-// through group.View, and pulls with its member id and incarnation from
-// whichever node runs the group's delivery. On a REVOKE it acks what it
-// holds of those partitions and answers CONTROL_ACK once the acks are
-// answered; fenced (STALE_ASSIGNMENT), it drops what it holds and joins
+// through group.View, and pulls with its member id and incarnation on each
+// of its lanes (workload.go: one connection per node; a node delivers what
+// it runs the group's delivery for). On a REVOKE it acks what it holds of
+// those partitions, each on the lane that delivered it, and answers
+// CONTROL_ACK once every one of those acks is answered (or its connection
+// is gone); fenced (STALE_ASSIGNMENT), it drops what it holds and joins
 // again as a new incarnation. A client fault may crash it: it forgets
 // everything and joins again.
 //
@@ -39,15 +42,24 @@ type simMember struct {
 	inc      uint64 // incarnation (0: not joined)
 	view     *group.View
 	// held: accepted deliveries not yet acked, nacked or given up.
-	held map[position]uint64
-	// revokes: ACK corr on the delivery connection → the REVOKE notice to
-	// answer once that ACK is answered (or the connection is gone).
-	revokes map[uint64]uint64
+	held map[position]heldMsg
+	// revokes: a REVOKE notice being released → the ACKs (corrs, on any
+	// lane) it waits for: those of its release and those already in flight
+	// with entries of its partitions. It is answered once every one of
+	// them is answered (or its connection is gone).
+	revokes map[uint64]map[uint64]bool
 	// releasing: REVOKE notices whose release is under way; a copy of one
 	// (a resend) is answered by the release, not at once — answering it
 	// early would free the partition while this member still holds it.
 	releasing map[uint64]bool
 	beating   bool
+}
+
+// heldMsg is an accepted delivery: its id and the lane (node) that
+// delivered it, where its ack goes.
+type heldMsg struct {
+	id   uint64
+	lane int
 }
 
 func (c *consumer) memberName() string { return c.name() }
@@ -155,8 +167,8 @@ func (c *consumer) crash() {
 	if c.m.mc != nil && c.m.mc.open {
 		c.m.mc.breakConn("member crashed")
 	}
-	if c.c != nil && c.c.open {
-		c.c.breakConn("member crashed")
+	for _, cn := range c.conns() {
+		cn.breakConn("member crashed")
 	}
 }
 
@@ -192,35 +204,56 @@ func (c *consumer) notice(f *wire.Notice) {
 	})
 }
 
-// release acks what the member holds of revoked partitions, then answers
-// the REVOKE once the acks are answered.
+// release acks what the member holds of revoked partitions, each on the
+// lane that delivered it (one ACK per lane), then answers the REVOKE once
+// all of those acks, and those of the partitions already in flight on any
+// lane, are answered. What a lane without a connection holds is given up
+// (the broker redelivers it).
 func (c *consumer) release(notice uint64, revoked []group.Held) {
 	m := c.m
-	var entries []wire.AckEntry
+	waits := map[uint64]bool{}
+	for _, l := range c.lanes {
+		for corr, entries := range l.pending {
+			for _, e := range entries {
+				if slices.ContainsFunc(revoked, func(h group.Held) bool { return h.Partition.Index == e.Partition }) {
+					waits[corr] = true
+				}
+			}
+		}
+	}
+	perLane := make([][]wire.AckEntry, len(c.lanes))
 	for _, h := range revoked {
-		for pos, id := range m.held {
+		for pos, held := range m.held {
 			if pos.partition == h.Partition.Index {
-				entries = append(entries, wire.AckEntry{Partition: pos.partition, Seq: pos.seq, DeliveryID: id})
+				perLane[held.lane] = append(perLane[held.lane], wire.AckEntry{Partition: pos.partition, Seq: pos.seq, DeliveryID: held.id})
 				delete(m.held, pos)
 			}
 		}
 	}
-	if len(entries) == 0 || c.c == nil || !c.c.open {
+	for i, entries := range perLane {
+		l := c.lanes[i]
+		if len(entries) == 0 || l.c == nil || !l.c.open {
+			continue
+		}
+		slices.SortFunc(entries, func(a, b wire.AckEntry) int {
+			return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Seq, b.Seq))
+		})
+		for _, e := range entries {
+			// Resent on the node's next connection if unanswered, like any
+			// ack: the broker may have made it durable while its answer
+			// was lost.
+			l.unanswered[position{e.Partition, e.Seq}] = e
+		}
+		c.nextCorr++
+		l.pending[c.nextCorr] = entries
+		waits[c.nextCorr] = true
+		l.c.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: entries})
+	}
+	if len(waits) == 0 {
 		c.controlAck(notice)
 		return
 	}
-	slices.SortFunc(entries, func(a, b wire.AckEntry) int {
-		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Seq, b.Seq))
-	})
-	for _, e := range entries {
-		// Resent on the next connection if unanswered, like any ack: the
-		// broker may have made it durable while its answer was lost.
-		c.unanswered[position{e.Partition, e.Seq}] = e
-	}
-	c.nextCorr++
-	c.pending[c.nextCorr] = entries
-	m.revokes[c.nextCorr] = notice
-	c.c.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: entries})
+	m.revokes[notice] = waits
 }
 
 func (c *consumer) controlAck(notice uint64) {
@@ -233,23 +266,32 @@ func (c *consumer) controlAck(notice uint64) {
 	m.mc.send(c.nextCorr, &wire.ControlAck{MemberRef: c.ref(), NoticeID: notice})
 }
 
-// revokeAnswered answers the REVOKE whose acks were answered (or lost).
+// revokeAnswered notes that the ACK corr was answered (or lost); a REVOKE
+// waiting for it is answered once none of its ACKs is left.
 func (c *consumer) revokeAnswered(corr uint64) {
 	if c.m == nil {
 		return
 	}
-	if notice, ok := c.m.revokes[corr]; ok {
-		delete(c.m.revokes, corr)
-		c.controlAck(notice)
+	for _, notice := range slices.Sorted(maps.Keys(c.m.revokes)) {
+		waits := c.m.revokes[notice]
+		if !waits[corr] {
+			continue
+		}
+		delete(waits, corr)
+		if len(waits) == 0 {
+			delete(c.m.revokes, notice)
+			c.controlAck(notice)
+		}
 	}
 }
 
 // accept reports whether a member takes a delivered message: it holds the
 // partition. It checks ExclusiveDelivery against the other members.
-func (c *consumer) accept(cn *conn, f *wire.Msg) bool {
+func (c *consumer) accept(l *lane, cn *conn, f *wire.Msg) bool {
 	m := c.m
+	held := heldMsg{id: f.DeliveryID, lane: l.node}
 	if m.shared {
-		m.held[position{f.Partition, f.Seq}] = f.DeliveryID
+		m.held[position{f.Partition, f.Seq}] = held
 		return m.inc != 0
 	}
 	if m.inc == 0 || m.view.Epoch(group.Partition{Topic: simTopic, Index: f.Partition}) == 0 {
@@ -264,7 +306,7 @@ func (c *consumer) accept(cn *conn, f *wire.Msg) bool {
 		// are refused, the message goes to the new owner) — the documented
 		// redelivery, not two members at once.
 		c.s.memberEvents["zombie"]++
-		m.held[position{f.Partition, f.Seq}] = f.DeliveryID
+		m.held[position{f.Partition, f.Seq}] = held
 		return true
 	}
 	for _, o := range c.s.consumers {
@@ -279,7 +321,7 @@ func (c *consumer) accept(cn *conn, f *wire.Msg) bool {
 			}
 		}
 	}
-	m.held[position{f.Partition, f.Seq}] = f.DeliveryID
+	m.held[position{f.Partition, f.Seq}] = held
 	return true
 }
 

@@ -246,8 +246,7 @@ func (s *sim) startWorkload() {
 		s.w.after(s.w.between(0, 10), p.connect)
 	}
 	for i := 0; i < s.opts.Consumers; i++ {
-		c := &consumer{s: s, id: i + 1, credit: 8, pending: map[uint64][]wire.AckEntry{},
-			unanswered: map[position]wire.AckEntry{}}
+		c := newConsumer(s, i+1, 8)
 		s.consumers = append(s.consumers, c)
 		s.w.after(s.w.between(0, 10), c.connect)
 	}
@@ -417,12 +416,17 @@ func (s *sim) clients() []client {
 	return out
 }
 
+// connOf returns a client's connection: a producer's one, or one of a
+// consumer's lanes (a single node's only one).
 func (s *sim) connOf(cl client) *conn {
 	switch v := cl.(type) {
 	case *producer:
 		return v.c
 	case *consumer:
-		return v.c
+		if len(v.lanes) == 1 {
+			return v.lanes[0].c
+		}
+		return v.lanes[s.w.rng.IntN(len(v.lanes))].c
 	}
 	return nil
 }
@@ -446,7 +450,11 @@ func (s *sim) partitionClient() {
 	}
 	s.partitioned[name] = true
 	s.w.tracef("fault partition %s", name)
-	if c := s.connOf(cl); c != nil && c.open {
+	if co, ok := cl.(*consumer); ok {
+		for _, c := range co.conns() { // cut off from every node
+			c.breakConn("fault partition")
+		}
+	} else if c := s.connOf(cl); c != nil && c.open {
 		c.breakConn("fault partition")
 	}
 	s.w.after(s.w.between(50, 800), func() {

@@ -137,84 +137,169 @@ func (p *producer) sendPub(s uint64) {
 		Value: []byte(p.inflight[s])})
 }
 
-// consumer is a group member: pulls with credit, acks most messages, nacks
-// some and sits on others until the broker redelivers them.
+// consumer is a group's consumer: it subscribes on every node of the
+// cluster (a lane per node; a single node has one), pulls with credit on
+// each, acks most messages on the lane that delivered them, nacks some and
+// sits on others until the broker redelivers them. A node delivers what it
+// runs the group's delivery for (today: every partition at the leader of
+// partition 0, the coordinator; with delivery at each partition's leader,
+// the partitions it leads); a PULL refused with NOT_LEADER or UNAVAILABLE
+// is sent again on the same connection after a while, so a lane waits on
+// its node instead of moving elsewhere.
 type consumer struct {
 	s        *sim
 	id       int
-	credit   uint32
-	c        *conn
-	subCorr  uint64
-	nextCorr uint64
-	pending  map[uint64][]wire.AckEntry // ACK corr → entries
-	// unanswered holds acks sent without an answer yet; they are resent on
-	// the next connection (acks are idempotent, and a stale one is refused).
-	unanswered map[position]wire.AckEntry
+	credit   uint32 // each lane's credit
+	nextCorr uint64 // correlation ids, unique across the consumer's lanes
+	lanes    []*lane
+	// orphans are acks whose answer was lost and whose node then no longer
+	// took them (it stopped running the delivery of their partition): the
+	// ack may be durable at the partition's new deliverer, which will not
+	// redeliver it. They are asked again on every lane until one answers
+	// OK, or until the message is delivered again (multi-node runs only).
+	orphans       map[position]wire.AckEntry
+	askingOrphans bool       // an askOrphans is scheduled
+	polite        bool       // liveness phase: ack everything at once
+	m             *simMember // group membership (ClusterOptions.Members; members.go)
+}
+
+// lane is a consumer's subscription at one node: its connection, the
+// subscription's PULL corr, credit not yet returned, and the acks sent on
+// it. An ack or nack goes on the lane whose node delivered the message.
+type lane struct {
+	node    int // index into sim.nodes
+	c       *conn
+	subCorr uint64
+	// subCorrs are the corrs of every subscribing PULL sent on the
+	// connection: an ERR answering one ended a subscription (or refused
+	// it), whichever PULL created it.
+	subCorrs   map[uint64]bool
+	repulling  bool // a PULL after a refusal is due
 	unreturned uint32
-	polite     bool       // liveness phase: ack everything at once
-	at         int        // the node it tries (cluster runs move on from one that does not coordinate)
-	m          *simMember // group membership (ClusterOptions.Members; members.go)
+	pending    map[uint64][]wire.AckEntry // ACK corr → entries
+	// unanswered holds acks sent without an answer yet; they are resent on
+	// this node's next connection (acks are idempotent, and a stale one is
+	// refused).
+	unanswered map[position]wire.AckEntry
+}
+
+func newConsumer(s *sim, id int, credit uint32) *consumer {
+	c := &consumer{s: s, id: id, credit: credit, orphans: map[position]wire.AckEntry{}}
+	for i := range s.nodes {
+		c.lanes = append(c.lanes, &lane{node: i, pending: map[uint64][]wire.AckEntry{}, unanswered: map[position]wire.AckEntry{}})
+	}
+	return c
 }
 
 func (c *consumer) name() string { return fmt.Sprintf("c%d", c.id) }
 
+// connect opens every lane.
 func (c *consumer) connect() {
-	c.c = c.s.dial(c, c.at)
-	if c.c.open {
-		c.c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: c.name()})
-		c.c.send(0, &wire.Declare{Topic: c.s.topicConfig()})
+	for _, l := range c.lanes {
+		c.connectLane(l)
+	}
+}
+
+func (c *consumer) connectLane(l *lane) {
+	l.c = c.s.dial(c, l.node)
+	l.subCorrs, l.repulling = map[uint64]bool{}, false
+	if l.c.open {
+		l.c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: c.name()})
+		l.c.send(0, &wire.Declare{Topic: c.s.topicConfig()})
 		if c.m == nil || c.m.inc != 0 {
-			c.subscribe() // a member subscribes once it has joined
+			c.subscribeLane(l) // a member subscribes once it has joined
 		}
 	}
 }
 
-// subscribe sends the subscription's first PULL (a member's names its
-// incarnation).
+// laneOf returns the lane whose current connection is cn (nil: an old
+// connection).
+func (c *consumer) laneOf(cn *conn) *lane {
+	for _, l := range c.lanes {
+		if l.c == cn {
+			return l
+		}
+	}
+	return nil
+}
+
+// conns returns the lanes' open connections, in node order.
+func (c *consumer) conns() []*conn {
+	var out []*conn
+	for _, l := range c.lanes {
+		if l.c != nil && l.c.open {
+			out = append(out, l.c)
+		}
+	}
+	return out
+}
+
+// subscribe subscribes on every lane (a member's new incarnation).
 func (c *consumer) subscribe() {
-	if c.c == nil || !c.c.open {
+	for _, l := range c.lanes {
+		c.subscribeLane(l)
+	}
+}
+
+// subscribeLane sends the lane's subscribing PULL, then the acks whose
+// answers were lost (after the PULL that makes the group run on the node;
+// acks are idempotent, a stale one is refused).
+func (c *consumer) subscribeLane(l *lane) {
+	if l.c == nil || !l.c.open {
 		return
 	}
-	c.nextCorr++
-	c.subCorr = c.nextCorr
-	c.unreturned = 0
-	pull := &wire.Pull{Topic: simTopic, Group: simGroup, Credit: c.credit, AckWaitMs: uint32(c.s.opts.AckWaitMs), MaxDeliver: 1000}
-	if c.m != nil {
-		pull.Member, pull.Incarnation = c.memberName(), c.m.inc
-	}
-	c.c.send(c.subCorr, pull)
-	// Acks whose answers were lost go again, after the PULL that makes the
-	// group run on this node (acks are idempotent; a stale one is refused).
-	if len(c.unanswered) > 0 {
+	c.pull(l)
+	if len(l.unanswered) > 0 {
 		var entries []wire.AckEntry
-		for _, e := range c.unanswered {
+		for _, e := range l.unanswered {
 			entries = append(entries, e)
 		}
 		slices.SortFunc(entries, func(a, b wire.AckEntry) int {
 			return cmp.Compare(uint64(a.Partition)<<48|a.Seq, uint64(b.Partition)<<48|b.Seq)
 		})
 		c.nextCorr++
-		c.pending[c.nextCorr] = entries
-		c.c.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: entries})
+		l.pending[c.nextCorr] = entries
+		l.c.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: entries})
 	}
+}
+
+// pull sends the subscription's first PULL on the lane, with the lane's
+// whole credit (a member's names its incarnation).
+func (c *consumer) pull(l *lane) {
+	c.nextCorr++
+	l.subCorr = c.nextCorr
+	l.subCorrs[l.subCorr] = true
+	l.repulling = false
+	l.unreturned = 0
+	pull := &wire.Pull{Topic: simTopic, Group: simGroup, Credit: c.credit, AckWaitMs: uint32(c.s.opts.AckWaitMs), MaxDeliver: 1000}
+	if c.m != nil {
+		pull.Member, pull.Incarnation = c.memberName(), c.m.inc
+	}
+	l.c.send(l.subCorr, pull)
 }
 
 func (c *consumer) onClose(cn *conn) {
-	if cn != c.c {
+	l := c.laneOf(cn)
+	if l == nil {
 		return
 	}
 	if c.m != nil {
-		for _, corr := range slices.Sorted(maps.Keys(c.m.revokes)) {
+		for _, corr := range slices.Sorted(maps.Keys(l.pending)) {
 			c.revokeAnswered(corr) // those acks are lost: the partitions are given up
 		}
 	}
-	c.pending = map[uint64][]wire.AckEntry{}
-	c.at++ // a cluster's next node (a single node's only one)
-	c.s.w.after(c.s.w.between(5, 100), c.connect)
+	l.pending = map[uint64][]wire.AckEntry{}
+	// The same node again, after a backoff (it may be down a while).
+	c.s.w.after(c.s.w.between(5, 100), func() {
+		if l.c == cn {
+			c.connectLane(l)
+		}
+	})
 }
 
 func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
-	if cn != c.c {
+	l := c.laneOf(cn)
+	if l == nil {
 		return
 	}
 	switch f := f.(type) {
@@ -222,9 +307,12 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		c.s.w.tracef("%s MSG %d/%d id=%d n=%d", c.name(), f.Partition, f.Seq, f.DeliveryID, f.DeliveryCount)
 		c.s.chk.delivered(c.name(), f)
 		entry := wire.AckEntry{Partition: f.Partition, Seq: f.Seq, DeliveryID: f.DeliveryID}
+		if o, ok := c.orphans[position{f.Partition, f.Seq}]; ok && f.DeliveryID > o.DeliveryID {
+			delete(c.orphans, position{f.Partition, f.Seq}) // delivered again: not acked after all
+		}
 		roll := c.s.w.rng.Float64()
 		switch {
-		case c.m != nil && !c.accept(cn, f):
+		case c.m != nil && !c.accept(l, cn, f):
 			// Not held (any more): the broker redelivers it to its holder.
 		case c.polite || roll < 0.85:
 			c.s.w.after(c.processMs(), func() { c.ack(cn, entry, false) })
@@ -233,62 +321,127 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		default:
 			// Stall: never ack; the broker must redeliver after the ack wait.
 		}
-		c.unreturned++
-		if c.unreturned >= c.credit/2 || c.polite {
-			pull := &wire.Pull{Topic: simTopic, Group: simGroup, Credit: c.unreturned}
+		l.unreturned++
+		if l.unreturned >= c.credit/2 || c.polite {
+			pull := &wire.Pull{Topic: simTopic, Group: simGroup, Credit: l.unreturned}
 			if c.m != nil {
 				pull.Member, pull.Incarnation = c.memberName(), c.m.inc
 			}
-			cn.send(c.subCorr, pull)
-			c.unreturned = 0
+			cn.send(l.subCorr, pull)
+			l.unreturned = 0
 		}
 	case *wire.AckOK:
 		c.s.w.tracef("%s ACK_OK %v", c.name(), f.Results)
-		entries := c.pending[corr]
-		delete(c.pending, corr)
+		entries := l.pending[corr]
+		delete(l.pending, corr)
 		for i, e := range entries {
 			pos := position{e.Partition, e.Seq}
-			if u, ok := c.unanswered[pos]; ok && u.DeliveryID == e.DeliveryID {
-				delete(c.unanswered, pos)
+			if u, ok := l.unanswered[pos]; ok && u.DeliveryID == e.DeliveryID {
+				delete(l.unanswered, pos)
 			}
 			if i < len(f.Results) && f.Results[i] == wire.CodeOK {
+				delete(c.orphans, pos)
 				c.s.acksConfirmed++
 				c.s.chk.groupAcked(c.name(), e)
+			} else if i < len(f.Results) && f.Results[i] == wire.CodeStaleDelivery {
+				// Stale here: not acked here, and if this node no longer
+				// delivers the partition, maybe acked where it moved.
+				c.orphan(l, e)
 			}
 		}
 		c.revokeAnswered(corr)
 	case *wire.Err:
 		c.s.w.tracef("%s ERR %s corr=%d", c.name(), f.Code, corr)
-		if corr == c.subCorr || corr == 0 {
-			// The subscription failed (e.g. the group's ledger could not be
-			// opened): start over on a new connection, which resubscribes
-			// and resends unanswered acks.
+		sub := l.subCorrs[corr]
+		if sub && (f.Code == wire.CodeNotLeader || f.Code == wire.CodeUnavailable) {
+			// This node does not run the group's delivery (yet, or any
+			// more), or not yet for this member: subscribe again here a
+			// little later (the subscription ended; the next PULL starts a
+			// new one).
+			if !l.repulling {
+				l.repulling = true
+				c.s.w.after(c.s.w.between(50, 300), func() {
+					if l.c == cn && cn.open && l.repulling && (c.m == nil || c.m.inc != 0) {
+						c.pull(l)
+					}
+				})
+			}
+			return
+		}
+		if sub || corr == 0 {
+			// The subscription failed otherwise (e.g. the group's ledger
+			// could not be opened, or the member is fenced): start over on
+			// a new connection to the node, which resubscribes and resends
+			// unanswered acks.
 			cn.breakConn("subscribe failed")
 			return
 		}
-		entries, ok := c.pending[corr]
-		delete(c.pending, corr)
+		entries, ok := l.pending[corr]
+		delete(l.pending, corr)
 		if ok {
 			c.s.ackErrors[f.Code]++
 		}
 		c.revokeAnswered(corr)
-		if ok && movesOn(f.Code) {
-			cn.breakConn("not the coordinator") // try the next node; the acks are resent there
-			return
-		}
-		if ok && f.Code.Retryable() {
+		if ok && f.Code.Retryable() && f.Code != wire.CodeNotLeader {
 			// The ack may or may not be durable: ask again (acks are
 			// idempotent; a stale one is refused and the broker redelivers).
 			c.s.w.after(c.s.w.between(5, 50), func() {
-				if cn != c.c || !cn.open {
+				if l.c != cn || !cn.open {
 					return
 				}
 				c.nextCorr++
-				c.pending[c.nextCorr] = entries
+				l.pending[c.nextCorr] = entries
 				cn.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: entries})
 			})
 		}
+		if ok && (f.Code == wire.CodeNotLeader || f.Code == wire.CodeNotFound) {
+			// The node no longer runs the delivery of these messages (or
+			// never did): a message not acked is redelivered, one acked
+			// before its node lost it is asked after elsewhere.
+			for _, e := range entries {
+				c.orphan(l, e)
+			}
+		}
 	}
+}
+
+// orphan makes an unanswered ack of lane l an orphan, asked after on every
+// lane. A single node's answer is final: nothing to ask elsewhere.
+func (c *consumer) orphan(l *lane, e wire.AckEntry) {
+	pos := position{e.Partition, e.Seq}
+	if u, ok := l.unanswered[pos]; !ok || u.DeliveryID != e.DeliveryID || len(c.lanes) == 1 {
+		return
+	}
+	delete(l.unanswered, pos)
+	if o, ok := c.orphans[pos]; !ok || o.DeliveryID < e.DeliveryID {
+		c.orphans[pos] = e
+	}
+	if !c.askingOrphans {
+		c.askingOrphans = true
+		c.s.w.after(c.s.w.between(5, 50), c.askOrphans)
+	}
+}
+
+// askOrphans sends the orphans on every open lane (acks are idempotent; a
+// node that finds one acked answers OK, one that does not refuses it),
+// and again a while later while any is left.
+func (c *consumer) askOrphans() {
+	if len(c.orphans) == 0 {
+		c.askingOrphans = false
+		return
+	}
+	entries := slices.SortedFunc(maps.Values(c.orphans), func(a, b wire.AckEntry) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Seq, b.Seq))
+	})
+	for _, l := range c.lanes {
+		if l.c == nil || !l.c.open {
+			continue
+		}
+		c.nextCorr++
+		l.pending[c.nextCorr] = entries
+		l.c.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: entries})
+	}
+	c.s.w.after(c.s.w.between(200, 500), c.askOrphans)
 }
 
 // processMs is how long a consumer works on a message before its ack:
@@ -300,13 +453,16 @@ func (c *consumer) processMs() int64 {
 	return c.s.w.between(0, 20)
 }
 
+// ack acks (or nacks) a message on the connection that delivered it; when
+// that connection is gone, the ack is given up (the broker redelivers).
 func (c *consumer) ack(cn *conn, e wire.AckEntry, nack bool) {
-	if cn != c.c || !cn.open {
+	l := c.laneOf(cn)
+	if l == nil || !cn.open {
 		return
 	}
 	if c.m != nil {
 		pos := position{e.Partition, e.Seq}
-		if c.m.held[pos] != e.DeliveryID {
+		if h, ok := c.m.held[pos]; !ok || h.id != e.DeliveryID {
 			return // given up (revoked or fenced) meanwhile
 		}
 		delete(c.m.held, pos)
@@ -316,8 +472,8 @@ func (c *consumer) ack(cn *conn, e wire.AckEntry, nack bool) {
 		cn.send(c.nextCorr, &wire.Nack{Topic: simTopic, Group: simGroup, DelayMs: uint32(c.s.w.between(0, 50)), Entries: []wire.AckEntry{e}})
 		return
 	}
-	c.pending[c.nextCorr] = []wire.AckEntry{e}
-	c.unanswered[position{e.Partition, e.Seq}] = e
+	l.pending[c.nextCorr] = []wire.AckEntry{e}
+	l.unanswered[position{e.Partition, e.Seq}] = e
 	cn.send(c.nextCorr, &wire.Ack{Topic: simTopic, Group: simGroup, Entries: []wire.AckEntry{e}})
 }
 
