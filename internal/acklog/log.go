@@ -129,6 +129,11 @@ type Input[R any] struct {
 	// checkpoint carries it, so compacting the fence records before the
 	// checkpoint loses none.
 	Fence uint64
+	// Quiet: the group batched nothing for this log a while. A checkpoint
+	// is then due below the threshold too: the log is compacted no
+	// further than the group's latest checkpoint, and a group that went
+	// idle would otherwise pin its last records forever.
+	Quiet bool
 }
 
 // Log is the ack-log kernel of one group on the leader of its partition.
@@ -138,8 +143,15 @@ type Input[R any] struct {
 // whose record did not commit stays undurable — a repeated ack of it needs
 // a record again — until a later record of it commits; at most one
 // checkpoint is in flight, and one is proposed only when the cursors hold
-// exactly the committed acks (nothing in flight — the checkpoint itself
-// included — batched or undurable).
+// exactly the acks of the records before it in the log, committed or in
+// flight (nothing batched — the Flush proposes its batch first — nor
+// undurable). A log commits a prefix: the checkpoint commits only if they
+// all did. (Only a record refused before it was appended, ErrBusy, breaks
+// the prefix: its acks may then be durable through the checkpoint though
+// its replies failed — an ack retried after a failure finds them done.)
+// Requiring nothing in flight instead starves checkpoints under a steady
+// stream of acks, and a partition is compacted no further than its
+// groups' latest checkpoints.
 type Log[R any] struct {
 	cfg      Config
 	gen      uint64         // bumped by Retire: older proposals answer Superseded
@@ -210,16 +222,20 @@ func (l *Log[R]) Flush(in Input[R]) Effects[R] {
 		} else {
 			l.answer(&eff, slices.Clone(in.Replies), Durable, nil) // nothing in flight to wait for
 		}
-		l.maybeCheckpoint(in, &eff)
-		return eff
+	} else {
+		p := &proposal[R]{kind: KindAck, acks: in.Acks, replies: slices.Clone(in.Replies)}
+		if l.cfg.Mutations.AckBeforeCommit {
+			l.answer(&eff, p.replies, Durable, nil)
+			p.replies = nil
+		}
+		l.propose(&eff, p, in.Acks)
 	}
-	p := &proposal[R]{kind: KindAck, acks: in.Acks, replies: slices.Clone(in.Replies)}
-	if l.cfg.Mutations.AckBeforeCommit {
-		l.answer(&eff, p.replies, Durable, nil)
-		p.replies = nil
-	}
-	l.propose(&eff, p, in.Acks)
+	l.maybeCheckpoint(in, &eff) // after the batch's records: it covers them
 	return eff
+}
+
+func (l *Log[R]) checkpointInflight() bool {
+	return slices.ContainsFunc(l.inflight, func(p *proposal[R]) bool { return p.kind == KindCheckpoint })
 }
 
 func (l *Log[R]) propose(eff *Effects[R], p *proposal[R], value []byte) {
@@ -239,12 +255,14 @@ func (l *Log[R]) answer(eff *Effects[R], replies []R, o Outcome, err error) {
 }
 
 // maybeCheckpoint proposes a checkpoint once the records since the last
-// one pass the threshold, at a moment when the cursors hold exactly the
-// committed acks: nothing in flight, batched or undurable.
+// one pass the threshold (or the group went quiet with records since),
+// after this Flush's records, when no checkpoint is in flight and no ack
+// is undurable: the cursors then hold exactly the acks of the records
+// before it in the log.
 func (l *Log[R]) maybeCheckpoint(in Input[R], eff *Effects[R]) {
 	threshold := in.CompactBytes
-	if threshold <= 0 || l.recordBytes < max(threshold, l.retryBytes) ||
-		len(l.inflight) > 0 || len(l.undurable) > 0 || len(in.Acks) > 0 || len(in.Counts) > 0 || in.Degraded {
+	due := l.recordBytes >= max(threshold, l.retryBytes) || (in.Quiet && l.recordBytes > 0 && l.retryBytes == 0)
+	if threshold <= 0 || !due || l.checkpointInflight() || len(l.undurable) > 0 || in.Degraded {
 		return
 	}
 	cp := CheckpointOf(in.Cursors)

@@ -31,6 +31,7 @@ type (
 		done     []fin
 		degraded bool
 		compact  int64
+		quiet    bool
 	}
 	// retire yields the replies answered at retirement.
 	retire struct{}
@@ -136,7 +137,7 @@ func (h *harness) step(ev any) string {
 			}
 		}
 		eff := h.log.Flush(Input[string]{Done: done, Degraded: e.degraded, Acks: h.acks, Counts: h.counts,
-			Dead: h.dead, Replies: h.replies, CompactBytes: e.compact, Cursors: []*delivery.Cursor{h.cursor}})
+			Dead: h.dead, Replies: h.replies, CompactBytes: e.compact, Cursors: []*delivery.Cursor{h.cursor}, Quiet: e.quiet})
 		h.acks, h.counts, h.dead, h.replies = nil, nil, nil, h.replies[:0]
 		return h.render(eff)
 	case retire:
@@ -272,17 +273,31 @@ var logScenarios = []struct {
 		{flush{done: []fin{{1, nil}, {2, nil}}}, "floors"},
 		{ack{1, "c"}, "no record"},
 	}},
-	{"checkpoint when the records pass the threshold and nothing is in flight", 1 << 20, []step{
+	{"checkpoint when the records pass the threshold, behind the records before it", 1 << 20, []step{
 		{ack{1, "a"}, "new record"},
 		{ack{2, "b"}, "new record"},
-		{flush{compact: 30}, "propose #1 ack[1 2]"}, // 10 + 24 bytes
-		{flush{compact: 30}, "-"},                   // one in flight
-		{flush{done: []fin{{1, nil}}, compact: 30}, "Durable [a b]; propose #2 checkpoint floor=3 ranges=[]; floors"},
+		// 10 + 24 bytes: the checkpoint follows the record in the log and
+		// covers it (it commits only if the record does).
+		{flush{compact: 30}, "propose #1 ack[1 2]; propose #2 checkpoint floor=3 ranges=[]"},
+		{flush{compact: 30}, "-"}, // at most one checkpoint in flight
+		{flush{done: []fin{{1, nil}}, compact: 30}, "Durable [a b]; floors"},
 		{ack{4, "c"}, "new record"},
-		{flush{compact: 1}, "propose #3 ack[4]"},                          // acks go on while it is in flight
-		{flush{done: []fin{{3, nil}}, compact: 1}, "Durable [c]; floors"}, // at most one in flight
-		{flush{done: []fin{{2, nil}}, compact: 30}, "floors"},             // the ack after it counts toward the next
+		{flush{compact: 1}, "propose #3 ack[4]"}, // acks go on while it is in flight
+		{flush{done: []fin{{2, nil}}, compact: 30}, "floors"},
+		{flush{done: []fin{{3, nil}}, compact: 30}, "Durable [c]; floors"}, // the ack after it counts toward the next
 		{flush{compact: 22}, "propose #4 checkpoint floor=3 ranges=[{4 4}]"},
+	}},
+	{"a quiet group checkpoints below the threshold, once", 1 << 20, []step{
+		{ack{1, "a"}, "new record"},
+		{flush{compact: 1000}, "propose #1 ack[1]"},
+		{flush{done: []fin{{1, nil}}, compact: 1000}, "Durable [a]; floors"},
+		{flush{compact: 1000}, "-"}, // below the threshold
+		{flush{compact: 1000, quiet: true}, "propose #2 checkpoint floor=2 ranges=[]"},
+		{flush{done: []fin{{2, nil}}, compact: 1000, quiet: true}, "floors"},
+		{flush{compact: 1000, quiet: true}, "-"}, // nothing since
+		{ack{3, "b"}, "new record"},
+		{flush{compact: -1}, "propose #3 ack[3]"},
+		{flush{done: []fin{{3, nil}}, compact: -1, quiet: true}, "Durable [b]; floors"}, // checkpoints off
 	}},
 	{"no checkpoint while an ack is undurable", 1 << 20, []step{
 		{ack{1, "a"}, "new record"},
@@ -299,8 +314,8 @@ var logScenarios = []struct {
 		{flush{done: []fin{{1, nil}}, compact: 20}, "Durable [a]; floors; too large 21"},
 		{flush{compact: 20}, "-"},
 		{ack{2, "b"}, "new record"},
-		{flush{compact: 20}, "propose #2 ack[2]"},
-		{flush{done: []fin{{2, nil}}, compact: 20}, "Durable [b]; floors; too large 21"},
+		{flush{compact: 20}, "propose #2 ack[2]; too large 21"},
+		{flush{done: []fin{{2, nil}}, compact: 20}, "Durable [b]; floors"},
 	}},
 	{"dead letters start once their count record commits", 1 << 20, []step{
 		{dead(2), ""},

@@ -33,6 +33,10 @@ func rebuildRun(seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	h := newHarness(1<<20, Mutations{})
 	var inflight []uint64 // proposal ids, in log order
+	// A log commits a prefix: once a record fails (its leader lost its
+	// office), every record proposed before that in flight after it fails
+	// too.
+	doomed := map[uint64]bool{}
 	for op := 0; op < 200; op++ {
 		switch rng.IntN(3) {
 		case 0, 1:
@@ -40,10 +44,13 @@ func rebuildRun(seed uint64) error {
 		case 2:
 			var fins []fin
 			n := rng.IntN(len(inflight) + 1)
-			for _, id := range inflight[:n] {
+			for i, id := range inflight[:n] {
 				f := fin{id: id}
-				if rng.IntN(5) == 0 {
+				if doomed[id] || rng.IntN(5) == 0 {
 					f.err = errLost
+					for _, later := range inflight[i+1:] {
+						doomed[later] = true
+					}
 				}
 				fins = append(fins, f)
 			}
@@ -60,7 +67,11 @@ func rebuildRun(seed uint64) error {
 	}
 	var fins []fin
 	for _, id := range inflight {
-		fins = append(fins, fin{id: id})
+		f := fin{id: id}
+		if doomed[id] {
+			f.err = errLost
+		}
+		fins = append(fins, f)
 	}
 	h.step(flush{done: fins})
 	if err := h.checkRebuild(); err != nil {

@@ -101,6 +101,9 @@ type partLedger struct {
 	// fenceAsked is the highest fence proposed (committed or not): a
 	// checkpoint carries it.
 	fenceAsked uint64
+	// activeMs is when the group last batched a record for the partition
+	// (quiet: checkpointQuietMs later).
+	activeMs int64
 
 	mu   sync.Mutex
 	done []acklog.Completion // queued by the member's goroutine
@@ -363,9 +366,14 @@ func (l *replicatedLedger) flushPart(pl *partLedger) {
 	pl.done = nil
 	pl.mu.Unlock()
 	st := pl.store.repl.Status()
+	now := g.node.nowMs()
+	if len(pl.acks) > 0 || len(pl.counts) > 0 {
+		pl.activeMs = now
+	}
 	eff := pl.log.Flush(acklog.Input[func(*wire.Error)]{Done: done, Degraded: st.Role == replica.Leader && st.ReadOnly,
 		Acks: pl.acks, Counts: pl.counts, Dead: pl.dead, Replies: pl.replies,
-		CompactBytes: g.ledgerCompactBytes.Load(), Cursors: pl.scope, Fence: pl.fenceAsked})
+		CompactBytes: g.ledgerCompactBytes.Load(), Cursors: pl.scope, Fence: pl.fenceAsked,
+		Quiet: now-pl.activeMs >= checkpointQuietMs})
 	pl.acks, pl.counts, pl.dead = nil, nil, nil // the log keeps them
 	clear(pl.replies)
 	pl.replies = pl.replies[:0]
@@ -401,7 +409,6 @@ func (l *replicatedLedger) flushPart(pl *partLedger) {
 	if len(eff.DeadRetry) > 0 {
 		// A lost retry count costs at most one extra delivery should the
 		// leader change.
-		now := g.node.nowMs()
 		for _, r := range eff.DeadRetry {
 			g.retryDeadLetter(now, ackKey{r.Key.Partition, r.Key.Seq}, fmt.Errorf("record not committed: %w", r.Err), true)
 		}
@@ -430,6 +437,12 @@ func (l *replicatedLedger) holdMs() int64 {
 	}
 	return 0
 }
+
+// checkpointQuietMs: a group that batched no record for a partition this
+// long checkpoints it (acklog.Input.Quiet), so an idle group pins none of
+// the partition's log beyond its checkpoint. The group's idle wake-up
+// (groupIdleWaitMs) comes within it.
+const checkpointQuietMs = 1000
 
 // transferHoldMs is how often a group whose partition's leader hands
 // over looks again.

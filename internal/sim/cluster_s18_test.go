@@ -18,7 +18,7 @@ import (
 // the fsync of a batch whose APPENDs it sent before that fsync: one
 // follower F persists the batch and answers FLUSHED(s), which the network
 // holds; the other, O, never gets it (APPENDs with entries to O are held
-// from 50 ms before). L restarts without the batch and, F being cut off
+// from 50 ms before). Links deliver in order here. L restarts without the batch and, F being cut off
 // meanwhile, wins epoch e+1 with O's grant, installing at the batch's
 // first seq k <= s. Once the install is durable on L — and on L alone (its
 // APPENDs to O are still held) — F's epoch-e FLUSHED(s) is handed to L. It
@@ -78,6 +78,10 @@ func (st s18Stage) String() string {
 func staleFlushedRejected(t *testing.T, seed uint64, m node.Mutations) (s18Stage, string) {
 	const p = uint32(1)
 	s := newClusterSim(ClusterOptions{Seed: seed, MessagesPerProducer: 200, Mutations: m})
+	// Links deliver in order, as TCP does: F must get the APPENDs L sent
+	// before it died, a burst of single entries, without a gap that only
+	// L — dead — could fill.
+	s.net.inOrder = true
 	var st s18Stage
 	var leader, flusher, other *broker
 	var lid, fid, oid uint32

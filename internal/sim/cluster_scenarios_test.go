@@ -99,11 +99,17 @@ func runCutOffLeader(t *testing.T, crash bool) {
 				return
 			}
 			s.w.after(10, watch)
-			if v, ok := zombie.node.Replica(simTopic, 0); ok && zombie.up && v.Status.Hard.Promised == epoch {
+			if !zombie.up {
+				return // (a crashed node has no state to read)
+			}
+			if v, ok := zombie.node.Replica(simTopic, 0); ok && v.Status.Hard.Promised == epoch {
 				lastDuringCut = max(lastDuringCut, v.Status.Last)
 			}
 			for _, b := range s.nodes {
-				if v, ok := b.node.Replica(simTopic, 0); b != zombie && b.up && ok && v.Status.Role == replica.Leader &&
+				if b == zombie || !b.up {
+					continue
+				}
+				if v, ok := b.node.Replica(simTopic, 0); ok && v.Status.Role == replica.Leader &&
 					v.Status.Hard.Promised > epoch && installOf(v.Status) <= v.Status.CommitSeq {
 					newerCommitted = true
 				}

@@ -33,6 +33,11 @@ type peerNet struct {
 	// frame stuck in a queue for as long as the scenario needs).
 	hold func(from, to uint32, f wire.Frame) bool
 	held []heldFrame
+	// inOrder, set by scripted scenarios only, makes every link deliver
+	// in the order sent (one TCP connection's way); lastAt is when each
+	// link's last frame arrives.
+	inOrder bool
+	lastAt  map[[2]uint32]int64
 }
 
 // heldFrame is a frame hold took off the network: f is its decoded copy,
@@ -93,6 +98,14 @@ func (l *peerLink) Send(to uint32, f wire.Frame) bool {
 		delay := n.w.between(1, 8)
 		if n.w.chance(n.delayP) {
 			delay = n.w.between(50, 600)
+		}
+		if n.inOrder {
+			link := [2]uint32{from, to}
+			if n.lastAt == nil {
+				n.lastAt = map[[2]uint32]int64{}
+			}
+			delay = max(delay, n.lastAt[link]-n.w.nowMs)
+			n.lastAt[link] = n.w.nowMs + delay
 		}
 		n.w.after(delay, func() { n.deliver(from, to, frame) })
 	}

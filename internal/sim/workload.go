@@ -336,6 +336,13 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		delete(l.pending, corr)
 		for i, e := range entries {
 			pos := position{e.Partition, e.Seq}
+			if i < len(f.Results) && f.Results[i] == wire.CodeStaleDelivery {
+				// Stale here: not acked here, and if this node did not
+				// deliver the partition when it got the ack, maybe acked
+				// where it is delivered now (or once this node took
+				// office).
+				c.orphan(l, e)
+			}
 			if u, ok := l.unanswered[pos]; ok && u.DeliveryID == e.DeliveryID {
 				delete(l.unanswered, pos)
 			}
@@ -343,10 +350,6 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 				delete(c.orphans, pos)
 				c.s.acksConfirmed++
 				c.s.chk.groupAcked(c.name(), e)
-			} else if i < len(f.Results) && f.Results[i] == wire.CodeStaleDelivery {
-				// Stale here: not acked here, and if this node no longer
-				// delivers the partition, maybe acked where it moved.
-				c.orphan(l, e)
 			}
 		}
 		c.revokeAnswered(corr)
