@@ -24,7 +24,7 @@ type memberProcess struct {
 	out, err string // files
 }
 
-func startMember(t *testing.T, dir, servers, id string) *memberProcess {
+func startMember(t *testing.T, dir, servers, topic, id string) *memberProcess {
 	t.Helper()
 	m := &memberProcess{id: id, out: filepath.Join(dir, id+".out"), err: filepath.Join(dir, id+".err")}
 	stdout, err := os.Create(m.out)
@@ -35,7 +35,7 @@ func startMember(t *testing.T, dir, servers, id string) *memberProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.cmd = exec.Command(nereusBinary(t), "sub", "work", "--group", "workers", "--member", id, "--json",
+	m.cmd = exec.Command(nereusBinary(t), "sub", topic, "--group", "workers", "--member", id, "--json",
 		"--timeout", "60s", "--session-timeout", "2s", "--server", servers)
 	m.cmd.Stdout, m.cmd.Stderr = stdout, stderr
 	if err := m.cmd.Start(); err != nil {
@@ -122,12 +122,16 @@ func waitHolding(ctx context.Context, t *testing.T, c *client.Client, what strin
 }
 
 // TestClusterGroupMembersAcrossProcesses: three `nereus serve` nodes, a
-// 6-partition R=3 topic and three `nereus sub --member` processes of one
-// group. Each partition gets exactly one owner, two each. A member killed
-// -9 loses its partitions to the others within its session timeout while
-// they keep theirs (their notices show only ASSIGNs). A broker node killed
-// -9 (the one running the group's delivery) and the members go on at the
-// new one. Every published message is consumed, and no message reaches
+// 6-partition R=3 topic ("work") and a 6-partition R=1 one ("spread": each
+// node holds two partitions, no copies), and six `nereus sub --member`
+// processes of one group, three per topic. Each partition gets exactly
+// one owner, two each; every partition is delivered by its own leader.
+// A member killed -9 loses its partitions to the others of its topic
+// within its session timeout while they — and the other topic's members —
+// keep theirs (their notices show only ASSIGNs). A broker node killed -9
+// (the leader of work's partition 0): the R=3 partitions it led move to
+// new leaders and their members follow; its R=1 partitions wait for its
+// restart. Every published message is consumed, and no message reaches
 // two members except those the killed member had taken (the documented
 // redelivery).
 func TestClusterGroupMembersAcrossProcesses(t *testing.T) {
@@ -136,34 +140,52 @@ func TestClusterGroupMembersAcrossProcesses(t *testing.T) {
 	defer cancel()
 	c := rc.dialWithTopic(ctx, client.TopicConfig{Name: "work", Partitions: 6, Replicas: 3})
 	defer c.Close()
-	prod, err := c.NewProducer(client.ProducerOptions{Topic: "work", ProducerID: 77})
-	if err != nil {
+	if _, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "spread", Partitions: 6, Replicas: 1}); err != nil {
 		t.Fatal(err)
 	}
-	publish := func(from, to int) {
-		for i := from; i < to; i++ {
-			p := i % 6
-			for {
-				_, err := prod.Publish(ctx, client.Message{TargetPartition: &p, Value: fmt.Appendf(nil, "m%d", i)})
-				if err == nil {
-					break
+	publisher := func(topic string, id uint64) func(from, to int) {
+		prod, err := c.NewProducer(client.ProducerOptions{Topic: topic, ProducerID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(from, to int) {
+			for i := from; i < to; i++ {
+				p := i % 6
+				for {
+					_, err := prod.Publish(ctx, client.Message{TargetPartition: &p, Value: fmt.Appendf(nil, "%s%d", topic, i)})
+					if err == nil {
+						break
+					}
+					if !client.IsRetryable(err) || ctx.Err() != nil {
+						t.Fatalf("publish %s%d: %v", topic, i, err)
+					}
+					time.Sleep(50 * time.Millisecond)
 				}
-				if !client.IsRetryable(err) || ctx.Err() != nil {
-					t.Fatalf("publish m%d: %v", i, err)
-				}
-				time.Sleep(50 * time.Millisecond)
 			}
 		}
 	}
+	publish, publishSpread := publisher("work", 77), publisher("spread", 78)
 	publish(0, 300)
+	publishSpread(0, 300)
 	dir := t.TempDir()
 	servers := strings.Join(rc.addrs(), ",")
 	members := map[string]*memberProcess{}
 	for _, id := range []string{"w1", "w2", "w3"} {
-		members[id] = startMember(t, dir, servers, id)
+		members[id] = startMember(t, dir, servers, "work", id)
 	}
-	even := waitHolding(ctx, t, c, "two partitions for each of three members", func(h map[string][]int) bool {
-		return len(h) == 3 && len(h["w1"]) == 2 && len(h["w2"]) == 2 && len(h["w3"]) == 2
+	for _, id := range []string{"s1", "s2", "s3"} {
+		members[id] = startMember(t, dir, servers, "spread", id)
+	}
+	even := waitHolding(ctx, t, c, "two partitions for each of six members", func(h map[string][]int) bool {
+		if len(h) != 6 {
+			return false
+		}
+		for _, ps := range h {
+			if len(ps) != 2 {
+				return false
+			}
+		}
+		return true
 	})
 	t.Logf("assignment: %v", even)
 	heard := map[string]int{}
@@ -175,10 +197,10 @@ func TestClusterGroupMembersAcrossProcesses(t *testing.T) {
 	killedAt := time.Now()
 	members["w3"].kill()
 	after := waitHolding(ctx, t, c, "w3's partitions with the others", func(h map[string][]int) bool {
-		return len(h) == 2 && len(h["w1"]) == 3 && len(h["w2"]) == 3
+		return len(h) == 5 && len(h["w1"]) == 3 && len(h["w2"]) == 3
 	})
 	t.Logf("after w3 was killed: %v, %v later (session timeout 2s)", after, time.Since(killedAt).Round(time.Millisecond))
-	for _, id := range []string{"w1", "w2"} {
+	for _, id := range []string{"w1", "w2", "s1", "s2", "s3"} {
 		for _, p := range even[id] {
 			if !slices.Contains(after[id], p) {
 				t.Fatalf("%s lost partition %d though it stayed (%v -> %v)", id, p, even[id], after[id])
@@ -186,7 +208,8 @@ func TestClusterGroupMembersAcrossProcesses(t *testing.T) {
 		}
 	}
 
-	// Kill -9 the node running the group's delivery (partition 0's leader).
+	// Kill -9 the leader of work's partition 0: work's partitions it led
+	// fail over; spread's partitions on it wait for its restart.
 	leader, err := leaderOf(ctx, c, "work", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -196,12 +219,17 @@ func TestClusterGroupMembersAcrossProcesses(t *testing.T) {
 		t.Fatalf("no node at %s", leader)
 	}
 	rc.kill(victim)
-	t.Logf("killed %s (partition 0's leader)", victim)
+	t.Logf("killed %s (work's partition 0's leader)", victim)
 	publish(300, 600)
+	if err := rc.procs[victim].restart(); err != nil {
+		t.Fatal(err)
+	}
+	publishSpread(300, 600)
 
 	want := map[string]bool{}
 	for i := range 600 {
-		want[fmt.Sprintf("m%d", i)] = true
+		want[fmt.Sprintf("work%d", i)] = true
+		want[fmt.Sprintf("spread%d", i)] = true
 	}
 	for {
 		got := map[string]bool{}
@@ -220,13 +248,13 @@ func TestClusterGroupMembersAcrossProcesses(t *testing.T) {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("%d of 600 messages never consumed", missing)
+			t.Fatalf("%d of 1200 messages never consumed", missing)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	// No message went to two members, unless w3 (killed) had taken it.
 	seenBy := map[string]string{}
-	for _, id := range []string{"w1", "w2"} {
+	for _, id := range []string{"w1", "w2", "s1", "s2", "s3"} {
 		for _, v := range members[id].values(t) {
 			if other, ok := seenBy[v]; ok && other != id {
 				t.Errorf("%s consumed by %s and %s", v, other, id)
@@ -234,7 +262,7 @@ func TestClusterGroupMembersAcrossProcesses(t *testing.T) {
 			seenBy[v] = id
 		}
 	}
-	for _, id := range []string{"w1", "w2"} {
+	for _, id := range []string{"w1", "w2", "s1", "s2", "s3"} {
 		all := members[id].notices(t)
 		for _, n := range all[heard[id]:] {
 			if strings.HasPrefix(n, "revoked") {
