@@ -214,6 +214,9 @@ type ackLedger interface {
 	// ownerEpoch, judged by a view of the group at viewEpoch (a cluster's
 	// partition fence; a single node has one view).
 	fenced(pi int, ownerEpoch, viewEpoch uint64) bool
+	// wakeAtMs is when the ledger wants the group to look again (0: no
+	// need): a failed fence record's retry.
+	wakeAtMs() int64
 	// close releases the ledger (the group is shutting down).
 	close()
 }
@@ -588,6 +591,9 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 	}
 	for _, r := range g.dlqRetries {
 		wait = min(wait, max(r.dueMs-now, 1))
+	}
+	if at := g.ledger.wakeAtMs(); at > 0 {
+		wait = min(wait, max(at-now, 1))
 	}
 	return wait
 }

@@ -109,9 +109,10 @@ type partLedger struct {
 	done []acklog.Completion // queued by the member's goroutine
 	// fence is the highest assignment epoch the partition's log recorded
 	// a delivery under (rebuilt, or committed here); fencing: a fence
-	// record is in flight.
-	fence   uint64
-	fencing bool
+	// record is in flight; retryAtMs: one failed, the next waits till then.
+	fence     uint64
+	fencing   bool
+	retryAtMs int64
 }
 
 type ackKey struct {
@@ -316,12 +317,18 @@ func (l *replicatedLedger) fenced(pi int, ownerEpoch, viewEpoch uint64) bool {
 	if l.g.node.cfg.Mutations.DeliverBehindFence {
 		return true
 	}
-	handingOver := pl.handingOver()
+	// Not while the partition is handed over or READ_ONLY_DEGRADED: the
+	// record would be refused at once, proposed again at once — a
+	// livelock (a members campaign seed did that); a commit or the end
+	// of the hand-off wakes the group.
+	st := pl.store.repl.Status()
+	refused := st.Role == replica.Leader && (st.TransferTo != 0 || st.ReadOnly)
+	now := l.g.node.nowMs()
 	pl.mu.Lock()
 	fence := pl.fence
-	propose := fence <= viewEpoch && ownerEpoch > fence && !pl.fencing && !handingOver
+	propose := fence <= viewEpoch && ownerEpoch > fence && !pl.fencing && !refused && now >= pl.retryAtMs
 	if propose {
-		pl.fencing = true
+		pl.fencing, pl.retryAtMs = true, 0
 	}
 	pl.mu.Unlock()
 	switch {
@@ -334,15 +341,41 @@ func (l *replicatedLedger) fenced(pi int, ownerEpoch, viewEpoch uint64) bool {
 		pl.fenceAsked = max(pl.fenceAsked, ownerEpoch)
 		pl.store.repl.ProposeFunc(groupRecord(acklog.KindFence, g.name, acklog.FenceRecord(ownerEpoch)), func(_, _ uint64, err error) {
 			pl.mu.Lock()
-			if err == nil {
-				pl.fence = max(pl.fence, ownerEpoch)
-			}
 			pl.fencing = false
+			if err != nil {
+				// Tried again after fenceRetryMs (wakeAtMs), not at once.
+				pl.retryAtMs = g.node.nowMs() + fenceRetryMs
+				pl.mu.Unlock()
+				return
+			}
+			pl.fence = max(pl.fence, ownerEpoch)
 			pl.mu.Unlock()
 			g.poke()
 		})
 	}
 	return false
+}
+
+// fenceRetryMs is how long a partition's leader waits before proposing
+// again a fence record that failed.
+const fenceRetryMs = 100
+
+// wakeAtMs is when a failed fence record may be proposed again (0: none
+// waits).
+func (l *replicatedLedger) wakeAtMs() int64 {
+	var at int64
+	now := l.g.node.nowMs()
+	for _, pl := range l.parts {
+		if pl == nil {
+			continue
+		}
+		pl.mu.Lock()
+		if r := pl.retryAtMs; r > now && (at == 0 || r < at) {
+			at = r
+		}
+		pl.mu.Unlock()
+	}
+	return at
 }
 
 // joinReplies answers once after n answers: with the first failure, or
