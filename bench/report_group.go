@@ -125,7 +125,7 @@ func writeGroupMarkdown(b *strings.Builder, sum *groupSummary, cfg runConfig) {
 	b.WriteString("## Consumer groups: 1 against 3 members, join and leave\n\n")
 	fmt.Fprintf(b, "A stream pre-filled (untimed) with up to %d numbered 1 KiB messages — for Nereus a topic of %d partitions (3 replicas on r3), filled round-robin — is consumed with acks by one group of 1, then (on a new stream) of 3 members, each with its own connection and credit %d, all opened at once; the timed part runs from before the first member opens (JOIN and rebalances included) to the last new message, and counts distinct messages. JetStream's equivalent is 1 or 3 workers fetching (`Fetch(%d)`) from one durable pull consumer of an R3 stream. ",
 		cfg.GroupPrefillCountMax, groupPartitions, cfg.BatchMax, cfg.BatchMax)
-	b.WriteString("Limitation: in a Nereus cluster a group's delivery still runs on the leader of the topic's partition 0, which must hold every partition; the 3 members all pull from that one node, so r3 shows what 3 members gain from one delivering node, not delivery spread over the partitions' leaders. All members and brokers share this machine's cores.\n\n")
+	b.WriteString("In a Nereus cluster each partition's leader delivers it: every member, 1 or 3, pulls from each of the three nodes, so even one member reads from all leaders at once. All members and brokers share this machine's cores: consumption is bound by CPU, and 3 members cannot be 3× one on any system.\n\n")
 	if len(sum.ScaleOut) > 0 {
 		b.WriteString("| system | mode | 1 member msgs/s | 3 members msgs/s | 3 ÷ 1 |\n|---|---|---:|---:|---:|\n")
 		for _, so := range sum.ScaleOut {
