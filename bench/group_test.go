@@ -69,7 +69,7 @@ func TestComputeGroupSummary(t *testing.T) {
 	var b strings.Builder
 	writeGroupMarkdown(&b, sum, runConfig{BatchMax: 500, GroupPrefillCountMax: 100, GroupChangeRepeats: 10})
 	for _, want := range []string{"| nereus | r3 | 100 | 150 | 1.50× |", "| 3 | 150 | 60.0 | 2.50× |",
-		"| nereus | r3 | join | 30 | 5.00 | 9.00 | 9.00 | 0.50 | 10.00× |", "| jetstream | r3 | join, leave |", "partition 0", "no assignment protocol"} {
+		"| nereus | r3 | join | 30 | 5.00 | 9.00 | 9.00 | 0.50 | 10.00× |", "| jetstream | r3 | join, leave |", "each partition's leader delivers it", "no assignment protocol"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the group section lacks %q:\n%s", want, b.String())
 		}

@@ -1,8 +1,10 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -15,8 +17,10 @@ type GroupInfo struct {
 	AssignmentEpoch uint64          `json:"assignment_epoch"`
 	Members         []GroupMember   `json:"members"`
 	Pending         []PendingNotice `json:"pending_notices"`
-	// Partitions: ack floor and lag of the partitions whose delivery the
-	// answering node runs for the group (others are absent).
+	// Partitions: ack floor and lag of the partitions whose delivery runs
+	// for the group (in a cluster each partition's leader reports its own,
+	// for the topics its members subscribe to; a partition without a
+	// reachable leader, or never subscribed at its leader, is absent).
 	Partitions []GroupPartition `json:"partitions"`
 }
 
@@ -52,7 +56,10 @@ type GroupPartition struct {
 	Lag       uint64 `json:"lag"` // visible records not yet done: CommitSeq + 1 - AckFloor
 }
 
-// Groups describes the named group, or every group when name is "".
+// Groups describes the named group, or every group when name is "". In a
+// cluster, each node knows the ack floors of the partitions it leads: the
+// membership comes from one node, and every leader of the groups' topics
+// is asked for its partitions' floors.
 func (c *Client) Groups(ctx context.Context, name string) ([]GroupInfo, error) {
 	reply, err := c.idempotentRequest(ctx, &wire.GroupList{Group: name})
 	if err != nil {
@@ -62,6 +69,7 @@ func (c *Client) Groups(ctx context.Context, name string) ([]GroupInfo, error) {
 	if !isOK {
 		return nil, unexpected("GROUP_LIST", reply)
 	}
+	c.addLeadersFloors(ctx, name, ok.Groups)
 	out := make([]GroupInfo, 0, len(ok.Groups))
 	for _, g := range ok.Groups {
 		info := GroupInfo{Name: g.Group, Mode: "exclusive", MembershipEpoch: g.MembershipEpoch, AssignmentEpoch: g.AssignmentEpoch,
@@ -86,6 +94,76 @@ func (c *Client) Groups(ctx context.Context, name string) ([]GroupInfo, error) {
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// addLeadersFloors asks the leader of every partition of the groups'
+// topics for the floors it keeps and puts them in groups (replacing what
+// the first answer said of that partition). It is best effort: a leader
+// that does not answer leaves its partitions as they were.
+func (c *Client) addLeadersFloors(ctx context.Context, name string, groups []wire.GroupInfo) {
+	var topics []string
+	for _, g := range groups {
+		for _, m := range g.Members {
+			for _, t := range m.Topics {
+				if !slices.Contains(topics, t) {
+					topics = append(topics, t)
+				}
+			}
+		}
+	}
+	if len(topics) == 0 {
+		return
+	}
+	metas, err := c.Topics(ctx, topics...)
+	if err != nil {
+		return
+	}
+	type key struct {
+		topic string
+		part  uint32
+	}
+	led := map[*conn][]key{} // what each leader's connection leads
+	for _, t := range metas {
+		for _, p := range t.Partitions {
+			if p.Leader == "" {
+				continue
+			}
+			if cn, err := c.leaderConn(ctx, t.Config.Name, int32(p.Partition), true); err == nil && cn != nil {
+				led[cn] = append(led[cn], key{t.Config.Name, uint32(p.Partition)})
+			}
+		}
+	}
+	for cn, keys := range led {
+		rctx, cancel := c.withRequestTimeout(ctx)
+		reply, err := cn.roundTrip(rctx, &wire.GroupList{Group: name})
+		cancel()
+		ok, isOK := reply.(*wire.GroupListOK)
+		if err != nil || !isOK {
+			continue
+		}
+		for _, their := range ok.Groups {
+			i := slices.IndexFunc(groups, func(g wire.GroupInfo) bool { return g.Group == their.Group })
+			if i < 0 {
+				continue
+			}
+			for _, p := range their.Partitions {
+				if !slices.Contains(keys, key{p.Topic, p.Partition}) {
+					continue // not its leader's word
+				}
+				ps := &groups[i].Partitions
+				if j := slices.IndexFunc(*ps, func(q wire.GroupPartitionInfo) bool { return q.Topic == p.Topic && q.Partition == p.Partition }); j >= 0 {
+					(*ps)[j] = p
+				} else {
+					*ps = append(*ps, p)
+				}
+			}
+		}
+	}
+	for i := range groups {
+		slices.SortFunc(groups[i].Partitions, func(a, b wire.GroupPartitionInfo) int {
+			return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		})
+	}
 }
 
 func held(hs []wire.HeldPartition) []HeldPartition {

@@ -262,6 +262,26 @@ func TestClusterGroupMembersAcrossProcesses(t *testing.T) {
 			seenBy[v] = id
 		}
 	}
+	// The group's description gathers every partition's floor from its
+	// leader: all twelve, nothing left to consume once the acks are in.
+	var last []client.GroupInfo
+	for {
+		gs, err := c.Groups(ctx, "workers")
+		if err == nil {
+			last = gs
+		}
+		done := err == nil && len(gs) == 1 && len(gs[0].Partitions) == 12
+		for i := 0; done && i < 12; i++ {
+			done = gs[0].Partitions[i].Lag == 0
+		}
+		if done {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the group's description never showed 12 partitions without lag: %+v", last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for _, id := range []string{"w1", "w2", "s1", "s2", "s3"} {
 		all := members[id].notices(t)
 		for _, n := range all[heard[id]:] {

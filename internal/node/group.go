@@ -217,6 +217,10 @@ type ackLedger interface {
 	// wakeAtMs is when the ledger wants the group to look again (0: no
 	// need): a failed fence record's retry.
 	wakeAtMs() int64
+	// settled reports whether every ack applied to partition pi's cursor
+	// is durable (nothing of it batched, in flight or undurable), so its
+	// floor may be published as durable.
+	settled(pi int) bool
 	// close releases the ledger (the group is shutting down).
 	close()
 }
@@ -581,6 +585,14 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 	}
 	g.startReadyDeadLetters()
 	g.dispatch(now)
+	for i, c := range g.cursors {
+		// Dispatch marks records that are no messages done (an epoch's
+		// install, the groups' own records, a repaired gap): derivable,
+		// never recorded, so no flush publishes the floor they move.
+		if c != nil && g.ledger.settled(i) {
+			g.floors[i].Store(c.AckFloor())
+		}
+	}
 	for _, c := range g.cursors {
 		if c == nil {
 			continue

@@ -188,6 +188,11 @@ func (l *fileLedger) fenced(int, uint64, uint64) bool { return true }
 
 func (l *fileLedger) wakeAtMs() int64 { return 0 }
 
+// settled: a file ledger's flush is synchronous.
+func (l *fileLedger) settled(int) bool {
+	return len(l.g.ledgerBatch) == 0 && len(l.g.countBatch) == 0 && l.g.failure == nil
+}
+
 func (l *fileLedger) close() {
 	if l.log != nil {
 		l.log.Close()

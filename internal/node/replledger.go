@@ -356,6 +356,19 @@ func (l *replicatedLedger) fenced(pi int, ownerEpoch, viewEpoch uint64) bool {
 	return false
 }
 
+func (l *replicatedLedger) settled(pi int) bool {
+	pl := l.parts[pi]
+	if pl == nil || pl.log.Inflight() > 0 || pl.log.Undurable() > 0 || len(pl.acks) > 0 || len(pl.counts) > 0 {
+		return false
+	}
+	for b := l.g.ledgerBatch; len(b) >= acklog.AckEntryBytes; b = b[acklog.AckEntryBytes:] {
+		if binary.BigEndian.Uint32(b) == uint32(pi) {
+			return false
+		}
+	}
+	return true
+}
+
 // fenceRetryMs is how long a partition's leader waits before proposing
 // again a fence record that failed.
 const fenceRetryMs = 100
