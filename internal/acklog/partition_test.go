@@ -72,3 +72,35 @@ func TestOnePartitionsLog(t *testing.T) {
 		t.Fatalf("rebuilt from the checkpoint: fence %d, done %v; want 9, [1 3]", rb.Fence(), got)
 	}
 }
+
+// TestNeedsFrom: where each group's records start — its first record,
+// then its latest checkpoint — and a version that moves exactly when
+// that changes (the node publishes From for new leaders on a change).
+func TestNeedsFrom(t *testing.T) {
+	var n Needs
+	v0 := n.Version()
+	n.Applied("g", 5, KindAck)
+	n.Applied("g", 9, KindAck) // not a checkpoint: g still needs 5
+	n.Applied("h", 7, KindFence)
+	v1 := n.Version()
+	if got := n.From(); got["g"] != 5 || got["h"] != 7 || len(got) != 2 || v1 == v0 {
+		t.Fatalf("from %v, version %d -> %d", got, v0, v1)
+	}
+	n.Applied("g", 11, KindAck)
+	if n.Version() != v1 {
+		t.Fatal("an ack that changes nothing moved the version")
+	}
+	from := n.From()
+	n.Applied("g", 12, KindCheckpoint)
+	if from["g"] != 5 || n.From()["g"] != 12 || n.Version() == v1 {
+		t.Fatalf("a checkpoint: from %v (the earlier copy %v), version %d", n.From(), from, n.Version())
+	}
+	if n.Limit(20) != 6 {
+		t.Fatalf("limit %d, want 6 (h needs 7)", n.Limit(20))
+	}
+	v2 := n.Version()
+	n.Reset()
+	if len(n.From()) != 0 || n.Version() == v2 {
+		t.Fatalf("after Reset: from %v, version %d", n.From(), n.Version())
+	}
+}

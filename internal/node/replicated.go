@@ -29,6 +29,11 @@ type replicaStore struct {
 	// compactLimit publishes the kernel's compaction limit to the member's
 	// storage (read on its goroutine).
 	compactLimit atomic.Uint64
+	// groupsFrom publishes where each consumer group's records start in
+	// the applied log (a new leader's groups rebuild from there), when it
+	// changes (groupsVersion, owned by runReplicated).
+	groupsFrom    atomic.Pointer[groupsFrom]
+	groupsVersion uint64
 
 	wake chan struct{} // poked by the member (Notify) and by completions
 
@@ -38,6 +43,25 @@ type replicaStore struct {
 	// handed back to completions next time (so that it is not grown anew
 	// for every burst). Owned by runReplicated.
 	spareCompletions []completion
+}
+
+// groupsFrom is acklog.Needs.From as of a moment of the applied log.
+type groupsFrom struct{ from map[string]uint64 }
+
+// groupStart is where a rebuild of group's cursor must start reading the
+// committed log: its latest checkpoint (or first record) — or, when it
+// has none up to the commit point, just after it.
+func (p *replicaStore) groupStart(group string) uint64 {
+	start := p.startSeq.Load()
+	commit := p.commitSeq.Load() // first: groupsFrom is at least as new
+	snap := p.groupsFrom.Load()
+	if snap == nil {
+		return max(start, commit+1)
+	}
+	if from, ok := snap.from[group]; ok {
+		return max(start, from)
+	}
+	return max(start, commit+1)
 }
 
 type completion struct {
@@ -242,6 +266,12 @@ func (p *replicaStore) applyReplicated() {
 		}
 	}
 	p.compactLimit.Store(k.CompactLimit())
+	if v := k.GroupsVersion(); v != p.groupsVersion {
+		// Before the commit point moves: a reader that loads commitSeq,
+		// then groupsFrom, sees every group record at or below it.
+		p.groupsVersion = v
+		p.groupsFrom.Store(&groupsFrom{from: k.GroupsFrom()})
+	}
 	if applied := k.Applied(); applied > p.commitSeq.Load() {
 		p.commitSeq.Store(applied)
 		p.node.metrics.commitBatch.Observe(float64(len(done)))

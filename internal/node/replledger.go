@@ -199,7 +199,9 @@ func (l *replicatedLedger) startDelivering(i int, epoch uint64) error {
 	if err != nil {
 		return err
 	}
-	for from := p.startSeq.Load(); ; {
+	// From the group's latest checkpoint (or first record), which the
+	// partition's kernel tracks for compaction: not the whole log.
+	for from := store.groupStart(g.name); ; {
 		entries, err := store.read(from, 4096, 16<<20)
 		if err != nil {
 			return fmt.Errorf("replay acks: %w", err)

@@ -227,6 +227,13 @@ func (m *Member[R]) Apply(e Entry) {
 	m.applied = e.Seq
 }
 
+// GroupsVersion changes whenever GroupsFrom would answer differently.
+func (m *Member[R]) GroupsVersion() uint64 { return m.groups.Version() }
+
+// GroupsFrom returns where each consumer group's records start in the
+// applied log (acklog.Needs.From).
+func (m *Member[R]) GroupsFrom() map[string]uint64 { return m.groups.From() }
+
 // LogStart takes in the log's current start. When it moved past what was
 // applied (the replica rebuilt from the leader's snapshot point), the
 // derived state starts over from the kept log, sealed: it reports true.
