@@ -274,12 +274,13 @@ func TestConsumerNewIncarnationResubscribesEveryLane(t *testing.T) {
 	defer co.Close()
 	consumeAcked(ctx, t, co, 4)
 	key := subKey{"t", "g"}
-	fs.mu.Lock()
-	before := fs.subsOf(key)
-	fs.mu.Unlock()
-	if before[0] == nil || before[1] == nil {
-		t.Fatalf("subscriptions %v, want one at each node", before)
-	}
+	// Lanes open on their own: the four may all have come from one node
+	// before the other's subscription was made.
+	var before map[int]*fakeSub
+	fs.waitFor(5*time.Second, "a subscription at each node", func() bool {
+		before = fs.subsOf(key)
+		return before[0] != nil && before[1] != nil
+	})
 	co.setIncarnation("m", 7)
 	// Buffered messages of the old subscriptions were released by the
 	// broker: their acks are stale, and they come again.
