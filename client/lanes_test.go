@@ -36,6 +36,26 @@ func consumeAcked(ctx context.Context, t *testing.T, co *Consumer, n int) map[fa
 	return got
 }
 
+// laneFixture is a fake cluster of nodes where each node delivers the
+// partitions it leads (creditLimit > 0: a subscription's unused credit
+// above it is a violation), a client dialled at the seed node, and a producer of topic
+// "t" with two partitions (p0 at n0, p1 at n1).
+func laneFixture(t *testing.T, nodes, seed, creditLimit int) (*fakeServer, *Client, context.Context, *Producer) {
+	t.Helper()
+	fs := newFakeCluster(t, testToken, nodes)
+	fs.perPartition = true
+	fs.creditLimit = creditLimit
+	c := dialSeeds(t, fs, seed)
+	ctx := testCtx(t)
+	declare(t, c, "t", 2)
+	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return fs, c, ctx, p
+}
+
 // subsOf returns the subscriptions of key by node (perPartition fake:
 // one per node at most for one client).
 func (fs *fakeServer) subsOf(key subKey) map[int]*fakeSub {
@@ -56,17 +76,7 @@ func (fs *fakeServer) subsOf(key subKey) map[int]*fakeSub {
 // unused, and both deliver far more than Credit. MessagesMax bounds the
 // credit granted over both nodes together.
 func TestConsumerLanesAtEachLeader(t *testing.T) {
-	fs := newFakeCluster(t, testToken, 3)
-	fs.perPartition = true
-	fs.creditLimit = 4
-	c := dialSeeds(t, fs, 2) // n2 leads nothing: p0 at n0, p1 at n1
-	ctx := testCtx(t)
-	declare(t, c, "t", 2)
-	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	fs, c, ctx, p := laneFixture(t, 3, 2, 4) // n2 leads nothing: p0 at n0, p1 at n1
 	// Unequal shares: a lane given the other's credit back would run dry
 	// or exceed its window.
 	sizes := [2]int{40, 10}
@@ -189,16 +199,7 @@ func TestConsumerLaneRefusedRetries(t *testing.T) {
 // at the lost node while no partition names it. Once the metadata names it
 // a leader again, the consumer opens a lane there and it delivers.
 func TestConsumerLaneLostThenReopened(t *testing.T) {
-	fs := newFakeCluster(t, testToken, 3)
-	fs.perPartition = true
-	c := dialSeeds(t, fs, 2)
-	ctx := testCtx(t)
-	declare(t, c, "t", 2) // p0 at n0, p1 at n1
-	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	fs, c, ctx, p := laneFixture(t, 3, 2, 0) // p0 at n0, p1 at n1
 	publishTo(ctx, t, p, 0, 10, "a")
 	publishTo(ctx, t, p, 1, 10, "b")
 	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 4})
@@ -255,16 +256,7 @@ func TestConsumerLaneLostThenReopened(t *testing.T) {
 // one) makes every lane subscribe again under it, and consuming goes on
 // at both nodes.
 func TestConsumerNewIncarnationResubscribesEveryLane(t *testing.T) {
-	fs := newFakeCluster(t, testToken, 2)
-	fs.perPartition = true
-	c := dialSeeds(t, fs, 0)
-	ctx := testCtx(t)
-	declare(t, c, "t", 2)
-	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	fs, c, ctx, p := laneFixture(t, 2, 0, 0)
 	publishTo(ctx, t, p, 0, 10, "a")
 	publishTo(ctx, t, p, 1, 10, "b")
 	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 4})

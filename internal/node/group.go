@@ -469,12 +469,20 @@ func (g *groupRunner) forgetPartition(pi uint32, failed *wire.Error) {
 // fixed-size entries that each start with their partition.
 func dropEntries(batch []byte, size int, pi uint32) []byte {
 	kept := batch[:0]
-	for b := batch; len(b) >= size; b = b[size:] {
-		if binary.BigEndian.Uint32(b) != pi {
-			kept = append(kept, b[:size]...)
+	forEachEntry(batch, size, func(p uint32, e []byte) {
+		if p != pi {
+			kept = append(kept, e...)
 		}
-	}
+	})
 	return kept
+}
+
+// forEachEntry calls f with each entry of a batch of fixed-size entries
+// (ack or count records' layout) and the partition it starts with.
+func forEachEntry(batch []byte, size int, f func(pi uint32, e []byte)) {
+	for b := batch; len(b) >= size; b = b[size:] {
+		f(binary.BigEndian.Uint32(b), b[:size])
+	}
 }
 
 func (g *groupRunner) send(c groupCmd) {

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -262,16 +261,16 @@ func (l *replicatedLedger) stopDelivering(i int, now int64) {
 // every record it waits for, in each partition its entries name.
 func (l *replicatedLedger) flush() {
 	g := l.g
-	for b := g.ledgerBatch; len(b) >= acklog.AckEntryBytes; b = b[acklog.AckEntryBytes:] {
-		if pl := l.parts[binary.BigEndian.Uint32(b)]; pl != nil {
-			pl.acks = append(pl.acks, b[:acklog.AckEntryBytes]...)
+	forEachEntry(g.ledgerBatch, acklog.AckEntryBytes, func(pi uint32, e []byte) {
+		if pl := l.parts[pi]; pl != nil {
+			pl.acks = append(pl.acks, e...)
 		}
-	}
-	for b := g.countBatch; len(b) >= acklog.CountEntryBytes; b = b[acklog.CountEntryBytes:] {
-		if pl := l.parts[binary.BigEndian.Uint32(b)]; pl != nil {
-			pl.counts = append(pl.counts, b[:acklog.CountEntryBytes]...)
+	})
+	forEachEntry(g.countBatch, acklog.CountEntryBytes, func(pi uint32, e []byte) {
+		if pl := l.parts[pi]; pl != nil {
+			pl.counts = append(pl.counts, e...)
 		}
-	}
+	})
 	for _, k := range g.deadPending {
 		if pl := l.parts[k.partition]; pl != nil {
 			pl.dead = append(pl.dead, acklog.Key{Partition: k.partition, Seq: k.seq})
@@ -297,7 +296,7 @@ func (l *replicatedLedger) flush() {
 	clear(g.replies)
 	g.replies = g.replies[:0]
 	for _, pl := range l.parts {
-		if pl != nil && !pl.handingOver() {
+		if pl != nil {
 			l.flushPart(pl)
 		}
 	}
@@ -319,42 +318,42 @@ func (l *replicatedLedger) fenced(pi int, ownerEpoch, viewEpoch uint64) bool {
 	if l.g.node.cfg.Mutations.DeliverBehindFence {
 		return true
 	}
-	// Not while the partition is handed over or READ_ONLY_DEGRADED: the
-	// record would be refused at once, proposed again at once — a
-	// livelock (a members campaign seed did that); a commit or the end
-	// of the hand-off wakes the group.
-	st := pl.store.repl.Status()
-	refused := st.Role == replica.Leader && (st.TransferTo != 0 || st.ReadOnly)
-	now := l.g.node.nowMs()
 	pl.mu.Lock()
-	fence := pl.fence
-	propose := fence <= viewEpoch && ownerEpoch > fence && !pl.fencing && !refused && now >= pl.retryAtMs
-	if propose {
-		pl.fencing, pl.retryAtMs = true, 0
-	}
+	fence, fencing, retryAtMs := pl.fence, pl.fencing, pl.retryAtMs
 	pl.mu.Unlock()
 	switch {
 	case fence > viewEpoch:
 		return false // this node's view is behind the log: it waits to apply more
 	case ownerEpoch <= fence:
 		return true
-	case propose:
-		g := l.g
-		pl.fenceAsked = max(pl.fenceAsked, ownerEpoch)
-		pl.store.repl.ProposeFunc(groupRecord(acklog.KindFence, g.name, acklog.FenceRecord(ownerEpoch)), func(_, _ uint64, err error) {
-			pl.mu.Lock()
-			pl.fencing = false
-			if err != nil {
-				// Tried again after fenceRetryMs (wakeAtMs), not at once.
-				pl.retryAtMs = g.node.nowMs() + fenceRetryMs
-				pl.mu.Unlock()
-				return
-			}
-			pl.fence = max(pl.fence, ownerEpoch)
-			pl.mu.Unlock()
-			g.poke()
-		})
+	case fencing || l.g.node.nowMs() < retryAtMs:
+		return false
 	}
+	// Not while the partition is handed over or READ_ONLY_DEGRADED: the
+	// record would be refused at once, proposed again at once — a
+	// livelock (a members campaign seed did that); a commit or the end
+	// of the hand-off wakes the group.
+	if st := pl.store.repl.Status(); st.Role == replica.Leader && (st.TransferTo != 0 || st.ReadOnly) {
+		return false
+	}
+	pl.mu.Lock() // (only this goroutine sets fencing: no second proposal)
+	pl.fencing, pl.retryAtMs = true, 0
+	pl.mu.Unlock()
+	g := l.g
+	pl.fenceAsked = max(pl.fenceAsked, ownerEpoch)
+	pl.store.repl.ProposeFunc(groupRecord(acklog.KindFence, g.name, acklog.FenceRecord(ownerEpoch)), func(_, _ uint64, err error) {
+		pl.mu.Lock()
+		pl.fencing = false
+		if err != nil {
+			// Tried again after fenceRetryMs (wakeAtMs), not at once.
+			pl.retryAtMs = g.node.nowMs() + fenceRetryMs
+			pl.mu.Unlock()
+			return
+		}
+		pl.fence = max(pl.fence, ownerEpoch)
+		pl.mu.Unlock()
+		g.poke()
+	})
 	return false
 }
 
@@ -363,12 +362,9 @@ func (l *replicatedLedger) settled(pi int) bool {
 	if pl == nil || pl.log.Inflight() > 0 || pl.log.Undurable() > 0 || len(pl.acks) > 0 || len(pl.counts) > 0 {
 		return false
 	}
-	for b := l.g.ledgerBatch; len(b) >= acklog.AckEntryBytes; b = b[acklog.AckEntryBytes:] {
-		if binary.BigEndian.Uint32(b) == uint32(pi) {
-			return false
-		}
-	}
-	return true
+	batched := false
+	forEachEntry(l.g.ledgerBatch, acklog.AckEntryBytes, func(p uint32, _ []byte) { batched = batched || p == uint32(pi) })
+	return !batched
 }
 
 // fenceRetryMs is how long a partition's leader waits before proposing
@@ -407,13 +403,18 @@ func joinReplies(n int, answer func(failed *wire.Error)) func(failed *wire.Error
 	}
 }
 
+// flushPart hands one partition's ack log its share. Not while this node
+// hands the partition over (see handingOver): its batches wait.
 func (l *replicatedLedger) flushPart(pl *partLedger) {
 	g := l.g
+	st := pl.store.repl.Status()
+	if handingOver(st) {
+		return
+	}
 	pl.mu.Lock()
 	done := pl.done
 	pl.done = nil
 	pl.mu.Unlock()
-	st := pl.store.repl.Status()
 	now := g.node.nowMs()
 	if len(pl.acks) > 0 || len(pl.counts) > 0 {
 		pl.activeMs = now
@@ -471,15 +472,12 @@ func (l *replicatedLedger) flushPart(pl *partLedger) {
 // and be proposed again at once, forever. Its batches wait; the hand-off
 // ends within an election timeout — this node no longer leads it
 // (follow stops delivering it), or it leads on and flushes.
-func (pl *partLedger) handingOver() bool {
-	st := pl.store.repl.Status()
-	return st.Role == replica.Leader && st.TransferTo != 0
-}
+func handingOver(st replica.Status) bool { return st.Role == replica.Leader && st.TransferTo != 0 }
 
 // holdMs: while a partition is handed over, the group looks again soon.
 func (l *replicatedLedger) holdMs() int64 {
 	for _, pl := range l.parts {
-		if pl != nil && pl.handingOver() {
+		if pl != nil && handingOver(pl.store.repl.Status()) {
 			return transferHoldMs
 		}
 	}
