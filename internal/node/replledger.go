@@ -329,13 +329,6 @@ func (l *replicatedLedger) fenced(pi int, ownerEpoch, viewEpoch uint64) bool {
 	case fencing || l.g.node.nowMs() < retryAtMs:
 		return false
 	}
-	// Not while the partition is handed over or READ_ONLY_DEGRADED: the
-	// record would be refused at once, proposed again at once — a
-	// livelock (a members campaign seed did that); a commit or the end
-	// of the hand-off wakes the group.
-	if st := pl.store.repl.Status(); st.Role == replica.Leader && (st.TransferTo != 0 || st.ReadOnly) {
-		return false
-	}
 	pl.mu.Lock() // (only this goroutine sets fencing: no second proposal)
 	pl.fencing, pl.retryAtMs = true, 0
 	pl.mu.Unlock()
@@ -345,7 +338,10 @@ func (l *replicatedLedger) fenced(pi int, ownerEpoch, viewEpoch uint64) bool {
 		pl.mu.Lock()
 		pl.fencing = false
 		if err != nil {
-			// Tried again after fenceRetryMs (wakeAtMs), not at once.
+			// Tried again after fenceRetryMs (wakeAtMs), not at once: a
+			// record refused at once (the leader READ_ONLY_DEGRADED or
+			// handing over) and proposed again at once livelocked
+			// Node.Step (members campaign seed 90).
 			pl.retryAtMs = g.node.nowMs() + fenceRetryMs
 			pl.mu.Unlock()
 			return

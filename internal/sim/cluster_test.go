@@ -226,9 +226,9 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// (members soak, delivery at partition leaders) A partition's
 		// leader, READ_ONLY_DEGRADED, proposed the fence record a new
 		// owner needs; refused at once, the refusal woke the group, which
-		// proposed it again: Node.Step never returned. No fence record is
-		// proposed while degraded or handing over, and a failed one waits
-		// 100 ms (replicatedLedger.fenced).
+		// proposed it again: Node.Step never returned. A failed fence
+		// record waits 100 ms before it is proposed again
+		// (replicatedLedger.fenced).
 		{Seed: 90, Faults: AllClusterFaults, Members: true},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
