@@ -333,3 +333,33 @@ func TestClusterGroupPartitionFence(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinRepliesAnswersOnceAfterEveryLog: an ACK naming partitions led
+// here waits for the ack log of each: answered once, after the last, with
+// the first failure if any.
+func TestJoinRepliesAnswersOnceAfterEveryLog(t *testing.T) {
+	var got []*wire.Error
+	answered := 0
+	join := joinReplies(3, func(failed *wire.Error) { answered++; got = append(got, failed) })
+	join(nil)
+	failed := wire.Errorf(wire.CodeNotLeader, "partition moved")
+	join(failed)
+	if answered != 0 {
+		t.Fatalf("answered after 2 of 3 logs")
+	}
+	join(wire.Errorf(wire.CodeQuorumLost, "later failure"))
+	if answered != 1 || got[0] != failed {
+		t.Fatalf("answered %d times with %v, want once with the first failure", answered, got)
+	}
+	ok := 0
+	join = joinReplies(2, func(failed *wire.Error) {
+		if failed == nil {
+			ok++
+		}
+	})
+	join(nil)
+	join(nil)
+	if ok != 1 {
+		t.Fatalf("two durable logs answered %d times as durable", ok)
+	}
+}
