@@ -1,0 +1,482 @@
+package sched
+
+import (
+	"testing"
+)
+
+func TestFiresExactlyOnceWhenDue(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	early := w.schedule("a", 1100, 0)
+	late := w.schedule("a", 1300, 1)
+	w.settle(true)
+	w.expectDelivered("a") // nothing is due at 1000
+
+	w.at(1099)
+	w.settle(true)
+	w.expectDelivered("a")
+	w.at(1100)
+	w.settle(true)
+	w.expectDelivered("a", early)
+	w.at(1500)
+	w.settle(true)
+	w.expectDelivered("a", early, late)
+	if c := w.st.Counts(); c.Fired != 2 || w.st.Live() != 0 {
+		t.Fatalf("counts %+v, %d live; want 2 fired, none live", c, w.st.Live())
+	}
+	if l, _ := w.st.Lane("a"); l.Pending != 0 || l.Gate != GateOpen {
+		t.Fatalf("lane %+v", l)
+	}
+}
+
+func TestClockJumpingBackFiresNothingEarly(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	w.at(2000)
+	id := w.schedule("a", 2500, 0)
+	w.at(1200) // the clock jumps back
+	w.settle(true)
+	w.at(2499)
+	w.settle(true)
+	w.expectDelivered("a")
+	w.at(2500)
+	w.settle(true)
+	w.expectDelivered("a", id)
+}
+
+func TestLifecycleActiveOnlyWithBothGatesAfterTheBarrier(t *testing.T) {
+	st := NewState()
+	o := NewOwner(testConfig, st)
+	if o.Lifecycle() != Unassigned {
+		t.Fatal(o.Lifecycle())
+	}
+	a := Authority{Assigned: true, Leader: true, Epoch: 3, GuardUntilMs: 5000, Barrier: 2}
+	o.SetAuthority(1000, a)
+	if o.Lifecycle() != Restoring {
+		t.Fatalf("%v before the state is loaded, want RESTORING", o.Lifecycle())
+	}
+	st.MarkLoaded()
+	o.Step(1000)
+	if o.Lifecycle() != CatchingUp {
+		t.Fatalf("%v before the barrier is applied, want CATCHING_UP", o.Lifecycle())
+	}
+	if err := o.Admit(1000, Schedule{Topic: "a", DeliverAtMs: 1}); err == nil {
+		t.Fatal("admitted while catching up")
+	}
+	st.Apply(1, nil)
+	st.Apply(2, nil)
+	o.Step(1000)
+	if o.Lifecycle() != Active {
+		t.Fatalf("%v after the barrier, want ACTIVE", o.Lifecycle())
+	}
+	o.Step(5000) // the lease guard closes
+	if o.Lifecycle() != Fenced {
+		t.Fatalf("%v after the guard closed, want FENCED", o.Lifecycle())
+	}
+	a.GuardUntilMs = 9000
+	o.SetAuthority(5001, a)
+	if o.Lifecycle() != Active {
+		t.Fatalf("%v with both gates again, want ACTIVE", o.Lifecycle())
+	}
+	a.Assigned = false
+	o.SetAuthority(5002, a)
+	if o.Lifecycle() != Fenced {
+		t.Fatalf("%v without the assignment, want FENCED", o.Lifecycle())
+	}
+	a.Assigned, a.Epoch, a.Barrier = true, 4, 3
+	o.SetAuthority(5003, a)
+	if o.Lifecycle() != CatchingUp || o.Epoch() != 4 {
+		t.Fatalf("%v in epoch %d, want CATCHING_UP in 4", o.Lifecycle(), o.Epoch())
+	}
+	st.failed = errShort
+	o.Step(5004)
+	if o.Lifecycle() != Failed {
+		t.Fatalf("%v after an integrity failure, want FAILED", o.Lifecycle())
+	}
+	a.Epoch = 5
+	o.SetAuthority(5005, a)
+	if o.Lifecycle() != Failed {
+		t.Fatal("FAILED came back by itself")
+	}
+}
+
+// An owner that lost a gate publishes nothing more, and neither claims
+// nor resolves (NoPublishWithoutBothGates). Each mutation that keeps it
+// going must break this.
+func TestNoPublishWithoutBothGates(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mut     Mutations
+		lose    func(w *world)
+		violate bool
+	}{
+		{name: "guard closes", lose: closeGuard},
+		{name: "guard closes, PublishWithoutLease", mut: Mutations{PublishWithoutLease: true}, lose: closeGuard, violate: true},
+		{name: "leadership lost", lose: func(w *world) { w.auth.Leader = false; w.o.SetAuthority(w.now, w.auth) }},
+		{name: "leadership lost, FencedStillFires", mut: Mutations{FencedStillFires: true}, lose: func(w *world) { w.auth.Leader = false; w.o.SetAuthority(w.now, w.auth) }, violate: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig
+			cfg.Mutations = tc.mut
+			w := newWorld(t, cfg)
+			w.activate(1)
+			w.schedule("a", 1100, 0)
+			w.settle(true)
+			tc.lose(w)
+			w.settle(true)
+			before := len(w.published)
+			w.at(w.now + 200)
+			w.settle(true)
+			if got := len(w.published) > before; got != tc.violate {
+				t.Fatalf("published after losing a gate: %v, want %v (lifecycle %v)", got, tc.violate, w.o.Lifecycle())
+			}
+		})
+	}
+}
+
+// closeGuard lets the owner's lease guard close.
+func closeGuard(w *world) {
+	w.auth.GuardUntilMs = w.now + 50
+	w.o.SetAuthority(w.now, w.auth)
+	w.at(w.now + 50)
+}
+
+// A publish waits for its intent to commit: a crash between the claim
+// and the commit leaves nothing published, and a later owner claims the
+// schedule again. PublishBeforeIntent publishes under a fire sequence
+// that never committed: the later owner gives that sequence to another
+// schedule, which the destination drops as a retry, and publishes the
+// first a second time.
+func TestPublishOnlyAfterTheIntentCommits(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		cfg := testConfig
+		cfg.Mutations.PublishBeforeIntent = mut
+		w := newWorld(t, cfg)
+		w.activate(1)
+		id := w.schedule("a", 1000, 0)
+		w.settle(false) // the intent is proposed, not committed
+		if got := len(w.published) > 0; got != mut {
+			t.Fatalf("mutation %v: published before the intent committed: %v", mut, got)
+		}
+		// The owner crashes; the intent never commits; another takes over.
+		w.queue = nil
+		w.o = NewOwner(cfg, w.st)
+		// An earlier schedule appended since is claimed first.
+		w.append(&Record{Kind: KindSchedule, Schedule: Schedule{DeliverAtMs: 1, Topic: "a", Incarnation: 7}})
+		first := w.st.Applied()
+		w.activate(2)
+		w.settle(true)
+		got := w.delivered("a")
+		if ok := got[id] == 1 && got[first] == 1; ok == mut {
+			t.Fatalf("mutation %v: delivered %v (ids %d, %d)", mut, got, first, id)
+		}
+	}
+}
+
+// A new owner publishes the intents an earlier owner left unresolved;
+// the destination deduplicates the retry of one that landed, and the
+// shard records it FIRED at the original seq.
+func TestNewOwnerRepublishesUnresolvedIntents(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	id := w.schedule("a", 1000, 1)
+	w.hold = true
+	w.settle(true) // intent committed, publish in flight
+	if len(w.inFlight) != 1 {
+		t.Fatalf("%d publishes in flight, want 1", len(w.inFlight))
+	}
+	p := w.inFlight[0]
+	w.deliver(p) // it lands, but the FIRED proposal is lost with the owner
+	w.o.TakeEffects()
+	w.inFlight, w.hold, w.queue = nil, false, nil
+
+	w.o = NewOwner(testConfig, w.st)
+	w.activate(2)
+	w.settle(true)
+	w.expectDelivered("a", id)
+	if c := w.st.Counts(); c.Fired != 1 || w.st.Live() != 0 {
+		t.Fatalf("counts %+v, %d live", c, w.st.Live())
+	}
+	if n := len(w.published); n != 2 {
+		t.Fatalf("%d publishes, want the first and the new owner's retry", n)
+	}
+}
+
+// When the destination can no longer prove a retry's outcome the
+// schedule is resolved UNKNOWN, not published again.
+func TestUnprovableOutcomeIsRecordedUnknown(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.dests["a"] = newDest(7, 1, 1) // a dedup window of one sequence
+	w.activate(1)
+	first := w.schedule("a", 1000, 0)
+	w.hold = true
+	w.settle(true)
+	w.deliver(w.inFlight[0]) // it lands; the FIRED is lost with the owner
+	w.o.TakeEffects()
+	w.inFlight, w.hold, w.queue = nil, false, nil
+	// Another writer under the identity moves the window past sequence 1
+	// (in the real system: the lane's window check keeps the scheduler
+	// itself from doing that; eviction or retention can).
+	dp := w.dests["a"].parts[0]
+	dp.producers.Record(producerID("a", 0), 5, 99, 1)
+	w.o = NewOwner(testConfig, w.st)
+	w.activate(2)
+	w.settle(true)
+	if c := w.st.Counts(); c.Unknown != 1 || c.Fired != 0 {
+		t.Fatalf("counts %+v, want one unknown", c)
+	}
+	if _, live := w.st.Entry(first); live {
+		t.Fatal("the unprovable schedule is still live")
+	}
+	w.expectDelivered("a", first)
+}
+
+// A lane whose destination refuses writes is BLOCKED; another lane's due
+// schedules fire on time and intake goes on (BlockedLaneIsolated,
+// IntakeNeverBlocked).
+func TestBlockedLaneIsolated(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	w.dests["a"].writable = false
+	a1 := w.schedule("a", 1000, 0)
+	b1 := w.schedule("b", 1000, 0)
+	w.settle(true)
+	w.expectDelivered("b", b1)
+	w.expectDelivered("a")
+	if r := w.o.LaneReadiness("a"); r != Blocked {
+		t.Fatalf("lane a %v, want BLOCKED", r)
+	}
+	a2 := w.schedule("a", 1000, 1) // intake into the blocked lane
+	b2 := w.schedule("b", 1000, 0)
+	w.settle(true)
+	w.expectDelivered("b", b1, b2)
+	probes := w.probes
+	w.settle(true)
+	w.at(w.now + 10)
+	w.settle(true)
+	if w.probes != probes {
+		t.Fatalf("probed %d times within ProbeEveryMs", w.probes-probes)
+	}
+	w.dests["a"].writable = true
+	w.at(w.now + testConfig.ProbeEveryMs)
+	w.settle(true)
+	w.expectDelivered("a", a1, a2)
+}
+
+// Pause holds a lane's due schedules until resume; close refuses new
+// ones; retire cancels what is pending. Recovery of the destination
+// never clears a pause.
+func TestLaneGates(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	a1 := w.schedule("a", 1100, 0)
+	manage := func(op LaneOp, inc uint64) {
+		t.Helper()
+		if _, err := w.o.Manage(w.now, LaneCommand{Topic: "a", Op: op, Incarnation: inc}); err != nil {
+			t.Fatal(err)
+		}
+		w.settle(true)
+	}
+	manage(LanePause, 0)
+	w.at(1200)
+	w.settle(true)
+	w.expectDelivered("a")
+	w.answerProbe("a") // fresh evidence: READY, still paused
+	w.settle(true)
+	w.expectDelivered("a")
+	manage(LaneResume, 0)
+	w.expectDelivered("a", a1)
+
+	manage(LaneClose, 0)
+	if err := w.o.Admit(w.now, Schedule{DeliverAtMs: 1, Topic: "a"}); err == nil {
+		t.Fatal("a CLOSED lane admitted a schedule")
+	}
+	// A schedule appended anyway (admitted before the close applied) is
+	// refused when applied.
+	if res := w.append(&Record{Kind: KindSchedule, Schedule: Schedule{DeliverAtMs: 1, Topic: "a", Incarnation: 7}}); res.Err == nil {
+		t.Fatal("a CLOSED lane took a schedule")
+	}
+	manage(LaneResume, 0)
+	a2 := w.schedule("a", 5000, 0)
+	manage(LaneRetire, 0)
+	if _, live := w.st.Entry(a2); live {
+		t.Fatal("retire left a pending schedule")
+	}
+	if _, err := w.o.Manage(w.now, LaneCommand{Topic: "a", Op: LaneBreak}); err == nil {
+		t.Fatal("an operator proposed an ordering break")
+	}
+	w.at(6000)
+	w.settle(true)
+	w.expectDelivered("a", a1)
+	if c := w.st.Counts(); c.Cancelled != 1 || c.Rejected != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+}
+
+// A destination deleted and re-created is another incarnation: the lane
+// breaks its ordering and fires nothing into it until an operator
+// resumes, pinning the new one (LaneFiresOnlyIntoItsIncarnation).
+func TestRecreatedDestinationBreaksTheLane(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	w.schedule("a", 1000, 0)
+	w.settle(true)
+	w.dests["a"] = newDest(8, 2, 16)
+	id := w.schedule("a", 2000, 1)
+	w.at(1000 + 10_000) // the certificate expires: a new probe sees incarnation 8
+	w.settle(true)
+	if l, _ := w.st.Lane("a"); l.Gate != GateOrderingBroken {
+		t.Fatalf("lane %+v, want ORDERING_BROKEN", l)
+	}
+	w.expectDelivered("a")
+	if _, err := w.o.Manage(w.now, LaneCommand{Topic: "a", Op: LaneResume, Incarnation: 8}); err != nil {
+		t.Fatal(err)
+	}
+	w.settle(true)
+	w.at(w.now + testConfig.ProbeEveryMs)
+	w.settle(true)
+	w.expectDelivered("a", id)
+}
+
+// A READY certificate is checked before each claim and publish: once it
+// expired nothing goes out until fresh evidence; ReadyNotRevalidated
+// publishes into a re-created destination on a stale certificate.
+func TestReadyIsRevalidated(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		cfg := testConfig
+		cfg.Mutations.ReadyNotRevalidated = mut
+		w := newWorld(t, cfg)
+		w.activate(1)
+		w.schedule("a", 1000, 0)
+		w.settle(true) // READY until 11000
+		w.dests["a"] = newDest(8, 2, 16)
+		w.schedule("a", 20_000, 0)
+		w.at(20_000)
+		effects := w.o.TakeEffects()
+		var pubs, probes int // claims and publishes, probes
+		for _, e := range effects {
+			if e.Publish != nil || e.Propose != nil && e.Propose.Record.Kind == KindIntent {
+				pubs++
+			}
+			if e.Probe != "" {
+				probes++
+			}
+		}
+		if mut && pubs == 0 || !mut && (pubs != 0 || probes != 1) {
+			t.Fatalf("mutation %v: %d claims and publishes, %d probes on an expired certificate", mut, pubs, probes)
+		}
+	}
+}
+
+// Fire sequences stay within FireWindow of the lowest unresolved one, so
+// the destination can always prove a retry (FireWithinDedupWindow).
+func TestFireWindowBoundsSequencesInFlight(t *testing.T) {
+	cfg := testConfig
+	cfg.FireWindow = 3
+	w := newWorld(t, cfg)
+	w.activate(1)
+	for range 7 {
+		w.schedule("b", 1000, 0)
+	}
+	w.hold = true
+	w.settle(true)
+	if n := len(w.inFlight); n != 3 {
+		t.Fatalf("%d publishes in flight with a window of 3", n)
+	}
+	if last := w.st.LastFire("b", 0); last != 3 {
+		t.Fatalf("last fire sequence %d, want 3", last)
+	}
+	for len(w.inFlight) > 0 {
+		w.hold = true
+		held := w.inFlight
+		w.inFlight = nil
+		for _, p := range held {
+			w.deliver(p)
+		}
+		w.settle(true)
+	}
+	if c := w.st.Counts(); c.Fired != 7 {
+		t.Fatalf("counts %+v, want 7 fired", c)
+	}
+}
+
+// An intent that reuses a destination partition's fire sequence is
+// skipped: the destination would drop it as a retry of the first.
+func TestFireSeqNeverReused(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		st := NewState()
+		st.Mutations.ReuseFireSeq = mut
+		apply := func(r Record) Result {
+			res, err := st.Apply(st.Applied()+1, &r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		apply(Record{Kind: KindSchedule, Schedule: Schedule{Topic: "a", DeliverAtMs: 1}})
+		apply(Record{Kind: KindSchedule, Schedule: Schedule{Topic: "a", DeliverAtMs: 1}})
+		apply(Record{Kind: KindIntent, Epoch: 1, Intents: []Intent{{ID: 1, FireSeq: 1}}})
+		res := apply(Record{Kind: KindIntent, Epoch: 2, Intents: []Intent{{ID: 2, FireSeq: 1}}})
+		e, _ := st.Entry(2)
+		if mut != (e.Status == StatusFiring) || mut == (len(res.Skipped) == 1) {
+			t.Fatalf("mutation %v: second intent under a used sequence: %v, skipped %v", mut, e.Status, res.Skipped)
+		}
+	}
+}
+
+func TestDrain(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	w.schedule("a", 1000, 0)
+	w.hold = true
+	w.settle(true)
+	w.o.Drain(w.now, w.now+100)
+	if w.o.Lifecycle() != Draining {
+		t.Fatal(w.o.Lifecycle())
+	}
+	if err := w.o.Admit(w.now, Schedule{Topic: "a", DeliverAtMs: 1}); err == nil {
+		t.Fatal("a draining owner admitted a schedule")
+	}
+	w.release()
+	w.settle(true)
+	if w.o.Lifecycle() != Unassigned {
+		t.Fatalf("%v after the drain, want UNASSIGNED", w.o.Lifecycle())
+	}
+	released := func() bool {
+		for _, e := range w.o.TakeEffects() {
+			if e.Release {
+				return true
+			}
+		}
+		return false
+	}
+	// A drain that times out leaves the shard FENCED and released.
+	w = newWorld(t, testConfig)
+	w.activate(1)
+	w.schedule("a", 1000, 0)
+	w.hold = true
+	w.settle(true)
+	w.o.Drain(w.now, w.now+100)
+	w.at(w.now + 100)
+	if w.o.Lifecycle() != Fenced || !released() {
+		t.Fatalf("%v after the drain's deadline, want FENCED and released", w.o.Lifecycle())
+	}
+}
+
+func TestCancel(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	keep := w.schedule("a", 5000, 0)
+	gone := w.schedule("a", 5000, 0)
+	ref, err := w.o.Cancel(w.now, []uint64{gone, 12345})
+	if err != nil || ref == 0 {
+		t.Fatal(ref, err)
+	}
+	w.settle(true)
+	if _, live := w.st.Entry(gone); live {
+		t.Fatal("cancelled schedule still live")
+	}
+	w.at(5000)
+	w.settle(true)
+	w.expectDelivered("a", keep)
+}

@@ -1,0 +1,519 @@
+package sched
+
+import (
+	"container/heap"
+	"fmt"
+	"slices"
+)
+
+// Gate is a lane's admission gate: the management axis, changed only by
+// KindLane records applied in the shard's log order.
+type Gate uint8
+
+const (
+	GateOpen           Gate = iota + 1 // schedules are admitted and fire
+	GatePaused                         // admitted, held until resumed
+	GateOrderingBroken                 // the destination was re-created: held until an operator resumes
+	GateClosed                         // no new schedules; held until resumed
+	GateRetired                        // terminal: nothing admitted, nothing fires
+)
+
+func (g Gate) String() string {
+	switch g {
+	case GateOpen:
+		return "OPEN"
+	case GatePaused:
+		return "ADMIN_PAUSED"
+	case GateOrderingBroken:
+		return "ORDERING_BROKEN"
+	case GateClosed:
+		return "CLOSED"
+	case GateRetired:
+		return "RETIRED"
+	}
+	return fmt.Sprintf("Gate(%d)", uint8(g))
+}
+
+// Status is where a live schedule is.
+type Status uint8
+
+const (
+	StatusPending Status = iota + 1 // waiting for its time (or its lane)
+	StatusFiring                    // its intent committed: published until resolved
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusPending:
+		return "PENDING"
+	case StatusFiring:
+		return "FIRING"
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// Entry is a live schedule: pending or firing. Resolved ones (fired,
+// unknown, cancelled) are forgotten but counted.
+type Entry struct {
+	ID          uint64
+	DeliverAtMs int64
+	Topic       string
+	Partition   uint32 // chosen at intake; an intent's partition once firing
+	Status      Status
+	FireSeq     uint64 // firing: the intent's fire sequence
+	Epoch       uint64 // firing: the owner epoch that claimed it
+	heapIndex   int    // position in its lane's due queue; -1 when not in it
+}
+
+// Lane is a destination topic's lane in the shard.
+type Lane struct {
+	Topic       string
+	Gate        Gate
+	Incarnation uint64 // pinned by its first schedule, re-pinned by a resume
+	Pending     int    // live schedules (pending and firing)
+	due         dueQueue
+}
+
+// dest is one destination partition of a lane: one producer identity.
+type dest struct {
+	topic     string
+	partition uint32
+}
+
+// fireLog is a destination partition's fire sequences.
+type fireLog struct {
+	last   uint64            // highest fire sequence an applied intent used
+	firing map[uint64]uint64 // unresolved fire sequence → schedule id
+}
+
+// Counts are the shard's resolved schedules.
+type Counts struct {
+	Admitted, Fired, Unknown, Cancelled, Rejected uint64
+}
+
+// State is a shard's scheduler state, derived from its committed log:
+// every replica applies the same records in the same order and holds the
+// same state. It is not safe for concurrent use.
+type State struct {
+	applied uint64
+	loaded  bool
+	failed  error
+	entries map[uint64]*Entry
+	lanes   map[string]*Lane
+	fires   map[dest]*fireLog
+	counts  Counts
+	// Mutations break guards on purpose (tests only).
+	Mutations StateMutations
+}
+
+// StateMutations are deliberate bugs in the applied state.
+type StateMutations struct {
+	// ReuseFireSeq applies an intent whose fire sequence is not above
+	// its destination's last one: the destination would take the second
+	// schedule for a retry of the first and drop it.
+	ReuseFireSeq bool
+}
+
+// NewState returns the state of an empty shard.
+func NewState() *State {
+	return &State{entries: map[uint64]*Entry{}, lanes: map[string]*Lane{}, fires: map[dest]*fireLog{}}
+}
+
+// Result is what applying one record decided, for the request that
+// proposed it.
+type Result struct {
+	Err     error    // the record was refused as a whole (a schedule into a closed lane)
+	Skipped []uint64 // ids an intent, cancel or resolution did not apply to
+}
+
+// Applied is the seq of the last applied entry.
+func (s *State) Applied() uint64 { return s.applied }
+
+// Loaded reports whether the shell finished restoring the state (its
+// snapshot and the log after it) once after start.
+func (s *State) Loaded() bool { return s.loaded }
+
+// MarkLoaded is the shell's: the state is restored.
+func (s *State) MarkLoaded() { s.loaded = true }
+
+// Failed is the integrity failure that stopped the state, or nil.
+func (s *State) Failed() error { return s.failed }
+
+// Counts returns the shard's counters.
+func (s *State) Counts() Counts { return s.counts }
+
+// Entry returns a live schedule.
+func (s *State) Entry(id uint64) (Entry, bool) {
+	e, ok := s.entries[id]
+	if !ok {
+		return Entry{}, false
+	}
+	return *e, true
+}
+
+// Lane returns a lane.
+func (s *State) Lane(topic string) (Lane, bool) {
+	l, ok := s.lanes[topic]
+	if !ok {
+		return Lane{}, false
+	}
+	return Lane{Topic: l.Topic, Gate: l.Gate, Incarnation: l.Incarnation, Pending: l.Pending}, true
+}
+
+// Lanes returns the lanes' topics in order.
+func (s *State) Lanes() []string {
+	var ts []string
+	for t := range s.lanes {
+		ts = append(ts, t)
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+// Entries returns the live schedules by (deliver_at, id), at most n (0 = all).
+func (s *State) Entries(n int) []Entry {
+	es := make([]Entry, 0, len(s.entries))
+	for _, e := range s.entries {
+		es = append(es, *e)
+	}
+	slices.SortFunc(es, func(a, b Entry) int { return compareDue(&a, &b) })
+	if n > 0 && len(es) > n {
+		es = es[:n]
+	}
+	return es
+}
+
+// Live is the number of live schedules.
+func (s *State) Live() int { return len(s.entries) }
+
+// NextDue is the earliest deliver_at of a lane's pending schedules.
+func (s *State) NextDue(topic string) (int64, bool) {
+	l := s.lanes[topic]
+	if l == nil || len(l.due) == 0 {
+		return 0, false
+	}
+	return l.due[0].DeliverAtMs, true
+}
+
+// LastFire is a destination partition's highest applied fire sequence.
+func (s *State) LastFire(topic string, partition uint32) uint64 {
+	if f := s.fires[dest{topic, partition}]; f != nil {
+		return f.last
+	}
+	return 0
+}
+
+// lowestFiring is a destination partition's lowest unresolved fire
+// sequence, or 0.
+func (s *State) lowestFiring(d dest) uint64 {
+	f := s.fires[d]
+	if f == nil {
+		return 0
+	}
+	var low uint64
+	for seq := range f.firing {
+		if low == 0 || seq < low {
+			low = seq
+		}
+	}
+	return low
+}
+
+// Apply applies the committed entry at seq: r is nil for an entry that is
+// not the scheduler's (the replica group's own install entries). Entries
+// must come in seq order without gaps: the state and its applied cursor
+// advance together. A record that contradicts the state beyond what the
+// rules below resolve is an integrity failure: the state stops (Failed)
+// and applies nothing more.
+func (s *State) Apply(seq uint64, r *Record) (Result, error) {
+	if s.failed != nil {
+		return Result{}, s.failed
+	}
+	if seq != s.applied+1 {
+		return Result{}, fmt.Errorf("sched: apply seq %d after %d", seq, s.applied)
+	}
+	s.applied = seq
+	if r == nil {
+		return Result{}, nil
+	}
+	switch r.Kind {
+	case KindSchedule:
+		return s.applySchedule(seq, r.Schedule), nil
+	case KindIntent:
+		return s.applyIntent(r.Epoch, r.Intents), nil
+	case KindFired:
+		var res Result
+		for _, f := range r.Fired {
+			if !s.resolve(f.ID) {
+				res.Skipped = append(res.Skipped, f.ID)
+				continue
+			}
+			s.counts.Fired++
+		}
+		return res, nil
+	case KindUnknown:
+		var res Result
+		for _, id := range r.IDs {
+			if !s.resolve(id) {
+				res.Skipped = append(res.Skipped, id)
+				continue
+			}
+			s.counts.Unknown++
+		}
+		return res, nil
+	case KindCancel:
+		var res Result
+		for _, id := range r.IDs {
+			e := s.entries[id]
+			if e == nil || e.Status != StatusPending {
+				res.Skipped = append(res.Skipped, id) // unknown, already fired or firing: too late
+				continue
+			}
+			s.drop(e)
+			s.counts.Cancelled++
+		}
+		return res, nil
+	case KindLane:
+		return s.applyLane(r.Lane), nil
+	}
+	s.failed = fmt.Errorf("sched: entry %d: record of kind %v", seq, r.Kind)
+	return Result{}, s.failed
+}
+
+func (s *State) applySchedule(id uint64, sc Schedule) Result {
+	l := s.lanes[sc.Topic]
+	if l == nil {
+		l = &Lane{Topic: sc.Topic, Gate: GateOpen, Incarnation: sc.Incarnation}
+		s.lanes[sc.Topic] = l
+	}
+	switch l.Gate {
+	case GateClosed, GateRetired:
+		s.counts.Rejected++
+		return Result{Err: fmt.Errorf("lane %q is %v: it admits no schedules", sc.Topic, l.Gate)}
+	}
+	e := &Entry{ID: id, DeliverAtMs: sc.DeliverAtMs, Topic: sc.Topic, Partition: sc.Partition, Status: StatusPending, heapIndex: -1}
+	s.entries[id] = e
+	l.Pending++
+	heap.Push(&l.due, e)
+	s.counts.Admitted++
+	return Result{}
+}
+
+// applyIntent marks claimed schedules firing. An item for a schedule no
+// longer pending (cancelled, or claimed twice) is skipped, and so is one
+// whose fire sequence is not above the destination's last: a reused
+// sequence would make the destination take it for a retry of an earlier
+// schedule and drop it (FireSeqNeverReused). A skipped item leaves its
+// schedule as it was; a pending one is claimed again.
+func (s *State) applyIntent(epoch uint64, intents []Intent) Result {
+	var res Result
+	for _, in := range intents {
+		e := s.entries[in.ID]
+		if e == nil || e.Status != StatusPending {
+			res.Skipped = append(res.Skipped, in.ID)
+			continue
+		}
+		d := dest{e.Topic, in.Partition}
+		f := s.fires[d]
+		if f == nil {
+			f = &fireLog{firing: map[uint64]uint64{}}
+			s.fires[d] = f
+		}
+		if in.FireSeq <= f.last && !s.Mutations.ReuseFireSeq {
+			res.Skipped = append(res.Skipped, in.ID)
+			continue
+		}
+		f.last = max(f.last, in.FireSeq)
+		f.firing[in.FireSeq] = in.ID
+		heap.Remove(&s.lanes[e.Topic].due, e.heapIndex)
+		e.Status, e.Partition, e.FireSeq, e.Epoch = StatusFiring, in.Partition, in.FireSeq, epoch
+	}
+	return res
+}
+
+// resolve forgets a firing schedule (fired or unknown).
+func (s *State) resolve(id uint64) bool {
+	e := s.entries[id]
+	if e == nil || e.Status != StatusFiring {
+		return false
+	}
+	s.drop(e)
+	return true
+}
+
+// drop forgets a live schedule.
+func (s *State) drop(e *Entry) {
+	l := s.lanes[e.Topic]
+	if e.Status == StatusPending {
+		heap.Remove(&l.due, e.heapIndex)
+	} else if f := s.fires[dest{e.Topic, e.Partition}]; f != nil {
+		delete(f.firing, e.FireSeq)
+	}
+	l.Pending--
+	delete(s.entries, e.ID)
+}
+
+// applyLane changes a lane's gate. The transitions are closed: a retired
+// lane takes no command; an ordering break names the incarnation it saw
+// contradicted and is ignored once a resume re-pinned another.
+func (s *State) applyLane(c LaneCommand) Result {
+	l := s.lanes[c.Topic]
+	if l == nil {
+		if c.Op != LaneClose && c.Op != LaneRetire {
+			return Result{Err: fmt.Errorf("lane %q: no schedule ever went to it", c.Topic)}
+		}
+		// Closing or retiring a lane that never existed is a standing
+		// order for the topic's future schedules.
+		l = &Lane{Topic: c.Topic, Gate: GateOpen, Incarnation: c.Incarnation}
+		s.lanes[c.Topic] = l
+	}
+	if l.Gate == GateRetired {
+		return Result{Err: fmt.Errorf("lane %q is RETIRED", c.Topic)}
+	}
+	switch c.Op {
+	case LaneResume:
+		l.Gate = GateOpen
+		if c.Incarnation != 0 {
+			l.Incarnation = c.Incarnation
+		}
+	case LanePause:
+		if l.Gate != GateOpen {
+			return Result{Err: fmt.Errorf("lane %q is %v, not OPEN", c.Topic, l.Gate)}
+		}
+		l.Gate = GatePaused
+	case LaneClose:
+		l.Gate = GateClosed
+	case LaneBreak:
+		if c.Incarnation != l.Incarnation || l.Gate == GateClosed {
+			return Result{} // stale: resumed since, or already held harder
+		}
+		l.Gate = GateOrderingBroken
+	case LaneRetire:
+		l.Gate = GateRetired
+		for _, e := range s.laneEntries(c.Topic) {
+			if e.Status == StatusPending {
+				s.counts.Cancelled++
+			} else {
+				// Its publish may or may not have landed, and nothing
+				// will try again: recorded, not guessed.
+				s.counts.Unknown++
+			}
+			s.drop(e)
+		}
+	}
+	return Result{}
+}
+
+func (s *State) laneEntries(topic string) []*Entry {
+	var es []*Entry
+	for _, e := range s.entries {
+		if e.Topic == topic {
+			es = append(es, e)
+		}
+	}
+	slices.SortFunc(es, compareDue)
+	return es
+}
+
+// firing returns a lane's firing schedules by (partition, fire sequence):
+// the order their publishes go out in.
+func (s *State) firing(topic string) []*Entry {
+	var es []*Entry
+	for d, f := range s.fires {
+		if d.topic != topic {
+			continue
+		}
+		for _, id := range f.firing {
+			es = append(es, s.entries[id])
+		}
+	}
+	slices.SortFunc(es, func(a, b *Entry) int {
+		if a.Partition != b.Partition {
+			return int(a.Partition) - int(b.Partition)
+		}
+		return cmpU64(a.FireSeq, b.FireSeq)
+	})
+	return es
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func compareDue(a, b *Entry) int {
+	if a.DeliverAtMs != b.DeliverAtMs {
+		if a.DeliverAtMs < b.DeliverAtMs {
+			return -1
+		}
+		return 1
+	}
+	return cmpU64(a.ID, b.ID)
+}
+
+// dueQueue is a lane's pending schedules, a min-heap by (deliver_at, id).
+type dueQueue []*Entry
+
+func (q dueQueue) Len() int           { return len(q) }
+func (q dueQueue) Less(i, j int) bool { return compareDue(q[i], q[j]) < 0 }
+func (q dueQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].heapIndex, q[j].heapIndex = i, j
+}
+func (q *dueQueue) Push(x any) {
+	e := x.(*Entry)
+	e.heapIndex = len(*q)
+	*q = append(*q, e)
+}
+func (q *dueQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	e.heapIndex = -1
+	return e
+}
+
+// dueInOrder calls f with a lane's pending schedules by (deliver_at, id)
+// until f returns false, without disturbing the queue: a frontier of
+// heap positions, smallest first, visits k entries in O(k log k).
+func (s *State) dueInOrder(topic string, f func(*Entry) bool) {
+	l := s.lanes[topic]
+	if l == nil || len(l.due) == 0 {
+		return
+	}
+	q := l.due
+	frontier := positions{q: q, at: []int{0}}
+	for len(frontier.at) > 0 {
+		i := heap.Pop(&frontier).(int)
+		if !f(q[i]) {
+			return
+		}
+		for _, c := range []int{2*i + 1, 2*i + 2} {
+			if c < len(q) {
+				heap.Push(&frontier, c)
+			}
+		}
+	}
+}
+
+// positions is a min-heap of positions in a due queue, by their entries.
+type positions struct {
+	q  dueQueue
+	at []int
+}
+
+func (p positions) Len() int           { return len(p.at) }
+func (p positions) Less(i, j int) bool { return compareDue(p.q[p.at[i]], p.q[p.at[j]]) < 0 }
+func (p positions) Swap(i, j int)      { p.at[i], p.at[j] = p.at[j], p.at[i] }
+func (p *positions) Push(x any)        { p.at = append(p.at, x.(int)) }
+func (p *positions) Pop() any {
+	v := p.at[len(p.at)-1]
+	p.at = p.at[:len(p.at)-1]
+	return v
+}
