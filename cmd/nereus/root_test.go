@@ -244,3 +244,27 @@ func TestCheckGroups(t *testing.T) {
 		t.Fatal("an unknown mutation was accepted")
 	}
 }
+
+// `check sched` explores the scheduler kernel; each mutation fails with
+// a counterexample.
+func TestCheckSched(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		root := newRootCmd()
+		addExtraCommands(root)
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(append([]string{"check", "sched", "--due", "1", "--crashes", "0"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	if out, err := run(); err != nil || !strings.Contains(out, "complete=true") {
+		t.Fatalf("check sched: %v\n%s", err, out)
+	}
+	out, err := run("--mutation", "fenced-still-fires")
+	if err == nil || !strings.Contains(out, "VIOLATION NoPublishWithoutBothGates") {
+		t.Fatalf("the fenced-still-fires mutation passed: %v\n%s", err, out)
+	}
+	if _, err := run("--mutation", "nonsense"); err == nil {
+		t.Fatal("an unknown mutation was accepted")
+	}
+}

@@ -1,9 +1,12 @@
 package sched
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 )
 
 // Lifecycle is a shard's lifecycle on this node: closed, each state
@@ -238,11 +241,14 @@ type Owner struct {
 	// resolving are schedule ids whose FIRED or UNKNOWN is proposed and
 	// not completed, by proposal.
 	resolving   map[uint64]bool
-	resolutions map[uint64]uint64
+	resolutions map[uint64][]uint64
 	inflight    map[uint64]bool // every proposal not completed
 	nextRef     uint64
-	drainUntil  int64
-	effects     []Effect
+	// claimAfter holds claims back after an intent failed to commit, so a
+	// refusing log (a degraded leader) is not asked again at once.
+	claimAfter int64
+	drainUntil int64
+	effects    []Effect
 }
 
 // NewOwner returns the owner side of a shard whose applied state is st.
@@ -266,7 +272,7 @@ func (o *Owner) reset() {
 	o.fire = map[dest]*claimed{}
 	o.publishing = map[uint64]Publish{}
 	o.resolving = map[uint64]bool{}
-	o.resolutions = map[uint64]uint64{}
+	o.resolutions = map[uint64][]uint64{}
 	o.inflight = map[uint64]bool{}
 }
 
@@ -408,13 +414,29 @@ func (o *Owner) stepLane(now int64, topic string) {
 
 // publishFiring publishes the lane's committed intents not in flight,
 // by partition and fire sequence: a later owner's too, which the
-// destination deduplicates if an earlier attempt landed.
+// destination deduplicates if an earlier attempt landed. An intent
+// claimed for another incarnation than the lane's (the destination was
+// re-created and the lane resumed into the new one) is resolved UNKNOWN:
+// it may have landed in the deleted topic, and the new one cannot tell
+// (UnprovableNeverResent).
 func (o *Owner) publishFiring(l Lane, rt *laneRuntime) {
+	var unknown []uint64
 	for _, e := range o.st.firing(l.Topic) {
 		if _, busy := o.publishing[e.ID]; busy || o.resolving[e.ID] {
 			continue
 		}
+		if e.Incarnation != l.Incarnation {
+			unknown = append(unknown, e.ID)
+			continue
+		}
 		o.publish(Publish{ID: e.ID, Topic: e.Topic, Partition: e.Partition, FireSeq: e.FireSeq, Epoch: o.epoch, Incarnation: rt.cert.Incarnation})
+	}
+	if len(unknown) > 0 {
+		ref := o.propose(Record{Kind: KindUnknown, IDs: unknown})
+		for _, id := range unknown {
+			o.resolving[id] = true
+		}
+		o.resolutions[ref] = unknown
 	}
 }
 
@@ -429,6 +451,9 @@ func (o *Owner) publish(p Publish) {
 // read as given, never as the highest seen, so a clock that jumps back
 // fires later, not earlier.
 func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
+	if now < o.claimAfter {
+		return
+	}
 	var intents []Intent
 	visits := o.cfg.ClaimMax*8 + len(o.claims)
 	o.st.dueInOrder(l.Topic, func(e *Entry) bool {
@@ -450,7 +475,7 @@ func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 	if len(intents) == 0 {
 		return
 	}
-	ref := o.propose(Record{Kind: KindIntent, Epoch: o.epoch, Intents: intents})
+	ref := o.propose(Record{Kind: KindIntent, Epoch: o.epoch, Incarnation: rt.cert.Incarnation, Intents: intents})
 	o.intents[ref] = intentClaim{l.Topic, intents}
 	for _, in := range intents {
 		o.claims[in.ID] = ref
@@ -499,6 +524,9 @@ func (o *Owner) propose(r Record) uint64 {
 func (o *Owner) Proposed(now int64, ref uint64, err error) {
 	delete(o.inflight, ref)
 	if c, ok := o.intents[ref]; ok {
+		if err != nil {
+			o.claimAfter = now + o.cfg.ProbeEveryMs
+		}
 		for _, in := range c.intents {
 			delete(o.claims, in.ID)
 			if f := o.fire[dest{c.topic, in.Partition}]; f != nil {
@@ -507,10 +535,10 @@ func (o *Owner) Proposed(now int64, ref uint64, err error) {
 		}
 		delete(o.intents, ref)
 	}
-	if id, ok := o.resolutions[ref]; ok {
+	for _, id := range o.resolutions[ref] {
 		delete(o.resolving, id)
-		delete(o.resolutions, ref)
 	}
+	delete(o.resolutions, ref)
 	o.Step(now)
 }
 
@@ -539,7 +567,7 @@ func (o *Owner) Published(now int64, p Publish, out Outcome, destSeq uint64) {
 	}
 	if ref != 0 {
 		o.resolving[p.ID] = true
-		o.resolutions[ref] = p.ID
+		o.resolutions[ref] = []uint64{p.ID}
 	}
 	o.Step(now)
 }
@@ -655,6 +683,7 @@ func (o *Owner) NextWakeMs(now int64) int64 {
 	if o.life == Draining {
 		wake(o.drainUntil)
 	}
+	wake(o.claimAfter)
 	for topic, rt := range o.lanes {
 		switch {
 		case rt.readiness == Ready:
@@ -667,4 +696,104 @@ func (o *Owner) NextWakeMs(now int64) int64 {
 		}
 	}
 	return at
+}
+
+// Clone returns a deep copy of o reading st (a copy of o's state): the
+// model checker branches owners.
+func (o *Owner) Clone(st *State) *Owner {
+	c := *o
+	c.st = st
+	c.lanes = make(map[string]*laneRuntime, len(o.lanes))
+	for t, rt := range o.lanes {
+		r := *rt
+		c.lanes[t] = &r
+	}
+	c.claims = maps.Clone(o.claims)
+	c.intents = make(map[uint64]intentClaim, len(o.intents))
+	for ref, ic := range o.intents {
+		c.intents[ref] = intentClaim{ic.topic, slices.Clone(ic.intents)}
+	}
+	c.fire = make(map[dest]*claimed, len(o.fire))
+	for d, f := range o.fire {
+		c.fire[d] = &claimed{high: f.high, seqs: maps.Clone(f.seqs)}
+	}
+	c.publishing = maps.Clone(o.publishing)
+	c.resolving = maps.Clone(o.resolving)
+	c.resolutions = make(map[uint64][]uint64, len(o.resolutions))
+	for ref, ids := range o.resolutions {
+		c.resolutions[ref] = slices.Clone(ids)
+	}
+	c.inflight = maps.Clone(o.inflight)
+	c.effects = slices.Clone(o.effects)
+	return &c
+}
+
+// AppendDigest appends a canonical encoding of o's runtime (not its
+// State's) to b: equal owners encode equally (the model checker hashes
+// states with it).
+func (o *Owner) AppendDigest(b []byte) []byte {
+	u := func(v uint64) { b = binary.BigEndian.AppendUint64(b, v) }
+	u(uint64(o.life))
+	u(o.epoch)
+	u(uint64(o.drainUntil))
+	u(uint64(o.claimAfter))
+	u(o.nextRef)
+	for _, t := range slices.Sorted(maps.Keys(o.lanes)) {
+		rt := o.lanes[t]
+		b = append(b, t...)
+		u(uint64(rt.readiness))
+		u(rt.cert.Epoch)
+		u(rt.cert.Incarnation)
+		u(uint64(rt.cert.Partitions))
+		u(uint64(rt.cert.UntilMs))
+		if rt.probed {
+			u(uint64(rt.probedAt) + 1)
+		} else {
+			u(0)
+		}
+		u(rt.brokeFor)
+	}
+	for _, id := range slices.Sorted(maps.Keys(o.claims)) {
+		u(id)
+		u(o.claims[id])
+	}
+	for _, ref := range slices.Sorted(maps.Keys(o.intents)) {
+		u(ref)
+		for _, in := range o.intents[ref].intents {
+			u(in.ID)
+			u(uint64(in.Partition))
+			u(in.FireSeq)
+		}
+	}
+	for _, d := range slices.SortedFunc(maps.Keys(o.fire), func(a, b dest) int {
+		if a.topic != b.topic {
+			return strings.Compare(a.topic, b.topic)
+		}
+		return int(a.partition) - int(b.partition)
+	}) {
+		f := o.fire[d]
+		b = append(b, d.topic...)
+		u(uint64(d.partition))
+		u(f.high)
+		for _, s := range slices.Sorted(maps.Keys(f.seqs)) {
+			u(s)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(o.publishing)) {
+		p := o.publishing[id]
+		u(id)
+		u(p.FireSeq)
+		u(p.Epoch)
+		u(p.Incarnation)
+	}
+	for _, ref := range slices.Sorted(maps.Keys(o.resolutions)) {
+		u(ref)
+		for _, id := range o.resolutions[ref] {
+			u(id)
+		}
+	}
+	for _, ref := range slices.Sorted(maps.Keys(o.inflight)) {
+		u(ref)
+	}
+	return b
 }

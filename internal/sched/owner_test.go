@@ -480,3 +480,39 @@ func TestCancel(t *testing.T) {
 	w.settle(true)
 	w.expectDelivered("a", keep)
 }
+
+// An intent the log refused (a degraded leader) is not proposed again
+// before ProbeEveryMs: a refusal must not turn into a busy loop.
+func TestRefusedIntentWaitsBeforeClaimingAgain(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	w.schedule("a", 1000, 0)
+	w.settle(false)
+	intents := func() int {
+		n := 0
+		for _, p := range w.queue {
+			if p.Record.Kind == KindIntent {
+				n++
+			}
+		}
+		return n
+	}
+	if intents() != 1 {
+		t.Fatalf("%d intents proposed, want 1", intents())
+	}
+	ref := w.queue[len(w.queue)-1].Ref
+	w.queue = nil
+	w.o.Proposed(w.now, ref, errShort)
+	w.settle(false)
+	if n := intents(); n != 0 {
+		t.Fatalf("%d intents proposed again at once after a refusal", n)
+	}
+	if at := w.o.NextWakeMs(w.now); at != w.now+testConfig.ProbeEveryMs {
+		t.Fatalf("next wake %d, want %d", at, w.now+testConfig.ProbeEveryMs)
+	}
+	w.at(w.now + testConfig.ProbeEveryMs)
+	w.settle(false)
+	if n := intents(); n != 1 {
+		t.Fatalf("%d intents proposed after the wait, want 1", n)
+	}
+}

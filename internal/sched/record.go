@@ -119,12 +119,18 @@ type LaneCommand struct {
 // its Kind are set.
 type Record struct {
 	Kind     Kind
-	Schedule Schedule    // KindSchedule
-	Epoch    uint64      // KindIntent: the owner epoch that claimed
-	Intents  []Intent    // KindIntent
-	Fired    []Fired     // KindFired
-	IDs      []uint64    // KindUnknown, KindCancel
-	Lane     LaneCommand // KindLane
+	Schedule Schedule // KindSchedule
+	Epoch    uint64   // KindIntent: the owner epoch that claimed
+	// Incarnation (KindIntent): the destination incarnation the claim's
+	// certificate vouched for. An intent still unresolved when its lane
+	// pins another incarnation is resolved UNKNOWN, never published into
+	// the new one: the new topic's dedup cannot prove an attempt that may
+	// have landed in the deleted one.
+	Incarnation uint64
+	Intents     []Intent    // KindIntent
+	Fired       []Fired     // KindFired
+	IDs         []uint64    // KindUnknown, KindCancel
+	Lane        LaneCommand // KindLane
 }
 
 // Size bounds: a record is refused (encoding) or rejected (decoding)
@@ -161,6 +167,7 @@ func (r *Record) Encode() ([]byte, error) {
 			return nil, err
 		}
 		b = binary.BigEndian.AppendUint64(b, r.Epoch)
+		b = binary.BigEndian.AppendUint64(b, r.Incarnation)
 		b = binary.BigEndian.AppendUint32(b, uint32(len(r.Intents)))
 		for _, in := range r.Intents {
 			b = binary.BigEndian.AppendUint64(b, in.ID)
@@ -233,6 +240,7 @@ func Decode(b []byte) (Record, error) {
 		r.Schedule.Partition = d.u32()
 	case KindIntent:
 		r.Epoch = d.u64()
+		r.Incarnation = d.u64()
 		n := d.count(intentBytes)
 		r.Intents = make([]Intent, n)
 		for i := range r.Intents {

@@ -10,7 +10,7 @@ import (
 var sampleRecords = []Record{
 	{Kind: KindSchedule, Schedule: Schedule{DeliverAtMs: 1767225600000, Topic: "orders", Incarnation: 42, Partition: 3}},
 	{Kind: KindSchedule, Schedule: Schedule{DeliverAtMs: -1, Topic: strings.Repeat("t", TopicBytesMax)}},
-	{Kind: KindIntent, Epoch: 7, Intents: []Intent{{ID: 5, Partition: 1, FireSeq: 9}, {ID: 6, FireSeq: 10}}},
+	{Kind: KindIntent, Epoch: 7, Incarnation: 42, Intents: []Intent{{ID: 5, Partition: 1, FireSeq: 9}, {ID: 6, FireSeq: 10}}},
 	{Kind: KindFired, Fired: []Fired{{ID: 5, DestSeq: 1000}}},
 	{Kind: KindUnknown, IDs: []uint64{6}},
 	{Kind: KindCancel, IDs: []uint64{1, 2, 3}},

@@ -3,6 +3,7 @@ package sched
 import (
 	"container/heap"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -62,6 +63,7 @@ type Entry struct {
 	Status      Status
 	FireSeq     uint64 // firing: the intent's fire sequence
 	Epoch       uint64 // firing: the owner epoch that claimed it
+	Incarnation uint64 // firing: the destination incarnation it was claimed for
 	heapIndex   int    // position in its lane's due queue; -1 when not in it
 }
 
@@ -240,7 +242,7 @@ func (s *State) Apply(seq uint64, r *Record) (Result, error) {
 	case KindSchedule:
 		return s.applySchedule(seq, r.Schedule), nil
 	case KindIntent:
-		return s.applyIntent(r.Epoch, r.Intents), nil
+		return s.applyIntent(r.Epoch, r.Incarnation, r.Intents), nil
 	case KindFired:
 		var res Result
 		for _, f := range r.Fired {
@@ -305,7 +307,7 @@ func (s *State) applySchedule(id uint64, sc Schedule) Result {
 // sequence would make the destination take it for a retry of an earlier
 // schedule and drop it (FireSeqNeverReused). A skipped item leaves its
 // schedule as it was; a pending one is claimed again.
-func (s *State) applyIntent(epoch uint64, intents []Intent) Result {
+func (s *State) applyIntent(epoch, incarnation uint64, intents []Intent) Result {
 	var res Result
 	for _, in := range intents {
 		e := s.entries[in.ID]
@@ -326,7 +328,7 @@ func (s *State) applyIntent(epoch uint64, intents []Intent) Result {
 		f.last = max(f.last, in.FireSeq)
 		f.firing[in.FireSeq] = in.ID
 		heap.Remove(&s.lanes[e.Topic].due, e.heapIndex)
-		e.Status, e.Partition, e.FireSeq, e.Epoch = StatusFiring, in.Partition, in.FireSeq, epoch
+		e.Status, e.Partition, e.FireSeq, e.Epoch, e.Incarnation = StatusFiring, in.Partition, in.FireSeq, epoch, incarnation
 	}
 	return res
 }
@@ -516,4 +518,28 @@ func (p *positions) Pop() any {
 	v := p.at[len(p.at)-1]
 	p.at = p.at[:len(p.at)-1]
 	return v
+}
+
+// Clone returns a deep copy of s (the model checker branches states).
+func (s *State) Clone() *State {
+	c := *s
+	c.entries = make(map[uint64]*Entry, len(s.entries))
+	for id, e := range s.entries {
+		x := *e
+		c.entries[id] = &x
+	}
+	c.lanes = make(map[string]*Lane, len(s.lanes))
+	for t, l := range s.lanes {
+		x := *l
+		x.due = make(dueQueue, len(l.due))
+		for i, e := range l.due {
+			x.due[i] = c.entries[e.ID]
+		}
+		c.lanes[t] = &x
+	}
+	c.fires = make(map[dest]*fireLog, len(s.fires))
+	for d, f := range s.fires {
+		c.fires[d] = &fireLog{last: f.last, firing: maps.Clone(f.firing)}
+	}
+	return &c
 }
