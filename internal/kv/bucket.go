@@ -153,12 +153,10 @@ type Bucket struct {
 }
 
 // NewBucket returns an empty bucket whose log starts at seq 1.
-func NewBucket(cfg Config) (*Bucket, error) { return NewBucketAt(cfg, 1) }
+func NewBucket(cfg Config) (*Bucket, error) { return newBucketAt(cfg, 1) }
 
-// NewBucketAt returns an empty bucket whose log starts at startSeq: the
-// seqs before it are gone, so its floor is startSeq. Applying the log from
-// LogRetainFrom() onward to it gives the state of the bucket that said so.
-func NewBucketAt(cfg Config, startSeq uint64) (*Bucket, error) {
+// newBucketAt returns an empty bucket whose floor is startSeq.
+func newBucketAt(cfg Config, startSeq uint64) (*Bucket, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -176,12 +174,14 @@ func (b *Bucket) Applied() uint64 { return b.applied }
 // or above it was evicted (only overwritten). It only rises.
 func (b *Bucket) Floor() uint64 { return b.floor }
 
-// LogRetainFrom is the lowest seq the partition's log must keep for the
-// bucket to be rebuilt from the log alone (NewBucketAt(cfg, it) plus the
-// records from it on): the floor, or the oldest kept revision if that is
-// older (a live key's only revision pins the log; rewriting it forward is
-// out of scope). With a snapshot at seq s, the log may drop every seq ≤ s
-// whatever this says.
+// LogRetainFrom is the lowest seq the partition's log must keep so that
+// the record of every revision a watch may still deliver is in it: the
+// floor, or the oldest kept revision if that is older (a live key's only
+// revision pins the log; rewriting it forward is out of scope). The log
+// alone is not enough to rebuild from, though: a CAS's outcome depends on
+// the state before it, so the node truncates below
+// min(LogRetainFrom(), s+1) only, s being the applied seq of a durable
+// Snapshot, and rebuilds from that snapshot plus the log after it.
 func (b *Bucket) LogRetainFrom() uint64 {
 	from := b.floor
 	for _, seq := range b.order {

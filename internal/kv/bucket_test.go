@@ -77,8 +77,10 @@ func must(rev Revision, ok bool) Revision {
 	return rev
 }
 
-func TestApplyChecksCASCondition(t *testing.T) {
-	r := newRun(Mutations{})
+func TestApplyChecksCASCondition(t *testing.T) { applyChecksCASCondition(t, Mutations{}) }
+
+func applyChecksCASCondition(t tb, m Mutations) {
+	r := newRun(m)
 	if _, res := r.mustApply(t, cas("a", "1", 0)); res.Outcome != Written {
 		t.Fatalf("create of an absent key: %v", res.Outcome)
 	}
@@ -104,7 +106,11 @@ func TestApplyChecksCASCondition(t *testing.T) {
 // then a compaction record purges it with its key's history and raises
 // the floor above it; live keys stay whatever their age.
 func TestCompactionPurgesExpiredTombstones(t *testing.T) {
-	r := newRun(Mutations{})
+	compactionPurgesExpiredTombstones(t, Mutations{})
+}
+
+func compactionPurgesExpiredTombstones(t tb, m Mutations) {
+	r := newRun(m)
 	r.mustApply(t, put("live", "v", 0))  // 1: old, live
 	r.mustApply(t, put("gone", "v", 0))  // 2
 	r.mustApply(t, del("gone", 100))     // 3: tombstone at 100 ms

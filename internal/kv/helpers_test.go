@@ -2,7 +2,6 @@ package kv
 
 import (
 	"fmt"
-	"testing"
 )
 
 const testTTLms = 1000
@@ -36,7 +35,7 @@ func (r *bucketRun) apply(rec Record) (uint64, ApplyResult, error) {
 	return seq, res, nil
 }
 
-func (r *bucketRun) mustApply(t testing.TB, rec Record) (uint64, ApplyResult) {
+func (r *bucketRun) mustApply(t tb, rec Record) (uint64, ApplyResult) {
 	t.Helper()
 	seq, res, err := r.apply(rec)
 	if err != nil {
@@ -80,4 +79,13 @@ func describe(events []Event) []string {
 		}
 	}
 	return out
+}
+
+// tb is the part of testing.TB the scenarios use, so that a mutation test
+// can run a scenario and see it fail (failureRecorder).
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
 }

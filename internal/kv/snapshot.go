@@ -127,7 +127,7 @@ func Restore(cfg Config, s Snapshot) (*Bucket, error) {
 	if s.Floor == 0 || s.Floor-1 > s.Applied {
 		return nil, fmt.Errorf("%w: floor %d with applied %d", ErrSnapshot, s.Floor, s.Applied)
 	}
-	b, err := NewBucketAt(cfg, s.Floor)
+	b, err := newBucketAt(cfg, s.Floor)
 	if err != nil {
 		return nil, err
 	}
