@@ -187,3 +187,16 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestOverwrittenRevisionsDoNotAccumulate: the seq index drops what
+// history trimming removed, so a hot key does not grow what a watcher
+// scans.
+func TestOverwrittenRevisionsDoNotAccumulate(t *testing.T) {
+	r := newRun(Mutations{})
+	for range 1000 {
+		r.mustApply(t, put("hot", "v", 0))
+	}
+	if n := len(r.b.order); n > 2*r.b.cfg.HistoryMax+1 {
+		t.Fatalf("%d seqs indexed for %d kept revisions", n, len(r.b.bySeq))
+	}
+}

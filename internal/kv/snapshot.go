@@ -108,9 +108,6 @@ func DecodeSnapshot(b []byte) (Snapshot, error) {
 			return fail("revision %d: %v value of %d bytes", i, rev.Op, valueBytes)
 		}
 		rev.Value, rest = rest[:valueBytes:valueBytes], rest[valueBytes:]
-		if len(rev.Value) == 0 {
-			rev.Value = nil // as Apply keeps an empty value
-		}
 		s.Revisions = append(s.Revisions, rev)
 		prev = rev.Seq
 	}

@@ -67,6 +67,18 @@ func TestDecodeSnapshotRefusesDamage(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+	// Well-formed bytes of states no bucket holds.
+	for name, rev := range map[string]Revision{
+		"empty key":         {Seq: 1, Op: OpPut},
+		"key too long":      {Seq: 1, Op: OpPut, Key: string(make([]byte, KeyBytesLimit+1))},
+		"value too long":    {Seq: 1, Op: OpPut, Key: "k", Value: make([]byte, ValueBytesLimit+1)},
+		"delete with value": {Seq: 1, Op: OpDelete, Key: "k", Value: []byte("v")},
+	} {
+		b := AppendSnapshot(nil, Snapshot{Applied: 1, Floor: 1, Revisions: []Revision{rev}})
+		if _, err := DecodeSnapshot(b); !errors.Is(err, ErrSnapshot) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
 }
 
 func TestRestoreRefusesNonsense(t *testing.T) {
