@@ -23,6 +23,10 @@ var (
 	ErrBusy = errors.New("kv: too many writes in flight")
 	// ErrBadWrite: a write that is not a put or a delete.
 	ErrBadWrite = errors.New("kv: not a put or delete")
+	// ErrLeaderNotReady: the leader has not applied its reign's first
+	// entry yet, so its committed state may miss writes that committed
+	// under the previous leader (and were acknowledged to clients).
+	ErrLeaderNotReady = errors.New("kv: leader has not applied its reign's start")
 )
 
 // MismatchError is a refused CAS: Current is the key's latest revision
@@ -88,9 +92,13 @@ type LeaderEffects struct {
 //
 // Not safe for concurrent use; the shell owns it with the Bucket.
 type Leader struct {
-	cfg      Config
-	inflight []inflightWrite // proposed, not applied or failed, log order
-	parked   []parkedWrite   // arrival order
+	cfg Config
+	// reignStartSeq is the seq of this reign's first entry (its install
+	// entry): once the bucket applied it, every write acknowledged by an
+	// earlier leader is in the committed state.
+	reignStartSeq uint64
+	inflight      []inflightWrite // proposed, not applied or failed, log order
+	parked        []parkedWrite   // arrival order
 }
 
 type inflightWrite struct {
@@ -105,12 +113,13 @@ type parkedWrite struct {
 	behind uint64 // the id of the write in flight it waits for
 }
 
-// NewLeader returns the leader kernel of a bucket this node now leads.
-func NewLeader(cfg Config) (*Leader, error) {
+// NewLeader returns the leader kernel of a bucket this node now leads,
+// from reignStartSeq (the seq of its epoch's install entry) on.
+func NewLeader(cfg Config, reignStartSeq uint64) (*Leader, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Leader{cfg: cfg}, nil
+	return &Leader{cfg: cfg, reignStartSeq: reignStartSeq}, nil
 }
 
 // Inflight and Parked count the writes proposed and waiting.
@@ -122,6 +131,12 @@ func (l *Leader) Submit(b *Bucket, req Request, nowMs int64) LeaderEffects {
 	var eff LeaderEffects
 	if err := l.check(req.Write); err != nil {
 		eff.Replies = append(eff.Replies, Reply{ID: req.ID, Err: err})
+		return eff
+	}
+	// A refusal against committed state is linearizable only if that
+	// state holds every write an earlier reign acknowledged.
+	if b.Applied() < l.reignStartSeq {
+		eff.Replies = append(eff.Replies, Reply{ID: req.ID, Err: fmt.Errorf("%w: applied %d, reign starts at %d", ErrLeaderNotReady, b.Applied(), l.reignStartSeq)})
 		return eff
 	}
 	if len(l.inflight) >= l.cfg.InflightWritesMax {

@@ -16,7 +16,7 @@ type leaderRun struct {
 }
 
 func newLeaderRun(m Mutations) *leaderRun {
-	l, err := NewLeader(testConfig(m))
+	l, err := NewLeader(testConfig(m), 0)
 	if err != nil {
 		panic(err)
 	}
@@ -264,5 +264,28 @@ func TestSubmitRefusesBadWritesAndBounds(t *testing.T) {
 	}
 	if refused != testConfig(Mutations{}).ParkedWritesMax || lr.l.Parked() != 0 {
 		t.Fatalf("%d parked CASes refused, %d still parked", refused, lr.l.Parked())
+	}
+}
+
+// TestLeaderWaitsForItsReignStart: a new leader whose bucket has not
+// applied its install entry refuses writes: its committed state may miss
+// a write the previous leader acknowledged, and a CAS refused against it
+// would name a revision older than one the client already saw.
+func TestLeaderWaitsForItsReignStart(t *testing.T) {
+	lr := newLeaderRun(Mutations{})
+	lr.mustApply(t, put("a", "v0", 0)) // 1, committed under the last leader
+	l, err := NewLeader(testConfig(Mutations{}), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr.l = l
+	lr.mustApply(t, put("a", "v1", 0)) // 2, acknowledged by the last leader
+	id, proposed := lr.casPut("a", "v2", 2)
+	if r := lr.reply(t, id); proposed || !errors.Is(r.Err, ErrLeaderNotReady) {
+		t.Fatalf("write before the reign's start applied: %+v", r)
+	}
+	lr.mustApply(t, Record{Headers: []Header{{Key: "nereus-control", Value: []byte("install")}}}) // 3
+	if _, proposed := lr.casPut("a", "v2", 2); !proposed {
+		t.Fatal("CAS at the current revision not proposed once the reign's start applied")
 	}
 }
