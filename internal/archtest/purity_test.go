@@ -22,6 +22,7 @@ var kernels = []string{
 	"github.com/nereus-broker/nereus/internal/meta",
 	"github.com/nereus-broker/nereus/internal/group",
 	"github.com/nereus-broker/nereus/internal/sched",
+	"github.com/nereus-broker/nereus/internal/kv",
 }
 
 // vocabulary may be imported by kernels: the protocol's types, codes and

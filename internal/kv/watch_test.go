@@ -1,0 +1,107 @@
+package kv
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// watchAll drains a watch from cursor with the given credit per call,
+// checking that every batch continues where the last one ended.
+func watchAll(t tb, b *Bucket, c Cursor, credit int) ([]string, uint64) {
+	t.Helper()
+	var out []string
+	for range 100 {
+		batch := b.Watch(c, credit)
+		out = append(out, describe(batch.Events)...)
+		if batch.Expired || batch.Next == c.Next {
+			return out, batch.Next
+		}
+		c.Next = batch.Next
+	}
+	t.Fatal("watch did not settle in 100 calls")
+	return nil, 0
+}
+
+func TestWatchReportsSkipsDistinctly(t *testing.T) {
+	r := newRun(Mutations{})
+	r.mustApply(t, put("a/1", "v", 0)) // 1: overwritten by 3, 4, 6
+	r.mustApply(t, put("b/1", "v", 0)) // 2: outside a/
+	r.mustApply(t, put("a/1", "v", 0)) // 3
+	r.mustApply(t, put("a/1", "v", 0)) // 4
+	r.mustApply(t, cas("a/2", "v", 9)) // 5: refused, no revision
+	r.mustApply(t, put("a/1", "v", 0)) // 6
+	r.mustApply(t, del("a/2", 0))      // 7
+	r.mustApply(t, put("b/2", "v", 0)) // 8
+	r.mustApply(t, CompactRecord(1))   // 9: nothing to purge
+	r.mustApply(t, Record{})           // 10: not a KV record
+	got, next := watchAll(t, r.b, Cursor{Next: 1, Prefix: "a/"}, 10)
+	want := []string{
+		"SKIP 1-2 overwritten|outside-prefix", "PUT a/1@3", "PUT a/1@4",
+		"SKIP 5-5 overwritten", "PUT a/1@6", "DEL a/2@7", "SKIP 8-10 overwritten|outside-prefix",
+	}
+	if !slices.Equal(got, want) || next != 11 {
+		t.Fatalf("watch a/ from 1:\n got %v next %d\nwant %v next 11", got, next, want)
+	}
+	// With credit 1 the same events arrive, one delivery per call.
+	if got, _ := watchAll(t, r.b, Cursor{Next: 1, Prefix: "a/"}, 1); !slices.Equal(got, want) {
+		t.Fatalf("credit 1:\n got %v\nwant %v", got, want)
+	}
+	// Caught up: nothing, and the cursor stays.
+	if batch := r.b.Watch(Cursor{Next: 11}, 5); len(batch.Events) != 0 || batch.Next != 11 {
+		t.Fatalf("caught-up watch: %+v", batch)
+	}
+}
+
+func TestWatchCreditBoundsDeliveries(t *testing.T) {
+	r := newRun(Mutations{})
+	for i := range 5 {
+		r.mustApply(t, put(string(rune('a'+i)), "v", 0))
+	}
+	batch := r.b.Watch(Cursor{Next: 2}, 2)
+	if got := describe(batch.Events); !slices.Equal(got, []string{"PUT b@2", "PUT c@3"}) || batch.Next != 4 {
+		t.Fatalf("credit 2 from 2: %v next %d", got, batch.Next)
+	}
+	if batch := r.b.Watch(Cursor{Next: 2}, 0); len(batch.Events) != 0 || batch.Next != 2 {
+		t.Fatalf("credit 0: %+v", batch)
+	}
+}
+
+func TestWatchScanIsBounded(t *testing.T) {
+	cfg := testConfig(Mutations{})
+	cfg.WatchScanRevisionsMax = 2
+	b, _ := NewBucket(cfg)
+	for seq := uint64(1); seq <= 5; seq++ {
+		b.Apply(seq, put("x"+strings.Repeat("x", int(seq)), "v", 0))
+	}
+	batch := b.Watch(Cursor{Next: 1, Prefix: "y"}, 10)
+	if got := describe(batch.Events); !slices.Equal(got, []string{"SKIP 1-2 outside-prefix"}) || batch.Next != 3 {
+		t.Fatalf("bounded scan: %v next %d", got, batch.Next)
+	}
+}
+
+// TestWatchCursorExpired: a watcher below the floor — at resume, or live
+// after a compaction overran it — gets CURSOR_EXPIRED and nothing else;
+// at or above the floor it continues.
+func TestWatchCursorExpired(t *testing.T) { watchCursorExpired(t, Mutations{}) }
+
+func watchCursorExpired(t tb, m Mutations) {
+	r := newRun(m)
+	r.mustApply(t, put("k", "v", 0))         // 1
+	r.mustApply(t, del("k", 0))              // 2
+	r.mustApply(t, put("j", "v", 0))         // 3
+	live := Cursor{Next: 2}                  // a watcher that has seen 1 only
+	r.mustApply(t, CompactRecord(testTTLms)) // 4: purges k@1, k@2
+	if r.b.Floor() != 3 {
+		t.Fatalf("floor %d, want 3", r.b.Floor())
+	}
+	for _, c := range []Cursor{live, {Next: 1}, {Next: 1, Prefix: "j"}} {
+		batch := r.b.Watch(c, 10)
+		if got := describe(batch.Events); !slices.Equal(got, []string{"CURSOR_EXPIRED floor=3"}) || !batch.Expired || batch.Next != c.Next {
+			t.Fatalf("watch from %+v: %v next %d expired %v", c, got, batch.Next, batch.Expired)
+		}
+	}
+	if got, _ := watchAll(t, r.b, Cursor{Next: 3}, 10); !slices.Equal(got, []string{"PUT j@3", "SKIP 4-4 overwritten"}) {
+		t.Fatalf("watch from the floor: %v", got)
+	}
+}
