@@ -21,6 +21,7 @@ var kernels = []string{
 	"github.com/nereus-broker/nereus/internal/replica",
 	"github.com/nereus-broker/nereus/internal/meta",
 	"github.com/nereus-broker/nereus/internal/group",
+	"github.com/nereus-broker/nereus/internal/kvfold",
 }
 
 // vocabulary may be imported by kernels: the protocol's types, codes and
