@@ -107,13 +107,10 @@ type Loop struct {
 	persisted Revision
 	// pending are ops not yet sent to the store, in stream order; with
 	// what is in flight and applied they reach frontier.
-	pending  []Op
-	inflight *Apply
-	failures int // consecutive failed store operations
-	watch    uint64
-	// tripped: the current watch was resumed by the floor guard and has
-	// delivered nothing yet (a probe does not trip it again).
-	tripped     bool
+	pending     []Op
+	inflight    *Apply
+	failures    int    // consecutive failed store operations
+	watch       uint64 // the current watch's id (0: none)
 	listRequest uint64
 	keysRequest uint64
 	listing     *Listing // held from its arrival until the store's keys are read
@@ -144,6 +141,9 @@ func (l *Loop) Frontier() Revision { return l.frontier }
 // Persisted is the store's cursor as the loop last heard of it.
 func (l *Loop) Persisted() Revision { return l.persisted }
 
+// Watch is the current watch's id (0: none).
+func (l *Loop) Watch() uint64 { return l.watch }
+
 // PendingOps is the number of ops waiting for an apply.
 func (l *Loop) PendingOps() int { return len(l.pending) }
 
@@ -173,8 +173,9 @@ func (l *Loop) Step(ev Event) []Effect {
 		l.applied(ev)
 	case Probe:
 		// An idle watch gets no delivery to check in band: the probe is
-		// its only evidence that the floor passed its cursor.
-		if (l.phase == Watching || l.phase == Barrier) && !l.tripped && ev.Floor > l.frontier+1 {
+		// its only evidence that the floor passed its cursor. (A probe
+		// racing a resume only resumes once more.)
+		if (l.phase == Watching || l.phase == Barrier) && ev.Floor > l.frontier+1 {
 			l.resume()
 		}
 	case Flush:
@@ -199,14 +200,12 @@ func (l *Loop) restart(r Restart) {
 		l.frontier = mem
 	}
 	l.resume()
-	l.tripped = false
 }
 
 // resume restarts the watch after the frontier. When the floor has passed
 // it, the server answers CURSOR_EXPIRED and the loop resyncs.
 func (l *Loop) resume() {
 	l.watch = l.newID()
-	l.tripped = true
 	l.out = append(l.out, Watch{ID: l.watch, From: l.frontier + 1})
 }
 
@@ -226,7 +225,6 @@ func (l *Loop) deliver(d Delivery) {
 			return
 		}
 	}
-	l.tripped = false
 	l.pending = append(l.pending, Op{Key: d.Key, Value: d.Value, Delete: d.Delete})
 	l.frontier = d.Revision
 	if len(l.pending) >= l.cfg.BatchOpsMax {
@@ -237,7 +235,7 @@ func (l *Loop) deliver(d Delivery) {
 // resync drops what the expired watch queued (the listing supersedes it)
 // and lists the bucket.
 func (l *Loop) resync() {
-	l.pending, l.watch, l.tripped = nil, 0, false
+	l.pending, l.watch = nil, 0
 	l.listing, l.keysRequest = nil, 0
 	l.phase = Resyncing
 	l.listRequest = l.newID()
@@ -400,9 +398,6 @@ func (l *Loop) AppendKey(b []byte) []byte {
 	b = append(b, byte(l.phase))
 	for _, x := range []uint64{uint64(l.frontier), uint64(l.persisted), uint64(l.failures), l.watch, l.listRequest, l.keysRequest, l.lastID} {
 		b = binary.AppendUvarint(b, x)
-	}
-	if l.tripped {
-		b = append(b, 1)
 	}
 	b = appendOps(append(b, 'p'), l.pending)
 	if l.inflight != nil {

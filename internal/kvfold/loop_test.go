@@ -282,17 +282,16 @@ func TestFloorGuard(t *testing.T) {
 	}
 }
 
-func TestProbeTripsAnIdleWatchOnce(t *testing.T) {
+func TestProbeTripsAnIdleWatch(t *testing.T) {
 	f := newFixture(t, Config{}, 0)
 	f.put(1, "a", "1", 1)
 	f.step(Probe{Floor: 2})
 	f.expectWatchFrom(1) // floor 2 = frontier+1: nothing missed
 	f.step(Probe{Floor: 3})
 	f.expectWatchFrom(2)
-	id := f.watch.ID
-	f.step(Probe{Floor: 3})
-	if f.watch.ID != id {
-		t.Fatal("a probe tripped a watch the guard had just resumed")
+	f.step(CursorExpired{Watch: f.watch.ID, Floor: 3})
+	if f.l.Phase() != Resyncing {
+		t.Fatalf("phase %v after the resumed watch expired", f.l.Phase())
 	}
 }
 
