@@ -125,6 +125,7 @@ func TestFailedApplyIsRequeuedInStreamOrder(t *testing.T) {
 	f.put(2, "b", "1", 1)
 	expect(t, "first flush", f.flush(), "[a=1 b=1]@2")
 	f.del(3, "a", 1)
+	expect(t, "flush with a batch in flight", f.flush(), "")
 	f.answer(errDisk)
 	if f.l.Persisted() != 0 {
 		t.Fatalf("persisted %d after a failed apply", f.l.Persisted())
@@ -133,6 +134,101 @@ func TestFailedApplyIsRequeuedInStreamOrder(t *testing.T) {
 	f.answer(nil)
 	if f.l.Persisted() != 3 || f.l.PendingOps() != 0 {
 		t.Fatalf("persisted %d, %d pending", f.l.Persisted(), f.l.PendingOps())
+	}
+}
+
+func TestBatchOpsMaxAppliesWithoutAFlush(t *testing.T) {
+	f := newFixture(t, Config{BatchOpsMax: 2}, 0)
+	f.put(1, "a", "1", 1)
+	if f.batch != nil {
+		t.Fatal("applied below BatchOpsMax")
+	}
+	f.put(2, "b", "1", 1)
+	if f.batch == nil {
+		t.Fatal("no apply at BatchOpsMax")
+	}
+	expect(t, "batch", f.batch.String(), "[a=1 b=1]@2")
+}
+
+// A duplicate or older revision (a transport redelivery) neither folds
+// again nor moves the frontier back.
+func TestDuplicateDeliveriesAreIgnored(t *testing.T) {
+	f := newFixture(t, Config{}, 0)
+	f.put(1, "a", "1", 1)
+	f.put(2, "a", "2", 1)
+	f.put(2, "a", "2", 1)
+	f.put(1, "a", "1", 1)
+	if f.l.Frontier() != 2 {
+		t.Fatalf("frontier %d", f.l.Frontier())
+	}
+	expect(t, "flush", f.flush(), "[a=1 a=2]@2")
+}
+
+// Answers meant for an earlier incarnation of the loop (its store calls
+// and listing may still finish after an in-process restart) are not
+// taken for this one's.
+func TestAnswersToAnEarlierIncarnationAreIgnored(t *testing.T) {
+	f := newFixture(t, Config{}, 0)
+	f.put(1, "a", "1", 1)
+	f.flush()
+	stale := f.batch.ID
+	f.step(CursorExpired{Watch: f.watch.ID, Floor: 3})
+	staleList := f.list
+	f.batch = nil
+	f.step(Restart{Persisted: 0})
+	f.put(1, "a", "1", 1)
+	f.put(2, "b", "1", 1)
+	f.flush()
+	f.step(Applied{Batch: stale, Err: errDisk})
+	if f.l.Persisted() != 0 || f.batch == nil {
+		t.Fatal("the earlier incarnation's apply answer was taken")
+	}
+	f.answer(nil)
+	if f.l.Persisted() != 2 {
+		t.Fatalf("persisted %d after this incarnation's apply", f.l.Persisted())
+	}
+	f.step(CursorExpired{Watch: f.watch.ID, Floor: 9})
+	f.step(Listing{Request: staleList, Revision: 1}) // older than the store's cursor 2
+	if f.l.Phase() != Resyncing || f.l.Frontier() != 2 {
+		t.Fatalf("the earlier incarnation's listing was taken: phase %v, frontier %d", f.l.Phase(), f.l.Frontier())
+	}
+	f.step(Listing{Request: f.list, Revision: 9})
+	f.expectWatchFrom(10)
+}
+
+// A key read of an earlier incarnation predates what this one applied:
+// its deletes would miss keys the store has now.
+func TestKeyReadOfAnEarlierIncarnationIsIgnored(t *testing.T) {
+	f := newFixture(t, Config{}, 0)
+	f.step(CursorExpired{Watch: f.watch.ID, Floor: 3})
+	f.step(Listing{Request: f.list, Revision: 3})
+	stale := f.keys
+	f.step(Restart{Persisted: 0})
+	f.put(1, "a", "1", 1)
+	f.flush()
+	f.answer(nil)
+	f.step(CursorExpired{Watch: f.watch.ID, Floor: 5})
+	f.step(Listing{Request: f.list, Revision: 5})
+	f.step(StoreKeys{Request: stale}) // read when the store was empty
+	if f.batch != nil {
+		t.Fatalf("the earlier incarnation's key read was taken: %v", f.batch)
+	}
+	f.step(StoreKeys{Request: f.keys, Keys: []string{"a"}})
+	expect(t, "resync batch", f.batch.String(), "[-a]@5")
+}
+
+// A CURSOR_EXPIRED of a watch the loop already replaced does not start
+// another listing of the whole bucket.
+func TestExpiryOfAReplacedWatchIsIgnored(t *testing.T) {
+	f := newFixture(t, Config{}, 0)
+	old := f.watch.ID
+	f.step(Probe{Floor: 2}) // frontier 0, floor 2: resumes from 1
+	if f.watch.ID == old {
+		t.Fatal("the probe did not resume the watch")
+	}
+	f.step(CursorExpired{Watch: old, Floor: 2})
+	if f.l.Phase() != Watching || f.list != 0 {
+		t.Fatalf("a replaced watch's expiry: phase %v, list request %d", f.l.Phase(), f.list)
 	}
 }
 
@@ -218,6 +314,22 @@ func TestResyncDeletesBeforeTheRelistedPuts(t *testing.T) {
 		t.Fatal("no apply once the store's keys are known")
 	}
 	expect(t, "resync batch", f.batch.String(), "[-a -c b=2 d=1 a=9]@6")
+}
+
+// What the expired watch had queued is dropped (the listing supersedes
+// it), and a failed read of the store's keys is retried.
+func TestResyncDropsTheExpiredWatchsQueueAndRetriesTheKeyRead(t *testing.T) {
+	f := newFixture(t, Config{}, 0)
+	f.put(1, "a", "1", 1)
+	f.step(CursorExpired{Watch: f.watch.ID, Floor: 3})
+	f.step(Listing{Request: f.list, Revision: 4, Entries: []Entry{{"b", []byte("1")}}})
+	first := f.keys
+	f.step(StoreKeys{Request: first, Err: errDisk})
+	if f.keys == first || f.l.Phase() != Barrier {
+		t.Fatalf("a failed key read: request %d (was %d), phase %v", f.keys, first, f.l.Phase())
+	}
+	f.step(StoreKeys{Request: f.keys})
+	expect(t, "resync batch", f.batch.String(), "[b=1]@4")
 }
 
 // A listing that lands while an apply is in flight waits for its answer
