@@ -365,8 +365,10 @@ func (l *Loop) storeFailed() bool {
 // flush sends what is pending as one batch reaching the frontier. Never
 // during a resync before its deletes are queued (the barrier), and one
 // batch at a time: a later batch must not commit before an earlier one.
+// A batch with no ops still moves the store's cursor (a resync that found
+// nothing to change), else every restart would resync again.
 func (l *Loop) flush() {
-	if l.phase != Watching || l.inflight != nil || len(l.pending) == 0 {
+	if l.phase != Watching || l.inflight != nil || (len(l.pending) == 0 && l.frontier <= l.persisted) {
 		return
 	}
 	l.inflight = &Apply{ID: l.newID(), Ops: l.pending, Cursor: l.frontier}

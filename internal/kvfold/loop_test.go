@@ -332,6 +332,23 @@ func TestResyncDropsTheExpiredWatchsQueueAndRetriesTheKeyRead(t *testing.T) {
 	expect(t, "resync batch", f.batch.String(), "[b=1]@4")
 }
 
+// A resync that changes nothing still moves the store's cursor past the
+// floor, so that a restart does not resync again.
+func TestEmptyResyncMovesTheCursor(t *testing.T) {
+	f := newFixture(t, Config{}, 2)
+	f.step(CursorExpired{Watch: f.watch.ID, Floor: 4})
+	f.step(Listing{Request: f.list, Revision: 6})
+	f.step(StoreKeys{Request: f.keys})
+	expect(t, "resync batch", f.batch.String(), "[]@6")
+	f.answer(errDisk)
+	expect(t, "retry", f.flush(), "[]@6")
+	f.answer(nil)
+	if f.l.Persisted() != 6 {
+		t.Fatalf("persisted %d", f.l.Persisted())
+	}
+	expect(t, "nothing more", f.flush(), "")
+}
+
 // A listing that lands while an apply is in flight waits for its answer
 // before the store's keys are read.
 func TestResyncReadsTheStoreKeysWithNothingInFlight(t *testing.T) {

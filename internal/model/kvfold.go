@@ -32,7 +32,8 @@ const (
 	KVStoreMatchesCursor = "KVStoreMatchesCursor"
 	// KVFoldConverges: whenever the loop is quiescent (nothing in flight,
 	// nothing pending, the watch has nothing more to send and a probe
-	// finds nothing) the store equals the bucket.
+	// finds nothing) the store equals the bucket, and the store's cursor
+	// is as far as the loop got (a restart would not redo work).
 	KVFoldConverges = "KVFoldConverges"
 	// KVLoopLive: a running loop never gets stuck with work outstanding.
 	KVLoopLive = "KVLoopLive"
@@ -87,9 +88,6 @@ type kvscenario struct {
 	floor       int        // the floor at the start
 	cursor      int        // the store's cursor at the start (its contents: the fold to it)
 	checkCursor bool       // check KVStoreMatchesCursor in every state
-	// onlyCursor skips KVFoldConverges, so that a test can show a
-	// mutation's hole behind the cursor rather than its first divergence.
-	onlyCursor bool
 }
 
 const (
@@ -129,6 +127,7 @@ type kvstate struct {
 	loop      *kvfold.Loop
 	used      [kbudgets]int
 	events    kvevent
+	broken    string // an invariant an effect broke
 }
 
 type kvevent uint8
@@ -223,7 +222,7 @@ func (sc *kvscenario) step(s *kvstate, ev kvfold.Event) {
 			s.keys = e.Request
 		case kvfold.Apply:
 			if s.apply != nil {
-				panic("kvfold: a second apply while one is outstanding")
+				s.broken = fmt.Sprintf("%s: apply %v while %v is outstanding (the later may commit first)", KVStoreMatchesCursor, kvbatch(e), kvbatch(*s.apply))
 			}
 			s.apply = &e
 		case kvfold.Fail:
@@ -250,23 +249,29 @@ func showMap(m map[string]string) string {
 // quiescent: nothing is in flight or pending, the watch has nothing more
 // to send, and a probe would change nothing.
 func (sc *kvscenario) quiescent(s *kvstate) bool {
-	if len(s.net) > 0 || s.apply != nil || s.listing != 0 || s.keys != 0 || s.loop.PendingOps() > 0 || s.nextRecord() != 0 {
+	if len(s.net) > 0 || s.apply != nil || s.listing != 0 || s.keys != 0 || s.nextRecord() != 0 {
 		return false
 	}
-	return len(s.loop.Clone().Step(kvfold.Probe{Floor: kvfold.Revision(s.floor)})) == 0
+	return len(s.loop.Clone().Step(kvfold.Flush{})) == 0 && len(s.loop.Clone().Step(kvfold.Probe{Floor: kvfold.Revision(s.floor)})) == 0
 }
 
 // check returns the invariant s breaks, or "".
 func (sc *kvscenario) check(s *kvstate) string {
+	if s.broken != "" {
+		return s.broken
+	}
 	if sc.checkCursor {
 		if want := sc.fold(s.cursor); !sameMap(s.store, want) {
 			return fmt.Sprintf("%s: the store holds %s at cursor %d, the bucket folded to it is %s", KVStoreMatchesCursor, showMap(s.store), s.cursor, showMap(want))
 		}
 	}
-	if !sc.onlyCursor && s.loop.Phase() != kvfold.Failed && sc.quiescent(s) {
+	if s.loop.Phase() != kvfold.Failed && sc.quiescent(s) {
 		s.events |= keQuiescent
 		if want := sc.fold(s.written); !sameMap(s.store, want) {
 			return fmt.Sprintf("%s: quiescent at cursor %d with %s, the bucket at %d is %s", KVFoldConverges, s.cursor, showMap(s.store), s.written, showMap(want))
+		}
+		if s.cursor != int(s.loop.Frontier()) {
+			return fmt.Sprintf("%s: quiescent with the store's cursor at %d, the loop's frontier at %d", KVFoldConverges, s.cursor, s.loop.Frontier())
 		}
 	}
 	return ""
@@ -321,12 +326,10 @@ func (cfg *KVConfig) successors(sc *kvscenario, s *kvstate) []kstep {
 			return true
 		})
 	}
-	if s.loop.PendingOps() > 0 {
-		try("loop flushes", -1, func(t *kvstate) bool {
-			sc.step(t, kvfold.Flush{})
-			return true
-		})
-	}
+	try("loop flushes", -1, func(t *kvstate) bool {
+		sc.step(t, kvfold.Flush{})
+		return t.apply != s.apply // else it changed nothing
+	})
 	if len(s.net) == 0 {
 		try(fmt.Sprintf("probe finds floor %d", s.floor), -1, func(t *kvstate) bool {
 			sc.step(t, kvfold.Probe{Floor: kvfold.Revision(t.floor)})
@@ -499,14 +502,12 @@ func (res *KVResult) count(ev kvevent) {
 // delivered, flushed at every boundary, with store failures and restarts
 // in every interleaving. KVStoreMatchesCursor holds in every state and
 // KVFoldConverges in every quiescent one.
-func CheckKVApplied(cfg KVConfig) KVResult { return cfg.run(appliedScenario()) }
-
-func appliedScenario() *kvscenario {
-	return &kvscenario{
+func CheckKVApplied(cfg KVConfig) KVResult {
+	return cfg.run(&kvscenario{
 		history:     []kvrecord{{"a", "1"}, {"b", "1"}, {"a", ""}, {"b", "2"}},
 		floor:       1,
 		checkCursor: true,
-	}
+	})
 }
 
 // CheckKVResync is the resync-ordering model: the store holds k and j at
