@@ -71,8 +71,8 @@ catches it).`,
 				fmt.Fprintf(cmd.OutOrStdout(), "model %s:\n", name)
 				start := time.Now()
 				r := kvModels[name](cfg)
-				errs = append(errs, reportOutcome(cmd.OutOrStdout(), r.Outcome, time.Since(start), fmt.Sprintf("%d applies, %d store failures, %d restarts, %d floor-guard trips, %d benign gaps, %d resyncs, %d stops, %d quiescent states",
-					r.Applies, r.StoreFailures, r.Restarts, r.Trips, r.BenignGaps, r.Resyncs, r.Stopped, r.Quiescent)))
+				errs = append(errs, reportOutcome(cmd.OutOrStdout(), r.Outcome, time.Since(start), fmt.Sprintf("%d applies, %d store failures, %d restarts, %d floor-guard trips, %d benign gaps, %d resyncs, %d stops, %d pauses, %d quiescent states",
+					r.Applies, r.StoreFailures, r.Restarts, r.Trips, r.BenignGaps, r.Resyncs, r.Stopped, r.Paused, r.Quiescent)))
 			}
 			return errors.Join(errs...)
 		},
@@ -85,6 +85,7 @@ catches it).`,
 	f.IntVar(&cfg.Overwrites, "overwrites", 1, "overwritten records compacted above the floor")
 	f.IntVar(&cfg.ListingFailures, "listing-failures", 0, "listings that fail (the loop stops)")
 	f.IntVar(&cfg.StoreFailuresMax, "store-failures-max", 0, "the loop's consecutive-failure stop (0: its default, 16)")
+	f.IntVar(&cfg.PendingOpsMax, "pending-ops-max", 0, "the loop's bound on held ops before it pauses the watch (0: its default, 4096)")
 	f.IntVar(&cfg.NetworkMax, "network-max", 3, "records in flight to the loop")
 	f.IntVar(&cfg.DepthMax, "depth-max", 80, "actions along one path")
 	f.IntVar(&cfg.StatesMax, "states-max", 1_000_000, "distinct states before stopping")

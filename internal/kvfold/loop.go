@@ -24,6 +24,11 @@ type Config struct {
 	// BatchOpsMax pending ops trigger an apply without waiting for Flush
 	// (default 256).
 	BatchOpsMax int
+	// PendingOpsMax bounds the ops held while the store is busy or
+	// failing (default 4096): at the bound the loop stops taking the
+	// watch's records and resumes it once an apply took them (the server
+	// sends them again).
+	PendingOpsMax int
 	// Mutations break guards on purpose (tests and the model checker only).
 	Mutations Mutations
 }
@@ -50,6 +55,7 @@ type Mutations struct {
 const (
 	defaultStoreFailuresMax = 16
 	defaultBatchOpsMax      = 256
+	defaultPendingOpsMax    = 4096
 )
 
 // ErrStoreFailing: StoreFailuresMax consecutive store operations failed.
@@ -111,6 +117,7 @@ type Loop struct {
 	inflight    *Apply
 	failures    int    // consecutive failed store operations
 	watch       uint64 // the current watch's id (0: none)
+	paused      bool   // pending reached PendingOpsMax: the watch was dropped, to resume after frontier
 	listRequest uint64
 	keysRequest uint64
 	listing     *Listing // held from its arrival until the store's keys are read
@@ -125,6 +132,9 @@ func New(cfg Config) *Loop {
 	}
 	if cfg.BatchOpsMax <= 0 {
 		cfg.BatchOpsMax = defaultBatchOpsMax
+	}
+	if cfg.PendingOpsMax <= 0 {
+		cfg.PendingOpsMax = defaultPendingOpsMax
 	}
 	return &Loop{cfg: cfg}
 }
@@ -143,6 +153,10 @@ func (l *Loop) Persisted() Revision { return l.persisted }
 
 // Watch is the current watch's id (0: none).
 func (l *Loop) Watch() uint64 { return l.watch }
+
+// Paused reports whether the loop stopped taking the watch's records at
+// PendingOpsMax.
+func (l *Loop) Paused() bool { return l.paused }
 
 // PendingOps is the number of ops waiting for an apply.
 func (l *Loop) PendingOps() int { return len(l.pending) }
@@ -181,6 +195,9 @@ func (l *Loop) Step(ev Event) []Effect {
 	case Flush:
 		l.flush()
 	}
+	if l.paused && len(l.pending) < l.cfg.PendingOpsMax && (l.phase == Watching || l.phase == Barrier) {
+		l.resume()
+	}
 	return l.out
 }
 
@@ -205,6 +222,7 @@ func (l *Loop) restart(r Restart) {
 // resume restarts the watch after the frontier. When the floor has passed
 // it, the server answers CURSOR_EXPIRED and the loop resyncs.
 func (l *Loop) resume() {
+	l.paused = false
 	l.watch = l.newID()
 	l.out = append(l.out, Watch{ID: l.watch, From: l.frontier + 1})
 }
@@ -212,6 +230,10 @@ func (l *Loop) resume() {
 func (l *Loop) deliver(d Delivery) {
 	if d.Watch != l.watch || l.watch == 0 || d.Revision <= l.frontier {
 		return // an earlier watch's, or a duplicate
+	}
+	if len(l.pending) >= l.cfg.PendingOpsMax {
+		l.watch, l.paused = 0, true // not taken: the resumed watch sends it again
+		return
 	}
 	// The floor guard: a jump over frontier+1 is benign only if the
 	// bucket still keeps frontier+1 (the revisions skipped were compacted
@@ -235,7 +257,7 @@ func (l *Loop) deliver(d Delivery) {
 // resync drops what the expired watch queued (the listing supersedes it)
 // and lists the bucket.
 func (l *Loop) resync() {
-	l.pending, l.watch = nil, 0
+	l.pending, l.watch, l.paused = nil, 0, false
 	l.listing, l.keysRequest = nil, 0
 	l.phase = Resyncing
 	l.listRequest = l.newID()
@@ -397,7 +419,7 @@ func (l *Loop) Clone() *Loop {
 
 // AppendKey appends an encoding of the loop's state (for hashing).
 func (l *Loop) AppendKey(b []byte) []byte {
-	b = append(b, byte(l.phase))
+	b = append(b, byte(l.phase), boolByte(l.paused))
 	for _, x := range []uint64{uint64(l.frontier), uint64(l.persisted), uint64(l.failures), l.watch, l.listRequest, l.keysRequest, l.lastID} {
 		b = binary.AppendUvarint(b, x)
 	}
@@ -426,4 +448,11 @@ func appendOps(b []byte, ops []Op) []byte {
 		b = append(append(b, op.Value...), 0)
 	}
 	return b
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }

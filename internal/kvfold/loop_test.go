@@ -150,6 +150,31 @@ func TestBatchOpsMaxAppliesWithoutAFlush(t *testing.T) {
 	expect(t, "batch", f.batch.String(), "[a=1 b=1]@2")
 }
 
+// At PendingOpsMax the loop stops taking records while the store is busy,
+// and resumes the watch after what it took once an apply took them.
+func TestPendingOpsMaxPausesTheWatch(t *testing.T) {
+	f := newFixture(t, Config{PendingOpsMax: 2}, 0)
+	f.put(1, "a", "1", 1)
+	expect(t, "flush", f.flush(), "[a=1]@1")
+	f.put(2, "b", "1", 1)
+	f.put(3, "c", "1", 1)
+	paused := f.watch.ID
+	f.put(4, "d", "1", 1) // not taken
+	if f.l.Frontier() != 3 || f.l.PendingOps() != 2 {
+		t.Fatalf("at the bound: frontier %d, %d pending", f.l.Frontier(), f.l.PendingOps())
+	}
+	f.answer(errDisk) // the batch goes back: still at the bound
+	if f.watch.ID != paused {
+		t.Fatal("resumed while still at the bound")
+	}
+	expect(t, "retry", f.flush(), "[a=1 b=1 c=1]@3")
+	f.expectWatchFrom(4)
+	f.put(4, "d", "1", 1)
+	if f.l.Frontier() != 4 {
+		t.Fatalf("the resumed watch's record: frontier %d", f.l.Frontier())
+	}
+}
+
 // A duplicate or older revision (a transport redelivery) neither folds
 // again nor moves the frontier back.
 func TestDuplicateDeliveriesAreIgnored(t *testing.T) {

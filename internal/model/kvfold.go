@@ -50,10 +50,12 @@ type KVConfig struct {
 	// StoreFailuresMax is the loop's consecutive-failure stop (0: its
 	// default, 16).
 	StoreFailuresMax int
-	NetworkMax       int // records in flight to the loop
-	DepthMax         int
-	StatesMax        int
-	Mutations        kvfold.Mutations
+	// PendingOpsMax is the loop's bound on held ops (0: its default).
+	PendingOpsMax int
+	NetworkMax    int // records in flight to the loop
+	DepthMax      int
+	StatesMax     int
+	Mutations     kvfold.Mutations
 }
 
 // KVResult is the outcome of a KV exploration.
@@ -68,6 +70,7 @@ type KVResult struct {
 	Stopped       int // the loop failed (stopped with an error)
 	Quiescent     int // quiescent states, each checked against the bucket
 	BenignGaps    int // a delivery jumped the cursor above the floor and was folded
+	Paused        int // the loop stopped taking records at PendingOpsMax
 }
 
 type kvrecord struct {
@@ -133,7 +136,7 @@ type kvstate struct {
 	broken    string // an invariant an effect broke
 }
 
-type kvevent uint8
+type kvevent uint16
 
 const (
 	keApply kvevent = 1 << iota
@@ -144,6 +147,7 @@ const (
 	keStopped
 	keQuiescent
 	keBenignGap
+	kePaused
 )
 
 var errModelStore = errors.New("store failed")
@@ -326,6 +330,9 @@ func (cfg *KVConfig) successors(sc *kvscenario, s *kvstate) []kstep {
 				t.events |= keBenignGap
 			}
 			sc.step(t, kvfold.Delivery{Watch: m.watch, Revision: kvfold.Revision(m.rev), Key: r.key, Value: []byte(r.value), Delete: r.value == "", Floor: kvfold.Revision(m.floor)})
+			if t.loop.Paused() {
+				t.events |= kePaused
+			}
 			return true
 		})
 	}
@@ -333,6 +340,10 @@ func (cfg *KVConfig) successors(sc *kvscenario, s *kvstate) []kstep {
 		sc.step(t, kvfold.Flush{})
 		return t.apply != s.apply // else it changed nothing
 	})
+	// Probes are explored while nothing is in flight to the loop: one
+	// that races a resume or CURSOR_EXPIRED only resumes once more (new
+	// watch ids without end), and the in-band guard, not the probe, is
+	// what covers records in flight.
 	if len(s.net) == 0 {
 		try(fmt.Sprintf("probe finds floor %d", s.floor), -1, func(t *kvstate) bool {
 			sc.step(t, kvfold.Probe{Floor: kvfold.Revision(t.floor)})
@@ -476,7 +487,7 @@ func (cfg *KVConfig) run(sc *kvscenario) KVResult {
 		cfg.StatesMax = 1_000_000
 	}
 	init := &kvstate{written: sc.written, floor: sc.floor, store: sc.fold(sc.cursor), cursor: sc.cursor,
-		loop: kvfold.New(kvfold.Config{StoreFailuresMax: cfg.StoreFailuresMax, Mutations: cfg.Mutations})}
+		loop: kvfold.New(kvfold.Config{StoreFailuresMax: cfg.StoreFailuresMax, PendingOpsMax: cfg.PendingOpsMax, Mutations: cfg.Mutations})}
 	sc.compactBelowFloor(init)
 	sc.step(init, kvfold.Restart{Persisted: kvfold.Revision(sc.cursor)})
 	res := KVResult{}
@@ -496,7 +507,7 @@ func (res *KVResult) count(ev kvevent) {
 		ev kvevent
 		n  *int
 	}{{keApply, &res.Applies}, {keStoreFailure, &res.StoreFailures}, {keRestart, &res.Restarts}, {keTrip, &res.Trips},
-		{keResync, &res.Resyncs}, {keStopped, &res.Stopped}, {keQuiescent, &res.Quiescent}, {keBenignGap, &res.BenignGaps}} {
+		{keResync, &res.Resyncs}, {keStopped, &res.Stopped}, {keQuiescent, &res.Quiescent}, {keBenignGap, &res.BenignGaps}, {kePaused, &res.Paused}} {
 		if ev&c.ev != 0 {
 			*c.n++
 		}

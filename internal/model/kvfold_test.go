@@ -12,8 +12,8 @@ func runKV(t *testing.T, name string, check func(KVConfig) KVResult, cfg KVConfi
 	t.Helper()
 	start := time.Now()
 	r := check(cfg)
-	t.Logf("%s: %d states, %d pruned, complete=%v, %v; applies %d, store failures %d, restarts %d, trips %d, benign gaps %d, resyncs %d, stopped %d, quiescent %d",
-		name, r.States, r.Pruned, r.Complete, time.Since(start).Round(time.Millisecond), r.Applies, r.StoreFailures, r.Restarts, r.Trips, r.BenignGaps, r.Resyncs, r.Stopped, r.Quiescent)
+	t.Logf("%s: %d states, %d pruned, complete=%v, %v; applies %d, store failures %d, restarts %d, trips %d, benign gaps %d, resyncs %d, stopped %d, paused %d, quiescent %d",
+		name, r.States, r.Pruned, r.Complete, time.Since(start).Round(time.Millisecond), r.Applies, r.StoreFailures, r.Restarts, r.Trips, r.BenignGaps, r.Resyncs, r.Stopped, r.Paused, r.Quiescent)
 	if r.Violation != "" {
 		t.Fatalf("%s: %s\ntrace:\n  %s", name, r.Violation, strings.Join(r.Trace, "\n  "))
 	}
@@ -27,7 +27,8 @@ func runKV(t *testing.T, name string, check func(KVConfig) KVResult, cfg KVConfi
 // store failures and restarts of a four-record history: the store never
 // holds anything but the bucket folded to its cursor, and a quiescent
 // loop has folded all of it. With a stop after two failures, the stopped
-// loop's store still matches its cursor, and a restart carries on.
+// loop's store still matches its cursor, and a restart carries on; with
+// one op held at most, the loop pauses the watch and resumes it.
 func TestKVAppliedCursorAuthority(t *testing.T) {
 	r := runKV(t, "applied", CheckKVApplied, KVConfig{Failures: 3, Restarts: 2})
 	if r.StoreFailures == 0 || r.Restarts == 0 || r.Quiescent == 0 {
@@ -36,6 +37,10 @@ func TestKVAppliedCursorAuthority(t *testing.T) {
 	r = runKV(t, "applied, stop after 2 failures", CheckKVApplied, KVConfig{Failures: 2, Restarts: 2, StoreFailuresMax: 2})
 	if r.Stopped == 0 {
 		t.Fatalf("the failure stop was never reached: %+v", r)
+	}
+	r = runKV(t, "applied, one op held at most", CheckKVApplied, KVConfig{Failures: 2, Restarts: 1, PendingOpsMax: 1})
+	if r.Paused == 0 {
+		t.Fatalf("the pending bound was never reached: %+v", r)
 	}
 }
 
