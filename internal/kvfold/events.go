@@ -43,6 +43,8 @@ type CursorExpired struct {
 }
 
 // Listing answers List: every live key of the bucket at Revision, or Err.
+// The loop holds Entries until the resync is queued; the shell must not
+// modify them.
 type Listing struct {
 	Request  uint64
 	Revision Revision
