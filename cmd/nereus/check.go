@@ -50,6 +50,7 @@ it prints the action trace that leads to it and exits non-zero.`,
 	}
 	cmd.AddCommand(newCheckGroupsCmd())
 	cmd.AddCommand(newCheckSchedCmd())
+	cmd.AddCommand(newCheckKVCmd())
 	f := cmd.Flags()
 	f.IntVar(&cfg.Replicas, "replicas", 3, "replicas in the group")
 	f.StringVar(&policy, "policy", "quorum", "ack policy: quorum or all")

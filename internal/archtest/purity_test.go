@@ -23,6 +23,7 @@ var kernels = []string{
 	"github.com/nereus-broker/nereus/internal/group",
 	"github.com/nereus-broker/nereus/internal/sched",
 	"github.com/nereus-broker/nereus/internal/kv",
+	"github.com/nereus-broker/nereus/internal/kvfold",
 }
 
 // vocabulary may be imported by kernels: the protocol's types, codes and
