@@ -127,6 +127,11 @@ type Node struct {
 	// scrubStop ends the scrubber's goroutine (nil when none runs).
 	scrubStop chan struct{}
 	scrubDone chan struct{}
+
+	// sched: the schedule shards' runners (sched.go), started with the
+	// __sched topic.
+	schedMu sync.Mutex
+	sched   []*schedRunner
 }
 
 type topic struct {
@@ -137,6 +142,7 @@ type topic struct {
 
 	groupsMu sync.Mutex
 	groups   []*groupRunner // woken when a partition commits
+	sched    []*schedRunner // the shards' runners of __sched, woken alike
 }
 
 type groupKey struct{ group, topic string }
@@ -182,6 +188,13 @@ func Open(cfg Config) (*Node, error) {
 	if err := n.openMembership(); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("node: group state: %w", err)
+	}
+	if t, ok := n.topics[wire.SchedTopic]; ok && !cfg.Manual {
+		// Schedules made before the restart fire on time.
+		if err := n.startSched(t); err != nil {
+			n.Close()
+			return nil, err
+		}
 	}
 	n.metrics.registerNode(n)
 	n.startScrubber()
@@ -266,7 +279,9 @@ func (n *Node) startTopic(tc wire.TopicConfig, placement [][]uint32) (*topic, er
 // topic's: Declare refuses those for clients, declare accepts them for the
 // group machinery.
 func ValidateTopic(tc wire.TopicConfig) error {
-	if err := wire.ValidateName("topic", tc.Name); err != nil {
+	if tc.Name == wire.SchedTopic {
+		// Reserved: only the scheduler declares it (Node.schedRunners).
+	} else if err := wire.ValidateName("topic", tc.Name); err != nil {
 		return err
 	}
 	if tc.Partitions == 0 || tc.Partitions > wire.PartitionsMax {
@@ -448,6 +463,7 @@ func (n *Node) Close() {
 	for _, g := range groups {
 		g.stop()
 	}
+	n.stopSched()
 	for _, t := range topics {
 		for _, p := range t.partitions {
 			p.stop()
@@ -463,6 +479,9 @@ func (t *topic) notifyGroups() {
 	t.groupsMu.Lock()
 	for _, g := range t.groups {
 		g.poke()
+	}
+	for _, r := range t.sched {
+		r.poke()
 	}
 	t.groupsMu.Unlock()
 }

@@ -227,6 +227,10 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 			}
 			p.send(corr, &wire.GroupOK{MembershipEpoch: epoch})
 		})
+	case *wire.Schedule:
+		p.schedule(corr, f)
+	case *wire.SchedAdmin:
+		p.schedAdmin(corr, f)
 	case *wire.Ping:
 		p.send(corr, &wire.Pong{})
 	case *wire.Hello:
@@ -297,6 +301,14 @@ func (p *Protocol) authorize(f wire.Frame) error {
 	case *wire.GroupDelete:
 		if !p.perms.canDeclare() {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not delete groups")
+		}
+	case *wire.Schedule:
+		if !p.perms.canPublish(f.Pub.Topic) {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not publish to %q", f.Pub.Topic)
+		}
+	case *wire.SchedAdmin:
+		if (f.Op == wire.SchedCancel || f.Op == wire.SchedLane) && !p.perms.canDeclare() {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not cancel schedules or command lanes")
 		}
 	case *wire.Join:
 		for _, t := range f.Topics {
