@@ -24,8 +24,8 @@ type Scheduled struct {
 // past is due at once) and returns once the schedule is durable. The
 // message is published exactly once and never before deliverAt by the
 // broker's clock. Each call draws a fresh producer identity, so the
-// call's own retries after a lost connection are deduplicated by the
-// broker. Scheduled delivery runs on a single node for now.
+// call's own retries (after a lost connection, or at a new leader of its
+// shard) are deduplicated by the broker.
 func (c *Client) Schedule(ctx context.Context, topic string, msg Message, deliverAt time.Time) (Scheduled, error) {
 	var b [8]byte
 	var id uint64
@@ -39,7 +39,10 @@ func (c *Client) Schedule(ctx context.Context, topic string, msg Message, delive
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("nereus: schedule to %s: %w", topic, err)
 	}
-	reply, err := c.idempotentRequest(ctx, &wire.Schedule{Pub: pub, DeliverAtMs: deliverAt.UnixMilli()})
+	f := &wire.Schedule{Pub: pub, DeliverAtMs: deliverAt.UnixMilli()}
+	reply, err := c.shardRequest(ctx, func(shards uint32) int32 {
+		return int32(wire.SchedShard(topic, pub.Key, pub.ProducerID, pub.ProducerSeq, 0, shards))
+	}, f)
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("nereus: schedule to %s: %w", topic, err)
 	}
@@ -92,24 +95,72 @@ type SchedStatus struct {
 	Lanes  []LaneInfo  `json:"lanes"`
 }
 
-func (c *Client) schedAdmin(ctx context.Context, f *wire.SchedAdmin) (*wire.SchedAdminOK, error) {
-	reply, err := c.idempotentRequest(ctx, f)
-	if err != nil {
-		return nil, err
+// shardRequest sends f to the leader of the schedule shard pick chooses
+// (given the shard count; before __sched exists, to any node, which
+// creates it) and waits for the answer, going again after a lost
+// connection, NOT_LEADER or UNAVAILABLE (a new owner taking office) with
+// fresh metadata, until ctx (bounded by RequestTimeout) ends. Only for
+// requests that are safe to repeat.
+func (c *Client) shardRequest(ctx context.Context, pick func(shards uint32) int32, f wire.Frame) (wire.Frame, error) {
+	ctx, cancel := c.withRequestTimeout(ctx)
+	defer cancel()
+	if c.partitionCount(wire.SchedTopic) == 0 {
+		c.awaitRefresh(ctx, wire.SchedTopic)
 	}
-	ok, isOK := reply.(*wire.SchedAdminOK)
-	if !isOK {
-		return nil, fmt.Errorf("unexpected %s", reply.Type())
+	for {
+		part := int32(-1)
+		if n := c.partitionCount(wire.SchedTopic); n > 0 {
+			part = pick(n)
+		}
+		cn, err := c.leaderConn(ctx, wire.SchedTopic, part, true)
+		if err != nil {
+			return nil, err
+		}
+		reply, err := cn.roundTrip(ctx, f)
+		if err == nil || !routeMayHaveMoved(err) || ctx.Err() != nil {
+			return reply, err
+		}
+		c.awaitRefresh(ctx, wire.SchedTopic)
 	}
-	return ok, nil
+}
+
+// schedShards is the number of schedule shards (0 before the first
+// schedule created them).
+func (c *Client) schedShards(ctx context.Context) uint32 {
+	c.awaitRefresh(ctx, wire.SchedTopic)
+	return c.partitionCount(wire.SchedTopic)
+}
+
+// schedAdmin sends f to the leader of every shard (f.Shard set for each)
+// and merges the answers; the first error ends it.
+func (c *Client) schedAdmin(ctx context.Context, f wire.SchedAdmin) (*wire.SchedAdminOK, error) {
+	out := &wire.SchedAdminOK{}
+	for shard := range c.schedShards(ctx) {
+		f.Shard = shard
+		reply, err := c.shardRequest(ctx, func(uint32) int32 { return int32(shard) }, &f)
+		if err != nil {
+			return nil, err
+		}
+		ok, isOK := reply.(*wire.SchedAdminOK)
+		if !isOK {
+			return nil, fmt.Errorf("unexpected %s", reply.Type())
+		}
+		out.Schedules = append(out.Schedules, ok.Schedules...)
+		out.Shards = append(out.Shards, ok.Shards...)
+		out.Lanes = append(out.Lanes, ok.Lanes...)
+	}
+	return out, nil
 }
 
 // Schedules lists live schedules, earliest first within each shard, of
 // topic ("" = every topic), at most limit (0 = the broker's bound).
 func (c *Client) Schedules(ctx context.Context, topic string, limit int) ([]ScheduleInfo, error) {
-	ok, err := c.schedAdmin(ctx, &wire.SchedAdmin{Op: wire.SchedList, Topic: topic, Limit: uint32(max(0, limit))})
+	ok, err := c.schedAdmin(ctx, wire.SchedAdmin{Op: wire.SchedList, Topic: topic, Limit: uint32(max(0, limit))})
 	if err != nil {
 		return nil, fmt.Errorf("nereus: list schedules: %w", err)
+	}
+	if limit > 0 && len(ok.Schedules) > limit {
+		ok.Schedules = ok.Schedules[:limit]
 	}
 	out := make([]ScheduleInfo, 0, len(ok.Schedules))
 	for _, s := range ok.Schedules {
@@ -121,7 +172,7 @@ func (c *Client) Schedules(ctx context.Context, topic string, limit int) ([]Sche
 // SchedulerStatus describes the shards and the lanes (of topic; "" =
 // all).
 func (c *Client) SchedulerStatus(ctx context.Context, topic string) (SchedStatus, error) {
-	ok, err := c.schedAdmin(ctx, &wire.SchedAdmin{Op: wire.SchedStatus, Topic: topic})
+	ok, err := c.schedAdmin(ctx, wire.SchedAdmin{Op: wire.SchedStatus, Topic: topic})
 	if err != nil {
 		return SchedStatus{}, fmt.Errorf("nereus: scheduler status: %w", err)
 	}
@@ -143,7 +194,10 @@ func (c *Client) SchedulerStatus(ctx context.Context, topic string) (SchedStatus
 // CancelSchedule cancels a pending schedule; one already firing or fired
 // cannot be (NOT_FOUND).
 func (c *Client) CancelSchedule(ctx context.Context, shard uint32, id uint64) error {
-	if _, err := c.schedAdmin(ctx, &wire.SchedAdmin{Op: wire.SchedCancel, Shard: shard, ID: id}); err != nil {
+	if n := c.schedShards(ctx); shard >= n {
+		return fmt.Errorf("nereus: cancel schedule %d/%d: no shard %d (there are %d)", shard, id, shard, n)
+	}
+	if _, err := c.shardRequest(ctx, func(uint32) int32 { return int32(shard) }, &wire.SchedAdmin{Op: wire.SchedCancel, Shard: shard, ID: id}); err != nil {
 		return fmt.Errorf("nereus: cancel schedule %d/%d: %w", shard, id, err)
 	}
 	return nil
@@ -163,7 +217,13 @@ func (c *Client) LaneCommand(ctx context.Context, topic, command string) error {
 	if !ok {
 		return fmt.Errorf("nereus: lane command %q: want pause, resume, close or retire", command)
 	}
-	if _, err := c.schedAdmin(ctx, &wire.SchedAdmin{Op: wire.SchedLane, Topic: topic, LaneOp: op}); err != nil {
+	if c.schedShards(ctx) == 0 {
+		// No shard yet: a node creates them (and checks the topic).
+		if _, err := c.shardRequest(ctx, func(uint32) int32 { return 0 }, &wire.SchedAdmin{Op: wire.SchedStatus}); err != nil {
+			return fmt.Errorf("nereus: lane %s of %s: %w", command, topic, err)
+		}
+	}
+	if _, err := c.schedAdmin(ctx, wire.SchedAdmin{Op: wire.SchedLane, Topic: topic, LaneOp: op}); err != nil {
 		return fmt.Errorf("nereus: lane %s of %s: %w", command, topic, err)
 	}
 	return nil

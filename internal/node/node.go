@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/nereus-broker/nereus/internal/env"
@@ -130,8 +131,9 @@ type Node struct {
 
 	// sched: the schedule shards' runners (sched.go), started with the
 	// __sched topic.
-	schedMu sync.Mutex
-	sched   []*schedRunner
+	schedMu      sync.Mutex
+	sched        []*schedRunner // by shard; nil where no replica is here
+	schedStopped bool
 }
 
 type topic struct {
@@ -279,9 +281,9 @@ func (n *Node) startTopic(tc wire.TopicConfig, placement [][]uint32) (*topic, er
 // topic's: Declare refuses those for clients, declare accepts them for the
 // group machinery.
 func ValidateTopic(tc wire.TopicConfig) error {
-	if tc.Name == wire.SchedTopic {
-		// Reserved: only the scheduler declares it (Node.schedRunners).
-	} else if err := wire.ValidateName("topic", tc.Name); err != nil {
+	// The schedule shards' topic is declared by the scheduler alone
+	// (Node.schedRunners): clients' declarations check the name first.
+	if err := wire.ValidateTopicOrInternal(tc.Name); err != nil {
 		return err
 	}
 	if tc.Partitions == 0 || tc.Partitions > wire.PartitionsMax {
@@ -397,7 +399,9 @@ func (n *Node) Metadata(names []string) []wire.TopicInfo {
 	defer n.mu.RUnlock()
 	if len(names) == 0 {
 		for name := range n.topics {
-			names = append(names, name)
+			if !strings.HasPrefix(name, wire.ReservedPrefix) { // internal topics only by name
+				names = append(names, name)
+			}
 		}
 		slices.Sort(names)
 	}

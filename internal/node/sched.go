@@ -12,7 +12,10 @@ package node
 //
 // A single node holds both gates of every shard for as long as it runs:
 // the shard's only replica leads it, under the partition's epoch. In a
-// cluster (and in Manual mode) SCHEDULE is refused for now.
+// cluster a runner runs at every replica of a shard (each applies the
+// shard's log); the one whose replica leads the shard, has applied its
+// epoch's install entry and holds its lease (replica.Status.LeaseTicks)
+// is the owner. In Manual mode SCHEDULE is refused for now.
 
 import (
 	"encoding/binary"
@@ -90,57 +93,22 @@ func (n *Node) Schedule(f *wire.Schedule, reply ScheduleReply) {
 		reply(wire.ScheduleOK{}, werr)
 		return
 	}
-	// The shard: by key, else by producer identity (a retry goes where
-	// its original went), else by destination partition.
-	var shard uint32
-	switch {
-	case len(pub.Key) > 0:
-		shard = wire.PartitionForKey(append([]byte(pub.Topic+"\x00"), pub.Key...), uint32(len(runners)))
-	case pub.ProducerID != 0:
-		shard = wire.PartitionForProducer(pub.ProducerID, pub.ProducerSeq, uint32(len(runners)))
-	default:
-		shard = part % uint32(len(runners))
+	shard := wire.SchedShard(pub.Topic, pub.Key, pub.ProducerID, pub.ProducerSeq, part, uint32(len(runners)))
+	if runners[shard] == nil {
+		reply(wire.ScheduleOK{}, n.schedNotLeader(shard))
+		return
 	}
 	runners[shard].send(schedCmd{schedule: &schedIntake{f: f, partition: part, reply: reply}})
 }
 
-// SchedAdmin answers a scheduler administration request.
+// SchedAdmin answers a scheduler administration request for shard
+// f.Shard (a client asks each shard's leader and merges the answers).
 func (n *Node) SchedAdmin(f *wire.SchedAdmin, reply SchedAdminReply) {
-	runners, werr := n.schedRunners()
-	if werr != nil {
-		reply(nil, werr)
+	if f.Op < wire.SchedList || f.Op > wire.SchedLane {
+		reply(nil, wire.Errorf(wire.CodeInvalidArgument, "scheduler operation %d", f.Op))
 		return
 	}
-	switch f.Op {
-	case wire.SchedList, wire.SchedStatus:
-		out := &wire.SchedAdminOK{}
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		for _, r := range runners {
-			wg.Add(1)
-			r.send(schedCmd{admin: f, adminReply: func(ok *wire.SchedAdminOK, _ *wire.Error) {
-				mu.Lock()
-				if ok != nil {
-					out.Schedules = append(out.Schedules, ok.Schedules...)
-					out.Shards = append(out.Shards, ok.Shards...)
-					out.Lanes = append(out.Lanes, ok.Lanes...)
-				}
-				mu.Unlock()
-				wg.Done()
-			}})
-		}
-		wg.Wait()
-		if f.Limit > 0 && len(out.Schedules) > int(f.Limit) {
-			out.Schedules = out.Schedules[:f.Limit]
-		}
-		reply(out, nil)
-	case wire.SchedCancel:
-		if int(f.Shard) >= len(runners) {
-			reply(nil, wire.Errorf(wire.CodeNotFound, "no schedule shard %d", f.Shard))
-			return
-		}
-		runners[f.Shard].send(schedCmd{admin: f, adminReply: reply})
-	case wire.SchedLane:
+	if f.Op == wire.SchedLane {
 		if err := wire.ValidateName("topic", f.Topic); err != nil {
 			reply(nil, asWire(err))
 			return
@@ -149,44 +117,52 @@ func (n *Node) SchedAdmin(f *wire.SchedAdmin, reply SchedAdminReply) {
 			reply(nil, asWire(err))
 			return
 		}
-		// The topic has a lane in every shard (a standing order where no
-		// schedule went yet): the command goes to each; the answer is the
-		// first refusal, if any.
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var first *wire.Error
-		for _, r := range runners {
-			wg.Add(1)
-			r.send(schedCmd{admin: f, adminReply: func(_ *wire.SchedAdminOK, err *wire.Error) {
-				mu.Lock()
-				if err != nil && first == nil {
-					first = err
-				}
-				mu.Unlock()
-				wg.Done()
-			}})
-		}
-		wg.Wait()
-		reply(&wire.SchedAdminOK{}, first)
-	default:
-		reply(nil, wire.Errorf(wire.CodeInvalidArgument, "scheduler operation %d", f.Op))
 	}
+	runners, werr := n.schedRunners()
+	if werr != nil {
+		reply(nil, werr)
+		return
+	}
+	if int(f.Shard) >= len(runners) {
+		reply(nil, wire.Errorf(wire.CodeNotFound, "no schedule shard %d (there are %d)", f.Shard, len(runners)))
+		return
+	}
+	if runners[f.Shard] == nil {
+		reply(nil, n.schedNotLeader(f.Shard))
+		return
+	}
+	runners[f.Shard].send(schedCmd{admin: f, adminReply: reply})
+}
+
+// schedNotLeader refuses a request for a shard this node holds no
+// replica of, naming the shard's leader as this node knows it.
+func (n *Node) schedNotLeader(shard uint32) *wire.Error {
+	leader := "unknown"
+	if t, err := n.topic(wire.SchedTopic); err == nil && int(shard) < len(t.partitions) {
+		if info := t.partitions[shard].info(); info.Leader != "" {
+			leader = info.Leader + " at " + info.LeaderAddr
+		}
+	}
+	return wire.Errorf(wire.CodeNotLeader, "schedule shard %d: this node does not own it; leader: %s", shard, leader)
 }
 
 // schedRunners returns the shards' runners, creating __sched and
 // starting them at the first use.
 func (n *Node) schedRunners() ([]*schedRunner, *wire.Error) {
-	if n.cluster != nil || n.cfg.Manual {
-		return nil, wire.Errorf(wire.CodeUnavailable, "scheduled delivery runs on a single node for now (not in a cluster, not in Manual mode)")
+	if n.cfg.Manual {
+		return nil, wire.Errorf(wire.CodeUnavailable, "scheduled delivery does not run in Manual mode yet")
 	}
 	n.schedMu.Lock()
-	defer n.schedMu.Unlock()
-	if n.sched != nil {
-		return n.sched, nil
+	runners := n.sched
+	n.schedMu.Unlock()
+	if runners != nil {
+		return runners, nil
 	}
 	t, err := n.topic(wire.SchedTopic)
 	if err != nil {
-		if _, err := n.declareLocal(wire.TopicConfig{Name: wire.SchedTopic, Partitions: schedShards}); err != nil {
+		// A cluster declares it through the metadata log (and starts the
+		// runners as it applies it: clusterHost.StartTopic).
+		if _, err := n.declare(wire.TopicConfig{Name: wire.SchedTopic, Partitions: schedShards}); err != nil {
 			return nil, asWire(err)
 		}
 		if t, err = n.topic(wire.SchedTopic); err != nil {
@@ -196,37 +172,50 @@ func (n *Node) schedRunners() ([]*schedRunner, *wire.Error) {
 	if err := n.startSched(t); err != nil {
 		return nil, asWire(err)
 	}
+	n.schedMu.Lock()
+	defer n.schedMu.Unlock()
 	return n.sched, nil
 }
 
-// startSched starts a runner per shard of t; callers hold n.schedMu (or
-// own n, while opening).
+// startSched starts a runner for every shard of t this node holds a
+// replica of, once (the later calls find them running). It may run with
+// n.mu held (clusterHost.StartTopic).
 func (n *Node) startSched(t *topic) error {
-	n.mu.RLock()
-	closed := n.closed
-	n.mu.RUnlock()
-	if closed {
+	n.schedMu.Lock()
+	defer n.schedMu.Unlock()
+	if n.schedStopped {
 		return wire.Errorf(wire.CodeUnavailable, "node is shutting down")
 	}
-	for _, p := range t.partitions {
+	if n.sched != nil {
+		return nil
+	}
+	runners := make([]*schedRunner, len(t.partitions))
+	for i, p := range t.partitions {
+		if !p.held() && p.replica() == nil {
+			continue // a cluster's shard with no replica here
+		}
 		r := newSchedRunner(n, p)
-		n.sched = append(n.sched, r)
+		runners[i] = r
 		t.groupsMu.Lock()
 		t.sched = append(t.sched, r)
 		t.groupsMu.Unlock()
 		r.wg.Add(1)
 		go r.run()
 	}
+	n.sched = runners
 	return nil
 }
 
-// stopSched stops the runners (Close).
+// stopSched stops the runners, and any start after it (Close).
 func (n *Node) stopSched() {
 	n.schedMu.Lock()
 	runners := n.sched
+	n.schedStopped = true
 	n.schedMu.Unlock()
 	for _, r := range runners {
-		r.stop()
+		if r != nil {
+			r.stop()
+		}
 	}
 }
 
@@ -387,9 +376,18 @@ func (r *schedRunner) run() {
 }
 
 // authority: a single node's shard is always its own, under the
-// partition's epoch.
+// partition's epoch. A cluster's is this node's while its replica leads
+// the shard, is not degraded, and holds its lease: the guard closes when
+// the lease's ticks run out, unless a later pass finds it renewed; the
+// barrier is the epoch's install entry.
 func (r *schedRunner) authority(now int64) sched.Authority {
-	return sched.Authority{Assigned: true, Leader: true, Epoch: max(1, r.p.epoch.Load()), GuardUntilMs: now + schedGuardMs, Barrier: r.barrier}
+	rs := r.p.replica()
+	if rs == nil {
+		return sched.Authority{Assigned: true, Leader: true, Epoch: max(1, r.p.epoch.Load()), GuardUntilMs: now + schedGuardMs, Barrier: r.barrier}
+	}
+	st, v := rs.leaderView()
+	return sched.Authority{Assigned: true, Leader: v.Leader && !st.ReadOnly && st.LeaseTicks > 0, Epoch: v.Epoch,
+		GuardUntilMs: now + int64(st.LeaseTicks)*rs.repl.TickMs(), Barrier: max(v.InstallSeq, 1)}
 }
 
 // apply applies the shard's newly committed entries to the state; the
@@ -506,16 +504,24 @@ func (r *schedRunner) answer(now int64, a *schedAppended, res sched.Result) {
 	}
 }
 
+// refusal words the owner's refusal of a command: in a cluster a shard
+// this node does not own (yet) is NOT_LEADER, naming the leader.
+func (r *schedRunner) refusal(err error) *wire.Error {
+	if !errors.Is(err, sched.ErrNotActive) {
+		return wire.Errorf(wire.CodeInvalidArgument, "%v", err)
+	}
+	if r.p.replica() != nil && r.o.Lifecycle() != sched.CatchingUp && r.o.Lifecycle() != sched.Restoring {
+		return r.node.schedNotLeader(r.shard)
+	}
+	return wire.Errorf(wire.CodeUnavailable, "schedule shard %d: %v; retry", r.shard, err)
+}
+
 // intake appends a schedule to the shard once the owner admits it.
 func (r *schedRunner) intake(now int64, in *schedIntake) {
 	pub := &in.f.Pub
 	sc := sched.Schedule{DeliverAtMs: in.f.DeliverAtMs, Topic: pub.Topic, Incarnation: 1, Partition: in.partition}
 	if err := r.o.Admit(now, sc); err != nil {
-		code := wire.CodeInvalidArgument
-		if errors.Is(err, sched.ErrNotActive) {
-			code = wire.CodeUnavailable
-		}
-		in.reply(wire.ScheduleOK{}, wire.Errorf(code, "%v", err))
+		in.reply(wire.ScheduleOK{}, r.refusal(err))
 		return
 	}
 	rec := sched.Record{Kind: sched.KindSchedule, Schedule: sc}
@@ -579,8 +585,9 @@ func (r *schedRunner) propose(ref uint64, rec sched.Record) {
 	})
 }
 
-// evidence answers a probe from this node's topics. A single node has no
-// topic deletion, so a topic's incarnation is 1 while it exists.
+// evidence answers a probe from this node's view of the topics. Topics
+// are never deleted (no DELETE yet), so a topic's incarnation is 1 while
+// it exists.
 func (r *schedRunner) evidence(now int64, topic string) sched.Evidence {
 	ev := sched.Evidence{Topic: topic, ValidUntilMs: now + schedEvidenceMs}
 	t, err := r.node.topic(topic)
@@ -589,8 +596,11 @@ func (r *schedRunner) evidence(now int64, topic string) sched.Evidence {
 	}
 	ev.Incarnation, ev.Partitions, ev.Writable = 1, uint32(len(t.partitions)), true
 	for _, p := range t.partitions {
-		if p.damage.Load() != nil {
-			ev.Writable = false // DATA_CORRUPT refuses writes until a repair
+		info := p.info()
+		if info.State == wire.PartitionStateCorrupt || info.ReadOnly || info.Leader == "" {
+			// DATA_CORRUPT refuses writes until a repair; a degraded or
+			// leaderless partition until it recovers.
+			ev.Writable = false
 		}
 	}
 	return ev
@@ -622,8 +632,9 @@ func (r *schedRunner) publish(now int64, p sched.Publish) {
 	for _, h := range rec.Headers[1:] {
 		hs = append(hs, wire.Header{Key: h.Key, Value: h.Value})
 	}
-	r.node.publish(&wire.Pub{Topic: p.Topic, Partition: int32(p.Partition), ProducerID: schedProducerID(r.shard, p.Topic, p.Partition),
-		ProducerSeq: p.FireSeq, TimestampMs: rec.TimestampMs, Key: rec.Key, Value: rec.Value, Headers: hs}, done, nil)
+	// To the destination partition's leader, wherever it is.
+	r.node.publishToLeader(&wire.Pub{Topic: p.Topic, Partition: int32(p.Partition), ProducerID: schedProducerID(r.shard, p.Topic, p.Partition),
+		ProducerSeq: p.FireSeq, TimestampMs: rec.TimestampMs, Key: rec.Key, Value: rec.Value, Headers: hs}, 0, done)
 }
 
 func (r *schedRunner) published(now int64, p *schedPublished) {
@@ -672,7 +683,7 @@ func (r *schedRunner) admin(now int64, f *wire.SchedAdmin, reply SchedAdminReply
 	case wire.SchedCancel:
 		ref, err := r.o.Cancel(now, []uint64{f.ID})
 		if err != nil {
-			reply(nil, wire.Errorf(wire.CodeUnavailable, "%v", err))
+			reply(nil, r.refusal(err))
 			return
 		}
 		r.adminRefs[ref] = reply
@@ -685,7 +696,7 @@ func (r *schedRunner) admin(now int64, f *wire.SchedAdmin, reply SchedAdminReply
 		}
 		ref, err := r.o.Manage(now, sched.LaneCommand{Topic: f.Topic, Op: op})
 		if err != nil {
-			reply(nil, wire.Errorf(wire.CodeUnavailable, "%v", err))
+			reply(nil, r.refusal(err))
 			return
 		}
 		r.adminRefs[ref] = reply

@@ -58,6 +58,28 @@ func (h *harness) schedAdmin(f *wire.SchedAdmin) (*wire.SchedAdminOK, *wire.Erro
 	}
 }
 
+// schedAdminAll asks every shard (as a client does) and merges the answers;
+// the first refusal is returned.
+func (h *harness) schedAdminAll(f wire.SchedAdmin) (*wire.SchedAdminOK, *wire.Error) {
+	h.t.Helper()
+	t, err := h.node.topic(wire.SchedTopic)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := &wire.SchedAdminOK{}
+	for shard := range t.partitions {
+		f.Shard = uint32(shard)
+		ok, err := h.schedAdmin(&f)
+		if err != nil {
+			return nil, err
+		}
+		out.Schedules = append(out.Schedules, ok.Schedules...)
+		out.Shards = append(out.Shards, ok.Shards...)
+		out.Lanes = append(out.Lanes, ok.Lanes...)
+	}
+	return out, nil
+}
+
 // at moves the test's clock and wakes the shards' runners (their timers
 // run on real time).
 func (h *harness) at(ms int64) {
@@ -143,7 +165,7 @@ func TestScheduledMessagesFireOnceWhenDue(t *testing.T) {
 	h.at(now + 1000)
 	h.waitValues("t", all...)
 
-	st, err := h.schedAdmin(&wire.SchedAdmin{Op: wire.SchedStatus})
+	st, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedStatus})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +196,7 @@ func TestSchedulesSurviveARestartAndFireAfterIt(t *testing.T) {
 	h.stays("t")
 	h.at(now + 500)
 	h.waitValues("t", "later")
-	list, err := h.schedAdmin(&wire.SchedAdmin{Op: wire.SchedList})
+	list, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedList})
 	if err != nil || len(list.Schedules) != 0 {
 		t.Fatalf("list after firing: %+v %v", list, err)
 	}
@@ -206,7 +228,7 @@ func TestScheduleLaneGatesAndCancel(t *testing.T) {
 	now := h.nowMs.Load()
 	h.mustSchedule("t", "held", now+10)
 	gone := h.mustSchedule("t", "cancelled", now+10)
-	if _, err := h.schedAdmin(&wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LanePause}); err != nil {
+	if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LanePause}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.schedAdmin(&wire.SchedAdmin{Op: wire.SchedCancel, Shard: gone.Shard, ID: gone.ID}); err != nil {
@@ -217,18 +239,18 @@ func TestScheduleLaneGatesAndCancel(t *testing.T) {
 	}
 	h.at(now + 1000)
 	h.stays("t")
-	st, _ := h.schedAdmin(&wire.SchedAdmin{Op: wire.SchedStatus, Topic: "t"})
+	st, _ := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedStatus, Topic: "t"})
 	for _, l := range st.Lanes {
 		if l.Pending > 0 && l.Gate != "ADMIN_PAUSED" {
 			t.Fatalf("lane %+v, want ADMIN_PAUSED", l)
 		}
 	}
-	if _, err := h.schedAdmin(&wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneResume}); err != nil {
+	if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneResume}); err != nil {
 		t.Fatal(err)
 	}
 	h.waitValues("t", "held")
 
-	if _, err := h.schedAdmin(&wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneClose}); err != nil {
+	if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneClose}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := h.schedule(&wire.Schedule{Pub: wire.Pub{Topic: "t", Partition: wire.PartitionAuto, Key: []byte("held"), Value: []byte("x")}, DeliverAtMs: now})
@@ -256,6 +278,9 @@ func TestScheduleRefusesBadInput(t *testing.T) {
 	}
 	if _, err := h.schedAdmin(&wire.SchedAdmin{Op: wire.SchedLane, Topic: "nolane", LaneOp: wire.LanePause}); err == nil || err.Code != wire.CodeNotFound {
 		t.Fatalf("pausing the lane of a missing topic: %v, want NOT_FOUND", err)
+	}
+	if _, err := h.schedAdmin(&wire.SchedAdmin{Op: wire.SchedStatus, Shard: 99}); err == nil || err.Code != wire.CodeNotFound {
+		t.Fatalf("status of shard 99: %v, want NOT_FOUND", err)
 	}
 	if _, err := h.schedAdmin(&wire.SchedAdmin{Op: 99}); err == nil {
 		t.Fatal("an unknown operation was accepted")
@@ -392,7 +417,7 @@ func TestScheduledPublishAgainAfterACrashBeforeFired(t *testing.T) {
 	h.waitValues("t", "once")
 	deadline := time.Now().Add(waitMax)
 	for {
-		st, err := h.schedAdmin(&wire.SchedAdmin{Op: wire.SchedStatus})
+		st, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedStatus})
 		if err != nil {
 			t.Fatal(err)
 		}

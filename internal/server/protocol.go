@@ -187,8 +187,8 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 		})
 	case *wire.Metadata:
 		for _, name := range f.Topics {
-			if name == wire.CoordinatorTopic {
-				continue // where the groups' coordinator is
+			if name == wire.CoordinatorTopic || name == wire.SchedTopic {
+				continue // where the groups' coordinator is, or the schedule shards' leaders
 			}
 			if err := wire.ValidateName("topic", name); err != nil {
 				p.sendErr(corr, err)

@@ -21,6 +21,20 @@ func init() {
 	typeNames[TypeSchedAdmin], typeNames[TypeSchedAdminOK] = "SCHED_ADMIN", "SCHED_ADMIN_OK"
 }
 
+// SchedShard picks a schedule's shard among shards: by its topic and
+// key, else by its producer identity (a retry goes where the original
+// went), else by its destination partition. Brokers and clients agree on
+// it: a client sends a SCHEDULE to its shard's leader.
+func SchedShard(topic string, key []byte, producerID, producerSeq uint64, partition, shards uint32) uint32 {
+	switch {
+	case len(key) > 0:
+		return PartitionForKey(append([]byte(topic+"\x00"), key...), shards)
+	case producerID != 0:
+		return PartitionForProducer(producerID, producerSeq, shards)
+	}
+	return partition % shards
+}
+
 func newSchedFrame(t FrameType) Frame {
 	switch t {
 	case TypeSchedule:
