@@ -38,6 +38,7 @@ func newSimCmd() *cobra.Command {
 		mutation    string
 		listMut     bool
 		members     bool
+		schedules   int
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -84,7 +85,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err != nil {
 					return err
 				}
-				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members}
+				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules}
 				if logs {
 					o.Logs = cmd.ErrOrStderr()
 				}
@@ -168,6 +169,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.IntVar(&nodes, "nodes", 0, "simulate a cluster of this many complete nodes (server, node, replication, metadata) instead of one node")
 	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
 	fl.BoolVar(&members, "members", false, "with --nodes: the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked)")
+	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
@@ -192,6 +194,9 @@ func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) erro
 			s, max(o.Nodes, 3), r.Events, r.VirtualMs, r.Faults, r.Restarts, r.Acked, r.Deliveries, r.TraceHash)
 		if o.Members {
 			fmt.Fprintf(out, "members %v: ", r.Members)
+		}
+		if o.Schedules > 0 {
+			fmt.Fprintf(out, "%d scheduled, %d published: ", r.Scheduled, r.SchedPublished)
 		}
 		if r.Violation == nil {
 			fmt.Fprintln(out, "ok")

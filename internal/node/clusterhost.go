@@ -52,7 +52,7 @@ func (h clusterHost) StartTopic(tc wire.TopicConfig, placement [][]uint32) (bool
 	if err != nil {
 		return false, err
 	}
-	if tc.Name == wire.SchedTopic && !n.cfg.Manual {
+	if tc.Name == wire.SchedTopic {
 		// Every replica of a shard runs its scheduler (the leader's owns
 		// it), from the moment the metadata names the shards.
 		if err := n.startSched(t); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/sched"
 )
 
 // Mutations are deliberate bugs behind a test-only switch. Each disables one
@@ -40,6 +41,10 @@ type Mutations struct {
 	// Group breaks the consumer-group kernel as the metadata applies it
 	// (e.g. a moving partition assigned before its REVOKE is answered).
 	Group group.Mutations
+	// Sched and SchedState break the scheduler kernel's owner and applied
+	// state (e.g. a due message published before its intent commits).
+	Sched      sched.Mutations
+	SchedState sched.StateMutations
 }
 
 // Step runs, on the caller's goroutine, all work of a Manual node that is
@@ -94,6 +99,14 @@ func (n *Node) Step() bool {
 		}
 		for _, g := range groups {
 			progress = g.step(now) || progress
+		}
+		n.schedMu.Lock()
+		runners := n.sched
+		n.schedMu.Unlock()
+		for _, r := range runners {
+			if r != nil {
+				progress = r.step(now) || progress
+			}
 		}
 		if n.members != nil {
 			progress = n.members.step(now) || progress

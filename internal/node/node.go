@@ -191,7 +191,7 @@ func Open(cfg Config) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("node: group state: %w", err)
 	}
-	if t, ok := n.topics[wire.SchedTopic]; ok && !cfg.Manual {
+	if t, ok := n.topics[wire.SchedTopic]; ok {
 		// Schedules made before the restart fire on time.
 		if err := n.startSched(t); err != nil {
 			n.Close()

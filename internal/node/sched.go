@@ -15,7 +15,7 @@ package node
 // cluster a runner runs at every replica of a shard (each applies the
 // shard's log); the one whose replica leads the shard, has applied its
 // epoch's install entry and holds its lease (replica.Status.LeaseTicks)
-// is the owner. In Manual mode SCHEDULE is refused for now.
+// is the owner. In Manual mode (the simulator) Step runs the runners.
 
 import (
 	"encoding/binary"
@@ -36,9 +36,10 @@ import (
 // headers.
 const schedHeader = "nereus-sched"
 
-// Scheduler settings of a single node.
+// Scheduler settings.
 const (
-	schedShards = 2
+	// SchedShards is the partition count of __sched.
+	SchedShards = 2
 	// schedEvidenceMs is how long a probe's answer is trusted.
 	schedEvidenceMs = 5_000
 	// schedFireWindow keeps fire sequences within the destination's dedup
@@ -149,9 +150,6 @@ func (n *Node) schedNotLeader(shard uint32) *wire.Error {
 // schedRunners returns the shards' runners, creating __sched and
 // starting them at the first use.
 func (n *Node) schedRunners() ([]*schedRunner, *wire.Error) {
-	if n.cfg.Manual {
-		return nil, wire.Errorf(wire.CodeUnavailable, "scheduled delivery does not run in Manual mode yet")
-	}
 	n.schedMu.Lock()
 	runners := n.sched
 	n.schedMu.Unlock()
@@ -159,10 +157,16 @@ func (n *Node) schedRunners() ([]*schedRunner, *wire.Error) {
 		return runners, nil
 	}
 	t, err := n.topic(wire.SchedTopic)
+	if err != nil && n.cfg.Manual && n.cluster != nil {
+		// Its driver's goroutine must not wait for the metadata log: the
+		// shards are declared, and this request is answered for a retry.
+		n.declareAsync(wire.TopicConfig{Name: wire.SchedTopic, Partitions: SchedShards}, func(bool, error) {})
+		return nil, wire.Errorf(wire.CodeUnavailable, "the schedule shards are being created; retry")
+	}
 	if err != nil {
 		// A cluster declares it through the metadata log (and starts the
 		// runners as it applies it: clusterHost.StartTopic).
-		if _, err := n.declare(wire.TopicConfig{Name: wire.SchedTopic, Partitions: schedShards}); err != nil {
+		if _, err := n.declare(wire.TopicConfig{Name: wire.SchedTopic, Partitions: SchedShards}); err != nil {
 			return nil, asWire(err)
 		}
 		if t, err = n.topic(wire.SchedTopic); err != nil {
@@ -199,6 +203,10 @@ func (n *Node) startSched(t *topic) error {
 		t.groupsMu.Lock()
 		t.sched = append(t.sched, r)
 		t.groupsMu.Unlock()
+		if n.cfg.Manual {
+			r.woken = true // Step runs it
+			continue
+		}
 		r.wg.Add(1)
 		go r.run()
 	}
@@ -261,6 +269,7 @@ type schedRunner struct {
 	// barrier is the commit point when the runner started: the owner is
 	// active once everything committed before it is applied.
 	barrier uint64
+	started bool
 	// recent keeps the results of applied records that refused something,
 	// for a reply whose append completes after its record was applied.
 	recent map[uint64]sched.Result
@@ -271,6 +280,11 @@ type schedRunner struct {
 	adminRefs map[uint64]SchedAdminReply
 
 	cmds chan schedCmd // sessions' requests
+	// Manual mode (Config.Manual): no goroutine; Step runs the runner when
+	// woken, when a request is queued, or at nextWakeMs.
+	manualQueue []schedCmd
+	woken       bool
+	nextWakeMs  int64
 	// inbox: completions of appends and publishes, from the partitions'
 	// goroutines, which must never block on the runner (it may be waiting
 	// for their queues).
@@ -284,7 +298,9 @@ type schedRunner struct {
 
 func newSchedRunner(n *Node, p *partitionRunner) *schedRunner {
 	st := sched.NewState()
-	cfg := sched.Config{ClaimMax: schedClaimMax, FireWindow: min(schedFireWindow, uint64(max(1, n.cfg.Dedup.DedupWindowMax))), ProbeEveryMs: schedProbeMs}
+	st.Mutations = n.cfg.Mutations.SchedState
+	cfg := sched.Config{ClaimMax: schedClaimMax, FireWindow: min(schedFireWindow, uint64(max(1, n.cfg.Dedup.DedupWindowMax))), ProbeEveryMs: schedProbeMs,
+		Mutations: n.cfg.Mutations.Sched}
 	return &schedRunner{node: n, p: p, shard: p.id, st: st, o: sched.NewOwner(cfg, st),
 		recent: map[uint64]sched.Result{}, waiting: map[uint64]*schedAppended{}, adminRefs: map[uint64]SchedAdminReply{},
 		cmds: make(chan schedCmd, 1024), wakeCh: make(chan struct{}, 1), done: make(chan struct{})}
@@ -301,6 +317,10 @@ func (r *schedRunner) deliver(c schedCmd) {
 // send hands a session's request to the runner; after stop it is
 // answered UNAVAILABLE.
 func (r *schedRunner) send(c schedCmd) {
+	if r.node.cfg.Manual {
+		r.manualQueue = append(r.manualQueue, c)
+		return
+	}
 	select {
 	case r.cmds <- c:
 	case <-r.done:
@@ -315,6 +335,10 @@ func (r *schedRunner) send(c schedCmd) {
 }
 
 func (r *schedRunner) poke() {
+	if r.node.cfg.Manual {
+		r.woken = true
+		return
+	}
 	select {
 	case r.wakeCh <- struct{}{}:
 	default:
@@ -324,6 +348,53 @@ func (r *schedRunner) poke() {
 func (r *schedRunner) stop() {
 	r.once.Do(func() { close(r.done) })
 	r.wg.Wait()
+	if r.node.cfg.Manual {
+		r.shutdown()
+	}
+}
+
+// pass is one round of the runner: completions, the shard's new
+// commits, the gates, the owner's effects. It returns how long the runner
+// may sleep.
+func (r *schedRunner) pass() (waitMs int64) {
+	r.inboxMu.Lock()
+	inbox := r.inbox
+	r.inbox = nil
+	r.inboxMu.Unlock()
+	for _, c := range inbox {
+		r.handle(c)
+	}
+	now := r.node.nowMs()
+	r.apply(now)
+	r.o.SetAuthority(now, r.authority(now))
+	r.carryOut(now)
+	wait := int64(1000)
+	if at := r.o.NextWakeMs(now); at != 0 {
+		wait = max(1, min(wait, at-now))
+	}
+	return wait
+}
+
+// step runs the runner in Manual mode if it has something to do at
+// nowMs, and reports whether it ran.
+func (r *schedRunner) step(nowMs int64) bool {
+	r.inboxMu.Lock()
+	pending := len(r.inbox) > 0
+	r.inboxMu.Unlock()
+	if len(r.manualQueue) == 0 && !pending && !r.woken && nowMs < r.nextWakeMs {
+		return false
+	}
+	if !r.started {
+		r.started, r.barrier = true, r.p.commitSeq.Load()
+	}
+	for len(r.manualQueue) > 0 {
+		c := r.manualQueue[0]
+		r.manualQueue = r.manualQueue[1:]
+		r.handle(c)
+	}
+	r.woken = false
+	r.nextWakeMs = nowMs + r.pass()
+	return true
 }
 
 func (r *schedRunner) run() {
@@ -334,23 +405,9 @@ func (r *schedRunner) run() {
 			timer.Stop()
 		}
 	}()
-	r.barrier = r.p.commitSeq.Load()
+	r.started, r.barrier = true, r.p.commitSeq.Load()
 	for {
-		r.inboxMu.Lock()
-		inbox := r.inbox
-		r.inbox = nil
-		r.inboxMu.Unlock()
-		for _, c := range inbox {
-			r.handle(c)
-		}
-		now := r.node.nowMs()
-		r.apply(now)
-		r.o.SetAuthority(now, r.authority(now))
-		r.carryOut(now)
-		wait := int64(1000)
-		if at := r.o.NextWakeMs(now); at != 0 {
-			wait = max(1, min(wait, at-now))
-		}
+		wait := r.pass()
 		if timer != nil {
 			timer.Stop()
 		}
@@ -726,15 +783,22 @@ func (r *schedRunner) shutdown() {
 			r.adminRefs[a.ref](nil, werr)
 		}
 	}
+	refuse := func(c schedCmd) {
+		switch {
+		case c.schedule != nil:
+			c.schedule.reply(wire.ScheduleOK{}, werr)
+		case c.adminReply != nil:
+			c.adminReply(nil, werr)
+		}
+	}
+	for _, c := range r.manualQueue {
+		refuse(c)
+	}
+	r.manualQueue = nil
 	for {
 		select {
 		case c := <-r.cmds:
-			switch {
-			case c.schedule != nil:
-				c.schedule.reply(wire.ScheduleOK{}, werr)
-			case c.adminReply != nil:
-				c.adminReply(nil, werr)
-			}
+			refuse(c)
 		default:
 			return
 		}

@@ -244,9 +244,12 @@ type Owner struct {
 	resolutions map[uint64][]uint64
 	inflight    map[uint64]bool // every proposal not completed
 	nextRef     uint64
-	// claimAfter holds claims back after an intent failed to commit, so a
-	// refusing log (a degraded leader) is not asked again at once.
-	claimAfter int64
+	// retryAfter holds claims and publishes back after a record of the
+	// owner's failed to commit, so a refusing log (a full queue, a
+	// leader stepping down) is not asked again at once: an intent claimed
+	// again, or a message published again (deduplicated) whose FIRED was
+	// refused, would loop at one instant.
+	retryAfter int64
 	drainUntil int64
 	effects    []Effect
 }
@@ -408,6 +411,9 @@ func (o *Owner) stepLane(now int64, topic string) {
 		}
 		return
 	}
+	if now < o.retryAfter {
+		return
+	}
 	o.publishFiring(l, rt)
 	o.claimDue(now, l, rt)
 }
@@ -451,9 +457,6 @@ func (o *Owner) publish(p Publish) {
 // read as given, never as the highest seen, so a clock that jumps back
 // fires later, not earlier.
 func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
-	if now < o.claimAfter {
-		return
-	}
 	var intents []Intent
 	visits := o.cfg.ClaimMax*8 + len(o.claims)
 	o.st.dueInOrder(l.Topic, func(e *Entry) bool {
@@ -523,10 +526,10 @@ func (o *Owner) propose(r Record) uint64 {
 // (an intent that did not commit frees its schedules to be claimed again).
 func (o *Owner) Proposed(now int64, ref uint64, err error) {
 	delete(o.inflight, ref)
+	if err != nil {
+		o.retryAfter = now + o.cfg.ProbeEveryMs
+	}
 	if c, ok := o.intents[ref]; ok {
-		if err != nil {
-			o.claimAfter = now + o.cfg.ProbeEveryMs
-		}
 		for _, in := range c.intents {
 			delete(o.claims, in.ID)
 			if f := o.fire[dest{c.topic, in.Partition}]; f != nil {
@@ -683,7 +686,7 @@ func (o *Owner) NextWakeMs(now int64) int64 {
 	if o.life == Draining {
 		wake(o.drainUntil)
 	}
-	wake(o.claimAfter)
+	wake(o.retryAfter)
 	for topic, rt := range o.lanes {
 		switch {
 		case rt.readiness == Ready:
@@ -736,7 +739,7 @@ func (o *Owner) AppendDigest(b []byte) []byte {
 	u(uint64(o.life))
 	u(o.epoch)
 	u(uint64(o.drainUntil))
-	u(uint64(o.claimAfter))
+	u(uint64(o.retryAfter))
 	u(o.nextRef)
 	for _, t := range slices.Sorted(maps.Keys(o.lanes)) {
 		rt := o.lanes[t]

@@ -540,3 +540,40 @@ func TestStandingPauseHoldsTheFirstSchedule(t *testing.T) {
 	w.settle(true)
 	w.expectDelivered("a", id)
 }
+
+// A FIRED record the log refused leaves its schedule firing; its message
+// is published again (the destination deduplicates it) only after
+// ProbeEveryMs, not at once: a refusing log must not make a loop.
+func TestRefusedFiredWaitsBeforePublishingAgain(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	id := w.schedule("a", 1000, 0)
+	w.settle(false)
+	w.commitAll() // the intent
+	w.settle(false)
+	var fired *Proposal
+	for _, p := range w.queue {
+		if p.Record.Kind == KindFired {
+			fired = &p
+		}
+	}
+	if fired == nil {
+		t.Fatalf("no FIRED proposed: %+v", w.queue)
+	}
+	w.queue = nil
+	publishes := len(w.published)
+	w.o.Proposed(w.now, fired.Ref, errShort)
+	w.settle(false)
+	if n := len(w.published) - publishes; n != 0 {
+		t.Fatalf("published %d times at once after the FIRED was refused", n)
+	}
+	w.at(w.now + testConfig.ProbeEveryMs)
+	w.settle(true)
+	if n := len(w.published) - publishes; n != 1 {
+		t.Fatalf("published %d times after the wait, want 1", n)
+	}
+	w.expectDelivered("a", id)
+	if c := w.st.Counts(); c.Fired != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+}

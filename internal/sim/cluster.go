@@ -58,6 +58,10 @@ type ClusterOptions struct {
 	// virtual time and the node's id): what the nodes said, beside the
 	// trace of what happened.
 	Logs io.Writer
+	// Schedules adds the scheduled-delivery workload (sched.go): this many
+	// messages scheduled into their own topic, each due within 3 s, with
+	// NeverEarly and ExactlyOnce checked (0: none).
+	Schedules int
 }
 
 // ClusterRetention is a cluster run's retention: the topic's
@@ -121,6 +125,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.Members {
 		cmd += " --members"
+	}
+	if o.Schedules > 0 {
+		cmd += fmt.Sprintf(" --schedules %d", o.Schedules)
 	}
 	if o.Shared {
 		cmd += " # with ClusterOptions.Shared (no CLI flag: run it from a test)"
@@ -226,6 +233,17 @@ func newClusterSim(o ClusterOptions) *sim {
 			s.w.after(s.w.between(0, 10), c.joinGroup)
 		}
 	}
+	if o.Schedules > 0 {
+		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules), inflight: map[int]bool{},
+			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{}}
+		for shard := range sc.shardAt {
+			sc.shardAt[shard] = shard % len(s.nodes)
+		}
+		s.sched = sc
+		for at := range s.nodes {
+			s.w.after(s.w.between(0, 10), func() { sc.connect(at) })
+		}
+	}
 	s.w.after(tickMs, s.tick)
 	return s
 }
@@ -245,6 +263,9 @@ func (s *sim) runPhases() Result {
 	r.ReplicaStates, r.Recoveries = s.replicaStates, s.recoveries
 	r.PubErrors = s.pubErrors
 	r.Members = s.memberEvents
+	if s.sched != nil {
+		r.Scheduled, r.SchedPublished = len(s.sched.acked), len(s.sched.seen)
+	}
 	r.Restarts = 0
 	for _, b := range s.nodes {
 		r.Restarts += max(b.started-1, 0)
@@ -495,7 +516,37 @@ func (s *sim) clusterFinalPhase() {
 		return
 	}
 	s.chk.finalChecks(func(p uint32) *broker { return leaders[p] }, s.opts.Partitions)
+	if s.sched != nil && s.chk.violation == nil {
+		s.schedFinal(deadline)
+	}
 	s.w.tracef("end: acked=%d deliveries=%d", len(s.chk.acked), s.chk.deliveries)
+}
+
+// schedFinal waits until some node holds every acknowledged schedule's
+// message (after the power loss), then checks each is there once.
+func (s *sim) schedFinal(deadline int64) {
+	for s.chk.violation == nil {
+		complete := false
+		for _, b := range s.nodes {
+			if !b.up {
+				continue
+			}
+			vs := schedValues(b)
+			all := true
+			for v := range s.sched.acked {
+				all = all && vs[v] > 0
+			}
+			complete = complete || all
+		}
+		if complete {
+			s.sched.finalCheck()
+			return
+		}
+		if s.w.nowMs > deadline || !s.step() {
+			s.chk.violate(Liveness, "30 s after the final power loss, no node holds every acknowledged schedule's message")
+			return
+		}
+	}
 }
 
 // leaderOf is the up node that leads partition p, if any.

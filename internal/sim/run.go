@@ -131,6 +131,9 @@ type Result struct {
 	Deliveries int // MSG frames received
 	Restarts   int // broker incarnations after the first
 	Faults     int // faults injected (cluster runs)
+	// Scheduled and SchedPublished: schedules acknowledged, and scheduled
+	// messages seen published (ClusterOptions.Schedules).
+	Scheduled, SchedPublished int
 	// ReplicaStates counts the replica states partition leaders reported
 	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...;
 	// and followers of themselves, suffixed " (self)": Rebuilding,
@@ -195,6 +198,9 @@ type sim struct {
 	// scriptSteps counts a scripted scenario's steps still to come: the
 	// liveness phase does not end before they ran.
 	scriptSteps int
+	// sched is the scheduled-delivery workload (ClusterOptions.Schedules;
+	// nil without).
+	sched *schedClient
 }
 
 // Run executes one seed and returns its result. It never panics on a broken
@@ -257,7 +263,12 @@ func (s *sim) startWorkload() {
 }
 
 // tick advances the broker's timers (redelivery, retention) in virtual time.
-func (s *sim) tick() { s.w.after(tickMs, s.tick) }
+func (s *sim) tick() {
+	if s.sched != nil && s.w.events%4 == 0 {
+		s.sched.observe()
+	}
+	s.w.after(tickMs, s.tick)
+}
 
 // step runs one event and then the broker's due work and the checks.
 func (s *sim) step() bool {
@@ -307,7 +318,7 @@ func (s *sim) livenessPhase() {
 	s.w.tracef("heal: faults off")
 	deadline := s.w.nowMs + livenessMsMax
 	for events := 0; s.chk.violation == nil; events++ {
-		if s.producersDone() && len(s.chk.undelivered()) == 0 && s.scriptSteps == 0 {
+		if s.producersDone() && len(s.chk.undelivered()) == 0 && s.scriptSteps == 0 && (s.sched == nil || s.sched.done()) {
 			return
 		}
 		if s.w.nowMs > deadline || events > livenessEventsMax || !s.step() {
@@ -320,8 +331,12 @@ func (s *sim) livenessPhase() {
 			if len(missing) > 0 {
 				first = missing[0].String()
 			}
-			s.chk.violate(Liveness, "%d acknowledged records not acked by the group (first %s), %d messages never acknowledged, %dms after healing",
-				len(missing), first, unacked, s.w.nowMs-(deadline-livenessMsMax))
+			schedMissing := 0
+			if s.sched != nil {
+				schedMissing = s.sched.missing()
+			}
+			s.chk.violate(Liveness, "%d acknowledged records not acked by the group (first %s), %d messages never acknowledged, %d schedules not answered or not published, %dms after healing",
+				len(missing), first, unacked, schedMissing, s.w.nowMs-(deadline-livenessMsMax))
 			return
 		}
 	}

@@ -1,0 +1,255 @@
+package sim
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// The scheduled-delivery workload of a cluster run: a client schedules
+// messages into their own topic, each due up to 3 s after it is sent,
+// through a connection to every node (a SCHEDULE goes to the node its
+// shard's leader is believed to be; NOT_LEADER moves the shard on to the
+// next node). The checks: a message is visible in the topic no earlier
+// than its deliver_at minus the largest forward clock skew any node had
+// (NeverEarly, with the owner's clock error as the documented bound);
+// after healing every acknowledged schedule is published; at the end its
+// message is in the log exactly once, and an unacknowledged one at most
+// once (ExactlyOnce).
+
+const schedDestTopic = "sd"
+
+type schedClient struct {
+	s        *sim
+	total    int
+	next     int
+	window   int
+	due      []int64 // by index: deliver_at in virtual time
+	inflight map[int]bool
+	acked    map[string]int64 // value → deliver_at
+	conns    []*conn
+	ready    []bool
+	shardAt  [node.SchedShards]int // the node a shard's SCHEDULEs go to
+	seen     map[string]bool       // values seen published
+	// maxSkewMs is the largest forward clock skew any node has had: how
+	// early an owner may fire by its own clock.
+	maxSkewMs int64
+}
+
+func (sc *schedClient) name() string { return "sched" }
+
+func schedValue(i int) string { return fmt.Sprintf("sch-%d", i) }
+
+func (sc *schedClient) connect(at int) {
+	sc.ready[at] = false
+	sc.conns[at] = sc.s.nodes[at].dial(sc, sc.s.partitioned[sc.name()])
+	if c := sc.conns[at]; c.open {
+		c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: sc.name()})
+		c.send(0, &wire.Declare{Topic: wire.TopicConfig{Name: schedDestTopic, Partitions: 2, Replicas: sc.s.replicas}})
+	}
+}
+
+func (sc *schedClient) nodeOf(c *conn) int {
+	return slices.Index(sc.conns, c)
+}
+
+func (sc *schedClient) onClose(c *conn) {
+	at := sc.nodeOf(c)
+	if at < 0 {
+		return
+	}
+	sc.ready[at] = false
+	sc.s.w.after(sc.s.w.between(10, 200), func() { sc.connect(at) })
+}
+
+func (sc *schedClient) shardOf(i int) int {
+	v := schedValue(i)
+	return int(wire.SchedShard(schedDestTopic, []byte(v), 0, 0, 0, node.SchedShards))
+}
+
+func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
+	at := sc.nodeOf(c)
+	if at < 0 {
+		return
+	}
+	switch f := f.(type) {
+	case *wire.DeclareOK:
+		sc.ready[at] = true
+		sc.resend(at)
+		sc.fill()
+	case *wire.ScheduleOK:
+		i := int(corr) - 1
+		if !sc.inflight[i] {
+			return
+		}
+		delete(sc.inflight, i)
+		sc.acked[schedValue(i)] = sc.due[i]
+		sc.s.w.tracef("sched SCHEDULE_OK %s -> %d/%d dup=%v", schedValue(i), f.Shard, f.ID, f.Duplicate)
+		sc.fill()
+	case *wire.Err:
+		if corr == 0 {
+			if !sc.ready[at] {
+				c.breakConn("declare failed")
+			}
+			return
+		}
+		i := int(corr) - 1
+		if !sc.inflight[i] {
+			return
+		}
+		sc.s.w.tracef("sched ERR %s %s", schedValue(i), f.Code)
+		switch {
+		case f.Code == wire.CodeNotLeader:
+			shard := sc.shardOf(i)
+			if sc.shardAt[shard] == at {
+				sc.shardAt[shard] = (at + 1) % len(sc.conns)
+			}
+			sc.s.w.after(sc.s.w.between(5, 50), func() { sc.send(i) })
+		case f.Code.Retryable():
+			sc.s.w.after(sc.s.w.between(5, 50), func() { sc.send(i) })
+		case f.Code == wire.CodeDataCorrupt && sc.s.chk.anyDamaged():
+			delete(sc.inflight, i) // a damaged shard refuses writes until repaired
+		default:
+			sc.s.chk.violate("ScheduleAnswered", "SCHEDULE %s failed permanently: %s", schedValue(i), f.AsError())
+		}
+	}
+}
+
+// fill keeps the window of schedules in flight full.
+func (sc *schedClient) fill() {
+	for len(sc.inflight) < sc.window && sc.next < sc.total {
+		i := sc.next
+		sc.next++
+		sc.due[i] = sc.s.w.nowMs + sc.s.w.between(0, 3000)
+		sc.inflight[i] = true
+		sc.send(i)
+	}
+}
+
+// resend sends again what was in flight to the shards at node at.
+func (sc *schedClient) resend(at int) {
+	for _, i := range slices.Sorted(maps.Keys(sc.inflight)) { // in order: a run replays bit for bit
+		if sc.shardAt[sc.shardOf(i)] == at {
+			sc.send(i)
+		}
+	}
+}
+
+// send sends schedule i to the node its shard is believed at (its
+// producer identity makes every resend idempotent).
+func (sc *schedClient) send(i int) {
+	if !sc.inflight[i] {
+		return
+	}
+	at := sc.shardAt[sc.shardOf(i)]
+	if !sc.ready[at] {
+		return // sent when that connection is ready again
+	}
+	v := schedValue(i)
+	sc.conns[at].send(uint64(i+1), &wire.Schedule{Pub: wire.Pub{Topic: schedDestTopic, Partition: wire.PartitionAuto,
+		ProducerID: 7000 + uint64(i), ProducerSeq: 1, Key: []byte(v), Value: []byte(v)}, DeliverAtMs: sc.due[i]})
+}
+
+// observe checks what is published so far: nothing early, nothing twice,
+// nothing that was never scheduled.
+func (sc *schedClient) observe() {
+	for _, b := range sc.s.nodes {
+		sc.maxSkewMs = max(sc.maxSkewMs, b.skewMs)
+	}
+	for _, b := range sc.s.nodes {
+		if !b.up {
+			continue
+		}
+		for v, n := range schedValues(b) {
+			if n > 1 {
+				sc.s.chk.violate("ExactlyOnce", "%s: scheduled message %s published %d times", b.id, v, n)
+				return
+			}
+			if sc.seen[v] {
+				continue
+			}
+			var i int
+			if _, err := fmt.Sscanf(v, "sch-%d", &i); err != nil || i >= sc.next {
+				sc.s.chk.violate("ExactlyOnce", "%s: %q in the scheduled topic was never scheduled", b.id, v)
+				return
+			}
+			sc.seen[v] = true
+			if early := sc.due[i] - sc.maxSkewMs - sc.s.w.nowMs; early > 0 {
+				sc.s.chk.violate("NeverEarly", "%s: scheduled message %s published %d ms before its deliver_at (beyond the largest clock skew, %d ms)",
+					b.id, v, early, sc.maxSkewMs)
+				return
+			}
+		}
+	}
+}
+
+// done reports whether every schedule was answered and every acknowledged
+// one published.
+func (sc *schedClient) done() bool {
+	if sc.next < sc.total || len(sc.inflight) > 0 {
+		return false
+	}
+	for v := range sc.acked {
+		if !sc.seen[v] {
+			return false
+		}
+	}
+	return true
+}
+
+func (sc *schedClient) missing() int {
+	n := len(sc.inflight) + sc.total - sc.next
+	for v := range sc.acked {
+		if !sc.seen[v] {
+			n++
+		}
+	}
+	return n
+}
+
+// finalCheck reads the scheduled topic at the end: every acknowledged
+// schedule's message exactly once.
+func (sc *schedClient) finalCheck() {
+	best := map[string]int{}
+	for _, b := range sc.s.nodes {
+		if !b.up {
+			continue
+		}
+		vs := schedValues(b)
+		if len(vs) > len(best) {
+			best = vs
+		}
+	}
+	for v := range sc.acked {
+		if best[v] != 1 {
+			sc.s.chk.violate("ExactlyOnce", "acknowledged schedule %s published %d times", v, best[v])
+			return
+		}
+	}
+}
+
+// schedValues counts the values of the scheduled topic's committed
+// records on b.
+func schedValues(b *broker) map[string]int {
+	out := map[string]int{}
+	for _, t := range b.node.Metadata([]string{schedDestTopic}) {
+		for _, p := range t.Partitions {
+			for from := p.StartSeq; ; {
+				es, err := b.node.Read(schedDestTopic, p.Partition, from, 1000)
+				if err != nil || len(es) == 0 {
+					break
+				}
+				for _, e := range es {
+					if len(e.Record.Headers) == 0 {
+						out[string(e.Record.Value)]++
+					}
+					from = e.Seq + 1
+				}
+			}
+		}
+	}
+	return out
+}
