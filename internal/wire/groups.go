@@ -43,7 +43,7 @@ func newGroupFrame(t FrameType) Frame {
 	case TypeGroupDelete:
 		return &GroupDelete{}
 	}
-	return nil
+	return newKVFrame(t)
 }
 
 // CoordinatorTopic, named in a METADATA request, asks where the groups'
