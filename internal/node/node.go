@@ -10,6 +10,7 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/partition"
@@ -120,6 +121,7 @@ type Node struct {
 
 	cluster *cluster.Cluster // nil on a single node
 	members *membership      // consumer-group membership (members.go)
+	kv      kvRegistry       // KV buckets (kv.go)
 
 	// repeats throttles ERROR lines that a persistent fault repeats.
 	repeats repeatLimiter
@@ -137,6 +139,10 @@ type topic struct {
 
 	groupsMu sync.Mutex
 	groups   []*groupRunner // woken when a partition commits
+
+	// kvWake wakes the bucket runner of a KV bucket's topic (kv.go) when
+	// its partition commits; nil until the runner starts.
+	kvWake atomic.Pointer[func()]
 }
 
 type groupKey struct{ group, topic string }
@@ -259,6 +265,9 @@ func (n *Node) startTopic(tc wire.TopicConfig, placement [][]uint32) (*topic, er
 		t.partitions = append(t.partitions, p)
 	}
 	n.topics[tc.Name] = t
+	if wire.IsKVTopic(tc.Name) {
+		n.startKVRunner(t)
+	}
 	return t, nil
 }
 
@@ -266,7 +275,7 @@ func (n *Node) startTopic(tc wire.TopicConfig, placement [][]uint32) (*topic, er
 // topic's: Declare refuses those for clients, declare accepts them for the
 // group machinery.
 func ValidateTopic(tc wire.TopicConfig) error {
-	if err := wire.ValidateName("topic", tc.Name); err != nil {
+	if err := wire.ValidateStoredTopic(tc.Name); err != nil {
 		return err
 	}
 	if tc.Partitions == 0 || tc.Partitions > wire.PartitionsMax {
@@ -382,6 +391,9 @@ func (n *Node) Metadata(names []string) []wire.TopicInfo {
 	defer n.mu.RUnlock()
 	if len(names) == 0 {
 		for name := range n.topics {
+			if wire.IsKVTopic(name) {
+				continue // a bucket's log: KV_BUCKET_LIST describes it
+			}
 			names = append(names, name)
 		}
 		slices.Sort(names)
@@ -460,6 +472,9 @@ func (n *Node) Close() {
 }
 
 func (t *topic) notifyGroups() {
+	if wake := t.kvWake.Load(); wake != nil {
+		(*wake)()
+	}
 	t.groupsMu.Lock()
 	for _, g := range t.groups {
 		g.poke()

@@ -42,12 +42,18 @@ const (
 	// its corr after its last event. The message starts with "floor=N;":
 	// CursorExpired builds it, ExpiredFloor reads it.
 	CodeCursorExpired Code = 31
+	// CodeOutcomeUnknown: a KV write was handed to the bucket's log but
+	// the leader lost its office (or its quorum) before it committed: it
+	// may still commit under the next leader, or not. Not retryable
+	// blindly — read the key and decide.
+	CodeOutcomeUnknown Code = 32
 )
 
 // Sentinels for errors.Is.
 var (
 	ErrRevisionMismatch = &Error{Code: CodeRevisionMismatch}
 	ErrCursorExpired    = &Error{Code: CodeCursorExpired}
+	ErrOutcomeUnknown   = &Error{Code: CodeOutcomeUnknown}
 )
 
 // KV bounds the decoder does not enforce (the frame bound does) but the
@@ -78,6 +84,7 @@ func init() {
 	}
 	codeNames[CodeRevisionMismatch] = "REVISION_MISMATCH"
 	codeNames[CodeCursorExpired] = "CURSOR_EXPIRED"
+	codeNames[CodeOutcomeUnknown] = "OUTCOME_UNKNOWN"
 }
 
 func newKVFrame(t FrameType) Frame {
