@@ -1,0 +1,363 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/server"
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// kvBroker is a real node and its client server on loopback.
+type kvBroker struct {
+	node *node.Node
+	srv  *server.Server
+	addr string
+}
+
+func (b *kvBroker) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b.srv.Close(ctx)
+	b.node.Close()
+}
+
+// startKVBroker opens a node on fs (dir) and serves it on lis.
+func startKVBroker(t *testing.T, fs vfs.FS, dir string, lis net.Listener, cluster *node.ClusterConfig) *kvBroker {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := node.Config{NodeID: "n1", DataDir: dir, Env: env.Env{FS: fs}, Logger: logger, ClientAddr: lis.Addr().String(), Cluster: cluster}
+	if cluster != nil {
+		cfg.NodeID = strings.TrimPrefix(dir, "/")
+	}
+	n, err := node.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(server.Config{AllowNoAuth: true, Logger: logger}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(lis)
+	return &kvBroker{node: n, srv: s, addr: lis.Addr().String()}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lis
+}
+
+func dialKV(t *testing.T, addrs ...string) *Client {
+	t.Helper()
+	c, err := Dial(testCtx(t), Options{Servers: addrs, ClientName: t.Name(), RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// The SDK end to end against a real node: bucket create/list/delete,
+// put, get, CAS with the current revision on a mismatch, history, keys,
+// and a watch that sees every write in order.
+func TestKVOnANode(t *testing.T) {
+	b := startKVBroker(t, vfs.NewMem(), "/d", listen(t), nil)
+	t.Cleanup(b.stop)
+	c := dialKV(t, b.addr)
+	ctx := testCtx(t)
+	if created, err := c.CreateBucket(ctx, KVBucketConfig{Bucket: "cfg", History: 4}); err != nil || !created {
+		t.Fatalf("CreateBucket = %v, %v", created, err)
+	}
+	if _, err := c.CreateBucket(ctx, KVBucketConfig{Bucket: "cfg", History: 2}); !errors.Is(err, ErrTopicConflict) {
+		t.Fatalf("conflicting create: %v", err)
+	}
+	kv := c.KV("cfg")
+	w, err := kv.Watch(ctx, KVWatchOptions{Credit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	r1, err := kv.Put(ctx, "a", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := kv.CAS(ctx, "a", []byte("2"), r1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kv.CAS(ctx, "a", []byte("x"), r1)
+	var mismatch *RevisionMismatchError
+	if !errors.As(err, &mismatch) || mismatch.Current != r2 || !errors.Is(err, ErrRevisionMismatch) {
+		t.Fatalf("stale CAS: %v", err)
+	}
+	if _, err := kv.CAS(ctx, "b", []byte("new"), 0); err != nil {
+		t.Fatalf("create-only CAS: %v", err)
+	}
+	rd, err := kv.Delete(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(ctx, "a"); err != nil || string(e.Value) != "2" || e.Revision != r2 {
+		t.Fatalf("Get = %+v, %v", e, err)
+	}
+	if _, err := kv.Get(ctx, "b"); !errors.Is(err, ErrKeyNotFound) {
+		t.Fatalf("Get of a deleted key: %v", err)
+	}
+	if e, err := kv.GetRevision(ctx, "a", r1); err != nil || string(e.Value) != "1" {
+		t.Fatalf("GetRevision = %+v, %v", e, err)
+	}
+	if h, err := kv.History(ctx, "b"); err != nil || len(h) != 2 || !h[1].Deleted || h[1].Revision != rd {
+		t.Fatalf("History = %+v, %v", h, err)
+	}
+	if keys, err := kv.Keys(ctx, ""); err != nil || strings.Join(keys, ",") != "a" {
+		t.Fatalf("Keys = %v, %v", keys, err)
+	}
+	var seen []string
+	for len(seen) < 4 { // the refused CAS wrote nothing
+		select {
+		case ev := <-w.Events():
+			seen = append(seen, fmt.Sprintf("%d:%s:%v", ev.Entry.Revision, ev.Entry.Key, ev.Entry.Deleted))
+		case <-ctx.Done():
+			t.Fatalf("watch saw only %v", seen)
+		}
+	}
+	if seen[0] != fmt.Sprintf("%d:a:false", r1) || seen[3] != fmt.Sprintf("%d:b:true", rd) {
+		t.Fatalf("watch saw %v", seen)
+	}
+	if infos, err := c.Buckets(ctx); err != nil || len(infos) != 1 || infos[0].Config.History != 4 || infos[0].Revision != rd {
+		t.Fatalf("Buckets = %+v, %v", infos, err)
+	}
+	if _, err := c.KV("nope").Get(ctx, "a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get in a missing bucket: %v", err)
+	}
+	if err := c.DeleteBucket(ctx, "cfg"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Err(); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("watch of a deleted bucket ended with %v", err)
+	}
+}
+
+// kvCluster runs three nodes with their client servers on loopback.
+type kvCluster struct {
+	t       *testing.T
+	fs      *vfs.MemFS
+	members []node.Member
+	clients map[string]net.Listener // client listeners, kept across restarts by address
+	addrs   map[string]string
+	brokers map[string]*kvBroker
+}
+
+func newKVCluster(t *testing.T) *kvCluster {
+	kc := &kvCluster{t: t, fs: vfs.NewMem(), clients: map[string]net.Listener{}, addrs: map[string]string{}, brokers: map[string]*kvBroker{}}
+	peers := map[string]net.Listener{}
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("n%d", i)
+		peers[id] = listen(t)
+		kc.members = append(kc.members, node.Member{ID: id, PeerAddr: peers[id].Addr().String()})
+		lis := listen(t)
+		kc.clients[id], kc.addrs[id] = lis, lis.Addr().String()
+	}
+	for id, l := range peers {
+		kc.start(id, l)
+	}
+	t.Cleanup(func() {
+		for _, b := range kc.brokers {
+			b.stop()
+		}
+	})
+	return kc
+}
+
+func (kc *kvCluster) start(id string, peer net.Listener) {
+	lis := kc.clients[id]
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", kc.addrs[id]); err != nil {
+			kc.t.Fatalf("listen again on %s: %v", kc.addrs[id], err)
+		}
+	}
+	delete(kc.clients, id)
+	cc := &node.ClusterConfig{Members: kc.members, Secret: []byte("test-cluster-secret-0123456789"),
+		Tick: 5 * time.Millisecond, ElectionTicks: 30, PeerListener: peer}
+	kc.brokers[id] = startKVBroker(kc.t, kc.fs, "/"+id, lis, cc)
+}
+
+func (kc *kvCluster) stop(id string) {
+	kc.brokers[id].stop()
+	delete(kc.brokers, id)
+}
+
+func (kc *kvCluster) seeds() []string {
+	return []string{kc.addrs["n1"], kc.addrs["n2"], kc.addrs["n3"]}
+}
+
+// Two clients increment a counter with CAS while the bucket's leader is
+// killed: the counter ends equal to the number of increments that
+// succeeded, and a watcher from revision 1 sees every revision of it
+// exactly once, in order, across the failover.
+func TestKVCASCountersAcrossALeaderFailover(t *testing.T) {
+	kc := newKVCluster(t)
+	ctx := testCtx(t)
+	admin := dialKV(t, kc.seeds()...)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := admin.CreateBucket(ctx, KVBucketConfig{Bucket: "ctr", History: 64, Replicas: 3})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || !IsRetryable(err) {
+			t.Fatalf("CreateBucket: %v", err)
+		}
+	}
+	watcher, err := admin.KV("ctr").Watch(ctx, KVWatchOptions{FromRevision: 1, Credit: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Stop()
+	// Read the watch as it goes (a key keeps its last 64 revisions: a
+	// watcher that fell further behind would rightly skip overwritten ones).
+	var watched []KVEvent
+	watchDone := make(chan struct{})
+	stopWatching := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for {
+			select {
+			case ev, ok := <-watcher.Events():
+				if !ok {
+					return
+				}
+				watched = append(watched, ev)
+			case <-stopWatching:
+				return
+			}
+		}
+	}()
+
+	const perClient = 30
+	var mu sync.Mutex
+	succeeded := 0
+	var wrote []uint64 // revisions of acknowledged (or confirmed) increments
+	increment := func(kv *KV, who string, attempt int) {
+		for {
+			if ctx.Err() != nil {
+				return
+			}
+			cur, err := kv.Get(ctx, "n")
+			value, expected := 0, uint64(0)
+			switch {
+			case err == nil:
+				value, _ = strconv.Atoi(strings.SplitN(string(cur.Value), ":", 2)[0])
+				expected = cur.Revision
+			case errors.Is(err, ErrKeyNotFound):
+			default:
+				continue // the leader is moving: read again
+			}
+			token := fmt.Sprintf("%d:%s-%d", value+1, who, attempt)
+			rev, err := kv.CAS(ctx, "n", []byte(token), expected)
+			switch {
+			case err == nil:
+			case errors.Is(err, ErrRevisionMismatch):
+				continue // another client won: read and try again
+			default:
+				// Ambiguous (outcome unknown, connection lost) or refused:
+				// the key says whether this attempt's token landed.
+				var e KVEntry
+				for {
+					if e, err = kv.Get(ctx, "n"); err == nil || errors.Is(err, ErrKeyNotFound) || ctx.Err() != nil {
+						break
+					}
+				}
+				if string(e.Value) != token {
+					// Not (or not yet visibly) ours: a later write may hide
+					// ours, so look at the key's history too.
+					h, herr := kv.History(ctx, "n")
+					landed := false
+					for _, r := range h {
+						if string(r.Value) == token {
+							landed, rev = true, r.Revision
+						}
+					}
+					if herr != nil || !landed {
+						continue
+					}
+				} else {
+					rev = e.Revision
+				}
+			}
+			mu.Lock()
+			succeeded++
+			wrote = append(wrote, rev)
+			mu.Unlock()
+			return
+		}
+	}
+	var wg sync.WaitGroup
+	killed := make(chan struct{})
+	for ci := 0; ci < 2; ci++ {
+		c := dialKV(t, kc.seeds()...)
+		wg.Add(1)
+		go func(kv *KV, who string) {
+			defer wg.Done()
+			for i := 0; i < perClient; i++ {
+				if i == perClient/2 && who == "c0" {
+					close(killed)
+				}
+				increment(kv, who, i)
+			}
+		}(c.KV("ctr"), fmt.Sprintf("c%d", ci))
+	}
+	<-killed
+	info, err := admin.Bucket(ctx, "ctr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc.stop(info.Leader) // the leader dies mid-run
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("increments did not finish: %d of %d", succeeded, 2*perClient)
+	}
+	final, err := admin.KV("ctr").Get(ctx, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, _ := strconv.Atoi(strings.SplitN(string(final.Value), ":", 2)[0])
+	if value != succeeded || succeeded != 2*perClient {
+		t.Fatalf("counter %d after %d successful increments (of %d)", value, succeeded, 2*perClient)
+	}
+	// The watcher sees each increment once, in revision order, values 1..N.
+	for watcher.Next() <= final.Revision && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stopWatching)
+	<-watchDone
+	if len(watched) != succeeded {
+		t.Fatalf("watcher saw %d events for %d increments", len(watched), succeeded)
+	}
+	for i, ev := range watched {
+		got, _ := strconv.Atoi(strings.SplitN(string(ev.Entry.Value), ":", 2)[0])
+		if got != i+1 || (i > 0 && ev.Entry.Revision <= watched[i-1].Entry.Revision) {
+			t.Fatalf("watch event %d holds counter %d at revision %d", i+1, got, ev.Entry.Revision)
+		}
+	}
+	if watcher.Next() != final.Revision+1 {
+		t.Fatalf("watcher's next revision %d, last write %d", watcher.Next(), final.Revision)
+	}
+	t.Logf("%d increments; leader %s killed; final revision %d", succeeded, info.Leader, final.Revision)
+}
