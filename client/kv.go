@@ -538,16 +538,9 @@ func (k *KV) watchOnce(ctx context.Context, w *KVWatcher, prefix string, credit 
 			if !ok {
 				return unexpected("KV_WATCH", f)
 			}
-			next := w.Next()
-			switch ev.Kind {
-			case wire.KVEventSkipped:
-				if ev.To >= next {
-					w.setNext(ev.To + 1)
-				}
+			if ev.Kind == wire.KVEventSkipped {
+				w.setNext(ev.To + 1) // the broker accounts for every revision: nothing for us up to To
 				continue
-			}
-			if ev.Entry.Revision < next {
-				continue // already delivered (cannot happen within one watch; kept safe)
 			}
 			select {
 			case w.events <- KVEvent{Bucket: k.bucket, Entry: kvEntryFromWire(ev.Entry)}:

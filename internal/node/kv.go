@@ -30,7 +30,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/kv"
@@ -117,10 +116,6 @@ type kvRunner struct {
 	inMu  sync.Mutex
 	inbox []func()
 
-	// info is what KV_BUCKET_LIST says of the bucket (nil: no bucket),
-	// published after each round.
-	info atomic.Pointer[wire.KVBucketInfo]
-
 	// Owned by run.
 	conf    *kvBucketConf // the applied configuration (nil: none yet)
 	confSeq uint64        // the seq of the config record that created the bucket
@@ -135,7 +130,6 @@ type kvRunner struct {
 	reignStart uint64
 
 	leader       *kv.Leader // this reign's overlay; nil when not leading or no bucket
-	leaderBucket *kv.Bucket // the bucket the overlay was made for
 	nextID       uint64
 	writes       map[uint64]func(uint64, error) // writes answered by the leader kernel, by id
 	results      map[uint64]kv.ApplyResult      // applied seqs not yet claimed by their completion
@@ -202,7 +196,6 @@ func (r *kvRunner) round() {
 	if r.leader == nil || r.leader.Inflight() == 0 {
 		clear(r.results)
 	}
-	r.publishInfo()
 }
 
 // shutdown answers what waits: the node is closing.
@@ -310,6 +303,12 @@ func (r *kvRunner) applyConfig(seq uint64, body []byte) error {
 			}
 		}
 		r.conf, r.confSeq, r.state = &c, seq, b
+	default:
+		// A later config record (a second create) changes nothing, but
+		// the bucket's cursor moves past it with the log's.
+		if _, err := r.state.Apply(seq, kv.Record{}); err != nil {
+			return err
+		}
 	}
 	r.applied = seq
 	return nil
@@ -382,12 +381,12 @@ func (r *kvRunner) followLeadership() {
 	leading, epoch, start := r.leadership()
 	changed := leading != r.leading || epoch != r.epoch
 	r.leading, r.epoch, r.reignStart = leading, epoch, start
-	if r.leader != nil && (changed || !leading || r.leaderBucket != r.state) {
+	if r.leader != nil && (changed || !leading) {
 		// The overlay is this reign's: what it proposed may commit under
 		// the next leader or not (OUTCOME_UNKNOWN); parked writes too are
 		// answered so.
 		r.carry(r.leader.LeadershipLost())
-		r.leader, r.leaderBucket = nil, nil
+		r.leader = nil
 		clear(r.results)
 	}
 	if leading && r.state != nil && r.leader == nil {
@@ -396,7 +395,7 @@ func (r *kvRunner) followLeadership() {
 			r.fail(err)
 			return
 		}
-		r.leader, r.leaderBucket = l, r.state
+		r.leader = l
 	}
 }
 
@@ -599,15 +598,27 @@ func (r *kvRunner) maybeCompact() {
 	r.propose(storageRecord(kv.CompactRecord(now)), func(uint64, *wire.Error) { r.compacting = false })
 }
 
-func (r *kvRunner) publishInfo() {
-	if r.state == nil || r.conf == nil {
-		r.info.Store(nil)
-		return
-	}
-	r.info.Store(&wire.KVBucketInfo{
-		Config:   wire.KVBucketConfig{Bucket: r.bucket, History: uint32(r.conf.History), TombstoneTTLMs: r.conf.TombstoneTTLMs, Replicas: r.t.cfg.Replicas},
-		Revision: r.state.Applied(), Floor: r.state.Floor(), Keys: uint32(min(len(r.state.Keys("")), 1<<32-1)),
+// describe is what KV_BUCKET_LIST says of the bucket as this node
+// applied it (nil: no bucket, or the node is stopping). It waits for the
+// runner's goroutine.
+func (r *kvRunner) describe() *wire.KVBucketInfo {
+	ch := make(chan *wire.KVBucketInfo, 1)
+	r.post(func() {
+		if r.state == nil || r.conf == nil {
+			ch <- nil
+			return
+		}
+		ch <- &wire.KVBucketInfo{
+			Config:   wire.KVBucketConfig{Bucket: r.bucket, History: uint32(r.conf.History), TombstoneTTLMs: r.conf.TombstoneTTLMs, Replicas: r.t.cfg.Replicas},
+			Revision: r.state.Applied(), Floor: r.state.Floor(), Keys: uint32(min(len(r.state.Keys("")), 1<<32-1)),
+		}
 	})
+	select {
+	case info := <-ch:
+		return info
+	case <-r.p.done:
+		return nil
+	}
 }
 
 func kvEntry(rev kv.Revision) wire.KVEntry {
@@ -690,10 +701,7 @@ func (r *kvRunner) serveWatch(b *kv.Bucket, w *kvWatchState) bool {
 				return false
 			}
 		}
-		if batch.Next == w.cursor.Next {
-			break
-		}
-		w.cursor.Next = batch.Next
+		w.cursor.Next = batch.Next // Watch moves a cursor at or below Applied
 	}
 	return true
 }
@@ -814,12 +822,12 @@ func (n *Node) KVBuckets(bucket string) ([]wire.KVBucketInfo, error) {
 		r := n.kv.runners[b]
 		n.kv.mu.Unlock()
 		if r != nil {
-			published := r.info.Load()
-			if published == nil && bucket == "" {
+			applied := r.describe()
+			if applied == nil && bucket == "" {
 				continue // no bucket (yet, or any more)
 			}
-			if published != nil {
-				info = *published
+			if applied != nil {
+				info = *applied
 			}
 		}
 		pi := t.partitions[0].info()
@@ -841,21 +849,11 @@ func (n *Node) KVWrite(f *wire.KVWrite, done func(revision uint64, err error)) {
 		done(0, err)
 		return
 	}
-	if werr := checkKVKey(f.Key); werr != nil {
-		done(0, werr)
-		return
-	}
+	// The leader kernel checks the key, the value and a delete's empty
+	// value (INVALID_ARGUMENT).
 	w := kv.Write{Op: kv.OpPut, Key: slices.Clone(f.Key), Value: slices.Clone(f.Value), Conditional: f.Conditional, Expected: f.Expected}
 	if f.Op == wire.KVOpDelete {
-		if len(f.Value) != 0 {
-			done(0, wire.Errorf(wire.CodeInvalidArgument, "a delete carries no value (%d bytes given)", len(f.Value)))
-			return
-		}
-		w.Op, w.Value = kv.OpDelete, nil
-	}
-	if len(w.Value) > kvConfig(kvBucketConf{}, n.cfg.RecordBytesMax).ValueBytesMax {
-		done(0, wire.Errorf(wire.CodeInvalidArgument, "value of %d bytes exceeds the limit of %d", len(w.Value), kvConfig(kvBucketConf{}, n.cfg.RecordBytesMax).ValueBytesMax))
-		return
+		w.Op = kv.OpDelete
 	}
 	r.post(func() { r.write(w, done) })
 }

@@ -3,11 +3,15 @@ package node
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/kv"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -435,4 +439,75 @@ func TestKVBucketFailsOverInACluster(t *testing.T) {
 		infos, err := tc.nodes[leader].KVBuckets("b")
 		return err == nil && infos[0].Revision >= rev
 	})
+}
+
+// bareRunner is a bucket runner with no goroutine and no log behind it,
+// for the decisions that need no I/O.
+func bareRunner() *kvRunner {
+	n := &Node{cfg: Config{RecordBytesMax: 8 << 20}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	t := &topic{cfg: wire.TopicConfig{Name: wire.KVTopic("u"), Partitions: 1, Replicas: 1}}
+	p := &partitionRunner{node: n, topic: t, done: make(chan struct{})}
+	return &kvRunner{n: n, bucket: "u", t: t, p: p, wake: make(chan struct{}, 1),
+		writes: map[uint64]func(uint64, error){}, results: map[uint64]kv.ApplyResult{}, watches: map[*KVWatch]*kvWatchState{}}
+}
+
+func applyAll(t *testing.T, r *kvRunner, recs ...storage.Record) {
+	t.Helper()
+	for _, rec := range recs {
+		if err := r.apply(&storage.Entry{Seq: r.applied + 1, Record: rec}); err != nil {
+			t.Fatalf("apply %d: %v", r.applied+1, err)
+		}
+	}
+}
+
+// The first config record creates the bucket and later ones change
+// nothing (two creates racing: the first wins); a delete drops it and
+// the next config record creates it again, empty, from its own seq.
+func TestKVConfigRecordsFirstOneWins(t *testing.T) {
+	r := bareRunner()
+	put := storageRecord(kv.EncodeRecord(kv.Write{Op: kv.OpPut, Key: []byte("k"), Value: []byte("v")}))
+	applyAll(t, r, kvBucketConf{History: 2, TombstoneTTLMs: 1000}.record(), kvBucketConf{History: 5, TombstoneTTLMs: 9}.record(), put)
+	if r.conf.History != 2 || r.confSeq != 1 {
+		t.Fatalf("config %+v from seq %d; want the first one", r.conf, r.confSeq)
+	}
+	if rev, ok := r.state.Get("k"); !ok || rev.Seq != 3 {
+		t.Fatalf("k = %+v, %v", rev, ok)
+	}
+	applyAll(t, r, kvBucketConf{Deleted: true}.record(), put) // a write after the delete lands nowhere
+	if r.state != nil {
+		t.Fatal("a deleted bucket still holds state")
+	}
+	applyAll(t, r, kvBucketConf{History: 5, TombstoneTTLMs: 9}.record())
+	if _, ok := r.state.Get("k"); ok || r.state.Applied() != 6 || r.conf.History != 5 {
+		t.Fatalf("re-created bucket: applied %d, config %+v, k present %v", r.state.Applied(), r.conf, ok)
+	}
+	// A malformed KV record is not skipped: the cursor stays.
+	bad := storage.Record{Headers: []storage.Header{{Key: kv.OpHeader, Value: []byte("bogus")}}}
+	if err := r.apply(&storage.Entry{Seq: 7, Record: bad}); err == nil || r.applied != 6 {
+		t.Fatalf("malformed record: err %v, applied %d", err, r.applied)
+	}
+}
+
+// A leader answers nothing before it applied its reign's install entry
+// (its bucket could miss a write an earlier leader acknowledged), and a
+// log that no longer starts at 1 stops the runner instead of rebuilding a
+// bucket from part of it.
+func TestKVRunnerGuards(t *testing.T) {
+	r := bareRunner()
+	r.leading, r.reignStart, r.applied = true, 7, 6
+	if err := r.ready(); err == nil || err.Code != wire.CodeUnavailable {
+		t.Fatalf("before the install entry: %v", err)
+	}
+	r.applied = 7
+	if err := r.ready(); err != nil {
+		t.Fatalf("after the install entry: %v", err)
+	}
+	r = bareRunner()
+	r.leading = true
+	r.p.commitSeq.Store(10)
+	r.p.startSeq.Store(4)
+	r.catchUp()
+	if err := r.ready(); err == nil || err.Code != wire.CodeDataCorrupt || r.applied != 0 {
+		t.Fatalf("log starting at 4: %v, applied %d", err, r.applied)
+	}
 }
