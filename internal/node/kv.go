@@ -129,14 +129,14 @@ type kvRunner struct {
 	epoch      uint64
 	reignStart uint64
 
-	leader       *kv.Leader // this reign's overlay; nil when not leading or no bucket
-	nextID       uint64
-	writes       map[uint64]func(uint64, error) // writes answered by the leader kernel, by id
-	results      map[uint64]kv.ApplyResult      // applied seqs not yet claimed by their completion
-	waits        []kvWait                       // work waiting for a seq to be applied
-	watches      map[*KVWatch]*kvWatchState
-	compacting   bool
-	ticks        int
+	leader     *kv.Leader // this reign's overlay; nil when not leading or no bucket
+	nextID     uint64
+	writes     map[uint64]func(uint64, error) // writes answered by the leader kernel, by id
+	results    map[uint64]kv.ApplyResult      // applied seqs not yet claimed by their completion
+	waits      []kvWait                       // work waiting for a seq to be applied
+	watches    map[*KVWatch]*kvWatchState
+	compacting bool
+	ticks      int
 }
 
 type kvWait struct {
