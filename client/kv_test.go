@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/server"
 	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 // kvBroker is a real node and its client server on loopback.
@@ -360,4 +362,88 @@ func TestKVCASCountersAcrossALeaderFailover(t *testing.T) {
 		t.Fatalf("watcher's next revision %d, last write %d", watcher.Next(), final.Revision)
 	}
 	t.Logf("%d increments; leader %s killed; final revision %d", succeeded, info.Leader, final.Revision)
+}
+
+// cutProxy forwards connections to a broker, frame by frame, and cuts
+// the connection (both ways, nothing forwarded) at the first frame of
+// each type in cut.
+type cutProxy struct {
+	mu      sync.Mutex
+	cut     map[wire.FrameType]bool
+	cutDone []wire.FrameType
+}
+
+func startCutProxy(t *testing.T, backend string, cut ...wire.FrameType) (string, *cutProxy) {
+	t.Helper()
+	lis := listen(t)
+	t.Cleanup(func() { lis.Close() })
+	p := &cutProxy{cut: map[wire.FrameType]bool{}}
+	for _, typ := range cut {
+		p.cut[typ] = true
+	}
+	go func() {
+		for {
+			cn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", backend)
+			if err != nil {
+				cn.Close()
+				continue
+			}
+			go func() { io.Copy(cn, up); cn.Close() }()
+			go func() {
+				defer up.Close()
+				defer cn.Close()
+				r := bufio.NewReader(cn)
+				for {
+					corr, f, err := wire.ReadFrame(r, wire.DefaultFrameBytesMax)
+					if err != nil {
+						return
+					}
+					p.mu.Lock()
+					cutNow := p.cut[f.Type()]
+					if cutNow {
+						delete(p.cut, f.Type())
+						p.cutDone = append(p.cutDone, f.Type())
+					}
+					p.mu.Unlock()
+					if cutNow {
+						return
+					}
+					if _, err := up.Write(wire.AppendFrame(nil, corr, f)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return lis.Addr().String(), p
+}
+
+// A read whose connection is lost is sent again (it changes nothing); a
+// write is not (it may have been applied): the caller gets
+// ErrDisconnected and decides.
+func TestKVReadsRetryAfterALostConnectionWritesDoNot(t *testing.T) {
+	b := startKVBroker(t, vfs.NewMem(), "/d", listen(t), nil)
+	t.Cleanup(b.stop)
+	ctx := testCtx(t)
+	if _, err := dialKV(t, b.addr).CreateBucket(ctx, KVBucketConfig{Bucket: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	addr, proxy := startCutProxy(t, b.addr, wire.TypeKVGet, wire.TypeKVWrite)
+	kv := dialKV(t, addr).KV("r")
+	if _, err := kv.Get(ctx, "k"); !errors.Is(err, ErrKeyNotFound) {
+		t.Fatalf("Get after a cut connection: %v", err)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("v")); !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("Put on a cut connection: %v", err)
+	}
+	proxy.mu.Lock()
+	cuts := len(proxy.cutDone)
+	proxy.mu.Unlock()
+	if cuts != 2 {
+		t.Fatalf("%d cuts", cuts)
+	}
 }

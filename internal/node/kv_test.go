@@ -511,3 +511,36 @@ func TestKVRunnerGuards(t *testing.T) {
 		t.Fatalf("log starting at 4: %v, applied %d", err, r.applied)
 	}
 }
+
+// A new reign gets a new overlay: the writes in flight in the previous
+// one are answered OUTCOME_UNKNOWN (they may still commit, or not), and
+// the new overlay starts at the new reign's install entry.
+func TestKVNewReignDropsTheOldOverlay(t *testing.T) {
+	r := bareRunner()
+	applyAll(t, r, kvBucketConf{History: 1, TombstoneTTLMs: 1000}.record())
+	r.p.readLog.Store(new(storage.Log)) // held: a single node's partition leads (epoch 0)
+	r.followLeadership()
+	first := r.leader
+	if first == nil {
+		t.Fatal("no overlay while leading")
+	}
+	var answered error
+	r.writes[1] = func(_ uint64, err error) { answered = err }
+	eff := first.Submit(r.state, kv.Request{ID: 1, Write: kv.Write{Op: kv.OpPut, Key: []byte("k")}}, 0)
+	if len(eff.Propose) != 1 {
+		t.Fatalf("submit: %+v", eff)
+	}
+	r.followLeadership() // same reign: the overlay stays
+	if r.leader != first || answered != nil {
+		t.Fatalf("same reign: overlay replaced (%v) or write answered (%v)", r.leader != first, answered)
+	}
+	r.epoch = 7 // as if the last round saw another reign
+	r.followLeadership()
+	if r.leader == first || r.leader == nil {
+		t.Fatal("a new reign kept the old overlay")
+	}
+	var we *wire.Error
+	if !errors.As(answered, &we) || we.Code != wire.CodeOutcomeUnknown {
+		t.Fatalf("the old reign's write in flight answered %v, want OUTCOME_UNKNOWN", answered)
+	}
+}
