@@ -304,6 +304,26 @@ func (k *KV) Keys(ctx context.Context, prefix string) ([]string, error) {
 	}
 }
 
+// List returns every live entry whose key starts with prefix, sorted by
+// key, as of one revision (returned). A listing is one answer: a bucket
+// whose matching keys and values exceed about 6 MiB fails with
+// ErrInvalidArgument.
+func (k *KV) List(ctx context.Context, prefix string) (uint64, []KVEntry, error) {
+	reply, err := k.request(ctx, &wire.KVList{Bucket: k.bucket, Prefix: []byte(prefix)}, false)
+	if err != nil {
+		return 0, nil, fmt.Errorf("nereus: kv %s list: %w", k.bucket, err)
+	}
+	ok, isOK := reply.(*wire.KVListOK)
+	if !isOK {
+		return 0, nil, unexpected("KV_LIST", reply)
+	}
+	out := make([]KVEntry, 0, len(ok.Entries))
+	for _, e := range ok.Entries {
+		out = append(out, kvEntryFromWire(e))
+	}
+	return ok.BucketRevision, out, nil
+}
+
 // History returns key's kept revisions, oldest first, tombstones included.
 func (k *KV) History(ctx context.Context, key string) ([]KVEntry, error) {
 	reply, err := k.request(ctx, &wire.KVHistory{Bucket: k.bucket, Key: []byte(key)}, false)
@@ -383,10 +403,12 @@ type KVWatchOptions struct {
 }
 
 // KVEvent is one watch event: a put or a delete (Entry.Deleted) at
-// Entry.Revision.
+// Entry.Revision. Floor is the bucket's floor when the broker sent it: the
+// lowest revision a watch can still resume from.
 type KVEvent struct {
 	Bucket string
 	Entry  KVEntry
+	Floor  uint64
 }
 
 // KVWatcher delivers a watch's events in revision order, each once,
@@ -543,7 +565,7 @@ func (k *KV) watchOnce(ctx context.Context, w *KVWatcher, prefix string, credit 
 				continue
 			}
 			select {
-			case w.events <- KVEvent{Bucket: k.bucket, Entry: kvEntryFromWire(ev.Entry)}:
+			case w.events <- KVEvent{Bucket: k.bucket, Entry: kvEntryFromWire(ev.Entry), Floor: ev.Floor}:
 			case <-ctx.Done():
 				return ctx.Err()
 			}

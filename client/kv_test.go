@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,6 +141,9 @@ func TestKVOnANode(t *testing.T) {
 	}
 	if seen[0] != fmt.Sprintf("%d:a:false", r1) || seen[3] != fmt.Sprintf("%d:b:true", rd) {
 		t.Fatalf("watch saw %v", seen)
+	}
+	if rev, entries, err := kv.List(ctx, ""); err != nil || rev != rd || len(entries) != 1 || entries[0].Key != "a" || string(entries[0].Value) != "2" {
+		t.Fatalf("List = %d, %+v, %v", rev, entries, err)
 	}
 	if infos, err := c.Buckets(ctx); err != nil || len(infos) != 1 || infos[0].Config.History != 4 || infos[0].Revision != rd {
 		t.Fatalf("Buckets = %+v, %v", infos, err)
@@ -446,4 +450,140 @@ func TestKVReadsRetryAfterALostConnectionWritesDoNot(t *testing.T) {
 	if cuts != 2 {
 		t.Fatalf("%d cuts", cuts)
 	}
+}
+
+// memStore is a KVStore in memory whose applies can be made to fail.
+type memStore struct {
+	mu       sync.Mutex
+	data     map[string]string
+	cursor   uint64
+	failNext int // applies to refuse
+	failed   int
+	applies  int
+}
+
+func (s *memStore) ApplyKV(_ context.Context, ops []KVOp, cursor uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failNext > 0 {
+		s.failNext--
+		s.failed++
+		return errors.New("disk full (test)")
+	}
+	s.applies++
+	for _, op := range ops {
+		if op.Delete {
+			delete(s.data, op.Key)
+		} else {
+			s.data[op.Key] = string(op.Value)
+		}
+	}
+	s.cursor = cursor
+	return nil
+}
+
+func (s *memStore) KVCursor(context.Context) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cursor, nil
+}
+
+func (s *memStore) KVKeys(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for k := range s.data {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// state is the store as "k=v,..." (sorted) and its cursor.
+func (s *memStore) state() (string, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var parts []string
+	for k, v := range s.data {
+		parts = append(parts, k+"="+v)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ","), s.cursor
+}
+
+// WatchApplied folds a bucket into a store with cursor authority: a
+// failed apply is applied again, never skipped; stopped and restarted
+// after compaction purged a delete it had not seen, it resyncs — the
+// store loses the purged key and ends equal to the bucket at its cursor.
+func TestKVWatchAppliedFoldsAndResyncs(t *testing.T) {
+	b := startKVBroker(t, vfs.NewMem(), "/d", listen(t), nil)
+	t.Cleanup(b.stop)
+	ctx := testCtx(t)
+	c := dialKV(t, b.addr)
+	if _, err := c.CreateBucket(ctx, KVBucketConfig{Bucket: "fold", TombstoneTTL: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	kv := c.KV("fold")
+	store := &memStore{data: map[string]string{}, failNext: 2}
+	run := func() (stop func()) {
+		loopCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- kv.WatchApplied(loopCtx, store, KVAppliedOptions{ProbeInterval: 50 * time.Millisecond})
+		}()
+		return func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("WatchApplied ended with %v", err)
+			}
+		}
+	}
+	waitFor := func(want string, rev uint64) {
+		t.Helper()
+		for {
+			got, cursor := store.state()
+			if got == want && cursor == rev {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("store %q at %d, want %q at %d", got, cursor, want, rev)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	stop := run()
+	kv.Put(ctx, "a", []byte("1"))
+	kv.Put(ctx, "b", []byte("2"))
+	kv.Delete(ctx, "a")
+	last, _ := kv.Put(ctx, "c", []byte("3"))
+	waitFor("b=2,c=3", last)
+	if store.failed != 2 {
+		t.Fatalf("%d applies failed, want the 2 injected", store.failed)
+	}
+	stop()
+
+	// While the loop is stopped: b is deleted and its tombstone purged.
+	del, _ := kv.Delete(ctx, "b")
+	kv.Put(ctx, "d", []byte("4"))
+	for {
+		info, err := c.Bucket(ctx, "fold")
+		if err == nil && info.Floor > del {
+			last = info.Revision // the compaction record's: the bucket's revision
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("compaction never purged the tombstone at %d (floor %d, %v)", del, info.Floor, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	applies := store.applies
+	stop = run()
+	defer stop()
+	waitFor("c=3,d=4", last) // b is gone although its delete was never delivered
+	if store.applies == applies {
+		t.Fatal("resync applied nothing")
+	}
+	last, _ = kv.Put(ctx, "e", []byte("5"))
+	waitFor("c=3,d=4,e=5", last)
 }

@@ -935,6 +935,37 @@ func (n *Node) KVKeys(f *wire.KVKeys, done func(*wire.KVKeysOK, error)) {
 	})
 }
 
+// KVList lists every live entry with a prefix at the leader, at one
+// revision, in one answer (INVALID_ARGUMENT beyond wire.KVListBytesMax or
+// wire.KVListEntriesMax).
+func (n *Node) KVList(f *wire.KVList, done func(*wire.KVListOK, error)) {
+	r, err := n.kvRunnerOf(f.Bucket)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	prefix := string(f.Prefix)
+	r.post(func() {
+		b, err := r.readyBucket()
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		ok := &wire.KVListOK{BucketRevision: b.Applied()}
+		bytes := 0
+		for _, k := range b.Keys(prefix) {
+			rev, _ := b.Get(k)
+			if bytes += len(k) + len(rev.Value); bytes > wire.KVListBytesMax || len(ok.Entries) == wire.KVListEntriesMax {
+				done(nil, wire.Errorf(wire.CodeInvalidArgument, "bucket %q: the entries with prefix %q exceed one listing (%d entries, %d bytes of keys and values)",
+					r.bucket, prefix, wire.KVListEntriesMax, wire.KVListBytesMax))
+				return
+			}
+			ok.Entries = append(ok.Entries, kvEntry(rev))
+		}
+		done(ok, nil)
+	})
+}
+
 // KVHistory returns a key's kept revisions at the leader, oldest first.
 func (n *Node) KVHistory(f *wire.KVHistory, done func(*wire.KVHistoryOK, error)) {
 	r, err := n.kvRunnerOf(f.Bucket)

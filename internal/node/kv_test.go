@@ -544,3 +544,33 @@ func TestKVNewReignDropsTheOldOverlay(t *testing.T) {
 		t.Fatalf("the old reign's write in flight answered %v, want OUTCOME_UNKNOWN", answered)
 	}
 }
+
+// KV_LIST answers every live entry at one revision, in one answer; a
+// listing beyond its bound is refused, not cut short.
+func TestKVListIsOneAnswerOrRefused(t *testing.T) {
+	h := newHarness(t)
+	n := h.node
+	if _, err := kvCreate(t, n, wire.KVBucketConfig{Bucket: "l"}); err != nil {
+		t.Fatal(err)
+	}
+	list := func(prefix string) (*wire.KVListOK, error) {
+		return kvCall(t, "list", func(done func(*wire.KVListOK, error)) {
+			n.KVList(&wire.KVList{Bucket: "l", Prefix: []byte(prefix)}, done)
+		})
+	}
+	kvPut(t, n, "l", "a/1", "x")
+	last := kvPut(t, n, "l", "b/1", "y")
+	got, err := list("a/")
+	if err != nil || got.BucketRevision != last || len(got.Entries) != 1 || string(got.Entries[0].Value) != "x" {
+		t.Fatalf("list a/ = %+v, %v", got, err)
+	}
+	big := strings.Repeat("v", wire.KVValueBytesMax)
+	for i := 0; i*wire.KVValueBytesMax <= wire.KVListBytesMax; i++ {
+		kvPut(t, n, "l", fmt.Sprintf("big/%d", i), big)
+	}
+	_, err = list("big/")
+	wantCode(t, err, wire.CodeInvalidArgument)
+	if got, err := list("a/"); err != nil || len(got.Entries) != 1 {
+		t.Fatalf("a smaller listing after: %+v, %v", got, err)
+	}
+}

@@ -84,6 +84,14 @@ func (p *Protocol) handleKV(corr uint64, f wire.Frame) bool {
 			}
 			p.send(corr, ok)
 		})
+	case *wire.KVList:
+		n.KVList(f, func(ok *wire.KVListOK, err error) {
+			if err != nil {
+				p.sendErr(corr, err)
+				return
+			}
+			p.send(corr, ok)
+		})
 	case *wire.KVWatch:
 		p.kvWatch(corr, f)
 	case *wire.KVWatchCredit:
@@ -162,6 +170,8 @@ func (p *Protocol) authorizeKV(f wire.Frame) error {
 	case *wire.KVKeys:
 		bucket = f.Bucket
 	case *wire.KVHistory:
+		bucket = f.Bucket
+	case *wire.KVList:
 		bucket = f.Bucket
 	case *wire.KVWatch:
 		bucket = f.Bucket

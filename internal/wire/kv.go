@@ -28,6 +28,8 @@ const (
 	TypeKVEvent        FrameType = 54 // server → client, on the KV_WATCH's corr
 	TypeKVWatchCredit  FrameType = 55 // more credit for a watch (no answer)
 	TypeKVWatchCancel  FrameType = 56 // end a watch (no answer)
+	TypeKVList         FrameType = 57 // every live entry with a prefix, at one revision
+	TypeKVListOK       FrameType = 58
 )
 
 // KV error codes (30-39 are the KV range).
@@ -64,6 +66,11 @@ const (
 	KVHistoryMax    = 64      // revisions kept per key
 	// KVKeysPageMax bounds the keys of one KV_KEYS_OK.
 	KVKeysPageMax = 10_000
+	// KVListBytesMax bounds the keys and values of one KV_LIST_OK (a
+	// listing is one frame, at one revision): a larger listing is
+	// INVALID_ARGUMENT.
+	KVListBytesMax   = 6 << 20
+	KVListEntriesMax = listLenMax
 	// KVTopicPrefix starts the internal topic of a bucket: bucket B is
 	// the one-partition topic "__kv.B" (reserved: clients cannot declare,
 	// publish to or consume it directly).
@@ -79,6 +86,7 @@ func init() {
 		TypeKVWrite: "KV_WRITE", TypeKVWriteOK: "KV_WRITE_OK", TypeKVGet: "KV_GET", TypeKVGetOK: "KV_GET_OK",
 		TypeKVKeys: "KV_KEYS", TypeKVKeysOK: "KV_KEYS_OK", TypeKVHistory: "KV_HISTORY", TypeKVHistoryOK: "KV_HISTORY_OK",
 		TypeKVWatch: "KV_WATCH", TypeKVEvent: "KV_EVENT", TypeKVWatchCredit: "KV_WATCH_CREDIT", TypeKVWatchCancel: "KV_WATCH_CANCEL",
+		TypeKVList: "KV_LIST", TypeKVListOK: "KV_LIST_OK",
 	} {
 		typeNames[t] = n
 	}
@@ -123,6 +131,10 @@ func newKVFrame(t FrameType) Frame {
 		return &KVWatchCredit{}
 	case TypeKVWatchCancel:
 		return &KVWatchCancel{}
+	case TypeKVList:
+		return &KVList{}
+	case TypeKVListOK:
+		return &KVListOK{}
 	}
 	return nil
 }
@@ -553,3 +565,42 @@ type KVWatchCancel struct{ Watch uint64 }
 func (*KVWatchCancel) Type() FrameType              { return TypeKVWatchCancel }
 func (f *KVWatchCancel) appendBody(b []byte) []byte { return binary.BigEndian.AppendUint64(b, f.Watch) }
 func (f *KVWatchCancel) decodeBody(d *decoder)      { f.Watch = d.u64() }
+
+// KVList lists every live entry whose key starts with Prefix, at one
+// revision (the SDK's applied loop resyncs from it). A listing larger than
+// KVListBytesMax (keys and values) or listLenMax entries is refused with
+// INVALID_ARGUMENT.
+type KVList struct {
+	Bucket string
+	Prefix []byte
+}
+
+func (*KVList) Type() FrameType              { return TypeKVList }
+func (f *KVList) appendBody(b []byte) []byte { return appendBytes(appendStr(b, f.Bucket), f.Prefix) }
+func (f *KVList) decodeBody(d *decoder)      { f.Bucket, f.Prefix = d.str(), d.bytes() }
+
+// KVListOK answers KV_LIST: the live entries at BucketRevision, sorted by
+// key.
+type KVListOK struct {
+	BucketRevision uint64
+	Entries        []KVEntry
+}
+
+func (*KVListOK) Type() FrameType { return TypeKVListOK }
+func (f *KVListOK) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, f.BucketRevision)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Entries)))
+	for i := range f.Entries {
+		b = f.Entries[i].append(b)
+	}
+	return b
+}
+func (f *KVListOK) decodeBody(d *decoder) {
+	f.BucketRevision = d.u64()
+	if n := d.listLen(kvEntryBytesMin); n > 0 {
+		f.Entries = make([]KVEntry, n)
+		for i := 0; i < n && d.err == nil; i++ {
+			f.Entries[i].decode(d)
+		}
+	}
+}

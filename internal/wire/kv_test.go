@@ -32,6 +32,8 @@ func kvSampleFrames() []Frame {
 		&KVEvent{Kind: KVEventSkipped, From: 3, To: 6, Reasons: 3, Floor: 2},
 		&KVWatchCredit{Watch: 77, Credit: 32},
 		&KVWatchCancel{Watch: 77},
+		&KVList{Bucket: "config", Prefix: []byte("a/")},
+		&KVListOK{BucketRevision: 12, Entries: []KVEntry{entry}},
 	}
 }
 
@@ -48,7 +50,7 @@ func TestKVFramesRoundTrip(t *testing.T) {
 			t.Fatalf("%s: round trip mismatch:\n got %#v\nwant %#v", f.Type(), got, f)
 		}
 	}
-	for typ := TypeKVBucketCreate; typ <= TypeKVWatchCancel; typ++ {
+	for typ := TypeKVBucketCreate; typ <= TypeKVListOK; typ++ {
 		if !seen[typ] {
 			t.Errorf("no sample of %s", typ)
 		}
@@ -173,6 +175,17 @@ func normalizeKV(f Frame) Frame {
 	case *KVEvent:
 		c := *v
 		c.Entry = entry(c.Entry)
+		return &c
+	case *KVList:
+		c := *v
+		c.Prefix = nilIfEmpty(c.Prefix)
+		return &c
+	case *KVListOK:
+		c := *v
+		c.Entries = nil
+		for _, e := range v.Entries {
+			c.Entries = append(c.Entries, entry(e))
+		}
 		return &c
 	}
 	return f
