@@ -210,7 +210,7 @@ func New(host Host, cfg Config, opts Options) (*Cluster, error) {
 // and (not in Manual mode) the applier.
 func (c *Cluster) Start() error {
 	for _, t := range c.state.Sorted() {
-		if err := wire.ValidateStoredTopic(t.Config.Name); err != nil {
+		if err := wire.ValidateTopicOrInternal(t.Config.Name); err != nil {
 			// Applied before names were checked: `__meta` would speak for
 			// the metadata log on the peer transport.
 			c.log.Error("topic not started: its name is reserved or invalid", "topic", t.Config.Name, "err", err)

@@ -91,7 +91,7 @@ func Normalize(tc wire.TopicConfig, nodes int) (wire.TopicConfig, error) {
 // an identical topic is already applied (nothing to propose), an error
 // when a different one is, else the command to propose.
 func (s *State) Decide(tc wire.TopicConfig, nodes int) (cmd Command, exists bool, err error) {
-	if err := wire.ValidateStoredTopic(tc.Name); err != nil {
+	if err := wire.ValidateTopicOrInternal(tc.Name); err != nil {
 		return Command{}, false, err // `__meta` would share the metadata log's replica group
 	}
 	if t, ok := s.Topics[tc.Name]; ok {
@@ -154,7 +154,7 @@ func (s *State) Apply(seq uint64, data []byte) (created *Topic, err error) {
 	default:
 		return nil, fmt.Errorf("meta: entry %d: unknown op %q", seq, cmd.Op)
 	}
-	if err := wire.ValidateStoredTopic(cmd.Topic.Name); err != nil {
+	if err := wire.ValidateTopicOrInternal(cmd.Topic.Name); err != nil {
 		return nil, fmt.Errorf("meta: entry %d: %w", seq, err) // decided before names were checked
 	}
 	if _, ok := s.Topics[cmd.Topic.Name]; ok {

@@ -48,8 +48,16 @@ func (h clusterHost) StartTopic(tc wire.TopicConfig, placement [][]uint32) (bool
 	if _, ok := n.topics[tc.Name]; ok {
 		return false, nil
 	}
-	if _, err := n.startTopic(tc, placement); err != nil {
+	t, err := n.startTopic(tc, placement)
+	if err != nil {
 		return false, err
+	}
+	if tc.Name == wire.SchedTopic && !n.cfg.Manual {
+		// Every replica of a shard runs its scheduler (the leader's owns
+		// it), from the moment the metadata names the shards.
+		if err := n.startSched(t); err != nil {
+			return false, err
+		}
 	}
 	return true, nil
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -129,6 +130,12 @@ type Node struct {
 	// scrubStop ends the scrubber's goroutine (nil when none runs).
 	scrubStop chan struct{}
 	scrubDone chan struct{}
+
+	// sched: the schedule shards' runners (sched.go), started with the
+	// __sched topic.
+	schedMu      sync.Mutex
+	sched        []*schedRunner // by shard; nil where no replica is here
+	schedStopped bool
 }
 
 type topic struct {
@@ -139,6 +146,7 @@ type topic struct {
 
 	groupsMu sync.Mutex
 	groups   []*groupRunner // woken when a partition commits
+	sched    []*schedRunner // the shards' runners of __sched, woken alike
 
 	// kvWake wakes the bucket runner of a KV bucket's topic (kv.go) when
 	// its partition commits; nil until the runner starts.
@@ -188,6 +196,13 @@ func Open(cfg Config) (*Node, error) {
 	if err := n.openMembership(); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("node: group state: %w", err)
+	}
+	if t, ok := n.topics[wire.SchedTopic]; ok && !cfg.Manual {
+		// Schedules made before the restart fire on time.
+		if err := n.startSched(t); err != nil {
+			n.Close()
+			return nil, err
+		}
 	}
 	n.metrics.registerNode(n)
 	n.startScrubber()
@@ -275,7 +290,9 @@ func (n *Node) startTopic(tc wire.TopicConfig, placement [][]uint32) (*topic, er
 // topic's: Declare refuses those for clients, declare accepts them for the
 // group machinery.
 func ValidateTopic(tc wire.TopicConfig) error {
-	if err := wire.ValidateStoredTopic(tc.Name); err != nil {
+	// The schedule shards' topic is declared by the scheduler alone
+	// (Node.schedRunners): clients' declarations check the name first.
+	if err := wire.ValidateTopicOrInternal(tc.Name); err != nil {
 		return err
 	}
 	if tc.Partitions == 0 || tc.Partitions > wire.PartitionsMax {
@@ -391,10 +408,9 @@ func (n *Node) Metadata(names []string) []wire.TopicInfo {
 	defer n.mu.RUnlock()
 	if len(names) == 0 {
 		for name := range n.topics {
-			if wire.IsKVTopic(name) {
-				continue // a bucket's log: KV_BUCKET_LIST describes it
+			if !strings.HasPrefix(name, wire.ReservedPrefix) { // internal topics only by name
+				names = append(names, name)
 			}
-			names = append(names, name)
 		}
 		slices.Sort(names)
 	}
@@ -460,6 +476,7 @@ func (n *Node) Close() {
 	for _, g := range groups {
 		g.stop()
 	}
+	n.stopSched()
 	for _, t := range topics {
 		for _, p := range t.partitions {
 			p.stop()
@@ -478,6 +495,9 @@ func (t *topic) notifyGroups() {
 	t.groupsMu.Lock()
 	for _, g := range t.groups {
 		g.poke()
+	}
+	for _, r := range t.sched {
+		r.poke()
 	}
 	t.groupsMu.Unlock()
 }

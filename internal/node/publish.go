@@ -45,24 +45,10 @@ func (n *Node) publish(pub *wire.Pub, reply PubReply, c Corker) {
 		reply(wire.PubOK{}, werr)
 		return
 	}
-	count := uint32(len(t.partitions))
-	var part uint32
-	switch {
-	case pub.Partition >= 0:
-		if uint32(pub.Partition) >= count {
-			reply(wire.PubOK{}, wire.Errorf(wire.CodeNotFound, "topic %q has no partition %d", pub.Topic, pub.Partition))
-			return
-		}
-		part = uint32(pub.Partition)
-	case pub.Partition != wire.PartitionAuto:
-		reply(wire.PubOK{}, wire.Errorf(wire.CodeInvalidArgument, "partition %d", pub.Partition))
+	part, werr := t.partitionFor(pub)
+	if werr != nil {
+		reply(wire.PubOK{}, werr)
 		return
-	case len(pub.Key) > 0:
-		part = wire.PartitionForKey(pub.Key, count)
-	case pub.ProducerID != 0:
-		part = wire.PartitionForProducer(pub.ProducerID, pub.ProducerSeq, count)
-	default:
-		part = atomic.AddUint32(&t.rr, 1) % count
 	}
 	ts := pub.TimestampMs
 	if ts == 0 {
@@ -77,6 +63,27 @@ func (n *Node) publish(pub *wire.Pub, reply PubReply, c Corker) {
 			ProducerID: pub.ProducerID, ProducerSeq: pub.ProducerSeq},
 		producerID: pub.ProducerID, producerSeq: pub.ProducerSeq, reply: reply, corker: c,
 	})
+}
+
+// partitionFor picks pub's partition: the one it names, else by key
+// hash, else by producer identity (a replay lands where the original
+// did), else round-robin.
+func (t *topic) partitionFor(pub *wire.Pub) (uint32, *wire.Error) {
+	count := uint32(len(t.partitions))
+	switch {
+	case pub.Partition >= 0:
+		if uint32(pub.Partition) >= count {
+			return 0, wire.Errorf(wire.CodeNotFound, "topic %q has no partition %d", pub.Topic, pub.Partition)
+		}
+		return uint32(pub.Partition), nil
+	case pub.Partition != wire.PartitionAuto:
+		return 0, wire.Errorf(wire.CodeInvalidArgument, "partition %d", pub.Partition)
+	case len(pub.Key) > 0:
+		return wire.PartitionForKey(pub.Key, count), nil
+	case pub.ProducerID != 0:
+		return wire.PartitionForProducer(pub.ProducerID, pub.ProducerSeq, count), nil
+	}
+	return atomic.AddUint32(&t.rr, 1) % count, nil
 }
 
 func (n *Node) validateRecord(pub *wire.Pub) *wire.Error {

@@ -726,6 +726,11 @@ type Status struct {
 	// TransferTo: the replica this leader is handing leadership to
 	// (TransferTo; 0: none). It takes no proposal meanwhile.
 	TransferTo NodeID
+	// LeaseTicks: for a leader, how many more ticks no other replica can
+	// take office, by its own reckoning (0 for any other role, and while
+	// handing leadership over). The shell turns it into a local lease
+	// guard (the scheduler acts for a shard only while it is open).
+	LeaseTicks int
 	// LeaderSilent: this follower (or candidate) no longer holds its
 	// leader's lease (leaseExpired): it knows none, or has not heard from it
 	// for ElectionTicks — it may be dead, so the shell must not point
@@ -769,7 +774,31 @@ func (r *Replica) Status() Status {
 	return Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
 		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs), Anomalies: r.anomalies,
 		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Uncertain: r.uncertain, Peers: r.peerStatus(),
-		TransferTo: r.transferee, LeaderSilent: r.role != Leader && r.leaseExpired()}
+		TransferTo: r.transferee, LeaderSilent: r.role != Leader && r.leaseExpired(), LeaseTicks: r.leaseTicks()}
+}
+
+// leaseTicks: a quorum (this leader included) answered it within the
+// last q ticks, and each of those followers refuses to help elect another
+// replica (no pre-vote grant: leaseExpired) for at least ElectionTicks
+// after it last heard this leader, which was before its answer. Half of
+// ElectionTicks is kept back for the answers' transit and for tick rates
+// that differ between nodes. A leader handing over (TIMEOUT_NOW skips the
+// pre-vote) holds none.
+func (r *Replica) leaseTicks() int {
+	if r.role != Leader || r.transferee != 0 {
+		return 0
+	}
+	if r.quorum == 1 {
+		return r.cfg.ElectionTicks / 2 // nobody else can take office
+	}
+	heard := make([]int, 0, len(r.peers)-1)
+	for i := range r.peers {
+		if i != r.self {
+			heard = append(heard, r.heard[i])
+		}
+	}
+	slices.Sort(heard)
+	return max(0, r.cfg.ElectionTicks/2-heard[r.quorum-2])
 }
 
 func (r *Replica) peerStatus() []PeerStatus {

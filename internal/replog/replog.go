@@ -455,6 +455,10 @@ func (l *Log) Campaign() {
 // Status is the kernel's latest view.
 func (l *Log) Status() replica.Status { return l.m.Status() }
 
+// TickMs is the length of the kernel's tick (Status's LeaseTicks count
+// them).
+func (l *Log) TickMs() int64 { return l.m.cfg.Tick.Milliseconds() }
+
 // CommitSeq is the last entry known committed (visible).
 func (l *Log) CommitSeq() uint64 { return l.m.CommitSeq() }
 

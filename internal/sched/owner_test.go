@@ -516,3 +516,27 @@ func TestRefusedIntentWaitsBeforeClaimingAgain(t *testing.T) {
 		t.Fatalf("%d intents proposed after the wait, want 1", n)
 	}
 }
+
+// A pause of a lane the shard never held is a standing order: the
+// topic's first schedule in this shard is held, and pinned to its
+// incarnation (no ordering break).
+func TestStandingPauseHoldsTheFirstSchedule(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	if _, err := w.o.Manage(w.now, LaneCommand{Topic: "a", Op: LanePause}); err != nil {
+		t.Fatal(err)
+	}
+	w.settle(true)
+	id := w.schedule("a", 1000, 0)
+	w.at(2000)
+	w.settle(true)
+	w.expectDelivered("a")
+	if l, _ := w.st.Lane("a"); l.Gate != GatePaused || l.Incarnation != 7 {
+		t.Fatalf("lane %+v, want ADMIN_PAUSED pinned to 7", l)
+	}
+	if _, err := w.o.Manage(w.now, LaneCommand{Topic: "a", Op: LaneResume}); err != nil {
+		t.Fatal(err)
+	}
+	w.settle(true)
+	w.expectDelivered("a", id)
+}

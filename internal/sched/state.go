@@ -288,6 +288,9 @@ func (s *State) applySchedule(id uint64, sc Schedule) Result {
 		l = &Lane{Topic: sc.Topic, Gate: GateOpen, Incarnation: sc.Incarnation}
 		s.lanes[sc.Topic] = l
 	}
+	if l.Incarnation == 0 {
+		l.Incarnation = sc.Incarnation // a standing order's lane: its first schedule pins it
+	}
 	switch l.Gate {
 	case GateClosed, GateRetired:
 		s.counts.Rejected++
@@ -361,11 +364,12 @@ func (s *State) drop(e *Entry) {
 func (s *State) applyLane(c LaneCommand) Result {
 	l := s.lanes[c.Topic]
 	if l == nil {
-		if c.Op != LaneClose && c.Op != LaneRetire {
-			return Result{Err: fmt.Errorf("lane %q: no schedule ever went to it", c.Topic)}
+		if c.Op == LaneBreak || c.Op == LaneResume {
+			return Result{} // nothing to break or open
 		}
-		// Closing or retiring a lane that never existed is a standing
-		// order for the topic's future schedules.
+		// Pausing, closing or retiring a lane this shard never held is a
+		// standing order for the topic's future schedules here: a topic's
+		// lane is one per shard, and the operator commands the topic.
 		l = &Lane{Topic: c.Topic, Gate: GateOpen, Incarnation: c.Incarnation}
 		s.lanes[c.Topic] = l
 	}
@@ -379,6 +383,9 @@ func (s *State) applyLane(c LaneCommand) Result {
 			l.Incarnation = c.Incarnation
 		}
 	case LanePause:
+		if l.Gate == GatePaused {
+			return Result{} // a retried pause
+		}
 		if l.Gate != GateOpen {
 			return Result{Err: fmt.Errorf("lane %q is %v, not OPEN", c.Topic, l.Gate)}
 		}

@@ -197,8 +197,8 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 		})
 	case *wire.Metadata:
 		for _, name := range f.Topics {
-			if name == wire.CoordinatorTopic {
-				continue // where the groups' coordinator is
+			if name == wire.CoordinatorTopic || name == wire.SchedTopic {
+				continue // where the groups' coordinator is, or the schedule shards' leaders
 			}
 			if err := wire.ValidateName("topic", name); err != nil {
 				p.sendErr(corr, err)
@@ -237,6 +237,10 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 			}
 			p.send(corr, &wire.GroupOK{MembershipEpoch: epoch})
 		})
+	case *wire.Schedule:
+		p.schedule(corr, f)
+	case *wire.SchedAdmin:
+		p.schedAdmin(corr, f)
 	case *wire.Ping:
 		p.send(corr, &wire.Pong{})
 	case *wire.Hello:
@@ -307,6 +311,14 @@ func (p *Protocol) authorize(f wire.Frame) error {
 	case *wire.GroupDelete:
 		if !p.perms.canDeclare() {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not delete groups")
+		}
+	case *wire.Schedule:
+		if !p.perms.canPublish(f.Pub.Topic) {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not publish to %q", f.Pub.Topic)
+		}
+	case *wire.SchedAdmin:
+		if (f.Op == wire.SchedCancel || f.Op == wire.SchedLane) && !p.perms.canDeclare() {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not cancel schedules or command lanes")
 		}
 	case *wire.Join:
 		for _, t := range f.Topics {

@@ -50,6 +50,10 @@ func normalize(f Frame) Frame {
 		c := *v
 		c.Pub = *normalize(&v.Pub).(*Pub)
 		return &c
+	case *Schedule:
+		c := *v
+		c.Pub = *normalize(&v.Pub).(*Pub)
+		return &c
 	case *Replicate:
 		c := *v
 		c.Entries = nil

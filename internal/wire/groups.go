@@ -43,6 +43,9 @@ func newGroupFrame(t FrameType) Frame {
 	case TypeGroupDelete:
 		return &GroupDelete{}
 	}
+	if f := newSchedFrame(t); f != nil {
+		return f
+	}
 	return newKVFrame(t)
 }
 

@@ -158,19 +158,14 @@ func ValidateBucketName(bucket string) error {
 // IsKVTopic reports whether a topic name is a bucket's internal topic.
 func IsKVTopic(name string) bool { return strings.HasPrefix(name, KVTopicPrefix) }
 
-// ValidateStoredTopic checks the name of a topic the broker may hold: a
-// client's topic name (ValidateName), or the internal topic of a bucket
-// with a valid name. The broker's own paths (DECLARE decisions, the
-// metadata applier, topic start) use it; clients' requests keep using
-// ValidateName, which refuses every reserved name.
-func ValidateStoredTopic(name string) error {
-	if IsKVTopic(name) {
-		if err := ValidateBucketName(name[len(KVTopicPrefix):]); err != nil {
-			return Errorf(CodeInvalidArgument, "topic %q: %v", name, err)
-		}
-		return nil
+// validateKVTopic checks the internal topic of a bucket (the broker's
+// own paths accept it through ValidateTopicOrInternal; clients' requests
+// keep using ValidateName, which refuses every reserved name).
+func validateKVTopic(name string) error {
+	if err := ValidateBucketName(name[len(KVTopicPrefix):]); err != nil {
+		return Errorf(CodeInvalidArgument, "topic %q: %v", name, err)
 	}
-	return ValidateName("topic", name)
+	return nil
 }
 
 // RevisionMismatch is the REVISION_MISMATCH error of a refused CAS:

@@ -107,7 +107,7 @@ func TestBucketNamesAndTheirTopics(t *testing.T) {
 		if err := ValidateBucketName(ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
-		if err := ValidateStoredTopic(KVTopic(ok)); err != nil {
+		if err := ValidateTopicOrInternal(KVTopic(ok)); err != nil {
 			t.Errorf("topic of %q: %v", ok, err)
 		}
 		if ValidateName("topic", KVTopic(ok)) == nil {
@@ -118,11 +118,11 @@ func TestBucketNamesAndTheirTopics(t *testing.T) {
 		if err := ValidateBucketName(bad); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%q: err = %v", bad, err)
 		}
-		if err := ValidateStoredTopic(KVTopic(bad)); err == nil {
+		if err := ValidateTopicOrInternal(KVTopic(bad)); err == nil {
 			t.Errorf("topic of %q accepted", bad)
 		}
 	}
-	if err := ValidateStoredTopic("__meta"); err == nil {
+	if err := ValidateTopicOrInternal("__meta"); err == nil {
 		t.Error("__meta accepted as a stored topic")
 	}
 }

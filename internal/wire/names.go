@@ -50,6 +50,20 @@ func ValidateName(kind, name string) error {
 	return nil
 }
 
+// ValidateTopicOrInternal is ValidateName for topics, except that it
+// accepts the internal topics Nereus itself declares and replicates like
+// any other (the schedule shards, SchedTopic). Clients still may not
+// declare, publish to or consume them.
+func ValidateTopicOrInternal(name string) error {
+	if name == SchedTopic {
+		return nil
+	}
+	if IsKVTopic(name) {
+		return validateKVTopic(name) // a bucket's log (kv.go)
+	}
+	return ValidateName("topic", name)
+}
+
 // IsDeadLetter reports whether topic is in the dead-letter namespace.
 func IsDeadLetter(topic string) bool { return strings.HasPrefix(topic, DeadLetterPrefix) }
 

@@ -1,0 +1,230 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Scheduled is a stored schedule: the broker publishes its message to
+// its topic once the broker's clock reaches DeliverAt, exactly once.
+type Scheduled struct {
+	Shard     uint32
+	ID        uint64 // names the schedule within its shard (CancelSchedule)
+	DeliverAt time.Time
+	// Duplicate: a retry answered with the original schedule.
+	Duplicate bool
+}
+
+// Schedule stores msg for publication to topic at deliverAt (one in the
+// past is due at once) and returns once the schedule is durable. The
+// message is published exactly once and never before deliverAt by the
+// broker's clock. Each call draws a fresh producer identity, so the
+// call's own retries (after a lost connection, or at a new leader of its
+// shard) are deduplicated by the broker.
+func (c *Client) Schedule(ctx context.Context, topic string, msg Message, deliverAt time.Time) (Scheduled, error) {
+	var b [8]byte
+	var id uint64
+	for id == 0 {
+		if _, err := rand.Read(b[:]); err != nil {
+			return Scheduled{}, fmt.Errorf("nereus: schedule: producer id: %w", err)
+		}
+		id = binary.BigEndian.Uint64(b[:])
+	}
+	pub, err := msg.toPub(topic, id, 1)
+	if err != nil {
+		return Scheduled{}, fmt.Errorf("nereus: schedule to %s: %w", topic, err)
+	}
+	f := &wire.Schedule{Pub: pub, DeliverAtMs: deliverAt.UnixMilli()}
+	reply, err := c.shardRequest(ctx, func(shards uint32) int32 {
+		return int32(wire.SchedShard(topic, pub.Key, pub.ProducerID, pub.ProducerSeq, 0, shards))
+	}, f)
+	if err != nil {
+		return Scheduled{}, fmt.Errorf("nereus: schedule to %s: %w", topic, err)
+	}
+	ok, isOK := reply.(*wire.ScheduleOK)
+	if !isOK {
+		return Scheduled{}, fmt.Errorf("nereus: schedule to %s: unexpected %s", topic, reply.Type())
+	}
+	return Scheduled{Shard: ok.Shard, ID: ok.ID, DeliverAt: time.UnixMilli(ok.DeliverAtMs), Duplicate: ok.Duplicate}, nil
+}
+
+// ScheduleInfo is a live schedule: PENDING (waiting for its time or its
+// lane) or FIRING (claimed, being published).
+type ScheduleInfo struct {
+	Shard     uint32    `json:"shard"`
+	ID        uint64    `json:"id"`
+	DeliverAt time.Time `json:"deliver_at"`
+	Topic     string    `json:"topic"`
+	Partition uint32    `json:"partition"`
+	State     string    `json:"state"`
+}
+
+// ShardInfo is a schedule shard: its lifecycle and counts.
+type ShardInfo struct {
+	Shard      uint32    `json:"shard"`
+	Lifecycle  string    `json:"lifecycle"`
+	Owner      string    `json:"owner"`
+	OwnerEpoch uint64    `json:"owner_epoch"`
+	Pending    uint32    `json:"pending"`
+	NextDue    time.Time `json:"next_due,omitzero"`
+	Fired      uint64    `json:"fired"`
+	Unknown    uint64    `json:"unknown"`
+	Cancelled  uint64    `json:"cancelled"`
+}
+
+// LaneInfo is a destination topic's lane in a shard: its admission gate
+// (OPEN, ADMIN_PAUSED, ORDERING_BROKEN, CLOSED, RETIRED) and its runtime
+// readiness (RECOVERING_EVIDENCE, READY, BLOCKED).
+type LaneInfo struct {
+	Shard       uint32 `json:"shard"`
+	Topic       string `json:"topic"`
+	Gate        string `json:"gate"`
+	Readiness   string `json:"readiness"`
+	Incarnation uint64 `json:"incarnation"`
+	Pending     uint32 `json:"pending"`
+}
+
+// SchedStatus is the scheduler's shards and lanes.
+type SchedStatus struct {
+	Shards []ShardInfo `json:"shards"`
+	Lanes  []LaneInfo  `json:"lanes"`
+}
+
+// shardRequest sends f to the leader of the schedule shard pick chooses
+// (given the shard count; before __sched exists, to any node, which
+// creates it) and waits for the answer, going again after a lost
+// connection, NOT_LEADER or UNAVAILABLE (a new owner taking office) with
+// fresh metadata, until ctx (bounded by RequestTimeout) ends. Only for
+// requests that are safe to repeat.
+func (c *Client) shardRequest(ctx context.Context, pick func(shards uint32) int32, f wire.Frame) (wire.Frame, error) {
+	ctx, cancel := c.withRequestTimeout(ctx)
+	defer cancel()
+	if c.partitionCount(wire.SchedTopic) == 0 {
+		c.awaitRefresh(ctx, wire.SchedTopic)
+	}
+	for {
+		part := int32(-1)
+		if n := c.partitionCount(wire.SchedTopic); n > 0 {
+			part = pick(n)
+		}
+		cn, err := c.leaderConn(ctx, wire.SchedTopic, part, true)
+		if err != nil {
+			return nil, err
+		}
+		reply, err := cn.roundTrip(ctx, f)
+		if err == nil || !routeMayHaveMoved(err) || ctx.Err() != nil {
+			return reply, err
+		}
+		c.awaitRefresh(ctx, wire.SchedTopic)
+	}
+}
+
+// schedShards is the number of schedule shards (0 before the first
+// schedule created them).
+func (c *Client) schedShards(ctx context.Context) uint32 {
+	c.awaitRefresh(ctx, wire.SchedTopic)
+	return c.partitionCount(wire.SchedTopic)
+}
+
+// schedAdmin sends f to the leader of every shard (f.Shard set for each)
+// and merges the answers; the first error ends it.
+func (c *Client) schedAdmin(ctx context.Context, f wire.SchedAdmin) (*wire.SchedAdminOK, error) {
+	out := &wire.SchedAdminOK{}
+	for shard := range c.schedShards(ctx) {
+		f.Shard = shard
+		reply, err := c.shardRequest(ctx, func(uint32) int32 { return int32(shard) }, &f)
+		if err != nil {
+			return nil, err
+		}
+		ok, isOK := reply.(*wire.SchedAdminOK)
+		if !isOK {
+			return nil, fmt.Errorf("unexpected %s", reply.Type())
+		}
+		out.Schedules = append(out.Schedules, ok.Schedules...)
+		out.Shards = append(out.Shards, ok.Shards...)
+		out.Lanes = append(out.Lanes, ok.Lanes...)
+	}
+	return out, nil
+}
+
+// Schedules lists live schedules, earliest first within each shard, of
+// topic ("" = every topic), at most limit (0 = the broker's bound).
+func (c *Client) Schedules(ctx context.Context, topic string, limit int) ([]ScheduleInfo, error) {
+	ok, err := c.schedAdmin(ctx, wire.SchedAdmin{Op: wire.SchedList, Topic: topic, Limit: uint32(max(0, limit))})
+	if err != nil {
+		return nil, fmt.Errorf("nereus: list schedules: %w", err)
+	}
+	if limit > 0 && len(ok.Schedules) > limit {
+		ok.Schedules = ok.Schedules[:limit]
+	}
+	out := make([]ScheduleInfo, 0, len(ok.Schedules))
+	for _, s := range ok.Schedules {
+		out = append(out, ScheduleInfo{Shard: s.Shard, ID: s.ID, DeliverAt: time.UnixMilli(s.DeliverAtMs), Topic: s.Topic, Partition: s.Partition, State: s.State})
+	}
+	return out, nil
+}
+
+// SchedulerStatus describes the shards and the lanes (of topic; "" =
+// all).
+func (c *Client) SchedulerStatus(ctx context.Context, topic string) (SchedStatus, error) {
+	ok, err := c.schedAdmin(ctx, wire.SchedAdmin{Op: wire.SchedStatus, Topic: topic})
+	if err != nil {
+		return SchedStatus{}, fmt.Errorf("nereus: scheduler status: %w", err)
+	}
+	var out SchedStatus
+	for _, s := range ok.Shards {
+		si := ShardInfo{Shard: s.Shard, Lifecycle: s.Lifecycle, Owner: s.Owner, OwnerEpoch: s.OwnerEpoch, Pending: s.Pending,
+			Fired: s.Fired, Unknown: s.Unknown, Cancelled: s.Cancelled}
+		if s.NextDueMs != 0 {
+			si.NextDue = time.UnixMilli(s.NextDueMs)
+		}
+		out.Shards = append(out.Shards, si)
+	}
+	for _, l := range ok.Lanes {
+		out.Lanes = append(out.Lanes, LaneInfo(l))
+	}
+	return out, nil
+}
+
+// CancelSchedule cancels a pending schedule; one already firing or fired
+// cannot be (NOT_FOUND).
+func (c *Client) CancelSchedule(ctx context.Context, shard uint32, id uint64) error {
+	if n := c.schedShards(ctx); shard >= n {
+		return fmt.Errorf("nereus: cancel schedule %d/%d: no shard %d (there are %d)", shard, id, shard, n)
+	}
+	if _, err := c.shardRequest(ctx, func(uint32) int32 { return int32(shard) }, &wire.SchedAdmin{Op: wire.SchedCancel, Shard: shard, ID: id}); err != nil {
+		return fmt.Errorf("nereus: cancel schedule %d/%d: %w", shard, id, err)
+	}
+	return nil
+}
+
+// Lane commands for LaneCommand.
+const (
+	LanePause  = "pause"  // hold the lane's due messages (new schedules are still taken)
+	LaneResume = "resume" // back to OPEN
+	LaneClose  = "close"  // refuse new schedules, hold the due ones
+	LaneRetire = "retire" // for good: pending schedules are cancelled
+)
+
+// LaneCommand changes the admission gate of topic's lane.
+func (c *Client) LaneCommand(ctx context.Context, topic, command string) error {
+	op, ok := map[string]uint8{LanePause: wire.LanePause, LaneResume: wire.LaneResume, LaneClose: wire.LaneClose, LaneRetire: wire.LaneRetire}[command]
+	if !ok {
+		return fmt.Errorf("nereus: lane command %q: want pause, resume, close or retire", command)
+	}
+	if c.schedShards(ctx) == 0 {
+		// No shard yet: a node creates them (and checks the topic).
+		if _, err := c.shardRequest(ctx, func(uint32) int32 { return 0 }, &wire.SchedAdmin{Op: wire.SchedStatus}); err != nil {
+			return fmt.Errorf("nereus: lane %s of %s: %w", command, topic, err)
+		}
+	}
+	if _, err := c.schedAdmin(ctx, wire.SchedAdmin{Op: wire.SchedLane, Topic: topic, LaneOp: op}); err != nil {
+		return fmt.Errorf("nereus: lane %s of %s: %w", command, topic, err)
+	}
+	return nil
+}

@@ -1,0 +1,742 @@
+package node
+
+// Scheduled delivery on a single node: the shards are the partitions of
+// the internal topic __sched (created at the first SCHEDULE), and each
+// shard has a runner — the shell of the scheduler kernel (internal/sched).
+// The runner applies the shard's committed records to the shard's State,
+// feeds the Owner the gates, the clock, probe answers and publish
+// outcomes, and carries out its effects: records appended to the shard,
+// due messages published to their destination with the producer identity
+// of (shard, destination partition) and the fire sequence as
+// producer_seq, probes answered from the node's topics.
+//
+// A single node holds both gates of every shard for as long as it runs:
+// the shard's only replica leads it, under the partition's epoch. In a
+// cluster a runner runs at every replica of a shard (each applies the
+// shard's log); the one whose replica leads the shard, has applied its
+// epoch's install entry and holds its lease (replica.Status.LeaseTicks)
+// is the owner. In Manual mode SCHEDULE is refused for now.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/sched"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// schedHeader marks a shard record; its value is the encoded sched.Record.
+// A schedule's message follows as the record's key, value and remaining
+// headers.
+const schedHeader = "nereus-sched"
+
+// Scheduler settings of a single node.
+const (
+	schedShards = 2
+	// schedEvidenceMs is how long a probe's answer is trusted.
+	schedEvidenceMs = 5_000
+	// schedFireWindow keeps fire sequences within the destination's dedup
+	// window (Config.Dedup's WindowMax, at least this).
+	schedFireWindow = 256
+	schedClaimMax   = 256
+	schedProbeMs    = 100
+	// schedGuardMs: a single node's lease never lapses while it runs; the
+	// guard is renewed at every pass.
+	schedGuardMs = 60_000
+	// schedRecentResults bounds the applied results kept for replies that
+	// arrive after their record was applied.
+	schedRecentResults = 4096
+)
+
+// ScheduleReply receives a SCHEDULE's outcome exactly once.
+type ScheduleReply func(ok wire.ScheduleOK, err *wire.Error)
+
+// SchedAdminReply receives a SCHED_ADMIN's outcome exactly once.
+type SchedAdminReply func(ok *wire.SchedAdminOK, err *wire.Error)
+
+// Schedule stores pub for publication at deliverAtMs and answers once the
+// schedule is durable.
+func (n *Node) Schedule(f *wire.Schedule, reply ScheduleReply) {
+	pub := &f.Pub
+	if err := wire.ValidateWritableTopic(pub.Topic); err != nil {
+		reply(wire.ScheduleOK{}, asWire(err))
+		return
+	}
+	if werr := n.validateRecord(pub); werr != nil {
+		reply(wire.ScheduleOK{}, werr)
+		return
+	}
+	for _, h := range pub.Headers {
+		if h.Key == schedHeader {
+			reply(wire.ScheduleOK{}, wire.Errorf(wire.CodeInvalidArgument, "header %q is reserved", h.Key))
+			return
+		}
+	}
+	t, err := n.topic(pub.Topic)
+	if err != nil {
+		reply(wire.ScheduleOK{}, asWire(err))
+		return
+	}
+	part, werr := t.partitionFor(pub)
+	if werr != nil {
+		reply(wire.ScheduleOK{}, werr)
+		return
+	}
+	runners, werr := n.schedRunners()
+	if werr != nil {
+		reply(wire.ScheduleOK{}, werr)
+		return
+	}
+	shard := wire.SchedShard(pub.Topic, pub.Key, pub.ProducerID, pub.ProducerSeq, part, uint32(len(runners)))
+	if runners[shard] == nil {
+		reply(wire.ScheduleOK{}, n.schedNotLeader(shard))
+		return
+	}
+	runners[shard].send(schedCmd{schedule: &schedIntake{f: f, partition: part, reply: reply}})
+}
+
+// SchedAdmin answers a scheduler administration request for shard
+// f.Shard (a client asks each shard's leader and merges the answers).
+func (n *Node) SchedAdmin(f *wire.SchedAdmin, reply SchedAdminReply) {
+	if f.Op < wire.SchedList || f.Op > wire.SchedLane {
+		reply(nil, wire.Errorf(wire.CodeInvalidArgument, "scheduler operation %d", f.Op))
+		return
+	}
+	if f.Op == wire.SchedLane {
+		if err := wire.ValidateName("topic", f.Topic); err != nil {
+			reply(nil, asWire(err))
+			return
+		}
+		if _, err := n.topic(f.Topic); err != nil {
+			reply(nil, asWire(err))
+			return
+		}
+	}
+	runners, werr := n.schedRunners()
+	if werr != nil {
+		reply(nil, werr)
+		return
+	}
+	if int(f.Shard) >= len(runners) {
+		reply(nil, wire.Errorf(wire.CodeNotFound, "no schedule shard %d (there are %d)", f.Shard, len(runners)))
+		return
+	}
+	if runners[f.Shard] == nil {
+		reply(nil, n.schedNotLeader(f.Shard))
+		return
+	}
+	runners[f.Shard].send(schedCmd{admin: f, adminReply: reply})
+}
+
+// schedNotLeader refuses a request for a shard this node holds no
+// replica of, naming the shard's leader as this node knows it.
+func (n *Node) schedNotLeader(shard uint32) *wire.Error {
+	leader := "unknown"
+	if t, err := n.topic(wire.SchedTopic); err == nil && int(shard) < len(t.partitions) {
+		if info := t.partitions[shard].info(); info.Leader != "" {
+			leader = info.Leader + " at " + info.LeaderAddr
+		}
+	}
+	return wire.Errorf(wire.CodeNotLeader, "schedule shard %d: this node does not own it; leader: %s", shard, leader)
+}
+
+// schedRunners returns the shards' runners, creating __sched and
+// starting them at the first use.
+func (n *Node) schedRunners() ([]*schedRunner, *wire.Error) {
+	if n.cfg.Manual {
+		return nil, wire.Errorf(wire.CodeUnavailable, "scheduled delivery does not run in Manual mode yet")
+	}
+	n.schedMu.Lock()
+	runners := n.sched
+	n.schedMu.Unlock()
+	if runners != nil {
+		return runners, nil
+	}
+	t, err := n.topic(wire.SchedTopic)
+	if err != nil {
+		// A cluster declares it through the metadata log (and starts the
+		// runners as it applies it: clusterHost.StartTopic).
+		if _, err := n.declare(wire.TopicConfig{Name: wire.SchedTopic, Partitions: schedShards}); err != nil {
+			return nil, asWire(err)
+		}
+		if t, err = n.topic(wire.SchedTopic); err != nil {
+			return nil, asWire(err)
+		}
+	}
+	if err := n.startSched(t); err != nil {
+		return nil, asWire(err)
+	}
+	n.schedMu.Lock()
+	defer n.schedMu.Unlock()
+	return n.sched, nil
+}
+
+// startSched starts a runner for every shard of t this node holds a
+// replica of, once (the later calls find them running). It may run with
+// n.mu held (clusterHost.StartTopic).
+func (n *Node) startSched(t *topic) error {
+	n.schedMu.Lock()
+	defer n.schedMu.Unlock()
+	if n.schedStopped {
+		return wire.Errorf(wire.CodeUnavailable, "node is shutting down")
+	}
+	if n.sched != nil {
+		return nil
+	}
+	runners := make([]*schedRunner, len(t.partitions))
+	for i, p := range t.partitions {
+		if !p.held() && p.replica() == nil {
+			continue // a cluster's shard with no replica here
+		}
+		r := newSchedRunner(n, p)
+		runners[i] = r
+		t.groupsMu.Lock()
+		t.sched = append(t.sched, r)
+		t.groupsMu.Unlock()
+		r.wg.Add(1)
+		go r.run()
+	}
+	n.sched = runners
+	return nil
+}
+
+// stopSched stops the runners, and any start after it (Close).
+func (n *Node) stopSched() {
+	n.schedMu.Lock()
+	runners := n.sched
+	n.schedStopped = true
+	n.schedMu.Unlock()
+	for _, r := range runners {
+		if r != nil {
+			r.stop()
+		}
+	}
+}
+
+// schedCmd is one request for a runner: exactly one field is set.
+type schedCmd struct {
+	schedule   *schedIntake
+	admin      *wire.SchedAdmin
+	adminReply SchedAdminReply
+	appended   *schedAppended
+	published  *schedPublished
+}
+
+type schedIntake struct {
+	f         *wire.Schedule
+	partition uint32
+	reply     ScheduleReply
+}
+
+// schedAppended is the end of an append to the shard: an owner proposal
+// (ref != 0), a schedule (intake) or an admin command (admin).
+type schedAppended struct {
+	ref        uint64
+	intake     *schedIntake
+	adminReply SchedAdminReply
+	ok         wire.PubOK
+	err        *wire.Error
+}
+
+type schedPublished struct {
+	pub sched.Publish
+	ok  wire.PubOK
+	err *wire.Error
+}
+
+// schedRunner is one shard's scheduler on this node, run by its own
+// goroutine; everything below is owned by it.
+type schedRunner struct {
+	node  *Node
+	p     *partitionRunner
+	shard uint32
+	st    *sched.State
+	o     *sched.Owner
+	// barrier is the commit point when the runner started: the owner is
+	// active once everything committed before it is applied.
+	barrier uint64
+	// recent keeps the results of applied records that refused something,
+	// for a reply whose append completes after its record was applied.
+	recent map[uint64]sched.Result
+	// waiting: appends that completed before their record was applied,
+	// by seq.
+	waiting map[uint64]*schedAppended
+	// adminRefs: lane and cancel proposals, answered when applied.
+	adminRefs map[uint64]SchedAdminReply
+
+	cmds chan schedCmd // sessions' requests
+	// inbox: completions of appends and publishes, from the partitions'
+	// goroutines, which must never block on the runner (it may be waiting
+	// for their queues).
+	inboxMu sync.Mutex
+	inbox   []schedCmd
+	wakeCh  chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+func newSchedRunner(n *Node, p *partitionRunner) *schedRunner {
+	st := sched.NewState()
+	cfg := sched.Config{ClaimMax: schedClaimMax, FireWindow: min(schedFireWindow, uint64(max(1, n.cfg.Dedup.DedupWindowMax))), ProbeEveryMs: schedProbeMs}
+	return &schedRunner{node: n, p: p, shard: p.id, st: st, o: sched.NewOwner(cfg, st),
+		recent: map[uint64]sched.Result{}, waiting: map[uint64]*schedAppended{}, adminRefs: map[uint64]SchedAdminReply{},
+		cmds: make(chan schedCmd, 1024), wakeCh: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// deliver queues a completion for the runner without blocking.
+func (r *schedRunner) deliver(c schedCmd) {
+	r.inboxMu.Lock()
+	r.inbox = append(r.inbox, c)
+	r.inboxMu.Unlock()
+	r.poke()
+}
+
+// send hands a session's request to the runner; after stop it is
+// answered UNAVAILABLE.
+func (r *schedRunner) send(c schedCmd) {
+	select {
+	case r.cmds <- c:
+	case <-r.done:
+		werr := wire.Errorf(wire.CodeUnavailable, "node is shutting down")
+		switch {
+		case c.schedule != nil:
+			c.schedule.reply(wire.ScheduleOK{}, werr)
+		case c.adminReply != nil:
+			c.adminReply(nil, werr)
+		}
+	}
+}
+
+func (r *schedRunner) poke() {
+	select {
+	case r.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (r *schedRunner) stop() {
+	r.once.Do(func() { close(r.done) })
+	r.wg.Wait()
+}
+
+func (r *schedRunner) run() {
+	defer r.wg.Done()
+	var timer env.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	r.barrier = r.p.commitSeq.Load()
+	for {
+		r.inboxMu.Lock()
+		inbox := r.inbox
+		r.inbox = nil
+		r.inboxMu.Unlock()
+		for _, c := range inbox {
+			r.handle(c)
+		}
+		now := r.node.nowMs()
+		r.apply(now)
+		r.o.SetAuthority(now, r.authority(now))
+		r.carryOut(now)
+		wait := int64(1000)
+		if at := r.o.NextWakeMs(now); at != 0 {
+			wait = max(1, min(wait, at-now))
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = r.node.cfg.Env.Clock.AfterFunc(time.Duration(wait)*time.Millisecond, r.poke)
+		select {
+		case <-r.done:
+			r.shutdown()
+			return
+		case c := <-r.cmds:
+			r.handle(c)
+		drain:
+			for {
+				select {
+				case c := <-r.cmds:
+					r.handle(c)
+				default:
+					break drain
+				}
+			}
+		case <-r.wakeCh:
+		}
+	}
+}
+
+// authority: a single node's shard is always its own, under the
+// partition's epoch. A cluster's is this node's while its replica leads
+// the shard, is not degraded, and holds its lease: the guard closes when
+// the lease's ticks run out, unless a later pass finds it renewed; the
+// barrier is the epoch's install entry.
+func (r *schedRunner) authority(now int64) sched.Authority {
+	rs := r.p.replica()
+	if rs == nil {
+		return sched.Authority{Assigned: true, Leader: true, Epoch: max(1, r.p.epoch.Load()), GuardUntilMs: now + schedGuardMs, Barrier: r.barrier}
+	}
+	st, v := rs.leaderView()
+	return sched.Authority{Assigned: true, Leader: v.Leader && !st.ReadOnly && st.LeaseTicks > 0, Epoch: v.Epoch,
+		GuardUntilMs: now + int64(st.LeaseTicks)*rs.repl.TickMs(), Barrier: max(v.InstallSeq, 1)}
+}
+
+// apply applies the shard's newly committed entries to the state; the
+// state is loaded once it caught up with the commit point it started at.
+func (r *schedRunner) apply(now int64) {
+	for {
+		from := r.st.Applied() + 1
+		if from < r.p.startSeq.Load() {
+			// Nothing below the log's start is kept: a shard's log is
+			// compacted no further than its state needs (not yet: the
+			// shard topic keeps everything).
+			r.fail(fmt.Errorf("shard log starts at %d, above the applied %d", r.p.startSeq.Load(), from-1))
+			return
+		}
+		entries, err := r.p.read(from, 1024, 4<<20)
+		if err != nil {
+			r.node.logRepeatedError(r.p.subject(), "scheduler cannot read its shard; will retry", "err", err)
+			return
+		}
+		if len(entries) == 0 {
+			break
+		}
+		for i := range entries {
+			r.applyEntry(now, &entries[i])
+			if r.st.Failed() != nil {
+				return
+			}
+		}
+	}
+	if !r.st.Loaded() && r.st.Applied() >= r.barrier {
+		r.st.MarkLoaded()
+	}
+}
+
+func (r *schedRunner) applyEntry(now int64, e *storage.Entry) {
+	var rec *sched.Record
+	if hs := e.Record.Headers; len(hs) > 0 && hs[0].Key == schedHeader {
+		d, err := sched.Decode(hs[0].Value)
+		if err != nil {
+			r.fail(fmt.Errorf("shard entry %d: %w", e.Seq, err))
+			return
+		}
+		rec = &d
+	}
+	res, err := r.st.Apply(e.Seq, rec)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if res.Err != nil || len(res.Skipped) > 0 {
+		r.recent[e.Seq] = res
+		delete(r.recent, e.Seq-schedRecentResults)
+	}
+	if a := r.waiting[e.Seq]; a != nil {
+		delete(r.waiting, e.Seq)
+		r.answer(now, a, res)
+	}
+}
+
+func (r *schedRunner) fail(err error) {
+	r.node.logRepeatedError(r.p.subject(), "scheduler shard FAILED: its state cannot be applied (integrity)", "err", err)
+}
+
+func (r *schedRunner) handle(c schedCmd) {
+	now := r.node.nowMs()
+	switch {
+	case c.schedule != nil:
+		r.intake(now, c.schedule)
+	case c.admin != nil:
+		r.admin(now, c.admin, c.adminReply)
+	case c.appended != nil:
+		a := c.appended
+		if a.err != nil || a.ok.Seq <= r.st.Applied() {
+			r.answer(now, a, r.recent[a.ok.Seq])
+			return
+		}
+		r.waiting[a.ok.Seq] = a // answered when applied
+	case c.published != nil:
+		r.published(now, c.published)
+	}
+}
+
+// answer ends an append whose record is applied (or that failed).
+func (r *schedRunner) answer(now int64, a *schedAppended, res sched.Result) {
+	switch {
+	case a.ref != 0:
+		var err error
+		if a.err != nil {
+			err = a.err
+		}
+		r.o.Proposed(now, a.ref, err)
+		if reply, ok := r.adminRefs[a.ref]; ok {
+			delete(r.adminRefs, a.ref)
+			switch {
+			case a.err != nil:
+				reply(nil, a.err)
+			case res.Err != nil:
+				reply(nil, wire.Errorf(wire.CodeInvalidArgument, "%v", res.Err))
+			case len(res.Skipped) > 0:
+				reply(nil, wire.Errorf(wire.CodeNotFound, "schedule %d of shard %d is not pending (unknown, firing or done)", res.Skipped[0], r.shard))
+			default:
+				reply(&wire.SchedAdminOK{}, nil)
+			}
+		}
+	case a.intake != nil:
+		switch {
+		case a.err != nil:
+			a.intake.reply(wire.ScheduleOK{}, a.err)
+		case res.Err != nil:
+			a.intake.reply(wire.ScheduleOK{}, wire.Errorf(wire.CodeInvalidArgument, "%v", res.Err))
+		default:
+			a.intake.reply(wire.ScheduleOK{Shard: r.shard, ID: a.ok.Seq, DeliverAtMs: a.intake.f.DeliverAtMs, Duplicate: a.ok.Duplicate}, nil)
+		}
+	}
+}
+
+// refusal words the owner's refusal of a command: in a cluster a shard
+// this node does not own (yet) is NOT_LEADER, naming the leader.
+func (r *schedRunner) refusal(err error) *wire.Error {
+	if !errors.Is(err, sched.ErrNotActive) {
+		return wire.Errorf(wire.CodeInvalidArgument, "%v", err)
+	}
+	if r.p.replica() != nil && r.o.Lifecycle() != sched.CatchingUp && r.o.Lifecycle() != sched.Restoring {
+		return r.node.schedNotLeader(r.shard)
+	}
+	return wire.Errorf(wire.CodeUnavailable, "schedule shard %d: %v; retry", r.shard, err)
+}
+
+// intake appends a schedule to the shard once the owner admits it.
+func (r *schedRunner) intake(now int64, in *schedIntake) {
+	pub := &in.f.Pub
+	sc := sched.Schedule{DeliverAtMs: in.f.DeliverAtMs, Topic: pub.Topic, Incarnation: 1, Partition: in.partition}
+	if err := r.o.Admit(now, sc); err != nil {
+		in.reply(wire.ScheduleOK{}, r.refusal(err))
+		return
+	}
+	rec := sched.Record{Kind: sched.KindSchedule, Schedule: sc}
+	v, err := rec.Encode()
+	if err != nil {
+		in.reply(wire.ScheduleOK{}, wire.Errorf(wire.CodeInvalidArgument, "%v", err))
+		return
+	}
+	headers := make([]storage.Header, 0, len(pub.Headers)+1)
+	headers = append(headers, storage.Header{Key: schedHeader, Value: v})
+	for _, h := range pub.Headers {
+		headers = append(headers, storage.Header{Key: h.Key, Value: h.Value})
+	}
+	ts := pub.TimestampMs
+	if ts == 0 {
+		ts = now
+	}
+	a := &schedAppended{intake: in}
+	r.p.enqueue(&pubReq{
+		rec:        storage.Record{TimestampMs: ts, Key: pub.Key, Value: pub.Value, Headers: headers, ProducerID: pub.ProducerID, ProducerSeq: pub.ProducerSeq},
+		producerID: pub.ProducerID, producerSeq: pub.ProducerSeq,
+		reply: func(ok wire.PubOK, err *wire.Error) {
+			a.ok, a.err = ok, err
+			r.deliver(schedCmd{appended: a})
+		},
+	})
+}
+
+// carryOut does the owner's effects, and those they lead to (a probe's
+// answer makes a lane ready, which claims).
+func (r *schedRunner) carryOut(now int64) {
+	for effects := r.o.TakeEffects(); len(effects) > 0; effects = r.o.TakeEffects() {
+		for _, e := range effects {
+			switch {
+			case e.Propose != nil:
+				r.propose(e.Propose.Ref, e.Propose.Record)
+			case e.Publish != nil:
+				r.publish(now, *e.Publish)
+			case e.Probe != "":
+				r.o.Evidence(now, r.evidence(now, e.Probe))
+			}
+		}
+	}
+}
+
+// propose appends an owner's record to the shard.
+func (r *schedRunner) propose(ref uint64, rec sched.Record) {
+	a := &schedAppended{ref: ref}
+	v, err := rec.Encode()
+	if err != nil {
+		a.err = wire.Errorf(wire.CodeInvalidArgument, "%v", err)
+		r.deliver(schedCmd{appended: a})
+		return
+	}
+	r.p.enqueue(&pubReq{
+		rec: storage.Record{TimestampMs: r.node.nowMs(), Headers: []storage.Header{{Key: schedHeader, Value: v}}},
+		reply: func(ok wire.PubOK, err *wire.Error) {
+			a.ok, a.err = ok, err
+			r.deliver(schedCmd{appended: a})
+		},
+	})
+}
+
+// evidence answers a probe from this node's view of the topics. Topics
+// are never deleted (no DELETE yet), so a topic's incarnation is 1 while
+// it exists.
+func (r *schedRunner) evidence(now int64, topic string) sched.Evidence {
+	ev := sched.Evidence{Topic: topic, ValidUntilMs: now + schedEvidenceMs}
+	t, err := r.node.topic(topic)
+	if err != nil {
+		return ev
+	}
+	ev.Incarnation, ev.Partitions, ev.Writable = 1, uint32(len(t.partitions)), true
+	for _, p := range t.partitions {
+		info := p.info()
+		if info.State == wire.PartitionStateCorrupt || info.ReadOnly || info.Leader == "" {
+			// DATA_CORRUPT refuses writes until a repair; a degraded or
+			// leaderless partition until it recovers.
+			ev.Writable = false
+		}
+	}
+	return ev
+}
+
+// schedProducerID is the producer identity of (shard, topic, partition):
+// the fire sequences of that destination partition are its producer_seqs.
+func schedProducerID(shard uint32, topic string, partition uint32) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte("nereus-sched\x00"))
+	h.Write(binary.BigEndian.AppendUint32(nil, shard))
+	h.Write([]byte(topic))
+	h.Write(binary.BigEndian.AppendUint32([]byte{0}, partition))
+	return h.Sum64() | 1 // never 0 (0 = not idempotent)
+}
+
+// publish reads the due schedule's message from the shard and publishes it.
+func (r *schedRunner) publish(now int64, p sched.Publish) {
+	done := func(ok wire.PubOK, err *wire.Error) {
+		r.deliver(schedCmd{published: &schedPublished{pub: p, ok: ok, err: err}})
+	}
+	entries, err := r.p.read(p.ID, 1, r.node.cfg.RecordBytesMax+(64<<10))
+	if err != nil || len(entries) == 0 || entries[0].Seq != p.ID {
+		done(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "read schedule %d of shard %d: %v", p.ID, r.shard, err))
+		return
+	}
+	rec := &entries[0].Record
+	var hs []wire.Header
+	for _, h := range rec.Headers[1:] {
+		hs = append(hs, wire.Header{Key: h.Key, Value: h.Value})
+	}
+	// To the destination partition's leader, wherever it is.
+	r.node.publishToLeader(&wire.Pub{Topic: p.Topic, Partition: int32(p.Partition), ProducerID: schedProducerID(r.shard, p.Topic, p.Partition),
+		ProducerSeq: p.FireSeq, TimestampMs: rec.TimestampMs, Key: rec.Key, Value: rec.Value, Headers: hs}, 0, done)
+}
+
+func (r *schedRunner) published(now int64, p *schedPublished) {
+	out := sched.Landed
+	switch {
+	case p.err == nil:
+	case p.err.Code == wire.CodeProducerSeqTooOld:
+		out = sched.Unprovable
+	default:
+		out = sched.Refused
+		r.node.logRepeatedError(r.p.subject()+"/"+p.pub.Topic, "scheduled publish refused; its lane is blocked until a probe finds the destination ready",
+			"topic", p.pub.Topic, "partition", p.pub.Partition, "err", p.err)
+	}
+	r.o.Published(now, p.pub, out, p.ok.Seq)
+}
+
+// admin answers one shard's part of a SCHED_ADMIN.
+func (r *schedRunner) admin(now int64, f *wire.SchedAdmin, reply SchedAdminReply) {
+	switch f.Op {
+	case wire.SchedList:
+		out := &wire.SchedAdminOK{}
+		for _, e := range r.st.Entries(int(f.Limit)) {
+			if f.Topic != "" && e.Topic != f.Topic {
+				continue
+			}
+			out.Schedules = append(out.Schedules, wire.ScheduleInfo{Shard: r.shard, ID: e.ID, DeliverAtMs: e.DeliverAtMs, Topic: e.Topic, Partition: e.Partition, State: e.Status.String()})
+		}
+		reply(out, nil)
+	case wire.SchedStatus:
+		c := r.st.Counts()
+		info := wire.ShardInfo{Shard: r.shard, Lifecycle: r.o.Lifecycle().String(), Owner: r.node.cfg.NodeID, OwnerEpoch: r.o.Epoch(),
+			Pending: uint32(r.st.Live()), Fired: c.Fired, Unknown: c.Unknown, Cancelled: c.Cancelled}
+		out := &wire.SchedAdminOK{}
+		for _, t := range r.st.Lanes() {
+			l, _ := r.st.Lane(t)
+			if due, ok := r.st.NextDue(t); ok && (info.NextDueMs == 0 || due < info.NextDueMs) {
+				info.NextDueMs = due
+			}
+			if f.Topic == "" || f.Topic == t {
+				out.Lanes = append(out.Lanes, wire.LaneInfo{Shard: r.shard, Topic: t, Gate: l.Gate.String(), Readiness: r.o.LaneReadiness(t).String(),
+					Incarnation: l.Incarnation, Pending: uint32(l.Pending)})
+			}
+		}
+		out.Shards = []wire.ShardInfo{info}
+		reply(out, nil)
+	case wire.SchedCancel:
+		ref, err := r.o.Cancel(now, []uint64{f.ID})
+		if err != nil {
+			reply(nil, r.refusal(err))
+			return
+		}
+		r.adminRefs[ref] = reply
+	case wire.SchedLane:
+		op, ok := map[uint8]sched.LaneOp{wire.LanePause: sched.LanePause, wire.LaneResume: sched.LaneResume,
+			wire.LaneClose: sched.LaneClose, wire.LaneRetire: sched.LaneRetire}[f.LaneOp]
+		if !ok {
+			reply(nil, wire.Errorf(wire.CodeInvalidArgument, "lane command %d", f.LaneOp))
+			return
+		}
+		ref, err := r.o.Manage(now, sched.LaneCommand{Topic: f.Topic, Op: op})
+		if err != nil {
+			reply(nil, r.refusal(err))
+			return
+		}
+		r.adminRefs[ref] = reply
+	}
+	r.carryOut(now)
+}
+
+// shutdown answers what waits: the shard's records may still commit.
+func (r *schedRunner) shutdown() {
+	werr := wire.Errorf(wire.CodeUnavailable, "node is shutting down")
+	for _, a := range r.waiting {
+		if a.intake != nil {
+			a.intake.reply(wire.ScheduleOK{}, werr)
+		}
+	}
+	for _, reply := range r.adminRefs {
+		reply(nil, werr)
+	}
+	r.inboxMu.Lock()
+	inbox := r.inbox
+	r.inbox = nil
+	r.inboxMu.Unlock()
+	for _, c := range inbox {
+		if a := c.appended; a != nil && a.intake != nil {
+			a.intake.reply(wire.ScheduleOK{}, werr)
+		} else if a != nil && r.adminRefs[a.ref] != nil {
+			r.adminRefs[a.ref](nil, werr)
+		}
+	}
+	for {
+		select {
+		case c := <-r.cmds:
+			switch {
+			case c.schedule != nil:
+				c.schedule.reply(wire.ScheduleOK{}, werr)
+			case c.adminReply != nil:
+				c.adminReply(nil, werr)
+			}
+		default:
+			return
+		}
+	}
+}
