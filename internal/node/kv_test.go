@@ -407,11 +407,14 @@ func TestKVBucketFailsOverInACluster(t *testing.T) {
 		if id == leader {
 			continue
 		}
-		_, err := kvGet(t, n, "b", "k", 0)
-		wantCode(t, err, wire.CodeNotLeader)
-		if !strings.Contains(err.Error(), "client-of-"+leader) {
-			t.Fatalf("NOT_LEADER does not name the leader's address: %v", err)
-		}
+		// A follower names the leader once it heard from it (an election
+		// that just ended may not have reached it yet).
+		var err error
+		eventually(t, id+" names the leader", func() bool {
+			_, err = kvGet(t, n, "b", "k", 0)
+			wantCode(t, err, wire.CodeNotLeader)
+			return strings.Contains(err.Error(), "client-of-"+leader)
+		})
 	}
 	var last uint64
 	for i := 0; i < 10; i++ {
@@ -573,4 +576,16 @@ func TestKVListIsOneAnswerOrRefused(t *testing.T) {
 	if got, err := list("a/"); err != nil || len(got.Entries) != 1 {
 		t.Fatalf("a smaller listing after: %+v, %v", got, err)
 	}
+}
+
+// A request to a closed node is answered (UNAVAILABLE), never left
+// waiting for a runner that stopped.
+func TestKVAfterCloseIsUnavailable(t *testing.T) {
+	h := newHarness(t)
+	if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "z"}); err != nil {
+		t.Fatal(err)
+	}
+	h.node.Close()
+	_, err := kvGet(t, h.node, "z", "k", 0)
+	wantCode(t, err, wire.CodeUnavailable)
 }
