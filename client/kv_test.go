@@ -258,7 +258,7 @@ func TestKVCASCountersAcrossALeaderFailover(t *testing.T) {
 
 	const perClient = 30
 	var mu sync.Mutex
-	succeeded := 0
+	succeeded, ambiguous := 0, 0
 	var wrote []uint64 // revisions of acknowledged (or confirmed) increments
 	increment := func(kv *KV, who string, attempt int) {
 		for {
@@ -284,6 +284,9 @@ func TestKVCASCountersAcrossALeaderFailover(t *testing.T) {
 			default:
 				// Ambiguous (outcome unknown, connection lost) or refused:
 				// the key says whether this attempt's token landed.
+				mu.Lock()
+				ambiguous++
+				mu.Unlock()
 				var e KVEntry
 				for {
 					if e, err = kv.Get(ctx, "n"); err == nil || errors.Is(err, ErrKeyNotFound) || ctx.Err() != nil {
@@ -334,6 +337,9 @@ func TestKVCASCountersAcrossALeaderFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
+	beforeKill := succeeded
+	mu.Unlock()
 	kc.stop(info.Leader) // the leader dies mid-run
 	wg.Wait()
 	if ctx.Err() != nil {
@@ -344,6 +350,9 @@ func TestKVCASCountersAcrossALeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	value, _ := strconv.Atoi(strings.SplitN(string(final.Value), ":", 2)[0])
+	if beforeKill >= 2*perClient {
+		t.Fatalf("every increment happened before the leader was stopped")
+	}
 	if value != succeeded || succeeded != 2*perClient {
 		t.Fatalf("counter %d after %d successful increments (of %d)", value, succeeded, 2*perClient)
 	}
@@ -365,7 +374,8 @@ func TestKVCASCountersAcrossALeaderFailover(t *testing.T) {
 	if watcher.Next() != final.Revision+1 {
 		t.Fatalf("watcher's next revision %d, last write %d", watcher.Next(), final.Revision)
 	}
-	t.Logf("%d increments; leader %s killed; final revision %d", succeeded, info.Leader, final.Revision)
+	t.Logf("%d increments (%d before the leader %s stopped), %d ambiguous answers resolved by reading; final revision %d",
+		succeeded, beforeKill, info.Leader, ambiguous, final.Revision)
 }
 
 // cutProxy forwards connections to a broker, frame by frame, and cuts
