@@ -124,10 +124,13 @@ type kvRunner struct {
 	broken  error         // a record that cannot be applied: the runner stops applying
 
 	// Leadership of the partition: leading once the leader took office
-	// in epoch (its install entry, at reignStart, is applied here).
+	// in epoch (its install entry, at reignStart, is applied here); lease
+	// while no other replica can take office (replica.Status.LeaseTicks),
+	// as of the start of the round.
 	leading    bool
 	epoch      uint64
 	reignStart uint64
+	lease      bool
 
 	leader     *kv.Leader // this reign's overlay; nil when not leading or no bucket
 	nextID     uint64
@@ -366,21 +369,23 @@ func (r *kvRunner) runWaits() {
 }
 
 // leadership reads the partition's: a replica leads once it took office
-// (its install entry at reignStart); a single node's partition always
-// leads.
-func (r *kvRunner) leadership() (leading bool, epoch, reignStart uint64) {
+// (its install entry at reignStart) and holds a lease while a quorum
+// answered it recently enough that no other replica can take office; a
+// single node's partition always leads, with a lease.
+func (r *kvRunner) leadership() (leading bool, epoch, reignStart uint64, lease bool) {
 	if rs := r.p.replica(); rs != nil {
-		_, v := rs.leaderView()
-		return v.Leader && v.InstallSeq != 0, v.Epoch, v.InstallSeq
+		st, v := rs.leaderView()
+		return v.Leader && v.InstallSeq != 0, v.Epoch, v.InstallSeq, st.LeaseTicks > 0
 	}
-	return r.p.held(), 0, 0
+	held := r.p.held()
+	return held, 0, 0, held
 }
 
 // followLeadership starts, ends or keeps this reign's leader kernel.
 func (r *kvRunner) followLeadership() {
-	leading, epoch, start := r.leadership()
+	leading, epoch, start, lease := r.leadership()
 	changed := leading != r.leading || epoch != r.epoch
-	r.leading, r.epoch, r.reignStart = leading, epoch, start
+	r.leading, r.epoch, r.reignStart, r.lease = leading, epoch, start, lease
 	if r.leader != nil && (changed || !leading) {
 		// The overlay is this reign's: what it proposed may commit under
 		// the next leader or not (OUTCOME_UNKNOWN); parked writes too are
@@ -438,6 +443,23 @@ func (r *kvRunner) readyBucket() (*kv.Bucket, *wire.Error) {
 		return nil, wire.Errorf(wire.CodeNotFound, "bucket %q does not exist", r.bucket)
 	}
 	return r.state, nil
+}
+
+// readableBucket is readyBucket for reads and watches, which the leader
+// answers from its own applied state: only while it holds its lease. A
+// leader cut off from its replicas may not know yet that another one took
+// office and acknowledged writes it does not have (a stale read), and a
+// watch it serves would stall; its lease lapses first. (Writes need no
+// lease: they are decided when they commit.)
+func (r *kvRunner) readableBucket() (*kv.Bucket, *wire.Error) {
+	b, err := r.readyBucket()
+	if err != nil {
+		return nil, err
+	}
+	if !r.lease {
+		return nil, wire.Errorf(wire.CodeUnavailable, "bucket %q: the leader's lease lapsed (no quorum answered it lately); retry", r.bucket)
+	}
+	return b, nil
 }
 
 // propose appends rec to the bucket's log through the partition's publish
@@ -668,7 +690,7 @@ func (r *kvRunner) serveWatches() {
 	if len(r.watches) == 0 {
 		return
 	}
-	b, err := r.readyBucket()
+	b, err := r.readableBucket()
 	for h, w := range r.watches {
 		if err != nil {
 			w.sink.End(err)
@@ -879,7 +901,7 @@ func (n *Node) KVGet(f *wire.KVGet, done func(*wire.KVGetOK, error)) {
 	}
 	key, at := string(f.Key), f.Revision
 	r.post(func() {
-		b, err := r.readyBucket()
+		b, err := r.readableBucket()
 		if err != nil {
 			done(nil, err)
 			return
@@ -915,7 +937,7 @@ func (n *Node) KVKeys(f *wire.KVKeys, done func(*wire.KVKeysOK, error)) {
 		limit = wire.KVKeysPageMax
 	}
 	r.post(func() {
-		b, err := r.readyBucket()
+		b, err := r.readableBucket()
 		if err != nil {
 			done(nil, err)
 			return
@@ -946,7 +968,7 @@ func (n *Node) KVList(f *wire.KVList, done func(*wire.KVListOK, error)) {
 	}
 	prefix := string(f.Prefix)
 	r.post(func() {
-		b, err := r.readyBucket()
+		b, err := r.readableBucket()
 		if err != nil {
 			done(nil, err)
 			return
@@ -979,7 +1001,7 @@ func (n *Node) KVHistory(f *wire.KVHistory, done func(*wire.KVHistoryOK, error))
 	}
 	key := string(f.Key)
 	r.post(func() {
-		b, err := r.readyBucket()
+		b, err := r.readableBucket()
 		if err != nil {
 			done(nil, err)
 			return
@@ -1003,7 +1025,7 @@ func (n *Node) KVStartWatch(f *wire.KVWatch, sink KVWatchSink) (*KVWatch, error)
 	h := &KVWatch{r: r}
 	w := &kvWatchState{cursor: kv.Cursor{Next: max(f.FromRevision, 1), Prefix: string(f.Prefix)}, credit: min(int(f.Credit), kvWatchCreditMax), sink: sink}
 	r.post(func() {
-		if _, err := r.readyBucket(); err != nil {
+		if _, err := r.readableBucket(); err != nil {
 			sink.End(err)
 			return
 		}

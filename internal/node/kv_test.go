@@ -589,3 +589,34 @@ func TestKVAfterCloseIsUnavailable(t *testing.T) {
 	_, err := kvGet(t, h.node, "z", "k", 0)
 	wantCode(t, err, wire.CodeUnavailable)
 }
+
+// A leader cut off from its replicas stops answering reads once its lease
+// lapses (another replica may lead by then and take writes it would not
+// see); with the network back, reads are answered again.
+func TestKVReadsNeedTheLeadersLease(t *testing.T) {
+	peers := newMemNet()
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		c.Cluster.PeerListener.Close() // the in-memory network instead
+		c.Cluster.PeerListener = nil
+		c.Env.Peers = peers
+	})
+	eventually(t, "the bucket is created", func() bool {
+		for _, n := range tc.nodes {
+			if _, err := kvCreate(t, n, wire.KVBucketConfig{Bucket: "b", Replicas: 3}); err == nil {
+				return true
+			}
+		}
+		return false
+	})
+	leader := tc.kvLeader("b")
+	kvPut(t, tc.nodes[leader], "b", "k", "v")
+	peers.setCut(true)
+	var err error
+	eventually(t, "the cut-off leader stops answering reads", func() bool {
+		_, err = kvGet(t, tc.nodes[leader], "b", "k", 0)
+		return err != nil
+	})
+	t.Logf("cut off, %s answers: %v", leader, err)
+	peers.setCut(false)
+	tc.kvLeader("b")
+}
