@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -596,4 +597,57 @@ func TestKVWatchAppliedFoldsAndResyncs(t *testing.T) {
 	}
 	last, _ = kv.Put(ctx, "e", []byte("5"))
 	waitFor("c=3,d=4,e=5", last)
+}
+
+// BenchmarkKVPut measures sequential Put round trips (each answered once
+// fsynced and applied) and, with -cpu or parallel clients, group commit:
+// go test ./client -run xxx -bench KV -benchtime 2000x
+func BenchmarkKVPut(b *testing.B) {
+	for _, par := range []int{1, 16} {
+		b.Run(fmt.Sprintf("writers=%d", par), func(b *testing.B) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			dir := b.TempDir()
+			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+			n, err := node.Open(node.Config{DataDir: dir, Logger: logger, ClientAddr: lis.Addr().String()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv, err := server.New(server.Config{AllowNoAuth: true, Logger: logger}, n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			go srv.Serve(lis)
+			defer func() { srv.Close(context.Background()); n.Close() }()
+			ctx := context.Background()
+			c, err := Dial(ctx, Options{Servers: []string{lis.Addr().String()}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.CreateBucket(ctx, KVBucketConfig{Bucket: "bench"}); err != nil {
+				b.Fatal(err)
+			}
+			kv := c.KV("bench")
+			value := make([]byte, 100)
+			var next atomic.Int64
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for w := 0; w < par; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						if _, err := kv.Put(ctx, fmt.Sprintf("k%d", i%1000), value); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
 }
