@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/partition"
@@ -121,6 +122,7 @@ type Node struct {
 
 	cluster *cluster.Cluster // nil on a single node
 	members *membership      // consumer-group membership (members.go)
+	kv      kvRegistry       // KV buckets (kv.go)
 
 	// repeats throttles ERROR lines that a persistent fault repeats.
 	repeats repeatLimiter
@@ -145,6 +147,10 @@ type topic struct {
 	groupsMu sync.Mutex
 	groups   []*groupRunner // woken when a partition commits
 	sched    []*schedRunner // the shards' runners of __sched, woken alike
+
+	// kvWake wakes the bucket runner of a KV bucket's topic (kv.go) when
+	// its partition commits; nil until the runner starts.
+	kvWake atomic.Pointer[func()]
 }
 
 type groupKey struct{ group, topic string }
@@ -274,6 +280,9 @@ func (n *Node) startTopic(tc wire.TopicConfig, placement [][]uint32) (*topic, er
 		t.partitions = append(t.partitions, p)
 	}
 	n.topics[tc.Name] = t
+	if wire.IsKVTopic(tc.Name) {
+		n.startKVRunner(t)
+	}
 	return t, nil
 }
 
@@ -480,6 +489,9 @@ func (n *Node) Close() {
 }
 
 func (t *topic) notifyGroups() {
+	if wake := t.kvWake.Load(); wake != nil {
+		(*wake)()
+	}
 	t.groupsMu.Lock()
 	for _, g := range t.groups {
 		g.poke()

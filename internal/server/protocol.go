@@ -36,6 +36,8 @@ type Protocol struct {
 	// JOIN answers may come from the metadata applier's goroutine.
 	membersMu sync.Mutex
 	members   []wire.MemberRef
+	// kv: the connection's KV watches (kv.go).
+	kv kvSession
 }
 
 type heldFrame struct {
@@ -110,6 +112,7 @@ func (p *Protocol) Close() {
 		sub.Close()
 	}
 	p.subs = nil
+	p.kv.close()
 	p.membersMu.Lock()
 	members := p.members
 	p.members = nil
@@ -172,6 +175,13 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 	}
 	// Only PUB frames alias their buffer beyond this call.
 	defer releaseReadBuf(buf)
+	if err := p.authorizeKV(f); err != nil {
+		p.sendErr(corr, err)
+		return true
+	}
+	if p.handleKV(corr, f) {
+		return true
+	}
 	n := p.srv.node
 	switch f := f.(type) {
 	case *wire.Declare:

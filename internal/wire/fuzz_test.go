@@ -15,6 +15,9 @@ func FuzzDecodeFrame(f *testing.F) {
 	for i, fr := range sampleFrames() {
 		f.Add(AppendFrame(nil, uint64(i), fr))
 	}
+	for i, fr := range kvSampleFrames() {
+		f.Add(AppendFrame(nil, uint64(i), fr))
+	}
 	f.Add([]byte{0, 0, 0, 0})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -71,7 +74,7 @@ func normalize(f Frame) Frame {
 		c.Proof = nilIfEmpty(c.Proof)
 		return &c
 	}
-	return f
+	return normalizeKV(f)
 }
 
 func normalizeHeaders(hs []Header) []Header {

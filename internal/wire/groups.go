@@ -43,7 +43,10 @@ func newGroupFrame(t FrameType) Frame {
 	case TypeGroupDelete:
 		return &GroupDelete{}
 	}
-	return newSchedFrame(t)
+	if f := newSchedFrame(t); f != nil {
+		return f
+	}
+	return newKVFrame(t)
 }
 
 // CoordinatorTopic, named in a METADATA request, asks where the groups'

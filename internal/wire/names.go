@@ -58,6 +58,9 @@ func ValidateTopicOrInternal(name string) error {
 	if name == SchedTopic {
 		return nil
 	}
+	if IsKVTopic(name) {
+		return validateKVTopic(name) // a bucket's log (kv.go)
+	}
 	return ValidateName("topic", name)
 }
 

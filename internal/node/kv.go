@@ -1,0 +1,1035 @@
+package node
+
+// KV buckets (issue 15), the shell of internal/kv.
+//
+// A bucket B is the one-partition topic "__kv.B" (wire.KVTopic), declared
+// like any topic (through __meta in a cluster), so its placement,
+// replication, elections and restart are a partition's. Its log holds:
+//
+//   - config records (first header kvConfigHeader, a JSON kvBucketConf):
+//     the first one after the start (or after a delete) creates the
+//     bucket with its history and tombstone TTL; later ones are ignored,
+//     except a delete ({"deleted":true}), which drops the bucket. The
+//     configuration thus lives in the replicated log: every replica reads
+//     the same one at the same position, and a restart rebuilds it with
+//     the bucket;
+//   - the kv kernel's records (puts, deletes, CAS, compactions) and the
+//     replication's install entries, which kv.Bucket skips.
+//
+// Every node holding the partition runs a kvRunner: one goroutine that
+// applies the committed records, in order, to its kv.Bucket (the bucket
+// and its applied seq advance together) and, while the partition's leader
+// has taken office, runs kv.Leader for writes, answers reads and serves
+// watches from its bucket, and proposes compaction records.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/kv"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+const (
+	// kvConfigHeader marks a bucket's config record (not a kv record:
+	// kv.Bucket applies it as NotRevision).
+	kvConfigHeader = "nereus-kv-config"
+	// kvTick is how often a runner looks at its leadership and, every
+	// kvCompactEveryTicks ticks, whether a compaction is due.
+	kvTick              = 100 * time.Millisecond
+	kvCompactEveryTicks = 10
+	// kvTombstoneTTLMsDefault is a bucket's tombstone TTL when its
+	// creator names none.
+	kvTombstoneTTLMsDefault = int64(24 * time.Hour / time.Millisecond)
+	// Bounds of the leader kernel and of a runner's reads.
+	kvInflightWritesMax   = 1024 // < PublishQueueMax: enqueue never blocks the runner
+	kvParkedWritesMax     = 1024
+	kvWatchScanMax        = 4096
+	kvApplyBatchMax       = 1024
+	kvApplyBatchBytesMax  = 16 << 20
+	kvWatchCreditMax      = 1 << 20
+	kvValueBytesMaxLimit  = wire.KVValueBytesMax
+	kvRecordOverheadBytes = 256
+)
+
+// kvBucketConf is a config record's body. Only History and
+// TombstoneTTLMs shape the applied state; they are what every replica
+// must agree on.
+type kvBucketConf struct {
+	History        int   `json:"history"`
+	TombstoneTTLMs int64 `json:"tombstone_ttl_ms"`
+	Deleted        bool  `json:"deleted,omitempty"`
+}
+
+func (c kvBucketConf) record() storage.Record {
+	b, _ := json.Marshal(c) // a struct of numbers and a bool: cannot fail
+	return storage.Record{Headers: []storage.Header{{Key: kvConfigHeader, Value: b}}}
+}
+
+// kvRegistry holds the runners of the buckets this node holds.
+type kvRegistry struct {
+	mu      sync.Mutex
+	runners map[string]*kvRunner // by bucket name
+}
+
+// startKVRunner starts the runner of a bucket's topic this node holds
+// (startTopic calls it; callers hold n.mu or own n). Manual nodes do not
+// serve KV (the simulator does not drive it yet).
+func (n *Node) startKVRunner(t *topic) {
+	if n.cfg.Manual || len(t.partitions) != 1 || !t.partitions[0].held() {
+		return
+	}
+	bucket := strings.TrimPrefix(t.cfg.Name, wire.KVTopicPrefix)
+	n.kv.mu.Lock()
+	defer n.kv.mu.Unlock()
+	if n.kv.runners == nil {
+		n.kv.runners = map[string]*kvRunner{}
+	}
+	if _, ok := n.kv.runners[bucket]; ok {
+		return
+	}
+	r := &kvRunner{n: n, bucket: bucket, t: t, p: t.partitions[0], wake: make(chan struct{}, 1),
+		writes: map[uint64]func(uint64, error){}, results: map[uint64]kv.ApplyResult{},
+		watches: map[*KVWatch]*kvWatchState{}}
+	wake := r.poke
+	t.kvWake.Store(&wake)
+	n.kv.runners[bucket] = r
+	go r.run()
+}
+
+// kvRunner is one bucket on this node. Requests and completions reach it
+// as closures (post); everything below inMu is owned by its goroutine.
+type kvRunner struct {
+	n      *Node
+	bucket string
+	t      *topic
+	p      *partitionRunner
+	wake   chan struct{}
+
+	inMu  sync.Mutex
+	inbox []func()
+
+	// Owned by run.
+	conf    *kvBucketConf // the applied configuration (nil: none yet)
+	confSeq uint64        // the seq of the config record that created the bucket
+	state   *kv.Bucket    // nil: no bucket (never created, or deleted)
+	applied uint64        // last seq applied (bucket or not)
+	broken  error         // a record that cannot be applied: the runner stops applying
+
+	// Leadership of the partition: leading once the leader took office
+	// in epoch (its install entry, at reignStart, is applied here); lease
+	// while no other replica can take office (replica.Status.LeaseTicks),
+	// as of the start of the round.
+	leading    bool
+	epoch      uint64
+	reignStart uint64
+	lease      bool
+
+	leader     *kv.Leader // this reign's overlay; nil when not leading or no bucket
+	nextID     uint64
+	writes     map[uint64]func(uint64, error) // writes answered by the leader kernel, by id
+	results    map[uint64]kv.ApplyResult      // applied seqs not yet claimed by their completion
+	waits      []kvWait                       // work waiting for a seq to be applied
+	watches    map[*KVWatch]*kvWatchState
+	compacting bool
+	ticks      int
+}
+
+type kvWait struct {
+	seq uint64
+	fn  func()
+}
+
+func (r *kvRunner) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// post runs fn on the runner's goroutine.
+func (r *kvRunner) post(fn func()) {
+	r.inMu.Lock()
+	r.inbox = append(r.inbox, fn)
+	r.inMu.Unlock()
+	r.poke()
+}
+
+func (r *kvRunner) run() {
+	ticker := r.n.cfg.Env.Clock.NewTicker(kvTick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-r.p.done:
+			r.shutdown()
+			return
+		case <-r.wake:
+		case <-ticker.C():
+			r.ticks++
+		}
+		r.round()
+	}
+}
+
+// round applies what committed, follows the partition's leadership, runs
+// the requests and completions that arrived, and serves the watches.
+func (r *kvRunner) round() {
+	r.catchUp()
+	r.followLeadership()
+	r.inMu.Lock()
+	inbox := r.inbox
+	r.inbox = nil
+	r.inMu.Unlock()
+	for _, fn := range inbox {
+		fn()
+	}
+	r.catchUp()
+	r.serveWatches()
+	if r.ticks >= kvCompactEveryTicks {
+		r.ticks = 0
+		r.maybeCompact()
+	}
+	if r.leader == nil || r.leader.Inflight() == 0 {
+		clear(r.results)
+	}
+}
+
+// shutdown answers what waits: the node is closing.
+func (r *kvRunner) shutdown() {
+	err := wire.Errorf(wire.CodeUnavailable, "node is shutting down")
+	r.inMu.Lock()
+	inbox := r.inbox
+	r.inbox = nil
+	r.inMu.Unlock()
+	for _, fn := range inbox {
+		fn() // requests see the partition stopped and answer
+	}
+	if r.leader != nil {
+		r.carry(r.leader.LeadershipLost())
+	}
+	for _, id := range slices.Sorted(maps.Keys(r.writes)) {
+		r.writes[id](0, err)
+	}
+	clear(r.writes)
+	for h, w := range r.watches {
+		w.sink.End(err)
+		delete(r.watches, h)
+	}
+}
+
+// catchUp applies the committed records after applied, in order.
+func (r *kvRunner) catchUp() {
+	for r.broken == nil {
+		commit := r.p.commitSeq.Load()
+		if r.applied >= commit {
+			break
+		}
+		if start := r.p.startSeq.Load(); r.applied+1 < start {
+			// Snapshots are not built yet: a bucket is rebuilt from its
+			// whole log, so a log that no longer starts at 1 cannot be.
+			r.fail(fmt.Errorf("its log starts at seq %d, after %d applied; the bucket cannot be rebuilt without a snapshot", start, r.applied))
+			return
+		}
+		entries, err := r.p.read(r.applied+1, int(min(commit-r.applied, kvApplyBatchMax)), kvApplyBatchBytesMax)
+		if err != nil || len(entries) == 0 {
+			r.n.logRepeatedError(r.p.subject(), "kv: reading committed records failed; will retry", "from", r.applied+1, "err", err)
+			return
+		}
+		for i := range entries {
+			if err := r.apply(&entries[i]); err != nil {
+				r.fail(err)
+				return
+			}
+		}
+	}
+	r.runWaits()
+}
+
+func (r *kvRunner) fail(err error) {
+	r.broken = err
+	r.n.log.Error("kv: bucket stopped applying its log", "bucket", r.bucket, "applied", r.applied, "err", err)
+}
+
+// apply applies one committed entry; the entry must be applied+1.
+func (r *kvRunner) apply(e *storage.Entry) error {
+	if e.Seq != r.applied+1 {
+		return fmt.Errorf("entry %d after %d applied", e.Seq, r.applied)
+	}
+	rec := &e.Record
+	if len(rec.Headers) > 0 && rec.Headers[0].Key == kvConfigHeader {
+		return r.applyConfig(e.Seq, rec.Headers[0].Value)
+	}
+	if r.state == nil {
+		r.applied = e.Seq // no bucket: nothing to apply it to
+		return nil
+	}
+	res, err := r.state.Apply(e.Seq, kvRecord(rec))
+	if err != nil {
+		return err // malformed: corruption, the cursor stays
+	}
+	r.applied = e.Seq
+	if r.leader != nil && r.leader.Inflight() > 0 {
+		r.results[e.Seq] = res
+	}
+	return nil
+}
+
+// applyConfig applies a config record: the first one creates the bucket
+// (or the first after a delete), a delete drops it, others change nothing.
+func (r *kvRunner) applyConfig(seq uint64, body []byte) error {
+	var c kvBucketConf
+	if err := json.Unmarshal(body, &c); err != nil {
+		return fmt.Errorf("config record %d: %w", seq, err)
+	}
+	switch {
+	case c.Deleted:
+		if r.conf != nil && !r.conf.Deleted {
+			r.conf, r.state = &c, nil
+		}
+	case r.conf == nil || r.conf.Deleted:
+		b, err := kv.NewBucket(kvConfig(c, r.n.cfg.RecordBytesMax))
+		if err != nil {
+			return fmt.Errorf("config record %d: %w", seq, err)
+		}
+		// The bucket's revisions start after its config record: the
+		// seqs before it hold nothing it keeps.
+		for s := uint64(1); s <= seq; s++ {
+			if _, err := b.Apply(s, kv.Record{}); err != nil {
+				return err
+			}
+		}
+		r.conf, r.confSeq, r.state = &c, seq, b
+	default:
+		// A later config record (a second create) changes nothing, but
+		// the bucket's cursor moves past it with the log's.
+		if _, err := r.state.Apply(seq, kv.Record{}); err != nil {
+			return err
+		}
+	}
+	r.applied = seq
+	return nil
+}
+
+func kvConfig(c kvBucketConf, recordBytesMax int) kv.Config {
+	return kv.Config{HistoryMax: c.History, TombstoneTTLms: c.TombstoneTTLMs,
+		KeyBytesMax: wire.KVKeyBytesMax, ValueBytesMax: max(0, min(kvValueBytesMaxLimit, recordBytesMax-wire.KVKeyBytesMax-kvRecordOverheadBytes)),
+		WatchScanRevisionsMax: kvWatchScanMax, InflightWritesMax: kvInflightWritesMax, ParkedWritesMax: kvParkedWritesMax}
+}
+
+func kvRecord(rec *storage.Record) kv.Record {
+	out := kv.Record{TimestampMs: rec.TimestampMs, Key: rec.Key, Value: rec.Value}
+	if len(rec.Headers) > 0 {
+		out.Headers = make([]kv.Header, len(rec.Headers))
+		for i, h := range rec.Headers {
+			out.Headers[i] = kv.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	return out
+}
+
+func storageRecord(rec kv.Record) storage.Record {
+	out := storage.Record{TimestampMs: rec.TimestampMs, Key: rec.Key, Value: rec.Value}
+	for _, h := range rec.Headers {
+		out.Headers = append(out.Headers, storage.Header{Key: h.Key, Value: h.Value})
+	}
+	return out
+}
+
+// afterApplied runs fn once seq is applied (at once if it is).
+func (r *kvRunner) afterApplied(seq uint64, fn func()) {
+	if seq <= r.applied {
+		fn()
+		return
+	}
+	r.waits = append(r.waits, kvWait{seq: seq, fn: fn})
+}
+
+func (r *kvRunner) runWaits() {
+	if len(r.waits) == 0 {
+		return
+	}
+	var ready []kvWait
+	r.waits = slices.DeleteFunc(r.waits, func(w kvWait) bool {
+		if w.seq <= r.applied {
+			ready = append(ready, w)
+			return true
+		}
+		return false
+	})
+	for _, w := range ready {
+		w.fn()
+	}
+}
+
+// leadership reads the partition's: a replica leads once it took office
+// (its install entry at reignStart) and holds a lease while a quorum
+// answered it recently enough that no other replica can take office; a
+// single node's partition always leads, with a lease.
+func (r *kvRunner) leadership() (leading bool, epoch, reignStart uint64, lease bool) {
+	if rs := r.p.replica(); rs != nil {
+		st, v := rs.leaderView()
+		return v.Leader && v.InstallSeq != 0, v.Epoch, v.InstallSeq, st.LeaseTicks > 0
+	}
+	held := r.p.held()
+	return held, 0, 0, held
+}
+
+// followLeadership starts, ends or keeps this reign's leader kernel.
+func (r *kvRunner) followLeadership() {
+	leading, epoch, start, lease := r.leadership()
+	changed := leading != r.leading || epoch != r.epoch
+	r.leading, r.epoch, r.reignStart, r.lease = leading, epoch, start, lease
+	if r.leader != nil && (changed || !leading) {
+		// The overlay is this reign's: what it proposed may commit under
+		// the next leader or not (OUTCOME_UNKNOWN); parked writes too are
+		// answered so.
+		r.carry(r.leader.LeadershipLost())
+		r.leader = nil
+		clear(r.results)
+	}
+	if leading && r.state != nil && r.leader == nil {
+		l, err := kv.NewLeader(kvConfig(*r.conf, r.n.cfg.RecordBytesMax), start)
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		r.leader = l
+	}
+}
+
+// ready reports whether this node may answer for the bucket: it leads the
+// partition and has applied its reign's first entry, so its bucket holds
+// every write an earlier leader acknowledged.
+func (r *kvRunner) ready() *wire.Error {
+	select {
+	case <-r.p.done:
+		return wire.Errorf(wire.CodeUnavailable, "node is shutting down")
+	default:
+	}
+	if r.broken != nil {
+		return wire.Errorf(wire.CodeDataCorrupt, "bucket %q stopped applying its log at seq %d: %v", r.bucket, r.applied+1, r.broken)
+	}
+	if !r.leading {
+		return r.notLeader()
+	}
+	if r.applied < r.reignStart {
+		return wire.Errorf(wire.CodeUnavailable, "bucket %q: the new leader is taking office; retry", r.bucket)
+	}
+	return nil
+}
+
+func (r *kvRunner) notLeader() *wire.Error {
+	info := r.p.info()
+	leader := "unknown (an election is running)"
+	if info.Leader != "" {
+		leader = info.Leader + " at " + info.LeaderAddr
+	}
+	return wire.Errorf(wire.CodeNotLeader, "bucket %q: this node does not lead it; leader: %s", r.bucket, leader)
+}
+
+// readyBucket is ready plus a bucket to answer from.
+func (r *kvRunner) readyBucket() (*kv.Bucket, *wire.Error) {
+	if err := r.ready(); err != nil {
+		return nil, err
+	}
+	if r.state == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "bucket %q does not exist", r.bucket)
+	}
+	return r.state, nil
+}
+
+// readableBucket is readyBucket for reads and watches, which the leader
+// answers from its own applied state: only while it holds its lease. A
+// leader cut off from its replicas may not know yet that another one took
+// office and acknowledged writes it does not have (a stale read), and a
+// watch it serves would stall; its lease lapses first. (Writes need no
+// lease: they are decided when they commit.)
+func (r *kvRunner) readableBucket() (*kv.Bucket, *wire.Error) {
+	b, err := r.readyBucket()
+	if err != nil {
+		return nil, err
+	}
+	if !r.lease {
+		return nil, wire.Errorf(wire.CodeUnavailable, "bucket %q: the leader's lease lapsed (no quorum answered it lately); retry", r.bucket)
+	}
+	return b, nil
+}
+
+// propose appends rec to the bucket's log through the partition's publish
+// path; done gets its seq or error on the runner's goroutine. Proposals
+// are enqueued from this goroutine only, so log order is proposal order
+// (kv.Leader's overlay relies on it).
+func (r *kvRunner) propose(rec storage.Record, done func(seq uint64, err *wire.Error)) {
+	r.p.enqueue(&pubReq{rec: rec, reply: func(ok wire.PubOK, err *wire.Error) {
+		r.post(func() { done(ok.Seq, err) })
+	}})
+}
+
+// carry proposes what the leader kernel decided, in order, then answers.
+func (r *kvRunner) carry(eff kv.LeaderEffects) {
+	l := r.leader
+	for _, prop := range eff.Propose {
+		id := prop.ID
+		r.propose(storageRecord(prop.Record), func(seq uint64, err *wire.Error) { r.completed(l, id, seq, err) })
+	}
+	for _, rep := range eff.Replies {
+		if done, ok := r.writes[rep.ID]; ok {
+			delete(r.writes, rep.ID)
+			if rep.Err != nil {
+				done(0, kvWireError(rep.Err))
+			} else {
+				done(rep.Revision, nil)
+			}
+		}
+	}
+}
+
+// completed takes a proposal's end: failed, or committed at seq (then it
+// is answered once seq is applied, with what applying it did).
+func (r *kvRunner) completed(l *kv.Leader, id, seq uint64, err *wire.Error) {
+	if l == nil || r.leader != l {
+		return // the overlay it belonged to is gone; LeadershipLost answered it
+	}
+	if err != nil {
+		r.carry(l.Failed(r.state, id, err))
+		return
+	}
+	r.afterApplied(seq, func() {
+		if r.leader != l {
+			return
+		}
+		res, ok := r.results[seq]
+		if !ok {
+			// Applied while the overlay held nothing in flight: cannot
+			// happen for a write of this overlay (it is in flight until
+			// here); answer it honestly rather than guess.
+			r.carry(l.Failed(r.state, id, errors.New("its apply result was not kept")))
+			return
+		}
+		delete(r.results, seq)
+		r.carry(l.Applied(r.state, id, seq, res))
+	})
+}
+
+// kvWireError maps the kv kernel's write errors to protocol errors.
+func kvWireError(err error) *wire.Error {
+	var me *kv.MismatchError
+	var we *wire.Error
+	switch {
+	case errors.As(err, &me):
+		return wire.RevisionMismatch(me.Current, "key %q: expected revision %d, current %d", me.Key, me.Expected, me.Current)
+	case errors.Is(err, kv.ErrNotCommitted), errors.Is(err, kv.ErrLeadershipLost):
+		return wire.Errorf(wire.CodeOutcomeUnknown, "the write may or may not commit (read the key before retrying): %v", err)
+	case errors.Is(err, kv.ErrBusy), errors.Is(err, kv.ErrLeaderNotReady):
+		return wire.Errorf(wire.CodeUnavailable, "%v; retry", err)
+	case errors.Is(err, kv.ErrEmptyKey), errors.Is(err, kv.ErrKeyTooLarge), errors.Is(err, kv.ErrValueTooLarge), errors.Is(err, kv.ErrBadWrite):
+		return wire.Errorf(wire.CodeInvalidArgument, "%v", err)
+	case errors.As(err, &we):
+		return we
+	}
+	return wire.Errorf(wire.CodeUnavailable, "%v", err)
+}
+
+// write runs a client's write through the leader kernel.
+func (r *kvRunner) write(w kv.Write, done func(uint64, error)) {
+	if _, err := r.readyBucket(); err != nil {
+		done(0, err)
+		return
+	}
+	if r.leader == nil {
+		done(0, wire.Errorf(wire.CodeUnavailable, "bucket %q: the leader is starting; retry", r.bucket))
+		return
+	}
+	r.nextID++
+	id := r.nextID
+	r.writes[id] = done
+	r.carry(r.leader.Submit(r.state, kv.Request{ID: id, Write: w}, r.n.nowMs()))
+}
+
+// create proposes the bucket's config record unless the bucket exists.
+func (r *kvRunner) create(c kvBucketConf, done func(created bool, err error)) {
+	if err := r.ready(); err != nil {
+		done(false, err)
+		return
+	}
+	if r.conf != nil && !r.conf.Deleted {
+		if *r.conf != c {
+			done(false, r.conflict())
+			return
+		}
+		done(false, nil)
+		return
+	}
+	r.propose(c.record(), func(seq uint64, err *wire.Error) {
+		if err != nil {
+			done(false, err)
+			return
+		}
+		r.afterApplied(seq, func() {
+			switch {
+			case r.conf == nil || r.conf.Deleted || *r.conf != c:
+				done(false, r.conflict())
+			default:
+				done(r.confSeq == seq, nil)
+			}
+		})
+	})
+}
+
+func (r *kvRunner) conflict() *wire.Error {
+	if r.conf == nil || r.conf.Deleted {
+		return wire.Errorf(wire.CodeTopicConflict, "bucket %q was deleted while it was being created; retry", r.bucket)
+	}
+	return wire.Errorf(wire.CodeTopicConflict, "bucket %q exists with history=%d tombstone_ttl_ms=%d", r.bucket, r.conf.History, r.conf.TombstoneTTLMs)
+}
+
+// remove proposes the record that deletes the bucket.
+func (r *kvRunner) remove(done func(error)) {
+	if _, err := r.readyBucket(); err != nil {
+		done(err)
+		return
+	}
+	r.propose(kvBucketConf{Deleted: true}.record(), func(seq uint64, err *wire.Error) {
+		if err != nil {
+			done(err)
+			return
+		}
+		r.afterApplied(seq, func() { done(nil) })
+	})
+}
+
+// maybeCompact proposes a compaction record when one would purge expired
+// tombstones (one at a time).
+func (r *kvRunner) maybeCompact() {
+	b, err := r.readyBucket()
+	if err != nil || r.compacting {
+		return
+	}
+	now := r.n.nowMs()
+	if !b.PurgeDue(now) {
+		return
+	}
+	r.compacting = true
+	r.propose(storageRecord(kv.CompactRecord(now)), func(uint64, *wire.Error) { r.compacting = false })
+}
+
+// describe is what KV_BUCKET_LIST says of the bucket as this node
+// applied it (nil: no bucket, or the node is stopping). It waits for the
+// runner's goroutine.
+func (r *kvRunner) describe() *wire.KVBucketInfo {
+	ch := make(chan *wire.KVBucketInfo, 1)
+	r.post(func() {
+		if r.state == nil || r.conf == nil {
+			ch <- nil
+			return
+		}
+		ch <- &wire.KVBucketInfo{
+			Config:   wire.KVBucketConfig{Bucket: r.bucket, History: uint32(r.conf.History), TombstoneTTLMs: r.conf.TombstoneTTLMs, Replicas: r.t.cfg.Replicas},
+			Revision: r.state.Applied(), Floor: r.state.Floor(), Keys: uint32(min(len(r.state.Keys("")), 1<<32-1)),
+		}
+	})
+	select {
+	case info := <-ch:
+		return info
+	case <-r.p.done:
+		return nil
+	}
+}
+
+func kvEntry(rev kv.Revision) wire.KVEntry {
+	op := wire.KVOpPut
+	if rev.Op == kv.OpDelete {
+		op = wire.KVOpDelete
+	}
+	return wire.KVEntry{Key: []byte(rev.Key), Revision: rev.Seq, Op: op, TimestampMs: rev.TimestampMs, Value: rev.Value}
+}
+
+// ---- watches
+
+// KVWatchSink receives a watch's events and its end, from the bucket's
+// runner goroutine. It must not block.
+type KVWatchSink interface {
+	SendEvent(ev *wire.KVEvent)
+	// End ends the watch: CURSOR_EXPIRED (its cursor fell below the
+	// floor), NOT_LEADER, NOT_FOUND, UNAVAILABLE. Nothing follows it.
+	End(err *wire.Error)
+}
+
+// KVWatch is a client's watch of a bucket, served by the bucket's leader.
+// Its methods are safe for concurrent use.
+type KVWatch struct{ r *kvRunner }
+
+type kvWatchState struct {
+	cursor kv.Cursor
+	credit int
+	sink   KVWatchSink
+}
+
+// AddCredit lets the watch send credit more put/delete events.
+func (h *KVWatch) AddCredit(credit uint32) {
+	h.r.post(func() {
+		if w, ok := h.r.watches[h]; ok {
+			w.credit = min(w.credit+int(credit), kvWatchCreditMax)
+		}
+	})
+}
+
+// Cancel ends the watch; its sink hears nothing more.
+func (h *KVWatch) Cancel() { h.r.post(func() { delete(h.r.watches, h) }) }
+
+// serveWatches sends each watch what its credit allows, in revision
+// order; a watch below the floor gets CURSOR_EXPIRED and ends.
+func (r *kvRunner) serveWatches() {
+	if len(r.watches) == 0 {
+		return
+	}
+	b, err := r.readableBucket()
+	for h, w := range r.watches {
+		if err != nil {
+			w.sink.End(err)
+			delete(r.watches, h)
+			continue
+		}
+		if !r.serveWatch(b, w) {
+			delete(r.watches, h)
+		}
+	}
+}
+
+// serveWatch reports whether the watch goes on.
+func (r *kvRunner) serveWatch(b *kv.Bucket, w *kvWatchState) bool {
+	for w.credit > 0 && w.cursor.Next <= b.Applied() {
+		batch := b.Watch(w.cursor, w.credit)
+		for _, ev := range batch.Events {
+			switch ev.Kind {
+			case kv.EventPut, kv.EventDelete:
+				kind := wire.KVEventPut
+				if ev.Kind == kv.EventDelete {
+					kind = wire.KVEventDelete
+				}
+				w.sink.SendEvent(&wire.KVEvent{Kind: kind, Entry: kvEntry(ev.Revision), Floor: b.Floor()})
+				w.credit--
+			case kv.EventSkipped:
+				w.sink.SendEvent(&wire.KVEvent{Kind: wire.KVEventSkipped, From: ev.From, To: ev.To, Reasons: uint8(ev.Reasons), Floor: b.Floor()})
+			case kv.EventCursorExpired:
+				w.sink.End(wire.CursorExpired(ev.Floor, "bucket %q: the watch's next revision %d is below the floor %d (a revision it has not seen was purged); list the bucket and watch again", r.bucket, w.cursor.Next, ev.Floor))
+				return false
+			}
+		}
+		w.cursor.Next = batch.Next // Watch moves a cursor at or below Applied
+	}
+	return true
+}
+
+// ---- the node's KV API (the server calls it; answers come from the
+// bucket's runner goroutine, or at once for bad input)
+
+// kvRunnerOf finds the runner of a bucket this node holds.
+func (n *Node) kvRunnerOf(bucket string) (*kvRunner, error) {
+	if err := wire.ValidateBucketName(bucket); err != nil {
+		return nil, err
+	}
+	if n.cfg.Manual {
+		return nil, wire.Errorf(wire.CodeUnavailable, "KV buckets are not served by a Manual (simulated) node")
+	}
+	t, err := n.topic(wire.KVTopic(bucket))
+	if errors.Is(err, wire.ErrNotFound) {
+		return nil, wire.Errorf(wire.CodeNotFound, "bucket %q does not exist", bucket)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n.kv.mu.Lock()
+	r := n.kv.runners[bucket]
+	n.kv.mu.Unlock()
+	if r == nil {
+		info := t.partitions[0].info()
+		return nil, wire.Errorf(wire.CodeNotLeader, "bucket %q has no replica on this node; leader: %s at %s", bucket, info.Leader, info.LeaderAddr)
+	}
+	return r, nil
+}
+
+// KVCreateBucket creates a bucket (its topic, then its config record), or
+// confirms one with the same configuration; done gets the configuration
+// with defaults filled in.
+func (n *Node) KVCreateBucket(c wire.KVBucketConfig, done func(cfg wire.KVBucketConfig, created bool, err error)) {
+	if err := wire.ValidateBucketName(c.Bucket); err != nil {
+		done(c, false, err)
+		return
+	}
+	if c.History == 0 {
+		c.History = 1
+	}
+	if c.History > wire.KVHistoryMax {
+		done(c, false, wire.Errorf(wire.CodeInvalidArgument, "history must be 1-%d, got %d", wire.KVHistoryMax, c.History))
+		return
+	}
+	if c.TombstoneTTLMs < 0 {
+		done(c, false, wire.Errorf(wire.CodeInvalidArgument, "tombstone TTL must not be negative, got %d ms", c.TombstoneTTLMs))
+		return
+	}
+	if c.TombstoneTTLMs == 0 {
+		c.TombstoneTTLMs = kvTombstoneTTLMsDefault
+	}
+	if n.cfg.Manual {
+		done(c, false, wire.Errorf(wire.CodeUnavailable, "KV buckets are not served by a Manual (simulated) node"))
+		return
+	}
+	conf := kvBucketConf{History: int(c.History), TombstoneTTLMs: c.TombstoneTTLMs}
+	tc := wire.TopicConfig{Name: wire.KVTopic(c.Bucket), Partitions: 1, Replicas: c.Replicas}
+	n.declareAsync(tc, func(_ bool, err error) {
+		if errors.Is(err, wire.ErrTopicConflict) {
+			err = wire.Errorf(wire.CodeTopicConflict, "bucket %q exists with other replicas: %v", c.Bucket, err)
+		}
+		if err != nil {
+			done(c, false, err)
+			return
+		}
+		r, err := n.kvRunnerOf(c.Bucket)
+		if err != nil {
+			done(c, false, err)
+			return
+		}
+		c.Replicas = r.t.cfg.Replicas
+		r.post(func() { r.create(conf, func(created bool, err error) { done(c, created, err) }) })
+	})
+}
+
+// KVDeleteBucket deletes a bucket: its keys are gone, its watches end
+// (NOT_FOUND), and its name may be created again. Its topic and log stay.
+func (n *Node) KVDeleteBucket(bucket string, done func(error)) {
+	r, err := n.kvRunnerOf(bucket)
+	if err != nil {
+		done(err)
+		return
+	}
+	r.post(func() { r.remove(done) })
+}
+
+// KVBuckets describes one bucket, or every bucket ("") this node knows.
+// The configuration and revision are this node's view: a node with no
+// replica of a bucket knows only its name, replicas and leader (History
+// 0); so does a holder of a bucket being created.
+func (n *Node) KVBuckets(bucket string) ([]wire.KVBucketInfo, error) {
+	if bucket != "" {
+		if err := wire.ValidateBucketName(bucket); err != nil {
+			return nil, err
+		}
+	}
+	n.mu.RLock()
+	var names []string
+	for name := range n.topics {
+		if wire.IsKVTopic(name) && (bucket == "" || name == wire.KVTopic(bucket)) {
+			names = append(names, name)
+		}
+	}
+	n.mu.RUnlock()
+	slices.Sort(names)
+	var out []wire.KVBucketInfo
+	for _, name := range names {
+		b := strings.TrimPrefix(name, wire.KVTopicPrefix)
+		t, err := n.topic(name)
+		if err != nil {
+			continue
+		}
+		info := wire.KVBucketInfo{Config: wire.KVBucketConfig{Bucket: b, Replicas: t.cfg.Replicas}}
+		n.kv.mu.Lock()
+		r := n.kv.runners[b]
+		n.kv.mu.Unlock()
+		if r != nil {
+			applied := r.describe()
+			if applied == nil && bucket == "" {
+				continue // no bucket (yet, or any more)
+			}
+			if applied != nil {
+				info = *applied
+			}
+		}
+		pi := t.partitions[0].info()
+		info.Leader, info.LeaderAddr = pi.Leader, pi.LeaderAddr
+		out = append(out, info)
+	}
+	if bucket != "" && len(out) == 0 {
+		return nil, wire.Errorf(wire.CodeNotFound, "bucket %q does not exist", bucket)
+	}
+	return out, nil
+}
+
+// KVWrite puts or deletes a key, conditionally (CAS) or not; done gets
+// the write's revision once it is committed and applied. The frame's
+// bytes are copied.
+func (n *Node) KVWrite(f *wire.KVWrite, done func(revision uint64, err error)) {
+	r, err := n.kvRunnerOf(f.Bucket)
+	if err != nil {
+		done(0, err)
+		return
+	}
+	// The leader kernel checks the key, the value and a delete's empty
+	// value (INVALID_ARGUMENT).
+	w := kv.Write{Op: kv.OpPut, Key: slices.Clone(f.Key), Value: slices.Clone(f.Value), Conditional: f.Conditional, Expected: f.Expected}
+	if f.Op == wire.KVOpDelete {
+		w.Op = kv.OpDelete
+	}
+	r.post(func() { r.write(w, done) })
+}
+
+func checkKVKey(key []byte) *wire.Error {
+	if len(key) == 0 || len(key) > wire.KVKeyBytesMax {
+		return wire.Errorf(wire.CodeInvalidArgument, "key must be 1-%d bytes, got %d", wire.KVKeyBytesMax, len(key))
+	}
+	return nil
+}
+
+// KVGet reads a key at the bucket's leader: its latest value, or its
+// revision f.Revision (NOT_FOUND when the bucket does not keep it).
+func (n *Node) KVGet(f *wire.KVGet, done func(*wire.KVGetOK, error)) {
+	r, err := n.kvRunnerOf(f.Bucket)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	if werr := checkKVKey(f.Key); werr != nil {
+		done(nil, werr)
+		return
+	}
+	key, at := string(f.Key), f.Revision
+	r.post(func() {
+		b, err := r.readableBucket()
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		ok := &wire.KVGetOK{BucketRevision: b.Applied()}
+		if at == 0 {
+			if rev, found := b.Get(key); found {
+				ok.Found, ok.Entry = true, kvEntry(rev)
+			}
+			done(ok, nil)
+			return
+		}
+		rev, rerr := b.GetRevision(key, at)
+		if rerr != nil {
+			done(nil, wire.Errorf(wire.CodeNotFound, "bucket %q: %v", r.bucket, rerr))
+			return
+		}
+		ok.Found, ok.Entry = true, kvEntry(rev)
+		done(ok, nil)
+	})
+}
+
+// KVKeys lists a page of the live keys with a prefix, at the leader.
+func (n *Node) KVKeys(f *wire.KVKeys, done func(*wire.KVKeysOK, error)) {
+	r, err := n.kvRunnerOf(f.Bucket)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	prefix, after := string(f.Prefix), string(f.After)
+	limit := int(f.Limit)
+	if limit <= 0 || limit > wire.KVKeysPageMax {
+		limit = wire.KVKeysPageMax
+	}
+	r.post(func() {
+		b, err := r.readableBucket()
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		ok := &wire.KVKeysOK{BucketRevision: b.Applied()}
+		for _, k := range b.Keys(prefix) {
+			if after != "" && k <= after {
+				continue
+			}
+			if len(ok.Keys) == limit {
+				ok.More = true
+				break
+			}
+			ok.Keys = append(ok.Keys, []byte(k))
+		}
+		done(ok, nil)
+	})
+}
+
+// KVList lists every live entry with a prefix at the leader, at one
+// revision, in one answer (INVALID_ARGUMENT beyond wire.KVListBytesMax or
+// wire.KVListEntriesMax).
+func (n *Node) KVList(f *wire.KVList, done func(*wire.KVListOK, error)) {
+	r, err := n.kvRunnerOf(f.Bucket)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	prefix := string(f.Prefix)
+	r.post(func() {
+		b, err := r.readableBucket()
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		ok := &wire.KVListOK{BucketRevision: b.Applied()}
+		bytes := 0
+		for _, k := range b.Keys(prefix) {
+			rev, _ := b.Get(k)
+			if bytes += len(k) + len(rev.Value); bytes > wire.KVListBytesMax || len(ok.Entries) == wire.KVListEntriesMax {
+				done(nil, wire.Errorf(wire.CodeInvalidArgument, "bucket %q: the entries with prefix %q exceed one listing (%d entries, %d bytes of keys and values)",
+					r.bucket, prefix, wire.KVListEntriesMax, wire.KVListBytesMax))
+				return
+			}
+			ok.Entries = append(ok.Entries, kvEntry(rev))
+		}
+		done(ok, nil)
+	})
+}
+
+// KVHistory returns a key's kept revisions at the leader, oldest first.
+func (n *Node) KVHistory(f *wire.KVHistory, done func(*wire.KVHistoryOK, error)) {
+	r, err := n.kvRunnerOf(f.Bucket)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	if werr := checkKVKey(f.Key); werr != nil {
+		done(nil, werr)
+		return
+	}
+	key := string(f.Key)
+	r.post(func() {
+		b, err := r.readableBucket()
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		ok := &wire.KVHistoryOK{}
+		for _, rev := range b.History(key) {
+			ok.Entries = append(ok.Entries, kvEntry(rev))
+		}
+		done(ok, nil)
+	})
+}
+
+// KVStartWatch starts a watch at the bucket's leader; events go to sink.
+// A watch that cannot start is ended through sink (on the runner's
+// goroutine) or refused here.
+func (n *Node) KVStartWatch(f *wire.KVWatch, sink KVWatchSink) (*KVWatch, error) {
+	r, err := n.kvRunnerOf(f.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	h := &KVWatch{r: r}
+	w := &kvWatchState{cursor: kv.Cursor{Next: max(f.FromRevision, 1), Prefix: string(f.Prefix)}, credit: min(int(f.Credit), kvWatchCreditMax), sink: sink}
+	r.post(func() {
+		if _, err := r.readableBucket(); err != nil {
+			sink.End(err)
+			return
+		}
+		r.watches[h] = w
+	})
+	return h, nil
+}
