@@ -31,7 +31,7 @@ func TestCLIScheduledDelivery(t *testing.T) {
 	if _, err := run("topic", "create", "later", "--partitions", "2"); err != nil {
 		t.Fatalf("topic create: %v", err)
 	}
-	out, err := run("pub", "later", "--delay", "2s", "--json", "wake up")
+	out, err := run("pub", "later", "--delay", "5s", "--json", "wake up")
 	if err != nil {
 		t.Fatalf("pub --delay: %v\n%s", err, out)
 	}
