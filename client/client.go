@@ -32,6 +32,9 @@ type Client struct {
 	nextServer int                  // index into opts.Servers of the next dial
 	pool       map[string]*connSlot // connections to leaders, by address
 	meta       map[string]*topicMeta
+	// schedID and schedSeq: the producer identity of this client's
+	// schedules (Schedule), drawn at the first one.
+	schedID, schedSeq uint64
 }
 
 // connSlot holds one connection that is redialed on demand: one dial at a

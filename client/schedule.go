@@ -23,19 +23,17 @@ type Scheduled struct {
 // Schedule stores msg for publication to topic at deliverAt (one in the
 // past is due at once) and returns once the schedule is durable. The
 // message is published exactly once and never before deliverAt by the
-// broker's clock. Each call draws a fresh producer identity, so the
-// call's own retries (after a lost connection, or at a new leader of its
-// shard) are deduplicated by the broker.
+// broker's clock. Each call takes the next sequence of the client's
+// producer identity, so the call's own retries (after a lost connection,
+// or at a new leader of its shard) are deduplicated by the broker; a
+// retry that fell more than the dedup window (1,024) behind the client's
+// latest schedule is refused PRODUCER_SEQ_TOO_OLD rather than guessed.
 func (c *Client) Schedule(ctx context.Context, topic string, msg Message, deliverAt time.Time) (Scheduled, error) {
-	var b [8]byte
-	var id uint64
-	for id == 0 {
-		if _, err := rand.Read(b[:]); err != nil {
-			return Scheduled{}, fmt.Errorf("nereus: schedule: producer id: %w", err)
-		}
-		id = binary.BigEndian.Uint64(b[:])
+	id, seq, err := c.nextScheduleIdentity()
+	if err != nil {
+		return Scheduled{}, err
 	}
-	pub, err := msg.toPub(topic, id, 1)
+	pub, err := msg.toPub(topic, id, seq)
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("nereus: schedule to %s: %w", topic, err)
 	}
@@ -51,6 +49,24 @@ func (c *Client) Schedule(ctx context.Context, topic string, msg Message, delive
 		return Scheduled{}, fmt.Errorf("nereus: schedule to %s: unexpected %s", topic, reply.Type())
 	}
 	return Scheduled{Shard: ok.Shard, ID: ok.ID, DeliverAt: time.UnixMilli(ok.DeliverAtMs), Duplicate: ok.Duplicate}, nil
+}
+
+// nextScheduleIdentity is the producer identity of the next schedule:
+// one producer per client (drawn at the first schedule), the next
+// sequence for each call — a shard's dedup table holds one producer per
+// client, not one per schedule.
+func (c *Client) nextScheduleIdentity() (id, seq uint64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.schedID == 0 {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, 0, fmt.Errorf("nereus: schedule: producer id: %w", err)
+		}
+		c.schedID = binary.BigEndian.Uint64(b[:])
+	}
+	c.schedSeq++
+	return c.schedID, c.schedSeq, nil
 }
 
 // ScheduleInfo is a live schedule: PENDING (waiting for its time or its

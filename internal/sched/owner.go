@@ -458,6 +458,9 @@ func (o *Owner) publish(p Publish) {
 // fires later, not earlier.
 func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 	var intents []Intent
+	// Each destination partition's lowest unresolved fire sequence, found
+	// once per pass: what this pass allocates is above it.
+	lows := map[dest]uint64{}
 	visits := o.cfg.ClaimMax*8 + len(o.claims)
 	o.st.dueInOrder(l.Topic, func(e *Entry) bool {
 		if e.DeliverAtMs > now || len(intents) >= o.cfg.ClaimMax || visits == 0 {
@@ -468,7 +471,16 @@ func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 			return true
 		}
 		p := e.Partition % rt.cert.Partitions
-		seq, ok := o.nextFireSeq(dest{l.Topic, p})
+		d := dest{l.Topic, p}
+		low, known := lows[d]
+		if !known {
+			low = o.lowestUnresolved(d)
+			lows[d] = low
+		}
+		seq, ok := o.nextFireSeq(d, low)
+		if ok && low == 0 {
+			lows[d] = seq
+		}
 		if !ok {
 			return true // this partition's window is full; another's may not be
 		}
@@ -488,23 +500,31 @@ func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 	}
 }
 
+// lowestUnresolved is a destination partition's lowest fire sequence
+// still unresolved, applied or claimed; 0 when none.
+func (o *Owner) lowestUnresolved(d dest) uint64 {
+	low := o.st.lowestFiring(d)
+	if c := o.fire[d]; c != nil {
+		for seq := range c.seqs {
+			if low == 0 || seq < low {
+				low = seq
+			}
+		}
+	}
+	return low
+}
+
 // nextFireSeq allocates a destination partition's next fire sequence, if
-// it stays within FireWindow of the lowest one unresolved (applied or
-// claimed): the destination then still remembers every lower one that
-// may be retried (FireWithinDedupWindow).
-func (o *Owner) nextFireSeq(d dest) (uint64, bool) {
+// it stays within FireWindow of low, the lowest one unresolved (applied
+// or claimed; 0: none): the destination then still remembers every lower
+// one that may be retried (FireWithinDedupWindow).
+func (o *Owner) nextFireSeq(d dest, low uint64) (uint64, bool) {
 	c := o.fire[d]
 	if c == nil {
 		c = &claimed{seqs: map[uint64]bool{}}
 		o.fire[d] = c
 	}
 	next := max(o.st.LastFire(d.topic, d.partition), c.high) + 1
-	low := o.st.lowestFiring(d)
-	for seq := range c.seqs {
-		if low == 0 || seq < low {
-			low = seq
-		}
-	}
 	if low != 0 && next >= low+o.cfg.FireWindow {
 		return 0, false
 	}
