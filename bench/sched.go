@@ -534,9 +534,14 @@ func runSchedPending(ctx context.Context, dataDir string, payload []byte, lim li
 		return runResult{}, fmt.Errorf("reopen: %w", err)
 	}
 	opened := time.Since(start)
+	// Once every shard is active its state has applied everything
+	// committed before the restart: the pending count is final then.
 	for {
 		pending, active, err := schedStatus(rctx, pn.c)
-		if err == nil && active && pending == count {
+		if err == nil && active {
+			if pending != count {
+				return runResult{}, fmt.Errorf("after the restart every shard is active with %d pending, %d before", pending, count)
+			}
 			break
 		}
 		if err != nil && !client.IsRetryable(err) {

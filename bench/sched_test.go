@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nereus-broker/nereus/client"
 )
 
 func TestComputeSchedSummary(t *testing.T) {
@@ -151,5 +153,73 @@ func BenchmarkSchedFireBurst(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(res.Messages)/res.Elapsed.Seconds(), "fired/s")
+	}
+}
+
+// BenchmarkSchedIntakePending schedules up to 240,000 messages due in 24 h
+// into an in-process node (2 shards), 256 in flight, in steps of 20,000
+// (each bounded by fillTime), and reports the rate of the first step and
+// of the last — with few and with many schedules pending — and the
+// restart time with them pending. For a profile:
+//
+//	go test -run '^$' -bench SchedIntakePending -benchtime 1x -cpuprofile /tmp/intake.cpu
+func BenchmarkSchedIntakePending(b *testing.B) {
+	const steps, step = 12, 20_000
+	ctx, cancel := context.WithTimeout(context.Background(), schedCaseTimeout)
+	defer cancel()
+	prog := startProgress(io.Discard)
+	defer prog.close()
+	payload := make([]byte, 1024)
+	for b.Loop() {
+		dir := b.TempDir()
+		pn, err := openPendingNode(ctx, dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := pn.c.DeclareTopic(ctx, client.TopicConfig{Name: "dst", Partitions: 1}); err != nil {
+			b.Fatal(err)
+		}
+		at := time.Now().Add(schedFarFuture)
+		var rates []float64
+		var total int64
+		for range steps {
+			t0 := time.Now()
+			n, err := fillSchedules(ctx, pn.c, "dst", step, schedFillInflight, fillTime(step),
+				func(int) (client.Message, time.Time) { return client.Message{Value: payload}, at }, prog)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rates = append(rates, float64(n)/time.Since(t0).Seconds())
+			total += n // a step that outlasts fillTime stops short
+		}
+		b.ReportMetric(rates[0], "sched/s-first-20k")
+		b.ReportMetric(rates[len(rates)-1], "sched/s-last-20k")
+		b.Logf("schedules/s per step of %d: %.0f", step, rates)
+		if err := pn.Close(); err != nil {
+			b.Fatal(err)
+		}
+		// The restart with them pending, until every shard is active.
+		t0 := time.Now()
+		if pn, err = openPendingNode(ctx, dir); err != nil {
+			b.Fatal(err)
+		}
+		opened := time.Since(t0)
+		for {
+			pending, active, err := schedStatus(ctx, pn.c)
+			if err == nil && active {
+				if pending != total {
+					b.Fatalf("after the restart %d pending, %d before", pending, total)
+				}
+				break
+			}
+			if err := sleepCtx(ctx, schedPollInterval); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(time.Since(t0).Seconds(), "restart-s")
+		b.Logf("restart with %d pending: node.Open %s, every shard active at %s", total, opened, time.Since(t0))
+		if err := pn.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
