@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -105,7 +106,16 @@ func writeSchedMarkdown(b *strings.Builder, ms []schedMeasure, cfg runConfig) {
 			anchor = "–"
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %d | %s | %s | %s | %s | %s |\n", m.System, m.Mode, m.Measurement, m.Count,
-			formatNumber(m.Value), m.Unit, anchor, formatNumber(m.AnchorValue), formatRatio(m.Ratio))
+			formatNumber(m.Value), m.Unit, anchor, formatNumber(m.AnchorValue), formatSmallRatio(m.Ratio))
 	}
 	b.WriteString("\n")
+}
+
+// formatSmallRatio is formatRatio with two significant digits below 0.1
+// (a fire rate is a few thousandths of a publish rate).
+func formatSmallRatio(v float64) string {
+	if v > 0 && v < 0.1 {
+		return strconv.FormatFloat(v, 'g', 2, 64) + "×"
+	}
+	return formatRatio(v)
 }

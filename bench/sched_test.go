@@ -60,7 +60,8 @@ func TestComputeSchedSummary(t *testing.T) {
 		"due 1–3 s after", "| nereus | r1 | intake: SCHEDULE answered | 30000 | 10000 | schedules/s | pub_async 1 KiB msgs/s | 100000 | 0.10× |",
 		"| nereus | r1 | heap in use per pending schedule (after GC) | 100000 | 277 | bytes | – | – | – |",
 		"| nereus | r1 | restart until every shard ACTIVE_FOR_COMMANDS | 100000 | 700 | ms | – | – | – |",
-		"| nereus | r3 | burst due at one instant: fired | 2000 | 800 | msgs/s | pub_async 1 KiB msgs/s | – | – |"} {
+		"| nereus | r3 | burst due at one instant: fired | 2000 | 800 | msgs/s | pub_async 1 KiB msgs/s | – | – |",
+		"| nereus | r1 | burst due at one instant: fired | 2000 | 200 | msgs/s | pub_async 1 KiB msgs/s | 100000 | 0.002× |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the sched section lacks %q:\n%s", want, b.String())
 		}
@@ -220,6 +221,14 @@ func BenchmarkSchedIntakePending(b *testing.B) {
 		b.Logf("restart with %d pending: node.Open %s, every shard active at %s", total, opened, time.Since(t0))
 		if err := pn.Close(); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestFormatSmallRatio(t *testing.T) {
+	for v, want := range map[float64]string{0: "–", 0.0038: "0.0038×", 0.012: "0.012×", 0.1: "0.10×", 4.3: "4.30×"} {
+		if got := formatSmallRatio(v); got != want {
+			t.Errorf("formatSmallRatio(%v) = %q, want %q", v, got, want)
 		}
 	}
 }
