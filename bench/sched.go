@@ -384,7 +384,7 @@ func runSchedLateness(ctx context.Context, sys system, stream string, payload []
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			sctx, cancel := context.WithTimeout(ctx, lim.SchedLatenessMin)
+			sctx, cancel := context.WithTimeout(ctx, schedLatenessDrain)
 			defer cancel()
 			if _, err := c.Schedule(sctx, stream, client.Message{Value: buf}, at); err != nil {
 				failed.CompareAndSwap(nil, &err)
