@@ -39,6 +39,17 @@ const (
 	// a fresh group (Nereus only: nereus_group.go).
 	workloadGroupJoin  workload = "group_join"
 	workloadGroupLeave workload = "group_leave"
+	// The scheduled-delivery workloads (sched.go), Nereus only:
+	// workloadSchedIntake reports SCHEDULE answers per second from
+	// limits.SchedIntakeClients goroutines; workloadSchedFire the fired
+	// messages per second of a burst due at one instant;
+	// workloadSchedLateness receipt time − deliver_at under a steady load;
+	// workloadSchedPending, on a node of its own, the heap per pending
+	// schedule and the restart time with them pending.
+	workloadSchedIntake   workload = "sched_intake"
+	workloadSchedFire     workload = "sched_fire"
+	workloadSchedLateness workload = "sched_lateness"
+	workloadSchedPending  workload = "sched_pending"
 )
 
 // groupMembers returns how many members a group consume workload opens
@@ -56,7 +67,7 @@ func (w workload) groupMembers() int {
 // createsStream reports whether the workload creates its own (partitioned)
 // stream instead of the single-partition one runCase creates.
 func (w workload) createsStream() bool {
-	return w.groupMembers() > 0 || w == workloadGroupJoin || w == workloadGroupLeave
+	return w.groupMembers() > 0 || w == workloadGroupJoin || w == workloadGroupLeave || w == workloadSchedPending
 }
 
 // String returns the workload's name.
@@ -152,6 +163,10 @@ var workloadSpecs = []workloadSpec{
 	{Workload: workloadGroupConsume3, SizeBytes: 1024, systems: groupConsumeSystems},
 	{Workload: workloadGroupJoin, systems: groupChangeSystems},
 	{Workload: workloadGroupLeave, systems: groupChangeSystems},
+	{Workload: workloadSchedIntake, SizeBytes: 1024, systems: schedSystems},
+	{Workload: workloadSchedFire, SizeBytes: 1024, systems: schedSystems},
+	{Workload: workloadSchedLateness, SizeBytes: 1024, systems: schedSystems},
+	{Workload: workloadSchedPending, SizeBytes: 1024, systems: schedPendingSystems},
 	{Workload: workloadFailover, SizeBytes: 1024}, // last: it kills and restarts processes
 }
 

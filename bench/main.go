@@ -129,7 +129,10 @@ func runMain(args []string, stderr io.Writer) int {
 	rep.Machine.NereusCommit = nereusCommit(context.WithoutCancel(ctx))
 	rep.Config = runConfig{Quick: f.quick, Only: f.only, Runs: lim.Runs, TimeLimitS: lim.TimeLimit.Seconds(),
 		InflightMax: inflightMax, BatchMax: consumeBatchMax, E2ERatePerS: lim.E2ERatePerS, E2ESeconds: lim.E2EDuration.Seconds(),
-		FailoverKills: lim.FailoverKills, GroupPrefillCountMax: lim.GroupPrefillCountMax, GroupChangeRepeats: lim.GroupChangeRepeats}
+		FailoverKills: lim.FailoverKills, GroupPrefillCountMax: lim.GroupPrefillCountMax, GroupChangeRepeats: lim.GroupChangeRepeats,
+		SchedIntakeClients: lim.SchedIntakeClients, SchedFireCount: lim.SchedFireCount, SchedLatenessRate: lim.SchedLatenessRate,
+		SchedLatenessSeconds: lim.SchedLatenessDuration.Seconds(), SchedLatenessMinS: lim.SchedLatenessMin.Seconds(),
+		SchedLatenessSpreadS: lim.SchedLatenessSpread.Seconds(), SchedPendingCount: lim.SchedPendingCount}
 	if err := writeReport(f.outDir, rep); err != nil {
 		fmt.Fprintln(stderr, "bench: write results:", err)
 		return 1
@@ -223,7 +226,11 @@ func runCases(ctx context.Context, env *environment, cases []benchCase, lim limi
 			label := fmt.Sprintf("[%d/%d run %d/%d] %s", i+1, len(cases), runIndex, lim.Runs, c.ID())
 			flushDirtyPages(syncTimeout) // untimed: the previous case's writeback
 			prog.setCase(label)
-			cctx, cancel := context.WithTimeout(ctx, caseTimeout)
+			timeout := caseTimeout
+			if c.Workload.isSched() {
+				timeout = schedCaseTimeout
+			}
+			cctx, cancel := context.WithTimeout(ctx, timeout)
 			res, err := runCase(cctx, env, systems[c.System+"/"+c.Mode], c, lim, runIndex, prog)
 			cancel()
 			prog.setCase("")
@@ -259,5 +266,6 @@ func runCases(ctx context.Context, env *environment, cases []benchCase, lim limi
 	}
 	rep.Ratios = computeRatios(rep.Rows, jetStreamModes(systemSpecs, 1), jetStreamModes(systemSpecs, 3))
 	rep.Groups = computeGroupSummary(rep.Rows)
+	rep.Sched = computeSchedSummary(rep.Rows)
 	return rep, nil
 }

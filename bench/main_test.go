@@ -14,14 +14,23 @@ func TestSelectCases(t *testing.T) {
 	// failover, last; the group workloads run on the systems they list
 	// (consume 1 and 3: nereus r1-proc and r3, jetstream r3; join and
 	// leave: nereus r1-proc and r3).
-	groupCases := 0
+	// The sched workloads run on nereus r1 and r3, the pending one on r1.
+	groupCases, schedCases, schedSpecs := 0, 0, 0
 	for _, w := range workloadSpecs {
+		if w.Workload.isSched() {
+			schedCases += len(w.systems)
+			schedSpecs++
+			continue
+		}
 		groupCases += len(w.systems)
 	}
 	if groupCases != 10 {
 		t.Fatalf("%d group cases, want 10", groupCases)
 	}
-	if want := 7*(len(workloadSpecs)-1-4) + 1 + 2 + groupCases; len(all) != want {
+	if schedSpecs != 4 || schedCases != 7 {
+		t.Fatalf("%d sched workloads in %d cases, want 4 in 7", schedSpecs, schedCases)
+	}
+	if want := 7*(len(workloadSpecs)-1-4-schedSpecs) + 1 + 2 + groupCases + schedCases; len(all) != want {
 		t.Fatalf("%d cases, want %d", len(all), want)
 	}
 	var first []string
@@ -45,8 +54,13 @@ func TestSelectCases(t *testing.T) {
 		want int
 	}{
 		{"pub_async", 21},
-		{"^nereus/", 27},
-		{"^nereus/r3/", 11},
+		{"^nereus/", 34},
+		{"^nereus/r3/", 14},
+		{"sched_", 7},
+		{"^nereus/r1/sched_", 4},
+		{"^nereus/r1-proc/sched_", 0},
+		{"^jetstream/.*/sched_", 0},
+		{"sched_pending", 1},
 		{"jetstream/r1/", 6},
 		{"^jetstream/r3", 15},
 		{"group", 10},

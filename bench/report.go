@@ -18,6 +18,8 @@ type report struct {
 	Ratios  []ratioRow  `json:"ratios"`
 	// Groups compares the consumer-group rows (nil when none ran).
 	Groups *groupSummary `json:"groups,omitempty"`
+	// Sched lists the scheduled-delivery measurements (nil when none ran).
+	Sched []schedMeasure `json:"sched,omitempty"`
 	// Errors lists the cases that failed, "id: error"; their rows are absent.
 	Errors []string `json:"errors,omitempty"`
 }
@@ -38,6 +40,14 @@ type runConfig struct {
 	// GroupChangeRepeats is how many fresh groups a join or leave run uses.
 	GroupPrefillCountMax int `json:"group_prefill_count_max,omitempty"`
 	GroupChangeRepeats   int `json:"group_change_repeats,omitempty"`
+	// The scheduled-delivery bounds (limits.Sched*).
+	SchedIntakeClients   int     `json:"sched_intake_clients,omitempty"`
+	SchedFireCount       int     `json:"sched_fire_count,omitempty"`
+	SchedLatenessRate    int     `json:"sched_lateness_rate_per_s,omitempty"`
+	SchedLatenessSeconds float64 `json:"sched_lateness_seconds,omitempty"`
+	SchedLatenessMinS    float64 `json:"sched_lateness_due_min_s,omitempty"`
+	SchedLatenessSpreadS float64 `json:"sched_lateness_due_spread_s,omitempty"`
+	SchedPendingCount    int     `json:"sched_pending_count,omitempty"`
 }
 
 // metric is one number compared across systems.
@@ -344,6 +354,7 @@ func (rep report) markdown() string {
 	}
 
 	writeGroupMarkdown(&b, rep.Groups, rep.Config)
+	writeSchedMarkdown(&b, rep.Sched, rep.Config)
 
 	if slices.ContainsFunc(rep.Rows, func(r row) bool { return r.HarnessCPUUsPerMsg > 0 }) {
 		b.WriteString("## CPU per message\n\n")

@@ -77,6 +77,9 @@ type row struct {
 	HarnessCPUUsPerMsg float64 `json:"harness_cpu_us_per_msg,omitempty"`
 	BrokerCPUUsPerMsg  float64 `json:"broker_cpu_us_per_msg,omitempty"`
 	BusiestCPUUsPerMsg float64 `json:"busiest_process_cpu_us_per_msg,omitempty"`
+	// HeapBytesPerPending is the heap in use (after GC) per pending
+	// schedule (sched_pending only).
+	HeapBytesPerPending float64 `json:"heap_bytes_per_pending,omitempty"`
 	// Messages is the median count of messages measured in one run.
 	Messages int64 `json:"messages"`
 	// Seconds is the median length of the timed part of one run.
@@ -91,6 +94,8 @@ type runResult struct {
 	Elapsed  time.Duration
 	// Latencies are per-message samples; nil for throughput workloads.
 	Latencies []time.Duration
+	// HeapBytesPerPending: sched_pending's heap per pending schedule.
+	HeapBytesPerPending float64
 	// CPU is what the harness and the broker's processes used during the
 	// case; nil where not measured.
 	CPU *cpuUsage
@@ -100,8 +105,9 @@ type runResult struct {
 // reported only when the run took latency samples.
 func summarize(c benchCase, r runResult) row {
 	out := row{System: c.System, Mode: c.Mode, Workload: c.Workload, SizeBytes: c.SizeBytes,
-		Messages: r.Messages, Seconds: r.Elapsed.Seconds(), Runs: 1}
-	if s := r.Elapsed.Seconds(); s > 0 {
+		Messages: r.Messages, Seconds: r.Elapsed.Seconds(), HeapBytesPerPending: r.HeapBytesPerPending, Runs: 1}
+	// A restart's time is no message rate (sched_pending).
+	if s := r.Elapsed.Seconds(); s > 0 && c.Workload != workloadSchedPending {
 		out.MsgsPerS = float64(r.Messages) / s
 		out.MBPerS = out.MsgsPerS * float64(c.SizeBytes) / 1e6
 	}
@@ -141,6 +147,7 @@ func medianRow(runs []row) row {
 	out.HarnessCPUUsPerMsg = pick(func(r row) float64 { return r.HarnessCPUUsPerMsg })
 	out.BrokerCPUUsPerMsg = pick(func(r row) float64 { return r.BrokerCPUUsPerMsg })
 	out.BusiestCPUUsPerMsg = pick(func(r row) float64 { return r.BusiestCPUUsPerMsg })
+	out.HeapBytesPerPending = pick(func(r row) float64 { return r.HeapBytesPerPending })
 	out.Messages = int64(pick(func(r row) float64 { return float64(r.Messages) }))
 	out.Seconds = pick(func(r row) float64 { return r.Seconds })
 	return out
