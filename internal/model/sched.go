@@ -377,6 +377,7 @@ func (cfg *SchedConfig) deliver(s *sstate, k int, lostReply bool) string {
 		return ""
 	}
 	n.o.Published(s.clock(m.node), m.p, out, destSeq)
+	n.o.Step(s.clock(m.node))
 	return cfg.collect(s, m.node)
 }
 

@@ -242,6 +242,10 @@ type Owner struct {
 	// not completed, by proposal.
 	resolving   map[uint64]bool
 	resolutions map[uint64][]uint64
+	// landed and unprovable: outcomes reported, their record not yet
+	// proposed (the next Step proposes them together).
+	landed     []Fired
+	unprovable []uint64
 	inflight    map[uint64]bool // every proposal not completed
 	nextRef     uint64
 	// retryAfter holds claims and publishes back after a record of the
@@ -276,6 +280,7 @@ func (o *Owner) reset() {
 	o.publishing = map[uint64]Publish{}
 	o.resolving = map[uint64]bool{}
 	o.resolutions = map[uint64][]uint64{}
+	o.landed, o.unprovable = nil, nil
 	o.inflight = map[uint64]bool{}
 }
 
@@ -360,6 +365,7 @@ func (o *Owner) Step(now int64) {
 		}
 	}
 	if o.firing() {
+		o.proposeResolutions()
 		for _, topic := range o.st.Lanes() {
 			o.stepLane(now, topic)
 		}
@@ -566,9 +572,10 @@ func (o *Owner) Proposed(now int64, ref uint64, err error) {
 }
 
 // Published reports a publish's outcome; destSeq is where it landed.
-// Landed and Unprovable are recorded in the shard (FIRED, UNKNOWN);
-// Refused blocks the lane until a probe finds it ready again, and the
-// intent is published again then.
+// Landed and Unprovable are recorded in the shard (FIRED, UNKNOWN) by the
+// next Step, one record for every outcome since the last one: the shell
+// reports a batch of outcomes, then steps. Refused blocks the lane until
+// a probe finds it ready again, and the intent is published again then.
 func (o *Owner) Published(now int64, p Publish, out Outcome, destSeq uint64) {
 	if q, ok := o.publishing[p.ID]; !ok || q != p {
 		return // an earlier office's publish: its intent is published again by this one
@@ -576,23 +583,38 @@ func (o *Owner) Published(now int64, p Publish, out Outcome, destSeq uint64) {
 	delete(o.publishing, p.ID)
 	e, ok := o.st.Entry(p.ID)
 	if !o.firing() || !ok || e.Status != StatusFiring || e.FireSeq != p.FireSeq {
-		o.Step(now)
 		return
 	}
-	var ref uint64
 	switch out {
 	case Landed:
-		ref = o.propose(Record{Kind: KindFired, Fired: []Fired{{ID: p.ID, DestSeq: destSeq}}})
+		o.landed = append(o.landed, Fired{ID: p.ID, DestSeq: destSeq})
+		o.resolving[p.ID] = true
 	case Unprovable:
-		ref = o.propose(Record{Kind: KindUnknown, IDs: []uint64{p.ID}})
+		o.unprovable = append(o.unprovable, p.ID)
+		o.resolving[p.ID] = true
 	default:
 		o.lane(p.Topic).readiness = Blocked
 	}
-	if ref != 0 {
-		o.resolving[p.ID] = true
-		o.resolutions[ref] = []uint64{p.ID}
+}
+
+// proposeResolutions proposes the outcomes reported since the last Step:
+// one FIRED record, one UNKNOWN record.
+func (o *Owner) proposeResolutions() {
+	for len(o.landed) > 0 {
+		n := min(len(o.landed), RecordEntriesMax)
+		ids := make([]uint64, n)
+		for i, f := range o.landed[:n] {
+			ids[i] = f.ID
+		}
+		o.resolutions[o.propose(Record{Kind: KindFired, Fired: slices.Clone(o.landed[:n])})] = ids
+		o.landed = o.landed[n:]
 	}
-	o.Step(now)
+	for len(o.unprovable) > 0 {
+		n := min(len(o.unprovable), RecordEntriesMax)
+		ids := slices.Clone(o.unprovable[:n])
+		o.resolutions[o.propose(Record{Kind: KindUnknown, IDs: ids})] = ids
+		o.unprovable = o.unprovable[n:]
+	}
 }
 
 // Evidence reports a probe's answer. A destination with another
@@ -747,6 +769,7 @@ func (o *Owner) Clone(st *State) *Owner {
 		c.resolutions[ref] = slices.Clone(ids)
 	}
 	c.inflight = maps.Clone(o.inflight)
+	c.landed, c.unprovable = slices.Clone(o.landed), slices.Clone(o.unprovable)
 	c.effects = slices.Clone(o.effects)
 	return &c
 }
@@ -817,6 +840,15 @@ func (o *Owner) AppendDigest(b []byte) []byte {
 	}
 	for _, ref := range slices.Sorted(maps.Keys(o.inflight)) {
 		u(ref)
+	}
+	u(uint64(len(o.landed)))
+	for _, f := range o.landed {
+		u(f.ID)
+		u(f.DestSeq)
+	}
+	u(uint64(len(o.unprovable)))
+	for _, id := range o.unprovable {
+		u(id)
 	}
 	return b
 }

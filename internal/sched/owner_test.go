@@ -577,3 +577,37 @@ func TestRefusedFiredWaitsBeforePublishingAgain(t *testing.T) {
 		t.Fatalf("counts %+v", c)
 	}
 }
+
+// Outcomes reported before a Step are recorded together: one FIRED
+// record for all of them (one per message made a due burst slow).
+func TestOutcomesOfABatchShareOneFiredRecord(t *testing.T) {
+	w := newWorld(t, testConfig)
+	w.activate(1)
+	for range 3 {
+		w.schedule("b", 1000, 0)
+	}
+	w.hold = true
+	w.settle(true)
+	if len(w.inFlight) != 3 {
+		t.Fatalf("%d publishes in flight, want 3", len(w.inFlight))
+	}
+	for _, p := range w.inFlight {
+		w.publishAt(p) // outcomes, no Step yet
+	}
+	w.inFlight, w.hold = nil, false
+	w.o.Step(w.now)
+	var fired []Proposal
+	for _, e := range w.o.TakeEffects() {
+		if e.Propose != nil && e.Propose.Record.Kind == KindFired {
+			fired = append(fired, *e.Propose)
+		}
+	}
+	if len(fired) != 1 || len(fired[0].Record.Fired) != 3 {
+		t.Fatalf("FIRED proposals %+v, want one holding 3", fired)
+	}
+	w.queue = append(w.queue, fired...)
+	w.commitAll()
+	if c := w.st.Counts(); c.Fired != 3 || w.st.Live() != 0 {
+		t.Fatalf("counts %+v, %d live", c, w.st.Live())
+	}
+}

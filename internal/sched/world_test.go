@@ -151,8 +151,14 @@ func (w *world) answerProbe(topic string) {
 }
 
 // deliver carries out a publish at its destination with the producer
-// table's verdict, and reports the outcome.
+// table's verdict, reports the outcome, and steps the owner (as the shell
+// does after a batch of outcomes).
 func (w *world) deliver(p Publish) {
+	w.publishAt(p)
+	w.o.Step(w.now)
+}
+
+func (w *world) publishAt(p Publish) {
 	d := w.dests[p.Topic]
 	if d == nil || !d.writable || d.incarnation != p.Incarnation {
 		w.o.Published(w.now, p, Refused, 0)
