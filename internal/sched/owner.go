@@ -246,8 +246,8 @@ type Owner struct {
 	// proposed (the next Step proposes them together).
 	landed     []Fired
 	unprovable []uint64
-	inflight    map[uint64]bool // every proposal not completed
-	nextRef     uint64
+	inflight   map[uint64]bool // every proposal not completed
+	nextRef    uint64
 	// retryAfter holds claims and publishes back after a record of the
 	// owner's failed to commit, so a refusing log (a full queue, a
 	// leader stepping down) is not asked again at once: an intent claimed
