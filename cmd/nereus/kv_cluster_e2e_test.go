@@ -237,7 +237,9 @@ func TestClusterKVAcrossKills(t *testing.T) {
 		t.Helper()
 		lctx, lcancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- kv.WatchApplied(lctx, store, client.KVAppliedOptions{ProbeInterval: 50 * time.Millisecond}) }()
+		go func() {
+			done <- kv.WatchApplied(lctx, store, client.KVAppliedOptions{ProbeInterval: 50 * time.Millisecond})
+		}()
 		for !until() && ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
 		}
