@@ -20,24 +20,34 @@ type inprocNereus struct {
 }
 
 func startNereusInProcess(ctx context.Context, env *environment, dataDir string) (system, error) {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := node.Open(node.Config{NodeID: "n1", DataDir: filepath.Join(dataDir, "n1"), Logger: logger})
+	n, srv, addr, err := serveInProcess(filepath.Join(dataDir, "n1"))
 	if err != nil {
 		return nil, err
+	}
+	ip := &inprocNereus{n: n, srv: srv}
+	return newNereusSystemAt(ctx, 1, []string{addr}, ip)
+}
+
+// serveInProcess opens a node in dataDir and serves it on a free
+// loopback port, without auth; it returns the client address.
+func serveInProcess(dataDir string) (*node.Node, *server.Server, string, error) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := node.Open(node.Config{NodeID: "n1", DataDir: dataDir, Logger: logger})
+	if err != nil {
+		return nil, nil, "", err
 	}
 	srv, err := server.New(server.Config{AllowNoAuth: true, Logger: logger}, n)
 	if err != nil {
 		n.Close()
-		return nil, err
+		return nil, nil, "", err
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		n.Close()
-		return nil, err
+		return nil, nil, "", err
 	}
 	go srv.Serve(lis)
-	ip := &inprocNereus{n: n, srv: srv}
-	return newNereusSystemAt(ctx, 1, []string{lis.Addr().String()}, ip)
+	return n, srv, lis.Addr().String(), nil
 }
 
 func (ip *inprocNereus) Close() error {

@@ -5,9 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -415,24 +412,12 @@ type pendingNode struct {
 }
 
 func openPendingNode(ctx context.Context, dataDir string) (*pendingNode, error) {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := node.Open(node.Config{NodeID: "n1", DataDir: dataDir, Logger: logger})
+	n, srv, addr, err := serveInProcess(dataDir)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(server.Config{AllowNoAuth: true, Logger: logger}, n)
-	if err != nil {
-		n.Close()
-		return nil, err
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		n.Close()
-		return nil, err
-	}
-	go srv.Serve(lis)
 	pn := &pendingNode{n: n, srv: srv}
-	if pn.c, err = client.Dial(ctx, client.Options{Servers: []string{lis.Addr().String()}, ClientName: "bench-sched-pending"}); err != nil {
+	if pn.c, err = client.Dial(ctx, client.Options{Servers: []string{addr}, ClientName: "bench-sched-pending"}); err != nil {
 		pn.Close()
 		return nil, err
 	}

@@ -159,12 +159,9 @@ func (c *Client) NewProducer(opts ProducerOptions) (*Producer, error) {
 	if opts.DisableIdempotence {
 		id = 0
 	} else if id == 0 {
-		var b [8]byte
-		for id == 0 {
-			if _, err := rand.Read(b[:]); err != nil {
-				return nil, fmt.Errorf("nereus: producer id: %w", err)
-			}
-			id = binary.BigEndian.Uint64(b[:])
+		var err error
+		if id, err = randomProducerID(); err != nil {
+			return nil, err
 		}
 	}
 	p := &Producer{
@@ -579,4 +576,18 @@ func (p *Producer) Close() error {
 	p.sendMu.Unlock()
 	<-p.callbacksOK
 	return nil
+}
+
+// randomProducerID draws a producer identity (never 0: 0 means not
+// idempotent) from crypto/rand.
+func randomProducerID() (uint64, error) {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("nereus: producer id: %w", err)
+		}
+		if id := binary.BigEndian.Uint64(b[:]); id != 0 {
+			return id, nil
+		}
+	}
 }

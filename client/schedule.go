@@ -2,8 +2,6 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -58,12 +56,10 @@ func (c *Client) Schedule(ctx context.Context, topic string, msg Message, delive
 func (c *Client) nextScheduleIdentity() (id, seq uint64, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.schedID == 0 {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return 0, 0, fmt.Errorf("nereus: schedule: producer id: %w", err)
+	if c.schedID == 0 {
+		if c.schedID, err = randomProducerID(); err != nil {
+			return 0, 0, err
 		}
-		c.schedID = binary.BigEndian.Uint64(b[:])
 	}
 	c.schedSeq++
 	return c.schedID, c.schedSeq, nil
