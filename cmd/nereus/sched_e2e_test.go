@@ -177,7 +177,8 @@ func TestClusterScheduledDeliveryAcrossKills(t *testing.T) {
 		if i%2 == 1 {
 			topic = "alerts"
 		}
-		due[fmt.Sprintf("%s-%d", topic, i)] = start.Add(3*time.Second + time.Duration(i)*17*time.Millisecond)
+		// deliver_at has millisecond resolution: due is what the broker holds.
+		due[fmt.Sprintf("%s-%d", topic, i)] = time.UnixMilli(start.Add(3*time.Second + time.Duration(i)*17*time.Millisecond).UnixMilli())
 	}
 	work := make(chan string)
 	var wg sync.WaitGroup

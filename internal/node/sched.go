@@ -434,16 +434,17 @@ func (r *schedRunner) run() {
 
 // authority: a single node's shard is always its own, under the
 // partition's epoch. A cluster's is this node's while its replica leads
-// the shard, is not degraded, and holds its lease: the guard closes when
-// the lease's ticks run out, unless a later pass finds it renewed; the
-// barrier is the epoch's install entry.
+// the shard and holds its lease: the guard closes when the lease's ticks
+// (replica.Status.LeaseTicks) run out, unless a later pass finds it
+// renewed — a leader that lost its quorum is fenced by it long before it
+// turns read-only. The barrier is the epoch's install entry.
 func (r *schedRunner) authority(now int64) sched.Authority {
 	rs := r.p.replica()
 	if rs == nil {
 		return sched.Authority{Assigned: true, Leader: true, Epoch: max(1, r.p.epoch.Load()), GuardUntilMs: now + schedGuardMs, Barrier: r.barrier}
 	}
 	st, v := rs.leaderView()
-	return sched.Authority{Assigned: true, Leader: v.Leader && !st.ReadOnly && st.LeaseTicks > 0, Epoch: v.Epoch,
+	return sched.Authority{Assigned: true, Leader: v.Leader, Epoch: v.Epoch,
 		GuardUntilMs: now + int64(st.LeaseTicks)*rs.repl.TickMs(), Barrier: max(v.InstallSeq, 1)}
 }
 

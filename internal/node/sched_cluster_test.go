@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -80,7 +81,8 @@ func TestClusterScheduledDeliveryAcrossAShardOwnerStop(t *testing.T) {
 	owners := map[string]bool{}
 	for i := range 12 {
 		v := fmt.Sprint("s", i)
-		at := start.Add(time.Duration(300+100*i) * time.Millisecond)
+		// deliver_at has millisecond resolution: due is what the broker holds.
+		at := time.UnixMilli(start.Add(time.Duration(300+100*i) * time.Millisecond).UnixMilli())
 		due[v] = at
 		id, _ := tc.scheduleAnywhere(&wire.Schedule{Pub: wire.Pub{Topic: "t", Partition: wire.PartitionAuto, Key: []byte(v), Value: []byte(v)}, DeliverAtMs: at.UnixMilli()})
 		owners[id] = true
@@ -149,4 +151,41 @@ func TestClusterScheduledDeliveryAcrossAShardOwnerStop(t *testing.T) {
 		}
 		return fired == uint64(len(due))
 	})
+}
+
+// A shard owner cut off from its replicas is fenced by its lease guard
+// (replica.Status.LeaseTicks) — before its replica even turns read-only,
+// which takes four times as long: by then another replica could have
+// taken the shard.
+func TestClusterShardOwnerFencedByItsLeaseBeforeReadOnly(t *testing.T) {
+	// Long elections: the lease closes after 100 ticks (0.5 s), read-only
+	// mode starts after 400 (2 s).
+	tc := newTestClusterWith(t, 3, func(c *Config) { c.Cluster.ElectionTicks = 200 })
+	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
+	owner, ok := tc.scheduleAnywhere(&wire.Schedule{Pub: wire.Pub{Topic: "t", Partition: wire.PartitionAuto, Key: []byte("k"), Value: []byte("v")},
+		DeliverAtMs: time.Now().Add(time.Hour).UnixMilli()})
+	r := tc.nodes[owner].sched[ok.Shard]
+	lifecycle := func() string {
+		ch := make(chan string, 1)
+		r.send(schedCmd{admin: &wire.SchedAdmin{Op: wire.SchedStatus, Shard: r.shard}, adminReply: func(ok *wire.SchedAdminOK, err *wire.Error) {
+			if err != nil || len(ok.Shards) != 1 {
+				ch <- fmt.Sprint(err)
+				return
+			}
+			ch <- ok.Shards[0].Lifecycle
+		}})
+		return <-ch
+	}
+	if got := lifecycle(); got != sched.Active.String() {
+		t.Fatalf("the owner's shard is %s, want %v", got, sched.Active)
+	}
+	for id := range tc.nodes {
+		if id != owner {
+			tc.stop(id)
+		}
+	}
+	eventually(t, "the owner is fenced", func() bool { return lifecycle() == sched.Fenced.String() })
+	if st := r.p.replica().repl.Status(); st.ReadOnly || st.Role != replica.Leader {
+		t.Fatalf("fenced only once its replica was %v (read-only %v): the lease guard did not close first", st.Role, st.ReadOnly)
+	}
 }
