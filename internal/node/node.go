@@ -60,8 +60,17 @@ type Config struct {
 	// rate; 0 = ScrubBytesPerSecondDefault, < 0 = no scrubber. Manual mode
 	// runs no scrubber.
 	ScrubBytesPerSecond int64
-	Dedup               partition.Config
+	// SchedWindow bounds the pending schedules of each lane (destination
+	// topic) a scheduler shard keeps in RAM, the nearest ones: up to
+	// twice it; the rest wait in the shard's spill on disk
+	// (sched-spill/). 0 = SchedWindowDefault.
+	SchedWindow int
+	Dedup       partition.Config
 }
+
+// SchedWindowDefault is Config.SchedWindow's default: a lane keeps at most
+// 100,000 pending schedules in RAM (about 16 MB) per shard.
+const SchedWindowDefault = 50_000
 
 func (c *Config) setDefaults() {
 	if c.NodeID == "" {
@@ -106,6 +115,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Dedup == (partition.Config{}) {
 		c.Dedup = partition.DefaultConfig
+	}
+	if c.SchedWindow == 0 {
+		c.SchedWindow = SchedWindowDefault
 	}
 }
 

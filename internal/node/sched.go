@@ -22,6 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"path"
+	"strconv"
 	"sync"
 	"time"
 
@@ -198,7 +200,15 @@ func (n *Node) startSched(t *topic) error {
 		if !p.held() && p.replica() == nil {
 			continue // a cluster's shard with no replica here
 		}
-		r := newSchedRunner(n, p)
+		r, err := newSchedRunner(n, p)
+		if err != nil {
+			for _, r := range runners {
+				if r != nil {
+					r.spill.close()
+				}
+			}
+			return fmt.Errorf("scheduler shard %d: %w", p.id, err)
+		}
 		runners[i] = r
 		t.groupsMu.Lock()
 		t.sched = append(t.sched, r)
@@ -246,6 +256,7 @@ type schedIntake struct {
 // (ref != 0), a schedule (intake) or an admin command (admin).
 type schedAppended struct {
 	ref        uint64
+	gen        uint64 // the runner's restart the proposal (ref != 0) is of
 	intake     *schedIntake
 	adminReply SchedAdminReply
 	ok         wire.PubOK
@@ -266,6 +277,11 @@ type schedRunner struct {
 	shard uint32
 	st    *sched.State
 	o     *sched.Owner
+	spill *schedSpill
+	// gen counts restarts: an earlier owner's proposals are not this
+	// one's. restartAt paces restarts after spill failures.
+	gen       uint64
+	restartAt int64
 	// barrier is the commit point when the runner started: the owner is
 	// active once everything committed before it is applied.
 	barrier uint64
@@ -296,14 +312,86 @@ type schedRunner struct {
 	wg      sync.WaitGroup
 }
 
-func newSchedRunner(n *Node, p *partitionRunner) *schedRunner {
+func newSchedRunner(n *Node, p *partitionRunner) (*schedRunner, error) {
+	r := &schedRunner{node: n, p: p, shard: p.id,
+		waiting: map[uint64]*schedAppended{}, adminRefs: map[uint64]SchedAdminReply{},
+		cmds: make(chan schedCmd, 1024), wakeCh: make(chan struct{}, 1), done: make(chan struct{})}
+	if err := r.restart(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// restart gives the runner a new state, spill and owner, which the log's
+// replay fills: at start, and after the spill failed (a disk error in a
+// file derived from the log is no integrity failure of the shard).
+func (r *schedRunner) restart() error {
+	n := r.node
+	if r.spill != nil {
+		r.spill.close()
+	}
+	sp, err := newSchedSpill(n.cfg.Env.FS, path.Join(n.cfg.DataDir, "sched-spill", strconv.Itoa(int(r.shard))),
+		min(schedSpillTable, n.cfg.SchedWindow), r.findSchedule)
+	if err != nil {
+		return err
+	}
 	st := sched.NewState()
 	st.Mutations = n.cfg.Mutations.SchedState
+	st.SetSpill(sp, n.cfg.SchedWindow)
 	cfg := sched.Config{ClaimMax: schedClaimMax, FireWindow: min(schedFireWindow, uint64(max(1, n.cfg.Dedup.DedupWindowMax))), ProbeEveryMs: schedProbeMs,
 		Mutations: n.cfg.Mutations.Sched}
-	return &schedRunner{node: n, p: p, shard: p.id, st: st, o: sched.NewOwner(cfg, st),
-		recent: map[uint64]sched.Result{}, waiting: map[uint64]*schedAppended{}, adminRefs: map[uint64]SchedAdminReply{},
-		cmds: make(chan schedCmd, 1024), wakeCh: make(chan struct{}, 1), done: make(chan struct{})}
+	r.st, r.spill, r.o, r.recent = st, sp, sched.NewOwner(cfg, st), map[uint64]sched.Result{}
+	r.gen++
+	// The earlier owner's proposals may still commit; its admin
+	// commands' outcomes are not known here any more.
+	for ref, reply := range r.adminRefs {
+		reply(nil, wire.Errorf(wire.CodeUnavailable, "scheduler shard %d restarted; the command may or may not have applied", r.shard))
+		delete(r.adminRefs, ref)
+	}
+	if r.started {
+		r.barrier = r.p.commitSeq.Load()
+	}
+	return nil
+}
+
+// recoverSpill restarts the runner once its state failed in its spill, at
+// most once a second (a disk that keeps failing is retried, not spun on).
+func (r *schedRunner) recoverSpill(now int64) {
+	err := r.st.Failed()
+	if err == nil || !errors.Is(err, sched.ErrSpill) || now < r.restartAt {
+		return
+	}
+	r.restartAt = now + 1000
+	r.node.log.Warn("scheduler shard's spill failed; rebuilding its state from the log", "shard", r.shard, "err", err)
+	if err := r.restart(); err != nil {
+		r.node.logRepeatedError(r.p.subject(), "scheduler shard cannot restart its spill; will retry", "err", err)
+	}
+}
+
+// schedSpillTable is how many spilled schedules of a lane wait in RAM
+// before they are written as a run (and how many deleted entries its runs
+// may hold before they merge), or the window if smaller.
+const schedSpillTable = 4096
+
+// findSchedule reads schedule id's lane and key from the shard's log,
+// for the spill (a cancel or a claim of a spilled schedule).
+func (r *schedRunner) findSchedule(id uint64) (string, sched.Key, bool, error) {
+	entries, err := r.p.read(id, 1, r.node.cfg.RecordBytesMax+(64<<10))
+	if err != nil {
+		return "", sched.Key{}, false, err
+	}
+	if len(entries) == 0 || entries[0].Seq != id {
+		return "", sched.Key{}, false, nil
+	}
+	hs := entries[0].Record.Headers
+	if len(hs) == 0 || hs[0].Key != schedHeader {
+		return "", sched.Key{}, false, nil
+	}
+	d, err := sched.Decode(hs[0].Value)
+	if err != nil || d.Kind != sched.KindSchedule {
+		return "", sched.Key{}, false, err
+	}
+	return d.Schedule.Topic, sched.Key{DeliverAtMs: d.Schedule.DeliverAtMs, ID: id, Partition: d.Schedule.Partition}, true, nil
 }
 
 // deliver queues a completion for the runner without blocking.
@@ -351,6 +439,7 @@ func (r *schedRunner) stop() {
 	if r.node.cfg.Manual {
 		r.shutdown()
 	}
+	r.spill.close()
 }
 
 // pass is one round of the runner: completions, the shard's new
@@ -366,9 +455,16 @@ func (r *schedRunner) pass() (waitMs int64) {
 	}
 	now := r.node.nowMs()
 	r.apply(now)
+	if r.st.Failed() != nil {
+		r.recoverSpill(now)
+		r.apply(now)
+	}
 	r.o.SetAuthority(now, r.authority(now))
 	r.carryOut(now)
 	wait := int64(1000)
+	if r.st.Failed() != nil && r.restartAt > now {
+		wait = r.restartAt - now
+	}
 	if at := r.o.NextWakeMs(now); at != 0 {
 		wait = max(1, min(wait, at-now))
 	}
@@ -518,6 +614,9 @@ func (r *schedRunner) handle(c schedCmd) {
 		r.admin(now, c.admin, c.adminReply)
 	case c.appended != nil:
 		a := c.appended
+		if a.ref != 0 && a.gen != r.gen {
+			return // an earlier owner's proposal
+		}
 		if a.err != nil || a.ok.Seq <= r.st.Applied() {
 			r.answer(now, a, r.recent[a.ok.Seq])
 			return
@@ -627,7 +726,7 @@ func (r *schedRunner) carryOut(now int64) {
 
 // propose appends an owner's record to the shard.
 func (r *schedRunner) propose(ref uint64, rec sched.Record) {
-	a := &schedAppended{ref: ref}
+	a := &schedAppended{ref: ref, gen: r.gen}
 	v, err := rec.Encode()
 	if err != nil {
 		a.err = wire.Errorf(wire.CodeInvalidArgument, "%v", err)

@@ -72,8 +72,10 @@ type Lane struct {
 	Topic       string
 	Gate        Gate
 	Incarnation uint64 // pinned by its first schedule, re-pinned by a resume
-	Pending     int    // live schedules (pending and firing)
+	Pending     int    // live schedules (pending and firing), resident or spilled
 	due         dueQueue
+	spilled     int // pending schedules in the spill (bounded memory: spill.go)
+	bound       Key // while spilled > 0: the last resident, before every spilled one
 }
 
 // dest is one destination partition of a lane: one producer identity.
@@ -104,6 +106,11 @@ type State struct {
 	lanes   map[string]*Lane
 	fires   map[dest]*fireLog
 	counts  Counts
+	// spill holds what does not fit the window (spill.go); nil: all
+	// pending schedules are resident.
+	spill        Spill
+	window       int
+	spilledTotal int
 	// Mutations break guards on purpose (tests only).
 	Mutations StateMutations
 }
@@ -172,7 +179,8 @@ func (s *State) Lanes() []string {
 	return ts
 }
 
-// Entries returns the live schedules by (deliver_at, id), at most n (0 = all).
+// Entries returns the live resident schedules by (deliver_at, id), at most
+// n (0 = all): with a spill, each lane's nearest ones (its window).
 func (s *State) Entries(n int) []Entry {
 	es := make([]Entry, 0, len(s.entries))
 	for _, e := range s.entries {
@@ -186,7 +194,7 @@ func (s *State) Entries(n int) []Entry {
 }
 
 // Live is the number of live schedules.
-func (s *State) Live() int { return len(s.entries) }
+func (s *State) Live() int { return len(s.entries) + s.spilledTotal }
 
 // NextDue is the earliest deliver_at of a lane's pending schedules.
 func (s *State) NextDue(topic string) (int64, bool) {
@@ -238,11 +246,19 @@ func (s *State) Apply(seq uint64, r *Record) (Result, error) {
 	if r == nil {
 		return Result{}, nil
 	}
+	res := s.apply(seq, r)
+	if s.failed != nil {
+		return Result{}, s.failed
+	}
+	return res, nil
+}
+
+func (s *State) apply(seq uint64, r *Record) Result {
 	switch r.Kind {
 	case KindSchedule:
-		return s.applySchedule(seq, r.Schedule), nil
+		return s.applySchedule(seq, r.Schedule)
 	case KindIntent:
-		return s.applyIntent(r.Epoch, r.Incarnation, r.Intents), nil
+		return s.applyIntent(r.Epoch, r.Incarnation, r.Intents)
 	case KindFired:
 		var res Result
 		for _, f := range r.Fired {
@@ -252,7 +268,7 @@ func (s *State) Apply(seq uint64, r *Record) (Result, error) {
 			}
 			s.counts.Fired++
 		}
-		return res, nil
+		return res
 	case KindUnknown:
 		var res Result
 		for _, id := range r.IDs {
@@ -262,11 +278,14 @@ func (s *State) Apply(seq uint64, r *Record) (Result, error) {
 			}
 			s.counts.Unknown++
 		}
-		return res, nil
+		return res
 	case KindCancel:
 		var res Result
 		for _, id := range r.IDs {
 			e := s.entries[id]
+			if e == nil {
+				e, _ = s.unspill(id)
+			}
 			if e == nil || e.Status != StatusPending {
 				res.Skipped = append(res.Skipped, id) // unknown, already fired or firing: too late
 				continue
@@ -274,12 +293,12 @@ func (s *State) Apply(seq uint64, r *Record) (Result, error) {
 			s.drop(e)
 			s.counts.Cancelled++
 		}
-		return res, nil
+		return res
 	case KindLane:
-		return s.applyLane(r.Lane), nil
+		return s.applyLane(r.Lane)
 	}
 	s.failed = fmt.Errorf("sched: entry %d: record of kind %v", seq, r.Kind)
-	return Result{}, s.failed
+	return Result{}
 }
 
 func (s *State) applySchedule(id uint64, sc Schedule) Result {
@@ -297,9 +316,8 @@ func (s *State) applySchedule(id uint64, sc Schedule) Result {
 		return Result{Err: fmt.Errorf("lane %q is %v: it admits no schedules", sc.Topic, l.Gate)}
 	}
 	e := &Entry{ID: id, DeliverAtMs: sc.DeliverAtMs, Topic: sc.Topic, Partition: sc.Partition, Status: StatusPending, heapIndex: -1}
-	s.entries[id] = e
 	l.Pending++
-	heap.Push(&l.due, e)
+	s.admitPending(l, e)
 	s.counts.Admitted++
 	return Result{}
 }
@@ -314,6 +332,9 @@ func (s *State) applyIntent(epoch, incarnation uint64, intents []Intent) Result 
 	var res Result
 	for _, in := range intents {
 		e := s.entries[in.ID]
+		if e == nil {
+			e, _ = s.unspill(in.ID)
+		}
 		if e == nil || e.Status != StatusPending {
 			res.Skipped = append(res.Skipped, in.ID)
 			continue
@@ -326,12 +347,20 @@ func (s *State) applyIntent(epoch, incarnation uint64, intents []Intent) Result 
 		}
 		if in.FireSeq <= f.last && !s.Mutations.ReuseFireSeq {
 			res.Skipped = append(res.Skipped, in.ID)
+			if e.heapIndex < 0 {
+				delete(s.entries, e.ID)
+				s.admitPending(s.lanes[e.Topic], e) // taken from the spill for nothing: back
+			}
 			continue
 		}
 		f.last = max(f.last, in.FireSeq)
 		f.firing[in.FireSeq] = in.ID
-		heap.Remove(&s.lanes[e.Topic].due, e.heapIndex)
+		l := s.lanes[e.Topic]
+		if e.heapIndex >= 0 {
+			heap.Remove(&l.due, e.heapIndex)
+		}
 		e.Status, e.Partition, e.FireSeq, e.Epoch, e.Incarnation = StatusFiring, in.Partition, in.FireSeq, epoch, incarnation
+		s.refill(l)
 	}
 	return res
 }
@@ -350,7 +379,10 @@ func (s *State) resolve(id uint64) bool {
 func (s *State) drop(e *Entry) {
 	l := s.lanes[e.Topic]
 	if e.Status == StatusPending {
-		heap.Remove(&l.due, e.heapIndex)
+		if e.heapIndex >= 0 {
+			heap.Remove(&l.due, e.heapIndex)
+		}
+		defer s.refill(l)
 	} else if f := s.fires[dest{e.Topic, e.Partition}]; f != nil {
 		delete(f.firing, e.FireSeq)
 	}
@@ -399,6 +431,7 @@ func (s *State) applyLane(c LaneCommand) Result {
 		l.Gate = GateOrderingBroken
 	case LaneRetire:
 		l.Gate = GateRetired
+		s.counts.Cancelled += uint64(s.dropSpilled(l))
 		for _, e := range s.laneEntries(c.Topic) {
 			if e.Status == StatusPending {
 				s.counts.Cancelled++
@@ -455,15 +488,7 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-func compareDue(a, b *Entry) int {
-	if a.DeliverAtMs != b.DeliverAtMs {
-		if a.DeliverAtMs < b.DeliverAtMs {
-			return -1
-		}
-		return 1
-	}
-	return cmpU64(a.ID, b.ID)
-}
+func compareDue(a, b *Entry) int { return CompareKeys(a.key(), b.key()) }
 
 // dueQueue is a lane's pending schedules, a min-heap by (deliver_at, id).
 type dueQueue []*Entry
@@ -529,6 +554,9 @@ func (p *positions) Pop() any {
 
 // Clone returns a deep copy of s (the model checker branches states).
 func (s *State) Clone() *State {
+	if s.spill != nil {
+		panic("sched: Clone of a state with a spill") // the model's states keep everything resident
+	}
 	c := *s
 	c.entries = make(map[uint64]*Entry, len(s.entries))
 	for id, e := range s.entries {

@@ -124,7 +124,10 @@ func (b *broker) start() {
 			Logger:          b.nodeLogger(),
 			Mutations:       b.mutations,
 			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
-			LedgerCompactBytes: b.ledgerCompactBytes})
+			LedgerCompactBytes: b.ledgerCompactBytes,
+			// A tiny window, so the scheduler's spill runs under every
+			// fault (its files take write errors, crashes, power loss).
+			SchedWindow: 4})
 		return err
 	})
 	if err != nil {
