@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -198,5 +199,33 @@ func TestKVWorkloadsOnBothBrokers(t *testing.T) {
 				t.Errorf("%s: %d latency samples for %d operations", id, len(res.Latencies), wantSamples)
 			}
 		}
+	}
+}
+
+// BenchmarkKVInProcess runs kv_put, kv_get and kv_watch (-quick bounds)
+// against Nereus in this process, for a profile of the KV path:
+//
+//	go test -run '^$' -bench KVInProcess/kv_put -benchtime 1x -cpuprofile /tmp/kv.cpu
+func BenchmarkKVInProcess(b *testing.B) {
+	for _, w := range []workload{workloadKVPut, workloadKVGet, workloadKVWatch} {
+		b.Run(string(w), func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+			defer cancel()
+			env := &environment{workDir: b.TempDir(), logf: b.Logf}
+			sys, err := startNereusInProcess(ctx, env, b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sys.Close()
+			prog := startProgress(io.Discard)
+			defer prog.close()
+			for i := 0; b.Loop(); i++ {
+				res, err := runKV(ctx, sys, w, "bench-"+strings.ReplaceAll(string(w), "_", "-")+"-"+strconv.Itoa(i), make([]byte, kvValueBytes), newLimits(true), prog)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(res.Messages)/res.Elapsed.Seconds(), "ops/s")
+			}
+		})
 	}
 }
