@@ -97,17 +97,25 @@ func (w workload) isKV() bool {
 // kvKey is key i of the key space.
 func kvKey(i int64) string { return fmt.Sprintf("k-%04d", i%kvKeys) }
 
-// runKV creates bucket on sys and runs the KV workload w on it.
+// createBucket creates bucket on sys within setupTimeout.
+func createBucket(ctx context.Context, sys system, bucket string) error {
+	ks, ok := sys.(kvSystem)
+	if !ok {
+		return fmt.Errorf("%T serves no KV buckets", sys)
+	}
+	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	if err := ks.CreateBucket(sctx, bucket); err != nil {
+		return fmt.Errorf("create bucket %s: %w", bucket, err)
+	}
+	return nil
+}
+
+// runKV runs the KV workload w on bucket, which createBucket created.
 func runKV(ctx context.Context, sys system, w workload, bucket string, payload []byte, lim limits, prog *progress) (runResult, error) {
 	ks, ok := sys.(kvSystem)
 	if !ok {
 		return runResult{}, fmt.Errorf("%T serves no KV buckets", sys)
-	}
-	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
-	err := ks.CreateBucket(sctx, bucket)
-	cancel()
-	if err != nil {
-		return runResult{}, fmt.Errorf("create bucket %s: %w", bucket, err)
 	}
 	switch w {
 	case workloadKVPutSync:

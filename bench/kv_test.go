@@ -172,7 +172,11 @@ func TestKVWorkloadsOnBothBrokers(t *testing.T) {
 		defer sys.Close()
 		for _, w := range []workload{workloadKVPutSync, workloadKVPut, workloadKVGet, workloadKVWatch} {
 			id := spec.System + "/" + spec.Mode + "/" + string(w)
-			res, err := runKV(ctx, sys, w, "bench-"+strings.ReplaceAll(string(w), "_", "-"), payload, lim, prog)
+			bucket := "bench-" + strings.ReplaceAll(string(w), "_", "-")
+			if err := createBucket(ctx, sys, bucket); err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+			res, err := runKV(ctx, sys, w, bucket, payload, lim, prog)
 			if err != nil {
 				t.Fatalf("%s: %v", id, err)
 			}
@@ -220,7 +224,11 @@ func BenchmarkKVInProcess(b *testing.B) {
 			prog := startProgress(io.Discard)
 			defer prog.close()
 			for i := 0; b.Loop(); i++ {
-				res, err := runKV(ctx, sys, w, "bench-"+strings.ReplaceAll(string(w), "_", "-")+"-"+strconv.Itoa(i), make([]byte, kvValueBytes), newLimits(true), prog)
+				bucket := "bench-" + strings.ReplaceAll(string(w), "_", "-") + "-" + strconv.Itoa(i)
+				if err := createBucket(ctx, sys, bucket); err != nil {
+					b.Fatal(err)
+				}
+				res, err := runKV(ctx, sys, w, bucket, make([]byte, kvValueBytes), newLimits(true), prog)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -110,8 +110,9 @@ func (l limits) countMax(count, sizeBytes int) int {
 }
 
 // runCase runs one case once against a started system, on a fresh stream
-// named after the case and the run. With -profile, a publish case of a
-// system that can profile its stream's leader is profiled while it runs.
+// named after the case and the run (a KV workload: a bucket so named).
+// With -profile, a publish or KV case of a system that can profile its
+// stream's or bucket's leader is profiled while it runs.
 func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim limits, runIndex int, prog *progress) (res runResult, err error) {
 	logf := func(format string, args ...any) { env.logf(c.ID()+": "+format, args...) }
 	stream := fmt.Sprintf("bench-%s-%d-%s-%d", c.Workload, c.SizeBytes, c.Mode, runIndex)
@@ -123,9 +124,18 @@ func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim
 			return runResult{}, fmt.Errorf("create stream %s: %w", stream, err)
 		}
 	}
-	if lp, ok := sys.(leaderProfiler); ok && env.profileDir != "" && (c.Workload == workloadPubSync || c.Workload == workloadPubAsync) {
+	if c.Workload.isKV() {
+		if err := createBucket(ctx, sys, stream); err != nil {
+			return runResult{}, err
+		}
+	}
+	if lp, ok := sys.(leaderProfiler); ok && env.profileDir != "" && (c.Workload == workloadPubSync || c.Workload == workloadPubAsync || c.Workload.isKV()) {
 		prefix := filepath.Join(env.profileDir, strings.ReplaceAll(c.ID(), "/", "-")+fmt.Sprintf("-run%d", runIndex))
-		finish, err := lp.profileLeader(ctx, stream, lim.TimeLimit, prefix)
+		profile := lp.profileLeader
+		if c.Workload.isKV() {
+			profile = lp.profileBucketLeader
+		}
+		finish, err := profile(ctx, stream, lim.TimeLimit, prefix)
 		if err != nil {
 			return runResult{}, err
 		}
