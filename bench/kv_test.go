@@ -147,8 +147,9 @@ func TestTallyKVWatchChecksEveryUpdate(t *testing.T) {
 	}
 }
 
-// TestKVWorkloadsOnBothBrokers runs each KV workload with small bounds
-// against Nereus and JetStream in this process: every put, get and watch
+// TestKVWorkloadsOnBothBrokers runs each KV case with small bounds
+// against Nereus and JetStream in this process, through runCase (which
+// creates the bucket and measures the CPU): every put, get and watch
 // delivery is checked by the workloads themselves (a get must return the
 // value put; every watcher must receive every acknowledged update once).
 func TestKVWorkloadsOnBothBrokers(t *testing.T) {
@@ -163,7 +164,6 @@ func TestKVWorkloadsOnBothBrokers(t *testing.T) {
 	lim.TimeLimit, lim.PubSyncCountMax, lim.PubAsyncCountMax, lim.KVWatchCountMax = 200*time.Millisecond, 50, 500, 300
 	prog := startProgress(io.Discard)
 	defer prog.close()
-	payload := make([]byte, kvValueBytes)
 	for _, spec := range []systemSpec{systemSpecs[0], systemSpecs[3]} { // nereus r1, jetstream r1
 		sys, err := spec.start(ctx, env, t.TempDir())
 		if err != nil {
@@ -171,12 +171,9 @@ func TestKVWorkloadsOnBothBrokers(t *testing.T) {
 		}
 		defer sys.Close()
 		for _, w := range []workload{workloadKVPutSync, workloadKVPut, workloadKVGet, workloadKVWatch} {
-			id := spec.System + "/" + spec.Mode + "/" + string(w)
-			bucket := "bench-" + strings.ReplaceAll(string(w), "_", "-")
-			if err := createBucket(ctx, sys, bucket); err != nil {
-				t.Fatalf("%s: %v", id, err)
-			}
-			res, err := runKV(ctx, sys, w, bucket, payload, lim, prog)
+			c := benchCase{System: spec.System, Mode: spec.Mode, Workload: w, SizeBytes: kvValueBytes}
+			id := c.ID()
+			res, err := runCase(ctx, env, sys, c, lim, 1, prog)
 			if err != nil {
 				t.Fatalf("%s: %v", id, err)
 			}
@@ -194,10 +191,9 @@ func TestKVWorkloadsOnBothBrokers(t *testing.T) {
 				if res.Messages > int64(lim.KVWatchCountMax) {
 					t.Errorf("%s: %d updates, bound %d", id, res.Messages, lim.KVWatchCountMax)
 				}
-			case workloadKVGet:
-				if res.CPU == nil {
-					t.Errorf("%s: no CPU measured over the gets", id)
-				}
+			}
+			if res.CPU == nil {
+				t.Errorf("%s: no CPU measured", id)
 			}
 			if int64(len(res.Latencies)) != wantSamples {
 				t.Errorf("%s: %d latency samples for %d operations", id, len(res.Latencies), wantSamples)
