@@ -50,6 +50,18 @@ const (
 	workloadSchedFire     workload = "sched_fire"
 	workloadSchedLateness workload = "sched_lateness"
 	workloadSchedPending  workload = "sched_pending"
+	// The KV workloads (kv.go), on a bucket of each system that keeps
+	// one revision per key, values of kvValueBytes: workloadKVPutSync puts
+	// one at a time (latency); workloadKVPut puts from kvConcurrency
+	// goroutines on one connection, workloadKVGet gets existing keys the
+	// same way (throughput); workloadKVWatch has one writer
+	// (kvConcurrency puts in flight) and kvWatchers watchers and reports
+	// the updates delivered to every watcher per second and the latency
+	// from a put's send to each watcher's receipt.
+	workloadKVPutSync workload = "kv_put_sync"
+	workloadKVPut     workload = "kv_put"
+	workloadKVGet     workload = "kv_get"
+	workloadKVWatch   workload = "kv_watch"
 )
 
 // groupMembers returns how many members a group consume workload opens
@@ -67,7 +79,7 @@ func (w workload) groupMembers() int {
 // createsStream reports whether the workload creates its own (partitioned)
 // stream instead of the single-partition one runCase creates.
 func (w workload) createsStream() bool {
-	return w.groupMembers() > 0 || w == workloadGroupJoin || w == workloadGroupLeave || w == workloadSchedPending
+	return w.groupMembers() > 0 || w == workloadGroupJoin || w == workloadGroupLeave || w == workloadSchedPending || w.isKV()
 }
 
 // String returns the workload's name.
@@ -137,7 +149,14 @@ type workloadSpec struct {
 var (
 	groupConsumeSystems = []string{systemNereus + "/" + modeR1Proc, systemNereus + "/" + modeR3, systemJetStream + "/" + modeR3}
 	groupChangeSystems  = []string{systemNereus + "/" + modeR1Proc, systemNereus + "/" + modeR3}
+	// kvSystems run the KV workloads: Nereus in the harness process and
+	// the three-process cluster, against NATS KV on each JetStream mode.
+	kvSystems = []string{systemNereus + "/" + modeR1, systemNereus + "/" + modeR3, systemJetStream + "/" + modeR1,
+		systemJetStream + "/" + modeR1Always, systemJetStream + "/" + modeR3, systemJetStream + "/" + modeR3Always}
 )
+
+// kvValueBytes is the value size of every KV workload.
+const kvValueBytes = 128
 
 // systemSpecs lists the brokers in the order they appear in the table.
 var systemSpecs = []systemSpec{
@@ -167,6 +186,10 @@ var workloadSpecs = []workloadSpec{
 	{Workload: workloadSchedFire, SizeBytes: 1024, systems: schedSystems},
 	{Workload: workloadSchedLateness, SizeBytes: 1024, systems: schedSystems},
 	{Workload: workloadSchedPending, SizeBytes: 1024, systems: schedPendingSystems},
+	{Workload: workloadKVPutSync, SizeBytes: kvValueBytes, systems: kvSystems},
+	{Workload: workloadKVPut, SizeBytes: kvValueBytes, systems: kvSystems},
+	{Workload: workloadKVGet, SizeBytes: kvValueBytes, systems: kvSystems},
+	{Workload: workloadKVWatch, SizeBytes: kvValueBytes, systems: kvSystems},
 	{Workload: workloadFailover, SizeBytes: 1024}, // last: it kills and restarts processes
 }
 

@@ -92,6 +92,21 @@ func (s *jetStreamSystem) connectNear(ctx context.Context, stream, name string, 
 		nats.DontRandomize(), nats.MaxReconnects(0)}, extra...)...)
 }
 
+// connectJetStream is connectNear with a JetStream context on the
+// connection.
+func (s *jetStreamSystem) connectJetStream(ctx context.Context, stream, name string, extra ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := s.connectNear(ctx, stream, name, extra...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
 // CreateStream creates the stream; in a cluster it retries while the
 // cluster elects its metadata leader, and returns once the stream has a
 // leader, as Nereus's CreateStream does.
@@ -141,13 +156,8 @@ func (s *jetStreamSystem) NewSubscriber(ctx context.Context, stream, group strin
 // newPullSubscriber opens a connection that fetches from the durable pull
 // consumer group (created or updated with maxAckPending).
 func (s *jetStreamSystem) newPullSubscriber(ctx context.Context, stream, group string, batchMax, maxAckPending int) (subscriber, error) {
-	nc, err := s.connectNear(ctx, stream, "bench-sub")
+	nc, js, err := s.connectJetStream(ctx, stream, "bench-sub")
 	if err != nil {
-		return nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	// Workers of one consumer are opened concurrently (group.go); their

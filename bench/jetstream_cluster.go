@@ -126,18 +126,28 @@ func startJetStreamCluster(n int, syncAlways bool) func(context.Context, *enviro
 // createStream creates the stream, retrying while the cluster elects its
 // metadata leader, and waits until the stream has a leader.
 func (cl *natsCluster) createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	return cl.create(ctx, js, cfg.Name, func(ctx context.Context) error {
+		_, err := js.CreateStream(ctx, cfg)
+		return err
+	})
+}
+
+// create runs create (which creates stream, or a KV bucket on it) until
+// it succeeds, retrying while the cluster elects its metadata leader, and
+// waits until the stream has a leader.
+func (cl *natsCluster) create(ctx context.Context, js jetstream.JetStream, stream string, create func(context.Context) error) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, jetStreamAttemptTimeout)
-		_, last := js.CreateStream(actx, cfg)
+		last := create(actx)
 		cancel()
 		if last == nil {
 			break
 		}
 		if err := sleepCtx(ctx, clusterRetryInterval); err != nil {
-			return fmt.Errorf("create stream %s: %w (last error: %v)", cfg.Name, err, last)
+			return fmt.Errorf("create stream %s: %w (last error: %v)", stream, err, last)
 		}
 	}
-	_, err := cl.await(ctx, js, cfg.Name, func(c *jetstream.ClusterInfo) bool { return c.Leader != "" })
+	_, err := cl.await(ctx, js, stream, func(c *jetstream.ClusterInfo) bool { return c.Leader != "" })
 	return err
 }
 
@@ -249,14 +259,9 @@ func (s *jetStreamSystem) Restart(ctx context.Context, name string) error {
 // context ends: each attempt waits at most failoverAttemptTimeout for the
 // PubAck, and a failed attempt is retried after failoverRetryWait.
 func (s *jetStreamSystem) NewFailoverPublisher(ctx context.Context, stream string) (publisher, error) {
-	nc, err := s.connectNear(ctx, stream, "bench-failover",
+	nc, js, err := s.connectJetStream(ctx, stream, "bench-failover",
 		nats.MaxReconnects(-1), nats.ReconnectWait(failoverRetryWait), nats.ReconnectJitter(0, 0))
 	if err != nil {
-		return nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
 		return nil, err
 	}
 	return &jetStreamRetryingPublisher{conn: nc, js: js, subject: stream}, nil

@@ -15,14 +15,20 @@ func TestSelectCases(t *testing.T) {
 	// (consume 1 and 3: nereus r1-proc and r3, jetstream r3; join and
 	// leave: nereus r1-proc and r3).
 	// The sched workloads run on nereus r1 and r3, the pending one on r1.
-	groupCases, schedCases, schedSpecs := 0, 0, 0
+	// The KV workloads run on nereus r1 and r3 and on the four JetStream
+	// modes.
+	groupCases, schedCases, schedSpecs, kvCases, kvSpecs := 0, 0, 0, 0, 0
 	for _, w := range workloadSpecs {
-		if w.Workload.isSched() {
+		switch {
+		case w.Workload.isSched():
 			schedCases += len(w.systems)
 			schedSpecs++
-			continue
+		case w.Workload.isKV():
+			kvCases += len(w.systems)
+			kvSpecs++
+		default:
+			groupCases += len(w.systems)
 		}
-		groupCases += len(w.systems)
 	}
 	if groupCases != 10 {
 		t.Fatalf("%d group cases, want 10", groupCases)
@@ -30,7 +36,10 @@ func TestSelectCases(t *testing.T) {
 	if schedSpecs != 4 || schedCases != 7 {
 		t.Fatalf("%d sched workloads in %d cases, want 4 in 7", schedSpecs, schedCases)
 	}
-	if want := 7*(len(workloadSpecs)-1-4-schedSpecs) + 1 + 2 + groupCases + schedCases; len(all) != want {
+	if kvSpecs != 4 || kvCases != 24 {
+		t.Fatalf("%d KV workloads in %d cases, want 4 in 24", kvSpecs, kvCases)
+	}
+	if want := 7*(len(workloadSpecs)-1-4-schedSpecs-kvSpecs) + 1 + 2 + groupCases + schedCases + kvCases; len(all) != want {
 		t.Fatalf("%d cases, want %d", len(all), want)
 	}
 	var first []string
@@ -54,15 +63,20 @@ func TestSelectCases(t *testing.T) {
 		want int
 	}{
 		{"pub_async", 21},
-		{"^nereus/", 34},
-		{"^nereus/r3/", 14},
+		{"^nereus/", 42},
+		{"^nereus/r3/", 18},
 		{"sched_", 7},
 		{"^nereus/r1/sched_", 4},
 		{"^nereus/r1-proc/sched_", 0},
 		{"^jetstream/.*/sched_", 0},
 		{"sched_pending", 1},
-		{"jetstream/r1/", 6},
-		{"^jetstream/r3", 15},
+		{"jetstream/r1/", 10},
+		{"^jetstream/r3", 23},
+		{"kv_", 24},
+		{"/kv_put", 12},
+		{"^nereus/r1-proc/kv_", 0},
+		{"^disk/.*kv_", 0},
+		{"^(nereus|jetstream)/r1/kv_", 8},
 		{"group", 10},
 		{"group_consume", 6},
 		{"group_(join|leave)", 4},

@@ -213,17 +213,12 @@ func (s *nereusSystem) CreateStream(ctx context.Context, name string) error {
 
 // createTopic is CreateStream with partitions partitions.
 func (s *nereusSystem) createTopic(ctx context.Context, name string, partitions int) error {
-	for {
+	err := retryWhileRetryable(ctx, clusterRetryInterval, func() error {
 		_, err := s.admin.DeclareTopic(ctx, client.TopicConfig{Name: name, Partitions: partitions, Replicas: s.replicas})
-		if err == nil {
-			break
-		}
-		if !client.IsRetryable(err) {
-			return err
-		}
-		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
-			return err
-		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	for {
 		infos, err := s.admin.Topics(ctx, name)

@@ -54,17 +54,34 @@ type leaderProfiler interface {
 	// prefix-allocs-before.pprof and prefix-allocs-after.pprof (the
 	// allocations of the case are after minus before: go tool pprof -base).
 	profileLeader(ctx context.Context, stream string, d time.Duration, prefix string) (finish func() error, err error)
+	// profileBucketLeader is profileLeader of the process that leads a
+	// KV bucket.
+	profileBucketLeader(ctx context.Context, bucket string, d time.Duration, prefix string) (finish func() error, err error)
 }
 
 // profileLeader implements leaderProfiler for child processes built with
 // the pprof overlay; for an in-process node it profiles nothing.
 func (s *nereusSystem) profileLeader(ctx context.Context, stream string, d time.Duration, prefix string) (func() error, error) {
-	none := func() error { return nil }
 	p, err := s.leaderOf(ctx, stream)
 	if err != nil {
-		return none, err
+		return func() error { return nil }, err
 	}
-	i := slices.IndexFunc(s.procs, func(np *nereusProc) bool { return np.name == p.Leader })
+	return s.profileProcess(ctx, p.Leader, d, prefix)
+}
+
+func (s *nereusSystem) profileBucketLeader(ctx context.Context, bucket string, d time.Duration, prefix string) (func() error, error) {
+	info, err := s.admin.Bucket(ctx, bucket)
+	if err != nil {
+		return func() error { return nil }, err
+	}
+	return s.profileProcess(ctx, info.Leader, d, prefix)
+}
+
+// profileProcess profiles the child process named leader (see
+// leaderProfiler).
+func (s *nereusSystem) profileProcess(ctx context.Context, leader string, d time.Duration, prefix string) (func() error, error) {
+	none := func() error { return nil }
+	i := slices.IndexFunc(s.procs, func(np *nereusProc) bool { return np.name == leader })
 	if i < 0 || s.procs[i].pprofAddr == "" {
 		return none, nil
 	}

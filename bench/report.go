@@ -48,6 +48,13 @@ type runConfig struct {
 	SchedLatenessMinS    float64 `json:"sched_lateness_due_min_s,omitempty"`
 	SchedLatenessSpreadS float64 `json:"sched_lateness_due_spread_s,omitempty"`
 	SchedPendingCount    int     `json:"sched_pending_count,omitempty"`
+	// The KV bounds: requests in flight of kv_put, kv_get and the
+	// kv_watch writer; the key space; the watchers; the updates of one
+	// kv_watch run at most.
+	KVConcurrency   int `json:"kv_concurrency,omitempty"`
+	KVKeys          int `json:"kv_keys,omitempty"`
+	KVWatchers      int `json:"kv_watchers,omitempty"`
+	KVWatchCountMax int `json:"kv_watch_count_max,omitempty"`
 }
 
 // metric is one number compared across systems.
@@ -67,11 +74,15 @@ var (
 
 // comparedMetrics lists, per workload, the metrics the ratio table shows.
 var comparedMetrics = map[workload][]metric{
-	workloadPubSync:  {metricMsgsPerS, metricP50, metricP99},
-	workloadPubAsync: {metricMsgsPerS},
-	workloadConsume:  {metricMsgsPerS},
-	workloadE2E:      {metricP50, metricP99},
-	workloadFailover: {metricP50, metricMax},
+	workloadPubSync:   {metricMsgsPerS, metricP50, metricP99},
+	workloadPubAsync:  {metricMsgsPerS},
+	workloadConsume:   {metricMsgsPerS},
+	workloadE2E:       {metricP50, metricP99},
+	workloadFailover:  {metricP50, metricMax},
+	workloadKVPutSync: {metricMsgsPerS, metricP50, metricP99},
+	workloadKVPut:     {metricMsgsPerS},
+	workloadKVGet:     {metricMsgsPerS},
+	workloadKVWatch:   {metricMsgsPerS, metricP50, metricP99},
 }
 
 // ratioRow compares one metric of one workload row: Nereus r1 (in the
@@ -252,7 +263,9 @@ func (rep report) markdown() string {
 			func(rr ratioRow) (float64, []ratioVersus) { return rr.Nereus, rr.Versus })
 	}
 
-	inR3 := func(rr ratioRow) bool { return rr.Workload != workloadFailover && len(rr.R3Versus) > 0 }
+	inR3 := func(rr ratioRow) bool {
+		return rr.Workload != workloadFailover && !rr.Workload.isKV() && len(rr.R3Versus) > 0
+	}
 	if anyRatio(rep.Ratios, inR3) {
 		b.WriteString("## Replicated: Nereus r3 ÷ JetStream R3\n\n")
 		b.WriteString("Both are three child processes on this machine (and disk), clustered on loopback, with streams of 3 replicas; the clients talk to the stream's leader. Nereus r3 acks once two replicas fsynced a record. JetStream r3 acks once two replicas stored it, fsyncing every 2 min (the default sync_interval); r3-always fsyncs every write.\n\n")
@@ -288,7 +301,7 @@ func (rep report) markdown() string {
 	}
 
 	inNereus := func(rr ratioRow) bool {
-		return rr.Workload != workloadFailover && (rr.NereusProc != nil || rr.NereusR3 != nil)
+		return rr.Workload != workloadFailover && !rr.Workload.isKV() && (rr.NereusProc != nil || rr.NereusR3 != nil)
 	}
 	if anyRatio(rep.Ratios, inNereus) {
 		b.WriteString("## Nereus: in the harness process, in a child process, replicated\n\n")
@@ -355,6 +368,7 @@ func (rep report) markdown() string {
 
 	writeGroupMarkdown(&b, rep.Groups, rep.Config)
 	writeSchedMarkdown(&b, rep.Sched, rep.Config)
+	writeKVMarkdown(&b, rep.Ratios, rep.Config)
 
 	if slices.ContainsFunc(rep.Rows, func(r row) bool { return r.HarnessCPUUsPerMsg > 0 }) {
 		b.WriteString("## CPU per message\n\n")
@@ -390,9 +404,10 @@ func (rep report) markdown() string {
 	return b.String()
 }
 
-// inHeadToHead selects the ratio rows of the Nereus r1 ÷ JetStream table.
+// inHeadToHead selects the ratio rows of the Nereus r1 ÷ JetStream table
+// (the KV rows have their own section).
 func inHeadToHead(rr ratioRow) bool {
-	return rr.Workload != workloadFailover && (rr.Nereus > 0 || len(rr.Versus) > 0)
+	return rr.Workload != workloadFailover && !rr.Workload.isKV() && (rr.Nereus > 0 || len(rr.Versus) > 0)
 }
 
 // versusModes returns the JetStream modes that versus names in rows, in
@@ -444,6 +459,12 @@ func writeVersusTable(b *strings.Builder, rows []ratioRow, include func(ratioRow
 
 // metricLabel returns the label of the metric a ratio row compares.
 func metricLabel(rr ratioRow) string {
+	if rr.Metric == metricMsgsPerS.Name && rr.Workload.isKV() {
+		if rr.Workload == workloadKVWatch {
+			return "updates/s"
+		}
+		return "ops/s"
+	}
 	for _, m := range []metric{metricMsgsPerS, metricP50, metricP99, metricMax} {
 		if m.Name == rr.Metric {
 			return m.Label

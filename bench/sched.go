@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -108,44 +109,10 @@ func runSchedIntake(ctx context.Context, sys system, stream string, payload []by
 	if _, err := c.Schedule(ctx, stream, client.Message{Value: payload}, deliverAt); err != nil {
 		return runResult{}, fmt.Errorf("first schedule: %w", err)
 	}
-	tctx, cancel := context.WithTimeout(ctx, lim.TimeLimit)
-	defer cancel()
-	var n atomic.Int64
-	var lastNs atomic.Int64
-	perClient := make([][]time.Duration, lim.SchedIntakeClients)
-	errs := make([]error, lim.SchedIntakeClients)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range lim.SchedIntakeClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for tctx.Err() == nil {
-				t0 := time.Now()
-				if _, err := c.Schedule(tctx, stream, client.Message{Value: payload}, deliverAt); err != nil {
-					if !timeIsUp(tctx) {
-						errs[i] = err
-					}
-					return
-				}
-				done := time.Now()
-				if len(perClient[i]) < latencySamplesMax/lim.SchedIntakeClients {
-					perClient[i] = append(perClient[i], done.Sub(t0))
-				}
-				prog.count.Store(n.Add(1))
-				storeMax(&lastNs, int64(done.Sub(start)))
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return runResult{}, err
-	}
-	var samples []time.Duration
-	for _, s := range perClient {
-		samples = append(samples, s...)
-	}
-	return runResult{Messages: n.Load(), Elapsed: time.Duration(lastNs.Load()), Latencies: samples}, ctx.Err()
+	return runClosedLoop(ctx, lim.SchedIntakeClients, math.MaxInt, lim.TimeLimit, prog, func(ctx context.Context, _ int64) error {
+		_, err := c.Schedule(ctx, stream, client.Message{Value: payload}, deliverAt)
+		return err
+	})
 }
 
 // storeMax raises v to x.

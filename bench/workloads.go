@@ -71,6 +71,9 @@ type limits struct {
 	SchedLatenessMin      time.Duration
 	SchedLatenessSpread   time.Duration
 	SchedPendingCount     int
+	// KVWatchCountMax bounds the updates of one kv_watch run (TimeLimit
+	// bounds its time; each is delivered to kvWatchers watchers).
+	KVWatchCountMax int
 	// Runs is how many times each case runs; rows report the median.
 	Runs int
 }
@@ -85,7 +88,8 @@ func newLimits(quick bool) limits {
 			GroupPrefillCountMax: 100_000, GroupChangeRepeats: 10,
 			SchedIntakeClients: 16, SchedFireCount: 2_000, SchedLatenessRate: 500, SchedLatenessDuration: 4 * time.Second,
 			SchedLatenessMin: time.Second, SchedLatenessSpread: 2 * time.Second, SchedPendingCount: 100_000,
-			Runs: 1,
+			KVWatchCountMax: 20_000,
+			Runs:            1,
 		}
 	}
 	return limits{
@@ -95,7 +99,8 @@ func newLimits(quick bool) limits {
 		GroupPrefillCountMax: 150_000, GroupChangeRepeats: 20,
 		SchedIntakeClients: 16, SchedFireCount: 10_000, SchedLatenessRate: 1000, SchedLatenessDuration: 10 * time.Second,
 		SchedLatenessMin: time.Second, SchedLatenessSpread: 4 * time.Second, SchedPendingCount: 200_000,
-		Runs: 3,
+		KVWatchCountMax: 50_000,
+		Runs:            3,
 	}
 }
 
@@ -105,8 +110,9 @@ func (l limits) countMax(count, sizeBytes int) int {
 }
 
 // runCase runs one case once against a started system, on a fresh stream
-// named after the case and the run. With -profile, a publish case of a
-// system that can profile its stream's leader is profiled while it runs.
+// named after the case and the run (a KV workload: a bucket so named).
+// With -profile, a publish or KV case of a system that can profile its
+// stream's or bucket's leader is profiled while it runs.
 func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim limits, runIndex int, prog *progress) (res runResult, err error) {
 	logf := func(format string, args ...any) { env.logf(c.ID()+": "+format, args...) }
 	stream := fmt.Sprintf("bench-%s-%d-%s-%d", c.Workload, c.SizeBytes, c.Mode, runIndex)
@@ -118,9 +124,18 @@ func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim
 			return runResult{}, fmt.Errorf("create stream %s: %w", stream, err)
 		}
 	}
-	if lp, ok := sys.(leaderProfiler); ok && env.profileDir != "" && (c.Workload == workloadPubSync || c.Workload == workloadPubAsync) {
+	if c.Workload.isKV() {
+		if err := createBucket(ctx, sys, stream); err != nil {
+			return runResult{}, err
+		}
+	}
+	if lp, ok := sys.(leaderProfiler); ok && env.profileDir != "" && (c.Workload == workloadPubSync || c.Workload == workloadPubAsync || c.Workload.isKV()) {
 		prefix := filepath.Join(env.profileDir, strings.ReplaceAll(c.ID(), "/", "-")+fmt.Sprintf("-run%d", runIndex))
-		finish, err := lp.profileLeader(ctx, stream, lim.TimeLimit, prefix)
+		profile := lp.profileLeader
+		if c.Workload.isKV() {
+			profile = lp.profileBucketLeader
+		}
+		finish, err := profile(ctx, stream, lim.TimeLimit, prefix)
 		if err != nil {
 			return runResult{}, err
 		}
@@ -167,6 +182,8 @@ func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim
 		return runSchedLateness(ctx, sys, stream, payload, lim, prog, logf)
 	case workloadSchedPending:
 		return runSchedPending(ctx, schedPendingDir(env.workDir, runIndex), payload, lim, prog, logf)
+	case workloadKVPutSync, workloadKVPut, workloadKVGet, workloadKVWatch:
+		return runKV(ctx, sys, c.Workload, stream, payload, lim, prog)
 	}
 	return runResult{}, fmt.Errorf("unknown workload %q", c.Workload)
 }
@@ -416,4 +433,55 @@ func cancelAfter(ctx context.Context, d time.Duration) (context.Context, context
 func timeIsUp(ctx context.Context) bool {
 	d, ok := ctx.Deadline()
 	return ctx.Err() != nil || (ok && !time.Now().Before(d))
+}
+
+// runClosedLoop calls op from workers goroutines, each calling it again
+// once it returned, with i = 0, 1, 2, ... across them, until countMax
+// calls were made or timeLimit passed (op's context ends then: a call in
+// flight that fails because of it is not counted). It returns the calls
+// that succeeded, the time from the start to the last of them, and a
+// latency sample per call (up to latencySamplesMax in all). A failure
+// before the time limit ends the loop with that error.
+func runClosedLoop(ctx context.Context, workers, countMax int, timeLimit time.Duration, prog *progress, op func(ctx context.Context, i int64) error) (runResult, error) {
+	tctx, cancel := context.WithTimeout(ctx, timeLimit)
+	defer cancel()
+	var next, n, lastNs atomic.Int64
+	perWorker := make([][]time.Duration, workers)
+	errs := make([]error, workers)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for tctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= int64(countMax) {
+					return
+				}
+				t0 := time.Now()
+				if err := op(tctx, i); err != nil {
+					if !timeIsUp(tctx) {
+						errs[w] = err
+					}
+					return
+				}
+				done := time.Now()
+				if len(perWorker[w]) < latencySamplesMax/workers {
+					perWorker[w] = append(perWorker[w], done.Sub(t0))
+				}
+				prog.count.Store(n.Add(1))
+				storeMax(&lastNs, int64(done.Sub(start)))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return runResult{}, err
+	}
+	var samples []time.Duration
+	for _, s := range perWorker {
+		samples = append(samples, s...)
+	}
+	return runResult{Messages: n.Load(), Elapsed: time.Duration(lastNs.Load()), Latencies: samples}, ctx.Err()
 }
