@@ -20,7 +20,7 @@ type inprocNereus struct {
 }
 
 func startNereusInProcess(ctx context.Context, env *environment, dataDir string) (system, error) {
-	n, srv, addr, err := serveInProcess(filepath.Join(dataDir, "n1"))
+	n, srv, addr, err := serveInProcess(filepath.Join(dataDir, "n1"), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -28,11 +28,12 @@ func startNereusInProcess(ctx context.Context, env *environment, dataDir string)
 	return newNereusSystemAt(ctx, 1, []string{addr}, ip)
 }
 
-// serveInProcess opens a node in dataDir and serves it on a free
-// loopback port, without auth; it returns the client address.
-func serveInProcess(dataDir string) (*node.Node, *server.Server, string, error) {
+// serveInProcess opens a node in dataDir (with schedWindow, 0 for the
+// default) and serves it on a free loopback port, without auth; it
+// returns the client address.
+func serveInProcess(dataDir string, schedWindow int) (*node.Node, *server.Server, string, error) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := node.Open(node.Config{NodeID: "n1", DataDir: dataDir, Logger: logger})
+	n, err := node.Open(node.Config{NodeID: "n1", DataDir: dataDir, Logger: logger, SchedWindow: schedWindow})
 	if err != nil {
 		return nil, nil, "", err
 	}

@@ -132,7 +132,7 @@ func runMain(args []string, stderr io.Writer) int {
 		FailoverKills: lim.FailoverKills, GroupPrefillCountMax: lim.GroupPrefillCountMax, GroupChangeRepeats: lim.GroupChangeRepeats,
 		SchedIntakeClients: lim.SchedIntakeClients, SchedFireCount: lim.SchedFireCount, SchedLatenessRate: lim.SchedLatenessRate,
 		SchedLatenessSeconds: lim.SchedLatenessDuration.Seconds(), SchedLatenessMinS: lim.SchedLatenessMin.Seconds(),
-		SchedLatenessSpreadS: lim.SchedLatenessSpread.Seconds(), SchedPendingCount: lim.SchedPendingCount,
+		SchedLatenessSpreadS: lim.SchedLatenessSpread.Seconds(), SchedPendingCount: lim.SchedPendingCount, SchedPendingWindow: lim.SchedPendingWindow,
 		KVConcurrency: kvConcurrency, KVKeys: kvKeys, KVWatchers: kvWatchers, KVWatchCountMax: lim.KVWatchCountMax}
 	if err := writeReport(f.outDir, rep); err != nil {
 		fmt.Fprintln(stderr, "bench: write results:", err)

@@ -48,6 +48,7 @@ type runConfig struct {
 	SchedLatenessMinS    float64 `json:"sched_lateness_due_min_s,omitempty"`
 	SchedLatenessSpreadS float64 `json:"sched_lateness_due_spread_s,omitempty"`
 	SchedPendingCount    int     `json:"sched_pending_count,omitempty"`
+	SchedPendingWindow   int     `json:"sched_pending_window,omitempty"`
 	// The KV bounds: requests in flight of kv_put, kv_get and the
 	// kv_watch writer; the key space; the watchers; the updates of one
 	// kv_watch run at most.

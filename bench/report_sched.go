@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/nereus-broker/nereus/internal/node"
 	"strconv"
 	"strings"
 )
@@ -95,10 +96,10 @@ func writeSchedMarkdown(b *strings.Builder, ms []schedMeasure, cfg runConfig) {
 		"**Intake**: %d goroutines on one connection each schedule (due in 24 h) and wait for the answer, for the timed phase; the row's p50/p99 are per SCHEDULE; its anchor, pub_async, keeps 256 publishes in flight on one producer. "+
 		"**Fire**: %d schedules all due at one instant T, taken (256 in flight) while the destination's lane is paused — a large fill outlasts \"a bit in the future\" — then, once T has passed, the lane is resumed and the time runs from the resume until the destination's commit point shows every message (polled every %.0f ms; more would be an error). "+
 		"**Lateness**: %d schedules/s for %.0f s, each due %.0f–%.0f s after it is sent, consumed in this process; lateness = receipt time − deliver_at, an upper bound on the fire's lateness (it includes the publish, the delivery and the SDK). "+
-		"**Pending** (r1 only, a node of its own in the harness process): the heap in use after GC before and after %d schedules due in 24 h, ÷ their count (it includes everything the node keeps for them: the shard's state, its log's index, the dedup entry of the SDK's producer identity); then the node is closed and reopened, and the restart time runs from the start of the reopening until SchedulerStatus shows every shard %s with every schedule pending. "+
+		"**Pending** (r1 only, a node of its own in the harness process): the heap in use after GC before and after %d schedules due in 24 h, ÷ their count (it includes everything the node keeps for them: the shard's state, its log's index, the dedup entry of the SDK's producer identity), on a node whose lanes keep %s pending schedules each in RAM per shard and spill the rest to disk; then the node is closed and reopened, and the restart time runs from the start of the reopening until SchedulerStatus shows every shard %s with every schedule pending. "+
 		"The anchors are the same system's rows in this run (– when they did not run).\n\n",
 		cfg.SchedIntakeClients, cfg.SchedFireCount, float64(schedPollInterval.Milliseconds()), cfg.SchedLatenessRate, cfg.SchedLatenessSeconds,
-		cfg.SchedLatenessMinS, cfg.SchedLatenessMinS+cfg.SchedLatenessSpreadS, cfg.SchedPendingCount, schedActive)
+		cfg.SchedLatenessMinS, cfg.SchedLatenessMinS+cfg.SchedLatenessSpreadS, cfg.SchedPendingCount, schedWindowText(cfg.SchedPendingWindow), schedActive)
 	b.WriteString("| system | mode | measurement | schedules | value | unit | anchor | anchor value | ÷ anchor |\n|---|---|---|---:|---:|---|---|---:|---:|\n")
 	for _, m := range ms {
 		anchor := m.Anchor
@@ -118,4 +119,12 @@ func formatSmallRatio(v float64) string {
 		return strconv.FormatFloat(v, 'g', 2, 64) + "×"
 	}
 	return formatRatio(v)
+}
+
+// schedWindowText says what a lane keeps in RAM under a window.
+func schedWindowText(window int) string {
+	if window == 0 {
+		window = node.SchedWindowDefault
+	}
+	return fmt.Sprintf("up to %d (twice the window of %d, the default being %d)", 2*window, window, node.SchedWindowDefault)
 }

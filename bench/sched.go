@@ -378,8 +378,8 @@ type pendingNode struct {
 	c   *client.Client
 }
 
-func openPendingNode(ctx context.Context, dataDir string) (*pendingNode, error) {
-	n, srv, addr, err := serveInProcess(dataDir)
+func openPendingNode(ctx context.Context, dataDir string, schedWindow int) (*pendingNode, error) {
+	n, srv, addr, err := serveInProcess(dataDir, schedWindow)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +436,7 @@ func heapInuse() uint64 {
 // with every schedule pending: that is the run's timed part.
 func runSchedPending(ctx context.Context, dataDir string, payload []byte, lim limits, prog *progress, logf func(string, ...any)) (res runResult, err error) {
 	const topic = "bench-sched-pending"
-	pn, err := openPendingNode(ctx, dataDir)
+	pn, err := openPendingNode(ctx, dataDir, lim.SchedPendingWindow)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -481,7 +481,7 @@ func runSchedPending(ctx context.Context, dataDir string, payload []byte, lim li
 	rctx, cancel := context.WithTimeout(ctx, schedRestartTimeout)
 	defer cancel()
 	start := time.Now()
-	pn, err = openPendingNode(rctx, dataDir)
+	pn, err = openPendingNode(rctx, dataDir, lim.SchedPendingWindow)
 	if err != nil {
 		return runResult{}, fmt.Errorf("reopen: %w", err)
 	}

@@ -173,7 +173,7 @@ func BenchmarkSchedIntakePending(b *testing.B) {
 	payload := make([]byte, 1024)
 	for b.Loop() {
 		dir := b.TempDir()
-		pn, err := openPendingNode(ctx, dir)
+		pn, err := openPendingNode(ctx, dir, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -201,7 +201,7 @@ func BenchmarkSchedIntakePending(b *testing.B) {
 		}
 		// The restart with them pending, until every shard is active.
 		t0 := time.Now()
-		if pn, err = openPendingNode(ctx, dir); err != nil {
+		if pn, err = openPendingNode(ctx, dir, 0); err != nil {
 			b.Fatal(err)
 		}
 		opened := time.Since(t0)

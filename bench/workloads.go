@@ -71,6 +71,10 @@ type limits struct {
 	SchedLatenessMin      time.Duration
 	SchedLatenessSpread   time.Duration
 	SchedPendingCount     int
+	// SchedPendingWindow is the pending row's node.Config.SchedWindow
+	// (0: the default): what a lane of a shard keeps in RAM, up to twice
+	// it; the rest is spilled to disk.
+	SchedPendingWindow int
 	// KVWatchCountMax bounds the updates of one kv_watch run (TimeLimit
 	// bounds its time; each is delivered to kvWatchers watchers).
 	KVWatchCountMax int
@@ -88,8 +92,8 @@ func newLimits(quick bool) limits {
 			GroupPrefillCountMax: 100_000, GroupChangeRepeats: 10,
 			SchedIntakeClients: 16, SchedFireCount: 2_000, SchedLatenessRate: 500, SchedLatenessDuration: 4 * time.Second,
 			SchedLatenessMin: time.Second, SchedLatenessSpread: 2 * time.Second, SchedPendingCount: 100_000,
-			KVWatchCountMax: 20_000,
-			Runs:            1,
+			SchedPendingWindow: 10_000, KVWatchCountMax: 20_000,
+			Runs: 1,
 		}
 	}
 	return limits{
@@ -98,7 +102,7 @@ func newLimits(quick bool) limits {
 		E2ERatePerS: 2000, E2EDuration: 5 * time.Second, FailoverKills: 5,
 		GroupPrefillCountMax: 150_000, GroupChangeRepeats: 20,
 		SchedIntakeClients: 16, SchedFireCount: 10_000, SchedLatenessRate: 1000, SchedLatenessDuration: 10 * time.Second,
-		SchedLatenessMin: time.Second, SchedLatenessSpread: 4 * time.Second, SchedPendingCount: 200_000,
+		SchedLatenessMin: time.Second, SchedLatenessSpread: 4 * time.Second, SchedPendingCount: 1_000_000,
 		KVWatchCountMax: 50_000,
 		Runs:            3,
 	}
