@@ -30,6 +30,9 @@ type producerWindow struct {
 	floor   uint64       // raised past every evicted producer_seq
 	lastSeq uint64       // log seq of the latest append, for LRU eviction
 	maxSeen uint64       // highest producer_seq ever recorded
+	// id and the recency list: the table's windows by (lastSeq, id).
+	id           uint64
+	older, newer *producerWindow
 }
 
 func (w *producerWindow) find(producerSeq uint64) (dedupEntry, bool) {
@@ -97,6 +100,11 @@ type Producers struct {
 	byID         map[uint64]*producerWindow
 	windowMax    int
 	producersMax int
+	// oldest and newest end the recency list, ordered by (lastSeq, id):
+	// the least recently used producer is evicted in O(1). Entries come
+	// in log order, so a window moves to the newest end; one that comes
+	// out of order walks back to its place.
+	oldest, newest *producerWindow
 }
 
 // NewProducers returns an empty table. windowMax bounds the remembered
@@ -155,10 +163,47 @@ func (p *Producers) Record(producerID, producerSeq, seq, epoch uint64) {
 		if len(p.byID) >= p.producersMax {
 			p.evictLeastRecent()
 		}
-		w = &producerWindow{}
+		w = &producerWindow{id: producerID}
 		p.byID[producerID] = w
+	} else {
+		p.unlink(w)
 	}
 	w.add(dedupEntry{producerSeq: producerSeq, seq: seq, epoch: epoch}, p.windowMax)
+	p.link(w)
+}
+
+// link puts w in its place in the recency list, searching from the
+// newest end.
+func (p *Producers) link(w *producerWindow) {
+	after := p.newest
+	for after != nil && (after.lastSeq > w.lastSeq || after.lastSeq == w.lastSeq && after.id > w.id) {
+		after = after.older
+	}
+	w.older = after
+	if after == nil {
+		w.newer, p.oldest = p.oldest, w
+	} else {
+		w.newer, after.newer = after.newer, w
+	}
+	if w.newer == nil {
+		p.newest = w
+	} else {
+		w.newer.older = w
+	}
+}
+
+func (p *Producers) unlink(w *producerWindow) {
+	if w.older == nil {
+		p.oldest = w.newer
+	} else {
+		w.older.newer = w.newer
+	}
+	if w.newer == nil {
+		p.newest = w.older
+	} else {
+		w.newer.older = w.older
+	}
+	w.older, w.newer = nil, nil
 }
 
 // SealHistory marks every known producer's window as possibly incomplete
@@ -180,13 +225,10 @@ func (p *Producers) SealHistory() {
 // Len is the number of producers tracked.
 func (p *Producers) Len() int { return len(p.byID) }
 
+// evictLeastRecent forgets the producer with the lowest lastSeq (the
+// lowest id among equals).
 func (p *Producers) evictLeastRecent() {
-	var victim uint64
-	oldest := ^uint64(0)
-	for id, w := range p.byID {
-		if w.lastSeq < oldest || (w.lastSeq == oldest && id < victim) {
-			victim, oldest = id, w.lastSeq
-		}
-	}
-	delete(p.byID, victim)
+	w := p.oldest
+	p.unlink(w)
+	delete(p.byID, w.id)
 }
