@@ -134,6 +134,7 @@ func (r *Replica) becomeLeader() {
 	r.heartbeatElapsed = 0
 	for i := range r.peers {
 		r.match[i], r.next[i], r.heard[i], r.dirty[i] = 0, r.last+1, 0, i != r.self
+		r.leaseFrom[i] = 0 // a lease is of this reign's Appends
 		r.chaseLag[i], r.chaseAge[i], r.revoked[i] = 0, 0, false
 	}
 	r.appendEntry(Entry{Seq: r.last + 1, Epoch: r.hard.Promised})

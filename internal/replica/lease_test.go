@@ -62,3 +62,56 @@ func TestLeaseTicksOfASingleReplica(t *testing.T) {
 		t.Fatalf("lease ticks %d, want %d", n, 10/2)
 	}
 }
+
+// A leader's lease dates from when it sent what a quorum answered, not
+// from when the answers arrived (LeaseFromSend): answers that waited out
+// a pause of the leader — its ticks catch up first, then its inbox is
+// read — renew nothing, while the followers' timers have run since they
+// heard it. (Found by the cluster simulator: a paused shard owner
+// published after another node took office.)
+func TestLeaseDatesFromTheAppendNotTheAnswer(t *testing.T) {
+	for _, mutated := range []bool{false, true} {
+		c := newClusterWith(t, 3, SyncQuorum, func(cfg *Config) { cfg.Mutations.LeaseFromReceipt = mutated })
+		c.elect(1)
+		c.propose(1, "a")
+		var held []Message
+		for tick := 0; tick < 10 && len(held) < 2; tick++ {
+			c.quietTick()
+			c.pump(func(m Message) bool {
+				if m.Type == MsgAppendAck && m.To == 1 {
+					held = append(held, m)
+					return true
+				}
+				return false
+			})
+		}
+		if len(held) < 2 {
+			t.Fatalf("the followers answered %d heartbeats", len(held))
+		}
+		// The leader's pause: its missed ticks run, nothing reaches it.
+		for range 20 {
+			c.rs[1].Tick()
+			c.flush(1)
+		}
+		c.queue = nil
+		if n := c.rs[1].Status().LeaseTicks; n != 0 {
+			t.Fatalf("lease ticks %d after 20 silent ticks", n)
+		}
+		for _, m := range held {
+			c.deliver(m)
+		}
+		st := c.rs[1].Status()
+		if st.Role != Leader {
+			t.Fatalf("n1 is %v", st.Role)
+		}
+		if mutated != (st.LeaseTicks > 0) {
+			t.Fatalf("mutated %v: lease ticks %d from answers to heartbeats sent 20 ticks ago", mutated, st.LeaseTicks)
+		}
+		if !mutated {
+			c.tick(2) // fresh heartbeats, answered at once
+			if n := c.rs[1].Status().LeaseTicks; n == 0 {
+				t.Fatal("no lease from answers to fresh heartbeats")
+			}
+		}
+	}
+}

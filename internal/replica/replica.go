@@ -81,6 +81,7 @@ type Mutations struct {
 	PreVoteIgnoresLease        bool // grant a PRE_VOTE while still holding the leader's lease
 	AcceptStaleFlushed         bool // count a FLUSHED of an older epoch toward this epoch's commit
 	GrantIgnoresLineage        bool // grant a PREPARE (and a pre-vote) whatever the candidate's lineage
+	LeaseFromReceipt           bool // date the lease from when the answers arrived, not from when what they answer was sent
 	ProposeWhenReadOnly        bool // accept proposals while READ_ONLY_DEGRADED
 	AppendBelowSnapshot        bool // S8: match an APPEND starting below the snapshot point against the compacted prefix
 	ProposeWhileTransferring   bool // accept proposals while handing leadership over (TransferTo)
@@ -183,9 +184,14 @@ type Replica struct {
 	preGrants []bool
 
 	// Leader progress, by peer index.
-	match     []uint64 // highest seq known flushed and matching
-	next      []uint64 // next seq to send
-	heard     []int    // ticks since the peer last answered
+	match []uint64 // highest seq known flushed and matching
+	next  []uint64 // next seq to send
+	heard []int    // ticks since the peer last answered
+	// ticks counts Tick calls since New (from 1: a Message's Tick 0 is
+	// none); leaseFrom[i] is the latest Tick of this reign's Appends that
+	// peer i answered — the lease's start (leaseTicks).
+	ticks     uint64
+	leaseFrom []uint64
 	dirty     []bool   // peer needs an Append in the next Ready
 	chaseLag  []uint64 // lag at the start of the current chase window
 	chaseAge  []int    // ticks into the current chase window
@@ -225,9 +231,10 @@ func New(cfg Config, p Persisted) (*Replica, error) {
 		hard: p.Hard, epochs: slices.Clone(p.Epochs), last: p.Last, durable: p.Last,
 		snapSeq: p.SnapSeq, commit: p.SnapSeq, lastCommitOut: p.SnapSeq, rebuilding: p.Rebuilding,
 		uncertain: p.Uncertain,
-		rng:       cfg.Seed ^ uint64(cfg.ID)*0x9E3779B97F4A7C15}
+		rng:       cfg.Seed ^ uint64(cfg.ID)*0x9E3779B97F4A7C15, ticks: 1}
 	n := len(peers)
 	r.grants, r.match, r.next, r.heard, r.dirty = make([]bool, n), make([]uint64, n), make([]uint64, n), make([]int, n), make([]bool, n)
+	r.leaseFrom = make([]uint64, n)
 	r.chaseLag, r.chaseAge, r.revoked = make([]uint64, n), make([]int, n), make([]bool, n)
 	r.preGrants, r.uncertainGrants, r.damagedRefusals = make([]bool, n), make([]bool, n), make([]bool, n)
 	if p.Uncertain {
@@ -242,6 +249,7 @@ func (r *Replica) Clone() *Replica {
 	c := *r
 	c.peers, c.epochs = slices.Clone(r.peers), slices.Clone(r.epochs)
 	c.grants, c.match, c.next, c.heard, c.dirty = slices.Clone(r.grants), slices.Clone(r.match), slices.Clone(r.next), slices.Clone(r.heard), slices.Clone(r.dirty)
+	c.leaseFrom = slices.Clone(r.leaseFrom)
 	c.chaseLag, c.chaseAge, c.revoked = slices.Clone(r.chaseLag), slices.Clone(r.chaseAge), slices.Clone(r.revoked)
 	c.preGrants, c.uncertainGrants, c.damagedRefusals = slices.Clone(r.preGrants), slices.Clone(r.uncertainGrants), slices.Clone(r.damagedRefusals)
 	c.pending.Entries, c.pending.Messages = slices.Clone(r.pending.Entries), slices.Clone(r.pending.Messages)
@@ -362,6 +370,7 @@ func (r *Replica) becomeFollower(epoch uint64, leader NodeID) {
 
 // Tick advances logical time by one tick.
 func (r *Replica) Tick() {
+	r.ticks++
 	switch r.role {
 	case Follower, Candidate:
 		r.electionElapsed++
@@ -470,13 +479,13 @@ func (r *Replica) stepAppend(m Message) {
 		skip := min(uint64(len(m.Entries)), r.snapSeq-m.PrevSeq)
 		m.Entries = m.Entries[skip:]
 		if len(m.Entries) == 0 {
-			r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: r.snapSeq})
+			r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: r.snapSeq, Tick: m.Tick})
 			return
 		}
 		m.PrevSeq, m.PrevEpoch = m.Entries[0].Seq-1, r.epochAt(m.Entries[0].Seq-1)
 	}
 	if m.PrevSeq > r.last || r.epochAt(m.PrevSeq) != m.PrevEpoch {
-		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, Reject: RejectMismatch, HintSeq: r.mismatchHint(m.PrevSeq)})
+		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, Reject: RejectMismatch, HintSeq: r.mismatchHint(m.PrevSeq), Tick: m.Tick})
 		return
 	}
 	for i, e := range m.Entries {
@@ -513,7 +522,7 @@ func (r *Replica) stepAppend(m Message) {
 			r.uncertain = false
 		}
 	}
-	r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: matched})
+	r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: matched, Tick: m.Tick})
 }
 
 // stepSnapshot rebuilds from the leader's snapshot when the leader no
@@ -543,7 +552,7 @@ func (r *Replica) stepSnapshot(m Message) {
 		if c := min(m.CommitSeq, seq); c > r.commit {
 			r.commit = c
 		}
-		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: max(seq, r.snapSeq)})
+		r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: max(seq, r.snapSeq), Tick: m.Tick})
 		return
 	}
 	r.pending.Snapshot = &SnapshotMeta{Seq: seq, Epoch: epoch}
@@ -551,7 +560,7 @@ func (r *Replica) stepSnapshot(m Message) {
 	r.epochs = []EpochStart{{Epoch: epoch, StartSeq: seq}}
 	r.last, r.durable, r.snapSeq, r.commit = seq, seq, seq, seq
 	r.rebuilding = false
-	r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: seq})
+	r.send(Message{Type: MsgAppendAck, To: m.From, Epoch: m.Epoch, FlushedSeq: seq, Tick: m.Tick})
 }
 
 func (r *Replica) stepAppendAck(m Message) {
@@ -571,6 +580,9 @@ func (r *Replica) stepAppendAck(m Message) {
 		return
 	}
 	r.heard[i] = 0
+	if m.Tick <= r.ticks && m.Tick > r.leaseFrom[i] && !r.cfg.Mutations.LeaseFromReceipt {
+		r.leaseFrom[i] = m.Tick
+	}
 	r.updateReadOnly()
 	switch m.Reject {
 	case RejectMismatch:
@@ -671,10 +683,10 @@ func (r *Replica) appendFor(i int, p NodeID) Message {
 		// The entries this follower needs are compacted: it must rebuild
 		// from the snapshot, then continue from its end.
 		r.next[i] = r.snapSeq + 1
-		return Message{Type: MsgSnapshot, To: p, Epoch: r.hard.Promised, PrevSeq: r.snapSeq, PrevEpoch: r.epochAt(r.snapSeq), CommitSeq: r.commit}
+		return Message{Type: MsgSnapshot, To: p, Epoch: r.hard.Promised, PrevSeq: r.snapSeq, PrevEpoch: r.epochAt(r.snapSeq), CommitSeq: r.commit, Tick: r.ticks}
 	}
 	prev := r.next[i] - 1
-	m := Message{Type: MsgAppend, To: p, Epoch: r.hard.Promised, PrevSeq: prev, PrevEpoch: r.epochAt(prev), CommitSeq: r.commit}
+	m := Message{Type: MsgAppend, To: p, Epoch: r.hard.Promised, PrevSeq: prev, PrevEpoch: r.epochAt(prev), CommitSeq: r.commit, Tick: r.ticks}
 	if r.next[i] <= r.last {
 		m.FirstSeq = r.next[i]
 		m.LastSeqSent = min(r.last, r.next[i]+uint64(r.cfg.AppendEntriesMax)-1)
@@ -791,14 +803,22 @@ func (r *Replica) leaseTicks() int {
 	if r.quorum == 1 {
 		return r.cfg.ElectionTicks / 2 // nobody else can take office
 	}
-	heard := make([]int, 0, len(r.peers)-1)
+	since := make([]uint64, 0, len(r.peers)-1)
 	for i := range r.peers {
 		if i != r.self {
-			heard = append(heard, r.heard[i])
+			if r.cfg.Mutations.LeaseFromReceipt {
+				since = append(since, r.ticks-uint64(r.heard[i])) // the answer's arrival
+				continue
+			}
+			since = append(since, r.leaseFrom[i])
 		}
 	}
-	slices.Sort(heard)
-	return max(0, r.cfg.ElectionTicks/2-heard[r.quorum-2])
+	slices.Sort(since)
+	from := since[len(since)-(r.quorum-1)] // the quorum's oldest latest Append
+	if from == 0 {
+		return 0
+	}
+	return int(max(0, int64(r.cfg.ElectionTicks/2)-int64(r.ticks-from)))
 }
 
 func (r *Replica) peerStatus() []PeerStatus {

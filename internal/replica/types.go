@@ -170,6 +170,12 @@ type Message struct {
 	FlushedSeq uint64
 	Reject     Reject
 	HintSeq    uint64
+
+	// Tick: on an Append or Snapshot, the leader's tick count when it
+	// sent it; on an AppendAck, the Tick of the Append or Snapshot it
+	// answers (0: none). A leader's lease dates from when it sent what a
+	// quorum answered, not from when the answers arrived (LeaseFromSend).
+	Tick uint64
 }
 
 func (m Message) String() string {

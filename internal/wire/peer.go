@@ -100,6 +100,7 @@ type Replicate struct {
 	FlushedSeq uint64
 	Reject     uint8
 	HintSeq    uint64
+	Tick       uint64
 	Entries    []ReplicaEntry
 }
 
@@ -108,7 +109,7 @@ func (*Replicate) Type() FrameType { return TypeReplicate }
 // replicateFixedBytes is a Replicate body without its topic's bytes and
 // entries; replicaEntryFixedBytes an entry without its data.
 const (
-	replicateFixedBytes    = 2 + 4 + 1 + 4 + 4 + 3*8 + 3 + 4*8 + 1 + 8 + 4
+	replicateFixedBytes    = 2 + 4 + 1 + 4 + 4 + 3*8 + 3 + 4*8 + 1 + 8 + 8 + 4
 	replicaEntryFixedBytes = 8 + 8 + 4
 )
 
@@ -134,6 +135,7 @@ func (f *Replicate) appendBody(b []byte) []byte {
 	}
 	b = append(b, f.Reject)
 	b = binary.BigEndian.AppendUint64(b, f.HintSeq)
+	b = binary.BigEndian.AppendUint64(b, f.Tick)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Entries)))
 	for _, e := range f.Entries {
 		b = binary.BigEndian.AppendUint64(b, e.Seq)
@@ -148,7 +150,7 @@ func (f *Replicate) decodeBody(d *decoder) {
 	f.Epoch, f.LastEpoch, f.LastSeq = d.u64(), d.u64(), d.u64()
 	f.Granted, f.Uncertain, f.Damaged = d.boolean(), d.boolean(), d.boolean()
 	f.PrevSeq, f.PrevEpoch, f.CommitSeq, f.FlushedSeq = d.u64(), d.u64(), d.u64(), d.u64()
-	f.Reject, f.HintSeq = d.u8(), d.u64()
+	f.Reject, f.HintSeq, f.Tick = d.u8(), d.u64(), d.u64()
 	n := d.listLen(8 + 8 + 4)
 	if n > 0 {
 		f.Entries = make([]ReplicaEntry, n)
