@@ -61,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, *regexp.Regexp, error) 
 	fs.StringVar(&f.only, "only", "", "run only the rows whose system/mode/workload/size matches this regexp")
 	fs.IntVar(&f.count, "count", 0, "runs per row, the median is reported (default 1 with -quick, else 3)")
 	fs.StringVar(&f.tmpDir, "tmp", os.TempDir(), "parent directory of the brokers' data (use a real disk, not tmpfs)")
-	fs.StringVar(&f.profileDir, "profile", "", "write CPU and allocation profiles of the partition (or bucket) leader's process of each nereus/r3 publish or KV case into this directory (builds nereus with a bench-only pprof endpoint)")
+	fs.StringVar(&f.profileDir, "profile", "", "write CPU and allocation profiles of each nereus process (the partition or bucket leader's and each follower's) of each nereus/r3 publish or KV case into this directory (builds nereus with a bench-only pprof endpoint)")
 	if err := fs.Parse(args); err != nil {
 		return f, nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -46,16 +45,18 @@ func writePprofOverlay(dir string) (string, error) {
 // profileFetchSlack bounds a profile download beyond its own duration.
 const profileFetchSlack = 10 * time.Second
 
-// leaderProfiler is a system that can profile the process leading a stream.
+// leaderProfiler is a system that can profile the processes serving a stream.
 type leaderProfiler interface {
-	// profileLeader starts a CPU profile of d of the process that leads
-	// stream and records its allocation counters, and returns a function
-	// that waits for the profile and writes prefix-cpu.pprof,
-	// prefix-allocs-before.pprof and prefix-allocs-after.pprof (the
-	// allocations of the case are after minus before: go tool pprof -base).
+	// profileLeader starts a CPU profile of d of every process of the
+	// system — the one that leads stream and each follower — and records
+	// their allocation counters, and returns a function that waits for the
+	// profiles and writes, per process, prefix-ROLE-cpu.pprof,
+	// prefix-ROLE-allocs-before.pprof and prefix-ROLE-allocs-after.pprof,
+	// ROLE being "leader" or "follower-NAME" (the allocations of the case
+	// are after minus before: go tool pprof -base).
 	profileLeader(ctx context.Context, stream string, d time.Duration, prefix string) (finish func() error, err error)
-	// profileBucketLeader is profileLeader of the process that leads a
-	// KV bucket.
+	// profileBucketLeader is profileLeader for a KV bucket: its leader's
+	// process is the "leader".
 	profileBucketLeader(ctx context.Context, bucket string, d time.Duration, prefix string) (finish func() error, err error)
 }
 
@@ -66,7 +67,7 @@ func (s *nereusSystem) profileLeader(ctx context.Context, stream string, d time.
 	if err != nil {
 		return func() error { return nil }, err
 	}
-	return s.profileProcess(ctx, p.Leader, d, prefix)
+	return s.profileAll(ctx, p.Leader, d, prefix)
 }
 
 func (s *nereusSystem) profileBucketLeader(ctx context.Context, bucket string, d time.Duration, prefix string) (func() error, error) {
@@ -74,20 +75,43 @@ func (s *nereusSystem) profileBucketLeader(ctx context.Context, bucket string, d
 	if err != nil {
 		return func() error { return nil }, err
 	}
-	return s.profileProcess(ctx, info.Leader, d, prefix)
+	return s.profileAll(ctx, info.Leader, d, prefix)
 }
 
-// profileProcess profiles the child process named leader (see
-// leaderProfiler).
-func (s *nereusSystem) profileProcess(ctx context.Context, leader string, d time.Duration, prefix string) (func() error, error) {
-	none := func() error { return nil }
-	i := slices.IndexFunc(s.procs, func(np *nereusProc) bool { return np.name == leader })
-	if i < 0 || s.procs[i].pprofAddr == "" {
-		return none, nil
+// profileAll profiles every child process, naming the one called leader
+// so (see leaderProfiler).
+func (s *nereusSystem) profileAll(ctx context.Context, leader string, d time.Duration, prefix string) (func() error, error) {
+	var finishes []func() error
+	finish := func() error {
+		var errs []error
+		for _, f := range finishes {
+			errs = append(errs, f())
+		}
+		return errors.Join(errs...)
 	}
-	base := "http://" + s.procs[i].pprofAddr + "/debug/pprof/"
+	for _, np := range s.procs {
+		if np.pprofAddr == "" {
+			continue
+		}
+		role := "follower-" + np.name
+		if np.name == leader {
+			role = "leader"
+		}
+		f, err := profileProcess(ctx, "http://"+np.pprofAddr+"/debug/pprof/", d, prefix+"-"+role)
+		if err != nil {
+			return finish, err
+		}
+		finishes = append(finishes, f)
+	}
+	return finish, nil
+}
+
+// profileProcess starts a CPU profile of d of the process serving pprof at
+// base and returns a function that waits for it and records the
+// allocation counters after (see leaderProfiler).
+func profileProcess(ctx context.Context, base string, d time.Duration, prefix string) (func() error, error) {
 	if err := fetchProfile(ctx, base+"allocs", prefix+"-allocs-before.pprof", 0); err != nil {
-		return none, err
+		return func() error { return nil }, err
 	}
 	seconds := int(math.Ceil(d.Seconds()))
 	cpu := make(chan error, 1)

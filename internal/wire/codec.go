@@ -56,6 +56,55 @@ func AppendFrame(dst []byte, corr uint64, f Frame) []byte {
 	return dst
 }
 
+// AppendFramePieces appends to pieces the encoding of f with correlation
+// id corr as consecutive byte slices whose concatenation is
+// AppendFrame(nil, corr, f) — for a vectored write (net.Buffers). A
+// REPLICATE's entries of at least DirectEntryBytesMin are pieces of their
+// own: a leader sending the same large entries to each follower then
+// never copies them into a frame buffer per follower. Everything else is
+// encoded into scratch (appended to, never overwritten: the pieces
+// already taken from it stay valid when it grows), which it returns for
+// the next call. The entries' data must not change until the pieces are
+// written.
+func AppendFramePieces(pieces [][]byte, scratch []byte, corr uint64, f Frame) ([][]byte, []byte) {
+	start := len(scratch)
+	r, ok := f.(*Replicate)
+	if !ok || len(r.Entries) == 0 {
+		scratch = AppendFrame(scratch, corr, f)
+		return append(pieces, scratch[start:len(scratch):len(scratch)]), scratch
+	}
+	b := append(scratch, 0, 0, 0, 0, byte(f.Type()))
+	b = binary.BigEndian.AppendUint64(b, corr)
+	b = r.appendHead(b)
+	n := len(b) - start - frameHeaderBytes + 4 // the CRC
+	for i := range r.Entries {
+		n += replicaEntryFixedBytes + len(r.Entries[i].Data)
+	}
+	binary.BigEndian.PutUint32(b[start:], uint32(n))
+	crc := crc32.Update(0, castagnoli, b[start+frameHeaderBytes:])
+	from := len(b) // b[from:] is neither in crc nor in pieces yet
+	for i := range r.Entries {
+		e := &r.Entries[i]
+		b = e.appendHead(b)
+		if len(e.Data) < DirectEntryBytesMin {
+			b = append(b, e.Data...)
+			continue
+		}
+		pieces = append(pieces, b[start:len(b):len(b)], e.Data)
+		crc = crc32.Update(crc32.Update(crc, castagnoli, b[from:]), castagnoli, e.Data)
+		start, from = len(b), len(b)
+	}
+	crc = crc32.Update(crc, castagnoli, b[from:])
+	b = binary.BigEndian.AppendUint32(b, crc)
+	return append(pieces, b[start:len(b):len(b)]), b
+}
+
+// DirectEntryBytesMin is the size from which AppendFramePieces leaves an
+// entry's data in its own slice instead of copying it into its scratch
+// buffer: below it a copy costs less than a checksum call and an iovec of
+// its own.
+const DirectEntryBytesMin = 16 << 10
+
 // ReadFrame reads one frame from r. frameBytesMax bounds the length field
 // before any allocation. The returned frame may alias a fresh buffer owned by
 // the caller; nothing is retained by this package.

@@ -121,6 +121,17 @@ func (f *Replicate) bodyBytes() int {
 	return n
 }
 func (f *Replicate) appendBody(b []byte) []byte {
+	b = f.appendHead(b)
+	for i := range f.Entries {
+		b = f.Entries[i].appendHead(b)
+		b = append(b, f.Entries[i].Data...)
+	}
+	return b
+}
+
+// appendHead appends the body up to its entries: every field and the
+// entry count.
+func (f *Replicate) appendHead(b []byte) []byte {
 	b = appendStr(b, f.Topic)
 	b = binary.BigEndian.AppendUint32(b, f.Partition)
 	b = append(b, f.Kind)
@@ -136,13 +147,15 @@ func (f *Replicate) appendBody(b []byte) []byte {
 	b = append(b, f.Reject)
 	b = binary.BigEndian.AppendUint64(b, f.HintSeq)
 	b = binary.BigEndian.AppendUint64(b, f.Tick)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Entries)))
-	for _, e := range f.Entries {
-		b = binary.BigEndian.AppendUint64(b, e.Seq)
-		b = binary.BigEndian.AppendUint64(b, e.Epoch)
-		b = appendBytes(b, e.Data)
-	}
-	return b
+	return binary.BigEndian.AppendUint32(b, uint32(len(f.Entries)))
+}
+
+// appendHead appends an entry's encoding but its data: seq, epoch and
+// the data's length.
+func (e *ReplicaEntry) appendHead(b []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, e.Seq)
+	b = binary.BigEndian.AppendUint64(b, e.Epoch)
+	return binary.BigEndian.AppendUint32(b, uint32(len(e.Data)))
 }
 func (f *Replicate) decodeBody(d *decoder) {
 	f.Topic, f.Partition, f.Kind = d.str(), d.u32(), d.u8()
