@@ -1,0 +1,547 @@
+package sim
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// The KV workload of a cluster run (ClusterOptions.KV): kvClients clients
+// put, get, compare-and-set and delete kvKeys keys of one bucket
+// replicated on every node, each through a connection to every node (a
+// request goes to the node the bucket's leader is believed to be;
+// NOT_LEADER moves it on to the next node). Each client has one
+// operation in flight at a time, and records its invocation and return in
+// virtual time with its outcome. After the final power loss a client
+// reads every key once more (acknowledged writes survive it). The history
+// is then checked for linearizability with porcupine against kvModel, a
+// map whose keys carry their revisions, partitioned by key.
+//
+// What a client records:
+//   - a write answered with its revision, a CAS refused with
+//     REVISION_MISMATCH (and the key's current revision), a read's value
+//     and revision: definite outcomes;
+//   - a write whose outcome is unknown (OUTCOME_UNKNOWN, a timeout, its
+//     connection closed, any other error after it may have been proposed):
+//     never returning (its return after everything), so it may or may not
+//     have taken effect;
+//   - a write refused before the leader proposed it (NOT_LEADER,
+//     UNAVAILABLE, NOT_FOUND, QUORUM_LOST: a KV write's definite
+//     refusals) is not recorded and is sent again, a new operation;
+//   - a read that failed or was not answered is not recorded (it changed
+//     nothing and observed nothing).
+
+const (
+	kvBucket     = "simkv"
+	kvClients    = 3
+	kvKeys       = 3
+	kvBucketHist = 2
+	// kvOpTimeoutMs: a request unanswered this long has an unknown
+	// outcome; the client moves on.
+	kvOpTimeoutMs = 2000
+	// kvCheckTimeout bounds porcupine's search (wall time): a history it
+	// cannot decide in time fails the run as unchecked, never passes.
+	kvCheckTimeout = 20 * time.Second
+)
+
+// KVLinearizable: every KV history is linearizable (a KV map with
+// revisions; kvModel).
+const KVLinearizable = "KVLinearizable"
+
+type kvOpKind uint8
+
+const (
+	kvGet kvOpKind = iota
+	kvPut
+	kvCAS
+	kvDel
+)
+
+func (k kvOpKind) String() string { return [...]string{"get", "put", "cas", "del"}[k] }
+
+// kvInput is an operation as invoked: Value for put and CAS (unique per
+// write), Expected for CAS (0: the key must be absent).
+type kvInput struct {
+	Op       kvOpKind
+	Key      string
+	Value    string
+	Expected uint64
+}
+
+// kvOutput is its outcome: Unknown (never returned), or a read's Found,
+// Value and Rev, a write's Rev, a refused CAS's Mismatch with the key's
+// current revision in Rev.
+type kvOutput struct {
+	Unknown  bool
+	Found    bool
+	Value    string
+	Rev      uint64
+	Mismatch bool
+}
+
+// kvOp is a client's operation in flight.
+type kvOp struct {
+	in     kvInput
+	create bool // the bucket's creation (not recorded)
+	final  bool // a read after the final power loss: read until answered
+	callMs int64
+	corr   uint64
+	conn   *conn
+}
+
+type kvWorkload struct {
+	s       *sim
+	clients []*kvClient
+	history []porcupine.Operation
+	unknown int // writes recorded with an unknown outcome
+	// finalReads: the keys a client reads after the final power loss.
+	finalReads []string
+}
+
+type kvClient struct {
+	kw    *kvWorkload
+	id    int
+	total int // operations to run
+	next  int // operations drawn so far
+	conns []*conn
+	at    int // the node the bucket's leader is believed to be
+	// created: the bucket was confirmed (KV_BUCKET_OK) to this client.
+	created bool
+	cur     *kvOp
+	retry   *kvInput // a write refused before it was proposed, to send again
+	corr    uint64
+	lastRev map[string]uint64 // the revision the client last saw per key
+	values  int
+}
+
+func newKVWorkload(s *sim, opsPerClient int) *kvWorkload {
+	kw := &kvWorkload{s: s}
+	for i := range kvClients {
+		c := &kvClient{kw: kw, id: i + 1, total: opsPerClient, conns: make([]*conn, len(s.nodes)), at: i % len(s.nodes),
+			lastRev: map[string]uint64{}}
+		kw.clients = append(kw.clients, c)
+		for at := range s.nodes {
+			s.w.after(s.w.between(0, 10), func() { c.connect(at) })
+		}
+		s.w.after(s.w.between(10, 50), c.issue)
+	}
+	return kw
+}
+
+func kvKey(i int) string { return fmt.Sprintf("k%d", i) }
+
+func (c *kvClient) name() string { return fmt.Sprintf("kv%d", c.id) }
+
+func (c *kvClient) connect(at int) {
+	c.conns[at] = c.kw.s.nodes[at].dial(c, c.kw.s.partitioned[c.name()])
+	if cn := c.conns[at]; cn.open {
+		cn.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: c.name()})
+	}
+}
+
+func (c *kvClient) onClose(cn *conn) {
+	at := slices.Index(c.conns, cn)
+	if at < 0 {
+		return
+	}
+	if c.cur != nil && c.cur.conn == cn {
+		c.fail(c.cur, "connection closed")
+	}
+	c.kw.s.w.after(c.kw.s.w.between(10, 200), func() { c.connect(at) })
+}
+
+// issue starts the client's next operation, unless one is in flight:
+// the bucket's creation first, then a refused write again, then a new
+// operation, then the final reads.
+func (c *kvClient) issue() {
+	if c.cur != nil {
+		return
+	}
+	var in kvInput
+	final := false
+	switch {
+	case !c.created:
+		c.send(&kvOp{create: true}, &wire.KVBucketCreate{Config: wire.KVBucketConfig{Bucket: kvBucket, History: kvBucketHist, Replicas: c.kw.s.replicas}})
+		return
+	case c.retry != nil:
+		in, c.retry = *c.retry, nil
+	case c.next < c.total:
+		c.next++
+		in = c.draw()
+	case c.id == 1 && len(c.kw.finalReads) > 0:
+		in, final = kvInput{Op: kvGet, Key: c.kw.finalReads[0]}, true
+		c.kw.finalReads = c.kw.finalReads[1:]
+	default:
+		return
+	}
+	op := &kvOp{in: in, final: final}
+	switch in.Op {
+	case kvGet:
+		c.send(op, &wire.KVGet{Bucket: kvBucket, Key: []byte(in.Key)})
+	case kvPut, kvCAS:
+		c.send(op, &wire.KVWrite{Bucket: kvBucket, Op: wire.KVOpPut, Key: []byte(in.Key), Value: []byte(in.Value),
+			Conditional: in.Op == kvCAS, Expected: in.Expected})
+	case kvDel:
+		c.send(op, &wire.KVWrite{Bucket: kvBucket, Op: wire.KVOpDelete, Key: []byte(in.Key)})
+	}
+}
+
+// draw picks the next operation: a key, and get, put, CAS (expecting the
+// revision the client last saw of the key, or absence) or delete.
+func (c *kvClient) draw() kvInput {
+	w := c.kw.s.w
+	in := kvInput{Key: kvKey(w.rng.IntN(kvKeys))}
+	switch r := w.rng.IntN(100); {
+	case r < 35:
+		in.Op = kvGet
+	case r < 60:
+		in.Op = kvPut
+	case r < 85:
+		in.Op = kvCAS
+		if !w.chance(0.2) {
+			in.Expected = c.lastRev[in.Key]
+		}
+	default:
+		in.Op = kvDel
+	}
+	if in.Op == kvPut || in.Op == kvCAS {
+		c.values++
+		in.Value = fmt.Sprintf("c%d-%d", c.id, c.values)
+	}
+	return in
+}
+
+// send sends op's request to the node believed to lead, and arms its
+// timeout. With no open connection there it tries the next node later.
+//
+// A read goes to a random node one time in three instead (a client whose
+// idea of the leader is stale): any node but the bucket's leader under
+// its lease must refuse it.
+func (c *kvClient) send(op *kvOp, f wire.Frame) {
+	w := c.kw.s.w
+	at := c.at
+	if op.in.Op == kvGet && !op.create && w.rng.IntN(3) == 0 {
+		at = w.rng.IntN(len(c.conns))
+	}
+	cn := c.conns[at]
+	if cn == nil || !cn.open {
+		if at == c.at {
+			c.at = (c.at + 1) % len(c.conns)
+		}
+		c.again(op)
+		return
+	}
+	c.corr++
+	op.corr, op.conn, op.callMs = c.corr, cn, w.nowMs
+	c.cur = op
+	w.tracef("%s -> n%d %s", c.name(), at+1, op)
+	cn.send(op.corr, f)
+	w.after(kvOpTimeoutMs, func() {
+		if c.cur == op {
+			c.fail(op, "timeout")
+		}
+	})
+}
+
+func (op *kvOp) String() string {
+	if op.create {
+		return "create bucket"
+	}
+	return op.in.String()
+}
+
+func (in kvInput) String() string {
+	switch in.Op {
+	case kvGet, kvDel:
+		return fmt.Sprintf("%s %s", in.Op, in.Key)
+	case kvCAS:
+		return fmt.Sprintf("cas %s=%s if rev %d", in.Key, in.Value, in.Expected)
+	}
+	return fmt.Sprintf("put %s=%s", in.Key, in.Value)
+}
+
+func (c *kvClient) onFrame(cn *conn, corr uint64, f wire.Frame) {
+	op := c.cur
+	if op == nil || corr != op.corr || cn != op.conn {
+		return // a late answer to an operation already recorded unknown
+	}
+	w := c.kw.s.w
+	switch f := f.(type) {
+	case *wire.KVBucketOK:
+		c.created = true
+		c.done(op, "bucket ok")
+	case *wire.KVGetOK:
+		out := kvOutput{Found: f.Found}
+		if f.Found {
+			out.Value, out.Rev = string(f.Entry.Value), f.Entry.Revision
+			c.lastRev[op.in.Key] = out.Rev
+		}
+		c.record(op, out)
+	case *wire.KVWriteOK:
+		c.lastRev[op.in.Key] = f.Revision
+		c.record(op, kvOutput{Rev: f.Revision})
+	case *wire.Err:
+		code := f.Code
+		switch {
+		case code == wire.CodeRevisionMismatch && op.in.Op == kvCAS:
+			current, ok := wire.MismatchCurrent(f.AsError())
+			if !ok {
+				c.kw.s.chk.violate(KVLinearizable, "%s: REVISION_MISMATCH without the current revision: %s", c.name(), f.AsError())
+				return
+			}
+			c.lastRev[op.in.Key] = current
+			c.record(op, kvOutput{Mismatch: true, Rev: current})
+		case code == wire.CodeNotLeader || code == wire.CodeUnavailable || code == wire.CodeNotFound || code == wire.CodeQuorumLost:
+			// Refused before anything was proposed: nothing happened. A
+			// leader without a quorum may have been replaced elsewhere.
+			if (code == wire.CodeNotLeader || code == wire.CodeQuorumLost) && c.at == slices.Index(c.conns, cn) {
+				c.at = (c.at + 1) % len(c.conns)
+			}
+			c.cur = nil
+			w.tracef("%s <- %s: %s", c.name(), op, code)
+			c.again(op)
+		default:
+			c.fail(op, f.AsError().Error())
+		}
+	}
+}
+
+// record keeps op's definite outcome and starts the next operation.
+func (c *kvClient) record(op *kvOp, out kvOutput) {
+	c.kw.history = append(c.kw.history, porcupine.Operation{ClientId: c.id - 1, Input: op.in, Call: op.callMs, Output: out, Return: c.kw.s.w.nowMs})
+	c.done(op, fmt.Sprintf("%+v", out))
+}
+
+// fail ends op without an answer: a write may or may not have taken
+// effect (recorded as never returning); a read is dropped (a final read
+// is tried again); the bucket's creation is tried again.
+func (c *kvClient) fail(op *kvOp, why string) {
+	if !op.create && op.in.Op != kvGet {
+		c.kw.history = append(c.kw.history, porcupine.Operation{ClientId: c.id - 1, Input: op.in, Call: op.callMs, Output: kvOutput{Unknown: true}, Return: math.MaxInt64})
+		c.kw.unknown++
+	} else if op.final {
+		c.kw.finalReads = append(c.kw.finalReads, op.in.Key)
+	}
+	if op.conn != nil && !op.conn.open || why == "timeout" {
+		c.at = (c.at + 1) % len(c.conns) // (an error answer leaves it: NOT_LEADER moves it)
+	}
+	c.done(op, "unknown: "+why)
+}
+
+// again sends what was refused before it took effect once more, later: a
+// write (a new operation), a final read; the bucket's creation is sent
+// again by issue until confirmed.
+func (c *kvClient) again(op *kvOp) {
+	switch {
+	case op.final:
+		c.kw.finalReads = append(c.kw.finalReads, op.in.Key)
+	case !op.create && op.in.Op != kvGet:
+		c.retry = &op.in
+	}
+	w := c.kw.s.w
+	w.after(w.between(5, 50), c.issue)
+}
+
+func (c *kvClient) done(op *kvOp, what string) {
+	w := c.kw.s.w
+	c.cur = nil
+	w.tracef("%s <- %s: %s", c.name(), op, what)
+	w.after(w.between(0, 20), c.issue)
+}
+
+// done reports whether every client ran its operations and the final
+// reads were answered.
+func (kw *kvWorkload) done() bool {
+	for _, c := range kw.clients {
+		if c.cur != nil || c.retry != nil || c.next < c.total || !c.created {
+			return false
+		}
+	}
+	return len(kw.finalReads) == 0
+}
+
+// missing counts the operations not run yet.
+func (kw *kvWorkload) missing() int {
+	n := len(kw.finalReads)
+	for _, c := range kw.clients {
+		n += c.total - c.next
+		if c.cur != nil || c.retry != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// kvFinal reads every key once more after the final power loss (until
+// answered, within the deadline), then checks the whole history.
+func (s *sim) kvFinal(deadline int64) {
+	kw := s.kv
+	for k := range kvKeys {
+		kw.finalReads = append(kw.finalReads, kvKey(k))
+	}
+	kw.clients[0].issue()
+	for s.chk.violation == nil && !kw.done() {
+		if s.w.nowMs > deadline || !s.step() {
+			s.chk.violate(Liveness, "30 s after the final power loss, %d KV reads not answered", kw.missing())
+			return
+		}
+	}
+	kw.check()
+}
+
+// check checks the history for linearizability; a history porcupine
+// cannot decide within kvCheckTimeout fails the run too.
+func (kw *kvWorkload) check() {
+	w := kw.s.w
+	res := porcupine.CheckOperationsTimeout(kvModel, kw.history, kvCheckTimeout)
+	w.tracef("kv: %d operations (%d writes with unknown outcomes): %s", len(kw.history), kw.unknown, res)
+	switch res {
+	case porcupine.Ok:
+		return
+	case porcupine.Unknown:
+		kw.s.chk.violate(KVLinearizable, "porcupine could not decide the history of %d operations within %s: not checked", len(kw.history), kvCheckTimeout)
+		return
+	}
+	// Name the first key whose history is not linearizable, and trace it.
+	for _, part := range kvPartition(kw.history) {
+		if porcupine.CheckOperationsTimeout(kvModel, part, kvCheckTimeout) == porcupine.Ok {
+			continue
+		}
+		key := part[0].Input.(kvInput).Key
+		for _, op := range part {
+			ret := "never"
+			if op.Return != math.MaxInt64 {
+				ret = fmt.Sprint(op.Return - epochMs)
+			}
+			w.tracef("kv history %s: client %d [%d, %s] %s -> %+v", key, op.ClientId+1, op.Call-epochMs, ret, op.Input, op.Output)
+		}
+		kw.s.chk.violate(KVLinearizable, "the history of key %s (%d operations) is not linearizable (it is traced above the end)", key, len(part))
+		return
+	}
+	kw.s.chk.violate(KVLinearizable, "the history of %d operations is not linearizable", len(kw.history))
+}
+
+// kvKeyState is one key in kvModel: Live with Value, and its latest
+// revision Rev (a tombstone's while not Live; 0: never written). While
+// !RevKnown the revision is only known to be above Rev: a write whose
+// outcome is unknown took effect, at a revision nobody saw.
+type kvKeyState struct {
+	Live     bool
+	Value    string
+	Rev      uint64
+	RevKnown bool
+}
+
+// revIs reports whether the key's latest revision may be rev, and the
+// state with it known.
+func (s kvKeyState) revIs(rev uint64) (kvKeyState, bool) {
+	if s.RevKnown {
+		return s, s.Rev == rev
+	}
+	above := s.Rev
+	s.Rev, s.RevKnown = rev, true
+	return s, rev > above
+}
+
+// before reports whether a write at rev may follow the latest revision.
+func (s kvKeyState) before(rev uint64) bool {
+	if s.RevKnown {
+		return rev > s.Rev
+	}
+	return rev > s.Rev+1
+}
+
+// written is the state after a write whose revision is unknown.
+func (s kvKeyState) written(live bool, value string) kvKeyState {
+	bound := s.Rev
+	if !s.RevKnown {
+		bound++
+	}
+	return kvKeyState{Live: live, Value: value, Rev: bound}
+}
+
+// holds reports whether a CAS expecting expected may succeed, with the
+// state it learns (the kernel's conditionHolds: 0 means absent or a
+// tombstone; otherwise the latest revision, tombstone or not).
+func (s kvKeyState) holds(expected uint64) (kvKeyState, bool) {
+	if expected == 0 {
+		return s, !s.Live
+	}
+	return s.revIs(expected)
+}
+
+// kvStep is the sequential specification of one key: the states op may
+// leave (none: it cannot have happened so).
+func kvStep(state, input, output any) []any {
+	s, in, out := state.(kvKeyState), input.(kvInput), output.(kvOutput)
+	var next []any
+	add := func(ok bool, st kvKeyState) {
+		if ok {
+			next = append(next, st)
+		}
+	}
+	switch in.Op {
+	case kvGet:
+		if !out.Found {
+			add(!s.Live, s)
+			break
+		}
+		st, ok := s.revIs(out.Rev)
+		add(ok && s.Live && s.Value == out.Value, st)
+	case kvPut, kvDel:
+		live := in.Op == kvPut
+		if out.Unknown {
+			add(true, s.written(live, in.Value))
+			break
+		}
+		add(s.before(out.Rev), kvKeyState{Live: live, Value: in.Value, Rev: out.Rev, RevKnown: true})
+	case kvCAS:
+		switch {
+		case out.Unknown:
+			if st, ok := s.holds(in.Expected); ok {
+				add(true, st.written(true, in.Value))
+			}
+			add(true, s) // refused when applied: nothing changed
+		case out.Mismatch:
+			st, ok := s.revIs(out.Rev)
+			held := !s.Live
+			if in.Expected != 0 {
+				held = st.Rev == in.Expected
+			}
+			add(ok && !held, st)
+		default:
+			st, ok := s.holds(in.Expected)
+			add(ok && st.before(out.Rev), kvKeyState{Live: true, Value: in.Value, Rev: out.Rev, RevKnown: true})
+		}
+	}
+	return next
+}
+
+// kvPartition splits a history by key, in key order.
+func kvPartition(history []porcupine.Operation) [][]porcupine.Operation {
+	byKey := map[string][]porcupine.Operation{}
+	for _, op := range history {
+		k := op.Input.(kvInput).Key
+		byKey[k] = append(byKey[k], op)
+	}
+	var out [][]porcupine.Operation
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
+		out = append(out, byKey[k])
+	}
+	return out
+}
+
+// kvModel is a map of keys with revisions, checked key by key.
+var kvModel = (&porcupine.NondeterministicModel{
+	Partition: kvPartition,
+	Init:      func() []any { return []any{kvKeyState{RevKnown: true}} },
+	Step:      kvStep,
+	DescribeOperation: func(input, output any) string {
+		return fmt.Sprintf("%s -> %+v", input.(kvInput), output.(kvOutput))
+	},
+}).ToModel()
