@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -407,23 +408,86 @@ func (kw *kvWorkload) check() {
 		kw.s.chk.violate(KVLinearizable, "porcupine could not decide the history of %d operations within %s: not checked", len(kw.history), kvCheckTimeout)
 		return
 	}
-	// Name the first key whose history is not linearizable, and trace it.
+	// Name the first key whose history is not linearizable and the first
+	// operation it cannot be linearized at; trace what led to it.
 	for _, part := range kvPartition(kw.history) {
-		if porcupine.CheckOperationsTimeout(kvModel, part, kvCheckTimeout) == porcupine.Ok {
+		if porcupine.CheckOperationsTimeout(kvModel, part, kvCheckTimeout) != porcupine.Illegal {
 			continue
 		}
 		key := part[0].Input.(kvInput).Key
-		for _, op := range part {
-			ret := "never"
-			if op.Return != math.MaxInt64 {
-				ret = fmt.Sprint(op.Return - epochMs)
-			}
-			w.tracef("kv history %s: client %d [%d, %s] %s -> %+v", key, op.ClientId+1, op.Call-epochMs, ret, op.Input, op.Output)
+		culprit, before := kvFirstIllegal(part)
+		for _, op := range before[max(0, len(before)-kvTracedOpsMax):] {
+			w.tracef("kv history %s: %s", key, kvDescribe(op))
 		}
-		kw.s.chk.violate(KVLinearizable, "the history of key %s (%d operations) is not linearizable (it is traced above the end)", key, len(part))
+		kw.s.chk.violate(KVLinearizable, "key %s: %s cannot be linearized after the %d operations of the key that precede it (the last %d traced above)",
+			key, kvDescribe(culprit), len(before), min(len(before), kvTracedOpsMax))
 		return
 	}
 	kw.s.chk.violate(KVLinearizable, "the history of %d operations is not linearizable", len(kw.history))
+}
+
+// kvTracedOpsMax bounds the operations a failed check traces.
+const kvTracedOpsMax = 30
+
+// kvFirstIllegal finds, in a key's illegal history, the first answer that
+// cannot be linearized: the earliest return time T at which the history
+// as known at T (answered by then; writes in flight then as unknown) is
+// already illegal (a binary search: knowing more never makes a history
+// legal again). It returns that operation and the ones known at T before
+// it, in call order.
+func kvFirstIllegal(part []porcupine.Operation) (porcupine.Operation, []porcupine.Operation) {
+	var returns []int64
+	for _, op := range part {
+		if op.Return != math.MaxInt64 {
+			returns = append(returns, op.Return)
+		}
+	}
+	slices.Sort(returns)
+	returns = slices.Compact(returns)
+	known := func(t int64) []porcupine.Operation {
+		var out []porcupine.Operation
+		for _, op := range part {
+			switch {
+			case op.Return <= t:
+				out = append(out, op)
+			case op.Call <= t && op.Input.(kvInput).Op != kvGet:
+				op.Output, op.Return = kvOutput{Unknown: true}, math.MaxInt64
+				out = append(out, op)
+			}
+		}
+		slices.SortStableFunc(out, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+		return out
+	}
+	i, _ := slices.BinarySearchFunc(returns, true, func(t int64, _ bool) int {
+		if porcupine.CheckOperationsTimeout(kvModel, known(t), kvCheckTimeout) == porcupine.Illegal {
+			return 0
+		}
+		return -1
+	})
+	if i == len(returns) {
+		return part[len(part)-1], part[:len(part)-1]
+	}
+	t := returns[i]
+	var culprit porcupine.Operation
+	var before []porcupine.Operation
+	for _, op := range known(t) {
+		if op.Return == t && culprit.Input == nil {
+			culprit = op
+			continue
+		}
+		before = append(before, op)
+	}
+	return culprit, before
+}
+
+// kvDescribe is one operation for a trace line: client, [call, return]
+// in virtual ms since the start, input and outcome.
+func kvDescribe(op porcupine.Operation) string {
+	ret := "never"
+	if op.Return != math.MaxInt64 {
+		ret = fmt.Sprint(op.Return - epochMs)
+	}
+	return fmt.Sprintf("client %d [%d, %s] %s -> %+v", op.ClientId+1, op.Call-epochMs, ret, op.Input, op.Output)
 }
 
 // kvKeyState is one key in kvModel: Live with Value, and its latest

@@ -139,7 +139,7 @@ func runKVCutOffLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *br
 	return r, zombie
 }
 
-// TestKVCutOffLeaderReadsFenced (KV8): an ex-leader cut off from the
+// TestKVCutOffLeaderReadsFenced (KV7): an ex-leader cut off from the
 // replicas that elected another refuses reads once its lease lapsed, and
 // the history is linearizable; with KVReadWithoutLease it serves stale
 // values and the linearizability check fails the run. Its writes, once it
@@ -162,11 +162,14 @@ func TestKVCutOffLeaderReadsFenced(t *testing.T) {
 		if r.Violation == nil || r.Violation.Invariant != KVLinearizable {
 			t.Fatalf("seed %d: with KVReadWithoutLease and %s cut off, got %v, want a %s violation", seed, zombie.id, r.Violation, KVLinearizable)
 		}
+		if !strings.Contains(r.Violation.Detail, "] get k") {
+			t.Fatalf("seed %d: the first operation not linearizable is not a read: %v", seed, r.Violation)
+		}
 		t.Logf("seed %d: %s cut off; mutation found: %v", seed, zombie.id, r.Violation)
 	}
 }
 
-// TestClusterKVLinearizableCampaign (KV7) runs the KV workload in
+// TestClusterKVLinearizableCampaign (KV6) runs the KV workload in
 // whole-cluster runs with every fault (kill -9, power loss, kill points,
 // partitions, network, disk and clock faults, client disconnects, pauses):
 // each seed's history, final reads after the last power loss included,
