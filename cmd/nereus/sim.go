@@ -201,7 +201,7 @@ func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) erro
 			fmt.Fprintf(out, "%d scheduled, %d published: ", r.Scheduled, r.SchedPublished)
 		}
 		if o.KV > 0 {
-			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes): ", r.KVOps, r.KVUnknown)
+			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes), %d watches: ", r.KVOps, r.KVUnknown, r.KVWatches)
 		}
 		if r.Violation == nil {
 			fmt.Fprintln(out, "ok")

@@ -64,7 +64,8 @@ type ClusterOptions struct {
 	Schedules int
 	// KV adds the KV workload (kv.go): 3 clients run this many operations
 	// each (put, get, CAS, delete) on 3 keys of a bucket replicated on
-	// every node, and the history is checked for linearizability (0: none).
+	// every node, and the history is checked for linearizability; a
+	// watcher follows the bucket from revision 1 (kvwatch.go) (0: none).
 	KV int
 }
 
@@ -280,7 +281,7 @@ func (s *sim) runPhases() Result {
 		r.Scheduled, r.SchedPublished = len(s.sched.acked), len(s.sched.seen)
 	}
 	if s.kv != nil {
-		r.KVOps, r.KVUnknown = len(s.kv.history), s.kv.unknown
+		r.KVOps, r.KVUnknown, r.KVWatches = len(s.kv.history), s.kv.unknown, s.kv.watcher.resumes
 	}
 	r.Restarts = 0
 	for _, b := range s.nodes {

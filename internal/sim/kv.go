@@ -98,6 +98,7 @@ type kvOp struct {
 type kvWorkload struct {
 	s       *sim
 	clients []*kvClient
+	watcher *kvWatcher
 	history []porcupine.Operation
 	unknown int // writes recorded with an unknown outcome
 	// finalReads: the keys a client reads after the final power loss.
@@ -131,6 +132,7 @@ func newKVWorkload(s *sim, opsPerClient int) *kvWorkload {
 		}
 		s.w.after(s.w.between(10, 50), c.issue)
 	}
+	kw.watcher = newKVWatcher(kw)
 	return kw
 }
 
@@ -213,6 +215,7 @@ func (c *kvClient) draw() kvInput {
 	if in.Op == kvPut || in.Op == kvCAS {
 		c.values++
 		in.Value = fmt.Sprintf("c%d-%d", c.id, c.values)
+		c.kw.watcher.keyOf[in.Value] = in.Key
 	}
 	return in
 }
@@ -285,6 +288,7 @@ func (c *kvClient) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		c.record(op, out)
 	case *wire.KVWriteOK:
 		c.lastRev[op.in.Key] = f.Revision
+		c.kw.watcher.acknowledged(f.Revision, op.in)
 		c.record(op, kvOutput{Rev: f.Revision})
 	case *wire.Err:
 		code := f.Code
@@ -363,12 +367,15 @@ func (kw *kvWorkload) done() bool {
 			return false
 		}
 	}
-	return len(kw.finalReads) == 0
+	return len(kw.finalReads) == 0 && kw.watcher.caughtUp()
 }
 
-// missing counts the operations not run yet.
+// missing counts the operations not run yet (and a watcher behind).
 func (kw *kvWorkload) missing() int {
 	n := len(kw.finalReads)
+	if !kw.watcher.caughtUp() {
+		n++
+	}
 	for _, c := range kw.clients {
 		n += c.total - c.next
 		if c.cur != nil || c.retry != nil {
@@ -400,7 +407,8 @@ func (s *sim) kvFinal(deadline int64) {
 func (kw *kvWorkload) check() {
 	w := kw.s.w
 	res := porcupine.CheckOperationsTimeout(kvModel, kw.history, kvCheckTimeout)
-	w.tracef("kv: %d operations (%d writes with unknown outcomes): %s", len(kw.history), kw.unknown, res)
+	w.tracef("kv: %d operations (%d writes with unknown outcomes): %s; the watcher reached %d in %d watches, %d ended CURSOR_EXPIRED",
+		len(kw.history), kw.unknown, res, kw.watcher.next, kw.watcher.resumes, kw.watcher.expired)
 	switch res {
 	case porcupine.Ok:
 		return

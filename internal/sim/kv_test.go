@@ -173,11 +173,13 @@ func TestKVCutOffLeaderReadsFenced(t *testing.T) {
 // whole-cluster runs with every fault (kill -9, power loss, kill points,
 // partitions, network, disk and clock faults, client disconnects, pauses):
 // each seed's history, final reads after the last power loss included,
-// is linearizable, and seed 1 replays bit for bit.
+// is linearizable, the watcher sees every revision once in order across
+// the failovers (KVWatchEveryRevision) and reaches every acknowledged
+// one, and seed 1 replays bit for bit.
 // NEREUS_SIM_KV_SEEDS raises the seed count for a soak.
 func TestClusterKVLinearizableCampaign(t *testing.T) {
 	seeds := envUint(t, "NEREUS_SIM_KV_SEEDS", 3)
-	ops, unknown := 0, 0
+	ops, unknown, watches := 0, 0, 0
 	for seed := uint64(1); seed <= seeds; seed++ {
 		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, KV: 60}
 		r := RunCluster(o)
@@ -187,14 +189,17 @@ func TestClusterKVLinearizableCampaign(t *testing.T) {
 		if r.KVOps < 100 {
 			t.Fatalf("seed %d: only %d KV operations recorded", seed, r.KVOps)
 		}
-		ops, unknown = ops+r.KVOps, unknown+r.KVUnknown
+		ops, unknown, watches = ops+r.KVOps, unknown+r.KVUnknown, watches+r.KVWatches
 		if seed == 1 {
 			if again := RunCluster(o); again.TraceHash != r.TraceHash {
 				t.Fatalf("seed 1 replayed differently")
 			}
 		}
 	}
-	t.Logf("%d seeds: %d KV operations checked, %d writes with unknown outcomes", seeds, ops, unknown)
+	if watches <= int(seeds) {
+		t.Fatalf("the watcher never had to resume (%d watches in %d seeds): no failover exercised it", watches, seeds)
+	}
+	t.Logf("%d seeds: %d KV operations checked, %d writes with unknown outcomes; the watcher saw every revision through %d watches", seeds, ops, unknown, watches)
 }
 
 // TestClusterKVMutationSearch runs KVReadWithoutLease in whole-cluster

@@ -135,8 +135,9 @@ type Result struct {
 	// messages seen published (ClusterOptions.Schedules).
 	Scheduled, SchedPublished int
 	// KVOps and KVUnknown: KV operations in the checked history, and
-	// writes among them whose outcome is unknown (ClusterOptions.KV).
-	KVOps, KVUnknown int
+	// writes among them whose outcome is unknown; KVWatches: watches the
+	// KV watcher started (ClusterOptions.KV).
+	KVOps, KVUnknown, KVWatches int
 	// ReplicaStates counts the replica states partition leaders reported
 	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...;
 	// and followers of themselves, suffixed " (self)": Rebuilding,
@@ -441,6 +442,7 @@ func (s *sim) clients() []client {
 		for _, c := range s.kv.clients {
 			out = append(out, c)
 		}
+		out = append(out, s.kv.watcher)
 	}
 	return out
 }
@@ -457,6 +459,8 @@ func (s *sim) connOf(cl client) *conn {
 		}
 		return v.lanes[s.w.rng.IntN(len(v.lanes))].c
 	case *kvClient:
+		return v.conns[v.at]
+	case *kvWatcher:
 		return v.conns[v.at]
 	}
 	return nil
