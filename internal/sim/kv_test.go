@@ -63,6 +63,7 @@ func TestKVModel(t *testing.T) {
 		{"absent after an acknowledged write", []kvRow{row(0, 0, 1, put("a", "x"), rev(5)), row(1, 2, 3, get("a"), absent())}, false},
 		{"concurrent read sees either", []kvRow{
 			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, 6, put("a", "y"), rev(6)), row(1, 3, 4, get("a"), found("x", 5))}, true},
+		{"read with the wrong value", []kvRow{row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, 3, get("a"), found("y", 5))}, false},
 		{"read with the wrong revision", []kvRow{row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, 3, get("a"), found("x", 4))}, false},
 		{"revisions go backwards", []kvRow{row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, 3, put("a", "y"), rev(4))}, false},
 		{"cas on the seen revision", []kvRow{
@@ -90,6 +91,19 @@ func TestKVModel(t *testing.T) {
 			row(1, 12, 13, get("a"), absent())}, true},
 		{"unknown write cannot take effect before it was sent", []kvRow{
 			row(0, 0, 1, put("a", "x"), rev(5)), row(1, 2, 3, get("a"), found("y", 9)), row(0, 4, -1, put("a", "y"), kvOutput{})}, false},
+		{"unknown delete between two revisions", []kvRow{
+			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, -1, del("a"), kvOutput{}), row(1, 3, 4, get("a"), absent()),
+			row(1, 5, 6, put("a", "z"), rev(7))}, true},
+		{"unknown delete with no revision left for it", []kvRow{
+			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, -1, del("a"), kvOutput{}), row(1, 3, 4, get("a"), absent()),
+			row(1, 5, 6, put("a", "z"), rev(6))}, false},
+		{"a refusal naming a revision the unknown delete must be above", []kvRow{
+			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, -1, del("a"), kvOutput{}), row(1, 3, 4, get("a"), absent()),
+			row(1, 5, 6, cas("a", "z", 4), mismatch(5))}, false},
+		{"unknown cas that took effect", []kvRow{
+			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, -1, cas("a", "y", 5), kvOutput{}), row(1, 10, 11, get("a"), found("y", 9))}, true},
+		{"unknown cas refused", []kvRow{
+			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, -1, cas("a", "y", 4), kvOutput{}), row(1, 10, 11, get("a"), found("x", 5))}, true},
 		{"unknown cas that could not hold", []kvRow{
 			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, -1, cas("a", "y", 4), kvOutput{}), row(1, 10, 11, get("a"), found("y", 9))}, false},
 		{"a value never written", []kvRow{row(1, 0, 1, get("a"), found("q", 2))}, false},
