@@ -110,8 +110,8 @@ type kvClient struct {
 	id    int
 	total int // operations to run
 	next  int // operations drawn so far
-	conns []*conn
-	at    int // the node the bucket's leader is believed to be
+	kvConns
+	at int // the node the bucket's leader is believed to be
 	// created: the bucket was confirmed (KV_BUCKET_OK) to this client.
 	created bool
 	cur     *kvOp
@@ -124,11 +124,11 @@ type kvClient struct {
 func newKVWorkload(s *sim, opsPerClient int) *kvWorkload {
 	kw := &kvWorkload{s: s}
 	for i := range kvClients {
-		c := &kvClient{kw: kw, id: i + 1, total: opsPerClient, conns: make([]*conn, len(s.nodes)), at: i % len(s.nodes),
+		c := &kvClient{kw: kw, id: i + 1, total: opsPerClient, kvConns: kvConns{make([]*conn, len(s.nodes))}, at: i % len(s.nodes),
 			lastRev: map[string]uint64{}}
 		kw.clients = append(kw.clients, c)
 		for at := range s.nodes {
-			s.w.after(s.w.between(0, 10), func() { c.connect(at) })
+			s.w.after(s.w.between(0, 10), func() { c.connect(s, c, at) })
 		}
 		s.w.after(s.w.between(10, 50), c.issue)
 	}
@@ -140,22 +140,31 @@ func kvKey(i int) string { return fmt.Sprintf("k%d", i) }
 
 func (c *kvClient) name() string { return fmt.Sprintf("kv%d", c.id) }
 
-func (c *kvClient) connect(at int) {
-	c.conns[at] = c.kw.s.nodes[at].dial(c, c.kw.s.partitioned[c.name()])
-	if cn := c.conns[at]; cn.open {
-		cn.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: c.name()})
+// kvConns are a KV client's connections, one to every node.
+type kvConns struct{ conns []*conn }
+
+// connect dials node at for cl and says hello.
+func (k *kvConns) connect(s *sim, cl client, at int) {
+	k.conns[at] = s.dial(cl, at)
+	if c := k.conns[at]; c.open {
+		c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: cl.name()})
 	}
 }
 
-func (c *kvClient) onClose(cn *conn) {
-	at := slices.Index(c.conns, cn)
-	if at < 0 {
-		return
+// closed dials again, later, the node of a connection that closed, and
+// reports whether it was one of these.
+func (k *kvConns) closed(s *sim, cl client, c *conn) bool {
+	at := slices.Index(k.conns, c)
+	if at >= 0 {
+		s.w.after(s.w.between(10, 200), func() { k.connect(s, cl, at) })
 	}
-	if c.cur != nil && c.cur.conn == cn {
+	return at >= 0
+}
+
+func (c *kvClient) onClose(cn *conn) {
+	if c.closed(c.kw.s, c, cn) && c.cur != nil && c.cur.conn == cn {
 		c.fail(c.cur, "connection closed")
 	}
-	c.kw.s.w.after(c.kw.s.w.between(10, 200), func() { c.connect(at) })
 }
 
 // issue starts the client's next operation, unless one is in flight:

@@ -1,10 +1,6 @@
 package sim
 
-import (
-	"slices"
-
-	"github.com/nereus-broker/nereus/internal/wire"
-)
+import "github.com/nereus-broker/nereus/internal/wire"
 
 // The KV workload's watcher: one client watches the bucket from revision
 // 1 through a connection to every node, for the whole run, resuming from
@@ -37,8 +33,8 @@ type kvWritten struct {
 }
 
 type kvWatcher struct {
-	kw      *kvWorkload
-	conns   []*conn
+	kw *kvWorkload
+	kvConns
 	at      int
 	next    uint64 // the next revision the watcher must see
 	corr    uint64
@@ -57,10 +53,10 @@ type kvWatcher struct {
 
 func newKVWatcher(kw *kvWorkload) *kvWatcher {
 	s := kw.s
-	wt := &kvWatcher{kw: kw, conns: make([]*conn, len(s.nodes)), next: 1, acked: map[uint64]kvWritten{},
+	wt := &kvWatcher{kw: kw, kvConns: kvConns{make([]*conn, len(s.nodes))}, next: 1, acked: map[uint64]kvWritten{},
 		seen: map[uint64]kvWritten{}, keyOf: map[string]string{}}
 	for at := range s.nodes {
-		s.w.after(s.w.between(0, 10), func() { wt.connect(at) })
+		s.w.after(s.w.between(0, 10), func() { wt.connect(s, wt, at) })
 	}
 	s.w.after(s.w.between(100, 300), wt.start)
 	s.w.after(500, wt.check)
@@ -69,22 +65,10 @@ func newKVWatcher(kw *kvWorkload) *kvWatcher {
 
 func (wt *kvWatcher) name() string { return "kvwatch" }
 
-func (wt *kvWatcher) connect(at int) {
-	wt.conns[at] = wt.kw.s.nodes[at].dial(wt, wt.kw.s.partitioned[wt.name()])
-	if c := wt.conns[at]; c.open {
-		c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: wt.name()})
-	}
-}
-
 func (wt *kvWatcher) onClose(c *conn) {
-	at := slices.Index(wt.conns, c)
-	if at < 0 {
-		return
-	}
-	if wt.watch == c {
+	if wt.closed(wt.kw.s, wt, c) && wt.watch == c {
 		wt.ended("connection closed", true)
 	}
-	wt.kw.s.w.after(wt.kw.s.w.between(10, 200), func() { wt.connect(at) })
 }
 
 // start starts a watch from the cursor at the node believed to lead.

@@ -40,7 +40,7 @@ func TestKVWatcherChecks(t *testing.T) {
 		w := newWorld(1, false)
 		s := &sim{w: w, chk: newChecker(w, map[uint32]bool{}), nodes: []*broker{{w: w}}}
 		kw := &kvWorkload{s: s}
-		wt := &kvWatcher{kw: kw, conns: make([]*conn, 1), next: 1, acked: map[uint64]kvWritten{}, seen: map[uint64]kvWritten{},
+		wt := &kvWatcher{kw: kw, kvConns: kvConns{make([]*conn, 1)}, next: 1, acked: map[uint64]kvWritten{}, seen: map[uint64]kvWritten{},
 			keyOf: map[string]string{"a": "k0", "b": "k1", "c": "k1"}}
 		kw.watcher = wt
 		for rev, in := range c.acked {
