@@ -171,7 +171,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
 	fl.BoolVar(&members, "members", false, "with --nodes: the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
-	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, and check the history for linearizability (porcupine)")
+	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
@@ -201,7 +201,7 @@ func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) erro
 			fmt.Fprintf(out, "%d scheduled, %d published: ", r.Scheduled, r.SchedPublished)
 		}
 		if o.KV > 0 {
-			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes), %d watches: ", r.KVOps, r.KVUnknown, r.KVWatches)
+			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes), %d watches (%d CURSOR_EXPIRED): ", r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired)
 		}
 		if r.Violation == nil {
 			fmt.Fprintln(out, "ok")

@@ -63,7 +63,7 @@ type ClusterOptions struct {
 	// NeverEarly and ExactlyOnce checked (0: none).
 	Schedules int
 	// KV adds the KV workload (kv.go): 3 clients run this many operations
-	// each (put, get, CAS, delete) on 3 keys of a bucket replicated on
+	// each (put, get, CAS, delete) on 5 keys of a bucket replicated on
 	// every node, and the history is checked for linearizability; a
 	// watcher follows the bucket from revision 1 (kvwatch.go) (0: none).
 	KV int
@@ -281,7 +281,7 @@ func (s *sim) runPhases() Result {
 		r.Scheduled, r.SchedPublished = len(s.sched.acked), len(s.sched.seen)
 	}
 	if s.kv != nil {
-		r.KVOps, r.KVUnknown, r.KVWatches = len(s.kv.history), s.kv.unknown, s.kv.watcher.resumes
+		r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired = len(s.kv.history), s.kv.unknown, s.kv.watcher.resumes, s.kv.watcher.expired
 	}
 	r.Restarts = 0
 	for _, b := range s.nodes {

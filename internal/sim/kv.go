@@ -40,8 +40,12 @@ import (
 const (
 	kvBucket     = "simkv"
 	kvClients    = 3
-	kvKeys       = 3
+	kvKeys       = 5
 	kvBucketHist = 2
+	// kvTombstoneTTLMs: deletes are purged this soon, so compaction
+	// raises the bucket's floor within a run (the watcher may then meet
+	// CURSOR_EXPIRED).
+	kvTombstoneTTLMs = 300
 	// kvOpTimeoutMs: a request unanswered this long has an unknown
 	// outcome; the client moves on.
 	kvOpTimeoutMs = 2000
@@ -119,6 +123,9 @@ type kvClient struct {
 	corr    uint64
 	lastRev map[string]uint64 // the revision the client last saw per key
 	values  int
+	// readsTo, when not 0, sends every read to node readsTo-1 (scripted
+	// scenarios: a client that keeps reading from one node).
+	readsTo int
 }
 
 func newKVWorkload(s *sim, opsPerClient int) *kvWorkload {
@@ -178,7 +185,8 @@ func (c *kvClient) issue() {
 	final := false
 	switch {
 	case !c.created:
-		c.send(&kvOp{create: true}, &wire.KVBucketCreate{Config: wire.KVBucketConfig{Bucket: kvBucket, History: kvBucketHist, Replicas: c.kw.s.replicas}})
+		c.send(&kvOp{create: true}, &wire.KVBucketCreate{Config: wire.KVBucketConfig{Bucket: kvBucket, History: kvBucketHist,
+			TombstoneTTLMs: kvTombstoneTTLMs, Replicas: c.kw.s.replicas}})
 		return
 	case c.retry != nil:
 		in, c.retry = *c.retry, nil
@@ -238,7 +246,11 @@ func (c *kvClient) draw() kvInput {
 func (c *kvClient) send(op *kvOp, f wire.Frame) {
 	w := c.kw.s.w
 	at := c.at
-	if op.in.Op == kvGet && !op.create && w.rng.IntN(3) == 0 {
+	switch {
+	case op.in.Op != kvGet || op.create:
+	case c.readsTo != 0:
+		at = c.readsTo - 1
+	case w.rng.IntN(3) == 0:
 		at = w.rng.IntN(len(c.conns))
 	}
 	cn := c.conns[at]
@@ -371,12 +383,17 @@ func (c *kvClient) done(op *kvOp, what string) {
 // done reports whether every client ran its operations and the final
 // reads were answered.
 func (kw *kvWorkload) done() bool {
+	return kw.opsDone() && len(kw.finalReads) == 0 && kw.watcher.caughtUp()
+}
+
+// opsDone reports whether every client ran its operations.
+func (kw *kvWorkload) opsDone() bool {
 	for _, c := range kw.clients {
-		if c.cur != nil || c.retry != nil || c.next < c.total || !c.created {
+		if c.cur != nil || c.retry != nil || c.next < c.total {
 			return false
 		}
 	}
-	return len(kw.finalReads) == 0 && kw.watcher.caughtUp()
+	return true
 }
 
 // missing counts the operations not run yet (and a watcher behind).
@@ -406,6 +423,14 @@ func (s *sim) kvFinal(deadline int64) {
 		if s.w.nowMs > deadline || !s.step() {
 			s.chk.violate(Liveness, "30 s after the final power loss, %d KV reads not answered", kw.missing())
 			return
+		}
+	}
+	for _, b := range s.nodes {
+		if !b.up {
+			continue
+		}
+		if infos, err := b.node.KVBuckets(kvBucket); err == nil {
+			s.w.tracef("kv: %s applied the bucket to revision %d, floor %d", b.id, infos[0].Revision, infos[0].Floor)
 		}
 	}
 	kw.check()
@@ -508,7 +533,8 @@ func kvDescribe(op porcupine.Operation) string {
 }
 
 // kvKeyState is one key in kvModel: Live with Value, and its latest
-// revision Rev (a tombstone's while not Live; 0: never written). While
+// revision Rev (a tombstone's while not Live; 0: never written; see
+// Purged). While
 // !RevKnown the revision is only known to be above Rev: a write whose
 // outcome is unknown took effect, at a revision nobody saw.
 type kvKeyState struct {
@@ -516,11 +542,17 @@ type kvKeyState struct {
 	Value    string
 	Rev      uint64
 	RevKnown bool
+	// Purged: a tombstone compaction removed; the key's current revision
+	// is 0 again, while Rev still bounds the next one.
+	Purged bool
 }
 
 // revIs reports whether the key's latest revision may be rev, and the
 // state with it known.
 func (s kvKeyState) revIs(rev uint64) (kvKeyState, bool) {
+	if s.Purged {
+		return s, rev == 0
+	}
 	if s.RevKnown {
 		return s, s.Rev == rev
 	}
@@ -559,7 +591,19 @@ func (s kvKeyState) holds(expected uint64) (kvKeyState, bool) {
 // kvStep is the sequential specification of one key: the states op may
 // leave (none: it cannot have happened so).
 func kvStep(state, input, output any) []any {
-	s, in, out := state.(kvKeyState), input.(kvInput), output.(kvOutput)
+	s := state.(kvKeyState)
+	next := kvStepFrom(s, input.(kvInput), output.(kvOutput))
+	if !s.Live && !s.Purged && (s.Rev != 0 || !s.RevKnown) {
+		// A tombstone may have been purged by a compaction (an entry of
+		// the log no client sees): the key is then as never written,
+		// though later revisions still come after the delete's.
+		s.Purged = true
+		next = append(next, kvStepFrom(s, input.(kvInput), output.(kvOutput))...)
+	}
+	return next
+}
+
+func kvStepFrom(s kvKeyState, in kvInput, out kvOutput) []any {
 	var next []any
 	add := func(ok bool, st kvKeyState) {
 		if ok {
@@ -592,7 +636,7 @@ func kvStep(state, input, output any) []any {
 			st, ok := s.revIs(out.Rev)
 			held := !s.Live
 			if in.Expected != 0 {
-				held = st.Rev == in.Expected
+				held = !st.Purged && st.Rev == in.Expected
 			}
 			add(ok && !held, st)
 		default:

@@ -106,6 +106,13 @@ func TestKVModel(t *testing.T) {
 			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, -1, cas("a", "y", 4), kvOutput{}), row(1, 10, 11, get("a"), found("x", 5))}, true},
 		{"unknown cas that could not hold", []kvRow{
 			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, -1, cas("a", "y", 4), kvOutput{}), row(1, 10, 11, get("a"), found("y", 9))}, false},
+		{"a purged tombstone", []kvRow{
+			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, 3, del("a"), rev(6)), row(1, 4, 5, cas("a", "z", 6), mismatch(0)),
+			row(1, 6, 7, cas("a", "z", 0), rev(9))}, true},
+		{"a purge revives nothing", []kvRow{
+			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, 3, del("a"), rev(6)), row(1, 4, 5, get("a"), found("x", 5))}, false},
+		{"a live key is never purged", []kvRow{
+			row(0, 0, 1, put("a", "x"), rev(5)), row(1, 4, 5, cas("a", "z", 5), mismatch(0))}, false},
 		{"a value never written", []kvRow{row(1, 0, 1, get("a"), found("q", 2))}, false},
 		{"keys are independent", []kvRow{
 			row(0, 0, 1, put("a", "x"), rev(5)), row(0, 2, 3, put("b", "y"), rev(6)), row(1, 4, 5, get("a"), found("x", 5)),
@@ -133,9 +140,10 @@ func (s *sim) kvLeader() *broker {
 // fault: at 800 ms the bucket's leader is cut off its peers for 2.5 s
 // while its clients go on. The others elect a new leader and take
 // writes; reads that still reach the old one (a third of the reads go to
-// a random node) must be refused, the lease being gone.
+// a random node, and from 1 s into the cut all of one client's) must be
+// refused, the lease being gone.
 func runKVCutOffLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *broker) {
-	s := newClusterSim(ClusterOptions{Seed: seed, KV: 150, MessagesPerProducer: 100, Mutations: m})
+	s := newClusterSim(ClusterOptions{Seed: seed, KV: 200, MessagesPerProducer: 100, Mutations: m})
 	var zombie *broker
 	s.w.after(800, func() {
 		if zombie = s.kvLeader(); zombie == nil {
@@ -144,7 +152,15 @@ func runKVCutOffLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *br
 		id := uint32(slices.Index(s.nodes, zombie) + 1)
 		s.w.tracef("scenario: cut %s, the KV bucket's leader, off its peers", zombie.id)
 		s.net.setCut(id, true, true)
-		s.w.after(2500, func() { s.net.setCut(id, false, false) })
+		reader := s.kv.clients[0]
+		s.w.after(1000, func() {
+			s.w.tracef("scenario: %s reads from %s only", reader.name(), zombie.id)
+			reader.readsTo = int(id)
+		})
+		s.w.after(2500, func() {
+			s.net.setCut(id, false, false)
+			reader.readsTo = 0
+		})
 	})
 	r := s.runPhases()
 	if zombie == nil {
@@ -193,7 +209,7 @@ func TestKVCutOffLeaderReadsFenced(t *testing.T) {
 // NEREUS_SIM_KV_SEEDS raises the seed count for a soak.
 func TestClusterKVLinearizableCampaign(t *testing.T) {
 	seeds := envUint(t, "NEREUS_SIM_KV_SEEDS", 3)
-	ops, unknown, watches := 0, 0, 0
+	ops, unknown, watches, expired := 0, 0, 0, 0
 	for seed := uint64(1); seed <= seeds; seed++ {
 		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, KV: 60}
 		r := RunCluster(o)
@@ -203,7 +219,7 @@ func TestClusterKVLinearizableCampaign(t *testing.T) {
 		if r.KVOps < 100 {
 			t.Fatalf("seed %d: only %d KV operations recorded", seed, r.KVOps)
 		}
-		ops, unknown, watches = ops+r.KVOps, unknown+r.KVUnknown, watches+r.KVWatches
+		ops, unknown, watches, expired = ops+r.KVOps, unknown+r.KVUnknown, watches+r.KVWatches, expired+r.KVExpired
 		if seed == 1 {
 			if again := RunCluster(o); again.TraceHash != r.TraceHash {
 				t.Fatalf("seed 1 replayed differently")
@@ -213,7 +229,8 @@ func TestClusterKVLinearizableCampaign(t *testing.T) {
 	if watches <= int(seeds) {
 		t.Fatalf("the watcher never had to resume (%d watches in %d seeds): no failover exercised it", watches, seeds)
 	}
-	t.Logf("%d seeds: %d KV operations checked, %d writes with unknown outcomes; the watcher saw every revision through %d watches", seeds, ops, unknown, watches)
+	t.Logf("%d seeds: %d KV operations checked, %d writes with unknown outcomes; the watcher saw every revision through %d watches (%d ended CURSOR_EXPIRED)",
+		seeds, ops, unknown, watches, expired)
 }
 
 // TestClusterKVMutationSearch runs KVReadWithoutLease in whole-cluster

@@ -12,14 +12,15 @@ import "github.com/nereus-broker/nereus/internal/wire"
 // in band, when it resumes from the floor; that every put or delete it
 // sees is what was written (its key and value, and for an acknowledged
 // write its revision); and, at the end, that it reached every
-// acknowledged revision.
+// acknowledged revision. It is a slow consumer at times (grant), so
+// compaction — deletes are purged after kvTombstoneTTLMs — may overrun it.
 
 // KVWatchEveryRevision: a watcher sees every revision once, in order,
 // with what was written there, or CURSOR_EXPIRED in band.
 const KVWatchEveryRevision = "KVWatchEveryRevision"
 
 const (
-	kvWatchCredit = 64
+	kvWatchCredit = 16
 	// kvWatchIdleMs: a watch silent this long while acknowledged
 	// revisions lie ahead of its cursor is started again elsewhere.
 	kvWatchIdleMs = 3000
@@ -148,9 +149,8 @@ func (wt *kvWatcher) onFrame(c *conn, corr uint64, f wire.Frame) {
 		got := kvWritten{op: f.Entry.Op, key: string(f.Entry.Key), value: string(f.Entry.Value)}
 		wt.observe(rev, got)
 		wt.next = rev + 1
-		if wt.credit--; wt.credit < kvWatchCredit/2 {
-			wt.credit += kvWatchCredit
-			c.send(0, &wire.KVWatchCredit{Watch: wt.corr, Credit: kvWatchCredit})
+		if wt.credit--; wt.credit == kvWatchCredit/2 {
+			wt.grant(c, wt.corr)
 		}
 	case *wire.Err:
 		switch f.Code {
@@ -167,6 +167,24 @@ func (wt *kvWatcher) onFrame(c *conn, corr uint64, f wire.Frame) {
 			wt.ended(f.Code.String(), f.Code != wire.CodeUnavailable)
 		}
 	}
+}
+
+// grant gives the watch more credit; one time in three only after a
+// while (a slow consumer: compaction may overrun it, and its watch end
+// CURSOR_EXPIRED).
+func (wt *kvWatcher) grant(c *conn, corr uint64) {
+	w := wt.kw.s.w
+	send := func() {
+		if wt.watch == c && wt.corr == corr {
+			wt.credit += kvWatchCredit
+			c.send(0, &wire.KVWatchCredit{Watch: corr, Credit: kvWatchCredit})
+		}
+	}
+	if w.rng.IntN(3) == 0 {
+		w.after(w.between(500, 2500), send)
+		return
+	}
+	send()
 }
 
 // observe checks what the watcher saw at rev against what was written.

@@ -135,9 +135,10 @@ type Result struct {
 	// messages seen published (ClusterOptions.Schedules).
 	Scheduled, SchedPublished int
 	// KVOps and KVUnknown: KV operations in the checked history, and
-	// writes among them whose outcome is unknown; KVWatches: watches the
-	// KV watcher started (ClusterOptions.KV).
-	KVOps, KVUnknown, KVWatches int
+	// writes among them whose outcome is unknown; KVWatches and
+	// KVExpired: watches the KV watcher started, and those that ended
+	// CURSOR_EXPIRED (ClusterOptions.KV).
+	KVOps, KVUnknown, KVWatches, KVExpired int
 	// ReplicaStates counts the replica states partition leaders reported
 	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...;
 	// and followers of themselves, suffixed " (self)": Rebuilding,
@@ -300,8 +301,10 @@ func (s *sim) producersDone() bool {
 	return true
 }
 
+// safetyPhase runs the workload under faults until it is done (the
+// producers, and the KV clients' operations) or Steps events ran.
 func (s *sim) safetyPhase() {
-	for s.w.events < s.opts.Steps && s.chk.violation == nil && !s.producersDone() && s.step() {
+	for s.w.events < s.opts.Steps && s.chk.violation == nil && (!s.producersDone() || s.kv != nil && !s.kv.opsDone()) && s.step() {
 	}
 }
 
