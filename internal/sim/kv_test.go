@@ -236,7 +236,7 @@ func TestClusterKVLinearizableCampaign(t *testing.T) {
 // TestClusterKVMutationSearch runs KVReadWithoutLease in whole-cluster
 // runs with every fault and counts the seeds whose history the check
 // finds not linearizable; it requires one. The random faults seldom cut
-// a bucket's leader off cleanly enough for a stale read (none in 71
+// a bucket's leader off cleanly enough for a stale read (none in 40
 // seeds), so it runs only with NEREUS_SIM_KV_MUTATION_SEEDS set; the
 // scripted TestKVCutOffLeaderReadsFenced finds the mutation every time.
 func TestClusterKVMutationSearch(t *testing.T) {
