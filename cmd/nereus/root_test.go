@@ -141,8 +141,12 @@ func TestSimNodes(t *testing.T) {
 	if err != nil || !strings.Contains(out, "seed 1: 3 nodes") || !strings.HasSuffix(out, ": ok\n") {
 		t.Fatalf("sim --nodes: %v\n%s", err, out)
 	}
+	out, err = run("--nodes", "3", "--seed", "1", "--steps", "3000", "--kv", "20")
+	if err != nil || !strings.Contains(out, "kv ops") || !strings.HasSuffix(out, ": ok\n") {
+		t.Fatalf("sim --nodes --kv: %v\n%s", err, out)
+	}
 	out, err = run("--list-mutations")
-	if err != nil || !strings.Contains(out, "ack-before-commit\n") {
+	if err != nil || !strings.Contains(out, "ack-before-commit\n") || !strings.Contains(out, "kv-read-without-lease\n") {
 		t.Fatalf("--list-mutations: %v\n%s", err, out)
 	}
 	_, err = run("--nodes", "3", "--seed", "7", "--mutation", "ack-before-commit") // its first seed (SCENARIOS.md)

@@ -39,6 +39,7 @@ func newSimCmd() *cobra.Command {
 		listMut     bool
 		members     bool
 		schedules   int
+		kvOps       int
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -85,7 +86,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err != nil {
 					return err
 				}
-				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules}
+				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, KV: kvOps}
 				if logs {
 					o.Logs = cmd.ErrOrStderr()
 				}
@@ -170,6 +171,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
 	fl.BoolVar(&members, "members", false, "with --nodes: the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
+	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
@@ -197,6 +199,9 @@ func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) erro
 		}
 		if o.Schedules > 0 {
 			fmt.Fprintf(out, "%d scheduled, %d published: ", r.Scheduled, r.SchedPublished)
+		}
+		if o.KV > 0 {
+			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes), %d watches (%d CURSOR_EXPIRED): ", r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired)
 		}
 		if r.Violation == nil {
 			fmt.Fprintln(out, "ok")

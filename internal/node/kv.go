@@ -16,10 +16,11 @@ package node
 //   - the kv kernel's records (puts, deletes, CAS, compactions) and the
 //     replication's install entries, which kv.Bucket skips.
 //
-// Every node holding the partition runs a kvRunner: one goroutine that
-// applies the committed records, in order, to its kv.Bucket (the bucket
-// and its applied seq advance together) and, while the partition's leader
-// has taken office, runs kv.Leader for writes, answers reads and serves
+// Every node holding the partition runs a kvRunner: one goroutine (in
+// Manual mode none: Node.Step runs it, see step) that applies the
+// committed records, in order, to its kv.Bucket (the bucket and its
+// applied seq advance together) and, while the partition's leader has
+// taken office, runs kv.Leader for writes, answers reads and serves
 // watches from its bucket, and proposes compaction records.
 
 import (
@@ -80,10 +81,10 @@ type kvRegistry struct {
 }
 
 // startKVRunner starts the runner of a bucket's topic this node holds
-// (startTopic calls it; callers hold n.mu or own n). Manual nodes do not
-// serve KV (the simulator does not drive it yet).
+// (startTopic calls it; callers hold n.mu or own n). A Manual node starts
+// no goroutine: Node.Step runs the runner (step).
 func (n *Node) startKVRunner(t *topic) {
-	if n.cfg.Manual || len(t.partitions) != 1 || !t.partitions[0].held() {
+	if len(t.partitions) != 1 || !t.partitions[0].held() {
 		return
 	}
 	bucket := strings.TrimPrefix(t.cfg.Name, wire.KVTopicPrefix)
@@ -101,7 +102,24 @@ func (n *Node) startKVRunner(t *topic) {
 	wake := r.poke
 	t.kvWake.Store(&wake)
 	n.kv.runners[bucket] = r
+	if n.cfg.Manual {
+		r.poke() // Step runs its first round
+		return
+	}
 	go r.run()
+}
+
+// kvRunners are the runners of the buckets this node holds, by bucket
+// name (Step runs them in this order: a simulated run replays bit for
+// bit).
+func (n *Node) kvRunners() []*kvRunner {
+	n.kv.mu.Lock()
+	defer n.kv.mu.Unlock()
+	out := make([]*kvRunner, 0, len(n.kv.runners))
+	for _, name := range slices.Sorted(maps.Keys(n.kv.runners)) {
+		out = append(out, n.kv.runners[name])
+	}
+	return out
 }
 
 // kvRunner is one bucket on this node. Requests and completions reach it
@@ -140,6 +158,9 @@ type kvRunner struct {
 	watches    map[*KVWatch]*kvWatchState
 	compacting bool
 	ticks      int
+	// nextTickMs: when a Manual runner's next tick is due (step).
+	nextTickMs int64
+	stopped    bool // a Manual runner shut down (step)
 }
 
 type kvWait struct {
@@ -176,6 +197,40 @@ func (r *kvRunner) run() {
 		}
 		r.round()
 	}
+}
+
+// step runs a Manual node's runner (Node.Step calls it, on the node's
+// only goroutine, after the replication's ticks and messages): a round
+// when it was poked (a request or completion posted, a commit), when its
+// tick is due, or once to shut down when the partition stopped. It
+// reports whether it ran. A round reads the partition's leadership and
+// lease afresh before it answers any request it took in, as run does.
+func (r *kvRunner) step(nowMs int64) bool {
+	if r.stopped {
+		return false
+	}
+	select {
+	case <-r.p.done:
+		r.stopped = true
+		r.shutdown()
+		return true
+	default:
+	}
+	tickMs := kvTick.Milliseconds()
+	ticked := nowMs >= r.nextTickMs || nowMs < r.nextTickMs-tickMs // due, or the clock went back
+	if ticked {
+		r.ticks++
+		r.nextTickMs = nowMs + tickMs
+	}
+	select {
+	case <-r.wake:
+	default:
+		if !ticked {
+			return false
+		}
+	}
+	r.round()
+	return true
 }
 
 // round applies what committed, follows the partition's leadership, runs
@@ -456,7 +511,7 @@ func (r *kvRunner) readableBucket() (*kv.Bucket, *wire.Error) {
 	if err != nil {
 		return nil, err
 	}
-	if !r.lease {
+	if !r.lease && !r.n.cfg.Mutations.KVReadWithoutLease {
 		return nil, wire.Errorf(wire.CodeUnavailable, "bucket %q: the leader's lease lapsed (no quorum answered it lately); retry", r.bucket)
 	}
 	return b, nil
@@ -547,6 +602,15 @@ func (r *kvRunner) write(w kv.Write, done func(uint64, error)) {
 		done(0, wire.Errorf(wire.CodeUnavailable, "bucket %q: the leader is starting; retry", r.bucket))
 		return
 	}
+	if rs := r.p.replica(); rs != nil {
+		// The partition would refuse the record; refused here, nothing
+		// is proposed, so the client hears a definite refusal rather than
+		// OUTCOME_UNKNOWN (a write already in flight may still commit).
+		if st, _ := rs.leaderView(); st.ReadOnly {
+			done(0, wire.Errorf(wire.CodeQuorumLost, "bucket %q: the leader is READ_ONLY_DEGRADED (no quorum of replicas acknowledges); nothing was written, retry", r.bucket))
+			return
+		}
+	}
 	r.nextID++
 	id := r.nextID
 	r.writes[id] = done
@@ -625,7 +689,11 @@ func (r *kvRunner) maybeCompact() {
 // runner's goroutine.
 func (r *kvRunner) describe() *wire.KVBucketInfo {
 	ch := make(chan *wire.KVBucketInfo, 1)
-	r.post(func() {
+	post := r.post
+	if r.n.cfg.Manual {
+		post = func(fn func()) { fn() } // the caller is the runner's goroutine (Step's)
+	}
+	post(func() {
 		if r.state == nil || r.conf == nil {
 			ch <- nil
 			return
@@ -736,9 +804,6 @@ func (n *Node) kvRunnerOf(bucket string) (*kvRunner, error) {
 	if err := wire.ValidateBucketName(bucket); err != nil {
 		return nil, err
 	}
-	if n.cfg.Manual {
-		return nil, wire.Errorf(wire.CodeUnavailable, "KV buckets are not served by a Manual (simulated) node")
-	}
 	t, err := n.topic(wire.KVTopic(bucket))
 	if errors.Is(err, wire.ErrNotFound) {
 		return nil, wire.Errorf(wire.CodeNotFound, "bucket %q does not exist", bucket)
@@ -777,10 +842,6 @@ func (n *Node) KVCreateBucket(c wire.KVBucketConfig, done func(cfg wire.KVBucket
 	}
 	if c.TombstoneTTLMs == 0 {
 		c.TombstoneTTLMs = kvTombstoneTTLMsDefault
-	}
-	if n.cfg.Manual {
-		done(c, false, wire.Errorf(wire.CodeUnavailable, "KV buckets are not served by a Manual (simulated) node"))
-		return
 	}
 	conf := kvBucketConf{History: int(c.History), TombstoneTTLMs: c.TombstoneTTLMs}
 	tc := wire.TopicConfig{Name: wire.KVTopic(c.Bucket), Partitions: 1, Replicas: c.Replicas}

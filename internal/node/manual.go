@@ -45,6 +45,11 @@ type Mutations struct {
 	// state (e.g. a due message published before its intent commits).
 	Sched      sched.Mutations
 	SchedState sched.StateMutations
+	// KVReadWithoutLease lets a bucket's leader answer reads (GET, KEYS,
+	// LIST, HISTORY, watches) from its applied state without holding its
+	// lease: an ex-leader cut off from the replicas that elected another
+	// serves stale values (the simulator's KV linearizability check).
+	KVReadWithoutLease bool
 }
 
 // Step runs, on the caller's goroutine, all work of a Manual node that is
@@ -107,6 +112,9 @@ func (n *Node) Step() bool {
 			if r != nil {
 				progress = r.step(now) || progress
 			}
+		}
+		for _, r := range n.kvRunners() {
+			progress = r.step(now) || progress
 		}
 		if n.members != nil {
 			progress = n.members.step(now) || progress

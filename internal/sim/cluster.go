@@ -62,6 +62,11 @@ type ClusterOptions struct {
 	// messages scheduled into their own topic, each due within 3 s, with
 	// NeverEarly and ExactlyOnce checked (0: none).
 	Schedules int
+	// KV adds the KV workload (kv.go): 3 clients run this many operations
+	// each (put, get, CAS, delete) on 5 keys of a bucket replicated on
+	// every node, and the history is checked for linearizability; a
+	// watcher follows the bucket from revision 1 (kvwatch.go) (0: none).
+	KV int
 }
 
 // ClusterRetention is a cluster run's retention: the topic's
@@ -114,6 +119,9 @@ var ClusterMutations = map[string]node.Mutations{
 	// With --members: a moving partition assigned before its REVOKE is
 	// answered (ExclusiveDelivery).
 	"assign-before-revoke": {Group: group.Mutations{AssignBeforeRevoke: true}},
+	// With --kv: a bucket's leader answers reads without its lease
+	// (KVLinearizable: an ex-leader's stale read).
+	"kv-read-without-lease": {KVReadWithoutLease: true},
 }
 
 // ClusterReproduce is the command that runs o again.
@@ -128,6 +136,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.Schedules > 0 {
 		cmd += fmt.Sprintf(" --schedules %d", o.Schedules)
+	}
+	if o.KV > 0 {
+		cmd += fmt.Sprintf(" --kv %d", o.KV)
 	}
 	if o.Shared {
 		cmd += " # with ClusterOptions.Shared (no CLI flag: run it from a test)"
@@ -244,6 +255,9 @@ func newClusterSim(o ClusterOptions) *sim {
 			s.w.after(s.w.between(0, 10), func() { sc.connect(at) })
 		}
 	}
+	if o.KV > 0 {
+		s.kv = newKVWorkload(s, o.KV)
+	}
 	s.w.after(tickMs, s.tick)
 	return s
 }
@@ -265,6 +279,9 @@ func (s *sim) runPhases() Result {
 	r.Members = s.memberEvents
 	if s.sched != nil {
 		r.Scheduled, r.SchedPublished = len(s.sched.acked), len(s.sched.seen)
+	}
+	if s.kv != nil {
+		r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired = len(s.kv.history), s.kv.unknown, s.kv.watcher.resumes, s.kv.watcher.expired
 	}
 	r.Restarts = 0
 	for _, b := range s.nodes {
@@ -518,6 +535,9 @@ func (s *sim) clusterFinalPhase() {
 	s.chk.finalChecks(func(p uint32) *broker { return leaders[p] }, s.opts.Partitions)
 	if s.sched != nil && s.chk.violation == nil {
 		s.schedFinal(deadline)
+	}
+	if s.kv != nil && s.chk.violation == nil {
+		s.kvFinal(deadline)
 	}
 	s.w.tracef("end: acked=%d deliveries=%d", len(s.chk.acked), s.chk.deliveries)
 }

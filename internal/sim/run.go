@@ -134,6 +134,11 @@ type Result struct {
 	// Scheduled and SchedPublished: schedules acknowledged, and scheduled
 	// messages seen published (ClusterOptions.Schedules).
 	Scheduled, SchedPublished int
+	// KVOps and KVUnknown: KV operations in the checked history, and
+	// writes among them whose outcome is unknown; KVWatches and
+	// KVExpired: watches the KV watcher started, and those that ended
+	// CURSOR_EXPIRED (ClusterOptions.KV).
+	KVOps, KVUnknown, KVWatches, KVExpired int
 	// ReplicaStates counts the replica states partition leaders reported
 	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...;
 	// and followers of themselves, suffixed " (self)": Rebuilding,
@@ -201,6 +206,8 @@ type sim struct {
 	// sched is the scheduled-delivery workload (ClusterOptions.Schedules;
 	// nil without).
 	sched *schedClient
+	// kv is the KV workload (ClusterOptions.KV; nil without).
+	kv *kvWorkload
 }
 
 // Run executes one seed and returns its result. It never panics on a broken
@@ -294,8 +301,10 @@ func (s *sim) producersDone() bool {
 	return true
 }
 
+// safetyPhase runs the workload under faults until it is done (the
+// producers, and the KV clients' operations) or Steps events ran.
 func (s *sim) safetyPhase() {
-	for s.w.events < s.opts.Steps && s.chk.violation == nil && !s.producersDone() && s.step() {
+	for s.w.events < s.opts.Steps && s.chk.violation == nil && (!s.producersDone() || s.kv != nil && !s.kv.opsDone()) && s.step() {
 	}
 }
 
@@ -318,7 +327,7 @@ func (s *sim) livenessPhase() {
 	s.w.tracef("heal: faults off")
 	deadline := s.w.nowMs + livenessMsMax
 	for events := 0; s.chk.violation == nil; events++ {
-		if s.producersDone() && len(s.chk.undelivered()) == 0 && s.scriptSteps == 0 && (s.sched == nil || s.sched.done()) {
+		if s.producersDone() && len(s.chk.undelivered()) == 0 && s.scriptSteps == 0 && (s.sched == nil || s.sched.done()) && (s.kv == nil || s.kv.done()) {
 			return
 		}
 		if s.w.nowMs > deadline || events > livenessEventsMax || !s.step() {
@@ -335,8 +344,12 @@ func (s *sim) livenessPhase() {
 			if s.sched != nil {
 				schedMissing = s.sched.missing()
 			}
-			s.chk.violate(Liveness, "%d acknowledged records not acked by the group (first %s), %d messages never acknowledged, %d schedules not answered or not published, %dms after healing",
-				len(missing), first, unacked, schedMissing, s.w.nowMs-(deadline-livenessMsMax))
+			kvMissing := 0
+			if s.kv != nil {
+				kvMissing = s.kv.missing()
+			}
+			s.chk.violate(Liveness, "%d acknowledged records not acked by the group (first %s), %d messages never acknowledged, %d schedules not answered or not published, %d KV operations not run, %dms after healing",
+				len(missing), first, unacked, schedMissing, kvMissing, s.w.nowMs-(deadline-livenessMsMax))
 			return
 		}
 	}
@@ -428,6 +441,12 @@ func (s *sim) clients() []client {
 	for _, c := range s.consumers {
 		out = append(out, c)
 	}
+	if s.kv != nil {
+		for _, c := range s.kv.clients {
+			out = append(out, c)
+		}
+		out = append(out, s.kv.watcher)
+	}
 	return out
 }
 
@@ -442,6 +461,10 @@ func (s *sim) connOf(cl client) *conn {
 			return v.lanes[0].c
 		}
 		return v.lanes[s.w.rng.IntN(len(v.lanes))].c
+	case *kvClient:
+		return v.conns[v.at]
+	case *kvWatcher:
+		return v.conns[v.at]
 	}
 	return nil
 }
