@@ -144,6 +144,11 @@ type Bucket struct {
 	floor   uint64 // see Floor
 	// keys holds each key's kept revisions, oldest first, never empty.
 	keys map[string][]Revision
+	// live caches the live keys, sorted, for Keys: rebuilt only after
+	// a key is created, deleted, revived or purged (liveValid false), not
+	// on every listing — a listing used to sort the whole bucket per page.
+	live      []string
+	liveValid bool
 	// bySeq maps each kept revision to its key; order holds the kept
 	// revisions' seqs ascending, plus dropped ones (absent from bySeq)
 	// until staleInOrder makes a rebuild of order worth it.
@@ -231,7 +236,11 @@ func (b *Bucket) Apply(seq uint64, r Record) (ApplyResult, error) {
 // insert appends a revision (the newest of its key and of the bucket)
 // and drops what HistoryMax overwrites.
 func (b *Bucket) insert(rev Revision) {
-	history := append(b.keys[rev.Key], rev)
+	prev := b.keys[rev.Key]
+	if len(prev) == 0 || (prev[len(prev)-1].Op == OpDelete) != (rev.Op == OpDelete) {
+		b.liveValid = false // the live keys change
+	}
+	history := append(prev, rev)
 	// A key keeps its last HistoryMax revisions: an older one has
 	// HistoryMax newer ones, so dropping it is an overwrite (a benign
 	// skip), not an eviction, and the floor stays.
@@ -278,6 +287,9 @@ func (b *Bucket) purge(nowMs int64) int {
 		}
 		delete(b.keys, key)
 		b.floor = max(b.floor, latest.Seq+1)
+		if latest.Op != OpDelete {
+			b.liveValid = false // a live key purged (EvictLiveRevision)
+		}
 		purged++
 	}
 	b.maybeCompactOrder()
@@ -360,12 +372,34 @@ func (b *Bucket) History(key string) []Revision { return slices.Clone(b.keys[key
 // Keys returns the live keys (latest revision not a tombstone) that start
 // with prefix, sorted.
 func (b *Bucket) Keys(prefix string) []string {
-	var keys []string
-	for key, history := range b.keys {
-		if strings.HasPrefix(key, prefix) && history[len(history)-1].Op != OpDelete {
-			keys = append(keys, key)
+	if !b.liveValid {
+		b.live = b.live[:0]
+		for key, history := range b.keys {
+			if history[len(history)-1].Op != OpDelete {
+				b.live = append(b.live, key)
+			}
+		}
+		sort.Strings(b.live)
+		b.liveValid = true
+	}
+	i := sort.SearchStrings(b.live, prefix)
+	j := i
+	for j < len(b.live) && strings.HasPrefix(b.live[j], prefix) {
+		j++
+	}
+	return slices.Clone(b.live[i:j])
+}
+
+// LiveKeys is the number of live keys.
+func (b *Bucket) LiveKeys() int {
+	if b.liveValid {
+		return len(b.live)
+	}
+	n := 0
+	for _, history := range b.keys {
+		if history[len(history)-1].Op != OpDelete {
+			n++
 		}
 	}
-	sort.Strings(keys)
-	return keys
+	return n
 }

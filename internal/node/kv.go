@@ -700,7 +700,7 @@ func (r *kvRunner) describe() *wire.KVBucketInfo {
 		}
 		ch <- &wire.KVBucketInfo{
 			Config:   wire.KVBucketConfig{Bucket: r.bucket, History: uint32(r.conf.History), TombstoneTTLMs: r.conf.TombstoneTTLMs, Replicas: r.t.cfg.Replicas},
-			Revision: r.state.Applied(), Floor: r.state.Floor(), Keys: uint32(min(len(r.state.Keys("")), 1<<32-1)),
+			Revision: r.state.Applied(), Floor: r.state.Floor(), Keys: uint32(min(r.state.LiveKeys(), 1<<32-1)),
 		}
 	})
 	select {
