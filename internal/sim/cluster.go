@@ -15,6 +15,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -114,6 +115,13 @@ var ClusterMutations = map[string]node.Mutations{
 	// With --members: a moving partition assigned before its REVOKE is
 	// answered (ExclusiveDelivery).
 	"assign-before-revoke": {Group: group.Mutations{AssignBeforeRevoke: true}},
+	// With --schedules: the scheduler's owner and applied state
+	// (sched_mutation_test.go).
+	"sched-publish-without-lease": {Sched: sched.Mutations{PublishWithoutLease: true}},
+	"sched-publish-before-intent": {Sched: sched.Mutations{PublishBeforeIntent: true}},
+	"sched-fenced-still-fires":    {Sched: sched.Mutations{FencedStillFires: true}},
+	"sched-ready-not-revalidated": {Sched: sched.Mutations{ReadyNotRevalidated: true}},
+	"sched-reuse-fire-seq":        {SchedState: sched.StateMutations{ReuseFireSeq: true}},
 }
 
 // ClusterReproduce is the command that runs o again.
@@ -190,6 +198,9 @@ func newClusterSim(o ClusterOptions) *sim {
 		if o.LedgerCompactBytes != 0 {
 			b.ledgerCompactBytes = o.LedgerCompactBytes
 		}
+		if o.Schedules > 0 {
+			b.schedPublish = func(shard uint32, p sched.Publish) { s.sched.ghost.published(b, shard, p) }
+		}
 		id := uint32(i)
 		b.onCrash = func() {
 			if l := s.net.members[id]; l != nil {
@@ -235,7 +246,9 @@ func newClusterSim(o ClusterOptions) *sim {
 	}
 	if o.Schedules > 0 {
 		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules), inflight: map[int]bool{},
-			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{}}
+			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{},
+			unseen: map[int]bool{}, declared: make([]int, len(s.nodes))}
+		sc.ghost = newSchedGhost(s, sc)
 		for shard := range sc.shardAt {
 			sc.shardAt[shard] = shard % len(s.nodes)
 		}
@@ -265,6 +278,7 @@ func (s *sim) runPhases() Result {
 	r.Members = s.memberEvents
 	if s.sched != nil {
 		r.Scheduled, r.SchedPublished = len(s.sched.acked), len(s.sched.seen)
+		r.SchedStats = s.sched.ghost.stats
 	}
 	r.Restarts = 0
 	for _, b := range s.nodes {

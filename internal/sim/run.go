@@ -134,6 +134,9 @@ type Result struct {
 	// Scheduled and SchedPublished: schedules acknowledged, and scheduled
 	// messages seen published (ClusterOptions.Schedules).
 	Scheduled, SchedPublished int
+	// SchedStats counts what the scheduler ghost saw (destination
+	// outages, publishes checked, lanes blocked, intake probes).
+	SchedStats map[string]int
 	// ReplicaStates counts the replica states partition leaders reported
 	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...;
 	// and followers of themselves, suffixed " (self)": Rebuilding,
@@ -281,6 +284,9 @@ func (s *sim) step() bool {
 	}
 	if s.net != nil {
 		s.observeReplication()
+	}
+	if s.sched != nil {
+		s.sched.ghost.watch()
 	}
 	return true
 }
