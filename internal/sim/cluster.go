@@ -63,6 +63,11 @@ type ClusterOptions struct {
 	// messages scheduled into their own topic, each due within 3 s, with
 	// NeverEarly and ExactlyOnce checked (0: none).
 	Schedules int
+
+	// SchedOutageMsMax bounds a destination outage of the scheduled
+	// workload (ClusterFaults.Outage, schedghost.go; 0: 2,500 ms). Longer
+	// ones outlast the scheduler's evidence (5 s).
+	SchedOutageMsMax int64
 }
 
 // ClusterRetention is a cluster run's retention: the topic's
@@ -139,6 +144,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.Shared {
 		cmd += " # with ClusterOptions.Shared (no CLI flag: run it from a test)"
+	}
+	if o.SchedOutageMsMax != 0 {
+		cmd += fmt.Sprintf(" # with ClusterOptions.SchedOutageMsMax %d (no CLI flag: run it from a test)", o.SchedOutageMsMax)
 	}
 	if o.Retention != (ClusterRetention{}) {
 		cmd += fmt.Sprintf(" # with ClusterOptions.Retention %+v (no CLI flag: run it from a test)", o.Retention)
@@ -249,6 +257,7 @@ func newClusterSim(o ClusterOptions) *sim {
 			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{},
 			unseen: map[int]bool{}, declared: make([]int, len(s.nodes))}
 		sc.ghost = newSchedGhost(s, sc)
+		sc.ghost.outageMsMax = o.SchedOutageMsMax
 		for shard := range sc.shardAt {
 			sc.shardAt[shard] = shard % len(s.nodes)
 		}

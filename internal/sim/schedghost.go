@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/replica"
@@ -12,11 +14,12 @@ import (
 )
 
 // The scheduled-delivery workload's ghost (ClusterOptions.Schedules): the
-// destination outage fault, and three checks the scheduler's kernel
-// states and the simulator verifies from its global view of the cluster.
+// destination outage fault, and the checks of the scheduler's invariants
+// the simulator verifies from its global view of the cluster.
 //
 // A destination outage (ClusterFaults.Outage) makes one of the two
-// destination topics unreachable for 300 ms to 2.5 s: every replication
+// destination topics unreachable for 300 ms to 2.5 s
+// (ClusterOptions.SchedOutageMsMax): every replication
 // frame of that topic's replica groups, and every publish forwarded to
 // one of its leaders, is lost on the simulated peer network. Its leaders
 // lose their quorum (a publish to one times out, QUORUM_LOST or
@@ -36,33 +39,58 @@ import (
 //     reckons it); and no node has taken office for the shard in a later
 //     epoch — now, or ever before in the run (the ghost keeps the highest
 //     epoch any node was seen leading the shard in, crashed ones too).
+//     The ghost cannot see the Source Assignment apart from the lease: in
+//     a cluster it is the shard's placement, and a node without a replica
+//     of the shard has no runner (checked: the replica exists).
+//   - NoPublishBeforeIntent, FireSeqNeverReused and
+//     NoPublishOnStaleEvidence at the same instant (see
+//     publishedAfterIntent and publishedOnFreshEvidence).
 //   - BlockedLaneIsolated (and its plain form, ScheduledOnTime): an
 //     acknowledged schedule is published (its message committed and read
-//     at some node) no later than schedLateMsMax after the later of its
-//     due time by its owner's clock (deliver_at plus the owner's backward
-//     clock skew) and the start of the current quiet stretch of its shard
-//     and lane: no fault active but the outage of another destination
-//     (quietCluster), one node's replica of the shard leads it with its
-//     lease and its owner is ACTIVE, and every partition of its
-//     destination has a leader with its lease that is not read-only. It is
-//     named BlockedLaneIsolated while the other destination is out.
+//     at some node) no later than schedLateMsMax (1 s) after the latest
+//     of: its due time by its owner's clock (deliver_at plus the owner's
+//     backward clock skew); the start of the current quiet stretch of its
+//     shard and lane; and, when the lane's last publish before the
+//     stretch was sent before its trouble ended (it may have been lost),
+//     that publish's instant plus the forward timeout (2 s), after which
+//     the owner sends it again. A quiet stretch is: no fault active but
+//     the outage of another destination (quietCluster), one node's
+//     replica of the shard leads it with its lease and its owner is
+//     ACTIVE, and every partition of its destination has a leader with
+//     its lease that is not read-only. It is
+//     named BlockedLaneIsolated while the shard's other lane is BLOCKED at
+//     its owner or its destination is out.
 //   - IntakeNeverBlocked: a SCHEDULE sent to the shard's ACTIVE owner (its
 //     replica leads with its lease, hence a quorum) while the cluster is
 //     quiet is answered SCHEDULE_OK within schedIntakeMsMax — whatever any
 //     lane's state — unless the quiet stretch or that owner's office ends
 //     first, or the client's connection breaks.
 const (
-	schedLateMsMax   = 1000
-	schedIntakeMsMax = 1000
+	// schedLateMsMax covers a probe, an intent committed and a publish
+	// committed.
+	schedLateMsMax = 1000
+	// schedLostPublishMs: a publish that may have been lost in flight (to
+	// a destination leader that died or was cut off) is answered only by
+	// the forward timeout (node.ClusterConfig.DeclareTimeout) before its
+	// owner sends it again.
+	schedLostPublishMs = int64(clusterDeclareTimeout / time.Millisecond)
+	schedIntakeMsMax   = 1000
 	// schedClockSettleMs: after a clock jump of d ms the cluster is not
 	// quiet for |d| + this (a clock set back stops its node's ticks for
 	// |d|; the elections it causes end within this).
 	schedClockSettleMs = 2000
+	// schedEvidenceMs is how long the shell trusts a probe's answer
+	// (node's schedEvidenceMs): a READY certificate's validity.
+	schedEvidenceMs = 5000
+	// schedOutageMsMaxDefault bounds a destination outage
+	// (ClusterOptions.SchedOutageMsMax).
+	schedOutageMsMaxDefault = 2500
 )
 
 type schedGhost struct {
-	s  *sim
-	sc *schedClient
+	s           *sim
+	sc          *schedClient
+	outageMsMax int64 // ClusterOptions.SchedOutageMsMax
 	// office: by shard, the highest epoch any node was seen leading the
 	// shard in.
 	office [node.SchedShards]uint64
@@ -88,7 +116,21 @@ type schedGhost struct {
 	// readiness: each (shard, lane)'s readiness at its current owner, to
 	// count its changes.
 	readiness map[schedLane]sched.Readiness
+	// writableAt: by node and destination, when (by that node's clock)
+	// its view last showed every partition of the destination with a
+	// leader, not read-only and not corrupt — what a probe there answers
+	// Writable on.
+	writableAt map[schedView]int64
+	// lanePubMs: each lane's last publish; troubleMs: when each
+	// destination was last unhealthy or the cluster not quiet.
+	lanePubMs map[schedLane]int64
+	troubleMs map[string]int64
 	stats     map[string]int
+}
+
+type schedView struct {
+	node  int
+	topic string
 }
 
 type schedLane struct {
@@ -112,7 +154,7 @@ type intakeProbe struct {
 }
 
 func newSchedGhost(s *sim, sc *schedClient) *schedGhost {
-	return &schedGhost{s: s, sc: sc, fires: map[schedFire]uint64{}, readiness: map[schedLane]sched.Readiness{}, onTimeFrom: map[int]int64{}, intake: map[int]intakeProbe{}, stats: map[string]int{},
+	return &schedGhost{s: s, sc: sc, writableAt: map[schedView]int64{}, lanePubMs: map[schedLane]int64{}, troubleMs: map[string]int64{}, fires: map[schedFire]uint64{}, readiness: map[schedLane]sched.Readiness{}, onTimeFrom: map[int]int64{}, intake: map[int]intakeProbe{}, stats: map[string]int{},
 		skews: make([]int64, len(s.nodes))}
 }
 
@@ -126,7 +168,7 @@ func (g *schedGhost) destinationOutage() {
 	g.s.net.outTopic = t
 	g.stats["destination outages"]++
 	g.s.w.tracef("fault destination %s unreachable", t)
-	g.s.w.after(g.s.w.between(300, 2500), func() {
+	g.s.w.after(g.s.w.between(300, cmp.Or(g.outageMsMax, schedOutageMsMaxDefault)), func() {
 		if g.s.net.outTopic == t {
 			g.s.net.outTopic = ""
 			g.s.w.tracef("heal destination %s", t)
@@ -138,6 +180,7 @@ func (g *schedGhost) destinationOutage() {
 // schedule p of shard.
 func (g *schedGhost) published(b *broker, shard uint32, p sched.Publish) {
 	g.stats["publishes"]++
+	g.lanePubMs[schedLane{shard, p.Topic}] = g.s.w.nowMs
 	if g.s.chk.violation != nil {
 		return
 	}
@@ -159,6 +202,40 @@ func (g *schedGhost) published(b *broker, shard uint32, p sched.Publish) {
 			return
 		}
 		g.publishedAfterIntent(b, shard, p)
+		g.publishedOnFreshEvidence(b, shard, p)
+	}
+}
+
+// publishedOnFreshEvidence is NoPublishOnStaleEvidence at the instant
+// node b publishes schedule p of shard: b's view showed the destination
+// writable less than schedEvidenceMs ago by b's clock. A READY
+// certificate comes from a probe that found it writable and lasts
+// schedEvidenceMs, so a publish later than that after the view last
+// showed it writable used an expired certificate. (The view is sampled
+// after every event and at each publish: a view writable only inside one
+// event, between two samples, is missed — such a probe would be flagged
+// wrongly; it has not happened.)
+func (g *schedGhost) publishedOnFreshEvidence(b *broker, shard uint32, p sched.Publish) {
+	ni := slices.Index(g.s.nodes, b)
+	g.sampleWritable(ni, b)
+	at, ok := g.writableAt[schedView{ni, p.Topic}]
+	if now := b.w.nowMs + b.skewMs; !ok || now-at >= schedEvidenceMs {
+		g.s.chk.violate("NoPublishOnStaleEvidence", "%s published schedule %d of shard %d to %s, which its view has not shown writable for %d ms (evidence lasts %d ms)",
+			b.id, p.ID, shard, p.Topic, now-at, schedEvidenceMs)
+	}
+}
+
+// sampleWritable notes which destinations node ni's view shows writable
+// now (as node.schedRunner.evidence judges it).
+func (g *schedGhost) sampleWritable(ni int, b *broker) {
+	for _, t := range b.node.Metadata(schedDestTopics[:]) {
+		writable := len(t.Partitions) > 0
+		for _, p := range t.Partitions {
+			writable = writable && p.State != wire.PartitionStateCorrupt && !p.ReadOnly && p.Leader != ""
+		}
+		if writable {
+			g.writableAt[schedView{ni, t.Config.Name}] = b.w.nowMs + b.skewMs
+		}
 	}
 }
 
@@ -280,6 +357,11 @@ func (g *schedGhost) watch() {
 		return
 	}
 	g.observeOffices()
+	for ni, b := range s.nodes {
+		if b.up {
+			g.sampleWritable(ni, b)
+		}
+	}
 	quiet := g.quietCluster()
 	if quiet && !g.quiet {
 		g.quietGen++
@@ -309,14 +391,15 @@ func (g *schedGhost) countBlocked() {
 			}
 			for _, t := range slices.Sorted(maps.Keys(v.Lanes)) {
 				k, r := schedLane{v.Shard, t}, v.Lanes[t]
-				was, seen := g.readiness[k]
+				was := g.readiness[k] // RECOVERING_EVIDENCE when new
 				g.readiness[k] = r
 				switch {
-				case !seen || was == r:
-				case r == sched.Blocked && t == g.s.net.outTopic:
-					g.stats["lanes BLOCKED by an outage"]++
+				case was == r:
 				case r == sched.Blocked:
-					g.stats["lanes BLOCKED otherwise"]++
+					g.stats["lanes BLOCKED"]++
+					if t == g.s.net.outTopic {
+						g.stats["lanes BLOCKED while their destination was out"]++
+					}
 				case r == sched.Ready && was == sched.Blocked:
 					g.stats["lanes READY again after BLOCKED"]++
 				}
@@ -331,6 +414,9 @@ func (g *schedGhost) checkOnTime() {
 	var health = map[string]bool{}
 	for _, t := range schedDestTopics {
 		health[t] = g.healthy(t)
+		if !health[t] || !g.quiet {
+			g.troubleMs[t] = s.w.nowMs
+		}
 	}
 	for _, i := range slices.Sorted(maps.Keys(sc.unseen)) {
 		shard := sc.shardOf(i)
@@ -342,6 +428,9 @@ func (g *schedGhost) checkOnTime() {
 		from, ok := g.onTimeFrom[i]
 		if !ok {
 			from = s.w.nowMs
+			if at, ok := g.lanePubMs[schedLane{uint32(shard), schedTopic(i)}]; ok && at <= g.troubleMs[schedTopic(i)] {
+				from = max(from, at+schedLostPublishMs) // it may have been lost
+			}
 			g.onTimeFrom[i] = from
 		}
 		dueMs := sc.due[i] + max(0, -s.nodes[o.node-1].skewMs)
@@ -355,8 +444,13 @@ func (g *schedGhost) checkOnTime() {
 			continue
 		}
 		name, other := "ScheduledOnTime", ""
-		if g.s.net.outTopic != "" && g.s.net.outTopic != schedTopic(i) {
-			name, other = "BlockedLaneIsolated", fmt.Sprintf(" while destination %s is out", g.s.net.outTopic)
+		for _, t := range schedDestTopics {
+			if t == schedTopic(i) {
+				continue
+			}
+			if r, ok := g.readiness[schedLane{uint32(shard), t}]; t == g.s.net.outTopic || ok && r == sched.Blocked {
+				name, other = "BlockedLaneIsolated", fmt.Sprintf(" while lane %s is BLOCKED or its destination out (out: %q)", t, g.s.net.outTopic)
+			}
 		}
 		s.chk.violate(name, "schedule %s (shard %d, lane %s, due %d) not published %d ms after it fell due with its shard owned by n%d (epoch %d), its destination healthy and no other fault%s (bound %d ms)",
 			schedValue(i), shard, schedTopic(i), sc.due[i]-epochMs, late, o.node, o.epoch, other, schedLateMsMax)
