@@ -11,10 +11,10 @@ import (
 
 // The scheduled-delivery workload of a cluster run: a client schedules
 // messages into two topics of their own (two lanes of every shard:
-// schedule i goes to schedDestTopics[i%2]), one every 0-250 ms, each due
-// up to 3 s after it is sent, through a connection to every node (a SCHEDULE goes to the node its
-// shard's leader is believed to be; NOT_LEADER moves the shard on to the
-// next node). The checks: a message is visible in the topic no earlier
+// schedule i goes to schedDestTopics[i%2]), one every 0-150 ms, each due
+// up to 3 s after it is sent, through a connection to every node (a
+// SCHEDULE goes to the node its shard's leader is believed to be;
+// NOT_LEADER moves the shard on to the next node). The checks: a message is visible in the topic no earlier
 // than its deliver_at minus the largest forward clock skew any node had
 // (NeverEarly, with the owner's clock error as the documented bound);
 // after healing every acknowledged schedule is published; at the end its

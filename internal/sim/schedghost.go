@@ -100,10 +100,10 @@ type schedGhost struct {
 	owner    [node.SchedShards]schedOffice
 	ownerGen [node.SchedShards]int
 	// quiet: no fault is active but a destination outage; quietGen counts
-	// the quiet stretches, quietFromMs is when this one began.
+	// the quiet stretches. skews are the nodes' clock skews last seen, and
+	// settleUntil ends the last clock jump's disturbance.
 	quiet       bool
 	quietGen    int
-	quietFromMs int64
 	skews       []int64
 	settleUntil int64
 	// onTimeFrom: by schedule, when its shard and lane became quiet (the
@@ -154,8 +154,9 @@ type intakeProbe struct {
 }
 
 func newSchedGhost(s *sim, sc *schedClient) *schedGhost {
-	return &schedGhost{s: s, sc: sc, writableAt: map[schedView]int64{}, lanePubMs: map[schedLane]int64{}, troubleMs: map[string]int64{}, fires: map[schedFire]uint64{}, readiness: map[schedLane]sched.Readiness{}, onTimeFrom: map[int]int64{}, intake: map[int]intakeProbe{}, stats: map[string]int{},
-		skews: make([]int64, len(s.nodes))}
+	return &schedGhost{s: s, sc: sc, skews: make([]int64, len(s.nodes)), onTimeFrom: map[int]int64{}, intake: map[int]intakeProbe{},
+		fires: map[schedFire]uint64{}, readiness: map[schedLane]sched.Readiness{}, writableAt: map[schedView]int64{},
+		lanePubMs: map[schedLane]int64{}, troubleMs: map[string]int64{}, stats: map[string]int{}}
 }
 
 // destinationOutage cuts one destination topic off (see above) for a
@@ -176,8 +177,9 @@ func (g *schedGhost) destinationOutage() {
 	})
 }
 
-// published is NoPublishWithoutBothGates, at the instant node b publishes
-// schedule p of shard.
+// published is node b's SchedPublishObserver: NoPublishWithoutBothGates
+// and the other publish-instant checks, as b publishes schedule p of
+// shard.
 func (g *schedGhost) published(b *broker, shard uint32, p sched.Publish) {
 	g.stats["publishes"]++
 	g.lanePubMs[schedLane{shard, p.Topic}] = g.s.w.nowMs
@@ -365,7 +367,6 @@ func (g *schedGhost) watch() {
 	quiet := g.quietCluster()
 	if quiet && !g.quiet {
 		g.quietGen++
-		g.quietFromMs = s.w.nowMs
 	}
 	g.quiet = quiet
 	if quiet {
