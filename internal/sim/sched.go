@@ -51,6 +51,7 @@ type schedClient struct {
 	shardAt    [node.SchedShards]int // the node a shard's SCHEDULEs go to
 	seen       map[string]bool       // values seen published
 	unseen     map[int]bool          // acknowledged schedules not seen published yet
+	shards     []int                 // by schedule (shardOf)
 	// maxSkewMs is the largest forward clock skew any node has had: how
 	// early an owner may fire by its own clock.
 	maxSkewMs int64
@@ -85,9 +86,16 @@ func (sc *schedClient) onClose(c *conn) {
 	sc.s.w.after(sc.s.w.between(10, 200), func() { sc.connect(at) })
 }
 
+// shardOf is schedule i's shard (computed once: the checks ask after
+// every event).
 func (sc *schedClient) shardOf(i int) int {
-	v := schedValue(i)
-	return int(wire.SchedShard(schedTopic(i), []byte(v), 0, 0, 0, node.SchedShards))
+	if sc.shards == nil {
+		sc.shards = make([]int, sc.total)
+		for j := range sc.shards {
+			sc.shards[j] = int(wire.SchedShard(schedTopic(j), []byte(schedValue(j)), 0, 0, 0, node.SchedShards))
+		}
+	}
+	return sc.shards[i]
 }
 
 func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {

@@ -42,7 +42,7 @@ func TestClusterScheduledDeliveryCampaign(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d seeds, %d schedules acknowledged and published", seeds, scheduled)
+	t.Logf("%d seeds, %d schedules acknowledged and published", len(list), scheduled)
 }
 
 // TestClusterSchedDestinationOutagesAlone runs the scheduled-delivery

@@ -97,8 +97,9 @@ type schedGhost struct {
 	// owner: by shard, the node (index+1, 0: none) whose owner is ACTIVE
 	// with its replica leading and its lease open, and its epoch; ownerGen
 	// counts its changes.
-	owner    [node.SchedShards]schedOffice
-	ownerGen [node.SchedShards]int
+	owner      [node.SchedShards]schedOffice
+	ownerGen   [node.SchedShards]int
+	ownerViews [node.SchedShards]node.SchedShardView // the owner's, as last observed
 	// quiet: no fault is active but a destination outage; quietGen counts
 	// the quiet stretches. skews are the nodes' clock skews last seen, and
 	// settleUntil ends the last clock jump's disturbance.
@@ -214,9 +215,10 @@ func (g *schedGhost) published(b *broker, shard uint32, p sched.Publish) {
 // certificate comes from a probe that found it writable and lasts
 // schedEvidenceMs, so a publish later than that after the view last
 // showed it writable used an expired certificate. (The view is sampled
-// after every event and at each publish: a view writable only inside one
-// event, between two samples, is missed — such a probe would be flagged
-// wrongly; it has not happened.)
+// at each shard's active owner after every event, and at each publish: a
+// view writable only inside one event, or while its node was not an
+// active owner by the ghost's reckoning, is missed — a probe then would be
+// flagged wrongly; it has not happened.)
 func (g *schedGhost) publishedOnFreshEvidence(b *broker, shard uint32, p sched.Publish) {
 	ni := slices.Index(g.s.nodes, b)
 	g.sampleWritable(ni, b)
@@ -279,19 +281,23 @@ func (g *schedGhost) observeOffices() {
 		if !b.up {
 			continue
 		}
-		views := b.node.SchedViews()
+		var views []node.SchedShardView // read only for a leader with its lease
 		for shard := range g.office {
 			v, ok := b.node.Replica(wire.SchedTopic, uint32(shard))
 			if !ok || v.Status.Role != replica.Leader {
 				continue
 			}
 			g.office[shard] = max(g.office[shard], v.Status.Hard.Promised)
-			if v.Status.LeaseTicks <= 0 || v.Status.ReadOnly {
+			if v.Status.LeaseTicks <= 0 || v.Status.ReadOnly || b.paused() {
 				continue
 			}
+			if views == nil {
+				views = b.node.SchedViews()
+			}
 			for _, sv := range views {
-				if sv.Shard == uint32(shard) && sv.Lifecycle == sched.Active && sv.Epoch == v.Status.Hard.Promised && !b.paused() {
+				if sv.Shard == uint32(shard) && sv.Lifecycle == sched.Active && sv.Epoch == v.Status.Hard.Promised {
 					owners[shard] = schedOffice{node: ni + 1, epoch: sv.Epoch}
+					g.ownerViews[shard] = sv
 				}
 			}
 		}
@@ -359,9 +365,11 @@ func (g *schedGhost) watch() {
 		return
 	}
 	g.observeOffices()
-	for ni, b := range s.nodes {
-		if b.up {
-			g.sampleWritable(ni, b)
+	for _, o := range g.owner {
+		// Only an active owner probes: one that becomes active is
+		// sampled from the event it activated in (and at its publishes).
+		if o.node != 0 {
+			g.sampleWritable(o.node-1, s.nodes[o.node-1])
 		}
 	}
 	quiet := g.quietCluster()
@@ -386,10 +394,7 @@ func (g *schedGhost) countBlocked() {
 		if o.node == 0 {
 			continue
 		}
-		for _, v := range g.s.nodes[o.node-1].node.SchedViews() {
-			if v.Shard != uint32(shard) {
-				continue
-			}
+		for _, v := range g.ownerViews[shard : shard+1] {
 			for _, t := range slices.Sorted(maps.Keys(v.Lanes)) {
 				k, r := schedLane{v.Shard, t}, v.Lanes[t]
 				was := g.readiness[k] // RECOVERING_EVIDENCE when new
