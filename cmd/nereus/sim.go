@@ -198,7 +198,7 @@ func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) erro
 			fmt.Fprintf(out, "members %v: ", r.Members)
 		}
 		if o.Schedules > 0 {
-			fmt.Fprintf(out, "%d scheduled, %d published: ", r.Scheduled, r.SchedPublished)
+			fmt.Fprintf(out, "%d scheduled, %d published, ghost %v: ", r.Scheduled, r.SchedPublished, r.SchedStats)
 		}
 		if o.KV > 0 {
 			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes), %d watches (%d CURSOR_EXPIRED): ", r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired)

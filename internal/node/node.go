@@ -15,6 +15,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/partition"
+	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -37,6 +38,11 @@ type Config struct {
 	// Mutations deliberately break guards, so tests can prove that the
 	// simulator's checkers catch each one. Never set outside tests.
 	Mutations Mutations
+	// SchedPublishObserver, when set, is called by a schedule shard's
+	// runner just before each publish of a due message (the simulator's
+	// ghost of the owner's gates checks it at that instant). Never set
+	// outside tests; it must not block.
+	SchedPublishObserver func(shard uint32, p sched.Publish)
 	// ClientAddr is the address clients reach this node at; METADATA
 	// names it as the leader of what this node leads.
 	ClientAddr string

@@ -776,6 +776,9 @@ func schedProducerID(shard uint32, topic string, partition uint32) uint64 {
 
 // publish reads the due schedule's message from the shard and publishes it.
 func (r *schedRunner) publish(now int64, p sched.Publish) {
+	if observe := r.node.cfg.SchedPublishObserver; observe != nil {
+		observe(r.shard, p)
+	}
 	done := func(ok wire.PubOK, err *wire.Error) {
 		r.deliver(schedCmd{published: &schedPublished{pub: p, ok: ok, err: err}})
 	}

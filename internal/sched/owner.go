@@ -373,10 +373,15 @@ func (o *Owner) Step(now int64) {
 }
 
 // fence drops the office: zero authority until both gates hold again.
+// Effects not taken yet were emitted under the gates now gone (an event
+// stepped the owner before the shell reported the gates again): they are
+// dropped, so no publish, proposal or probe of the old office is carried
+// out after the fence (NoPublishWithoutBothGates).
 func (o *Owner) fence() {
 	o.life = Fenced
 	if !o.cfg.Mutations.FencedStillFires {
 		o.reset()
+		o.effects = slices.DeleteFunc(o.effects, func(e Effect) bool { return !e.Release })
 	}
 }
 

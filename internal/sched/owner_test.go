@@ -611,3 +611,60 @@ func TestOutcomesOfABatchShareOneFiredRecord(t *testing.T) {
 		t.Fatalf("counts %+v, %d live", c, w.st.Live())
 	}
 }
+
+// Effects the owner emitted under gates it then learns are gone are not
+// carried out: the shell takes effects after it reports the gates, and a
+// fence in between drops the untaken ones. Found by the cluster simulator
+// (seed 16 with destination outages): a publish completion stepped the
+// owner under the lease guard of the previous pass, which emitted the
+// publish of a committed intent; the same pass then read the lease closed
+// (a leadership transfer had begun) and fenced the owner, and the shell
+// still carried out the publish (NoPublishWithoutBothGates).
+func TestFenceDropsEffectsNotYetTaken(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mut  Mutations
+		want bool // effects survive the fence
+	}{
+		{name: "fence drops them"},
+		{name: "FencedStillFires keeps them", mut: Mutations{FencedStillFires: true}, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig
+			cfg.Mutations = tc.mut
+			w := newWorld(t, cfg)
+			w.activate(1)
+			w.schedule("a", 1100, 0)
+			w.at(1100)
+			w.settle(true) // claimed, intent committed, published
+			w.hold = true
+			w.schedule("a", 1100, 1)
+			w.settle(true) // the second one's publish is in flight
+			if len(w.inFlight) != 1 {
+				t.Fatalf("%d publishes in flight, want 1", len(w.inFlight))
+			}
+			// Its outcome is refused; a fresh probe finds the lane ready
+			// again, so the owner — still under the old guard — emits the
+			// publish again. Before the shell takes it, the gates are
+			// read again: the lease is gone.
+			w.o.Published(w.now, w.inFlight[0], Refused, 0)
+			w.inFlight = nil
+			w.o.Step(w.now)
+			w.answerProbe("a")
+			w.auth.GuardUntilMs = w.now
+			w.o.SetAuthority(w.now, w.auth)
+			if w.o.Lifecycle() != Fenced {
+				t.Fatalf("lifecycle %v with the guard closed, want FENCED", w.o.Lifecycle())
+			}
+			var kept []Effect
+			for _, e := range w.o.TakeEffects() {
+				if e.Publish != nil || e.Propose != nil {
+					kept = append(kept, e)
+				}
+			}
+			if got := len(kept) > 0; got != tc.want {
+				t.Fatalf("publishes or proposals left to carry out after the fence: %+v, want any: %v", kept, tc.want)
+			}
+		})
+	}
+}

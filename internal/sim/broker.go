@@ -11,6 +11,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/server"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -72,6 +73,9 @@ type broker struct {
 	// campaigns compact ack ledgers (and crash inside compaction) often;
 	// a one-ack golden run stays below it.
 	ledgerCompactBytes int64
+	// schedPublish is node.Config.SchedPublishObserver (the scheduler
+	// ghost's, schedghost.go; nil: none).
+	schedPublish func(shard uint32, p sched.Publish)
 }
 
 func (b *broker) paused() bool { return b.w.nowMs < b.pausedUntil }
@@ -124,7 +128,7 @@ func (b *broker) start() {
 			Logger:          b.nodeLogger(),
 			Mutations:       b.mutations,
 			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
-			LedgerCompactBytes: b.ledgerCompactBytes,
+			LedgerCompactBytes: b.ledgerCompactBytes, SchedPublishObserver: b.schedPublish,
 			// A tiny window, so the scheduler's spill runs under every
 			// fault (its files take write errors, crashes, power loss).
 			SchedWindow: 4})

@@ -15,6 +15,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -67,6 +68,11 @@ type ClusterOptions struct {
 	// every node, and the history is checked for linearizability; a
 	// watcher follows the bucket from revision 1 (kvwatch.go) (0: none).
 	KV int
+
+	// SchedOutageMsMax bounds a destination outage of the scheduled
+	// workload (ClusterFaults.Outage, schedghost.go; 0: 2,500 ms). Longer
+	// ones outlast the scheduler's evidence (5 s).
+	SchedOutageMsMax int64
 }
 
 // ClusterRetention is a cluster run's retention: the topic's
@@ -122,6 +128,13 @@ var ClusterMutations = map[string]node.Mutations{
 	// With --kv: a bucket's leader answers reads without its lease
 	// (KVLinearizable: an ex-leader's stale read).
 	"kv-read-without-lease": {KVReadWithoutLease: true},
+	// With --schedules: the scheduler's owner and applied state
+	// (sched_mutation_test.go).
+	"sched-publish-without-lease": {Sched: sched.Mutations{PublishWithoutLease: true}},
+	"sched-publish-before-intent": {Sched: sched.Mutations{PublishBeforeIntent: true}},
+	"sched-fenced-still-fires":    {Sched: sched.Mutations{FencedStillFires: true}},
+	"sched-ready-not-revalidated": {Sched: sched.Mutations{ReadyNotRevalidated: true}},
+	"sched-reuse-fire-seq":        {SchedState: sched.StateMutations{ReuseFireSeq: true}},
 }
 
 // ClusterReproduce is the command that runs o again.
@@ -142,6 +155,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.Shared {
 		cmd += " # with ClusterOptions.Shared (no CLI flag: run it from a test)"
+	}
+	if o.SchedOutageMsMax != 0 {
+		cmd += fmt.Sprintf(" # with ClusterOptions.SchedOutageMsMax %d (no CLI flag: run it from a test)", o.SchedOutageMsMax)
 	}
 	if o.Retention != (ClusterRetention{}) {
 		cmd += fmt.Sprintf(" # with ClusterOptions.Retention %+v (no CLI flag: run it from a test)", o.Retention)
@@ -201,6 +217,9 @@ func newClusterSim(o ClusterOptions) *sim {
 		if o.LedgerCompactBytes != 0 {
 			b.ledgerCompactBytes = o.LedgerCompactBytes
 		}
+		if o.Schedules > 0 {
+			b.schedPublish = func(shard uint32, p sched.Publish) { s.sched.ghost.published(b, shard, p) }
+		}
 		id := uint32(i)
 		b.onCrash = func() {
 			if l := s.net.members[id]; l != nil {
@@ -246,7 +265,10 @@ func newClusterSim(o ClusterOptions) *sim {
 	}
 	if o.Schedules > 0 {
 		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules), inflight: map[int]bool{},
-			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{}}
+			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{},
+			unseen: map[int]bool{}, declared: make([]int, len(s.nodes))}
+		sc.ghost = newSchedGhost(s, sc)
+		sc.ghost.outageMsMax = o.SchedOutageMsMax
 		for shard := range sc.shardAt {
 			sc.shardAt[shard] = shard % len(s.nodes)
 		}
@@ -279,6 +301,7 @@ func (s *sim) runPhases() Result {
 	r.Members = s.memberEvents
 	if s.sched != nil {
 		r.Scheduled, r.SchedPublished = len(s.sched.acked), len(s.sched.seen)
+		r.SchedStats = s.sched.ghost.stats
 	}
 	if s.kv != nil {
 		r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired = len(s.kv.history), s.kv.unknown, s.kv.watcher.resumes, s.kv.watcher.expired

@@ -27,14 +27,18 @@ type ClusterFaults struct {
 	// BitFlip flips a bit in a partition segment of the last node only —
 	// a damaged minority, which must cost no acknowledged record.
 	BitFlip bool
+	// Outage makes one destination topic of the scheduled-delivery
+	// workload unreachable for a while (schedghost.go; runs without
+	// schedules draw no outage).
+	Outage bool
 }
 
 // ClusterFaultNames lists the names ParseClusterFaults accepts.
-var ClusterFaultNames = []string{"crash", "powerloss", "killpoint", "partition", "network", "fsync", "clients", "clock", "pause", "bitflip"}
+var ClusterFaultNames = []string{"crash", "powerloss", "killpoint", "partition", "network", "fsync", "clients", "clock", "pause", "bitflip", "outage"}
 
 // AllClusterFaults enables every cluster fault.
 var AllClusterFaults = ClusterFaults{Crash: true, PowerLoss: true, KillPoint: true, Partition: true, Network: true, Fsync: true, Clients: true,
-	Clock: true, Pause: true, BitFlip: true}
+	Clock: true, Pause: true, BitFlip: true, Outage: true}
 
 // ParseClusterFaults reads "all", "none" or a comma-separated list of
 // ClusterFaultNames.
@@ -46,7 +50,7 @@ func ParseClusterFaults(list string) (ClusterFaults, error) {
 
 // flags are f's switches in the order of ClusterFaultNames.
 func (f *ClusterFaults) flags() []*bool {
-	return []*bool{&f.Crash, &f.PowerLoss, &f.KillPoint, &f.Partition, &f.Network, &f.Fsync, &f.Clients, &f.Clock, &f.Pause, &f.BitFlip}
+	return []*bool{&f.Crash, &f.PowerLoss, &f.KillPoint, &f.Partition, &f.Network, &f.Fsync, &f.Clients, &f.Clock, &f.Pause, &f.BitFlip, &f.Outage}
 }
 
 func (f ClusterFaults) String() string { return faultListString(ClusterFaultNames, f.flags()) }
@@ -77,6 +81,9 @@ func (s *sim) injectClusterFault() {
 	add(f.Clock, 2, func() { s.nodeClockJump(n) })
 	add(f.Pause, 2, func() { s.pauseNode(n) })
 	add(f.BitFlip, 1, func() { s.flipMinorityBit(s.nodes[len(s.nodes)-1]) })
+	if s.sched != nil {
+		add(f.Outage, 3, s.sched.ghost.destinationOutage)
+	}
 	kinds[s.w.rng.IntN(len(kinds))]()
 }
 
@@ -219,6 +226,7 @@ func (s *sim) flipMinorityBit(b *broker) {
 func (n *peerNet) heal() {
 	clear(n.cut)
 	n.dropP, n.dupP = 0, 0
+	n.outTopic = ""
 }
 
 // segmentFiles lists the paths of partition p's log segments on fs, in

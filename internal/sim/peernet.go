@@ -38,6 +38,10 @@ type peerNet struct {
 	// link's last frame arrives.
 	inOrder bool
 	lastAt  map[[2]uint32]int64
+	// outTopic, when set, is a destination topic in outage (schedghost.go):
+	// its replication frames and the publishes forwarded to its leaders
+	// are lost.
+	outTopic string
 }
 
 // heldFrame is a frame hold took off the network: f is its decoded copy,
@@ -85,7 +89,7 @@ func (l *peerLink) Send(to uint32, f wire.Frame) bool {
 		n.held = append(n.held, heldFrame{from: l.ep.ID, to: to, f: decodePeerFrame(frame), frame: frame})
 		return true
 	}
-	if n.cut[[2]uint32{l.ep.ID, to}] || n.w.chance(n.dropP) {
+	if n.cut[[2]uint32{l.ep.ID, to}] || n.isOut(f) || n.w.chance(n.dropP) {
 		return true
 	}
 	frame := wire.AppendFrame(nil, 0, f)
@@ -110,6 +114,17 @@ func (l *peerLink) Send(to uint32, f wire.Frame) bool {
 		n.w.after(delay, func() { n.deliver(from, to, frame) })
 	}
 	return true
+}
+
+// isOut reports whether f belongs to the topic in outage.
+func (n *peerNet) isOut(f wire.Frame) bool {
+	switch f := f.(type) {
+	case *wire.Replicate:
+		return n.outTopic != "" && f.Topic == n.outTopic
+	case *wire.PeerPublish:
+		return n.outTopic != "" && f.Pub.Topic == n.outTopic
+	}
+	return false
 }
 
 // deliver hands a frame to the member's current incarnation, if it is up

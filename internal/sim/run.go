@@ -139,6 +139,9 @@ type Result struct {
 	// KVExpired: watches the KV watcher started, and those that ended
 	// CURSOR_EXPIRED (ClusterOptions.KV).
 	KVOps, KVUnknown, KVWatches, KVExpired int
+	// SchedStats counts what the scheduler ghost saw (destination
+	// outages, publishes checked, lanes blocked, intake probes).
+	SchedStats map[string]int
 	// ReplicaStates counts the replica states partition leaders reported
 	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...;
 	// and followers of themselves, suffixed " (self)": Rebuilding,
@@ -288,6 +291,9 @@ func (s *sim) step() bool {
 	}
 	if s.net != nil {
 		s.observeReplication()
+	}
+	if s.sched != nil {
+		s.sched.ghost.watch()
 	}
 	return true
 }

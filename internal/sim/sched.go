@@ -10,17 +10,27 @@ import (
 )
 
 // The scheduled-delivery workload of a cluster run: a client schedules
-// messages into their own topic, each due up to 3 s after it is sent,
-// through a connection to every node (a SCHEDULE goes to the node its
-// shard's leader is believed to be; NOT_LEADER moves the shard on to the
-// next node). The checks: a message is visible in the topic no earlier
+// messages into two topics of their own (two lanes of every shard:
+// schedule i goes to schedDestTopics[i%2]), one every 0-150 ms, each due
+// up to 3 s after it is sent, through a connection to every node (a
+// SCHEDULE goes to the node its shard's leader is believed to be;
+// NOT_LEADER moves the shard on to the next node). The checks: a message is visible in the topic no earlier
 // than its deliver_at minus the largest forward clock skew any node had
 // (NeverEarly, with the owner's clock error as the documented bound);
 // after healing every acknowledged schedule is published; at the end its
 // message is in the log exactly once, and an unacknowledged one at most
-// once (ExactlyOnce).
+// once (ExactlyOnce). The ghost checks of the owner's gates, lanes and
+// intake, and the destination outages, are in schedghost.go.
 
-const schedDestTopic = "sd"
+// schedDestTopics are the destinations: each is a lane in every shard.
+var schedDestTopics = [2]string{"sd", "se"}
+
+// schedTopic is the destination of schedule i.
+func schedTopic(i int) string { return schedDestTopics[i%len(schedDestTopics)] }
+
+// schedGapMsMax bounds the pause between two schedules' first sends, so
+// that intake goes on through the fault phase.
+const schedGapMsMax = 150
 
 type schedClient struct {
 	s        *sim
@@ -32,8 +42,16 @@ type schedClient struct {
 	acked    map[string]int64 // value → deliver_at
 	conns    []*conn
 	ready    []bool
-	shardAt  [node.SchedShards]int // the node a shard's SCHEDULEs go to
-	seen     map[string]bool       // values seen published
+	declared []int // DECLARE_OKs on each connection: ready with one per topic
+	// nextSendMs: no new schedule is sent before it (filling: a fill is
+	// scheduled for then).
+	nextSendMs int64
+	filling    bool
+	ghost      *schedGhost
+	shardAt    [node.SchedShards]int // the node a shard's SCHEDULEs go to
+	seen       map[string]bool       // values seen published
+	unseen     map[int]bool          // acknowledged schedules not seen published yet
+	shards     []int                 // by schedule (shardOf)
 	// maxSkewMs is the largest forward clock skew any node has had: how
 	// early an owner may fire by its own clock.
 	maxSkewMs int64
@@ -44,11 +62,13 @@ func (sc *schedClient) name() string { return "sched" }
 func schedValue(i int) string { return fmt.Sprintf("sch-%d", i) }
 
 func (sc *schedClient) connect(at int) {
-	sc.ready[at] = false
+	sc.ready[at], sc.declared[at] = false, 0
 	sc.conns[at] = sc.s.nodes[at].dial(sc, sc.s.partitioned[sc.name()])
 	if c := sc.conns[at]; c.open {
 		c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: sc.name()})
-		c.send(0, &wire.Declare{Topic: wire.TopicConfig{Name: schedDestTopic, Partitions: 2, Replicas: sc.s.replicas}})
+		for _, t := range schedDestTopics {
+			c.send(0, &wire.Declare{Topic: wire.TopicConfig{Name: t, Partitions: 2, Replicas: sc.s.replicas}})
+		}
 	}
 }
 
@@ -62,12 +82,20 @@ func (sc *schedClient) onClose(c *conn) {
 		return
 	}
 	sc.ready[at] = false
+	sc.ghost.connClosed(at)
 	sc.s.w.after(sc.s.w.between(10, 200), func() { sc.connect(at) })
 }
 
+// shardOf is schedule i's shard (computed once: the checks ask after
+// every event).
 func (sc *schedClient) shardOf(i int) int {
-	v := schedValue(i)
-	return int(wire.SchedShard(schedDestTopic, []byte(v), 0, 0, 0, node.SchedShards))
+	if sc.shards == nil {
+		sc.shards = make([]int, sc.total)
+		for j := range sc.shards {
+			sc.shards[j] = int(wire.SchedShard(schedTopic(j), []byte(schedValue(j)), 0, 0, 0, node.SchedShards))
+		}
+	}
+	return sc.shards[i]
 }
 
 func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
@@ -77,6 +105,9 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 	}
 	switch f := f.(type) {
 	case *wire.DeclareOK:
+		if sc.declared[at]++; sc.declared[at] < len(schedDestTopics) {
+			return
+		}
 		sc.ready[at] = true
 		sc.resend(at)
 		sc.fill()
@@ -87,6 +118,8 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 		}
 		delete(sc.inflight, i)
 		sc.acked[schedValue(i)] = sc.due[i]
+		sc.unseen[i] = true
+		sc.ghost.intakeAnswered(i, at, nil)
 		sc.s.w.tracef("sched SCHEDULE_OK %s -> %d/%d dup=%v", schedValue(i), f.Shard, f.ID, f.Duplicate)
 		sc.fill()
 	case *wire.Err:
@@ -101,6 +134,7 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 			return
 		}
 		sc.s.w.tracef("sched ERR %s %s", schedValue(i), f.Code)
+		sc.ghost.intakeAnswered(i, at, f)
 		switch {
 		case f.Code == wire.CodeNotLeader:
 			shard := sc.shardOf(i)
@@ -118,12 +152,21 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 	}
 }
 
-// fill keeps the window of schedules in flight full.
+// fill keeps the window of schedules in flight full, starting one new
+// schedule at most every schedGapMsMax.
 func (sc *schedClient) fill() {
 	for len(sc.inflight) < sc.window && sc.next < sc.total {
+		if now := sc.s.w.nowMs; now < sc.nextSendMs {
+			if !sc.filling {
+				sc.filling = true
+				sc.s.w.after(sc.nextSendMs-now, func() { sc.filling = false; sc.fill() })
+			}
+			return
+		}
 		i := sc.next
 		sc.next++
 		sc.due[i] = sc.s.w.nowMs + sc.s.w.between(0, 3000)
+		sc.nextSendMs = sc.s.w.nowMs + sc.s.w.between(0, schedGapMsMax)
 		sc.inflight[i] = true
 		sc.send(i)
 	}
@@ -149,7 +192,8 @@ func (sc *schedClient) send(i int) {
 		return // sent when that connection is ready again
 	}
 	v := schedValue(i)
-	sc.conns[at].send(uint64(i+1), &wire.Schedule{Pub: wire.Pub{Topic: schedDestTopic, Partition: wire.PartitionAuto,
+	sc.ghost.intakeSent(i, at)
+	sc.conns[at].send(uint64(i+1), &wire.Schedule{Pub: wire.Pub{Topic: schedTopic(i), Partition: wire.PartitionAuto,
 		ProducerID: 7000 + uint64(i), ProducerSeq: 1, Key: []byte(v), Value: []byte(v)}, DeliverAtMs: sc.due[i]})
 }
 
@@ -177,6 +221,7 @@ func (sc *schedClient) observe() {
 				return
 			}
 			sc.seen[v] = true
+			delete(sc.unseen, i)
 			if early := sc.due[i] - sc.maxSkewMs - sc.s.w.nowMs; early > 0 {
 				sc.s.chk.violate("NeverEarly", "%s: scheduled message %s published %d ms before its deliver_at (beyond the largest clock skew, %d ms)",
 					b.id, v, early, sc.maxSkewMs)
@@ -231,14 +276,14 @@ func (sc *schedClient) finalCheck() {
 	}
 }
 
-// schedValues counts the values of the scheduled topic's committed
+// schedValues counts the values of the scheduled topics' committed
 // records on b.
 func schedValues(b *broker) map[string]int {
 	out := map[string]int{}
-	for _, t := range b.node.Metadata([]string{schedDestTopic}) {
+	for _, t := range b.node.Metadata(schedDestTopics[:]) {
 		for _, p := range t.Partitions {
 			for from := p.StartSeq; ; {
-				es, err := b.node.Read(schedDestTopic, p.Partition, from, 1000)
+				es, err := b.node.Read(t.Config.Name, p.Partition, from, 1000)
 				if err != nil || len(es) == 0 {
 					break
 				}
