@@ -122,6 +122,10 @@ var ClusterMutations = map[string]node.Mutations{
 	"commit-on-leader-fsync":    {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
 	"trust-uncertain-grants":    {Replica: replica.Mutations{TrustUncertainGrants: true}},
 	"accept-stale-flushed":      {Replica: replica.Mutations{AcceptStaleFlushed: true}},
+	// With --schedules: a leader's lease dated from its answers' arrival
+	// (NoPublishWithoutBothGates: a paused owner publishes after another
+	// took office).
+	"lease-from-receipt": {Replica: replica.Mutations{LeaseFromReceipt: true}},
 	// With --members: a moving partition assigned before its REVOKE is
 	// answered (ExclusiveDelivery).
 	"assign-before-revoke": {Group: group.Mutations{AssignBeforeRevoke: true}},
@@ -264,7 +268,7 @@ func newClusterSim(o ClusterOptions) *sim {
 		}
 	}
 	if o.Schedules > 0 {
-		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules), inflight: map[int]bool{},
+		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules), inflight: map[int]bool{}, sentTo: map[int]int{},
 			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{},
 			unseen: map[int]bool{}, declared: make([]int, len(s.nodes))}
 		sc.ghost = newSchedGhost(s, sc)

@@ -39,6 +39,7 @@ type schedClient struct {
 	window   int
 	due      []int64 // by index: deliver_at in virtual time
 	inflight map[int]bool
+	sentTo   map[int]int      // by schedule in flight: the node it was last sent to
 	acked    map[string]int64 // value → deliver_at
 	conns    []*conn
 	ready    []bool
@@ -84,6 +85,15 @@ func (sc *schedClient) onClose(c *conn) {
 	sc.ready[at] = false
 	sc.ghost.connClosed(at)
 	sc.s.w.after(sc.s.w.between(10, 200), func() { sc.connect(at) })
+	// What was in flight on this connection and whose shard is believed
+	// elsewhere by now (a NOT_LEADER of another schedule moved it) goes
+	// there: the reconnection resends only what its node is believed to
+	// own, and nothing else would ever send it again.
+	for _, i := range slices.Sorted(maps.Keys(sc.inflight)) { // in order: a run replays bit for bit
+		if sc.sentTo[i] == at && sc.shardAt[sc.shardOf(i)] != at {
+			sc.s.w.after(sc.s.w.between(5, 50), func() { sc.send(i) })
+		}
+	}
 }
 
 // shardOf is schedule i's shard (computed once: the checks ask after
@@ -117,6 +127,7 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 			return
 		}
 		delete(sc.inflight, i)
+		delete(sc.sentTo, i)
 		sc.acked[schedValue(i)] = sc.due[i]
 		sc.unseen[i] = true
 		sc.ghost.intakeAnswered(i, at, nil)
@@ -146,6 +157,7 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 			sc.s.w.after(sc.s.w.between(5, 50), func() { sc.send(i) })
 		case f.Code == wire.CodeDataCorrupt && sc.s.chk.anyDamaged():
 			delete(sc.inflight, i) // a damaged shard refuses writes until repaired
+			delete(sc.sentTo, i)
 		default:
 			sc.s.chk.violate("ScheduleAnswered", "SCHEDULE %s failed permanently: %s", schedValue(i), f.AsError())
 		}
@@ -192,6 +204,7 @@ func (sc *schedClient) send(i int) {
 		return // sent when that connection is ready again
 	}
 	v := schedValue(i)
+	sc.sentTo[i] = at
 	sc.ghost.intakeSent(i, at)
 	sc.conns[at].send(uint64(i+1), &wire.Schedule{Pub: wire.Pub{Topic: schedTopic(i), Partition: wire.PartitionAuto,
 		ProducerID: 7000 + uint64(i), ProducerSeq: 1, Key: []byte(v), Value: []byte(v)}, DeliverAtMs: sc.due[i]})
