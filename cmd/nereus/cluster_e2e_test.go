@@ -29,13 +29,13 @@ type realCluster struct {
 
 // startRealCluster starts three `nereus serve` processes on loopback; in
 // -short mode it skips the test.
-func startRealCluster(t *testing.T) *realCluster {
+func startRealCluster(t *testing.T, extra ...string) *realCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
 	for attempt := 1; ; attempt++ {
-		rc, err := tryRealCluster(t)
+		rc, err := tryRealCluster(t, extra)
 		if err == nil {
 			return rc
 		}
@@ -48,9 +48,10 @@ func startRealCluster(t *testing.T) *realCluster {
 	}
 }
 
-// tryRealCluster starts three processes on free loopback ports; on a
-// failure it kills those it started and says why, with the log's tail.
-func tryRealCluster(t *testing.T) (*realCluster, error) {
+// tryRealCluster starts three processes on free loopback ports, each with
+// the extra flags; on a failure it kills those it started and says why,
+// with the log's tail.
+func tryRealCluster(t *testing.T, extra []string) (*realCluster, error) {
 	rc := &realCluster{t: t, dir: t.TempDir(), ids: []string{"n1", "n2", "n3"}, procs: map[string]*serverProcess{}}
 	secretFile := filepath.Join(rc.dir, "secret")
 	if err := os.WriteFile(secretFile, []byte("a-cluster-secret-for-the-e2e-test\n"), 0o600); err != nil {
@@ -66,9 +67,9 @@ func tryRealCluster(t *testing.T) (*realCluster, error) {
 		l.Close()
 	}
 	for _, id := range rc.ids {
-		p := newServe(t, "--node-id", id, "--data", filepath.Join(rc.dir, id), "--listen", "127.0.0.1:0",
+		p := newServe(t, append([]string{"--node-id", id, "--data", filepath.Join(rc.dir, id), "--listen", "127.0.0.1:0",
 			"--http", "", "--insecure-no-auth", "--log-level", "warn", "--peers", strings.Join(peers, ","),
-			"--cluster-secret-file", secretFile)
+			"--cluster-secret-file", secretFile}, extra...)...)
 		if err := p.restart(); err != nil {
 			for started := range rc.procs {
 				rc.kill(started)

@@ -49,6 +49,7 @@ type nodeOptions struct {
 	clusterSecretFile string
 	clusterSecret     []byte // dev: generated in-process
 	noLeaderRebalance bool
+	schedWindow       int // node.Config.SchedWindow (0: its default)
 }
 
 func newServeCmd() *cobra.Command {
@@ -68,13 +69,17 @@ cluster: n1=10.0.0.1:5850,n2=10.0.0.2:5850,n3=10.0.0.3:5850) and
 --config FILE reads the same settings from a JSON object whose keys are the
 flag names (node-id, data, listen, advertise, http, token-file,
 insecure-no-auth, tls-cert, tls-key, log-level, peer-listen, peers,
-cluster-secret-file); flags given on the command line win.`,
+cluster-secret-file, no-leader-rebalance, sched-window); flags given on
+the command line win.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configFile != "" {
 				if err := applyConfigFile(cmd, configFile); err != nil {
 					return err
 				}
+			}
+			if o.schedWindow < 2 {
+				return fmt.Errorf("serve: --sched-window %d: it must be at least 2", o.schedWindow)
 			}
 			if o.tokenFile == "" && !o.insecureNoAuth {
 				return errors.New("serve: --token-file is required (or pass --insecure-no-auth to run without authentication)")
@@ -98,6 +103,7 @@ cluster-secret-file); flags given on the command line win.`,
 	f.StringVar(&o.peers, "peers", "", "initial cluster: id=host:port,... by peer address, this node included; empty runs a single node")
 	f.StringVar(&o.clusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (at least 16 bytes)")
 	f.BoolVar(&o.noLeaderRebalance, "no-leader-rebalance", false, "leave partitions led where failovers put them (by default a partition's leader hands it back to its preferred leader once that node is back and caught up)")
+	f.IntVar(&o.schedWindow, "sched-window", node.SchedWindowDefault, "pending schedules of each destination topic a scheduler shard keeps in memory (up to twice this; the rest wait on disk)")
 	return cmd
 }
 
@@ -295,7 +301,8 @@ func startNode(o nodeOptions) (*runningNode, error) {
 	if advertise == "" {
 		advertise = r.lis.Addr().String()
 	}
-	r.n, err = node.Open(node.Config{NodeID: o.nodeID, DataDir: o.dataDir, Logger: r.logger, ClientAddr: advertise, Cluster: cc})
+	r.n, err = node.Open(node.Config{NodeID: o.nodeID, DataDir: o.dataDir, Logger: r.logger, ClientAddr: advertise, Cluster: cc,
+		SchedWindow: o.schedWindow})
 	if err != nil {
 		r.lis.Close()
 		return nil, err

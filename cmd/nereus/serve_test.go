@@ -25,6 +25,16 @@ func TestServeConfigFile(t *testing.T) {
 	if get("listen") != "127.0.0.1:6000" {
 		t.Fatalf("the command line should win over the file: listen=%s", get("listen"))
 	}
+	os.WriteFile(file, []byte(`{"sched-window": 16, "no-leader-rebalance": true}`), 0o600)
+	cmd = newServeCmd()
+	if err := applyConfigFile(cmd, file); err != nil || get("sched-window") != "16" || get("no-leader-rebalance") != "true" {
+		t.Fatalf("sched-window=%s no-leader-rebalance=%s: %v", get("sched-window"), get("no-leader-rebalance"), err)
+	}
+	cmd = newServeCmd()
+	cmd.SetArgs([]string{"--insecure-no-auth", "--sched-window", "1"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--sched-window 1") {
+		t.Fatalf("a window of 1 must be refused, got %v", err)
+	}
 	os.WriteFile(file, []byte(`{"node_id": "typo"}`), 0o600)
 	if err := applyConfigFile(newServeCmd(), file); err == nil || !strings.Contains(err.Error(), "unknown setting") {
 		t.Fatalf("a misspelled key must be an error, got %v", err)
