@@ -372,6 +372,32 @@ func (b *Bucket) History(key string) []Revision { return slices.Clone(b.keys[key
 // Keys returns the live keys (latest revision not a tombstone) that start
 // with prefix, sorted.
 func (b *Bucket) Keys(prefix string) []string {
+	keys, _ := b.KeysAfter(prefix, "", -1)
+	return keys
+}
+
+// KeysAfter returns at most limit (< 0: all) of the live keys that start
+// with prefix and sort after after, in order, and whether more follow: a
+// page costs what it returns, not the bucket.
+func (b *Bucket) KeysAfter(prefix, after string, limit int) (keys []string, more bool) {
+	live := b.liveKeys()
+	i := sort.SearchStrings(live, prefix)
+	if after != "" {
+		i = max(i, sort.Search(len(live), func(j int) bool { return live[j] > after }))
+	}
+	j := i
+	for j < len(live) && strings.HasPrefix(live[j], prefix) && (limit < 0 || j-i <= limit) {
+		j++
+	}
+	if limit >= 0 && j-i > limit {
+		return slices.Clone(live[i : i+limit]), true
+	}
+	return slices.Clone(live[i:j]), false
+}
+
+// liveKeys is the sorted live keys, rebuilt only after the key set
+// changed.
+func (b *Bucket) liveKeys() []string {
 	if !b.liveValid {
 		b.live = b.live[:0]
 		for key, history := range b.keys {
@@ -382,24 +408,8 @@ func (b *Bucket) Keys(prefix string) []string {
 		sort.Strings(b.live)
 		b.liveValid = true
 	}
-	i := sort.SearchStrings(b.live, prefix)
-	j := i
-	for j < len(b.live) && strings.HasPrefix(b.live[j], prefix) {
-		j++
-	}
-	return slices.Clone(b.live[i:j])
+	return b.live
 }
 
 // LiveKeys is the number of live keys.
-func (b *Bucket) LiveKeys() int {
-	if b.liveValid {
-		return len(b.live)
-	}
-	n := 0
-	for _, history := range b.keys {
-		if history[len(history)-1].Op != OpDelete {
-			n++
-		}
-	}
-	return n
-}
+func (b *Bucket) LiveKeys() int { return len(b.liveKeys()) }

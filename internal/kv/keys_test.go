@@ -42,6 +42,19 @@ func TestKeysCacheAnswersLikeAScan(t *testing.T) {
 					t.Fatalf("seed %d step %d: Keys(%q) = %v, want %v", seed, step, prefix, got, want)
 				}
 			}
+			// A page after a key: what follows it, at most limit, and
+			// whether more does.
+			after, prefix, limit := names[rng.IntN(len(names))], []string{"", "a", "b"}[rng.IntN(3)], 1+rng.IntN(3)
+			var rest []string
+			for _, k := range r.b.Keys(prefix) {
+				if k > after {
+					rest = append(rest, k)
+				}
+			}
+			page, more := r.b.KeysAfter(prefix, after, limit)
+			if !slices.Equal(page, rest[:min(limit, len(rest))]) || more != (len(rest) > limit) {
+				t.Fatalf("seed %d step %d: KeysAfter(%q, %q, %d) = %v %v, want the first of %v", seed, step, prefix, after, limit, page, more, rest)
+			}
 			if n, want := r.b.LiveKeys(), len(r.b.Keys("")); n != want {
 				t.Fatalf("seed %d step %d: LiveKeys %d, want %d", seed, step, n, want)
 			}

@@ -1004,16 +1004,11 @@ func (n *Node) KVKeys(f *wire.KVKeys, done func(*wire.KVKeysOK, error)) {
 			return
 		}
 		ok := &wire.KVKeysOK{BucketRevision: b.Applied()}
-		for _, k := range b.Keys(prefix) {
-			if after != "" && k <= after {
-				continue
-			}
-			if len(ok.Keys) == limit {
-				ok.More = true
-				break
-			}
+		keys, more := b.KeysAfter(prefix, after, limit)
+		for _, k := range keys {
 			ok.Keys = append(ok.Keys, []byte(k))
 		}
+		ok.More = more
 		done(ok, nil)
 	})
 }
