@@ -948,68 +948,67 @@ func checkKVKey(key []byte) *wire.Error {
 	return nil
 }
 
+// kvRead answers a read of bucket: once the bucket's runner finds itself
+// the leader under its lease (readableBucket), read runs there. A refusal
+// of the request itself (refused, checked after the bucket is found)
+// comes first.
+func kvRead[T any](n *Node, bucket string, refused *wire.Error, done func(T, error), read func(r *kvRunner, b *kv.Bucket) (T, error)) {
+	var none T
+	r, err := n.kvRunnerOf(bucket)
+	if err != nil {
+		done(none, err)
+		return
+	}
+	if refused != nil {
+		done(none, refused)
+		return
+	}
+	r.post(func() {
+		b, werr := r.readableBucket()
+		if werr != nil {
+			done(none, werr)
+			return
+		}
+		done(read(r, b))
+	})
+}
+
 // KVGet reads a key at the bucket's leader: its latest value, or its
 // revision f.Revision (NOT_FOUND when the bucket does not keep it).
 func (n *Node) KVGet(f *wire.KVGet, done func(*wire.KVGetOK, error)) {
-	r, err := n.kvRunnerOf(f.Bucket)
-	if err != nil {
-		done(nil, err)
-		return
-	}
-	if werr := checkKVKey(f.Key); werr != nil {
-		done(nil, werr)
-		return
-	}
 	key, at := string(f.Key), f.Revision
-	r.post(func() {
-		b, err := r.readableBucket()
-		if err != nil {
-			done(nil, err)
-			return
-		}
+	kvRead(n, f.Bucket, checkKVKey(f.Key), done, func(r *kvRunner, b *kv.Bucket) (*wire.KVGetOK, error) {
 		ok := &wire.KVGetOK{BucketRevision: b.Applied()}
 		if at == 0 {
 			if rev, found := b.Get(key); found {
 				ok.Found, ok.Entry = true, kvEntry(rev)
 			}
-			done(ok, nil)
-			return
+			return ok, nil
 		}
 		rev, rerr := b.GetRevision(key, at)
 		if rerr != nil {
-			done(nil, wire.Errorf(wire.CodeNotFound, "bucket %q: %v", r.bucket, rerr))
-			return
+			return nil, wire.Errorf(wire.CodeNotFound, "bucket %q: %v", r.bucket, rerr)
 		}
 		ok.Found, ok.Entry = true, kvEntry(rev)
-		done(ok, nil)
+		return ok, nil
 	})
 }
 
 // KVKeys lists a page of the live keys with a prefix, at the leader.
 func (n *Node) KVKeys(f *wire.KVKeys, done func(*wire.KVKeysOK, error)) {
-	r, err := n.kvRunnerOf(f.Bucket)
-	if err != nil {
-		done(nil, err)
-		return
-	}
 	prefix, after := string(f.Prefix), string(f.After)
 	limit := int(f.Limit)
 	if limit <= 0 || limit > wire.KVKeysPageMax {
 		limit = wire.KVKeysPageMax
 	}
-	r.post(func() {
-		b, err := r.readableBucket()
-		if err != nil {
-			done(nil, err)
-			return
-		}
+	kvRead(n, f.Bucket, nil, done, func(_ *kvRunner, b *kv.Bucket) (*wire.KVKeysOK, error) {
 		ok := &wire.KVKeysOK{BucketRevision: b.Applied()}
 		keys, more := b.KeysAfter(prefix, after, limit)
 		for _, k := range keys {
 			ok.Keys = append(ok.Keys, []byte(k))
 		}
 		ok.More = more
-		done(ok, nil)
+		return ok, nil
 	})
 }
 
@@ -1017,56 +1016,31 @@ func (n *Node) KVKeys(f *wire.KVKeys, done func(*wire.KVKeysOK, error)) {
 // revision, in one answer (INVALID_ARGUMENT beyond wire.KVListBytesMax or
 // wire.KVListEntriesMax).
 func (n *Node) KVList(f *wire.KVList, done func(*wire.KVListOK, error)) {
-	r, err := n.kvRunnerOf(f.Bucket)
-	if err != nil {
-		done(nil, err)
-		return
-	}
 	prefix := string(f.Prefix)
-	r.post(func() {
-		b, err := r.readableBucket()
-		if err != nil {
-			done(nil, err)
-			return
-		}
+	kvRead(n, f.Bucket, nil, done, func(r *kvRunner, b *kv.Bucket) (*wire.KVListOK, error) {
 		ok := &wire.KVListOK{BucketRevision: b.Applied()}
 		bytes := 0
 		for _, k := range b.Keys(prefix) {
 			rev, _ := b.Get(k)
 			if bytes += len(k) + len(rev.Value); bytes > wire.KVListBytesMax || len(ok.Entries) == wire.KVListEntriesMax {
-				done(nil, wire.Errorf(wire.CodeInvalidArgument, "bucket %q: the entries with prefix %q exceed one listing (%d entries, %d bytes of keys and values)",
-					r.bucket, prefix, wire.KVListEntriesMax, wire.KVListBytesMax))
-				return
+				return nil, wire.Errorf(wire.CodeInvalidArgument, "bucket %q: the entries with prefix %q exceed one listing (%d entries, %d bytes of keys and values)",
+					r.bucket, prefix, wire.KVListEntriesMax, wire.KVListBytesMax)
 			}
 			ok.Entries = append(ok.Entries, kvEntry(rev))
 		}
-		done(ok, nil)
+		return ok, nil
 	})
 }
 
 // KVHistory returns a key's kept revisions at the leader, oldest first.
 func (n *Node) KVHistory(f *wire.KVHistory, done func(*wire.KVHistoryOK, error)) {
-	r, err := n.kvRunnerOf(f.Bucket)
-	if err != nil {
-		done(nil, err)
-		return
-	}
-	if werr := checkKVKey(f.Key); werr != nil {
-		done(nil, werr)
-		return
-	}
 	key := string(f.Key)
-	r.post(func() {
-		b, err := r.readableBucket()
-		if err != nil {
-			done(nil, err)
-			return
-		}
+	kvRead(n, f.Bucket, checkKVKey(f.Key), done, func(_ *kvRunner, b *kv.Bucket) (*wire.KVHistoryOK, error) {
 		ok := &wire.KVHistoryOK{}
 		for _, rev := range b.History(key) {
 			ok.Entries = append(ok.Entries, kvEntry(rev))
 		}
-		done(ok, nil)
+		return ok, nil
 	})
 }
 
