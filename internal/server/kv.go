@@ -46,12 +46,22 @@ func (p *Protocol) handleKV(corr uint64, f wire.Frame) bool {
 			p.send(corr, &wire.KVBucketOK{Config: wire.KVBucketConfig{Bucket: bucket}})
 		})
 	case *wire.KVBucketList:
+		if f.Bucket != "" && !p.perms.canReadKV(f.Bucket) {
+			p.sendErr(corr, kvDenied(f.Bucket, false))
+			return true
+		}
 		infos, err := n.KVBuckets(f.Bucket)
 		if err != nil {
 			p.sendErr(corr, err)
 			return true
 		}
-		p.send(corr, &wire.KVBucketListOK{Buckets: infos})
+		readable := infos[:0]
+		for _, b := range infos {
+			if p.perms.canReadKV(b.Config.Bucket) {
+				readable = append(readable, b)
+			}
+		}
+		p.send(corr, &wire.KVBucketListOK{Buckets: readable})
 	case *wire.KVWrite:
 		n.KVWrite(f, func(revision uint64, err error) {
 			if err != nil {
@@ -152,11 +162,12 @@ func (k kvWatchSink) End(err *wire.Error) {
 }
 
 // authorizeKV checks a KV request against the token: bucket creation and
-// deletion need admin; writes need publish and reads consume permission
-// on the bucket's topic name ("__kv.<bucket>": only "*" globs match it).
+// deletion need admin; writes need kv:GLOB, reads and watches kv:GLOB or
+// kvread:GLOB matching the bucket's name. A bucket list is filtered
+// instead (handleKV answers only the buckets the token may read).
 func (p *Protocol) authorizeKV(f wire.Frame) error {
 	var bucket string
-	need := "read"
+	write := false
 	switch f := f.(type) {
 	case *wire.KVBucketCreate, *wire.KVBucketDelete:
 		if !p.perms.canDeclare() {
@@ -164,7 +175,7 @@ func (p *Protocol) authorizeKV(f wire.Frame) error {
 		}
 		return nil
 	case *wire.KVWrite:
-		bucket, need = f.Bucket, "write"
+		bucket, write = f.Bucket, true
 	case *wire.KVGet:
 		bucket = f.Bucket
 	case *wire.KVKeys:
@@ -178,9 +189,15 @@ func (p *Protocol) authorizeKV(f wire.Frame) error {
 	default:
 		return nil
 	}
-	topic := wire.KVTopic(bucket)
-	if need == "write" && !p.perms.canPublish(topic) || need == "read" && !p.perms.canConsume(topic) {
-		return wire.Errorf(wire.CodeUnauthorized, "token may not %s bucket %q", need, bucket)
+	if write && !p.perms.canWriteKV(bucket) || !write && !p.perms.canReadKV(bucket) {
+		return kvDenied(bucket, write)
 	}
 	return nil
+}
+
+func kvDenied(bucket string, write bool) error {
+	if write {
+		return wire.Errorf(wire.CodeUnauthorized, "token may not write bucket %q (needs kv:%s)", bucket, bucket)
+	}
+	return wire.Errorf(wire.CodeUnauthorized, "token may not read bucket %q (needs kv:%s or kvread:%s)", bucket, bucket, bucket)
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -21,7 +22,7 @@ func (c *rawConn) expectErr(corr uint64, code wire.Code) {
 // watch on a corr already watching refused, and a token's permissions
 // applied to buckets.
 func TestKVOverAConnection(t *testing.T) {
-	addr := startServer(t, Config{Tokens: []string{"all", "reader sub:*", "orders pub:orders"}})
+	addr := startServer(t, Config{Tokens: []string{"all", "reader kvread:b", "writer kv:b*", "orders pub:* sub:* kv:orders"}})
 	c := dialRaw(t, addr)
 	c.hello("all")
 	c.write(2, &wire.KVBucketCreate{Config: wire.KVBucketConfig{Bucket: "b", History: 5}})
@@ -68,18 +69,52 @@ func TestKVOverAConnection(t *testing.T) {
 		t.Fatalf("get answered %#v", f)
 	}
 
-	reader := dialRaw(t, addr)
-	reader.hello("reader")
-	reader.write(1, &wire.KVGet{Bucket: "b", Key: []byte("k")})
-	if _, f := reader.read(); f.Type() != wire.TypeKVGetOK {
-		t.Fatalf("a reader's get answered %#v", f)
+	// Bucket permissions: kvread reads, kv reads and writes, admin
+	// creates and deletes; pub:* and sub:* do not reach buckets; a list
+	// shows only the buckets the token may read.
+	c.write(8, &wire.KVBucketCreate{Config: wire.KVBucketConfig{Bucket: "other"}})
+	if _, f := c.read(); !f.(*wire.KVBucketOK).Created {
+		t.Fatalf("create answered %#v", f)
 	}
-	reader.write(2, &wire.KVWrite{Bucket: "b", Op: wire.KVOpPut, Key: []byte("k")})
-	reader.expectErr(2, wire.CodeUnauthorized)
-	reader.write(3, &wire.KVBucketDelete{Bucket: "b"})
-	reader.expectErr(3, wire.CodeUnauthorized)
-	orders := dialRaw(t, addr)
-	orders.hello("orders")
-	orders.write(1, &wire.KVWatch{Bucket: "b", Credit: 1})
-	orders.expectErr(1, wire.CodeUnauthorized)
+	put := &wire.KVWrite{Bucket: "b", Op: wire.KVOpPut, Key: []byte("k"), Value: []byte("3")}
+	for _, tc := range []struct {
+		token             string
+		read, write, list bool
+	}{
+		{"reader", true, false, true},
+		{"writer", true, true, true},
+		{"orders", false, false, false},
+	} {
+		conn := dialRaw(t, addr)
+		conn.hello(tc.token)
+		want := func(corr uint64, ok bool, okType wire.FrameType) {
+			t.Helper()
+			if !ok {
+				conn.expectErr(corr, wire.CodeUnauthorized)
+				return
+			}
+			if gotCorr, f := conn.read(); gotCorr != corr || f.Type() != okType {
+				t.Fatalf("token %s: %#v on corr %d, want %v", tc.token, f, gotCorr, okType)
+			}
+		}
+		conn.write(1, &wire.KVGet{Bucket: "b", Key: []byte("k")})
+		want(1, tc.read, wire.TypeKVGetOK)
+		conn.write(3, put)
+		want(3, tc.write, wire.TypeKVWriteOK)
+		conn.write(4, &wire.KVBucketList{Bucket: "b"})
+		want(4, tc.list, wire.TypeKVBucketListOK)
+		conn.write(5, &wire.KVBucketList{})
+		corr, f := conn.read()
+		var names []string
+		for _, b := range f.(*wire.KVBucketListOK).Buckets {
+			names = append(names, b.Config.Bucket)
+		}
+		if wantNames := map[bool]string{true: "[b]", false: "[]"}[tc.list]; corr != 5 || fmt.Sprint(names) != wantNames {
+			t.Fatalf("token %s: list of all buckets answered %v on corr %d, want %s", tc.token, names, corr, wantNames)
+		}
+		conn.write(6, &wire.KVBucketDelete{Bucket: "b"})
+		conn.expectErr(6, wire.CodeUnauthorized)
+		conn.write(7, &wire.KVWatch{Bucket: "b", Credit: 1})
+		want(7, tc.read, wire.TypeKVEvent)
+	}
 }

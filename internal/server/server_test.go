@@ -249,8 +249,13 @@ func TestBadPermissionIsAConfigError(t *testing.T) {
 	if _, err := New(Config{Tokens: []string{"tok publish:everything"}}, nil); err == nil {
 		t.Fatal("unknown permission accepted")
 	}
-	if _, err := New(Config{Tokens: []string{"tok pub:bad/name"}}, nil); err == nil {
-		t.Fatal("bad topic glob accepted")
+	for _, bad := range []string{"tok pub:bad/name", "tok kv:bad/name", "tok kvread:", "tok kv:__kv.b"} {
+		if _, err := New(Config{Tokens: []string{bad}}, nil); err == nil {
+			t.Fatalf("bad glob accepted: %q", bad)
+		}
+	}
+	if _, err := New(Config{Tokens: []string{"tok kv:config.* kvread:* admin"}}, nil); err != nil {
+		t.Fatalf("bucket permissions refused: %v", err)
 	}
 }
 
