@@ -122,13 +122,7 @@ func (s *sim) partitionNode(b *broker) {
 		return
 	}
 	s.w.tracef("fault partition %s (sends lost %v, receives lost %v)", b.id, from, to)
-	s.net.setCut(id, from, to)
-	s.w.after(s.w.between(200, 2000), func() {
-		if !s.healed {
-			s.net.setCut(id, false, false)
-			s.w.tracef("heal partition %s", b.id)
-		}
-	})
+	s.holdCut(s.net.linksOf(id, from, to), "heal partition "+b.id)
 }
 
 // bridgePartition cuts node id off every other node but one, the bridge,
@@ -146,16 +140,18 @@ func (s *sim) bridgePartition(id uint32) {
 			cut = append(cut, [2]uint32{id, other}, [2]uint32{other, id})
 		}
 	}
-	for _, k := range cut {
-		s.net.cut[k] = true
-	}
 	s.w.tracef("fault bridge partition: n%d reaches only n%d, which reaches everyone", id, bridge)
+	s.holdCut(cut, fmt.Sprintf("heal bridge partition of n%d", id))
+}
+
+// holdCut cuts links for 200-2000 ms. Faults overlap: a link stays cut
+// until every fault holding it has healed.
+func (s *sim) holdCut(links [][2]uint32, healed string) {
+	s.net.cutLinks(links, 1)
 	s.w.after(s.w.between(200, 2000), func() {
 		if !s.healed {
-			for _, k := range cut {
-				delete(s.net.cut, k)
-			}
-			s.w.tracef("heal bridge partition of n%d", id)
+			s.net.cutLinks(links, -1)
+			s.w.tracef("%s", healed)
 		}
 	})
 }
@@ -225,6 +221,7 @@ func (s *sim) flipMinorityBit(b *broker) {
 // heal ends every network fault.
 func (n *peerNet) heal() {
 	clear(n.cut)
+	clear(n.cuts)
 	n.dropP, n.dupP = 0, 0
 	n.outTopic = ""
 }

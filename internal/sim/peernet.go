@@ -19,9 +19,14 @@ type peerNet struct {
 	w       *World
 	members map[uint32]*peerLink // the current incarnation of each member
 	brokers map[uint32]*broker
-	cut     map[[2]uint32]bool // directed links that lose everything
-	dropP   float64
-	dupP    float64
+	// cut holds the directed links that lose everything: scripted
+	// scenarios set and clear links outright (setCut); random faults
+	// overlap, so each counts its links in and out (cutLinks), and a link
+	// heals only when the last fault holding it ends.
+	cut   map[[2]uint32]bool
+	cuts  map[[2]uint32]int
+	dropP float64
+	dupP  float64
 	// delayP: a frame arrives 50-600 ms late, as one queued on a link
 	// that was reconnecting does — after frames sent later, and maybe at
 	// a later incarnation of its addressee (S18's stale FLUSHED).
@@ -53,7 +58,7 @@ type heldFrame struct {
 }
 
 func newPeerNet(w *World) *peerNet {
-	return &peerNet{w: w, members: map[uint32]*peerLink{}, brokers: map[uint32]*broker{}, cut: map[[2]uint32]bool{}}
+	return &peerNet{w: w, members: map[uint32]*peerLink{}, brokers: map[uint32]*broker{}, cut: map[[2]uint32]bool{}, cuts: map[[2]uint32]int{}}
 }
 
 // peerLink is one incarnation of a member on the network.
@@ -89,7 +94,7 @@ func (l *peerLink) Send(to uint32, f wire.Frame) bool {
 		n.held = append(n.held, heldFrame{from: l.ep.ID, to: to, f: decodePeerFrame(frame), frame: frame})
 		return true
 	}
-	if n.cut[[2]uint32{l.ep.ID, to}] || n.isOut(f) || n.w.chance(n.dropP) {
+	if n.isCut(l.ep.ID, to) || n.isOut(f) || n.w.chance(n.dropP) {
 		return true
 	}
 	frame := wire.AppendFrame(nil, 0, f)
@@ -130,7 +135,7 @@ func (n *peerNet) isOut(f wire.Frame) bool {
 // deliver hands a frame to the member's current incarnation, if it is up
 // and the link was not cut meanwhile.
 func (n *peerNet) deliver(from, to uint32, frame []byte) {
-	if !n.cut[[2]uint32{from, to}] {
+	if !n.isCut(from, to) {
 		n.handOver(from, to, frame)
 	}
 }
@@ -198,15 +203,56 @@ func (l *peerLink) Close() error {
 	return nil
 }
 
-// setCut cuts (or restores) the links from and/or to member id.
+// setCut cuts (or restores) the links from and/or to member id, whatever
+// cut them before (scripted scenarios).
 func (n *peerNet) setCut(id uint32, from, to bool) {
 	for other := range n.brokers {
 		if other == id {
 			continue
 		}
-		n.cut[[2]uint32{id, other}] = from
-		n.cut[[2]uint32{other, id}] = to
+		for k, on := range map[[2]uint32]bool{{id, other}: from, {other, id}: to} {
+			if on {
+				n.cut[k] = true
+			} else {
+				delete(n.cut, k)
+			}
+		}
 	}
+}
+
+// cutLinks adds (delta 1) or removes (delta -1) one random fault's hold
+// on links.
+func (n *peerNet) cutLinks(links [][2]uint32, delta int) {
+	for _, k := range links {
+		if n.cuts[k] += delta; n.cuts[k] <= 0 {
+			delete(n.cuts, k)
+		}
+	}
+}
+
+func (n *peerNet) isCut(from, to uint32) bool {
+	k := [2]uint32{from, to}
+	return n.cut[k] || n.cuts[k] > 0
+}
+
+// anyCut reports whether some link is cut.
+func (n *peerNet) anyCut() bool { return len(n.cut) > 0 || len(n.cuts) > 0 }
+
+// linksOf lists the links from (if from) and to (if to) member id.
+func (n *peerNet) linksOf(id uint32, from, to bool) [][2]uint32 {
+	var links [][2]uint32
+	for other := range n.brokers {
+		if other == id {
+			continue
+		}
+		if from {
+			links = append(links, [2]uint32{id, other})
+		}
+		if to {
+			links = append(links, [2]uint32{other, id})
+		}
+	}
+	return links
 }
 
 // nodeClock is a cluster member's env.Clock: virtual time plus its own

@@ -323,7 +323,7 @@ func (g *schedGhost) quietCluster() bool {
 			g.skews[i] = b.skewMs
 		}
 	}
-	if s.w.nowMs < g.settleUntil || len(s.net.cut) > 0 || s.net.dropP > 0 || s.net.dupP > 0 || s.net.delayP > 0 {
+	if s.w.nowMs < g.settleUntil || s.net.anyCut() || s.net.dropP > 0 || s.net.dupP > 0 || s.net.delayP > 0 {
 		return false
 	}
 	for _, b := range s.nodes {
