@@ -346,6 +346,9 @@ type GroupOptions struct {
 	RetentionMs, RetentionBytes int64
 	Limit                       func() uint64
 	PreferredLeader             replica.NodeID
+	// ReleaseBeforeTransfer: a rebalancing hand-off waits for the
+	// caller's Log.TransferTo (replog.Config.ReleaseBeforeTransfer).
+	ReleaseBeforeTransfer bool
 }
 
 // OpenGroup starts this node's member of a replica group and registers it
@@ -362,7 +365,7 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 	}
 	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.opts.Env.FS, Manual: c.opts.Manual,
 		Mutations: c.opts.Replica, SendBeforePersist: c.opts.SendBeforePersist,
-		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred,
+		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred, ReleaseBeforeTransfer: gs.ReleaseBeforeTransfer,
 		Storage: storage.Options{SegmentBytesMax: c.opts.SegmentBytesMax, RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes},
 		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit,

@@ -87,7 +87,10 @@ func (p *partitionRunner) openReplica() error {
 	s := &replicaStore{partitionRunner: p, wake: make(chan struct{}, 1)}
 	l, err := c.OpenGroup(p.topic.cfg.Name, p.id, members, policy, s.poke, cluster.GroupOptions{
 		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: p.topic.cfg.RetentionBytes, Limit: s.compactLimit.Load,
-		PreferredLeader: members[0]})
+		PreferredLeader: members[0],
+		// A scheduler shard's owner drains its publishes in flight before
+		// a rebalancing hand-off fences it (schedRunner.release).
+		ReleaseBeforeTransfer: p.topic.cfg.Name == wire.SchedTopic})
 	if err != nil {
 		return err
 	}

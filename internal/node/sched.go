@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -52,6 +53,9 @@ const (
 	// schedGuardMs: a single node's lease never lapses while it runs; the
 	// guard is renewed at every pass.
 	schedGuardMs = 60_000
+	// schedDrainMs bounds a drain before a planned hand-off: how long the
+	// owner waits for its publishes and proposals in flight (release).
+	schedDrainMs = 2_000
 	// schedRecentResults bounds the applied results kept for replies that
 	// arrive after their record was applied.
 	schedRecentResults = 4096
@@ -285,7 +289,13 @@ type schedRunner struct {
 	// barrier is the commit point when the runner started: the owner is
 	// active once everything committed before it is applied.
 	barrier uint64
-	started bool
+	// handOff is the replica the shard's leadership goes to once the
+	// owner drained (release); released: the drain ended and the hand-off
+	// was asked for, so the owner stays out of office until it happens
+	// or is abandoned.
+	handOff  replica.NodeID
+	released bool
+	started  bool
 	// recent keeps the results of applied records that refused something,
 	// for a reply whose append completes after its record was applied.
 	recent map[uint64]sched.Result
@@ -460,6 +470,7 @@ func (r *schedRunner) pass() (waitMs int64) {
 		r.apply(now)
 	}
 	r.o.SetAuthority(now, r.authority(now))
+	r.release(now)
 	r.carryOut(now)
 	wait := int64(1000)
 	if r.st.Failed() != nil && r.restartAt > now {
@@ -540,8 +551,57 @@ func (r *schedRunner) authority(now int64) sched.Authority {
 		return sched.Authority{Assigned: true, Leader: true, Epoch: max(1, r.p.epoch.Load()), GuardUntilMs: now + schedGuardMs, Barrier: r.barrier}
 	}
 	st, v := rs.leaderView()
+	if r.released && v.Leader && (st.TransferTo == r.handOff || st.TransferWanted == r.handOff) {
+		// Drained for a hand-off that has not happened yet: no new office
+		// in between (ReleasedStaysOut).
+		return sched.Authority{}
+	}
+	r.released = false
 	return sched.Authority{Assigned: true, Leader: v.Leader, Epoch: v.Epoch,
 		GuardUntilMs: now + int64(st.LeaseTicks)*rs.repl.TickMs(), Barrier: max(v.InstallSeq, 1)}
+}
+
+// release drains the owner before a planned hand-off (issue 14, "Drain
+// and takeover"). The shard's replica wants to hand leadership to its
+// preferred leader and waits for this runner (ReleaseBeforeTransfer):
+// the owner stops claiming and admitting, waits up to schedDrainMs for
+// its publishes and proposals in flight, and its Release effect asks the
+// replica for the hand-off (carryOut). An owner with no office has
+// nothing to drain. A drain that times out leaves the owner FENCED, which
+// is safe: the next owner publishes the unresolved intents again, and the
+// destination deduplicates them.
+func (r *schedRunner) release(now int64) {
+	rs := r.p.replica()
+	if rs == nil {
+		return
+	}
+	want := rs.repl.Status().TransferWanted
+	if r.released {
+		if want == r.handOff {
+			rs.repl.TransferTo(want) // not started yet: ask again (the same target is a no-op)
+		}
+		return
+	}
+	if want == 0 {
+		return
+	}
+	r.handOff = want
+	switch r.o.Lifecycle() {
+	case sched.Active:
+		r.o.Drain(now, now+schedDrainMs)
+	case sched.Draining:
+	default:
+		r.handOver()
+	}
+}
+
+// handOver asks the shard's replica for the hand-off the owner drained
+// for, and keeps the owner out of office until it happened.
+func (r *schedRunner) handOver() {
+	if rs := r.p.replica(); rs != nil && r.handOff != 0 {
+		rs.repl.TransferTo(r.handOff)
+		r.released = true
+	}
 }
 
 // apply applies the shard's newly committed entries to the state; the
@@ -667,7 +727,7 @@ func (r *schedRunner) refusal(err error) *wire.Error {
 	if !errors.Is(err, sched.ErrNotActive) {
 		return wire.Errorf(wire.CodeInvalidArgument, "%v", err)
 	}
-	if r.p.replica() != nil && r.o.Lifecycle() != sched.CatchingUp && r.o.Lifecycle() != sched.Restoring {
+	if life := r.o.Lifecycle(); r.p.replica() != nil && life != sched.CatchingUp && life != sched.Restoring && life != sched.Draining && !r.released {
 		return r.node.schedNotLeader(r.shard)
 	}
 	return wire.Errorf(wire.CodeUnavailable, "schedule shard %d: %v; retry", r.shard, err)
@@ -719,6 +779,8 @@ func (r *schedRunner) carryOut(now int64) {
 				r.publish(now, *e.Publish)
 			case e.Probe != "":
 				r.o.Evidence(now, r.evidence(now, e.Probe))
+			case e.Release:
+				r.handOver()
 			}
 		}
 	}

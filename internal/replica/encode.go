@@ -88,6 +88,7 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 	}
 	u(uint64(r.preferredStable))
 	u(uint64(r.rebalanceIdle))
+	u(uint64(r.transferWanted))
 	if r.hardChanged || len(r.pending.Entries) > 0 || r.pending.Truncate || len(r.pending.Messages) > 0 || r.pending.Snapshot != nil {
 		panic("replica: AppendState with a pending Ready")
 	}

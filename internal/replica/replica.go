@@ -67,6 +67,12 @@ type Config struct {
 	PreferredLeader      NodeID
 	RebalanceStableTicks int
 	RebalanceEveryTicks  int
+	// ReleaseBeforeTransfer: a rebalancing transfer waits for the shell.
+	// The leader reports the transfer it wants (Status.TransferWanted)
+	// and goes on leading, lease and all, until the shell calls
+	// TransferTo — after it drained what acts under the lease (a
+	// scheduler shard's owner finishes its publishes in flight first).
+	ReleaseBeforeTransfer bool
 	// Seed feeds the election jitter (no global randomness).
 	Seed uint64
 	// Mutations break guards on purpose (tests only).
@@ -88,6 +94,7 @@ type Mutations struct {
 	TimeoutNowBeforeCaughtUp   bool // send TIMEOUT_NOW before the target flushed the leader's last entry
 	TimeoutNowAnyEpoch         bool // campaign on any TIMEOUT_NOW, whatever its epoch or sender
 	TransferNeverAbandoned     bool // keep refusing proposals until a transfer succeeds
+	TransferWithoutRelease     bool // under ReleaseBeforeTransfer, start a rebalancing transfer without waiting for the shell
 	TrustUncertainGrants       bool // count an uncertain replica's grant as a witness of its whole log
 	UncertainClearsOnAnyLeader bool // leave Uncertain once any leader made the replica whole, not only a newer one
 }
@@ -211,6 +218,9 @@ type Replica struct {
 	// office or last tried a transfer.
 	preferredStable int
 	rebalanceIdle   int
+	// transferWanted: the rebalancing transfer this leader would start
+	// now, left to the shell under ReleaseBeforeTransfer (0: none).
+	transferWanted NodeID
 
 	anomalies uint64 // messages refused as impossible from a correct peer
 
@@ -738,6 +748,10 @@ type Status struct {
 	// TransferTo: the replica this leader is handing leadership to
 	// (TransferTo; 0: none). It takes no proposal meanwhile.
 	TransferTo NodeID
+	// TransferWanted: under ReleaseBeforeTransfer, the replica this
+	// leader would hand leadership to now (0: none); the shell releases
+	// what depends on the lease, then calls TransferTo with it.
+	TransferWanted NodeID
 	// LeaseTicks: for a leader, how many more ticks no other replica can
 	// take office, by its own reckoning (0 for any other role, and while
 	// handing leadership over). The shell turns it into a local lease
@@ -786,7 +800,7 @@ func (r *Replica) Status() Status {
 	return Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
 		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs), Anomalies: r.anomalies,
 		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Uncertain: r.uncertain, Peers: r.peerStatus(),
-		TransferTo: r.transferee, LeaderSilent: r.role != Leader && r.leaseExpired(), LeaseTicks: r.leaseTicks()}
+		TransferTo: r.transferee, TransferWanted: r.transferWanted, LeaderSilent: r.role != Leader && r.leaseExpired(), LeaseTicks: r.leaseTicks()}
 }
 
 // leaseTicks: a quorum (this leader included) answered it within the

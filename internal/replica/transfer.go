@@ -44,7 +44,7 @@ func (r *Replica) TransferTo(id NodeID) error {
 		return ErrQuorumLost
 	}
 	r.transferee, r.transferElapsed, r.timeoutNowSent = id, 0, false
-	r.rebalanceIdle = 0
+	r.rebalanceIdle, r.transferWanted = 0, 0
 	r.dirty[r.peerIndex(id)] = true // an Append now: its answer may be the last one needed
 	r.maybeTimeoutNow()
 	return nil
@@ -68,6 +68,7 @@ func (r *Replica) maybeTimeoutNow() {
 // stopped leading; or it is abandoned).
 func (r *Replica) endTransfer() {
 	r.transferee, r.transferElapsed, r.timeoutNowSent = 0, 0, false
+	r.transferWanted = 0
 }
 
 // tickTransfer is a leader's tick for transfers: it abandons one that
@@ -92,7 +93,14 @@ func (r *Replica) tickTransfer() {
 	}
 	stable := r.preferredStable >= r.cfg.RebalanceStableTicks
 	rested := r.rebalanceIdle >= r.cfg.RebalanceEveryTicks
-	if r.transferee == 0 && stable && rested {
+	r.transferWanted = 0
+	switch {
+	case r.transferee != 0 || !stable || !rested:
+	case r.cfg.ReleaseBeforeTransfer && !r.cfg.Mutations.TransferWithoutRelease:
+		if !r.readOnly {
+			r.transferWanted = p // the shell releases, then calls TransferTo
+		}
+	default:
 		_ = r.TransferTo(p) // refused while read-only: tried again on a later tick
 	}
 }

@@ -372,3 +372,71 @@ func TestRebalanceIgnoresAFlappingPreferredLeader(t *testing.T) {
 		c.tick(1)
 	}
 }
+
+// TestRebalanceWaitsForTheShellsRelease: under ReleaseBeforeTransfer the
+// leader that would hand leadership back to n1 only reports it
+// (TransferWanted) and goes on leading — lease and writes — until the
+// shell calls TransferTo; then the hand-off runs as usual. A scheduler
+// shard's owner drains its publishes in that window instead of being
+// fenced mid-flight. Guard: TransferWithoutRelease.
+func TestRebalanceWaitsForTheShellsRelease(t *testing.T) {
+	wanted, leased := rebalanceAwaitingRelease(t, Mutations{})
+	if wanted == 0 || !leased {
+		t.Fatalf("transfer wanted %d, lease and writes kept %v: want n1 reported and n2 leading meanwhile", wanted, leased)
+	}
+	if wanted, leased := rebalanceAwaitingRelease(t, Mutations{TransferWithoutRelease: true}); wanted != 0 && leased {
+		t.Fatal("mutated (TransferWithoutRelease): the leader still waited; the test no longer proves the guard")
+	}
+}
+
+// rebalanceAwaitingRelease runs n2 leading with n1 (the preferred
+// leader) back and in sync for 150 ticks without releasing, and reports
+// the TransferWanted it saw and whether n2 kept its lease and took
+// writes every tick since; then it releases and expects n1 to lead.
+func rebalanceAwaitingRelease(t *testing.T, mut Mutations) (wanted NodeID, leased bool) {
+	t.Helper()
+	c, m := transferCluster(t, mut, func(cfg *Config) {
+		rebalanceConfig(cfg)
+		cfg.ReleaseBeforeTransfer = true
+	})
+	c.crash(1)
+	c.elect(2)
+	c.propose(2, "b")
+	c.tick(60)
+	c.start(1)
+	leased = true
+	for tick := 0; tick < 150; tick++ {
+		st := c.rs[2].Status()
+		if st.TransferWanted != 0 {
+			wanted = st.TransferWanted
+		}
+		if st.Role != Leader || st.LeaseTicks == 0 || st.TransferTo != 0 {
+			leased = false
+			break
+		}
+		if _, _, err := c.rs[2].Propose([]byte("w")); err != nil {
+			leased = false
+			break
+		}
+		c.tick(1)
+	}
+	if !leased {
+		return wanted, false
+	}
+	if err := c.rs[2].TransferTo(wanted); err != nil {
+		t.Fatalf("release: TransferTo(%d): %v", wanted, err)
+	}
+	for tick := 0; tick < 50 && c.leader() != 1; tick++ {
+		c.tick(1)
+	}
+	if c.leader() != 1 {
+		t.Fatalf("leader n%d after the release, want n1", c.leader())
+	}
+	if st := c.rs[1].Status(); st.TransferWanted != 0 {
+		t.Fatalf("the preferred leader wants a transfer: %+v", st)
+	}
+	c.propose(1, "c")
+	c.tick(2)
+	c.requireConverged(m)
+	return wanted, true
+}

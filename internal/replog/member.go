@@ -140,7 +140,7 @@ func loadOrQuarantine(cfg Config, lg *storage.Log) (p replica.Persisted, marked 
 // kernelConfig is the replication kernel's configuration for a member.
 func kernelConfig(cfg Config) replica.Config {
 	return replica.Config{ID: cfg.ID, Replicas: cfg.Members, Policy: cfg.Policy,
-		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed, Mutations: cfg.Mutations, PreferredLeader: cfg.PreferredLeader,
+		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed, Mutations: cfg.Mutations, PreferredLeader: cfg.PreferredLeader, ReleaseBeforeTransfer: cfg.ReleaseBeforeTransfer,
 		ReservationTicks: max(int(cfg.Reservation/cfg.Tick), 4*cfg.ElectionTicks)}
 }
 
@@ -152,6 +152,15 @@ func (m *Member) Tick() { m.k.Tick() }
 
 // Campaign starts an election now (see Log.Campaign).
 func (m *Member) Campaign() { m.k.Campaign() }
+
+// transferTo starts a hand-off the caller released (Log.TransferTo); the
+// kernel refuses it when this member does not lead or a hand-off to
+// another member runs.
+func (m *Member) transferTo(id replica.NodeID) {
+	if err := m.k.TransferTo(id); err != nil {
+		m.cfg.Logger.Debug("replog: released hand-off not started", "member", m.cfg.ID, "to", id, "err", err)
+	}
+}
 
 // Propose proposes p's record; p completes (finish) when its outcome is
 // known, during a later Handle, or at once when the kernel refuses it.

@@ -52,6 +52,10 @@ type Config struct {
 	// it once it has kept up for a while (replica.Config.PreferredLeader,
 	// with the kernel's defaults for how long and how often).
 	PreferredLeader replica.NodeID
+	// ReleaseBeforeTransfer: a rebalancing hand-off waits until the
+	// caller calls TransferTo (replica.Config.ReleaseBeforeTransfer;
+	// Status.TransferWanted names the target).
+	ReleaseBeforeTransfer bool
 	// ProposeQueueMax bounds queued proposals (default 4096; Log only).
 	ProposeQueueMax int
 	// Storage configures the member's log (sizes, bounds).
@@ -148,7 +152,8 @@ type Log struct {
 	m        *Member
 	in       chan replica.Message
 	prop     chan *Proposal
-	campaign chan struct{} // capacity 1: Campaign asked for an election
+	campaign chan struct{}       // capacity 1: Campaign asked for an election
+	transfer chan replica.NodeID // capacity 1: TransferTo asked for a hand-off
 	done     chan struct{}
 	wg       sync.WaitGroup
 	dropped  atomic.Uint64
@@ -183,7 +188,7 @@ func Open(cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Log{m: m, in: make(chan replica.Message, 4096), campaign: make(chan struct{}, 1),
+	l := &Log{m: m, in: make(chan replica.Message, 4096), campaign: make(chan struct{}, 1), transfer: make(chan replica.NodeID, 1),
 		prop: make(chan *Proposal, m.cfg.ProposeQueueMax), done: make(chan struct{}), damaged: make(chan struct{}, 1),
 		manual: cfg.Manual}
 	if l.manual {
@@ -244,6 +249,12 @@ func (l *Log) Pump() (bool, error) {
 	case <-l.campaign:
 		ran = true
 		m.Campaign()
+	default:
+	}
+	select {
+	case id := <-l.transfer:
+		ran = true
+		m.transferTo(id)
 	default:
 	}
 	for drained := false; !drained; {
@@ -452,6 +463,18 @@ func (l *Log) Campaign() {
 	}
 }
 
+// TransferTo asks the member to hand leadership to member id (the
+// kernel's TransferTo): under ReleaseBeforeTransfer, what the shell calls
+// once it released what acts under the lease. The kernel ignores it when
+// this member no longer leads; a second request before the member ran
+// the first is dropped.
+func (l *Log) TransferTo(id replica.NodeID) {
+	select {
+	case l.transfer <- id:
+	default:
+	}
+}
+
 // Status is the kernel's latest view.
 func (l *Log) Status() replica.Status { return l.m.Status() }
 
@@ -539,6 +562,8 @@ func (l *Log) run() {
 			}
 		case <-l.campaign:
 			m.Campaign()
+		case id := <-l.transfer:
+			m.transferTo(id)
 		case <-l.damaged:
 			if _, err := m.restartDamaged(); err != nil {
 				// The range may be half dropped (its mark is on disk): a

@@ -222,7 +222,12 @@ func newClusterSim(o ClusterOptions) *sim {
 			b.ledgerCompactBytes = o.LedgerCompactBytes
 		}
 		if o.Schedules > 0 {
-			b.schedPublish = func(shard uint32, p sched.Publish) { s.sched.ghost.published(b, shard, p) }
+			b.schedPublish = func(shard uint32, p sched.Publish) {
+				s.sched.ghost.published(b, shard, p)
+				if s.schedPublished != nil {
+					s.schedPublished(b, shard, p)
+				}
+			}
 		}
 		id := uint32(i)
 		b.onCrash = func() {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/invariant"
 	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -182,7 +183,10 @@ type sim struct {
 	// A cluster's faults, and its replication checks (cluster.go): the
 	// ghost state of each partition, and the last committed seq checked
 	// per (partition, node incarnation).
-	clusterFaults  ClusterFaults
+	clusterFaults ClusterFaults
+	// schedPublished, set by scripted scenarios, sees every scheduled
+	// publish after the scheduler ghost did.
+	schedPublished func(b *broker, shard uint32, p sched.Publish)
 	faultsInjected int
 	ghosts         []*invariant.Group
 	observed       map[commitKey]uint64
