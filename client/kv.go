@@ -305,23 +305,49 @@ func (k *KV) Keys(ctx context.Context, prefix string) ([]string, error) {
 }
 
 // List returns every live entry whose key starts with prefix, sorted by
-// key, as of one revision (returned). A listing is one answer: a bucket
-// whose matching keys and values exceed about 6 MiB fails with
-// ErrInvalidArgument.
+// key, as of one revision (returned). It reads the listing a page at a
+// time (KV_LIST_PAGE, about 6 MiB each), every page at the first page's
+// revision; a listing the leader dropped meanwhile (another leader, idle
+// too long) is started again, up to kvListRestartsMax times.
 func (k *KV) List(ctx context.Context, prefix string) (uint64, []KVEntry, error) {
-	reply, err := k.request(ctx, &wire.KVList{Bucket: k.bucket, Prefix: []byte(prefix)}, false)
-	if err != nil {
-		return 0, nil, fmt.Errorf("nereus: kv %s list: %w", k.bucket, err)
+	for restarts := 0; ; restarts++ {
+		rev, out, err := k.list(ctx, prefix)
+		if errors.Is(err, wire.ErrCursorExpired) && restarts < kvListRestartsMax && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return 0, nil, fmt.Errorf("nereus: kv %s list: %w", k.bucket, err)
+		}
+		return rev, out, nil
 	}
-	ok, isOK := reply.(*wire.KVListOK)
-	if !isOK {
-		return 0, nil, unexpected("KV_LIST", reply)
+}
+
+const kvListRestartsMax = 5
+
+// list reads one listing, page by page.
+func (k *KV) list(ctx context.Context, prefix string) (uint64, []KVEntry, error) {
+	var out []KVEntry
+	req := &wire.KVListPage{Bucket: k.bucket, Prefix: []byte(prefix)}
+	for {
+		reply, err := k.request(ctx, req, false)
+		if err != nil {
+			return 0, nil, err
+		}
+		ok, isOK := reply.(*wire.KVListPageOK)
+		if !isOK {
+			return 0, nil, unexpected("KV_LIST_PAGE", reply)
+		}
+		for _, e := range ok.Entries {
+			out = append(out, kvEntryFromWire(e))
+		}
+		if !ok.More {
+			return ok.BucketRevision, out, nil
+		}
+		if len(ok.Entries) == 0 {
+			return 0, nil, fmt.Errorf("listing %d: an empty page with more to come", ok.Listing)
+		}
+		req.Listing, req.Offset = ok.Listing, uint64(len(out))
 	}
-	out := make([]KVEntry, 0, len(ok.Entries))
-	for _, e := range ok.Entries {
-		out = append(out, kvEntryFromWire(e))
-	}
-	return ok.BucketRevision, out, nil
 }
 
 // History returns key's kept revisions, oldest first, tombstones included.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -655,5 +656,36 @@ func BenchmarkKVPut(b *testing.B) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// TestKVListBeyondOneFrame: List reads a listing larger than one frame
+// page by page (KV_LIST_PAGE), all at one revision.
+func TestKVListBeyondOneFrame(t *testing.T) {
+	b := startKVBroker(t, vfs.NewMem(), "/d", listen(t), nil)
+	t.Cleanup(b.stop)
+	c := dialKV(t, b.addr)
+	ctx := testCtx(t)
+	if _, err := c.CreateBucket(ctx, KVBucketConfig{Bucket: "big"}); err != nil {
+		t.Fatal(err)
+	}
+	kv := c.KV("big")
+	value := bytes.Repeat([]byte("v"), 1<<20)
+	var last uint64
+	for i := range 8 { // 8 MiB: beyond one frame
+		rev, err := kv.Put(ctx, fmt.Sprintf("k%d", i), value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = rev
+	}
+	rev, entries, err := kv.List(ctx, "k")
+	if err != nil || rev != last || len(entries) != 8 {
+		t.Fatalf("List = revision %d (want %d), %d entries (want 8), %v", rev, last, len(entries), err)
+	}
+	for i, e := range entries {
+		if e.Key != fmt.Sprintf("k%d", i) || !bytes.Equal(e.Value, value) {
+			t.Fatalf("entry %d: %s (%d bytes)", i, e.Key, len(e.Value))
+		}
 	}
 }

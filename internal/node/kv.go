@@ -156,6 +156,7 @@ type kvRunner struct {
 	results    map[uint64]kv.ApplyResult      // applied seqs not yet claimed by their completion
 	waits      []kvWait                       // work waiting for a seq to be applied
 	watches    map[*KVWatch]*kvWatchState
+	listings   kvListings // open KV_LIST_PAGE listings (kvlist.go)
 	compacting bool
 	ticks      int
 	// nextTickMs: when a Manual runner's next tick is due (step).

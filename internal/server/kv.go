@@ -71,37 +71,15 @@ func (p *Protocol) handleKV(corr uint64, f wire.Frame) bool {
 			p.send(corr, &wire.KVWriteOK{Revision: revision})
 		})
 	case *wire.KVGet:
-		n.KVGet(f, func(ok *wire.KVGetOK, err error) {
-			if err != nil {
-				p.sendErr(corr, err)
-				return
-			}
-			p.send(corr, ok)
-		})
+		n.KVGet(f, kvReply[*wire.KVGetOK](p, corr))
 	case *wire.KVKeys:
-		n.KVKeys(f, func(ok *wire.KVKeysOK, err error) {
-			if err != nil {
-				p.sendErr(corr, err)
-				return
-			}
-			p.send(corr, ok)
-		})
+		n.KVKeys(f, kvReply[*wire.KVKeysOK](p, corr))
 	case *wire.KVHistory:
-		n.KVHistory(f, func(ok *wire.KVHistoryOK, err error) {
-			if err != nil {
-				p.sendErr(corr, err)
-				return
-			}
-			p.send(corr, ok)
-		})
+		n.KVHistory(f, kvReply[*wire.KVHistoryOK](p, corr))
 	case *wire.KVList:
-		n.KVList(f, func(ok *wire.KVListOK, err error) {
-			if err != nil {
-				p.sendErr(corr, err)
-				return
-			}
-			p.send(corr, ok)
-		})
+		n.KVList(f, kvReply[*wire.KVListOK](p, corr))
+	case *wire.KVListPage:
+		n.KVListPage(f, kvReply[*wire.KVListPageOK](p, corr))
 	case *wire.KVWatch:
 		p.kvWatch(corr, f)
 	case *wire.KVWatchCredit:
@@ -161,6 +139,17 @@ func (k kvWatchSink) End(err *wire.Error) {
 	k.p.sendErr(k.corr, err)
 }
 
+// kvReply sends a read's answer, or its error, on corr.
+func kvReply[T wire.Frame](p *Protocol, corr uint64) func(T, error) {
+	return func(ok T, err error) {
+		if err != nil {
+			p.sendErr(corr, err)
+			return
+		}
+		p.send(corr, ok)
+	}
+}
+
 // authorizeKV checks a KV request against the token: bucket creation and
 // deletion need admin; writes need kv:GLOB, reads and watches kv:GLOB or
 // kvread:GLOB matching the bucket's name. A bucket list is filtered
@@ -183,6 +172,8 @@ func (p *Protocol) authorizeKV(f wire.Frame) error {
 	case *wire.KVHistory:
 		bucket = f.Bucket
 	case *wire.KVList:
+		bucket = f.Bucket
+	case *wire.KVListPage:
 		bucket = f.Bucket
 	case *wire.KVWatch:
 		bucket = f.Bucket

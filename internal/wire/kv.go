@@ -30,6 +30,10 @@ const (
 	TypeKVWatchCancel  FrameType = 56 // end a watch (no answer)
 	TypeKVList         FrameType = 57 // every live entry with a prefix, at one revision
 	TypeKVListOK       FrameType = 58
+	// A listing of any size, a page at a time, every page at the
+	// revision of the first (the leader keeps the listing open).
+	TypeKVListPage   FrameType = 27
+	TypeKVListPageOK FrameType = 28
 )
 
 // KV error codes (30-39 are the KV range).
@@ -44,6 +48,10 @@ const (
 	// its corr after its last event. The message starts with "floor=N;":
 	// CursorExpired builds it, ExpiredFloor reads it.
 	CodeCursorExpired Code = 31
+	// A KV_LIST_PAGE naming a listing the leader no longer holds (idle
+	// too long, another leader, the bucket deleted) is CURSOR_EXPIRED too
+	// (with no floor): the client starts the listing again.
+	//
 	// CodeOutcomeUnknown: a KV write was handed to the bucket's log but
 	// the leader lost its office (or its quorum) before it committed: it
 	// may still commit under the next leader, or not. Not retryable
@@ -86,7 +94,7 @@ func init() {
 		TypeKVWrite: "KV_WRITE", TypeKVWriteOK: "KV_WRITE_OK", TypeKVGet: "KV_GET", TypeKVGetOK: "KV_GET_OK",
 		TypeKVKeys: "KV_KEYS", TypeKVKeysOK: "KV_KEYS_OK", TypeKVHistory: "KV_HISTORY", TypeKVHistoryOK: "KV_HISTORY_OK",
 		TypeKVWatch: "KV_WATCH", TypeKVEvent: "KV_EVENT", TypeKVWatchCredit: "KV_WATCH_CREDIT", TypeKVWatchCancel: "KV_WATCH_CANCEL",
-		TypeKVList: "KV_LIST", TypeKVListOK: "KV_LIST_OK",
+		TypeKVList: "KV_LIST", TypeKVListOK: "KV_LIST_OK", TypeKVListPage: "KV_LIST_PAGE", TypeKVListPageOK: "KV_LIST_PAGE_OK",
 	} {
 		typeNames[t] = n
 	}
@@ -135,6 +143,10 @@ func newKVFrame(t FrameType) Frame {
 		return &KVList{}
 	case TypeKVListOK:
 		return &KVListOK{}
+	case TypeKVListPage:
+		return &KVListPage{}
+	case TypeKVListPageOK:
+		return &KVListPageOK{}
 	}
 	return nil
 }
@@ -598,4 +610,53 @@ func (f *KVListOK) decodeBody(d *decoder) {
 			f.Entries[i].decode(d)
 		}
 	}
+}
+
+// KVListPage asks for one page of a listing of every live entry with
+// Prefix. Listing 0 opens a new listing at the bucket's current revision
+// (the answer names it); later pages name it and the Offset of their
+// first entry (the count of entries already received), so a page asked
+// again after a lost answer is the same page. Limit bounds the entries
+// of the page (0: as many as fit in KVListBytesMax).
+type KVListPage struct {
+	Bucket  string
+	Prefix  []byte
+	Listing uint64
+	Offset  uint64
+	Limit   uint32
+}
+
+func (*KVListPage) Type() FrameType { return TypeKVListPage }
+func (f *KVListPage) appendBody(b []byte) []byte {
+	b = appendBytes(appendStr(b, f.Bucket), f.Prefix)
+	b = binary.BigEndian.AppendUint64(b, f.Listing)
+	b = binary.BigEndian.AppendUint64(b, f.Offset)
+	return binary.BigEndian.AppendUint32(b, f.Limit)
+}
+func (f *KVListPage) decodeBody(d *decoder) {
+	f.Bucket, f.Prefix = d.str(), d.bytes()
+	f.Listing, f.Offset, f.Limit = d.u64(), d.u64(), d.u32()
+}
+
+// KVListPageOK is one page of a listing: its entries from Offset on,
+// sorted by key, as of BucketRevision (the same for every page of the
+// listing); More is true while entries follow.
+type KVListPageOK struct {
+	Listing        uint64
+	BucketRevision uint64
+	Entries        []KVEntry
+	More           bool
+}
+
+func (*KVListPageOK) Type() FrameType { return TypeKVListPageOK }
+func (f *KVListPageOK) appendBody(b []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, f.Listing)
+	b = (&KVListOK{BucketRevision: f.BucketRevision, Entries: f.Entries}).appendBody(b)
+	return appendBool(b, f.More)
+}
+func (f *KVListPageOK) decodeBody(d *decoder) {
+	f.Listing = d.u64()
+	var l KVListOK
+	l.decodeBody(d)
+	f.BucketRevision, f.Entries, f.More = l.BucketRevision, l.Entries, d.boolean()
 }

@@ -34,6 +34,8 @@ func kvSampleFrames() []Frame {
 		&KVWatchCancel{Watch: 77},
 		&KVList{Bucket: "config", Prefix: []byte("a/")},
 		&KVListOK{BucketRevision: 12, Entries: []KVEntry{entry}},
+		&KVListPage{Bucket: "config", Prefix: []byte("a/"), Listing: 1<<32 | 3, Offset: 500, Limit: 100},
+		&KVListPageOK{Listing: 1<<32 | 3, BucketRevision: 12, Entries: []KVEntry{entry}, More: true},
 	}
 }
 
@@ -50,7 +52,7 @@ func TestKVFramesRoundTrip(t *testing.T) {
 			t.Fatalf("%s: round trip mismatch:\n got %#v\nwant %#v", f.Type(), got, f)
 		}
 	}
-	for typ := TypeKVBucketCreate; typ <= TypeKVListOK; typ++ {
+	for _, typ := range append([]FrameType{TypeKVListPage, TypeKVListPageOK}, kvFrameRange()...) {
 		if !seen[typ] {
 			t.Errorf("no sample of %s", typ)
 		}
@@ -58,6 +60,13 @@ func TestKVFramesRoundTrip(t *testing.T) {
 			t.Errorf("frame type %d has no name: %s", typ, typ)
 		}
 	}
+}
+
+func kvFrameRange() (ts []FrameType) {
+	for typ := TypeKVBucketCreate; typ <= TypeKVListOK; typ++ {
+		ts = append(ts, typ)
+	}
+	return ts
 }
 
 func TestKVFramesRefuseBadEnums(t *testing.T) {
@@ -181,6 +190,17 @@ func normalizeKV(f Frame) Frame {
 		c.Prefix = nilIfEmpty(c.Prefix)
 		return &c
 	case *KVListOK:
+		c := *v
+		c.Entries = nil
+		for _, e := range v.Entries {
+			c.Entries = append(c.Entries, entry(e))
+		}
+		return &c
+	case *KVListPage:
+		c := *v
+		c.Prefix = nilIfEmpty(c.Prefix)
+		return &c
+	case *KVListPageOK:
 		c := *v
 		c.Entries = nil
 		for _, e := range v.Entries {
