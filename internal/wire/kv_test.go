@@ -62,6 +62,19 @@ func TestKVFramesRoundTrip(t *testing.T) {
 	}
 }
 
+// entry and entries normalize entries (normalizeKV).
+func entry(e KVEntry) KVEntry {
+	e.Key, e.Value = nilIfEmpty(e.Key), nilIfEmpty(e.Value)
+	return e
+}
+
+func entries(es []KVEntry) (out []KVEntry) {
+	for _, e := range es {
+		out = append(out, entry(e))
+	}
+	return out
+}
+
 func kvFrameRange() (ts []FrameType) {
 	for typ := TypeKVBucketCreate; typ <= TypeKVListOK; typ++ {
 		ts = append(ts, typ)
@@ -138,10 +151,6 @@ func TestBucketNamesAndTheirTopics(t *testing.T) {
 
 // normalizeKV maps empty byte slices of KV frames to nil (FuzzDecodeFrame).
 func normalizeKV(f Frame) Frame {
-	entry := func(e KVEntry) KVEntry {
-		e.Key, e.Value = nilIfEmpty(e.Key), nilIfEmpty(e.Value)
-		return e
-	}
 	switch v := f.(type) {
 	case *KVWrite:
 		c := *v
@@ -172,10 +181,7 @@ func normalizeKV(f Frame) Frame {
 		return &c
 	case *KVHistoryOK:
 		c := *v
-		c.Entries = nil
-		for _, e := range v.Entries {
-			c.Entries = append(c.Entries, entry(e))
-		}
+		c.Entries = entries(v.Entries)
 		return &c
 	case *KVWatch:
 		c := *v
@@ -185,16 +191,13 @@ func normalizeKV(f Frame) Frame {
 		c := *v
 		c.Entry = entry(c.Entry)
 		return &c
+	case *KVListOK:
+		c := *v
+		c.Entries = entries(v.Entries)
+		return &c
 	case *KVList:
 		c := *v
 		c.Prefix = nilIfEmpty(c.Prefix)
-		return &c
-	case *KVListOK:
-		c := *v
-		c.Entries = nil
-		for _, e := range v.Entries {
-			c.Entries = append(c.Entries, entry(e))
-		}
 		return &c
 	case *KVListPage:
 		c := *v
@@ -202,10 +205,7 @@ func normalizeKV(f Frame) Frame {
 		return &c
 	case *KVListPageOK:
 		c := *v
-		c.Entries = nil
-		for _, e := range v.Entries {
-			c.Entries = append(c.Entries, entry(e))
-		}
+		c.Entries = entries(v.Entries)
 		return &c
 	}
 	return f
