@@ -22,6 +22,12 @@ type Metrics struct {
 	deadLetters  *prometheus.CounterVec
 	scrubBytes   prometheus.Counter
 	scrubDamage  prometheus.Counter
+	// The scheduler's publishes, counted by the shard owner that made
+	// them: acknowledged by the destination (a deduplicated retry too),
+	// recorded UNKNOWN, and how late an acknowledged one was.
+	schedPublished *prometheus.CounterVec
+	schedUnknown   *prometheus.CounterVec
+	schedLateness  prometheus.Histogram
 	// Connections and AuthFailures are maintained by the server.
 	Connections  prometheus.Gauge
 	AuthFailures prometheus.Counter
@@ -52,13 +58,20 @@ func newMetrics() *Metrics {
 			Name: "nereus_acks_total", Help: "Acks recorded in group ledgers."}, []string{"topic", "group"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nereus_dead_letters_total", Help: "Records moved to a dead-letter topic after max deliveries."}, []string{"topic", "group"}),
+		schedPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nereus_sched_published_total", Help: "Scheduled messages their destination acknowledged, counted by the shard owner that published them (a retry the destination deduplicated counts again)."}, []string{"topic"}),
+		schedUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nereus_sched_unknown_total", Help: "Scheduled publishes whose outcome the destination could no longer prove (its dedup window moved past them): recorded UNKNOWN."}, []string{"topic"}),
+		schedLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nereus_sched_lateness_seconds", Help: "How long after its deliver_at a scheduled message was acknowledged by its destination.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 22)}),
 		Connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nereus_client_connections", Help: "Open client connections."}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nereus_auth_failures_total", Help: "Connections rejected with AUTH_FAILED."}),
 	}
 	m.Registry.MustRegister(m.scrubBytes, m.scrubDamage, m.publishes, m.publishBytes, m.fsyncSeconds, m.commitBatch, m.deliveries,
-		m.redeliveries, m.acks, m.deadLetters, m.Connections, m.AuthFailures,
+		m.redeliveries, m.acks, m.deadLetters, m.schedPublished, m.schedUnknown, m.schedLateness, m.Connections, m.AuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -95,6 +108,10 @@ var (
 		"Assignment steps of a consumer group that gave partitions new owners.", []string{"group"}, nil)
 	groupPendingDesc = prometheus.NewDesc("nereus_group_pending_notices",
 		"NOTICEs of a consumer group its members have not acknowledged yet (a rebalance in progress).", []string{"group"}, nil)
+	schedPendingDesc = prometheus.NewDesc("nereus_sched_pending",
+		"Schedules not yet fired in a scheduler shard this node owns (ACTIVE), spilled ones included.", []string{"shard"}, nil)
+	schedLanesDesc = prometheus.NewDesc("nereus_sched_lanes",
+		"Destination lanes of the scheduler shards this node owns, by admission gate and runtime readiness.", []string{"gate", "readiness"}, nil)
 	rebuildsDesc = prometheus.NewDesc("nereus_replication_rebuilds_total",
 		"Times this node's replica rebuilt from its leader's snapshot point because the entries it needed were compacted (cluster only).", []string{"topic", "partition"}, nil)
 )
@@ -117,6 +134,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- groupMembershipEpochDesc
 	ch <- groupAssignmentEpochDesc
 	ch <- groupPendingDesc
+	ch <- schedPendingDesc
+	ch <- schedLanesDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -128,6 +147,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(groupPendingDesc, prometheus.GaugeValue, float64(len(g.Notices)), g.Name)
 		}
 	}
+	c.n.collectSched(ch)
 	c.n.mu.RLock()
 	defer c.n.mu.RUnlock()
 	for name, t := range c.n.topics {

@@ -295,6 +295,7 @@ type schedRunner struct {
 	// or is abandoned.
 	handOff  replica.NodeID
 	released bool
+	metrics  schedMetrics // for scrapes (schedmetrics.go)
 	started  bool
 	// recent keeps the results of applied records that refused something,
 	// for a reply whose append completes after its record was applied.
@@ -472,6 +473,7 @@ func (r *schedRunner) pass() (waitMs int64) {
 	r.o.SetAuthority(now, r.authority(now))
 	r.release(now)
 	r.carryOut(now)
+	r.publishMetrics(now)
 	wait := int64(1000)
 	if r.st.Failed() != nil && r.restartAt > now {
 		wait = r.restartAt - now
@@ -870,6 +872,7 @@ func (r *schedRunner) published(now int64, p *schedPublished) {
 		r.node.logRepeatedError(r.p.subject()+"/"+p.pub.Topic, "scheduled publish refused; its lane is blocked until a probe finds the destination ready",
 			"topic", p.pub.Topic, "partition", p.pub.Partition, "err", p.err)
 	}
+	r.countPublished(now, p.pub, out)
 	r.o.Published(now, p.pub, out, p.ok.Seq)
 }
 
