@@ -472,6 +472,11 @@ func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 	// Each destination partition's lowest unresolved fire sequence, found
 	// once per pass: what this pass allocates is above it.
 	lows := map[dest]uint64{}
+	// full: the destination partitions whose fire window is full. Once
+	// every one is, nothing further can be claimed this pass: the walk
+	// stops (a burst's claims used to walk thousands of entries at every
+	// publish's answer).
+	full := map[uint32]bool{}
 	visits := o.cfg.ClaimMax*8 + len(o.claims)
 	o.st.dueInOrder(l.Topic, func(e *Entry) bool {
 		if e.DeliverAtMs > now || len(intents) >= o.cfg.ClaimMax || visits == 0 {
@@ -493,7 +498,8 @@ func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 			lows[d] = seq
 		}
 		if !ok {
-			return true // this partition's window is full; another's may not be
+			full[p] = true
+			return len(full) < int(rt.cert.Partitions) // this partition's window is full; another's may not be
 		}
 		intents = append(intents, Intent{ID: e.ID, Partition: p, FireSeq: seq})
 		return true
