@@ -296,6 +296,7 @@ type schedRunner struct {
 	handOff  replica.NodeID
 	released bool
 	metrics  schedMetrics // for scrapes (schedmetrics.go)
+	reads    schedReads   // the last read of the log, for publishes (schedread.go)
 	started  bool
 	// recent keeps the results of applied records that refused something,
 	// for a reply whose append completes after its record was applied.
@@ -346,6 +347,7 @@ func (r *schedRunner) restart() error {
 	if err != nil {
 		return err
 	}
+	r.reads = schedReads{}
 	st := sched.NewState()
 	st.Mutations = n.cfg.Mutations.SchedState
 	st.SetSpill(sp, n.cfg.SchedWindow)
@@ -846,12 +848,11 @@ func (r *schedRunner) publish(now int64, p sched.Publish) {
 	done := func(ok wire.PubOK, err *wire.Error) {
 		r.deliver(schedCmd{published: &schedPublished{pub: p, ok: ok, err: err}})
 	}
-	entries, err := r.p.read(p.ID, 1, r.node.cfg.RecordBytesMax+(64<<10))
-	if err != nil || len(entries) == 0 || entries[0].Seq != p.ID {
+	rec, err := r.record(p.ID)
+	if err != nil {
 		done(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "read schedule %d of shard %d: %v", p.ID, r.shard, err))
 		return
 	}
-	rec := &entries[0].Record
 	var hs []wire.Header
 	for _, h := range rec.Headers[1:] {
 		hs = append(hs, wire.Header{Key: h.Key, Value: h.Value})
