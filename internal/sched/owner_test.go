@@ -400,6 +400,32 @@ func TestFireWindowBoundsSequencesInFlight(t *testing.T) {
 	}
 }
 
+// A destination partition whose fire window is full does not hold back
+// another's due schedules, even ones due later: the claim pass walks on
+// until every partition's window is full (then it stops, which a burst
+// relies on).
+func TestFullWindowHoldsOnlyItsPartition(t *testing.T) {
+	cfg := testConfig
+	cfg.FireWindow = 2
+	w := newWorld(t, cfg)
+	w.activate(1)
+	var first []uint64
+	for range 3 {
+		first = append(first, w.schedule("a", 1000, 0)) // partition 0: one more than its window
+	}
+	other := w.schedule("a", 1001, 1) // partition 1, due after them
+	w.at(1001)
+	w.hold = true
+	w.settle(true)
+	inFlight := map[uint64]bool{}
+	for _, p := range w.inFlight {
+		inFlight[p.ID] = true
+	}
+	if len(w.inFlight) != 3 || !inFlight[first[0]] || !inFlight[first[1]] || !inFlight[other] {
+		t.Fatalf("in flight %v; want the first two of partition 0 (its window) and partition 1's", inFlight)
+	}
+}
+
 // An intent that reuses a destination partition's fire sequence is
 // skipped: the destination would drop it as a retry of the first.
 func TestFireSeqNeverReused(t *testing.T) {
