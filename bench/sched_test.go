@@ -126,7 +126,7 @@ func TestSchedWorkloadsRunLonger(t *testing.T) {
 	}
 }
 
-// BenchmarkSchedFireBurst runs the fire workload (2,000 schedules due at
+// BenchmarkSchedFireBurst runs the fire workload (-quick: 20,000 schedules due at
 // one instant) against an in-process node, once per iteration, for a
 // profile of the scheduler:
 //

@@ -33,8 +33,12 @@ type Client struct {
 	pool       map[string]*connSlot // connections to leaders, by address
 	meta       map[string]*topicMeta
 	// schedID and schedSeq: the producer identity of this client's
-	// schedules (Schedule), drawn at the first one.
+	// schedules (Schedule), drawn at the first one. schedOpen holds the
+	// sequences of the schedules in flight; schedFreed is closed (and
+	// replaced) whenever one ends.
 	schedID, schedSeq uint64
+	schedOpen         map[uint64]struct{}
+	schedFreed        chan struct{}
 }
 
 // connSlot holds one connection that is redialed on demand: one dial at a

@@ -24,13 +24,18 @@ type Scheduled struct {
 // broker's clock. Each call takes the next sequence of the client's
 // producer identity, so the call's own retries (after a lost connection,
 // or at a new leader of its shard) are deduplicated by the broker; a
-// retry that fell more than the dedup window (1,024) behind the client's
-// latest schedule is refused PRODUCER_SEQ_TOO_OLD rather than guessed.
+// call waits while its sequence would run SeqSpanMax or more ahead of the
+// oldest schedule still in flight: the broker remembers the last 1,024
+// sequences of a producer per shard, and a retry that fell out of them
+// could only be refused PRODUCER_SEQ_TOO_OLD (which a shard stalled
+// during a hand-off, while the other took newer sequences, used to
+// cause).
 func (c *Client) Schedule(ctx context.Context, topic string, msg Message, deliverAt time.Time) (Scheduled, error) {
-	id, seq, err := c.nextScheduleIdentity()
+	id, seq, err := c.nextScheduleIdentity(ctx)
 	if err != nil {
-		return Scheduled{}, err
+		return Scheduled{}, fmt.Errorf("nereus: schedule to %s: %w", topic, err)
 	}
+	defer c.scheduleDone(seq)
 	pub, err := msg.toPub(topic, id, seq)
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("nereus: schedule to %s: %w", topic, err)
@@ -52,17 +57,48 @@ func (c *Client) Schedule(ctx context.Context, topic string, msg Message, delive
 // nextScheduleIdentity is the producer identity of the next schedule:
 // one producer per client (drawn at the first schedule), the next
 // sequence for each call — a shard's dedup table holds one producer per
-// client, not one per schedule.
-func (c *Client) nextScheduleIdentity() (id, seq uint64, err error) {
+// client, not one per schedule. It waits (until ctx ends) while the next
+// sequence would be SeqSpanMax or more ahead of the oldest in flight
+// (ScheduleSeqSpan); scheduleDone ends a sequence's flight.
+func (c *Client) nextScheduleIdentity(ctx context.Context) (id, seq uint64, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.schedID == 0 {
 		if c.schedID, err = randomProducerID(); err != nil {
 			return 0, 0, err
 		}
+		c.schedOpen, c.schedFreed = map[uint64]struct{}{}, make(chan struct{})
+	}
+	for {
+		oldest := c.schedSeq + 1
+		for s := range c.schedOpen {
+			oldest = min(oldest, s)
+		}
+		if c.schedSeq+1 < oldest+SeqSpanMax {
+			break
+		}
+		freed := c.schedFreed
+		c.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			c.mu.Lock()
+			return 0, 0, fmt.Errorf("waiting for schedule %d, %d sequences ahead of one still in flight: %w", c.schedSeq+1, SeqSpanMax, ctx.Err())
+		}
+		c.mu.Lock()
 	}
 	c.schedSeq++
+	c.schedOpen[c.schedSeq] = struct{}{}
 	return c.schedID, c.schedSeq, nil
+}
+
+// scheduleDone ends the flight of schedule sequence seq.
+func (c *Client) scheduleDone(seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.schedOpen, seq)
+	close(c.schedFreed)
+	c.schedFreed = make(chan struct{})
 }
 
 // ScheduleInfo is a live schedule: PENDING (waiting for its time or its
