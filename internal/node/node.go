@@ -137,6 +137,8 @@ type Node struct {
 	topics map[string]*topic
 	groups map[groupKey]*groupRunner
 	closed bool
+	// drainOnce: Close drains the scheduler once, before it stops anything.
+	drainOnce sync.Once
 
 	cluster *cluster.Cluster // nil on a single node
 	members *membership      // consumer-group membership (members.go)
@@ -468,7 +470,9 @@ func (n *Node) topic(name string) (*topic, error) {
 }
 
 // Close stops every group and partition; pending requests fail UNAVAILABLE.
+// The scheduler's shard owners drain first (drainSched).
 func (n *Node) Close() {
+	n.drainOnce.Do(n.drainSched)
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()

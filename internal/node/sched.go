@@ -228,6 +228,38 @@ func (n *Node) startSched(t *topic) error {
 	return nil
 }
 
+// drainSched lets each shard owner in office drain before the node
+// shuts down (Close, before anything else stops, so its publishes in
+// flight can still land): no claims or admissions, its publishes and
+// their FIRED records in flight finished, for at most schedDrainMs (Drain
+// and takeover: the next owner then has nothing to publish again). The
+// owners take no office again. A Manual node (the simulator's) does not
+// drain: its driver is the caller.
+func (n *Node) drainSched() {
+	if n.cfg.Manual {
+		return
+	}
+	n.schedMu.Lock()
+	runners := n.sched
+	n.schedMu.Unlock()
+	var drains []chan struct{}
+	for _, r := range runners {
+		if r != nil {
+			d := make(chan struct{})
+			r.send(schedCmd{stopping: d})
+			drains = append(drains, d)
+		}
+	}
+	deadline := time.After(schedDrainMs*time.Millisecond + time.Second)
+	for _, d := range drains {
+		select {
+		case <-d:
+		case <-deadline:
+			return
+		}
+	}
+}
+
 // stopSched stops the runners, and any start after it (Close).
 func (n *Node) stopSched() {
 	n.schedMu.Lock()
@@ -241,6 +273,17 @@ func (n *Node) stopSched() {
 	}
 }
 
+// drained tells stopSched the owner's drain for a shutdown ended.
+func (r *schedRunner) drained() {
+	if r.stopping != nil {
+		select {
+		case <-r.stopping:
+		default:
+			close(r.stopping)
+		}
+	}
+}
+
 // schedCmd is one request for a runner: exactly one field is set.
 type schedCmd struct {
 	schedule   *schedIntake
@@ -248,6 +291,9 @@ type schedCmd struct {
 	adminReply SchedAdminReply
 	appended   *schedAppended
 	published  *schedPublished
+	// stopping: the node is shutting down; closed once the owner drained
+	// (drainSched).
+	stopping chan struct{}
 }
 
 type schedIntake struct {
@@ -295,6 +341,9 @@ type schedRunner struct {
 	// or is abandoned.
 	handOff  replica.NodeID
 	released bool
+	// stopping, once the node shuts down: closed when the owner drained
+	// (Release), and no office is taken again.
+	stopping chan struct{}
 	metrics  schedMetrics // for scrapes (schedmetrics.go)
 	reads    schedReads   // the last read of the log, for publishes (schedread.go)
 	started  bool
@@ -550,6 +599,9 @@ func (r *schedRunner) run() {
 // renewed — a leader that lost its quorum is fenced by it long before it
 // turns read-only. The barrier is the epoch's install entry.
 func (r *schedRunner) authority(now int64) sched.Authority {
+	if r.stopping != nil && r.o.Lifecycle() != sched.Draining {
+		return sched.Authority{} // shut down once drained: no office again
+	}
 	rs := r.p.replica()
 	if rs == nil {
 		return sched.Authority{Assigned: true, Leader: true, Epoch: max(1, r.p.epoch.Load()), GuardUntilMs: now + schedGuardMs, Barrier: r.barrier}
@@ -676,6 +728,15 @@ func (r *schedRunner) handle(c schedCmd) {
 		r.intake(now, c.schedule)
 	case c.admin != nil:
 		r.admin(now, c.admin, c.adminReply)
+	case c.stopping != nil:
+		r.stopping = c.stopping
+		if r.o.Lifecycle() == sched.Active {
+			r.o.Drain(now, now+schedDrainMs)
+			r.carryOut(now)
+		}
+		if r.o.Lifecycle() != sched.Draining {
+			r.drained()
+		}
 	case c.appended != nil:
 		a := c.appended
 		if a.ref != 0 && a.gen != r.gen {
@@ -785,6 +846,7 @@ func (r *schedRunner) carryOut(now int64) {
 				r.o.Evidence(now, r.evidence(now, e.Probe))
 			case e.Release:
 				r.handOver()
+				r.drained()
 			}
 		}
 	}

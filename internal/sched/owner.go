@@ -189,6 +189,9 @@ type Mutations struct {
 	// ReadyNotRevalidated trusts a READY lane without checking its
 	// certificate's epoch, incarnation and expiry.
 	ReadyNotRevalidated bool
+	// DrainForgetsOutcomes lets a draining owner drop what its publishes
+	// in flight did instead of recording it before the release.
+	DrainForgetsOutcomes bool
 }
 
 // ErrNotActive refuses a command at a node that is not the shard's
@@ -355,6 +358,9 @@ func (o *Owner) Step(now int64) {
 		o.life = Active
 	}
 	if o.life == Draining {
+		if !o.cfg.Mutations.DrainForgetsOutcomes {
+			o.proposeResolutions() // persisted before the release (DrainPersistsOutcomes)
+		}
 		if now >= o.drainUntil {
 			o.fence()
 			o.effects = append(o.effects, Effect{Release: true})
@@ -593,7 +599,11 @@ func (o *Owner) Published(now int64, p Publish, out Outcome, destSeq uint64) {
 	}
 	delete(o.publishing, p.ID)
 	e, ok := o.st.Entry(p.ID)
-	if !o.firing() || !ok || e.Status != StatusFiring || e.FireSeq != p.FireSeq {
+	// A draining owner still records what its publishes in flight did:
+	// the drain waits for them in order to persist them, so the next
+	// owner has nothing to publish again (DrainPersistsOutcomes).
+	recording := o.firing() || o.life == Draining && !o.cfg.Mutations.DrainForgetsOutcomes
+	if !recording || !ok || e.Status != StatusFiring || e.FireSeq != p.FireSeq {
 		return
 	}
 	switch out {
@@ -711,8 +721,9 @@ func (o *Owner) Cancel(now int64, ids []uint64) (uint64, error) {
 
 // Drain begins a planned release (leadership transfer, shutdown): no
 // claims, admissions or publishes from now on; the publishes and
-// proposals in flight are waited for until untilMs, then the shard is
-// released (Effect.Release). A timeout leaves it FENCED, which is safe:
+// proposals in flight are waited for until untilMs, the outcomes of those
+// publishes are recorded (FIRED, UNKNOWN) and committed
+// (DrainPersistsOutcomes), then the shard is released (Effect.Release). A timeout leaves it FENCED, which is safe:
 // a later owner publishes the unresolved intents again.
 func (o *Owner) Drain(now, untilMs int64) {
 	if o.life == Active {

@@ -450,7 +450,14 @@ func TestFireSeqNeverReused(t *testing.T) {
 	}
 }
 
+// TestDrain: a draining owner admits nothing and claims nothing, records
+// what its publishes in flight did (DrainPersistsOutcomes: FIRED before
+// it releases, so no later owner publishes them again) and releases; a
+// drain past its deadline leaves the shard FENCED.
 func TestDrain(t *testing.T) {
+	if drainedFired(t, Mutations{DrainForgetsOutcomes: true}) {
+		t.Fatal("mutated (DrainForgetsOutcomes): the outcome was recorded anyway; the test no longer proves the guard")
+	}
 	w := newWorld(t, testConfig)
 	w.activate(1)
 	w.schedule("a", 1000, 0)
@@ -467,6 +474,9 @@ func TestDrain(t *testing.T) {
 	w.settle(true)
 	if w.o.Lifecycle() != Unassigned {
 		t.Fatalf("%v after the drain, want UNASSIGNED", w.o.Lifecycle())
+	}
+	if c := w.st.Counts(); c.Fired != 1 {
+		t.Fatalf("counts %+v after the drain: the publish in flight at the drain was not recorded FIRED", c)
 	}
 	released := func() bool {
 		for _, e := range w.o.TakeEffects() {
@@ -487,6 +497,22 @@ func TestDrain(t *testing.T) {
 	if w.o.Lifecycle() != Fenced || !released() {
 		t.Fatalf("%v after the drain's deadline, want FENCED and released", w.o.Lifecycle())
 	}
+}
+
+// drainedFired runs a drain over one publish in flight and reports
+// whether its outcome was recorded FIRED before the release.
+func drainedFired(t *testing.T, mut Mutations) bool {
+	cfg := testConfig
+	cfg.Mutations = mut
+	w := newWorld(t, cfg)
+	w.activate(1)
+	w.schedule("a", 1000, 0)
+	w.hold = true
+	w.settle(true)
+	w.o.Drain(w.now, w.now+100)
+	w.release()
+	w.settle(true)
+	return w.st.Counts().Fired == 1
 }
 
 func TestCancel(t *testing.T) {

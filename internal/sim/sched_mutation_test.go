@@ -23,7 +23,7 @@ var schedMutationSeeds = map[string]struct {
 	// The replication kernel's lease dated from the answers' arrival: a
 	// paused shard owner renews it from answers to heartbeats sent before
 	// its pause and publishes after another node took office.
-	"lease-from-receipt": {[]uint64{54}, "NoPublishWithoutBothGates"}, // none of seeds 1-40: it needs a pause across an election
+	"lease-from-receipt": {[]uint64{73}, "NoPublishWithoutBothGates"}, // the first of seeds 1-120 (54 until the overlapping-cut fix changed the runs): it needs a pause across an election
 }
 
 // schedMutationsNotReached are the scheduler mutations the campaign has
