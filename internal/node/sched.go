@@ -751,7 +751,10 @@ func (r *schedRunner) evidence(now int64, topic string) sched.Evidence {
 	if err != nil {
 		return ev
 	}
-	ev.Incarnation, ev.Partitions, ev.Writable = 1, uint32(len(t.partitions)), true
+	// The incarnation running here: a lane pinned to a deleted one breaks
+	// (ORDERING_BROKEN) once the name is declared again; while it is gone
+	// (err above: incarnation 0) the lane is BLOCKED.
+	ev.Incarnation, ev.Partitions, ev.Writable = t.incarnation, uint32(len(t.partitions)), true
 	for _, p := range t.partitions {
 		info := p.info()
 		if info.State == wire.PartitionStateCorrupt || info.ReadOnly || info.Leader == "" {
