@@ -55,4 +55,34 @@ func TestScheduleLaneOfADeletedAndRecreatedTopic(t *testing.T) {
 	}
 	h.at(now + 120_000) // "later" is due
 	h.stays("t")        // nothing in incarnation 2
+
+	// The operator resumes: the lane pins incarnation 2, the held
+	// schedule and a new one fire into it, each once.
+	h.mustSchedule("t", "new", now+120_000)
+	if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneResume}); err != nil {
+		t.Fatal(err)
+	}
+	h.at(now + 121_000)
+	h.waitValues("t", "later", "new")
+	h.stays("t", "later", "new")
+}
+
+// A lane created after its topic was deleted and declared again pins the
+// new incarnation: its schedules fire, the lane never breaks.
+func TestScheduleIntoARecreatedTopicFires(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	if _, err := deleteTopic(t, h.node, "t", 0); err != nil {
+		t.Fatal(err)
+	}
+	h.declare("t", 1)
+	now := h.nowMs.Load()
+	h.mustSchedule("t", "a", now)
+	h.waitValues("t", "a")
+	st, _ := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedStatus, Topic: "t"})
+	for _, l := range st.Lanes {
+		if l.Topic == "t" && (l.Gate != "OPEN" || l.Incarnation != 2) {
+			t.Fatalf("lane %+v, want OPEN at incarnation 2", l)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/nereus-broker/nereus/internal/meta"
+	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -183,4 +184,28 @@ func (n *Node) TopicIncarnation(name string) (current, deleted uint64) {
 		}
 	})
 	return current, deleted
+}
+
+// scheduleIncarnation is the destination incarnation a new schedule into
+// topic pins (sched.Schedule.Incarnation): the current one; if the topic
+// was deleted since the schedule was admitted, the deleted one (its lane
+// is then BLOCKED, and ORDERING_BROKEN once the name is declared again).
+func (n *Node) scheduleIncarnation(topic string) uint64 {
+	cur, deleted := n.TopicIncarnation(topic)
+	if cur == 0 {
+		return max(deleted, 1)
+	}
+	return cur
+}
+
+// resumeIncarnation is the incarnation a lane command pins: a resume pins
+// the destination's current incarnation (an operator resuming an
+// ORDERING_BROKEN lane accepts the topic declared again); other commands,
+// and a resume while the topic does not exist, keep the lane's (0).
+func (n *Node) resumeIncarnation(topic string, op sched.LaneOp) uint64 {
+	if op != sched.LaneResume {
+		return 0
+	}
+	cur, _ := n.TopicIncarnation(topic)
+	return cur
 }
