@@ -684,7 +684,7 @@ func (c *Client) DeleteTopic(ctx context.Context, name string, incarnation uint6
 	if err := wire.ValidateName("topic", name); err != nil {
 		return 0, fmt.Errorf("nereus: delete topic: %w", err)
 	}
-	reply, err := c.coordinatorRequest(ctx, &wire.TopicDelete{Topic: name, Incarnation: incarnation})
+	reply, err := c.coordinatorRequest(ctx, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: name, Incarnation: incarnation}})
 	if err != nil {
 		return 0, fmt.Errorf("nereus: delete topic %s: %w", name, err)
 	}

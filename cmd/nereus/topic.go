@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,19 +32,14 @@ func newTopicDeleteCmd() *cobra.Command {
 			"ORDERING_BROKEN once the name is created again, until `sched lane resume` (docs/OPERATIONS.md).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, opts, err := dial(cmd.Context(), cmd)
-			if err != nil {
+			return withKV(cmd, func(ctx context.Context, c *client.Client) error { // (dial and a request context: not KV's own)
+				deleted, err := c.DeleteTopic(ctx, args[0], incarnation)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s (incarnation %d)\n", args[0], deleted)
 				return err
-			}
-			defer c.Close()
-			ctx, cancel := withTimeout(cmd.Context(), opts.RequestTimeout)
-			defer cancel()
-			deleted, err := c.DeleteTopic(ctx, args[0], incarnation)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s (incarnation %d)\n", args[0], deleted)
-			return nil
+			})
 		},
 	}
 	cmd.Flags().Uint64Var(&incarnation, "incarnation", 0, "delete only this incarnation of the topic (0 = the current one)")

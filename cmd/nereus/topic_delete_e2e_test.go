@@ -21,16 +21,7 @@ func TestCLITopicDelete(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
 	}
-	data := filepath.Join(t.TempDir(), "data")
-	srv := startServe(t, "--data", data, "--listen", "127.0.0.1:0", "--http", "", "--insecure-no-auth", "--log-level", "warn")
-	run := func(args ...string) (string, string, error) {
-		cmd := exec.Command(nereusBinary(t), args...)
-		cmd.Env = append(os.Environ(), "NEREUS_SERVER="+srv.addr)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		return string(out), stderr.String(), err
-	}
+	data, srv, run := startInsecureServe(t)
 	must := func(args ...string) string {
 		t.Helper()
 		out, stderr, err := run(args...)

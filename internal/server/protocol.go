@@ -213,7 +213,7 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 				p.sendErr(corr, err)
 				return
 			}
-			p.send(corr, &wire.TopicDeleteOK{Topic: f.Topic, Incarnation: deleted})
+			p.send(corr, &wire.TopicDeleteOK{TopicRef: wire.TopicRef{Topic: f.Topic, Incarnation: deleted}})
 		})
 	case *wire.Pull:
 		p.pull(corr, f)

@@ -69,7 +69,7 @@ func (cc *churnClient) next(stage uint64) {
 	case churnPublish:
 		cc.c.send(stage, &wire.Pub{Topic: churnTopic, Partition: wire.PartitionAuto, Value: []byte("x")})
 	case churnDelete:
-		cc.c.send(stage, &wire.TopicDelete{Topic: churnTopic})
+		cc.c.send(stage, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: churnTopic}})
 	}
 }
 

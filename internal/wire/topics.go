@@ -38,29 +38,27 @@ func newTopicFrame(t FrameType) Frame {
 // A topic that does not exist — never declared, already deleted, or not
 // at that incarnation — is NOT_FOUND; an internal topic (`__…`) is
 // INVALID_ARGUMENT.
-type TopicDelete struct {
-	Topic       string
-	Incarnation uint64
-}
+type TopicDelete struct{ TopicRef }
 
 func (*TopicDelete) Type() FrameType { return TypeTopicDelete }
-func (f *TopicDelete) appendBody(b []byte) []byte {
-	return binary.BigEndian.AppendUint64(appendStr(b, f.Topic), f.Incarnation)
-}
-func (f *TopicDelete) decodeBody(d *decoder) { f.Topic, f.Incarnation = d.str(), d.u64() }
 
 // TopicDeleteOK answers TOPIC_DELETE once the answering node applied the
 // delete: Incarnation is the one deleted.
-type TopicDeleteOK struct {
+type TopicDeleteOK struct{ TopicRef }
+
+func (*TopicDeleteOK) Type() FrameType { return TypeTopicDeleteOK }
+
+// TopicRef names an incarnation of a topic (0: whichever is current):
+// topic str, incarnation u64.
+type TopicRef struct {
 	Topic       string
 	Incarnation uint64
 }
 
-func (*TopicDeleteOK) Type() FrameType { return TypeTopicDeleteOK }
-func (f *TopicDeleteOK) appendBody(b []byte) []byte {
+func (f *TopicRef) appendBody(b []byte) []byte {
 	return binary.BigEndian.AppendUint64(appendStr(b, f.Topic), f.Incarnation)
 }
-func (f *TopicDeleteOK) decodeBody(d *decoder) { f.Topic, f.Incarnation = d.str(), d.u64() }
+func (f *TopicRef) decodeBody(d *decoder) { f.Topic, f.Incarnation = d.str(), d.u64() }
 
 // Describe is METADATA answered with DESCRIBE_OK: the named topics (all
 // when Topics is empty), each with its incarnation.

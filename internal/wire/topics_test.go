@@ -29,7 +29,7 @@ func TestMetadataOKLayoutIgnoresIncarnation(t *testing.T) {
 // list bounded by the bytes it arrives in, and whatever is accepted
 // re-encodes to the same bytes.
 func FuzzDecodeTopicFrames(f *testing.F) {
-	for _, fr := range []Frame{&TopicDelete{Topic: "orders", Incarnation: 2}, &TopicDeleteOK{Topic: "o"},
+	for _, fr := range []Frame{&TopicDelete{TopicRef: TopicRef{Topic: "orders", Incarnation: 2}}, &TopicDeleteOK{TopicRef: TopicRef{Topic: "o"}},
 		&Describe{Metadata{Topics: []string{"a", "b"}}}, &DescribeOK{Topics: []TopicInfo{{Config: TopicConfig{Name: "a", Partitions: 1}, Incarnation: 2,
 			Partitions: []PartitionInfo{{Partition: 0, Leader: "n1", Replicas: []ReplicaInfo{{Node: "n1"}}}}}}}} {
 		f.Add(uint8(fr.Type()), fr.appendBody(nil))
