@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -362,4 +363,36 @@ func TestClusterDeleteKeepsDataUntilMetaIsDurable(t *testing.T) {
 		cur, del := tc.nodes[broken].TopicIncarnation("orders")
 		return cur == 0 && del == 1 && len(filesUnder(tc.fs, "/"+broken+"/topics/orders")) == 0
 	})
+}
+
+// Repair rebuilds a damaged topics.json from the directories with each
+// name's latest incarnation: a re-created topic comes back as itself, not
+// as the deleted incarnation whose (emptied) directory is still listed.
+func TestRepairRebuildsTheLatestIncarnation(t *testing.T) {
+	h := newHarness(t)
+	h.declare("orders", 1)
+	h.mustPublish(&wire.Pub{Topic: "orders", Partition: 0, Value: []byte("old")})
+	if _, err := deleteTopic(t, h.node, "orders", 0); err != nil {
+		t.Fatal(err)
+	}
+	h.declare("orders", 1)
+	h.mustPublish(&wire.Pub{Topic: "orders", Partition: 0, Value: []byte("new")})
+	h.node.Close()
+	if names, _ := h.fs.List("/data/topics"); !slices.Contains(names, "orders") {
+		t.Fatalf("topics/ lists %v: the deleted incarnation's directory is not there to mislead the repair", names)
+	}
+	if err := h.fs.FlipBit("/data/topics.json", 12, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage}); err != nil {
+		t.Fatal(err)
+	}
+	h.open()
+	md := h.node.Metadata([]string{"orders"})
+	if len(md) != 1 || md[0].Incarnation != 2 {
+		t.Fatalf("after repair: %+v", md)
+	}
+	if es, err := h.node.Read("orders", 0, 1, 10); err != nil || len(es) != 1 || string(es[0].Record.Value) != "new" {
+		t.Fatalf("after repair orders holds %v, %v", es, err)
+	}
 }
