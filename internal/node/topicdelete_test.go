@@ -396,3 +396,48 @@ func TestRepairRebuildsTheLatestIncarnation(t *testing.T) {
 		t.Fatalf("after repair orders holds %v, %v", es, err)
 	}
 }
+
+// A group member holding the partitions of a deleted topic holds none
+// after the delete (GroupsOwnNoDeletedPartition on the node's applied
+// state, which groups.json keeps across a restart); the topic declared
+// again with another partition count is assigned to it afresh.
+func TestDeleteTakesTheTopicFromItsGroup(t *testing.T) {
+	h := newMemberHarness(t)
+	if _, err := h.n.Declare(wire.TopicConfig{Name: "t", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	box := &noticeBox{}
+	h.join("a", 1, box)
+	held := func() []uint32 {
+		var out []uint32
+		for _, g := range h.n.GroupStates() {
+			for p, o := range g.Owners {
+				if o.Member == "a" {
+					out = append(out, p.Index)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := held(); len(got) != 2 {
+		t.Fatalf("a holds %v before the delete, want both partitions", got)
+	}
+	if _, err := deleteTopic(t, h.n, "t", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(); len(got) != 0 {
+		t.Fatalf("a holds %v of the deleted topic", got)
+	}
+	h.n.Close()
+	h.open()
+	if got := held(); len(got) != 0 {
+		t.Fatalf("after a restart a holds %v of the deleted topic", got)
+	}
+	if _, err := h.n.Declare(wire.TopicConfig{Name: "t", Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(); len(got) != 3 {
+		t.Fatalf("a holds %v of the re-declared topic, want its 3 partitions", got)
+	}
+}
