@@ -461,6 +461,16 @@ func (m *topicMeta) leaderless() bool {
 	return slices.ContainsFunc(m.leaders, func(r route) bool { return r.leader == "" })
 }
 
+// forgetTopic drops a deleted topic's routes: the name declared again
+// may have other partitions and leaders.
+func (c *Client) forgetTopic(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.meta[name]; m != nil {
+		m.leaders = nil
+	}
+}
+
 // storeMetadata caches the routing of topics and reports whether any
 // leader or partition count changed.
 func (c *Client) storeMetadata(topics []wire.TopicInfo) (changed bool) {
@@ -585,6 +595,9 @@ type ReplicaInfo struct {
 type TopicInfo struct {
 	Config     TopicConfig
 	Partitions []PartitionInfo
+	// Incarnation numbers this life of the topic's name: 1 for its first
+	// declare, one more each time it is declared again after a delete.
+	Incarnation uint64
 }
 
 func (t TopicConfig) toWire() (wire.TopicConfig, error) {
@@ -647,15 +660,48 @@ func (c *Client) DeclareTopic(ctx context.Context, cfg TopicConfig) (created boo
 	return ok.Created, nil
 }
 
-// Topics describes the named topics, or all topics when names is empty.
-// Named topics that do not exist are absent from the result.
+// Topics describes the named topics, or all topics when names is empty,
+// with their incarnations (DESCRIBE). Named topics that do not exist are
+// absent from the result.
 func (c *Client) Topics(ctx context.Context, names ...string) ([]TopicInfo, error) {
-	infos, _, err := c.topics(ctx, names...)
-	return infos, err
+	reply, err := c.idempotentRequest(ctx, &wire.Describe{Metadata: wire.Metadata{Topics: names}})
+	if err != nil {
+		return nil, fmt.Errorf("nereus: describe: %w", err)
+	}
+	ok, isOK := reply.(*wire.DescribeOK)
+	if !isOK {
+		return nil, unexpected("DESCRIBE", reply)
+	}
+	c.storeMetadata(ok.Topics)
+	return topicInfos(ok.Topics), nil
 }
 
-// topics is Topics; it also refreshes the routing cache and reports
-// whether that changed.
+// DeleteTopic deletes a topic: every node stops it and removes its data,
+// and consumer groups lose its partitions. Declaring the name again makes
+// a new, empty topic with the next incarnation. incarnation, when not 0,
+// names the incarnation to delete (as Topics described it): another one
+// is left alone (ErrNotFound). A topic that does not exist (never
+// declared, or deleted already) is ErrNotFound; internal topics are
+// refused. It returns the incarnation deleted. In a cluster it goes to
+// the metadata leader.
+func (c *Client) DeleteTopic(ctx context.Context, name string, incarnation uint64) (deleted uint64, err error) {
+	if err := wire.ValidateName("topic", name); err != nil {
+		return 0, fmt.Errorf("nereus: delete topic: %w", err)
+	}
+	reply, err := c.coordinatorRequest(ctx, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: name, Incarnation: incarnation}})
+	if err != nil {
+		return 0, fmt.Errorf("nereus: delete topic %s: %w", name, err)
+	}
+	ok, isOK := reply.(*wire.TopicDeleteOK)
+	if !isOK {
+		return 0, unexpected("TOPIC_DELETE", reply)
+	}
+	c.forgetTopic(name)
+	return ok.Incarnation, nil
+}
+
+// topics asks METADATA for the routing cache, reporting whether that
+// changed.
 func (c *Client) topics(ctx context.Context, names ...string) ([]TopicInfo, bool, error) {
 	reply, err := c.idempotentRequest(ctx, &wire.Metadata{Topics: names})
 	if err != nil {
@@ -666,9 +712,13 @@ func (c *Client) topics(ctx context.Context, names ...string) ([]TopicInfo, bool
 		return nil, false, unexpected("METADATA", reply)
 	}
 	changed := c.storeMetadata(ok.Topics)
-	out := make([]TopicInfo, 0, len(ok.Topics))
-	for _, t := range ok.Topics {
-		info := TopicInfo{Config: topicConfigFromWire(t.Config)}
+	return topicInfos(ok.Topics), changed, nil
+}
+
+func topicInfos(topics []wire.TopicInfo) []TopicInfo {
+	out := make([]TopicInfo, 0, len(topics))
+	for _, t := range topics {
+		info := TopicInfo{Config: topicConfigFromWire(t.Config), Incarnation: t.Incarnation}
 		for _, p := range t.Partitions {
 			pi := PartitionInfo{
 				Partition: int(p.Partition), Epoch: p.Epoch, StartSeq: p.StartSeq, CommitSeq: p.CommitSeq,
@@ -682,7 +732,7 @@ func (c *Client) topics(ctx context.Context, names ...string) ([]TopicInfo, bool
 		}
 		out = append(out, info)
 	}
-	return out, changed, nil
+	return out
 }
 
 func unexpected(req string, f wire.Frame) error {

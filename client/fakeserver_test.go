@@ -493,6 +493,13 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 		}
 		fs.topics[f.Topic.Name] = &fakeTopic{cfg: f.Topic, parts: make([][]*wire.Msg, f.Topic.Partitions)}
 		return &wire.DeclareOK{Topic: f.Topic, Created: true}, false
+	case *wire.Describe:
+		reply, closeConn := fs.handleLocked(s, corr, &f.Metadata)
+		ok := reply.(*wire.MetadataOK)
+		for i := range ok.Topics {
+			ok.Topics[i].Incarnation = 1 // the fake never deletes a topic
+		}
+		return &wire.DescribeOK{Topics: ok.Topics}, closeConn
 	case *wire.Metadata:
 		names := f.Topics
 		if len(names) == 0 {

@@ -176,15 +176,22 @@ func held(hs []wire.HeldPartition) []HeldPartition {
 
 // DeleteGroup removes a group without members (at the coordinator).
 func (c *Client) DeleteGroup(ctx context.Context, name string) error {
+	if _, err := c.coordinatorRequest(ctx, &wire.GroupDelete{Group: name}); err != nil {
+		return fmt.Errorf("nereus: delete group %s: %w", name, err)
+	}
+	return nil
+}
+
+// coordinatorRequest sends f to the metadata leader (the groups'
+// coordinator), which alone decides metadata deletions, and returns its
+// reply.
+func (c *Client) coordinatorRequest(ctx context.Context, f wire.Frame) (wire.Frame, error) {
 	ctx, cancel := c.withRequestTimeout(ctx)
 	defer cancel()
 	c.awaitRefresh(ctx, wire.CoordinatorTopic)
 	cn, err := c.leaderConn(ctx, wire.CoordinatorTopic, 0, true)
 	if err != nil {
-		return fmt.Errorf("nereus: delete group %s: %w", name, err)
+		return nil, err
 	}
-	if _, err := cn.roundTrip(ctx, &wire.GroupDelete{Group: name}); err != nil {
-		return fmt.Errorf("nereus: delete group %s: %w", name, err)
-	}
-	return nil
+	return cn.roundTrip(ctx, f)
 }

@@ -400,13 +400,14 @@ func TestCLIAgainstRealServer(t *testing.T) {
 // a missing topic fails; `sub --count N` takes exactly N messages, so the
 // next member of the group gets the rest at once, delivered for the first
 // time.
-func TestCLIRefusesAndStopsAtCount(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real processes")
-	}
+// startInsecureServe runs `nereus serve` without auth on a data
+// directory of its own and returns the directory, the process and a
+// runner of CLI commands against it (stdout, stderr, exit error).
+func startInsecureServe(t *testing.T) (string, *serverProcess, func(args ...string) (string, string, error)) {
+	t.Helper()
 	data := filepath.Join(t.TempDir(), "data")
 	srv := startServe(t, "--data", data, "--listen", "127.0.0.1:0", "--http", "", "--insecure-no-auth", "--log-level", "warn")
-	run := func(args ...string) (string, string, error) {
+	return data, srv, func(args ...string) (string, string, error) {
 		cmd := exec.Command(nereusBinary(t), args...)
 		cmd.Env = append(os.Environ(), "NEREUS_SERVER="+srv.addr)
 		var stderr strings.Builder
@@ -414,6 +415,13 @@ func TestCLIRefusesAndStopsAtCount(t *testing.T) {
 		out, err := cmd.Output()
 		return string(out), stderr.String(), err
 	}
+}
+
+func TestCLIRefusesAndStopsAtCount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	data, _, run := startInsecureServe(t)
 	if _, _, err := run("topic", "create", "one"); err != nil {
 		t.Fatal(err)
 	}

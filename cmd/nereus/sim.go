@@ -40,6 +40,7 @@ func newSimCmd() *cobra.Command {
 		members     bool
 		schedules   int
 		kvOps       int
+		churn       int
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -86,7 +87,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err != nil {
 					return err
 				}
-				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, KV: kvOps}
+				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, KV: kvOps, TopicChurn: churn}
 				if logs {
 					o.Logs = cmd.ErrOrStderr()
 				}
@@ -171,6 +172,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
 	fl.BoolVar(&members, "members", false, "with --nodes: the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
+	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
@@ -199,6 +201,9 @@ func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) erro
 		}
 		if o.Schedules > 0 {
 			fmt.Fprintf(out, "%d scheduled, %d published, ghost %v: ", r.Scheduled, r.SchedPublished, r.SchedStats)
+		}
+		if o.TopicChurn > 0 {
+			fmt.Fprintf(out, "%d topic deletes, %d declares: ", r.TopicDeletes, r.TopicDeclares)
 		}
 		if o.KV > 0 {
 			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes), %d watches (%d CURSOR_EXPIRED): ", r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired)

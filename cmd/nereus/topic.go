@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,8 +16,33 @@ import (
 )
 
 func newTopicCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "topic", Short: "Create and list topics"}
-	cmd.AddCommand(newTopicCreateCmd(), newTopicListCmd())
+	cmd := &cobra.Command{Use: "topic", Short: "Create, list and delete topics"}
+	cmd.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicDeleteCmd())
+	return cmd
+}
+
+func newTopicDeleteCmd() *cobra.Command {
+	var incarnation uint64
+	cmd := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a topic: its messages, its groups' progress on it and its data on every node",
+		Long: "Delete a topic. Every node stops its partitions and removes their data; consumer groups lose its\n" +
+			"partitions; publishes and pulls get NOT_FOUND. Creating the name again makes a new, empty topic with\n" +
+			"the next incarnation. Schedules into the deleted topic stay pending: their lane is blocked, and\n" +
+			"ORDERING_BROKEN once the name is created again, until `sched lane resume` (docs/OPERATIONS.md).",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withKV(cmd, func(ctx context.Context, c *client.Client) error { // (dial and a request context: not KV's own)
+				deleted, err := c.DeleteTopic(ctx, args[0], incarnation)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted topic %s (incarnation %d)\n", args[0], deleted)
+				return err
+			})
+		},
+	}
+	cmd.Flags().Uint64Var(&incarnation, "incarnation", 0, "delete only this incarnation of the topic (0 = the current one)")
 	return cmd
 }
 
@@ -106,6 +132,7 @@ func missingTopics(names []string, topics []client.TopicInfo) error {
 // topicJSON is the --json form of a topic.
 type topicJSON struct {
 	Name           string          `json:"name"`
+	Incarnation    uint64          `json:"incarnation"`
 	Partitions     int             `json:"partitions"`
 	Replicas       int             `json:"replicas"`
 	Ack            string          `json:"ack"`
@@ -151,7 +178,7 @@ func writeTopicsJSON(w io.Writer, topics []client.TopicInfo) error {
 	enc := json.NewEncoder(w)
 	for _, t := range topics {
 		obj := topicJSON{
-			Name: t.Config.Name, Partitions: t.Config.Partitions, Replicas: t.Config.Replicas, Ack: t.Config.Ack,
+			Name: t.Config.Name, Incarnation: t.Incarnation, Partitions: t.Config.Partitions, Replicas: t.Config.Replicas, Ack: t.Config.Ack,
 			RetentionMs: t.Config.Retention.Milliseconds(), RetentionBytes: t.Config.RetentionBytes,
 			State: []partitionJSON{},
 		}
@@ -167,7 +194,7 @@ func writeTopicsJSON(w io.Writer, topics []client.TopicInfo) error {
 
 func writeTopicsTable(w io.Writer, topics []client.TopicInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tLEADER\tEPOCH\tSTART_SEQ\tCOMMIT_SEQ\tRETENTION\tRETENTION_BYTES")
+	fmt.Fprintln(tw, "TOPIC\tINCARNATION\tPARTITION\tLEADER\tEPOCH\tSTART_SEQ\tCOMMIT_SEQ\tRETENTION\tRETENTION_BYTES")
 	for _, t := range topics {
 		retention, retentionBytes := "unlimited", "unlimited"
 		if t.Config.Retention > 0 {
@@ -176,10 +203,10 @@ func writeTopicsTable(w io.Writer, topics []client.TopicInfo) error {
 		if t.Config.RetentionBytes > 0 {
 			retentionBytes = strconv.FormatInt(t.Config.RetentionBytes, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%d partitions × %d replicas (ack %s)\t\t\t\t\t%s\t%s\n", t.Config.Name, t.Config.Partitions,
+		fmt.Fprintf(tw, "%s\t%d\t%d partitions × %d replicas (ack %s)\t\t\t\t\t%s\t%s\n", t.Config.Name, t.Incarnation, t.Config.Partitions,
 			t.Config.Replicas, t.Config.Ack, retention, retentionBytes)
 		for _, p := range t.Partitions {
-			fmt.Fprintf(tw, "\t%d\t%s\t%d\t%d\t%d\t\t\n", p.Partition, p.Leader, p.Epoch, p.StartSeq, p.CommitSeq)
+			fmt.Fprintf(tw, "\t\t%d\t%s\t%d\t%d\t%d\t\t\n", p.Partition, p.Leader, p.Epoch, p.StartSeq, p.CommitSeq)
 		}
 	}
 	return tw.Flush()

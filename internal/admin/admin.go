@@ -52,6 +52,7 @@ func Handler(n *node.Node, ready *atomic.Bool) http.Handler {
 		}
 		type topic struct {
 			Name           string      `json:"name"`
+			Incarnation    uint64      `json:"incarnation"`
 			RetentionMs    int64       `json:"retention_ms"`
 			RetentionBytes int64       `json:"retention_bytes"`
 			Replicas       uint8       `json:"replicas"`
@@ -60,7 +61,7 @@ func Handler(n *node.Node, ready *atomic.Bool) http.Handler {
 		}
 		out := []topic{}
 		for _, t := range n.Metadata(nil) {
-			tt := topic{Name: t.Config.Name, RetentionMs: t.Config.RetentionMs, RetentionBytes: t.Config.RetentionBytes,
+			tt := topic{Name: t.Config.Name, Incarnation: t.Incarnation, RetentionMs: t.Config.RetentionMs, RetentionBytes: t.Config.RetentionBytes,
 				Replicas: t.Config.Replicas, Ack: t.Config.Ack.String()}
 			for _, p := range t.Partitions {
 				pp := partition{Partition: p.Partition, Epoch: p.Epoch, StartSeq: p.StartSeq, CommitSeq: p.CommitSeq,

@@ -79,7 +79,14 @@ type Host interface {
 	// StartTopic starts a topic the metadata declares (its partitions open
 	// their replica groups through OpenGroup); started is false when it
 	// runs already.
-	StartTopic(tc wire.TopicConfig, placement [][]uint32) (started bool, err error)
+	StartTopic(t meta.Topic) (started bool, err error)
+	// StopTopic stops an incarnation of a topic the metadata deleted (its
+	// partitions' runners, groups' runners and replica groups) if it runs
+	// here, and then, when removeData is set, removes its data. The
+	// cluster sets removeData only once the delete is durable in this
+	// node's metadata state (meta.json): a restart never starts the
+	// incarnation again from half-removed files.
+	StopTopic(name string, incarnation uint64, removeData bool)
 	// PublishLocal publishes a forwarded PUB on this node (it does not
 	// forward again); in Manual mode it must not block.
 	PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Error))
@@ -216,7 +223,7 @@ func (c *Cluster) Start() error {
 			c.log.Error("topic not started: its name is reserved or invalid", "topic", t.Config.Name, "err", err)
 			continue
 		}
-		if _, err := c.host.StartTopic(t.Config, t.Placement); err != nil {
+		if _, err := c.host.StartTopic(t); err != nil {
 			return err
 		}
 	}
@@ -467,33 +474,43 @@ func (c *Cluster) applyCommittedMeta() {
 			return
 		}
 		c.metaMu.Lock()
-		var created []*meta.Topic
+		var deleted []*meta.Topic
 		for _, e := range entries {
 			if replog.IsControl(&e.Record) {
 				c.state.Applied = e.Seq
 				continue
 			}
-			t, err := c.state.Apply(e.Seq, e.Record.Value)
+			ch, err := c.state.Apply(e.Seq, e.Record.Value)
 			if err != nil {
 				c.log.Error("metadata entry refused", "seq", e.Seq, "err", err)
 			}
-			if t != nil {
-				created = append(created, t)
+			if t := ch.Created; t != nil {
+				c.toStart[t.Config.Name] = t
 			}
-		}
-		for _, t := range created {
-			c.toStart[t.Config.Name] = t
+			if t := ch.Deleted; t != nil {
+				if s := c.toStart[t.Config.Name]; s != nil && s.Incarnation == t.Incarnation {
+					delete(c.toStart, t.Config.Name) // deleted before it started here
+				}
+				deleted = append(deleted, t)
+			}
 		}
 		b, err := json.Marshal(c.state)
 		c.metaMu.Unlock()
-		c.host.MetadataApplied()
-		c.startTopics()
 		if err == nil {
 			err = storage.WriteFileAtomic(c.opts.Env.FS, path.Join(c.opts.DataDir, MetaStateFile), b)
 		}
 		if err != nil {
 			c.log.Error("persist metadata state failed", "err", err)
 		}
+		// DeleteAfterDurable: a deleted incarnation's data goes only once
+		// meta.json says it is deleted (else its next start removes it);
+		// it stops before a later incarnation of its name starts.
+		for _, t := range deleted {
+			c.host.StopTopic(t.Config.Name, t.Incarnation, err == nil)
+			c.log.Info("topic deleted", "topic", t.Config.Name, "incarnation", t.Incarnation)
+		}
+		c.host.MetadataApplied()
+		c.startTopics()
 	}
 }
 
@@ -509,13 +526,13 @@ func (c *Cluster) startTopics() (progress bool) {
 		c.metaMu.Lock()
 		t := c.toStart[name]
 		c.metaMu.Unlock()
-		started, err := c.host.StartTopic(t.Config, t.Placement)
+		started, err := c.host.StartTopic(*t)
 		if err != nil {
 			c.host.LogRepeatedError("topic/"+name, "start topic failed; will retry", "topic", name, "err", err)
 			continue
 		}
 		if started {
-			c.log.Info("topic declared", "topic", name, "partitions", t.Config.Partitions, "replicas", t.Config.Replicas)
+			c.log.Info("topic declared", "topic", name, "incarnation", t.Incarnation, "partitions", t.Config.Partitions, "replicas", t.Config.Replicas)
 		}
 		c.metaMu.Lock()
 		delete(c.toStart, name)

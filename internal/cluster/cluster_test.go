@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -106,9 +107,11 @@ type fakeHost struct {
 	// opening a topic's replicas).
 	startFailures int
 	startCalls    int
+	stopped       []stoppedTopic // StopTopic calls, in order
 }
 
-func (h *fakeHost) StartTopic(tc wire.TopicConfig, placement [][]uint32) (bool, error) {
+func (h *fakeHost) StartTopic(t meta.Topic) (bool, error) {
+	tc, placement := t.Config, t.Placement
 	h.startCalls++
 	if h.startFailures > 0 {
 		h.startFailures--
@@ -125,7 +128,7 @@ func (h *fakeHost) StartTopic(tc wire.TopicConfig, placement [][]uint32) (bool, 
 		for i, id := range group {
 			members[i] = replica.NodeID(id)
 		}
-		l, err := h.c.OpenGroup(tc.Name, uint32(p), members, replica.SyncQuorum, func() {}, GroupOptions{})
+		l, err := h.c.OpenGroup(meta.TopicKey(tc.Name, t.Incarnation), uint32(p), members, replica.SyncQuorum, func() {}, GroupOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -141,6 +144,21 @@ func (h *fakeHost) PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Erro
 }
 
 func (h *fakeHost) MetadataApplied() {}
+
+// StopTopic closes the deleted topic's replica groups here.
+func (h *fakeHost) StopTopic(name string, incarnation uint64, removeData bool) {
+	for p := range h.started[name] {
+		h.c.CloseGroup(meta.TopicKey(name, incarnation), uint32(p))
+	}
+	delete(h.started, name)
+	h.stopped = append(h.stopped, stoppedTopic{name, incarnation, removeData})
+}
+
+type stoppedTopic struct {
+	name        string
+	incarnation uint64
+	removeData  bool
+}
 
 func (h *fakeHost) LogRepeatedError(subject, msg string, args ...any) {
 	h.t.Logf("%s: %s %v", subject, msg, args)

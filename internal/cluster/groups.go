@@ -55,22 +55,29 @@ func (c *Cluster) ReadGroups(f func(*meta.State)) {
 	f(c.state)
 }
 
-// ProposeGroup decides a group command (or a delete, when del names the
-// group) against the applied metadata and proposes it; done is called
-// exactly once: nil once this node applied the entry, or the error.
-func (c *Cluster) ProposeGroup(cmd group.Command, del string, done func(error)) {
+// DecideGroup decides a group command (or a delete, when del names the
+// group) against a metadata state.
+func DecideGroup(cmd group.Command, del string) func(*meta.State) (meta.Command, error) {
+	return func(st *meta.State) (meta.Command, error) {
+		if del != "" {
+			return st.DecideGroupDelete(del)
+		}
+		return st.DecideGroup(cmd)
+	}
+}
+
+// ProposeMeta decides a command against the applied metadata — a group
+// command (DecideGroup) or a topic delete — and proposes it, here on the
+// metadata leader; done is called exactly once: nil once this node
+// applied the entry (and carried out what it asks of this node: a deleted
+// topic is stopped), or the error.
+func (c *Cluster) ProposeMeta(decide func(*meta.State) (meta.Command, error), done func(error)) {
 	if here, _ := c.Coordinator(); !here {
 		done(c.NotCoordinator())
 		return
 	}
 	c.metaMu.Lock()
-	var m meta.Command
-	var err error
-	if del != "" {
-		m, err = c.state.DecideGroupDelete(del)
-	} else {
-		m, err = c.state.DecideGroup(cmd)
-	}
+	m, err := decide(c.state)
 	c.metaMu.Unlock()
 	if err != nil {
 		done(err)

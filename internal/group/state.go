@@ -250,9 +250,9 @@ func (g *State) remove(id string) {
 // Members whose partitions do not move hear nothing. Callers apply it
 // after every command and when a subscribed topic is declared.
 func (g *State) Rebalance(topics Topics, mut Mutations) {
-	// Topics are never deleted, and a member subscribes to the same
-	// topics for its whole incarnation: every owned partition stays in
-	// parts.
+	// A member subscribes to the same topics for its whole incarnation,
+	// and a deleted topic's partitions leave the state first (DropTopic):
+	// every owned partition stays in parts.
 	parts := g.partitions(topics)
 	prev := g.Target
 	if mut.NonSticky {
@@ -292,6 +292,31 @@ func (g *State) Rebalance(topics Topics, mut Mutations) {
 			g.Owners[hs[i].Partition] = &Owner{Member: id, Epoch: g.AssignmentEpoch}
 		}
 		g.notice(NoticeAssign, id, hs)
+	}
+}
+
+// DropTopic forgets every partition of a deleted topic: its owners and
+// targets, and its place in pending notices (a notice left with none is
+// dropped). No member owns a partition of a deleted topic
+// (GroupsOwnNoDeletedPartition); its members stay subscribed to the name
+// and are given the partitions of the topic declared again. The caller
+// rebalances afterwards.
+func (g *State) DropTopic(topic string) {
+	for p := range g.Owners {
+		if p.Topic == topic {
+			delete(g.Owners, p)
+		}
+	}
+	for p := range g.Target {
+		if p.Topic == topic {
+			delete(g.Target, p)
+		}
+	}
+	for id, n := range g.Notices {
+		n.Partitions = slices.DeleteFunc(n.Partitions, func(h Held) bool { return h.Partition.Topic == topic })
+		if len(n.Partitions) == 0 {
+			delete(g.Notices, id)
+		}
 	}
 }
 

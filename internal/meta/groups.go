@@ -3,6 +3,7 @@ package meta
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/nereus-broker/nereus/internal/group"
@@ -136,7 +137,7 @@ func (s *State) SortedGroups() []*group.State {
 // Clone returns a deep copy.
 func (s *State) Clone() *State {
 	c := &State{Applied: s.Applied, Topics: make(map[string]Topic, len(s.Topics)), Groups: make(map[string]*group.State, len(s.Groups)),
-		GroupMutations: s.GroupMutations}
+		GroupMutations: s.GroupMutations, Deleted: maps.Clone(s.Deleted)}
 	for name, t := range s.Topics {
 		t.Placement = slices.Clone(t.Placement)
 		c.Topics[name] = t

@@ -29,6 +29,7 @@ const (
 	OpDeclare     = "declare"
 	OpGroup       = "group"        // a consumer-group command (JOIN, LEAVE, fence, CONTROL_ACK)
 	OpGroupDelete = "group_delete" // remove a group without members
+	OpTopicDelete = "topic_delete" // delete one incarnation of a topic
 )
 
 // Command is one entry of the metadata log.
@@ -41,18 +42,51 @@ type Command struct {
 	// Group is the command of OpGroup; OpGroupDelete names its group in
 	// Group.Group.
 	Group *group.Command `json:"group,omitempty"`
+	// Incarnation is, for OpTopicDelete, the incarnation of Topic.Name the
+	// delete was decided against (TopicDeleteNamesItsIncarnation). A
+	// declare's incarnation is not carried: Apply numbers it.
+	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 // Topic is a declared topic and where its partitions live.
 type Topic struct {
 	Config    wire.TopicConfig `json:"config"`
 	Placement [][]uint32       `json:"placement"`
+	// Incarnation numbers the lives of a topic name: 1 for its first
+	// declare, the last deleted incarnation + 1 for a declare after a
+	// delete (IncarnationNeverReused). A topic saved before incarnations
+	// existed reads as 1.
+	Incarnation uint64 `json:"incarnation"`
+}
+
+// UnmarshalJSON reads a topic, one saved before incarnations as
+// incarnation 1.
+func (t *Topic) UnmarshalJSON(b []byte) error {
+	type plain Topic
+	if err := json.Unmarshal(b, (*plain)(t)); err != nil {
+		return err
+	}
+	if t.Incarnation == 0 {
+		t.Incarnation = 1
+	}
+	return nil
+}
+
+// Change is what applying one entry did to the topics: the topic a
+// declare created, or the incarnation a delete removed (nil: neither).
+type Change struct {
+	Created *Topic
+	Deleted *Topic
 }
 
 // State is the applied metadata. The zero value is not usable; use New.
 type State struct {
 	Applied uint64           `json:"applied"` // last applied log seq
 	Topics  map[string]Topic `json:"topics"`
+	// Deleted remembers, per deleted topic name, the last incarnation
+	// deleted, so that a declare of the name again numbers the next one
+	// (IncarnationNeverReused). A name declared again keeps its entry.
+	Deleted map[string]uint64 `json:"deleted,omitempty"`
 	// Groups are the consumer groups with assignment (internal/group).
 	Groups map[string]*group.State `json:"groups,omitempty"`
 	// GroupMutations break the group kernel on purpose (simulator
@@ -130,49 +164,68 @@ func (s *State) place(tc wire.TopicConfig, nodes int) [][]uint32 {
 
 // Apply applies the committed entry at seq. Entries are applied once, in
 // order; a DECLARE of an existing topic changes nothing (two nodes may
-// race to declare it: the first committed wins). It returns the topic a
-// declare created, if any.
-func (s *State) Apply(seq uint64, data []byte) (created *Topic, err error) {
+// race to declare it: the first committed wins), nor does a delete of an
+// incarnation that is not the topic's current one. It returns the topic
+// a declare created or a delete removed, if any.
+func (s *State) Apply(seq uint64, data []byte) (Change, error) {
 	if seq <= s.Applied {
-		return nil, fmt.Errorf("meta: entry %d applied twice (applied %d)", seq, s.Applied)
+		return Change{}, fmt.Errorf("meta: entry %d applied twice (applied %d)", seq, s.Applied)
 	}
 	s.Applied = seq
 	var cmd Command
 	if err := json.Unmarshal(data, &cmd); err != nil {
-		return nil, fmt.Errorf("meta: entry %d: %w", seq, err)
+		return Change{}, fmt.Errorf("meta: entry %d: %w", seq, err)
 	}
 	if s.Groups == nil {
 		s.Groups = map[string]*group.State{} // a state saved before groups
 	}
 	switch cmd.Op {
 	case OpDeclare:
+	case OpTopicDelete:
+		return s.applyTopicDelete(seq, cmd)
 	case OpGroup, OpGroupDelete:
 		if cmd.Group == nil {
-			return nil, fmt.Errorf("meta: entry %d: %s without a group command", seq, cmd.Op)
+			return Change{}, fmt.Errorf("meta: entry %d: %s without a group command", seq, cmd.Op)
 		}
-		return nil, s.applyGroup(seq, cmd.Op, *cmd.Group)
+		return Change{}, s.applyGroup(seq, cmd.Op, *cmd.Group)
 	default:
-		return nil, fmt.Errorf("meta: entry %d: unknown op %q", seq, cmd.Op)
+		return Change{}, fmt.Errorf("meta: entry %d: unknown op %q", seq, cmd.Op)
 	}
 	if err := wire.ValidateTopicOrInternal(cmd.Topic.Name); err != nil {
-		return nil, fmt.Errorf("meta: entry %d: %w", seq, err) // decided before names were checked
+		return Change{}, fmt.Errorf("meta: entry %d: %w", seq, err) // decided before names were checked
 	}
 	if _, ok := s.Topics[cmd.Topic.Name]; ok {
-		return nil, nil
+		return Change{}, nil
 	}
 	if len(cmd.Placement) != int(cmd.Topic.Partitions) {
-		return nil, fmt.Errorf("meta: entry %d: %d placements for %d partitions", seq, len(cmd.Placement), cmd.Topic.Partitions)
+		return Change{}, fmt.Errorf("meta: entry %d: %d placements for %d partitions", seq, len(cmd.Placement), cmd.Topic.Partitions)
 	}
-	t := Topic{Config: cmd.Topic, Placement: cmd.Placement}
+	t := Topic{Config: cmd.Topic, Placement: cmd.Placement, Incarnation: s.NextIncarnation(cmd.Topic.Name)}
 	s.AddTopic(t)
-	return &t, nil
+	return Change{Created: &t}, nil
+}
+
+// NextIncarnation is the incarnation a declare of name gets now: one
+// more than the last deleted incarnation of the name, 1 for a name never
+// deleted (IncarnationNeverReused: data, dedup state and schedules of a
+// deleted incarnation can never be taken for the new one's).
+func (s *State) NextIncarnation(name string) uint64 {
+	return s.Deleted[name] + 1
 }
 
 // AddTopic records a declared topic and gives its partitions to the
 // groups' members waiting for it. Apply calls it for a committed declare;
-// a single node, whose topics are not in a metadata log, calls it itself.
+// a single node, whose topics are not in a metadata log, calls it itself
+// (an Incarnation of 0 is numbered by NextIncarnation).
 func (s *State) AddTopic(t Topic) {
+	if t.Incarnation == 0 {
+		t.Incarnation = s.NextIncarnation(t.Config.Name)
+	}
 	s.Topics[t.Config.Name] = t
+	s.rebalanceGroups()
+}
+
+func (s *State) rebalanceGroups() {
 	for _, name := range slices.Sorted(maps.Keys(s.Groups)) {
 		s.Groups[name].Rebalance(s.partitions, s.GroupMutations)
 	}

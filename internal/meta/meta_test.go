@@ -49,13 +49,13 @@ func TestDecideApplyIdempotentAndConflict(t *testing.T) {
 	}
 	data := mustJSON(t, cmd)
 	for _, s := range []*State{leader, follower} {
-		created, err := s.Apply(1, data)
-		if err != nil || created == nil {
-			t.Fatalf("apply: %v %v", created, err)
+		ch, err := s.Apply(1, data)
+		if err != nil || ch.Created == nil || ch.Created.Incarnation != 1 {
+			t.Fatalf("apply: %+v %v", ch, err)
 		}
 		// A raced second declare of the same topic commits but changes nothing.
-		if created, err := s.Apply(2, data); err != nil || created != nil {
-			t.Fatalf("duplicate apply created %v, %v", created, err)
+		if ch, err := s.Apply(2, data); err != nil || ch.Created != nil {
+			t.Fatalf("duplicate apply created %v, %v", ch.Created, err)
 		}
 	}
 	if _, exists, err := leader.Decide(tc, 5); err != nil || !exists {
@@ -146,9 +146,9 @@ func TestReservedNamesAreNeverDecidedOrApplied(t *testing.T) {
 			t.Errorf("Decide(%q) = %v, want INVALID_ARGUMENT", name, err)
 		}
 		old := mustJSON(t, Command{Op: "declare", Topic: tc, Placement: [][]uint32{{1, 2, 3}}})
-		created, err := s.Apply(s.Applied+1, old)
-		if err == nil || created != nil || len(s.Topics) != 0 {
-			t.Errorf("Apply(%q) created %v, err %v", name, created, err)
+		ch, err := s.Apply(s.Applied+1, old)
+		if err == nil || ch.Created != nil || len(s.Topics) != 0 {
+			t.Errorf("Apply(%q) created %v, err %v", name, ch.Created, err)
 		}
 	}
 	if _, _, err := s.Decide(wire.TopicConfig{Name: "dlq.g.orders", Partitions: 1, Replicas: 3}, 3); err != nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"github.com/nereus-broker/nereus/internal/cluster"
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -26,6 +27,9 @@ func (n *Node) openCluster() error {
 		return err
 	}
 	n.cluster = c // partitions open their replica groups through it
+	// What a delete left behind when the node stopped midway: meta.json
+	// says deleted, so it goes before anything starts.
+	c.ReadGroups(func(st *meta.State) { n.removeDeletedData(st.DeletedKey) })
 	return c.Start()
 }
 
@@ -35,20 +39,28 @@ func (n *Node) Replica(topic string, partition uint32) (ReplicaView, bool) {
 	if n.cluster == nil {
 		return ReplicaView{}, false
 	}
+	if topic != meta.MetaTopic {
+		n.mu.RLock()
+		if t, ok := n.topics[topic]; ok {
+			topic = t.key() // its incarnation's replica group
+		}
+		n.mu.RUnlock()
+	}
 	return n.cluster.Replica(topic, partition)
 }
 
 // clusterHost is the node as its cluster.Cluster sees it.
 type clusterHost struct{ n *Node }
 
-func (h clusterHost) StartTopic(tc wire.TopicConfig, placement [][]uint32) (bool, error) {
+func (h clusterHost) StartTopic(mt meta.Topic) (bool, error) {
 	n := h.n
+	tc := mt.Config
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.topics[tc.Name]; ok {
 		return false, nil
 	}
-	t, err := n.startTopic(tc, placement)
+	t, err := n.startTopic(tc, mt.Placement, mt.Incarnation)
 	if err != nil {
 		return false, err
 	}
@@ -60,6 +72,10 @@ func (h clusterHost) StartTopic(tc wire.TopicConfig, placement [][]uint32) (bool
 		}
 	}
 	return true, nil
+}
+
+func (h clusterHost) StopTopic(name string, incarnation uint64, removeData bool) {
+	h.n.stopTopic(name, incarnation, removeData)
 }
 
 func (h clusterHost) PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Error)) {

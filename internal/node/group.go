@@ -326,7 +326,7 @@ func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunn
 	h.Write([]byte(t.cfg.Name))
 	g := &groupRunner{
 		node: n, topic: t, name: group, dlq: dlq,
-		dir:         path.Join(n.cfg.DataDir, "groups", group, t.cfg.Name),
+		dir:         path.Join(n.cfg.DataDir, "groups", group, t.key()),
 		cmds:        make(chan groupCmd, 1024),
 		wakeCh:      make(chan struct{}, 1),
 		done:        make(chan struct{}),

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/group"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -73,16 +74,12 @@ func newMembership(n *Node) *membership {
 func (n *Node) openMembership() error {
 	m := n.members
 	if n.cluster == nil {
-		st, err := loadGroups(n)
-		if err != nil {
-			return err
-		}
+		st := m.local // loaded by Open, before the topics (loadGroups)
 		st.GroupMutations = n.cfg.Mutations.Group
-		m.local = st
 		n.mu.RLock()
 		for name, t := range n.topics {
-			if _, ok := st.Topics[name]; !ok {
-				st.AddTopic(meta.Topic{Config: t.cfg})
+			if mt, ok := st.Topics[name]; !ok || mt.Incarnation != t.incarnation {
+				st.AddTopic(meta.Topic{Config: t.cfg, Incarnation: t.incarnation})
 			}
 		}
 		n.mu.RUnlock()
@@ -170,18 +167,19 @@ func (m *membership) read(f func(*meta.State)) {
 // propose decides and applies (single node) or proposes (cluster) a group
 // command; done gets the outcome once it is applied here.
 func (m *membership) propose(c group.Command, del string, done func(error)) {
+	decide := cluster.DecideGroup(c, del)
 	if m.n.cluster != nil {
-		m.n.cluster.ProposeGroup(c, del, done)
+		m.n.cluster.ProposeMeta(decide, done)
 		return
 	}
+	done(m.proposeLocal(decide))
+}
+
+// proposeLocal decides a command against a single node's state and
+// applies it, durably, before it returns.
+func (m *membership) proposeLocal(decide func(*meta.State) (meta.Command, error)) error {
 	m.mu.Lock()
-	var cmd meta.Command
-	var err error
-	if del != "" {
-		cmd, err = m.local.DecideGroupDelete(del)
-	} else {
-		cmd, err = m.local.DecideGroup(c)
-	}
+	cmd, err := decide(m.local)
 	if err == nil {
 		err = m.applyLocal(cmd)
 	}
@@ -189,7 +187,15 @@ func (m *membership) propose(c group.Command, del string, done func(error)) {
 	if err == nil {
 		m.n.pokeGroups() // (not under m.mu: a declare holds n.mu, then m.mu)
 	}
-	done(err)
+	return err
+}
+
+// nextIncarnation is the incarnation a single node's declare of name
+// gets (meta.State.NextIncarnation).
+func (m *membership) nextIncarnation(name string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.local.NextIncarnation(name)
 }
 
 // applyLocal applies a command on a single node and persists the state
@@ -452,12 +458,12 @@ func (n *Node) coordinatorInfo() wire.TopicInfo {
 // topicDeclared gives a single node's new topic to the groups waiting for
 // it; the state is persisted with the next command (the topic list is
 // topics.json's, read again at every open).
-func (m *membership) topicDeclared(tc wire.TopicConfig) {
+func (m *membership) topicDeclared(tc wire.TopicConfig, incarnation uint64) {
 	if m == nil || m.local == nil {
 		return
 	}
 	m.mu.Lock()
-	m.local.AddTopic(meta.Topic{Config: tc})
+	m.local.AddTopic(meta.Topic{Config: tc, Incarnation: incarnation})
 	m.changes.Add(1)
 	m.mu.Unlock()
 }

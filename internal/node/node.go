@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -159,10 +160,13 @@ type Node struct {
 }
 
 type topic struct {
-	cfg        wire.TopicConfig
-	placement  [][]uint32 // per partition, its replica group's node numbers (cluster only)
-	partitions []*partitionRunner
-	rr         uint32 // round-robin cursor for unkeyed, non-idempotent PUBs
+	cfg wire.TopicConfig
+	// incarnation numbers this life of the topic's name (meta.Topic);
+	// its data lives under meta.TopicKey(name, incarnation).
+	incarnation uint64
+	placement   [][]uint32 // per partition, its replica group's node numbers (cluster only)
+	partitions  []*partitionRunner
+	rr          uint32 // round-robin cursor for unkeyed, non-idempotent PUBs
 
 	groupsMu sync.Mutex
 	groups   []*groupRunner // woken when a partition commits
@@ -203,16 +207,33 @@ func Open(cfg Config) (*Node, error) {
 		n.log.Info("node open", "node", cfg.NodeID, "data", cfg.DataDir, "cluster", n.cluster.Names())
 		return n, nil
 	}
+	groups, err := loadGroups(n)
+	if err != nil {
+		return nil, fmt.Errorf("node: group state: %w", err)
+	}
+	n.members.local = groups
 	configs, err := n.loadTopics()
 	if err != nil {
 		return nil, err
 	}
-	for _, tc := range configs {
-		if _, err := n.startTopic(tc, nil); err != nil {
+	leftovers := false
+	for _, st := range configs {
+		if groups.DeletedKey(meta.TopicKey(st.Name, st.Incarnation)) {
+			leftovers = true // deleted, and the node stopped before it rewrote topics.json
+			continue
+		}
+		if _, err := n.startTopic(st.TopicConfig, nil, st.Incarnation); err != nil {
 			n.Close()
 			return nil, err
 		}
 	}
+	if leftovers {
+		if err := n.saveTopicsLocked(); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("node: finish a topic delete: %w", err)
+		}
+	}
+	n.removeDeletedData(groups.DeletedKey)
 	if err := n.openMembership(); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("node: group state: %w", err)
@@ -242,7 +263,15 @@ func (n *Node) Metrics() *Metrics { return n.metrics }
 // NodeID returns the configured node id.
 func (n *Node) NodeID() string { return n.cfg.NodeID }
 
-func (n *Node) loadTopics() ([]wire.TopicConfig, error) {
+// storedTopic is one topic of a single node's topics.json.
+type storedTopic struct {
+	wire.TopicConfig
+	// Incarnation is the topic's (meta.Topic); 0 in a file written before
+	// incarnations, read as 1.
+	Incarnation uint64 `json:",omitempty"`
+}
+
+func (n *Node) loadTopics() ([]storedTopic, error) {
 	b, err := storage.ReadFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -253,23 +282,24 @@ func (n *Node) loadTopics() ([]wire.TopicConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: read topics: %w", err)
 	}
-	var configs []wire.TopicConfig
+	var configs []storedTopic
 	if err := json.Unmarshal(b, &configs); err != nil {
 		return nil, fmt.Errorf("node: decode topics: %w", err)
 	}
 	for i := range configs {
 		configs[i].Replicas = 1 // files written before replication omit it
+		configs[i].Incarnation = max(configs[i].Incarnation, 1)
 	}
 	return configs, nil
 }
 
 // saveTopicsLocked persists the topic list; callers hold n.mu.
 func (n *Node) saveTopicsLocked() error {
-	configs := make([]wire.TopicConfig, 0, len(n.topics))
+	configs := make([]storedTopic, 0, len(n.topics))
 	for _, t := range n.topics {
-		configs = append(configs, t.cfg)
+		configs = append(configs, storedTopic{TopicConfig: t.cfg, Incarnation: t.incarnation})
 	}
-	slices.SortFunc(configs, func(a, b wire.TopicConfig) int {
+	slices.SortFunc(configs, func(a, b storedTopic) int {
 		switch {
 		case a.Name < b.Name:
 			return -1
@@ -285,10 +315,10 @@ func (n *Node) saveTopicsLocked() error {
 	return storage.WriteFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile), b)
 }
 
-// startTopic opens a topic's partitions; placement is nil on a single node.
-// Callers hold n.mu (or own n, while opening).
-func (n *Node) startTopic(tc wire.TopicConfig, placement [][]uint32) (*topic, error) {
-	t := &topic{cfg: tc, placement: placement}
+// startTopic opens an incarnation of a topic's partitions; placement is
+// nil on a single node. Callers hold n.mu (or own n, while opening).
+func (n *Node) startTopic(tc wire.TopicConfig, placement [][]uint32, incarnation uint64) (*topic, error) {
+	t := &topic{cfg: tc, placement: placement, incarnation: max(incarnation, 1)}
 	for i := uint32(0); i < tc.Partitions; i++ {
 		p, err := n.openPartition(t, i)
 		if err != nil {
@@ -406,7 +436,7 @@ func (n *Node) declareLocal(tc wire.TopicConfig) (created bool, err error) {
 		}
 		return false, nil
 	}
-	if _, err := n.startTopic(tc, nil); err != nil {
+	if _, err := n.startTopic(tc, nil, n.members.nextIncarnation(tc.Name)); err != nil {
 		return false, wire.Errorf(wire.CodeStorage, "create topic: %v", err)
 	}
 	if err := n.saveTopicsLocked(); err != nil {
@@ -417,7 +447,7 @@ func (n *Node) declareLocal(tc wire.TopicConfig) (created bool, err error) {
 		}
 		return false, wire.Errorf(wire.CodeStorage, "persist topic: %v", err)
 	}
-	n.members.topicDeclared(tc)
+	n.members.topicDeclared(tc, n.topics[tc.Name].incarnation)
 	n.log.Info("topic declared", "topic", tc.Name, "partitions", tc.Partitions)
 	return true, nil
 }
@@ -444,7 +474,7 @@ func (n *Node) Metadata(names []string) []wire.TopicInfo {
 		if !ok {
 			continue
 		}
-		info := wire.TopicInfo{Config: t.cfg}
+		info := wire.TopicInfo{Config: t.cfg, Incarnation: t.incarnation}
 		for _, p := range t.partitions {
 			info.Partitions = append(info.Partitions, p.info())
 		}
@@ -455,16 +485,17 @@ func (n *Node) Metadata(names []string) []wire.TopicInfo {
 
 func (n *Node) topic(name string) (*topic, error) {
 	n.mu.RLock()
-	defer n.mu.RUnlock()
-	if n.closed {
+	closed := n.closed
+	t, ok := n.topics[name]
+	n.mu.RUnlock()
+	if closed {
 		return nil, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
 	}
-	t, ok := n.topics[name]
 	if !ok && n.cluster != nil && n.cluster.Starting(name) {
 		return nil, wire.Errorf(wire.CodeUnavailable, "topic %q is declared but not started on this node yet (its start failed and is retried); retry", name)
 	}
 	if !ok {
-		return nil, wire.Errorf(wire.CodeNotFound, "topic %q does not exist", name)
+		return nil, n.topicNotFound(name) // "was deleted" when it was
 	}
 	return t, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -99,7 +100,7 @@ type partitionStore interface {
 
 func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
 	p := &partitionRunner{node: n, topic: t, id: id,
-		dir:  path.Join(n.cfg.DataDir, "topics", t.cfg.Name, strconv.Itoa(int(id))),
+		dir:  path.Join(n.cfg.DataDir, "topics", t.key(), strconv.Itoa(int(id))),
 		reqs: make(chan *pubReq, n.cfg.PublishQueueMax),
 		done: make(chan struct{}),
 	}
@@ -118,6 +119,10 @@ func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
 	}
 	return p, nil
 }
+
+// key names this incarnation's directories and replica groups
+// (meta.TopicKey).
+func (t *topic) key() string { return meta.TopicKey(t.cfg.Name, t.incarnation) }
 
 func (t *topic) hosts(partition int, node uint32) bool {
 	for _, id := range t.placement[partition] {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -52,9 +53,10 @@ func (r RepairedLog) Damaged() bool {
 	return len(r.Report.Damage) > 0 || r.Report.TornTail != nil || r.EpochFileRemoved || r.TopicsRebuilt > 0 || r.GroupsReset
 }
 
-// topicsFromDirectories lists the topics of topics/<name>/<partition>/ with
-// their partition counts and default settings.
-func topicsFromDirectories(fsys vfs.FS, dataDir string) ([]wire.TopicConfig, error) {
+// topicsFromDirectories lists the topics of topics/<key>/<partition>/
+// (key = meta.TopicKey) with their partition counts and default settings:
+// of a name, the highest incarnation found.
+func topicsFromDirectories(fsys vfs.FS, dataDir string) ([]storedTopic, error) {
 	names, err := fsys.List(path.Join(dataDir, "topics"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -62,9 +64,13 @@ func topicsFromDirectories(fsys vfs.FS, dataDir string) ([]wire.TopicConfig, err
 	if err != nil {
 		return nil, fmt.Errorf("node: repair: list topics: %w", err)
 	}
-	var out []wire.TopicConfig
-	for _, name := range names {
-		parts, err := fsys.List(path.Join(dataDir, "topics", name))
+	var out []storedTopic
+	for _, key := range names {
+		name, inc, ok := meta.ParseTopicKey(key)
+		if !ok {
+			continue
+		}
+		parts, err := fsys.List(path.Join(dataDir, "topics", key))
 		if err != nil {
 			continue // not a directory
 		}
@@ -74,9 +80,17 @@ func topicsFromDirectories(fsys vfs.FS, dataDir string) ([]wire.TopicConfig, err
 				count = i + 1
 			}
 		}
-		if count > 0 {
-			out = append(out, wire.TopicConfig{Name: name, Partitions: uint32(count), Replicas: 1})
+		if count == 0 {
+			continue
 		}
+		st := storedTopic{TopicConfig: wire.TopicConfig{Name: name, Partitions: uint32(count), Replicas: 1}, Incarnation: inc}
+		if i := slices.IndexFunc(out, func(o storedTopic) bool { return o.Name == name }); i >= 0 {
+			if out[i].Incarnation < inc {
+				out[i] = st
+			}
+			continue
+		}
+		out = append(out, st)
 	}
 	return out, nil
 }
@@ -103,7 +117,7 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			if !o.DryRun {
 				n.topics = map[string]*topic{}
 				for _, tc := range configs {
-					n.topics[tc.Name] = &topic{cfg: tc}
+					n.topics[tc.Name] = &topic{cfg: tc.TopicConfig, incarnation: tc.Incarnation}
 				}
 				err = n.saveTopicsLocked()
 			}
@@ -125,7 +139,7 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			if o.Partition >= 0 && p != o.Partition {
 				continue
 			}
-			dir := path.Join(dataDir, "topics", tc.Name, strconv.Itoa(p))
+			dir := path.Join(dataDir, "topics", meta.TopicKey(tc.Name, tc.Incarnation), strconv.Itoa(p))
 			r := RepairedLog{Topic: tc.Name, Partition: p, Dir: dir}
 			if r.Report, err = storage.Repair(fsys, dir, storage.Options{}, o.Mode, o.DryRun); err != nil {
 				return out, fmt.Errorf("node: repair %s: %w", dir, err)

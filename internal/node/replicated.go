@@ -85,7 +85,7 @@ func (p *partitionRunner) openReplica() error {
 		policy = replica.SyncAll
 	}
 	s := &replicaStore{partitionRunner: p, wake: make(chan struct{}, 1)}
-	l, err := c.OpenGroup(p.topic.cfg.Name, p.id, members, policy, s.poke, cluster.GroupOptions{
+	l, err := c.OpenGroup(p.topic.key(), p.id, members, policy, s.poke, cluster.GroupOptions{
 		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: p.topic.cfg.RetentionBytes, Limit: s.compactLimit.Load,
 		PreferredLeader: members[0],
 		// A scheduler shard's owner drains its publishes in flight before
@@ -438,7 +438,7 @@ func (p *replicaStore) shutdown() {
 
 // release closes the member once the loop ended.
 func (p *replicaStore) release() {
-	p.node.cluster.CloseGroup(p.topic.cfg.Name, p.id)
+	p.node.cluster.CloseGroup(p.topic.key(), p.id)
 	p.repl.Close()
 }
 

@@ -801,7 +801,7 @@ func (r *schedRunner) refusal(err error) *wire.Error {
 // intake appends a schedule to the shard once the owner admits it.
 func (r *schedRunner) intake(now int64, in *schedIntake) {
 	pub := &in.f.Pub
-	sc := sched.Schedule{DeliverAtMs: in.f.DeliverAtMs, Topic: pub.Topic, Incarnation: 1, Partition: in.partition}
+	sc := sched.Schedule{DeliverAtMs: in.f.DeliverAtMs, Topic: pub.Topic, Incarnation: r.node.scheduleIncarnation(pub.Topic), Partition: in.partition}
 	if err := r.o.Admit(now, sc); err != nil {
 		in.reply(wire.ScheduleOK{}, r.refusal(err))
 		return
@@ -879,7 +879,10 @@ func (r *schedRunner) evidence(now int64, topic string) sched.Evidence {
 	if err != nil {
 		return ev
 	}
-	ev.Incarnation, ev.Partitions, ev.Writable = 1, uint32(len(t.partitions)), true
+	// The incarnation running here: a lane pinned to a deleted one breaks
+	// (ORDERING_BROKEN) once the name is declared again; while it is gone
+	// (err above: incarnation 0) the lane is BLOCKED.
+	ev.Incarnation, ev.Partitions, ev.Writable = t.incarnation, uint32(len(t.partitions)), true
 	for _, p := range t.partitions {
 		info := p.info()
 		if info.State == wire.PartitionStateCorrupt || info.ReadOnly || info.Leader == "" {
@@ -982,7 +985,7 @@ func (r *schedRunner) admin(now int64, f *wire.SchedAdmin, reply SchedAdminReply
 			reply(nil, wire.Errorf(wire.CodeInvalidArgument, "lane command %d", f.LaneOp))
 			return
 		}
-		ref, err := r.o.Manage(now, sched.LaneCommand{Topic: f.Topic, Op: op})
+		ref, err := r.o.Manage(now, sched.LaneCommand{Topic: f.Topic, Op: op, Incarnation: r.node.resumeIncarnation(f.Topic, op)})
 		if err != nil {
 			reply(nil, r.refusal(err))
 			return

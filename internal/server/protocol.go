@@ -196,16 +196,25 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 			p.handleHeld()
 		})
 	case *wire.Metadata:
-		for _, name := range f.Topics {
-			if name == wire.CoordinatorTopic || name == wire.SchedTopic {
-				continue // where the groups' coordinator is, or the schedule shards' leaders
-			}
-			if err := wire.ValidateName("topic", name); err != nil {
-				p.sendErr(corr, err)
-				return true
-			}
+		if topics, err := p.metadata(f); err != nil {
+			p.sendErr(corr, err)
+		} else {
+			p.send(corr, &wire.MetadataOK{Topics: topics})
 		}
-		p.send(corr, &wire.MetadataOK{Topics: n.Metadata(f.Topics)})
+	case *wire.Describe:
+		if topics, err := p.metadata(&f.Metadata); err != nil {
+			p.sendErr(corr, err)
+		} else {
+			p.send(corr, &wire.DescribeOK{Topics: topics})
+		}
+	case *wire.TopicDelete:
+		n.DeleteTopic(f.Topic, f.Incarnation, func(deleted uint64, err error) {
+			if err != nil {
+				p.sendErr(corr, err)
+				return
+			}
+			p.send(corr, &wire.TopicDeleteOK{TopicRef: wire.TopicRef{Topic: f.Topic, Incarnation: deleted}})
+		})
 	case *wire.Pull:
 		p.pull(corr, f)
 	case *wire.Ack:
@@ -251,6 +260,19 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 		return false
 	}
 	return true
+}
+
+// metadata answers METADATA and DESCRIBE.
+func (p *Protocol) metadata(f *wire.Metadata) ([]wire.TopicInfo, error) {
+	for _, name := range f.Topics {
+		if name == wire.CoordinatorTopic || name == wire.SchedTopic {
+			continue // where the groups' coordinator is, or the schedule shards' leaders
+		}
+		if err := wire.ValidateName("topic", name); err != nil {
+			return nil, err
+		}
+	}
+	return p.srv.node.Metadata(f.Topics), nil
 }
 
 // handleHeld handles the frames that waited for a DECLARE, in order, until
@@ -311,6 +333,10 @@ func (p *Protocol) authorize(f wire.Frame) error {
 	case *wire.GroupDelete:
 		if !p.perms.canDeclare() {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not delete groups")
+		}
+	case *wire.TopicDelete:
+		if !p.perms.canDeclare() {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not delete topics")
 		}
 	case *wire.Schedule:
 		if !p.perms.canPublish(f.Pub.Topic) {

@@ -243,6 +243,11 @@ func TestTokenPermissions(t *testing.T) {
 	expect(r, 8, &wire.Leave{MemberRef: wire.MemberRef{Group: "m", Member: "a"}}, wire.TypeGroupOK, 0)
 	expect(r, 9, &wire.GroupDelete{Group: "m"}, wire.TypeErr, wire.CodeUnauthorized)
 	expect(w, 5, &wire.GroupDelete{Group: "m"}, wire.TypeGroupOK, 0)
+	// Topic deletion needs an admin token too; DESCRIBE is a read.
+	expect(r, 10, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: "billing"}}, wire.TypeErr, wire.CodeUnauthorized)
+	expect(r, 11, &wire.Describe{Metadata: wire.Metadata{Topics: []string{"billing"}}}, wire.TypeDescribeOK, 0)
+	expect(w, 6, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: "billing"}}, wire.TypeTopicDeleteOK, 0)
+	expect(w, 7, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: "billing"}}, wire.TypeErr, wire.CodeNotFound)
 }
 
 func TestBadPermissionIsAConfigError(t *testing.T) {

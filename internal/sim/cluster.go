@@ -68,6 +68,10 @@ type ClusterOptions struct {
 	// every node, and the history is checked for linearizability; a
 	// watcher follows the bucket from revision 1 (kvwatch.go) (0: none).
 	KV int
+	// TopicChurn adds the topic churn (topicchurn.go): a client deletes
+	// and re-declares a topic of its own this many times, with
+	// DeletedNeverResurrected and DeletedDataRemoved checked (0: none).
+	TopicChurn int
 
 	// SchedOutageMsMax bounds a destination outage of the scheduled
 	// workload (ClusterFaults.Outage, schedghost.go; 0: 2,500 ms). Longer
@@ -156,6 +160,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.KV > 0 {
 		cmd += fmt.Sprintf(" --kv %d", o.KV)
+	}
+	if o.TopicChurn > 0 {
+		cmd += fmt.Sprintf(" --topic-churn %d", o.TopicChurn)
 	}
 	if o.Shared {
 		cmd += " # with ClusterOptions.Shared (no CLI flag: run it from a test)"
@@ -289,6 +296,10 @@ func newClusterSim(o ClusterOptions) *sim {
 	if o.KV > 0 {
 		s.kv = newKVWorkload(s, o.KV)
 	}
+	if o.TopicChurn > 0 {
+		s.churn = &churnClient{s: s, rounds: o.TopicChurn, at: 1}
+		s.w.after(s.w.between(0, 100), s.churn.connect)
+	}
 	s.w.after(tickMs, s.tick)
 	return s
 }
@@ -311,6 +322,9 @@ func (s *sim) runPhases() Result {
 	if s.sched != nil {
 		r.Scheduled, r.SchedPublished = len(s.sched.acked), len(s.sched.seen)
 		r.SchedStats = s.sched.ghost.stats
+	}
+	if s.churn != nil {
+		r.TopicDeletes, r.TopicDeclares = s.churn.deletes, s.churn.declares
 	}
 	if s.kv != nil {
 		r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired = len(s.kv.history), s.kv.unknown, s.kv.watcher.resumes, s.kv.watcher.expired
@@ -570,6 +584,9 @@ func (s *sim) clusterFinalPhase() {
 	}
 	if s.kv != nil && s.chk.violation == nil {
 		s.kvFinal(deadline)
+	}
+	if s.churn != nil && s.chk.violation == nil {
+		s.churnFinal()
 	}
 	s.w.tracef("end: acked=%d deliveries=%d", len(s.chk.acked), s.chk.deliveries)
 }

@@ -140,6 +140,9 @@ type Result struct {
 	// KVExpired: watches the KV watcher started, and those that ended
 	// CURSOR_EXPIRED (ClusterOptions.KV).
 	KVOps, KVUnknown, KVWatches, KVExpired int
+	// TopicDeletes and TopicDeclares: the topic churn's answered deletes
+	// and declares (ClusterOptions.TopicChurn).
+	TopicDeletes, TopicDeclares int
 	// SchedStats counts what the scheduler ghost saw (destination
 	// outages, publishes checked, lanes blocked, intake probes).
 	SchedStats map[string]int
@@ -215,6 +218,8 @@ type sim struct {
 	sched *schedClient
 	// kv is the KV workload (ClusterOptions.KV; nil without).
 	kv *kvWorkload
+	// churn deletes and re-declares a topic (topicchurn.go; nil: none).
+	churn *churnClient
 }
 
 // Run executes one seed and returns its result. It never panics on a broken
@@ -298,6 +303,9 @@ func (s *sim) step() bool {
 	}
 	if s.sched != nil {
 		s.sched.ghost.watch()
+	}
+	if s.churn != nil {
+		s.observeChurn()
 	}
 	return true
 }

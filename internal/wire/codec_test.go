@@ -53,6 +53,12 @@ func sampleFrames() []Frame {
 		&Notice{Group: "billing", NoticeID: 9, Kind: NoticeRevoke, Incarnation: 12, Partitions: []HeldPartition{{Topic: "orders", Partition: 3, Epoch: 2}, {Topic: "refunds", Partition: 0, Epoch: 5}}},
 		&ControlAck{MemberRef: MemberRef{Group: "billing", Member: "pod-1", Incarnation: 12}, NoticeID: 9},
 		&GroupList{Group: "billing"},
+		&TopicDelete{TopicRef: TopicRef{Topic: "orders", Incarnation: 2}},
+		&TopicDeleteOK{TopicRef: TopicRef{Topic: "orders", Incarnation: 2}},
+		&Describe{Metadata{Topics: []string{"orders"}}},
+		&DescribeOK{Topics: []TopicInfo{{Config: TopicConfig{Name: "a", Partitions: 1}, Incarnation: 3, Partitions: []PartitionInfo{
+			{Partition: 0, Epoch: 1, StartSeq: 1, CommitSeq: 2, Leader: "n1", Replicas: []ReplicaInfo{{Node: "n1", State: "InSync", FlushedSeq: 2}}}}},
+			{Config: TopicConfig{Name: "b", Partitions: 0}, Partitions: []PartitionInfo{}, Incarnation: 1}}},
 		&GroupDelete{Group: "billing"},
 		&Schedule{Pub: Pub{Topic: "orders", Partition: -1, ProducerID: 7, ProducerSeq: 3, Key: []byte("k"), Value: []byte("v"), Headers: []Header{{Key: "h", Value: []byte("x")}}}, DeliverAtMs: 1767225600000},
 		&ScheduleOK{Shard: 2, ID: 41, DeliverAtMs: 1767225600000, Duplicate: true},

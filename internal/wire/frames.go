@@ -290,17 +290,29 @@ type ReplicaInfo struct {
 type TopicInfo struct {
 	Config     TopicConfig
 	Partitions []PartitionInfo
+	// Incarnation numbers this life of the topic's name (1 for its first
+	// declare, one more after each delete). DESCRIBE_OK carries it;
+	// METADATA_OK, whose layout is v1's, does not (0 there).
+	Incarnation uint64
 }
 
 // MetadataOK answers METADATA. Requested topics that do not exist are absent.
 type MetadataOK struct{ Topics []TopicInfo }
 
-func (*MetadataOK) Type() FrameType { return TypeMetadataOK }
-func (f *MetadataOK) appendBody(b []byte) []byte {
-	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Topics)))
-	for i := range f.Topics {
-		t := &f.Topics[i]
+func (*MetadataOK) Type() FrameType              { return TypeMetadataOK }
+func (f *MetadataOK) appendBody(b []byte) []byte { return appendTopicInfos(b, f.Topics, false) }
+func (f *MetadataOK) decodeBody(d *decoder)      { f.Topics = decodeTopicInfos(d, false) }
+
+// appendTopicInfos encodes METADATA_OK's list of topics, each followed by
+// its incarnation when withIncarnation is set (DESCRIBE_OK).
+func appendTopicInfos(b []byte, topics []TopicInfo, withIncarnation bool) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(topics)))
+	for i := range topics {
+		t := &topics[i]
 		b = t.Config.append(b)
+		if withIncarnation {
+			b = binary.BigEndian.AppendUint64(b, t.Incarnation)
+		}
 		b = binary.BigEndian.AppendUint32(b, uint32(len(t.Partitions)))
 		for _, p := range t.Partitions {
 			b = binary.BigEndian.AppendUint32(b, p.Partition)
@@ -321,12 +333,16 @@ func (f *MetadataOK) appendBody(b []byte) []byte {
 	}
 	return b
 }
-func (f *MetadataOK) decodeBody(d *decoder) {
+
+func decodeTopicInfos(d *decoder, withIncarnation bool) []TopicInfo {
 	n := d.listLen(topicConfigBytesMin + 4)
-	f.Topics = make([]TopicInfo, n)
+	topics := make([]TopicInfo, n)
 	for i := 0; i < n && d.err == nil; i++ {
-		t := &f.Topics[i]
+		t := &topics[i]
 		t.Config.decode(d)
+		if withIncarnation {
+			t.Incarnation = d.u64()
+		}
 		m := d.listLen(4 + 8 + 8 + 8 + 2 + 2 + 1 + 4 + 2)
 		t.Partitions = make([]PartitionInfo, m)
 		for j := 0; j < m && d.err == nil; j++ {
@@ -343,6 +359,7 @@ func (f *MetadataOK) decodeBody(d *decoder) {
 			p.State = d.str()
 		}
 	}
+	return topics
 }
 
 // Header is one record header.

@@ -46,6 +46,9 @@ func newGroupFrame(t FrameType) Frame {
 	if f := newSchedFrame(t); f != nil {
 		return f
 	}
+	if f := newTopicFrame(t); f != nil {
+		return f
+	}
 	return newKVFrame(t)
 }
 

@@ -4,7 +4,7 @@ import "encoding/binary"
 
 // Scheduled-delivery frames (DESIGN §2 "Scheduled delivery"): a message
 // with a deliver_at is stored in a schedule shard and published to its
-// topic when it falls due. Frame types 60–79 are scheduled delivery's.
+// topic when it falls due. Frame types 60–63 are scheduled delivery's (72–75: topics.go).
 const (
 	TypeSchedule     FrameType = 60 // schedule a message (to the shard's leader)
 	TypeScheduleOK   FrameType = 61
