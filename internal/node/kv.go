@@ -163,6 +163,8 @@ type kvRunner struct {
 	// the checkpoint chunks applied that counted toward none (tests).
 	checkpointBase uint64
 	voidChunks     int
+	rebuilds       int // buckets loaded from a checkpoint
+	resets         int // startSeeking with something applied
 
 	// Leadership of the partition: leading once the leader took office
 	// in epoch (its install entry, at reignStart, is applied here); lease
@@ -189,7 +191,12 @@ type kvRunner struct {
 	checkpointing bool
 	drainSinceMs  int64
 	held          []kv.Proposal
-	ticks         int
+	// checkpointRetryMs: after a checkpoint's proposal failed (a leader
+	// the partition no longer lets propose, read-only), none is tried
+	// before it — proposing again at once, at the same instant, would
+	// spin.
+	checkpointRetryMs int64
+	ticks             int
 	// nextTickMs: when a Manual runner's next tick is due (step).
 	nextTickMs int64
 	stopped    bool // a Manual runner shut down (step)
@@ -354,6 +361,7 @@ func (r *kvRunner) catchUp() {
 // between are gone and only a checkpoint can rebuild the bucket.
 func (r *kvRunner) startSeeking(start uint64) {
 	if r.applied > 0 {
+		r.resets++
 		r.n.log.Info("kv: the bucket's log starts after what it applied; rebuilding from its first checkpoint", "bucket", r.bucket, "applied", r.applied, "log_start", start)
 	}
 	if r.leader != nil {
@@ -392,6 +400,7 @@ func (r *kvRunner) seek(e *storage.Entry) error {
 		return err
 	}
 	r.conf, r.state, r.seeker = &conf, b, nil
+	r.rebuilds++
 	r.n.log.Info("kv: bucket rebuilt from its checkpoint", "bucket", r.bucket, "base", c.Snapshot.Applied, "applied", e.Seq, "keys", b.LiveKeys())
 	return nil
 }
@@ -678,6 +687,10 @@ func (r *kvRunner) maybeCheckpoint() {
 		return
 	}
 	now := r.n.nowMs()
+	if now < r.checkpointRetryMs && now >= r.checkpointRetryMs-kvTick.Milliseconds() {
+		r.releaseHeld()
+		return
+	}
 	if r.drainSinceMs == 0 {
 		r.drainSinceMs = now
 	}
@@ -697,7 +710,10 @@ func (r *kvRunner) maybeCheckpoint() {
 	r.checkpointing = true
 	left := len(recs)
 	for _, rec := range recs {
-		r.propose(storageRecord(rec), func(uint64, *wire.Error) {
+		r.propose(storageRecord(rec), func(_ uint64, err *wire.Error) {
+			if err != nil {
+				r.checkpointRetryMs = r.n.nowMs() + kvTick.Milliseconds()
+			}
 			if left--; left == 0 {
 				r.checkpointing = false
 			}
@@ -876,6 +892,39 @@ func (r *kvRunner) describe() *wire.KVBucketInfo {
 	case <-r.p.done:
 		return nil
 	}
+}
+
+// KVState is a bucket's state on this node (KVStateOf).
+type KVState struct {
+	// Applied is the last seq the runner applied; LogStart the first seq
+	// of the partition's log here; Checkpoint the base of the latest
+	// complete checkpoint applied; Rebuilds the times this runner loaded
+	// the bucket from a checkpoint in its log.
+	Applied, LogStart, Checkpoint uint64
+	// Resets: the times the log came to start after what this runner
+	// applied while it ran (a follower reset to its leader's snapshot
+	// point).
+	Rebuilds, Resets int
+	// Snapshot is the bucket's kv.Snapshot encoding (nil: no bucket here:
+	// none, deleted, or rebuilding).
+	Snapshot []byte
+}
+
+// KVStateOf reads the state of this node's replica of a bucket, for the
+// simulator's checks. Manual mode only: it reads the runner on the
+// caller's goroutine, which is the runner's there.
+func (n *Node) KVStateOf(bucket string) (KVState, bool) {
+	n.kv.mu.Lock()
+	r := n.kv.runners[bucket]
+	n.kv.mu.Unlock()
+	if r == nil || !n.cfg.Manual {
+		return KVState{}, false
+	}
+	st := KVState{Applied: r.applied, LogStart: r.p.startSeq.Load(), Checkpoint: r.checkpointBase, Rebuilds: r.rebuilds, Resets: r.resets}
+	if r.state != nil {
+		st.Snapshot = kv.AppendSnapshot(nil, r.state.Snapshot())
+	}
+	return st, true
 }
 
 func kvEntry(rev kv.Revision) wire.KVEntry {

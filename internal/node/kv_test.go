@@ -369,6 +369,25 @@ func TestKVCompactionRaisesTheFloorAndExpiresWatchers(t *testing.T) {
 	}
 }
 
+// kvCreate creates a bucket through any node, retrying what is
+// retryable (an election running), until one creates it.
+func (tc *testCluster) kvCreate(c wire.KVBucketConfig) {
+	tc.t.Helper()
+	eventually(tc.t, "bucket "+c.Bucket+" is created", func() bool {
+		for _, n := range tc.nodes {
+			created, err := kvCreate(tc.t, n, c)
+			var we *wire.Error
+			if err != nil && (!errors.As(err, &we) || !we.Code.Retryable()) {
+				tc.t.Fatalf("create: %v", err)
+			}
+			if err == nil {
+				return created
+			}
+		}
+		return false
+	})
+}
+
 // kvLeader waits for the node that answers reads of the bucket.
 func (tc *testCluster) kvLeader(bucket string) string {
 	tc.t.Helper()
@@ -390,19 +409,7 @@ func (tc *testCluster) kvLeader(bucket string) string {
 // one holds every acknowledged write and decides CAS against it.
 func TestKVBucketFailsOverInACluster(t *testing.T) {
 	tc := newTestCluster(t, 3)
-	eventually(t, "the bucket is created", func() bool {
-		for _, n := range tc.nodes {
-			created, err := kvCreate(t, n, wire.KVBucketConfig{Bucket: "b", History: 2, Replicas: 3})
-			var we *wire.Error
-			if err != nil && (!errors.As(err, &we) || !we.Code.Retryable()) {
-				t.Fatalf("create: %v", err)
-			}
-			if err == nil {
-				return created
-			}
-		}
-		return false
-	})
+	tc.kvCreate(wire.KVBucketConfig{Bucket: "b", History: 2, Replicas: 3})
 	leader := tc.kvLeader("b")
 	for id, n := range tc.nodes {
 		if id == leader {

@@ -198,19 +198,7 @@ func TestKVFollowerRebuildsFromTheCheckpointInTheLog(t *testing.T) {
 		kvCheckpointTune(c)
 		c.Cluster.Reservation = 200 * time.Millisecond
 	})
-	eventually(t, "the bucket is created", func() bool {
-		for _, n := range tc.nodes {
-			_, err := kvCreate(t, n, wire.KVBucketConfig{Bucket: "b", History: 2, Replicas: 3})
-			var we *wire.Error
-			if err != nil && (!errors.As(err, &we) || !we.Code.Retryable()) {
-				t.Fatalf("create: %v", err)
-			}
-			if err == nil {
-				return true
-			}
-		}
-		return false
-	})
+	tc.kvCreate(wire.KVBucketConfig{Bucket: "b", History: 2, Replicas: 3})
 	leader := tc.kvLeader("b")
 	want := map[string]string{}
 	kvOverwrites(t, tc.nodes[leader], "b", 8, 50, want)
@@ -283,14 +271,7 @@ func TestKVCheckpointUnderPipelinedWrites(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		tc := newTestClusterWith(t, 3, kvCheckpointTune)
-		eventually(t, "the bucket is created", func() bool {
-			for _, n := range tc.nodes {
-				if _, err := kvCreate(t, n, wire.KVBucketConfig{Bucket: "b", Replicas: 3}); err == nil {
-					return true
-				}
-			}
-			return false
-		})
+		tc.kvCreate(wire.KVBucketConfig{Bucket: "b", Replicas: 3})
 		pipelinedCheckpoints(t, tc.nodes[tc.kvLeader("b")])
 	})
 }
