@@ -7,10 +7,12 @@ import (
 	iofs "io/fs"
 	"path"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/kv"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -313,4 +315,75 @@ func pipelinedCheckpoints(t *testing.T, n *Node) {
 		t.Fatalf("%d checkpoint chunks were void", void)
 	}
 	eventually(t, "the log is truncated", func() bool { return p.startSeq.Load() > 1 })
+}
+
+// refusingStore refuses every publish at once (as a leader the partition
+// no longer lets propose does), counting them.
+type refusingStore struct {
+	unhostedStore
+	refused *int
+}
+
+func (s refusingStore) accept(r *pubReq) {
+	*s.refused++
+	r.reply(wire.PubOK{}, wire.Errorf(wire.CodeNotLeader, "refused"))
+}
+
+// A leader whose checkpoint's chunks are refused at once does not propose
+// them again before a tick: proposing again at the same instant, round
+// after round, spun a simulated node (its Step never ended).
+func TestKVRefusedCheckpointWaitsATick(t *testing.T) {
+	r := bareRunner()
+	var nowMs atomic.Int64
+	nowMs.Store(1_000_000)
+	r.n.cfg.Env.Clock = testClock{nowMs: &nowMs}
+	r.n.cfg.KVCheckpointMinBytes = 1
+	refused := 0
+	r.p.store = refusingStore{unhostedStore{r.p}, &refused}
+	lg, err := storage.Open(vfs.NewMem(), "/log", storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	recs := []storage.Record{kvBucketConf{History: 1, TombstoneTTLMs: 1000}.record()}
+	for i := range 5 {
+		recs = append(recs, storageRecord(kv.EncodeRecord(kv.Write{Op: kv.OpPut, Key: []byte("k"), Value: []byte(fmt.Sprint(i))})))
+	}
+	if _, err := lg.Append(1, recs); err != nil {
+		t.Fatal(err)
+	}
+	applyAll(t, r, recs...)
+	r.p.readLog.Store(lg) // held: a single node's partition leads
+	r.followLeadership()
+	if r.leader == nil || !r.state.CheckpointDue(1) {
+		t.Fatalf("leader %v, checkpoint due %v", r.leader != nil, r.state.CheckpointDue(1))
+	}
+	runInbox := func() {
+		r.inMu.Lock()
+		inbox := r.inbox
+		r.inbox = nil
+		r.inMu.Unlock()
+		for _, fn := range inbox {
+			fn()
+		}
+	}
+	r.maybeCheckpoint()
+	runInbox()
+	first := refused
+	if first == 0 || r.checkpointing {
+		t.Fatalf("%d chunks proposed, still checkpointing %v", first, r.checkpointing)
+	}
+	for range 10 { // rounds at the same instant
+		r.maybeCheckpoint()
+		runInbox()
+	}
+	if refused != first {
+		t.Fatalf("the refused checkpoint was proposed again at the same instant: %d chunks, then %d", first, refused)
+	}
+	nowMs.Add(kvTick.Milliseconds())
+	r.maybeCheckpoint()
+	runInbox()
+	if refused != 2*first {
+		t.Fatalf("a tick later: %d chunks proposed in all, want %d", refused, 2*first)
+	}
 }
