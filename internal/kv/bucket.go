@@ -53,6 +53,10 @@ type Mutations struct {
 	// CheckpointSkipsChunks: a chunk of the pending checkpoint counts
 	// even when chunks before it are missing (CheckpointChunksContiguous).
 	CheckpointSkipsChunks bool
+	// CheckpointUnverified: a replica that has the state completes a
+	// checkpoint without checking that it carries that state
+	// (CheckpointMatchesState).
+	CheckpointUnverified bool
 }
 
 // ErrConfig: a Config is invalid.
@@ -238,10 +242,10 @@ func (b *Bucket) Apply(seq uint64, r Record) (ApplyResult, error) {
 	if err != nil {
 		return ApplyResult{}, fmt.Errorf("seq %d: %w", seq, err)
 	}
-	b.applied = seq
 	if w.Op == OpCheckpoint {
-		return b.applyChunk(seq, w.Chunk), nil
+		return b.applyChunk(seq, w)
 	}
+	b.applied = seq
 	b.logBytesSince += recordBytes(r)
 	if w.Op == OpCompact {
 		return ApplyResult{Outcome: Compacted, PurgedKeys: b.purge(w.TimestampMs)}, nil

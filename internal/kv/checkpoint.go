@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 )
 
@@ -40,6 +41,17 @@ import (
 //     chunk Index-1 of the same checkpoint (Base and Count); a checkpoint
 //     is complete at its chunk Count-1. A run cut short (a leader that
 //     lost office in the middle of it) completes nothing.
+//
+// And one that stops the replica instead:
+//
+//   - CheckpointMatchesState: a replica that has the state checks, as it
+//     applies a checkpoint's last chunk, that the checkpoint carries that
+//     very state (a CRC-32C of the chunks' bytes against one of its own
+//     encoding as of the base). A mismatch means replicas diverged, or
+//     the leader's state is damaged: Apply fails with
+//     ErrCheckpointMismatch (the node stops applying the bucket,
+//     DATA_CORRUPT) rather than let that checkpoint become what the log
+//     is truncated to and every later rebuild loads.
 
 // Checkpoint limits.
 const (
@@ -105,6 +117,12 @@ type Checkpoint struct {
 
 // ErrCheckpoint: a checkpoint body that does not decode or make sense.
 var ErrCheckpoint = errors.New("kv: bad checkpoint")
+
+// ErrCheckpointMismatch: a complete checkpoint does not carry the state
+// of the replica applying it (CheckpointMatchesState).
+var ErrCheckpointMismatch = errors.New("kv: a checkpoint does not carry this replica's state")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // AppendCheckpoint appends the encoding of c to dst.
 func AppendCheckpoint(dst []byte, c Checkpoint) []byte {
@@ -187,10 +205,11 @@ func recordBytes(r Record) int64 {
 }
 
 // checkpointTracker follows the checkpoint whose chunks are being applied
-// (none when next is 0).
+// (none when next is 0); crc is the CRC-32C of the chunks' bytes so far.
 type checkpointTracker struct {
 	base        uint64
 	count, next uint32
+	crc         uint32
 }
 
 // step takes the chunk at seq; it reports whether the chunk counts toward
@@ -208,20 +227,44 @@ func (t *checkpointTracker) step(seq uint64, c CheckpointChunk, m Mutations) (co
 		return false, false
 	}
 	if c.Index+1 == c.Count {
-		*t = checkpointTracker{}
+		*t = checkpointTracker{crc: t.crc}
 		return true, true
 	}
-	*t = checkpointTracker{base: c.Base, count: c.Count, next: c.Index + 1}
+	crc := t.crc
+	if c.Index == 0 {
+		crc = 0
+	}
+	*t = checkpointTracker{base: c.Base, count: c.Count, next: c.Index + 1, crc: crc}
 	return true, false
 }
 
-// applyChunk applies a checkpoint chunk at seq (already the applied seq).
-func (b *Bucket) applyChunk(seq uint64, c CheckpointChunk) ApplyResult {
+// applyChunk applies the checkpoint chunk w at seq.
+func (b *Bucket) applyChunk(seq uint64, w Write) (ApplyResult, error) {
+	c := w.Chunk
 	counts, complete := b.pending.step(seq, c, b.cfg.Mutations)
+	if counts {
+		if c.Index == 0 {
+			b.pending.crc = 0
+		}
+		b.pending.crc = crc32.Update(b.pending.crc, castagnoli, w.Value)
+	}
+	if complete && !b.cfg.Mutations.CheckpointUnverified {
+		// CheckpointMatchesState: the chunks changed nothing, so this
+		// bucket is still the state as of the base.
+		s := b.Snapshot()
+		s.Applied = c.Base
+		own := AppendCheckpoint(make([]byte, 0, b.snapshotBytes+checkpointHeadBytes),
+			Checkpoint{HistoryMax: b.cfg.HistoryMax, TombstoneTTLms: b.cfg.TombstoneTTLms, Snapshot: s})
+		if got, want := crc32.Checksum(own, castagnoli), b.pending.crc; got != want {
+			b.pending = checkpointTracker{}
+			return ApplyResult{}, fmt.Errorf("seq %d: %w: the checkpoint of base %d has CRC-32C %08x, this replica's state %08x", seq, ErrCheckpointMismatch, c.Base, want, got)
+		}
+	}
+	b.applied = seq
 	if complete {
 		b.lastCheckpoint, b.logBytesSince = c.Base, 0
 	}
-	return ApplyResult{Outcome: Checkpointed, ChunkCounted: counts, CheckpointComplete: complete}
+	return ApplyResult{Outcome: Checkpointed, ChunkCounted: counts, CheckpointComplete: complete}, nil
 }
 
 // Seeker finds the first complete checkpoint in a log that starts after

@@ -229,6 +229,46 @@ func cutCheckpointCompletesNothing(t tb, m Mutations) {
 	}
 }
 
+// divergedReplicaStopsAtCheckpoint (CheckpointMatchesState): a replica
+// whose state differs from the leader's (here: one write applied
+// differently) refuses the leader's checkpoint as it completes — an
+// error, its cursor and latest checkpoint unchanged — instead of
+// recording as the truncation point a checkpoint whose state it does not
+// hold. The leader's own replica completes it.
+func divergedReplicaStopsAtCheckpoint(t tb, m Mutations) {
+	leader, diverged := newRun(m), newRun(m)
+	for _, r := range []*bucketRun{leader, diverged} {
+		r.mustApply(t, put("a", "1", 1))
+		r.mustApply(t, put("b", "2", 2))
+	}
+	leader.mustApply(t, put("a", "3", 3))
+	diverged.mustApply(t, put("a", "damaged", 3))
+	chunks, err := leader.b.CheckpointRecords(24, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range chunks {
+		leader.mustApply(t, c)
+		_, _, err := diverged.apply(c)
+		switch {
+		case i < len(chunks)-1 && err != nil:
+			t.Fatalf("chunk %d: %v", i, err)
+		case i == len(chunks)-1 && !errors.Is(err, ErrCheckpointMismatch):
+			t.Fatalf("the last chunk applied to a diverged replica: %v, want ErrCheckpointMismatch", err)
+		}
+	}
+	if leader.b.LastCheckpoint() != 3 {
+		t.Fatalf("the leader's replica did not complete its checkpoint: %d", leader.b.LastCheckpoint())
+	}
+	if diverged.b.LastCheckpoint() != 0 || diverged.b.Applied() != 3+uint64(len(chunks))-1 {
+		t.Fatalf("diverged replica: latest checkpoint %d, applied %d", diverged.b.LastCheckpoint(), diverged.b.Applied())
+	}
+}
+
+func TestDivergedReplicaStopsAtCheckpoint(t *testing.T) {
+	divergedReplicaStopsAtCheckpoint(t, Mutations{})
+}
+
 func TestVoidCheckpointChangesNothing(t *testing.T)  { voidCheckpointChangesNothing(t, Mutations{}) }
 func TestCutCheckpointCompletesNothing(t *testing.T) { cutCheckpointCompletesNothing(t, Mutations{}) }
 

@@ -61,6 +61,8 @@ func TestMutationsAreCaught(t *testing.T) {
 			map[string]func(tb, Mutations){"voidCheckpointChangesNothing": voidCheckpointChangesNothing}, true},
 		{"CheckpointSkipsChunks", Mutations{CheckpointSkipsChunks: true},
 			map[string]func(tb, Mutations){"cutCheckpointCompletesNothing": cutCheckpointCompletesNothing}, true},
+		{"CheckpointUnverified", Mutations{CheckpointUnverified: true},
+			map[string]func(tb, Mutations){"divergedReplicaStopsAtCheckpoint": divergedReplicaStopsAtCheckpoint}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for name, scenario := range tc.scenarios {
