@@ -206,7 +206,8 @@ func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) erro
 			fmt.Fprintf(out, "%d topic deletes, %d declares: ", r.TopicDeletes, r.TopicDeclares)
 		}
 		if o.KV > 0 {
-			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes), %d watches (%d CURSOR_EXPIRED): ", r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired)
+			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes), %d watches (%d CURSOR_EXPIRED), log from %d, checkpoint %d, %d rebuilds from a checkpoint (%d of a running replica): ",
+				r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired, r.KVLogStartMax, r.KVCheckpointMax, r.KVRebuilds, r.KVResets)
 		}
 		if r.Violation == nil {
 			fmt.Fprintln(out, "ok")

@@ -47,6 +47,16 @@ type Mutations struct {
 	// EvictLiveRevision: compaction purges an old key whose latest
 	// revision is a value, not only an expired tombstone.
 	EvictLiveRevision bool
+	// CheckpointAnyBase: a checkpoint chunk counts wherever it sits, not
+	// only at the seq its base names (CheckpointBaseIsPrecedingSeq).
+	CheckpointAnyBase bool
+	// CheckpointSkipsChunks: a chunk of the pending checkpoint counts
+	// even when chunks before it are missing (CheckpointChunksContiguous).
+	CheckpointSkipsChunks bool
+	// CheckpointUnverified: a replica that has the state completes a
+	// checkpoint without checking that it carries that state
+	// (CheckpointMatchesState).
+	CheckpointUnverified bool
 }
 
 // ErrConfig: a Config is invalid.
@@ -95,6 +105,9 @@ const (
 	Compacted
 	// NotRevision: not a KV record (an install entry); nothing changed.
 	NotRevision
+	// Checkpointed: a checkpoint's chunk; nothing changed (LastCheckpoint
+	// moves when it completes a checkpoint).
+	Checkpointed
 )
 
 func (o Outcome) String() string {
@@ -107,6 +120,8 @@ func (o Outcome) String() string {
 		return "Compacted"
 	case NotRevision:
 		return "NotRevision"
+	case Checkpointed:
+		return "Checkpointed"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
@@ -119,6 +134,9 @@ type ApplyResult struct {
 	Current uint64
 	// PurgedKeys counts the keys a compaction removed.
 	PurgedKeys int
+	// ChunkCounted: a checkpoint chunk that counts toward its checkpoint
+	// (else it is void); CheckpointComplete: it completed one.
+	ChunkCounted, CheckpointComplete bool
 }
 
 // Errors of the applied state.
@@ -155,6 +173,14 @@ type Bucket struct {
 	bySeq        map[uint64]string
 	order        []uint64
 	staleInOrder int
+	// Checkpoints (checkpoint.go): the one whose chunks are being
+	// applied, the base of the latest complete one, the log's bytes since
+	// (chunks excluded), and the size of the Snapshot encoding, kept as
+	// revisions come and go.
+	pending        checkpointTracker
+	lastCheckpoint uint64
+	logBytesSince  int64
+	snapshotBytes  int64
 }
 
 // NewBucket returns an empty bucket whose log starts at seq 1.
@@ -169,7 +195,7 @@ func newBucketAt(cfg Config, startSeq uint64) (*Bucket, error) {
 		return nil, fmt.Errorf("%w: start seq 0 (seqs are 1-based)", ErrConfig)
 	}
 	return &Bucket{cfg: cfg, applied: startSeq - 1, floor: startSeq,
-		keys: map[string][]Revision{}, bySeq: map[uint64]string{}}, nil
+		keys: map[string][]Revision{}, bySeq: map[uint64]string{}, snapshotBytes: snapshotHeaderBytes}, nil
 }
 
 // Applied is the last seq applied.
@@ -210,12 +236,17 @@ func (b *Bucket) Apply(seq uint64, r Record) (ApplyResult, error) {
 	w, err := DecodeRecord(r)
 	if errors.Is(err, ErrNotKV) {
 		b.applied = seq
+		b.logBytesSince += recordBytes(r)
 		return ApplyResult{Outcome: NotRevision}, nil
 	}
 	if err != nil {
 		return ApplyResult{}, fmt.Errorf("seq %d: %w", seq, err)
 	}
+	if w.Op == OpCheckpoint {
+		return b.applyChunk(seq, w)
+	}
 	b.applied = seq
+	b.logBytesSince += recordBytes(r)
 	if w.Op == OpCompact {
 		return ApplyResult{Outcome: Compacted, PurgedKeys: b.purge(w.TimestampMs)}, nil
 	}
@@ -245,11 +276,12 @@ func (b *Bucket) insert(rev Revision) {
 	// HistoryMax newer ones, so dropping it is an overwrite (a benign
 	// skip), not an eviction, and the floor stays.
 	for len(history) > b.cfg.HistoryMax {
-		b.drop(history[0].Seq)
+		b.drop(history[0])
 		history = history[1:]
 	}
 	b.keys[rev.Key] = slices.Clip(history)
 	b.bySeq[rev.Seq] = rev.Key
+	b.snapshotBytes += revisionBytes(rev)
 	b.order = append(b.order, rev.Seq)
 	b.maybeCompactOrder()
 }
@@ -262,9 +294,15 @@ func (b *Bucket) maybeCompactOrder() {
 	}
 }
 
-func (b *Bucket) drop(seq uint64) {
-	delete(b.bySeq, seq)
+func (b *Bucket) drop(rev Revision) {
+	delete(b.bySeq, rev.Seq)
 	b.staleInOrder++
+	b.snapshotBytes -= revisionBytes(rev)
+}
+
+// revisionBytes is what rev takes in a Snapshot's encoding.
+func revisionBytes(rev Revision) int64 {
+	return int64(revisionBytesMin + len(rev.Key) + len(rev.Value))
 }
 
 // purge removes every key whose latest revision is a tombstone expired at
@@ -283,7 +321,7 @@ func (b *Bucket) purge(nowMs int64) int {
 			continue
 		}
 		for _, rev := range history {
-			b.drop(rev.Seq)
+			b.drop(rev)
 		}
 		delete(b.keys, key)
 		b.floor = max(b.floor, latest.Seq+1)

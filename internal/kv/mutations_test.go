@@ -57,6 +57,12 @@ func TestMutationsAreCaught(t *testing.T) {
 			map[string]func(tb, Mutations){"watchCursorExpired": watchCursorExpired}, true},
 		{"EvictLiveRevision", Mutations{EvictLiveRevision: true},
 			map[string]func(tb, Mutations){"compactionPurgesExpiredTombstones": compactionPurgesExpiredTombstones}, true},
+		{"CheckpointAnyBase", Mutations{CheckpointAnyBase: true},
+			map[string]func(tb, Mutations){"voidCheckpointChangesNothing": voidCheckpointChangesNothing}, true},
+		{"CheckpointSkipsChunks", Mutations{CheckpointSkipsChunks: true},
+			map[string]func(tb, Mutations){"cutCheckpointCompletesNothing": cutCheckpointCompletesNothing}, true},
+		{"CheckpointUnverified", Mutations{CheckpointUnverified: true},
+			map[string]func(tb, Mutations){"divergedReplicaStopsAtCheckpoint": divergedReplicaStopsAtCheckpoint}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for name, scenario := range tc.scenarios {

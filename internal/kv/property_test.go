@@ -9,12 +9,18 @@ import (
 )
 
 // Random histories of puts, deletes, CASes (right, stale and create-only),
-// compactions and records that are not KV, under a random HistoryMax. For
-// each: the floor invariant and GET hold against the raw log; the log kept
-// from LogRetainFrom() holds every kept revision; a snapshot taken
-// anywhere, rebuilt with the log kept after truncating below
-// min(LogRetainFrom(), snapshot+1), equals applying every record; and
-// watches from random cursors never skip a revision silently.
+// compactions, records that are not KV and checkpoints (valid ones, void
+// ones whose base another record followed, runs cut by another record),
+// under a random HistoryMax. For each: the floor invariant and GET hold
+// against the raw log; the log kept from LogRetainFrom() holds every kept
+// revision; a snapshot taken anywhere, rebuilt with the log kept after
+// truncating below min(LogRetainFrom(), snapshot+1), equals applying
+// every record; a replica whose log starts anywhere up to the latest
+// complete checkpoint's first chunk loads the bucket from the first
+// complete checkpoint it meets (Seeker) and ends equal to applying every
+// record (same snapshot encoding, same latest checkpoint); and watches
+// from random cursors never skip a revision silently (checkpoint chunks
+// hold none).
 //
 // Replay a failure with: go test ./internal/kv -run TestRandomHistories/seed=N
 func TestRandomHistories(t *testing.T) {
@@ -44,9 +50,28 @@ func randomHistory(seed uint64, m Mutations) error {
 	snapAt := 1 + rng.IntN(150)
 	var snap []byte
 	nowMs := int64(0)
+	applyRec := func(rec Record) error {
+		seq := b.Applied() + 1
+		res, err := b.Apply(seq, rec)
+		if err != nil {
+			return err
+		}
+		log = append(log, Entry{Seq: seq, Record: rec})
+		outcomes[seq] = res.Outcome
+		return nil
+	}
 	for len(log) < 150 {
 		nowMs += int64(rng.IntN(300)) - 40 // a new leader's clock may be behind
 		key := historyKeys[rng.IntN(len(historyKeys))]
+		if rng.IntN(100) < 8 {
+			if err := randomCheckpoint(b, rng, nowMs, applyRec); err != nil {
+				return err
+			}
+			if len(log) >= snapAt && snap == nil {
+				snap = AppendSnapshot(nil, b.Snapshot())
+			}
+			continue
+		}
 		var rec Record
 		switch x := rng.IntN(100); {
 		case x < 45:
@@ -64,14 +89,11 @@ func randomHistory(seed uint64, m Mutations) error {
 		default:
 			rec = Record{Key: []byte(key), Headers: []Header{{Key: "nereus-control", Value: []byte("install")}}}
 		}
-		seq := b.Applied() + 1
-		res, err := b.Apply(seq, rec)
-		if err != nil {
+		if err := applyRec(rec); err != nil {
 			return err
 		}
-		log = append(log, Entry{Seq: seq, Record: rec})
-		outcomes[seq] = res.Outcome
-		if len(log) == snapAt {
+		seq := b.Applied()
+		if len(log) >= snapAt && snap == nil {
 			snap = AppendSnapshot(nil, b.Snapshot())
 		}
 		if rng.IntN(10) == 0 {
@@ -96,6 +118,74 @@ func randomHistory(seed uint64, m Mutations) error {
 	if got := AppendSnapshot(nil, rebuilt.Snapshot()); !bytes.Equal(got, want) {
 		return fmt.Errorf("rebuilt from the snapshot at %d:\n got %x\nwant %x", snapAt, got, want)
 	}
+	return checkSeekers(b, cfg, log, m)
+}
+
+// randomCheckpoint applies the chunks of a checkpoint of b's state, in
+// small chunks: as the leader proposes it, or void (a record slipped in
+// before its first chunk: its base is not the seq before it), or cut (a
+// record between two of its chunks).
+func randomCheckpoint(b *Bucket, rng *rand.Rand, nowMs int64, apply func(Record) error) error {
+	recs, err := b.CheckpointRecords(16+rng.IntN(200), nowMs)
+	if err != nil {
+		return err
+	}
+	slipped := put(historyKeys[rng.IntN(len(historyKeys))], "slipped", nowMs)
+	cutAt := -1
+	switch x := rng.IntN(10); {
+	case x < 2:
+		if err := apply(slipped); err != nil { // CheckpointBaseIsPrecedingSeq voids it
+			return err
+		}
+	case x < 4 && len(recs) > 2:
+		cutAt = 1 + rng.IntN(len(recs)-2) // CheckpointChunksContiguous voids it
+	}
+	for i, rec := range recs {
+		if i == cutAt {
+			if err := apply(slipped); err != nil {
+				return err
+			}
+			continue // the chunk the record took the place of is lost
+		}
+		if err := apply(rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkSeekers rebuilds the bucket as a replica whose log starts at each
+// seq up to the latest complete checkpoint's first chunk would: it must
+// find a checkpoint, and end equal to b (which applied every record).
+func checkSeekers(b *Bucket, cfg Config, log []Entry, m Mutations) error {
+	want := AppendSnapshot(nil, b.Snapshot())
+	for start := uint64(1); start <= b.LastCheckpoint()+1; start++ {
+		s := NewSeeker(m)
+		var loaded *Bucket
+		for _, e := range log[start-1:] {
+			if loaded != nil {
+				if _, err := loaded.Apply(e.Seq, e.Record); err != nil {
+					return fmt.Errorf("log from %d: %w", start, err)
+				}
+				continue
+			}
+			c, err := s.Add(e.Seq, e.Record)
+			if err != nil {
+				return fmt.Errorf("log from %d: %w", start, err)
+			}
+			if c != nil {
+				if loaded, err = LoadCheckpoint(cfg, *c, e.Seq); err != nil {
+					return fmt.Errorf("log from %d: %w", start, err)
+				}
+			}
+		}
+		if loaded == nil {
+			return fmt.Errorf("log from %d: no complete checkpoint found; the latest has base %d", start, b.LastCheckpoint())
+		}
+		if got := AppendSnapshot(nil, loaded.Snapshot()); !bytes.Equal(got, want) || loaded.LastCheckpoint() != b.LastCheckpoint() {
+			return fmt.Errorf("log from %d: loaded from a checkpoint, latest %d (want %d):\n got %x\nwant %x", start, loaded.LastCheckpoint(), b.LastCheckpoint(), got, want)
+		}
+	}
 	return nil
 }
 
@@ -118,6 +208,9 @@ func checkAgainstLog(b *Bucket, log []Entry, outcomes map[uint64]Outcome, rng *r
 			}
 		}
 		return newer >= b.cfg.HistoryMax
+	}
+	if enc := AppendSnapshot(nil, b.Snapshot()); int64(len(enc)) != b.SnapshotBytes() {
+		return fmt.Errorf("SnapshotBytes %d, the encoding takes %d", b.SnapshotBytes(), len(enc))
 	}
 	// The floor: every revision at or above it is kept or overwritten.
 	for seq := b.Floor(); seq <= b.Applied(); seq++ {

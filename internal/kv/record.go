@@ -43,19 +43,25 @@ type Header struct {
 // partition (not a control record: replog.ControlHeader is absent, so a
 // plain consumer of the partition would read the writes):
 //
-//	Headers[0] = {OpHeader, "put" | "del" | "compact"}
+//	Headers[0] = {OpHeader, "put" | "del" | "compact" | "checkpoint"}
 //	Headers[1] = {ExpectHeader, expected revision, 8 bytes big endian}  (optional: a CAS)
-//	Key        = the KV key   (put, del: 1..KeyBytesLimit bytes; compact: empty)
-//	Value      = the value    (put: 0..ValueBytesLimit bytes; del, compact: empty)
+//	           | {CheckpointHeader, base u64, index u32, count u32}     (checkpoint: required)
+//	Key        = the KV key   (put, del: 1..KeyBytesLimit bytes; compact, checkpoint: empty)
+//	Value      = the value    (put: 0..ValueBytesLimit bytes; del, compact: empty;
+//	             checkpoint: 1..ValueBytesLimit bytes of the checkpoint's body)
 //	TimestampMs = the leader's unix ms at proposal
+//
+// A checkpoint's records are its chunks: chunk index of count, of the
+// checkpoint of the bucket's state as of seq base (checkpoint.go).
 //
 // A record whose first header is not OpHeader is not a KV record (an
 // epoch's install entry, say): applying it advances the cursor and changes
 // nothing. A record that carries OpHeader but breaks this layout is
 // corrupt.
 const (
-	OpHeader     = "nereus-kv"
-	ExpectHeader = "nereus-kv-expect"
+	OpHeader         = "nereus-kv"
+	ExpectHeader     = "nereus-kv-expect"
+	CheckpointHeader = "nereus-kv-checkpoint"
 )
 
 // Format limits: what the decoder accepts whatever the Config, so that a
@@ -78,6 +84,9 @@ const (
 	// OpCompact purges the tombstones expired at the record's TimestampMs
 	// (not a revision: it holds no key).
 	OpCompact
+	// OpCheckpoint is one chunk of a checkpoint (checkpoint.go): not a
+	// revision, and it changes no state.
+	OpCheckpoint
 )
 
 func (o Op) String() string {
@@ -88,12 +97,14 @@ func (o Op) String() string {
 		return "del"
 	case OpCompact:
 		return "compact"
+	case OpCheckpoint:
+		return "checkpoint"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
 
 func opOf(name []byte) (Op, bool) {
-	for _, o := range []Op{OpPut, OpDelete, OpCompact} {
+	for _, o := range []Op{OpPut, OpDelete, OpCompact, OpCheckpoint} {
 		if string(name) == o.String() {
 			return o, true
 		}
@@ -124,6 +135,8 @@ type Write struct {
 	// applied as a refusal that changes nothing.
 	Conditional bool
 	Expected    uint64
+	// Chunk places an OpCheckpoint record in its checkpoint.
+	Chunk       CheckpointChunk
 	TimestampMs int64
 }
 
@@ -134,6 +147,9 @@ func EncodeRecord(w Write) Record {
 		Headers: []Header{{Key: OpHeader, Value: []byte(w.Op.String())}}}
 	if w.Conditional {
 		r.Headers = append(r.Headers, Header{Key: ExpectHeader, Value: binary.BigEndian.AppendUint64(nil, w.Expected)})
+	}
+	if w.Op == OpCheckpoint {
+		r.Headers = append(r.Headers, Header{Key: CheckpointHeader, Value: w.Chunk.append(nil)})
 	}
 	return r
 }
@@ -149,6 +165,9 @@ func DecodeRecord(r Record) (Write, error) {
 		return Write{}, fmt.Errorf("%w: op %q", ErrMalformed, r.Headers[0].Value)
 	}
 	w := Write{Op: op, Key: r.Key, Value: r.Value, TimestampMs: r.TimestampMs}
+	if op == OpCheckpoint {
+		return decodeChunk(r, w)
+	}
 	switch len(r.Headers) {
 	case 1:
 	case 2:

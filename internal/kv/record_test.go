@@ -67,6 +67,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		{Op: OpPut, Key: []byte("a"), Value: []byte("v"), TimestampMs: 7},
 		{Op: OpDelete, Key: []byte("k"), Conditional: true, Expected: 3},
 		{Op: OpCompact, TimestampMs: 99},
+		{Op: OpCheckpoint, Value: []byte("chunk"), TimestampMs: 3, Chunk: CheckpointChunk{Base: 9, Index: 1, Count: 2}},
 	} {
 		r := EncodeRecord(w)
 		var k1 string

@@ -49,7 +49,8 @@ type SkipReason uint8
 const (
 	// SkipOverwritten: no kept revision — one overwritten by HistoryMax
 	// newer revisions of its key, or none at all (a refused CAS, a
-	// compaction record, a record that is not KV). Never an eviction.
+	// compaction record, a checkpoint chunk, a record that is not KV).
+	// Never an eviction.
 	SkipOverwritten SkipReason = 1 << iota
 	// SkipOutsidePrefix: kept revisions of keys outside the prefix.
 	SkipOutsidePrefix

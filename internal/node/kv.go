@@ -13,8 +13,18 @@ package node
 //     configuration thus lives in the replicated log: every replica reads
 //     the same one at the same position, and a restart rebuilds it with
 //     the bucket;
-//   - the kv kernel's records (puts, deletes, CAS, compactions) and the
-//     replication's install entries, which kv.Bucket skips.
+//   - the kv kernel's records (puts, deletes, CAS, compactions,
+//     checkpoint chunks) and the replication's install entries, which
+//     kv.Bucket skips.
+//
+// Checkpoints (internal/kv checkpoint.go) carry the bucket's state, its
+// configuration included, in the log itself: the leader writes one once
+// the log since the last one outgrows max(Config.KVCheckpointMinBytes,
+// the state), the partition's log is compacted through the latest
+// complete one (kvCompactLimit), and a runner whose log starts after what
+// it applied (a restart after truncation, a follower reset to its
+// leader's snapshot point) reads on from the log's start to the first
+// complete checkpoint, loads the bucket from it and applies what follows.
 //
 // Every node holding the partition runs a kvRunner: one goroutine (in
 // Manual mode none: Node.Step runs it, see step) that applies the
@@ -58,6 +68,10 @@ const (
 	kvWatchCreditMax      = 1 << 20
 	kvValueBytesMaxLimit  = wire.KVValueBytesMax
 	kvRecordOverheadBytes = 256
+	// kvCheckpointDrainMs bounds how long a leader holds new writes back
+	// so that what is in flight commits and a due checkpoint lands right
+	// after it; past it, they go and the checkpoint waits for a lull.
+	kvCheckpointDrainMs = 1000
 )
 
 // kvBucketConf is a config record's body. Only History and
@@ -140,6 +154,17 @@ type kvRunner struct {
 	state   *kv.Bucket    // nil: no bucket (never created, or deleted)
 	applied uint64        // last seq applied (bucket or not)
 	broken  error         // a record that cannot be applied: the runner stops applying
+	// seeker, when set, rebuilds the bucket: the log starts after what
+	// this runner applied, so it reads on to the first complete
+	// checkpoint (no bucket until then).
+	seeker *kv.Seeker
+	// checkpointBase is the highest base of a complete checkpoint applied
+	// (published as the partition's kvCompactLimit); voidChunks counts
+	// the checkpoint chunks applied that counted toward none (tests).
+	checkpointBase uint64
+	voidChunks     int
+	rebuilds       int // buckets loaded from a checkpoint
+	resets         int // startSeeking with something applied
 
 	// Leadership of the partition: leading once the leader took office
 	// in epoch (its install entry, at reignStart, is applied here); lease
@@ -158,7 +183,21 @@ type kvRunner struct {
 	watches    map[*KVWatch]*kvWatchState
 	listings   kvListings // open KV_LIST_PAGE listings (kvlist.go)
 	compacting bool
-	ticks      int
+	// proposing counts this runner's proposals not yet answered by the
+	// partition. checkpointing: a checkpoint's chunks are among them.
+	// drainSinceMs, when not 0, is when a due checkpoint started holding
+	// back the leader kernel's proposals (held, in order) for what is in
+	// flight to commit.
+	proposing     int
+	checkpointing bool
+	drainSinceMs  int64
+	held          []kv.Proposal
+	// checkpointRetryMs: after a checkpoint's proposal failed (a leader
+	// the partition no longer lets propose, read-only), none is tried
+	// before it — proposing again at once, at the same instant, would
+	// spin.
+	checkpointRetryMs int64
+	ticks             int
 	// nextTickMs: when a Manual runner's next tick is due (step).
 	nextTickMs int64
 	stopped    bool // a Manual runner shut down (step)
@@ -252,6 +291,7 @@ func (r *kvRunner) round() {
 		r.ticks = 0
 		r.maybeCompact()
 	}
+	r.maybeCheckpoint()
 	if r.leader == nil || r.leader.Inflight() == 0 {
 		clear(r.results)
 	}
@@ -288,10 +328,7 @@ func (r *kvRunner) catchUp() {
 			break
 		}
 		if start := r.p.startSeq.Load(); r.applied+1 < start {
-			// Snapshots are not built yet: a bucket is rebuilt from its
-			// whole log, so a log that no longer starts at 1 cannot be.
-			r.fail(fmt.Errorf("its log starts at seq %d, after %d applied; the bucket cannot be rebuilt without a snapshot", start, r.applied))
-			return
+			r.startSeeking(start)
 		}
 		entries, err := r.p.read(r.applied+1, int(min(commit-r.applied, kvApplyBatchMax)), kvApplyBatchBytesMax)
 		if err != nil || len(entries) == 0 {
@@ -299,13 +336,75 @@ func (r *kvRunner) catchUp() {
 			return
 		}
 		for i := range entries {
-			if err := r.apply(&entries[i]); err != nil {
+			apply := r.apply
+			if r.seeker != nil {
+				apply = r.seek
+			}
+			if err := apply(&entries[i]); err != nil {
 				r.fail(err)
 				return
 			}
 		}
 	}
+	if r.state != nil && r.state.LastCheckpoint() > r.checkpointBase {
+		r.checkpointBase = r.state.LastCheckpoint()
+		r.p.kvCompactLimit.Store(r.checkpointBase)
+	}
+	if r.n.cfg.Mutations.KVCompactPastCheckpoint && r.seeker == nil {
+		r.p.kvCompactLimit.Store(r.applied)
+	}
 	r.runWaits()
+}
+
+// startSeeking drops the bucket: the log now starts at start, after what
+// this runner applied (a restart after the log was truncated, or a
+// follower reset to its leader's snapshot point), so the records in
+// between are gone and only a checkpoint can rebuild the bucket.
+func (r *kvRunner) startSeeking(start uint64) {
+	if r.applied > 0 {
+		r.resets++
+		r.n.log.Info("kv: the bucket's log starts after what it applied; rebuilding from its first checkpoint", "bucket", r.bucket, "applied", r.applied, "log_start", start)
+	}
+	if r.leader != nil {
+		r.carry(r.leader.LeadershipLost())
+		r.leader = nil
+	}
+	r.dropHeld()
+	werr := wire.Errorf(wire.CodeUnavailable, "bucket %q is rebuilding from its log; retry", r.bucket)
+	for h, w := range r.watches {
+		w.sink.End(werr)
+		delete(r.watches, h)
+	}
+	r.conf, r.confSeq, r.state = nil, 0, nil
+	r.listings = kvListings{} // a rebuilt bucket's confSeq is 0: its listings could not tell it from the old one
+	r.applied = start - 1
+	r.seeker = kv.NewSeeker(r.n.cfg.Mutations.KV)
+}
+
+// seek takes one entry while rebuilding: records pass by until the first
+// complete checkpoint, which gives the bucket and its configuration as
+// of its last chunk.
+func (r *kvRunner) seek(e *storage.Entry) error {
+	if e.Seq != r.applied+1 {
+		return fmt.Errorf("entry %d after %d applied", e.Seq, r.applied)
+	}
+	c, err := r.seeker.Add(e.Seq, kvRecord(&e.Record))
+	if err != nil {
+		return err
+	}
+	r.applied = e.Seq
+	if c == nil {
+		return nil
+	}
+	conf := kvBucketConf{History: c.HistoryMax, TombstoneTTLMs: c.TombstoneTTLms}
+	b, err := kv.LoadCheckpoint(kvConfig(conf, r.n.cfg.RecordBytesMax), *c, e.Seq)
+	if err != nil {
+		return err
+	}
+	r.conf, r.state, r.seeker = &conf, b, nil
+	r.rebuilds++
+	r.n.log.Info("kv: bucket rebuilt from its checkpoint", "bucket", r.bucket, "base", c.Snapshot.Applied, "applied", e.Seq, "keys", b.LiveKeys())
+	return nil
 }
 
 func (r *kvRunner) fail(err error) {
@@ -331,6 +430,9 @@ func (r *kvRunner) apply(e *storage.Entry) error {
 		return err // malformed: corruption, the cursor stays
 	}
 	r.applied = e.Seq
+	if res.Outcome == kv.Checkpointed && !res.ChunkCounted {
+		r.voidChunks++
+	}
 	if r.leader != nil && r.leader.Inflight() > 0 {
 		r.results[e.Seq] = res
 	}
@@ -448,6 +550,7 @@ func (r *kvRunner) followLeadership() {
 		// answered so.
 		r.carry(r.leader.LeadershipLost())
 		r.leader = nil
+		r.dropHeld()
 		clear(r.results)
 	}
 	if leading && r.state != nil && r.leader == nil {
@@ -471,6 +574,9 @@ func (r *kvRunner) ready() *wire.Error {
 	}
 	if r.broken != nil {
 		return wire.Errorf(wire.CodeDataCorrupt, "bucket %q stopped applying its log at seq %d: %v", r.bucket, r.applied+1, r.broken)
+	}
+	if r.seeker != nil {
+		return wire.Errorf(wire.CodeUnavailable, "bucket %q is rebuilding from the checkpoint in its log; retry", r.bucket)
 	}
 	if !r.leading {
 		return r.notLeader()
@@ -523,17 +629,23 @@ func (r *kvRunner) readableBucket() (*kv.Bucket, *wire.Error) {
 // are enqueued from this goroutine only, so log order is proposal order
 // (kv.Leader's overlay relies on it).
 func (r *kvRunner) propose(rec storage.Record, done func(seq uint64, err *wire.Error)) {
+	r.proposing++
 	r.p.enqueue(&pubReq{rec: rec, reply: func(ok wire.PubOK, err *wire.Error) {
-		r.post(func() { done(ok.Seq, err) })
+		r.post(func() {
+			r.proposing--
+			done(ok.Seq, err)
+		})
 	}})
 }
 
 // carry proposes what the leader kernel decided, in order, then answers.
+// While a due checkpoint drains what is in flight, the proposals wait
+// (held, in order: log order stays the kernel's order).
 func (r *kvRunner) carry(eff kv.LeaderEffects) {
-	l := r.leader
-	for _, prop := range eff.Propose {
-		id := prop.ID
-		r.propose(storageRecord(prop.Record), func(seq uint64, err *wire.Error) { r.completed(l, id, seq, err) })
+	if r.drainSinceMs != 0 {
+		r.held = append(r.held, eff.Propose...)
+	} else {
+		r.proposeWrites(eff.Propose)
 	}
 	for _, rep := range eff.Replies {
 		if done, ok := r.writes[rep.ID]; ok {
@@ -545,6 +657,78 @@ func (r *kvRunner) carry(eff kv.LeaderEffects) {
 			}
 		}
 	}
+}
+
+// proposeWrites proposes the leader kernel's writes, in order.
+func (r *kvRunner) proposeWrites(props []kv.Proposal) {
+	l := r.leader
+	for _, prop := range props {
+		id := prop.ID
+		r.propose(storageRecord(prop.Record), func(seq uint64, err *wire.Error) { r.completed(l, id, seq, err) })
+	}
+}
+
+// dropHeld forgets the held writes: their overlay is gone (its
+// LeadershipLost answered them).
+func (r *kvRunner) dropHeld() {
+	r.held, r.drainSinceMs = nil, 0
+}
+
+// maybeCheckpoint writes a checkpoint of the bucket when one is due
+// (kv.Bucket.CheckpointDue). Its chunks must land right after the state
+// they carry (CheckpointBaseIsPrecedingSeq; a run that does not is void
+// on every replica, which costs only a retry), so the leader proposes
+// them only once everything in its log is applied: it holds new writes
+// back until what is in flight commits — at most kvCheckpointDrainMs,
+// then lets them go and tries again at the next lull.
+func (r *kvRunner) maybeCheckpoint() {
+	b, err := r.readyBucket()
+	minBytes := r.n.cfg.KVCheckpointMinBytes
+	if err != nil || r.leader == nil || r.checkpointing || minBytes < 0 || !b.CheckpointDue(minBytes) {
+		r.releaseHeld()
+		return
+	}
+	now := r.n.nowMs()
+	if now < r.checkpointRetryMs && now >= r.checkpointRetryMs-kvTick.Milliseconds() {
+		r.releaseHeld()
+		return
+	}
+	if r.drainSinceMs == 0 {
+		r.drainSinceMs = now
+	}
+	if r.proposing > 0 || r.applied+1 != r.p.readLog.Load().NextSeq() {
+		if now-r.drainSinceMs >= kvCheckpointDrainMs || now < r.drainSinceMs {
+			r.releaseHeld()
+		}
+		return
+	}
+	chunkBytes := max(1, min(kv.ValueBytesLimit, r.n.cfg.RecordBytesMax-kvRecordOverheadBytes))
+	recs, cerr := b.CheckpointRecords(chunkBytes, now)
+	if cerr != nil {
+		r.n.logRepeatedError(r.p.subject(), "kv: cannot write a checkpoint; the bucket's log is not truncated", "err", cerr)
+		r.releaseHeld()
+		return
+	}
+	r.checkpointing = true
+	left := len(recs)
+	for _, rec := range recs {
+		r.propose(storageRecord(rec), func(_ uint64, err *wire.Error) {
+			if err != nil {
+				r.checkpointRetryMs = r.n.nowMs() + kvTick.Milliseconds()
+			}
+			if left--; left == 0 {
+				r.checkpointing = false
+			}
+		})
+	}
+	r.releaseHeld()
+}
+
+// releaseHeld proposes the held writes and ends the drain.
+func (r *kvRunner) releaseHeld() {
+	held := r.held
+	r.dropHeld()
+	r.proposeWrites(held)
 }
 
 // completed takes a proposal's end: failed, or committed at seq (then it
@@ -710,6 +894,39 @@ func (r *kvRunner) describe() *wire.KVBucketInfo {
 	case <-r.p.done:
 		return nil
 	}
+}
+
+// KVState is a bucket's state on this node (KVStateOf).
+type KVState struct {
+	// Applied is the last seq the runner applied; LogStart the first seq
+	// of the partition's log here; Checkpoint the base of the latest
+	// complete checkpoint applied; Rebuilds the times this runner loaded
+	// the bucket from a checkpoint in its log.
+	Applied, LogStart, Checkpoint uint64
+	// Resets: the times the log came to start after what this runner
+	// applied while it ran (a follower reset to its leader's snapshot
+	// point).
+	Rebuilds, Resets int
+	// Snapshot is the bucket's kv.Snapshot encoding (nil: no bucket here:
+	// none, deleted, or rebuilding).
+	Snapshot []byte
+}
+
+// KVStateOf reads the state of this node's replica of a bucket, for the
+// simulator's checks. Manual mode only: it reads the runner on the
+// caller's goroutine, which is the runner's there.
+func (n *Node) KVStateOf(bucket string) (KVState, bool) {
+	n.kv.mu.Lock()
+	r := n.kv.runners[bucket]
+	n.kv.mu.Unlock()
+	if r == nil || !n.cfg.Manual {
+		return KVState{}, false
+	}
+	st := KVState{Applied: r.applied, LogStart: r.p.startSeq.Load(), Checkpoint: r.checkpointBase, Rebuilds: r.rebuilds, Resets: r.resets}
+	if r.state != nil {
+		st.Snapshot = kv.AppendSnapshot(nil, r.state.Snapshot())
+	}
+	return st, true
 }
 
 func kvEntry(rev kv.Revision) wire.KVEntry {

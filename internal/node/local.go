@@ -344,6 +344,13 @@ func (p *localStore) applyRetention() {
 		return
 	}
 	deleted, err := p.log.ApplyRetention(p.node.nowMs())
+	if limit := p.kvCompactLimit.Load(); err == nil && limit > 0 {
+		// A bucket's log: every whole segment its latest checkpoint
+		// carries goes (kv.go).
+		var more int
+		more, err = p.log.DeleteThrough(limit)
+		deleted += more
+	}
 	if err != nil {
 		p.node.log.Error("retention failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
 		return

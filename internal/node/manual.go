@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/nereus-broker/nereus/internal/acklog"
+	"github.com/nereus-broker/nereus/internal/kv"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/sched"
@@ -50,6 +51,14 @@ type Mutations struct {
 	// lease: an ex-leader cut off from the replicas that elected another
 	// serves stale values (the simulator's KV linearizability check).
 	KVReadWithoutLease bool
+	// KV breaks the KV kernel's checkpoint rules as the bucket runners
+	// apply and seek (e.g. a checkpoint counted wherever it sits).
+	KV kv.Mutations
+	// KVCompactPastCheckpoint lets a bucket's partition compact its log
+	// through what its runner applied, not only through its latest
+	// complete checkpoint: a replica whose log starts there finds no
+	// checkpoint to rebuild the bucket from.
+	KVCompactPastCheckpoint bool
 }
 
 // Step runs, on the caller's goroutine, all work of a Manual node that is

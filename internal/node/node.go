@@ -72,8 +72,17 @@ type Config struct {
 	// twice it; the rest wait in the shard's spill on disk
 	// (sched-spill/). 0 = SchedWindowDefault.
 	SchedWindow int
-	Dedup       partition.Config
+	// KVCheckpointMinBytes: a bucket's leader writes a checkpoint of the
+	// bucket into its log (kv.go) once the log since the last one
+	// outgrows both this and the bucket's encoded state; the log before a
+	// checkpoint is then truncated by whole segments. 0 =
+	// KVCheckpointMinBytesDefault, < 0 = never (the log grows forever).
+	KVCheckpointMinBytes int64
+	Dedup                partition.Config
 }
+
+// KVCheckpointMinBytesDefault is Config.KVCheckpointMinBytes's default.
+const KVCheckpointMinBytesDefault = 4 << 20
 
 // SchedWindowDefault is Config.SchedWindow's default: a lane keeps at most
 // 100,000 pending schedules in RAM (about 16 MB) per shard.
@@ -125,6 +134,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SchedWindow == 0 {
 		c.SchedWindow = SchedWindowDefault
+	}
+	if c.KVCheckpointMinBytes == 0 {
+		c.KVCheckpointMinBytes = KVCheckpointMinBytesDefault
 	}
 }
 

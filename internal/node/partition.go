@@ -61,6 +61,10 @@ type partitionRunner struct {
 	epoch     atomic.Uint64
 	startSeq  atomic.Uint64
 	commitSeq atomic.Uint64
+	// kvCompactLimit is, on a bucket's partition, the base of the latest
+	// complete checkpoint its runner applied (kv.go): the log may be
+	// compacted through it and no further (0: not at all).
+	kvCompactLimit atomic.Uint64
 }
 
 // partitionStore is what differs between the kinds of partition: a single

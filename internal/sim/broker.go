@@ -73,6 +73,10 @@ type broker struct {
 	// campaigns compact ack ledgers (and crash inside compaction) often;
 	// a one-ack golden run stays below it.
 	ledgerCompactBytes int64
+	// kvCheckpointMinBytes is node.Config.KVCheckpointMinBytes (0: the
+	// default): small in KV runs, so buckets checkpoint and truncate
+	// their logs under the faults.
+	kvCheckpointMinBytes int64
 	// schedPublish is node.Config.SchedPublishObserver (the scheduler
 	// ghost's, schedghost.go; nil: none).
 	schedPublish func(shard uint32, p sched.Publish)
@@ -129,6 +133,7 @@ func (b *broker) start() {
 			Mutations:       b.mutations,
 			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
 			LedgerCompactBytes: b.ledgerCompactBytes, SchedPublishObserver: b.schedPublish,
+			KVCheckpointMinBytes: b.kvCheckpointMinBytes,
 			// A tiny window, so the scheduler's spill runs under every
 			// fault (its files take write errors, crashes, power loss).
 			SchedWindow: 4})

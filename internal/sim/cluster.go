@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/group"
 	"github.com/nereus-broker/nereus/internal/invariant"
+	"github.com/nereus-broker/nereus/internal/kv"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/partition"
@@ -136,6 +138,13 @@ var ClusterMutations = map[string]node.Mutations{
 	// With --kv: a bucket's leader answers reads without its lease
 	// (KVLinearizable: an ex-leader's stale read).
 	"kv-read-without-lease": {KVReadWithoutLease: true},
+	// With --kv: a bucket's log compacted through what its runner
+	// applied, not its latest checkpoint (KVReplicasAgree: a replica
+	// whose log starts there cannot rebuild the bucket).
+	"kv-compact-past-checkpoint": {KVCompactPastCheckpoint: true},
+	// With --kv: a checkpoint counted wherever it lands
+	// (CheckpointBaseIsPrecedingSeq).
+	"kv-checkpoint-any-base": {KV: kv.Mutations{CheckpointAnyBase: true}},
 	// With --schedules: the scheduler's owner and applied state
 	// (sched_mutation_test.go).
 	"sched-publish-without-lease": {Sched: sched.Mutations{PublishWithoutLease: true}},
@@ -224,7 +233,22 @@ func newClusterSim(o ClusterOptions) *sim {
 		b.id, b.peers = members[i-1].ID, s.net
 		b.cluster = &node.ClusterConfig{Members: members, Tick: clusterTick, DeclareTimeout: clusterDeclareTimeout,
 			Reservation: time.Duration(o.Retention.ReservationMs) * time.Millisecond, NoLeaderRebalance: o.NoLeaderRebalance}
+		if o.KV > 0 && o.Retention.ReservationMs == 0 {
+			// A follower silent this long is left behind by the bucket's
+			// truncation: it is reset to the leader's snapshot point and
+			// rebuilds from the checkpoint in the log.
+			b.cluster.Reservation = kvReservation
+		}
 		b.segmentBytesMax, b.retentionCheckMs = o.Retention.SegmentBytesMax, o.Retention.RetentionCheckMs
+		if o.KV > 0 {
+			// The bucket checkpoints every few hundred bytes of log and
+			// drops whole 2 KiB segments behind its checkpoints, so
+			// followers rebuild from checkpoints in the log under the
+			// faults (kv.go).
+			b.kvCheckpointMinBytes = kvCheckpointMinBytes
+			b.segmentBytesMax = cmp.Or(b.segmentBytesMax, kvSegmentBytesMax)
+			b.retentionCheckMs = cmp.Or(b.retentionCheckMs, kvRetentionCheckMs)
+		}
 		if o.LedgerCompactBytes != 0 {
 			b.ledgerCompactBytes = o.LedgerCompactBytes
 		}
@@ -244,6 +268,9 @@ func newClusterSim(o ClusterOptions) *sim {
 			// What it synced in the event it died in (a FLUSHED it sent
 			// then may still count) is durable: seen before it is gone.
 			s.recordViews(b)
+			if s.kv != nil && b.node != nil {
+				s.kv.countRebuilds(b.node)
+			}
 		}
 		s.net.brokers[id] = b
 		s.nodes = append(s.nodes, b)
@@ -328,6 +355,7 @@ func (s *sim) runPhases() Result {
 	}
 	if s.kv != nil {
 		r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired = len(s.kv.history), s.kv.unknown, s.kv.watcher.resumes, s.kv.watcher.expired
+		r.KVLogStartMax, r.KVCheckpointMax, r.KVRebuilds, r.KVResets = s.kv.logStartMax, s.kv.checkpointMax, s.kv.rebuilds, s.kv.resets
 	}
 	r.Restarts = 0
 	for _, b := range s.nodes {

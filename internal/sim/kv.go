@@ -1,11 +1,14 @@
 package sim
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -46,6 +49,16 @@ const (
 	// kvOpTimeoutMs: a request unanswered this long has an unknown
 	// outcome; the client moves on.
 	kvOpTimeoutMs = 2000
+	// Checkpoints and truncation of the bucket's log in a run: a
+	// checkpoint once kvCheckpointMinBytes of log follow the last one (or
+	// the state's size, if larger), segments of kvSegmentBytesMax, the
+	// log compacted every kvRetentionCheckMs.
+	kvCheckpointMinBytes = 2048
+	kvSegmentBytesMax    = 1024
+	kvRetentionCheckMs   = 100
+	// kvReservation: how long a leader keeps the log a silent follower
+	// needs (node.ClusterConfig.Reservation) in KV runs.
+	kvReservation = 500 * time.Millisecond
 )
 
 type kvOpKind uint8
@@ -97,6 +110,21 @@ type kvWorkload struct {
 	unknown int // writes recorded with an unknown outcome
 	// finalReads: the keys a client reads after the final power loss.
 	finalReads []string
+	// At the end (kvFinal): the highest log start and checkpoint base of
+	// the bucket's replicas; over the run: how often replicas rebuilt it
+	// from a checkpoint in their log, and how often because their log was
+	// reset under them (countRebuilds).
+	logStartMax, checkpointMax uint64
+	rebuilds, resets           int
+}
+
+// countRebuilds adds an incarnation's rebuilds (as it crashes, and at the
+// end).
+func (kw *kvWorkload) countRebuilds(n *node.Node) {
+	if st, ok := n.KVStateOf(kvBucket); ok {
+		kw.rebuilds += st.Rebuilds
+		kw.resets += st.Resets
+	}
 }
 
 type kvClient struct {
@@ -423,5 +451,59 @@ func (s *sim) kvFinal(deadline int64) {
 			s.w.tracef("kv: %s applied the bucket to revision %d, floor %d", b.id, infos[0].Revision, infos[0].Floor)
 		}
 	}
-	kw.check()
+	s.kvReplicasAgree(deadline)
+	for _, b := range s.nodes {
+		if b.up {
+			kw.countRebuilds(b.node)
+		}
+	}
+	if s.chk.violation == nil {
+		kw.check()
+	}
+}
+
+// KVReplicasAgree: once every node applied the bucket's log to the same
+// seq, every replica holds the same bucket (equal snapshot encodings) —
+// whether it applied the whole log or rebuilt from a checkpoint in it
+// after its log was truncated or reset to its leader's snapshot point.
+const KVReplicasAgree = "KVReplicasAgree"
+
+// kvReplicasAgree waits until every node applied the bucket to the same
+// seq, then compares their buckets.
+func (s *sim) kvReplicasAgree(deadline int64) {
+	kw := s.kv
+	for s.chk.violation == nil {
+		var states []node.KVState
+		var ids []string
+		for _, b := range s.nodes {
+			if !b.up {
+				continue
+			}
+			if st, ok := b.node.KVStateOf(kvBucket); ok {
+				states, ids = append(states, st), append(ids, b.id)
+			}
+		}
+		agreed := len(states) == len(s.nodes)
+		for _, st := range states {
+			agreed = agreed && st.Applied == states[0].Applied && st.Snapshot != nil
+		}
+		if agreed {
+			for i, st := range states {
+				s.w.tracef("kv: %s: applied %d, log from %d, latest checkpoint %d, %d rebuilds from a checkpoint", ids[i], st.Applied, st.LogStart, st.Checkpoint, st.Rebuilds)
+				kw.logStartMax, kw.checkpointMax = max(kw.logStartMax, st.LogStart), max(kw.checkpointMax, st.Checkpoint)
+				if !bytes.Equal(st.Snapshot, states[0].Snapshot) {
+					s.chk.violate(KVReplicasAgree, "at seq %d, %s's bucket (%d bytes) differs from %s's (%d bytes)", st.Applied, ids[i], len(st.Snapshot), ids[0], len(states[0].Snapshot))
+					return
+				}
+			}
+			return
+		}
+		if s.w.nowMs > deadline || !s.step() {
+			for i, st := range states {
+				s.w.tracef("kv: %s: applied %d, log from %d, latest checkpoint %d, bucket %v", ids[i], st.Applied, st.LogStart, st.Checkpoint, st.Snapshot != nil)
+			}
+			s.chk.violate(KVReplicasAgree, "30 s after the final power loss, the bucket's replicas have not all applied it to the same seq")
+			return
+		}
+	}
 }

@@ -205,11 +205,13 @@ func TestKVCutOffLeaderReadsFenced(t *testing.T) {
 // each seed's history, final reads after the last power loss included,
 // is linearizable, the watcher sees every revision once in order across
 // the failovers (KVWatchEveryRevision) and reaches every acknowledged
-// one, and seed 1 replays bit for bit.
+// one, the bucket's log was truncated behind its checkpoints and replicas
+// rebuilt from them, every replica ends with the same bucket
+// (KVReplicasAgree), and seed 1 replays bit for bit.
 // NEREUS_SIM_KV_SEEDS raises the seed count for a soak.
 func TestClusterKVLinearizableCampaign(t *testing.T) {
 	seeds := envUint(t, "NEREUS_SIM_KV_SEEDS", 3)
-	ops, unknown, watches, expired := 0, 0, 0, 0
+	ops, unknown, watches, expired, rebuilds := 0, 0, 0, 0, 0
 	for seed := uint64(1); seed <= seeds; seed++ {
 		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, KV: 60}
 		r := RunCluster(o)
@@ -219,7 +221,11 @@ func TestClusterKVLinearizableCampaign(t *testing.T) {
 		if r.KVOps < 100 {
 			t.Fatalf("seed %d: only %d KV operations recorded", seed, r.KVOps)
 		}
+		if r.KVLogStartMax <= 1 || r.KVCheckpointMax == 0 {
+			t.Fatalf("seed %d: the bucket's log starts at %d, latest checkpoint %d: nothing was truncated", seed, r.KVLogStartMax, r.KVCheckpointMax)
+		}
 		ops, unknown, watches, expired = ops+r.KVOps, unknown+r.KVUnknown, watches+r.KVWatches, expired+r.KVExpired
+		rebuilds += r.KVRebuilds
 		if seed == 1 {
 			if again := RunCluster(o); again.TraceHash != r.TraceHash {
 				t.Fatalf("seed 1 replayed differently")
@@ -229,8 +235,24 @@ func TestClusterKVLinearizableCampaign(t *testing.T) {
 	if watches <= int(seeds) {
 		t.Fatalf("the watcher never had to resume (%d watches in %d seeds): no failover exercised it", watches, seeds)
 	}
-	t.Logf("%d seeds: %d KV operations checked, %d writes with unknown outcomes; the watcher saw every revision through %d watches (%d ended CURSOR_EXPIRED)",
-		seeds, ops, unknown, watches, expired)
+	if rebuilds == 0 {
+		t.Fatalf("no replica rebuilt the bucket from a checkpoint in %d seeds", seeds)
+	}
+	t.Logf("%d seeds: %d KV operations checked, %d writes with unknown outcomes; the watcher saw every revision through %d watches (%d ended CURSOR_EXPIRED); %d rebuilds from a checkpoint",
+		seeds, ops, unknown, watches, expired, rebuilds)
+}
+
+// TestClusterKVCheckpointMutationIsCaught: with the bucket's log
+// compacted through what its runner applied rather than its latest
+// checkpoint (KVCompactPastCheckpoint), replicas restarted after the
+// final power loss find no checkpoint to rebuild from, and the run fails.
+func TestClusterKVCheckpointMutationIsCaught(t *testing.T) {
+	o := ClusterOptions{Seed: 1, Faults: AllClusterFaults, KV: 200, Mutations: ClusterMutations["kv-compact-past-checkpoint"]}
+	r := RunCluster(o)
+	if r.Violation == nil || (r.Violation.Invariant != Liveness && r.Violation.Invariant != KVReplicasAgree) {
+		t.Fatalf("with KVCompactPastCheckpoint: %v, want a %s or %s violation (reproduce: %s)", r.Violation, Liveness, KVReplicasAgree, ClusterReproduce(o))
+	}
+	t.Logf("caught: %v", r.Violation)
 }
 
 // TestClusterKVMutationSearch runs KVReadWithoutLease in whole-cluster

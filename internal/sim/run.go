@@ -143,6 +143,14 @@ type Result struct {
 	// TopicDeletes and TopicDeclares: the topic churn's answered deletes
 	// and declares (ClusterOptions.TopicChurn).
 	TopicDeletes, TopicDeclares int
+	// KVLogStartMax and KVCheckpointMax: the highest start of a bucket
+	// replica's log and the highest checkpoint base any replica applied
+	// at the end; KVRebuilds: the times a replica's bucket was rebuilt
+	// from a checkpoint in its log, KVResets those of a replica running
+	// when its log came to start after what it applied (reset to its
+	// leader's snapshot point) (ClusterOptions.KV).
+	KVLogStartMax, KVCheckpointMax uint64
+	KVRebuilds, KVResets           int
 	// SchedStats counts what the scheduler ghost saw (destination
 	// outages, publishes checked, lanes blocked, intake probes).
 	SchedStats map[string]int

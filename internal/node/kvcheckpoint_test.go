@@ -1,0 +1,389 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"path"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nereus-broker/nereus/internal/kv"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Checkpoints and truncation of a bucket's log (kv.go, internal/kv
+// checkpoint.go), on a single node and in a cluster.
+
+// kvCheckpointTune makes checkpoints and truncation bite in a short test:
+// 4 KiB segments, a checkpoint once 1 KiB of log follows the last one (or
+// the state's size, if larger), retention checked every 20 ms.
+func kvCheckpointTune(c *Config) {
+	c.SegmentBytesMax, c.KVCheckpointMinBytes, c.RetentionCheckMs = 4096, 1024, 20
+}
+
+// kvOnRunner runs fn on the goroutine of n's runner of bucket and
+// returns what it returns.
+func kvOnRunner[T any](t *testing.T, n *Node, bucket string, fn func(r *kvRunner) T) T {
+	t.Helper()
+	n.kv.mu.Lock()
+	r := n.kv.runners[bucket]
+	n.kv.mu.Unlock()
+	if r == nil {
+		t.Fatalf("no runner of bucket %s", bucket)
+	}
+	ch := make(chan T, 1)
+	r.post(func() { ch <- fn(r) })
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitMax):
+		t.Fatalf("bucket %s's runner does not answer", bucket)
+		var zero T
+		return zero
+	}
+}
+
+// kvRunnerState is what a node's runner of bucket holds: the bucket's
+// snapshot encoding (nil: no bucket) and the base of its latest
+// checkpoint.
+func kvRunnerState(t *testing.T, n *Node, bucket string) (snapshot []byte, checkpoint uint64) {
+	t.Helper()
+	type state struct {
+		snapshot   []byte
+		checkpoint uint64
+	}
+	st := kvOnRunner(t, n, bucket, func(r *kvRunner) state {
+		if r.state == nil {
+			return state{}
+		}
+		return state{kv.AppendSnapshot(nil, r.state.Snapshot()), r.state.LastCheckpoint()}
+	})
+	return st.snapshot, st.checkpoint
+}
+
+// kvLogOnDisk is the number and total size of the segment files of a
+// bucket's log in a node's data dir.
+func kvLogOnDisk(t *testing.T, fs *vfs.MemFS, dataDir, bucket string) (segments int, bytes int64) {
+	t.Helper()
+	dir := path.Join(dataDir, "topics", wire.KVTopic(bucket), "0")
+	names, err := fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".log") {
+			continue
+		}
+		size, err := fs.Stat(path.Join(dir, name))
+		if errors.Is(err, iofs.ErrNotExist) {
+			continue // deleted since the listing
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		segments++
+		bytes += size
+	}
+	return segments, bytes
+}
+
+// kvOverwrites writes count values to keys keys of bucket at n (a value
+// of about 40 bytes each), and returns the last value of each key.
+func kvOverwrites(t *testing.T, n *Node, bucket string, keys, count int, want map[string]string) {
+	t.Helper()
+	for i := range count {
+		key, value := fmt.Sprintf("key-%d", i%keys), fmt.Sprintf("value %06d of a run of overwrites", i)
+		kvPut(t, n, bucket, key, value)
+		want[key] = value
+	}
+}
+
+// checkKVValues reads every key of want at n.
+func checkKVValues(t *testing.T, n *Node, bucket string, want map[string]string) {
+	t.Helper()
+	for key, value := range want {
+		got, err := kvGet(t, n, bucket, key, 0)
+		if err != nil || !got.Found || string(got.Entry.Value) != value {
+			t.Fatalf("get %s = %+v, %v; want %q", key, got, err, value)
+		}
+	}
+}
+
+// A bucket whose few keys are overwritten many times keeps its log on
+// disk bounded (checkpoints, then truncation of whole segments), and a
+// restart — which reads only the log from the last checkpoint on —
+// rebuilds the bucket exactly: same snapshot encoding, same values, and
+// a watch from revision 1 delivers every kept revision (no
+// CURSOR_EXPIRED: truncation moves no floor, the checkpoint keeps them).
+func TestKVCheckpointBoundsTheLogAcrossRestarts(t *testing.T) {
+	h := newHarness(t)
+	h.tune = kvCheckpointTune
+	h.restart()
+	if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	const keys, rounds, perRound = 10, 10, 200
+	want := map[string]string{}
+	var maxSegments int
+	var maxBytes, written int64
+	for round := range rounds {
+		kvOverwrites(t, h.node, "b", keys, perRound, want)
+		written += perRound * 80
+		// Truncation runs in the background: wait for it to catch up,
+		// then measure.
+		var segments int
+		var bytes int64
+		eventually(t, fmt.Sprintf("round %d: the bucket's log is truncated to at most 4 segments", round), func() bool {
+			segments, bytes = kvLogOnDisk(t, h.fs, "/data", "b")
+			return segments <= 4
+		})
+		maxSegments, maxBytes = max(maxSegments, segments), max(maxBytes, bytes)
+	}
+	state, base := kvRunnerState(t, h.node, "b")
+	t.Logf("%d writes (about %d bytes of records) to %d keys: the state is %d bytes; at most %d segments, %d bytes on disk after each round; latest checkpoint at %d",
+		rounds*perRound, written, keys, len(state), maxSegments, maxBytes, base)
+	if base == 0 {
+		t.Fatal("no checkpoint was written")
+	}
+	if written < 20*int64(len(state)) {
+		t.Fatalf("only %d bytes written for a %d-byte state", written, len(state))
+	}
+	start := h.node.topics[wire.KVTopic("b")].partitions[0].startSeq.Load()
+	if start <= 1 {
+		t.Fatalf("the log was never truncated (latest checkpoint at %d)", base)
+	}
+
+	h.restart()
+	var again []byte
+	eventually(t, "the restarted node rebuilds the bucket", func() bool {
+		again, _ = kvRunnerState(t, h.node, "b")
+		return again != nil
+	})
+	if !bytes.Equal(again, state) {
+		t.Fatalf("the bucket after the restart differs:\n got %x\nwant %x", again, state)
+	}
+	checkKVValues(t, h.node, "b", want)
+	rec := &watchRecorder{}
+	if _, err := h.node.KVStartWatch(&wire.KVWatch{Bucket: "b", FromRevision: 1, Credit: 100}, rec); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the watch from 1 delivers the live keys", func() bool { s, end := rec.seen(t, 1); return len(s) == keys || end != nil })
+	seen, end := rec.seen(t, 1)
+	if end != nil || len(seen) != keys {
+		t.Fatalf("watch from 1 (below the log's start %d): %v, end %v; want the %d kept revisions", start, seen, end, keys)
+	}
+	for _, s := range seen {
+		_, kv, _ := strings.Cut(s, ":put:")
+		key, value, _ := strings.Cut(kv, "=")
+		if want[key] != value {
+			t.Fatalf("watch delivered %s; the key's value is %q", s, want[key])
+		}
+	}
+	// Writes go on after the rebuild.
+	kvOverwrites(t, h.node, "b", keys, 50, want)
+	checkKVValues(t, h.node, "b", want)
+}
+
+// A follower that was down while the leader checkpointed and truncated
+// the bucket's log (past what the follower had) is reset to the leader's
+// snapshot point, reads on to the checkpoint in the log, and ends with
+// the same bucket as the others: equal snapshot encodings on every
+// replica.
+func TestKVFollowerRebuildsFromTheCheckpointInTheLog(t *testing.T) {
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		kvCheckpointTune(c)
+		c.Cluster.Reservation = 200 * time.Millisecond
+	})
+	tc.kvCreate(wire.KVBucketConfig{Bucket: "b", History: 2, Replicas: 3})
+	leader := tc.kvLeader("b")
+	want := map[string]string{}
+	kvOverwrites(t, tc.nodes[leader], "b", 8, 50, want)
+	var follower string
+	for id := range tc.nodes {
+		if id != leader {
+			follower = id
+			break
+		}
+	}
+	eventually(t, follower+" applies the first writes", func() bool {
+		infos, err := tc.nodes[follower].KVBuckets("b")
+		return err == nil && infos[0].Config.History == 2 && infos[0].Revision > 0
+	})
+	fp := tc.nodes[follower].topics[wire.KVTopic("b")].partitions[0]
+	tc.stop(follower)
+	behind := fp.readLog.Load().NextSeq() - 1 // the end of its log
+	// The two others go on: writes, checkpoints, truncation past what the
+	// follower has.
+	p := tc.nodes[leader].topics[wire.KVTopic("b")].partitions[0]
+	// (The leader keeps what a silent follower needs for the
+	// reservation, 200 ms.)
+	eventually(t, "the leader truncates its log past what "+follower+" has", func() bool {
+		kvOverwrites(t, tc.nodes[leader], "b", 8, 100, want)
+		return p.startSeq.Load() > behind+1
+	})
+	t.Logf("the leader's log starts at %d; %s's log ended at %d", p.startSeq.Load(), follower, behind)
+	tc.start(follower)
+	last := kvPut(t, tc.nodes[leader], "b", "last", "write")
+	want["last"] = "write"
+	eventually(t, follower+" rebuilds the bucket and applies every write", func() bool {
+		infos, err := tc.nodes[follower].KVBuckets("b")
+		return err == nil && infos[0].Revision >= last && infos[0].Config.History == 2
+	})
+	var encodings [][]byte
+	eventually(t, "every replica holds the same bucket", func() bool {
+		encodings = encodings[:0]
+		for _, n := range tc.nodes {
+			s, _ := kvRunnerState(t, n, "b")
+			encodings = append(encodings, s)
+		}
+		return bytes.Equal(encodings[0], encodings[1]) && bytes.Equal(encodings[1], encodings[2])
+	})
+	start := tc.nodes[follower].topics[wire.KVTopic("b")].partitions[0].startSeq.Load()
+	if start <= behind+1 {
+		t.Fatalf("%s's log starts at %d: it caught up from the log (its log ended at %d), not from a checkpoint", follower, start, behind)
+	}
+	checkKVValues(t, tc.nodes[leader], "b", want)
+	// The rebuilt follower can lead: stop the others' leader.
+	tc.stop(leader)
+	next := tc.kvLeader("b")
+	checkKVValues(t, tc.nodes[next], "b", want)
+}
+
+// A leader under a steady stream of pipelined writes still checkpoints
+// and truncates: a due checkpoint holds new writes back until what is in
+// flight commits, so its chunks land right after the state they carry —
+// none is void (CheckpointBaseIsPrecedingSeq voids one proposed behind
+// writes in flight). On a single node and in a cluster, where
+// replication keeps writes in flight longer.
+func TestKVCheckpointUnderPipelinedWrites(t *testing.T) {
+	t.Run("single node", func(t *testing.T) {
+		h := newHarness(t)
+		h.tune = kvCheckpointTune
+		h.restart()
+		if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		pipelinedCheckpoints(t, h.node)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		tc := newTestClusterWith(t, 3, kvCheckpointTune)
+		tc.kvCreate(wire.KVBucketConfig{Bucket: "b", Replicas: 3})
+		pipelinedCheckpoints(t, tc.nodes[tc.kvLeader("b")])
+	})
+}
+
+// pipelinedCheckpoints writes to bucket b at n with 32 writes always in
+// flight, and checks that n checkpointed with no void chunk (unless its
+// reign ended meanwhile: an install entry voids a run cut short) and
+// truncated its log.
+func pipelinedCheckpoints(t *testing.T, n *Node) {
+	const inflight, writes = 32, 4000
+	p := n.topics[wire.KVTopic("b")].partitions[0]
+	epoch := p.epoch.Load()
+	slots := make(chan struct{}, inflight)
+	failed := make(chan error, writes)
+	for i := range writes {
+		slots <- struct{}{}
+		w := &wire.KVWrite{Bucket: "b", Op: wire.KVOpPut, Key: []byte(fmt.Sprintf("key-%d", i%10)), Value: []byte(fmt.Sprintf("value %06d of a run of overwrites", i))}
+		n.KVWrite(w, func(_ uint64, err error) {
+			if err != nil {
+				failed <- err
+			}
+			<-slots
+		})
+	}
+	for range inflight {
+		slots <- struct{}{}
+	}
+	close(failed)
+	for err := range failed {
+		t.Fatalf("a write failed: %v", err)
+	}
+	void := kvOnRunner(t, n, "b", func(r *kvRunner) int { return r.voidChunks })
+	_, base := kvRunnerState(t, n, "b")
+	t.Logf("%d writes, %d in flight: latest checkpoint at %d, %d void chunks", writes, inflight, base, void)
+	if base == 0 {
+		t.Fatal("no checkpoint")
+	}
+	if void != 0 && p.epoch.Load() == epoch {
+		t.Fatalf("%d checkpoint chunks were void", void)
+	}
+	eventually(t, "the log is truncated", func() bool { return p.startSeq.Load() > 1 })
+}
+
+// refusingStore refuses every publish at once (as a leader the partition
+// no longer lets propose does), counting them.
+type refusingStore struct {
+	unhostedStore
+	refused *int
+}
+
+func (s refusingStore) accept(r *pubReq) {
+	*s.refused++
+	r.reply(wire.PubOK{}, wire.Errorf(wire.CodeNotLeader, "refused"))
+}
+
+// A leader whose checkpoint's chunks are refused at once does not propose
+// them again before a tick: proposing again at the same instant, round
+// after round, spun a simulated node (its Step never ended).
+func TestKVRefusedCheckpointWaitsATick(t *testing.T) {
+	r := bareRunner()
+	var nowMs atomic.Int64
+	nowMs.Store(1_000_000)
+	r.n.cfg.Env.Clock = testClock{nowMs: &nowMs}
+	r.n.cfg.KVCheckpointMinBytes = 1
+	refused := 0
+	r.p.store = refusingStore{unhostedStore{r.p}, &refused}
+	lg, err := storage.Open(vfs.NewMem(), "/log", storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	recs := []storage.Record{kvBucketConf{History: 1, TombstoneTTLMs: 1000}.record()}
+	for i := range 5 {
+		recs = append(recs, storageRecord(kv.EncodeRecord(kv.Write{Op: kv.OpPut, Key: []byte("k"), Value: []byte(fmt.Sprint(i))})))
+	}
+	if _, err := lg.Append(1, recs); err != nil {
+		t.Fatal(err)
+	}
+	applyAll(t, r, recs...)
+	r.p.readLog.Store(lg) // held: a single node's partition leads
+	r.followLeadership()
+	if r.leader == nil || !r.state.CheckpointDue(1) {
+		t.Fatalf("leader %v, checkpoint due %v", r.leader != nil, r.state.CheckpointDue(1))
+	}
+	runInbox := func() {
+		r.inMu.Lock()
+		inbox := r.inbox
+		r.inbox = nil
+		r.inMu.Unlock()
+		for _, fn := range inbox {
+			fn()
+		}
+	}
+	r.maybeCheckpoint()
+	runInbox()
+	first := refused
+	if first == 0 || r.checkpointing {
+		t.Fatalf("%d chunks proposed, still checkpointing %v", first, r.checkpointing)
+	}
+	for range 10 { // rounds at the same instant
+		r.maybeCheckpoint()
+		runInbox()
+	}
+	if refused != first {
+		t.Fatalf("the refused checkpoint was proposed again at the same instant: %d chunks, then %d", first, refused)
+	}
+	nowMs.Add(kvTick.Milliseconds())
+	r.maybeCheckpoint()
+	runInbox()
+	if refused != 2*first {
+		t.Fatalf("a tick later: %d chunks proposed in all, want %d", refused, 2*first)
+	}
+}
