@@ -403,6 +403,7 @@ func (r *kvRunner) seek(e *storage.Entry) error {
 	}
 	r.conf, r.state, r.seeker = &conf, b, nil
 	r.rebuilds++
+	r.n.metrics.kvRebuilds.WithLabelValues(r.bucket).Inc()
 	r.n.log.Info("kv: bucket rebuilt from its checkpoint", "bucket", r.bucket, "base", c.Snapshot.Applied, "applied", e.Seq, "keys", b.LiveKeys())
 	return nil
 }
@@ -710,6 +711,7 @@ func (r *kvRunner) maybeCheckpoint() {
 		return
 	}
 	r.checkpointing = true
+	r.n.metrics.kvCheckpoints.WithLabelValues(r.bucket).Inc()
 	left := len(recs)
 	for _, rec := range recs {
 		r.propose(storageRecord(rec), func(_ uint64, err *wire.Error) {
@@ -1005,6 +1007,7 @@ func (r *kvRunner) serveWatch(b *kv.Bucket, w *kvWatchState) bool {
 			case kv.EventSkipped:
 				w.sink.SendEvent(&wire.KVEvent{Kind: wire.KVEventSkipped, From: ev.From, To: ev.To, Reasons: uint8(ev.Reasons), Floor: b.Floor()})
 			case kv.EventCursorExpired:
+				r.n.metrics.kvExpired.WithLabelValues(r.bucket).Inc()
 				w.sink.End(wire.CursorExpired(ev.Floor, "bucket %q: the watch's next revision %d is below the floor %d (a revision it has not seen was purged); list the bucket and watch again", r.bucket, w.cursor.Next, ev.Floor))
 				return false
 			}
@@ -1156,7 +1159,14 @@ func (n *Node) KVWrite(f *wire.KVWrite, done func(revision uint64, err error)) {
 	if f.Op == wire.KVOpDelete {
 		w.Op = kv.OpDelete
 	}
-	r.post(func() { r.write(w, done) })
+	r.post(func() {
+		r.write(w, func(revision uint64, err error) {
+			if err == nil {
+				n.metrics.kvWrites.WithLabelValues(r.bucket).Inc()
+			}
+			done(revision, err)
+		})
+	})
 }
 
 func checkKVKey(key []byte) *wire.Error {

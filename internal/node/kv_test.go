@@ -358,6 +358,9 @@ func TestKVCompactionRaisesTheFloorAndExpiresWatchers(t *testing.T) {
 	if floor, ok := wire.ExpiredFloor(end); !ok || floor != del+1 || len(s) != 0 {
 		t.Fatalf("watch from 1: events %v, end %v; want CURSOR_EXPIRED at floor %d", s, end, del+1)
 	}
+	if v, _, _ := sample(t, n.metrics, "nereus_kv_watch_expired_total", map[string]string{"bucket": "c"}); v != 1 {
+		t.Fatalf("nereus_kv_watch_expired_total = %v, want 1", v)
+	}
 	// From the floor on, the live key is there.
 	rec = &watchRecorder{}
 	if _, err := n.KVStartWatch(&wire.KVWatch{Bucket: "c", FromRevision: del + 1, Credit: 10}, rec); err != nil {

@@ -159,12 +159,23 @@ func TestKVCheckpointBoundsTheLogAcrossRestarts(t *testing.T) {
 		t.Fatalf("the log was never truncated (latest checkpoint at %d)", base)
 	}
 
+	// Metrics: every write acknowledged, the checkpoints written.
+	if v, _, _ := sample(t, h.node.metrics, "nereus_kv_writes_total", map[string]string{"bucket": "b"}); v != rounds*perRound {
+		t.Fatalf("nereus_kv_writes_total = %v, want %d", v, rounds*perRound)
+	}
+	if v, _, _ := sample(t, h.node.metrics, "nereus_kv_checkpoints_total", map[string]string{"bucket": "b"}); v < 1 {
+		t.Fatalf("nereus_kv_checkpoints_total = %v with a checkpoint at %d", v, base)
+	}
+
 	h.restart()
 	var again []byte
 	eventually(t, "the restarted node rebuilds the bucket", func() bool {
 		again, _ = kvRunnerState(t, h.node, "b")
 		return again != nil
 	})
+	if v, _, _ := sample(t, h.node.metrics, "nereus_kv_rebuilds_total", map[string]string{"bucket": "b"}); v != 1 {
+		t.Fatalf("nereus_kv_rebuilds_total = %v after the restart's rebuild, want 1", v)
+	}
 	if !bytes.Equal(again, state) {
 		t.Fatalf("the bucket after the restart differs:\n got %x\nwant %x", again, state)
 	}

@@ -28,6 +28,13 @@ type Metrics struct {
 	schedPublished *prometheus.CounterVec
 	schedUnknown   *prometheus.CounterVec
 	schedLateness  prometheus.Histogram
+	// KV buckets: writes acknowledged, watches ended CURSOR_EXPIRED,
+	// checkpoints the leader wrote, and rebuilds of a replica's bucket from
+	// a checkpoint in its log.
+	kvWrites      *prometheus.CounterVec
+	kvExpired     *prometheus.CounterVec
+	kvCheckpoints *prometheus.CounterVec
+	kvRebuilds    *prometheus.CounterVec
 	// Connections and AuthFailures are maintained by the server.
 	Connections  prometheus.Gauge
 	AuthFailures prometheus.Counter
@@ -65,13 +72,22 @@ func newMetrics() *Metrics {
 		schedLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "nereus_sched_lateness_seconds", Help: "How long after its deliver_at a scheduled message was acknowledged by its destination.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 22)}),
+		kvWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nereus_kv_writes_total", Help: "KV writes (put, delete, CAS) this node acknowledged as the bucket's leader."}, []string{"bucket"}),
+		kvExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nereus_kv_watch_expired_total", Help: "KV watches this node ended CURSOR_EXPIRED (their next revision was purged)."}, []string{"bucket"}),
+		kvCheckpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nereus_kv_checkpoints_total", Help: "Checkpoints of a bucket this node wrote into its log as the leader (the log is truncated through them)."}, []string{"bucket"}),
+		kvRebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nereus_kv_rebuilds_total", Help: "Times this node's replica of a bucket was rebuilt from a checkpoint in its log."}, []string{"bucket"}),
 		Connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nereus_client_connections", Help: "Open client connections."}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nereus_auth_failures_total", Help: "Connections rejected with AUTH_FAILED."}),
 	}
 	m.Registry.MustRegister(m.scrubBytes, m.scrubDamage, m.publishes, m.publishBytes, m.fsyncSeconds, m.commitBatch, m.deliveries,
-		m.redeliveries, m.acks, m.deadLetters, m.schedPublished, m.schedUnknown, m.schedLateness, m.Connections, m.AuthFailures,
+		m.redeliveries, m.acks, m.deadLetters, m.schedPublished, m.schedUnknown, m.schedLateness,
+		m.kvWrites, m.kvExpired, m.kvCheckpoints, m.kvRebuilds, m.Connections, m.AuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
