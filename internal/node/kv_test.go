@@ -458,7 +458,7 @@ func TestKVBucketFailsOverInACluster(t *testing.T) {
 // bareRunner is a bucket runner with no goroutine and no log behind it,
 // for the decisions that need no I/O.
 func bareRunner() *kvRunner {
-	n := &Node{cfg: Config{RecordBytesMax: 8 << 20, Env: env.Env{Clock: env.Wall{}}}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	n := &Node{cfg: Config{RecordBytesMax: 8 << 20, Env: env.Env{Clock: env.Wall{}}}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics()}
 	t := &topic{cfg: wire.TopicConfig{Name: wire.KVTopic("u"), Partitions: 1, Replicas: 1}}
 	p := &partitionRunner{node: n, topic: t, done: make(chan struct{})}
 	return &kvRunner{n: n, bucket: "u", t: t, p: p, wake: make(chan struct{}, 1),
