@@ -250,7 +250,9 @@ func (n *Node) drainSched() {
 			drains = append(drains, d)
 		}
 	}
-	deadline := time.After(schedDrainMs*time.Millisecond + time.Second)
+	deadline := make(chan struct{})
+	timer := n.cfg.Env.Clock.AfterFunc(schedDrainMs*time.Millisecond+time.Second, func() { close(deadline) })
+	defer timer.Stop()
 	for _, d := range drains {
 		select {
 		case <-d:
