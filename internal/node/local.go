@@ -138,9 +138,10 @@ func (p *localStore) recover() error {
 		p.log.Close()
 		p.log = nil
 	}
+	segmentBytes, retentionBytes, _ := p.compaction()
 	lg, err := storage.Open(cfg.Env.FS, p.dir, storage.Options{
-		SegmentBytesMax: cfg.SegmentBytesMax,
-		RetentionBytes:  p.topic.cfg.RetentionBytes,
+		SegmentBytesMax: segmentBytes,
+		RetentionBytes:  retentionBytes,
 		RetentionAgeMs:  p.topic.cfg.RetentionMs,
 		RecordBytesMax:  cfg.RecordBytesMax + 64<<10,
 	})
@@ -343,7 +344,8 @@ func (p *localStore) applyRetention() {
 	if p.failure != nil {
 		return
 	}
-	deleted, err := p.log.ApplyRetention(p.node.nowMs())
+	_, _, limit := p.compaction()
+	deleted, err := p.log.DeleteThrough(p.log.RetentionPoint(p.node.nowMs(), limit()))
 	if err != nil {
 		p.node.log.Error("retention failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
 		return

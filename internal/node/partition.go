@@ -4,6 +4,7 @@ package node
 
 import (
 	"errors"
+	"math"
 	"path"
 	"strconv"
 	"sync"
@@ -60,6 +61,21 @@ type partitionRunner struct {
 	epoch     atomic.Uint64
 	startSeq  atomic.Uint64
 	commitSeq atomic.Uint64
+	// schedLimit is a scheduler shard's compaction limit, published by
+	// its runner (sched.State.CompactLimit; 0 until it has one).
+	schedLimit atomic.Uint64
+}
+
+// compaction is how a partition's log is kept: a scheduler shard in
+// segments of Config.SchedSegmentBytesMax, compacted as far as its
+// runner's limit allows (the limit is the rule, so any sealed segment
+// below it goes); any other in the node's segments, by its topic's
+// retention.
+func (p *partitionRunner) compaction() (segmentBytes, retentionBytes int64, limit func() uint64) {
+	if p.topic.cfg.Name == wire.SchedTopic {
+		return p.node.cfg.SchedSegmentBytesMax, 1, p.schedLimit.Load
+	}
+	return p.node.cfg.SegmentBytesMax, p.topic.cfg.RetentionBytes, func() uint64 { return math.MaxUint64 }
 }
 
 // partitionStore is what differs between the kinds of partition: a single

@@ -85,9 +85,11 @@ func (p *partitionRunner) openReplica() error {
 		policy = replica.SyncAll
 	}
 	s := &replicaStore{partitionRunner: p, wake: make(chan struct{}, 1)}
+	segmentBytes, retentionBytes, limit := p.compaction()
 	l, err := c.OpenGroup(p.topic.cfg.Name, p.id, members, policy, s.poke, cluster.GroupOptions{
-		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: p.topic.cfg.RetentionBytes, Limit: s.compactLimit.Load,
-		PreferredLeader: members[0]})
+		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: retentionBytes,
+		Limit:           func() uint64 { return min(s.compactLimit.Load(), limit()) },
+		PreferredLeader: members[0], SegmentBytesMax: segmentBytes})
 	if err != nil {
 		return err
 	}
