@@ -2,6 +2,7 @@ package sched
 
 import (
 	"cmp"
+	"container/heap"
 	"fmt"
 	"maps"
 	"slices"
@@ -267,21 +268,47 @@ func (s *State) Checkpoint(chunkEntries int) ([]Record, error) {
 
 // CarryCandidates returns up to n live schedules whose message lies at
 // or below seq, lowest At first: what the owner carries so the log's
-// prefix through seq can go.
+// prefix through seq can go. It keeps only the n lowest while it scans.
 func (s *State) CarryCandidates(seq uint64, n int) ([]Carry, error) {
 	if seq == 0 || n <= 0 {
 		return nil, nil
 	}
-	var out []Carry
+	var best carryHeap
 	err := s.eachLive(func(e Entry) bool {
-		if e.At <= seq {
-			out = append(out, Carry{ID: e.ID, Topic: e.Topic, DeliverAtMs: e.DeliverAtMs, Partition: e.Partition, From: e.At})
+		if e.At > seq {
+			return true
+		}
+		c := Carry{ID: e.ID, Topic: e.Topic, DeliverAtMs: e.DeliverAtMs, Partition: e.Partition, From: e.At}
+		if len(best) < n {
+			heap.Push(&best, c)
+		} else if compareCarry(c, best[0]) < 0 {
+			best[0] = c
+			heap.Fix(&best, 0)
 		}
 		return true
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b Carry) int { return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.ID, b.ID)) })
-	return out[:min(n, len(out))], nil
+	slices.SortFunc(best, compareCarry)
+	return best, nil
+}
+
+func compareCarry(a, b Carry) int {
+	return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.ID, b.ID))
+}
+
+// carryHeap is a max-heap of carries by (From, ID): its top is the one
+// to drop first.
+type carryHeap []Carry
+
+func (h carryHeap) Len() int           { return len(h) }
+func (h carryHeap) Less(i, j int) bool { return compareCarry(h[i], h[j]) > 0 }
+func (h carryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *carryHeap) Push(x any)        { *h = append(*h, x.(Carry)) }
+func (h *carryHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
 }

@@ -736,7 +736,8 @@ func (o *Owner) Maintain(now int64) {
 	}
 	carries, err := o.st.CarryCandidates(o.st.LastCheckpoint(), max(1, o.cfg.CarryMax))
 	if err != nil {
-		o.Step(now) // the state failed: so does the office
+		o.retryAfter = now + o.cfg.ProbeEveryMs
+		o.Step(now) // a spill failure failed the state: so does the office
 		return
 	}
 	for _, c := range carries {
@@ -747,6 +748,7 @@ func (o *Owner) Maintain(now int64) {
 	}
 	recs, err := o.st.Checkpoint(o.cfg.CheckpointChunkEntries)
 	if err != nil {
+		o.retryAfter = now + o.cfg.ProbeEveryMs
 		o.Step(now)
 		return
 	}
