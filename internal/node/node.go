@@ -78,8 +78,8 @@ type Config struct {
 	// (sched-spill/). 0 = SchedWindowDefault.
 	SchedWindow int
 	// SchedCheckpointEvery: a scheduler shard's owner checkpoints its
-	// state once at least this many records (and as many as it has live
-	// schedules) were applied since the last checkpoint, carrying forward
+	// state once at least this many records (and half as many as it has
+	// live schedules) were applied since the last checkpoint, carrying forward
 	// the messages of schedules older than it, so the shard's log is
 	// compacted; 0 = SchedCheckpointEveryDefault, < 0 = never (the shard
 	// keeps its whole log).

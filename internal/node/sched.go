@@ -25,6 +25,7 @@ import (
 	"path"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
@@ -301,8 +302,8 @@ type schedRunner struct {
 	hint   uint64
 	noHint bool
 	// readBytes counts the bytes of shard entries the runner read to
-	// apply them (restart measurements).
-	readBytes int64
+	// apply them (restart measurements; read by tests).
+	readBytes atomic.Int64
 	// start is the log's start as last seen, restoring whether the state
 	// is being restored after the log's start passed it
 	// (SchedCompactObserver).
@@ -632,10 +633,11 @@ func (r *schedRunner) apply(now int64) {
 			break
 		}
 		for i := range entries {
-			r.readBytes += int64(len(entries[i].Record.Key) + len(entries[i].Record.Value))
+			n := len(entries[i].Record.Key) + len(entries[i].Record.Value)
 			for _, h := range entries[i].Record.Headers {
-				r.readBytes += int64(len(h.Key) + len(h.Value))
+				n += len(h.Key) + len(h.Value)
 			}
+			r.readBytes.Add(int64(n))
 			r.applyEntry(now, &entries[i])
 			if r.st.Failed() != nil {
 				return

@@ -3,7 +3,9 @@ package node
 import (
 	"fmt"
 	"path"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -122,4 +124,152 @@ func TestSchedShardLogStaysBounded(t *testing.T) {
 	}
 	h.at(far + 10)
 	h.waitValues("t", append(fired, "far1", "far2")...)
+}
+
+// scheduleMany schedules n messages of payload bytes into topic, due at
+// atMs, many in flight at once, and waits for every answer.
+func (h *harness) scheduleMany(topic string, n, payload int, atMs int64) {
+	h.t.Helper()
+	value := make([]byte, payload)
+	errs := make(chan *wire.Error, n)
+	const inflight = 512
+	sem := make(chan struct{}, inflight)
+	for i := range n {
+		sem <- struct{}{}
+		f := &wire.Schedule{Pub: wire.Pub{Topic: topic, Partition: wire.PartitionAuto, Key: []byte(fmt.Sprint(i)), Value: value}, DeliverAtMs: atMs}
+		h.node.Schedule(f, func(_ wire.ScheduleOK, err *wire.Error) {
+			<-sem
+			errs <- err
+		})
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				h.t.Fatalf("schedule: %v", err)
+			}
+		case <-time.After(waitMax):
+			h.t.Fatal("schedule: no reply")
+		}
+	}
+}
+
+// schedReadBytes sums what the shards' runners read of their logs.
+func (h *harness) schedReadBytes() int64 {
+	h.node.schedMu.Lock()
+	defer h.node.schedMu.Unlock()
+	var n int64
+	for _, r := range h.node.sched {
+		if r != nil {
+			n += r.readBytes.Load()
+		}
+	}
+	return n
+}
+
+// waitPending waits until every shard is active, with want pending
+// schedules among them.
+func (h *harness) waitPending(want uint32) {
+	h.t.Helper()
+	eventually(h.t, fmt.Sprintf("every shard active with %d pending", want), func() bool {
+		st, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedStatus})
+		if err != nil {
+			return false
+		}
+		var pending uint32
+		for _, s := range st.Shards {
+			if s.Lifecycle != "ACTIVE_FOR_COMMANDS" {
+				return false
+			}
+			pending += s.Pending
+		}
+		return pending == want
+	})
+}
+
+// pendingNode is a node with n far-future schedules of payload bytes
+// pending. With checkpointEvery > 0, since a checkpoint follows at least
+// max(checkpointEvery, live/2) records after the last, it then schedules
+// 1-byte ones until both shards checkpointed after the fill, so that what
+// a restart replays after the checkpoints holds none of the fill's
+// messages. It returns the node and how many schedules are pending.
+func pendingNode(t testing.TB, n, payload, checkpointEvery int) (*harness, int) {
+	h := &harness{t: t, fs: vfs.NewMem()}
+	h.nowMs.Store(1_000_000)
+	var checkpoints [SchedShards]atomic.Int64
+	h.tune = func(c *Config) {
+		c.SchedCheckpointEvery = checkpointEvery
+		c.SchedWindow = 64
+		c.SchedCompactObserver = func(shard uint32, ev string) {
+			if ev == "checkpoint" {
+				checkpoints[shard].Add(1)
+			}
+		}
+	}
+	h.open()
+	t.Cleanup(func() { h.node.Close() })
+	h.declare("t", 1)
+	due := h.nowMs.Load() + 1_000_000
+	h.scheduleMany("t", n, payload, due)
+	if checkpointEvery <= 0 {
+		return h, n
+	}
+	before := [SchedShards]int64{checkpoints[0].Load(), checkpoints[1].Load()}
+	start := n
+	for checkpoints[0].Load() == before[0] || checkpoints[1].Load() == before[1] {
+		if n > 4*(start+checkpointEvery) {
+			t.Fatalf("the shards do not checkpoint (%d, %d after %d)", checkpoints[0].Load(), checkpoints[1].Load(), before)
+		}
+		h.scheduleMany("t", 64, 1, due)
+		n += 64
+		h.at(h.nowMs.Load())
+	}
+	return h, n
+}
+
+// restartPending restarts h and waits until its n schedules are pending
+// again; it returns what the runners read of the shards' logs.
+func restartPending(h *harness, n int) int64 {
+	h.restart()
+	h.waitPending(uint32(n))
+	return h.schedReadBytes()
+}
+
+// A restart loads the shards from their latest checkpoints: it reads
+// their index, not the pending schedules' messages (without checkpoints
+// it reads every one of them).
+func TestSchedRestartReadsNoPayloads(t *testing.T) {
+	const n, payload = 1000, 1024
+	full := restartPending(pendingNode(t, n, payload, -1))
+	fromCheckpoint := restartPending(pendingNode(t, n, payload, 100))
+	t.Logf("restart with %d pending of %d bytes read %d bytes of the shards' logs without checkpoints, %d from them", n, payload, full, fromCheckpoint)
+	if full < n*payload {
+		t.Fatalf("a replay of the whole log read %d bytes, less than the %d of the messages", full, n*payload)
+	}
+	if fromCheckpoint >= n*payload/8 {
+		t.Fatalf("a restart from checkpoints read %d bytes for %d pending of %d bytes", fromCheckpoint, n, payload)
+	}
+}
+
+// BenchmarkSchedRestartPending restarts a node with 100,000 pending
+// schedules of 256 bytes, with and without checkpoints (the shards'
+// whole logs replayed): the time until every shard is active again and
+// the bytes of log its runners read.
+//
+//	go test -run '^$' -bench SchedRestartPending -benchtime 1x ./internal/node
+func BenchmarkSchedRestartPending(b *testing.B) {
+	const n, payload = 100_000, 256
+	for _, tc := range []struct {
+		name  string
+		every int
+	}{{"replay", -1}, {"checkpoint", SchedCheckpointEveryDefault}} {
+		b.Run(tc.name, func(b *testing.B) {
+			h, pending := pendingNode(b, n, payload, tc.every)
+			var read int64
+			for b.Loop() {
+				read = restartPending(h, pending)
+			}
+			b.ReportMetric(float64(read)/(1<<20), "MiB-read/restart")
+		})
+	}
 }

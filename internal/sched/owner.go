@@ -176,9 +176,10 @@ type Config struct {
 	// ProbeEveryMs is how often a lane that is not READY is probed again.
 	ProbeEveryMs int64
 	// CheckpointEvery: Maintain proposes a checkpoint once at least this
-	// many entries (and at least as many as there are live schedules, so
-	// its cost is paid by the log it lets go) were applied since the last
-	// one; 0 never does.
+	// many entries (and at least half as many as there are live
+	// schedules, so that its cost, which grows with them, is paid by the
+	// log it follows) were applied since the last one; 0 never does. A
+	// restart replays at most that many entries after the checkpoint.
 	CheckpointEvery uint64
 	// CheckpointChunkEntries bounds the schedules of one checkpoint chunk.
 	CheckpointChunkEntries int
@@ -721,7 +722,7 @@ func (o *Owner) Cancel(now int64, ids []uint64) (uint64, error) {
 // Maintain proposes the shard's upkeep, which lets its log be compacted:
 // the shell calls it when nothing of its own is on the way to the
 // shard's log and everything committed is applied. Once CheckpointEvery
-// entries (and Live ones) were applied since the last checkpoint, it
+// entries (and half of Live) were applied since the last checkpoint, it
 // carries the live schedules whose message lies at or below that
 // checkpoint's base (lowest first, CarryMax at a time); when none is
 // left, it proposes a checkpoint of the state as of now — its chunks
@@ -731,7 +732,7 @@ func (o *Owner) Cancel(now int64, ids []uint64) (uint64, error) {
 func (o *Owner) Maintain(now int64) {
 	o.Step(now)
 	if o.life != Active || len(o.inflight) > 0 || now < o.retryAfter || o.cfg.CheckpointEvery == 0 ||
-		o.st.SinceCheckpoint() < max(o.cfg.CheckpointEvery, uint64(o.st.Live())) {
+		o.st.SinceCheckpoint() < max(o.cfg.CheckpointEvery, uint64(o.st.Live())/2) {
 		return
 	}
 	carries, err := o.st.CarryCandidates(o.st.LastCheckpoint(), max(1, o.cfg.CarryMax))
