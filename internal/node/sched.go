@@ -305,8 +305,7 @@ type schedRunner struct {
 	// apply them (restart measurements; read by tests).
 	readBytes atomic.Int64
 	// start is the log's start as last seen, restoring whether the state
-	// is being restored after the log's start passed it
-	// (SchedCompactObserver).
+	// is being restored from a checkpoint (SchedCompactObserver).
 	start     uint64
 	restoring bool
 	// recent keeps the results of applied records that refused something,
@@ -366,6 +365,7 @@ func (r *schedRunner) restart() error {
 		CheckpointEvery: uint64(max(0, n.cfg.SchedCheckpointEvery)), CheckpointChunkEntries: schedCheckpointChunk, CarryMax: schedCarryMax,
 		Mutations: n.cfg.Mutations.Sched}
 	r.st, r.spill, r.o, r.recent = st, sp, sched.NewOwner(cfg, st), map[uint64]sched.Result{}
+	r.restoring = st.Restoring()
 	r.gen++
 	// The earlier owner's proposals may still commit; its admin
 	// commands' outcomes are not known here any more.
@@ -621,7 +621,6 @@ func (r *schedRunner) apply(now int64) {
 				r.node.logRepeatedError(r.p.subject(), "scheduler shard cannot restart; will retry", "err", err)
 				return
 			}
-			r.restoring = true
 			continue
 		}
 		entries, err := r.p.read(from, 1024, 4<<20)

@@ -111,17 +111,7 @@ func TestSchedShardLogStaysBounded(t *testing.T) {
 		t.Fatalf("cancel far0 (id %d): %v", farIDs[0].ID, err)
 	}
 	h.restart()
-	st, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedStatus})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pending uint32
-	for _, s := range st.Shards {
-		pending += s.Pending
-	}
-	if pending != 2 {
-		t.Fatalf("after the restart %d schedules pending, want 2: %+v", pending, st.Shards)
-	}
+	h.waitPending(2) // far1 and far2, from the checkpoint
 	h.at(far + 10)
 	h.waitValues("t", append(fired, "far1", "far2")...)
 }

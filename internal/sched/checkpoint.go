@@ -185,9 +185,13 @@ func (s *State) applyCarry(seq uint64, c Carry) Result {
 // order: its firing ones, then its pending ones by (deliver_at, id),
 // resident then spilled.
 func (s *State) eachLive(f func(Entry) bool) error {
+	resident := map[string][]*Entry{}
+	for _, e := range s.entries {
+		resident[e.Topic] = append(resident[e.Topic], e)
+	}
 	for _, t := range s.Lanes() {
-		es := s.laneEntries(t)
-		slices.SortStableFunc(es, func(a, b *Entry) int { return cmp.Compare(b.Status, a.Status) })
+		es := resident[t]
+		slices.SortFunc(es, func(a, b *Entry) int { return cmp.Or(cmp.Compare(b.Status, a.Status), compareDue(a, b)) })
 		for _, e := range es {
 			if !f(*e) {
 				return nil

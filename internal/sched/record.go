@@ -434,33 +434,20 @@ func (d *decoder) topic() string {
 	return string(d.take(n))
 }
 
-// list reads a list length that may be 0, checking the value holds that
-// many entries of at least size bytes before anything is allocated.
-func (d *decoder) list(size int) int {
-	n := int(d.u32())
-	if d.err != nil {
-		return 0
-	}
-	if n > RecordEntriesMax {
-		d.err = fmt.Errorf("sched: list of %d entries, want at most %d", n, RecordEntriesMax)
-		return 0
-	}
-	if len(d.b) < n*size {
-		d.err = errShort
-		return 0
-	}
-	return n
-}
+// list reads a list length that may be 0 and checks the value holds
+// that many entries of at least size bytes before anything is allocated.
+func (d *decoder) list(size int) int { return d.entries(size, 0) }
 
-// count reads a list length and checks the value holds that many
-// entries of size bytes before anything is allocated.
-func (d *decoder) count(size int) int {
+// count reads a list length of at least one entry, checked as list's.
+func (d *decoder) count(size int) int { return d.entries(size, 1) }
+
+func (d *decoder) entries(size, least int) int {
 	n := int(d.u32())
 	if d.err != nil {
 		return 0
 	}
-	if n == 0 || n > RecordEntriesMax {
-		d.err = fmt.Errorf("sched: record with %d entries, want 1..%d", n, RecordEntriesMax)
+	if n < least || n > RecordEntriesMax {
+		d.err = fmt.Errorf("sched: record with %d entries, want %d..%d", n, least, RecordEntriesMax)
 		return 0
 	}
 	if len(d.b) < n*size {

@@ -224,7 +224,7 @@ func newClusterSim(o ClusterOptions) *sim {
 		if o.Schedules > 0 {
 			b.schedPublish = func(shard uint32, p sched.Publish) { s.sched.ghost.published(b, shard, p) }
 			b.schedCompact = true
-			b.schedCompacted = func(shard uint32, ev string) { s.sched.ghost.stats["shard "+ev]++ }
+			b.schedCompacted = func(shard uint32, ev string) { s.sched.ghost.compacted(b, shard, ev) }
 			if b.retentionCheckMs == 0 {
 				b.retentionCheckMs = schedCompactEveryMs
 			}

@@ -73,8 +73,10 @@ func TestClusterSchedDestinationOutagesAlone(t *testing.T) {
 // segments and compact, and leaders keep a silent follower's log for
 // only 200 ms: followers left behind are rebuilt from the leader's
 // snapshot point and their runners restore the shard from its
-// checkpoint. Every invariant holds, and the campaign saw checkpoints,
-// truncations and restores.
+// checkpoint (so do restarted nodes, from their checkpoint hint). Every
+// invariant holds, and the campaign saw checkpoints, truncations,
+// restores and due messages published by restored states (checked like
+// every publish: the right message, once, not early).
 func TestClusterSchedShardsCompactUnderFaults(t *testing.T) {
 	seen := map[string]int{}
 	for seed := uint64(1); seed <= 6; seed++ {
@@ -89,9 +91,10 @@ func TestClusterSchedShardsCompactUnderFaults(t *testing.T) {
 		for _, ev := range []string{"checkpoint", "truncated", "restored"} {
 			seen[ev] += r.SchedStats["shard "+ev]
 		}
+		seen["publishes after a restore"] += r.SchedStats["publishes from a state restored from a checkpoint"]
 	}
 	t.Logf("shard compaction seen: %v", seen)
-	if seen["checkpoint"] == 0 || seen["truncated"] == 0 || seen["restored"] == 0 {
+	if seen["checkpoint"] == 0 || seen["truncated"] == 0 || seen["restored"] == 0 || seen["publishes after a restore"] == 0 {
 		t.Fatalf("the campaign must checkpoint, truncate and restore shards: %v", seen)
 	}
 }
