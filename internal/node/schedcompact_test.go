@@ -178,12 +178,14 @@ func (h *harness) waitPending(want uint32) {
 }
 
 // pendingNode is a node with n far-future schedules of payload bytes
-// pending. With checkpointEvery > 0, since a checkpoint follows at least
-// max(checkpointEvery, live/2) records after the last, it then schedules
-// 1-byte ones until both shards checkpointed after the fill, so that what
-// a restart replays after the checkpoints holds none of the fill's
-// messages. It returns the node and how many schedules are pending.
-func pendingNode(t testing.TB, n, payload, checkpointEvery int) (*harness, int) {
+// pending, then small ones (1 byte): with checkpointEvery > 0, since a
+// checkpoint follows at least max(checkpointEvery, live/2) records after
+// the last, as many as it takes until both shards checkpointed after the
+// big ones (so what a restart replays after the checkpoints holds none of
+// their messages); else small ones (so that a node without checkpoints
+// can be compared with one that has them). It returns the node and how
+// many small ones it scheduled.
+func pendingNode(t testing.TB, n, payload, checkpointEvery, small int) (*harness, int) {
 	h := &harness{t: t, fs: vfs.NewMem()}
 	h.nowMs.Store(1_000_000)
 	var checkpoints [SchedShards]atomic.Int64
@@ -202,24 +204,26 @@ func pendingNode(t testing.TB, n, payload, checkpointEvery int) (*harness, int) 
 	due := h.nowMs.Load() + 1_000_000
 	h.scheduleMany("t", n, payload, due)
 	if checkpointEvery <= 0 {
-		return h, n
+		h.scheduleMany("t", small, 1, due)
+		return h, small
 	}
 	before := [SchedShards]int64{checkpoints[0].Load(), checkpoints[1].Load()}
-	start := n
+	small = 0
 	for checkpoints[0].Load() == before[0] || checkpoints[1].Load() == before[1] {
-		if n > 4*(start+checkpointEvery) {
+		if small > 4*(n+checkpointEvery) {
 			t.Fatalf("the shards do not checkpoint (%d, %d after %d)", checkpoints[0].Load(), checkpoints[1].Load(), before)
 		}
 		h.scheduleMany("t", 64, 1, due)
-		n += 64
+		small += 64
 		h.at(h.nowMs.Load())
 	}
-	return h, n
+	return h, small
 }
 
 // restartPending restarts h and waits until its n schedules are pending
 // again; it returns what the runners read of the shards' logs.
 func restartPending(h *harness, n int) int64 {
+	h.t.Helper()
 	h.restart()
 	h.waitPending(uint32(n))
 	return h.schedReadBytes()
@@ -230,9 +234,12 @@ func restartPending(h *harness, n int) int64 {
 // it reads every one of them).
 func TestSchedRestartReadsNoPayloads(t *testing.T) {
 	const n, payload = 1000, 1024
-	full := restartPending(pendingNode(t, n, payload, -1))
-	fromCheckpoint := restartPending(pendingNode(t, n, payload, 100))
-	t.Logf("restart with %d pending of %d bytes read %d bytes of the shards' logs without checkpoints, %d from them", n, payload, full, fromCheckpoint)
+	h, small := pendingNode(t, n, payload, 100, 0)
+	fromCheckpoint := restartPending(h, n+small)
+	h, _ = pendingNode(t, n, payload, -1, small)
+	full := restartPending(h, n+small)
+	t.Logf("restart with %d pending of %d bytes (and %d of 1 byte) read %d bytes of the shards' logs without checkpoints, %d from them",
+		n, payload, small, full, fromCheckpoint)
 	if full < n*payload {
 		t.Fatalf("a replay of the whole log read %d bytes, less than the %d of the messages", full, n*payload)
 	}
@@ -242,24 +249,27 @@ func TestSchedRestartReadsNoPayloads(t *testing.T) {
 }
 
 // BenchmarkSchedRestartPending restarts a node with 100,000 pending
-// schedules of 256 bytes, with and without checkpoints (the shards'
-// whole logs replayed): the time until every shard is active again and
-// the bytes of log its runners read.
+// schedules of 256 bytes (and the 1-byte ones pendingNode adds), with and
+// without checkpoints (the shards' whole logs replayed): the time until
+// every shard is active again and the bytes of log its runners read.
 //
 //	go test -run '^$' -bench SchedRestartPending -benchtime 1x ./internal/node
 func BenchmarkSchedRestartPending(b *testing.B) {
 	const n, payload = 100_000, 256
+	var small int
 	for _, tc := range []struct {
 		name  string
 		every int
-	}{{"replay", -1}, {"checkpoint", SchedCheckpointEveryDefault}} {
+	}{{"checkpoint", SchedCheckpointEveryDefault}, {"replay", -1}} {
 		b.Run(tc.name, func(b *testing.B) {
-			h, pending := pendingNode(b, n, payload, tc.every)
+			h, s := pendingNode(b, n, payload, tc.every, small)
+			small = s // the replay node gets as many small ones
 			var read int64
 			for b.Loop() {
-				read = restartPending(h, pending)
+				read = restartPending(h, n+small)
 			}
 			b.ReportMetric(float64(read)/(1<<20), "MiB-read/restart")
+			b.ReportMetric(float64(n+small), "pending")
 		})
 	}
 }

@@ -268,8 +268,12 @@ type Owner struct {
 	// again, or a message published again (deduplicated) whose FIRED was
 	// refused, would loop at one instant.
 	retryAfter int64
-	drainUntil int64
-	effects    []Effect
+	// maintainAfter holds Maintain back after a checkpoint could not be
+	// made (a state too large for one, a failing spill): its scan of
+	// every live schedule is not repeated at once.
+	maintainAfter int64
+	drainUntil    int64
+	effects       []Effect
 }
 
 // NewOwner returns the owner side of a shard whose applied state is st.
@@ -719,6 +723,10 @@ func (o *Owner) Cancel(now int64, ids []uint64) (uint64, error) {
 	return o.propose(Record{Kind: KindCancel, IDs: slices.Clone(ids)}), nil
 }
 
+// maintainRetryMs is how long Maintain waits after a checkpoint could not
+// be made.
+const maintainRetryMs = 10_000
+
 // Maintain proposes the shard's upkeep, which lets its log be compacted:
 // the shell calls it when nothing of its own is on the way to the
 // shard's log and everything committed is applied. Once CheckpointEvery
@@ -731,13 +739,13 @@ func (o *Owner) Cancel(now int64, ids []uint64) (uint64, error) {
 // Only the active owner maintains, with no proposal in flight.
 func (o *Owner) Maintain(now int64) {
 	o.Step(now)
-	if o.life != Active || len(o.inflight) > 0 || now < o.retryAfter || o.cfg.CheckpointEvery == 0 ||
+	if o.life != Active || len(o.inflight) > 0 || now < o.retryAfter || now < o.maintainAfter || o.cfg.CheckpointEvery == 0 ||
 		o.st.SinceCheckpoint() < max(o.cfg.CheckpointEvery, uint64(o.st.Live())/2) {
 		return
 	}
 	carries, err := o.st.CarryCandidates(o.st.LastCheckpoint(), max(1, o.cfg.CarryMax))
 	if err != nil {
-		o.retryAfter = now + o.cfg.ProbeEveryMs
+		o.maintainAfter = now + maintainRetryMs
 		o.Step(now) // a spill failure failed the state: so does the office
 		return
 	}
@@ -749,7 +757,7 @@ func (o *Owner) Maintain(now int64) {
 	}
 	recs, err := o.st.Checkpoint(o.cfg.CheckpointChunkEntries)
 	if err != nil {
-		o.retryAfter = now + o.cfg.ProbeEveryMs
+		o.maintainAfter = now + maintainRetryMs
 		o.Step(now)
 		return
 	}
@@ -843,6 +851,7 @@ func (o *Owner) AppendDigest(b []byte) []byte {
 	u(o.epoch)
 	u(uint64(o.drainUntil))
 	u(uint64(o.retryAfter))
+	u(uint64(o.maintainAfter))
 	u(o.nextRef)
 	for _, t := range slices.Sorted(maps.Keys(o.lanes)) {
 		rt := o.lanes[t]
