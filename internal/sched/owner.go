@@ -491,7 +491,6 @@ func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 	// once per pass: what this pass allocates is above it.
 	lows := map[dest]uint64{}
 	visits := o.cfg.ClaimMax*8 + len(o.claims)
-	at := map[uint64]uint64{}
 	o.st.dueInOrder(l.Topic, func(e *Entry) bool {
 		if e.DeliverAtMs > now || len(intents) >= o.cfg.ClaimMax || visits == 0 {
 			return false
@@ -515,7 +514,6 @@ func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 			return true // this partition's window is full; another's may not be
 		}
 		intents = append(intents, Intent{ID: e.ID, Partition: p, FireSeq: seq})
-		at[e.ID] = e.At
 		return true
 	})
 	if len(intents) == 0 {
@@ -526,7 +524,8 @@ func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 	for _, in := range intents {
 		o.claims[in.ID] = ref
 		if o.cfg.Mutations.PublishBeforeIntent {
-			o.publish(Publish{ID: in.ID, Topic: l.Topic, Partition: in.Partition, FireSeq: in.FireSeq, Epoch: o.epoch, Incarnation: rt.cert.Incarnation, At: at[in.ID]})
+			e, _ := o.st.Entry(in.ID)
+			o.publish(Publish{ID: in.ID, Topic: l.Topic, Partition: in.Partition, FireSeq: in.FireSeq, Epoch: o.epoch, Incarnation: rt.cert.Incarnation, At: e.At})
 		}
 	}
 }
