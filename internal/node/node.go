@@ -46,9 +46,10 @@ type Config struct {
 	// SchedCompactObserver, when set, is told what a schedule shard's
 	// runner saw of its compaction: "checkpoint" (it applied a complete
 	// checkpoint), "truncated" (its log's start moved up), "restored"
-	// (a new state loaded a checkpoint: at a start from the checkpoint
-	// hint, or because its log now starts after what it applied). Never
-	// set outside tests; it must not block.
+	// (a new state loaded a checkpoint at a start from the checkpoint
+	// hint), "rebuilt" (a state loaded one because its log now starts
+	// after what it applied: a follower rebuilt from its leader's
+	// snapshot point). Never set outside tests; it must not block.
 	SchedCompactObserver func(shard uint32, event string)
 	// ClientAddr is the address clients reach this node at; METADATA
 	// names it as the leader of what this node leads.

@@ -304,10 +304,12 @@ type schedRunner struct {
 	// readBytes counts the bytes of shard entries the runner read to
 	// apply them (restart measurements; read by tests).
 	readBytes atomic.Int64
-	// start is the log's start as last seen, restoring whether the state
-	// is being restored from a checkpoint (SchedCompactObserver).
+	// start is the log's start as last seen; restoring, while the state
+	// waits for a checkpoint, why: "restored" (a start from the hint or
+	// a compacted log) or "rebuilt" (the log's start passed the state)
+	// (SchedCompactObserver).
 	start     uint64
-	restoring bool
+	restoring string
 	// recent keeps the results of applied records that refused something,
 	// for a reply whose append completes after its record was applied.
 	recent map[uint64]sched.Result
@@ -365,7 +367,10 @@ func (r *schedRunner) restart() error {
 		CheckpointEvery: uint64(max(0, n.cfg.SchedCheckpointEvery)), CheckpointChunkEntries: schedCheckpointChunk, CarryMax: schedCarryMax,
 		Mutations: n.cfg.Mutations.Sched}
 	r.st, r.spill, r.o, r.recent = st, sp, sched.NewOwner(cfg, st), map[uint64]sched.Result{}
-	r.restoring = st.Restoring()
+	r.restoring = ""
+	if st.Restoring() {
+		r.restoring = "restored"
+	}
 	r.gen++
 	// The earlier owner's proposals may still commit; its admin
 	// commands' outcomes are not known here any more.
@@ -621,6 +626,7 @@ func (r *schedRunner) apply(now int64) {
 				r.node.logRepeatedError(r.p.subject(), "scheduler shard cannot restart; will retry", "err", err)
 				return
 			}
+			r.restoring = "rebuilt"
 			continue
 		}
 		entries, err := r.p.read(from, 1024, 4<<20)
@@ -697,15 +703,15 @@ func (r *schedRunner) restoreFrom() uint64 {
 // noteCheckpoint writes the hint once the state applied a newer
 // complete checkpoint.
 func (r *schedRunner) noteCheckpoint() {
+	if r.restoring != "" && !r.st.Restoring() {
+		r.observe(r.restoring)
+		r.restoring = ""
+	}
 	base := r.st.LastCheckpoint()
 	if base == 0 || base == r.hint {
 		return
 	}
 	r.observe("checkpoint")
-	if r.restoring {
-		r.restoring = false
-		r.observe("restored")
-	}
 	fs := r.node.cfg.Env.FS
 	err := fs.MkdirAll(path.Join(r.node.cfg.DataDir, schedHintDir))
 	if err == nil {

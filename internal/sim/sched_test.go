@@ -73,7 +73,8 @@ func TestClusterSchedDestinationOutagesAlone(t *testing.T) {
 // segments and compact, and leaders keep a silent follower's log for
 // only 200 ms: followers left behind are rebuilt from the leader's
 // snapshot point and their runners restore the shard from its
-// checkpoint (so do restarted nodes, from their checkpoint hint). Every
+// checkpoint ("rebuilt"; restarted nodes restore from their checkpoint
+// hint: "restored"). Every
 // invariant holds, and the campaign saw checkpoints, truncations,
 // restores and due messages published by restored states (checked like
 // every publish: the right message, once, not early).
@@ -88,13 +89,13 @@ func TestClusterSchedShardsCompactUnderFaults(t *testing.T) {
 		if r.SchedPublished < r.Scheduled {
 			t.Fatalf("seed %d: %d schedules acknowledged, %d published", seed, r.Scheduled, r.SchedPublished)
 		}
-		for _, ev := range []string{"checkpoint", "truncated", "restored"} {
+		for _, ev := range []string{"checkpoint", "truncated", "restored", "rebuilt"} {
 			seen[ev] += r.SchedStats["shard "+ev]
 		}
 		seen["publishes after a restore"] += r.SchedStats["publishes from a state restored from a checkpoint"]
 	}
 	t.Logf("shard compaction seen: %v", seen)
-	if seen["checkpoint"] == 0 || seen["truncated"] == 0 || seen["restored"] == 0 || seen["publishes after a restore"] == 0 {
+	if seen["checkpoint"] == 0 || seen["truncated"] == 0 || seen["rebuilt"] == 0 || seen["publishes after a restore"] == 0 {
 		t.Fatalf("the campaign must checkpoint, truncate and restore shards: %v", seen)
 	}
 }

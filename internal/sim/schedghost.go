@@ -168,7 +168,7 @@ type schedRestored struct {
 // was restored from a checkpoint: their publishes are counted apart.
 func (g *schedGhost) compacted(b *broker, shard uint32, ev string) {
 	g.stats["shard "+ev]++
-	if ev == "restored" {
+	if ev == "restored" || ev == "rebuilt" {
 		g.restored[schedRestored{b, shard, b.started}] = true
 	}
 }
