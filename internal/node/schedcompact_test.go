@@ -1,12 +1,14 @@
 package node
 
 import (
+	"encoding/binary"
 	"fmt"
 	"path"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -272,4 +274,28 @@ func BenchmarkSchedRestartPending(b *testing.B) {
 			b.ReportMetric(float64(n+small), "pending")
 		})
 	}
+}
+
+// The checkpoint hint is only a place to look: one that names no
+// checkpoint (here: the seq before the shard's last record, a schedule
+// after every checkpoint) makes the restart read the shard's log from
+// its start, and every schedule is pending again.
+func TestSchedBadHintFallsBackToTheLogStart(t *testing.T) {
+	h, small := pendingNode(t, 200, 16, 50, 0)
+	h.scheduleMany("t", 8, 16, h.nowMs.Load()+1_000_000)
+	top, err := h.node.topic(wire.SchedTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for shard, p := range top.partitions {
+		name := path.Join("/data", schedHintDir, fmt.Sprint(shard))
+		if _, err := h.fs.Stat(name); err != nil {
+			t.Fatalf("shard %d has no checkpoint hint: %v", shard, err)
+		}
+		if err := storage.WriteFileAtomic(h.fs, name, binary.BigEndian.AppendUint64(nil, p.commitSeq.Load()-1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.restart()
+	h.waitPending(uint32(200 + small + 8))
 }
