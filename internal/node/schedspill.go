@@ -150,12 +150,15 @@ func (s *schedSpill) merge(l *spillLane, i int) error {
 func (s *schedSpill) writeRun(n int, next func() (sched.Key, bool, error)) (*spillRun, error) {
 	s.files++
 	name := path.Join(s.dir, strconv.FormatUint(s.files, 10)+".run")
-	f, err := s.fs.Create(name)
+	// Read-write with positional writes: a carry rewrites one entry's At
+	// in place (Move).
+	f, err := s.fs.OpenRW(name)
 	if err != nil {
 		return nil, err
 	}
 	r := &spillRun{name: name, f: f, dead: map[uint64]bool{}}
 	buf := make([]byte, 0, spillReadAhead*spillEntryBytes)
+	var off int64
 	for i := 0; i < n; i++ {
 		k, ok, err := next()
 		if err == nil && !ok {
@@ -167,10 +170,11 @@ func (s *schedSpill) writeRun(n int, next func() (sched.Key, bool, error)) (*spi
 		}
 		buf = appendSpillEntry(buf, k)
 		if len(buf) == cap(buf) || i == n-1 {
-			if _, err := f.Write(buf); err != nil {
+			if _, err := f.WriteAt(buf, off); err != nil {
 				f.Close()
 				return nil, err
 			}
+			off += int64(len(buf))
 			buf = buf[:0]
 		}
 	}
@@ -332,11 +336,35 @@ func (s *schedSpill) lookup(id uint64) (string, sched.Key, bool, error) {
 	return "", sched.Key{}, false, nil
 }
 
+// Move rewrites the schedule's entry with its new At where it lies: in
+// the table, or in place in its run (its order does not change).
 func (s *schedSpill) Move(lane string, k sched.Key) (bool, error) {
-	if _, ok, err := s.remove(lane, k); !ok || err != nil {
-		return false, err
+	l := s.lanes[lane]
+	if l == nil {
+		return false, nil
 	}
-	return true, s.Put(lane, k)
+	if i, found := slices.BinarySearchFunc(l.table, k, sched.CompareKeys); found {
+		l.table[i].At = k.At
+		return true, nil
+	}
+	for _, r := range l.runs {
+		got, at, found, err := r.search(k)
+		if err != nil {
+			return false, err
+		}
+		if !found || r.dead[k.ID] {
+			continue
+		}
+		got.At = k.At
+		if _, err := r.f.WriteAt(appendSpillEntry(nil, got), at*spillEntryBytes); err != nil {
+			return false, fmt.Errorf("spill run %s: %w", r.name, err)
+		}
+		if i := at - r.pos; i >= 0 && i < int64(len(r.head)) {
+			r.head[i] = got // read ahead before the move
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 // remove deletes lane's schedule k (by deliver_at and id) and returns it
@@ -356,7 +384,7 @@ func (s *schedSpill) remove(lane string, k sched.Key) (sched.Key, bool, error) {
 		return k, true, nil
 	}
 	for _, r := range l.runs {
-		got, found, err := r.search(k)
+		got, _, found, err := r.search(k)
 		if err != nil {
 			return sched.Key{}, false, err
 		}
@@ -442,24 +470,24 @@ func (s *schedSpill) Scan(lane string, f func(sched.Key) bool) error {
 
 // search looks for k among a run's entries not yet popped (binary search
 // on the file: the entries are sorted and of one size).
-func (r *spillRun) search(k sched.Key) (sched.Key, bool, error) {
+func (r *spillRun) search(k sched.Key) (sched.Key, int64, bool, error) {
 	lo, hi := r.pos, r.n
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		ks, err := r.read(mid, 1)
 		if err != nil {
-			return sched.Key{}, false, err
+			return sched.Key{}, 0, false, err
 		}
 		switch c := sched.CompareKeys(ks[0], k); {
 		case c == 0:
-			return ks[0], true, nil
+			return ks[0], mid, true, nil
 		case c < 0:
 			lo = mid + 1
 		default:
 			hi = mid
 		}
 	}
-	return sched.Key{}, false, nil
+	return sched.Key{}, 0, false, nil
 }
 
 func (s *schedSpill) Drop(lane string) error {
