@@ -356,6 +356,9 @@ type GroupOptions struct {
 	// ReleaseBeforeTransfer: a rebalancing hand-off waits for the
 	// caller's Log.TransferTo (replog.Config.ReleaseBeforeTransfer).
 	ReleaseBeforeTransfer bool
+	// SegmentBytesMax, when set, replaces the node's segment size for
+	// this group's log (scheduler shards compact in small steps).
+	SegmentBytesMax int64
 }
 
 // OpenGroup starts this node's member of a replica group and registers it
@@ -373,7 +376,7 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.opts.Env.FS, Manual: c.opts.Manual,
 		Mutations: c.opts.Replica, SendBeforePersist: c.opts.SendBeforePersist,
 		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred, ReleaseBeforeTransfer: gs.ReleaseBeforeTransfer,
-		Storage: storage.Options{SegmentBytesMax: c.opts.SegmentBytesMax, RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
+		Storage: storage.Options{SegmentBytesMax: cmp.Or(gs.SegmentBytesMax, c.opts.SegmentBytesMax), RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes},
 		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit,
 		Clock: c.opts.Env.Clock, Reservation: c.cfg.Reservation,

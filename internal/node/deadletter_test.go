@@ -21,7 +21,7 @@ import (
 
 // eventually waits until cond holds, failing the test with what after
 // waitMax.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitMax)
 	for !cond() {

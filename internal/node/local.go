@@ -138,9 +138,10 @@ func (p *localStore) recover() error {
 		p.log.Close()
 		p.log = nil
 	}
+	segmentBytes, retentionBytes, _ := p.compaction()
 	lg, err := storage.Open(cfg.Env.FS, p.dir, storage.Options{
-		SegmentBytesMax: cfg.SegmentBytesMax,
-		RetentionBytes:  p.topic.cfg.RetentionBytes,
+		SegmentBytesMax: segmentBytes,
+		RetentionBytes:  retentionBytes,
 		RetentionAgeMs:  p.topic.cfg.RetentionMs,
 		RecordBytesMax:  cfg.RecordBytesMax + 64<<10,
 	})
@@ -343,14 +344,8 @@ func (p *localStore) applyRetention() {
 	if p.failure != nil {
 		return
 	}
-	deleted, err := p.log.ApplyRetention(p.node.nowMs())
-	if limit := p.kvCompactLimit.Load(); err == nil && limit > 0 {
-		// A bucket's log: every whole segment its latest checkpoint
-		// carries goes (kv.go).
-		var more int
-		more, err = p.log.DeleteThrough(limit)
-		deleted += more
-	}
+	_, _, limit := p.compaction()
+	deleted, err := p.log.DeleteThrough(p.log.RetentionPoint(p.node.nowMs(), limit()))
 	if err != nil {
 		p.node.log.Error("retention failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
 		return

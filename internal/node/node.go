@@ -44,6 +44,14 @@ type Config struct {
 	// ghost of the owner's gates checks it at that instant). Never set
 	// outside tests; it must not block.
 	SchedPublishObserver func(shard uint32, p sched.Publish)
+	// SchedCompactObserver, when set, is told what a schedule shard's
+	// runner saw of its compaction: "checkpoint" (it applied a complete
+	// checkpoint), "truncated" (its log's start moved up), "restored"
+	// (a new state loaded a checkpoint at a start from the checkpoint
+	// hint), "rebuilt" (a state loaded one because its log now starts
+	// after what it applied: a follower rebuilt from its leader's
+	// snapshot point). Never set outside tests; it must not block.
+	SchedCompactObserver func(shard uint32, event string)
 	// ClientAddr is the address clients reach this node at; METADATA
 	// names it as the leader of what this node leads.
 	ClientAddr string
@@ -78,11 +86,26 @@ type Config struct {
 	// checkpoint is then truncated by whole segments. 0 =
 	// KVCheckpointMinBytesDefault, < 0 = never (the log grows forever).
 	KVCheckpointMinBytes int64
+	// SchedCheckpointEvery: a scheduler shard's owner checkpoints its
+	// state once at least this many records (and half as many as it has
+	// live schedules) were applied since the last checkpoint, carrying forward
+	// the messages of schedules older than it, so the shard's log is
+	// compacted; 0 = SchedCheckpointEveryDefault, < 0 = never (the shard
+	// keeps its whole log).
+	SchedCheckpointEvery int
+	// SchedSegmentBytesMax is the segment size of the scheduler shards'
+	// logs: their compaction deletes whole segments, so it is the step
+	// by which a shard's log shrinks; 0 = 4 MiB (or SegmentBytesMax if
+	// smaller).
+	SchedSegmentBytesMax int64
 	Dedup                partition.Config
 }
 
 // KVCheckpointMinBytesDefault is Config.KVCheckpointMinBytes's default.
 const KVCheckpointMinBytesDefault = 4 << 20
+
+// SchedCheckpointEveryDefault is Config.SchedCheckpointEvery's default.
+const SchedCheckpointEveryDefault = 10_000
 
 // SchedWindowDefault is Config.SchedWindow's default: a lane keeps at most
 // 100,000 pending schedules in RAM (about 16 MB) per shard.
@@ -137,6 +160,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.KVCheckpointMinBytes == 0 {
 		c.KVCheckpointMinBytes = KVCheckpointMinBytesDefault
+	}
+	if c.SchedSegmentBytesMax == 0 {
+		c.SchedSegmentBytesMax = min(4<<20, c.SegmentBytesMax)
+	}
+	if c.SchedCheckpointEvery == 0 {
+		c.SchedCheckpointEvery = SchedCheckpointEveryDefault
 	}
 }
 

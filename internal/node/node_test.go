@@ -20,7 +20,7 @@ import (
 // harness runs a node on an in-memory, crashable file system with a clock
 // the test advances.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	fs    *vfs.MemFS
 	nowMs atomic.Int64
 	node  *Node
@@ -169,7 +169,7 @@ func (s *sink) count() int {
 	return len(s.msgs)
 }
 
-func (s *sink) waitFor(t *testing.T, n int) []*wire.Msg {
+func (s *sink) waitFor(t testing.TB, n int) []*wire.Msg {
 	t.Helper()
 	deadline := time.After(waitMax)
 	for {

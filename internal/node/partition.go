@@ -4,6 +4,7 @@ package node
 
 import (
 	"errors"
+	"math"
 	"path"
 	"strconv"
 	"sync"
@@ -65,6 +66,27 @@ type partitionRunner struct {
 	// complete checkpoint its runner applied (kv.go): the log may be
 	// compacted through it and no further (0: not at all).
 	kvCompactLimit atomic.Uint64
+	// schedLimit is a scheduler shard's compaction limit, published by
+	// its runner (sched.State.CompactLimit; 0 until it has one).
+	schedLimit atomic.Uint64
+}
+
+// compaction is how a partition's log is kept: a scheduler shard in
+// segments of Config.SchedSegmentBytesMax, compacted as far as its
+// runner's limit allows, and a KV bucket through its latest checkpoint
+// (the limits are the rule, so any sealed segment below them goes); any
+// other in the node's segments, by its topic's retention.
+func (p *partitionRunner) compaction() (segmentBytes, retentionBytes int64, limit func() uint64) {
+	switch {
+	case p.topic.cfg.Name == wire.SchedTopic:
+		return p.node.cfg.SchedSegmentBytesMax, 1, p.schedLimit.Load
+	case wire.IsKVTopic(p.topic.cfg.Name):
+		// A bucket's log keeps only what its latest checkpoint does not
+		// carry: a retention of one byte compacts every whole segment the
+		// limit lets go — through that checkpoint's base, no further.
+		return p.node.cfg.SegmentBytesMax, 1, p.kvCompactLimit.Load
+	}
+	return p.node.cfg.SegmentBytesMax, p.topic.cfg.RetentionBytes, func() uint64 { return math.MaxUint64 }
 }
 
 // partitionStore is what differs between the kinds of partition: a single

@@ -85,19 +85,14 @@ func (p *partitionRunner) openReplica() error {
 		policy = replica.SyncAll
 	}
 	s := &replicaStore{partitionRunner: p, wake: make(chan struct{}, 1)}
-	opts := cluster.GroupOptions{RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: p.topic.cfg.RetentionBytes, Limit: s.compactLimit.Load,
-		PreferredLeader: members[0],
+	segmentBytes, retentionBytes, limit := p.compaction()
+	l, err := c.OpenGroup(p.topic.key(), p.id, members, policy, s.poke, cluster.GroupOptions{
+		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: retentionBytes,
+		Limit:           func() uint64 { return min(s.compactLimit.Load(), limit()) },
+		PreferredLeader: members[0], SegmentBytesMax: segmentBytes,
 		// A scheduler shard's owner drains its publishes in flight before
 		// a rebalancing hand-off fences it (schedRunner.release).
-		ReleaseBeforeTransfer: p.topic.cfg.Name == wire.SchedTopic}
-	if wire.IsKVTopic(p.topic.cfg.Name) {
-		// A bucket's log keeps only what its latest checkpoint does not
-		// carry: a retention of one byte compacts every whole segment the
-		// limit lets go — through that checkpoint's base, no further.
-		opts.RetentionBytes = 1
-		opts.Limit = func() uint64 { return min(s.compactLimit.Load(), p.kvCompactLimit.Load()) }
-	}
-	l, err := c.OpenGroup(p.topic.key(), p.id, members, policy, s.poke, opts)
+		ReleaseBeforeTransfer: p.topic.cfg.Name == wire.SchedTopic})
 	if err != nil {
 		return err
 	}

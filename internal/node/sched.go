@@ -25,6 +25,7 @@ import (
 	"path"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
@@ -59,6 +60,11 @@ const (
 	// schedRecentResults bounds the applied results kept for replies that
 	// arrive after their record was applied.
 	schedRecentResults = 4096
+	// schedCheckpointChunk bounds the schedules of one checkpoint chunk
+	// (at most 55 bytes each: a chunk stays far below a record's limit).
+	schedCheckpointChunk = 4096
+	// schedCarryMax bounds the carries an owner proposes at once.
+	schedCarryMax = 1024
 )
 
 // ScheduleReply receives a SCHEDULE's outcome exactly once.
@@ -349,6 +355,24 @@ type schedRunner struct {
 	metrics  schedMetrics // for scrapes (schedmetrics.go)
 	reads    schedReads   // the last read of the log, for publishes (schedread.go)
 	started  bool
+	// appending counts the runner's appends to the shard not completed
+	// yet: the owner maintains the shard (carries, checkpoints) only when
+	// none is on its way, so a checkpoint lands right after what it lists.
+	appending int
+	// hint is the base of the latest complete checkpoint this runner
+	// wrote to its hint file (a restart starts there); noHint: the
+	// hint did not lead to a checkpoint, the log's start is used.
+	hint   uint64
+	noHint bool
+	// readBytes counts the bytes of shard entries the runner read to
+	// apply them (restart measurements; read by tests).
+	readBytes atomic.Int64
+	// start is the log's start as last seen; restoring, while the state
+	// waits for a checkpoint, why: "restored" (a start from the hint or
+	// a compacted log) or "rebuilt" (the log's start passed the state)
+	// (SchedCompactObserver).
+	start     uint64
+	restoring string
 	// recent keeps the results of applied records that refused something,
 	// for a reply whose append completes after its record was applied.
 	recent map[uint64]sched.Result
@@ -402,9 +426,15 @@ func (r *schedRunner) restart() error {
 	st := sched.NewState()
 	st.Mutations = n.cfg.Mutations.SchedState
 	st.SetSpill(sp, n.cfg.SchedWindow)
+	st.Restore(r.restoreFrom())
 	cfg := sched.Config{ClaimMax: schedClaimMax, FireWindow: min(schedFireWindow, uint64(max(1, n.cfg.Dedup.DedupWindowMax))), ProbeEveryMs: schedProbeMs,
+		CheckpointEvery: uint64(max(0, n.cfg.SchedCheckpointEvery)), CheckpointChunkEntries: schedCheckpointChunk, CarryMax: schedCarryMax,
 		Mutations: n.cfg.Mutations.Sched}
 	r.st, r.spill, r.o, r.recent = st, sp, sched.NewOwner(cfg, st), map[uint64]sched.Result{}
+	r.restoring = ""
+	if st.Restoring() {
+		r.restoring = "restored"
+	}
 	r.gen++
 	// The earlier owner's proposals may still commit; its admin
 	// commands' outcomes are not known here any more.
@@ -438,8 +468,12 @@ func (r *schedRunner) recoverSpill(now int64) {
 const schedSpillTable = 4096
 
 // findSchedule reads schedule id's lane and key from the shard's log,
-// for the spill (a cancel or a claim of a spilled schedule).
+// for the spill (a cancel or a claim of a spilled schedule): its
+// SCHEDULE record, or errScheduleCompacted once compaction took it.
 func (r *schedRunner) findSchedule(id uint64) (string, sched.Key, bool, error) {
+	if id < r.p.startSeq.Load() {
+		return "", sched.Key{}, false, errScheduleCompacted
+	}
 	entries, err := r.p.read(id, 1, r.node.cfg.RecordBytesMax+(64<<10))
 	if err != nil {
 		return "", sched.Key{}, false, err
@@ -455,7 +489,32 @@ func (r *schedRunner) findSchedule(id uint64) (string, sched.Key, bool, error) {
 	if err != nil || d.Kind != sched.KindSchedule {
 		return "", sched.Key{}, false, err
 	}
-	return d.Schedule.Topic, sched.Key{DeliverAtMs: d.Schedule.DeliverAtMs, ID: id, Partition: d.Schedule.Partition}, true, nil
+	return d.Schedule.Topic, sched.Key{DeliverAtMs: d.Schedule.DeliverAtMs, ID: id, Partition: d.Schedule.Partition, At: id}, true, nil
+}
+
+// message reads the message held by the shard record at seq (a SCHEDULE
+// or a CARRY): the record without its scheduler header.
+func (r *schedRunner) message(seq uint64) (*storage.Record, error) {
+	cached, err := r.record(seq)
+	if err != nil {
+		return nil, err
+	}
+	rec := *cached // the read-ahead's own stays whole
+	hs := rec.Headers
+	if len(hs) == 0 || hs[0].Key != schedHeader {
+		return nil, fmt.Errorf("shard entry %d holds no scheduler record", seq)
+	}
+	if v := hs[0].Value; len(v) == 0 || (sched.Kind(v[0]) != sched.KindSchedule && sched.Kind(v[0]) != sched.KindCarry) {
+		return nil, fmt.Errorf("shard entry %d holds no message", seq)
+	}
+	rec.Headers = hs[1:]
+	return &rec, nil
+}
+
+func (r *schedRunner) observe(event string) {
+	if f := r.node.cfg.SchedCompactObserver; f != nil {
+		f(r.shard, event)
+	}
 }
 
 // deliver queues a completion for the runner without blocking.
@@ -527,6 +586,10 @@ func (r *schedRunner) pass() (waitMs int64) {
 	r.release(now)
 	r.carryOut(now)
 	r.publishMetrics(now)
+	if r.appending == 0 && len(r.waiting) == 0 && r.st.Applied() >= r.p.commitSeq.Load() {
+		r.o.Maintain(now)
+		r.carryOut(now)
+	}
 	wait := int64(1000)
 	if r.st.Failed() != nil && r.restartAt > now {
 		wait = r.restartAt - now
@@ -667,12 +730,19 @@ func (r *schedRunner) handOver() {
 func (r *schedRunner) apply(now int64) {
 	for {
 		from := r.st.Applied() + 1
-		if from < r.p.startSeq.Load() {
-			// Nothing below the log's start is kept: a shard's log is
-			// compacted no further than its state needs (not yet: the
-			// shard topic keeps everything).
-			r.fail(fmt.Errorf("shard log starts at %d, above the applied %d", r.p.startSeq.Load(), from-1))
-			return
+		if start := r.p.startSeq.Load(); from < start {
+			// The log lost what the state had not applied: this replica
+			// was rebuilt from its leader's snapshot point. It restores
+			// from the first checkpoint of what is left (the shard is
+			// compacted no further than its latest one).
+			r.node.log.Info("scheduler shard's log starts after its state; restoring from its checkpoint", "shard", r.shard, "start", start, "applied", from-1)
+			r.noHint = true
+			if err := r.restart(); err != nil {
+				r.node.logRepeatedError(r.p.subject(), "scheduler shard cannot restart; will retry", "err", err)
+				return
+			}
+			r.restoring = "rebuilt"
+			continue
 		}
 		entries, err := r.p.read(from, 1024, 4<<20)
 		if err != nil {
@@ -683,15 +753,90 @@ func (r *schedRunner) apply(now int64) {
 			break
 		}
 		for i := range entries {
+			n := len(entries[i].Record.Key) + len(entries[i].Record.Value)
+			for _, h := range entries[i].Record.Headers {
+				n += len(h.Key) + len(h.Value)
+			}
+			r.readBytes.Add(int64(n))
 			r.applyEntry(now, &entries[i])
 			if r.st.Failed() != nil {
 				return
 			}
 		}
+		r.noteCheckpoint()
 	}
-	if !r.st.Loaded() && r.st.Applied() >= r.barrier {
+	if start := r.p.startSeq.Load(); start > r.start {
+		if r.start != 0 {
+			r.observe("truncated")
+		}
+		r.start = start
+	}
+	if r.st.Restoring() && r.st.Applied() >= r.p.commitSeq.Load() && !r.noHint {
+		// The hint led to no checkpoint: from the log's start.
+		r.node.log.Warn("scheduler shard found no checkpoint at its hint; restoring from the log's start", "shard", r.shard, "hint", r.hint)
+		r.noHint = true
+		if err := r.restart(); err == nil {
+			r.apply(now)
+		}
+		return
+	}
+	if !r.st.Loaded() && !r.st.Restoring() && r.st.Applied() >= r.barrier {
 		r.st.MarkLoaded()
 	}
+	r.p.schedLimit.Store(r.st.CompactLimit())
+}
+
+// schedHintDir holds each shard's checkpoint hint: the base of the latest
+// complete checkpoint its runner applied, so a restart reads the shard's
+// log from there instead of from its start. A hint is only a place to
+// look: the checkpoint found there must be complete and valid, or the
+// restart reads from the log's start.
+const schedHintDir = "sched-checkpoint"
+
+func (r *schedRunner) hintPath() string {
+	return path.Join(r.node.cfg.DataDir, schedHintDir, strconv.Itoa(int(r.shard)))
+}
+
+// restoreFrom is where a new state starts reading the shard's log: its
+// start, or the hint's checkpoint if that lies after it.
+func (r *schedRunner) restoreFrom() uint64 {
+	from := max(1, r.p.startSeq.Load())
+	if r.noHint {
+		return from
+	}
+	b, err := storage.ReadFileAtomic(r.node.cfg.Env.FS, r.hintPath())
+	if err != nil || len(b) != 8 {
+		return from
+	}
+	r.hint = binary.BigEndian.Uint64(b)
+	if r.hint+1 > from && r.hint < r.p.commitSeq.Load() {
+		return r.hint + 1
+	}
+	return from
+}
+
+// noteCheckpoint writes the hint once the state applied a newer
+// complete checkpoint.
+func (r *schedRunner) noteCheckpoint() {
+	if r.restoring != "" && !r.st.Restoring() {
+		r.observe(r.restoring)
+		r.restoring = ""
+	}
+	base := r.st.LastCheckpoint()
+	if base == 0 || base == r.hint {
+		return
+	}
+	r.observe("checkpoint")
+	fs := r.node.cfg.Env.FS
+	err := fs.MkdirAll(path.Join(r.node.cfg.DataDir, schedHintDir))
+	if err == nil {
+		err = storage.WriteFileAtomic(fs, r.hintPath(), binary.BigEndian.AppendUint64(nil, base))
+	}
+	if err != nil {
+		r.node.logRepeatedError(r.p.subject(), "scheduler cannot write its checkpoint hint (a restart reads more of the log)", "err", err)
+		return
+	}
+	r.hint = base
 }
 
 func (r *schedRunner) applyEntry(now int64, e *storage.Entry) {
@@ -741,6 +886,7 @@ func (r *schedRunner) handle(c schedCmd) {
 		}
 	case c.appended != nil:
 		a := c.appended
+		r.appending--
 		if a.ref != 0 && a.gen != r.gen {
 			return // an earlier owner's proposal
 		}
@@ -824,6 +970,7 @@ func (r *schedRunner) intake(now int64, in *schedIntake) {
 		ts = now
 	}
 	a := &schedAppended{intake: in}
+	r.appending++
 	r.p.enqueue(&pubReq{
 		rec:        storage.Record{TimestampMs: ts, Key: pub.Key, Value: pub.Value, Headers: headers, ProducerID: pub.ProducerID, ProducerSeq: pub.ProducerSeq},
 		producerID: pub.ProducerID, producerSeq: pub.ProducerSeq,
@@ -854,17 +1001,30 @@ func (r *schedRunner) carryOut(now int64) {
 	}
 }
 
-// propose appends an owner's record to the shard.
+// propose appends an owner's record to the shard: a carry with the
+// message it carries.
 func (r *schedRunner) propose(ref uint64, rec sched.Record) {
 	a := &schedAppended{ref: ref, gen: r.gen}
+	r.appending++
 	v, err := rec.Encode()
 	if err != nil {
 		a.err = wire.Errorf(wire.CodeInvalidArgument, "%v", err)
 		r.deliver(schedCmd{appended: a})
 		return
 	}
+	out := storage.Record{TimestampMs: r.node.nowMs(), Headers: []storage.Header{{Key: schedHeader, Value: v}}}
+	if rec.Kind == sched.KindCarry {
+		msg, err := r.message(rec.Carry.From)
+		if err != nil {
+			a.err = wire.Errorf(wire.CodeStorage, "carry schedule %d of shard %d: %v", rec.Carry.ID, r.shard, err)
+			r.deliver(schedCmd{appended: a})
+			return
+		}
+		out.TimestampMs, out.Key, out.Value = msg.TimestampMs, msg.Key, msg.Value
+		out.Headers = append(out.Headers, msg.Headers...)
+	}
 	r.p.enqueue(&pubReq{
-		rec: storage.Record{TimestampMs: r.node.nowMs(), Headers: []storage.Header{{Key: schedHeader, Value: v}}},
+		rec: out,
 		reply: func(ok wire.PubOK, err *wire.Error) {
 			a.ok, a.err = ok, err
 			r.deliver(schedCmd{appended: a})
@@ -915,13 +1075,13 @@ func (r *schedRunner) publish(now int64, p sched.Publish) {
 	done := func(ok wire.PubOK, err *wire.Error) {
 		r.deliver(schedCmd{published: &schedPublished{pub: p, ok: ok, err: err}})
 	}
-	rec, err := r.record(p.ID)
+	rec, err := r.message(p.At)
 	if err != nil {
-		done(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "read schedule %d of shard %d: %v", p.ID, r.shard, err))
+		done(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "read schedule %d of shard %d at %d: %v", p.ID, r.shard, p.At, err))
 		return
 	}
 	var hs []wire.Header
-	for _, h := range rec.Headers[1:] {
+	for _, h := range rec.Headers {
 		hs = append(hs, wire.Header{Key: h.Key, Value: h.Value})
 	}
 	// To the destination partition's leader, wherever it is.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -37,7 +38,7 @@ type schedSpill struct {
 }
 
 const (
-	spillEntryBytes = 24 // deliver_at 8, id 8, partition 4, CRC32C 4
+	spillEntryBytes = 32 // deliver_at 8, id 8, partition 4, at 8, CRC32C 4
 	spillReadAhead  = 256
 )
 
@@ -136,7 +137,7 @@ func (s *schedSpill) merge(l *spillLane, i int) error {
 	}
 	for _, old := range runs {
 		l.dead -= len(old.dead)
-		if err := s.remove(old); err != nil {
+		if err := s.removeRun(old); err != nil {
 			return err
 		}
 	}
@@ -149,12 +150,15 @@ func (s *schedSpill) merge(l *spillLane, i int) error {
 func (s *schedSpill) writeRun(n int, next func() (sched.Key, bool, error)) (*spillRun, error) {
 	s.files++
 	name := path.Join(s.dir, strconv.FormatUint(s.files, 10)+".run")
-	f, err := s.fs.Create(name)
+	// Read-write with positional writes: a carry rewrites one entry's At
+	// in place (Move).
+	f, err := s.fs.OpenRW(name)
 	if err != nil {
 		return nil, err
 	}
 	r := &spillRun{name: name, f: f, dead: map[uint64]bool{}}
 	buf := make([]byte, 0, spillReadAhead*spillEntryBytes)
+	var off int64
 	for i := 0; i < n; i++ {
 		k, ok, err := next()
 		if err == nil && !ok {
@@ -166,10 +170,11 @@ func (s *schedSpill) writeRun(n int, next func() (sched.Key, bool, error)) (*spi
 		}
 		buf = appendSpillEntry(buf, k)
 		if len(buf) == cap(buf) || i == n-1 {
-			if _, err := f.Write(buf); err != nil {
+			if _, err := f.WriteAt(buf, off); err != nil {
 				f.Close()
 				return nil, err
 			}
+			off += int64(len(buf))
 			buf = buf[:0]
 		}
 	}
@@ -182,14 +187,16 @@ func appendSpillEntry(b []byte, k sched.Key) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(k.DeliverAtMs))
 	b = binary.BigEndian.AppendUint64(b, k.ID)
 	b = binary.BigEndian.AppendUint32(b, k.Partition)
+	b = binary.BigEndian.AppendUint64(b, k.At)
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], spillCRC))
 }
 
 func decodeSpillEntry(b []byte) (sched.Key, error) {
-	if crc32.Checksum(b[:20], spillCRC) != binary.BigEndian.Uint32(b[20:24]) {
+	if crc32.Checksum(b[:28], spillCRC) != binary.BigEndian.Uint32(b[28:32]) {
 		return sched.Key{}, errors.New("checksum mismatch")
 	}
-	return sched.Key{DeliverAtMs: int64(binary.BigEndian.Uint64(b)), ID: binary.BigEndian.Uint64(b[8:]), Partition: binary.BigEndian.Uint32(b[16:])}, nil
+	return sched.Key{DeliverAtMs: int64(binary.BigEndian.Uint64(b)), ID: binary.BigEndian.Uint64(b[8:]), Partition: binary.BigEndian.Uint32(b[16:]),
+		At: binary.BigEndian.Uint64(b[20:])}, nil
 }
 
 // read reads the entries [from, from+count) of a run.
@@ -279,7 +286,7 @@ func (s *schedSpill) Pop(lane string, n int) ([]sched.Key, error) {
 	kept := l.runs[:0]
 	for _, r := range l.runs {
 		if r.pos == r.n {
-			if err := s.remove(r); err != nil {
+			if err := s.removeRun(r); err != nil {
 				return nil, err
 			}
 			continue
@@ -294,28 +301,92 @@ func (s *schedSpill) Pop(lane string, n int) ([]sched.Key, error) {
 	return out, nil
 }
 
+// errScheduleCompacted is find's answer for a schedule whose first record
+// the shard's compaction took: the spill looks for it by id.
+var errScheduleCompacted = errors.New("schedule record compacted")
+
 func (s *schedSpill) Delete(id uint64) (string, sched.Key, bool, error) {
 	lane, k, ok, err := s.find(id)
+	if errors.Is(err, errScheduleCompacted) {
+		lane, k, ok, err = s.lookup(id)
+	}
 	if err != nil || !ok {
 		return "", sched.Key{}, false, err
 	}
+	got, ok, err := s.remove(lane, k)
+	return lane, got, ok, err
+}
+
+// lookup finds a schedule by id alone, reading every lane's table and
+// runs: for a cancel (or a claim, by a replica with another window) of a
+// schedule carried so long ago that its first record is gone.
+func (s *schedSpill) lookup(id uint64) (string, sched.Key, bool, error) {
+	for _, lane := range slices.Sorted(maps.Keys(s.lanes)) {
+		var found *sched.Key
+		err := s.Scan(lane, func(k sched.Key) bool {
+			if k.ID == id {
+				found = &k
+			}
+			return found == nil
+		})
+		if err != nil || found != nil {
+			return lane, *found, found != nil, err
+		}
+	}
+	return "", sched.Key{}, false, nil
+}
+
+// Move rewrites the schedule's entry with its new At where it lies: in
+// the table, or in place in its run (its order does not change).
+func (s *schedSpill) Move(lane string, k sched.Key) (bool, error) {
 	l := s.lanes[lane]
 	if l == nil {
-		return "", sched.Key{}, false, nil
+		return false, nil
+	}
+	if i, found := slices.BinarySearchFunc(l.table, k, sched.CompareKeys); found {
+		l.table[i].At = k.At
+		return true, nil
+	}
+	for _, r := range l.runs {
+		got, at, found, err := r.search(k)
+		if err != nil {
+			return false, err
+		}
+		if !found || r.dead[k.ID] {
+			continue
+		}
+		got.At = k.At
+		if _, err := r.f.WriteAt(appendSpillEntry(nil, got), at*spillEntryBytes); err != nil {
+			return false, fmt.Errorf("spill run %s: %w", r.name, err)
+		}
+		if i := at - r.pos; i >= 0 && i < int64(len(r.head)) {
+			r.head[i] = got // read ahead before the move
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// remove deletes lane's schedule k (by deliver_at and id) and returns it
+// as the spill held it.
+func (s *schedSpill) remove(lane string, k sched.Key) (sched.Key, bool, error) {
+	l := s.lanes[lane]
+	if l == nil {
+		return sched.Key{}, false, nil
 	}
 	if i, found := slices.BinarySearchFunc(l.table, k, sched.CompareKeys); found {
 		k = l.table[i]
 		l.table = slices.Delete(l.table, i, i+1)
 		l.n--
 		if l.n == 0 {
-			return lane, k, true, s.Drop(lane)
+			return k, true, s.Drop(lane)
 		}
-		return lane, k, true, nil
+		return k, true, nil
 	}
 	for _, r := range l.runs {
-		got, found, err := r.search(k)
+		got, _, found, err := r.search(k)
 		if err != nil {
-			return "", sched.Key{}, false, err
+			return sched.Key{}, false, err
 		}
 		if !found || r.dead[k.ID] {
 			continue
@@ -324,38 +395,99 @@ func (s *schedSpill) Delete(id uint64) (string, sched.Key, bool, error) {
 		l.dead++
 		l.n--
 		if l.n == 0 {
-			return lane, got, true, s.Drop(lane)
+			return got, true, s.Drop(lane)
 		}
 		if l.dead >= s.tableMax {
 			if err := s.merge(l, 0); err != nil {
-				return "", sched.Key{}, false, err
+				return sched.Key{}, false, err
 			}
 		}
-		return lane, got, true, nil
+		return got, true, nil
 	}
-	return "", sched.Key{}, false, nil
+	return sched.Key{}, false, nil
+}
+
+// Scan reads a lane's schedules in order without moving its runs'
+// positions: a cursor of its own per run, the deleted ones skipped.
+func (s *schedSpill) Scan(lane string, f func(sched.Key) bool) error {
+	l := s.lanes[lane]
+	if l == nil {
+		return nil
+	}
+	type cursor struct {
+		r    *spillRun
+		pos  int64
+		head []sched.Key
+	}
+	cs := make([]*cursor, len(l.runs))
+	for i, r := range l.runs {
+		cs[i] = &cursor{r: r, pos: r.pos}
+	}
+	peek := func(c *cursor) (sched.Key, bool, error) {
+		for {
+			if len(c.head) == 0 {
+				if c.pos == c.r.n {
+					return sched.Key{}, false, nil
+				}
+				ks, err := c.r.read(c.pos, min(spillReadAhead, c.r.n-c.pos))
+				if err != nil {
+					return sched.Key{}, false, err
+				}
+				c.head = ks
+			}
+			if k := c.head[0]; !c.r.dead[k.ID] {
+				return k, true, nil
+			}
+			c.head, c.pos = c.head[1:], c.pos+1
+		}
+	}
+	table := l.table
+	for {
+		var best *cursor
+		var bk sched.Key
+		for _, c := range cs {
+			k, ok, err := peek(c)
+			if err != nil {
+				return err
+			}
+			if ok && (best == nil || sched.CompareKeys(k, bk) < 0) {
+				best, bk = c, k
+			}
+		}
+		if len(table) > 0 && (best == nil || sched.CompareKeys(table[0], bk) < 0) {
+			best, bk = nil, table[0]
+			table = table[1:]
+		} else if best == nil {
+			return nil
+		} else {
+			best.head, best.pos = best.head[1:], best.pos+1
+		}
+		if !f(bk) {
+			return nil
+		}
+	}
 }
 
 // search looks for k among a run's entries not yet popped (binary search
 // on the file: the entries are sorted and of one size).
-func (r *spillRun) search(k sched.Key) (sched.Key, bool, error) {
+func (r *spillRun) search(k sched.Key) (sched.Key, int64, bool, error) {
 	lo, hi := r.pos, r.n
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		ks, err := r.read(mid, 1)
 		if err != nil {
-			return sched.Key{}, false, err
+			return sched.Key{}, 0, false, err
 		}
 		switch c := sched.CompareKeys(ks[0], k); {
 		case c == 0:
-			return ks[0], true, nil
+			return ks[0], mid, true, nil
 		case c < 0:
 			lo = mid + 1
 		default:
 			hi = mid
 		}
 	}
-	return sched.Key{}, false, nil
+	return sched.Key{}, 0, false, nil
 }
 
 func (s *schedSpill) Drop(lane string) error {
@@ -364,7 +496,7 @@ func (s *schedSpill) Drop(lane string) error {
 		return nil
 	}
 	for _, r := range l.runs {
-		if err := s.remove(r); err != nil {
+		if err := s.removeRun(r); err != nil {
 			return err
 		}
 	}
@@ -372,7 +504,7 @@ func (s *schedSpill) Drop(lane string) error {
 	return nil
 }
 
-func (s *schedSpill) remove(r *spillRun) error {
+func (s *schedSpill) removeRun(r *spillRun) error {
 	r.f.Close()
 	return s.fs.Remove(r.name)
 }

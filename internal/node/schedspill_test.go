@@ -15,10 +15,20 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
+// spillOnDisk makes spills on fs: the first in /spill, the next ones
+// (states restored from checkpoints) beside it.
 func spillOnDisk(t *testing.T, fs vfs.FS, tableMax int) func(schedtest.Find) sched.Spill {
+	made := 0
 	return func(find schedtest.Find) sched.Spill {
-		sp, err := newSchedSpill(fs, "/spill", tableMax, func(id uint64) (string, sched.Key, bool, error) {
-			lane, k, ok := find(id)
+		dir := "/spill"
+		if made++; made > 1 {
+			dir = fmt.Sprintf("/spill-restored-%d", made)
+		}
+		sp, err := newSchedSpill(fs, dir, tableMax, func(id uint64) (string, sched.Key, bool, error) {
+			lane, k, ok, compacted := find(id)
+			if compacted {
+				return "", sched.Key{}, false, errScheduleCompacted
+			}
 			return lane, k, ok, nil
 		})
 		if err != nil {

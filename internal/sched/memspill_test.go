@@ -62,3 +62,22 @@ func (m *MemSpill) Drop(lane string) error {
 
 // Len is the number of schedules m holds.
 func (m *MemSpill) Len() int { return len(m.lane) }
+
+func (m *MemSpill) Move(lane string, k Key) (bool, error) {
+	ks := m.lanes[lane]
+	i, found := slices.BinarySearchFunc(ks, k, CompareKeys)
+	if !found {
+		return false, nil
+	}
+	ks[i].At = k.At
+	return true, nil
+}
+
+func (m *MemSpill) Scan(lane string, f func(Key) bool) error {
+	for _, k := range m.lanes[lane] {
+		if !f(k) {
+			return nil
+		}
+	}
+	return nil
+}

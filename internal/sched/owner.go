@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 )
 
 // Lifecycle is a shard's lifecycle on this node: closed, each state
@@ -118,7 +117,7 @@ type Cert struct {
 }
 
 // Publish is a due message to publish: the shell reads schedule ID's
-// message from the shard log and publishes it to Topic's Partition with
+// message from the shard log (the record at At) and publishes it to Topic's Partition with
 // the producer identity of (shard, Topic, Partition) and producer_seq
 // FireSeq, then reports the outcome with Published.
 type Publish struct {
@@ -128,10 +127,15 @@ type Publish struct {
 	FireSeq     uint64
 	Epoch       uint64 // the owner epoch publishing it
 	Incarnation uint64 // the destination incarnation the certificate vouched for
+	At          uint64 // the seq of the record holding its message
 }
 
 // Proposal is a record the owner proposes to the shard's log. The shell
 // reports its end with Proposed(Ref), after applying it if it committed.
+// A KindCarry's message is the one the record at Carry.From holds: the
+// shell reads it from the log and appends it with the record. Proposals
+// are appended in the order they are emitted, none between them (a
+// checkpoint's chunks).
 type Proposal struct {
 	Ref    uint64
 	Record Record
@@ -171,7 +175,17 @@ type Config struct {
 	FireWindow uint64
 	// ProbeEveryMs is how often a lane that is not READY is probed again.
 	ProbeEveryMs int64
-	Mutations    Mutations
+	// CheckpointEvery: Maintain proposes a checkpoint once at least this
+	// many entries (and at least half as many as there are live
+	// schedules, so that its cost, which grows with them, is paid by the
+	// log it follows) were applied since the last one; 0 never does. A
+	// restart replays at most that many entries after the checkpoint.
+	CheckpointEvery uint64
+	// CheckpointChunkEntries bounds the schedules of one checkpoint chunk.
+	CheckpointChunkEntries int
+	// CarryMax bounds the carries Maintain proposes at once.
+	CarryMax  int
+	Mutations Mutations
 }
 
 // Mutations are deliberate bugs behind a test-only switch: each disables
@@ -257,8 +271,12 @@ type Owner struct {
 	// again, or a message published again (deduplicated) whose FIRED was
 	// refused, would loop at one instant.
 	retryAfter int64
-	drainUntil int64
-	effects    []Effect
+	// maintainAfter holds Maintain back after a checkpoint could not be
+	// made (a state too large for one, a failing spill): its scan of
+	// every live schedule is not repeated at once.
+	maintainAfter int64
+	drainUntil    int64
+	effects       []Effect
 }
 
 // NewOwner returns the owner side of a shard whose applied state is st.
@@ -452,7 +470,7 @@ func (o *Owner) publishFiring(l Lane, rt *laneRuntime) {
 			unknown = append(unknown, e.ID)
 			continue
 		}
-		o.publish(Publish{ID: e.ID, Topic: e.Topic, Partition: e.Partition, FireSeq: e.FireSeq, Epoch: o.epoch, Incarnation: rt.cert.Incarnation})
+		o.publish(Publish{ID: e.ID, Topic: e.Topic, Partition: e.Partition, FireSeq: e.FireSeq, Epoch: o.epoch, Incarnation: rt.cert.Incarnation, At: e.At})
 	}
 	if len(unknown) > 0 {
 		ref := o.propose(Record{Kind: KindUnknown, IDs: unknown})
@@ -518,7 +536,8 @@ func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 	for _, in := range intents {
 		o.claims[in.ID] = ref
 		if o.cfg.Mutations.PublishBeforeIntent {
-			o.publish(Publish{ID: in.ID, Topic: l.Topic, Partition: in.Partition, FireSeq: in.FireSeq, Epoch: o.epoch, Incarnation: rt.cert.Incarnation})
+			e, _ := o.st.Entry(in.ID)
+			o.publish(Publish{ID: in.ID, Topic: l.Topic, Partition: in.Partition, FireSeq: in.FireSeq, Epoch: o.epoch, Incarnation: rt.cert.Incarnation, At: e.At})
 		}
 	}
 }
@@ -719,6 +738,49 @@ func (o *Owner) Cancel(now int64, ids []uint64) (uint64, error) {
 	return o.propose(Record{Kind: KindCancel, IDs: slices.Clone(ids)}), nil
 }
 
+// maintainRetryMs is how long Maintain waits after a checkpoint could not
+// be made.
+const maintainRetryMs = 10_000
+
+// Maintain proposes the shard's upkeep, which lets its log be compacted:
+// the shell calls it when nothing of its own is on the way to the
+// shard's log and everything committed is applied. Once CheckpointEvery
+// entries (and half of Live) were applied since the last checkpoint, it
+// carries the live schedules whose message lies at or below that
+// checkpoint's base (lowest first, CarryMax at a time); when none is
+// left, it proposes a checkpoint of the state as of now — its chunks
+// land right after what the state applied unless something else got in
+// first, which voids it (CheckpointAtItsBase) and it is proposed again.
+// Only the active owner maintains, with no proposal in flight.
+func (o *Owner) Maintain(now int64) {
+	o.Step(now)
+	if o.life != Active || len(o.inflight) > 0 || now < o.retryAfter || now < o.maintainAfter || o.cfg.CheckpointEvery == 0 ||
+		o.st.SinceCheckpoint() < max(o.cfg.CheckpointEvery, uint64(o.st.Live())/2) {
+		return
+	}
+	carries, err := o.st.CarryCandidates(o.st.LastCheckpoint(), max(1, o.cfg.CarryMax))
+	if err != nil {
+		o.maintainAfter = now + maintainRetryMs
+		o.Step(now) // a spill failure failed the state: so does the office
+		return
+	}
+	for _, c := range carries {
+		o.propose(Record{Kind: KindCarry, Carry: c})
+	}
+	if len(carries) > 0 {
+		return
+	}
+	recs, err := o.st.Checkpoint(o.cfg.CheckpointChunkEntries)
+	if err != nil {
+		o.maintainAfter = now + maintainRetryMs
+		o.Step(now)
+		return
+	}
+	for _, r := range recs {
+		o.propose(r)
+	}
+}
+
 // Drain begins a planned release (leadership transfer, shutdown): no
 // claims, admissions or publishes from now on; the publishes and
 // proposals in flight are waited for until untilMs, the outcomes of those
@@ -805,6 +867,7 @@ func (o *Owner) AppendDigest(b []byte) []byte {
 	u(o.epoch)
 	u(uint64(o.drainUntil))
 	u(uint64(o.retryAfter))
+	u(uint64(o.maintainAfter))
 	u(o.nextRef)
 	for _, t := range slices.Sorted(maps.Keys(o.lanes)) {
 		rt := o.lanes[t]
@@ -833,12 +896,7 @@ func (o *Owner) AppendDigest(b []byte) []byte {
 			u(in.FireSeq)
 		}
 	}
-	for _, d := range slices.SortedFunc(maps.Keys(o.fire), func(a, b dest) int {
-		if a.topic != b.topic {
-			return strings.Compare(a.topic, b.topic)
-		}
-		return int(a.partition) - int(b.partition)
-	}) {
+	for _, d := range slices.SortedFunc(maps.Keys(o.fire), compareDest) {
 		f := o.fire[d]
 		b = append(b, d.topic...)
 		u(uint64(d.partition))

@@ -30,6 +30,16 @@ const (
 	// KindLane is a management command on a destination lane's admission
 	// gate (pause, resume, close, retire, or the owner's ordering break).
 	KindLane
+	// KindCarry re-writes a live schedule's message at the log's tail: the
+	// shard record's key, value and headers are the message again, and
+	// applying it moves the schedule's At (where its message lives) to
+	// the carry's seq, so the log's prefix that held it can go. Its id
+	// never changes (users cancel by id).
+	KindCarry
+	// KindCheckpoint is one chunk of the State as of its Base (every
+	// schedule's index, no payloads): a replica whose log starts after
+	// what it applied loads it instead of the records it lost.
+	KindCheckpoint
 )
 
 func (k Kind) String() string {
@@ -46,6 +56,10 @@ func (k Kind) String() string {
 		return "cancel"
 	case KindLane:
 		return "lane"
+	case KindCarry:
+		return "carry"
+	case KindCheckpoint:
+		return "checkpoint"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -115,6 +129,63 @@ type LaneCommand struct {
 	Incarnation uint64
 }
 
+// Carry is a KindCarry record: the live schedule it moves, named by its
+// id and its key (so a spilled one is found without its first record,
+// which compaction may have taken), and From, the seq of the record that
+// held its message when the carry was proposed.
+type Carry struct {
+	ID          uint64
+	Topic       string
+	DeliverAtMs int64
+	Partition   uint32
+	From        uint64
+}
+
+// Checkpoint is one chunk of a KindCheckpoint: the State as of Base, the
+// seq of the last entry it describes. Its chunks lie at Base+1 ..
+// Base+Chunks, in order, with nothing between them; a chunk anywhere else
+// voids the checkpoint (CheckpointAtItsBase). Chunk 0 holds the counts,
+// the lanes and the fire logs; every chunk holds live schedules. Entries,
+// lanes and fires name their topic by its index in the chunk's Topics.
+type Checkpoint struct {
+	Base          uint64
+	Chunk, Chunks uint32
+	Counts        Counts
+	Topics        []string
+	Lanes         []CheckpointLane
+	Fires         []CheckpointFire
+	Entries       []CheckpointEntry
+}
+
+// CheckpointLane is a lane's gate and pinned incarnation.
+type CheckpointLane struct {
+	Topic       uint16
+	Gate        Gate
+	Incarnation uint64
+}
+
+// CheckpointFire is a destination partition's highest fire sequence.
+type CheckpointFire struct {
+	Topic     uint16
+	Partition uint32
+	Last      uint64
+}
+
+// CheckpointEntry is a live schedule without its message: At is the seq
+// of the record that holds it. FireSeq, Epoch and Incarnation are a
+// firing schedule's (zero for a pending one).
+type CheckpointEntry struct {
+	Topic       uint16
+	Status      Status
+	ID          uint64
+	DeliverAtMs int64
+	Partition   uint32
+	At          uint64
+	FireSeq     uint64
+	Epoch       uint64
+	Incarnation uint64
+}
+
 // Record is a scheduler record of a shard's log. Exactly the fields of
 // its Kind are set.
 type Record struct {
@@ -131,6 +202,8 @@ type Record struct {
 	Fired       []Fired     // KindFired
 	IDs         []uint64    // KindUnknown, KindCancel
 	Lane        LaneCommand // KindLane
+	Carry       Carry       // KindCarry
+	Checkpoint  Checkpoint  // KindCheckpoint
 }
 
 // Size bounds: a record is refused (encoding) or rejected (decoding)
@@ -140,10 +213,22 @@ const (
 	RecordEntriesMax = 1 << 16
 )
 
+// CheckpointChunksMax bounds a checkpoint's chunks (a shard of
+// 2^16 * 2^12 live schedules is far beyond any window).
+const CheckpointChunksMax = 1 << 12
+
 const (
 	intentBytes = 8 + 4 + 8
 	firedBytes  = 8 + 8
 	idBytes     = 8
+	// checkpoint entries: topic, status, id, deliver_at, partition, at
+	// (a firing one adds fire seq, epoch, incarnation)
+	ckptLaneBytes        = 2 + 1 + 8
+	ckptFireBytes        = 2 + 4 + 8
+	ckptEntryBytes       = 2 + 1 + 8 + 8 + 4 + 8
+	ckptFiringExtraBytes = 8 + 8 + 8
+	ckptTopicBytesMin    = 2
+	ckptTopicsMax        = 1<<16 - 1
 )
 
 // Encode lays r out as a record value: the kind byte, then the kind's
@@ -202,6 +287,18 @@ func (r *Record) Encode() ([]byte, error) {
 		b = appendTopic(b, l.Topic)
 		b = append(b, byte(l.Op))
 		b = binary.BigEndian.AppendUint64(b, l.Incarnation)
+	case KindCarry:
+		c := r.Carry
+		if err := checkTopic(c.Topic); err != nil {
+			return nil, err
+		}
+		b = binary.BigEndian.AppendUint64(b, c.ID)
+		b = appendTopic(b, c.Topic)
+		b = binary.BigEndian.AppendUint64(b, uint64(c.DeliverAtMs))
+		b = binary.BigEndian.AppendUint32(b, c.Partition)
+		b = binary.BigEndian.AppendUint64(b, c.From)
+	case KindCheckpoint:
+		return r.Checkpoint.encode(b)
 	default:
 		return nil, fmt.Errorf("sched: encode %v", r.Kind)
 	}
@@ -265,6 +362,14 @@ func Decode(b []byte) (Record, error) {
 		if d.err == nil && (r.Lane.Op < LaneResume || r.Lane.Op > LaneBreak) {
 			d.err = fmt.Errorf("sched: lane command %v", r.Lane.Op)
 		}
+	case KindCarry:
+		r.Carry.ID = d.u64()
+		r.Carry.Topic = d.topic()
+		r.Carry.DeliverAtMs = int64(d.u64())
+		r.Carry.Partition = d.u32()
+		r.Carry.From = d.u64()
+	case KindCheckpoint:
+		r.Checkpoint = d.checkpoint()
 	default:
 		if d.err == nil {
 			d.err = fmt.Errorf("sched: record of kind %v", r.Kind)
@@ -329,15 +434,20 @@ func (d *decoder) topic() string {
 	return string(d.take(n))
 }
 
-// count reads a list length and checks the value holds that many
-// entries of size bytes before anything is allocated.
-func (d *decoder) count(size int) int {
+// list reads a list length that may be 0 and checks the value holds
+// that many entries of at least size bytes before anything is allocated.
+func (d *decoder) list(size int) int { return d.entries(size, 0) }
+
+// count reads a list length of at least one entry, checked as list's.
+func (d *decoder) count(size int) int { return d.entries(size, 1) }
+
+func (d *decoder) entries(size, least int) int {
 	n := int(d.u32())
 	if d.err != nil {
 		return 0
 	}
-	if n == 0 || n > RecordEntriesMax {
-		d.err = fmt.Errorf("sched: record with %d entries, want 1..%d", n, RecordEntriesMax)
+	if n < least || n > RecordEntriesMax {
+		d.err = fmt.Errorf("sched: record with %d entries, want %d..%d", n, least, RecordEntriesMax)
 		return 0
 	}
 	if len(d.b) < n*size {

@@ -16,6 +16,14 @@ var sampleRecords = []Record{
 	{Kind: KindCancel, IDs: []uint64{1, 2, 3}},
 	{Kind: KindLane, Lane: LaneCommand{Topic: "orders", Op: LaneResume, Incarnation: 43}},
 	{Kind: KindLane, Lane: LaneCommand{Topic: "orders", Op: LaneBreak, Incarnation: 42}},
+	{Kind: KindCarry, Carry: Carry{ID: 5, Topic: "orders", DeliverAtMs: 1767225600000, Partition: 2, From: 5}},
+	{Kind: KindCheckpoint, Checkpoint: Checkpoint{Base: 99, Chunk: 0, Chunks: 2, Counts: Counts{Admitted: 9, Fired: 3, Unknown: 1, Cancelled: 2, Rejected: 1},
+		Topics: []string{"orders", "mail"},
+		Lanes:  []CheckpointLane{{Topic: 0, Gate: GateOpen, Incarnation: 42}, {Topic: 1, Gate: GateRetired, Incarnation: 1}},
+		Fires:  []CheckpointFire{{Topic: 0, Partition: 3, Last: 7}},
+		Entries: []CheckpointEntry{{Topic: 0, Status: StatusPending, ID: 5, DeliverAtMs: 1767225600000, Partition: 3, At: 77},
+			{Topic: 0, Status: StatusFiring, ID: 6, DeliverAtMs: -1, Partition: 3, At: 6, FireSeq: 7, Epoch: 2, Incarnation: 42}}}},
+	{Kind: KindCheckpoint, Checkpoint: Checkpoint{Base: 99, Chunk: 1, Chunks: 2}},
 }
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -49,6 +57,15 @@ func TestRecordRefusesWhatItCannotDecode(t *testing.T) {
 		{Kind: KindIntent},
 		{Kind: KindCancel, IDs: make([]uint64, RecordEntriesMax+1)},
 		{Kind: KindLane, Lane: LaneCommand{Topic: "t"}},
+		{Kind: KindCarry},
+		{Kind: KindCheckpoint},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunk: 2, Chunks: 2}},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: CheckpointChunksMax + 1}},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Lanes: []CheckpointLane{{Topic: 0, Gate: GateOpen}}}},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Lanes: []CheckpointLane{{Topic: 0, Gate: 9}}}},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Entries: []CheckpointEntry{{Status: 3}}}},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Entries: []CheckpointEntry{{Status: StatusPending, FireSeq: 1}}}},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{""}}},
 		{Kind: 99},
 	} {
 		if b, err := r.Encode(); err == nil {
@@ -58,6 +75,20 @@ func TestRecordRefusesWhatItCannotDecode(t *testing.T) {
 	// A count the value cannot hold is refused before allocating.
 	if _, err := Decode([]byte{byte(KindCancel), 0, 1, 0, 0, 1, 2, 3}); err == nil {
 		t.Fatal("decoded a count of 65536 ids from 3 bytes")
+	}
+	// So is a checkpoint's: topics, lanes, fires, entries.
+	head := append([]byte{byte(KindCheckpoint)}, make([]byte, 8+4)...)
+	head = append(head, 0, 0, 0, 1)           // chunks 1
+	head = append(head, make([]byte, 5*8)...) // counts
+	for _, tail := range [][]byte{
+		{0xff, 0xff},                            // 65535 topics
+		{0, 0, 0, 1, 0, 0},                      // 65536 lanes
+		{0, 0, 0, 0, 0, 0, 0, 0xff, 0, 0},       // 255 fires
+		{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 1}, // 9 entries
+	} {
+		if _, err := Decode(append(head[:len(head):len(head)], tail...)); err == nil {
+			t.Fatalf("decoded a checkpoint whose counts %x the value cannot hold", tail)
+		}
 	}
 }
 

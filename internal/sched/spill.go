@@ -24,6 +24,7 @@ type Key struct {
 	DeliverAtMs int64
 	ID          uint64
 	Partition   uint32
+	At          uint64 // where its message lives (Entry.At)
 }
 
 // CompareKeys orders schedules as they fall due: by deliver_at, then id.
@@ -31,7 +32,14 @@ func CompareKeys(a, b Key) int {
 	return cmp.Or(cmp.Compare(a.DeliverAtMs, b.DeliverAtMs), cmp.Compare(a.ID, b.ID))
 }
 
-func (e *Entry) key() Key { return Key{DeliverAtMs: e.DeliverAtMs, ID: e.ID, Partition: e.Partition} }
+func (e *Entry) key() Key {
+	return Key{DeliverAtMs: e.DeliverAtMs, ID: e.ID, Partition: e.Partition, At: e.At}
+}
+
+// pendingEntry is the resident entry of a spilled key.
+func pendingEntry(lane string, k Key) *Entry {
+	return &Entry{ID: k.ID, DeliverAtMs: k.DeliverAtMs, Topic: lane, Partition: k.Partition, At: k.At, Status: StatusPending, heapIndex: -1}
+}
 
 // Spill holds each lane's pending schedules beyond the State's window.
 // It is the State's only way to the shell's storage, and it must answer
@@ -48,6 +56,12 @@ type Spill interface {
 	Delete(id uint64) (lane string, k Key, ok bool, err error)
 	// Drop removes all of lane's schedules.
 	Drop(lane string) error
+	// Move replaces lane's schedule k (by deliver_at and id) with k, whose
+	// At moved (a carry); ok is false if the spill does not hold it.
+	Move(lane string, k Key) (ok bool, err error)
+	// Scan calls f with each of lane's schedules in order, changing
+	// nothing, until f returns false.
+	Scan(lane string, f func(Key) bool) error
 }
 
 // SetSpill bounds the RAM a State keeps of each lane's pending schedules
@@ -133,7 +147,7 @@ func (s *State) refill(l *Lane) {
 		return
 	}
 	for _, k := range ks {
-		e := &Entry{ID: k.ID, DeliverAtMs: k.DeliverAtMs, Topic: l.Topic, Partition: k.Partition, Status: StatusPending, heapIndex: -1}
+		e := pendingEntry(l.Topic, k)
 		s.entries[e.ID] = e
 		heap.Push(&l.due, e)
 	}
@@ -164,7 +178,7 @@ func (s *State) unspill(id uint64) (*Entry, bool) {
 	l := s.lanes[lane]
 	l.spilled--
 	s.spilledTotal--
-	e := &Entry{ID: id, DeliverAtMs: k.DeliverAtMs, Topic: lane, Partition: k.Partition, Status: StatusPending, heapIndex: -1}
+	e := pendingEntry(lane, k)
 	s.entries[id] = e
 	return e, true
 }

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"cmp"
 	"container/heap"
 	"fmt"
 	"maps"
@@ -64,7 +65,10 @@ type Entry struct {
 	FireSeq     uint64 // firing: the intent's fire sequence
 	Epoch       uint64 // firing: the owner epoch that claimed it
 	Incarnation uint64 // firing: the destination incarnation it was claimed for
-	heapIndex   int    // position in its lane's due queue; -1 when not in it
+	// At is the seq of the record that holds its message: its SCHEDULE
+	// record (At = ID) until a CARRY re-writes it further on.
+	At        uint64
+	heapIndex int // position in its lane's due queue; -1 when not in it
 }
 
 // Lane is a destination topic's lane in the shard.
@@ -82,6 +86,11 @@ type Lane struct {
 type dest struct {
 	topic     string
 	partition uint32
+}
+
+// compareDest orders destination partitions by topic, then partition.
+func compareDest(a, b dest) int {
+	return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 }
 
 // fireLog is a destination partition's fire sequences.
@@ -111,6 +120,17 @@ type State struct {
 	spill        Spill
 	window       int
 	spilledTotal int
+	// Checkpoints (checkpoint.go). restoring: the state was started at a
+	// log that begins after what it applied (Restore) and holds nothing
+	// until a complete checkpoint loads it. ckpt is the checkpoint being
+	// applied; lastCkpt the base of the latest complete one, with the
+	// lowest At of the schedules it lists (0: none); sinceCkpt counts the
+	// entries applied after it.
+	restoring     bool
+	ckpt          ckptProgress
+	lastCkpt      uint64
+	lastCkptMinAt uint64
+	sinceCkpt     uint64
 	// Mutations break guards on purpose (tests only).
 	Mutations StateMutations
 }
@@ -121,6 +141,16 @@ type StateMutations struct {
 	// its destination's last one: the destination would take the second
 	// schedule for a retry of the first and drop it.
 	ReuseFireSeq bool
+	// CheckpointAnyBase takes a checkpoint whose declared base is not the
+	// entry before it (it misses what landed between its making and its
+	// append): a state loaded from it is not the log's.
+	CheckpointAnyBase bool
+	// CheckpointGaps takes a checkpoint's chunks wherever they lie, with
+	// other records between them.
+	CheckpointGaps bool
+	// CompactPastMessages lets the log be compacted through the latest
+	// checkpoint's base, messages of live schedules included.
+	CompactPastMessages bool
 }
 
 // NewState returns the state of an empty shard.
@@ -243,8 +273,14 @@ func (s *State) Apply(seq uint64, r *Record) (Result, error) {
 		return Result{}, fmt.Errorf("sched: apply seq %d after %d", seq, s.applied)
 	}
 	s.applied = seq
-	if r == nil {
-		return Result{}, nil
+	s.sinceCkpt++
+	if r == nil || r.Kind != KindCheckpoint {
+		if !s.Mutations.CheckpointGaps {
+			s.ckpt.active = false // a checkpoint's chunks lie together or not at all
+		}
+		if r == nil || s.restoring {
+			return Result{}, nil // a restoring state waits for a checkpoint
+		}
 	}
 	res := s.apply(seq, r)
 	if s.failed != nil {
@@ -296,6 +332,11 @@ func (s *State) apply(seq uint64, r *Record) Result {
 		return res
 	case KindLane:
 		return s.applyLane(r.Lane)
+	case KindCarry:
+		return s.applyCarry(seq, r.Carry)
+	case KindCheckpoint:
+		s.applyCheckpoint(seq, &r.Checkpoint)
+		return Result{}
 	}
 	s.failed = fmt.Errorf("sched: entry %d: record of kind %v", seq, r.Kind)
 	return Result{}
@@ -315,7 +356,7 @@ func (s *State) applySchedule(id uint64, sc Schedule) Result {
 		s.counts.Rejected++
 		return Result{Err: fmt.Errorf("lane %q is %v: it admits no schedules", sc.Topic, l.Gate)}
 	}
-	e := &Entry{ID: id, DeliverAtMs: sc.DeliverAtMs, Topic: sc.Topic, Partition: sc.Partition, Status: StatusPending, heapIndex: -1}
+	e := &Entry{ID: id, DeliverAtMs: sc.DeliverAtMs, Topic: sc.Topic, Partition: sc.Partition, Status: StatusPending, At: id, heapIndex: -1}
 	l.Pending++
 	s.admitPending(l, e)
 	s.counts.Admitted++

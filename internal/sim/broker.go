@@ -69,6 +69,10 @@ type broker struct {
 	pausedUntil int64
 	// Node settings of a cluster run with retention (0: the defaults).
 	segmentBytesMax, retentionCheckMs int64
+	// schedCompact: the scheduled workload's nodes checkpoint their
+	// shards every few records in tiny segments, so shards are carried,
+	// checkpointed and compacted (and followers rebuilt) under faults.
+	schedCompact bool
 	// ledgerCompactBytes is node.Config.LedgerCompactBytes: small, so
 	// campaigns compact ack ledgers (and crash inside compaction) often;
 	// a one-ack golden run stays below it.
@@ -80,6 +84,9 @@ type broker struct {
 	// schedPublish is node.Config.SchedPublishObserver (the scheduler
 	// ghost's, schedghost.go; nil: none).
 	schedPublish func(shard uint32, p sched.Publish)
+	// schedCompact counts what the runners saw of their shards'
+	// compaction (node.Config.SchedCompactObserver).
+	schedCompacted func(shard uint32, event string)
 }
 
 func (b *broker) paused() bool { return b.w.nowMs < b.pausedUntil }
@@ -123,6 +130,10 @@ func (b *broker) start() {
 	var n *node.Node
 	err := b.guard(func() error {
 		var err error
+		checkpointEvery, schedSegment := 0, int64(0)
+		if b.schedCompact {
+			checkpointEvery, schedSegment = schedCheckpointEvery, schedSegmentBytes
+		}
 		e := b.w.brokerEnv(b.fs)
 		if b.cluster != nil {
 			e.Clock, e.Peers = nodeClock{b}, b.peers
@@ -132,11 +143,11 @@ func (b *broker) start() {
 			Logger:          b.nodeLogger(),
 			Mutations:       b.mutations,
 			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
-			LedgerCompactBytes: b.ledgerCompactBytes, SchedPublishObserver: b.schedPublish,
+			LedgerCompactBytes: b.ledgerCompactBytes, SchedPublishObserver: b.schedPublish, SchedCompactObserver: b.schedCompacted,
 			KVCheckpointMinBytes: b.kvCheckpointMinBytes,
 			// A tiny window, so the scheduler's spill runs under every
 			// fault (its files take write errors, crashes, power loss).
-			SchedWindow: 4})
+			SchedWindow: 4, SchedCheckpointEvery: checkpointEvery, SchedSegmentBytesMax: schedSegment})
 		return err
 	})
 	if err != nil {

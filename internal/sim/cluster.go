@@ -259,6 +259,11 @@ func newClusterSim(o ClusterOptions) *sim {
 					s.schedPublished(b, shard, p)
 				}
 			}
+			b.schedCompact = true
+			b.schedCompacted = func(shard uint32, ev string) { s.sched.ghost.compacted(b, shard, ev) }
+			if b.retentionCheckMs == 0 {
+				b.retentionCheckMs = schedCompactEveryMs
+			}
 		}
 		id := uint32(i)
 		b.onCrash = func() {

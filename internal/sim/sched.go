@@ -311,3 +311,13 @@ func schedValues(b *broker) map[string]int {
 	}
 	return out
 }
+
+// The scheduled workload's shard compaction: a checkpoint every 16
+// records, 2 KiB segments, compaction every 250 ms, so a 30-schedule run
+// carries, checkpoints and truncates its shards many times under faults
+// (and rebuilds followers from what is left).
+const (
+	schedCheckpointEvery = 16
+	schedSegmentBytes    = 2 << 10
+	schedCompactEveryMs  = 250
+)

@@ -19,11 +19,11 @@ var schedMutationSeeds = map[string]struct {
 }{
 	"sched-publish-without-lease": {[]uint64{1}, "NoPublishWithoutBothGates"}, // 6 of seeds 1-6
 	"sched-publish-before-intent": {[]uint64{1}, "NoPublishBeforeIntent"},     // 6 of seeds 1-6
-	"sched-fenced-still-fires":    {[]uint64{4}, "NoPublishWithoutBothGates"}, // 10 of seeds 1-24
+	"sched-fenced-still-fires":    {[]uint64{5}, "NoPublishWithoutBothGates"}, // first of seeds 1-5 since shards compact (seed 4 before)
 	// The replication kernel's lease dated from the answers' arrival: a
 	// paused shard owner renews it from answers to heartbeats sent before
 	// its pause and publishes after another node took office.
-	"lease-from-receipt": {[]uint64{73}, "NoPublishWithoutBothGates"}, // the first of seeds 1-120 (54 until the overlapping-cut fix changed the runs): it needs a pause across an election
+	"lease-from-receipt": {[]uint64{101}, "NoPublishWithoutBothGates"}, // none of seeds 1-100 since shards compact (54 before): it needs a pause across an election
 }
 
 // schedMutationsNotReached are the scheduler mutations the campaign has

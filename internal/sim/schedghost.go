@@ -88,6 +88,8 @@ const (
 )
 
 type schedGhost struct {
+	// restored: runners whose state a checkpoint loaded (compacted).
+	restored    map[schedRestored]bool
 	s           *sim
 	sc          *schedClient
 	outageMsMax int64 // ClusterOptions.SchedOutageMsMax
@@ -154,10 +156,27 @@ type intakeProbe struct {
 	duringOut bool
 }
 
+// schedRestored is a shard's runner in one incarnation of a node.
+type schedRestored struct {
+	b           *broker
+	shard       uint32
+	incarnation int
+}
+
+// compacted counts what a runner saw of its shard's compaction
+// (node.Config.SchedCompactObserver) and notes the runners whose state
+// was restored from a checkpoint: their publishes are counted apart.
+func (g *schedGhost) compacted(b *broker, shard uint32, ev string) {
+	g.stats["shard "+ev]++
+	if ev == "restored" || ev == "rebuilt" {
+		g.restored[schedRestored{b, shard, b.started}] = true
+	}
+}
+
 func newSchedGhost(s *sim, sc *schedClient) *schedGhost {
 	return &schedGhost{s: s, sc: sc, skews: make([]int64, len(s.nodes)), onTimeFrom: map[int]int64{}, intake: map[int]intakeProbe{},
 		fires: map[schedFire]uint64{}, readiness: map[schedLane]sched.Readiness{}, writableAt: map[schedView]int64{},
-		lanePubMs: map[schedLane]int64{}, troubleMs: map[string]int64{}, stats: map[string]int{}}
+		lanePubMs: map[schedLane]int64{}, troubleMs: map[string]int64{}, stats: map[string]int{}, restored: map[schedRestored]bool{}}
 }
 
 // destinationOutage cuts one destination topic off (see above) for a
@@ -183,6 +202,9 @@ func (g *schedGhost) destinationOutage() {
 // shard.
 func (g *schedGhost) published(b *broker, shard uint32, p sched.Publish) {
 	g.stats["publishes"]++
+	if g.restored[schedRestored{b, shard, b.started}] {
+		g.stats["publishes from a state restored from a checkpoint"]++
+	}
 	g.lanePubMs[schedLane{shard, p.Topic}] = g.s.w.nowMs
 	if g.s.chk.violation != nil {
 		return

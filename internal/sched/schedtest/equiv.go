@@ -12,8 +12,9 @@ import (
 )
 
 // Find resolves a schedule id to its lane and key, as a shell does from
-// its shard's log.
-type Find func(id uint64) (lane string, k sched.Key, ok bool)
+// its shard's log; compacted: the log no longer holds its SCHEDULE record
+// (a state restored from a checkpoint after it).
+type Find func(id uint64) (lane string, k sched.Key, ok, compacted bool)
 
 // Equivalence applies one random record sequence (seeded) to a State that
 // keeps everything resident and to one bounded to window with the spill
@@ -24,24 +25,47 @@ type Find func(id uint64) (lane string, k sched.Key, ok bool)
 // than twice the window of a lane's pending schedules resident. A final
 // drain claims and fires every pending schedule in order, so the spill
 // must have held every one of them.
-func Equivalence(t *testing.T, seed uint64, steps, window int, newSpill func(Find) sched.Spill) {
+//
+// The sequence also carries schedules (live ones and others) and
+// checkpoints the state — some proposed too early (another record lands
+// between the making and the append: void by CheckpointAtItsBase) or
+// split by another record (void by CheckpointChunksTogether). The two
+// states must make byte-identical checkpoints (the spill's schedules
+// included). Halfway and after the drain, states restored at random log
+// starts (Restore, then the log from there: what a restart or a rebuilt
+// replica does) must equal the reference too, and so must their
+// compaction limits, which never pass a live schedule's message.
+func Equivalence(t testing.TB, seed uint64, steps, window int, newSpill func(Find) sched.Spill) {
+	EquivalenceMutated(t, seed, steps, window, newSpill, sched.StateMutations{})
+}
+
+// EquivalenceMutated is Equivalence with every state broken by mut.
+func EquivalenceMutated(t testing.TB, seed uint64, steps, window int, newSpill func(Find) sched.Spill, mut sched.StateMutations) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	keys := map[uint64]struct {
 		lane string
 		k    sched.Key
 	}{}
-	find := func(id uint64) (string, sched.Key, bool) {
-		e, ok := keys[id]
-		return e.lane, e.k, ok
+	findFrom := func(start uint64) Find {
+		return func(id uint64) (string, sched.Key, bool, bool) {
+			if id < start {
+				return "", sched.Key{}, false, true
+			}
+			e, ok := keys[id]
+			return e.lane, e.k, ok, false
+		}
 	}
 	ref, got := sched.NewState(), sched.NewState()
-	got.SetSpill(newSpill(find), window)
+	ref.Mutations, got.Mutations = mut, mut
+	got.SetSpill(newSpill(findFrom(0)), window)
 	topics := []string{"a", "b", "c"}
 	var seq uint64
+	var log []sched.Record
 	apply := func(r sched.Record) {
 		t.Helper()
 		seq++
+		log = append(log, r)
 		if r.Kind == sched.KindSchedule {
 			keys[seq] = struct {
 				lane string
@@ -60,6 +84,69 @@ func Equivalence(t *testing.T, seed uint64, steps, window int, newSpill func(Fin
 			t.Fatalf("seed %d seq %d (%v): result %v, want %v", seed, seq, r.Kind, res, want)
 		}
 		compare(t, seed, seq, ref, got, window)
+	}
+	live := func() []sched.Entry {
+		var es []sched.Entry
+		for _, e := range ref.Entries(0) {
+			es = append(es, e)
+		}
+		return es
+	}
+	checkpoint := func() {
+		t.Helper()
+		chunk := 1 + rng.IntN(4)
+		want, err := ref.Checkpoint(chunk)
+		if err != nil {
+			t.Fatalf("seed %d seq %d: reference checkpoint: %v", seed, seq, err)
+		}
+		have, err := got.Checkpoint(chunk)
+		if err != nil {
+			t.Fatalf("seed %d seq %d: bounded checkpoint: %v", seed, seq, err)
+		}
+		if a, b := encodeAll(t, want, 1<<20), encodeAll(t, have, 1<<20); !slices.Equal(a, b) {
+			t.Fatalf("seed %d seq %d: the bounded state's checkpoint differs from the reference's", seed, seq)
+		}
+		recs := want
+		switch rng.IntN(6) {
+		case 0: // made too early: a schedule lands first
+			apply(sched.Record{Kind: sched.KindSchedule, Schedule: sched.Schedule{DeliverAtMs: int64(rng.IntN(400)), Topic: "a", Incarnation: 1}})
+		case 1: // split by a schedule
+			if len(recs) > 1 {
+				i := 1 + rng.IntN(len(recs)-1)
+				for _, r := range recs[:i] {
+					apply(r)
+				}
+				recs = recs[i:]
+				apply(sched.Record{Kind: sched.KindSchedule, Schedule: sched.Schedule{DeliverAtMs: int64(rng.IntN(400)), Topic: "b", Incarnation: 1}})
+			}
+		}
+		for _, r := range recs {
+			apply(r)
+		}
+	}
+	loaded := 0
+	restored := func() {
+		t.Helper()
+		for range 3 {
+			start := 2 + rng.Uint64N(seq)
+			st := sched.NewState()
+			st.Mutations = mut
+			st.SetSpill(newSpill(findFrom(start)), window)
+			st.Restore(start)
+			for i := start; i <= seq; i++ {
+				if _, err := st.Apply(i, &log[i-1]); err != nil {
+					t.Fatalf("seed %d: restored at %d: entry %d: %v", seed, start, i, err)
+				}
+			}
+			if st.Restoring() {
+				if ref.LastCheckpoint() >= start-1 && !mut.CheckpointAnyBase && !mut.CheckpointGaps {
+					t.Fatalf("seed %d: restored at %d: no checkpoint loaded, though one has base %d", seed, start, ref.LastCheckpoint())
+				}
+				continue
+			}
+			compare(t, seed, seq, ref, st, window)
+			loaded++
+		}
 	}
 	pending := func(lane string) []sched.Entry {
 		var es []sched.Entry
@@ -113,8 +200,20 @@ func Equivalence(t *testing.T, seed uint64, steps, window int, newSpill func(Fin
 					apply(sched.Record{Kind: sched.KindUnknown, IDs: []uint64{e.ID}})
 				}
 			}
-		case x < 96:
+		case x < 90:
 			apply(sched.Record{Kind: sched.KindCancel, IDs: []uint64{1 + rng.Uint64N(seq+1), 1 + rng.Uint64N(seq+1)}})
+		case x < 94:
+			// Carries: of live schedules (pending and firing) and of
+			// schedules no longer live (a no-op).
+			if es := live(); len(es) > 0 && x < 93 {
+				e := es[rng.IntN(len(es))]
+				apply(sched.Record{Kind: sched.KindCarry, Carry: sched.Carry{ID: e.ID, Topic: e.Topic, DeliverAtMs: e.DeliverAtMs, Partition: e.Partition, From: e.At}})
+			} else if id := 1 + rng.Uint64N(seq+1); keys[id].lane != "" {
+				k := keys[id]
+				apply(sched.Record{Kind: sched.KindCarry, Carry: sched.Carry{ID: id, Topic: k.lane, DeliverAtMs: k.k.DeliverAtMs, Partition: k.k.Partition, From: id}})
+			}
+		case x < 96:
+			checkpoint()
 		default:
 			ops := []sched.LaneOp{sched.LanePause, sched.LaneResume, sched.LaneClose, sched.LaneResume, sched.LaneRetire}
 			op := ops[rng.IntN(len(ops))]
@@ -124,6 +223,8 @@ func Equivalence(t *testing.T, seed uint64, steps, window int, newSpill func(Fin
 			apply(sched.Record{Kind: sched.KindLane, Lane: sched.LaneCommand{Op: op, Topic: lane, Incarnation: 1}})
 		}
 	}
+	checkpoint()
+	restored()
 	// Drain: every pending schedule, claimed in order, then fired.
 	fireAll := func() {
 		for _, e := range firing() {
@@ -139,12 +240,49 @@ func Equivalence(t *testing.T, seed uint64, steps, window int, newSpill func(Fin
 	if ref.Live() != 0 || got.Live() != 0 || got.Spilled() != 0 {
 		t.Fatalf("seed %d: after the drain: live %d and %d, spilled %d", seed, ref.Live(), got.Live(), got.Spilled())
 	}
+	checkpoint()
+	restored()
+	if loaded == 0 {
+		t.Fatalf("seed %d: no restored state loaded a checkpoint", seed)
+	}
 }
 
-func compare(t *testing.T, seed, seq uint64, ref, got *sched.State, window int) {
+// encodeAll encodes records, each within bytesMax.
+func encodeAll(t testing.TB, recs []sched.Record, bytesMax int) []byte {
+	t.Helper()
+	var out []byte
+	for _, r := range recs {
+		b, err := r.Encode()
+		if err != nil || len(b) > bytesMax {
+			t.Fatalf("encode %v: %d bytes, %v", r.Kind, len(b), err)
+		}
+		out = append(out, b...)
+	}
+	return out
+}
+
+func compare(t testing.TB, seed, seq uint64, ref, got *sched.State, window int) {
 	t.Helper()
 	if ref.Counts() != got.Counts() || ref.Live() != got.Live() {
 		t.Fatalf("seed %d seq %d: counts %+v live %d, want %+v live %d", seed, seq, got.Counts(), got.Live(), ref.Counts(), ref.Live())
+	}
+	if ref.Applied() != got.Applied() || ref.LastCheckpoint() != got.LastCheckpoint() || ref.SinceCheckpoint() != got.SinceCheckpoint() ||
+		ref.CompactLimit() != got.CompactLimit() {
+		t.Fatalf("seed %d seq %d: applied %d, checkpoint %d (%d since, limit %d), want %d, %d (%d, %d)", seed, seq,
+			got.Applied(), got.LastCheckpoint(), got.SinceCheckpoint(), got.CompactLimit(),
+			ref.Applied(), ref.LastCheckpoint(), ref.SinceCheckpoint(), ref.CompactLimit())
+	}
+	for _, e := range ref.Entries(0) {
+		if limit := ref.CompactLimit(); limit >= e.At {
+			t.Fatalf("seed %d seq %d: compaction through %d would take schedule %d's message at %d", seed, seq, limit, e.ID, e.At)
+		}
+	}
+	for _, lane := range ref.Lanes() {
+		for p := range uint32(2) {
+			if ref.LastFire(lane, p) != got.LastFire(lane, p) {
+				t.Fatalf("seed %d seq %d: lane %s partition %d last fire %d, want %d", seed, seq, lane, p, got.LastFire(lane, p), ref.LastFire(lane, p))
+			}
+		}
 	}
 	if !slices.Equal(ref.Lanes(), got.Lanes()) {
 		t.Fatalf("seed %d seq %d: lanes %v, want %v", seed, seq, got.Lanes(), ref.Lanes())
@@ -183,7 +321,7 @@ func laneOf(es []sched.Entry, lane string, st sched.Status) []sched.Entry {
 		if e.Topic == lane && e.Status == st {
 			// What a State says of a schedule (not where it keeps it).
 			out = append(out, sched.Entry{ID: e.ID, DeliverAtMs: e.DeliverAtMs, Topic: e.Topic, Partition: e.Partition,
-				Status: e.Status, FireSeq: e.FireSeq, Epoch: e.Epoch, Incarnation: e.Incarnation})
+				Status: e.Status, FireSeq: e.FireSeq, Epoch: e.Epoch, Incarnation: e.Incarnation, At: e.At})
 		}
 	}
 	return out

@@ -1,0 +1,164 @@
+package sched
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// The layout of a KindCheckpoint record, after its kind byte: base u64,
+// chunk u32, chunks u32, the five counts u64; topics (u16 count, each a
+// u8 length and bytes), lanes (u32 count of topic u16, gate u8,
+// incarnation u64), fires (u32 count of topic u16, partition u32, last
+// u64), entries (u32 count of topic u16, status u8, id u64, deliver_at
+// u64, partition u32, at u64, and for a firing one fire seq, epoch and
+// incarnation u64). Canonical, like every record.
+
+func (c *Checkpoint) check() error {
+	switch {
+	case c.Chunks == 0 || c.Chunks > CheckpointChunksMax || c.Chunk >= c.Chunks:
+		return fmt.Errorf("sched: checkpoint chunk %d of %d, want fewer than %d chunks", c.Chunk, c.Chunks, CheckpointChunksMax+1)
+	case len(c.Topics) > ckptTopicsMax:
+		return fmt.Errorf("sched: checkpoint chunk with %d topics, want at most %d", len(c.Topics), ckptTopicsMax)
+	case len(c.Lanes) > RecordEntriesMax || len(c.Fires) > RecordEntriesMax || len(c.Entries) > RecordEntriesMax:
+		return fmt.Errorf("sched: checkpoint chunk with %d lanes, %d fires, %d entries, want at most %d each",
+			len(c.Lanes), len(c.Fires), len(c.Entries), RecordEntriesMax)
+	}
+	for _, t := range c.Topics {
+		if err := checkTopic(t); err != nil {
+			return err
+		}
+	}
+	topic := func(i uint16) error {
+		if int(i) >= len(c.Topics) {
+			return fmt.Errorf("sched: checkpoint names topic %d of %d", i, len(c.Topics))
+		}
+		return nil
+	}
+	for _, l := range c.Lanes {
+		if err := topic(l.Topic); err != nil {
+			return err
+		}
+		if l.Gate < GateOpen || l.Gate > GateRetired {
+			return fmt.Errorf("sched: checkpoint lane gate %v", l.Gate)
+		}
+	}
+	for _, f := range c.Fires {
+		if err := topic(f.Topic); err != nil {
+			return err
+		}
+	}
+	for _, e := range c.Entries {
+		if err := topic(e.Topic); err != nil {
+			return err
+		}
+		switch {
+		case e.Status != StatusPending && e.Status != StatusFiring:
+			return fmt.Errorf("sched: checkpoint entry status %v", e.Status)
+		case e.Status == StatusPending && (e.FireSeq != 0 || e.Epoch != 0 || e.Incarnation != 0):
+			return fmt.Errorf("sched: checkpoint entry %d is pending with a fire sequence", e.ID)
+		}
+	}
+	return nil
+}
+
+func (c *Checkpoint) encode(b []byte) ([]byte, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	u64 := binary.BigEndian.AppendUint64
+	u32 := binary.BigEndian.AppendUint32
+	u16 := binary.BigEndian.AppendUint16
+	b = u64(b, c.Base)
+	b = u32(b, c.Chunk)
+	b = u32(b, c.Chunks)
+	for _, n := range []uint64{c.Counts.Admitted, c.Counts.Fired, c.Counts.Unknown, c.Counts.Cancelled, c.Counts.Rejected} {
+		b = u64(b, n)
+	}
+	b = u16(b, uint16(len(c.Topics)))
+	for _, t := range c.Topics {
+		b = appendTopic(b, t)
+	}
+	b = u32(b, uint32(len(c.Lanes)))
+	for _, l := range c.Lanes {
+		b = u16(b, l.Topic)
+		b = append(b, byte(l.Gate))
+		b = u64(b, l.Incarnation)
+	}
+	b = u32(b, uint32(len(c.Fires)))
+	for _, f := range c.Fires {
+		b = u16(b, f.Topic)
+		b = u32(b, f.Partition)
+		b = u64(b, f.Last)
+	}
+	b = u32(b, uint32(len(c.Entries)))
+	for _, e := range c.Entries {
+		b = u16(b, e.Topic)
+		b = append(b, byte(e.Status))
+		b = u64(b, e.ID)
+		b = u64(b, uint64(e.DeliverAtMs))
+		b = u32(b, e.Partition)
+		b = u64(b, e.At)
+		if e.Status == StatusFiring {
+			b = u64(b, e.FireSeq)
+			b = u64(b, e.Epoch)
+			b = u64(b, e.Incarnation)
+		}
+	}
+	return b, nil
+}
+
+func (d *decoder) u16() uint16 {
+	if v := d.take(2); v != nil {
+		return binary.BigEndian.Uint16(v)
+	}
+	return 0
+}
+
+// checkpoint reads a checkpoint chunk; every list's count is checked
+// against what the value can hold before it is allocated.
+func (d *decoder) checkpoint() Checkpoint {
+	var c Checkpoint
+	c.Base = d.u64()
+	c.Chunk = d.u32()
+	c.Chunks = d.u32()
+	c.Counts = Counts{Admitted: d.u64(), Fired: d.u64(), Unknown: d.u64(), Cancelled: d.u64(), Rejected: d.u64()}
+	nt := int(d.u16())
+	if d.err == nil && len(d.b) < nt*ckptTopicBytesMin {
+		d.err = errShort
+	}
+	if d.err != nil {
+		return Checkpoint{}
+	}
+	if nt > 0 {
+		c.Topics = make([]string, nt)
+	}
+	for i := range c.Topics {
+		c.Topics[i] = d.topic()
+	}
+	if n := d.list(ckptLaneBytes); n > 0 {
+		c.Lanes = make([]CheckpointLane, n)
+		for i := range c.Lanes {
+			c.Lanes[i] = CheckpointLane{Topic: d.u16(), Gate: Gate(d.u8()), Incarnation: d.u64()}
+		}
+	}
+	if n := d.list(ckptFireBytes); n > 0 {
+		c.Fires = make([]CheckpointFire, n)
+		for i := range c.Fires {
+			c.Fires[i] = CheckpointFire{Topic: d.u16(), Partition: d.u32(), Last: d.u64()}
+		}
+	}
+	if n := d.list(ckptEntryBytes); n > 0 {
+		c.Entries = make([]CheckpointEntry, n)
+		for i := range c.Entries {
+			e := CheckpointEntry{Topic: d.u16(), Status: Status(d.u8()), ID: d.u64(), DeliverAtMs: int64(d.u64()), Partition: d.u32(), At: d.u64()}
+			if e.Status == StatusFiring {
+				e.FireSeq, e.Epoch, e.Incarnation = d.u64(), d.u64(), d.u64()
+			}
+			c.Entries[i] = e
+		}
+	}
+	if d.err == nil {
+		d.err = c.check()
+	}
+	return c
+}
