@@ -996,6 +996,10 @@ func (r *schedRunner) carryOut(now int64) {
 			case e.Release:
 				r.handOver()
 				r.drained()
+				// Out of office at once: a later step in this pass (the
+				// upkeep) must not take it again under the gates read
+				// before the release (ReleasedStaysOut).
+				r.o.SetAuthority(now, r.authority(now))
 			}
 		}
 	}

@@ -93,6 +93,14 @@ func (r *Replica) tickTransfer() {
 	}
 	stable := r.preferredStable >= r.cfg.RebalanceStableTicks
 	rested := r.rebalanceIdle >= r.cfg.RebalanceEveryTicks
+	if r.transferWanted != 0 && !r.cfg.Mutations.TransferWithoutRelease {
+		// Reported to the shell, which may be draining for it, or have
+		// asked for it already: it stays wanted until the shell hands
+		// off (TransferTo) or this replica stops leading (endTransfer),
+		// so the shell never sees it withdrawn while its request is on
+		// the way (WantedUntilReleased).
+		return
+	}
 	r.transferWanted = 0
 	switch {
 	case r.transferee != 0 || !stable || !rested:

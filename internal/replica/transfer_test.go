@@ -440,3 +440,37 @@ func rebalanceAwaitingRelease(t *testing.T, mut Mutations) (wanted NodeID, lease
 	c.requireConverged(m)
 	return wanted, true
 }
+
+// TestTransferWantedStaysUntilReleased: a hand-off reported to the shell
+// (TransferWanted) is not withdrawn by the leader on its own, even when
+// the preferred replica stops keeping up: the shell may be draining for
+// it or have asked for it already, and a withdrawal it did not see would
+// let its owner take office again just before the hand-off starts
+// (WantedUntilReleased). TransferTo or leaving office ends it.
+func TestTransferWantedStaysUntilReleased(t *testing.T) {
+	c, _ := transferCluster(t, Mutations{}, func(cfg *Config) {
+		rebalanceConfig(cfg)
+		cfg.ReleaseBeforeTransfer = true
+	})
+	c.crash(1)
+	c.elect(2)
+	c.tick(60)
+	c.start(1)
+	for tick := 0; tick < 150 && c.rs[2].Status().TransferWanted == 0; tick++ {
+		c.tick(1)
+	}
+	if c.rs[2].Status().TransferWanted != 1 {
+		t.Fatalf("no hand-off to n1 wanted: %+v", c.rs[2].Status())
+	}
+	c.crash(1) // n1 stops keeping up
+	c.tick(40)
+	if st := c.rs[2].Status(); st.TransferWanted != 1 || st.Role != Leader {
+		t.Fatalf("the wanted hand-off was withdrawn (or n2 stopped leading) without the shell: %+v", st)
+	}
+	if err := c.rs[2].TransferTo(1); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.rs[2].Status(); st.TransferWanted != 0 || st.TransferTo != 1 {
+		t.Fatalf("after TransferTo: wanted %d, transferring to %d", st.TransferWanted, st.TransferTo)
+	}
+}
