@@ -275,9 +275,8 @@ func (r *kvRunner) step(nowMs int64) bool {
 
 // round applies what committed, follows the partition's leadership, runs
 // the requests and completions that arrived, and serves the watches.
-func (r *kvRunner) round() {
-	r.catchUp()
-	r.followLeadership()
+// runInbox runs the requests and completions posted to the runner.
+func (r *kvRunner) runInbox() {
 	r.inMu.Lock()
 	inbox := r.inbox
 	r.inbox = nil
@@ -285,6 +284,12 @@ func (r *kvRunner) round() {
 	for _, fn := range inbox {
 		fn()
 	}
+}
+
+func (r *kvRunner) round() {
+	r.catchUp()
+	r.followLeadership()
+	r.runInbox()
 	r.catchUp()
 	r.serveWatches()
 	if r.ticks >= kvCompactEveryTicks {

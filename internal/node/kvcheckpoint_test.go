@@ -369,15 +369,7 @@ func TestKVRefusedCheckpointWaitsATick(t *testing.T) {
 	if r.leader == nil || !r.state.CheckpointDue(1) {
 		t.Fatalf("leader %v, checkpoint due %v", r.leader != nil, r.state.CheckpointDue(1))
 	}
-	runInbox := func() {
-		r.inMu.Lock()
-		inbox := r.inbox
-		r.inbox = nil
-		r.inMu.Unlock()
-		for _, fn := range inbox {
-			fn()
-		}
-	}
+	runInbox := r.runInbox
 	r.maybeCheckpoint()
 	runInbox()
 	first := refused

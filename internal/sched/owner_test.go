@@ -458,12 +458,7 @@ func TestDrain(t *testing.T) {
 	if drainedFired(t, Mutations{DrainForgetsOutcomes: true}) {
 		t.Fatal("mutated (DrainForgetsOutcomes): the outcome was recorded anyway; the test no longer proves the guard")
 	}
-	w := newWorld(t, testConfig)
-	w.activate(1)
-	w.schedule("a", 1000, 0)
-	w.hold = true
-	w.settle(true)
-	w.o.Drain(w.now, w.now+100)
+	w := draining(t, Mutations{})
 	if w.o.Lifecycle() != Draining {
 		t.Fatal(w.o.Lifecycle())
 	}
@@ -502,6 +497,15 @@ func TestDrain(t *testing.T) {
 // drainedFired runs a drain over one publish in flight and reports
 // whether its outcome was recorded FIRED before the release.
 func drainedFired(t *testing.T, mut Mutations) bool {
+	w := draining(t, mut)
+	w.release()
+	w.settle(true)
+	return w.st.Counts().Fired == 1
+}
+
+// draining is an owner draining with one publish in flight (held), its
+// drain due at now+100.
+func draining(t *testing.T, mut Mutations) *world {
 	cfg := testConfig
 	cfg.Mutations = mut
 	w := newWorld(t, cfg)
@@ -510,9 +514,7 @@ func drainedFired(t *testing.T, mut Mutations) bool {
 	w.hold = true
 	w.settle(true)
 	w.o.Drain(w.now, w.now+100)
-	w.release()
-	w.settle(true)
-	return w.st.Counts().Fired == 1
+	return w
 }
 
 func TestCancel(t *testing.T) {
