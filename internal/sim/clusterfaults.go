@@ -156,13 +156,32 @@ func (s *sim) holdCut(links [][2]uint32, healed string) {
 	})
 }
 
+// flakyNetwork makes the peer network lossy for a while. Faults overlap:
+// the network is healthy again once the last one has healed.
 func (s *sim) flakyNetwork() {
-	s.net.dropP, s.net.dupP, s.net.delayP = 0.2, 0.1, 0.05
+	s.net.flakyStart()
 	s.w.tracef("fault peer network drops 20%%, duplicates 10%%, delays 5%% by 50-600 ms")
 	s.w.after(s.w.between(100, 1000), func() {
-		s.net.dropP, s.net.dupP, s.net.delayP = 0, 0, 0
-		s.w.tracef("peer network healthy")
+		if !s.healed && s.net.flakyEnd() {
+			s.w.tracef("peer network healthy")
+		}
 	})
+}
+
+// flakyStart begins one lossy-network fault.
+func (n *peerNet) flakyStart() {
+	n.flaky++
+	n.dropP, n.dupP, n.delayP = 0.2, 0.1, 0.05
+}
+
+// flakyEnd ends one; it reports whether the network is healthy again
+// (no other is in force).
+func (n *peerNet) flakyEnd() bool {
+	if n.flaky--; n.flaky > 0 {
+		return false
+	}
+	n.flaky, n.dropP, n.dupP, n.delayP = 0, 0, 0, 0
+	return true
 }
 
 // nodeFsyncBurst makes one node's disk fail for a while: its fsyncs, or
@@ -222,7 +241,7 @@ func (s *sim) flipMinorityBit(b *broker) {
 func (n *peerNet) heal() {
 	clear(n.cut)
 	clear(n.cuts)
-	n.dropP, n.dupP = 0, 0
+	n.flaky, n.dropP, n.dupP, n.delayP = 0, 0, 0, 0
 	n.outTopic = ""
 }
 

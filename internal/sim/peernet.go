@@ -23,8 +23,10 @@ type peerNet struct {
 	// scenarios set and clear links outright (setCut); random faults
 	// overlap, so each counts its links in and out (cutLinks), and a link
 	// heals only when the last fault holding it ends.
-	cut   map[[2]uint32]bool
-	cuts  map[[2]uint32]int
+	cut  map[[2]uint32]bool
+	cuts map[[2]uint32]int
+	// flaky counts the lossy-network faults in force (flakyNetwork).
+	flaky int
 	dropP float64
 	dupP  float64
 	// delayP: a frame arrives 50-600 ms late, as one queued on a link

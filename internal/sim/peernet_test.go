@@ -34,3 +34,17 @@ func TestOverlappingCutsHealIndependently(t *testing.T) {
 		t.Fatalf("a scripted restore left links counted as cut: %v", n.cut)
 	}
 }
+
+// Lossy-network faults overlap too: the network is healthy again only
+// once the last one has ended.
+func TestOverlappingFlakyNetworksHealTogether(t *testing.T) {
+	n := newPeerNet(newWorld(1, false))
+	n.flakyStart()
+	n.flakyStart()
+	if n.flakyEnd() || n.dropP == 0 || n.dupP == 0 || n.delayP == 0 {
+		t.Fatalf("the first end healed the network while another fault is in force (drop %v, dup %v, delay %v)", n.dropP, n.dupP, n.delayP)
+	}
+	if !n.flakyEnd() || n.dropP != 0 || n.dupP != 0 || n.delayP != 0 {
+		t.Fatalf("the network is not healthy after the last end (drop %v, dup %v, delay %v)", n.dropP, n.dupP, n.delayP)
+	}
+}
