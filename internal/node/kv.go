@@ -46,6 +46,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/kv"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const (
@@ -112,7 +113,7 @@ func (n *Node) startKVRunner(t *topic) {
 	}
 	r := &kvRunner{n: n, bucket: bucket, t: t, p: t.partitions[0], wake: make(chan struct{}, 1),
 		writes: map[uint64]func(uint64, error){}, results: map[uint64]kv.ApplyResult{},
-		watches: map[*KVWatch]*kvWatchState{}}
+		watches: map[*KVWatch]*kvWatchState{}, written: n.metrics.kvWrites.WithLabelValues(bucket)}
 	wake := r.poke
 	t.kvWake.Store(&wake)
 	n.kv.runners[bucket] = r
@@ -181,7 +182,8 @@ type kvRunner struct {
 	results    map[uint64]kv.ApplyResult      // applied seqs not yet claimed by their completion
 	waits      []kvWait                       // work waiting for a seq to be applied
 	watches    map[*KVWatch]*kvWatchState
-	listings   kvListings // open KV_LIST_PAGE listings (kvlist.go)
+	listings   kvListings         // open KV_LIST_PAGE listings (kvlist.go)
+	written    prometheus.Counter // nereus_kv_writes_total of this bucket
 	compacting bool
 	// proposing counts this runner's proposals not yet answered by the
 	// partition. checkpointing: a checkpoint's chunks are among them.
@@ -1167,7 +1169,7 @@ func (n *Node) KVWrite(f *wire.KVWrite, done func(revision uint64, err error)) {
 	r.post(func() {
 		r.write(w, func(revision uint64, err error) {
 			if err == nil {
-				n.metrics.kvWrites.WithLabelValues(r.bucket).Inc()
+				r.written.Inc()
 			}
 			done(revision, err)
 		})

@@ -116,10 +116,7 @@ func TestNoPublishWithoutBothGates(t *testing.T) {
 		{name: "leadership lost, FencedStillFires", mut: Mutations{FencedStillFires: true}, lose: func(w *world) { w.auth.Leader = false; w.o.SetAuthority(w.now, w.auth) }, violate: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig
-			cfg.Mutations = tc.mut
-			w := newWorld(t, cfg)
-			w.activate(1)
+			w := activeWorld(t, tc.mut)
 			w.schedule("a", 1100, 0)
 			w.settle(true)
 			tc.lose(w)
@@ -506,10 +503,7 @@ func drainedFired(t *testing.T, mut Mutations) bool {
 // draining is an owner draining with one publish in flight (held), its
 // drain due at now+100.
 func draining(t *testing.T, mut Mutations) *world {
-	cfg := testConfig
-	cfg.Mutations = mut
-	w := newWorld(t, cfg)
-	w.activate(1)
+	w := activeWorld(t, mut)
 	w.schedule("a", 1000, 0)
 	w.hold = true
 	w.settle(true)
@@ -684,10 +678,7 @@ func TestFenceDropsEffectsNotYetTaken(t *testing.T) {
 		{name: "FencedStillFires keeps them", mut: Mutations{FencedStillFires: true}, want: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig
-			cfg.Mutations = tc.mut
-			w := newWorld(t, cfg)
-			w.activate(1)
+			w := activeWorld(t, tc.mut)
 			w.schedule("a", 1100, 0)
 			w.at(1100)
 			w.settle(true) // claimed, intent committed, published

@@ -56,6 +56,16 @@ func newWorld(t *testing.T, cfg Config) *world {
 	return w
 }
 
+// activeWorld is a world whose owner runs with mut and took office in
+// epoch 1.
+func activeWorld(t *testing.T, mut Mutations) *world {
+	cfg := testConfig
+	cfg.Mutations = mut
+	w := newWorld(t, cfg)
+	w.activate(1)
+	return w
+}
+
 // append applies a record at the shard log's next seq, as a committed
 // entry written by whoever leads.
 func (w *world) append(r *Record) Result {
