@@ -45,3 +45,8 @@ func (n *Needs) Limit(applied uint64) uint64 {
 // Reset forgets every group (the log's start moved past what was applied:
 // the records are applied again from the new start).
 func (n *Needs) Reset() { n.from = nil; n.version++ }
+
+// Restore replaces what is known with from (a snapshot of From taken
+// earlier on this replica): the records up to that point need not be
+// applied again.
+func (n *Needs) Restore(from map[string]uint64) { n.from = maps.Clone(from); n.version++ }

@@ -330,8 +330,10 @@ func (p *localStore) settle(done []*pendingSync) {
 				delete(p.waiters, seq)
 			}
 		}
+		p.snaps.bytes += int64(ps.bytes)
 		p.recycle(ps)
 	}
+	p.snapshotDedup(false)
 }
 
 type appended struct {

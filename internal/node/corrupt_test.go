@@ -226,32 +226,70 @@ func TestFlipInTheActiveSegmentMakesOnlyThatPartitionCorrupt(t *testing.T) {
 
 // TestFlipInASealedSegmentDoesNotStopTheNode is issue 11's second finding:
 // a flipped byte in a sealed segment (trusted through its index at open)
-// used to fail the node's start. Now the replay finds it, verifies the
-// sealed segments and marks only that partition corrupt; the node and the
-// other topic keep working.
+// used to fail the node's start. Now the node starts, only that partition
+// is marked corrupt and the other topic keeps working. Without a dedup
+// snapshot the replay at open finds the damage (it verifies the sealed
+// segments); with one the open reads nothing before the snapshot's point,
+// so the scrubber's next pass finds it — and a read of the damaged range
+// is refused in the meantime, never answered with wrong data.
 func TestFlipInASealedSegmentDoesNotStopTheNode(t *testing.T) {
-	var logs logBuffer
-	h := newCorruptionHarness(t, &logs)
-	h.declare("t", 1)
-	h.declare("u", 1)
-	values := publishTo(h, "t", 0, 200)
-	publishTo(h, "u", 0, 3)
-	h.node.Close()
-	segs := segmentsOf(t, h.fs, "t", 0)
-	if len(segs) < 3 {
-		t.Fatalf("%d segments; want sealed ones", len(segs))
+	for _, snapshots := range []bool{false, true} {
+		t.Run(fmt.Sprintf("snapshot=%v", snapshots), func(t *testing.T) {
+			var logs logBuffer
+			h := newCorruptionHarness(t, &logs)
+			tune := h.tune
+			h.tune = func(c *Config) {
+				tune(c)
+				if !snapshots {
+					c.DedupSnapshotBytes = -1
+				}
+			}
+			h.node.Close()
+			h.open()
+			h.declare("t", 1)
+			h.declare("u", 1)
+			values := publishTo(h, "t", 0, 200)
+			publishTo(h, "u", 0, 3)
+			h.node.Close()
+			segs := segmentsOf(t, h.fs, "t", 0)
+			if len(segs) < 3 {
+				t.Fatalf("%d segments; want sealed ones", len(segs))
+			}
+			if err := h.fs.FlipBit(segs[1], 300, 1); err != nil {
+				t.Fatal(err)
+			}
+			h.open()
+			if snapshots {
+				if st := partitionState(h, "t", 0); st != "" {
+					t.Fatalf("state %q at open; the open was to read nothing before the snapshot", st)
+				}
+				refused := 0
+				for seq := range uint64(len(values)) {
+					es, err := h.node.Read("t", 0, seq+1, 1)
+					switch {
+					case errors.Is(err, storage.ErrCorrupt):
+						refused++
+					case err != nil:
+						t.Fatalf("Read(%d): %v", seq+1, err)
+					case string(es[0].Record.Value) != values[seq+1]:
+						t.Fatalf("seq %d served %q, want %q", seq+1, es[0].Record.Value, values[seq+1])
+					}
+				}
+				if refused == 0 {
+					t.Fatal("every read served before the scrubber's pass; the flipped batch was to be refused")
+				}
+				s := &scrubber{n: h.node, from: map[*partitionRunner]uint64{}}
+				s.step(1 << 30)
+			}
+			if st := partitionState(h, "t", 0); st != wire.PartitionStateCorrupt {
+				t.Fatalf("state %q, want corrupt", st)
+			}
+			if _, refused := readVisible(t, h, "t", 0, values); len(refused) != 1 {
+				t.Fatalf("refused %v", refused)
+			}
+			h.mustPublish(&wire.Pub{Topic: "u", Partition: 0, Value: []byte("still writable")})
+		})
 	}
-	if err := h.fs.FlipBit(segs[1], 300, 1); err != nil {
-		t.Fatal(err)
-	}
-	h.open()
-	if st := partitionState(h, "t", 0); st != wire.PartitionStateCorrupt {
-		t.Fatalf("state %q, want corrupt", st)
-	}
-	if _, refused := readVisible(t, h, "t", 0, values); len(refused) != 1 {
-		t.Fatalf("refused %v", refused)
-	}
-	h.mustPublish(&wire.Pub{Topic: "u", Partition: 0, Value: []byte("still writable")})
 }
 
 // TestScrubberFindsDamageInASealedSegment: damage that appears while the

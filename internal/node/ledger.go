@@ -149,7 +149,7 @@ func (l *fileLedger) load(inc uint64) ([]*delivery.Cursor, error) {
 	// A gap (a repair dropped damaged ledger records) replays nothing: the
 	// acks it held are forgotten and their messages delivered again.
 	var ledgerBytes int64
-	err = replayLog(lg, func(e storage.Entry) error {
+	err = replayLog(lg, lg.StartSeq(), func(e storage.Entry) error {
 		v := e.Record.Value
 		ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
 		replay := replayAcks

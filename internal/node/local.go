@@ -63,6 +63,7 @@ type localStore struct {
 	// pendingSyncs (their news slices), so a batch allocates neither.
 	recsBuf   []storage.Record
 	freeSyncs []*pendingSync
+	snaps     dedupSnapshots
 }
 
 // openLocal recovers the partition's log and starts its loop (none in
@@ -110,8 +111,24 @@ func (p *localStore) shutdown() {
 	p.failQueued()
 	p.failWaiters(wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
 	if p.log != nil {
+		p.snapshotDedup(true)
 		p.log.Close()
 	}
+}
+
+// snapshotDedup writes the dedup snapshot when one is due (closing: when
+// the table moved since the last), and only while nothing appended waits
+// for its fsync: the snapshot holds only durable entries.
+func (p *localStore) snapshotDedup(closing bool) {
+	st := p.state
+	if p.failure != nil || st == nil || st.CommitSeq() != st.NextSeq()-1 || st.CommitSeq() <= p.snaps.applied {
+		return
+	}
+	if !closing && !p.dueDedupSnapshot(&p.snaps, 0) {
+		return
+	}
+	epoch := p.log.LastEpoch() // the epoch of the commit point, the log's last entry
+	p.saveDedupSnapshot(&p.snaps, st.CommitSeq(), func(b []byte) ([]byte, error) { return st.AppendSnapshot(b, epoch) })
 }
 
 func (p *localStore) release() {}
@@ -155,7 +172,14 @@ func (p *localStore) recover() error {
 		return err
 	}
 	st := partition.NewState(cfg.Dedup, epoch, lg.NextSeq())
-	err = replayLog(lg, func(e storage.Entry) error {
+	from := lg.StartSeq()
+	p.snaps = dedupSnapshots{}
+	if snap := p.loadDedupSnapshot(lg); snap != nil && !cfg.Mutations.SkipDedupRebuild {
+		// Only the entries after the snapshot are read again.
+		st.Restore(snap)
+		from, p.snaps.applied = snap.Applied+1, snap.Applied
+	}
+	err = replayLog(lg, from, func(e storage.Entry) error {
 		if !cfg.Mutations.SkipDedupRebuild {
 			st.Replay(e.Seq, e.Epoch, e.Record.ProducerID, e.Record.ProducerSeq)
 		}
@@ -175,14 +199,14 @@ func (p *localStore) recover() error {
 	return nil
 }
 
-// replayLog calls apply for every readable entry of lg, in order, until
-// apply fails. It steps over gaps and damaged ranges (lg.Damage() lists
+// replayLog calls apply for every readable entry of lg from from on, in
+// order, until apply fails. It steps over gaps and damaged ranges (lg.Damage() lists
 // the latter afterwards); damage that recovery could not see (a sealed
 // segment trusted through its index) is found by verifying the sealed
 // segments, once, and then stepped over too.
-func replayLog(lg *storage.Log, apply func(storage.Entry) error) error {
+func replayLog(lg *storage.Log, from uint64, apply func(storage.Entry) error) error {
 	verified := false
-	for from := lg.StartSeq(); from < lg.NextSeq(); {
+	for from = max(from, lg.StartSeq()); from < lg.NextSeq(); {
 		entries, err := lg.Read(from, 4096, 16<<20)
 		var damaged *storage.CorruptError
 		var gap *storage.GapError

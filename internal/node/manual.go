@@ -20,6 +20,10 @@ type Mutations struct {
 	AckBeforeFsync bool
 	// SkipDedupRebuild starts a reopened partition with an empty dedup table.
 	SkipDedupRebuild bool
+	// DedupSnapshotUnchecked restores a partition's dedup snapshot without
+	// checking it against the log (partition.SnapshotUsable): one that
+	// describes another log (a repaired one, another lineage) passes.
+	DedupSnapshotUnchecked bool
 	// SkipLedgerFsync answers ACKs without fsyncing the group's ledger.
 	SkipLedgerFsync bool
 	// Partition and AckLog break the guards of the replicated-partition

@@ -98,7 +98,13 @@ type Config struct {
 	// by which a shard's log shrinks; 0 = 4 MiB (or SegmentBytesMax if
 	// smaller).
 	SchedSegmentBytesMax int64
-	Dedup                partition.Config
+	// DedupSnapshotBytes: a partition writes its dedup snapshot (the file
+	// "dedup" beside its log, dedupsnap.go) once this many record bytes
+	// were applied since the last one, and when it closes, so a restart
+	// reads only the log after it. 0 = DedupSnapshotBytesDefault, < 0 =
+	// never (a restart replays the whole retained log).
+	DedupSnapshotBytes int64
+	Dedup              partition.Config
 }
 
 // KVCheckpointMinBytesDefault is Config.KVCheckpointMinBytes's default.
@@ -157,6 +163,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SchedWindow == 0 {
 		c.SchedWindow = SchedWindowDefault
+	}
+	if c.DedupSnapshotBytes == 0 {
+		c.DedupSnapshotBytes = DedupSnapshotBytesDefault
 	}
 	if c.KVCheckpointMinBytes == 0 {
 		c.KVCheckpointMinBytes = KVCheckpointMinBytesDefault

@@ -153,6 +153,13 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 					}
 				}
 			}
+			if r.Damaged() && !o.DryRun {
+				// The dedup snapshot may know of records the repair
+				// dropped: a retry of one must append it again.
+				if err := fsys.Remove(path.Join(dir, dedupSnapshotFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return out, fmt.Errorf("node: repair: remove %s: %w", path.Join(dir, dedupSnapshotFile), err)
+				}
+			}
 			out = append(out, r)
 		}
 	}

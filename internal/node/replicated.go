@@ -43,6 +43,7 @@ type replicaStore struct {
 	// handed back to completions next time (so that it is not grown anew
 	// for every burst). Owned by runReplicated.
 	spareCompletions []completion
+	snaps            dedupSnapshots // owned by runReplicated
 }
 
 // groupsFrom is acklog.Needs.From as of a moment of the applied log.
@@ -102,6 +103,10 @@ func (p *partitionRunner) openReplica() error {
 	start := l.ReadLog().StartSeq()
 	p.startSeq.Store(start)
 	s.kernel = partition.NewMember[PubReply](p.node.cfg.Dedup, start, p.node.cfg.Mutations.Partition)
+	if snap := p.loadDedupSnapshot(l.ReadLog()); snap != nil && s.kernel.Restore(snap) {
+		// Only the entries after the snapshot are applied again.
+		s.snaps.applied, s.snaps.epoch = snap.Applied, snap.Epoch
+	}
 	p.store = s
 	if p.node.cfg.Manual {
 		return nil // stepManual, from Step
@@ -244,6 +249,7 @@ func (p *replicaStore) applyReplicated() {
 	commit := p.repl.CommitSeq()
 	p.readLog.Store(p.repl.ReadLog()) // a member restarted in place reads a new one
 	p.followStart()
+	var appliedBytes int64
 	for k.Applied() < commit {
 		from := k.Applied() + 1
 		entries, err := p.repl.Committed(from, int(min(commit-k.Applied(), 4096)))
@@ -268,7 +274,12 @@ func (p *replicaStore) applyReplicated() {
 				break
 			}
 			k.Apply(kernelEntry(&e))
+			appliedBytes += int64(len(e.Record.Value) + len(e.Record.Key))
+			p.snaps.epoch = e.Epoch
 		}
+	}
+	if p.dueDedupSnapshot(&p.snaps, appliedBytes) {
+		p.snapshotDedup()
 	}
 	p.compactLimit.Store(k.CompactLimit())
 	if v := k.GroupsVersion(); v != p.groupsVersion {
@@ -336,7 +347,25 @@ func (p *replicaStore) followStart() bool {
 		p.startSeq.Store(start)
 		p.topic.notifyGroups()
 	}
-	return p.kernel.LogStart(start)
+	if !p.kernel.LogStart(start) {
+		return false
+	}
+	p.snaps.applied, p.snaps.epoch = 0, 0 // the next snapshot is of the new start's state
+	return true
+}
+
+// snapshotDedup writes the member's dedup snapshot of what it applied,
+// if that moved since the last. What it applied may not be durable here
+// yet (a leader applies entries two followers flushed before its own
+// fsync): a crash that loses them leaves a log without the snapshot's
+// last entry, which the restart's check refuses (SnapshotUsable).
+func (p *replicaStore) snapshotDedup() {
+	k := p.kernel
+	applied, epoch := k.Applied(), p.snaps.epoch
+	if epoch == 0 || applied <= p.snaps.applied {
+		return
+	}
+	p.saveDedupSnapshot(&p.snaps, applied, func(b []byte) ([]byte, error) { return k.AppendSnapshot(b, epoch) })
 }
 
 // replicationError maps a proposal's failure to what the client sees; all
@@ -438,8 +467,10 @@ func (p *replicaStore) shutdown() {
 	p.failQueued()
 }
 
-// release closes the member once the loop ended.
+// release closes the member once the loop ended, with a dedup snapshot
+// of what it applied.
 func (p *replicaStore) release() {
+	p.snapshotDedup()
 	p.node.cluster.CloseGroup(p.topic.key(), p.id)
 	p.repl.Close()
 }

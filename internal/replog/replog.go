@@ -353,19 +353,19 @@ func loadPersisted(fsys vfs.FS, dir string, lg *storage.Log) (replica.Persisted,
 	if snap.seq > 0 {
 		p.Epochs = append(p.Epochs, replica.EpochStart{Epoch: snap.epoch, StartSeq: snap.seq})
 	}
-	// The epoch boundaries after the snapshot point come from the entries'
-	// epochs. (A scan: fine for now; an index belongs with checkpoints.)
-	for from := max(lg.StartSeq(), snap.seq+1); from < lg.NextSeq(); {
-		entries, err := lg.Read(from, 4096, 16<<20)
+	// The epoch boundaries after the snapshot point come from the batch
+	// headers: a restart reads no record (a partition's derived state
+	// comes from its own snapshot, node/dedupsnap.go).
+	if from := max(lg.StartSeq(), snap.seq+1); from < lg.NextSeq() {
+		starts, err := lg.EpochStarts(from)
 		if err != nil {
 			return p, fmt.Errorf("replog: scan log: %w", err)
 		}
-		for _, e := range entries {
+		for _, e := range starts {
 			if len(p.Epochs) == 0 || p.Epochs[len(p.Epochs)-1].Epoch != e.Epoch {
 				p.Epochs = append(p.Epochs, replica.EpochStart{Epoch: e.Epoch, StartSeq: e.Seq})
 			}
 		}
-		from = entries[len(entries)-1].Seq + 1
 	}
 	p.Last = lg.NextSeq() - 1
 	return p, nil

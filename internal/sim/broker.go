@@ -81,6 +81,11 @@ type broker struct {
 	// default): small in KV runs, so buckets checkpoint and truncate
 	// their logs under the faults.
 	kvCheckpointMinBytes int64
+	// dedupSnapshotBytes is node.Config.DedupSnapshotBytes: a snapshot
+	// every few records, so restarts start from them under every fault
+	// (and replay the log after them); < 0 in a scenario about the log's
+	// replay itself.
+	dedupSnapshotBytes int64
 	// schedPublish is node.Config.SchedPublishObserver (the scheduler
 	// ghost's, schedghost.go; nil: none).
 	schedPublish func(shard uint32, p sched.Publish)
@@ -145,6 +150,7 @@ func (b *broker) start() {
 			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
 			LedgerCompactBytes: b.ledgerCompactBytes, SchedPublishObserver: b.schedPublish, SchedCompactObserver: b.schedCompacted,
 			KVCheckpointMinBytes: b.kvCheckpointMinBytes,
+			DedupSnapshotBytes:   b.dedupSnapshotBytes,
 			// A tiny window, so the scheduler's spill runs under every
 			// fault (its files take write errors, crashes, power loss).
 			SchedWindow: 4, SchedCheckpointEvery: checkpointEvery, SchedSegmentBytesMax: schedSegment})

@@ -22,6 +22,11 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
+// dedupSnapshotBytes is the nodes' node.Config.DedupSnapshotBytes: a
+// snapshot every few records, so restarts start from them under every
+// fault.
+const dedupSnapshotBytes = 512
+
 // ClusterOptions configure a cluster run: Nodes complete nodes — the real
 // server.Protocol, node, replog members and metadata log, each over its own
 // crashable MemFS — over a simulated peer network, in Manual mode on the
@@ -36,6 +41,10 @@ type ClusterOptions struct {
 	Partitions          uint32 // default 3
 	Faults              ClusterFaults
 	Mutations           node.Mutations
+	// NoDedupSnapshots: the nodes keep no dedup snapshot, so a restart
+	// rebuilds every partition's dedup table from its retained log (by
+	// default they write one every dedupSnapshotBytes of records).
+	NoDedupSnapshots bool
 	// SyncAll makes the topic sync_all: a record is acknowledged once
 	// every replica fsynced it (default sync_quorum).
 	SyncAll bool
@@ -251,6 +260,10 @@ func newClusterSim(o ClusterOptions) *sim {
 		}
 		if o.LedgerCompactBytes != 0 {
 			b.ledgerCompactBytes = o.LedgerCompactBytes
+		}
+		b.dedupSnapshotBytes = dedupSnapshotBytes
+		if o.NoDedupSnapshots {
+			b.dedupSnapshotBytes = -1
 		}
 		if o.Schedules > 0 {
 			b.schedPublish = func(shard uint32, p sched.Publish) {

@@ -22,7 +22,7 @@ var schedMutationSeeds = map[string]struct {
 }{
 	"sched-publish-without-lease": {[]uint64{1, 2, 3}, "NoPublishWithoutBothGates"},  // each of seeds 1-3
 	"sched-publish-before-intent": {[]uint64{1, 2, 3}, "NoPublishBeforeIntent"},      // each of seeds 1-3
-	"sched-fenced-still-fires":    {[]uint64{5, 7, 26}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-120
+	"sched-fenced-still-fires":    {[]uint64{1, 3, 30}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-30 since the dedup snapshots (5, 7, 26 before)
 	// The replication kernel's lease dated from the answers' arrival: a
 	// paused shard owner renews it from answers to heartbeats sent before
 	// its pause and publishes after another node took office.

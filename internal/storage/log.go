@@ -594,15 +594,8 @@ func (l *Log) LastEpoch() uint64 {
 func (l *Log) Read(fromSeq uint64, maxRecords int, maxBytes int) ([]Entry, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if l.closed {
-		return nil, ErrClosed
-	}
-	if len(l.segments) == 0 {
-		return nil, fmt.Errorf("%w: no segment left (a reset failed)", ErrFailed)
-	}
-	startSeq := l.segments[0].baseSeq
-	if fromSeq < startSeq || fromSeq > l.nextSeq {
-		return nil, fmt.Errorf("%w: seq %d outside [%d, %d]", ErrOutOfRange, fromSeq, startSeq, l.nextSeq)
+	if err := l.readableFrom(fromSeq); err != nil {
+		return nil, err
 	}
 	endSeq := l.nextSeq // the read stops before endSeq
 	for _, d := range l.damage {
@@ -669,6 +662,20 @@ func (l *Log) Read(fromSeq uint64, maxRecords int, maxBytes int) ([]Entry, error
 		}
 	}
 	return out, nil
+}
+
+// readableFrom checks that a read may start at fromSeq (under l.mu).
+func (l *Log) readableFrom(fromSeq uint64) error {
+	if l.closed {
+		return ErrClosed
+	}
+	if len(l.segments) == 0 {
+		return fmt.Errorf("%w: no segment left (a reset failed)", ErrFailed)
+	}
+	if start := l.segments[0].baseSeq; fromSeq < start || fromSeq > l.nextSeq {
+		return fmt.Errorf("%w: seq %d outside [%d, %d]", ErrOutOfRange, fromSeq, start, l.nextSeq)
+	}
+	return nil
 }
 
 // Damage returns the known damaged ranges of the log, sorted by FirstSeq:

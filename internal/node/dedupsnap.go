@@ -1,0 +1,109 @@
+package node
+
+// A partition's dedup snapshot (partition.Snapshot): its derived state as
+// of one applied entry, kept in the file "dedup" beside its log, so that a
+// restart applies only the entries after it instead of reading the whole
+// retained log, payloads included. The file is derived: a missing, stale,
+// damaged or unusable one only means the restart replays from the log's
+// start, as before it existed.
+
+import (
+	"errors"
+	"io/fs"
+	"path"
+
+	"github.com/nereus-broker/nereus/internal/partition"
+	"github.com/nereus-broker/nereus/internal/storage"
+)
+
+// dedupSnapshotFile is the snapshot's name in the partition's directory.
+const dedupSnapshotFile = "dedup"
+
+// DedupSnapshotBytesDefault is Config.DedupSnapshotBytes's default.
+const DedupSnapshotBytesDefault = 64 << 20
+
+// dedupSnapshots is a partition's snapshot bookkeeping, owned by its
+// loop's goroutine.
+type dedupSnapshots struct {
+	// bytes counts the record bytes applied (appended, on a single node)
+	// since the last snapshot; at Config.DedupSnapshotBytes the next one
+	// is written.
+	bytes int64
+	// applied is the entry the last snapshot written or loaded stands
+	// for: a close writes one only past it.
+	applied uint64
+	// epoch is the epoch of the last entry applied (replicated partitions;
+	// 0: unknown, after the log's start moved).
+	epoch uint64
+	buf   []byte
+}
+
+// loadDedupSnapshot reads the partition's snapshot and checks it against
+// lg (partition.SnapshotUsable); nil when there is none it can use. Only
+// an unreadable or inconsistent file is worth a warning.
+func (p *partitionRunner) loadDedupSnapshot(lg *storage.Log) *partition.Snapshot {
+	cfg := &p.node.cfg
+	if cfg.DedupSnapshotBytes < 0 {
+		return nil
+	}
+	file := path.Join(p.dir, dedupSnapshotFile)
+	b, err := storage.ReadFileAtomic(cfg.Env.FS, file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var s *partition.Snapshot
+	if err == nil {
+		s, err = partition.DecodeSnapshot(b, cfg.Dedup)
+	}
+	if err != nil {
+		p.node.log.Warn("dedup snapshot unreadable; replaying the partition's log instead", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		return nil
+	}
+	// The epoch of the entry at the snapshot's point, from the batch
+	// headers (a read of the entry would read its whole batch).
+	var epochAt uint64
+	inLog := s.Applied >= lg.StartSeq() && s.Applied < lg.NextSeq()
+	if inLog {
+		starts, err := lg.EpochStarts(s.Applied)
+		inLog = err == nil && len(starts) > 0 && starts[0].Seq == s.Applied
+		if inLog {
+			epochAt = starts[0].Epoch
+		}
+	}
+	if cfg.Mutations.DedupSnapshotUnchecked || partition.SnapshotUsable(s, lg.StartSeq(), epochAt, inLog) {
+		return s
+	}
+	p.node.log.Info("dedup snapshot does not match the partition's log; replaying the log instead", "topic", p.topic.cfg.Name, "partition", p.id,
+		"snapshot_seq", s.Applied, "snapshot_epoch", s.Epoch, "log_start", lg.StartSeq(), "log_next", lg.NextSeq())
+	return nil
+}
+
+// dueDedupSnapshot counts n more record bytes applied and reports whether
+// a snapshot is due.
+func (p *partitionRunner) dueDedupSnapshot(d *dedupSnapshots, n int64) bool {
+	d.bytes += n
+	limit := p.node.cfg.DedupSnapshotBytes
+	return limit > 0 && d.bytes >= limit
+}
+
+// saveDedupSnapshot writes what encode appends as the partition's
+// snapshot of applied. A failure is logged: the restart replays more.
+func (p *partitionRunner) saveDedupSnapshot(d *dedupSnapshots, applied uint64, encode func([]byte) ([]byte, error)) {
+	if p.node.cfg.DedupSnapshotBytes < 0 || applied == 0 {
+		return
+	}
+	d.bytes = 0
+	b, err := encode(d.buf[:0])
+	if err == nil {
+		d.buf = b[:0]
+		if len(d.buf) > 1<<20 {
+			d.buf = nil // a large table's buffer is not kept between snapshots
+		}
+		err = storage.WriteFileAtomic(p.node.cfg.Env.FS, path.Join(p.dir, dedupSnapshotFile), b)
+	}
+	if err != nil {
+		p.node.logRepeatedError(p.subject()+"/dedup", "dedup snapshot not written; a restart replays the log from further back", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		return
+	}
+	d.applied = applied
+}

@@ -1,0 +1,298 @@
+package node
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// segmentReads counts the reads of each of a partition's segment files
+// while fn runs.
+func segmentReads(h *harness, topic string, partition int, fn func()) map[string]int {
+	dir := path.Join("/data/topics", topic, fmt.Sprint(partition)) + "/"
+	var mu sync.Mutex
+	reads := map[string]int{}
+	h.fs.SetInjector(func(op vfs.Op, name string) error {
+		if op == vfs.OpRead && strings.HasPrefix(name, dir) && strings.HasSuffix(name, ".log") {
+			mu.Lock()
+			reads[name]++
+			mu.Unlock()
+		}
+		return nil
+	})
+	defer h.fs.SetInjector(nil)
+	fn()
+	return reads
+}
+
+// publishIdempotent publishes n records of producer id to partition 0,
+// one at a time, and returns their PUB_OKs by producer seq.
+func publishIdempotent(h *harness, topic string, id uint64, from, n int) map[uint64]wire.PubOK {
+	oks := map[uint64]wire.PubOK{}
+	for i := from; i < from+n; i++ {
+		oks[uint64(i)] = h.mustPublish(&wire.Pub{Topic: topic, Partition: 0, ProducerID: id, ProducerSeq: uint64(i),
+			Value: fmt.Appendf(nil, "value-%04d-%s", i, strings.Repeat("x", 40))})
+	}
+	return oks
+}
+
+// retriesAreDuplicates publishes every identity of oks again: each must
+// be answered as a duplicate at its original seq, and append nothing.
+func retriesAreDuplicates(t *testing.T, h *harness, topic string, id uint64, oks map[uint64]wire.PubOK) {
+	t.Helper()
+	before := h.node.Metadata([]string{topic})[0].Partitions[0].CommitSeq
+	for pseq, want := range oks {
+		ok := h.mustPublish(&wire.Pub{Topic: topic, Partition: 0, ProducerID: id, ProducerSeq: pseq, Value: []byte("retry")})
+		if !ok.Duplicate || ok.Seq != want.Seq || ok.Epoch != want.Epoch {
+			t.Fatalf("retry of producer %d seq %d: %+v, want a duplicate of %+v", id, pseq, ok, want)
+		}
+	}
+	if after := h.node.Metadata([]string{topic})[0].Partitions[0].CommitSeq; after != before {
+		t.Fatalf("retries appended: commit %d → %d", before, after)
+	}
+}
+
+// A restart after a clean close reads none of the log the dedup snapshot
+// stands for (only the entry at its point, to check it), yet answers every
+// retry from before it as a duplicate of the original; without the
+// snapshot it reads every segment.
+func TestRestartReadsOnlyTheLogAfterTheDedupSnapshot(t *testing.T) {
+	for _, snapshots := range []bool{true, false} {
+		t.Run(fmt.Sprintf("snapshot=%v", snapshots), func(t *testing.T) {
+			h := newHarness(t)
+			h.tune = func(c *Config) {
+				c.SegmentBytesMax = 4 << 10
+				if !snapshots {
+					c.DedupSnapshotBytes = -1
+				}
+			}
+			h.restart()
+			h.declare("t", 1)
+			oks := publishIdempotent(h, "t", 7, 0, 300)
+			h.node.Close()
+			segs := segmentsOf(t, h.fs, "t", 0)
+			reads := segmentReads(h, "t", 0, h.open)
+			if !snapshots {
+				if len(reads) != len(segs) {
+					t.Fatalf("without a snapshot the open read %d of %d segments; the count is broken", len(reads), len(segs))
+				}
+				retriesAreDuplicates(t, h, "t", 7, oks)
+				return
+			}
+			// The snapshot's point is the log's last entry: its segment
+			// is the only one read.
+			if len(reads) != 1 || reads[segs[len(segs)-1]] == 0 {
+				t.Fatalf("the open read segments %v of %d; want only the last", reads, len(segs))
+			}
+			retriesAreDuplicates(t, h, "t", 7, oks)
+			// New publishes go on from there, and survive another restart.
+			more := publishIdempotent(h, "t", 7, 300, 20)
+			h.restart()
+			retriesAreDuplicates(t, h, "t", 7, more)
+			retriesAreDuplicates(t, h, "t", 7, oks)
+		})
+	}
+}
+
+// After a crash (no snapshot at close) the latest periodic snapshot
+// stands for the log up to its point, and the log after it is replayed:
+// every retry, from before and after the snapshot, is a duplicate.
+func TestDedupSnapshotAfterACrash(t *testing.T) {
+	h := newHarness(t)
+	h.tune = func(c *Config) {
+		c.SegmentBytesMax = 4 << 10
+		c.DedupSnapshotBytes = 2 << 10 // every 40 records or so
+	}
+	h.restart()
+	h.declare("t", 1)
+	oks := publishIdempotent(h, "t", 7, 0, 250)
+	h.kill()
+	segs := segmentsOf(t, h.fs, "t", 0)
+	reads := segmentReads(h, "t", 0, h.open)
+	if len(reads) == 0 || len(reads) > 3 {
+		t.Fatalf("the open read %d of %d segments; want the few after the last periodic snapshot", len(reads), len(segs))
+	}
+	retriesAreDuplicates(t, h, "t", 7, oks)
+}
+
+// A snapshot that describes another log is not used (SnapshotUsable):
+// here partition 0's snapshot copied over partition 1's, whose entry at
+// the snapshot's seq has another epoch. Used unchecked (the mutation
+// DedupSnapshotUnchecked), it makes producer 7's first publish to
+// partition 1 a "duplicate" of a record partition 1 never had: a message
+// lost.
+func TestDedupSnapshotOfAnotherLogIsNotUsed(t *testing.T) {
+	for _, mutated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unchecked=%v", mutated), func(t *testing.T) {
+			h := newHarness(t)
+			h.tune = func(c *Config) { c.Mutations.DedupSnapshotUnchecked = mutated }
+			h.declare("t", 2)
+			for i := range uint64(40) {
+				h.mustPublish(&wire.Pub{Topic: "t", Partition: 1, ProducerID: 8, ProducerSeq: i, Value: []byte("one")})
+			}
+			h.restart() // a new epoch for both partitions
+			publishIdempotent(h, "t", 7, 0, 30)
+			h.node.Close()
+			b, err := h.fs.ReadFile("/data/topics/t/0/" + dedupSnapshotFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.fs.WriteFile("/data/topics/t/1/"+dedupSnapshotFile, b); err != nil {
+				t.Fatal(err)
+			}
+			h.open()
+			ok := h.mustPublish(&wire.Pub{Topic: "t", Partition: 1, ProducerID: 7, ProducerSeq: 3, Value: []byte("new")})
+			if ok.Duplicate != mutated {
+				t.Fatalf("producer 7's first publish to partition 1: %+v (unchecked snapshot %v)", ok, mutated)
+			}
+			if mutated {
+				return // the mutation is caught: the first publish was lost
+			}
+			if ok := h.mustPublish(&wire.Pub{Topic: "t", Partition: 1, ProducerID: 8, ProducerSeq: 39, Value: []byte("one")}); !ok.Duplicate || ok.Seq != 40 {
+				t.Fatalf("partition 1's own retry: %+v, want a duplicate of seq 40 (its log replayed)", ok)
+			}
+		})
+	}
+}
+
+// countingFS counts the bytes read from the files whose names start with
+// prefix and end in ".log" (a partition's segments).
+type countingFS struct {
+	vfs.FS
+	prefix string
+	bytes  *atomic.Int64
+}
+
+type countingFile struct {
+	vfs.File
+	bytes *atomic.Int64
+}
+
+func (f countingFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	f.bytes.Add(int64(n))
+	return n, err
+}
+
+func (c countingFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil || !strings.HasPrefix(name, c.prefix) || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return countingFile{File: f, bytes: c.bytes}, nil
+}
+
+func (c countingFS) Open(name string) (vfs.File, error) {
+	f, err := c.FS.Open(name)
+	return c.wrap(name, f, err)
+}
+
+func (c countingFS) OpenRW(name string) (vfs.File, error) {
+	f, err := c.FS.OpenRW(name)
+	return c.wrap(name, f, err)
+}
+
+func (c countingFS) OpenAppend(name string) (vfs.File, error) {
+	f, err := c.FS.OpenAppend(name)
+	return c.wrap(name, f, err)
+}
+
+func (c countingFS) Create(name string) (vfs.File, error) {
+	f, err := c.FS.Create(name)
+	return c.wrap(name, f, err)
+}
+
+// A replica of a replicated partition restarts from its dedup snapshot
+// too: a follower that closed cleanly reads a small part of its log's
+// bytes to open and catch up (the batch headers for the epochs, the entry
+// at the snapshot's point), where without a snapshot it reads them all;
+// and after a restart of every node the new leader — its table from its
+// snapshot and the log after it — answers every retry as a duplicate of
+// the original.
+func TestReplicatedRestartAppliesOnlyAfterTheDedupSnapshot(t *testing.T) {
+	var (
+		follower  atomic.Value // string: the node whose reads are counted
+		read      atomic.Int64
+		snapshots atomic.Bool
+	)
+	follower.Store("")
+	snapshots.Store(true)
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		c.SegmentBytesMax = 32 << 10
+		c.ScrubBytesPerSecond = -1 // its reads are not the restart's
+		if !snapshots.Load() {
+			c.DedupSnapshotBytes = -1
+		}
+		if c.NodeID == follower.Load() {
+			c.Env.FS = countingFS{FS: c.Env.FS, prefix: "/" + c.NodeID + "/topics/t/0/", bytes: &read}
+		}
+	})
+	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
+	oks := map[uint64]wire.PubOK{}
+	var leader string
+	for i := range uint64(200) {
+		leader, oks[i] = tc.publishAnywhere(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: i,
+			Value: fmt.Appendf(nil, "value-%04d-%s", i, strings.Repeat("x", 1000))})
+	}
+	last := oks[199].Seq
+	// A follower that is not the preferred leader (the placement's first
+	// replica), so it stays a follower after its restart.
+	for _, r := range tc.nodes[leader].Metadata([]string{"t"})[0].Partitions[0].Replicas[1:] {
+		if r.Node != leader {
+			follower.Store(r.Node)
+		}
+	}
+	f := follower.Load().(string)
+	tc.readAll(f, "t", 0, last)
+	restart := func() int64 {
+		tc.stop(f)
+		read.Store(0)
+		tc.start(f)
+		eventually(t, f+" applies up to "+fmt.Sprint(last), func() bool {
+			return tc.nodes[f].Metadata([]string{"t"})[0].Partitions[0].CommitSeq >= last
+		})
+		return read.Load()
+	}
+	// The open scans the active segment (the last) for a torn tail, and
+	// the log's batch headers; the rest it need not read.
+	var logBytes, activeBytes int64
+	names, err := tc.fs.List("/" + f + "/topics/t/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if strings.HasSuffix(name, ".log") {
+			size, err := tc.fs.Stat("/" + f + "/topics/t/0/" + name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logBytes, activeBytes = logBytes+size, size
+		}
+	}
+	with := restart()
+	snapshots.Store(false)
+	without := restart()
+	snapshots.Store(true)
+	if without < logBytes || with > activeBytes+(logBytes-activeBytes)/10 {
+		t.Fatalf("%s's restart read %d bytes of its %d-byte log (%d in the active segment) with a dedup snapshot, %d without; want the active segment and a tenth of the rest at most with, all without",
+			f, with, logBytes, activeBytes, without)
+	}
+
+	for id := range tc.nodes {
+		tc.stop(id)
+	}
+	for _, m := range tc.members {
+		tc.start(m.ID)
+	}
+	for pseq, want := range oks {
+		_, ok := tc.publishAnywhere(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: pseq, Value: []byte("retry")})
+		if !ok.Duplicate || ok.Seq != want.Seq {
+			t.Fatalf("retry of producer seq %d after a restart of every node: %+v, want a duplicate at %d", pseq, ok, want.Seq)
+		}
+	}
+}

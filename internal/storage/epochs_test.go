@@ -1,0 +1,98 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// epochStartsByRead derives what EpochStarts answers from the records.
+func epochStartsByRead(t *testing.T, l *Log, from uint64) []EpochStart {
+	t.Helper()
+	var out []EpochStart
+	for seq := from; seq < l.NextSeq(); {
+		es, err := l.Read(seq, 1000, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			if len(out) == 0 || out[len(out)-1].Epoch != e.Epoch {
+				out = append(out, EpochStart{Epoch: e.Epoch, Seq: e.Seq})
+			}
+		}
+		seq = es[len(es)-1].Seq + 1
+	}
+	return out
+}
+
+// EpochStarts, from the batch headers alone, answers what the records
+// say, from any seq — across segments, sealed and reopened (their sparse
+// index), with epochs changing inside a segment and across one.
+func TestEpochStartsAreTheRecordsEpochs(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		fsys := vfs.NewMem()
+		l := openLog(t, fsys, smallOpts())
+		epoch, i := uint64(1), 0
+		for range 60 {
+			if rng.IntN(4) == 0 {
+				epoch += 1 + rng.Uint64N(2)
+			}
+			n := 1 + rng.IntN(5)
+			recs := make([]Record, n)
+			for j := range recs {
+				recs[j] = testRecord(i)
+				i++
+			}
+			if _, err := l.Append(epoch, recs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		for reopen := range 2 {
+			if reopen == 1 {
+				l.Close()
+				l = openLog(t, fsys, smallOpts())
+			}
+			for from := l.StartSeq(); from <= l.NextSeq(); from++ {
+				got, err := l.EpochStarts(from)
+				if err != nil {
+					t.Fatalf("seed %d from %d: %v", seed, from, err)
+				}
+				if want := epochStartsByRead(t, l, from); !slices.Equal(got, want) {
+					t.Fatalf("seed %d reopened %d from %d: %v, want %v", seed, reopen, from, got, want)
+				}
+			}
+		}
+		l.Close()
+	}
+}
+
+// A known damaged range, and a repair's gap, answer as Read does.
+func TestEpochStartsStopsAtDamageAndGaps(t *testing.T) {
+	fsys := vfs.NewMem()
+	l := openLog(t, fsys, smallOpts())
+	for i := range 40 {
+		if _, err := l.Append(1+uint64(i/10), []Record{testRecord(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Sync()
+	l.damage = []Damage{{FirstSeq: 20, LastSeq: 22, Cause: "test"}}
+	var ce *CorruptError
+	if _, err := l.EpochStarts(5); !errors.As(err, &ce) {
+		t.Fatalf("EpochStarts over damage: %v", err)
+	}
+	if got, err := l.EpochStarts(23); err != nil || fmt.Sprint(got) != "[{3 23} {4 31}]" {
+		t.Fatalf("EpochStarts after damage: %v %v", got, err)
+	}
+	if _, err := l.EpochStarts(l.NextSeq() + 1); !errors.Is(err, ErrOutOfRange) {
+		t.Fatalf("EpochStarts past the end: %v", err)
+	}
+}
