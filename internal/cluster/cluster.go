@@ -88,8 +88,9 @@ type Host interface {
 	// incarnation again from half-removed files.
 	StopTopic(name string, incarnation uint64, removeData bool)
 	// PublishLocal publishes a forwarded PUB on this node (it does not
-	// forward again); in Manual mode it must not block.
-	PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Error))
+	// forward again), into the topic's incarnation when it is not 0; in
+	// Manual mode it must not block.
+	PublishLocal(pub *wire.Pub, incarnation uint64, reply func(wire.PubOK, *wire.Error))
 	// LogRepeatedError logs an ERROR line a persistent fault repeats,
 	// limited per subject.
 	LogRepeatedError(subject, msg string, args ...any)

@@ -103,6 +103,8 @@ type fakeHost struct {
 	c       *Cluster
 	started map[string][][]uint32 // topic → placement
 	pubs    []wire.Pub            // forwarded to it
+	// pubIncarnations: the incarnation each of pubs was bound to.
+	pubIncarnations []uint64
 	// startFailures fails that many StartTopic calls (a disk error while
 	// opening a topic's replicas).
 	startFailures int
@@ -138,8 +140,9 @@ func (h *fakeHost) StartTopic(t meta.Topic) (bool, error) {
 	return true, nil
 }
 
-func (h *fakeHost) PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Error)) {
+func (h *fakeHost) PublishLocal(pub *wire.Pub, incarnation uint64, reply func(wire.PubOK, *wire.Error)) {
 	h.pubs = append(h.pubs, *pub)
+	h.pubIncarnations = append(h.pubIncarnations, incarnation)
 	reply(wire.PubOK{Partition: uint32(pub.Partition), Seq: 42, Epoch: 7}, nil)
 }
 
@@ -461,18 +464,18 @@ func TestForwardedPublishIsAnsweredExactlyOnce(t *testing.T) {
 	record := func(ok wire.PubOK, err *wire.Error) { got = append(got, answer{ok, err}) }
 	pub := &wire.Pub{Topic: "orders", Partition: 1, ProducerID: 9, ProducerSeq: 3, Value: []byte("v")}
 
-	tc.nodes[0].ForwardPublish(2, pub, record)
+	tc.nodes[0].ForwardPublish(2, pub, 5, record)
 	tc.runUntil(time.Second, "the forwarded publish answered", func() bool { return len(got) > 0 })
 	if len(got) != 1 || got[0].err != nil || got[0].ok.Seq != 42 || got[0].ok.Partition != 1 {
 		t.Fatalf("forwarded publish: %+v; want one PubOK with n2's seq 42", got)
 	}
-	if h := tc.hosts[1]; len(h.pubs) != 1 || h.pubs[0].ProducerSeq != 3 || string(h.pubs[0].Value) != "v" {
-		t.Fatalf("n2 published %+v; want the forwarded PUB once, identity kept", h.pubs)
+	if h := tc.hosts[1]; len(h.pubs) != 1 || h.pubs[0].ProducerSeq != 3 || string(h.pubs[0].Value) != "v" || h.pubIncarnations[0] != 5 {
+		t.Fatalf("n2 published %+v into incarnation %v; want the forwarded PUB once, identity and incarnation 5 kept", h.pubs, h.pubIncarnations)
 	}
 
 	got = nil
 	tc.net.hold[3] = true
-	tc.nodes[0].ForwardPublish(3, pub, record)
+	tc.nodes[0].ForwardPublish(3, pub, 0, record)
 	tc.runUntil(3*time.Second, "the unanswered publish timed out", func() bool { return len(got) > 0 })
 	if got[0].err == nil || got[0].err.Code != wire.CodeUnavailable || !strings.Contains(got[0].err.Message, "did not answer") {
 		t.Fatalf("forward to a silent member: %+v; want UNAVAILABLE at the deadline", got[0])
@@ -488,7 +491,7 @@ func TestForwardedPublishIsAnsweredExactlyOnce(t *testing.T) {
 
 	got = nil
 	tc.net.cut[2] = true
-	tc.nodes[0].ForwardPublish(2, pub, record)
+	tc.nodes[0].ForwardPublish(2, pub, 0, record)
 	tc.stop(0)
 	if len(got) != 1 || got[0].err == nil || !strings.Contains(got[0].err.Message, "shutting down") {
 		t.Fatalf("forward pending at close: %+v; want one UNAVAILABLE saying the node is shutting down", got)

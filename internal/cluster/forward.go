@@ -41,8 +41,9 @@ func (fp *forwardedPubs) take(id uint64) *forwardedPub {
 
 // ForwardPublish sends pub to node to and arranges for reply to be called
 // exactly once: with its answer, or UNAVAILABLE when it cannot be sent or
-// no answer comes within DeclareTimeout.
-func (c *Cluster) ForwardPublish(to replica.NodeID, pub *wire.Pub, reply func(wire.PubOK, *wire.Error)) {
+// no answer comes within DeclareTimeout. incarnation, when not 0, binds
+// it to that incarnation of its topic (wire.PeerPublish).
+func (c *Cluster) ForwardPublish(to replica.NodeID, pub *wire.Pub, incarnation uint64, reply func(wire.PubOK, *wire.Error)) {
 	id := c.reqID.Add(1)
 	fp := &c.pubForwards
 	f := &forwardedPub{reply: reply}
@@ -58,7 +59,7 @@ func (c *Cluster) ForwardPublish(to replica.NodeID, pub *wire.Pub, reply func(wi
 		}
 	})
 	fp.mu.Unlock()
-	if !c.tr.Send(uint32(to), &wire.PeerPublish{ReqID: id, Pub: *pub}) {
+	if !c.tr.Send(uint32(to), &wire.PeerPublish{ReqID: id, Incarnation: incarnation, Pub: *pub}) {
 		if f := fp.take(id); f != nil {
 			f.reply(wire.PubOK{}, wire.Errorf(wire.CodeUnavailable, "partition %s/%d: leader %s unreachable; retry",
 				pub.Topic, pub.Partition, c.Name(to)))
@@ -71,7 +72,7 @@ func (c *Cluster) ForwardPublish(to replica.NodeID, pub *wire.Pub, reply func(wi
 // NOT_LEADER and the sender retries with its newer view.
 func (c *Cluster) servePublish(from uint32, f *wire.PeerPublish) {
 	publish := func() {
-		c.host.PublishLocal(&f.Pub, func(ok wire.PubOK, err *wire.Error) {
+		c.host.PublishLocal(&f.Pub, f.Incarnation, func(ok wire.PubOK, err *wire.Error) {
 			answer := &wire.PeerPublishOK{ReqID: f.ReqID, OK: ok}
 			if err != nil {
 				answer.Code, answer.Message = err.Code, err.Message

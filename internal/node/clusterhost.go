@@ -78,8 +78,8 @@ func (h clusterHost) StopTopic(name string, incarnation uint64, removeData bool)
 	h.n.stopTopic(name, incarnation, removeData)
 }
 
-func (h clusterHost) PublishLocal(pub *wire.Pub, reply func(wire.PubOK, *wire.Error)) {
-	h.n.publish(pub, reply, nil)
+func (h clusterHost) PublishLocal(pub *wire.Pub, incarnation uint64, reply func(wire.PubOK, *wire.Error)) {
+	h.n.publishInto(pub, incarnation, reply, nil)
 }
 
 func (h clusterHost) LogRepeatedError(subject, msg string, args ...any) {

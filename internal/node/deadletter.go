@@ -188,7 +188,7 @@ func (g *groupRunner) publishDeadLetter(pi uint32, seq uint64, e storage.Entry, 
 	// on whichever node leads the dead-letter topic's partition.
 	g.node.publishToLeader(&wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducer,
 		ProducerSeq: uint64(pi)<<48 | seq, TimestampMs: e.Record.TimestampMs,
-		Key: e.Record.Key, Value: e.Record.Value, Headers: hs}, attempt,
+		Key: e.Record.Key, Value: e.Record.Value, Headers: hs}, 0, attempt,
 		func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
 }
 

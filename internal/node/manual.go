@@ -20,6 +20,10 @@ type Mutations struct {
 	AckBeforeFsync bool
 	// SkipDedupRebuild starts a reopened partition with an empty dedup table.
 	SkipDedupRebuild bool
+	// PublishIgnoresIncarnation lets a publish bound to a topic's
+	// incarnation (a scheduled message) land in a later incarnation of
+	// the same name.
+	PublishIgnoresIncarnation bool
 	// DedupSnapshotUnchecked restores a partition's dedup snapshot without
 	// checking it against the log (partition.SnapshotUsable): one that
 	// describes another log (a repaired one, another lineage) passes.

@@ -180,7 +180,7 @@ func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
 
 	peers.setCut(true)
 	answered := make(chan *wire.Error, 1)
-	tc.nodes[follower].publishToLeader(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("m2")}, 0,
+	tc.nodes[follower].publishToLeader(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("m2")}, 0, 0,
 		func(_ wire.PubOK, err *wire.Error) { answered <- err })
 	clock.Advance(1000 * time.Hour)
 	select {

@@ -35,10 +35,22 @@ func (n *Node) PublishCorked(pub *wire.Pub, reply PubReply, c Corker) {
 
 // publish is PublishCorked without the client's name rule: the group
 // machinery publishes into dead-letter topics through it.
-func (n *Node) publish(pub *wire.Pub, reply PubReply, c Corker) {
+func (n *Node) publish(pub *wire.Pub, reply PubReply, c Corker) { n.publishInto(pub, 0, reply, c) }
+
+// publishInto is publish into one incarnation of the topic when
+// incarnation is not 0: a scheduled message whose lane vouched for its
+// destination's incarnation must not land in a topic of the same name
+// deleted and declared again since (that lane is ORDERING_BROKEN until
+// an operator resumes it). The partition it is queued to belongs to the
+// incarnation checked; a delete after that fails it there.
+func (n *Node) publishInto(pub *wire.Pub, incarnation uint64, reply PubReply, c Corker) {
 	t, err := n.topic(pub.Topic)
 	if err != nil {
 		reply(wire.PubOK{}, asWire(err))
+		return
+	}
+	if incarnation != 0 && t.incarnation != incarnation && !n.cfg.Mutations.PublishIgnoresIncarnation {
+		reply(wire.PubOK{}, wire.Errorf(wire.CodeNotFound, "topic %q incarnation %d was deleted (it is incarnation %d now)", pub.Topic, incarnation, t.incarnation))
 		return
 	}
 	if werr := n.validateRecord(pub); werr != nil {

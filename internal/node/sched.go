@@ -1089,8 +1089,9 @@ func (r *schedRunner) publish(now int64, p sched.Publish) {
 		hs = append(hs, wire.Header{Key: h.Key, Value: h.Value})
 	}
 	// To the destination partition's leader, wherever it is.
+	// Into the incarnation the lane's certificate vouched for, and no other.
 	r.node.publishToLeader(&wire.Pub{Topic: p.Topic, Partition: int32(p.Partition), ProducerID: schedProducerID(r.shard, p.Topic, p.Partition),
-		ProducerSeq: p.FireSeq, TimestampMs: rec.TimestampMs, Key: rec.Key, Value: rec.Value, Headers: hs}, 0, done)
+		ProducerSeq: p.FireSeq, TimestampMs: rec.TimestampMs, Key: rec.Key, Value: rec.Value, Headers: hs}, p.Incarnation, 0, done)
 }
 
 func (r *schedRunner) published(now int64, p *schedPublished) {

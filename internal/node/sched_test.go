@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -434,4 +435,97 @@ func TestScheduledPublishAgainAfterACrashBeforeFired(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	h.stays("t", "once")
+}
+
+// A scheduled message whose destination is deleted and declared again
+// between the lane's last check and its publish does not land in the new
+// incarnation: the publish is bound to the incarnation the lane vouched
+// for (publishInto) and answered NOT_FOUND, the lane finds the new
+// incarnation and stays ORDERING_BROKEN, and a resume resolves the
+// schedule UNKNOWN: it is never published into the new topic. Under the
+// mutation PublishIgnoresIncarnation it lands there at once.
+func TestScheduledPublishIsBoundToItsDestinationsIncarnation(t *testing.T) {
+	for _, mutated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ignored=%v", mutated), func(t *testing.T) {
+			h := newHarness(t)
+			var once sync.Once
+			recreated := make(chan error, 1)
+			h.tune = func(c *Config) {
+				c.Mutations.PublishIgnoresIncarnation = mutated
+				c.SchedPublishObserver = func(_ uint32, p sched.Publish) {
+					if p.Topic != "t" {
+						return
+					}
+					once.Do(func() { // another client, just before the publish
+						done := make(chan error, 1)
+						go func() {
+							var err error
+							h.node.DeleteTopic("t", p.Incarnation, func(_ uint64, e error) {
+								if err = e; err == nil {
+									_, err = h.node.Declare(wire.TopicConfig{Name: "t", Partitions: 1})
+								}
+								done <- err
+							})
+						}()
+						select {
+						case err := <-done:
+							recreated <- err
+						case <-time.After(waitMax):
+							recreated <- errors.New("delete and declare did not finish while the publish waited")
+						}
+					})
+				}
+			}
+			h.restart()
+			h.declare("t", 1)
+			now := h.nowMs.Load()
+			h.mustSchedule("t", "once", now+10)
+			h.at(now + 1000)
+			select {
+			case err := <-recreated:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(waitMax):
+				t.Fatal("the schedule was never published")
+			}
+			if md := h.node.Metadata([]string{"t"}); len(md) != 1 || md[0].Incarnation != 2 {
+				t.Fatalf("topic t: %+v, want incarnation 2", md)
+			}
+			if mutated {
+				h.waitValues("t", "once") // caught: it landed in the new topic
+				return
+			}
+			h.stays("t")
+			if l := h.waitLane("t", "ORDERING_BROKEN", "BLOCKED"); l.Incarnation != 1 {
+				t.Fatalf("broken lane pinned to incarnation %d, want 1", l.Incarnation)
+			}
+			h.stays("t")
+			// Resumed into the new incarnation, the intent claimed for the
+			// deleted one is resolved UNKNOWN (UnprovableNeverResent): never
+			// published into the new topic.
+			if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneResume}); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(waitMax); ; time.Sleep(5 * time.Millisecond) {
+				h.at(h.nowMs.Load() + 1000) // the next probe of the destination
+				st, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedStatus})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var unknown uint64
+				for _, s := range st.Shards {
+					unknown += s.Unknown
+				}
+				if unknown == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					l, _ := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedStatus, Topic: "t"})
+					t.Fatalf("shards %+v lanes %+v: the schedule was not resolved UNKNOWN after the resume", st.Shards, l.Lanes)
+				}
+			}
+			h.stays("t")
+		})
+	}
 }

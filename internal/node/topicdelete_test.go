@@ -441,3 +441,48 @@ func TestDeleteTakesTheTopicFromItsGroup(t *testing.T) {
 		t.Fatalf("a holds %v of the re-declared topic, want its 3 partitions", got)
 	}
 }
+
+// A publish bound to a topic's incarnation (a scheduled message) is
+// refused NOT_FOUND by the partition's leader once that incarnation was
+// deleted, even though the name lives again — also when it is forwarded
+// from another node (PEER_PUBLISH carries the incarnation); bound to the
+// current incarnation, or to none, it lands.
+func TestClusterPublishBoundToADeletedIncarnation(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	cfg := wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3}
+	tc.declare("n1", cfg)
+	_, cn := tc.coordinatorOf()
+	if _, err := deleteTopic(t, cn, "t", 0); err != nil {
+		t.Fatal(err)
+	}
+	tc.declare("n1", cfg)
+	leader, _ := tc.publishAnywhere(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("first")})
+	publishVia := func(id string, incarnation uint64) *wire.Error {
+		ch := make(chan *wire.Error, 1)
+		tc.nodes[id].publishToLeader(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("x")}, incarnation, 0,
+			func(_ wire.PubOK, err *wire.Error) { ch <- err })
+		select {
+		case err := <-ch:
+			return err
+		case <-time.After(waitMax):
+			t.Fatal("publish: no reply")
+			return nil
+		}
+	}
+	for id := range tc.nodes {
+		via := "at the leader"
+		if id != leader {
+			via = "forwarded"
+		}
+		eventually(t, "incarnation 2 known on "+id, func() bool {
+			md := tc.nodes[id].Metadata([]string{"t"})
+			return len(md) == 1 && md[0].Incarnation == 2
+		})
+		wantWireCode(t, "a publish bound to incarnation 1 "+via, publishVia(id, 1), wire.CodeNotFound, "incarnation 1 was deleted")
+		for _, inc := range []uint64{2, 0} {
+			if err := publishVia(id, inc); err != nil {
+				t.Fatalf("a publish bound to incarnation %d %s: %v", inc, via, err)
+			}
+		}
+	}
+}

@@ -23,8 +23,9 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// Version of the peer protocol.
-const Version = 1
+// Version of the peer protocol: nodes of different versions do not
+// connect. 2: PEER_PUBLISH carries the topic incarnation it is bound to.
+const Version = 2
 
 // Config configures a Transport.
 type Config struct {

@@ -36,7 +36,7 @@ func sampleFrames() []Frame {
 		&PeerHello{Version: 1, From: 1, To: 2, Nonce: []byte("0123456789abcdef0123456789abcdef"), ClientAddr: "127.0.0.1:4850"},
 		&PeerDeclare{ReqID: 7, Topic: TopicConfig{Name: "orders", Partitions: 2, Replicas: 3}},
 		&PeerDeclareOK{ReqID: 7, Created: true, Code: CodeTopicConflict, Message: "differs"},
-		&PeerPublish{ReqID: 8, Pub: Pub{Topic: "dlq.g.t", ProducerID: 9, ProducerSeq: 1<<48 | 3, TimestampMs: 5,
+		&PeerPublish{ReqID: 8, Incarnation: 3, Pub: Pub{Topic: "dlq.g.t", ProducerID: 9, ProducerSeq: 1<<48 | 3, TimestampMs: 5,
 			Key: []byte("k"), Value: []byte("v"), Headers: []Header{{Key: "nereus-dlq-seq", Value: []byte("3")}}}},
 		&PeerPublishOK{ReqID: 8, OK: PubOK{Partition: 0, Seq: 4, Epoch: 2, Duplicate: true}},
 		&PeerPublishOK{ReqID: 9, Code: CodeNotLeader, Message: "moved"},

@@ -206,19 +206,27 @@ func (f *PeerDeclareOK) decodeBody(d *decoder) {
 	f.ReqID, f.Created, f.Code, f.Message = d.u64(), d.boolean(), Code(d.u16()), d.str()
 }
 
-// PeerPublish forwards a PUB that a node makes itself (a dead letter) to
-// the leader of its partition; ReqID pairs it with its PeerPublishOK. The
-// PUB's producer identity makes a retry idempotent.
+// PeerPublish forwards a PUB that a node makes itself (a dead letter, a
+// scheduled message falling due) to the leader of its partition; ReqID
+// pairs it with its PeerPublishOK. The PUB's producer identity makes a
+// retry idempotent. Incarnation, when not 0, is the only incarnation of
+// the topic the PUB may land in (a scheduler lane's destination): one
+// deleted meanwhile answers NOT_FOUND, even if the name lives again.
 type PeerPublish struct {
-	ReqID uint64
-	Pub   Pub
+	ReqID       uint64
+	Incarnation uint64
+	Pub         Pub
 }
 
 func (*PeerPublish) Type() FrameType { return TypePeerPublish }
 func (f *PeerPublish) appendBody(b []byte) []byte {
-	return f.Pub.appendBody(binary.BigEndian.AppendUint64(b, f.ReqID))
+	b = binary.BigEndian.AppendUint64(b, f.ReqID)
+	return f.Pub.appendBody(binary.BigEndian.AppendUint64(b, f.Incarnation))
 }
-func (f *PeerPublish) decodeBody(d *decoder) { f.ReqID = d.u64(); f.Pub.decodeBody(d) }
+func (f *PeerPublish) decodeBody(d *decoder) {
+	f.ReqID, f.Incarnation = d.u64(), d.u64()
+	f.Pub.decodeBody(d)
+}
 
 // PeerPublishOK is the partition leader's answer to a PeerPublish: Code OK
 // with the PUB_OK, or an error code and message.
