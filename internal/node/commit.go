@@ -406,14 +406,11 @@ func (p *localStore) appendBatch(batch []*pubReq) *pendingSync {
 	return ps
 }
 
-// appendBytesMax bounds the estimated encoded size of one Log.Append: the
-// log keeps its encoding buffer for the next Append only up to 1 MiB, so a
+// appendBytesMax bounds the encoded records of one Log.Append: the log
+// keeps its encoding buffer for the next Append only up to 1 MiB, so a
 // bigger one (a batch of 64 KiB records) would allocate and grow a new
-// buffer every time.
-const (
-	appendBytesMax      = 1<<20 - 64<<10
-	recordOverheadBytes = 64 // an upper estimate of a record's encoding beyond its key and value
-)
+// buffer every time — and a batch over the storage's 16 MiB is refused.
+const appendBytesMax = storage.BatchRecordBytesReused
 
 // appendRecords appends recs, decided as news, in as few Log.Appends of at
 // most appendBytesMax as it takes.
@@ -421,7 +418,7 @@ func (p *localStore) appendRecords(epoch uint64, recs []storage.Record, news []a
 	for len(recs) > 0 {
 		n, bytes := 0, 0
 		for n < len(recs) {
-			size := len(recs[n].Key) + len(recs[n].Value) + recordOverheadBytes
+			size := storage.RecordBytes(&recs[n]) // headers too: a scheduler's checkpoint lives in them
 			if n > 0 && bytes+size > appendBytesMax {
 				break
 			}

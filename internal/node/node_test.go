@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -593,5 +594,32 @@ func TestReadBelowTheCommitIsNotTheEnd(t *testing.T) {
 	}
 	if es, err := p.read(6, 10, 1<<20); err != nil || len(es) != 0 {
 		t.Fatalf("a read above the commit: %d entries, %v; want none, no error", len(es), err)
+	}
+}
+
+// Records whose bytes are in their headers (a scheduler shard's
+// checkpoint chunks are) are cut into log batches by their whole encoded
+// size: a burst of them used to be appended as one batch over the
+// storage's 16 MiB, refused with STORAGE_ERROR (found at 4 million
+// pending schedules, when a shard checkpointed).
+func TestBurstOfHeaderHeavyRecordsIsCutIntoBatches(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	big := bytes.Repeat([]byte("h"), 256<<10)
+	const n = 100 // 25 MiB of headers
+	errs := make(chan *wire.Error, n)
+	for i := range n {
+		h.node.Publish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte{byte(i)}, Headers: []wire.Header{{Key: "chunk", Value: big}}},
+			func(_ wire.PubOK, err *wire.Error) { errs <- err })
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatalf("publish of a header-heavy record: %v", err)
+			}
+		case <-time.After(waitMax):
+			t.Fatal("publish: no reply")
+		}
 	}
 }

@@ -1036,9 +1036,8 @@ func (r *schedRunner) propose(ref uint64, rec sched.Record) {
 	})
 }
 
-// evidence answers a probe from this node's view of the topics. Topics
-// are never deleted (no DELETE yet), so a topic's incarnation is 1 while
-// it exists.
+// evidence answers a probe from this node's view of the topics: a
+// topic's current incarnation, 0 while it does not exist.
 func (r *schedRunner) evidence(now int64, topic string) sched.Evidence {
 	ev := sched.Evidence{Topic: topic, ValidUntilMs: now + schedEvidenceMs}
 	t, err := r.node.topic(topic)
