@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -356,5 +359,70 @@ func TestClusterSchedListOnlyAtTheOwner(t *testing.T) {
 	})
 	if got, werr := listPageOn(t, tc.nodes[owner], &wire.SchedListPage{Shard: shard}); werr == nil {
 		t.Fatalf("the fenced owner answered %+v", got)
+	}
+}
+
+// TestSchedListAppliesWhatCommittedFirst: a page reflects everything the
+// shard committed before it was asked, even what its runner has not
+// applied yet. Manual mode makes the interleaving exact: a cancel is
+// committed by the shard's partition, then a page is asked before the
+// runner's next pass — it must not list the cancelled schedule.
+func TestSchedListAppliesWhatCommittedFirst(t *testing.T) {
+	var now atomic.Int64
+	now.Store(1_000_000)
+	n, err := Open(Config{DataDir: "/data", Env: env.Env{FS: vfs.NewMem(), Clock: testClock{nowMs: &now}}, Manual: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if _, err := n.Declare(wire.TopicConfig{Name: "t", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	schedule := func(v string) wire.ScheduleOK {
+		t.Helper()
+		var got *wire.ScheduleOK
+		for attempt := 0; got == nil; attempt++ {
+			if attempt == 10 {
+				t.Fatalf("schedule %s: not taken", v)
+			}
+			n.Schedule(&wire.Schedule{Pub: wire.Pub{Topic: "t", Partition: 0, Key: []byte("k"), Value: []byte(v)}, DeliverAtMs: now.Load() + 3_600_000},
+				func(ok wire.ScheduleOK, err *wire.Error) {
+					if err == nil {
+						got = &ok
+					}
+				})
+			n.Step()
+		}
+		return *got
+	}
+	a, b := schedule("a"), schedule("b")
+	if a.Shard != b.Shard {
+		t.Fatalf("shards %d and %d: want one", a.Shard, b.Shard)
+	}
+	r := n.sched[a.Shard]
+	// The cancel of a: proposed by the runner, committed by the shard's
+	// partition — and not applied yet.
+	var cancelled *wire.Error
+	cancelDone := false
+	n.SchedAdmin(&wire.SchedAdmin{Op: wire.SchedCancel, Shard: a.Shard, ID: a.ID}, func(_ *wire.SchedAdminOK, err *wire.Error) { cancelled, cancelDone = err, true })
+	r.step(now.Load())
+	commit := r.p.commitSeq.Load()
+	r.p.step(now.Load())
+	if r.p.commitSeq.Load() == commit || r.st.Applied() >= r.p.commitSeq.Load() || cancelDone {
+		t.Fatalf("the cancel is not committed-but-unapplied: commit %d → %d, applied %d, answered %v", commit, r.p.commitSeq.Load(), r.st.Applied(), cancelDone)
+	}
+	var page *wire.SchedListPageOK
+	var werr *wire.Error
+	n.SchedListPage(&wire.SchedListPage{Shard: a.Shard}, func(ok *wire.SchedListPageOK, err *wire.Error) { page, werr = ok, err })
+	n.Step()
+	if werr != nil || page == nil {
+		t.Fatalf("page: %+v, %v", page, werr)
+	}
+	if len(page.Schedules) != 1 || page.Schedules[0].ID != b.ID {
+		t.Fatalf("listed %+v after a's cancel committed, want b (%d) alone", page.Schedules, b.ID)
+	}
+	if !cancelDone || cancelled != nil {
+		t.Fatalf("the cancel: answered %v, %v", cancelDone, cancelled)
 	}
 }
