@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -200,21 +201,134 @@ func (c *Client) schedAdmin(ctx context.Context, f wire.SchedAdmin) (*wire.Sched
 	return out, nil
 }
 
-// Schedules lists live schedules, earliest first within each shard, of
-// topic ("" = every topic), at most limit (0 = the broker's bound).
+// Schedules lists live schedules of topic ("" = every topic), earliest
+// first (ListSchedules' order), at most limit (0: one page's worth,
+// 1,000) — spilled ones included. ListSchedules lists any number.
 func (c *Client) Schedules(ctx context.Context, topic string, limit int) ([]ScheduleInfo, error) {
-	ok, err := c.schedAdmin(ctx, wire.SchedAdmin{Op: wire.SchedList, Topic: topic, Limit: uint32(max(0, limit))})
-	if err != nil {
-		return nil, fmt.Errorf("nereus: list schedules: %w", err)
+	if limit <= 0 {
+		limit = wire.SchedListLimitMax
 	}
-	if limit > 0 && len(ok.Schedules) > limit {
-		ok.Schedules = ok.Schedules[:limit]
-	}
-	out := make([]ScheduleInfo, 0, len(ok.Schedules))
-	for _, s := range ok.Schedules {
-		out = append(out, ScheduleInfo{Shard: s.Shard, ID: s.ID, DeliverAt: time.UnixMilli(s.DeliverAtMs), Topic: s.Topic, Partition: s.Partition, State: s.State})
+	var out []ScheduleInfo
+	for s, err := range c.ListSchedules(ctx, topic, min(limit, wire.SchedListLimitMax)) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+		if len(out) == limit {
+			break
+		}
 	}
 	return out, nil
+}
+
+// ScheduleCursor is where a page of a shard's listing ended: the next
+// page holds the schedules after (DeliverAt, ID). The zero cursor is the
+// start.
+type ScheduleCursor struct {
+	DeliverAt time.Time
+	ID        uint64
+}
+
+// SchedulePage is one page of a shard's live schedules.
+type SchedulePage struct {
+	Schedules []ScheduleInfo
+	// More: schedules follow Next.
+	More bool
+	// Next is the cursor of the next page: after the last of Schedules.
+	Next ScheduleCursor
+}
+
+// ListSchedulePage lists one page of shard's live schedules of topic (""
+// = every topic) after cursor, by (deliver_at, id), at most limit (0 or
+// above 1,000: 1,000). The shard's owner answers from its state as of the
+// page, its spilled schedules included, so paging through a shard lists
+// every schedule live throughout exactly once, in order, whatever
+// changes between the pages (new schedules, fired ones, a new owner, a
+// rebuilt spill). A shard that cannot answer right now (a new owner
+// taking office, its spill being rebuilt) is retried until ctx ends.
+func (c *Client) ListSchedulePage(ctx context.Context, shard uint32, topic string, cursor ScheduleCursor, limit int) (SchedulePage, error) {
+	f := &wire.SchedListPage{Shard: shard, Topic: topic, Limit: uint32(min(max(0, limit), wire.SchedListLimitMax))}
+	if cursor.ID != 0 {
+		f.AfterDeliverAtMs, f.AfterID = cursor.DeliverAt.UnixMilli(), cursor.ID
+	}
+	reply, err := c.shardRequest(ctx, func(uint32) int32 { return int32(shard) }, f)
+	if err != nil {
+		return SchedulePage{}, fmt.Errorf("nereus: list schedules of shard %d: %w", shard, err)
+	}
+	ok, isOK := reply.(*wire.SchedListPageOK)
+	if !isOK {
+		return SchedulePage{}, fmt.Errorf("nereus: list schedules of shard %d: unexpected %s", shard, reply.Type())
+	}
+	page := SchedulePage{More: ok.More, Next: cursor}
+	for _, s := range ok.Schedules {
+		page.Schedules = append(page.Schedules, ScheduleInfo{Shard: s.Shard, ID: s.ID, DeliverAt: time.UnixMilli(s.DeliverAtMs), Topic: s.Topic, Partition: s.Partition, State: s.State})
+	}
+	if n := len(page.Schedules); n > 0 {
+		last := page.Schedules[n-1]
+		page.Next = ScheduleCursor{DeliverAt: last.DeliverAt, ID: last.ID}
+	} else if page.More {
+		return SchedulePage{}, fmt.Errorf("nereus: list schedules of shard %d: an empty page with more to follow", shard)
+	}
+	return page, nil
+}
+
+// ListSchedules iterates over every live schedule of topic ("" = every
+// topic), earliest first — by deliver_at, then shard and id — reading
+// each shard a page of pageSize (0: 1,000) at a time as the iteration
+// goes: it holds at most a page per shard, whatever the broker holds. A
+// schedule that stays live throughout the iteration is yielded exactly
+// once; one made or resolved meanwhile may or may not be. An error ends
+// the iteration (yielded with a zero ScheduleInfo).
+func (c *Client) ListSchedules(ctx context.Context, topic string, pageSize int) iter.Seq2[ScheduleInfo, error] {
+	return func(yield func(ScheduleInfo, error) bool) {
+		type shardList struct {
+			shard   uint32
+			buf     []ScheduleInfo
+			cursor  ScheduleCursor
+			started bool
+			more    bool
+		}
+		var shards []*shardList
+		for shard := range c.schedShards(ctx) {
+			shards = append(shards, &shardList{shard: shard})
+		}
+		for {
+			var next *shardList
+			for _, s := range shards {
+				if len(s.buf) == 0 && (!s.started || s.more) {
+					page, err := c.ListSchedulePage(ctx, s.shard, topic, s.cursor, pageSize)
+					if err != nil {
+						yield(ScheduleInfo{}, err)
+						return
+					}
+					s.buf, s.cursor, s.more, s.started = page.Schedules, page.Next, page.More, true
+				}
+				if len(s.buf) > 0 && (next == nil || earlierSchedule(s.buf[0], next.buf[0])) {
+					next = s
+				}
+			}
+			if next == nil {
+				return
+			}
+			head := next.buf[0]
+			next.buf = next.buf[1:]
+			if !yield(head, nil) {
+				return
+			}
+		}
+	}
+}
+
+// earlierSchedule orders schedules of several shards: by deliver_at,
+// then shard, then id.
+func earlierSchedule(a, b ScheduleInfo) bool {
+	if !a.DeliverAt.Equal(b.DeliverAt) {
+		return a.DeliverAt.Before(b.DeliverAt)
+	}
+	if a.Shard != b.Shard {
+		return a.Shard < b.Shard
+	}
+	return a.ID < b.ID
 }
 
 // SchedulerStatus describes the shards and the lanes (of topic; "" =

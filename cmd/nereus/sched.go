@@ -24,33 +24,47 @@ func newSchedCmd() *cobra.Command {
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List live schedules (pending or firing)",
-		Args:  cobra.NoArgs,
+		Short: "List live schedules (pending or firing), earliest first",
+		Long: `list prints every live schedule (pending or firing), earliest first
+(by deliver_at, then shard and id), those spilled to disk beyond the RAM
+window included, reading each shard a page of at most 1,000 at a time;
+--limit stops after that many.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return fmt.Errorf("--limit %d: want 0 (every schedule) or more", limit)
+			}
 			c, _, err := dial(cmd.Context(), cmd)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			ss, err := c.Schedules(cmd.Context(), topic, limit)
-			if err != nil {
-				return err
-			}
 			out := cmd.OutOrStdout()
-			for _, s := range ss {
+			n := 0
+			pageSize := 0 // the broker's page, 1,000
+			if limit > 0 && limit < 1000 {
+				pageSize = limit
+			}
+			for s, err := range c.ListSchedules(cmd.Context(), topic, pageSize) {
+				if err != nil {
+					return err
+				}
 				if asJSON {
 					s.DeliverAt = s.DeliverAt.UTC()
 					b, _ := json.Marshal(s)
 					fmt.Fprintln(out, string(b))
-					continue
+				} else {
+					fmt.Fprintf(out, "%d/%d\t%s\t%s/%d\t%s\n", s.Shard, s.ID, s.DeliverAt.UTC().Format(time.RFC3339Nano), s.Topic, s.Partition, s.State)
 				}
-				fmt.Fprintf(out, "%d/%d\t%s\t%s/%d\t%s\n", s.Shard, s.ID, s.DeliverAt.UTC().Format(time.RFC3339Nano), s.Topic, s.Partition, s.State)
+				if n++; n == limit {
+					break
+				}
 			}
 			return nil
 		},
 	}
 	list.Flags().StringVar(&topic, "topic", "", "only schedules to this topic")
-	list.Flags().IntVar(&limit, "limit", 1000, "at most this many")
+	list.Flags().IntVar(&limit, "limit", 0, "at most this many (0 = every one)")
 	list.Flags().BoolVar(&asJSON, "json", false, "one JSON object a line")
 
 	status := &cobra.Command{

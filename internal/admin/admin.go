@@ -85,6 +85,7 @@ func Handler(n *node.Node, ready *atomic.Bool) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"node": n.NodeID(), "groups": groupsJSON(infos)})
 	})
+	mux.HandleFunc("GET /api/v1/schedules", schedulesHandler(n))
 	return mux
 }
 

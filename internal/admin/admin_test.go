@@ -112,3 +112,86 @@ func TestEndpoints(t *testing.T) {
 type noSink struct{}
 
 func (noSink) SendNotice(*wire.Notice) {}
+
+// /api/v1/schedules refuses a malformed cursor or limit (400), lists
+// nothing on a node without schedule shards (and does not create them),
+// and pages through a node's schedules with its cursor, each once,
+// earliest first.
+func TestSchedulesEndpoint(t *testing.T) {
+	n, err := node.Open(node.Config{DataDir: "/d", Env: env.Env{FS: vfs.NewMem()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	var ready atomic.Bool
+	srv := httptest.NewServer(Handler(n, &ready))
+	defer srv.Close()
+	type page struct {
+		Schedules []struct {
+			Shard uint32 `json:"shard"`
+			ID    uint64 `json:"id"`
+			Topic string `json:"topic"`
+		} `json:"schedules"`
+		Cursor   string `json:"cursor"`
+		Complete bool   `json:"complete"`
+	}
+	get := func(query string) (int, page) {
+		resp, err := http.Get(srv.URL + "/api/v1/schedules" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var p page
+		if resp.StatusCode == 200 {
+			if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return resp.StatusCode, p
+	}
+	for _, q := range []string{"?cursor=x", "?cursor=0:1", "?cursor=0:5:0", "?limit=-1", "?limit=x"} {
+		if code, _ := get(q); code != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", q, code)
+		}
+	}
+	if code, p := get(""); code != 200 || len(p.Schedules) != 0 || p.Cursor != "" || !p.Complete {
+		t.Fatalf("no shards: %d %+v", code, p)
+	}
+	if len(n.Metadata([]string{wire.SchedTopic})) != 0 {
+		t.Fatal("a GET created the schedule shards")
+	}
+	if _, err := n.Declare(wire.TopicConfig{Name: "orders", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	const total = 25
+	for i := range total {
+		done := make(chan *wire.Error, 1)
+		n.Schedule(&wire.Schedule{Pub: wire.Pub{Topic: "orders", Partition: wire.PartitionAuto, Key: []byte{byte(i)}, Value: []byte("v")},
+			DeliverAtMs: 4_000_000_000_000 + int64(i%7)}, func(_ wire.ScheduleOK, err *wire.Error) { done <- err })
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[[2]uint64]bool{}
+	cursor := ""
+	for pages := 0; ; pages++ {
+		code, p := get("?limit=4&topic=orders&cursor=" + cursor)
+		if code != 200 || !p.Complete || len(p.Schedules) > 4 || pages > total {
+			t.Fatalf("page %d: %d %+v", pages, code, p)
+		}
+		for _, s := range p.Schedules {
+			k := [2]uint64{uint64(s.Shard), s.ID}
+			if seen[k] || s.Topic != "orders" {
+				t.Fatalf("page %d: %+v listed twice", pages, s)
+			}
+			seen[k] = true
+		}
+		if p.Cursor == "" {
+			break
+		}
+		cursor = p.Cursor
+	}
+	if len(seen) != total {
+		t.Fatalf("listed %d of %d", len(seen), total)
+	}
+}

@@ -147,6 +147,36 @@ func (n *Node) SchedAdmin(f *wire.SchedAdmin, reply SchedAdminReply) {
 	runners[f.Shard].send(schedCmd{admin: f, adminReply: reply})
 }
 
+// SchedListReply receives a SCHED_LIST_PAGE's outcome exactly once.
+type SchedListReply func(ok *wire.SchedListPageOK, err *wire.Error)
+
+// SchedListPage answers one page of shard f.Shard's live schedules (a
+// client pages through each shard and merges them). Only the shard's
+// owner in office answers, from its state caught up with the shard's
+// commit point: a page lists the schedules live when it is made.
+func (n *Node) SchedListPage(f *wire.SchedListPage, reply SchedListReply) {
+	if f.Topic != "" {
+		if err := wire.ValidateName("topic", f.Topic); err != nil {
+			reply(nil, asWire(err))
+			return
+		}
+	}
+	runners, werr := n.schedRunners()
+	if werr != nil {
+		reply(nil, werr)
+		return
+	}
+	if int(f.Shard) >= len(runners) {
+		reply(nil, wire.Errorf(wire.CodeNotFound, "no schedule shard %d (there are %d)", f.Shard, len(runners)))
+		return
+	}
+	if runners[f.Shard] == nil {
+		reply(nil, n.schedNotLeader(f.Shard))
+		return
+	}
+	runners[f.Shard].send(schedCmd{list: f, listReply: reply})
+}
+
 // schedNotLeader refuses a request for a shard this node holds no
 // replica of, naming the shard's leader as this node knows it.
 func (n *Node) schedNotLeader(shard uint32) *wire.Error {
@@ -297,6 +327,8 @@ type schedCmd struct {
 	schedule   *schedIntake
 	admin      *wire.SchedAdmin
 	adminReply SchedAdminReply
+	list       *wire.SchedListPage
+	listReply  SchedListReply
 	appended   *schedAppended
 	published  *schedPublished
 	// stopping: the node is shutting down; closed once the owner drained
@@ -541,6 +573,8 @@ func (r *schedRunner) send(c schedCmd) {
 			c.schedule.reply(wire.ScheduleOK{}, werr)
 		case c.adminReply != nil:
 			c.adminReply(nil, werr)
+		case c.listReply != nil:
+			c.listReply(nil, werr)
 		}
 	}
 }
@@ -875,6 +909,9 @@ func (r *schedRunner) handle(c schedCmd) {
 		r.intake(now, c.schedule)
 	case c.admin != nil:
 		r.admin(now, c.admin, c.adminReply)
+	case c.list != nil:
+		out, werr := r.listPage(now, c.list.Topic, sched.ListCursor{DeliverAtMs: c.list.AfterDeliverAtMs, ID: c.list.AfterID}, int(c.list.Limit))
+		c.listReply(out, werr)
 	case c.stopping != nil:
 		r.stopping = c.stopping
 		if r.o.Lifecycle() == sched.Active {
@@ -1112,14 +1149,14 @@ func (r *schedRunner) published(now int64, p *schedPublished) {
 func (r *schedRunner) admin(now int64, f *wire.SchedAdmin, reply SchedAdminReply) {
 	switch f.Op {
 	case wire.SchedList:
-		out := &wire.SchedAdminOK{}
-		for _, e := range r.st.Entries(int(f.Limit)) {
-			if f.Topic != "" && e.Topic != f.Topic {
-				continue
-			}
-			out.Schedules = append(out.Schedules, wire.ScheduleInfo{Shard: r.shard, ID: e.ID, DeliverAtMs: e.DeliverAtMs, Topic: e.Topic, Partition: e.Partition, State: e.Status.String()})
+		// SCHED_ADMIN's list (protocol v1's first form): the first page of
+		// the listing, so it is bounded too.
+		page, werr := r.listPage(now, f.Topic, sched.ListCursor{}, int(f.Limit))
+		if werr != nil {
+			reply(nil, werr)
+			return
 		}
-		reply(out, nil)
+		reply(&wire.SchedAdminOK{Schedules: page.Schedules}, nil)
 	case wire.SchedStatus:
 		c := r.st.Counts()
 		info := wire.ShardInfo{Shard: r.shard, Lifecycle: r.o.Lifecycle().String(), Owner: r.node.cfg.NodeID, OwnerEpoch: r.o.Epoch(),
@@ -1161,6 +1198,41 @@ func (r *schedRunner) admin(now int64, f *wire.SchedAdmin, reply SchedAdminReply
 	r.carryOut(now)
 }
 
+// listPage answers a page of the shard's live schedules of topic ("" =
+// all) after cursor, at most limit (0 or above wire.SchedListLimitMax:
+// that). Only the owner in office answers — its lease holds, so no other
+// replica commits to the shard meanwhile — after applying everything
+// committed: a schedule listed is live at the time of the page (never
+// one fired or cancelled since), and the cursor, a schedule's key, means
+// the same on every replica and across a rebuilt spill. A state that is
+// loading, restoring or failed is not listed (UNAVAILABLE: retry).
+func (r *schedRunner) listPage(now int64, topic string, cursor sched.ListCursor, limit int) (*wire.SchedListPageOK, *wire.Error) {
+	if limit <= 0 || limit > wire.SchedListLimitMax {
+		limit = wire.SchedListLimitMax
+	}
+	commit := r.p.commitSeq.Load()
+	r.apply(now)
+	if r.st.Failed() != nil {
+		r.recoverSpill(now)
+		r.apply(now)
+	}
+	if err := r.o.Serving(now); err != nil {
+		return nil, r.refusal(err)
+	}
+	if !r.st.Loaded() || r.st.Applied() < commit {
+		return nil, wire.Errorf(wire.CodeUnavailable, "schedule shard %d is catching up with its log; retry", r.shard)
+	}
+	page, more, err := r.st.List(topic, cursor, limit)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeUnavailable, "schedule shard %d cannot list its schedules now (%v); retry", r.shard, err)
+	}
+	out := &wire.SchedListPageOK{More: more}
+	for _, e := range page {
+		out.Schedules = append(out.Schedules, wire.ScheduleInfo{Shard: r.shard, ID: e.ID, DeliverAtMs: e.DeliverAtMs, Topic: e.Topic, Partition: e.Partition, State: e.Status.String()})
+	}
+	return out, nil
+}
+
 // shutdown answers what waits: the shard's records may still commit.
 func (r *schedRunner) shutdown() {
 	werr := wire.Errorf(wire.CodeUnavailable, "node is shutting down")
@@ -1189,6 +1261,8 @@ func (r *schedRunner) shutdown() {
 			c.schedule.reply(wire.ScheduleOK{}, werr)
 		case c.adminReply != nil:
 			c.adminReply(nil, werr)
+		case c.listReply != nil:
+			c.listReply(nil, werr)
 		}
 	}
 	for _, c := range r.manualQueue {

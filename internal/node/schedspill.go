@@ -323,7 +323,7 @@ func (s *schedSpill) Delete(id uint64) (string, sched.Key, bool, error) {
 func (s *schedSpill) lookup(id uint64) (string, sched.Key, bool, error) {
 	for _, lane := range slices.Sorted(maps.Keys(s.lanes)) {
 		var found *sched.Key
-		err := s.Scan(lane, func(k sched.Key) bool {
+		err := s.Scan(lane, nil, func(k sched.Key) bool {
 			if k.ID == id {
 				found = &k
 			}
@@ -408,8 +408,11 @@ func (s *schedSpill) remove(lane string, k sched.Key) (sched.Key, bool, error) {
 }
 
 // Scan reads a lane's schedules in order without moving its runs'
-// positions: a cursor of its own per run, the deleted ones skipped.
-func (s *schedSpill) Scan(lane string, f func(sched.Key) bool) error {
+// positions: a cursor of its own per run, the deleted ones skipped. From
+// a key (a listing's page), each run's cursor starts at its first entry
+// after it, found by binary search, and so does the table's: a page
+// reads O(log n) entries of each run before its own.
+func (s *schedSpill) Scan(lane string, from *sched.Key, f func(sched.Key) bool) error {
 	l := s.lanes[lane]
 	if l == nil {
 		return nil
@@ -422,6 +425,13 @@ func (s *schedSpill) Scan(lane string, f func(sched.Key) bool) error {
 	cs := make([]*cursor, len(l.runs))
 	for i, r := range l.runs {
 		cs[i] = &cursor{r: r, pos: r.pos}
+		if from != nil {
+			pos, err := r.seek(*from)
+			if err != nil {
+				return err
+			}
+			cs[i].pos = pos
+		}
 	}
 	peek := func(c *cursor) (sched.Key, bool, error) {
 		for {
@@ -442,6 +452,13 @@ func (s *schedSpill) Scan(lane string, f func(sched.Key) bool) error {
 		}
 	}
 	table := l.table
+	if from != nil {
+		i, found := slices.BinarySearchFunc(table, *from, sched.CompareKeys)
+		if found {
+			i++
+		}
+		table = table[i:]
+	}
 	for {
 		var best *cursor
 		var bk sched.Key
@@ -466,6 +483,25 @@ func (s *schedSpill) Scan(lane string, f func(sched.Key) bool) error {
 			return nil
 		}
 	}
+}
+
+// seek is the position of a run's first entry after k among those not
+// yet popped (binary search on the file, as search).
+func (r *spillRun) seek(k sched.Key) (int64, error) {
+	lo, hi := r.pos, r.n
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		ks, err := r.read(mid, 1)
+		if err != nil {
+			return 0, err
+		}
+		if sched.CompareKeys(ks[0], k) <= 0 {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
 }
 
 // search looks for k among a run's entries not yet popped (binary search

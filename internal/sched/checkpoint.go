@@ -199,7 +199,7 @@ func (s *State) eachLive(f func(Entry) bool) error {
 		}
 		if l := s.lanes[t]; l.spilled > 0 {
 			more := true
-			err := s.spill.Scan(t, func(k Key) bool {
+			err := s.spill.Scan(t, nil, func(k Key) bool {
 				more = f(*pendingEntry(t, k))
 				return more
 			})

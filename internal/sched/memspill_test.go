@@ -73,8 +73,16 @@ func (m *MemSpill) Move(lane string, k Key) (bool, error) {
 	return true, nil
 }
 
-func (m *MemSpill) Scan(lane string, f func(Key) bool) error {
-	for _, k := range m.lanes[lane] {
+func (m *MemSpill) Scan(lane string, from *Key, f func(Key) bool) error {
+	ks := m.lanes[lane]
+	if from != nil {
+		i, found := slices.BinarySearchFunc(ks, *from, CompareKeys)
+		if found {
+			i++
+		}
+		ks = ks[i:]
+	}
+	for _, k := range ks {
 		if !f(k) {
 			return nil
 		}

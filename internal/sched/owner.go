@@ -693,6 +693,18 @@ func (o *Owner) active(now int64) error {
 	return nil
 }
 
+// Serving checks that this node may answer a read of the shard's state
+// now (a listing): the owner is in office — active, or draining — with
+// both gates holding at now, so no other replica commits to the shard
+// while it answers.
+func (o *Owner) Serving(now int64) error {
+	o.Step(now)
+	if o.life != Active && o.life != Draining {
+		return fmt.Errorf("%w (%v)", ErrNotActive, o.life)
+	}
+	return nil
+}
+
 // Admit checks a new schedule before the shell appends it: only the
 // active owner takes one, and not into a CLOSED or RETIRED lane. Neither
 // a paused, broken or blocked lane nor any other lane's state delays it

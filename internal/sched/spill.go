@@ -59,9 +59,11 @@ type Spill interface {
 	// Move replaces lane's schedule k (by deliver_at and id) with k, whose
 	// At moved (a carry); ok is false if the spill does not hold it.
 	Move(lane string, k Key) (ok bool, err error)
-	// Scan calls f with each of lane's schedules in order, changing
-	// nothing, until f returns false.
-	Scan(lane string, f func(Key) bool) error
+	// Scan calls f with each of lane's schedules in order, from the
+	// first after from (nil: from the first), changing nothing, until f
+	// returns false. A listing's page (List) seeks with from, so it
+	// must not read what comes before it.
+	Scan(lane string, from *Key, f func(Key) bool) error
 }
 
 // SetSpill bounds the RAM a State keeps of each lane's pending schedules

@@ -250,6 +250,8 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 		p.schedule(corr, f)
 	case *wire.SchedAdmin:
 		p.schedAdmin(corr, f)
+	case *wire.SchedListPage:
+		p.schedListPage(corr, f)
 	case *wire.Ping:
 		p.send(corr, &wire.Pong{})
 	case *wire.Hello:

@@ -35,3 +35,14 @@ func (p *Protocol) schedAdmin(corr uint64, f *wire.SchedAdmin) {
 		p.send(corr, ok)
 	})
 }
+
+// schedListPage answers one page of a shard's live schedules.
+func (p *Protocol) schedListPage(corr uint64, f *wire.SchedListPage) {
+	p.srv.node.SchedListPage(f, func(ok *wire.SchedListPageOK, err *wire.Error) {
+		if err != nil {
+			p.sendErr(corr, err)
+			return
+		}
+		p.send(corr, ok)
+	})
+}

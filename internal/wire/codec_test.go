@@ -66,6 +66,9 @@ func sampleFrames() []Frame {
 		&SchedAdminOK{Schedules: []ScheduleInfo{{Shard: 1, ID: 9, DeliverAtMs: 5, Topic: "orders", Partition: 2, State: "PENDING"}},
 			Shards: []ShardInfo{{Shard: 1, Lifecycle: "ACTIVE_FOR_COMMANDS", Owner: "n1", OwnerEpoch: 3, Pending: 1, NextDueMs: 5, Fired: 2, Unknown: 1, Cancelled: 4}},
 			Lanes:  []LaneInfo{{Shard: 1, Topic: "orders", Gate: "OPEN", Readiness: "READY", Incarnation: 12, Pending: 1}}},
+		&SchedListPage{Shard: 1, Topic: "orders", AfterDeliverAtMs: -5, AfterID: 9, Limit: 1000},
+		&SchedListPageOK{Schedules: []ScheduleInfo{{Shard: 1, ID: 9, DeliverAtMs: 5, Topic: "orders", Partition: 2, State: "FIRING"},
+			{Shard: 1, ID: 12, DeliverAtMs: 5, Topic: "b", State: "PENDING"}}, More: true},
 		&GroupListOK{Groups: []GroupInfo{{Group: "billing", Mode: GroupExclusive, MembershipEpoch: 3, AssignmentEpoch: 2,
 			Members:    []GroupMemberInfo{{Member: "pod-1", Incarnation: 12, Topics: []string{"orders"}, Partitions: []HeldPartition{{Topic: "orders", Partition: 1, Epoch: 2}}}},
 			Pending:    []PendingNotice{{NoticeID: 9, Kind: NoticeRevoke, Member: "pod-1", Partitions: []HeldPartition{{Topic: "orders", Partition: 1, Epoch: 2}}}},
@@ -321,5 +324,31 @@ func TestFramePiecesAreWhatAppendFrameEncodes(t *testing.T) {
 	}
 	if byReference != 5+3 {
 		t.Errorf("%d entries written from their own slices, want the 8 of at least %d bytes", byReference, DirectEntryBytesMin)
+	}
+}
+
+// TestSchedListPageIsBounded: a SCHED_LIST_PAGE_OK of more schedules than
+// a page may hold is BAD_FRAME (before its entries are allocated), one
+// of exactly that many decodes, and the whole page fits far below the
+// frame maximum even with the longest topics.
+func TestSchedListPageIsBounded(t *testing.T) {
+	long := strings.Repeat("t", 255)
+	page := func(n int) *SchedListPageOK {
+		f := &SchedListPageOK{More: true}
+		for i := range n {
+			f.Schedules = append(f.Schedules, ScheduleInfo{Shard: 1, ID: uint64(i + 1), DeliverAtMs: int64(i), Topic: long, State: "PENDING"})
+		}
+		return f
+	}
+	b := AppendFrame(nil, 1, page(SchedListLimitMax))
+	if len(b) > DefaultFrameBytesMax/16 {
+		t.Fatalf("a full page is %d bytes", len(b))
+	}
+	if _, f, err := ReadFrame(bytes.NewReader(b), DefaultFrameBytesMax); err != nil || len(f.(*SchedListPageOK).Schedules) != SchedListLimitMax {
+		t.Fatalf("a full page: %v", err)
+	}
+	_, _, err := ReadFrame(bytes.NewReader(AppendFrame(nil, 1, page(SchedListLimitMax+1))), DefaultFrameBytesMax)
+	if !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("a page of %d: %v, want BAD_FRAME", SchedListLimitMax+1, err)
 	}
 }

@@ -34,7 +34,9 @@ type Find func(id uint64) (lane string, k sched.Key, ok, compacted bool)
 // included). Halfway and after the drain, states restored at random log
 // starts (Restore, then the log from there: what a restart or a rebuilt
 // replica does) must equal the reference too, and so must their
-// compaction limits, which never pass a live schedule's message.
+// compaction limits, which never pass a live schedule's message. After
+// every fourth record, the bounded state's listing, page by page, must be
+// the reference's live schedules (compareListing).
 func Equivalence(t testing.TB, seed uint64, steps, window int, newSpill func(Find) sched.Spill) {
 	EquivalenceMutated(t, seed, steps, window, newSpill, sched.StateMutations{})
 }
@@ -313,15 +315,62 @@ func compare(t testing.TB, seed, seq uint64, ref, got *sched.State, window int) 
 			t.Fatalf("seed %d seq %d: lane %s firing %v, want %v", seed, seq, lane, h, w)
 		}
 	}
+	if seq%4 == 0 { // a quarter of the records: the check costs as much as the rest
+		compareListing(t, seed, seq, ref, got)
+	}
+}
+
+// compareListing pages through got's live schedules (List) — of one lane
+// or of all, a page size and a lane drawn from seq — and fails unless
+// the pages hold exactly ref's live schedules, in order, each once (the
+// bounded state's spilled ones included), the last page saying no more
+// follow.
+func compareListing(t testing.TB, seed, seq uint64, ref, got *sched.State) {
+	t.Helper()
+	lanes := append([]string{""}, ref.Lanes()...)
+	topic := lanes[int(seq/3)%len(lanes)]
+	pageSize := 1 + int(seq%5)
+	var want []sched.Entry
+	for _, e := range ref.Entries(0) {
+		if topic == "" || e.Topic == topic {
+			want = append(want, view(e))
+		}
+	}
+	var have []sched.Entry
+	var cursor sched.ListCursor
+	for pages := 0; ; pages++ {
+		page, more, err := got.List(topic, cursor, pageSize)
+		if err != nil {
+			t.Fatalf("seed %d seq %d: list %q after %+v: %v", seed, seq, topic, cursor, err)
+		}
+		if len(page) > pageSize || (more && len(page) < pageSize) || pages > len(want)+1 {
+			t.Fatalf("seed %d seq %d: list %q: page of %d (size %d), more %v, page %d", seed, seq, topic, len(page), pageSize, more, pages)
+		}
+		for _, e := range page {
+			have = append(have, view(e))
+		}
+		if !more {
+			break
+		}
+		last := page[len(page)-1]
+		cursor = sched.ListCursor{DeliverAtMs: last.DeliverAtMs, ID: last.ID}
+	}
+	if !slices.Equal(have, want) {
+		t.Fatalf("seed %d seq %d: listing %q by pages of %d:\n%v\nwant\n%v", seed, seq, topic, pageSize, have, want)
+	}
+}
+
+// view is what a State says of a schedule (not where it keeps it).
+func view(e sched.Entry) sched.Entry {
+	return sched.Entry{ID: e.ID, DeliverAtMs: e.DeliverAtMs, Topic: e.Topic, Partition: e.Partition,
+		Status: e.Status, FireSeq: e.FireSeq, Epoch: e.Epoch, Incarnation: e.Incarnation, At: e.At}
 }
 
 func laneOf(es []sched.Entry, lane string, st sched.Status) []sched.Entry {
 	var out []sched.Entry
 	for _, e := range es {
 		if e.Topic == lane && e.Status == st {
-			// What a State says of a schedule (not where it keeps it).
-			out = append(out, sched.Entry{ID: e.ID, DeliverAtMs: e.DeliverAtMs, Topic: e.Topic, Partition: e.Partition,
-				Status: e.Status, FireSeq: e.FireSeq, Epoch: e.Epoch, Incarnation: e.Incarnation, At: e.At})
+			out = append(out, view(e))
 		}
 	}
 	return out
