@@ -277,6 +277,7 @@ func (s *State) CarryCandidates(seq uint64, n int) ([]Carry, error) {
 	if seq == 0 || n <= 0 {
 		return nil, nil
 	}
+	s.carryScans++
 	var best carryHeap
 	err := s.eachLive(func(e Entry) bool {
 		if e.At > seq {

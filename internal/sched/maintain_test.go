@@ -1,6 +1,9 @@
 package sched
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // proposedKinds takes the owner's effects and returns the kinds it
 // proposed, queueing them for commitAll.
@@ -108,4 +111,68 @@ func TestMaintainCarriesThenCheckpoints(t *testing.T) {
 		}
 	}
 	w.expectDelivered("b", far[2], far[2]+1, far[2]+2)
+}
+
+// A carry round scans the live schedules once per carryScanFactor ×
+// CarryMax carries, not once per CarryMax: at millions of live schedules
+// a scan per batch kept a shard's runner busy for minutes. The carries
+// still come lowest At first, each schedule once.
+func TestCarryRoundScansRarely(t *testing.T) {
+	cfg := testConfig
+	cfg.CheckpointEvery, cfg.CarryMax, cfg.CheckpointChunkEntries = 6, 2, 64
+	w := newWorld(t, cfg)
+	w.activate(1)
+	const live = 300
+	for i := range live {
+		w.schedule("a", 1e9+int64(i%7), 0)
+	}
+	w.o.Maintain(w.now)
+	if k := w.proposedKinds(); len(k) == 0 || k[0] != KindCheckpoint {
+		t.Fatalf("proposed %v, want a checkpoint", k)
+	}
+	w.commitAll()
+	base := w.st.LastCheckpoint()
+	for range live {
+		w.schedule("b", 1e9, 0) // half the live count since: the next round is due
+	}
+	w.at(w.now + cfg.ProbeEveryMs)
+	w.settle(true)
+	scans := w.st.carryScans
+	var froms []uint64
+	seen := map[uint64]bool{}
+	for round := 0; ; round++ {
+		w.o.Maintain(w.now)
+		var carried bool
+		for _, e := range w.o.TakeEffects() {
+			if p := e.Propose; p != nil {
+				w.queue = append(w.queue, *p)
+				if p.Record.Kind == KindCarry {
+					carried = true
+					if seen[p.Record.Carry.ID] {
+						t.Fatalf("schedule %d carried twice", p.Record.Carry.ID)
+					}
+					seen[p.Record.Carry.ID] = true
+					froms = append(froms, p.Record.Carry.From)
+				}
+			}
+		}
+		w.commitAll()
+		if !carried {
+			break
+		}
+		if round > live {
+			t.Fatal("the carry round does not end")
+		}
+	}
+	if len(seen) != live {
+		t.Fatalf("carried %d schedules, want the %d below the checkpoint at %d", len(seen), live, base)
+	}
+	if !slices.IsSorted(froms) {
+		t.Fatal("carries not lowest At first")
+	}
+	// 300 carries at 2 a batch: 150 batches; one scan per 128 carries
+	// (3), and one more that finds none left — not one per batch.
+	if got, want := w.st.carryScans-scans, 5; got > want {
+		t.Fatalf("%d scans of the live schedules for %d carries, want at most %d", got, live, want)
+	}
 }

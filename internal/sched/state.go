@@ -109,12 +109,15 @@ type Counts struct {
 // same state. It is not safe for concurrent use.
 type State struct {
 	applied uint64
-	loaded  bool
-	failed  error
-	entries map[uint64]*Entry
-	lanes   map[string]*Lane
-	fires   map[dest]*fireLog
-	counts  Counts
+	// carryScans counts CarryCandidates' scans of every live schedule
+	// (for the tests: an owner's round must not scan per carry batch).
+	carryScans int
+	loaded     bool
+	failed     error
+	entries    map[uint64]*Entry
+	lanes      map[string]*Lane
+	fires      map[dest]*fireLog
+	counts     Counts
 	// spill holds what does not fit the window (spill.go); nil: all
 	// pending schedules are resident.
 	spill        Spill
