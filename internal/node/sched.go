@@ -131,20 +131,28 @@ func (n *Node) SchedAdmin(f *wire.SchedAdmin, reply SchedAdminReply) {
 			return
 		}
 	}
-	runners, werr := n.schedRunners()
+	r, werr := n.schedRunnerOf(f.Shard)
 	if werr != nil {
 		reply(nil, werr)
 		return
 	}
-	if int(f.Shard) >= len(runners) {
-		reply(nil, wire.Errorf(wire.CodeNotFound, "no schedule shard %d (there are %d)", f.Shard, len(runners)))
-		return
+	r.send(schedCmd{admin: f, adminReply: reply})
+}
+
+// schedRunnerOf is this node's runner of shard, or the error that
+// answers a request for it: no such shard, or another node leads it.
+func (n *Node) schedRunnerOf(shard uint32) (*schedRunner, *wire.Error) {
+	runners, werr := n.schedRunners()
+	if werr != nil {
+		return nil, werr
 	}
-	if runners[f.Shard] == nil {
-		reply(nil, n.schedNotLeader(f.Shard))
-		return
+	if int(shard) >= len(runners) {
+		return nil, wire.Errorf(wire.CodeNotFound, "no schedule shard %d (there are %d)", shard, len(runners))
 	}
-	runners[f.Shard].send(schedCmd{admin: f, adminReply: reply})
+	if runners[shard] == nil {
+		return nil, n.schedNotLeader(shard)
+	}
+	return runners[shard], nil
 }
 
 // SchedListReply receives a SCHED_LIST_PAGE's outcome exactly once.
@@ -161,20 +169,12 @@ func (n *Node) SchedListPage(f *wire.SchedListPage, reply SchedListReply) {
 			return
 		}
 	}
-	runners, werr := n.schedRunners()
+	r, werr := n.schedRunnerOf(f.Shard)
 	if werr != nil {
 		reply(nil, werr)
 		return
 	}
-	if int(f.Shard) >= len(runners) {
-		reply(nil, wire.Errorf(wire.CodeNotFound, "no schedule shard %d (there are %d)", f.Shard, len(runners)))
-		return
-	}
-	if runners[f.Shard] == nil {
-		reply(nil, n.schedNotLeader(f.Shard))
-		return
-	}
-	runners[f.Shard].send(schedCmd{list: f, listReply: reply})
+	r.send(schedCmd{list: f, listReply: reply})
 }
 
 // schedNotLeader refuses a request for a shard this node holds no
