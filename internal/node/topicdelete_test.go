@@ -457,17 +457,28 @@ func TestClusterPublishBoundToADeletedIncarnation(t *testing.T) {
 	}
 	tc.declare("n1", cfg)
 	leader, _ := tc.publishAnywhere(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("first")})
+	// publishVia retries while leadership moves (NOT_LEADER, UNAVAILABLE:
+	// the new incarnation's partition may still be electing or handing
+	// itself to its preferred leader), as the scheduler does.
 	publishVia := func(id string, incarnation uint64) *wire.Error {
-		ch := make(chan *wire.Error, 1)
-		tc.nodes[id].publishToLeader(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("x")}, incarnation, 0,
-			func(_ wire.PubOK, err *wire.Error) { ch <- err })
-		select {
-		case err := <-ch:
-			return err
-		case <-time.After(waitMax):
-			t.Fatal("publish: no reply")
-			return nil
+		var last *wire.Error
+		deadline := time.Now().Add(waitMax)
+		for attempt := 0; time.Now().Before(deadline); attempt++ {
+			ch := make(chan *wire.Error, 1)
+			tc.nodes[id].publishToLeader(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("x")}, incarnation, attempt,
+				func(_ wire.PubOK, err *wire.Error) { ch <- err })
+			select {
+			case last = <-ch:
+			case <-time.After(waitMax):
+				t.Fatal("publish: no reply")
+			}
+			if last == nil || !last.Code.Retryable() {
+				return last
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
+		t.Fatalf("publish via %s: still %v", id, last)
+		return nil
 	}
 	for id := range tc.nodes {
 		via := "at the leader"
