@@ -575,16 +575,14 @@ func (l *Log) run() {
 			}
 		case msg := <-l.in:
 			m.Step(msg)
-		drainIn:
-			for i := 0; i < 1024; i++ {
-				select {
-				case msg := <-l.in:
-					m.Step(msg)
-				default:
-					break drainIn
-				}
-			}
+			l.stepQueued()
 		case p := <-l.prop:
+			// The answers that came in meanwhile go first, in Readys of
+			// their own: the commit their FLUSHED allow is then
+			// published before this batch's fsync, not after it.
+			if l.stepQueued() && !l.handle(ticker) {
+				return
+			}
 			m.Propose(p)
 		drainProp:
 			for i := 0; i < 4096; i++ {
@@ -596,13 +594,35 @@ func (l *Log) run() {
 				}
 			}
 		}
-		if err := m.Handle(); err != nil {
-			m.cfg.Logger.Error("replog: cannot persist; restarting the member in place", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
-			if !l.recoverLoop(ticker) {
-				return
-			}
+		if !l.handle(ticker) {
+			return
 		}
 	}
+}
+
+// stepQueued steps the messages already queued (a bounded number), and
+// reports whether there were any.
+func (l *Log) stepQueued() bool {
+	for i := 0; i < 1024; i++ {
+		select {
+		case msg := <-l.in:
+			l.m.Step(msg)
+		default:
+			return i > 0
+		}
+	}
+	return true
+}
+
+// handle carries out the member's Readys; a member that cannot persist
+// restarts in place (recoverLoop). False: the Log closed meanwhile.
+func (l *Log) handle(ticker env.Ticker) bool {
+	m := l.m
+	if err := m.Handle(); err != nil {
+		m.cfg.Logger.Error("replog: cannot persist; restarting the member in place", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
+		return l.recoverLoop(ticker)
+	}
+	return true
 }
 
 // recoverLoop runs while the member cannot persist: it claims nothing
