@@ -14,9 +14,9 @@ type dedupEntry struct {
 
 // producerWindow is the dedup state of one producer on one partition.
 //
-// Invariant: every producer_seq ≥ floor that was ever appended is in entries.
-// So a producer_seq not in entries is provably new when it is ≥ floor, and
-// unprovable (PRODUCER_SEQ_TOO_OLD) when it is below.
+// Invariant: every producer_seq ≥ floor that was ever appended is in the
+// window. So a producer_seq not in it is provably new when it is ≥ floor,
+// and unprovable (PRODUCER_SEQ_TOO_OLD) when it is below.
 //
 // A full window forgets its lowest producer_seq, not its oldest append:
 // retries and leader changes append a producer's sequences out of order,
@@ -25,24 +25,50 @@ type dedupEntry struct {
 // lowest-first eviction a sequence stays provable while fewer than
 // windowMax higher ones were appended — which the SDK guarantees by keeping
 // its sequences within a window's span of the oldest still in flight.
+//
+// The window is a ring sorted by producer_seq: a producer's next message
+// (the common case, on every replica for every publish) goes at the tail
+// and evicts at the head in O(1); one out of order is inserted in place.
 type producerWindow struct {
-	entries []dedupEntry // min-heap by producerSeq, at most windowMax
-	floor   uint64       // raised past every evicted producer_seq
-	lastSeq uint64       // log seq of the latest append, for LRU eviction
-	maxSeen uint64       // highest producer_seq ever recorded
+	ring    []dedupEntry // n entries from head on, wrapping; grows up to windowMax
+	head, n int
+	floor   uint64 // raised past every evicted producer_seq
+	lastSeq uint64 // log seq of the latest append, for LRU eviction
+	maxSeen uint64 // highest producer_seq ever recorded
 	// id and the recency list: the table's windows by (lastSeq, id).
 	id           uint64
 	older, newer *producerWindow
+}
+
+// at is the window's i-th lowest entry (i ≤ n, and i < len(ring)).
+func (w *producerWindow) at(i int) *dedupEntry {
+	if i += w.head; i >= len(w.ring) {
+		i -= len(w.ring)
+	}
+	return &w.ring[i]
+}
+
+// above is the index of the first entry whose producer_seq is above ps
+// (n when none is).
+func (w *producerWindow) above(ps uint64) int {
+	lo, hi := 0, w.n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if w.at(mid).producerSeq <= ps {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 func (w *producerWindow) find(producerSeq uint64) (dedupEntry, bool) {
 	if producerSeq > w.maxSeen {
 		return dedupEntry{}, false // the common case: a producer's next message
 	}
-	for _, e := range w.entries {
-		if e.producerSeq == producerSeq {
-			return e, true
-		}
+	if i := w.above(producerSeq); i > 0 && w.at(i-1).producerSeq == producerSeq {
+		return *w.at(i - 1), true
 	}
 	return dedupEntry{}, false
 }
@@ -50,48 +76,49 @@ func (w *producerWindow) find(producerSeq uint64) (dedupEntry, bool) {
 func (w *producerWindow) add(e dedupEntry, windowMax int) {
 	w.lastSeq = e.seq
 	w.maxSeen = max(w.maxSeen, e.producerSeq)
-	if len(w.entries) < windowMax {
-		w.entries = append(w.entries, e)
-		w.siftUp(len(w.entries) - 1)
-		return
-	}
-	evicted := e // e itself goes when it is the lowest
-	if w.entries[0].producerSeq < e.producerSeq {
-		evicted, w.entries[0] = w.entries[0], e
-		w.siftDown(0)
-	}
-	if evicted.producerSeq+1 > w.floor {
-		w.floor = evicted.producerSeq + 1
-	}
-}
-
-func (w *producerWindow) siftUp(i int) {
-	h := w.entries
-	for i > 0 {
-		parent := (i - 1) / 2
-		if h[parent].producerSeq <= h[i].producerSeq {
+	if w.n == windowMax {
+		// Full: the lowest goes — e itself when it is the lowest.
+		lowest := w.at(0).producerSeq
+		if lowest >= e.producerSeq {
+			w.floor = max(w.floor, e.producerSeq+1)
 			return
 		}
-		h[parent], h[i] = h[i], h[parent]
-		i = parent
+		w.floor = max(w.floor, lowest+1)
+		if w.head++; w.head == len(w.ring) {
+			w.head = 0
+		}
+		w.n--
 	}
+	if w.n == len(w.ring) {
+		w.grow(windowMax)
+	}
+	i := w.n
+	if i > 0 && w.at(i-1).producerSeq > e.producerSeq {
+		i = w.above(e.producerSeq)
+		for j := w.n; j > i; j-- {
+			*w.at(j) = *w.at(j - 1)
+		}
+	}
+	*w.at(i) = e
+	w.n++
 }
 
-func (w *producerWindow) siftDown(i int) {
-	h := w.entries
-	for {
-		least := i
-		for _, c := range []int{2*i + 1, 2*i + 2} {
-			if c < len(h) && h[c].producerSeq < h[least].producerSeq {
-				least = c
-			}
-		}
-		if least == i {
-			return
-		}
-		h[least], h[i] = h[i], h[least]
-		i = least
+// grow doubles the ring (up to windowMax entries) and unwraps it.
+func (w *producerWindow) grow(windowMax int) {
+	ring := make([]dedupEntry, min(max(2*len(w.ring), 4), windowMax))
+	for i := range w.n {
+		ring[i] = *w.at(i)
 	}
+	w.ring, w.head = ring, 0
+}
+
+// entries returns the window's entries, lowest producer_seq first.
+func (w *producerWindow) entries() []dedupEntry {
+	out := make([]dedupEntry, w.n)
+	for i := range out {
+		out[i] = *w.at(i)
+	}
+	return out
 }
 
 // Producers is the dedup table of one partition, bounded in producers and
@@ -212,12 +239,8 @@ func (p *Producers) unlink(w *producerWindow) {
 // the deleted part are no longer provable, so they must not pass as new.
 func (p *Producers) SealHistory() {
 	for _, w := range p.byID {
-		lowest := ^uint64(0)
-		for _, e := range w.entries {
-			lowest = min(lowest, e.producerSeq)
-		}
-		if lowest != ^uint64(0) && lowest > w.floor {
-			w.floor = lowest
+		if w.n > 0 {
+			w.floor = max(w.floor, w.at(0).producerSeq)
 		}
 	}
 }

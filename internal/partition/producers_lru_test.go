@@ -71,3 +71,18 @@ func BenchmarkRecordNewProducerPastTheBound(b *testing.B) {
 		p.Record(seq, 1, seq, 1)
 	}
 }
+
+// One producer publishing in order with its window full: the common case
+// of every applied publish, on every replica.
+func BenchmarkRecordInOrderFullWindow(b *testing.B) {
+	p := NewProducers(DefaultConfig.DedupWindowMax, DefaultConfig.ProducersMax)
+	seq := uint64(0)
+	for range 2 * DefaultConfig.DedupWindowMax {
+		seq++
+		p.Record(7, seq, seq, 1)
+	}
+	for b.Loop() {
+		seq++
+		p.Record(7, seq, seq, 1)
+	}
+}

@@ -54,7 +54,6 @@ func appendSnapshot(b []byte, applied, epoch uint64, p *Producers, groups map[st
 		b = binary.LittleEndian.AppendUint64(b, groups[g])
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(p.byID)))
-	var sorted []dedupEntry
 	for w := p.oldest; w != nil; w = w.newer { // recency order, oldest first
 		if len(b) > SnapshotBytesMax {
 			return nil, ErrSnapshotTooLarge
@@ -63,10 +62,9 @@ func appendSnapshot(b []byte, applied, epoch uint64, p *Producers, groups map[st
 		b = binary.LittleEndian.AppendUint64(b, w.floor)
 		b = binary.LittleEndian.AppendUint64(b, w.lastSeq)
 		b = binary.LittleEndian.AppendUint64(b, w.maxSeen)
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(w.entries)))
-		sorted = append(sorted[:0], w.entries...) // the same table, the same bytes
-		slices.SortFunc(sorted, func(a, b dedupEntry) int { return cmp.Compare(a.producerSeq, b.producerSeq) })
-		for _, e := range sorted {
+		b = binary.LittleEndian.AppendUint32(b, uint32(w.n))
+		for i := range w.n { // lowest producer_seq first
+			e := w.at(i)
 			b = binary.LittleEndian.AppendUint64(b, e.producerSeq)
 			b = binary.LittleEndian.AppendUint64(b, e.seq)
 			b = binary.LittleEndian.AppendUint64(b, e.epoch)
@@ -123,20 +121,20 @@ func DecodeSnapshot(b []byte, cfg Config) (*Snapshot, error) {
 		case s.producers.newest != nil && cmp.Or(cmp.Compare(s.producers.newest.lastSeq, w.lastSeq), cmp.Compare(s.producers.newest.id, w.id)) >= 0:
 			d.fail("producer %d out of recency order", w.id)
 		}
-		w.entries = make([]dedupEntry, 0, n)
+		entries := make([]dedupEntry, 0, n)
 		for ; n > 0 && d.err == nil; n-- {
 			e := dedupEntry{producerSeq: d.u64(), seq: d.u64(), epoch: d.u64()}
 			if d.err == nil && (e.seq == 0 || e.seq > w.lastSeq || e.epoch == 0 || e.epoch > s.Epoch || e.producerSeq > w.maxSeen) {
 				d.fail("producer %d seq %d at %d (epoch %d) outside its window", w.id, e.producerSeq, e.seq, e.epoch)
 			}
-			w.entries = append(w.entries, e)
+			entries = append(entries, e)
 		}
 		if d.err != nil {
 			break
 		}
-		// Sorted by producer_seq, the entries are a valid min-heap
-		// whatever order they came in.
-		slices.SortFunc(w.entries, func(a, b dedupEntry) int { return cmp.Compare(a.producerSeq, b.producerSeq) })
+		// The window is sorted by producer_seq, whatever order they came in.
+		slices.SortFunc(entries, func(a, b dedupEntry) int { return cmp.Compare(a.producerSeq, b.producerSeq) })
+		w.ring, w.n = entries, len(entries)
 		s.producers.byID[w.id] = w
 		s.producers.link(w) // the newest so far: O(1)
 	}

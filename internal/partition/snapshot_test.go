@@ -235,7 +235,7 @@ func TestDecodeSnapshotRefusesInconsistentTables(t *testing.T) {
 		// A flip that still decodes changed something the rules allow
 		// (an id, a floor): it must not claim an entry beyond Applied.
 		for _, w := range s.producers.byID {
-			for _, e := range w.entries {
+			for _, e := range w.entries() {
 				if e.seq > s.Applied {
 					t.Errorf("byte %d flipped: entry at %d beyond applied %d", i, e.seq, s.Applied)
 				}
