@@ -41,8 +41,8 @@ type Member[R any] struct {
 	// groups: the partition's log may hold consumer groups' ack records
 	// (partition 0): what they still need bounds compaction.
 	groups   acklog.Needs
-	inflight map[ProposalKey]*waiting[R]
-	anon     uint64 // key space of non-idempotent publishes
+	inflight map[ProposalKey][]R // the replies waiting on each proposal (none once Degraded answered them)
+	anon     uint64              // key space of non-idempotent publishes
 }
 
 // Mutations are deliberate bugs behind a test-only switch: each disables
@@ -60,8 +60,6 @@ type Mutations struct {
 // idempotent publish, or a number of the kernel's (ProducerID 0).
 type ProposalKey struct{ ProducerID, ProducerSeq uint64 }
 
-type waiting[R any] struct{ replies []R }
-
 // NewMember returns the kernel of a replica whose log starts at startSeq:
 // nothing is applied yet, and the dedup table is sealed before publishes
 // when entries before startSeq are gone.
@@ -70,7 +68,7 @@ func NewMember[R any](cfg Config, startSeq uint64, m Mutations) *Member[R] {
 		panic("partition: seqs are 1-based; startSeq must be ≥ 1")
 	}
 	return &Member[R]{cfg: cfg, mutations: m, producers: NewProducers(cfg.DedupWindowMax, cfg.ProducersMax),
-		applied: startSeq - 1, truncated: startSeq > 1, inflight: map[ProposalKey]*waiting[R]{}}
+		applied: startSeq - 1, truncated: startSeq > 1, inflight: map[ProposalKey][]R{}}
 }
 
 // View is the replica's replication state when a publish arrives.
@@ -189,15 +187,15 @@ func (m *Member[R]) Publish(v View, producerID, producerSeq uint64, reply R) Pub
 		case VerdictTooOld:
 			return PublishDecision{Action: AnswerTooOld}
 		}
-		if w := m.inflight[key]; w != nil {
-			w.replies = append(w.replies, reply)
+		if w, ok := m.inflight[key]; ok {
+			m.inflight[key] = append(w, reply)
 			return PublishDecision{Action: Wait}
 		}
 	} else {
 		m.anon++
 		key = ProposalKey{ProducerSeq: m.anon}
 	}
-	m.inflight[key] = &waiting[R]{replies: []R{reply}}
+	m.inflight[key] = []R{reply}
 	return PublishDecision{Action: Propose, Key: key}
 }
 
@@ -289,12 +287,12 @@ type Answer[R any] struct {
 // when err is nil. Apply the committed entries first: an entry that is not
 // applied yet is answered NotApplied. ok is false for an unknown key.
 func (m *Member[R]) Completed(key ProposalKey, seq, epoch uint64, err error) (a Answer[R], ok bool) {
-	w := m.inflight[key]
-	if w == nil {
+	replies, ok := m.inflight[key]
+	if !ok {
 		return Answer[R]{}, false
 	}
 	delete(m.inflight, key)
-	a = Answer[R]{Replies: w.replies, Outcome: Committed, Seq: seq, Epoch: epoch}
+	a = Answer[R]{Replies: replies, Outcome: Committed, Seq: seq, Epoch: epoch}
 	switch {
 	case err != nil:
 		a.Outcome, a.Err = Failed, err
@@ -311,9 +309,8 @@ func (m *Member[R]) Completed(key ProposalKey, seq, epoch uint64, err error) (a 
 func (m *Member[R]) Degraded() []R {
 	var replies []R
 	for _, key := range m.inflightKeys() {
-		w := m.inflight[key]
-		replies = append(replies, w.replies...)
-		w.replies = nil
+		replies = append(replies, m.inflight[key]...)
+		m.inflight[key] = nil // still in flight: a retry waits on it
 	}
 	return replies
 }
@@ -322,7 +319,7 @@ func (m *Member[R]) Degraded() []R {
 func (m *Member[R]) Close() []R {
 	var replies []R
 	for _, key := range m.inflightKeys() {
-		replies = append(replies, m.inflight[key].replies...)
+		replies = append(replies, m.inflight[key]...)
 		delete(m.inflight, key)
 	}
 	return replies
