@@ -22,39 +22,7 @@ import (
 func BenchmarkLeaderReplicates(b *testing.B) {
 	for _, size := range []int{1 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("64x%d", size), func(b *testing.B) {
-			fs := vfs.NewMem()
-			members := []replica.NodeID{1, 2, 3}
-			var mu sync.Mutex
-			logs := map[replica.NodeID]*Log{}
-			route := func(m replica.Message) {
-				frame := wire.AppendFrame(nil, 0, ToWire("t", 0, m))
-				_, f, err := wire.DecodeFrame(frame[4:])
-				if err != nil {
-					panic(err)
-				}
-				mu.Lock()
-				to := logs[m.To]
-				mu.Unlock()
-				if to != nil {
-					to.Step(FromWire(f.(*wire.Replicate)))
-				}
-			}
-			for _, id := range members {
-				l, err := Open(Config{ID: id, Members: members, Dir: fmt.Sprintf("/n%d", id), FS: fs, Logger: quiet, Clock: env.Wall{},
-					Tick: 5 * time.Millisecond, ElectionTicks: 400, Seed: uint64(id), Send: route})
-				if err != nil {
-					b.Fatal(err)
-				}
-				mu.Lock()
-				logs[id] = l
-				mu.Unlock()
-				defer l.Close()
-			}
-			logs[1].Campaign()
-			leader := logs[1]
-			for leader.Status().Role != replica.Leader {
-				time.Sleep(time.Millisecond)
-			}
+			leader := benchLeader(b, vfs.NewMem(), "")
 			rec := storage.Record{Value: make([]byte, size)}
 			applied := leader.CommitSeq()
 			b.SetBytes(int64(64 * size))
@@ -82,6 +50,45 @@ func BenchmarkLeaderReplicates(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchLeader starts three members under root on fsys, every message
+// encoded as the peer transport sends it (a REPLICATE frame) and decoded by
+// its receiver, and returns member 1 once it leads; they close with b.
+func benchLeader(b *testing.B, fsys vfs.FS, root string) *Log {
+	members := []replica.NodeID{1, 2, 3}
+	var mu sync.Mutex
+	logs := map[replica.NodeID]*Log{}
+	route := func(m replica.Message) {
+		frame := wire.AppendFrame(nil, 0, ToWire("t", 0, m))
+		_, f, err := wire.DecodeFrame(frame[4:])
+		if err != nil {
+			panic(err)
+		}
+		mu.Lock()
+		to := logs[m.To]
+		mu.Unlock()
+		if to != nil {
+			to.Step(FromWire(f.(*wire.Replicate)))
+		}
+	}
+	for _, id := range members {
+		l, err := Open(Config{ID: id, Members: members, Dir: fmt.Sprintf("%s/n%d", root, id), FS: fsys, Logger: quiet, Clock: env.Wall{},
+			Tick: 5 * time.Millisecond, ElectionTicks: 400, Seed: uint64(id), Send: route})
+		if err != nil {
+			b.Fatal(err)
+		}
+		mu.Lock()
+		logs[id] = l
+		mu.Unlock()
+		b.Cleanup(func() { l.Close() })
+	}
+	leader := logs[1]
+	leader.Campaign()
+	for leader.Status().Role != replica.Leader {
+		time.Sleep(time.Millisecond)
+	}
+	return leader
 }
 
 // BenchmarkNewProposal is the leader's per-record work before the kernel

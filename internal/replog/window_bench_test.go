@@ -8,11 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nereus-broker/nereus/internal/env"
-	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
-	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 // BenchmarkWindowOnDisk is a producer's window over one partition of
@@ -30,38 +27,7 @@ func BenchmarkWindowOnDisk(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer os.RemoveAll(dir)
-			members := []replica.NodeID{1, 2, 3}
-			var mu sync.Mutex
-			logs := map[replica.NodeID]*Log{}
-			route := func(m replica.Message) {
-				frame := wire.AppendFrame(nil, 0, ToWire("t", 0, m))
-				_, f, err := wire.DecodeFrame(frame[4:])
-				if err != nil {
-					panic(err)
-				}
-				mu.Lock()
-				to := logs[m.To]
-				mu.Unlock()
-				if to != nil {
-					to.Step(FromWire(f.(*wire.Replicate)))
-				}
-			}
-			for _, id := range members {
-				l, err := Open(Config{ID: id, Members: members, Dir: fmt.Sprintf("%s/n%d", dir, id), FS: vfs.OS(), Logger: quiet, Clock: env.Wall{},
-					Tick: 5 * time.Millisecond, ElectionTicks: 400, Seed: uint64(id), Send: route})
-				if err != nil {
-					b.Fatal(err)
-				}
-				mu.Lock()
-				logs[id] = l
-				mu.Unlock()
-				defer l.Close()
-			}
-			logs[1].Campaign()
-			leader := logs[1]
-			for leader.Status().Role != replica.Leader {
-				time.Sleep(time.Millisecond)
-			}
+			leader := benchLeader(b, vfs.OS(), dir)
 			rec := storage.Record{Value: make([]byte, size)}
 			var (
 				lmu     sync.Mutex
