@@ -44,6 +44,9 @@ type replicaStore struct {
 	// for every burst). Owned by runReplicated.
 	spareCompletions []completion
 	snaps            dedupSnapshots // owned by runReplicated
+	// applying is the array committed entries are decoded into for
+	// applying (repl.Committed), reused. Owned by runReplicated.
+	applying []storage.Entry
 }
 
 // groupsFrom is acklog.Needs.From as of a moment of the applied log.
@@ -252,7 +255,7 @@ func (p *replicaStore) applyReplicated() {
 	var appliedBytes int64
 	for k.Applied() < commit {
 		from := k.Applied() + 1
-		entries, err := p.repl.Committed(from, int(min(commit-k.Applied(), 4096)))
+		entries, err := p.repl.Committed(p.applying[:0], from, int(min(commit-k.Applied(), 4096)))
 		if errors.Is(err, storage.ErrOutOfRange) && p.followStart() {
 			continue // rebuilt from a snapshot point under us
 		}
@@ -277,6 +280,8 @@ func (p *replicaStore) applyReplicated() {
 			appliedBytes += int64(len(e.Record.Value) + len(e.Record.Key))
 			p.snaps.epoch = e.Epoch
 		}
+		clear(entries) // no record kept alive through the scratch
+		p.applying = entries[:0]
 	}
 	if p.dueDedupSnapshot(&p.snaps, appliedBytes) {
 		p.snapshotDedup()

@@ -129,11 +129,12 @@ func (c *entryCache) read(log *storage.Log, first, last uint64) ([]replica.Entry
 
 // Committed returns up to maxEntries committed entries from fromSeq on, as Read
 // does, from the member's cache of recent entries when it holds fromSeq
-// (decoded from their replication encoding), else from the log. It is for
-// the one applier of the member's committed entries: what it returns
-// counts as taken, and the cache keeps committed entries until taken.
-// Records alias the cache's or a fresh buffer; never write to them.
-func (l *Log) Committed(fromSeq uint64, maxEntries int) ([]storage.Entry, error) {
+// (decoded from their replication encoding, into dst's array: the
+// applier's scratch, reused from one call to the next), else from the log.
+// It is for the one applier of the member's committed entries: what it
+// returns counts as taken, and the cache keeps committed entries until
+// taken. Records alias the cache's or a fresh buffer; never write to them.
+func (l *Log) Committed(dst []storage.Entry, fromSeq uint64, maxEntries int) ([]storage.Entry, error) {
 	m, c := l.m, &l.m.cache
 	commit := m.commitSeq.Load()
 	if fromSeq > commit {
@@ -144,7 +145,7 @@ func (l *Log) Committed(fromSeq uint64, maxEntries int) ([]storage.Entry, error)
 	c.applier = true
 	cached, ok := c.get(fromSeq, min(commit, fromSeq+uint64(max(maxEntries, 1))-1), rl.StartSeq(), rl.NextSeq()-1)
 	if ok {
-		out, err := decodeCached(cached) // under mu: cached is the cache's own slice
+		out, err := decodeCached(dst[:0], cached) // under mu: cached is the cache's own slice
 		if len(cached) > 0 {
 			c.taken = cached[len(cached)-1].Seq
 		}
@@ -161,11 +162,14 @@ func (l *Log) Committed(fromSeq uint64, maxEntries int) ([]storage.Entry, error)
 	return entries, err
 }
 
-// decodeCached decodes cached entries into the log's entries; the records
-// alias the entries' data (which is never written to once cached).
-func decodeCached(cached []replica.Entry) ([]storage.Entry, error) {
-	out := make([]storage.Entry, len(cached))
-	for i, e := range cached {
+// decodeCached decodes cached entries into the log's entries, appended to
+// out; the records alias the entries' data (which is never written to
+// once cached).
+func decodeCached(out []storage.Entry, cached []replica.Entry) ([]storage.Entry, error) {
+	out = slices.Grow(out, len(cached))[:len(out)+len(cached)]
+	base := len(out) - len(cached)
+	for j, e := range cached {
+		i := base + j
 		out[i] = storage.Entry{Seq: e.Seq, Epoch: e.Epoch, Record: installRecord}
 		if len(e.Data) > 0 {
 			rec, err := storage.DecodeRecord(e.Data)

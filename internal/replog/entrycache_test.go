@@ -119,7 +119,7 @@ func TestCommittedEntriesComeFromTheCacheUntilTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.commitSeq.Store(2)
-	got, err := l.Committed(1, 10)
+	got, err := l.Committed(nil, 1, 10)
 	if err != nil || len(got) != 2 || string(got[0].Record.Value) != "a" || string(got[1].Record.Value) != "b" || got[1].Epoch != 1 {
 		t.Fatalf("Committed(1, 10) = %+v, %v; want a and b (3 is not committed)", got, err)
 	}
