@@ -109,8 +109,11 @@ func TestClusterScheduledDeliveryAcrossAShardOwnerStop(t *testing.T) {
 		}
 	}
 	eventually(t, "every schedule published", func() bool {
+		values := valuesOn(t, reader, "t")
+		// After the read, not before: a value that became visible while
+		// the read ran was visible by now, not necessarily before.
 		now := time.Now()
-		for v, c := range valuesOn(t, reader, "t") {
+		for v, c := range values {
 			if c > 1 {
 				t.Fatalf("%s published %d times", v, c)
 			}
