@@ -259,3 +259,25 @@ func TestNewMemberRefusesSeqZero(t *testing.T) {
 	}()
 	NewMember[string](DefaultConfig, 0, Mutations{})
 }
+
+// One idempotent publish through the kernel as a leader sees it: decided,
+// applied once committed, answered.
+func BenchmarkPublishApplyComplete(b *testing.B) {
+	m := NewMember[func()](DefaultConfig, 1, Mutations{})
+	m.Apply(Entry{Seq: 1, Epoch: 1}) // the install entry
+	view := View{Leader: true, Epoch: 1, InstallSeq: 1}
+	reply := func() {}
+	seq := uint64(1)
+	b.ReportAllocs()
+	for b.Loop() {
+		seq++
+		d := m.Publish(view, 7, seq, reply)
+		if d.Action != Propose {
+			b.Fatalf("decision %v", d.Action)
+		}
+		m.Apply(Entry{Seq: seq, Epoch: 1, ProducerID: 7, ProducerSeq: seq})
+		if a, ok := m.Completed(d.Key, seq, 1, nil); !ok || a.Outcome != Committed || len(a.Replies) != 1 {
+			b.Fatalf("answer %+v %v", a, ok)
+		}
+	}
+}

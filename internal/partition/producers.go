@@ -112,15 +112,6 @@ func (w *producerWindow) grow(windowMax int) {
 	w.ring, w.head = ring, 0
 }
 
-// entries returns the window's entries, lowest producer_seq first.
-func (w *producerWindow) entries() []dedupEntry {
-	out := make([]dedupEntry, w.n)
-	for i := range out {
-		out[i] = *w.at(i)
-	}
-	return out
-}
-
 // Producers is the dedup table of one partition, bounded in producers and
 // in remembered sequences per producer.
 type Producers struct {

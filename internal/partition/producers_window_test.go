@@ -57,3 +57,12 @@ func TestProducerWindowMatchesItsReference(t *testing.T) {
 		}
 	}
 }
+
+// entries returns the window's entries, lowest producer_seq first.
+func (w *producerWindow) entries() []dedupEntry {
+	out := make([]dedupEntry, w.n)
+	for i := range out {
+		out[i] = *w.at(i)
+	}
+	return out
+}

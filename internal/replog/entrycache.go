@@ -145,7 +145,7 @@ func (l *Log) Committed(dst []storage.Entry, fromSeq uint64, maxEntries int) ([]
 	c.applier = true
 	cached, ok := c.get(fromSeq, min(commit, fromSeq+uint64(max(maxEntries, 1))-1), rl.StartSeq(), rl.NextSeq()-1)
 	if ok {
-		out, err := decodeCached(dst[:0], cached) // under mu: cached is the cache's own slice
+		out, err := decodeCached(dst, cached) // under mu: cached is the cache's own slice
 		if len(cached) > 0 {
 			c.taken = cached[len(cached)-1].Seq
 		}
@@ -162,14 +162,12 @@ func (l *Log) Committed(dst []storage.Entry, fromSeq uint64, maxEntries int) ([]
 	return entries, err
 }
 
-// decodeCached decodes cached entries into the log's entries, appended to
-// out; the records alias the entries' data (which is never written to
-// once cached).
-func decodeCached(out []storage.Entry, cached []replica.Entry) ([]storage.Entry, error) {
-	out = slices.Grow(out, len(cached))[:len(out)+len(cached)]
-	base := len(out) - len(cached)
-	for j, e := range cached {
-		i := base + j
+// decodeCached decodes cached entries into the log's entries, in
+// scratch's array; the records alias the entries' data (which is never
+// written to once cached).
+func decodeCached(scratch []storage.Entry, cached []replica.Entry) ([]storage.Entry, error) {
+	out := slices.Grow(scratch[:0], len(cached))[:len(cached)]
+	for i, e := range cached {
 		out[i] = storage.Entry{Seq: e.Seq, Epoch: e.Epoch, Record: installRecord}
 		if len(e.Data) > 0 {
 			rec, err := storage.DecodeRecord(e.Data)
