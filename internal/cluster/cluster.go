@@ -116,6 +116,9 @@ type Options struct {
 	SendBeforePersist bool
 	// Group breaks the consumer-group kernel (mutation tests only).
 	Group group.Mutations
+	// ObserveSync and ObserveCommit measure every replica group's fsyncs
+	// and replication (replog.Config; nil: not measured).
+	ObserveSync, ObserveCommit func(time.Duration)
 }
 
 // Cluster is a node's membership: the peer network, the metadata log and
@@ -381,8 +384,8 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes},
 		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit,
 		Clock: c.opts.Env.Clock, Reservation: c.cfg.Reservation,
-		Notify: notify,
-		Send:   func(m replica.Message) { c.tr.Send(uint32(m.To), replog.ToWire(topic, partition, m)) }})
+		Notify: notify, ObserveSync: c.opts.ObserveSync, ObserveCommit: c.opts.ObserveCommit,
+		Send: func(m replica.Message) { c.tr.Send(uint32(m.To), replog.ToWire(topic, partition, m)) }})
 	if err != nil {
 		return nil, fmt.Errorf("node: open replica %s/%d: %w", topic, partition, err)
 	}

@@ -251,3 +251,24 @@ func TestClusterReplicatesAndFailsOverWithoutDuplicates(t *testing.T) {
 		t.Fatalf("restarted %s holds %v, want %v", leader, got2, got)
 	}
 }
+
+// TestClusterReplicationMetrics: a replicated publish is measured on its
+// leader from the proposal to its commit (nereus_replication_seconds),
+// and every replica's log fsyncs count as kind "replica".
+func TestClusterReplicationMetrics(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.declare("n1", wire.TopicConfig{Name: "m", Partitions: 1, Replicas: 3})
+	var leader string
+	for i := range 5 {
+		leader, _ = tc.publishAnywhere(&wire.Pub{Topic: "m", Value: []byte(fmt.Sprint(i))})
+	}
+	if _, count, sum := sample(t, tc.nodes[leader].metrics, "nereus_replication_seconds", nil); count < 5 || sum <= 0 {
+		t.Fatalf("leader %s: nereus_replication_seconds count %d sum %g, want at least the 5 publishes", leader, count, sum)
+	}
+	for id, n := range tc.nodes {
+		eventually(t, id+" counts its replica fsyncs", func() bool {
+			_, count, _ := sample(t, n.metrics, "nereus_fsync_seconds", map[string]string{"kind": "replica"})
+			return count > 0
+		})
+	}
+}

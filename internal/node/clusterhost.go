@@ -1,6 +1,10 @@
 package node
 
 import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -22,7 +26,8 @@ func (n *Node) openCluster() error {
 		NodeID: n.cfg.NodeID, DataDir: n.cfg.DataDir, ClientAddr: n.cfg.ClientAddr, Env: n.cfg.Env, Logger: n.log,
 		Manual: n.cfg.Manual, SegmentBytesMax: n.cfg.SegmentBytesMax, RecordBytesMax: n.cfg.RecordBytesMax,
 		RetentionCheckMs: n.cfg.RetentionCheckMs, Replica: n.cfg.Mutations.Replica, SendBeforePersist: n.cfg.Mutations.SendBeforePersist,
-		Group: n.cfg.Mutations.Group})
+		Group:       n.cfg.Mutations.Group,
+		ObserveSync: observeSeconds(n.metrics.fsyncSeconds.WithLabelValues("replica")), ObserveCommit: observeSeconds(n.metrics.replicationSeconds)})
 	if err != nil {
 		return err
 	}
@@ -91,4 +96,9 @@ func (h clusterHost) MetadataApplied() {
 		m.changes.Add(1)
 	}
 	h.n.pokeGroups()
+}
+
+// observeSeconds is a histogram as a duration observer.
+func observeSeconds(h prometheus.Observer) func(time.Duration) {
+	return func(d time.Duration) { h.Observe(d.Seconds()) }
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"sync/atomic"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -171,6 +172,9 @@ func (m *Member) Propose(p *Proposal) {
 		return
 	}
 	p.Seq, p.Epoch = seq, epoch
+	if m.cfg.ObserveCommit != nil {
+		p.takenNanos = m.cfg.Clock.NowNanos()
+	}
 	m.pending = append(m.pending, p)
 }
 
@@ -230,9 +234,16 @@ func (m *Member) Close() error {
 // kernel knows: committed, or lost to another lineage.
 func (m *Member) completeProposals() {
 	kept := m.pending[:0]
+	var now int64
+	if m.cfg.ObserveCommit != nil && len(m.pending) > 0 {
+		now = m.cfg.Clock.NowNanos()
+	}
 	for _, p := range m.pending {
 		switch m.k.Outcome(p.Seq, p.Epoch) {
 		case replica.Committed:
+			if m.cfg.ObserveCommit != nil {
+				m.cfg.ObserveCommit(time.Duration(now - p.takenNanos))
+			}
 			p.finish(nil)
 		case replica.Lost:
 			p.finish(ErrLost)
@@ -354,7 +365,16 @@ func (s memberStore) Append(entries []replica.Entry) error {
 	return nil
 }
 
-func (s memberStore) Sync() error { return s.m.log.Sync() }
+func (s memberStore) Sync() error {
+	observe := s.m.cfg.ObserveSync
+	if observe == nil {
+		return s.m.log.Sync()
+	}
+	start := s.m.cfg.Clock.NowNanos()
+	err := s.m.log.Sync()
+	observe(time.Duration(s.m.cfg.Clock.NowNanos() - start))
+	return err
+}
 
 // Entries returns first..last in their storage encoding (an install
 // entry travels empty): from the cache of recent entries when it holds

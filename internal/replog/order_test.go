@@ -2,6 +2,7 @@ package replog
 
 import (
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,6 +103,68 @@ func TestAnswersCommitBeforeTheNextBatchSyncs(t *testing.T) {
 		waitFor("b", b.Done)
 		if b.Err != nil {
 			t.Fatalf("round %d: b: %v", round, b.Err)
+		}
+	}
+}
+
+// TestObserveSyncAndCommit: a member reports each fsync of its log and,
+// on the leader, each proposal's time to commit — which covers the
+// leader's own fsync of it. The leader's fsyncs are slowed to at least
+// 20 ms, so both measurements are at least that.
+func TestObserveSyncAndCommit(t *testing.T) {
+	const slow = 20 * time.Millisecond
+	var (
+		mu             sync.Mutex
+		syncs, commits = map[replica.NodeID][]time.Duration{}, map[replica.NodeID][]time.Duration{}
+		fss            = map[replica.NodeID]*vfs.MemFS{1: vfs.NewMem(), 2: vfs.NewMem(), 3: vfs.NewMem()}
+		observe        = func(into map[replica.NodeID][]time.Duration, id replica.NodeID) func(time.Duration) {
+			return func(d time.Duration) {
+				mu.Lock()
+				into[id] = append(into[id], d)
+				mu.Unlock()
+			}
+		}
+	)
+	g := newGroupWith(t, 3, func(c *Config) {
+		c.FS, c.ObserveSync, c.ObserveCommit = fss[c.ID], observe(syncs, c.ID), observe(commits, c.ID)
+	})
+	g.mu.Lock()
+	leader := g.logs[1]
+	g.mu.Unlock()
+	leader.Campaign()
+	if g.leader() != leader {
+		t.Fatal("n1 does not lead")
+	}
+	g.commit("warm-up")
+	fss[1].SetInjector(func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && strings.HasSuffix(name, ".log") {
+			time.Sleep(slow)
+		}
+		return nil
+	})
+	mu.Lock()
+	before := len(commits[1])
+	mu.Unlock()
+	p := leader.Propose(storage.Record{Value: []byte("a")})
+	select {
+	case <-p.Done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proposal did not complete")
+	}
+	if p.Err != nil {
+		t.Fatal(p.Err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(commits[1]) != before+1 || commits[1][before] < slow {
+		t.Fatalf("leader's commit observations %v after %d before, want one more of at least %v", commits[1], before, slow)
+	}
+	if n := len(syncs[1]); n == 0 || syncs[1][n-1] < slow {
+		t.Fatalf("leader's sync observations %v, want the last at least %v", syncs[1], slow)
+	}
+	for _, id := range []replica.NodeID{2, 3} {
+		if len(syncs[id]) == 0 || len(commits[id]) != 0 {
+			t.Fatalf("follower %d observed syncs %v and commits %v, want syncs and no commit (it proposes nothing)", id, syncs[id], commits[id])
 		}
 	}
 }

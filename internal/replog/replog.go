@@ -83,6 +83,12 @@ type Config struct {
 	// calls Pump on its own goroutine, and ticks and compactions follow
 	// the Clock's NowMs.
 	Manual bool
+	// ObserveSync, when set, is told how long each fsync of the member's
+	// log took; ObserveCommit, how long each of its proposals took from
+	// the member taking it to its commit (replication: the leader's write,
+	// the quorum's fsyncs and FLUSHED). By the Clock's NowNanos; both run
+	// on the member's goroutine and must not block (metrics).
+	ObserveSync, ObserveCommit func(time.Duration)
 	// Mutations and SendBeforePersist deliberately break the kernel and the
 	// executor, so tests can prove the simulator catches each. Never set
 	// outside tests.
@@ -125,6 +131,8 @@ type Proposal struct {
 	Err        error
 	data       []byte
 	onDone     func(seq, epoch uint64, err error)
+	// takenNanos: when the member took it (Config.ObserveCommit).
+	takenNanos int64
 }
 
 // ControlHeader marks a control record (an epoch's install entry); the
