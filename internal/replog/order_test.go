@@ -58,14 +58,7 @@ func TestAnswersCommitBeforeTheNextBatchSyncs(t *testing.T) {
 		return nil
 	})
 	t.Cleanup(func() { close(stop) }) // before the group's: a failed round leaves the leader at the gate
-	g.mu.Lock()
-	leader := g.logs[1]
-	g.mu.Unlock()
-	leader.Campaign()
-	if g.leader() != leader {
-		t.Fatal("n1 does not lead")
-	}
-	g.commit("warm-up")
+	leader := g.firstLeads()
 	waitFor := func(what string, ch <-chan struct{}) {
 		t.Helper()
 		select {
@@ -128,14 +121,7 @@ func TestObserveSyncAndCommit(t *testing.T) {
 	g := newGroupWith(t, 3, func(c *Config) {
 		c.FS, c.ObserveSync, c.ObserveCommit = fss[c.ID], observe(syncs, c.ID), observe(commits, c.ID)
 	})
-	g.mu.Lock()
-	leader := g.logs[1]
-	g.mu.Unlock()
-	leader.Campaign()
-	if g.leader() != leader {
-		t.Fatal("n1 does not lead")
-	}
-	g.commit("warm-up")
+	leader := g.firstLeads()
 	fss[1].SetInjector(func(op vfs.Op, name string) error {
 		if op == vfs.OpSync && strings.HasSuffix(name, ".log") {
 			time.Sleep(slow)
@@ -167,4 +153,18 @@ func TestObserveSyncAndCommit(t *testing.T) {
 			t.Fatalf("follower %d observed syncs %v and commits %v, want syncs and no commit (it proposes nothing)", id, syncs[id], commits[id])
 		}
 	}
+}
+
+// firstLeads makes member 1 lead g and commits a first entry.
+func (g *group) firstLeads() *Log {
+	g.t.Helper()
+	g.mu.Lock()
+	leader := g.logs[1]
+	g.mu.Unlock()
+	leader.Campaign()
+	if g.leader() != leader {
+		g.t.Fatal("n1 does not lead")
+	}
+	g.commit("warm-up")
+	return leader
 }
