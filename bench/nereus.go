@@ -35,6 +35,9 @@ type nereusSystem struct {
 type nereusProc struct {
 	*childProc
 	addr string // client listen address, from the ready line
+	// httpAddr serves the node's metrics (measureReplication), from the
+	// ready line.
+	httpAddr string
 	// pprofAddr serves net/http/pprof when the binary was built with the
 	// bench's profiling overlay (-profile); "" otherwise.
 	pprofAddr string
@@ -155,7 +158,7 @@ func startNereusProc(ctx context.Context, env *environment, dataDir, id string, 
 		childEnv = append(childEnv, pprofEnv+"="+p.pprofAddr)
 	}
 	args := append([]string{"serve", "--node-id", id, "--data", filepath.Join(dataDir, id),
-		"--listen", "127.0.0.1:0", "--http", "", "--insecure-no-auth", "--log-level", "warn"}, extra...)
+		"--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--insecure-no-auth", "--log-level", "warn"}, extra...)
 	isReady := func(line string) bool { return strings.HasPrefix(line, "nereus ready") }
 	p.childProc, err = startChild(ctx, env, id, filepath.Join(dataDir, id+".log"), isReady, childEnv, bin, args...)
 	if err != nil {
@@ -164,6 +167,7 @@ func startNereusProc(ctx context.Context, env *environment, dataDir, id string, 
 	if p.addr, err = parseReadyAddr(p.readyLine); err != nil {
 		return nil, err
 	}
+	p.httpAddr = parseReadyField(p.readyLine, "http")
 	return p, nil
 }
 
@@ -185,17 +189,39 @@ func (p *nereusProc) restart(ctx context.Context) error {
 	if addr != p.addr {
 		return fmt.Errorf("%s restarted on %s, not on %s", p.name, addr, p.addr)
 	}
+	p.httpAddr = parseReadyField(p.readyLine, "http") // a new port
 	return nil
 }
 
 // parseReadyAddr extracts ADDR from "nereus ready client=ADDR http=...".
 func parseReadyAddr(line string) (string, error) {
-	for _, field := range strings.Fields(line) {
-		if addr, ok := strings.CutPrefix(field, "client="); ok && addr != "" {
-			return addr, nil
-		}
+	if addr := parseReadyField(line, "client"); addr != "" {
+		return addr, nil
 	}
 	return "", fmt.Errorf("no client address in ready line %q", line)
+}
+
+// parseReadyField extracts VALUE from "name=VALUE" in a ready line ("":
+// absent or empty).
+func parseReadyField(line, name string) string {
+	for _, field := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(field, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// metricsAddrs implements metricsSource: the HTTP addresses of the child
+// processes (none for a node in the harness process).
+func (s *nereusSystem) metricsAddrs() []string {
+	var out []string
+	for _, p := range s.procs {
+		if p.httpAddr != "" {
+			out = append(out, p.httpAddr)
+		}
+	}
+	return out
 }
 
 func (s *nereusSystem) dial(ctx context.Context, name string) (*client.Client, error) {

@@ -274,6 +274,8 @@ func (rep report) markdown() string {
 			func(rr ratioRow) (float64, []ratioVersus) { return *rr.NereusR3, rr.R3Versus })
 	}
 
+	writeReplicationMarkdown(&b, rep.Rows)
+
 	if anyRatio(rep.Ratios, func(rr ratioRow) bool { return rr.Disk != nil }) {
 		b.WriteString("## Against one raw fsync\n\n")
 		b.WriteString("disk fsync is no broker: one 1 KiB write and fdatasync into a preallocated file on the same file system, one at a time.\n\n")
@@ -634,4 +636,27 @@ func writeReport(dir string, rep report) error {
 		}
 	}
 	return nil
+}
+
+// writeReplicationMarkdown writes what the replicated Nereus publish rows
+// waited for, from the brokers' metrics (measureReplication).
+func writeReplicationMarkdown(b *strings.Builder, rows []row) {
+	if !slices.ContainsFunc(rows, func(r row) bool { return r.ReplicationP50Us > 0 }) {
+		return
+	}
+	b.WriteString("## Nereus r3: what a publish waits for\n\n")
+	b.WriteString("From the brokers' metrics over each case: the leader's time from taking a proposal to its commit (`nereus_replication_seconds`) and the replicas' log fsyncs (`nereus_fsync_seconds{kind=\"replica\"}`), p50s interpolated in their power-of-two buckets; and the fsyncs of every replica per message.\n\n")
+	b.WriteString("| mode | workload | size | replication p50 µs | replica fsync p50 µs | replication ÷ fsync | fsyncs per message |\n|---|---|---|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		if r.ReplicationP50Us <= 0 {
+			continue
+		}
+		ratio := "–"
+		if r.ReplicaFsyncP50Us > 0 {
+			ratio = formatRatio(r.ReplicationP50Us / r.ReplicaFsyncP50Us)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %.3f |\n", r.Mode, r.Workload, formatSize(r.SizeBytes),
+			formatNumber(r.ReplicationP50Us), formatNumber(r.ReplicaFsyncP50Us), ratio, r.ReplicaFsyncsPerMsg)
+	}
+	b.WriteString("\n")
 }

@@ -77,6 +77,15 @@ type row struct {
 	HarnessCPUUsPerMsg float64 `json:"harness_cpu_us_per_msg,omitempty"`
 	BrokerCPUUsPerMsg  float64 `json:"broker_cpu_us_per_msg,omitempty"`
 	BusiestCPUUsPerMsg float64 `json:"busiest_process_cpu_us_per_msg,omitempty"`
+	// ReplicationP50Us and ReplicaFsyncP50Us: for a replicated Nereus
+	// publish case, the p50 of the leader's proposal-to-commit time and of
+	// the replicas' log fsyncs over the case, from the brokers' metrics
+	// (nereus_replication_seconds, nereus_fsync_seconds{kind="replica"});
+	// ReplicaFsyncsPerMsg counts those fsyncs, every replica's, per
+	// message. 0 where not measured.
+	ReplicationP50Us    float64 `json:"replication_p50_us,omitempty"`
+	ReplicaFsyncP50Us   float64 `json:"replica_fsync_p50_us,omitempty"`
+	ReplicaFsyncsPerMsg float64 `json:"replica_fsyncs_per_msg,omitempty"`
 	// HeapBytesPerPending is the heap in use (after GC) per pending
 	// schedule (sched_pending only).
 	HeapBytesPerPending float64 `json:"heap_bytes_per_pending,omitempty"`
@@ -99,6 +108,9 @@ type runResult struct {
 	// CPU is what the harness and the broker's processes used during the
 	// case; nil where not measured.
 	CPU *cpuUsage
+	// Replication is what the case's publishes waited for replication;
+	// nil where not measured.
+	Replication *replicationUsage
 }
 
 // summarize turns one run into a row (Runs = 1). Latency percentiles are
@@ -122,6 +134,11 @@ func summarize(c benchCase, r runResult) row {
 		out.HarnessCPUUsPerMsg = perMsg(r.CPU.Harness)
 		out.BrokerCPUUsPerMsg = perMsg(r.CPU.Brokers)
 		out.BusiestCPUUsPerMsg = perMsg(r.CPU.Busiest)
+	}
+	if u := r.Replication; u != nil && r.Messages > 0 {
+		out.ReplicationP50Us = float64(u.ReplicationP50.Nanoseconds()) / 1e3
+		out.ReplicaFsyncP50Us = float64(u.FsyncP50.Nanoseconds()) / 1e3
+		out.ReplicaFsyncsPerMsg = u.Fsyncs / float64(r.Messages)
 	}
 	return out
 }
@@ -147,6 +164,9 @@ func medianRow(runs []row) row {
 	out.HarnessCPUUsPerMsg = pick(func(r row) float64 { return r.HarnessCPUUsPerMsg })
 	out.BrokerCPUUsPerMsg = pick(func(r row) float64 { return r.BrokerCPUUsPerMsg })
 	out.BusiestCPUUsPerMsg = pick(func(r row) float64 { return r.BusiestCPUUsPerMsg })
+	out.ReplicationP50Us = pick(func(r row) float64 { return r.ReplicationP50Us })
+	out.ReplicaFsyncP50Us = pick(func(r row) float64 { return r.ReplicaFsyncP50Us })
+	out.ReplicaFsyncsPerMsg = pick(func(r row) float64 { return r.ReplicaFsyncsPerMsg })
 	out.HeapBytesPerPending = pick(func(r row) float64 { return r.HeapBytesPerPending })
 	out.Messages = int64(pick(func(r row) float64 { return float64(r.Messages) }))
 	out.Seconds = pick(func(r row) float64 { return r.Seconds })

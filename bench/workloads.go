@@ -152,6 +152,12 @@ func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim
 	_, _ = rand.Read(payload) // incompressible
 	// Not the failover (which kills and restarts processes), nor a join
 	// or leave, whose samples are not messages.
+	if c.Workload == workloadPubSync || c.Workload == workloadPubAsync {
+		// Read around the CPU measurement (deferred first, so it runs
+		// after), whose numbers then leave the scrapes out.
+		replication := measureReplication(ctx, sys)
+		defer func() { res.Replication = replication() }()
+	}
 	if c.Workload != workloadFailover && c.Workload != workloadGroupJoin && c.Workload != workloadGroupLeave && c.Workload != workloadSchedPending {
 		cpu := measureCPU(sys)
 		defer func() {
