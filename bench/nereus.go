@@ -246,8 +246,31 @@ func (s *nereusSystem) createTopic(ctx context.Context, name string, partitions 
 	if err != nil {
 		return err
 	}
+	if len(s.addrs) == 1 {
+		return awaitLed(ctx, s.admin, name)
+	}
+	// Every node, not only the admin connection's: a node that restarted
+	// (the failover case) may not have applied the declaration yet, and a
+	// client that reaches it first is told the topic does not exist.
+	for _, addr := range s.addrs {
+		c, err := client.Dial(ctx, client.Options{Servers: []string{addr}, ClientName: "bench-admin-check"})
+		if err != nil {
+			return err
+		}
+		err = awaitLed(ctx, c, name)
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", addr, err)
+		}
+	}
+	return nil
+}
+
+// awaitLed waits until c's server knows topic name with a leader for every
+// partition.
+func awaitLed(ctx context.Context, c *client.Client, name string) error {
 	for {
-		infos, err := s.admin.Topics(ctx, name)
+		infos, err := c.Topics(ctx, name)
 		if err == nil && len(infos) == 1 && allLed(infos[0]) {
 			return nil
 		}
