@@ -1,16 +1,18 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // metricsSource is a system whose broker processes serve Prometheus
@@ -28,7 +30,7 @@ type metricsSource interface {
 const (
 	metricReplication = "nereus_replication_seconds"
 	metricFsync       = "nereus_fsync_seconds"
-	fsyncKindReplica  = `kind="replica"`
+	fsyncKindReplica  = "replica"
 )
 
 // histogram is a Prometheus histogram's cumulative bucket counts by upper
@@ -38,50 +40,35 @@ type histogram struct {
 	counts []float64
 }
 
-// parseHistogram reads the buckets of histogram name from a Prometheus
-// text exposition; only series whose labels contain match ("" = any) are
-// read, and several matching series are added up (one per process).
-func parseHistogram(r io.Reader, name, match string) (histogram, error) {
-	var h histogram
+// parseHistogram reads histogram name from a Prometheus text exposition;
+// with kind set, only its series labelled kind=KIND. Several matching
+// series (one per process) are added up.
+func parseHistogram(r io.Reader, name, kind string) (histogram, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return histogram{}, err
+	}
 	byBound := map[float64]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name+"_bucket{")
-		if !ok {
+	for _, m := range families[name].GetMetric() {
+		if kind != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+			return l.GetName() == "kind" && l.GetValue() == kind
+		}) {
 			continue
 		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok || (match != "" && !strings.Contains(labels, match)) {
-			continue
+		for _, b := range m.GetHistogram().GetBucket() { // the exposition's +Inf bucket included
+			byBound[b.GetUpperBound()] += float64(b.GetCumulativeCount())
 		}
-		_, le, ok := strings.Cut(labels, `le="`)
-		if !ok {
-			return h, fmt.Errorf("%s: bucket without le: %q", name, line)
-		}
-		le, _, _ = strings.Cut(le, `"`)
-		bound, err := strconv.ParseFloat(le, 64) // "+Inf" parses as +Inf
-		if err != nil {
-			return h, fmt.Errorf("%s: bucket bound %q: %w", name, le, err)
-		}
-		count, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return h, fmt.Errorf("%s: bucket count %q: %w", name, value, err)
-		}
-		byBound[bound] += count
 	}
-	if err := sc.Err(); err != nil {
-		return h, err
-	}
+	var out histogram
 	for b := range byBound {
-		h.bounds = append(h.bounds, b)
+		out.bounds = append(out.bounds, b)
 	}
-	slices.Sort(h.bounds)
-	for _, b := range h.bounds {
-		h.counts = append(h.counts, byBound[b])
+	slices.Sort(out.bounds)
+	for _, b := range out.bounds {
+		out.counts = append(out.counts, byBound[b])
 	}
-	return h, nil
+	return out, nil
 }
 
 // add returns h plus o (o's buckets must be h's, or h empty).
@@ -180,10 +167,10 @@ func scrapeReplication(ctx context.Context, addr string) (repl, fsync histogram,
 	if err != nil {
 		return repl, fsync, err
 	}
-	if repl, err = parseHistogram(strings.NewReader(string(body)), metricReplication, ""); err != nil {
+	if repl, err = parseHistogram(bytes.NewReader(body), metricReplication, ""); err != nil {
 		return repl, fsync, err
 	}
-	fsync, err = parseHistogram(strings.NewReader(string(body)), metricFsync, fsyncKindReplica)
+	fsync, err = parseHistogram(bytes.NewReader(body), metricFsync, fsyncKindReplica)
 	return repl, fsync, err
 }
 

@@ -33,19 +33,24 @@ func exposition(repl, replicaFsync map[string]int) string {
 	return b.String()
 }
 
-func TestParseHistogramSumsTheMatchingSeries(t *testing.T) {
-	text := exposition(map[string]int{"0.001": 2, "0.002": 2}, map[string]int{"0.004": 3}) +
-		exposition(map[string]int{"0.004": 4}, map[string]int{"+Inf": 1}) // a second process
-	h, err := parseHistogram(strings.NewReader(text), metricFsync, fsyncKindReplica)
-	if err != nil {
-		t.Fatal(err)
+func TestParseHistogramsSumOverProcesses(t *testing.T) {
+	var h, r histogram
+	for _, text := range []string{ // two processes
+		exposition(map[string]int{"0.001": 2, "0.002": 2}, map[string]int{"0.004": 3}),
+		exposition(map[string]int{"0.004": 4}, map[string]int{"+Inf": 1}),
+	} {
+		fsync, err := parseHistogram(strings.NewReader(text), metricFsync, fsyncKindReplica)
+		if err != nil {
+			t.Fatal(err)
+		}
+		repl, err := parseHistogram(strings.NewReader(text), metricReplication, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, r = h.add(fsync), r.add(repl)
 	}
 	if fmt.Sprint(h.bounds) != "[0.001 0.002 0.004 +Inf]" || fmt.Sprint(h.counts) != "[0 0 3 4]" {
 		t.Fatalf("replica fsyncs: bounds %v counts %v", h.bounds, h.counts)
-	}
-	r, err := parseHistogram(strings.NewReader(text), metricReplication, "")
-	if err != nil {
-		t.Fatal(err)
 	}
 	if fmt.Sprint(r.counts) != "[2 4 8 8]" {
 		t.Fatalf("replication counts %v", r.counts)
