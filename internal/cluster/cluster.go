@@ -377,9 +377,18 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 	if c.cfg.NoLeaderRebalance {
 		preferred = 0
 	}
+	// Followers learn a commit from the leader's next APPEND. A follower
+	// of __meta answers what it forwarded (a DECLARE, a JOIN) once it
+	// applied the commit, so __meta's leader heartbeats every tick; a
+	// partition's followers apply for no one waiting, and its idle leader
+	// heartbeats at the kernel's default, a tenth as often.
+	heartbeat := 0
+	if topic == meta.MetaTopic {
+		heartbeat = 1
+	}
 	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.opts.Env.FS, Manual: c.opts.Manual,
 		Mutations: c.opts.Replica, SendBeforePersist: c.opts.SendBeforePersist,
-		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred, ReleaseBeforeTransfer: gs.ReleaseBeforeTransfer,
+		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, HeartbeatTicks: heartbeat, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred, ReleaseBeforeTransfer: gs.ReleaseBeforeTransfer,
 		Storage: storage.Options{SegmentBytesMax: cmp.Or(gs.SegmentBytesMax, c.opts.SegmentBytesMax), RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes},
 		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit,

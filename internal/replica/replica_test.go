@@ -1326,3 +1326,37 @@ func TestGrantedCountsUncertainGrantsWithinTheDamageBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleLeaderHeartbeatsTenTimesAnElectionTimeout: by default an idle
+// leader sends each follower an Append every ElectionTicks/10 ticks — not
+// every tick, which cost every idle group a message and its answer per
+// follower per tick — and that is enough: no follower campaigns.
+func TestIdleLeaderHeartbeatsTenTimesAnElectionTimeout(t *testing.T) {
+	for _, tt := range []struct {
+		heartbeat, want int
+	}{{heartbeat: 0, want: 10}, {heartbeat: 1, want: 30}} {
+		c := newClusterWith(t, 3, SyncQuorum, func(cfg *Config) {
+			cfg.ElectionTicks = 30
+			cfg.HeartbeatTicks = tt.heartbeat
+		})
+		c.elect(1)
+		c.propose(1, "a")
+		appends := 0
+		c.drop = func(m Message) bool {
+			if m.Type == MsgAppend && m.From == 1 && m.To == 2 {
+				appends++
+			}
+			return false
+		}
+		c.tick(30)
+		if appends != tt.want {
+			t.Errorf("HeartbeatTicks %d: %d Appends to a follower in 30 idle ticks, want %d", tt.heartbeat, appends, tt.want)
+		}
+		c.tick(300) // ten election timeouts
+		for _, id := range c.ids {
+			if st := c.rs[id].Status(); st.Hard.Promised != c.rs[1].Status().Hard.Promised || st.Leader != 1 || (id == 1) != (st.Role == Leader) {
+				t.Errorf("HeartbeatTicks %d: n%d after idle ticks: %+v", tt.heartbeat, id, st)
+			}
+		}
+	}
+}

@@ -141,7 +141,7 @@ func loadOrQuarantine(cfg Config, lg *storage.Log) (p replica.Persisted, marked 
 // kernelConfig is the replication kernel's configuration for a member.
 func kernelConfig(cfg Config) replica.Config {
 	return replica.Config{ID: cfg.ID, Replicas: cfg.Members, Policy: cfg.Policy,
-		ElectionTicks: cfg.ElectionTicks, Seed: cfg.Seed, Mutations: cfg.Mutations, PreferredLeader: cfg.PreferredLeader, ReleaseBeforeTransfer: cfg.ReleaseBeforeTransfer,
+		ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks, Seed: cfg.Seed, Mutations: cfg.Mutations, PreferredLeader: cfg.PreferredLeader, ReleaseBeforeTransfer: cfg.ReleaseBeforeTransfer,
 		ReservationTicks: max(int(cfg.Reservation/cfg.Tick), 4*cfg.ElectionTicks)}
 }
 

@@ -43,10 +43,12 @@ type Config struct {
 	Send   func(m replica.Message)
 	Logger *slog.Logger
 	// Tick is the kernel's logical tick (default 10 ms); elections time out
-	// after ElectionTicks ticks (0: the kernel's default).
-	Tick          time.Duration
-	ElectionTicks int
-	Seed          uint64
+	// after ElectionTicks ticks and an idle leader heartbeats every
+	// HeartbeatTicks (0: the kernel's defaults).
+	Tick           time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	Seed           uint64
 	// PreferredLeader is the member that should lead this group while it
 	// is healthy (0: none): a leader that is not it hands leadership to
 	// it once it has kept up for a while (replica.Config.PreferredLeader,

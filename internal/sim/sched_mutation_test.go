@@ -20,13 +20,13 @@ var schedMutationSeeds = map[string]struct {
 	seeds     []uint64
 	invariant string
 }{
-	"sched-publish-without-lease": {[]uint64{1, 2, 3}, "NoPublishWithoutBothGates"},  // each of seeds 1-3
-	"sched-publish-before-intent": {[]uint64{1, 2, 3}, "NoPublishBeforeIntent"},      // each of seeds 1-3
-	"sched-fenced-still-fires":    {[]uint64{1, 3, 30}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-30 since the dedup snapshots (5, 7, 26 before)
+	"sched-publish-without-lease": {[]uint64{1, 2, 3}, "NoPublishWithoutBothGates"},   // each of seeds 1-3
+	"sched-publish-before-intent": {[]uint64{1, 2, 3}, "NoPublishBeforeIntent"},       // each of seeds 1-3
+	"sched-fenced-still-fires":    {[]uint64{4, 15, 22}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-40 since partitions heartbeat every 3 ticks (1, 3, 30 before; 5, 7, 26 before the dedup snapshots)
 	// The replication kernel's lease dated from the answers' arrival: a
 	// paused shard owner renews it from answers to heartbeats sent before
 	// its pause and publishes after another node took office.
-	"lease-from-receipt": {[]uint64{101, 198}, "NoPublishWithoutBothGates"}, // the two of seeds 101-260 (none of 1-100 since shards compact; 54 before): it needs a pause across an election
+	"lease-from-receipt": {[]uint64{4, 80, 90}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-90 since partitions heartbeat every 3 ticks (101 and 198 of 101-260 before, none of 1-100 since shards compact; 54 before that): it needs a pause across an election
 }
 
 // schedMutationsNotReached are the scheduler mutations the campaign has
