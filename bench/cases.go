@@ -110,6 +110,11 @@ const (
 	// measures sync publish latency against, in the same run.
 	systemDisk = "disk"
 	modeFsync  = "fsync"
+	// systemFloor is no broker either: the data movement of a publish
+	// acked after a quorum fsync and nothing else (floor.go), in modeR1
+	// (one child process) and modeR3 (three) — a ceiling for any broker
+	// on this machine.
+	systemFloor = "floor"
 )
 
 // systemSpec is a broker in one durability mode and the way to start it.
@@ -168,7 +173,12 @@ var systemSpecs = []systemSpec{
 	{System: systemJetStream, Mode: modeR3, start: startJetStreamCluster(3, false), replicas: 3, killable: true},
 	{System: systemJetStream, Mode: modeR3Always, start: startJetStreamCluster(3, true), replicas: 3},
 	{System: systemDisk, Mode: modeFsync, start: startDisk, workloads: []workload{workloadPubSync}},
+	{System: systemFloor, Mode: modeR1, start: startFloor(1), workloads: floorWorkloads},
+	{System: systemFloor, Mode: modeR3, start: startFloor(3), workloads: floorWorkloads, replicas: 3},
 }
+
+// floorWorkloads are the rows the floor runs: it publishes, nothing else.
+var floorWorkloads = []workload{workloadPubSync, workloadPubAsync}
 
 // workloadSpecs lists the rows of each system, in table order.
 var workloadSpecs = []workloadSpec{

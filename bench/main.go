@@ -37,6 +37,9 @@ const (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == floorReplicaArg {
+		os.Exit(floorReplicaMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	os.Exit(runMain(os.Args[1:], os.Stderr))
 }
 
@@ -185,6 +188,36 @@ func (e *environment) natsServerBinary(ctx context.Context) (string, error) {
 	return e.natsBin, e.natsBuildErr
 }
 
+// pauseOthers stops the child processes of every system but the one
+// keyed current and returns the function that lets them go on. All systems
+// of a run stay up from its start to its end, and an idle broker is not
+// idle: ticks, heartbeats and scrubbing in a three-process cluster with a
+// few topics took a quarter of this machine's two cores from the case that
+// ran beside it. In-process systems (the harness's own) cannot be paused.
+func pauseOthers(systems map[string]system, current string, logf func(string, ...any)) (resume func()) {
+	var paused []int
+	for key, sys := range systems {
+		pg, ok := sys.(processGroup)
+		if key == current || !ok {
+			continue
+		}
+		for _, pid := range pg.pids() {
+			if err := pauseProcess(pid); err != nil {
+				logf("pause %s (pid %d): %v", key, pid, err)
+				continue
+			}
+			paused = append(paused, pid)
+		}
+	}
+	return func() {
+		for _, pid := range paused {
+			if err := resumeProcess(pid); err != nil {
+				logf("resume pid %d: %v", pid, err)
+			}
+		}
+	}
+}
+
 // runCases starts the systems the cases need, runs every case lim.Runs
 // times (run 1 of every case, then run 2, ...), and returns the median rows.
 // A failed case is recorded in report.Errors and the others go on; a
@@ -232,7 +265,9 @@ func runCases(ctx context.Context, env *environment, cases []benchCase, lim limi
 				timeout = schedCaseTimeout
 			}
 			cctx, cancel := context.WithTimeout(ctx, timeout)
+			resume := pauseOthers(systems, c.System+"/"+c.Mode, env.logf)
 			res, err := runCase(cctx, env, systems[c.System+"/"+c.Mode], c, lim, runIndex, prog)
+			resume()
 			cancel()
 			prog.setCase("")
 			if err != nil {

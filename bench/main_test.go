@@ -10,7 +10,8 @@ import (
 func TestSelectCases(t *testing.T) {
 	all := selectCases(systemSpecs, workloadSpecs, nil)
 	// Seven brokers run every workload but failover and the group ones;
-	// the disk anchor runs pub_sync only; the two killable R3 systems run
+	// the disk anchor runs pub_sync only, the floor's two modes pub_sync
+	// and pub_async (4 rows each); the two killable R3 systems run
 	// failover, last; the group workloads run on the systems they list
 	// (consume 1 and 3: nereus r1-proc and r3, jetstream r3; join and
 	// leave: nereus r1-proc and r3).
@@ -39,7 +40,7 @@ func TestSelectCases(t *testing.T) {
 	if kvSpecs != 4 || kvCases != 24 {
 		t.Fatalf("%d KV workloads in %d cases, want 4 in 24", kvSpecs, kvCases)
 	}
-	if want := 7*(len(workloadSpecs)-1-4-schedSpecs-kvSpecs) + 1 + 2 + groupCases + schedCases + kvCases; len(all) != want {
+	if want := 7*(len(workloadSpecs)-1-4-schedSpecs-kvSpecs) + 1 + 2*4 + 2 + groupCases + schedCases + kvCases; len(all) != want {
 		t.Fatalf("%d cases, want %d", len(all), want)
 	}
 	var first []string
@@ -62,7 +63,7 @@ func TestSelectCases(t *testing.T) {
 		only string
 		want int
 	}{
-		{"pub_async", 21},
+		{"pub_async", 27},
 		{"^nereus/", 42},
 		{"^nereus/r3/", 18},
 		{"sched_", 7},
@@ -83,9 +84,12 @@ func TestSelectCases(t *testing.T) {
 		{"^jetstream/.*/group_join", 0},
 		{"^nereus/r1/group", 0},
 		{"r1-always/e2e", 1},
-		{"/65536$", 7},
+		{"/65536$", 9},
 		{"^disk/", 1},
-		{"pub_sync", 8},
+		{"pub_sync", 10},
+		{"^floor/", 8},
+		{"^floor/r3/", 4},
+		{"^floor/.*/(consume|e2e|kv_|group|sched|failover)", 0},
 		{"failover", 2},
 		{"nothing", 0},
 	}

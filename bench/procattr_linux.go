@@ -13,6 +13,11 @@ func childProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
 
+// pauseProcess stops process pid (SIGSTOP) until resumeProcess (SIGCONT).
+func pauseProcess(pid int) error { return syscall.Kill(pid, syscall.SIGSTOP) }
+
+func resumeProcess(pid int) error { return syscall.Kill(pid, syscall.SIGCONT) }
+
 // flushDirtyPages asks the kernel to write back every dirty page (sync(2)),
 // so that the writeback of one case's data does not land in the fsyncs of
 // the next. It returns when sync does, or after timeout (sync then goes on

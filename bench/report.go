@@ -118,6 +118,10 @@ type ratioRow struct {
 	// not a pub_sync latency), and VersusDisk Nereus's ratio to it.
 	Disk       *float64 `json:"disk_fsync,omitempty"`
 	VersusDisk float64  `json:"versus_disk_fsync,omitempty"`
+	// FloorR1 and FloorR3 are the same metric of the floor (floor.go)
+	// with one and three replicas (nil when not run).
+	FloorR1 *float64 `json:"floor_r1,omitempty"`
+	FloorR3 *float64 `json:"floor_r3,omitempty"`
 }
 
 // ratioVersus is Nereus's value divided by one JetStream mode's value
@@ -181,6 +185,12 @@ func computeRatios(rows []row, modesR1, modesR3 []string) []ratioRow {
 				if rr.NereusProc != nil {
 					rr.R3VersusProc, _ = ratio(v, *rr.NereusProc)
 				}
+			}
+			if v, ok := get(systemFloor, modeR1); ok {
+				rr.FloorR1 = &v
+			}
+			if v, ok := get(systemFloor, modeR3); ok {
+				rr.FloorR3 = &v
 			}
 			if v, ok := get(systemDisk, modeFsync); ok && m.LowerIsBetter {
 				rr.Disk = &v
@@ -303,6 +313,8 @@ func (rep report) markdown() string {
 		b.WriteString("\n")
 	}
 
+	writeFloorMarkdown(&b, rep.Ratios)
+
 	inNereus := func(rr ratioRow) bool {
 		return rr.Workload != workloadFailover && !rr.Workload.isKV() && (rr.NereusProc != nil || rr.NereusR3 != nil)
 	}
@@ -405,6 +417,47 @@ func (rep report) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// writeFloorMarkdown writes the table of the brokers against the floor
+// of the same replication factor, when the floor ran.
+func writeFloorMarkdown(b *strings.Builder, rows []ratioRow) {
+	if !anyRatio(rows, func(rr ratioRow) bool { return rr.FloorR1 != nil || rr.FloorR3 != nil }) {
+		return
+	}
+	b.WriteString("## Against the floor\n\n")
+	b.WriteString("The floor is no broker: child processes that only move the data of a publish acked after a quorum fsync — the leader forwards each payload to its followers as it reads it and appends it to a file, every replica fdatasyncs what it has written as often as it can, acks are cumulative counts; no checksums, no encoding, no protocol state, one reused buffer per connection (floor.go). It is a ceiling for a broker that acks after a quorum fsync on this machine, and floor r3 ÷ floor r1 is what replication itself costs here. ÷ floor is the broker's value over the floor's: for msgs/s below 1 is short of the ceiling, for latencies above 1 is slower than the floor.\n\n")
+	b.WriteString("| workload | size | metric | floor r1 | nereus r1-proc | ÷ floor | floor r3 | nereus r3 | ÷ floor | jetstream r3 | ÷ floor | floor r3 ÷ r1 | nereus r3 ÷ r1-proc |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	cell := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return formatNumber(*v)
+	}
+	over := func(v, floor *float64) string {
+		if v == nil || floor == nil {
+			return "–"
+		}
+		r, _ := ratio(*v, *floor)
+		return formatRatio(r)
+	}
+	for _, rr := range rows {
+		if rr.FloorR1 == nil && rr.FloorR3 == nil {
+			continue
+		}
+		var js *float64
+		for _, v := range rr.R3Versus {
+			if v.Mode == modeR3 {
+				js = &v.JetStream
+			}
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", rr.Workload, formatSize(rr.SizeBytes), metricLabel(rr),
+			cell(rr.FloorR1), cell(rr.NereusProc), over(rr.NereusProc, rr.FloorR1),
+			cell(rr.FloorR3), cell(rr.NereusR3), over(rr.NereusR3, rr.FloorR3), cell(js), over(js, rr.FloorR3),
+			over(rr.FloorR3, rr.FloorR1), over(rr.NereusR3, rr.NereusProc))
+	}
+	b.WriteString("\n")
 }
 
 // inHeadToHead selects the ratio rows of the Nereus r1 ÷ JetStream table

@@ -298,3 +298,38 @@ func TestFormatSize(t *testing.T) {
 		}
 	}
 }
+
+// TestFloorTable: the floor's rows join the ratio rows of the same
+// workload and size, and the table divides each broker by the floor of
+// its replication factor.
+func TestFloorTable(t *testing.T) {
+	rows := append(sampleRows(),
+		row{System: systemFloor, Mode: modeR1, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 80, Runs: 1},
+		row{System: systemFloor, Mode: modeR3, Workload: workloadPubAsync, SizeBytes: 1024, MsgsPerS: 40, Runs: 1},
+		row{System: systemFloor, Mode: modeR3, Workload: workloadPubSync, SizeBytes: 1024, MsgsPerS: 1000, P50Us: 100, P99Us: 360, Runs: 1})
+	ratios := computeRatios(rows, sampleModesR1, sampleModesR3)
+	if len(ratios) != 8 {
+		t.Fatalf("%d ratio rows, want 8: the floor adds none of its own", len(ratios))
+	}
+	if r := ratios[0]; r.FloorR1 == nil || *r.FloorR1 != 80 || r.FloorR3 == nil || *r.FloorR3 != 40 {
+		t.Fatalf("pub_async ratio row: %+v", r)
+	}
+	md := report{Rows: rows, Ratios: ratios}.markdown()
+	for _, want := range []string{
+		"## Against the floor",
+		// r1-proc 40 of 80; r3 20 of 40; JetStream R3 40 of 40; the floor
+		// halves with replication, Nereus too.
+		"| pub_async | 1 KiB | msgs/s | 80.0 | 40.0 | 0.50× | 40.0 | 20.0 | 0.50× | 40.0 | 1.00× | 0.50× | 0.50× |",
+		"| pub_sync | 1 KiB | p50 µs | – | – | – | 100 | – | – | – | – | – | – |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| e2e | 1 KiB | p50 µs | – |") {
+		t.Errorf("a workload the floor did not run has a floor line:\n%s", md)
+	}
+	if strings.Contains(sampleReport().markdown(), "## Against the floor") {
+		t.Error("a run without the floor has its table")
+	}
+}
