@@ -19,7 +19,8 @@ import (
 // The floor is no broker: the data movement of a replicated publish and
 // nothing else, in child processes like the brokers'. The publisher sends
 // length-prefixed payloads to a leader over TCP; the leader forwards each
-// to its followers as it reads it and appends it to a file; every replica
+// to its followers as it reads it and appends what it read to a file, a
+// batch a write; every replica
 // fdatasyncs what it has written, as often as it can (group commit), on a
 // goroutine of its own; the leader acks (a cumulative count) what it and
 // one follower have made durable, a follower what it has. No checksums,
@@ -195,41 +196,64 @@ func serveFloorStream(up net.Conn, dir string, followers []string) error {
 		}
 	}()
 
+	// Payloads are read into pending, each right after the one before,
+	// and written to the file together once nothing more is at hand (or
+	// pending is full): one write for a batch, as a broker's group commit.
 	r := bufio.NewReaderSize(up, floorBufferBytes)
-	buf := make([]byte, floorBufferBytes)
+	pending := make([]byte, 0, floorBufferBytes)
+	frames := uint64(0) // in pending
+	write := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		if _, err := f.Write(pending); err != nil {
+			return err
+		}
+		a.mu.Lock()
+		a.written += frames
+		a.mu.Unlock()
+		a.changed.Broadcast()
+		pending, frames = pending[:0], 0
+		return nil
+	}
 	var head [4]byte
 	for {
 		if _, err := io.ReadFull(r, head[:]); err != nil {
 			return err
 		}
-		n := binary.BigEndian.Uint32(head[:])
+		n := int(binary.BigEndian.Uint32(head[:]))
 		if n > floorFrameBytesMax {
 			return fmt.Errorf("frame of %d bytes exceeds %d", n, floorFrameBytesMax)
 		}
-		if int(n) > len(buf) {
-			buf = make([]byte, n)
-		}
-		if _, err := io.ReadFull(r, buf[:n]); err != nil {
-			return err
-		}
-		for _, w := range outs {
-			w.Write(head[:])
-			w.Write(buf[:n])
-		}
-		if r.Buffered() == 0 { // nothing more at hand: send what is batched
-			for _, w := range outs {
-				if err := w.Flush(); err != nil {
-					return err
-				}
+		if len(pending)+n > cap(pending) {
+			if err := write(); err != nil {
+				return err
+			}
+			if n > cap(pending) {
+				pending = make([]byte, 0, n)
 			}
 		}
-		if _, err := f.Write(buf[:n]); err != nil {
+		payload := pending[len(pending) : len(pending)+n]
+		if _, err := io.ReadFull(r, payload); err != nil {
 			return err
 		}
-		a.mu.Lock()
-		a.written++
-		a.mu.Unlock()
-		a.changed.Broadcast()
+		pending, frames = pending[:len(pending)+n], frames+1
+		for _, w := range outs {
+			w.Write(head[:])
+			w.Write(payload)
+		}
+		if r.Buffered() > 0 {
+			continue
+		}
+		// Nothing more at hand: forward what is batched, then write it.
+		for _, w := range outs {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+		if err := write(); err != nil {
+			return err
+		}
 	}
 }
 
