@@ -58,6 +58,20 @@ func startTestFloor(t *testing.T, n int) (*floorSystem, string) {
 	return sys.(*floorSystem), dataDir
 }
 
+// openTestPublisher opens a publisher to sys with inflightMax publishes
+// in flight, and a context for its calls; both end with the test.
+func openTestPublisher(t *testing.T, sys system, inflightMax int) (context.Context, publisher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	pub, err := sys.NewPublisher(ctx, "s", inflightMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	return ctx, pub
+}
+
 // floorBytes returns the bytes in the floor files of a replica's directory.
 func floorBytes(t *testing.T, dataDir, name string) int64 {
 	t.Helper()
@@ -76,13 +90,7 @@ func floorBytes(t *testing.T, dataDir, name string) int64 {
 // once the leader and a follower hold it.
 func TestFloorPublishesToAQuorum(t *testing.T) {
 	sys, dataDir := startTestFloor(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pub, err := sys.NewPublisher(ctx, "s", 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	ctx, pub := openTestPublisher(t, sys, 16)
 	const count, size = 300, 1000
 	payload := bytes.Repeat([]byte{'x'}, size)
 	completed := make(chan int, count)
@@ -125,13 +133,7 @@ func TestFloorPublishesToAQuorum(t *testing.T) {
 // acked completes with an error, and so does Flush.
 func TestFloorPublishFailsWithItsLeader(t *testing.T) {
 	sys, _ := startTestFloor(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pub, err := sys.NewPublisher(ctx, "s", 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	ctx, pub := openTestPublisher(t, sys, 4)
 	if err := pub.Publish(ctx, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
@@ -185,13 +187,7 @@ func TestPauseOthersStopsTheIdleSystemsOnly(t *testing.T) {
 		t.Fatalf("the case's own process is stopped")
 	}
 	// The running system still answers.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pub, err := running.NewPublisher(ctx, "s", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	ctx, pub := openTestPublisher(t, running, 1)
 	if err := pub.Publish(ctx, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
