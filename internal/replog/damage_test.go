@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/vfs"
 )
 
 // TestDamagedMemberDropsTheRangeAndRebuilds: a member whose log took a
@@ -143,6 +144,22 @@ func TestDamagedSnapshotPointEmptiesTheMemberWhichRebuilds(t *testing.T) {
 	}
 }
 
+// segments counts the log segments in dir.
+func segments(t *testing.T, fsys *vfs.MemFS, dir string) int {
+	t.Helper()
+	names, err := fsys.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, name := range names {
+		if strings.HasSuffix(name, ".log") {
+			n++
+		}
+	}
+	return n
+}
+
 // TestRunningMemberDropsDamageFoundByTheScrubber: damage found while the
 // group runs (the node's scrubber verifies the log, then tells the member)
 // makes the member drop the range and restart in place, rebuilding; a
@@ -165,6 +182,13 @@ func TestRunningMemberDropsDamageFoundByTheScrubber(t *testing.T) {
 				damaged = leader%3 + 1
 			}
 			dir := fmt.Sprintf("/n%d", damaged)
+			// The scrubber verifies sealed segments only. A member that
+			// lagged took the values in one batch and may still be
+			// writing its first segment: commit until it rolled.
+			for segments(t, g.fs, dir) < 2 {
+				last = g.commit("roll")
+				g.waitCommit(damaged, last)
+			}
 			if err := g.fs.FlipBit(path.Join(dir, "00000000000000000001.log"), 100, 2); err != nil {
 				t.Fatal(err)
 			}
