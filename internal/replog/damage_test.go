@@ -247,9 +247,11 @@ func TestLeaderThatReadsDamageForCatchUpStepsAside(t *testing.T) {
 	leader := g.leader().Status().ID
 	lagging := leader%3 + 1
 	g.isolate(lagging, true)
-	var last uint64
+	expected := []string{"first"}
 	for i := 0; i < 60; i++ {
-		last = g.commit(fmt.Sprintf("value-%02d", i))
+		v := fmt.Sprintf("value-%02d", i)
+		g.commit(v)
+		expected = append(expected, v)
 	}
 	if g.leader().Status().ID != leader {
 		t.Skip("leadership moved while the follower was cut off")
@@ -261,20 +263,42 @@ func TestLeaderThatReadsDamageForCatchUpStepsAside(t *testing.T) {
 	}
 	g.isolate(lagging, false)
 	after := g.commit("after")
+	expected = append(expected, "after")
 	for _, id := range g.members {
 		g.waitCommit(id, after)
 	}
 	if g.leader().Status().ID == leader {
 		t.Fatal("the damaged leader still leads")
 	}
-	want := g.values(g.leader().Status().ID)
+	// The old leader may have counted "after" before it read the damage:
+	// it then drops the range, and holds the values again only once it is
+	// whole and has caught up.
+	now := g.leader().Status().ID
+	waitFor(t, "the old leader to be whole again and caught up", func() bool {
+		return !g.member(leader).Status().Rebuilding && g.member(leader).CommitSeq() >= g.member(now).CommitSeq()
+	})
+	want := g.values(now)
 	for _, id := range g.members {
 		if got := g.values(id); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("n%d has\n%v\nthe leader has\n%v", id, got, want)
 		}
 	}
-	if len(want) != 62 || last == 0 {
-		t.Fatalf("%d committed values, want 62", len(want))
+	// g.commit proposes again when an outcome is unclear — the old leader
+	// may step aside before it answers "after", and its successor still
+	// commit it — so a value may be in the log twice: the log is
+	// at-least-once (a partition's producer dedup makes a publish once).
+	// None may be missing, and nothing else may be there.
+	committed := map[string]bool{}
+	for _, v := range want {
+		committed[v[strings.IndexByte(v, ':')+1:]] = true
+	}
+	for _, v := range expected {
+		if !committed[v] {
+			t.Fatalf("%s is not committed:\n%v", v, want)
+		}
+	}
+	if len(committed) != len(expected) {
+		t.Fatalf("%d distinct values committed, want %d:\n%v", len(committed), len(expected), want)
 	}
 }
 
