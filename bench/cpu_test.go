@@ -67,8 +67,9 @@ func TestMarkdownCPUTable(t *testing.T) {
 		t.Fatal("a CPU table without CPU measurements")
 	}
 	rep.Rows[2].HarnessCPUUsPerMsg, rep.Rows[2].BrokerCPUUsPerMsg, rep.Rows[2].BusiestCPUUsPerMsg = 3, 30, 15.5
+	rep.Rows[2].MsgsPerS = 50000 // 33 µs a message: 1.65 cores busy
 	md := rep.markdown()
-	if !strings.Contains(md, "| nereus | r3 | pub_async | 1 KiB | 3.00 | 30.0 | 15.5 | 33.0 |") {
+	if !strings.Contains(md, "| nereus | r3 | pub_async | 1 KiB | 3.00 | 30.0 | 15.5 | 33.0 | 1.65 |\n") {
 		t.Errorf("CPU table:\n%s", md)
 	}
 }
