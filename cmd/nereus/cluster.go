@@ -37,8 +37,11 @@ func newClusterStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show nodes, partitions, leaders, epochs, commit points, replica states and degraded modes",
-		Long: `Ask every address of --server (give all the nodes: a,b,c) for its view and
-merge them: for each partition the view of the node that leads it wins,
+		Long: `Ask every address of --server for its view, and then every partition leader
+those answers name (by its client address) that was not asked yet, and
+merge the views: one address of a cluster finds every node that leads a
+partition; give all the nodes (a,b,c) to see those that lead none. For
+each partition the view of the node that leads it wins,
 since only a leader knows its followers' states (InSync, CatchingUp,
 NeedsRebuild, Unreachable: not heard from for 2 election timeouts). A node
 that does not answer is shown unreachable, and a partition whose leader is
@@ -55,10 +58,7 @@ reasons go to stderr); 1 on errors.`,
 			if err != nil {
 				return err
 			}
-			views := make([]nodeView, len(opts.Servers))
-			for i, addr := range opts.Servers {
-				views[i] = askNode(cmd.Context(), opts, addr)
-			}
+			views := gatherViews(opts.Servers, func(addr string) nodeView { return askNode(cmd.Context(), opts, addr) })
 			merged := mergeViews(views)
 			write := writeClusterTable
 			if asJSON {
@@ -75,6 +75,45 @@ reasons go to stderr); 1 on errors.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line: nodes first, then partitions")
 	return cmd
+}
+
+// askedNodesMax bounds the nodes cluster status asks.
+const askedNodesMax = 256
+
+// gatherViews asks each of servers, then each partition leader the
+// answers name that was not asked yet, in the order they are found, at
+// most askedNodesMax in all. A node is asked once: its own address, as
+// the partitions it leads name it, counts as asked once it answered
+// under another (localhost against 127.0.0.1).
+func gatherViews(servers []string, ask func(addr string) nodeView) []nodeView {
+	var views []nodeView
+	asked := map[string]bool{}
+	queue := slices.Clone(servers)
+	for len(queue) > 0 && len(views) < askedNodesMax {
+		addr := queue[0]
+		queue = queue[1:]
+		if asked[addr] {
+			continue
+		}
+		asked[addr] = true
+		v := ask(addr)
+		views = append(views, v)
+		for _, t := range v.topics {
+			for _, p := range t.Partitions {
+				if p.LeaderAddr != "" && leaderAnswered(toPartitionJSON(p)) {
+					asked[p.LeaderAddr] = true // the answering node itself
+				}
+			}
+		}
+		for _, t := range v.topics {
+			for _, p := range t.Partitions {
+				if p.LeaderAddr != "" && !asked[p.LeaderAddr] {
+					queue = append(queue, p.LeaderAddr)
+				}
+			}
+		}
+	}
+	return views
 }
 
 func askNode(ctx context.Context, opts client.Options, addr string) nodeView {

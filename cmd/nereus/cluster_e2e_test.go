@@ -593,6 +593,16 @@ func TestClusterLeadersRebalanceAfterARestart(t *testing.T) {
 		return n["n1"] == 1 && n["n2"] == 1 && n["n3"] == 1
 	}
 	waitClusterStatus(t, servers, "one leader per node", balanced)
+	// One address finds the other nodes: the leaders its node names.
+	waitClusterStatus(t, rc.addrs()[0], "every node, healthy, from one address", func(lines []statusLine, code int) bool {
+		up := 0
+		for _, l := range lines {
+			if l.Up {
+				up++
+			}
+		}
+		return up == 3 && code == 0 && balanced(lines, code)
+	})
 	rc.kill("n1")
 	waitClusterStatus(t, servers, "n1's partition failed over (n1 leads none, every partition read-write)", func(lines []statusLine, _ int) bool {
 		n := leads(lines)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -104,5 +105,47 @@ func TestClusterStatusCountsLeadersPerNode(t *testing.T) {
 	}
 	if !strings.Contains(table.String(), "NODE_ID  LEADS") || !strings.Contains(table.String(), "n3       0") {
 		t.Fatalf("table:\n%s", table.String())
+	}
+}
+
+// cluster status given one address asks the leaders that node names, once
+// each: the partitions' leader addresses find the other nodes, and the
+// address a node advertises for the partitions it leads is the node
+// already asked, whatever name it was asked by.
+func TestClusterStatusAsksTheLeadersItIsTold(t *testing.T) {
+	led := func(topic, leader, addr string, states ...string) client.TopicInfo {
+		ti := partitionOf(leader, 2, states...)
+		ti.Config.Name = topic
+		ti.Partitions[0].LeaderAddr = addr
+		return ti
+	}
+	answers := map[string]nodeView{
+		"localhost:1": {topics: []client.TopicInfo{
+			led("a", "n1", "127.0.0.1:1", "InSync", "InSync", "InSync"),
+			led("b", "n2", "127.0.0.1:2", "", "", ""),
+			led("c", "n3", "127.0.0.1:3", "", "", ""),
+		}},
+		"127.0.0.1:2": {topics: []client.TopicInfo{
+			led("a", "n1", "127.0.0.1:1", "", "", ""),
+			led("b", "n2", "127.0.0.1:2", "InSync", "InSync", "InSync"),
+		}},
+		"127.0.0.1:3": {err: errors.New("connection refused")},
+	}
+	var asked []string
+	views := gatherViews([]string{"localhost:1"}, func(addr string) nodeView {
+		asked = append(asked, addr)
+		v := answers[addr]
+		v.addr = addr
+		return v
+	})
+	if want := []string{"localhost:1", "127.0.0.1:2", "127.0.0.1:3"}; fmt.Sprint(asked) != fmt.Sprint(want) {
+		t.Fatalf("asked %v, want %v", asked, want)
+	}
+	if len(views) != 3 || views[2].err == nil {
+		t.Fatalf("views %+v: want three, the last unreachable", views)
+	}
+	reasons := degradedReasons(views, mergeViews(views))
+	if len(reasons) == 0 || reasons[0] != "node 127.0.0.1:3 unreachable" {
+		t.Fatalf("reasons %q: want the unreachable leader first", reasons)
 	}
 }
