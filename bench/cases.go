@@ -85,6 +85,15 @@ func (w workload) createsStream() bool {
 // String returns the workload's name.
 func (w workload) String() string { return string(w) }
 
+// cpuSpansTheTimedPhase reports whether the row's CPU per message is
+// measured over the phase its msgs/s times (the publish and consume rows),
+// so that their product is the cores the case kept busy. Other rows' CPU
+// also covers what their rate leaves out (a fill, a subscriber's set-up,
+// the wait for a due time), or their rate counts other things.
+func (w workload) cpuSpansTheTimedPhase() bool {
+	return w == workloadPubSync || w == workloadPubAsync || w == workloadConsume
+}
+
 // Names of the systems and durability modes, as written in latest.json.
 const (
 	systemNereus    = "nereus"

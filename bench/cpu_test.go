@@ -68,7 +68,12 @@ func TestMarkdownCPUTable(t *testing.T) {
 	}
 	rep.Rows[2].HarnessCPUUsPerMsg, rep.Rows[2].BrokerCPUUsPerMsg, rep.Rows[2].BusiestCPUUsPerMsg = 3, 30, 15.5
 	rep.Rows[2].MsgsPerS = 50000 // 33 µs a message: 1.65 cores busy
+	// e2e's CPU covers its whole fixed-rate phase: no cores.
+	rep.Rows[5].HarnessCPUUsPerMsg = 200
 	md := rep.markdown()
+	if !strings.Contains(md, "| nereus | r1 | e2e | 1 KiB | 200 | – | – | 200 | – |\n") {
+		t.Errorf("CPU table gives cores for a row whose CPU spans more than its rate:\n%s", md)
+	}
 	if !strings.Contains(md, "| nereus | r3 | pub_async | 1 KiB | 3.00 | 30.0 | 15.5 | 33.0 | 1.65 |\n") {
 		t.Errorf("CPU table:\n%s", md)
 	}

@@ -387,16 +387,20 @@ func (rep report) markdown() string {
 
 	if slices.ContainsFunc(rep.Rows, func(r row) bool { return r.HarnessCPUUsPerMsg > 0 }) {
 		b.WriteString("## CPU per message\n\n")
-		fmt.Fprintf(&b, "User + system CPU time during each case divided by its messages, in µs: the harness process (getrusage: the load generator, and the broker when it runs in process), the broker's child processes together and the busiest one of them (/proc/PID/stat, 10 ms ticks; in a cluster the busiest is about the leader). It includes the case's set-up (stream, connections); for consume it covers the consumption, not the prefill. cores is total × msgs/s: how many of this machine's %d cores the case kept busy (other processes not counted) — near %d, the case is bound by CPU, and more publishes in flight cannot make it faster.\n\n", rep.Machine.NumCPU, rep.Machine.NumCPU)
+		fmt.Fprintf(&b, "User + system CPU time during each case divided by its messages, in µs: the harness process (getrusage: the load generator, and the broker when it runs in process), the broker's child processes together and the busiest one of them (/proc/PID/stat, 10 ms ticks; in a cluster the busiest is about the leader). It includes the case's set-up (stream, connections); for consume it covers the consumption, not the prefill. cores is total × msgs/s for the publish and consume rows, whose CPU is measured over the same phase as their msgs/s: how many of this machine's %d cores the case kept busy (other processes not counted) — near %d, the case is bound by CPU, and more publishes in flight cannot make it faster.\n\n", rep.Machine.NumCPU, rep.Machine.NumCPU)
 		b.WriteString("| system | mode | workload | size | harness | broker processes | busiest process | total | cores |\n|---|---|---|---|---:|---:|---:|---:|---:|\n")
 		for _, r := range rep.Rows {
 			if r.HarnessCPUUsPerMsg <= 0 {
 				continue
 			}
 			total := r.HarnessCPUUsPerMsg + r.BrokerCPUUsPerMsg
+			cores := 0.0 // –
+			if r.Workload.cpuSpansTheTimedPhase() {
+				cores = total * r.MsgsPerS / 1e6
+			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.System, r.Mode, r.Workload, formatSize(r.SizeBytes),
 				formatNumber(r.HarnessCPUUsPerMsg), formatNumber(r.BrokerCPUUsPerMsg), formatNumber(r.BusiestCPUUsPerMsg),
-				formatNumber(total), formatNumber(total*r.MsgsPerS/1e6))
+				formatNumber(total), formatNumber(cores))
 		}
 		b.WriteString("\n")
 	}
