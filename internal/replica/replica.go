@@ -107,6 +107,7 @@ type Mutations struct {
 	TransferWithoutRelease     bool // under ReleaseBeforeTransfer, start a rebalancing transfer without waiting for the shell
 	TrustUncertainGrants       bool // count an uncertain replica's grant as a witness of its whole log
 	UncertainClearsOnAnyLeader bool // leave Uncertain once any leader made the replica whole, not only a newer one
+	QuietThroughSilence        bool // NextTickDue: sleep past the tick at which a follower stops vouching for its leader
 }
 
 func (c *Config) validate() error {
@@ -386,6 +387,25 @@ func (r *Replica) becomeFollower(epoch uint64, leader NodeID) {
 	r.endPreVote()
 	r.endTransfer()
 	r.resetElectionTimer()
+}
+
+// NextTickDue is how many ticks from now the first one falls that may do
+// more than count (QuietTicks): the ticks before it change neither Ready
+// nor Status, so a shell may sleep through them and step them when it
+// wakes. A follower's or candidate's next due tick is the one at which it
+// stops vouching for its leader (Status.LeaderSilent) or its election
+// timer runs out. A leader's tick is always due: its lease
+// (Status.LeaseTicks), its followers' ack timeouts and its hand-offs are
+// counted in ticks. At least 1.
+func (r *Replica) NextTickDue() int {
+	if r.role == Leader {
+		return 1
+	}
+	due := r.electionTimeout - r.electionElapsed
+	if silent := r.cfg.ElectionTicks - r.electionElapsed; silent > 0 && !r.cfg.Mutations.QuietThroughSilence {
+		due = min(due, silent)
+	}
+	return max(due, 1)
 }
 
 // Tick advances logical time by one tick.

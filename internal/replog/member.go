@@ -151,6 +151,15 @@ func (m *Member) Step(msg replica.Message) { m.k.Step(msg) }
 // Tick advances the kernel's logical clock by one tick.
 func (m *Member) Tick() { m.k.Tick() }
 
+// NextTickDue is how many ticks from now the first one falls that may do
+// more than count (replica.NextTickDue): Log.run sleeps until then.
+func (m *Member) NextTickDue() int { return m.k.NextTickDue() }
+
+// KernelView is the kernel's view now, and whether it has work for Handle
+// — unlike Status, not only as of the last Handle (the simulator checks
+// with it that ticks before NextTickDue change nothing).
+func (m *Member) KernelView() (replica.Status, bool) { return m.k.Status(), m.k.HasReady() }
+
 // Campaign starts an election now (see Log.Campaign).
 func (m *Member) Campaign() { m.k.Campaign() }
 

@@ -170,6 +170,12 @@ type Log struct {
 	// damaged (capacity 1) tells run that damage was found in the log
 	// while the member runs (Damaged).
 	damaged chan struct{}
+	// The tick timer (run's goroutine only): the clock reading of the
+	// last tick stepped, the pending timer (nil: none) and when it fires;
+	// wake (capacity 1) is its signal.
+	tickedAt, wakeAt int64
+	timer            env.Timer
+	wake             chan struct{}
 
 	// Manual mode (Pump): the driver's goroutine owns everything; the
 	// times of the last tick and compaction, and whether a Pump is running.
@@ -199,7 +205,7 @@ func Open(cfg Config) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{m: m, in: make(chan replica.Message, 4096), campaign: make(chan struct{}, 1), transfer: make(chan replica.NodeID, 1),
-		prop: make(chan *Proposal, m.cfg.ProposeQueueMax), done: make(chan struct{}), damaged: make(chan struct{}, 1),
+		prop: make(chan *Proposal, m.cfg.ProposeQueueMax), done: make(chan struct{}), damaged: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		manual: cfg.Manual}
 	if l.manual {
 		l.lastTickMs = cfg.Clock.NowMs()
@@ -543,11 +549,13 @@ func (l *Log) Damaged() {
 func (l *Log) run() {
 	defer l.wg.Done()
 	m := l.m
-	ticker := m.cfg.Clock.NewTicker(m.cfg.Tick)
-	defer ticker.Stop()
+	l.startTicks()
 	compact := m.cfg.Clock.NewTicker(m.cfg.CompactEvery)
 	defer compact.Stop()
 	defer func() {
+		if l.timer != nil {
+			l.timer.Stop()
+		}
 		for {
 			select {
 			case p := <-l.prop:
@@ -558,39 +566,54 @@ func (l *Log) run() {
 		}
 	}()
 	for {
+		l.armTicks()
 		select {
 		case <-l.done:
 			return
-		case <-ticker.C():
-			m.Tick()
+		case <-l.wake:
+			if m.cfg.Clock.NowNanos() >= l.wakeAt {
+				l.timer = nil // this wake is the pending timer's, not a stopped one's
+			}
+			// What arrived before the due tick is stepped before it.
+			l.stepTicks(false)
+			l.stepQueued()
+			l.stepTicks(true)
 		case <-compact.C():
+			l.stepTicks(false)
 			if err := m.Compact(); err != nil {
 				m.cfg.Logger.Error("replog: compaction failed; restarting the member in place", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
-				if !l.recoverLoop(ticker) {
+				if !l.recoverLoop() {
 					return
 				}
 			}
 		case <-l.campaign:
+			l.stepTicks(false)
 			m.Campaign()
 		case id := <-l.transfer:
+			l.stepTicks(false)
 			m.transferTo(id)
 		case <-l.damaged:
-			if _, err := m.restartDamaged(); err != nil {
+			restarted, err := m.restartDamaged()
+			if err != nil {
 				// The range may be half dropped (its mark is on disk): a
 				// restart in place finishes it from what is durable.
 				m.cfg.Logger.Error("replog: cannot drop a damaged range; restarting the member in place", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
-				if !l.recoverLoop(ticker) {
+				if !l.recoverLoop() {
 					return
 				}
+			} else if restarted {
+				l.startTicks() // a new kernel: its time starts now
 			}
 		case msg := <-l.in:
+			l.stepTicks(false)
 			m.Step(msg)
 			l.stepQueued()
 		case p := <-l.prop:
+			l.stepTicks(false)
 			// The answers that came in meanwhile go first, in Readys of
 			// their own: the commit their FLUSHED allow is then
 			// published before this batch's fsync, not after it.
-			if l.stepQueued() && !l.handle(ticker) {
+			if l.stepQueued() && !l.handle() {
 				return
 			}
 			m.Propose(p)
@@ -604,9 +627,71 @@ func (l *Log) run() {
 				}
 			}
 		}
-		if !l.handle(ticker) {
+		if !l.handle() {
 			return
 		}
+	}
+}
+
+// startTicks starts counting ticks from the last tick boundary. The
+// boundaries are the multiples of the tick on the clock, the same for
+// every member of the process: their timers fire together, and one wake
+// of the runtime serves them all rather than one each.
+func (l *Log) startTicks() {
+	now := l.m.cfg.Clock.NowNanos()
+	l.tickedAt = now - now%int64(l.m.cfg.Tick)
+}
+
+// stepTicks steps the kernel's ticks that passed since the last one it
+// stepped (QuietTicks). Between wakes of the tick timer it steps only
+// those before the kernel's next due tick: the due tick is the timer's,
+// which steps the messages that arrived before it first. A goroutine held
+// up past its due tick steps that tick once, and the ticks after it are
+// dropped, as a time.Ticker drops the ticks a slow receiver missed.
+func (l *Log) stepTicks(onWake bool) {
+	tick := int64(l.m.cfg.Tick)
+	n := (l.m.cfg.Clock.NowNanos() - l.tickedAt) / tick
+	if n <= 0 {
+		return
+	}
+	boundary := l.tickedAt + n*tick // the last tick boundary passed
+	due := int64(l.m.NextTickDue())
+	step := min(n, due)
+	l.tickedAt = boundary
+	if !onWake {
+		step = min(n, due-1)
+		if n >= due {
+			l.tickedAt = boundary - tick // the due tick, left for the wake
+		}
+	}
+	for range step {
+		l.m.Tick()
+	}
+}
+
+// armTicks makes sure the tick timer wakes the goroutine by the kernel's
+// next due tick: an idle follower sleeps until its election timer would
+// run out (or its leader's heartbeat wakes it) instead of waking every
+// tick. A timer already due sooner is kept: it wakes early, the ticks
+// that passed are stepped, and the timer is armed again.
+func (l *Log) armTicks() {
+	at := l.tickedAt + int64(l.m.NextTickDue())*int64(l.m.cfg.Tick)
+	if l.timer != nil && l.wakeAt <= at {
+		return
+	}
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	clock := l.m.cfg.Clock
+	l.wakeAt = at
+	l.timer = clock.AfterFunc(time.Duration(at-clock.NowNanos()), l.fire)
+}
+
+// fire is the tick timer's callback.
+func (l *Log) fire() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -626,11 +711,11 @@ func (l *Log) stepQueued() bool {
 
 // handle carries out the member's Readys; a member that cannot persist
 // restarts in place (recoverLoop). False: the Log closed meanwhile.
-func (l *Log) handle(ticker env.Ticker) bool {
+func (l *Log) handle() bool {
 	m := l.m
 	if err := m.Handle(); err != nil {
 		m.cfg.Logger.Error("replog: cannot persist; restarting the member in place", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
-		return l.recoverLoop(ticker)
+		return l.recoverLoop()
 	}
 	return true
 }
@@ -639,24 +724,24 @@ func (l *Log) handle(ticker env.Ticker) bool {
 // (publishStopped), answers proposals with ErrRestarted, drops inbound
 // messages, and tries Member.Recover every recoverEveryTicks ticks until
 // it succeeds (true) or the Log closes (false).
-func (l *Log) recoverLoop(ticker env.Ticker) bool {
+func (l *Log) recoverLoop() bool {
 	m := l.m
 	m.publishStopped()
-	for ticks := 0; ; {
+	retry := m.cfg.Clock.NewTicker(recoverEveryTicks * m.cfg.Tick)
+	defer retry.Stop()
+	for {
 		select {
 		case <-l.done:
 			return false
 		case p := <-l.prop:
 			p.finish(ErrRestarted)
 		case <-l.in:
-		case <-ticker.C():
-			if ticks++; ticks%recoverEveryTicks != 0 {
-				continue
-			}
+		case <-retry.C():
 			if err := m.Recover(); err != nil {
 				m.cfg.Logger.Error("replog: member still cannot restart; will retry", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
 				continue
 			}
+			l.startTicks() // a new kernel: its time starts now
 			return true
 		}
 	}

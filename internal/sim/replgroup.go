@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -530,7 +531,7 @@ func (g *groupSim) tick() {
 	for _, n := range g.nodes {
 		if n.up && !n.paused(g.w.nowMs) {
 			for range max(n.tickRate, 1) {
-				g.step(n, func() { n.m.Tick() })
+				g.step(n, func() { g.tickMember(n) })
 			}
 			if g.opts.Compact && g.ticks%20 == 0 {
 				g.compact(n)
@@ -538,6 +539,26 @@ func (g *groupSim) tick() {
 		}
 	}
 }
+
+// tickMember ticks n's member and checks QuietTicks: a tick before the
+// kernel's NextTickDue changes neither its Ready nor its Status.
+func (g *groupSim) tickMember(n *groupNode) {
+	due := n.m.NextTickDue()
+	before, readyBefore := n.m.KernelView()
+	n.m.Tick()
+	if due <= 1 {
+		return
+	}
+	after, ready := n.m.KernelView()
+	if ready && !readyBefore || !reflect.DeepEqual(before, after) {
+		g.violate(QuietTicks, "n%d: a tick %d before its next due tick changed the kernel (work for Handle %v→%v; status %+v → %+v)", n.id, due-1, readyBefore, ready, before, after)
+	}
+}
+
+// QuietTicks: a tick the kernel said was not due (NextTickDue) changes
+// nothing a shell acts on or publishes — the production shell (replog.Log)
+// sleeps through such ticks and steps them only when it wakes.
+const QuietTicks = "QuietTicks"
 
 // compact runs the member's compaction (retention, within the kernel's
 // RetainFloor) and checks that its snapshot point is a committed entry.

@@ -112,6 +112,7 @@ func TestGroupMutationsAreCaught(t *testing.T) {
 		{"commit on the leader's own fsync alone", replica.Mutations{CommitOnLeaderFlushAlone: true}, []string{VisibleImpliesQuorumFlushed}},
 		{"install without a promise majority", replica.Mutations{InstallWithoutQuorum: true}, []string{InstallNeedsQuorumPromise, OneLeaderPerEpoch}},
 		{"accept a stale-epoch APPEND", replica.Mutations{AcceptStaleAppend: true}, []string{CommittedPrefixAgreement, KernelAssertion, VisibleImpliesQuorumFlushed, AckedNeverLost}},
+		{"sleep past the tick a follower stops vouching for its leader", replica.Mutations{QuietThroughSilence: true}, []string{QuietTicks}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
