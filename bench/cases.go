@@ -62,6 +62,10 @@ const (
 	workloadKVPut     workload = "kv_put"
 	workloadKVGet     workload = "kv_get"
 	workloadKVWatch   workload = "kv_watch"
+	// workloadIdle creates idleStreams streams and measures the CPU the
+	// broker processes use per second while nothing happens (idle.go),
+	// on the systems that run in child processes and replicate.
+	workloadIdle workload = "idle"
 )
 
 // groupMembers returns how many members a group consume workload opens
@@ -79,7 +83,7 @@ func (w workload) groupMembers() int {
 // createsStream reports whether the workload creates its own (partitioned)
 // stream instead of the single-partition one runCase creates.
 func (w workload) createsStream() bool {
-	return w.groupMembers() > 0 || w == workloadGroupJoin || w == workloadGroupLeave || w == workloadSchedPending || w.isKV()
+	return w.groupMembers() > 0 || w == workloadGroupJoin || w == workloadGroupLeave || w == workloadSchedPending || w.isKV() || w == workloadIdle
 }
 
 // String returns the workload's name.
@@ -167,6 +171,10 @@ var (
 	// the three-process cluster, against NATS KV on each JetStream mode.
 	kvSystems = []string{systemNereus + "/" + modeR1, systemNereus + "/" + modeR3, systemJetStream + "/" + modeR1,
 		systemJetStream + "/" + modeR1Always, systemJetStream + "/" + modeR3, systemJetStream + "/" + modeR3Always}
+	// idleSystems run the idle row: the two three-process clusters
+	// (JetStream R3-always is the same cluster with another sync
+	// interval, which an idle stream never reaches).
+	idleSystems = []string{systemNereus + "/" + modeR3, systemJetStream + "/" + modeR3}
 )
 
 // kvValueBytes is the value size of every KV workload.
@@ -191,6 +199,7 @@ var floorWorkloads = []workload{workloadPubSync, workloadPubAsync}
 
 // workloadSpecs lists the rows of each system, in table order.
 var workloadSpecs = []workloadSpec{
+	{Workload: workloadIdle, systems: idleSystems}, // first: on fresh clusters
 	{Workload: workloadPubSync, SizeBytes: 1024},
 	{Workload: workloadPubAsync, SizeBytes: 16},
 	{Workload: workloadPubAsync, SizeBytes: 1024},

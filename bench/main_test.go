@@ -17,10 +17,11 @@ func TestSelectCases(t *testing.T) {
 	// leave: nereus r1-proc and r3).
 	// The sched workloads run on nereus r1 and r3, the pending one on r1.
 	// The KV workloads run on nereus r1 and r3 and on the four JetStream
-	// modes.
+	// modes. The idle row runs first, on nereus r3 and jetstream r3.
 	groupCases, schedCases, schedSpecs, kvCases, kvSpecs := 0, 0, 0, 0, 0
 	for _, w := range workloadSpecs {
 		switch {
+		case w.Workload == workloadIdle:
 		case w.Workload.isSched():
 			schedCases += len(w.systems)
 			schedSpecs++
@@ -40,11 +41,14 @@ func TestSelectCases(t *testing.T) {
 	if kvSpecs != 4 || kvCases != 24 {
 		t.Fatalf("%d KV workloads in %d cases, want 4 in 24", kvSpecs, kvCases)
 	}
-	if want := 7*(len(workloadSpecs)-1-4-schedSpecs-kvSpecs) + 1 + 2*4 + 2 + groupCases + schedCases + kvCases; len(all) != want {
+	if want := 2 + 7*(len(workloadSpecs)-1-1-4-schedSpecs-kvSpecs) + 1 + 2*4 + 2 + groupCases + schedCases + kvCases; len(all) != want {
 		t.Fatalf("%d cases, want %d", len(all), want)
 	}
+	if got := []string{all[0].ID(), all[1].ID()}; !slices.Equal(got, []string{"nereus/r3/idle/0", "jetstream/r3/idle/0"}) {
+		t.Errorf("the idle row runs first, on the R3 clusters only: %v", got)
+	}
 	var first []string
-	for _, c := range all[:8] {
+	for _, c := range all[2:10] {
 		first = append(first, c.ID())
 	}
 	if want := []string{"nereus/r1/pub_sync/1024", "nereus/r1-proc/pub_sync/1024", "nereus/r3/pub_sync/1024",
@@ -64,15 +68,16 @@ func TestSelectCases(t *testing.T) {
 		want int
 	}{
 		{"pub_async", 27},
-		{"^nereus/", 42},
-		{"^nereus/r3/", 18},
+		{"^nereus/", 43},
+		{"^nereus/r3/", 19},
+		{"/idle/", 2},
 		{"sched_", 7},
 		{"^nereus/r1/sched_", 4},
 		{"^nereus/r1-proc/sched_", 0},
 		{"^jetstream/.*/sched_", 0},
 		{"sched_pending", 1},
 		{"jetstream/r1/", 10},
-		{"^jetstream/r3", 23},
+		{"^jetstream/r3", 24},
 		{"kv_", 24},
 		{"/kv_put", 12},
 		{"^nereus/r1-proc/kv_", 0},

@@ -405,6 +405,7 @@ func (rep report) markdown() string {
 		b.WriteString("\n")
 	}
 
+	writeIdleMarkdown(&b, rep.Rows)
 	b.WriteString("## All rows\n\n")
 	b.WriteString("| system | mode | workload | size | msgs/s | MB/s | p50 µs | p99 µs | p99.9 µs | messages | seconds | runs |\n")
 	b.WriteString("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -89,6 +89,11 @@ type row struct {
 	// HeapBytesPerPending is the heap in use (after GC) per pending
 	// schedule (sched_pending only).
 	HeapBytesPerPending float64 `json:"heap_bytes_per_pending,omitempty"`
+	// IdleCPUMsPerS and IdleBusiestCPUMsPerS are the idle row's: the CPU
+	// the broker processes used together, and the busiest one of them,
+	// in ms per second.
+	IdleCPUMsPerS        float64 `json:"idle_cpu_ms_per_s,omitempty"`
+	IdleBusiestCPUMsPerS float64 `json:"idle_busiest_process_cpu_ms_per_s,omitempty"`
 	// Messages is the median count of messages measured in one run.
 	Messages int64 `json:"messages"`
 	// Seconds is the median length of the timed part of one run.
@@ -135,6 +140,10 @@ func summarize(c benchCase, r runResult) row {
 		out.BrokerCPUUsPerMsg = perMsg(r.CPU.Brokers)
 		out.BusiestCPUUsPerMsg = perMsg(r.CPU.Busiest)
 	}
+	if r.CPU != nil && c.Workload == workloadIdle {
+		out.IdleCPUMsPerS = msPerS(r.CPU.Brokers, r.Elapsed)
+		out.IdleBusiestCPUMsPerS = msPerS(r.CPU.Busiest, r.Elapsed)
+	}
 	if u := r.Replication; u != nil && r.Messages > 0 {
 		out.ReplicationP50Us = float64(u.ReplicationP50.Nanoseconds()) / 1e3
 		out.ReplicaFsyncP50Us = float64(u.FsyncP50.Nanoseconds()) / 1e3
@@ -168,6 +177,8 @@ func medianRow(runs []row) row {
 	out.ReplicaFsyncP50Us = pick(func(r row) float64 { return r.ReplicaFsyncP50Us })
 	out.ReplicaFsyncsPerMsg = pick(func(r row) float64 { return r.ReplicaFsyncsPerMsg })
 	out.HeapBytesPerPending = pick(func(r row) float64 { return r.HeapBytesPerPending })
+	out.IdleCPUMsPerS = pick(func(r row) float64 { return r.IdleCPUMsPerS })
+	out.IdleBusiestCPUMsPerS = pick(func(r row) float64 { return r.IdleBusiestCPUMsPerS })
 	out.Messages = int64(pick(func(r row) float64 { return float64(r.Messages) }))
 	out.Seconds = pick(func(r row) float64 { return r.Seconds })
 	return out

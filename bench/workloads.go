@@ -145,9 +145,9 @@ func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim
 		}
 		defer func() { err = errors.Join(err, finish()) }()
 	}
-	// Streams are kept until the run ends, for both systems alike (Nereus
-	// has no topic deletion, and deleting gigabytes mid-run makes the disk
-	// busy with discards during the next case); RunBytesMax bounds the disk.
+	// Streams are kept until the run ends, for both systems alike
+	// (deleting gigabytes mid-run makes the disk busy with discards during
+	// the next case); RunBytesMax bounds the disk.
 	payload := make([]byte, c.SizeBytes)
 	_, _ = rand.Read(payload) // incompressible
 	// Not the failover (which kills and restarts processes), nor a join
@@ -161,7 +161,7 @@ func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim
 	if c.Workload != workloadFailover && c.Workload != workloadGroupJoin && c.Workload != workloadGroupLeave && c.Workload != workloadSchedPending {
 		cpu := measureCPU(sys)
 		defer func() {
-			if res.CPU == nil { // runConsume measures its own timed part
+			if res.CPU == nil { // runConsume and runIdle measure their own timed part
 				res.CPU = cpu()
 			}
 		}()
@@ -178,6 +178,8 @@ func runCase(ctx context.Context, env *environment, sys system, c benchCase, lim
 		return runE2E(ctx, sys, stream, payload, lim, prog)
 	case workloadFailover:
 		return runFailover(ctx, sys, stream, payload, lim, prog)
+	case workloadIdle:
+		return runIdle(ctx, sys, stream, lim, prog)
 	case workloadGroupConsume1, workloadGroupConsume3:
 		return runGroupConsume(ctx, sys, stream, payload, c.Workload.groupMembers(), lim, prog, logf)
 	case workloadGroupJoin:
