@@ -509,9 +509,11 @@ func TestReplicateFromAnImpostorIsDropped(t *testing.T) {
 	before := tc.nodes[victim].metaLog.Status()
 	// A PREPARE of a far later epoch, claiming to come from the leader but
 	// sent by another member: taken at face value it would make the
-	// victim promise that epoch and leave its leader.
+	// victim promise that epoch and leave its leader. Forced (as a
+	// transfer's target campaigns): the victim still hears its leader and
+	// promises nothing else (PrepareRespectsLease).
 	m := replica.Message{Type: replica.MsgPrepare, From: replica.NodeID(leader + 1), To: replica.NodeID(victim + 1),
-		Epoch: before.Hard.Promised + 10}
+		Epoch: before.Hard.Promised + 10, Forced: true}
 	tc.nodes[impostor].tr.Send(uint32(victim+1), replog.ToWire("__meta", 0, m))
 	tc.settle()
 	after := tc.nodes[victim].metaLog.Status()

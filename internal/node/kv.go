@@ -169,8 +169,8 @@ type kvRunner struct {
 
 	// Leadership of the partition: leading once the leader took office
 	// in epoch (its install entry, at reignStart, is applied here); lease
-	// while no other replica can take office (replica.Status.LeaseTicks),
-	// as of the start of the round.
+	// while no other replica can take office (replog.Log.HoldsLease: the
+	// lease's end on the clock), as of the start of the round.
 	leading    bool
 	epoch      uint64
 	reignStart uint64
@@ -540,8 +540,8 @@ func (r *kvRunner) runWaits() {
 // single node's partition always leads, with a lease.
 func (r *kvRunner) leadership() (leading bool, epoch, reignStart uint64, lease bool) {
 	if rs := r.p.replica(); rs != nil {
-		st, v := rs.leaderView()
-		return v.Leader && v.InstallSeq != 0, v.Epoch, v.InstallSeq, st.LeaseTicks > 0
+		_, v := rs.leaderView()
+		return v.Leader && v.InstallSeq != 0, v.Epoch, v.InstallSeq, rs.repl.HoldsLease()
 	}
 	held := r.p.held()
 	return held, 0, 0, held

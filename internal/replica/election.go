@@ -15,7 +15,7 @@ import "slices"
 // transfer (MsgTimeoutNow, transfer.go); an election timeout (Tick) pre-votes first instead. A leader ignores it.
 func (r *Replica) Campaign() {
 	if r.role != Leader && !r.rebuilding {
-		r.campaign()
+		r.campaign(true)
 	}
 }
 
@@ -35,7 +35,7 @@ func (r *Replica) ElectionTimeout() {
 // A single replica has no leader to disrupt and campaigns at once.
 func (r *Replica) preVote() {
 	if r.quorum == 1 {
-		r.campaign()
+		r.campaign(false)
 		return
 	}
 	r.resetElectionTimer()
@@ -70,8 +70,10 @@ func (r *Replica) leaseExpired() bool {
 	return r.leader == 0 || r.preVoting || r.electionElapsed >= r.cfg.ElectionTicks
 }
 
-// campaign persists a promise of the next epoch to itself and PREPAREs.
-func (r *Replica) campaign() {
+// campaign persists a promise of the next epoch to itself and PREPAREs;
+// forced: without a pre-vote round (Campaign), so replicas that still
+// hear a leader grant it too.
+func (r *Replica) campaign(forced bool) {
 	r.setHard(r.hard.Promised+1, r.cfg.ID)
 	r.role, r.leader = Candidate, 0
 	r.endPreVote()
@@ -87,7 +89,7 @@ func (r *Replica) campaign() {
 	}
 	for i, p := range r.peers {
 		if i != r.self {
-			r.send(Message{Type: MsgPrepare, To: p, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last})
+			r.send(Message{Type: MsgPrepare, To: p, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last, Forced: forced})
 		}
 	}
 }
@@ -181,13 +183,20 @@ func (r *Replica) stepPreVoteAck(m Message) {
 		}
 	}
 	if n >= r.quorum {
-		r.campaign()
+		r.campaign(false)
 	}
 }
 
+// stepPrepare promises m.Epoch and grants it to a lineage at least as
+// good as this replica's. A replica that still holds its leader's lease
+// (leaseExpired) promises nothing to a campaign that was not forced
+// (PrepareRespectsLease): it may have granted the candidate's pre-vote
+// before it heard the leader again, and answered an APPEND since — which
+// gave the leader a lease that a promise now would break.
 func (r *Replica) stepPrepare(m Message) {
 	renewed := m.Epoch == r.hard.Promised && r.hard.PromisedTo == m.From
-	if m.Epoch <= r.hard.Promised && !renewed {
+	vouching := !m.Forced && !renewed && !r.leaseExpired() && !r.cfg.Mutations.PrepareIgnoresLease
+	if m.Epoch <= r.hard.Promised && !renewed || vouching {
 		r.send(Message{Type: MsgPrepareAck, To: m.From, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last, CommitSeq: r.commit})
 		return
 	}

@@ -115,3 +115,81 @@ func TestLeaseDatesFromTheAppendNotTheAnswer(t *testing.T) {
 		}
 	}
 }
+
+// A follower that granted a pre-vote and then heard its leader again —
+// and answered it, renewing the leader's lease — promises nothing to that
+// candidate's PREPARE (PrepareRespectsLease), unless the campaign is
+// forced (a leadership transfer's target). Found by the group simulator
+// (LeaseOnTheClock): the pre-vote arrived before the leader's heartbeat,
+// the PREPARE after it, and a new leader took office within the old one's
+// lease.
+func TestPrepareRespectsTheLeaseAPreVoteDidNot(t *testing.T) {
+	for _, mutated := range []bool{false, true} {
+		c := newClusterWith(t, 3, SyncQuorum, func(cfg *Config) { cfg.Mutations.PrepareIgnoresLease = mutated })
+		c.elect(1)
+		c.propose(1, "a")
+		f := c.rs[2]
+		epoch := f.Status().Hard.Promised
+		for range 10 { // n2 hears nothing for an election timeout
+			f.Tick()
+			c.flush(2)
+		}
+		c.queue = nil
+		st := c.rs[3].Status()
+		ask := Message{From: 3, To: 2, Epoch: epoch + 1, LastEpoch: epoch, LastSeq: st.Last}
+		pre := ask
+		pre.Type = MsgPreVote
+		f.Step(pre)
+		c.flush(2)
+		if !granted(c.queue, MsgPreVoteAck) {
+			t.Fatalf("n2 refused the pre-vote after an election timeout without its leader: %v", c.queue)
+		}
+		c.queue = nil
+		// The leader's heartbeat, answered: n1's lease runs again.
+		var heartbeat *Message
+		for i := 0; i < 10 && heartbeat == nil; i++ {
+			c.rs[1].Tick()
+			c.flush(1)
+			for _, m := range c.queue {
+				if m.Type == MsgAppend && m.To == 2 {
+					heartbeat = &m
+				}
+			}
+		}
+		if heartbeat == nil {
+			t.Fatal("no heartbeat from n1")
+		}
+		c.queue = nil
+		f.Step(*heartbeat)
+		c.flush(2)
+		c.queue = nil
+		prepare := ask
+		prepare.Type = MsgPrepare
+		f.Step(prepare)
+		c.flush(2)
+		promised := f.Status().Hard.Promised > epoch
+		if promised != mutated || granted(c.queue, MsgPrepareAck) != mutated {
+			t.Fatalf("mutated %v: n2 promised %v (answers %v) a PREPARE right after answering its leader", mutated, promised, c.queue)
+		}
+		if mutated {
+			continue
+		}
+		c.queue = nil
+		prepare.Forced = true
+		f.Step(prepare)
+		c.flush(2)
+		if f.Status().Hard.Promised != epoch+1 || !granted(c.queue, MsgPrepareAck) {
+			t.Fatalf("n2 refused a forced PREPARE: promised %d, answers %v", f.Status().Hard.Promised, c.queue)
+		}
+	}
+}
+
+// granted reports whether msgs hold a granting answer of type typ.
+func granted(msgs []Message, typ MsgType) bool {
+	for _, m := range msgs {
+		if m.Type == typ && m.Granted {
+			return true
+		}
+	}
+	return false
+}

@@ -108,6 +108,8 @@ type Mutations struct {
 	TrustUncertainGrants       bool // count an uncertain replica's grant as a witness of its whole log
 	UncertainClearsOnAnyLeader bool // leave Uncertain once any leader made the replica whole, not only a newer one
 	QuietThroughSilence        bool // NextTickDue: sleep past the tick at which a follower stops vouching for its leader
+	LeaseFromCurrentTick       bool // replog: end the published lease LeaseTicks after the current tick's clock reading, not LeaseSpan after LeaseFrom's
+	PrepareIgnoresLease        bool // promise an election timeout's PREPARE while still holding the leader's lease
 }
 
 func (c *Config) validate() error {
@@ -787,6 +789,12 @@ type Status struct {
 	// handing leadership over). The shell turns it into a local lease
 	// guard (the scheduler acts for a shard only while it is open).
 	LeaseTicks int
+	// LeaseFrom: while LeaseTicks > 0, the tick (of Ticks' count) the
+	// lease dates from — its quorum's oldest latest answered Append was
+	// sent in it; the lease ends LeaseSpan ticks after it. A shell that
+	// skips ticks (a held-up goroutine drops them) dates the lease on its
+	// clock from this tick, not from the current one (LeaseOnTheClock).
+	LeaseFrom uint64
 	// LeaderSilent: this follower (or candidate) no longer holds its
 	// leader's lease (leaseExpired): it knows none, or has not heard from it
 	// for ElectionTicks — it may be dead, so the shell must not point
@@ -827,25 +835,41 @@ type PeerStatus struct {
 
 // Status returns the replica's current view.
 func (r *Replica) Status() Status {
-	return Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
+	st := Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
 		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs), Anomalies: r.anomalies,
 		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Uncertain: r.uncertain, Peers: r.peerStatus(),
-		TransferTo: r.transferee, TransferWanted: r.transferWanted, LeaderSilent: r.role != Leader && r.leaseExpired(), LeaseTicks: r.leaseTicks()}
+		TransferTo: r.transferee, TransferWanted: r.transferWanted, LeaderSilent: r.role != Leader && r.leaseExpired()}
+	if from := r.leaseStart(); from != 0 {
+		if left := int64(r.LeaseSpan()) - int64(r.ticks-from); left > 0 {
+			st.LeaseTicks, st.LeaseFrom = int(left), from
+		}
+	}
+	return st
 }
 
-// leaseTicks: a quorum (this leader included) answered it within the
-// last q ticks, and each of those followers refuses to help elect another
-// replica (no pre-vote grant: leaseExpired) for at least ElectionTicks
-// after it last heard this leader, which was before its answer. Half of
-// ElectionTicks is kept back for the answers' transit and for tick rates
-// that differ between nodes. A leader handing over (TIMEOUT_NOW skips the
-// pre-vote) holds none.
-func (r *Replica) leaseTicks() int {
+// Ticks is how many ticks this replica counted: 1 at New, then one more
+// each Tick (a Message's Tick is this count as of its sending).
+func (r *Replica) Ticks() uint64 { return r.ticks }
+
+// LeaseSpan is how many ticks a lease lasts from its LeaseFrom tick: half
+// an election timeout (leaseStart).
+func (r *Replica) LeaseSpan() int { return r.cfg.ElectionTicks / 2 }
+
+// leaseStart is the tick a leader's lease dates from (0: it holds none);
+// the lease lasts LeaseSpan ticks from it (Status.LeaseTicks): a quorum
+// (this leader included) answered Appends it sent in that tick or later,
+// and each of those followers refuses to help elect another replica (no
+// pre-vote grant: leaseExpired) for at least ElectionTicks after it last
+// heard this leader, which was before its answer. Half of ElectionTicks
+// is kept back for the answers' transit and for tick rates that differ
+// between nodes. A leader handing over (TIMEOUT_NOW skips the pre-vote)
+// holds none.
+func (r *Replica) leaseStart() uint64 {
 	if r.role != Leader || r.transferee != 0 {
 		return 0
 	}
 	if r.quorum == 1 {
-		return r.cfg.ElectionTicks / 2 // nobody else can take office
+		return r.ticks // nobody else can take office
 	}
 	since := make([]uint64, 0, len(r.peers)-1)
 	for i := range r.peers {
@@ -858,11 +882,7 @@ func (r *Replica) leaseTicks() int {
 		}
 	}
 	slices.Sort(since)
-	from := since[len(since)-(r.quorum-1)] // the quorum's oldest latest Append
-	if from == 0 {
-		return 0
-	}
-	return int(max(0, int64(r.cfg.ElectionTicks/2)-int64(r.ticks-from)))
+	return since[len(since)-(r.quorum-1)] // the quorum's oldest latest Append
 }
 
 func (r *Replica) peerStatus() []PeerStatus {

@@ -1273,7 +1273,8 @@ func TestEarlyIsEmptyWhenTheReadyPromises(t *testing.T) {
 		t.Fatal("setup: no heartbeat Appends pending after 10 ticks")
 	}
 	st := r.Status()
-	r.Step(Message{Type: MsgPrepare, From: 2, To: 1, Epoch: st.Hard.Promised + 1, LastEpoch: st.Hard.Promised, LastSeq: st.Last})
+	// Forced: a healthy leader refuses an election timeout's PREPARE.
+	r.Step(Message{Type: MsgPrepare, From: 2, To: 1, Epoch: st.Hard.Promised + 1, LastEpoch: st.Hard.Promised, LastSeq: st.Last, Forced: true})
 	rd := r.Ready()
 	if rd.HardState == nil || len(rd.Early) != 0 || !slices.ContainsFunc(rd.Messages, isAppend) {
 		t.Fatalf("hard %v, early %v, messages %v", rd.HardState, rd.Early, rd.Messages)

@@ -153,6 +153,11 @@ type Message struct {
 
 	// Prepare, PreVote: the candidate's lineage. PrepareAck: the sender's lineage.
 	LastEpoch, LastSeq uint64
+	// Prepare: the campaign is forced (Campaign — a leadership transfer's
+	// target, a new group's first election), not the end of a pre-vote
+	// round; only such a PREPARE is granted by a replica that still holds
+	// its leader's lease (PrepareRespectsLease).
+	Forced bool
 	// PrepareAck, PreVoteAck.
 	Granted bool
 	// PrepareAck: Uncertain, with Granted, says the sender's log may lack

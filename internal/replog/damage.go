@@ -148,7 +148,8 @@ func (m *Member) restartDamaged() (bool, error) {
 		pr.finish(ErrRestarted)
 	}
 	m.pending = nil
-	m.k, m.rebuildingMarked, m.uncertainMarked = k, true, p.Uncertain
+	m.setKernel(k)
+	m.rebuildingMarked, m.uncertainMarked = true, p.Uncertain
 	m.commitSeq.Store(min(m.commitSeq.Load(), m.log.NextSeq()-1))
 	m.publishStatus()
 	return true, nil

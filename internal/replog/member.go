@@ -33,10 +33,15 @@ type Member struct {
 	// records (they alias the entries; cleared after each batch).
 	appendRecords []storage.Record
 
-	status    atomic.Pointer[replica.Status]
-	commitSeq atomic.Uint64
-	installs  atomic.Uint64
-	notified  notice // what Notify last reported
+	status atomic.Pointer[replica.Status]
+	// tickClock is the clock reading (nanoseconds) at which each of the
+	// kernel's last LeaseSpan+1 ticks began, by tick modulo its length:
+	// the published lease ends on the clock (leaseUntil, LeaseOnTheClock).
+	tickClock  []int64
+	leaseUntil atomic.Int64
+	commitSeq  atomic.Uint64
+	installs   atomic.Uint64
+	notified   notice // what Notify last reported
 	// transfer is the leadership transfer last logged (its target; 0:
 	// none), so each start and end is one log line.
 	transfer replica.NodeID
@@ -69,7 +74,8 @@ func OpenMember(cfg Config) (*Member, error) {
 		lg.Close()
 		return nil, err
 	}
-	m := &Member{cfg: cfg, log: lg, k: k, rebuildingMarked: marked, uncertainMarked: p.Uncertain}
+	m := &Member{cfg: cfg, log: lg, rebuildingMarked: marked, uncertainMarked: p.Uncertain}
+	m.setKernel(k)
 	m.readLog.Store(lg)
 	m.x = replica.Executor{Store: memberStore{m}, Send: m.send, SendBeforePersist: cfg.SendBeforePersist}
 	m.publishStatus()
@@ -148,8 +154,39 @@ func kernelConfig(cfg Config) replica.Config {
 // Step hands the kernel a message from another member.
 func (m *Member) Step(msg replica.Message) { m.k.Step(msg) }
 
-// Tick advances the kernel's logical clock by one tick.
-func (m *Member) Tick() { m.k.Tick() }
+// setKernel makes k the member's kernel; its first tick begins now.
+func (m *Member) setKernel(k *replica.Replica) {
+	m.k = k
+	m.tickClock = make([]int64, k.LeaseSpan()+1)
+	m.tickClock[k.Ticks()%uint64(len(m.tickClock))] = m.cfg.Clock.NowNanos()
+}
+
+// Tick advances the kernel's logical clock by one tick, which began at
+// the clock reading at (nanoseconds; no later than now). A driver may
+// skip ticks (Log.stepTicks drops those a held-up goroutine missed): the
+// lease is dated by these readings, not by counting ticks back from now.
+func (m *Member) Tick(at int64) {
+	m.k.Tick()
+	m.tickClock[m.k.Ticks()%uint64(len(m.tickClock))] = at
+}
+
+// leaseEnd is when the lease of st (the kernel's status now) ends on the
+// clock, in nanoseconds (0: none): LeaseSpan ticks after the tick it
+// dates from began — whatever ticks the driver skipped since
+// (LeaseOnTheClock).
+func (m *Member) leaseEnd(st replica.Status) int64 {
+	if st.LeaseTicks <= 0 || st.Role != replica.Leader {
+		return 0
+	}
+	now := m.k.Ticks()
+	if m.cfg.Mutations.LeaseFromCurrentTick {
+		return m.tickClock[now%uint64(len(m.tickClock))] + int64(st.LeaseTicks)*int64(m.cfg.Tick)
+	}
+	if now-st.LeaseFrom >= uint64(len(m.tickClock)) {
+		return 0 // older than any lease; the kernel says otherwise only if its span changed
+	}
+	return m.tickClock[st.LeaseFrom%uint64(len(m.tickClock))] + int64(m.k.LeaseSpan())*int64(m.cfg.Tick)
+}
 
 // NextTickDue is how many ticks from now the first one falls that may do
 // more than count (replica.NextTickDue): Log.run sleeps until then.
@@ -280,6 +317,18 @@ func (m *Member) ReadLog() *storage.Log { return m.readLog.Load() }
 // Status is the kernel's latest view.
 func (m *Member) Status() replica.Status { return *m.status.Load() }
 
+// LeaseUntil is the clock reading (nanoseconds) at which the lease of the
+// latest Status ends (0: it holds none). Unlike Status.LeaseTicks, it
+// does not stand still while the driver is held up (LeaseOnTheClock).
+func (m *Member) LeaseUntil() int64 { return m.leaseUntil.Load() }
+
+// HoldsLease reports whether this member leads with a lease that has not
+// run out on its clock: no other replica can take office now.
+func (m *Member) HoldsLease() bool {
+	until := m.leaseUntil.Load()
+	return until != 0 && m.cfg.Clock.NowNanos() < until
+}
+
 // CommitSeq is the last entry known committed (visible).
 func (m *Member) CommitSeq() uint64 { return m.commitSeq.Load() }
 
@@ -303,6 +352,7 @@ func (m *Member) Read(fromSeq uint64, max int) ([]storage.Entry, error) {
 
 func (m *Member) publishStatus() {
 	st := m.k.Status()
+	m.leaseUntil.Store(m.leaseEnd(st))
 	m.status.Store(&st)
 	m.logTransfer(st)
 	if m.cfg.Notify == nil {
@@ -458,7 +508,8 @@ func (m *Member) Recover() error {
 		pr.finish(ErrRestarted)
 	}
 	m.pending = nil
-	m.log, m.k = lg, k
+	m.log = lg
+	m.setKernel(k)
 	m.readLog.Store(lg)
 	old.Close() // the failed writer's (readers that still hold it get ErrClosed and read again)
 	m.commitSeq.Store(min(m.commitSeq.Load(), lg.NextSeq()-1))
@@ -477,7 +528,8 @@ func (m *Member) publishStopped() {
 	}
 	m.pending = nil
 	st := m.k.Status()
-	st.Role, st.Leader, st.LeaderSilent, st.Peers = replica.Follower, 0, true, nil
+	st.Role, st.Leader, st.LeaderSilent, st.Peers, st.LeaseTicks, st.LeaseFrom = replica.Follower, 0, true, nil, 0, 0
+	m.leaseUntil.Store(0)
 	m.status.Store(&st)
 	if m.cfg.Notify != nil {
 		m.notified = notice{}

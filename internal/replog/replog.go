@@ -241,7 +241,7 @@ func (l *Log) Pump() (bool, error) {
 	}
 	tick := m.cfg.Tick.Milliseconds()
 	for ; now-l.lastTickMs >= tick; l.lastTickMs += tick {
-		m.Tick()
+		m.Tick((l.lastTickMs + tick) * int64(time.Millisecond))
 		ran = true
 	}
 	if now-l.lastCompactMs >= m.cfg.CompactEvery.Milliseconds() {
@@ -494,9 +494,13 @@ func (l *Log) TransferTo(id replica.NodeID) {
 // Status is the kernel's latest view.
 func (l *Log) Status() replica.Status { return l.m.Status() }
 
-// TickMs is the length of the kernel's tick (Status's LeaseTicks count
-// them).
-func (l *Log) TickMs() int64 { return l.m.cfg.Tick.Milliseconds() }
+// LeaseUntil is the clock reading (nanoseconds) at which the lease of the
+// latest Status ends (0: none); see Member.LeaseUntil.
+func (l *Log) LeaseUntil() int64 { return l.m.LeaseUntil() }
+
+// HoldsLease reports whether this member leads with a lease that has not
+// run out on its clock (Member.HoldsLease).
+func (l *Log) HoldsLease() bool { return l.m.HoldsLease() }
 
 // CommitSeq is the last entry known committed (visible).
 func (l *Log) CommitSeq() uint64 { return l.m.CommitSeq() }
@@ -654,7 +658,8 @@ func (l *Log) stepTicks(onWake bool) {
 	if n <= 0 {
 		return
 	}
-	boundary := l.tickedAt + n*tick // the last tick boundary passed
+	from := l.tickedAt
+	boundary := from + n*tick // the last tick boundary passed
 	due := int64(l.m.NextTickDue())
 	step := min(n, due)
 	l.tickedAt = boundary
@@ -664,8 +669,14 @@ func (l *Log) stepTicks(onWake bool) {
 			l.tickedAt = boundary - tick // the due tick, left for the wake
 		}
 	}
-	for range step {
-		l.m.Tick()
+	for i := range step {
+		// A dropped stretch ends at the last tick stepped: it began at the
+		// last boundary passed.
+		at := from + (i+1)*tick
+		if i == step-1 && onWake {
+			at = l.tickedAt
+		}
+		l.m.Tick(at)
 	}
 }
 

@@ -130,3 +130,48 @@ func TestIdleFollowersSleepBetweenHeartbeats(t *testing.T) {
 		return
 	}
 }
+
+// TestALeaseEndsOnTheClockThroughAHoldUp (LeaseOnTheClock): a leader
+// whose goroutine is held up keeps publishing the lease it had, and on
+// waking steps one tick and drops the rest — so its ticks say the lease
+// still runs. Its end on the clock says otherwise, both while it is held
+// up and after the wake.
+func TestALeaseEndsOnTheClockThroughAHoldUp(t *testing.T) {
+	g := newManualGroup(t, 3, func(c *Config) { c.Tick = 10 * time.Millisecond })
+	g.logs[0].Campaign()
+	g.run(200)
+	l := g.leader()
+	if l == nil || !l.HoldsLease() {
+		t.Fatalf("no leader holding a lease after 200 ms: %v", l)
+	}
+	span := int64(l.m.k.LeaseSpan()) * int64(10*time.Millisecond)
+	now := g.clock.NowNanos()
+	if until := l.LeaseUntil(); until <= now || until > now+span {
+		t.Fatalf("lease until %d, want within (%d, %d]", until, now, now+span)
+	}
+
+	// Held up past the lease: the published status stands still.
+	g.clock.Advance(time.Duration(span) + time.Millisecond)
+	if st := l.Status(); st.LeaseTicks <= 0 {
+		t.Fatalf("setup: the published lease ticks are %d", st.LeaseTicks)
+	}
+	if l.HoldsLease() {
+		t.Fatal("a held-up leader holds the lease its status published before the hold-up")
+	}
+
+	// The wake steps one tick and drops the rest: the kernel's own count
+	// says the lease still runs; its end on the clock has passed.
+	g.clock.Advance(time.Second)
+	l.startTicks()
+	l.tickedAt -= int64(100 * 10 * time.Millisecond)
+	l.stepTicks(true)
+	if err := l.m.Handle(); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Status(); st.Role != replica.Leader || st.LeaseTicks <= 0 {
+		t.Fatalf("setup: after a wake that dropped ticks the leader's status is %v with %d lease ticks", st.Role, st.LeaseTicks)
+	}
+	if l.HoldsLease() || l.LeaseUntil() > g.clock.NowNanos() {
+		t.Fatalf("lease until %d after a hold-up, now %d: dated from the wake, not from the Append it rests on", l.LeaseUntil(), g.clock.NowNanos())
+	}
+}

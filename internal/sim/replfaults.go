@@ -65,7 +65,9 @@ func (g *groupSim) fault() {
 			n.tickRate = 2 + g.w.rng.IntN(3)
 			g.w.tracef("n%d clock runs %dx fast", n.id, n.tickRate)
 			g.fastClocks++
-			g.w.after(g.w.between(100, 1500), func() {
+			d := g.w.between(100, 1500)
+			g.clockSkewedUntilMs = max(g.clockSkewedUntilMs, g.w.nowMs+d+2*2*groupElectionTicks*groupTickMs)
+			g.w.after(d, func() {
 				if n.tickRate > 1 {
 					n.tickRate = 0
 					g.w.tracef("n%d clock back to normal", n.id)

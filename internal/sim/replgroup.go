@@ -95,6 +95,9 @@ const (
 
 const groupTickMs = 10
 
+// groupElectionTicks is each member's ElectionTicks.
+const groupElectionTicks = 10
+
 // RecoveryFails: a member cannot reopen from what a crash left on its disk
 // (no bit flips are injected here, so every crash state must recover).
 const RecoveryFails = "RecoveryFails"
@@ -197,6 +200,8 @@ type groupSim struct {
 	ticks     int
 	// Disk and clock faults that struck.
 	midWrite, stalls, fastClocks int
+	// clockSkewedUntilMs: until then a clock ran fast lately (checkLeases).
+	clockSkewedUntilMs int64
 
 	// Golden runs (replgolden.go): traceIO traces disk writes, sends (but
 	// heartbeats and repeated FLUSHED, tracked in acks) and commits; the
@@ -289,7 +294,7 @@ func (g *groupSim) ids() []replica.NodeID {
 // the disk does not recover.
 func (g *groupSim) open(n *groupNode) bool {
 	cfg := replog.Config{ID: n.id, Members: g.ids(), Policy: g.opts.Policy, Dir: groupDir, FS: n.fs, Logger: discardLogger,
-		Tick: groupTickMs * time.Millisecond, ElectionTicks: 10, Reservation: 400 * time.Millisecond, Seed: g.opts.Seed*31 + uint64(g.ghost.Elections()) + uint64(g.w.events), Send: g.sender(n),
+		Tick: groupTickMs * time.Millisecond, ElectionTicks: groupElectionTicks, Reservation: 400 * time.Millisecond, Seed: g.opts.Seed*31 + uint64(g.ghost.Elections()) + uint64(g.w.events), Send: g.sender(n),
 		Clock: brokerClock{g.w}, Mutations: g.opts.Mutations, SendBeforePersist: g.opts.SendBeforePersist}
 	if g.opts.Compact {
 		// A few entries a segment; retention keeps about one.
@@ -458,6 +463,7 @@ func (g *groupSim) deliver(m replica.Message) {
 // observe checks a node's state after it handled an event: leadership,
 // installs and newly visible entries.
 func (g *groupSim) observe(n *groupNode) {
+	g.checkLeases()
 	st := n.m.Status()
 	if st.Anomalies > 0 {
 		g.violate(KernelAssertion, "n%d refused %d impossible messages (a second leader of an epoch, or a rewrite of a committed entry)", n.id, st.Anomalies)
@@ -545,7 +551,7 @@ func (g *groupSim) tick() {
 func (g *groupSim) tickMember(n *groupNode) {
 	due := n.m.NextTickDue()
 	before, readyBefore := n.m.KernelView()
-	n.m.Tick()
+	n.m.Tick(brokerClock{g.w}.NowNanos())
 	if due <= 1 {
 		return
 	}
@@ -554,6 +560,38 @@ func (g *groupSim) tickMember(n *groupNode) {
 		g.violate(QuietTicks, "n%d: a tick %d before its next due tick changed the kernel (work for Handle %v→%v; status %+v → %+v)", n.id, due-1, readyBefore, ready, before, after)
 	}
 }
+
+// checkLeases checks LeaseOnTheClock: while a member's published lease
+// has not run out on the clock, no other member leads a later epoch. A
+// stalled member skips its ticks (the production shell drops those a
+// held-up goroutine missed) and its published status stands still; only
+// the lease's end on the clock says it ran out. Not checked within two
+// election timeouts of a clock running fast: a follower whose timers run
+// more than twice as fast as its leader's is outside what the lease's
+// margin covers (replica.leaseStart).
+func (g *groupSim) checkLeases() {
+	if g.w.nowMs < g.clockSkewedUntilMs {
+		return
+	}
+	now := brokerClock{g.w}.NowNanos()
+	for _, n := range g.nodes {
+		if !n.up || n.m.LeaseUntil() <= now {
+			continue
+		}
+		e := n.m.Status().Hard.Promised
+		for _, o := range g.nodes {
+			if st := o.m.Status(); o != n && o.up && st.Role == replica.Leader && st.Hard.Promised > e {
+				g.violate(LeaseOnTheClock, "n%d leads epoch %d while n%d's lease of epoch %d runs %d ms more", o.id, st.Hard.Promised, n.id, e, (n.m.LeaseUntil()-now)/int64(time.Millisecond))
+				return
+			}
+		}
+	}
+}
+
+// LeaseOnTheClock: while a member's published lease has not run out on
+// its clock (replog.Member.LeaseUntil), no other member leads a later
+// epoch — whatever ticks its driver skipped.
+const LeaseOnTheClock = "LeaseOnTheClock"
 
 // QuietTicks: a tick the kernel said was not due (NextTickDue) changes
 // nothing a shell acts on or publishes — the production shell (replog.Log)

@@ -105,19 +105,22 @@ func TestGroupSameSeedSameTrace(t *testing.T) {
 // load-bearing — removing it makes the campaign fail within 30 seeds.
 func TestGroupMutationsAreCaught(t *testing.T) {
 	cases := []struct {
-		name string
-		m    replica.Mutations
-		want []string
+		name  string
+		m     replica.Mutations
+		want  []string
+		clock bool // with ClockFaults (stalls)
 	}{
-		{"commit on the leader's own fsync alone", replica.Mutations{CommitOnLeaderFlushAlone: true}, []string{VisibleImpliesQuorumFlushed}},
-		{"install without a promise majority", replica.Mutations{InstallWithoutQuorum: true}, []string{InstallNeedsQuorumPromise, OneLeaderPerEpoch}},
-		{"accept a stale-epoch APPEND", replica.Mutations{AcceptStaleAppend: true}, []string{CommittedPrefixAgreement, KernelAssertion, VisibleImpliesQuorumFlushed, AckedNeverLost}},
-		{"sleep past the tick a follower stops vouching for its leader", replica.Mutations{QuietThroughSilence: true}, []string{QuietTicks}},
+		{"commit on the leader's own fsync alone", replica.Mutations{CommitOnLeaderFlushAlone: true}, []string{VisibleImpliesQuorumFlushed}, false},
+		{"install without a promise majority", replica.Mutations{InstallWithoutQuorum: true}, []string{InstallNeedsQuorumPromise, OneLeaderPerEpoch}, false},
+		{"accept a stale-epoch APPEND", replica.Mutations{AcceptStaleAppend: true}, []string{CommittedPrefixAgreement, KernelAssertion, VisibleImpliesQuorumFlushed, AckedNeverLost}, false},
+		{"sleep past the tick a follower stops vouching for its leader", replica.Mutations{QuietThroughSilence: true}, []string{QuietTicks}, false},
+		{"date the published lease from the current tick", replica.Mutations{LeaseFromCurrentTick: true}, []string{LeaseOnTheClock}, true},
+		{"promise an election timeout's PREPARE while holding the leader's lease", replica.Mutations{PrepareIgnoresLease: true}, []string{LeaseOnTheClock}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			expectCaught(t, 30, c.want, func(seed uint64) *Violation {
-				return RunGroup(GroupOptions{Seed: seed, Faults: true, Mutations: c.m}).Violation
+				return RunGroup(GroupOptions{Seed: seed, Faults: true, ClockFaults: c.clock, DiskFaults: c.clock, Mutations: c.m}).Violation
 			})
 		})
 	}

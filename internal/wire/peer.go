@@ -94,6 +94,7 @@ type Replicate struct {
 	Granted    bool
 	Uncertain  bool
 	Damaged    bool
+	Forced     bool
 	PrevSeq    uint64
 	PrevEpoch  uint64
 	CommitSeq  uint64
@@ -109,7 +110,7 @@ func (*Replicate) Type() FrameType { return TypeReplicate }
 // replicateFixedBytes is a Replicate body without its topic's bytes and
 // entries; replicaEntryFixedBytes an entry without its data.
 const (
-	replicateFixedBytes    = 2 + 4 + 1 + 4 + 4 + 3*8 + 3 + 4*8 + 1 + 8 + 8 + 4
+	replicateFixedBytes    = 2 + 4 + 1 + 4 + 4 + 3*8 + 4 + 4*8 + 1 + 8 + 8 + 4
 	replicaEntryFixedBytes = 8 + 8 + 4
 )
 
@@ -140,7 +141,7 @@ func (f *Replicate) appendHead(b []byte) []byte {
 	for _, v := range []uint64{f.Epoch, f.LastEpoch, f.LastSeq} {
 		b = binary.BigEndian.AppendUint64(b, v)
 	}
-	b = appendBool(appendBool(appendBool(b, f.Granted), f.Uncertain), f.Damaged)
+	b = appendBool(appendBool(appendBool(appendBool(b, f.Granted), f.Uncertain), f.Damaged), f.Forced)
 	for _, v := range []uint64{f.PrevSeq, f.PrevEpoch, f.CommitSeq, f.FlushedSeq} {
 		b = binary.BigEndian.AppendUint64(b, v)
 	}
@@ -161,7 +162,7 @@ func (f *Replicate) decodeBody(d *decoder) {
 	f.Topic, f.Partition, f.Kind = d.str(), d.u32(), d.u8()
 	f.From, f.To = d.u32(), d.u32()
 	f.Epoch, f.LastEpoch, f.LastSeq = d.u64(), d.u64(), d.u64()
-	f.Granted, f.Uncertain, f.Damaged = d.boolean(), d.boolean(), d.boolean()
+	f.Granted, f.Uncertain, f.Damaged, f.Forced = d.boolean(), d.boolean(), d.boolean(), d.boolean()
 	f.PrevSeq, f.PrevEpoch, f.CommitSeq, f.FlushedSeq = d.u64(), d.u64(), d.u64(), d.u64()
 	f.Reject, f.HintSeq, f.Tick = d.u8(), d.u64(), d.u64()
 	n := d.listLen(8 + 8 + 4)
