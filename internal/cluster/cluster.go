@@ -626,6 +626,20 @@ func (c *Cluster) Replica(topic string, partition uint32) (ReplicaView, bool) {
 	return ReplicaView{Status: l.Status(), Synced: lg.SyncedSeq(), Log: lg}, true
 }
 
+// HoldUp holds up this node's member of a group until the clock reads
+// untilMs (replog.Log.HoldUp; Manual mode, the simulator's faults). False:
+// no such member here.
+func (c *Cluster) HoldUp(topic string, partition uint32, untilMs int64) bool {
+	c.mu.RLock()
+	l := c.groups[groupID{topic, partition}]
+	c.mu.RUnlock()
+	if l == nil {
+		return false
+	}
+	l.HoldUp(untilMs)
+	return true
+}
+
 // Names are the members' node ids, sorted (member number i+1 is Names()[i]).
 func (c *Cluster) Names() []string { return slices.Clone(c.names) }
 

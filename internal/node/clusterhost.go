@@ -44,6 +44,23 @@ func (n *Node) Replica(topic string, partition uint32) (ReplicaView, bool) {
 	if n.cluster == nil {
 		return ReplicaView{}, false
 	}
+	return n.cluster.Replica(n.replicaGroup(topic), partition)
+}
+
+// HoldUpReplica holds up this node's member of a partition's replica
+// group until the clock reads untilMs, while the rest of the node runs
+// (cluster.Cluster.HoldUp: a Manual node, the simulator's model of a hung
+// fsync). False: no such member here.
+func (n *Node) HoldUpReplica(topic string, partition uint32, untilMs int64) bool {
+	if n.cluster == nil {
+		return false
+	}
+	return n.cluster.HoldUp(n.replicaGroup(topic), partition, untilMs)
+}
+
+// replicaGroup is the replica group's name of a topic's partitions: its
+// incarnation's key (the metadata log's own name for it).
+func (n *Node) replicaGroup(topic string) string {
 	if topic != meta.MetaTopic {
 		n.mu.RLock()
 		if t, ok := n.topics[topic]; ok {
@@ -51,7 +68,7 @@ func (n *Node) Replica(topic string, partition uint32) (ReplicaView, bool) {
 		}
 		n.mu.RUnlock()
 	}
-	return n.cluster.Replica(topic, partition)
+	return topic
 }
 
 // clusterHost is the node as its cluster.Cluster sees it.

@@ -540,8 +540,12 @@ func (r *kvRunner) runWaits() {
 // single node's partition always leads, with a lease.
 func (r *kvRunner) leadership() (leading bool, epoch, reignStart uint64, lease bool) {
 	if rs := r.p.replica(); rs != nil {
-		_, v := rs.leaderView()
-		return v.Leader && v.InstallSeq != 0, v.Epoch, v.InstallSeq, rs.repl.HoldsLease()
+		st, v := rs.leaderView()
+		lease := rs.repl.HoldsLease()
+		if r.n.cfg.Mutations.KVLeaseFromTicks {
+			lease = st.LeaseTicks > 0
+		}
+		return v.Leader && v.InstallSeq != 0, v.Epoch, v.InstallSeq, lease
 	}
 	held := r.p.held()
 	return held, 0, 0, held

@@ -59,6 +59,11 @@ type Mutations struct {
 	// lease: an ex-leader cut off from the replicas that elected another
 	// serves stale values (the simulator's KV linearizability check).
 	KVReadWithoutLease bool
+	// KVLeaseFromTicks lets a bucket's leader take its partition's last
+	// published lease ticks for its lease, not the lease's end on the
+	// clock: a leader whose member is held up (a hung fsync) keeps
+	// serving reads while another replica takes office (LeaseOnTheClock).
+	KVLeaseFromTicks bool
 	// KV breaks the KV kernel's checkpoint rules as the bucket runners
 	// apply and seek (e.g. a checkpoint counted wherever it sits).
 	KV kv.Mutations

@@ -184,6 +184,7 @@ type Log struct {
 	pumping, closed           bool
 	failed                    bool // it could not persist: recovering (pumpFailed) since failedAtMs
 	failedAtMs                int64
+	heldUntilMs               int64 // HoldUp
 }
 
 // notice is the part of the kernel's view whose changes Notify reports.
@@ -232,10 +233,13 @@ func (l *Log) Pump() (bool, error) {
 		return false, ErrClosed
 	default:
 	}
-	l.pumping = true
-	defer func() { l.pumping = false }()
 	m, ran := l.m, false
 	now := m.cfg.Clock.NowMs()
+	if now < l.heldUntilMs {
+		return false, nil
+	}
+	l.pumping = true
+	defer func() { l.pumping = false }()
 	if l.failed {
 		return l.pumpFailed(now), nil
 	}
@@ -295,6 +299,17 @@ func (l *Log) Pump() (bool, error) {
 		return true, l.fail(err, now)
 	}
 	return ran, nil
+}
+
+// HoldUp makes a Manual log's Pump do nothing until its clock reads
+// untilMs: the simulator's model of a member goroutine stuck in a system
+// call (a hung fsync) while the rest of its node runs. What it published
+// stands still meanwhile; messages and proposals wait in its queues.
+func (l *Log) HoldUp(untilMs int64) {
+	if !l.manual {
+		panic("replog: HoldUp on a Log that runs its own goroutine")
+	}
+	l.heldUntilMs = untilMs
 }
 
 // fail starts a Manual log's recoverLoop: it cannot persist (a write, an

@@ -147,6 +147,11 @@ var ClusterMutations = map[string]node.Mutations{
 	// With --kv: a bucket's leader answers reads without its lease
 	// (KVLinearizable: an ex-leader's stale read).
 	"kv-read-without-lease": {KVReadWithoutLease: true},
+	// With --kv: a bucket's leader takes its lease from the lease ticks
+	// its partition last published, not from the lease's end on the clock
+	// (KVLinearizable, in TestKVHeldUpLeaderReadsFenced: a leader whose
+	// member is held up serves stale reads).
+	"kv-lease-from-ticks": {KVLeaseFromTicks: true},
 	// With --kv: a bucket's log compacted through what its runner
 	// applied, not its latest checkpoint (KVReplicasAgree: a replica
 	// whose log starts there cannot rebuild the bucket).

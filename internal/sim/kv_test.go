@@ -136,29 +136,27 @@ func (s *sim) kvLeader() *broker {
 	return nil
 }
 
-// runKVCutOffLeader runs a cluster with the KV workload and no random
-// fault: at 800 ms the bucket's leader is cut off its peers for 2.5 s
-// while its clients go on. The others elect a new leader and take
-// writes; reads that still reach the old one (a third of the reads go to
-// a random node, and from 1 s into the cut all of one client's) must be
-// refused, the lease being gone.
-func runKVCutOffLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *broker) {
+// runKVZombieLeader runs a cluster with the KV workload and no random
+// fault: at 800 ms harm strikes the bucket's leader for 2.5 s (it returns
+// what heals it then) while its clients go on. The others elect a new
+// leader and take writes; reads that still reach the old one (a third of
+// the reads go to a random node, and from 1 s in all of one client's)
+// must be refused, the lease being gone.
+func runKVZombieLeader(t *testing.T, seed uint64, m node.Mutations, harm func(s *sim, zombie *broker) (heal func())) (Result, *broker) {
 	s := newClusterSim(ClusterOptions{Seed: seed, KV: 200, MessagesPerProducer: 100, Mutations: m})
 	var zombie *broker
 	s.w.after(800, func() {
 		if zombie = s.kvLeader(); zombie == nil {
 			return
 		}
-		id := uint32(slices.Index(s.nodes, zombie) + 1)
-		s.w.tracef("scenario: cut %s, the KV bucket's leader, off its peers", zombie.id)
-		s.net.setCut(id, true, true)
+		heal := harm(s, zombie)
 		reader := s.kv.clients[0]
 		s.w.after(1000, func() {
 			s.w.tracef("scenario: %s reads from %s only", reader.name(), zombie.id)
-			reader.readsTo = int(id)
+			reader.readsTo = slices.Index(s.nodes, zombie) + 1
 		})
 		s.w.after(2500, func() {
-			s.net.setCut(id, false, false)
+			heal()
 			reader.readsTo = 0
 		})
 	})
@@ -169,34 +167,80 @@ func runKVCutOffLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *br
 	return r, zombie
 }
 
-// TestKVCutOffLeaderReadsFenced (KV7): an ex-leader cut off from the
-// replicas that elected another refuses reads once its lease lapsed, and
-// the history is linearizable; with KVReadWithoutLease it serves stale
-// values and the linearizability check fails the run. Its writes, once it
-// is read-only, are refused definitely (QUORUM_LOST), not left unknown.
-func TestKVCutOffLeaderReadsFenced(t *testing.T) {
+// runKVCutOffLeader: the bucket's leader is cut off its peers.
+func runKVCutOffLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *broker) {
+	return runKVZombieLeader(t, seed, m, func(s *sim, zombie *broker) func() {
+		id := uint32(slices.Index(s.nodes, zombie) + 1)
+		s.w.tracef("scenario: cut %s, the KV bucket's leader, off its peers", zombie.id)
+		s.net.setCut(id, true, true)
+		return func() { s.net.setCut(id, false, false) }
+	})
+}
+
+// runKVHeldUpLeader: the bucket leader's member of the bucket's replica
+// group is held up (replog.Log.HoldUp: a hung fsync) while the rest of
+// its node — its KV runner, its network — runs on. Its followers hear no
+// heartbeat; the held-up member's published status still says it leads
+// with lease ticks left.
+func runKVHeldUpLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *broker) {
+	return runKVZombieLeader(t, seed, m, func(s *sim, zombie *broker) func() {
+		s.w.tracef("scenario: hold up %s's member of the KV bucket's group, its leader", zombie.id)
+		if !zombie.node.HoldUpReplica(wire.KVTopic(kvBucket), 0, s.w.brokerNowMs()+2500) {
+			t.Errorf("seed %d: %s has no member of the bucket's group to hold up", seed, zombie.id)
+		}
+		return func() {}
+	})
+}
+
+// zombieReadsFenced runs a zombie-leader script on seeds 1 and 2, as
+// written and with mutation m: as written the history is linearizable
+// (clean sees the run too), with m it is not (mutated sees the run).
+func zombieReadsFenced(t *testing.T, run func(*testing.T, uint64, node.Mutations) (Result, *broker), m node.Mutations, clean, mutated func(seed uint64, r Result)) {
 	for seed := uint64(1); seed <= 2; seed++ {
-		r, zombie := runKVCutOffLeader(t, seed, node.Mutations{})
+		r, zombie := run(t, seed, node.Mutations{})
 		if r.Violation != nil {
 			t.Fatalf("seed %d: %v\ntrace tail:\n%s", seed, r.Violation, strings.Join(r.Tail, "\n"))
 		}
 		if r.KVOps < 300 {
 			t.Fatalf("seed %d: only %d KV operations recorded", seed, r.KVOps)
 		}
+		clean(seed, r)
+		r, _ = run(t, seed, m)
+		if r.Violation == nil || r.Violation.Invariant != KVLinearizable {
+			t.Fatalf("seed %d: mutated %+v, %s struck: got %v, want a %s violation", seed, m, zombie.id, r.Violation, KVLinearizable)
+		}
+		mutated(seed, r)
+		t.Logf("seed %d: %s struck; mutation found: %v", seed, zombie.id, r.Violation)
+	}
+}
+
+// TestKVHeldUpLeaderReadsFenced (KV7b, LeaseOnTheClock): a bucket leader
+// whose member is held up stops answering reads once its lease ran out on
+// the clock, though the status its member last published still counts
+// lease ticks; the history is linearizable. With KVLeaseFromTicks (the
+// lease taken from those ticks) it serves stale values and the
+// linearizability check fails the run.
+func TestKVHeldUpLeaderReadsFenced(t *testing.T) {
+	zombieReadsFenced(t, runKVHeldUpLeader, node.Mutations{KVLeaseFromTicks: true}, func(uint64, Result) {}, func(uint64, Result) {})
+}
+
+// TestKVCutOffLeaderReadsFenced (KV7): an ex-leader cut off from the
+// replicas that elected another refuses reads once its lease lapsed, and
+// the history is linearizable; with KVReadWithoutLease it serves stale
+// values and the linearizability check fails the run. Its writes, once it
+// is read-only, are refused definitely (QUORUM_LOST), not left unknown.
+func TestKVCutOffLeaderReadsFenced(t *testing.T) {
+	zombieReadsFenced(t, runKVCutOffLeader, node.Mutations{KVReadWithoutLease: true}, func(seed uint64, r Result) {
 		// The cut-off leader refuses writes definitely (QUORUM_LOST) once
 		// read-only: only writes in flight at the cut stay unknown.
 		if r.KVUnknown > 10 {
 			t.Fatalf("seed %d: %d writes with unknown outcomes", seed, r.KVUnknown)
 		}
-		r, _ = runKVCutOffLeader(t, seed, node.Mutations{KVReadWithoutLease: true})
-		if r.Violation == nil || r.Violation.Invariant != KVLinearizable {
-			t.Fatalf("seed %d: with KVReadWithoutLease and %s cut off, got %v, want a %s violation", seed, zombie.id, r.Violation, KVLinearizable)
-		}
+	}, func(seed uint64, r Result) {
 		if !strings.Contains(r.Violation.Detail, "] get k") {
 			t.Fatalf("seed %d: the first operation not linearizable is not a read: %v", seed, r.Violation)
 		}
-		t.Logf("seed %d: %s cut off; mutation found: %v", seed, zombie.id, r.Violation)
-	}
+	})
 }
 
 // TestClusterKVLinearizableCampaign (KV6) runs the KV workload in
