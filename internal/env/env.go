@@ -89,8 +89,17 @@ func cryptoRand() uint64 {
 // Wall is the real clock.
 type Wall struct{}
 
-func (Wall) NowMs() int64    { return time.Now().UnixMilli() }
-func (Wall) NowNanos() int64 { return time.Now().UnixNano() }
+func (Wall) NowMs() int64 { return time.Now().UnixMilli() }
+
+// NowNanos is the unix time at the process's start plus the monotonic
+// time since: a step of the wall clock (NTP, an operator) moves no
+// reading, so durations, the replication shell's tick boundaries and the
+// lease's end on the clock (replog) stay true through it.
+func (Wall) NowNanos() int64 { return wallStart.UnixNano() + int64(time.Since(wallStart)) }
+
+// wallStart anchors Wall.NowNanos (time.Now's reading carries the
+// monotonic clock; time.Since reads it).
+var wallStart = time.Now()
 
 func (Wall) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 

@@ -14,7 +14,7 @@ package node
 // the shard's only replica leads it, under the partition's epoch. In a
 // cluster a runner runs at every replica of a shard (each applies the
 // shard's log); the one whose replica leads the shard, has applied its
-// epoch's install entry and holds its lease (replog.Log.LeaseUntil) is
+// epoch's install entry and holds its lease (replog.Log.LeaseLeft) is
 // the owner. In Manual mode (the simulator) Step runs the runners.
 
 import (
@@ -694,7 +694,7 @@ func (r *schedRunner) run() {
 // authority: a single node's shard is always its own, under the
 // partition's epoch. A cluster's is this node's while its replica leads
 // the shard and holds its lease: the guard closes when the lease runs out
-// on the clock (replog.Log.LeaseUntil), unless a later pass finds it
+// on the clock (replog.Log.LeaseLeft), unless a later pass finds it
 // renewed — a leader that lost its quorum is fenced by it long before it
 // turns read-only. The barrier is the epoch's install entry.
 func (r *schedRunner) authority(now int64) sched.Authority {
@@ -712,8 +712,10 @@ func (r *schedRunner) authority(now int64) sched.Authority {
 		return sched.Authority{}
 	}
 	r.released = false
+	// The lease's end is a reading of the monotonic clock; the guard is in
+	// the wall clock's milliseconds (now), so it gets what is left of it.
 	return sched.Authority{Assigned: true, Leader: v.Leader, Epoch: v.Epoch,
-		GuardUntilMs: rs.repl.LeaseUntil() / int64(time.Millisecond), Barrier: max(v.InstallSeq, 1)}
+		GuardUntilMs: now + rs.repl.LeaseLeft().Milliseconds(), Barrier: max(v.InstallSeq, 1)}
 }
 
 // release drains the owner before a planned hand-off (issue 14, "Drain

@@ -324,9 +324,16 @@ func (m *Member) LeaseUntil() int64 { return m.leaseUntil.Load() }
 
 // HoldsLease reports whether this member leads with a lease that has not
 // run out on its clock: no other replica can take office now.
-func (m *Member) HoldsLease() bool {
+func (m *Member) HoldsLease() bool { return m.LeaseLeft() > 0 }
+
+// LeaseLeft is how long the lease of the latest Status runs on from now
+// (0: none, or it ran out).
+func (m *Member) LeaseLeft() time.Duration {
 	until := m.leaseUntil.Load()
-	return until != 0 && m.cfg.Clock.NowNanos() < until
+	if until == 0 {
+		return 0
+	}
+	return time.Duration(max(0, until-m.cfg.Clock.NowNanos()))
 }
 
 // CommitSeq is the last entry known committed (visible).

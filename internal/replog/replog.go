@@ -517,6 +517,10 @@ func (l *Log) LeaseUntil() int64 { return l.m.LeaseUntil() }
 // run out on its clock (Member.HoldsLease).
 func (l *Log) HoldsLease() bool { return l.m.HoldsLease() }
 
+// LeaseLeft is how long the lease of the latest Status runs on from now
+// (Member.LeaseLeft).
+func (l *Log) LeaseLeft() time.Duration { return l.m.LeaseLeft() }
+
 // CommitSeq is the last entry known committed (visible).
 func (l *Log) CommitSeq() uint64 { return l.m.CommitSeq() }
 
