@@ -646,6 +646,9 @@ func (r *schedRunner) step(nowMs int64) bool {
 	if !r.started {
 		r.started, r.barrier = true, r.p.commitSeq.Load()
 	}
+	if len(r.manualQueue) > 0 {
+		r.refreshGates()
+	}
 	for len(r.manualQueue) > 0 {
 		c := r.manualQueue[0]
 		r.manualQueue = r.manualQueue[1:]
@@ -676,6 +679,7 @@ func (r *schedRunner) run() {
 			r.shutdown()
 			return
 		case c := <-r.cmds:
+			r.refreshGates()
 			r.handle(c)
 		drain:
 			for {
@@ -689,6 +693,15 @@ func (r *schedRunner) run() {
 		case <-r.wakeCh:
 		}
 	}
+}
+
+// refreshGates gives the owner the gates as of now before it judges
+// commands: the guard the last pass set ends with the lease as it stood
+// then, and the replica may have renewed it since — an owner would
+// refuse an intake it may take (IntakeNeverBlocked).
+func (r *schedRunner) refreshGates() {
+	now := r.node.nowMs()
+	r.o.SetAuthority(now, r.authority(now))
 }
 
 // authority: a single node's shard is always its own, under the
