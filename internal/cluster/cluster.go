@@ -611,6 +611,10 @@ type ReplicaView struct {
 	Status replica.Status
 	Synced uint64
 	Log    *storage.Log // the member's log, for reads only
+	// LeaseLeft is how long its lease runs on by its node's clock (0: it
+	// holds none, or it ran out): unlike Status.LeaseTicks, it does not
+	// stand still while the member is held up (replog.Log.LeaseLeft).
+	LeaseLeft time.Duration
 }
 
 // Replica returns this node's member of a partition's replica group — or
@@ -623,7 +627,7 @@ func (c *Cluster) Replica(topic string, partition uint32) (ReplicaView, bool) {
 		return ReplicaView{}, false
 	}
 	lg := l.ReadLog()
-	return ReplicaView{Status: l.Status(), Synced: lg.SyncedSeq(), Log: lg}, true
+	return ReplicaView{Status: l.Status(), Synced: lg.SyncedSeq(), Log: lg, LeaseLeft: l.LeaseLeft()}, true
 }
 
 // HoldUp holds up this node's member of a group until the clock reads

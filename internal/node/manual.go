@@ -64,6 +64,11 @@ type Mutations struct {
 	// clock: a leader whose member is held up (a hung fsync) keeps
 	// serving reads while another replica takes office (LeaseOnTheClock).
 	KVLeaseFromTicks bool
+	// SchedGuardFromTicks gives a shard's owner a lease guard from its
+	// replica's last published lease ticks, not from the lease's end on the
+	// clock: an owner whose member is held up (a hung fsync) keeps
+	// publishing after its lease ran out (LeaseOnTheClock).
+	SchedGuardFromTicks bool
 	// KV breaks the KV kernel's checkpoint rules as the bucket runners
 	// apply and seek (e.g. a checkpoint counted wherever it sits).
 	KV kv.Mutations

@@ -727,8 +727,11 @@ func (r *schedRunner) authority(now int64) sched.Authority {
 	r.released = false
 	// The lease's end is a reading of the monotonic clock; the guard is in
 	// the wall clock's milliseconds (now), so it gets what is left of it.
-	return sched.Authority{Assigned: true, Leader: v.Leader, Epoch: v.Epoch,
-		GuardUntilMs: now + rs.repl.LeaseLeft().Milliseconds(), Barrier: max(v.InstallSeq, 1)}
+	guard := now + rs.repl.LeaseLeft().Milliseconds()
+	if r.node.cfg.Mutations.SchedGuardFromTicks {
+		guard = now + int64(st.LeaseTicks)*rs.repl.Tick().Milliseconds()
+	}
+	return sched.Authority{Assigned: true, Leader: v.Leader, Epoch: v.Epoch, GuardUntilMs: guard, Barrier: max(v.InstallSeq, 1)}
 }
 
 // release drains the owner before a planned hand-off (issue 14, "Drain

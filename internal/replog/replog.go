@@ -521,6 +521,9 @@ func (l *Log) HoldsLease() bool { return l.m.HoldsLease() }
 // (Member.LeaseLeft).
 func (l *Log) LeaseLeft() time.Duration { return l.m.LeaseLeft() }
 
+// Tick is the kernel's logical tick (Config.Tick).
+func (l *Log) Tick() time.Duration { return l.m.cfg.Tick }
+
 // CommitSeq is the last entry known committed (visible).
 func (l *Log) CommitSeq() uint64 { return l.m.CommitSeq() }
 

@@ -166,6 +166,11 @@ var ClusterMutations = map[string]node.Mutations{
 	"sched-fenced-still-fires":    {Sched: sched.Mutations{FencedStillFires: true}},
 	"sched-ready-not-revalidated": {Sched: sched.Mutations{ReadyNotRevalidated: true}},
 	"sched-reuse-fire-seq":        {SchedState: sched.StateMutations{ReuseFireSeq: true}},
+	// With --schedules: a shard owner's lease guard taken from the lease
+	// ticks its replica last published, not from the lease's end on the
+	// clock (NoPublishWithoutBothGates, in TestSchedHeldUpOwnerFenced: an
+	// owner whose member is held up publishes after its lease ran out).
+	"sched-guard-from-ticks": {SchedGuardFromTicks: true},
 }
 
 // ClusterReproduce is the command that runs o again.

@@ -35,8 +35,9 @@ import (
 //   - NoPublishWithoutBothGates, at the instant of every publish of a due
 //     message (node.Config.SchedPublishObserver): the publishing node's
 //     replica of the shard leads it in the epoch the publish claims, with
-//     lease ticks left (its lease guard open, as the replica kernel
-//     reckons it); and no node has taken office for the shard in a later
+//     its lease not run out on its clock (replog.Log.LeaseLeft: what its
+//     lease guard must close on, even while the member is held up); and
+//     no node has taken office for the shard in a later
 //     epoch — now, or ever before in the run (the ghost keeps the highest
 //     epoch any node was seen leading the shard in, crashed ones too).
 //     The ghost cannot see the Source Assignment apart from the lease: in
@@ -216,8 +217,8 @@ func (g *schedGhost) published(b *broker, shard uint32, p sched.Publish) {
 	case v.Status.Role != replica.Leader || v.Status.Hard.Promised != p.Epoch:
 		g.s.chk.violate("NoPublishWithoutBothGates", "%s published schedule %d of shard %d for epoch %d, but its replica is %v in epoch %d",
 			b.id, p.ID, shard, p.Epoch, v.Status.Role, v.Status.Hard.Promised)
-	case v.Status.LeaseTicks <= 0:
-		g.s.chk.violate("NoPublishWithoutBothGates", "%s published schedule %d of shard %d in epoch %d with its lease run out (lease guard closed; its clock skew %d ms)",
+	case v.LeaseLeft <= 0:
+		g.s.chk.violate("NoPublishWithoutBothGates", "%s published schedule %d of shard %d in epoch %d with its lease run out on its clock (lease guard closed; its clock skew %d ms)",
 			b.id, p.ID, shard, p.Epoch, b.skewMs)
 	default:
 		g.observeOffices()
@@ -310,7 +311,7 @@ func (g *schedGhost) observeOffices() {
 				continue
 			}
 			g.office[shard] = max(g.office[shard], v.Status.Hard.Promised)
-			if v.Status.LeaseTicks <= 0 || v.Status.ReadOnly || b.paused() {
+			if v.LeaseLeft <= 0 || v.Status.ReadOnly || b.paused() {
 				continue
 			}
 			if views == nil {
@@ -371,7 +372,7 @@ func (g *schedGhost) healthy(t string) bool {
 				continue
 			}
 			v, ok := b.node.Replica(t, p)
-			led = led || ok && v.Status.Role == replica.Leader && v.Status.LeaseTicks > 0 && !v.Status.ReadOnly
+			led = led || ok && v.Status.Role == replica.Leader && v.LeaseLeft > 0 && !v.Status.ReadOnly
 		}
 		if !led {
 			return false
