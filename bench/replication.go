@@ -175,9 +175,10 @@ func scrapeReplication(ctx context.Context, addr string) (repl, fsync histogram,
 }
 
 // replicationUsage is what a case's publishes waited for replication: the
-// p50 of each histogram over the case, and the replicas' fsyncs.
+// p50 and p99 of each histogram over the case, and the replicas' fsyncs.
 type replicationUsage struct {
 	ReplicationP50, FsyncP50 time.Duration
+	ReplicationP99, FsyncP99 time.Duration
 	Fsyncs                   float64 // over every replica
 }
 
@@ -204,6 +205,7 @@ func measureReplication(ctx context.Context, sys system) func() *replicationUsag
 			return nil
 		}
 		seconds := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-		return &replicationUsage{ReplicationP50: seconds(repl.quantile(0.5)), FsyncP50: seconds(fsync.quantile(0.5)), Fsyncs: fsync.count()}
+		return &replicationUsage{ReplicationP50: seconds(repl.quantile(0.5)), FsyncP50: seconds(fsync.quantile(0.5)),
+			ReplicationP99: seconds(repl.quantile(0.99)), FsyncP99: seconds(fsync.quantile(0.99)), Fsyncs: fsync.count()}
 	}
 }

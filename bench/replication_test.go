@@ -117,14 +117,19 @@ func TestMeasureReplicationReadsTheCase(t *testing.T) {
 	if u.ReplicationP50 != 3*time.Millisecond || u.FsyncP50 != 1500*time.Microsecond || u.Fsyncs != 6 {
 		t.Fatalf("measured %+v, want replication p50 3ms, fsync p50 1.5ms, 6 fsyncs", *u)
 	}
+	// p99: the 9.9th of the 10 proposals in [2, 4 ms], the 5.94th of the
+	// 6 fsyncs in [1, 2 ms].
+	if u.ReplicationP99 != 3980*time.Microsecond || u.FsyncP99 != 1990*time.Microsecond {
+		t.Fatalf("measured %+v, want replication p99 3.98ms, fsync p99 1.99ms", *u)
+	}
 	r := summarize(benchCase{System: systemNereus, Mode: modeR3, Workload: workloadPubAsync, SizeBytes: 1024},
 		runResult{Messages: 10, Elapsed: time.Second, Replication: u})
-	if r.ReplicationP50Us != 3000 || r.ReplicaFsyncP50Us != 1500 || r.ReplicaFsyncsPerMsg != 0.6 {
+	if r.ReplicationP50Us != 3000 || r.ReplicaFsyncP50Us != 1500 || r.ReplicationP99Us != 3980 || r.ReplicaFsyncP99Us != 1990 || r.ReplicaFsyncsPerMsg != 0.6 {
 		t.Fatalf("row %+v", r)
 	}
 	var b strings.Builder
 	writeReplicationMarkdown(&b, []row{r})
-	if !strings.Contains(b.String(), "| r3 | pub_async | 1 KiB | 3000 | 1500 | 2.00× | 0.600 |") {
+	if !strings.Contains(b.String(), "| r3 | pub_async | 1 KiB | 3000 | 1500 | 2.00× | 3980 | 1990 | 0.600 |") {
 		t.Fatalf("markdown:\n%s", b.String())
 	}
 	if end := measureReplication(context.Background(), fakeCluster{}); end() != nil {

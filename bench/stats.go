@@ -77,14 +77,16 @@ type row struct {
 	HarnessCPUUsPerMsg float64 `json:"harness_cpu_us_per_msg,omitempty"`
 	BrokerCPUUsPerMsg  float64 `json:"broker_cpu_us_per_msg,omitempty"`
 	BusiestCPUUsPerMsg float64 `json:"busiest_process_cpu_us_per_msg,omitempty"`
-	// ReplicationP50Us and ReplicaFsyncP50Us: for a replicated Nereus
-	// publish case, the p50 of the leader's proposal-to-commit time and of
-	// the replicas' log fsyncs over the case, from the brokers' metrics
-	// (nereus_replication_seconds, nereus_fsync_seconds{kind="replica"});
-	// ReplicaFsyncsPerMsg counts those fsyncs, every replica's, per
-	// message. 0 where not measured.
+	// ReplicationP50Us and ReplicaFsyncP50Us (and their P99s): for a
+	// replicated Nereus publish case, the p50 (p99) of the leader's
+	// proposal-to-commit time and of the replicas' log fsyncs over the
+	// case, from the brokers' metrics (nereus_replication_seconds,
+	// nereus_fsync_seconds{kind="replica"}); ReplicaFsyncsPerMsg counts
+	// those fsyncs, every replica's, per message. 0 where not measured.
 	ReplicationP50Us    float64 `json:"replication_p50_us,omitempty"`
 	ReplicaFsyncP50Us   float64 `json:"replica_fsync_p50_us,omitempty"`
+	ReplicationP99Us    float64 `json:"replication_p99_us,omitempty"`
+	ReplicaFsyncP99Us   float64 `json:"replica_fsync_p99_us,omitempty"`
 	ReplicaFsyncsPerMsg float64 `json:"replica_fsyncs_per_msg,omitempty"`
 	// HeapBytesPerPending is the heap in use (after GC) per pending
 	// schedule (sched_pending only).
@@ -147,6 +149,8 @@ func summarize(c benchCase, r runResult) row {
 	if u := r.Replication; u != nil && r.Messages > 0 {
 		out.ReplicationP50Us = float64(u.ReplicationP50.Nanoseconds()) / 1e3
 		out.ReplicaFsyncP50Us = float64(u.FsyncP50.Nanoseconds()) / 1e3
+		out.ReplicationP99Us = float64(u.ReplicationP99.Nanoseconds()) / 1e3
+		out.ReplicaFsyncP99Us = float64(u.FsyncP99.Nanoseconds()) / 1e3
 		out.ReplicaFsyncsPerMsg = u.Fsyncs / float64(r.Messages)
 	}
 	return out
@@ -175,6 +179,8 @@ func medianRow(runs []row) row {
 	out.BusiestCPUUsPerMsg = pick(func(r row) float64 { return r.BusiestCPUUsPerMsg })
 	out.ReplicationP50Us = pick(func(r row) float64 { return r.ReplicationP50Us })
 	out.ReplicaFsyncP50Us = pick(func(r row) float64 { return r.ReplicaFsyncP50Us })
+	out.ReplicationP99Us = pick(func(r row) float64 { return r.ReplicationP99Us })
+	out.ReplicaFsyncP99Us = pick(func(r row) float64 { return r.ReplicaFsyncP99Us })
 	out.ReplicaFsyncsPerMsg = pick(func(r row) float64 { return r.ReplicaFsyncsPerMsg })
 	out.HeapBytesPerPending = pick(func(r row) float64 { return r.HeapBytesPerPending })
 	out.IdleCPUMsPerS = pick(func(r row) float64 { return r.IdleCPUMsPerS })
