@@ -630,7 +630,7 @@ func (c *Cluster) Replica(topic string, partition uint32) (ReplicaView, bool) {
 	return ReplicaView{Status: l.Status(), Synced: lg.SyncedSeq(), Log: lg, LeaseLeft: l.LeaseLeft()}, true
 }
 
-// HoldUp holds up this node's member of a group until the clock reads
+// HoldUp holds up this node's member of a group until its monotonic clock reads
 // untilMs (replog.Log.HoldUp; Manual mode, the simulator's faults). False:
 // no such member here.
 func (c *Cluster) HoldUp(topic string, partition uint32, untilMs int64) bool {
@@ -642,6 +642,18 @@ func (c *Cluster) HoldUp(topic string, partition uint32, untilMs int64) bool {
 	}
 	l.HoldUp(untilMs)
 	return true
+}
+
+// HoldUpAll holds up every member this node hosts, the metadata log's
+// included, until its monotonic clock reads untilMs (HoldUp: the simulator's model
+// of a disk whose fsyncs hang). It returns how many it held up.
+func (c *Cluster) HoldUpAll(untilMs int64) int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, l := range c.groups {
+		l.HoldUp(untilMs)
+	}
+	return len(c.groups)
 }
 
 // Names are the members' node ids, sorted (member number i+1 is Names()[i]).

@@ -39,6 +39,9 @@ type Mutations struct {
 	// CASAgainstCommittedOnly: the leader checks a CAS against the
 	// committed state only, ignoring its writes in flight.
 	CASAgainstCommittedOnly bool
+	// RefuseWithoutLease: the leader refuses a CAS against its committed
+	// state without holding its lease (RefusalUnderLease).
+	RefuseWithoutLease bool
 	// ApplyIgnoresCondition: a conditional record applies whatever the
 	// key's revision when it is applied.
 	ApplyIgnoresCondition bool

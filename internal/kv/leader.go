@@ -27,6 +27,11 @@ var (
 	// entry yet, so its committed state may miss writes that committed
 	// under the previous leader (and were acknowledged to clients).
 	ErrLeaderNotReady = errors.New("kv: leader has not applied its reign's start")
+	// ErrLeaseLapsed: a CAS that the committed state refuses, asked while
+	// the leader does not hold its lease. The refusal would be a read of
+	// that state, and without the lease another replica may have taken
+	// office and committed writes this one has not applied.
+	ErrLeaseLapsed = errors.New("kv: the leader's lease lapsed")
 )
 
 // MismatchError is a refused CAS: Current is the key's latest revision
@@ -84,6 +89,10 @@ type LeaderEffects struct {
 //     ever decided against committed state, never against a value that
 //     may not commit.
 //
+// A refusal reads that state, so it is decided only while the leader
+// holds its lease (SetLease), as the shell serves reads: otherwise it
+// answers ErrLeaseLapsed and nothing is written (RefusalUnderLease).
+//
 // Success is decided at apply: Bucket.Apply checks the condition again
 // against the committed state on every replica, so a CAS proposed behind
 // a write that is later truncated or refused before its append is applied
@@ -99,6 +108,7 @@ type Leader struct {
 	reignStartSeq uint64
 	inflight      []inflightWrite // proposed, not applied or failed, log order
 	parked        []parkedWrite   // arrival order
+	lease         bool            // SetLease's
 }
 
 type inflightWrite struct {
@@ -121,6 +131,11 @@ func NewLeader(cfg Config, reignStartSeq uint64) (*Leader, error) {
 	}
 	return &Leader{cfg: cfg, reignStartSeq: reignStartSeq}, nil
 }
+
+// SetLease tells the kernel whether this node holds its lease (the
+// shell's reading of the clock, as it takes for reads); a new Leader holds
+// none until told.
+func (l *Leader) SetLease(held bool) { l.lease = held }
 
 // Inflight and Parked count the writes proposed and waiting.
 func (l *Leader) Inflight() int { return len(l.inflight) }
@@ -177,6 +192,9 @@ func (l *Leader) decide(b *Bucket, req Request, eff *LeaderEffects, bounded bool
 			pending = nil
 		}
 		switch {
+		case pending == nil && !conditionHolds(b.latest(key), w.Expected) && !l.lease && !l.cfg.Mutations.RefuseWithoutLease:
+			eff.Replies = append(eff.Replies, Reply{ID: req.ID, Err: fmt.Errorf("%w: a refusal of a CAS would read the committed state", ErrLeaseLapsed)})
+			return
 		case pending == nil && !conditionHolds(b.latest(key), w.Expected):
 			eff.Replies = append(eff.Replies, Reply{ID: req.ID,
 				Err: &MismatchError{Key: key, Expected: w.Expected, Current: b.latestSeq(key)}})

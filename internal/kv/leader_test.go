@@ -20,6 +20,7 @@ func newLeaderRun(m Mutations) *leaderRun {
 	if err != nil {
 		panic(err)
 	}
+	l.SetLease(true)
 	return &leaderRun{bucketRun: newRun(m), l: l, pending: map[uint64]Proposal{}, replies: map[uint64]Reply{}}
 }
 
@@ -124,6 +125,38 @@ func TestCASAgainstCommittedStateAnswersAtOnce(t *testing.T) {
 	id, proposed = lr.casPut("b", "v1", 3)
 	if proposed || mismatchCurrent(t, lr.reply(t, id)) != 0 {
 		t.Fatal("CAS of an absent key not refused with current 0")
+	}
+}
+
+// TestCASRefusedOnlyUnderTheLease (RefusalUnderLease): a CAS the
+// committed state refuses is a read of that state; without the lease the
+// leader answers ErrLeaseLapsed, proposes nothing, and refuses again once
+// it holds its lease. A CAS it would propose needs no lease: it is decided
+// when it commits. RefuseWithoutLease answers the stale refusal.
+func TestCASRefusedOnlyUnderTheLease(t *testing.T) {
+	for _, m := range []Mutations{{}, {RefuseWithoutLease: true}} {
+		lr := newLeaderRun(m)
+		lr.mustApply(t, put("a", "v0", 0)) // 1
+		lr.l.SetLease(false)
+		id, proposed := lr.casPut("a", "v1", 7)
+		r := lr.reply(t, id)
+		if m.RefuseWithoutLease {
+			if proposed || mismatchCurrent(t, r) != 1 {
+				t.Fatalf("mutated: %+v", r)
+			}
+			continue
+		}
+		if proposed || !errors.Is(r.Err, ErrLeaseLapsed) {
+			t.Fatalf("a refusal without the lease: proposed %v, %+v; want ErrLeaseLapsed", proposed, r)
+		}
+		if id, proposed = lr.casPut("a", "v1", 1); !proposed {
+			t.Fatal("a CAS that holds was not proposed without the lease")
+		}
+		lr.commit(t, id)
+		lr.l.SetLease(true)
+		if id, proposed = lr.casPut("a", "v2", 1); proposed || mismatchCurrent(t, lr.reply(t, id)) != 2 {
+			t.Fatal("a stale CAS not refused with current 2 under the lease")
+		}
 	}
 }
 

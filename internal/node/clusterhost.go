@@ -48,7 +48,7 @@ func (n *Node) Replica(topic string, partition uint32) (ReplicaView, bool) {
 }
 
 // HoldUpReplica holds up this node's member of a partition's replica
-// group until the clock reads untilMs, while the rest of the node runs
+// group until its monotonic clock reads untilMs (ms), while the rest of the node runs
 // (cluster.Cluster.HoldUp: a Manual node, the simulator's model of a hung
 // fsync). False: no such member here.
 func (n *Node) HoldUpReplica(topic string, partition uint32, untilMs int64) bool {
@@ -56,6 +56,17 @@ func (n *Node) HoldUpReplica(topic string, partition uint32, untilMs int64) bool
 		return false
 	}
 	return n.cluster.HoldUp(n.replicaGroup(topic), partition, untilMs)
+}
+
+// HoldUpReplicas holds up every member of a replica group this node
+// hosts until its monotonic clock reads untilMs (cluster.Cluster.HoldUpAll: a
+// Manual node, the simulator's model of a hung disk). It returns how many
+// it held up.
+func (n *Node) HoldUpReplicas(untilMs int64) int {
+	if n.cluster == nil {
+		return 0
+	}
+	return n.cluster.HoldUpAll(untilMs)
 }
 
 // replicaGroup is the replica group's name of a topic's partitions: its

@@ -566,12 +566,17 @@ func (r *kvRunner) followLeadership() {
 		clear(r.results)
 	}
 	if leading && r.state != nil && r.leader == nil {
-		l, err := kv.NewLeader(kvConfig(*r.conf, r.n.cfg.RecordBytesMax), start)
+		cfg := kvConfig(*r.conf, r.n.cfg.RecordBytesMax)
+		cfg.Mutations = r.n.cfg.Mutations.KV // the leader kernel's (the simulator's mutations)
+		l, err := kv.NewLeader(cfg, start)
 		if err != nil {
 			r.fail(err)
 			return
 		}
 		r.leader = l
+	}
+	if r.leader != nil {
+		r.leader.SetLease(lease)
 	}
 }
 
@@ -780,7 +785,7 @@ func kvWireError(err error) *wire.Error {
 		return wire.RevisionMismatch(me.Current, "key %q: expected revision %d, current %d", me.Key, me.Expected, me.Current)
 	case errors.Is(err, kv.ErrNotCommitted), errors.Is(err, kv.ErrLeadershipLost):
 		return wire.Errorf(wire.CodeOutcomeUnknown, "the write may or may not commit (read the key before retrying): %v", err)
-	case errors.Is(err, kv.ErrBusy), errors.Is(err, kv.ErrLeaderNotReady):
+	case errors.Is(err, kv.ErrBusy), errors.Is(err, kv.ErrLeaderNotReady), errors.Is(err, kv.ErrLeaseLapsed):
 		return wire.Errorf(wire.CodeUnavailable, "%v; retry", err)
 	case errors.Is(err, kv.ErrEmptyKey), errors.Is(err, kv.ErrKeyTooLarge), errors.Is(err, kv.ErrValueTooLarge), errors.Is(err, kv.ErrBadWrite):
 		return wire.Errorf(wire.CodeInvalidArgument, "%v", err)

@@ -209,7 +209,7 @@ func Open(cfg Config) (*Log, error) {
 		prop: make(chan *Proposal, m.cfg.ProposeQueueMax), done: make(chan struct{}), damaged: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		manual: cfg.Manual}
 	if l.manual {
-		l.lastTickMs = cfg.Clock.NowMs()
+		l.lastTickMs = monotonicMs(cfg.Clock)
 		l.lastCompactMs = l.lastTickMs
 		return l, nil
 	}
@@ -234,7 +234,7 @@ func (l *Log) Pump() (bool, error) {
 	default:
 	}
 	m, ran := l.m, false
-	now := m.cfg.Clock.NowMs()
+	now := monotonicMs(m.cfg.Clock)
 	if now < l.heldUntilMs {
 		return false, nil
 	}
@@ -301,8 +301,8 @@ func (l *Log) Pump() (bool, error) {
 	return ran, nil
 }
 
-// HoldUp makes a Manual log's Pump do nothing until its clock reads
-// untilMs: the simulator's model of a member goroutine stuck in a system
+// HoldUp makes a Manual log's Pump do nothing until its monotonic clock
+// (env.Clock.NowNanos, in ms) reads untilMs: the simulator's model of a member goroutine stuck in a system
 // call (a hung fsync) while the rest of its node runs. What it published
 // stands still meanwhile; messages and proposals wait in its queues.
 func (l *Log) HoldUp(untilMs int64) {
@@ -311,6 +311,11 @@ func (l *Log) HoldUp(untilMs int64) {
 	}
 	l.heldUntilMs = untilMs
 }
+
+// monotonicMs is the clock a Manual log ticks on, in ms: the monotonic
+// one, as the production goroutine's tick grid (a wall-clock jump moves
+// no tick).
+func monotonicMs(c env.Clock) int64 { return c.NowNanos() / int64(time.Millisecond) }
 
 // fail starts a Manual log's recoverLoop: it cannot persist (a write, an
 // fsync, a compaction or dropping a damaged range failed).

@@ -175,3 +175,38 @@ func TestALeaseEndsOnTheClockThroughAHoldUp(t *testing.T) {
 		t.Fatalf("lease until %d after a hold-up, now %d: dated from the wake, not from the Append it rests on", l.LeaseUntil(), g.clock.NowNanos())
 	}
 }
+
+// wallJumpClock is a clock whose wall reading (NowMs) is off by skewMs
+// while its monotonic one (NowNanos) runs on: an NTP step.
+type wallJumpClock struct {
+	env.Clock
+	skewMs int64
+}
+
+func (c *wallJumpClock) NowMs() int64 { return c.Clock.NowMs() + c.skewMs }
+
+// TestManualTicksRunOnTheMonotonicClock: a Manual log ticks on the
+// monotonic clock, as the production goroutine's tick grid does. A wall
+// clock set back 5 s stops no tick — a member whose ticks stood still
+// would date a lease from a tick its clock read long ago, and hold it
+// past another member's election (the cluster simulator's seed 11 of
+// --schedules 30, once its nodes' monotonic clocks stopped moving with
+// their wall clocks).
+func TestManualTicksRunOnTheMonotonicClock(t *testing.T) {
+	clock := &wallJumpClock{Clock: env.NewVirtual(1_000_000_000)}
+	l, err := Open(Config{ID: 1, Members: []replica.NodeID{1, 2, 3}, Dir: "/n1", FS: vfs.NewMem(), Logger: quiet, Seed: 1,
+		Manual: true, Clock: clock, Tick: 10 * time.Millisecond, Send: func(replica.Message) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	before := l.m.k.Ticks()
+	clock.skewMs = -5000
+	clock.Clock.(*env.Virtual).Advance(50 * time.Millisecond)
+	if _, err := l.Pump(); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.m.k.Ticks() - before; got != 5 {
+		t.Fatalf("%d ticks in 50 ms of a monotonic clock whose wall clock went back 5 s, want 5", got)
+	}
+}

@@ -67,6 +67,9 @@ type broker struct {
 	// process: nothing addressed to it runs until pausedUntil).
 	skewMs      int64
 	pausedUntil int64
+	// stalledUntil: its replica members are held up until then (virtual
+	// time; ClusterFaults.Stall).
+	stalledUntil int64
 	// Node settings of a cluster run with retention (0: the defaults).
 	segmentBytesMax, retentionCheckMs int64
 	// schedCompact: the scheduled workload's nodes checkpoint their
@@ -95,6 +98,8 @@ type broker struct {
 }
 
 func (b *broker) paused() bool { return b.w.nowMs < b.pausedUntil }
+
+func (b *broker) stalled() bool { return b.w.nowMs < b.stalledUntil }
 
 func newBroker(w *World, chk *checker, mutations node.Mutations) *broker {
 	b := &broker{w: w, fs: vfs.NewMem(), mutations: mutations, chk: chk, damaged: map[uint32]bool{},
@@ -198,7 +203,8 @@ func (b *broker) crash() {
 }
 
 func (b *broker) crashNow() {
-	b.up = false // the node is gone: nothing below may call into it
+	b.up = false       // the node is gone: nothing below may call into it
+	b.stalledUntil = 0 // its held-up members die with it
 	if b.onCrash != nil {
 		b.onCrash()
 	}

@@ -156,6 +156,10 @@ var ClusterMutations = map[string]node.Mutations{
 	// applied, not its latest checkpoint (KVReplicasAgree: a replica
 	// whose log starts there cannot rebuild the bucket).
 	"kv-compact-past-checkpoint": {KVCompactPastCheckpoint: true},
+	// With --kv: a bucket's leader refuses a CAS against its applied
+	// state without its lease (KVLinearizable: a leader whose members are
+	// stalled answers a stale REVISION_MISMATCH).
+	"kv-refuse-without-lease": {KV: kv.Mutations{RefuseWithoutLease: true}},
 	// With --kv: a checkpoint counted wherever it lands
 	// (CheckpointBaseIsPrecedingSeq).
 	"kv-checkpoint-any-base": {KV: kv.Mutations{CheckpointAnyBase: true}},

@@ -24,6 +24,10 @@ type ClusterFaults struct {
 	Clients   bool // client connections broken
 	Clock     bool // one node's clock jumps forward or back
 	Pause     bool // one node stops (SIGSTOP, a VM pause) and resumes where it was
+	// Stall holds up every replica group member of one node (its disk's
+	// fsyncs hang) while the rest of it runs: its sessions, runners and
+	// network go on, its published statuses stand still.
+	Stall bool
 	// BitFlip flips a bit in a partition segment of the last node only —
 	// a damaged minority, which must cost no acknowledged record.
 	BitFlip bool
@@ -34,11 +38,11 @@ type ClusterFaults struct {
 }
 
 // ClusterFaultNames lists the names ParseClusterFaults accepts.
-var ClusterFaultNames = []string{"crash", "powerloss", "killpoint", "partition", "network", "fsync", "clients", "clock", "pause", "bitflip", "outage"}
+var ClusterFaultNames = []string{"crash", "powerloss", "killpoint", "partition", "network", "fsync", "clients", "clock", "pause", "stall", "bitflip", "outage"}
 
 // AllClusterFaults enables every cluster fault.
 var AllClusterFaults = ClusterFaults{Crash: true, PowerLoss: true, KillPoint: true, Partition: true, Network: true, Fsync: true, Clients: true,
-	Clock: true, Pause: true, BitFlip: true, Outage: true}
+	Clock: true, Pause: true, Stall: true, BitFlip: true, Outage: true}
 
 // ParseClusterFaults reads "all", "none" or a comma-separated list of
 // ClusterFaultNames.
@@ -50,7 +54,7 @@ func ParseClusterFaults(list string) (ClusterFaults, error) {
 
 // flags are f's switches in the order of ClusterFaultNames.
 func (f *ClusterFaults) flags() []*bool {
-	return []*bool{&f.Crash, &f.PowerLoss, &f.KillPoint, &f.Partition, &f.Network, &f.Fsync, &f.Clients, &f.Clock, &f.Pause, &f.BitFlip, &f.Outage}
+	return []*bool{&f.Crash, &f.PowerLoss, &f.KillPoint, &f.Partition, &f.Network, &f.Fsync, &f.Clients, &f.Clock, &f.Pause, &f.Stall, &f.BitFlip, &f.Outage}
 }
 
 func (f ClusterFaults) String() string { return faultListString(ClusterFaultNames, f.flags()) }
@@ -80,6 +84,7 @@ func (s *sim) injectClusterFault() {
 	add(f.Clients, 2, s.disconnectClient)
 	add(f.Clock, 2, func() { s.nodeClockJump(n) })
 	add(f.Pause, 2, func() { s.pauseNode(n) })
+	add(f.Stall, 2, func() { s.stallNode(n) })
 	add(f.BitFlip, 1, func() { s.flipMinorityBit(s.nodes[len(s.nodes)-1]) })
 	if s.sched != nil {
 		add(f.Outage, 3, s.sched.ghost.destinationOutage)
@@ -197,12 +202,18 @@ func (s *sim) nodeFsyncBurst(b *broker) {
 	s.w.after(s.w.between(50, 400), func() { b.fsyncErrorP, b.writeErrorP = 0, 0 })
 }
 
-// nodeClockJump moves one node's clock forward (its timers fire early,
-// elections start) or back (no ticks until it catches up) by up to 3 s.
+// nodeClockJump moves one node's wall clock forward (what falls due by it
+// falls due early) or back by up to 3 s; its monotonic clock (ticks,
+// leases) does not jump.
 func (s *sim) nodeClockJump(b *broker) {
 	d := s.w.between(-3000, 3000)
 	b.skewMs += d
 	s.w.tracef("fault %s clock jumps %+dms (skew %dms)", b.id, d, b.skewMs)
+	if s.sched != nil {
+		// At once: NeverEarly's bound must hold a skew the run heals
+		// before the workload's sampled observation sees it.
+		s.sched.maxSkewMs = max(s.sched.maxSkewMs, b.skewMs)
+	}
 }
 
 // pauseNode stops a node for 100 ms to 2 s: nothing it is sent is handled,
@@ -214,6 +225,19 @@ func (s *sim) pauseNode(b *broker) {
 	}
 	b.pausedUntil = s.w.nowMs + s.w.between(100, 2000)
 	s.w.tracef("fault %s pauses until %d", b.id, b.pausedUntil-epochMs)
+}
+
+// stallNode holds up every replica group member of node b for a while
+// (a disk whose fsyncs hang): its followers stop hearing it, its leaders'
+// published statuses stand still while their leases run out on the
+// clock, and everything else on the node runs on.
+func (s *sim) stallNode(b *broker) {
+	if !b.up || b.stalled() {
+		return
+	}
+	b.stalledUntil = s.w.nowMs + s.w.between(100, 2000)
+	n := b.node.HoldUpReplicas(b.stalledUntil)
+	s.w.tracef("fault %s stalls %d replica members until %d", b.id, n, b.stalledUntil-epochMs)
 }
 
 // flipMinorityBit flips one bit of a partition segment on node b's disk

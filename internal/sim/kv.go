@@ -141,9 +141,11 @@ type kvClient struct {
 	corr    uint64
 	lastRev map[string]uint64 // the revision the client last saw per key
 	values  int
-	// readsTo, when not 0, sends every read to node readsTo-1 (scripted
-	// scenarios: a client that keeps reading from one node).
-	readsTo int
+	// readsTo, when not 0, sends every read to node readsTo-1; casTo
+	// sends every CAS to node casTo-1, expecting a revision no state holds
+	// (scripted scenarios: a client that keeps reading from one node, and
+	// one whose CASes that node can only refuse — a read of its state).
+	readsTo, casTo int
 }
 
 func newKVWorkload(s *sim, opsPerClient int) *kvWorkload {
@@ -229,6 +231,10 @@ func (c *kvClient) issue() {
 	}
 }
 
+// kvUnheldRevisionStep puts a scripted CAS's expected revision past any
+// the run reaches (kvClient.casTo).
+const kvUnheldRevisionStep = 1 << 40
+
 // draw picks the next operation: a key, and get, put, CAS (expecting the
 // revision the client last saw of the key, or absence) or delete.
 func (c *kvClient) draw() kvInput {
@@ -243,6 +249,11 @@ func (c *kvClient) draw() kvInput {
 		in.Op = kvCAS
 		if !w.chance(0.2) {
 			in.Expected = c.lastRev[in.Key]
+		}
+		if c.casTo != 0 {
+			// No state holds this revision yet: the node asked can only
+			// refuse it, with the key's current revision there.
+			in.Expected = c.lastRev[in.Key] + kvUnheldRevisionStep
 		}
 	default:
 		in.Op = kvDel
@@ -265,9 +276,12 @@ func (c *kvClient) send(op *kvOp, f wire.Frame) {
 	w := c.kw.s.w
 	at := c.at
 	switch {
-	case op.in.Op != kvGet || op.create:
-	case c.readsTo != 0:
+	case op.create:
+	case c.readsTo != 0 && op.in.Op == kvGet:
 		at = c.readsTo - 1
+	case c.casTo != 0 && op.in.Op == kvCAS:
+		at = c.casTo - 1
+	case op.in.Op != kvGet:
 	case w.rng.IntN(3) == 0:
 		at = w.rng.IntN(len(c.conns))
 	}

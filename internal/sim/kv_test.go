@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/nereus-broker/nereus/internal/kv"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -143,6 +144,13 @@ func (s *sim) kvLeader() *broker {
 // the reads go to a random node, and from 1 s in all of one client's)
 // must be refused, the lease being gone.
 func runKVZombieLeader(t *testing.T, seed uint64, m node.Mutations, harm func(s *sim, zombie *broker) (heal func())) (Result, *broker) {
+	return runKVZombie(t, seed, m, false, harm)
+}
+
+// runKVZombie is runKVZombieLeader; with cas, a second client sends its
+// CASes to the zombie meanwhile, each expecting a revision no state
+// holds: it can only refuse them.
+func runKVZombie(t *testing.T, seed uint64, m node.Mutations, cas bool, harm func(s *sim, zombie *broker) (heal func())) (Result, *broker) {
 	s := newClusterSim(ClusterOptions{Seed: seed, KV: 200, MessagesPerProducer: 100, Mutations: m})
 	var zombie *broker
 	s.w.after(800, func() {
@@ -151,13 +159,18 @@ func runKVZombieLeader(t *testing.T, seed uint64, m node.Mutations, harm func(s 
 		}
 		heal := harm(s, zombie)
 		reader := s.kv.clients[0]
+		if cas {
+			// At once: a CAS it can only refuse is never stuck behind a
+			// proposal to the zombie.
+			s.kv.clients[1].casTo = slices.Index(s.nodes, zombie) + 1
+		}
 		s.w.after(1000, func() {
 			s.w.tracef("scenario: %s reads from %s only", reader.name(), zombie.id)
 			reader.readsTo = slices.Index(s.nodes, zombie) + 1
 		})
 		s.w.after(2500, func() {
 			heal()
-			reader.readsTo = 0
+			reader.readsTo, s.kv.clients[1].casTo = 0, 0
 		})
 	})
 	r := s.runPhases()
@@ -183,9 +196,19 @@ func runKVCutOffLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *br
 // heartbeat; the held-up member's published status still says it leads
 // with lease ticks left.
 func runKVHeldUpLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *broker) {
-	return runKVZombieLeader(t, seed, m, func(s *sim, zombie *broker) func() {
+	return runKVHeldUp(t, seed, m, false)
+}
+
+// runKVHeldUpCAS is runKVHeldUpLeader with a client's CASes sent to the
+// held-up leader too (runKVZombie).
+func runKVHeldUpCAS(t *testing.T, seed uint64, m node.Mutations) (Result, *broker) {
+	return runKVHeldUp(t, seed, m, true)
+}
+
+func runKVHeldUp(t *testing.T, seed uint64, m node.Mutations, cas bool) (Result, *broker) {
+	return runKVZombie(t, seed, m, cas, func(s *sim, zombie *broker) func() {
 		s.w.tracef("scenario: hold up %s's member of the KV bucket's group, its leader", zombie.id)
-		if !zombie.node.HoldUpReplica(wire.KVTopic(kvBucket), 0, s.w.brokerNowMs()+2500) {
+		if !zombie.node.HoldUpReplica(wire.KVTopic(kvBucket), 0, s.w.nowMs+2500) {
 			t.Errorf("seed %d: %s has no member of the bucket's group to hold up", seed, zombie.id)
 		}
 		return func() {}
@@ -222,6 +245,37 @@ func zombieReadsFenced(t *testing.T, run func(*testing.T, uint64, node.Mutations
 // linearizability check fails the run.
 func TestKVHeldUpLeaderReadsFenced(t *testing.T) {
 	zombieReadsFenced(t, runKVHeldUpLeader, node.Mutations{KVLeaseFromTicks: true}, func(uint64, Result) {}, func(uint64, Result) {})
+}
+
+// TestKVHeldUpLeaderRefusesNoCASWithoutTheLease (KV7c,
+// RefusalUnderLease): the same hold-up; from its start a second client
+// sends the held-up leader CASes it can only refuse. A refusal reads the
+// leader's applied state, so it is answered only under the lease: seeds
+// 1-4 are linearizable. With RefuseWithoutLease the leader answers
+// REVISION_MISMATCH with a current revision the new leader's writes have
+// passed, and the linearizability check fails a run — not every one: the
+// client often waits out a write it had in flight to the leader when the
+// hold-up began (seeds 1, 6 and 7 of the first 10 catch it). (Found by
+// the campaign once the stall fault held up every member of a node: seed
+// 13 of --kv 60.)
+func TestKVHeldUpLeaderRefusesNoCASWithoutTheLease(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		if r, _ := runKVHeldUpCAS(t, seed, node.Mutations{}); r.Violation != nil {
+			t.Fatalf("seed %d: %v\ntrace tail:\n%s", seed, r.Violation, strings.Join(r.Tail, "\n"))
+		}
+	}
+	for seed := uint64(1); seed <= 10; seed++ {
+		r, zombie := runKVHeldUpCAS(t, seed, node.Mutations{KV: kv.Mutations{RefuseWithoutLease: true}})
+		if r.Violation == nil {
+			continue
+		}
+		if r.Violation.Invariant != KVLinearizable || !strings.Contains(r.Violation.Detail, "] cas k") {
+			t.Fatalf("seed %d: mutated, %s held up: %v; want a CAS against KVLinearizable", seed, zombie.id, r.Violation)
+		}
+		t.Logf("seed %d: %s held up; mutation found: %v", seed, zombie.id, r.Violation)
+		return
+	}
+	t.Fatal("RefuseWithoutLease was caught on none of seeds 1-10")
 }
 
 // TestKVCutOffLeaderReadsFenced (KV7): an ex-leader cut off from the

@@ -257,13 +257,16 @@ func (n *peerNet) linksOf(id uint32, from, to bool) [][2]uint32 {
 	return links
 }
 
-// nodeClock is a cluster member's env.Clock: virtual time plus its own
-// skew (clock jumps of one node). Its AfterFunc callbacks, like everything
-// else addressed to the node, wait while the node is paused.
+// nodeClock is a cluster member's env.Clock: its wall clock (NowMs) is
+// virtual time plus its own skew (clock jumps of one node); its monotonic
+// clock (NowNanos: ticks, leases, durations) is virtual time alone, which
+// a wall-clock jump does not move — as env.Wall's (a process's start
+// plus the monotonic time since). Its AfterFunc callbacks, like
+// everything else addressed to the node, wait while the node is paused.
 type nodeClock struct{ b *broker }
 
 func (c nodeClock) NowMs() int64    { return c.b.w.nowMs + c.b.skewMs }
-func (c nodeClock) NowNanos() int64 { return c.NowMs() * 1_000_000 }
+func (c nodeClock) NowNanos() int64 { return c.b.w.nowMs * 1_000_000 }
 
 func (c nodeClock) AfterFunc(d time.Duration, f func()) env.Timer {
 	t := &worldTimer{fn: f}

@@ -341,7 +341,7 @@ func (s *sim) livenessPhase() {
 	for _, b := range s.nodes {
 		b.fsyncErrorP, b.writeErrorP = 0, 0
 		b.killOnDisk = nil
-		b.skewMs = 0 // cluster members' clocks agree again (ticks resume once caught up)
+		b.skewMs = 0 // cluster members' wall clocks agree again
 	}
 	if s.net != nil {
 		s.net.heal()

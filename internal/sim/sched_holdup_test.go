@@ -66,7 +66,7 @@ func schedHeldUpOwner(seed uint64, m node.Mutations) (Result, schedHeldUp) {
 		st.held, st.schedule = b.id, p.ID
 		s.w.tracef("scenario: %s publishes schedule %d of shard %d: cut %s off and hold up %s's member of the shard", b.id, p.ID, shard, p.Topic, b.id)
 		s.net.outTopic = p.Topic
-		b.node.HoldUpReplica(wire.SchedTopic, shard, s.w.nowMs+b.skewMs+holdMs)
+		b.node.HoldUpReplica(wire.SchedTopic, shard, s.w.nowMs+holdMs)
 		s.w.after(holdMs, func() {
 			s.net.outTopic = ""
 			s.w.tracef("scenario: heal %s", p.Topic)

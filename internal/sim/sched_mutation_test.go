@@ -22,11 +22,11 @@ var schedMutationSeeds = map[string]struct {
 }{
 	"sched-publish-without-lease": {[]uint64{1, 2, 3}, "NoPublishWithoutBothGates"},   // each of seeds 1-3
 	"sched-publish-before-intent": {[]uint64{1, 2, 3}, "NoPublishBeforeIntent"},       // each of seeds 1-3
-	"sched-fenced-still-fires":    {[]uint64{4, 15, 22}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-40 since partitions heartbeat every 3 ticks (1, 3, 30 before; 5, 7, 26 before the dedup snapshots)
+	"sched-fenced-still-fires":    {[]uint64{9, 13, 41}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-60 since the stall fault and the monotonic clock (4, 15, 22 before; 1, 3, 30 before partitions heartbeat every 3 ticks; 5, 7, 26 before the dedup snapshots)
 	// The replication kernel's lease dated from the answers' arrival: a
 	// paused shard owner renews it from answers to heartbeats sent before
 	// its pause and publishes after another node took office.
-	"lease-from-receipt": {[]uint64{57}, "NoPublishWithoutBothGates"}, // the only one of seeds 1-400 since runners refresh the gates before judging requests (4, 80, 90 of 1-90 before; 101 and 198 of 101-260 before that, none of 1-100 since shards compact; 54 before that): it needs a pause across an election (the kernel's TestLeaseDatesFromTheAppendNotTheAnswer catches it directly)
+	"lease-from-receipt": {[]uint64{190, 276, 289}, "NoPublishWithoutBothGates"}, // three of the four of seeds 1-400 that catch it through this invariant since the stall fault and the monotonic clock (336 breaks ExactlyOnce; 57 alone before, since runners refresh the gates before judging requests; 4, 80, 90 of 1-90 before that; 101 and 198 of 101-260 before that, none of 1-100 since shards compact; 54 before that): it needs a pause across an election (the kernel's TestLeaseDatesFromTheAppendNotTheAnswer catches it directly)
 }
 
 // schedMutationsNotReached are the scheduler mutations the campaign has

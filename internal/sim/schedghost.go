@@ -77,8 +77,9 @@ const (
 	schedLostPublishMs = int64(clusterDeclareTimeout / time.Millisecond)
 	schedIntakeMsMax   = 1000
 	// schedClockSettleMs: after a clock jump of d ms the cluster is not
-	// quiet for |d| + this (a clock set back stops its node's ticks for
-	// |d|; the elections it causes end within this).
+	// quiet for |d| + this (the node's wall-clock work — due times, its
+	// runners' timers — shifts by d; its replication ticks and leases run
+	// on its monotonic clock, which does not jump).
 	schedClockSettleMs = 2000
 	// schedEvidenceMs is how long the shell trusts a probe's answer
 	// (node's schedEvidenceMs): a READY certificate's validity.
@@ -335,7 +336,7 @@ func (g *schedGhost) observeOffices() {
 
 // quietCluster reports whether no fault is active but a destination
 // outage: every node up and running, no link cut, no lossy network, no
-// failing disk, no clock jump settling. (An armed kill point is not a
+// failing or stalled disk, no clock jump settling. (An armed kill point is not a
 // fault until it fires; a client fault does not touch the scheduler's
 // publishes, and voids an intake probe on the broken connection.)
 func (g *schedGhost) quietCluster() bool {
@@ -350,7 +351,7 @@ func (g *schedGhost) quietCluster() bool {
 		return false
 	}
 	for _, b := range s.nodes {
-		if !b.up || b.paused() || b.fsyncErrorP > 0 || b.writeErrorP > 0 {
+		if !b.up || b.paused() || b.stalled() || b.fsyncErrorP > 0 || b.writeErrorP > 0 {
 			return false
 		}
 	}
