@@ -141,10 +141,11 @@ type kvClient struct {
 	corr    uint64
 	lastRev map[string]uint64 // the revision the client last saw per key
 	values  int
-	// readsTo, when not 0, sends every read to node readsTo-1; casTo
-	// sends every CAS to node casTo-1, expecting a revision no state holds
-	// (scripted scenarios: a client that keeps reading from one node, and
-	// one whose CASes that node can only refuse — a read of its state).
+	// readsTo, when not 0, sends every read to node readsTo-1 (scripted
+	// scenarios: a client that keeps reading from one node). casTo makes
+	// the client a refuser (addRefuser): its CASes go to node casTo-1,
+	// which can only refuse them (a read of its state), its puts to the
+	// other nodes.
 	readsTo, casTo int
 }
 
@@ -162,6 +163,26 @@ func newKVWorkload(s *sim, opsPerClient int) *kvWorkload {
 	kw.watcher = newKVWatcher(kw)
 	return kw
 }
+
+// addRefuser adds a client (scripted scenarios) that puts its own keys
+// at the other nodes and sends node zombie CASes of them it can only
+// refuse (drawRefusal). It joins at once, with no operation in flight
+// that could hold it up behind the zombie.
+func (kw *kvWorkload) addRefuser(zombie int) *kvClient {
+	s := kw.s
+	c := &kvClient{kw: kw, id: len(kw.clients) + 1, total: kvRefuserOps, kvConns: kvConns{make([]*conn, len(s.nodes))},
+		at: (zombie + 1) % len(s.nodes), lastRev: map[string]uint64{}, casTo: zombie + 1, created: true}
+	kw.clients = append(kw.clients, c)
+	for at := range s.nodes {
+		c.connect(s, c, at)
+	}
+	s.w.tracef("scenario: %s joins, its CASes to n%d", c.name(), zombie+1)
+	s.w.after(5, c.issue)
+	return c
+}
+
+// kvRefuserOps bounds a refuser's operations (addRefuser).
+const kvRefuserOps = 60
 
 func kvKey(i int) string { return fmt.Sprintf("k%d", i) }
 
@@ -231,13 +252,32 @@ func (c *kvClient) issue() {
 	}
 }
 
-// kvUnheldRevisionStep puts a scripted CAS's expected revision past any
-// the run reaches (kvClient.casTo).
+// kvUnheldRevisionStep puts a refuser's expected revision past any the
+// run reaches (drawRefusal).
 const kvUnheldRevisionStep = 1 << 40
+
+// drawRefusal is a refuser's next operation (addRefuser), in pairs: a put
+// of one of its own two keys, which no other client writes, then a CAS of
+// that key expecting a revision no state holds. The zombie can only
+// refuse it, naming the put's revision as current — unless it answers
+// from a state that misses the put.
+func (c *kvClient) drawRefusal() kvInput {
+	key := fmt.Sprintf("r%d", (c.next-1)/2%2)
+	c.values++
+	in := kvInput{Op: kvPut, Key: key, Value: fmt.Sprintf("c%d-%d", c.id, c.values)}
+	c.kw.watcher.keyOf[in.Value] = key
+	if c.next%2 == 0 {
+		in.Op, in.Expected = kvCAS, c.lastRev[key]+kvUnheldRevisionStep
+	}
+	return in
+}
 
 // draw picks the next operation: a key, and get, put, CAS (expecting the
 // revision the client last saw of the key, or absence) or delete.
 func (c *kvClient) draw() kvInput {
+	if c.casTo != 0 {
+		return c.drawRefusal()
+	}
 	w := c.kw.s.w
 	in := kvInput{Key: kvKey(w.rng.IntN(kvKeys))}
 	switch r := w.rng.IntN(100); {
@@ -249,11 +289,6 @@ func (c *kvClient) draw() kvInput {
 		in.Op = kvCAS
 		if !w.chance(0.2) {
 			in.Expected = c.lastRev[in.Key]
-		}
-		if c.casTo != 0 {
-			// No state holds this revision yet: the node asked can only
-			// refuse it, with the key's current revision there.
-			in.Expected = c.lastRev[in.Key] + kvUnheldRevisionStep
 		}
 	default:
 		in.Op = kvDel
@@ -281,6 +316,8 @@ func (c *kvClient) send(op *kvOp, f wire.Frame) {
 		at = c.readsTo - 1
 	case c.casTo != 0 && op.in.Op == kvCAS:
 		at = c.casTo - 1
+	case c.casTo != 0 && at == c.casTo-1:
+		at = (at + 1) % len(c.conns) // a refuser's puts go to the others
 	case op.in.Op != kvGet:
 	case w.rng.IntN(3) == 0:
 		at = w.rng.IntN(len(c.conns))
