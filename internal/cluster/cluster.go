@@ -630,9 +630,9 @@ func (c *Cluster) Replica(topic string, partition uint32) (ReplicaView, bool) {
 	return ReplicaView{Status: l.Status(), Synced: lg.SyncedSeq(), Log: lg, LeaseLeft: l.LeaseLeft()}, true
 }
 
-// HoldUp holds up this node's member of a group until its monotonic clock reads
-// untilMs (replog.Log.HoldUp; Manual mode, the simulator's faults). False:
-// no such member here.
+// HoldUp holds up this node's member of a group until its monotonic
+// clock reads untilMs (replog.Log.HoldUp; Manual mode, the simulator's
+// faults). False: no such member here.
 func (c *Cluster) HoldUp(topic string, partition uint32, untilMs int64) bool {
 	c.mu.RLock()
 	l := c.groups[groupID{topic, partition}]
@@ -645,8 +645,9 @@ func (c *Cluster) HoldUp(topic string, partition uint32, untilMs int64) bool {
 }
 
 // HoldUpAll holds up every member this node hosts, the metadata log's
-// included, until its monotonic clock reads untilMs (HoldUp: the simulator's model
-// of a disk whose fsyncs hang). It returns how many it held up.
+// included, until its monotonic clock reads untilMs (HoldUp: the
+// simulator's model of a disk whose fsyncs hang). It returns how many it
+// held up.
 func (c *Cluster) HoldUpAll(untilMs int64) int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

@@ -48,9 +48,9 @@ func (n *Node) Replica(topic string, partition uint32) (ReplicaView, bool) {
 }
 
 // HoldUpReplica holds up this node's member of a partition's replica
-// group until its monotonic clock reads untilMs (ms), while the rest of the node runs
-// (cluster.Cluster.HoldUp: a Manual node, the simulator's model of a hung
-// fsync). False: no such member here.
+// group until its monotonic clock reads untilMs (ms), while the rest of
+// the node runs (cluster.Cluster.HoldUp: a Manual node, the simulator's
+// model of a hung fsync). False: no such member here.
 func (n *Node) HoldUpReplica(topic string, partition uint32, untilMs int64) bool {
 	if n.cluster == nil {
 		return false
@@ -59,9 +59,9 @@ func (n *Node) HoldUpReplica(topic string, partition uint32, untilMs int64) bool
 }
 
 // HoldUpReplicas holds up every member of a replica group this node
-// hosts until its monotonic clock reads untilMs (cluster.Cluster.HoldUpAll: a
-// Manual node, the simulator's model of a hung disk). It returns how many
-// it held up.
+// hosts until its monotonic clock reads untilMs
+// (cluster.Cluster.HoldUpAll: a Manual node, the simulator's model of a
+// hung disk). It returns how many it held up.
 func (n *Node) HoldUpReplicas(untilMs int64) int {
 	if n.cluster == nil {
 		return 0

@@ -302,9 +302,10 @@ func (l *Log) Pump() (bool, error) {
 }
 
 // HoldUp makes a Manual log's Pump do nothing until its monotonic clock
-// (env.Clock.NowNanos, in ms) reads untilMs: the simulator's model of a member goroutine stuck in a system
-// call (a hung fsync) while the rest of its node runs. What it published
-// stands still meanwhile; messages and proposals wait in its queues.
+// (env.Clock.NowNanos, in ms) reads untilMs: the simulator's model of a
+// member goroutine stuck in a system call (a hung fsync) while the rest
+// of its node runs. What it published stands still meanwhile; messages
+// and proposals wait in its queues.
 func (l *Log) HoldUp(untilMs int64) {
 	if !l.manual {
 		panic("replog: HoldUp on a Log that runs its own goroutine")

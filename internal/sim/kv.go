@@ -152,9 +152,7 @@ type kvClient struct {
 func newKVWorkload(s *sim, opsPerClient int) *kvWorkload {
 	kw := &kvWorkload{s: s}
 	for i := range kvClients {
-		c := &kvClient{kw: kw, id: i + 1, total: opsPerClient, kvConns: kvConns{make([]*conn, len(s.nodes))}, at: i % len(s.nodes),
-			lastRev: map[string]uint64{}}
-		kw.clients = append(kw.clients, c)
+		c := kw.newClient(opsPerClient, i%len(s.nodes))
 		for at := range s.nodes {
 			s.w.after(s.w.between(0, 10), func() { c.connect(s, c, at) })
 		}
@@ -164,15 +162,23 @@ func newKVWorkload(s *sim, opsPerClient int) *kvWorkload {
 	return kw
 }
 
+// newClient adds client number len(clients)+1, with total operations,
+// starting at node at; the caller connects it.
+func (kw *kvWorkload) newClient(total, at int) *kvClient {
+	c := &kvClient{kw: kw, id: len(kw.clients) + 1, total: total, kvConns: kvConns{make([]*conn, len(kw.s.nodes))}, at: at,
+		lastRev: map[string]uint64{}}
+	kw.clients = append(kw.clients, c)
+	return c
+}
+
 // addRefuser adds a client (scripted scenarios) that puts its own keys
 // at the other nodes and sends node zombie CASes of them it can only
 // refuse (drawRefusal). It joins at once, with no operation in flight
 // that could hold it up behind the zombie.
 func (kw *kvWorkload) addRefuser(zombie int) *kvClient {
 	s := kw.s
-	c := &kvClient{kw: kw, id: len(kw.clients) + 1, total: kvRefuserOps, kvConns: kvConns{make([]*conn, len(s.nodes))},
-		at: (zombie + 1) % len(s.nodes), lastRev: map[string]uint64{}, casTo: zombie + 1, created: true}
-	kw.clients = append(kw.clients, c)
+	c := kw.newClient(kvRefuserOps, (zombie+1)%len(s.nodes))
+	c.casTo, c.created = zombie+1, true
 	for at := range s.nodes {
 		c.connect(s, c, at)
 	}

@@ -142,16 +142,10 @@ func (s *sim) kvLeader() *broker {
 // what heals it then) while its clients go on. The others elect a new
 // leader and take writes; reads that still reach the old one (a third of
 // the reads go to a random node, and from 1 s in all of one client's)
-// must be refused, the lease being gone.
-func runKVZombieLeader(t *testing.T, seed uint64, m node.Mutations, harm func(s *sim, zombie *broker) (heal func())) (Result, *broker) {
-	return runKVZombie(t, seed, m, false, harm)
-}
-
-// runKVZombie is runKVZombieLeader; with cas, a client that joins at the
-// harm sends its CASes to the zombie meanwhile, each expecting a revision
-// no state holds (it can only refuse them), and its other operations to
-// the rest (kvWorkload.addRefuser).
-func runKVZombie(t *testing.T, seed uint64, m node.Mutations, cas bool, harm func(s *sim, zombie *broker) (heal func())) (Result, *broker) {
+// must be refused, the lease being gone. With cas, a client that joins
+// at the harm sends the zombie CASes it can only refuse meanwhile, and
+// its other operations to the rest (kvWorkload.addRefuser).
+func runKVZombieLeader(t *testing.T, seed uint64, m node.Mutations, cas bool, harm func(s *sim, zombie *broker) (heal func())) (Result, *broker) {
 	s := newClusterSim(ClusterOptions{Seed: seed, KV: 200, MessagesPerProducer: 100, Mutations: m})
 	var zombie *broker
 	s.w.after(800, func() {
@@ -185,7 +179,7 @@ func runKVZombie(t *testing.T, seed uint64, m node.Mutations, cas bool, harm fun
 
 // runKVCutOffLeader: the bucket's leader is cut off its peers.
 func runKVCutOffLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *broker) {
-	return runKVZombieLeader(t, seed, m, func(s *sim, zombie *broker) func() {
+	return runKVZombieLeader(t, seed, m, false, func(s *sim, zombie *broker) func() {
 		id := uint32(slices.Index(s.nodes, zombie) + 1)
 		s.w.tracef("scenario: cut %s, the KV bucket's leader, off its peers", zombie.id)
 		s.net.setCut(id, true, true)
@@ -203,13 +197,13 @@ func runKVHeldUpLeader(t *testing.T, seed uint64, m node.Mutations) (Result, *br
 }
 
 // runKVHeldUpCAS is runKVHeldUpLeader with a client's CASes sent to the
-// held-up leader too (runKVZombie).
+// held-up leader too (runKVZombieLeader).
 func runKVHeldUpCAS(t *testing.T, seed uint64, m node.Mutations) (Result, *broker) {
 	return runKVHeldUp(t, seed, m, true)
 }
 
 func runKVHeldUp(t *testing.T, seed uint64, m node.Mutations, cas bool) (Result, *broker) {
-	return runKVZombie(t, seed, m, cas, func(s *sim, zombie *broker) func() {
+	return runKVZombieLeader(t, seed, m, cas, func(s *sim, zombie *broker) func() {
 		s.w.tracef("scenario: hold up %s's member of the KV bucket's group, its leader", zombie.id)
 		if !zombie.node.HoldUpReplica(wire.KVTopic(kvBucket), 0, s.w.nowMs+2500) {
 			t.Errorf("seed %d: %s has no member of the bucket's group to hold up", seed, zombie.id)
