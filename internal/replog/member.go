@@ -11,6 +11,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
 )
 
 // Member is one member of one replica group, stepped by its driver on one
@@ -60,6 +61,11 @@ func OpenMember(cfg Config) (*Member, error) {
 		return nil, errors.New("replog: FS, Send, Dir and Clock are required")
 	}
 	cfg.setDefaults()
+	if len(cfg.Members) > 1 {
+		// A replicated member's fsyncs run beside its replication round
+		// trip: they wait parked (vfs.ParkedSync; PERFORMANCE, Round 12).
+		cfg.FS = vfs.ParkedSync(cfg.FS)
+	}
 	lg, err := storage.Open(cfg.FS, cfg.Dir, storageOptions(cfg))
 	if err != nil {
 		return nil, err

@@ -3,8 +3,10 @@ package replog
 import (
 	"testing"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
 )
 
 // TestAReadyLargerThanABatchIsWritten: a Ready may hold more than one
@@ -44,5 +46,27 @@ func TestAReadyLargerThanABatchIsWritten(t *testing.T) {
 			}
 			from++
 		}
+	}
+}
+
+// A replicated member's files sync parked (vfs.ParkedSync), a
+// single-replica member's as every other log's.
+func TestOnlyReplicatedMembersSyncParked(t *testing.T) {
+	for _, tc := range []struct {
+		members []replica.NodeID
+		want    vfs.FS
+	}{
+		{[]replica.NodeID{1, 2, 3}, vfs.ParkedSync(vfs.OS())},
+		{[]replica.NodeID{1}, vfs.OS()},
+	} {
+		m, err := OpenMember(Config{ID: 1, Members: tc.members, Dir: t.TempDir(), FS: vfs.OS(), Logger: quiet, Clock: env.Wall{},
+			Send: func(replica.Message) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.cfg.FS != tc.want {
+			t.Errorf("%d members: the member's file system is %#v, want %#v", len(tc.members), m.cfg.FS, tc.want)
+		}
+		m.Close()
 	}
 }

@@ -1,0 +1,197 @@
+package vfs
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ringOrSkip returns the process's ring; machines without io_uring test
+// only the fallback.
+func ringOrSkip(t *testing.T) *uring {
+	t.Helper()
+	r := processRing()
+	if r == nil {
+		t.Skip("io_uring is not available here")
+	}
+	return r
+}
+
+// syncsThroughRing writes and syncs a file of fsys three times and
+// returns how many syncs the ring completed meanwhile.
+func syncsThroughRing(t *testing.T, r *uring, fsys FS) uint64 {
+	t.Helper()
+	f, err := fsys.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := r.completed.Load()
+	for i := 0; i < 3; i++ {
+		if _, err := f.Write([]byte("durable")); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r.completed.Load() - before
+}
+
+// Only a ParkedSync file system's files sync through the ring: a
+// single-replica log's publish waits on its fsync alone, and the ring's
+// extra wake-up would add to it.
+func TestOnlyParkedSyncFilesSyncThroughTheRing(t *testing.T) {
+	r := ringOrSkip(t)
+	if n := syncsThroughRing(t, r, ParkedSync(OS())); n < 3 {
+		t.Fatalf("%d of 3 syncs of a ParkedSync file went through the ring", n)
+	}
+	if n := syncsThroughRing(t, r, OS()); n != 0 {
+		t.Fatalf("%d syncs of a plain OS file went through the ring", n)
+	}
+	if fsys := NewMem(); ParkedSync(fsys) != fsys {
+		t.Fatal("ParkedSync changed the in-memory file system")
+	}
+}
+
+// A failed fdatasync on a kernel worker is the caller's error, as a failed
+// fdatasync(2) is.
+func TestRingSyncReportsTheKernelsError(t *testing.T) {
+	r := ringOrSkip(t)
+	ok, err := r.fdatasync(-1)
+	if !ok || !errors.Is(err, syscall.EBADF) {
+		t.Fatalf("fdatasync(-1) through the ring = %v, %v; want EBADF", ok, err)
+	}
+	f, err := ParkedSync(OS()).Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := f.Sync(); err == nil {
+		t.Fatal("Sync of a closed file succeeded")
+	}
+}
+
+// More syncs at once than the ring takes: the rest call fdatasync
+// themselves, and every one succeeds.
+func TestRingSyncsBeyondItsEntries(t *testing.T) {
+	ringOrSkip(t)
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*uringEntries)
+	for i := 0; i < 3*uringEntries; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			f, err := ParkedSync(OS()).Create(filepath.Join(dir, fmt.Sprintf("f%d", i)))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			if _, err := f.Write([]byte("x")); err != nil {
+				errs <- err
+				return
+			}
+			errs <- f.Sync()
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A sync in flight when the ring stops has no known outcome: it must be
+// reported as failed, never as done, and later syncs fall back.
+func TestStoppedRingFailsTheSyncsInFlight(t *testing.T) {
+	ringOrSkip(t)
+	r, err := newURing(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		r.unmap()
+		syscall.Close(r.fd)
+	}()
+	inFlight := make(chan int32, 1)
+	r.mu.Lock()
+	r.waiters[1<<40] = inFlight // a sync whose completion never comes
+	r.mu.Unlock()
+	r.event.Close() // the reaper's next read fails
+	select {
+	case res := <-inFlight:
+		if res != resStopped {
+			t.Fatalf("the waiter got %d, want resStopped", res)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter of a stopped ring was never answered")
+	}
+	f, err := OS().Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if ok, _ := r.fdatasync(int(f.(osFile).Fd())); ok {
+		t.Fatal("a stopped ring took a sync")
+	}
+}
+
+func TestParkedSyncWithoutTheRing(t *testing.T) {
+	uringDisabled.Store(true)
+	defer uringDisabled.Store(false)
+	f, err := ParkedSync(OS()).Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("durable")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := f.Sync(); err == nil {
+		t.Fatal("Sync of a closed file succeeded")
+	}
+}
+
+// An EINVAL completion (what a kernel lacking part of the request
+// answers) turns the ring off: the caller's own fdatasync answers, now
+// and for every later sync.
+func TestRingRefusingARequestFallsBack(t *testing.T) {
+	ringOrSkip(t)
+	r, err := newURing(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		r.event.Close()
+		r.unmap()
+		syscall.Close(r.fd)
+	}()
+	var pipe [2]int
+	if err := syscall.Pipe2(pipe[:], syscall.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(pipe[0])
+	defer syscall.Close(pipe[1])
+	if ok, err := r.fdatasync(pipe[0]); ok { // fdatasync of a pipe: EINVAL
+		t.Fatalf("the ring answered a refused request itself: %v", err)
+	}
+	f, err := OS().Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if ok, _ := r.fdatasync(int(f.(osFile).Fd())); ok {
+		t.Fatal("the ring took a sync after refusing one")
+	}
+}
