@@ -18,6 +18,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -254,7 +255,11 @@ func Open(cfg Config) (*Node, error) {
 		}
 		n.metrics.registerNode(n)
 		n.startScrubber()
-		n.log.Info("node open", "node", cfg.NodeID, "data", cfg.DataDir, "cluster", n.cluster.Names())
+		attrs := []any{"node", cfg.NodeID, "data", cfg.DataDir, "cluster", n.cluster.Names()}
+		if mode := vfs.ParkedSyncMode(cfg.Env.FS); mode != "" {
+			attrs = append(attrs, "replica_fsync", mode) // replog members sync parked
+		}
+		n.log.Info("node open", attrs...)
 		return n, nil
 	}
 	groups, err := loadGroups(n)

@@ -109,6 +109,7 @@ type uring struct {
 
 var (
 	theRing     *uring
+	theRingErr  error // why theRing is nil
 	theRingOnce sync.Once
 	// uringDisabled turns the ring off (NEREUS_NO_IO_URING=1, or a test).
 	uringDisabled atomic.Bool
@@ -127,12 +128,31 @@ func processRing() *uring {
 		return nil
 	}
 	theRingOnce.Do(func() {
-		r, err := newURing(uringEntries)
-		if err == nil {
-			theRing = r
-		}
+		theRing, theRingErr = newURing(uringEntries)
 	})
 	return theRing
+}
+
+// ParkedSyncMode says how the files of ParkedSync(fsys) sync, for the
+// node's start-up log: "io_uring", or "fdatasync" and why not io_uring;
+// "" when fsys is not the operating system's.
+func ParkedSyncMode(fsys FS) string {
+	if _, ok := fsys.(osFS); !ok {
+		return ""
+	}
+	if uringDisabled.Load() {
+		return "fdatasync (NEREUS_NO_IO_URING=1)"
+	}
+	r := processRing()
+	if r == nil {
+		return fmt.Sprintf("fdatasync (%v)", theRingErr)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.broken != nil {
+		return fmt.Sprintf("fdatasync (%v)", r.broken)
+	}
+	return "io_uring"
 }
 
 func newURing(entries uint32) (*uring, error) {

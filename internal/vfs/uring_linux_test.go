@@ -195,3 +195,21 @@ func TestRingRefusingARequestFallsBack(t *testing.T) {
 		t.Fatal("the ring took a sync after refusing one")
 	}
 }
+
+func TestParkedSyncModeSaysWhichSyncRuns(t *testing.T) {
+	if got := ParkedSyncMode(NewMem()); got != "" {
+		t.Errorf("in-memory file system: %q, want \"\"", got)
+	}
+	want := "io_uring"
+	if processRing() == nil {
+		want = fmt.Sprintf("fdatasync (%v)", theRingErr)
+	}
+	if got := ParkedSyncMode(OS()); got != want {
+		t.Errorf("OS: %q, want %q", got, want)
+	}
+	uringDisabled.Store(true)
+	defer uringDisabled.Store(false)
+	if got := ParkedSyncMode(OS()); got != "fdatasync (NEREUS_NO_IO_URING=1)" {
+		t.Errorf("disabled: %q", got)
+	}
+}
