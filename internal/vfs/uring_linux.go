@@ -24,7 +24,8 @@ import (
 //
 // One ring serves the process. When it cannot be set up (an old kernel,
 // io_uring disabled by sysctl or a seccomp filter, NEREUS_NO_IO_URING=1)
-// or has uringEntries syncs in flight, Sync calls fdatasync itself.
+// or has as many syncs in flight as it has entries, Sync calls
+// fdatasync itself.
 
 // Linux ABI (include/uapi/linux/io_uring.h; the system call numbers are
 // the same on every architecture), and this file's ring size.
@@ -47,7 +48,7 @@ const (
 	uringParamsBytes = 120
 	sqeBytes         = 64
 	cqeBytes         = 16
-	uringEntries     = 64 // syncs in flight at once; more fall back (the CQ holds twice this)
+	uringEntries     = 64 // the process ring's: syncs in flight at once, more fall back
 	// resStopped, in a waiter's channel, says the reaper stopped before
 	// the sync's completion arrived.
 	resStopped = math.MinInt32
@@ -60,6 +61,13 @@ type uringParams struct {
 	sqOff                                                                  [10]uint32 // head, tail, ring_mask, ring_entries, flags, dropped, array, resv1, user_addr (u64)
 	cqOff                                                                  [10]uint32 // head, tail, ring_mask, ring_entries, overflow, cqes, flags, resv1, user_addr (u64)
 }
+
+// Indexes into uringParams.sqOff and cqOff.
+const (
+	offHead, offTail, offRingMask = 0, 1, 2
+	sqOffArray                    = 6
+	cqOffCQEs                     = 5
+)
 
 // uringSQE is struct io_uring_sqe, as far as an fsync uses it.
 type uringSQE struct {
@@ -102,7 +110,7 @@ type uring struct {
 	mu      sync.Mutex
 	next    uint64
 	waiters map[uint64]chan int32
-	broken  error // set when the reaper stopped: every later sync falls back
+	broken  error // why the ring is off (the reaper stopped, or it refused a request): every later sync falls back
 
 	completed atomic.Uint64 // completions handed to their waiters
 }
@@ -173,8 +181,8 @@ func newURing(entries uint32) (*uring, error) {
 	if want := uint32(ioringFeatNoDrop | ioringFeatRWCurPos); p.features&want != want {
 		return fail(fmt.Errorf("io_uring before Linux 5.6 (features %#x)", p.features))
 	}
-	sqSize := int(p.sqOff[6]) + int(p.sqEntries)*4
-	cqSize := int(p.cqOff[5]) + int(p.cqEntries)*cqeBytes
+	sqSize := int(p.sqOff[sqOffArray]) + int(p.sqEntries)*4
+	cqSize := int(p.cqOff[cqOffCQEs]) + int(p.cqEntries)*cqeBytes
 	if p.features&ioringFeatSingleMmap != 0 {
 		sqSize = max(sqSize, cqSize)
 	}
@@ -192,10 +200,10 @@ func newURing(entries uint32) (*uring, error) {
 		return fail(fmt.Errorf("mmap SQEs: %w", err))
 	}
 	u32 := func(ring []byte, off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&ring[off])) }
-	r.sqHead, r.sqTail, r.sqMask = u32(r.sqRing, p.sqOff[0]), u32(r.sqRing, p.sqOff[1]), *u32(r.sqRing, p.sqOff[2])
-	r.sqArray = unsafe.Slice(u32(r.sqRing, p.sqOff[6]), p.sqEntries)
-	r.cqHead, r.cqTail, r.cqMask = u32(r.cqRing, p.cqOff[0]), u32(r.cqRing, p.cqOff[1]), *u32(r.cqRing, p.cqOff[2])
-	r.cqes = unsafe.Slice((*uringCQE)(unsafe.Pointer(&r.cqRing[p.cqOff[5]])), p.cqEntries)
+	r.sqHead, r.sqTail, r.sqMask = u32(r.sqRing, p.sqOff[offHead]), u32(r.sqRing, p.sqOff[offTail]), *u32(r.sqRing, p.sqOff[offRingMask])
+	r.sqArray = unsafe.Slice(u32(r.sqRing, p.sqOff[sqOffArray]), p.sqEntries)
+	r.cqHead, r.cqTail, r.cqMask = u32(r.cqRing, p.cqOff[offHead]), u32(r.cqRing, p.cqOff[offTail]), *u32(r.cqRing, p.cqOff[offRingMask])
+	r.cqes = unsafe.Slice((*uringCQE)(unsafe.Pointer(&r.cqRing[p.cqOff[cqOffCQEs]])), p.cqEntries)
 
 	efd, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if errno != 0 {
@@ -232,12 +240,12 @@ var errRingStopped = errors.New("io_uring completion reaper stopped")
 // fdatasync runs fdatasync(fd) on a kernel worker and waits for it. ok is
 // false when the ring takes no more syncs now (the caller syncs itself).
 func (r *uring) fdatasync(fd int) (ok bool, err error) {
-	done := make(chan int32, 1)
 	r.mu.Lock()
 	if r.broken != nil || len(r.waiters) >= uringEntries {
 		r.mu.Unlock()
 		return false, nil
 	}
+	done := make(chan int32, 1)
 	tail := *r.sqTail // only submitters (under mu) move the tail
 	if tail-atomic.LoadUint32(r.sqHead) > r.sqMask {
 		r.mu.Unlock()

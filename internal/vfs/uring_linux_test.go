@@ -66,9 +66,24 @@ func TestRingSyncReportsTheKernelsError(t *testing.T) {
 	if !ok || !errors.Is(err, syscall.EBADF) {
 		t.Fatalf("fdatasync(-1) through the ring = %v, %v; want EBADF", ok, err)
 	}
-	f, err := ParkedSync(OS()).Create(filepath.Join(t.TempDir(), "f"))
+	syncAfterCloseFails(t, ParkedSync(OS()), false)
+}
+
+// syncAfterCloseFails creates a file of fsys (written and synced first
+// when write is set), closes it and checks that its Sync fails.
+func syncAfterCloseFails(t *testing.T, fsys FS, write bool) {
+	t.Helper()
+	f, err := fsys.Create(filepath.Join(t.TempDir(), "f"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if write {
+		if _, err := f.Write([]byte("durable")); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	f.Close()
 	if err := f.Sync(); err == nil {
@@ -147,20 +162,7 @@ func TestStoppedRingFailsTheSyncsInFlight(t *testing.T) {
 func TestParkedSyncWithoutTheRing(t *testing.T) {
 	uringDisabled.Store(true)
 	defer uringDisabled.Store(false)
-	f, err := ParkedSync(OS()).Create(filepath.Join(t.TempDir(), "f"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write([]byte("durable")); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := f.Sync(); err == nil {
-		t.Fatal("Sync of a closed file succeeded")
-	}
+	syncAfterCloseFails(t, ParkedSync(OS()), true)
 }
 
 // An EINVAL completion (what a kernel lacking part of the request
