@@ -109,8 +109,11 @@ type uring struct {
 
 	mu      sync.Mutex
 	next    uint64
-	waiters map[uint64]chan int32
-	broken  error // why the ring is off (the reaper stopped, or it refused a request): every later sync falls back
+	waiters map[uint64]chan int32 // at most inFlightMax: completions never outnumber the CQ
+	// inFlightMax is the SQ's size (the CQ holds twice as many); peak is
+	// the most syncs ever in flight at once.
+	inFlightMax, peak int
+	broken            error // why the ring is off (the reaper stopped, or it refused a request): every later sync falls back
 
 	completed atomic.Uint64 // completions handed to their waiters
 }
@@ -172,7 +175,7 @@ func newURing(entries uint32) (*uring, error) {
 	if errno != 0 {
 		return nil, fmt.Errorf("io_uring_setup: %w", errno)
 	}
-	r := &uring{fd: int(fd), waiters: make(map[uint64]chan int32), next: 1}
+	r := &uring{fd: int(fd), waiters: make(map[uint64]chan int32), next: 1, inFlightMax: int(p.sqEntries)}
 	fail := func(err error) (*uring, error) {
 		r.unmap()
 		syscall.Close(r.fd)
@@ -241,7 +244,7 @@ var errRingStopped = errors.New("io_uring completion reaper stopped")
 // false when the ring takes no more syncs now (the caller syncs itself).
 func (r *uring) fdatasync(fd int) (ok bool, err error) {
 	r.mu.Lock()
-	if r.broken != nil || len(r.waiters) >= uringEntries {
+	if r.broken != nil || len(r.waiters) >= r.inFlightMax {
 		r.mu.Unlock()
 		return false, nil
 	}
@@ -259,6 +262,7 @@ func (r *uring) fdatasync(fd int) (ok bool, err error) {
 	r.sqArray[idx] = idx
 	atomic.StoreUint32(r.sqTail, tail+1)
 	r.waiters[id] = done
+	r.peak = max(r.peak, len(r.waiters))
 	for {
 		// Short: an IOSQE_ASYNC request is queued for a worker, not run.
 		n, _, errno := syscall.Syscall6(sysIOUringEnter, uintptr(r.fd), 1, 0, 0, 0, 0)
