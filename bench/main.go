@@ -301,6 +301,7 @@ func runCases(ctx context.Context, env *environment, cases []benchCase, lim limi
 		rep.Rows = append(rep.Rows, medianRow(runs[c.ID()]))
 	}
 	rep.Ratios = computeRatios(rep.Rows, jetStreamModes(systemSpecs, 1), jetStreamModes(systemSpecs, 3))
+	rep.Targets = computeTargets(rep.Ratios)
 	rep.Groups = computeGroupSummary(rep.Rows)
 	rep.Sched = computeSchedSummary(rep.Rows)
 	return rep, nil

@@ -16,6 +16,9 @@ type report struct {
 	Config  runConfig   `json:"config"`
 	Rows    []row       `json:"rows"`
 	Ratios  []ratioRow  `json:"ratios"`
+	// Targets are the replicated path's targets (targets.go) this run
+	// measured.
+	Targets []target `json:"targets,omitempty"`
 	// Groups compares the consumer-group rows (nil when none ran).
 	Groups *groupSummary `json:"groups,omitempty"`
 	// Sched lists the scheduled-delivery measurements (nil when none ran).
@@ -284,6 +287,7 @@ func (rep report) markdown() string {
 			func(rr ratioRow) (float64, []ratioVersus) { return *rr.NereusR3, rr.R3Versus })
 	}
 
+	writeTargetsMarkdown(&b, rep.Targets)
 	writeReplicationMarkdown(&b, rep.Rows)
 
 	if anyRatio(rep.Ratios, func(rr ratioRow) bool { return rr.Disk != nil }) {
