@@ -49,6 +49,12 @@ type conn struct {
 	drained chan struct{}     // closed when outBuf is next taken (senders waiting for room)
 	kick    chan struct{}     // capacity 1: wakes the writer goroutine
 	inline  *sockwrite.Writer // nil unless plain TCP: no inline writes; guarded by writing
+	// batch is the PUB_BATCH open at the end of outBuf (protocol v2):
+	// PUBs queued one after another for the same topic, partition and
+	// producer join it as records, until another frame is queued or a
+	// writer takes outBuf (which seals it).
+	batch      wire.PubBatchWriter
+	pubBatches bool // the broker speaks PUB_BATCH (HELLO_OK's version)
 
 	mu       sync.Mutex
 	err      error                   // why the conn failed; set once by fail
@@ -151,6 +157,7 @@ func dialConn(ctx context.Context, addr string, opts *Options) (*conn, error) {
 		pending:       make(map[uint64]replyHandler),
 		streams:       make(map[uint64]replyHandler),
 		subs:          make(map[subKey]*connSub),
+		pubBatches:    ok.Version >= wire.VersionPubBatch,
 	}
 	c.inline = sockwrite.New(nc)
 	go c.readLoop(br, opts.FrameBytesMax)
@@ -224,10 +231,16 @@ func (c *conn) readLoop(br *bufio.Reader, frameBytesMax int) {
 		c.lastRead.Store(int64(time.Since(monoBase)))
 		buf = nil
 		switch f.(type) {
-		case *wire.PubOK, *wire.AckOK: // no byte fields: nothing aliases used
+		case *wire.PubOK, *wire.AckOK, *wire.PubBatchOK: // no byte fields: nothing aliases used
 			if cap(used) <= readBufKeepMax {
 				buf = used
 			}
+		}
+		if b, ok := f.(*wire.PubBatchOK); ok {
+			for i := range b.Results { // each record's answer, as its PUB's would have come
+				c.dispatch(b.Results[i].Corr, b.Results[i].Result())
+			}
+			continue
 		}
 		c.dispatch(corr, f)
 	}
@@ -299,7 +312,7 @@ func (c *conn) writeLoop() {
 // takeLocked hands outBuf to a writer, which must call wroteLocking after.
 // Caller holds outMu.
 func (c *conn) takeLocked() []byte {
-	buf := c.outBuf
+	buf := c.batch.Seal(c.outBuf)
 	c.outBuf, c.spare = c.spare[:0], nil
 	c.writing = true
 	if c.drained != nil {
@@ -345,7 +358,9 @@ func (c *conn) writeInlineLocked() {
 		c.outMu.Lock()
 		return
 	case n < len(buf):
-		c.outBuf = append(buf[n:len(buf):len(buf)], c.outBuf...) // the unsent bytes go first
+		// The unsent bytes go first; a batch opened meanwhile is sealed
+		// where it is, as they move it.
+		c.outBuf = append(buf[n:len(buf):len(buf)], c.batch.Seal(c.outBuf)...)
 	default:
 		if cap(buf) <= outBufKeepMax {
 			c.spare = buf[:0]
@@ -403,12 +418,9 @@ func (c *conn) enqueue(ctx context.Context, timeout time.Duration, corr uint64, 
 		return c.failure()
 	}
 	start := len(c.outBuf)
-	c.outBuf = wire.AppendFrame(c.outBuf, corr, f)
-	if n := len(c.outBuf) - start - 4; n > c.frameBytesMax {
-		c.outBuf = c.outBuf[:start]
+	if err := c.appendLocked(corr, f); err != nil {
 		c.outMu.Unlock()
-		return fmt.Errorf("nereus: %s of %d bytes exceeds the broker's frame limit %d: %w",
-			f.Type(), n, c.frameBytesMax, wire.ErrFrameTooLarge)
+		return err
 	}
 	switch {
 	case c.writing:
@@ -419,6 +431,45 @@ func (c *conn) enqueue(ctx context.Context, timeout time.Duration, corr uint64, 
 		c.wakeWriter()
 	}
 	c.outMu.Unlock()
+	return nil
+}
+
+// pubBatchBytesMax is where the SDK closes a PUB_BATCH and opens the
+// next: the broker starts on a batch's records only once the whole frame
+// has arrived, so a burst of large records goes in frames small enough to
+// overlap its sending with the broker's work, while small records still
+// share a frame by the hundred.
+const pubBatchBytesMax = 16 << 10
+
+// appendLocked encodes f at the end of outBuf: a PUB as a record of the
+// open PUB_BATCH when it may join it, else of a new one (protocol v2),
+// any other frame after sealing the open batch. A frame over the broker's
+// limit is cut back out. Caller holds outMu.
+func (c *conn) appendLocked(corr uint64, f wire.Frame) error {
+	start := len(c.outBuf)
+	if pub, ok := f.(*wire.Pub); ok && c.pubBatches {
+		if c.batch.Fits(c.outBuf, pub, wire.PubRecordBytes(pub), min(c.frameBytesMax, pubBatchBytesMax)) {
+			c.outBuf = c.batch.Add(c.outBuf, corr, pub)
+			return nil
+		}
+		c.outBuf = c.batch.Seal(c.outBuf)
+		start = len(c.outBuf)
+		c.outBuf = c.batch.Open(c.outBuf, corr, pub)
+		if n := len(c.outBuf) - start; n > c.frameBytesMax { // with its checksum to come, without its length prefix
+			c.batch.Abandon()
+			c.outBuf = c.outBuf[:start]
+			return fmt.Errorf("nereus: PUB of %d bytes exceeds the broker's frame limit %d: %w", n, c.frameBytesMax, wire.ErrFrameTooLarge)
+		}
+		return nil
+	}
+	c.outBuf = c.batch.Seal(c.outBuf)
+	start = len(c.outBuf)
+	c.outBuf = wire.AppendFrame(c.outBuf, corr, f)
+	if n := len(c.outBuf) - start - 4; n > c.frameBytesMax {
+		c.outBuf = c.outBuf[:start]
+		return fmt.Errorf("nereus: %s of %d bytes exceeds the broker's frame limit %d: %w",
+			f.Type(), n, c.frameBytesMax, wire.ErrFrameTooLarge)
+	}
 	return nil
 }
 

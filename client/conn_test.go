@@ -67,21 +67,36 @@ func dialRawPeer(t *testing.T) (*conn, *rawPeer) {
 	return c, p
 }
 
-// readPubs reads len(corrs) frames from p: each must be the PUB with the
-// next correlation id of corrs, that id as its producer seq, and value.
-func (p *rawPeer) readPubs(t *testing.T, corrs []uint64, value []byte) {
+// readPubs reads the PUBs of len(corrs) publishes from p, as PUB frames
+// or records of PUB_BATCH frames: each must have the next correlation id
+// of corrs, that id as its producer seq, and value. It returns how many
+// frames carried them.
+func (p *rawPeer) readPubs(t *testing.T, corrs []uint64, value []byte) int {
 	t.Helper()
 	p.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	for i, want := range corrs {
+	frames := 0
+	for i := 0; i < len(corrs); frames++ {
 		corr, f, err := wire.ReadFrame(p.r, wire.DefaultFrameBytesMax)
 		if err != nil {
-			t.Fatalf("frame %d of %d: %v", i+1, len(corrs), err)
+			t.Fatalf("publish %d of %d: %v", i+1, len(corrs), err)
 		}
-		pub, ok := f.(*wire.Pub)
-		if !ok || corr != want || pub.ProducerSeq != want || !bytes.Equal(pub.Value, value) {
-			t.Fatalf("frame %d of %d arrived as corr %d, want %d (%T)", i+1, len(corrs), corr, want, f)
+		var recs []wire.PubRecord
+		switch f := f.(type) {
+		case *wire.Pub:
+			recs = []wire.PubRecord{{Corr: corr, ProducerSeq: f.ProducerSeq, Value: f.Value}}
+		case *wire.PubBatch:
+			recs = f.Records
+		default:
+			t.Fatalf("publish %d of %d arrived in a %s", i+1, len(corrs), f.Type())
+		}
+		for _, r := range recs {
+			if i == len(corrs) || r.Corr != corrs[i] || r.ProducerSeq != corrs[i] || !bytes.Equal(r.Value, value) {
+				t.Fatalf("publish %d of %d arrived as corr %d, want %v", i+1, len(corrs), r.Corr, corrs[min(i, len(corrs)-1)])
+			}
+			i++
 		}
 	}
+	return frames
 }
 
 // span returns from, from+1, ..., to.
@@ -180,4 +195,83 @@ func TestSendWaitsForRoomThenTimesOut(t *testing.T) {
 	// Once the peer reads, everything queued arrives, in order (corr 1
 	// was the HELLO).
 	peer.readPubs(t, span(2, i), value)
+}
+
+// TestQueuedPubsTravelInOneBatch: PUBs of one producer queued while
+// nobody writes leave in one PUB_BATCH; another frame queued between
+// them, another partition, or a broker of protocol version 1 splits them.
+func TestQueuedPubsTravelInOneBatch(t *testing.T) {
+	c, peer := dialRawPeer(t)
+	value := []byte("v")
+	pub := func(i uint64, partition int32) *wire.Pub {
+		return &wire.Pub{Topic: "t", Partition: partition, ProducerID: 1, ProducerSeq: i, Value: value}
+	}
+	c.outMu.Lock() // the writer goroutine cannot take outBuf meanwhile
+	for i := uint64(1); i <= 5; i++ {
+		if err := c.appendLocked(i, pub(i, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.outMu.Unlock()
+	c.flush()
+	if frames := peer.readPubs(t, span(1, 5), value); frames != 1 {
+		t.Fatalf("5 queued PUBs left in %d frames", frames)
+	}
+
+	c.outMu.Lock()
+	for _, step := range []struct {
+		corr      uint64
+		f         wire.Frame
+		partition int32
+	}{{6, nil, 0}, {7, nil, 0}, {8, &wire.Ping{}, 0}, {9, nil, 0}, {10, nil, 1}} {
+		f := step.f
+		if f == nil {
+			f = pub(step.corr, step.partition)
+		}
+		if err := c.appendLocked(step.corr, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.outMu.Unlock()
+	c.flush()
+	if frames := peer.readPubs(t, []uint64{6, 7}, value); frames != 1 {
+		t.Fatalf("PUBs 6 and 7 left in %d frames", frames)
+	}
+	if corr, f, err := wire.ReadFrame(peer.r, wire.DefaultFrameBytesMax); err != nil || corr != 8 || f.Type() != wire.TypePing {
+		t.Fatalf("after the first batch: %v %v %v, want the PING", corr, f, err)
+	}
+	if frames := peer.readPubs(t, []uint64{9, 10}, value); frames != 2 {
+		t.Fatalf("PUBs to two partitions left in %d frames", frames)
+	}
+
+	c.pubBatches = false // as after a HELLO_OK of version 1
+	c.outMu.Lock()
+	for i := uint64(11); i <= 12; i++ {
+		if err := c.appendLocked(i, pub(i, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.outMu.Unlock()
+	c.flush()
+	if frames := peer.readPubs(t, span(11, 12), value); frames != 2 {
+		t.Fatalf("to a version 1 broker 2 PUBs left in %d frames", frames)
+	}
+}
+
+// TestPubOverTheFrameLimitIsRefusedAlone: a PUB whose batch would exceed
+// the broker's frame limit on its own is refused, and nothing of it is
+// left queued: the next PUB travels whole.
+func TestPubOverTheFrameLimitIsRefusedAlone(t *testing.T) {
+	c, peer := dialRawPeer(t)
+	c.frameBytesMax = 4 << 10
+	big := &wire.Pub{Topic: "t", ProducerID: 1, ProducerSeq: 1, Value: make([]byte, 4<<10)}
+	if err := c.send(context.Background(), 1, big); !errors.Is(err, wire.ErrFrameTooLarge) {
+		t.Fatalf("a PUB over the frame limit: %v", err)
+	}
+	small := []byte("v")
+	if err := c.send(context.Background(), 2, &wire.Pub{Topic: "t", ProducerID: 1, ProducerSeq: 2, Value: small}); err != nil {
+		t.Fatal(err)
+	}
+	c.flush()
+	peer.readPubs(t, []uint64{2}, small)
 }

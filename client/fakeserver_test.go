@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -433,6 +434,31 @@ func (fs *fakeServer) serve(s *fakeSession) {
 			fs.mu.Unlock()
 			return
 		}
+		if b, ok := f.(*wire.PubBatch); ok {
+			// Each record is the PUB it stands for; one frame answers them.
+			var results []wire.PubResult
+			drop := false
+			for _, r := range b.Records {
+				reply, d := fs.handleLocked(s, r.Corr, &wire.Pub{Topic: b.Topic, Partition: b.Partition, ProducerID: b.ProducerID,
+					ProducerSeq: r.ProducerSeq, TimestampMs: r.TimestampMs, Key: r.Key, Value: r.Value, Headers: r.Headers})
+				if drop = d; drop {
+					break
+				}
+				results = append(results, fakePubResult(r.Corr, reply))
+			}
+			if drop {
+				fs.dropLocked(s)
+				fs.mu.Unlock()
+				return
+			}
+			if fs.reorderReplies {
+				slices.Reverse(results)
+			}
+			fs.sendLocked(s, 0, &wire.PubBatchOK{Results: results})
+			fs.cond.Broadcast()
+			fs.mu.Unlock()
+			continue
+		}
 		reply, drop := fs.handleLocked(s, corr, f)
 		if drop {
 			fs.dropLocked(s)
@@ -455,6 +481,17 @@ func (fs *fakeServer) serve(s *fakeSession) {
 		fs.cond.Broadcast()
 		fs.mu.Unlock()
 	}
+}
+
+// fakePubResult is a PUB's reply as a record's result in a PUB_BATCH_OK.
+func fakePubResult(corr uint64, reply wire.Frame) wire.PubResult {
+	switch r := reply.(type) {
+	case *wire.PubOK:
+		return wire.PubResult{Corr: corr, Partition: r.Partition, Seq: r.Seq, Epoch: r.Epoch, Duplicate: r.Duplicate}
+	case *wire.Err:
+		return wire.PubResult{Corr: corr, Code: r.Code, Message: r.Message}
+	}
+	panic(fmt.Sprintf("a PUB answered %T", reply))
 }
 
 // waitThawedLocked holds a frame just read by a session of a frozen node

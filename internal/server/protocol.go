@@ -23,6 +23,8 @@ type Protocol struct {
 	remote string
 	subs   map[subKey]*node.Subscription
 	perms  perms // of the token HELLO presented
+	// version is the protocol version HELLO_OK chose.
+	version uint16
 	// declaring: a DECLARE is in progress and the frames after it wait in
 	// held, so that a pipelined DECLARE-then-PUB (or PULL) finds its
 	// topic. Only a Manual cluster node answers a DECLARE later than the
@@ -85,7 +87,8 @@ func (p *Protocol) Hello(corr uint64, f wire.Frame) HelloVerdict {
 			wire.VersionMin, wire.VersionMax, hello.VersionMin, hello.VersionMax))}
 	}
 	p.perms = granted
-	return HelloVerdict{Accepted: true, Reply: &wire.HelloOK{Version: min(hello.VersionMax, wire.VersionMax),
+	p.version = min(hello.VersionMax, wire.VersionMax)
+	return HelloVerdict{Accepted: true, Reply: &wire.HelloOK{Version: p.version,
 		NodeID: p.srv.node.NodeID(), FrameBytesMax: uint32(p.srv.cfg.FrameBytesMax)}}
 }
 
@@ -162,6 +165,15 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
 			return false
 		}
 		p.held = append(p.held, heldFrame{corr, f, buf})
+		return true
+	}
+	if f, ok := f.(*wire.PubBatch); ok {
+		if p.version < wire.VersionPubBatch {
+			releaseReadBuf(buf)
+			p.sendErr(corr, wire.Errorf(wire.CodeBadFrame, "PUB_BATCH needs protocol version %d; this connection speaks %d", wire.VersionPubBatch, p.version))
+			return false
+		}
+		p.publishBatch(f, buf)
 		return true
 	}
 	if err := p.authorize(f); err != nil {
@@ -307,6 +319,49 @@ func (p *Protocol) publish(corr uint64, f *wire.Pub, buf *[]byte) {
 		}
 		p.send(corr, &ok)
 	}, p.corker)
+}
+
+// publishBatch hands each record of a PUB_BATCH to the node as the PUB it
+// stands for, in order, and answers them all in one PUB_BATCH_OK once the
+// last has its outcome. Their keys, values and headers alias buf, released
+// then. A refusal that concerns the whole frame (the token may not publish
+// to the topic) is each record's result.
+func (p *Protocol) publishBatch(f *wire.PubBatch, buf *[]byte) {
+	results := make([]wire.PubResult, len(f.Records))
+	var left atomic.Int32
+	left.Store(int32(len(f.Records)))
+	answer := func(i int, ok wire.PubOK, err *wire.Error) {
+		r := &results[i]
+		r.Corr = f.Records[i].Corr
+		if err != nil {
+			r.Code, r.Message = err.Code, err.Message
+		} else {
+			r.Partition, r.Seq, r.Epoch, r.Duplicate = ok.Partition, ok.Seq, ok.Epoch, ok.Duplicate
+		}
+		if left.Add(-1) == 0 {
+			releaseReadBuf(buf)
+			p.send(0, &wire.PubBatchOK{Results: results})
+		}
+	}
+	if !p.perms.canPublish(f.Topic) {
+		err := wire.Errorf(wire.CodeUnauthorized, "token may not publish to %q", f.Topic)
+		for i := range f.Records {
+			answer(i, wire.PubOK{}, err)
+		}
+		return
+	}
+	var pub wire.Pub // the node copies what it keeps of it before PublishCorked returns
+	for i := range f.Records {
+		r := &f.Records[i]
+		pub = wire.Pub{Topic: f.Topic, Partition: f.Partition, ProducerID: f.ProducerID, ProducerSeq: r.ProducerSeq,
+			TimestampMs: r.TimestampMs, Key: r.Key, Value: r.Value, Headers: r.Headers}
+		var answered atomic.Bool
+		p.srv.node.PublishCorked(&pub, func(ok wire.PubOK, err *wire.Error) {
+			if !answered.Swap(true) { // the node answers once; count each record once
+				answer(i, ok, err)
+			}
+		}, p.corker)
+	}
 }
 
 // authorize checks a request against the token's permissions.

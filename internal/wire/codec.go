@@ -11,7 +11,10 @@ import (
 // Protocol versions this package speaks.
 const (
 	VersionMin uint16 = 1
-	VersionMax uint16 = 1
+	// VersionMax 2 adds PUB_BATCH and PUB_BATCH_OK.
+	VersionMax uint16 = 2
+	// VersionPubBatch is the first version with PUB_BATCH.
+	VersionPubBatch uint16 = 2
 )
 
 // Size bounds. A frame is never larger than the negotiated maximum; lists are

@@ -33,6 +33,11 @@ func sampleFrames() []Frame {
 		&Nack{Topic: "orders", Group: "g", DelayMs: 10, Entries: []AckEntry{{1, 5, 99}}},
 		&Ping{},
 		&Pong{},
+		&PubBatch{Topic: "orders", Partition: PartitionAuto, ProducerID: 7, Records: []PubRecord{
+			{Corr: 3, ProducerSeq: 11, Value: []byte("a")},
+			{Corr: 4, ProducerSeq: 12, TimestampMs: 1700000000000, Key: []byte("k"), Value: []byte("b"), Headers: []Header{{Key: "h", Value: []byte("v")}}},
+		}},
+		&PubBatchOK{Results: []PubResult{{Corr: 3, Partition: 1, Seq: 9, Epoch: 2}, {Corr: 4, Partition: 1, Seq: 9, Epoch: 2, Duplicate: true}, {Corr: 5, Code: CodeNotLeader, Message: "not here"}}},
 		&PeerHello{Version: 1, From: 1, To: 2, Nonce: []byte("0123456789abcdef0123456789abcdef"), ClientAddr: "127.0.0.1:4850"},
 		&PeerDeclare{ReqID: 7, Topic: TopicConfig{Name: "orders", Partitions: 2, Replicas: 3}},
 		&PeerDeclareOK{ReqID: 7, Created: true, Code: CodeTopicConflict, Message: "differs"},

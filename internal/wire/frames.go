@@ -35,6 +35,7 @@ var typeNames = map[FrameType]string{
 	TypePub: "PUB", TypePubOK: "PUB_OK", TypePull: "PULL", TypeMsg: "MSG",
 	TypeAck: "ACK", TypeAckOK: "ACK_OK", TypeNack: "NACK",
 	TypePing: "PING", TypePong: "PONG",
+	TypePubBatch: "PUB_BATCH", TypePubBatchOK: "PUB_BATCH_OK",
 }
 
 func (t FrameType) String() string {
@@ -85,6 +86,10 @@ func newFrame(t FrameType) Frame {
 		return &Ping{}
 	case TypePong:
 		return &Pong{}
+	case TypePubBatch:
+		return &PubBatch{}
+	case TypePubBatchOK:
+		return &PubBatchOK{}
 	case TypePeerHello:
 		return &PeerHello{}
 	case TypePeerChallenge:

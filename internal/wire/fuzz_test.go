@@ -54,6 +54,14 @@ func normalize(f Frame) Frame {
 		c := *v
 		c.Pub = *normalize(&v.Pub).(*Pub)
 		return &c
+	case *PubBatch:
+		c := *v
+		c.Records = nil
+		for _, r := range v.Records {
+			r.Key, r.Value, r.Headers = nilIfEmpty(r.Key), nilIfEmpty(r.Value), normalizeHeaders(r.Headers)
+			c.Records = append(c.Records, r)
+		}
+		return &c
 	case *Replicate:
 		c := *v
 		c.Entries = nil
