@@ -455,7 +455,9 @@ func (c *conn) appendLocked(corr uint64, f wire.Frame) error {
 		c.outBuf = c.batch.Seal(c.outBuf)
 		start = len(c.outBuf)
 		c.outBuf = c.batch.Open(c.outBuf, corr, pub)
-		if n := len(c.outBuf) - start; n > c.frameBytesMax { // with its checksum to come, without its length prefix
+		// Its size alone, as the PUB it is until another joins: with its
+		// checksum to come, without its length prefix.
+		if n := len(c.outBuf) - start - wire.PubBatchOneExtraBytes; n > c.frameBytesMax {
 			c.batch.Abandon()
 			c.outBuf = c.outBuf[:start]
 			return fmt.Errorf("nereus: PUB of %d bytes exceeds the broker's frame limit %d: %w", n, c.frameBytesMax, wire.ErrFrameTooLarge)

@@ -268,10 +268,22 @@ func TestPubOverTheFrameLimitIsRefusedAlone(t *testing.T) {
 	if err := c.send(context.Background(), 1, big); !errors.Is(err, wire.ErrFrameTooLarge) {
 		t.Fatalf("a PUB over the frame limit: %v", err)
 	}
+	// One exactly at the limit, as the PUB it travels as, is taken.
+	exact := &wire.Pub{Topic: "t", ProducerID: 1, ProducerSeq: 3}
+	exact.Value = make([]byte, c.frameBytesMax-(len(wire.AppendFrame(nil, 3, exact))-4))
+	if n := len(wire.AppendFrame(nil, 3, exact)) - 4; n != c.frameBytesMax {
+		t.Fatalf("setup: the PUB is %d bytes, not the limit %d", n, c.frameBytesMax)
+	}
+	if err := c.send(context.Background(), 3, exact); err != nil {
+		t.Fatalf("a PUB at the frame limit: %v", err)
+	}
 	small := []byte("v")
 	if err := c.send(context.Background(), 2, &wire.Pub{Topic: "t", ProducerID: 1, ProducerSeq: 2, Value: small}); err != nil {
 		t.Fatal(err)
 	}
 	c.flush()
+	if _, f, err := wire.ReadFrame(peer.r, wire.DefaultFrameBytesMax); err != nil || f.(*wire.Pub).ProducerSeq != 3 {
+		t.Fatalf("the PUB at the limit arrived as %#v (%v)", f, err)
+	}
 	peer.readPubs(t, []uint64{2}, small)
 }

@@ -17,7 +17,8 @@ const (
 const PubBatchRecordsMax = 4096
 
 // PubBatch is what PUBs of one producer to one topic and partition (or
-// PartitionAuto) say, sent as one frame: the fields they share once, then
+// PartitionAuto) say, sent as one frame (PubBatchWriter sends a lone one
+// as a PUB): the fields they share once, then
 // each record with its own correlation id. The broker handles each record
 // as it would that PUB, in order, and answers all of them in one
 // PUB_BATCH_OK once every record has its outcome. The frame's own
@@ -137,12 +138,22 @@ func (w *PubBatchWriter) Add(dst []byte, corr uint64, pub *Pub) []byte {
 }
 
 // Seal completes the open batch at the end of dst (nothing when none is
-// open): its record count, its checksum and its length.
+// open): its record count, its checksum and its length. A batch of one
+// record becomes the PUB it stands for — the same bytes but for the
+// count and the record's correlation id, which becomes the frame's — so
+// a lone publish travels and is answered as in version 1.
 func (w *PubBatchWriter) Seal(dst []byte) []byte {
 	if !w.IsOpen() {
 		return dst
 	}
-	binary.BigEndian.PutUint32(dst[w.countAt:], uint32(w.count))
+	if w.count == 1 {
+		recAt := w.countAt + 4
+		dst[w.start+frameHeaderBytes] = byte(TypePub)
+		copy(dst[w.start+frameHeaderBytes+1:], dst[recAt:recAt+8]) // the record's corr
+		dst = append(dst[:w.countAt], dst[recAt+8:]...)
+	} else {
+		binary.BigEndian.PutUint32(dst[w.countAt:], uint32(w.count))
+	}
 	crc := crc32.Checksum(dst[w.start+frameHeaderBytes:], castagnoli)
 	dst = binary.BigEndian.AppendUint32(dst, crc)
 	binary.BigEndian.PutUint32(dst[w.start:], uint32(len(dst)-w.start-frameHeaderBytes))
@@ -153,6 +164,10 @@ func (w *PubBatchWriter) Seal(dst []byte) []byte {
 // Abandon forgets the open batch without sealing it: the caller cut the
 // buffer back to before it.
 func (w *PubBatchWriter) Abandon() { w.count = 0 }
+
+// PubBatchOneExtraBytes is how much larger a batch of one record is than
+// the PUB Seal turns it into: the count and the record's corr.
+const PubBatchOneExtraBytes = 4 + 8
 
 // PubRecordBytes is how many bytes pub adds to a PUB_BATCH as a record.
 func PubRecordBytes(pub *Pub) int {

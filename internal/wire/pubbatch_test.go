@@ -43,17 +43,21 @@ func TestPubBatchWriterBuildsTheFramesOfItsPUBs(t *testing.T) {
 			{Corr: 10, ProducerSeq: 1, Value: []byte("a")},
 			{Corr: 11, ProducerSeq: 2, Key: []byte("k"), Value: []byte("b"), Headers: []Header{{Key: "h", Value: []byte("v")}}},
 		}},
-		&PubBatch{Topic: "t", Partition: 1, ProducerID: 1, Records: []PubRecord{{Corr: 12, ProducerSeq: 3, Value: []byte("c")}}},
+		pubs[2], // a batch of one is a PUB, under its record's corr
 		&Ping{},
-		&PubBatch{Topic: "t", Partition: 1, ProducerID: 1, Records: []PubRecord{{Corr: 14, ProducerSeq: 4, TimestampMs: 5, Value: []byte("d")}}},
+		pubs[3],
 	}
+	wantCorrs := []uint64{0, 12, 13, 14}
 	for i, wf := range want {
-		_, f, err := ReadFrame(r, DefaultFrameBytesMax)
+		corr, f, err := ReadFrame(r, DefaultFrameBytesMax)
 		if err != nil {
 			t.Fatalf("frame %d: %v", i, err)
 		}
-		if !reflect.DeepEqual(normalize(f), normalize(wf)) {
-			t.Fatalf("frame %d: %#v, want %#v", i, f, wf)
+		if corr != wantCorrs[i] || !reflect.DeepEqual(normalize(f), normalize(wf)) {
+			t.Fatalf("frame %d: %#v on corr %d, want %#v on %d", i, f, corr, wf, wantCorrs[i])
+		}
+		if i == 1 && !bytes.Equal(buf[len(AppendFrame(nil, 0, want[0])):][:len(AppendFrame(nil, 12, pubs[2]))], AppendFrame(nil, 12, pubs[2])) {
+			t.Fatal("a batch of one is not byte for byte the PUB it stands for")
 		}
 	}
 	if r.Len() != 0 {
@@ -62,11 +66,11 @@ func TestPubBatchWriterBuildsTheFramesOfItsPUBs(t *testing.T) {
 	// The record's size as Fits counts it is what it adds to the frame.
 	for _, p := range pubs {
 		var w PubBatchWriter
-		one := w.Seal(w.Open(nil, 1, p))
-		var w2 PubBatchWriter
-		two := w2.Open(nil, 1, p)
-		two = w2.Seal(w2.Add(two, 2, p))
-		if got := len(two) - len(one); got != PubRecordBytes(p) {
+		two := w.Open(nil, 1, p)
+		two = w.Seal(w.Add(two, 2, p))
+		three := w.Open(nil, 1, p)
+		three = w.Seal(w.Add(w.Add(three, 2, p), 3, p))
+		if got := len(three) - len(two); got != PubRecordBytes(p) {
 			t.Fatalf("a record of %+v adds %d bytes, PubRecordBytes says %d", p, got, PubRecordBytes(p))
 		}
 	}
