@@ -45,6 +45,9 @@ type ClusterOptions struct {
 	// rebuilds every partition's dedup table from its retained log (by
 	// default they write one every dedupSnapshotBytes of records).
 	NoDedupSnapshots bool
+	// PubBatch makes the producers send what they publish together as
+	// one PUB_BATCH (protocol v2), a retry of one message as a PUB.
+	PubBatch bool
 	// SyncAll makes the topic sync_all: a record is acknowledged once
 	// every replica fsynced it (default sync_quorum).
 	SyncAll bool
@@ -187,6 +190,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	if o.Members {
 		cmd += " --members"
 	}
+	if o.PubBatch {
+		cmd += " --pub-batch"
+	}
 	if o.Schedules > 0 {
 		cmd += fmt.Sprintf(" --schedules %d", o.Schedules)
 	}
@@ -325,7 +331,8 @@ func newClusterSim(o ClusterOptions) *sim {
 	}
 	for i := 0; i < s.opts.Producers; i++ {
 		p := &producer{s: s, id: uint64(1000 + i), window: 8, messagesMax: uint64(s.opts.MessagesPerProducer),
-			nextSeq: 1, inflight: map[uint64]string{}, partition: int32(uint32(i) % s.opts.Partitions), at: i}
+			nextSeq: 1, inflight: map[uint64]string{}, partition: int32(uint32(i) % s.opts.Partitions), at: i,
+			batch: o.PubBatch}
 		s.producers = append(s.producers, p)
 		s.w.after(s.w.between(0, 10), p.connect)
 	}
@@ -377,6 +384,7 @@ func (s *sim) runPhases() Result {
 	r.Faults = s.faultsInjected
 	r.ReplicaStates, r.Recoveries = s.replicaStates, s.recoveries
 	r.PubErrors = s.pubErrors
+	r.PubBatches = s.pubBatches
 	r.Members = s.memberEvents
 	if s.sched != nil {
 		r.Scheduled, r.SchedPublished = len(s.sched.acked), len(s.sched.seen)

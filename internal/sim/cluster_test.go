@@ -30,12 +30,16 @@ func TestClusterCampaign(t *testing.T) {
 		syncAll   bool
 		retention ClusterRetention
 		seeds     uint64
+		pubBatch  bool
 	}{
-		{"sync_quorum", false, ClusterRetention{}, 30},
-		{"sync_all", true, ClusterRetention{}, 10},
+		{"sync_quorum", false, ClusterRetention{}, 30, false},
+		{"sync_all", true, ClusterRetention{}, 10, false},
 		// Logs compacting all the time: snapshot rebuilds, dedup seals,
 		// group checkpoints and acks of compacted seqs under every fault.
-		{"retention", false, retentionOptions, 10},
+		{"retention", false, retentionOptions, 10, false},
+		// The producers publish in PUB_BATCH frames: each record is the
+		// PUB it stands for, its answer comes in the batch's answer.
+		{"pub_batch", false, ClusterRetention{}, 10, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			seeds := c.seeds
@@ -43,17 +47,18 @@ func TestClusterCampaign(t *testing.T) {
 				seeds = min(seeds, 5)
 			}
 			start := time.Now()
-			var acked, deliveries, restarts, faults int
+			var acked, deliveries, restarts, faults, batches int
 			states, recoveries := map[string]int{}, map[string]int{}
 			quorumLost := 0
 			for seed := uint64(1); seed <= seeds; seed++ {
-				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, SyncAll: c.syncAll, Retention: c.retention}
+				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, SyncAll: c.syncAll, Retention: c.retention, PubBatch: c.pubBatch}
 				r := RunCluster(o)
 				if r.Violation != nil {
 					failClusterRun(t, o, r)
 					return
 				}
 				acked, deliveries, restarts, faults = acked+r.Acked, deliveries+r.Deliveries, restarts+r.Restarts, faults+r.Faults
+				batches += r.PubBatches
 				for st, n := range r.ReplicaStates {
 					states[st] += n
 				}
@@ -67,6 +72,9 @@ func TestClusterCampaign(t *testing.T) {
 				seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), faults, restarts, acked, deliveries, states)
 			if faults < 10*int(seeds) || restarts < 4*int(seeds) {
 				t.Fatalf("campaign too tame: %d faults, %d restarts in %d seeds", faults, restarts, seeds)
+			}
+			if c.pubBatch != (batches > 0) {
+				t.Fatalf("%d PUB_BATCH frames of more than one record sent (PubBatch %v)", batches, c.pubBatch)
 			}
 			// S10/S11: the replicas were in mixed states, not just InSync.
 			for _, st := range []string{"InSync", "CatchingUp", "Unreachable"} {

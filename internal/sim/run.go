@@ -129,6 +129,7 @@ type Result struct {
 	Tail       []string // the last lines of the trace
 	Violation  *Violation
 	Acked      int // PUB_OKs received
+	PubBatches int // PUB_BATCH frames of more than one record sent (ClusterOptions.PubBatch)
 	Deliveries int // MSG frames received
 	Restarts   int // broker incarnations after the first
 	Faults     int // faults injected (cluster runs)
@@ -216,6 +217,7 @@ type sim struct {
 	// What clients heard (scripted scenarios assert on it): ERR codes
 	// answering a PUB or an ACK, and acks confirmed (ACK_OK results OK).
 	pubErrors, ackErrors map[wire.Code]int
+	pubBatches           int            // Result.PubBatches
 	memberEvents         map[string]int // Result.Members
 	acksConfirmed        int
 	// scriptSteps counts a scripted scenario's steps still to come: the

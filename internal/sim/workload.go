@@ -28,6 +28,10 @@ type producer struct {
 	// is the node it tries (cluster runs move on when it does not lead).
 	partition int32
 	at        int
+	// batch: the producer sends what it publishes together as one
+	// PUB_BATCH (protocol v2) instead of a PUB each; a retry of one
+	// message is a PUB (ClusterOptions.PubBatch).
+	batch bool
 }
 
 func (p *producer) name() string { return fmt.Sprintf("p%d", p.id) }
@@ -67,10 +71,18 @@ func (p *producer) onFrame(c *conn, corr uint64, f wire.Frame) {
 			seqs = append(seqs, s)
 		}
 		slices.Sort(seqs)
-		for _, s := range seqs {
-			p.sendPub(s)
+		if p.batch && len(seqs) > 0 {
+			p.sendBatch(seqs)
+		} else {
+			for _, s := range seqs {
+				p.sendPub(s)
+			}
 		}
 		p.fill()
+	case *wire.PubBatchOK:
+		for i := range f.Results { // each record's answer, as its PUB's
+			p.onFrame(c, f.Results[i].Corr, f.Results[i].Result())
+		}
 	case *wire.PubOK:
 		value, ok := p.inflight[corr]
 		if !ok {
@@ -121,13 +133,34 @@ func (p *producer) onFrame(c *conn, corr uint64, f wire.Frame) {
 
 // fill keeps the window full.
 func (p *producer) fill() {
+	var seqs []uint64
 	for p.ready && len(p.inflight) < p.window && p.nextSeq <= p.messagesMax {
 		s := p.nextSeq
 		p.nextSeq++
 		p.inflight[s] = fmt.Sprintf("%s-%d", p.name(), s)
 		p.s.chk.sent[p.inflight[s]] = true
-		p.sendPub(s)
+		if p.batch {
+			seqs = append(seqs, s)
+		} else {
+			p.sendPub(s)
+		}
 	}
+	if len(seqs) > 0 {
+		p.sendBatch(seqs)
+	}
+}
+
+// sendBatch publishes the producer_seqs seqs in one PUB_BATCH, each record
+// under its seq as correlation id.
+func (p *producer) sendBatch(seqs []uint64) {
+	b := &wire.PubBatch{Topic: simTopic, Partition: p.partition, ProducerID: p.id}
+	for _, s := range seqs {
+		b.Records = append(b.Records, wire.PubRecord{Corr: s, ProducerSeq: s, Value: []byte(p.inflight[s])})
+	}
+	if len(seqs) > 1 {
+		p.s.pubBatches++
+	}
+	p.c.send(0, b)
 }
 
 // sendPub publishes producer_seq s; its correlation id is s, so replies map
