@@ -51,8 +51,8 @@ type conn struct {
 	inline  *sockwrite.Writer // nil unless plain TCP: no inline writes; guarded by writing
 	// batch is the PUB_BATCH open at the end of outBuf (protocol v2):
 	// PUBs queued one after another for the same topic, partition and
-	// producer join it as records, until another frame is queued or a
-	// writer takes outBuf (which seals it).
+	// producer join it as records, until another frame is queued, a
+	// writer takes outBuf or it holds pubBatchBytesMax (each seals it).
 	batch      wire.PubBatchWriter
 	pubBatches bool // the broker speaks PUB_BATCH (HELLO_OK's version)
 
@@ -446,14 +446,13 @@ const pubBatchBytesMax = 16 << 10
 // any other frame after sealing the open batch. A frame over the broker's
 // limit is cut back out. Caller holds outMu.
 func (c *conn) appendLocked(corr uint64, f wire.Frame) error {
-	start := len(c.outBuf)
 	if pub, ok := f.(*wire.Pub); ok && c.pubBatches {
 		if c.batch.Fits(c.outBuf, pub, wire.PubRecordBytes(pub), min(c.frameBytesMax, pubBatchBytesMax)) {
 			c.outBuf = c.batch.Add(c.outBuf, corr, pub)
 			return nil
 		}
 		c.outBuf = c.batch.Seal(c.outBuf)
-		start = len(c.outBuf)
+		start := len(c.outBuf)
 		c.outBuf = c.batch.Open(c.outBuf, corr, pub)
 		// Its size alone, as the PUB it is until another joins: with its
 		// checksum to come, without its length prefix.
@@ -465,7 +464,7 @@ func (c *conn) appendLocked(corr uint64, f wire.Frame) error {
 		return nil
 	}
 	c.outBuf = c.batch.Seal(c.outBuf)
-	start = len(c.outBuf)
+	start := len(c.outBuf)
 	c.outBuf = wire.AppendFrame(c.outBuf, corr, f)
 	if n := len(c.outBuf) - start - 4; n > c.frameBytesMax {
 		c.outBuf = c.outBuf[:start]

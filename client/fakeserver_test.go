@@ -438,9 +438,9 @@ func (fs *fakeServer) serve(s *fakeSession) {
 			// Each record is the PUB it stands for; one frame answers them.
 			var results []wire.PubResult
 			drop := false
-			for _, r := range b.Records {
-				reply, d := fs.handleLocked(s, r.Corr, &wire.Pub{Topic: b.Topic, Partition: b.Partition, ProducerID: b.ProducerID,
-					ProducerSeq: r.ProducerSeq, TimestampMs: r.TimestampMs, Key: r.Key, Value: r.Value, Headers: r.Headers})
+			for i, r := range b.Records {
+				pub := b.Pub(i)
+				reply, d := fs.handleLocked(s, r.Corr, &pub)
 				if drop = d; drop {
 					break
 				}
@@ -487,9 +487,9 @@ func (fs *fakeServer) serve(s *fakeSession) {
 func fakePubResult(corr uint64, reply wire.Frame) wire.PubResult {
 	switch r := reply.(type) {
 	case *wire.PubOK:
-		return wire.PubResult{Corr: corr, Partition: r.Partition, Seq: r.Seq, Epoch: r.Epoch, Duplicate: r.Duplicate}
+		return wire.NewPubResult(corr, *r, nil)
 	case *wire.Err:
-		return wire.PubResult{Corr: corr, Code: r.Code, Message: r.Message}
+		return wire.NewPubResult(corr, wire.PubOK{}, r.AsError())
 	}
 	panic(fmt.Sprintf("a PUB answered %T", reply))
 }

@@ -331,13 +331,7 @@ func (p *Protocol) publishBatch(f *wire.PubBatch, buf *[]byte) {
 	var left atomic.Int32
 	left.Store(int32(len(f.Records)))
 	answer := func(i int, ok wire.PubOK, err *wire.Error) {
-		r := &results[i]
-		r.Corr = f.Records[i].Corr
-		if err != nil {
-			r.Code, r.Message = err.Code, err.Message
-		} else {
-			r.Partition, r.Seq, r.Epoch, r.Duplicate = ok.Partition, ok.Seq, ok.Epoch, ok.Duplicate
-		}
+		results[i] = wire.NewPubResult(f.Records[i].Corr, ok, err)
 		if left.Add(-1) == 0 {
 			releaseReadBuf(buf)
 			p.send(0, &wire.PubBatchOK{Results: results})
@@ -352,9 +346,7 @@ func (p *Protocol) publishBatch(f *wire.PubBatch, buf *[]byte) {
 	}
 	var pub wire.Pub // the node copies what it keeps of it before PublishCorked returns
 	for i := range f.Records {
-		r := &f.Records[i]
-		pub = wire.Pub{Topic: f.Topic, Partition: f.Partition, ProducerID: f.ProducerID, ProducerSeq: r.ProducerSeq,
-			TimestampMs: r.TimestampMs, Key: r.Key, Value: r.Value, Headers: r.Headers}
+		pub = f.Pub(i)
 		var answered atomic.Bool
 		p.srv.node.PublishCorked(&pub, func(ok wire.PubOK, err *wire.Error) {
 			if !answered.Swap(true) { // the node answers once; count each record once

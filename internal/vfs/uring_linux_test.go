@@ -22,6 +22,23 @@ func ringOrSkip(t *testing.T) *uring {
 	return r
 }
 
+// testRing is a ring of its own with the given entries (the process's
+// ring must exist: ringOrSkip), torn down when the test ends.
+func testRing(t *testing.T, entries uint32) *uring {
+	t.Helper()
+	ringOrSkip(t)
+	r, err := newURing(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.event.Close() // a test may have closed it already
+		r.unmap()
+		syscall.Close(r.fd)
+	})
+	return r
+}
+
 // syncsThroughRing writes and syncs a file of fsys three times and
 // returns how many syncs the ring completed meanwhile.
 func syncsThroughRing(t *testing.T, r *uring, fsys FS) uint64 {
@@ -96,16 +113,7 @@ func syncAfterCloseFails(t *testing.T, fsys FS, write bool) {
 // that in flight (its completions could outnumber its CQ), the rest call
 // fdatasync themselves, and every one succeeds.
 func TestRingSyncsBeyondItsEntries(t *testing.T) {
-	ringOrSkip(t)
-	r, err := newURing(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		r.event.Close()
-		r.unmap()
-		syscall.Close(r.fd)
-	}()
+	r := testRing(t, 2)
 	dir := t.TempDir()
 	var wg sync.WaitGroup
 	var fellBack atomic.Int32
@@ -161,15 +169,7 @@ func TestRingSyncsBeyondItsEntries(t *testing.T) {
 // A sync in flight when the ring stops has no known outcome: it must be
 // reported as failed, never as done, and later syncs fall back.
 func TestStoppedRingFailsTheSyncsInFlight(t *testing.T) {
-	ringOrSkip(t)
-	r, err := newURing(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		r.unmap()
-		syscall.Close(r.fd)
-	}()
+	r := testRing(t, 8)
 	inFlight := make(chan int32, 1)
 	r.mu.Lock()
 	r.waiters[1<<40] = inFlight // a sync whose completion never comes
@@ -203,16 +203,7 @@ func TestParkedSyncWithoutTheRing(t *testing.T) {
 // answers) turns the ring off: the caller's own fdatasync answers, now
 // and for every later sync.
 func TestRingRefusingARequestFallsBack(t *testing.T) {
-	ringOrSkip(t)
-	r, err := newURing(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		r.event.Close()
-		r.unmap()
-		syscall.Close(r.fd)
-	}()
+	r := testRing(t, 8)
 	var pipe [2]int
 	if err := syscall.Pipe2(pipe[:], syscall.O_CLOEXEC); err != nil {
 		t.Fatal(err)

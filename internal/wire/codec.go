@@ -50,9 +50,20 @@ func AppendFrame(dst []byte, corr uint64, f Frame) []byte {
 		dst = slices.Grow(dst, n)
 	}
 	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0, byte(f.Type()))
-	dst = binary.BigEndian.AppendUint64(dst, corr)
-	dst = f.appendBody(dst)
+	dst = appendFrameHead(dst, f.Type(), corr)
+	return finishFrame(f.appendBody(dst), start)
+}
+
+// appendFrameHead starts a frame: its length (written by finishFrame),
+// type and correlation id.
+func appendFrameHead(dst []byte, t FrameType, corr uint64) []byte {
+	dst = append(dst, 0, 0, 0, 0, byte(t))
+	return binary.BigEndian.AppendUint64(dst, corr)
+}
+
+// finishFrame ends the frame begun at dst[start:] with its checksum and
+// writes its length.
+func finishFrame(dst []byte, start int) []byte {
 	crc := crc32.Checksum(dst[start+frameHeaderBytes:], castagnoli)
 	dst = binary.BigEndian.AppendUint32(dst, crc)
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-frameHeaderBytes))
@@ -76,8 +87,7 @@ func AppendFramePieces(pieces [][]byte, scratch []byte, corr uint64, f Frame) ([
 		scratch = AppendFrame(scratch, corr, f)
 		return append(pieces, scratch[start:len(scratch):len(scratch)]), scratch
 	}
-	b := append(scratch, 0, 0, 0, 0, byte(f.Type()))
-	b = binary.BigEndian.AppendUint64(b, corr)
+	b := appendFrameHead(scratch, f.Type(), corr)
 	b = r.appendHead(b)
 	n := len(b) - start - frameHeaderBytes + 4 // the CRC
 	for i := range r.Entries {

@@ -2,7 +2,6 @@ package wire
 
 import (
 	"encoding/binary"
-	"hash/crc32"
 )
 
 // Frame types of protocol v2: many publishes of one producer in one frame,
@@ -74,6 +73,14 @@ func (f *PubBatch) decodeBody(d *decoder) {
 	}
 }
 
+// Pub is the PUB record i of the batch stands for; its byte fields alias
+// the batch's.
+func (f *PubBatch) Pub(i int) Pub {
+	r := &f.Records[i]
+	return Pub{Topic: f.Topic, Partition: f.Partition, ProducerID: f.ProducerID, ProducerSeq: r.ProducerSeq,
+		TimestampMs: r.TimestampMs, Key: r.Key, Value: r.Value, Headers: r.Headers}
+}
+
 func appendPubBatchHead(b []byte, topic string, partition int32, producerID uint64) []byte {
 	b = appendStr(b, topic)
 	b = binary.BigEndian.AppendUint32(b, uint32(partition))
@@ -95,7 +102,7 @@ func appendPubRecord(b []byte, r *PubRecord) []byte {
 // Add appends a record, Seal writes its count, length and checksum. Until
 // Seal the buffer holds an incomplete frame.
 type PubBatchWriter struct {
-	start, countAt int // offsets in the buffer; start < 0: none open
+	start, countAt int // offsets in the buffer of the open batch's frame and of its count
 	count          int
 	Topic          string
 	Partition      int32
@@ -109,8 +116,7 @@ func (w *PubBatchWriter) Open(dst []byte, corr uint64, pub *Pub) []byte {
 	dst = w.Seal(dst)
 	w.start = len(dst)
 	w.Topic, w.Partition, w.ProducerID = pub.Topic, pub.Partition, pub.ProducerID
-	dst = append(dst, 0, 0, 0, 0, byte(TypePubBatch))
-	dst = binary.BigEndian.AppendUint64(dst, 0)
+	dst = appendFrameHead(dst, TypePubBatch, 0)
 	dst = appendPubBatchHead(dst, pub.Topic, pub.Partition, pub.ProducerID)
 	w.countAt = len(dst)
 	dst = binary.BigEndian.AppendUint32(dst, 0)
@@ -154,11 +160,8 @@ func (w *PubBatchWriter) Seal(dst []byte) []byte {
 	} else {
 		binary.BigEndian.PutUint32(dst[w.countAt:], uint32(w.count))
 	}
-	crc := crc32.Checksum(dst[w.start+frameHeaderBytes:], castagnoli)
-	dst = binary.BigEndian.AppendUint32(dst, crc)
-	binary.BigEndian.PutUint32(dst[w.start:], uint32(len(dst)-w.start-frameHeaderBytes))
 	w.count = 0
-	return dst
+	return finishFrame(dst, w.start)
 }
 
 // Abandon forgets the open batch without sealing it: the caller cut the
@@ -227,6 +230,15 @@ func (f *PubBatchOK) decodeBody(d *decoder) {
 		r.Corr, r.Partition, r.Seq, r.Epoch = d.u64(), d.u32(), d.u64(), d.u64()
 		r.Duplicate, r.Code, r.Message = d.boolean(), Code(d.u16()), d.str()
 	}
+}
+
+// NewPubResult is the result of the record under corr: ok, or err when
+// it is not nil.
+func NewPubResult(corr uint64, ok PubOK, err *Error) PubResult {
+	if err != nil {
+		return PubResult{Corr: corr, Code: err.Code, Message: err.Message}
+	}
+	return PubResult{Corr: corr, Partition: ok.Partition, Seq: ok.Seq, Epoch: ok.Epoch, Duplicate: ok.Duplicate}
 }
 
 // Result is r as the frame a PUB would have been answered with: a PUB_OK,
