@@ -34,10 +34,11 @@ const (
 )
 
 // histogram is a Prometheus histogram's cumulative bucket counts by upper
-// bound, ascending, +Inf last.
+// bound, ascending, +Inf last, and the sum of its observations.
 type histogram struct {
 	bounds []float64 // seconds
 	counts []float64
+	sum    float64 // seconds
 }
 
 // parseHistogram reads histogram name from a Prometheus text exposition;
@@ -50,6 +51,7 @@ func parseHistogram(r io.Reader, name, kind string) (histogram, error) {
 		return histogram{}, err
 	}
 	byBound := map[float64]float64{}
+	var sum float64
 	for _, m := range families[name].GetMetric() {
 		if kind != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
 			return l.GetName() == "kind" && l.GetValue() == kind
@@ -59,8 +61,9 @@ func parseHistogram(r io.Reader, name, kind string) (histogram, error) {
 		for _, b := range m.GetHistogram().GetBucket() { // the exposition's +Inf bucket included
 			byBound[b.GetUpperBound()] += float64(b.GetCumulativeCount())
 		}
+		sum += m.GetHistogram().GetSampleSum()
 	}
-	var out histogram
+	out := histogram{sum: sum}
 	for b := range byBound {
 		out.bounds = append(out.bounds, b)
 	}
@@ -74,9 +77,9 @@ func parseHistogram(r io.Reader, name, kind string) (histogram, error) {
 // add returns h plus o (o's buckets must be h's, or h empty).
 func (h histogram) add(o histogram) histogram {
 	if len(h.bounds) == 0 {
-		return histogram{bounds: slices.Clone(o.bounds), counts: slices.Clone(o.counts)}
+		return histogram{bounds: slices.Clone(o.bounds), counts: slices.Clone(o.counts), sum: h.sum + o.sum}
 	}
-	out := histogram{bounds: h.bounds, counts: slices.Clone(h.counts)}
+	out := histogram{bounds: h.bounds, counts: slices.Clone(h.counts), sum: h.sum + o.sum}
 	for i := range out.counts {
 		if i < len(o.counts) {
 			out.counts[i] += o.counts[i]
@@ -87,7 +90,7 @@ func (h histogram) add(o histogram) histogram {
 
 // since returns what was observed from before to h (same buckets).
 func (h histogram) since(before histogram) histogram {
-	out := histogram{bounds: h.bounds, counts: slices.Clone(h.counts)}
+	out := histogram{bounds: h.bounds, counts: slices.Clone(h.counts), sum: h.sum - before.sum}
 	for i := range out.counts {
 		if i < len(before.counts) && before.bounds[i] == h.bounds[i] {
 			out.counts[i] -= before.counts[i]
@@ -102,6 +105,14 @@ func (h histogram) count() float64 {
 		return 0
 	}
 	return h.counts[len(h.counts)-1]
+}
+
+// mean is the mean observation in seconds; NaN when empty.
+func (h histogram) mean() float64 {
+	if h.count() == 0 {
+		return math.NaN()
+	}
+	return h.sum / h.count()
 }
 
 // quantile estimates the q-quantile (0 < q < 1) in seconds, interpolating
@@ -175,11 +186,13 @@ func scrapeReplication(ctx context.Context, addr string) (repl, fsync histogram,
 }
 
 // replicationUsage is what a case's publishes waited for replication: the
-// p50 and p99 of each histogram over the case, and the replicas' fsyncs.
+// p50, p99 and mean of each histogram over the case, and the replicas'
+// fsyncs.
 type replicationUsage struct {
-	ReplicationP50, FsyncP50 time.Duration
-	ReplicationP99, FsyncP99 time.Duration
-	Fsyncs                   float64 // over every replica
+	ReplicationP50, FsyncP50   time.Duration
+	ReplicationP99, FsyncP99   time.Duration
+	ReplicationMean, FsyncMean time.Duration
+	Fsyncs                     float64 // over every replica
 }
 
 // measureReplication starts reading sys's replication histograms, and
@@ -206,6 +219,7 @@ func measureReplication(ctx context.Context, sys system) func() *replicationUsag
 		}
 		seconds := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 		return &replicationUsage{ReplicationP50: seconds(repl.quantile(0.5)), FsyncP50: seconds(fsync.quantile(0.5)),
-			ReplicationP99: seconds(repl.quantile(0.99)), FsyncP99: seconds(fsync.quantile(0.99)), Fsyncs: fsync.count()}
+			ReplicationP99: seconds(repl.quantile(0.99)), FsyncP99: seconds(fsync.quantile(0.99)),
+			ReplicationMean: seconds(repl.mean()), FsyncMean: seconds(fsync.mean()), Fsyncs: fsync.count()}
 	}
 }

@@ -14,6 +14,8 @@ import (
 
 // exposition is a node's /metrics with the two histograms: replication
 // counts per bucket bound (seconds), and replica fsyncs beside a log one.
+// Their sums make every replication 1.5 ms and every replica fsync 1 ms
+// on average.
 func exposition(repl, replicaFsync map[string]int) string {
 	var b strings.Builder
 	b.WriteString("# TYPE nereus_replication_seconds histogram\n")
@@ -22,6 +24,7 @@ func exposition(repl, replicaFsync map[string]int) string {
 		cum += repl[le]
 		fmt.Fprintf(&b, "nereus_replication_seconds_bucket{le=%q} %d\n", le, cum)
 	}
+	fmt.Fprintf(&b, "nereus_replication_seconds_sum %g\n", float64(cum)*0.0015)
 	fmt.Fprintf(&b, "nereus_replication_seconds_count %d\n", cum)
 	b.WriteString("# TYPE nereus_fsync_seconds histogram\n")
 	cum = 0
@@ -30,6 +33,8 @@ func exposition(repl, replicaFsync map[string]int) string {
 		cum += replicaFsync[le]
 		fmt.Fprintf(&b, "nereus_fsync_seconds_bucket{kind=\"replica\",le=%q} %d\n", le, cum)
 	}
+	b.WriteString("nereus_fsync_seconds_sum{kind=\"log\"} 7\n")
+	fmt.Fprintf(&b, "nereus_fsync_seconds_sum{kind=\"replica\"} %g\n", float64(cum)*0.001)
 	return b.String()
 }
 
@@ -55,6 +60,9 @@ func TestParseHistogramsSumOverProcesses(t *testing.T) {
 	if fmt.Sprint(r.counts) != "[2 4 8 8]" {
 		t.Fatalf("replication counts %v", r.counts)
 	}
+	if math.Abs(r.sum-0.012) > 1e-12 || math.Abs(h.mean()-0.001) > 1e-12 {
+		t.Fatalf("sums: replication %v (want 0.012 s), replica fsync mean %v (want 1 ms; the log's are not the replicas')", r.sum, h.mean())
+	}
 	if _, err := parseHistogram(strings.NewReader(`nereus_replication_seconds_bucket{le="x"} 1`), metricReplication, ""); err == nil {
 		t.Fatal("a bucket bound that is no number parsed")
 	}
@@ -74,9 +82,13 @@ func TestHistogramQuantileInterpolatesInItsBucket(t *testing.T) {
 	if got := (histogram{}).quantile(0.5); !math.IsNaN(got) {
 		t.Errorf("empty histogram's p50 %v, want NaN", got)
 	}
-	before := histogram{bounds: h.bounds, counts: []float64{2, 2, 2, 2}}
-	if d := h.since(before); fmt.Sprint(d.counts) != "[0 2 6 7]" || d.count() != 7 {
-		t.Errorf("since: %v", d.counts)
+	h.sum = 0.03
+	before := histogram{bounds: h.bounds, counts: []float64{2, 2, 2, 2}, sum: 0.002}
+	if d := h.since(before); fmt.Sprint(d.counts) != "[0 2 6 7]" || d.count() != 7 || math.Abs(d.mean()-0.004) > 1e-12 {
+		t.Errorf("since: %v, mean %v (want 4 ms)", d.counts, d.mean())
+	}
+	if got := (histogram{}).mean(); !math.IsNaN(got) {
+		t.Errorf("empty histogram's mean %v, want NaN", got)
 	}
 }
 
@@ -122,15 +134,29 @@ func TestMeasureReplicationReadsTheCase(t *testing.T) {
 	if u.ReplicationP99 != 3980*time.Microsecond || u.FsyncP99 != 1990*time.Microsecond {
 		t.Fatalf("measured %+v, want replication p99 3.98ms, fsync p99 1.99ms", *u)
 	}
+	if u.ReplicationMean != 1500*time.Microsecond || u.FsyncMean != time.Millisecond {
+		t.Fatalf("measured %+v, want replication mean 1.5ms, fsync mean 1ms", *u)
+	}
+	// 128,000 msgs/s with the async window of 256: 2,000 µs in flight.
 	r := summarize(benchCase{System: systemNereus, Mode: modeR3, Workload: workloadPubAsync, SizeBytes: 1024},
-		runResult{Messages: 10, Elapsed: time.Second, Replication: u})
-	if r.ReplicationP50Us != 3000 || r.ReplicaFsyncP50Us != 1500 || r.ReplicationP99Us != 3980 || r.ReplicaFsyncP99Us != 1990 || r.ReplicaFsyncsPerMsg != 0.6 {
+		runResult{Messages: 128_000, Elapsed: time.Second, Replication: u})
+	if r.ReplicationP50Us != 3000 || r.ReplicaFsyncP50Us != 1500 || r.ReplicationP99Us != 3980 || r.ReplicaFsyncP99Us != 1990 ||
+		r.ReplicationMeanUs != 1500 || r.ReplicaFsyncMeanUs != 1000 || r.ReplicaFsyncsPerMsg != 6.0/128_000 {
 		t.Fatalf("row %+v", r)
 	}
+	// 500 msgs/s one at a time: 2,000 µs in flight too.
+	s := summarize(benchCase{System: systemNereus, Mode: modeR3, Workload: workloadPubSync, SizeBytes: 1024},
+		runResult{Messages: 500, Elapsed: time.Second, Latencies: []time.Duration{time.Millisecond}, Replication: u})
 	var b strings.Builder
-	writeReplicationMarkdown(&b, []row{r})
-	if !strings.Contains(b.String(), "| r3 | pub_async | 1 KiB | 3000 | 1500 | 2.00× | 3980 | 1990 | 0.600 |") {
-		t.Fatalf("markdown:\n%s", b.String())
+	writeReplicationMarkdown(&b, []row{r, s})
+	for _, want := range []string{
+		"| r3 | pub_async | 1 KiB | 3000 | 1500 | 2.00× | 3980 | 1990 | 0.000 |",
+		"| r3 | pub_async | 1 KiB | 2000 | 1500 | 0.75× | 1000 | 0.50× |",
+		"| r3 | pub_sync | 1 KiB | 2000 | 1500 | 0.75× | 1000 | 0.50× |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("markdown lacks %q:\n%s", want, b.String())
+		}
 	}
 	if end := measureReplication(context.Background(), fakeCluster{}); end() != nil {
 		t.Fatal("a system without metrics measured something")

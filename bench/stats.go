@@ -81,12 +81,15 @@ type row struct {
 	// replicated Nereus publish case, the p50 (p99) of the leader's
 	// proposal-to-commit time and of the replicas' log fsyncs over the
 	// case, from the brokers' metrics (nereus_replication_seconds,
-	// nereus_fsync_seconds{kind="replica"}); ReplicaFsyncsPerMsg counts
-	// those fsyncs, every replica's, per message. 0 where not measured.
+	// nereus_fsync_seconds{kind="replica"}); the Means are their means.
+	// ReplicaFsyncsPerMsg counts those fsyncs, every replica's, per
+	// message. 0 where not measured.
 	ReplicationP50Us    float64 `json:"replication_p50_us,omitempty"`
 	ReplicaFsyncP50Us   float64 `json:"replica_fsync_p50_us,omitempty"`
 	ReplicationP99Us    float64 `json:"replication_p99_us,omitempty"`
 	ReplicaFsyncP99Us   float64 `json:"replica_fsync_p99_us,omitempty"`
+	ReplicationMeanUs   float64 `json:"replication_mean_us,omitempty"`
+	ReplicaFsyncMeanUs  float64 `json:"replica_fsync_mean_us,omitempty"`
 	ReplicaFsyncsPerMsg float64 `json:"replica_fsyncs_per_msg,omitempty"`
 	// HeapBytesPerPending is the heap in use (after GC) per pending
 	// schedule (sched_pending only).
@@ -151,6 +154,8 @@ func summarize(c benchCase, r runResult) row {
 		out.ReplicaFsyncP50Us = float64(u.FsyncP50.Nanoseconds()) / 1e3
 		out.ReplicationP99Us = float64(u.ReplicationP99.Nanoseconds()) / 1e3
 		out.ReplicaFsyncP99Us = float64(u.FsyncP99.Nanoseconds()) / 1e3
+		out.ReplicationMeanUs = float64(u.ReplicationMean.Nanoseconds()) / 1e3
+		out.ReplicaFsyncMeanUs = float64(u.FsyncMean.Nanoseconds()) / 1e3
 		out.ReplicaFsyncsPerMsg = u.Fsyncs / float64(r.Messages)
 	}
 	return out
@@ -181,6 +186,8 @@ func medianRow(runs []row) row {
 	out.ReplicaFsyncP50Us = pick(func(r row) float64 { return r.ReplicaFsyncP50Us })
 	out.ReplicationP99Us = pick(func(r row) float64 { return r.ReplicationP99Us })
 	out.ReplicaFsyncP99Us = pick(func(r row) float64 { return r.ReplicaFsyncP99Us })
+	out.ReplicationMeanUs = pick(func(r row) float64 { return r.ReplicationMeanUs })
+	out.ReplicaFsyncMeanUs = pick(func(r row) float64 { return r.ReplicaFsyncMeanUs })
 	out.ReplicaFsyncsPerMsg = pick(func(r row) float64 { return r.ReplicaFsyncsPerMsg })
 	out.HeapBytesPerPending = pick(func(r row) float64 { return r.HeapBytesPerPending })
 	out.IdleCPUMsPerS = pick(func(r row) float64 { return r.IdleCPUMsPerS })
