@@ -125,7 +125,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 			}
 			start := time.Now()
 			for s := seed; s < seed+seeds; s++ {
-				o := sim.Options{Seed: s, Steps: steps, Faults: f, KeepTrace: trace}
+				o := sim.Options{Seed: s, Steps: steps, Faults: f, KeepTrace: trace, PubBatch: pubBatch}
 				r := sim.Run(o)
 				if trace {
 					fmt.Fprintln(out, strings.Join(r.Trace, "\n"))
@@ -150,8 +150,11 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 						fmt.Fprintf(out, "VIOLATION %v\n", r.Violation)
 						fmt.Fprintf(out, "trace tail:\n  %s\n", strings.Join(r.Tail, "\n  "))
 					}
-					return fmt.Errorf("seed %d broke %s; reproduce: go run ./cmd/nereus sim --seed %d --steps %d --faults %s",
-						r.Seed, r.Violation.Invariant, r.Seed, steps, f)
+					again := fmt.Sprintf("go run ./cmd/nereus sim --seed %d --steps %d --faults %s", r.Seed, steps, f)
+					if pubBatch {
+						again += " --pub-batch"
+					}
+					return fmt.Errorf("seed %d broke %s; reproduce: %s", r.Seed, r.Violation.Invariant, again)
 				}
 			}
 			if seeds > 1 && !asJSON {
@@ -172,7 +175,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.IntVar(&nodes, "nodes", 0, "simulate a cluster of this many complete nodes (server, node, replication, metadata) instead of one node")
 	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
 	fl.BoolVar(&members, "members", false, "with --nodes: the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked)")
-	fl.BoolVar(&pubBatch, "pub-batch", false, "with --nodes: the producers publish in PUB_BATCH frames (protocol v2), a retry of one message as a PUB")
+	fl.BoolVar(&pubBatch, "pub-batch", false, "the producers publish in PUB_BATCH frames (protocol v2), a retry of one message as a PUB (a single node, or with --nodes)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")

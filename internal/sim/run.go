@@ -92,6 +92,10 @@ type Options struct {
 	Consumers           int
 	Partitions          uint32
 	AckWaitMs           int64
+	// PubBatch makes the producers send what they publish together as
+	// one PUB_BATCH (protocol v2), as ClusterOptions.PubBatch does; a
+	// retry of one message is a PUB.
+	PubBatch bool
 	// Mutations break the broker on purpose (mutation tests).
 	Mutations node.Mutations
 	// KeepTrace keeps every trace line in the result (golden traces).
@@ -129,7 +133,7 @@ type Result struct {
 	Tail       []string // the last lines of the trace
 	Violation  *Violation
 	Acked      int // PUB_OKs received
-	PubBatches int // PUB_BATCH frames of more than one record sent (ClusterOptions.PubBatch)
+	PubBatches int // PUB_BATCH frames of more than one record sent (Options.PubBatch, ClusterOptions.PubBatch)
 	Deliveries int // MSG frames received
 	Restarts   int // broker incarnations after the first
 	Faults     int // faults injected (cluster runs)
@@ -276,7 +280,7 @@ func (s *sim) startWorkload() {
 	s.b.start()
 	for i := 0; i < s.opts.Producers; i++ {
 		p := &producer{s: s, id: uint64(1000 + i), window: 8, messagesMax: uint64(s.opts.MessagesPerProducer),
-			nextSeq: 1, inflight: map[uint64]string{}, partition: wire.PartitionAuto}
+			nextSeq: 1, inflight: map[uint64]string{}, partition: wire.PartitionAuto, batch: s.opts.PubBatch}
 		s.producers = append(s.producers, p)
 		s.w.after(s.w.between(0, 10), p.connect)
 	}
@@ -424,7 +428,7 @@ func (s *sim) result() Result {
 	return Result{Seed: s.opts.Seed, Events: s.w.events, VirtualMs: s.w.nowMs - epochMs,
 		TraceHash: s.w.trace.sum(), Trace: s.w.trace.all, Tail: s.w.trace.lastLines(),
 		Violation: s.chk.violation, Acked: len(s.chk.acked), Deliveries: s.chk.deliveries,
-		Restarts: max(s.b.started-1, 0)}
+		Restarts: max(s.b.started-1, 0), PubBatches: s.pubBatches}
 }
 
 // injectFault applies one randomly chosen enabled fault, then schedules the

@@ -30,8 +30,11 @@ type producer struct {
 	at        int
 	// batch: the producer sends what it publishes together as one
 	// PUB_BATCH (protocol v2) instead of a PUB each; a retry of one
-	// message is a PUB (ClusterOptions.PubBatch).
+	// message is a PUB (ClusterOptions.PubBatch, Options.PubBatch).
 	batch bool
+	// fillQueued: a batch producer's refill is queued for when the answers
+	// that arrived at this instant are all handled.
+	fillQueued bool
 }
 
 func (p *producer) name() string { return fmt.Sprintf("p%d", p.id) }
@@ -91,7 +94,7 @@ func (p *producer) onFrame(c *conn, corr uint64, f wire.Frame) {
 		delete(p.inflight, corr)
 		p.s.w.tracef("%s PUB_OK pseq=%d -> %d/%d epoch=%d dup=%v", p.name(), corr, f.Partition, f.Seq, f.Epoch, f.Duplicate)
 		p.s.chk.publishAcked(p.id, corr, value, f)
-		p.fill()
+		p.refill()
 	case *wire.Err:
 		p.s.w.tracef("%s ERR %s corr=%d", p.name(), f.Code, corr)
 		if _, ok := p.inflight[corr]; ok {
@@ -126,8 +129,25 @@ func (p *producer) onFrame(c *conn, corr uint64, f wire.Frame) {
 				p.s.chk.violate("PublishAnswered", "%s: PUB pseq=%d failed permanently: %s", p.name(), corr, f.AsError())
 			}
 			delete(p.inflight, corr)
-			p.fill()
+			p.refill()
 		}
+	}
+}
+
+// refill fills the window after an answer: at once for a producer of
+// PUBs; for a batch producer once the answers that arrived at this instant
+// are all handled, so that the slots they free go out as one PUB_BATCH.
+func (p *producer) refill() {
+	if !p.batch {
+		p.fill()
+		return
+	}
+	if !p.fillQueued {
+		p.fillQueued = true
+		p.s.w.after(0, func() {
+			p.fillQueued = false
+			p.fill()
+		})
 	}
 }
 
