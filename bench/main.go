@@ -7,7 +7,7 @@
 //
 // Run it from bench/:
 //
-//	go run . -quick                 # about 3 minutes
+//	go run . -quick                 # about 7 minutes
 //	go run .                        # 3 runs per row, a few minutes
 //	go run . -only 'pub_async'      # rows whose system/mode/workload/size matches
 //	go run . -quick -only '^nereus/r3/pub_' -profile /tmp/nereus-profiles
@@ -59,7 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, *regexp.Regexp, error) 
 	var f flags
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.BoolVar(&f.quick, "quick", false, "short bounds and 1 run per row (about 3 minutes)")
+	fs.BoolVar(&f.quick, "quick", false, "short bounds and 1 run per row (about 7 minutes)")
 	fs.StringVar(&f.outDir, "out", "results", "directory for latest.md, latest.svg and latest.json")
 	fs.StringVar(&f.only, "only", "", "run only the rows whose system/mode/workload/size matches this regexp")
 	fs.IntVar(&f.count, "count", 0, "runs per row, the median is reported (default 1 with -quick, else 3)")

@@ -37,7 +37,10 @@ type limits struct {
 	PubSyncCountMax  int
 	PubAsyncCountMax int
 	// RunBytesMax bounds count × size of any publishing phase, so that a
-	// 64 KiB run does not fill the disk.
+	// 64 KiB run does not fill the disk (streams stay until the run ends).
+	// -quick's one run per row gets more than the default's three: at
+	// 256 MiB its 64 KiB cases lasted 0.2-2.4 s and their ratios to each
+	// other moved by 3x between runs (PERFORMANCE, Round 14).
 	RunBytesMax int64
 	// PrefillCountMax and PrefillTimeLimit bound the untimed fill before a
 	// consume run; the consume run reads what the fill wrote.
@@ -87,7 +90,7 @@ func newLimits(quick bool) limits {
 	if quick {
 		return limits{
 			TimeLimit: 3 * time.Second, PubSyncCountMax: 20_000, PubAsyncCountMax: 500_000,
-			RunBytesMax: 256 << 20, PrefillCountMax: 100_000, PrefillTimeLimit: 6 * time.Second,
+			RunBytesMax: 1 << 30, PrefillCountMax: 100_000, PrefillTimeLimit: 6 * time.Second,
 			E2ERatePerS: 2000, E2EDuration: 3 * time.Second, FailoverKills: 5,
 			GroupPrefillCountMax: 100_000, GroupChangeRepeats: 10,
 			SchedIntakeClients: 16, SchedFireCount: 20_000, SchedLatenessRate: 500, SchedLatenessDuration: 4 * time.Second,
