@@ -2,12 +2,14 @@ package replog
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/vfs"
 )
@@ -380,5 +382,54 @@ func TestUnprovenDamagedTailMakesTheMemberUncertain(t *testing.T) {
 	}
 	if got, want := g.values(follower), g.values(g.leader().Status().ID); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("member has\n%v\nleader has\n%v", got, want)
+	}
+}
+
+// TestEntriesForAnAppendReportDamageAfterGoodEntries: a read of the log
+// for an Append that meets damage after some good entries stops there
+// without an error (storage.Log.Read). The kernel takes the whole range as
+// sent, so the follower's answer sends it back to the same start: short
+// again, forever, and the damage never found (sim seed 504 with --policy
+// all --pub-batch: a follower whose answers pointed before the damage
+// every time; nothing committed for 120 s). Entries reports the damage
+// instead, so the member drops it and rebuilds (Handle).
+func TestEntriesForAnAppendReportDamageAfterGoodEntries(t *testing.T) {
+	fsys := vfs.NewMem()
+	m, err := OpenMember(Config{ID: 1, Members: []replica.NodeID{1, 2, 3}, Dir: "/n1", FS: fsys, Logger: quiet, Clock: env.Wall{},
+		Send: func(replica.Message) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for seq, v := range []string{"", "one", "two", "three"} {
+		if seq == 0 {
+			continue
+		}
+		if err := (memberStore{m}).Append(entriesOf(uint64(seq), 1, v)); err != nil { // a batch each
+			t.Fatal(err)
+		}
+	}
+	if err := m.log.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	expectEntries(t, m, 1, 3, "[1/1:one 2/1:two 3/1:three]")
+	name := "/n1/00000000000000000001.log"
+	data, err := fsys.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsets := batchOffsets(data)
+	if len(offsets) != 3 {
+		t.Fatalf("%d batches, want 3", len(offsets))
+	}
+	if err := fsys.FlipBit(name, offsets[1]+40, 2); err != nil { // inside seq 2's batch, unknown to the log
+		t.Fatal(err)
+	}
+	m.cache.mu.Lock()
+	m.cache.reset() // read the log, as for a follower far behind
+	m.cache.mu.Unlock()
+	got, err := memberStore{m}.Entries(1, 3)
+	if !errors.Is(err, errDamagedRead) {
+		t.Fatalf("Entries(1, 3) over damage at seq 2: %d entries, err %v; want errDamagedRead", len(got), err)
 	}
 }
