@@ -150,11 +150,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 						fmt.Fprintf(out, "VIOLATION %v\n", r.Violation)
 						fmt.Fprintf(out, "trace tail:\n  %s\n", strings.Join(r.Tail, "\n  "))
 					}
-					again := fmt.Sprintf("go run ./cmd/nereus sim --seed %d --steps %d --faults %s", r.Seed, steps, f)
-					if pubBatch {
-						again += " --pub-batch"
-					}
-					return fmt.Errorf("seed %d broke %s; reproduce: %s", r.Seed, r.Violation.Invariant, again)
+					return fmt.Errorf("seed %d broke %s; reproduce: %s", r.Seed, r.Violation.Invariant, sim.Reproduce(o))
 				}
 			}
 			if seeds > 1 && !asJSON {

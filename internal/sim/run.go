@@ -123,6 +123,16 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// Reproduce is the command that runs o again.
+func Reproduce(o Options) string {
+	o.setDefaults()
+	cmd := fmt.Sprintf("go run ./cmd/nereus sim --seed %d --steps %d --faults %s", o.Seed, o.Steps, o.Faults)
+	if o.PubBatch {
+		cmd += " --pub-batch"
+	}
+	return cmd
+}
+
 // Result is what a run did and whether an invariant broke.
 type Result struct {
 	Seed       uint64

@@ -16,19 +16,9 @@ import (
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/golden traces from this run")
 
-// reproduce is the command that replays a seed.
-func reproduce(o Options) string {
-	o.setDefaults()
-	cmd := fmt.Sprintf("go run ./cmd/nereus sim --seed %d --steps %d --faults %s", o.Seed, o.Steps, o.Faults)
-	if o.PubBatch {
-		cmd += " --pub-batch"
-	}
-	return cmd
-}
-
 func failRun(t *testing.T, o Options, r Result) {
 	t.Helper()
-	t.Errorf("seed %d: %v\ntrace tail:\n  %s\nreproduce: %s", r.Seed, r.Violation, strings.Join(r.Tail, "\n  "), reproduce(o))
+	t.Errorf("seed %d: %v\ntrace tail:\n  %s\nreproduce: %s", r.Seed, r.Violation, strings.Join(r.Tail, "\n  "), Reproduce(o))
 }
 
 func TestSameSeedSameTrace(t *testing.T) {
