@@ -24,6 +24,9 @@
 // zeroes written ahead by the writer (as many bytes as the segment uses,
 // at most 1 MiB, never past SegmentBytesMax), so that an append lands
 // inside the file and its fdatasync need not also flush a new file size.
+// A batch of 256 KiB or more is preallocated only up to its own end: it
+// would grow the file anyway, and zeroes ahead of it would reach the disk
+// only to be written over.
 // A segment is sealed when the log rolls to a new one: its zero tail is
 // cut off first, so a sealed segment's file is exactly its batches.
 // A segment's size (for retention and in its index) is always its used

@@ -429,15 +429,30 @@ func (l *Log) Append(epoch uint64, recs []Record) (firstSeq uint64, err error) {
 // is preallocated.
 const preallocBytesMax = 1 << 20
 
+// largeBatchBytes: a batch at least this long is preallocated up to its
+// own end and no further. The zeroes written ahead of a log's end reach
+// the disk with the next fdatasync (it flushes every dirty page of the
+// file) and are written again when records land on them. Small appends
+// pay that once per step, and in return most of their fdatasyncs need not
+// flush a new file size. A large batch grows the file every few appends
+// anyway, and its fdatasync is long enough that a new size is a small part
+// of it: at 64 KiB records the zeroes ahead made an r3 cluster write 8%
+// more to the disk, for nothing (docs/PERFORMANCE.md, Round 15).
+const largeBatchBytes = 256 << 10
+
 // preallocate grows the file of s, whose next batch will end at end, with
 // zeroes up to end and past it: by as many bytes as the segment will use,
-// at most preallocBytesMax, and not past SegmentBytesMax. Appends then
-// write inside the file instead of growing it, and their fdatasync need
-// not flush the file's size (see vfs.File.Allocate). The step follows the
-// used length so that a small log stays small; a big segment grows once
-// per MiB. An empty segment (a new log, a new ledger) takes no space.
+// at most preallocBytesMax, and not past SegmentBytesMax; a large batch
+// (largeBatchBytes) only up to end. Appends then write inside the file
+// instead of growing it, and their fdatasync need not flush the file's
+// size (see vfs.File.Allocate). The step follows the used length so that
+// a small log stays small; a big segment grows once per MiB. An empty
+// segment (a new log, a new ledger) takes no space.
 func (l *Log) preallocate(s *segment, end int64) error {
-	size := max(end, min(end+min(end, preallocBytesMax), l.opts.SegmentBytesMax))
+	size := end
+	if end-s.sizeBytes < largeBatchBytes {
+		size = max(end, min(end+min(end, preallocBytesMax), l.opts.SegmentBytesMax))
+	}
 	if err := s.file.Allocate(size); err != nil {
 		return err
 	}

@@ -122,6 +122,63 @@ func TestPreallocatedLayout(t *testing.T) {
 	checkAgainst(t, l, &mod)
 }
 
+// TestLargeBatchIsNotPreallocatedAhead: a batch of largeBatchBytes or
+// more grows the active segment up to its own end and no further (zeroes
+// ahead of it would reach the disk only to be written over); the next
+// small append preallocates ahead again; a log ending at its last batch,
+// with no zero tail, recovers as one with a tail does.
+func TestLargeBatchIsNotPreallocatedAhead(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, Options{})
+	var mod model
+	big := func(n int) []Record {
+		recs := make([]Record, n)
+		for i := range recs {
+			recs[i] = Record{TimestampMs: int64(i), Key: []byte("k"), Value: bytes.Repeat([]byte{byte(i + 1)}, 64<<10)}
+		}
+		return recs
+	}
+	name := segmentPath(testDir, 1)
+	tail := func() int64 {
+		t.Helper()
+		size, err := m.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := l.active(); a.allocBytes != size {
+			t.Fatalf("allocBytes %d, file of %d bytes", a.allocBytes, size)
+		}
+		return size - l.active().sizeBytes
+	}
+	appendMany(t, l, &mod, 3, 1)
+	if tail() == 0 {
+		t.Fatal("a small append was not preallocated ahead")
+	}
+	mod.append(t, l, 1, big(4)) // 256 KiB of values: past the small append's step
+	if n := tail(); n != 0 {
+		t.Fatalf("a batch of %d bytes left a zero tail of %d bytes", 4*64<<10, n)
+	}
+	appendMany(t, l, &mod, 2, 1)
+	if tail() == 0 {
+		t.Fatal("a small append after a large batch was not preallocated ahead")
+	}
+	mod.append(t, l, 2, big(8))
+	if n := tail(); n != 0 {
+		t.Fatalf("a batch of %d bytes left a zero tail of %d bytes", 8*64<<10, n)
+	}
+	checkLayout(t, m, l)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	m.CrashClean()
+	l = openLog(t, m, Options{})
+	defer l.Close()
+	checkLayout(t, m, l)
+	checkAgainst(t, l, &mod)
+	appendMany(t, l, &mod, 2, 3)
+	checkAgainst(t, l, &mod)
+}
+
 // TestRecoveryOfTheActiveTail damages what follows the last batch of a
 // preallocated active segment. Only an all-zero tail is a clean end; every
 // other tail is cut off, and no record is served from it.
