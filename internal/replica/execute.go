@@ -40,10 +40,10 @@ type Executor struct {
 func (x *Executor) Begin(k *Replica) (Ready, error) {
 	rd := k.Ready()
 	if x.SendBeforePersist {
-		if err := x.send(rd, rd.Early); err != nil {
+		if err := x.send(k, rd, rd.Early); err != nil {
 			return rd, err
 		}
-		if err := x.send(rd, rd.Messages); err != nil {
+		if err := x.send(k, rd, rd.Messages); err != nil {
 			return rd, err
 		}
 		rd.Early, rd.Messages = nil, nil
@@ -68,7 +68,7 @@ func (x *Executor) Begin(k *Replica) (Ready, error) {
 			return rd, err
 		}
 	}
-	return rd, x.send(rd, rd.Early)
+	return rd, x.send(k, rd, rd.Early)
 }
 
 // Finish makes rd's log writes durable, sends its remaining messages and
@@ -79,7 +79,7 @@ func (x *Executor) Finish(k *Replica, rd Ready) error {
 			return err
 		}
 	}
-	if err := x.send(rd, rd.Messages); err != nil {
+	if err := x.send(k, rd, rd.Messages); err != nil {
 		return err
 	}
 	k.Advance(rd)
@@ -104,8 +104,9 @@ func (x *Executor) Run(k *Replica) (commit uint64, err error) {
 
 // send sends msgs, attaching their entries to Appends: from the Ready when
 // it holds the range (a leader's fresh proposals, possibly not durable
-// yet), else from the store.
-func (x *Executor) send(rd Ready, msgs []Message) error {
+// yet), else from the store. An Append whose store read stopped short
+// goes with what was read, and k hears where it ended (AppendShort).
+func (x *Executor) send(k *Replica, rd Ready, msgs []Message) error {
 	for _, m := range msgs {
 		if m.Type == MsgAppend && m.FirstSeq != 0 {
 			if n := len(rd.Entries); n > 0 && m.FirstSeq >= rd.Entries[0].Seq && m.LastSeqSent <= rd.Entries[n-1].Seq {
@@ -116,8 +117,9 @@ func (x *Executor) send(rd Ready, msgs []Message) error {
 					return err
 				}
 				m.Entries = entries
-				if len(entries) > 0 {
-					m.LastSeqSent = entries[len(entries)-1].Seq
+				if n := len(entries); n > 0 && entries[n-1].Seq < m.LastSeqSent {
+					m.LastSeqSent = entries[n-1].Seq
+					k.AppendShort(m.To, m.LastSeqSent)
 				}
 			}
 		}

@@ -737,6 +737,20 @@ func (r *Replica) appendFor(i int, p NodeID) Message {
 	return m
 }
 
+// AppendShort tells the replica that an Append it built for peer `to` left
+// with its entries only through sent: the shell's read of the range
+// stopped short (a bound on the bytes of one read), and appendFor counted
+// the whole range as sent. The next Append to that peer then starts after
+// sent, not after the range: one that starts further on would only be
+// refused as a mismatch, a round trip lost for every short read of a
+// catch-up. It never moves the peer's next entry forward, so a late or
+// repeated call costs a resend at worst.
+func (r *Replica) AppendShort(to NodeID, sent uint64) {
+	if i := r.peerIndex(to); i >= 0 {
+		r.next[i] = min(r.next[i], sent+1)
+	}
+}
+
 // Advance reports that the last Ready was carried out: its state is durable
 // and its messages are sent.
 func (r *Replica) Advance(rd Ready) {

@@ -43,6 +43,9 @@ type cluster struct {
 	// onFlush, when set, runs after every Ready a replica carried out (the
 	// scenario tests' reference model checks each step there).
 	onFlush func(NodeID)
+	// entriesMax, when set, makes every store read for an Append return at
+	// most that many entries (replog's reads stop at a byte bound).
+	entriesMax int
 }
 
 func newCluster(t *testing.T, n int, policy AckPolicy) *cluster {
@@ -167,6 +170,9 @@ func (ts testStore) Entries(first, last uint64) ([]Entry, error) {
 		ts.c.t.Fatalf("n%d sends compacted entries from %d (snapshot at %d)", ts.id, first, s.snapSeq)
 	}
 	all := append(slices.Clone(s.log), s.unsynced...)
+	if n := uint64(ts.c.entriesMax); n > 0 {
+		last = min(last, first+n-1)
+	}
 	return slices.Clone(all[first-1 : min(last, uint64(len(all)))]), nil
 }
 

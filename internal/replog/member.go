@@ -462,11 +462,13 @@ func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
 	read, err := s.m.log.Read(first, int(last-first+1), entriesReadBytesMax)
 	if err == nil && len(read) > 0 && uint64(len(read)) < last-first+1 {
 		// A read stops short, without an error, at damage after what it
-		// could read. The kernel counts the whole range as sent and next
-		// asks again from where its follower's answer sends it back —
-		// the same start, short again: a catch-up that never reaches the
-		// damage and never ends (sim seed 504 with --policy all
-		// --pub-batch). Looking one entry on finds the damage now.
+		// could read (or at entriesReadBytesMax: the executor then tells
+		// the kernel where it ended, AppendShort). Looking one entry on
+		// finds the damage now, not an APPEND later. Before AppendShort
+		// the kernel counted the whole range as sent and asked again
+		// from where its follower's answer sent it back — the same start,
+		// short again: a catch-up that never reached the damage and never
+		// ended (sim seed 504 with --policy all --pub-batch).
 		if _, perr := s.m.log.Read(read[len(read)-1].Seq+1, 1, entriesReadBytesMax); errors.Is(perr, storage.ErrCorrupt) {
 			err = perr
 		}

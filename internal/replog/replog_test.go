@@ -31,6 +31,8 @@ type group struct {
 	logs    map[replica.NodeID]*Log
 	cut     map[replica.NodeID]bool
 	tune    func(*Config) // adjusts every member's config (nil: defaults)
+	// observe, when set before traffic starts, sees every message routed.
+	observe func(replica.Message)
 }
 
 func newGroup(t *testing.T, n int) *group { return newGroupWith(t, n, nil) }
@@ -83,6 +85,9 @@ func (g *group) route(m replica.Message) {
 	blocked := g.cut[m.From] || g.cut[m.To]
 	g.mu.Unlock()
 	if to != nil && !blocked {
+		if g.observe != nil {
+			g.observe(m)
+		}
 		to.Step(m)
 	}
 }
