@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,25 @@ func TestSimReplicasWithDiskAndClockFaults(t *testing.T) {
 	root.SetArgs([]string{"sim", "--replicas", "3", "--policy", "most"})
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), `--policy "most"`) {
 		t.Fatalf("a bad policy: %v", err)
+	}
+	// The replica group's own options are refused without --replicas,
+	// instead of running a node simulation without them.
+	for _, flag := range []string{"--compact", "--short-reads", "--disk-faults", "--clock-faults"} {
+		root = newRootCmd()
+		addExtraCommands(root)
+		root.SetArgs([]string{"sim", flag, "--seed", "1", "--steps", "100"})
+		if err := root.Execute(); err == nil || err.Error() != flag+" needs --replicas" {
+			t.Fatalf("sim %s without --replicas: %v", flag, err)
+		}
+	}
+	root = newRootCmd()
+	addExtraCommands(root)
+	var short bytes.Buffer
+	root.SetOut(&short)
+	root.SetArgs([]string{"sim", "--replicas", "3", "--short-reads", "--seed", "3", "--steps", "5000"})
+	err := root.Execute()
+	if m := regexp.MustCompile(` (\d+) short reads, .*: ok\n`).FindStringSubmatch(short.String()); err != nil || m == nil || m[1] == "0" {
+		t.Fatalf("sim --replicas 3 --short-reads: %v\n%s", err, short.String())
 	}
 }
 

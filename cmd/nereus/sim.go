@@ -32,6 +32,7 @@ func newSimCmd() *cobra.Command {
 		replicas    int
 		policy      string
 		compact     bool
+		shortReads  bool
 		diskFaults  bool
 		clockFaults bool
 		nodes       int
@@ -78,6 +79,16 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				}
 				return nil
 			}
+			if replicas == 0 {
+				for _, f := range []struct {
+					name string
+					set  bool
+				}{{"compact", compact}, {"short-reads", shortReads}, {"disk-faults", diskFaults}, {"clock-faults", clockFaults}} {
+					if f.set {
+						return fmt.Errorf("--%s needs --replicas", f.name)
+					}
+				}
+			}
 			if listMut {
 				names := slices.Sorted(maps.Keys(sim.ClusterMutations))
 				fmt.Fprintln(out, strings.Join(names, "\n"))
@@ -113,7 +124,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 			}
 			if replicas > 0 {
 				o := sim.GroupOptions{Steps: steps, GroupSize: replicas, Faults: faults != "none", Compact: compact,
-					DiskFaults: diskFaults, ClockFaults: clockFaults, KeepTrace: trace}
+					ShortReads: shortReads, DiskFaults: diskFaults, ClockFaults: clockFaults, KeepTrace: trace}
 				return runGroupSim(out, seed, seeds, policy, o)
 			}
 			f, err := sim.ParseFaults(faults)
@@ -179,6 +190,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
 	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")
+	fl.BoolVar(&shortReads, "short-reads", false, "with --replicas: every read of a log for an APPEND stops after a few entries (catch-ups send less than the kernel asked for)")
 	fl.BoolVar(&diskFaults, "disk-faults", false, "with --replicas: failing disks (a write or fsync fails, or the process dies just before one: unsynced writes lost)")
 	fl.BoolVar(&clockFaults, "clock-faults", false, "with --replicas: stalled processes and fast clocks")
 	fl.StringVar(&golden, "golden", "", "print the golden trace of a variant ("+strings.Join(sim.GoldenVariants, ", ")+
@@ -240,7 +252,7 @@ func runGroupSim(out io.Writer, seed, seeds uint64, policy string, o sim.GroupOp
 		if o.KeepTrace {
 			fmt.Fprintln(out, strings.Join(r.Trace, "\n"))
 		}
-		fmt.Fprintf(out, "seed %d: R=%d %s, %d events, %d elections, %d values acked, %d rebuilds, trace %s: ", s, o.GroupSize, o.Policy, r.Events, r.Elections, r.Acked, r.Rebuilds, r.TraceHash)
+		fmt.Fprintf(out, "seed %d: R=%d %s, %d events, %d elections, %d values acked, %d rebuilds, %d short reads, trace %s: ", s, o.GroupSize, o.Policy, r.Events, r.Elections, r.Acked, r.Rebuilds, r.ShortReads, r.TraceHash)
 		if r.Violation == nil {
 			fmt.Fprintln(out, "ok")
 			continue

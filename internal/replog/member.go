@@ -1,6 +1,7 @@
 package replog
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,6 +43,7 @@ type Member struct {
 	leaseUntil atomic.Int64
 	commitSeq  atomic.Uint64
 	installs   atomic.Uint64
+	shortReads atomic.Uint64
 	notified   notice // what Notify last reported
 	// transfer is the leadership transfer last logged (its target; 0:
 	// none), so each start and end is one log line.
@@ -348,6 +350,11 @@ func (m *Member) CommitSeq() uint64 { return m.commitSeq.Load() }
 // Installs is how many snapshot installs this member has done.
 func (m *Member) Installs() uint64 { return m.installs.Load() }
 
+// ShortReads is how many of this member's reads of its log for an APPEND
+// returned fewer entries than asked for, without damage
+// (Config.AppendReadBytesMax).
+func (m *Member) ShortReads() uint64 { return m.shortReads.Load() }
+
 // Read returns committed entries from fromSeq on.
 func (m *Member) Read(fromSeq uint64, max int) ([]storage.Entry, error) {
 	commit := m.commitSeq.Load()
@@ -452,25 +459,29 @@ func (s memberStore) Sync() error {
 // entry travels empty): from the cache of recent entries when it holds
 // first, else read back from the log. Damage found here restarts the
 // member (Handle).
-// entriesReadBytesMax bounds one read of the log for an Append.
+// entriesReadBytesMax is the default bound of one read of the log for an
+// Append (Config.AppendReadBytesMax).
 const entriesReadBytesMax = 4 << 20
 
 func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
 	if entries, ok := s.m.cache.read(s.m.log, first, last); ok {
 		return entries, nil
 	}
-	read, err := s.m.log.Read(first, int(last-first+1), entriesReadBytesMax)
+	bytesMax := cmp.Or(s.m.cfg.AppendReadBytesMax, entriesReadBytesMax)
+	read, err := s.m.log.Read(first, int(last-first+1), bytesMax)
 	if err == nil && len(read) > 0 && uint64(len(read)) < last-first+1 {
 		// A read stops short, without an error, at damage after what it
-		// could read (or at entriesReadBytesMax: the executor then tells
-		// the kernel where it ended, AppendShort). Looking one entry on
-		// finds the damage now, not an APPEND later. Before AppendShort
-		// the kernel counted the whole range as sent and asked again
-		// from where its follower's answer sent it back — the same start,
-		// short again: a catch-up that never reached the damage and never
-		// ended (sim seed 504 with --policy all --pub-batch).
-		if _, perr := s.m.log.Read(read[len(read)-1].Seq+1, 1, entriesReadBytesMax); errors.Is(perr, storage.ErrCorrupt) {
+		// could read (or at bytesMax: the executor then tells the kernel
+		// where it ended, AppendShort). Looking one entry on finds the
+		// damage now, not an APPEND later. Before AppendShort the kernel
+		// counted the whole range as sent and asked again from where its
+		// follower's answer sent it back — the same start, short again: a
+		// catch-up that never reached the damage and never ended (sim
+		// seed 504 with --policy all --pub-batch).
+		if _, perr := s.m.log.Read(read[len(read)-1].Seq+1, 1, bytesMax); errors.Is(perr, storage.ErrCorrupt) {
 			err = perr
+		} else {
+			s.m.shortReads.Add(1)
 		}
 	}
 	if errors.Is(err, storage.ErrCorrupt) {

@@ -62,6 +62,11 @@ type Config struct {
 	ProposeQueueMax int
 	// Storage configures the member's log (sizes, bounds).
 	Storage storage.Options
+	// AppendReadBytesMax bounds one read of the log for an APPEND to a
+	// follower (default 4 MiB): a read that reaches it sends fewer entries
+	// than the kernel asked for (replica.Replica.AppendShort). The
+	// simulator sets it tiny to make every catch-up read stop short.
+	AppendReadBytesMax int
 	// Notify, when set, is called on the member's goroutine whenever the
 	// commit point, the role, the epoch, the leader, the read-only mode or
 	// the log's start changed. It must not block.

@@ -48,8 +48,13 @@ type GroupOptions struct {
 	// Compact gives the members a small segment size and retention, and
 	// runs their compaction often (Member.Compact: as far as the kernel's
 	// RetainFloor allows), so lagging followers rebuild from snapshots.
-	Compact   bool
-	Mutations replica.Mutations
+	Compact bool
+	// ShortReads makes every member's read of its log for an APPEND stop
+	// after groupShortReadBytes (replog.Config.AppendReadBytesMax): a
+	// catch-up sends a few entries at a time, fewer than the kernel asked
+	// for, and the kernel must go on from what was sent (AppendShort).
+	ShortReads bool
+	Mutations  replica.Mutations
 	// SendBeforePersist is a deliberate executor bug for tests
 	// (replica.Executor.SendBeforePersist): every message of a Ready
 	// (FLUSHED and promises included) goes out before its writes are
@@ -81,8 +86,8 @@ func GroupReproduce(o GroupOptions) string {
 	if !o.Faults {
 		faults = "none"
 	}
-	return fmt.Sprintf("go run ./cmd/nereus sim --replicas %d --policy %s --faults %s --compact=%v --disk-faults=%v --clock-faults=%v --steps %d --seed %d",
-		o.GroupSize, policy, faults, o.Compact, o.DiskFaults, o.ClockFaults, o.Steps, o.Seed)
+	return fmt.Sprintf("go run ./cmd/nereus sim --replicas %d --policy %s --faults %s --compact=%v --short-reads=%v --disk-faults=%v --clock-faults=%v --steps %d --seed %d",
+		o.GroupSize, policy, faults, o.Compact, o.ShortReads, o.DiskFaults, o.ClockFaults, o.Steps, o.Seed)
 }
 
 // Invariants of the replication kernel (DESIGN §4).
@@ -94,6 +99,11 @@ const (
 )
 
 const groupTickMs = 10
+
+// groupShortReadBytes bounds a member's read for an APPEND under
+// GroupOptions.ShortReads: a campaign's values are a few bytes, their
+// records a few dozen, so a read holds one to three of them.
+const groupShortReadBytes = 96
 
 // groupElectionTicks is each member's ElectionTicks.
 const groupElectionTicks = 10
@@ -121,6 +131,7 @@ type groupNode struct {
 	commit      uint64 // last commit this incarnation reported
 	leading     uint64 // epoch it was last seen leading (checker bookkeeping)
 	installs    uint64 // snapshot installs this incarnation, as last seen
+	shortReads  uint64 // its catch-up reads cut short, as last seen
 
 	// Faults in force (DiskFaults, ClockFaults), and a scripted kill point
 	// (golden runs): kill -9 just before the disk operation it accepts.
@@ -197,7 +208,10 @@ type groupSim struct {
 	violation *Violation
 	rebuilds  int
 	compacts  int
-	ticks     int
+	// shortReads counts the members' catch-up reads that stopped short
+	// of what an APPEND asked for (ShortReads).
+	shortReads int
+	ticks      int
 	// Disk and clock faults that struck.
 	midWrite, stalls, fastClocks int
 	// clockSkewedUntilMs: until then a clock ran fast lately (checkLeases).
@@ -225,6 +239,9 @@ type GroupResult struct {
 	Elections int
 	Rebuilds  int // snapshot installs
 	Compacts  int
+	// ShortReads counts the catch-up reads that stopped short
+	// (GroupOptions.ShortReads).
+	ShortReads int
 	// MidWriteDeaths, Stalls and FastClocks count the disk and clock
 	// faults that struck.
 	MidWriteDeaths, Stalls, FastClocks int
@@ -271,7 +288,7 @@ func RunGroup(opts GroupOptions) GroupResult {
 func (g *groupSim) result() GroupResult {
 	return GroupResult{Seed: g.opts.Seed, Events: g.w.events, TraceHash: g.w.trace.sum(), Trace: g.w.trace.all,
 		Tail: g.w.trace.lastLines(), Violation: g.violation, Acked: len(g.acked), Elections: g.ghost.Elections(),
-		Rebuilds: g.rebuilds, Compacts: g.compacts, MidWriteDeaths: g.midWrite, Stalls: g.stalls, FastClocks: g.fastClocks}
+		Rebuilds: g.rebuilds, Compacts: g.compacts, ShortReads: g.shortReads, MidWriteDeaths: g.midWrite, Stalls: g.stalls, FastClocks: g.fastClocks}
 }
 
 func (g *groupSim) violate(inv, format string, args ...any) {
@@ -300,12 +317,15 @@ func (g *groupSim) open(n *groupNode) bool {
 		// A few entries a segment; retention keeps about one.
 		cfg.Storage = storage.Options{SegmentBytesMax: 512, RetentionBytes: 512}
 	}
+	if g.opts.ShortReads {
+		cfg.AppendReadBytesMax = groupShortReadBytes
+	}
 	m, err := replog.OpenMember(cfg)
 	if err != nil {
 		g.violate(RecoveryFails, "n%d cannot reopen after a crash: %v", n.id, err)
 		return false
 	}
-	n.m, n.incarnation, n.commit, n.installs = m, n.incarnation+1, 0, 0
+	n.m, n.incarnation, n.commit, n.installs, n.shortReads = m, n.incarnation+1, 0, 0, 0
 	return true
 }
 
@@ -467,6 +487,10 @@ func (g *groupSim) observe(n *groupNode) {
 	st := n.m.Status()
 	if st.Anomalies > 0 {
 		g.violate(KernelAssertion, "n%d refused %d impossible messages (a second leader of an epoch, or a rewrite of a committed entry)", n.id, st.Anomalies)
+	}
+	if reads := n.m.ShortReads(); reads > n.shortReads {
+		g.shortReads += int(reads - n.shortReads)
+		n.shortReads = reads
 	}
 	if installs := n.m.Installs(); installs > n.installs {
 		g.rebuilds += int(installs - n.installs)

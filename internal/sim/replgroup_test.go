@@ -34,6 +34,9 @@ func TestGroupCampaign(t *testing.T) {
 		{GroupOptions{GroupSize: 5, DiskFaults: true, ClockFaults: true}, 30},
 		{GroupOptions{GroupSize: 3, Policy: replica.SyncAll, DiskFaults: true, ClockFaults: true}, 30},
 		{GroupOptions{GroupSize: 3, Compact: true, DiskFaults: true, ClockFaults: true}, 50},
+		{GroupOptions{GroupSize: 3, ShortReads: true}, 100},
+		{GroupOptions{GroupSize: 3, Policy: replica.SyncAll, ShortReads: true}, 50},
+		{GroupOptions{GroupSize: 3, Compact: true, ShortReads: true, DiskFaults: true, ClockFaults: true}, 50},
 	}
 	for _, c := range cases {
 		name := fmt.Sprintf("R%d-%s", c.o.GroupSize, c.o.Policy)
@@ -43,13 +46,16 @@ func TestGroupCampaign(t *testing.T) {
 		if c.o.DiskFaults {
 			name += "-disk-clock"
 		}
+		if c.o.ShortReads {
+			name += "-short-reads"
+		}
 		t.Run(name, func(t *testing.T) {
 			seeds := c.seeds
 			if testing.Short() {
 				seeds = min(seeds, 10)
 			}
 			start := time.Now()
-			elections, acked, rebuilds := 0, 0, 0
+			elections, acked, rebuilds, shortReads := 0, 0, 0, 0
 			var midWrite, stalls, fast int
 			for seed := uint64(1); seed <= seeds; seed++ {
 				o := c.o
@@ -59,12 +65,15 @@ func TestGroupCampaign(t *testing.T) {
 					failGroupRun(t, o, r)
 					return
 				}
-				elections, acked, rebuilds = elections+r.Elections, acked+r.Acked, rebuilds+r.Rebuilds
+				elections, acked, rebuilds, shortReads = elections+r.Elections, acked+r.Acked, rebuilds+r.Rebuilds, shortReads+r.ShortReads
 				midWrite, stalls, fast = midWrite+r.MidWriteDeaths, stalls+r.Stalls, fast+r.FastClocks
 			}
 			el := time.Since(start)
-			t.Logf("%d seeds in %v (%.0f seeds/s): %d elections, %d values acked, %d snapshot rebuilds; %d deaths mid-write, %d stalls, %d fast clocks",
-				seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), elections, acked, rebuilds, midWrite, stalls, fast)
+			t.Logf("%d seeds in %v (%.0f seeds/s): %d elections, %d values acked, %d snapshot rebuilds, %d short catch-up reads; %d deaths mid-write, %d stalls, %d fast clocks",
+				seeds, el.Round(time.Millisecond), float64(seeds)/el.Seconds(), elections, acked, rebuilds, shortReads, midWrite, stalls, fast)
+			if c.o.ShortReads && shortReads == 0 {
+				t.Fatal("no catch-up read stopped short")
+			}
 			if c.o.DiskFaults && (midWrite == 0 || stalls == 0 || fast == 0) {
 				t.Fatal("the disk and clock faults never struck")
 			}
