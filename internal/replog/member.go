@@ -455,14 +455,15 @@ func (s memberStore) Sync() error {
 	return err
 }
 
-// Entries returns first..last in their storage encoding (an install
-// entry travels empty): from the cache of recent entries when it holds
-// first, else read back from the log. Damage found here restarts the
-// member (Handle).
 // entriesReadBytesMax is the default bound of one read of the log for an
 // Append (Config.AppendReadBytesMax).
 const entriesReadBytesMax = 4 << 20
 
+// Entries returns first..last in their storage encoding (an install
+// entry travels empty): from the cache of recent entries when it holds
+// first, else read back from the log, at most AppendReadBytesMax of it (fewer
+// entries: the executor tells the kernel where they end, AppendShort).
+// Damage found here restarts the member (Handle).
 func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
 	if entries, ok := s.m.cache.read(s.m.log, first, last); ok {
 		return entries, nil
@@ -470,14 +471,11 @@ func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
 	bytesMax := cmp.Or(s.m.cfg.AppendReadBytesMax, entriesReadBytesMax)
 	read, err := s.m.log.Read(first, int(last-first+1), bytesMax)
 	if err == nil && len(read) > 0 && uint64(len(read)) < last-first+1 {
-		// A read stops short, without an error, at damage after what it
-		// could read (or at bytesMax: the executor then tells the kernel
-		// where it ended, AppendShort). Looking one entry on finds the
-		// damage now, not an APPEND later. Before AppendShort the kernel
-		// counted the whole range as sent and asked again from where its
-		// follower's answer sent it back — the same start, short again: a
-		// catch-up that never reached the damage and never ended (sim
-		// seed 504 with --policy all --pub-batch).
+		// A read stops short, without an error, at bytesMax or at damage
+		// after what it could read. Looking one entry on finds the damage
+		// now, not an APPEND later (sim seed 504 with --policy all
+		// --pub-batch went round the same short read for good before
+		// AppendShort).
 		if _, perr := s.m.log.Read(read[len(read)-1].Seq+1, 1, bytesMax); errors.Is(perr, storage.ErrCorrupt) {
 			err = perr
 		} else {
