@@ -314,8 +314,10 @@ func (r *uring) reap() {
 			c := r.cqes[head&r.cqMask]
 			if w, ok := r.waiters[c.userData]; ok {
 				delete(r.waiters, c.userData)
-				w <- c.res
+				// Counted before the hand-off: a waiter that has its
+				// result sees its sync in the count.
 				r.completed.Add(1)
+				w <- c.res
 			}
 		}
 		atomic.StoreUint32(r.cqHead, head)
