@@ -33,6 +33,13 @@ type Options struct {
 	// BatchBytesMax bounds one encoded batch (one Append); default the
 	// larger of 16 MiB and one maximal record. At most 1 GiB.
 	BatchBytesMax int
+	// CachedTailBytes is how much of the log, behind its durable end,
+	// Sync leaves in the operating system's page cache; older synced
+	// bytes are dropped from it (vfs.File.DropCache), so that a log
+	// written faster than it is read reuses its page-cache memory instead
+	// of taking fresh pages, which cost a page fault each; default 32 MiB,
+	// negative = never drop. Readers of older records read the disk.
+	CachedTailBytes int64
 	// BeforeTornTailCut, when set, is called by Open with a torn tail
 	// before it is cut off; an error fails Open and cuts nothing. A
 	// replicated log records there, durably, that it may have lost
@@ -46,6 +53,7 @@ const (
 	defaultIndexIntervalBytes = 4 << 10
 	defaultRecordBytesMax     = 8<<20 + 64<<10
 	defaultBatchBytesMax      = 16 << 20
+	defaultCachedTailBytes    = 32 << 20
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -64,6 +72,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.BatchBytesMax == 0 {
 		o.BatchBytesMax = max(defaultBatchBytesMax, o.RecordBytesMax+batchOverheadBytes)
+	}
+	if o.CachedTailBytes == 0 {
+		o.CachedTailBytes = defaultCachedTailBytes
 	}
 	if o.BatchBytesMax > batchBytesLimit {
 		return o, fmt.Errorf("%w: BatchBytesMax %d exceeds %d", ErrInvalidOptions, o.BatchBytesMax, batchBytesLimit)
@@ -111,6 +122,11 @@ type Log struct {
 	damage []Damage
 	// tornTail is what recovery cut off the last segment, if anything.
 	tornTail *TornTail
+
+	// dropSeg and dropOff: the page cache was last told to drop the log
+	// up to dropOff in dropSeg (dropBehind). Guarded by syncMu.
+	dropSeg *segment
+	dropOff int64
 
 	// writer state
 	failedErr   error
@@ -515,6 +531,7 @@ func (l *Log) Sync() error {
 	}
 	target := l.nextSeq - 1
 	active, fileDirty, dirDirty := l.active(), l.activeDirty, l.dirDirty
+	syncedBytes := active.sizeBytes
 	l.activeDirty, l.dirDirty = false, false
 	l.writeMu.Unlock()
 
@@ -537,7 +554,74 @@ func (l *Log) Sync() error {
 	l.mu.Lock()
 	l.syncedSeq = max(l.syncedSeq, target)
 	l.mu.Unlock()
+	l.dropBehind(active, syncedBytes)
 	return nil
+}
+
+// dropStepBytes: dropBehind waits until this much can go, so that a log
+// of small appends makes one DropCache call per few MiB, not per Sync.
+const dropStepBytes = 4 << 20
+
+// dropBehind tells the page cache to drop what lies more than
+// CachedTailBytes behind the durable end: synced, the length of active
+// that the last fsync covered. Everything before it is durable: sealed
+// segments were synced when they rolled. A failed DropCache loses
+// nothing (a hint), so its error is not the log's. Called under syncMu.
+func (l *Log) dropBehind(active *segment, synced int64) {
+	if l.opts.CachedTailBytes < 0 {
+		return
+	}
+	type span struct {
+		s   *segment
+		end int64
+	}
+	var spans []span
+	off := int64(0)
+	l.mu.RLock()
+	last := slices.Index(l.segments, active)
+	if first := slices.Index(l.segments, l.dropSeg); last >= 0 && first >= 0 && first <= last {
+		spans = make([]span, 0, last-first+1)
+		for _, s := range l.segments[first:last] {
+			spans = append(spans, span{s, s.sizeBytes})
+		}
+		off = l.dropOff
+	} else if last >= 0 {
+		// The first drop, or the log was reset or trimmed past dropSeg.
+		spans = make([]span, 0, last+1)
+		for _, s := range l.segments[:last] {
+			spans = append(spans, span{s, s.sizeBytes})
+		}
+	}
+	l.mu.RUnlock()
+	if last < 0 {
+		return // rolled and retired meanwhile: the next Sync drops
+	}
+	spans = append(spans, span{active, synced})
+	off = min(off, spans[0].end) // a truncation may have cut below it
+	l.dropSeg, l.dropOff = spans[0].s, off
+	behind := -off
+	for _, sp := range spans {
+		behind += sp.end
+	}
+	excess := behind - l.opts.CachedTailBytes
+	if excess < dropStepBytes {
+		return
+	}
+	for i, sp := range spans {
+		if i > 0 {
+			off = 0
+		}
+		n := min(sp.end-off, excess)
+		if n > 0 {
+			_ = sp.s.file.DropCache(off, n)
+			off += n
+			excess -= n
+		}
+		if excess == 0 || i == len(spans)-1 {
+			l.dropSeg, l.dropOff = sp.s, off
+			return
+		}
+	}
 }
 
 func (l *Log) syncLocked() error {

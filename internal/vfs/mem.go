@@ -75,6 +75,9 @@ type memNode struct {
 	// Sync, if written.
 	written              bool
 	writtenLo, writtenHi int
+	// dropped and droppedUnsynced count the bytes DropCache was asked to
+	// drop, and those of them not durable then (CacheDrops).
+	dropped, droppedUnsynced int64
 }
 
 // undoRecord is the durable content of data[off:off+len(old)] before a
@@ -168,6 +171,23 @@ func (n *memNode) crashContent(keep int) []byte {
 		copy(content[n.writtenLo:], n.data[n.writtenLo:n.writtenLo+keep])
 	}
 	return content
+}
+
+// dropCache counts a DropCache of [off, end): the bytes of the file in
+// it, and those not durable (past the durable size, or written since the
+// last Sync).
+func (n *memNode) dropCache(off, end int) {
+	end = min(end, len(n.data))
+	if off >= end {
+		return
+	}
+	overlap := func(lo, hi int) int { return max(0, min(end, hi)-max(off, lo)) }
+	n.dropped += int64(end - off)
+	unsynced := overlap(n.durableLen, len(n.data))
+	if n.written {
+		unsynced += overlap(n.writtenLo, min(n.writtenHi, n.durableLen))
+	}
+	n.droppedUnsynced += int64(unsynced)
 }
 
 func (n *memNode) writtenBytes() int {
@@ -505,6 +525,19 @@ func (m *MemFS) DurableBytes(name string) ([]byte, error) {
 	return append([]byte(nil), n.durable()...), nil
 }
 
+// CacheDrops returns how many bytes of the file DropCache was asked to
+// drop, and how many of them were not durable at the time: a log drops
+// only what it has synced, and a test holds it to that.
+func (m *MemFS) CacheDrops(name string) (dropped, unsynced int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.files[clean(name)]
+	if n == nil {
+		return 0, 0
+	}
+	return n.dropped, n.droppedUnsynced
+}
+
 // ReadFile returns a copy of the current content of name.
 func (m *MemFS) ReadFile(name string) ([]byte, error) {
 	name = clean(name)
@@ -675,6 +708,20 @@ func (f *memFile) Truncate(size int64) error {
 		return fmt.Errorf("vfs: truncate %s: negative size", f.name)
 	}
 	f.node.truncate(int(size))
+	return nil
+}
+
+// DropCache has no cache to drop: it counts the request (CacheDrops).
+func (f *memFile) DropCache(off, n int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("dropcache"); err != nil {
+		return err
+	}
+	if off < 0 || n < 0 || off > memFileBytesMax || n > memFileBytesMax {
+		return fmt.Errorf("vfs: dropcache %s: range %d+%d out of range", f.name, off, n)
+	}
+	f.node.dropCache(int(off), int(off+n))
 	return nil
 }
 

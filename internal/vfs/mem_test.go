@@ -334,3 +334,51 @@ func TestOSImplementation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A MemFS has no cache to drop: DropCache only counts what it was asked
+// to drop, and how much of that was not durable, so that a test can hold
+// a log to dropping only what it synced.
+func TestMemDropCacheCountsUnsyncedBytes(t *testing.T) {
+	m := NewMem()
+	f, err := m.OpenRW("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("new"), 10); err != nil { // overwrites durable bytes
+		t.Fatal(err)
+	}
+	if err := f.Allocate(150); err != nil { // grown, not durable
+		t.Fatal(err)
+	}
+	steps := []struct {
+		off, n                 int64
+		dropped, unsyncedBytes int64
+	}{
+		{0, 10, 10, 0},     // durable
+		{0, 20, 30, 3},     // the overwritten bytes
+		{90, 40, 70, 33},   // 10 durable, 30 past the durable size
+		{140, 100, 80, 43}, // only what the file holds counts
+		{500, 10, 80, 43},  // nothing of the file
+	}
+	for _, s := range steps {
+		if err := f.DropCache(s.off, s.n); err != nil {
+			t.Fatal(err)
+		}
+		if d, u := m.CacheDrops("f"); d != s.dropped || u != s.unsyncedBytes {
+			t.Fatalf("after DropCache(%d, %d): %d dropped, %d unsynced; want %d, %d", s.off, s.n, d, u, s.dropped, s.unsyncedBytes)
+		}
+	}
+	if err := f.DropCache(-1, 10); err == nil {
+		t.Fatal("DropCache of a negative offset succeeded")
+	}
+	f.Close()
+	if err := f.DropCache(0, 10); !errors.Is(err, ErrClosed) {
+		t.Fatalf("DropCache of a closed file: %v", err)
+	}
+}

@@ -68,6 +68,13 @@ type File interface {
 	// that Sync cheaper. Like a write, the growth is durable only after
 	// Sync (OpenRW only).
 	Allocate(size int64) error
+	// DropCache tells the operating system that [off, off+n) will not be
+	// read again soon, so that its page-cache memory can be reused (a
+	// log written faster than it is read then writes into recycled pages
+	// instead of taking fresh ones). It is a hint: it changes no content
+	// and an error loses nothing. It is meant for durable bytes; on
+	// unsynced ones it would start their write-back early.
+	DropCache(off, n int64) error
 	// Size returns the current size of the file in bytes.
 	Size() (int64, error)
 	// Close releases the file.
