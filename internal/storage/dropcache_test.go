@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -196,4 +197,42 @@ func (f hookFile) DropCache(off, n int64) error {
 		f.h.dropCache()
 	}
 	return f.File.DropCache(off, n)
+}
+
+// Verify drops from the page cache each sealed segment it read that lies
+// wholly behind the cached tail, and no other.
+func TestVerifyDropsWhatLiesBehindTheCachedTail(t *testing.T) {
+	m := vfs.NewMem()
+	const keep = 5 << 20
+	l := openLog(t, m, Options{SegmentBytesMax: 2 << 20, CachedTailBytes: keep})
+	defer l.Close()
+	var mod model
+	for i := 0; i < 12; i++ { // no Sync: only Verify drops
+		mod.append(t, l, 1, mib1(byte(i)))
+	}
+	if _, err := l.VerifyAll(); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.RLock()
+	segs := slices.Clone(l.segments)
+	l.mu.RUnlock()
+	var after int64
+	dropped := 0
+	for i := len(segs) - 1; i >= 0; i-- {
+		s := segs[i]
+		d, u := m.CacheDrops(s.path)
+		want := int64(0)
+		if i < len(segs)-1 && after >= keep {
+			want = s.sizeBytes
+			dropped++
+		}
+		if d != want || u != 0 {
+			t.Fatalf("segment %d (%d bytes, %d after it): %d bytes dropped, %d unsynced; want %d", s.baseSeq, s.sizeBytes, after, d, u, want)
+		}
+		after += s.sizeBytes
+	}
+	if dropped == 0 || dropped == len(segs)-1 {
+		t.Fatalf("%d of %d segments dropped: the test shows nothing", dropped, len(segs))
+	}
+	checkAgainst(t, l, &mod)
 }

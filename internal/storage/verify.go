@@ -18,7 +18,9 @@ import (
 //
 // Verify reads without blocking the writer: a sealed segment never
 // changes, and one that retention or truncation removes meanwhile is
-// skipped.
+// skipped. A segment that lies wholly behind the cached tail
+// (Options.CachedTailBytes) is then dropped from the page cache: the
+// next pass reads the disk, not memory.
 func (l *Log) Verify(fromSeq uint64, bytesMax int64) (next uint64, readBytes int64, found []Damage, err error) {
 	for {
 		l.mu.RLock()
@@ -33,6 +35,10 @@ func (l *Log) Verify(fromSeq uint64, bytesMax int64) (next uint64, readBytes int
 		}
 		s, limitSeq := l.segments[i], l.segments[i+1].baseSeq
 		sizeBytes, nextSeq := s.sizeBytes, s.nextSeq
+		var after int64 // the log's bytes after s
+		for _, later := range l.segments[i+1:] {
+			after += later.sizeBytes
+		}
 		l.mu.RUnlock()
 
 		fresh := newSegment(l.dir, s.baseSeq, s.file)
@@ -45,6 +51,11 @@ func (l *Log) Verify(fromSeq uint64, bytesMax int64) (next uint64, readBytes int
 		}
 		if len(res.damage) > 0 {
 			found = append(found, l.recordDamage(s, sizeBytes, nextSeq, true, fresh, res.damage)...)
+		}
+		if keep := l.opts.CachedTailBytes; keep >= 0 && after >= keep {
+			// Behind the cached tail: the next pass reads the disk
+			// again, and this one's pages are reused (Log.dropBehind).
+			_ = s.file.DropCache(0, sizeBytes)
 		}
 		readBytes += sizeBytes
 		fromSeq = limitSeq
