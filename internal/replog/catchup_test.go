@@ -17,8 +17,8 @@ import (
 // kernel asked for. The leader must go on from what it read and sent:
 // were the rest counted as sent, every short Append would be followed by
 // one the follower refuses as a mismatch (its previous entry never came),
-// a round trip lost per read. (The test once used the default bound and
-// 37.5 MiB; under -race in CI that took over the 10 s it waits.)
+// a round trip lost per read. (With the default bound it needed 37.5
+// MiB, which under -race took 7-9 s of the 10 s the catch-up may take.)
 func TestCatchUpOfLargeRecordsSendsWhatItRead(t *testing.T) {
 	g := newGroupWith(t, 3, func(c *Config) { c.AppendReadBytesMax = 512 << 10 })
 	var lagger atomic.Uint64
