@@ -17,6 +17,15 @@ func mib1(fill byte) []Record {
 	return recs
 }
 
+// appendMiB appends a 1 MiB batch filled with fill, and syncs.
+func appendMiB(t *testing.T, l *Log, mod *model, epoch uint64, fill byte) {
+	t.Helper()
+	mod.append(t, l, epoch, mib1(fill))
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // cacheDrops sums, over the log's segment files, the bytes DropCache was
 // asked to drop and those of them that were not durable then.
 func cacheDrops(t *testing.T, m *vfs.MemFS) (dropped, unsynced int64) {
@@ -49,10 +58,7 @@ func TestSyncDropsTheCacheBehindItsTail(t *testing.T) {
 	defer l.Close()
 	var mod model
 	for i := 0; i < 40; i++ {
-		mod.append(t, l, 1, mib1(byte(i)))
-		if err := l.Sync(); err != nil {
-			t.Fatal(err)
-		}
+		appendMiB(t, l, &mod, 1, byte(i))
 		dropped, unsynced := cacheDrops(t, m)
 		size := logBytes(l)
 		if unsynced != 0 {
@@ -81,10 +87,7 @@ func TestDropBehindWaitsForAStep(t *testing.T) {
 	var mod model
 	const batches = 40
 	for i := 0; i < batches; i++ {
-		mod.append(t, l, 1, mib1(byte(i)))
-		if err := l.Sync(); err != nil {
-			t.Fatal(err)
-		}
+		appendMiB(t, l, &mod, 1, byte(i))
 	}
 	if want := batches / (dropStepBytes >> 20); calls == 0 || calls > want {
 		t.Fatalf("%d DropCache calls for %d Syncs of 1 MiB, want 1 to %d", calls, batches, want)
@@ -133,10 +136,7 @@ func TestDropBehindFollowsATruncation(t *testing.T) {
 	defer l.Close()
 	var mod model
 	for i := 0; i < 12; i++ {
-		mod.append(t, l, 1, mib1(byte(i)))
-		if err := l.Sync(); err != nil {
-			t.Fatal(err)
-		}
+		appendMiB(t, l, &mod, 1, byte(i))
 	}
 	before, _ := cacheDrops(t, m)
 	if err := l.TruncateAfter(2 * 16); err != nil { // two batches left
@@ -148,10 +148,7 @@ func TestDropBehindFollowsATruncation(t *testing.T) {
 		t.Fatalf("%d bytes dropped before a cut at %d: the test shows nothing", before, cut)
 	}
 	for i := 0; i < 20; i++ {
-		mod.append(t, l, 2, mib1(byte(50+i)))
-		if err := l.Sync(); err != nil {
-			t.Fatal(err)
-		}
+		appendMiB(t, l, &mod, 2, byte(50+i))
 	}
 	after, unsynced := cacheDrops(t, m)
 	if unsynced != 0 {

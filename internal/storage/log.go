@@ -125,8 +125,9 @@ type Log struct {
 
 	// dropSeg and dropOff: the page cache was last told to drop the log
 	// up to dropOff in dropSeg (dropBehind). Guarded by syncMu.
-	dropSeg *segment
-	dropOff int64
+	dropSeg   *segment
+	dropOff   int64
+	dropSpans []dropSpan // dropBehind's scratch
 
 	// writer state
 	failedErr   error
@@ -571,32 +572,25 @@ func (l *Log) dropBehind(active *segment, synced int64) {
 	if l.opts.CachedTailBytes < 0 {
 		return
 	}
-	type span struct {
-		s   *segment
-		end int64
-	}
-	var spans []span
-	off := int64(0)
+	off := l.dropOff
+	spans := l.dropSpans[:0]
 	l.mu.RLock()
-	last := slices.Index(l.segments, active)
-	if first := slices.Index(l.segments, l.dropSeg); last >= 0 && first >= 0 && first <= last {
-		spans = make([]span, 0, last-first+1)
+	last := lastIndex(l.segments, active)
+	first := lastIndex(l.segments, l.dropSeg)
+	if first < 0 || first > last {
+		first, off = 0, 0 // the first drop, or the log was reset or trimmed past dropSeg
+	}
+	if last >= 0 {
 		for _, s := range l.segments[first:last] {
-			spans = append(spans, span{s, s.sizeBytes})
-		}
-		off = l.dropOff
-	} else if last >= 0 {
-		// The first drop, or the log was reset or trimmed past dropSeg.
-		spans = make([]span, 0, last+1)
-		for _, s := range l.segments[:last] {
-			spans = append(spans, span{s, s.sizeBytes})
+			spans = append(spans, dropSpan{s, s.sizeBytes})
 		}
 	}
 	l.mu.RUnlock()
 	if last < 0 {
 		return // rolled and retired meanwhile: the next Sync drops
 	}
-	spans = append(spans, span{active, synced})
+	spans = append(spans, dropSpan{active, synced})
+	l.dropSpans = spans
 	off = min(off, spans[0].end) // a truncation may have cut below it
 	l.dropSeg, l.dropOff = spans[0].s, off
 	behind := -off
@@ -622,6 +616,24 @@ func (l *Log) dropBehind(active *segment, synced int64) {
 			return
 		}
 	}
+}
+
+// dropSpan is a segment and how far dropBehind may drop it.
+type dropSpan struct {
+	s   *segment
+	end int64
+}
+
+// lastIndex is slices.Index searching from the end, where the active
+// segment and the one dropBehind reached usually are: O(1) per Sync
+// however many segments the log keeps.
+func lastIndex(segments []*segment, s *segment) int {
+	for i := len(segments) - 1; i >= 0; i-- {
+		if segments[i] == s {
+			return i
+		}
+	}
+	return -1
 }
 
 func (l *Log) syncLocked() error {

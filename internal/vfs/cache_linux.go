@@ -13,6 +13,9 @@ func (f osFile) DropCache(off, n int64) error {
 	if off < 0 || n < 0 {
 		return &os.PathError{Op: "fadvise", Path: f.Name(), Err: syscall.EINVAL}
 	}
+	if n == 0 {
+		return nil // to fadvise a length of 0 means "to the end of the file"
+	}
 	rc, err := f.File.SyscallConn()
 	if err != nil {
 		return err
