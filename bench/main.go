@@ -129,7 +129,10 @@ func runMain(args []string, stderr io.Writer) int {
 		return 1
 	}
 	rep.Machine = collectMachineInfo(started, workDir)
-	rep.Machine.NereusCommit = nereusCommit(context.WithoutCancel(ctx))
+	rep.Machine.NereusCommit = env.nereusCommit
+	if rep.Machine.NereusCommit == "" { // no case built nereus
+		rep.Machine.NereusCommit = nereusCommit(context.WithoutCancel(ctx))
+	}
 	rep.Config = runConfig{Quick: f.quick, Only: f.only, Runs: lim.Runs, TimeLimitS: lim.TimeLimit.Seconds(),
 		InflightMax: inflightMax, BatchMax: consumeBatchMax, E2ERatePerS: lim.E2ERatePerS, E2ESeconds: lim.E2EDuration.Seconds(),
 		FailoverKills: lim.FailoverKills, GroupPrefillCountMax: lim.GroupPrefillCountMax, GroupChangeRepeats: lim.GroupChangeRepeats,
@@ -167,6 +170,8 @@ type environment struct {
 	buildOnce sync.Once
 	nereusBin string
 	buildErr  error
+	// nereusCommit is nereusCommit() when nereus was built.
+	nereusCommit string
 
 	natsBuildOnce sync.Once
 	natsBin       string
@@ -178,7 +183,11 @@ func (e *environment) track(c io.Closer) { e.children.add(c) }
 
 // nereusBinary builds the nereus CLI the first time it is asked for.
 func (e *environment) nereusBinary(ctx context.Context) (string, error) {
-	e.buildOnce.Do(func() { e.nereusBin, e.buildErr = buildNereus(ctx, e.workDir, e.profiling) })
+	e.buildOnce.Do(func() {
+		// The tree as built: it may change during a long run.
+		e.nereusCommit = nereusCommit(ctx)
+		e.nereusBin, e.buildErr = buildNereus(ctx, e.workDir, e.profiling)
+	})
 	return e.nereusBin, e.buildErr
 }
 
