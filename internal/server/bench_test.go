@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -164,4 +167,117 @@ func BenchmarkConsumeAck1KiB(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 	b.StopTimer()
 	cons.Close()
+}
+
+// startReplicatedBenchBrokers runs three clustered nodes in-process, each
+// with a server on loopback, each with a data dir on the real disk: the
+// replicated path in one process, where the bench module runs each node
+// in a process of its own. It returns the servers' addresses.
+func startReplicatedBenchBrokers(b *testing.B) []string {
+	b.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := b.TempDir()
+	var members []node.Member
+	var peers, clients []net.Listener
+	for i := 1; i <= 3; i++ {
+		pl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		cl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		peers, clients = append(peers, pl), append(clients, cl)
+		members = append(members, node.Member{ID: fmt.Sprintf("n%d", i), PeerAddr: pl.Addr().String()})
+	}
+	var addrs []string
+	for i, m := range members {
+		n, err := node.Open(node.Config{NodeID: m.ID, DataDir: filepath.Join(dir, m.ID),
+			ClientAddr: clients[i].Addr().String(), Logger: logger,
+			Cluster: &node.ClusterConfig{Members: members, Secret: []byte("bench-cluster-secret-0123456789"), PeerListener: peers[i]}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := New(Config{AllowNoAuth: true, Logger: logger}, n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		go s.Serve(clients[i])
+		b.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s.Close(ctx)
+			n.Close()
+		})
+		addrs = append(addrs, clients[i].Addr().String())
+	}
+	return addrs
+}
+
+// BenchmarkPublishAsyncReplicated1KiB is BenchmarkPublishAsync1KiB into a
+// partition of three replicas (three nodes in this process): CPU and
+// allocations per message of the SDK, the leader and both followers
+// together.
+func BenchmarkPublishAsyncReplicated1KiB(b *testing.B) {
+	addrs := startReplicatedBenchBrokers(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{Servers: addrs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	for {
+		_, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "bench", Partitions: 1, Replicas: 3})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // the metadata log elects its first leader
+	}
+	p, err := c.NewProducer(client.ProducerOptions{Topic: "bench", MaxInFlight: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	value := make([]byte, 1024)
+	for { // until the partition has a leader
+		if _, err := p.Publish(ctx, client.Message{Value: value}); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	b.SetBytes(int64(len(value)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start, cpuStart := time.Now(), processCPU(b)
+	for i := 0; i < b.N; i++ {
+		wg.Add(1)
+		if err := p.PublishAsync(ctx, client.Message{Value: value}, func(_ client.PublishResult, err error) {
+			if err != nil {
+				b.Error(err)
+			}
+			wg.Done()
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	b.ReportMetric(float64((processCPU(b)-cpuStart).Microseconds())/float64(b.N), "cpu-µs/msg")
+}
+
+// processCPU is the CPU time this process has used so far, user and
+// system.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
