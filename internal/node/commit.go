@@ -144,7 +144,7 @@ func (p *localStore) run() {
 		werr := wire.Errorf(wire.CodeUnavailable, "partition is shutting down")
 		for _, ps := range takePending() {
 			for _, a := range ps.news {
-				a.req.reply(wire.PubOK{}, werr)
+				a.req.answer(wire.PubOK{}, werr)
 			}
 		}
 		p.shutdown()
@@ -179,12 +179,12 @@ func (p *localStore) run() {
 			recoverIfFailed()
 		case r := <-p.reqs:
 			takeAcked() // the kernel's commit point for the duplicates below
-			batch = append(batch[:0], r)
+			batch = appendChain(batch[:0], r)
 		drain:
 			for len(batch) < cap(batch) {
 				select {
 				case r := <-p.reqs:
-					batch = append(batch, r)
+					batch = appendChain(batch, r)
 				default:
 					break drain
 				}
@@ -192,7 +192,7 @@ func (p *localStore) run() {
 			if syncs > 0 && p.failure != nil {
 				// Cannot recover while an fsync runs on the old log.
 				for _, r := range batch {
-					r.reply(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "partition unavailable: %v", p.failure))
+					r.answer(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "partition unavailable: %v", p.failure))
 				}
 			} else if ps := p.appendBatch(batch); ps != nil {
 				p.pendingMu.Lock()
@@ -296,7 +296,7 @@ func (p *localStore) acknowledge(done []*pendingSync, corked bool, beforeUncork 
 		m.publishes.WithLabelValues(p.topic.cfg.Name).Add(float64(len(ps.news)))
 		m.publishBytes.WithLabelValues(p.topic.cfg.Name).Add(float64(ps.bytes))
 		for _, a := range ps.news {
-			a.req.reply(wire.PubOK{Partition: p.id, Seq: a.seq, Epoch: ps.epoch}, nil)
+			a.req.answer(wire.PubOK{Partition: p.id, Seq: a.seq, Epoch: ps.epoch}, nil)
 		}
 		records += len(ps.news)
 	}
@@ -325,7 +325,7 @@ func (p *localStore) settle(done []*pendingSync) {
 		for seq, ws := range p.waiters {
 			if seq <= ps.last {
 				for _, w := range ws {
-					w.reply(wire.PubOK{Partition: p.id, Seq: seq, Epoch: w.epoch, Duplicate: true}, nil)
+					w.reply.answer(wire.PubOK{Partition: p.id, Seq: seq, Epoch: w.epoch, Duplicate: true}, nil)
 				}
 				delete(p.waiters, seq)
 			}
@@ -357,7 +357,7 @@ type pendingSync struct {
 func (p *localStore) appendBatch(batch []*pubReq) *pendingSync {
 	if werr := p.corruptError(); werr != nil {
 		for _, r := range batch {
-			r.reply(wire.PubOK{}, werr)
+			r.answer(wire.PubOK{}, werr)
 		}
 		return nil
 	}
@@ -365,7 +365,7 @@ func (p *localStore) appendBatch(batch []*pubReq) *pendingSync {
 		p.recoverNow()
 		if p.failure != nil {
 			for _, r := range batch {
-				r.reply(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "partition unavailable: %v", p.failure))
+				r.answer(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "partition unavailable: %v", p.failure))
 			}
 			return nil
 		}
@@ -382,12 +382,12 @@ func (p *localStore) appendBatch(batch []*pubReq) *pendingSync {
 		case partition.VerdictDuplicate:
 			ok := wire.PubOK{Partition: p.id, Seq: d.Seq, Epoch: d.Epoch, Duplicate: true}
 			if d.Seq <= p.state.CommitSeq() {
-				r.reply(ok, nil)
+				r.answer(ok, nil)
 			} else {
 				p.waiters[d.Seq] = append(p.waiters[d.Seq], dupWaiter{reply: r.reply, epoch: d.Epoch})
 			}
 		case partition.VerdictTooOld:
-			r.reply(wire.PubOK{}, wire.Errorf(wire.CodeProducerSeqTooOld,
+			r.answer(wire.PubOK{}, wire.Errorf(wire.CodeProducerSeqTooOld,
 				"producer %d seq %d is below the dedup window of partition %d", r.producerID, r.producerSeq, p.id))
 		}
 	}

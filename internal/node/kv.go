@@ -647,12 +647,12 @@ func (r *kvRunner) readableBucket() (*kv.Bucket, *wire.Error) {
 // (kv.Leader's overlay relies on it).
 func (r *kvRunner) propose(rec storage.Record, done func(seq uint64, err *wire.Error)) {
 	r.proposing++
-	r.p.enqueue(&pubReq{rec: rec, reply: func(ok wire.PubOK, err *wire.Error) {
+	r.p.enqueue(&pubReq{rec: rec, reply: replyTo{fn: func(ok wire.PubOK, err *wire.Error) {
 		r.post(func() {
 			r.proposing--
 			done(ok.Seq, err)
 		})
-	}})
+	}}})
 }
 
 // carry proposes what the leader kernel decided, in order, then answers.

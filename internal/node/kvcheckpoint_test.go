@@ -337,7 +337,7 @@ type refusingStore struct {
 
 func (s refusingStore) accept(r *pubReq) {
 	*s.refused++
-	r.reply(wire.PubOK{}, wire.Errorf(wire.CodeNotLeader, "refused"))
+	r.answer(wire.PubOK{}, wire.Errorf(wire.CodeNotLeader, "refused"))
 }
 
 // A leader whose checkpoint's chunks are refused at once does not propose

@@ -22,7 +22,7 @@ import (
 )
 
 type dupWaiter struct {
-	reply PubReply
+	reply replyTo
 	epoch uint64
 }
 
@@ -332,7 +332,7 @@ func (p *localStore) failPending(cause error, pending ...*pendingSync) {
 	werr := wire.Errorf(wire.CodeStorage, "write not durable: %v", cause)
 	for _, ps := range pending {
 		for _, a := range ps.news {
-			a.req.reply(wire.PubOK{}, werr)
+			a.req.answer(wire.PubOK{}, werr)
 		}
 	}
 	if p.failure == nil {
@@ -358,7 +358,7 @@ func (p *localStore) recoverNow() {
 func (p *localStore) failWaiters(werr *wire.Error) {
 	for seq, ws := range p.waiters {
 		for _, w := range ws {
-			w.reply(wire.PubOK{}, werr)
+			w.reply.answer(wire.PubOK{}, werr)
 		}
 		delete(p.waiters, seq)
 	}

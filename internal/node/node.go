@@ -63,7 +63,7 @@ type Config struct {
 	SegmentBytesMax       int64
 	RecordBytesMax        int   // key + value + headers of one record
 	PublishBatchMax       int   // records per group commit
-	PublishQueueMax       int   // queued PUBs per partition before senders block
+	PublishQueueMax       int   // queued hand-offs per partition (a PUB, or a PUB_BATCH's PUBs for it) before senders block
 	RetentionCheckMs      int64 // how often retention runs
 	DefaultAckWaitMs      int64
 	DefaultMaxDeliver     uint32

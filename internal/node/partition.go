@@ -22,12 +22,65 @@ import (
 // partition's goroutine. It must not block.
 type PubReply func(ok wire.PubOK, err *wire.Error)
 
+// BatchReply receives the outcome of the i-th publish of a batch
+// (PublishBatchCorked) exactly once, as PubReply does.
+type BatchReply func(i int, ok wire.PubOK, err *wire.Error)
+
+// replyTo is where one publish's outcome goes: fn, or the i-th record of
+// batch. A value, so that a batch's records need no closure each.
+type replyTo struct {
+	fn    PubReply
+	batch BatchReply
+	i     int
+}
+
+func (r replyTo) answer(ok wire.PubOK, err *wire.Error) {
+	if r.batch != nil {
+		r.batch(r.i, ok, err)
+		return
+	}
+	r.fn(ok, err)
+}
+
+// pubReq is one publish on its way to its partition's goroutine. The
+// publishes of one batch for one partition travel as a chain (next), in
+// their order: one hand-off for all of them.
 type pubReq struct {
 	rec         storage.Record
 	producerID  uint64
 	producerSeq uint64
-	reply       PubReply
+	reply       replyTo
 	corker      Corker // of reply's connection, or nil
+	next        *pubReq
+}
+
+func (r *pubReq) answer(ok wire.PubOK, err *wire.Error) { r.reply.answer(ok, err) }
+
+// unlink detaches r from its chain and returns the request after it.
+func (r *pubReq) unlink() *pubReq {
+	next := r.next
+	r.next = nil
+	return next
+}
+
+// appendChain appends r and every request chained after it to batch,
+// unlinked, in order.
+func appendChain(batch []*pubReq, r *pubReq) []*pubReq {
+	for r != nil {
+		next := r.unlink()
+		batch = append(batch, r)
+		r = next
+	}
+	return batch
+}
+
+// answerChain answers r and every request chained after it with err.
+func answerChain(r *pubReq, err *wire.Error) {
+	for r != nil {
+		next := r.unlink()
+		r.answer(wire.PubOK{}, err)
+		r = next
+	}
 }
 
 // partitionRunner is one partition of a topic as this node knows it: what
@@ -96,8 +149,9 @@ func (p *partitionRunner) compaction() (segmentBytes, retentionBytes int64, limi
 // method runs on the goroutine that owns the partition (the store's, or
 // the driver's in Manual mode).
 type partitionStore interface {
-	// accept takes a publish from any goroutine: it queues it for the
-	// store's loop (partitionRunner.queue) or answers it at once.
+	// accept takes a publish, and those chained after it, from any
+	// goroutine: it queues them for the store's loop
+	// (partitionRunner.queue) or answers them at once.
 	accept(r *pubReq)
 	// stepManual does the store's due work at nowMs in Manual mode and
 	// reports whether it did any.
@@ -179,15 +233,20 @@ func (p *partitionRunner) subject() string { return p.topic.cfg.Name + "/" + str
 // queue is full (backpressure on the publishing session).
 func (p *partitionRunner) enqueue(r *pubReq) { p.store.accept(r) }
 
-// queue puts a publish on the partition's queue for its loop, or answers
-// UNAVAILABLE once the partition is stopping.
+// queue puts a publish, and those chained after it, on the partition's
+// queue for its loop, or answers UNAVAILABLE once the partition is
+// stopping.
 func (p *partitionRunner) queue(r *pubReq) {
 	if p.node.cfg.Manual {
 		select {
 		case <-p.done:
-			r.reply(wire.PubOK{}, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+			answerChain(r, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
 		default:
-			p.manualQueue = append(p.manualQueue, r)
+			for r != nil {
+				next := r.unlink()
+				p.manualQueue = append(p.manualQueue, r)
+				r = next
+			}
 		}
 		return
 	}
@@ -205,7 +264,7 @@ func (p *partitionRunner) queue(r *pubReq) {
 		case <-p.done:
 		}
 	}
-	r.reply(wire.PubOK{}, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+	answerChain(r, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
 }
 
 func (p *partitionRunner) stop() {
@@ -227,13 +286,13 @@ func (p *partitionRunner) step(nowMs int64) bool { return p.store.stepManual(now
 func (p *partitionRunner) failQueued() {
 	err := wire.Errorf(wire.CodeUnavailable, "partition is shutting down")
 	for _, r := range p.manualQueue {
-		r.reply(wire.PubOK{}, err)
+		r.answer(wire.PubOK{}, err)
 	}
 	p.manualQueue = nil
 	for {
 		select {
 		case r := <-p.reqs:
-			r.reply(wire.PubOK{}, err)
+			answerChain(r, err)
 		default:
 			return
 		}
@@ -287,10 +346,10 @@ func (p *partitionRunner) info() wire.PartitionInfo {
 // replicas.
 type unhostedStore struct{ *partitionRunner }
 
-// accept answers a publish NOT_LEADER, naming where to try.
+// accept answers publishes NOT_LEADER, naming where to try.
 func (p unhostedStore) accept(r *pubReq) {
 	info := p.info()
-	r.reply(wire.PubOK{}, wire.Errorf(wire.CodeNotLeader, "partition %s/%d has no replica on this node; try %s at %s",
+	answerChain(r, wire.Errorf(wire.CodeNotLeader, "partition %s/%d has no replica on this node; try %s at %s",
 		p.topic.cfg.Name, p.id, info.Leader, info.LeaderAddr))
 }
 

@@ -44,37 +44,92 @@ func (n *Node) publish(pub *wire.Pub, reply PubReply, c Corker) { n.publishInto(
 // an operator resumes it). The partition it is queued to belongs to the
 // incarnation checked; a delete after that fails it there.
 func (n *Node) publishInto(pub *wire.Pub, incarnation uint64, reply PubReply, c Corker) {
-	t, err := n.topic(pub.Topic)
-	if err != nil {
-		reply(wire.PubOK{}, asWire(err))
-		return
+	r := &pubReq{reply: replyTo{fn: reply}, corker: c}
+	if t, part, ok := n.prepare(pub, nil, incarnation, r); ok {
+		t.partitions[part].enqueue(r)
+	}
+}
+
+// PublishBatchCorked publishes each of pubs as PublishCorked would, in
+// order, and answers each through reply with its index. The publishes
+// for one partition reach its goroutine in one hand-off, and the batch
+// costs one allocation for all its requests.
+func (n *Node) PublishBatchCorked(pubs []wire.Pub, reply BatchReply, c Corker) {
+	reqs := make([]pubReq, len(pubs))
+	type chain struct {
+		t          *topic
+		part       uint32
+		head, tail *pubReq
+	}
+	var chainsArr [1]chain // a batch goes to one partition, mostly
+	chains := chainsArr[:0]
+	var t *topic
+	for i := range pubs {
+		r := &reqs[i]
+		r.reply, r.corker = replyTo{batch: reply, i: i}, c
+		if err := wire.ValidateWritableTopic(pubs[i].Topic); err != nil {
+			r.answer(wire.PubOK{}, asWire(err))
+			continue
+		}
+		tt, part, ok := n.prepare(&pubs[i], t, 0, r)
+		if !ok {
+			continue
+		}
+		t = tt
+		j := 0
+		for j < len(chains) && (chains[j].t != tt || chains[j].part != part) {
+			j++
+		}
+		if j == len(chains) {
+			chains = append(chains, chain{t: tt, part: part, head: r, tail: r})
+			continue
+		}
+		chains[j].tail.next, chains[j].tail = r, r
+	}
+	for _, ch := range chains {
+		ch.t.partitions[ch.part].enqueue(ch.head)
+	}
+}
+
+// prepare validates pub and fills r with its record for the partition it
+// picks, or answers r and reports false. t, when not nil, is a topic the
+// caller looked up already: it is used when pub names it.
+func (n *Node) prepare(pub *wire.Pub, t *topic, incarnation uint64, r *pubReq) (*topic, uint32, bool) {
+	if t == nil || t.cfg.Name != pub.Topic {
+		var err error
+		if t, err = n.topic(pub.Topic); err != nil {
+			r.answer(wire.PubOK{}, asWire(err))
+			return nil, 0, false
+		}
 	}
 	if incarnation != 0 && t.incarnation != incarnation && !n.cfg.Mutations.PublishIgnoresIncarnation {
-		reply(wire.PubOK{}, wire.Errorf(wire.CodeNotFound, "topic %q incarnation %d was deleted (it is incarnation %d now)", pub.Topic, incarnation, t.incarnation))
-		return
+		r.answer(wire.PubOK{}, wire.Errorf(wire.CodeNotFound, "topic %q incarnation %d was deleted (it is incarnation %d now)", pub.Topic, incarnation, t.incarnation))
+		return nil, 0, false
 	}
 	if werr := n.validateRecord(pub); werr != nil {
-		reply(wire.PubOK{}, werr)
-		return
+		r.answer(wire.PubOK{}, werr)
+		return nil, 0, false
 	}
 	part, werr := t.partitionFor(pub)
 	if werr != nil {
-		reply(wire.PubOK{}, werr)
-		return
+		r.answer(wire.PubOK{}, werr)
+		return nil, 0, false
 	}
 	ts := pub.TimestampMs
 	if ts == 0 {
 		ts = n.nowMs()
 	}
-	headers := make([]storage.Header, len(pub.Headers))
-	for i, h := range pub.Headers {
-		headers[i] = storage.Header{Key: h.Key, Value: h.Value}
+	var headers []storage.Header
+	if len(pub.Headers) > 0 {
+		headers = make([]storage.Header, len(pub.Headers))
+		for i, h := range pub.Headers {
+			headers[i] = storage.Header{Key: h.Key, Value: h.Value}
+		}
 	}
-	t.partitions[part].enqueue(&pubReq{
-		rec: storage.Record{TimestampMs: ts, Key: pub.Key, Value: pub.Value, Headers: headers,
-			ProducerID: pub.ProducerID, ProducerSeq: pub.ProducerSeq},
-		producerID: pub.ProducerID, producerSeq: pub.ProducerSeq, reply: reply, corker: c,
-	})
+	r.rec = storage.Record{TimestampMs: ts, Key: pub.Key, Value: pub.Value, Headers: headers,
+		ProducerID: pub.ProducerID, ProducerSeq: pub.ProducerSeq}
+	r.producerID, r.producerSeq = pub.ProducerID, pub.ProducerSeq
+	return t, part, true
 }
 
 // partitionFor picks pub's partition: the one it names, else by key

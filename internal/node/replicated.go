@@ -24,8 +24,8 @@ import (
 type replicaStore struct {
 	*partitionRunner
 
-	repl   *replog.Log                 // the member; safe for concurrent use
-	kernel *partition.Member[PubReply] // owned by runReplicated
+	repl   *replog.Log                // the member; safe for concurrent use
+	kernel *partition.Member[replyTo] // owned by runReplicated
 	// compactLimit publishes the kernel's compaction limit to the member's
 	// storage (read on its goroutine).
 	compactLimit atomic.Uint64
@@ -47,6 +47,12 @@ type replicaStore struct {
 	// applying is the array committed entries are decoded into for
 	// applying (repl.Committed), reused. Owned by runReplicated.
 	applying []storage.Entry
+	// proposing gathers the proposals of one pass of runReplicated (or
+	// stepManual), sent to the member at its end in one hand-off
+	// (replog.Log.ProposeBatch); their outcomes go to onProposed, the
+	// method value of proposed made once. Owned by runReplicated.
+	proposing  replog.Batch
+	onProposed func(tag replog.Tag, seq, epoch uint64, err error)
 }
 
 // groupsFrom is acklog.Needs.From as of a moment of the applied log.
@@ -89,6 +95,7 @@ func (p *partitionRunner) openReplica() error {
 		policy = replica.SyncAll
 	}
 	s := &replicaStore{partitionRunner: p, wake: make(chan struct{}, 1)}
+	s.onProposed = s.proposed
 	segmentBytes, retentionBytes, limit := p.compaction()
 	l, err := c.OpenGroup(p.topic.key(), p.id, members, policy, s.poke, cluster.GroupOptions{
 		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: retentionBytes,
@@ -105,7 +112,7 @@ func (p *partitionRunner) openReplica() error {
 	p.readLog.Store(l.ReadLog())
 	start := l.ReadLog().StartSeq()
 	p.startSeq.Store(start)
-	s.kernel = partition.NewMember[PubReply](p.node.cfg.Dedup, start, p.node.cfg.Mutations.Partition)
+	s.kernel = partition.NewMember[replyTo](p.node.cfg.Dedup, start, p.node.cfg.Mutations.Partition)
 	if snap := p.loadDedupSnapshot(l.ReadLog()); snap != nil && s.kernel.Restore(snap) {
 		// Only the entries after the snapshot are applied again.
 		s.snaps.applied, s.snaps.epoch = snap.Applied, snap.Epoch
@@ -137,6 +144,7 @@ func (p *replicaStore) stepManual(int64) bool {
 		p.proposeReplicated(r)
 		progress = true
 	}
+	p.repl.ProposeBatch(&p.proposing)
 	if progress {
 		p.applyReplicated()
 	}
@@ -161,16 +169,17 @@ func (p *replicaStore) runReplicated() {
 			return
 		case <-p.wake:
 		case r := <-p.reqs:
-			p.proposeReplicated(r)
+			n := p.proposeChain(r)
 		drain:
-			for i := 0; i < p.node.cfg.PublishBatchMax; i++ {
+			for n < p.node.cfg.PublishBatchMax {
 				select {
 				case r := <-p.reqs:
-					p.proposeReplicated(r)
+					n += p.proposeChain(r)
 				default:
 					break drain
 				}
 			}
+			p.repl.ProposeBatch(&p.proposing)
 		}
 		p.applyReplicated()
 	}
@@ -214,25 +223,43 @@ func (p *replicaStore) refusal(st replica.Status, r partition.Refusal) *wire.Err
 	return nil
 }
 
+// proposeChain proposes r and the publishes chained after it, in order,
+// and returns how many there were.
+func (p *replicaStore) proposeChain(r *pubReq) int {
+	n := 0
+	for r != nil {
+		next := r.unlink()
+		p.proposeReplicated(r)
+		r, n = next, n+1
+	}
+	return n
+}
+
 func (p *replicaStore) proposeReplicated(r *pubReq) {
 	st, view := p.leaderView()
 	d := p.kernel.Publish(view, r.producerID, r.producerSeq, r.reply)
 	switch d.Action {
 	case partition.Refuse:
-		r.reply(wire.PubOK{}, p.refusal(st, d.Refusal))
+		r.answer(wire.PubOK{}, p.refusal(st, d.Refusal))
 	case partition.AnswerDuplicate:
-		r.reply(wire.PubOK{Partition: p.id, Seq: d.Seq, Epoch: d.Epoch, Duplicate: true}, nil)
+		r.answer(wire.PubOK{Partition: p.id, Seq: d.Seq, Epoch: d.Epoch, Duplicate: true}, nil)
 	case partition.AnswerTooOld:
-		r.reply(wire.PubOK{}, wire.Errorf(wire.CodeProducerSeqTooOld,
+		r.answer(wire.PubOK{}, wire.Errorf(wire.CodeProducerSeqTooOld,
 			"producer %d seq %d is below the dedup window of partition %d", r.producerID, r.producerSeq, p.id))
 	case partition.Propose:
-		p.repl.ProposeFunc(r.rec, func(seq, epoch uint64, err error) {
-			p.mu.Lock()
-			p.completions = append(p.completions, completion{key: d.Key, seq: seq, epoch: epoch, err: err})
-			p.mu.Unlock()
-			p.poke()
-		})
+		// Sent with the rest of this pass's proposals (runReplicated).
+		p.proposing.Add(&r.rec, replog.Tag{d.Key.ProducerID, d.Key.ProducerSeq}, p.onProposed)
 	}
+}
+
+// proposed takes the outcome of a proposal (onProposed), on the member's
+// goroutine, for applyReplicated to answer.
+func (p *replicaStore) proposed(tag replog.Tag, seq, epoch uint64, err error) {
+	key := partition.ProposalKey{ProducerID: tag[0], ProducerSeq: tag[1]}
+	p.mu.Lock()
+	p.completions = append(p.completions, completion{key: key, seq: seq, epoch: epoch, err: err})
+	p.mu.Unlock()
+	p.poke()
 }
 
 // applyReplicated applies newly committed entries, then answers completed
@@ -305,7 +332,7 @@ func (p *replicaStore) applyReplicated() {
 		werr := wire.Errorf(wire.CodeQuorumLost, "partition %s/%d is READ_ONLY_DEGRADED: the write may still commit if the quorum returns; retry with the same producer identity",
 			p.topic.cfg.Name, p.id)
 		for _, reply := range k.Degraded() {
-			reply(wire.PubOK{}, werr)
+			reply.answer(wire.PubOK{}, werr)
 		}
 		p.topic.notifyGroups() // their ack records are stuck too
 	}
@@ -322,8 +349,9 @@ func (p *replicaStore) applyReplicated() {
 			werr = wire.Errorf(wire.CodeUnavailable, "partition %s/%d: commit not applied yet; retry", p.topic.cfg.Name, p.id)
 		}
 		for _, reply := range a.Replies {
-			reply(wire.PubOK{Partition: p.id, Seq: a.Seq, Epoch: a.Epoch}, werr)
+			reply.answer(wire.PubOK{Partition: p.id, Seq: a.Seq, Epoch: a.Epoch}, werr)
 		}
+		clear(a.Replies) // answered: the kernel's shared block keeps no reply alive
 		if werr == nil {
 			p.node.metrics.publishes.WithLabelValues(p.topic.cfg.Name).Inc()
 		}
@@ -404,14 +432,14 @@ func (p *replicaStore) failReplicated(werr *wire.Error) {
 	for {
 		select {
 		case r := <-p.reqs:
-			r.reply(wire.PubOK{}, werr)
+			answerChain(r, werr)
 			continue
 		default:
 		}
 		break
 	}
 	for _, reply := range p.kernel.Close() {
-		reply(wire.PubOK{}, werr)
+		reply.answer(wire.PubOK{}, werr)
 	}
 }
 

@@ -1029,10 +1029,10 @@ func (r *schedRunner) intake(now int64, in *schedIntake) {
 	r.p.enqueue(&pubReq{
 		rec:        storage.Record{TimestampMs: ts, Key: pub.Key, Value: pub.Value, Headers: headers, ProducerID: pub.ProducerID, ProducerSeq: pub.ProducerSeq},
 		producerID: pub.ProducerID, producerSeq: pub.ProducerSeq,
-		reply: func(ok wire.PubOK, err *wire.Error) {
+		reply: replyTo{fn: func(ok wire.PubOK, err *wire.Error) {
 			a.ok, a.err = ok, err
 			r.deliver(schedCmd{appended: a})
-		},
+		}},
 	})
 }
 
@@ -1084,10 +1084,10 @@ func (r *schedRunner) propose(ref uint64, rec sched.Record) {
 	}
 	r.p.enqueue(&pubReq{
 		rec: out,
-		reply: func(ok wire.PubOK, err *wire.Error) {
+		reply: replyTo{fn: func(ok wire.PubOK, err *wire.Error) {
 			a.ok, a.err = ok, err
 			r.deliver(schedCmd{appended: a})
-		},
+		}},
 	})
 }
 

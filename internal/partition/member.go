@@ -43,7 +43,13 @@ type Member[R any] struct {
 	groups   acklog.Needs
 	inflight map[ProposalKey][]R // the replies waiting on each proposal (none once Degraded answered them)
 	anon     uint64              // key space of non-idempotent publishes
+	// singles is the block the one-reply slices of inflight are cut
+	// from (single).
+	singles []R
 }
+
+// singlesBlock is how many one-reply slices single cuts from a block.
+const singlesBlock = 256
 
 // Mutations are deliberate bugs behind a test-only switch: each disables
 // one guard, and a test must fail with it on.
@@ -195,8 +201,21 @@ func (m *Member[R]) Publish(v View, producerID, producerSeq uint64, reply R) Pub
 		m.anon++
 		key = ProposalKey{ProducerSeq: m.anon}
 	}
-	m.inflight[key] = []R{reply}
+	m.inflight[key] = m.single(reply)
 	return PublishDecision{Action: Propose, Key: key}
+}
+
+// single returns a slice of reply alone, cut from a shared block: a
+// publish in flight costs no allocation of its own. Its capacity is
+// capped, so a retry's append to it copies instead of writing into the
+// next one's.
+func (m *Member[R]) single(reply R) []R {
+	if len(m.singles) == cap(m.singles) {
+		m.singles = make([]R, 0, singlesBlock)
+	}
+	m.singles = append(m.singles, reply)
+	n := len(m.singles)
+	return m.singles[n-1 : n : n]
 }
 
 // Entry is one committed log entry as the kernel needs it.

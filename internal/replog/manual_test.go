@@ -70,6 +70,18 @@ func (g *manualGroup) run(ms int64) {
 	}
 }
 
+// elect has the first log campaign, runs 200 ms and returns the leader.
+func (g *manualGroup) elect() *Log {
+	g.t.Helper()
+	g.logs[0].Campaign()
+	g.run(200)
+	l := g.leader()
+	if l == nil {
+		g.t.Fatal("no leader after 200 ms")
+	}
+	return l
+}
+
 func (g *manualGroup) leader() *Log {
 	for _, l := range g.logs {
 		if l.Status().Role == replica.Leader {
@@ -84,12 +96,7 @@ func (g *manualGroup) leader() *Log {
 // proposal and answer it, with no goroutine of their own.
 func TestManualLogsElectCommitAndAnswer(t *testing.T) {
 	g := newManualGroup(t, 3, nil)
-	g.logs[0].Campaign()
-	g.run(200)
-	l := g.leader()
-	if l == nil {
-		t.Fatal("no leader after 200 ms")
-	}
+	l := g.elect()
 	var got error = errors.New("not answered")
 	var seq uint64
 	l.ProposeFunc(storage.Record{Value: []byte("v")}, func(s, _ uint64, err error) { seq, got = s, err })
@@ -149,12 +156,7 @@ func TestManualLogNeverBlocksAProposal(t *testing.T) {
 // commits again.
 func TestMemberRestartsInPlaceAfterAFailedFsync(t *testing.T) {
 	g := newManualGroup(t, 3, nil)
-	g.logs[0].Campaign()
-	g.run(200)
-	l := g.leader()
-	if l == nil {
-		t.Fatal("no leader")
-	}
+	l := g.elect()
 	var seq uint64
 	l.ProposeFunc(storage.Record{Value: []byte("synced")}, func(s, _ uint64, err error) { seq = s })
 	g.run(100)
@@ -222,9 +224,7 @@ func (g *manualGroup) pumpOnly(l *Log) {
 // as at open, instead of failing every restart for good.
 func TestMemberRestartsInPlaceOverDamage(t *testing.T) {
 	g := newManualGroup(t, 3, nil)
-	g.logs[0].Campaign()
-	g.run(200)
-	l := g.leader()
+	l := g.elect()
 	for i := 0; i < 20; i++ {
 		l.ProposeFunc(storage.Record{Value: []byte(fmt.Sprintf("value-%02d", i))}, func(_, _ uint64, _ error) {})
 		g.run(20)
@@ -267,9 +267,7 @@ func TestMemberRestartsInPlaceOverDamage(t *testing.T) {
 // member whose fsync failed, finishes the drop, and rebuilds.
 func TestLeaderThatCannotDropDamageRestartsInPlace(t *testing.T) {
 	g := newManualGroup(t, 3, nil)
-	g.logs[0].Campaign()
-	g.run(200)
-	l := g.leader()
+	l := g.elect()
 	for i := 0; i < 20; i++ {
 		l.ProposeFunc(storage.Record{Value: []byte(fmt.Sprintf("value-%02d", i))}, func(_, _ uint64, _ error) {})
 		g.run(20)

@@ -138,9 +138,18 @@ type Proposal struct {
 	Err        error
 	data       []byte
 	onDone     func(seq, epoch uint64, err error)
+	// onTagged, when set, is reported to instead of onDone, with tag: a
+	// Batch's proposals share one func.
+	onTagged func(tag Tag, seq, epoch uint64, err error)
+	tag      Tag
 	// takenNanos: when the member took it (Config.ObserveCommit).
 	takenNanos int64
+	// next chains the proposals of one Batch, which travel as one.
+	next *Proposal
 }
+
+// Tag tells a Batch's proposals apart in their shared completion func.
+type Tag [2]uint64
 
 // ControlHeader marks a control record (an epoch's install entry); the
 // broker refuses client records that carry it.
@@ -295,7 +304,7 @@ func (l *Log) Pump() (bool, error) {
 		select {
 		case p := <-l.prop:
 			ran = true
-			m.Propose(p)
+			m.proposeChain(p)
 		default:
 			drained = true
 		}
@@ -338,7 +347,7 @@ func (l *Log) pumpFailed(nowMs int64) bool {
 	for drained := false; !drained; {
 		select {
 		case p := <-l.prop:
-			p.finish(ErrRestarted)
+			finishChain(p, ErrRestarted)
 			ran = true
 		case <-l.in:
 			ran = true
@@ -442,6 +451,7 @@ func (l *Log) ProposeFunc(rec storage.Record, done func(seq, epoch uint64, err e
 	l.enqueue(NewProposalFunc(rec, done))
 }
 
+// enqueue hands p, and the proposals chained after it, to the member.
 func (l *Log) enqueue(p *Proposal) {
 	if l.manual {
 		// One goroutine: never block. A full queue is emptied by a Pump,
@@ -449,7 +459,7 @@ func (l *Log) enqueue(p *Proposal) {
 		for tries := 0; ; tries++ {
 			select { // on its own: with room in prop too, a select would pick at random
 			case <-l.done:
-				p.finish(ErrClosed)
+				finishChain(p, ErrClosed)
 				return
 			default:
 			}
@@ -459,7 +469,7 @@ func (l *Log) enqueue(p *Proposal) {
 			default:
 			}
 			if tries > 0 || l.pumping {
-				p.finish(ErrBusy)
+				finishChain(p, ErrBusy)
 				return
 			}
 			l.Pump()
@@ -468,13 +478,89 @@ func (l *Log) enqueue(p *Proposal) {
 	select {
 	case l.prop <- p:
 	case <-l.done:
-		p.finish(ErrClosed)
+		finishChain(p, ErrClosed)
 	}
 }
 
 // NewProposal is a proposal of rec whose outcome closes Done.
 func NewProposal(rec storage.Record) *Proposal {
 	return &Proposal{Done: make(chan struct{}), data: storage.EncodeRecord(&rec)}
+}
+
+// unlink detaches p from its chain and returns the proposal after it.
+func (p *Proposal) unlink() *Proposal {
+	next := p.next
+	p.next = nil
+	return next
+}
+
+// finishChain finishes p and every proposal chained after it with err.
+func finishChain(p *Proposal, err error) {
+	for p != nil {
+		next := p.unlink()
+		p.finish(err)
+		p = next
+	}
+}
+
+// proposeChain proposes p and every proposal chained after it, in order.
+func (m *Member) proposeChain(p *Proposal) {
+	for p != nil {
+		next := p.unlink()
+		m.Propose(p)
+		p = next
+	}
+}
+
+// Batch gathers proposals that reach the member in one hand-off
+// (Log.ProposeBatch), in order. Their records are encoded into shared
+// slabs and their Proposals allocated in blocks, so that a batch costs a
+// few allocations instead of two a record. A Batch is reused: what
+// ProposeBatch sent is never written again.
+type Batch struct {
+	head, tail *Proposal
+	props      []Proposal // room for the next proposals
+	slab       []byte     // room for the next encodings
+}
+
+// Sizes of a Batch's blocks; a record larger than a slab gets its own.
+const (
+	batchPropsBlock = 64
+	batchSlabBytes  = 64 << 10
+)
+
+// Add appends a proposal of rec whose outcome goes to done with tag.
+func (b *Batch) Add(rec *storage.Record, tag Tag, done func(tag Tag, seq, epoch uint64, err error)) {
+	if len(b.props) == cap(b.props) {
+		b.props = make([]Proposal, 0, batchPropsBlock)
+	}
+	b.props = append(b.props, Proposal{onTagged: done, tag: tag})
+	p := &b.props[len(b.props)-1]
+	n := storage.RecordBytes(rec)
+	if n > cap(b.slab)-len(b.slab) {
+		b.slab = make([]byte, 0, max(n, batchSlabBytes))
+	}
+	start := len(b.slab)
+	b.slab = storage.AppendRecord(b.slab, rec)
+	p.data = b.slab[start:len(b.slab):len(b.slab)] // capped: an append to it never reaches the next record
+	if b.tail == nil {
+		b.head = p
+	} else {
+		b.tail.next = p
+	}
+	b.tail = p
+}
+
+// ProposeBatch sends b's proposals to the member in one hand-off, as
+// ProposeFunc would each, in order, and empties b. It blocks while the
+// proposal queue is full.
+func (l *Log) ProposeBatch(b *Batch) {
+	if b.head == nil {
+		return
+	}
+	head := b.head
+	b.head, b.tail = nil, nil
+	l.enqueue(head)
 }
 
 // NewProposalFunc is a proposal of rec whose outcome is reported to done.
@@ -484,6 +570,10 @@ func NewProposalFunc(rec storage.Record, done func(seq, epoch uint64, err error)
 
 func (p *Proposal) finish(err error) {
 	p.Err = err
+	if p.onTagged != nil {
+		p.onTagged(p.tag, p.Seq, p.Epoch, err)
+		return
+	}
 	if p.onDone != nil {
 		p.onDone(p.Seq, p.Epoch, err)
 		return
@@ -562,7 +652,7 @@ func (l *Log) Close() error {
 		for {
 			select {
 			case p := <-l.prop:
-				p.finish(ErrClosed)
+				finishChain(p, ErrClosed)
 				continue
 			default:
 			}
@@ -596,7 +686,7 @@ func (l *Log) run() {
 		for {
 			select {
 			case p := <-l.prop:
-				p.finish(ErrClosed)
+				finishChain(p, ErrClosed)
 			default:
 				return
 			}
@@ -653,12 +743,12 @@ func (l *Log) run() {
 			if l.stepQueued() && !l.handle() {
 				return
 			}
-			m.Propose(p)
+			m.proposeChain(p)
 		drainProp:
 			for i := 0; i < 4096; i++ {
 				select {
 				case p := <-l.prop:
-					m.Propose(p)
+					m.proposeChain(p)
 				default:
 					break drainProp
 				}
@@ -778,7 +868,7 @@ func (l *Log) recoverLoop() bool {
 		case <-l.done:
 			return false
 		case p := <-l.prop:
-			p.finish(ErrRestarted)
+			finishChain(p, ErrRestarted)
 		case <-l.in:
 		case <-retry.C():
 			if err := m.Recover(); err != nil {

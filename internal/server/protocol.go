@@ -327,14 +327,11 @@ func (p *Protocol) publish(corr uint64, f *wire.Pub, buf *[]byte) {
 // then. A refusal that concerns the whole frame (the token may not publish
 // to the topic) is each record's result.
 func (p *Protocol) publishBatch(f *wire.PubBatch, buf *[]byte) {
-	results := make([]wire.PubResult, len(f.Records))
-	var left atomic.Int32
-	left.Store(int32(len(f.Records)))
+	b := newBatchResults(len(f.Records))
 	answer := func(i int, ok wire.PubOK, err *wire.Error) {
-		results[i] = wire.NewPubResult(f.Records[i].Corr, ok, err)
-		if left.Add(-1) == 0 {
+		if b.add(i, f.Records[i].Corr, ok, err) {
 			releaseReadBuf(buf)
-			p.send(0, &wire.PubBatchOK{Results: results})
+			p.send(0, &wire.PubBatchOK{Results: b.results})
 		}
 	}
 	if !p.perms.canPublish(f.Topic) {
@@ -344,16 +341,37 @@ func (p *Protocol) publishBatch(f *wire.PubBatch, buf *[]byte) {
 		}
 		return
 	}
-	var pub wire.Pub // the node copies what it keeps of it before PublishCorked returns
+	pubs := make([]wire.Pub, len(f.Records)) // the node copies what it keeps of them before returning
 	for i := range f.Records {
-		pub = f.Pub(i)
-		var answered atomic.Bool
-		p.srv.node.PublishCorked(&pub, func(ok wire.PubOK, err *wire.Error) {
-			if !answered.Swap(true) { // the node answers once; count each record once
-				answer(i, ok, err)
-			}
-		}, p.corker)
+		pubs[i] = f.Pub(i)
 	}
+	p.srv.node.PublishBatchCorked(pubs, answer, p.corker)
+}
+
+// batchResults gathers the results of a PUB_BATCH's records as they come,
+// from any goroutine.
+type batchResults struct {
+	results  []wire.PubResult
+	answered []atomic.Bool
+	left     atomic.Int32
+}
+
+func newBatchResults(n int) *batchResults {
+	b := &batchResults{results: make([]wire.PubResult, n), answered: make([]atomic.Bool, n)}
+	b.left.Store(int32(n))
+	return b
+}
+
+// add records record i's outcome and reports whether it was the last
+// one missing: the caller then sends the results. A record answered again
+// is ignored (the node answers once): counted twice, it would send the
+// frame before its last result and release the frame's buffer twice.
+func (b *batchResults) add(i int, corr uint64, ok wire.PubOK, err *wire.Error) (complete bool) {
+	if b.answered[i].Swap(true) {
+		return false
+	}
+	b.results[i] = wire.NewPubResult(corr, ok, err)
+	return b.left.Add(-1) == 0
 }
 
 // authorize checks a request against the token's permissions.

@@ -100,3 +100,28 @@ func TestPubBatchNeedsVersion2(t *testing.T) {
 	}
 	c.expectClosed()
 }
+
+// A record the node answered twice counts once: the batch completes on its
+// last record's first answer, and a repeat neither completes it again nor
+// replaces the result.
+func TestBatchResultsCountEachRecordOnce(t *testing.T) {
+	b := newBatchResults(2)
+	if b.add(0, 10, wire.PubOK{Seq: 5}, nil) {
+		t.Fatal("complete after one of two records")
+	}
+	if b.add(0, 10, wire.PubOK{Seq: 6}, nil) {
+		t.Fatal("a repeated answer completed the batch")
+	}
+	if !b.add(1, 11, wire.PubOK{}, wire.Errorf(wire.CodeNotLeader, "moved")) {
+		t.Fatal("not complete once every record was answered")
+	}
+	if b.add(1, 11, wire.PubOK{Seq: 7}, nil) {
+		t.Fatal("a repeated answer completed the batch twice")
+	}
+	if r := b.results[0]; r.Corr != 10 || r.Seq != 5 {
+		t.Fatalf("record 0's result %+v, want its first answer (seq 5)", r)
+	}
+	if r := b.results[1]; r.Corr != 11 || r.Code != wire.CodeNotLeader {
+		t.Fatalf("record 1's result %+v, want NOT_LEADER", r)
+	}
+}
