@@ -691,3 +691,42 @@ func TestRetentionMustBeWholeMilliseconds(t *testing.T) {
 		t.Fatalf("retention 2s: %+v, %v", wc, err)
 	}
 }
+
+// Async publishes travel in PUB_BATCH frames; each gets its own record's
+// result out of the batch's answer, not a neighbour's.
+func TestAsyncPublishesGetTheirOwnResults(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	c := dialFake(t, fs)
+	ctx := testCtx(t)
+	declare(t, c, "t", 1)
+	p, err := c.NewProducer(ProducerOptions{Topic: "t", MaxInFlight: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const n = 50
+	var mu sync.Mutex
+	results := map[uint64]PublishResult{}
+	for i := range n {
+		if err := p.PublishAsync(ctx, Message{Value: []byte(fmt.Sprint(i))}, func(res PublishResult, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			results[res.ProducerSeq] = res
+			mu.Unlock()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for seq := uint64(1); seq <= n; seq++ {
+		if res, ok := results[seq]; !ok || res.Seq != seq || res.Partition != 0 {
+			t.Fatalf("producer seq %d: result %+v (present %v), want log seq %d", seq, res, ok, seq)
+		}
+	}
+}

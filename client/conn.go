@@ -237,8 +237,11 @@ func (c *conn) readLoop(br *bufio.Reader, frameBytesMax int) {
 			}
 		}
 		if b, ok := f.(*wire.PubBatchOK); ok {
-			for i := range b.Results { // each record's answer, as its PUB's would have come
-				c.dispatch(b.Results[i].Corr, b.Results[i].Result())
+			// Each record's answer, as its PUB's would have come; the
+			// batch's PUB_OKs share one allocation.
+			oks := make([]wire.PubOK, len(b.Results))
+			for i := range b.Results {
+				c.dispatch(b.Results[i].Corr, b.Results[i].ResultIn(&oks[i]))
 			}
 			continue
 		}

@@ -243,9 +243,17 @@ func NewPubResult(corr uint64, ok PubOK, err *Error) PubResult {
 
 // Result is r as the frame a PUB would have been answered with: a PUB_OK,
 // or an ERR when r carries an error code.
-func (r *PubResult) Result() Frame {
+func (r *PubResult) Result() Frame { return r.ResultIn(nil) }
+
+// ResultIn is Result with the PUB_OK written into ok when ok is not nil,
+// so that the answers of a batch can share one allocation.
+func (r *PubResult) ResultIn(ok *PubOK) Frame {
 	if r.Code != 0 {
 		return &Err{Code: r.Code, Message: r.Message}
 	}
-	return &PubOK{Partition: r.Partition, Seq: r.Seq, Epoch: r.Epoch, Duplicate: r.Duplicate}
+	if ok == nil {
+		ok = new(PubOK)
+	}
+	*ok = PubOK{Partition: r.Partition, Seq: r.Seq, Epoch: r.Epoch, Duplicate: r.Duplicate}
+	return ok
 }
