@@ -265,6 +265,15 @@ func TestClusterReplicationMetrics(t *testing.T) {
 	if _, count, sum := sample(t, tc.nodes[leader].metrics, "nereus_replication_seconds", nil); count < 5 || sum <= 0 {
 		t.Fatalf("leader %s: nereus_replication_seconds count %d sum %g, want at least the 5 publishes", leader, count, sum)
 	}
+	// The leader counts what it acknowledged: five records of one value
+	// byte each (publishAnywhere may have offered some to followers first;
+	// they refused them).
+	topic := map[string]string{"topic": "m"}
+	records, _, _ := sample(t, tc.nodes[leader].metrics, "nereus_publish_records_total", topic)
+	bytes, _, _ := sample(t, tc.nodes[leader].metrics, "nereus_publish_bytes_total", topic)
+	if records != 5 || bytes != 5 {
+		t.Fatalf("leader %s: nereus_publish_records_total %g, nereus_publish_bytes_total %g, want 5 and 5", leader, records, bytes)
+	}
 	for id, n := range tc.nodes {
 		eventually(t, id+" counts its replica fsyncs", func() bool {
 			_, count, _ := sample(t, n.metrics, "nereus_fsync_seconds", map[string]string{"kind": "replica"})

@@ -53,6 +53,9 @@ type replicaStore struct {
 	// method value of proposed made once. Owned by runReplicated.
 	proposing  replog.Batch
 	onProposed func(tag replog.Tag, seq, epoch uint64, err error)
+	// published and publishedBytes are the topic's publish counters,
+	// bound once (a label lookup per record cost the leader 3% of its CPU).
+	published, publishedBytes prometheus.Counter
 }
 
 // groupsFrom is acklog.Needs.From as of a moment of the applied log.
@@ -78,6 +81,7 @@ type completion struct {
 	key        partition.ProposalKey
 	seq, epoch uint64
 	err        error
+	bytes      uint64 // the record's key and value
 }
 
 // openReplica starts this node's member of the partition's replica
@@ -96,6 +100,8 @@ func (p *partitionRunner) openReplica() error {
 	}
 	s := &replicaStore{partitionRunner: p, wake: make(chan struct{}, 1)}
 	s.onProposed = s.proposed
+	s.published = p.node.metrics.publishes.WithLabelValues(p.topic.cfg.Name)
+	s.publishedBytes = p.node.metrics.publishBytes.WithLabelValues(p.topic.cfg.Name)
 	segmentBytes, retentionBytes, limit := p.compaction()
 	l, err := c.OpenGroup(p.topic.key(), p.id, members, policy, s.poke, cluster.GroupOptions{
 		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: retentionBytes,
@@ -248,7 +254,7 @@ func (p *replicaStore) proposeReplicated(r *pubReq) {
 			"producer %d seq %d is below the dedup window of partition %d", r.producerID, r.producerSeq, p.id))
 	case partition.Propose:
 		// Sent with the rest of this pass's proposals (runReplicated).
-		p.proposing.Add(&r.rec, replog.Tag{d.Key.ProducerID, d.Key.ProducerSeq}, p.onProposed)
+		p.proposing.Add(&r.rec, replog.Tag{d.Key.ProducerID, d.Key.ProducerSeq, uint64(len(r.rec.Key) + len(r.rec.Value))}, p.onProposed)
 	}
 }
 
@@ -257,7 +263,7 @@ func (p *replicaStore) proposeReplicated(r *pubReq) {
 func (p *replicaStore) proposed(tag replog.Tag, seq, epoch uint64, err error) {
 	key := partition.ProposalKey{ProducerID: tag[0], ProducerSeq: tag[1]}
 	p.mu.Lock()
-	p.completions = append(p.completions, completion{key: key, seq: seq, epoch: epoch, err: err})
+	p.completions = append(p.completions, completion{key: key, seq: seq, epoch: epoch, err: err, bytes: tag[2]})
 	p.mu.Unlock()
 	p.poke()
 }
@@ -336,6 +342,7 @@ func (p *replicaStore) applyReplicated() {
 		}
 		p.topic.notifyGroups() // their ack records are stuck too
 	}
+	var acked, ackedBytes uint64
 	for _, c := range done {
 		a, ok := k.Completed(c.key, c.seq, c.epoch, c.err)
 		if !ok {
@@ -353,8 +360,13 @@ func (p *replicaStore) applyReplicated() {
 		}
 		clear(a.Replies) // answered: the kernel's shared block keeps no reply alive
 		if werr == nil {
-			p.node.metrics.publishes.WithLabelValues(p.topic.cfg.Name).Inc()
+			acked++
+			ackedBytes += c.bytes
 		}
+	}
+	if acked > 0 {
+		p.published.Add(float64(acked))
+		p.publishedBytes.Add(float64(ackedBytes))
 	}
 }
 

@@ -148,8 +148,10 @@ type Proposal struct {
 	next *Proposal
 }
 
-// Tag tells a Batch's proposals apart in their shared completion func.
-type Tag [2]uint64
+// Tag is what the proposer says about a proposal in a Batch, handed back
+// with its outcome: it tells the proposals apart in their shared
+// completion func.
+type Tag [3]uint64
 
 // ControlHeader marks a control record (an epoch's install entry); the
 // broker refuses client records that carry it.
