@@ -305,20 +305,26 @@ func (p *Protocol) handleHeld() {
 // publish hands a PUB to the node. Its key, value and headers alias buf,
 // which is released when the node answers: it copies the record first.
 func (p *Protocol) publish(corr uint64, f *wire.Pub, buf *[]byte) {
-	var answered atomic.Bool
-	p.srv.node.PublishCorked(f, func(ok wire.PubOK, err *wire.Error) {
-		if answered.Swap(true) {
-			// The node answers once; a second answer must not put buf
-			// back in the pool twice (two frames would share it).
-			return
-		}
+	p.srv.node.PublishCorked(f, answerOnce(func(ok wire.PubOK, err *wire.Error) {
 		releaseReadBuf(buf)
 		if err != nil {
 			p.sendErr(corr, err)
 			return
 		}
 		p.send(corr, &ok)
-	}, p.corker)
+	}), p.corker)
+}
+
+// answerOnce returns a reply that passes on only its first answer. The
+// node answers once; a second answer must not put a frame's buffer back
+// in the pool twice (two frames would share it), nor send a second reply.
+func answerOnce(answer node.PubReply) node.PubReply {
+	var answered atomic.Bool
+	return func(ok wire.PubOK, err *wire.Error) {
+		if !answered.Swap(true) {
+			answer(ok, err)
+		}
+	}
 }
 
 // publishBatch hands each record of a PUB_BATCH to the node as the PUB it

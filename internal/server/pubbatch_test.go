@@ -125,3 +125,16 @@ func TestBatchResultsCountEachRecordOnce(t *testing.T) {
 		t.Fatalf("record 1's result %+v, want NOT_LEADER", r)
 	}
 }
+
+// A PUB's reply passes on the node's first answer only: a second would
+// release the frame's buffer twice and send a second reply.
+func TestAnswerOncePassesOnTheFirstAnswer(t *testing.T) {
+	var got []wire.PubOK
+	reply := answerOnce(func(ok wire.PubOK, err *wire.Error) { got = append(got, ok) })
+	reply(wire.PubOK{Seq: 1}, nil)
+	reply(wire.PubOK{Seq: 2}, nil)
+	reply(wire.PubOK{}, wire.Errorf(wire.CodeUnavailable, "late"))
+	if len(got) != 1 || got[0].Seq != 1 {
+		t.Fatalf("answers passed on: %+v, want only the first (seq 1)", got)
+	}
+}
