@@ -242,11 +242,7 @@ func (p *partitionRunner) queue(r *pubReq) {
 		case <-p.done:
 			answerChain(r, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
 		default:
-			for r != nil {
-				next := r.unlink()
-				p.manualQueue = append(p.manualQueue, r)
-				r = next
-			}
+			p.manualQueue = appendChain(p.manualQueue, r)
 		}
 		return
 	}

@@ -64,12 +64,16 @@ func (n *Node) PublishBatchCorked(pubs []wire.Pub, reply BatchReply, c Corker) {
 	var chainsArr [1]chain // a batch goes to one partition, mostly
 	chains := chainsArr[:0]
 	var t *topic
+	var valid *string // the last topic name that passed ValidateWritableTopic
 	for i := range pubs {
 		r := &reqs[i]
 		r.reply, r.corker = replyTo{batch: reply, i: i}, c
-		if err := wire.ValidateWritableTopic(pubs[i].Topic); err != nil {
-			r.answer(wire.PubOK{}, asWire(err))
-			continue
+		if name := &pubs[i].Topic; valid == nil || *name != *valid {
+			if err := wire.ValidateWritableTopic(*name); err != nil {
+				r.answer(wire.PubOK{}, asWire(err))
+				continue
+			}
+			valid = name
 		}
 		tt, part, ok := n.prepare(&pubs[i], t, 0, r)
 		if !ok {
