@@ -179,12 +179,12 @@ func (p *localStore) run() {
 			recoverIfFailed()
 		case r := <-p.reqs:
 			takeAcked() // the kernel's commit point for the duplicates below
-			batch = appendChain(batch[:0], r)
+			batch = appendChain(batch[:0], p.take(r))
 		drain:
 			for len(batch) < cap(batch) {
 				select {
 				case r := <-p.reqs:
-					batch = appendChain(batch, r)
+					batch = appendChain(batch, p.take(r))
 				default:
 					break drain
 				}

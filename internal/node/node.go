@@ -60,10 +60,14 @@ type Config struct {
 	// partitions, metadata log); nil runs a single node.
 	Cluster *ClusterConfig
 
-	SegmentBytesMax       int64
-	RecordBytesMax        int   // key + value + headers of one record
-	PublishBatchMax       int   // records per group commit
-	PublishQueueMax       int   // queued hand-offs per partition (a PUB, or a PUB_BATCH's PUBs for it) before senders block
+	SegmentBytesMax int64
+	RecordBytesMax  int // key + value + headers of one record
+	PublishBatchMax int // records per group commit
+	PublishQueueMax int // queued hand-offs per partition (a PUB, or a PUB_BATCH's PUBs for it) before senders block
+	// PublishQueueBytesMax bounds the record bytes of clients' publishes
+	// queued per partition before senders block; a larger hand-off goes
+	// in alone, when the queue holds none.
+	PublishQueueBytesMax  int64
 	RetentionCheckMs      int64 // how often retention runs
 	DefaultAckWaitMs      int64
 	DefaultMaxDeliver     uint32
@@ -137,6 +141,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PublishQueueMax == 0 {
 		c.PublishQueueMax = 8192
+	}
+	if c.PublishQueueBytesMax == 0 {
+		c.PublishQueueBytesMax = 64 << 20
 	}
 	if c.RetentionCheckMs == 0 {
 		c.RetentionCheckMs = 30_000

@@ -52,6 +52,11 @@ type pubReq struct {
 	reply       replyTo
 	corker      Corker // of reply's connection, or nil
 	next        *pubReq
+	// queuedBytes, on the head of a client's hand-off, is the record
+	// bytes of the chain, held in the partition's queueBytes until its
+	// goroutine takes it (take). 0: not counted (the node's own writes,
+	// bounded by their own windows).
+	queuedBytes int64
 }
 
 func (r *pubReq) answer(ok wire.PubOK, err *wire.Error) { r.reply.answer(ok, err) }
@@ -99,6 +104,7 @@ type partitionRunner struct {
 	// The publish queue, drained by the store's goroutine — or, in Manual
 	// mode (Config.Manual), manualQueue, owned by the driver's goroutine.
 	reqs        chan *pubReq
+	reqBytes    *queueBytes
 	done        chan struct{}
 	wg          sync.WaitGroup
 	manualQueue []*pubReq
@@ -180,9 +186,10 @@ type partitionStore interface {
 
 func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
 	p := &partitionRunner{node: n, topic: t, id: id,
-		dir:  path.Join(n.cfg.DataDir, "topics", t.key(), strconv.Itoa(int(id))),
-		reqs: make(chan *pubReq, n.cfg.PublishQueueMax),
-		done: make(chan struct{}),
+		dir:      path.Join(n.cfg.DataDir, "topics", t.key(), strconv.Itoa(int(id))),
+		reqs:     make(chan *pubReq, n.cfg.PublishQueueMax),
+		reqBytes: newQueueBytes(n.cfg.PublishQueueBytesMax),
+		done:     make(chan struct{}),
 	}
 	var err error
 	switch {
@@ -246,6 +253,10 @@ func (p *partitionRunner) queue(r *pubReq) {
 		}
 		return
 	}
+	if r.queuedBytes > 0 && !p.reqBytes.acquire(r.queuedBytes, p.done) {
+		answerChain(r, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+		return
+	}
 	select {
 	case <-p.done:
 	default:
@@ -260,7 +271,15 @@ func (p *partitionRunner) queue(r *pubReq) {
 		case <-p.done:
 		}
 	}
+	p.reqBytes.release(r.queuedBytes)
 	answerChain(r, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+}
+
+// take is r as the partition's goroutine takes it from the queue: its
+// bytes leave the queue's count.
+func (p *partitionRunner) take(r *pubReq) *pubReq {
+	p.reqBytes.release(r.queuedBytes)
+	return r
 }
 
 func (p *partitionRunner) stop() {

@@ -46,6 +46,7 @@ func (n *Node) publish(pub *wire.Pub, reply PubReply, c Corker) { n.publishInto(
 func (n *Node) publishInto(pub *wire.Pub, incarnation uint64, reply PubReply, c Corker) {
 	r := &pubReq{reply: replyTo{fn: reply}, corker: c}
 	if t, part, ok := n.prepare(pub, nil, incarnation, r); ok {
+		r.queuedBytes = int64(storage.RecordBytes(&r.rec))
 		t.partitions[part].enqueue(r)
 	}
 }
@@ -84,10 +85,13 @@ func (n *Node) PublishBatchCorked(pubs []wire.Pub, reply BatchReply, c Corker) {
 		for j < len(chains) && (chains[j].t != tt || chains[j].part != part) {
 			j++
 		}
+		bytes := int64(storage.RecordBytes(&r.rec))
 		if j == len(chains) {
+			r.queuedBytes = bytes
 			chains = append(chains, chain{t: tt, part: part, head: r, tail: r})
 			continue
 		}
+		chains[j].head.queuedBytes += bytes
 		chains[j].tail.next, chains[j].tail = r, r
 	}
 	for _, ch := range chains {

@@ -175,12 +175,12 @@ func (p *replicaStore) runReplicated() {
 			return
 		case <-p.wake:
 		case r := <-p.reqs:
-			n := p.proposeChain(r)
+			n := p.proposeChain(p.take(r))
 		drain:
 			for n < p.node.cfg.PublishBatchMax {
 				select {
 				case r := <-p.reqs:
-					n += p.proposeChain(r)
+					n += p.proposeChain(p.take(r))
 				default:
 					break drain
 				}
