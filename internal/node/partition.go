@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nereus-broker/nereus/internal/budget"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -53,7 +54,7 @@ type pubReq struct {
 	corker      Corker // of reply's connection, or nil
 	next        *pubReq
 	// queuedBytes, on the head of a client's hand-off, is the record
-	// bytes of the chain, held in the partition's queueBytes until its
+	// bytes of the chain, held in the partition's reqBytes until its
 	// goroutine takes it (take). 0: not counted (the node's own writes,
 	// bounded by their own windows).
 	queuedBytes int64
@@ -104,7 +105,7 @@ type partitionRunner struct {
 	// The publish queue, drained by the store's goroutine — or, in Manual
 	// mode (Config.Manual), manualQueue, owned by the driver's goroutine.
 	reqs        chan *pubReq
-	reqBytes    *queueBytes
+	reqBytes    *budget.Bytes // clients' record bytes in reqs (PublishQueueBytesMax)
 	done        chan struct{}
 	wg          sync.WaitGroup
 	manualQueue []*pubReq
@@ -188,7 +189,7 @@ func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
 	p := &partitionRunner{node: n, topic: t, id: id,
 		dir:      path.Join(n.cfg.DataDir, "topics", t.key(), strconv.Itoa(int(id))),
 		reqs:     make(chan *pubReq, n.cfg.PublishQueueMax),
-		reqBytes: newQueueBytes(n.cfg.PublishQueueBytesMax),
+		reqBytes: budget.NewBytes(n.cfg.PublishQueueBytesMax),
 		done:     make(chan struct{}),
 	}
 	var err error
@@ -253,7 +254,7 @@ func (p *partitionRunner) queue(r *pubReq) {
 		}
 		return
 	}
-	if r.queuedBytes > 0 && !p.reqBytes.acquire(r.queuedBytes, p.done) {
+	if r.queuedBytes > 0 && !p.reqBytes.Acquire(r.queuedBytes, p.done) {
 		answerChain(r, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
 		return
 	}
@@ -271,14 +272,14 @@ func (p *partitionRunner) queue(r *pubReq) {
 		case <-p.done:
 		}
 	}
-	p.reqBytes.release(r.queuedBytes)
+	p.reqBytes.Release(r.queuedBytes)
 	answerChain(r, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
 }
 
 // take is r as the partition's goroutine takes it from the queue: its
 // bytes leave the queue's count.
 func (p *partitionRunner) take(r *pubReq) *pubReq {
-	p.reqBytes.release(r.queuedBytes)
+	p.reqBytes.Release(r.queuedBytes)
 	return r
 }
 

@@ -45,7 +45,7 @@ type Protocol struct {
 type heldFrame struct {
 	corr uint64
 	f    wire.Frame
-	buf  *[]byte
+	buf  *readBuf
 }
 
 // heldFramesMax bounds the frames a connection may pipeline behind a
@@ -153,7 +153,7 @@ func (p *Protocol) Handle(corr uint64, f wire.Frame) bool { return p.handle(corr
 
 // handle is Handle for a frame read into the pooled buffer buf (nil: not
 // pooled), which it releases once the frame's bytes are no longer needed.
-func (p *Protocol) handle(corr uint64, f wire.Frame, buf *[]byte) bool {
+func (p *Protocol) handle(corr uint64, f wire.Frame, buf *readBuf) bool {
 	if p.broken {
 		releaseReadBuf(buf)
 		return false
@@ -304,7 +304,7 @@ func (p *Protocol) handleHeld() {
 
 // publish hands a PUB to the node. Its key, value and headers alias buf,
 // which is released when the node answers: it copies the record first.
-func (p *Protocol) publish(corr uint64, f *wire.Pub, buf *[]byte) {
+func (p *Protocol) publish(corr uint64, f *wire.Pub, buf *readBuf) {
 	p.srv.node.PublishCorked(f, answerOnce(func(ok wire.PubOK, err *wire.Error) {
 		releaseReadBuf(buf)
 		if err != nil {
@@ -332,7 +332,7 @@ func answerOnce(answer node.PubReply) node.PubReply {
 // last has its outcome. Their keys, values and headers alias buf, released
 // then. A refusal that concerns the whole frame (the token may not publish
 // to the topic) is each record's result.
-func (p *Protocol) publishBatch(f *wire.PubBatch, buf *[]byte) {
+func (p *Protocol) publishBatch(f *wire.PubBatch, buf *readBuf) {
 	b := newBatchResults(len(f.Records))
 	answer := func(i int, ok wire.PubOK, err *wire.Error) {
 		if b.add(i, f.Records[i].Corr, ok, err) {

@@ -39,6 +39,12 @@ type Config struct {
 	// OutboundBytesMax bounds a session's queued replies; a client that does
 	// not read is disconnected rather than allowed to grow memory.
 	OutboundBytesMax int
+	// UnansweredBytesMax bounds the read buffers a session's requests
+	// hold until they are done with — a publish's until it is answered,
+	// which under replication waits for a quorum. Past it the session
+	// reads no more frames until answers free room (a larger frame is
+	// read and handled alone).
+	UnansweredBytesMax int64
 }
 
 // Server accepts client connections for one node.
@@ -77,6 +83,9 @@ func New(cfg Config, n *node.Node) (*Server, error) {
 	}
 	if cfg.OutboundBytesMax == 0 {
 		cfg.OutboundBytesMax = 256 << 20
+	}
+	if cfg.UnansweredBytesMax == 0 {
+		cfg.UnansweredBytesMax = 64 << 20
 	}
 	if len(cfg.Tokens) == 0 && !cfg.AllowNoAuth {
 		return nil, ErrNoTokens
@@ -215,6 +224,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	for ss := range s.sessions {
 		ss.conn.Close()
+		ss.stop()
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})

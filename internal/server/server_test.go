@@ -19,8 +19,16 @@ import (
 
 func startServer(t *testing.T, cfg Config) string {
 	t.Helper()
+	_, addr := startServerOn(t, cfg, vfs.NewMem())
+	return addr
+}
+
+// startServerOn starts a server and its node on fs; the test's cleanup
+// closes both.
+func startServerOn(t *testing.T, cfg Config, fs vfs.FS) (*Server, string) {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := node.Open(node.Config{DataDir: "/d", Env: env.Env{FS: vfs.NewMem()}, Logger: logger})
+	n, err := node.Open(node.Config{DataDir: "/d", Env: env.Env{FS: fs}, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +48,7 @@ func startServer(t *testing.T, cfg Config) string {
 		s.Close(ctx)
 		n.Close()
 	})
-	return lis.Addr().String()
+	return s, lis.Addr().String()
 }
 
 type rawConn struct {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/budget"
 	"github.com/nereus-broker/nereus/internal/sockwrite"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -35,10 +36,18 @@ type session struct {
 	// inline writes without blocking; nil unless conn is plain TCP.
 	inline     *sockwrite.Writer
 	writerDone chan struct{}
+	// unanswered bounds the read buffers of frames not yet done with —
+	// a publish's until it is answered (Config.UnansweredBytesMax).
+	unanswered *budget.Bytes
+	// stopped closes when the server closes: a reader waiting for
+	// unanswered room stops waiting.
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 func newSession(s *Server, conn net.Conn) *session {
-	ss := &session{srv: s, conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writerDone: make(chan struct{})}
+	ss := &session{srv: s, conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writerDone: make(chan struct{}),
+		unanswered: budget.NewBytes(s.cfg.UnansweredBytesMax), stopped: make(chan struct{})}
 	ss.outCond = sync.NewCond(&ss.outMu)
 	ss.proto = s.NewProtocol(ss.send, conn.RemoteAddr().String())
 	ss.proto.corker = ss
@@ -177,10 +186,10 @@ func (ss *session) serve() {
 		return
 	}
 	for {
-		buf := readBufs.Get().(*[]byte)
-		corr, f, used, err := wire.ReadFrameInto(ss.r, ss.srv.cfg.FrameBytesMax, *buf)
+		buf := readBufs.Get().(*readBuf)
+		corr, f, used, err := wire.ReadFrameInto(ss.r, ss.srv.cfg.FrameBytesMax, buf.b)
 		if used != nil {
-			*buf = used
+			buf.b = used
 		}
 		if err != nil {
 			releaseReadBuf(buf)
@@ -189,25 +198,51 @@ func (ss *session) serve() {
 			}
 			return
 		}
+		// A publish keeps its frame's buffer until it is answered. Past the
+		// bound the reader waits for answers, and reads nothing meanwhile:
+		// the client's writes back up (TCP's backpressure), not our memory.
+		if !ss.unanswered.Acquire(int64(cap(buf.b)), ss.stopped) {
+			releaseReadBuf(buf)
+			return
+		}
+		buf.charged, buf.budget = int64(cap(buf.b)), ss.unanswered
 		if !ss.proto.handle(corr, f, buf) {
 			return
 		}
 	}
 }
 
+// readBuf is a buffer a frame was read into, and what it is charged to.
+type readBuf struct {
+	b       []byte
+	budget  *budget.Bytes // the session's unanswered bytes; nil: none
+	charged int64
+}
+
 // readBufs recycles the buffers frames are read into, so that a publish
 // allocates none: Protocol.handle releases each one when its frame is done.
-var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+var readBufs = sync.Pool{New: func() any { return &readBuf{b: make([]byte, 0, 4<<10)} }}
 
 // readBufKeepMax bounds the buffers kept in readBufs.
 const readBufKeepMax = 128 << 10
 
-// releaseReadBuf returns buf (nil: none) to readBufs.
-func releaseReadBuf(buf *[]byte) {
-	if buf != nil && cap(*buf) <= readBufKeepMax {
+// releaseReadBuf gives buf's bytes back to its session and buf (nil:
+// none) to readBufs.
+func releaseReadBuf(buf *readBuf) {
+	if buf == nil {
+		return
+	}
+	if buf.budget != nil {
+		buf.budget.Release(buf.charged)
+		buf.budget, buf.charged = nil, 0
+	}
+	if cap(buf.b) <= readBufKeepMax {
 		readBufs.Put(buf)
 	}
 }
+
+// stop ends a wait for unanswered room (the server is closing).
+func (ss *session) stop() { ss.stopOnce.Do(func() { close(ss.stopped) }) }
 
 // handshake reads HELLO under a deadline and carries out the protocol's
 // verdict, including its fixed delay before AUTH_FAILED.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/budget"
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -18,81 +19,11 @@ import (
 // notYet is how long a test watches for something that must not happen.
 const notYet = 50 * time.Millisecond
 
-func TestQueueBytesWaitsForRoom(t *testing.T) {
-	q := newQueueBytes(100)
-	done := make(chan struct{})
-	if !q.acquire(60, done) || !q.acquire(40, done) {
-		t.Fatal("100 bytes did not fit a bound of 100")
-	}
-	got := make(chan bool, 1)
-	go func() { got <- q.acquire(1, done) }()
-	select {
-	case <-got:
-		t.Fatalf("a byte went in past the bound (%d held)", q.queued())
-	case <-time.After(notYet):
-	}
-	q.release(60)
-	select {
-	case ok := <-got:
-		if !ok || q.queued() != 41 {
-			t.Fatalf("after a release: acquire %v, %d held, want true and 41", ok, q.queued())
-		}
-	case <-time.After(waitMax):
-		t.Fatal("a release let no waiter in")
-	}
-	q.release(41)
-	if !q.acquire(500, done) {
-		t.Fatal("a hand-off larger than the bound did not go in alone")
-	}
-	go func() { got <- q.acquire(1, done) }()
-	select {
-	case <-got:
-		t.Fatal("a byte went in beside a hand-off larger than the bound")
-	case <-time.After(notYet):
-	}
-	q.release(500)
-	select {
-	case <-got:
-	case <-time.After(waitMax):
-		t.Fatal("emptying the queue let no waiter in")
-	}
-	// One release that makes room for two waiters lets both in.
-	if !q.acquire(99, done) {
-		t.Fatal("99 bytes did not fit beside 1 under a bound of 100")
-	}
-	for range 2 {
-		go func() { got <- q.acquire(30, done) }()
-	}
-	time.Sleep(notYet)
-	q.release(99)
-	for i := range 2 {
-		select {
-		case <-got:
-		case <-time.After(waitMax):
-			t.Fatalf("one release made room for two waiters; %d got in", i)
-		}
-	}
-	// Held: the 1 let in above, 30 and 30; fill to the bound.
-	if !q.acquire(39, done) {
-		t.Fatal("39 bytes did not fit beside 61 under a bound of 100")
-	}
-	go func() { got <- q.acquire(1, done) }()
-	close(done)
-	select {
-	case ok := <-got:
-		if ok || q.queued() != 100 {
-			t.Fatalf("after done: acquire %v, %d held, want false and 100", ok, q.queued())
-		}
-	case <-time.After(waitMax):
-		t.Fatal("done did not end the wait")
-	}
-}
-
 // A partition's queue holds at most PublishQueueBytesMax of clients'
 // records: a publisher waits until the partition's goroutine takes what
 // is queued, and is answered UNAVAILABLE if the partition stops first.
 func TestPublishQueueBoundsBytes(t *testing.T) {
-	p := &partitionRunner{node: &Node{}, reqs: make(chan *pubReq, 8192), reqBytes: newQueueBytes(4096), done: make(chan struct{})}
+	p := &partitionRunner{node: &Node{}, reqs: make(chan *pubReq, 8192), reqBytes: budget.NewBytes(4096), done: make(chan struct{})}
 	answers := make(chan *wire.Error, 4)
 	req := func(bytes int64) *pubReq {
 		return &pubReq{queuedBytes: bytes, reply: replyTo{fn: func(_ wire.PubOK, err *wire.Error) { answers <- err }}}
@@ -127,7 +58,7 @@ func TestPublishQueueBoundsBytes(t *testing.T) {
 	if err := <-answers; err == nil || err.Code != wire.CodeUnavailable {
 		t.Fatalf("a publish to a stopped partition got %v, want UNAVAILABLE", err)
 	}
-	if n := p.reqBytes.queued(); n != 3000 {
+	if n := p.reqBytes.Held(); n != 3000 {
 		t.Fatalf("%d bytes counted, want 3000 (the one hand-off still queued)", n)
 	}
 }
@@ -174,7 +105,7 @@ func TestPublishesBeyondTheQueueBytesComplete(t *testing.T) {
 				t.Fatalf("a small publish: %v", a.errs[0])
 			}
 		}
-		if held := n.topics[topic].partitions[0].reqBytes.queued(); held != 0 {
+		if held := n.topics[topic].partitions[0].reqBytes.Held(); held != 0 {
 			t.Fatalf("%d bytes still counted in an empty queue", held)
 		}
 	}

@@ -1,0 +1,83 @@
+package budget
+
+import (
+	"testing"
+	"time"
+)
+
+// notYet is how long a test watches for something that must not happen;
+// waitMax how long it waits for something that must.
+const (
+	notYet  = 50 * time.Millisecond
+	waitMax = 10 * time.Second
+)
+
+func TestBytesWaitsForRoom(t *testing.T) {
+	q := NewBytes(100)
+	done := make(chan struct{})
+	if !q.Acquire(60, done) || !q.Acquire(40, done) {
+		t.Fatal("100 bytes did not fit a bound of 100")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- q.Acquire(1, done) }()
+	select {
+	case <-got:
+		t.Fatalf("a byte went in past the bound (%d held)", q.Held())
+	case <-time.After(notYet):
+	}
+	q.Release(60)
+	select {
+	case ok := <-got:
+		if !ok || q.Held() != 41 {
+			t.Fatalf("after a release: acquire %v, %d held, want true and 41", ok, q.Held())
+		}
+	case <-time.After(waitMax):
+		t.Fatal("a release let no waiter in")
+	}
+	q.Release(41)
+	if !q.Acquire(500, done) {
+		t.Fatal("a hand-off larger than the bound did not go in alone")
+	}
+	go func() { got <- q.Acquire(1, done) }()
+	select {
+	case <-got:
+		t.Fatal("a byte went in beside a hand-off larger than the bound")
+	case <-time.After(notYet):
+	}
+	q.Release(500)
+	select {
+	case <-got:
+	case <-time.After(waitMax):
+		t.Fatal("emptying the queue let no waiter in")
+	}
+	// One release that makes room for two waiters lets both in.
+	if !q.Acquire(99, done) {
+		t.Fatal("99 bytes did not fit beside 1 under a bound of 100")
+	}
+	for range 2 {
+		go func() { got <- q.Acquire(30, done) }()
+	}
+	time.Sleep(notYet)
+	q.Release(99)
+	for i := range 2 {
+		select {
+		case <-got:
+		case <-time.After(waitMax):
+			t.Fatalf("one release made room for two waiters; %d got in", i)
+		}
+	}
+	// Held: the 1 let in above, 30 and 30; fill to the bound.
+	if !q.Acquire(39, done) {
+		t.Fatal("39 bytes did not fit beside 61 under a bound of 100")
+	}
+	go func() { got <- q.Acquire(1, done) }()
+	close(done)
+	select {
+	case ok := <-got:
+		if ok || q.Held() != 100 {
+			t.Fatalf("after done: acquire %v, %d held, want false and 100", ok, q.Held())
+		}
+	case <-time.After(waitMax):
+		t.Fatal("done did not end the wait")
+	}
+}
