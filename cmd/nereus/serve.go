@@ -50,6 +50,7 @@ type nodeOptions struct {
 	clusterSecret     []byte // dev: generated in-process
 	noLeaderRebalance bool
 	schedWindow       int // node.Config.SchedWindow (0: its default)
+	maxConnections    int // server.Config.ConnectionsMax (0: its default)
 }
 
 func newServeCmd() *cobra.Command {
@@ -69,8 +70,8 @@ cluster: n1=10.0.0.1:5850,n2=10.0.0.2:5850,n3=10.0.0.3:5850) and
 --config FILE reads the same settings from a JSON object whose keys are the
 flag names (node-id, data, listen, advertise, http, token-file,
 insecure-no-auth, tls-cert, tls-key, log-level, peer-listen, peers,
-cluster-secret-file, no-leader-rebalance, sched-window); flags given on
-the command line win.`,
+cluster-secret-file, no-leader-rebalance, sched-window, max-connections);
+flags given on the command line win.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configFile != "" {
@@ -80,6 +81,9 @@ the command line win.`,
 			}
 			if o.schedWindow < 2 {
 				return fmt.Errorf("serve: --sched-window %d: it must be at least 2", o.schedWindow)
+			}
+			if o.maxConnections < 1 {
+				return fmt.Errorf("serve: --max-connections %d: it must be at least 1", o.maxConnections)
 			}
 			if o.tokenFile == "" && !o.insecureNoAuth {
 				return errors.New("serve: --token-file is required (or pass --insecure-no-auth to run without authentication)")
@@ -104,6 +108,7 @@ the command line win.`,
 	f.StringVar(&o.clusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (at least 16 bytes)")
 	f.BoolVar(&o.noLeaderRebalance, "no-leader-rebalance", false, "leave partitions led where failovers put them (by default a partition's leader hands it back to its preferred leader once that node is back and caught up)")
 	f.IntVar(&o.schedWindow, "sched-window", node.SchedWindowDefault, "pending schedules of each destination topic a scheduler shard keeps in memory (up to twice this; the rest wait on disk)")
+	f.IntVar(&o.maxConnections, "max-connections", server.ConnectionsMaxDefault, "open client connections; one more is answered UNAVAILABLE and closed")
 	return cmd
 }
 
@@ -277,7 +282,7 @@ func startNode(o nodeOptions) (*runningNode, error) {
 	if o.peers != "" {
 		r.logger = r.logger.With("node", o.nodeID)
 	}
-	scfg := server.Config{Logger: r.logger, AllowNoAuth: o.insecureNoAuth}
+	scfg := server.Config{Logger: r.logger, AllowNoAuth: o.insecureNoAuth, ConnectionsMax: o.maxConnections}
 	if o.tokenFile != "" {
 		if scfg.Tokens, err = server.LoadTokens(o.tokenFile); err != nil {
 			return nil, err

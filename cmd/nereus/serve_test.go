@@ -35,6 +35,11 @@ func TestServeConfigFile(t *testing.T) {
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--sched-window 1") {
 		t.Fatalf("a window of 1 must be refused, got %v", err)
 	}
+	cmd = newServeCmd()
+	cmd.SetArgs([]string{"--insecure-no-auth", "--max-connections", "0"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--max-connections 0") {
+		t.Fatalf("a maximum of 0 connections must be refused, got %v", err)
+	}
 	os.WriteFile(file, []byte(`{"node_id": "typo"}`), 0o600)
 	if err := applyConfigFile(newServeCmd(), file); err == nil || !strings.Contains(err.Error(), "unknown setting") {
 		t.Fatalf("a misspelled key must be an error, got %v", err)

@@ -38,9 +38,11 @@ type Metrics struct {
 	kvExpired     *prometheus.CounterVec
 	kvCheckpoints *prometheus.CounterVec
 	kvRebuilds    *prometheus.CounterVec
-	// Connections and AuthFailures are maintained by the server.
-	Connections  prometheus.Gauge
-	AuthFailures prometheus.Counter
+	// Connections, ConnectionsRefused and AuthFailures are maintained by
+	// the server.
+	Connections        prometheus.Gauge
+	ConnectionsRefused prometheus.Counter
+	AuthFailures       prometheus.Counter
 }
 
 func newMetrics() *Metrics {
@@ -88,12 +90,14 @@ func newMetrics() *Metrics {
 			Name: "nereus_kv_rebuilds_total", Help: "Times this node's replica of a bucket was rebuilt from a checkpoint in its log."}, []string{"bucket"}),
 		Connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nereus_client_connections", Help: "Open client connections."}),
+		ConnectionsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nereus_client_connections_refused_total", Help: "Client connections refused because the node had its maximum open."}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nereus_auth_failures_total", Help: "Connections rejected with AUTH_FAILED."}),
 	}
 	m.Registry.MustRegister(m.scrubBytes, m.scrubDamage, m.publishes, m.publishBytes, m.fsyncSeconds, m.replicationSeconds, m.commitBatch, m.deliveries,
 		m.redeliveries, m.acks, m.deadLetters, m.schedPublished, m.schedUnknown, m.schedLateness,
-		m.kvWrites, m.kvExpired, m.kvCheckpoints, m.kvRebuilds, m.Connections, m.AuthFailures,
+		m.kvWrites, m.kvExpired, m.kvCheckpoints, m.kvRebuilds, m.Connections, m.ConnectionsRefused, m.AuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

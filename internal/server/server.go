@@ -45,7 +45,14 @@ type Config struct {
 	// reads no more frames until answers free room (a larger frame is
 	// read and handled alone).
 	UnansweredBytesMax int64
+	// ConnectionsMax bounds the open client connections; one more is
+	// answered UNAVAILABLE and closed. With the per-connection bounds
+	// above it bounds the memory clients can hold.
+	ConnectionsMax int
 }
+
+// ConnectionsMaxDefault is Config.ConnectionsMax's default.
+const ConnectionsMaxDefault = 10_000
 
 // Server accepts client connections for one node.
 type Server struct {
@@ -86,6 +93,12 @@ func New(cfg Config, n *node.Node) (*Server, error) {
 	}
 	if cfg.UnansweredBytesMax == 0 {
 		cfg.UnansweredBytesMax = 64 << 20
+	}
+	if cfg.ConnectionsMax == 0 {
+		cfg.ConnectionsMax = ConnectionsMaxDefault
+	}
+	if cfg.ConnectionsMax < 1 {
+		return nil, fmt.Errorf("server: ConnectionsMax %d: it must be at least 1", cfg.ConnectionsMax)
 	}
 	if len(cfg.Tokens) == 0 && !cfg.AllowNoAuth {
 		return nil, ErrNoTokens
@@ -199,6 +212,12 @@ func (s *Server) startSession(conn net.Conn) {
 		conn.Close()
 		return
 	}
+	if len(s.sessions) >= s.cfg.ConnectionsMax {
+		s.mu.Unlock()
+		s.node.Metrics().ConnectionsRefused.Inc()
+		go s.refuse(conn)
+		return
+	}
 	ss := newSession(s, conn)
 	s.sessions[ss] = struct{}{}
 	s.wg.Add(1)
@@ -212,6 +231,15 @@ func (s *Server) startSession(conn net.Conn) {
 		delete(s.sessions, ss)
 		s.mu.Unlock()
 	}()
+}
+
+// refuse tells a connection past ConnectionsMax why it is closed: an ERR
+// in place of the HELLO_OK it waits for, written within a second.
+func (s *Server) refuse(conn net.Conn) {
+	defer conn.Close()
+	conn.SetWriteDeadline(time.Now().Add(time.Second))
+	msg := wire.Errorf(wire.CodeUnavailable, "the node has its maximum of %d client connections open; retry later or at another node", s.cfg.ConnectionsMax)
+	conn.Write(wire.AppendFrame(nil, 0, errFrame(msg)))
 }
 
 // Close stops accepting, closes every session and waits for them, bounded by
