@@ -11,37 +11,35 @@ type Bytes struct {
 	mu   sync.Mutex
 	held int64
 	max  int64
-	// freed is poked when bytes are given back, and by a waiter that got
-	// in while room is left, so that the next waiter looks again.
+	// freed is closed when bytes are given back, waking every waiter to
+	// look again (one that fits must not wait behind one that does not);
+	// the first waiter after a close makes the next.
 	freed chan struct{}
 }
 
 // NewBytes returns a bound of max bytes.
-func NewBytes(max int64) *Bytes {
-	return &Bytes{max: max, freed: make(chan struct{}, 1)}
-}
+func NewBytes(max int64) *Bytes { return &Bytes{max: max} }
 
 // Acquire waits until n bytes fit and takes them; it reports false when
 // done closes first (nothing taken).
 func (b *Bytes) Acquire(n int64, done <-chan struct{}) bool {
-	for {
-		b.mu.Lock()
-		if b.held == 0 || b.held+n <= b.max {
-			b.held += n
-			room := b.held < b.max
-			b.mu.Unlock()
-			if room {
-				b.poke()
-			}
-			return true
+	b.mu.Lock()
+	for b.held != 0 && b.held+n > b.max {
+		if b.freed == nil {
+			b.freed = make(chan struct{})
 		}
+		freed := b.freed
 		b.mu.Unlock()
 		select {
-		case <-b.freed:
+		case <-freed:
 		case <-done:
 			return false
 		}
+		b.mu.Lock()
 	}
+	b.held += n
+	b.mu.Unlock()
+	return true
 }
 
 // Release gives back n bytes.
@@ -51,15 +49,11 @@ func (b *Bytes) Release(n int64) {
 	}
 	b.mu.Lock()
 	b.held -= n
-	b.mu.Unlock()
-	b.poke()
-}
-
-func (b *Bytes) poke() {
-	select {
-	case b.freed <- struct{}{}:
-	default:
+	if b.freed != nil {
+		close(b.freed)
+		b.freed = nil
 	}
+	b.mu.Unlock()
 }
 
 // Held returns the bytes held.

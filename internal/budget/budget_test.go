@@ -81,3 +81,34 @@ func TestBytesWaitsForRoom(t *testing.T) {
 		t.Fatal("done did not end the wait")
 	}
 }
+
+// A release wakes every waiter: one that fits goes in even when another,
+// which does not, is waiting too (a single wake-up could go to the
+// latter and be spent).
+func TestReleaseWakesAWaiterThatFits(t *testing.T) {
+	for round := range 20 {
+		b := NewBytes(100)
+		done := make(chan struct{})
+		b.Acquire(95, done)
+		big, small := make(chan bool, 1), make(chan bool, 1)
+		go func() { big <- b.Acquire(50, done) }()
+		time.Sleep(2 * time.Millisecond)
+		go func() { small <- b.Acquire(10, done) }()
+		time.Sleep(2 * time.Millisecond) // both waiting, the big one first
+		b.Release(20)                    // 75 held: 10 fits, 50 does not
+		select {
+		case <-small:
+		case <-time.After(waitMax):
+			t.Fatalf("round %d: a waiter that fit after a release was not let in", round)
+		}
+		select {
+		case <-big:
+			t.Fatalf("round %d: 50 bytes went in beside 85 under a bound of 100", round)
+		default:
+		}
+		close(done)
+		if ok := <-big; ok {
+			t.Fatalf("round %d: the waiter that never fit got in", round)
+		}
+	}
+}
