@@ -64,9 +64,9 @@ type Config struct {
 	RecordBytesMax  int // key + value + headers of one record
 	PublishBatchMax int // records per group commit
 	PublishQueueMax int // queued hand-offs per partition (a PUB, or a PUB_BATCH's PUBs for it) before senders block
-	// PublishQueueBytesMax bounds the record bytes of clients' publishes
-	// queued per partition before senders block; a larger hand-off goes
-	// in alone, when the queue holds none.
+	// PublishQueueBytesMax bounds the record bytes of publishes (clients',
+	// dead letters, fired schedules) queued per partition before senders
+	// block; a larger hand-off goes in alone, when the queue holds none.
 	PublishQueueBytesMax  int64
 	RetentionCheckMs      int64 // how often retention runs
 	DefaultAckWaitMs      int64

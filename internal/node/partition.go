@@ -53,10 +53,12 @@ type pubReq struct {
 	reply       replyTo
 	corker      Corker // of reply's connection, or nil
 	next        *pubReq
-	// queuedBytes, on the head of a client's hand-off, is the record
-	// bytes of the chain, held in the partition's reqBytes until its
-	// goroutine takes it (take). 0: not counted (the node's own writes,
-	// bounded by their own windows).
+	// queuedBytes, on the head of a hand-off made by Publish, publish or
+	// PublishBatchCorked (clients', dead letters, scheduled messages), is
+	// the record bytes of the chain, held in the partition's reqBytes
+	// until its goroutine takes it (take). 0: not counted (a KV bucket's
+	// or a scheduler shard's writes to its own log, bounded by its own
+	// window).
 	queuedBytes int64
 }
 
@@ -254,25 +256,24 @@ func (p *partitionRunner) queue(r *pubReq) {
 		}
 		return
 	}
-	if r.queuedBytes > 0 && !p.reqBytes.Acquire(r.queuedBytes, p.done) {
-		answerChain(r, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
-		return
-	}
-	select {
-	case <-p.done:
-	default:
+	// Room for its bytes first, then for the hand-off.
+	if r.queuedBytes == 0 || p.reqBytes.Acquire(r.queuedBytes, p.done) {
 		select {
-		case p.reqs <- r: // room in the queue: skip the two-way select
-			return
-		default:
-		}
-		select {
-		case p.reqs <- r:
-			return
 		case <-p.done:
+		default:
+			select {
+			case p.reqs <- r: // room in the queue: skip the two-way select
+				return
+			default:
+			}
+			select {
+			case p.reqs <- r:
+				return
+			case <-p.done:
+			}
 		}
+		p.reqBytes.Release(r.queuedBytes)
 	}
-	p.reqBytes.Release(r.queuedBytes)
 	answerChain(r, wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
 }
 

@@ -63,6 +63,22 @@ func TestPublishQueueBoundsBytes(t *testing.T) {
 	}
 }
 
+// A KV bucket's or a scheduler shard's own write (no counted bytes) does
+// not wait for room: not even behind a hand-off larger than the bound.
+func TestUncountedWritesDoNotWaitForBytes(t *testing.T) {
+	p := &partitionRunner{node: &Node{}, reqs: make(chan *pubReq, 8), reqBytes: budget.NewBytes(4096), done: make(chan struct{})}
+	defer close(p.done)
+	ignore := replyTo{fn: func(wire.PubOK, *wire.Error) {}}
+	p.queue(&pubReq{queuedBytes: 5000, reply: ignore}) // larger than the bound: in alone
+	queued := make(chan struct{})
+	go func() { p.queue(&pubReq{reply: ignore}); close(queued) }()
+	select {
+	case <-queued:
+	case <-time.After(waitMax):
+		t.Fatal("an uncounted write waited for room in the queue's bytes")
+	}
+}
+
 // Every goroutine that takes from the queue gives its bytes back: far more
 // than the bound goes through a local and a replicated partition.
 func TestPublishesBeyondTheQueueBytesComplete(t *testing.T) {

@@ -201,11 +201,12 @@ func (ss *session) serve() {
 		// A publish keeps its frame's buffer until it is answered. Past the
 		// bound the reader waits for answers, and reads nothing meanwhile:
 		// the client's writes back up (TCP's backpressure), not our memory.
-		if !ss.unanswered.Acquire(int64(cap(buf.b)), ss.stopped) {
+		held := int64(cap(buf.b))
+		if !ss.unanswered.Acquire(held, ss.stopped) {
 			releaseReadBuf(buf)
 			return
 		}
-		buf.charged, buf.budget = int64(cap(buf.b)), ss.unanswered
+		buf.charged, buf.budget = held, ss.unanswered
 		if !ss.proto.handle(corr, f, buf) {
 			return
 		}
