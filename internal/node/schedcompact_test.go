@@ -122,13 +122,37 @@ func TestSchedShardLogStaysBounded(t *testing.T) {
 // atMs, many in flight at once, and waits for every answer.
 func (h *harness) scheduleMany(topic string, n, payload int, atMs int64) {
 	h.t.Helper()
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprint(i))
+	}
+	h.scheduleKeys(topic, keys, payload, atMs)
+}
+
+// scheduleOnShard is scheduleMany with every message on one shard (a
+// schedule's shard follows its topic and key).
+func (h *harness) scheduleOnShard(topic string, shard uint32, n, payload int, atMs int64) {
+	h.t.Helper()
+	var keys [][]byte
+	for i := 0; len(keys) < n; i++ {
+		if k := []byte(fmt.Sprint(i)); wire.SchedShard(topic, k, 0, 0, 0, SchedShards) == shard {
+			keys = append(keys, k)
+		}
+	}
+	h.scheduleKeys(topic, keys, payload, atMs)
+}
+
+// scheduleKeys schedules a message of payload bytes under each key.
+func (h *harness) scheduleKeys(topic string, keys [][]byte, payload int, atMs int64) {
+	h.t.Helper()
+	n := len(keys)
 	value := make([]byte, payload)
 	errs := make(chan *wire.Error, n)
 	const inflight = 512
 	sem := make(chan struct{}, inflight)
-	for i := range n {
+	for _, key := range keys {
 		sem <- struct{}{}
-		f := &wire.Schedule{Pub: wire.Pub{Topic: topic, Partition: wire.PartitionAuto, Key: []byte(fmt.Sprint(i)), Value: value}, DeliverAtMs: atMs}
+		f := &wire.Schedule{Pub: wire.Pub{Topic: topic, Partition: wire.PartitionAuto, Key: key, Value: value}, DeliverAtMs: atMs}
 		h.node.Schedule(f, func(_ wire.ScheduleOK, err *wire.Error) {
 			<-sem
 			errs <- err
@@ -182,11 +206,19 @@ func (h *harness) waitPending(want uint32) {
 // pendingNode is a node with n far-future schedules of payload bytes
 // pending, then small ones (1 byte): with checkpointEvery > 0, since a
 // checkpoint follows at least max(checkpointEvery, live/2) records after
-// the last, as many as it takes until both shards checkpointed after the
+// the last, as many as it takes until each shard checkpointed after the
 // big ones (so what a restart replays after the checkpoints holds none of
 // their messages); else small ones (so that a node without checkpoints
 // can be compared with one that has them). It returns the node and how
 // many small ones it scheduled.
+//
+// A runner reports a checkpoint after the batch of entries it applied it
+// in, whose later schedules may have been answered already: a status
+// request to each shard, which its runner takes between passes, lets the
+// checkpoints among the big ones be reported before they are counted.
+// Small ones go only to a shard that has not checkpointed since: one
+// given more could reach its next round, whose carries re-write big
+// messages after its latest checkpoint, for the restart to read again.
 func pendingNode(t testing.TB, n, payload, checkpointEvery, small int) (*harness, int) {
 	h := &harness{t: t, fs: vfs.NewMem()}
 	h.nowMs.Store(1_000_000)
@@ -209,17 +241,33 @@ func pendingNode(t testing.TB, n, payload, checkpointEvery, small int) (*harness
 		h.scheduleMany("t", small, 1, due)
 		return h, small
 	}
-	before := [SchedShards]int64{checkpoints[0].Load(), checkpoints[1].Load()}
+	if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedStatus}); err != nil {
+		t.Fatal(err)
+	}
+	var before [SchedShards]int64
+	for s := range before {
+		before[s] = checkpoints[s].Load()
+	}
 	small = 0
-	for checkpoints[0].Load() == before[0] || checkpoints[1].Load() == before[1] {
+	for {
+		var behind []uint32
+		for s := range before {
+			if checkpoints[s].Load() == before[s] {
+				behind = append(behind, uint32(s))
+			}
+		}
+		if len(behind) == 0 {
+			return h, small
+		}
 		if small > 4*(n+checkpointEvery) {
 			t.Fatalf("the shards do not checkpoint (%d, %d after %d)", checkpoints[0].Load(), checkpoints[1].Load(), before)
 		}
-		h.scheduleMany("t", 64, 1, due)
-		small += 64
+		for _, s := range behind {
+			h.scheduleOnShard("t", s, 64, 1, due)
+			small += 64
+		}
 		h.at(h.nowMs.Load())
 	}
-	return h, small
 }
 
 // restartPending restarts h and waits until its n schedules are pending
