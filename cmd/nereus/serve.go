@@ -51,6 +51,7 @@ type nodeOptions struct {
 	noLeaderRebalance bool
 	schedWindow       int // node.Config.SchedWindow (0: its default)
 	maxConnections    int // server.Config.ConnectionsMax (0: its default)
+	maxUnansweredMiB  int // server.Config.UnansweredBytesTotalMax in MiB (0: its default)
 }
 
 func newServeCmd() *cobra.Command {
@@ -70,7 +71,8 @@ cluster: n1=10.0.0.1:5850,n2=10.0.0.2:5850,n3=10.0.0.3:5850) and
 --config FILE reads the same settings from a JSON object whose keys are the
 flag names (node-id, data, listen, advertise, http, token-file,
 insecure-no-auth, tls-cert, tls-key, log-level, peer-listen, peers,
-cluster-secret-file, no-leader-rebalance, sched-window, max-connections);
+cluster-secret-file, no-leader-rebalance, sched-window, max-connections,
+max-unanswered-mib);
 flags given on the command line win.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -84,6 +86,9 @@ flags given on the command line win.`,
 			}
 			if o.maxConnections < 1 {
 				return fmt.Errorf("serve: --max-connections %d: it must be at least 1", o.maxConnections)
+			}
+			if o.maxUnansweredMiB < 1 || o.maxUnansweredMiB > 1<<20 {
+				return fmt.Errorf("serve: --max-unanswered-mib %d: it must be 1 to 1048576", o.maxUnansweredMiB)
 			}
 			if o.tokenFile == "" && !o.insecureNoAuth {
 				return errors.New("serve: --token-file is required (or pass --insecure-no-auth to run without authentication)")
@@ -109,6 +114,7 @@ flags given on the command line win.`,
 	f.BoolVar(&o.noLeaderRebalance, "no-leader-rebalance", false, "leave partitions led where failovers put them (by default a partition's leader hands it back to its preferred leader once that node is back and caught up)")
 	f.IntVar(&o.schedWindow, "sched-window", node.SchedWindowDefault, "pending schedules of each destination topic a scheduler shard keeps in memory (up to twice this; the rest wait on disk)")
 	f.IntVar(&o.maxConnections, "max-connections", server.ConnectionsMaxDefault, "open client connections; one more is answered UNAVAILABLE and closed")
+	f.IntVar(&o.maxUnansweredMiB, "max-unanswered-mib", server.UnansweredBytesTotalMaxDefault>>20, "MiB of client requests read and not yet answered, all connections together (a publish waits for its quorum); past it the node reads no more from clients until answers free room")
 	return cmd
 }
 
@@ -282,7 +288,8 @@ func startNode(o nodeOptions) (*runningNode, error) {
 	if o.peers != "" {
 		r.logger = r.logger.With("node", o.nodeID)
 	}
-	scfg := server.Config{Logger: r.logger, AllowNoAuth: o.insecureNoAuth, ConnectionsMax: o.maxConnections}
+	scfg := server.Config{Logger: r.logger, AllowNoAuth: o.insecureNoAuth, ConnectionsMax: o.maxConnections,
+		UnansweredBytesTotalMax: int64(o.maxUnansweredMiB) << 20}
 	if o.tokenFile != "" {
 		if scfg.Tokens, err = server.LoadTokens(o.tokenFile); err != nil {
 			return nil, err

@@ -40,6 +40,16 @@ func TestServeConfigFile(t *testing.T) {
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--max-connections 0") {
 		t.Fatalf("a maximum of 0 connections must be refused, got %v", err)
 	}
+	cmd = newServeCmd()
+	cmd.SetArgs([]string{"--insecure-no-auth", "--max-unanswered-mib", "0"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--max-unanswered-mib 0") {
+		t.Fatalf("a bound of 0 MiB of unanswered requests must be refused, got %v", err)
+	}
+	os.WriteFile(file, []byte(`{"max-unanswered-mib": 256}`), 0o600)
+	cmd = newServeCmd()
+	if err := applyConfigFile(cmd, file); err != nil || get("max-unanswered-mib") != "256" {
+		t.Fatalf("max-unanswered-mib=%s: %v", get("max-unanswered-mib"), err)
+	}
 	os.WriteFile(file, []byte(`{"node_id": "typo"}`), 0o600)
 	if err := applyConfigFile(newServeCmd(), file); err == nil || !strings.Contains(err.Error(), "unknown setting") {
 		t.Fatalf("a misspelled key must be an error, got %v", err)

@@ -112,3 +112,45 @@ func TestReleaseWakesAWaiterThatFits(t *testing.T) {
 		}
 	}
 }
+
+// A bound within another waits for room in both: one child's holdings
+// keep its sibling out, a release lets it in, and a wait ended by done
+// leaves nothing taken in either.
+func TestBytesWithinWaitsForBoth(t *testing.T) {
+	all := NewBytes(100)
+	a, b := NewBytesWithin(100, all), NewBytesWithin(100, all)
+	done := make(chan struct{})
+	if !a.Acquire(80, done) {
+		t.Fatal("80 bytes did not fit bounds of 100")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- b.Acquire(30, done) }()
+	select {
+	case <-got:
+		t.Fatalf("30 bytes went in beside 80 under a shared bound of 100 (%d held in all)", all.Held())
+	case <-time.After(notYet):
+	}
+	a.Release(80)
+	select {
+	case ok := <-got:
+		if !ok || all.Held() != 30 || a.Held() != 0 || b.Held() != 30 {
+			t.Fatalf("after a release: acquire %v, held %d in all, %d in a, %d in b; want true, 30, 0, 30", ok, all.Held(), a.Held(), b.Held())
+		}
+	case <-time.After(waitMax):
+		t.Fatal("a release in a sibling let no waiter in")
+	}
+	if !a.Acquire(70, done) {
+		t.Fatal("70 bytes did not fit beside 30 under a shared bound of 100")
+	}
+	go func() { got <- b.Acquire(1, done) }()
+	time.Sleep(notYet)
+	close(done)
+	select {
+	case ok := <-got:
+		if ok || b.Held() != 30 || all.Held() != 100 {
+			t.Fatalf("after done: acquire %v, %d held in b, %d in all; want false, 30, 100", ok, b.Held(), all.Held())
+		}
+	case <-time.After(waitMax):
+		t.Fatal("done did not end the wait for the shared bound")
+	}
+}

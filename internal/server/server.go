@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/budget"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -45,6 +46,9 @@ type Config struct {
 	// reads no more frames until answers free room (a larger frame is
 	// read and handled alone).
 	UnansweredBytesMax int64
+	// UnansweredBytesTotalMax bounds the same buffers of all sessions
+	// together: a session's reader waits for room in both bounds.
+	UnansweredBytesTotalMax int64
 	// ConnectionsMax bounds the open client connections; one more is
 	// answered UNAVAILABLE and closed. With the per-connection bounds
 	// above it bounds the memory clients can hold.
@@ -53,6 +57,10 @@ type Config struct {
 
 // ConnectionsMaxDefault is Config.ConnectionsMax's default.
 const ConnectionsMaxDefault = 10_000
+
+// UnansweredBytesTotalMaxDefault is Config.UnansweredBytesTotalMax's
+// default.
+const UnansweredBytesTotalMaxDefault = 1 << 30
 
 // Server accepts client connections for one node.
 type Server struct {
@@ -64,8 +72,11 @@ type Server struct {
 	mu       sync.Mutex
 	lis      []net.Listener
 	sessions map[*session]struct{}
-	closed   bool
-	wg       sync.WaitGroup
+	// unanswered bounds every session's unanswered frames together
+	// (Config.UnansweredBytesTotalMax).
+	unanswered *budget.Bytes
+	closed     bool
+	wg         sync.WaitGroup
 }
 
 // ErrNoTokens is returned by New when auth is required but no token is set.
@@ -94,6 +105,12 @@ func New(cfg Config, n *node.Node) (*Server, error) {
 	if cfg.UnansweredBytesMax == 0 {
 		cfg.UnansweredBytesMax = 64 << 20
 	}
+	if cfg.UnansweredBytesTotalMax == 0 {
+		cfg.UnansweredBytesTotalMax = UnansweredBytesTotalMaxDefault
+	}
+	if cfg.UnansweredBytesMax < 1 || cfg.UnansweredBytesTotalMax < 1 {
+		return nil, fmt.Errorf("server: UnansweredBytesMax %d, UnansweredBytesTotalMax %d: each must be at least 1", cfg.UnansweredBytesMax, cfg.UnansweredBytesTotalMax)
+	}
 	if cfg.ConnectionsMax == 0 {
 		cfg.ConnectionsMax = ConnectionsMaxDefault
 	}
@@ -103,7 +120,7 @@ func New(cfg Config, n *node.Node) (*Server, error) {
 	if len(cfg.Tokens) == 0 && !cfg.AllowNoAuth {
 		return nil, ErrNoTokens
 	}
-	s := &Server{cfg: cfg, node: n, log: cfg.Logger, sessions: map[*session]struct{}{}}
+	s := &Server{cfg: cfg, node: n, log: cfg.Logger, sessions: map[*session]struct{}{}, unanswered: budget.NewBytes(cfg.UnansweredBytesTotalMax)}
 	for i, line := range cfg.Tokens {
 		fields := strings.Fields(line)
 		if len(fields) == 0 {

@@ -37,7 +37,8 @@ type session struct {
 	inline     *sockwrite.Writer
 	writerDone chan struct{}
 	// unanswered bounds the read buffers of frames not yet done with —
-	// a publish's until it is answered (Config.UnansweredBytesMax).
+	// a publish's until it is answered (Config.UnansweredBytesMax), within
+	// the server's bound of all sessions' (UnansweredBytesTotalMax).
 	unanswered *budget.Bytes
 	// stopped closes when the server closes: a reader waiting for
 	// unanswered room stops waiting.
@@ -47,7 +48,7 @@ type session struct {
 
 func newSession(s *Server, conn net.Conn) *session {
 	ss := &session{srv: s, conn: conn, r: bufio.NewReaderSize(conn, 64<<10), writerDone: make(chan struct{}),
-		unanswered: budget.NewBytes(s.cfg.UnansweredBytesMax), stopped: make(chan struct{})}
+		unanswered: budget.NewBytesWithin(s.cfg.UnansweredBytesMax, s.unanswered), stopped: make(chan struct{})}
 	ss.outCond = sync.NewCond(&ss.outMu)
 	ss.proto = s.NewProtocol(ss.send, conn.RemoteAddr().String())
 	ss.proto.corker = ss
@@ -199,8 +200,9 @@ func (ss *session) serve() {
 			return
 		}
 		// A publish keeps its frame's buffer until it is answered. Past the
-		// bound the reader waits for answers, and reads nothing meanwhile:
-		// the client's writes back up (TCP's backpressure), not our memory.
+		// session's bound, or the server's for all sessions, the reader
+		// waits for answers, and reads nothing meanwhile: the client's
+		// writes back up (TCP's backpressure), not our memory.
 		held := int64(cap(buf.b))
 		if !ss.unanswered.Acquire(held, ss.stopped) {
 			releaseReadBuf(buf)

@@ -139,3 +139,47 @@ func TestCloseEndsAWaitForUnansweredRoom(t *testing.T) {
 		t.Fatalf("close with a reader waiting for answers: %v", err)
 	}
 }
+
+// The server bounds all sessions' unanswered frames together: another
+// connection's request waits while one connection's publishes hold the
+// server's bound (each connection far inside its own), and is answered
+// once they are.
+func TestUnansweredBoundAcrossConnections(t *testing.T) {
+	fs := newHeldSyncs()
+	defer fs.let()
+	// One publish frame's buffer fits the server's bound; a PING's
+	// pooled buffer beside it does not.
+	s, addr := startServerOn(t, Config{AllowNoAuth: true, UnansweredBytesTotalMax: heldValueBytes + 1<<10}, fs)
+	a := dialRaw(t, addr)
+	a.hello("")
+	pubs := fillUnanswered(t, fs, a)
+	for deadline := time.Now().Add(10 * time.Second); s.unanswered.Held() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	b := dialRaw(t, addr)
+	b.hello("")
+	b.write(7, &wire.Ping{})
+	b.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, f, err := wire.ReadFrame(b.r, wire.DefaultFrameBytesMax); err == nil {
+		t.Fatalf("answered %s while another connection's publishes held the server's bound (%d bytes)", f.Type(), s.unanswered.Held())
+	} else if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal(err)
+	}
+	fs.let()
+	b.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if corr, f := b.read(); f.Type() != wire.TypePong || corr != 7 {
+		t.Fatalf("got %#v on %d, want PONG on 7", f, corr)
+	}
+	a.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for range pubs + 1 {
+		if _, f := a.read(); f.Type() != wire.TypePubOK && f.Type() != wire.TypePong {
+			t.Fatalf("got %#v", f)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.unanswered.Held() != 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if held := s.unanswered.Held(); held != 0 {
+		t.Fatalf("%d bytes unanswered across the server after every answer", held)
+	}
+}
