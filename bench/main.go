@@ -311,6 +311,17 @@ func runCases(ctx context.Context, env *environment, cases []benchCase, lim limi
 	}
 	rep.Ratios = computeRatios(rep.Rows, jetStreamModes(systemSpecs, 1), jetStreamModes(systemSpecs, 3))
 	rep.Targets = computeTargets(rep.Ratios)
+	if lim.Runs > 1 {
+		each := make([][]row, lim.Runs)
+		for _, c := range cases {
+			if failures[c.ID()] == nil {
+				for k, r := range runs[c.ID()] {
+					each[k] = append(each[k], r)
+				}
+			}
+		}
+		addRunRatios(rep.Targets, each, jetStreamModes(systemSpecs, 1), jetStreamModes(systemSpecs, 3))
+	}
 	rep.Groups = computeGroupSummary(rep.Rows)
 	rep.Sched = computeSchedSummary(rep.Rows)
 	return rep, nil

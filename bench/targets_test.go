@@ -70,10 +70,10 @@ func TestTargetsInTheReport(t *testing.T) {
 	md := rep.markdown()
 	for _, line := range []string{
 		"## Targets of the replicated path",
-		"| pub_async | 1 KiB | msgs/s | 60.0 | jetstream r3 | 40.0 | 1.50× | ≥ 1.5× | yes | 2.25× | yes |",
-		"| pub_sync | 1 KiB | p99 µs | 3000 | jetstream r3-always | 2000 | 1.50× | ≤ 1× | no | – | – |",
-		"| pub_async | 64 KiB | msgs/s | 30.0 | nereus r1-proc | 100 | 0.30× | ≥ 0.5× | no | 0.40× | no |",
-		"| failover | 1 KiB | max ms | 1500 | jetstream r3 | 1500 | 1.00× | ≤ 1× | yes | – | – |",
+		"| pub_async | 1 KiB | msgs/s | 60.0 | jetstream r3 | 40.0 | 1.50× | – | ≥ 1.5× | yes | 2.25× | yes |",
+		"| pub_sync | 1 KiB | p99 µs | 3000 | jetstream r3-always | 2000 | 1.50× | – | ≤ 1× | no | – | – |",
+		"| pub_async | 64 KiB | msgs/s | 30.0 | nereus r1-proc | 100 | 0.30× | – | ≥ 0.5× | no | 0.40× | no |",
+		"| failover | 1 KiB | max ms | 1500 | jetstream r3 | 1500 | 1.00× | – | ≤ 1× | yes | – | – |",
 	} {
 		if !strings.Contains(md, line) {
 			t.Errorf("markdown lacks %q:\n%s", line, md)
@@ -94,5 +94,28 @@ func TestTargetsInTheReport(t *testing.T) {
 	}
 	if md := (report{Rows: rows[:1], Ratios: computeRatios(rows[:1], sampleModesR1, sampleModesR3)}).markdown(); strings.Contains(md, "## Targets") {
 		t.Fatal("a run without any anchor has a targets section")
+	}
+}
+
+// Each run's ratio beside the medians': run k of Nereus r3 against run k
+// of the anchor, in run order; a row that a run lacks gives that run no
+// ratio.
+func TestRunRatios(t *testing.T) {
+	rows := targetRows()
+	ratios := computeRatios(rows, sampleModesR1, sampleModesR3)
+	targets := computeTargets(ratios)
+	run2 := append([]row(nil), rows...)
+	run2[0].MsgsPerS = 50                   // the 1 KiB async row: 50 ÷ 40
+	run3 := append([]row(nil), rows[1:]...) // no Nereus 1 KiB async row
+	addRunRatios(targets, [][]row{rows, run2, run3}, sampleModesR1, sampleModesR3)
+	if got := targets[0].Runs; len(got) != 2 || math.Abs(got[0]-1.5) > 1e-9 || math.Abs(got[1]-1.25) > 1e-9 {
+		t.Fatalf("1 KiB async runs %v, want [1.5 1.25]", got)
+	}
+	if got := targets[1].Runs; len(got) != 3 {
+		t.Fatalf("sync p50 runs %v, want three", got)
+	}
+	md := report{Rows: rows, Ratios: ratios, Targets: targets}.markdown()
+	if line := "| pub_async | 1 KiB | msgs/s | 60.0 | jetstream r3 | 40.0 | 1.50× | 1.50×, 1.25× | ≥ 1.5× | yes | 2.25× | yes |"; !strings.Contains(md, line) {
+		t.Errorf("markdown lacks %q:\n%s", line, md)
 	}
 }
