@@ -110,6 +110,9 @@ type Mutations struct {
 	QuietThroughSilence        bool // NextTickDue: sleep past the tick at which a follower stops vouching for its leader
 	LeaseFromCurrentTick       bool // replog: end the published lease LeaseTicks after the current tick's clock reading, not LeaseSpan after LeaseFrom's
 	PrepareIgnoresLease        bool // promise an election timeout's PREPARE while still holding the leader's lease
+	// Outcome: an entry beyond the commit point stays Pending though the
+	// committed prefix ends in a later epoch (LostBehindALaterEpoch).
+	OutcomeWaitsForTheCommitPoint bool
 }
 
 func (c *Config) validate() error {

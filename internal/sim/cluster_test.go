@@ -247,6 +247,16 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// now looks one entry on and reports damage there (replog
 		// TestEntriesForAnAppendReportDamageAfterGoodEntries).
 		{Seed: 504, Faults: AllClusterFaults, SyncAll: true, PubBatch: true},
+		// (pub_batch soak) n2 led partition 0 in epoch 6, paused, and on
+		// waking proposed a PUB_BATCH of 8 records at 564..571 while n1
+		// already led epoch 7; n1's log ended at 568. n2 learned 564..568
+		// were lost, but 569..571 stayed pending until the commit point
+		// passed them — and nothing more was written to the partition,
+		// since its only publisher waited for that batch's answer
+		// (Liveness: 44 messages never acknowledged). An entry beyond the
+		// commit point is lost once the committed prefix ends in a later
+		// epoch (replica TestOutcomeLostBehindALaterEpoch).
+		{Seed: 7205, Faults: AllClusterFaults, PubBatch: true},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
