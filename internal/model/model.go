@@ -332,6 +332,24 @@ func (cfg *Config) checkCommit(s *state, i int, commit uint64) string {
 		}
 		s.committed = append(s.committed, e)
 	}
+	return cfg.checkLostIsFinal(s)
+}
+
+// checkLostIsFinal: no replica reports Lost (Outcome) for a committed
+// entry beyond its own commit point — Lost there is final, however the
+// replica knows it (LostBehindALaterEpoch). At or below its commit point
+// a compacted entry may be reported Lost while committed: that answer
+// only says the proposer cannot know.
+func (cfg *Config) checkLostIsFinal(s *state) string {
+	for i := range s.nodes {
+		k := s.nodes[i].k
+		commit := k.Status().CommitSeq
+		for seq := commit + 1; seq <= uint64(len(s.committed)); seq++ {
+			if e := s.committed[seq-1]; k.Outcome(seq, e.Epoch) == replica.Lost {
+				return fmt.Sprintf("LostIsFinal: n%d reports the entry at %d (epoch %d, %s) lost beyond its commit point %d, but it is committed", i+1, seq, e.Epoch, e.Data, commit)
+			}
+		}
+	}
 	return ""
 }
 

@@ -234,6 +234,7 @@ func TestMutationsHaveCounterexamples(t *testing.T) {
 		{"trust an uncertain replica's grant (S22)", damagedTailSpace, replica.Mutations{TrustUncertainGrants: true}, "CommittedPrefixAgreement", true},
 		{"an uncertain replica made whole by its old leader vouches again (S22)", damagedTailSpace, replica.Mutations{UncertainClearsOnAnyLeader: true}, "KernelAssertion", true},
 		{"accept a proposal while handing leadership over", transferSpace, replica.Mutations{ProposeWhileTransferring: true}, "TransferRefusesWrites", true},
+		{"a proposal lost once its leader is deposed, before the committed prefix moves on", small, replica.Mutations{OutcomeLostOnceDeposed: true}, "LostIsFinal", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

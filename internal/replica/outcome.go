@@ -31,7 +31,7 @@ func (r *Replica) Outcome(seq, epoch uint64) Outcome {
 	case seq > r.commit:
 		// (A later epoch was promised if the prefix ends in one: checked
 		// first, it spares a leader's own proposals the search.)
-		if epoch < r.hard.Promised && r.epochAt(r.commit) > epoch && !r.cfg.Mutations.OutcomeWaitsForTheCommitPoint {
+		if epoch < r.hard.Promised && (r.epochAt(r.commit) > epoch || r.cfg.Mutations.OutcomeLostOnceDeposed) && !r.cfg.Mutations.OutcomeWaitsForTheCommitPoint {
 			return Lost
 		}
 		return Pending

@@ -113,6 +113,10 @@ type Mutations struct {
 	// Outcome: an entry beyond the commit point stays Pending though the
 	// committed prefix ends in a later epoch (LostBehindALaterEpoch).
 	OutcomeWaitsForTheCommitPoint bool
+	// Outcome: an entry beyond the commit point is Lost once a later
+	// epoch is promised, whether or not the committed prefix ends in one
+	// (LostIsFinal: the next leader may still commit it).
+	OutcomeLostOnceDeposed bool
 }
 
 func (c *Config) validate() error {
