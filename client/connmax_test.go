@@ -1,16 +1,10 @@
 package client
 
 import (
-	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/nereus-broker/nereus/internal/env"
-	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/server"
 	"github.com/nereus-broker/nereus/internal/vfs"
 )
@@ -18,24 +12,9 @@ import (
 // startFullBroker serves a node that takes at most max client connections.
 func startFullBroker(t *testing.T, max int) string {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := node.Open(node.Config{DataDir: "/d", Env: env.Env{FS: vfs.NewMem()}, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := server.New(server.Config{AllowNoAuth: true, Logger: logger, ConnectionsMax: max}, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis := listen(t)
-	go s.Serve(lis)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.Close(ctx)
-		n.Close()
-	})
-	return lis.Addr().String()
+	b := startBrokerWith(t, vfs.NewMem(), "/d", listen(t), nil, server.Config{ConnectionsMax: max})
+	t.Cleanup(b.stop)
+	return b.addr
 }
 
 // A node with its maximum of connections refuses the SDK with an error

@@ -41,6 +41,13 @@ func (b *kvBroker) stop() {
 // startKVBroker opens a node on fs (dir) and serves it on lis.
 func startKVBroker(t *testing.T, fs vfs.FS, dir string, lis net.Listener, cluster *node.ClusterConfig) *kvBroker {
 	t.Helper()
+	return startBrokerWith(t, fs, dir, lis, cluster, server.Config{})
+}
+
+// startBrokerWith is startKVBroker with the server's settings scfg (its
+// auth and logger set here).
+func startBrokerWith(t *testing.T, fs vfs.FS, dir string, lis net.Listener, cluster *node.ClusterConfig, scfg server.Config) *kvBroker {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := node.Config{NodeID: "n1", DataDir: dir, Env: env.Env{FS: fs}, Logger: logger, ClientAddr: lis.Addr().String(), Cluster: cluster}
 	if cluster != nil {
@@ -50,7 +57,8 @@ func startKVBroker(t *testing.T, fs vfs.FS, dir string, lis net.Listener, cluste
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(server.Config{AllowNoAuth: true, Logger: logger}, n)
+	scfg.AllowNoAuth, scfg.Logger = true, logger
+	s, err := server.New(scfg, n)
 	if err != nil {
 		t.Fatal(err)
 	}

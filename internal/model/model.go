@@ -343,9 +343,13 @@ func (cfg *Config) checkCommit(s *state, i int, commit uint64) string {
 func (cfg *Config) checkLostIsFinal(s *state) string {
 	for i := range s.nodes {
 		k := s.nodes[i].k
-		commit := k.Status().CommitSeq
-		for seq := commit + 1; seq <= uint64(len(s.committed)); seq++ {
-			if e := s.committed[seq-1]; k.Outcome(seq, e.Epoch) == replica.Lost {
+		for seq := uint64(len(s.committed)); seq > 0; seq-- {
+			e := s.committed[seq-1]
+			if k.Outcome(seq, e.Epoch) != replica.Lost {
+				continue
+			}
+			// Status (a copy) only for the rare Lost answer.
+			if commit := k.Status().CommitSeq; seq > commit {
 				return fmt.Sprintf("LostIsFinal: n%d reports the entry at %d (epoch %d, %s) lost beyond its commit point %d, but it is committed", i+1, seq, e.Epoch, e.Data, commit)
 			}
 		}
