@@ -35,7 +35,10 @@ type dedupSnapshots struct {
 	// epoch is the epoch of the last entry applied (replicated partitions;
 	// 0: unknown, after the log's start moved).
 	epoch uint64
-	buf   []byte
+	// tooLarge: the last snapshot was not written because the table
+	// encodes to more than partition.SnapshotBytesMax.
+	tooLarge bool
+	buf      []byte
 }
 
 // loadDedupSnapshot reads the partition's snapshot and checks it against
@@ -94,6 +97,7 @@ func (p *partitionRunner) saveDedupSnapshot(d *dedupSnapshots, applied uint64, e
 	}
 	d.bytes = 0
 	b, err := encode(d.buf[:0])
+	d.tooLarge = errors.Is(err, partition.ErrSnapshotTooLarge)
 	if err == nil {
 		d.buf = b[:0]
 		if len(d.buf) > 1<<20 {

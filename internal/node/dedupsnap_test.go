@@ -1,13 +1,16 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -295,4 +298,98 @@ func TestReplicatedRestartAppliesOnlyAfterTheDedupSnapshot(t *testing.T) {
 			t.Fatalf("retry of producer seq %d after a restart of every node: %+v, want a duplicate at %d", pseq, ok, want.Seq)
 		}
 	}
+}
+
+// retentionHarness is a single node with topic "t" (one partition)
+// that keeps 16 KiB in 4 KiB segments, checked every 10 ms.
+func retentionHarness(t *testing.T, tune func(*Config)) *harness {
+	h := newHarness(t)
+	h.tune = func(c *Config) {
+		c.SegmentBytesMax = 4 << 10
+		c.RetentionCheckMs = 10
+		if tune != nil {
+			tune(c)
+		}
+	}
+	h.restart()
+	if _, err := h.node.Declare(wire.TopicConfig{Name: "t", Partitions: 1, RetentionBytes: 16 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// waitUntil polls cond every 5 ms for at most waitMax; it fails with
+// what when cond never held.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(waitMax); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", waitMax, what)
+		}
+	}
+}
+
+// deletedThrough reports whether retention deleted "t"'s records up to seq.
+func deletedThrough(h *harness, seq uint64) func() bool {
+	return func() bool { return h.node.Metadata([]string{"t"})[0].Partitions[0].StartSeq > seq }
+}
+
+// A table too large to snapshot does not stop retention: the partition
+// then forgets deleted producers across a crash, as before snapshots.
+func TestRetentionGoesOnWhenTheTableCannotBeSnapshotted(t *testing.T) {
+	defer func(m int) { partition.SnapshotBytesMax = m }(partition.SnapshotBytesMax)
+	partition.SnapshotBytesMax = 64
+	h := retentionHarness(t, nil)
+	oks := publishIdempotent(h, "t", 7, 0, 600)
+	waitUntil(t, "retention deletes while the dedup table is too large to snapshot", deletedThrough(h, oks[0].Seq))
+}
+
+// DedupSurvivesRetention on a single node: retention deletes a
+// producer's every record, the node is killed -9 (no snapshot at close),
+// and its retries after the restart are duplicates of the originals —
+// the snapshot was written before the deletion. With
+// RetentionPastDedupSnapshot the restart rebuilds the table from the
+// kept log and the retries append again.
+func TestRetentionKeepsDeletedProducersAcrossACrash(t *testing.T) {
+	for _, mutated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mutated=%v", mutated), func(t *testing.T) {
+			h := retentionHarness(t, func(c *Config) { c.Mutations.RetentionPastDedupSnapshot = mutated })
+			oks := publishIdempotent(h, "t", 7, 0, 20) // producer 7 writes once, then stops
+			publishIdempotent(h, "t", 8, 0, 600)       // producer 8's records push 7's out
+			waitUntil(t, "retention deletes producer 7's records", deletedThrough(h, oks[19].Seq))
+			h.kill()
+			h.open()
+			if !mutated {
+				retriesAreDuplicates(t, h, "t", 7, map[uint64]wire.PubOK{19: oks[19]})
+			} else if ok := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: 19, Value: []byte("retry")}); ok.Duplicate {
+				t.Fatal("with RetentionPastDedupSnapshot the retry was still a duplicate")
+			}
+		})
+	}
+}
+
+// While the dedup snapshot cannot be written (here its file cannot be
+// created), retention deletes nothing it does not stand for; once it can,
+// retention goes on, and a crash after it forgets no producer.
+func TestRetentionWaitsForTheDedupSnapshot(t *testing.T) {
+	h := retentionHarness(t, nil)
+	failed := atomic.Int64{}
+	h.fs.SetInjector(func(op vfs.Op, name string) error {
+		if op == vfs.OpCreate && strings.Contains(name, "/t/0/"+dedupSnapshotFile) {
+			failed.Add(1)
+			return errors.New("injected: no room for the dedup snapshot")
+		}
+		return nil
+	})
+	oks := publishIdempotent(h, "t", 7, 0, 20)
+	publishIdempotent(h, "t", 8, 0, 600)
+	waitUntil(t, "five retention passes try to write the dedup snapshot", func() bool { return failed.Load() >= 5 })
+	if deletedThrough(h, 1)() {
+		t.Fatal("retention deleted records with no dedup snapshot written")
+	}
+	h.fs.SetInjector(nil)
+	waitUntil(t, "retention deletes producer 7's records once the snapshot can be written", deletedThrough(h, oks[19].Seq))
+	h.kill()
+	h.open()
+	retriesAreDuplicates(t, h, "t", 7, oks)
 }

@@ -364,12 +364,26 @@ func (p *localStore) failWaiters(werr *wire.Error) {
 	}
 }
 
+// applyRetention deletes the segments retention lets go. The dedup
+// snapshot is written first when they reach past it (DedupSurvivesRetention):
+// a restart that found its snapshot older than the log's start would
+// rebuild the table from the kept log and forget the producers whose
+// records were deleted, so that their retries appended again. Until a
+// snapshot can be written the deletion stops at the last one — unless
+// the table is too large to snapshot at all.
 func (p *localStore) applyRetention() {
 	if p.failure != nil {
 		return
 	}
 	_, _, limit := p.compaction()
-	deleted, err := p.log.DeleteThrough(p.log.RetentionPoint(p.node.nowMs(), limit()))
+	point := p.log.RetentionPoint(p.node.nowMs(), limit())
+	if point > p.snaps.applied && p.node.cfg.DedupSnapshotBytes >= 0 && !p.node.cfg.Mutations.RetentionPastDedupSnapshot {
+		p.snapshotDedup(true)
+		if !p.snaps.tooLarge {
+			point = min(point, p.snaps.applied)
+		}
+	}
+	deleted, err := p.log.DeleteThrough(point)
 	if err != nil {
 		p.node.log.Error("retention failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
 		return

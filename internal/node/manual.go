@@ -28,6 +28,10 @@ type Mutations struct {
 	// checking it against the log (partition.SnapshotUsable): one that
 	// describes another log (a repaired one, another lineage) passes.
 	DedupSnapshotUnchecked bool
+	// RetentionPastDedupSnapshot lets a single node's retention delete
+	// records its latest dedup snapshot does not stand for: a restart
+	// rebuilds the table from the kept log and forgets their producers.
+	RetentionPastDedupSnapshot bool
 	// SkipLedgerFsync answers ACKs without fsyncing the group's ledger.
 	SkipLedgerFsync bool
 	// Partition and AckLog break the guards of the replicated-partition

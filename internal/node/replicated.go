@@ -53,6 +53,13 @@ type replicaStore struct {
 	// method value of proposed made once. Owned by runReplicated.
 	proposing  replog.Batch
 	onProposed func(tag replog.Tag, seq, epoch uint64, err error)
+	// retainLimit is the log's compaction limit other than the kernel's
+	// (a scheduler shard's or bucket's checkpoint; none otherwise).
+	retainLimit func() uint64
+	// carrying: a dedup carry is in flight (proposeCarry); carryCheckAtMs:
+	// when the next check is due (owned by runReplicated).
+	carrying       atomic.Bool
+	carryCheckAtMs int64
 	// published and publishedBytes are the topic's publish counters,
 	// bound once (a label lookup per record cost the leader 3% of its CPU).
 	published, publishedBytes prometheus.Counter
@@ -103,9 +110,10 @@ func (p *partitionRunner) openReplica() error {
 	s.published = p.node.metrics.publishes.WithLabelValues(p.topic.cfg.Name)
 	s.publishedBytes = p.node.metrics.publishBytes.WithLabelValues(p.topic.cfg.Name)
 	segmentBytes, retentionBytes, limit := p.compaction()
+	s.retainLimit = limit
 	l, err := c.OpenGroup(p.topic.key(), p.id, members, policy, s.poke, cluster.GroupOptions{
 		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: retentionBytes,
-		Limit:           func() uint64 { return min(s.compactLimit.Load(), limit()) },
+		Limit:           s.compactionLimit,
 		PreferredLeader: members[0], SegmentBytesMax: segmentBytes,
 		// A scheduler shard's owner drains its publishes in flight before
 		// a rebalancing hand-off fences it (schedRunner.release).
@@ -133,6 +141,18 @@ func (p *partitionRunner) openReplica() error {
 }
 
 func (p *replicaStore) accept(r *pubReq) { p.queue(r) }
+
+// compactionLimit is the member's compaction limit (on its goroutine, at
+// each compaction): the kernel's and the checkpoints'. When the kernel's
+// binds, a dedup carry may be due: the loop is woken to see
+// (proposeCarry).
+func (p *replicaStore) compactionLimit() uint64 {
+	own, other := p.compactLimit.Load(), p.retainLimit()
+	if own < other {
+		p.poke()
+	}
+	return min(own, other)
+}
 
 // stepManual is runReplicated's loop for a Manual node: the queued
 // publishes, and the applying and answering a wake-up asks for. It
@@ -309,7 +329,9 @@ func (p *replicaStore) applyReplicated() {
 			if e.Seq > commit {
 				break
 			}
-			k.Apply(kernelEntry(&e))
+			if err := k.Apply(kernelEntry(&e)); err != nil {
+				p.node.logRepeatedError(p.subject()+"/carry", "dedup carry refused; the log stays uncompacted past it", "seq", e.Seq, "err", err)
+			}
 			appliedBytes += int64(len(e.Record.Value) + len(e.Record.Key))
 			p.snaps.epoch = e.Epoch
 		}
@@ -320,6 +342,7 @@ func (p *replicaStore) applyReplicated() {
 		p.snapshotDedup()
 	}
 	p.compactLimit.Store(k.CompactLimit())
+	p.proposeCarry()
 	if v := k.GroupsVersion(); v != p.groupsVersion {
 		// Before the commit point moves: a reader that loads commitSeq,
 		// then groupsFrom, sees every group record at or below it.
@@ -377,6 +400,8 @@ func kernelEntry(e *storage.Entry) partition.Entry {
 		ke.ProducerID, ke.ProducerSeq = r.ProducerID, r.ProducerSeq
 	} else if kind, group, ok := groupRecordOf(r); ok {
 		ke.Group, ke.GroupKind = group, kind
+	} else if isDedupCarry(r) {
+		ke.Carry = r.Value
 	}
 	return ke
 }

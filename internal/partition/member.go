@@ -60,6 +60,10 @@ type Mutations struct {
 	// SkipDedupSeal takes publishes after the log's start moved without
 	// sealing the dedup table (an old retry passes as new).
 	SkipDedupSeal bool
+	// CompactForgetsProducers lets the log be compacted past producers'
+	// latest mentions (ProducersKeptInLog): a replica that rebuilds its
+	// table from the kept log forgets them, and their retries pass as new.
+	CompactForgetsProducers bool
 }
 
 // ProposalKey names a proposal in flight: the producer identity of an
@@ -228,20 +232,41 @@ type Entry struct {
 	// checkpoint; "" otherwise), GroupKind its kind.
 	Group     string
 	GroupKind acklog.Kind
+	// Carry is the value of a dedup carry record (carry.go; nil
+	// otherwise).
+	Carry []byte
 }
 
-// Apply applies one committed entry; entries come in log order (one at or
-// below the applied position is ignored).
-func (m *Member[R]) Apply(e Entry) {
+// Apply applies one committed entry; entries come in log order (one at
+// or below the applied position is ignored). The error reports a carry
+// that does not decode: it is applied as changing nothing, the entry
+// counts as applied.
+func (m *Member[R]) Apply(e Entry) (err error) {
 	if e.Seq <= m.applied {
-		return
+		return nil
 	}
-	if e.ProducerID != 0 {
+	switch {
+	case e.ProducerID != 0:
 		m.producers.Record(e.ProducerID, e.ProducerSeq, e.Seq, e.Epoch)
-	} else if e.Group != "" {
+	case e.Group != "":
 		m.groups.Applied(e.Group, e.Seq, e.GroupKind)
+	case e.Carry != nil:
+		err = m.producers.applyCarry(e.Carry, e.Seq, e.Epoch, m.cfg)
 	}
 	m.applied = e.Seq
+	return err
+}
+
+// AppendCarry appends to b a dedup carry for a log the shell would
+// compact through want if the dedup table let it; ok is false when none
+// is needed (the table lets it already). The leader proposes it as a
+// control record; it takes effect when applied.
+func (m *Member[R]) AppendCarry(b []byte, want uint64) (_ []byte, ok bool) {
+	if m.mutations.CompactForgetsProducers || m.producers.CompactLimit() >= want {
+		return b, false
+	}
+	b, n := m.producers.appendCarry(b, min(want, m.applied))
+	return b, n > 0
 }
 
 // GroupsVersion changes whenever GroupsFrom would answer differently.
@@ -360,8 +385,15 @@ func (m *Member[R]) inflightKeys() []ProposalKey {
 func (m *Member[R]) Applied() uint64 { return m.applied }
 
 // CompactLimit is the last seq the log may be compacted through: what was
-// applied, and below what every consumer group still needs.
-func (m *Member[R]) CompactLimit() uint64 { return m.groups.Limit(m.applied) }
+// applied, below what every consumer group still needs, and below every
+// known producer's latest mention (ProducersKeptInLog).
+func (m *Member[R]) CompactLimit() uint64 {
+	limit := m.groups.Limit(m.applied)
+	if m.mutations.CompactForgetsProducers {
+		return limit
+	}
+	return min(limit, m.producers.CompactLimit())
+}
 
 // Inflight is the number of proposals in flight.
 func (m *Member[R]) Inflight() int { return len(m.inflight) }

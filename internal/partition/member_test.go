@@ -3,6 +3,7 @@ package partition
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -32,6 +33,16 @@ type (
 		at, epoch uint64
 		err       error
 	}
+	// carry asks for a dedup carry toward compacting through want; it
+	// yields "none" or "carry" and the producers carried, and keeps the
+	// carry for carried.
+	carry uint64
+	// replica replaces the member with another replica's, whose log
+	// starts at the seq (the carry is kept); it yields "".
+	replica uint64
+	// carried applies the kept carry at seq under epoch 1; it yields
+	// "applied N limit L", or the error.
+	carried uint64
 	// degrade reports READ_ONLY_DEGRADED; it yields the replies answered.
 	degrade struct{}
 	// shutdown yields the replies answered at shutdown.
@@ -58,8 +69,10 @@ func groupRec(seq uint64, group string, kind acklog.Kind) Entry {
 // runMember feeds the steps to a fresh member whose log starts at
 // startSeq and returns the first decision that differs from the script.
 func runMember(startSeq uint64, mut Mutations, steps []step) error {
-	m := NewMember[string](Config{DedupWindowMax: 8, ProducersMax: 8}, startSeq, mut)
+	cfg := Config{DedupWindowMax: 8, ProducersMax: 8}
+	m := NewMember[string](cfg, startSeq, mut)
 	var view View
+	var kept []byte // the last carry
 	for i, s := range steps {
 		var got string
 		switch e := s.event.(type) {
@@ -85,6 +98,28 @@ func runMember(startSeq uint64, mut Mutations, steps []step) error {
 				m.Apply(entry)
 			}
 			got = fmt.Sprintf("applied %d limit %d", m.Applied(), m.CompactLimit())
+		case carry:
+			var ok bool
+			if kept, ok = m.AppendCarry(nil, uint64(e)); !ok {
+				got = "none"
+				break
+			}
+			ps, err := decodeCarry(kept, math.MaxUint64, math.MaxUint64, m.cfg)
+			if err != nil {
+				return fmt.Errorf("step %d: carry does not decode: %v", i, err)
+			}
+			got = "carry"
+			for _, p := range ps {
+				got += fmt.Sprintf(" %d%v", p.id, p.entries)
+			}
+		case replica:
+			m = NewMember[string](cfg, uint64(e), mut)
+		case carried:
+			if err := m.Apply(Entry{Seq: uint64(e), Epoch: 1, Carry: kept}); err != nil {
+				got = err.Error()
+			} else {
+				got = fmt.Sprintf("applied %d limit %d", m.Applied(), m.CompactLimit())
+			}
 		case start:
 			got = "kept"
 			if m.LogStart(uint64(e)) {
@@ -132,7 +167,7 @@ var memberScenarios = []struct {
 		{pub{7, 1, "a"}, "Propose 7/1"},
 		{pub{7, 1, "b"}, "Wait"}, // not appended twice
 		{pub{7, 2, "c"}, "Propose 7/2"},
-		{apply{published(2, 1, 7, 1)}, "applied 2 limit 2"},
+		{apply{published(2, 1, 7, 1)}, "applied 2 limit 1"},
 		{done{7, 1, 2, 1, nil}, "Committed 2@1 [a b]"},
 		{pub{7, 1, "d"}, "Duplicate 2@1"},
 		{shutdown{}, "[c]"},
@@ -140,16 +175,16 @@ var memberScenarios = []struct {
 	}},
 	{"a retry after failover gets the original PUB_OK", 1, []step{
 		{lead{Epoch: 1}, ""}, // a follower applies what the old leader appended
-		{apply{install(1, 1), published(2, 1, 7, 1)}, "applied 2 limit 2"},
+		{apply{install(1, 1), published(2, 1, 7, 1)}, "applied 2 limit 1"},
 		{pub{7, 1, "a"}, "Refuse NotLeader"},
 		{leader2, ""}, // elected; its install entry (seq 3) is not applied yet
 		{pub{7, 1, "b"}, "Refuse TakingOffice"},
-		{apply{install(3, 2)}, "applied 3 limit 3"},
+		{apply{install(3, 2)}, "applied 3 limit 1"},
 		{pub{7, 1, "c"}, "Duplicate 2@1"},
 	}},
 	{"a leader whose install seq is unknown takes no publish", 1, []step{
 		{lead{Leader: true, Epoch: 2}, ""},
-		{apply{install(1, 1), published(2, 1, 7, 1)}, "applied 2 limit 2"},
+		{apply{install(1, 1), published(2, 1, 7, 1)}, "applied 2 limit 1"},
 		{pub{7, 1, "a"}, "Refuse TakingOffice"},
 	}},
 	{"a lost proposal fails and its retry is proposed again", 1, []step{
@@ -176,25 +211,55 @@ var memberScenarios = []struct {
 		{pub{7, 1, "b"}, "Refuse QuorumLost"},
 		{leader1, ""}, // the quorum is back
 		{pub{7, 1, "c"}, "Wait"},
-		{apply{published(2, 1, 7, 1)}, "applied 2 limit 2"},
+		{apply{published(2, 1, 7, 1)}, "applied 2 limit 1"},
 		{done{7, 1, 2, 1, nil}, "Committed 2@1 [c]"}, // a was answered once
 	}},
 	{"a log that starts past 1 is sealed before the first publish", 10, []step{
 		{lead{Leader: true, Epoch: 3, InstallSeq: 10}, ""},
-		{apply{install(10, 3), published(11, 3, 7, 5), published(12, 3, 7, 6)}, "applied 12 limit 12"},
+		{apply{install(10, 3), published(11, 3, 7, 5), published(12, 3, 7, 6)}, "applied 12 limit 11"},
 		{pub{7, 3, "a"}, "TooOld"}, // appended before the kept log, perhaps
 		{pub{7, 5, "b"}, "Duplicate 11@3"},
 		{pub{7, 7, "c"}, "Propose 7/7"},
 		{pub{9, 1, "d"}, "Propose 9/1"}, // a producer it never saw is new
 	}},
 	{"the seal after a start move", 1, []step{
-		{apply{install(1, 1), published(2, 1, 7, 1), published(3, 1, 7, 2)}, "applied 3 limit 3"},
+		{apply{install(1, 1), published(2, 1, 7, 1), published(3, 1, 7, 2)}, "applied 3 limit 2"},
 		{start(1), "kept"},
 		{start(20), "moved"}, // rebuilt from the leader's snapshot point
-		{apply{published(20, 4, 7, 9), install(21, 5)}, "applied 21 limit 21"},
+		{apply{published(20, 4, 7, 9), install(21, 5)}, "applied 21 limit 19"},
 		{lead{Leader: true, Epoch: 5, InstallSeq: 21}, ""},
 		{pub{7, 2, "a"}, "TooOld"},
 		{pub{7, 9, "b"}, "Duplicate 20@4"},
+	}},
+	{"a carry keeps a compacted producer known", 1, []step{
+		{apply{install(1, 1), published(2, 1, 7, 1), published(3, 1, 7, 2), published(4, 1, 9, 1)}, "applied 4 limit 2"},
+		{carry(2), "none"}, // nothing to carry below 7's latest entry
+		{carry(3), "carry 7[{1 2 1} {2 3 1}]"},
+		{carried(5), "applied 5 limit 3"}, // 7 mentioned at 5: 9 (at 4) holds the log now
+		{carry(5), "carry 7[{1 2 1} {2 3 1}] 9[{1 4 1}]"},
+		{carried(6), "applied 6 limit 5"},
+		// A replica rebuilt from a snapshot point at 5: only the carry is left.
+		{replica(6), ""},
+		{carried(6), "applied 6 limit 5"},
+		{lead{Leader: true, Epoch: 2, InstallSeq: 7}, ""},
+		{apply{install(7, 2)}, "applied 7 limit 5"},
+		{pub{7, 2, "a"}, "Duplicate 3@1"}, // a retry of an entry compacted away
+		{pub{9, 1, "b"}, "Duplicate 4@1"},
+		{pub{7, 3, "c"}, "Propose 7/3"},
+		{pub{5, 1, "d"}, "Propose 5/1"}, // one it never saw is new
+	}},
+	{"a carry restores the entries a rebuilt log lacks", 1, []step{
+		{apply{install(1, 1), published(2, 1, 7, 1), published(3, 1, 9, 1)}, "applied 3 limit 1"},
+		{carry(3), "carry 7[{1 2 1}] 9[{1 3 1}]"},
+		{apply{published(4, 1, 9, 2)}, "applied 4 limit 1"},
+		{carried(5), "applied 5 limit 4"}, // both mentioned at 5
+		{replica(4), ""},                  // its log starts at 9's second entry
+		{apply{published(4, 1, 9, 2)}, "applied 4 limit 3"},
+		{carried(5), "applied 5 limit 4"},
+		{lead{Leader: true, Epoch: 1, InstallSeq: 1}, ""},
+		{pub{9, 1, "a"}, "Duplicate 3@1"}, // from the carry, below the kept entry
+		{pub{9, 2, "b"}, "Duplicate 4@1"},
+		{pub{7, 1, "c"}, "Duplicate 2@1"},
 	}},
 	{"checkpoint then compaction limit", 1, []step{
 		{apply{install(1, 1), groupRec(2, "g1", acklog.KindAck), published(3, 1, 7, 1)}, "applied 3 limit 1"},
@@ -223,11 +288,13 @@ func TestMemberMutationsAreCaught(t *testing.T) {
 	cases := []struct {
 		mutation  Mutations
 		scenarios []string
+		at        string // the event that must fail
 	}{
 		{Mutations{SkipInstallGate: true}, []string{"a retry after failover gets the original PUB_OK",
-			"a leader whose install seq is unknown takes no publish"}},
+			"a leader whose install seq is unknown takes no publish"}, "pub"},
 		{Mutations{SkipDedupSeal: true}, []string{"a log that starts past 1 is sealed before the first publish",
-			"the seal after a start move"}},
+			"the seal after a start move"}, "pub"},
+		{Mutations{CompactForgetsProducers: true}, []string{"a carry keeps a compacted producer known"}, "apply"},
 	}
 	for _, c := range cases {
 		for _, name := range c.scenarios {
@@ -240,8 +307,8 @@ func TestMemberMutationsAreCaught(t *testing.T) {
 				err := runMember(sc.startSeq, c.mutation, sc.steps)
 				if err == nil {
 					t.Errorf("%+v: scenario %q passed", c.mutation, name)
-				} else if !strings.Contains(err.Error(), "pub") {
-					t.Errorf("%+v: scenario %q failed elsewhere than a publish: %v", c.mutation, name, err)
+				} else if !strings.Contains(err.Error(), "partition."+c.at) {
+					t.Errorf("%+v: scenario %q failed elsewhere than at a %s: %v", c.mutation, name, c.at, err)
 				}
 			}
 			if !found {

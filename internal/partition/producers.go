@@ -33,7 +33,10 @@ type producerWindow struct {
 	ring    []dedupEntry // n entries from head on, wrapping; grows up to windowMax
 	head, n int
 	floor   uint64 // raised past every evicted producer_seq
-	lastSeq uint64 // log seq of the latest append, for LRU eviction
+	// lastSeq is the log seq of the producer's latest mention: its latest
+	// append, or a carry that re-stated its window since (carry.go). It
+	// orders eviction (least recent first) and bounds compaction.
+	lastSeq uint64
 	maxSeen uint64 // highest producer_seq ever recorded
 	// id and the recency list: the table's windows by (lastSeq, id).
 	id           uint64
@@ -75,6 +78,11 @@ func (w *producerWindow) find(producerSeq uint64) (dedupEntry, bool) {
 
 func (w *producerWindow) add(e dedupEntry, windowMax int) {
 	w.lastSeq = e.seq
+	w.insert(e, windowMax)
+}
+
+// insert puts e in the window in its place by producer_seq.
+func (w *producerWindow) insert(e dedupEntry, windowMax int) {
 	w.maxSeen = max(w.maxSeen, e.producerSeq)
 	if w.n == windowMax {
 		// Full: the lowest goes — e itself when it is the lowest.

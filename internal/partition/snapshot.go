@@ -31,8 +31,9 @@ type Snapshot struct {
 const snapshotVersion = 1
 
 // SnapshotBytesMax bounds an encoded snapshot; a larger table is not
-// snapshotted (the restart replays the log).
-const SnapshotBytesMax = 64 << 20
+// snapshotted (the restart replays the log). A variable only so that
+// tests can reach the bound with a small table.
+var SnapshotBytesMax = 64 << 20
 
 // ErrSnapshotTooLarge: the table encodes to more than SnapshotBytesMax.
 var ErrSnapshotTooLarge = errors.New("partition: dedup snapshot too large")

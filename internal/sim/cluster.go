@@ -132,8 +132,13 @@ func (o *ClusterOptions) setDefaults() {
 // (`nereus sim --nodes N --mutation NAME`); each is a guard of the node or
 // its kernels removed.
 var ClusterMutations = map[string]node.Mutations{
-	"skip-install-gate":         {Partition: partition.Mutations{SkipInstallGate: true}},
-	"skip-dedup-seal":           {Partition: partition.Mutations{SkipDedupSeal: true}},
+	"skip-install-gate": {Partition: partition.Mutations{SkipInstallGate: true}},
+	"skip-dedup-seal":   {Partition: partition.Mutations{SkipDedupSeal: true}},
+	// With --members --pub-batch --schedules 30 (seeds 11027, 11101): a
+	// log compacted past producers' latest mentions, no dedup carry
+	// (ExactlyOnce: a retried SCHEDULE admitted again by an owner whose
+	// dedup table was built from the kept log).
+	"compact-forgets-producers": {Partition: partition.Mutations{CompactForgetsProducers: true}},
 	"ack-before-commit":         {AckLog: acklog.Mutations{AckBeforeCommit: true}},
 	"coordinate-before-install": {CoordinateBeforeInstall: true},
 	"send-before-persist":       {SendBeforePersist: true},

@@ -20,7 +20,8 @@ import (
 // an APPEND's worth (256 entries) and, over a chase window (ChaseTicks:
 // the 800 ms reservation), does not shrink. The leader then revokes C's
 // reservation — asserted: reported NeedsRebuild while C's match is still
-// above the snapshot point, with C not silent — and compacts past C,
+// above the snapshot point (or was a tick before), with C not silent —
+// and compacts past C,
 // which stays not silent until then (heard within the 600 ms ack timeout:
 // inside its reservation by time, so only the chase watch let the leader
 // compact). C rebuilds from the snapshot point
@@ -164,8 +165,16 @@ func tailChasingEscalates(seed uint64) (s6Stage, error) {
 		}
 		slow = true
 		pump()
+		// inLog: at the previous look (a tick before) the leader's log
+		// still held C's match. The revocation and the compaction it
+		// lets go can both land between two looks: C is then seen
+		// NeedsRebuild with its match compacted already, right after a
+		// look that found it in the log.
+		inLog := false
 		sc.when(chaser.id+"'s reservation revoked while it is heard", 10_000, done(func(l replica.Status, c replica.PeerStatus) bool {
-			if c.State != replica.NeedsRebuild || c.Match < l.SnapSeq || c.Silent {
+			wasInLog := inLog
+			inLog = c.Match >= l.SnapSeq
+			if c.State != replica.NeedsRebuild || !(inLog || wasInLog) || c.Silent {
 				return false
 			}
 			st.revokedAtMs, st.revokedMatch, st.revokedLast, st.revokedSnap = sc.w.nowMs-epochMs, c.Match, l.Last, l.SnapSeq

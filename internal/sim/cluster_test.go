@@ -257,9 +257,35 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// commit point is lost once the committed prefix ends in a later
 		// epoch (replica TestOutcomeLostBehindALaterEpoch).
 		{Seed: 7205, Faults: AllClusterFaults, PubBatch: true},
+		// (members+schedules+pub_batch soak) A scheduled message fired
+		// twice (ExactlyOnce). Its SCHEDULE_OK was lost and the client
+		// retried; meanwhile the shard's checkpoints had compacted the
+		// intake record, and the replica that owned the shard next had
+		// rebuilt from its leader's snapshot point (11027) or restarted
+		// from a dedup snapshot older than its log's start (11101): its
+		// dedup table, built from the kept log, did not know the client,
+		// and the retry was admitted as a new schedule. The log now keeps
+		// every known producer's latest mention, re-stated by a dedup
+		// carry when compaction would pass it (partition
+		// TestCarryKeepsProducersKnown; mutation compact-forgets-producers).
+		{Seed: 11027, Faults: AllClusterFaults, Members: true, PubBatch: true, Schedules: 30},
+		{Seed: 11101, Faults: AllClusterFaults, Members: true, PubBatch: true, Schedules: 30},
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
+		}
+	}
+}
+
+// ProducersKeptInLog in the cluster: with the log compacted past
+// producers' latest mentions, the regression seeds above fire a
+// scheduled message twice again.
+func TestCompactForgetsProducersIsCaught(t *testing.T) {
+	for _, seed := range []uint64{11027, 11101} {
+		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, PubBatch: true, Schedules: 30,
+			Mutations: ClusterMutations["compact-forgets-producers"]}
+		if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != "ExactlyOnce" {
+			t.Errorf("seed %d with compact-forgets-producers: %v, want ExactlyOnce broken\nreproduce: %s", seed, r.Violation, ClusterReproduce(o))
 		}
 	}
 }
