@@ -40,6 +40,7 @@ func newSimCmd() *cobra.Command {
 		listMut     bool
 		members     bool
 		pubBatch    bool
+		retention   bool
 		schedules   int
 		kvOps       int
 		churn       int
@@ -100,6 +101,9 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 					return err
 				}
 				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, KV: kvOps, TopicChurn: churn, PubBatch: pubBatch}
+				if retention {
+					o.Retention = sim.RetentionPreset
+				}
 				if logs {
 					o.Logs = cmd.ErrOrStderr()
 				}
@@ -185,6 +189,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&pubBatch, "pub-batch", false, "the producers publish in PUB_BATCH frames (protocol v2), a retry of one message as a PUB (a single node, or with --nodes)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved)")
+	fl.BoolVar(&retention, "retention", false, "with --nodes: the workload's topic keeps 4 KiB (1 KiB segments): retention compacts it all the time, past producers' records (dedup carries) and lagging replicas (rebuilds)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")

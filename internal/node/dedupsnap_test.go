@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -318,17 +317,6 @@ func retentionHarness(t *testing.T, tune func(*Config)) *harness {
 	return h
 }
 
-// waitUntil polls cond every 5 ms for at most waitMax; it fails with
-// what when cond never held.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(waitMax); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", waitMax, what)
-		}
-	}
-}
-
 // deletedThrough reports whether retention deleted "t"'s records up to seq.
 func deletedThrough(h *harness, seq uint64) func() bool {
 	return func() bool { return h.node.Metadata([]string{"t"})[0].Partitions[0].StartSeq > seq }
@@ -341,7 +329,7 @@ func TestRetentionGoesOnWhenTheTableCannotBeSnapshotted(t *testing.T) {
 	partition.SnapshotBytesMax = 64
 	h := retentionHarness(t, nil)
 	oks := publishIdempotent(h, "t", 7, 0, 600)
-	waitUntil(t, "retention deletes while the dedup table is too large to snapshot", deletedThrough(h, oks[0].Seq))
+	eventually(t, "retention deletes while the dedup table is too large to snapshot", deletedThrough(h, oks[0].Seq))
 }
 
 // DedupSurvivesRetention on a single node: retention deletes a
@@ -356,7 +344,7 @@ func TestRetentionKeepsDeletedProducersAcrossACrash(t *testing.T) {
 			h := retentionHarness(t, func(c *Config) { c.Mutations.RetentionPastDedupSnapshot = mutated })
 			oks := publishIdempotent(h, "t", 7, 0, 20) // producer 7 writes once, then stops
 			publishIdempotent(h, "t", 8, 0, 600)       // producer 8's records push 7's out
-			waitUntil(t, "retention deletes producer 7's records", deletedThrough(h, oks[19].Seq))
+			eventually(t, "retention deletes producer 7's records", deletedThrough(h, oks[19].Seq))
 			h.kill()
 			h.open()
 			if !mutated {
@@ -383,13 +371,60 @@ func TestRetentionWaitsForTheDedupSnapshot(t *testing.T) {
 	})
 	oks := publishIdempotent(h, "t", 7, 0, 20)
 	publishIdempotent(h, "t", 8, 0, 600)
-	waitUntil(t, "five retention passes try to write the dedup snapshot", func() bool { return failed.Load() >= 5 })
+	eventually(t, "five retention passes try to write the dedup snapshot", func() bool { return failed.Load() >= 5 })
 	if deletedThrough(h, 1)() {
 		t.Fatal("retention deleted records with no dedup snapshot written")
 	}
 	h.fs.SetInjector(nil)
-	waitUntil(t, "retention deletes producer 7's records once the snapshot can be written", deletedThrough(h, oks[19].Seq))
+	eventually(t, "retention deletes producer 7's records once the snapshot can be written", deletedThrough(h, oks[19].Seq))
 	h.kill()
 	h.open()
 	retriesAreDuplicates(t, h, "t", 7, oks)
+}
+
+// ProducersKeptInLog at node level: on a replicated topic whose records
+// expire after 2 s, producer 7 writes, then producer 8, and both stop.
+// Retention then compacts every replica of the idle partition past 7's
+// records — a dedup carry keeps 7 in the log, proposed once the members'
+// compaction finds the kernel's limit holding it back — and after every
+// node restarts without dedup snapshots (each table rebuilt from its kept
+// log) 7's retries of its carried records are duplicates of the
+// originals. Without the
+// compaction's wake-up compaction never passes them; with
+// CompactForgetsProducers the retries append again.
+func TestDedupCarryKeepsStaleProducersAcrossRestarts(t *testing.T) {
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		c.SegmentBytesMax = 4 << 10
+		c.RetentionCheckMs = 20
+		c.DedupSnapshotBytes = -1
+	})
+	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3, RetentionMs: 2000})
+	oks := map[[2]uint64]wire.PubOK{}
+	for _, id := range []uint64{7, 8} {
+		for i := range uint64(100) {
+			_, oks[[2]uint64{id, i}] = tc.publishAnywhere(&wire.Pub{Topic: "t", Partition: 0, ProducerID: id, ProducerSeq: i,
+				Value: fmt.Appendf(nil, "value-%04d-%s", i, strings.Repeat("x", 100))})
+		}
+	}
+	last := oks[[2]uint64{7, 99}].Seq
+	for id, n := range tc.nodes {
+		eventually(t, id+" compacts past producer 7's last record", func() bool {
+			return n.Metadata([]string{"t"})[0].Partitions[0].StartSeq > last
+		})
+	}
+	for id := range tc.nodes {
+		tc.stop(id)
+	}
+	for _, m := range tc.members {
+		tc.start(m.ID)
+	}
+	for k, want := range oks {
+		if k[0] != 7 || k[1] < 100-8 {
+			continue // not carried (PRODUCER_SEQ_TOO_OLD), or 8's
+		}
+		_, ok := tc.publishAnywhere(&wire.Pub{Topic: "t", Partition: 0, ProducerID: k[0], ProducerSeq: k[1], Value: []byte("retry")})
+		if !ok.Duplicate || ok.Seq != want.Seq {
+			t.Fatalf("retry of producer %d seq %d after compaction and a restart of every node: %+v, want a duplicate at %d", k[0], k[1], ok, want.Seq)
+		}
+	}
 }

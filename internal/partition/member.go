@@ -259,10 +259,10 @@ func (m *Member[R]) Apply(e Entry) (err error) {
 
 // AppendCarry appends to b a dedup carry for a log the shell would
 // compact through want if the dedup table let it; ok is false when none
-// is needed (the table lets it already). The leader proposes it as a
-// control record; it takes effect when applied.
+// is needed (no producer's latest mention is at or below want). The
+// leader proposes it as a control record; it takes effect when applied.
 func (m *Member[R]) AppendCarry(b []byte, want uint64) (_ []byte, ok bool) {
-	if m.mutations.CompactForgetsProducers || m.producers.CompactLimit() >= want {
+	if m.mutations.CompactForgetsProducers {
 		return b, false
 	}
 	b, n := m.producers.appendCarry(b, min(want, m.applied))

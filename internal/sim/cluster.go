@@ -107,6 +107,14 @@ type ClusterRetention struct {
 	ReservationMs int64
 }
 
+// RetentionPreset is an aggressive retention for soaks (`nereus sim
+// --nodes N --retention`) and the scripted retention scenarios: the
+// workload's topic keeps 4 KiB in 1 KiB segments, checked every 20 ms, and
+// a leader keeps what a silent follower needs for 200 ms. Compaction then
+// passes producers' records all the time (dedup carries), and lagging
+// replicas rebuild from the leader's snapshot point.
+var RetentionPreset = ClusterRetention{Bytes: 4096, SegmentBytesMax: 1024, RetentionCheckMs: 20, ReservationMs: 200}
+
 func (o *ClusterOptions) setDefaults() {
 	if o.Nodes == 0 {
 		o.Nodes = 3
@@ -213,7 +221,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	if o.SchedOutageMsMax != 0 {
 		cmd += fmt.Sprintf(" # with ClusterOptions.SchedOutageMsMax %d (no CLI flag: run it from a test)", o.SchedOutageMsMax)
 	}
-	if o.Retention != (ClusterRetention{}) {
+	if o.Retention == RetentionPreset {
+		cmd += " --retention"
+	} else if o.Retention != (ClusterRetention{}) {
 		cmd += fmt.Sprintf(" # with ClusterOptions.Retention %+v (no CLI flag: run it from a test)", o.Retention)
 	}
 	for name, m := range ClusterMutations {

@@ -443,8 +443,8 @@ func leaderReportsAStoppedFollowerUnreachable(seed uint64, m node.Mutations) (Re
 
 // retentionOptions give partition logs a 4 KiB retention over 1 KiB
 // segments, retention passes every 20 ms and a 200 ms reservation, so a
-// follower away for a few hundred ms must rebuild.
-var retentionOptions = ClusterRetention{Bytes: 4096, SegmentBytesMax: 1024, RetentionCheckMs: 20, ReservationMs: 200}
+// follower away for a few hundred ms must rebuild (the soaks' preset).
+var retentionOptions = RetentionPreset
 
 // TestRetentionRebuildsALaggingReplicaAtNodeLevel (was
 // TestClusterRetentionRebuildsALaggingReplica): a follower of partition 0
