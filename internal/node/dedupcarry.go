@@ -1,6 +1,8 @@
 package node
 
 import (
+	"strconv"
+
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 )
@@ -44,6 +46,7 @@ func (p *replicaStore) proposeCarry() {
 	p.repl.ProposeFunc(rec, func(_, _ uint64, err error) {
 		p.carrying.Store(false)
 		if err == nil {
+			p.node.metrics.dedupCarries.WithLabelValues(p.topic.cfg.Name, strconv.FormatUint(uint64(p.id), 10)).Inc()
 			p.poke() // the next carry, if more producers hold compaction back
 		}
 	})

@@ -412,6 +412,17 @@ func TestDedupCarryKeepsStaleProducersAcrossRestarts(t *testing.T) {
 			return n.Metadata([]string{"t"})[0].Partitions[0].StartSeq > last
 		})
 	}
+	var carries float64
+	for _, n := range tc.nodes {
+		v, err := n.Metrics().PartitionValue("nereus_dedup_carries_total", "t", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		carries += max(v, 0)
+	}
+	if carries < 1 {
+		t.Fatalf("compacted past producer 7 with %v dedup carries counted", carries)
+	}
 	for id := range tc.nodes {
 		tc.stop(id)
 	}
