@@ -17,8 +17,8 @@ import (
 // and append twice — a scheduler shard, compacted at every checkpoint,
 // then fires a message twice. So the table bounds compaction
 // (ProducersKeptInLog): the log keeps every known producer's latest
-// mention — its latest entry, or a CARRY record that re-states its
-// window. When the table is what holds compaction back, the leader
+// mention — its latest entry, or a dedup carry, a control record that
+// re-states its window. When the table is what holds compaction back, the leader
 // proposes a carry of the producers mentioned longest ago
 // (Member.AppendCarry); every replica applies it alike: a producer it
 // knows is now mentioned at the carry's seq, one it does not know (its
@@ -93,10 +93,12 @@ type carriedProducer struct {
 	entries []dedupEntry // ascending producer_seq
 }
 
-// decodeCarry decodes a carry applied at seq under epoch: every entry it
-// re-states lies before seq, under an epoch up to epoch, within its
-// producer's bounds.
-func decodeCarry(b []byte, seq, epoch uint64, cfg Config) ([]carriedProducer, error) {
+// decodeCarry decodes a carry applied at seq under epoch: producers in
+// ascending id, each with 1 to carryEntriesMax entries in ascending
+// producer_seq, every one before seq under an epoch up to epoch. A
+// replica whose window is smaller than the leader's keeps the highest
+// of them (producerWindow.insert).
+func decodeCarry(b []byte, seq, epoch uint64) ([]carriedProducer, error) {
 	d := snapDecoder{b: b}
 	if v := d.u8(); d.err == nil && v != carryVersion {
 		return nil, fmt.Errorf("partition: dedup carry version %d, want %d", v, carryVersion)
@@ -113,8 +115,8 @@ func decodeCarry(b []byte, seq, epoch uint64, cfg Config) ([]carriedProducer, er
 		case d.err != nil:
 		case c.id == 0 || len(ps) > 0 && ps[len(ps)-1].id >= c.id:
 			d.fail("producer %d out of order", c.id)
-		case k == 0 || k > min(carryEntriesMax, cfg.DedupWindowMax):
-			d.fail("producer %d carries %d seqs, want 1 to %d", c.id, k, min(carryEntriesMax, cfg.DedupWindowMax))
+		case k == 0 || k > carryEntriesMax:
+			d.fail("producer %d carries %d seqs, want 1 to %d", c.id, k, carryEntriesMax)
 		}
 		c.entries = make([]dedupEntry, 0, k)
 		for ; k > 0 && d.err == nil; k-- {
@@ -141,10 +143,10 @@ func decodeCarry(b []byte, seq, epoch uint64, cfg Config) ([]carriedProducer, er
 // applyCarry applies a carry at seq: each producer it names is mentioned
 // at seq; one this table does not know is learnt from it, and a known
 // one takes the carried entries it lacks (the replica's log starts after
-// them; true facts, even below its floor). A carry that does not decode changes nothing, on every replica
-// alike.
-func (p *Producers) applyCarry(b []byte, seq, epoch uint64, cfg Config) error {
-	ps, err := decodeCarry(b, seq, epoch, cfg)
+// them; true facts, even below its floor). A carry that does not decode
+// changes nothing, on every replica alike.
+func (p *Producers) applyCarry(b []byte, seq, epoch uint64) error {
+	ps, err := decodeCarry(b, seq, epoch)
 	if err != nil {
 		return err
 	}

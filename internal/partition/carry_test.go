@@ -121,7 +121,7 @@ func FuzzDecodeCarry(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		const seq, epoch = 1000, 9
 		p := NewProducers(cfg.DedupWindowMax, cfg.ProducersMax)
-		if err := p.applyCarry(b, seq, epoch, cfg); err != nil {
+		if err := p.applyCarry(b, seq, epoch); err != nil {
 			return
 		}
 		// What a carry teaches is a table a snapshot can hold.
@@ -133,4 +133,31 @@ func FuzzDecodeCarry(f *testing.F) {
 			t.Fatalf("a table learnt from a carry does not snapshot: %v", err)
 		}
 	})
+}
+
+// A replica configured with a smaller window than its leader's applies
+// the leader's carry: it keeps the highest producer_seqs it has room for.
+func TestCarryFitsASmallerWindow(t *testing.T) {
+	leader := NewMember[int](Config{DedupWindowMax: 1024, ProducersMax: 5}, 1, Mutations{})
+	for i := range uint64(10) {
+		leader.Apply(published(1+i, 1, 7, i))
+	}
+	b, ok := leader.AppendCarry(nil, 10)
+	if !ok {
+		t.Fatal("no carry")
+	}
+	small := NewMember[int](Config{DedupWindowMax: 4, ProducersMax: 5}, 11, Mutations{})
+	if err := small.Apply(Entry{Seq: 11, Epoch: 1, Carry: b}); err != nil {
+		t.Fatalf("a carry of %d seqs refused by a window of 4: %v", carryEntriesMax, err)
+	}
+	small.producers.SealHistory()
+	for pseq := range uint64(10) {
+		v, seq, _ := small.producers.Check(7, pseq)
+		switch {
+		case pseq >= 6 && (v != VerdictDuplicate || seq != 1+pseq):
+			t.Errorf("producer_seq %d: %v at %d, want a duplicate at %d", pseq, v, seq, 1+pseq)
+		case pseq < 6 && v != VerdictTooOld:
+			t.Errorf("producer_seq %d: %v, want TooOld", pseq, v)
+		}
+	}
 }

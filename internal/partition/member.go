@@ -251,7 +251,7 @@ func (m *Member[R]) Apply(e Entry) (err error) {
 	case e.Group != "":
 		m.groups.Applied(e.Group, e.Seq, e.GroupKind)
 	case e.Carry != nil:
-		err = m.producers.applyCarry(e.Carry, e.Seq, e.Epoch, m.cfg)
+		err = m.producers.applyCarry(e.Carry, e.Seq, e.Epoch)
 	}
 	m.applied = e.Seq
 	return err

@@ -104,7 +104,7 @@ func runMember(startSeq uint64, mut Mutations, steps []step) error {
 				got = "none"
 				break
 			}
-			ps, err := decodeCarry(kept, math.MaxUint64, math.MaxUint64, m.cfg)
+			ps, err := decodeCarry(kept, math.MaxUint64, math.MaxUint64)
 			if err != nil {
 				return fmt.Errorf("step %d: carry does not decode: %v", i, err)
 			}
