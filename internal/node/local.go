@@ -116,15 +116,16 @@ func (p *localStore) shutdown() {
 	}
 }
 
-// snapshotDedup writes the dedup snapshot when one is due (closing: when
-// the table moved since the last), and only while nothing appended waits
-// for its fsync: the snapshot holds only durable entries.
-func (p *localStore) snapshotDedup(closing bool) {
+// snapshotDedup writes the dedup snapshot when one is due (force: when
+// the table moved since the last — at a close, or before retention
+// deletes past the last one), and only while nothing appended waits for
+// its fsync: the snapshot holds only durable entries.
+func (p *localStore) snapshotDedup(force bool) {
 	st := p.state
 	if p.failure != nil || st == nil || st.CommitSeq() != st.NextSeq()-1 || st.CommitSeq() <= p.snaps.applied {
 		return
 	}
-	if !closing && !p.dueDedupSnapshot(&p.snaps, 0) {
+	if !force && !p.dueDedupSnapshot(&p.snaps, 0) {
 		return
 	}
 	epoch := p.log.LastEpoch() // the epoch of the commit point, the log's last entry
