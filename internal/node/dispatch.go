@@ -25,6 +25,10 @@ func (g *groupRunner) dispatch(now int64) {
 		}
 	}
 	g.refreshAssignment(now)
+	g.leasedNow = g.leasedNow[:0]
+	for i, c := range g.cursors {
+		g.leasedNow = append(g.leasedNow, c != nil && g.ledger.leased(i))
+	}
 	m := g.node.metrics
 	for {
 		sub := g.nextSubWithCredit()
@@ -34,7 +38,7 @@ func (g *groupRunner) dispatch(now int64) {
 		sent := false
 		for k := 0; k < len(g.cursors) && !sent; k++ {
 			pi := (g.partRR + k) % len(g.cursors)
-			if !g.mayDeliver(sub, pi) {
+			if !g.leasedNow[pi] || !g.mayDeliver(sub, pi) {
 				continue
 			}
 			p := g.topic.partitions[pi]

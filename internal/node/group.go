@@ -143,6 +143,7 @@ type groupRunner struct {
 	assignEpoch uint64 // the group's assignment epoch in that view
 	owners      []partOwner
 	partRR      int               // next partition to take a message from
+	leasedNow   []bool            // per partition: ledger.leased, read once a dispatch pass
 	cache       [][]storage.Entry // per partition: contiguous visible entries
 	cacheEpoch  []uint64          // partition epoch the cache was read under
 	ledgerBatch []byte
@@ -214,6 +215,12 @@ type ackLedger interface {
 	// ownerEpoch, judged by a view of the group at viewEpoch (a cluster's
 	// partition fence; a single node has one view).
 	fenced(pi int, ownerEpoch, viewEpoch uint64) bool
+	// leased reports whether deliveries of partition pi may go out now
+	// (DeliverUnderLease): a cluster's leader of pi holds its lease, so
+	// no other replica can have taken office and committed acks its
+	// cursor does not hold, or it is READ_ONLY_DEGRADED; a single node
+	// always may.
+	leased(pi int) bool
 	// wakeAtMs is when the ledger wants the group to look again (0: no
 	// need): a failed fence record's retry.
 	wakeAtMs() int64
@@ -570,6 +577,10 @@ func (g *groupRunner) step(nowMs int64) bool {
 const (
 	groupIdleWaitMs    = 1000
 	groupReloadRetryMs = 100
+	// leaseRetryMs is how often a group looks again at a partition it
+	// delivers whose leader lost its lease (a lease comes back with the
+	// next answers of a quorum, a tick or two).
+	leaseRetryMs = 10
 )
 
 // iterate is one pass of the group's loop after its commands were handled:
@@ -601,8 +612,13 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 			g.floors[i].Store(c.AckFloor())
 		}
 	}
-	for _, c := range g.cursors {
+	for i, c := range g.cursors {
 		if c == nil {
+			continue
+		}
+		if !g.leasedNow[i] {
+			// Its due deliveries wait for the lease, not for their time.
+			wait = min(wait, leaseRetryMs)
 			continue
 		}
 		if d := c.NextDeadlineMs(); d >= 0 {

@@ -186,6 +186,8 @@ func (l *fileLedger) follow(int64) {}
 // fenced: a single node's one view of the group never goes back.
 func (l *fileLedger) fenced(int, uint64, uint64) bool { return true }
 
+func (l *fileLedger) leased(int) bool { return true }
+
 func (l *fileLedger) wakeAtMs() int64 { return 0 }
 
 // settled: a file ledger's flush is synchronous.

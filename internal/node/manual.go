@@ -46,6 +46,11 @@ type Mutations struct {
 	// without recording the owner's epoch in the partition's log, and with
 	// a view of the group older than the epochs recorded there.
 	DeliverBehindFence bool
+	// DeliverWithoutLease lets a partition's leader hand out deliveries
+	// while its lease has run out and it is not READ_ONLY_DEGRADED
+	// (DeliverUnderLease): a leader that wakes from a pause delivers from
+	// a cursor a later leader outdated.
+	DeliverWithoutLease bool
 	// Replica breaks the replication kernel of every replica group, and
 	// SendBeforePersist the shared Ready executor (every message of a
 	// Ready before its writes are durable: FLUSHED before fsync).

@@ -108,6 +108,46 @@ func (m *memMember) Close() error {
 	return nil
 }
 
+// newVirtualCluster starts three nodes over a memNet on one virtual
+// clock, with an election timeout (5,000 s) no test reaches: every leader
+// comes from a group's first campaign, and a lease lasts 2,500 s.
+func newVirtualCluster(t *testing.T) (*testCluster, *recordingClock, *memNet) {
+	clock := &recordingClock{Virtual: env.NewVirtual(1_000_000)}
+	peers := newMemNet()
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		c.Cluster.PeerListener.Close() // the TCP network is not used
+		c.Cluster.PeerListener = nil
+		c.Env.Clock, c.Env.Peers = clock, peers
+		c.ScrubBytesPerSecond = -1
+		c.Cluster.ElectionTicks = 1_000_000
+		c.Cluster.DeclareTimeout = 1000 * time.Hour
+	})
+	return tc, clock, peers
+}
+
+// declareAdvancing declares cfg at n, advancing clock a tick at a time
+// until it is answered.
+func declareAdvancing(t *testing.T, n *Node, clock *recordingClock, cfg wire.TopicConfig) {
+	t.Helper()
+	declared := make(chan error, 1)
+	go func() {
+		_, err := n.Declare(cfg)
+		declared <- err
+	}()
+	var err error
+	advanceUntil(t, clock, 5*time.Millisecond, "DECLARE answered", func() bool {
+		select {
+		case err = <-declared:
+			return true
+		default:
+			return false
+		}
+	})
+	if err != nil {
+		t.Fatalf("DECLARE %s: %v", cfg.Name, err)
+	}
+}
+
 // partitionStatus is partition p of topic on n, if n knows the topic yet.
 func partitionStatus(n *Node, topic string, p int) (replica.Status, bool) {
 	t, err := n.topic(topic)
@@ -124,35 +164,10 @@ func partitionStatus(n *Node, topic string, p int) (replica.Status, bool) {
 // forwarded publish cross the in-memory network; and the forwarded
 // publish gives up when virtual time passes its deadline.
 func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
-	clock := &recordingClock{Virtual: env.NewVirtual(1_000_000)}
-	peers := newMemNet()
-	tc := newTestClusterWith(t, 3, func(c *Config) {
-		c.Cluster.PeerListener.Close() // the TCP network is not used
-		c.Cluster.PeerListener = nil
-		c.Env.Clock, c.Env.Peers = clock, peers
-		c.ScrubBytesPerSecond = -1
-		c.Cluster.ElectionTicks = 1_000_000
-		c.Cluster.DeclareTimeout = 1000 * time.Hour
-	})
+	tc, clock, peers := newVirtualCluster(t)
 	tick := 5 * time.Millisecond // newTestCluster's
 
-	declared := make(chan error, 1)
-	go func() {
-		_, err := tc.nodes["n2"].Declare(wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
-		declared <- err
-	}()
-	var err error
-	advanceUntil(t, clock, tick, "DECLARE answered", func() bool {
-		select {
-		case err = <-declared:
-			return true
-		default:
-			return false
-		}
-	})
-	if err != nil {
-		t.Fatalf("DECLARE: %v", err)
-	}
+	declareAdvancing(t, tc.nodes["n2"], clock, wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
 
 	var leader, follower string
 	advanceUntil(t, clock, tick, "partition 0 has a leader that took office and that its followers know", func() bool {
@@ -198,6 +213,8 @@ func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
 	if v, _ := tc.nodes["n1"].Replica(meta.MetaTopic, 0); v.Status.Role != replica.Leader {
 		t.Fatalf("n1 is %v of __meta, want leader", v.Status.Role)
 	}
+	declared := make(chan error, 1)
+	var err error
 	for via, want := range map[string]string{"n2": "did not answer", "n1": "did not commit"} {
 		go func() {
 			_, err := tc.nodes[via].Declare(wire.TopicConfig{Name: "u-" + via, Partitions: 1})

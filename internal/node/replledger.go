@@ -385,6 +385,24 @@ func (l *replicatedLedger) wakeAtMs() int64 {
 	return at
 }
 
+// leased: while this node's replica leads partition pi with a lease that
+// has not run out on its clock (replog.Member.HoldsLease), or once its
+// kernel declared it READ_ONLY_DEGRADED, whose consumers keep reading the
+// visible prefix (ARCHITECTURE, Known gaps). Not in between: a leader
+// woken from a pause, or held up, past its lease leads in its kernel's
+// view until its ticks catch up, though another replica may have taken
+// office and confirmed acks its cursor does not hold — woken, it handed
+// out a message whose ack a consumer already had confirmed (sim seed
+// 51003). It waits for its quorum's next answers (the lease back) or for
+// its ack timeout (degraded), whichever comes first.
+func (l *replicatedLedger) leased(pi int) bool {
+	pl := l.parts[pi]
+	if pl == nil {
+		return false
+	}
+	return pl.store.repl.HoldsLease() || pl.store.repl.Status().ReadOnly || l.g.node.cfg.Mutations.DeliverWithoutLease
+}
+
 // joinReplies answers once after n answers: with the first failure, or
 // as durable when none failed. The group's goroutine calls it.
 func joinReplies(n int, answer func(failed *wire.Error)) func(failed *wire.Error) {

@@ -160,6 +160,11 @@ var ClusterMutations = map[string]node.Mutations{
 	// With --members: a moving partition assigned before its REVOKE is
 	// answered (ExclusiveDelivery).
 	"assign-before-revoke": {Group: group.Mutations{AssignBeforeRevoke: true}},
+	// With --pub-batch --topic-churn 5 --retention (seed 51003): a
+	// partition's leader delivers with its lease run out, not degraded
+	// (AckFloorNeverRedelivered: woken from a pause, a deposed leader
+	// hands out a message whose ack a later leader had confirmed).
+	"deliver-without-lease": {DeliverWithoutLease: true},
 	// With --kv: a bucket's leader answers reads without its lease
 	// (KVLinearizable: an ex-leader's stale read).
 	"kv-read-without-lease": {KVReadWithoutLease: true},

@@ -270,6 +270,13 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// TestCarryKeepsProducersKnown; mutation compact-forgets-producers).
 		{Seed: 11027, Faults: AllClusterFaults, Members: true, PubBatch: true, Schedules: 30},
 		{Seed: 11101, Faults: AllClusterFaults, Members: true, PubBatch: true, Schedules: 30},
+		// (retention+topic churn+pub_batch soak) n2 led partition 1 in
+		// epoch 10 and was paused for 1.6 s; meanwhile n1 (epoch 11)
+		// confirmed a consumer's ack of seq 443, which n2's cursor still
+		// held in flight. On waking, before it heard of epoch 12, n2
+		// redelivered 443 (AckFloorNeverRedelivered). A leader delivers
+		// only while it holds its lease now (DeliverUnderLease).
+		deliverUnderLeaseSeed,
 	} {
 		if r := RunCluster(o); r.Violation != nil {
 			failClusterRun(t, o, r)
@@ -277,11 +284,25 @@ func TestClusterRegressionSeeds(t *testing.T) {
 	}
 }
 
+// deliverUnderLeaseSeed is the run a deposed leader's redelivery broke.
+var deliverUnderLeaseSeed = ClusterOptions{Seed: 51003, Faults: AllClusterFaults, PubBatch: true, TopicChurn: 5, Retention: retentionOptions}
+
+// DeliverUnderLease in the cluster: without it, the regression seed's
+// woken leader redelivers an acknowledged message again.
+func TestDeliverWithoutLeaseIsCaught(t *testing.T) {
+	o := deliverUnderLeaseSeed
+	o.Mutations = ClusterMutations["deliver-without-lease"]
+	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != AckFloorNeverRedelivered {
+		t.Errorf("deliver-without-lease: %v, want AckFloorNeverRedelivered broken\nreproduce: %s", r.Violation, ClusterReproduce(o))
+	}
+}
+
 // ProducersKeptInLog in the cluster: with the log compacted past
-// producers' latest mentions, the regression seeds above fire a
-// scheduled message twice again.
+// producers' latest mentions, a scheduled message fires twice (the two of
+// seeds 11000-11400 that show it since partition leaders deliver only
+// under their lease; 11027 and 11101, the regression seeds above, before).
 func TestCompactForgetsProducersIsCaught(t *testing.T) {
-	for _, seed := range []uint64{11027, 11101} {
+	for _, seed := range []uint64{11033, 11302} {
 		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, PubBatch: true, Schedules: 30,
 			Mutations: ClusterMutations["compact-forgets-producers"]}
 		if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != "ExactlyOnce" {
