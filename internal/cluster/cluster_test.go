@@ -450,6 +450,31 @@ func TestAppliedMetadataSurvivesARestart(t *testing.T) {
 	}
 }
 
+// TestForwardedDeclareFollowsANewMetadataLeader: a DECLARE forwarded to
+// the metadata leader, which is then cut off, is asked again of the
+// leader the others elect as soon as the asking node hears of it — not
+// answered UNAVAILABLE at its deadline (the cluster simulator's S20 script
+// lost most of a cut that way).
+func TestForwardedDeclareFollowsANewMetadataLeader(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	old := tc.metaLeader()
+	asker := (old + 1) % 3
+	start := tc.clock.NowNanos()
+	tc.net.hold[uint32(old+1)] = true // what it is sent waits; it answers nothing
+	r := tc.declare(asker, wire.TopicConfig{Name: "moved", Partitions: 1, Replicas: 3})
+	tc.runFor(50 * time.Millisecond)
+	tc.net.hold[uint32(old+1)] = false
+	tc.net.cut[uint32(old+1)] = true
+	tc.runUntil(3*time.Second, "the DECLARE answered", func() bool { return r.answered })
+	if r.err != nil || !r.created {
+		t.Fatalf("DECLARE via n%d after n%d was cut off: created %v, %v; want created by the new metadata leader", asker+1, old+1, r.created, r.err)
+	}
+	if took := time.Duration(r.atNanos - start); took >= tc.config.DeclareTimeout {
+		t.Fatalf("answered after %v, not before the deadline (%v)", took, tc.config.DeclareTimeout)
+	}
+}
+
 // TestForwardedPublishIsAnsweredExactlyOnce: a publish forwarded to
 // another member gets that member's answer; one to an unreachable member
 // gets UNAVAILABLE at its deadline and nothing more when the link heals;

@@ -53,9 +53,10 @@ type declareJob struct {
 	// the metadata leader and answered once applied here; the asker waits
 	// for its own apply.
 	peer        bool
-	decideAfter uint64 // awaitDecide: everything committed before is applied first
-	seq         uint64 // awaitApplied
-	reqID       uint64 // awaitForward
+	decideAfter uint64         // awaitDecide: everything committed before is applied first
+	seq         uint64         // awaitApplied
+	reqID       uint64         // awaitForward
+	to          replica.NodeID // awaitForward: the metadata leader asked
 	created     bool
 	// outcome is set by a callback (the proposal's, a forwarded answer)
 	// under declMu and taken by the stepper.
@@ -177,7 +178,7 @@ func (c *Cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 			case st.Role == replica.Leader:
 				j.stage, j.decideAfter = awaitDecide, c.metaLog.CommitSeq()
 			case st.Leader != 0 && st.Leader != c.self:
-				j.reqID = c.reqID.Add(1)
+				j.reqID, j.to = c.reqID.Add(1), st.Leader
 				c.declMu.Lock()
 				c.declForwards[j.reqID] = j
 				c.declMu.Unlock()
@@ -255,7 +256,18 @@ func (c *Cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 		case awaitForward:
 			o := c.takeOutcome(j)
 			if o == nil {
-				return false, nil, false
+				if st := c.metaLog.Status(); st.Leader == j.to || (st.Leader == 0 && st.Role != replica.Leader) {
+					return false, nil, false
+				}
+				// Another leader took over (the one asked is cut off, or
+				// dead): ask again now, not at the deadline. A late answer
+				// of the old one finds no forward; a DECLARE it committed is
+				// found existing (an identical DECLARE is OK).
+				c.declMu.Lock()
+				delete(c.declForwards, j.reqID)
+				c.declMu.Unlock()
+				j.stage = awaitLeader
+				continue
 			}
 			if we := asWire(o.err); o.err != nil && we.Code == wire.CodeUnavailable {
 				j.stage = awaitLeader // the leader moved: ask again, within the deadline

@@ -298,11 +298,13 @@ func TestDeliverWithoutLeaseIsCaught(t *testing.T) {
 }
 
 // ProducersKeptInLog in the cluster: with the log compacted past
-// producers' latest mentions, a scheduled message fires twice (the two of
-// seeds 11000-11400 that show it since partition leaders deliver only
-// under their lease; 11027 and 11101, the regression seeds above, before).
+// producers' latest mentions, a scheduled message fires twice (the one of
+// seeds 11000-11700 that shows it since a forwarded DECLARE follows a new
+// metadata leader; 11033 and 11302 of 11000-11400 since partition leaders
+// deliver only under their lease; 11027 and 11101, the regression seeds
+// above, before).
 func TestCompactForgetsProducersIsCaught(t *testing.T) {
-	for _, seed := range []uint64{11033, 11302} {
+	for _, seed := range []uint64{11333} {
 		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, PubBatch: true, Schedules: 30,
 			Mutations: ClusterMutations["compact-forgets-producers"]}
 		if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != "ExactlyOnce" {

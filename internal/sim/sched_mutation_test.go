@@ -26,7 +26,7 @@ var schedMutationSeeds = map[string]struct {
 	// The replication kernel's lease dated from the answers' arrival: a
 	// paused shard owner renews it from answers to heartbeats sent before
 	// its pause and publishes after another node took office.
-	"lease-from-receipt": {[]uint64{72, 399}, "NoPublishWithoutBothGates"}, // the two of seeds 1-400 that catch it since partition leaders deliver only under their lease (190, 276, 289 of the four of 1-400 before that, since the stall fault and the monotonic clock; 336 broke ExactlyOnce; 57 alone before, since runners refresh the gates before judging requests; 4, 80, 90 of 1-90 before that; 101 and 198 of 101-260 before that, none of 1-100 since shards compact; 54 before that): it needs a pause across an election (the kernel's TestLeaseDatesFromTheAppendNotTheAnswer catches it directly)
+	"lease-from-receipt": {[]uint64{369, 504, 526}, "NoPublishWithoutBothGates"}, // the three of seeds 1-700 that catch it through this invariant since a forwarded DECLARE follows a new metadata leader (527 breaks IntakeNeverBlocked) (72 and 399 since partition leaders deliver only under their lease; 190, 276, 289 of the four of 1-400 before that, since the stall fault and the monotonic clock; 336 broke ExactlyOnce; 57 alone before, since runners refresh the gates before judging requests; 4, 80, 90 of 1-90 before that; 101 and 198 of 101-260 before that, none of 1-100 since shards compact; 54 before that): it needs a pause across an election (the kernel's TestLeaseDatesFromTheAppendNotTheAnswer catches it directly)
 }
 
 // schedMutationsNotReached are the scheduler mutations the campaign has
