@@ -4,11 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// DeliverUnderLease: a partition's leader whose lease ran out on its clock
-// hands out nothing — not even a redelivery that fell due — for another
+// DeliverUnderLease: a partition's leader whose lease ran out on its clock,
+// and that is not READ_ONLY_DEGRADED (yet), hands out nothing — not even a redelivery that fell due — for another
 // replica may have taken office and confirmed acks this leader's cursor
 // does not hold (sim seed 51003); meanwhile its group looks again every
 // leaseRetryMs, not in a 1 ms spin over the due redelivery; once a quorum
@@ -47,7 +48,8 @@ func TestClusterLeaderDeliversOnlyUnderItsLease(t *testing.T) {
 	first := s.waitFor(t, 1)[0]
 
 	// Cut off, the leader's lease runs out (2,500 s) long before an
-	// election timeout (5,000 s) could let another replica campaign.
+	// election timeout (5,000 s) could let another replica campaign, or
+	// its ack timeout could make it READ_ONLY_DEGRADED.
 	// Redeliveries go out while it holds (the ack wait is 1,000 s); none
 	// may once it ran out, though the next falls due.
 	peers.setCut(true)
@@ -70,6 +72,9 @@ func TestClusterLeaderDeliversOnlyUnderItsLease(t *testing.T) {
 	}
 	if n := s.count(); n != before {
 		t.Fatalf("%d deliveries after the leader's lease ran out, want none", n-before)
+	}
+	if st := store.repl.Status(); st.Role != replica.Leader || st.ReadOnly {
+		t.Fatalf("the cut-off leader is %v (read-only %v), want still leading, not degraded: the scenario's premise", st.Role, st.ReadOnly)
 	}
 
 	// A quorum's answer to the next Append renews the lease (an idle
