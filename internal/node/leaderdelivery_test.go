@@ -38,17 +38,25 @@ func (tc *testCluster) leaderOf(topic string, p int) string {
 	tc.t.Helper()
 	var at string
 	eventually(tc.t, fmt.Sprintf("%s/%d has a leader in office", topic, p), func() bool {
-		for id, n := range tc.nodes {
-			if r := n.topics[topic].partitions[p].replica(); r != nil {
+		at = tc.inOffice(topic, p)
+		return at != ""
+	})
+	return at
+}
+
+// inOffice returns the id of a node that leads partition p of topic and
+// took office, or "" (none yet, or a node does not know the topic yet).
+func (tc *testCluster) inOffice(topic string, p int) string {
+	for id, n := range tc.nodes {
+		if t, err := n.topic(topic); err == nil {
+			if r := t.partitions[p].replica(); r != nil {
 				if _, ok := r.tookOffice(); ok {
-					at = id
-					return true
+					return id
 				}
 			}
 		}
-		return false
-	})
-	return at
+	}
+	return ""
 }
 
 // groupRecords counts group g's ack-log records in node id's copy of

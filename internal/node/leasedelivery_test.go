@@ -19,13 +19,7 @@ func TestClusterLeaderDeliversOnlyUnderItsLease(t *testing.T) {
 	declareAdvancing(t, tc.nodes["n2"], clock, wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
 	var id string
 	advanceUntil(t, clock, 5*time.Millisecond, "t/0 has a leader in office", func() bool {
-		for n, node := range tc.nodes {
-			if tp, err := node.topic("t"); err == nil && tp.partitions[0].replica() != nil {
-				if _, ok := tp.partitions[0].replica().tookOffice(); ok {
-					id = n
-				}
-			}
-		}
+		id = tc.inOffice("t", 0)
 		return id != ""
 	})
 	leader := tc.nodes[id]
