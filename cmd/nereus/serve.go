@@ -52,6 +52,15 @@ type nodeOptions struct {
 	schedWindow       int // node.Config.SchedWindow (0: its default)
 	maxConnections    int // server.Config.ConnectionsMax (0: its default)
 	maxUnansweredMiB  int // server.Config.UnansweredBytesTotalMax in MiB (0: its default)
+	scrubMiBPerSecond int // the scrubber's read rate (0: no scrubber)
+}
+
+// scrubBytesPerSecond is node.Config.ScrubBytesPerSecond for o.
+func (o nodeOptions) scrubBytesPerSecond() int64 {
+	if o.scrubMiBPerSecond == 0 {
+		return -1 // no scrubber
+	}
+	return int64(o.scrubMiBPerSecond) << 20
 }
 
 func newServeCmd() *cobra.Command {
@@ -72,7 +81,7 @@ cluster: n1=10.0.0.1:5850,n2=10.0.0.2:5850,n3=10.0.0.3:5850) and
 flag names (node-id, data, listen, advertise, http, token-file,
 insecure-no-auth, tls-cert, tls-key, log-level, peer-listen, peers,
 cluster-secret-file, no-leader-rebalance, sched-window, max-connections,
-max-unanswered-mib);
+max-unanswered-mib, scrub-mib-per-second);
 flags given on the command line win.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -89,6 +98,9 @@ flags given on the command line win.`,
 			}
 			if o.maxUnansweredMiB < 1 || o.maxUnansweredMiB > 1<<20 {
 				return fmt.Errorf("serve: --max-unanswered-mib %d: it must be 1 to 1048576", o.maxUnansweredMiB)
+			}
+			if o.scrubMiBPerSecond < 0 || o.scrubMiBPerSecond > 1<<10 {
+				return fmt.Errorf("serve: --scrub-mib-per-second %d: it must be 0 (off) to 1024", o.scrubMiBPerSecond)
 			}
 			if o.tokenFile == "" && !o.insecureNoAuth {
 				return errors.New("serve: --token-file is required (or pass --insecure-no-auth to run without authentication)")
@@ -114,13 +126,14 @@ flags given on the command line win.`,
 	f.BoolVar(&o.noLeaderRebalance, "no-leader-rebalance", false, "leave partitions led where failovers put them (by default a partition's leader hands it back to its preferred leader once that node is back and caught up)")
 	f.IntVar(&o.schedWindow, "sched-window", node.SchedWindowDefault, "pending schedules of each destination topic a scheduler shard keeps in memory (up to twice this; the rest wait on disk)")
 	f.IntVar(&o.maxConnections, "max-connections", server.ConnectionsMaxDefault, "open client connections; one more is answered UNAVAILABLE and closed")
+	f.IntVar(&o.scrubMiBPerSecond, "scrub-mib-per-second", node.ScrubBytesPerSecondDefault>>20, "MiB per second the background scrubber re-reads of sealed segments to find damage (0: no scrubber)")
 	f.IntVar(&o.maxUnansweredMiB, "max-unanswered-mib", server.UnansweredBytesTotalMaxDefault>>20, "MiB of client requests read and not yet answered, all connections together (a publish waits for its quorum); past it the node reads no more from clients until answers free room")
 	return cmd
 }
 
 func newDevCmd() *cobra.Command {
 	o := nodeOptions{nodeID: "dev", listen: "127.0.0.1:4850", httpListen: "127.0.0.1:8850",
-		insecureNoAuth: true, logLevel: "info"}
+		insecureNoAuth: true, logLevel: "info", scrubMiBPerSecond: node.ScrubBytesPerSecondDefault >> 20}
 	var nodes int
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -314,7 +327,7 @@ func startNode(o nodeOptions) (*runningNode, error) {
 		advertise = r.lis.Addr().String()
 	}
 	r.n, err = node.Open(node.Config{NodeID: o.nodeID, DataDir: o.dataDir, Logger: r.logger, ClientAddr: advertise, Cluster: cc,
-		SchedWindow: o.schedWindow})
+		SchedWindow: o.schedWindow, ScrubBytesPerSecond: o.scrubBytesPerSecond()})
 	if err != nil {
 		r.lis.Close()
 		return nil, err

@@ -50,6 +50,24 @@ func TestServeConfigFile(t *testing.T) {
 	if err := applyConfigFile(cmd, file); err != nil || get("max-unanswered-mib") != "256" {
 		t.Fatalf("max-unanswered-mib=%s: %v", get("max-unanswered-mib"), err)
 	}
+	cmd = newServeCmd()
+	cmd.SetArgs([]string{"--insecure-no-auth", "--scrub-mib-per-second", "-1"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--scrub-mib-per-second -1") {
+		t.Fatalf("a negative scrub rate must be refused, got %v", err)
+	}
+	os.WriteFile(file, []byte(`{"scrub-mib-per-second": 0}`), 0o600)
+	cmd = newServeCmd()
+	if err := applyConfigFile(cmd, file); err != nil || get("scrub-mib-per-second") != "0" {
+		t.Fatalf("scrub-mib-per-second=%s: %v", get("scrub-mib-per-second"), err)
+	}
+	for mib, want := range map[int]int64{0: -1, 8: 8 << 20, 64: 64 << 20} {
+		if got := (nodeOptions{scrubMiBPerSecond: mib}).scrubBytesPerSecond(); got != want {
+			t.Errorf("--scrub-mib-per-second %d gives the node %d B/s, want %d", mib, got, want)
+		}
+	}
+	if get := newServeCmd().Flags().Lookup("scrub-mib-per-second").DefValue; get != "8" {
+		t.Errorf("serve's scrub rate defaults to %s MiB/s, want node's default (8)", get)
+	}
 	os.WriteFile(file, []byte(`{"node_id": "typo"}`), 0o600)
 	if err := applyConfigFile(newServeCmd(), file); err == nil || !strings.Contains(err.Error(), "unknown setting") {
 		t.Fatalf("a misspelled key must be an error, got %v", err)
