@@ -366,7 +366,7 @@ func newClusterSim(o ClusterOptions) *sim {
 		}
 	}
 	if o.Schedules > 0 {
-		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules), inflight: map[int]bool{}, sentTo: map[int]int{},
+		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules), inflight: map[int]bool{}, sentTo: map[int]int{}, attempts: map[int]uint32{},
 			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{},
 			unseen: map[int]bool{}, declared: make([]int, len(s.nodes))}
 		sc.ghost = newSchedGhost(s, sc)

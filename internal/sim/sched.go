@@ -40,6 +40,10 @@ type schedClient struct {
 	due      []int64 // by index: deliver_at in virtual time
 	inflight map[int]bool
 	sentTo   map[int]int      // by schedule in flight: the node it was last sent to
+	// attempts numbers each schedule's sends (the high half of their
+	// corr): a resend may go out while an earlier send's answer is still
+	// on its way, and a probe of IntakeNeverBlocked is the latest send's.
+	attempts map[int]uint32
 	acked    map[string]int64 // value → deliver_at
 	conns    []*conn
 	ready    []bool
@@ -122,7 +126,7 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 		sc.resend(at)
 		sc.fill()
 	case *wire.ScheduleOK:
-		i := int(corr) - 1
+		i, attempt := schedCorrParts(corr)
 		if !sc.inflight[i] {
 			return
 		}
@@ -130,7 +134,7 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 		delete(sc.sentTo, i)
 		sc.acked[schedValue(i)] = sc.due[i]
 		sc.unseen[i] = true
-		sc.ghost.intakeAnswered(i, at, nil)
+		sc.ghost.intakeAnswered(i, at, attempt, nil)
 		sc.s.w.tracef("sched SCHEDULE_OK %s -> %d/%d dup=%v", schedValue(i), f.Shard, f.ID, f.Duplicate)
 		sc.fill()
 	case *wire.Err:
@@ -140,12 +144,12 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 			}
 			return
 		}
-		i := int(corr) - 1
+		i, attempt := schedCorrParts(corr)
 		if !sc.inflight[i] {
 			return
 		}
 		sc.s.w.tracef("sched ERR %s %s", schedValue(i), f.Code)
-		sc.ghost.intakeAnswered(i, at, f)
+		sc.ghost.intakeAnswered(i, at, attempt, f)
 		switch {
 		case f.Code == wire.CodeNotLeader:
 			shard := sc.shardOf(i)
@@ -205,9 +209,16 @@ func (sc *schedClient) send(i int) {
 	}
 	v := schedValue(i)
 	sc.sentTo[i] = at
-	sc.ghost.intakeSent(i, at)
-	sc.conns[at].send(uint64(i+1), &wire.Schedule{Pub: wire.Pub{Topic: schedTopic(i), Partition: wire.PartitionAuto,
+	sc.attempts[i]++
+	sc.ghost.intakeSent(i, at, sc.attempts[i])
+	sc.conns[at].send(uint64(sc.attempts[i])<<32|uint64(i+1), &wire.Schedule{Pub: wire.Pub{Topic: schedTopic(i), Partition: wire.PartitionAuto,
 		ProducerID: 7000 + uint64(i), ProducerSeq: 1, Key: []byte(v), Value: []byte(v)}, DeliverAtMs: sc.due[i]})
+}
+
+// schedCorrParts splits a SCHEDULE's corr into its schedule and the
+// number of the send it answers.
+func schedCorrParts(corr uint64) (i int, attempt uint32) {
+	return int(corr&0xffffffff) - 1, uint32(corr >> 32)
 }
 
 // observe checks what is published so far: nothing early, nothing twice,

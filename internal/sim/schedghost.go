@@ -152,6 +152,7 @@ type schedOffice struct {
 // cluster was quiet.
 type intakeProbe struct {
 	at        int
+	attempt   uint32 // the send it is (schedClient.attempts)
 	sentMs    int64
 	quietGen  int
 	ownerGen  int
@@ -491,14 +492,14 @@ func (g *schedGhost) checkOnTime() {
 // intakeSent notes a SCHEDULE sent to node at: a probe of
 // IntakeNeverBlocked when at is its shard's active owner in a quiet
 // cluster.
-func (g *schedGhost) intakeSent(i, at int) {
+func (g *schedGhost) intakeSent(i, at int, attempt uint32) {
 	shard := g.sc.shardOf(i)
 	if !g.quiet || g.owner[shard].node != at+1 {
 		delete(g.intake, i)
 		return
 	}
 	g.stats["intake probes"]++
-	g.intake[i] = intakeProbe{at: at, sentMs: g.s.w.nowMs, quietGen: g.quietGen, ownerGen: g.ownerGen[shard], duringOut: g.s.net.outTopic != ""}
+	g.intake[i] = intakeProbe{at: at, attempt: attempt, sentMs: g.s.w.nowMs, quietGen: g.quietGen, ownerGen: g.ownerGen[shard], duringOut: g.s.net.outTopic != ""}
 }
 
 // valid reports whether probe p of schedule i still holds: the same
@@ -507,11 +508,20 @@ func (g *schedGhost) valid(i int, p intakeProbe) bool {
 	return g.quiet && p.quietGen == g.quietGen && p.ownerGen == g.ownerGen[g.sc.shardOf(i)]
 }
 
-// intakeAnswered checks the answer to schedule i from node at (err nil:
-// SCHEDULE_OK).
-func (g *schedGhost) intakeAnswered(i, at int, err *wire.Err) {
+// intakeAnswered checks the answer to send attempt of schedule i from
+// node at (err nil: SCHEDULE_OK). A refusal of another send says nothing
+// of the probe: that send may have reached its node before the owner
+// took office. A SCHEDULE_OK of another send ends the probe unjudged: the
+// client hears no more of the schedule.
+func (g *schedGhost) intakeAnswered(i, at int, attempt uint32, err *wire.Err) {
 	p, ok := g.intake[i]
-	if !ok || p.at != at {
+	if !ok {
+		return
+	}
+	if p.at != at || p.attempt != attempt {
+		if err == nil {
+			delete(g.intake, i)
+		}
 		return
 	}
 	delete(g.intake, i)
