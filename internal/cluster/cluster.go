@@ -291,7 +291,7 @@ func (c *Cluster) Step() bool {
 // first member a few ticks after it opened (time for the other members to
 // apply the same metadata and open theirs), instead of after an election
 // timeout: a new topic is usable soon after it is declared. Any member may
-// still win; a lost PREPARE just leaves it to the election timeout.
+// still win; a lost PREPARE goes again a heartbeat interval on.
 func (c *Cluster) CampaignIfNew(l *replog.Log, first replica.NodeID) {
 	if st := l.Status(); first == c.self && st.Hard.Promised == 0 && st.Last == 0 {
 		c.opts.Env.Clock.AfterFunc(5*c.cfg.Tick, l.Campaign)

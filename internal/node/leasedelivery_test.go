@@ -18,7 +18,7 @@ func TestClusterLeaderDeliversOnlyUnderItsLease(t *testing.T) {
 	tc, clock, peers := newVirtualCluster(t)
 	declareAdvancing(t, tc.nodes["n2"], clock, wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
 	var id string
-	advanceUntil(t, clock, 5*time.Millisecond, "t/0 has a leader in office", func() bool {
+	advanceCampaigns(t, clock, "t/0 has a leader in office", func() bool {
 		id = tc.inOffice("t", 0)
 		return id != ""
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,11 +17,13 @@ import (
 
 // memNet is an in-process env.PeerNetwork: frames cross it encoded (so
 // nothing is shared between nodes), FIFO per receiver, delivered by one
-// goroutine per member; cut makes every link lose what is sent.
+// goroutine per member; cut makes every link lose what is sent, and so
+// does drop for the frames it returns true for.
 type memNet struct {
 	mu      sync.Mutex
 	members map[uint32]*memMember
 	cut     bool
+	drop    func(wire.Frame) bool
 }
 
 type memMember struct {
@@ -54,6 +57,12 @@ func (n *memNet) setCut(cut bool) {
 	n.mu.Unlock()
 }
 
+func (n *memNet) setDrop(drop func(wire.Frame) bool) {
+	n.mu.Lock()
+	n.drop = drop
+	n.mu.Unlock()
+}
+
 func (m *memMember) deliver() {
 	defer m.wg.Done()
 	for {
@@ -72,7 +81,7 @@ func (m *memMember) deliver() {
 
 func (m *memMember) Send(to uint32, f wire.Frame) bool {
 	m.net.mu.Lock()
-	dst, cut := m.net.members[to], m.net.cut
+	dst, cut := m.net.members[to], m.net.cut || m.net.drop != nil && m.net.drop(f)
 	m.net.mu.Unlock()
 	if dst == nil {
 		return false
@@ -148,6 +157,51 @@ func declareAdvancing(t *testing.T, n *Node, clock *recordingClock, cfg wire.Top
 	}
 }
 
+// virtualHeartbeat is a partition's heartbeat interval in a
+// newVirtualCluster (a tenth of its election timeout): an idle leader's
+// heartbeat, and a candidate's re-sent PREPAREs.
+const virtualHeartbeat = 500 * time.Second
+
+// advanceCampaigns advances clock 5 ms at a time until cond holds, and a
+// heartbeat interval every 100th step: a group's first campaign whose
+// PREPAREs were lost (a member had not opened the group yet, or the
+// network dropped them) PREPAREs again only then.
+func advanceCampaigns(t *testing.T, clock *recordingClock, what string, cond func() bool) {
+	t.Helper()
+	steps := 0
+	advanceUntil(t, clock, 5*time.Millisecond, what, func() bool {
+		if steps++; steps%100 == 0 {
+			clock.Advance(virtualHeartbeat)
+		}
+		return cond()
+	})
+}
+
+// A new topic's first campaign whose PREPAREs are lost does not leave the
+// partition without a leader until an election timeout: the candidate
+// PREPAREs again a heartbeat interval on (replica.resendPrepares).
+func TestClusterFirstCampaignSurvivesLostPrepares(t *testing.T) {
+	tc, clock, peers := newVirtualCluster(t)
+	var prepares atomic.Int32
+	peers.setDrop(func(f wire.Frame) bool {
+		r, ok := f.(*wire.Replicate)
+		return ok && r.Topic == "t" && replica.MsgType(r.Kind) == replica.MsgPrepare && prepares.Add(1) <= 2
+	})
+	declareAdvancing(t, tc.nodes["n2"], clock, wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
+	var id string
+	advanceCampaigns(t, clock, "t/0 has a leader in office", func() bool {
+		id = tc.inOffice("t", 0)
+		return id != ""
+	})
+	if n := prepares.Load(); n <= 2 {
+		t.Fatalf("%d PREPAREs sent for t/0, want the first campaign's two lost and more", n)
+	}
+	// An election timeout would have campaigned for a new epoch.
+	if st, _ := partitionStatus(tc.nodes[id], "t", 0); st.Hard.Promised != 1 {
+		t.Fatalf("%s leads t/0 in epoch %d, want the first campaign's (1)", id, st.Hard.Promised)
+	}
+}
+
 // partitionStatus is partition p of topic on n, if n knows the topic yet.
 func partitionStatus(n *Node, topic string, p int) (replica.Status, bool) {
 	t, err := n.topic(topic)
@@ -160,17 +214,15 @@ func partitionStatus(n *Node, topic string, p int) (replica.Status, bool) {
 // A whole cluster runs over a peer network that is not TCP, and its
 // protocol timers run on a virtual clock: with no election timeout in the
 // test's lifetime, every leader comes from a group's first campaign, which
-// fires only as the test advances time; DECLARE, replication and a
+// fires (and PREPAREs again) only as the test advances time; DECLARE, replication and a
 // forwarded publish cross the in-memory network; and the forwarded
 // publish gives up when virtual time passes its deadline.
 func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
 	tc, clock, peers := newVirtualCluster(t)
-	tick := 5 * time.Millisecond // newTestCluster's
-
 	declareAdvancing(t, tc.nodes["n2"], clock, wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
 
 	var leader, follower string
-	advanceUntil(t, clock, tick, "partition 0 has a leader that took office and that its followers know", func() bool {
+	advanceCampaigns(t, clock, "partition 0 has a leader that took office and that its followers know", func() bool {
 		leader, follower = "", ""
 		var leaderNumber replica.NodeID
 		for id, n := range tc.nodes {

@@ -83,6 +83,7 @@ func (r *Replica) campaign(forced bool) {
 	clear(r.uncertainGrants)
 	clear(r.damagedRefusals)
 	r.grants[r.self], r.uncertainGrants[r.self] = true, r.uncertain
+	r.heartbeatElapsed = 0
 	if r.granted() {
 		r.becomeLeader()
 		return
@@ -90,6 +91,27 @@ func (r *Replica) campaign(forced bool) {
 	for i, p := range r.peers {
 		if i != r.self {
 			r.send(Message{Type: MsgPrepare, To: p, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last, Forced: forced})
+		}
+	}
+}
+
+// resendPrepares PREPAREs the epoch it campaigns for again to every peer
+// that has not answered it, every HeartbeatTicks from the campaign's
+// start until it wins or its election times out. A PREPARE is lost when
+// its peer has not opened the group yet (a brand-new topic's first
+// campaign races the other members applying its DECLARE) or when the
+// network drops it; without a re-send, such a campaign waits out a whole
+// election timeout, then a pre-vote round and a new epoch. A re-send is
+// never forced, even for a forced campaign: it answers a lost message,
+// not a decision to fence a leader, so only replicas whose lease on a
+// leader has expired grant it — all of them in a group's first election,
+// none while a leader that gave up a hand-off to this candidate leads
+// again (a forced re-send would depose it). Granters answer a repeated
+// PREPARE as they did the first (stepPrepare's renewed promise).
+func (r *Replica) resendPrepares() {
+	for i, p := range r.peers {
+		if i != r.self && !r.grants[i] && !r.damagedRefusals[i] {
+			r.send(Message{Type: MsgPrepare, To: p, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last})
 		}
 	}
 }

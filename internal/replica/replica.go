@@ -403,7 +403,8 @@ func (r *Replica) becomeFollower(epoch uint64, leader NodeID) {
 // nor Status, so a shell may sleep through them and step them when it
 // wakes. A follower's or candidate's next due tick is the one at which it
 // stops vouching for its leader (Status.LeaderSilent) or its election
-// timer runs out. A leader's tick is always due: its lease
+// timer runs out, or the one at which a candidate re-sends its PREPAREs
+// (resendPrepares). A leader's tick is always due: its lease
 // (Status.LeaseTicks), its followers' ack timeouts and its hand-offs are
 // counted in ticks. At least 1.
 func (r *Replica) NextTickDue() int {
@@ -413,6 +414,9 @@ func (r *Replica) NextTickDue() int {
 	due := r.electionTimeout - r.electionElapsed
 	if silent := r.cfg.ElectionTicks - r.electionElapsed; silent > 0 && !r.cfg.Mutations.QuietThroughSilence {
 		due = min(due, silent)
+	}
+	if r.role == Candidate && !r.preVoting {
+		due = min(due, r.cfg.HeartbeatTicks-r.heartbeatElapsed)
 	}
 	return max(due, 1)
 }
@@ -425,6 +429,12 @@ func (r *Replica) Tick() {
 		r.electionElapsed++
 		if r.electionElapsed >= r.electionTimeout {
 			r.ElectionTimeout()
+		} else if r.role == Candidate && !r.preVoting {
+			r.heartbeatElapsed++
+			if r.heartbeatElapsed >= r.cfg.HeartbeatTicks {
+				r.heartbeatElapsed = 0
+				r.resendPrepares()
+			}
 		}
 	case Leader:
 		for i := range r.peers {

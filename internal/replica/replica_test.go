@@ -1166,6 +1166,56 @@ func TestCampaignIsForcedWithoutPreVote(t *testing.T) {
 	}
 }
 
+// A candidate whose PREPAREs were lost (a brand-new group's members had
+// not opened it yet; the network dropped them) PREPAREs again every
+// HeartbeatTicks and wins long before its election timeout.
+func TestCandidateRepeatsLostPreparesUntilAnswered(t *testing.T) {
+	c := newClusterWith(t, 3, SyncQuorum, func(cfg *Config) { cfg.ElectionTicks = 30 })
+	c.drop = dropFirst(MsgPrepare, 2)
+	c.rs[1].Campaign() // a new group's first election
+	c.settle()
+	if st := c.rs[1].Status(); st.Role != Candidate {
+		t.Fatalf("n1 with its PREPAREs lost: %v", st.Role)
+	}
+	heartbeat := c.rs[1].cfg.HeartbeatTicks
+	c.tick(heartbeat)
+	if st := c.rs[1].Status(); st.Role != Leader || st.Hard.Promised != 1 {
+		t.Fatalf("n1 %d ticks on (election timeout %d): %v of epoch %d, want leader of 1", heartbeat, c.rs[1].cfg.ElectionTicks, st.Role, st.Hard.Promised)
+	}
+}
+
+// A forced campaign's re-sent PREPAREs are not forced: a replica that
+// still hears its leader promises nothing to them. (A transfer's target
+// whose PREPAREs were lost must not depose the leader that gave up the
+// hand-off and leads again.)
+func TestRepeatedPreparesAreNotForced(t *testing.T) {
+	c := newClusterWith(t, 3, SyncQuorum, func(cfg *Config) { cfg.ElectionTicks = 30 })
+	c.elect(1)
+	c.tick(1)
+	e := c.rs[1].Status().Hard.Promised
+	c.drop = dropFirst(MsgPrepare, 2)
+	c.rs[2].Campaign()
+	c.settle()
+	c.tick(c.rs[2].cfg.HeartbeatTicks)
+	if st := c.rs[3].Status(); st.Hard.Promised != e {
+		t.Fatalf("n3, which hears its leader, promised epoch %d to a re-sent PREPARE, want still %d", st.Hard.Promised, e)
+	}
+	if st := c.rs[2].Status(); st.Role == Leader {
+		t.Fatalf("n2 took office through re-sent PREPAREs to replicas that hear their leader")
+	}
+}
+
+// dropFirst loses the first n messages of type typ.
+func dropFirst(typ MsgType, n int) func(Message) bool {
+	return func(m Message) bool {
+		if m.Type == typ && n > 0 {
+			n--
+			return true
+		}
+		return false
+	}
+}
+
 // A pre-vote round is part of the state: it shows in the encoding (without
 // timers too) and a clone's round is its own.
 func TestPreVoteRoundIsEncodedAndCloned(t *testing.T) {
