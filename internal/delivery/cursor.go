@@ -378,15 +378,23 @@ func (c *Cursor) DeadLettered(seq uint64) {
 // NextDeadlineMs is the earliest time something becomes due (ack wait or
 // retry), or -1 when nothing is pending; shells sleep until then.
 func (c *Cursor) NextDeadlineMs() int64 {
+	next := c.NextExpiryMs()
+	for _, r := range c.retries {
+		if next < 0 || r.dueMs < next {
+			next = r.dueMs
+		}
+	}
+	return next
+}
+
+// NextExpiryMs is the earliest ack deadline of a delivery in flight, or
+// -1 when none is: what falls due without a subscription's credit (an
+// expiry may dead-letter), where a retry waits for one.
+func (c *Cursor) NextExpiryMs() int64 {
 	next := int64(-1)
 	for _, in := range c.inflight {
 		if next < 0 || in.deadlineMs < next {
 			next = in.deadlineMs
-		}
-	}
-	for _, r := range c.retries {
-		if next < 0 || r.dueMs < next {
-			next = r.dueMs
 		}
 	}
 	return next

@@ -84,7 +84,9 @@ func advanceUntil(t *testing.T, clock *recordingClock, step time.Duration, what 
 	})
 }
 
-func TestGroupRedeliversWhenTheEnvClockPassesTheAckWait(t *testing.T) {
+// deliveredOnce opens a node on a virtual clock, publishes one message and
+// hands it to a subscription of group g (ack wait 500 ms) with credit.
+func deliveredOnce(t *testing.T, credit uint32) (*recordingClock, *Subscription, *sink, *wire.Msg) {
 	h, clock := newVirtualHarness(t, func(c *Config) { c.ScrubBytesPerSecond = -1 })
 	h.declare("t", 1)
 	h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("m")})
@@ -93,8 +95,12 @@ func TestGroupRedeliversWhenTheEnvClockPassesTheAckWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub.AddCredit(10)
-	first := s.waitFor(t, 1)[0]
+	sub.AddCredit(credit)
+	return clock, sub, s, s.waitFor(t, 1)[0]
+}
+
+func TestGroupRedeliversWhenTheEnvClockPassesTheAckWait(t *testing.T) {
+	clock, _, s, first := deliveredOnce(t, 10)
 	// The group sleeps until the delivery's ack deadline, on the node's
 	// clock.
 	eventually(t, "the group's wake-up at the ack deadline is an AfterFunc on Config.Env's clock", func() bool {
@@ -255,5 +261,34 @@ func TestClusterOpenFailsCleanlyWhenThePeerNetworkCannotStart(t *testing.T) {
 		Cluster: &ClusterConfig{Members: []Member{{ID: "n1", PeerAddr: "127.0.0.1:0"}, {ID: "n2", PeerAddr: "127.0.0.1:1"}}}})
 	if err == nil || !strings.Contains(err.Error(), "secret") {
 		t.Fatalf("Open without a cluster secret: %v, want the TCP network's refusal", err)
+	}
+}
+
+// A group whose redelivery fell due while no subscription has credit
+// sleeps until a credit comes (a command, which wakes it), not in a 1 ms
+// loop over the due retry; the credit brings the redelivery at once.
+func TestGroupWithoutCreditSleepsThroughADueRedelivery(t *testing.T) {
+	clock, sub, s, first := deliveredOnce(t, 1)
+	eventually(t, "the group's wake-up at the ack deadline", func() bool { return clock.scheduled(500 * time.Millisecond) })
+	clock.Advance(500 * time.Millisecond) // the delivery expires: a retry due, no credit
+	eventually(t, "the pass at the ack deadline", func() bool {
+		clock.mu.Lock()
+		defer clock.mu.Unlock()
+		return len(clock.afterFunc) > 0 && clock.afterFunc[len(clock.afterFunc)-1] != 500*time.Millisecond
+	})
+	clock.mu.Lock()
+	clock.afterFunc = nil
+	clock.mu.Unlock()
+	for range 20 {
+		clock.Advance(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // (a 1 ms loop would have rescheduled by now)
+	if clock.scheduled(time.Millisecond) {
+		t.Error("the group woke every millisecond for a redelivery no subscription has credit for")
+	}
+	sub.AddCredit(1)
+	second := s.waitFor(t, 2)[1]
+	if second.Seq != first.Seq || second.DeliveryCount != 2 {
+		t.Fatalf("redelivery %+v after %+v", second, first)
 	}
 }

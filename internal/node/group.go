@@ -612,6 +612,7 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 			g.floors[i].Store(c.AckFloor())
 		}
 	}
+	credit := slices.ContainsFunc(g.subs, func(s *Subscription) bool { return s.credit > 0 })
 	for i, c := range g.cursors {
 		if c == nil {
 			continue
@@ -621,7 +622,12 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 			wait = min(wait, leaseRetryMs)
 			continue
 		}
-		if d := c.NextDeadlineMs(); d >= 0 {
+		d := c.NextDeadlineMs()
+		if d >= 0 && d <= now && !credit {
+			// A due retry waits for a credit, which wakes the group.
+			d = c.NextExpiryMs()
+		}
+		if d >= 0 {
 			wait = min(wait, max(d-now, 1))
 		}
 	}
