@@ -39,7 +39,7 @@ type schedClient struct {
 	window   int
 	due      []int64 // by index: deliver_at in virtual time
 	inflight map[int]bool
-	sentTo   map[int]int      // by schedule in flight: the node it was last sent to
+	sentTo   map[int]int // by schedule in flight: the node it was last sent to
 	// attempts numbers each schedule's sends (the high half of their
 	// corr): a resend may go out while an earlier send's answer is still
 	// on its way, and a probe of IntakeNeverBlocked is the latest send's.
