@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -290,5 +291,26 @@ func TestCheckSched(t *testing.T) {
 	}
 	if _, err := run("--mutation", "nonsense"); err == nil {
 		t.Fatal("an unknown mutation was accepted")
+	}
+}
+
+// A campaign stops between seeds once its context is done (Ctrl-C), and
+// says where to resume, in each of the three simulators.
+func TestSimStopsBetweenSeedsWhenInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, args := range [][]string{{}, {"--nodes", "3"}, {"--replicas", "3"}} {
+		root := newRootCmd()
+		addExtraCommands(root)
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(append([]string{"sim", "--seed", "7", "--seeds", "2", "--steps", "100"}, args...))
+		err := root.ExecuteContext(ctx)
+		if err == nil || err.Error() != "interrupted before seed 7" || strings.Contains(out.String(), "seed 7:") {
+			t.Fatalf("sim %v with its context done: %v\n%s", args, err, out.String())
+		}
+	}
+	if err := interrupted(ctx, 7, 10); err == nil || !strings.Contains(err.Error(), "seeds 7 to 9 ran, resume with --seed 10") {
+		t.Fatalf("interrupted after three seeds: %v", err)
 	}
 }

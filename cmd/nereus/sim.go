@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -121,7 +122,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 					}
 					o.Mutations = m
 				}
-				return runClusterSim(out, seed, seeds, o)
+				return runClusterSim(cmd.Context(), out, seed, seeds, o)
 			}
 			if mutation != "" {
 				return errors.New("--mutation needs --nodes")
@@ -129,7 +130,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 			if replicas > 0 {
 				o := sim.GroupOptions{Steps: steps, GroupSize: replicas, Faults: faults != "none", Compact: compact,
 					ShortReads: shortReads, DiskFaults: diskFaults, ClockFaults: clockFaults, KeepTrace: trace}
-				return runGroupSim(out, seed, seeds, policy, o)
+				return runGroupSim(cmd.Context(), out, seed, seeds, policy, o)
 			}
 			f, err := sim.ParseFaults(faults)
 			if err != nil {
@@ -140,6 +141,9 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 			}
 			start := time.Now()
 			for s := seed; s < seed+seeds; s++ {
+				if err := interrupted(cmd.Context(), seed, s); err != nil {
+					return err
+				}
 				o := sim.Options{Seed: s, Steps: steps, Faults: f, KeepTrace: trace, PubBatch: pubBatch}
 				r := sim.Run(o)
 				if trace {
@@ -204,9 +208,12 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 }
 
 // runClusterSim runs the cluster simulator (`sim --nodes N`).
-func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) error {
+func runClusterSim(ctx context.Context, out io.Writer, seed, seeds uint64, o sim.ClusterOptions) error {
 	start := time.Now()
 	for s := seed; s < seed+max(seeds, 1); s++ {
+		if err := interrupted(ctx, seed, s); err != nil {
+			return err
+		}
 		o.Seed = s
 		r := sim.RunCluster(o)
 		if o.KeepTrace {
@@ -242,7 +249,7 @@ func runClusterSim(out io.Writer, seed, seeds uint64, o sim.ClusterOptions) erro
 }
 
 // runGroupSim runs the replication-kernel simulator (`sim --replicas N`).
-func runGroupSim(out io.Writer, seed, seeds uint64, policy string, o sim.GroupOptions) error {
+func runGroupSim(ctx context.Context, out io.Writer, seed, seeds uint64, policy string, o sim.GroupOptions) error {
 	switch policy {
 	case "quorum", "sync_quorum":
 		o.Policy = replica.SyncQuorum
@@ -252,6 +259,9 @@ func runGroupSim(out io.Writer, seed, seeds uint64, policy string, o sim.GroupOp
 		return fmt.Errorf("--policy %q: want quorum or all", policy)
 	}
 	for s := seed; s < seed+max(seeds, 1); s++ {
+		if err := interrupted(ctx, seed, s); err != nil {
+			return err
+		}
 		o.Seed = s
 		r := sim.RunGroup(o)
 		if o.KeepTrace {
@@ -266,4 +276,17 @@ func runGroupSim(out io.Writer, seed, seeds uint64, policy string, o sim.GroupOp
 		return fmt.Errorf("seed %d broke %s; reproduce: %s", s, r.Violation.Invariant, sim.GroupReproduce(o))
 	}
 	return nil
+}
+
+// interrupted stops a campaign between seeds once ctx is done (Ctrl-C or
+// SIGTERM: the root command's context), saying where to resume: a seed
+// runs to its end, a few seconds at most.
+func interrupted(ctx context.Context, first, next uint64) error {
+	switch {
+	case ctx.Err() == nil:
+		return nil
+	case next == first:
+		return fmt.Errorf("interrupted before seed %d", next)
+	}
+	return fmt.Errorf("interrupted: seeds %d to %d ran, resume with --seed %d", first, next-1, next)
 }
