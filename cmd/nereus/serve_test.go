@@ -30,35 +30,21 @@ func TestServeConfigFile(t *testing.T) {
 	if err := applyConfigFile(cmd, file); err != nil || get("sched-window") != "16" || get("no-leader-rebalance") != "true" {
 		t.Fatalf("sched-window=%s no-leader-rebalance=%s: %v", get("sched-window"), get("no-leader-rebalance"), err)
 	}
-	cmd = newServeCmd()
-	cmd.SetArgs([]string{"--insecure-no-auth", "--sched-window", "1"})
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--sched-window 1") {
-		t.Fatalf("a window of 1 must be refused, got %v", err)
+	for _, bad := range [][2]string{
+		{"--sched-window", "1"}, {"--max-connections", "0"}, {"--max-unanswered-mib", "0"}, {"--scrub-mib-per-second", "-1"},
+	} {
+		cmd = newServeCmd()
+		cmd.SetArgs([]string{"--insecure-no-auth", bad[0], bad[1]})
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), bad[0]+" "+bad[1]) {
+			t.Fatalf("%s %s must be refused, got %v", bad[0], bad[1], err)
+		}
 	}
-	cmd = newServeCmd()
-	cmd.SetArgs([]string{"--insecure-no-auth", "--max-connections", "0"})
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--max-connections 0") {
-		t.Fatalf("a maximum of 0 connections must be refused, got %v", err)
-	}
-	cmd = newServeCmd()
-	cmd.SetArgs([]string{"--insecure-no-auth", "--max-unanswered-mib", "0"})
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--max-unanswered-mib 0") {
-		t.Fatalf("a bound of 0 MiB of unanswered requests must be refused, got %v", err)
-	}
-	os.WriteFile(file, []byte(`{"max-unanswered-mib": 256}`), 0o600)
-	cmd = newServeCmd()
-	if err := applyConfigFile(cmd, file); err != nil || get("max-unanswered-mib") != "256" {
-		t.Fatalf("max-unanswered-mib=%s: %v", get("max-unanswered-mib"), err)
-	}
-	cmd = newServeCmd()
-	cmd.SetArgs([]string{"--insecure-no-auth", "--scrub-mib-per-second", "-1"})
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--scrub-mib-per-second -1") {
-		t.Fatalf("a negative scrub rate must be refused, got %v", err)
-	}
-	os.WriteFile(file, []byte(`{"scrub-mib-per-second": 0}`), 0o600)
-	cmd = newServeCmd()
-	if err := applyConfigFile(cmd, file); err != nil || get("scrub-mib-per-second") != "0" {
-		t.Fatalf("scrub-mib-per-second=%s: %v", get("scrub-mib-per-second"), err)
+	for key, value := range map[string]string{"max-unanswered-mib": "256", "scrub-mib-per-second": "0"} {
+		os.WriteFile(file, []byte(`{"`+key+`": `+value+`}`), 0o600)
+		cmd = newServeCmd()
+		if err := applyConfigFile(cmd, file); err != nil || get(key) != value {
+			t.Fatalf("%s=%s from the file: %v", key, get(key), err)
+		}
 	}
 	for mib, want := range map[int]int64{0: -1, 8: 8 << 20, 64: 64 << 20} {
 		if got := (nodeOptions{scrubMiBPerSecond: mib}).scrubBytesPerSecond(); got != want {

@@ -88,11 +88,7 @@ func (r *Replica) campaign(forced bool) {
 		r.becomeLeader()
 		return
 	}
-	for i, p := range r.peers {
-		if i != r.self {
-			r.send(Message{Type: MsgPrepare, To: p, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last, Forced: forced})
-		}
-	}
+	r.sendPrepares(forced)
 }
 
 // resendPrepares PREPAREs the epoch it campaigns for again to every peer
@@ -108,10 +104,14 @@ func (r *Replica) campaign(forced bool) {
 // none while a leader that gave up a hand-off to this candidate leads
 // again (a forced re-send would depose it). Granters answer a repeated
 // PREPARE as they did the first (stepPrepare's renewed promise).
-func (r *Replica) resendPrepares() {
+func (r *Replica) resendPrepares() { r.sendPrepares(false) }
+
+// sendPrepares PREPAREs the promised epoch to every peer that has not
+// answered it yet (at the campaign's start: every peer).
+func (r *Replica) sendPrepares(forced bool) {
 	for i, p := range r.peers {
 		if i != r.self && !r.grants[i] && !r.damagedRefusals[i] {
-			r.send(Message{Type: MsgPrepare, To: p, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last})
+			r.send(Message{Type: MsgPrepare, To: p, Epoch: r.hard.Promised, LastEpoch: r.lastEpoch(), LastSeq: r.last, Forced: forced})
 		}
 	}
 }

@@ -134,7 +134,7 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 		delete(sc.sentTo, i)
 		sc.acked[schedValue(i)] = sc.due[i]
 		sc.unseen[i] = true
-		sc.ghost.intakeAnswered(i, at, attempt, nil)
+		sc.ghost.intakeAnswered(i, attempt, nil)
 		sc.s.w.tracef("sched SCHEDULE_OK %s -> %d/%d dup=%v", schedValue(i), f.Shard, f.ID, f.Duplicate)
 		sc.fill()
 	case *wire.Err:
@@ -149,7 +149,7 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 			return
 		}
 		sc.s.w.tracef("sched ERR %s %s", schedValue(i), f.Code)
-		sc.ghost.intakeAnswered(i, at, attempt, f)
+		sc.ghost.intakeAnswered(i, attempt, f)
 		switch {
 		case f.Code == wire.CodeNotLeader:
 			shard := sc.shardOf(i)

@@ -508,17 +508,17 @@ func (g *schedGhost) valid(i int, p intakeProbe) bool {
 	return g.quiet && p.quietGen == g.quietGen && p.ownerGen == g.ownerGen[g.sc.shardOf(i)]
 }
 
-// intakeAnswered checks the answer to send attempt of schedule i from
-// node at (err nil: SCHEDULE_OK). A refusal of another send says nothing
+// intakeAnswered checks the answer to send attempt of schedule i (err
+// nil: SCHEDULE_OK). A refusal of another send says nothing
 // of the probe: that send may have reached its node before the owner
 // took office. A SCHEDULE_OK of another send ends the probe unjudged: the
 // client hears no more of the schedule.
-func (g *schedGhost) intakeAnswered(i, at int, attempt uint32, err *wire.Err) {
+func (g *schedGhost) intakeAnswered(i int, attempt uint32, err *wire.Err) {
 	p, ok := g.intake[i]
 	if !ok {
 		return
 	}
-	if p.at != at || p.attempt != attempt {
+	if p.attempt != attempt {
 		if err == nil {
 			delete(g.intake, i)
 		}
@@ -536,7 +536,7 @@ func (g *schedGhost) intakeAnswered(i, at int, attempt uint32, err *wire.Err) {
 		return
 	}
 	g.s.chk.violate("IntakeNeverBlocked", "SCHEDULE %s to the active owner of shard %d (n%d, epoch %d) refused %v in a quiet cluster (destination out: %q)",
-		schedValue(i), g.sc.shardOf(i), at+1, g.owner[g.sc.shardOf(i)].epoch, err.AsError(), g.s.net.outTopic)
+		schedValue(i), g.sc.shardOf(i), p.at+1, g.owner[g.sc.shardOf(i)].epoch, err.AsError(), g.s.net.outTopic)
 }
 
 // checkIntake fails a probe not answered within schedIntakeMsMax.

@@ -24,18 +24,18 @@ func TestIntakeProbeIsItsOwnSendsAnswer(t *testing.T) {
 	g.intakeSent(i, n3, 1) // n3 does not own the shard yet: no probe
 	g.owner[shard] = schedOffice{node: n3 + 1, epoch: 1}
 	g.intakeSent(i, n3, 2) // the probe
-	g.intakeAnswered(i, n3, 1, refused)
+	g.intakeAnswered(i, 1, refused)
 	if v := s.chk.violation; v != nil {
 		t.Fatalf("the first send's refusal judged the second's probe: %v", v)
 	}
-	g.intakeAnswered(i, n3, 2, refused)
+	g.intakeAnswered(i, 2, refused)
 	if v := s.chk.violation; v == nil || v.Invariant != "IntakeNeverBlocked" {
 		t.Fatalf("the probe's own refusal: %v, want IntakeNeverBlocked", v)
 	}
 
 	s.chk.violation = nil
 	g.intakeSent(i, n3, 3)
-	g.intakeAnswered(i, n3, 2, nil) // taken by the earlier send
+	g.intakeAnswered(i, 2, nil) // taken by the earlier send
 	w.nowMs += 2 * schedIntakeMsMax
 	g.checkIntake()
 	if v := s.chk.violation; v != nil {
