@@ -134,6 +134,11 @@ type Input[R any] struct {
 	// further than the group's latest checkpoint, and a group that went
 	// idle would otherwise pin its last records forever.
 	Quiet bool
+	// Pinned: retention would compact the partition's log past the
+	// group's latest checkpoint. A checkpoint at the tail is then due
+	// even with no record since, so that a group that acks nothing pins
+	// nothing retention would delete.
+	Pinned bool
 }
 
 // Log is the ack-log kernel of one group on the leader of its partition.
@@ -255,13 +260,14 @@ func (l *Log[R]) answer(eff *Effects[R], replies []R, o Outcome, err error) {
 }
 
 // maybeCheckpoint proposes a checkpoint once the records since the last
-// one pass the threshold (or the group went quiet with records since),
+// one pass the threshold (or the group went quiet with records since, or
+// its latest checkpoint holds back retention),
 // after this Flush's records, when no checkpoint is in flight and no ack
 // is undurable: the cursors then hold exactly the acks of the records
 // before it in the log.
 func (l *Log[R]) maybeCheckpoint(in Input[R], eff *Effects[R]) {
 	threshold := in.CompactBytes
-	due := l.recordBytes >= max(threshold, l.retryBytes) || (in.Quiet && l.recordBytes > 0 && l.retryBytes == 0)
+	due := l.recordBytes >= max(threshold, l.retryBytes) || (in.Quiet && l.recordBytes > 0 || in.Pinned) && l.retryBytes == 0
 	if threshold <= 0 || !due || l.checkpointInflight() || len(l.undurable) > 0 || in.Degraded {
 		return
 	}

@@ -210,11 +210,11 @@ func (h *harness) rebuild() (*Rebuild, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range h.committed {
+	for i, p := range h.committed {
 		if p.Kind == KindCheckpoint {
-			err = rb.Checkpoint(h.decode(p.Value))
+			err = rb.Checkpoint(uint64(i+1), h.decode(p.Value))
 		} else {
-			err = rb.Record(p.Kind, p.Value)
+			err = rb.Record(uint64(i+1), p.Kind, p.Value)
 		}
 		if err != nil {
 			return nil, err
@@ -411,7 +411,7 @@ func TestRebuildRefusesBadRecords(t *testing.T) {
 		kind  Kind
 		value []byte
 	}{{KindAck, make([]byte, 13)}, {KindCount, make([]byte, 15)}, {KindCheckpoint, nil}} {
-		if err := rb.Record(c.kind, c.value); err == nil {
+		if err := rb.Record(1, c.kind, c.value); err == nil {
 			t.Errorf("Record(%v, %d bytes) took it", c.kind, len(c.value))
 		}
 	}

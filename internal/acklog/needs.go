@@ -9,20 +9,36 @@ import "maps"
 //
 // The zero value is ready to use.
 type Needs struct {
-	from    map[string]uint64 // group → first seq it needs
-	version uint64            // bumped whenever from changes
+	from map[string]uint64 // group → first seq it needs
+	// last: group → the seq of its latest record applied (at least: after
+	// Restore, the snapshot's point), which judges its carries.
+	last    map[string]uint64
+	version uint64 // bumped whenever from changes
 }
 
-// Applied notes a committed record of group at seq.
-func (n *Needs) Applied(group string, seq uint64, kind Kind) {
-	if n.from == nil {
-		n.from = map[string]uint64{}
+// Applied notes a committed record of group at seq of kind; base is a
+// carry's (KindCarry), 0 for the other kinds. A carry that does not hold
+// (CarryHolds) is no record of the group.
+func (n *Needs) Applied(group string, seq uint64, kind Kind, base uint64) {
+	if kind == KindCarry && !CarryHolds(n.last[group], base) {
+		return
 	}
-	if kind == KindCheckpoint || n.from[group] == 0 {
+	if n.from == nil {
+		n.from, n.last = map[string]uint64{}, map[string]uint64{}
+	}
+	n.last[group] = seq
+	if kind == KindCheckpoint || kind == KindCarry || n.from[group] == 0 {
 		n.from[group] = seq
 		n.version++
 	}
 }
+
+// CarryHolds reports whether a carry folded from its group's records up to
+// base holds, the group's latest record before it being at last
+// (CarryAtItsBase): a record after base — an ack its leader's group
+// proposed while the carry was being folded — is not in the carry, and a
+// carry taken as the group's checkpoint would drop it.
+func CarryHolds(last, base uint64) bool { return last <= base }
 
 // Version changes whenever what some group needs changed.
 func (n *Needs) Version() uint64 { return n.version }
@@ -44,9 +60,18 @@ func (n *Needs) Limit(applied uint64) uint64 {
 
 // Reset forgets every group (the log's start moved past what was applied:
 // the records are applied again from the new start).
-func (n *Needs) Reset() { n.from = nil; n.version++ }
+func (n *Needs) Reset() { n.from, n.last = nil, nil; n.version++ }
 
 // Restore replaces what is known with from (a snapshot of From taken
-// earlier on this replica): the records up to that point need not be
-// applied again.
-func (n *Needs) Restore(from map[string]uint64) { n.from = maps.Clone(from); n.version++ }
+// earlier on this replica, as of applied): the records up to that point
+// need not be applied again. Each group's latest record is taken to be at
+// applied (the snapshot does not say), so a carry based before it does
+// not hold here: this replica keeps more of its log than the others until
+// the group's next checkpoint or carry, never less.
+func (n *Needs) Restore(from map[string]uint64, applied uint64) {
+	n.from, n.last = maps.Clone(from), make(map[string]uint64, len(from))
+	for g := range from {
+		n.last[g] = applied
+	}
+	n.version++
+}

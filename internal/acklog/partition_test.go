@@ -31,13 +31,13 @@ func TestOnePartitionsLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rb.Record(KindAck, ackValue(Key{2, 1}, Key{2, 3}, Key{0, 2})); err != nil {
+	if err := rb.Record(1, KindAck, ackValue(Key{2, 1}, Key{2, 3}, Key{0, 2})); err != nil {
 		t.Fatal(err)
 	}
-	if err := rb.Record(KindFence, FenceRecord(7)); err != nil {
+	if err := rb.Record(2, KindFence, FenceRecord(7)); err != nil {
 		t.Fatal(err)
 	}
-	if err := rb.Record(KindFence, []byte{1, 2}); err == nil {
+	if err := rb.Record(3, KindFence, []byte{1, 2}); err == nil {
 		t.Fatal("a 2-byte fence record was taken")
 	}
 	if got := doneSeqs(rb.Cursors()[2].Snapshot()); !slices.Equal(got, []uint64{1, 3}) {
@@ -62,10 +62,10 @@ func TestOnePartitionsLog(t *testing.T) {
 	// compacted), the fence is the checkpoint's; a lower fence after it
 	// changes nothing.
 	rb, _ = NewRebuild(fresh, 0)
-	if err := rb.Checkpoint(cp); err != nil {
+	if err := rb.Checkpoint(10, cp); err != nil {
 		t.Fatal(err)
 	}
-	if err := rb.Record(KindFence, FenceRecord(3)); err != nil {
+	if err := rb.Record(11, KindFence, FenceRecord(3)); err != nil {
 		t.Fatal(err)
 	}
 	if got := doneSeqs(rb.Cursors()[2].Snapshot()); rb.Fence() != 9 || !slices.Equal(got, []uint64{1, 3}) {
@@ -79,19 +79,19 @@ func TestOnePartitionsLog(t *testing.T) {
 func TestNeedsFrom(t *testing.T) {
 	var n Needs
 	v0 := n.Version()
-	n.Applied("g", 5, KindAck)
-	n.Applied("g", 9, KindAck) // not a checkpoint: g still needs 5
-	n.Applied("h", 7, KindFence)
+	n.Applied("g", 5, KindAck, 0)
+	n.Applied("g", 9, KindAck, 0) // not a checkpoint: g still needs 5
+	n.Applied("h", 7, KindFence, 0)
 	v1 := n.Version()
 	if got := n.From(); got["g"] != 5 || got["h"] != 7 || len(got) != 2 || v1 == v0 {
 		t.Fatalf("from %v, version %d -> %d", got, v0, v1)
 	}
-	n.Applied("g", 11, KindAck)
+	n.Applied("g", 11, KindAck, 0)
 	if n.Version() != v1 {
 		t.Fatal("an ack that changes nothing moved the version")
 	}
 	from := n.From()
-	n.Applied("g", 12, KindCheckpoint)
+	n.Applied("g", 12, KindCheckpoint, 0)
 	if from["g"] != 5 || n.From()["g"] != 12 || n.Version() == v1 {
 		t.Fatalf("a checkpoint: from %v (the earlier copy %v), version %d", n.From(), from, n.Version())
 	}

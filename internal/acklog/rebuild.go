@@ -8,15 +8,16 @@ import (
 )
 
 // Rebuild folds one group's committed records, in log order, into its
-// cursors: a new leader starts from the group's latest checkpoint and
-// replays the ack and count records after it. Records of other groups are
-// not fed to it.
+// cursors: a new leader starts from the group's latest checkpoint (or a
+// carry of it) and replays the ack and count records after it. Records of
+// other groups are not fed to it.
 type Rebuild struct {
 	fresh       func() ([]*delivery.Cursor, error)
 	overhead    int64
 	cursors     []*delivery.Cursor
 	recordBytes int64
 	fence       uint64
+	last        uint64 // the seq of the latest record taken (CarryHolds)
 }
 
 // NewRebuild starts a rebuild from fresh cursors (the partitions' start,
@@ -33,8 +34,9 @@ func NewRebuild(fresh func() ([]*delivery.Cursor, error), recordOverheadBytes in
 	return r, nil
 }
 
-// Checkpoint starts over from a checkpoint record's content.
-func (r *Rebuild) Checkpoint(cp Checkpoint) error {
+// Checkpoint starts over from the content of the checkpoint record at seq.
+func (r *Rebuild) Checkpoint(seq uint64, cp Checkpoint) error {
+	r.last = seq
 	cursors, err := r.fresh()
 	if err != nil {
 		return err
@@ -49,8 +51,19 @@ func (r *Rebuild) Checkpoint(cp Checkpoint) error {
 	return nil
 }
 
-// Record applies an ack, count or fence record.
-func (r *Rebuild) Record(kind Kind, value []byte) error {
+// Carry starts over from the carry at seq, folded up to base, when it
+// holds (CarryHolds; as Needs judges it): taken reports that it did. A
+// carry that does not hold is no record of the group.
+func (r *Rebuild) Carry(seq, base uint64, cp Checkpoint) (taken bool, err error) {
+	if !CarryHolds(r.last, base) {
+		return false, nil
+	}
+	return true, r.Checkpoint(seq, cp)
+}
+
+// Record applies the ack, count or fence record at seq.
+func (r *Rebuild) Record(seq uint64, kind Kind, value []byte) error {
+	r.last = seq
 	replay := ReplayAcks
 	switch kind {
 	case KindAck:

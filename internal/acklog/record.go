@@ -46,6 +46,13 @@ const (
 	// partition's leader is about to deliver under: a later leader whose
 	// view of the group is older waits (group.State.CheckPull's fence).
 	KindFence
+	// KindCarry is a checkpoint the partition's leader re-states at the
+	// tail of the log, folded from the group's records up to a base seq
+	// (CarryRecord), so that a group nobody acks for pins no more of the
+	// log than its carry. It counts as the group's checkpoint only when no
+	// record of the group lies between its base and itself
+	// (CarryAtItsBase).
+	KindCarry
 )
 
 func (k Kind) String() string {
@@ -58,6 +65,8 @@ func (k Kind) String() string {
 		return "checkpoint"
 	case KindFence:
 		return "fence"
+	case KindCarry:
+		return "carry"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -75,6 +84,24 @@ const FenceEntryBytes = 8
 
 // FenceRecord is the value of a fence record of epoch.
 func FenceRecord(epoch uint64) []byte { return binary.BigEndian.AppendUint64(nil, epoch) }
+
+// CarryBaseBytes is a carry's base (u64) ahead of its checkpoint.
+const CarryBaseBytes = 8
+
+// CarryRecord is the value of a carry of the checkpoint value cp, folded
+// from the group's records up to base.
+func CarryRecord(base uint64, cp []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(make([]byte, 0, CarryBaseBytes+len(cp)), base), cp...)
+}
+
+// CarryOf splits a carry's value into its base and its checkpoint value
+// (ok is false when it is too short to hold a base).
+func CarryOf(value []byte) (base uint64, cp []byte, ok bool) {
+	if len(value) < CarryBaseBytes {
+		return 0, nil, false
+	}
+	return binary.BigEndian.Uint64(value), value[CarryBaseBytes:], true
+}
 
 // ForEachAck calls f for every ack of an ack record's value.
 func ForEachAck(value []byte, f func(Key)) {

@@ -21,20 +21,11 @@ const dedupCarryKind = "dedup-carry"
 // over the log's segments).
 const carryCheckMs = 50
 
-// proposeCarry proposes a dedup carry when this member leads, none is in
-// flight, and retention (or a checkpoint's limit) would compact past a
-// producer's latest mention.
-func (p *replicaStore) proposeCarry() {
-	now := p.node.nowMs()
-	if p.carrying.Load() || now < p.carryCheckAtMs {
-		return
-	}
-	p.carryCheckAtMs = now + carryCheckMs
-	if _, ok := p.tookOffice(); !ok {
-		return
-	}
-	want := p.repl.ReadLog().RetentionPoint(now, p.retainLimit())
-	if want == 0 {
+// proposeCarry proposes a dedup carry when none is in flight and
+// retention (or a checkpoint's limit) would compact through want, past a
+// producer's latest mention (checkRetention calls it on a leader).
+func (p *replicaStore) proposeCarry(want uint64) {
+	if p.carrying.Load() {
 		return
 	}
 	value, ok := p.kernel.AppendCarry(nil, want)

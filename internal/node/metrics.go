@@ -28,6 +28,9 @@ type Metrics struct {
 	// dedupCarries: dedup carries committed by this node as a partition's
 	// leader (dedupcarry.go).
 	dedupCarries *prometheus.CounterVec
+	// groupCarries: consumer groups' checkpoints this node re-stated at
+	// a partition's tail as its leader (groupcarry.go).
+	groupCarries *prometheus.CounterVec
 	// The scheduler's publishes, counted by the shard owner that made
 	// them: acknowledged by the destination (a deduplicated retry too),
 	// recorded UNKNOWN, and how late an acknowledged one was.
@@ -67,6 +70,8 @@ func newMetrics() *Metrics {
 			Name: "nereus_scrub_damage_found_total", Help: "Damaged ranges the scrubber found."}),
 		dedupCarries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nereus_dedup_carries_total", Help: "Dedup carries this node committed as a replicated partition's leader: control records that keep producers in the log when compaction would remove their last records (cluster only)."}, []string{"topic", "partition"}),
+		groupCarries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nereus_group_carries_total", Help: "Consumer groups' checkpoints this node re-stated at a replicated partition's tail as its leader, for groups no runner delivers there, so that they do not hold retention back (cluster only)."}, []string{"topic", "partition"}),
 		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "nereus_group_commit_records", Help: "Records made durable by one partition log fsync.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
@@ -100,7 +105,7 @@ func newMetrics() *Metrics {
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nereus_auth_failures_total", Help: "Connections rejected with AUTH_FAILED."}),
 	}
-	m.Registry.MustRegister(m.scrubBytes, m.scrubDamage, m.dedupCarries, m.publishes, m.publishBytes, m.fsyncSeconds, m.replicationSeconds, m.commitBatch, m.deliveries,
+	m.Registry.MustRegister(m.scrubBytes, m.scrubDamage, m.dedupCarries, m.groupCarries, m.publishes, m.publishBytes, m.fsyncSeconds, m.replicationSeconds, m.commitBatch, m.deliveries,
 		m.redeliveries, m.acks, m.deadLetters, m.schedPublished, m.schedUnknown, m.schedLateness,
 		m.kvWrites, m.kvExpired, m.kvCheckpoints, m.kvRebuilds, m.Connections, m.ConnectionsRefused, m.AuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
@@ -57,9 +58,24 @@ type replicaStore struct {
 	// (a scheduler shard's or bucket's checkpoint; none otherwise).
 	retainLimit func() uint64
 	// carrying: a dedup carry is in flight (proposeCarry); carryCheckAtMs:
-	// when the next check is due (owned by runReplicated).
+	// when the next retention check is due (checkRetention; owned by
+	// runReplicated).
 	carrying       atomic.Bool
 	carryCheckAtMs int64
+	// retainWant is where retention would compact this leader's log to
+	// (0: nothing, or not leading), as of the last check; the groups'
+	// runners read it (pins).
+	retainWant atomic.Uint64
+	// groupsHere: the groups whose runner delivers the partition on this
+	// node (delivering).
+	groupsMu   sync.Mutex
+	groupsHere map[string]bool
+	// groupFold is a group carry being folded, groupCarrying one in
+	// flight, groupCarryAtMs when each group may have its next (owned by
+	// runReplicated; groupcarry.go).
+	groupFold      *groupCarryFold
+	groupCarrying  atomic.Bool
+	groupCarryAtMs map[string]int64
 	// published and publishedBytes are the topic's publish counters,
 	// bound once (a label lookup per record cost the leader 3% of its CPU).
 	published, publishedBytes prometheus.Counter
@@ -342,7 +358,7 @@ func (p *replicaStore) applyReplicated() {
 		p.snapshotDedup()
 	}
 	p.compactLimit.Store(k.CompactLimit())
-	p.proposeCarry()
+	p.checkRetention()
 	if v := k.GroupsVersion(); v != p.groupsVersion {
 		// Before the commit point moves: a reader that loads commitSeq,
 		// then groupsFrom, sees every group record at or below it.
@@ -400,6 +416,9 @@ func kernelEntry(e *storage.Entry) partition.Entry {
 		ke.ProducerID, ke.ProducerSeq = r.ProducerID, r.ProducerSeq
 	} else if kind, group, ok := groupRecordOf(r); ok {
 		ke.Group, ke.GroupKind = group, kind
+		if kind == acklog.KindCarry {
+			ke.GroupBase, _, _ = acklog.CarryOf(r.Value)
+		}
 	} else if isDedupCarry(r) {
 		ke.Carry = r.Value
 	}

@@ -46,6 +46,7 @@ const (
 	groupCount      = "count"
 	groupCheckpoint = "checkpoint"
 	groupFence      = "fence"
+	groupCarry      = "carry"
 )
 
 func groupRecord(kind acklog.Kind, group string, value []byte) storage.Record {
@@ -67,10 +68,61 @@ func groupRecordOf(r *storage.Record) (kind acklog.Kind, group string, ok bool) 
 		kind = acklog.KindCheckpoint
 	case groupFence:
 		kind = acklog.KindFence
+	case groupCarry:
+		if _, _, ok := acklog.CarryOf(r.Value); !ok {
+			return 0, "", false // no base: no record of the group
+		}
+		kind = acklog.KindCarry
 	default:
 		return 0, "", false
 	}
 	return kind, string(r.Headers[1].Value), true
+}
+
+// foldGroupRecords feeds rb group's records among entries (committed, in
+// log order).
+func foldGroupRecords(rb *acklog.Rebuild, group string, entries []storage.Entry) error {
+	for _, e := range entries {
+		kind, name, ok := groupRecordOf(&e.Record)
+		if !ok || name != group {
+			continue
+		}
+		var err error
+		switch kind {
+		case acklog.KindCheckpoint:
+			var cp acklog.Checkpoint
+			if cp, err = decodeCheckpoint(e.Record.Value); err == nil {
+				err = rb.Checkpoint(e.Seq, cp)
+			}
+		case acklog.KindCarry:
+			base, value, _ := acklog.CarryOf(e.Record.Value)
+			var cp acklog.Checkpoint
+			if cp, err = decodeCheckpoint(value); err == nil {
+				_, err = rb.Carry(e.Seq, base, cp)
+			}
+		default:
+			err = rb.Record(e.Seq, kind, e.Record.Value)
+		}
+		if err != nil {
+			return fmt.Errorf("%v record %d: %w", kind, e.Seq, err)
+		}
+	}
+	return nil
+}
+
+// decodeCheckpoint decodes a checkpoint record's value (a carry's after
+// its base).
+func decodeCheckpoint(value []byte) (acklog.Checkpoint, error) {
+	snap, err := decodeLedgerSnapshot(value)
+	if err != nil {
+		return acklog.Checkpoint{}, err
+	}
+	return acklog.Checkpoint{States: snap.states, Counts: snap.counts, Fence: snap.fence}, nil
+}
+
+// encodeCheckpoint lays a checkpoint out as a record value.
+func encodeCheckpoint(cp acklog.Checkpoint) []byte {
+	return encodeLedgerSnapshot(ledgerSnapshot{states: cp.States, counts: cp.Counts, fence: cp.Fence})
 }
 
 // replicatedLedger is a cluster group's ack logs on this node: one per
@@ -208,21 +260,8 @@ func (l *replicatedLedger) startDelivering(i int, epoch uint64) error {
 		if len(entries) == 0 {
 			break
 		}
-		for _, e := range entries {
-			kind, name, ok := groupRecordOf(&e.Record)
-			if !ok || name != g.name {
-				continue
-			}
-			if kind != acklog.KindCheckpoint {
-				err = rb.Record(kind, e.Record.Value)
-			} else if snap, derr := decodeLedgerSnapshot(e.Record.Value); derr != nil {
-				err = derr
-			} else {
-				err = rb.Checkpoint(acklog.Checkpoint{States: snap.states, Counts: snap.counts, Fence: snap.fence})
-			}
-			if err != nil {
-				return fmt.Errorf("%v record %d: %w", kind, e.Seq, err)
-			}
+		if err := foldGroupRecords(rb, g.name, entries); err != nil {
+			return err
 		}
 		from = entries[len(entries)-1].Seq + 1
 	}
@@ -231,11 +270,10 @@ func (l *replicatedLedger) startDelivering(i int, epoch uint64) error {
 		log: acklog.New[func(*wire.Error)](acklog.Config{
 			RecordOverheadBytes: ledgerRecordOverheadBytes,
 			RecordBytesMax:      g.node.cfg.RecordBytesMax,
-			EncodeCheckpoint: func(cp acklog.Checkpoint) []byte {
-				return encodeLedgerSnapshot(ledgerSnapshot{states: cp.States, counts: cp.Counts, fence: cp.Fence})
-			},
-			Mutations: g.node.cfg.Mutations.AckLog,
+			EncodeCheckpoint:    encodeCheckpoint,
+			Mutations:           g.node.cfg.Mutations.AckLog,
 		}, rb.RecordBytes())}
+	store.delivering(g.name, true)
 	g.setCursor(i, scope[i])
 	return nil
 }
@@ -250,6 +288,7 @@ func (l *replicatedLedger) stopDelivering(i int, now int64) {
 		g.topic.cfg.Name, i)
 	g.answer(pl.log.Retire(), werr)
 	g.answer(pl.replies, werr)
+	pl.store.delivering(g.name, false)
 	l.parts[i] = nil
 	g.forgetPartition(uint32(i), werr)
 }
@@ -436,7 +475,7 @@ func (l *replicatedLedger) flushPart(pl *partLedger) {
 	eff := pl.log.Flush(acklog.Input[func(*wire.Error)]{Done: done, Degraded: st.Role == replica.Leader && st.ReadOnly,
 		Acks: pl.acks, Counts: pl.counts, Dead: pl.dead, Replies: pl.replies,
 		CompactBytes: g.ledgerCompactBytes.Load(), Cursors: pl.scope, Fence: pl.fenceAsked,
-		Quiet: now-pl.activeMs >= checkpointQuietMs})
+		Quiet: now-pl.activeMs >= checkpointQuietMs, Pinned: pl.store.pins(g.name)})
 	pl.acks, pl.counts, pl.dead = nil, nil, nil // the log keeps them
 	clear(pl.replies)
 	pl.replies = pl.replies[:0]

@@ -228,10 +228,12 @@ type Entry struct {
 	// ProducerID, ProducerSeq: an idempotent publish (0 for control
 	// records and non-idempotent publishes).
 	ProducerID, ProducerSeq uint64
-	// Group names the consumer group of a group record (ack, count or
-	// checkpoint; "" otherwise), GroupKind its kind.
+	// Group names the consumer group of a group record (ack, count,
+	// fence, checkpoint or carry; "" otherwise), GroupKind its kind and
+	// GroupBase a carry's base.
 	Group     string
 	GroupKind acklog.Kind
+	GroupBase uint64
 	// Carry is the value of a dedup carry record (carry.go; nil
 	// otherwise).
 	Carry []byte
@@ -249,7 +251,7 @@ func (m *Member[R]) Apply(e Entry) (err error) {
 	case e.ProducerID != 0:
 		m.producers.Record(e.ProducerID, e.ProducerSeq, e.Seq, e.Epoch)
 	case e.Group != "":
-		m.groups.Applied(e.Group, e.Seq, e.GroupKind)
+		m.groups.Applied(e.Group, e.Seq, e.GroupKind, e.GroupBase)
 	case e.Carry != nil:
 		err = m.producers.applyCarry(e.Carry, e.Seq, e.Epoch)
 	}

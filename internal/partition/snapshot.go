@@ -239,7 +239,7 @@ func (m *Member[R]) Restore(s *Snapshot) bool {
 		return false
 	}
 	m.producers, m.applied = s.producers, s.Applied
-	m.groups.Restore(s.groups)
+	m.groups.Restore(s.groups, s.Applied)
 	return true
 }
 

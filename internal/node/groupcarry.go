@@ -1,0 +1,178 @@
+package node
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/nereus-broker/nereus/internal/acklog"
+	"github.com/nereus-broker/nereus/internal/delivery"
+)
+
+// A replicated partition's log is compacted no further than each consumer
+// group's latest checkpoint (acklog.Needs). While retention would compact
+// past it, the group's runner on the partition's leader checkpoints at
+// the log's tail (acklog.Input.Pinned) — but a group with no runner
+// delivering the partition there (its members gone, and the leader
+// restarted or moved since) writes nothing, and would pin the log for
+// good. For such a group the leader folds the group's records, from its
+// latest checkpoint on, into a carry (acklog.KindCarry): the checkpoint
+// re-stated at the tail, which counts only if no record of the group
+// came between what it folded and itself (CarryAtItsBase). The fold reads
+// a chunk of the log a pass of the partition's loop.
+
+// groupCarryRetryMs is how long a group waits for its next carry after
+// one was proposed (its carry commits well within it; one that did not
+// hold is tried again then).
+const groupCarryRetryMs = 1000
+
+// groupCarryFold is a carry being folded.
+type groupCarryFold struct {
+	group string
+	rb    *acklog.Rebuild
+	next  uint64 // the next seq to read
+	base  uint64 // the last seq read: the carry's base
+}
+
+// groupCarryCursor is the configuration of the cursors a carry is folded
+// into: no count reaches MaxDeliver, so the counts are carried as
+// recorded and the group's own configuration judges them.
+var groupCarryCursor = delivery.Config{AckWaitMs: 1, MaxDeliver: math.MaxUint32, InflightMax: 1}
+
+// delivering notes whether the group's runner on this node delivers the
+// partition (its ack log is open here).
+func (p *replicaStore) delivering(group string, on bool) {
+	p.groupsMu.Lock()
+	defer p.groupsMu.Unlock()
+	if !on {
+		delete(p.groupsHere, group)
+		return
+	}
+	if p.groupsHere == nil {
+		p.groupsHere = map[string]bool{}
+	}
+	p.groupsHere[group] = true
+}
+
+func (p *replicaStore) deliversHere(group string) bool {
+	p.groupsMu.Lock()
+	defer p.groupsMu.Unlock()
+	return p.groupsHere[group]
+}
+
+// pins reports whether retention would compact past the group's latest
+// checkpoint (or first record) on this leader.
+func (p *replicaStore) pins(group string) bool {
+	want := p.retainWant.Load()
+	snap := p.groupsFrom.Load()
+	if want == 0 || snap == nil {
+		return false
+	}
+	from, ok := snap.from[group]
+	return ok && from <= want
+}
+
+// checkRetention runs every carryCheckMs on a leader in office: where
+// retention would compact to, for the groups' runners (pins), then the
+// dedup carry and a group carry it may call for.
+func (p *replicaStore) checkRetention() {
+	if p.groupFold != nil {
+		p.foldGroupCarry()
+	}
+	now := p.node.nowMs()
+	if now < p.carryCheckAtMs {
+		return
+	}
+	p.carryCheckAtMs = now + carryCheckMs
+	if _, ok := p.tookOffice(); !ok {
+		p.retainWant.Store(0)
+		return
+	}
+	want := p.repl.ReadLog().RetentionPoint(now, p.retainLimit())
+	p.retainWant.Store(want)
+	if want == 0 {
+		return
+	}
+	p.proposeCarry(want)
+	p.startGroupCarry(now, want)
+}
+
+// startGroupCarry starts folding a carry of the group that holds
+// retention back furthest, among those no runner delivers here.
+func (p *replicaStore) startGroupCarry(now int64, want uint64) {
+	if p.groupFold != nil || p.groupCarrying.Load() {
+		return
+	}
+	group, from := "", uint64(0)
+	for g, f := range p.kernel.GroupsFrom() {
+		if f > want || now < p.groupCarryAtMs[g] || p.deliversHere(g) {
+			continue
+		}
+		if group == "" || f < from || f == from && g < group {
+			group, from = g, f
+		}
+	}
+	if group == "" {
+		return
+	}
+	start := p.startSeq.Load()
+	rb, err := acklog.NewRebuild(func() ([]*delivery.Cursor, error) {
+		c, err := delivery.NewCursor(groupCarryCursor, start, 0)
+		scope := make([]*delivery.Cursor, p.id+1)
+		scope[p.id] = c
+		return scope, err
+	}, ledgerRecordOverheadBytes)
+	if err != nil {
+		p.node.logRepeatedError(p.subject()+"/group-carry", "group carry not started", "group", group, "err", err)
+		return
+	}
+	if p.groupCarryAtMs == nil {
+		p.groupCarryAtMs = map[string]int64{}
+	}
+	p.groupCarryAtMs[group] = now + groupCarryRetryMs
+	from = max(from, start)
+	p.groupFold = &groupCarryFold{group: group, rb: rb, next: from, base: from - 1}
+	p.foldGroupCarry()
+}
+
+// foldGroupCarry reads the next chunk of the carry's fold, and proposes
+// the carry once the fold reached the commit point. A leader that lost
+// its office, or a log compacted under the fold, abandons it.
+func (p *replicaStore) foldGroupCarry() {
+	f := p.groupFold
+	if _, ok := p.tookOffice(); !ok {
+		p.groupFold = nil
+		return
+	}
+	entries, err := p.read(f.next, 4096, 16<<20)
+	if err == nil && len(entries) > 0 {
+		err = foldGroupRecords(f.rb, f.group, entries)
+	}
+	if err != nil {
+		p.groupFold = nil
+		p.node.logRepeatedError(p.subject()+"/group-carry", "group carry abandoned", "group", f.group, "err", err)
+		return
+	}
+	if len(entries) > 0 {
+		f.base = entries[len(entries)-1].Seq
+		f.next = f.base + 1
+		p.poke() // the next chunk in the next pass
+		return
+	}
+	p.groupFold = nil
+	cp := acklog.CheckpointOf(f.rb.Cursors())
+	cp.Fence = f.rb.Fence()
+	value := acklog.CarryRecord(f.base, encodeCheckpoint(cp))
+	if len(value) > p.node.cfg.RecordBytesMax {
+		p.node.logRepeatedError(p.subject()+"/group-carry", "group carry too large; the partition keeps the group's records",
+			"group", f.group, "bytes", len(value))
+		return
+	}
+	p.groupCarrying.Store(true)
+	p.repl.ProposeFunc(groupRecord(acklog.KindCarry, f.group, value), func(_, _ uint64, err error) {
+		p.groupCarrying.Store(false)
+		if err == nil {
+			p.node.metrics.groupCarries.WithLabelValues(p.topic.cfg.Name, strconv.FormatUint(uint64(p.id), 10)).Inc()
+			p.poke()
+		}
+	})
+}
