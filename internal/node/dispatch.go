@@ -101,6 +101,24 @@ func (g *groupRunner) nextSubWithCredit() *Subscription {
 	return nil
 }
 
+// creditFor reports whether a subscription with credit may be handed
+// partition pi's deliveries (its owner's, when the group assigns; the
+// partition's fence aside: a fence record's commit wakes the group).
+func (g *groupRunner) creditFor(pi int) bool {
+	return slices.ContainsFunc(g.subs, func(s *Subscription) bool { return s.credit > 0 && g.holds(s, pi) })
+}
+
+// holds reports whether sub holds partition pi now: any subscription of a
+// group that assigns nothing, else the current incarnation of its owner
+// once it acknowledged the ASSIGN and not while its REVOKE is in flight.
+func (g *groupRunner) holds(sub *Subscription, pi int) bool {
+	if !g.assigned {
+		return true
+	}
+	o := g.owners[pi]
+	return o.member == sub.member && o.incarnation == sub.incarnation && !o.revoking && !o.assigning
+}
+
 // mayDeliver reports whether partition pi may go to sub: never when this
 // node does not deliver pi (a cluster's other leaders do); any
 // subscription of a group that assigns nothing; else only the current
@@ -108,15 +126,10 @@ func (g *groupRunner) nextSubWithCredit() *Subscription {
 // and not while its REVOKE is in flight, nor past the partition's fence
 // (ackLedger.fenced).
 func (g *groupRunner) mayDeliver(sub *Subscription, pi int) bool {
-	if g.cursors[pi] == nil {
+	if g.cursors[pi] == nil || !g.holds(sub, pi) {
 		return false
 	}
-	if !g.assigned {
-		return true
-	}
-	o := g.owners[pi]
-	return o.member == sub.member && o.incarnation == sub.incarnation && !o.revoking && !o.assigning &&
-		g.ledger.fenced(pi, o.epoch, g.assignEpoch)
+	return !g.assigned || g.ledger.fenced(pi, g.owners[pi].epoch, g.assignEpoch)
 }
 
 // refreshAssignment re-reads the group's assignment when the group state

@@ -612,7 +612,6 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 			g.floors[i].Store(c.AckFloor())
 		}
 	}
-	credit := slices.ContainsFunc(g.subs, func(s *Subscription) bool { return s.credit > 0 })
 	for i, c := range g.cursors {
 		if c == nil {
 			continue
@@ -623,8 +622,9 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 			continue
 		}
 		d := c.NextDeadlineMs()
-		if d >= 0 && d <= now && !credit {
-			// A due retry waits for a credit, which wakes the group.
+		if d >= 0 && d <= now && !g.creditFor(i) {
+			// A due retry waits for a credit of a subscription that may
+			// take it, which wakes the group (a credit, an ASSIGN's ack).
 			d = c.NextExpiryMs()
 		}
 		if d >= 0 {

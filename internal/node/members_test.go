@@ -457,3 +457,54 @@ func TestSharedGroupMembersCompete(t *testing.T) {
 		t.Fatalf("an exclusive JOIN of a shared group: %v", exclusive)
 	}
 }
+
+// A due redelivery of a partition whose owner has no credit waits for a
+// credit of that owner (or an ownership change), both of which wake the
+// group: another member's credit, which cannot take it, does not make the
+// group wake every millisecond. The owner's credit brings it at once.
+func TestGroupRetryWaitsForItsOwnersCredit(t *testing.T) {
+	h := newMemberHarness(t)
+	if _, err := h.n.Declare(wire.TopicConfig{Name: "t", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	boxA, boxB := &noticeBox{}, &noticeBox{}
+	okA := h.join("a", 1, boxA)
+	refA := wire.MemberRef{Group: "g", Member: "a", Incarnation: okA.Incarnation}
+	h.request(&wire.ControlAck{MemberRef: refA, NoticeID: one(t, boxA, wire.NoticeAssign, 2).NoticeID})
+	okB := h.join("b", 2, boxB)
+	refB := wire.MemberRef{Group: "g", Member: "b", Incarnation: okB.Incarnation}
+	revoke := one(t, boxA, wire.NoticeRevoke, 1)
+	h.request(&wire.ControlAck{MemberRef: refA, NoticeID: revoke.NoticeID})
+	h.request(&wire.ControlAck{MemberRef: refB, NoticeID: one(t, boxB, wire.NoticeAssign, 1).NoticeID})
+	kept := 1 - revoke.Partitions[0].Partition // a's partition
+	h.n.Publish(&wire.Pub{Topic: "t", Partition: int32(kept), Value: []byte("m")}, func(_ wire.PubOK, err *wire.Error) {
+		if err != nil {
+			t.Errorf("publish: %v", err)
+		}
+	})
+	sa, sb := newSink(), newSink()
+	subA, err := h.n.Subscribe("t", "g", GroupOptions{Member: "a", Incarnation: okA.Incarnation, AckWaitMs: 500}, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subB, err := h.n.Subscribe("t", "g", GroupOptions{Member: "b", Incarnation: okB.Incarnation, AckWaitMs: 500}, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subA.AddCredit(1)
+	subB.AddCredit(100)
+	h.n.Step()
+	if sa.count() != 1 || sb.count() != 0 {
+		t.Fatalf("a got %d messages, b %d; want 1 and 0", sa.count(), sb.count())
+	}
+	h.advance(500) // a's delivery expires: its retry is due, a has no credit, b has
+	g := h.n.groups[groupKey{group: "g", topic: "t"}]
+	if wait := g.nextWakeMs - h.now.Load(); wait <= 1 {
+		t.Fatalf("the group sleeps %d ms with a retry only a's credit can take", wait)
+	}
+	subA.AddCredit(1)
+	h.n.Step()
+	if sa.count() != 2 || sb.count() != 0 {
+		t.Fatalf("after a's credit: a got %d messages, b %d; want 2 and 0", sa.count(), sb.count())
+	}
+}
