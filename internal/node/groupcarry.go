@@ -99,7 +99,7 @@ func (p *replicaStore) checkRetention() {
 // startGroupCarry starts folding a carry of the group that holds
 // retention back furthest, among those no runner delivers here.
 func (p *replicaStore) startGroupCarry(now int64, want uint64) {
-	if p.groupFold != nil || p.groupCarrying.Load() {
+	if p.groupFold != nil || p.groupCarrying.Load() || p.node.cfg.Mutations.NoGroupCarry {
 		return
 	}
 	group, from := "", uint64(0)

@@ -51,6 +51,10 @@ type Mutations struct {
 	// (DeliverUnderLease): a leader that wakes from a pause delivers from
 	// a cursor a later leader outdated.
 	DeliverWithoutLease bool
+	// NoGroupCarry never carries a group no runner serves on a partition's
+	// leader (GroupsKeptAcrossRetention): a group whose consumers went away
+	// pins the log at its latest checkpoint for good.
+	NoGroupCarry bool
 	// Replica breaks the replication kernel of every replica group, and
 	// SendBeforePersist the shared Ready executor (every message of a
 	// Ready before its writes are durable: FLUSHED before fsync).

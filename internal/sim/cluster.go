@@ -165,6 +165,10 @@ var ClusterMutations = map[string]node.Mutations{
 	// (AckFloorNeverRedelivered: woken from a pause, a deposed leader
 	// hands out a message whose ack a later leader had confirmed).
 	"deliver-without-lease": {DeliverWithoutLease: true},
+	// A group no runner serves on a partition's leader is never carried
+	// (TestGroupKeptAcrossRetentionAtNodeLevel: the log never compacts
+	// past the checkpoint of a group whose consumers went away).
+	"no-group-carry": {NoGroupCarry: true},
 	// With --kv: a bucket's leader answers reads without its lease
 	// (KVLinearizable: an ex-leader's stale read).
 	"kv-read-without-lease": {KVReadWithoutLease: true},
