@@ -1,6 +1,7 @@
 package node
 
 import (
+	"maps"
 	"math"
 	"strconv"
 
@@ -24,6 +25,14 @@ import (
 // one was proposed (its carry commits well within it; one that did not
 // hold is tried again then).
 const groupCarryRetryMs = 1000
+
+// A fold reads at most this much a pass of the partition's loop, which
+// also serves the partition's publishes: a cold read of 1 MiB holds them
+// up for a few milliseconds at most.
+const (
+	groupCarryChunkRecords = 1024
+	groupCarryChunkBytes   = 1 << 20
+)
 
 // groupCarryFold is a carry being folded.
 type groupCarryFold struct {
@@ -102,6 +111,7 @@ func (p *replicaStore) startGroupCarry(now int64, want uint64) {
 	if p.groupFold != nil || p.groupCarrying.Load() || p.node.cfg.Mutations.NoGroupCarry {
 		return
 	}
+	maps.DeleteFunc(p.groupCarryAtMs, func(_ string, at int64) bool { return at <= now })
 	group, from := "", uint64(0)
 	for g, f := range p.kernel.GroupsFrom() {
 		if f > want || now < p.groupCarryAtMs[g] || p.deliversHere(g) {
@@ -143,7 +153,7 @@ func (p *replicaStore) foldGroupCarry() {
 		p.groupFold = nil
 		return
 	}
-	entries, err := p.read(f.next, 4096, 16<<20)
+	entries, err := p.read(f.next, groupCarryChunkRecords, groupCarryChunkBytes)
 	if err == nil && len(entries) > 0 {
 		err = foldGroupRecords(f.rb, f.group, entries)
 	}
