@@ -135,9 +135,10 @@ type Input[R any] struct {
 	// idle would otherwise pin its last records forever.
 	Quiet bool
 	// Pinned: retention would compact the partition's log past the
-	// group's latest checkpoint. A checkpoint at the tail is then due
-	// even with no record since, so that a group that acks nothing pins
-	// nothing retention would delete.
+	// group's latest checkpoint, or too much log follows it for a new
+	// leader to read. A checkpoint at the tail is then due even with no
+	// record since, so that a group that acks nothing pins nothing
+	// retention would delete, and a rebuild of it reads a bounded log.
 	Pinned bool
 }
 

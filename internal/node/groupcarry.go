@@ -21,6 +21,11 @@ import (
 // came between what it folded and itself (CarryAtItsBase). The fold reads
 // a chunk of the log a pass of the partition's loop.
 
+// GroupCheckpointSpanBytesDefault is Config.GroupCheckpointSpanBytes's
+// default: a new leader reads at most about 64 MiB (plus a segment) of a
+// partition's log to rebuild a group that acks on.
+const GroupCheckpointSpanBytesDefault = 64 << 20
+
 // groupCarryRetryMs is how long a group waits for its next carry after
 // one was proposed (its carry commits well within it; one that did not
 // hold is tried again then).
@@ -68,10 +73,11 @@ func (p *replicaStore) deliversHere(group string) bool {
 	return p.groupsHere[group]
 }
 
-// pins reports whether retention would compact past the group's latest
-// checkpoint (or first record) on this leader.
+// pins reports whether the group's latest checkpoint (or first record)
+// is due again on this leader: retention would compact past it, or a new
+// leader would read more than Config.GroupCheckpointSpanBytes after it.
 func (p *replicaStore) pins(group string) bool {
-	want := p.retainWant.Load()
+	want := p.checkpointWant.Load()
 	snap := p.groupsFrom.Load()
 	if want == 0 || snap == nil {
 		return false
@@ -81,8 +87,9 @@ func (p *replicaStore) pins(group string) bool {
 }
 
 // checkRetention runs every carryCheckMs on a leader in office: where
-// retention would compact to, for the groups' runners (pins), then the
-// dedup carry and a group carry it may call for.
+// retention would compact to, and where the groups' checkpoints are due
+// for their runners (pins); then the dedup carry and a group carry
+// retention may call for.
 func (p *replicaStore) checkRetention() {
 	if p.groupFold != nil {
 		p.foldGroupCarry()
@@ -93,11 +100,12 @@ func (p *replicaStore) checkRetention() {
 	}
 	p.carryCheckAtMs = now + carryCheckMs
 	if _, ok := p.tookOffice(); !ok {
-		p.retainWant.Store(0)
+		p.checkpointWant.Store(0)
 		return
 	}
-	want := p.repl.ReadLog().RetentionPoint(now, p.retainLimit())
-	p.retainWant.Store(want)
+	l := p.repl.ReadLog()
+	want := l.RetentionPoint(now, p.retainLimit())
+	p.checkpointWant.Store(max(want, l.SpanPoint(p.node.cfg.GroupCheckpointSpanBytes)))
 	if want == 0 {
 		return
 	}

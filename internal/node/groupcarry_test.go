@@ -56,12 +56,14 @@ func (tc *testCluster) groupCarries(topic string) float64 {
 	return total
 }
 
-// carryTopic starts three nodes with 4 KiB segments and declares topic
-// "t": one partition, R3, records kept retentionMs.
+// carryTopic starts three nodes with 4 KiB segments, whose groups
+// checkpoint again once 16 KiB of log follows, and declares topic "t":
+// one partition, R3, records kept retentionMs (0: for good).
 func carryTopic(t *testing.T, retentionMs int64) *testCluster {
 	tc := newTestClusterWith(t, 3, func(c *Config) {
 		c.SegmentBytesMax = 4 << 10
 		c.RetentionCheckMs = 20
+		c.GroupCheckpointSpanBytes = 16 << 10
 	})
 	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3, RetentionMs: retentionMs})
 	return tc
@@ -219,4 +221,32 @@ func TestClusterGroupCarryUnpinsAGroupWithoutARunner(t *testing.T) {
 // isDoneIn reports whether a done state holds seq.
 func isDoneIn(s delivery.DoneState, seq uint64) bool {
 	return seq < s.Floor || slices.ContainsFunc(s.Ranges, func(r delivery.SeqRange) bool { return r.First <= seq && seq <= r.Last })
+}
+
+// A group whose runner stays on the leader and acks nothing more, on a
+// topic that keeps everything: once more than 16 KiB of log follows its
+// checkpoint (Config.GroupCheckpointSpanBytes), it checkpoints again, so
+// a new leader's rebuild of the group reads about that much, not the
+// whole log since its last ack. Without the span only its first
+// checkpoint is there.
+func TestClusterGroupCheckpointsAsTheLogGrows(t *testing.T) {
+	tc := carryTopic(t, 0)
+	leader := tc.leaderOf("t", 0)
+	_, _, _, first := tc.ackedAndCheckpointed(leader, 10)
+	var later []uint64 // about 40 KiB, delivered, never acked
+	for range 6 {
+		later = append(later, tc.publishN(50)...)
+		// The leader looks at its log at most every 50 ms, and only while
+		// it commits.
+		time.Sleep(60 * time.Millisecond)
+	}
+	later = append(later, tc.publishN(1)...)
+	var last uint64
+	eventually(t, "a checkpoint with at most 16 KiB and two segments of log after it", func() bool {
+		cps := tc.groupRecordsOf(leader, "t", "g", acklog.KindCheckpoint)
+		last = cps[len(cps)-1].Seq
+		// 16 KiB plus two 4 KiB segments is at most ~190 records of ~130
+		// bytes.
+		return last > first && later[len(later)-1]-last < 190
+	})
 }

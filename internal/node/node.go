@@ -76,6 +76,11 @@ type Config struct {
 	// LedgerCompactBytes: a group's ack ledger is compacted into a snapshot
 	// once it grows past this; 0 = LedgerCompactBytesDefault, < 0 = never.
 	LedgerCompactBytes int64
+	// GroupCheckpointSpanBytes: a group's runner on a replicated
+	// partition's leader checkpoints again once about this much of the
+	// log follows its latest checkpoint, which bounds what a new leader
+	// reads to rebuild the group; 0 = GroupCheckpointSpanBytesDefault.
+	GroupCheckpointSpanBytes int64
 	// ScrubBytesPerSecond bounds the background scrubber's average read
 	// rate; 0 = ScrubBytesPerSecondDefault, < 0 = no scrubber. Manual mode
 	// runs no scrubber.
@@ -165,6 +170,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LedgerCompactBytes == 0 {
 		c.LedgerCompactBytes = LedgerCompactBytesDefault
+	}
+	if c.GroupCheckpointSpanBytes == 0 {
+		c.GroupCheckpointSpanBytes = GroupCheckpointSpanBytesDefault
 	}
 	if c.Dedup == (partition.Config{}) {
 		c.Dedup = partition.DefaultConfig

@@ -62,10 +62,11 @@ type replicaStore struct {
 	// runReplicated).
 	carrying       atomic.Bool
 	carryCheckAtMs int64
-	// retainWant is where retention would compact this leader's log to
-	// (0: nothing, or not leading), as of the last check; the groups'
-	// runners read it (pins).
-	retainWant atomic.Uint64
+	// checkpointWant: a group whose latest checkpoint is at or below it
+	// checkpoints again (retention would compact past it, or too much
+	// log follows it: pins); 0: none, or not leading. As of the last
+	// check; the groups' runners read it.
+	checkpointWant atomic.Uint64
 	// groupsHere: the groups whose runner delivers the partition on this
 	// node (delivering).
 	groupsMu   sync.Mutex

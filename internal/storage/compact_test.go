@@ -52,6 +52,53 @@ func TestRetentionPointRespectsLimit(t *testing.T) {
 	checkAgainst(t, l, &mod)
 }
 
+// TestSpanPoint: the span point is the end of the newest segment with
+// more than the given bytes in the segments after it — a read from any
+// seq at or below it reads more than that — and 0 when no seq has.
+func TestSpanPoint(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, smallOpts())
+	defer l.Close()
+	var mod model
+	appendMany(t, l, &mod, 400, 1)
+	if len(l.segments) < 4 {
+		t.Fatalf("%d segments, want several", len(l.segments))
+	}
+	var total int64
+	for _, s := range l.segments {
+		total += s.sizeBytes
+	}
+	if got := l.SpanPoint(total); got != 0 {
+		t.Fatalf("SpanPoint(all %d bytes) = %d, want 0", total, got)
+	}
+	for _, bytes := range []int64{0, 1, 500, 2000, total / 2, total - l.segments[0].sizeBytes - 1} {
+		got := l.SpanPoint(bytes)
+		var after int64 // the whole segments after the one holding got
+		seen := false
+		for _, s := range l.segments {
+			if seen {
+				after += s.sizeBytes
+			}
+			seen = seen || s.nextSeq-1 == got
+		}
+		if !seen || after <= bytes {
+			t.Fatalf("SpanPoint(%d) = %d, not a segment's end with more than that after it (%d)", bytes, got, after)
+		}
+		// The next segment's end has no more than bytes after it.
+		for i, s := range l.segments[:len(l.segments)-1] {
+			if s.nextSeq-1 == got {
+				var rest int64
+				for _, r := range l.segments[i+2:] {
+					rest += r.sizeBytes
+				}
+				if rest > bytes {
+					t.Fatalf("SpanPoint(%d) = %d, but %d ends with %d bytes after it", bytes, got, l.segments[i+1].nextSeq-1, rest)
+				}
+			}
+		}
+	}
+}
+
 // TestResetStartsEmptyAtSeq: after Reset(s) the log is empty, its next
 // record gets s, and that survives a crash.
 func TestResetStartsEmptyAtSeq(t *testing.T) {

@@ -173,6 +173,22 @@ func (l *Log) RetentionPoint(nowMs int64, limit uint64) uint64 {
 	return point
 }
 
+// SpanPoint is the last seq with more than bytes of the log after it,
+// counting the whole segments after the one that holds it (0: none): a
+// reader of the log from a seq at or below it reads more than bytes.
+func (l *Log) SpanPoint(bytes int64) uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var after int64
+	for i := len(l.segments) - 1; i > 0; i-- {
+		after += l.segments[i].sizeBytes
+		if after > bytes {
+			return l.segments[i-1].nextSeq - 1
+		}
+	}
+	return 0
+}
+
 // DeleteThrough deletes the sealed segments whose records all have seqs at
 // or below seq, oldest first; the active segment stays. Each deletion is
 // durable before the next one starts.
