@@ -41,9 +41,20 @@ func (r *Replica) preVote() {
 	r.resetElectionTimer()
 	r.preVoting = true
 	clear(r.preGrants)
-	r.preGrants[r.self] = true
+	clear(r.preAnswered)
+	r.preGrants[r.self], r.preAnswered[r.self] = true, true
+	r.heartbeatElapsed = 0
+	r.resendPreVotes()
+}
+
+// resendPreVotes asks every peer that has not answered the round yet (at
+// its start: every peer), and again every HeartbeatTicks until the round
+// ends or the election timer fires again: without it a PRE_VOTE lost to
+// the network cost a whole election timeout. Asking again changes nothing
+// at a peer (stepPreVote), so a repeat is as harmless as the first.
+func (r *Replica) resendPreVotes() {
 	for i, p := range r.peers {
-		if i != r.self {
+		if !r.preAnswered[i] {
 			r.send(Message{Type: MsgPreVote, To: p, Epoch: r.hard.Promised + 1, LastEpoch: r.lastEpoch(), LastSeq: r.last})
 		}
 	}
@@ -53,6 +64,7 @@ func (r *Replica) preVote() {
 func (r *Replica) endPreVote() {
 	r.preVoting = false
 	clear(r.preGrants)
+	clear(r.preAnswered)
 }
 
 // leaseExpired reports whether this replica no longer holds its leader's
@@ -188,16 +200,19 @@ func (r *Replica) stepPreVote(m Message) {
 // campaigns for real with a majority; a refusal from a newer epoch means
 // this replica is behind: it adopts that epoch as a follower.
 func (r *Replica) stepPreVoteAck(m Message) {
+	from := slices.Index(r.peers, m.From)
 	if !m.Granted {
 		if m.Epoch > r.hard.Promised {
 			r.becomeFollower(m.Epoch, 0)
+		} else if r.preVoting && from >= 0 {
+			r.preAnswered[from] = true // it would not: no need to ask again
 		}
 		return
 	}
-	if !r.preVoting || m.Epoch != r.hard.Promised+1 {
+	if !r.preVoting || m.Epoch != r.hard.Promised+1 || from < 0 {
 		return // no round in progress, or a stale round's answer
 	}
-	r.preGrants[slices.Index(r.peers, m.From)] = true
+	r.preGrants[from], r.preAnswered[from] = true, true
 	n := 0
 	for _, g := range r.preGrants {
 		if g {

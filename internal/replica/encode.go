@@ -56,6 +56,9 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 		if r.damagedRefusals[i] {
 			flags |= 16
 		}
+		if r.preAnswered[i] {
+			flags |= 32
+		}
 		u(flags)
 		u(r.match[i])
 		u(r.next[i])

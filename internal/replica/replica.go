@@ -209,6 +209,10 @@ type Replica struct {
 	// fires again.
 	preVoting bool
 	preGrants []bool
+	// preAnswered: the peers that answered the round (granted or
+	// refused); the others are asked again every HeartbeatTicks
+	// (resendPreVotes).
+	preAnswered []bool
 
 	// Leader progress, by peer index.
 	match []uint64 // highest seq known flushed and matching
@@ -267,6 +271,7 @@ func New(cfg Config, p Persisted) (*Replica, error) {
 	r.leaseFrom = make([]uint64, n)
 	r.chaseLag, r.chaseAge, r.revoked = make([]uint64, n), make([]int, n), make([]bool, n)
 	r.preGrants, r.uncertainGrants, r.damagedRefusals = make([]bool, n), make([]bool, n), make([]bool, n)
+	r.preAnswered = make([]bool, n)
 	if p.Uncertain {
 		r.uncertainEpoch = p.Hard.Promised
 	}
@@ -282,6 +287,7 @@ func (r *Replica) Clone() *Replica {
 	c.leaseFrom = slices.Clone(r.leaseFrom)
 	c.chaseLag, c.chaseAge, c.revoked = slices.Clone(r.chaseLag), slices.Clone(r.chaseAge), slices.Clone(r.revoked)
 	c.preGrants, c.uncertainGrants, c.damagedRefusals = slices.Clone(r.preGrants), slices.Clone(r.uncertainGrants), slices.Clone(r.damagedRefusals)
+	c.preAnswered = slices.Clone(r.preAnswered)
 	c.pending.Entries, c.pending.Messages = slices.Clone(r.pending.Entries), slices.Clone(r.pending.Messages)
 	return &c
 }
@@ -403,7 +409,8 @@ func (r *Replica) becomeFollower(epoch uint64, leader NodeID) {
 // nor Status, so a shell may sleep through them and step them when it
 // wakes. A follower's or candidate's next due tick is the one at which it
 // stops vouching for its leader (Status.LeaderSilent) or its election
-// timer runs out, or the one at which a candidate re-sends its PREPAREs
+// timer runs out, or the one at which a pre-vote round re-sends its
+// PRE_VOTEs (resendPreVotes) or a candidate its PREPAREs
 // (resendPrepares). A leader's tick is always due: its lease
 // (Status.LeaseTicks), its followers' ack timeouts and its hand-offs are
 // counted in ticks. At least 1.
@@ -415,7 +422,7 @@ func (r *Replica) NextTickDue() int {
 	if silent := r.cfg.ElectionTicks - r.electionElapsed; silent > 0 && !r.cfg.Mutations.QuietThroughSilence {
 		due = min(due, silent)
 	}
-	if r.role == Candidate && !r.preVoting {
+	if r.preVoting || r.role == Candidate {
 		due = min(due, r.cfg.HeartbeatTicks-r.heartbeatElapsed)
 	}
 	return max(due, 1)
@@ -429,11 +436,15 @@ func (r *Replica) Tick() {
 		r.electionElapsed++
 		if r.electionElapsed >= r.electionTimeout {
 			r.ElectionTimeout()
-		} else if r.role == Candidate && !r.preVoting {
+		} else if r.preVoting || r.role == Candidate {
 			r.heartbeatElapsed++
 			if r.heartbeatElapsed >= r.cfg.HeartbeatTicks {
 				r.heartbeatElapsed = 0
-				r.resendPrepares()
+				if r.preVoting {
+					r.resendPreVotes()
+				} else {
+					r.resendPrepares()
+				}
 			}
 		}
 	case Leader:

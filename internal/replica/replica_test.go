@@ -848,7 +848,8 @@ func (c *cluster) askPreVote(id, from NodeID, epoch, lastEpoch, lastSeq uint64) 
 
 // startPreVote ticks id alone (the others' clocks stand still) until its
 // election timer fires and it starts a pre-vote round; the PRE_VOTEs are
-// returned and not delivered.
+// returned and not delivered (nor are those a round in progress sends
+// again meanwhile).
 func (c *cluster) startPreVote(id NodeID) []Message {
 	c.t.Helper()
 	hard := c.stores[id].hard
@@ -860,6 +861,12 @@ func (c *cluster) startPreVote(id NodeID) []Message {
 			if m.From == id && m.Type == MsgPreVote {
 				out = append(out, m)
 			}
+		}
+		if len(out) > 0 && c.rs[id].electionElapsed > 0 {
+			// A round in progress asking again (resendPreVotes), not a
+			// new round: lost like the first.
+			c.queue = slices.DeleteFunc(c.queue, func(m Message) bool { return m.From == id && m.Type == MsgPreVote })
+			continue
 		}
 		if len(out) > 0 {
 			c.queue = slices.DeleteFunc(c.queue, func(m Message) bool { return m.From == id })
@@ -1202,6 +1209,73 @@ func TestRepeatedPreparesAreNotForced(t *testing.T) {
 	}
 	if st := c.rs[2].Status(); st.Role == Leader {
 		t.Fatalf("n2 took office through re-sent PREPAREs to replicas that hear their leader")
+	}
+}
+
+// A pre-vote round asks again, every heartbeat interval, the peers that
+// have not answered it: a PRE_VOTE lost to the network costs a heartbeat,
+// not an election timeout and another round. (n3's own rounds are lost
+// throughout, so only n2 can win.)
+func TestPreVoteRepeatsLostPreVotesUntilAnswered(t *testing.T) {
+	c := newClusterWith(t, 3, SyncQuorum, func(cfg *Config) { cfg.ElectionTicks = 30 })
+	c.elect(1)
+	c.tick(1)
+	c.crash(1)
+	lost := false
+	c.drop = func(m Message) bool {
+		switch {
+		case m.Type != MsgPreVote:
+			return false
+		case m.From == 3:
+			return true
+		case !lost:
+			lost = true // n2's first PRE_VOTE to n3
+			return true
+		}
+		return false
+	}
+	for i := 0; !c.rs[2].preVoting; i++ {
+		if i > 100 {
+			t.Fatal("n2 never started a pre-vote round")
+		}
+		c.tick(1)
+	}
+	if !lost {
+		t.Fatal("n2's first PRE_VOTE reached n3")
+	}
+	heartbeat := c.rs[2].cfg.HeartbeatTicks
+	c.tick(heartbeat)
+	if st := c.rs[2].Status(); st.Role != Leader {
+		t.Fatalf("n2 %d ticks into a round whose PRE_VOTE to n3 was lost: %v of epoch %d, want leader", heartbeat, st.Role, st.Hard.Promised)
+	}
+}
+
+// A pre-vote round does not ask again a peer that answered it: a refusal
+// is an answer (the round waits for the election timer, as before).
+func TestPreVoteAsksAgainOnlyTheUnanswered(t *testing.T) {
+	c := newClusterWith(t, 3, SyncQuorum, func(cfg *Config) { cfg.ElectionTicks = 30 })
+	c.elect(1)
+	c.tick(1)
+	c.startPreVote(3)
+	refusal := c.askPreVote(2, 3, c.rs[3].Status().Hard.Promised+1, 0, 0) // n2 hears its leader: refuses
+	if refusal.Granted {
+		t.Fatalf("n2, which hears its leader, granted: %v", refusal)
+	}
+	c.rs[3].Step(refusal)
+	c.flush(3)
+	c.queue = slices.DeleteFunc(c.queue, func(m Message) bool { return m.From == 3 })
+	for range c.rs[3].cfg.HeartbeatTicks {
+		c.rs[3].Tick()
+		c.flush(3)
+	}
+	var asked []NodeID
+	for _, m := range c.queue {
+		if m.From == 3 && m.Type == MsgPreVote {
+			asked = append(asked, m.To)
+		}
+	}
+	if !slices.Equal(asked, []NodeID{1}) {
+		t.Fatalf("a heartbeat into its round n3 asked %v again, want only the unanswered n1", asked)
 	}
 }
 
