@@ -3,6 +3,7 @@ package node
 import (
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/nereus-broker/nereus/internal/acklog"
@@ -52,25 +53,13 @@ type groupCarryFold struct {
 // recorded and the group's own configuration judges them.
 var groupCarryCursor = delivery.Config{AckWaitMs: 1, MaxDeliver: math.MaxUint32, InflightMax: 1}
 
-// delivering notes whether the group's runner on this node delivers the
-// partition (its ack log is open here).
-func (p *replicaStore) delivering(group string, on bool) {
-	p.groupsMu.Lock()
-	defer p.groupsMu.Unlock()
-	if !on {
-		delete(p.groupsHere, group)
-		return
-	}
-	if p.groupsHere == nil {
-		p.groupsHere = map[string]bool{}
-	}
-	p.groupsHere[group] = true
-}
-
+// deliversHere reports whether the group's runner on this node delivers
+// the partition (groupRunner.delivering).
 func (p *replicaStore) deliversHere(group string) bool {
-	p.groupsMu.Lock()
-	defer p.groupsMu.Unlock()
-	return p.groupsHere[group]
+	t := p.topic
+	t.groupsMu.Lock()
+	defer t.groupsMu.Unlock()
+	return slices.ContainsFunc(t.groups, func(g *groupRunner) bool { return g.name == group && g.delivering[p.id].Load() })
 }
 
 // pins reports whether the group's latest checkpoint (or first record)

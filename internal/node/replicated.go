@@ -67,10 +67,6 @@ type replicaStore struct {
 	// log follows it: pins); 0: none, or not leading. As of the last
 	// check; the groups' runners read it.
 	checkpointWant atomic.Uint64
-	// groupsHere: the groups whose runner delivers the partition on this
-	// node (delivering).
-	groupsMu   sync.Mutex
-	groupsHere map[string]bool
 	// groupFold is a group carry being folded, groupCarrying one in
 	// flight, groupCarryAtMs when each group may have its next (owned by
 	// runReplicated; groupcarry.go).

@@ -273,7 +273,6 @@ func (l *replicatedLedger) startDelivering(i int, epoch uint64) error {
 			EncodeCheckpoint:    encodeCheckpoint,
 			Mutations:           g.node.cfg.Mutations.AckLog,
 		}, rb.RecordBytes())}
-	store.delivering(g.name, true)
 	g.setCursor(i, scope[i])
 	return nil
 }
@@ -288,7 +287,6 @@ func (l *replicatedLedger) stopDelivering(i int, now int64) {
 		g.topic.cfg.Name, i)
 	g.answer(pl.log.Retire(), werr)
 	g.answer(pl.replies, werr)
-	pl.store.delivering(g.name, false)
 	l.parts[i] = nil
 	g.forgetPartition(uint32(i), werr)
 }
