@@ -174,7 +174,9 @@ func held(hs []wire.HeldPartition) []HeldPartition {
 	return out
 }
 
-// DeleteGroup removes a group without members (at the coordinator).
+// DeleteGroup removes a group without members (at the coordinator), and
+// its progress: a group of the name used later starts afresh, with no
+// acks.
 func (c *Client) DeleteGroup(ctx context.Context, name string) error {
 	if _, err := c.coordinatorRequest(ctx, &wire.GroupDelete{Group: name}); err != nil {
 		return fmt.Errorf("nereus: delete group %s: %w", name, err)

@@ -109,7 +109,7 @@ func newGroupDescribeCmd() *cobra.Command {
 func newGroupDeleteCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete GROUP",
-		Short: "Delete a group that has no members",
+		Short: "Delete a group that has no members, and its acks: the name starts afresh",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, opts, err := dial(cmd.Context(), cmd)

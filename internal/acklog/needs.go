@@ -58,6 +58,18 @@ func (n *Needs) Limit(applied uint64) uint64 {
 	return limit
 }
 
+// Forget drops every group gone says is gone (a deleted group's
+// incarnation, DeletedGroupPinsNothing): it needs nothing of the log.
+func (n *Needs) Forget(gone func(group string) bool) {
+	for g := range n.from {
+		if gone(g) {
+			delete(n.from, g)
+			delete(n.last, g)
+			n.version++
+		}
+	}
+}
+
 // Reset forgets every group (the log's start moved past what was applied:
 // the records are applied again from the new start).
 func (n *Needs) Reset() { n.from, n.last = nil, nil; n.version++ }

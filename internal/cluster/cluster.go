@@ -87,6 +87,10 @@ type Host interface {
 	// node's metadata state (meta.json): a restart never starts the
 	// incarnation again from half-removed files.
 	StopTopic(name string, incarnation uint64, removeData bool)
+	// GroupDeleted carries out the delete of a consumer group's
+	// incarnation the metadata applied (its runners stop; with
+	// removeData, set as for StopTopic, its directories go).
+	GroupDeleted(name string, incarnation uint64, removeData bool)
 	// PublishLocal publishes a forwarded PUB on this node (it does not
 	// forward again), into the topic's incarnation when it is not 0; in
 	// Manual mode it must not block.
@@ -491,6 +495,7 @@ func (c *Cluster) applyCommittedMeta() {
 		}
 		c.metaMu.Lock()
 		var deleted []*meta.Topic
+		var groupsDeleted []meta.Change
 		for _, e := range entries {
 			if replog.IsControl(&e.Record) {
 				c.state.Applied = e.Seq
@@ -509,6 +514,9 @@ func (c *Cluster) applyCommittedMeta() {
 				}
 				deleted = append(deleted, t)
 			}
+			if ch.GroupDeleted != "" {
+				groupsDeleted = append(groupsDeleted, ch)
+			}
 		}
 		b, err := json.Marshal(c.state)
 		c.metaMu.Unlock()
@@ -524,6 +532,9 @@ func (c *Cluster) applyCommittedMeta() {
 		for _, t := range deleted {
 			c.host.StopTopic(t.Config.Name, t.Incarnation, err == nil)
 			c.log.Info("topic deleted", "topic", t.Config.Name, "incarnation", t.Incarnation)
+		}
+		for _, ch := range groupsDeleted {
+			c.host.GroupDeleted(ch.GroupDeleted, ch.GroupIncarnation, err == nil)
 		}
 		c.host.MetadataApplied()
 		c.startTopics()

@@ -149,6 +149,8 @@ func (h *fakeHost) PublishLocal(pub *wire.Pub, incarnation uint64, reply func(wi
 func (h *fakeHost) MetadataApplied() {}
 
 // StopTopic closes the deleted topic's replica groups here.
+func (h *fakeHost) GroupDeleted(string, uint64, bool) {}
+
 func (h *fakeHost) StopTopic(name string, incarnation uint64, removeData bool) {
 	for p := range h.started[name] {
 		h.c.CloseGroup(meta.TopicKey(name, incarnation), uint32(p))

@@ -94,34 +94,66 @@ func timeout(what string, ms, def int64) (int64, error) {
 // applyGroup applies a committed group entry. Entries decided against an
 // older state may no longer fit (a group deleted in between, a mode
 // changed): they change nothing.
-func (s *State) applyGroup(seq uint64, op string, c group.Command) error {
+func (s *State) applyGroup(seq uint64, op string, c group.Command) (Change, error) {
 	if err := wire.ValidateName("group", c.Group); err != nil {
-		return fmt.Errorf("meta: entry %d: %w", seq, err)
+		return Change{}, fmt.Errorf("meta: entry %d: %w", seq, err)
 	}
 	g := s.Groups[c.Group]
 	if op == OpGroupDelete {
-		if g != nil && len(g.Members) == 0 {
-			delete(s.Groups, c.Group)
+		if g == nil || len(g.Members) > 0 {
+			return Change{}, nil
 		}
-		return nil
+		inc := s.GroupIncarnation(c.Group)
+		delete(s.Groups, c.Group)
+		if s.GroupsDeleted == nil {
+			s.GroupsDeleted = map[string]uint64{}
+		}
+		s.GroupsDeleted[c.Group] = inc
+		return Change{GroupDeleted: c.Group, GroupIncarnation: inc}, nil
 	}
 	if g == nil {
 		if c.Op != group.OpJoin {
-			return nil
+			return Change{}, nil
 		}
 		g = group.NewState(c.Group, c.Mode)
 		s.Groups[c.Group] = g
 	}
 	if c.Op == group.OpJoin && g.Mode != c.Mode {
 		if len(g.Members) > 0 {
-			return nil // a raced JOIN in another mode: the first committed wins
+			return Change{}, nil // a raced JOIN in another mode: the first committed wins
 		}
 		g.Mode = c.Mode
 	}
 	if _, err := g.Apply(seq, c, s.partitions, s.GroupMutations); err != nil {
-		return fmt.Errorf("meta: entry %d: %w", seq, err)
+		return Change{}, fmt.Errorf("meta: entry %d: %w", seq, err)
 	}
-	return nil
+	return Change{}, nil
+}
+
+// Group incarnations. A group name lives again after a delete: the
+// incarnation after the last one deleted (State.GroupsDeleted). Every
+// node names a group's acks, checkpoints and directories by GroupKey,
+// so an incarnation never reads another's records
+// (GroupIncarnationStartsEmpty), and the records of a deleted one bound
+// no partition's compaction (DeletedGroupPinsNothing).
+
+// GroupIncarnation is the current incarnation of group name: 1 until the
+// name is first deleted.
+func (s *State) GroupIncarnation(name string) uint64 { return s.GroupsDeleted[name] + 1 }
+
+// GroupKey names the current incarnation of group name (GroupKeyOf).
+func (s *State) GroupKey(name string) string { return GroupKeyOf(name, s.GroupIncarnation(name)) }
+
+// GroupKeyOf names one incarnation of a group in its records and
+// directories: the bare name for incarnation 1 (the records of before
+// incarnations), name@incarnation after, as TopicKey.
+func GroupKeyOf(name string, incarnation uint64) string { return TopicKey(name, incarnation) }
+
+// DeletedGroupKey reports whether key names a group incarnation that
+// deleted (name → the last incarnation deleted) says is deleted.
+func DeletedGroupKey(key string, deleted map[string]uint64) bool {
+	name, inc, ok := ParseTopicKey(key)
+	return ok && inc <= deleted[name]
 }
 
 // SortedGroups returns the groups by name.
@@ -137,7 +169,7 @@ func (s *State) SortedGroups() []*group.State {
 // Clone returns a deep copy.
 func (s *State) Clone() *State {
 	c := &State{Applied: s.Applied, Topics: make(map[string]Topic, len(s.Topics)), Groups: make(map[string]*group.State, len(s.Groups)),
-		GroupMutations: s.GroupMutations, Deleted: maps.Clone(s.Deleted)}
+		GroupMutations: s.GroupMutations, Deleted: maps.Clone(s.Deleted), GroupsDeleted: maps.Clone(s.GroupsDeleted)}
 	for name, t := range s.Topics {
 		t.Placement = slices.Clone(t.Placement)
 		c.Topics[name] = t

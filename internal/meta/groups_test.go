@@ -152,3 +152,54 @@ func TestStateWithoutGroupsLoads(t *testing.T) {
 		t.Fatalf("group entry on an old state: %v %v", err, s.Groups)
 	}
 }
+
+// GroupIncarnationStartsEmpty (the metadata's part): a delete records the
+// incarnation it removed, the name's next life has the next key, a delete
+// decided while the group was empty but committed after a member joined
+// again changes nothing, and the nodes agree through the JSON form.
+func TestGroupDeleteNumbersIncarnations(t *testing.T) {
+	n := &nodes{t: t, all: []*State{New(), New()}}
+	join := func(member string, id uint64) {
+		n.group(group.Command{Op: group.OpJoin, Group: "g", Member: member, Topics: []string{"orders"}, JoinID: id})
+	}
+	if k := n.leader().GroupKey("g"); k != "g" {
+		t.Fatalf("key of a group never deleted: %q", k)
+	}
+	join("a", 1)
+	n.group(group.Command{Op: group.OpLeave, Group: "g", Member: "a"})
+	del, err := n.leader().DecideGroupDelete("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.commit(del)
+	if k, inc := n.leader().GroupKey("g"), n.leader().GroupsDeleted["g"]; k != "g@2" || inc != 1 {
+		t.Fatalf("after the first delete: key %q, last deleted %d", k, inc)
+	}
+	if !DeletedGroupKey("g", n.leader().GroupsDeleted) || DeletedGroupKey("g@2", n.leader().GroupsDeleted) || DeletedGroupKey("h", n.leader().GroupsDeleted) {
+		t.Fatal("DeletedGroupKey does not tell the deleted incarnation from the others")
+	}
+	// Decided while g@2 is empty, committed after a JOIN: refused at apply.
+	join("b", 2)
+	n.group(group.Command{Op: group.OpLeave, Group: "g", Member: "b"})
+	late, err := n.leader().DecideGroupDelete("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	join("c", 3)
+	n.commit(late)
+	if g := n.leader().Groups["g"]; g == nil || g.Members["c"] == nil || n.leader().GroupKey("g") != "g@2" {
+		t.Fatalf("a delete committed after a JOIN removed the group: %+v, key %q", g, n.leader().GroupKey("g"))
+	}
+	b, _ := json.Marshal(n.leader())
+	back := New()
+	if err := json.Unmarshal(b, back); err != nil {
+		t.Fatal(err)
+	}
+	if back.GroupKey("g") != "g@2" {
+		t.Fatalf("the JSON form lost the deleted incarnations: %s", b)
+	}
+	if c := n.leader().Clone(); c.GroupKey("g") != "g@2" {
+		t.Fatal("Clone lost the deleted incarnations")
+	}
+	n.same()
+}

@@ -72,11 +72,16 @@ func (t *Topic) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Change is what applying one entry did to the topics: the topic a
-// declare created, or the incarnation a delete removed (nil: neither).
+// Change is what applying one entry did: the topic a declare created,
+// the topic incarnation a delete removed (nil: neither), or the group
+// incarnation a group delete removed ("": none).
 type Change struct {
 	Created *Topic
 	Deleted *Topic
+	// GroupDeleted names the group a group delete removed, and
+	// GroupIncarnation the incarnation it removed (GroupKey).
+	GroupDeleted     string
+	GroupIncarnation uint64
 }
 
 // State is the applied metadata. The zero value is not usable; use New.
@@ -89,6 +94,11 @@ type State struct {
 	Deleted map[string]uint64 `json:"deleted,omitempty"`
 	// Groups are the consumer groups with assignment (internal/group).
 	Groups map[string]*group.State `json:"groups,omitempty"`
+	// GroupsDeleted remembers, per deleted group name, the last
+	// incarnation deleted: the group's records and directories are named
+	// by GroupKey, so a group of the name again starts with no acks
+	// (GroupIncarnationStartsEmpty).
+	GroupsDeleted map[string]uint64 `json:"groups_deleted,omitempty"`
 	// GroupMutations break the group kernel on purpose (simulator
 	// mutation tests only; never persisted).
 	GroupMutations group.Mutations `json:"-"`
@@ -187,7 +197,7 @@ func (s *State) Apply(seq uint64, data []byte) (Change, error) {
 		if cmd.Group == nil {
 			return Change{}, fmt.Errorf("meta: entry %d: %s without a group command", seq, cmd.Op)
 		}
-		return Change{}, s.applyGroup(seq, cmd.Op, *cmd.Group)
+		return s.applyGroup(seq, cmd.Op, *cmd.Group)
 	default:
 		return Change{}, fmt.Errorf("meta: entry %d: unknown op %q", seq, cmd.Op)
 	}

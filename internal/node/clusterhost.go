@@ -34,7 +34,11 @@ func (n *Node) openCluster() error {
 	n.cluster = c // partitions open their replica groups through it
 	// What a delete left behind when the node stopped midway: meta.json
 	// says deleted, so it goes before anything starts.
-	c.ReadGroups(func(st *meta.State) { n.removeDeletedData(st.DeletedKey) })
+	c.ReadGroups(func(st *meta.State) {
+		n.removeDeletedData(st.DeletedKey)
+		n.removeGroupDirs(func(key string) bool { return meta.DeletedGroupKey(key, st.GroupsDeleted) })
+		n.publishGroupsGone(st)
+	})
 	return c.Start()
 }
 
@@ -109,6 +113,10 @@ func (h clusterHost) StartTopic(mt meta.Topic) (bool, error) {
 
 func (h clusterHost) StopTopic(name string, incarnation uint64, removeData bool) {
 	h.n.stopTopic(name, incarnation, removeData)
+}
+
+func (h clusterHost) GroupDeleted(name string, incarnation uint64, removeData bool) {
+	h.n.groupDeleted(name, incarnation, removeData)
 }
 
 func (h clusterHost) PublishLocal(pub *wire.Pub, incarnation uint64, reply func(wire.PubOK, *wire.Error)) {

@@ -109,9 +109,12 @@ type groupRunner struct {
 	node  *Node
 	topic *topic
 	name  string
-	dir   string
-	cfg   delivery.Config
-	dlq   string
+	// key names the group's incarnation (meta.GroupKeyOf) in its records
+	// and directories: a group deleted and used again starts empty.
+	key string
+	dir string
+	cfg delivery.Config
+	dlq string
 
 	cmds   chan groupCmd
 	wakeCh chan struct{}
@@ -175,6 +178,10 @@ type groupRunner struct {
 
 	dlqMu      sync.Mutex
 	dlqResults []dlqResult
+
+	// endSubs, set before a stop, ends the subscriptions with its error
+	// (the group was deleted) rather than leaving them to a stopped group.
+	endSubs atomic.Pointer[wire.Error]
 }
 
 // groupReply answers one ACK or NACK once what it waits for is durable.
@@ -247,11 +254,21 @@ func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) 
 	if err := n.members.mayConsume(group, topicName, opts.Member, opts.Incarnation); err != nil {
 		return nil, err
 	}
+	incKey := n.groupKey(group)
 	n.mu.Lock()
 	key := groupKey{group: group, topic: topicName}
 	g, ok := n.groups[key]
+	if ok && g.key != incKey && n.groupGone(g.key) {
+		// Deleted since it started (this node has not stopped it yet):
+		// the next incarnation gets a runner of its own.
+		delete(n.groups, key)
+		n.mu.Unlock()
+		n.stopGroupRunners([]*groupRunner{g}, groupDeletedError(group))
+		n.mu.Lock()
+		g, ok = n.groups[key]
+	}
 	if !ok {
-		g, err = n.startGroup(t, group, opts)
+		g, err = n.startGroup(t, group, incKey, opts)
 		if err != nil {
 			n.mu.Unlock()
 			return nil, err
@@ -316,8 +333,9 @@ func (n *Node) servesGroups(t *topic) error {
 	return wire.Errorf(wire.CodeNotLeader, "topic %q: this node holds none of its partitions; subscribe at the leaders of its partitions", t.cfg.Name)
 }
 
-// startGroup creates the runner; the caller holds n.mu.
-func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunner, error) {
+// startGroup creates the runner of group's incarnation key; the caller
+// holds n.mu.
+func (n *Node) startGroup(t *topic, group, key string, opts GroupOptions) (*groupRunner, error) {
 	dlq := dlqTopicName(group, t.cfg.Name)
 	if err := wire.ValidateName("dead-letter topic", dlq); err != nil {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "group and topic names too long together: %v", err)
@@ -326,14 +344,15 @@ func (n *Node) startGroup(t *topic, group string, opts GroupOptions) (*groupRunn
 	// dead-letter topic's name: group "a.b" of topic "c" and group "a" of
 	// topic "b.c" share dlq.a.b.c, and one identity would make the second
 	// group's dead letter at a (partition, seq) a "duplicate" of the
-	// first's, dropped while its group counts it done.
+	// first's, dropped while its group counts it done. It is the
+	// incarnation's (the key): a group used again dead-letters anew.
 	h := fnv.New64a()
-	h.Write([]byte(group))
+	h.Write([]byte(key))
 	h.Write([]byte{0})
 	h.Write([]byte(t.cfg.Name))
 	g := &groupRunner{
-		node: n, topic: t, name: group, dlq: dlq,
-		dir:         path.Join(n.cfg.DataDir, "groups", group, t.key()),
+		node: n, topic: t, name: group, key: key, dlq: dlq,
+		dir:         path.Join(n.cfg.DataDir, "groups", key, t.key()),
 		cmds:        make(chan groupCmd, 1024),
 		wakeCh:      make(chan struct{}, 1),
 		done:        make(chan struct{}),
@@ -496,9 +515,7 @@ func (g *groupRunner) send(c groupCmd) {
 	if g.node.cfg.Manual {
 		select {
 		case <-g.done:
-			if c.reply != nil {
-				c.reply(nil, wire.Errorf(wire.CodeUnavailable, "group is shutting down"))
-			}
+			g.refuse(c)
 		default:
 			g.manualQueue = append(g.manualQueue, c)
 		}
@@ -507,9 +524,7 @@ func (g *groupRunner) send(c groupCmd) {
 	select {
 	case g.cmds <- c:
 	case <-g.done:
-		if c.reply != nil {
-			c.reply(nil, wire.Errorf(wire.CodeUnavailable, "group is shutting down"))
-		}
+		g.refuse(c)
 	}
 }
 
@@ -537,24 +552,46 @@ func (g *groupRunner) stop() {
 // shutdown flushes the ledger, fails queued commands and closes the ledger;
 // it runs on the goroutine that owns the group.
 func (g *groupRunner) shutdown() {
-	g.ledger.flush()
-	unavailable := wire.Errorf(wire.CodeUnavailable, "group is shutting down")
-	for _, c := range g.manualQueue {
-		if c.reply != nil {
-			c.reply(nil, unavailable)
+	if why := g.endSubs.Load(); why != nil {
+		for _, s := range g.subs {
+			s.ended.Store(true)
+			s.sink.End(why)
 		}
+		g.subs = nil
+	}
+	g.ledger.flush()
+	for _, c := range g.manualQueue {
+		g.refuse(c)
 	}
 	g.manualQueue = nil
 	for {
 		select {
 		case c := <-g.cmds:
-			if c.reply != nil {
-				c.reply(nil, unavailable)
-			}
+			g.refuse(c)
 		default:
 			g.ledger.close()
 			return
 		}
+	}
+}
+
+// refuse answers a command the stopped group will not run: UNAVAILABLE,
+// or the deleted group's error (endSubs), which also ends a subscription
+// that came too late to be served.
+func (g *groupRunner) refuse(c groupCmd) {
+	why := g.endSubs.Load()
+	if why == nil {
+		if c.reply != nil {
+			c.reply(nil, wire.Errorf(wire.CodeUnavailable, "group is shutting down"))
+		}
+		return
+	}
+	switch {
+	case c.kind == cmdSubscribe:
+		c.sub.ended.Store(true)
+		c.sub.sink.End(why)
+	case c.reply != nil:
+		c.reply(nil, why)
 	}
 }
 

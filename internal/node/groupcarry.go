@@ -59,7 +59,7 @@ func (p *replicaStore) deliversHere(group string) bool {
 	t := p.topic
 	t.groupsMu.Lock()
 	defer t.groupsMu.Unlock()
-	return slices.ContainsFunc(t.groups, func(g *groupRunner) bool { return g.name == group && g.delivering[p.id].Load() })
+	return slices.ContainsFunc(t.groups, func(g *groupRunner) bool { return g.key == group && g.delivering[p.id].Load() })
 }
 
 // pins reports whether the group's latest checkpoint (or first record)

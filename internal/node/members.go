@@ -99,7 +99,7 @@ func loadGroups(n *Node) (*meta.State, error) {
 		// member never reuses an incarnation of before.
 		st := meta.New()
 		st.Applied = uint64(max(n.nowMs(), 0))
-		return st, nil
+		return st, groupIncarnationsFromDirectories(n, st)
 	}
 	if errors.Is(err, storage.ErrCorrupt) {
 		return nil, fmt.Errorf("%s: %w (stop the node and run nereus repair: the groups' members are forgotten and join again)", groupsFile, err)
@@ -112,6 +112,29 @@ func loadGroups(n *Node) (*meta.State, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// groupIncarnationsFromDirectories gives a fresh group state (after a
+// repair removed a damaged groups.json) the deleted group incarnations
+// the directories tell of: a group at name@N had N−1 deleted, so it keeps
+// its acks and an older incarnation's leftovers go (GroupsDeleted).
+func groupIncarnationsFromDirectories(n *Node, st *meta.State) error {
+	keys, err := n.cfg.Env.FS.List(path.Join(n.cfg.DataDir, "groups"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list group directories: %w", err)
+	}
+	for _, key := range keys {
+		if name, inc, ok := meta.ParseTopicKey(key); ok && inc > 1 && inc-1 > st.GroupsDeleted[name] {
+			if st.GroupsDeleted == nil {
+				st.GroupsDeleted = map[string]uint64{}
+			}
+			st.GroupsDeleted[name] = inc - 1
+		}
+	}
+	return nil
 }
 
 func (m *membership) run() {
@@ -427,7 +450,18 @@ func (n *Node) DeleteGroup(name string, done func(error)) {
 		done(n.cluster.NotCoordinator())
 		return
 	}
-	m.propose(group.Command{}, name, done)
+	if n.cluster != nil {
+		m.propose(group.Command{}, name, done) // carried out as it applies (groupDeleted)
+		return
+	}
+	m.propose(group.Command{}, name, func(err error) {
+		if err == nil {
+			var inc uint64
+			m.read(func(st *meta.State) { inc = st.GroupsDeleted[name] })
+			n.groupDeleted(name, inc, true) // durable in groups.json
+		}
+		done(err)
+	})
 }
 
 // GroupStates returns copies of the applied groups, by name.

@@ -209,7 +209,10 @@ type Node struct {
 
 	cluster *cluster.Cluster // nil on a single node
 	members *membership      // consumer-group membership (members.go)
-	kv      kvRegistry       // KV buckets (kv.go)
+	// groupsGone: the deleted group incarnations the partitions' kernels
+	// last learned (groupdelete.go); nil before any.
+	groupsGone atomic.Pointer[groupsGone]
+	kv         kvRegistry // KV buckets (kv.go)
 
 	// repeats throttles ERROR lines that a persistent fault repeats.
 	repeats repeatLimiter
@@ -304,6 +307,8 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 	n.removeDeletedData(groups.DeletedKey)
+	n.removeGroupDirs(func(key string) bool { return meta.DeletedGroupKey(key, groups.GroupsDeleted) })
+	n.publishGroupsGone(groups)
 	if err := n.openMembership(); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("node: group state: %w", err)

@@ -73,6 +73,9 @@ type replicaStore struct {
 	groupFold      *groupCarryFold
 	groupCarrying  atomic.Bool
 	groupCarryAtMs map[string]int64
+	// groupsGoneSeen is the node's groupsGone the kernel last took in
+	// (owned by runReplicated).
+	groupsGoneSeen *groupsGone
 	// published and publishedBytes are the topic's publish counters,
 	// bound once (a label lookup per record cost the leader 3% of its CPU).
 	published, publishedBytes prometheus.Counter
@@ -318,6 +321,10 @@ func (p *replicaStore) applyReplicated() {
 	commit := p.repl.CommitSeq()
 	p.readLog.Store(p.repl.ReadLog()) // a member restarted in place reads a new one
 	p.followStart()
+	if d := p.node.groupsGone.Load(); d != p.groupsGoneSeen {
+		p.groupsGoneSeen = d
+		k.GroupsDeleted(d.gone) // DeletedGroupPinsNothing
+	}
 	var appliedBytes int64
 	for k.Applied() < commit {
 		from := k.Applied() + 1

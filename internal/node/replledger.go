@@ -252,7 +252,7 @@ func (l *replicatedLedger) startDelivering(i int, epoch uint64) error {
 	}
 	// From the group's latest checkpoint (or first record), which the
 	// partition's kernel tracks for compaction: not the whole log.
-	for from := store.groupStart(g.name); ; {
+	for from := store.groupStart(g.key); ; {
 		entries, err := store.read(from, 4096, 16<<20)
 		if err != nil {
 			return fmt.Errorf("replay acks: %w", err)
@@ -260,7 +260,7 @@ func (l *replicatedLedger) startDelivering(i int, epoch uint64) error {
 		if len(entries) == 0 {
 			break
 		}
-		if err := foldGroupRecords(rb, g.name, entries); err != nil {
+		if err := foldGroupRecords(rb, g.key, entries); err != nil {
 			return err
 		}
 		from = entries[len(entries)-1].Seq + 1
@@ -371,7 +371,7 @@ func (l *replicatedLedger) fenced(pi int, ownerEpoch, viewEpoch uint64) bool {
 	pl.mu.Unlock()
 	g := l.g
 	pl.fenceAsked = max(pl.fenceAsked, ownerEpoch)
-	pl.store.repl.ProposeFunc(groupRecord(acklog.KindFence, g.name, acklog.FenceRecord(ownerEpoch)), func(_, _ uint64, err error) {
+	pl.store.repl.ProposeFunc(groupRecord(acklog.KindFence, g.key, acklog.FenceRecord(ownerEpoch)), func(_, _ uint64, err error) {
 		pl.mu.Lock()
 		pl.fencing = false
 		if err != nil {
@@ -473,7 +473,7 @@ func (l *replicatedLedger) flushPart(pl *partLedger) {
 	eff := pl.log.Flush(acklog.Input[func(*wire.Error)]{Done: done, Degraded: st.Role == replica.Leader && st.ReadOnly,
 		Acks: pl.acks, Counts: pl.counts, Dead: pl.dead, Replies: pl.replies,
 		CompactBytes: g.ledgerCompactBytes.Load(), Cursors: pl.scope, Fence: pl.fenceAsked,
-		Quiet: now-pl.activeMs >= checkpointQuietMs, Pinned: pl.store.pins(g.name)})
+		Quiet: now-pl.activeMs >= checkpointQuietMs, Pinned: pl.store.pins(g.key)})
 	pl.acks, pl.counts, pl.dead = nil, nil, nil // the log keeps them
 	clear(pl.replies)
 	pl.replies = pl.replies[:0]
@@ -496,7 +496,7 @@ func (l *replicatedLedger) flushPart(pl *partLedger) {
 	}
 	for _, prop := range eff.Propose {
 		id := prop.ID
-		pl.store.repl.ProposeFunc(groupRecord(prop.Kind, g.name, prop.Value), func(_, _ uint64, err error) {
+		pl.store.repl.ProposeFunc(groupRecord(prop.Kind, g.key, prop.Value), func(_, _ uint64, err error) {
 			pl.mu.Lock()
 			pl.done = append(pl.done, acklog.Completion{ID: id, Err: err})
 			pl.mu.Unlock()

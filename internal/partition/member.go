@@ -40,9 +40,12 @@ type Member[R any] struct {
 	sealedEpoch uint64
 	// groups: the partition's log may hold consumer groups' ack records
 	// (partition 0): what they still need bounds compaction.
-	groups   acklog.Needs
-	inflight map[ProposalKey][]R // the replies waiting on each proposal (none once Degraded answered them)
-	anon     uint64              // key space of non-idempotent publishes
+	groups acklog.Needs
+	// groupGone says which group records belong to a deleted group
+	// incarnation (GroupsDeleted): they bound no compaction.
+	groupGone func(group string) bool
+	inflight  map[ProposalKey][]R // the replies waiting on each proposal (none once Degraded answered them)
+	anon      uint64              // key space of non-idempotent publishes
 	// singles is the block the one-reply slices of inflight are cut
 	// from (single).
 	singles []R
@@ -251,7 +254,9 @@ func (m *Member[R]) Apply(e Entry) (err error) {
 	case e.ProducerID != 0:
 		m.producers.Record(e.ProducerID, e.ProducerSeq, e.Seq, e.Epoch)
 	case e.Group != "":
-		m.groups.Applied(e.Group, e.Seq, e.GroupKind, e.GroupBase)
+		if m.groupGone == nil || !m.groupGone(e.Group) {
+			m.groups.Applied(e.Group, e.Seq, e.GroupKind, e.GroupBase)
+		}
 	case e.Carry != nil:
 		err = m.producers.applyCarry(e.Carry, e.Seq, e.Epoch)
 	}
@@ -269,6 +274,17 @@ func (m *Member[R]) AppendCarry(b []byte, want uint64) (_ []byte, ok bool) {
 	}
 	b, n := m.producers.appendCarry(b, min(want, m.applied))
 	return b, n > 0
+}
+
+// GroupsDeleted takes in which groups' records belong to deleted group
+// incarnations (gone must answer alike for a group from then on, a
+// deleted incarnation never living again): what they needed of the log
+// is dropped, and their later records are no records of a group
+// (DeletedGroupPinsNothing). The shell calls it whenever its metadata
+// deletes a group.
+func (m *Member[R]) GroupsDeleted(gone func(group string) bool) {
+	m.groupGone = gone
+	m.groups.Forget(gone)
 }
 
 // GroupsVersion changes whenever GroupsFrom would answer differently.

@@ -348,3 +348,49 @@ func BenchmarkPublishApplyComplete(b *testing.B) {
 		}
 	}
 }
+
+// DeletedGroupPinsNothing: once the shell says a group incarnation is
+// deleted, what it needed bounds no compaction — its records applied
+// before, its records applied after (a checkpoint in flight when it was
+// deleted), and its needs restored from a snapshot — while the next
+// incarnation's records (another key) bound it as any group's.
+func TestDeletedGroupPinsNothing(t *testing.T) {
+	cfg := Config{DedupWindowMax: 4, ProducersMax: 4}
+	gone := func(group string) bool { return group == "g" }
+	m := NewMember[int](cfg, 1, Mutations{})
+	m.Apply(groupRec(1, "g", acklog.KindAck))
+	m.Apply(groupRec(2, "h", acklog.KindAck))
+	snap, err := m.AppendSnapshot(nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Apply(install(3, 1))
+	if got := m.CompactLimit(); got != 0 {
+		t.Fatalf("limit %d before the delete, want 0 (g needs 1)", got)
+	}
+	v := m.GroupsVersion()
+	m.GroupsDeleted(gone)
+	if got, from := m.CompactLimit(), m.GroupsFrom(); got != 1 || len(from) != 1 || from["h"] != 2 {
+		t.Fatalf("after g's delete: limit %d, needs %v; want 1 (h needs 2) and only h", got, from)
+	}
+	if m.GroupsVersion() == v {
+		t.Fatal("the needs changed and their version did not")
+	}
+	m.Apply(groupRec(4, "g", acklog.KindCheckpoint))
+	m.Apply(groupRec(5, "g@2", acklog.KindAck))
+	if from := m.GroupsFrom(); len(from) != 2 || from["g@2"] != 5 || from["h"] != 2 {
+		t.Fatalf("after a late record of g and one of g@2: needs %v", from)
+	}
+	r := NewMember[int](cfg, 1, Mutations{})
+	r.GroupsDeleted(gone)
+	s, err := DecodeSnapshot(snap, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Restore(s) {
+		t.Fatal("restore refused")
+	}
+	if from := r.GroupsFrom(); len(from) != 1 || from["h"] != 2 {
+		t.Fatalf("restored from a snapshot taken before the delete: needs %v, want h's only", from)
+	}
+}

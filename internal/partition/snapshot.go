@@ -240,6 +240,9 @@ func (m *Member[R]) Restore(s *Snapshot) bool {
 	}
 	m.producers, m.applied = s.producers, s.Applied
 	m.groups.Restore(s.groups, s.Applied)
+	if m.groupGone != nil {
+		m.groups.Forget(m.groupGone)
+	}
 	return true
 }
 

@@ -1,0 +1,141 @@
+package node
+
+import (
+	"path"
+	"slices"
+
+	"github.com/nereus-broker/nereus/internal/meta"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// Group deletion (meta.State.DecideGroupDelete). A delete is made durable
+// in the metadata first — `__meta` in a cluster, groups.json on a single
+// node — and then carried out on each node: the group's runners stop
+// (their competing consumers are told NOT_FOUND) and the deleted
+// incarnation's directories (groups/<key>/, key = meta.GroupKeyOf) are
+// removed; a node that stops midway removes them at its next start.
+//
+// A group of the name again is the next incarnation
+// (GroupIncarnationStartsEmpty): its runners name their records and
+// directories by its own key, so it starts from the partitions' start
+// with no acks, settings or dead-letter identity of before. The deleted
+// incarnation's ack records stay in the partitions' logs until retention
+// takes them, but bound no compaction (DeletedGroupPinsNothing).
+
+// groupsGone is the metadata's deleted group incarnations (name → the last
+// deleted), as last published to the partitions; never changed in place.
+type groupsGone map[string]uint64
+
+// gone reports whether group key names a deleted incarnation.
+func (d groupsGone) gone(key string) bool { return meta.DeletedGroupKey(key, d) }
+
+// groupKey is the key of group name's current incarnation.
+func (n *Node) groupKey(name string) string {
+	key := name
+	n.members.read(func(st *meta.State) {
+		if st != nil {
+			key = st.GroupKey(name)
+		}
+	})
+	return key
+}
+
+// groupGone reports whether group key names a deleted incarnation, as
+// this node's metadata says.
+func (n *Node) groupGone(key string) (gone bool) {
+	n.members.read(func(st *meta.State) {
+		gone = st != nil && meta.DeletedGroupKey(key, st.GroupsDeleted)
+	})
+	return gone
+}
+
+// publishGroupsGone hands the partitions the deleted incarnations of st;
+// the caller holds what guards st.
+func (n *Node) publishGroupsGone(st *meta.State) {
+	if cur := n.groupsGone.Load(); cur != nil && len(*cur) == len(st.GroupsDeleted) && equalGone(*cur, st.GroupsDeleted) {
+		return
+	}
+	d := groupsGone(make(map[string]uint64, len(st.GroupsDeleted)))
+	for name, inc := range st.GroupsDeleted {
+		d[name] = inc
+	}
+	n.groupsGone.Store(&d)
+}
+
+func equalGone(a groupsGone, b map[string]uint64) bool {
+	for name, inc := range b {
+		if a[name] != inc {
+			return false
+		}
+	}
+	return true
+}
+
+// groupDeleted carries out the delete of group name's incarnation inc
+// here: the partitions learn it, its runners stop and, with removeData
+// (the delete is durable in this node's metadata), its directories go.
+func (n *Node) groupDeleted(name string, inc uint64, removeData bool) {
+	n.members.read(func(st *meta.State) {
+		if st != nil {
+			n.publishGroupsGone(st)
+		}
+	})
+	gone := groupsGone{name: inc}
+	n.mu.Lock()
+	var stopped []*groupRunner
+	for k, g := range n.groups {
+		if k.group == name && gone.gone(g.key) {
+			stopped = append(stopped, g)
+			delete(n.groups, k)
+		}
+	}
+	n.mu.Unlock()
+	n.stopGroupRunners(stopped, groupDeletedError(name))
+	if removeData {
+		n.removeGroupDirs(gone.gone)
+	}
+	n.mu.RLock()
+	for _, t := range n.topics {
+		for _, p := range t.partitions {
+			if r := p.replica(); r != nil {
+				r.poke() // it drops what the group needed of its log
+			}
+		}
+	}
+	n.mu.RUnlock()
+	n.log.Info("group deleted", "group", name, "incarnation", inc)
+}
+
+// groupDeletedError ends the subscriptions of a deleted group.
+func groupDeletedError(name string) *wire.Error {
+	return wire.Errorf(wire.CodeNotFound, "group %q was deleted; subscribe again to start its next incarnation", name)
+}
+
+// stopGroupRunners stops runners taken out of n.groups, ending their
+// subscriptions with why.
+func (n *Node) stopGroupRunners(runners []*groupRunner, why *wire.Error) {
+	for _, g := range runners {
+		g.endSubs.Store(why)
+		t := g.topic
+		t.groupsMu.Lock()
+		t.groups = slices.DeleteFunc(t.groups, func(o *groupRunner) bool { return o == g })
+		t.groupsMu.Unlock()
+		g.stop()
+	}
+}
+
+// removeGroupDirs removes the group directories whose key gone says is a
+// deleted incarnation's.
+func (n *Node) removeGroupDirs(gone func(key string) bool) {
+	fsys := n.cfg.Env.FS
+	keys, _ := fsys.List(path.Join(n.cfg.DataDir, "groups"))
+	for _, key := range keys {
+		if !gone(key) {
+			continue
+		}
+		dir := path.Join(n.cfg.DataDir, "groups", key)
+		if err := removeTree(fsys, dir); err != nil {
+			n.logRepeatedError("delete/group/"+key, "remove a deleted group's data failed; the next start retries", "dir", dir, "err", err)
+		}
+	}
+}
