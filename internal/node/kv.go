@@ -25,6 +25,10 @@ package node
 // it applied (a restart after truncation, a follower reset to its
 // leader's snapshot point) reads on from the log's start to the first
 // complete checkpoint, loads the bucket from it and applies what follows.
+// A delete record is such a point too: after it there is no bucket,
+// whatever came before. So a deleted bucket's log is compacted up to its
+// latest delete record (DeletedBucketKeepsNoLog), and a runner rebuilding
+// stops at a delete as at a checkpoint.
 //
 // Every node holding the partition runs a kvRunner: one goroutine (in
 // Manual mode none: Node.Step runs it, see step) that applies the
@@ -163,9 +167,12 @@ type kvRunner struct {
 	// (published as the partition's kvCompactLimit); voidChunks counts
 	// the checkpoint chunks applied that counted toward none (tests).
 	checkpointBase uint64
-	voidChunks     int
-	rebuilds       int // buckets loaded from a checkpoint
-	resets         int // startSeeking with something applied
+	// deleteSeq is the seq of the latest delete record applied: the log
+	// before it holds nothing anyone needs (DeletedBucketKeepsNoLog).
+	deleteSeq  uint64
+	voidChunks int
+	rebuilds   int // buckets loaded from a checkpoint
+	resets     int // startSeeking with something applied
 
 	// Leadership of the partition: leading once the leader took office
 	// in epoch (its install entry, at reignStart, is applied here); lease
@@ -355,7 +362,15 @@ func (r *kvRunner) catchUp() {
 	}
 	if r.state != nil && r.state.LastCheckpoint() > r.checkpointBase {
 		r.checkpointBase = r.state.LastCheckpoint()
-		r.p.kvCompactLimit.Store(r.checkpointBase)
+	}
+	// The log may go through the latest checkpoint's base, or up to the
+	// latest delete record (kept: a rebuild starts at it).
+	limit := r.checkpointBase
+	if r.deleteSeq > 0 {
+		limit = max(limit, r.deleteSeq-1)
+	}
+	if limit > r.p.kvCompactLimit.Load() {
+		r.p.kvCompactLimit.Store(limit)
 	}
 	if r.n.cfg.Mutations.KVCompactPastCheckpoint && r.seeker == nil {
 		r.p.kvCompactLimit.Store(r.applied)
@@ -394,6 +409,19 @@ func (r *kvRunner) startSeeking(start uint64) {
 func (r *kvRunner) seek(e *storage.Entry) error {
 	if e.Seq != r.applied+1 {
 		return fmt.Errorf("entry %d after %d applied", e.Seq, r.applied)
+	}
+	if rec := &e.Record; len(rec.Headers) > 0 && rec.Headers[0].Key == kvConfigHeader {
+		var c kvBucketConf
+		if err := json.Unmarshal(rec.Headers[0].Value, &c); err != nil {
+			return fmt.Errorf("config record %d: %w", e.Seq, err)
+		}
+		if c.Deleted {
+			// No bucket after a delete, whatever came before: rebuilt.
+			r.conf, r.state, r.seeker = &c, nil, nil
+			r.applied, r.deleteSeq = e.Seq, e.Seq
+			r.n.log.Info("kv: bucket rebuilt from a delete record: no bucket", "bucket", r.bucket, "applied", e.Seq)
+			return nil
+		}
 	}
 	c, err := r.seeker.Add(e.Seq, kvRecord(&e.Record))
 	if err != nil {
@@ -459,6 +487,7 @@ func (r *kvRunner) applyConfig(seq uint64, body []byte) error {
 		if r.conf != nil && !r.conf.Deleted {
 			r.conf, r.state = &c, nil
 		}
+		r.deleteSeq = seq
 	case r.conf == nil || r.conf.Deleted:
 		b, err := kv.NewBucket(kvConfig(c, r.n.cfg.RecordBytesMax))
 		if err != nil {

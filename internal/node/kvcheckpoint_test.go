@@ -201,6 +201,42 @@ func TestKVCheckpointBoundsTheLogAcrossRestarts(t *testing.T) {
 	checkKVValues(t, h.node, "b", want)
 }
 
+// stopKVFollower stops a follower of bucket (not leader) once it applied
+// writes of a bucket whose history is history (0: any), and returns it
+// and the end of its log.
+func (tc *testCluster) stopKVFollower(bucket, leader string, history int) (string, uint64) {
+	tc.t.Helper()
+	var follower string
+	for id := range tc.nodes {
+		if id != leader {
+			follower = id
+			break
+		}
+	}
+	eventually(tc.t, follower+" applies the first writes", func() bool {
+		infos, err := tc.nodes[follower].KVBuckets(bucket)
+		return err == nil && (history == 0 || int(infos[0].Config.History) == history) && infos[0].Revision > 0
+	})
+	fp := tc.nodes[follower].topics[wire.KVTopic(bucket)].partitions[0]
+	tc.stop(follower)
+	return follower, fp.readLog.Load().NextSeq() - 1
+}
+
+// kvReplicasAgree waits until every node holds the same bucket (equal
+// snapshot encodings).
+func (tc *testCluster) kvReplicasAgree(bucket string) {
+	tc.t.Helper()
+	var encodings [][]byte
+	eventually(tc.t, "every replica holds the same bucket", func() bool {
+		encodings = encodings[:0]
+		for _, n := range tc.nodes {
+			s, _ := kvRunnerState(tc.t, n, bucket)
+			encodings = append(encodings, s)
+		}
+		return bytes.Equal(encodings[0], encodings[1]) && bytes.Equal(encodings[1], encodings[2])
+	})
+}
+
 // A follower that was down while the leader checkpointed and truncated
 // the bucket's log (past what the follower had) is reset to the leader's
 // snapshot point, reads on to the checkpoint in the log, and ends with
@@ -215,20 +251,7 @@ func TestKVFollowerRebuildsFromTheCheckpointInTheLog(t *testing.T) {
 	leader := tc.kvLeader("b")
 	want := map[string]string{}
 	kvOverwrites(t, tc.nodes[leader], "b", 8, 50, want)
-	var follower string
-	for id := range tc.nodes {
-		if id != leader {
-			follower = id
-			break
-		}
-	}
-	eventually(t, follower+" applies the first writes", func() bool {
-		infos, err := tc.nodes[follower].KVBuckets("b")
-		return err == nil && infos[0].Config.History == 2 && infos[0].Revision > 0
-	})
-	fp := tc.nodes[follower].topics[wire.KVTopic("b")].partitions[0]
-	tc.stop(follower)
-	behind := fp.readLog.Load().NextSeq() - 1 // the end of its log
+	follower, behind := tc.stopKVFollower("b", leader, 2)
 	// The two others go on: writes, checkpoints, truncation past what the
 	// follower has.
 	p := tc.nodes[leader].topics[wire.KVTopic("b")].partitions[0]
@@ -246,15 +269,7 @@ func TestKVFollowerRebuildsFromTheCheckpointInTheLog(t *testing.T) {
 		infos, err := tc.nodes[follower].KVBuckets("b")
 		return err == nil && infos[0].Revision >= last && infos[0].Config.History == 2
 	})
-	var encodings [][]byte
-	eventually(t, "every replica holds the same bucket", func() bool {
-		encodings = encodings[:0]
-		for _, n := range tc.nodes {
-			s, _ := kvRunnerState(t, n, "b")
-			encodings = append(encodings, s)
-		}
-		return bytes.Equal(encodings[0], encodings[1]) && bytes.Equal(encodings[1], encodings[2])
-	})
+	tc.kvReplicasAgree("b")
 	start := tc.nodes[follower].topics[wire.KVTopic("b")].partitions[0].startSeq.Load()
 	if start <= behind+1 {
 		t.Fatalf("%s's log starts at %d: it caught up from the log (its log ended at %d), not from a checkpoint", follower, start, behind)
@@ -389,4 +404,103 @@ func TestKVRefusedCheckpointWaitsATick(t *testing.T) {
 	if refused != 2*first {
 		t.Fatalf("a tick later: %d chunks proposed in all, want %d", refused, 2*first)
 	}
+}
+
+// DeletedBucketKeepsNoLog: a bucket deleted before it ever checkpointed
+// kept its whole log. Now its log is compacted up to the delete record;
+// a restart, whose log then starts after what it applied, rebuilds from
+// that record — no bucket, NOT_FOUND rather than UNAVAILABLE while it
+// looks for a checkpoint that will never come — and the name created
+// again works and survives another restart.
+func TestKVDeletedBucketKeepsNoLog(t *testing.T) {
+	h := newHarness(t)
+	h.tune = func(c *Config) {
+		kvCheckpointTune(c)
+		c.KVCheckpointMinBytes = -1 // no checkpoint: only the delete frees the log
+	}
+	h.restart()
+	if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	kvOverwrites(t, h.node, "b", 10, 300, map[string]string{})
+	before, _ := kvLogOnDisk(t, h.fs, "/data", "b")
+	p := h.node.topics[wire.KVTopic("b")].partitions[0]
+	time.Sleep(100 * time.Millisecond) // five retention checks
+	if start := p.startSeq.Load(); start != 1 || before < 4 {
+		t.Fatalf("before the delete: the log starts at %d over %d segments, want 1 over at least 4 (no checkpoint)", start, before)
+	}
+	if _, err := kvCall(t, "delete", func(done func(struct{}, error)) {
+		h.node.KVDeleteBucket("b", func(err error) { done(struct{}{}, err) })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The delete record is the log's last: the log may go up to it, and
+	// keeps it (a rebuild starts there).
+	del := p.readLog.Load().NextSeq() - 1
+	eventually(t, "the limit reaches the delete record", func() bool { return p.kvCompactLimit.Load() >= del-1 })
+	if limit := p.kvCompactLimit.Load(); limit != del-1 {
+		t.Fatalf("compaction limit %d with the delete record at %d: want %d (the record kept)", limit, del, del-1)
+	}
+	eventually(t, "the deleted bucket's log is compacted to its last segment", func() bool {
+		segments, _ := kvLogOnDisk(t, h.fs, "/data", "b")
+		return segments <= 1
+	})
+
+	h.restart()
+	p = h.node.topics[wire.KVTopic("b")].partitions[0]
+	if p.startSeq.Load() <= 1 {
+		t.Fatal("the log starts at 1 after the restart (the test is off)")
+	}
+	eventually(t, "the restarted node answers NOT_FOUND", func() bool {
+		_, err := kvGet(t, h.node, "b", "key-0", 0)
+		var we *wire.Error
+		return errors.As(err, &we) && we.Code == wire.CodeNotFound
+	})
+	if created, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b", History: 3}); err != nil || !created {
+		t.Fatalf("create again: %v, %v", created, err)
+	}
+	want := map[string]string{}
+	kvOverwrites(t, h.node, "b", 3, 10, want)
+	h.restart()
+	eventually(t, "the re-created bucket is back after a restart", func() bool {
+		infos, err := h.node.KVBuckets("b")
+		return err == nil && infos[0].Config.History == 3
+	})
+	checkKVValues(t, h.node, "b", want)
+}
+
+// A follower down while its bucket was written (no checkpoint) and
+// deleted, and the log compacted up to the delete past what it had: it is
+// reset to the leader's snapshot point, rebuilds "no bucket" from the
+// delete record, and applies the bucket created again like the others.
+func TestKVFollowerRebuildsADeletedBucket(t *testing.T) {
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		kvCheckpointTune(c)
+		c.KVCheckpointMinBytes = -1
+		c.Cluster.Reservation = 200 * time.Millisecond
+	})
+	tc.kvCreate(wire.KVBucketConfig{Bucket: "b", Replicas: 3})
+	leader := tc.kvLeader("b")
+	kvOverwrites(t, tc.nodes[leader], "b", 8, 20, map[string]string{})
+	follower, behind := tc.stopKVFollower("b", leader, 0)
+	kvOverwrites(t, tc.nodes[leader], "b", 8, 200, map[string]string{})
+	if _, err := kvCall(t, "delete", func(done func(struct{}, error)) {
+		tc.nodes[leader].KVDeleteBucket("b", func(err error) { done(struct{}{}, err) })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := tc.nodes[leader].topics[wire.KVTopic("b")].partitions[0]
+	eventually(t, "the leader compacts past what "+follower+" has", func() bool { return p.startSeq.Load() > behind+1 })
+	tc.start(follower)
+	tc.kvCreate(wire.KVBucketConfig{Bucket: "b", History: 4, Replicas: 3})
+	leader = tc.kvLeader("b")
+	last := kvPut(t, tc.nodes[leader], "b", "after", "the re-create")
+	eventually(t, follower+" applies the re-created bucket", func() bool {
+		infos, err := tc.nodes[follower].KVBuckets("b")
+		return err == nil && infos[0].Config.History == 4 && infos[0].Revision >= last
+	})
+	if start := tc.nodes[follower].topics[wire.KVTopic("b")].partitions[0].startSeq.Load(); start <= behind+1 {
+		t.Fatalf("%s's log starts at %d: it caught up from the log (it ended at %d), not from the delete", follower, start, behind)
+	}
+	tc.kvReplicasAgree("b")
 }
