@@ -333,6 +333,10 @@ func (n *Node) servesGroups(t *topic) error {
 	return wire.Errorf(wire.CodeNotLeader, "topic %q: this node holds none of its partitions; subscribe at the leaders of its partitions", t.cfg.Name)
 }
 
+// incarnationFile, in a group's directory of a topic, numbers the runner's
+// loads: the high bits of its delivery ids.
+const incarnationFile = "incarnation"
+
 // startGroup creates the runner of group's incarnation key; the caller
 // holds n.mu.
 func (n *Node) startGroup(t *topic, group, key string, opts GroupOptions) (*groupRunner, error) {
@@ -429,7 +433,7 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 // against a generation that a crash could still revert.
 func (g *groupRunner) load() error {
 	fsys := g.node.cfg.Env.FS
-	incFile := path.Join(g.dir, "incarnation")
+	incFile := path.Join(g.dir, incarnationFile)
 	var inc uint64
 	if b, err := storage.ReadFileAtomic(fsys, incFile); err == nil {
 		inc, _ = strconv.ParseUint(string(b), 10, 64)

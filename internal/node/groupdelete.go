@@ -3,8 +3,11 @@ package node
 import (
 	"path"
 	"slices"
+	"strconv"
 
 	"github.com/nereus-broker/nereus/internal/meta"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -92,7 +95,7 @@ func (n *Node) groupDeleted(name string, inc uint64, removeData bool) {
 	n.mu.Unlock()
 	n.stopGroupRunners(stopped, groupDeletedError(name))
 	if removeData {
-		n.removeGroupDirs(gone.gone)
+		n.removeGroupDirs(gone.gone, n.groupKey)
 	}
 	n.mu.RLock()
 	for _, t := range n.topics {
@@ -125,8 +128,13 @@ func (n *Node) stopGroupRunners(runners []*groupRunner, why *wire.Error) {
 }
 
 // removeGroupDirs removes the group directories whose key gone says is a
-// deleted incarnation's.
-func (n *Node) removeGroupDirs(gone func(key string) bool) {
+// deleted incarnation's. First each one's delivery-id incarnations go to
+// the same topics' directories of its name's current key (keyOf): the
+// next incarnation's delivery ids then differ from every id the deleted
+// one handed out, so a late ACK of a deleted group's delivery cannot
+// complete the next one's delivery of the same seq
+// (DeliveryIDsOutliveTheirGroup).
+func (n *Node) removeGroupDirs(gone func(key string) bool, keyOf func(name string) string) {
 	fsys := n.cfg.Env.FS
 	keys, _ := fsys.List(path.Join(n.cfg.DataDir, "groups"))
 	for _, key := range keys {
@@ -134,8 +142,45 @@ func (n *Node) removeGroupDirs(gone func(key string) bool) {
 			continue
 		}
 		dir := path.Join(n.cfg.DataDir, "groups", key)
+		if name, _, ok := meta.ParseTopicKey(key); ok {
+			n.carryDeliveryIncarnations(dir, path.Join(n.cfg.DataDir, "groups", keyOf(name)))
+		}
 		if err := removeTree(fsys, dir); err != nil {
 			n.logRepeatedError("delete/group/"+key, "remove a deleted group's data failed; the next start retries", "dir", dir, "err", err)
 		}
 	}
+}
+
+// carryDeliveryIncarnations raises each topic's delivery-id incarnation
+// file under to (groupRunner.load's) to at least the one under from.
+func (n *Node) carryDeliveryIncarnations(from, to string) {
+	fsys := n.cfg.Env.FS
+	topics, _ := fsys.List(from)
+	for _, topic := range topics {
+		old, ok := readIncarnation(fsys, path.Join(from, topic, incarnationFile))
+		if !ok {
+			continue
+		}
+		file := path.Join(to, topic, incarnationFile)
+		if cur, ok := readIncarnation(fsys, file); ok && cur >= old {
+			continue
+		}
+		err := fsys.MkdirAll(path.Dir(file))
+		if err == nil {
+			err = storage.WriteFileAtomic(fsys, file, []byte(strconv.FormatUint(old, 10)))
+		}
+		if err != nil {
+			n.log.Warn("carry a deleted group's delivery-id incarnation failed", "file", file, "err", err)
+		}
+	}
+}
+
+// readIncarnation reads a delivery-id incarnation file.
+func readIncarnation(fsys vfs.FS, file string) (uint64, bool) {
+	b, err := storage.ReadFileAtomic(fsys, file)
+	if err != nil {
+		return 0, false
+	}
+	inc, err := strconv.ParseUint(string(b), 10, 64)
+	return inc, err == nil
 }

@@ -82,8 +82,10 @@ func (h *memberHarness) leaveAndDelete(sub *Subscription, member string) {
 
 // GroupIncarnationStartsEmpty on a single node: a group deleted and
 // joined again delivers the topic from its start, every message for the
-// first time, though the deleted group had acked most of it; the deleted
-// incarnation's directory is gone; a restart keeps the new incarnation's
+// first time, though the deleted group had acked most of it, and a late
+// ACK of the deleted group's delivery completes none of the new one's
+// (DeliveryIDsOutliveTheirGroup); the deleted incarnation's directory is
+// gone; a restart keeps the new incarnation's
 // acks and brings back none of the old one's. A competing consumer of
 // the deleted group is told so.
 func TestGroupDeleteStartsItsNameAfresh(t *testing.T) {
@@ -107,6 +109,15 @@ func TestGroupDeleteStartsItsNameAfresh(t *testing.T) {
 		if m.DeliveryCount != 1 {
 			t.Fatalf("seq %d delivered with count %d in a new incarnation", m.Seq, m.DeliveryCount)
 		}
+	}
+	// DeliveryIDsOutliveTheirGroup: a late ACK of the deleted group's
+	// delivery of seq 5 does not complete the new one's delivery of it.
+	old := s.all()[4]
+	var res []wire.Code
+	h.n.Ack("t", "g", []wire.AckEntry{{Partition: old.Partition, Seq: old.Seq, DeliveryID: old.DeliveryID}}, func(r []wire.Code, _ *wire.Error) { res = r })
+	h.n.Step()
+	if len(res) != 1 || res[0] == wire.CodeOK {
+		t.Fatalf("the deleted incarnation's delivery %d of seq %d acked the new incarnation's: %v", old.DeliveryID, old.Seq, res)
 	}
 	ackAllManual(h, got[:2])
 	if len(filesUnder(h.fs, "/data/groups/g@2")) == 0 || len(filesUnder(h.fs, "/data/groups/g")) > 0 {
@@ -259,8 +270,9 @@ func (tc *testCluster) leaveAndDeleteAt(sub *Subscription, member string, inc ui
 
 // GroupIncarnationStartsEmpty in a cluster: a group deleted and joined
 // again is delivered every message from the partition's start, each for
-// the first time, though the deleted group acked half of them; its
-// records are its own (g@2), and a new leader of the partition rebuilds
+// the first time, though the deleted group acked half of them; a late
+// ACK of the deleted group's delivery completes none of the new one's
+// (DeliveryIDsOutliveTheirGroup); its records are its own (g@2), and a new leader of the partition rebuilds
 // the new incarnation from them, not the old one's.
 func TestClusterGroupDeleteStartsItsNameAfresh(t *testing.T) {
 	tc := carryTopic(t, 0)
@@ -288,6 +300,10 @@ func TestClusterGroupDeleteStartsItsNameAfresh(t *testing.T) {
 		if m.DeliveryCount != 1 {
 			t.Fatalf("seq %d delivered with count %d in a new incarnation", m.Seq, m.DeliveryCount)
 		}
+	}
+	old := sa.all()[15] // not acked by the deleted incarnation
+	if codes, _ := ackOn(t, tc.nodes[leader], "t", "g", wire.AckEntry{Partition: 0, Seq: old.Seq, DeliveryID: old.DeliveryID}); len(codes) != 1 || codes[0] == wire.CodeOK {
+		t.Fatalf("the deleted incarnation's delivery %d of seq %d acked the new incarnation's: %v", old.DeliveryID, old.Seq, codes)
 	}
 	ackAll(t, tc.nodes[leader], got[:5])
 	if n := len(tc.groupRecordsOf(leader, "t", "g@2", acklog.KindAck)); n == 0 {
