@@ -255,6 +255,9 @@ func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) 
 		return nil, err
 	}
 	incKey := n.groupKey(group)
+	if n.cfg.Mutations.GroupKeyIgnoresIncarnation {
+		incKey = group
+	}
 	n.mu.Lock()
 	key := groupKey{group: group, topic: topicName}
 	g, ok := n.groups[key]

@@ -55,6 +55,11 @@ type Mutations struct {
 	// leader (GroupsKeptAcrossRetention): a group whose consumers went away
 	// pins the log at its latest checkpoint for good.
 	NoGroupCarry bool
+	// GroupKeyIgnoresIncarnation names every group runner's records and
+	// directories by the group's bare name: a group deleted and used
+	// again shares them with its deleted incarnation
+	// (GroupIncarnationStartsEmpty).
+	GroupKeyIgnoresIncarnation bool
 	// Replica breaks the replication kernel of every replica group, and
 	// SendBeforePersist the shared Ready executor (every message of a
 	// Ready before its writes are durable: FLUSHED before fsync).

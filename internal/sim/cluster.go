@@ -169,6 +169,10 @@ var ClusterMutations = map[string]node.Mutations{
 	// (TestGroupKeptAcrossRetentionAtNodeLevel: the log never compacts
 	// past the checkpoint of a group whose consumers went away).
 	"no-group-carry": {NoGroupCarry: true},
+	// A group's runners name its records by its bare name, whatever its
+	// incarnation (TestGroupDeletedAtNodeLevel: the group used again after
+	// a delete shares its records with the deleted one).
+	"group-key-ignores-incarnation": {GroupKeyIgnoresIncarnation: true},
 	// With --kv: a bucket's leader answers reads without its lease
 	// (KVLinearizable: an ex-leader's stale read).
 	"kv-read-without-lease": {KVReadWithoutLease: true},
