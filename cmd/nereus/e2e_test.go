@@ -486,7 +486,8 @@ func TestCLIRefusesAndStopsAtCount(t *testing.T) {
 // TestCLIGroupMembers: `sub --member` joins the group and prints its
 // assignment on stderr; `group list`, `group describe --json` show the
 // member and its partitions while it runs; after it leaves, `group delete`
-// removes the group; a second delete fails.
+// removes the group; a second delete fails; the group used again gets
+// every message again.
 func TestCLIGroupMembers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
@@ -549,5 +550,11 @@ func TestCLIGroupMembers(t *testing.T) {
 	}
 	if _, err := run("group", "delete", "workers"); err == nil {
 		t.Fatal("a second delete succeeded")
+	}
+	// The name starts afresh: a member of the group used again gets the
+	// three messages the deleted group had acked.
+	again, err := run("sub", "jobs", "--group", "workers", "--member", "w2", "--count", "3", "--timeout", "5s")
+	if err != nil || strings.Count(again, "\n") != 3 {
+		t.Fatalf("sub of the group used again: %v\n%s", err, again)
 	}
 }
