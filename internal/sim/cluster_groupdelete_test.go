@@ -23,10 +23,21 @@ import (
 // With group-key-ignores-incarnation the next incarnation shares the
 // deleted one's records.
 func TestGroupDeletedAtNodeLevel(t *testing.T) {
-	runSeeds(t, groupDeleted)
+	runSeeds(t, func(seed uint64, m node.Mutations) (Result, error) { return groupDeleted(seed, m, false) })
+	// NEREUS_SIM_GROUP_DELETE_SEEDS=N soaks N more seeds, every other one
+	// with the topic keeping 4 KiB (the deleted group's records then go
+	// with retention, carried by nobody).
+	for i := range envUint(t, "NEREUS_SIM_GROUP_DELETE_SEEDS", 0) {
+		seed := 1000 + i
+		r, err := groupDeleted(seed, node.Mutations{}, seed%2 == 1)
+		if err != nil {
+			t.Fatalf("seed %d (retention %v): %v", seed, seed%2 == 1, err)
+		}
+		t.Logf("seed %d: %d events, %d virtual ms, %d acked, %d deliveries", seed, r.Events, r.VirtualMs, r.Acked, r.Deliveries)
+	}
 	caught := 0
 	for _, seed := range portedSeeds {
-		_, err := groupDeleted(seed, ClusterMutations["group-key-ignores-incarnation"])
+		_, err := groupDeleted(seed, ClusterMutations["group-key-ignores-incarnation"], false)
 		if err == nil {
 			t.Logf("group-key-ignores-incarnation, seed %d: the scenario passed", seed)
 			continue
@@ -39,8 +50,12 @@ func TestGroupDeletedAtNodeLevel(t *testing.T) {
 	}
 }
 
-func groupDeleted(seed uint64, m node.Mutations) (Result, error) {
-	sc := newScript(ClusterOptions{Seed: seed, MessagesPerProducer: 600, Members: true, Mutations: m})
+func groupDeleted(seed uint64, m node.Mutations, retention bool) (Result, error) {
+	o := ClusterOptions{Seed: seed, MessagesPerProducer: 600, Members: true, Mutations: m}
+	if retention {
+		o.Retention = retentionOptions
+	}
+	sc := newScript(o)
 	deleted := false
 	sc.when("the group acked", 10_000, func() bool { return sc.acksConfirmed >= 20 }, func() {
 		for _, c := range sc.consumers {
