@@ -254,31 +254,35 @@ func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) 
 	if err := n.members.mayConsume(group, topicName, opts.Member, opts.Incarnation); err != nil {
 		return nil, err
 	}
-	incKey := n.groupKey(group)
-	if n.cfg.Mutations.GroupKeyIgnoresIncarnation {
-		incKey = group
-	}
-	n.mu.Lock()
 	key := groupKey{group: group, topic: topicName}
-	g, ok := n.groups[key]
-	if ok && g.key != incKey && n.groupGone(g.key) {
-		// Deleted since it started (this node has not stopped it yet):
+	var g *groupRunner
+	for {
+		incKey := n.runnerKey(group)
+		n.mu.Lock()
+		var ok bool
+		if g, ok = n.groups[key]; !ok {
+			if g, err = n.startGroup(t, group, incKey, opts); err != nil {
+				n.mu.Unlock()
+				return nil, err
+			}
+			n.groups[key] = g
+		}
+		n.mu.Unlock()
+		// Checked again once the runner is in n.groups: a delete applied
+		// since then either finds it there (groupDeleted stops it) or is
+		// seen here.
+		if g.key == n.runnerKey(group) {
+			break
+		}
+		// A deleted incarnation's, which this node has not stopped yet:
 		// the next incarnation gets a runner of its own.
-		delete(n.groups, key)
+		n.mu.Lock()
+		if n.groups[key] == g {
+			delete(n.groups, key)
+		}
 		n.mu.Unlock()
 		n.stopGroupRunners([]*groupRunner{g}, groupDeletedError(group))
-		n.mu.Lock()
-		g, ok = n.groups[key]
 	}
-	if !ok {
-		g, err = n.startGroup(t, group, incKey, opts)
-		if err != nil {
-			n.mu.Unlock()
-			return nil, err
-		}
-		n.groups[key] = g
-	}
-	n.mu.Unlock()
 	s := &Subscription{g: g, id: g.nextSubID.Add(1), sink: sink, member: opts.Member, incarnation: opts.Incarnation}
 	g.send(groupCmd{kind: cmdSubscribe, sub: s})
 	return s, nil
@@ -339,6 +343,15 @@ func (n *Node) servesGroups(t *topic) error {
 // incarnationFile, in a group's directory of a topic, numbers the runner's
 // loads: the high bits of its delivery ids.
 const incarnationFile = "incarnation"
+
+// runnerKey is the key a runner of group's current incarnation names its
+// records and directories by.
+func (n *Node) runnerKey(group string) string {
+	if n.cfg.Mutations.GroupKeyIgnoresIncarnation {
+		return group
+	}
+	return n.groupKey(group)
+}
 
 // startGroup creates the runner of group's incarnation key; the caller
 // holds n.mu.

@@ -43,15 +43,6 @@ func (n *Node) groupKey(name string) string {
 	return key
 }
 
-// groupGone reports whether group key names a deleted incarnation, as
-// this node's metadata says.
-func (n *Node) groupGone(key string) (gone bool) {
-	n.members.read(func(st *meta.State) {
-		gone = st != nil && meta.DeletedGroupKey(key, st.GroupsDeleted)
-	})
-	return gone
-}
-
 // publishGroupsGone hands the partitions the deleted incarnations of st;
 // the caller holds what guards st.
 func (n *Node) publishGroupsGone(st *meta.State) {
