@@ -45,6 +45,7 @@ func newSimCmd() *cobra.Command {
 		schedules   int
 		kvOps       int
 		churn       int
+		groupDels   int
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -101,7 +102,10 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err != nil {
 					return err
 				}
-				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, KV: kvOps, TopicChurn: churn, PubBatch: pubBatch}
+				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, PubBatch: pubBatch}
+				if groupDels > 0 && !members {
+					return errors.New("--group-deletes needs --members")
+				}
 				if retention {
 					o.Retention = sim.RetentionPreset
 				}
@@ -192,6 +196,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&members, "members", false, "with --nodes: the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked)")
 	fl.BoolVar(&pubBatch, "pub-batch", false, "the producers publish in PUB_BATCH frames (protocol v2), a retry of one message as a PUB (a single node, or with --nodes)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
+	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes --members: also delete the members' group this many times under the faults, the members coming back as its next incarnation (GroupIncarnationStartsEmpty)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved)")
 	fl.BoolVar(&retention, "retention", false, "with --nodes: the workload's topic keeps 4 KiB (1 KiB segments): retention compacts it all the time, past producers' records (dedup carries) and lagging replicas (rebuilds)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
@@ -229,6 +234,9 @@ func runClusterSim(ctx context.Context, out io.Writer, seed, seeds uint64, o sim
 		}
 		if o.TopicChurn > 0 {
 			fmt.Fprintf(out, "%d topic deletes, %d declares: ", r.TopicDeletes, r.TopicDeclares)
+		}
+		if o.GroupDeletes > 0 {
+			fmt.Fprintf(out, "%d group deletes: ", r.GroupDeletes)
 		}
 		if o.KV > 0 {
 			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes), %d watches (%d CURSOR_EXPIRED), log from %d, checkpoint %d, %d rebuilds from a checkpoint (%d of a running replica): ",

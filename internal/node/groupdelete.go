@@ -43,6 +43,19 @@ func (n *Node) groupKey(name string) string {
 	return key
 }
 
+// GroupIncarnation reports the current incarnation of group name as this
+// node's applied metadata says (1 until the name is first deleted), for
+// checkers.
+func (n *Node) GroupIncarnation(name string) (inc uint64) {
+	inc = 1
+	n.members.read(func(st *meta.State) {
+		if st != nil {
+			inc = st.GroupIncarnation(name)
+		}
+	})
+	return inc
+}
+
 // publishGroupsGone hands the partitions the deleted incarnations of st;
 // the caller holds what guards st.
 func (n *Node) publishGroupsGone(st *meta.State) {

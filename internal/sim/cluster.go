@@ -86,6 +86,10 @@ type ClusterOptions struct {
 	// and re-declares a topic of its own this many times, with
 	// DeletedNeverResurrected and DeletedDataRemoved checked (0: none).
 	TopicChurn int
+	// GroupDeletes deletes the members' group this many times, at random
+	// moments of the fault phase, the members coming back as its next
+	// incarnation (groupdelete.go; needs Members, not Shared; 0: none).
+	GroupDeletes int
 
 	// SchedOutageMsMax bounds a destination outage of the scheduled
 	// workload (ClusterFaults.Outage, schedghost.go; 0: 2,500 ms). Longer
@@ -227,6 +231,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.TopicChurn > 0 {
 		cmd += fmt.Sprintf(" --topic-churn %d", o.TopicChurn)
+	}
+	if o.GroupDeletes > 0 {
+		cmd += fmt.Sprintf(" --group-deletes %d", o.GroupDeletes)
 	}
 	if o.Shared {
 		cmd += " # with ClusterOptions.Shared (no CLI flag: run it from a test)"
@@ -394,6 +401,9 @@ func newClusterSim(o ClusterOptions) *sim {
 		s.churn = &churnClient{s: s, rounds: o.TopicChurn, at: 1}
 		s.w.after(s.w.between(0, 100), s.churn.connect)
 	}
+	if o.GroupDeletes > 0 && o.Members {
+		s.groupDel = newGroupDeleter(s, o.GroupDeletes)
+	}
 	s.w.after(tickMs, s.tick)
 	return s
 }
@@ -420,6 +430,9 @@ func (s *sim) runPhases() Result {
 	}
 	if s.churn != nil {
 		r.TopicDeletes, r.TopicDeclares = s.churn.deletes, s.churn.declares
+	}
+	if s.groupDel != nil {
+		r.GroupDeletes = s.groupDel.deletes
 	}
 	if s.kv != nil {
 		r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired = len(s.kv.history), s.kv.unknown, s.kv.watcher.resumes, s.kv.watcher.expired

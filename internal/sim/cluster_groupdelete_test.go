@@ -109,3 +109,29 @@ func groupDeleted(seed uint64, m node.Mutations, retention bool) (Result, error)
 	}
 	return r, err
 }
+
+// TestClusterGroupDeletesCampaign: the members' group deleted twice at
+// random moments of a run with every fault (ClusterOptions.GroupDeletes),
+// the members coming back as its next incarnation each time; every
+// invariant holds after every event and the last incarnation delivers and
+// acks every acknowledged record (Liveness). With
+// group-key-ignores-incarnation seed 1 breaks AckFloorNeverRedelivered.
+func TestClusterGroupDeletesCampaign(t *testing.T) {
+	deletes := 0
+	for seed := uint64(1); seed <= 3; seed++ {
+		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, GroupDeletes: 2}
+		r := RunCluster(o)
+		if r.Violation != nil {
+			t.Fatalf("seed %d: %v\nreproduce: %s\ntrace tail:\n%s", seed, r.Violation, ClusterReproduce(o), strings.Join(r.Tail, "\n"))
+		}
+		deletes += r.GroupDeletes
+		t.Logf("seed %d: %d group deletes, %d faults, members %v", seed, r.GroupDeletes, r.Faults, r.Members)
+	}
+	if deletes < 3 {
+		t.Fatalf("only %d group deletes in 3 seeds", deletes)
+	}
+	o := ClusterOptions{Seed: 1, Faults: AllClusterFaults, Members: true, GroupDeletes: 2, Mutations: ClusterMutations["group-key-ignores-incarnation"]}
+	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != AckFloorNeverRedelivered {
+		t.Fatalf("group-key-ignores-incarnation, seed 1: %v, want %s", r.Violation, AckFloorNeverRedelivered)
+	}
+}

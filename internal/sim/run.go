@@ -158,6 +158,9 @@ type Result struct {
 	// TopicDeletes and TopicDeclares: the topic churn's answered deletes
 	// and declares (ClusterOptions.TopicChurn).
 	TopicDeletes, TopicDeclares int
+	// GroupDeletes: the group incarnations a node applied the delete of
+	// (ClusterOptions.GroupDeletes).
+	GroupDeletes int
 	// KVLogStartMax and KVCheckpointMax: the highest start of a bucket
 	// replica's log and the highest checkpoint base any replica applied
 	// at the end; KVRebuilds: the times a replica's bucket was rebuilt
@@ -243,7 +246,8 @@ type sim struct {
 	// kv is the KV workload (ClusterOptions.KV; nil without).
 	kv *kvWorkload
 	// churn deletes and re-declares a topic (topicchurn.go; nil: none).
-	churn *churnClient
+	churn    *churnClient
+	groupDel *groupDeleter // ClusterOptions.GroupDeletes (nil: none)
 }
 
 // Run executes one seed and returns its result. It never panics on a broken
@@ -330,6 +334,9 @@ func (s *sim) step() bool {
 	}
 	if s.churn != nil {
 		s.observeChurn()
+	}
+	if s.groupDel != nil {
+		s.observeGroupDeletes()
 	}
 	return true
 }
