@@ -121,6 +121,8 @@ type groupRunner struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
+	// sendMu orders send against stop (send).
+	sendMu sync.RWMutex
 
 	// Manual mode (Config.Manual): queued commands and wake-ups, owned by
 	// the driver's goroutine instead of run.
@@ -541,6 +543,18 @@ func (g *groupRunner) send(c groupCmd) {
 		}
 		return
 	}
+	// Under sendMu: once stop holds it, done is closed and no command is
+	// on its way into cmds, so shutdown's drain answers every one that got
+	// in (a select alone could still pick cmds after done closed, and the
+	// command would sit there unanswered after the drain).
+	g.sendMu.RLock()
+	defer g.sendMu.RUnlock()
+	select {
+	case <-g.done:
+		g.refuse(c)
+		return
+	default:
+	}
 	select {
 	case g.cmds <- c:
 	case <-g.done:
@@ -561,7 +575,9 @@ func (g *groupRunner) poke() {
 
 func (g *groupRunner) stop() {
 	g.once.Do(func() {
+		g.sendMu.Lock()
 		close(g.done)
+		g.sendMu.Unlock()
 		if g.node.cfg.Manual {
 			g.shutdown()
 		}
