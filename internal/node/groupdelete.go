@@ -1,6 +1,7 @@
 package node
 
 import (
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -59,23 +60,11 @@ func (n *Node) GroupIncarnation(name string) (inc uint64) {
 // publishGroupsGone hands the partitions the deleted incarnations of st;
 // the caller holds what guards st.
 func (n *Node) publishGroupsGone(st *meta.State) {
-	if cur := n.groupsGone.Load(); cur != nil && len(*cur) == len(st.GroupsDeleted) && equalGone(*cur, st.GroupsDeleted) {
+	if cur := n.groupsGone.Load(); cur != nil && maps.Equal(*cur, st.GroupsDeleted) {
 		return
 	}
-	d := groupsGone(make(map[string]uint64, len(st.GroupsDeleted)))
-	for name, inc := range st.GroupsDeleted {
-		d[name] = inc
-	}
+	d := groupsGone(maps.Clone(st.GroupsDeleted))
 	n.groupsGone.Store(&d)
-}
-
-func equalGone(a groupsGone, b map[string]uint64) bool {
-	for name, inc := range b {
-		if a[name] != inc {
-			return false
-		}
-	}
-	return true
 }
 
 // groupDeleted carries out the delete of group name's incarnation inc
