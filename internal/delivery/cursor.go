@@ -403,6 +403,11 @@ func (c *Cursor) NextExpiryMs() int64 {
 // AckFloor is the lowest seq not yet done.
 func (c *Cursor) AckFloor() uint64 { return c.ackFloor }
 
+// Untouched reports whether the cursor has handed out nothing from its
+// floor on: the floor is the next seq Next would deliver new, with
+// nothing in flight or waiting below it.
+func (c *Cursor) Untouched() bool { return c.ackFloor >= c.nextNew }
+
 // Inflight is the number of deliveries awaiting ack.
 func (c *Cursor) Inflight() int { return len(c.inflight) }
 

@@ -221,3 +221,32 @@ func TestStuckFloorCostsOneRange(t *testing.T) {
 		t.Fatalf("after acking the stuck seq: floor %d, %d ranges", c.AckFloor(), len(c.done))
 	}
 }
+
+// Untouched holds while nothing from the floor on was handed out: at the
+// start, after every delivery is acked, and after a seq that is no
+// message is marked done (ReplayAck); not while a delivery is in flight
+// or waits for its retry.
+func TestUntouched(t *testing.T) {
+	c := newTestCursor(t, 5)
+	if !c.Untouched() {
+		t.Fatal("a fresh cursor is touched")
+	}
+	d, _ := c.Next(0, 10, 1)
+	if c.Untouched() {
+		t.Fatal("untouched with seq 1 in flight")
+	}
+	if _, err := c.Ack(d.Seq, d.DeliveryID); err != nil || !c.Untouched() {
+		t.Fatalf("after the ack: %v, untouched %v", err, c.Untouched())
+	}
+	c.ReplayAck(2) // seq 2 is no message
+	if !c.Untouched() || c.AckFloor() != 3 {
+		t.Fatalf("after marking seq 2 done: untouched %v, floor %d", c.Untouched(), c.AckFloor())
+	}
+	d, _ = c.Next(0, 10, 1)
+	if d.Seq != 3 {
+		t.Fatalf("next delivery is seq %d, want 3", d.Seq)
+	}
+	if err := c.Nack(0, d.Seq, d.DeliveryID, 1000); err != nil || c.Untouched() {
+		t.Fatalf("with seq 3 waiting for its retry: %v, untouched %v", err, c.Untouched())
+	}
+}

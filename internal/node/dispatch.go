@@ -25,6 +25,9 @@ func (g *groupRunner) dispatch(now int64) {
 		}
 	}
 	g.refreshAssignment(now)
+	for pi := range g.cursors {
+		g.skipNonMessagesAtFloor(pi)
+	}
 	g.leasedNow = g.leasedNow[:0]
 	for i, c := range g.cursors {
 		g.leasedNow = append(g.leasedNow, c != nil && g.ledger.leased(i))
@@ -82,6 +85,27 @@ func (g *groupRunner) dispatch(now int64) {
 		if !sent {
 			sub.idle = true // nothing for it this pass; the others may have some
 		}
+	}
+}
+
+// skipNonMessagesAtFloor marks done the records at partition pi's floor
+// that are no messages (the group's own records after its last ack, an
+// install entry), while nothing from the floor on was handed out: an
+// idle group, or one whose subscriptions have no credit, would else keep
+// its floor below them and report a lag it does not have. Derivable, so
+// never recorded (as dispatch does when a subscription reads them).
+func (g *groupRunner) skipNonMessagesAtFloor(pi int) {
+	c := g.cursors[pi]
+	if c == nil {
+		return
+	}
+	commit := g.topic.partitions[pi].commitSeq.Load()
+	for c.Untouched() && c.AckFloor() <= commit {
+		e, err := g.fetch(pi, c.AckFloor())
+		if err != nil || !replog.IsControl(&e.Record) {
+			return
+		}
+		c.ReplayAck(e.Seq)
 	}
 }
 

@@ -250,3 +250,37 @@ func TestClusterGroupCheckpointsAsTheLogGrows(t *testing.T) {
 		return last > first && later[len(later)-1]-last < 190
 	})
 }
+
+// An idle group reports no lag: after its last ack its subscription goes
+// (no credit out), and its quiet checkpoint — a record of its own, no
+// message — lands at the tail; the floor still reaches the commit point
+// (GROUP_LIST's and nereus_consumer_lag_records' lag 0), though no
+// subscription reads the checkpoint. Before, the floor stayed below it.
+func TestClusterIdleGroupReportsNoLag(t *testing.T) {
+	tc := carryTopic(t, 0)
+	leader := tc.leaderOf("t", 0)
+	tc.publishN(20)
+	s := newSink()
+	sub, err := tc.nodes[leader].Subscribe("t", "g", GroupOptions{AckWaitMs: 60_000}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.AddCredit(20)
+	ackAll(t, tc.nodes[leader], s.waitFor(t, 20))
+	sub.Close()
+	var cp uint64
+	eventually(t, "the group's quiet checkpoint", func() bool {
+		if cps := tc.groupRecordsOf(leader, "t", "g", acklog.KindCheckpoint); len(cps) > 0 {
+			cp = cps[len(cps)-1].Seq
+		}
+		return cp > 0
+	})
+	n := tc.nodes[leader]
+	p := n.topics["t"].partitions[0]
+	eventually(t, "the floor passes the checkpoint", func() bool {
+		return groupOf(n, "g", "t").floors[0].Load() == p.commitSeq.Load()+1
+	})
+	if floor := groupOf(n, "g", "t").floors[0].Load(); floor <= cp {
+		t.Fatalf("floor %d with the checkpoint at %d", floor, cp)
+	}
+}
