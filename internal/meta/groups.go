@@ -149,6 +149,10 @@ func (s *State) GroupKey(name string) string { return GroupKeyOf(name, s.GroupIn
 // incarnations), name@incarnation after, as TopicKey.
 func GroupKeyOf(name string, incarnation uint64) string { return TopicKey(name, incarnation) }
 
+// DeletedGroup reports whether key names a group incarnation the state
+// says is deleted (as DeletedKey for topics).
+func (s *State) DeletedGroup(key string) bool { return DeletedGroupKey(key, s.GroupsDeleted) }
+
 // DeletedGroupKey reports whether key names a group incarnation that
 // deleted (name → the last incarnation deleted) says is deleted.
 func DeletedGroupKey(key string, deleted map[string]uint64) bool {

@@ -36,8 +36,7 @@ func (n *Node) openCluster() error {
 	// says deleted, so it goes before anything starts.
 	c.ReadGroups(func(st *meta.State) {
 		n.removeDeletedData(st.DeletedKey)
-		n.removeGroupDirs(func(key string) bool { return meta.DeletedGroupKey(key, st.GroupsDeleted) }, st.GroupKey)
-		n.publishGroupsGone(st)
+		n.finishGroupDeletes(st)
 	})
 	return c.Start()
 }

@@ -23,11 +23,9 @@ func (g *groupRunner) dispatch(now int64) {
 		if start := p.startSeq.Load(); start > g.cursors[i].AckFloor() {
 			g.cursors[i].Truncated(start)
 		}
+		g.skipNonMessagesAtFloor(i)
 	}
 	g.refreshAssignment(now)
-	for pi := range g.cursors {
-		g.skipNonMessagesAtFloor(pi)
-	}
 	g.leasedNow = g.leasedNow[:0]
 	for i, c := range g.cursors {
 		g.leasedNow = append(g.leasedNow, c != nil && g.ledger.leased(i))
@@ -96,9 +94,6 @@ func (g *groupRunner) dispatch(now int64) {
 // never recorded (as dispatch does when a subscription reads them).
 func (g *groupRunner) skipNonMessagesAtFloor(pi int) {
 	c := g.cursors[pi]
-	if c == nil {
-		return
-	}
 	commit := g.topic.partitions[pi].commitSeq.Load()
 	for c.Untouched() && c.AckFloor() <= commit {
 		e, err := g.fetch(pi, c.AckFloor())

@@ -57,6 +57,14 @@ func (n *Node) GroupIncarnation(name string) (inc uint64) {
 	return inc
 }
 
+// finishGroupDeletes, at start, removes what group deletes left behind
+// (a node stopped before it removed a deleted incarnation's directories)
+// and hands the partitions the deleted incarnations, before any starts.
+func (n *Node) finishGroupDeletes(st *meta.State) {
+	n.removeGroupDirs(st.DeletedGroup, st.GroupKey)
+	n.publishGroupsGone(st)
+}
+
 // publishGroupsGone hands the partitions the deleted incarnations of st;
 // the caller holds what guards st.
 func (n *Node) publishGroupsGone(st *meta.State) {

@@ -307,8 +307,7 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 	n.removeDeletedData(groups.DeletedKey)
-	n.removeGroupDirs(func(key string) bool { return meta.DeletedGroupKey(key, groups.GroupsDeleted) }, groups.GroupKey)
-	n.publishGroupsGone(groups)
+	n.finishGroupDeletes(groups)
 	if err := n.openMembership(); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("node: group state: %w", err)
