@@ -184,6 +184,20 @@ func (c *Client) DeleteGroup(ctx context.Context, name string) error {
 	return nil
 }
 
+// DeleteGroupForce is DeleteGroup that also deletes a group the
+// coordinator does not know: one consumed only by consumers without
+// ConsumerOptions.Member, which no member ever joined. Its acks on every
+// partition are dropped as DeleteGroup drops a member group's, and a
+// consumer still attached to it fails with ErrNotFound. The coordinator
+// cannot tell such a group from a mistyped name: a name never used is
+// "deleted" too (its next use starts afresh, as it would have anyway).
+func (c *Client) DeleteGroupForce(ctx context.Context, name string) error {
+	if _, err := c.coordinatorRequest(ctx, &wire.GroupDeleteForce{Group: name}); err != nil {
+		return fmt.Errorf("nereus: delete group %s: %w", name, err)
+	}
+	return nil
+}
+
 // coordinatorRequest sends f to the metadata leader (the groups'
 // coordinator), which alone decides metadata deletions, and returns its
 // reply.

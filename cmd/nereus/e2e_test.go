@@ -557,4 +557,52 @@ func TestCLIGroupMembers(t *testing.T) {
 	if err != nil || strings.Count(again, "\n") != 3 {
 		t.Fatalf("sub of the group used again: %v\n%s", err, again)
 	}
+	// A group consumed only by SDK consumers without a Member is not the
+	// coordinator's: a delete names the flag that deletes it, and --force
+	// resets it.
+	consume := func(want int) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := client.Dial(ctx, client.Options{Servers: []string{addr}, Token: "grp-secret"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		co, err := c.Subscribe(ctx, "jobs", "batch", client.ConsumerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer co.Close()
+		got := 0
+		for got < want {
+			wait, cancel := context.WithTimeout(ctx, time.Second)
+			m, err := co.Next(wait)
+			cancel()
+			if err != nil {
+				break
+			}
+			if err := m.AckSync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got++
+		}
+		return got
+	}
+	if got := consume(3); got != 3 {
+		t.Fatalf("a consumer without a member got %d messages, want 3", got)
+	}
+	if got := consume(1); got != 0 {
+		t.Fatalf("the group without members delivered %d again before its delete", got)
+	}
+	_, err = run("group", "delete", "batch")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || !strings.Contains(string(exit.Stderr), "nereus group delete --force batch") {
+		t.Fatalf("delete without --force of a group without members: %v, want a hint to --force", err)
+	}
+	if out, err := run("group", "delete", "--force", "batch"); err != nil || !strings.Contains(out, "deleted group batch") {
+		t.Fatalf("delete --force: %v %s", err, out)
+	}
+	if got := consume(3); got != 3 {
+		t.Fatalf("the group without members got %d messages after its delete, want all 3 again", got)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -107,7 +108,8 @@ func newGroupDescribeCmd() *cobra.Command {
 }
 
 func newGroupDeleteCmd() *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "delete GROUP",
 		Short: "Delete a group that has no members, and its acks: the name starts afresh",
 		Args:  cobra.ExactArgs(1),
@@ -119,13 +121,22 @@ func newGroupDeleteCmd() *cobra.Command {
 			defer c.Close()
 			ctx, cancel := withTimeout(cmd.Context(), opts.RequestTimeout)
 			defer cancel()
-			if err := c.DeleteGroup(ctx, args[0]); err != nil {
+			del := c.DeleteGroup
+			if force {
+				del = c.DeleteGroupForce
+			}
+			if err := del(ctx, args[0]); err != nil {
+				if !force && errors.Is(err, client.ErrNotFound) {
+					return fmt.Errorf("%w\n(a group consumed only without --member is deleted with: nereus group delete --force %s)", err, args[0])
+				}
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "deleted group %s\n", args[0])
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "also delete a group the coordinator does not know: one consumed only by consumers without --member (no typo check: any name is accepted)")
+	return cmd
 }
 
 func heldList(hs []client.HeldPartition) string {

@@ -103,9 +103,6 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 					return err
 				}
 				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, PubBatch: pubBatch}
-				if groupDels > 0 && !members {
-					return errors.New("--group-deletes needs --members")
-				}
 				if retention {
 					o.Retention = sim.RetentionPreset
 				}
@@ -196,7 +193,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&members, "members", false, "with --nodes: the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked)")
 	fl.BoolVar(&pubBatch, "pub-batch", false, "the producers publish in PUB_BATCH frames (protocol v2), a retry of one message as a PUB (a single node, or with --nodes)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
-	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes --members: also delete the members' group this many times under the faults, the members coming back as its next incarnation (GroupIncarnationStartsEmpty)")
+	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved)")
 	fl.BoolVar(&retention, "retention", false, "with --nodes: the workload's topic keeps 4 KiB (1 KiB segments): retention compacts it all the time, past producers' records (dedup carries) and lagging replicas (rebuilds)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")

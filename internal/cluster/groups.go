@@ -55,15 +55,14 @@ func (c *Cluster) ReadGroups(f func(*meta.State)) {
 	f(c.state)
 }
 
-// DecideGroup decides a group command (or a delete, when del names the
-// group) against a metadata state.
-func DecideGroup(cmd group.Command, del string) func(*meta.State) (meta.Command, error) {
-	return func(st *meta.State) (meta.Command, error) {
-		if del != "" {
-			return st.DecideGroupDelete(del)
-		}
-		return st.DecideGroup(cmd)
-	}
+// DecideGroup decides a group command against a metadata state.
+func DecideGroup(cmd group.Command) func(*meta.State) (meta.Command, error) {
+	return func(st *meta.State) (meta.Command, error) { return st.DecideGroup(cmd) }
+}
+
+// DecideGroupDelete decides the delete of group name (meta.State.DecideGroupDelete).
+func DecideGroupDelete(name string, force bool) func(*meta.State) (meta.Command, error) {
+	return func(st *meta.State) (meta.Command, error) { return st.DecideGroupDelete(name, force) }
 }
 
 // ProposeMeta decides a command against the applied metadata — a group

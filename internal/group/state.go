@@ -113,6 +113,10 @@ type Mutations struct {
 	NonSticky bool
 	// StaleAckAccepted: CheckAck accepts acks at any epoch.
 	StaleAckAccepted bool
+	// DeleteIgnoresIncarnation: the metadata applies a group delete to
+	// the group's current incarnation, whichever it was decided against
+	// (meta: GroupDeleteNamesItsIncarnation).
+	DeleteIgnoresIncarnation bool
 }
 
 // NewState returns an empty group.

@@ -68,17 +68,20 @@ func (s *State) DecideGroup(c group.Command) (Command, error) {
 	return Command{}, wire.Errorf(wire.CodeInvalidArgument, "unknown group operation %q", c.Op)
 }
 
-// DecideGroupDelete returns the entry deleting a group, refused while the
-// group has members.
-func (s *State) DecideGroupDelete(name string) (Command, error) {
+// DecideGroupDelete returns the entry deleting group name's current
+// incarnation, refused while the group has members. A name the metadata
+// does not know — a group consumed only by consumers without a
+// membership, which exists as its records in the partitions — is
+// deleted only with force: the coordinator cannot tell it from a typo.
+func (s *State) DecideGroupDelete(name string, force bool) (Command, error) {
 	g := s.Groups[name]
-	if g == nil {
-		return Command{}, wire.Errorf(wire.CodeNotFound, "group %s does not exist", name)
+	if g == nil && !force {
+		return Command{}, wire.Errorf(wire.CodeNotFound, "group %s is not known to the coordinator (no member ever joined it); a group consumed only without membership is deleted with force", name)
 	}
-	if len(g.Members) > 0 {
+	if g != nil && len(g.Members) > 0 {
 		return Command{}, wire.Errorf(wire.CodeInvalidArgument, "group %s has %d member(s); they must leave first", name, len(g.Members))
 	}
-	return Command{Op: OpGroupDelete, Group: &group.Command{Group: name}}, nil
+	return Command{Op: OpGroupDelete, Group: &group.Command{Group: name}, Incarnation: s.GroupIncarnation(name)}, nil
 }
 
 func timeout(what string, ms, def int64) (int64, error) {
@@ -94,16 +97,21 @@ func timeout(what string, ms, def int64) (int64, error) {
 // applyGroup applies a committed group entry. Entries decided against an
 // older state may no longer fit (a group deleted in between, a mode
 // changed): they change nothing.
-func (s *State) applyGroup(seq uint64, op string, c group.Command) (Change, error) {
+func (s *State) applyGroup(seq uint64, op string, c group.Command, incarnation uint64) (Change, error) {
 	if err := wire.ValidateName("group", c.Group); err != nil {
 		return Change{}, fmt.Errorf("meta: entry %d: %w", seq, err)
 	}
 	g := s.Groups[c.Group]
 	if op == OpGroupDelete {
-		if g == nil || len(g.Members) > 0 {
-			return Change{}, nil
-		}
 		inc := s.GroupIncarnation(c.Group)
+		switch {
+		case g != nil && len(g.Members) > 0:
+			return Change{}, nil // joined since it was decided
+		case incarnation != 0 && incarnation != inc && !s.GroupMutations.DeleteIgnoresIncarnation:
+			return Change{}, nil // decided against an incarnation deleted since (GroupDeleteNamesItsIncarnation)
+		case g == nil && incarnation == 0:
+			return Change{}, nil // an entry of before forced deletes deletes only a group the metadata knows
+		}
 		delete(s.Groups, c.Group)
 		if s.GroupsDeleted == nil {
 			s.GroupsDeleted = map[string]uint64{}

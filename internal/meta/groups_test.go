@@ -74,7 +74,7 @@ func TestGroupsThroughTheMetadataLog(t *testing.T) {
 		t.Fatal("a retried JOIN was applied again")
 	}
 	n.group(group.Command{Op: group.OpJoin, Group: "billing", Member: "b", Topics: []string{"orders"}, JoinID: 2})
-	if _, err := n.leader().DecideGroupDelete("billing"); err == nil {
+	if _, err := n.leader().DecideGroupDelete("billing", false); err == nil {
 		t.Fatal("a group with members was deleted")
 	}
 	n.same()
@@ -89,7 +89,7 @@ func TestGroupsThroughTheMetadataLog(t *testing.T) {
 	n.group(group.Command{Op: group.OpLeave, Group: "billing", Member: "a"})
 	n.group(group.Command{Op: group.OpLeave, Group: "billing", Member: "b"})
 	n.same()
-	del, err := n.leader().DecideGroupDelete("billing")
+	del, err := n.leader().DecideGroupDelete("billing", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestGroupDeleteNumbersIncarnations(t *testing.T) {
 	}
 	join("a", 1)
 	n.group(group.Command{Op: group.OpLeave, Group: "g", Member: "a"})
-	del, err := n.leader().DecideGroupDelete("g")
+	del, err := n.leader().DecideGroupDelete("g", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestGroupDeleteNumbersIncarnations(t *testing.T) {
 	// Decided while g@2 is empty, committed after a JOIN: refused at apply.
 	join("b", 2)
 	n.group(group.Command{Op: group.OpLeave, Group: "g", Member: "b"})
-	late, err := n.leader().DecideGroupDelete("g")
+	late, err := n.leader().DecideGroupDelete("g", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +200,54 @@ func TestGroupDeleteNumbersIncarnations(t *testing.T) {
 	}
 	if c := n.leader().Clone(); c.GroupKey("g") != "g@2" {
 		t.Fatal("Clone lost the deleted incarnations")
+	}
+	n.same()
+}
+
+// A group the metadata does not know — consumed only without membership —
+// is deleted only with force; a forced delete names the incarnation it was
+// decided against, so a second one decided at the same time (a retried
+// request) deletes nothing more (GroupDeleteNamesItsIncarnation); an entry
+// written before forced deletes (no incarnation) deletes only a group the
+// metadata knows.
+func TestGroupDeleteForce(t *testing.T) {
+	n := &nodes{t: t, all: []*State{New(), New()}}
+	_, err := n.leader().DecideGroupDelete("w", false)
+	wantCode(t, "delete of an unknown group without force", err, wire.CodeNotFound)
+	first, err := n.leader().DecideGroupDelete("w", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := n.leader().DecideGroupDelete("w", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Incarnation != 1 || again.Incarnation != 1 {
+		t.Fatalf("forced deletes decided against incarnations %d and %d, want 1", first.Incarnation, again.Incarnation)
+	}
+	n.commit(first)
+	n.commit(again)
+	if k, inc := n.leader().GroupKey("w"), n.leader().GroupsDeleted["w"]; k != "w@2" || inc != 1 {
+		t.Fatalf("after two forced deletes decided together: key %q, last deleted %d; want w@2, 1", k, inc)
+	}
+	n.same()
+	// An entry of before forced deletes: no incarnation, unknown group.
+	n.commit(Command{Op: OpGroupDelete, Group: &group.Command{Group: "v"}})
+	if _, ok := n.leader().GroupsDeleted["v"]; ok {
+		t.Fatal("an entry without incarnation deleted a group the metadata never knew")
+	}
+	// Members: refused with force as without.
+	n.group(group.Command{Op: group.OpJoin, Group: "w", Member: "a", Topics: []string{"orders"}, JoinID: 1})
+	_, err = n.leader().DecideGroupDelete("w", true)
+	wantCode(t, "forced delete of a group with members", err, wire.CodeInvalidArgument)
+	n.group(group.Command{Op: group.OpLeave, Group: "w", Member: "a"})
+	del, err := n.leader().DecideGroupDelete("w", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.commit(del)
+	if k := n.leader().GroupKey("w"); k != "w@3" || n.leader().Groups["w"] != nil {
+		t.Fatalf("forced delete of a known group: key %q, group %+v", k, n.leader().Groups["w"])
 	}
 	n.same()
 }

@@ -43,8 +43,10 @@ type Command struct {
 	// Group.Group.
 	Group *group.Command `json:"group,omitempty"`
 	// Incarnation is, for OpTopicDelete, the incarnation of Topic.Name the
-	// delete was decided against (TopicDeleteNamesItsIncarnation). A
-	// declare's incarnation is not carried: Apply numbers it.
+	// delete was decided against (TopicDeleteNamesItsIncarnation), and for
+	// OpGroupDelete the group's (GroupDeleteNamesItsIncarnation; 0 in
+	// entries of before forced deletes). A declare's incarnation is not
+	// carried: Apply numbers it.
 	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
@@ -197,7 +199,7 @@ func (s *State) Apply(seq uint64, data []byte) (Change, error) {
 		if cmd.Group == nil {
 			return Change{}, fmt.Errorf("meta: entry %d: %s without a group command", seq, cmd.Op)
 		}
-		return s.applyGroup(seq, cmd.Op, *cmd.Group)
+		return s.applyGroup(seq, cmd.Op, *cmd.Group, cmd.Incarnation)
 	default:
 		return Change{}, fmt.Errorf("meta: entry %d: unknown op %q", seq, cmd.Op)
 	}

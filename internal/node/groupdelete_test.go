@@ -9,7 +9,6 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/cluster"
-	"github.com/nereus-broker/nereus/internal/group"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -74,7 +73,7 @@ func (h *memberHarness) leaveAndDelete(sub *Subscription, member string) {
 		h.t.Fatal(err)
 	}
 	var delErr error
-	h.n.DeleteGroup("g", func(err error) { delErr = err })
+	h.n.DeleteGroup("g", false, func(err error) { delErr = err })
 	if delErr != nil {
 		h.t.Fatalf("delete: %v", delErr)
 	}
@@ -151,7 +150,7 @@ func TestGroupDeleteStartsItsNameAfresh(t *testing.T) {
 	// consumer is ended), leaves, and a delete with a member is refused.
 	subB, _ := h.memberSub("b", 3)
 	var delErr error
-	h.n.DeleteGroup("g", func(err error) { delErr = err })
+	h.n.DeleteGroup("g", false, func(err error) { delErr = err })
 	if !errors.Is(delErr, wire.ErrInvalidArgument) {
 		t.Fatalf("delete of a group with a member: %v", delErr)
 	}
@@ -168,7 +167,7 @@ func TestGroupDeleteStartsItsNameAfresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.n.DeleteGroup("g", func(err error) { delErr = err })
+	h.n.DeleteGroup("g", false, func(err error) { delErr = err })
 	if delErr != nil {
 		t.Fatalf("delete: %v", delErr)
 	}
@@ -176,6 +175,52 @@ func TestGroupDeleteStartsItsNameAfresh(t *testing.T) {
 		if s := []*sink{s5, s6}[i]; !sub.Ended() || !errors.Is(s.ended, wire.ErrNotFound) {
 			t.Fatalf("competing consumer %d of the deleted group: ended %v, %v", i+1, sub.Ended(), s.ended)
 		}
+	}
+}
+
+// A group consumed only without membership is not in the metadata: a
+// delete answers NOT_FOUND and changes nothing; with force it deletes the
+// group's progress as a member group's delete does — its consumer is
+// ended, its files go, and the name starts afresh, also after a restart.
+func TestGroupDeleteForceForgetsAGroupWithoutMembers(t *testing.T) {
+	h := singleTopicWith(t, 5)
+	sub, s := h.competing()
+	if s.count() != 5 {
+		t.Fatalf("first incarnation got %d messages, want 5", s.count())
+	}
+	ackAllManual(h, s.all()[:4])
+	var delErr error
+	h.n.DeleteGroup("g", false, func(err error) { delErr = err })
+	if !errors.Is(delErr, wire.ErrNotFound) || sub.Ended() || len(filesUnder(h.fs, "/data/groups/g")) == 0 {
+		t.Fatalf("delete without force of a group without members: %v, consumer ended %v, files %v", delErr, sub.Ended(), filesUnder(h.fs, "/data/groups"))
+	}
+	h.n.DeleteGroup("g", true, func(err error) { delErr = err })
+	if delErr != nil {
+		t.Fatalf("forced delete: %v", delErr)
+	}
+	if !sub.Ended() || !errors.Is(s.ended, wire.ErrNotFound) {
+		t.Fatalf("the deleted group's consumer: ended %v, %v", sub.Ended(), s.ended)
+	}
+	if files := filesUnder(h.fs, "/data/groups/g"); len(files) > 0 {
+		t.Fatalf("the deleted incarnation's files are left: %v", files)
+	}
+	sub2, s2 := h.competing()
+	if s2.count() != 5 {
+		t.Fatalf("the group's next incarnation got %d messages, want all 5", s2.count())
+	}
+	for _, m := range s2.all() {
+		if m.DeliveryCount != 1 {
+			t.Fatalf("seq %d delivered with count %d in a new incarnation", m.Seq, m.DeliveryCount)
+		}
+	}
+	ackAllManual(h, s2.all()[:1])
+	sub2.Close()
+	h.n.Step()
+	h.n.Close()
+	h.open()
+	_, s3 := h.competing()
+	if seqs := seqsOf(s3.all()); !slices.Equal(seqs, seqsOf(s2.all()[1:])) {
+		t.Fatalf("after a restart the next incarnation delivered %v, want %v", seqs, seqsOf(s2.all()[1:]))
 	}
 }
 
@@ -259,7 +304,7 @@ func (tc *testCluster) leaveAndDeleteAt(sub *Subscription, member string, inc ui
 	if err := <-ch; err != nil {
 		t.Fatalf("leave: %v", err)
 	}
-	coord.DeleteGroup("g", func(err error) { ch <- err })
+	coord.DeleteGroup("g", false, func(err error) { ch <- err })
 	if err := <-ch; err != nil {
 		t.Fatalf("delete: %v", err)
 	}
@@ -305,22 +350,7 @@ func TestClusterGroupDeleteStartsItsNameAfresh(t *testing.T) {
 	if codes, _ := ackOn(t, tc.nodes[leader], "t", "g", wire.AckEntry{Partition: 0, Seq: old.Seq, DeliveryID: old.DeliveryID}); len(codes) != 1 || codes[0] == wire.CodeOK {
 		t.Fatalf("the deleted incarnation's delivery %d of seq %d acked the new incarnation's: %v", old.DeliveryID, old.Seq, codes)
 	}
-	ackAll(t, tc.nodes[leader], got[:5])
-	// (ACK_OK follows the record's commit; this node's reads see it once
-	// its partition loop applied it.)
-	eventually(t, "the second incarnation's ack record of its own key", func() bool {
-		return len(tc.groupRecordsOf(leader, "t", "g@2", acklog.KindAck)) > 0
-	})
-	subB.Close()
-	// A new leader rebuilds the second incarnation: the 15 it did not ack.
-	tc.stop(leader)
-	next := tc.leaderOf("t", 0)
-	_, sc := tc.subscribeMember(next, "b", incB)
-	sc.waitFor(t, 15)
-	time.Sleep(100 * time.Millisecond) // room for a wrong redelivery to show
-	if got := seqsOf(sc.all()); !slices.Equal(got, seqsOfInts(seqs[5:])) {
-		t.Fatalf("after a failover the second incarnation delivered %v, want %v", got, seqs[5:])
-	}
+	tc.secondIncarnationFailsOver(leader, subB, got, seqs, "b", incB)
 	// The old leader comes back with the deleted incarnation's files put
 	// back on disk (as if it stopped before removing them): its start
 	// removes them.
@@ -328,6 +358,70 @@ func TestClusterGroupDeleteStartsItsNameAfresh(t *testing.T) {
 	tc.start(leader)
 	if files := filesUnder(tc.fs, "/"+leader+"/groups/g"); len(files) > 0 {
 		t.Fatalf("%s did not remove the deleted incarnation's files at start: %v", leader, files)
+	}
+}
+
+// A forced delete in a cluster of a group consumed without membership:
+// the coordinator never heard of the group, yet every node carries the
+// delete out — the consumer at the leader is ended, every node removes
+// the group's files — and the name's next incarnation gets every message
+// again, also from a new leader after a failover.
+func TestClusterGroupDeleteForce(t *testing.T) {
+	tc := carryTopic(t, 0)
+	leader := tc.leaderOf("t", 0)
+	seqs := tc.publishN(20)
+	subA, sa := tc.subscribeMember(leader, "", 0)
+	ackAll(t, tc.nodes[leader], sa.waitFor(t, 20)[:10])
+	eventually(t, "the group's ack record", func() bool { return len(tc.groupRecordsOf(leader, "t", "g", acklog.KindAck)) > 0 })
+	_, coord := tc.coordinatorOf()
+	ch := make(chan error, 1)
+	coord.DeleteGroup("g", false, func(err error) { ch <- err })
+	if err := <-ch; !errors.Is(err, wire.ErrNotFound) {
+		t.Fatalf("delete without force of a group without members: %v, want NOT_FOUND", err)
+	}
+	coord.DeleteGroup("g", true, func(err error) { ch <- err })
+	if err := <-ch; err != nil {
+		t.Fatalf("forced delete: %v", err)
+	}
+	for id, n := range tc.nodes {
+		eventually(t, id+" applies the delete and removes the group's files", func() bool {
+			return n.groupKey("g") == "g@2" && len(filesUnder(tc.fs, "/"+id+"/groups/g")) == 0
+		})
+	}
+	eventually(t, "the deleted group's consumer is ended", subA.Ended)
+	if !errors.Is(sa.ended, wire.ErrNotFound) {
+		t.Fatalf("the deleted group's consumer ended with %v, want NOT_FOUND", sa.ended)
+	}
+	subB, sb := tc.subscribeMember(leader, "", 0)
+	got := sb.waitFor(t, 20)
+	if !slices.Equal(seqsOf(got), seqsOfInts(seqs)) {
+		t.Fatalf("the next incarnation got %v, want every message %v", seqsOf(got), seqs)
+	}
+	tc.secondIncarnationFailsOver(leader, subB, got, seqs, "", 0)
+}
+
+// secondIncarnationFailsOver acks the first 5 of got (the 20 messages
+// seqs, delivered to group g@2 by leader on sub), stops leader, and
+// checks that the partition's new leader rebuilds g@2 from its own
+// records: member (incarnation inc; "" for none) is delivered the 15 it
+// did not ack, and nothing else.
+func (tc *testCluster) secondIncarnationFailsOver(leader string, sub *Subscription, got []*wire.Msg, seqs []uint64, member string, inc uint64) {
+	t := tc.t
+	t.Helper()
+	ackAll(t, tc.nodes[leader], got[:5])
+	// (ACK_OK follows the record's commit; this node's reads see it once
+	// its partition loop applied it.)
+	eventually(t, "the second incarnation's ack record of its own key", func() bool {
+		return len(tc.groupRecordsOf(leader, "t", "g@2", acklog.KindAck)) > 0
+	})
+	sub.Close()
+	tc.stop(leader)
+	next := tc.leaderOf("t", 0)
+	_, sc := tc.subscribeMember(next, member, inc)
+	sc.waitFor(t, 15)
+	time.Sleep(100 * time.Millisecond) // room for a wrong redelivery to show
+	if got := seqsOf(sc.all()); !slices.Equal(got, seqsOfInts(seqs[5:])) {
+		t.Fatalf("after a failover the second incarnation delivered %v, want %v", got, seqs[5:])
 	}
 }
 
@@ -398,7 +492,7 @@ func TestGroupDeleteAppliedNotCarriedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Only the metadata: what DeleteGroup does before groupDeleted.
-	if err := h.n.members.proposeLocal(cluster.DecideGroup(group.Command{}, "g")); err != nil {
+	if err := h.n.members.proposeLocal(cluster.DecideGroupDelete("g", false)); err != nil {
 		t.Fatal(err)
 	}
 	_, s2 := h.memberSub("b", 2)

@@ -189,8 +189,12 @@ func (m *membership) read(f func(*meta.State)) {
 
 // propose decides and applies (single node) or proposes (cluster) a group
 // command; done gets the outcome once it is applied here.
-func (m *membership) propose(c group.Command, del string, done func(error)) {
-	decide := cluster.DecideGroup(c, del)
+func (m *membership) propose(c group.Command, done func(error)) {
+	m.proposeDecided(cluster.DecideGroup(c), done)
+}
+
+// proposeDecided is propose of a command decide makes.
+func (m *membership) proposeDecided(decide func(*meta.State) (meta.Command, error), done func(error)) {
 	if m.n.cluster != nil {
 		m.n.cluster.ProposeMeta(decide, done)
 		return
@@ -280,7 +284,7 @@ func (m *membership) tick() bool {
 	}
 	for _, c := range eff.Propose {
 		m.n.log.Info("fencing group member", "group", c.Group, "member", c.Member, "incarnation", c.Incarnation)
-		m.propose(c, "", func(err error) {
+		m.propose(c, func(err error) {
 			if err != nil {
 				m.n.log.Warn("fencing group member failed; will retry", "group", c.Group, "member", c.Member, "err", err)
 			}
@@ -345,7 +349,7 @@ func (n *Node) JoinGroup(f *wire.Join, sink NoticeSink, done func(*wire.JoinOK, 
 	}
 	c := group.Command{Op: group.OpJoin, Group: f.Group, Member: f.Member, Topics: f.Topics, Mode: group.Mode(f.Mode),
 		SessionTimeoutMs: int64(f.SessionTimeoutMs), RebalanceTimeoutMs: int64(f.RebalanceTimeoutMs), JoinID: f.JoinID}
-	m.propose(c, "", func(err error) {
+	m.propose(c, func(err error) {
 		if err != nil {
 			done(nil, err)
 			return
@@ -418,7 +422,7 @@ func (n *Node) GroupRequest(f wire.Frame, done func(epoch uint64, err error)) {
 		return
 	}
 	c.Group, c.Member, c.Incarnation = ref.Group, ref.Member, inc
-	m.propose(c, "", func(err error) {
+	m.propose(c, func(err error) {
 		if err != nil {
 			done(0, err)
 			return
@@ -440,7 +444,9 @@ func (n *Node) DropNotices(ref wire.MemberRef) {
 }
 
 // DeleteGroup removes a group without members; done is called once.
-func (n *Node) DeleteGroup(name string, done func(error)) {
+// force also deletes a name the metadata does not know: a group consumed
+// only without membership (meta.State.DecideGroupDelete).
+func (n *Node) DeleteGroup(name string, force bool, done func(error)) {
 	if err := wire.ValidateName("group", name); err != nil {
 		done(err)
 		return
@@ -450,11 +456,12 @@ func (n *Node) DeleteGroup(name string, done func(error)) {
 		done(n.cluster.NotCoordinator())
 		return
 	}
+	decide := cluster.DecideGroupDelete(name, force)
 	if n.cluster != nil {
-		m.propose(group.Command{}, name, done) // carried out as it applies (groupDeleted)
+		m.proposeDecided(decide, done) // carried out as it applies (groupDeleted)
 		return
 	}
-	m.propose(group.Command{}, name, func(err error) {
+	m.proposeDecided(decide, func(err error) {
 		if err == nil {
 			var inc uint64
 			m.read(func(st *meta.State) { inc = st.GroupsDeleted[name] })

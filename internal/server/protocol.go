@@ -243,13 +243,9 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *readBuf) bool {
 		}
 		p.send(corr, &wire.GroupListOK{Groups: infos})
 	case *wire.GroupDelete:
-		n.DeleteGroup(f.Group, func(err error) {
-			if err != nil {
-				p.sendErr(corr, err)
-				return
-			}
-			p.send(corr, &wire.GroupOK{})
-		})
+		p.deleteGroup(corr, f.Group, false)
+	case *wire.GroupDeleteForce:
+		p.deleteGroup(corr, f.Group, true)
 	case *wire.Leave, *wire.Heartbeat, *wire.ControlAck:
 		n.GroupRequest(f, func(epoch uint64, err error) {
 			if err != nil {
@@ -403,7 +399,7 @@ func (p *Protocol) authorize(f wire.Frame) error {
 		if !p.perms.canConsume(f.Topic) {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not consume %q", f.Topic)
 		}
-	case *wire.GroupDelete:
+	case *wire.GroupDelete, *wire.GroupDeleteForce:
 		if !p.perms.canDeclare() {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not delete groups")
 		}
@@ -427,6 +423,17 @@ func (p *Protocol) authorize(f wire.Frame) error {
 		}
 	}
 	return nil
+}
+
+// deleteGroup answers GROUP_DELETE (force: GROUP_DELETE_FORCE).
+func (p *Protocol) deleteGroup(corr uint64, name string, force bool) {
+	p.srv.node.DeleteGroup(name, force, func(err error) {
+		if err != nil {
+			p.sendErr(corr, err)
+			return
+		}
+		p.send(corr, &wire.GroupOK{})
+	})
 }
 
 // join joins the connection's member to its group; the member's NOTICEs

@@ -250,7 +250,10 @@ func TestTokenPermissions(t *testing.T) {
 	}
 	expect(r, 8, &wire.Leave{MemberRef: wire.MemberRef{Group: "m", Member: "a"}}, wire.TypeGroupOK, 0)
 	expect(r, 9, &wire.GroupDelete{Group: "m"}, wire.TypeErr, wire.CodeUnauthorized)
+	expect(r, 12, &wire.GroupDeleteForce{Group: "m"}, wire.TypeErr, wire.CodeUnauthorized)
 	expect(w, 5, &wire.GroupDelete{Group: "m"}, wire.TypeGroupOK, 0)
+	expect(w, 8, &wire.GroupDelete{Group: "never-joined"}, wire.TypeErr, wire.CodeNotFound)
+	expect(w, 9, &wire.GroupDeleteForce{Group: "never-joined"}, wire.TypeGroupOK, 0)
 	// Topic deletion needs an admin token too; DESCRIBE is a read.
 	expect(r, 10, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: "billing"}}, wire.TypeErr, wire.CodeUnauthorized)
 	expect(r, 11, &wire.Describe{Metadata: wire.Metadata{Topics: []string{"billing"}}}, wire.TypeDescribeOK, 0)

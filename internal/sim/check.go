@@ -49,6 +49,10 @@ const (
 	// RepairRestores: after a salvage repair of a damaged node no
 	// partition is corrupt, and its log reads back around the gaps.
 	RepairRestores = "RepairRestores"
+	// GroupDeleteNamesItsIncarnation: a group delete removes the
+	// incarnation it was decided against, never the next one (checked
+	// where only the deleter's forced deletes move a group's incarnation).
+	GroupDeleteNamesItsIncarnation = "GroupDeleteNamesItsIncarnation"
 )
 
 type position struct {

@@ -86,9 +86,10 @@ type ClusterOptions struct {
 	// and re-declares a topic of its own this many times, with
 	// DeletedNeverResurrected and DeletedDataRemoved checked (0: none).
 	TopicChurn int
-	// GroupDeletes deletes the members' group this many times, at random
-	// moments of the fault phase, the members coming back as its next
-	// incarnation (groupdelete.go; needs Members, not Shared; 0: none).
+	// GroupDeletes deletes the consumers' group this many times, at
+	// random moments of the fault phase, the consumers coming back as its
+	// next incarnation (groupdelete.go; with force when not Members; not
+	// with Shared; 0: none).
 	GroupDeletes int
 
 	// SchedOutageMsMax bounds a destination outage of the scheduled
@@ -177,6 +178,11 @@ var ClusterMutations = map[string]node.Mutations{
 	// incarnation (TestGroupDeletedAtNodeLevel: the group used again after
 	// a delete shares its records with the deleted one).
 	"group-key-ignores-incarnation": {GroupKeyIgnoresIncarnation: true},
+	// With --group-deletes and no --members: a forced group delete removes
+	// whatever incarnation is current when it applies, not the one it was
+	// decided against (GroupDeleteNamesItsIncarnation: the copies an
+	// episode asked delete the next incarnation too).
+	"group-delete-ignores-incarnation": {Group: group.Mutations{DeleteIgnoresIncarnation: true}},
 	// With --kv: a bucket's leader answers reads without its lease
 	// (KVLinearizable: an ex-leader's stale read).
 	"kv-read-without-lease": {KVReadWithoutLease: true},
@@ -401,8 +407,8 @@ func newClusterSim(o ClusterOptions) *sim {
 		s.churn = &churnClient{s: s, rounds: o.TopicChurn, at: 1}
 		s.w.after(s.w.between(0, 100), s.churn.connect)
 	}
-	if o.GroupDeletes > 0 && o.Members {
-		s.groupDel = newGroupDeleter(s, o.GroupDeletes)
+	if o.GroupDeletes > 0 && !o.Shared {
+		s.groupDel = newGroupDeleter(s, o.GroupDeletes, !o.Members)
 	}
 	s.w.after(tickMs, s.tick)
 	return s

@@ -73,7 +73,7 @@ func groupDeleted(seed uint64, m node.Mutations, retention bool) (Result, error)
 				if !b.up {
 					continue
 				}
-				b.node.DeleteGroup(simGroup, func(err error) {
+				b.node.DeleteGroup(simGroup, false, func(err error) {
 					if err != nil || deleted {
 						return
 					}
@@ -133,5 +133,33 @@ func TestClusterGroupDeletesCampaign(t *testing.T) {
 	o := ClusterOptions{Seed: 1, Faults: AllClusterFaults, Members: true, GroupDeletes: 2, Mutations: ClusterMutations["group-key-ignores-incarnation"]}
 	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != AckFloorNeverRedelivered {
 		t.Fatalf("group-key-ignores-incarnation, seed 1: %v, want %s", r.Violation, AckFloorNeverRedelivered)
+	}
+}
+
+// TestClusterForcedGroupDeletesCampaign: the group of consumers without
+// members (which the metadata never knew) deleted with force twice at
+// random moments of a run with every fault, the consumers coming back
+// once every node applied it; every invariant holds and the last
+// incarnation delivers and acks every acknowledged record. With
+// group-delete-ignores-incarnation the copies of a forced DELETE asked
+// while the first was in flight delete the next incarnation too: seed 9
+// breaks GroupDeleteNamesItsIncarnation.
+func TestClusterForcedGroupDeletesCampaign(t *testing.T) {
+	deletes := 0
+	for seed := uint64(1); seed <= 3; seed++ {
+		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, GroupDeletes: 2}
+		r := RunCluster(o)
+		if r.Violation != nil {
+			t.Fatalf("seed %d: %v\nreproduce: %s\ntrace tail:\n%s", seed, r.Violation, ClusterReproduce(o), strings.Join(r.Tail, "\n"))
+		}
+		deletes += r.GroupDeletes
+		t.Logf("seed %d: %d group deletes, %d faults", seed, r.GroupDeletes, r.Faults)
+	}
+	if deletes < 3 {
+		t.Fatalf("only %d group deletes in 3 seeds", deletes)
+	}
+	o := ClusterOptions{Seed: 9, Faults: AllClusterFaults, GroupDeletes: 2, Mutations: ClusterMutations["group-delete-ignores-incarnation"]}
+	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != GroupDeleteNamesItsIncarnation {
+		t.Fatalf("group-delete-ignores-incarnation, seed 9: %v, want %s", r.Violation, GroupDeleteNamesItsIncarnation)
 	}
 }

@@ -1,17 +1,29 @@
 package sim
 
-// Group deletes of a members run (ClusterOptions.GroupDeletes): at random
-// moments of the fault phase, once the group acked some records, every
-// member crashes and stays cut off from every node; once the coordinator fenced them the group is deleted —
-// DELETE asked at every node that is up every 50 ms, for up to 10 s of
-// virtual time — and the members come back, as members of the group's next
-// incarnation. The checker forgets the group's acks the moment any node
-// applied a delete (observeGroupDeletes: its incarnation moved on): from
-// then on the next incarnation must deliver and ack every acknowledged
-// record kept (Liveness), and AckFloorNeverRedelivered counts its acks
-// only (GroupIncarnationStartsEmpty). A delete asked late may still commit
-// after the members came back; the metadata refuses it while the group
-// has members, and the checker follows whatever it applied.
+// Group deletes (ClusterOptions.GroupDeletes): at random moments of the
+// fault phase, once the group acked some records, every consumer crashes
+// and stays cut off from every node; the group is deleted — DELETE asked
+// at every node that is up every 50 ms — and the consumers come back,
+// as consumers of the group's next incarnation. A members run deletes
+// once the coordinator fenced the members; a run without members deletes
+// with force (the metadata never knew the group), each forced DELETE
+// decided against the incarnation the coordinator applied
+// (GroupDeleteNamesItsIncarnation: the copies asked meanwhile delete
+// nothing more). The checker forgets the group's acks the moment any
+// node applied a delete (observeGroupDeletes: its incarnation moved on):
+// from then on the next incarnation must deliver and ack every
+// acknowledged record kept (Liveness), and AckFloorNeverRedelivered
+// counts its acks only (GroupIncarnationStartsEmpty).
+//
+// A members run gives up after 10 s of virtual time or at the heal; a
+// delete asked late may still commit after the members came back, and
+// the metadata refuses it while the group has members. Nothing refuses a
+// forced delete, so a run without members never gives up: it stops
+// asking once a node applied the delete, and its consumers stay away
+// (after the heal too) until every node applied it (everyNodeApplied),
+// so that no delete asked before commits, and no node serves the deleted
+// incarnation, once they are back and acking — acks the checker could
+// then not tell from the next incarnation's.
 
 const (
 	groupDeleteTryMs    = 50
@@ -22,9 +34,11 @@ const (
 
 type groupDeleter struct {
 	s        *sim
+	force    bool   // the consumers are no members: delete with force
 	left     int    // episodes still to start
 	inc      uint64 // the group's incarnation the checker follows
-	deleting bool   // the members are away, deletes asked
+	deleting bool   // the consumers are away, deletes asked
+	applied  bool   // force: a node applied the delete; the consumers wait for every node
 	untilMs  int64  // when the episode gives up
 	deletes  int    // incarnations the checker saw deleted
 	// ackedAt: the acks confirmed when the members last came back; an
@@ -36,8 +50,8 @@ type groupDeleter struct {
 // current incarnation, so that it has something to forget.
 const groupDeleteAcks = 10
 
-func newGroupDeleter(s *sim, episodes int) *groupDeleter {
-	d := &groupDeleter{s: s, left: episodes, inc: 1}
+func newGroupDeleter(s *sim, episodes int, force bool) *groupDeleter {
+	d := &groupDeleter{s: s, left: episodes, inc: 1, force: force}
 	s.w.after(s.w.between(groupDeleteGapMinMs, groupDeleteGapMaxMs), d.start)
 	return d
 }
@@ -66,26 +80,36 @@ func (d *groupDeleter) start() {
 // takes it once its members are fenced; the others refuse).
 func (d *groupDeleter) try() {
 	s := d.s
-	if !d.deleting {
+	if !d.deleting || d.applied {
 		return
 	}
-	if s.healed || s.w.nowMs > d.untilMs {
+	if !d.force && (s.healed || s.w.nowMs > d.untilMs) {
 		s.w.tracef("group delete: given up")
 		d.release()
 		return
 	}
 	for _, b := range s.nodes {
 		if b.up {
-			b.node.DeleteGroup(simGroup, func(error) {})
+			b.node.DeleteGroup(simGroup, d.force, func(error) {})
 		}
 	}
 	s.w.after(groupDeleteTryMs, d.try)
 }
 
+// healed, at the heal (which lets every client reach every node):
+// consumers waiting for a forced delete stay away until it is applied.
+func (d *groupDeleter) healed() {
+	if d.deleting && d.force {
+		for _, c := range d.s.consumers {
+			d.s.partitioned[c.name()] = true
+		}
+	}
+}
+
 // release brings the members back and plans the next episode.
 func (d *groupDeleter) release() {
 	s := d.s
-	d.deleting, d.ackedAt = false, s.acksConfirmed
+	d.deleting, d.applied, d.ackedAt = false, false, s.acksConfirmed
 	for _, c := range s.consumers {
 		delete(s.partitioned, c.name())
 	}
@@ -105,13 +129,41 @@ func (s *sim) observeGroupDeletes() {
 		}
 		if inc := b.node.GroupIncarnation(simGroup); inc > d.inc {
 			s.w.tracef("group delete: %s applied incarnation %d; the group's acks are forgotten", b.id, inc)
+			if d.force && (inc > d.inc+1 || !d.deleting || d.applied) {
+				// Every forced DELETE an episode asked named the
+				// incarnation it saw; the first applied ends the asking.
+				s.chk.violate(GroupDeleteNamesItsIncarnation, "%s moved group %s from incarnation %d to %d (deleting: %v, applied before: %v): a delete removed an incarnation it was not decided against",
+					b.id, simGroup, d.inc, inc, d.deleting, d.applied)
+			}
 			d.deletes += int(inc - d.inc)
 			d.inc = inc
 			clear(s.chk.groupDone)
 			clear(s.chk.doneAtID)
-			if d.deleting {
+			switch {
+			case d.deleting && d.force:
+				d.applied = true
+			case d.deleting:
 				d.release()
 			}
 		}
 	}
+	if d.applied && d.everyNodeApplied() {
+		s.w.tracef("group delete: every node applied incarnation %d; the consumers come back", d.inc)
+		d.release()
+	}
+}
+
+// everyNodeApplied reports whether every node is up and past the
+// incarnation the checker follows. A forced delete's consumers come back
+// only then: a node that has not applied the delete yet still serves the
+// deleted incarnation to a consumer that reaches it, and the acks it
+// confirms there are that incarnation's (the next redelivers those
+// records), which the checker could not tell from the next one's.
+func (d *groupDeleter) everyNodeApplied() bool {
+	for _, b := range d.s.nodes {
+		if !b.up || b.node.GroupIncarnation(simGroup) < d.inc {
+			return false
+		}
+	}
+	return true
 }

@@ -159,16 +159,19 @@ func (c *consumer) fenced() {
 	clear(m.releasing)
 }
 
-// crash is a member process dying: it restarts with nothing.
+// crash is a consumer process dying: it restarts with nothing (a member
+// joins again).
 func (c *consumer) crash() {
-	c.s.w.tracef("fault member crash %s", c.name())
-	c.s.memberEvents["crashes"]++
-	c.fenced()
-	if c.m.mc != nil && c.m.mc.open {
-		c.m.mc.breakConn("member crashed")
+	c.s.w.tracef("fault consumer crash %s", c.name())
+	if c.m != nil {
+		c.s.memberEvents["crashes"]++
+		c.fenced()
+		if c.m.mc != nil && c.m.mc.open {
+			c.m.mc.breakConn("member crashed")
+		}
 	}
 	for _, cn := range c.conns() {
-		cn.breakConn("member crashed")
+		cn.breakConn("consumer crashed")
 	}
 }
 

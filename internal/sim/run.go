@@ -370,6 +370,9 @@ func (s *sim) livenessPhase() {
 		s.net.heal()
 	}
 	clear(s.partitioned)
+	if s.groupDel != nil {
+		s.groupDel.healed()
+	}
 	for _, c := range s.consumers {
 		c.polite = true
 	}

@@ -65,6 +65,7 @@ func sampleFrames() []Frame {
 			{Partition: 0, Epoch: 1, StartSeq: 1, CommitSeq: 2, Leader: "n1", Replicas: []ReplicaInfo{{Node: "n1", State: "InSync", FlushedSeq: 2}}}}},
 			{Config: TopicConfig{Name: "b", Partitions: 0}, Partitions: []PartitionInfo{}, Incarnation: 1}}},
 		&GroupDelete{Group: "billing"},
+		&GroupDeleteForce{Group: "billing"},
 		&Schedule{Pub: Pub{Topic: "orders", Partition: -1, ProducerID: 7, ProducerSeq: 3, Key: []byte("k"), Value: []byte("v"), Headers: []Header{{Key: "h", Value: []byte("x")}}}, DeliverAtMs: 1767225600000},
 		&ScheduleOK{Shard: 2, ID: 41, DeliverAtMs: 1767225600000, Duplicate: true},
 		&SchedAdmin{Op: SchedLane, Topic: "orders", Shard: 1, ID: 9, LaneOp: LanePause, Limit: 100},

@@ -42,6 +42,8 @@ func newGroupFrame(t FrameType) Frame {
 		return &GroupListOK{}
 	case TypeGroupDelete:
 		return &GroupDelete{}
+	case TypeGroupDeleteForce:
+		return &GroupDeleteForce{}
 	}
 	if f := newSchedFrame(t); f != nil {
 		return f
@@ -235,10 +237,15 @@ const (
 	TypeGroupList   FrameType = 24 // describe one group, or all
 	TypeGroupListOK FrameType = 25
 	TypeGroupDelete FrameType = 26 // a group without members; answered GROUP_OK (on the coordinator)
+	// GROUP_DELETE_FORCE is GROUP_DELETE that also deletes a group the
+	// coordinator does not know: one consumed only without membership
+	// (GROUP_DELETE's layout cannot grow: the codec refuses trailing bytes).
+	TypeGroupDeleteForce FrameType = 76
 )
 
 func init() {
 	typeNames[TypeGroupList], typeNames[TypeGroupListOK], typeNames[TypeGroupDelete] = "GROUP_LIST", "GROUP_LIST_OK", "GROUP_DELETE"
+	typeNames[TypeGroupDeleteForce] = "GROUP_DELETE_FORCE"
 }
 
 // GroupList asks for the group named Group ("" = every group).
@@ -254,6 +261,14 @@ type GroupDelete struct{ Group string }
 func (*GroupDelete) Type() FrameType              { return TypeGroupDelete }
 func (f *GroupDelete) appendBody(b []byte) []byte { return appendStr(b, f.Group) }
 func (f *GroupDelete) decodeBody(d *decoder)      { f.Group = d.str() }
+
+// GroupDeleteForce removes a group that has no members, known to the
+// coordinator or not.
+type GroupDeleteForce struct{ Group string }
+
+func (*GroupDeleteForce) Type() FrameType              { return TypeGroupDeleteForce }
+func (f *GroupDeleteForce) appendBody(b []byte) []byte { return appendStr(b, f.Group) }
+func (f *GroupDeleteForce) decodeBody(d *decoder)      { f.Group = d.str() }
 
 // GroupMemberInfo is one member and what it holds.
 type GroupMemberInfo struct {
