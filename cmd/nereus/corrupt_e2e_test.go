@@ -248,3 +248,99 @@ func TestCorruptionAndRepairThroughTheCLI(t *testing.T) {
 		m.Ack()
 	}
 }
+
+// TestClusterMemberAloneRepairThroughTheCLI is the cluster runbook of
+// docs/OPERATIONS.md ("Corruption and repair") against three real
+// processes: a flipped byte in a one-replica partition's log no longer
+// keeps its node (which also holds a replica of a three-replica topic)
+// from starting; the damaged topic answers DATA_CORRUPT there; `nereus
+// repair --salvage` on the
+// stopped node's data directory repairs that log, and after a restart the
+// topic takes publishes and a consumer gets every surviving message.
+func TestClusterMemberAloneRepairThroughTheCLI(t *testing.T) {
+	rc := startRealCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := rc.dialWithTopic(ctx, client.TopicConfig{Name: "alone", Partitions: 1, Replicas: 1})
+	if _, err := c.DeclareTopic(ctx, client.TopicConfig{Name: "shared", Partitions: 1, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	prod, err := c.NewProducer(client.ProducerOptions{Topic: "alone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	for i := range n { // one at a time: each batch synced before the next
+		if _, err := prod.Publish(ctx, client.Message{Value: fmt.Appendf(nil, "v%03d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr, err := leaderOf(ctx, c, "alone", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	holder := rc.byAddr(addr)
+	rc.kill(holder)
+	data := filepath.Join(rc.dir, holder)
+	segment := filepath.Join(data, "topics", "alone", "0", "00000000000000000001.log")
+	raw, err := os.ReadFile(segment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(bytes.TrimRight(raw, "\x00"))/2] ^= 0x10
+	if err := os.WriteFile(segment, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.procs[holder].restart(); err != nil {
+		t.Fatalf("the node with a damaged one-replica partition did not start: %v", err)
+	}
+	single, err := client.Dial(ctx, client.Options{Servers: []string{rc.procs[holder].addr}, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := single.NewProducer(client.ProducerOptions{Topic: "alone", DeliveryTimeout: 5 * time.Second})
+	if err == nil {
+		_, err = p2.Publish(ctx, client.Message{Value: []byte("refused")})
+	}
+	if !errors.Is(err, client.ErrDataCorrupt) {
+		t.Fatalf("publish to the damaged topic: %v, want DATA_CORRUPT", err)
+	}
+	single.Close()
+	rc.kill(holder)
+
+	out, err := exec.CommandContext(ctx, nereusBinary(t), "repair", "--data", data, "--salvage", "--json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("repair: %v\n%s", err, out)
+	}
+	var r repairJSON
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil || r.Topic != "alone" || len(r.Damage) != 1 || r.DroppedSeqs == 0 {
+		t.Fatalf("repair --json: %v\n%s", err, out)
+	}
+	if err := rc.procs[holder].restart(); err != nil {
+		t.Fatal(err)
+	}
+	c = rc.dialWithTopic(ctx, client.TopicConfig{Name: "alone", Partitions: 1, Replicas: 1})
+	defer c.Close()
+	prod, err = c.NewProducer(client.ProducerOptions{Topic: "alone", DeliveryTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := prod.Publish(ctx, client.Message{Value: []byte("after")})
+	if err != nil || after.Seq < r.NextSeq {
+		t.Fatalf("publish after the repair: %+v, %v; want a seq from %d on", after, err, r.NextSeq)
+	}
+	cons, err := c.Subscribe(ctx, "alone", "verify", client.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	want := n + 1 - int(r.DroppedSeqs)
+	for got := 0; got < want; got++ {
+		m, err := cons.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d messages: %v", got, want, err)
+		}
+		m.Ack()
+	}
+}

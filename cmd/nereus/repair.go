@@ -29,7 +29,9 @@ func newRepairCmd() *cobra.Command {
 		Short: "Repair damaged logs of a stopped node's data directory",
 		Long: `Check every partition log (and every consumer group's ack ledger) of a stopped
 single node's data directory, ignoring the segment indexes, and repair what is
-damaged:
+damaged. In a cluster member's data directory only the partitions with one
+replica are repaired (the others rebuild from a healthy replica by themselves),
+with --salvage only, their damaged seqs becoming lost records readers skip:
 
   --salvage   drop only the unreadable batches; every later valid record keeps
               its seq, and readers skip the gap (recorded in the log).

@@ -146,6 +146,11 @@ type Cluster struct {
 	state    *meta.State
 	metaWake chan struct{}
 	toStart  map[string]*meta.Topic // applied but not started yet (startTopics retries)
+	// damaged: topics of toStart whose start found damage on this node's
+	// disk that no replica can repair (a member alone: replog refuses
+	// it). They are not retried: the node runs the others until it is
+	// stopped and repaired (`nereus repair`), or the topic is deleted.
+	damaged map[string]error
 
 	ready chan struct{} // closed once the members are open: peer frames wait for it
 	reqID atomic.Uint64
@@ -183,7 +188,7 @@ func (c *Config) setDefaults() {
 func New(host Host, cfg Config, opts Options) (*Cluster, error) {
 	cfg.setDefaults()
 	c := &Cluster{host: host, opts: opts, log: opts.Logger, cfg: cfg, groups: map[groupID]*replog.Log{}, ready: make(chan struct{}),
-		metaWake: make(chan struct{}, 1), declForwards: map[uint64]*declareJob{}, done: make(chan struct{}), toStart: map[string]*meta.Topic{}}
+		metaWake: make(chan struct{}, 1), declForwards: map[uint64]*declareJob{}, done: make(chan struct{}), toStart: map[string]*meta.Topic{}, damaged: map[string]error{}}
 	peers := map[uint32]string{}
 	for _, m := range cfg.Members {
 		c.names = append(c.names, m.ID)
@@ -232,7 +237,14 @@ func (c *Cluster) Start() error {
 			continue
 		}
 		if _, err := c.host.StartTopic(t); err != nil {
-			return err
+			if !errors.Is(err, storage.ErrCorrupt) {
+				return err
+			}
+			// DamageStaysLocal: one damaged topic does not keep the node,
+			// and every other topic it holds, down.
+			c.log.Error("topic not started: its data on this node is damaged and no replica can repair it; "+
+				"the node runs its other topics (stop it and run `nereus repair`, or delete the topic)", "topic", t.Config.Name, "err", err)
+			c.toStart[t.Config.Name], c.damaged[t.Config.Name] = &t, err
 		}
 	}
 	var err error
@@ -511,6 +523,7 @@ func (c *Cluster) applyCommittedMeta() {
 			if t := ch.Deleted; t != nil {
 				if s := c.toStart[t.Config.Name]; s != nil && s.Incarnation == t.Incarnation {
 					delete(c.toStart, t.Config.Name) // deleted before it started here
+					delete(c.damaged, t.Config.Name)
 				}
 				deleted = append(deleted, t)
 			}
@@ -551,8 +564,11 @@ func (c *Cluster) startTopics() (progress bool) {
 	c.metaMu.Unlock()
 	for _, name := range names {
 		c.metaMu.Lock()
-		t := c.toStart[name]
+		t, damaged := c.toStart[name], c.damaged[name] != nil
 		c.metaMu.Unlock()
+		if damaged {
+			continue
+		}
 		started, err := c.host.StartTopic(*t)
 		if err != nil {
 			c.host.LogRepeatedError("topic/"+name, "start topic failed; will retry", "topic", name, "err", err)
@@ -569,12 +585,21 @@ func (c *Cluster) startTopics() (progress bool) {
 	return progress
 }
 
-// Starting reports whether topic name is declared but not started here.
-func (c *Cluster) Starting(name string) bool {
+// Starting reports whether topic name is declared but not started here,
+// and, for a topic whose data here is damaged (not retried), why.
+func (c *Cluster) Starting(name string) (starting bool, damage error) {
 	c.metaMu.Lock()
 	defer c.metaMu.Unlock()
 	_, ok := c.toStart[name]
-	return ok
+	return ok, c.damaged[name]
+}
+
+// Damaged returns the topics not started here because their data on
+// this node is damaged, and why (a copy).
+func (c *Cluster) Damaged() map[string]error {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	return maps.Clone(c.damaged)
 }
 
 func (c *Cluster) loadState() (*meta.State, error) {

@@ -571,16 +571,17 @@ func TestAFailedTopicStartIsRetried(t *testing.T) {
 	}
 	tc.runFor(100 * time.Millisecond)
 	calls := tc.hosts[sick].startCalls
-	if !tc.nodes[sick].Starting("retried") || tc.hosts[sick].started["retried"] != nil || calls < 2 {
-		t.Fatalf("while its starts fail n%d says starting=%v, started %v, after %d calls; want starting, retried",
-			sick+1, tc.nodes[sick].Starting("retried"), tc.hosts[sick].started, calls)
+	starting, damage := tc.nodes[sick].Starting("retried")
+	if !starting || damage != nil || tc.hosts[sick].started["retried"] != nil || calls < 2 {
+		t.Fatalf("while its starts fail n%d says starting=%v (damage %v), started %v, after %d calls; want starting, retried",
+			sick+1, starting, damage, tc.hosts[sick].started, calls)
 	}
 	tc.hosts[sick].startFailures = 0
 	tc.runUntil(time.Second, "the start retried once the disk recovers", func() bool { return tc.hosts[sick].started["retried"] != nil })
-	if tc.nodes[sick].Starting("retried") {
+	if starting, _ := tc.nodes[sick].Starting("retried"); starting {
 		t.Fatalf("n%d still says starting once started", sick+1)
 	}
-	if tc.nodes[(sick+1)%3].Starting("retried") {
+	if starting, _ := tc.nodes[(sick+1)%3].Starting("retried"); starting {
 		t.Fatal("a healthy member reports the topic as still starting")
 	}
 }

@@ -536,3 +536,104 @@ func TestCorruptGroupStateIsResetByRepair(t *testing.T) {
 		t.Fatalf("incarnation %d after the reset, %d before: a zombie of before could pass for the new member", got.Incarnation, ok.Incarnation)
 	}
 }
+
+// DamageStaysLocal in a cluster: a partition with one replica has no
+// healthy copy to rebuild from, so its member refuses to open a damaged
+// log. That used to stop the whole node at start (every other topic it
+// holds with it). The node now starts without that topic, which answers
+// DATA_CORRUPT naming the fix and is not retried, while its replicated
+// topics work; `nereus repair` on the stopped node turns the damaged
+// range's seqs into lost records (skipped by readers), and the topic
+// comes back: every other message delivered, new ones above the old end.
+func TestDamagedMemberAloneStaysLocal(t *testing.T) {
+	logs := &logBuffer{}
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	tc.declare("n1", wire.TopicConfig{Name: "one", Partitions: 1, Replicas: 1})
+	tc.declare("n1", wire.TopicConfig{Name: "three", Partitions: 1, Replicas: 3})
+	holder := tc.leaderOf("one", 0)
+	const n = 50
+	producerSeqAt := map[uint64]uint64{} // log seq → producer seq
+	for i := range n {
+		ok, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, ProducerID: 7, ProducerSeq: uint64(i + 1),
+			Value: fmt.Appendf(nil, "m%03d-%s", i, strings.Repeat("x", 100))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		producerSeqAt[ok.Seq] = uint64(i + 1)
+	}
+	tc.stop(holder)
+	dir := path.Join("/"+holder, "topics", "one", "0")
+	segment := path.Join(dir, "00000000000000000001.log")
+	data := readAll(t, tc.fs, segment)
+	if err := tc.fs.FlipBit(segment, int64(len(bytes.TrimRight(data, "\x00")))/2, 4); err != nil {
+		t.Fatal(err)
+	}
+	tc.start(holder)
+	_, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, Value: []byte("refused")})
+	if err == nil || err.Code != wire.CodeDataCorrupt || !strings.Contains(err.Message, "nereus repair") {
+		t.Fatalf("publish to the damaged topic: %v, want DATA_CORRUPT naming nereus repair", err)
+	}
+	// The replicated topic runs on the node: it follows (or leads) and
+	// commits a new publish.
+	ok3, err := publishOn(t, tc.nodes[tc.leaderOf("three", 0)], &wire.Pub{Topic: "three", Partition: 0, Value: []byte("ok")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the node commits the replicated topic's publish", func() bool {
+		t3, err := tc.nodes[holder].topic("three")
+		return err == nil && t3.partitions[0].commitSeq.Load() >= ok3.Seq
+	})
+	if d := tc.nodes[holder].Damaged(); len(d) != 1 || !strings.HasPrefix(d[0], "one: not started") {
+		t.Fatalf("the node reports damage %q, want topic one not started (/readyz)", d)
+	}
+	time.Sleep(300 * time.Millisecond) // three apply passes at least
+	if c := logs.count("start topic failed"); c > 0 {
+		t.Fatalf("the damaged topic's start was retried %d times: damage does not go away by itself", c)
+	}
+
+	tc.stop(holder)
+	rep, rerr := Repair(tc.fs, "/"+holder, RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if len(rep) != 1 || rep[0].Topic != "one" || len(rep[0].Report.Damage) != 1 {
+		t.Fatalf("repair of the member alone: %+v, want one damaged log (one/0) and no replicated one", rep)
+	}
+	lost := rep[0].Report.Damage[0]
+	tc.start(holder)
+	tc.leaderOf("one", 0) // its member elects itself again
+	if d := tc.nodes[holder].Damaged(); len(d) != 0 {
+		t.Fatalf("damage reported after the repair: %q", d)
+	}
+	ok, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, Value: []byte("after")})
+	if err != nil || ok.Seq < rep[0].Report.NextSeq {
+		t.Fatalf("publish after the repair: seq %d, %v; want one above the old end %d", ok.Seq, err, rep[0].Report.NextSeq-1)
+	}
+	// A retry of a lost record is appended again, not answered as a
+	// duplicate of what the repair dropped (the dedup snapshot that knew
+	// it is gone).
+	pseq := producerSeqAt[lost.FirstSeq]
+	again, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, ProducerID: 7, ProducerSeq: pseq, Value: []byte("again")})
+	if err != nil || again.Duplicate || again.Seq <= ok.Seq {
+		t.Fatalf("retry of producer seq %d, lost at seq %d: %+v, %v; want it appended again", pseq, lost.FirstSeq, again, err)
+	}
+	s := newSink()
+	sub, serr := tc.nodes[holder].Subscribe("one", "g", GroupOptions{AckWaitMs: 60_000}, s)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	sub.AddCredit(1000)
+	want := n + 2 - int(lost.Seqs())
+	got := s.waitFor(t, want)
+	time.Sleep(100 * time.Millisecond) // room for a lost record to show
+	for _, m := range s.all() {
+		if m.Seq >= lost.FirstSeq && m.Seq <= lost.LastSeq {
+			t.Fatalf("seq %d of the lost range delivered: %q", m.Seq, m.Value)
+		}
+	}
+	if len(s.all()) != want || got[len(got)-1].Seq != again.Seq {
+		t.Fatalf("after the repair %d messages delivered (last seq %d), want %d up to %d", len(s.all()), got[len(got)-1].Seq, want, again.Seq)
+	}
+}

@@ -565,8 +565,13 @@ func (n *Node) topic(name string) (*topic, error) {
 	if closed {
 		return nil, wire.Errorf(wire.CodeUnavailable, "node is shutting down")
 	}
-	if !ok && n.cluster != nil && n.cluster.Starting(name) {
-		return nil, wire.Errorf(wire.CodeUnavailable, "topic %q is declared but not started on this node yet (its start failed and is retried); retry", name)
+	if !ok && n.cluster != nil {
+		switch starting, damage := n.cluster.Starting(name); {
+		case damage != nil:
+			return nil, wire.Errorf(wire.CodeDataCorrupt, "topic %q is not started on this node: its data here is damaged (%v); stop the node and run `nereus repair`, or delete the topic", name, damage)
+		case starting:
+			return nil, wire.Errorf(wire.CodeUnavailable, "topic %q is declared but not started on this node yet (its start failed and is retried); retry", name)
+		}
 	}
 	if !ok {
 		return nil, n.topicNotFound(name) // "was deleted" when it was

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,8 +10,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/meta"
+	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -99,11 +102,12 @@ func topicsFromDirectories(fsys vfs.FS, dataDir string) ([]storedTopic, error) {
 // no node may have open) and repairs what is damaged (storage.Repair):
 // partition logs, their epoch files and consumer groups' ack ledgers. A
 // salvaged ledger forgets the acks it lost: those messages are delivered
-// again (at least once), never skipped.
+// again (at least once), never skipped. In a cluster member's data
+// directory it repairs the partitions this node holds alone
+// (repairMembersAlone).
 func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error) {
 	if _, err := fsys.List(path.Join(dataDir, "meta")); err == nil {
-		return nil, errors.New("node: repair: this is a cluster member's data directory; " +
-			"offline repair of replicated partitions is not supported yet")
+		return repairMembersAlone(fsys, dataDir, o)
 	}
 	n := &Node{cfg: Config{Env: env.Env{FS: fsys}.WithDefaults(), DataDir: dataDir}}
 	var out []RepairedLog
@@ -153,12 +157,8 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 					}
 				}
 			}
-			if r.Damaged() && !o.DryRun {
-				// The dedup snapshot may know of records the repair
-				// dropped: a retry of one must append it again.
-				if err := fsys.Remove(path.Join(dir, dedupSnapshotFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return out, fmt.Errorf("node: repair: remove %s: %w", path.Join(dir, dedupSnapshotFile), err)
-				}
+			if err := forgetDedupSnapshot(fsys, r, o.DryRun); err != nil {
+				return out, err
 			}
 			out = append(out, r)
 		}
@@ -193,6 +193,72 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			return out, fmt.Errorf("node: repair %s: %w", l.dir, err)
 		}
 		out = append(out, r)
+	}
+	return out, nil
+}
+
+// forgetDedupSnapshot removes the dedup snapshot of a partition log the
+// repair changed: it may know of records the repair dropped, and a retry
+// of one must append it again, not be answered as a duplicate of what is
+// gone.
+func forgetDedupSnapshot(fsys vfs.FS, r RepairedLog, dryRun bool) error {
+	if !r.Damaged() || dryRun {
+		return nil
+	}
+	file := path.Join(r.Dir, dedupSnapshotFile)
+	if err := fsys.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("node: repair: remove %s: %w", file, err)
+	}
+	return nil
+}
+
+// repairMembersAlone repairs, in a cluster member's data directory, the
+// logs of the partitions with one replica (replog.RepairAlone: a damaged
+// range's seqs become lost records; salvage only). A replica of a larger
+// group drops its damage and rebuilds from a healthy one at start: it is
+// not listed. The topics come from the applied metadata (meta.json).
+func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error) {
+	if o.Mode != storage.RepairSalvage {
+		return nil, fmt.Errorf("node: repair: a cluster member's partitions are repaired with salvage only, not %v", o.Mode)
+	}
+	b, err := storage.ReadFileAtomic(fsys, path.Join(dataDir, cluster.MetaStateFile))
+	if err != nil {
+		return nil, fmt.Errorf("node: repair: read the applied metadata: %w", err)
+	}
+	st := meta.New()
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("node: repair: %s: %w", cluster.MetaStateFile, err)
+	}
+	var out []RepairedLog
+	found := o.Topic == ""
+	for _, t := range st.Sorted() {
+		if o.Topic != "" && t.Config.Name != o.Topic {
+			continue
+		}
+		found = true
+		if o.Partition >= int(t.Config.Partitions) {
+			return nil, fmt.Errorf("node: repair: topic %s has %d partitions, no partition %d", t.Config.Name, t.Config.Partitions, o.Partition)
+		}
+		for p, replicas := range t.Placement {
+			if len(replicas) != 1 || o.Partition >= 0 && p != o.Partition {
+				continue
+			}
+			dir := path.Join(dataDir, "topics", meta.TopicKey(t.Config.Name, t.Incarnation), strconv.Itoa(p))
+			if _, err := fsys.List(dir); err != nil {
+				continue // another node's
+			}
+			r := RepairedLog{Topic: t.Config.Name, Partition: p, Dir: dir}
+			if r.Report, err = replog.RepairAlone(fsys, dir, o.DryRun); err != nil {
+				return out, fmt.Errorf("node: repair %s: %w", dir, err)
+			}
+			if err := forgetDedupSnapshot(fsys, r, o.DryRun); err != nil {
+				return out, err
+			}
+			out = append(out, r)
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("node: repair: no topic %q in %s", o.Topic, dataDir)
 	}
 	return out, nil
 }

@@ -110,6 +110,12 @@ func (n *Node) Damaged() []string {
 				p.topic.cfg.Name, p.id, d.FirstSeq, d.LastSeq, d.Segment, d.Offset, d.Cause))
 		}
 	}
+	if n.cluster != nil {
+		damaged := n.cluster.Damaged()
+		for _, name := range slices.Sorted(maps.Keys(damaged)) {
+			out = append(out, fmt.Sprintf("%s: not started on this node: %v", name, damaged[name]))
+		}
+	}
 	return out
 }
 

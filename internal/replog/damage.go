@@ -77,6 +77,21 @@ func storageOptions(cfg Config) storage.Options {
 	return opts
 }
 
+// lostRecord fills each seq of a damaged range that RepairAlone dropped:
+// a control record, which every reader skips, so the member's kernel and
+// its partition still apply every seq in turn.
+var lostRecord = storage.Record{Headers: []storage.Header{{Key: ControlHeader, Value: []byte("lost")}}}
+
+// RepairAlone repairs the log of a member alone (a group of one replica:
+// no member holds a healthy copy, so it refuses to open a damaged log),
+// which must not be open: each damaged range's seqs become lost records,
+// every valid record after it keeps its seq, an invalid tail is cut. What
+// the range held is gone. A member of a larger group needs none: it drops
+// its damage and rebuilds from a healthy member.
+func RepairAlone(fsys vfs.FS, dir string, dryRun bool) (storage.RepairReport, error) {
+	return storage.RepairFilled(fsys, dir, storage.Options{}, lostRecord, dryRun)
+}
+
 // hasMark reports whether the member's mark file name (rebuildingFile,
 // uncertainFile) is set.
 func hasMark(fsys vfs.FS, dir, name string) (bool, error) {

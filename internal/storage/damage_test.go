@@ -216,6 +216,43 @@ func TestVerifyFindsDamageInAnIndexedSealedSegment(t *testing.T) {
 	}
 }
 
+// damagedSealedLog writes 60 synced batches into a log of small
+// segments and flips a bit in a batch of the second segment, whose index
+// it removes (recovery would otherwise trust it). It returns the file
+// system, what was written, the damaged segment's path, the damaged
+// batch's first seq and the log's next seq.
+func damagedSealedLog(t *testing.T) (m *vfs.MemFS, mod *model, name string, first, next uint64) {
+	t.Helper()
+	m, mod = vfs.NewMem(), &model{}
+	l := openLog(t, m, smallOpts())
+	appendSynced(t, l, mod, 60, -1)
+	s1 := l.segments[1]
+	off := s1.index[1].offset
+	first, next = s1.index[1].seq, l.NextSeq()
+	l.Close()
+	if err := m.Remove(indexPath(testDir, s1.baseSeq)); err != nil {
+		t.Fatal(err)
+	}
+	name = segmentPath(testDir, s1.baseSeq)
+	if err := m.FlipBit(name, off+batchOverheadBytes+5, 0); err != nil {
+		t.Fatal(err)
+	}
+	return m, mod, name, first, next
+}
+
+// appendAfterRepair appends one record to a repaired log, which must get
+// seq next (above everything the log held), and returns the next seq.
+func appendAfterRepair(t *testing.T, l *Log, mod *model, next uint64) uint64 {
+	t.Helper()
+	rec := testRecord(9999)
+	if seq, err := l.Append(2, []Record{rec}); err != nil || seq != next {
+		t.Fatalf("Append after repair: seq %d, %v; want %d", seq, err, next)
+	}
+	mod.records = append(mod.records, rec)
+	mod.epochs = append(mod.epochs, 2)
+	return next + 1
+}
+
 // TestRepair: both modes make a damaged log whole again; new records get
 // seqs above the old end; salvage keeps every valid record at its seq,
 // truncate drops everything from the damage on; a dry run changes
@@ -223,21 +260,7 @@ func TestVerifyFindsDamageInAnIndexedSealedSegment(t *testing.T) {
 func TestRepair(t *testing.T) {
 	for _, mode := range []RepairMode{RepairSalvage, RepairTruncate} {
 		t.Run(mode.String(), func(t *testing.T) {
-			m := vfs.NewMem()
-			l := openLog(t, m, smallOpts())
-			var mod model
-			appendSynced(t, l, &mod, 60, -1)
-			s1 := l.segments[1]
-			off, first := s1.index[1].offset, s1.index[1].seq
-			next := l.NextSeq()
-			l.Close()
-			if err := m.Remove(indexPath(testDir, s1.baseSeq)); err != nil {
-				t.Fatal(err)
-			}
-			name := segmentPath(testDir, s1.baseSeq)
-			if err := m.FlipBit(name, off+batchOverheadBytes+5, 0); err != nil {
-				t.Fatal(err)
-			}
+			m, mod, name, first, next := damagedSealedLog(t)
 			before, _ := m.ReadFile(name)
 			dry, err := Repair(m, testDir, smallOpts(), mode, true)
 			if err != nil {
@@ -262,11 +285,11 @@ func TestRepair(t *testing.T) {
 				t.Fatalf("dropped %d seqs (%d valid), want %d", rep.DroppedSeqs, rep.ValidRecordsDropped, wantDropped)
 			}
 			for reopen := 0; reopen < 2; reopen++ {
-				l = openLog(t, m, smallOpts())
+				l := openLog(t, m, smallOpts())
 				if len(l.Damage()) != 0 || l.NextSeq() != next {
 					t.Fatalf("after repair: damage %v, NextSeq %d, want none and %d", l.Damage(), l.NextSeq(), next)
 				}
-				refused, served := readAroundCounting(t, l, &mod)
+				refused, served := readAroundCounting(t, l, mod)
 				if len(refused) != 0 {
 					t.Fatalf("refused %v after repair", refused)
 				}
@@ -274,17 +297,63 @@ func TestRepair(t *testing.T) {
 					t.Fatalf("served %d records, want %d", served, want)
 				}
 				if reopen == 0 {
-					rec := testRecord(9999)
-					if seq, err := l.Append(2, []Record{rec}); err != nil || seq != next {
-						t.Fatalf("Append after repair: seq %d, %v; want %d", seq, err, next)
-					}
-					mod.records = append(mod.records, rec)
-					mod.epochs = append(mod.epochs, 2)
-					next++
+					next = appendAfterRepair(t, l, mod, next)
 				}
 				l.Close()
 			}
 		})
+	}
+}
+
+// TestRepairFilled: a filled repair puts the filler at every seq of the
+// damaged range, in the epoch of the batch before it, so the log reads
+// end to end with no gap (its epoch starts too), every other record at
+// its seq; a dry run changes nothing; the result survives a reopen and
+// takes appends above the old end.
+func TestRepairFilled(t *testing.T) {
+	m, mod, name, _, next := damagedSealedLog(t)
+	filler := Record{Headers: []Header{{Key: "control", Value: []byte("lost")}}}
+	before, _ := m.ReadFile(name)
+	if _, err := RepairFilled(m, testDir, smallOpts(), filler, true); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := m.ReadFile(name); string(after) != string(before) {
+		t.Fatal("a dry run changed the segment")
+	}
+	rep, err := RepairFilled(m, testDir, smallOpts(), filler, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Damage) != 1 || rep.DroppedSeqs != rep.Damage[0].Seqs() || rep.NextSeq != next {
+		t.Fatalf("report %+v", rep)
+	}
+	d := rep.Damage[0]
+	for reopen := range 2 {
+		l := openLog(t, m, smallOpts())
+		if len(l.Damage()) != 0 || l.NextSeq() != next {
+			t.Fatalf("after repair: damage %v, NextSeq %d, want none and %d", l.Damage(), l.NextSeq(), next)
+		}
+		if _, err := l.EpochStarts(l.StartSeq()); err != nil {
+			t.Fatalf("epoch starts after a filled repair: %v", err)
+		}
+		all := readAll(t, l)
+		if uint64(len(all)) != l.NextSeq()-l.StartSeq() {
+			t.Fatalf("read %d entries of seqs %d-%d: a gap", len(all), l.StartSeq(), l.NextSeq()-1)
+		}
+		for _, e := range all {
+			switch {
+			case e.Seq >= d.FirstSeq && e.Seq <= d.LastSeq:
+				if !sameRecord(e.Record, filler) || e.Epoch != mod.epochs[d.FirstSeq-2] {
+					t.Fatalf("seq %d of the damaged range holds %+v in epoch %d, want the filler in %d", e.Seq, e.Record, e.Epoch, mod.epochs[d.FirstSeq-2])
+				}
+			case !sameRecord(e.Record, mod.records[e.Seq-1]) || e.Epoch != mod.epochs[e.Seq-1]:
+				t.Fatalf("seq %d changed by the repair", e.Seq)
+			}
+		}
+		if reopen == 0 {
+			next = appendAfterRepair(t, l, mod, next)
+		}
+		l.Close()
 	}
 }
 

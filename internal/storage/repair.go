@@ -64,6 +64,18 @@ type SeqRange struct{ First, Last uint64 }
 // interrupted repair leaves the log as it was or repaired, and can be run
 // again.
 func Repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, dryRun bool) (RepairReport, error) {
+	return repair(fsys, dir, opts, mode, nil, dryRun)
+}
+
+// RepairFilled is Repair in RepairSalvage mode that puts a copy of filler
+// at each seq of a damaged range, in the epoch of the batch before it,
+// instead of a gap: for a log whose reader applies every seq in turn (a
+// replicated member's kernel), and which knows filler for what it is.
+func RepairFilled(fsys vfs.FS, dir string, opts Options, filler Record, dryRun bool) (RepairReport, error) {
+	return repair(fsys, dir, opts, RepairSalvage, &filler, dryRun)
+}
+
+func repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, filler *Record, dryRun bool) (RepairReport, error) {
 	var rep RepairReport
 	if mode != RepairSalvage && mode != RepairTruncate {
 		return rep, fmt.Errorf("storage: repair mode %v", mode)
@@ -170,7 +182,7 @@ func Repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, dryRun bool)
 				}
 				continue
 			}
-			if err := salvageSegment(fsys, dir, s.seg, s.validEnd, s.damage); err != nil {
+			if err := salvageSegment(fsys, dir, s.seg, s.validEnd, s.damage, filler); err != nil {
 				return rep, err
 			}
 		}
@@ -230,9 +242,32 @@ func appendGaps(dst []byte, first, last, epoch uint64) []byte {
 	return dst
 }
 
+// fillerBatchRecords bounds the records of one filler batch.
+const fillerBatchRecords = 4096
+
+// appendFillers appends batches holding a copy of filler at each of seqs
+// first..last. Each batch says every seq before it synced: the repair
+// makes the segment durable before anything reads it.
+func appendFillers(dst []byte, first, last, epoch uint64, filler *Record) ([]byte, error) {
+	recs := make([]Record, 0, min(last-first+1, fillerBatchRecords))
+	for first <= last {
+		n := min(last-first+1, fillerBatchRecords)
+		recs = recs[:0]
+		for range n {
+			recs = append(recs, *filler)
+		}
+		var err error
+		if dst, err = appendBatch(dst, first, epoch, first-1, recs, math.MaxInt, math.MaxInt); err != nil {
+			return dst, err
+		}
+		first += n
+	}
+	return dst, nil
+}
+
 // salvageSegment rewrites s: its valid bytes up to validEnd, each damaged
-// range replaced by gap batches.
-func salvageSegment(fsys vfs.FS, dir string, s *segment, validEnd int64, damage []Damage) error {
+// range replaced by gap batches, or by filler records when filler is set.
+func salvageSegment(fsys vfs.FS, dir string, s *segment, validEnd int64, damage []Damage, filler *Record) error {
 	var out []byte
 	var off int64
 	for _, d := range damage {
@@ -241,7 +276,14 @@ func salvageSegment(fsys vfs.FS, dir string, s *segment, validEnd int64, damage 
 			return fmt.Errorf("storage: repair: read segment %d: %w", s.baseSeq, err)
 		}
 		out = append(out, b...)
-		if d.Seqs() > 0 {
+		switch {
+		case d.Seqs() == 0:
+		case filler != nil:
+			var err error
+			if out, err = appendFillers(out, d.FirstSeq, d.LastSeq, d.epoch, filler); err != nil {
+				return fmt.Errorf("storage: repair: fill seqs %d-%d: %w", d.FirstSeq, d.LastSeq, err)
+			}
+		default:
 			out = appendGaps(out, d.FirstSeq, d.LastSeq, d.epoch)
 		}
 		off = d.Offset + d.Bytes
