@@ -637,3 +637,92 @@ func TestDamagedMemberAloneStaysLocal(t *testing.T) {
 		t.Fatalf("after the repair %d messages delivered (last seq %d), want %d up to %d", len(s.all()), got[len(got)-1].Seq, want, again.Seq)
 	}
 }
+
+// DamageNeverSilent for a partition with one replica in a cluster: damage
+// found while the node runs — by the scrubber in a sealed segment, or by
+// the apply of committed entries after a restart (no dedup snapshot, so
+// it reads the log from its start) — used to be dropped (no healthy copy
+// to rebuild from: only a metric moved) or to stall the apply for good.
+// The partition now goes corrupt as a single node's does: publishes are
+// refused with DATA_CORRUPT, Damaged (/readyz) lists it, and consumers
+// get every record but the damaged ones.
+func TestDamageInAMemberAloneIsNotSilent(t *testing.T) {
+	logs := &logBuffer{}
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		c.SegmentBytesMax = 4 << 10
+		c.ScrubBytesPerSecond = -1 // the test steps the scrubber
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	tc.declare("n1", wire.TopicConfig{Name: "one", Partitions: 1, Replicas: 1})
+	holder := tc.leaderOf("one", 0)
+	const n = 200
+	for i := range n {
+		if _, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, Value: fmt.Appendf(nil, "m%03d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := path.Join("/"+holder, "topics", "one", "0")
+	names, _ := tc.fs.List(dir)
+	var segs []string
+	for _, name := range slices.Sorted(slices.Values(names)) {
+		if strings.HasSuffix(name, ".log") {
+			segs = append(segs, path.Join(dir, name))
+		}
+	}
+	if len(segs) < 3 {
+		t.Fatalf("%d segments, want sealed ones", len(segs))
+	}
+	if err := tc.fs.FlipBit(segs[1], 80, 2); err != nil { // a record of the first batch, not a header
+		t.Fatal(err)
+	}
+	damagedRange := func(h *Node) string {
+		for _, d := range h.Damaged() {
+			if strings.HasPrefix(d, "one/0: seqs ") {
+				return d
+			}
+		}
+		return ""
+	}
+	expectCorrupt := func(h *Node, when string) {
+		t.Helper()
+		if _, err := publishOn(t, h, &wire.Pub{Topic: "one", Partition: 0, Value: []byte("refused")}); err == nil || err.Code != wire.CodeDataCorrupt {
+			t.Fatalf("%s: publish %v, want DATA_CORRUPT", when, err)
+		}
+		if logs.count("partition data corrupt") == 0 {
+			t.Fatalf("%s: no ERROR line", when)
+		}
+	}
+	s := &scrubber{n: tc.nodes[holder], from: map[*partitionRunner]uint64{}}
+	for i := 0; i < 3 && damagedRange(tc.nodes[holder]) == ""; i++ {
+		s.step(1 << 30) // a pass over every log
+	}
+	if damagedRange(tc.nodes[holder]) == "" {
+		t.Fatalf("the scrubber's find left the partition healthy: %q", tc.nodes[holder].Damaged())
+	}
+	expectCorrupt(tc.nodes[holder], "after the scrubber's find")
+
+	// A restart trusts the sealed segment through its index; without a
+	// dedup snapshot the apply reads the log from its start and finds
+	// the damage: it steps over it instead of stalling.
+	tc.stop(holder)
+	if err := tc.fs.Remove(path.Join(dir, dedupSnapshotFile)); err != nil {
+		t.Fatal(err)
+	}
+	logs.Reset()
+	tc.start(holder)
+	eventually(t, "the apply finds the damage", func() bool { return damagedRange(tc.nodes[holder]) != "" })
+	expectCorrupt(tc.nodes[holder], "after the apply's find")
+	sink := newSink()
+	sub, err := tc.nodes[holder].Subscribe("one", "g", GroupOptions{AckWaitMs: 60_000}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.AddCredit(1000)
+	eventually(t, "every record after the damage delivered", func() bool {
+		all := sink.all()
+		return len(all) > 0 && all[len(all)-1].Value != nil && string(all[len(all)-1].Value) == fmt.Sprintf("m%03d", n-1)
+	})
+	if got := len(sink.all()); got >= n || got < n-20 {
+		t.Fatalf("%d of %d records delivered, want all but the damaged batch", got, n)
+	}
+}

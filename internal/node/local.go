@@ -252,7 +252,7 @@ func (p *localStore) reportRecovery(lg *storage.Log) {
 
 // noteDamage marks the partition corrupt when ds is not empty, logging
 // each damaged range once.
-func (p *localStore) noteDamage(ds []storage.Damage) {
+func (p *partitionRunner) noteDamage(ds []storage.Damage) {
 	for _, d := range ds {
 		p.node.log.Error("partition data corrupt; publishes refused until `nereus repair`", "topic", p.topic.cfg.Name,
 			"partition", p.id, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes,
@@ -264,7 +264,7 @@ func (p *localStore) noteDamage(ds []storage.Damage) {
 }
 
 // corruptError is the DATA_CORRUPT answer of a damaged partition, or nil.
-func (p *localStore) corruptError() *wire.Error {
+func (p *partitionRunner) corruptError() *wire.Error {
 	d := p.damage.Load()
 	if d == nil {
 		return nil

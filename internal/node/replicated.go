@@ -278,6 +278,10 @@ func (p *replicaStore) proposeChain(r *pubReq) int {
 }
 
 func (p *replicaStore) proposeReplicated(r *pubReq) {
+	if werr := p.corruptError(); werr != nil {
+		r.answer(wire.PubOK{}, werr) // a member alone found damage (foundDamage)
+		return
+	}
 	st, view := p.leaderView()
 	d := p.kernel.Publish(view, r.producerID, r.producerSeq, r.reply)
 	switch d.Action {
@@ -331,6 +335,20 @@ func (p *replicaStore) applyReplicated() {
 		entries, err := p.repl.Committed(p.applying[:0], from, int(min(commit-k.Applied(), 4096)))
 		if errors.Is(err, storage.ErrOutOfRange) && p.followStart() {
 			continue // rebuilt from a snapshot point under us
+		}
+		if d, ok := p.damageAt(from, err); ok {
+			// A member alone cannot rebuild the range: the partition goes
+			// corrupt, and the kernel steps over the damaged seqs as a
+			// single node's replay does. Their records are not applied;
+			// publishes are refused until a repair, so the producers'
+			// seqs the dedup table misses answer nothing wrongly.
+			p.noteDamage([]storage.Damage{d})
+			for seq := from; seq <= min(d.LastSeq, commit); seq++ {
+				if err := k.Apply(partition.Entry{Seq: seq, Epoch: p.snaps.epoch}); err != nil {
+					p.node.logRepeatedError(p.subject(), "stepping over damaged entries failed", "seq", seq, "err", err)
+				}
+			}
+			continue
 		}
 		if errors.Is(err, storage.ErrCorrupt) {
 			// Damage in this replica's copy of committed entries: the
@@ -572,7 +590,53 @@ func (p *replicaStore) release() {
 // records (a group's delivery or replay, a client read or the scrubber
 // found it): the member is made whole from a healthy replica, without a
 // restart, and readers retry. It logs what it drops.
-func (p *replicaStore) foundDamage([]storage.Damage) { p.repl.Damaged() }
+// foundDamage: a member of a larger group drops the damaged range and
+// rebuilds it from a healthy member. A member alone has no healthy copy:
+// the partition goes corrupt — publishes refused with DATA_CORRUPT,
+// /readyz — until `nereus repair`, as a single node's does
+// (DamageNeverSilent; a read's failure names no range: the scrubber's
+// pass or the apply will).
+func (p *replicaStore) foundDamage(ds []storage.Damage) {
+	if p.alone() {
+		p.noteDamage(ds)
+		return
+	}
+	p.repl.Damaged()
+}
+
+// damageAt returns, for a member alone whose read from seq from failed
+// with err, the damaged range holding from: the one err names, or the
+// one verifying the log from there finds (and records, so later reads
+// name it too).
+func (p *replicaStore) damageAt(from uint64, err error) (storage.Damage, bool) {
+	if !p.alone() || !errors.Is(err, storage.ErrCorrupt) {
+		return storage.Damage{}, false
+	}
+	holds := func(d storage.Damage) bool { return d.Seqs() > 0 && d.FirstSeq <= from && from <= d.LastSeq }
+	if ce := (*storage.CorruptError)(nil); errors.As(err, &ce) && holds(ce.Damage) {
+		return ce.Damage, true
+	}
+	lg := p.repl.ReadLog()
+	for at := from; at != 0; {
+		next, _, found, verr := lg.Verify(at, 1<<20)
+		if verr != nil {
+			return storage.Damage{}, false
+		}
+		for _, d := range found {
+			if holds(d) {
+				return d, true
+			}
+		}
+		if next <= at {
+			break
+		}
+		at = next
+	}
+	return storage.Damage{}, false
+}
+
+// alone reports whether this member is its partition's only replica.
+func (p *replicaStore) alone() bool { return len(p.topic.placement[p.id]) == 1 }
 
 // forwardTo names the leader this member hears, unless this node leads or
 // knows no leader: then its own answer says so.
