@@ -147,9 +147,9 @@ type Cluster struct {
 	metaWake chan struct{}
 	toStart  map[string]*meta.Topic // applied but not started yet (startTopics retries)
 	// damaged: topics of toStart whose start found damage on this node's
-	// disk that no replica can repair (a member alone: replog refuses
-	// it). They are not retried: the node runs the others until it is
-	// stopped and repaired (`nereus repair`), or the topic is deleted.
+	// disk that its replica cannot drop and rebuild (a damaged hard state:
+	// the promises it made are unknown). They are not retried: the node
+	// runs the others; the topic's other replicas serve it.
 	damaged map[string]error
 
 	ready chan struct{} // closed once the members are open: peer frames wait for it
@@ -242,8 +242,8 @@ func (c *Cluster) Start() error {
 			}
 			// DamageStaysLocal: one damaged topic does not keep the node,
 			// and every other topic it holds, down.
-			c.log.Error("topic not started: its data on this node is damaged and no replica can repair it; "+
-				"the node runs its other topics (stop it and run `nereus repair`, or delete the topic)", "topic", t.Config.Name, "err", err)
+			c.log.Error("topic not started: its data on this node is damaged and its replica cannot rebuild it; "+
+				"the node runs its other topics", "topic", t.Config.Name, "err", err)
 			c.toStart[t.Config.Name], c.damaged[t.Config.Name] = &t, err
 		}
 	}

@@ -540,19 +540,27 @@ func TestCorruptGroupStateIsResetByRepair(t *testing.T) {
 // DamageStaysLocal in a cluster: a partition with one replica has no
 // healthy copy to rebuild from, so its member refuses to open a damaged
 // log. That used to stop the whole node at start (every other topic it
-// holds with it). The node now starts without that topic, which answers
-// DATA_CORRUPT naming the fix and is not retried, while its replicated
-// topics work; `nereus repair` on the stopped node turns the damaged
-// range's seqs into lost records (skipped by readers), and the topic
-// comes back: every other message delivered, new ones above the old end.
+// holds with it). Now only that partition is down: it answers
+// DATA_CORRUPT naming the fix, Damaged (/readyz) lists it, and the
+// topic's other partitions on the node and a replicated topic work;
+// `nereus repair` on the stopped node turns the damaged range's seqs into
+// lost records (skipped by readers), and the partition comes back: every
+// other message delivered, new ones above the old end, a producer's retry
+// of the lost record appended again.
 func TestDamagedMemberAloneStaysLocal(t *testing.T) {
-	logs := &logBuffer{}
-	tc := newTestClusterWith(t, 3, func(c *Config) {
-		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	})
-	tc.declare("n1", wire.TopicConfig{Name: "one", Partitions: 1, Replicas: 1})
+	tc := newTestCluster(t, 3)
+	tc.declare("n1", wire.TopicConfig{Name: "one", Partitions: 4, Replicas: 1})
 	tc.declare("n1", wire.TopicConfig{Name: "three", Partitions: 1, Replicas: 3})
 	holder := tc.leaderOf("one", 0)
+	neighbour := -1 // another partition of the topic on the same node
+	for q := 1; q < 4; q++ {
+		if tc.leaderOf("one", q) == holder {
+			neighbour = q
+		}
+	}
+	if neighbour < 0 {
+		t.Fatal("no second partition of the topic on the node (placement changed?)")
+	}
 	const n = 50
 	producerSeqAt := map[uint64]uint64{} // log seq → producer seq
 	for i := range n {
@@ -573,7 +581,14 @@ func TestDamagedMemberAloneStaysLocal(t *testing.T) {
 	tc.start(holder)
 	_, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, Value: []byte("refused")})
 	if err == nil || err.Code != wire.CodeDataCorrupt || !strings.Contains(err.Message, "nereus repair") {
-		t.Fatalf("publish to the damaged topic: %v, want DATA_CORRUPT naming nereus repair", err)
+		t.Fatalf("publish to the damaged partition: %v, want DATA_CORRUPT naming nereus repair", err)
+	}
+	if d := tc.nodes[holder].Damaged(); len(d) != 1 || !strings.HasPrefix(d[0], "one/0: seqs ") {
+		t.Fatalf("the node reports damage %q, want one/0's range (/readyz)", d)
+	}
+	tc.leaderOf("one", neighbour)
+	if _, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: int32(neighbour), Value: []byte("ok")}); err != nil {
+		t.Fatalf("publish to the topic's healthy partition %d on the node: %v", neighbour, err)
 	}
 	// The replicated topic runs on the node: it follows (or leads) and
 	// commits a new publish.
@@ -585,31 +600,33 @@ func TestDamagedMemberAloneStaysLocal(t *testing.T) {
 		t3, err := tc.nodes[holder].topic("three")
 		return err == nil && t3.partitions[0].commitSeq.Load() >= ok3.Seq
 	})
-	if d := tc.nodes[holder].Damaged(); len(d) != 1 || !strings.HasPrefix(d[0], "one: not started") {
-		t.Fatalf("the node reports damage %q, want topic one not started (/readyz)", d)
-	}
-	time.Sleep(300 * time.Millisecond) // three apply passes at least
-	if c := logs.count("start topic failed"); c > 0 {
-		t.Fatalf("the damaged topic's start was retried %d times: damage does not go away by itself", c)
-	}
 
 	tc.stop(holder)
 	rep, rerr := Repair(tc.fs, "/"+holder, RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
 	if rerr != nil {
 		t.Fatal(rerr)
 	}
-	if len(rep) != 1 || rep[0].Topic != "one" || len(rep[0].Report.Damage) != 1 {
-		t.Fatalf("repair of the member alone: %+v, want one damaged log (one/0) and no replicated one", rep)
+	var repaired []RepairedLog
+	for _, r := range rep {
+		if r.Topic == "three" {
+			t.Fatalf("repair listed a replicated partition: %+v", r)
+		}
+		if r.Damaged() {
+			repaired = append(repaired, r)
+		}
 	}
-	lost := rep[0].Report.Damage[0]
+	if len(repaired) != 1 || repaired[0].Partition != 0 || len(repaired[0].Report.Damage) != 1 {
+		t.Fatalf("repair of the members alone: %+v, want one damaged log (one/0)", rep)
+	}
+	lost, nextSeq := repaired[0].Report.Damage[0], repaired[0].Report.NextSeq
 	tc.start(holder)
 	tc.leaderOf("one", 0) // its member elects itself again
 	if d := tc.nodes[holder].Damaged(); len(d) != 0 {
 		t.Fatalf("damage reported after the repair: %q", d)
 	}
 	ok, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, Value: []byte("after")})
-	if err != nil || ok.Seq < rep[0].Report.NextSeq {
-		t.Fatalf("publish after the repair: seq %d, %v; want one above the old end %d", ok.Seq, err, rep[0].Report.NextSeq-1)
+	if err != nil || ok.Seq < nextSeq {
+		t.Fatalf("publish after the repair: seq %d, %v; want one above the old end %d", ok.Seq, err, nextSeq-1)
 	}
 	// A retry of a lost record is appended again, not answered as a
 	// duplicate of what the repair dropped (the dedup snapshot that knew
@@ -625,16 +642,62 @@ func TestDamagedMemberAloneStaysLocal(t *testing.T) {
 		t.Fatal(serr)
 	}
 	sub.AddCredit(1000)
-	want := n + 2 - int(lost.Seqs())
-	got := s.waitFor(t, want)
+	want := n + 3 - int(lost.Seqs()) // + "ok" on the neighbour, "after", "again"
+	s.waitFor(t, want)
 	time.Sleep(100 * time.Millisecond) // room for a lost record to show
 	for _, m := range s.all() {
-		if m.Seq >= lost.FirstSeq && m.Seq <= lost.LastSeq {
+		if m.Partition == 0 && m.Seq >= lost.FirstSeq && m.Seq <= lost.LastSeq {
 			t.Fatalf("seq %d of the lost range delivered: %q", m.Seq, m.Value)
 		}
 	}
-	if len(s.all()) != want || got[len(got)-1].Seq != again.Seq {
-		t.Fatalf("after the repair %d messages delivered (last seq %d), want %d up to %d", len(s.all()), got[len(got)-1].Seq, want, again.Seq)
+	if len(s.all()) != want {
+		t.Fatalf("after the repair %d messages delivered, want %d", len(s.all()), want)
+	}
+}
+
+// DamageStaysLocal for a replica of a larger group whose hard state is
+// damaged (the promises it made are unknown, so it must not vote, nor
+// drop and rebuild): that used to stop the node at start. The node now
+// starts without that topic — DATA_CORRUPT there, listed by Damaged, its
+// start not retried — while the partition's other replicas go on
+// committing.
+func TestDamagedHardStateKeepsOnlyThatTopicDown(t *testing.T) {
+	logs := &logBuffer{}
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	tc.declare("n1", wire.TopicConfig{Name: "three", Partitions: 1, Replicas: 3})
+	tc.declare("n1", wire.TopicConfig{Name: "other", Partitions: 1, Replicas: 3})
+	leader := tc.leaderOf("three", 0)
+	if _, err := publishOn(t, tc.nodes[leader], &wire.Pub{Topic: "three", Partition: 0, Value: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	sick := ""
+	for id := range tc.nodes {
+		if id != leader {
+			sick = id
+		}
+	}
+	tc.stop(sick)
+	if err := tc.fs.FlipBit("/"+sick+"/topics/three/0/hardstate", 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	tc.start(sick)
+	if _, err := tc.nodes[sick].topic("three"); !errors.Is(err, wire.ErrDataCorrupt) {
+		t.Fatalf("the damaged replica's topic on %s: %v, want DATA_CORRUPT", sick, err)
+	}
+	if d := tc.nodes[sick].Damaged(); len(d) != 1 || !strings.HasPrefix(d[0], "three: not started") {
+		t.Fatalf("damage reported %q, want topic three not started", d)
+	}
+	if _, err := tc.nodes[sick].topic("other"); err != nil {
+		t.Fatalf("the node's other topic: %v", err)
+	}
+	if _, err := publishOn(t, tc.nodes[tc.leaderOf("three", 0)], &wire.Pub{Topic: "three", Partition: 0, Value: []byte("y")}); err != nil {
+		t.Fatalf("the partition's other replicas: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond) // three apply passes at least
+	if c := logs.count("start topic failed"); c > 0 {
+		t.Fatalf("the damaged topic's start was retried %d times: damage does not go away by itself", c)
 	}
 }
 

@@ -269,7 +269,11 @@ func (p *partitionRunner) corruptError() *wire.Error {
 	if d == nil {
 		return nil
 	}
-	return wire.Errorf(wire.CodeDataCorrupt, "partition %s/%d is damaged at seqs %d-%d (%s offset %d); it refuses publishes until repaired",
+	if d.Segment == "" { // not located: the open that found it names no range
+		return wire.Errorf(wire.CodeDataCorrupt, "partition %s/%d is damaged (%s); it refuses publishes until repaired (nereus repair, with the node stopped)",
+			p.topic.cfg.Name, p.id, d.Cause)
+	}
+	return wire.Errorf(wire.CodeDataCorrupt, "partition %s/%d is damaged at seqs %d-%d (%s offset %d); it refuses publishes until repaired (nereus repair, with the node stopped)",
 		p.topic.cfg.Name, p.id, d.FirstSeq, d.LastSeq, d.Segment, d.Offset)
 }
 

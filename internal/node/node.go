@@ -568,7 +568,7 @@ func (n *Node) topic(name string) (*topic, error) {
 	if !ok && n.cluster != nil {
 		switch starting, damage := n.cluster.Starting(name); {
 		case damage != nil:
-			return nil, wire.Errorf(wire.CodeDataCorrupt, "topic %q is not started on this node: its data here is damaged (%v); stop the node and run `nereus repair`, or delete the topic", name, damage)
+			return nil, wire.Errorf(wire.CodeDataCorrupt, "topic %q is not started on this node: its data here is damaged (%v); the node runs its other topics (docs/OPERATIONS.md: Corruption and repair)", name, damage)
 		case starting:
 			return nil, wire.Errorf(wire.CodeUnavailable, "topic %q is declared but not started on this node yet (its start failed and is retried); retry", name)
 		}

@@ -200,6 +200,10 @@ func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
 		err = p.openLocal()
 	case t.hosts(int(id), uint32(n.cluster.Self())):
 		err = p.openReplica()
+		if errors.Is(err, storage.ErrCorrupt) && len(t.placement[id]) == 1 {
+			p.openDamaged(err)
+			err = nil
+		}
 	default:
 		// Known from the metadata, held by other nodes.
 		p.store = unhostedStore{p}
@@ -356,6 +360,42 @@ func (p *partitionRunner) info() wire.PartitionInfo {
 	}
 	p.store.describe(&info)
 	return info
+}
+
+// openDamaged stands in for a partition whose only replica, this node's,
+// refused to open its damaged log (no healthy copy to rebuild from): the
+// partition runs as corrupt — publishes refused with DATA_CORRUPT, listed
+// by Damaged (/readyz) — until `nereus repair`, and the topic's other
+// partitions here run (DamageStaysLocal).
+func (p *partitionRunner) openDamaged(cause error) {
+	d := storage.Damage{Cause: cause.Error()}
+	if ce := (*storage.CorruptError)(nil); errors.As(cause, &ce) {
+		d = ce.Damage
+	}
+	p.node.log.Error("partition not opened: its only replica's data is damaged; publishes refused until `nereus repair` (the node stopped)",
+		"topic", p.topic.cfg.Name, "partition", p.id, "err", cause)
+	p.damage.Store(&d)
+	p.store = damagedStore{p}
+}
+
+// damagedStore is a partition openDamaged could not open: it holds no
+// log and answers every publish DATA_CORRUPT, here (it is the partition's
+// only replica).
+type damagedStore struct{ *partitionRunner }
+
+func (p damagedStore) accept(r *pubReq)                               { answerChain(r, p.corruptError()) }
+func (damagedStore) stepManual(int64) bool                            { return false }
+func (p damagedStore) shutdown()                                      { p.failQueued() }
+func (damagedStore) release()                                         {}
+func (damagedStore) foundDamage([]storage.Damage)                     {}
+func (damagedStore) forwardTo(int) (replica.NodeID, bool)             { return 0, false }
+func (damagedStore) collect(chan<- prometheus.Metric, string, string) {}
+
+// describe names this node, the only replica, as the partition's leader:
+// a publish sent here gets the DATA_CORRUPT answer.
+func (p damagedStore) describe(info *wire.PartitionInfo) {
+	info.Leader, info.LeaderAddr = p.node.cfg.NodeID, p.node.cfg.ClientAddr
+	info.Replicas = []wire.ReplicaInfo{{Node: p.node.cfg.NodeID}}
 }
 
 // unhostedStore is a cluster's partition with no replica on this node: it

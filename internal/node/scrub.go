@@ -86,13 +86,17 @@ func (s *scrubber) step(rateBytes int64) {
 }
 
 // partitionsHeld lists the partitions whose log this node holds.
-func (n *Node) partitionsHeld() []*partitionRunner {
+func (n *Node) partitionsHeld() []*partitionRunner { return n.partitionsWhere((*partitionRunner).held) }
+
+// partitionsWhere returns the partitions of every topic for which keep
+// holds, by topic name and partition.
+func (n *Node) partitionsWhere(keep func(*partitionRunner) bool) []*partitionRunner {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	var out []*partitionRunner
 	for _, name := range slices.Sorted(maps.Keys(n.topics)) {
 		for _, p := range n.topics[name].partitions {
-			if p.held() {
+			if keep(p) {
 				out = append(out, p)
 			}
 		}
@@ -104,8 +108,11 @@ func (n *Node) partitionsHeld() []*partitionRunner {
 // each: "topic/partition: seqs A-B in FILE at offset N: cause".
 func (n *Node) Damaged() []string {
 	var out []string
-	for _, p := range n.partitionsHeld() {
-		if d := p.damage.Load(); d != nil {
+	for _, p := range n.partitionsWhere(func(p *partitionRunner) bool { return p.damage.Load() != nil }) {
+		switch d := p.damage.Load(); {
+		case d.Segment == "": // not located (openDamaged)
+			out = append(out, fmt.Sprintf("%s/%d: not opened: %s", p.topic.cfg.Name, p.id, d.Cause))
+		default:
 			out = append(out, fmt.Sprintf("%s/%d: seqs %d-%d in %s at offset %d: %s",
 				p.topic.cfg.Name, p.id, d.FirstSeq, d.LastSeq, d.Segment, d.Offset, d.Cause))
 		}
