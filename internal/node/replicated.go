@@ -589,13 +589,11 @@ func (p *replicaStore) release() {
 // foundDamage drops the damaged range of this replica's copy of committed
 // records (a group's delivery or replay, a client read or the scrubber
 // found it): the member is made whole from a healthy replica, without a
-// restart, and readers retry. It logs what it drops.
-// foundDamage: a member of a larger group drops the damaged range and
-// rebuilds it from a healthy member. A member alone has no healthy copy:
-// the partition goes corrupt — publishes refused with DATA_CORRUPT,
-// /readyz — until `nereus repair`, as a single node's does
-// (DamageNeverSilent; a read's failure names no range: the scrubber's
-// pass or the apply will).
+// restart, and readers retry. It logs what it drops. A member alone has
+// no healthy copy: the partition goes corrupt instead — publishes refused
+// with DATA_CORRUPT, /readyz — until `nereus repair`, as a single node's
+// does (DamageNeverSilent; a read's failure names no range: the
+// scrubber's pass or the apply will).
 func (p *replicaStore) foundDamage(ds []storage.Damage) {
 	if p.alone() {
 		p.noteDamage(ds)
