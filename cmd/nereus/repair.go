@@ -94,6 +94,8 @@ type repairJSON struct {
 	ValidRecordsDropped uint64         `json:"valid_records_dropped"`
 	NextSeq             uint64         `json:"next_seq"`
 	EpochFileRemoved    bool           `json:"epoch_file_removed,omitempty"`
+	HardStateReset      bool           `json:"hard_state_reset,omitempty"`
+	SnapshotPointReset  bool           `json:"snapshot_point_reset,omitempty"`
 	TopicsRebuilt       int            `json:"topics_rebuilt,omitempty"`
 	GroupsReset         bool           `json:"groups_reset,omitempty"`
 }
@@ -119,6 +121,7 @@ func writeRepairJSON(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 		j := repairJSON{Topic: l.Topic, Group: l.Group, Dir: l.Dir, Mode: mode.String(), DryRun: dryRun,
 			Damage: []damageJSON{}, Dropped: []seqRangeJSON{}, DroppedSeqs: r.DroppedSeqs,
 			ValidRecordsDropped: r.ValidRecordsDropped, NextSeq: r.NextSeq, EpochFileRemoved: l.EpochFileRemoved,
+			HardStateReset: l.HardStateReset, SnapshotPointReset: l.SnapshotPointReset,
 			TopicsRebuilt: l.TopicsRebuilt, GroupsReset: l.GroupsReset}
 		if l.Group == "" && l.TopicsRebuilt == 0 && !l.GroupsReset {
 			j.Partition = &l.Partition
@@ -184,6 +187,12 @@ func writeRepairText(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 		}
 		if l.EpochFileRemoved {
 			fmt.Fprintf(w, "%s: corrupt epoch file removed\n", name)
+		}
+		if l.HardStateReset {
+			fmt.Fprintf(w, "%s: corrupt hard state rewritten from the log\n", name)
+		}
+		if l.SnapshotPointReset {
+			fmt.Fprintf(w, "%s: corrupt snapshot point rewritten from the log\n", name)
 		}
 	}
 	fmt.Fprintf(w, "%d of %d logs damaged\n", damaged, len(logs))

@@ -789,3 +789,85 @@ func TestDamageInAMemberAloneIsNotSilent(t *testing.T) {
 		t.Fatalf("%d of %d records delivered, want all but the damaged batch", got, n)
 	}
 }
+
+// A one-replica partition's hard state and snapshot point have no
+// healthy copy either: damaged, they leave the partition unopened
+// (DATA_CORRUPT, Damaged), and `nereus repair` rewrites them from the
+// repaired log — its last epoch promised to itself, the point before
+// where the log starts — after which the partition elects its member in
+// a later epoch, keeps every record it held, and takes publishes above.
+func TestDamagedStateFilesOfAMemberAlone(t *testing.T) {
+	for _, file := range []string{"hardstate", "snapshot"} {
+		t.Run(file, func(t *testing.T) {
+			tc := newTestClusterWith(t, 3, func(c *Config) {
+				c.SegmentBytesMax = 4 << 10
+				c.RetentionCheckMs = 20
+			})
+			tc.declare("n1", wire.TopicConfig{Name: "one", Partitions: 1, Replicas: 1, RetentionBytes: 8 << 10})
+			holder := tc.leaderOf("one", 0)
+			var last wire.PubOK
+			for i := range 200 {
+				ok, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, Value: fmt.Appendf(nil, "m%03d", i)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = ok
+			}
+			dir := path.Join("/"+holder, "topics", "one", "0")
+			eventually(t, "a compaction writes the snapshot point", func() bool {
+				_, err := tc.fs.ReadFile(path.Join(dir, "snapshot"))
+				return err == nil
+			})
+			start := tc.startSeqOf(holder, "one")
+			tc.stop(holder)
+			if err := tc.fs.FlipBit(path.Join(dir, file), 2, 1); err != nil {
+				t.Fatal(err)
+			}
+			tc.start(holder)
+			if _, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, Value: []byte("refused")}); err == nil || err.Code != wire.CodeDataCorrupt {
+				t.Fatalf("publish with a damaged %s: %v, want DATA_CORRUPT", file, err)
+			}
+			if d := tc.nodes[holder].Damaged(); len(d) != 1 || !strings.HasPrefix(d[0], "one/0: not opened") {
+				t.Fatalf("damage reported %q", d)
+			}
+			tc.stop(holder)
+			rep, err := Repair(tc.fs, "/"+holder, RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep) != 1 || rep[0].HardStateReset != (file == "hardstate") || rep[0].SnapshotPointReset != (file == "snapshot") {
+				t.Fatalf("repair: %+v", rep)
+			}
+			tc.start(holder)
+			tc.leaderOf("one", 0)
+			ok, perr := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, Value: []byte("after")})
+			if perr != nil || ok.Seq <= last.Seq || ok.Epoch <= last.Epoch {
+				t.Fatalf("publish after the repair: %+v, %v; want above seq %d in an epoch after %d", ok, perr, last.Seq, last.Epoch)
+			}
+			if s := tc.startSeqOf(holder, "one"); s != start {
+				t.Fatalf("the log starts at %d after the repair, at %d before", s, start)
+			}
+			// The point before the log's start, in the epoch of its first
+			// entry (the only reign before the repair: 1).
+			tp, _ := tc.nodes[holder].topic("one")
+			if e := tp.partitions[0].store.(*replicaStore).repl.Status().Epochs; len(e) == 0 || e[0].StartSeq != start-1 || e[0].Epoch != 1 {
+				t.Fatalf("epochs after the repair %+v, want the first at seq %d in epoch 1", e, start-1)
+			}
+			s := newSink()
+			sub, serr := tc.nodes[holder].Subscribe("one", "g", GroupOptions{AckWaitMs: 60_000}, s)
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			sub.AddCredit(1000)
+			eventually(t, "every record kept delivered", func() bool {
+				all := s.all()
+				return len(all) > 0 && string(all[len(all)-1].Value) == "after"
+			})
+			// Every message from the log's start to the last before the
+			// damage, and the one after.
+			if got, want := len(s.all()), int(last.Seq-start+1)+1; got != want {
+				t.Fatalf("%d records delivered from seq %d to %d, want %d", got, start, ok.Seq, want)
+			}
+		})
+	}
+}

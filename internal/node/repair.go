@@ -13,6 +13,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/meta"
+	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -49,11 +50,16 @@ type RepairedLog struct {
 	// the groups' members are forgotten and JOIN again (their heartbeats
 	// get STALE_ASSIGNMENT); acks live in the ledgers and are kept.
 	GroupsReset bool
+	// HardStateReset and SnapshotPointReset: a cluster partition's only
+	// replica had its hard state or snapshot point damaged; each is
+	// rewritten from its repaired log (replog.AloneRepair).
+	HardStateReset, SnapshotPointReset bool
 }
 
 // Damaged reports whether the log needed a repair.
 func (r RepairedLog) Damaged() bool {
-	return len(r.Report.Damage) > 0 || r.Report.TornTail != nil || r.EpochFileRemoved || r.TopicsRebuilt > 0 || r.GroupsReset
+	return len(r.Report.Damage) > 0 || r.Report.TornTail != nil || r.EpochFileRemoved || r.TopicsRebuilt > 0 || r.GroupsReset ||
+		r.HardStateReset || r.SnapshotPointReset
 }
 
 // topicsFromDirectories lists the topics of topics/<key>/<partition>/
@@ -247,10 +253,12 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 			if _, err := fsys.List(dir); err != nil {
 				continue // another node's
 			}
-			r := RepairedLog{Topic: t.Config.Name, Partition: p, Dir: dir}
-			if r.Report, err = replog.RepairAlone(fsys, dir, o.DryRun); err != nil {
+			alone, err := replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), o.DryRun)
+			if err != nil {
 				return out, fmt.Errorf("node: repair %s: %w", dir, err)
 			}
+			r := RepairedLog{Topic: t.Config.Name, Partition: p, Dir: dir, Report: alone.Log,
+				HardStateReset: alone.HardStateReset, SnapshotPointReset: alone.SnapshotPointReset}
 			if err := forgetDedupSnapshot(fsys, r, o.DryRun); err != nil {
 				return out, err
 			}

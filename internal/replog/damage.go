@@ -82,14 +82,80 @@ func storageOptions(cfg Config) storage.Options {
 // its partition still apply every seq in turn.
 var lostRecord = storage.Record{Headers: []storage.Header{{Key: ControlHeader, Value: []byte("lost")}}}
 
-// RepairAlone repairs the log of a member alone (a group of one replica:
-// no member holds a healthy copy, so it refuses to open a damaged log),
-// which must not be open: each damaged range's seqs become lost records,
-// every valid record after it keeps its seq, an invalid tail is cut. What
-// the range held is gone. A member of a larger group needs none: it drops
-// its damage and rebuilds from a healthy member.
-func RepairAlone(fsys vfs.FS, dir string, dryRun bool) (storage.RepairReport, error) {
-	return storage.RepairFilled(fsys, dir, storage.Options{}, lostRecord, dryRun)
+// AloneRepair is what RepairAlone found in a member alone's directory and
+// did (or, in a dry run, would do).
+type AloneRepair struct {
+	Log storage.RepairReport
+	// HardStateReset: the hard state was damaged; it is rewritten as a
+	// promise to the member itself of its log's last epoch (the next
+	// election takes the one after). With no other member, an epoch it
+	// had promised beyond that holds no entry and no answer named it.
+	HardStateReset bool
+	// SnapshotPointReset: the snapshot point was damaged; it is rewritten
+	// as the seq before the log's start, in the epoch of the log's first
+	// entry (no other member checks it against its own).
+	SnapshotPointReset bool
+}
+
+// Damaged reports whether anything needed a repair.
+func (r AloneRepair) Damaged() bool {
+	return len(r.Log.Damage) > 0 || r.Log.TornTail != nil || r.HardStateReset || r.SnapshotPointReset
+}
+
+// RepairAlone repairs the directory of a member alone (a group of one
+// replica, self: no member holds a healthy copy, so it refuses to open
+// damage), which must not be open. Each damaged range of its log becomes
+// lost records, every valid record after it keeps its seq, an invalid
+// tail is cut; what the range held is gone. A damaged hard state or
+// snapshot point is rewritten from the repaired log (AloneRepair). A
+// member of a larger group needs none of it: it drops its damage and
+// rebuilds from a healthy member (and must not forget its promises).
+func RepairAlone(fsys vfs.FS, dir string, self replica.NodeID, dryRun bool) (AloneRepair, error) {
+	var r AloneRepair
+	var err error
+	if r.Log, err = storage.RepairFilled(fsys, dir, storage.Options{}, lostRecord, dryRun); err != nil {
+		return r, err
+	}
+	if b, err := storage.ReadFileAtomic(fsys, path.Join(dir, hardStateFile)); errors.Is(err, storage.ErrCorrupt) || err == nil && len(b) != 12 {
+		r.HardStateReset = true
+	}
+	if _, err := readSnapshotPoint(fsys, dir); errors.Is(err, errSnapshotPointDamaged) {
+		r.SnapshotPointReset = true
+	}
+	if dryRun || !r.HardStateReset && !r.SnapshotPointReset {
+		return r, nil
+	}
+	lg, err := storage.Open(fsys, dir, storage.Options{})
+	if err != nil {
+		return r, fmt.Errorf("replog: open the repaired log: %w", err)
+	}
+	start, next, last := lg.StartSeq(), lg.NextSeq(), lg.LastEpoch()
+	first := last
+	if next > start {
+		starts, err := lg.EpochStarts(start)
+		if err != nil {
+			lg.Close()
+			return r, fmt.Errorf("replog: epochs of the repaired log: %w", err)
+		}
+		first = starts[0].Epoch
+	}
+	lg.Close()
+	if r.SnapshotPointReset {
+		point := snapshotPoint{}
+		if start > 1 {
+			point = snapshotPoint{seq: start - 1, epoch: max(first, 1)}
+		}
+		if err := writeSnapshotPoint(fsys, dir, point); err != nil {
+			return r, err
+		}
+		last = max(last, point.epoch)
+	}
+	if r.HardStateReset {
+		if err := writeHardState(fsys, dir, replica.HardState{Promised: last, PromisedTo: self}); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
 }
 
 // hasMark reports whether the member's mark file name (rebuildingFile,

@@ -395,10 +395,15 @@ func (s memberStore) InstallSnapshot(snap replica.SnapshotMeta) error {
 }
 
 func (s memberStore) SetHardState(h replica.HardState) error {
+	return writeHardState(s.m.cfg.FS, s.m.cfg.Dir, h)
+}
+
+// writeHardState persists h as the hard state of the member in dir.
+func writeHardState(fsys vfs.FS, dir string, h replica.HardState) error {
 	var b [12]byte
 	binary.BigEndian.PutUint64(b[:], h.Promised)
 	binary.BigEndian.PutUint32(b[8:], uint32(h.PromisedTo))
-	return storage.WriteFileAtomic(s.m.cfg.FS, path.Join(s.m.cfg.Dir, hardStateFile), b[:])
+	return storage.WriteFileAtomic(fsys, path.Join(dir, hardStateFile), b[:])
 }
 
 func (s memberStore) TruncateAfter(seq uint64) error { return s.m.log.TruncateAfter(seq) }
