@@ -18,7 +18,7 @@ func init() {
 }
 
 func newGroupCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "group", Short: "List, describe and delete consumer groups with members"}
+	cmd := &cobra.Command{Use: "group", Short: "List and describe consumer groups with members; delete groups"}
 	cmd.AddCommand(newGroupListCmd(), newGroupDescribeCmd(), newGroupDeleteCmd())
 	return cmd
 }

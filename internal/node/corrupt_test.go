@@ -818,7 +818,15 @@ func TestDamagedStateFilesOfAMemberAlone(t *testing.T) {
 				_, err := tc.fs.ReadFile(path.Join(dir, "snapshot"))
 				return err == nil
 			})
-			start := tc.startSeqOf(holder, "one")
+			// Retention runs every 20 ms: wait until it has nothing left
+			// to compact, so the start read here is the one on disk.
+			var start uint64
+			eventually(t, "retention settles", func() bool {
+				before := tc.startSeqOf(holder, "one")
+				time.Sleep(100 * time.Millisecond)
+				start = tc.startSeqOf(holder, "one")
+				return start == before
+			})
 			tc.stop(holder)
 			if err := tc.fs.FlipBit(path.Join(dir, file), 2, 1); err != nil {
 				t.Fatal(err)

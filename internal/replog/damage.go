@@ -97,11 +97,6 @@ type AloneRepair struct {
 	SnapshotPointReset bool
 }
 
-// Damaged reports whether anything needed a repair.
-func (r AloneRepair) Damaged() bool {
-	return len(r.Log.Damage) > 0 || r.Log.TornTail != nil || r.HardStateReset || r.SnapshotPointReset
-}
-
 // RepairAlone repairs the directory of a member alone (a group of one
 // replica, self: no member holds a healthy copy, so it refuses to open
 // damage), which must not be open. Each damaged range of its log becomes
