@@ -147,9 +147,11 @@ type Cluster struct {
 	metaWake chan struct{}
 	toStart  map[string]*meta.Topic // applied but not started yet (startTopics retries)
 	// damaged: topics of toStart whose start found damage on this node's
-	// disk that its replica cannot drop and rebuild (a damaged hard state:
-	// the promises it made are unknown). They are not retried: the node
-	// runs the others; the topic's other replicas serve it.
+	// disk that its replicas cannot drop and rebuild (replog rebuilds a
+	// damaged log range or snapshot point, and recovers a damaged hard
+	// state's promise; this is for what none of that covers). They are
+	// not retried: the node runs the others; the topic's other replicas
+	// serve it.
 	damaged map[string]error
 
 	ready chan struct{} // closed once the members are open: peer frames wait for it

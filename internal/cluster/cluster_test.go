@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/replog"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -108,13 +110,19 @@ type fakeHost struct {
 	// startFailures fails that many StartTopic calls (a disk error while
 	// opening a topic's replicas).
 	startFailures int
-	startCalls    int
-	stopped       []stoppedTopic // StopTopic calls, in order
+	// corruptTopic: StartTopic of this topic finds damage
+	// (storage.ErrCorrupt).
+	corruptTopic string
+	startCalls   int
+	stopped      []stoppedTopic // StopTopic calls, in order
 }
 
 func (h *fakeHost) StartTopic(t meta.Topic) (bool, error) {
 	tc, placement := t.Config, t.Placement
 	h.startCalls++
+	if tc.Name == h.corruptTopic {
+		return false, fmt.Errorf("open %s: %w", tc.Name, storage.ErrCorrupt)
+	}
 	if h.startFailures > 0 {
 		h.startFailures--
 		return false, fmt.Errorf("open %s: injected disk error", tc.Name)
@@ -177,6 +185,8 @@ type testCluster struct {
 	hosts  []*fakeHost
 	nodes  []*Cluster // nil: down
 	config Config
+	// corrupt: members whose host finds damage in the topic named.
+	corrupt map[int]string
 }
 
 func newTestCluster(t *testing.T, n int) *testCluster {
@@ -199,7 +209,7 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 // start opens member i (0-based) over its file system.
 func (tc *testCluster) start(i int) {
 	tc.t.Helper()
-	h := &fakeHost{t: tc.t, started: map[string][][]uint32{}}
+	h := &fakeHost{t: tc.t, started: map[string][][]uint32{}, corruptTopic: tc.corrupt[i]}
 	seed := uint64(i + 1)
 	c, err := New(h, tc.config, Options{
 		NodeID: fmt.Sprintf("n%d", i+1), DataDir: "/data", ClientAddr: fmt.Sprintf("127.0.0.1:%d", 4850+i),
@@ -552,6 +562,38 @@ func TestReplicateFromAnImpostorIsDropped(t *testing.T) {
 	tc.settle()
 	if got := tc.nodes[victim].metaLog.Status().Hard.Promised; got != m.Epoch {
 		t.Fatalf("n%d promised %d on the genuine PREPARE of epoch %d", victim+1, got, m.Epoch)
+	}
+}
+
+// TestADamagedTopicIsNotStartedNorRetried (DamageStaysLocal): a topic
+// whose start finds damage its replicas cannot drop and rebuild leaves
+// the member running without it — its other topics and the metadata
+// member run — reported by Damaged and Starting, and its start is not
+// retried (damage does not go away by itself).
+func TestADamagedTopicIsNotStartedNorRetried(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	r := tc.declare(tc.metaLeader(), wire.TopicConfig{Name: "hurt", Partitions: 1, Replicas: 3})
+	tc.runUntil(3*time.Second, "the DECLARE answered", func() bool { return r.answered })
+	sick := (tc.metaLeader() + 1) % 3
+	tc.runUntil(time.Second, "the topic started", func() bool { return tc.hosts[sick].started["hurt"] != nil })
+	tc.stop(sick)
+	tc.corrupt = map[int]string{sick: "hurt"}
+	tc.start(sick)
+	tc.runFor(200 * time.Millisecond)
+	starting, damage := tc.nodes[sick].Starting("hurt")
+	if !starting || !errors.Is(damage, storage.ErrCorrupt) || tc.nodes[sick].Damaged()["hurt"] == nil {
+		t.Fatalf("n%d: starting %v, damage %v, Damaged %v", sick+1, starting, damage, tc.nodes[sick].Damaged())
+	}
+	if calls := tc.hosts[sick].startCalls; calls != 1 {
+		t.Fatalf("the damaged topic's start was tried %d times", calls)
+	}
+	r = tc.declare(sick, wire.TopicConfig{Name: "later", Partitions: 1, Replicas: 3})
+	tc.runUntil(3*time.Second, "a topic declared through the damaged member starts there", func() bool {
+		return r.answered && tc.hosts[sick].started["later"] != nil
+	})
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
 }
 

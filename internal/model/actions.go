@@ -64,6 +64,10 @@ func (cfg *Config) process(s *state, i int) string {
 	if n.uncertain && !n.k.Status().Uncertain {
 		n.uncertain = false // the shell removes its mark
 	}
+	if n.promiseLost && !n.k.Status().PromiseLost {
+		n.promiseLost = false // the hard state is written: the mark goes
+		s.events |= evPromiseRecovered
+	}
 	return ""
 }
 
@@ -260,6 +264,15 @@ func (cfg *Config) successors(s *state) []rstep {
 			continue
 		}
 		switch {
+		case st.PromiseLost:
+			// Its tick asks the peers that have not reported (once the
+			// queries in flight are answered or lost).
+			if !slices.ContainsFunc(s.net, func(m replica.Message) bool { return m.Type == replica.MsgPromiseQuery && int(m.From) == i+1 }) {
+				add(fmt.Sprintf("n%d asks its peers for their promises", i+1), -1, func(t *state) string {
+					t.mut(i).k.Tick()
+					return cfg.process(t, i)
+				})
+			}
 		case st.Role != replica.Leader && cfg.PreVote:
 			add(fmt.Sprintf("n%d times out and pre-votes", i+1), budgetCampaigns, func(t *state) string {
 				t.mut(i).k.ElectionTimeout()
@@ -332,6 +345,14 @@ func (cfg *Config) successors(s *state) []rstep {
 				return ""
 			})
 		}
+		add(fmt.Sprintf("n%d's hard state goes bad; it restarts with its promise lost", i+1), budgetPromiseLosses, func(t *state) string {
+			n := t.mut(i)
+			n.promisedBeforeLoss = max(n.promisedBeforeLoss, n.hard.Promised)
+			n.hard, n.promiseLost = replica.HardState{}, true
+			n.lostNonce++
+			cfg.crash(t, i, 0)
+			return cfg.process(t, i) // a mutated kernel may write at once
+		})
 	}
 	return out
 }

@@ -68,6 +68,11 @@ type Config struct {
 	// Keep it within the damage a group is built for (a minority of
 	// nodes: 1 of 3).
 	Damages int
+	// PromiseLosses: a node's hard state goes bad and it restarts not
+	// knowing its promise (replica.Persisted.PromiseLost): it asks every
+	// peer for its promise before it takes part again. Keep it within a
+	// minority of nodes too.
+	PromiseLosses int
 	// Transfers: a leader hands leadership to another node
 	// (Replica.TransferTo): it refuses proposals, waits for the target to
 	// flush its log, and sends TIMEOUT_NOW, on whose delivery the target
@@ -113,6 +118,9 @@ type Result struct {
 	// TransfersAbandoned: an ack timeout made a transferring leader give
 	// up and take proposals again (its TIMEOUT_NOW may still arrive).
 	TransfersAbandoned int
+	// PromisesRecovered: a node whose promise was lost learned every
+	// peer's and took part again.
+	PromisesRecovered int
 }
 
 type node struct {
@@ -161,11 +169,12 @@ const (
 	budgetCompactions
 	budgetDamages
 	budgetTransfers
+	budgetPromiseLosses
 	budgets
 )
 
 func (c *Config) budget(i int) int {
-	return [budgets]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups, c.AckTimeouts, c.Compactions, c.Damages, c.Transfers}[i]
+	return [budgets]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups, c.AckTimeouts, c.Compactions, c.Damages, c.Transfers, c.PromiseLosses}[i]
 }
 
 // event marks what the step into a state did, for Result's counts.
@@ -183,6 +192,7 @@ const (
 	evTransferCampaign
 	evTransferLeader
 	evTransferAbandoned
+	evPromiseRecovered
 )
 
 // errNotCommitted is a snapshot of something else than the committed
@@ -273,6 +283,7 @@ func (cfg *Config) ackTimeoutTicks() int { return cfg.Heartbeats + 1 }
 func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
 	p := replica.PersistedFromSnapshot(n.hard, n.snapSeq, n.snapEpoch, n.log)
 	p.Uncertain = n.uncertain
+	p.PromiseLost, p.LostNonce = n.promiseLost, n.lostNonce
 	// Election timeouts are explicit actions: a huge ElectionTicks keeps
 	// ticks from starting elections on their own. Reservations last as
 	// long as the ack timeout: an ack-timeout action expires both.
@@ -289,7 +300,8 @@ func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
 func (cfg *Config) tookOffice(s *state, i int, epoch uint64) string {
 	promised := 0
 	for _, n := range s.nodes {
-		if n.hard.Promised >= epoch {
+		// A promise counts even if damage took it since: it was made.
+		if max(n.hard.Promised, n.promisedBeforeLoss) >= epoch {
 			promised++
 		}
 	}
@@ -409,7 +421,7 @@ func (res *Result) count(s *state) {
 		{evMidReadyCrash, &res.MidReadyCrashes}, {evTruncationUndone, &res.TruncationsUndone}, {evReadOnly, &res.ReadOnly}, {evReadOnlyBack, &res.ReadOnlyBack},
 		{evCompaction, &res.Compactions}, {evSnapshotInstall, &res.SnapshotInstalls}, {evAppendBelowSnapshot, &res.AppendsBelowSnapshot},
 		{evUncertainGrant, &res.UncertainGrants}, {evTransferCampaign, &res.TransferCampaigns}, {evTransferLeader, &res.TransferLeaders},
-		{evTransferAbandoned, &res.TransfersAbandoned},
+		{evTransferAbandoned, &res.TransfersAbandoned}, {evPromiseRecovered, &res.PromisesRecovered},
 	} {
 		if s.events&c.ev != 0 {
 			*c.n++

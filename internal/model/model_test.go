@@ -235,6 +235,8 @@ func TestMutationsHaveCounterexamples(t *testing.T) {
 		{"an uncertain replica made whole by its old leader vouches again (S22)", damagedTailSpace, replica.Mutations{UncertainClearsOnAnyLeader: true}, "KernelAssertion", true},
 		{"accept a proposal while handing leadership over", transferSpace, replica.Mutations{ProposeWhileTransferring: true}, "TransferRefusesWrites", true},
 		{"a proposal lost once its leader is deposed, before the committed prefix moves on", small, replica.Mutations{OutcomeLostOnceDeposed: true}, "LostIsFinal", false},
+		{"a node whose promise was lost takes part at once (S24)", lostPromiseSpace, replica.Mutations{PromiseLostNotRecovered: true}, "VisibleImpliesQuorumFlushed", true},
+		{"a node whose promise was lost recovers on a majority's reports (S24)", lostPromiseSpace, replica.Mutations{PromiseFromQuorumReports: true}, "KernelAssertion", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -275,6 +277,26 @@ func belowSnapshotSpace() Config {
 // flushed — and maybe acknowledged — an entry it no longer holds.
 func damagedTailSpace() Config {
 	return Config{Replicas: 3, Proposals: 1, Campaigns: 2, Heartbeats: 1, Damages: 1, NetworkMax: 6, DepthMax: 24, StatesMax: 400_000}
+}
+
+// lostPromiseSpace: two elections, one proposal, a heartbeat and one node
+// whose hard state goes bad (S24): it restarts not knowing which epoch it
+// promised, maybe to a candidate that has not counted its grant yet.
+func lostPromiseSpace() Config {
+	return Config{Replicas: 3, Proposals: 1, Campaigns: 2, Heartbeats: 1, PromiseLosses: 1, NetworkMax: 6, DepthMax: 26, StatesMax: 400_000}
+}
+
+// TestBoundedLostPromise: the first 100k states of lostPromiseSpace —
+// a node that lost its promise asks every peer for theirs, and takes part
+// again in a second epoch — violate nothing.
+func TestBoundedLostPromise(t *testing.T) {
+	cfg := lostPromiseSpace()
+	cfg.StatesMax = 100_000
+	r := run(t, "lost promise", cfg)
+	if r.PromisesRecovered == 0 || r.MaxEpoch < 2 || r.Committed < 2 {
+		t.Fatalf("expected a recovered promise, a second epoch and a committed value: %+v", r)
+	}
+	t.Logf("reached: %d states entered by a recovered promise", r.PromisesRecovered)
 }
 
 // TestBoundedDamagedTail: the first 100k states of damagedTailSpace —

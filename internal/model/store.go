@@ -24,6 +24,13 @@ type disk struct {
 	// flush missing) — what the invariants catch is a lost entry the
 	// group then forgets.
 	lost []replica.Entry
+	// promiseLost is replog's promise-lost mark, lostNonce the nonce it
+	// holds (counting this disk's losses); promisedBeforeLoss is ghost
+	// state: the highest promise a loss took (InstallNeedsQuorumPromise
+	// counts it).
+	promiseLost        bool
+	lostNonce          uint64
+	promisedBeforeLoss uint64
 }
 
 func (d disk) clone() disk {
@@ -62,11 +69,16 @@ func (d *disk) appendState(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(d.hard.PromisedTo))
 	b = binary.AppendUvarint(b, d.snapSeq)
 	b = binary.AppendUvarint(b, d.snapEpoch)
+	flags := byte(0)
 	if d.uncertain {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
+		flags |= 1
 	}
+	if d.promiseLost {
+		flags |= 2
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, d.lostNonce)
+	b = binary.AppendUvarint(b, d.promisedBeforeLoss)
 	b = binary.AppendUvarint(b, uint64(len(d.lost)))
 	for _, e := range d.lost {
 		b = binary.AppendUvarint(b, e.Seq)

@@ -656,16 +656,14 @@ func TestDamagedMemberAloneStaysLocal(t *testing.T) {
 }
 
 // DamageStaysLocal for a replica of a larger group whose hard state is
-// damaged (the promises it made are unknown, so it must not vote, nor
-// drop and rebuild): that used to stop the node at start. The node now
-// starts without that topic — DATA_CORRUPT there, listed by Damaged, its
-// start not retried — while the partition's other replicas go on
-// committing.
-func TestDamagedHardStateKeepsOnlyThatTopicDown(t *testing.T) {
-	logs := &logBuffer{}
-	tc := newTestClusterWith(t, 3, func(c *Config) {
-		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	})
+// damaged (S24): the promises it made are unknown, so it must not vote,
+// nor follow, on a guess. That used to stop the node at start, then to
+// keep the topic down on it for good. The replica now starts with its
+// promise lost, learns every other replica's, and follows again: the
+// node's other topic runs throughout, nothing is reported damaged once
+// it recovered, and it holds what the group committed before and after.
+func TestDamagedHardStateOfAReplicaIsRecovered(t *testing.T) {
+	tc := newTestCluster(t, 3)
 	tc.declare("n1", wire.TopicConfig{Name: "three", Partitions: 1, Replicas: 3})
 	tc.declare("n1", wire.TopicConfig{Name: "other", Partitions: 1, Replicas: 3})
 	leader := tc.leaderOf("three", 0)
@@ -678,26 +676,48 @@ func TestDamagedHardStateKeepsOnlyThatTopicDown(t *testing.T) {
 			sick = id
 		}
 	}
+	third := "n1"
+	for third == leader || third == sick {
+		third = fmt.Sprintf("n%d", third[1]-'0'+1)
+	}
 	tc.stop(sick)
-	if err := tc.fs.FlipBit("/"+sick+"/topics/three/0/hardstate", 3, 1); err != nil {
+	tc.stop(third) // until it is back, not every peer can report
+	if err := tc.fs.FlipBit("/"+sick+"/topics/three/0/hardstate", 15, 1); err != nil {
 		t.Fatal(err)
 	}
 	tc.start(sick)
-	if _, err := tc.nodes[sick].topic("three"); !errors.Is(err, wire.ErrDataCorrupt) {
-		t.Fatalf("the damaged replica's topic on %s: %v, want DATA_CORRUPT", sick, err)
-	}
-	if d := tc.nodes[sick].Damaged(); len(d) != 1 || !strings.HasPrefix(d[0], "three: not started") {
-		t.Fatalf("damage reported %q, want topic three not started", d)
-	}
 	if _, err := tc.nodes[sick].topic("other"); err != nil {
 		t.Fatalf("the node's other topic: %v", err)
 	}
-	if _, err := publishOn(t, tc.nodes[tc.leaderOf("three", 0)], &wire.Pub{Topic: "three", Partition: 0, Value: []byte("y")}); err != nil {
-		t.Fatalf("the partition's other replicas: %v", err)
+	time.Sleep(100 * time.Millisecond)
+	info := tc.nodes[sick].Metadata([]string{"three"})[0].Partitions[0]
+	if !slices.ContainsFunc(info.Replicas, func(r wire.ReplicaInfo) bool { return r.Node == sick && r.State == ReplicaPromiseLost }) {
+		t.Fatalf("with a peer down the damaged replica reports %+v", info.Replicas)
 	}
-	time.Sleep(300 * time.Millisecond) // three apply passes at least
-	if c := logs.count("start topic failed"); c > 0 {
-		t.Fatalf("the damaged topic's start was retried %d times: damage does not go away by itself", c)
+	if got, _, _ := sample(t, tc.nodes[sick].metrics, "nereus_replica_promise_lost", map[string]string{"topic": "three"}); got != 1 {
+		t.Fatalf("nereus_replica_promise_lost %v, want 1", got)
+	}
+	tc.start(third)
+	eventually(t, "the damaged replica recovers its promise and follows", func() bool {
+		v, ok := tc.nodes[sick].Replica("three", 0)
+		return ok && !v.Status.PromiseLost && v.Status.Leader != 0
+	})
+	ok, err := publishOn(t, tc.nodes[tc.leaderOf("three", 0)], &wire.Pub{Topic: "three", Partition: 0, Value: []byte("y")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the recovered replica holds y", func() bool {
+		v, _ := tc.nodes[sick].Replica("three", 0)
+		return v.Status.Durable >= ok.Seq
+	})
+	if got := tc.readAll(sick, "three", 0, ok.Seq); fmt.Sprint(got) != fmt.Sprintf("[2:x %d:y]", ok.Seq) {
+		t.Fatalf("the recovered replica reads %q", got)
+	}
+	if d := tc.nodes[sick].Damaged(); len(d) != 0 {
+		t.Fatalf("damage reported after the recovery: %q", d)
+	}
+	if got, _, _ := sample(t, tc.nodes[sick].metrics, "nereus_replica_promise_lost", map[string]string{"topic": "three"}); got != 0 {
+		t.Fatalf("nereus_replica_promise_lost %v after the recovery, want 0", got)
 	}
 }
 

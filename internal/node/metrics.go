@@ -136,6 +136,8 @@ var (
 		"Replication messages this node's replica dropped because its inbound queue was full (cluster only).", []string{"topic", "partition"}, nil)
 	uncertainDesc = prometheus.NewDesc("nereus_replica_uncertain",
 		"1 while this node's replica may lack entries it acknowledged (it cut an invalid last batch nothing proved torn): its election votes count for less until a newer leader has made it whole (cluster only).", []string{"topic", "partition"}, nil)
+	promiseLostDesc = prometheus.NewDesc("nereus_replica_promise_lost",
+		"1 while this node's replica, whose hard state was damaged, waits for every other replica's promise: it takes no part in the group meanwhile (cluster only).", []string{"topic", "partition"}, nil)
 	groupMembersDesc = prometheus.NewDesc("nereus_group_members",
 		"JOINed members of a consumer group, as this node has applied the metadata.", []string{"group"}, nil)
 	groupMembershipEpochDesc = prometheus.NewDesc("nereus_group_membership_epoch",
@@ -166,6 +168,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- droppedDesc
 	ch <- rebuildsDesc
 	ch <- uncertainDesc
+	ch <- promiseLostDesc
 	ch <- groupMembersDesc
 	ch <- groupMembershipEpochDesc
 	ch <- groupAssignmentEpochDesc

@@ -537,6 +537,8 @@ func (p *replicaStore) describe(info *wire.PartitionInfo) {
 			if replica.NodeID(id) == c.Self() {
 				ri.FlushedSeq = st.Durable
 				switch {
+				case st.PromiseLost:
+					ri.State = ReplicaPromiseLost
 				case st.Rebuilding:
 					ri.State = "Rebuilding"
 				case st.Uncertain:
@@ -570,6 +572,12 @@ const ReplicaUnreachable = "Unreachable"
 // proved torn): its election votes count for less until a newer leader
 // has made it whole (replica.Persisted.Uncertain).
 const ReplicaUncertain = "Uncertain"
+
+// ReplicaPromiseLost is the state a follower reports of itself while its
+// hard state, damaged, is being recovered: it waits for every other
+// replica's promise and takes no part in the group meanwhile
+// (replica.Persisted.PromiseLost).
+const ReplicaPromiseLost = "PromiseLost"
 
 // shutdown answers everything queued or in flight (Manual mode; the
 // production loop does it as it returns).
@@ -655,4 +663,5 @@ func (p *replicaStore) collect(ch chan<- prometheus.Metric, topic, part string) 
 	ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(p.repl.Dropped()), topic, part)
 	ch <- prometheus.MustNewConstMetric(rebuildsDesc, prometheus.CounterValue, float64(p.repl.Installs()), topic, part)
 	ch <- prometheus.MustNewConstMetric(uncertainDesc, prometheus.GaugeValue, boolGauge(st.Uncertain), topic, part)
+	ch <- prometheus.MustNewConstMetric(promiseLostDesc, prometheus.GaugeValue, boolGauge(st.PromiseLost), topic, part)
 }

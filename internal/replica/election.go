@@ -12,9 +12,11 @@ import "slices"
 // leader the others may still hear. For the tests, the model checker
 // (whose "times out and campaigns" action is this), a brand-new group's
 // first election (the node shell) and the target of a leadership
-// transfer (MsgTimeoutNow, transfer.go); an election timeout (Tick) pre-votes first instead. A leader ignores it.
+// transfer (MsgTimeoutNow, transfer.go); an election timeout (Tick)
+// pre-votes first instead. A leader, a rebuilding replica and one whose
+// promise is lost (promise.go) ignore it.
 func (r *Replica) Campaign() {
-	if r.role != Leader && !r.rebuilding {
+	if r.role != Leader && !r.rebuilding && !r.lost {
 		r.campaign(true)
 	}
 }
@@ -22,9 +24,10 @@ func (r *Replica) Campaign() {
 // ElectionTimeout does what the election timer does when it runs out: it
 // starts a pre-vote round (a single replica campaigns at once). Tick calls
 // it; a driver that keeps time itself (the model checker) calls it
-// directly. A leader or a rebuilding replica ignores it.
+// directly. A leader, a rebuilding replica and one whose promise is lost
+// ignore it.
 func (r *Replica) ElectionTimeout() {
-	if r.role != Leader && !r.rebuilding {
+	if r.role != Leader && !r.rebuilding && !r.lost {
 		r.preVote()
 	}
 }

@@ -29,8 +29,13 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 	if r.uncertain {
 		flags |= 2
 	}
+	if r.lost {
+		flags |= 4
+	}
 	u(flags)
 	u(r.uncertainEpoch)
+	u(r.lostNonce)
+	u(r.reportMax)
 	u(r.durable)
 	u(r.commit)
 	u(uint64(r.heartbeatElapsed))
@@ -58,6 +63,9 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 		}
 		if r.preAnswered[i] {
 			flags |= 32
+		}
+		if r.reported[i] {
+			flags |= 64
 		}
 		u(flags)
 		u(r.match[i])
@@ -126,6 +134,9 @@ func AppendMessage(b []byte, m Message) []byte {
 	u(m.FlushedSeq)
 	u(uint64(m.Reject))
 	u(m.HintSeq)
+	if m.Type == MsgPromiseQuery || m.Type == MsgPromiseReport {
+		u(m.Tick) // the loss's nonce (an Append's lease tick is left out)
+	}
 	u(uint64(len(m.Entries)))
 	for _, e := range m.Entries {
 		u(e.Seq)

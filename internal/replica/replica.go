@@ -110,6 +110,8 @@ type Mutations struct {
 	QuietThroughSilence        bool // NextTickDue: sleep past the tick at which a follower stops vouching for its leader
 	LeaseFromCurrentTick       bool // replog: end the published lease LeaseTicks after the current tick's clock reading, not LeaseSpan after LeaseFrom's
 	PrepareIgnoresLease        bool // promise an election timeout's PREPARE while still holding the leader's lease
+	PromiseLostNotRecovered    bool // a replica whose hard state was lost takes part at once, promising from its log's last epoch
+	PromiseFromQuorumReports   bool // a replica whose hard state was lost recovers on a majority's reports, not every peer's
 	// Outcome: an entry beyond the commit point stays Pending though the
 	// committed prefix ends in a later epoch (LostBehindALaterEpoch).
 	OutcomeWaitsForTheCommitPoint bool
@@ -189,8 +191,15 @@ type Replica struct {
 	// whole: only such a leader ignores FLUSHED answers it sent before.
 	uncertain      bool
 	uncertainEpoch uint64
-	durable        uint64 // last seq known durable (after Advance)
-	commit         uint64
+	// lost: the promise is unknown (Persisted.PromiseLost) until every
+	// peer reported its own (promise.go): reported by peer index, the
+	// highest report in reportMax, lostNonce the loss's nonce.
+	lost      bool
+	lostNonce uint64
+	reported  []bool
+	reportMax uint64
+	durable   uint64 // last seq known durable (after Advance)
+	commit    uint64
 
 	electionElapsed  int
 	electionTimeout  int
@@ -276,6 +285,10 @@ func New(cfg Config, p Persisted) (*Replica, error) {
 		r.uncertainEpoch = p.Hard.Promised
 	}
 	r.resetElectionTimer()
+	r.reported = make([]bool, n)
+	if p.PromiseLost {
+		r.losePromise(p.LostNonce)
+	}
 	return r, nil
 }
 
@@ -288,6 +301,7 @@ func (r *Replica) Clone() *Replica {
 	c.chaseLag, c.chaseAge, c.revoked = slices.Clone(r.chaseLag), slices.Clone(r.chaseAge), slices.Clone(r.revoked)
 	c.preGrants, c.uncertainGrants, c.damagedRefusals = slices.Clone(r.preGrants), slices.Clone(r.uncertainGrants), slices.Clone(r.damagedRefusals)
 	c.preAnswered = slices.Clone(r.preAnswered)
+	c.reported = slices.Clone(r.reported)
 	c.pending.Entries, c.pending.Messages = slices.Clone(r.pending.Entries), slices.Clone(r.pending.Messages)
 	return &c
 }
@@ -418,6 +432,9 @@ func (r *Replica) NextTickDue() int {
 	if r.role == Leader {
 		return 1
 	}
+	if r.lost {
+		return max(r.cfg.HeartbeatTicks-r.heartbeatElapsed, 1)
+	}
 	due := r.electionTimeout - r.electionElapsed
 	if silent := r.cfg.ElectionTicks - r.electionElapsed; silent > 0 && !r.cfg.Mutations.QuietThroughSilence {
 		due = min(due, silent)
@@ -431,8 +448,10 @@ func (r *Replica) NextTickDue() int {
 // Tick advances logical time by one tick.
 func (r *Replica) Tick() {
 	r.ticks++
-	switch r.role {
-	case Follower, Candidate:
+	switch {
+	case r.lost:
+		r.tickLost()
+	case r.role == Follower, r.role == Candidate:
 		r.electionElapsed++
 		if r.electionElapsed >= r.electionTimeout {
 			r.ElectionTimeout()
@@ -447,7 +466,7 @@ func (r *Replica) Tick() {
 				}
 			}
 		}
-	case Leader:
+	case r.role == Leader:
 		for i := range r.peers {
 			if i != r.self {
 				r.heard[i]++
@@ -491,6 +510,12 @@ func (r *Replica) Step(m Message) {
 	if m.To != r.cfg.ID || m.From == r.cfg.ID || !slices.Contains(r.peers, m.From) {
 		return // not for us, or not from a member of the group
 	}
+	if r.lost {
+		if m.Type == MsgPromiseReport {
+			r.stepPromiseReport(m)
+		}
+		return // it takes no part until it knows its promise
+	}
 	switch m.Type {
 	case MsgPrepare:
 		r.stepPrepare(m)
@@ -508,6 +533,8 @@ func (r *Replica) Step(m Message) {
 		r.stepPreVoteAck(m)
 	case MsgTimeoutNow:
 		r.stepTimeoutNow(m)
+	case MsgPromiseQuery:
+		r.send(Message{Type: MsgPromiseReport, To: m.From, Epoch: r.hard.Promised, Tick: m.Tick})
 	}
 }
 
@@ -817,6 +844,10 @@ type Status struct {
 	// flushed (Persisted.Uncertain); cleared once a newer leader made it
 	// whole.
 	Uncertain bool
+	// PromiseLost: the hard state was lost and not every peer has
+	// reported its promise yet (Persisted.PromiseLost); the replica takes
+	// no part in the group meanwhile.
+	PromiseLost bool
 	// Peers is the leader's view of every other replica.
 	Peers []PeerStatus
 	// TransferTo: the replica this leader is handing leadership to
@@ -879,7 +910,7 @@ type PeerStatus struct {
 func (r *Replica) Status() Status {
 	st := Status{ID: r.cfg.ID, Role: r.role, Hard: r.hard, Leader: r.leader, Last: r.last, Durable: r.durable,
 		CommitSeq: r.commit, ReadOnly: r.readOnly, Epochs: slices.Clone(r.epochs), Anomalies: r.anomalies,
-		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Uncertain: r.uncertain, Peers: r.peerStatus(),
+		SnapSeq: r.snapSeq, Rebuilding: r.rebuilding, Uncertain: r.uncertain, PromiseLost: r.lost, Peers: r.peerStatus(),
 		TransferTo: r.transferee, TransferWanted: r.transferWanted, LeaderSilent: r.role != Leader && r.leaseExpired()}
 	if from := r.leaseStart(); from != 0 {
 		if left := int64(r.LeaseSpan()) - int64(r.ticks-from); left > 0 {

@@ -15,11 +15,17 @@ type store struct {
 	rebuilding bool
 	uncertain  bool    // replog's uncertain mark
 	unsynced   []Entry // appended, not yet synced: a crash loses them
+	// promiseLost is replog's promise-lost mark (hard is not readable),
+	// lostNonce the nonce it holds; flush clears the mark once the
+	// kernel wrote a hard state it recovered (promise.go).
+	promiseLost bool
+	lostNonce   uint64
 }
 
 func (s *store) persisted() Persisted {
 	p := PersistedFromSnapshot(s.hard, s.snapSeq, s.snapEp, s.log[s.snapSeq:])
 	p.Rebuilding, p.Uncertain = s.rebuilding, s.uncertain
+	p.PromiseLost, p.LostNonce = s.promiseLost, s.lostNonce
 	return p
 }
 
@@ -94,6 +100,9 @@ func (c *cluster) flush(id NodeID) {
 		}
 		if err != nil {
 			c.t.Fatalf("n%d: %v", id, err)
+		}
+		if s := c.stores[id]; s.promiseLost && !r.Status().PromiseLost {
+			s.promiseLost = false
 		}
 		if c.onFlush != nil {
 			c.onFlush(id)

@@ -96,6 +96,14 @@ const (
 	// campaign at once — forced, without a pre-vote — for Epoch+1. It acts
 	// only on one from the leader it follows, in its current epoch.
 	MsgTimeoutNow
+	// MsgPromiseQuery asks a peer for its promise (promise.go): sent by a
+	// replica whose hard state was lost (Persisted.PromiseLost), with Tick
+	// the loss's nonce (Persisted.LostNonce).
+	MsgPromiseQuery
+	// MsgPromiseReport answers a PromiseQuery: Epoch is the sender's
+	// durable promise, Tick the query's nonce. A replica whose own promise
+	// is lost does not answer.
+	MsgPromiseReport
 )
 
 func (t MsgType) String() string {
@@ -116,6 +124,10 @@ func (t MsgType) String() string {
 		return "PRE_VOTE_ACK"
 	case MsgTimeoutNow:
 		return "TIMEOUT_NOW"
+	case MsgPromiseQuery:
+		return "PROMISE_QUERY"
+	case MsgPromiseReport:
+		return "PROMISE_REPORT"
 	}
 	return fmt.Sprintf("MsgType(%d)", uint8(t))
 }
@@ -248,6 +260,14 @@ type Persisted struct {
 	// grants do not vouch for its whole log (Replica.granted) until a
 	// leader of a newer epoch has made it whole.
 	Uncertain bool
+	// PromiseLost: the shell could not read the hard state (damaged), so
+	// the replica does not know which epochs it promised. Hard then holds
+	// only a lower bound (the log's last epoch). The replica takes no part
+	// in the group — no grant, no vote, no Append accepted — until every
+	// peer reported its promise (promise.go); LostNonce (non-zero) tells
+	// this loss's reports from a former one's.
+	PromiseLost bool
+	LostNonce   uint64
 }
 
 // Ready is the work a step produced. Ordering rule: the shell makes

@@ -1,6 +1,7 @@
 package replog
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -60,6 +61,40 @@ func quarantineDamage(fsys vfs.FS, dir string, lg *storage.Log, logger *slog.Log
 // forget it, and outlives restarts until a newer leader has made the
 // member whole (replica.Persisted.Uncertain).
 const uncertainFile = "uncertain"
+
+// promiseLostFile marks a member of a group whose hard state went bad:
+// which epochs it promised is unknown, so its kernel takes no part in the
+// group until every other member reported its own promise
+// (replica.Persisted.PromiseLost). The mark holds the loss's nonce, which
+// tells this loss's reports from a former one's; it is written before
+// anything else happens and removed once the recovered hard state is
+// durable.
+const promiseLostFile = "promise-lost"
+
+// markPromiseLost writes the promise-lost mark with a fresh nonce (the
+// clock's reading: a later loss reads a later one).
+func markPromiseLost(cfg Config, cause error) (uint64, error) {
+	cfg.Logger.Error("replog: damaged hard state; the epochs this member promised are unknown: it takes no part until every other member reported its promise",
+		"dir", cfg.Dir, "err", cause)
+	nonce := max(uint64(cfg.Clock.NowNanos()), 1)
+	return nonce, storage.WriteFileAtomic(cfg.FS, path.Join(cfg.Dir, promiseLostFile), binary.BigEndian.AppendUint64(nil, nonce))
+}
+
+// readPromiseLost reads the promise-lost mark: whether it is set, and its
+// nonce (0 when the mark itself is damaged: it still marks, and
+// loadOrQuarantine writes it again).
+func readPromiseLost(fsys vfs.FS, dir string) (lost bool, nonce uint64, err error) {
+	b, err := storage.ReadFileAtomic(fsys, path.Join(dir, promiseLostFile))
+	switch {
+	case err == nil && len(b) == 8:
+		return true, binary.BigEndian.Uint64(b), nil
+	case err == nil, errors.Is(err, storage.ErrCorrupt):
+		return true, 0, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, 0, nil
+	}
+	return false, 0, err
+}
 
 // storageOptions are the member's log options: a member of a group marks
 // itself uncertain before its log cuts a torn tail. A member alone has no
@@ -225,7 +260,7 @@ func (m *Member) restartDamaged() (bool, error) {
 	}
 	m.pending = nil
 	m.setKernel(k)
-	m.rebuildingMarked, m.uncertainMarked = true, p.Uncertain
+	m.rebuildingMarked, m.uncertainMarked, m.promiseLostMarked = true, p.Uncertain, p.PromiseLost
 	m.commitSeq.Store(min(m.commitSeq.Load(), m.log.NextSeq()-1))
 	m.publishStatus()
 	return true, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/replica"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 )
 
@@ -428,5 +429,79 @@ func TestEntriesForAnAppendReportDamageAfterGoodEntries(t *testing.T) {
 	got, err := memberStore{m}.Entries(1, 3)
 	if !errors.Is(err, errDamagedRead) {
 		t.Fatalf("Entries(1, 3) over damage at seq 2: %d entries, err %v; want errDamagedRead", len(got), err)
+	}
+}
+
+// TestDamagedHardStateRecoversThePromiseFromEveryMember (S24): a member
+// whose hard state went bad does not know which epochs it promised. It
+// marks itself and takes part in nothing until every other member
+// reported its promise — with one of them down it waits, whatever the
+// leader sends — then promises the highest report, writes its hard state,
+// removes the mark and follows again. A damaged mark still marks, and is
+// written again with a fresh nonce.
+func TestDamagedHardStateRecoversThePromiseFromEveryMember(t *testing.T) {
+	g := newGroup(t, 3)
+	var last uint64
+	for i := range 10 {
+		last = g.commit(fmt.Sprintf("v%d", i))
+	}
+	leader := g.leader().Status()
+	var damaged, other replica.NodeID
+	for _, id := range g.members {
+		switch {
+		case id == leader.ID:
+		case damaged == 0:
+			damaged = id
+		default:
+			other = id
+		}
+	}
+	g.waitCommit(damaged, last)
+	dir := fmt.Sprintf("/n%d", damaged)
+	g.stop(damaged)
+	if err := g.fs.FlipBit(path.Join(dir, hardStateFile), 16, 3); err != nil {
+		t.Fatal(err)
+	}
+	g.stop(other)
+	g.start(damaged)
+	lost, nonce, err := readPromiseLost(g.fs, dir)
+	if err != nil || !lost || nonce == 0 {
+		t.Fatalf("promise-lost mark: %v nonce %d err %v", lost, nonce, err)
+	}
+	g.stop(damaged)
+	if err := g.fs.WriteFile(path.Join(dir, promiseLostFile), []byte("not a mark")); err != nil {
+		t.Fatal(err)
+	}
+	g.start(damaged)
+	if lost, again, err := readPromiseLost(g.fs, dir); err != nil || !lost || again == 0 || again == nonce {
+		t.Fatalf("a damaged mark: written again %v with nonce %d (was %d), err %v", lost, again, nonce, err)
+	}
+	time.Sleep(100 * time.Millisecond) // 50 ticks: the leader's heartbeats, the queries, the leader's report
+	if st := g.member(damaged).Status(); !st.PromiseLost || st.Role != replica.Follower || st.Leader != 0 {
+		t.Fatalf("with a member down: %+v", st)
+	}
+	if _, err := storage.ReadFileAtomic(g.fs, path.Join(dir, hardStateFile)); !errors.Is(err, storage.ErrCorrupt) {
+		t.Fatalf("the hard state was written while the promise was unknown: %v", err)
+	}
+	g.start(other)
+	waitFor(t, "the promise is recovered", func() bool { return !g.member(damaged).Status().PromiseLost })
+	if st := g.member(damaged).Status(); st.Hard.Promised < leader.Hard.Promised {
+		t.Fatalf("recovered promise %d, below the leader's epoch %d", st.Hard.Promised, leader.Hard.Promised)
+	}
+	if lost, _, _ := readPromiseLost(g.fs, dir); lost {
+		t.Fatal("the mark outlived the recovery")
+	}
+	if _, err := storage.ReadFileAtomic(g.fs, path.Join(dir, hardStateFile)); err != nil {
+		t.Fatalf("hard state after the recovery: %v", err)
+	}
+	last = g.commit("after")
+	g.waitCommit(damaged, last)
+	if got, want := g.values(damaged), g.values(g.leader().Status().ID); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("recovered member has\n%v\nleader has\n%v", got, want)
+	}
+	g.stop(damaged)
+	g.start(damaged)
+	if st := g.member(damaged).Status(); st.PromiseLost {
+		t.Fatal("lost again after a clean restart")
 	}
 }

@@ -54,6 +54,9 @@ type Member struct {
 	// uncertainMarked: the uncertain mark (uncertainFile) is on disk;
 	// Handle removes it once the kernel is no longer uncertain.
 	uncertainMarked bool
+	// promiseLostMarked: the promise-lost mark (promiseLostFile) is on
+	// disk; Handle removes it once the kernel's recovered hard state is.
+	promiseLostMarked bool
 }
 
 // OpenMember restores a member from its directory. Nothing runs until its
@@ -82,7 +85,7 @@ func OpenMember(cfg Config) (*Member, error) {
 		lg.Close()
 		return nil, err
 	}
-	m := &Member{cfg: cfg, log: lg, rebuildingMarked: marked, uncertainMarked: p.Uncertain}
+	m := &Member{cfg: cfg, log: lg, rebuildingMarked: marked, uncertainMarked: p.Uncertain, promiseLostMarked: p.PromiseLost}
 	m.setKernel(k)
 	m.readLog.Store(lg)
 	m.x = replica.Executor{Store: memberStore{m}, Send: m.send, SendBeforePersist: cfg.SendBeforePersist}
@@ -128,6 +131,13 @@ func (m *Member) send(msg replica.Message) {
 func loadOrQuarantine(cfg Config, lg *storage.Log) (p replica.Persisted, marked bool, err error) {
 	p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
 	canRebuild := len(cfg.Members) > 1
+	if canRebuild && (errors.Is(err, errHardStateDamaged) || err == nil && p.PromiseLost && p.LostNonce == 0) {
+		// Its promises are unknown: mark it (again, for a damaged mark)
+		// and let the kernel recover them from the other members.
+		if _, err = markPromiseLost(cfg, err); err == nil {
+			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
+		}
+	}
 	if canRebuild && errors.Is(err, errSnapshotPointDamaged) {
 		if err = resetDamagedMember(cfg.FS, cfg.Dir, lg, err, cfg.Logger); err == nil {
 			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
@@ -270,6 +280,14 @@ func (m *Member) Handle() error {
 		}
 		m.uncertainMarked = false
 		m.cfg.Logger.Info("replog: whole again after cutting an unproven tail", "member", m.cfg.ID, "dir", m.cfg.Dir)
+	}
+	if st := m.k.Status(); m.promiseLostMarked && !st.PromiseLost {
+		// The Ready that ended the loss wrote the hard state (durable).
+		if err := m.clearMark(promiseLostFile); err != nil {
+			return fmt.Errorf("replog: cannot clear the promise-lost mark: %w", err)
+		}
+		m.promiseLostMarked = false
+		m.cfg.Logger.Info("replog: promise recovered from every other member's", "member", m.cfg.ID, "dir", m.cfg.Dir, "promised", st.Hard.Promised)
 	}
 	m.publishStatus()
 	return nil
@@ -536,7 +554,7 @@ func (m *Member) Recover() error {
 	}
 	p, marked, err := loadOrQuarantine(m.cfg, lg) // damage found now is dropped and rebuilt, as at open
 	if err == nil {
-		m.rebuildingMarked, m.uncertainMarked = marked, p.Uncertain
+		m.rebuildingMarked, m.uncertainMarked, m.promiseLostMarked = marked, p.Uncertain, p.PromiseLost
 	}
 	var k *replica.Replica
 	if err == nil {

@@ -368,16 +368,31 @@ func (l *Log) pumpFailed(nowMs int64) bool {
 	return true
 }
 
+// errHardStateDamaged: the hard state file cannot be read back (it also
+// matches storage.ErrCorrupt).
+var errHardStateDamaged = errors.New("replog: damaged hard state")
+
 // loadPersisted reads the hard state and the snapshot point, finishes an
 // interrupted snapshot install, and derives the log's epoch boundaries.
+// Under the promise-lost mark a damaged hard state is no error: the
+// kernel recovers the promise (replica.Persisted.PromiseLost).
 func loadPersisted(fsys vfs.FS, dir string, lg *storage.Log) (replica.Persisted, error) {
 	var p replica.Persisted
+	lost, nonce, err := readPromiseLost(fsys, dir)
+	if err != nil {
+		return p, err
+	}
+	p.PromiseLost, p.LostNonce = lost, nonce
 	b, err := storage.ReadFileAtomic(fsys, path.Join(dir, hardStateFile))
 	switch {
 	case err == nil && len(b) == 12:
 		p.Hard = replica.HardState{Promised: binary.BigEndian.Uint64(b), PromisedTo: replica.NodeID(binary.BigEndian.Uint32(b[8:]))}
+	case lost && (err == nil || errors.Is(err, storage.ErrCorrupt)):
+		// Left at zero: the kernel starts from its log's last epoch.
 	case err == nil:
-		return p, fmt.Errorf("replog: hard state of %d bytes", len(b))
+		return p, fmt.Errorf("%w (%w): %d bytes", errHardStateDamaged, storage.ErrCorrupt, len(b))
+	case errors.Is(err, storage.ErrCorrupt):
+		return p, fmt.Errorf("%w: %w", errHardStateDamaged, err)
 	case !errors.Is(err, fs.ErrNotExist):
 		return p, fmt.Errorf("replog: read hard state: %w", err)
 	}

@@ -362,6 +362,7 @@ func newClusterSim(o ClusterOptions) *sim {
 	s.observed = map[commitKey]uint64{}
 	s.replicaViews = map[replicaKey]node.ReplicaView{}
 	s.flipped = map[string]bool{}
+	s.lostPromises = map[string]uint64{}
 	s.replicaStates = map[string]int{}
 	s.lagging, s.recoveries = map[replicaKey]lagEpisode{}, map[string]int{}
 	s.metaGhost = invariant.NewGroup(o.Nodes, false)
@@ -576,7 +577,7 @@ func (s *sim) observeMetaLeader(ni int, b *broker) {
 	}
 	epoch, promised := v.Status.Hard.Promised, 0
 	for _, o := range s.nodes {
-		if hardStatePromise(o.fs, path.Join(dataDir, "meta", "hardstate")) >= epoch {
+		if s.promiseOf(o, path.Join(dataDir, "meta", "hardstate")) >= epoch {
 			promised++
 		}
 	}
@@ -658,7 +659,7 @@ func (s *sim) holdsMeta(b *broker, seq, epoch uint64) bool {
 // its hard-state file (between events no write is in progress, so what
 // the file holds is durable).
 func (s *sim) durablePromise(b *broker, partition uint32) uint64 {
-	return hardStatePromise(b.fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(partition), "hardstate"))
+	return s.promiseOf(b, path.Join(dataDir, "topics", simTopic, fmt.Sprint(partition), "hardstate"))
 }
 
 // clusterFinalPhase cuts the power to every node at once, restarts them

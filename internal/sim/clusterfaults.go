@@ -28,8 +28,9 @@ type ClusterFaults struct {
 	// fsyncs hang) while the rest of it runs: its sessions, runners and
 	// network go on, its published statuses stand still.
 	Stall bool
-	// BitFlip flips a bit in a partition segment of the last node only —
-	// a damaged minority, which must cost no acknowledged record.
+	// BitFlip flips a bit in a partition segment, or in a replica's hard
+	// state, of the last node only — a damaged minority, which must cost
+	// no acknowledged record.
 	BitFlip bool
 	// Outage makes one destination topic of the scheduled-delivery
 	// workload unreachable for a while (schedghost.go; runs without
@@ -241,9 +242,14 @@ func (s *sim) stallNode(b *broker) {
 }
 
 // flipMinorityBit flips one bit of a partition segment on node b's disk
-// (current and durable content: media damage). Only ever one node is hit,
-// so the damage stays on a minority of every replica group.
+// (current and durable content: media damage), or one in which of its
+// replicas' hard state (flipHardState). Only ever one node is hit, so the
+// damage stays on a minority of every replica group.
 func (s *sim) flipMinorityBit(b *broker) {
+	if s.w.rng.IntN(4) == 0 {
+		s.flipHardState(b)
+		return
+	}
 	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
 	files := segmentFiles(b.fs, p)
 	if len(files) == 0 {
@@ -259,6 +265,39 @@ func (s *sim) flipMinorityBit(b *broker) {
 		s.flipped[b.id] = true
 		s.w.tracef("fault %s bit flip %s@%d", b.id, strings.TrimPrefix(file, dataDir+"/"), off)
 	}
+}
+
+// flipHardState flips one bit of the hard state of one of node b's
+// replicas (a partition's, or now and then its metadata member's), and
+// half the time kills it -9 at once: its restart finds the promises
+// unknown (S24) unless the replica wrote its hard state again first.
+// The promise the file held is kept as ghost state: it was made, and
+// InstallNeedsQuorumPromise counts it (promiseOf).
+func (s *sim) flipHardState(b *broker) {
+	file := path.Join(dataDir, "topics", simTopic, fmt.Sprint(s.w.rng.IntN(int(s.opts.Partitions))), "hardstate")
+	if s.w.rng.IntN(4) == 0 {
+		file = path.Join(dataDir, "meta", "hardstate")
+	}
+	size, err := b.fs.Stat(file)
+	if err != nil || size == 0 {
+		return
+	}
+	key := b.id + ":" + file
+	s.lostPromises[key] = max(s.lostPromises[key], hardStatePromise(b.fs, file))
+	off := s.w.rng.Int64N(size)
+	if err := b.fs.FlipBit(file, off, uint(s.w.rng.IntN(8))); err != nil {
+		return
+	}
+	s.w.tracef("fault %s bit flip %s@%d", b.id, strings.TrimPrefix(file, dataDir+"/"), off)
+	if s.w.rng.IntN(2) == 0 {
+		b.crash()
+	}
+}
+
+// promiseOf is the promise node b's hard-state file holds, or held before
+// a bit flip took it (flipHardState), whichever is higher.
+func (s *sim) promiseOf(b *broker, file string) uint64 {
+	return max(hardStatePromise(b.fs, file), s.lostPromises[b.id+":"+file])
 }
 
 // heal ends every network fault.

@@ -221,6 +221,7 @@ type sim struct {
 	observed       map[commitKey]uint64
 	replicaViews   map[replicaKey]node.ReplicaView // each member as last seen up, or as it died
 	flipped        map[string]bool                 // nodes whose disks took a bit flip
+	lostPromises   map[string]uint64               // "node:file": the promise a hard state held when a bit flip hit it
 	metaGhost      *invariant.Group                // the metadata log's leaders and committed prefix
 	metaViews      map[string]node.ReplicaView     // each node's metadata member, likewise
 	replicaStates  map[string]int                  // replica states leaders reported, and how often
