@@ -98,6 +98,9 @@ type repairJSON struct {
 	SnapshotPointReset  bool           `json:"snapshot_point_reset,omitempty"`
 	TopicsRebuilt       int            `json:"topics_rebuilt,omitempty"`
 	GroupsReset         bool           `json:"groups_reset,omitempty"`
+	// LedgerSnapshotRemoved: a group's damaged ledger-snapshot was
+	// removed; the group's acks are forgotten.
+	LedgerSnapshotRemoved bool `json:"ledger_snapshot_removed,omitempty"`
 }
 
 type damageJSON struct {
@@ -122,7 +125,7 @@ func writeRepairJSON(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 			Damage: []damageJSON{}, Dropped: []seqRangeJSON{}, DroppedSeqs: r.DroppedSeqs,
 			ValidRecordsDropped: r.ValidRecordsDropped, NextSeq: r.NextSeq, EpochFileRemoved: l.EpochFileRemoved,
 			HardStateReset: l.HardStateReset, SnapshotPointReset: l.SnapshotPointReset,
-			TopicsRebuilt: l.TopicsRebuilt, GroupsReset: l.GroupsReset}
+			TopicsRebuilt: l.TopicsRebuilt, GroupsReset: l.GroupsReset, LedgerSnapshotRemoved: l.LedgerSnapshotRemoved}
 		if l.Group == "" && l.TopicsRebuilt == 0 && !l.GroupsReset {
 			j.Partition = &l.Partition
 		}
@@ -193,6 +196,10 @@ func writeRepairText(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 		}
 		if l.SnapshotPointReset {
 			fmt.Fprintf(w, "%s: corrupt snapshot point rewritten from the log\n", name)
+		}
+		if l.LedgerSnapshotRemoved {
+			fmt.Fprintf(w, "%s: corrupt snapshot %s: the group's acks are forgotten and its messages delivered again\n",
+				name, map[bool]string{true: "would be removed", false: "removed"}[dryRun])
 		}
 	}
 	fmt.Fprintf(w, "%d of %d logs damaged\n", damaged, len(logs))

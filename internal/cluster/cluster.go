@@ -612,9 +612,19 @@ func (c *Cluster) loadState() (*meta.State, error) {
 	return st, err
 }
 
+// readState reads meta.json. A damaged one (its checksum fails) is
+// derived state: the node starts from an empty state and the applier
+// replays the metadata log — never compacted, so it holds every entry
+// from seq 1 — as a node joining with an empty disk does; meta.json is
+// written again as it goes.
 func (c *Cluster) readState() (*meta.State, error) {
 	b, err := storage.ReadFileAtomic(c.opts.Env.FS, path.Join(c.opts.DataDir, MetaStateFile))
 	if errors.Is(err, fs.ErrNotExist) {
+		return meta.New(), nil
+	}
+	if errors.Is(err, storage.ErrCorrupt) {
+		c.log.Error("the applied metadata state is damaged; rebuilding it from the metadata log (topics start as their entries are applied again)",
+			"file", MetaStateFile, "err", err)
 		return meta.New(), nil
 	}
 	if err != nil {

@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -625,5 +627,57 @@ func TestAFailedTopicStartIsRetried(t *testing.T) {
 	}
 	if starting, _ := tc.nodes[(sick+1)%3].Starting("retried"); starting {
 		t.Fatal("a healthy member reports the topic as still starting")
+	}
+}
+
+// TestDamagedMetaStateIsRebuiltFromTheLog (N25): meta.json is derived
+// from the metadata log, which is never compacted. A member whose copy
+// went bad used to refuse to start; it now starts from an empty state,
+// replays the log as a member with an empty disk would, starts the
+// topics that exist — not the one deleted — and writes meta.json again,
+// equal to another member's.
+func TestDamagedMetaStateIsRebuiltFromTheLog(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	for _, name := range []string{"kept", "gone"} {
+		r := tc.declare(tc.metaLeader(), wire.TopicConfig{Name: name, Partitions: 2, Replicas: 3})
+		tc.runUntil(3*time.Second, "the DECLARE of "+name, func() bool { return r.answered })
+	}
+	deleted := false
+	leader := tc.metaLeader()
+	tc.nodes[leader].ProposeMeta(func(st *meta.State) (meta.Command, error) { return st.DecideTopicDelete("gone", 0) },
+		func(err error) {
+			if err != nil {
+				t.Errorf("delete gone: %v", err)
+			}
+			deleted = true
+		})
+	sick := (leader + 1) % 3
+	tc.runUntil(3*time.Second, "gone deleted on every member", func() bool {
+		return deleted && tc.hosts[sick].started["gone"] == nil && tc.hosts[sick].started["kept"] != nil
+	})
+	tc.stop(sick)
+	file := path.Join("/data", MetaStateFile)
+	if err := tc.fs[sick].FlipBit(file, 20, 4); err != nil {
+		t.Fatal(err)
+	}
+	tc.start(sick)
+	tc.runUntil(3*time.Second, "kept started again", func() bool { return tc.hosts[sick].started["kept"] != nil })
+	ref, err := tc.nodes[leader].loadState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.runUntil(3*time.Second, "meta.json written again", func() bool {
+		st, err := tc.nodes[sick].loadState()
+		return err == nil && st.Applied == ref.Applied
+	})
+	got, _ := tc.nodes[sick].loadState()
+	a, _ := json.Marshal(got)
+	b, _ := json.Marshal(ref)
+	if string(a) != string(b) {
+		t.Fatalf("rebuilt state\n%s\nthe leader's\n%s", a, b)
+	}
+	if tc.hosts[sick].started["gone"] != nil {
+		t.Fatal("the deleted topic is started again")
 	}
 }

@@ -6,16 +6,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"slices"
-	"time"
-
 	"log/slog"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -400,6 +400,66 @@ func TestFullDiskLogsOneLinePerWindow(t *testing.T) {
 	}
 }
 
+// ackOneByOne publishes n records to topic t (one partition), has group
+// g consume them and acks each on its own — one ledger flush each, synced
+// in turn, and a compaction after each once the ledger passed
+// compactBytes (0: the default) — then closes the node.
+func ackOneByOne(h *harness, n int, compactBytes int64) {
+	t := h.t
+	t.Helper()
+	h.declare("t", 1)
+	publishTo(h, "t", 0, n)
+	s := newSink()
+	sub, err := h.node.Subscribe("t", "g", GroupOptions{}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if compactBytes > 0 {
+		h.setLedgerCompactBytes("t", "g", compactBytes)
+	}
+	sub.AddCredit(uint32(n))
+	for _, m := range s.waitFor(t, n) {
+		if res := h.ack("t", "g", false, wire.AckEntry{Partition: m.Partition, Seq: m.Seq, DeliveryID: m.DeliveryID}); res[0] != wire.CodeOK {
+			t.Fatalf("ack %d: %v", m.Seq, res)
+		}
+	}
+	h.node.Close()
+}
+
+// groupRefusedAsCorrupt opens the node and checks that group g on topic
+// t is refused with DATA_CORRUPT naming what (and an ERROR line with
+// line), then closes it.
+func groupRefusedAsCorrupt(h *harness, logs *logBuffer, what, line string) {
+	t := h.t
+	t.Helper()
+	h.open()
+	if _, err := h.node.Subscribe("t", "g", GroupOptions{}, newSink()); !errors.Is(err, wire.ErrDataCorrupt) || !strings.Contains(err.Error(), what) {
+		t.Fatalf("subscribe to a group with a damaged %s: %v, want DATA_CORRUPT", what, err)
+	}
+	if !strings.Contains(logs.String(), line) {
+		t.Fatalf("no ERROR line %q:\n%s", line, logs.String())
+	}
+	h.node.Close()
+}
+
+// deliveredAfterRepair opens the node and has group g consume topic t
+// with credit: it returns what came once want messages did and nothing
+// more was pending.
+func deliveredAfterRepair(h *harness, credit, want int) []*wire.Msg {
+	t := h.t
+	t.Helper()
+	h.open()
+	s := newSink()
+	sub, err := h.node.Subscribe("t", "g", GroupOptions{}, s)
+	if err != nil {
+		t.Fatalf("subscribe after repair: %v", err)
+	}
+	sub.AddCredit(uint32(credit))
+	s.waitFor(t, want)
+	h.sync("t", "g")
+	return s.all()
+}
+
 // TestDamagedAckLedgerRefusesTheGroupUntilRepaired is issue 11's third
 // finding: a flipped byte in an ack ledger used to cut it there and
 // silently deliver hundreds of acknowledged messages again. Now the group
@@ -409,22 +469,8 @@ func TestFullDiskLogsOneLinePerWindow(t *testing.T) {
 func TestDamagedAckLedgerRefusesTheGroupUntilRepaired(t *testing.T) {
 	var logs logBuffer
 	h := newCorruptionHarness(t, &logs)
-	h.declare("t", 1)
 	const n = 40
-	publishTo(h, "t", 0, n)
-	s := newSink()
-	sub, err := h.node.Subscribe("t", "g", GroupOptions{}, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub.AddCredit(n)
-	for _, m := range s.waitFor(t, n) {
-		// One ack per ledger flush: one batch each, synced in turn.
-		if res := h.ack("t", "g", false, wire.AckEntry{Partition: m.Partition, Seq: m.Seq, DeliveryID: m.DeliveryID}); res[0] != wire.CodeOK {
-			t.Fatalf("ack %d: %v", m.Seq, res)
-		}
-	}
-	h.node.Close()
+	ackOneByOne(h, n, 0)
 	ledger := "/data/groups/g/t/ledger/00000000000000000001.log"
 	data, err := h.fs.ReadFile(ledger)
 	if err != nil {
@@ -433,14 +479,7 @@ func TestDamagedAckLedgerRefusesTheGroupUntilRepaired(t *testing.T) {
 	if err := h.fs.FlipBit(ledger, int64(len(bytes.TrimRight(data, "\x00")))/2, 3); err != nil {
 		t.Fatal(err)
 	}
-	h.open()
-	if _, err := h.node.Subscribe("t", "g", GroupOptions{}, newSink()); !errors.Is(err, wire.ErrDataCorrupt) || !strings.Contains(err.Error(), "ledger") {
-		t.Fatalf("subscribe to a group with a damaged ledger: %v, want DATA_CORRUPT", err)
-	}
-	if !strings.Contains(logs.String(), "group ack ledger corrupt") {
-		t.Fatalf("no ERROR line:\n%s", logs.String())
-	}
-	h.node.Close()
+	groupRefusedAsCorrupt(h, &logs, "ledger", "group ack ledger corrupt")
 	repaired, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
 	if err != nil {
 		t.Fatal(err)
@@ -456,17 +495,54 @@ func TestDamagedAckLedgerRefusesTheGroupUntilRepaired(t *testing.T) {
 	if dropped == 0 {
 		t.Fatalf("repair dropped nothing from the ledger: %+v", repaired)
 	}
-	h.open()
-	s2 := newSink()
-	sub2, err := h.node.Subscribe("t", "g", GroupOptions{}, s2)
-	if err != nil {
-		t.Fatalf("subscribe after repair: %v", err)
+	if got := deliveredAfterRepair(h, n, int(dropped)); len(got) != int(dropped) {
+		t.Fatalf("%d messages delivered again, want the %d whose acks the repair dropped: %v", len(got), dropped, got)
 	}
-	sub2.AddCredit(n)
-	again := s2.waitFor(t, int(dropped))
-	h.sync("t", "g")
-	if s2.count() != int(dropped) {
-		t.Fatalf("%d messages delivered again, want the %d whose acks the repair dropped: %v", s2.count(), dropped, again)
+}
+
+// TestDamagedLedgerSnapshotRefusesTheGroupUntilRepaired (N25l): a group's
+// ledger-snapshot — its done state as of the last compaction — went bad.
+// Loading it used to fail with a bare error and no log line; the group is
+// now refused with DATA_CORRUPT naming the file and an ERROR line, repair
+// (its dry run first) removes the file, and the group then delivers every
+// message again: its acks are forgotten, never guessed. Compactions leave
+// one ledger directory, not one per compaction.
+func TestDamagedLedgerSnapshotRefusesTheGroupUntilRepaired(t *testing.T) {
+	var logs logBuffer
+	h := newCorruptionHarness(t, &logs)
+	const n = 30
+	ackOneByOne(h, n, 1) // a compaction after every flush
+	names, err := h.fs.List(ledgerTestGroupDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := 0
+	for _, name := range names {
+		if _, ok := parseLedgerDirName(name); ok {
+			dirs++
+		}
+	}
+	if dirs != 1 {
+		t.Fatalf("%d ledger directories after %d compactions, want the live one: %v", dirs, n, names)
+	}
+	file := path.Join(ledgerTestGroupDir, ledgerSnapshotFile)
+	if err := h.fs.FlipBit(file, 20, 3); err != nil {
+		t.Fatal(err)
+	}
+	groupRefusedAsCorrupt(h, &logs, "ledger snapshot", "group ack ledger snapshot corrupt")
+	for _, dry := range []bool{true, false} {
+		repaired, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage, DryRun: dry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		removed := slices.ContainsFunc(repaired, func(l RepairedLog) bool { return l.LedgerSnapshotRemoved && l.Group == "g" && l.Dir == file })
+		_, statErr := h.fs.Stat(file)
+		if !removed || dry != (statErr == nil) {
+			t.Fatalf("repair (dry run %v): reported %+v, file there: %v", dry, repaired, statErr == nil)
+		}
+	}
+	if got := deliveredAfterRepair(h, n, n); len(got) != n {
+		t.Fatalf("%d messages delivered again, want all %d", len(got), n)
 	}
 }
 
@@ -898,4 +974,45 @@ func TestDamagedStateFilesOfAMemberAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDamagedMetaStateAtNodeLevel (N25): a node whose meta.json went bad
+// used to refuse to start. Repair, which reads from it which partitions
+// the node holds alone, says to start the node first; the node starts,
+// rebuilds the file from its metadata log and serves its topics — a
+// replicated one and one it holds alone — and repair then works.
+func TestDamagedMetaStateAtNodeLevel(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.declare("n1", wire.TopicConfig{Name: "three", Partitions: 1, Replicas: 3})
+	tc.declare("n1", wire.TopicConfig{Name: "single", Partitions: 3, Replicas: 1})
+	for p := range int32(3) {
+		tc.publishAnywhere(&wire.Pub{Topic: "single", Partition: p, Value: []byte("s")})
+	}
+	_, ok := tc.publishAnywhere(&wire.Pub{Topic: "three", Partition: 0, Value: []byte("x")})
+	sick := "n2"
+	tc.stop(sick)
+	if err := tc.fs.FlipBit("/"+sick+"/"+cluster.MetaStateFile, 30, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Repair(tc.fs, "/"+sick, RepairOptions{Partition: -1, Mode: storage.RepairSalvage}); err == nil || !strings.Contains(err.Error(), "start the node once") {
+		t.Fatalf("repair with a damaged %s: %v", cluster.MetaStateFile, err)
+	}
+	tc.start(sick)
+	eventually(t, "the metadata replayed", func() bool {
+		_, err1 := tc.nodes[sick].topic("three")
+		_, err2 := tc.nodes[sick].topic("single")
+		return err1 == nil && err2 == nil
+	})
+	if got := tc.readAll(sick, "three", 0, ok.Seq); len(got) != 1 {
+		t.Fatalf("the replicated topic on %s reads %q", sick, got)
+	}
+	eventually(t, "meta.json written again", func() bool {
+		_, err := storage.ReadFileAtomic(tc.fs, "/"+sick+"/"+cluster.MetaStateFile)
+		return err == nil
+	})
+	tc.stop(sick)
+	if _, err := Repair(tc.fs, "/"+sick, RepairOptions{Partition: -1, Mode: storage.RepairSalvage}); err != nil {
+		t.Fatalf("repair after the rebuild: %v", err)
+	}
+	tc.start(sick)
 }

@@ -35,7 +35,7 @@ import (
 // flush, so the cursors' done state equals the durable one (every ack they
 // hold was fsynced; nothing is batched). Its steps, and a crash after each:
 //
-//  1. Remove the files of ledger-(N+1), left by an earlier attempt that
+//  1. Remove ledger-(N+1) and its files, left by an earlier attempt that
 //     failed or crashed before its snapshot committed. Defensive: no ack
 //     was ever appended there (appends go to a generation only after its
 //     snapshot is durable), so they hold at most an empty segment. Crash:
@@ -54,8 +54,9 @@ import (
 //     makes durable whichever snapshot load reads before any ack is
 //     accepted against its generation (until then acks are refused).
 //  4. Switch appends to ledger-(N+1) and close ledger-N.
-//  5. Remove ledger-N's files, best effort. Crash or error midway: the
-//     snapshot names N+1; the next load removes what is left.
+//  5. Remove ledger-N (its files, then the directory), best effort.
+//     Crash or error midway: the snapshot names N+1; the next load
+//     removes what is left.
 //
 // Steps 1 and 2 change nothing durable, so their failure only defers the
 // next attempt; step 3's failure goes through the group's failure/reload
@@ -430,44 +431,38 @@ func decodeLedgerSnapshot(b []byte) (ledgerSnapshot, error) {
 // states when none was ever written.
 func (l *fileLedger) readSnapshot() (ledgerSnapshot, error) {
 	g := l.g
-	b, err := storage.ReadFileAtomic(g.node.cfg.Env.FS, path.Join(g.dir, ledgerSnapshotFile))
+	file := path.Join(g.dir, ledgerSnapshotFile)
+	b, err := storage.ReadFileAtomic(g.node.cfg.Env.FS, file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return ledgerSnapshot{}, nil
+	}
+	var s ledgerSnapshot
+	if err == nil {
+		s, err = decodeLedgerSnapshot(b)
+	}
+	if errors.Is(err, storage.ErrCorrupt) || errors.Is(err, errBadLedgerSnapshot) {
+		// The group's done state is unknown: delivering as if nothing
+		// were acked, without a word, is what it must not do.
+		g.node.logRepeatedError(g.name+"/"+g.topic.cfg.Name, "group ack ledger snapshot corrupt; the group is refused until `nereus repair`",
+			"group", g.name, "topic", g.topic.cfg.Name, "file", file, "err", err)
+		return ledgerSnapshot{}, wire.Errorf(wire.CodeDataCorrupt, "the ack ledger snapshot of group %s on topic %s is damaged (%s): run nereus repair (the group's acks are then forgotten: its messages are delivered again)",
+			g.name, g.topic.cfg.Name, file)
 	}
 	if err != nil {
 		return ledgerSnapshot{}, fmt.Errorf("group %s: read ledger snapshot: %w", g.name, err)
 	}
-	s, err := decodeLedgerSnapshot(b)
-	if err != nil {
-		return ledgerSnapshot{}, fmt.Errorf("group %s: %w", g.name, err)
-	}
 	return s, nil
 }
 
-// removeFiles removes every file in the ledger directory of gen (the
-// directory itself stays). A missing directory is not an error.
+// removeFiles removes the ledger directory of gen and every file in it
+// (a missing directory is not an error): without the directory, every
+// compaction left one empty directory behind for good.
 func (l *fileLedger) removeFiles(gen uint64) error {
-	fsys, dir := l.g.node.cfg.Env.FS, path.Join(l.g.dir, ledgerDirName(gen))
-	names, err := fsys.List(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	for _, name := range names {
-		if err := fsys.Remove(path.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-	}
-	return fsys.SyncDir(dir)
+	return removeTree(l.g.node.cfg.Env.FS, path.Join(l.g.dir, ledgerDirName(gen)))
 }
 
-// removeStale removes the files of every ledger generation but live,
-// best effort: they are garbage (see the crash analysis above).
+// removeStale removes every ledger generation but live, best effort:
+// they are garbage (see the crash analysis above).
 func (l *fileLedger) removeStale(live uint64) {
 	g := l.g
 	names, err := g.node.cfg.Env.FS.List(g.dir)

@@ -54,12 +54,16 @@ type RepairedLog struct {
 	// replica had its hard state or snapshot point damaged; each is
 	// rewritten from its repaired log (replog.AloneRepair).
 	HardStateReset, SnapshotPointReset bool
+	// LedgerSnapshotRemoved is set (with Group and Topic) on the entry of
+	// a group's damaged ledger-snapshot, removed: the group's acks are
+	// forgotten and its messages delivered again.
+	LedgerSnapshotRemoved bool
 }
 
 // Damaged reports whether the log needed a repair.
 func (r RepairedLog) Damaged() bool {
 	return len(r.Report.Damage) > 0 || r.Report.TornTail != nil || r.EpochFileRemoved || r.TopicsRebuilt > 0 || r.GroupsReset ||
-		r.HardStateReset || r.SnapshotPointReset
+		r.HardStateReset || r.SnapshotPointReset || r.LedgerSnapshotRemoved
 }
 
 // topicsFromDirectories lists the topics of topics/<key>/<partition>/
@@ -195,6 +199,22 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			continue
 		}
 		r := RepairedLog{Topic: l.topic, Partition: -1, Group: l.group, Dir: l.dir}
+		if l.snapshot {
+			if !ledgerSnapshotDamaged(fsys, l.dir) {
+				continue
+			}
+			// The group's done state is lost: without the file the group
+			// starts from generation 0 (its other generations are
+			// removed as stale) and delivers every message again.
+			r.LedgerSnapshotRemoved = true
+			if !o.DryRun {
+				if err := fsys.Remove(l.dir); err != nil {
+					return out, fmt.Errorf("node: repair: remove %s: %w", l.dir, err)
+				}
+			}
+			out = append(out, r)
+			continue
+		}
 		if r.Report, err = storage.Repair(fsys, l.dir, storage.Options{}, o.Mode, o.DryRun); err != nil {
 			return out, fmt.Errorf("node: repair %s: %w", l.dir, err)
 		}
@@ -228,6 +248,12 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 		return nil, fmt.Errorf("node: repair: a cluster member's partitions are repaired with salvage only, not %v", o.Mode)
 	}
 	b, err := storage.ReadFileAtomic(fsys, path.Join(dataDir, cluster.MetaStateFile))
+	if errors.Is(err, storage.ErrCorrupt) {
+		// Which partitions this node holds alone is in it: the node itself
+		// rebuilds it from its metadata log (only committed entries, which
+		// an offline replay could not tell).
+		return nil, fmt.Errorf("node: repair: %s is damaged: start the node once (it rebuilds the file from the metadata log), stop it, and repair again: %w", cluster.MetaStateFile, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("node: repair: read the applied metadata: %w", err)
 	}
@@ -271,9 +297,25 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 	return out, nil
 }
 
-type ledgerDir struct{ group, topic, dir string }
+// ledgerDir is a consumer group's ack ledger directory on a topic — or,
+// with snapshot, its ledger-snapshot file.
+type ledgerDir struct {
+	group, topic, dir string
+	snapshot          bool
+}
 
-// ledgerDirs lists groups/<group>/<topic>/ledger* directories.
+// ledgerSnapshotDamaged reports whether the ledger-snapshot file fails
+// its checksum or does not decode.
+func ledgerSnapshotDamaged(fsys vfs.FS, file string) bool {
+	b, err := storage.ReadFileAtomic(fsys, file)
+	if err == nil {
+		_, err = decodeLedgerSnapshot(b)
+	}
+	return errors.Is(err, storage.ErrCorrupt) || errors.Is(err, errBadLedgerSnapshot)
+}
+
+// ledgerDirs lists groups/<group>/<topic>/ledger* directories and
+// ledger-snapshot files.
 func ledgerDirs(fsys vfs.FS, groupsDir string) ([]ledgerDir, error) {
 	groups, err := fsys.List(groupsDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -295,7 +337,11 @@ func ledgerDirs(fsys vfs.FS, groupsDir string) ([]ledgerDir, error) {
 			}
 			for _, e := range slices.Sorted(slices.Values(entries)) {
 				dir := path.Join(groupsDir, g, t, e)
-				if !strings.HasPrefix(e, "ledger") || e == "ledger-snapshot" {
+				if e == ledgerSnapshotFile {
+					out = append(out, ledgerDir{group: g, topic: t, dir: dir, snapshot: true})
+					continue
+				}
+				if !strings.HasPrefix(e, "ledger") {
 					continue
 				}
 				if _, err := fsys.List(dir); err == nil {

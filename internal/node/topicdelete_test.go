@@ -367,7 +367,8 @@ func TestClusterDeleteKeepsDataUntilMetaIsDurable(t *testing.T) {
 
 // Repair rebuilds a damaged topics.json from the directories with each
 // name's latest incarnation: a re-created topic comes back as itself, not
-// as the deleted incarnation whose (emptied) directory is still listed.
+// as the deleted incarnation whose emptied directory is still listed (a
+// crash between removing its files and its directory leaves it).
 func TestRepairRebuildsTheLatestIncarnation(t *testing.T) {
 	h := newHarness(t)
 	h.declare("orders", 1)
@@ -378,6 +379,9 @@ func TestRepairRebuildsTheLatestIncarnation(t *testing.T) {
 	h.declare("orders", 1)
 	h.mustPublish(&wire.Pub{Topic: "orders", Partition: 0, Value: []byte("new")})
 	h.node.Close()
+	if err := h.fs.MkdirAll("/data/topics/orders/0"); err != nil {
+		t.Fatal(err)
+	}
 	if names, _ := h.fs.List("/data/topics"); !slices.Contains(names, "orders") {
 		t.Fatalf("topics/ lists %v: the deleted incarnation's directory is not there to mislead the repair", names)
 	}

@@ -115,10 +115,13 @@ func groupDeleted(seed uint64, m node.Mutations, retention bool) (Result, error)
 // the members coming back as its next incarnation each time; every
 // invariant holds after every event and the last incarnation delivers and
 // acks every acknowledged record (Liveness). With
-// group-key-ignores-incarnation seed 1 breaks AckFloorNeverRedelivered.
+// group-key-ignores-incarnation seed 3 breaks AckFloorNeverRedelivered
+// (so do 4 and 7 of seeds 1–8; 1, 5 and 8 break Liveness).
 func TestClusterGroupDeletesCampaign(t *testing.T) {
 	deletes := 0
-	for seed := uint64(1); seed <= 3; seed++ {
+	// A delete gives up after 10 s of faults that keep the members from
+	// being fenced: seeds with heavy faults may have none.
+	for seed := uint64(1); seed <= 4; seed++ {
 		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, GroupDeletes: 2}
 		r := RunCluster(o)
 		if r.Violation != nil {
@@ -128,11 +131,11 @@ func TestClusterGroupDeletesCampaign(t *testing.T) {
 		t.Logf("seed %d: %d group deletes, %d faults, members %v", seed, r.GroupDeletes, r.Faults, r.Members)
 	}
 	if deletes < 3 {
-		t.Fatalf("only %d group deletes in 3 seeds", deletes)
+		t.Fatalf("only %d group deletes in 4 seeds", deletes)
 	}
-	o := ClusterOptions{Seed: 1, Faults: AllClusterFaults, Members: true, GroupDeletes: 2, Mutations: ClusterMutations["group-key-ignores-incarnation"]}
+	o := ClusterOptions{Seed: 3, Faults: AllClusterFaults, Members: true, GroupDeletes: 2, Mutations: ClusterMutations["group-key-ignores-incarnation"]}
 	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != AckFloorNeverRedelivered {
-		t.Fatalf("group-key-ignores-incarnation, seed 1: %v, want %s", r.Violation, AckFloorNeverRedelivered)
+		t.Fatalf("group-key-ignores-incarnation, seed 3: %v, want %s", r.Violation, AckFloorNeverRedelivered)
 	}
 }
 

@@ -3,7 +3,7 @@ package sim
 import "testing"
 
 // TestS24LostPromisesAtNodeLevel: bit flips in replicas' hard states
-// (flipHardState: a partition's, or the metadata member's), most followed
+// (flipStateFile: a partition's, or the metadata member's), most followed
 // by a kill -9, beside crashes, partitions and lossy links. A replica
 // that restarts with its promise unknown reports itself PromiseLost,
 // waits for every other replica's promise and takes part again; every

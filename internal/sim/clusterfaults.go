@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/vfs"
 )
 
@@ -242,12 +243,12 @@ func (s *sim) stallNode(b *broker) {
 }
 
 // flipMinorityBit flips one bit of a partition segment on node b's disk
-// (current and durable content: media damage), or one in which of its
-// replicas' hard state (flipHardState). Only ever one node is hit, so the
-// damage stays on a minority of every replica group.
+// (current and durable content: media damage), or one of its replicas'
+// hard states or its meta.json (flipStateFile). Only ever one node is
+// hit, so the damage stays on a minority of every replica group.
 func (s *sim) flipMinorityBit(b *broker) {
 	if s.w.rng.IntN(4) == 0 {
-		s.flipHardState(b)
+		s.flipStateFile(b)
 		return
 	}
 	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
@@ -267,23 +268,28 @@ func (s *sim) flipMinorityBit(b *broker) {
 	}
 }
 
-// flipHardState flips one bit of the hard state of one of node b's
-// replicas (a partition's, or now and then its metadata member's), and
-// half the time kills it -9 at once: its restart finds the promises
-// unknown (S24) unless the replica wrote its hard state again first.
-// The promise the file held is kept as ghost state: it was made, and
+// flipStateFile flips one bit of the hard state of one of node b's
+// replicas (a partition's, or now and then its metadata member's), or of
+// its meta.json, and half the time kills it -9 at once: its restart finds
+// the promises unknown (S24) or rebuilds meta.json from the metadata log
+// (N25), unless the file was written again first. The promise a hard
+// state held is kept as ghost state: it was made, and
 // InstallNeedsQuorumPromise counts it (promiseOf).
-func (s *sim) flipHardState(b *broker) {
+func (s *sim) flipStateFile(b *broker) {
 	file := path.Join(dataDir, "topics", simTopic, fmt.Sprint(s.w.rng.IntN(int(s.opts.Partitions))), "hardstate")
-	if s.w.rng.IntN(4) == 0 {
+	switch s.w.rng.IntN(6) {
+	case 0:
 		file = path.Join(dataDir, "meta", "hardstate")
+	case 1:
+		file = path.Join(dataDir, cluster.MetaStateFile)
 	}
 	size, err := b.fs.Stat(file)
 	if err != nil || size == 0 {
 		return
 	}
-	key := b.id + ":" + file
-	s.lostPromises[key] = max(s.lostPromises[key], hardStatePromise(b.fs, file))
+	if key := b.id + ":" + file; path.Base(file) == "hardstate" {
+		s.lostPromises[key] = max(s.lostPromises[key], hardStatePromise(b.fs, file))
+	}
 	off := s.w.rng.Int64N(size)
 	if err := b.fs.FlipBit(file, off, uint(s.w.rng.IntN(8))); err != nil {
 		return
@@ -295,7 +301,7 @@ func (s *sim) flipHardState(b *broker) {
 }
 
 // promiseOf is the promise node b's hard-state file holds, or held before
-// a bit flip took it (flipHardState), whichever is higher.
+// a bit flip took it (flipStateFile), whichever is higher.
 func (s *sim) promiseOf(b *broker, file string) uint64 {
 	return max(hardStatePromise(b.fs, file), s.lostPromises[b.id+":"+file])
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 )
 
 // memFileBytesMax bounds WriteAt offsets and Allocate sizes, far above any
@@ -325,6 +326,22 @@ func (m *MemFS) Remove(name string) error {
 	defer m.mu.Unlock()
 	if err := m.inject(OpRemove, name); err != nil {
 		return err
+	}
+	if m.dirs[name] && name != "." && name != "/" {
+		// As os.Remove: an empty directory goes (directories are always
+		// durable here, its removal too); one with entries stays.
+		for other := range m.files {
+			if filepath.Dir(other) == name {
+				return &fs.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
+			}
+		}
+		for d := range m.dirs {
+			if d != name && filepath.Dir(d) == name {
+				return &fs.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
+			}
+		}
+		delete(m.dirs, name)
+		return nil
 	}
 	if _, ok := m.files[name]; !ok {
 		return notExist("remove", name)

@@ -277,6 +277,46 @@ func TestMemNamespace(t *testing.T) {
 	}
 }
 
+// TestRemoveDirectoryAsTheOSDoes: Remove takes an empty directory, not
+// one with a file or a directory in it — on the in-memory FS as on the OS
+// (a ledger generation's directory goes once its files are removed).
+func TestRemoveDirectoryAsTheOSDoes(t *testing.T) {
+	for name, fsys := range map[string]FS{"mem": NewMem(), "os": OS()} {
+		root := "/r"
+		if name == "os" {
+			root = t.TempDir()
+		}
+		if err := fsys.MkdirAll(root + "/d/sub"); err != nil {
+			t.Fatal(err)
+		}
+		f, err := fsys.Create(root + "/d/f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		for _, full := range []string{root + "/d", root + "/d/sub"} {
+			if full == root+"/d/sub" {
+				if err := fsys.Remove(full); err != nil {
+					t.Fatalf("%s: remove the empty %s: %v", name, full, err)
+				}
+				continue
+			}
+			if err := fsys.Remove(full); err == nil {
+				t.Fatalf("%s: removed %s with entries", name, full)
+			}
+		}
+		if err := fsys.Remove(root + "/d/f"); err != nil {
+			t.Fatal(err)
+		}
+		if err := fsys.Remove(root + "/d"); err != nil {
+			t.Fatalf("%s: remove the emptied directory: %v", name, err)
+		}
+		if _, err := fsys.List(root + "/d"); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s: list a removed directory: %v", name, err)
+		}
+	}
+}
+
 func TestOSImplementation(t *testing.T) {
 	dir := t.TempDir()
 	fsys := OS()

@@ -28,7 +28,8 @@ type FS interface {
 	OpenRW(name string) (File, error)
 	// Open opens an existing file read-only.
 	Open(name string) (File, error)
-	// Remove removes a file.
+	// Remove removes a file, or an empty directory (a directory with
+	// entries is an error, as os.Remove's).
 	Remove(name string) error
 	// Rename atomically renames oldname to newname, replacing newname.
 	Rename(oldname, newname string) error
