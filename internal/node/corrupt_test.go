@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -1015,4 +1016,52 @@ func TestDamagedMetaStateAtNodeLevel(t *testing.T) {
 		t.Fatalf("repair after the rebuild: %v", err)
 	}
 	tc.start(sick)
+}
+
+// TestDamagedGroupFilesAreSetAgain: a group's settings.json (this node's
+// configuration of the group) or its incarnation file (the count of its
+// loads, the high bits of its delivery ids) that went bad used to keep
+// the group from loading for good, with a bare error. Neither holds
+// acks: the group loads with an ERROR line — settings set again as for a
+// new group, loads counted from a fresh range past any count of before —
+// delivers nothing it acked and what is new.
+func TestDamagedGroupFilesAreSetAgain(t *testing.T) {
+	for _, c := range []struct{ file, line string }{
+		{"settings.json", "group settings damaged"},
+		{incarnationFile, "group incarnation damaged"},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			var logs logBuffer
+			h := newCorruptionHarness(t, &logs)
+			const n = 5
+			ackOneByOne(h, n, 0)
+			file := path.Join(ledgerTestGroupDir, c.file)
+			if err := h.fs.FlipBit(file, 3, 1); err != nil {
+				t.Fatal(err)
+			}
+			h.open()
+			s := newSink()
+			sub, err := h.node.Subscribe("t", "g", GroupOptions{}, s)
+			if err != nil {
+				t.Fatalf("subscribe: %v", err)
+			}
+			if !strings.Contains(logs.String(), c.line) {
+				t.Fatalf("no ERROR line %q:\n%s", c.line, logs.String())
+			}
+			sub.AddCredit(n + 1)
+			fresh := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("new")})
+			got := s.waitFor(t, 1)
+			h.sync("t", "g")
+			if len(s.all()) != 1 || got[0].Seq != fresh.Seq {
+				t.Fatalf("delivered %v, want only the new seq %d", s.all(), fresh.Seq)
+			}
+			b, err := storage.ReadFileAtomic(h.fs, file)
+			if err != nil {
+				t.Fatalf("%s not written again: %v", c.file, err)
+			}
+			if inc, _ := strconv.ParseUint(string(b), 10, 64); c.file == incarnationFile && (inc <= 1<<23 || got[0].DeliveryID>>40 != inc) {
+				t.Fatalf("incarnation %d, delivery id %#x: want a fresh range past 2^23", inc, got[0].DeliveryID)
+			}
+		})
+	}
 }

@@ -346,6 +346,18 @@ func (n *Node) servesGroups(t *topic) error {
 // loads: the high bits of its delivery ids.
 const incarnationFile = "incarnation"
 
+// damagedIncarnation is where a runner whose incarnation file is damaged
+// numbers its loads from: the count of before is lost, and delivery ids
+// should not repeat. Loads count up from 1, so 2^23 plus the clock's
+// seconds (21 bits) lies past any count of before, and a single node's
+// ids (incarnation << 40) stay within 64 bits for 2^21 more loads. A
+// cluster's ids take the partition's epoch and only 10 bits of it: there
+// a load in the same epoch reuses ids by a 1-in-1,024 chance (a stale
+// ACK then counts for a redelivery of the message it acked).
+func damagedIncarnation(nowMs int64) uint64 {
+	return 1<<23 | uint64(max(nowMs, 0)/1000)&(1<<21-1)
+}
+
 // runnerKey is the key a runner of group's current incarnation names its
 // records and directories by.
 func (n *Node) runnerKey(group string) string {
@@ -411,6 +423,14 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 	fsys, file := g.node.cfg.Env.FS, path.Join(g.dir, "settings.json")
 	var st groupSettings
 	b, err := storage.ReadFileAtomic(fsys, file)
+	if errors.Is(err, storage.ErrCorrupt) {
+		// Settings are this node's configuration of the group, not its
+		// data: they are set again as for a group new here — from the
+		// options of the subscriber at hand, or the defaults.
+		g.node.log.Error("group settings damaged; set again from this subscriber's options or the defaults",
+			"group", g.name, "topic", g.topic.cfg.Name, "file", file, "err", err)
+		err = fs.ErrNotExist
+	}
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(b, &st); err != nil {
@@ -455,6 +475,10 @@ func (g *groupRunner) load() error {
 	var inc uint64
 	if b, err := storage.ReadFileAtomic(fsys, incFile); err == nil {
 		inc, _ = strconv.ParseUint(string(b), 10, 64)
+	} else if errors.Is(err, storage.ErrCorrupt) {
+		inc = damagedIncarnation(g.node.nowMs())
+		g.node.log.Error("group incarnation damaged; numbering this runner's loads from a fresh range",
+			"group", g.name, "topic", g.topic.cfg.Name, "file", incFile, "incarnation", inc+1, "err", err)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("group %s: read incarnation: %w", g.name, err)
 	}
