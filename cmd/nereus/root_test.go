@@ -244,6 +244,10 @@ func TestCheckNewDimensions(t *testing.T) {
 			t.Errorf("--ack-timeouts 1 --compactions 1 never reached %q: %v", what, reached)
 		}
 	}
+	_, reached = check("--proposals", "1", "--crashes", "0", "--campaigns", "2", "--promise-losses", "1", "--network-max", "6", "--states-max", "20000")
+	if reached["promises recovered"] == 0 {
+		t.Errorf("--promise-losses 1 never reached a recovered promise: %v", reached)
+	}
 }
 
 // `check groups` explores the group kernel; a mutation fails with a
