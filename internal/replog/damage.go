@@ -73,11 +73,11 @@ const promiseLostFile = "promise-lost"
 
 // markPromiseLost writes the promise-lost mark with a fresh nonce (the
 // clock's reading: a later loss reads a later one).
-func markPromiseLost(cfg Config, cause error) (uint64, error) {
+func markPromiseLost(cfg Config, cause error) error {
 	cfg.Logger.Error("replog: damaged hard state; the epochs this member promised are unknown: it takes no part until every other member reported its promise",
 		"dir", cfg.Dir, "err", cause)
 	nonce := max(uint64(cfg.Clock.NowNanos()), 1)
-	return nonce, storage.WriteFileAtomic(cfg.FS, path.Join(cfg.Dir, promiseLostFile), binary.BigEndian.AppendUint64(nil, nonce))
+	return storage.WriteFileAtomic(cfg.FS, path.Join(cfg.Dir, promiseLostFile), binary.BigEndian.AppendUint64(nil, nonce))
 }
 
 // readPromiseLost reads the promise-lost mark: whether it is set, and its

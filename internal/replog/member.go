@@ -131,10 +131,15 @@ func (m *Member) send(msg replica.Message) {
 func loadOrQuarantine(cfg Config, lg *storage.Log) (p replica.Persisted, marked bool, err error) {
 	p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
 	canRebuild := len(cfg.Members) > 1
-	if canRebuild && (errors.Is(err, errHardStateDamaged) || err == nil && p.PromiseLost && p.LostNonce == 0) {
+	markDamaged := err == nil && p.PromiseLost && p.LostNonce == 0
+	if canRebuild && (errors.Is(err, errHardStateDamaged) || markDamaged) {
 		// Its promises are unknown: mark it (again, for a damaged mark)
 		// and let the kernel recover them from the other members.
-		if _, err = markPromiseLost(cfg, err); err == nil {
+		cause := err
+		if markDamaged {
+			cause = errors.New("replog: damaged promise-lost mark")
+		}
+		if err = markPromiseLost(cfg, cause); err == nil {
 			p, err = loadPersisted(cfg.FS, cfg.Dir, lg)
 		}
 	}

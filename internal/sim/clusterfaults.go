@@ -29,9 +29,9 @@ type ClusterFaults struct {
 	// fsyncs hang) while the rest of it runs: its sessions, runners and
 	// network go on, its published statuses stand still.
 	Stall bool
-	// BitFlip flips a bit in a partition segment, or in a replica's hard
-	// state, of the last node only — a damaged minority, which must cost
-	// no acknowledged record.
+	// BitFlip flips a bit in a partition segment, a replica's hard state
+	// or meta.json, of the last node only — a damaged minority, which must
+	// cost no acknowledged record.
 	BitFlip bool
 	// Outage makes one destination topic of the scheduled-delivery
 	// workload unreachable for a while (schedghost.go; runs without
