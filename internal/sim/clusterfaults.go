@@ -29,9 +29,9 @@ type ClusterFaults struct {
 	// fsyncs hang) while the rest of it runs: its sessions, runners and
 	// network go on, its published statuses stand still.
 	Stall bool
-	// BitFlip flips a bit in a partition segment, a replica's hard state
-	// or meta.json, of the last node only — a damaged minority, which must
-	// cost no acknowledged record.
+	// BitFlip flips a bit in a partition segment, a replica's hard state,
+	// meta.json or a group's state file, of the last node only — a damaged
+	// minority, which must cost no acknowledged record.
 	BitFlip bool
 	// Outage makes one destination topic of the scheduled-delivery
 	// workload unreachable for a while (schedghost.go; runs without
@@ -244,8 +244,9 @@ func (s *sim) stallNode(b *broker) {
 
 // flipMinorityBit flips one bit of a partition segment on node b's disk
 // (current and durable content: media damage), or one of its replicas'
-// hard states or its meta.json (flipStateFile). Only ever one node is
-// hit, so the damage stays on a minority of every replica group.
+// hard states, its meta.json or a group's state file (flipStateFile).
+// Only ever one node is hit, so the damage stays on a minority of every
+// replica group.
 func (s *sim) flipMinorityBit(b *broker) {
 	if s.w.rng.IntN(4) == 0 {
 		s.flipStateFile(b)
@@ -269,19 +270,24 @@ func (s *sim) flipMinorityBit(b *broker) {
 }
 
 // flipStateFile flips one bit of the hard state of one of node b's
-// replicas (a partition's, or now and then its metadata member's), or of
-// its meta.json, and half the time kills it -9 at once: its restart finds
-// the promises unknown (S24) or rebuilds meta.json from the metadata log
-// (N25), unless the file was written again first. The promise a hard
+// replicas (a partition's, or now and then its metadata member's), of its
+// meta.json or of a consumer group's settings.json or incarnation file,
+// and half the time kills it -9 at once: its restart finds the promises
+// unknown (S24), rebuilds meta.json from the metadata log (N25c) or sets
+// the group's file again (N25g), unless the file was written again first. The promise a hard
 // state held is kept as ghost state: it was made, and
 // InstallNeedsQuorumPromise counts it (promiseOf).
 func (s *sim) flipStateFile(b *broker) {
 	file := path.Join(dataDir, "topics", simTopic, fmt.Sprint(s.w.rng.IntN(int(s.opts.Partitions))), "hardstate")
-	switch s.w.rng.IntN(6) {
+	switch s.w.rng.IntN(8) {
 	case 0:
 		file = path.Join(dataDir, "meta", "hardstate")
 	case 1:
 		file = path.Join(dataDir, cluster.MetaStateFile)
+	case 2, 3:
+		if files := groupStateFiles(b.fs); len(files) > 0 {
+			file = files[s.w.rng.IntN(len(files))]
+		}
 	}
 	size, err := b.fs.Stat(file)
 	if err != nil || size == 0 {
@@ -298,6 +304,29 @@ func (s *sim) flipStateFile(b *broker) {
 	if s.w.rng.IntN(2) == 0 {
 		b.crash()
 	}
+}
+
+// groupStateFiles lists the consumer groups' settings.json and
+// incarnation files on fs (groups/<group>/<topic>/), in order.
+func groupStateFiles(fs *vfs.MemFS) []string {
+	var files []string
+	groups, _ := fs.List(path.Join(dataDir, "groups"))
+	for _, g := range groups {
+		topics, _ := fs.List(path.Join(dataDir, "groups", g))
+		for _, t := range topics {
+			for _, name := range []string{"settings.json", "incarnation"} {
+				if f := path.Join(dataDir, "groups", g, t, name); fileExists(fs, f) {
+					files = append(files, f)
+				}
+			}
+		}
+	}
+	return files
+}
+
+func fileExists(fs *vfs.MemFS, file string) bool {
+	_, err := fs.Stat(file)
+	return err == nil
 }
 
 // promiseOf is the promise node b's hard-state file holds, or held before
