@@ -559,7 +559,7 @@ func (c *Cluster) applyCommittedMeta() {
 // startTopics starts the topics applied metadata created here. One whose
 // start fails (a disk error opening its replicas) is retried on the next
 // apply pass; meanwhile the node answers UNAVAILABLE for it, not
-// NOT_FOUND.
+// NOT_FOUND. One whose start finds damage is not retried (damaged).
 func (c *Cluster) startTopics() (progress bool) {
 	c.metaMu.Lock()
 	names := slices.Sorted(maps.Keys(c.toStart))
@@ -572,6 +572,15 @@ func (c *Cluster) startTopics() (progress bool) {
 			continue
 		}
 		started, err := c.host.StartTopic(*t)
+		if errors.Is(err, storage.ErrCorrupt) {
+			// As at Start: damage does not go away by itself.
+			c.log.Error("topic not started: its data on this node is damaged and its replica cannot rebuild it; "+
+				"the node runs its other topics", "topic", name, "err", err)
+			c.metaMu.Lock()
+			c.damaged[name] = err
+			c.metaMu.Unlock()
+			continue
+		}
 		if err != nil {
 			c.host.LogRepeatedError("topic/"+name, "start topic failed; will retry", "topic", name, "err", err)
 			continue

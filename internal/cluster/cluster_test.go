@@ -597,6 +597,19 @@ func TestADamagedTopicIsNotStartedNorRetried(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
+	// Damage found by a start while the member runs: the same answer.
+	tc.hosts[sick].corruptTopic = "hurt-later"
+	calls := tc.hosts[sick].startCalls
+	r = tc.declare(sick, wire.TopicConfig{Name: "hurt-later", Partitions: 1, Replicas: 3})
+	tc.runUntil(3*time.Second, "the DECLARE answered", func() bool { return r.answered })
+	tc.runFor(200 * time.Millisecond)
+	starting, damage = tc.nodes[sick].Starting("hurt-later")
+	if !starting || !errors.Is(damage, storage.ErrCorrupt) {
+		t.Fatalf("a damaged start while running: starting %v, damage %v", starting, damage)
+	}
+	if n := tc.hosts[sick].startCalls - calls; n != 1 {
+		t.Fatalf("the damaged topic's start was tried %d times while running", n)
+	}
 }
 
 // TestAFailedTopicStartIsRetried: a member whose start of a declared topic
