@@ -146,7 +146,7 @@ func RepairAlone(fsys vfs.FS, dir string, self replica.NodeID, dryRun bool) (Alo
 	if r.Log, err = storage.RepairFilled(fsys, dir, storage.Options{}, lostRecord, dryRun); err != nil {
 		return r, err
 	}
-	if b, err := storage.ReadFileAtomic(fsys, path.Join(dir, hardStateFile)); errors.Is(err, storage.ErrCorrupt) || err == nil && len(b) != 12 {
+	if _, err := readHardState(fsys, dir); errors.Is(err, errHardStateDamaged) {
 		r.HardStateReset = true
 	}
 	if _, err := readSnapshotPoint(fsys, dir); errors.Is(err, errSnapshotPointDamaged) {

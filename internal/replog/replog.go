@@ -372,6 +372,23 @@ func (l *Log) pumpFailed(nowMs int64) bool {
 // matches storage.ErrCorrupt).
 var errHardStateDamaged = errors.New("replog: damaged hard state")
 
+// readHardState reads the hard state file: none is the zero state; one
+// that fails its checksum or has the wrong size is errHardStateDamaged.
+func readHardState(fsys vfs.FS, dir string) (replica.HardState, error) {
+	b, err := storage.ReadFileAtomic(fsys, path.Join(dir, hardStateFile))
+	switch {
+	case err == nil && len(b) == 12:
+		return replica.HardState{Promised: binary.BigEndian.Uint64(b), PromisedTo: replica.NodeID(binary.BigEndian.Uint32(b[8:]))}, nil
+	case err == nil:
+		return replica.HardState{}, fmt.Errorf("%w (%w): %d bytes", errHardStateDamaged, storage.ErrCorrupt, len(b))
+	case errors.Is(err, storage.ErrCorrupt):
+		return replica.HardState{}, fmt.Errorf("%w: %w", errHardStateDamaged, err)
+	case errors.Is(err, fs.ErrNotExist):
+		return replica.HardState{}, nil
+	}
+	return replica.HardState{}, fmt.Errorf("replog: read hard state: %w", err)
+}
+
 // loadPersisted reads the hard state and the snapshot point, finishes an
 // interrupted snapshot install, and derives the log's epoch boundaries.
 // Under the promise-lost mark a damaged hard state is no error: the
@@ -383,18 +400,12 @@ func loadPersisted(fsys vfs.FS, dir string, lg *storage.Log) (replica.Persisted,
 		return p, err
 	}
 	p.PromiseLost, p.LostNonce = lost, nonce
-	b, err := storage.ReadFileAtomic(fsys, path.Join(dir, hardStateFile))
+	p.Hard, err = readHardState(fsys, dir)
 	switch {
-	case err == nil && len(b) == 12:
-		p.Hard = replica.HardState{Promised: binary.BigEndian.Uint64(b), PromisedTo: replica.NodeID(binary.BigEndian.Uint32(b[8:]))}
-	case lost && (err == nil || errors.Is(err, storage.ErrCorrupt)):
+	case lost && errors.Is(err, errHardStateDamaged):
 		// Left at zero: the kernel starts from its log's last epoch.
-	case err == nil:
-		return p, fmt.Errorf("%w (%w): %d bytes", errHardStateDamaged, storage.ErrCorrupt, len(b))
-	case errors.Is(err, storage.ErrCorrupt):
-		return p, fmt.Errorf("%w: %w", errHardStateDamaged, err)
-	case !errors.Is(err, fs.ErrNotExist):
-		return p, fmt.Errorf("replog: read hard state: %w", err)
+	case err != nil:
+		return p, err
 	}
 	snap, err := readSnapshotPoint(fsys, dir)
 	if err != nil {

@@ -330,15 +330,8 @@ func (m *MemFS) Remove(name string) error {
 	if m.dirs[name] && name != "." && name != "/" {
 		// As os.Remove: an empty directory goes (directories are always
 		// durable here, its removal too); one with entries stays.
-		for other := range m.files {
-			if filepath.Dir(other) == name {
-				return &fs.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
-			}
-		}
-		for d := range m.dirs {
-			if d != name && filepath.Dir(d) == name {
-				return &fs.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
-			}
+		if len(m.entries(name)) > 0 {
+			return &fs.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
 		}
 		delete(m.dirs, name)
 		return nil
@@ -401,6 +394,14 @@ func (m *MemFS) List(dir string) ([]string, error) {
 	if !m.dirs[dir] {
 		return nil, notExist("list", dir)
 	}
+	names := m.entries(dir)
+	sort.Strings(names)
+	return names, nil
+}
+
+// entries are the names of the files and directories in dir, unsorted;
+// the caller holds m.mu.
+func (m *MemFS) entries(dir string) []string {
 	var names []string
 	for name := range m.files {
 		if filepath.Dir(name) == dir {
@@ -412,8 +413,7 @@ func (m *MemFS) List(dir string) ([]string, error) {
 			names = append(names, filepath.Base(d))
 		}
 	}
-	sort.Strings(names)
-	return names, nil
+	return names
 }
 
 // Stat implements FS.
