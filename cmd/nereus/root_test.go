@@ -170,7 +170,7 @@ func TestSimNodes(t *testing.T) {
 	if err != nil || !strings.Contains(out, "ack-before-commit\n") || !strings.Contains(out, "kv-read-without-lease\n") {
 		t.Fatalf("--list-mutations: %v\n%s", err, out)
 	}
-	_, err = run("--nodes", "3", "--seed", "1", "--mutation", "ack-before-commit") // the first of seeds 1-60 that catches it (it moves with the runs' traces)
+	_, err = run("--nodes", "3", "--seed", "2", "--mutation", "ack-before-commit") // the first of seeds 1-60 that catches it (it moves with the runs' traces)
 	if err == nil || !strings.Contains(err.Error(), "AckFloorNeverRedelivered") || !strings.Contains(err.Error(), "--mutation ack-before-commit") {
 		t.Fatalf("a mutated run: %v", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -321,6 +320,50 @@ func TestScrubberFindsDamageInASealedSegment(t *testing.T) {
 	}
 }
 
+// TestRepairRemovalsSurviveACrash: the files a repair removes — a
+// partition's damaged epoch file and the dedup snapshot beside it, a
+// group's damaged ledger-snapshot, a damaged groups.json — stay removed
+// after a power loss right after the repair. The removals used to be left
+// unsynced: the simulator's operator saw a removed ledger-snapshot come
+// back at the next crash and refuse the group again (N25); a dedup
+// snapshot that came back would answer a lost record's retry as a
+// duplicate.
+func TestRepairRemovalsSurviveACrash(t *testing.T) {
+	var logs logBuffer
+	h := newCorruptionHarness(t, &logs)
+	ackOneByOne(h, 40, 256) // compacts the ledger: a ledger-snapshot; the close writes a dedup snapshot
+	files := []string{"/data/topics/t/0/epoch", path.Join(ledgerTestGroupDir, ledgerSnapshotFile), "/data/" + groupsFile}
+	if err := storage.WriteFileAtomic(h.fs, files[2], []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if err := h.fs.FlipBit(f, 3, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dedup := path.Join("/data/topics/t/0", dedupSnapshotFile)
+	if _, err := h.fs.Stat(dedup); err != nil {
+		t.Fatalf("no dedup snapshot to remove: %v", err)
+	}
+	out, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var epoch, snapshot, groups bool
+	for _, r := range out {
+		epoch, snapshot, groups = epoch || r.EpochFileRemoved, snapshot || r.LedgerSnapshotRemoved, groups || r.GroupsReset
+	}
+	if !epoch || !snapshot || !groups {
+		t.Fatalf("repair: epoch file removed %v, ledger snapshot removed %v, groups reset %v: %+v", epoch, snapshot, groups, out)
+	}
+	h.fs.CrashClean()
+	for _, f := range append(files, dedup) {
+		if _, err := h.fs.Stat(f); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is back after a crash that followed the repair (%v)", f, err)
+		}
+	}
+}
+
 // TestCorruptEpochFileRefusesWritesUntilRepaired: a partition whose epoch
 // file fails its checksum cannot know a safe next epoch, so it takes no
 // write; the repair removes the file.
@@ -459,6 +502,49 @@ func deliveredAfterRepair(h *harness, credit, want int) []*wire.Msg {
 	s.waitFor(t, want)
 	h.sync("t", "g")
 	return s.all()
+}
+
+// TestAckLedgerTornTailIsSaid: a bit flipped in the last batch of an ack
+// ledger cannot be told from a crash's torn write, and is cut as one; the
+// ack it held is forgotten and its message delivered again (at least
+// once) — with a WARN line naming the file, not in silence (found by the
+// single-node simulator's state-file flips; N25t).
+func TestAckLedgerTornTailIsSaid(t *testing.T) {
+	var logs logBuffer
+	h := newCorruptionHarness(t, &logs)
+	const n = 5
+	ackOneByOne(h, n, 0)
+	h.open() // a clean restart cuts nothing and says nothing
+	h.node.Close()
+	if line := "ack ledger torn tail truncated"; strings.Contains(logs.String(), line) {
+		t.Fatalf("a clean restart logged %q:\n%s", line, logs.String())
+	}
+	ledger := "/data/groups/g/t/ledger/00000000000000000001.log"
+	data, err := h.fs.ReadFile(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The segment's preallocated tail is zeros: the last byte that is not
+	// is in the last batch, the ack of seq n.
+	last := len(data) - 1
+	for last > 0 && data[last] == 0 {
+		last--
+	}
+	if err := h.fs.FlipBit(ledger, int64(last), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	got := deliveredAfterRepair(h, n, 1)
+	if len(got) != 1 || got[0].Seq != n {
+		t.Fatalf("delivered %v after the cut, want seq %d alone (its ack was in the last batch)", got, n)
+	}
+	if line := "ack ledger torn tail truncated"; !strings.Contains(logs.String(), line) || !strings.Contains(logs.String(), ledger) {
+		t.Fatalf("no WARN line %q naming %s:\n%s", line, ledger, logs.String())
+	}
 }
 
 // TestDamagedAckLedgerRefusesTheGroupUntilRepaired is issue 11's third
@@ -1035,25 +1121,38 @@ func TestDamagedMetaStateAtNodeLevel(t *testing.T) {
 }
 
 // TestDamagedGroupFilesAreSetAgain: a group's settings.json (this node's
-// configuration of the group) or its incarnation file (the count of its
-// loads, the high bits of its delivery ids) that went bad used to keep
-// the group from loading for good, with a bare error. Neither holds
-// acks: the group loads with an ERROR line — settings set again as for a
-// new group, loads counted from a fresh range past any count of before —
-// delivers nothing it acked and what is new.
+// configuration of the group) or its incarnation files (the count of its
+// loads, the high bits of its delivery ids, in two copies) that went bad
+// used to keep the group from loading for good, with a bare error.
+// Neither holds acks: the group loads with a line saying so — settings
+// set again as for a new group; the count taken from the copy that
+// verifies, or with both damaged from a fresh range past any count of
+// before — and delivers nothing it acked, only what is new, under
+// delivery ids never used before.
 func TestDamagedGroupFilesAreSetAgain(t *testing.T) {
-	for _, c := range []struct{ file, line string }{
-		{"settings.json", "group settings damaged"},
-		{incarnationFile, "group incarnation damaged"},
+	for _, c := range []struct {
+		name  string
+		files []string
+		line  string
+	}{
+		{"settings", []string{"settings.json"}, "group settings damaged"},
+		{"incarnation", []string{incarnationFile}, "group incarnation copy damaged"},
+		{"incarnation copy", []string{incarnationCopyFile}, "group incarnation copy damaged"},
+		{"both incarnation copies", []string{incarnationFile, incarnationCopyFile}, "group incarnation damaged"},
 	} {
-		t.Run(c.file, func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			var logs logBuffer
 			h := newCorruptionHarness(t, &logs)
 			const n = 5
 			ackOneByOne(h, n, 0)
-			file := path.Join(ledgerTestGroupDir, c.file)
-			if err := h.fs.FlipBit(file, 3, 1); err != nil {
-				t.Fatal(err)
+			loads, _, _, err := readLoadCount(h.fs, ledgerTestGroupDir)
+			if err != nil || loads == 0 {
+				t.Fatalf("load count %d before the flips (%v)", loads, err)
+			}
+			for _, f := range c.files {
+				if err := h.fs.FlipBit(path.Join(ledgerTestGroupDir, f), 3, 1); err != nil {
+					t.Fatal(err)
+				}
 			}
 			h.open()
 			s := newSink()
@@ -1062,7 +1161,7 @@ func TestDamagedGroupFilesAreSetAgain(t *testing.T) {
 				t.Fatalf("subscribe: %v", err)
 			}
 			if !strings.Contains(logs.String(), c.line) {
-				t.Fatalf("no ERROR line %q:\n%s", c.line, logs.String())
+				t.Fatalf("no line %q:\n%s", c.line, logs.String())
 			}
 			sub.AddCredit(n + 1)
 			fresh := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("new")})
@@ -1071,12 +1170,19 @@ func TestDamagedGroupFilesAreSetAgain(t *testing.T) {
 			if len(s.all()) != 1 || got[0].Seq != fresh.Seq {
 				t.Fatalf("delivered %v, want only the new seq %d", s.all(), fresh.Seq)
 			}
-			b, err := storage.ReadFileAtomic(h.fs, file)
-			if err != nil {
-				t.Fatalf("%s not written again: %v", c.file, err)
+			for _, f := range append(c.files, incarnationFile, incarnationCopyFile) {
+				if _, err := storage.ReadFileAtomic(h.fs, path.Join(ledgerTestGroupDir, f)); err != nil {
+					t.Fatalf("%s not written again: %v", f, err)
+				}
 			}
-			if inc, _ := strconv.ParseUint(string(b), 10, 64); c.file == incarnationFile && (inc <= 1<<23 || got[0].DeliveryID>>40 != inc) {
-				t.Fatalf("incarnation %d, delivery id %#x: want a fresh range past 2^23", inc, got[0].DeliveryID)
+			inc, _, _, _ := readLoadCount(h.fs, ledgerTestGroupDir)
+			switch id := got[0].DeliveryID; {
+			case id>>40 != inc:
+				t.Fatalf("delivery id %#x under load %d", id, inc)
+			case c.name == "both incarnation copies" && inc <= 1<<23:
+				t.Fatalf("load %d with both copies damaged: want a fresh range past 2^23", inc)
+			case c.name != "both incarnation copies" && inc != loads+1:
+				t.Fatalf("load %d after %d: want the count to go on from the copy that verifies", inc, loads)
 			}
 		})
 	}

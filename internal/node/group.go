@@ -18,6 +18,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/delivery"
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -343,19 +344,68 @@ func (n *Node) servesGroups(t *topic) error {
 }
 
 // incarnationFile, in a group's directory of a topic, numbers the runner's
-// loads: the high bits of its delivery ids.
-const incarnationFile = "incarnation"
+// loads: the high bits of its delivery ids. incarnationCopyFile holds the
+// same count, written after it at every load: a bit flip in one leaves
+// the other (redundant copies of small critical state, as TigerBeetle
+// keeps its superblock's), so the count goes on and ids do not repeat.
+// Only with both damaged does it start from a fresh range
+// (damagedIncarnation), whose clock-derived start may meet an earlier
+// fresh range's.
+const (
+	incarnationFile     = "incarnation"
+	incarnationCopyFile = "incarnation.copy"
+)
 
-// damagedIncarnation is where a runner whose incarnation file is damaged
-// numbers its loads from: the count of before is lost, and delivery ids
-// should not repeat. Loads count up from 1, so 2^23 plus the clock's
-// seconds (21 bits) lies past any count of before, and a single node's
-// ids (incarnation << 40) stay within 64 bits for 2^21 more loads. A
-// cluster's ids take the partition's epoch and only 10 bits of it: there
-// a load in the same epoch reuses ids by a 1-in-1,024 chance (a stale
-// ACK then counts for a redelivery of the message it acked).
+// readLoadCount reads the load count of the group directory dir of a
+// topic from both copies: the higher of those that verify, 0 when
+// neither exists; damaged lists the copies that did not verify.
+func readLoadCount(fsys vfs.FS, dir string) (inc uint64, valid bool, damaged []error, err error) {
+	for _, name := range []string{incarnationFile, incarnationCopyFile} {
+		b, rerr := storage.ReadFileAtomic(fsys, path.Join(dir, name))
+		if errors.Is(rerr, fs.ErrNotExist) {
+			continue
+		}
+		if rerr == nil {
+			n, perr := strconv.ParseUint(string(b), 10, 64)
+			if perr == nil {
+				inc, valid = max(inc, n), true
+				continue
+			}
+			rerr = fmt.Errorf("%w: %s: %w", storage.ErrCorrupt, path.Join(dir, name), perr)
+		}
+		if !errors.Is(rerr, storage.ErrCorrupt) {
+			return 0, false, nil, fmt.Errorf("read %s: %w", name, rerr)
+		}
+		damaged = append(damaged, rerr)
+	}
+	return inc, valid, damaged, nil
+}
+
+// writeLoadCount writes inc to both copies of dir's load count, the
+// first one first.
+func writeLoadCount(fsys vfs.FS, dir string, inc uint64) error {
+	for _, name := range []string{incarnationFile, incarnationCopyFile} {
+		if err := storage.WriteFileAtomic(fsys, path.Join(dir, name), []byte(strconv.FormatUint(inc, 10))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// damagedIncarnation is where a runner whose incarnation files are both
+// damaged numbers its loads from: the count of before is lost, and
+// delivery ids should not repeat. Loads count up from 1, so 2^23 plus the
+// clock's milliseconds modulo 2^21 lies past any count of before, and a
+// single node's ids (incarnation << 40) stay within 64 bits for 2^22 more
+// loads. Two such fresh ranges meet only if they start within as many
+// milliseconds (mod 35 minutes) as the first one has loads: milliseconds
+// rather than seconds, so damage repeated in a burst — a failing disk —
+// does not meet the range of a second before. A cluster's ids take the
+// partition's epoch and only 10 bits of it: there a load in the same
+// epoch reuses ids by a 1-in-1,024 chance (a stale ACK then counts for a
+// redelivery of the message it acked).
 func damagedIncarnation(nowMs int64) uint64 {
-	return 1<<23 | uint64(max(nowMs, 0)/1000)&(1<<21-1)
+	return 1<<23 | uint64(max(nowMs, 0))&(1<<21-1)
 }
 
 // runnerKey is the key a runner of group's current incarnation names its
@@ -471,19 +521,21 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 // against a generation that a crash could still revert.
 func (g *groupRunner) load() error {
 	fsys := g.node.cfg.Env.FS
-	incFile := path.Join(g.dir, incarnationFile)
-	var inc uint64
-	if b, err := storage.ReadFileAtomic(fsys, incFile); err == nil {
-		inc, _ = strconv.ParseUint(string(b), 10, 64)
-	} else if errors.Is(err, storage.ErrCorrupt) {
+	inc, valid, damaged, err := readLoadCount(fsys, g.dir)
+	if err != nil {
+		return fmt.Errorf("group %s: %w", g.name, err)
+	}
+	switch {
+	case len(damaged) > 0 && valid:
+		g.node.log.Warn("group incarnation copy damaged; the other copy holds the count, both are written again",
+			"group", g.name, "topic", g.topic.cfg.Name, "incarnation", inc+1, "err", damaged[0])
+	case len(damaged) > 0:
 		inc = damagedIncarnation(g.node.nowMs())
 		g.node.log.Error("group incarnation damaged; numbering this runner's loads from a fresh range",
-			"group", g.name, "topic", g.topic.cfg.Name, "file", incFile, "incarnation", inc+1, "err", err)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("group %s: read incarnation: %w", g.name, err)
+			"group", g.name, "topic", g.topic.cfg.Name, "dir", g.dir, "incarnation", inc+1, "err", errors.Join(damaged...))
 	}
 	inc++
-	if err := storage.WriteFileAtomic(fsys, incFile, []byte(strconv.FormatUint(inc, 10))); err != nil {
+	if err := writeLoadCount(fsys, g.dir, inc); err != nil {
 		return fmt.Errorf("group %s: persist incarnation: %w", g.name, err)
 	}
 	cursors, err := g.ledger.load(inc)

@@ -4,11 +4,8 @@ import (
 	"maps"
 	"path"
 	"slices"
-	"strconv"
 
 	"github.com/nereus-broker/nereus/internal/meta"
-	"github.com/nereus-broker/nereus/internal/storage"
-	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -158,30 +155,20 @@ func (n *Node) carryDeliveryIncarnations(from, to string) {
 	fsys := n.cfg.Env.FS
 	topics, _ := fsys.List(from)
 	for _, topic := range topics {
-		old, ok := readIncarnation(fsys, path.Join(from, topic, incarnationFile))
+		old, ok, _, _ := readLoadCount(fsys, path.Join(from, topic))
 		if !ok {
 			continue
 		}
-		file := path.Join(to, topic, incarnationFile)
-		if cur, ok := readIncarnation(fsys, file); ok && cur >= old {
+		dir := path.Join(to, topic)
+		if cur, ok, _, _ := readLoadCount(fsys, dir); ok && cur >= old {
 			continue
 		}
-		err := fsys.MkdirAll(path.Dir(file))
+		err := fsys.MkdirAll(dir)
 		if err == nil {
-			err = storage.WriteFileAtomic(fsys, file, []byte(strconv.FormatUint(old, 10)))
+			err = writeLoadCount(fsys, dir, old)
 		}
 		if err != nil {
-			n.log.Warn("carry a deleted group's delivery-id incarnation failed", "file", file, "err", err)
+			n.log.Warn("carry a deleted group's delivery-id incarnation failed", "dir", dir, "err", err)
 		}
 	}
-}
-
-// readIncarnation reads a delivery-id incarnation file.
-func readIncarnation(fsys vfs.FS, file string) (uint64, bool) {
-	b, err := storage.ReadFileAtomic(fsys, file)
-	if err != nil {
-		return 0, false
-	}
-	inc, err := strconv.ParseUint(string(b), 10, 64)
-	return inc, err == nil
 }

@@ -132,6 +132,13 @@ func (l *fileLedger) load(inc uint64) ([]*delivery.Cursor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("group %s: open ledger: %w", g.name, err)
 	}
+	if t, ok := lg.TornTail(); ok {
+		// A crash's torn write holds only acks never confirmed; a bit
+		// flipped in the last batch looks the same and forgets confirmed
+		// ones, whose messages come again: said, as a partition's is.
+		g.node.log.Warn("ack ledger torn tail truncated; acks in it are forgotten and their messages delivered again",
+			"group", g.name, "topic", g.topic.cfg.Name, "file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes)
+	}
 	cursors := make([]*delivery.Cursor, len(g.topic.partitions))
 	for i, p := range g.topic.partitions {
 		c, err := delivery.NewCursor(g.cfg, p.startSeq.Load(), inc<<40)

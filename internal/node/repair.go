@@ -162,7 +162,7 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			if _, err := storage.ReadFileAtomic(fsys, epochFile); errors.Is(err, storage.ErrCorrupt) {
 				r.EpochFileRemoved = true
 				if !o.DryRun {
-					if err := fsys.Remove(epochFile); err != nil {
+					if err := removeDurably(fsys, epochFile); err != nil {
 						return out, fmt.Errorf("node: repair: remove %s: %w", epochFile, err)
 					}
 				}
@@ -184,7 +184,7 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 		if _, err := storage.ReadFileAtomic(fsys, file); errors.Is(err, storage.ErrCorrupt) {
 			out = append(out, RepairedLog{Partition: -1, Dir: file, GroupsReset: true})
 			if !o.DryRun {
-				if err := fsys.Remove(file); err != nil {
+				if err := removeDurably(fsys, file); err != nil {
 					return out, fmt.Errorf("node: repair: remove %s: %w", file, err)
 				}
 			}
@@ -208,7 +208,7 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			// removed as stale) and delivers every message again.
 			r.LedgerSnapshotRemoved = true
 			if !o.DryRun {
-				if err := fsys.Remove(l.dir); err != nil {
+				if err := removeDurably(fsys, l.dir); err != nil {
 					return out, fmt.Errorf("node: repair: remove %s: %w", l.dir, err)
 				}
 			}
@@ -232,10 +232,21 @@ func forgetDedupSnapshot(fsys vfs.FS, r RepairedLog, dryRun bool) error {
 		return nil
 	}
 	file := path.Join(r.Dir, dedupSnapshotFile)
-	if err := fsys.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := removeDurably(fsys, file); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("node: repair: remove %s: %w", file, err)
 	}
 	return nil
+}
+
+// removeDurably removes file and syncs its directory: what a repair
+// removes must stay removed through a power loss right after it (a
+// damaged file back would be refused again; a dedup snapshot back would
+// answer a lost record's retry as a duplicate).
+func removeDurably(fsys vfs.FS, file string) error {
+	if err := fsys.Remove(file); err != nil {
+		return err
+	}
+	return fsys.SyncDir(path.Dir(file))
 }
 
 // repairMembersAlone repairs, in a cluster member's data directory, the

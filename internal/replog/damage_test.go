@@ -432,6 +432,36 @@ func TestEntriesForAnAppendReportDamageAfterGoodEntries(t *testing.T) {
 	}
 }
 
+// TestHardStateOfAnotherSizeIsDamaged: a hard-state file whose checksum
+// holds but whose length is not the 12 bytes of one is damaged as a
+// checksum failure is (the promise is unknown: S24), not an I/O error
+// that would keep the member from opening; a good one and none read back.
+func TestHardStateOfAnotherSizeIsDamaged(t *testing.T) {
+	fsys := vfs.NewMem()
+	if err := fsys.MkdirAll("/m"); err != nil {
+		t.Fatal(err)
+	}
+	if hs, err := readHardState(fsys, "/m"); err != nil || hs != (replica.HardState{}) {
+		t.Fatalf("no hard state: %+v, %v", hs, err)
+	}
+	good := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, 7), 2)
+	for _, c := range []struct {
+		b       []byte
+		damaged bool
+	}{{good, false}, {good[:11], true}, {append(good, 0), true}, {nil, true}} {
+		if err := storage.WriteFileAtomic(fsys, path.Join("/m", hardStateFile), c.b); err != nil {
+			t.Fatal(err)
+		}
+		hs, err := readHardState(fsys, "/m")
+		switch {
+		case c.damaged && (!errors.Is(err, errHardStateDamaged) || !errors.Is(err, storage.ErrCorrupt)):
+			t.Errorf("%d bytes: %+v, %v; want it damaged", len(c.b), hs, err)
+		case !c.damaged && (err != nil || hs != replica.HardState{Promised: 7, PromisedTo: 2}):
+			t.Errorf("%d bytes: %+v, %v; want promised 7 to 2", len(c.b), hs, err)
+		}
+	}
+}
+
 // TestDamagedHardStateRecoversThePromiseFromEveryMember (S24): a member
 // whose hard state went bad does not know which epochs it promised. It
 // marks itself and takes part in nothing until every other member

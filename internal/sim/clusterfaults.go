@@ -307,14 +307,15 @@ func (s *sim) flipStateFile(b *broker) {
 }
 
 // groupStateFiles lists the consumer groups' settings.json and
-// incarnation files on fs (groups/<group>/<topic>/), in order.
+// incarnation files (both copies) on fs (groups/<group>/<topic>/), in
+// order.
 func groupStateFiles(fs *vfs.MemFS) []string {
 	var files []string
 	groups, _ := fs.List(path.Join(dataDir, "groups"))
 	for _, g := range groups {
 		topics, _ := fs.List(path.Join(dataDir, "groups", g))
 		for _, t := range topics {
-			for _, name := range []string{"settings.json", "incarnation"} {
+			for _, name := range []string{"settings.json", "incarnation", "incarnation.copy"} {
 				if f := path.Join(dataDir, "groups", g, t, name); fileExists(fs, f) {
 					files = append(files, f)
 				}

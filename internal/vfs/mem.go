@@ -31,7 +31,8 @@ type Injector func(op Op, name string) error
 //   - Create, Rename and Remove change the current namespace at once; they
 //     become durable only when SyncDir is called on the parent directory.
 //   - Directories made by MkdirAll are durable at once (a simplification:
-//     directories are never lost by a crash).
+//     directories are never lost by a crash), and so is the removal of an
+//     empty one, with the removals of the files it held.
 //   - Crash reverts the namespace to the durable namespace and each file to
 //     its durable content plus an rng-chosen prefix of the bytes written
 //     since its last Sync (a torn write). The bytes written are taken as
@@ -329,11 +330,20 @@ func (m *MemFS) Remove(name string) error {
 	}
 	if m.dirs[name] && name != "." && name != "/" {
 		// As os.Remove: an empty directory goes (directories are always
-		// durable here, its removal too); one with entries stays.
+		// durable here, its removal too); one with entries stays. A
+		// directory gone for good was empty on disk too: the removals of
+		// its files become durable with it. (Kept, they came back at a
+		// crash inside a directory that no longer existed, and again in
+		// a new one made under the same name.)
 		if len(m.entries(name)) > 0 {
 			return &fs.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
 		}
 		delete(m.dirs, name)
+		for file := range m.durableFiles {
+			if filepath.Dir(file) == name {
+				delete(m.durableFiles, file)
+			}
+		}
 		return nil
 	}
 	if _, ok := m.files[name]; !ok {

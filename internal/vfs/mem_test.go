@@ -317,6 +317,31 @@ func TestRemoveDirectoryAsTheOSDoes(t *testing.T) {
 	}
 }
 
+// TestRemovedDirectoryStaysEmptyAfterACrash: files removed from a
+// directory without a SyncDir of it, then the directory itself, do not
+// come back at a crash, nor in a directory made again under its name (a
+// ledger generation's directory is: stale acks came back in it).
+func TestRemovedDirectoryStaysEmptyAfterACrash(t *testing.T) {
+	m := NewMem()
+	newSyncedFile(t, m, "/r/d", "f", "old").Close()
+	if err := m.Remove("/r/d/f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove("/r/d"); err != nil {
+		t.Fatal(err)
+	}
+	m.CrashClean()
+	if _, err := m.Stat("/r/d/f"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a file of a removed directory after a crash: %v", err)
+	}
+	if err := m.MkdirAll("/r/d"); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := m.List("/r/d"); err != nil || len(names) != 0 {
+		t.Fatalf("a directory made again under a removed one's name holds %v (%v)", names, err)
+	}
+}
+
 func TestOSImplementation(t *testing.T) {
 	dir := t.TempDir()
 	fsys := OS()
