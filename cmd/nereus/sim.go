@@ -146,21 +146,29 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 					return err
 				}
 				o := sim.Options{Seed: s, Steps: steps, Faults: f, KeepTrace: trace, PubBatch: pubBatch}
+				if logs {
+					o.Logs = cmd.ErrOrStderr()
+				}
 				r := sim.Run(o)
 				if trace {
 					fmt.Fprintln(out, strings.Join(r.Trace, "\n"))
 				}
 				if asJSON {
 					line := map[string]any{"seed": r.Seed, "events": r.Events, "virtual_ms": r.VirtualMs,
-						"trace_hash": r.TraceHash, "acked": r.Acked, "deliveries": r.Deliveries, "restarts": r.Restarts, "ok": r.Violation == nil}
+						"trace_hash": r.TraceHash, "acked": r.Acked, "deliveries": r.Deliveries, "restarts": r.Restarts, "ok": r.Violation == nil,
+						"state_flips": sumCounts(r.StateFlips), "repairs": r.Repairs}
 					if r.Violation != nil {
 						line["invariant"], line["detail"] = r.Violation.Invariant, r.Violation.Detail
 					}
 					b, _ := json.Marshal(line)
 					fmt.Fprintln(out, string(b))
 				} else {
-					fmt.Fprintf(out, "seed %d: %d events, %dms virtual, %d acked, %d deliveries, %d restarts, trace %s: ",
-						r.Seed, r.Events, r.VirtualMs, r.Acked, r.Deliveries, r.Restarts, r.TraceHash)
+					fmt.Fprintf(out, "seed %d: %d events, %dms virtual, %d acked, %d deliveries, %d restarts, ",
+						r.Seed, r.Events, r.VirtualMs, r.Acked, r.Deliveries, r.Restarts)
+					if flips := sumCounts(r.StateFlips); flips > 0 || r.Repairs > 0 {
+						fmt.Fprintf(out, "%d state-file flips, %d repairs, ", flips, r.Repairs)
+					}
+					fmt.Fprintf(out, "trace %s: ", r.TraceHash)
 					if r.Violation == nil {
 						fmt.Fprintln(out, "ok")
 					}
@@ -187,7 +195,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.StringVar(&faults, "faults", "all", "faults to inject")
 	fl.BoolVar(&asJSON, "json", false, "one JSON object per seed")
 	fl.BoolVar(&trace, "trace", false, "print the whole trace")
-	fl.BoolVar(&logs, "logs", false, "with --nodes: write every node's log lines (virtual time t in ms, sim_node) to stderr")
+	fl.BoolVar(&logs, "logs", false, "write the node's log lines (virtual time t in ms; with --nodes every node's, sim_node) to stderr")
 	fl.IntVar(&nodes, "nodes", 0, "simulate a cluster of this many complete nodes (server, node, replication, metadata) instead of one node")
 	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
 	fl.BoolVar(&members, "members", false, "with --nodes: the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked)")
@@ -294,4 +302,13 @@ func interrupted(ctx context.Context, first, next uint64) error {
 		return fmt.Errorf("interrupted before seed %d", next)
 	}
 	return fmt.Errorf("interrupted: seeds %d to %d ran, resume with --seed %d", first, next-1, next)
+}
+
+// sumCounts adds up a result's counts by kind.
+func sumCounts(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

@@ -3,9 +3,9 @@ package sim
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 
@@ -52,6 +52,9 @@ type broker struct {
 	stopRestarts  bool
 	damaged       map[uint32]bool // partitions whose files took a bit flip
 	discardLogger *slog.Logger
+	// onLog sees the level and message of every WARN and ERROR line the
+	// node logs, and every failed start as an ERROR (nil: nobody watches).
+	onLog func(level slog.Level, msg string)
 	// cleanCrash (scripted scenarios only) makes a crash lose every
 	// unsynced write whole, tearing nothing: one outcome of fs.Crash,
 	// chosen instead of drawn.
@@ -103,7 +106,7 @@ func (b *broker) stalled() bool { return b.w.nowMs < b.stalledUntil }
 
 func newBroker(w *World, chk *checker, mutations node.Mutations) *broker {
 	b := &broker{w: w, fs: vfs.NewMem(), mutations: mutations, chk: chk, damaged: map[uint32]bool{},
-		discardLogger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		discardLogger: slog.New(slog.DiscardHandler),
 		restartDelay:  func() int64 { return w.between(20, 400) }, ledgerCompactBytes: 1024}
 	b.fs.SetInjector(b.inject)
 	return b
@@ -163,6 +166,9 @@ func (b *broker) start() {
 	})
 	if err != nil {
 		b.w.tracef("broker start failed: %v", err)
+		if b.onLog != nil && err != errKilled {
+			b.onLog(slog.LevelError, err.Error())
+		}
 		b.scheduleRestart()
 		return
 	}
@@ -403,16 +409,47 @@ func describeEntries(es []wire.AckEntry) string {
 }
 
 // nodeLogger is the logger of b's node: discarded, unless the run's
-// options ask for the nodes' logs (ClusterOptions.Logs).
+// options ask for the nodes' logs (ClusterOptions.Logs). Its WARN and
+// ERROR lines go to b.onLog too: what an operator watching it would see.
 func (b *broker) nodeLogger() *slog.Logger {
-	if b.w.logs == nil {
-		return b.discardLogger
+	h := b.discardLogger.Handler()
+	if b.w.logs != nil {
+		h = slog.NewTextHandler(b.w.logs, &slog.HandlerOptions{Level: slog.LevelDebug,
+			ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey && len(groups) == 0 {
+					return slog.Int64("t", b.w.nowMs-epochMs)
+				}
+				return a
+			}})
 	}
-	return slog.New(slog.NewTextHandler(b.w.logs, &slog.HandlerOptions{Level: slog.LevelDebug,
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey && len(groups) == 0 {
-				return slog.Int64("t", b.w.nowMs-epochMs)
-			}
-			return a
-		}})).With("sim_node", b.id)
+	return slog.New(logWatch{Handler: h, b: b}).With("sim_node", b.id)
+}
+
+// logWatch passes a node's log records on and shows its WARN and ERROR
+// lines to the broker's onLog.
+type logWatch struct {
+	slog.Handler
+	b *broker
+}
+
+func (e logWatch) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || e.Handler.Enabled(ctx, l)
+}
+
+func (e logWatch) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn && e.b.onLog != nil {
+		e.b.onLog(r.Level, r.Message)
+	}
+	if !e.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return e.Handler.Handle(ctx, r)
+}
+
+func (e logWatch) WithAttrs(as []slog.Attr) slog.Handler {
+	return logWatch{Handler: e.Handler.WithAttrs(as), b: e.b}
+}
+
+func (e logWatch) WithGroup(name string) slog.Handler {
+	return logWatch{Handler: e.Handler.WithGroup(name), b: e.b}
 }

@@ -41,6 +41,12 @@ const (
 	// AckFloorNeverRedelivered: a record whose ACK got ACK_OK is never
 	// delivered to the group again.
 	AckFloorNeverRedelivered = "AckFloorNeverRedelivered"
+	// DeliveryIDsUnique: a single node never sends two deliveries of a
+	// partition under one delivery id, across restarts and a damaged
+	// incarnation file (N25g): an ACK naming an earlier delivery could
+	// otherwise settle a later one. (A cluster's ids carry 10 bits of the
+	// count with the epoch: a reuse there is possible by design.)
+	DeliveryIDsUnique = "DeliveryIDsUnique"
 	// Liveness: once faults heal, every acknowledged record is delivered and
 	// acked by the group within a bounded time.
 	Liveness = "Liveness"
@@ -76,15 +82,17 @@ type checker struct {
 	w         *World
 	acked     map[prodKey]ackRecord
 	ackedAt   map[position]prodKey
-	seen      map[position]string  // content delivered at a position
-	groupDone map[position]bool    // ACK_OK'd for the group
-	maxSentID map[position]uint64  // highest delivery id the broker sent per position
-	doneAtID  map[position]uint64  // maxSentID when the ack was confirmed
-	maxCommit map[commitKey]uint64 // highest commit_seq observed per partition (and node incarnation in a cluster)
+	seen      map[position]string    // content delivered at a position
+	groupDone map[position]bool      // ACK_OK'd for the group
+	maxSentID map[position]uint64    // highest delivery id the broker sent per position
+	sentIDs   map[deliveryKey]uint64 // the seq each delivery id was sent for (single node)
+	doneAtID  map[position]uint64    // maxSentID when the ack was confirmed
+	maxCommit map[commitKey]uint64   // highest commit_seq observed per partition (and node incarnation in a cluster)
 	// perIncarnation: a cluster member's commit_seq is its own knowledge,
 	// which starts over when it restarts (a single node's never shrinks).
 	perIncarnation bool
 	damaged        map[uint32]bool // partitions hit by a bit flip: loss is expected there
+	stateFlips     int             // bit flips into a node's state files (single node)
 	// retained is, with a retention (cluster runs), the highest start seq
 	// any node reported per partition: records below it may be compacted
 	// before the group saw them (nil: no retention, nothing may go).
@@ -97,10 +105,19 @@ type checker struct {
 // anyDamaged reports whether a bit flip hit any partition.
 func (c *checker) anyDamaged() bool { return len(c.damaged) > 0 }
 
+// mayRefuse reports whether a bit flip hit any file: a DATA_CORRUPT
+// answer is then the right one until a repair, not a failure.
+func (c *checker) mayRefuse() bool { return c.anyDamaged() || c.stateFlips > 0 }
+
+// acksForgotten: a repair dropped acks from the group's ledger (a
+// damaged range, or its snapshot). Their messages may be delivered again,
+// at least once; an ack confirmed after it counts as before.
+func (c *checker) acksForgotten() { clear(c.doneAtID) }
+
 func newChecker(w *World, damaged map[uint32]bool) *checker {
 	return &checker{w: w, acked: map[prodKey]ackRecord{}, ackedAt: map[position]prodKey{},
 		seen: map[position]string{}, groupDone: map[position]bool{}, maxCommit: map[commitKey]uint64{},
-		maxSentID: map[position]uint64{}, doneAtID: map[position]uint64{},
+		maxSentID: map[position]uint64{}, doneAtID: map[position]uint64{}, sentIDs: map[deliveryKey]uint64{},
 		damaged: damaged, sent: map[string]bool{}}
 }
 
@@ -150,6 +167,13 @@ func (c *checker) brokerSends(b *broker, f wire.Frame) {
 		c.violate(AckFloorNeverRedelivered, "%s sent %s again (delivery %d) after its ack was confirmed", cmp.Or(b.id, "broker"), pos, m.DeliveryID)
 	}
 	c.maxSentID[pos] = max(c.maxSentID[pos], m.DeliveryID)
+	if !c.perIncarnation {
+		k := deliveryKey{m.Partition, m.DeliveryID}
+		if seq, ok := c.sentIDs[k]; ok {
+			c.violate(DeliveryIDsUnique, "delivery %d of partition %d sent for seq %d, again for seq %d", m.DeliveryID, m.Partition, seq, m.Seq)
+		}
+		c.sentIDs[k] = m.Seq
+	}
 	for _, t := range b.node.Metadata([]string{simTopic}) {
 		if int(m.Partition) < len(t.Partitions) && m.Seq > t.Partitions[m.Partition].CommitSeq {
 			c.violate(DeliveredOnlyVisible, "MSG %d/%d sent above commit_seq %d", m.Partition, m.Seq, t.Partitions[m.Partition].CommitSeq)
@@ -177,8 +201,8 @@ func (c *checker) delivered(consumer string, m *wire.Msg) {
 
 func (c *checker) groupAcked(consumer string, e wire.AckEntry) {
 	pos := position{e.Partition, e.Seq}
-	if !c.groupDone[pos] {
-		c.groupDone[pos] = true
+	c.groupDone[pos] = true
+	if _, ok := c.doneAtID[pos]; !ok { // first confirmed (since acksForgotten)
 		c.doneAtID[pos] = c.maxSentID[pos]
 	}
 }
@@ -204,6 +228,11 @@ func (c *checker) afterEvent(b *broker) {
 			}
 		}
 	}
+}
+
+type deliveryKey struct {
+	partition uint32
+	id        uint64
 }
 
 type commitKey struct {

@@ -22,9 +22,9 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// dedupSnapshotBytes is the nodes' node.Config.DedupSnapshotBytes: a
-// snapshot every few records, so restarts start from them under every
-// fault.
+// dedupSnapshotBytes is the nodes' node.Config.DedupSnapshotBytes (a
+// single node's too): a snapshot every few records, so restarts start
+// from them under every fault.
 const dedupSnapshotBytes = 512
 
 // ClusterOptions configure a cluster run: Nodes complete nodes — the real

@@ -2,13 +2,13 @@ package sim
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
 	"github.com/nereus-broker/nereus/internal/invariant"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/sched"
-	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -100,6 +100,8 @@ type Options struct {
 	Mutations node.Mutations
 	// KeepTrace keeps every trace line in the result (golden traces).
 	KeepTrace bool
+	// Logs, when set, receives the node's log lines (as ClusterOptions.Logs).
+	Logs io.Writer
 }
 
 func (o *Options) setDefaults() {
@@ -189,6 +191,14 @@ type Result struct {
 	// Members): "joins", "assigns", "revokes", "fenced", "crashes",
 	// "dropped" (a message of a partition not held).
 	Members map[string]int
+	// A single node's bit flips into its state files, by kind (file
+	// name, or "ledger segment"); the repairs its operator ran (the final
+	// one included) and what they did; the node's WARN and ERROR lines
+	// and failed starts, by message.
+	StateFlips map[string]int
+	Repairs    int
+	Repaired   map[string]int
+	NodeLines  map[string]int
 }
 
 // liveness phase bounds, after faults heal.
@@ -249,6 +259,18 @@ type sim struct {
 	// churn deletes and re-declares a topic (topicchurn.go; nil: none).
 	churn    *churnClient
 	groupDel *groupDeleter // ClusterOptions.GroupDeletes (nil: none)
+	// The single node's operator (operator.go): a repair is due, the
+	// repairs run, what they did, and the WARN and ERROR lines and
+	// failed starts it saw; stateFlips counts the state files bit flips
+	// hit, by kind.
+	repairDue bool
+	// ledgerFlipped: a bit flip hit an ack ledger's segment since the
+	// node last cut a ledger's tail.
+	ledgerFlipped bool
+	repairs       int
+	repaired      map[string]int
+	nodeLines     map[string]int
+	stateFlips    map[string]int
 }
 
 // Run executes one seed and returns its result. It never panics on a broken
@@ -269,12 +291,17 @@ func Run(opts Options) Result {
 
 func newSim(opts Options) *sim {
 	w := newWorld(opts.Seed, opts.KeepTrace)
+	w.logs = opts.Logs
 	damaged := map[uint32]bool{}
 	chk := newChecker(w, damaged)
 	b := newBroker(w, chk, opts.Mutations)
 	b.damaged = damaged
-	return &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{},
-		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}}
+	b.dedupSnapshotBytes = dedupSnapshotBytes // restarts start from dedup snapshots, as a cluster's nodes do
+	s := &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{},
+		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{},
+		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}}
+	s.watchForRepair()
+	return s
 }
 
 // dial connects a client to the node at index at (modulo the nodes).
@@ -411,29 +438,24 @@ func (s *sim) livenessPhase() {
 // finalPhase kills the broker once more, restarts it and reads its whole
 // log back against the reference model.
 //
-// When a bit flip damaged a partition, the operator's repair runs first
-// (`nereus repair --salvage` on the stopped node): afterwards no partition
-// may be corrupt, and the read-back steps over the recorded gaps.
+// When a bit flip hit any of its files, the operator's repair runs first
+// (`nereus repair --salvage` on the stopped node, operator.go): afterwards
+// the node must start, no partition may be corrupt, and the read-back
+// steps over the recorded gaps.
 func (s *sim) finalPhase() {
 	s.b.stopRestarts = true
 	s.b.crash()
 	s.b.stopRestarts = false
-	if s.chk.anyDamaged() {
-		logs, err := node.Repair(s.b.fs, dataDir, node.RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
-		if err != nil {
+	if s.chk.mayRefuse() {
+		if err := s.repair(); err != nil {
 			s.chk.violate(RepairRestores, "repair failed: %v", err)
 			return
-		}
-		for _, l := range logs {
-			if l.Damaged() {
-				s.w.tracef("repair %s: %d damaged ranges, %d seqs dropped, torn tail %v", l.Dir, len(l.Report.Damage), l.Report.DroppedSeqs, l.Report.TornTail != nil)
-			}
 		}
 	}
 	s.b.start()
 	s.b.step()
 	s.chk.afterEvent(s.b)
-	if s.chk.anyDamaged() && s.b.up {
+	if s.chk.mayRefuse() && s.b.up {
 		for _, p := range s.b.node.Metadata([]string{simTopic})[0].Partitions {
 			if p.State == wire.PartitionStateCorrupt {
 				s.chk.violate(RepairRestores, "partition %d still corrupt after a salvage repair", p.Partition)
@@ -449,7 +471,8 @@ func (s *sim) result() Result {
 	return Result{Seed: s.opts.Seed, Events: s.w.events, VirtualMs: s.w.nowMs - epochMs,
 		TraceHash: s.w.trace.sum(), Trace: s.w.trace.all, Tail: s.w.trace.lastLines(),
 		Violation: s.chk.violation, Acked: len(s.chk.acked), Deliveries: s.chk.deliveries,
-		Restarts: max(s.b.started-1, 0), PubBatches: s.pubBatches}
+		Restarts: max(s.b.started-1, 0), PubBatches: s.pubBatches,
+		StateFlips: s.stateFlips, Repairs: s.repairs, Repaired: s.repaired, NodeLines: s.nodeLines}
 }
 
 // injectFault applies one randomly chosen enabled fault, then schedules the
@@ -475,6 +498,7 @@ func (s *sim) injectFault() {
 	add(f.WriteErr, 2, s.writeErrorBurst)
 	add(f.Clock, 2, s.clockJump)
 	add(f.BitFlip, 1, s.flipBit)
+	add(f.BitFlip, 1, s.flipStateBit)
 	kinds[s.w.rng.IntN(len(kinds))]()
 }
 
