@@ -124,7 +124,7 @@ func (s *sim) repair() (err error) {
 func (s *sim) flipStateBit() {
 	fs := s.b.fs
 	var files []string
-	switch kind := s.w.rng.IntN(5); kind {
+	switch s.w.rng.IntN(5) {
 	case 0:
 		files = groupLedgerFiles(fs)
 	case 1:
@@ -174,7 +174,7 @@ func flipKind(file string) string {
 }
 
 // groupLedgerFiles lists the segments of every group's ack ledger on fs
-// (groups/<group>/<topic>/ledger-<generation>/).
+// (groups/<group>/<topic>/ledger/, generation 0, and ledger-<generation>/).
 func groupLedgerFiles(fs *vfs.MemFS) []string {
 	var files []string
 	root := path.Join(dataDir, "groups")
@@ -184,7 +184,7 @@ func groupLedgerFiles(fs *vfs.MemFS) []string {
 		for _, t := range topics {
 			dirs, _ := fs.List(path.Join(root, g, t))
 			for _, d := range dirs {
-				if !strings.HasPrefix(d, "ledger-") || d == "ledger-snapshot" {
+				if d != "ledger" && !strings.HasPrefix(d, "ledger-") || d == "ledger-snapshot" {
 					continue
 				}
 				names, _ := fs.List(path.Join(root, g, t, d))

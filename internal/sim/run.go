@@ -262,15 +262,14 @@ type sim struct {
 	// The single node's operator (operator.go): a repair is due, the
 	// repairs run, what they did, and the WARN and ERROR lines and
 	// failed starts it saw; stateFlips counts the state files bit flips
-	// hit, by kind.
-	repairDue bool
-	// ledgerFlipped: a bit flip hit an ack ledger's segment since the
-	// node last cut a ledger's tail.
-	ledgerFlipped bool
+	// hit, by kind; ledgerFlipped: one hit an ack ledger's segment since
+	// the node last cut a ledger's tail.
+	repairDue     bool
 	repairs       int
 	repaired      map[string]int
 	nodeLines     map[string]int
 	stateFlips    map[string]int
+	ledgerFlipped bool
 }
 
 // Run executes one seed and returns its result. It never panics on a broken
