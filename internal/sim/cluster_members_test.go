@@ -30,9 +30,7 @@ func TestClusterMembersCampaign(t *testing.T) {
 			failClusterRun(t, o, r)
 			return
 		}
-		for k, n := range r.Members {
-			total[k] += n
-		}
+		addCounts(total, r.Members)
 	}
 	t.Logf("%d seeds in %v: members %v", seeds, time.Since(start).Round(time.Millisecond), total)
 	// The same seed, the same run.
