@@ -114,7 +114,7 @@ func TestDedupSnapshotAfterACrash(t *testing.T) {
 	h.restart()
 	h.declare("t", 1)
 	oks := publishIdempotent(h, "t", 7, 0, 250)
-	h.kill()
+	h.crash()
 	segs := segmentsOf(t, h.fs, "t", 0)
 	reads := segmentReads(h, "t", 0, h.open)
 	if len(reads) == 0 || len(reads) > 3 {
@@ -346,7 +346,6 @@ func TestRetentionKeepsDeletedProducersAcrossACrash(t *testing.T) {
 			publishIdempotent(h, "t", 8, 0, 600)       // producer 8's records push 7's out
 			eventually(t, "retention deletes producer 7's records", deletedThrough(h, oks[19].Seq))
 			h.kill()
-			h.open()
 			if !mutated {
 				retriesAreDuplicates(t, h, "t", 7, map[uint64]wire.PubOK{19: oks[19]})
 			} else if ok := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: 19, Value: []byte("retry")}); ok.Duplicate {
@@ -378,7 +377,6 @@ func TestRetentionWaitsForTheDedupSnapshot(t *testing.T) {
 	h.fs.SetInjector(nil)
 	eventually(t, "retention deletes producer 7's records once the snapshot can be written", deletedThrough(h, oks[19].Seq))
 	h.kill()
-	h.open()
 	retriesAreDuplicates(t, h, "t", 7, oks)
 }
 

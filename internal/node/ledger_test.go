@@ -97,11 +97,16 @@ func snapshotGen(t *testing.T, fsys vfs.FS) uint64 {
 // (Crashing the MemFS under a node that keeps running would let it write
 // on after the crash, which no real process does.)
 func (h *harness) kill() {
+	h.crash()
+	h.open()
+}
+
+// crash is kill without the restart: the node is gone, h.node closed.
+func (h *harness) crash() {
 	h.fs.SetInjector(func(vfs.Op, string) error { return errInjected })
 	h.node.Close()
 	h.fs.SetInjector(nil)
 	h.fs.CrashClean()
-	h.open()
 }
 
 // position is a (partition, seq) pair.

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nereus-broker/nereus/internal/cluster"
+	"io"
 	"io/fs"
 	"log/slog"
 	"path"
@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/partition"
@@ -220,6 +221,9 @@ type Node struct {
 	// scrubStop ends the scrubber's goroutine (nil when none runs).
 	scrubStop chan struct{}
 	scrubDone chan struct{}
+	// dirLock keeps any other node or repair off DataDir while this node
+	// has it open (lockFile); Close releases it last.
+	dirLock io.Closer
 
 	// sched: the schedule shards' runners (sched.go), started with the
 	// __sched topic.
@@ -250,18 +254,49 @@ type groupKey struct{ group, topic string }
 
 const topicsFile = "topics.json"
 
+// lockFile is the data directory's lock: two processes writing one
+// directory would each take the other's files for its own and damage
+// them, so a node (Open) and a repair (Repair) hold it while they run.
+const lockFile = "LOCK"
+
+// lockDataDir takes dataDir's lock, or says who must stop first.
+func lockDataDir(fsys vfs.FS, dataDir string) (io.Closer, error) {
+	l, err := fsys.Lock(path.Join(dataDir, lockFile))
+	switch {
+	case errors.Is(err, vfs.ErrLocked):
+		return nil, fmt.Errorf("data directory %s is in use: a node or a repair has it open (%w)", dataDir, err)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("data directory %s does not exist (%w)", dataDir, err)
+	}
+	return l, err
+}
+
 // Open recovers every topic in cfg.DataDir and starts its partitions.
 func Open(cfg Config) (*Node, error) {
 	cfg.setDefaults()
 	if cfg.DataDir == "" {
 		return nil, errors.New("node: DataDir is required")
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, metrics: newMetrics(),
-		topics: map[string]*topic{}, groups: map[groupKey]*groupRunner{}}
-	n.members = newMembership(n)
 	if err := cfg.Env.FS.MkdirAll(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
+	lock, err := lockDataDir(cfg.Env.FS, cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n, err := open(cfg, lock)
+	if err != nil {
+		lock.Close() // the failed open may have closed it already: a second Close is harmless
+		return nil, err
+	}
+	return n, nil
+}
+
+// open is Open once the node holds its data directory's lock.
+func open(cfg Config, lock io.Closer) (*Node, error) {
+	n := &Node{cfg: cfg, log: cfg.Logger, metrics: newMetrics(),
+		topics: map[string]*topic{}, groups: map[groupKey]*groupRunner{}, dirLock: lock}
+	n.members = newMembership(n)
 	if cfg.Cluster != nil {
 		if err := n.openCluster(); err != nil {
 			n.Close()
@@ -616,6 +651,9 @@ func (n *Node) Close() {
 	}
 	if n.cluster != nil {
 		n.cluster.Close()
+	}
+	if n.dirLock != nil {
+		n.dirLock.Close()
 	}
 	n.log.Info("node closed", "node", n.cfg.NodeID)
 }

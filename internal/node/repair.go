@@ -116,6 +116,11 @@ func topicsFromDirectories(fsys vfs.FS, dataDir string) ([]storedTopic, error) {
 // directory it repairs the partitions this node holds alone
 // (repairMembersAlone).
 func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error) {
+	lock, err := lockDataDir(fsys, dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("repair: %w; stop the node first", err)
+	}
+	defer lock.Close()
 	if _, err := fsys.List(path.Join(dataDir, "meta")); err == nil {
 		return repairMembersAlone(fsys, dataDir, o)
 	}

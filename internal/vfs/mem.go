@@ -57,6 +57,10 @@ type MemFS struct {
 	// generation are invalid.
 	generation uint64
 	injector   Injector
+	// locks holds the names Lock holds. A lock is no file (it changes no
+	// listing and draws nothing from an injector); a crash, which ends
+	// the process that held them, frees them all.
+	locks map[string]*memLock
 }
 
 // memNode is one file's content. Fields are guarded by MemFS.mu.
@@ -482,6 +486,7 @@ func (m *MemFS) crash(rng *rand.Rand) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.generation++
+	m.locks = nil
 	// Visit names in sorted order so rng draws are deterministic.
 	names := make([]string, 0, len(m.durableFiles))
 	for name := range m.durableFiles {
@@ -504,6 +509,42 @@ func (m *MemFS) crash(rng *rand.Rand) {
 		n.data = n.crashContent(keep)
 		n.sync()
 	}
+}
+
+// Lock takes the lock name; a crash frees every lock.
+func (m *MemFS) Lock(name string) (io.Closer, error) {
+	name = clean(name)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.parentExists(name) {
+		return nil, notExist("lock", name)
+	}
+	if m.locks[name] != nil {
+		return nil, fmt.Errorf("%s: %w", name, ErrLocked)
+	}
+	if m.locks == nil {
+		m.locks = map[string]*memLock{}
+	}
+	l := &memLock{m: m, name: name}
+	m.locks[name] = l
+	return l, nil
+}
+
+// memLock is a MemFS lock held until Close or a crash.
+type memLock struct {
+	m    *MemFS
+	name string
+}
+
+// Close frees the lock if this holder still has it (not after a crash,
+// which freed it, and not twice).
+func (l *memLock) Close() error {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	if l.m.locks[l.name] == l {
+		delete(l.m.locks, l.name)
+	}
+	return nil
 }
 
 // FlipBit flips one bit of name's content in both the current and the

@@ -41,7 +41,15 @@ type FS interface {
 	Stat(name string) (size int64, err error)
 	// SyncDir makes creates, renames and removes of entries in dir durable.
 	SyncDir(dir string) error
+	// Lock takes the exclusive lock name (the operating system's creates
+	// the file and flocks it) and holds it until the returned Closer is
+	// closed or the process ends; while it is held, another Lock of name
+	// fails with ErrLocked. It keeps two processes off one data directory.
+	Lock(name string) (io.Closer, error)
 }
+
+// ErrLocked is returned by Lock when another holder has the lock.
+var ErrLocked = errors.New("vfs: lock held by another holder")
 
 // File is an open file. A file opened with Create or OpenAppend is written
 // with Write, which always appends at the current end of the file; a file
