@@ -93,7 +93,8 @@ func TestClusterBitFlipOnEachNodeKeepsEveryAckedMessage(t *testing.T) {
 // ("Corruption and repair") against a real process: a flipped byte in the
 // middle of one partition's log makes that partition corrupt (topic list
 // --json, /readyz, DATA_CORRUPT on publish) while its neighbour works;
-// `nereus repair --dry-run` changes nothing, `--salvage` drops only the
+// `nereus repair` is refused while the node runs, `nereus repair
+// --dry-run` changes nothing, `--salvage` drops only the
 // damaged batch, and after a restart the partition takes publishes above
 // its old end and a consumer gets every surviving record.
 func TestCorruptionAndRepairThroughTheCLI(t *testing.T) {
@@ -182,10 +183,16 @@ func TestCorruptionAndRepairThroughTheCLI(t *testing.T) {
 		t.Fatalf("publish to the healthy partition: %v", err)
 	}
 	c.Close()
+	before, _ := os.ReadFile(segment)
+	if out, err := cli("repair", "--data", data, "--salvage"); err == nil || !strings.Contains(out, "data directory "+data+" is in use") {
+		t.Fatalf("repair while the node runs: %v\n%s", err, out)
+	}
+	if after, _ := os.ReadFile(segment); !bytes.Equal(before, after) {
+		t.Fatal("a repair refused while the node runs changed the segment")
+	}
 	srv.cmd.Process.Signal(syscall.SIGTERM)
 	srv.cmd.Wait()
 
-	before, _ := os.ReadFile(segment)
 	out, err = cli("repair", "--data", data, "--salvage", "--dry-run", "--json")
 	if err != nil {
 		t.Fatalf("repair --dry-run: %v\n%s", err, out)
