@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -406,9 +407,18 @@ func TestDedupCarryKeepsStaleProducersAcrossRestarts(t *testing.T) {
 	}
 	last := oks[[2]uint64{7, 99}].Seq
 	for id, n := range tc.nodes {
-		eventually(t, id+" compacts past producer 7's last record", func() bool {
-			return n.Metadata([]string{"t"})[0].Partitions[0].StartSeq > last
-		})
+		deadline := time.Now().Add(waitMax)
+		for n.Metadata([]string{"t"})[0].Partitions[0].StartSeq <= last {
+			if time.Now().After(deadline) {
+				// Once in CI (not reproduced since): say where each member stood.
+				var b strings.Builder
+				for id, n := range tc.nodes {
+					fmt.Fprintf(&b, "\n%s: %s", id, compactionState(n, "t"))
+				}
+				t.Fatalf("%s never compacted past producer 7's last record %d:%s", id, last, b.String())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
 	}
 	var carries float64
 	for _, n := range tc.nodes {
@@ -436,4 +446,21 @@ func TestDedupCarryKeepsStaleProducersAcrossRestarts(t *testing.T) {
 			t.Fatalf("retry of producer %d seq %d after compaction and a restart of every node: %+v, want a duplicate at %d", k[0], k[1], ok, want.Seq)
 		}
 	}
+}
+
+// compactionState describes partition 0 of topic on n as its compaction
+// sees it, for a test that waits for one in vain.
+func compactionState(n *Node, topic string) string {
+	tp, err := n.topic(topic)
+	if err != nil {
+		return err.Error()
+	}
+	r := tp.partitions[0].replica()
+	if r == nil {
+		return "no replica here"
+	}
+	st := r.repl.Status()
+	return fmt.Sprintf("role %v leader %v promised %d last %d durable %d commit %d snap %d rebuilding %v peers %+v; log start %d; limits: kernel %d, checkpoints %d; carrying %v",
+		st.Role, st.Leader, st.Hard.Promised, st.Last, st.Durable, st.CommitSeq, st.SnapSeq, st.Rebuilding, st.Peers,
+		r.repl.ReadLog().StartSeq(), r.compactLimit.Load(), r.retainLimit(), r.carrying.Load())
 }
