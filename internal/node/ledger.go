@@ -157,7 +157,12 @@ func (l *fileLedger) load(inc uint64) ([]*delivery.Cursor, error) {
 	// A gap (a repair dropped damaged ledger records) replays nothing: the
 	// acks it held are forgotten and their messages delivered again.
 	var ledgerBytes int64
+	var prevSeq uint64
 	err = replayLog(lg, lg.StartSeq(), func(e storage.Entry) error {
+		if g.node.cfg.Mutations.LedgerReplayStopsAtGap && prevSeq != 0 && e.Seq != prevSeq+1 {
+			return nil // and every entry after it
+		}
+		prevSeq = e.Seq
 		v := e.Record.Value
 		ledgerBytes += ledgerRecordOverheadBytes + int64(len(v))
 		replay := replayAcks

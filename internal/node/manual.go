@@ -34,6 +34,10 @@ type Mutations struct {
 	RetentionPastDedupSnapshot bool
 	// SkipLedgerFsync answers ACKs without fsyncing the group's ledger.
 	SkipLedgerFsync bool
+	// LedgerReplayStopsAtGap stops a single node's ledger replay at the
+	// first gap a repair left: the acks recorded after the dropped range
+	// are forgotten too (only the dropped range's may be).
+	LedgerReplayStopsAtGap bool
 	// Partition and AckLog break the guards of the replicated-partition
 	// and ack-log kernels (install gate, dedup seal; ACK_OK before commit).
 	Partition partition.Mutations

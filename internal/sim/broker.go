@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/node"
@@ -52,9 +53,9 @@ type broker struct {
 	stopRestarts  bool
 	damaged       map[uint32]bool // partitions whose files took a bit flip
 	discardLogger *slog.Logger
-	// onLog sees the level and message of every WARN and ERROR line the
-	// node logs, and every failed start as an ERROR (nil: nobody watches).
-	onLog func(level slog.Level, msg string)
+	// onLog sees every WARN and ERROR line the node logs, and every
+	// failed start as an ERROR line (nil: nobody watches).
+	onLog func(r slog.Record)
 	// cleanCrash (scripted scenarios only) makes a crash lose every
 	// unsynced write whole, tearing nothing: one outcome of fs.Crash,
 	// chosen instead of drawn.
@@ -167,7 +168,7 @@ func (b *broker) start() {
 	if err != nil {
 		b.w.tracef("broker start failed: %v", err)
 		if b.onLog != nil && err != errKilled {
-			b.onLog(slog.LevelError, err.Error())
+			b.onLog(slog.NewRecord(time.Time{}, slog.LevelError, err.Error(), 0))
 		}
 		b.scheduleRestart()
 		return
@@ -438,7 +439,7 @@ func (e logWatch) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (e logWatch) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level >= slog.LevelWarn && e.b.onLog != nil {
-		e.b.onLog(r.Level, r.Message)
+		e.b.onLog(r)
 	}
 	if !e.Handler.Enabled(ctx, r.Level) {
 		return nil

@@ -114,6 +114,14 @@ func (c *checker) mayRefuse() bool { return c.anyDamaged() || c.stateFlips > 0 }
 // at least once; an ack confirmed after it counts as before.
 func (c *checker) acksForgotten() { clear(c.doneAtID) }
 
+// forgetAcks: a repair or a cut tail dropped these acks from the group's
+// ledger; the others stay confirmed.
+func (c *checker) forgetAcks(acks []position) {
+	for _, pos := range acks {
+		delete(c.doneAtID, pos)
+	}
+}
+
 func newChecker(w *World, damaged map[uint32]bool) *checker {
 	return &checker{w: w, acked: map[prodKey]ackRecord{}, ackedAt: map[position]prodKey{},
 		seen: map[position]string{}, groupDone: map[position]bool{}, maxCommit: map[commitKey]uint64{},

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"slices"
 	"strings"
 
+	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -23,12 +25,24 @@ import (
 // flip hit a ledger segment: a flipped last batch cannot be told from a
 // torn write, and its acks are forgotten (TestAckLedgerTornTailIsSaid).
 func (s *sim) watchForRepair() {
-	s.b.onLog = func(level slog.Level, msg string) {
+	s.b.onLog = func(r slog.Record) {
+		msg := r.Message
 		s.nodeLines[msg]++
-		if strings.HasPrefix(msg, "ack ledger torn tail truncated") && s.ledgerFlipped {
-			s.ledgerFlipped = false
-			s.w.tracef("checker: acks forgotten with the ack ledger's cut tail")
-			s.chk.acksForgotten()
+		if strings.HasPrefix(msg, "ack ledger torn tail truncated") {
+			var file string
+			var off int64
+			r.Attrs(func(a slog.Attr) bool {
+				switch a.Key {
+				case "file":
+					file = a.Value.String()
+				case "offset":
+					if a.Value.Kind() == slog.KindInt64 {
+						off = a.Value.Int64()
+					}
+				}
+				return true
+			})
+			s.ledgerTailCut(file, off)
 		}
 		if strings.Contains(msg, "nereus repair") {
 			s.askRepair(msg)
@@ -94,12 +108,8 @@ func (s *sim) repair() (err error) {
 		s.w.tracef("repair %s: %d damaged ranges, %d seqs dropped, torn tail %v, epoch file removed %v, topics rebuilt %d, ledger snapshot removed %v",
 			strings.TrimPrefix(l.Dir, dataDir+"/"), len(l.Report.Damage), l.Report.DroppedSeqs, l.Report.TornTail != nil,
 			l.EpochFileRemoved, l.TopicsRebuilt, l.LedgerSnapshotRemoved)
-		// A ledger's tail the repair cut after a flip hit a ledger segment
-		// may be the flipped last batch (as at a load, watchForRepair).
-		cutAfterFlip := l.Report.TornTail != nil && s.ledgerFlipped
-		if l.Group != "" && (len(l.Report.Damage) > 0 || l.LedgerSnapshotRemoved || cutAfterFlip) {
-			s.ledgerFlipped = s.ledgerFlipped && !cutAfterFlip
-			s.chk.acksForgotten()
+		if l.Group != "" {
+			s.ledgerRepaired(l)
 		}
 		for what, done := range map[string]bool{"partition ranges dropped": l.Group == "" && len(l.Report.Damage) > 0,
 			"ledger ranges dropped": l.Group != "" && len(l.Report.Damage) > 0, "ledger snapshot removed": l.LedgerSnapshotRemoved,
@@ -153,12 +163,16 @@ func (s *sim) flipStateBit() {
 		return
 	}
 	off := s.w.rng.Int64N(size)
-	if err := fs.FlipBit(file, off, uint(s.w.rng.IntN(8))); err != nil {
+	content, _ := fs.ReadFile(file) // before the flip: what its batches held
+	bit := uint(s.w.rng.IntN(8))
+	if err := fs.FlipBit(file, off, bit); err != nil {
 		return
 	}
 	s.chk.stateFlips++
 	s.stateFlips[flipKind(file)]++
-	s.ledgerFlipped = s.ledgerFlipped || flipKind(file) == "ledger segment"
+	if flipKind(file) == "ledger segment" {
+		s.ledgerFlipped(file, content, off, byte(1)<<bit)
+	}
 	s.w.tracef("fault bit flip %s@%d", strings.TrimPrefix(file, dataDir+"/"), off)
 	if s.w.rng.IntN(2) == 0 {
 		s.b.crash()
@@ -197,4 +211,123 @@ func groupLedgerFiles(fs *vfs.MemFS) []string {
 		}
 	}
 	return files
+}
+
+// ledgerFlip is what bit flips hit in one ack ledger (a generation's
+// directory): the acks of each record of the segments they hit, by
+// ledger seq, and the acks of the batches they hit.
+type ledgerFlip struct {
+	acksAt  map[uint64][]position
+	flipped []flippedBatch
+}
+
+// flippedBatch is a ledger batch a flip hit: its segment, where it
+// starts, the acks it held, and the flipped byte and bit.
+type flippedBatch struct {
+	file   string
+	offset int64
+	acks   []position
+	at     int64
+	mask   byte
+}
+
+// ledgerFlipped notes a flip of mask at off of a ledger segment whose
+// content was content: the acks its batches held, so that a repair or a
+// cut tail makes the checker forget only those it drops. The earlier
+// flips into its batches that no cut or repair answered yet are undone
+// in content first, or the batches after the first would not be read.
+func (s *sim) ledgerFlipped(file string, content []byte, off int64, mask byte) {
+	dir := path.Dir(file)
+	f := s.ledgerFlips[dir]
+	if f == nil {
+		f = &ledgerFlip{acksAt: map[uint64][]position{}}
+		s.ledgerFlips[dir] = f
+	}
+	for _, b := range f.flipped {
+		if b.file == file && b.at < int64(len(content)) {
+			content[b.at] ^= b.mask
+		}
+	}
+	for _, b := range storage.SegmentBatches(content) {
+		var inBatch []position
+		for _, e := range b.Entries {
+			var acks []position
+			if len(e.Record.Headers) == 0 { // an ack record (node/ledger.go); the others hold counts
+				acklog.ForEachAck(e.Record.Value, func(k acklog.Key) { acks = append(acks, position{k.Partition, k.Seq}) })
+			}
+			f.acksAt[e.Seq] = acks
+			inBatch = append(inBatch, acks...)
+		}
+		if off >= b.Offset && off < b.End {
+			f.flipped = append(f.flipped, flippedBatch{file: file, offset: b.Offset, acks: inBatch, at: off, mask: mask})
+		}
+	}
+}
+
+// ledgerTailCut: the node cut the tail of a ledger segment from off on,
+// as a crash's torn write; a flipped batch there was cut with it, and
+// the checker forgets its acks. (A cut of a segment no flip hit loses
+// only acks never confirmed.)
+func (s *sim) ledgerTailCut(file string, off int64) {
+	f := s.ledgerFlips[path.Dir(file)]
+	if f == nil {
+		return
+	}
+	f.flipped = slices.DeleteFunc(f.flipped, func(b flippedBatch) bool {
+		if b.file != file || b.offset < off {
+			return false
+		}
+		s.w.tracef("checker: %d acks forgotten with the cut tail of %s", len(b.acks), strings.TrimPrefix(file, dataDir+"/"))
+		s.chk.forgetAcks(b.acks)
+		s.acksForgotten["cut tail"]++
+		return true
+	})
+}
+
+// ledgerRepaired tells the checker which confirmed acks a group's ledger
+// repair dropped: every one with its snapshot; those of the dropped seqs
+// (all of them when a dropped seq is one no flip showed: damage the
+// simulator did not make); the flipped batches' with a cut tail.
+func (s *sim) ledgerRepaired(l node.RepairedLog) {
+	f := s.ledgerFlips[l.Dir]
+	if l.LedgerSnapshotRemoved {
+		s.w.tracef("checker: every ack forgotten with %s", strings.TrimPrefix(l.Dir, dataDir+"/"))
+		s.chk.acksForgotten()
+		s.acksForgotten["ledger snapshot"]++
+		return
+	}
+	if len(l.Report.Dropped) > 0 {
+		var acks []position
+		for _, r := range l.Report.Dropped {
+			for seq := r.First; seq <= r.Last; seq++ {
+				held, known := f.acksAtSeq(seq)
+				if !known {
+					s.w.tracef("checker: every ack forgotten: %s dropped seq %d, which no flip showed", strings.TrimPrefix(l.Dir, dataDir+"/"), seq)
+					s.chk.acksForgotten()
+					s.acksForgotten["unknown damage"]++
+					return
+				}
+				acks = append(acks, held...)
+			}
+		}
+		s.w.tracef("checker: %d acks of %s forgotten with its dropped seqs", len(acks), strings.TrimPrefix(l.Dir, dataDir+"/"))
+		s.chk.forgetAcks(acks)
+		s.acksForgotten["dropped seqs"]++
+	}
+	if t := l.Report.TornTail; t != nil {
+		s.ledgerTailCut(t.Segment, t.Offset)
+	}
+	if l.Damaged() {
+		delete(s.ledgerFlips, l.Dir) // answered: the repaired ledger holds no flipped byte
+	}
+}
+
+// acksAtSeq returns the acks the ledger record at seq held, and whether a
+// flip showed it (f may be nil).
+func (f *ledgerFlip) acksAtSeq(seq uint64) ([]position, bool) {
+	if f == nil {
+		return nil, false
+	}
+	acks, ok := f.acksAt[seq]
+	return acks, ok
 }

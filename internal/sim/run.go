@@ -194,11 +194,14 @@ type Result struct {
 	// A single node's bit flips into its state files, by kind (file
 	// name, or "ledger segment"); the repairs its operator ran (the final
 	// one included) and what they did; the node's WARN and ERROR lines
-	// and failed starts, by message.
-	StateFlips map[string]int
-	Repairs    int
-	Repaired   map[string]int
-	NodeLines  map[string]int
+	// and failed starts, by message; how often the checker forgot
+	// confirmed acks, by cause ("cut tail", "dropped seqs", "ledger
+	// snapshot", "unknown damage": a repair dropped seqs no flip showed).
+	StateFlips    map[string]int
+	Repairs       int
+	Repaired      map[string]int
+	NodeLines     map[string]int
+	AcksForgotten map[string]int
 }
 
 // liveness phase bounds, after faults heal.
@@ -262,14 +265,17 @@ type sim struct {
 	// The single node's operator (operator.go): a repair is due, the
 	// repairs run, what they did, and the WARN and ERROR lines and
 	// failed starts it saw; stateFlips counts the state files bit flips
-	// hit, by kind; ledgerFlipped: one hit an ack ledger's segment since
-	// the node last cut a ledger's tail.
-	repairDue     bool
-	repairs       int
-	repaired      map[string]int
-	nodeLines     map[string]int
-	stateFlips    map[string]int
-	ledgerFlipped bool
+	// hit, by kind; ledgerFlips: what the flips into ack ledgers' segments
+	// hit, by ledger directory, until a cut tail or a repair answers them.
+	repairDue   bool
+	repairs     int
+	repaired    map[string]int
+	nodeLines   map[string]int
+	stateFlips  map[string]int
+	ledgerFlips map[string]*ledgerFlip
+	// acksForgotten counts the checker's forgetting by cause
+	// (Result.AcksForgotten).
+	acksForgotten map[string]int
 }
 
 // Run executes one seed and returns its result. It never panics on a broken
@@ -298,7 +304,7 @@ func newSim(opts Options) *sim {
 	b.dedupSnapshotBytes = dedupSnapshotBytes // restarts start from dedup snapshots, as a cluster's nodes do
 	s := &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{},
 		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{},
-		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}}
+		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}, ledgerFlips: map[string]*ledgerFlip{}, acksForgotten: map[string]int{}}
 	s.watchForRepair()
 	return s
 }
@@ -471,7 +477,8 @@ func (s *sim) result() Result {
 		TraceHash: s.w.trace.sum(), Trace: s.w.trace.all, Tail: s.w.trace.lastLines(),
 		Violation: s.chk.violation, Acked: len(s.chk.acked), Deliveries: s.chk.deliveries,
 		Restarts: max(s.b.started-1, 0), PubBatches: s.pubBatches,
-		StateFlips: s.stateFlips, Repairs: s.repairs, Repaired: s.repaired, NodeLines: s.nodeLines}
+		StateFlips: s.stateFlips, Repairs: s.repairs, Repaired: s.repaired, NodeLines: s.nodeLines,
+		AcksForgotten: s.acksForgotten}
 }
 
 // injectFault applies one randomly chosen enabled fault, then schedules the

@@ -366,3 +366,31 @@ func (d *decoder) bytes() []byte {
 	d.off += int(n)
 	return v
 }
+
+// SegmentBatch is one batch of a segment file: its byte range and its
+// entries (aliasing the content it was decoded from).
+type SegmentBatch struct {
+	Offset, End int64
+	Entries     []Entry
+}
+
+// SegmentBatches decodes the batches of a segment file's content b from
+// its start, up to the first that does not verify (a torn or damaged one,
+// or the preallocated zeroes after the last). It reads no file: a tool
+// (the simulator) learns from it what a range of bytes holds.
+func SegmentBatches(b []byte) []SegmentBatch {
+	var out []SegmentBatch
+	for off := int64(0); off+batchHeaderBytes <= int64(len(b)); {
+		h, err := decodeBatchHeader(b[off:])
+		if err != nil || h.totalBytes > int64(len(b))-off {
+			break
+		}
+		entries, _, err := verifyBatch(h, b[off:off+h.totalBytes], []Entry{}, nil)
+		if err != nil {
+			break
+		}
+		out = append(out, SegmentBatch{Offset: off, End: off + h.totalBytes, Entries: entries})
+		off += h.totalBytes
+	}
+	return out
+}

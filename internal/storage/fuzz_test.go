@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"testing"
 
@@ -203,6 +204,48 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 		if got := EncodeRecord(&r); !bytes.Equal(got, b) || cap(got) != len(b) {
 			t.Fatalf("EncodeRecord: %d bytes (capacity %d), equal %v; want the record's %d", len(got), cap(got), bytes.Equal(got, b), len(b))
+		}
+	})
+}
+
+// SegmentBatches reads the batches of a valid segment, and stops at the
+// first that does not verify.
+func TestSegmentBatches(t *testing.T) {
+	seg, used := validSegmentUsed(t)
+	batches := SegmentBatches(seg)
+	var bases []uint64
+	for _, b := range batches {
+		bases = append(bases, b.Entries[0].Seq)
+	}
+	if fmt.Sprint(bases) != "[1 2 4 8]" || batches[len(batches)-1].End != int64(used) {
+		t.Fatalf("batches starting at %v, the last ending at %d; want [1 2 4 8] ending at %d", bases, batches[len(batches)-1].End, used)
+	}
+	flipped := append([]byte(nil), seg...)
+	flipped[(batches[2].Offset+batches[2].End)/2] ^= 1
+	if got := SegmentBatches(flipped); len(got) != 2 || got[1].End != batches[2].Offset {
+		t.Fatalf("after a flip in the third batch: %d batches", len(got))
+	}
+}
+
+// FuzzSegmentBatches: whatever the bytes, the batches are contiguous from
+// offset 0 inside the content, each with consecutive seqs.
+func FuzzSegmentBatches(f *testing.F) {
+	seg, used := validSegmentUsed(f)
+	f.Add(seg)
+	f.Add(seg[:used-7])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		at := int64(0)
+		for _, b := range SegmentBatches(data) {
+			if b.Offset != at || b.End <= b.Offset || b.End > int64(len(data)) {
+				t.Fatalf("batch [%d, %d) after %d in %d bytes", b.Offset, b.End, at, len(data))
+			}
+			for i, e := range b.Entries {
+				if e.Seq != b.Entries[0].Seq+uint64(i) {
+					t.Fatalf("batch at %d: entry %d has seq %d", b.Offset, i, e.Seq)
+				}
+			}
+			at = b.End
 		}
 	})
 }
