@@ -383,7 +383,7 @@ func newClusterSim(o ClusterOptions) *sim {
 		s.consumers = append(s.consumers, c)
 		s.w.after(s.w.between(0, 10), c.connect)
 		if o.Members || o.Shared {
-			c.m = &simMember{shared: o.Shared, mat: i, joinID: uint64(i+1) << 32, view: group.NewView(), held: map[position]heldMsg{}, revokes: map[uint64]map[uint64]bool{}, releasing: map[uint64]bool{}}
+			c.m = newSimMember(o.Shared, i)
 			s.w.after(s.w.between(0, 10), c.joinGroup)
 		}
 	}

@@ -55,6 +55,12 @@ type simMember struct {
 	beating   bool
 }
 
+// newSimMember is consumer i's membership, not joined yet.
+func newSimMember(shared bool, i int) *simMember {
+	return &simMember{shared: shared, mat: i, joinID: uint64(i+1) << 32, view: group.NewView(), held: map[position]heldMsg{},
+		revokes: map[uint64]map[uint64]bool{}, releasing: map[uint64]bool{}}
+}
+
 // heldMsg is an accepted delivery: its id and the lane (node) that
 // delivered it, where its ack goes.
 type heldMsg struct {
@@ -319,7 +325,7 @@ func (c *consumer) accept(l *lane, cn *conn, f *wire.Msg) bool {
 		for pos := range o.m.held {
 			if pos.partition == f.Partition && current[o.memberName()] == o.m.inc && o.m.inc != 0 {
 				c.s.chk.violate(invariant.ExclusiveDelivery, "%s accepted %d/%d from %s while %s (incarnation %d, a member there) holds %s unacked",
-					c.name(), f.Partition, f.Seq, cn.b.id, o.name(), o.m.inc, pos)
+					c.name(), f.Partition, f.Seq, cmp.Or(cn.b.id, "the broker"), o.name(), o.m.inc, pos)
 				return false
 			}
 		}

@@ -113,7 +113,7 @@ func (s *sim) repair() (err error) {
 		}
 		for what, done := range map[string]bool{"partition ranges dropped": l.Group == "" && len(l.Report.Damage) > 0,
 			"ledger ranges dropped": l.Group != "" && len(l.Report.Damage) > 0, "ledger snapshot removed": l.LedgerSnapshotRemoved,
-			"epoch file removed": l.EpochFileRemoved, "topics rebuilt": l.TopicsRebuilt > 0} {
+			"epoch file removed": l.EpochFileRemoved, "topics rebuilt": l.TopicsRebuilt > 0, "groups reset": l.GroupsReset} {
 			if done {
 				s.repaired[what]++
 			}
@@ -124,13 +124,14 @@ func (s *sim) repair() (err error) {
 
 // flipStateBit flips one bit of one of the single node's state files: a
 // group's ack ledger (a segment, or its snapshot), settings.json or an
-// incarnation copy, a partition's epoch file or dedup snapshot, or
-// topics.json; half the time the node is killed -9 at once, so its
-// restart reads the file. What each must come to is in
-// docs/OPERATIONS.md (Corruption and repair): refused with DATA_CORRUPT
-// until a repair (the ledger, the epoch file), set again (the group's
-// files), replayed from the log (the dedup snapshot), or a start that
-// fails until a repair (topics.json).
+// incarnation copy, groups.json (with Options.Members), a partition's
+// epoch file or dedup snapshot, or topics.json; half the time the node
+// is killed -9 at once, so its restart reads the file. What each must
+// come to is in docs/OPERATIONS.md (Corruption and repair): refused with
+// DATA_CORRUPT until a repair (the ledger, the epoch file), set again
+// (the group's files), replayed from the log (the dedup snapshot), or a
+// start that fails until a repair (topics.json, groups.json: its members
+// join again).
 func (s *sim) flipStateBit() {
 	fs := s.b.fs
 	var files []string
@@ -139,6 +140,9 @@ func (s *sim) flipStateBit() {
 		files = groupLedgerFiles(fs)
 	case 1:
 		files = groupStateFiles(fs)
+		if f := path.Join(dataDir, "groups.json"); fileExists(fs, f) { // Options.Members
+			files = append(files, f)
+		}
 	case 2:
 		for p := uint32(0); p < s.opts.Partitions; p++ {
 			for _, name := range []string{"epoch", "dedup"} {

@@ -102,6 +102,11 @@ type Options struct {
 	KeepTrace bool
 	// Logs, when set, receives the node's log lines (as ClusterOptions.Logs).
 	Logs io.Writer
+	// Members makes the consumers group members (JOIN, heartbeats,
+	// NOTICEs: members.go), as ClusterOptions.Members does: the node
+	// keeps the group's membership in groups.json, which bit flips then
+	// hit too.
+	Members bool
 }
 
 func (o *Options) setDefaults() {
@@ -131,6 +136,9 @@ func Reproduce(o Options) string {
 	cmd := fmt.Sprintf("go run ./cmd/nereus sim --seed %d --steps %d --faults %s", o.Seed, o.Steps, o.Faults)
 	if o.PubBatch {
 		cmd += " --pub-batch"
+	}
+	if o.Members {
+		cmd += " --members"
 	}
 	return cmd
 }
@@ -304,7 +312,8 @@ func newSim(opts Options) *sim {
 	b.dedupSnapshotBytes = dedupSnapshotBytes // restarts start from dedup snapshots, as a cluster's nodes do
 	s := &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{},
 		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{},
-		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}, ledgerFlips: map[string]*ledgerFlip{}, acksForgotten: map[string]int{}}
+		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}, ledgerFlips: map[string]*ledgerFlip{}, acksForgotten: map[string]int{},
+		memberEvents: map[string]int{}}
 	s.watchForRepair()
 	return s
 }
@@ -335,6 +344,10 @@ func (s *sim) startWorkload() {
 		c := newConsumer(s, i+1, 8)
 		s.consumers = append(s.consumers, c)
 		s.w.after(s.w.between(0, 10), c.connect)
+		if s.opts.Members {
+			c.m = newSimMember(false, i)
+			s.w.after(s.w.between(0, 10), c.joinGroup)
+		}
 	}
 	s.w.after(tickMs, s.tick)
 	if s.opts.Faults != (Faults{}) {
@@ -478,7 +491,7 @@ func (s *sim) result() Result {
 		Violation: s.chk.violation, Acked: len(s.chk.acked), Deliveries: s.chk.deliveries,
 		Restarts: max(s.b.started-1, 0), PubBatches: s.pubBatches,
 		StateFlips: s.stateFlips, Repairs: s.repairs, Repaired: s.repaired, NodeLines: s.nodeLines,
-		AcksForgotten: s.acksForgotten}
+		AcksForgotten: s.acksForgotten, Members: s.memberEvents}
 }
 
 // injectFault applies one randomly chosen enabled fault, then schedules the
