@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/nereus-broker/nereus/internal/invariant"
@@ -82,12 +83,12 @@ type checker struct {
 	w         *World
 	acked     map[prodKey]ackRecord
 	ackedAt   map[position]prodKey
-	seen      map[position]string    // content delivered at a position
-	groupDone map[position]bool      // ACK_OK'd for the group
-	maxSentID map[position]uint64    // highest delivery id the broker sent per position
-	sentIDs   map[deliveryKey]uint64 // the seq each delivery id was sent for (single node)
-	doneAtID  map[position]uint64    // maxSentID when the ack was confirmed
-	maxCommit map[commitKey]uint64   // highest commit_seq observed per partition (and node incarnation in a cluster)
+	seen      map[position]string            // content delivered at a position
+	groupDone map[position]bool              // ACK_OK'd for the group
+	maxSentID map[position]map[string]uint64 // highest delivery id each node sent per position
+	sentIDs   map[deliveryKey]uint64         // the seq each delivery id was sent for (single node)
+	doneAtID  map[position]map[string]uint64 // maxSentID when the ack was confirmed
+	maxCommit map[commitKey]uint64           // highest commit_seq observed per partition (and node incarnation in a cluster)
 	// perIncarnation: a cluster member's commit_seq is its own knowledge,
 	// which starts over when it restarts (a single node's never shrinks).
 	perIncarnation bool
@@ -125,7 +126,7 @@ func (c *checker) forgetAcks(acks []position) {
 func newChecker(w *World, damaged map[uint32]bool) *checker {
 	return &checker{w: w, acked: map[prodKey]ackRecord{}, ackedAt: map[position]prodKey{},
 		seen: map[position]string{}, groupDone: map[position]bool{}, maxCommit: map[commitKey]uint64{},
-		maxSentID: map[position]uint64{}, doneAtID: map[position]uint64{}, sentIDs: map[deliveryKey]uint64{},
+		maxSentID: map[position]map[string]uint64{}, doneAtID: map[position]map[string]uint64{}, sentIDs: map[deliveryKey]uint64{},
 		damaged: damaged, sent: map[string]bool{}}
 }
 
@@ -167,14 +168,32 @@ func (c *checker) brokerSends(b *broker, f wire.Frame) {
 		return
 	}
 	pos := position{m.Partition, m.Seq}
-	// Delivery ids only grow (within an incarnation, and across them by the
-	// incarnation prefix), so a delivery created after the ack was confirmed
-	// has a higher id than every one sent before. An older MSG still in
-	// flight on a slow connection is not a redelivery.
-	if doneAt, ok := c.doneAtID[pos]; ok && m.DeliveryID > doneAt {
+	// A node's delivery ids only grow (within a reign and a load of the
+	// group, and across them by their prefix), so a delivery it creates
+	// after the ack was confirmed has a higher id than every one it sent
+	// before. Compared node by node: a deposed leader that redelivers after
+	// a later leader's ack was confirmed (ids of an older epoch, lower than
+	// the later leader's) is caught too. An older MSG still in flight on a
+	// slow connection is checked when it was sent, not when it arrives.
+	// A READ_ONLY_DEGRADED leader keeps delivering from its own cursor by
+	// design, and may send again what a leader elected without it
+	// acknowledged (ARCHITECTURE, Known gaps): not counted.
+	var info wire.PartitionInfo
+	found := false
+	for _, t := range b.node.Metadata([]string{simTopic}) {
+		if int(m.Partition) < len(t.Partitions) {
+			info, found = t.Partitions[m.Partition], true
+		}
+	}
+	if doneAt, ok := c.doneAtID[pos]; ok && m.DeliveryID > doneAt[b.id] && !info.ReadOnly {
 		c.violate(AckFloorNeverRedelivered, "%s sent %s again (delivery %d) after its ack was confirmed", cmp.Or(b.id, "broker"), pos, m.DeliveryID)
 	}
-	c.maxSentID[pos] = max(c.maxSentID[pos], m.DeliveryID)
+	sent := c.maxSentID[pos]
+	if sent == nil {
+		sent = map[string]uint64{}
+		c.maxSentID[pos] = sent
+	}
+	sent[b.id] = max(sent[b.id], m.DeliveryID)
 	if !c.perIncarnation {
 		k := deliveryKey{m.Partition, m.DeliveryID}
 		if seq, ok := c.sentIDs[k]; ok {
@@ -182,10 +201,8 @@ func (c *checker) brokerSends(b *broker, f wire.Frame) {
 		}
 		c.sentIDs[k] = m.Seq
 	}
-	for _, t := range b.node.Metadata([]string{simTopic}) {
-		if int(m.Partition) < len(t.Partitions) && m.Seq > t.Partitions[m.Partition].CommitSeq {
-			c.violate(DeliveredOnlyVisible, "MSG %d/%d sent above commit_seq %d", m.Partition, m.Seq, t.Partitions[m.Partition].CommitSeq)
-		}
+	if found && m.Seq > info.CommitSeq {
+		c.violate(DeliveredOnlyVisible, "MSG %d/%d sent above commit_seq %d", m.Partition, m.Seq, info.CommitSeq)
 	}
 }
 
@@ -211,7 +228,10 @@ func (c *checker) groupAcked(consumer string, e wire.AckEntry) {
 	pos := position{e.Partition, e.Seq}
 	c.groupDone[pos] = true
 	if _, ok := c.doneAtID[pos]; !ok { // first confirmed (since acksForgotten)
-		c.doneAtID[pos] = c.maxSentID[pos]
+		c.doneAtID[pos] = maps.Clone(c.maxSentID[pos])
+		if c.doneAtID[pos] == nil {
+			c.doneAtID[pos] = map[string]uint64{}
+		}
 	}
 }
 
