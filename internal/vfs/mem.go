@@ -388,10 +388,16 @@ func (m *MemFS) MkdirAll(dir string) error {
 	if err := m.inject(OpMkdirAll, dir); err != nil {
 		return err
 	}
+	// Check every missing level before creating any: a file on the path
+	// fails the call and leaves no directory below it (as mkdir -p).
+	var missing []string
 	for d := dir; !m.dirs[d]; d = filepath.Dir(d) {
 		if _, ok := m.files[d]; ok {
 			return fmt.Errorf("vfs: mkdir %s: a file exists", d)
 		}
+		missing = append(missing, d)
+	}
+	for _, d := range missing {
 		m.dirs[d] = true
 	}
 	return nil
