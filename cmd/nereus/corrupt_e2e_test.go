@@ -93,10 +93,10 @@ func TestClusterBitFlipOnEachNodeKeepsEveryAckedMessage(t *testing.T) {
 // ("Corruption and repair") against a real process: a flipped byte in the
 // middle of one partition's log makes that partition corrupt (topic list
 // --json, /readyz, DATA_CORRUPT on publish) while its neighbour works;
-// `nereus repair` is refused while the node runs, `nereus repair
-// --dry-run` changes nothing, `--salvage` drops only the
-// damaged batch, and after a restart the partition takes publishes above
-// its old end and a consumer gets every surviving record.
+// `nereus repair` is refused while the node runs; with the node stopped,
+// `--dry-run` changes nothing, `--salvage` drops only the damaged batch,
+// and after a restart the partition takes publishes above its old end and
+// a consumer gets every surviving record.
 func TestCorruptionAndRepairThroughTheCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")
