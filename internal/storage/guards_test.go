@@ -942,3 +942,41 @@ func TestOpenRemovesLeftoverTempFiles(t *testing.T) {
 		t.Fatal("a leftover temporary file survived Open")
 	}
 }
+
+// TestResyncStaysInsideItsSegment guards nextValidBatch's limitSeq: in a
+// sealed segment, a damaged batch (its header destroyed, so no hint)
+// whose record holds a valid batch claiming seqs past the next segment's
+// base must not be taken for the next batch — recovery would then see
+// the segment overlap the next and drop every later segment.
+func TestResyncStaysInsideItsSegment(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, smallOpts())
+	var mod model
+	oneRecordBatches(t, l, &mod, 3)
+	off, first := l.active().sizeBytes, l.NextSeq()
+	rec := testRecord(len(mod.records) + 1)
+	rec.Value = mustBatch(t, 10_000, 1, 9_999)
+	mod.append(t, l, 1, []Record{rec})
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for len(l.segments) < 2 || l.NextSeq() < l.active().baseSeq+3 {
+		oneRecordBatches(t, l, &mod, 1)
+	}
+	next, base1 := l.NextSeq(), l.segments[1].baseSeq
+	l.Close()
+	if err := m.Remove(indexPath(testDir, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.FlipBit(segmentPath(testDir, 1), off, 0); err != nil { // the damaged batch's magic
+		t.Fatal(err)
+	}
+	l = openLog(t, m, smallOpts())
+	defer l.Close()
+	if ds := l.Damage(); len(ds) != 1 || ds[0].FirstSeq != first || ds[0].LastSeq != first || l.NextSeq() != next {
+		t.Fatalf("damage %+v, NextSeq %d; want seq %d only, NextSeq %d (the next segment starts at %d)", ds, l.NextSeq(), first, next, base1)
+	}
+	if refused := readAround(t, l, &mod); len(refused) != 1 || refused[0] != first {
+		t.Fatalf("refused %v, want %d", refused, first)
+	}
+}
