@@ -980,3 +980,30 @@ func TestResyncStaysInsideItsSegment(t *testing.T) {
 		t.Fatalf("refused %v, want %d", refused, first)
 	}
 }
+
+// TestAppendNearTheLastSeqIsRefused guards Append's seq overflow check: a
+// log reset near the end of the seq space refuses a batch whose seqs
+// would wrap (ErrBatchTooLarge), appends one that fits, and reopens.
+func TestAppendNearTheLastSeqIsRefused(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, Options{})
+	if err := l.Reset(math.MaxUint64 - 2); err != nil {
+		t.Fatal(err)
+	}
+	three := []Record{testRecord(1), testRecord(2), testRecord(3)}
+	if _, err := l.Append(1, three); !errors.Is(err, ErrBatchTooLarge) {
+		t.Fatalf("Append of 3 records at seq %d: %v, want ErrBatchTooLarge", uint64(math.MaxUint64-2), err)
+	}
+	if _, err := l.Append(1, three[:2]); err != nil {
+		t.Fatalf("Append of 2 records at seq %d: %v", uint64(math.MaxUint64-2), err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l = openLog(t, m, Options{})
+	defer l.Close()
+	if l.NextSeq() != math.MaxUint64 {
+		t.Fatalf("NextSeq %d after a reopen, want %d", l.NextSeq(), uint64(math.MaxUint64))
+	}
+}
