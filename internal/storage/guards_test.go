@@ -1007,3 +1007,42 @@ func TestAppendNearTheLastSeqIsRefused(t *testing.T) {
 		t.Fatalf("NextSeq %d after a reopen, want %d", l.NextSeq(), uint64(math.MaxUint64))
 	}
 }
+
+// TestResyncSkipsACandidateThatOverrunsTheFile guards nextValidBatch's
+// `h.totalBytes > end-at`: a damaged batch (header destroyed) whose record
+// holds a batch header claiming more bytes than the segment has left is
+// not read as a candidate — reading it failed Open ("scan segment").
+func TestResyncSkipsACandidateThatOverrunsTheFile(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, smallOpts())
+	var mod model
+	oneRecordBatches(t, l, &mod, 3)
+	off, first := l.active().sizeBytes, l.NextSeq()
+	header := mustBatch(t, first+1, 1, first)[:batchHeaderBytes]
+	binary.LittleEndian.PutUint32(header[2:], 1<<20) // a 1 MiB batch
+	rec := testRecord(len(mod.records) + 1)
+	rec.Value = header
+	mod.append(t, l, 1, []Record{rec})
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for len(l.segments) < 2 || l.NextSeq() < l.active().baseSeq+3 {
+		oneRecordBatches(t, l, &mod, 1)
+	}
+	next := l.NextSeq()
+	l.Close()
+	if err := m.Remove(indexPath(testDir, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.FlipBit(segmentPath(testDir, 1), off, 0); err != nil { // the damaged batch's magic
+		t.Fatal(err)
+	}
+	l, err := Open(m, testDir, smallOpts())
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer l.Close()
+	if ds := l.Damage(); len(ds) != 1 || ds[0].FirstSeq != first || ds[0].LastSeq != first || l.NextSeq() != next {
+		t.Fatalf("damage %+v, NextSeq %d; want seq %d only, NextSeq %d", ds, l.NextSeq(), first, next)
+	}
+}
