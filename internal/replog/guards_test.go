@@ -51,6 +51,18 @@ func writeGuardLog(t *testing.T, fsys vfs.FS, prepare func(s memberStore) error)
 	}
 }
 
+// openGuardMember opens guardConfig's member on fsys, closed when the
+// test ends.
+func openGuardMember(t *testing.T, fsys vfs.FS) *Member {
+	t.Helper()
+	m, err := OpenMember(guardConfig(fsys, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
 // TestStateFilesThatCannotBeReadRefuseToOpen pins the I/O-error branches
 // of the state-file readers: readHardState, readPromiseLost, hasMark (the
 // rebuilding and uncertain marks) and readSnapshotPoint. A file that is
@@ -182,11 +194,7 @@ func TestEpochsAfterASnapshotPointStartPastIt(t *testing.T) {
 	if err := writeSnapshotPoint(fsys, "/n1", snapshotPoint{seq: 5, epoch: 2}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := OpenMember(guardConfig(fsys, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openGuardMember(t, fsys)
 	want := []replica.EpochStart{{Epoch: 2, StartSeq: 5}, {Epoch: 3, StartSeq: 7}}
 	if st := m.Status(); !slices.Equal(st.Epochs, want) || st.SnapSeq != 5 || st.Last != 8 {
 		t.Fatalf("log [1, 8] under snapshot point (5, 2): epochs %v, snap %d, last %d; want epochs %v, snap 5, last 8", st.Epochs, st.SnapSeq, st.Last, want)
@@ -377,11 +385,7 @@ func TestDamageIsNotDroppedWhenTheRebuildingMarkCannotBeWritten(t *testing.T) {
 		t.Fatalf("opened a damaged log without its rebuilding mark: rebuilding %v, last %d", st.Rebuilding, st.Last)
 	}
 	fsys.SetInjector(nil)
-	m, err := OpenMember(guardConfig(fsys, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openGuardMember(t, fsys)
 	if st := m.Status(); !st.Rebuilding || st.Last != 1 {
 		t.Fatalf("once the mark could be written: rebuilding %v, last %d; want rebuilding from seq 1", st.Rebuilding, st.Last)
 	}
@@ -505,11 +509,7 @@ func TestTornTailIsNotCutWhenTheUncertainMarkCannotBeWritten(t *testing.T) {
 	if after, err := fsys.ReadFile(name); err != nil || len(after) != len(data) {
 		t.Fatalf("the tail was cut although the mark could not be written: %d bytes of %d (%v)", len(after), len(data), err)
 	}
-	m, err := OpenMember(guardConfig(fsys, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openGuardMember(t, fsys)
 	if st := m.Status(); !st.Uncertain || st.Last != 2 {
 		t.Fatalf("once the mark could be written: uncertain %v, last %d; want uncertain at 2", st.Uncertain, st.Last)
 	}
@@ -526,11 +526,7 @@ func TestDamagedMarksStillMark(t *testing.T) {
 			if err := fsys.WriteFile(path.Join("/n1", name), []byte("not a mark")); err != nil {
 				t.Fatal(err)
 			}
-			m, err := OpenMember(guardConfig(fsys, nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			m := openGuardMember(t, fsys)
 			st := m.Status()
 			if name == rebuildingFile && !st.Rebuilding || name == uncertainFile && !st.Uncertain {
 				t.Fatalf("a damaged %s mark: rebuilding %v, uncertain %v", name, st.Rebuilding, st.Uncertain)
@@ -644,11 +640,7 @@ func TestDamageFoundWhileRunningKeepsTheMemberUncertain(t *testing.T) {
 	if err := storage.WriteFileAtomic(fsys, path.Join("/n1", uncertainFile), []byte("cut before")); err != nil {
 		t.Fatal(err)
 	}
-	m, err := OpenMember(guardConfig(fsys, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openGuardMember(t, fsys)
 	if st := m.Status(); !st.Uncertain || st.Rebuilding {
 		t.Fatalf("setup: uncertain %v, rebuilding %v", st.Uncertain, st.Rebuilding)
 	}
@@ -731,11 +723,7 @@ func TestRestartInPlaceThatCannotReadItsStateFails(t *testing.T) {
 	if err := writeHardState(fsys, "/n1", replica.HardState{Promised: 5, PromisedTo: 2}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := OpenMember(guardConfig(fsys, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openGuardMember(t, fsys)
 	name := "/n1/00000000000000000001.log"
 	data, err := fsys.ReadFile(name)
 	if err != nil {
@@ -807,11 +795,7 @@ func TestInstalledLogSurvivesARestart(t *testing.T) {
 		}
 		return s.Append(entriesOf(41, 3, "x", "y", "z"))
 	})
-	m, err := OpenMember(guardConfig(fsys, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openGuardMember(t, fsys)
 	if st := m.Status(); st.SnapSeq != 40 || st.Last != 43 {
 		t.Fatalf("after a restart: snap %d, last %d; want the install at 40 and the entries after it to 43", st.SnapSeq, st.Last)
 	}
@@ -1008,11 +992,7 @@ func TestRecoverMakesTheStateFilesDurable(t *testing.T) {
 	}
 	fsys.CrashClean()
 	m.Close()
-	m, err = OpenMember(guardConfig(fsys, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m = openGuardMember(t, fsys)
 	if st := m.Status(); st.Hard.Promised != 5 {
 		t.Fatalf("after a crash: promise %d; the member recovered (and acted) with 5", st.Hard.Promised)
 	}

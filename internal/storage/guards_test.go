@@ -949,36 +949,48 @@ func TestOpenRemovesLeftoverTempFiles(t *testing.T) {
 // base must not be taken for the next batch — recovery would then see
 // the segment overlap the next and drop every later segment.
 func TestResyncStaysInsideItsSegment(t *testing.T) {
-	m := vfs.NewMem()
+	m, mod, first, next := sealedBatchHoldingABatch(t, func(uint64) []byte { return mustBatch(t, 10_000, 1, 9_999) })
 	l := openLog(t, m, smallOpts())
-	var mod model
-	oneRecordBatches(t, l, &mod, 3)
-	off, first := l.active().sizeBytes, l.NextSeq()
+	defer l.Close()
+	if ds := l.Damage(); len(ds) != 1 || ds[0].FirstSeq != first || ds[0].LastSeq != first || l.NextSeq() != next {
+		t.Fatalf("damage %+v, NextSeq %d; want seq %d only, NextSeq %d", ds, l.NextSeq(), first, next)
+	}
+	if refused := readAround(t, l, mod); len(refused) != 1 || refused[0] != first {
+		t.Fatalf("refused %v, want %d", refused, first)
+	}
+}
+
+// sealedBatchHoldingABatch writes a log of one-record batches over two
+// segments or more in which the first segment's fourth batch (seq first)
+// holds payload(first) as its record's value — the encoding of a batch,
+// or a part of one — then removes that segment's index (so Open scans it)
+// and destroys the batch's magic byte (so a resync has no hint). next is
+// the log's next seq.
+func sealedBatchHoldingABatch(t *testing.T, payload func(first uint64) []byte) (m *vfs.MemFS, mod *model, first, next uint64) {
+	t.Helper()
+	m, mod = vfs.NewMem(), &model{}
+	l := openLog(t, m, smallOpts())
+	oneRecordBatches(t, l, mod, 3)
+	off := l.active().sizeBytes
+	first = l.NextSeq()
 	rec := testRecord(len(mod.records) + 1)
-	rec.Value = mustBatch(t, 10_000, 1, 9_999)
+	rec.Value = payload(first)
 	mod.append(t, l, 1, []Record{rec})
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	for len(l.segments) < 2 || l.NextSeq() < l.active().baseSeq+3 {
-		oneRecordBatches(t, l, &mod, 1)
+		oneRecordBatches(t, l, mod, 1)
 	}
-	next, base1 := l.NextSeq(), l.segments[1].baseSeq
+	next = l.NextSeq()
 	l.Close()
 	if err := m.Remove(indexPath(testDir, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.FlipBit(segmentPath(testDir, 1), off, 0); err != nil { // the damaged batch's magic
+	if err := m.FlipBit(segmentPath(testDir, 1), off, 0); err != nil {
 		t.Fatal(err)
 	}
-	l = openLog(t, m, smallOpts())
-	defer l.Close()
-	if ds := l.Damage(); len(ds) != 1 || ds[0].FirstSeq != first || ds[0].LastSeq != first || l.NextSeq() != next {
-		t.Fatalf("damage %+v, NextSeq %d; want seq %d only, NextSeq %d (the next segment starts at %d)", ds, l.NextSeq(), first, next, base1)
-	}
-	if refused := readAround(t, l, &mod); len(refused) != 1 || refused[0] != first {
-		t.Fatalf("refused %v, want %d", refused, first)
-	}
+	return m, mod, first, next
 }
 
 // TestAppendNearTheLastSeqIsRefused guards Append's seq overflow check: a
@@ -1013,30 +1025,11 @@ func TestAppendNearTheLastSeqIsRefused(t *testing.T) {
 // holds a batch header claiming more bytes than the segment has left is
 // not read as a candidate — reading it failed Open ("scan segment").
 func TestResyncSkipsACandidateThatOverrunsTheFile(t *testing.T) {
-	m := vfs.NewMem()
-	l := openLog(t, m, smallOpts())
-	var mod model
-	oneRecordBatches(t, l, &mod, 3)
-	off, first := l.active().sizeBytes, l.NextSeq()
-	header := mustBatch(t, first+1, 1, first)[:batchHeaderBytes]
-	binary.LittleEndian.PutUint32(header[2:], 1<<20) // a 1 MiB batch
-	rec := testRecord(len(mod.records) + 1)
-	rec.Value = header
-	mod.append(t, l, 1, []Record{rec})
-	if err := l.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	for len(l.segments) < 2 || l.NextSeq() < l.active().baseSeq+3 {
-		oneRecordBatches(t, l, &mod, 1)
-	}
-	next := l.NextSeq()
-	l.Close()
-	if err := m.Remove(indexPath(testDir, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.FlipBit(segmentPath(testDir, 1), off, 0); err != nil { // the damaged batch's magic
-		t.Fatal(err)
-	}
+	m, _, first, next := sealedBatchHoldingABatch(t, func(first uint64) []byte {
+		header := mustBatch(t, first+1, 1, first)[:batchHeaderBytes]
+		binary.LittleEndian.PutUint32(header[2:], 1<<20) // a 1 MiB batch
+		return header
+	})
 	l, err := Open(m, testDir, smallOpts())
 	if err != nil {
 		t.Fatalf("Open: %v", err)
