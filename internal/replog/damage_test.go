@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,8 +246,15 @@ func TestRunningMemberDropsDamageFoundByTheScrubber(t *testing.T) {
 // out damaged when it reads entries for a lagging follower drops the
 // range and restarts in place (rebuilding: it cannot lead or vote), so the
 // healthy member leads, and everyone ends with every committed entry.
+//
+// The damage is reported as damage: the member restarts at once to drop
+// it, not through the restart that follows a disk that cannot persist
+// (whose ERROR would send an operator after the wrong fault, and which
+// waits recoverEveryTicks, refusing every proposal and message meanwhile).
 func TestLeaderThatReadsDamageForCatchUpStepsAside(t *testing.T) {
-	g := newGroupWith(t, 3, func(c *Config) { c.Storage.SegmentBytesMax = 1024 })
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	g := newGroupWith(t, 3, func(c *Config) { c.Storage.SegmentBytesMax, c.Logger = 1024, logger })
 	g.commit("first")
 	leader := g.leader().Status().ID
 	lagging := leader%3 + 1
@@ -303,6 +312,31 @@ func TestLeaderThatReadsDamageForCatchUpStepsAside(t *testing.T) {
 	if len(committed) != len(expected) {
 		t.Fatalf("%d distinct values committed, want %d:\n%v", len(committed), len(expected), want)
 	}
+	out := logs.String()
+	if !strings.Contains(out, fmt.Sprintf("damaged log; dropping the damaged range and what follows, rebuilding from the leader\" dir=/n%d", leader)) {
+		t.Fatalf("n%d never said it drops a damaged range:\n%s", leader, out)
+	}
+	if strings.Contains(out, "cannot persist") {
+		t.Fatalf("the damaged read was handled as a disk that cannot persist:\n%s", out)
+	}
+}
+
+// lockedBuffer is a log sink the members' goroutines share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestUnprovenDamagedTailMakesTheMemberUncertain (S22): a follower whose
