@@ -1,7 +1,10 @@
 package acklog
 
 import (
+	"cmp"
+	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/nereus-broker/nereus/internal/delivery"
@@ -28,6 +31,10 @@ type Mutations struct {
 	// AckBeforeCommit answers acks when their record is proposed, not when
 	// it commits (and a re-ack does not wait for the record in flight).
 	AckBeforeCommit bool
+	// ReAckWaitsForAnyRecord: a re-ack of a seq whose record is in flight
+	// needs no record of its own; its reply waits for whichever record is
+	// last in flight (or none).
+	ReAckWaitsForAnyRecord bool
 }
 
 // Proposal is a record the shell proposes to the partition's log, in the
@@ -193,9 +200,26 @@ func New[R any](cfg Config, recordBytes int64) *Log[R] {
 }
 
 // NeedsRecord reports whether an ack must go into the next record: it is
-// new to the cursor, or an earlier record of it did not commit.
+// new to the cursor, an earlier record of it did not commit, or the
+// record that holds it is still in flight (ReAckWaitsForItsOwnRecord: that
+// record may yet fail — a leader that lost its quorum refuses it at once —
+// and a reply attached to another record, or answered once nothing is in
+// flight, would confirm an ack nothing holds). Only a re-ack pays for the
+// scan, and a retried ack costs one more entry.
 func (l *Log[R]) NeedsRecord(isNew bool, k Key) bool {
-	return isNew || l.undurable[k]
+	return isNew || l.undurable[k] || (!l.cfg.Mutations.ReAckWaitsForAnyRecord && l.inflightHolds(k))
+}
+
+// inflightHolds reports whether an ack record in flight holds k.
+func (l *Log[R]) inflightHolds(k Key) bool {
+	for _, p := range l.inflight {
+		held := false
+		ForEachAck(p.acks, func(a Key) { held = held || a == k })
+		if held {
+			return true
+		}
+	}
+	return false
 }
 
 // Flush takes in completions, the leader's state and the batched
@@ -222,8 +246,9 @@ func (l *Log[R]) Flush(in Input[R]) Effects[R] {
 	}
 	if len(in.Acks) == 0 {
 		if n := len(l.inflight); n > 0 && !l.cfg.Mutations.AckBeforeCommit {
-			// A re-ack of a seq whose first ack is in flight: answered
-			// with the record last in flight, never before it.
+			// Acks that need no record are durable already (NeedsRecord):
+			// still answered with the record last in flight, never before
+			// it.
 			l.inflight[n-1].replies = append(l.inflight[n-1].replies, in.Replies...)
 		} else {
 			l.answer(&eff, slices.Clone(in.Replies), Durable, nil) // nothing in flight to wait for
@@ -348,3 +373,55 @@ func (l *Log[R]) Undurable() int { return len(l.undurable) }
 
 // Inflight is the number of proposals not completed yet.
 func (l *Log[R]) Inflight() int { return len(l.inflight) }
+
+// Clone returns an independent copy of the log (the model checker
+// explores from copies); replies are copied as values.
+func (l *Log[R]) Clone() *Log[R] {
+	d := *l
+	d.inflight = make([]*proposal[R], len(l.inflight))
+	for i, p := range l.inflight {
+		q := *p
+		q.replies = slices.Clone(p.replies)
+		d.inflight[i] = &q
+	}
+	d.undurable = maps.Clone(l.undurable)
+	return &d
+}
+
+// AppendDigest appends a canonical encoding of the log's state to b,
+// each reply encoded by reply: equal logs encode equally (the model
+// checker hashes states with it).
+func (l *Log[R]) AppendDigest(b []byte, reply func([]byte, R) []byte) []byte {
+	u := func(v uint64) { b = binary.BigEndian.AppendUint64(b, v) }
+	u(l.gen)
+	u(l.nextID)
+	u(uint64(l.recordBytes))
+	u(uint64(l.retryBytes))
+	u(uint64(len(l.inflight)))
+	for _, p := range l.inflight {
+		u(p.id)
+		u(p.gen)
+		u(uint64(p.kind))
+		u(uint64(len(p.acks)))
+		b = append(b, p.acks...)
+		u(uint64(len(p.dead)))
+		for _, k := range p.dead {
+			u(uint64(k.Partition))
+			u(k.Seq)
+		}
+		u(uint64(p.recordBytesBefore))
+		u(uint64(len(p.replies)))
+		for _, r := range p.replies {
+			b = reply(b, r)
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(l.undurable), func(a, b Key) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Seq, b.Seq))
+	})
+	u(uint64(len(keys)))
+	for _, k := range keys {
+		u(uint64(k.Partition))
+		u(k.Seq)
+	}
+	return b
+}

@@ -245,14 +245,36 @@ var logScenarios = []struct {
 		{flush{}, "-"},
 		{flush{done: []fin{{1, nil}}}, "Durable [a a2]; floors"},
 	}},
-	{"a re-ack of a seq whose first ack is in flight waits for it", 1 << 20, []step{
+	{"a re-ack of a seq whose first ack is in flight waits for a record of its own", 1 << 20, []step{
 		{ack{1, "a"}, "new record"},
 		{flush{}, "propose #1 ack[1]"},
-		{ack{1, "b"}, "no record"},
-		{flush{}, "-"},
-		{flush{done: []fin{{1, nil}}}, "Durable [a b]; floors"},
-		{ack{1, "c"}, "no record"},
-		{flush{}, "Durable [c]"}, // nothing in flight to wait for
+		{ack{1, "b"}, "record again"},
+		{flush{}, "propose #2 ack[1]"},
+		{flush{done: []fin{{1, nil}}}, "Durable [a]; floors"},
+		{flush{done: []fin{{2, nil}}}, "Durable [b]; floors"},
+		{ack{1, "c"}, "no record"}, // durable
+		{flush{}, "Durable [c]"},   // nothing in flight to wait for
+		{ack{2, "d"}, "new record"},
+		{flush{}, "propose #3 ack[2]"},
+		{ack{1, "e"}, "no record"},
+		{flush{}, "-"}, // durable, yet answered with the record in flight, never before it
+		{flush{done: []fin{{3, nil}}}, "Durable [d e]; floors"},
+	}},
+	{"a re-ack whose first record then fails is not answered durable", 1 << 20, []step{
+		{ack{1, "a"}, "new record"},
+		{flush{}, "propose #1 ack[1]"},
+		{ack{1, "b"}, "record again"}, // its record is in flight, not durable
+		{flush{done: []fin{{1, errLost}}}, "NotCommitted lost [a]; propose #2 ack[1]"},
+		{flush{done: []fin{{2, nil}}}, "Durable [b]; floors"},
+	}},
+	{"a re-ack does not wait for a record that does not hold it", 1 << 20, []step{
+		{ack{1, "a"}, "new record"},
+		{flush{}, "propose #1 ack[1]"},
+		{ack{1, "b"}, "record again"},
+		{dead(2), ""},
+		{flush{}, "propose #2 count; propose #3 ack[1]"},
+		{flush{done: []fin{{1, errLost}, {2, nil}}}, "NotCommitted lost [a]; ready [2]"},
+		{flush{done: []fin{{3, nil}}}, "Durable [b]; floors"},
 	}},
 	{"a record that fails leaves its acks undurable until a later record commits", 1 << 20, []step{
 		{ack{1, "a"}, "new record"},
@@ -329,10 +351,13 @@ var logScenarios = []struct {
 	{"a retired group's records answer nothing as durable", 1 << 20, []step{
 		{ack{1, "a"}, "new record"},
 		{flush{}, "propose #1 ack[1]"},
-		{retire{}, "[a]"},
-		{ack{1, "b"}, "no record"},
+		{flush{done: []fin{{1, nil}}}, "Durable [a]; floors"},
+		{ack{2, "b"}, "new record"},
+		{flush{}, "propose #2 ack[2]"},
+		{retire{}, "[b]"},
+		{ack{1, "c"}, "no record"},
 		{flush{}, "-"},
-		{flush{done: []fin{{1, nil}}}, "Superseded [b]; floors"},
+		{flush{done: []fin{{2, nil}}}, "Superseded [c]; floors"},
 	}},
 }
 
@@ -346,21 +371,30 @@ func TestLogScenarios(t *testing.T) {
 	}
 }
 
-// AckBeforeCommit breaks the guard the named scenarios check.
+// Each mutation breaks the guard the named scenarios check.
 func TestLogMutationIsCaught(t *testing.T) {
-	for _, name := range []string{"an ack is answered only after its record commits",
-		"a re-ack of a seq whose first ack is in flight waits for it"} {
-		found := false
-		for _, sc := range logScenarios {
-			if sc.name == name {
-				found = true
-				if err := runLog(sc.recordBytesMax, Mutations{AckBeforeCommit: true}, sc.steps); err == nil {
-					t.Errorf("AckBeforeCommit: scenario %q passed", name)
+	for _, tc := range []struct {
+		mut       Mutations
+		scenarios []string
+	}{
+		{Mutations{AckBeforeCommit: true}, []string{"an ack is answered only after its record commits",
+			"a re-ack of a seq whose first ack is in flight waits for a record of its own"}},
+		{Mutations{ReAckWaitsForAnyRecord: true}, []string{"a re-ack whose first record then fails is not answered durable",
+			"a re-ack does not wait for a record that does not hold it"}},
+	} {
+		for _, name := range tc.scenarios {
+			found := false
+			for _, sc := range logScenarios {
+				if sc.name == name {
+					found = true
+					if err := runLog(sc.recordBytesMax, tc.mut, sc.steps); err == nil {
+						t.Errorf("%+v: scenario %q passed", tc.mut, name)
+					}
 				}
 			}
-		}
-		if !found {
-			t.Fatalf("no scenario %q", name)
+			if !found {
+				t.Fatalf("no scenario %q", name)
+			}
 		}
 	}
 }

@@ -8,8 +8,10 @@ package delivery
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -22,6 +24,16 @@ type Config struct {
 	AckWaitMs   int64  // redeliver an unacked message after this long
 	MaxDeliver  uint32 // after this many deliveries, dead-letter instead
 	InflightMax int    // deliveries outstanding at once
+	// Mutations break guards on purpose (tests only).
+	Mutations Mutations
+}
+
+// Mutations are deliberate bugs behind a test-only switch: each disables
+// one guard, and a test must fail with it on.
+type Mutations struct {
+	// ReplayAckKeepsRetry: a replayed ack marks its seq done but leaves a
+	// redelivery an earlier count record queued for it.
+	ReplayAckKeepsRetry bool
 }
 
 // Validate checks the bounds once, at construction.
@@ -102,7 +114,9 @@ type SeqCount struct {
 // ReplayAck applies one durable ack (or dead-lettered) record during
 // recovery. It wins over any count recorded for seq.
 func (c *Cursor) ReplayAck(seq uint64) {
-	c.forget(seq)
+	if !c.cfg.Mutations.ReplayAckKeepsRetry {
+		c.forget(seq)
+	}
 	c.markDone(seq)
 }
 
@@ -481,4 +495,62 @@ func (c *Cursor) advanceFloor() {
 	if len(c.done) == 0 {
 		c.done = nil // let a long-gone backing array be collected
 	}
+}
+
+// Clone returns an independent copy of the cursor (the model checker
+// explores from copies).
+func (c *Cursor) Clone() *Cursor {
+	d := *c
+	d.done = slices.Clone(c.done)
+	d.inflight = maps.Clone(c.inflight)
+	d.retries = slices.Clone(c.retries)
+	d.dead = maps.Clone(c.dead)
+	d.counts = slices.Clone(c.counts)
+	return &d
+}
+
+// AppendDigest appends a canonical encoding of the cursor's state to b:
+// equal cursors encode equally (the model checker hashes states with it).
+// The retries keep their order: Next serves them in it.
+func (c *Cursor) AppendDigest(b []byte) []byte {
+	u := func(v uint64) { b = binary.BigEndian.AppendUint64(b, v) }
+	u(c.ackFloor)
+	u(c.nextNew)
+	u(c.idBase)
+	u(c.idCounter)
+	u(uint64(len(c.done)))
+	for _, r := range c.done {
+		u(r.First)
+		u(r.Last)
+	}
+	u(uint64(len(c.inflight)))
+	for _, seq := range slices.Sorted(maps.Keys(c.inflight)) {
+		in := c.inflight[seq]
+		u(seq)
+		u(in.id)
+		u(uint64(in.count))
+		u(uint64(in.deadlineMs))
+		u(in.owner)
+	}
+	u(uint64(len(c.retries)))
+	for _, r := range c.retries {
+		u(r.seq)
+		u(uint64(r.count))
+		u(uint64(r.dueMs))
+	}
+	u(uint64(len(c.dead)))
+	for _, seq := range slices.Sorted(maps.Keys(c.dead)) {
+		u(seq)
+		if c.dead[seq] {
+			u(1)
+		} else {
+			u(0)
+		}
+	}
+	u(uint64(len(c.counts)))
+	for _, sc := range c.counts {
+		u(sc.Seq)
+		u(uint64(sc.Count))
+	}
+	return b
 }

@@ -11,7 +11,6 @@ package model
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -507,10 +506,7 @@ func (s *gstate) key() [16]byte {
 	}
 	b = binary.AppendUvarint(b, s.lastJoin)
 	b = s.ghost.AppendKey(b)
-	sum := sha256.Sum256(b)
-	var k [16]byte
-	copy(k[:], sum[:])
-	return k
+	return stateKey(b)
 }
 
 func boolByte(v bool) byte {

@@ -14,7 +14,6 @@ package model
 //   - live: retention overruns a live watcher while records are in flight.
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -470,10 +469,7 @@ func (s *kvstate) key() [16]byte {
 		b = binary.AppendUvarint(b, uint64(x))
 	}
 	b = s.loop.AppendKey(append(b, ';'))
-	sum := sha256.Sum256(b)
-	var k [16]byte
-	copy(k[:], sum[:])
-	return k
+	return stateKey(b)
 }
 
 func (cfg *KVConfig) run(sc *kvscenario) KVResult {

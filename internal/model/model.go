@@ -10,7 +10,6 @@ package model
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -262,10 +261,7 @@ func (s *state) key() [16]byte {
 		b = binary.AppendUvarint(b, uint64(u))
 	}
 	b = s.ghost.AppendKey(b) // the committed prefix (as committed holds it) and the leaders
-	sum := sha256.Sum256(b)
-	var k [16]byte
-	copy(k[:], sum[:])
-	return k
+	return stateKey(b)
 }
 
 func (cfg *Config) ids() []replica.NodeID {

@@ -15,7 +15,6 @@ package model
 // timeout: Refused).
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -586,10 +585,7 @@ func (s *sstate) key() [16]byte {
 	for _, v := range s.used {
 		u(uint64(v))
 	}
-	sum := sha256.Sum256(b)
-	var k [16]byte
-	copy(k[:], sum[:16])
-	return k
+	return stateKey(b)
 }
 
 // CheckSched explores every interleaving of the configuration.

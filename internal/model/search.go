@@ -1,5 +1,16 @@
 package model
 
+import "crypto/sha256"
+
+// stateKey is the visited-set key of a state's canonical encoding: the
+// first 16 bytes of its SHA-256.
+func stateKey(b []byte) [16]byte {
+	sum := sha256.Sum256(b)
+	var k [16]byte
+	copy(k[:], sum[:16])
+	return k
+}
+
 // step is one action out of a state: the state it leads to, or the
 // invariant it broke.
 type step[S any] struct {

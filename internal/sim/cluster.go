@@ -153,11 +153,14 @@ var ClusterMutations = map[string]node.Mutations{
 	// dedup table was built from the kept log).
 	"compact-forgets-producers": {Partition: partition.Mutations{CompactForgetsProducers: true}},
 	"ack-before-commit":         {AckLog: acklog.Mutations{AckBeforeCommit: true}},
-	"coordinate-before-install": {CoordinateBeforeInstall: true},
-	"send-before-persist":       {SendBeforePersist: true},
-	"commit-on-leader-fsync":    {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
-	"trust-uncertain-grants":    {Replica: replica.Mutations{TrustUncertainGrants: true}},
-	"accept-stale-flushed":      {Replica: replica.Mutations{AcceptStaleFlushed: true}},
+	// A re-ack of a seq whose record is in flight needs no record of its
+	// own (the ack log before the consume model found it).
+	"re-ack-waits-for-any-record": {AckLog: acklog.Mutations{ReAckWaitsForAnyRecord: true}},
+	"coordinate-before-install":   {CoordinateBeforeInstall: true},
+	"send-before-persist":         {SendBeforePersist: true},
+	"commit-on-leader-fsync":      {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
+	"trust-uncertain-grants":      {Replica: replica.Mutations{TrustUncertainGrants: true}},
+	"accept-stale-flushed":        {Replica: replica.Mutations{AcceptStaleFlushed: true}},
 	// With --schedules: a leader's lease dated from its answers' arrival
 	// (NoPublishWithoutBothGates: a paused owner publishes after another
 	// took office).

@@ -13,20 +13,28 @@ import (
 // Breaking the node's guards makes it fail: without the applier stopping
 // the deleted topic, DeletedNeverResurrected at once; without the removal
 // (inline and at start), DeletedDataRemoved (seed 1 of each; NOTES).
+//
+// A run's count of deletes answered depends on its faults (6 to 20 on
+// seeds 1-12): the campaign goes on from seed 1 until three seeds (one
+// with -short) answered at least 10, every seed clean, at most 8 seeds.
 func TestClusterTopicChurnCampaign(t *testing.T) {
-	seeds := uint64(3)
+	want := 3
 	if testing.Short() {
-		seeds = 1
+		want = 1
 	}
-	for seed := uint64(1); seed <= seeds; seed++ {
+	busy := 0
+	for seed := uint64(1); seed <= 8 && busy < want; seed++ {
 		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, TopicChurn: 20}
 		r := RunCluster(o)
 		if r.Violation != nil {
 			t.Fatalf("seed %d: %v\nreproduce: %s\ntrace tail:\n%s", seed, r.Violation, ClusterReproduce(o), strings.Join(r.Tail, "\n"))
 		}
-		if r.TopicDeletes < 10 {
-			t.Fatalf("seed %d: only %d topic deletes answered (reproduce: %s)", seed, r.TopicDeletes, ClusterReproduce(o))
+		if r.TopicDeletes >= 10 {
+			busy++
 		}
 		t.Logf("seed %d: %d deletes, %d declares, %d faults", seed, r.TopicDeletes, r.TopicDeclares, r.Faults)
+	}
+	if busy < want {
+		t.Fatalf("only %d of seeds 1-8 answered 10 topic deletes or more, want %d", busy, want)
 	}
 }
