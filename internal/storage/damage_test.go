@@ -473,12 +473,12 @@ func TestVerifyRecordsNothingForASegmentThatChanged(t *testing.T) {
 	var mod model
 	appendSynced(t, l, &mod, 60, -1)
 	s := l.segments[0]
-	sizeBytes, nextSeq := s.sizeBytes, s.nextSeq
+	sizeBytes, nextSeq, truncations := s.sizeBytes, s.nextSeq, l.truncations
 	fake := []Damage{{Segment: s.path, Offset: 10, FirstSeq: s.baseSeq + 1, LastSeq: s.baseSeq + 1, Cause: "read while it changed"}}
 	if err := l.TruncateAfter(s.baseSeq + 2); err != nil {
 		t.Fatal(err)
 	}
-	if got := l.recordDamage(s, sizeBytes, nextSeq, true, newSegment(l.dir, s.baseSeq, s.file), fake); len(got) != 0 || len(l.Damage()) != 0 {
+	if got := l.recordDamage(s, sizeBytes, nextSeq, truncations, true, newSegment(l.dir, s.baseSeq, s.file), fake); len(got) != 0 || len(l.Damage()) != 0 {
 		t.Fatalf("recorded %v from a segment truncated since it was read", got)
 	}
 }

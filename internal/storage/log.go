@@ -122,6 +122,9 @@ type Log struct {
 	damage []Damage
 	// tornTail is what recovery cut off the last segment, if anything.
 	tornTail *TornTail
+	// truncations counts the TruncateAfter calls that changed the log:
+	// Verify records no damage read before one (recordDamage).
+	truncations uint64
 
 	// dropSeg and dropOff: the page cache was last told to drop the log
 	// up to dropOff in dropSeg (dropBehind). Guarded by syncMu.

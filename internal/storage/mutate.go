@@ -27,6 +27,7 @@ func (l *Log) TruncateAfter(seq uint64) error {
 	// Readers must not run while published bytes change.
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.truncations++
 	cut := seq + 1 // first seq to drop
 	i := sort.Search(len(l.segments), func(i int) bool { return l.segments[i].baseSeq > cut }) - 1
 	if cut == l.segments[i].baseSeq && i > 0 {

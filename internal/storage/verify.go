@@ -34,7 +34,7 @@ func (l *Log) Verify(fromSeq uint64, bytesMax int64) (next uint64, readBytes int
 			return 0, readBytes, found, nil
 		}
 		s, limitSeq := l.segments[i], l.segments[i+1].baseSeq
-		sizeBytes, nextSeq := s.sizeBytes, s.nextSeq
+		sizeBytes, nextSeq, truncations := s.sizeBytes, s.nextSeq, l.truncations
 		var after int64 // the log's bytes after s
 		for _, later := range l.segments[i+1:] {
 			after += later.sizeBytes
@@ -50,7 +50,7 @@ func (l *Log) Verify(fromSeq uint64, bytesMax int64) (next uint64, readBytes int
 			res.damage = nil // removed meanwhile
 		}
 		if len(res.damage) > 0 {
-			found = append(found, l.recordDamage(s, sizeBytes, nextSeq, true, fresh, res.damage)...)
+			found = append(found, l.recordDamage(s, sizeBytes, nextSeq, truncations, true, fresh, res.damage)...)
 		}
 		if keep := l.opts.CachedTailBytes; keep >= 0 && after >= keep {
 			// Behind the cached tail: the next pass reads the disk
@@ -87,14 +87,17 @@ func (l *Log) stillHolds(s *segment) bool {
 // nothing when s changed since it was read — deleted, truncated (a
 // replica's truncation may cut a sealed segment and make it the active
 // one), or no longer sealed when sealedOnly: what was read may not be
-// what the segment holds.
-func (l *Log) recordDamage(s *segment, sizeBytes int64, nextSeq uint64, sealedOnly bool, rescanned *segment, damage []Damage) []Damage {
+// what the segment holds. sizeBytes, nextSeq and truncations are s's size
+// and next seq and l.truncations when it was read: a segment truncated
+// and appended to again up to the same size and seqs (the new leader's
+// records) and rolled again is told by truncations alone.
+func (l *Log) recordDamage(s *segment, sizeBytes int64, nextSeq, truncations uint64, sealedOnly bool, rescanned *segment, damage []Damage) []Damage {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i := slices.Index(l.segments, s)
-	if i < 0 || s.sizeBytes != sizeBytes || s.nextSeq != nextSeq || (sealedOnly && i == len(l.segments)-1) {
+	if i < 0 || s.sizeBytes != sizeBytes || s.nextSeq != nextSeq || l.truncations != truncations || (sealedOnly && i == len(l.segments)-1) {
 		return nil
 	}
 	s.index, s.nextSeq = rescanned.index, rescanned.nextSeq
@@ -133,7 +136,7 @@ func (l *Log) VerifyAll() ([]Damage, error) {
 		return found, ErrClosed
 	}
 	s := l.active()
-	sizeBytes, nextSeq := s.sizeBytes, s.nextSeq
+	sizeBytes, nextSeq, truncations := s.sizeBytes, s.nextSeq, l.truncations
 	l.mu.RUnlock()
 	fresh := newSegment(l.dir, s.baseSeq, s.file)
 	res, err := fresh.scan(sizeBytes, l.opts.IndexIntervalBytes, nextSeq)
@@ -141,7 +144,7 @@ func (l *Log) VerifyAll() ([]Damage, error) {
 		return found, fmt.Errorf("storage: verify segment %d: %w", s.baseSeq, err)
 	}
 	if len(res.damage) > 0 {
-		found = append(found, l.recordDamage(s, sizeBytes, nextSeq, false, fresh, res.damage)...)
+		found = append(found, l.recordDamage(s, sizeBytes, nextSeq, truncations, false, fresh, res.damage)...)
 	}
 	return found, nil
 }
