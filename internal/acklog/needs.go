@@ -1,6 +1,10 @@
 package acklog
 
-import "maps"
+import (
+	"encoding/binary"
+	"maps"
+	"slices"
+)
 
 // Needs tracks what the groups whose records a partition's log holds still
 // need from it: each group's latest checkpoint, or its first record when it
@@ -86,4 +90,29 @@ func (n *Needs) Restore(from map[string]uint64, applied uint64) {
 		n.last[g] = applied
 	}
 	n.version++
+}
+
+// Clone returns an independent copy (the model checker explores from
+// copies).
+func (n *Needs) Clone() Needs {
+	return Needs{from: maps.Clone(n.from), last: maps.Clone(n.last), version: n.version}
+}
+
+// AppendDigest appends a canonical encoding of what the groups need to b
+// (groups in name order): equal states encode equally. The version is
+// left out: it only counts changes.
+func (n *Needs) AppendDigest(b []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(n.from)))
+	for _, g := range slices.Sorted(maps.Keys(n.from)) {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(g)))
+		b = append(b, g...)
+		b = binary.BigEndian.AppendUint64(b, n.from[g])
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(len(n.last)))
+	for _, g := range slices.Sorted(maps.Keys(n.last)) {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(g)))
+		b = append(b, g...)
+		b = binary.BigEndian.AppendUint64(b, n.last[g])
+	}
+	return b
 }
