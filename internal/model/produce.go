@@ -71,6 +71,7 @@ type ProduceResult struct {
 	QuorumLost        int // replies answered QuorumLost by Degraded
 	Failed            int // a proposal completed with an error (lost at a change of leader)
 	NotApplied        int // a completion answered NotApplied
+	RefusedUnapplied  int // a retry refused: its original committed, not applied yet
 	Rebuilds          int // a replica's kernel started over from a later log start
 	Carries           int // a dedup carry committed
 	Elections         int // a new leader took office
@@ -153,10 +154,14 @@ type pstate struct {
 	installSeq uint64 // seq of the leader's epoch's install entry
 	degraded   bool
 	carrying   bool // a dedup carry in flight
-	status     []uint8
-	replies    []preply
-	used       [pbudgets]int
-	events     pevent
+	// refused: a retry was refused as committed but not applied (a ghost
+	// in the key, so that the state it leads to is told from the same
+	// state reached by a retry that waited instead).
+	refused bool
+	status  []uint8
+	replies []preply
+	used    [pbudgets]int
+	events  pevent
 }
 
 type pevent uint16
@@ -173,6 +178,7 @@ const (
 	peCarry
 	peElection
 	peRebuiltDuplicate
+	peRefusedUnapplied
 )
 
 func (s *pstate) clone() *pstate {
@@ -238,8 +244,12 @@ func (s *pstate) publish(pseq uint64) string {
 	d := s.reps[l].m.Publish(s.view(l), producerID, pseq, pseq)
 	switch d.Action {
 	case partition.Refuse:
-		if d.Refusal == partition.RefusedTakingOffice {
+		switch d.Refusal {
+		case partition.RefusedTakingOffice:
 			s.events |= peTakingOffice
+		case partition.RefusedNotApplied:
+			s.events |= peRefusedUnapplied
+			s.refused = true
 		}
 	case partition.AnswerDuplicate:
 		s.events |= peDuplicate
@@ -567,6 +577,7 @@ func (s *pstate) key() [16]byte {
 	u(s.installSeq)
 	u(uint64(boolByte(s.degraded)))
 	u(uint64(boolByte(s.carrying)))
+	u(uint64(boolByte(s.refused)))
 	b = append(b, s.status...)
 	replies := slices.Clone(s.replies)
 	slices.SortFunc(replies, comparePreply)
@@ -632,7 +643,8 @@ func (res *ProduceResult) count(ev pevent) {
 		n  *int
 	}{{peDuplicate, &res.Duplicates}, {peWait, &res.Waits}, {peTakingOffice, &res.TakingOffice}, {peTooOld, &res.TooOld},
 		{peQuorumLost, &res.QuorumLost}, {peFailed, &res.Failed}, {peNotApplied, &res.NotApplied}, {peRebuild, &res.Rebuilds},
-		{peCarry, &res.Carries}, {peElection, &res.Elections}, {peRebuiltDuplicate, &res.RebuiltDuplicates}} {
+		{peCarry, &res.Carries}, {peElection, &res.Elections}, {peRebuiltDuplicate, &res.RebuiltDuplicates},
+		{peRefusedUnapplied, &res.RefusedUnapplied}} {
 		if ev&c.ev != 0 {
 			*c.n++
 		}

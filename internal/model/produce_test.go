@@ -26,12 +26,12 @@ var (
 	// One seq: a dedup carry lets retention compact past its entry, and
 	// a rebuilt replica that leads still answers its retry as a duplicate.
 	produceCarry = ProduceConfig{Replicas: 2, Messages: 1, InflightMax: 1, Retries: 1, Elections: 1, Compactions: 1, Restarts: 1, Carries: 1}
-	// Two seqs and a carry proposed while the second is in flight: finds
-	// CarryMissesEntriesInFlight (skipped below).
+	// Two seqs and a carry proposed while the second is in flight (found
+	// CarryMissesEntriesInFlight, fixed: CarryHoldsWhatItNames).
 	produceCarryInflight = ProduceConfig{Replicas: 2, Messages: 2, InflightMax: 1, Retries: 1, Elections: 1, Compactions: 1, Restarts: 1, Carries: 1}
 	// A shell pass whose reading of committed entries fails answers a
-	// completion NotApplied: finds NotAppliedForgetsInflight (skipped
-	// below).
+	// completion NotApplied (found NotAppliedForgetsInflight, fixed:
+	// CommittedNotAppliedRefused).
 	produceApplyError = ProduceConfig{Replicas: 2, Messages: 1, InflightMax: 1, Retries: 2, ApplyErrors: 1}
 )
 
@@ -39,9 +39,9 @@ func runProduce(t *testing.T, name string, cfg ProduceConfig) ProduceResult {
 	t.Helper()
 	start := time.Now()
 	r := CheckProduce(cfg)
-	t.Logf("%s: %d states, complete=%v, %v; duplicates %d (%d by a rebuilt leader), waits %d, taking office %d, too old %d, quorum lost %d, failed %d, not applied %d, rebuilds %d, carries %d, elections %d, settled %d",
+	t.Logf("%s: %d states, complete=%v, %v; duplicates %d (%d by a rebuilt leader), waits %d, taking office %d, too old %d, quorum lost %d, failed %d, not applied %d, rebuilds %d, carries %d, elections %d, settled %d, refused unapplied %d",
 		name, r.States, r.Complete, time.Since(start).Round(time.Millisecond), r.Duplicates, r.RebuiltDuplicates, r.Waits, r.TakingOffice, r.TooOld,
-		r.QuorumLost, r.Failed, r.NotApplied, r.Rebuilds, r.Carries, r.Elections, r.Settled)
+		r.QuorumLost, r.Failed, r.NotApplied, r.Rebuilds, r.Carries, r.Elections, r.Settled, r.RefusedUnapplied)
 	return r
 }
 
@@ -49,8 +49,6 @@ func TestProduceModelGuarded(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  ProduceConfig
-		// bug, when set, names the kernel bug the configuration finds.
-		bug string
 		// reached asserts the exploration got where the configuration is for.
 		reached func(ProduceResult) bool
 	}{
@@ -60,18 +58,10 @@ func TestProduceModelGuarded(t *testing.T) {
 		{name: "quorum loss", cfg: produceQuorum, reached: func(r ProduceResult) bool { return r.QuorumLost > 0 && r.Elections > 0 }},
 		{name: "seal", cfg: produceSeal, reached: func(r ProduceResult) bool { return r.TooOld > 0 && r.Rebuilds > 0 && r.RebuiltDuplicates > 0 }},
 		{name: "carry", cfg: produceCarry, reached: func(r ProduceResult) bool { return r.Carries > 0 && r.Rebuilds > 0 && r.RebuiltDuplicates > 0 }},
-		{name: "carry with a publish in flight", cfg: produceCarryInflight, bug: "CarryMissesEntriesInFlight: a dedup carry re-states the producers as of its proposer's applied position, " +
-			"yet every replica takes it as their latest mention at the carry's own seq; an entry committed between the two loses its protection from compaction, " +
-			"and a replica restarted or rebuilt from the compacted log takes its retry as new (NoDuplicateFromReplay)",
-			reached: func(r ProduceResult) bool { return r.Carries > 0 }},
-		{name: "apply errors", cfg: produceApplyError, bug: "NotAppliedForgetsInflight: Member.Completed answers NotApplied and drops the proposal's key, " +
-			"so the retry of a committed entry not yet applied is neither waiting nor a duplicate: it is proposed again (NoDuplicateFromReplay)",
-			reached: func(r ProduceResult) bool { return r.NotApplied > 0 }},
+		{name: "carry with a publish in flight", cfg: produceCarryInflight, reached: func(r ProduceResult) bool { return r.Carries > 0 && r.Rebuilds > 0 }},
+		{name: "apply errors", cfg: produceApplyError, reached: func(r ProduceResult) bool { return r.NotApplied > 0 && r.RefusedUnapplied > 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.bug != "" {
-				t.Skip("kernel bug, not fixed here: " + tc.bug)
-			}
 			r := runProduce(t, tc.name, tc.cfg)
 			if r.Violation != "" {
 				t.Fatalf("%s\ntrace:\n  %s", r.Violation, strings.Join(r.Trace, "\n  "))
@@ -97,6 +87,11 @@ func TestProduceModelMutations(t *testing.T) {
 		{"SkipInstallGate", "NoDuplicateFromReplay", produceFailover, partition.Mutations{SkipInstallGate: true}},
 		{"SkipDedupSeal", "NoDuplicateFromReplay", produceSeal, partition.Mutations{SkipDedupSeal: true}},
 		{"CompactForgetsProducers", "NoDuplicateFromReplay", produceCarry, partition.Mutations{CompactForgetsProducers: true}},
+		// The two bugs this model found, fixed: a carry naming a producer
+		// with a publish in flight, and a retry of a publish that
+		// committed but was answered NotApplied taken as new.
+		{"CarryIgnoresInflight", "NoDuplicateFromReplay", produceCarryInflight, partition.Mutations{CarryIgnoresInflight: true}},
+		{"NotAppliedForgetsInflight", "NoDuplicateFromReplay", produceApplyError, partition.Mutations{NotAppliedForgetsInflight: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg

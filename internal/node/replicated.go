@@ -261,6 +261,8 @@ func (p *replicaStore) refusal(st replica.Status, r partition.Refusal) *wire.Err
 		return wire.Errorf(wire.CodeQuorumLost, "partition %s/%d is READ_ONLY_DEGRADED: no quorum of replicas acknowledges", name, p.id)
 	case partition.RefusedTakingOffice:
 		return wire.Errorf(wire.CodeUnavailable, "partition %s/%d: the new leader is taking office; retry", name, p.id)
+	case partition.RefusedNotApplied:
+		return wire.Errorf(wire.CodeUnavailable, "partition %s/%d: this publish committed but is not applied yet; retry", name, p.id)
 	}
 	return nil
 }

@@ -58,11 +58,14 @@ func (p *Producers) CompactLimit() uint64 {
 
 // appendCarry encodes a carry of the producers whose latest mention is at
 // or below through, least recent first, at most carryProducersMax of
-// them; n is how many (0: none, b unchanged).
-func (p *Producers) appendCarry(b []byte, through uint64) (_ []byte, n int) {
+// them, leaving out those busy names; n is how many (0: none, b
+// unchanged).
+func (p *Producers) appendCarry(b []byte, through uint64, busy map[uint64]bool) (_ []byte, n int) {
 	var ws []*producerWindow
 	for w := p.oldest; w != nil && w.lastSeq <= through && len(ws) < carryProducersMax; w = w.newer {
-		ws = append(ws, w)
+		if !busy[w.id] {
+			ws = append(ws, w)
+		}
 	}
 	if len(ws) == 0 {
 		return b, 0

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"cmp"
 	"encoding/binary"
 	"maps"
 	"slices"
@@ -68,6 +69,7 @@ func (m *Member[R]) Clone() *Member[R] {
 			d.inflight[k] = slices.Clone(rs)
 		}
 	}
+	d.unapplied = maps.Clone(m.unapplied)
 	d.singles = nil
 	return &d
 }
@@ -99,6 +101,15 @@ func (m *Member[R]) AppendDigest(b []byte, reply func([]byte, R) []byte) []byte 
 		for _, r := range rs {
 			b = reply(b, r)
 		}
+	}
+	unapplied := slices.SortedFunc(maps.Keys(m.unapplied), func(a, b ProposalKey) int {
+		return cmp.Or(cmp.Compare(a.ProducerID, b.ProducerID), cmp.Compare(a.ProducerSeq, b.ProducerSeq))
+	})
+	u(uint64(len(unapplied)))
+	for _, k := range unapplied {
+		u(k.ProducerID)
+		u(k.ProducerSeq)
+		u(m.unapplied[k])
 	}
 	return b
 }

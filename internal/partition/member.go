@@ -45,7 +45,12 @@ type Member[R any] struct {
 	// incarnation (GroupsDeleted): they bound no compaction.
 	groupGone func(group string) bool
 	inflight  map[ProposalKey][]R // the replies waiting on each proposal (none once Degraded answered them)
-	anon      uint64              // key space of non-idempotent publishes
+	// unapplied: idempotent proposals that committed (at the seq named)
+	// but were answered NotApplied — this member has not applied them
+	// yet. Their retries are refused until then (CommittedNotAppliedRefused):
+	// neither in flight nor in the table, a retry would append again.
+	unapplied map[ProposalKey]uint64
+	anon      uint64 // key space of non-idempotent publishes
 	// singles is the block the one-reply slices of inflight are cut
 	// from (single).
 	singles []R
@@ -67,6 +72,12 @@ type Mutations struct {
 	// latest mentions (ProducersKeptInLog): a replica that rebuilds its
 	// table from the kept log forgets them, and their retries pass as new.
 	CompactForgetsProducers bool
+	// CarryIgnoresInflight carries producers that have a publish in
+	// flight (CarryHoldsWhatItNames).
+	CarryIgnoresInflight bool
+	// NotAppliedForgetsInflight drops a proposal answered NotApplied from
+	// every record (CommittedNotAppliedRefused).
+	NotAppliedForgetsInflight bool
 }
 
 // ProposalKey names a proposal in flight: the producer identity of an
@@ -138,6 +149,9 @@ const (
 	// RefusedTakingOffice: a new leader whose install entry is not
 	// applied yet (UNAVAILABLE, retry).
 	RefusedTakingOffice
+	// RefusedNotApplied: the publish's original committed but is not
+	// applied here yet (UNAVAILABLE, retry).
+	RefusedNotApplied
 )
 
 func (r Refusal) String() string {
@@ -150,6 +164,8 @@ func (r Refusal) String() string {
 		return "QuorumLost"
 	case RefusedTakingOffice:
 		return "TakingOffice"
+	case RefusedNotApplied:
+		return "NotApplied"
 	}
 	return fmt.Sprintf("Refusal(%d)", uint8(r))
 }
@@ -204,6 +220,9 @@ func (m *Member[R]) Publish(v View, producerID, producerSeq uint64, reply R) Pub
 			m.inflight[key] = append(w, reply)
 			return PublishDecision{Action: Wait}
 		}
+		if _, ok := m.unapplied[key]; ok {
+			return PublishDecision{Action: Refuse, Refusal: RefusedNotApplied}
+		}
 	} else {
 		m.anon++
 		key = ProposalKey{ProducerSeq: m.anon}
@@ -253,6 +272,7 @@ func (m *Member[R]) Apply(e Entry) (err error) {
 	switch {
 	case e.ProducerID != 0:
 		m.producers.Record(e.ProducerID, e.ProducerSeq, e.Seq, e.Epoch)
+		delete(m.unapplied, ProposalKey{ProducerID: e.ProducerID, ProducerSeq: e.ProducerSeq})
 	case e.Group != "":
 		if m.groupGone == nil || !m.groupGone(e.Group) {
 			m.groups.Applied(e.Group, e.Seq, e.GroupKind, e.GroupBase)
@@ -268,11 +288,30 @@ func (m *Member[R]) Apply(e Entry) (err error) {
 // compact through want if the dedup table let it; ok is false when none
 // is needed (no producer's latest mention is at or below want). The
 // leader proposes it as a control record; it takes effect when applied.
+//
+// A producer with a publish in flight or committed but not applied here
+// is left out (CarryHoldsWhatItNames): its entry may commit between the
+// applied position the carry re-states and the carry's own seq, where
+// every replica takes the carry as the producer's latest mention — the
+// entry would lose its protection from compaction, and a replica that
+// rebuilds from the kept log would take its retry as new. The shell
+// proposes carries only once its epoch's install entry is applied, so
+// every entry of an earlier leader is applied already.
 func (m *Member[R]) AppendCarry(b []byte, want uint64) (_ []byte, ok bool) {
 	if m.mutations.CompactForgetsProducers {
 		return b, false
 	}
-	b, n := m.producers.appendCarry(b, min(want, m.applied))
+	var busy map[uint64]bool
+	if !m.mutations.CarryIgnoresInflight {
+		busy = map[uint64]bool{}
+		for key := range m.inflight {
+			busy[key.ProducerID] = true
+		}
+		for key := range m.unapplied {
+			busy[key.ProducerID] = true
+		}
+	}
+	b, n := m.producers.appendCarry(b, min(want, m.applied), busy)
 	return b, n > 0
 }
 
@@ -304,6 +343,7 @@ func (m *Member[R]) LogStart(start uint64) bool {
 	m.producers = NewProducers(m.cfg.DedupWindowMax, m.cfg.ProducersMax)
 	m.applied, m.truncated, m.sealedEpoch = start-1, true, 0
 	m.groups.Reset()
+	clear(m.unapplied) // the table starts over from the kept log, which keeps every producer's latest mention
 	return true
 }
 
@@ -360,6 +400,12 @@ func (m *Member[R]) Completed(key ProposalKey, seq, epoch uint64, err error) (a 
 		a.Outcome, a.Err = Failed, err
 	case seq > m.applied:
 		a.Outcome = NotApplied
+		if key.ProducerID != 0 && !m.mutations.NotAppliedForgetsInflight {
+			if m.unapplied == nil {
+				m.unapplied = map[ProposalKey]uint64{}
+			}
+			m.unapplied[key] = seq
+		}
 	}
 	return a, true
 }
@@ -384,6 +430,8 @@ func (m *Member[R]) Close() []R {
 		replies = append(replies, m.inflight[key]...)
 		delete(m.inflight, key)
 	}
+	// A leader again later applies through its install entry first.
+	clear(m.unapplied)
 	return replies
 }
 

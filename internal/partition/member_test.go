@@ -200,6 +200,24 @@ var memberScenarios = []struct {
 		{apply{install(1, 1)}, "applied 1 limit 1"},
 		{pub{7, 1, "a"}, "Propose 7/1"},
 		{done{7, 1, 2, 1, nil}, "NotApplied 2@1 [a]"},
+		// Neither in flight nor in the table yet: its retry is refused,
+		// not appended again (CommittedNotAppliedRefused), until the
+		// entry is applied.
+		{pub{7, 1, "b"}, "Refuse NotApplied"},
+		{apply{published(2, 1, 7, 1)}, "applied 2 limit 1"},
+		{pub{7, 1, "c"}, "Duplicate 2@1"},
+	}},
+	{"a carry leaves out a producer with a publish in flight", 1, []step{
+		{leader1, ""},
+		{apply{install(1, 1), published(2, 1, 7, 1), published(3, 1, 9, 1)}, "applied 3 limit 1"},
+		{pub{7, 2, "a"}, "Propose 7/2"},
+		// 7/2 may commit between the carry's base and the carry: a carry
+		// naming 7 would make every replica take the carry as 7's latest
+		// mention, and compaction could drop 7/2 (CarryHoldsWhatItNames).
+		{carry(3), "carry 9[{1 3 1}]"},
+		{apply{published(4, 1, 7, 2)}, "applied 4 limit 2"},
+		{done{7, 2, 4, 1, nil}, "Committed 4@1 [a]"},
+		{carry(4), "carry 7[{1 2 1} {2 4 1}] 9[{1 3 1}]"},
 	}},
 	{"degraded answers QUORUM_LOST and keeps the entry in flight", 1, []step{
 		{leader1, ""},
@@ -295,6 +313,8 @@ func TestMemberMutationsAreCaught(t *testing.T) {
 		{Mutations{SkipDedupSeal: true}, []string{"a log that starts past 1 is sealed before the first publish",
 			"the seal after a start move"}, "pub"},
 		{Mutations{CompactForgetsProducers: true}, []string{"a carry keeps a compacted producer known"}, "apply"},
+		{Mutations{NotAppliedForgetsInflight: true}, []string{"a commit not applied yet is not answered OK"}, "pub"},
+		{Mutations{CarryIgnoresInflight: true}, []string{"a carry leaves out a producer with a publish in flight"}, "carry"},
 	}
 	for _, c := range cases {
 		for _, name := range c.scenarios {
