@@ -53,6 +53,7 @@ it prints the action trace that leads to it and exits non-zero.`,
 	cmd.AddCommand(newCheckGroupsCmd())
 	cmd.AddCommand(newCheckSchedCmd())
 	cmd.AddCommand(newCheckConsumeCmd())
+	cmd.AddCommand(newCheckProduceCmd())
 	cmd.AddCommand(newCheckKVCmd())
 	f := cmd.Flags()
 	f.IntVar(&cfg.Replicas, "replicas", 3, "replicas in the group")
