@@ -13,7 +13,8 @@ import (
 
 // Clone returns an independent copy of the table.
 func (p *Producers) Clone() *Producers {
-	d := &Producers{byID: make(map[uint64]*producerWindow, len(p.byID)), windowMax: p.windowMax, producersMax: p.producersMax}
+	d := &Producers{byID: make(map[uint64]*producerWindow, len(p.byID)), windowMax: p.windowMax, producersMax: p.producersMax,
+		outOfOrderMoves: p.outOfOrderMoves, sealAtLowest: p.sealAtLowest}
 	for w := p.oldest; w != nil; w = w.newer {
 		c := &producerWindow{ring: slices.Clone(w.ring), head: w.head, n: w.n, floor: w.floor,
 			lastSeq: w.lastSeq, maxSeen: w.maxSeen, id: w.id, older: d.newest}

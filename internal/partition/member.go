@@ -78,6 +78,20 @@ type Mutations struct {
 	// NotAppliedForgetsInflight drops a proposal answered NotApplied from
 	// every record (CommittedNotAppliedRefused).
 	NotAppliedForgetsInflight bool
+	// OutOfOrderMovesMention: an append of a producer_seq below the
+	// producer's highest moves its latest mention, so compaction may drop
+	// the highest one's entry (HighestSeqKeptInLog).
+	OutOfOrderMovesMention bool
+	// SealAtLowest seals a rebuilt window at its lowest remembered
+	// producer_seq, not its highest (SealHistory).
+	SealAtLowest bool
+}
+
+// newProducers is the member's table, with its mutations.
+func (m *Member[R]) newProducers() *Producers {
+	p := NewProducers(m.cfg.DedupWindowMax, m.cfg.ProducersMax)
+	p.outOfOrderMoves, p.sealAtLowest = m.mutations.OutOfOrderMovesMention, m.mutations.SealAtLowest
+	return p
 }
 
 // ProposalKey names a proposal in flight: the producer identity of an
@@ -91,8 +105,9 @@ func NewMember[R any](cfg Config, startSeq uint64, m Mutations) *Member[R] {
 	if startSeq == 0 {
 		panic("partition: seqs are 1-based; startSeq must be ≥ 1")
 	}
-	return &Member[R]{cfg: cfg, mutations: m, producers: NewProducers(cfg.DedupWindowMax, cfg.ProducersMax),
-		applied: startSeq - 1, truncated: startSeq > 1, inflight: map[ProposalKey][]R{}}
+	mem := &Member[R]{cfg: cfg, mutations: m, applied: startSeq - 1, truncated: startSeq > 1, inflight: map[ProposalKey][]R{}}
+	mem.producers = mem.newProducers()
+	return mem
 }
 
 // View is the replica's replication state when a publish arrives.
@@ -340,7 +355,7 @@ func (m *Member[R]) LogStart(start uint64) bool {
 	if start <= m.applied+1 {
 		return false
 	}
-	m.producers = NewProducers(m.cfg.DedupWindowMax, m.cfg.ProducersMax)
+	m.producers = m.newProducers()
 	m.applied, m.truncated, m.sealedEpoch = start-1, true, 0
 	m.groups.Reset()
 	clear(m.unapplied) // the table starts over from the kept log, which keeps every producer's latest mention
@@ -452,7 +467,8 @@ func (m *Member[R]) Applied() uint64 { return m.applied }
 
 // CompactLimit is the last seq the log may be compacted through: what was
 // applied, below what every consumer group still needs, and below every
-// known producer's latest mention (ProducersKeptInLog).
+// known producer's latest mention of its highest producer_seq
+// (ProducersKeptInLog, HighestSeqKeptInLog).
 func (m *Member[R]) CompactLimit() uint64 {
 	limit := m.groups.Limit(m.applied)
 	if m.mutations.CompactForgetsProducers {

@@ -207,6 +207,21 @@ var memberScenarios = []struct {
 		{apply{published(2, 1, 7, 1)}, "applied 2 limit 1"},
 		{pub{7, 1, "c"}, "Duplicate 2@1"},
 	}},
+	{"a rebuilt replica keeps a higher seq that landed before a lower one", 1, []step{
+		// Producer 7's seq 1 was refused and retried after 2 and 3 landed:
+		// its latest append is not its highest seq, which the log keeps
+		// (HighestSeqKeptInLog: the limit stays below seq 3's entry).
+		{apply{install(1, 1), published(2, 1, 7, 2), published(3, 1, 7, 3), published(4, 1, 7, 1)}, "applied 4 limit 2"},
+		// A replica rebuilt from a snapshot point at 3: entry 2 is gone.
+		{replica(3), ""},
+		{apply{published(3, 1, 7, 3), published(4, 1, 7, 1)}, "applied 4 limit 2"},
+		{lead{Leader: true, Epoch: 2, InstallSeq: 5}, ""},
+		{apply{install(5, 2)}, "applied 5 limit 2"},
+		{pub{7, 2, "a"}, "TooOld"}, // sealed at its highest: seq 2 may have landed before the kept log
+		{pub{7, 1, "b"}, "Duplicate 4@1"},
+		{pub{7, 3, "c"}, "Duplicate 3@1"},
+		{pub{7, 4, "d"}, "Propose 7/4"},
+	}},
 	{"a carry leaves out a producer with a publish in flight", 1, []step{
 		{leader1, ""},
 		{apply{install(1, 1), published(2, 1, 7, 1), published(3, 1, 9, 1)}, "applied 3 limit 1"},
@@ -315,6 +330,8 @@ func TestMemberMutationsAreCaught(t *testing.T) {
 		{Mutations{CompactForgetsProducers: true}, []string{"a carry keeps a compacted producer known"}, "apply"},
 		{Mutations{NotAppliedForgetsInflight: true}, []string{"a commit not applied yet is not answered OK"}, "pub"},
 		{Mutations{CarryIgnoresInflight: true}, []string{"a carry leaves out a producer with a publish in flight"}, "carry"},
+		{Mutations{OutOfOrderMovesMention: true}, []string{"a rebuilt replica keeps a higher seq that landed before a lower one"}, "apply"},
+		{Mutations{SealAtLowest: true}, []string{"a rebuilt replica keeps a higher seq that landed before a lower one"}, "pub"},
 	}
 	for _, c := range cases {
 		for _, name := range c.scenarios {

@@ -33,9 +33,14 @@ type producerWindow struct {
 	ring    []dedupEntry // n entries from head on, wrapping; grows up to windowMax
 	head, n int
 	floor   uint64 // raised past every evicted producer_seq
-	// lastSeq is the log seq of the producer's latest mention: its latest
-	// append, or a carry that re-stated its window since (carry.go). It
-	// orders eviction (least recent first) and bounds compaction.
+	// lastSeq is the log seq of the producer's latest mention of its
+	// highest producer_seq: the append of a producer_seq above every one
+	// before it, or a carry that re-stated its window since (carry.go).
+	// An append out of order (a retry of a lower producer_seq landing
+	// after a higher one) does not move it: the log is kept from the
+	// highest one's mention on (HighestSeqKeptInLog), which a window
+	// rebuilt from the kept log is sealed at (SealHistory). It orders
+	// eviction (least recent first) and bounds compaction.
 	lastSeq uint64
 	maxSeen uint64 // highest producer_seq ever recorded
 	// id and the recency list: the table's windows by (lastSeq, id).
@@ -76,8 +81,10 @@ func (w *producerWindow) find(producerSeq uint64) (dedupEntry, bool) {
 	return dedupEntry{}, false
 }
 
-func (w *producerWindow) add(e dedupEntry, windowMax int) {
-	w.lastSeq = e.seq
+func (w *producerWindow) add(e dedupEntry, windowMax int, outOfOrderMoves bool) {
+	if w.n == 0 || e.producerSeq > w.maxSeen || outOfOrderMoves {
+		w.lastSeq = e.seq
+	}
 	w.insert(e, windowMax)
 }
 
@@ -131,6 +138,10 @@ type Producers struct {
 	// in log order, so a window moves to the newest end; one that comes
 	// out of order walks back to its place.
 	oldest, newest *producerWindow
+	// Mutations (tests only): the old rules — an append out of order
+	// moves the latest mention; a rebuilt window is sealed at its lowest
+	// remembered producer_seq.
+	outOfOrderMoves, sealAtLowest bool
 }
 
 // NewProducers returns an empty table. windowMax bounds the remembered
@@ -194,7 +205,7 @@ func (p *Producers) Record(producerID, producerSeq, seq, epoch uint64) {
 	} else {
 		p.unlink(w)
 	}
-	w.add(dedupEntry{producerSeq: producerSeq, seq: seq, epoch: epoch}, p.windowMax)
+	w.add(dedupEntry{producerSeq: producerSeq, seq: seq, epoch: epoch}, p.windowMax, p.outOfOrderMoves)
 	p.link(w)
 }
 
@@ -233,13 +244,23 @@ func (p *Producers) unlink(w *producerWindow) {
 }
 
 // SealHistory marks every known producer's window as possibly incomplete
-// below its oldest remembered entry. The shell calls it after rebuilding from
-// a log whose oldest records were deleted by retention: sequences appended in
-// the deleted part are no longer provable, so they must not pass as new.
+// below its highest remembered entry. The shell calls it after rebuilding
+// from a log whose oldest records were deleted by retention: sequences
+// appended in the deleted part are no longer provable, so they must not
+// pass as new. The kept log holds each producer's highest producer_seq
+// (HighestSeqKeptInLog), but a lower one may have landed before the
+// compaction point and a still lower one after it (appends out of order),
+// so only the highest remembered bounds what is provably new: a lower one
+// not remembered is PRODUCER_SEQ_TOO_OLD (sealing at the lowest
+// remembered let such a retry append again — found by the produce model).
 func (p *Producers) SealHistory() {
 	for _, w := range p.byID {
 		if w.n > 0 {
-			w.floor = max(w.floor, w.at(0).producerSeq)
+			at := w.n - 1
+			if p.sealAtLowest {
+				at = 0
+			}
+			w.floor = max(w.floor, w.at(at).producerSeq)
 		}
 	}
 }

@@ -36,7 +36,7 @@ func TestProducerWindowMatchesItsReference(t *testing.T) {
 			}
 			used[ps] = true
 			e := dedupEntry{producerSeq: ps, seq: uint64(step + 1), epoch: 1 + uint64(step/100)}
-			w.add(e, windowMax)
+			w.add(e, windowMax, false)
 			ref = append(ref, e)
 			if len(ref) > windowMax {
 				lowest := slices.MinFunc(ref, func(a, b dedupEntry) int { return cmp.Compare(a.producerSeq, b.producerSeq) })

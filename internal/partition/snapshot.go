@@ -125,7 +125,7 @@ func DecodeSnapshot(b []byte, cfg Config) (*Snapshot, error) {
 		entries := make([]dedupEntry, 0, n)
 		for ; n > 0 && d.err == nil; n-- {
 			e := dedupEntry{producerSeq: d.u64(), seq: d.u64(), epoch: d.u64()}
-			if d.err == nil && (e.seq == 0 || e.seq > w.lastSeq || e.epoch == 0 || e.epoch > s.Epoch || e.producerSeq > w.maxSeen) {
+			if d.err == nil && (e.seq == 0 || e.seq > s.Applied || e.epoch == 0 || e.epoch > s.Epoch || e.producerSeq > w.maxSeen) {
 				d.fail("producer %d seq %d at %d (epoch %d) outside its window", w.id, e.producerSeq, e.seq, e.epoch)
 			}
 			entries = append(entries, e)
