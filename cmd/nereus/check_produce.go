@@ -21,6 +21,8 @@ var produceMutations = map[string]func(*partition.Mutations){
 	"compact-forgets-producers":    func(m *partition.Mutations) { m.CompactForgetsProducers = true },
 	"carry-ignores-inflight":       func(m *partition.Mutations) { m.CarryIgnoresInflight = true },
 	"not-applied-forgets-inflight": func(m *partition.Mutations) { m.NotAppliedForgetsInflight = true },
+	"out-of-order-moves-mention":   func(m *partition.Mutations) { m.OutOfOrderMovesMention = true },
+	"seal-at-lowest":               func(m *partition.Mutations) { m.SealAtLowest = true },
 }
 
 func newCheckProduceCmd() *cobra.Command {
