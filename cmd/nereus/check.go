@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,4 +94,23 @@ func reportOutcome(out io.Writer, o model.Outcome, took time.Duration, reached s
 		fmt.Fprintln(out, "no violation in the states explored; raise --states-max to explore further")
 	}
 	return nil
+}
+
+// applyMutation sets the deliberate bug name names in a model's
+// configuration (nothing for ""), or says which names there are.
+func applyMutation[T any](name string, table map[string]func(*T), into *T) error {
+	if name == "" {
+		return nil
+	}
+	set, ok := table[name]
+	if !ok {
+		return fmt.Errorf("--mutation %q: want one of %s", name, mutationNames(table))
+	}
+	set(into)
+	return nil
+}
+
+// mutationNames lists a table's mutations, sorted, for help and errors.
+func mutationNames[T any](table map[string]func(*T)) string {
+	return strings.Join(slices.Sorted(maps.Keys(table)), ", ")
 }

@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,12 +40,8 @@ violation it prints the action trace and exits non-zero. --mutation runs a
 deliberately broken kernel or shell, which must fail.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if mutation != "" {
-				set, ok := consumeMutations[mutation]
-				if !ok {
-					return fmt.Errorf("--mutation %q: want one of %s", mutation, strings.Join(slices.Sorted(maps.Keys(consumeMutations)), ", "))
-				}
-				set(&cfg)
+			if err := applyMutation(mutation, consumeMutations, &cfg); err != nil {
+				return err
 			}
 			if cfg.Messages < 1 || cfg.Messages > 8 {
 				return fmt.Errorf("--messages %d: want 1 to 8", cfg.Messages)
@@ -78,6 +71,6 @@ deliberately broken kernel or shell, which must fail.`,
 	f.BoolVar(&cfg.Quiet, "quiet", false, "the group may also flush as one that was quiet a while (checkpoints below the threshold)")
 	f.IntVar(&cfg.DepthMax, "depth-max", 60, "actions along one path")
 	f.IntVar(&cfg.StatesMax, "states-max", 2_000_000, "distinct states before stopping")
-	f.StringVar(&mutation, "mutation", "", "a deliberate bug: "+strings.Join(slices.Sorted(maps.Keys(consumeMutations)), ", "))
+	f.StringVar(&mutation, "mutation", "", "a deliberate bug: "+mutationNames(consumeMutations))
 	return cmd
 }

@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,12 +42,8 @@ violation it prints the action trace and exits non-zero. --mutation runs a
 deliberately broken kernel, which must fail.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if mutation != "" {
-				set, ok := produceMutations[mutation]
-				if !ok {
-					return fmt.Errorf("--mutation %q: want one of %s", mutation, strings.Join(slices.Sorted(maps.Keys(produceMutations)), ", "))
-				}
-				set(&cfg.Mutations)
+			if err := applyMutation(mutation, produceMutations, &cfg.Mutations); err != nil {
+				return err
 			}
 			if cfg.Replicas < 2 || cfg.Replicas > 3 {
 				return fmt.Errorf("--replicas %d: want 2 or 3", cfg.Replicas)
@@ -81,6 +74,6 @@ deliberately broken kernel, which must fail.`,
 	f.IntVar(&cfg.ApplyErrors, "apply-errors", 0, "a shell pass fails to read what committed (NotApplied)")
 	f.IntVar(&cfg.DepthMax, "depth-max", 80, "actions along one path")
 	f.IntVar(&cfg.StatesMax, "states-max", 2_000_000, "distinct states before stopping")
-	f.StringVar(&mutation, "mutation", "", "a deliberate bug: "+strings.Join(slices.Sorted(maps.Keys(produceMutations)), ", "))
+	f.StringVar(&mutation, "mutation", "", "a deliberate bug: "+mutationNames(produceMutations))
 	return cmd
 }

@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,12 +37,8 @@ deliberately broken kernel, which must fail (ready-not-revalidated needs
 --recreates 1 --time-max 3).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if mutation != "" {
-				set, ok := schedMutations[mutation]
-				if !ok {
-					return fmt.Errorf("--mutation %q: want one of %s", mutation, strings.Join(slices.Sorted(maps.Keys(schedMutations)), ", "))
-				}
-				set(&cfg.Mutations)
+			if err := applyMutation(mutation, schedMutations, &cfg.Mutations); err != nil {
+				return err
 			}
 			if len(due) == 0 {
 				return fmt.Errorf("--due: at least one schedule")
@@ -70,6 +63,6 @@ deliberately broken kernel, which must fail (ready-not-revalidated needs
 	f.IntVar(&cfg.NetworkMax, "network-max", 4, "publishes and proposals in flight before a state is not expanded")
 	f.IntVar(&cfg.DepthMax, "depth-max", 60, "actions along one path")
 	f.IntVar(&cfg.StatesMax, "states-max", 2_000_000, "distinct states before stopping")
-	f.StringVar(&mutation, "mutation", "", "a deliberate bug: "+strings.Join(slices.Sorted(maps.Keys(schedMutations)), ", "))
+	f.StringVar(&mutation, "mutation", "", "a deliberate bug: "+mutationNames(schedMutations))
 	return cmd
 }

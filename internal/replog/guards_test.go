@@ -600,14 +600,7 @@ func TestMemberAloneKeepsItsDamage(t *testing.T) {
 	if err := m.log.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	name := "/n1/00000000000000000001.log"
-	data, err := fsys.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fsys.FlipBit(name, batchOffsets(data)[1]+40, 2); err != nil {
-		t.Fatal(err)
-	}
+	flipSecondBatch(t, fsys)
 	restarted, err := m.restartDamaged()
 	if err != nil || restarted {
 		t.Fatalf("a member alone over damage: restarted %v, err %v; want no restart", restarted, err)
@@ -644,15 +637,8 @@ func TestDamageFoundWhileRunningKeepsTheMemberUncertain(t *testing.T) {
 	if st := m.Status(); !st.Uncertain || st.Rebuilding {
 		t.Fatalf("setup: uncertain %v, rebuilding %v", st.Uncertain, st.Rebuilding)
 	}
-	name := "/n1/00000000000000000001.log"
-	data, err := fsys.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fsys.FlipBit(name, batchOffsets(data)[1]+40, 2); err != nil { // what a scrubber finds
-		t.Fatal(err)
-	}
-	m.commitSeq.Store(3) // as a leader had told it
+	flipSecondBatch(t, fsys) // what a scrubber finds
+	m.commitSeq.Store(3)     // as a leader had told it
 	if restarted, err := m.restartDamaged(); err != nil || !restarted {
 		t.Fatalf("restartDamaged: %v, %v", restarted, err)
 	}
@@ -724,14 +710,7 @@ func TestRestartInPlaceThatCannotReadItsStateFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := openGuardMember(t, fsys)
-	name := "/n1/00000000000000000001.log"
-	data, err := fsys.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fsys.FlipBit(name, batchOffsets(data)[1]+40, 2); err != nil {
-		t.Fatal(err)
-	}
+	flipSecondBatch(t, fsys)
 	fsys.SetInjector(func(op vfs.Op, n string) error {
 		if op == vfs.OpOpen && path.Base(n) == hardStateFile {
 			return errors.New("injected I/O error")
@@ -1167,14 +1146,7 @@ func TestRecoverOverDamageRemembersItsMark(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	name := "/n1/00000000000000000001.log"
-	data, err := fsys.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fsys.FlipBit(name, batchOffsets(data)[1]+40, 2); err != nil {
-		t.Fatal(err)
-	}
+	flipSecondBatch(t, fsys)
 	if m.rebuildingMarked {
 		t.Fatal("setup: marked before the damage")
 	}
@@ -1186,5 +1158,19 @@ func TestRecoverOverDamageRemembersItsMark(t *testing.T) {
 	}
 	if !m.rebuildingMarked {
 		t.Fatal("Recover wrote the rebuilding mark but the member does not know it: Handle would never remove it")
+	}
+}
+
+// flipSecondBatch flips a bit inside the second batch of member n1's
+// first segment.
+func flipSecondBatch(t *testing.T, fsys *vfs.MemFS) {
+	t.Helper()
+	name := "/n1/00000000000000000001.log"
+	data, err := fsys.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fsys.FlipBit(name, batchOffsets(data)[1]+40, 2); err != nil {
+		t.Fatal(err)
 	}
 }
