@@ -100,7 +100,10 @@ func (l *Log) recordDamage(s *segment, sizeBytes int64, nextSeq, truncations uin
 	if i < 0 || s.sizeBytes != sizeBytes || s.nextSeq != nextSeq || l.truncations != truncations || (sealedOnly && i == len(l.segments)-1) {
 		return nil
 	}
-	s.index, s.nextSeq = rescanned.index, rescanned.nextSeq
+	// Only the index changes: s still ends where it did. A sealed
+	// segment whose records end early (seqs missing before the next one)
+	// ends at the next segment's base, which its rescan does not know.
+	s.index = rescanned.index
 	var added []Damage
 	for _, d := range damage {
 		if !slices.ContainsFunc(l.damage, func(k Damage) bool { return k.Segment == d.Segment && k.Offset == d.Offset }) {

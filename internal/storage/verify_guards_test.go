@@ -795,3 +795,48 @@ func TestDecodeBatchHeaderRejectsAnEmptyGap(t *testing.T) {
 		t.Fatalf("a gap of no seq: decoded %+v, %v", h, err)
 	}
 }
+
+// TestVerifyKeepsTheEndOfASealedSegmentThatEndsEarly guards recordDamage's
+// leaving a sealed segment's next seq alone: a sealed segment that ends
+// early (its last batch and its index gone: seqs missing before the next
+// segment) and holds damage too still ends where the next segment starts
+// once Verify has stepped over its damage. Lowered to where its records
+// end, the points of retention and of the span (which read a sealed
+// segment's end) moved, and TruncateAfter took a cut inside the missing
+// seqs for one past the segment's end.
+func TestVerifyKeepsTheEndOfASealedSegmentThatEndsEarly(t *testing.T) {
+	m := vfs.NewMem()
+	opts := smallOpts()
+	l := openLog(t, m, opts)
+	var mod model
+	appendSynced(t, l, &mod, 60, -1)
+	base1 := l.segments[1].baseSeq
+	l.Close()
+	name := segmentPath(testDir, 1)
+	offs, hs := batchOffsets(t, m, name)
+	if len(offs) < 3 {
+		t.Fatalf("the first segment has %d batches", len(offs))
+	}
+	data, _ := m.ReadFile(name)
+	if err := m.WriteFile(name, data[:offs[len(offs)-1]]); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(indexPath(testDir, 1)); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, m, opts)
+	defer l.Close()
+	flipRecord(t, m, name, offs[1]) // after Open: Verify is the first to read it
+	// SpanPoint(after-1) reads the first segment's end.
+	var after int64
+	for _, s := range l.segments[1:] {
+		after += s.sizeBytes
+	}
+	spanBefore := l.SpanPoint(after - 1)
+	if found := verifyFirst(t, l); len(found) != 1 || found[0].FirstSeq != hs[1].baseSeq {
+		t.Fatalf("Verify found %+v, want damage from seq %d", found, hs[1].baseSeq)
+	}
+	if got := l.SpanPoint(after - 1); got != spanBefore || got != base1-1 {
+		t.Fatalf("SpanPoint after Verify %d, before %d; want %d (the first segment ends where the second starts)", got, spanBefore, base1-1)
+	}
+}
