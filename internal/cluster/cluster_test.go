@@ -43,6 +43,8 @@ type testNet struct {
 	queue   []testFrame
 	cut     map[uint32]bool
 	hold    map[uint32]bool
+	// drop, when set, loses every frame it returns true for.
+	drop func(from, to uint32, f wire.Frame) bool
 }
 
 type testLink struct {
@@ -92,6 +94,9 @@ func (n *testNet) deliver(t *testing.T) bool {
 		_, f, err := wire.ReadFrame(bytes.NewReader(fr.b), wire.DefaultFrameBytesMax)
 		if err != nil {
 			t.Fatalf("a member sent an undecodable frame: %v", err)
+		}
+		if n.drop != nil && n.drop(fr.from, fr.to, f) {
+			continue
 		}
 		dst.ep.Handler(fr.from, f)
 		delivered = true
@@ -189,7 +194,19 @@ type testCluster struct {
 	config Config
 	// corrupt: members whose host finds damage in the topic named.
 	corrupt map[int]string
+	// skewMs: each member's wall clock (NowMs) minus the virtual time; its
+	// monotonic clock (NowNanos) is the virtual time.
+	skewMs []int64
 }
+
+// skewedClock is a member's clock: the virtual one, its wall clock moved
+// by *skewMs (a clock step, as NTP makes one).
+type skewedClock struct {
+	*env.Virtual
+	skewMs *int64
+}
+
+func (c skewedClock) NowMs() int64 { return c.Virtual.NowMs() + *c.skewMs }
 
 func newTestCluster(t *testing.T, n int) *testCluster {
 	tc := &testCluster{t: t, clock: env.NewVirtual(1_700_000_000_000),
@@ -201,6 +218,7 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 	tc.fs = make([]*vfs.MemFS, n)
 	tc.hosts = make([]*fakeHost, n)
 	tc.nodes = make([]*Cluster, n)
+	tc.skewMs = make([]int64, n)
 	for i := range n {
 		tc.fs[i] = vfs.NewMem()
 		tc.start(i)
@@ -215,7 +233,7 @@ func (tc *testCluster) start(i int) {
 	seed := uint64(i + 1)
 	c, err := New(h, tc.config, Options{
 		NodeID: fmt.Sprintf("n%d", i+1), DataDir: "/data", ClientAddr: fmt.Sprintf("127.0.0.1:%d", 4850+i),
-		Env: env.Env{FS: tc.fs[i], Clock: tc.clock, Rand: func() uint64 { seed = seed*6364136223846793005 + 1; return seed },
+		Env: env.Env{FS: tc.fs[i], Clock: skewedClock{tc.clock, &tc.skewMs[i]}, Rand: func() uint64 { seed = seed*6364136223846793005 + 1; return seed },
 			Peers: tc.net},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Manual: true,
 		SegmentBytesMax: 1 << 20, RecordBytesMax: 1 << 20, RetentionCheckMs: 1000,
@@ -486,6 +504,91 @@ func TestForwardedDeclareFollowsANewMetadataLeader(t *testing.T) {
 	}
 	if took := time.Duration(r.atNanos - start); took >= tc.config.DeclareTimeout {
 		t.Fatalf("answered after %v, not before the deadline (%v)", took, tc.config.DeclareTimeout)
+	}
+}
+
+// TestForwardedDeclareAsksAgain guards ForwardedDeclareAsksAgain: a
+// DECLARE whose forward to the metadata leader was lost (a peer
+// connection that broke with it) is asked again of the same leader and
+// answered well before its deadline, with the cluster healthy; and a
+// forward whose answer was lost too.
+func TestForwardedDeclareAsksAgain(t *testing.T) {
+	for _, lose := range []wire.FrameType{wire.TypePeerDeclare, wire.TypePeerDeclareOK} {
+		t.Run(lose.String(), func(t *testing.T) {
+			tc := newTestCluster(t, 3)
+			tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+			leader := tc.metaLeader()
+			asker := (leader + 1) % 3
+			lost := 0
+			tc.net.drop = func(_, _ uint32, f wire.Frame) bool {
+				if f.Type() == lose && lost == 0 {
+					lost++
+					return true
+				}
+				return false
+			}
+			start := tc.clock.NowNanos()
+			r := tc.declare(asker, wire.TopicConfig{Name: "asked", Partitions: 1, Replicas: 3})
+			tc.runUntil(3*time.Second, "the DECLARE answered", func() bool { return r.answered })
+			if lost != 1 || tc.metaLeader() != leader {
+				t.Fatalf("lost %d %v frame(s), metadata leader n%d (was n%d); want one lost, the same leader", lost, lose, tc.metaLeader()+1, leader+1)
+			}
+			if r.err != nil {
+				t.Fatalf("DECLARE via n%d after its forward's %v was lost: %v; want it created", asker+1, lose, r.err)
+			}
+			if took := time.Duration(r.atNanos - start); took >= tc.config.DeclareTimeout*3/4 {
+				t.Fatalf("answered after %v; the deadline is %v, asking again takes %d ms", took, tc.config.DeclareTimeout, declareAskAgainMs)
+			}
+		})
+	}
+}
+
+// TestDeclareWaitsOnTheMonotonicClock guards DeclareWaitsAreMonotonic: a
+// DECLARE's waits are measured on the monotonic clock, so a step of the
+// asker's wall clock (an hour back, right after its forward was lost)
+// neither holds it past asking again nor past its deadline.
+func TestDeclareWaitsOnTheMonotonicClock(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	asker := (tc.metaLeader() + 1) % 3
+	lost := false
+	tc.net.drop = func(_, _ uint32, f wire.Frame) bool {
+		if f.Type() == wire.TypePeerDeclare && !lost {
+			lost = true
+			tc.skewMs[asker] = -time.Hour.Milliseconds()
+			return true
+		}
+		return false
+	}
+	start := tc.clock.NowNanos()
+	r := tc.declare(asker, wire.TopicConfig{Name: "stepped", Partitions: 1, Replicas: 3})
+	tc.runUntil(3*time.Second, "the DECLARE answered", func() bool { return r.answered })
+	if !lost || r.err != nil {
+		t.Fatalf("DECLARE via n%d, its forward lost (%v) and its wall clock stepped an hour back: %v; want it created", asker+1, lost, r.err)
+	}
+	if took := time.Duration(r.atNanos - start); took >= tc.config.DeclareTimeout*3/4 {
+		t.Fatalf("answered after %v; the deadline is %v, asking again takes %d ms", took, tc.config.DeclareTimeout, declareAskAgainMs)
+	}
+
+	// A group command's deadline, too: the coordinator alone (no quorum),
+	// its wall clock stepped back, answers in time.
+	leader := tc.metaLeader()
+	for i := range 3 {
+		if i != leader {
+			tc.net.cut[uint32(i+1)] = true
+		}
+	}
+	start = tc.clock.NowNanos()
+	var answered bool
+	var gerr error
+	tc.nodes[leader].ProposeMeta(DecideGroupDelete("g", true), func(err error) { answered, gerr = true, err })
+	tc.skewMs[leader] = -time.Hour.Milliseconds()
+	tc.runUntil(5*time.Second, "the group command answered", func() bool { return answered })
+	if codeOf(gerr) != wire.CodeUnavailable && codeOf(gerr) != wire.CodeQuorumLost {
+		t.Fatalf("group command without a quorum: %v; want UNAVAILABLE or QUORUM_LOST", gerr)
+	}
+	if took := time.Duration(tc.clock.NowNanos() - start); took > tc.config.DeclareTimeout+100*time.Millisecond {
+		t.Fatalf("group command answered after %v; the deadline is %v", took, tc.config.DeclareTimeout)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/replica"
@@ -30,6 +31,18 @@ const (
 	awaitForward                     // forwarded to the metadata leader
 	awaitTopic                       // created or confirmed; this node applies the topic
 )
+
+// monoMs is the monotonic clock in milliseconds, which every wait of a
+// metadata request is measured on (DeclareWaitsAreMonotonic): a step of
+// the wall clock must neither hold a request past its deadline nor end it
+// early.
+func (c *Cluster) monoMs() int64 { return c.opts.Env.Clock.NowNanos() / int64(time.Millisecond) }
+
+// declareAskAgainMs is how long a DECLARE forwarded to the metadata
+// leader waits for its answer before it asks again (ForwardedDeclareAsksAgain):
+// a forward lost with a peer connection would otherwise hold the DECLARE
+// to its deadline, with the cluster healthy.
+const declareAskAgainMs = 1000
 
 // timeoutError is a DECLARE's answer when its deadline passed in stage s.
 func (c *Cluster) timeoutError(j *declareJob) *wire.Error {
@@ -57,6 +70,7 @@ type declareJob struct {
 	seq         uint64         // awaitApplied
 	reqID       uint64         // awaitForward
 	to          replica.NodeID // awaitForward: the metadata leader asked
+	askedMs     int64          // awaitForward: when it asked
 	created     bool
 	// outcome is set by a callback (the proposal's, a forwarded answer)
 	// under declMu and taken by the stepper.
@@ -119,7 +133,7 @@ func (c *Cluster) stepDeclares() bool {
 	c.declMu.Lock()
 	jobs := slices.Clone(c.declares)
 	c.declMu.Unlock()
-	now := c.opts.Env.Clock.NowMs()
+	now := c.monoMs()
 	var finished []*declareJob
 	moved := false
 	for _, j := range jobs {
@@ -178,7 +192,7 @@ func (c *Cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 			case st.Role == replica.Leader:
 				j.stage, j.decideAfter = awaitDecide, c.metaLog.CommitSeq()
 			case st.Leader != 0 && st.Leader != c.self:
-				j.reqID, j.to = c.reqID.Add(1), st.Leader
+				j.reqID, j.to, j.askedMs = c.reqID.Add(1), st.Leader, nowMs
 				c.declMu.Lock()
 				c.declForwards[j.reqID] = j
 				c.declMu.Unlock()
@@ -256,13 +270,19 @@ func (c *Cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 		case awaitForward:
 			o := c.takeOutcome(j)
 			if o == nil {
-				if st := c.metaLog.Status(); st.Leader == j.to || (st.Leader == 0 && st.Role != replica.Leader) {
+				st := c.metaLog.Status()
+				same := st.Leader == j.to || st.Leader == 0 && st.Role != replica.Leader
+				if same && nowMs < j.askedMs+declareAskAgainMs {
 					return false, nil, false
 				}
 				// Another leader took over (the one asked is cut off, or
-				// dead): ask again now, not at the deadline. A late answer
-				// of the old one finds no forward; a DECLARE it committed is
-				// found existing (an identical DECLARE is OK).
+				// dead), or no answer came in declareAskAgainMs (the
+				// forward or its answer was lost with a broken peer
+				// connection, or the leader restarted and was elected
+				// again): ask again now, not at the deadline. A late
+				// answer to the former ask finds no forward; a DECLARE the
+				// leader committed is found existing (an identical DECLARE
+				// is OK).
 				c.declMu.Lock()
 				delete(c.declForwards, j.reqID)
 				c.declMu.Unlock()

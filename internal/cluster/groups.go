@@ -87,7 +87,7 @@ func (c *Cluster) ProposeMeta(decide func(*meta.State) (meta.Command, error), do
 		done(err)
 		return
 	}
-	j := &groupJob{cmd: m, deadlineMs: c.opts.Env.Clock.NowMs() + c.cfg.DeclareTimeout.Milliseconds(), done: done}
+	j := &groupJob{cmd: m, deadlineMs: c.monoMs() + c.cfg.DeclareTimeout.Milliseconds(), done: done}
 	c.declMu.Lock()
 	if c.declClosed {
 		c.declMu.Unlock()
@@ -107,7 +107,7 @@ func (c *Cluster) ProposeMeta(decide func(*meta.State) (meta.Command, error), do
 // stepGroupJobs answers the group commands whose entry was applied (or
 // failed, or timed out), reporting whether any finished.
 func (c *Cluster) stepGroupJobs() bool {
-	now := c.opts.Env.Clock.NowMs()
+	now := c.monoMs()
 	applied := c.applied()
 	c.declMu.Lock()
 	var finished []*groupJob
