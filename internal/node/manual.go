@@ -166,7 +166,8 @@ func (n *Node) Step() bool {
 			progress = r.step(now) || progress
 		}
 		if n.members != nil {
-			progress = n.members.step(now) || progress
+			// Sessions run on the monotonic clock (SessionsAreMonotonic).
+			progress = n.members.step(n.monoMs()) || progress
 		}
 		if !progress {
 			return ran

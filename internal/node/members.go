@@ -267,7 +267,7 @@ func (m *membership) tick() bool {
 	if m.coord == nil {
 		m.coord = group.NewCoordinator(noticeRetransmit.Milliseconds())
 	}
-	eff := m.coord.Tick(m.n.nowMs(), groups)
+	eff := m.coord.Tick(m.n.monoMs(), groups)
 	type send struct {
 		sink NoticeSink
 		f    *wire.Notice
@@ -371,7 +371,7 @@ func (n *Node) JoinGroup(f *wire.Join, sink NoticeSink, done func(*wire.JoinOK, 
 		m.mu.Lock()
 		m.sinks[memberKey{f.Group, f.Member, ok.Incarnation}] = sink
 		if m.coord != nil {
-			m.coord.Heard(f.Group, f.Member, ok.Incarnation, n.nowMs())
+			m.coord.Heard(f.Group, f.Member, ok.Incarnation, n.monoMs())
 			// A tick between the JOIN's apply and now produced its ASSIGN
 			// with no sink to take it: send it now, not after a second.
 			m.coord.Due(f.Group)
@@ -414,7 +414,7 @@ func (n *Node) GroupRequest(f wire.Frame, done func(epoch uint64, err error)) {
 	}
 	m.mu.Lock()
 	if m.coord != nil {
-		m.coord.Heard(ref.Group, ref.Member, inc, n.nowMs())
+		m.coord.Heard(ref.Group, ref.Member, inc, n.monoMs())
 	}
 	m.mu.Unlock()
 	if c.Op == "" {

@@ -36,10 +36,11 @@ func (b *noticeBox) take() []*wire.Notice {
 }
 
 type memberHarness struct {
-	t   *testing.T
-	fs  *vfs.MemFS
-	now atomic.Int64
-	n   *Node
+	t    *testing.T
+	fs   *vfs.MemFS
+	now  atomic.Int64
+	step atomic.Int64 // the wall clock's step (testClock.wallStepMs)
+	n    *Node
 }
 
 func newMemberHarness(t *testing.T) *memberHarness {
@@ -51,7 +52,7 @@ func newMemberHarness(t *testing.T) *memberHarness {
 }
 
 func (h *memberHarness) open() {
-	n, err := Open(Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.now}}, Manual: true,
+	n, err := Open(Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.now, wallStepMs: &h.step}}, Manual: true,
 		ScrubBytesPerSecond: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		h.t.Fatal(err)
@@ -170,6 +171,43 @@ func TestGroupMembershipOnASingleNode(t *testing.T) {
 	h.n.DeleteGroup("g", false, func(err error) { delErr = err })
 	if delErr != nil || len(h.n.GroupStates()) != 0 {
 		t.Fatalf("delete: %v, groups %v", delErr, h.n.GroupStates())
+	}
+}
+
+// TestMemberSessionsRunOnTheMonotonicClock guards SessionsAreMonotonic:
+// the coordinator measures members' sessions on the monotonic clock. A
+// step of the wall clock an hour forward fenced every member at the next
+// tick (their last heartbeats an hour old); one back kept a silent member
+// for the hour. Neither moves a session now: the heartbeating member
+// stays, the silent one is fenced after its session timeout.
+func TestMemberSessionsRunOnTheMonotonicClock(t *testing.T) {
+	h := newMemberHarness(t)
+	if _, err := h.n.Declare(wire.TopicConfig{Name: "t", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := &noticeBox{}, &noticeBox{}
+	refA := wire.MemberRef{Group: "g", Member: "a", Incarnation: h.join("a", 1, a).Incarnation}
+	if err := h.request(&wire.ControlAck{MemberRef: refA, NoticeID: one(t, a, wire.NoticeAssign, 2).NoticeID}); err != nil {
+		t.Fatal(err)
+	}
+	h.join("b", 2, b) // silent from now on
+	if err := h.request(&wire.ControlAck{MemberRef: refA, NoticeID: one(t, a, wire.NoticeRevoke, 1).NoticeID}); err != nil {
+		t.Fatal(err)
+	}
+	h.step.Store(time.Hour.Milliseconds())
+	h.advance(10)
+	if err := h.request(&wire.Heartbeat{MemberRef: refA}); err != nil {
+		t.Fatalf("a's heartbeat right after a wall-clock step forward: %v; want it still a member", err)
+	}
+	h.step.Store(-time.Hour.Milliseconds())
+	for range 40 { // 4 s: past b's session timeout (3 s)
+		if err := h.request(&wire.Heartbeat{MemberRef: refA}); err != nil {
+			t.Fatalf("a's heartbeat: %v", err)
+		}
+		h.advance(100)
+	}
+	if gs := h.n.GroupStates(); len(gs) != 1 || len(gs[0].Members) != 1 || gs[0].Members["a"] == nil {
+		t.Fatalf("members after b's session timeout, the wall clock stepped back: %+v; want a alone", gs[0].Members)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/env"
@@ -365,6 +366,11 @@ func (n *Node) nowMs() int64 { return n.cfg.Env.Clock.NowMs() }
 
 // nowNanos is the node's clock for measuring durations (Config.Env).
 func (n *Node) nowNanos() int64 { return n.cfg.Env.Clock.NowNanos() }
+
+// monoMs is the monotonic clock in milliseconds: what a wait held only in
+// memory is measured on (a member's session, a notice's retransmission),
+// which a step of the wall clock must not stretch or cut short.
+func (n *Node) monoMs() int64 { return n.cfg.Env.Clock.NowNanos() / int64(time.Millisecond) }
 
 // Metrics returns the node's Prometheus metrics.
 func (n *Node) Metrics() *Metrics { return n.metrics }

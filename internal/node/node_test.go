@@ -35,9 +35,22 @@ type harness struct {
 type testClock struct {
 	env.Wall
 	nowMs *atomic.Int64
+	// wallStepMs, when set, moves the wall clock (NowMs) alone: a step
+	// of it, as NTP makes one.
+	wallStepMs *atomic.Int64
 }
 
-func (c testClock) NowMs() int64 { return c.nowMs.Load() }
+func (c testClock) NowMs() int64 { return c.nowMs.Load() + c.stepMs() }
+
+// NowNanos follows the test's clock too, without its wall-clock steps.
+func (c testClock) NowNanos() int64 { return c.nowMs.Load() * int64(time.Millisecond) }
+
+func (c testClock) stepMs() int64 {
+	if c.wallStepMs == nil {
+		return 0
+	}
+	return c.wallStepMs.Load()
+}
 
 func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, fs: vfs.NewMem()}
