@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +28,12 @@ type recordingClock struct {
 	mu        sync.Mutex
 	afterFunc []time.Duration
 	tickers   []time.Duration
+	// wallStepMs moves the wall clock (NowMs) alone: a step of it, as NTP
+	// makes one.
+	wallStepMs atomic.Int64
 }
+
+func (c *recordingClock) NowMs() int64 { return c.Virtual.NowMs() + c.wallStepMs.Load() }
 
 // AfterFunc records d once the timer is on the clock (a test that saw it
 // may advance past it).
@@ -111,6 +117,35 @@ func TestGroupRedeliversWhenTheEnvClockPassesTheAckWait(t *testing.T) {
 	second := s.waitFor(t, 2)[1]
 	if second.Seq != first.Seq || second.DeliveryCount != 2 || second.DeliveryID == first.DeliveryID {
 		t.Fatalf("redelivery %+v after %+v", second, first)
+	}
+}
+
+// TestGroupAckWaitsRunOnTheMonotonicClock guards AckWaitsAreMonotonic: a
+// group measures its ack waits on the monotonic clock. With its wall
+// clock stepped an hour back after a delivery, the group waited the hour
+// before it redelivered; stepped an hour forward, it redelivered at once.
+func TestGroupAckWaitsRunOnTheMonotonicClock(t *testing.T) {
+	for _, step := range []time.Duration{-time.Hour, time.Hour} {
+		t.Run(step.String(), func(t *testing.T) {
+			clock, sub, s, first := deliveredOnce(t, 10)
+			clock.wallStepMs.Store(step.Milliseconds())
+			clock.Advance(400 * time.Millisecond)
+			sub.AddCredit(1) // wakes the group
+			time.Sleep(20 * time.Millisecond)
+			if n := s.count(); n != 1 {
+				t.Fatalf("%d deliveries 400 ms into a 500 ms ack wait, the wall clock stepped %v; want 1", n, step)
+			}
+			for range 10 {
+				clock.Advance(100 * time.Millisecond)
+				if s.count() >= 2 {
+					break
+				}
+				time.Sleep(5 * time.Millisecond) // the group's goroutine takes its wake-up
+			}
+			if second := s.waitFor(t, 2)[1]; second.Seq != first.Seq || second.DeliveryCount != 2 {
+				t.Fatalf("redelivery %+v after %+v", second, first)
+			}
+		})
 	}
 }
 

@@ -817,7 +817,7 @@ func (g *groupRunner) run() {
 			}
 		case <-g.wakeCh:
 		}
-		wait := g.iterate(g.node.nowMs())
+		wait := g.iterate(g.node.monoMs())
 		if timer != nil {
 			timer.Stop()
 		}
@@ -838,7 +838,7 @@ func (g *groupRunner) handle(c groupCmd) {
 				break
 			}
 		}
-		now := g.node.nowMs()
+		now := g.node.monoMs()
 		for _, cur := range g.cursors {
 			if cur != nil {
 				cur.Release(now, c.sub.id)
@@ -866,7 +866,7 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		g.replies = append(g.replies, groupReply{answer: func(*wire.Error) { reply(nil, refused) }})
 		return
 	}
-	now := g.node.nowMs()
+	now := g.node.monoMs()
 	m := g.node.metrics
 	results := make([]wire.Code, len(c.entries))
 	var parts []uint32

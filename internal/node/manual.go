@@ -115,6 +115,7 @@ func (n *Node) Step() bool {
 		panic("node: Step on a node that runs its own goroutines")
 	}
 	now := n.nowMs()
+	mono := n.monoMs() // groups and member sessions: in-memory waits
 	ran := false
 	for rounds := 0; ; rounds++ {
 		if rounds == stepRoundsMax {
@@ -152,7 +153,7 @@ func (n *Node) Step() bool {
 			}
 		}
 		for _, g := range groups {
-			progress = g.step(now) || progress
+			progress = g.step(mono) || progress
 		}
 		n.schedMu.Lock()
 		runners := n.sched
@@ -166,8 +167,7 @@ func (n *Node) Step() bool {
 			progress = r.step(now) || progress
 		}
 		if n.members != nil {
-			// Sessions run on the monotonic clock (SessionsAreMonotonic).
-			progress = n.members.step(n.monoMs()) || progress
+			progress = n.members.step(mono) || progress
 		}
 		if !progress {
 			return ran

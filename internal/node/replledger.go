@@ -363,7 +363,7 @@ func (l *replicatedLedger) fenced(pi int, ownerEpoch, viewEpoch uint64) bool {
 		return false // this node's view is behind the log: it waits to apply more
 	case ownerEpoch <= fence:
 		return true
-	case fencing || l.g.node.nowMs() < retryAtMs:
+	case fencing || l.g.node.monoMs() < retryAtMs:
 		return false
 	}
 	pl.mu.Lock() // (only this goroutine sets fencing: no second proposal)
@@ -379,7 +379,7 @@ func (l *replicatedLedger) fenced(pi int, ownerEpoch, viewEpoch uint64) bool {
 			// record refused at once (the leader READ_ONLY_DEGRADED or
 			// handing over) and proposed again at once livelocked
 			// Node.Step (members campaign seed 90).
-			pl.retryAtMs = g.node.nowMs() + fenceRetryMs
+			pl.retryAtMs = g.node.monoMs() + fenceRetryMs
 			pl.mu.Unlock()
 			return
 		}
@@ -408,7 +408,7 @@ const fenceRetryMs = 100
 // waits).
 func (l *replicatedLedger) wakeAtMs() int64 {
 	var at int64
-	now := l.g.node.nowMs()
+	now := l.g.node.monoMs()
 	for _, pl := range l.parts {
 		if pl == nil {
 			continue
@@ -466,7 +466,7 @@ func (l *replicatedLedger) flushPart(pl *partLedger) {
 	done := pl.done
 	pl.done = nil
 	pl.mu.Unlock()
-	now := g.node.nowMs()
+	now := g.node.monoMs()
 	if len(pl.acks) > 0 || len(pl.counts) > 0 {
 		pl.activeMs = now
 	}
