@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -146,6 +147,30 @@ func TestGroupAckWaitsRunOnTheMonotonicClock(t *testing.T) {
 				t.Fatalf("redelivery %+v after %+v", second, first)
 			}
 		})
+	}
+}
+
+// TestRepeatedErrorsAreLimitedOnTheMonotonicClock guards the repeat
+// limiter's clock: a repeating ERROR line gets through once per window
+// of the monotonic clock. On the wall clock, a step of it an hour back
+// silenced the line for the hour.
+func TestRepeatedErrorsAreLimitedOnTheMonotonicClock(t *testing.T) {
+	var logs logBuffer
+	h, clock := newVirtualHarness(t, func(c *Config) {
+		c.ScrubBytesPerSecond = -1
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	lines := func() int { return strings.Count(logs.String(), "repeating fault") }
+	h.node.logRepeatedError("t/0", "repeating fault")
+	h.node.logRepeatedError("t/0", "repeating fault")
+	if n := lines(); n != 1 {
+		t.Fatalf("%d lines of a repeat within the window; want 1", n)
+	}
+	clock.wallStepMs.Store(-time.Hour.Milliseconds())
+	clock.Advance(repeatWindowMs * time.Millisecond)
+	h.node.logRepeatedError("t/0", "repeating fault")
+	if n := lines(); n != 2 || !strings.Contains(logs.String(), "suppressed_repeats=1") {
+		t.Fatalf("%d lines once the window passed, the wall clock stepped an hour back; want 2, the second counting 1 suppressed:\n%s", n, logs.String())
 	}
 }
 

@@ -47,7 +47,7 @@ func (r *repeatLimiter) allow(key string, nowMs int64) (ok bool, suppressed int)
 // logRepeatedError logs msg at ERROR unless the same msg for the same
 // subject (e.g. "topic/partition") was logged within the window.
 func (n *Node) logRepeatedError(subject, msg string, args ...any) {
-	ok, suppressed := n.repeats.allow(subject+"\x00"+msg, n.nowMs())
+	ok, suppressed := n.repeats.allow(subject+"\x00"+msg, n.monoMs())
 	if !ok {
 		return
 	}
