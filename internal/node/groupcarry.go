@@ -83,23 +83,26 @@ func (p *replicaStore) checkRetention() {
 	if p.groupFold != nil {
 		p.foldGroupCarry()
 	}
-	now := p.node.nowMs()
-	if now < p.carryCheckAtMs {
+	// The checks' schedule and the carries' retries are waits, on the
+	// monotonic clock (CarryChecksAreMonotonic); retention's ages are
+	// dates, on the wall clock.
+	mono := p.node.monoMs()
+	if mono < p.carryCheckAtMs {
 		return
 	}
-	p.carryCheckAtMs = now + carryCheckMs
+	p.carryCheckAtMs = mono + carryCheckMs
 	if _, ok := p.tookOffice(); !ok {
 		p.checkpointWant.Store(0)
 		return
 	}
 	l := p.repl.ReadLog()
-	want := l.RetentionPoint(now, p.retainLimit())
+	want := l.RetentionPoint(p.node.nowMs(), p.retainLimit())
 	p.checkpointWant.Store(max(want, l.SpanPoint(p.node.cfg.GroupCheckpointSpanBytes)))
 	if want == 0 {
 		return
 	}
 	p.proposeCarry(want)
-	p.startGroupCarry(now, want)
+	p.startGroupCarry(mono, want)
 }
 
 // startGroupCarry starts folding a carry of the group that holds

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/delivery"
+	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -134,6 +136,44 @@ func TestClusterIdleGroupCheckpointsWhenItPinsRetention(t *testing.T) {
 	}
 	if c := tc.groupCarries("t"); c != 0 {
 		t.Fatalf("%v group carries: the group's runner is on the leader", c)
+	}
+}
+
+// steppedWall is the real clock with its wall reading (NowMs) moved by
+// *stepMs: a step of it, as NTP makes one.
+type steppedWall struct {
+	env.Wall
+	stepMs *atomic.Int64
+}
+
+func (c steppedWall) NowMs() int64 { return c.Wall.NowMs() + c.stepMs.Load() }
+
+// TestClusterCarryChecksRunOnTheMonotonicClock guards
+// CarryChecksAreMonotonic: a leader's carry checks (where retention would
+// compact to, whether a group's checkpoint pins it) are scheduled on the
+// monotonic clock. Every node's wall clock steps an hour back once the
+// checks ran; an idle group's runner must still checkpoint at the tail
+// when retention (by bytes) calls for it, and every replica compact past
+// its first checkpoint. On the wall clock the checks stopped for the hour
+// and the log stayed pinned.
+func TestClusterCarryChecksRunOnTheMonotonicClock(t *testing.T) {
+	var step atomic.Int64
+	tc := newTestClusterWith(t, 3, func(c *Config) {
+		c.SegmentBytesMax = 4 << 10
+		c.RetentionCheckMs = 20
+		c.GroupCheckpointSpanBytes = 1 << 30
+		c.Env.Clock = steppedWall{stepMs: &step}
+	})
+	// 50 records (about 7 KiB) fit well within the retention (24 KiB),
+	// so the group receives them all before any is compacted.
+	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3, RetentionBytes: 24 << 10})
+	leader := tc.leaderOf("t", 0)
+	time.Sleep(200 * time.Millisecond) // the leader's carry checks run
+	step.Store(-time.Hour.Milliseconds())
+	_, _, _, first := tc.ackedAndCheckpointed(leader, 50)
+	tc.publishN(300) // delivered, never acked
+	for id := range tc.nodes {
+		eventually(t, id+" compacts past the group's first checkpoint", func() bool { return tc.startSeqOf(id, "t") > first })
 	}
 }
 
