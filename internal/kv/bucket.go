@@ -60,6 +60,11 @@ type Mutations struct {
 	// checkpoint without checking that it carries that state
 	// (CheckpointMatchesState).
 	CheckpointUnverified bool
+	// SubmitBeforeReignStart: the leader takes writes before its bucket
+	// applied its reign's first entry (no ErrLeaderNotReady), so it may
+	// refuse a CAS against a state that misses a write the previous
+	// leader acknowledged.
+	SubmitBeforeReignStart bool
 }
 
 // ErrConfig: a Config is invalid.

@@ -150,7 +150,7 @@ func (l *Leader) Submit(b *Bucket, req Request, nowMs int64) LeaderEffects {
 	}
 	// A refusal against committed state is linearizable only if that
 	// state holds every write an earlier reign acknowledged.
-	if b.Applied() < l.reignStartSeq {
+	if b.Applied() < l.reignStartSeq && !l.cfg.Mutations.SubmitBeforeReignStart {
 		eff.Replies = append(eff.Replies, Reply{ID: req.ID, Err: fmt.Errorf("%w: applied %d, reign starts at %d", ErrLeaderNotReady, b.Applied(), l.reignStartSeq)})
 		return eff
 	}

@@ -304,16 +304,25 @@ func TestSubmitRefusesBadWritesAndBounds(t *testing.T) {
 // applied its install entry refuses writes: its committed state may miss
 // a write the previous leader acknowledged, and a CAS refused against it
 // would name a revision older than one the client already saw.
-func TestLeaderWaitsForItsReignStart(t *testing.T) {
-	lr := newLeaderRun(Mutations{})
+// SubmitBeforeReignStart takes the CAS and refuses it with current 1.
+func TestLeaderWaitsForItsReignStart(t *testing.T) { leaderWaitsForItsReignStart(t, Mutations{}) }
+
+func leaderWaitsForItsReignStart(t tb, m Mutations) {
+	lr := newLeaderRun(m)
 	lr.mustApply(t, put("a", "v0", 0)) // 1, committed under the last leader
-	l, err := NewLeader(testConfig(Mutations{}), 3)
+	l, err := NewLeader(testConfig(m), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.SetLease(true)
 	lr.l = l
-	lr.mustApply(t, put("a", "v1", 0)) // 2, acknowledged by the last leader
+	// 2, acknowledged by the last leader; the new one has not applied it.
 	id, proposed := lr.casPut("a", "v2", 2)
+	if r := lr.reply(t, id); proposed || !errors.Is(r.Err, ErrLeaderNotReady) {
+		t.Fatalf("write before the reign's start applied: %+v", r)
+	}
+	lr.mustApply(t, put("a", "v1", 0)) // 2
+	id, proposed = lr.casPut("a", "v2", 2)
 	if r := lr.reply(t, id); proposed || !errors.Is(r.Err, ErrLeaderNotReady) {
 		t.Fatalf("write before the reign's start applied: %+v", r)
 	}

@@ -61,6 +61,8 @@ func TestMutationsAreCaught(t *testing.T) {
 			map[string]func(tb, Mutations){"voidCheckpointChangesNothing": voidCheckpointChangesNothing}, true},
 		{"CheckpointSkipsChunks", Mutations{CheckpointSkipsChunks: true},
 			map[string]func(tb, Mutations){"cutCheckpointCompletesNothing": cutCheckpointCompletesNothing}, true},
+		{"SubmitBeforeReignStart", Mutations{SubmitBeforeReignStart: true},
+			map[string]func(tb, Mutations){"leaderWaitsForItsReignStart": leaderWaitsForItsReignStart}, false},
 		{"CheckpointUnverified", Mutations{CheckpointUnverified: true},
 			map[string]func(tb, Mutations){"divergedReplicaStopsAtCheckpoint": divergedReplicaStopsAtCheckpoint}, false},
 	} {
