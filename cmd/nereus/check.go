@@ -57,6 +57,7 @@ it prints the action trace that leads to it and exits non-zero.`,
 	cmd.AddCommand(newCheckConsumeCmd())
 	cmd.AddCommand(newCheckProduceCmd())
 	cmd.AddCommand(newCheckKVCmd())
+	cmd.AddCommand(newCheckKVBucketCmd())
 	f := cmd.Flags()
 	f.IntVar(&cfg.Replicas, "replicas", 3, "replicas in the group")
 	f.StringVar(&policy, "policy", "quorum", "ack policy: quorum or all")

@@ -26,8 +26,11 @@ type search[S any] struct {
 	key        func(S) [16]byte
 	// visit is called once per new state; bounded reports whether the
 	// state is past a bound (it is counted, not expanded).
-	visit     func(S)
-	bounded   func(S) bool
+	visit   func(S)
+	bounded func(S) bool
+	// check, when set, is the invariants' check of a new state ("": it
+	// holds): a state seen before is not checked again.
+	check     func(S) string
 	depthMax  int
 	statesMax int
 }
@@ -71,6 +74,16 @@ func (x search[S]) run(init S) Outcome {
 			continue
 		}
 		visited[k] = struct{}{}
+		if x.check != nil {
+			if err := x.check(st.next); err != "" {
+				out.Violation = err
+				for _, fr := range stack[1:] {
+					out.Trace = append(out.Trace, fr.via)
+				}
+				out.Trace = append(out.Trace, st.action)
+				break
+			}
+		}
 		x.visit(st.next)
 		if len(visited) >= x.statesMax {
 			out.Complete = false
