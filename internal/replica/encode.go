@@ -67,6 +67,9 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 		if r.reported[i] {
 			flags |= 64
 		}
+		if r.unknown[i] {
+			flags |= 128
+		}
 		u(flags)
 		u(r.match[i])
 		u(r.next[i])

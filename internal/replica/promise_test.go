@@ -2,6 +2,7 @@ package replica
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -125,27 +126,116 @@ func TestLostPromiseIgnoresReportsOfAnotherLoss(t *testing.T) {
 	}
 }
 
-// TestTwoLostPromisesWaitForEachOther: a replica whose promise is lost
-// does not report (its floor bounds nothing), so two of them stay out —
-// the group goes on with its majority — rather than trust each other.
-func TestTwoLostPromisesWaitForEachOther(t *testing.T) {
-	c := newCluster(t, 5, SyncQuorum)
+// twoLostPromises loses the hard states of the last two of n replicas
+// (n1 leading, a committed) and ticks: it reports whether both take part
+// again, holding b proposed after.
+func twoLostPromises(t *testing.T, n int, muts Mutations) bool {
+	c := newClusterWith(t, n, SyncQuorum, func(cfg *Config) { cfg.Mutations = muts })
 	c.elect(1)
 	c.propose(1, "a")
-	c.loseHardState(4, 1)
-	c.loseHardState(5, 1)
+	a, b := NodeID(n-1), NodeID(n)
+	c.loseHardState(a, 1)
+	c.loseHardState(b, 1)
 	c.tick(5)
-	for _, id := range []NodeID{4, 5} {
-		if !c.rs[id].Status().PromiseLost {
-			t.Fatalf("n%d recovered its promise with a lost replica's report", id)
-		}
+	if c.rs[a].Status().PromiseLost || c.rs[b].Status().PromiseLost {
+		return false
 	}
 	c.propose(1, "b")
-	if c.holds(4, "b") || c.holds(5, "b") || !c.holds(2, "b") {
-		t.Fatal("b went to a replica whose promise is lost, or not to the majority")
+	c.tick(2)
+	return c.holds(a, "b") && c.holds(b, "b")
+}
+
+// TestTwoLostPromisesOfFiveTakePartAgain: two replicas of five whose
+// promises are lost answer each other PROMISE_UNKNOWN and, the three
+// others' reports bounding every quorum (LostPeersFewerThanAQuorum), both
+// take part again — under sync_all too, where every write waits for them.
+// Silent (LostPeerSilent, as before) they waited for each other for good.
+func TestTwoLostPromisesOfFiveTakePartAgain(t *testing.T) {
+	if !twoLostPromises(t, 5, Mutations{}) {
+		t.Fatal("two lost replicas of five did not take part again")
 	}
-	if st := c.rs[1].Status(); st.CommitSeq != st.Last {
-		t.Fatalf("the majority did not commit b: %+v", st)
+	if twoLostPromises(t, 5, Mutations{LostPeerSilent: true}) {
+		t.Fatal("LostPeerSilent: they took part again without each other's answer")
+	}
+}
+
+// TestTwoLostPromisesOfThreeWait: two lost replicas of three leave one
+// member that can report, and a quorum of two lost ones may have elected
+// a leader no report bounds: they stay out. With LostPeersUnbounded they
+// trusted each other.
+func TestTwoLostPromisesOfThreeWait(t *testing.T) {
+	if twoLostPromises(t, 3, Mutations{}) {
+		t.Fatal("two lost replicas of three took part again")
+	}
+	if !twoLostPromises(t, 3, Mutations{LostPeersUnbounded: true}) {
+		t.Fatal("LostPeersUnbounded: two lost replicas of three still wait")
+	}
+}
+
+// reportsBeforeALostPeer (ReportsAfterTheLostPeer), five replicas: n2
+// campaigns for epoch 2, n3 grants it and then loses its hard state. n3
+// hears the promises of n1, n4 and n5 (epoch 1), not yet n2's. n4 then
+// grants epoch 2 too — n2 now holds a quorum of grants (n2, n3, n4) and
+// may have won — and n2 loses its hard state, answering n3
+// PROMISE_UNKNOWN. The reports n3 heard predate n4's grant: taken as the
+// bound, n3 would promise epoch 1 and could grant epoch 2 again to another
+// candidate, a second leader of epoch 2. It returns n3's promise once it
+// takes part again.
+func reportsBeforeALostPeer(t *testing.T, muts Mutations) uint64 {
+	c := newClusterWith(t, 5, SyncQuorum, func(cfg *Config) { cfg.Mutations = muts })
+	c.elect(1)
+	c.propose(1, "a")
+	c.rs[2].Campaign()
+	c.flush(2)
+	to3, to4 := c.take(MsgPrepare, 2, 3), c.take(MsgPrepare, 2, 4)
+	c.queue = nil
+	c.deliver(to3)
+	if g := c.take(MsgPrepareAck, 3, 2); !g.Granted || g.Epoch != 2 {
+		t.Fatalf("setup: n3 answered %v", g)
+	}
+	c.loseHardState(3, 9)
+	c.rs[3].Tick() // asks every peer
+	c.flush(3)
+	c.take(MsgPromiseQuery, 3, 2) // lost
+	for _, id := range []NodeID{1, 4, 5} {
+		c.deliver(c.take(MsgPromiseQuery, 3, id))
+		c.deliver(c.take(MsgPromiseReport, id, 3))
+	}
+	c.queue = nil
+	if !c.rs[3].Status().PromiseLost {
+		t.Fatal("setup: n3 recovered without n2's answer")
+	}
+	c.deliver(to4)
+	if g := c.take(MsgPrepareAck, 4, 2); !g.Granted || g.Epoch != 2 {
+		t.Fatalf("setup: n4 answered %v", g)
+	}
+	c.queue = nil
+	c.loseHardState(2, 5)
+	c.queue = nil
+	for range 2 * c.rs[3].cfg.HeartbeatTicks {
+		c.rs[3].Tick()
+		c.flush(3)
+	}
+	c.deliver(c.take(MsgPromiseQuery, 3, 2))
+	c.deliver(c.take(MsgPromiseUnknown, 2, 3))
+	if st := c.rs[3].Status(); !st.PromiseLost {
+		return st.Hard.Promised
+	}
+	c.queue = slices.DeleteFunc(c.queue, func(m Message) bool { return m.From == 2 || m.To == 2 })
+	c.down[2] = true // n2 stays lost; the others answer again
+	c.tick(3)
+	if st := c.rs[3].Status(); st.PromiseLost {
+		t.Fatalf("n3 still lost after the others answered again: %+v", st)
+	}
+	return c.rs[3].Status().Hard.Promised
+}
+
+func TestReportsBeforeALostPeerDoNotCount(t *testing.T) {
+	if p := reportsBeforeALostPeer(t, Mutations{}); p < 2 {
+		t.Fatalf("n3 promises epoch %d after taking part again; n2 may have won epoch 2 with its grant", p)
+	}
+	if p := reportsBeforeALostPeer(t, Mutations{UnknownKeepsReports: true}); p >= 2 {
+		t.Fatalf("UnknownKeepsReports: n3 promises %d, the stale reports bounded nothing wrong", p)
 	}
 }
 

@@ -111,6 +111,9 @@ type Mutations struct {
 	LeaseFromCurrentTick       bool // replog: end the published lease LeaseTicks after the current tick's clock reading, not LeaseSpan after LeaseFrom's
 	PrepareIgnoresLease        bool // promise an election timeout's PREPARE while still holding the leader's lease
 	PromiseLostNotRecovered    bool // a replica whose hard state was lost takes part at once, promising from its log's last epoch
+	LostPeersUnbounded         bool // a lost replica counts every peer that answered it is lost too, however many (LostPeersFewerThanAQuorum)
+	LostPeerSilent             bool // a lost replica answers no query (as before PROMISE_UNKNOWN): two lost replicas of a group wait for each other
+	UnknownKeepsReports        bool // a lost replica keeps the reports it heard before a peer answered it is lost too (ReportsAfterTheLostPeer)
 	PromiseFromQuorumReports   bool // a replica whose hard state was lost recovers on a majority's reports, not every peer's
 	// Outcome: an entry beyond the commit point stays Pending though the
 	// committed prefix ends in a later epoch (LostBehindALaterEpoch).
@@ -193,10 +196,12 @@ type Replica struct {
 	uncertainEpoch uint64
 	// lost: the promise is unknown (Persisted.PromiseLost) until every
 	// peer reported its own (promise.go): reported by peer index, the
-	// highest report in reportMax, lostNonce the loss's nonce.
+	// highest report in reportMax, lostNonce the loss's nonce; unknown by
+	// peer index: the peers that answered that their promise is lost too.
 	lost      bool
 	lostNonce uint64
 	reported  []bool
+	unknown   []bool
 	reportMax uint64
 	durable   uint64 // last seq known durable (after Advance)
 	commit    uint64
@@ -285,7 +290,7 @@ func New(cfg Config, p Persisted) (*Replica, error) {
 		r.uncertainEpoch = p.Hard.Promised
 	}
 	r.resetElectionTimer()
-	r.reported = make([]bool, n)
+	r.reported, r.unknown = make([]bool, n), make([]bool, n)
 	if p.PromiseLost {
 		r.losePromise(p.LostNonce)
 	}
@@ -301,7 +306,7 @@ func (r *Replica) Clone() *Replica {
 	c.chaseLag, c.chaseAge, c.revoked = slices.Clone(r.chaseLag), slices.Clone(r.chaseAge), slices.Clone(r.revoked)
 	c.preGrants, c.uncertainGrants, c.damagedRefusals = slices.Clone(r.preGrants), slices.Clone(r.uncertainGrants), slices.Clone(r.damagedRefusals)
 	c.preAnswered = slices.Clone(r.preAnswered)
-	c.reported = slices.Clone(r.reported)
+	c.reported, c.unknown = slices.Clone(r.reported), slices.Clone(r.unknown)
 	c.pending.Entries, c.pending.Messages = slices.Clone(r.pending.Entries), slices.Clone(r.pending.Messages)
 	return &c
 }
@@ -511,8 +516,13 @@ func (r *Replica) Step(m Message) {
 		return // not for us, or not from a member of the group
 	}
 	if r.lost {
-		if m.Type == MsgPromiseReport {
+		switch m.Type {
+		case MsgPromiseReport, MsgPromiseUnknown:
 			r.stepPromiseReport(m)
+		case MsgPromiseQuery:
+			if !r.cfg.Mutations.LostPeerSilent {
+				r.send(Message{Type: MsgPromiseUnknown, To: m.From, Tick: m.Tick})
+			}
 		}
 		return // it takes no part until it knows its promise
 	}

@@ -101,9 +101,13 @@ const (
 	// the loss's nonce (Persisted.LostNonce).
 	MsgPromiseQuery
 	// MsgPromiseReport answers a PromiseQuery: Epoch is the sender's
-	// durable promise, Tick the query's nonce. A replica whose own promise
-	// is lost does not answer.
+	// durable promise, Tick the query's nonce.
 	MsgPromiseReport
+	// MsgPromiseUnknown answers a PromiseQuery from a replica whose own
+	// promise is lost too (Tick: the query's nonce): it has no bound to
+	// give, only word that it is lost (promise.go, LostPeersFewerThanAQuorum).
+	// A kernel of before knows no such type and ignores it.
+	MsgPromiseUnknown
 )
 
 func (t MsgType) String() string {
@@ -128,6 +132,8 @@ func (t MsgType) String() string {
 		return "PROMISE_QUERY"
 	case MsgPromiseReport:
 		return "PROMISE_REPORT"
+	case MsgPromiseUnknown:
+		return "PROMISE_UNKNOWN"
 	}
 	return fmt.Sprintf("MsgType(%d)", uint8(t))
 }
