@@ -11,14 +11,14 @@ package model
 // answered failed while they stay in flight (QUORUM_LOST), and at a
 // change of leader any prefix of them commits, the rest are lost, and the
 // new leader's install entry lands at its reignStartSeq. Leases are
-// assumed safe (one leader
-// holds one at a time: a new leader takes office only once the old one's
-// lapsed); the kernel's flag follows the shell's reading of it. Each
-// replica's shell applies the committed log at its own pace, follows the
-// partition's leadership at its own pace (a deposed leader keeps its
-// kernel and takes writes until it notices: its proposals are refused,
-// its refusals need the lease it lost), and answers the completions of
-// its proposals as they arrive (a committed one once it applied its seq).
+// assumed safe (one leader holds one at a time: a new leader takes office
+// only once the old one's lapsed); the kernel's flag follows the shell's
+// reading of it. Each replica's shell applies the committed log at its
+// own pace, follows the partition's leadership at its own pace (a deposed
+// leader keeps its kernel and takes writes until it notices: its
+// proposals are refused, its refusals need the lease it lost), and
+// answers the completions of its proposals as they arrive (a committed
+// one once it applied its seq).
 //
 // A client submits a fixed list of writes (PUT, DEL, CAS with an expected
 // revision of 0 or of the latest revision it heard of the key) to a
