@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -350,5 +351,35 @@ func TestGroupWithoutCreditSleepsThroughADueRedelivery(t *testing.T) {
 	second := s.waitFor(t, 2)[1]
 	if second.Seq != first.Seq || second.DeliveryCount != 2 {
 		t.Fatalf("redelivery %+v after %+v", second, first)
+	}
+}
+
+// TestManualRetentionRunsOnTheMonotonicClock: a Manual node schedules its
+// partitions' retention checks on the monotonic clock. With the wall
+// clock stepped an hour back after the first check was scheduled, a
+// topic over its byte retention is still compacted at the next check; on
+// the wall clock the checks stopped for the hour.
+func TestManualRetentionRunsOnTheMonotonicClock(t *testing.T) {
+	var now, step atomic.Int64
+	now.Store(1_000_000)
+	n, err := Open(Config{DataDir: "/data", Env: env.Env{FS: vfs.NewMem(), Clock: testClock{nowMs: &now, wallStepMs: &step}}, Manual: true,
+		SegmentBytesMax: 4 << 10, RetentionCheckMs: 1000, ScrubBytesPerSecond: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if _, err := n.Declare(wire.TopicConfig{Name: "t", Partitions: 1, RetentionBytes: 8 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	step.Store(-time.Hour.Milliseconds())
+	for i := range 300 {
+		pub := wire.Pub{Topic: "t", Partition: 0, Value: []byte(fmt.Sprintf("%04d-%s", i, strings.Repeat("x", 100)))}
+		n.Publish(&pub, func(wire.PubOK, *wire.Error) {})
+		n.Step()
+	}
+	now.Add(2000)
+	n.Step()
+	if start := n.Metadata([]string{"t"})[0].Partitions[0].StartSeq; start <= 1 {
+		t.Fatalf("start seq %d two checks after 300 records over an 8 KiB retention, the wall clock stepped an hour back; want it compacted", start)
 	}
 }

@@ -40,7 +40,7 @@ type kvListings struct {
 // KVListPage answers one page of a listing at the bucket's leader.
 func (n *Node) KVListPage(f *wire.KVListPage, done func(*wire.KVListPageOK, error)) {
 	kvRead(n, f.Bucket, nil, done, func(r *kvRunner, b *kv.Bucket) (*wire.KVListPageOK, error) {
-		l, id, err := r.listings.find(r, b, f, n.nowMs())
+		l, id, err := r.listings.find(r, b, f, n.monoMs()) // idle is a wait: monotonic
 		if err != nil {
 			return nil, err
 		}

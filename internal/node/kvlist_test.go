@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -16,7 +17,8 @@ import (
 // listing. A listing idle for kvListingIdleMs, finished,
 // or of a bucket re-created meanwhile is CURSOR_EXPIRED; one named with
 // another prefix is INVALID_ARGUMENT; past kvListingsMax open listings a
-// new one is UNAVAILABLE.
+// new one is UNAVAILABLE. Idle is measured on the monotonic clock: a step
+// of the wall clock an hour forward expires nothing.
 func TestKVListPagesAtOneRevision(t *testing.T) {
 	h := newHarness(t)
 	n := h.node
@@ -78,6 +80,10 @@ func TestKVListPagesAtOneRevision(t *testing.T) {
 	}
 	_, err = page("other/", small.Listing, 2, 2)
 	wantCode(t, err, wire.CodeInvalidArgument)
+	h.wallStepMs.Store(time.Hour.Milliseconds())
+	if _, err := page("big/", small.Listing, 2, 2); err != nil {
+		t.Fatalf("a page right after the wall clock stepped an hour forward: %v", err)
+	}
 	h.nowMs.Add(kvListingIdleMs)
 	_, err = page("big/", small.Listing, 2, 2)
 	wantCode(t, err, wire.CodeCursorExpired)

@@ -75,7 +75,7 @@ func (p *partitionRunner) openLocal() error {
 	}
 	p.store = s
 	if p.node.cfg.Manual {
-		s.nextRetentionMs = p.node.nowMs() + p.node.cfg.RetentionCheckMs
+		s.nextRetentionMs = p.node.monoMs() + p.node.cfg.RetentionCheckMs // a wait: monotonic
 		return nil
 	}
 	p.wg.Add(1)

@@ -149,7 +149,7 @@ func (n *Node) Step() bool {
 		slices.SortFunc(topics, func(a, b *topic) int { return cmp.Compare(a.cfg.Name, b.cfg.Name) })
 		for _, t := range topics {
 			for _, p := range t.partitions {
-				progress = p.step(now) || progress
+				progress = p.step(mono) || progress
 			}
 		}
 		for _, g := range groups {

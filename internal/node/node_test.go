@@ -24,7 +24,9 @@ type harness struct {
 	t     testing.TB
 	fs    *vfs.MemFS
 	nowMs atomic.Int64
-	node  *Node
+	// wallStepMs steps the wall clock alone (testClock.wallStepMs).
+	wallStepMs atomic.Int64
+	node       *Node
 	// tune, when set, adjusts the config of every open.
 	tune func(*Config)
 }
@@ -62,7 +64,7 @@ func newHarness(t *testing.T) *harness {
 
 func (h *harness) open() {
 	h.t.Helper()
-	cfg := Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.nowMs}},
+	cfg := Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.nowMs, wallStepMs: &h.wallStepMs}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if h.tune != nil {
 		h.tune(&cfg)
