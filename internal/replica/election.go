@@ -71,10 +71,11 @@ func (r *Replica) endPreVote() {
 }
 
 // leaseExpired reports whether this replica no longer holds its leader's
-// lease, so it may help elect another: a follower that knows no leader or
-// has not heard from it for ElectionTicks (or is pre-voting itself: its
-// own timer fired and it has heard nothing since); a leader only once it
-// lost its quorum — read-only degraded under sync_quorum. A sync_all
+// lease, so it may help elect another: a follower that has heard no
+// leader since it started, or none for ElectionTicks — whichever epoch it
+// promised since — or is pre-voting itself (its own timer fired and it
+// has heard nothing since); a leader only once it lost its quorum —
+// read-only degraded under sync_quorum. A sync_all
 // leader that is read-only because one replica lags but still hears a
 // majority keeps its lease: granting would let that very replica (which
 // no other grants) win with the leader's own answer.
@@ -82,7 +83,14 @@ func (r *Replica) leaseExpired() bool {
 	if r.role == Leader {
 		return r.heardFrom() < r.quorum
 	}
-	return r.leader == 0 || r.preVoting || r.electionElapsed >= r.cfg.ElectionTicks
+	if r.cfg.Mutations.LeaseForgottenWithTheLeader {
+		return r.leader == 0 || r.preVoting || r.electionElapsed >= r.cfg.ElectionTicks
+	}
+	// Measured from the last leader heard, not from r.leader: a follower
+	// that adopts a later epoch without a leader (a PREPARE's, or a
+	// refusal's that carried it) forgets whom it followed, not what its
+	// answers vouched for (LeaseOutlivesTheEpoch).
+	return r.heardLeaderTick == 0 || r.preVoting || r.ticks+1-r.heardLeaderTick >= uint64(r.cfg.ElectionTicks)
 }
 
 // campaign persists a promise of the next epoch to itself and PREPAREs;

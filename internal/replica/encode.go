@@ -39,6 +39,11 @@ func (r *Replica) AppendState(b []byte, timers bool) []byte {
 	u(r.durable)
 	u(r.commit)
 	u(uint64(r.heartbeatElapsed))
+	if r.heardLeaderTick == 0 {
+		u(0)
+	} else {
+		u(1 + min(r.ticks+1-r.heardLeaderTick, uint64(r.cfg.ElectionTicks)))
+	}
 	if timers {
 		u(uint64(r.electionElapsed))
 		u(uint64(r.electionTimeout))

@@ -193,3 +193,49 @@ func granted(msgs []Message, typ MsgType) bool {
 	}
 	return false
 }
+
+// TestLeaseOutlivesTheEpoch guards LeaseOutlivesTheEpoch: a follower that
+// answered its leader's heartbeat and then adopts a later epoch without a
+// leader — here from a pre-vote refusal carrying another replica's
+// promise — still promises nothing to another candidate's PREPARE for an
+// election timeout: its answer counted toward the leader's lease. Found
+// by the group simulator (LeaseOnTheClock, seed 16071 of --replicas 3):
+// n2 answered n3's heartbeat, took epoch 12 from n1's refusal 10 ms later,
+// granted n1's PREPARE for 13, and n1 took office within n3's lease.
+func TestLeaseOutlivesTheEpoch(t *testing.T) {
+	for _, mutated := range []bool{false, true} {
+		c := newClusterWith(t, 3, SyncQuorum, func(cfg *Config) { cfg.Mutations.LeaseForgottenWithTheLeader = mutated })
+		c.elect(3)
+		c.propose(3, "a") // n2 takes n3's APPEND and answers it
+		f := c.rs[2]
+		epoch := f.Status().Hard.Promised
+		c.queue = nil
+		f.Step(Message{Type: MsgPreVoteAck, From: 1, To: 2, Epoch: epoch + 1}) // refused: n1 promised epoch+1
+		c.flush(2)
+		if st := f.Status(); st.Hard.Promised != epoch+1 || st.Leader != 0 {
+			t.Fatalf("setup: n2 after the refusal: %+v", st)
+		}
+		c.queue = nil
+		st := f.Status()
+		f.Step(Message{Type: MsgPrepare, From: 1, To: 2, Epoch: epoch + 2, LastEpoch: epoch, LastSeq: st.Last})
+		c.flush(2)
+		promised := f.Status().Hard.Promised > epoch+1
+		if promised != mutated || granted(c.queue, MsgPrepareAck) != mutated {
+			t.Fatalf("mutated %v: n2 promised %v (answers %v) another candidate's PREPARE right after answering its leader", mutated, promised, c.queue)
+		}
+		if mutated {
+			continue
+		}
+		// An election timeout after it last heard n3, it grants.
+		for range c.rs[2].cfg.ElectionTicks {
+			f.Tick()
+			c.flush(2)
+		}
+		c.queue = nil
+		f.Step(Message{Type: MsgPrepare, From: 1, To: 2, Epoch: epoch + 2, LastEpoch: epoch, LastSeq: st.Last})
+		c.flush(2)
+		if !granted(c.queue, MsgPrepareAck) {
+			t.Fatalf("n2 refused the PREPARE an election timeout after it last heard its leader: %v", c.queue)
+		}
+	}
+}

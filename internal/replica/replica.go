@@ -91,30 +91,31 @@ type Config struct {
 
 // Mutations are deliberate bugs for the simulator's mutation tests.
 type Mutations struct {
-	CommitOnLeaderFlushAlone   bool // commit without waiting for followers
-	InstallWithoutQuorum       bool // take office on the candidate's own promise
-	AcceptStaleAppend          bool // accept an APPEND from an older epoch
-	PreVoteIgnoresLease        bool // grant a PRE_VOTE while still holding the leader's lease
-	AcceptStaleFlushed         bool // count a FLUSHED of an older epoch toward this epoch's commit
-	GrantIgnoresLineage        bool // grant a PREPARE (and a pre-vote) whatever the candidate's lineage
-	LeaseFromReceipt           bool // date the lease from when the answers arrived, not from when what they answer was sent
-	ProposeWhenReadOnly        bool // accept proposals while READ_ONLY_DEGRADED
-	AppendBelowSnapshot        bool // S8: match an APPEND starting below the snapshot point against the compacted prefix
-	ProposeWhileTransferring   bool // accept proposals while handing leadership over (TransferTo)
-	TimeoutNowBeforeCaughtUp   bool // send TIMEOUT_NOW before the target flushed the leader's last entry
-	TimeoutNowAnyEpoch         bool // campaign on any TIMEOUT_NOW, whatever its epoch or sender
-	TransferNeverAbandoned     bool // keep refusing proposals until a transfer succeeds
-	TransferWithoutRelease     bool // under ReleaseBeforeTransfer, start a rebalancing transfer without waiting for the shell
-	TrustUncertainGrants       bool // count an uncertain replica's grant as a witness of its whole log
-	UncertainClearsOnAnyLeader bool // leave Uncertain once any leader made the replica whole, not only a newer one
-	QuietThroughSilence        bool // NextTickDue: sleep past the tick at which a follower stops vouching for its leader
-	LeaseFromCurrentTick       bool // replog: end the published lease LeaseTicks after the current tick's clock reading, not LeaseSpan after LeaseFrom's
-	PrepareIgnoresLease        bool // promise an election timeout's PREPARE while still holding the leader's lease
-	PromiseLostNotRecovered    bool // a replica whose hard state was lost takes part at once, promising from its log's last epoch
-	LostPeersUnbounded         bool // a lost replica counts every peer that answered it is lost too, however many (LostPeersFewerThanAQuorum)
-	LostPeerSilent             bool // a lost replica answers no query (as before PROMISE_UNKNOWN): two lost replicas of a group wait for each other
-	UnknownKeepsReports        bool // a lost replica keeps the reports it heard before a peer answered it is lost too (ReportsAfterTheLostPeer)
-	PromiseFromQuorumReports   bool // a replica whose hard state was lost recovers on a majority's reports, not every peer's
+	CommitOnLeaderFlushAlone    bool // commit without waiting for followers
+	InstallWithoutQuorum        bool // take office on the candidate's own promise
+	AcceptStaleAppend           bool // accept an APPEND from an older epoch
+	PreVoteIgnoresLease         bool // grant a PRE_VOTE while still holding the leader's lease
+	LeaseForgottenWithTheLeader bool // a follower that adopts a later epoch without a leader (a refusal's, a PREPARE's) stops vouching for the leader it heard at once (LeaseOutlivesTheEpoch)
+	AcceptStaleFlushed          bool // count a FLUSHED of an older epoch toward this epoch's commit
+	GrantIgnoresLineage         bool // grant a PREPARE (and a pre-vote) whatever the candidate's lineage
+	LeaseFromReceipt            bool // date the lease from when the answers arrived, not from when what they answer was sent
+	ProposeWhenReadOnly         bool // accept proposals while READ_ONLY_DEGRADED
+	AppendBelowSnapshot         bool // S8: match an APPEND starting below the snapshot point against the compacted prefix
+	ProposeWhileTransferring    bool // accept proposals while handing leadership over (TransferTo)
+	TimeoutNowBeforeCaughtUp    bool // send TIMEOUT_NOW before the target flushed the leader's last entry
+	TimeoutNowAnyEpoch          bool // campaign on any TIMEOUT_NOW, whatever its epoch or sender
+	TransferNeverAbandoned      bool // keep refusing proposals until a transfer succeeds
+	TransferWithoutRelease      bool // under ReleaseBeforeTransfer, start a rebalancing transfer without waiting for the shell
+	TrustUncertainGrants        bool // count an uncertain replica's grant as a witness of its whole log
+	UncertainClearsOnAnyLeader  bool // leave Uncertain once any leader made the replica whole, not only a newer one
+	QuietThroughSilence         bool // NextTickDue: sleep past the tick at which a follower stops vouching for its leader
+	LeaseFromCurrentTick        bool // replog: end the published lease LeaseTicks after the current tick's clock reading, not LeaseSpan after LeaseFrom's
+	PrepareIgnoresLease         bool // promise an election timeout's PREPARE while still holding the leader's lease
+	PromiseLostNotRecovered     bool // a replica whose hard state was lost takes part at once, promising from its log's last epoch
+	LostPeersUnbounded          bool // a lost replica counts every peer that answered it is lost too, however many (LostPeersFewerThanAQuorum)
+	LostPeerSilent              bool // a lost replica answers no query (as before PROMISE_UNKNOWN): two lost replicas of a group wait for each other
+	UnknownKeepsReports         bool // a lost replica keeps the reports it heard before a peer answered it is lost too (ReportsAfterTheLostPeer)
+	PromiseFromQuorumReports    bool // a replica whose hard state was lost recovers on a majority's reports, not every peer's
 	// Outcome: an entry beyond the commit point stays Pending though the
 	// committed prefix ends in a later epoch (LostBehindALaterEpoch).
 	OutcomeWaitsForTheCommitPoint bool
@@ -210,6 +211,12 @@ type Replica struct {
 	electionTimeout  int
 	heartbeatElapsed int
 	rng              uint64
+	// heardLeaderTick is ticks+1 when this replica last took an APPEND or
+	// SNAPSHOT of a leader (0: not since it started). Its answer may count
+	// toward that leader's lease, so it helps elect no other for
+	// ElectionTicks after (leaseExpired) — whatever epoch it adopts
+	// meanwhile (LeaseOutlivesTheEpoch).
+	heardLeaderTick uint64
 
 	grants []bool // candidate: promises granted, by peer index
 	// Candidate, by peer index: grants from uncertain replicas, and
@@ -441,13 +448,26 @@ func (r *Replica) NextTickDue() int {
 		return max(r.cfg.HeartbeatTicks-r.heartbeatElapsed, 1)
 	}
 	due := r.electionTimeout - r.electionElapsed
-	if silent := r.cfg.ElectionTicks - r.electionElapsed; silent > 0 && !r.cfg.Mutations.QuietThroughSilence {
+	if silent := r.silentIn(); silent > 0 && !r.cfg.Mutations.QuietThroughSilence {
 		due = min(due, silent)
 	}
 	if r.preVoting || r.role == Candidate {
 		due = min(due, r.cfg.HeartbeatTicks-r.heartbeatElapsed)
 	}
 	return max(due, 1)
+}
+
+// silentIn is how many ticks from now this follower stops vouching for
+// the last leader it heard (leaseExpired, Status.LeaderSilent); 0 or
+// less: it does not vouch.
+func (r *Replica) silentIn() int {
+	if r.cfg.Mutations.LeaseForgottenWithTheLeader {
+		return r.cfg.ElectionTicks - r.electionElapsed
+	}
+	if r.heardLeaderTick == 0 {
+		return 0
+	}
+	return r.cfg.ElectionTicks - int(r.ticks+1-r.heardLeaderTick)
 }
 
 // Tick advances logical time by one tick.
@@ -578,7 +598,7 @@ func (r *Replica) stepAppend(m Message) {
 	if m.Epoch > r.hard.Promised || r.role != Follower || r.leader != m.From {
 		r.becomeFollower(m.Epoch, m.From)
 	}
-	r.electionElapsed = 0
+	r.electionElapsed, r.heardLeaderTick = 0, r.ticks+1
 	r.endPreVote() // heard the leader
 	if m.PrevSeq < r.snapSeq && !r.cfg.Mutations.AppendBelowSnapshot {
 		// Entries up to the snapshot are committed, so they match the
@@ -649,7 +669,7 @@ func (r *Replica) stepSnapshot(m Message) {
 	if m.Epoch > r.hard.Promised || r.role != Follower || r.leader != m.From {
 		r.becomeFollower(m.Epoch, m.From)
 	}
-	r.electionElapsed = 0
+	r.electionElapsed, r.heardLeaderTick = 0, r.ticks+1
 	r.endPreVote() // heard the leader
 	seq, epoch := m.PrevSeq, m.PrevEpoch
 	if !r.rebuilding && (seq <= r.snapSeq || (seq <= r.last && r.epochAt(seq) == epoch)) {

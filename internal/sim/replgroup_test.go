@@ -95,6 +95,11 @@ func TestGroupRegressionSeeds(t *testing.T) {
 		// A snapshot below acknowledged entries was installed and dropped
 		// them; sync_all then committed an entry held by 2 of 3 replicas.
 		{Seed: 40071, GroupSize: 3, Policy: replica.SyncAll, Compact: true, Faults: true},
+		// A follower answered its leader's heartbeat, took a later epoch
+		// from a pre-vote refusal and granted another candidate's PREPARE
+		// at once: a new leader within the old one's lease
+		// (LeaseOnTheClock; LeaseOutlivesTheEpoch).
+		{Seed: 16071, GroupSize: 3, Faults: true},
 	} {
 		if r := RunGroup(o); r.Violation != nil {
 			failGroupRun(t, o, r)
