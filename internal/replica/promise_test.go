@@ -148,8 +148,8 @@ func twoLostPromises(t *testing.T, n int, muts Mutations) bool {
 // TestTwoLostPromisesOfFiveTakePartAgain: two replicas of five whose
 // promises are lost answer each other PROMISE_UNKNOWN and, the three
 // others' reports bounding every quorum (LostPeersFewerThanAQuorum), both
-// take part again — under sync_all too, where every write waits for them.
-// Silent (LostPeerSilent, as before) they waited for each other for good.
+// take part again. Silent (LostPeerSilent, as before) they waited for
+// each other for good — and under sync_all every write with them.
 func TestTwoLostPromisesOfFiveTakePartAgain(t *testing.T) {
 	if !twoLostPromises(t, 5, Mutations{}) {
 		t.Fatal("two lost replicas of five did not take part again")
