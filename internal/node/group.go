@@ -708,9 +708,10 @@ func (g *groupRunner) refuse(c groupCmd) {
 }
 
 // step runs one iteration in manual mode when the group has commands, was
-// woken, or reached its next deadline. It reports whether it ran.
-func (g *groupRunner) step(nowMs int64) bool {
-	if len(g.manualQueue) == 0 && !g.woken && nowMs < g.nextWakeMs {
+// woken, or reached its next deadline (monoMs: the monotonic clock, as
+// every wait of the group). It reports whether it ran.
+func (g *groupRunner) step(monoMs int64) bool {
+	if len(g.manualQueue) == 0 && !g.woken && monoMs < g.nextWakeMs {
 		return false
 	}
 	for len(g.manualQueue) > 0 {
@@ -719,7 +720,7 @@ func (g *groupRunner) step(nowMs int64) bool {
 		g.handle(c)
 	}
 	g.woken = false
-	g.nextWakeMs = nowMs + g.iterate(nowMs)
+	g.nextWakeMs = monoMs + g.iterate(monoMs)
 	return true
 }
 

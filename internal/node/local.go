@@ -85,13 +85,13 @@ func (p *partitionRunner) openLocal() error {
 
 func (p *localStore) accept(r *pubReq) { p.queue(r) }
 
-// stepManual does the partition's due work at nowMs in manual mode:
+// stepManual does the partition's due work at monoMs in manual mode:
 // retention when due, then every queued publish in batches.
-func (p *localStore) stepManual(nowMs int64) bool {
+func (p *localStore) stepManual(monoMs int64) bool {
 	progress := false
-	if nowMs >= p.nextRetentionMs {
+	if monoMs >= p.nextRetentionMs {
 		p.applyRetention()
-		p.nextRetentionMs = nowMs + p.node.cfg.RetentionCheckMs
+		p.nextRetentionMs = monoMs + p.node.cfg.RetentionCheckMs
 		progress = true
 	}
 	for len(p.manualQueue) > 0 {

@@ -115,7 +115,7 @@ func (n *Node) Step() bool {
 		panic("node: Step on a node that runs its own goroutines")
 	}
 	now := n.nowMs()
-	mono := n.monoMs() // groups and member sessions: in-memory waits
+	mono := n.monoMs() // the schedules of partitions, groups and member sessions: waits
 	ran := false
 	for rounds := 0; ; rounds++ {
 		if rounds == stepRoundsMax {

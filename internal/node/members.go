@@ -159,11 +159,11 @@ func (m *membership) close() {
 }
 
 // step is the Manual node's share: a coordinator tick when one is due.
-func (m *membership) step(now int64) bool {
-	if now < m.nextMs {
+func (m *membership) step(monoMs int64) bool {
+	if monoMs < m.nextMs {
 		return false
 	}
-	m.nextMs = now + coordinatorTick.Milliseconds()
+	m.nextMs = monoMs + coordinatorTick.Milliseconds()
 	return m.tick()
 }
 

@@ -162,9 +162,10 @@ type partitionStore interface {
 	// goroutine: it queues them for the store's loop
 	// (partitionRunner.queue) or answers them at once.
 	accept(r *pubReq)
-	// stepManual does the store's due work at nowMs in Manual mode and
-	// reports whether it did any.
-	stepManual(nowMs int64) bool
+	// stepManual does the store's due work at monoMs (the monotonic
+	// clock: its schedule is a wait) in Manual mode and reports whether
+	// it did any.
+	stepManual(monoMs int64) bool
 	// shutdown answers everything queued or in flight and closes what the
 	// loop owns; it runs once, as the loop ends.
 	shutdown()
@@ -299,9 +300,9 @@ func (p *partitionRunner) stop() {
 	p.store.release()
 }
 
-// step does the partition's due work at nowMs in manual mode and reports
-// whether it did any.
-func (p *partitionRunner) step(nowMs int64) bool { return p.store.stepManual(nowMs) }
+// step does the partition's due work at monoMs (the monotonic clock) in
+// manual mode and reports whether it did any.
+func (p *partitionRunner) step(monoMs int64) bool { return p.store.stepManual(monoMs) }
 
 // failQueued answers every queued publish UNAVAILABLE (shutdown).
 func (p *partitionRunner) failQueued() {

@@ -76,12 +76,12 @@ func (r *Replica) tickLost() {
 // promise then may predate epochs this replica promised since.
 func (r *Replica) stepPromiseReport(m Message) {
 	i := slices.Index(r.peers, m.From)
-	if i < 0 || m.Tick != r.lostNonce || r.reported[i] {
+	if i < 0 || m.Tick != r.lostNonce {
 		return
 	}
 	if m.Type == MsgPromiseUnknown {
-		if r.unknown[i] {
-			return
+		if r.unknown[i] || r.reported[i] {
+			return // a report it gave since this loss bounds it already
 		}
 		r.unknown[i] = true
 		// The reports heard so far may predate a grant their senders gave
