@@ -243,6 +243,9 @@ func runClusterSim(ctx context.Context, out io.Writer, seed, seeds uint64, o sim
 		if o.GroupDeletes > 0 {
 			fmt.Fprintf(out, "%d group deletes: ", r.GroupDeletes)
 		}
+		if r.MinorityPromiseLosses > 0 {
+			fmt.Fprintf(out, "%d promise losses on two nodes at once: ", r.MinorityPromiseLosses)
+		}
 		if o.KV > 0 {
 			fmt.Fprintf(out, "%d kv ops (%d unknown outcomes), %d watches (%d CURSOR_EXPIRED), log from %d, checkpoint %d, %d rebuilds from a checkpoint (%d of a running replica): ",
 				r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired, r.KVLogStartMax, r.KVCheckpointMax, r.KVRebuilds, r.KVResets)

@@ -161,6 +161,11 @@ var ClusterMutations = map[string]node.Mutations{
 	"commit-on-leader-fsync":      {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
 	"trust-uncertain-grants":      {Replica: replica.Mutations{TrustUncertainGrants: true}},
 	"accept-stale-flushed":        {Replica: replica.Mutations{AcceptStaleFlushed: true}},
+	// With --nodes 5 --policy all: a replica whose promise is lost
+	// answers no PROMISE_QUERY (as before PROMISE_UNKNOWN); two such of
+	// five wait for each other for good, and so does every write
+	// (Liveness, in TestTwoLostPromisesOfFiveAtNodeLevel).
+	"lost-peer-silent": {Replica: replica.Mutations{LostPeerSilent: true}},
 	// With --schedules: a leader's lease dated from its answers' arrival
 	// (NoPublishWithoutBothGates: a paused owner publishes after another
 	// took office).
@@ -431,6 +436,7 @@ func (s *sim) runPhases() Result {
 	r := s.result()
 	r.Faults = s.faultsInjected
 	r.ReplicaStates, r.Recoveries = s.replicaStates, s.recoveries
+	r.MinorityPromiseLosses = s.minorityPromiseLosses
 	r.PubErrors = s.pubErrors
 	r.PubBatches = s.pubBatches
 	r.Members = s.memberEvents

@@ -36,3 +36,39 @@ func TestS24LostPromisesAtNodeLevel(t *testing.T) {
 	}
 	t.Logf("replicas reported themselves PromiseLost %d times", lost)
 }
+
+// TestTwoLostPromisesOfFiveAtNodeLevel: five nodes under sync_all, every
+// fault, and bit flips that now and then take one replica group's hard
+// state on both minority nodes at once, each killed -9
+// (loseMinorityPromises). The two restart with their promises unknown and
+// take part again on each other's PROMISE_UNKNOWN
+// (LostPeersFewerThanAQuorum): the run is clean. With the replicas of
+// before (`lost-peer-silent`: a lost replica answers no PROMISE_QUERY)
+// they wait for each other for good, and under sync_all so does every
+// write: Liveness fails on the same seed.
+//
+// It runs seeds from 1 until one with such a double loss is clean and
+// caught with the mutation (seed 4 the first now; 7 of the first 8
+// double losses catch it), 16 at most.
+func TestTwoLostPromisesOfFiveAtNodeLevel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("five-node runs under sync_all")
+	}
+	for seed := uint64(1); seed <= 16; seed++ {
+		o := ClusterOptions{Seed: seed, Nodes: 5, SyncAll: true, Faults: AllClusterFaults}
+		r := RunCluster(o)
+		if r.Violation != nil {
+			failClusterRun(t, o, r)
+			return
+		}
+		if r.MinorityPromiseLosses == 0 {
+			continue
+		}
+		o.Mutations = ClusterMutations["lost-peer-silent"]
+		if m := RunCluster(o); m.Violation != nil && m.Violation.Invariant == Liveness {
+			t.Logf("seed %d: %d double losses; lost-peer-silent broke %v", seed, r.MinorityPromiseLosses, m.Violation)
+			return
+		}
+	}
+	t.Fatal("no seed of 1-16 lost two promises of one group and was caught with lost-peer-silent")
+}

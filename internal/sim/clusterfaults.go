@@ -87,7 +87,7 @@ func (s *sim) injectClusterFault() {
 	add(f.Clock, 2, func() { s.nodeClockJump(n) })
 	add(f.Pause, 2, func() { s.pauseNode(n) })
 	add(f.Stall, 2, func() { s.stallNode(n) })
-	add(f.BitFlip, 1, func() { s.flipMinorityBit(s.nodes[len(s.nodes)-1]) })
+	add(f.BitFlip, 1, s.flipMinority)
 	if s.sched != nil {
 		add(f.Outage, 3, s.sched.ghost.destinationOutage)
 	}
@@ -242,11 +242,31 @@ func (s *sim) stallNode(b *broker) {
 	s.w.tracef("fault %s stalls %d replica members until %d", b.id, n, b.stalledUntil-epochMs)
 }
 
+// minority is the nodes whose disks bit flips may damage: the last
+// R − quorum of them (one of three, two of five; a cluster run replicates
+// its topics on every node), so that the damage stays on a minority of
+// every replica group.
+func (s *sim) minority() []*broker { return s.nodes[len(s.nodes)/2+1:] }
+
+// flipMinority damages one minority node's disk (flipMinorityBit) or,
+// with more than one minority node, now and then the hard states of one
+// replica group on all of them at once (loseMinorityPromises).
+func (s *sim) flipMinority() {
+	m := s.minority()
+	if len(m) == 1 {
+		s.flipMinorityBit(m[0])
+		return
+	}
+	if s.w.rng.IntN(4) == 0 {
+		s.loseMinorityPromises(m)
+		return
+	}
+	s.flipMinorityBit(m[s.w.rng.IntN(len(m))])
+}
+
 // flipMinorityBit flips one bit of a partition segment on node b's disk
 // (current and durable content: media damage), or one of its replicas'
 // hard states, its meta.json or a group's state file (flipStateFile).
-// Only ever one node is hit, so the damage stays on a minority of every
-// replica group.
 func (s *sim) flipMinorityBit(b *broker) {
 	if s.w.rng.IntN(4) == 0 {
 		s.flipStateFile(b)
@@ -257,15 +277,8 @@ func (s *sim) flipMinorityBit(b *broker) {
 	if len(files) == 0 {
 		return
 	}
-	file := files[s.w.rng.IntN(len(files))]
-	size, err := b.fs.Stat(file)
-	if err != nil || size == 0 {
-		return
-	}
-	off := s.w.rng.Int64N(size)
-	if err := b.fs.FlipBit(file, off, uint(s.w.rng.IntN(8))); err == nil {
+	if s.flipFile(b, files[s.w.rng.IntN(len(files))]) {
 		s.flipped[b.id] = true
-		s.w.tracef("fault %s bit flip %s@%d", b.id, strings.TrimPrefix(file, dataDir+"/"), off)
 	}
 }
 
@@ -274,9 +287,8 @@ func (s *sim) flipMinorityBit(b *broker) {
 // meta.json or of a consumer group's settings.json or incarnation file,
 // and half the time kills it -9 at once: its restart finds the promises
 // unknown (S24), rebuilds meta.json from the metadata log (N25c) or sets
-// the group's file again (N25g), unless the file was written again first. The promise a hard
-// state held is kept as ghost state: it was made, and
-// InstallNeedsQuorumPromise counts it (promiseOf).
+// the group's file again (N25g), unless the file was written again
+// first.
 func (s *sim) flipStateFile(b *broker) {
 	file := path.Join(dataDir, "topics", simTopic, fmt.Sprint(s.w.rng.IntN(int(s.opts.Partitions))), "hardstate")
 	switch s.w.rng.IntN(8) {
@@ -289,21 +301,53 @@ func (s *sim) flipStateFile(b *broker) {
 			file = files[s.w.rng.IntN(len(files))]
 		}
 	}
+	if s.flipFile(b, file) && s.w.rng.IntN(2) == 0 {
+		b.crash()
+	}
+}
+
+// loseMinorityPromises flips a bit of one replica group's hard state (a
+// partition's, or now and then the metadata member's) on every node of
+// the minority and kills each -9 at once: each restarts with its promise
+// unknown, and the group's lost replicas are more than one (S24:
+// LostPeersFewerThanAQuorum — they take part again on each other's
+// PROMISE_UNKNOWN). Result.MinorityPromiseLosses counts the times it hit
+// more than one node.
+func (s *sim) loseMinorityPromises(m []*broker) {
+	file := path.Join(dataDir, "topics", simTopic, fmt.Sprint(s.w.rng.IntN(int(s.opts.Partitions))), "hardstate")
+	if s.w.rng.IntN(4) == 0 {
+		file = path.Join(dataDir, "meta", "hardstate")
+	}
+	hit := 0
+	for _, b := range m {
+		if s.flipFile(b, file) {
+			hit++
+			b.crash()
+		}
+	}
+	if hit > 1 {
+		s.minorityPromiseLosses++
+	}
+}
+
+// flipFile flips one bit of node b's state file (current and durable
+// content), keeping the promise a hard state held as ghost state: it was
+// made, and InstallNeedsQuorumPromise counts it (promiseOf). It reports
+// whether a bit was flipped.
+func (s *sim) flipFile(b *broker, file string) bool {
 	size, err := b.fs.Stat(file)
 	if err != nil || size == 0 {
-		return
+		return false
 	}
 	if key := b.id + ":" + file; path.Base(file) == "hardstate" {
 		s.lostPromises[key] = max(s.lostPromises[key], hardStatePromise(b.fs, file))
 	}
 	off := s.w.rng.Int64N(size)
 	if err := b.fs.FlipBit(file, off, uint(s.w.rng.IntN(8))); err != nil {
-		return
+		return false
 	}
 	s.w.tracef("fault %s bit flip %s@%d", b.id, strings.TrimPrefix(file, dataDir+"/"), off)
-	if s.w.rng.IntN(2) == 0 {
-		b.crash()
-	}
+	return true
 }
 
 // groupStateFiles lists the consumer groups' settings.json and

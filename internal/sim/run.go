@@ -171,6 +171,10 @@ type Result struct {
 	// GroupDeletes: the group incarnations a node applied the delete of
 	// (ClusterOptions.GroupDeletes).
 	GroupDeletes int
+	// MinorityPromiseLosses: the times one replica group's hard states
+	// were lost on more than one node at once (five nodes, BitFlip:
+	// loseMinorityPromises).
+	MinorityPromiseLosses int
 	// KVLogStartMax and KVCheckpointMax: the highest start of a bucket
 	// replica's log and the highest checkpoint base any replica applied
 	// at the end; KVRebuilds: the times a replica's bucket was rebuilt
@@ -236,23 +240,24 @@ type sim struct {
 	clusterFaults ClusterFaults
 	// schedPublished, set by scripted scenarios, sees every scheduled
 	// publish after the scheduler ghost did.
-	schedPublished func(b *broker, shard uint32, p sched.Publish)
-	faultsInjected int
-	ghosts         []*invariant.Group
-	observed       map[commitKey]uint64
-	replicaViews   map[replicaKey]node.ReplicaView // each member as last seen up, or as it died
-	flipped        map[string]bool                 // nodes whose disks took a bit flip
-	lostPromises   map[string]uint64               // "node:file": the promise a hard state held when a bit flip hit it
-	metaGhost      *invariant.Group                // the metadata log's leaders and committed prefix
-	metaViews      map[string]node.ReplicaView     // each node's metadata member, likewise
-	replicaStates  map[string]int                  // replica states leaders reported, and how often
-	lagging        map[replicaKey]lagEpisode       // replicas a leader last saw behind
-	recoveries     map[string]int                  // Result.Recoveries
-	chk            *checker
-	producers      []*producer
-	consumers      []*consumer
-	partitioned    map[string]bool
-	healed         bool
+	schedPublished        func(b *broker, shard uint32, p sched.Publish)
+	faultsInjected        int
+	ghosts                []*invariant.Group
+	observed              map[commitKey]uint64
+	replicaViews          map[replicaKey]node.ReplicaView // each member as last seen up, or as it died
+	flipped               map[string]bool                 // nodes whose disks took a bit flip
+	lostPromises          map[string]uint64               // "node:file": the promise a hard state held when a bit flip hit it
+	minorityPromiseLosses int                             // Result.MinorityPromiseLosses
+	metaGhost             *invariant.Group                // the metadata log's leaders and committed prefix
+	metaViews             map[string]node.ReplicaView     // each node's metadata member, likewise
+	replicaStates         map[string]int                  // replica states leaders reported, and how often
+	lagging               map[replicaKey]lagEpisode       // replicas a leader last saw behind
+	recoveries            map[string]int                  // Result.Recoveries
+	chk                   *checker
+	producers             []*producer
+	consumers             []*consumer
+	partitioned           map[string]bool
+	healed                bool
 	// What clients heard (scripted scenarios assert on it): ERR codes
 	// answering a PUB or an ACK, and acks confirmed (ACK_OK results OK).
 	pubErrors, ackErrors map[wire.Code]int
