@@ -225,8 +225,10 @@ func resetDamagedMember(fsys vfs.FS, dir string, lg *storage.Log, cause error, l
 // members, so a retry with the same producer identity is the safe answer.
 var ErrRestarted = errors.New("replog: member restarted to drop a damaged range")
 
-// errDamagedRead marks a read of this member's own log that found damage.
-var errDamagedRead = errors.New("replog: damaged entries")
+// errDamagedLog marks damage that the member's own store met in its log:
+// a read for an Append that found it, or a truncation its log refused
+// inside a damaged range (storage's cutOutsideDamage).
+var errDamagedLog = errors.New("replog: damaged entries")
 
 // restartDamaged drops the log's first damaged range (verifying the sealed
 // segments when no damage is recorded yet) and restarts the member in

@@ -461,8 +461,86 @@ func TestEntriesForAnAppendReportDamageAfterGoodEntries(t *testing.T) {
 	m.cache.reset() // read the log, as for a follower far behind
 	m.cache.mu.Unlock()
 	got, err := memberStore{m}.Entries(1, 3)
-	if !errors.Is(err, errDamagedRead) {
-		t.Fatalf("Entries(1, 3) over damage at seq 2: %d entries, err %v; want errDamagedRead", len(got), err)
+	if !errors.Is(err, errDamagedLog) {
+		t.Fatalf("Entries(1, 3) over damage at seq 2: %d entries, err %v; want errDamagedLog", len(got), err)
+	}
+}
+
+// TestTruncationIntoDamageRebuildsInPlace: a new leader's APPEND makes a
+// follower cut its log inside a range its scrubber has just found damaged
+// (before the member heard of it). The log refuses the cut and stays as it
+// was (storage's cutOutsideDamage); the member takes the refusal for
+// damage it met (errDamagedLog): it drops the range whole and rebuilds in
+// place, as for a damaged read, instead of stopping as a member that
+// cannot persist. Without the storage guard the cut failed the log, and
+// without the store's mapping the refusal stopped the member.
+func TestTruncationIntoDamageRebuildsInPlace(t *testing.T) {
+	fsys := vfs.NewMem()
+	writeGuardLog(t, fsys, func(s memberStore) error {
+		for _, es := range [][]replica.Entry{entriesOf(1, 1, "one"), entriesOf(2, 1, "two", "three"), entriesOf(4, 1, "four")} {
+			if err := s.Append(es); err != nil { // a batch each
+				return err
+			}
+		}
+		return nil
+	})
+	m := openGuardMember(t, fsys)
+	flipSecondBatch(t, fsys)
+	if ds, err := m.log.VerifyAll(); err != nil || len(ds) != 1 || ds[0].FirstSeq != 2 || ds[0].LastSeq != 3 {
+		t.Fatalf("setup: the scrubber found %v, %v; want seqs 2-3 damaged", ds, err)
+	}
+	// The leader of epoch 2 holds seq 2 of epoch 1 and its own seq 3.
+	m.Step(replica.Message{Type: replica.MsgAppend, From: 2, To: 1, Epoch: 2, PrevSeq: 2, PrevEpoch: 1, Entries: entriesOf(3, 2, "THREE")})
+	if err := m.Handle(); err != nil {
+		t.Fatalf("Handle of a truncation into the damaged range: %v; want the member to drop the range and rebuild", err)
+	}
+	expectRebuildingAt(t, m, fsys, 1, "after the refused truncation")
+	if next := m.log.NextSeq(); next != 2 || len(m.log.Damage()) != 0 {
+		t.Fatalf("log ends at %d with damage %v; want the damage dropped whole, ending at 1", next-1, m.log.Damage())
+	}
+	if err := m.log.Sync(); err != nil {
+		t.Fatalf("the log failed: %v", err)
+	}
+}
+
+// TestRecoverWhoseSyncedEndIsDamagedRebuilds: a member restarting in
+// place after a failed write cuts its reopened log back to what it had
+// synced. When that end is the end of a damaged range (the batch synced
+// last went bad; a batch written after it proves it was durable), the log
+// refuses the cut (cutOutsideDamage); Recover drops the range whole,
+// marked rebuilding, and restarts. Without that it failed every retry,
+// and the member stayed stopped for good.
+func TestRecoverWhoseSyncedEndIsDamagedRebuilds(t *testing.T) {
+	fsys := vfs.NewMem()
+	m := openGuardMember(t, fsys)
+	s := memberStore{m}
+	for _, es := range [][]replica.Entry{entriesOf(1, 1, "one"), entriesOf(2, 1, "two", "three")} {
+		if err := s.Append(es); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.log.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(entriesOf(4, 1, "four")); err != nil { // written, its sync failed
+		t.Fatal(err)
+	}
+	flipSecondBatch(t, fsys)
+	if err := m.Recover(); err != nil {
+		t.Fatalf("Recover with seqs 2-3 damaged and 3 synced last: %v", err)
+	}
+	expectRebuildingAt(t, m, fsys, 1, "after Recover")
+}
+
+// expectRebuildingAt checks that guardConfig's member m is rebuilding,
+// marked durably, with its log ending at last.
+func expectRebuildingAt(t *testing.T, m *Member, fsys vfs.FS, last uint64, when string) {
+	t.Helper()
+	if st := m.Status(); !st.Rebuilding || st.Last != last {
+		t.Fatalf("%s: rebuilding %v, last %d; want rebuilding at %d", when, st.Rebuilding, st.Last, last)
+	}
+	if ok, err := hasMark(fsys, "/n1", rebuildingFile); err != nil || !ok {
+		t.Fatalf("%s: rebuilding mark %v, %v", when, ok, err)
 	}
 }
 

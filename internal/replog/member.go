@@ -249,12 +249,13 @@ func (m *Member) Propose(p *Proposal) {
 
 // Handle carries out the kernel's Readys with the shared executor, then
 // completes the proposals whose outcome is known and publishes the
-// member's status. A damaged entry found while reading for a follower
-// restarts the member in place (see restartDamaged); any other error means
-// the member cannot persist and must stop.
+// member's status. Damage met in its own log — an entry read for a
+// follower, a truncation refused inside a damaged range — restarts the
+// member in place (see restartDamaged); any other error means the member
+// cannot persist and must stop.
 func (m *Member) Handle() error {
 	commit, err := m.x.Run(m.k)
-	if errors.Is(err, errDamagedRead) {
+	if errors.Is(err, errDamagedLog) {
 		// Drop the damage and rebuild, as after a restart (the unfinished
 		// Ready is lost, as in a crash).
 		if restarted, rerr := m.restartDamaged(); rerr != nil || !restarted {
@@ -429,7 +430,17 @@ func writeHardState(fsys vfs.FS, dir string, h replica.HardState) error {
 	return storage.WriteFileAtomic(fsys, path.Join(dir, hardStateFile), b[:])
 }
 
-func (s memberStore) TruncateAfter(seq uint64) error { return s.m.log.TruncateAfter(seq) }
+// TruncateAfter cuts the log after seq. A cut the log refuses inside a
+// damaged range (a *storage.CorruptError; the log is unchanged) is damage
+// met by the store: Handle drops the range whole and rebuilds in place.
+func (s memberStore) TruncateAfter(seq uint64) error {
+	err := s.m.log.TruncateAfter(seq)
+	var damaged *storage.CorruptError
+	if errors.As(err, &damaged) {
+		return fmt.Errorf("%w: %w", errDamagedLog, err)
+	}
+	return err
+}
 
 // Append writes entries as storage batches: one per run of one epoch, cut
 // so that a batch carries at most storage.BatchRecordBytesReused of
@@ -511,7 +522,7 @@ func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
 		}
 	}
 	if errors.Is(err, storage.ErrCorrupt) {
-		return nil, fmt.Errorf("%w: %w", errDamagedRead, err)
+		return nil, fmt.Errorf("%w: %w", errDamagedLog, err)
 	}
 	if err != nil {
 		return nil, err
@@ -533,7 +544,11 @@ func (s memberStore) Entries(first, last uint64) ([]replica.Entry, error) {
 // before the failure — it never vouched for the rest (FLUSHED and a
 // leader's own count wait for a sync) — and synced; then a fresh kernel
 // starts from what is durable. Pending proposals fail with ErrRestarted.
-// It fails, leaving the member as it was, while the disk keeps failing.
+// When the cut would end the log inside a damaged range or at its end
+// (the log refuses it: storage's cutOutsideDamage), a member of a group
+// drops the range whole instead, marked rebuilding, as at open: that cut
+// lies lower and takes the unsynced rest with it. It fails, leaving the
+// member as it was, while the disk keeps failing.
 func (m *Member) Recover() error {
 	synced := m.log.SyncedSeq()
 	lg, err := storage.Open(m.cfg.FS, m.cfg.Dir, storageOptions(m.cfg))
@@ -541,7 +556,12 @@ func (m *Member) Recover() error {
 		return err
 	}
 	if synced+1 < lg.NextSeq() && synced+1 >= lg.StartSeq() {
-		if err := lg.TruncateAfter(synced); err != nil {
+		err := lg.TruncateAfter(synced)
+		var damaged *storage.CorruptError
+		if errors.As(err, &damaged) && len(m.cfg.Members) > 1 {
+			_, err = quarantineDamage(m.cfg.FS, m.cfg.Dir, lg, m.cfg.Logger)
+		}
+		if err != nil {
 			lg.Close()
 			return err
 		}

@@ -100,7 +100,9 @@
 // log at its full length, lists each damaged range (Damage: file, offset,
 // bytes, seq range, cause), indexes the batch after it, and Read answers a
 // seq inside it with a *CorruptError and serves every record around it.
-// Verify re-reads sealed segments trusted through their index (the
+// TruncateAfter drops a damaged range whole or keeps it with records after
+// it: a cut inside one or at its end is refused with a *CorruptError and
+// changes nothing; splitting a gap keeps a gap. Verify re-reads sealed segments trusted through their index (the
 // scrubber) and records what it finds the same way. Repair, on a closed
 // log, replaces each damaged range with a gap batch (RepairSalvage) or
 // cuts the log at the first one and covers everything after with a gap

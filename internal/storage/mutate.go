@@ -8,7 +8,9 @@ import (
 
 // TruncateAfter drops every record with a seq above seq, splitting a batch
 // if needed; a seq at or above NextSeq-1 changes nothing, and a seq below
-// StartSeq-1 returns ErrOutOfRange. Removed segments are gone durably when
+// StartSeq-1 returns ErrOutOfRange. A seq inside a known damaged range
+// returns a *CorruptError naming the range and changes nothing: the log
+// stays usable (cutOutsideDamage). Removed segments are gone durably when
 // TruncateAfter returns; the truncation of the remaining tail is durable
 // after the next Sync (a crash before it may bring the dropped records of
 // that segment back). Any I/O failure fails the log.
@@ -23,6 +25,10 @@ func (l *Log) TruncateAfter(seq uint64) error {
 	}
 	if seq+1 < l.segments[0].baseSeq {
 		return fmt.Errorf("%w: truncate after %d below start seq %d", ErrOutOfRange, seq, l.segments[0].baseSeq)
+	}
+	if d, ok := damageAround(l.damage, seq); ok {
+		return fmt.Errorf("storage: truncate after %d inside damaged seqs (after %d would drop them whole): %w",
+			seq, d.FirstSeq-1, &CorruptError{Damage: d})
 	}
 	// Readers must not run while published bytes change.
 	l.mu.Lock()
@@ -67,6 +73,33 @@ func (l *Log) TruncateAfter(seq uint64) error {
 	return nil
 }
 
+// damageAround returns the damaged range of ds that holds seq: a cut
+// after seq would end the log inside it or at its end.
+//
+// Invariant cutOutsideDamage: a truncation drops a damaged range whole or
+// keeps it with records after it; it never ends the log inside one or at
+// its end. A damaged range's bytes are unreadable — where its batches
+// begin and end, and what they hold, is unknown — so the log cannot end at
+// seq+1 inside it, and cutting lower, at the range's start, would drop
+// seqs at or below seq that the caller keeps (a replica appends the next
+// entries at seq+1: a log that ended lower would give them other seqs).
+// Kept whole at the end of the log, nothing after it would prove it
+// durable to recovery, and when it holds no bytes (seqs missing between
+// segments) the next append lands where it starts: the reopened log took
+// that durable batch for a torn tail and cut it. The truncation is
+// refused and changes nothing; the caller drops the range whole (a
+// replica truncates after FirstSeq-1 and rebuilds). Such ranges come from
+// the scrubber (Verify) and from sealed segments that end early; a cut
+// inside one used to fail the log.
+func damageAround(ds []Damage, seq uint64) (Damage, bool) {
+	for _, d := range ds {
+		if d.Seqs() > 0 && d.FirstSeq <= seq && seq <= d.LastSeq {
+			return d, true
+		}
+	}
+	return Damage{}, false
+}
+
 // truncateSegment drops the records of s from cut on and rescans s.
 func (l *Log) truncateSegment(s *segment, cut uint64) error {
 	off, expectSeq := s.lookup(cut)
@@ -91,22 +124,8 @@ func (l *Log) truncateSegment(s *segment, cut uint64) error {
 		}
 		var keep []byte
 		if h.baseSeq < cut {
-			// Split the batch: rewrite its first records.
-			b := make([]byte, h.totalBytes)
-			if err := readFull(s.file, b, off); err != nil {
-				return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
-			}
-			entries, _, err := verifyBatch(h, b, make([]Entry, 0, h.count), nil)
-			if err != nil {
-				return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
-			}
-			recs := make([]Record, 0, cut-h.baseSeq)
-			for _, e := range entries[:cut-h.baseSeq] {
-				recs = append(recs, e.Record)
-			}
-			// The shortened batch keeps the claim the original made.
-			keep, err = appendBatch(nil, h.baseSeq, h.epoch, syncedThrough(h, b), recs, batchBytesLimit, batchBytesLimit)
-			if err != nil {
+			var err error
+			if keep, err = splitBatch(s, off, h, cut); err != nil {
 				return fmt.Errorf("storage: truncate segment %d: %w", s.baseSeq, err)
 			}
 		}
@@ -139,6 +158,33 @@ func (l *Log) truncateSegment(s *segment, cut uint64) error {
 		return fmt.Errorf("%w: segment %d after truncation ends at seq %d: %v", ErrCorrupt, s.baseSeq, s.nextSeq, res.stopErr)
 	}
 	return nil
+}
+
+// splitBatch reads and verifies the batch h at off of s and returns its
+// encoding cut before seq cut (h.baseSeq < cut < h.nextSeq()).
+//
+// Invariant gapSplitStaysAGap: the first seqs of a gap batch (seqs a
+// repair dropped) stay a gap. A gap has no records to keep; taking its
+// first seqs for records made up empty records where the repair had
+// recorded a loss, and readers were served them.
+func splitBatch(s *segment, off int64, h batchHeader, cut uint64) ([]byte, error) {
+	b := make([]byte, h.totalBytes)
+	if err := readFull(s.file, b, off); err != nil {
+		return nil, err
+	}
+	entries, _, err := verifyBatch(h, b, make([]Entry, 0, h.count), nil)
+	if err != nil {
+		return nil, err
+	}
+	if h.gap() {
+		return appendGapBatch(nil, h.baseSeq, h.epoch, uint32(cut-h.baseSeq)), nil
+	}
+	recs := make([]Record, 0, cut-h.baseSeq)
+	for _, e := range entries[:cut-h.baseSeq] {
+		recs = append(recs, e.Record)
+	}
+	// The shortened batch keeps the claim the original made.
+	return appendBatch(nil, h.baseSeq, h.epoch, syncedThrough(h, b), recs, batchBytesLimit, batchBytesLimit)
 }
 
 // ApplyRetention deletes whole sealed segments, oldest first, while the

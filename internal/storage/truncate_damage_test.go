@@ -1,0 +1,154 @@
+package storage
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/nereus-broker/nereus/internal/vfs"
+)
+
+// damagedLog is a log holding one known damaged range of several seqs,
+// open on m, and what was appended to it.
+type damagedLog struct {
+	m    *vfs.MemFS
+	opts Options
+	l    *Log
+	mod  model
+}
+
+// damageKinds builds each kind of damaged range a log knows of: found by
+// recovery in the active segment, found by the scrubber in a sealed one,
+// and seqs missing between segments (a sealed segment that ends early).
+var damageKinds = []struct {
+	name  string
+	build func(t *testing.T) *damagedLog
+}{
+	{"flipped batch found by recovery", func(t *testing.T) *damagedLog {
+		d := &damagedLog{m: vfs.NewMem(), opts: Options{IndexIntervalBytes: 256}}
+		l := openLog(t, d.m, d.opts)
+		off, _, _ := appendSynced(t, l, &d.mod, 40, 20)
+		l.Close()
+		if err := d.m.FlipBit(segmentPath(testDir, 1), off+batchOverheadBytes+20, 3); err != nil {
+			t.Fatal(err)
+		}
+		d.l = openLog(t, d.m, d.opts)
+		return d
+	}},
+	{"flipped batch found by Verify", func(t *testing.T) *damagedLog {
+		d := &damagedLog{m: vfs.NewMem(), opts: smallOpts()}
+		d.l = openLog(t, d.m, d.opts)
+		appendSynced(t, d.l, &d.mod, 60, -1)
+		offs, _ := batchOffsets(t, d.m, segmentPath(testDir, 1))
+		flipRecord(t, d.m, segmentPath(testDir, 1), offs[1])
+		verifyFirst(t, d.l)
+		return d
+	}},
+	{"seqs missing between segments", func(t *testing.T) *damagedLog {
+		d := &damagedLog{m: vfs.NewMem(), opts: smallOpts()}
+		l := openLog(t, d.m, d.opts)
+		appendSynced(t, l, &d.mod, 60, -1)
+		l.Close()
+		name := segmentPath(testDir, 1)
+		offs, _ := batchOffsets(t, d.m, name)
+		data, _ := d.m.ReadFile(name)
+		if err := d.m.WriteFile(name, data[:offs[len(offs)-1]]); err != nil { // its last batch gone
+			t.Fatal(err)
+		}
+		if err := d.m.Remove(indexPath(testDir, 1)); err != nil {
+			t.Fatal(err)
+		}
+		d.l = openLog(t, d.m, d.opts)
+		return d
+	}},
+}
+
+// TestTruncateInsideDamageIsRefused guards TruncateAfter's
+// cutOutsideDamage: a cut after any seq of a known damaged range (its last
+// one included) is refused with a *CorruptError naming the range, and
+// changes nothing; the log stays usable — it appends, serves every record
+// outside the range, survives a reopen — and a cut just before the range
+// drops it whole. Without the guard a cut inside the range failed the
+// whole log (the split of the damaged batch, or the walk to a batch
+// missing from a segment that ends early, could not read it), and a cut
+// at the end of missing seqs left the log ending there: the next append
+// landed where they start and recovery cut it as a torn tail.
+func TestTruncateInsideDamageIsRefused(t *testing.T) {
+	for _, kind := range damageKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			d := kind.build(t)
+			l := d.l
+			defer func() { l.Close() }()
+			ds := l.Damage()
+			if len(ds) != 1 || ds[0].Seqs() < 2 {
+				t.Fatalf("setup: damage %v, want one range of several seqs", ds)
+			}
+			dmg, next, segments := ds[0], l.NextSeq(), len(l.segments)
+			for seq := dmg.FirstSeq; seq <= dmg.LastSeq; seq++ {
+				err := l.TruncateAfter(seq)
+				var ce *CorruptError
+				if !errors.As(err, &ce) || ce.Damage.FirstSeq != dmg.FirstSeq || ce.Damage.LastSeq != dmg.LastSeq {
+					t.Fatalf("TruncateAfter(%d) inside damaged seqs %d-%d: %v, want a *CorruptError naming them", seq, dmg.FirstSeq, dmg.LastSeq, err)
+				}
+				if l.NextSeq() != next || len(l.segments) != segments || !reflect.DeepEqual(l.Damage(), ds) {
+					t.Fatalf("a refused TruncateAfter(%d) changed the log: NextSeq %d (was %d), %d segments (were %d), damage %v",
+						seq, l.NextSeq(), next, len(l.segments), segments, l.Damage())
+				}
+			}
+			d.mod.append(t, l, 1, []Record{testRecord(int(next))})
+			if err := l.Sync(); err != nil {
+				t.Fatalf("Sync after the refusals: %v", err)
+			}
+			if refused := readAround(t, l, &d.mod); !reflect.DeepEqual(refused, []uint64{dmg.FirstSeq}) {
+				t.Fatalf("after the refusals: refused %v, want only %d", refused, dmg.FirstSeq)
+			}
+			l.Close()
+			l = openLog(t, d.m, d.opts)
+			if es, err := l.Read(next, 1, 1<<20); err != nil || len(es) != 1 || !sameRecord(es[0].Record, d.mod.records[next-1]) {
+				t.Fatalf("after a reopen, Read(%d) of the record appended after the refusals: %v %v", next, es, err)
+			}
+			if err := l.TruncateAfter(dmg.FirstSeq - 1); err != nil {
+				t.Fatalf("TruncateAfter(%d), just before the damage: %v", dmg.FirstSeq-1, err)
+			}
+			if len(l.Damage()) != 0 || l.NextSeq() != dmg.FirstSeq {
+				t.Fatalf("after dropping the damage whole: damage %v, NextSeq %d; want none, %d", l.Damage(), l.NextSeq(), dmg.FirstSeq)
+			}
+			d.mod.truncate(dmg.FirstSeq - 1)
+			checkAgainst(t, l, &d.mod)
+		})
+	}
+}
+
+// TestTruncateInsideAGapKeepsAGap guards truncateSegment's
+// gapSplitStaysAGap: a cut inside a repair's gap keeps the seqs below the
+// cut a gap. A gap batch has no records; the split used to take its first
+// seqs for records (the slice of none reached into spare capacity) and
+// wrote empty records there, which readers were then served as data.
+func TestTruncateInsideAGapKeepsAGap(t *testing.T) {
+	m, _, _, first, _ := damagedSealedLog(t)
+	if _, err := Repair(m, testDir, smallOpts(), RepairTruncate, false); err != nil {
+		t.Fatal(err)
+	}
+	l := openLog(t, m, smallOpts())
+	defer func() { l.Close() }()
+	var gap *GapError
+	if _, err := l.Read(first, 1, 1<<20); !errors.As(err, &gap) || gap.Next != l.NextSeq() {
+		t.Fatalf("setup: Read(%d): %v, want a gap to the log's end %d", first, err, l.NextSeq())
+	}
+	if err := l.TruncateAfter(first + 1); err != nil {
+		t.Fatalf("TruncateAfter(%d) inside the gap: %v", first+1, err)
+	}
+	for reopened := range 2 {
+		if l.NextSeq() != first+2 {
+			t.Fatalf("reopened %d: NextSeq %d, want %d", reopened, l.NextSeq(), first+2)
+		}
+		for _, seq := range []uint64{first, first + 1} {
+			es, err := l.Read(seq, 1, 1<<20)
+			if !errors.As(err, &gap) || gap.Next != first+2 {
+				t.Fatalf("reopened %d: Read(%d) in the kept part of the gap: %d entries %+v, %v; want a gap to %d", reopened, seq, len(es), es, err, first+2)
+			}
+		}
+		l.Close()
+		l = openLog(t, m, smallOpts())
+	}
+}
