@@ -194,17 +194,17 @@ type kvRunner struct {
 	compacting bool
 	// proposing counts this runner's proposals not yet answered by the
 	// partition. checkpointing: a checkpoint's chunks are among them.
-	// drainSinceMs, when not 0, is when a due checkpoint started holding
-	// back the leader kernel's proposals (held, in order) for what is in
-	// flight to commit.
+	// drainSinceMs, when not 0, is when (Node.monoMs) a due checkpoint
+	// started holding back the leader kernel's proposals (held, in order)
+	// for what is in flight to commit.
 	proposing     int
 	checkpointing bool
 	drainSinceMs  int64
 	held          []kv.Proposal
-	// checkpointRetryMs: after a checkpoint's proposal failed (a leader
-	// the partition no longer lets propose, read-only), none is tried
-	// before it — proposing again at once, at the same instant, would
-	// spin.
+	// checkpointRetryMs (Node.monoMs): after a checkpoint's proposal
+	// failed (a leader the partition no longer lets propose, read-only),
+	// none is tried before it — proposing again at once, at the same
+	// instant, would spin.
 	checkpointRetryMs int64
 	ticks             int
 	// nextTickMs: when a Manual runner's next tick is due (step).
@@ -727,6 +727,13 @@ func (r *kvRunner) dropHeld() {
 // them only once everything in its log is applied: it holds new writes
 // back until what is in flight commits — at most kvCheckpointDrainMs,
 // then lets them go and tries again at the next lull.
+//
+// CheckpointWaitsAreMonotonic: the drain and the retry after a refused
+// checkpoint are waits held in memory, measured on Node.monoMs. On the
+// wall clock a step of it either way ended a drain at once (its writes
+// let go, the checkpoint put off to a lull) and let a refused checkpoint
+// be proposed again before its tick. The checkpoint's own date stays on
+// the wall clock.
 func (r *kvRunner) maybeCheckpoint() {
 	b, err := r.readyBucket()
 	minBytes := r.n.cfg.KVCheckpointMinBytes
@@ -734,22 +741,22 @@ func (r *kvRunner) maybeCheckpoint() {
 		r.releaseHeld()
 		return
 	}
-	now := r.n.nowMs()
-	if now < r.checkpointRetryMs && now >= r.checkpointRetryMs-kvTick.Milliseconds() {
+	mono := r.n.monoMs()
+	if mono < r.checkpointRetryMs {
 		r.releaseHeld()
 		return
 	}
 	if r.drainSinceMs == 0 {
-		r.drainSinceMs = now
+		r.drainSinceMs = mono
 	}
 	if r.proposing > 0 || r.applied+1 != r.p.readLog.Load().NextSeq() {
-		if now-r.drainSinceMs >= kvCheckpointDrainMs || now < r.drainSinceMs {
+		if mono-r.drainSinceMs >= kvCheckpointDrainMs {
 			r.releaseHeld()
 		}
 		return
 	}
 	chunkBytes := max(1, min(kv.ValueBytesLimit, r.n.cfg.RecordBytesMax-kvRecordOverheadBytes))
-	recs, cerr := b.CheckpointRecords(chunkBytes, now)
+	recs, cerr := b.CheckpointRecords(chunkBytes, r.n.nowMs())
 	if cerr != nil {
 		r.n.logRepeatedError(r.p.subject(), "kv: cannot write a checkpoint; the bucket's log is not truncated", "err", cerr)
 		r.releaseHeld()
@@ -761,7 +768,7 @@ func (r *kvRunner) maybeCheckpoint() {
 	for _, rec := range recs {
 		r.propose(storageRecord(rec), func(_ uint64, err *wire.Error) {
 			if err != nil {
-				r.checkpointRetryMs = r.n.nowMs() + kvTick.Milliseconds()
+				r.checkpointRetryMs = r.n.monoMs() + kvTick.Milliseconds()
 			}
 			if left--; left == 0 {
 				r.checkpointing = false

@@ -355,22 +355,24 @@ func (s refusingStore) accept(r *pubReq) {
 	r.answer(wire.PubOK{}, wire.Errorf(wire.CodeNotLeader, "refused"))
 }
 
-// A leader whose checkpoint's chunks are refused at once does not propose
-// them again before a tick: proposing again at the same instant, round
-// after round, spun a simulated node (its Step never ended).
-func TestKVRefusedCheckpointWaitsATick(t *testing.T) {
-	r := bareRunner()
-	var nowMs atomic.Int64
-	nowMs.Store(1_000_000)
-	r.n.cfg.Env.Clock = testClock{nowMs: &nowMs}
+// dueCheckpointLeader is a bare runner leading a single node's bucket
+// whose checkpoint is due, on a test clock whose wall reading the test can
+// step alone (clock.wallStepMs); its partition refuses every proposal at
+// once and counts them in refused. lg is the partition's log.
+func dueCheckpointLeader(t *testing.T) (r *kvRunner, lg *storage.Log, clock testClock, refused *int) {
+	t.Helper()
+	r = bareRunner()
+	clock = testClock{nowMs: new(atomic.Int64), wallStepMs: new(atomic.Int64)}
+	clock.nowMs.Store(1_000_000)
+	r.n.cfg.Env.Clock = clock
 	r.n.cfg.KVCheckpointMinBytes = 1
-	refused := 0
-	r.p.store = refusingStore{unhostedStore{r.p}, &refused}
+	refused = new(int)
+	r.p.store = refusingStore{unhostedStore{r.p}, refused}
 	lg, err := storage.Open(vfs.NewMem(), "/log", storage.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lg.Close()
+	t.Cleanup(func() { lg.Close() })
 	recs := []storage.Record{kvBucketConf{History: 1, TombstoneTTLMs: 1000}.record()}
 	for i := range 5 {
 		recs = append(recs, storageRecord(kv.EncodeRecord(kv.Write{Op: kv.OpPut, Key: []byte("k"), Value: []byte(fmt.Sprint(i))})))
@@ -384,25 +386,88 @@ func TestKVRefusedCheckpointWaitsATick(t *testing.T) {
 	if r.leader == nil || !r.state.CheckpointDue(1) {
 		t.Fatalf("leader %v, checkpoint due %v", r.leader != nil, r.state.CheckpointDue(1))
 	}
-	runInbox := r.runInbox
+	return r, lg, clock, refused
+}
+
+// A leader whose checkpoint's chunks are refused at once does not propose
+// them again before a tick: proposing again at the same instant, round
+// after round, spun a simulated node (its Step never ended).
+func TestKVRefusedCheckpointWaitsATick(t *testing.T) {
+	r, _, clock, refused := dueCheckpointLeader(t)
 	r.maybeCheckpoint()
-	runInbox()
-	first := refused
+	r.runInbox()
+	first := *refused
 	if first == 0 || r.checkpointing {
 		t.Fatalf("%d chunks proposed, still checkpointing %v", first, r.checkpointing)
 	}
 	for range 10 { // rounds at the same instant
 		r.maybeCheckpoint()
-		runInbox()
+		r.runInbox()
 	}
-	if refused != first {
-		t.Fatalf("the refused checkpoint was proposed again at the same instant: %d chunks, then %d", first, refused)
+	if *refused != first {
+		t.Fatalf("the refused checkpoint was proposed again at the same instant: %d chunks, then %d", first, *refused)
 	}
-	nowMs.Add(kvTick.Milliseconds())
+	clock.nowMs.Add(kvTick.Milliseconds())
 	r.maybeCheckpoint()
-	runInbox()
-	if refused != 2*first {
-		t.Fatalf("a tick later: %d chunks proposed in all, want %d", refused, 2*first)
+	r.runInbox()
+	if *refused != 2*first {
+		t.Fatalf("a tick later: %d chunks proposed in all, want %d", *refused, 2*first)
+	}
+}
+
+// TestKVCheckpointWaitsRunOnTheMonotonicClock guards
+// CheckpointWaitsAreMonotonic: a step of the wall clock an hour either
+// way neither lets a refused checkpoint be proposed again before its
+// tick, nor ends a checkpoint's drain (the writes it holds back while
+// what is in flight commits) before kvCheckpointDrainMs. On the wall
+// clock both waits gave up at once.
+func TestKVCheckpointWaitsRunOnTheMonotonicClock(t *testing.T) {
+	for _, step := range []time.Duration{-time.Hour, time.Hour} {
+		t.Run("retry "+step.String(), func(t *testing.T) {
+			r, _, clock, refused := dueCheckpointLeader(t)
+			r.maybeCheckpoint()
+			r.runInbox()
+			first := *refused
+			if first == 0 {
+				t.Fatal("setup: no checkpoint proposed")
+			}
+			clock.wallStepMs.Store(step.Milliseconds())
+			r.maybeCheckpoint()
+			r.runInbox()
+			if *refused != first {
+				t.Fatalf("the wall clock stepped %v: the refused checkpoint was proposed again before its tick (%d chunks, then %d)", step, first, *refused)
+			}
+			clock.nowMs.Add(kvTick.Milliseconds())
+			r.maybeCheckpoint()
+			r.runInbox()
+			if *refused != 2*first {
+				t.Fatalf("a tick later: %d chunks proposed in all, want %d", *refused, 2*first)
+			}
+		})
+		t.Run("drain "+step.String(), func(t *testing.T) {
+			r, lg, clock, refused := dueCheckpointLeader(t)
+			// A record in the log that the runner has not applied yet: in
+			// flight, so the due checkpoint drains.
+			if _, err := lg.Append(1, []storage.Record{storageRecord(kv.EncodeRecord(kv.Write{Op: kv.OpPut, Key: []byte("k"), Value: []byte("in flight")}))}); err != nil {
+				t.Fatal(err)
+			}
+			r.maybeCheckpoint()
+			r.write(kv.Write{Op: kv.OpPut, Key: []byte("k"), Value: []byte("held")}, func(uint64, error) {})
+			if r.drainSinceMs == 0 || len(r.held) != 1 || *refused != 0 {
+				t.Fatalf("setup: draining since %d, %d writes held, %d proposed; want a drain holding the write", r.drainSinceMs, len(r.held), *refused)
+			}
+			clock.wallStepMs.Store(step.Milliseconds())
+			clock.nowMs.Add(kvCheckpointDrainMs - 1)
+			r.maybeCheckpoint()
+			if len(r.held) != 1 || *refused != 0 {
+				t.Fatalf("the wall clock stepped %v: the drain let its write go %d ms in, before %d ms", step, kvCheckpointDrainMs-1, kvCheckpointDrainMs)
+			}
+			clock.nowMs.Add(1)
+			r.maybeCheckpoint()
+			if len(r.held) != 0 || *refused != 1 {
+				t.Fatalf("%d ms into the drain: %d writes held, %d proposed; want the write let go", kvCheckpointDrainMs, len(r.held), *refused)
+			}
+		})
 	}
 }
 
