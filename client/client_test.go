@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -728,5 +729,36 @@ func TestAsyncPublishesGetTheirOwnResults(t *testing.T) {
 		if res, ok := results[seq]; !ok || res.Seq != seq || res.Partition != 0 {
 			t.Fatalf("producer seq %d: result %+v (present %v), want log seq %d", seq, res, ok, seq)
 		}
+	}
+}
+
+// A group delete whose answer is lost — the coordinator applied it, then
+// the connection dropped — is sent again naming the incarnation the call
+// learnt first: the retry is answered OK and the group's incarnation moved
+// once (GroupDeleteRetryDeletesOnce; a retry that asked for the current
+// incarnation again would delete the next one). An incarnation above the
+// current one is ErrNotFound.
+func TestDeleteGroupRetryNamesItsIncarnation(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	fs.groupsDeleted = map[string]uint64{"g": 2}
+	fs.onGroupDelete = func(n int) fakeAction {
+		if n == 1 {
+			return fakeAppendThenDrop
+		}
+		return fakeNormal
+	}
+	c := dialFake(t, fs)
+	if err := c.DeleteGroupForce(testCtx(t), "g"); err != nil {
+		t.Fatalf("DeleteGroupForce with its first answer lost: %v", err)
+	}
+	fs.mu.Lock()
+	sent, deleted := slices.Clone(fs.groupDeletes), fs.groupsDeleted["g"]
+	fs.mu.Unlock()
+	want := wire.GroupDeleteIncarnation{GroupRef: wire.GroupRef{Group: "g", Incarnation: 3}, Force: true}
+	if len(sent) != 2 || sent[0] != want || sent[1] != want || deleted != 3 {
+		t.Fatalf("GROUP_DELETE_INCARNATION frames %+v, last deleted %d; want two naming incarnation 3, and 3", sent, deleted)
+	}
+	if _, err := c.DeleteGroupIncarnation(testCtx(t), "g", 9, false); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete of incarnation 9 of a group at 4: %v, want ErrNotFound", err)
 	}
 }

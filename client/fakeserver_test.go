@@ -71,6 +71,13 @@ type fakeServer struct {
 	// (a SIGSTOPped broker: its kernel still accepts and buffers).
 	frozen map[int]bool
 	closed bool
+	// groupsDeleted: a group's last deleted incarnation (the current is
+	// the next); groupDeletes: every GROUP_DELETE_INCARNATION received;
+	// onGroupDelete, when set, may drop the connection after the nth is
+	// applied, without an answer.
+	groupsDeleted map[string]uint64
+	groupDeletes  []wire.GroupDeleteIncarnation
+	onGroupDelete func(n int) fakeAction
 }
 
 type fakeAction int
@@ -597,9 +604,34 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 			return errFrame(wire.CodeNotLeader, "not the coordinator of %s", f.Topic), false
 		}
 		return fs.ackLocked(s, f.Topic, f.Group, f.Entries, true, f.DelayMs), false
+	case *wire.GroupIncarnation:
+		return &wire.GroupIncarnationOK{GroupRef: wire.GroupRef{Group: f.Group, Incarnation: fs.groupsDeleted[f.Group] + 1}}, false
+	case *wire.GroupDeleteIncarnation:
+		return fs.groupDeleteLocked(f)
 	default:
 		return errFrame(wire.CodeBadFrame, "unexpected %s", f.Type()), true
 	}
+}
+
+// groupDeleteLocked deletes a group's incarnation as the coordinator
+// does: an incarnation deleted before is OK and deletes nothing, one
+// above the current is NOT_FOUND.
+func (fs *fakeServer) groupDeleteLocked(f *wire.GroupDeleteIncarnation) (wire.Frame, bool) {
+	fs.groupDeletes = append(fs.groupDeletes, *f)
+	current := fs.groupsDeleted[f.Group] + 1
+	switch {
+	case f.Incarnation > current:
+		return errFrame(wire.CodeNotFound, "group %s incarnation %d does not exist", f.Group, f.Incarnation), false
+	case f.Incarnation == 0 || f.Incarnation == current:
+		if fs.groupsDeleted == nil {
+			fs.groupsDeleted = map[string]uint64{}
+		}
+		fs.groupsDeleted[f.Group] = current
+	}
+	if fs.onGroupDelete != nil && fs.onGroupDelete(len(fs.groupDeletes)) == fakeAppendThenDrop {
+		return nil, true
+	}
+	return &wire.GroupOK{}, false
 }
 
 func (fs *fakeServer) pubLocked(s *fakeSession, f *wire.Pub) (wire.Frame, bool) {

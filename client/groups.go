@@ -176,12 +176,11 @@ func held(hs []wire.HeldPartition) []HeldPartition {
 
 // DeleteGroup removes a group without members (at the coordinator), and
 // its progress: a group of the name used later starts afresh, with no
-// acks.
+// acks. The delete names the incarnation it found and is sent again after
+// a lost connection or a coordinator change (DeleteGroupIncarnation).
 func (c *Client) DeleteGroup(ctx context.Context, name string) error {
-	if _, err := c.coordinatorRequest(ctx, &wire.GroupDelete{Group: name}); err != nil {
-		return fmt.Errorf("nereus: delete group %s: %w", name, err)
-	}
-	return nil
+	_, err := c.DeleteGroupIncarnation(ctx, name, 0, false)
+	return err
 }
 
 // DeleteGroupForce is DeleteGroup that also deletes a group the
@@ -192,10 +191,58 @@ func (c *Client) DeleteGroup(ctx context.Context, name string) error {
 // cannot tell such a group from a mistyped name: a name never used is
 // "deleted" too (its next use starts afresh, as it would have anyway).
 func (c *Client) DeleteGroupForce(ctx context.Context, name string) error {
-	if _, err := c.coordinatorRequest(ctx, &wire.GroupDeleteForce{Group: name}); err != nil {
-		return fmt.Errorf("nereus: delete group %s: %w", name, err)
+	_, err := c.DeleteGroupIncarnation(ctx, name, 0, true)
+	return err
+}
+
+// DeleteGroupIncarnation deletes incarnation of group name — 0: the
+// current one, asked of the coordinator first — with force as
+// DeleteGroupForce, and returns the incarnation it deleted. The request
+// names that incarnation, so it is sent again after a lost connection, a
+// coordinator change or a delete the metadata log did not apply in time,
+// until ctx (bounded by RequestTimeout) ends: once the incarnation is
+// deleted, by this call or another, a delete of it is answered OK and
+// deletes nothing more — never the incarnation consumers started next.
+// A script that runs a delete again after a failure should pass the
+// incarnation the first run returned or printed. An incarnation above
+// the current one fails with ErrNotFound.
+func (c *Client) DeleteGroupIncarnation(ctx context.Context, name string, incarnation uint64, force bool) (uint64, error) {
+	ctx, cancel := c.withRequestTimeout(ctx)
+	defer cancel()
+	if incarnation == 0 {
+		reply, err := c.coordinatorRetry(ctx, &wire.GroupIncarnation{Group: name})
+		if err != nil {
+			return 0, fmt.Errorf("nereus: delete group %s: %w", name, err)
+		}
+		ok, isOK := reply.(*wire.GroupIncarnationOK)
+		if !isOK {
+			return 0, unexpected("GROUP_INCARNATION", reply)
+		}
+		incarnation = ok.Incarnation
 	}
-	return nil
+	f := &wire.GroupDeleteIncarnation{GroupRef: wire.GroupRef{Group: name, Incarnation: incarnation}, Force: force}
+	if _, err := c.coordinatorRetry(ctx, f); err != nil {
+		return 0, fmt.Errorf("nereus: delete group %s incarnation %d: %w", name, incarnation, err)
+	}
+	return incarnation, nil
+}
+
+// coordinatorRetry is coordinatorRequest sent again, after a backoff,
+// while it fails in a way a retry may mend (a lost connection, NOT_LEADER,
+// UNAVAILABLE, QUORUM_LOST) and ctx lasts: only for requests that are
+// safe to repeat.
+func (c *Client) coordinatorRetry(ctx context.Context, f wire.Frame) (wire.Frame, error) {
+	var last error
+	for attempt := 1; ; attempt++ {
+		reply, err := c.coordinatorRequest(ctx, f)
+		if err == nil || !routeMayHaveMoved(err) {
+			return reply, err
+		}
+		last = err
+		if ctx.Err() != nil || !retryPause(ctx, attempt) {
+			return nil, ctxError(ctx, last)
+		}
+	}
 }
 
 // coordinatorRequest sends f to the metadata leader (the groups'

@@ -394,11 +394,7 @@ func (k *KV) request(ctx context.Context, f wire.Frame, write bool) (wire.Frame,
 		}
 		last = err
 		k.refreshRoute(ctx)
-		t := time.NewTimer(backoff(attempt, 10*time.Millisecond, 500*time.Millisecond))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !retryPause(ctx, attempt) {
 			return nil, ctxError(ctx, last)
 		}
 	}
@@ -542,11 +538,7 @@ func (k *KV) runWatch(ctx context.Context, w *KVWatcher, prefix string, credit i
 			return
 		}
 		k.refreshRoute(ctx)
-		t := time.NewTimer(backoff(attempt, 10*time.Millisecond, 500*time.Millisecond))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !retryPause(ctx, attempt) {
 			return
 		}
 	}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -107,4 +108,17 @@ func backoff(attempt int, min, max time.Duration) time.Duration {
 		d = max
 	}
 	return d - time.Duration(rand.Int64N(int64(d)/4+1))
+}
+
+// retryPause waits before a request's retry number attempt — backoff
+// from 10 ms to 500 ms — reporting false if ctx ended first.
+func retryPause(ctx context.Context, attempt int) bool {
+	t := time.NewTimer(backoff(attempt, 10*time.Millisecond, 500*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

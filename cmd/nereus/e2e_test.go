@@ -599,10 +599,22 @@ func TestCLIGroupMembers(t *testing.T) {
 	if !errors.As(err, &exit) || !strings.Contains(string(exit.Stderr), "nereus group delete --force batch") {
 		t.Fatalf("delete without --force of a group without members: %v, want a hint to --force", err)
 	}
-	if out, err := run("group", "delete", "--force", "batch"); err != nil || !strings.Contains(out, "deleted group batch") {
+	if out, err := run("group", "delete", "--force", "batch"); err != nil || !strings.Contains(out, "deleted group batch (incarnation 1)") {
 		t.Fatalf("delete --force: %v %s", err, out)
 	}
 	if got := consume(3); got != 3 {
 		t.Fatalf("the group without members got %d messages after its delete, want all 3 again", got)
+	}
+	// The delete run again, as a script does whose first run's answer was
+	// lost, naming the incarnation printed: OK, and the next incarnation's
+	// acks stand (GroupDeleteRetryDeletesOnce).
+	if out, err := run("group", "delete", "--force", "--incarnation", "1", "batch"); err != nil || !strings.Contains(out, "deleted group batch (incarnation 1)") {
+		t.Fatalf("delete --force --incarnation 1 again: %v %s", err, out)
+	}
+	if got := consume(1); got != 0 {
+		t.Fatalf("the retried delete reset the next incarnation: it delivered %d again", got)
+	}
+	if _, err := run("group", "delete", "--force", "--incarnation", "3", "batch"); !errors.As(err, &exit) || !strings.Contains(string(exit.Stderr), "incarnation 3 does not exist") {
+		t.Fatalf("delete of an incarnation not yet created: %v, want NOT_FOUND", err)
 	}
 }

@@ -109,10 +109,19 @@ func newGroupDescribeCmd() *cobra.Command {
 
 func newGroupDeleteCmd() *cobra.Command {
 	var force bool
+	var incarnation uint64
 	cmd := &cobra.Command{
 		Use:   "delete GROUP",
 		Short: "Delete a group that has no members, and its acks: the name starts afresh",
-		Args:  cobra.ExactArgs(1),
+		Long: `Delete a group that has no members, and its acks: the name starts afresh.
+
+The delete names the group's incarnation (its life since the name was last
+deleted; printed on success) and is retried within --timeout; a delete of
+an incarnation already deleted is OK and deletes nothing more. To run a
+delete again after a failure without risking the next incarnation, pass
+--incarnation with the number the first run printed (or 1 for a group
+never deleted).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, opts, err := dial(cmd.Context(), cmd)
 			if err != nil {
@@ -121,21 +130,19 @@ func newGroupDeleteCmd() *cobra.Command {
 			defer c.Close()
 			ctx, cancel := withTimeout(cmd.Context(), opts.RequestTimeout)
 			defer cancel()
-			del := c.DeleteGroup
-			if force {
-				del = c.DeleteGroupForce
-			}
-			if err := del(ctx, args[0]); err != nil {
+			deleted, err := c.DeleteGroupIncarnation(ctx, args[0], incarnation, force)
+			if err != nil {
 				if !force && errors.Is(err, client.ErrNotFound) {
 					return fmt.Errorf("%w\n(a group consumed only without --member is deleted with: nereus group delete --force %s)", err, args[0])
 				}
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted group %s\n", args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted group %s (incarnation %d)\n", args[0], deleted)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "also delete a group the coordinator does not know: one consumed only by consumers without --member (no typo check: any name is accepted)")
+	cmd.Flags().Uint64Var(&incarnation, "incarnation", 0, "delete this incarnation of the group (0: the current one); OK if it is already deleted")
 	return cmd
 }
 

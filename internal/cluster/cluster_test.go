@@ -581,7 +581,7 @@ func TestDeclareWaitsOnTheMonotonicClock(t *testing.T) {
 	start = tc.clock.NowNanos()
 	var answered bool
 	var gerr error
-	tc.nodes[leader].ProposeMeta(DecideGroupDelete("g", true), func(err error) { answered, gerr = true, err })
+	tc.nodes[leader].ProposeMeta(DecideGroupDelete("g", true, 0), func(err error) { answered, gerr = true, err })
 	tc.skewMs[leader] = -time.Hour.Milliseconds()
 	tc.runUntil(5*time.Second, "the group command answered", func() bool { return answered })
 	if codeOf(gerr) != wire.CodeUnavailable && codeOf(gerr) != wire.CodeQuorumLost {

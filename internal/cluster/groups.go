@@ -61,8 +61,8 @@ func DecideGroup(cmd group.Command) func(*meta.State) (meta.Command, error) {
 }
 
 // DecideGroupDelete decides the delete of group name (meta.State.DecideGroupDelete).
-func DecideGroupDelete(name string, force bool) func(*meta.State) (meta.Command, error) {
-	return func(st *meta.State) (meta.Command, error) { return st.DecideGroupDelete(name, force) }
+func DecideGroupDelete(name string, force bool, incarnation uint64) func(*meta.State) (meta.Command, error) {
+	return func(st *meta.State) (meta.Command, error) { return st.DecideGroupDelete(name, force, incarnation) }
 }
 
 // ProposeMeta decides a command against the applied metadata — a group

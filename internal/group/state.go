@@ -117,6 +117,10 @@ type Mutations struct {
 	// the group's current incarnation, whichever it was decided against
 	// (meta: GroupDeleteNamesItsIncarnation).
 	DeleteIgnoresIncarnation bool
+	// DeleteRetryIgnoresIncarnation: the coordinator decides a group
+	// delete naming an incarnation already deleted against the current
+	// one (meta: GroupDeleteRetryDeletesOnce).
+	DeleteRetryIgnoresIncarnation bool
 }
 
 // NewState returns an empty group.

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -73,7 +74,23 @@ func (s *State) DecideGroup(c group.Command) (Command, error) {
 // does not know — a group consumed only by consumers without a
 // membership, which exists as its records in the partitions — is
 // deleted only with force: the coordinator cannot tell it from a typo.
-func (s *State) DecideGroupDelete(name string, force bool) (Command, error) {
+//
+// incarnation, when not 0, is the one the caller means to delete (it
+// learnt it first, and sends it again on every retry of one call):
+// one already deleted is ErrGroupAlreadyDeleted — answered OK, nothing
+// proposed — so a retry of a delete that was applied never deletes the
+// incarnation that followed (GroupDeleteRetryDeletesOnce); one above the
+// current is NOT_FOUND. 0 (a client of before incarnations) deletes
+// whichever incarnation is current, as such a client always did.
+func (s *State) DecideGroupDelete(name string, force bool, incarnation uint64) (Command, error) {
+	inc := s.GroupIncarnation(name)
+	switch {
+	case incarnation > inc:
+		return Command{}, wire.Errorf(wire.CodeNotFound, "group %s incarnation %d does not exist (the group is at incarnation %d)", name, incarnation, inc)
+	case incarnation != 0 && incarnation < inc && !s.GroupMutations.DeleteRetryIgnoresIncarnation:
+		// GroupDeleteRetryDeletesOnce: a retry of a delete that applied.
+		return Command{}, fmt.Errorf("group %s incarnation %d (now at %d): %w", name, incarnation, inc, ErrGroupAlreadyDeleted)
+	}
 	g := s.Groups[name]
 	if g == nil && !force {
 		return Command{}, wire.Errorf(wire.CodeNotFound, "group %s is not known to the coordinator (no member ever joined it); a group consumed only without membership is deleted with force", name)
@@ -81,8 +98,13 @@ func (s *State) DecideGroupDelete(name string, force bool) (Command, error) {
 	if g != nil && len(g.Members) > 0 {
 		return Command{}, wire.Errorf(wire.CodeInvalidArgument, "group %s has %d member(s); they must leave first", name, len(g.Members))
 	}
-	return Command{Op: OpGroupDelete, Group: &group.Command{Group: name}, Incarnation: s.GroupIncarnation(name)}, nil
+	return Command{Op: OpGroupDelete, Group: &group.Command{Group: name}, Incarnation: inc}, nil
 }
+
+// ErrGroupAlreadyDeleted is DecideGroupDelete's answer to a delete naming
+// an incarnation deleted before: there is nothing to propose, and the
+// caller answers the delete as done (GroupDeleteRetryDeletesOnce).
+var ErrGroupAlreadyDeleted = errors.New("group incarnation already deleted")
 
 func timeout(what string, ms, def int64) (int64, error) {
 	if ms == 0 {

@@ -74,7 +74,7 @@ func TestGroupsThroughTheMetadataLog(t *testing.T) {
 		t.Fatal("a retried JOIN was applied again")
 	}
 	n.group(group.Command{Op: group.OpJoin, Group: "billing", Member: "b", Topics: []string{"orders"}, JoinID: 2})
-	if _, err := n.leader().DecideGroupDelete("billing", false); err == nil {
+	if _, err := n.leader().DecideGroupDelete("billing", false, 0); err == nil {
 		t.Fatal("a group with members was deleted")
 	}
 	n.same()
@@ -89,7 +89,7 @@ func TestGroupsThroughTheMetadataLog(t *testing.T) {
 	n.group(group.Command{Op: group.OpLeave, Group: "billing", Member: "a"})
 	n.group(group.Command{Op: group.OpLeave, Group: "billing", Member: "b"})
 	n.same()
-	del, err := n.leader().DecideGroupDelete("billing", false)
+	del, err := n.leader().DecideGroupDelete("billing", false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestGroupDeleteNumbersIncarnations(t *testing.T) {
 	}
 	join("a", 1)
 	n.group(group.Command{Op: group.OpLeave, Group: "g", Member: "a"})
-	del, err := n.leader().DecideGroupDelete("g", false)
+	del, err := n.leader().DecideGroupDelete("g", false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestGroupDeleteNumbersIncarnations(t *testing.T) {
 	// Decided while g@2 is empty, committed after a JOIN: refused at apply.
 	join("b", 2)
 	n.group(group.Command{Op: group.OpLeave, Group: "g", Member: "b"})
-	late, err := n.leader().DecideGroupDelete("g", false)
+	late, err := n.leader().DecideGroupDelete("g", false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,13 +212,13 @@ func TestGroupDeleteNumbersIncarnations(t *testing.T) {
 // metadata knows.
 func TestGroupDeleteForce(t *testing.T) {
 	n := &nodes{t: t, all: []*State{New(), New()}}
-	_, err := n.leader().DecideGroupDelete("w", false)
+	_, err := n.leader().DecideGroupDelete("w", false, 0)
 	wantCode(t, "delete of an unknown group without force", err, wire.CodeNotFound)
-	first, err := n.leader().DecideGroupDelete("w", true)
+	first, err := n.leader().DecideGroupDelete("w", true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := n.leader().DecideGroupDelete("w", true)
+	again, err := n.leader().DecideGroupDelete("w", true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,10 +238,10 @@ func TestGroupDeleteForce(t *testing.T) {
 	}
 	// Members: refused with force as without.
 	n.group(group.Command{Op: group.OpJoin, Group: "w", Member: "a", Topics: []string{"orders"}, JoinID: 1})
-	_, err = n.leader().DecideGroupDelete("w", true)
+	_, err = n.leader().DecideGroupDelete("w", true, 0)
 	wantCode(t, "forced delete of a group with members", err, wire.CodeInvalidArgument)
 	n.group(group.Command{Op: group.OpLeave, Group: "w", Member: "a"})
-	del, err := n.leader().DecideGroupDelete("w", true)
+	del, err := n.leader().DecideGroupDelete("w", true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,4 +250,68 @@ func TestGroupDeleteForce(t *testing.T) {
 		t.Fatalf("forced delete of a known group: key %q, group %+v", k, n.leader().Groups["w"])
 	}
 	n.same()
+}
+
+// GroupDeleteRetryDeletesOnce: a delete that names the incarnation it
+// means, asked again after its answer was lost — once the first applied
+// and the name's next incarnation is in use — is answered as done and
+// proposes nothing, forced or not, with members in the next incarnation
+// or without; an incarnation above the current is NOT_FOUND; a delete
+// naming none (a client of before) still deletes whichever is current.
+// With the mutation DeleteRetryIgnoresIncarnation (the guard removed) the
+// retry deletes the next incarnation.
+func TestGroupDeleteRetryDeletesOnce(t *testing.T) {
+	n := &nodes{t: t, all: []*State{New(), New()}}
+	deleteOnce := func(name string, force bool, inc uint64) {
+		t.Helper()
+		del, err := n.leader().DecideGroupDelete(name, force, inc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.commit(del)
+	}
+	retry := func(name string, force bool, inc uint64) {
+		t.Helper()
+		cmd, err := n.leader().DecideGroupDelete(name, force, inc)
+		if !errors.Is(err, ErrGroupAlreadyDeleted) {
+			t.Fatalf("retry of the delete of %s incarnation %d (force %v): %+v, %v; want ErrGroupAlreadyDeleted", name, inc, force, cmd, err)
+		}
+	}
+	// Forced, consumers without membership: the metadata never knows w.
+	deleteOnce("w", true, 1)
+	retry("w", true, 1)
+	if got := n.leader().GroupsDeleted["w"]; got != 1 {
+		t.Fatalf("w: last deleted %d after a retried forced delete, want 1", got)
+	}
+	_, err := n.leader().DecideGroupDelete("w", true, 3)
+	wantCode(t, "delete of an incarnation not yet created", err, wire.CodeNotFound)
+	if old, err := n.leader().DecideGroupDelete("w", true, 0); err != nil || old.Incarnation != 2 {
+		t.Fatalf("a forced delete naming no incarnation: %+v, %v; want today's current incarnation 2", old, err)
+	}
+
+	// Not forced: g's next incarnation known to the metadata, empty, then
+	// with a member.
+	join := func(member string, id uint64) {
+		n.group(group.Command{Op: group.OpJoin, Group: "g", Member: member, Topics: []string{"orders"}, JoinID: id})
+	}
+	join("a", 1)
+	n.group(group.Command{Op: group.OpLeave, Group: "g", Member: "a"})
+	deleteOnce("g", false, 1)
+	join("b", 2)
+	retry("g", false, 1) // not "has members": there is nothing to delete
+	n.group(group.Command{Op: group.OpLeave, Group: "g", Member: "b"})
+	retry("g", false, 1)
+	if g, k := n.leader().Groups["g"], n.leader().GroupKey("g"); g == nil || k != "g@2" {
+		t.Fatalf("g after retried deletes: group %+v, key %q; want incarnation 2 kept", g, k)
+	}
+	n.same()
+
+	// The guard removed: the retry is decided against incarnation 2.
+	for _, s := range n.all {
+		s.GroupMutations.DeleteRetryIgnoresIncarnation = true
+	}
+	deleteOnce("g", false, 1)
+	if k := n.leader().GroupKey("g"); k != "g@3" {
+		t.Fatalf("with DeleteRetryIgnoresIncarnation a retry did not delete the next incarnation: key %q", k)
+	}
 }

@@ -73,7 +73,7 @@ func (h *memberHarness) leaveAndDelete(sub *Subscription, member string) {
 		h.t.Fatal(err)
 	}
 	var delErr error
-	h.n.DeleteGroup("g", false, func(err error) { delErr = err })
+	h.n.DeleteGroup("g", false, 0, func(err error) { delErr = err })
 	if delErr != nil {
 		h.t.Fatalf("delete: %v", delErr)
 	}
@@ -150,7 +150,7 @@ func TestGroupDeleteStartsItsNameAfresh(t *testing.T) {
 	// consumer is ended), leaves, and a delete with a member is refused.
 	subB, _ := h.memberSub("b", 3)
 	var delErr error
-	h.n.DeleteGroup("g", false, func(err error) { delErr = err })
+	h.n.DeleteGroup("g", false, 0, func(err error) { delErr = err })
 	if !errors.Is(delErr, wire.ErrInvalidArgument) {
 		t.Fatalf("delete of a group with a member: %v", delErr)
 	}
@@ -167,7 +167,7 @@ func TestGroupDeleteStartsItsNameAfresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.n.DeleteGroup("g", false, func(err error) { delErr = err })
+	h.n.DeleteGroup("g", false, 0, func(err error) { delErr = err })
 	if delErr != nil {
 		t.Fatalf("delete: %v", delErr)
 	}
@@ -190,11 +190,11 @@ func TestGroupDeleteForceForgetsAGroupWithoutMembers(t *testing.T) {
 	}
 	ackAllManual(h, s.all()[:4])
 	var delErr error
-	h.n.DeleteGroup("g", false, func(err error) { delErr = err })
+	h.n.DeleteGroup("g", false, 0, func(err error) { delErr = err })
 	if !errors.Is(delErr, wire.ErrNotFound) || sub.Ended() || len(filesUnder(h.fs, "/data/groups/g")) == 0 {
 		t.Fatalf("delete without force of a group without members: %v, consumer ended %v, files %v", delErr, sub.Ended(), filesUnder(h.fs, "/data/groups"))
 	}
-	h.n.DeleteGroup("g", true, func(err error) { delErr = err })
+	h.n.DeleteGroup("g", true, 0, func(err error) { delErr = err })
 	if delErr != nil {
 		t.Fatalf("forced delete: %v", delErr)
 	}
@@ -221,6 +221,51 @@ func TestGroupDeleteForceForgetsAGroupWithoutMembers(t *testing.T) {
 	_, s3 := h.competing()
 	if seqs := seqsOf(s3.all()); !slices.Equal(seqs, seqsOf(s2.all()[1:])) {
 		t.Fatalf("after a restart the next incarnation delivered %v, want %v", seqs, seqsOf(s2.all()[1:]))
+	}
+}
+
+// GroupDeleteRetryDeletesOnce on a single node: a forced delete of a
+// group consumed without membership, naming the incarnation
+// GROUP_INCARNATION told, is asked again once the next incarnation is in
+// use and has acked (the first answer was lost): the retry is OK, the
+// next incarnation's consumer is not ended, and its acks stand — a
+// consumer of it again is delivered only what was not acked. A retry
+// naming no incarnation (an old client's) deletes the next incarnation,
+// as it always did.
+func TestGroupDeleteRetryDeletesOnce(t *testing.T) {
+	h := singleTopicWith(t, 5)
+	sub, _ := h.competing()
+	inc, err := h.n.CoordinatorGroupIncarnation("g")
+	if err != nil || inc != 1 {
+		t.Fatalf("GROUP_INCARNATION: %d, %v; want 1", inc, err)
+	}
+	var delErr error
+	deleteAs := func(inc uint64) error {
+		h.n.DeleteGroup("g", true, inc, func(err error) { delErr = err })
+		return delErr
+	}
+	if err := deleteAs(inc); err != nil || !sub.Ended() {
+		t.Fatalf("forced delete: %v, consumer ended %v", err, sub.Ended())
+	}
+	sub2, s2 := h.competing()
+	ackAllManual(h, s2.all()[:2])
+	if err := deleteAs(inc); err != nil {
+		t.Fatalf("the forced delete asked again: %v", err)
+	}
+	if sub2.Ended() || h.n.GroupIncarnation("g") != 2 {
+		t.Fatalf("the retried delete: next incarnation's consumer ended %v (%v), incarnation %d; want 2 in use", sub2.Ended(), s2.ended, h.n.GroupIncarnation("g"))
+	}
+	sub2.Close()
+	h.n.Step()
+	sub3, s3 := h.competing()
+	if seqs := seqsOf(s3.all()); !slices.Equal(seqs, seqsOf(s2.all()[2:])) {
+		t.Fatalf("after the retried delete the next incarnation delivered %v, want only the unacked %v", seqs, seqsOf(s2.all()[2:]))
+	}
+	if err := deleteAs(3); !errors.Is(err, wire.ErrNotFound) || sub3.Ended() {
+		t.Fatalf("delete of an incarnation not yet created: %v, consumer ended %v; want NOT_FOUND", err, sub3.Ended())
+	}
+	if err := deleteAs(0); err != nil || !sub3.Ended() || h.n.GroupIncarnation("g") != 3 {
+		t.Fatalf("a delete naming no incarnation: %v, consumer ended %v, incarnation %d; want incarnation 2 deleted", err, sub3.Ended(), h.n.GroupIncarnation("g"))
 	}
 }
 
@@ -304,7 +349,7 @@ func (tc *testCluster) leaveAndDeleteAt(sub *Subscription, member string, inc ui
 	if err := <-ch; err != nil {
 		t.Fatalf("leave: %v", err)
 	}
-	coord.DeleteGroup("g", false, func(err error) { ch <- err })
+	coord.DeleteGroup("g", false, 0, func(err error) { ch <- err })
 	if err := <-ch; err != nil {
 		t.Fatalf("delete: %v", err)
 	}
@@ -375,12 +420,19 @@ func TestClusterGroupDeleteForce(t *testing.T) {
 	eventually(t, "the group's ack record", func() bool { return len(tc.groupRecordsOf(leader, "t", "g", acklog.KindAck)) > 0 })
 	_, coord := tc.coordinatorOf()
 	ch := make(chan error, 1)
-	coord.DeleteGroup("g", false, func(err error) { ch <- err })
+	coord.DeleteGroup("g", false, 0, func(err error) { ch <- err })
 	if err := <-ch; !errors.Is(err, wire.ErrNotFound) {
 		t.Fatalf("delete without force of a group without members: %v, want NOT_FOUND", err)
 	}
-	coord.DeleteGroup("g", true, func(err error) { ch <- err })
-	if err := <-ch; err != nil {
+	inc, err := coord.CoordinatorGroupIncarnation("g")
+	if err != nil || inc != 1 {
+		t.Fatalf("GROUP_INCARNATION at the coordinator: %d, %v; want 1", inc, err)
+	}
+	forcedDelete := func() error {
+		coord.DeleteGroup("g", true, inc, func(err error) { ch <- err })
+		return <-ch
+	}
+	if err := forcedDelete(); err != nil {
 		t.Fatalf("forced delete: %v", err)
 	}
 	for id, n := range tc.nodes {
@@ -396,6 +448,16 @@ func TestClusterGroupDeleteForce(t *testing.T) {
 	got := sb.waitFor(t, 20)
 	if !slices.Equal(seqsOf(got), seqsOfInts(seqs)) {
 		t.Fatalf("the next incarnation got %v, want every message %v", seqsOf(got), seqs)
+	}
+	// GroupDeleteRetryDeletesOnce: the same delete asked again (its
+	// answer lost) is OK and leaves the next incarnation in use alone.
+	if err := forcedDelete(); err != nil {
+		t.Fatalf("the forced delete asked again: %v", err)
+	}
+	for id, n := range tc.nodes {
+		if k := n.groupKey("g"); k != "g@2" {
+			t.Fatalf("%s: after the retried delete group g is %s, want g@2", id, k)
+		}
 	}
 	tc.secondIncarnationFailsOver(leader, subB, got, seqs, "", 0)
 }
@@ -492,7 +554,7 @@ func TestGroupDeleteAppliedNotCarriedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Only the metadata: what DeleteGroup does before groupDeleted.
-	if err := h.n.members.proposeLocal(cluster.DecideGroupDelete("g", false)); err != nil {
+	if err := h.n.members.proposeLocal(cluster.DecideGroupDelete("g", false, 0)); err != nil {
 		t.Fatal(err)
 	}
 	_, s2 := h.memberSub("b", 2)

@@ -445,20 +445,25 @@ func (n *Node) DropNotices(ref wire.MemberRef) {
 
 // DeleteGroup removes a group without members; done is called once.
 // force also deletes a name the metadata does not know: a group consumed
-// only without membership (meta.State.DecideGroupDelete).
-func (n *Node) DeleteGroup(name string, force bool, done func(error)) {
-	if err := wire.ValidateName("group", name); err != nil {
+// only without membership (meta.State.DecideGroupDelete). incarnation,
+// when not 0, is the one the caller means (GROUP_INCARNATION told it): a
+// retry of its delete once it was applied is answered OK and deletes
+// nothing more (GroupDeleteRetryDeletesOnce).
+func (n *Node) DeleteGroup(name string, force bool, incarnation uint64, done func(error)) {
+	if err := n.coordinatesGroup(name); err != nil {
 		done(err)
 		return
 	}
 	m := n.members
-	if !m.coordinating() {
-		done(n.cluster.NotCoordinator())
-		return
+	decide := cluster.DecideGroupDelete(name, force, incarnation)
+	answer := func(err error) {
+		if errors.Is(err, meta.ErrGroupAlreadyDeleted) {
+			err = nil // nothing was proposed: the delete it repeats was applied
+		}
+		done(err)
 	}
-	decide := cluster.DecideGroupDelete(name, force)
 	if n.cluster != nil {
-		m.proposeDecided(decide, done) // carried out as it applies (groupDeleted)
+		m.proposeDecided(decide, answer) // carried out as it applies (groupDeleted)
 		return
 	}
 	m.proposeDecided(decide, func(err error) {
@@ -467,8 +472,31 @@ func (n *Node) DeleteGroup(name string, force bool, done func(error)) {
 			m.read(func(st *meta.State) { inc = st.GroupsDeleted[name] })
 			n.groupDeleted(name, inc, true) // durable in groups.json
 		}
-		done(err)
+		answer(err)
 	})
+}
+
+// CoordinatorGroupIncarnation answers GROUP_INCARNATION: the current
+// incarnation of group name as the coordinator's applied metadata says —
+// the one its next delete removes. Other nodes refuse (NOT_LEADER): their
+// metadata may lag the coordinator's.
+func (n *Node) CoordinatorGroupIncarnation(name string) (uint64, error) {
+	if err := n.coordinatesGroup(name); err != nil {
+		return 0, err
+	}
+	return n.GroupIncarnation(name), nil
+}
+
+// coordinatesGroup refuses an invalid group name, and every group
+// administration request on a node that does not coordinate the groups.
+func (n *Node) coordinatesGroup(name string) error {
+	if err := wire.ValidateName("group", name); err != nil {
+		return err
+	}
+	if !n.members.coordinating() {
+		return n.cluster.NotCoordinator()
+	}
+	return nil
 }
 
 // GroupStates returns copies of the applied groups, by name.

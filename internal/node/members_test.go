@@ -168,7 +168,7 @@ func TestGroupMembershipOnASingleNode(t *testing.T) {
 		t.Fatalf("a retried LEAVE: %v", err)
 	}
 	var delErr error
-	h.n.DeleteGroup("g", false, func(err error) { delErr = err })
+	h.n.DeleteGroup("g", false, 0, func(err error) { delErr = err })
 	if delErr != nil || len(h.n.GroupStates()) != 0 {
 		t.Fatalf("delete: %v, groups %v", delErr, h.n.GroupStates())
 	}

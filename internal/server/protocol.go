@@ -243,9 +243,18 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *readBuf) bool {
 		}
 		p.send(corr, &wire.GroupListOK{Groups: infos})
 	case *wire.GroupDelete:
-		p.deleteGroup(corr, f.Group, false)
+		p.deleteGroup(corr, f.Group, false, 0)
 	case *wire.GroupDeleteForce:
-		p.deleteGroup(corr, f.Group, true)
+		p.deleteGroup(corr, f.Group, true, 0)
+	case *wire.GroupDeleteIncarnation:
+		p.deleteGroup(corr, f.Group, f.Force, f.Incarnation)
+	case *wire.GroupIncarnation:
+		inc, err := n.CoordinatorGroupIncarnation(f.Group)
+		if err != nil {
+			p.sendErr(corr, err)
+			break
+		}
+		p.send(corr, &wire.GroupIncarnationOK{GroupRef: wire.GroupRef{Group: f.Group, Incarnation: inc}})
 	case *wire.Leave, *wire.Heartbeat, *wire.ControlAck:
 		n.GroupRequest(f, func(epoch uint64, err error) {
 			if err != nil {
@@ -399,7 +408,7 @@ func (p *Protocol) authorize(f wire.Frame) error {
 		if !p.perms.canConsume(f.Topic) {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not consume %q", f.Topic)
 		}
-	case *wire.GroupDelete, *wire.GroupDeleteForce:
+	case *wire.GroupDelete, *wire.GroupDeleteForce, *wire.GroupDeleteIncarnation:
 		if !p.perms.canDeclare() {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not delete groups")
 		}
@@ -425,9 +434,10 @@ func (p *Protocol) authorize(f wire.Frame) error {
 	return nil
 }
 
-// deleteGroup answers GROUP_DELETE (force: GROUP_DELETE_FORCE).
-func (p *Protocol) deleteGroup(corr uint64, name string, force bool) {
-	p.srv.node.DeleteGroup(name, force, func(err error) {
+// deleteGroup answers GROUP_DELETE (force: GROUP_DELETE_FORCE; with an
+// incarnation: GROUP_DELETE_INCARNATION).
+func (p *Protocol) deleteGroup(corr uint64, name string, force bool, incarnation uint64) {
+	p.srv.node.DeleteGroup(name, force, incarnation, func(err error) {
 		if err != nil {
 			p.sendErr(corr, err)
 			return

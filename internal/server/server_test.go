@@ -254,6 +254,13 @@ func TestTokenPermissions(t *testing.T) {
 	expect(w, 5, &wire.GroupDelete{Group: "m"}, wire.TypeGroupOK, 0)
 	expect(w, 8, &wire.GroupDelete{Group: "never-joined"}, wire.TypeErr, wire.CodeNotFound)
 	expect(w, 9, &wire.GroupDeleteForce{Group: "never-joined"}, wire.TypeGroupOK, 0)
+	// GROUP_INCARNATION is a read; GROUP_DELETE_INCARNATION needs an
+	// admin token, and answers a retry of the delete above (incarnation 1)
+	// OK, deleting nothing more.
+	expect(r, 13, &wire.GroupIncarnation{Group: "m"}, wire.TypeGroupIncarnationOK, 0)
+	expect(r, 14, &wire.GroupDeleteIncarnation{GroupRef: wire.GroupRef{Group: "m", Incarnation: 2}}, wire.TypeErr, wire.CodeUnauthorized)
+	expect(w, 10, &wire.GroupDeleteIncarnation{GroupRef: wire.GroupRef{Group: "m", Incarnation: 1}}, wire.TypeGroupOK, 0)
+	expect(w, 11, &wire.GroupDeleteIncarnation{GroupRef: wire.GroupRef{Group: "m", Incarnation: 3}, Force: true}, wire.TypeErr, wire.CodeNotFound)
 	// Topic deletion needs an admin token too; DESCRIBE is a read.
 	expect(r, 10, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: "billing"}}, wire.TypeErr, wire.CodeUnauthorized)
 	expect(r, 11, &wire.Describe{Metadata: wire.Metadata{Topics: []string{"billing"}}}, wire.TypeDescribeOK, 0)

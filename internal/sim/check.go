@@ -57,8 +57,10 @@ const (
 	// partition is corrupt, and its log reads back around the gaps.
 	RepairRestores = "RepairRestores"
 	// GroupDeleteNamesItsIncarnation: a group delete removes the
-	// incarnation it was decided against, never the next one (checked
-	// where only the deleter's forced deletes move a group's incarnation).
+	// incarnation it was decided against, never the next one, and so does
+	// a retry of one already applied, which names the incarnation it
+	// deleted (meta: GroupDeleteRetryDeletesOnce) — checked where only the
+	// deleter's forced deletes move a group's incarnation.
 	GroupDeleteNamesItsIncarnation = "GroupDeleteNamesItsIncarnation"
 )
 

@@ -191,6 +191,12 @@ var ClusterMutations = map[string]node.Mutations{
 	// decided against (GroupDeleteNamesItsIncarnation: the copies an
 	// episode asked delete the next incarnation too).
 	"group-delete-ignores-incarnation": {Group: group.Mutations{DeleteIgnoresIncarnation: true}},
+	// With --group-deletes and no --members: the coordinator decides a
+	// forced DELETE naming an incarnation already deleted against the
+	// current one (GroupDeleteNamesItsIncarnation: an episode's retries,
+	// asked after a node applied its delete, delete the next incarnation;
+	// meta's guard is GroupDeleteRetryDeletesOnce).
+	"group-delete-retry-deletes-again": {Group: group.Mutations{DeleteRetryIgnoresIncarnation: true}},
 	// With --kv: a bucket's leader answers reads without its lease
 	// (KVLinearizable: an ex-leader's stale read).
 	"kv-read-without-lease": {KVReadWithoutLease: true},

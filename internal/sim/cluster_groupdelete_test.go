@@ -73,7 +73,7 @@ func groupDeleted(seed uint64, m node.Mutations, retention bool) (Result, error)
 				if !b.up {
 					continue
 				}
-				b.node.DeleteGroup(simGroup, false, func(err error) {
+				b.node.DeleteGroup(simGroup, false, 0, func(err error) {
 					if err != nil || deleted {
 						return
 					}
@@ -150,7 +150,10 @@ func TestClusterGroupDeletesCampaign(t *testing.T) {
 // incarnation delivers and acks every acknowledged record. With
 // group-delete-ignores-incarnation the copies of a forced DELETE asked
 // while the first was in flight delete the next incarnation too: seed 9
-// breaks GroupDeleteNamesItsIncarnation.
+// breaks GroupDeleteNamesItsIncarnation; so does seed 1 with
+// group-delete-retry-deletes-again, whose retries — asked after a node
+// applied the delete, naming the incarnation deleted — are decided
+// against the next incarnation (meta: GroupDeleteRetryDeletesOnce).
 func TestClusterForcedGroupDeletesCampaign(t *testing.T) {
 	deletes := 0
 	for seed := uint64(1); seed <= 3; seed++ {
@@ -165,8 +168,13 @@ func TestClusterForcedGroupDeletesCampaign(t *testing.T) {
 	if deletes < 3 {
 		t.Fatalf("only %d group deletes in 3 seeds", deletes)
 	}
-	o := ClusterOptions{Seed: 9, Faults: AllClusterFaults, GroupDeletes: 2, Mutations: ClusterMutations["group-delete-ignores-incarnation"]}
-	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != GroupDeleteNamesItsIncarnation {
-		t.Fatalf("group-delete-ignores-incarnation, seed 9: %v, want %s", r.Violation, GroupDeleteNamesItsIncarnation)
+	for _, m := range []struct {
+		name string
+		seed uint64
+	}{{"group-delete-ignores-incarnation", 9}, {"group-delete-retry-deletes-again", 1}} {
+		o := ClusterOptions{Seed: m.seed, Faults: AllClusterFaults, GroupDeletes: 2, Mutations: ClusterMutations[m.name]}
+		if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != GroupDeleteNamesItsIncarnation {
+			t.Fatalf("%s, seed %d: %v, want %s", m.name, m.seed, r.Violation, GroupDeleteNamesItsIncarnation)
+		}
 	}
 }

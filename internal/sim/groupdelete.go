@@ -4,32 +4,40 @@ package sim
 // fault phase, once the group acked some records, every consumer crashes
 // and stays cut off from every node; the group is deleted — DELETE asked
 // at every node that is up every 50 ms — and the consumers come back,
-// as consumers of the group's next incarnation. A members run deletes
-// once the coordinator fenced the members; a run without members deletes
-// with force (the metadata never knew the group), each forced DELETE
-// decided against the incarnation the coordinator applied
-// (GroupDeleteNamesItsIncarnation: the copies asked meanwhile delete
-// nothing more). The checker forgets the group's acks the moment any
-// node applied a delete (observeGroupDeletes: its incarnation moved on):
-// from then on the next incarnation must deliver and ack every
-// acknowledged record kept (Liveness), and AckFloorNeverRedelivered
-// counts its acks only (GroupIncarnationStartsEmpty).
+// as consumers of the group's next incarnation. Every DELETE of an
+// episode names the incarnation the checker follows, as a client that
+// learnt it first and retries does (GROUP_DELETE_INCARNATION). A
+// members run deletes once the coordinator fenced the members; a run
+// without members deletes with force (the metadata never knew the
+// group). A copy decided before the first was applied names the same
+// incarnation and deletes nothing more when it applies
+// (GroupDeleteNamesItsIncarnation); one decided after is answered as
+// done and proposes nothing (meta: GroupDeleteRetryDeletesOnce). The
+// checker forgets the group's acks the moment any node applied a delete
+// (observeGroupDeletes: its incarnation moved on): from then on the next
+// incarnation must deliver and ack every acknowledged record kept
+// (Liveness), and AckFloorNeverRedelivered counts its acks only
+// (GroupIncarnationStartsEmpty).
 //
 // A members run gives up after 10 s of virtual time or at the heal; a
 // delete asked late may still commit after the members came back, and
 // the metadata refuses it while the group has members. Nothing refuses a
-// forced delete, so a run without members never gives up: it stops
-// asking once a node applied the delete, and its consumers stay away
-// (after the heal too) until every node applied it (everyNodeApplied),
-// so that no delete asked before commits, and no node serves the deleted
-// incarnation, once they are back and acking — acks the checker could
-// then not tell from the next incarnation's.
+// forced delete but the incarnation it names, so a run without members
+// never gives up, and goes on asking after a node applied the delete:
+// until every node applied it (everyNodeApplied) — its consumers stay
+// away until then (after the heal too), as a node that has not applied
+// it still serves the deleted incarnation, whose acks the checker could
+// not tell from the next incarnation's — and for groupDeleteRetryMs more
+// once they are back and acking the next incarnation, a client whose
+// answers were lost. A retry that deleted the next incarnation moves the
+// group's incarnation a second time: GroupDeleteNamesItsIncarnation.
 
 const (
 	groupDeleteTryMs    = 50
 	groupDeleteGiveUpMs = 10_000
 	groupDeleteGapMinMs = 300
 	groupDeleteGapMaxMs = 1_500
+	groupDeleteRetryMs  = 1_000
 )
 
 type groupDeleter struct {
@@ -40,7 +48,12 @@ type groupDeleter struct {
 	deleting bool   // the consumers are away, deletes asked
 	applied  bool   // force: a node applied the delete; the consumers wait for every node
 	untilMs  int64  // when the episode gives up
+	asking   bool   // a try is planned
+	askInc   uint64 // the incarnation the episode's DELETEs name
 	deletes  int    // incarnations the checker saw deleted
+	// retryUntilMs: force, the consumers back: the episode's DELETE is
+	// asked again until then.
+	retryUntilMs int64
 	// ackedAt: the acks confirmed when the members last came back; an
 	// episode starts once the group acked groupDeleteAcks more.
 	ackedAt int
@@ -67,30 +80,36 @@ func (d *groupDeleter) start() {
 		return
 	}
 	d.left--
-	d.deleting, d.untilMs = true, s.w.nowMs+groupDeleteGiveUpMs
+	d.deleting, d.untilMs, d.askInc = true, s.w.nowMs+groupDeleteGiveUpMs, d.inc
 	s.w.tracef("group delete: every member goes away")
 	for _, c := range s.consumers {
 		s.partitioned[c.name()] = true
 		c.crash()
 	}
-	d.try()
+	if !d.asking {
+		d.try()
+	}
 }
 
-// try asks every node that is up to delete the group (the coordinator
-// takes it once its members are fenced; the others refuse).
+// try asks every node that is up to delete the group's incarnation
+// askInc (the coordinator takes it once its members are fenced; the
+// others refuse), every groupDeleteTryMs while the episode lasts and, with
+// force, until retryUntilMs after it.
 func (d *groupDeleter) try() {
 	s := d.s
-	if !d.deleting || d.applied {
+	d.asking = d.deleting || s.w.nowMs < d.retryUntilMs
+	if !d.asking {
 		return
 	}
-	if !d.force && (s.healed || s.w.nowMs > d.untilMs) {
+	if d.deleting && !d.force && (s.healed || s.w.nowMs > d.untilMs) {
 		s.w.tracef("group delete: given up")
+		d.asking = false
 		d.release()
 		return
 	}
 	for _, b := range s.nodes {
 		if b.up {
-			b.node.DeleteGroup(simGroup, d.force, func(error) {})
+			b.node.DeleteGroup(simGroup, d.force, d.askInc, func(error) {})
 		}
 	}
 	s.w.after(groupDeleteTryMs, d.try)
@@ -109,6 +128,9 @@ func (d *groupDeleter) healed() {
 // release brings the members back and plans the next episode.
 func (d *groupDeleter) release() {
 	s := d.s
+	if d.force && d.applied {
+		d.retryUntilMs = s.w.nowMs + groupDeleteRetryMs
+	}
 	d.deleting, d.applied, d.ackedAt = false, false, s.acksConfirmed
 	for _, c := range s.consumers {
 		delete(s.partitioned, c.name())
@@ -130,9 +152,10 @@ func (s *sim) observeGroupDeletes() {
 		if inc := b.node.GroupIncarnation(simGroup); inc > d.inc {
 			s.w.tracef("group delete: %s applied incarnation %d; the group's acks are forgotten", b.id, inc)
 			if d.force && (inc > d.inc+1 || !d.deleting || d.applied) {
-				// Every forced DELETE an episode asked named the
-				// incarnation it saw; the first applied ends the asking.
-				s.chk.violate(GroupDeleteNamesItsIncarnation, "%s moved group %s from incarnation %d to %d (deleting: %v, applied before: %v): a delete removed an incarnation it was not decided against",
+				// Every forced DELETE an episode asked, before and
+				// after a node applied the first, named the incarnation
+				// it saw; only one may move it.
+				s.chk.violate(GroupDeleteNamesItsIncarnation, "%s moved group %s from incarnation %d to %d (deleting: %v, applied before: %v): a delete, or a retry of one, removed an incarnation it did not name",
 					b.id, simGroup, d.inc, inc, d.deleting, d.applied)
 			}
 			d.deletes += int(inc - d.inc)

@@ -44,6 +44,12 @@ func newGroupFrame(t FrameType) Frame {
 		return &GroupDelete{}
 	case TypeGroupDeleteForce:
 		return &GroupDeleteForce{}
+	case TypeGroupIncarnation:
+		return &GroupIncarnation{}
+	case TypeGroupIncarnationOK:
+		return &GroupIncarnationOK{}
+	case TypeGroupDeleteIncarnation:
+		return &GroupDeleteIncarnation{}
 	}
 	if f := newSchedFrame(t); f != nil {
 		return f
@@ -241,11 +247,20 @@ const (
 	// coordinator does not know: one consumed only without membership
 	// (GROUP_DELETE's layout cannot grow: the codec refuses trailing bytes).
 	TypeGroupDeleteForce FrameType = 76
+	// GROUP_DELETE_INCARNATION is GROUP_DELETE (or, with force,
+	// GROUP_DELETE_FORCE) naming the incarnation it deletes, which
+	// GROUP_INCARNATION told: safe to send again after a lost answer
+	// (neither older frame can grow a field for it).
+	TypeGroupIncarnation       FrameType = 77 // the current incarnation of a group (at the coordinator)
+	TypeGroupIncarnationOK     FrameType = 78
+	TypeGroupDeleteIncarnation FrameType = 79 // answered GROUP_OK (on the coordinator)
 )
 
 func init() {
 	typeNames[TypeGroupList], typeNames[TypeGroupListOK], typeNames[TypeGroupDelete] = "GROUP_LIST", "GROUP_LIST_OK", "GROUP_DELETE"
 	typeNames[TypeGroupDeleteForce] = "GROUP_DELETE_FORCE"
+	typeNames[TypeGroupIncarnation], typeNames[TypeGroupIncarnationOK] = "GROUP_INCARNATION", "GROUP_INCARNATION_OK"
+	typeNames[TypeGroupDeleteIncarnation] = "GROUP_DELETE_INCARNATION"
 }
 
 // GroupList asks for the group named Group ("" = every group).
@@ -269,6 +284,52 @@ type GroupDeleteForce struct{ Group string }
 func (*GroupDeleteForce) Type() FrameType              { return TypeGroupDeleteForce }
 func (f *GroupDeleteForce) appendBody(b []byte) []byte { return appendStr(b, f.Group) }
 func (f *GroupDeleteForce) decodeBody(d *decoder)      { f.Group = d.str() }
+
+// GroupIncarnation asks the coordinator for the current incarnation of
+// group Group: the one a delete would remove now (1 until the name is
+// first deleted; a name the metadata does not know has one too).
+type GroupIncarnation struct{ Group string }
+
+func (*GroupIncarnation) Type() FrameType              { return TypeGroupIncarnation }
+func (f *GroupIncarnation) appendBody(b []byte) []byte { return appendStr(b, f.Group) }
+func (f *GroupIncarnation) decodeBody(d *decoder)      { f.Group = d.str() }
+
+// GroupRef names one incarnation of a group: group str, incarnation u64.
+type GroupRef struct {
+	Group       string
+	Incarnation uint64
+}
+
+func (f *GroupRef) appendBody(b []byte) []byte {
+	return binary.BigEndian.AppendUint64(appendStr(b, f.Group), f.Incarnation)
+}
+func (f *GroupRef) decodeBody(d *decoder) { f.Group, f.Incarnation = d.str(), d.u64() }
+
+// GroupIncarnationOK answers GROUP_INCARNATION.
+type GroupIncarnationOK struct{ GroupRef }
+
+func (*GroupIncarnationOK) Type() FrameType { return TypeGroupIncarnationOK }
+
+// GroupDeleteIncarnation deletes incarnation Incarnation of group Group,
+// refused as GROUP_DELETE (Force: GROUP_DELETE_FORCE) is — except that an
+// incarnation already deleted is answered GROUP_OK and deletes nothing
+// more (a retry of a delete that was applied never deletes the next
+// incarnation), and one above the current is NOT_FOUND. Incarnation 0
+// deletes whichever is current, as the older frames do. Body: GroupRef,
+// force u8 (0 or 1).
+type GroupDeleteIncarnation struct {
+	GroupRef
+	Force bool
+}
+
+func (*GroupDeleteIncarnation) Type() FrameType { return TypeGroupDeleteIncarnation }
+func (f *GroupDeleteIncarnation) appendBody(b []byte) []byte {
+	return appendBool(f.GroupRef.appendBody(b), f.Force)
+}
+func (f *GroupDeleteIncarnation) decodeBody(d *decoder) {
+	f.GroupRef.decodeBody(d)
+	f.Force = d.boolean()
+}
 
 // GroupMemberInfo is one member and what it holds.
 type GroupMemberInfo struct {
