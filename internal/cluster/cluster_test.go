@@ -797,3 +797,130 @@ func TestDamagedMetaStateIsRebuiltFromTheLog(t *testing.T) {
 		t.Fatal("the deleted topic is started again")
 	}
 }
+
+// heirOfAnUnappliedEntry runs setup (when not nil) and then first on the
+// metadata leader, each answered OK, then stops it: the member that took first's entry — and no APPEND after it, which
+// would carry its commit — leads next (its log is the longer), but the
+// third member's FLUSHED answers to it are lost until the test sets
+// tc.net.drop again, so its install entry does not commit: it leads with
+// an entry committed under the old leader sitting unapplied in its log.
+func heirOfAnUnappliedEntry(t *testing.T, setup, first func(c *Cluster, done func(error))) (tc *testCluster, heir, other int) {
+	tc = newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	old := tc.metaLeader()
+	run := func(what string, f func(c *Cluster, done func(error))) {
+		var answered bool
+		var err error
+		f(tc.nodes[old], func(e error) { answered, err = true, e })
+		tc.runUntil(2*time.Second, what+" answered", func() bool { return answered })
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	if setup != nil {
+		run("the setup", setup)
+		tc.settle()
+	}
+	heir, other = (old+1)%3, (old+2)%3
+	oldID, heirID, otherID := uint32(old+1), uint32(heir+1), uint32(other+1)
+	metaMsg := func(from, to uint32, f wire.Frame, kind replica.MsgType) (*wire.Replicate, bool) {
+		r, ok := f.(*wire.Replicate)
+		return r, ok && r.Topic == meta.MetaTopic && r.From == from && r.To == to && replica.MsgType(r.Kind) == kind
+	}
+	took := false
+	tc.net.drop = func(from, to uint32, f wire.Frame) bool {
+		if from == oldID && to == otherID {
+			return true
+		}
+		r, ok := metaMsg(oldID, heirID, f, replica.MsgAppend)
+		if !ok {
+			return false
+		}
+		if took {
+			return true
+		}
+		took = len(r.Entries) > 0
+		return false
+	}
+	run("the first command", first)
+	if tc.nodes[heir].applied() >= tc.nodes[old].applied() {
+		t.Fatalf("applied at the old leader %d, at the heir %d; want the first command applied at the old leader alone",
+			tc.nodes[old].applied(), tc.nodes[heir].applied())
+	}
+	tc.stop(old)
+	tc.net.drop = func(from, to uint32, f wire.Frame) bool {
+		_, ok := metaMsg(otherID, heirID, f, replica.MsgAppendAck)
+		return ok
+	}
+	tc.runUntil(5*time.Second, "the heir leads", func() bool { return tc.metaLeader() == heir })
+	return tc, heir, other
+}
+
+// TestCoordinatorDecidesOnceItTookOffice: a new metadata leader whose log
+// holds a committed group delete it has not applied decides no group
+// command until it applied its own install entry (CoordinatorTookOffice).
+// A forced delete asked of it meanwhile then deletes the incarnation after
+// the deleted one; decided at once, against the state of before, it named
+// the deleted incarnation again, changed nothing when it applied, and was
+// answered OK.
+func TestCoordinatorDecidesOnceItTookOffice(t *testing.T) {
+	tc, heir, other := heirOfAnUnappliedEntry(t, nil, func(c *Cluster, done func(error)) {
+		c.ProposeMeta(DecideGroupDelete("g", true, 0), done)
+	})
+	deleted := func(i int) uint64 {
+		var inc uint64
+		tc.nodes[i].ReadGroups(func(st *meta.State) { inc = st.GroupsDeleted["g"] })
+		return inc
+	}
+	readIncarnation := func() (inc uint64, err error) {
+		err = tc.nodes[heir].ReadCoordinated(func(st *meta.State) { inc = st.GroupIncarnation("g") })
+		return inc, err
+	}
+	var answered bool
+	var err error
+	tc.nodes[heir].ProposeMeta(DecideGroupDelete("g", true, 0), func(e error) { answered, err = true, e })
+	tc.runFor(100 * time.Millisecond)
+	if deleted(heir) != 0 || answered {
+		t.Fatalf("before its install entry committed the heir applied incarnation %d's delete (want none) or answered the second (%v, %v)", deleted(heir), answered, err)
+	}
+	if inc, err := readIncarnation(); codeOf(err) != wire.CodeUnavailable {
+		t.Fatalf("the heir, not in office, read the group's incarnation: %d, %v; want UNAVAILABLE", inc, err)
+	}
+	tc.net.drop = nil
+	tc.runUntil(3*time.Second, "the second delete answered", func() bool { return answered })
+	tc.runFor(100 * time.Millisecond)
+	if err != nil || deleted(heir) != 2 || deleted(other) != 2 {
+		t.Fatalf("second delete, asked of the heir before it took office: %v; incarnation deleted at the heir %d, at the other %d; want 2 (the one after the deleted one)",
+			err, deleted(heir), deleted(other))
+	}
+	if inc, err := readIncarnation(); inc != 3 || err != nil {
+		t.Fatalf("the heir in office read the group's incarnation: %d, %v; want 3", inc, err)
+	}
+}
+
+// TestCoordinatorDeclaresOnceItTookOffice: the same for a DECLARE of a
+// topic whose delete sits unapplied in the new leader's log: decided at
+// once it found the topic existing and answered so, and the delete then
+// applied — the topic the client was told exists did not. Now it waits,
+// and creates the topic's next incarnation.
+func TestCoordinatorDeclaresOnceItTookOffice(t *testing.T) {
+	cfg := wire.TopicConfig{Name: "orders", Partitions: 1, Replicas: 3}
+	tc, heir, _ := heirOfAnUnappliedEntry(t, func(c *Cluster, done func(error)) {
+		c.DeclareAsync(cfg, func(_ bool, err error) { done(err) })
+	}, func(c *Cluster, done func(error)) {
+		c.ProposeMeta(func(st *meta.State) (meta.Command, error) { return st.DecideTopicDelete(cfg.Name, 0) }, done)
+	})
+	r := tc.declare(heir, cfg)
+	tc.runFor(100 * time.Millisecond)
+	if r.answered {
+		t.Fatalf("the heir answered a DECLARE before its install entry committed: created %v, %v", r.created, r.err)
+	}
+	tc.net.drop = nil
+	tc.runUntil(3*time.Second, "the DECLARE answered", func() bool { return r.answered })
+	var topic meta.Topic
+	var exists bool
+	tc.nodes[heir].ReadGroups(func(st *meta.State) { topic, exists = st.Topics[cfg.Name] })
+	if r.err != nil || !r.created || !exists || topic.Incarnation != 2 {
+		t.Fatalf("DECLARE asked of the heir before it took office: created %v, %v; topic %+v; want incarnation 2 created", r.created, r.err, topic)
+	}
+}

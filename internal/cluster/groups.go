@@ -16,13 +16,39 @@ import (
 // leader — the group coordinator, where members connect (their NOTICEs
 // are pushed on that connection). A groupJob proposes one decided entry
 // and answers once this node applied it; it is stepped with the DECLAREs.
+// A leader decides only once it took office (TookOffice): until then the
+// job waits with its decide.
 
 type groupJob struct {
-	cmd        meta.Command
+	decide     func(*meta.State) (meta.Command, error) // nil once decided and proposed
 	deadlineMs int64
 	seq        uint64 // committed at; 0 while the proposal is out
 	outcome    *declareOutcome
 	done       func(error)
+}
+
+// TookOffice reports whether this node leads the metadata log and has
+// applied its epoch's install entry, so that its applied state holds
+// everything earlier leaders committed.
+//
+// Invariant CoordinatorTookOffice: the coordinator decides a group
+// command, a DECLARE or a read of an incarnation only against such a
+// state. A new leader knows an entry committed only once an entry of its
+// own epoch commits: before, a delete committed under the last leader may
+// sit unapplied in its log, and a command decided against the state of
+// before — a forced delete naming the incarnation already deleted — was
+// applied as nothing and answered OK.
+func (c *Cluster) TookOffice() bool {
+	st := c.metaLog.Status()
+	if st.Role != replica.Leader {
+		return false
+	}
+	for _, e := range st.Epochs {
+		if e.Epoch == st.Hard.Promised {
+			return c.applied() >= e.StartSeq
+		}
+	}
+	return false
 }
 
 // Coordinator reports whether this node leads the metadata log — and so
@@ -46,6 +72,21 @@ func (c *Cluster) NotCoordinator() *wire.Error {
 		return wire.Errorf(wire.CodeNotLeader, "consumer groups are coordinated by the metadata leader at %s", addr)
 	}
 	return wire.Errorf(wire.CodeNotLeader, "no metadata leader known (an election is running); retry")
+}
+
+// ReadCoordinated calls f with the applied metadata (f must not keep it)
+// as the coordinator reads it: only once this node took office
+// (CoordinatorTookOffice) — a delete committed under the last leader may
+// not be applied here before — else it answers NOT_LEADER or UNAVAILABLE.
+func (c *Cluster) ReadCoordinated(f func(*meta.State)) error {
+	if here, _ := c.Coordinator(); !here {
+		return c.NotCoordinator()
+	}
+	if !c.TookOffice() {
+		return wire.Errorf(wire.CodeUnavailable, "the metadata leader is taking office; retry")
+	}
+	c.ReadGroups(f)
+	return nil
 }
 
 // ReadGroups calls f with the applied metadata (f must not keep it).
@@ -75,19 +116,10 @@ func (c *Cluster) ProposeMeta(decide func(*meta.State) (meta.Command, error), do
 		done(c.NotCoordinator())
 		return
 	}
-	c.metaMu.Lock()
-	m, err := decide(c.state)
-	c.metaMu.Unlock()
-	if err != nil {
-		done(err)
-		return
+	j := &groupJob{deadlineMs: c.monoMs() + c.cfg.DeclareTimeout.Milliseconds(), done: done}
+	if !c.TookOffice() {
+		j.decide = decide // decided once it took office (stepGroupJobs)
 	}
-	data, err := json.Marshal(m)
-	if err != nil {
-		done(err)
-		return
-	}
-	j := &groupJob{cmd: m, deadlineMs: c.monoMs() + c.cfg.DeclareTimeout.Milliseconds(), done: done}
 	c.declMu.Lock()
 	if c.declClosed {
 		c.declMu.Unlock()
@@ -96,6 +128,29 @@ func (c *Cluster) ProposeMeta(decide func(*meta.State) (meta.Command, error), do
 	}
 	c.groupJobs = append(c.groupJobs, j)
 	c.declMu.Unlock()
+	if j.decide == nil {
+		c.proposeGroupJob(j, decide)
+	}
+}
+
+// proposeGroupJob decides j against the applied state and proposes the
+// entry, or finishes j with the decision's error. The caller holds
+// neither lock.
+func (c *Cluster) proposeGroupJob(j *groupJob, decide func(*meta.State) (meta.Command, error)) {
+	c.metaMu.Lock()
+	m, err := decide(c.state)
+	c.metaMu.Unlock()
+	var data []byte
+	if err == nil {
+		data, err = json.Marshal(m)
+	}
+	if err != nil {
+		c.declMu.Lock()
+		c.groupJobs = slices.DeleteFunc(c.groupJobs, func(o *groupJob) bool { return o == j })
+		c.declMu.Unlock()
+		j.done(err)
+		return
+	}
 	c.metaLog.ProposeFunc(storage.Record{Value: data}, func(seq, _ uint64, err error) {
 		c.declMu.Lock()
 		j.outcome = &declareOutcome{seq: seq, err: err}
@@ -109,9 +164,11 @@ func (c *Cluster) ProposeMeta(decide func(*meta.State) (meta.Command, error), do
 func (c *Cluster) stepGroupJobs() bool {
 	now := c.monoMs()
 	applied := c.applied()
+	tookOffice, leading := c.TookOffice(), c.metaLog.Status().Role == replica.Leader
 	c.declMu.Lock()
-	var finished []*groupJob
+	var finished, ready []*groupJob
 	var errs []error
+	var decides []func(*meta.State) (meta.Command, error)
 	for _, j := range c.groupJobs {
 		if o := j.outcome; o != nil {
 			j.outcome = nil
@@ -122,6 +179,11 @@ func (c *Cluster) stepGroupJobs() bool {
 			j.seq = o.seq
 		}
 		switch {
+		case j.decide != nil && !leading:
+			finished, errs = append(finished, j), append(errs, c.NotCoordinator())
+		case j.decide != nil && tookOffice:
+			ready, decides = append(ready, j), append(decides, j.decide)
+			j.decide = nil
 		case j.seq != 0 && applied >= j.seq:
 			finished, errs = append(finished, j), append(errs, nil)
 		case now >= j.deadlineMs:
@@ -130,10 +192,13 @@ func (c *Cluster) stepGroupJobs() bool {
 	}
 	c.groupJobs = slices.DeleteFunc(c.groupJobs, func(j *groupJob) bool { return slices.Contains(finished, j) })
 	c.declMu.Unlock()
+	for i, j := range ready {
+		c.proposeGroupJob(j, decides[i]) // answered by a later step
+	}
 	for i, j := range finished {
 		j.done(errs[i])
 	}
-	return len(finished) > 0
+	return len(finished)+len(ready) > 0
 }
 
 func groupProposalError(err error) error {

@@ -484,7 +484,12 @@ func (n *Node) CoordinatorGroupIncarnation(name string) (uint64, error) {
 	if err := n.coordinatesGroup(name); err != nil {
 		return 0, err
 	}
-	return n.GroupIncarnation(name), nil
+	if n.cluster == nil {
+		return n.GroupIncarnation(name), nil
+	}
+	var inc uint64
+	err := n.cluster.ReadCoordinated(func(st *meta.State) { inc = st.GroupIncarnation(name) })
+	return inc, err
 }
 
 // coordinatesGroup refuses an invalid group name, and every group
