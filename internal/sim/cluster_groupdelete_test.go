@@ -115,9 +115,8 @@ func groupDeleted(seed uint64, m node.Mutations, retention bool) (Result, error)
 // the members coming back as its next incarnation each time; every
 // invariant holds after every event and the last incarnation delivers and
 // acks every acknowledged record (Liveness). With
-// group-key-ignores-incarnation seed 3 breaks AckFloorNeverRedelivered
-// (so do 2, 5, 6, 8, 9 and 10 of seeds 1–10; 1, 4 and 7, which delete
-// nothing, break none).
+// group-key-ignores-incarnation a seed of 1-12 breaks
+// AckFloorNeverRedelivered (1, 2, 4, 5, 6 and 10 of seeds 1-10 now).
 func TestClusterGroupDeletesCampaign(t *testing.T) {
 	deletes := 0
 	// A delete gives up after 10 s of faults that keep the members from
@@ -137,10 +136,32 @@ func TestClusterGroupDeletesCampaign(t *testing.T) {
 	if deletes < 3 {
 		t.Fatalf("only %d group deletes in %d seeds", deletes, seed-1)
 	}
-	o := ClusterOptions{Seed: 3, Faults: AllClusterFaults, Members: true, GroupDeletes: 2, Mutations: ClusterMutations["group-key-ignores-incarnation"]}
-	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != AckFloorNeverRedelivered {
-		t.Fatalf("group-key-ignores-incarnation, seed 3: %v, want %s", r.Violation, AckFloorNeverRedelivered)
+	o := ClusterOptions{Faults: AllClusterFaults, Members: true, GroupDeletes: 2}
+	firstSeedCatching(t, o, "group-key-ignores-incarnation", AckFloorNeverRedelivered, 12)
+}
+
+// firstSeedCatching runs o with the cluster mutation named on seeds 1,
+// 2, ... seedsMax until one breaks invariant, and returns that seed; it
+// fails the test when none does. Which seeds catch a mutation moves with
+// every change to the runs' traces (a pinned seed broke at such changes),
+// so the tests search from 1: the first catches mostly.
+func firstSeedCatching(t *testing.T, o ClusterOptions, mutation, invariant string, seedsMax uint64) uint64 {
+	t.Helper()
+	o.Mutations = ClusterMutations[mutation]
+	for seed := uint64(1); seed <= seedsMax; seed++ {
+		o.Seed = seed
+		r := RunCluster(o)
+		switch {
+		case r.Violation == nil:
+		case r.Violation.Invariant == invariant:
+			t.Logf("%s: seed %d breaks %s", mutation, seed, invariant)
+			return seed
+		default:
+			t.Logf("%s: seed %d breaks %s first", mutation, seed, r.Violation.Invariant)
+		}
 	}
+	t.Fatalf("%s: no seed of 1-%d breaks %s", mutation, seedsMax, invariant)
+	return 0
 }
 
 // TestClusterForcedGroupDeletesCampaign: the group of consumers without
@@ -149,11 +170,12 @@ func TestClusterGroupDeletesCampaign(t *testing.T) {
 // once every node applied it; every invariant holds and the last
 // incarnation delivers and acks every acknowledged record. With
 // group-delete-ignores-incarnation the copies of a forced DELETE asked
-// while the first was in flight delete the next incarnation too: seed 9
-// breaks GroupDeleteNamesItsIncarnation; so does seed 1 with
-// group-delete-retry-deletes-again, whose retries — asked after a node
-// applied the delete, naming the incarnation deleted — are decided
-// against the next incarnation (meta: GroupDeleteRetryDeletesOnce).
+// while the first was in flight delete the next incarnation too: a seed
+// of 1-12 breaks GroupDeleteNamesItsIncarnation (3, 7 and 8 of 1-10
+// now); so does one with group-delete-retry-deletes-again, whose retries
+// — asked after a node applied the delete, naming the incarnation
+// deleted — are decided against the next incarnation (meta:
+// GroupDeleteRetryDeletesOnce).
 func TestClusterForcedGroupDeletesCampaign(t *testing.T) {
 	deletes := 0
 	for seed := uint64(1); seed <= 3; seed++ {
@@ -168,13 +190,8 @@ func TestClusterForcedGroupDeletesCampaign(t *testing.T) {
 	if deletes < 3 {
 		t.Fatalf("only %d group deletes in 3 seeds", deletes)
 	}
-	for _, m := range []struct {
-		name string
-		seed uint64
-	}{{"group-delete-ignores-incarnation", 9}, {"group-delete-retry-deletes-again", 1}} {
-		o := ClusterOptions{Seed: m.seed, Faults: AllClusterFaults, GroupDeletes: 2, Mutations: ClusterMutations[m.name]}
-		if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != GroupDeleteNamesItsIncarnation {
-			t.Fatalf("%s, seed %d: %v, want %s", m.name, m.seed, r.Violation, GroupDeleteNamesItsIncarnation)
-		}
+	o := ClusterOptions{Faults: AllClusterFaults, GroupDeletes: 2}
+	for _, m := range []string{"group-delete-ignores-incarnation", "group-delete-retry-deletes-again"} {
+		firstSeedCatching(t, o, m, GroupDeleteNamesItsIncarnation, 12)
 	}
 }
