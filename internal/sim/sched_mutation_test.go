@@ -24,9 +24,16 @@ var schedMutationSeeds = map[string]struct {
 	"sched-publish-before-intent": {[]uint64{1, 2, 3}, "NoPublishBeforeIntent"},       // each of seeds 1-3
 	"sched-fenced-still-fires":    {[]uint64{9, 13, 41}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-60 since the stall fault and the monotonic clock (4, 15, 22 before; 1, 3, 30 before partitions heartbeat every 3 ticks; 5, 7, 26 before the dedup snapshots)
 	// The replication kernel's lease dated from the answers' arrival: a
-	// paused shard owner renews it from answers to heartbeats sent before
-	// its pause and publishes after another node took office.
-	"lease-from-receipt": {[]uint64{108}, "NoPublishWithoutBothGates"}, // the only one of seeds 1-300 since metadata requests, member sessions and group ack waits run on the monotonic clock and lost promises answer PROMISE_UNKNOWN (18 others break AckFloorNeverRedelivered first: the lease guards delivery too) (98 and 120, the first two of 1-120, since groups keep two incarnation copies; 264 and 326, the first two of 1-700, since a pre-vote round re-sends lost PRE_VOTEs; 247, 325, 341, the first three, since a candidate re-sends lost PREPAREs; 369, 504, 526 since a forwarded DECLARE follows a new metadata leader; 527 broke IntakeNeverBlocked then: an earlier send's refusal taken for the probe's) (72 and 399 since partition leaders deliver only under their lease; 190, 276, 289 of the four of 1-400 before that, since the stall fault and the monotonic clock; 336 broke ExactlyOnce; 57 alone before, since runners refresh the gates before judging requests; 4, 80, 90 of 1-90 before that; 101 and 198 of 101-260 before that, none of 1-100 since shards compact; 54 before that): it needs a pause across an election (the kernel's TestLeaseDatesFromTheAppendNotTheAnswer catches it directly)
+	// paused leader renews it from answers to heartbeats sent before its
+	// pause and acts after another node took office. Which invariant it
+	// breaks first moves with the runs' traces: through the scheduler's
+	// gates (NoPublishWithoutBothGates) on one seed of 1-300 in the last
+	// search that found any (108), on none of 1-150 since the coordinator
+	// decides only once it took office; through delivery, which the lease
+	// guards too (AckFloorNeverRedelivered), on 15 of 1-150, the first three
+	// recorded. It needs a pause across an election; the kernel's
+	// TestLeaseDatesFromTheAppendNotTheAnswer catches it directly.
+	"lease-from-receipt": {[]uint64{8, 16, 19}, "AckFloorNeverRedelivered"},
 }
 
 // schedMutationsNotReached are the scheduler mutations the campaign has
