@@ -27,7 +27,9 @@ const rebuildingFile = "rebuilding"
 // records that it is rebuilding, durably, and truncates its log just
 // before the first damaged range: it stops vouching for that range and
 // what follows, and catches up from its leader (or a snapshot) instead.
-// It reports whether it quarantined anything.
+// When that cut meets damage below the range that nobody had recorded
+// (the log refuses it: storage's cutVerifiedFirst), it cuts before that
+// damage instead. It reports whether it quarantined anything.
 func quarantineDamage(fsys vfs.FS, dir string, lg *storage.Log, logger *slog.Logger) (bool, error) {
 	if len(lg.Damage()) == 0 {
 		if _, err := lg.VerifyAll(); err != nil {
@@ -44,8 +46,20 @@ func quarantineDamage(fsys vfs.FS, dir string, lg *storage.Log, logger *slog.Log
 	if err := storage.WriteFileAtomic(fsys, path.Join(dir, rebuildingFile), []byte(d.String())); err != nil {
 		return false, err
 	}
-	if err := lg.TruncateAfter(d.FirstSeq - 1); err != nil {
-		return false, fmt.Errorf("replog: drop damaged range: %w", err)
+	for {
+		err := lg.TruncateAfter(d.FirstSeq - 1)
+		var lower *storage.CorruptError
+		if !errors.As(err, &lower) || lower.Damage.FirstSeq >= d.FirstSeq {
+			if err != nil {
+				return false, fmt.Errorf("replog: drop damaged range: %w", err)
+			}
+			break
+		}
+		// The cut met damage just below the range that nobody had
+		// recorded (storage's cutVerifiedFirst): drop it whole too.
+		d = lower.Damage
+		logger.Error("replog: damaged log; dropping the damaged range found below it too",
+			"dir", dir, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes, "first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)
 	}
 	if err := lg.Sync(); err != nil {
 		return false, fmt.Errorf("replog: drop damaged range: %w", err)

@@ -467,39 +467,98 @@ func TestEntriesForAnAppendReportDamageAfterGoodEntries(t *testing.T) {
 }
 
 // TestTruncationIntoDamageRebuildsInPlace: a new leader's APPEND makes a
-// follower cut its log inside a range its scrubber has just found damaged
-// (before the member heard of it). The log refuses the cut and stays as it
-// was (storage's cutOutsideDamage); the member takes the refusal for
-// damage it met (errDamagedLog): it drops the range whole and rebuilds in
-// place, as for a damaged read, instead of stopping as a member that
-// cannot persist. Without the storage guard the cut failed the log, and
-// without the store's mapping the refusal stopped the member.
+// follower cut its log inside a range that went bad after open — found by
+// its scrubber just before (before the member heard of it), or by nobody
+// yet. The log refuses the cut and stays as it was (storage's
+// cutOutsideDamage; for damage nobody had recorded, cutVerifiedFirst finds
+// and records it first); the member takes the refusal for damage it met
+// (errDamagedLog): it drops the range whole and rebuilds in place, as for
+// a damaged read, instead of stopping as a member that cannot persist.
+// Without the storage guards the cut failed the log (the member stopped),
+// and without the store's mapping the refusal stopped the member.
 func TestTruncationIntoDamageRebuildsInPlace(t *testing.T) {
-	fsys := vfs.NewMem()
-	writeGuardLog(t, fsys, func(s memberStore) error {
-		for _, es := range [][]replica.Entry{entriesOf(1, 1, "one"), entriesOf(2, 1, "two", "three"), entriesOf(4, 1, "four")} {
-			if err := s.Append(es); err != nil { // a batch each
-				return err
+	for _, scrubbed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("scrubbed %v", scrubbed), func(t *testing.T) {
+			fsys := vfs.NewMem()
+			writeGuardLog(t, fsys, func(s memberStore) error {
+				for _, es := range [][]replica.Entry{entriesOf(1, 1, "one"), entriesOf(2, 1, "two", "three"), entriesOf(4, 1, "four")} {
+					if err := s.Append(es); err != nil { // a batch each
+						return err
+					}
+				}
+				return nil
+			})
+			m := openGuardMember(t, fsys)
+			flipSecondBatch(t, fsys)
+			if scrubbed {
+				if ds, err := m.log.VerifyAll(); err != nil || len(ds) != 1 || ds[0].FirstSeq != 2 || ds[0].LastSeq != 3 {
+					t.Fatalf("setup: the scrubber found %v, %v; want seqs 2-3 damaged", ds, err)
+				}
 			}
+			// The leader of epoch 2 holds seq 2 of epoch 1 and its own seq 3.
+			m.Step(replica.Message{Type: replica.MsgAppend, From: 2, To: 1, Epoch: 2, PrevSeq: 2, PrevEpoch: 1, Entries: entriesOf(3, 2, "THREE")})
+			if err := m.Handle(); err != nil {
+				t.Fatalf("Handle of a truncation into the damaged range: %v; want the member to drop the range and rebuild", err)
+			}
+			expectRebuildingAt(t, m, fsys, 1, "after the refused truncation")
+			if next := m.log.NextSeq(); next != 2 || len(m.log.Damage()) != 0 {
+				t.Fatalf("log ends at %d with damage %v; want the damage dropped whole, ending at 1", next-1, m.log.Damage())
+			}
+			if err := m.log.Sync(); err != nil {
+				t.Fatalf("the log failed: %v", err)
+			}
+		})
+	}
+}
+
+// TestDropOfDamageCutsBeforeDamageFoundAtItsCut: a member drops a
+// damaged range its truncation was refused in (seqs 3-4, found by the
+// scrubber) by cutting just before it — and that cut ends its log at seq
+// 2, whose batch went bad after the scrubber had read it. The log refuses
+// that cut too (storage's cutVerifiedFirst) and names seq 2; the member
+// cuts before it instead and rebuilds from seq 1. Without the retry below
+// the damage found at the cut the drop failed and the member stopped.
+func TestDropOfDamageCutsBeforeDamageFoundAtItsCut(t *testing.T) {
+	fsys := vfs.NewMem()
+	cfg := guardConfig(fsys, nil)
+	cfg.Storage.SegmentBytesMax = 1 // a segment per batch
+	open := func() *Member {
+		t.Helper()
+		m, err := OpenMember(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	m := openGuardMember(t, fsys)
-	flipSecondBatch(t, fsys)
-	if ds, err := m.log.VerifyAll(); err != nil || len(ds) != 1 || ds[0].FirstSeq != 2 || ds[0].LastSeq != 3 {
-		t.Fatalf("setup: the scrubber found %v, %v; want seqs 2-3 damaged", ds, err)
+		return m
 	}
-	// The leader of epoch 2 holds seq 2 of epoch 1 and its own seq 3.
-	m.Step(replica.Message{Type: replica.MsgAppend, From: 2, To: 1, Epoch: 2, PrevSeq: 2, PrevEpoch: 1, Entries: entriesOf(3, 2, "THREE")})
+	m := open()
+	for _, es := range [][]replica.Entry{entriesOf(1, 1, "one"), entriesOf(2, 1, "two"), entriesOf(3, 1, "three", "four"), entriesOf(5, 1, "five")} {
+		if err := (memberStore{m}).Append(es); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m = open()
+	t.Cleanup(func() { m.Close() })
+	flip := func(base uint64) {
+		t.Helper()
+		if err := fsys.FlipBit(fmt.Sprintf("/n1/%020d.log", base), 40, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flip(3)
+	if ds, err := m.log.VerifyAll(); err != nil || len(ds) != 1 || ds[0].FirstSeq != 3 || ds[0].LastSeq != 4 {
+		t.Fatalf("setup: the scrubber found %v, %v; want seqs 3-4 damaged", ds, err)
+	}
+	flip(2) // after the scrubber read it
+	m.Step(replica.Message{Type: replica.MsgAppend, From: 2, To: 1, Epoch: 2, PrevSeq: 3, PrevEpoch: 1, Entries: entriesOf(4, 2, "FOUR")})
 	if err := m.Handle(); err != nil {
-		t.Fatalf("Handle of a truncation into the damaged range: %v; want the member to drop the range and rebuild", err)
+		t.Fatalf("Handle of a truncation into seqs 3-4, with seq 2 gone bad: %v; want the member to drop both and rebuild", err)
 	}
-	expectRebuildingAt(t, m, fsys, 1, "after the refused truncation")
-	if next := m.log.NextSeq(); next != 2 || len(m.log.Damage()) != 0 {
-		t.Fatalf("log ends at %d with damage %v; want the damage dropped whole, ending at 1", next-1, m.log.Damage())
-	}
-	if err := m.log.Sync(); err != nil {
-		t.Fatalf("the log failed: %v", err)
+	expectRebuildingAt(t, m, fsys, 1, "after the drop")
+	if len(m.log.Damage()) != 0 {
+		t.Fatalf("damage %v left after the drop", m.log.Damage())
 	}
 }
 

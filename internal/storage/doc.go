@@ -102,8 +102,11 @@
 // seq inside it with a *CorruptError and serves every record around it.
 // TruncateAfter drops a damaged range whole or keeps it with records after
 // it: a cut inside one or at its end is refused with a *CorruptError and
-// changes nothing; splitting a gap keeps a gap. Verify re-reads sealed segments trusted through their index (the
-// scrubber) and records what it finds the same way. Repair, on a closed
+// changes nothing; splitting a gap keeps a gap. Before it changes anything
+// it verifies the segment the log will end in up to the cut, so damage
+// nobody had recorded yet is recorded there and refused alike. Verify
+// re-reads sealed segments trusted through their index (the scrubber) and
+// records what it finds the same way. Repair, on a closed
 // log, replaces each damaged range with a gap batch (RepairSalvage) or
 // cuts the log at the first one and covers everything after with a gap
 // (RepairTruncate); either way the log's next seq stays above every seq

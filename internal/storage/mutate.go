@@ -8,12 +8,16 @@ import (
 
 // TruncateAfter drops every record with a seq above seq, splitting a batch
 // if needed; a seq at or above NextSeq-1 changes nothing, and a seq below
-// StartSeq-1 returns ErrOutOfRange. A seq inside a known damaged range
-// returns a *CorruptError naming the range and changes nothing: the log
-// stays usable (cutOutsideDamage). Removed segments are gone durably when
+// StartSeq-1 returns ErrOutOfRange. A seq inside a damaged range or at
+// its end returns a *CorruptError naming the range and changes nothing:
+// the log stays usable (cutOutsideDamage). That holds for damage nobody
+// had recorded too: the segment the log will end in is verified up to the
+// cut before anything changes, and what that finds is recorded, as Verify
+// records it (cutVerifiedFirst). Removed segments are gone durably when
 // TruncateAfter returns; the truncation of the remaining tail is durable
 // after the next Sync (a crash before it may bring the dropped records of
-// that segment back). Any I/O failure fails the log.
+// that segment back). A read failure of that verification returns the
+// error and changes nothing; any I/O failure after it fails the log.
 func (l *Log) TruncateAfter(seq uint64) error {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
@@ -26,19 +30,24 @@ func (l *Log) TruncateAfter(seq uint64) error {
 	if seq+1 < l.segments[0].baseSeq {
 		return fmt.Errorf("%w: truncate after %d below start seq %d", ErrOutOfRange, seq, l.segments[0].baseSeq)
 	}
-	if d, ok := damageAround(l.damage, seq); ok {
-		return fmt.Errorf("storage: truncate after %d inside damaged seqs (after %d would drop them whole): %w",
-			seq, d.FirstSeq-1, &CorruptError{Damage: d})
+	if err := refuseCutInDamage(l.damage, seq); err != nil {
+		return err
 	}
-	// Readers must not run while published bytes change.
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.truncations++
 	cut := seq + 1 // first seq to drop
 	i := sort.Search(len(l.segments), func(i int) bool { return l.segments[i].baseSeq > cut }) - 1
 	if cut == l.segments[i].baseSeq && i > 0 {
 		i-- // drop the whole segment; the previous one ends at seq
 	}
+	if err := l.verifyBeforeCut(l.segments[i], cut); err != nil {
+		return err
+	}
+	if err := refuseCutInDamage(l.damage, seq); err != nil {
+		return err // damage nobody had recorded: recorded now, refused alike
+	}
+	// Readers must not run while published bytes change.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.truncations++
 	// Remove later segments first, durably, so that nothing written after
 	// the truncation can ever be followed by a stale segment.
 	if i+1 < len(l.segments) {
@@ -70,6 +79,55 @@ func (l *Log) TruncateAfter(seq uint64) error {
 	l.syncedSeq = min(l.syncedSeq, seq)
 	l.lastEpoch = l.computeLastEpoch()
 	l.damage = keepDamage(l.damage, 0, seq)
+	return nil
+}
+
+// refuseCutInDamage returns the refusal of a cut after seq inside a
+// damaged range of ds or at its end (cutOutsideDamage), nil elsewhere.
+func refuseCutInDamage(ds []Damage, seq uint64) error {
+	d, ok := damageAround(ds, seq)
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("storage: truncate after %d inside damaged seqs (after %d would drop them whole): %w",
+		seq, d.FirstSeq-1, &CorruptError{Damage: d})
+}
+
+// verifyBeforeCut verifies, read-only, the part of s that a cut before
+// seq cut needs — every batch holding a seq below cut, from the
+// segment's start: the batches the cut walks over, the batch it splits,
+// the batch it ends the log after — and records the damage it finds, as
+// Verify does. s is the segment the log will end in. A read failure
+// returns the error and changes nothing. Writer only.
+//
+// Invariant cutVerifiedFirst: a truncation changes nothing (removes no
+// segment, cuts no byte) before it has verified what it keeps at the
+// cut. A flip after open in a segment trusted through its index, or in
+// the active segment, is known to nobody until read; met midway — a
+// batch header that does not decode on the walk, a split batch whose CRC
+// fails — it failed the whole log after the later segments were already
+// gone, and a cut at the end of such a batch left the log ending in
+// damage recorded nowhere, which a reopen took for a torn tail and cut
+// with seqs the caller kept. Found first, the damage is recorded and a
+// cut inside it or at its end is refused like one inside known damage
+// (cutOutsideDamage); a cut elsewhere goes on, stepping over it.
+func (l *Log) verifyBeforeCut(s *segment, cut uint64) error {
+	// Every batch below cut lies before the first indexed batch that
+	// starts at or after it.
+	end, limitSeq, rest := s.sizeBytes, s.nextSeq, []indexEntry(nil)
+	if j := sort.Search(len(s.index), func(j int) bool { return s.index[j].seq >= cut }); j < len(s.index) {
+		end, limitSeq, rest = s.index[j].offset, s.index[j].seq, s.index[j:]
+	}
+	fresh := newSegment(l.dir, s.baseSeq, s.file)
+	res, err := fresh.scan(end, l.opts.IndexIntervalBytes, limitSeq)
+	if err != nil {
+		return fmt.Errorf("storage: truncate: verify segment %d: %w", s.baseSeq, err)
+	}
+	if len(res.damage) > 0 {
+		l.mu.Lock()
+		l.addDamage(s, append(fresh.index, rest...), res.damage)
+		l.mu.Unlock()
+	}
 	return nil
 }
 

@@ -152,3 +152,144 @@ func TestTruncateInsideAGapKeepsAGap(t *testing.T) {
 		l = openLog(t, m, smallOpts())
 	}
 }
+
+// dirContents returns every file of the log's directory and its bytes.
+func dirContents(t *testing.T, m *vfs.MemFS) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, name := range segmentFiles(t, m, "") {
+		data, err := m.ReadFile(testDir + "/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = string(data)
+	}
+	return out
+}
+
+// flippedAfterOpen is an open log of 64 synced batches of 3 records in
+// small segments indexed at their start only, in which a bit of batch
+// number nth of segment number seg (-1: the last batch of the segment;
+// seg -1: the active segment) flipped after open: in a record, or in
+// the header's base seq (a header the walk to a later batch cannot pass).
+// Nobody has read it since. It returns the log's file system and options,
+// what was appended, and the flipped batch's segment, offset and seqs.
+func flippedAfterOpen(t *testing.T, seg, nth int, header bool) (d *damagedLog, name string, off int64, first, last uint64) {
+	t.Helper()
+	d = &damagedLog{m: vfs.NewMem(), opts: Options{SegmentBytesMax: 2048, IndexIntervalBytes: 1 << 20}}
+	d.l = openLog(t, d.m, d.opts)
+	appendSynced(t, d.l, &d.mod, 64, -1) // the active segment holds 5
+	if seg < 0 {
+		seg = len(d.l.segments) - 1
+	}
+	s := d.l.segments[seg]
+	offs, hs := batchOffsets(t, d.m, s.path)
+	if nth < 0 {
+		nth = len(offs) - 1
+	}
+	if seg == len(d.l.segments)-1 && nth == len(offs)-1 {
+		t.Fatalf("setup: the log's last batch would be a torn tail, not damage")
+	}
+	at := offs[nth] + batchOverheadBytes + 3
+	if header {
+		at = offs[nth] + batchCRCEnd // the base seq's low byte
+	}
+	if err := d.m.FlipBit(s.path, at, 1); err != nil {
+		t.Fatal(err)
+	}
+	return d, s.path, offs[nth], hs[nth].baseSeq, hs[nth].nextSeq() - 1
+}
+
+// TestTruncateMeetingUnrecordedDamageIsRefused guards TruncateAfter's
+// cutVerifiedFirst: a cut inside a batch that went bad after open, or at
+// its end — in a sealed segment trusted through its index, at the end of
+// one, or in the active segment — is refused with a *CorruptError naming
+// the batch's seqs, changes no byte on disk, records the damage as Verify
+// would (Verify finds nothing new after it), and leaves the log usable:
+// it appends and syncs, serves every record but the batch's, refuses the
+// cut again after a reopen, and a cut just before the batch drops it.
+// Without the guard the split batch's CRC failed the whole log after the
+// later segments were removed, and a cut at the batch's end was made,
+// leaving the log ending in damage recorded nowhere.
+func TestTruncateMeetingUnrecordedDamageIsRefused(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		seg, nth int
+		cutAt    func(first, last uint64) uint64
+	}{
+		{"inside a batch of a sealed segment", 1, 2, func(first, _ uint64) uint64 { return first + 1 }},
+		{"at the end of a batch of a sealed segment", 1, 2, func(_, last uint64) uint64 { return last }},
+		{"at the end of a sealed segment", 1, -1, func(_, last uint64) uint64 { return last }},
+		{"inside a batch of the active segment", -1, 0, func(first, _ uint64) uint64 { return first }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, name, off, first, last := flippedAfterOpen(t, c.seg, c.nth, false)
+			l := d.l
+			defer func() { l.Close() }()
+			seq := c.cutAt(first, last)
+			before, next := dirContents(t, d.m), l.NextSeq()
+			err := l.TruncateAfter(seq)
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Damage.FirstSeq != first || ce.Damage.LastSeq != last {
+				t.Fatalf("TruncateAfter(%d) in flipped batch %d-%d: %v, want a *CorruptError naming it", seq, first, last, err)
+			}
+			if !reflect.DeepEqual(dirContents(t, d.m), before) || l.NextSeq() != next {
+				t.Fatalf("the refused TruncateAfter(%d) changed the log (NextSeq %d, was %d)", seq, l.NextSeq(), next)
+			}
+			if ds := l.Damage(); len(ds) != 1 || ds[0].Segment != name || ds[0].Offset != off || ds[0].FirstSeq != first || ds[0].LastSeq != last {
+				t.Fatalf("damage after the refusal: %v; want the flipped batch at %s offset %d, seqs %d-%d", ds, name, off, first, last)
+			}
+			if found, err := l.VerifyAll(); err != nil || len(found) != 0 {
+				t.Fatalf("VerifyAll after the refusal found %v, %v; want nothing new", found, err)
+			}
+			d.mod.append(t, l, 1, []Record{testRecord(int(next))})
+			if err := l.Sync(); err != nil {
+				t.Fatalf("Sync after the refusal: %v", err)
+			}
+			if refused := readAround(t, l, &d.mod); !reflect.DeepEqual(refused, []uint64{first}) {
+				t.Fatalf("after the refusal: refused %v, want only %d", refused, first)
+			}
+			l.Close()
+			l = openLog(t, d.m, d.opts)
+			if err := l.TruncateAfter(seq); !errors.As(err, &ce) || ce.Damage.FirstSeq != first {
+				t.Fatalf("TruncateAfter(%d) after a reopen: %v, want the refusal again", seq, err)
+			}
+			if err := l.TruncateAfter(first - 1); err != nil {
+				t.Fatalf("TruncateAfter(%d), just before the flipped batch: %v", first-1, err)
+			}
+			d.mod.truncate(first - 1)
+			checkAgainst(t, l, &d.mod)
+			if len(l.Damage()) != 0 || l.NextSeq() != first {
+				t.Fatalf("after dropping the flipped batch: damage %v, NextSeq %d; want none, %d", l.Damage(), l.NextSeq(), first)
+			}
+		})
+	}
+}
+
+// TestTruncateStepsOverUnrecordedDamageBelowTheCut guards
+// cutVerifiedFirst where the cut lies past the damage: a batch header
+// flipped after open lies between the segment's index entry and the cut.
+// The truncation records the damage and steps over it (the index it
+// verified past the damage); it keeps every record below the cut but the
+// batch's, and they survive a reopen. Without the guard the walk to the
+// cut could not read the flipped header and failed the whole log.
+func TestTruncateStepsOverUnrecordedDamageBelowTheCut(t *testing.T) {
+	d, name, off, first, last := flippedAfterOpen(t, 1, 1, true)
+	l := d.l
+	defer func() { l.Close() }()
+	seq := last + 2 // inside the batch after the flipped one
+	if err := l.TruncateAfter(seq); err != nil {
+		t.Fatalf("TruncateAfter(%d), past a header flipped at seqs %d-%d: %v", seq, first, last, err)
+	}
+	d.mod.truncate(seq)
+	for reopened := range 2 {
+		if ds := l.Damage(); len(ds) != 1 || ds[0].Segment != name || ds[0].Offset != off || ds[0].FirstSeq != first || ds[0].LastSeq != last {
+			t.Fatalf("reopened %d: damage %v; want the flipped batch at %s offset %d, seqs %d-%d", reopened, ds, name, off, first, last)
+		}
+		if refused, served := readAroundCounting(t, l, &d.mod); l.NextSeq() != seq+1 || !reflect.DeepEqual(refused, []uint64{first}) || uint64(served) != seq-(last-first+1) {
+			t.Fatalf("reopened %d: NextSeq %d, refused %v, served %d; want %d, [%d], %d", reopened, l.NextSeq(), refused, served, seq+1, first, seq-(last-first+1))
+		}
+		l.Close()
+		l = openLog(t, d.m, d.opts)
+	}
+}

@@ -100,10 +100,16 @@ func (l *Log) recordDamage(s *segment, sizeBytes int64, nextSeq, truncations uin
 	if i < 0 || s.sizeBytes != sizeBytes || s.nextSeq != nextSeq || l.truncations != truncations || (sealedOnly && i == len(l.segments)-1) {
 		return nil
 	}
+	return l.addDamage(s, rescanned.index, damage)
+}
+
+// addDamage gives s index, which steps over damage (a rescan's), and adds
+// the damage that is new; it returns what it added. Writer, under l.mu.
+func (l *Log) addDamage(s *segment, index []indexEntry, damage []Damage) []Damage {
 	// Only the index changes: s still ends where it did. A sealed
 	// segment whose records end early (seqs missing before the next one)
 	// ends at the next segment's base, which its rescan does not know.
-	s.index = rescanned.index
+	s.index = index
 	var added []Damage
 	for _, d := range damage {
 		if !slices.ContainsFunc(l.damage, func(k Damage) bool { return k.Segment == d.Segment && k.Offset == d.Offset }) {
