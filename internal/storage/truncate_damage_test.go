@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -291,5 +293,214 @@ func TestTruncateStepsOverUnrecordedDamageBelowTheCut(t *testing.T) {
 		}
 		l.Close()
 		l = openLog(t, d.m, d.opts)
+	}
+}
+
+// TestTruncateInsideDamageThatGrewIsRefused guards addDamage's
+// damageGrows: the scrubber recorded a flipped batch of a sealed segment;
+// then the batch after it went bad too. Verify, and a truncation's own
+// verification, find one longer range from the same offset; it replaces
+// the known one, and a cut inside the batch that went bad later is
+// refused naming the whole range, the log unchanged. Without the guard
+// the longer range was taken for the known one and dropped: Verify
+// reported nothing, and the cut went ahead and failed the whole log on
+// the split batch's CRC.
+func TestTruncateInsideDamageThatGrewIsRefused(t *testing.T) {
+	for _, scrubbed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("scrubbed again %v", scrubbed), func(t *testing.T) {
+			d, name, off, first, _ := flippedAfterOpen(t, 1, 2, false)
+			l := d.l
+			defer l.Close()
+			verifyEverySealed(t, l)
+			offs, hs := batchOffsets(t, d.m, name)
+			flipRecord(t, d.m, name, offs[3])
+			last := hs[3].nextSeq() - 1
+			if scrubbed {
+				if found := verifyEverySealed(t, l); len(found) != 1 || found[0].FirstSeq != first || found[0].LastSeq != last {
+					t.Fatalf("Verify after the next batch went bad found %v; want seqs %d-%d", found, first, last)
+				}
+			}
+			before, next := dirContents(t, d.m), l.NextSeq()
+			err := l.TruncateAfter(hs[3].baseSeq)
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Damage.FirstSeq != first || ce.Damage.LastSeq != last {
+				t.Fatalf("TruncateAfter(%d) in the batch that went bad later: %v, want a *CorruptError naming seqs %d-%d", hs[3].baseSeq, err, first, last)
+			}
+			if !reflect.DeepEqual(dirContents(t, d.m), before) || l.NextSeq() != next {
+				t.Fatalf("the refused TruncateAfter changed the log (NextSeq %d, was %d)", l.NextSeq(), next)
+			}
+			if ds := l.Damage(); len(ds) != 1 || ds[0].Offset != off || ds[0].FirstSeq != first || ds[0].LastSeq != last {
+				t.Fatalf("damage %v; want one range at offset %d, seqs %d-%d", ds, off, first, last)
+			}
+			if refused := readAround(t, l, &d.mod); !reflect.DeepEqual(refused, []uint64{first}) {
+				t.Fatalf("refused %v, want only %d", refused, first)
+			}
+		})
+	}
+}
+
+// readableRecords reads the whole log, stepping over what it refuses, and
+// returns each seq it serves with its record and epoch encoded. A record
+// served must be the one appended at its seq (mod): a record whose
+// checksum did not verify is never served. Refusals must be damage: a
+// *CorruptError (recorded), a *GapError, or an error matching ErrCorrupt
+// (a batch nobody has read since it went bad).
+func readableRecords(t *testing.T, l *Log, mod *model) map[uint64]string {
+	t.Helper()
+	out := map[uint64]string{}
+	for seq := l.StartSeq(); seq < l.NextSeq(); {
+		es, err := l.Read(seq, 64, 1<<20)
+		var ce *CorruptError
+		var gap *GapError
+		switch {
+		case errors.As(err, &ce):
+			seq = ce.Damage.LastSeq + 1
+			continue
+		case errors.As(err, &gap):
+			seq = gap.Next
+			continue
+		case errors.Is(err, ErrCorrupt):
+			seq++
+			continue
+		case err != nil:
+			t.Fatalf("Read(%d): %v", seq, err)
+		}
+		for i, e := range es {
+			if e.Seq != seq+uint64(i) || e.Seq > uint64(len(mod.records)) ||
+				!sameRecord(e.Record, mod.records[e.Seq-1]) || e.Epoch != mod.epochs[e.Seq-1] {
+				t.Fatalf("Read(%d) served seq %d that was not appended there (%d appended)", seq, e.Seq, len(mod.records))
+			}
+			out[e.Seq] = fmt.Sprintf("%d/%x", e.Epoch, AppendRecord(nil, &e.Record))
+		}
+		seq += uint64(len(es))
+	}
+	return out
+}
+
+// stillReadable fails unless every seq through through that before
+// served is served by after with the same record. (A refusal may serve
+// more than before: the damage it records indexes the batch after it.)
+func stillReadable(t *testing.T, before, after map[uint64]string, through uint64, what string) {
+	t.Helper()
+	for seq, rec := range before {
+		if seq <= through && after[seq] != rec {
+			t.Fatalf("%s (through seq %d): seq %d was readable before and is not now", what, through, seq)
+		}
+	}
+}
+
+// FuzzTruncateIntoDamage runs a program of appends, syncs, bit flips in
+// the written part of any segment (sealed ones trusted through their
+// index, the active one), scrubber steps, clean reopens and truncations
+// at fuzzed seqs. Around each truncation: it either succeeds — every seq
+// at or below the cut that was readable before still is, with the same
+// record, and the log ends at the cut — or it is refused with a
+// *CorruptError and the log is unchanged (every byte on disk, its end,
+// what it serves). It never fails the log (the log syncs after it), and
+// no read ever serves a record other than the one appended at its seq.
+func FuzzTruncateIntoDamage(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 0, 1, 2, 3, 4, 0, 9, 77, 5, 20}, uint64(1))
+	f.Add(append(bytes.Repeat([]byte{2, 10, 3}, 20), 4, 1, 1, 40, 6, 1, 5, 30, 4, 2, 3, 9, 5, 12, 7, 5, 5), uint64(2))
+	f.Add(append(bytes.Repeat([]byte{1, 26, 3}, 25), 4, 3, 200, 14, 4, 0, 0, 60, 5, 41, 5, 7, 0, 3, 5, 3), uint64(3))
+	f.Fuzz(runTruncateProgram)
+}
+
+// runTruncateProgram runs one program of FuzzTruncateIntoDamage.
+func runTruncateProgram(t *testing.T, prog []byte, seed uint64) {
+	{
+		if len(prog) > 300 {
+			return
+		}
+		m := vfs.NewMem()
+		opts := Options{SegmentBytesMax: 1024, IndexIntervalBytes: 128}
+		l := openLog(t, m, opts)
+		defer func() { l.Close() }()
+		var mod model
+		epoch := uint64(1)
+		arg := func(pc *int) (uint64, bool) {
+			if *pc+1 >= len(prog) {
+				return 0, false
+			}
+			*pc++
+			return uint64(prog[*pc]), true
+		}
+		for pc := 0; pc < len(prog); pc++ {
+			switch op := prog[pc] % 8; op {
+			case 0, 1, 2: // append 1-4 records of a size set by op
+				var recs []Record
+				for j := range 1 + int(prog[pc]/8)%4 {
+					r := testRecord(len(mod.records) + j + 1)
+					r.Value = bytes.Repeat([]byte{byte(seed)}, int(op)*30+int(prog[pc]/32))
+					recs = append(recs, r)
+				}
+				mod.append(t, l, epoch, recs)
+			case 3:
+				if err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
+			case 4: // flip a bit: segment, offset (two bytes), bit
+				which, ok1 := arg(&pc)
+				hi, ok2 := arg(&pc)
+				lo, ok3 := arg(&pc)
+				if !ok1 || !ok2 || !ok3 {
+					continue
+				}
+				s := l.segments[int(which)%len(l.segments)]
+				if s.sizeBytes == 0 {
+					continue
+				}
+				if err := m.FlipBit(s.path, int64(hi<<8|lo)%s.sizeBytes, uint(which>>5)); err != nil {
+					t.Fatal(err)
+				}
+			case 5: // truncate after the seq given by the next byte
+				b, ok := arg(&pc)
+				if !ok {
+					continue
+				}
+				next := l.NextSeq()
+				seq := (b + seed) % next
+				files, readable := dirContents(t, m), readableRecords(t, l, &mod)
+				err := l.TruncateAfter(seq)
+				var ce *CorruptError
+				switch {
+				case errors.As(err, &ce):
+					if seq < ce.Damage.FirstSeq || seq > ce.Damage.LastSeq {
+						t.Fatalf("TruncateAfter(%d) refused naming seqs %d-%d, which do not hold it", seq, ce.Damage.FirstSeq, ce.Damage.LastSeq)
+					}
+					if !reflect.DeepEqual(dirContents(t, m), files) || l.NextSeq() != next {
+						t.Fatalf("the refused TruncateAfter(%d) changed the log (NextSeq %d, was %d)", seq, l.NextSeq(), next)
+					}
+					stillReadable(t, readable, readableRecords(t, l, &mod), next, "a refused TruncateAfter")
+				case err != nil:
+					t.Fatalf("TruncateAfter(%d) of a log ending at %d: %v", seq, next-1, err)
+				default:
+					if want := min(seq+1, next); l.NextSeq() != want {
+						t.Fatalf("TruncateAfter(%d): NextSeq %d, want %d", seq, l.NextSeq(), want)
+					}
+					mod.truncate(min(seq, uint64(len(mod.records))))
+					stillReadable(t, readable, readableRecords(t, l, &mod), seq, "TruncateAfter")
+					epoch++
+				}
+				if err := l.Sync(); err != nil {
+					t.Fatalf("Sync after TruncateAfter(%d): %v", seq, err)
+				}
+			case 6: // a scrubber step from the seq given by the next byte
+				b, ok := arg(&pc)
+				if !ok {
+					continue
+				}
+				if _, _, _, err := l.Verify(b%l.NextSeq()+1, 1); err != nil {
+					t.Fatal(err)
+				}
+			case 7: // close and reopen: recovery may cut what it cannot prove
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+				l = openLog(t, m, opts)
+				mod.truncate(min(l.NextSeq()-1, uint64(len(mod.records))))
+				epoch = max(epoch, l.LastEpoch())
+			}
+			readableRecords(t, l, &mod)
+		}
 	}
 }

@@ -12,7 +12,8 @@ import (
 // has read at least bytesMax bytes (always at least one segment) or before
 // the active segment, which recovery scanned and appends are extending.
 // Damage it finds is recorded (Damage, and Read then refuses those seqs
-// with a *CorruptError and serves the records after them) and returned.
+// with a *CorruptError and serves the records after them) and returned;
+// so is a known range found longer than recorded (damageGrows).
 // next is the seq to continue from, or 0 when no sealed segment is left;
 // readBytes is how much it read.
 //
@@ -105,6 +106,13 @@ func (l *Log) recordDamage(s *segment, sizeBytes int64, nextSeq, truncations uin
 
 // addDamage gives s index, which steps over damage (a rescan's), and adds
 // the damage that is new; it returns what it added. Writer, under l.mu.
+//
+// Invariant damageGrows: a range found where a known one starts (same
+// segment and offset) that reaches further replaces it. The batches after
+// a known range can go bad too; the rescan then finds one longer range
+// from the same offset. Taken for the known one, the seqs it added were
+// recorded nowhere: a truncation inside them went ahead and failed the
+// whole log on the split batch's CRC (FuzzTruncateIntoDamage found it).
 func (l *Log) addDamage(s *segment, index []indexEntry, damage []Damage) []Damage {
 	// Only the index changes: s still ends where it did. A sealed
 	// segment whose records end early (seqs missing before the next one)
@@ -112,10 +120,16 @@ func (l *Log) addDamage(s *segment, index []indexEntry, damage []Damage) []Damag
 	s.index = index
 	var added []Damage
 	for _, d := range damage {
-		if !slices.ContainsFunc(l.damage, func(k Damage) bool { return k.Segment == d.Segment && k.Offset == d.Offset }) {
+		i := slices.IndexFunc(l.damage, func(k Damage) bool { return k.Segment == d.Segment && k.Offset == d.Offset })
+		switch {
+		case i < 0:
 			l.damage = append(l.damage, d)
-			added = append(added, d)
+		case d.Bytes > l.damage[i].Bytes || d.LastSeq > l.damage[i].LastSeq:
+			l.damage[i] = d
+		default:
+			continue
 		}
+		added = append(added, d)
 	}
 	slices.SortFunc(l.damage, func(a, b Damage) int { return cmp.Compare(a.FirstSeq, b.FirstSeq) })
 	return added
