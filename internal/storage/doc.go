@@ -104,7 +104,9 @@
 // it: a cut inside one or at its end is refused with a *CorruptError and
 // changes nothing; splitting a gap keeps a gap. Before it changes anything
 // it verifies the segment the log will end in up to the cut, so damage
-// nobody had recorded yet is recorded there and refused alike. Verify
+// nobody had recorded yet is recorded there and refused alike, and it
+// refuses to keep a range there that no later batch proves durable
+// (recovery would take it for a torn tail). Verify
 // re-reads sealed segments trusted through their index (the scrubber) and
 // records what it finds the same way. Repair, on a closed
 // log, replaces each damaged range with a gap batch (RepairSalvage) or

@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -13,7 +14,9 @@ import (
 // the log stays usable (cutOutsideDamage). That holds for damage nobody
 // had recorded too: the segment the log will end in is verified up to the
 // cut before anything changes, and what that finds is recorded, as Verify
-// records it (cutVerifiedFirst). Removed segments are gone durably when
+// records it (cutVerifiedFirst). A cut that would keep a damaged range in
+// that segment with nothing after it proving it durable is refused alike,
+// naming that range (keptDamageProven). Removed segments are gone durably when
 // TruncateAfter returns; the truncation of the remaining tail is durable
 // after the next Sync (a crash before it may bring the dropped records of
 // that segment back). A read failure of that verification returns the
@@ -43,6 +46,12 @@ func (l *Log) TruncateAfter(seq uint64) error {
 	}
 	if err := refuseCutInDamage(l.damage, seq); err != nil {
 		return err // damage nobody had recorded: recorded now, refused alike
+	}
+	if d, ok, err := l.unprovenKept(l.segments[i], cut); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("storage: truncate after %d would end the log with damage at %s offset %d that nothing after proves durable (after %d would drop it): %w",
+			seq, d.Segment, d.Offset, d.FirstSeq-1, &CorruptError{Damage: d})
 	}
 	// Readers must not run while published bytes change.
 	l.mu.Lock()
@@ -131,11 +140,62 @@ func (l *Log) verifyBeforeCut(s *segment, cut uint64) error {
 	return nil
 }
 
+// unprovenKept returns a damaged range of s that a cut before seq cut
+// keeps with nothing after it that proves it durable, if there is one.
+// s is the segment the log will end in. Writer only.
+//
+// Invariant keptDamageProven: a truncation keeps a damaged range only
+// with a batch after it whose synced-through seq proves it durable.
+// After the cut s is the log's last segment, which recovery scans as the
+// active one: an invalid range there is damage only when a later batch
+// says it was synced, and otherwise a torn tail, cut with everything
+// after it. A range found in a sealed segment (synced whole at roll)
+// needs no such proof while the segment is sealed, and the batches after
+// it may have been written before a sync; kept by a cut into that
+// segment, the next reopen took it for a torn tail and cut it, with the
+// records after it that the truncation kept and a Sync made durable, and
+// handed their seqs out again. The truncation is refused instead, naming
+// the range; the caller drops it whole.
+func (l *Log) unprovenKept(s *segment, cut uint64) (Damage, bool, error) {
+	kept := func(d Damage) bool { return d.Segment == s.path && d.FirstSeq < cut }
+	if cut <= s.baseSeq || !slices.ContainsFunc(l.damage, kept) {
+		return Damage{}, false, nil
+	}
+	// What s keeps ends with the batch holding cut-1; a split batch
+	// keeps the synced-through seq it had.
+	off, expectSeq := s.lookup(cut - 1)
+	var header [batchHeaderBytes]byte
+	for {
+		h, err := readBatchHeader(s, off, expectSeq, header[:])
+		if err != nil {
+			return Damage{}, false, fmt.Errorf("storage: truncate: %w", err)
+		}
+		off, expectSeq = off+h.totalBytes, h.nextSeq()
+		if expectSeq >= cut {
+			break
+		}
+	}
+	// Scanned as recovery will scan it: as the log's last segment.
+	res, err := newSegment(l.dir, s.baseSeq, s.file).scan(off, l.opts.IndexIntervalBytes, 0)
+	if err != nil {
+		return Damage{}, false, fmt.Errorf("storage: truncate: verify segment %d: %w", s.baseSeq, err)
+	}
+	if res.validEnd == off {
+		return Damage{}, false, nil
+	}
+	if i := slices.IndexFunc(l.damage, func(d Damage) bool { return kept(d) && d.Offset == res.validEnd }); i >= 0 {
+		return l.damage[i], true, nil
+	}
+	return Damage{}, false, fmt.Errorf("%w: segment %d up to seq %d ends at offset %d, where no known damage starts: %v",
+		ErrCorrupt, s.baseSeq, cut-1, res.validEnd, res.stopErr)
+}
+
 // damageAround returns the damaged range of ds that holds seq: a cut
 // after seq would end the log inside it or at its end.
 //
 // Invariant cutOutsideDamage: a truncation drops a damaged range whole or
-// keeps it with records after it; it never ends the log inside one or at
+// keeps it with records after it (that prove it durable:
+// keptDamageProven); it never ends the log inside one or at
 // its end. A damaged range's bytes are unreadable — where its batches
 // begin and end, and what they hold, is unknown — so the log cannot end at
 // seq+1 inside it, and cutting lower, at the range's start, would drop

@@ -340,6 +340,78 @@ func TestTruncateInsideDamageThatGrewIsRefused(t *testing.T) {
 	}
 }
 
+// TestTruncateKeepsDamageOnlyProven guards TruncateAfter's
+// keptDamageProven: a sealed segment's batches were written with no sync
+// between them, and the scrubber found one of them flipped. A cut after
+// a later batch of that segment would keep the damage with nothing after
+// it that proves it durable, where recovery takes it for a torn tail: it
+// is refused naming the damage, the log unchanged, and a cut just before
+// the damage drops it and survives a reopen. With the batches synced one
+// by one the same cut is made, and the reopened log still serves every
+// kept record around the damage. Without the guard the cut was made, and
+// the reopen cut the damage and the kept records after it as a torn
+// tail, and handed their seqs out again.
+func TestTruncateKeepsDamageOnlyProven(t *testing.T) {
+	for _, synced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("synced %v", synced), func(t *testing.T) {
+			m, opts, mod := vfs.NewMem(), Options{SegmentBytesMax: 2048, IndexIntervalBytes: 1 << 20}, &model{}
+			l := openLog(t, m, opts)
+			defer func() { l.Close() }()
+			for range 40 {
+				mod.append(t, l, 1, []Record{testRecord(len(mod.records) + 1), testRecord(len(mod.records) + 2)})
+				if synced {
+					if err := l.Sync(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			name := l.segments[1].path
+			offs, hs := batchOffsets(t, m, name)
+			flipRecord(t, m, name, offs[1])
+			if found := verifyEverySealed(t, l); len(found) != 1 || found[0].FirstSeq != hs[1].baseSeq {
+				t.Fatalf("setup: the scrubber found %v; want seqs from %d", found, hs[1].baseSeq)
+			}
+			seq, first := hs[3].baseSeq, hs[1].baseSeq
+			before, next := dirContents(t, m), l.NextSeq()
+			err := l.TruncateAfter(seq)
+			var ce *CorruptError
+			if !synced {
+				if !errors.As(err, &ce) || ce.Damage.FirstSeq != first {
+					t.Fatalf("TruncateAfter(%d), keeping damage at %d that nothing after proves: %v; want a *CorruptError naming it", seq, first, err)
+				}
+				if !reflect.DeepEqual(dirContents(t, m), before) || l.NextSeq() != next {
+					t.Fatalf("the refused TruncateAfter(%d) changed the log", seq)
+				}
+				seq = first - 1
+				if err = l.TruncateAfter(seq); err != nil {
+					t.Fatalf("TruncateAfter(%d), just before the damage: %v", seq, err)
+				}
+			} else if err != nil {
+				t.Fatalf("TruncateAfter(%d), keeping damage at %d proven by the batches after it: %v", seq, first, err)
+			}
+			mod.truncate(seq)
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			l = openLog(t, m, opts)
+			if tt, cut := l.TornTail(); cut || l.NextSeq() != seq+1 {
+				t.Fatalf("reopened after the cut after %d: NextSeq %d, torn tail %+v %v", seq, l.NextSeq(), tt, cut)
+			}
+			want := []uint64(nil)
+			if synced {
+				want = []uint64{first}
+			}
+			if refused := readAround(t, l, mod); !reflect.DeepEqual(refused, want) {
+				t.Fatalf("reopened: refused %v, want %v", refused, want)
+			}
+		})
+	}
+}
+
 // readableRecords reads the whole log, stepping over what it refuses, and
 // returns each seq it serves with its record and epoch encoded. A record
 // served must be the one appended at its seq (mod): a record whose
@@ -396,7 +468,7 @@ func stillReadable(t *testing.T, before, after map[uint64]string, through uint64
 // at fuzzed seqs. Around each truncation: it either succeeds — every seq
 // at or below the cut that was readable before still is, with the same
 // record, and the log ends at the cut — or it is refused with a
-// *CorruptError and the log is unchanged (every byte on disk, its end,
+// *CorruptError naming damage at or below the cut and the log is unchanged (every byte on disk, its end,
 // what it serves). It never fails the log (the log syncs after it), and
 // no read ever serves a record other than the one appended at its seq. A
 // clean reopen that cuts no torn tail, followed by a scrub, serves every
@@ -467,8 +539,8 @@ func runTruncateProgram(t *testing.T, prog []byte, seed uint64) {
 				var ce *CorruptError
 				switch {
 				case errors.As(err, &ce):
-					if seq < ce.Damage.FirstSeq || seq > ce.Damage.LastSeq {
-						t.Fatalf("TruncateAfter(%d) refused naming seqs %d-%d, which do not hold it", seq, ce.Damage.FirstSeq, ce.Damage.LastSeq)
+					if seq < ce.Damage.FirstSeq {
+						t.Fatalf("TruncateAfter(%d) refused naming seqs %d-%d, above the cut", seq, ce.Damage.FirstSeq, ce.Damage.LastSeq)
 					}
 					if !reflect.DeepEqual(dirContents(t, m), files) || l.NextSeq() != next {
 						t.Fatalf("the refused TruncateAfter(%d) changed the log (NextSeq %d, was %d)", seq, l.NextSeq(), next)
