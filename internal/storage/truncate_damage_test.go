@@ -412,6 +412,45 @@ func TestTruncateKeepsDamageOnlyProven(t *testing.T) {
 	}
 }
 
+// TestTruncateWhoseVerificationCannotReadChangesNothing pins
+// verifyBeforeCut's read failure: a truncation whose verification of the
+// segment it would end in cannot read returns the error, changes no byte
+// and leaves the log usable (not failed): it syncs, and the same cut is
+// made once reads work again. Nothing had changed yet, so there was
+// nothing to fail the log for.
+func TestTruncateWhoseVerificationCannotReadChangesNothing(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, smallOpts())
+	defer l.Close()
+	var mod model
+	appendSynced(t, l, &mod, 40, -1)
+	seq := l.segments[1].baseSeq + 1
+	before, next := dirContents(t, m), l.NextSeq()
+	broken := errors.New("injected read error")
+	m.SetInjector(func(op vfs.Op, name string) error {
+		if op == vfs.OpRead {
+			return broken
+		}
+		return nil
+	})
+	err := l.TruncateAfter(seq)
+	m.SetInjector(nil)
+	if !errors.Is(err, broken) {
+		t.Fatalf("TruncateAfter(%d) with reads failing: %v, want the read error", seq, err)
+	}
+	if !reflect.DeepEqual(dirContents(t, m), before) || l.NextSeq() != next {
+		t.Fatalf("TruncateAfter(%d) that could not read changed the log", seq)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatalf("Sync after the failed verification: %v (the log failed)", err)
+	}
+	if err := l.TruncateAfter(seq); err != nil {
+		t.Fatalf("TruncateAfter(%d) once reads work: %v", seq, err)
+	}
+	mod.truncate(seq)
+	checkAgainst(t, l, &mod)
+}
+
 // readableRecords reads the whole log, stepping over what it refuses, and
 // returns each seq it serves with its record and epoch encoded. A record
 // served must be the one appended at its seq (mod): a record whose
