@@ -762,3 +762,30 @@ func TestDeleteGroupRetryNamesItsIncarnation(t *testing.T) {
 		t.Fatalf("delete of incarnation 9 of a group at 4: %v, want ErrNotFound", err)
 	}
 }
+
+// TestDeleteGroupOnABrokerOfBefore: a broker of before protocol version 3
+// knows no group incarnation on the wire; the SDK deletes there with the
+// frames it knows (GROUP_DELETE_FORCE, GROUP_DELETE), once, and refuses a
+// delete naming an incarnation instead of sending frames it cannot
+// decode (which would close the connection).
+func TestDeleteGroupOnABrokerOfBefore(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	fs.version = wire.VersionPubBatch
+	c := dialFake(t, fs)
+	if err := c.DeleteGroupForce(testCtx(t), "g"); err != nil {
+		t.Fatalf("DeleteGroupForce on a version %d broker: %v", fs.version, err)
+	}
+	if err := c.DeleteGroup(testCtx(t), "h"); err != nil {
+		t.Fatalf("DeleteGroup on a version %d broker: %v", fs.version, err)
+	}
+	if _, err := c.DeleteGroupIncarnation(testCtx(t), "g", 2, true); err == nil {
+		t.Fatal("a delete naming incarnation 2 on a broker that names none: no error")
+	}
+	fs.mu.Lock()
+	old, named := slices.Clone(fs.oldGroupDeletes), len(fs.groupDeletes)
+	fs.mu.Unlock()
+	want := []wire.Frame{&wire.GroupDeleteForce{Group: "g"}, &wire.GroupDelete{Group: "h"}}
+	if !reflect.DeepEqual(old, want) || named != 0 {
+		t.Fatalf("frames the broker got: %+v and %d GROUP_DELETE_INCARNATION; want %+v alone", old, named, want)
+	}
+}

@@ -55,6 +55,9 @@ type conn struct {
 	// writer takes outBuf or it holds pubBatchBytesMax (each seals it).
 	batch      wire.PubBatchWriter
 	pubBatches bool // the broker speaks PUB_BATCH (HELLO_OK's version)
+	// groupIncarnations: the broker knows GROUP_INCARNATION and
+	// GROUP_DELETE_INCARNATION (HELLO_OK's version).
+	groupIncarnations bool
 
 	mu       sync.Mutex
 	err      error                   // why the conn failed; set once by fail
@@ -158,6 +161,8 @@ func dialConn(ctx context.Context, addr string, opts *Options) (*conn, error) {
 		streams:       make(map[uint64]replyHandler),
 		subs:          make(map[subKey]*connSub),
 		pubBatches:    ok.Version >= wire.VersionPubBatch,
+
+		groupIncarnations: ok.Version >= wire.VersionGroupIncarnation,
 	}
 	c.inline = sockwrite.New(nc)
 	go c.readLoop(br, opts.FrameBytesMax)

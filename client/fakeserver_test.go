@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"net"
 	"slices"
@@ -78,6 +79,12 @@ type fakeServer struct {
 	groupsDeleted map[string]uint64
 	groupDeletes  []wire.GroupDeleteIncarnation
 	onGroupDelete func(n int) fakeAction
+	// version, when not 0, is the protocol version its HELLO_OK names (a
+	// broker of before: below wire.VersionGroupIncarnation it refuses the
+	// incarnation frames, and oldGroupDeletes records the GROUP_DELETE
+	// and GROUP_DELETE_FORCE frames it gets).
+	version         uint16
+	oldGroupDeletes []wire.Frame
 }
 
 type fakeAction int
@@ -423,7 +430,7 @@ func (fs *fakeServer) serve(s *fakeSession) {
 		fs.mu.Unlock()
 		return
 	}
-	fs.sendLocked(s, corr, &wire.HelloOK{Version: wire.VersionMax, NodeID: s.node.id, FrameBytesMax: wire.DefaultFrameBytesMax})
+	fs.sendLocked(s, corr, &wire.HelloOK{Version: cmp.Or(fs.version, wire.VersionMax), NodeID: s.node.id, FrameBytesMax: wire.DefaultFrameBytesMax})
 	fs.mu.Unlock()
 	type held struct {
 		corr uint64
@@ -524,6 +531,13 @@ func errFrame(code wire.Code, format string, args ...any) *wire.Err {
 // handleLocked applies one request and returns its reply (nil for none)
 // and whether to drop the connection instead.
 func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (wire.Frame, bool) {
+	switch f.(type) {
+	case *wire.GroupIncarnation, *wire.GroupDeleteIncarnation:
+		if fs.version != 0 && fs.version < wire.VersionGroupIncarnation {
+			// A broker of before cannot decode them.
+			return errFrame(wire.CodeBadFrame, "unknown frame type %d", uint8(f.Type())), true
+		}
+	}
 	switch f := f.(type) {
 	case *wire.Ping:
 		return &wire.Pong{}, false
@@ -604,6 +618,9 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 			return errFrame(wire.CodeNotLeader, "not the coordinator of %s", f.Topic), false
 		}
 		return fs.ackLocked(s, f.Topic, f.Group, f.Entries, true, f.DelayMs), false
+	case *wire.GroupDelete, *wire.GroupDeleteForce:
+		fs.oldGroupDeletes = append(fs.oldGroupDeletes, f)
+		return &wire.GroupOK{}, false
 	case *wire.GroupIncarnation:
 		return &wire.GroupIncarnationOK{GroupRef: wire.GroupRef{Group: f.Group, Incarnation: fs.groupsDeleted[f.Group] + 1}}, false
 	case *wire.GroupDeleteIncarnation:

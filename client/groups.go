@@ -206,9 +206,17 @@ func (c *Client) DeleteGroupForce(ctx context.Context, name string) error {
 // A script that runs a delete again after a failure should pass the
 // incarnation the first run returned or printed. An incarnation above
 // the current one fails with ErrNotFound.
+//
+// A broker of before protocol version 3 knows no incarnation on the
+// wire: the delete is then sent once as GROUP_DELETE (or
+// GROUP_DELETE_FORCE), deleting whichever incarnation is current, and
+// returns 0; incarnation must be 0 there.
 func (c *Client) DeleteGroupIncarnation(ctx context.Context, name string, incarnation uint64, force bool) (uint64, error) {
 	ctx, cancel := c.withRequestTimeout(ctx)
 	defer cancel()
+	if cn, err := c.leaderConn(ctx, wire.CoordinatorTopic, 0, true); err == nil && !cn.groupIncarnations {
+		return 0, c.deleteGroupOfBefore(ctx, name, incarnation, force)
+	}
 	if incarnation == 0 {
 		reply, err := c.coordinatorRetry(ctx, &wire.GroupIncarnation{Group: name})
 		if err != nil {
@@ -225,6 +233,24 @@ func (c *Client) DeleteGroupIncarnation(ctx context.Context, name string, incarn
 		return 0, fmt.Errorf("nereus: delete group %s incarnation %d: %w", name, incarnation, err)
 	}
 	return incarnation, nil
+}
+
+// deleteGroupOfBefore deletes group name's current incarnation with the
+// frames a broker of before protocol version 3 knows, once: nothing
+// tells its retry from a new delete.
+func (c *Client) deleteGroupOfBefore(ctx context.Context, name string, incarnation uint64, force bool) error {
+	if incarnation != 0 {
+		return fmt.Errorf("nereus: delete group %s incarnation %d: the broker speaks a protocol version below %d, which names no incarnation",
+			name, incarnation, wire.VersionGroupIncarnation)
+	}
+	var f wire.Frame = &wire.GroupDelete{Group: name}
+	if force {
+		f = &wire.GroupDeleteForce{Group: name}
+	}
+	if _, err := c.coordinatorRequest(ctx, f); err != nil {
+		return fmt.Errorf("nereus: delete group %s: %w", name, err)
+	}
+	return nil
 }
 
 // coordinatorRetry is coordinatorRequest sent again, after a backoff,

@@ -11,10 +11,16 @@ import (
 // Protocol versions this package speaks.
 const (
 	VersionMin uint16 = 1
-	// VersionMax 2 adds PUB_BATCH and PUB_BATCH_OK.
-	VersionMax uint16 = 2
+	// VersionMax 2 adds PUB_BATCH and PUB_BATCH_OK; 3 GROUP_INCARNATION,
+	// GROUP_INCARNATION_OK and GROUP_DELETE_INCARNATION.
+	VersionMax uint16 = 3
 	// VersionPubBatch is the first version with PUB_BATCH.
 	VersionPubBatch uint16 = 2
+	// VersionGroupIncarnation is the first version whose brokers know a
+	// group's incarnation on the wire (GROUP_INCARNATION,
+	// GROUP_DELETE_INCARNATION): a client deletes with the frames of
+	// before on a connection of an earlier version.
+	VersionGroupIncarnation uint16 = 3
 )
 
 // Size bounds. A frame is never larger than the negotiated maximum; lists are
