@@ -149,8 +149,32 @@ func (s *jetStreamSystem) NewPublisher(ctx context.Context, stream string, infli
 	return p, nil
 }
 
+// NewSubscriber opens the consume workload's one consumer; a create
+// answered "no responders" is retried as NewGroupMember retries it (it
+// failed a run of Round 27's and of Round 28's consume rows).
 func (s *jetStreamSystem) NewSubscriber(ctx context.Context, stream, group string, batchMax int) (subscriber, error) {
-	return s.newPullSubscriber(ctx, stream, group, batchMax, 2*batchMax)
+	return createRetryingNoResponders(ctx, group, nil, func() (subscriber, error) {
+		return s.newPullSubscriber(ctx, stream, group, batchMax, 2*batchMax)
+	})
+}
+
+// createRetryingNoResponders calls create until it succeeds, fails
+// otherwise than "no responders" (a cluster's API, or an R3 stream just
+// created, not answering yet) or ctx ends; retried, when not nil, counts
+// the retries.
+func createRetryingNoResponders(ctx context.Context, group string, retried func(), create func() (subscriber, error)) (subscriber, error) {
+	for {
+		sub, err := create()
+		if err == nil || !errors.Is(err, nats.ErrNoResponders) {
+			return sub, err
+		}
+		if retried != nil {
+			retried()
+		}
+		if err := sleepCtx(ctx, clusterRetryInterval); err != nil {
+			return nil, fmt.Errorf("create consumer %s: %w (last error: %v)", group, err, nats.ErrNoResponders)
+		}
+	}
 }
 
 // newPullSubscriber opens a connection that fetches from the durable pull

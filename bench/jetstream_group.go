@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -34,20 +33,14 @@ func (s *jetStreamSystem) NewSpreadPublisher(ctx context.Context, stream string,
 // is retried until ctx ends.
 func (s *jetStreamSystem) NewGroupMember(ctx context.Context, stream, group, _ string, batchMax int) (subscriber, error) {
 	w := &jetStreamWorker{}
-	for {
-		sub, err := s.newPullSubscriber(ctx, stream, group, batchMax, groupMembersMax*2*batchMax)
-		if err == nil {
-			w.jetStreamSubscriber = sub.(*jetStreamSubscriber)
-			return w, nil
-		}
-		if !errors.Is(err, nats.ErrNoResponders) {
-			return nil, err
-		}
-		w.noResponders.Add(1)
-		if err := sleepCtx(ctx, clusterRetryInterval); err != nil {
-			return nil, fmt.Errorf("create consumer %s: %w (last error: %v)", group, err, nats.ErrNoResponders)
-		}
+	sub, err := createRetryingNoResponders(ctx, group, func() { w.noResponders.Add(1) }, func() (subscriber, error) {
+		return s.newPullSubscriber(ctx, stream, group, batchMax, groupMembersMax*2*batchMax)
+	})
+	if err != nil {
+		return nil, err
 	}
+	w.jetStreamSubscriber = sub.(*jetStreamSubscriber)
+	return w, nil
 }
 
 // jetStreamWorker is one worker of a shared durable pull consumer. A
