@@ -130,7 +130,9 @@ func (c *Cluster) ProposeMeta(decide func(*meta.State) (meta.Command, error), do
 	c.declMu.Unlock()
 	if j.decide == nil {
 		c.proposeGroupJob(j, decide)
+		return
 	}
+	c.wakeMeta() // it may have taken office since it was asked
 }
 
 // proposeGroupJob decides j against the applied state and proposes the
