@@ -120,6 +120,10 @@ type Options struct {
 	SendBeforePersist bool
 	// Group breaks the consumer-group kernel (mutation tests only).
 	Group group.Mutations
+	// DecideBeforeOffice lets the metadata leader decide and read as
+	// coordinator as soon as it leads, before it applied its install
+	// entry (CoordinatorTookOffice; mutation tests only).
+	DecideBeforeOffice bool
 	// ObserveSync and ObserveCommit measure every replica group's fsyncs
 	// and replication (replog.Config; nil: not measured).
 	ObserveSync, ObserveCommit func(time.Duration)

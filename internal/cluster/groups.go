@@ -43,6 +43,9 @@ func (c *Cluster) TookOffice() bool {
 	if st.Role != replica.Leader {
 		return false
 	}
+	if c.opts.DecideBeforeOffice {
+		return true
+	}
 	for _, e := range st.Epochs {
 		if e.Epoch == st.Hard.Promised {
 			return c.applied() >= e.StartSeq

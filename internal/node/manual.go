@@ -46,6 +46,12 @@ type Mutations struct {
 	// to groups before its install entry is applied (cursors rebuilt from
 	// a commit point that may miss committed acks).
 	CoordinateBeforeInstall bool
+	// CoordinateBeforeOffice lets the metadata leader decide group
+	// commands, topic deletes and DECLAREs, and read group incarnations,
+	// before it applied its install entry (cluster.Options.
+	// DecideBeforeOffice): against a state that may miss what the last
+	// leader committed.
+	CoordinateBeforeOffice bool
 	// DeliverBehindFence lets a partition's leader deliver it to an owner
 	// without recording the owner's epoch in the partition's log, and with
 	// a view of the group older than the epochs recorded there.

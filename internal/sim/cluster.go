@@ -157,10 +157,14 @@ var ClusterMutations = map[string]node.Mutations{
 	// own (the ack log before the consume model found it).
 	"re-ack-waits-for-any-record": {AckLog: acklog.Mutations{ReAckWaitsForAnyRecord: true}},
 	"coordinate-before-install":   {CoordinateBeforeInstall: true},
-	"send-before-persist":         {SendBeforePersist: true},
-	"commit-on-leader-fsync":      {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
-	"trust-uncertain-grants":      {Replica: replica.Mutations{TrustUncertainGrants: true}},
-	"accept-stale-flushed":        {Replica: replica.Mutations{AcceptStaleFlushed: true}},
+	// The metadata leader decides and reads as coordinator before it took
+	// office (CoordinatorTookOffice; the cluster package's
+	// TestCoordinatorDecidesOnceItTookOffice catches it).
+	"coordinate-before-office": {CoordinateBeforeOffice: true},
+	"send-before-persist":      {SendBeforePersist: true},
+	"commit-on-leader-fsync":   {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
+	"trust-uncertain-grants":   {Replica: replica.Mutations{TrustUncertainGrants: true}},
+	"accept-stale-flushed":     {Replica: replica.Mutations{AcceptStaleFlushed: true}},
 	// With --nodes 5 --policy all: a replica whose promise is lost
 	// answers no PROMISE_QUERY (as before PROMISE_UNKNOWN); two such of
 	// five wait for each other for good, and so does every write
