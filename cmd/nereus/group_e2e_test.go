@@ -75,6 +75,21 @@ func (m *memberProcess) values(t *testing.T) []string {
 	return out
 }
 
+// lineOf returns the line the member printed for the message of value v
+// ("" if none).
+func (m *memberProcess) lineOf(t *testing.T, v string) string {
+	b, err := os.ReadFile(m.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, fmt.Sprintf("%q", v)) {
+			return l
+		}
+	}
+	return ""
+}
+
 // notices returns the assignment lines the member printed on stderr.
 func (m *memberProcess) notices(t *testing.T) []string {
 	b, err := os.ReadFile(m.err)
@@ -257,7 +272,9 @@ func TestClusterGroupMembersAcrossProcesses(t *testing.T) {
 	for _, id := range []string{"w1", "w2", "s1", "s2", "s3"} {
 		for _, v := range members[id].values(t) {
 			if other, ok := seenBy[v]; ok && other != id {
-				t.Errorf("%s consumed by %s and %s", v, other, id)
+				// Each member's line (delivery id and count) tells a
+				// redelivery after a hand-off from two deliveries at once.
+				t.Errorf("%s consumed by %s (%s) and %s (%s)", v, other, members[other].lineOf(t, v), id, members[id].lineOf(t, v))
 			}
 			seenBy[v] = id
 		}
