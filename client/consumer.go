@@ -73,10 +73,15 @@ type ConsumerOptions struct {
 	SessionTimeout, RebalanceTimeout time.Duration
 	// OnAssigned is called with the partitions the member starts to hold.
 	// OnRevoked is called with the partitions it must give up: messages of
-	// those partitions not yet taken by Next are dropped, and acks made
-	// before OnRevoked returns are sent before the coordinator hears that
-	// the partitions are free. Both run on the membership goroutine; keep
-	// them short.
+	// those partitions not yet taken by Next or Handle are dropped, and
+	// acks made before OnRevoked returns are sent before the coordinator
+	// hears that the partitions are free. OnRevoked runs while no Handle
+	// callback runs (the revoke waits for them), so a message handled and
+	// acked in Handle is never also handled by the partition's next
+	// holder; a message taken by Next may be, if its ack comes after
+	// OnRevoked returned. Both run on the membership goroutine, which
+	// sends no heartbeat meanwhile; keep them short, and call neither
+	// Handle nor Close from them.
 	OnAssigned, OnRevoked func(partitions []int)
 }
 
@@ -151,6 +156,16 @@ type Consumer struct {
 	// ConsumerOptions.Member).
 	member                *groupMember
 	onAssigned, onRevoked func([]int)
+
+	// handling excludes a revoke from the Handle callbacks: Handle holds
+	// it for reading from taking a message until its callback returns;
+	// release holds it for writing from dropping the revoked partitions'
+	// messages until their acks are answered. Taken before co.mu, never
+	// while holding it.
+	handling sync.RWMutex
+	// revokeWaitsForHandler, when set (tests), is called when a revoke
+	// finds a Handle callback running and is about to wait for it.
+	revokeWaitsForHandler func()
 }
 
 // lane is the consumer's subscription at one node: a connection, the
@@ -474,11 +489,20 @@ func (co *Consumer) setIncarnation(member string, inc uint64) {
 	}
 }
 
-// release gives up partitions: their messages not yet taken are dropped
-// (the broker redelivers them to the next holder), OnRevoked runs, and
-// the acks made so far are sent by every lane and answered (bounded by
-// RequestTimeout).
+// release gives up partitions: it waits for the Handle callbacks running,
+// then their messages not yet taken are dropped (the broker redelivers
+// them to the next holder), OnRevoked runs, and the acks made so far are
+// sent by every lane and answered (bounded by RequestTimeout). The
+// member's view no longer holds parts when release is called, so a Handle
+// that starts meanwhile does not take their messages.
 func (co *Consumer) release(parts []int) {
+	if !co.handling.TryLock() {
+		if co.revokeWaitsForHandler != nil {
+			co.revokeWaitsForHandler()
+		}
+		co.handling.Lock()
+	}
+	defer co.handling.Unlock()
 	co.mu.Lock()
 	kept := co.queue[:0]
 	for _, m := range co.queue {
@@ -728,7 +752,73 @@ func (l *lane) wake() {
 
 // Next returns the next message, waiting until one arrives, ctx ends, the
 // consumer is closed, or the subscription fails terminally.
+//
+// For a member, Next returns only messages of partitions it holds, but the
+// partition may be revoked (OnRevoked) before the caller acks the message:
+// its ack is then stale and its next holder gets it too. Handle closes
+// that window.
 func (co *Consumer) Next(ctx context.Context) (*Message, error) {
+	for {
+		m, err := co.take()
+		if m != nil || err != nil {
+			return m, err
+		}
+		if err := co.awaitReady(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Handle takes the next message as Next does and calls fn with it,
+// returning fn's error. For a member, a revoke of the message's partition
+// waits for fn to return: acks fn makes (Ack or AckSync) reach the broker
+// before the coordinator hears the partition is free, and a message whose
+// partition was revoked before fn could be called is not handed to fn (and
+// does not count toward MessagesMax): its next holder gets it. So a
+// message handled and acked in fn is handled by no other member, unless
+// its ack fails (Stats) or is not answered within RequestTimeout, or this
+// member is fenced meanwhile (silent past its session timeout).
+//
+// fn runs while the consumer's revokes wait: keep it short (a revoke that
+// waits past RebalanceTimeout fences the member, and the membership
+// goroutine sends no heartbeat while it waits), and do not call Handle,
+// Next or Close from it. Handle is safe for concurrent use; calls run their
+// callbacks at once, and a revoke waits for all of them.
+func (co *Consumer) Handle(ctx context.Context, fn func(*Message) error) error {
+	for {
+		co.handling.RLock()
+		m, err := co.take()
+		if m != nil {
+			defer co.handling.RUnlock()
+			return fn(m)
+		}
+		co.handling.RUnlock()
+		if err != nil {
+			return err
+		}
+		if err := co.awaitReady(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// awaitReady waits until a message may have been queued or an error set,
+// ctx ends or the consumer is closed.
+func (co *Consumer) awaitReady(ctx context.Context) error {
+	select {
+	case <-co.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-co.closed:
+		return ErrClosed
+	}
+}
+
+// take returns the first queued message of a partition the member holds
+// (nil if none is queued), or the terminal subscription error when none
+// is queued.
+func (co *Consumer) take() (*Message, error) {
 	for {
 		co.mu.Lock()
 		if len(co.queue) > 0 {
@@ -764,16 +854,7 @@ func (co *Consumer) Next(ctx context.Context) (*Message, error) {
 		}
 		err := co.err
 		co.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case <-co.ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-co.closed:
-			return nil, ErrClosed
-		}
+		return nil, err
 	}
 }
 

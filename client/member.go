@@ -16,10 +16,10 @@ import (
 // A Consumer with ConsumerOptions.Member is a member of its group: it
 // JOINs the group's coordinator, which assigns it partitions (each
 // partition to one member at a time), heartbeats, answers the
-// coordinator's NOTICEs — ASSIGN: start fetching; REVOKE: stop, let
-// OnRevoked finish what was taken, send the acks, then CONTROL_ACK — and
-// LEAVEs at Close. A member fenced by the coordinator (silent past its
-// session timeout) joins again as a new incarnation.
+// coordinator's NOTICEs — ASSIGN: start fetching; REVOKE: stop, wait for
+// the Handle callbacks running, call OnRevoked, send the acks, then
+// CONTROL_ACK — and LEAVEs at Close. A member fenced by the coordinator
+// (silent past its session timeout) joins again as a new incarnation.
 
 // memberJoinTimeout bounds one JOIN attempt.
 const memberJoinTimeout = 5 * time.Second
@@ -241,17 +241,31 @@ func (m *groupMember) beat(ctx context.Context, cn *conn) {
 
 // notice carries out a NOTICE and answers CONTROL_ACK.
 func (m *groupMember) notice(ctx context.Context, cn *conn, f *wire.Notice) {
+	ref, ok := m.apply(f)
+	if !ok {
+		return // for an incarnation that is gone
+	}
+	ctx, cancel := m.c.withRequestTimeout(ctx)
+	defer cancel()
+	_, _ = cn.roundTrip(ctx, &wire.ControlAck{MemberRef: ref, NoticeID: f.NoticeID}) // lost: the notice comes again
+}
+
+// apply carries out a NOTICE of the member's incarnation (ok false for
+// another): the view first — Next and Handle take no more messages of the
+// partitions it revokes — then the release of those partitions, then
+// OnAssigned. What apply did is what the CONTROL_ACK confirms.
+func (m *groupMember) apply(f *wire.Notice) (ref wire.MemberRef, ok bool) {
 	m.mu.Lock()
 	if f.Incarnation != m.ref.Incarnation {
 		m.mu.Unlock()
-		return // for an incarnation that is gone
+		return wire.MemberRef{}, false
 	}
 	n := &group.Notice{ID: f.NoticeID, Kind: group.NoticeKind(f.Kind), Incarnation: f.Incarnation}
 	for _, p := range f.Partitions {
 		n.Partitions = append(n.Partitions, group.Held{Partition: group.Partition{Topic: p.Topic, Index: p.Partition}, Epoch: p.Epoch})
 	}
 	assigned, revoked := m.view.Notice(n)
-	ref := m.ref
+	ref = m.ref
 	m.mu.Unlock()
 	if len(revoked) > 0 {
 		m.co.release(indexes(revoked))
@@ -259,9 +273,7 @@ func (m *groupMember) notice(ctx context.Context, cn *conn, f *wire.Notice) {
 	if len(assigned) > 0 && m.co.onAssigned != nil {
 		m.co.onAssigned(indexes(assigned))
 	}
-	ctx, cancel := m.c.withRequestTimeout(ctx)
-	defer cancel()
-	_, _ = cn.roundTrip(ctx, &wire.ControlAck{MemberRef: ref, NoticeID: f.NoticeID}) // lost: the notice comes again
+	return ref, true
 }
 
 // revokeAll releases every partition (the member was fenced).

@@ -38,7 +38,9 @@ func newSubCmd() *cobra.Command {
 			"assignment changes are printed on stderr; the member leaves the group at exit.\n" +
 			"Print messages and ack each (unless --no-ack). Stops after --count messages, or when\n" +
 			"none arrives for --timeout: that is success without --count, failure when --count is\n" +
-			"not reached.",
+			"not reached. A partition moves to another member only once the message being printed\n" +
+			"is acked; a message whose partition moved before it was printed is left to the new\n" +
+			"owner and does not count toward --count.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSub(cmd, args[0], fl)
@@ -96,32 +98,36 @@ func runSub(cmd *cobra.Command, topic string, fl subFlags) error {
 	out := cmd.OutOrStdout()
 	received := 0
 	var runErr error
-	for fl.count == 0 || received < fl.count {
-		ctx, cancel := context.WithTimeout(cmd.Context(), fl.idle)
-		m, err := co.Next(ctx)
-		cancel()
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil {
-				if fl.count > 0 {
-					runErr = fmt.Errorf("received %d of %d messages: none for %v", received, fl.count, fl.idle)
-				}
-			} else {
-				runErr = err
-			}
-			break
-		}
+	// Handle, not Next: a revoke waits while a message is printed and
+	// acked, so the ack of a printed message reaches the broker before the
+	// partition moves (else its next holder prints it too), and a message
+	// of a partition revoked before it was printed is left to the next
+	// holder without counting toward --count.
+	handle := func(m *client.Message) error {
 		received++
 		line, err := formatSubMessage(m, fl.asJSON)
 		if err != nil {
-			runErr = err
-			break
+			return err
 		}
 		fmt.Fprintln(out, line)
-		if !fl.noAck {
-			if err := m.Ack(); err != nil {
-				runErr = err
-				break
+		if fl.noAck {
+			return nil
+		}
+		return m.Ack()
+	}
+	for fl.count == 0 || received < fl.count {
+		ctx, cancel := context.WithTimeout(cmd.Context(), fl.idle)
+		err := co.Handle(ctx, handle)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && cmd.Context().Err() == nil {
+			if fl.count > 0 {
+				runErr = fmt.Errorf("received %d of %d messages: none for %v", received, fl.count, fl.idle)
 			}
+			break
+		}
+		if err != nil {
+			runErr = err
+			break
 		}
 	}
 	co.Close() // waits for the acks taken so far
