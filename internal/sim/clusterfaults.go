@@ -30,8 +30,9 @@ type ClusterFaults struct {
 	// network go on, its published statuses stand still.
 	Stall bool
 	// BitFlip flips a bit in a partition segment, a replica's hard state,
-	// meta.json or a group's state file, of the last node only — a damaged
-	// minority, which must cost no acknowledged record.
+	// meta.json, a group's state file or any other file, of a minority of
+	// the nodes only (minority) — a damaged minority, which must cost no
+	// acknowledged record.
 	BitFlip bool
 	// Outage makes one destination topic of the scheduled-delivery
 	// workload unreachable for a while (schedghost.go; runs without
@@ -265,11 +266,16 @@ func (s *sim) flipMinority() {
 }
 
 // flipMinorityBit flips one bit of a partition segment on node b's disk
-// (current and durable content: media damage), or one of its replicas'
-// hard states, its meta.json or a group's state file (flipStateFile).
+// (current and durable content: media damage), one of its replicas'
+// hard states, its meta.json or a group's state file (flipStateFile), or
+// any other file of it (flipAnyFile).
 func (s *sim) flipMinorityBit(b *broker) {
 	if s.w.rng.IntN(4) == 0 {
 		s.flipStateFile(b)
+		return
+	}
+	if s.w.rng.IntN(3) == 0 {
+		s.flipAnyFile(b)
 		return
 	}
 	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
@@ -278,6 +284,24 @@ func (s *sim) flipMinorityBit(b *broker) {
 		return
 	}
 	if s.flipFile(b, files[s.w.rng.IntN(len(files))]) {
+		s.flipped[b.id] = true
+	}
+}
+
+// flipAnyFile flips one bit of any file on node b's disk, its kind drawn
+// first (fileKinds): the metadata log's segments and indexes, a KV
+// bucket's or a schedule shard's log, a dedup or rebuild snapshot, the
+// scheduler's checkpoint — what only a minority holding it damaged must
+// not cost. A flipped segment counts as holding everything
+// (s.flipped, see holds).
+func (s *sim) flipAnyFile(b *broker) {
+	kinds := fileKinds(durableFiles(b.fs, dataDir))
+	if len(kinds) == 0 {
+		return
+	}
+	files := kinds[s.w.rng.IntN(len(kinds))]
+	file := files[s.w.rng.IntN(len(files))]
+	if s.flipFile(b, file) && strings.HasSuffix(file, ".log") {
 		s.flipped[b.id] = true
 	}
 }
@@ -403,4 +427,41 @@ func segmentFiles(fs *vfs.MemFS, p uint32) []string {
 		}
 	}
 	return files
+}
+
+// durableFiles lists every file under dir on fs (dir itself when it is a
+// file), in order.
+func durableFiles(fs *vfs.MemFS, dir string) []string {
+	names, err := fs.List(dir)
+	if err != nil {
+		return []string{dir}
+	}
+	var files []string
+	for _, n := range names {
+		files = append(files, durableFiles(fs, path.Join(dir, n))...)
+	}
+	return files
+}
+
+// fileKinds groups files by their path with every number taken out (a
+// kind: every partition's segments of one topic, say), in order.
+func fileKinds(files []string) [][]string {
+	var kinds [][]string
+	index := map[string]int{}
+	for _, f := range files {
+		k := strings.Map(func(r rune) rune {
+			if r >= '0' && r <= '9' {
+				return '#'
+			}
+			return r
+		}, f)
+		i, ok := index[k]
+		if !ok {
+			i = len(kinds)
+			index[k] = i
+			kinds = append(kinds, nil)
+		}
+		kinds[i] = append(kinds[i], f)
+	}
+	return kinds
 }
