@@ -341,9 +341,11 @@ func TestRepairRemovalsSurviveACrash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dedup := path.Join("/data/topics/t/0", dedupSnapshotFile)
-	if _, err := h.fs.Stat(dedup); err != nil {
-		t.Fatalf("no dedup snapshot to remove: %v", err)
+	dedup := []string{path.Join("/data/topics/t/0", dedupSnapshotFile), path.Join("/data/topics/t/0", dedupSnapshotCopyFile)}
+	for _, f := range dedup {
+		if _, err := h.fs.Stat(f); err != nil {
+			t.Fatalf("no dedup snapshot to remove: %v", err)
+		}
 	}
 	out, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
 	if err != nil {
@@ -357,7 +359,7 @@ func TestRepairRemovalsSurviveACrash(t *testing.T) {
 		t.Fatalf("repair: epoch file removed %v, ledger snapshot removed %v, groups reset %v: %+v", epoch, snapshot, groups, out)
 	}
 	h.fs.CrashClean()
-	for _, f := range append(files, dedup) {
+	for _, f := range append(files, dedup...) {
 		if _, err := h.fs.Stat(f); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s is back after a crash that followed the repair (%v)", f, err)
 		}

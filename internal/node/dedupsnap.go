@@ -5,7 +5,8 @@ package node
 // restart applies only the entries after it instead of reading the whole
 // retained log, payloads included. The file is derived: a missing, stale,
 // damaged or unusable one only means the restart replays from the log's
-// start, as before it existed.
+// start, as before it existed — except on a single node after retention,
+// which is why a single node keeps a copy ("dedup.copy").
 
 import (
 	"errors"
@@ -17,7 +18,12 @@ import (
 )
 
 // dedupSnapshotFile is the snapshot's name in the partition's directory.
-const dedupSnapshotFile = "dedup"
+// dedupSnapshotCopyFile is its second copy, which a single node's
+// partition keeps (dedupSnapshots.keepCopy).
+const (
+	dedupSnapshotFile     = "dedup"
+	dedupSnapshotCopyFile = "dedup.copy"
+)
 
 // DedupSnapshotBytesDefault is Config.DedupSnapshotBytes's default.
 const DedupSnapshotBytesDefault = 64 << 20
@@ -38,19 +44,37 @@ type dedupSnapshots struct {
 	// tooLarge: the last snapshot was not written because the table
 	// encodes to more than partition.SnapshotBytesMax.
 	tooLarge bool
+	// keepCopy: every snapshot is written twice, the copy after the
+	// first (DedupSnapshotKeptTwice). A single node's dedup across
+	// retention rests on the snapshot alone (a replicated log re-states
+	// its producers in dedup carries): a bit flip in one file must not
+	// forget the producers whose every record retention deleted.
+	keepCopy bool
 	buf      []byte
 }
 
-// loadDedupSnapshot reads the partition's snapshot and checks it against
-// lg (partition.SnapshotUsable); nil when there is none it can use. Only
-// an unreadable or inconsistent file is worth a warning.
+// loadDedupSnapshot reads the partition's snapshot, or its copy when the
+// snapshot is missing, unreadable or unusable, and checks it against lg
+// (partition.SnapshotUsable); nil when there is none it can use. Only an
+// unreadable or inconsistent file is worth a warning.
 func (p *partitionRunner) loadDedupSnapshot(lg *storage.Log) *partition.Snapshot {
-	cfg := &p.node.cfg
-	if cfg.DedupSnapshotBytes < 0 {
+	if p.node.cfg.DedupSnapshotBytes < 0 {
 		return nil
 	}
-	file := path.Join(p.dir, dedupSnapshotFile)
-	b, err := storage.ReadFileAtomic(cfg.Env.FS, file)
+	for _, name := range []string{dedupSnapshotFile, dedupSnapshotCopyFile} {
+		if s := p.loadDedupSnapshotFile(lg, name); s != nil {
+			return s
+		}
+	}
+	return nil
+}
+
+// loadDedupSnapshotFile reads the snapshot in the file name of the
+// partition's directory and checks it against lg; nil when it is missing
+// or cannot be used.
+func (p *partitionRunner) loadDedupSnapshotFile(lg *storage.Log, name string) *partition.Snapshot {
+	cfg := &p.node.cfg
+	b, err := storage.ReadFileAtomic(cfg.Env.FS, path.Join(p.dir, name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -59,7 +83,7 @@ func (p *partitionRunner) loadDedupSnapshot(lg *storage.Log) *partition.Snapshot
 		s, err = partition.DecodeSnapshot(b, cfg.Dedup)
 	}
 	if err != nil {
-		p.node.log.Warn("dedup snapshot unreadable; replaying the partition's log instead", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		p.node.log.Warn("dedup snapshot unreadable; trying its copy, else replaying the partition's log", "topic", p.topic.cfg.Name, "partition", p.id, "file", name, "err", err)
 		return nil
 	}
 	// The epoch of the entry at the snapshot's point, from the batch
@@ -76,8 +100,8 @@ func (p *partitionRunner) loadDedupSnapshot(lg *storage.Log) *partition.Snapshot
 	if cfg.Mutations.DedupSnapshotUnchecked || partition.SnapshotUsable(s, lg.StartSeq(), epochAt, inLog) {
 		return s
 	}
-	p.node.log.Info("dedup snapshot does not match the partition's log; replaying the log instead", "topic", p.topic.cfg.Name, "partition", p.id,
-		"snapshot_seq", s.Applied, "snapshot_epoch", s.Epoch, "log_start", lg.StartSeq(), "log_next", lg.NextSeq())
+	p.node.log.Info("dedup snapshot does not match the partition's log; trying its copy, else replaying the log", "topic", p.topic.cfg.Name, "partition", p.id,
+		"file", name, "snapshot_seq", s.Applied, "snapshot_epoch", s.Epoch, "log_start", lg.StartSeq(), "log_next", lg.NextSeq())
 	return nil
 }
 
@@ -90,7 +114,10 @@ func (p *partitionRunner) dueDedupSnapshot(d *dedupSnapshots, n int64) bool {
 }
 
 // saveDedupSnapshot writes what encode appends as the partition's
-// snapshot of applied. A failure is logged: the restart replays more.
+// snapshot of applied, then its copy when d.keepCopy; d.applied moves
+// only once every file was written, so it is the point of the older one
+// (retention deletes nothing past it). A failure is logged: the restart
+// replays more.
 func (p *partitionRunner) saveDedupSnapshot(d *dedupSnapshots, applied uint64, encode func([]byte) ([]byte, error)) {
 	if p.node.cfg.DedupSnapshotBytes < 0 || applied == 0 {
 		return
@@ -104,6 +131,9 @@ func (p *partitionRunner) saveDedupSnapshot(d *dedupSnapshots, applied uint64, e
 			d.buf = nil // a large table's buffer is not kept between snapshots
 		}
 		err = storage.WriteFileAtomic(p.node.cfg.Env.FS, path.Join(p.dir, dedupSnapshotFile), b)
+		if err == nil && d.keepCopy && !p.node.cfg.Mutations.DedupSnapshotOnce {
+			err = storage.WriteFileAtomic(p.node.cfg.Env.FS, path.Join(p.dir, dedupSnapshotCopyFile), b)
+		}
 	}
 	if err != nil {
 		p.node.logRepeatedError(p.subject()+"/dedup", "dedup snapshot not written; a restart replays the log from further back", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)

@@ -356,6 +356,75 @@ func TestRetentionKeepsDeletedProducersAcrossACrash(t *testing.T) {
 	}
 }
 
+// DedupSnapshotKeptTwice: a single node keeps its dedup snapshot twice,
+// so a bit flip in either file, after retention deleted a producer's
+// every record and a kill -9, still answers the producer's retries as
+// duplicates. With DedupSnapshotOnce (no copy) a flip in the snapshot
+// forgets the producer and its retry appends again.
+func TestRetentionKeepsDeletedProducersAcrossADamagedDedupSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		flipped string
+		once    bool
+	}{
+		{"snapshot flipped", dedupSnapshotFile, false},
+		{"copy flipped", dedupSnapshotCopyFile, false},
+		{"snapshot flipped, no copy (DedupSnapshotOnce)", dedupSnapshotFile, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := retentionHarness(t, func(c *Config) { c.Mutations.DedupSnapshotOnce = tc.once })
+			oks := publishIdempotent(h, "t", 7, 0, 20)
+			publishIdempotent(h, "t", 8, 0, 600)
+			eventually(t, "retention deletes producer 7's records", deletedThrough(h, oks[19].Seq))
+			h.crash()
+			file := path.Join("/data/topics/t/0", tc.flipped)
+			size, err := h.fs.Stat(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.fs.FlipBit(file, size/2, 3); err != nil {
+				t.Fatal(err)
+			}
+			h.open()
+			if !tc.once {
+				retriesAreDuplicates(t, h, "t", 7, map[uint64]wire.PubOK{0: oks[0], 19: oks[19]})
+			} else if ok := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: 19, Value: []byte("retry")}); ok.Duplicate {
+				t.Fatal("with DedupSnapshotOnce and the snapshot flipped the retry was still a duplicate")
+			}
+		})
+	}
+}
+
+// DedupSnapshotKeptTwice: while the snapshot's copy cannot be written,
+// retention deletes nothing past the point of the copy written last — a
+// flip in the snapshot, written alone, then still finds every deleted
+// producer in the copy.
+func TestRetentionWaitsForTheDedupSnapshotsCopy(t *testing.T) {
+	h := retentionHarness(t, nil)
+	oks := publishIdempotent(h, "t", 7, 0, 20)
+	failed := atomic.Int64{}
+	h.fs.SetInjector(func(op vfs.Op, name string) error {
+		if op == vfs.OpCreate && strings.Contains(name, "/t/0/"+dedupSnapshotCopyFile) {
+			failed.Add(1)
+			return errors.New("injected: no room for the dedup snapshot's copy")
+		}
+		return nil
+	})
+	publishIdempotent(h, "t", 8, 0, 600)
+	eventually(t, "five retention passes try to write the copy", func() bool { return failed.Load() >= 5 || deletedThrough(h, oks[19].Seq)() })
+	if deletedThrough(h, oks[19].Seq)() {
+		t.Fatal("retention deleted producer 7's records with the snapshot's copy not written")
+	}
+	h.fs.SetInjector(nil)
+	eventually(t, "retention deletes producer 7's records once the copy can be written", deletedThrough(h, oks[19].Seq))
+	h.crash()
+	if err := h.fs.FlipBit("/data/topics/t/0/"+dedupSnapshotFile, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.open()
+	retriesAreDuplicates(t, h, "t", 7, oks)
+}
+
 // While the dedup snapshot cannot be written (here its file cannot be
 // created), retention deletes nothing it does not stand for; once it can,
 // retention goes on, and a crash after it forgets no producer.

@@ -174,7 +174,7 @@ func (p *localStore) recover() error {
 	}
 	st := partition.NewState(cfg.Dedup, epoch, lg.NextSeq())
 	from := lg.StartSeq()
-	p.snaps = dedupSnapshots{}
+	p.snaps = dedupSnapshots{keepCopy: true}
 	if snap := p.loadDedupSnapshot(lg); snap != nil && !cfg.Mutations.SkipDedupRebuild {
 		// Only the entries after the snapshot are read again.
 		st.Restore(snap)

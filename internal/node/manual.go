@@ -32,6 +32,10 @@ type Mutations struct {
 	// records its latest dedup snapshot does not stand for: a restart
 	// rebuilds the table from the kept log and forgets their producers.
 	RetentionPastDedupSnapshot bool
+	// DedupSnapshotOnce writes a single node's dedup snapshot without its
+	// copy: a bit flip in it after retention deleted a producer's every
+	// record forgets the producer.
+	DedupSnapshotOnce bool
 	// SkipLedgerFsync answers ACKs without fsyncing the group's ledger.
 	SkipLedgerFsync bool
 	// LedgerReplayStopsAtGap stops a single node's ledger replay at the

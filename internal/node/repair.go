@@ -228,17 +228,19 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 	return out, nil
 }
 
-// forgetDedupSnapshot removes the dedup snapshot of a partition log the
-// repair changed: it may know of records the repair dropped, and a retry
-// of one must append it again, not be answered as a duplicate of what is
-// gone.
+// forgetDedupSnapshot removes the dedup snapshot and its copy of a
+// partition log the repair changed: they may know of records the repair
+// dropped, and a retry of one must append it again, not be answered as a
+// duplicate of what is gone.
 func forgetDedupSnapshot(fsys vfs.FS, r RepairedLog, dryRun bool) error {
 	if !r.Damaged() || dryRun {
 		return nil
 	}
-	file := path.Join(r.Dir, dedupSnapshotFile)
-	if err := removeDurably(fsys, file); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("node: repair: remove %s: %w", file, err)
+	for _, name := range []string{dedupSnapshotFile, dedupSnapshotCopyFile} {
+		file := path.Join(r.Dir, name)
+		if err := removeDurably(fsys, file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("node: repair: remove %s: %w", file, err)
+		}
 	}
 	return nil
 }

@@ -125,7 +125,7 @@ func (s *sim) repair() (err error) {
 // flipStateBit flips one bit of one of the single node's state files: a
 // group's ack ledger (a segment, or its snapshot), settings.json or an
 // incarnation copy, groups.json (with Options.Members), a partition's
-// epoch file or dedup snapshot, or topics.json; half the time the node
+// epoch file, dedup snapshot or its copy, or topics.json; half the time the node
 // is killed -9 at once, so its restart reads the file. What each must
 // come to is in docs/OPERATIONS.md (Corruption and repair): refused with
 // DATA_CORRUPT until a repair (the ledger, the epoch file), set again
@@ -145,7 +145,7 @@ func (s *sim) flipStateBit() {
 		}
 	case 2:
 		for p := uint32(0); p < s.opts.Partitions; p++ {
-			for _, name := range []string{"epoch", "dedup"} {
+			for _, name := range []string{"epoch", "dedup", "dedup.copy"} {
 				if f := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p), name); fileExists(fs, f) {
 					files = append(files, f)
 				}
