@@ -201,8 +201,8 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&members, "members", false, "the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked); a single node keeps them in groups.json, which bit flips then hit")
 	fl.BoolVar(&pubBatch, "pub-batch", false, "the producers publish in PUB_BATCH frames (protocol v2), a retry of one message as a PUB (a single node, or with --nodes)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
-	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty)")
-	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved)")
+	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty, CoordinatorAnswersCurrent)")
+	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved, CoordinatorAnswersCurrent)")
 	fl.BoolVar(&retention, "retention", false, "with --nodes: the workload's topic keeps 4 KiB (1 KiB segments): retention compacts it all the time, past producers' records (dedup carries) and lagging replicas (rebuilds)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")
@@ -242,6 +242,9 @@ func runClusterSim(ctx context.Context, out io.Writer, seed, seeds uint64, o sim
 		}
 		if o.GroupDeletes > 0 {
 			fmt.Fprintf(out, "%d group deletes: ", r.GroupDeletes)
+		}
+		if r.Coordinator != nil {
+			fmt.Fprintf(out, "coordinator %v: ", r.Coordinator)
 		}
 		if r.MinorityPromiseLosses > 0 {
 			fmt.Fprintf(out, "%d promise losses on two nodes at once: ", r.MinorityPromiseLosses)

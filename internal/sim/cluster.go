@@ -86,6 +86,11 @@ type ClusterOptions struct {
 	// and re-declares a topic of its own this many times, with
 	// DeletedNeverResurrected and DeletedDataRemoved checked (0: none).
 	TopicChurn int
+	// NoHeirFault turns the heir fault off (coordcheck.go: with crash
+	// faults, topic churn or group deletes, the metadata leader killed as
+	// it applies an entry of theirs no follower applied): the run is then
+	// as it was before that fault existed.
+	NoHeirFault bool
 	// GroupDeletes deletes the consumers' group this many times, at
 	// random moments of the fault phase, the consumers coming back as its
 	// next incarnation (groupdelete.go; with force when not Members; not
@@ -262,6 +267,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	if o.Shared {
 		cmd += " # with ClusterOptions.Shared (no CLI flag: run it from a test)"
 	}
+	if o.NoHeirFault && (o.TopicChurn > 0 || o.GroupDeletes > 0) {
+		cmd += " # with ClusterOptions.NoHeirFault (no CLI flag: run it from a test)"
+	}
 	if o.SchedOutageMsMax != 0 {
 		cmd += fmt.Sprintf(" # with ClusterOptions.SchedOutageMsMax %d (no CLI flag: run it from a test)", o.SchedOutageMsMax)
 	}
@@ -429,6 +437,10 @@ func newClusterSim(o ClusterOptions) *sim {
 	if o.GroupDeletes > 0 && !o.Shared {
 		s.groupDel = newGroupDeleter(s, o.GroupDeletes, !o.Members)
 	}
+	if s.churn != nil || s.groupDel != nil {
+		s.coord = newCoordChecker(s)
+		s.coord.heirFaults = s.clusterFaults.Crash && !o.NoHeirFault
+	}
 	s.w.after(tickMs, s.tick)
 	return s
 }
@@ -459,6 +471,9 @@ func (s *sim) runPhases() Result {
 	}
 	if s.groupDel != nil {
 		r.GroupDeletes = s.groupDel.deletes
+	}
+	if s.coord != nil {
+		r.Coordinator = s.coord.counts
 	}
 	if s.kv != nil {
 		r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired = len(s.kv.history), s.kv.unknown, s.kv.watcher.resumes, s.kv.watcher.expired

@@ -286,7 +286,10 @@ func TestClusterRegressionSeeds(t *testing.T) {
 }
 
 // deliverUnderLeaseSeed is the run a deposed leader's redelivery broke.
-var deliverUnderLeaseSeed = ClusterOptions{Seed: 51003, Faults: AllClusterFaults, PubBatch: true, TopicChurn: 5, Retention: retentionOptions}
+// It runs without the heir fault of the topic churn, which came later:
+// with it, deliver-without-lease was caught on 1 of seeds 51000-51059
+// (51024), not 9.
+var deliverUnderLeaseSeed = ClusterOptions{Seed: 51003, Faults: AllClusterFaults, PubBatch: true, TopicChurn: 5, Retention: retentionOptions, NoHeirFault: true}
 
 // DeliverUnderLease in the cluster: without it, a leader past its lease
 // redelivers an acknowledged message. The random campaign met this once

@@ -16,7 +16,10 @@ import (
 
 // ClusterFaults selects the faults a cluster run injects.
 type ClusterFaults struct {
-	Crash     bool // kill -9 of one node: its unsynced writes lost, the last maybe torn
+	// Crash: kill -9 of one node, its unsynced writes lost, the last
+	// maybe torn; with topic churn or group deletes also the heir fault
+	// (coordcheck.go: the metadata leader as it applies their entry).
+	Crash     bool
 	PowerLoss bool // every node loses its unsynced writes at once
 	KillPoint bool // kill -9 of one node just before a chosen disk write or fsync
 	Partition bool // a node cut off from its peers (both ways or one way), or from all but one (a bridge)

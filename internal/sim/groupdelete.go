@@ -109,7 +109,12 @@ func (d *groupDeleter) try() {
 	}
 	for _, b := range s.nodes {
 		if b.up {
-			b.node.DeleteGroup(simGroup, d.force, d.askInc, func(error) {})
+			inc := d.askInc
+			b.node.DeleteGroup(simGroup, d.force, inc, func(err error) {
+				if err == nil && d.force {
+					s.coord.groupDeleteAnswered(b, inc)
+				}
+			})
 		}
 	}
 	s.w.after(groupDeleteTryMs, d.try)

@@ -171,6 +171,13 @@ type Result struct {
 	// GroupDeletes: the group incarnations a node applied the delete of
 	// (ClusterOptions.GroupDeletes).
 	GroupDeletes int
+	// Coordinator counts what CoordinatorAnswersCurrent saw (runs with
+	// topic churn or group deletes; coordcheck.go): "heir faults",
+	// "windows" (events after which the newest metadata leader had applied
+	// less than another node), "windows in office" (of them, those where
+	// it read as in office), "probes" and "judged" (answers judged),
+	// "deposed stale" (stale answers of a deposed leader, not judged).
+	Coordinator map[string]int
 	// MinorityPromiseLosses: the times one replica group's hard states
 	// were lost on more than one node at once (five nodes, BitFlip:
 	// loseMinorityPromises).
@@ -275,6 +282,9 @@ type sim struct {
 	// churn deletes and re-declares a topic (topicchurn.go; nil: none).
 	churn    *churnClient
 	groupDel *groupDeleter // ClusterOptions.GroupDeletes (nil: none)
+	// coord judges the metadata leader's answers (coordcheck.go; nil
+	// without topic churn or group deletes).
+	coord *coordChecker
 	// The single node's operator (operator.go): a repair is due, the
 	// repairs run, what they did, and the WARN and ERROR lines and
 	// failed starts it saw; stateFlips counts the state files bit flips
@@ -388,6 +398,9 @@ func (s *sim) step() bool {
 	}
 	if s.groupDel != nil {
 		s.observeGroupDeletes()
+	}
+	if s.coord != nil {
+		s.coord.observe()
 	}
 	return true
 }

@@ -39,6 +39,9 @@ type churnClient struct {
 	deletes   int // TOPIC_DELETE_OKs
 	declares  int // DECLARE_OKs
 	backoffMs int64
+	// sent: the applied metadata's facts when the request of stage was
+	// sent (CoordinatorAnswersCurrent).
+	sent churnRequest
 }
 
 const (
@@ -62,7 +65,7 @@ func (cc *churnClient) next(stage uint64) {
 	if cc.rounds <= 0 {
 		return
 	}
-	cc.stage = stage
+	cc.stage, cc.sent = stage, cc.s.coord.churnSent()
 	switch stage {
 	case churnDeclare:
 		cc.c.send(stage, &wire.Declare{Topic: wire.TopicConfig{Name: churnTopic, Partitions: 2, Replicas: cc.s.replicas}})
@@ -87,6 +90,7 @@ func (cc *churnClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 		return
 	}
 	cc.s.w.tracef("churn stage %d: %s", corr, f.Type())
+	cc.s.coord.churnAnswered(corr, cc.sent, f)
 	switch f := f.(type) {
 	case *wire.DeclareOK:
 		cc.declares++
