@@ -124,6 +124,10 @@ type Options struct {
 	// coordinator as soon as it leads, before it applied its install
 	// entry (CoordinatorTookOffice; mutation tests only).
 	DecideBeforeOffice bool
+	// AnswerWithoutLease lets the metadata leader decide and read as
+	// coordinator without its lease (CoordinatorHoldsLease; mutation
+	// tests only).
+	AnswerWithoutLease bool
 	// ObserveSync and ObserveCommit measure every replica group's fsyncs
 	// and replication (replog.Config; nil: not measured).
 	ObserveSync, ObserveCommit func(time.Duration)

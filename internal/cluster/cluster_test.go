@@ -924,3 +924,54 @@ func TestCoordinatorDeclaresOnceItTookOffice(t *testing.T) {
 		t.Fatalf("DECLARE asked of the heir before it took office: created %v, %v; topic %+v; want incarnation 2 created", r.created, r.err, topic)
 	}
 }
+
+// TestDeposedCoordinatorAnswersNothing: a metadata leader cut off from
+// the others goes on leading its epoch as far as it knows, while the
+// others elect a newer leader, which deletes a group. The deposed one
+// has taken office long ago, but its applied state lacks the delete: it
+// must neither read the group's incarnation nor decide a command against
+// it once its lease ran out (CoordinatorHoldsLease). Without the lease
+// it read the deleted incarnation 1 and refused a delete of the current
+// one, 2, as NOT_FOUND.
+func TestDeposedCoordinatorAnswersNothing(t *testing.T) {
+	for _, mutated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("without-lease=%v", mutated), func(t *testing.T) {
+			tc := newTestCluster(t, 3)
+			if mutated {
+				for i := range tc.nodes {
+					tc.nodes[i].opts.AnswerWithoutLease = true
+				}
+			}
+			tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+			old := tc.metaLeader()
+			tc.net.cut[uint32(old+1)] = true
+			tc.runUntil(10*time.Second, "a newer metadata leader", func() bool { return tc.metaLeader() >= 0 })
+			heir := tc.metaLeader()
+			var answered bool
+			var err error
+			tc.nodes[heir].ProposeMeta(DecideGroupDelete("g", true, 0), func(e error) { answered, err = true, e })
+			tc.runUntil(2*time.Second, "the delete answered", func() bool { return answered })
+			if err != nil {
+				t.Fatal(err)
+			}
+			deposed := tc.nodes[old]
+			if deposed.metaLog.Status().Role != replica.Leader {
+				t.Fatalf("the cut-off leader n%d no longer leads: the test needs it deposed but unaware", old+1)
+			}
+			var inc uint64
+			rerr := deposed.ReadCoordinated(func(st *meta.State) { inc = st.GroupIncarnation("g") })
+			answered, err = false, nil
+			deposed.ProposeMeta(DecideGroupDelete("g", true, 2), func(e error) { answered, err = true, e })
+			tc.runUntil(3*time.Second, "the deposed leader's answer", func() bool { return answered })
+			if mutated {
+				if rerr != nil || inc != 1 || codeOf(err) != wire.CodeNotFound {
+					t.Fatalf("without the lease guard: read %d, %v; delete of incarnation 2: %v; want the stale 1 and NOT_FOUND", inc, rerr, err)
+				}
+				return
+			}
+			if codeOf(rerr) != wire.CodeUnavailable || codeOf(err) != wire.CodeUnavailable {
+				t.Fatalf("the deposed leader read incarnation %d (%v) and answered the delete of incarnation 2 with %v; want UNAVAILABLE for both", inc, rerr, err)
+			}
+		})
+	}
+}

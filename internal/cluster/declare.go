@@ -214,8 +214,8 @@ func (c *Cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 				j.stage = awaitLeader // find the new leader, within the deadline
 				return false, nil, false
 			}
-			if c.applied() < j.decideAfter || !c.TookOffice() {
-				return false, nil, false // CoordinatorTookOffice
+			if c.applied() < j.decideAfter || !c.InOffice() {
+				return false, nil, false // CoordinatorTookOffice, CoordinatorHoldsLease
 			}
 			c.deciding = j
 			c.metaMu.Lock()

@@ -54,6 +54,22 @@ func (c *Cluster) TookOffice() bool {
 	return false
 }
 
+// InOffice reports whether this node took office (TookOffice) and holds
+// its lease as the metadata leader.
+//
+// Invariant CoordinatorHoldsLease: the coordinator decides and reads only
+// while no other node can lead the metadata log. A leader of an older
+// epoch that has not heard of a newer one (cut off, paused) still took
+// office, and its applied state lacks what the newer leader committed:
+// it read a group's incarnation already deleted, found a deleted topic
+// existing for a DECLARE, and refused a delete of the current
+// incarnation as NOT_FOUND. Proposals alone would need no lease (they
+// commit on a quorum or not at all), but a decision may be answered with
+// no proposal (an error, a delete already done, a topic that exists).
+func (c *Cluster) InOffice() bool {
+	return c.TookOffice() && (c.opts.AnswerWithoutLease || c.metaLog.HoldsLease())
+}
+
 // Coordinator reports whether this node leads the metadata log — and so
 // coordinates the consumer groups — and, if not, the client address of
 // the node that does ("" when unknown).
@@ -85,8 +101,8 @@ func (c *Cluster) ReadCoordinated(f func(*meta.State)) error {
 	if here, _ := c.Coordinator(); !here {
 		return c.NotCoordinator()
 	}
-	if !c.TookOffice() {
-		return wire.Errorf(wire.CodeUnavailable, "the metadata leader is taking office; retry")
+	if !c.InOffice() {
+		return wire.Errorf(wire.CodeUnavailable, "the metadata leader is taking office or renewing its lease; retry")
 	}
 	c.ReadGroups(f)
 	return nil
@@ -120,8 +136,8 @@ func (c *Cluster) ProposeMeta(decide func(*meta.State) (meta.Command, error), do
 		return
 	}
 	j := &groupJob{deadlineMs: c.monoMs() + c.cfg.DeclareTimeout.Milliseconds(), done: done}
-	if !c.TookOffice() {
-		j.decide = decide // decided once it took office (stepGroupJobs)
+	if !c.InOffice() {
+		j.decide = decide // decided once it is in office (stepGroupJobs)
 	}
 	c.declMu.Lock()
 	if c.declClosed {
@@ -169,7 +185,7 @@ func (c *Cluster) proposeGroupJob(j *groupJob, decide func(*meta.State) (meta.Co
 func (c *Cluster) stepGroupJobs() bool {
 	now := c.monoMs()
 	applied := c.applied()
-	tookOffice, leading := c.TookOffice(), c.metaLog.Status().Role == replica.Leader
+	inOffice, leading := c.InOffice(), c.metaLog.Status().Role == replica.Leader
 	c.declMu.Lock()
 	var finished, ready []*groupJob
 	var errs []error
@@ -186,7 +202,7 @@ func (c *Cluster) stepGroupJobs() bool {
 		switch {
 		case j.decide != nil && !leading:
 			finished, errs = append(finished, j), append(errs, c.NotCoordinator())
-		case j.decide != nil && tookOffice:
+		case j.decide != nil && inOffice:
 			ready, decides = append(ready, j), append(decides, j.decide)
 			j.decide = nil
 		case j.seq != 0 && applied >= j.seq:

@@ -26,7 +26,7 @@ func (n *Node) openCluster() error {
 		NodeID: n.cfg.NodeID, DataDir: n.cfg.DataDir, ClientAddr: n.cfg.ClientAddr, Env: n.cfg.Env, Logger: n.log,
 		Manual: n.cfg.Manual, SegmentBytesMax: n.cfg.SegmentBytesMax, RecordBytesMax: n.cfg.RecordBytesMax,
 		RetentionCheckMs: n.cfg.RetentionCheckMs, Replica: n.cfg.Mutations.Replica, SendBeforePersist: n.cfg.Mutations.SendBeforePersist,
-		Group: n.cfg.Mutations.Group, DecideBeforeOffice: n.cfg.Mutations.CoordinateBeforeOffice,
+		Group: n.cfg.Mutations.Group, DecideBeforeOffice: n.cfg.Mutations.CoordinateBeforeOffice, AnswerWithoutLease: n.cfg.Mutations.CoordinateWithoutLease,
 		ObserveSync: observeSeconds(n.metrics.fsyncSeconds.WithLabelValues("replica")), ObserveCommit: observeSeconds(n.metrics.replicationSeconds)})
 	if err != nil {
 		return err

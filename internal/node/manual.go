@@ -56,6 +56,11 @@ type Mutations struct {
 	// DecideBeforeOffice): against a state that may miss what the last
 	// leader committed.
 	CoordinateBeforeOffice bool
+	// CoordinateWithoutLease lets the metadata leader decide and read as
+	// coordinator without its lease (cluster.Options.AnswerWithoutLease):
+	// a deposed leader, cut off, answers from a state that may miss what
+	// the newer one committed.
+	CoordinateWithoutLease bool
 	// DeliverBehindFence lets a partition's leader deliver it to an owner
 	// without recording the owner's epoch in the partition's log, and with
 	// a view of the group older than the epochs recorded there.

@@ -166,6 +166,9 @@ var ClusterMutations = map[string]node.Mutations{
 	// office (CoordinatorTookOffice; the cluster package's
 	// TestCoordinatorDecidesOnceItTookOffice catches it).
 	"coordinate-before-office": {CoordinateBeforeOffice: true},
+	// The metadata leader decides and reads as coordinator without its
+	// lease (CoordinatorHoldsLease): a deposed leader answers stale.
+	"coordinate-without-lease": {CoordinateWithoutLease: true},
 	"send-before-persist":      {SendBeforePersist: true},
 	"commit-on-leader-fsync":   {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
 	"trust-uncertain-grants":   {Replica: replica.Mutations{TrustUncertainGrants: true}},

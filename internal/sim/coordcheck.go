@@ -36,10 +36,13 @@ import (
 //     incarnation before the delete was sent, and no node had applied
 //     that incarnation's delete by the time the answer came.
 //
-// Only the newest metadata leader is judged (coordChecker.epochMax). The
-// window the invariant is about — a leader whose log holds an entry
-// committed under the last one, unapplied until its install entry
-// commits — random faults open too seldom (heirFault opens it).
+// Every metadata leader is judged, a deposed one too (a leader of an
+// older epoch that has not heard of the newer, cut off or paused: it
+// answers only while it holds its lease, CoordinatorHoldsLease, and then
+// no newer one can lead). The window of CoordinatorTookOffice — a leader
+// whose log holds an entry committed under the last one, unapplied until
+// its install entry commits — random faults open too seldom (heirFault
+// opens it).
 const CoordinatorAnswersCurrent = "CoordinatorAnswersCurrent"
 
 // metaFacts are the facts of the metadata the checker judges answers
@@ -55,16 +58,8 @@ type coordChecker struct {
 	s     *sim
 	facts metaFacts
 	// epochMax is the highest epoch a node was seen leading the metadata
-	// log in. Only a leader of it is judged: a leader of an older epoch
-	// that has not heard of the newer one (cut off, paused) answers from
-	// what it applied, which may lack what the newer leader committed —
-	// nothing claims otherwise (its reads hold no lease; its proposals do
-	// not commit). deposedEvent is the last event after which such a
-	// leader was up: an answer that came through the network is judged
-	// only if none was up from the event before it was sent on (it might
-	// have been decided there).
-	epochMax     uint64
-	deposedEvent int
+	// log in; a leader of an older one is deposed (counted apart).
+	epochMax uint64
 	// heirFaults: heirFault may strike (crash faults on, and not
 	// ClusterOptions.NoHeirFault).
 	heirFaults bool
@@ -72,8 +67,8 @@ type coordChecker struct {
 	// which the newest metadata leader's applied facts were behind
 	// another node's (a stale answer was possible), "windows in office"
 	// those where it read as in office; "probes", GROUP_INCARNATION reads
-	// judged; "judged", churn answers judged; "deposed stale", stale
-	// answers of a deposed leader (not judged).
+	// judged ("deposed probes" of them at a deposed leader); "judged",
+	// churn answers judged.
 	counts map[string]int
 }
 
@@ -110,9 +105,6 @@ func (c *coordChecker) observe() {
 			continue
 		}
 		deposed := v.Status.Hard.Promised < c.epochMax
-		if deposed {
-			c.deposedEvent = s.w.events
-		}
 		behind := c.behind(b)
 		if b.paused() {
 			continue // a client's request waits until it resumes
@@ -129,16 +121,13 @@ func (c *coordChecker) observe() {
 		if s.groupDel == nil || err != nil {
 			continue
 		}
-		switch {
-		case inc >= c.facts.groupIncarnation:
-		case deposed:
-			c.counts["deposed stale"]++
-		default:
-			s.chk.violate(CoordinatorAnswersCurrent, "%s, leading %s in epoch %d, read group %s at incarnation %d; a node had applied incarnation %d",
-				b.id, meta.MetaTopic, v.Status.Hard.Promised, simGroup, inc, c.facts.groupIncarnation)
+		if inc < c.facts.groupIncarnation {
+			s.chk.violate(CoordinatorAnswersCurrent, "%s, leading %s in epoch %d (the newest %d), read group %s at incarnation %d; a node had applied incarnation %d",
+				b.id, meta.MetaTopic, v.Status.Hard.Promised, c.epochMax, simGroup, inc, c.facts.groupIncarnation)
 		}
-		if !deposed {
-			c.counts["probes"]++
+		c.counts["probes"]++
+		if deposed {
+			c.counts["deposed probes"]++
 		}
 	}
 }
@@ -152,21 +141,14 @@ func (c *coordChecker) groupDeleteAnswered(b *broker, k uint64) {
 	}
 }
 
-// churnRequest is what the checker knows of a churn request as it is
-// sent: the facts then, and the event.
-type churnRequest struct {
-	facts metaFacts
-	event int
-}
+// churnSent is what the checker knows of a churn request as it is sent:
+// the facts then.
+func (c *coordChecker) churnSent() metaFacts { return c.facts }
 
-func (c *coordChecker) churnSent() churnRequest {
-	return churnRequest{facts: c.facts, event: c.s.w.events}
-}
-
-// churnAnswered judges an answer f to the churn's request of stage,
-// sent as sent says.
-func (c *coordChecker) churnAnswered(stage uint64, sent churnRequest, f wire.Frame) {
-	now, was := c.facts, sent.facts
+// churnAnswered judges an answer f to the churn's request of stage, sent
+// when the facts were was.
+func (c *coordChecker) churnAnswered(stage uint64, was metaFacts, f wire.Frame) {
+	now := c.facts
 	var stale string
 	switch f := f.(type) {
 	case *wire.DeclareOK:
@@ -187,16 +169,11 @@ func (c *coordChecker) churnAnswered(stage uint64, sent churnRequest, f wire.Fra
 	default:
 		return
 	}
-	switch {
-	case c.deposedEvent >= sent.event-1:
-		if stale != "" {
-			c.counts["deposed stale"]++ // maybe decided by a deposed leader
-		}
-	case stale != "":
+	if stale != "" {
 		c.s.chk.violate(CoordinatorAnswersCurrent, "%s", stale)
-	default:
-		c.counts["judged"]++
+		return
 	}
+	c.counts["judged"]++
 }
 
 // heirFaultP is how often heirFault strikes when it may.

@@ -176,7 +176,7 @@ type Result struct {
 	// "windows" (events after which the newest metadata leader had applied
 	// less than another node), "windows in office" (of them, those where
 	// it read as in office), "probes" and "judged" (answers judged),
-	// "deposed stale" (stale answers of a deposed leader, not judged).
+	// "deposed probes" (of the probes, those at a deposed leader).
 	Coordinator map[string]int
 	// MinorityPromiseLosses: the times one replica group's hard states
 	// were lost on more than one node at once (five nodes, BitFlip:

@@ -41,7 +41,7 @@ type churnClient struct {
 	backoffMs int64
 	// sent: the applied metadata's facts when the request of stage was
 	// sent (CoordinatorAnswersCurrent).
-	sent churnRequest
+	sent metaFacts
 }
 
 const (
