@@ -321,8 +321,8 @@ func TestScrubberFindsDamageInASealedSegment(t *testing.T) {
 }
 
 // TestRepairRemovalsSurviveACrash: the files a repair removes — a
-// partition's damaged epoch file and the dedup snapshot beside it, a
-// group's damaged ledger-snapshot, a damaged groups.json — stay removed
+// partition's damaged epoch file and the dedup snapshot beside it (its
+// torn tail cut too), a group's damaged ledger-snapshot, a damaged groups.json — stay removed
 // after a power loss right after the repair. The removals used to be left
 // unsynced: the simulator's operator saw a removed ledger-snapshot come
 // back at the next crash and refuse the group again (N25); a dedup
@@ -347,6 +347,9 @@ func TestRepairRemovalsSurviveACrash(t *testing.T) {
 			t.Fatalf("no dedup snapshot to remove: %v", err)
 		}
 	}
+	// A torn tail cut with the epoch file removed removes the dedup
+	// snapshots (TestRepairKeepsTrueDedupSnapshots).
+	tearActiveSegment(t, h.fs, "/data/topics/t/0")
 	out, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
 	if err != nil {
 		t.Fatal(err)

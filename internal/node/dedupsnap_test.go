@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/partition"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -532,4 +534,123 @@ func compactionState(n *Node, topic string) string {
 	return fmt.Sprintf("role %v leader %v promised %d last %d durable %d commit %d snap %d rebuilding %v peers %+v; log start %d; limits: kernel %d, checkpoints %d; carrying %v",
 		st.Role, st.Leader, st.Hard.Promised, st.Last, st.Durable, st.CommitSeq, st.SnapSeq, st.Rebuilding, st.Peers,
 		r.repl.ReadLog().StartSeq(), r.compactLimit.Load(), r.retainLimit(), r.carrying.Load())
+}
+
+// RepairKeepsTrueDedupSnapshots: a repair of a single node whose
+// partition log needed only its torn tail cut (what any restart cuts),
+// or only its epoch file removed, keeps the dedup snapshot and its copy:
+// after retention deleted a producer's every record they are the only
+// memory of it, and the repair that removed them made its retries append
+// again (`nereus sim --retention`, seed 126). A torn tail cut with the
+// epoch file removed still removes them: the next reign may reuse the
+// epoch of a cut entry a snapshot stands for.
+func TestRepairKeepsTrueDedupSnapshots(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		torn, epoch bool
+	}{
+		{"torn tail", true, false},
+		{"epoch file", false, true},
+		{"torn tail and epoch file", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := retentionHarness(t, nil)
+			oks := publishIdempotent(h, "t", 7, 0, 20)
+			publishIdempotent(h, "t", 8, 0, 600)
+			eventually(t, "retention deletes producer 7's records", deletedThrough(h, oks[19].Seq))
+			h.crash()
+			dir := "/data/topics/t/0"
+			if tc.torn {
+				tearActiveSegment(t, h.fs, dir)
+			}
+			if tc.epoch {
+				if err := h.fs.FlipBit(path.Join(dir, "epoch"), 0, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var torn, epoch bool
+			for _, r := range out {
+				torn, epoch = torn || r.Report.TornTail != nil, epoch || r.EpochFileRemoved
+			}
+			if torn != tc.torn || epoch != tc.epoch {
+				t.Fatalf("repair: torn tail %v, epoch file removed %v; want %v, %v: %+v", torn, epoch, tc.torn, tc.epoch, out)
+			}
+			_, err = h.fs.Stat(path.Join(dir, dedupSnapshotFile))
+			_, errCopy := h.fs.Stat(path.Join(dir, dedupSnapshotCopyFile))
+			if tc.torn && tc.epoch {
+				if !errors.Is(err, fs.ErrNotExist) || !errors.Is(errCopy, fs.ErrNotExist) {
+					t.Fatalf("a torn tail cut with the epoch file removed kept a dedup snapshot (%v, %v)", err, errCopy)
+				}
+				return
+			}
+			if err != nil || errCopy != nil {
+				t.Fatalf("the repair removed a true dedup snapshot: %v, %v", err, errCopy)
+			}
+			h.open()
+			retriesAreDuplicates(t, h, "t", 7, map[uint64]wire.PubOK{0: oks[0], 19: oks[19]})
+		})
+	}
+}
+
+// tearActiveSegment appends a few bytes no batch holds to the last
+// segment of the log in dir, synced: a torn tail.
+func tearActiveSegment(t *testing.T, fsys *vfs.MemFS, dir string) {
+	t.Helper()
+	names, err := fsys.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for _, n := range names {
+		if strings.HasSuffix(n, ".log") && n > last {
+			last = n
+		}
+	}
+	f, err := fsys.OpenAppend(path.Join(dir, last))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte{0x17, 0, 0, 0, 0x2a, 0x2a, 0x2a}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RestoredTableNotSealed: a single node's table restored from its dedup
+// snapshot after retention knows every producer_seq retention deleted, so
+// a recovery does not seal it: a producer's seq whose write failed while
+// a higher one landed is appended when retried, not refused
+// PRODUCER_SEQ_TOO_OLD for good (`nereus sim --retention`, seed 1: an
+// fsync failure, the partition recovered, the retry refused). A table
+// rebuilt from the kept log alone (snapshots off) is still sealed.
+func TestRestoredTableNotSealedAfterRetention(t *testing.T) {
+	for _, snapshots := range []bool{true, false} {
+		t.Run(fmt.Sprintf("snapshots=%v", snapshots), func(t *testing.T) {
+			h := retentionHarness(t, func(c *Config) {
+				if !snapshots {
+					c.DedupSnapshotBytes = -1
+				}
+			})
+			publishIdempotent(h, "t", 8, 0, 600)
+			eventually(t, "retention deletes the oldest records", deletedThrough(h, 1))
+			oks := publishIdempotent(h, "t", 7, 0, 4)
+			oks[5] = publishIdempotent(h, "t", 7, 5, 1)[5] // seq 4 never landed
+			h.kill()
+			retriesAreDuplicates(t, h, "t", 7, map[uint64]wire.PubOK{3: oks[3], 5: oks[5]})
+			_, err := h.publish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: 4, Value: []byte("late")})
+			if snapshots && err != nil {
+				t.Fatalf("producer 7 seq 4, never appended, after a restart from the dedup snapshot: %v", err)
+			}
+			if !snapshots && !errors.Is(err, wire.ErrProducerSeqTooOld) {
+				t.Fatalf("producer 7 seq 4 after a rebuild from the kept log alone: %v, want PRODUCER_SEQ_TOO_OLD", err)
+			}
+		})
+	}
 }

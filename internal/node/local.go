@@ -175,10 +175,12 @@ func (p *localStore) recover() error {
 	st := partition.NewState(cfg.Dedup, epoch, lg.NextSeq())
 	from := lg.StartSeq()
 	p.snaps = dedupSnapshots{keepCopy: true}
+	restored := false
 	if snap := p.loadDedupSnapshot(lg); snap != nil && !cfg.Mutations.SkipDedupRebuild {
 		// Only the entries after the snapshot are read again.
 		st.Restore(snap)
 		from, p.snaps.applied = snap.Applied+1, snap.Applied
+		restored = true
 	}
 	err = replayLog(lg, from, func(e storage.Entry) error {
 		if !cfg.Mutations.SkipDedupRebuild {
@@ -191,7 +193,14 @@ func (p *localStore) recover() error {
 		return fmt.Errorf("partition %s/%d: %w", p.topic.cfg.Name, p.id, err)
 	}
 	p.noteDamage(lg.Damage())
-	st.ReplayDone(lg.StartSeq() > 1)
+	// A table restored from a dedup snapshot knows every producer_seq
+	// retention deleted (retention passes no snapshot's point,
+	// DedupSurvivesRetention; the snapshot keeps each window's floor):
+	// only one rebuilt from the kept log alone is sealed
+	// (RestoredTableNotSealed). Sealed, a producer's seq whose write
+	// failed while a higher one landed was refused PRODUCER_SEQ_TOO_OLD
+	// for good after the recovery (`nereus sim --retention`, seed 1).
+	st.ReplayDone(lg.StartSeq() > 1 && !restored)
 	p.log, p.state, p.failure = lg, st, nil
 	p.readLog.Store(lg)
 	p.epoch.Store(epoch)

@@ -172,8 +172,10 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 					}
 				}
 			}
-			if err := forgetDedupSnapshot(fsys, r, o.DryRun); err != nil {
-				return out, err
+			if r.dedupSnapshotStale() {
+				if err := forgetDedupSnapshot(fsys, r, o.DryRun); err != nil {
+					return out, err
+				}
 			}
 			out = append(out, r)
 		}
@@ -226,6 +228,23 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// dedupSnapshotStale reports whether a single node's repair left its
+// partition's dedup snapshots possibly lying (RepairKeepsTrueDedupSnapshots):
+// when it dropped damaged ranges (they may know of records gone, whose
+// retries must append again), or cut a torn tail with the epoch file
+// removed — the next reign may then reuse the epoch of a cut entry the
+// snapshot stands for, and SnapshotUsable would take it. A torn tail
+// alone is what any restart cuts, and the next open uses the snapshot
+// only while the log still holds its point (the epoch file makes the next
+// reign's epoch new); an epoch file alone changes no record. Those keep
+// the snapshots: on a single node with retention they are the only
+// memory of producers whose every record was deleted, and removing them
+// made those producers' retries append again (found by `nereus sim
+// --retention`, seed 126).
+func (r RepairedLog) dedupSnapshotStale() bool {
+	return len(r.Report.Damage) > 0 || r.Report.DroppedSeqs > 0 || r.Report.TornTail != nil && r.EpochFileRemoved
 }
 
 // forgetDedupSnapshot removes the dedup snapshot and its copy of a
