@@ -166,9 +166,9 @@ func TestSimNodes(t *testing.T) {
 	if err != nil || !strings.Contains(out, "kv ops") || !strings.HasSuffix(out, ": ok\n") {
 		t.Fatalf("sim --nodes --kv: %v\n%s", err, out)
 	}
-	out, err = run("--list-mutations")
+	out, err = run("--nodes", "3", "--list-mutations")
 	if err != nil || !strings.Contains(out, "ack-before-commit\n") || !strings.Contains(out, "kv-read-without-lease\n") {
-		t.Fatalf("--list-mutations: %v\n%s", err, out)
+		t.Fatalf("--nodes 3 --list-mutations: %v\n%s", err, out)
 	}
 	_, err = run("--nodes", "3", "--seed", "3", "--mutation", "ack-before-commit") // the first of seeds 1-60 that catches it (it moves with the runs' traces)
 	if err == nil || !strings.Contains(err.Error(), "AckFloorNeverRedelivered") || !strings.Contains(err.Error(), "--mutation ack-before-commit") {
@@ -179,6 +179,39 @@ func TestSimNodes(t *testing.T) {
 	}
 	if _, err = run("--nodes", "3", "--faults", "lightning"); err == nil {
 		t.Fatal("an unknown fault was accepted")
+	}
+}
+
+// `sim --retention` without --nodes runs a single node whose topic keeps
+// 4 KiB a partition; --mutation picks a single node's deliberate bugs
+// there, and the error of a caught one names the command that reproduces
+// it.
+func TestSimSingleNodeRetention(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		root := newRootCmd()
+		addExtraCommands(root)
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs(append([]string{"sim"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	out, err := run("--retention", "--seed", "1", "--members")
+	if err != nil || !strings.Contains(out, "seed 1: ") || !strings.HasSuffix(out, ": ok\n") {
+		t.Fatalf("sim --retention: %v\n%s", err, out)
+	}
+	out, err = run("--list-mutations")
+	if err != nil || !strings.Contains(out, "dedup-snapshot-once\n") || strings.Contains(out, "ack-before-commit") {
+		t.Fatalf("--list-mutations: %v\n%s", err, out)
+	}
+	// The first of seeds 1-40 that catches it (it moves with the runs'
+	// traces; TestSingleNodeRetentionMutationsAreCaught searches).
+	_, err = run("--retention", "--faults", "partition,bitflip", "--seed", "20", "--mutation", "dedup-snapshot-once")
+	if err == nil || !strings.Contains(err.Error(), "NoDuplicateFromReplay") || !strings.Contains(err.Error(), "--retention --mutation dedup-snapshot-once") {
+		t.Fatalf("a mutated run: %v", err)
+	}
+	if _, err = run("--mutation", "ack-before-commit"); err == nil || !strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("a cluster's mutation without --nodes: %v", err)
 	}
 }
 

@@ -93,7 +93,10 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				}
 			}
 			if listMut {
-				names := slices.Sorted(maps.Keys(sim.ClusterMutations))
+				names := slices.Sorted(maps.Keys(sim.NodeMutations))
+				if nodes > 0 {
+					names = slices.Sorted(maps.Keys(sim.ClusterMutations))
+				}
 				fmt.Fprintln(out, strings.Join(names, "\n"))
 				return nil
 			}
@@ -125,10 +128,10 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				}
 				return runClusterSim(cmd.Context(), out, seed, seeds, o)
 			}
-			if mutation != "" {
-				return errors.New("--mutation needs --nodes")
-			}
 			if replicas > 0 {
+				if mutation != "" || retention {
+					return errors.New("--mutation and --retention need --nodes or a single node, not --replicas")
+				}
 				o := sim.GroupOptions{Steps: steps, GroupSize: replicas, Faults: faults != "none", Compact: compact,
 					ShortReads: shortReads, DiskFaults: diskFaults, ClockFaults: clockFaults, KeepTrace: trace}
 				return runGroupSim(cmd.Context(), out, seed, seeds, policy, o)
@@ -136,6 +139,10 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 			f, err := sim.ParseFaults(faults)
 			if err != nil {
 				return err
+			}
+			mutations, ok := sim.NodeMutations[mutation]
+			if mutation != "" && !ok {
+				return fmt.Errorf("--mutation %q: unknown without --nodes (see --list-mutations)", mutation)
 			}
 			if seeds == 0 {
 				return errors.New("--seeds must be at least 1")
@@ -145,7 +152,10 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err := interrupted(cmd.Context(), seed, s); err != nil {
 					return err
 				}
-				o := sim.Options{Seed: s, Steps: steps, Faults: f, KeepTrace: trace, PubBatch: pubBatch, Members: members}
+				o := sim.Options{Seed: s, Steps: steps, Faults: f, KeepTrace: trace, PubBatch: pubBatch, Members: members, Mutations: mutations}
+				if retention {
+					o.Retention = sim.RetentionPreset
+				}
 				if logs {
 					o.Logs = cmd.ErrOrStderr()
 				}
@@ -197,15 +207,15 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&trace, "trace", false, "print the whole trace")
 	fl.BoolVar(&logs, "logs", false, "write the node's log lines (virtual time t in ms; with --nodes every node's, sim_node) to stderr")
 	fl.IntVar(&nodes, "nodes", 0, "simulate a cluster of this many complete nodes (server, node, replication, metadata) instead of one node")
-	fl.StringVar(&mutation, "mutation", "", "with --nodes: run with a deliberate bug (see --list-mutations)")
+	fl.StringVar(&mutation, "mutation", "", "run with a deliberate bug (see --list-mutations, with or without --nodes)")
 	fl.BoolVar(&members, "members", false, "the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked); a single node keeps them in groups.json, which bit flips then hit")
 	fl.BoolVar(&pubBatch, "pub-batch", false, "the producers publish in PUB_BATCH frames (protocol v2), a retry of one message as a PUB (a single node, or with --nodes)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
 	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty, CoordinatorAnswersCurrent)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved, CoordinatorAnswersCurrent)")
-	fl.BoolVar(&retention, "retention", false, "with --nodes: the workload's topic keeps 4 KiB (1 KiB segments): retention compacts it all the time, past producers' records (dedup carries) and lagging replicas (rebuilds)")
+	fl.BoolVar(&retention, "retention", false, "the workload's topic keeps 4 KiB a partition (1 KiB segments): retention compacts it all the time, past producers' records (with --nodes: dedup carries, lagging replicas rebuilt; a single node: its dedup snapshot and copy, 300 messages a producer)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
-	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations --nodes runs can carry")
+	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations a single node's runs can carry (with --nodes: a cluster's)")
 	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
 	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -107,6 +108,15 @@ type Options struct {
 	// keeps the group's membership in groups.json, which bit flips then
 	// hit too.
 	Members bool
+	// Retention, when set, gives the topic a retention and the node small
+	// segments and a short retention check (RetentionPreset: `nereus sim
+	// --retention`; ReservationMs is a cluster's), and the producers 300
+	// messages each by default, so retention deletes records all the time,
+	// every producer's among them. Records below a partition's start are
+	// then gone on purpose (as in a cluster run); the committed log is
+	// watched as it grows, so a retry appended again after its first copy
+	// was deleted still breaks NoDuplicateFromReplay (retention.go).
+	Retention ClusterRetention
 }
 
 func (o *Options) setDefaults() {
@@ -115,6 +125,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Producers == 0 {
 		o.Producers = 3
+	}
+	if o.MessagesPerProducer == 0 && o.Retention.Bytes > 0 {
+		o.MessagesPerProducer = retentionMessagesPerProducer
 	}
 	if o.MessagesPerProducer == 0 {
 		o.MessagesPerProducer = 60
@@ -139,6 +152,19 @@ func Reproduce(o Options) string {
 	}
 	if o.Members {
 		cmd += " --members"
+	}
+	if o.Retention == RetentionPreset {
+		cmd += " --retention"
+	} else if o.Retention != (ClusterRetention{}) {
+		cmd += fmt.Sprintf(" # with Options.Retention %+v (no CLI flag: run it from a test)", o.Retention)
+	}
+	for _, name := range slices.Sorted(maps.Keys(NodeMutations)) {
+		if NodeMutations[name] == o.Mutations {
+			cmd += " --mutation " + name
+		}
+	}
+	if o.Mutations != (node.Mutations{}) && !strings.Contains(cmd, "--mutation") {
+		cmd += fmt.Sprintf(" # with Options.Mutations %+v (no CLI name: run it from a test)", o.Mutations)
 	}
 	return cmd
 }
@@ -239,8 +265,16 @@ type sim struct {
 	net      *peerNet  // a cluster's peer network (nil on a single node)
 	replicas uint8     // the topic's replication factor (0: the default)
 	syncAll  bool      // the topic is sync_all (cluster runs)
-	// retentionBytes is the topic's RetentionBytes (cluster runs; 0: none).
+	// retentionBytes is the topic's RetentionBytes (0: none).
 	retentionBytes int64
+	// logWatch follows a single node's committed log with a retention
+	// (retention.go; nil: none).
+	logWatch *logWatcher
+	// retentionLost: a single node's repair rebuilt topics.json, and the
+	// topic's retention with it went back to none (OPERATIONS: "set them
+	// again" — but no command can): the clients declare it so from then
+	// on, or every DECLARE would get TOPIC_CONFLICT.
+	retentionLost bool
 	// A cluster's faults, and its replication checks (cluster.go): the
 	// ghost state of each partition, and the last committed seq checked
 	// per (partition, node incarnation).
@@ -330,6 +364,12 @@ func newSim(opts Options) *sim {
 		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}, ledgerFlips: map[string]*ledgerFlip{}, acksForgotten: map[string]int{},
 		memberEvents: map[string]int{}}
 	s.watchForRepair()
+	if opts.Retention.Bytes > 0 {
+		s.retentionBytes = opts.Retention.Bytes
+		chk.retained = map[uint32]uint64{}
+		b.segmentBytesMax, b.retentionCheckMs = opts.Retention.SegmentBytesMax, opts.Retention.RetentionCheckMs
+		s.watchCommittedLog()
+	}
 	return s
 }
 
@@ -340,6 +380,9 @@ func (s *sim) dial(cl client, at int) *conn {
 
 func (s *sim) topicConfig() wire.TopicConfig {
 	tc := wire.TopicConfig{Name: simTopic, Partitions: s.opts.Partitions, Replicas: s.replicas, RetentionBytes: s.retentionBytes}
+	if s.retentionLost {
+		tc.RetentionBytes = 0
+	}
 	if s.syncAll {
 		tc.Ack = wire.AckAll
 	}
@@ -401,6 +444,9 @@ func (s *sim) step() bool {
 	}
 	if s.coord != nil {
 		s.coord.observe()
+	}
+	if s.logWatch != nil {
+		s.logWatch.observe()
 	}
 	return true
 }
@@ -498,6 +544,9 @@ func (s *sim) finalPhase() {
 				return
 			}
 		}
+	}
+	if s.logWatch != nil {
+		s.logWatch.observe()
 	}
 	s.chk.finalChecks(func(uint32) *broker { return s.b }, s.opts.Partitions)
 	s.w.tracef("end: acked=%d deliveries=%d restarts=%d", len(s.chk.acked), s.chk.deliveries, s.b.started-1)

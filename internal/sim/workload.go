@@ -124,7 +124,7 @@ func (p *producer) onFrame(c *conn, corr uint64, f wire.Frame) {
 			// PRODUCER_SEQ_TOO_OLD: its outcome is unknowable by then (a
 			// documented gap), so it is given up, not a violation.
 			damaged := f.Code == wire.CodeDataCorrupt && p.s.chk.mayRefuse()
-			tooOld := f.Code == wire.CodeProducerSeqTooOld && p.s.retentionBytes > 0
+			tooOld := f.Code == wire.CodeProducerSeqTooOld && p.s.retentionBytes > 0 && p.s.tooOldExcused(p.id, corr)
 			if !damaged && !tooOld {
 				p.s.chk.violate("PublishAnswered", "%s: PUB pseq=%d failed permanently: %s", p.name(), corr, f.AsError())
 			}

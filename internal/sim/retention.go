@@ -1,0 +1,191 @@
+package sim
+
+import (
+	"errors"
+	"log/slog"
+	"path"
+
+	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
+)
+
+// A single node with a retention (Options.Retention): the topic keeps a
+// few KiB a partition, so retention deletes records all the time, every
+// producer's among them, and the node's dedup across retention rests on
+// its dedup snapshot and its copy (DedupSurvivesRetention,
+// DedupSnapshotKeptTwice). The checker accepts that records below a
+// partition's start are gone (checker.retained), and the final read-back
+// can no longer see a retry appended again after its first copy was
+// deleted: the logWatcher reads the committed log as it grows instead.
+
+// retentionMessagesPerProducer is a retention run's default
+// Options.MessagesPerProducer: enough that each partition's log passes
+// its RetentionBytes several times over.
+const retentionMessagesPerProducer = 300
+
+// NodeMutations name the deliberate bugs a single-node run can carry
+// (`nereus sim --mutation NAME`, without --nodes); each is a guard of the
+// node removed. Those about retention need --retention.
+var NodeMutations = map[string]node.Mutations{
+	"ack-before-fsync":   {AckBeforeFsync: true},
+	"skip-dedup-rebuild": {SkipDedupRebuild: true},
+	"skip-ledger-fsync":  {SkipLedgerFsync: true},
+	// With --retention: retention deletes records the latest dedup
+	// snapshot does not stand for; a restart rebuilds the table from the
+	// kept log and a retry of a producer whose records went appends again
+	// (NoDuplicateFromReplay, TestSingleNodeRetentionMutationsAreCaught).
+	"retention-past-dedup-snapshot": {RetentionPastDedupSnapshot: true},
+	// With --retention and bit flips: the dedup snapshot is written
+	// without its copy; a flip in it forgets the producers retention
+	// deleted (NoDuplicateFromReplay, likewise).
+	"dedup-snapshot-once": {DedupSnapshotOnce: true},
+}
+
+// logWatcher follows a single node's committed log after every event:
+// where each producer_seq was first seen committed, so that the same
+// producer_seq committed again at another seq breaks
+// NoDuplicateFromReplay even when retention deleted the first copy
+// before the final read-back.
+type logWatcher struct {
+	s *sim
+	// next is the next seq to read of each partition (those deleted
+	// before they were read are skipped).
+	next map[uint32]uint64
+	// stored is where each producer_seq was first seen committed.
+	stored map[prodKey]position
+	// unreadable lists, per partition, the dedup snapshot files the
+	// node's current incarnation found unreadable; startedAt is that
+	// incarnation.
+	unreadable map[uint32]map[string]bool
+	startedAt  int
+	// forgetful: partitions whose dedup table a start rebuilt from the
+	// kept log with both snapshot files unreadable (bit flips into each:
+	// a documented gap, ARCHITECTURE "Known gaps"); a producer whose
+	// every record retention deleted is forgotten there, and its retry
+	// appended again is not a violation.
+	forgetful map[uint32]bool
+}
+
+// watchCommittedLog starts the logWatcher of a single node's retention
+// run, and has it hear the node's warnings about its dedup snapshots.
+func (s *sim) watchCommittedLog() {
+	lw := &logWatcher{s: s, next: map[uint32]uint64{}, stored: map[prodKey]position{},
+		unreadable: map[uint32]map[string]bool{}, forgetful: map[uint32]bool{}}
+	s.logWatch = lw
+	operator := s.b.onLog
+	s.b.onLog = func(r slog.Record) {
+		operator(r)
+		lw.nodeSaid(r)
+	}
+}
+
+// nodeSaid notes a dedup snapshot file the node found unreadable; both of
+// one partition in one incarnation make the partition forgetful.
+func (lw *logWatcher) nodeSaid(r slog.Record) {
+	if r.Message != dedupUnreadableMessage {
+		return
+	}
+	if lw.startedAt != lw.s.b.started {
+		lw.startedAt = lw.s.b.started
+		clear(lw.unreadable)
+	}
+	var p uint32
+	var file string
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "partition":
+			switch a.Value.Kind() {
+			case slog.KindUint64:
+				p = uint32(a.Value.Uint64())
+			case slog.KindInt64:
+				p = uint32(a.Value.Int64())
+			}
+		case "file":
+			file = path.Base(a.Value.String())
+		}
+		return true
+	})
+	if lw.unreadable[p] == nil {
+		lw.unreadable[p] = map[string]bool{}
+	}
+	lw.unreadable[p][file] = true
+	if len(lw.unreadable[p]) == 2 && !lw.forgetful[p] {
+		lw.forgetful[p] = true
+		lw.s.w.tracef("checker: partition %d's dedup snapshot and its copy both unreadable: a retry of a producer retention deleted may append again", p)
+	}
+}
+
+// dedupUnreadableMessage is the node's warning for a dedup snapshot file
+// it cannot read (node/dedupsnap.go).
+const dedupUnreadableMessage = "dedup snapshot unreadable; trying its copy, else replaying the partition's log"
+
+// observe reads what each partition committed since the last look. A
+// partition a bit flip damaged is not watched from then on: a repair
+// drops its damaged ranges and a retry of a lost record appends again
+// on purpose (OPERATIONS, Corruption and repair).
+func (lw *logWatcher) observe() {
+	b, chk := lw.s.b, lw.s.chk
+	if !b.up || chk.violation != nil {
+		return
+	}
+	for _, t := range b.node.Metadata([]string{simTopic}) {
+		if t.Config.RetentionBytes != lw.s.retentionBytes && !lw.s.retentionLost {
+			// A repair rebuilt topics.json (OPERATIONS: settings such as
+			// retention back to their defaults, "set them again" — but no
+			// command can: a DECLARE with them gets TOPIC_CONFLICT).
+			lw.s.retentionLost = true
+			lw.s.w.tracef("operator: the topic's retention was lost with topics.json and no command sets it again: the clients declare it without")
+		}
+		for _, info := range t.Partitions {
+			if !chk.damaged[info.Partition] {
+				lw.observePartition(info)
+			}
+		}
+	}
+}
+
+func (lw *logWatcher) observePartition(info wire.PartitionInfo) {
+	p, b, chk := info.Partition, lw.s.b, lw.s.chk
+	from := max(lw.next[p], info.StartSeq, 1)
+	for from <= info.CommitSeq {
+		entries, err := b.node.Read(simTopic, p, from, 256)
+		if errors.Is(err, storage.ErrOutOfRange) {
+			return // deleted meanwhile: looked at again from the new start
+		}
+		if err != nil || len(entries) == 0 {
+			return
+		}
+		for _, e := range entries {
+			if e.Seq > info.CommitSeq {
+				break
+			}
+			k, pos := prodKey{e.Record.ProducerID, e.Record.ProducerSeq}, position{p, e.Seq}
+			if prev, dup := lw.stored[k]; dup && prev != pos && k.producerID != 0 && !lw.forgetful[p] {
+				chk.violate(NoDuplicateFromReplay, "producer %d seq %d committed at %s and again at %s (log start %d)",
+					k.producerID, k.producerSeq, prev, pos, info.StartSeq)
+				return
+			}
+			if k.producerID != 0 {
+				lw.stored[k] = pos
+			}
+			from = e.Seq + 1
+		}
+		lw.next[p] = from
+	}
+}
+
+// tooOldExcused reports whether a retry of producer_seq pseq of producer
+// id answered PRODUCER_SEQ_TOO_OLD under a retention is the documented
+// gap, not a failure: in a cluster (compaction past the dedup window);
+// on a single node only in a partition whose dedup table lost its
+// snapshots (bit flips into both, or a repair that dropped damaged
+// ranges) — its snapshot otherwise holds every producer's whole window
+// across retention.
+func (s *sim) tooOldExcused(id, pseq uint64) bool {
+	if s.logWatch == nil {
+		return true
+	}
+	p := wire.PartitionForProducer(id, pseq, s.opts.Partitions)
+	return s.chk.damaged[p] || s.logWatch.forgetful[p]
+}
