@@ -9,6 +9,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/cluster"
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -639,5 +640,37 @@ func TestGroupIncarnationSurvivesAGroupsReset(t *testing.T) {
 	_, s3 := h.competing()
 	if got := seqsOf(s3.all()); !slices.Equal(got, seqsOf(s2.all()[3:])) {
 		t.Fatalf("after groups.json was reset the group delivered %v, want the unacked %v", got, seqsOf(s2.all()[3:]))
+	}
+}
+
+// GroupDeleteAnswersWhatApplied: a delete decided while a JOIN of the
+// group was on its way to the log (decided against a group without
+// members) applies as nothing — the member joined first — and must not
+// be answered OK: the group lives on at its incarnation, with a member.
+func TestClusterGroupDeleteRacingAJoinIsRefused(t *testing.T) {
+	tc := carryTopic(t, 0)
+	_, coord := tc.coordinatorOf()
+	joined := make(chan error, 1)
+	deleted := make(chan error, 1)
+	coord.JoinGroup(&wire.Join{Group: "g", Member: "a", Topics: []string{"t"}, SessionTimeoutMs: 60_000, JoinID: 1}, &noticeBox{},
+		func(_ *wire.JoinOK, err error) { joined <- err })
+	coord.DeleteGroup("g", true, 0, func(err error) { deleted <- err })
+	if err := <-joined; err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	err := <-deleted
+	var inc uint64
+	var members int
+	coord.members.read(func(st *meta.State) {
+		inc = st.GroupIncarnation("g")
+		if g := st.Groups["g"]; g != nil {
+			members = len(g.Members)
+		}
+	})
+	if members != 1 || inc != 1 {
+		t.Fatalf("after the JOIN and the delete: incarnation %d with %d member(s); want the JOIN first (1, 1) — the test is off", inc, members)
+	}
+	if !errors.Is(err, wire.ErrInvalidArgument) {
+		t.Fatalf("the delete that applied as nothing was answered %v; want INVALID_ARGUMENT (the group has a member)", err)
 	}
 }

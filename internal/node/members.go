@@ -455,7 +455,12 @@ func (n *Node) DeleteGroup(name string, force bool, incarnation uint64, done fun
 		return
 	}
 	m := n.members
-	decide := cluster.DecideGroupDelete(name, force, incarnation)
+	var decided meta.Command
+	decide := func(st *meta.State) (meta.Command, error) {
+		cmd, err := cluster.DecideGroupDelete(name, force, incarnation)(st)
+		decided = cmd
+		return cmd, err
+	}
 	answer := func(err error) {
 		if errors.Is(err, meta.ErrGroupAlreadyDeleted) {
 			err = nil // nothing was proposed: the delete it repeats was applied
@@ -463,7 +468,20 @@ func (n *Node) DeleteGroup(name string, force bool, incarnation uint64, done fun
 		done(err)
 	}
 	if n.cluster != nil {
-		m.proposeDecided(decide, answer) // carried out as it applies (groupDeleted)
+		// Carried out as it applies (groupDeleted). GroupDeleteAnswersWhatApplied:
+		// a member that joined between the decision and the delete's
+		// entry makes it apply as nothing (meta applyGroup); the answer
+		// says so rather than OK.
+		m.proposeDecided(decide, func(err error) {
+			if err == nil {
+				m.read(func(st *meta.State) {
+					if st.GroupsDeleted[name] < decided.Incarnation {
+						err = wire.Errorf(wire.CodeInvalidArgument, "group %s: a member joined before the delete applied, so nothing was deleted; its members must leave first", name)
+					}
+				})
+			}
+			answer(err)
+		})
 		return
 	}
 	m.proposeDecided(decide, func(err error) {
