@@ -52,6 +52,8 @@ func (c *Cluster) timeoutError(j *declareJob) *wire.Error {
 		return wire.Errorf(wire.CodeUnavailable, "no metadata leader within %v (a quorum of nodes is down?); retry", d)
 	case awaitForward:
 		return wire.Errorf(wire.CodeUnavailable, "the metadata leader did not answer in %v; retry", d)
+	case awaitDecide:
+		return wire.Errorf(wire.CodeUnavailable, "the metadata leader was not in office within %v (its install entry applied and its lease held: a quorum out of reach?); retry", d)
 	case awaitCommit:
 		return wire.Errorf(wire.CodeUnavailable, "the metadata log did not commit in %v; retry", d)
 	}

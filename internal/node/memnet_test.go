@@ -260,14 +260,15 @@ func TestClusterRunsOverAnInMemoryPeerNetworkOnTheEnvClock(t *testing.T) {
 	}
 
 	// DECLAREs give up at their deadlines too: one forwarded by a follower
-	// of `__meta` (no answer comes back) and one on its leader (nothing
-	// commits). n1, the first member, won the only `__meta` campaign.
+	// of `__meta` (no answer comes back) and one on its leader (cut off,
+	// its lease has run out: it decides nothing, CoordinatorHoldsLease).
+	// n1, the first member, won the only `__meta` campaign.
 	if v, _ := tc.nodes["n1"].Replica(meta.MetaTopic, 0); v.Status.Role != replica.Leader {
 		t.Fatalf("n1 is %v of __meta, want leader", v.Status.Role)
 	}
 	declared := make(chan error, 1)
 	var err error
-	for via, want := range map[string]string{"n2": "did not answer", "n1": "did not commit"} {
+	for via, want := range map[string]string{"n2": "did not answer", "n1": "was not in office"} {
 		go func() {
 			_, err := tc.nodes[via].Declare(wire.TopicConfig{Name: "u-" + via, Partitions: 1})
 			declared <- err
