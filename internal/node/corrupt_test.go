@@ -638,17 +638,20 @@ func TestDamagedLedgerSnapshotRefusesTheGroupUntilRepaired(t *testing.T) {
 	}
 }
 
-// TestCorruptTopicListIsRebuiltByRepair: a damaged topics.json stops the
-// node at start with an error that says what to do; repair rebuilds it
-// from the partition directories, and every record is there again.
+// TestCorruptTopicListIsRebuiltByRepair: a topics.json damaged with its
+// copy stops the node at start with an error that says what to do;
+// repair rebuilds it from the partition directories, and every record is
+// there again.
 func TestCorruptTopicListIsRebuiltByRepair(t *testing.T) {
 	var logs logBuffer
 	h := newCorruptionHarness(t, &logs)
 	h.declare("t", 3)
 	values := publishTo(h, "t", 2, 10)
 	h.node.Close()
-	if err := h.fs.FlipBit("/data/topics.json", 12, 1); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"/data/topics.json", "/data/topics.json" + storage.CopySuffix} {
+		if err := h.fs.FlipBit(f, 12, 1); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg := Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.nowMs}}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	if _, err := Open(cfg); err == nil || !strings.Contains(err.Error(), "nereus repair") {
@@ -665,6 +668,65 @@ func TestCorruptTopicListIsRebuiltByRepair(t *testing.T) {
 	}
 	if served, refused := readVisible(t, h, "t", 2, values); served != len(values) || len(refused) != 0 {
 		t.Fatalf("served %d of %d, refused %v", served, len(values), refused)
+	}
+}
+
+// TopicsKeptTwice: a single node keeps topics.json twice, so a bit
+// flipped in either loses nothing: the node starts with every topic and
+// its settings (retention here), says so (ERROR), and writes both files
+// again. With TopicsOnce (no copy) the flip stops the node until a
+// repair, which rebuilds the list with default settings.
+func TestDamagedTopicListIsReadFromItsCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name, flipped string
+		once          bool
+	}{
+		{"topics.json flipped", "/data/topics.json", false},
+		{"its copy flipped", "/data/topics.json" + storage.CopySuffix, false},
+		{"topics.json flipped, no copy (TopicsOnce)", "/data/topics.json", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs logBuffer
+			h := newCorruptionHarness(t, &logs)
+			tune := h.tune
+			h.tune = func(c *Config) { tune(c); c.Mutations.TopicsOnce = tc.once }
+			h.node.Close()
+			h.open()
+			cfg := wire.TopicConfig{Name: "t", Partitions: 3, RetentionMs: 60_000}
+			if _, err := h.node.Declare(cfg); err != nil {
+				t.Fatal(err)
+			}
+			values := publishTo(h, "t", 1, 5)
+			h.node.Close()
+			if err := h.fs.FlipBit(tc.flipped, 14, 2); err != nil {
+				t.Fatal(err)
+			}
+			err := h.tryOpen()
+			if tc.once {
+				if err == nil || !strings.Contains(err.Error(), "nereus repair") {
+					t.Fatalf("open with topics.json damaged and no copy: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("open with one copy of topics.json damaged: %v", err)
+			}
+			meta := h.node.Metadata([]string{"t"})
+			if len(meta) != 1 || meta[0].Config.Partitions != 3 || meta[0].Config.RetentionMs != 60_000 {
+				t.Fatalf("after the flip: %+v", meta)
+			}
+			if served, refused := readVisible(t, h, "t", 1, values); served != len(values) || len(refused) != 0 {
+				t.Fatalf("served %d of %d, refused %v", served, len(values), refused)
+			}
+			if !strings.Contains(logs.String(), "topics.json or its copy damaged") {
+				t.Fatalf("no ERROR line for the damaged topics.json:\n%s", logs.String())
+			}
+			for _, f := range []string{"/data/topics.json", "/data/topics.json" + storage.CopySuffix} {
+				if _, err := storage.ReadFileAtomic(h.fs, f); err != nil {
+					t.Fatalf("%s after the start: %v (want it written again)", f, err)
+				}
+			}
+		})
 	}
 }
 

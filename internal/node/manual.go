@@ -61,6 +61,10 @@ type Mutations struct {
 	// a deposed leader, cut off, answers from a state that may miss what
 	// the newer one committed.
 	CoordinateWithoutLease bool
+	// TopicsOnce writes a single node's topics.json without its copy: a
+	// bit flip in it stops the node until a repair, which forgets the
+	// topics' settings (TopicsKeptTwice).
+	TopicsOnce bool
 	// DeliverBehindFence lets a partition's leader deliver it to an owner
 	// without recording the owner's epoch in the partition's log, and with
 	// a view of the group older than the epochs recorded there.

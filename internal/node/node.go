@@ -321,14 +321,17 @@ func open(cfg Config, lock io.Closer) (*Node, error) {
 		return nil, fmt.Errorf("node: group state: %w", err)
 	}
 	n.members.local = groups
-	configs, err := n.loadTopics()
+	configs, damaged, err := n.loadTopics()
 	if err != nil {
 		return nil, err
 	}
-	leftovers := false
+	if damaged != nil {
+		n.log.Error("topics.json or its copy damaged or behind; the one that verifies stands in and both are written again", "err", damaged)
+	}
+	rewrite := damaged != nil // write both again (TopicsKeptTwice)
 	for _, st := range configs {
 		if groups.DeletedKey(meta.TopicKey(st.Name, st.Incarnation)) {
-			leftovers = true // deleted, and the node stopped before it rewrote topics.json
+			rewrite = true // deleted, and the node stopped before it rewrote topics.json
 			continue
 		}
 		if _, err := n.startTopic(st.TopicConfig, nil, st.Incarnation); err != nil {
@@ -336,10 +339,10 @@ func open(cfg Config, lock io.Closer) (*Node, error) {
 			return nil, err
 		}
 	}
-	if leftovers {
+	if rewrite {
 		if err := n.saveTopicsLocked(); err != nil {
 			n.Close()
-			return nil, fmt.Errorf("node: finish a topic delete: %w", err)
+			return nil, fmt.Errorf("node: write topics.json again: %w", err)
 		}
 	}
 	n.removeDeletedData(groups.DeletedKey)
@@ -386,26 +389,28 @@ type storedTopic struct {
 	Incarnation uint64 `json:",omitempty"`
 }
 
-func (n *Node) loadTopics() ([]storedTopic, error) {
-	b, err := storage.ReadFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile))
+// loadTopics reads topics.json, or its copy when it is damaged
+// (TopicsKeptTwice); damaged reports a copy to write again
+// (storage.ReadFileEither).
+func (n *Node) loadTopics() (configs []storedTopic, damaged error, err error) {
+	b, damaged, err := storage.ReadFileEither(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if errors.Is(err, storage.ErrCorrupt) {
-		return nil, fmt.Errorf("node: read topics: %w (stop the node and run nereus repair to rebuild it from the topic directories)", err)
+		return nil, nil, fmt.Errorf("node: read topics: %w (and its copy; stop the node and run nereus repair to rebuild it from the topic directories)", err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("node: read topics: %w", err)
+		return nil, nil, fmt.Errorf("node: read topics: %w", err)
 	}
-	var configs []storedTopic
 	if err := json.Unmarshal(b, &configs); err != nil {
-		return nil, fmt.Errorf("node: decode topics: %w", err)
+		return nil, nil, fmt.Errorf("node: decode topics: %w", err)
 	}
 	for i := range configs {
 		configs[i].Replicas = 1 // files written before replication omit it
 		configs[i].Incarnation = max(configs[i].Incarnation, 1)
 	}
-	return configs, nil
+	return configs, damaged, nil
 }
 
 // saveTopicsLocked persists the topic list; callers hold n.mu.
@@ -427,7 +432,10 @@ func (n *Node) saveTopicsLocked() error {
 	if err != nil {
 		return err
 	}
-	return storage.WriteFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile), b)
+	if n.cfg.Mutations.TopicsOnce {
+		return storage.WriteFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile), b)
+	}
+	return storage.WriteFileTwice(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile), b)
 }
 
 // startTopic opens an incarnation of a topic's partitions; placement is

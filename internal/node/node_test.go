@@ -64,16 +64,23 @@ func newHarness(t *testing.T) *harness {
 
 func (h *harness) open() {
 	h.t.Helper()
+	if err := h.tryOpen(); err != nil {
+		h.t.Fatalf("Open: %v", err)
+	}
+}
+
+// tryOpen is open that returns Open's error.
+func (h *harness) tryOpen() error {
 	cfg := Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.nowMs, wallStepMs: &h.wallStepMs}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if h.tune != nil {
 		h.tune(&cfg)
 	}
 	n, err := Open(cfg)
-	if err != nil {
-		h.t.Fatalf("Open: %v", err)
+	if err == nil {
+		h.node = n
 	}
-	h.node = n
+	return err
 }
 
 func (h *harness) restart() {

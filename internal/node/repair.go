@@ -126,7 +126,7 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 	}
 	n := &Node{cfg: Config{Env: env.Env{FS: fsys}.WithDefaults(), DataDir: dataDir}}
 	var out []RepairedLog
-	configs, err := n.loadTopics()
+	configs, _, err := n.loadTopics() // a damaged file's copy: the node writes both again at start
 	if errors.Is(err, storage.ErrCorrupt) {
 		// The topic list is lost; the partition directories remain. Each
 		// topic comes back with its partition count and default settings

@@ -125,13 +125,14 @@ func (s *sim) repair() (err error) {
 // flipStateBit flips one bit of one of the single node's state files: a
 // group's ack ledger (a segment, or its snapshot), settings.json or an
 // incarnation copy, groups.json (with Options.Members), a partition's
-// epoch file, dedup snapshot or its copy, or topics.json; half the time the node
-// is killed -9 at once, so its restart reads the file. What each must
-// come to is in docs/OPERATIONS.md (Corruption and repair): refused with
-// DATA_CORRUPT until a repair (the ledger, the epoch file), set again
-// (the group's files), replayed from the log (the dedup snapshot), or a
-// start that fails until a repair (topics.json, groups.json: its members
-// join again).
+// epoch file, dedup snapshot or its copy, or topics.json or its copy;
+// half the time the node is killed -9 at once, so its restart reads the
+// file. What each must come to is in docs/OPERATIONS.md (Corruption and
+// repair): refused with DATA_CORRUPT until a repair (the ledger, the
+// epoch file), set again (the group's files), replayed from the log or
+// read from the copy (the dedup snapshot), read from the other copy and
+// written again (topics.json), or a start that fails until a repair
+// (groups.json: its members join again; topics.json with its copy).
 func (s *sim) flipStateBit() {
 	fs := s.b.fs
 	var files []string
@@ -152,7 +153,7 @@ func (s *sim) flipStateBit() {
 			}
 		}
 	case 3:
-		files = []string{path.Join(dataDir, "topics.json")}
+		files = []string{path.Join(dataDir, "topics.json"), path.Join(dataDir, "topics.json.copy")}
 	default:
 		if f := path.Join(dataDir, "groups", simGroup, simTopic, "ledger-snapshot"); fileExists(fs, f) {
 			files = []string{f}

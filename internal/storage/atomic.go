@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -90,6 +91,51 @@ func ReadFileAtomic(fsys vfs.FS, path string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s: checksum mismatch", ErrCorrupt, path)
 	}
 	return data, nil
+}
+
+// CopySuffix names the second copy WriteFileTwice keeps beside a file.
+const CopySuffix = ".copy"
+
+// WriteFileTwice writes data to path, then to path+CopySuffix, each with
+// WriteFileAtomic: redundant copies of small critical state (as
+// TigerBeetle keeps its superblock's), so that a bit flip in one leaves
+// the other. After a crash between the two writes the copy is one write
+// older than path.
+func WriteFileTwice(fsys vfs.FS, path string, data []byte) error {
+	if err := WriteFileAtomic(fsys, path, data); err != nil {
+		return err
+	}
+	return WriteFileAtomic(fsys, path+CopySuffix, data)
+}
+
+// ReadFileEither returns the data WriteFileTwice stored at path: path's
+// when it verifies, else its copy's. damaged, when not nil, says what to
+// write both again for: a copy that did not verify (path's, when the copy
+// stood in for it) or one older than path (a crash between the writes).
+// The error, when neither serves, is path's (matching fs.ErrNotExist when
+// neither exists, ErrCorrupt when one is damaged and the other missing or
+// damaged too).
+func ReadFileEither(fsys vfs.FS, path string) (data []byte, damaged, err error) {
+	data, err = ReadFileAtomic(fsys, path)
+	if err != nil && !errors.Is(err, ErrCorrupt) && !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, err
+	}
+	copyData, copyErr := ReadFileAtomic(fsys, path+CopySuffix)
+	switch {
+	case err == nil && copyErr == nil && !bytes.Equal(data, copyData):
+		return data, fmt.Errorf("storage: %s%s is older than %s", path, CopySuffix, path), nil
+	case err == nil && errors.Is(copyErr, ErrCorrupt):
+		return data, copyErr, nil
+	case err == nil:
+		return data, nil, nil // the copy verifies, or was not written yet
+	case copyErr == nil && errors.Is(err, ErrCorrupt):
+		return copyData, err, nil
+	case copyErr == nil:
+		return copyData, nil, nil // path not written yet, or removed: the copy is all there is
+	case errors.Is(err, fs.ErrNotExist) && !errors.Is(copyErr, fs.ErrNotExist):
+		return nil, nil, copyErr
+	}
+	return nil, nil, err
 }
 
 // fsError wraps an error of the file system, naming the operation and the

@@ -774,6 +774,51 @@ func TestOSLog(t *testing.T) {
 	}
 }
 
+// ReadFileEither serves path, or its copy when path is damaged or
+// missing, and says when a copy must be written again: damaged, or
+// behind path (a crash between WriteFileTwice's two writes).
+func TestFileKeptTwice(t *testing.T) {
+	type want struct {
+		data          string // "" with err
+		damaged       bool
+		corrupt, none bool // err matches ErrCorrupt / fs.ErrNotExist
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(m *vfs.MemFS)
+		want  want
+	}{
+		{"neither", func(m *vfs.MemFS) {}, want{none: true}},
+		{"both", func(m *vfs.MemFS) {}, want{data: "v2"}},
+		{"path flipped", func(m *vfs.MemFS) { m.FlipBit("state/f", 13, 0) }, want{data: "v2", damaged: true}},
+		{"copy flipped", func(m *vfs.MemFS) { m.FlipBit("state/f.copy", 13, 0) }, want{data: "v2", damaged: true}},
+		{"both flipped", func(m *vfs.MemFS) { m.FlipBit("state/f", 13, 0); m.FlipBit("state/f.copy", 13, 0) }, want{corrupt: true}},
+		{"copy behind", func(m *vfs.MemFS) { WriteFileAtomic(m, "state/f", []byte("v3")) }, want{data: "v3", damaged: true}},
+		{"path missing", func(m *vfs.MemFS) { m.Remove("state/f") }, want{data: "v2"}},
+		{"path missing, copy flipped", func(m *vfs.MemFS) { m.Remove("state/f"); m.FlipBit("state/f.copy", 13, 0) }, want{corrupt: true}},
+		{"path flipped, copy missing", func(m *vfs.MemFS) { m.FlipBit("state/f", 13, 0); m.Remove("state/f.copy") }, want{corrupt: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := vfs.NewMem()
+			m.MkdirAll("state")
+			if tc.name != "neither" {
+				for _, v := range []string{"v1", "v2"} {
+					if err := WriteFileTwice(m, "state/f", []byte(v)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			tc.setup(m)
+			data, damaged, err := ReadFileEither(m, "state/f")
+			if string(data) != tc.want.data || (damaged != nil) != tc.want.damaged ||
+				errors.Is(err, ErrCorrupt) != tc.want.corrupt || errors.Is(err, fs.ErrNotExist) != tc.want.none ||
+				(err == nil) != (tc.want.data != "") {
+				t.Fatalf("got %q, damaged %v, %v; want %+v", data, damaged, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestAtomicFile(t *testing.T) {
 	m := vfs.NewMem()
 	m.MkdirAll("state")
