@@ -152,10 +152,12 @@ func (o *ClusterOptions) setDefaults() {
 var ClusterMutations = map[string]node.Mutations{
 	"skip-install-gate": {Partition: partition.Mutations{SkipInstallGate: true}},
 	"skip-dedup-seal":   {Partition: partition.Mutations{SkipDedupSeal: true}},
-	// With --members --pub-batch --schedules 30 (seeds 11027, 11101): a
-	// log compacted past producers' latest mentions, no dedup carry
-	// (ExactlyOnce: a retried SCHEDULE admitted again by an owner whose
-	// dedup table was built from the kept log).
+	// A log compacted past producers' latest mentions, no dedup carry.
+	// With --retention (seed 15; TestCompactForgetsProducersCaughtWithRetention):
+	// NoDuplicateFromReplay, a retry appended again by a replica whose
+	// dedup table was built from the kept log. With --members --pub-batch
+	// --schedules 30 (seeds 11027, 11101): ExactlyOnce, a retried
+	// SCHEDULE admitted again by such an owner.
 	"compact-forgets-producers": {Partition: partition.Mutations{CompactForgetsProducers: true}},
 	"ack-before-commit":         {AckLog: acklog.Mutations{AckBeforeCommit: true}},
 	// A re-ack of a seq whose record is in flight needs no record of its
@@ -323,6 +325,9 @@ func newClusterSim(o ClusterOptions) *sim {
 		retentionBytes: o.Retention.Bytes,
 		clusterFaults:  o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, memberEvents: map[string]int{}}
 	s.opts.setDefaults()
+	if o.Retention.Bytes > 0 {
+		s.replays = newReplayWatch(chk)
+	}
 	var members []node.Member
 	for i := 1; i <= o.Nodes; i++ {
 		members = append(members, node.Member{ID: fmt.Sprintf("n%d", i), PeerAddr: fmt.Sprintf("n%d", i)})
@@ -492,7 +497,8 @@ func (s *sim) runPhases() Result {
 // observeReplication checks, after every event, what each node says of
 // each partition: one leader per epoch, elected on a quorum of durable
 // promises (the members' hard-state files), and committed entries that
-// never disagree across nodes or change (invariant.Group).
+// never disagree across nodes or change (invariant.Group) — with a
+// retention, nor commit one producer_seq at two seqs (s.replays).
 func (s *sim) observeReplication() {
 	for _, b := range s.nodes {
 		if b.up {
@@ -566,6 +572,9 @@ func (s *sim) observePartition(ni int, b *broker, p wire.PartitionInfo) {
 			}
 			if v := g.Visible(uint32(ni+1), e.Seq, ge, holders); v != nil {
 				s.chk.violate(v.Invariant, "partition %d: %s", p.Partition, v.Detail)
+				return
+			}
+			if s.replays != nil && !s.replays.committed(p.Partition, &e, b.id, p.StartSeq, false) {
 				return
 			}
 			s.observed[k] = e.Seq

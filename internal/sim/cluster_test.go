@@ -330,6 +330,21 @@ func TestCompactForgetsProducersIsCaught(t *testing.T) {
 	searchCaught(t, o, "ExactlyOnce", 11000)
 }
 
+// ProducersKeptInLog in a cluster retention run: with the log compacted
+// past producers' latest mentions and no dedup carry, a replica that built
+// its dedup table from the kept log (here every restart: no dedup
+// snapshots) takes a retry whose first copy was compacted for new and
+// appends it again. The final read-back cannot see it (the first copy is
+// gone), so before the replication observer fed every committed record to
+// a replayWatch none of seeds 1-30 broke anything; now 5 of them break
+// NoDuplicateFromReplay (1 first). `nereus sim --nodes 3 --retention
+// --mutation compact-forgets-producers`, with dedup snapshots, meets it
+// less often (seed 15 first; 35 with --pub-batch).
+func TestCompactForgetsProducersCaughtWithRetention(t *testing.T) {
+	o := ClusterOptions{Faults: AllClusterFaults, Retention: retentionOptions, NoDedupSnapshots: true, PubBatch: true}
+	firstSeedCatching(t, o, "compact-forgets-producers", NoDuplicateFromReplay, 30)
+}
+
 // searchCaught runs the mutation in o on NEREUS_SIM_MUTATION_SEEDS=N
 // seeds from..from+N-1 and logs those that break invariant (a search, not
 // run in CI: the callers skip without N), failing when none does.

@@ -2,10 +2,12 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"path"
 
 	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -42,18 +44,13 @@ var NodeMutations = map[string]node.Mutations{
 	"dedup-snapshot-once": {DedupSnapshotOnce: true},
 }
 
-// logWatcher follows a single node's committed log after every event:
-// where each producer_seq was first seen committed, so that the same
-// producer_seq committed again at another seq breaks
-// NoDuplicateFromReplay even when retention deleted the first copy
-// before the final read-back.
+// logWatcher follows a single node's committed log after every event and
+// hands each committed record to the run's replayWatch.
 type logWatcher struct {
 	s *sim
 	// next is the next seq to read of each partition (those deleted
 	// before they were read are skipped).
 	next map[uint32]uint64
-	// stored is where each producer_seq was first seen committed.
-	stored map[prodKey]position
 	// unreadable lists, per partition, the dedup snapshot files the
 	// node's current incarnation found unreadable; startedAt is that
 	// incarnation.
@@ -70,9 +67,9 @@ type logWatcher struct {
 // watchCommittedLog starts the logWatcher of a single node's retention
 // run, and has it hear the node's warnings about its dedup snapshots.
 func (s *sim) watchCommittedLog() {
-	lw := &logWatcher{s: s, next: map[uint32]uint64{}, stored: map[prodKey]position{},
+	lw := &logWatcher{s: s, next: map[uint32]uint64{},
 		unreadable: map[uint32]map[string]bool{}, forgetful: map[uint32]bool{}}
-	s.logWatch = lw
+	s.logWatch, s.replays = lw, newReplayWatch(s.chk)
 	operator := s.b.onLog
 	s.b.onLog = func(r slog.Record) {
 		operator(r)
@@ -146,7 +143,7 @@ func (lw *logWatcher) observe() {
 }
 
 func (lw *logWatcher) observePartition(info wire.PartitionInfo) {
-	p, b, chk := info.Partition, lw.s.b, lw.s.chk
+	p, b := info.Partition, lw.s.b
 	from := max(lw.next[p], info.StartSeq, 1)
 	for from <= info.CommitSeq {
 		entries, err := b.node.Read(simTopic, p, from, 256)
@@ -160,19 +157,66 @@ func (lw *logWatcher) observePartition(info wire.PartitionInfo) {
 			if e.Seq > info.CommitSeq {
 				break
 			}
-			k, pos := prodKey{e.Record.ProducerID, e.Record.ProducerSeq}, position{p, e.Seq}
-			if prev, dup := lw.stored[k]; dup && prev != pos && k.producerID != 0 && !lw.forgetful[p] {
-				chk.violate(NoDuplicateFromReplay, "producer %d seq %d committed at %s and again at %s (log start %d)",
-					k.producerID, k.producerSeq, prev, pos, info.StartSeq)
+			if !lw.s.replays.committed(p, &e, "", info.StartSeq, lw.forgetful[p]) {
 				return
-			}
-			if k.producerID != 0 {
-				lw.stored[k] = pos
 			}
 			from = e.Seq + 1
 		}
 		lw.next[p] = from
 	}
+}
+
+// replayWatch is where each producer_seq was first seen committed, so
+// that the same producer_seq committed again at another seq breaks
+// NoDuplicateFromReplay even when retention deleted the first copy
+// before the final read-back could see it. A single node's logWatcher
+// feeds it its node's committed records; a cluster's replication
+// observer (observePartition) every node's, each after CommittedPrefixAgreement
+// found it the record every node committed at that seq — so a damaged
+// minority's log can add nothing the healthy nodes did not commit.
+type replayWatch struct {
+	chk    *checker
+	stored map[prodKey]position
+}
+
+func newReplayWatch(chk *checker) *replayWatch {
+	return &replayWatch{chk: chk, stored: map[prodKey]position{}}
+}
+
+// committed takes in e, committed at partition p as read at node at
+// ("": a single node) in a log starting at start. Only producers' records
+// count: control records (dedup and group carries, acks, install entries)
+// and non-idempotent publishes are not deduplicated by producer_seq. It
+// reports false when e's producer_seq was committed at another seq before,
+// unless excused (a gap the caller documents: the later seq is then the
+// one remembered).
+func (rw *replayWatch) committed(p uint32, e *storage.Entry, at string, start uint64, excused bool) bool {
+	k, ok := producerOf(&e.Record)
+	if !ok {
+		return true
+	}
+	pos := position{p, e.Seq}
+	if prev, dup := rw.stored[k]; dup && prev != pos && !excused {
+		where := fmt.Sprintf("log start %d", start)
+		if at != "" {
+			where = fmt.Sprintf("read at %s, its log starting at %d", at, start)
+		}
+		rw.chk.violate(NoDuplicateFromReplay, "producer %d seq %d committed at %s and again at %s (%s)",
+			k.producerID, k.producerSeq, prev, pos, where)
+		return false
+	}
+	rw.stored[k] = pos
+	return true
+}
+
+// producerOf is the producer_seq a record was published under, if it was
+// an idempotent producer's: what the partition kernel deduplicates
+// (node.kernelEntry).
+func producerOf(r *storage.Record) (prodKey, bool) {
+	if r.ProducerID == 0 || replog.IsControl(r) {
+		return prodKey{}, false
+	}
+	return prodKey{r.ProducerID, r.ProducerSeq}, true
 }
 
 // tooOldExcused reports whether a retry of producer_seq pseq of producer

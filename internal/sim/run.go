@@ -270,6 +270,10 @@ type sim struct {
 	// logWatch follows a single node's committed log with a retention
 	// (retention.go; nil: none).
 	logWatch *logWatcher
+	// replays is where each producer_seq was committed, with a
+	// retention: fed by the logWatcher on a single node, by
+	// observePartition in a cluster (nil: no retention).
+	replays *replayWatch
 	// retentionLost: a single node's repair rebuilt topics.json, and the
 	// topic's retention with it went back to none (OPERATIONS: "set them
 	// again" — but no command can): the clients declare it so from then
