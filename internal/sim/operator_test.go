@@ -10,8 +10,8 @@ import (
 // TestN25StateFileFlipsOnASingleNode runs a single node whose bit flips
 // hit its state files as well as its partitions' logs: a group's ack
 // ledger (a segment or its snapshot), settings.json and both copies of
-// its load count, a partition's epoch file and dedup snapshot, and
-// topics.json — half the time with a kill -9 at once, beside crashes,
+// its load count, a partition's epoch file and dedup snapshot (and its
+// copy), and topics.json and its copy — half the time with a kill -9 at once, beside crashes,
 // kill points and fsync errors. The operator repairs the node whenever
 // it asks (its ERROR lines, a start that fails), as docs/OPERATIONS.md
 // says, and the repair itself may be killed and run again. Every
@@ -46,12 +46,12 @@ func TestN25StateFileFlipsOnASingleNode(t *testing.T) {
 	if testing.Short() {
 		return // too few seeds to meet every kind
 	}
-	for _, kind := range []string{"ledger segment", "ledger-snapshot", "settings.json", "incarnation", "incarnation.copy", "epoch", "dedup", "topics.json"} {
+	for _, kind := range []string{"ledger segment", "ledger-snapshot", "settings.json", "incarnation", "incarnation.copy", "epoch", "dedup", "topics.json", "topics.json.copy"} {
 		if flips[kind] == 0 {
 			t.Errorf("no bit flip hit a %s", kind)
 		}
 	}
-	for _, what := range []string{"ledger ranges dropped", "ledger snapshot removed", "epoch file removed", "topics rebuilt", "killed, run again"} {
+	for _, what := range []string{"ledger ranges dropped", "ledger snapshot removed", "epoch file removed", "killed, run again"} {
 		if repaired[what] == 0 {
 			t.Errorf("no repair: %s", what)
 		}
@@ -62,7 +62,7 @@ func TestN25StateFileFlipsOnASingleNode(t *testing.T) {
 		}
 	}
 	for _, line := range []string{"group ack ledger corrupt", "group ack ledger snapshot corrupt", "group settings damaged",
-		"group incarnation copy damaged", "node: read topics", "ack ledger torn tail truncated", "dedup snapshot unreadable"} {
+		"group incarnation copy damaged", "topics.json or its copy damaged", "ack ledger torn tail truncated", "dedup snapshot unreadable"} {
 		logged := false
 		for l := range lines {
 			logged = logged || strings.HasPrefix(l, line)
