@@ -149,13 +149,13 @@ func (s *jetStreamSystem) NewPublisher(ctx context.Context, stream string, infli
 	return p, nil
 }
 
-// NewSubscriber opens the consume workload's one consumer; a create
-// answered "no responders" is retried as NewGroupMember retries it (it
-// failed a run of Round 27's and of Round 28's consume rows).
+// NewSubscriber opens the consume and e2e workloads' one consumer, as a
+// worker of the group workload is opened: a create answered "no
+// responders" is retried, and so is a Fetch (jetStreamWorker). Both
+// failed runs of the consume row (Rounds 27 and 28 at the create, the
+// session after at a Fetch).
 func (s *jetStreamSystem) NewSubscriber(ctx context.Context, stream, group string, batchMax int) (subscriber, error) {
-	return createRetryingNoResponders(ctx, group, nil, func() (subscriber, error) {
-		return s.newPullSubscriber(ctx, stream, group, batchMax, 2*batchMax)
-	})
+	return s.newWorker(ctx, stream, group, batchMax, 2*batchMax)
 }
 
 // createRetryingNoResponders calls create until it succeeds, fails

@@ -32,9 +32,15 @@ func (s *jetStreamSystem) NewSpreadPublisher(ctx context.Context, stream string,
 // A create answered "no responders" (the cluster's API not answering yet)
 // is retried until ctx ends.
 func (s *jetStreamSystem) NewGroupMember(ctx context.Context, stream, group, _ string, batchMax int) (subscriber, error) {
+	return s.newWorker(ctx, stream, group, batchMax, groupMembersMax*2*batchMax)
+}
+
+// newWorker opens a worker of the durable pull consumer group with
+// maxAckPending, its create retried after "no responders".
+func (s *jetStreamSystem) newWorker(ctx context.Context, stream, group string, batchMax, maxAckPending int) (subscriber, error) {
 	w := &jetStreamWorker{}
 	sub, err := createRetryingNoResponders(ctx, group, func() { w.noResponders.Add(1) }, func() (subscriber, error) {
-		return s.newPullSubscriber(ctx, stream, group, batchMax, groupMembersMax*2*batchMax)
+		return s.newPullSubscriber(ctx, stream, group, batchMax, maxAckPending)
 	})
 	if err != nil {
 		return nil, err
