@@ -22,7 +22,7 @@ import (
 // partition keeps (dedupSnapshots.keepCopy).
 const (
 	dedupSnapshotFile     = "dedup"
-	dedupSnapshotCopyFile = "dedup.copy"
+	dedupSnapshotCopyFile = dedupSnapshotFile + storage.CopySuffix
 )
 
 // DedupSnapshotBytesDefault is Config.DedupSnapshotBytes's default.
@@ -130,10 +130,11 @@ func (p *partitionRunner) saveDedupSnapshot(d *dedupSnapshots, applied uint64, e
 		if len(d.buf) > 1<<20 {
 			d.buf = nil // a large table's buffer is not kept between snapshots
 		}
-		err = storage.WriteFileAtomic(p.node.cfg.Env.FS, path.Join(p.dir, dedupSnapshotFile), b)
-		if err == nil && d.keepCopy && !p.node.cfg.Mutations.DedupSnapshotOnce {
-			err = storage.WriteFileAtomic(p.node.cfg.Env.FS, path.Join(p.dir, dedupSnapshotCopyFile), b)
+		write := storage.WriteFileAtomic
+		if d.keepCopy && !p.node.cfg.Mutations.DedupSnapshotOnce {
+			write = storage.WriteFileTwice // the snapshot, then dedupSnapshotCopyFile
 		}
+		err = write(p.node.cfg.Env.FS, path.Join(p.dir, dedupSnapshotFile), b)
 	}
 	if err != nil {
 		p.node.logRepeatedError(p.subject()+"/dedup", "dedup snapshot not written; a restart replays the log from further back", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
