@@ -128,6 +128,10 @@ type Options struct {
 	// coordinator without its lease (CoordinatorHoldsLease; mutation
 	// tests only).
 	AnswerWithoutLease bool
+	// SaveStateWithoutGroupDeletes writes meta.json without the deleted
+	// group incarnations (mutation tests only: the simulator's
+	// MetadataAgrees).
+	SaveStateWithoutGroupDeletes bool
 	// ObserveSync and ObserveCommit measure every replica group's fsyncs
 	// and replication (replog.Config; nil: not measured).
 	ObserveSync, ObserveCommit func(time.Duration)
@@ -541,7 +545,13 @@ func (c *Cluster) applyCommittedMeta() {
 				groupsDeleted = append(groupsDeleted, ch)
 			}
 		}
-		b, err := json.Marshal(c.state)
+		saved := c.state
+		if c.opts.SaveStateWithoutGroupDeletes {
+			short := *c.state
+			short.GroupsDeleted = nil
+			saved = &short
+		}
+		b, err := json.Marshal(saved)
 		c.metaMu.Unlock()
 		if err == nil {
 			err = storage.WriteFileAtomic(c.opts.Env.FS, path.Join(c.opts.DataDir, MetaStateFile), b)

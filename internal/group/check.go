@@ -8,7 +8,8 @@ import (
 )
 
 // Check verifies the state's own invariants: every owner is a live member
-// subscribed to the partition's topic (ExclusiveDelivery's one owner per
+// subscribed to the partition's topic, every owned partition one that a
+// member subscribes to (ExclusiveDelivery's one owner per
 // partition and epoch), every partition of a subscribed topic has an
 // owner, an owner that is not the target is being revoked by a pending
 // notice of that owner (EventuallyOwned: the coordinator resends it or
@@ -19,6 +20,7 @@ func (g *State) Check(topics Topics) *invariant.Violation {
 		return nil
 	}
 	epochOwner := map[uint64]map[Partition]string{}
+	owned := 0
 	for _, p := range g.partitions(topics) {
 		o := g.Owners[p]
 		if o == nil {
@@ -27,6 +29,7 @@ func (g *State) Check(topics Topics) *invariant.Violation {
 			}
 			continue
 		}
+		owned++
 		m := g.Members[o.Member]
 		if m == nil || !slices.Contains(m.Topics, p.Topic) {
 			return invariant.Violated(invariant.ExclusiveDelivery, "group %s: %v owned by %q, not a subscribed member", g.Name, p, o.Member)
@@ -42,6 +45,19 @@ func (g *State) Check(topics Topics) *invariant.Violation {
 			n := g.Notices[o.Revoking]
 			if n == nil || n.Kind != NoticeRevoke || n.Member != o.Member {
 				return invariant.Violated(invariant.EventuallyOwned, "group %s: %v held by %s, target %q, no REVOKE pending", g.Name, p, o.Member, g.Target[p])
+			}
+		}
+	}
+	if owned < len(g.Owners) {
+		// An owner outside every member's subscription: a member that left
+		// or was fenced, or a deleted topic's partition, kept as owned.
+		subscribed := map[Partition]bool{}
+		for _, p := range g.partitions(topics) {
+			subscribed[p] = true
+		}
+		for _, p := range slices.SortedFunc(maps.Keys(g.Owners), Partition.Compare) {
+			if !subscribed[p] {
+				return invariant.Violated(invariant.ExclusiveDelivery, "group %s: %v owned by %q, a partition no member subscribes to", g.Name, p, g.Owners[p].Member)
 			}
 		}
 	}

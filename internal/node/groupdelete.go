@@ -54,6 +54,11 @@ func (n *Node) GroupIncarnation(name string) (inc uint64) {
 	return inc
 }
 
+// ReadMetadata calls f with the node's applied metadata, for checkers (f
+// must not keep it): a cluster member's applied `__meta` state, a single
+// node's group state (topics are not in it).
+func (n *Node) ReadMetadata(f func(*meta.State)) { n.members.read(f) }
+
 // finishGroupDeletes, at start, removes what group deletes left behind
 // (a node stopped before it removed a deleted incarnation's directories)
 // and hands the partitions the deleted incarnations, before any starts.

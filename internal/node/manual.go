@@ -61,6 +61,11 @@ type Mutations struct {
 	// a deposed leader, cut off, answers from a state that may miss what
 	// the newer one committed.
 	CoordinateWithoutLease bool
+	// MetaStateForgetsGroupDeletes saves a cluster member's applied
+	// metadata (meta.json) without its deleted group incarnations: after
+	// a restart the member's state differs from the others' at the same
+	// seq (MetadataAgrees).
+	MetaStateForgetsGroupDeletes bool
 	// TopicsOnce writes a single node's topics.json without its copy: a
 	// bit flip in it stops the node until a repair, which forgets the
 	// topics' settings (TopicsKeptTwice).

@@ -171,10 +171,14 @@ var ClusterMutations = map[string]node.Mutations{
 	// The metadata leader decides and reads as coordinator without its
 	// lease (CoordinatorHoldsLease): a deposed leader answers stale.
 	"coordinate-without-lease": {CoordinateWithoutLease: true},
-	"send-before-persist":      {SendBeforePersist: true},
-	"commit-on-leader-fsync":   {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
-	"trust-uncertain-grants":   {Replica: replica.Mutations{TrustUncertainGrants: true}},
-	"accept-stale-flushed":     {Replica: replica.Mutations{AcceptStaleFlushed: true}},
+	// A member's meta.json forgets the deleted group incarnations: after
+	// a restart its applied metadata differs from the others'
+	// (MetadataAgrees).
+	"meta-state-forgets-group-deletes": {MetaStateForgetsGroupDeletes: true},
+	"send-before-persist":              {SendBeforePersist: true},
+	"commit-on-leader-fsync":           {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
+	"trust-uncertain-grants":           {Replica: replica.Mutations{TrustUncertainGrants: true}},
+	"accept-stale-flushed":             {Replica: replica.Mutations{AcceptStaleFlushed: true}},
 	// With --nodes 5 --policy all: a replica whose promise is lost
 	// answers no PROMISE_QUERY (as before PROMISE_UNKNOWN); two such of
 	// five wait for each other for good, and so does every write
@@ -445,6 +449,7 @@ func newClusterSim(o ClusterOptions) *sim {
 	if o.GroupDeletes > 0 && !o.Shared {
 		s.groupDel = newGroupDeleter(s, o.GroupDeletes, !o.Members)
 	}
+	s.meta = newMetaChecker(s)
 	if s.churn != nil || s.groupDel != nil {
 		s.coord = newCoordChecker(s)
 		s.coord.heirFaults = s.clusterFaults.Crash && !o.NoHeirFault
@@ -483,6 +488,7 @@ func (s *sim) runPhases() Result {
 	if s.coord != nil {
 		r.Coordinator = s.coord.counts
 	}
+	r.MetadataCompared = s.meta.checked
 	if s.kv != nil {
 		r.KVOps, r.KVUnknown, r.KVWatches, r.KVExpired = len(s.kv.history), s.kv.unknown, s.kv.watcher.resumes, s.kv.watcher.expired
 		r.KVLogStartMax, r.KVCheckpointMax, r.KVRebuilds, r.KVResets = s.kv.logStartMax, s.kv.checkpointMax, s.kv.rebuilds, s.kv.resets

@@ -204,6 +204,9 @@ type Result struct {
 	// it read as in office), "probes" and "judged" (answers judged),
 	// "deposed probes" (of the probes, those at a deposed leader).
 	Coordinator map[string]int
+	// MetadataCompared: the nodes' applied metadata states MetadataAgrees
+	// compared with another node's through the same seq (cluster runs).
+	MetadataCompared int
 	// MinorityPromiseLosses: the times one replica group's hard states
 	// were lost on more than one node at once (five nodes, BitFlip:
 	// loseMinorityPromises).
@@ -323,6 +326,8 @@ type sim struct {
 	// coord judges the metadata leader's answers (coordcheck.go; nil
 	// without topic churn or group deletes).
 	coord *coordChecker
+	// meta checks MetadataAgrees (cluster runs).
+	meta *metaChecker
 	// The single node's operator (operator.go): a repair is due, the
 	// repairs run, what they did, and the WARN and ERROR lines and
 	// failed starts it saw; stateFlips counts the state files bit flips
@@ -448,6 +453,9 @@ func (s *sim) step() bool {
 	}
 	if s.coord != nil {
 		s.coord.observe()
+	}
+	if s.meta != nil {
+		s.meta.observe()
 	}
 	if s.logWatch != nil {
 		s.logWatch.observe()
