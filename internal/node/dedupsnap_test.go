@@ -453,7 +453,8 @@ func TestRetentionWaitsForTheDedupSnapshot(t *testing.T) {
 }
 
 // ProducersKeptInLog at node level: on a replicated topic whose records
-// expire after 2 s, producer 7 writes, then producer 8, and both stop.
+// expire after 2 s, producer 7 writes, then producers 8 and 9, and all
+// stop.
 // Retention then compacts every replica of the idle partition past 7's
 // records — a dedup carry keeps 7 in the log, proposed once the members'
 // compaction finds the kernel's limit holding it back — and after every
@@ -470,7 +471,13 @@ func TestDedupCarryKeepsStaleProducersAcrossRestarts(t *testing.T) {
 	})
 	tc.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3, RetentionMs: 2000})
 	oks := map[[2]uint64]wire.PubOK{}
-	for _, id := range []uint64{7, 8} {
+	// Producer 9 writes after them so that on every member the segment
+	// holding 7's last record is sealed (only sealed segments go, and a
+	// segment rolls at the append after it is full): a follower that got
+	// 7's and 8's records in one large catch-up batch held them all in its
+	// active segment, and with the partition idle never compacted past 7
+	// (seen under load: a follower's log start stayed at 96).
+	for _, id := range []uint64{7, 8, 9} {
 		for i := range uint64(100) {
 			_, oks[[2]uint64{id, i}] = tc.publishAnywhere(&wire.Pub{Topic: "t", Partition: 0, ProducerID: id, ProducerSeq: i,
 				Value: fmt.Appendf(nil, "value-%04d-%s", i, strings.Repeat("x", 100))})
