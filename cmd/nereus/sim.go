@@ -41,6 +41,7 @@ func newSimCmd() *cobra.Command {
 		listMut     bool
 		members     bool
 		pubBatch    bool
+		deadLetters bool
 		retention   bool
 		schedules   int
 		kvOps       int
@@ -105,7 +106,10 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err != nil {
 					return err
 				}
-				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, PubBatch: pubBatch}
+				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, PubBatch: pubBatch, DeadLetters: deadLetters}
+				if deadLetters && groupDels > 0 {
+					return errors.New("--dead-letters and --group-deletes cannot be combined: each group incarnation dead-letters anew")
+				}
 				if retention {
 					o.Retention = sim.RetentionPreset
 				}
@@ -152,7 +156,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err := interrupted(cmd.Context(), seed, s); err != nil {
 					return err
 				}
-				o := sim.Options{Seed: s, Steps: steps, Faults: f, KeepTrace: trace, PubBatch: pubBatch, Members: members, Mutations: mutations}
+				o := sim.Options{Seed: s, Steps: steps, Faults: f, KeepTrace: trace, PubBatch: pubBatch, Members: members, DeadLetters: deadLetters, Mutations: mutations}
 				if retention {
 					o.Retention = sim.RetentionPreset
 				}
@@ -175,6 +179,9 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				} else {
 					fmt.Fprintf(out, "seed %d: %d events, %dms virtual, %d acked, %d deliveries, %d restarts, ",
 						r.Seed, r.Events, r.VirtualMs, r.Acked, r.Deliveries, r.Restarts)
+					if o.DeadLetters {
+						fmt.Fprintf(out, "%d dead letters, ", r.DeadLetters)
+					}
 					if flips := sumCounts(r.StateFlips); flips > 0 || r.Repairs > 0 {
 						fmt.Fprintf(out, "%d state-file flips, %d repairs, ", flips, r.Repairs)
 					}
@@ -209,6 +216,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.IntVar(&nodes, "nodes", 0, "simulate a cluster of this many complete nodes (server, node, replication, metadata) instead of one node")
 	fl.StringVar(&mutation, "mutation", "", "run with a deliberate bug (see --list-mutations, with or without --nodes)")
 	fl.BoolVar(&members, "members", false, "the consumers JOIN the group as members (assignment, notices, fencing; ExclusiveDelivery checked); a single node keeps them in groups.json, which bit flips then hit")
+	fl.BoolVar(&deadLetters, "dead-letters", false, "the consumers subscribe with max_deliver 3 and NACK one message in eight until it is dead-lettered; the dead-letter topic is watched at every node (DeadLetterOnce, NoDeadLetterOfAnAck, DeadLetterIsTheRecord; not with --group-deletes)")
 	fl.BoolVar(&pubBatch, "pub-batch", false, "the producers publish in PUB_BATCH frames (protocol v2), a retry of one message as a PUB (a single node, or with --nodes)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
 	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty, CoordinatorAnswersCurrent)")
@@ -252,6 +260,9 @@ func runClusterSim(ctx context.Context, out io.Writer, seed, seeds uint64, o sim
 		}
 		if o.GroupDeletes > 0 {
 			fmt.Fprintf(out, "%d group deletes: ", r.GroupDeletes)
+		}
+		if o.DeadLetters {
+			fmt.Fprintf(out, "%d dead letters: ", r.DeadLetters)
 		}
 		if r.Coordinator != nil {
 			fmt.Fprintf(out, "coordinator %v: ", r.Coordinator)

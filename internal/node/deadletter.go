@@ -7,6 +7,7 @@ package node
 import (
 	"encoding/binary"
 	"errors"
+	"hash/fnv"
 	"strconv"
 
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -17,6 +18,10 @@ type dlqResult struct {
 	partition uint32
 	seq       uint64
 	err       *wire.Error
+	// gone: the record is no longer in the partition (a repair dropped
+	// it, or retention deleted it): nothing was published, and the seq is
+	// done all the same.
+	gone bool
 }
 
 type dlqRetry struct {
@@ -76,7 +81,9 @@ func (g *groupRunner) collectDeadLetters(now int64) {
 		g.cursors[r.partition].DeadLettered(r.seq)
 		g.ledgerBatch = binary.BigEndian.AppendUint32(g.ledgerBatch, r.partition)
 		g.ledgerBatch = binary.BigEndian.AppendUint64(g.ledgerBatch, r.seq)
-		g.node.metrics.deadLetters.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
+		if !r.gone {
+			g.node.metrics.deadLetters.WithLabelValues(g.topic.cfg.Name, g.name).Inc()
+		}
 	}
 	kept := g.dlqRetries[:0]
 	for _, r := range g.dlqRetries {
@@ -151,7 +158,18 @@ func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
 	if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
 		// A repair dropped the record: there is nothing to dead-letter,
 		// and the seq is done (as at delivery).
-		g.dlqDone(pi, seq, nil)
+		g.dlqGone(pi, seq)
+		return
+	}
+	if errors.Is(err, storage.ErrOutOfRange) && seq < g.topic.partitions[pi].startSeq.Load() {
+		// DeadLetterOfADeletedRecord: retention deleted the record before
+		// its copy was published (its deliveries were over; the cursor
+		// skips what the partition no longer holds). Nothing to publish:
+		// done, as at delivery. Retried, the read failed for good, every
+		// 30 s.
+		g.node.log.Info("a dead letter's record was deleted by retention before its copy was published; it is done without one",
+			"topic", g.topic.cfg.Name, "group", g.name, "partition", pi, "seq", seq)
+		g.dlqGone(pi, seq)
 		return
 	}
 	if err != nil {
@@ -186,15 +204,55 @@ func (g *groupRunner) publishDeadLetter(pi uint32, seq uint64, e storage.Entry, 
 		wire.Header{Key: "nereus-dlq-seq", Value: []byte(strconv.FormatUint(seq, 10))})
 	// The producer identity makes a retried dead-letter publish idempotent,
 	// on whichever node leads the dead-letter topic's partition.
-	g.node.publishToLeader(&wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducer,
-		ProducerSeq: uint64(pi)<<48 | seq, TimestampMs: e.Record.TimestampMs,
-		Key: e.Record.Key, Value: e.Record.Value, Headers: hs}, 0, attempt,
-		func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
+	pub := &wire.Pub{Topic: g.dlq, Partition: 0, ProducerID: g.dlqProducers[pi],
+		ProducerSeq: seq, TimestampMs: e.Record.TimestampMs,
+		Key: e.Record.Key, Value: e.Record.Value, Headers: hs}
+	if g.node.cfg.Mutations.DeadLetterNotIdempotent {
+		pub.ProducerID, pub.ProducerSeq = 0, 0
+	}
+	g.node.publishToLeader(pub, 0, attempt, func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
+}
+
+// dlqProducerIDs are the producer identities of the dead letters of group
+// incarnation key of topic, one per partition (DeadLetterWindowPerPartition):
+// a dead letter of partition p is published as producer_seq seq of
+// identity p. The identity is the (group, topic) pair's, not the
+// dead-letter topic's name: group "a.b" of topic "c" and group "a" of
+// topic "b.c" share dlq.a.b.c, and one identity would make the second
+// group's dead letter at a (partition, seq) a "duplicate" of the first's,
+// dropped while its group counts it done. It is the incarnation's (the
+// key): a group used again dead-letters anew. And it is the partition's:
+// a dedup window forgets its lowest producer_seq first, so with one
+// identity for every partition (producer_seq partition<<48 | seq) a
+// window full of a higher partition's dead letters forgot each of a
+// lower one's as soon as it was appended, and that copy's retry was
+// refused PRODUCER_SEQ_TOO_OLD for good — the message never left the
+// group.
+func dlqProducerIDs(key, topic string, partitions int) []uint64 {
+	ids := make([]uint64, partitions)
+	for p := range ids {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		h.Write([]byte{0})
+		h.Write([]byte(topic))
+		h.Write(binary.BigEndian.AppendUint32([]byte{0}, uint32(p)))
+		ids[p] = h.Sum64() | 1 // never 0 (0 = not idempotent)
+	}
+	return ids
 }
 
 func (g *groupRunner) dlqDone(pi uint32, seq uint64, err *wire.Error) {
+	g.dlqResult(dlqResult{partition: pi, seq: seq, err: err})
+}
+
+// dlqGone ends the dead letter of a seq whose record is gone.
+func (g *groupRunner) dlqGone(pi uint32, seq uint64) {
+	g.dlqResult(dlqResult{partition: pi, seq: seq, gone: true})
+}
+
+func (g *groupRunner) dlqResult(r dlqResult) {
 	g.dlqMu.Lock()
-	g.dlqResults = append(g.dlqResults, dlqResult{partition: pi, seq: seq, err: err})
+	g.dlqResults = append(g.dlqResults, r)
 	g.dlqMu.Unlock()
 	g.poke()
 }

@@ -343,16 +343,7 @@ func TestClusterDeadLetterGoesToTheDeadLetterTopicsLeader(t *testing.T) {
 // backoff, and warned about once, not every second forever. (A record at
 // the size limit cannot carry the dead-letter headers: INVALID_ARGUMENT.)
 func TestDeadLetterRetriesBackOffAndWarnOnce(t *testing.T) {
-	var logs logBuffer
-	h := &harness{t: t, fs: vfs.NewMem()}
-	h.nowMs.Store(1_000_000)
-	n, err := Open(Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.nowMs}}, RecordBytesMax: 1000,
-		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.node = n
-	t.Cleanup(func() { h.node.Close() })
+	h, logs := openDebugHarness(t, nil)
 	h.declare("t", 1)
 	h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: make([]byte, 1000)})
 	s := newSink()
@@ -384,6 +375,28 @@ func TestDeadLetterRetriesBackOffAndWarnOnce(t *testing.T) {
 	if got := dlqBackoffMs(100); got != dlqRetryMaxMs {
 		t.Fatalf("backoff after 100 failures %d ms, want the cap %d", got, dlqRetryMaxMs)
 	}
+}
+
+// openDebugHarness opens a single node whose records are at most 1000
+// bytes (one at the limit cannot carry the dead-letter headers: its dead
+// letter fails INVALID_ARGUMENT at every attempt), logging at debug level
+// into the buffer returned; tune, when set, adjusts the config.
+func openDebugHarness(t *testing.T, tune func(*Config)) (*harness, *logBuffer) {
+	logs := &logBuffer{}
+	h := &harness{t: t, fs: vfs.NewMem()}
+	h.nowMs.Store(1_000_000)
+	cfg := Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.nowMs}}, RecordBytesMax: 1000,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	if tune != nil {
+		tune(&cfg)
+	}
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.node = n
+	t.Cleanup(func() { h.node.Close() })
+	return h, logs
 }
 
 // dlqLog keeps the dead-letter log lines of a cluster (message and error).

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io/fs"
 	"path"
 	"slices"
@@ -165,7 +164,9 @@ type groupRunner struct {
 	deadReady   []ackKey
 	dlqRetries  []dlqRetry
 	dlqFailures map[ackKey]int // failed publish attempts of a dead letter
-	dlqProducer uint64
+	// dlqProducers are the producer identities of the dead letters, one
+	// per partition of the topic (dlqProducerIDs).
+	dlqProducers []uint64
 
 	// ledgerCompactBytes is the threshold of ledger compaction or
 	// checkpoints (≤ 0 disables it). It is atomic only so tests can lower
@@ -424,25 +425,15 @@ func (n *Node) startGroup(t *topic, group, key string, opts GroupOptions) (*grou
 	if err := wire.ValidateName("dead-letter topic", dlq); err != nil {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "group and topic names too long together: %v", err)
 	}
-	// The producer identity is the (group, topic) pair, not the
-	// dead-letter topic's name: group "a.b" of topic "c" and group "a" of
-	// topic "b.c" share dlq.a.b.c, and one identity would make the second
-	// group's dead letter at a (partition, seq) a "duplicate" of the
-	// first's, dropped while its group counts it done. It is the
-	// incarnation's (the key): a group used again dead-letters anew.
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	h.Write([]byte{0})
-	h.Write([]byte(t.cfg.Name))
 	g := &groupRunner{
 		node: n, topic: t, name: group, key: key, dlq: dlq,
-		dir:         path.Join(n.cfg.DataDir, "groups", key, t.key()),
-		cmds:        make(chan groupCmd, 1024),
-		wakeCh:      make(chan struct{}, 1),
-		done:        make(chan struct{}),
-		floors:      make([]atomic.Uint64, len(t.partitions)),
-		delivering:  make([]atomic.Bool, len(t.partitions)),
-		dlqProducer: h.Sum64() | 1,
+		dir:          path.Join(n.cfg.DataDir, "groups", key, t.key()),
+		cmds:         make(chan groupCmd, 1024),
+		wakeCh:       make(chan struct{}, 1),
+		done:         make(chan struct{}),
+		floors:       make([]atomic.Uint64, len(t.partitions)),
+		delivering:   make([]atomic.Bool, len(t.partitions)),
+		dlqProducers: dlqProducerIDs(key, t.cfg.Name, len(t.partitions)),
 	}
 	g.ledgerCompactBytes.Store(n.cfg.LedgerCompactBytes)
 	if n.cluster != nil {

@@ -66,6 +66,10 @@ type Mutations struct {
 	// a restart the member's state differs from the others' at the same
 	// seq (MetadataAgrees).
 	MetaStateForgetsGroupDeletes bool
+	// DeadLetterNotIdempotent publishes dead letters without their
+	// producer identity: a copy published again (after a restart, or by
+	// a partition's next leader) is appended twice.
+	DeadLetterNotIdempotent bool
 	// TopicsOnce writes a single node's topics.json without its copy: a
 	// bit flip in it stops the node until a repair, which forgets the
 	// topics' settings (TopicsKeptTwice).

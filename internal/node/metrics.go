@@ -240,6 +240,12 @@ func boolGauge(b bool) float64 {
 // counter name of (topic, partition), or -1 when it reports none — one
 // number read the way an operator's dashboard reads it (tests use it).
 func (m *Metrics) PartitionValue(name, topic string, partition uint32) (float64, error) {
+	return m.Value(name, map[string]string{"topic": topic, "partition": strconv.FormatUint(uint64(partition), 10)})
+}
+
+// Value is what a scrape of the registry reports for the gauge or counter
+// name whose labels include want, or -1 when it reports none.
+func (m *Metrics) Value(name string, want map[string]string) (float64, error) {
 	families, err := m.Registry.Gather()
 	if err != nil {
 		return 0, err
@@ -248,13 +254,16 @@ func (m *Metrics) PartitionValue(name, topic string, partition uint32) (float64,
 		if f.GetName() != name {
 			continue
 		}
+	metrics:
 		for _, metric := range f.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range metric.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["topic"] != topic || labels["partition"] != strconv.FormatUint(uint64(partition), 10) {
-				continue
+			for k, v := range want {
+				if labels[k] != v {
+					continue metrics
+				}
 			}
 			if g := metric.GetGauge(); g != nil {
 				return g.GetValue(), nil

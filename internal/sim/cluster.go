@@ -69,6 +69,13 @@ type ClusterOptions struct {
 	// partition (liveness and the other checks; no ExclusiveDelivery).
 	Members bool
 	Shared  bool
+	// DeadLetters makes the consumers subscribe with max_deliver
+	// deadLetterMaxDeliver and NACK every poison message: those go to the
+	// group's dead-letter topic under every fault, watched at every node
+	// (deadletter.go: DeadLetterOnce, NoDeadLetterOfAnAck,
+	// DeadLetterIsTheRecord). Not with GroupDeletes (each incarnation
+	// dead-letters anew).
+	DeadLetters bool
 	// Logs, when set, receives every node's log lines (slog text, with
 	// virtual time and the node's id): what the nodes said, beside the
 	// trace of what happened.
@@ -175,10 +182,13 @@ var ClusterMutations = map[string]node.Mutations{
 	// a restart its applied metadata differs from the others'
 	// (MetadataAgrees).
 	"meta-state-forgets-group-deletes": {MetaStateForgetsGroupDeletes: true},
-	"send-before-persist":              {SendBeforePersist: true},
-	"commit-on-leader-fsync":           {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
-	"trust-uncertain-grants":           {Replica: replica.Mutations{TrustUncertainGrants: true}},
-	"accept-stale-flushed":             {Replica: replica.Mutations{AcceptStaleFlushed: true}},
+	// With --dead-letters: dead letters published without their producer
+	// identity; one published again is appended twice (DeadLetterOnce).
+	"dead-letter-not-idempotent": {DeadLetterNotIdempotent: true},
+	"send-before-persist":        {SendBeforePersist: true},
+	"commit-on-leader-fsync":     {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
+	"trust-uncertain-grants":     {Replica: replica.Mutations{TrustUncertainGrants: true}},
+	"accept-stale-flushed":       {Replica: replica.Mutations{AcceptStaleFlushed: true}},
 	// With --nodes 5 --policy all: a replica whose promise is lost
 	// answers no PROMISE_QUERY (as before PROMISE_UNKNOWN); two such of
 	// five wait for each other for good, and so does every write
@@ -258,6 +268,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	if o.Members {
 		cmd += " --members"
 	}
+	if o.DeadLetters {
+		cmd += " --dead-letters"
+	}
 	if o.PubBatch {
 		cmd += " --pub-batch"
 	}
@@ -324,7 +337,7 @@ func newClusterSim(o ClusterOptions) *sim {
 		chk.retained = map[uint32]uint64{}
 	}
 	s := &sim{opts: Options{Seed: o.Seed, Steps: o.Steps, Producers: o.Producers, MessagesPerProducer: o.MessagesPerProducer,
-		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace},
+		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace, DeadLetters: o.DeadLetters && o.GroupDeletes == 0},
 		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: uint8(o.Nodes), syncAll: o.SyncAll,
 		retentionBytes: o.Retention.Bytes,
 		clusterFaults:  o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, memberEvents: map[string]int{}}
@@ -450,6 +463,9 @@ func newClusterSim(o ClusterOptions) *sim {
 		s.groupDel = newGroupDeleter(s, o.GroupDeletes, !o.Members)
 	}
 	s.meta = newMetaChecker(s)
+	if s.opts.DeadLetters {
+		s.deadLetters = newDeadLetterWatch(s)
+	}
 	if s.churn != nil || s.groupDel != nil {
 		s.coord = newCoordChecker(s)
 		s.coord.heirFaults = s.clusterFaults.Crash && !o.NoHeirFault

@@ -42,6 +42,10 @@ var NodeMutations = map[string]node.Mutations{
 	// without its copy; a flip in it forgets the producers retention
 	// deleted (NoDuplicateFromReplay, likewise).
 	"dedup-snapshot-once": {DedupSnapshotOnce: true},
+	// With --dead-letters: dead letters published without their producer
+	// identity; one published again after a restart is appended twice
+	// (DeadLetterOnce).
+	"dead-letter-not-idempotent": {DeadLetterNotIdempotent: true},
 }
 
 // logWatcher follows a single node's committed log after every event and

@@ -108,6 +108,11 @@ type Options struct {
 	// keeps the group's membership in groups.json, which bit flips then
 	// hit too.
 	Members bool
+	// DeadLetters makes the consumers subscribe with max_deliver
+	// deadLetterMaxDeliver and NACK every poison message, so those go to
+	// the group's dead-letter topic, which is watched (deadletter.go), as
+	// ClusterOptions.DeadLetters does.
+	DeadLetters bool
 	// Retention, when set, gives the topic a retention and the node small
 	// segments and a short retention check (RetentionPreset: `nereus sim
 	// --retention`; ReservationMs is a cluster's), and the producers 300
@@ -152,6 +157,9 @@ func Reproduce(o Options) string {
 	}
 	if o.Members {
 		cmd += " --members"
+	}
+	if o.DeadLetters {
+		cmd += " --dead-letters"
 	}
 	if o.Retention == RetentionPreset {
 		cmd += " --retention"
@@ -239,6 +247,9 @@ type Result struct {
 	// Members): "joins", "assigns", "revokes", "fenced", "crashes",
 	// "dropped" (a message of a partition not held).
 	Members map[string]int
+	// DeadLetters: the messages seen dead-lettered (Options.DeadLetters,
+	// ClusterOptions.DeadLetters).
+	DeadLetters int
 	// A single node's bit flips into its state files, by kind (file
 	// name, or "ledger segment"); the repairs its operator ran (the final
 	// one included) and what they did; the node's WARN and ERROR lines
@@ -328,6 +339,8 @@ type sim struct {
 	coord *coordChecker
 	// meta checks MetadataAgrees (cluster runs).
 	meta *metaChecker
+	// deadLetters follows the dead-letter topic (Options.DeadLetters).
+	deadLetters *deadLetterWatch
 	// The single node's operator (operator.go): a repair is due, the
 	// repairs run, what they did, and the WARN and ERROR lines and
 	// failed starts it saw; stateFlips counts the state files bit flips
@@ -378,6 +391,9 @@ func newSim(opts Options) *sim {
 		chk.retained = map[uint32]uint64{}
 		b.segmentBytesMax, b.retentionCheckMs = opts.Retention.SegmentBytesMax, opts.Retention.RetentionCheckMs
 		s.watchCommittedLog()
+	}
+	if opts.DeadLetters {
+		s.deadLetters = newDeadLetterWatch(s)
 	}
 	return s
 }
@@ -456,6 +472,9 @@ func (s *sim) step() bool {
 	}
 	if s.meta != nil {
 		s.meta.observe()
+	}
+	if s.deadLetters != nil {
+		s.deadLetters.observe()
 	}
 	if s.logWatch != nil {
 		s.logWatch.observe()
@@ -570,7 +589,7 @@ func (s *sim) result() Result {
 		Violation: s.chk.violation, Acked: len(s.chk.acked), Deliveries: s.chk.deliveries,
 		Restarts: max(s.b.started-1, 0), PubBatches: s.pubBatches,
 		StateFlips: s.stateFlips, Repairs: s.repairs, Repaired: s.repaired, NodeLines: s.nodeLines,
-		AcksForgotten: s.acksForgotten, Members: s.memberEvents}
+		AcksForgotten: s.acksForgotten, Members: s.memberEvents, DeadLetters: s.deadLetters.count()}
 }
 
 // injectFault applies one randomly chosen enabled fault, then schedules the

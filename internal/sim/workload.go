@@ -325,6 +325,9 @@ func (c *consumer) pull(l *lane) {
 	l.repulling = false
 	l.unreturned = 0
 	pull := &wire.Pull{Topic: simTopic, Group: simGroup, Credit: c.credit, AckWaitMs: uint32(c.s.opts.AckWaitMs), MaxDeliver: 1000}
+	if c.s.opts.DeadLetters {
+		pull.MaxDeliver = deadLetterMaxDeliver
+	}
 	if c.m != nil {
 		pull.Member, pull.Incarnation = c.memberName(), c.m.inc
 	}
@@ -367,6 +370,8 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		switch {
 		case c.m != nil && !c.accept(l, cn, f):
 			// Not held (any more): the broker redelivers it to its holder.
+		case c.s.opts.DeadLetters && poison(f.Seq):
+			c.s.w.after(c.processMs(), func() { c.ack(cn, entry, true) }) // until it is dead-lettered
 		case c.polite || roll < 0.85:
 			c.s.w.after(c.processMs(), func() { c.ack(cn, entry, false) })
 		case roll < 0.93:
