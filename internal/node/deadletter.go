@@ -210,7 +210,23 @@ func (g *groupRunner) publishDeadLetter(pi uint32, seq uint64, e storage.Entry, 
 	if g.node.cfg.Mutations.DeadLetterNotIdempotent {
 		pub.ProducerID, pub.ProducerSeq = 0, 0
 	}
-	g.node.publishToLeader(pub, 0, attempt, func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
+	g.node.publishToLeader(pub, 0, attempt, func(_ wire.PubOK, err *wire.Error) {
+		if err != nil && err.Code == wire.CodeProducerSeqTooOld && !g.node.cfg.Mutations.DeadLetterTooOldRetried {
+			// DeadLetterBelowTheWindow: more than a dedup window of the
+			// partition's later seqs died first (a message redelivered
+			// long while a flood of others died), so the dead-letter
+			// topic cannot tell whether this copy landed before. Every
+			// retry would be refused the same, for good: publish it
+			// without the identity — at least once, twice only if an
+			// earlier attempt landed.
+			g.node.log.Warn("a dead letter's seq is below the dead-letter topic's dedup window; publishing it without deduplication (it may appear twice)",
+				"dlq", g.dlq, "partition", pi, "seq", seq)
+			pub.ProducerID, pub.ProducerSeq = 0, 0
+			g.node.publishToLeader(pub, 0, attempt, func(_ wire.PubOK, err *wire.Error) { g.dlqDone(pi, seq, err) })
+			return
+		}
+		g.dlqDone(pi, seq, err)
+	})
 }
 
 // dlqProducerIDs are the producer identities of the dead letters of group

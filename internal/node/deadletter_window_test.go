@@ -161,3 +161,52 @@ func TestDeadLetterOfARecordRetentionDeletedEnds(t *testing.T) {
 		t.Fatalf("nereus_dead_letters_total %v for a dead letter never published", v)
 	}
 }
+
+// DeadLetterBelowTheWindow: a message that dies after more than a dedup
+// window of its partition's later seqs died is refused
+// PRODUCER_SEQ_TOO_OLD by the dead-letter topic (it cannot tell whether
+// the copy landed before), and every retry would be too: the group
+// publishes it without deduplication, says so, and the message leaves.
+// Here the window holds 4 producer_seqs; seqs 2-6 are NACKed to death
+// (max_deliver 1) while seq 1 waits out its ack wait.
+func TestDeadLetterBelowTheDedupWindowIsPublishedOnce(t *testing.T) {
+	for _, retried := range []bool{false, true} {
+		h, logs := openDebugHarness(t, func(c *Config) {
+			c.Dedup = partition.Config{DedupWindowMax: 4, ProducersMax: 100}
+			c.Mutations.DeadLetterTooOldRetried = retried
+		})
+		h.declare("t", 1)
+		for range 6 {
+			h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("poison")})
+		}
+		s := newSink()
+		sub, _ := h.node.Subscribe("t", "g", GroupOptions{AckWaitMs: 1000, MaxDeliver: 1}, s)
+		sub.AddCredit(10)
+		msgs := s.waitFor(t, 6)
+		for _, m := range msgs[1:] {
+			nackOn(t, h.node, "t", "g", m)
+		}
+		eventually(t, "seqs 2-6 leave the group", func() bool {
+			h.sync("t", "g")
+			return len(deadLetters(t, h.node, dlqTopicName("g", "t"), 6)) == 1
+		})
+		h.nowMs.Add(1001) // seq 1's ack wait ends: it dies last
+		if retried {
+			eventually(t, "seq 1's dead letter refused", func() bool {
+				h.sync("t", "g")
+				return logs.count("PRODUCER_SEQ_TOO_OLD") > 0
+			})
+			if copies := len(deadLetters(t, h.node, dlqTopicName("g", "t"), 1)); copies != 0 {
+				t.Fatalf("with TOO_OLD retried: %d copies of seq 1", copies)
+			}
+			continue
+		}
+		eventually(t, "seq 1 leaves the group", func() bool {
+			h.sync("t", "g")
+			return groupOf(h.node, "g", "t").floors[0].Load() == 7
+		})
+		if copies := len(deadLetters(t, h.node, dlqTopicName("g", "t"), 1)); copies != 1 || logs.count("below the dead-letter topic's dedup window") != 1 {
+			t.Fatalf("%d copies of seq 1, want 1, said once:\n%s", copies, logs.String())
+		}
+	}
+}

@@ -70,6 +70,9 @@ type Mutations struct {
 	// producer identity: a copy published again (after a restart, or by
 	// a partition's next leader) is appended twice.
 	DeadLetterNotIdempotent bool
+	// DeadLetterTooOldRetried retries a dead letter refused
+	// PRODUCER_SEQ_TOO_OLD as any other failure: refused for good.
+	DeadLetterTooOldRetried bool
 	// TopicsOnce writes a single node's topics.json without its copy: a
 	// bit flip in it stops the node until a repair, which forgets the
 	// topics' settings (TopicsKeptTwice).
