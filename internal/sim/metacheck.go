@@ -12,8 +12,9 @@ import (
 // MetadataAgrees: every node applies the committed metadata log to the
 // same state. Two nodes that applied it through the same seq hold the same
 // topics, placements, incarnations and groups, whatever their restarts
-// in between (a node reloads its saved state and applies the rest), and
-// every group of an applied state keeps its own invariants
+// in between (a node reloads its saved state and applies the rest); and
+// every group of an applied state keeps its own invariants, reported
+// under their names
 // (group.State.Check: each owned partition one that a live member
 // subscribes to and owns at an epoch of the group, a REVOKE pending only
 // of what its member holds). CommittedPrefixAgreement says the entries
@@ -65,7 +66,9 @@ func (m *metaChecker) check(b *broker, st *meta.State) {
 	partitions := func(topic string) int { return int(st.Topics[topic].Config.Partitions) }
 	for _, name := range slices.Sorted(maps.Keys(st.Groups)) {
 		if v := st.Groups[name].Check(partitions); v != nil {
-			m.s.chk.violate(MetadataAgrees, "%s, metadata applied through %d: %s", b.id, st.Applied, v)
+			// Named by the group's own invariant (ExclusiveDelivery,
+			// EventuallyOwned).
+			m.s.chk.violate(v.Invariant, "%s, metadata applied through %d: %s", b.id, st.Applied, v.Detail)
 			return
 		}
 	}
