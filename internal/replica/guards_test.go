@@ -266,6 +266,7 @@ func TestSnapshotFromNoLeaderIsRefused(t *testing.T) {
 	last := c.rs[2].Status().Last
 	for name, m := range map[string]Message{
 		"epoch 0 snapshot":         snapshotTo(1, 2, e, last+3, 0, last+3),
+		"epoch 0 snapshot at 1":    snapshotTo(1, 2, e, 1, 0, 1),
 		"snapshot above its epoch": snapshotTo(1, 2, e, last+3, e+1, last+3),
 	} {
 		if out := c.answer(m); len(out) != 0 || c.snapshots != 0 {
@@ -750,8 +751,11 @@ func TestPrepareAcksOfAnotherEpoch(t *testing.T) {
 	r.Campaign()
 	c.flush(1)
 	c.queue = nil
+	if st := r.Status(); st.Role != Candidate || st.Leader != 0 {
+		t.Fatalf("a candidate knows a leader: %+v", st)
+	}
 	r.Step(Message{Type: MsgPrepareAck, From: 2, To: 1, Epoch: 7})
-	if st := r.Status(); st.Role != Follower || st.Hard.Promised != 7 {
+	if st := r.Status(); st.Role != Follower || st.Hard != (HardState{Promised: 7}) || st.Leader != 0 {
 		t.Fatalf("candidate after a refusal of epoch 7: %+v", st)
 	}
 
@@ -850,15 +854,18 @@ func TestSnapshotOfAHeldPrefixAdvancesTheCommit(t *testing.T) {
 	}
 }
 
-// mismatchHint: a prev at the start of an epoch's run hints the seq just
-// before it.
+// mismatchHint: a prev at the start of an epoch's run, or inside it,
+// hints the seq just before the run.
 func TestMismatchAtAnEpochStartHintsTheSeqBefore(t *testing.T) {
 	r := follower2(t, PersistedFrom(HardState{Promised: 2, PromisedTo: 1},
 		[]Entry{{Seq: 1, Epoch: 1}, {Seq: 2, Epoch: 1}, {Seq: 3, Epoch: 1}, {Seq: 4, Epoch: 2}, {Seq: 5, Epoch: 2}}))
-	r.Step(Message{Type: MsgAppend, From: 1, To: 2, Epoch: 2, PrevSeq: 4, PrevEpoch: 1})
-	rd := r.Ready()
-	if len(rd.Messages) != 1 || rd.Messages[0].Reject != RejectMismatch || rd.Messages[0].HintSeq != 3 {
-		t.Fatalf("answer %v, want a mismatch hinting 3", rd.Messages)
+	for _, prev := range []uint64{4, 5} { // the run's start, and inside it
+		r.Step(Message{Type: MsgAppend, From: 1, To: 2, Epoch: 2, PrevSeq: prev, PrevEpoch: 1})
+		rd := r.Ready()
+		r.Advance(rd)
+		if len(rd.Messages) != 1 || rd.Messages[0].Reject != RejectMismatch || rd.Messages[0].HintSeq != 3 {
+			t.Fatalf("prev %d: answer %v, want a mismatch hinting 3 (before epoch 2's run)", prev, rd.Messages)
+		}
 	}
 }
 
@@ -989,6 +996,14 @@ func TestNextTickDueIsTheFirstTickThatActs(t *testing.T) {
 	lost.Tick()
 	lost.Advance(lost.Ready())
 	nextTickDueIsExact(t, "lost", lost)
+	lost.Tick()
+	lost.Tick() // one tick before its next queries
+	nextTickDueIsExact(t, "lost, a tick from its queries", lost)
+	r = follower2(t, Persisted{})
+	for r.silentIn() > 1 {
+		r.Tick()
+	}
+	nextTickDueIsExact(t, "a tick from falling silent", r)
 	c, _ := settled3(t)
 	c.tick(1)
 	if c.rs[1].Status().LeaseTicks == 0 {
@@ -1050,9 +1065,10 @@ func TestStaleUnknownClearsNoReport(t *testing.T) {
 // recoverPromise's `unknown == 0`: in a group of two, the lost replica
 // recovers on its one peer's report.
 func TestLostReplicaOfTwoRecoversOnItsPeersReport(t *testing.T) {
-	r, _ := New(Config{ID: 1, Replicas: []NodeID{1, 2}, ElectionTicks: 10, Seed: 1}, Persisted{PromiseLost: true, LostNonce: 3})
-	r.Step(Message{Type: MsgPromiseReport, From: 2, To: 1, Epoch: 4, Tick: 3})
-	if st := r.Status(); st.PromiseLost || st.Hard.Promised != 4 {
+	r, _ := New(Config{ID: 2, Replicas: []NodeID{1, 2}, ElectionTicks: 10, Seed: 1}, Persisted{PromiseLost: true, LostNonce: 3})
+	r.Step(Message{Type: MsgPromiseReport, From: 1, To: 2, Epoch: 4, Tick: 3})
+	// It promises the bound to no one.
+	if st := r.Status(); st.PromiseLost || st.Hard != (HardState{Promised: 4}) {
 		t.Fatalf("after its peer's report: %+v", st)
 	}
 }
@@ -1270,13 +1286,14 @@ func TestRepeatedUnknownClearsNoLaterReport(t *testing.T) {
 }
 
 // chasing is a 3-replica group led by n1 (AppendEntriesMax 2, ChaseTicks
-// 3) whose n3 is cut off and lag entries behind, no tick run yet.
+// 3) whose n3 is cut off and lag entries behind, no tick run since.
 func chasing(t *testing.T, lag int) (*cluster, uint64) {
 	c := newClusterWith(t, 3, SyncQuorum, func(cfg *Config) {
 		cfg.AppendEntriesMax, cfg.ChaseTicks, cfg.ReservationTicks, cfg.ReservationEntriesMax = 2, 3, 5, 3
 	})
 	c.elect(1)
 	c.propose(1, "a")
+	c.tick(1) // n3 in sync: its chase window starts afresh
 	c.cut[3] = true
 	for i := range lag {
 		c.propose(1, fmt.Sprint(i))
@@ -1334,5 +1351,127 @@ func TestReservationBoundsAreInclusive(t *testing.T) {
 	c, _ = chasing(t, 4)
 	if floor, match := c.rs[1].RetainFloor(), c.peerMatch(1, 3); floor == match {
 		t.Fatalf("a follower 4 behind (bound 3) pins the log at %d", floor)
+	}
+}
+
+// New: a replica counts its ticks from 1 (a Message's Tick 0 is none).
+func TestTicksStartAtOne(t *testing.T) {
+	r, err := New(Config{ID: 1, Replicas: []NodeID{1, 2, 3}}, Persisted{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Ticks(); got != 1 {
+		t.Fatalf("Ticks() = %d at New", got)
+	}
+}
+
+// stepAppend's snapshot skip matches the first entry kept at the seq
+// before it, with that seq's own epoch (the snapshot point's here).
+func TestAppendBelowTheSnapshotMatchesAtTheSnapshotPoint(t *testing.T) {
+	r := follower2(t, PersistedFrom(HardState{Promised: 2, PromisedTo: 1},
+		[]Entry{{Seq: 1, Epoch: 1}, {Seq: 2, Epoch: 1}, {Seq: 3, Epoch: 1}, {Seq: 4, Epoch: 2}}))
+	r.Step(Message{Type: MsgAppend, From: 1, To: 2, Epoch: 2, PrevSeq: 4, PrevEpoch: 2, CommitSeq: 4})
+	r.Advance(r.Ready())
+	if got := r.CompactTo(3); got != 3 {
+		t.Fatalf("compacted to %d", got)
+	}
+	r.Step(Message{Type: MsgAppend, From: 1, To: 2, Epoch: 2, PrevSeq: 1, PrevEpoch: 1, CommitSeq: 4,
+		Entries: []Entry{{Seq: 2, Epoch: 1}, {Seq: 3, Epoch: 1}, {Seq: 4, Epoch: 2}, {Seq: 5, Epoch: 2}}})
+	rd := r.Ready()
+	if len(rd.Messages) != 1 || rd.Messages[0].Reject != RejectNone || rd.Messages[0].FlushedSeq != 5 || len(rd.Entries) != 1 {
+		t.Fatalf("Ready %+v", rd)
+	}
+}
+
+// wellFormed's seq-space bound: an Append that ends at the last seq but
+// one is well formed.
+func TestAppendAtTheEndOfTheSeqSpace(t *testing.T) {
+	top := ^uint64(0) - 2
+	r := follower2(t, PersistedFromSnapshot(HardState{Promised: 1, PromisedTo: 1}, top, 1, nil))
+	r.Step(Message{Type: MsgAppend, From: 1, To: 2, Epoch: 1, PrevSeq: top, PrevEpoch: 1, Entries: []Entry{{Seq: top + 1, Epoch: 1}}})
+	rd := r.Ready()
+	if len(rd.Messages) != 1 || rd.Messages[0].FlushedSeq != top+1 {
+		t.Fatalf("Ready %+v", rd)
+	}
+}
+
+// stepAppendAck's mismatch step: the next Append to the peer starts after
+// its hint, or one entry back when the hint is no lower.
+func TestMismatchMovesTheNextAppendToTheHint(t *testing.T) {
+	c, e := settled3(t)
+	for i := range 6 {
+		c.propose(1, fmt.Sprint(i))
+	}
+	r := c.rs[1]
+	last := r.Status().Last
+	for _, tc := range []struct{ next, hint, prev uint64 }{{last + 1, 2, 2}, {5, 10, 3}} {
+		i := r.peerIndex(2)
+		r.next[i] = tc.next
+		r.Step(Message{Type: MsgAppendAck, From: 2, To: 1, Epoch: e, Reject: RejectMismatch, HintSeq: tc.hint})
+		rd := r.Ready()
+		var prev []uint64
+		for _, m := range append(rd.Early, rd.Messages...) {
+			if m.Type == MsgAppend && m.To == 2 {
+				prev = append(prev, m.PrevSeq)
+			}
+		}
+		if !slices.Equal(prev, []uint64{tc.prev}) {
+			t.Fatalf("next %d, hint %d: Appends to n2 after prevs %v, want %d", tc.next, tc.hint, prev, tc.prev)
+		}
+		c.executor(1).Finish(r, rd)
+		c.queue = nil
+	}
+}
+
+// appendFor: after a SNAPSHOT, the peer's next Append goes on from the
+// snapshot point — neither a second SNAPSHOT nor a gap after it.
+func TestAppendAfterASnapshotGoesOnFromItsPoint(t *testing.T) {
+	c, _ := settled3(t)
+	c.cut[3] = true
+	for i := range 5 {
+		c.propose(1, fmt.Sprint(i))
+	}
+	r := c.rs[1]
+	snap := r.CompactTo(r.Status().CommitSeq) // past n3's match: its reservation ignored
+	s := c.stores[1]
+	s.snapSeq, s.snapEp = snap, s.log[snap-1].Epoch
+	if c.peerMatch(1, 3) >= snap {
+		t.Fatalf("setup: snapshot at %d, n3 at %d", snap, c.peerMatch(1, 3))
+	}
+	i := r.peerIndex(3)
+	r.next[i] = 1
+	var sent []Message
+	for range 2 {
+		r.dirty[i] = true
+		rd := r.Ready()
+		for _, m := range append(rd.Early, rd.Messages...) {
+			if m.To == 3 {
+				sent = append(sent, m)
+			}
+		}
+		if err := c.executor(1).Finish(r, rd); err != nil {
+			t.Fatal(err)
+		}
+		c.queue = nil
+	}
+	if len(sent) != 2 || sent[0].Type != MsgSnapshot || sent[1].Type != MsgAppend || sent[1].PrevSeq != snap {
+		t.Fatalf("to n3: %v, want a SNAPSHOT at %d then an Append after it", sent, snap)
+	}
+}
+
+// TransferTo's read-only case: a leader that lost its quorum refuses a
+// hand-off with ErrQuorumLost.
+func TestReadOnlyLeaderRefusesATransfer(t *testing.T) {
+	c, _ := settled3(t)
+	c.cut[2], c.cut[3] = true, true
+	c.tick(c.rs[1].cfg.AckTimeoutTicks + 1)
+	if !c.rs[1].Status().ReadOnly {
+		t.Fatal("setup: not read-only")
+	}
+	if err := c.rs[1].TransferTo(2); !errors.Is(err, ErrQuorumLost) {
+		t.Fatalf("read-only leader's TransferTo: %v", err)
+	}
+	if st := c.rs[1].Status(); st.TransferTo != 0 {
+		t.Fatalf("read-only leader transfers: %+v", st)
 	}
 }
