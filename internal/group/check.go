@@ -19,7 +19,6 @@ func (g *State) Check(topics Topics) *invariant.Violation {
 	if g.Mode == Shared {
 		return nil
 	}
-	epochOwner := map[uint64]map[Partition]string{}
 	owned := 0
 	for _, p := range g.partitions(topics) {
 		o := g.Owners[p]
@@ -37,10 +36,6 @@ func (g *State) Check(topics Topics) *invariant.Violation {
 		if o.Epoch == 0 || o.Epoch > g.AssignmentEpoch {
 			return invariant.Violated(invariant.ExclusiveDelivery, "group %s: %v held at epoch %d (assignment epoch %d)", g.Name, p, o.Epoch, g.AssignmentEpoch)
 		}
-		if epochOwner[o.Epoch] == nil {
-			epochOwner[o.Epoch] = map[Partition]string{}
-		}
-		epochOwner[o.Epoch][p] = o.Member
 		if o.Member != g.Target[p] {
 			n := g.Notices[o.Revoking]
 			if n == nil || n.Kind != NoticeRevoke || n.Member != o.Member {
