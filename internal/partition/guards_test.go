@@ -93,21 +93,27 @@ type carryProducerSpec struct {
 	entries []dedupEntry
 }
 
+// appendSpecWindow appends a window's entry count (k, or the entries'
+// when k < 0) and its entries, as carries and snapshots lay them out.
+func appendSpecWindow(b []byte, k int, entries []dedupEntry) []byte {
+	if k < 0 {
+		k = len(entries)
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(k))
+	for _, e := range entries {
+		b = binary.LittleEndian.AppendUint64(b, e.producerSeq)
+		b = binary.LittleEndian.AppendUint64(b, e.seq)
+		b = binary.LittleEndian.AppendUint64(b, e.epoch)
+	}
+	return b
+}
+
 func carryBytes(version byte, count int, ps []carryProducerSpec) []byte {
 	b := []byte{version}
 	b = binary.LittleEndian.AppendUint32(b, uint32(count))
 	for _, p := range ps {
 		b = binary.LittleEndian.AppendUint64(b, p.id)
-		k := p.k
-		if k < 0 {
-			k = len(p.entries)
-		}
-		b = binary.LittleEndian.AppendUint32(b, uint32(k))
-		for _, e := range p.entries {
-			b = binary.LittleEndian.AppendUint64(b, e.producerSeq)
-			b = binary.LittleEndian.AppendUint64(b, e.seq)
-			b = binary.LittleEndian.AppendUint64(b, e.epoch)
-		}
+		b = appendSpecWindow(b, p.k, p.entries)
 	}
 	return b
 }
@@ -275,16 +281,7 @@ func snapBytes(version byte, applied, epoch uint64, groups []snapGroupSpec, coun
 		b = binary.LittleEndian.AppendUint64(b, p.floor)
 		b = binary.LittleEndian.AppendUint64(b, p.lastSeq)
 		b = binary.LittleEndian.AppendUint64(b, p.maxSeen)
-		k := p.k
-		if k < 0 {
-			k = len(p.entries)
-		}
-		b = binary.LittleEndian.AppendUint32(b, uint32(k))
-		for _, e := range p.entries {
-			b = binary.LittleEndian.AppendUint64(b, e.producerSeq)
-			b = binary.LittleEndian.AppendUint64(b, e.seq)
-			b = binary.LittleEndian.AppendUint64(b, e.epoch)
-		}
+		b = appendSpecWindow(b, p.k, p.entries)
 	}
 	return b
 }

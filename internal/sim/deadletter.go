@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"errors"
 	"maps"
 	"strconv"
 
@@ -83,10 +82,9 @@ func (dw *deadLetterWatch) observePartition(b *broker, info wire.PartitionInfo) 
 	for from <= info.CommitSeq {
 		entries, err := b.node.Read(deadLetterTopic, info.Partition, from, 256)
 		if err != nil || len(entries) == 0 {
-			if errors.Is(err, storage.ErrOutOfRange) || err == nil {
-				return // not applied here yet: looked at again later
-			}
-			return // not hosted here, or damaged: the healthy copies are read
+			// Not applied here yet (looked at again later), not hosted
+			// here, or damaged: the healthy copies are read.
+			return
 		}
 		for i := range entries {
 			e := &entries[i]
