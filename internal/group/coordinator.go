@@ -29,9 +29,16 @@ type memberKey struct {
 	incarnation   uint64
 }
 
+// noticeKey names a notice by its member's incarnation too: a group
+// deleted and joined again between two ticks numbers its notices from 1
+// again, and without it the new incarnation's notice would inherit the
+// old one's send times — held back until the old one's resend, and a
+// REVOKE's rebalance timeout counted from the old one's first send. A
+// member incarnation (the metadata seq of its JOIN) is never reused.
 type noticeKey struct {
-	group string
-	id    uint64
+	group       string
+	id          uint64
+	incarnation uint64
 }
 
 type sentAt struct{ first, last int64 }
@@ -77,7 +84,7 @@ func (c *Coordinator) Tick(now int64, groups []*State) Effects {
 			}
 		}
 		for _, n := range g.PendingNotices() {
-			k := noticeKey{g.Name, n.ID}
+			k := noticeKey{g.Name, n.ID, n.Incarnation}
 			liveNotices[k] = true
 			s, ok := c.sent[k]
 			if m := g.Members[n.Member]; ok && n.Kind == NoticeRevoke && m != nil && now-s.first > m.RebalanceTimeoutMs {

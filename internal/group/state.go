@@ -178,6 +178,8 @@ type Command struct {
 	RebalanceTimeoutMs int64    `json:"rebalance_timeout_ms,omitempty"`
 	JoinID             uint64   `json:"join_id,omitempty"`
 	// Leave and fence: the incarnation meant (0: any, for LEAVE).
+	// ControlAck: the incarnation acking (0: any; a notice id is reused
+	// by a group's next incarnation).
 	Incarnation uint64 `json:"incarnation,omitempty"`
 	// ControlAck: the notice acknowledged.
 	Notice uint64 `json:"notice,omitempty"`
@@ -221,6 +223,12 @@ func (g *State) Apply(seq uint64, c Command, topics Topics, mut Mutations) (Outc
 		n, ok := g.Notices[c.Notice]
 		if !ok || n.Member != c.Member {
 			return Duplicate, nil
+		}
+		if c.Incarnation != 0 && c.Incarnation != n.Incarnation {
+			// An ack of an earlier incarnation's notice of the same id: the
+			// group was deleted and joined again, numbering its notices
+			// from 1 again, between the ack's decision and its apply.
+			return Ignored, nil
 		}
 		delete(g.Notices, n.ID)
 		if n.Kind == NoticeRevoke {
