@@ -28,11 +28,13 @@ func (r *Replica) CompactTo(seq uint64) uint64 {
 // watchChase detects tail chasing: over each window of ChaseTicks a
 // lagging follower must shrink its lag, or its reservation is revoked (it
 // will rebuild from a snapshot instead of chasing the tail forever). A
-// follower that catches up (lag within one Append) gets it back.
+// follower that catches up (lag within one Append) gets it back. The first
+// window after a follower falls behind only measures its lag: whatever lag
+// it had while in sync is no baseline (ChaseFromABaseline).
 func (r *Replica) watchChase(i int) {
 	lag := r.last - min(r.match[i], r.last)
 	if lag <= uint64(r.cfg.AppendEntriesMax) {
-		r.revoked[i], r.chaseAge[i], r.chaseLag[i] = false, 0, lag
+		r.revoked[i], r.chaseAge[i], r.chaseLag[i] = false, 0, 0
 		return
 	}
 	r.chaseAge[i]++

@@ -1335,6 +1335,26 @@ func TestTailChaseRevokesOnlyALagThatDoesNotShrink(t *testing.T) {
 	}
 }
 
+// ChaseFromABaseline: a follower that was in sync one record behind (a lag
+// within one Append) and then falls behind gets the same two windows as
+// one that was level: its in-sync lag is no baseline for the first.
+func TestTailChaseFirstWindowOnlyMeasuresAfterAnInSyncLag(t *testing.T) {
+	c, _ := chasing(t, 1)
+	c.tick(1) // n3 in sync, one record behind
+	if c.peerMatch(1, 3) != c.rs[1].last-1 {
+		t.Fatalf("n3 match %d, leader's last %d: want one behind", c.peerMatch(1, 3), c.rs[1].last)
+	}
+	for i := range 10 {
+		c.propose(1, fmt.Sprint("b", i))
+	}
+	for tick := 1; tick <= 6; tick++ {
+		c.tick(1)
+		if got, want := c.rs[1].revoked[2], tick == 6; got != want {
+			t.Fatalf("a stuck follower after %d ticks: revoked %v", tick, got)
+		}
+	}
+}
+
 // RetainFloor: a follower pins the leader's log while heard within
 // ReservationTicks and at most ReservationEntriesMax behind — both
 // bounds included.
