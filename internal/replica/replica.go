@@ -837,7 +837,14 @@ func (r *Replica) AppendShort(to NodeID, sent uint64) {
 }
 
 // Advance reports that the last Ready was carried out: its state is durable
-// and its messages are sent.
+// and its messages are sent. Nothing may reach the replica between Ready
+// and Advance (no Step, Tick, Propose or other call that changes it):
+// Advance marks everything up to the log's end durable and drops whatever
+// was pending, so an entry proposed in between would count as flushed
+// without being written, and a message queued in between would be lost.
+// Every driver carries out a Ready through Executor.Begin and Finish
+// before it takes the next event (the model checker explores only a crash
+// in between).
 func (r *Replica) Advance(rd Ready) {
 	if len(rd.Entries) > 0 || rd.Truncate || rd.Snapshot != nil {
 		r.durable = r.last
