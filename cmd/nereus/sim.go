@@ -23,30 +23,31 @@ func init() {
 
 func newSimCmd() *cobra.Command {
 	var (
-		seed, seeds uint64
-		steps       int
-		faults      string
-		asJSON      bool
-		trace       bool
-		logs        bool
-		golden      string
-		replicas    int
-		policy      string
-		compact     bool
-		shortReads  bool
-		diskFaults  bool
-		clockFaults bool
-		nodes       int
-		mutation    string
-		listMut     bool
-		members     bool
-		pubBatch    bool
-		deadLetters bool
-		retention   bool
-		schedules   int
-		kvOps       int
-		churn       int
-		groupDels   int
+		seed, seeds  uint64
+		steps        int
+		faults       string
+		asJSON       bool
+		trace        bool
+		logs         bool
+		golden       string
+		replicas     int
+		policy       string
+		compact      bool
+		shortReads   bool
+		diskFaults   bool
+		clockFaults  bool
+		nodes        int
+		mutation     string
+		listMut      bool
+		members      bool
+		pubBatch     bool
+		deadLetters  bool
+		retention    bool
+		retentionAge int64
+		schedules    int
+		kvOps        int
+		churn        int
+		groupDels    int
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -93,6 +94,9 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 					}
 				}
 			}
+			if retentionAge < 0 || retentionAge > 0 && !retention {
+				return errors.New("--retention-age needs --retention and a positive age in virtual ms")
+			}
 			if listMut {
 				names := slices.Sorted(maps.Keys(sim.NodeMutations))
 				if nodes > 0 {
@@ -112,6 +116,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				}
 				if retention {
 					o.Retention = sim.RetentionPreset
+					o.Retention.AgeMs = retentionAge
 				}
 				if logs {
 					o.Logs = cmd.ErrOrStderr()
@@ -159,6 +164,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				o := sim.Options{Seed: s, Steps: steps, Faults: f, KeepTrace: trace, PubBatch: pubBatch, Members: members, DeadLetters: deadLetters, Mutations: mutations}
 				if retention {
 					o.Retention = sim.RetentionPreset
+					o.Retention.AgeMs = retentionAge
 				}
 				if logs {
 					o.Logs = cmd.ErrOrStderr()
@@ -221,6 +227,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
 	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty, CoordinatorAnswersCurrent)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved, CoordinatorAnswersCurrent)")
+	fl.Int64Var(&retentionAge, "retention-age", 0, "with --retention: the topic's records also expire this many virtual ms after they were written, an idle partition's last ones included")
 	fl.BoolVar(&retention, "retention", false, "the workload's topic keeps 4 KiB a partition (1 KiB segments): retention compacts it all the time, past producers' records (with --nodes: dedup carries, lagging replicas rebuilt; a single node: its dedup snapshot and copy, 300 messages a producer)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations a single node's runs can carry (with --nodes: a cluster's)")

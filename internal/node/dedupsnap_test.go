@@ -475,8 +475,9 @@ func TestDedupCarryKeepsStaleProducersAcrossRestarts(t *testing.T) {
 	// holding 7's last record is sealed (only sealed segments go, and a
 	// segment rolls at the append after it is full): a follower that got
 	// 7's and 8's records in one large catch-up batch held them all in its
-	// active segment, and with the partition idle never compacted past 7
-	// (seen under load: a follower's log start stayed at 96).
+	// active segment, and with the partition idle compacted past 7 only once
+	// that segment expired whole (seen under load, before idle segments
+	// were sealed at all: a follower's log start stayed at 96).
 	for _, id := range []uint64{7, 8, 9} {
 		for i := range uint64(100) {
 			_, oks[[2]uint64{id, i}] = tc.publishAnywhere(&wire.Pub{Topic: "t", Partition: 0, ProducerID: id, ProducerSeq: i,

@@ -389,6 +389,11 @@ func (p *localStore) applyRetention() {
 	if p.failure != nil {
 		return
 	}
+	// An idle partition's last records expire too (IdleLogExpires).
+	if _, err := p.log.SealExpired(p.node.nowMs()); err != nil {
+		p.node.log.Error("retention failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		return
+	}
 	_, _, limit := p.compaction()
 	point := p.log.RetentionPoint(p.node.nowMs(), limit())
 	if point > p.snaps.applied && p.node.cfg.DedupSnapshotBytes >= 0 && !p.node.cfg.Mutations.RetentionPastDedupSnapshot {

@@ -74,6 +74,16 @@ func (m *Member) Compact() error {
 	if m.cfg.Storage.RetentionBytes == 0 && m.cfg.Storage.RetentionAgeMs == 0 {
 		return nil
 	}
+	// An idle log's last records expire too (IdleLogExpires); the
+	// leader's shell sees the sealed segment and carries what it must,
+	// after a seal record that starts a segment on every replica.
+	sealed, err := m.log.SealExpired(m.cfg.Clock.NowMs())
+	if err != nil {
+		return err
+	}
+	if sealed && m.k.Status().Role == replica.Leader {
+		m.Propose(NewProposalFunc(sealRecord, func(_, _ uint64, _ error) {}))
+	}
 	limit := m.k.RetainFloor()
 	if m.cfg.CompactLimit != nil {
 		limit = min(limit, m.cfg.CompactLimit())

@@ -458,7 +458,6 @@ func (s memberStore) Append(entries []replica.Entry) error {
 		j, bytes := i, 0
 		recs := s.m.appendRecords[:0] // reused: Append runs on the member's goroutine only
 		for ; j < len(entries) && entries[j].Epoch == entries[i].Epoch && (j == i || bytes+len(entries[j].Data) <= batchBytesMax); j++ {
-			bytes += len(entries[j].Data)
 			rec := installRecord
 			if data := entries[j].Data; len(data) > 0 {
 				var err error
@@ -466,6 +465,15 @@ func (s memberStore) Append(entries []replica.Entry) error {
 					return fmt.Errorf("replog: entry %d: %w", entries[j].Seq, err)
 				}
 			}
+			if isSeal(&rec) {
+				if j > i {
+					break // it starts the next batch, in a segment of its own
+				}
+				if _, err := s.m.log.Seal(); err != nil {
+					return err
+				}
+			}
+			bytes += len(entries[j].Data)
 			recs = append(recs, rec)
 		}
 		first, err := s.m.log.Append(entries[i].Epoch, recs)

@@ -159,6 +159,22 @@ const ControlHeader = "nereus-control"
 
 var installRecord = storage.Record{Headers: []storage.Header{{Key: ControlHeader, Value: []byte("install")}}}
 
+// sealRecord is what a leader proposes once it sealed its active segment
+// because every record in it expired (storage.Log.SealExpired, in
+// Compact): each replica seals its own active segment before it appends
+// it (memberStore.Append). What the leader writes after its seal — a dedup
+// carry, a group's checkpoint, records compaction must keep — then starts
+// a segment on every replica, and the expired records before it can go
+// everywhere (IdleLogExpires). A follower that took such a record into
+// the segment of the expired ones could never delete that segment while
+// its partition stayed idle.
+var sealRecord = storage.Record{Headers: []storage.Header{{Key: ControlHeader, Value: []byte("seal")}}}
+
+func isSeal(r *storage.Record) bool {
+	return len(r.Headers) == 1 && r.Headers[0].Key == ControlHeader && string(r.Headers[0].Value) == "seal" &&
+		len(r.Key) == 0 && len(r.Value) == 0
+}
+
 // IsControl reports whether a record in a replicated log is a control
 // record (an install entry, or a record of derived state such as a group's
 // acks), not a message: consumers skip it. Its first header is

@@ -116,7 +116,11 @@ type ClusterOptions struct {
 // partition's start are then gone on purpose: the checker requires them
 // neither delivered nor read back.
 type ClusterRetention struct {
-	Bytes            int64 // the topic's RetentionBytes (0: no retention)
+	Bytes int64 // the topic's RetentionBytes (0: no retention)
+	// AgeMs is the topic's RetentionMs (0: none); with Bytes only. Records
+	// then also expire by age, an idle partition's last ones included
+	// (IdleLogExpires: its active segment is sealed).
+	AgeMs            int64
 	SegmentBytesMax  int64 // node.Config.SegmentBytesMax
 	RetentionCheckMs int64 // node.Config.RetentionCheckMs
 	// ReservationMs is how long a leader keeps the log a silent follower
@@ -131,6 +135,21 @@ type ClusterRetention struct {
 // passes producers' records all the time (dedup carries), and lagging
 // replicas rebuild from the leader's snapshot point.
 var RetentionPreset = ClusterRetention{Bytes: 4096, SegmentBytesMax: 1024, RetentionCheckMs: 20, ReservationMs: 200}
+
+// retentionFlags is the sim command's flags for r ("" when it has none).
+func retentionFlags(r ClusterRetention) (string, bool) {
+	age := r.AgeMs
+	r.AgeMs = 0
+	switch {
+	case r == (ClusterRetention{}) && age == 0:
+		return "", true
+	case r != RetentionPreset:
+		return "", false
+	case age > 0:
+		return fmt.Sprintf(" --retention --retention-age %d", age), true
+	}
+	return " --retention", true
+}
 
 func (o *ClusterOptions) setDefaults() {
 	if o.Nodes == 0 {
@@ -295,9 +314,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	if o.SchedOutageMsMax != 0 {
 		cmd += fmt.Sprintf(" # with ClusterOptions.SchedOutageMsMax %d (no CLI flag: run it from a test)", o.SchedOutageMsMax)
 	}
-	if o.Retention == RetentionPreset {
-		cmd += " --retention"
-	} else if o.Retention != (ClusterRetention{}) {
+	if flags, ok := retentionFlags(o.Retention); ok {
+		cmd += flags
+	} else {
 		cmd += fmt.Sprintf(" # with ClusterOptions.Retention %+v (no CLI flag: run it from a test)", o.Retention)
 	}
 	for name, m := range ClusterMutations {
@@ -339,8 +358,8 @@ func newClusterSim(o ClusterOptions) *sim {
 	s := &sim{opts: Options{Seed: o.Seed, Steps: o.Steps, Producers: o.Producers, MessagesPerProducer: o.MessagesPerProducer,
 		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace, DeadLetters: o.DeadLetters && o.GroupDeletes == 0},
 		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: uint8(o.Nodes), syncAll: o.SyncAll,
-		retentionBytes: o.Retention.Bytes,
-		clusterFaults:  o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, memberEvents: map[string]int{}}
+		retentionBytes: o.Retention.Bytes, retentionMs: o.Retention.AgeMs,
+		clusterFaults: o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, memberEvents: map[string]int{}}
 	s.opts.setDefaults()
 	if o.Retention.Bytes > 0 {
 		s.replays = newReplayWatch(chk)

@@ -131,7 +131,7 @@ func (lw *logWatcher) observe() {
 		return
 	}
 	for _, t := range b.node.Metadata([]string{simTopic}) {
-		if t.Config.RetentionBytes != lw.s.retentionBytes && !lw.s.retentionLost {
+		if (t.Config.RetentionBytes != lw.s.retentionBytes || t.Config.RetentionMs != lw.s.retentionMs) && !lw.s.retentionLost {
 			// A repair rebuilt topics.json (OPERATIONS: settings such as
 			// retention back to their defaults, "set them again" — but no
 			// command can: a DECLARE with them gets TOPIC_CONFLICT).

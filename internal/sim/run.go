@@ -161,9 +161,9 @@ func Reproduce(o Options) string {
 	if o.DeadLetters {
 		cmd += " --dead-letters"
 	}
-	if o.Retention == RetentionPreset {
-		cmd += " --retention"
-	} else if o.Retention != (ClusterRetention{}) {
+	if flags, ok := retentionFlags(o.Retention); ok {
+		cmd += flags
+	} else {
 		cmd += fmt.Sprintf(" # with Options.Retention %+v (no CLI flag: run it from a test)", o.Retention)
 	}
 	for _, name := range slices.Sorted(maps.Keys(NodeMutations)) {
@@ -279,8 +279,9 @@ type sim struct {
 	net      *peerNet  // a cluster's peer network (nil on a single node)
 	replicas uint8     // the topic's replication factor (0: the default)
 	syncAll  bool      // the topic is sync_all (cluster runs)
-	// retentionBytes is the topic's RetentionBytes (0: none).
-	retentionBytes int64
+	// retentionBytes and retentionMs are the topic's RetentionBytes and
+	// RetentionMs (0: none).
+	retentionBytes, retentionMs int64
 	// logWatch follows a single node's committed log with a retention
 	// (retention.go; nil: none).
 	logWatch *logWatcher
@@ -387,7 +388,7 @@ func newSim(opts Options) *sim {
 		memberEvents: map[string]int{}}
 	s.watchForRepair()
 	if opts.Retention.Bytes > 0 {
-		s.retentionBytes = opts.Retention.Bytes
+		s.retentionBytes, s.retentionMs = opts.Retention.Bytes, opts.Retention.AgeMs
 		chk.retained = map[uint32]uint64{}
 		b.segmentBytesMax, b.retentionCheckMs = opts.Retention.SegmentBytesMax, opts.Retention.RetentionCheckMs
 		s.watchCommittedLog()
@@ -404,9 +405,9 @@ func (s *sim) dial(cl client, at int) *conn {
 }
 
 func (s *sim) topicConfig() wire.TopicConfig {
-	tc := wire.TopicConfig{Name: simTopic, Partitions: s.opts.Partitions, Replicas: s.replicas, RetentionBytes: s.retentionBytes}
+	tc := wire.TopicConfig{Name: simTopic, Partitions: s.opts.Partitions, Replicas: s.replicas, RetentionBytes: s.retentionBytes, RetentionMs: s.retentionMs}
 	if s.retentionLost {
-		tc.RetentionBytes = 0
+		tc.RetentionBytes, tc.RetentionMs = 0, 0
 	}
 	if s.syncAll {
 		tc.Ack = wire.AckAll

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -874,5 +875,78 @@ func BenchmarkAppend1KiB(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+// IdleLogExpires: a log that stopped growing rolls its active segment once
+// every record in it is older than RetentionAgeMs, so that retention can
+// delete its last records too; the log is then empty and takes the next
+// seq after a restart, and a roll makes what it sealed durable. A segment
+// of undated records, or a log without an age limit, is not rolled.
+func TestSealExpiredLetsAnIdleLogExpire(t *testing.T) {
+	m := vfs.NewMem()
+	opts := smallOpts()
+	opts.RetentionAgeMs = 1000
+	l := openLog(t, m, opts)
+	for i := range 3 {
+		r := testRecord(i)
+		r.TimestampMs = int64(100 + i)
+		if _, err := l.Append(1, []Record{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sealed, err := l.SealExpired(1102); sealed || err != nil {
+		t.Fatalf("at 1102 the newest record is 1000 ms old: sealed %v, %v", sealed, err)
+	}
+	if got := len(segmentFiles(t, m, ".log")); got != 1 {
+		t.Fatalf("%d segments, want 1", got)
+	}
+	if sealed, err := l.SealExpired(1103); !sealed || err != nil {
+		t.Fatalf("at 1103 every record is older than 1000 ms: sealed %v, %v", sealed, err)
+	}
+	if sealed, err := l.SealExpired(5000); sealed || err != nil {
+		t.Fatalf("an empty active segment was sealed: %v, %v", sealed, err)
+	}
+	if sealed, err := l.Seal(); sealed || err != nil {
+		t.Fatalf("Seal sealed an empty active segment: %v, %v", sealed, err)
+	}
+	if got := len(segmentFiles(t, m, ".log")); got != 2 {
+		t.Fatalf("%d segments after the roll, want 2", got)
+	}
+	m.CrashClean() // the roll synced the records it sealed
+	l = openLog(t, m, opts)
+	if l.StartSeq() != 1 || l.NextSeq() != 4 {
+		t.Fatalf("after a crash: [%d, %d), want [1, 4)", l.StartSeq(), l.NextSeq())
+	}
+	point := l.RetentionPoint(1103, math.MaxUint64)
+	if point != 3 {
+		t.Fatalf("retention point %d, want 3", point)
+	}
+	if n, err := l.DeleteThrough(point); n != 1 || err != nil {
+		t.Fatalf("DeleteThrough: %d, %v", n, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, m, opts)
+	defer l.Close()
+	if l.StartSeq() != 4 || l.NextSeq() != 4 {
+		t.Fatalf("an expired log reopened at [%d, %d), want [4, 4)", l.StartSeq(), l.NextSeq())
+	}
+	if seq, err := l.Append(1, []Record{{Value: []byte("undated")}}); seq != 4 || err != nil {
+		t.Fatalf("append after expiry: seq %d, %v; want 4", seq, err)
+	}
+	if sealed, err := l.SealExpired(math.MaxInt64); sealed || err != nil {
+		t.Fatalf("a segment of an undated record was sealed: %v, %v", sealed, err)
+	}
+
+	opts.RetentionAgeMs = 0
+	l2 := openLog(t, vfs.NewMem(), opts)
+	defer l2.Close()
+	if _, err := l2.Append(1, []Record{testRecord(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if sealed, err := l2.SealExpired(math.MaxInt64); sealed || err != nil {
+		t.Fatalf("a log without an age limit was sealed: %v, %v", sealed, err)
 	}
 }

@@ -313,6 +313,48 @@ func (l *Log) ApplyRetention(nowMs int64) (segmentsDeleted int, err error) {
 	return l.DeleteThrough(l.RetentionPoint(nowMs, math.MaxUint64))
 }
 
+// SealExpired seals the active segment (rolls the log) when it holds a
+// dated record (a timestamp above 0) and all of its records are older than
+// RetentionAgeMs at nowMs, and reports whether it did. Retention deletes
+// only sealed segments: without it the last records of a log that stopped
+// growing would outlive RetentionAgeMs for good (IdleLogExpires). Undated
+// records (a replicated log's control records) never make a segment
+// expire on their own, so the records written when retention deletes (a
+// dedup carry, a group's checkpoint) do not roll the log again and again.
+func (l *Log) SealExpired(nowMs int64) (bool, error) {
+	return l.sealIf(func(active *segment) bool {
+		return l.opts.RetentionAgeMs > 0 && active.maxTimestampMs > 0 &&
+			olderThan(active.maxTimestampMs, nowMs, l.opts.RetentionAgeMs)
+	})
+}
+
+// Seal seals the active segment (rolls the log) when it holds records, and
+// reports whether it did: a replica follows its leader's SealExpired with
+// it, so that what the leader appends after its seal starts a segment on
+// every replica.
+func (l *Log) Seal() (bool, error) {
+	return l.sealIf(func(active *segment) bool { return active.nextSeq > active.baseSeq })
+}
+
+// sealIf rolls the log when due says so of its active segment.
+func (l *Log) sealIf(due func(active *segment) bool) (bool, error) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if err := l.writerCheck(); err != nil {
+		return false, err
+	}
+	l.mu.RLock()
+	sealing := due(l.active())
+	l.mu.RUnlock()
+	if !sealing {
+		return false, nil
+	}
+	if err := l.roll(); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // RetentionPoint is the last seq of the newest sealed segment that
 // retention (RetentionBytes, RetentionAgeMs at nowMs) would delete, oldest
 // first, without deleting any segment that holds a seq above limit: the
