@@ -293,13 +293,22 @@ func snapBytes(version byte, applied, epoch uint64, groups []snapGroupSpec, coun
 // size (0, above DedupWindowMax), latest mention (0, beyond applied),
 // producer twice, recency order ((lastSeq, id) rising), entry (seq 0 or
 // beyond applied, epoch 0 or beyond the snapshot's, producer_seq above
-// the highest seen) and trailing bytes.
+// the highest seen), the highest seen against the window (its highest
+// entry; a floor at most one past it) and trailing bytes.
 func TestDecodeSnapshotRefusesEachBadField(t *testing.T) {
 	cfg := Config{DedupWindowMax: 2, ProducersMax: 2}
 	const applied, epoch = 50, 4
 	e := func(ps, s, ep uint64) dedupEntry { return dedupEntry{producerSeq: ps, seq: s, epoch: ep} }
 	p := func(id, lastSeq uint64, es ...dedupEntry) snapProducerSpec {
-		return snapProducerSpec{id: id, floor: 0, lastSeq: lastSeq, maxSeen: 9, k: -1, entries: es}
+		var maxSeen uint64
+		for _, e := range es {
+			maxSeen = max(maxSeen, e.producerSeq)
+		}
+		return snapProducerSpec{id: id, floor: 0, lastSeq: lastSeq, maxSeen: maxSeen, k: -1, entries: es}
+	}
+	with := func(sp snapProducerSpec, floor, maxSeen uint64) []snapProducerSpec {
+		sp.floor, sp.maxSeen = floor, maxSeen
+		return []snapProducerSpec{sp}
 	}
 	groups := []snapGroupSpec{{"a", 1}, {"b", applied}}
 	// At every bound: a group needing the applied seq, a full window, an
@@ -315,6 +324,9 @@ func TestDecodeSnapshotRefusesEachBadField(t *testing.T) {
 	}
 	if _, err := DecodeSnapshot(snapBytes(snapshotVersion, 0, 0, nil, 0, nil), cfg); err != nil {
 		t.Fatalf("the empty snapshot: %v", err)
+	}
+	if _, err := DecodeSnapshot(snapBytes(snapshotVersion, applied, epoch, nil, 1, with(p(3, 40, e(1, 10, 1), e(9, 11, 1)), 10, 9)), cfg); err != nil {
+		t.Fatalf("a floor just past the highest seen: %v", err)
 	}
 	three := []snapProducerSpec{p(3, 40, e(1, 10, 1)), p(4, 41, e(1, 10, 1)), p(5, 42, e(1, 10, 1))}
 	for _, tc := range []struct {
@@ -340,7 +352,9 @@ func TestDecodeSnapshotRefusesEachBadField(t *testing.T) {
 		{"an entry beyond applied", snapBytes(snapshotVersion, applied, epoch, nil, 1, []snapProducerSpec{p(3, 40, e(1, applied+1, 1))})},
 		{"an entry under epoch 0", snapBytes(snapshotVersion, applied, epoch, nil, 1, []snapProducerSpec{p(3, 40, e(1, 10, 0))})},
 		{"an entry under a later epoch", snapBytes(snapshotVersion, applied, epoch, nil, 1, []snapProducerSpec{p(3, 40, e(1, 10, epoch+1))})},
-		{"an entry above the highest seen", snapBytes(snapshotVersion, applied, epoch, nil, 1, []snapProducerSpec{p(3, 40, e(10, 10, 1))})},
+		{"an entry above the highest seen", snapBytes(snapshotVersion, applied, epoch, nil, 1, with(p(3, 40, e(10, 10, 1)), 0, 9))},
+		{"a highest seen above the window", snapBytes(snapshotVersion, applied, epoch, nil, 1, with(p(3, 40, e(1, 10, 1), e(9, 11, 1)), 0, 12))},
+		{"a floor past the highest seen + 1", snapBytes(snapshotVersion, applied, epoch, nil, 1, with(p(3, 40, e(1, 10, 1), e(9, 11, 1)), 11, 9))},
 		{"trailing bytes", append(snapBytes(snapshotVersion, applied, epoch, groups, 2, good), 0)},
 	} {
 		if s, err := DecodeSnapshot(tc.b, cfg); err == nil {

@@ -135,6 +135,15 @@ func DecodeSnapshot(b []byte, cfg Config) (*Snapshot, error) {
 		}
 		// The window is sorted by producer_seq, whatever order they came in.
 		slices.SortFunc(entries, func(a, b dedupEntry) int { return cmp.Compare(a.producerSeq, b.producerSeq) })
+		// A window never forgets its highest producer_seq (it evicts the
+		// lowest), and its floor is raised only past seqs it saw: a maxSeen
+		// above its entries would stop appends below it from moving the
+		// producer's latest mention, a floor past maxSeen+1 would refuse
+		// new seqs as too old.
+		if top := entries[len(entries)-1].producerSeq; top != w.maxSeen || w.floor > w.maxSeen+1 {
+			d.fail("producer %d: highest seq %d, highest seen %d, floor %d", w.id, top, w.maxSeen, w.floor)
+			break
+		}
 		w.ring, w.n = entries, len(entries)
 		s.producers.byID[w.id] = w
 		s.producers.link(w) // the newest so far: O(1)
