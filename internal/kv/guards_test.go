@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -383,5 +384,213 @@ func TestLoadCheckpointRefusesWhatDoesNotFit(t *testing.T) {
 		if b, err := LoadCheckpoint(cfg, tc.c, tc.lastSeq); !errors.Is(err, tc.want) || b != nil {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
+	}
+}
+
+// A Seeker passes over a run of chunks cut short (its leader lost office
+// mid-run) and loads the next checkpoint from its own chunks alone,
+// whether a record sits between the two runs (the pass-over keeps what
+// the cut run left) or the next run follows at once. Pins Seeker.Add's
+// reset of the checkpoint body at a first chunk.
+func TestASeekerLoadsTheCheckpointAfterACutRun(t *testing.T) {
+	for _, between := range []bool{true, false} {
+		r, _ := checkpointScenario(t, Mutations{}, func(r *bucketRun, chunks []Record) {
+			r.mustApply(t, chunks[0])
+			if between {
+				r.mustApply(t, put("c", "after the cut", 4))
+			}
+			again, err := r.b.CheckpointRecords(24, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range again {
+				r.mustApply(t, c)
+			}
+		})
+		r.mustApply(t, put("a", "4", 6))
+		b := seekFrom(t, r, Mutations{}, 1)
+		if b == nil {
+			t.Fatalf("a record between the runs %v: no checkpoint found", between)
+		}
+		if !bytes.Equal(AppendSnapshot(nil, b.Snapshot()), AppendSnapshot(nil, r.b.Snapshot())) || b.LastCheckpoint() != r.b.LastCheckpoint() {
+			t.Fatalf("a record between the runs %v: the rebuilt bucket differs (checkpoint %d, want %d)", between, b.LastCheckpoint(), r.b.LastCheckpoint())
+		}
+	}
+}
+
+// The record and snapshot layouts name their ops as the format comments
+// say — "put", "del", "compact", "checkpoint" in OpHeader, op byte 1 put
+// and 2 del in a snapshot — so that replicas of other builds read them.
+// Pins Op.String's cases and OpPut = iota + 1.
+func TestTheLayoutsNameTheirOpsAsDocumented(t *testing.T) {
+	for op, name := range map[Op]string{OpPut: "put", OpDelete: "del", OpCompact: "compact", OpCheckpoint: "checkpoint"} {
+		w := Write{Op: op, Key: []byte("k")}
+		switch op {
+		case OpCompact:
+			w.Key = nil
+		case OpCheckpoint:
+			w.Key, w.Value, w.Chunk = nil, []byte("x"), CheckpointChunk{Base: 1, Count: 1}
+		}
+		r := EncodeRecord(w)
+		if got := string(r.Headers[0].Value); got != name {
+			t.Errorf("%v is written %q, want %q", op, got, name)
+		}
+		r.Headers[0].Value = []byte(name)
+		if got, err := DecodeRecord(r); err != nil || got.Op != op {
+			t.Errorf("%q reads as %v, %v; want %v", name, got.Op, err, op)
+		}
+	}
+	r := newRun(Mutations{})
+	r.mustApply(t, put("a", "1", 5))
+	r.mustApply(t, del("a", 7))
+	want := []byte{'K', 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2,
+		0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 5, 0, 1, 'a', 0, 0, 0, 1, '1',
+		0, 0, 0, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 0, 0, 0, 7, 0, 1, 'a', 0, 0, 0, 0}
+	if got := AppendSnapshot(nil, r.b.Snapshot()); !bytes.Equal(got, want) {
+		t.Errorf("the snapshot of a@1 put, a@2 deleted:\n got %x\nwant %x", got, want)
+	}
+	if s, err := DecodeSnapshot(want); err != nil || len(s.Revisions) != 2 || s.Revisions[0].Op != OpPut || s.Revisions[1].Op != OpDelete {
+		t.Errorf("the documented snapshot decodes to %+v, %v", s, err)
+	}
+}
+
+// A record's bounds are inclusive: a key of KeyBytesLimit bytes and a
+// value of ValueBytesLimit decode, one byte more of either is malformed;
+// a compaction carries neither a key nor a value. Pins checkKey's
+// len(key) > keyBytesMax, DecodeRecord's len(r.Value) > ValueBytesLimit
+// and its len(r.Value) != 0 for a compaction.
+func TestARecordAtItsBoundsDecodes(t *testing.T) {
+	op := func(name string) []Header { return []Header{{Key: OpHeader, Value: []byte(name)}} }
+	for _, tc := range []struct {
+		name string
+		r    Record
+		ok   bool
+	}{
+		{"a key of KeyBytesLimit", Record{Key: make([]byte, KeyBytesLimit), Headers: op("put")}, true},
+		{"a key of one byte more", Record{Key: make([]byte, KeyBytesLimit+1), Headers: op("put")}, false},
+		{"a value of ValueBytesLimit", Record{Key: []byte("k"), Value: make([]byte, ValueBytesLimit), Headers: op("put")}, true},
+		{"a value of one byte more", Record{Key: []byte("k"), Value: make([]byte, ValueBytesLimit+1), Headers: op("put")}, false},
+		{"a compaction", Record{Headers: op("compact")}, true},
+		{"a compaction with a value", Record{Value: []byte("v"), Headers: op("compact")}, false},
+	} {
+		_, err := DecodeRecord(tc.r)
+		if tc.ok && err != nil || !tc.ok && !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}
+
+// A snapshot's bounds are inclusive: a key of KeyBytesLimit bytes and a
+// value of ValueBytesLimit decode (one byte more of either is refused:
+// TestDecodeSnapshotRefusesDamage). Pins DecodeSnapshot's
+// keyBytes > KeyBytesLimit and valueBytes > ValueBytesLimit.
+func TestASnapshotAtItsBoundsDecodes(t *testing.T) {
+	s := Snapshot{Applied: 2, Floor: 1, Revisions: []Revision{
+		{Seq: 1, Op: OpPut, Key: strings.Repeat("k", KeyBytesLimit), Value: []byte("v")},
+		{Seq: 2, Op: OpPut, Key: "v", Value: make([]byte, ValueBytesLimit)},
+	}}
+	got, err := DecodeSnapshot(AppendSnapshot(nil, s))
+	if err != nil || len(got.Revisions) != 2 || len(got.Revisions[0].Key) != KeyBytesLimit || len(got.Revisions[1].Value) != ValueBytesLimit {
+		t.Fatalf("a key of %d bytes, a value of %d: %v", KeyBytesLimit, ValueBytesLimit, err)
+	}
+}
+
+// No proper prefix of a snapshot decodes: one cut anywhere, in a key or
+// a value length included, is refused, never read past its end. Pins
+// DecodeSnapshot's len(rest) < keyBytes+4.
+func TestNoPrefixOfASnapshotDecodes(t *testing.T) {
+	r := newRun(Mutations{})
+	r.mustApply(t, put("abc", "1", 5))
+	r.mustApply(t, del("abc", 7))
+	enc := AppendSnapshot(nil, r.b.Snapshot())
+	for n := range len(enc) {
+		if _, err := DecodeSnapshot(enc[:n:n]); !errors.Is(err, ErrSnapshot) {
+			t.Errorf("the first %d of %d bytes: %v, want ErrSnapshot", n, len(enc), err)
+		}
+	}
+}
+
+// A snapshot's revisions have strictly ascending seqs, none above the
+// applied seq, and its floor is at least 1 — also where floor-1 would
+// wrap around to an applied seq of MaxUint64; DecodeSnapshot and Restore
+// both refuse anything else with ErrSnapshot. Pins DecodeSnapshot's
+// s.Floor == 0, rev.Seq <= prev (not <) and rev.Seq > s.Applied, and
+// Restore's s.Floor == 0, rev.Seq <= prev (not <) and prev = rev.Seq.
+func TestASnapshotsSeqsAscendWithinItsFloorAndApplied(t *testing.T) {
+	rev := func(seq uint64, key string) Revision {
+		return Revision{Seq: seq, Op: OpPut, Key: key, Value: []byte("v")}
+	}
+	for _, tc := range []struct {
+		name string
+		s    Snapshot
+	}{
+		{"a seq twice", Snapshot{Applied: 3, Floor: 1, Revisions: []Revision{rev(2, "a"), rev(2, "b")}}},
+		{"a seq going back", Snapshot{Applied: 3, Floor: 1, Revisions: []Revision{rev(1, "a"), rev(3, "b"), rev(2, "c")}}},
+		{"the last seq above applied", Snapshot{Applied: 3, Floor: 1, Revisions: []Revision{rev(1, "a"), rev(4, "b")}}},
+		{"floor 0 at applied MaxUint64", Snapshot{Applied: math.MaxUint64, Floor: 0}},
+	} {
+		if _, err := DecodeSnapshot(AppendSnapshot(nil, tc.s)); !errors.Is(err, ErrSnapshot) {
+			t.Errorf("%s: DecodeSnapshot: %v, want ErrSnapshot", tc.name, err)
+		}
+		if b, err := Restore(testConfig(Mutations{}), tc.s); !errors.Is(err, ErrSnapshot) || b != nil {
+			t.Errorf("%s: Restore: %v, want ErrSnapshot", tc.name, err)
+		}
+	}
+}
+
+// Restore copies the values it is given: a bucket restored from a
+// decoded snapshot keeps its values when the bytes it was decoded from
+// are reused. Pins Restore's cloneValue.
+func TestRestoreCopiesTheValues(t *testing.T) {
+	r := newRun(Mutations{})
+	r.mustApply(t, put("a", "value", 5))
+	enc := AppendSnapshot(nil, r.b.Snapshot())
+	s, err := DecodeSnapshot(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Restore(testConfig(Mutations{}), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(enc)
+	if got, ok := b.Get("a"); !ok || string(got.Value) != "value" {
+		t.Fatalf("a after its snapshot's bytes were reused: %q, %v; want \"value\"", got.Value, ok)
+	}
+}
+
+// Restore, and Rebuild through it, take an invalid Config as ErrConfig.
+// Pins Restore's error from newBucketAt.
+func TestRestoreRefusesAnInvalidConfig(t *testing.T) {
+	cfg := testConfig(Mutations{})
+	cfg.HistoryMax = 0
+	s := Snapshot{Applied: 1, Floor: 1}
+	if b, err := Restore(cfg, s); !errors.Is(err, ErrConfig) || b != nil {
+		t.Fatalf("Restore under HistoryMax 0: %v, want ErrConfig", err)
+	}
+	if b, err := Rebuild(cfg, &s, nil); !errors.Is(err, ErrConfig) || b != nil {
+		t.Fatalf("Rebuild under HistoryMax 0: %v, want ErrConfig", err)
+	}
+}
+
+// Rebuild without a snapshot applies the log from seq 1 to an empty
+// bucket: the bucket that applied it. It fails when the snapshot does not
+// restore or the tail does not apply (a gap after the snapshot), rather
+// than hand back a bucket that is not the log's. Pins Rebuild's
+// snapshot == nil, its error from Restore and its error from Apply.
+func TestRebuildIsTheBucketThatAppliedTheLog(t *testing.T) {
+	r := sampleBucket(t)
+	b, err := Rebuild(testConfig(Mutations{}), nil, r.log)
+	if err != nil || !bytes.Equal(AppendSnapshot(nil, b.Snapshot()), AppendSnapshot(nil, r.b.Snapshot())) {
+		t.Fatalf("Rebuild of the whole log without a snapshot: %v", err)
+	}
+	snap := r.b.Snapshot()
+	bad := Snapshot{Applied: snap.Applied, Floor: 0}
+	if b, err := Rebuild(testConfig(Mutations{}), &bad, r.log); !errors.Is(err, ErrSnapshot) || b != nil {
+		t.Fatalf("Rebuild from a snapshot of floor 0: %v, want ErrSnapshot", err)
+	}
+	gap := []Entry{{Seq: snap.Applied + 2, Record: put("a", "9", 20)}}
+	if b, err := Rebuild(testConfig(Mutations{}), &snap, gap); !errors.Is(err, ErrOutOfOrder) || b != nil {
+		t.Fatalf("Rebuild of a tail with a gap after the snapshot: %v, want ErrOutOfOrder", err)
 	}
 }
