@@ -34,6 +34,10 @@ type Mutations struct {
 	// ReplayAckKeepsRetry: a replayed ack marks its seq done but leaves a
 	// redelivery an earlier count record queued for it.
 	ReplayAckKeepsRetry bool
+	// DeadOnLastDelivery: a delivery that uses up MaxDeliver is queued
+	// for dead-lettering as it is sent, not once it ends unacked — an
+	// ack of it comes too late.
+	DeadOnLastDelivery bool
 }
 
 // Validate checks the bounds once, at construction.
@@ -281,6 +285,9 @@ func (c *Cursor) deliver(nowMs int64, seq uint64, count uint32, owner uint64) De
 	c.idCounter++
 	id := c.idBase | c.idCounter
 	c.inflight[seq] = inflight{id: id, count: count, deadlineMs: nowMs + c.cfg.AckWaitMs, owner: owner}
+	if c.cfg.Mutations.DeadOnLastDelivery && count >= c.cfg.MaxDeliver {
+		c.dead[seq] = false
+	}
 	return Delivery{Seq: seq, DeliveryID: id, Count: count}
 }
 

@@ -66,6 +66,7 @@ func TestConsumeModelMutations(t *testing.T) {
 	}{
 		{"AckBeforeCommit", "RebuildHoldsConfirmedAcks", consumeFaults, func(c *ConsumeConfig) { c.AckLog = acklog.Mutations{AckBeforeCommit: true} }},
 		{"ReplayAckKeepsRetry", "AckFloorNeverRedelivered", consumeDead, func(c *ConsumeConfig) { c.Delivery = delivery.Mutations{ReplayAckKeepsRetry: true} }},
+		{"DeadOnLastDelivery", "NoDeadLetterOfAnAck", consumeDead, func(c *ConsumeConfig) { c.Delivery = delivery.Mutations{DeadOnLastDelivery: true} }},
 		{"ReAckWaitsForAnyRecord", "RebuildHoldsConfirmedAcks", consumeFaults, func(c *ConsumeConfig) { c.AckLog = acklog.Mutations{ReAckWaitsForAnyRecord: true} }},
 		{"SameIDBase", "DeliveryIDsUnique", consumeAcks, func(c *ConsumeConfig) { c.SameIDBase = true }},
 	} {

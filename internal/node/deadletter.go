@@ -154,7 +154,11 @@ func (g *groupRunner) startReadyDeadLetters() {
 }
 
 func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
-	e, err := g.fetch(int(pi), seq)
+	read := seq
+	if g.node.cfg.Mutations.DeadLetterOfTheNextRecord {
+		read++
+	}
+	e, err := g.fetch(int(pi), read)
 	if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
 		// A repair dropped the record: there is nothing to dead-letter,
 		// and the seq is done (as at delivery).

@@ -495,7 +495,8 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 	default:
 		return fmt.Errorf("group %s: read settings: %w", g.name, err)
 	}
-	g.cfg = delivery.Config{AckWaitMs: st.AckWaitMs, MaxDeliver: st.MaxDeliver, InflightMax: g.node.cfg.InflightMax}
+	g.cfg = delivery.Config{AckWaitMs: st.AckWaitMs, MaxDeliver: st.MaxDeliver, InflightMax: g.node.cfg.InflightMax,
+		Mutations: delivery.Mutations{DeadOnLastDelivery: g.node.cfg.Mutations.DeadOnLastDelivery}}
 	return g.cfg.Validate()
 }
 

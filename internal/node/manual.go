@@ -70,6 +70,14 @@ type Mutations struct {
 	// producer identity: a copy published again (after a restart, or by
 	// a partition's next leader) is appended twice.
 	DeadLetterNotIdempotent bool
+	// DeadOnLastDelivery dead-letters a message as its last delivery
+	// (the MaxDeliver-th) is sent, not once that delivery ends unacked
+	// (delivery.Mutations.DeadOnLastDelivery): an acked message is
+	// dead-lettered too (NoDeadLetterOfAnAck).
+	DeadOnLastDelivery bool
+	// DeadLetterOfTheNextRecord copies the record after the dead one into
+	// the dead-letter topic (DeadLetterIsTheRecord).
+	DeadLetterOfTheNextRecord bool
 	// DeadLetterTooOldRetried retries a dead letter refused
 	// PRODUCER_SEQ_TOO_OLD as any other failure: refused for good.
 	DeadLetterTooOldRetried bool

@@ -204,6 +204,8 @@ var ClusterMutations = map[string]node.Mutations{
 	// With --dead-letters: dead letters published without their producer
 	// identity; one published again is appended twice (DeadLetterOnce).
 	"dead-letter-not-idempotent": {DeadLetterNotIdempotent: true},
+	"dead-on-last-delivery":      {DeadOnLastDelivery: true},
+	"dead-letter-of-next-record": {DeadLetterOfTheNextRecord: true},
 	"send-before-persist":        {SendBeforePersist: true},
 	"commit-on-leader-fsync":     {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
 	"trust-uncertain-grants":     {Replica: replica.Mutations{TrustUncertainGrants: true}},

@@ -35,6 +35,23 @@ func TestDeadLettersUnderClusterFaults(t *testing.T) {
 	firstSeedCatching(t, ClusterOptions{Faults: AllClusterFaults, DeadLetters: true}, "dead-letter-not-idempotent", DeadLetterOnce, 8)
 }
 
+// TestDeadLetterChecksCatchTheirMutations: the watch's other two checks
+// are load-bearing. With dead-on-last-delivery a message is dead-lettered
+// as its third delivery is sent, and a consumer's ACK of that delivery is
+// answered all the same: NoDeadLetterOfAnAck (it needs a message that is
+// not poison delivered three times, which a single node's faults did not
+// make in 230 seeds). With dead-letter-of-next-record the copy holds the
+// partition's next record: DeadLetterIsTheRecord.
+func TestDeadLetterChecksCatchTheirMutations(t *testing.T) {
+	o := ClusterOptions{Faults: AllClusterFaults, DeadLetters: true}
+	firstSeedCatching(t, o, "dead-on-last-delivery", NoDeadLetterOfAnAck, 8)
+	firstSeedCatching(t, o, "dead-letter-of-next-record", DeadLetterIsTheRecord, 8)
+	single := Options{Seed: 1, Faults: AllFaults, DeadLetters: true, Mutations: NodeMutations["dead-letter-of-next-record"]}
+	if v := Run(single).Violation; v == nil || v.Invariant != DeadLetterIsTheRecord {
+		t.Fatalf("%s: %v, want %s", Reproduce(single), v, DeadLetterIsTheRecord)
+	}
+}
+
 // TestDeadLettersOnASingleNode: the same on a single node under its
 // faults (crashes, kill points, disk errors, bit flips); the mutation is
 // caught by a restart between a copy made durable and the group hearing

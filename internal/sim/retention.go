@@ -46,6 +46,7 @@ var NodeMutations = map[string]node.Mutations{
 	// identity; one published again after a restart is appended twice
 	// (DeadLetterOnce).
 	"dead-letter-not-idempotent": {DeadLetterNotIdempotent: true},
+	"dead-letter-of-next-record": {DeadLetterOfTheNextRecord: true},
 }
 
 // logWatcher follows a single node's committed log after every event and
