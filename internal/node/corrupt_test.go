@@ -730,9 +730,73 @@ func TestDamagedTopicListIsReadFromItsCopy(t *testing.T) {
 	}
 }
 
-// TestCorruptGroupStateIsResetByRepair: a damaged groups.json stops the
-// node at start with an error that says what to do; repair removes it, the
-// node opens with no members, and a member of before is told to join again.
+// GroupsKeptTwice: a single node keeps groups.json and a copy; a bit flip
+// in either leaves the other, which stands in: the node opens with its
+// members, says so at ERROR, and writes both again. With GroupsOnce (no
+// copy) the flip stops the node until a repair that forgets every member.
+func TestGroupStateKeptTwice(t *testing.T) {
+	for _, file := range []string{"/data/groups.json", "/data/groups.json.copy"} {
+		t.Run(path.Base(file), func(t *testing.T) {
+			h := newMemberHarness(t)
+			if _, err := h.n.Declare(wire.TopicConfig{Name: "t", Partitions: 2}); err != nil {
+				t.Fatal(err)
+			}
+			ok := h.join("a", 1, &noticeBox{})
+			h.n.Close()
+			if err := h.fs.FlipBit(file, 20, 1); err != nil {
+				t.Fatal(err)
+			}
+			var logs logBuffer
+			n, err := Open(Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.now}}, Manual: true,
+				ScrubBytesPerSecond: -1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatalf("open with %s damaged: %v", file, err)
+			}
+			h.n = n
+			if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "groups.json or its copy damaged") {
+				t.Fatalf("the damaged copy was not reported:\n%s", logs.String())
+			}
+			if err := h.request(&wire.Heartbeat{MemberRef: wire.MemberRef{Group: "g", Member: "a", Incarnation: ok.Incarnation}}); err != nil {
+				t.Fatalf("the member's heartbeat after the start: %v", err)
+			}
+			for _, f := range []string{"/data/groups.json", "/data/groups.json.copy"} {
+				if _, err := storage.ReadFileAtomic(h.fs, f); err != nil {
+					t.Fatalf("%s after the start: %v (want it written again)", f, err)
+				}
+			}
+		})
+	}
+	t.Run("GroupsOnce", func(t *testing.T) {
+		h := newMemberHarness(t)
+		h.n.Close()
+		cfg := Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.now}}, Manual: true,
+			ScrubBytesPerSecond: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Mutations: Mutations{GroupsOnce: true}}
+		n, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.n = n
+		if _, err := h.n.Declare(wire.TopicConfig{Name: "t", Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
+		h.join("a", 1, &noticeBox{})
+		h.n.Close()
+		if err := h.fs.FlipBit("/data/groups.json", 20, 1); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := Open(cfg); err == nil || !strings.Contains(err.Error(), "nereus repair") {
+			if n != nil {
+				n.Close()
+			}
+			t.Fatalf("with GroupsOnce a damaged groups.json: %v, want a refusal naming the repair", err)
+		}
+	})
+}
+
+// TestCorruptGroupStateIsResetByRepair: groups.json and its copy both
+// damaged stop the node at start with an error that says what to do;
+// repair removes them, the node opens with no members, and a member of
+// before is told to join again.
 func TestCorruptGroupStateIsResetByRepair(t *testing.T) {
 	h := newMemberHarness(t)
 	if _, err := h.n.Declare(wire.TopicConfig{Name: "t", Partitions: 2}); err != nil {
@@ -740,8 +804,10 @@ func TestCorruptGroupStateIsResetByRepair(t *testing.T) {
 	}
 	ok := h.join("a", 1, &noticeBox{})
 	h.n.Close()
-	if err := h.fs.FlipBit("/data/groups.json", 20, 1); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"/data/groups.json", "/data/groups.json.copy"} {
+		if err := h.fs.FlipBit(f, 20, 1); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := Open(Config{DataDir: "/data", Env: env.Env{FS: h.fs, Clock: testClock{nowMs: &h.now}}, Manual: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}); err == nil || !strings.Contains(err.Error(), "nereus repair") {

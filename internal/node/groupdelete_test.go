@@ -10,6 +10,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/meta"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -630,8 +631,10 @@ func TestGroupIncarnationSurvivesAGroupsReset(t *testing.T) {
 	sub2.Close()
 	h.n.Step()
 	h.n.Close()
-	if err := h.fs.Remove("/data/" + groupsFile); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{groupsFile, groupsFile + storage.CopySuffix} {
+		if err := h.fs.Remove("/data/" + f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	h.open()
 	if k := h.n.groupKey("g"); k != "g@2" {

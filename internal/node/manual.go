@@ -81,6 +81,10 @@ type Mutations struct {
 	// DeadLetterTooOldRetried retries a dead letter refused
 	// PRODUCER_SEQ_TOO_OLD as any other failure: refused for good.
 	DeadLetterTooOldRetried bool
+	// GroupsOnce writes a single node's groups.json without its copy: a
+	// bit flip in it stops the node until a repair, which forgets every
+	// group's members (GroupsKeptTwice).
+	GroupsOnce bool
 	// TopicsOnce writes a single node's topics.json without its copy: a
 	// bit flip in it stops the node until a repair, which forgets the
 	// topics' settings (TopicsKeptTwice).

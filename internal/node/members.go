@@ -91,27 +91,37 @@ func (n *Node) openMembership() error {
 	return nil
 }
 
-func loadGroups(n *Node) (*meta.State, error) {
-	b, err := storage.ReadFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, groupsFile))
+// loadGroups reads a single node's groups.json, or its copy when it is
+// damaged (GroupsKeptTwice); damaged reports a copy to write again
+// (storage.ReadFileEither).
+func loadGroups(n *Node) (st *meta.State, damaged, err error) {
+	b, damaged, err := storage.ReadFileEither(n.cfg.Env.FS, path.Join(n.cfg.DataDir, groupsFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		// A fresh state numbers its commands (and so its incarnations)
 		// from the clock: after a repair removed a damaged file, a new
 		// member never reuses an incarnation of before.
 		st := meta.New()
 		st.Applied = uint64(max(n.nowMs(), 0))
-		return st, groupIncarnationsFromDirectories(n, st)
+		return st, nil, groupIncarnationsFromDirectories(n, st)
 	}
 	if errors.Is(err, storage.ErrCorrupt) {
-		return nil, fmt.Errorf("%s: %w (stop the node and run nereus repair: the groups' members are forgotten and join again)", groupsFile, err)
+		return nil, nil, fmt.Errorf("%s: %w (and its copy; stop the node and run nereus repair: the groups' members are forgotten and join again)", groupsFile, err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	st := meta.New()
+	st = meta.New()
 	if err := json.Unmarshal(b, st); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return st, nil
+	return st, damaged, nil
+}
+
+// saveGroups writes a single node's group state to groups.json and its
+// copy (GroupsKeptTwice: a bit flip in one leaves the other, where a lone
+// file stopped the node until a repair that forgot every member).
+func saveGroups(n *Node, st *meta.State) error {
+	return n.writeStateTwice(groupsFile, st, n.cfg.Mutations.GroupsOnce)
 }
 
 // groupIncarnationsFromDirectories gives a fresh group state (after a
@@ -236,11 +246,7 @@ func (m *membership) applyLocal(cmd meta.Command) error {
 	if _, err := next.Apply(m.local.Applied+1, data); err != nil {
 		return err
 	}
-	b, err := json.Marshal(next)
-	if err != nil {
-		return err
-	}
-	if err := storage.WriteFileAtomic(m.n.cfg.Env.FS, path.Join(m.n.cfg.DataDir, groupsFile), b); err != nil {
+	if err := saveGroups(m.n, next); err != nil {
 		return wire.Errorf(wire.CodeStorage, "persist group state: %v", err)
 	}
 	m.local = next

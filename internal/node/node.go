@@ -316,9 +316,15 @@ func open(cfg Config, lock io.Closer) (*Node, error) {
 		n.log.Info("node open", attrs...)
 		return n, nil
 	}
-	groups, err := loadGroups(n)
+	groups, damagedGroups, err := loadGroups(n)
 	if err != nil {
 		return nil, fmt.Errorf("node: group state: %w", err)
+	}
+	if damagedGroups != nil {
+		n.log.Error("groups.json or its copy damaged or behind; the one that verifies stands in and both are written again", "err", damagedGroups)
+		if err := saveGroups(n, groups); err != nil {
+			return nil, fmt.Errorf("node: write groups.json again: %w", err)
+		}
 	}
 	n.members.local = groups
 	configs, damaged, err := n.loadTopics()
@@ -428,14 +434,20 @@ func (n *Node) saveTopicsLocked() error {
 		}
 		return 0
 	})
-	b, err := json.Marshal(configs)
+	return n.writeStateTwice(topicsFile, configs, n.cfg.Mutations.TopicsOnce)
+}
+
+// writeStateTwice writes v as JSON to file in the data directory and to
+// its copy (storage.WriteFileTwice); once (a mutation) skips the copy.
+func (n *Node) writeStateTwice(file string, v any, once bool) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if n.cfg.Mutations.TopicsOnce {
-		return storage.WriteFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile), b)
+	if once {
+		return storage.WriteFileAtomic(n.cfg.Env.FS, path.Join(n.cfg.DataDir, file), b)
 	}
-	return storage.WriteFileTwice(n.cfg.Env.FS, path.Join(n.cfg.DataDir, topicsFile), b)
+	return storage.WriteFileTwice(n.cfg.Env.FS, path.Join(n.cfg.DataDir, file), b)
 }
 
 // startTopic opens an incarnation of a topic's partitions; placement is

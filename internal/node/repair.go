@@ -187,12 +187,16 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 		return out, nil // a partition was named: its log only
 	}
 	if o.Topic == "" {
+		// One damaged copy is the node's to write again at start
+		// (GroupsKeptTwice); with both damaged the state is lost.
 		file := path.Join(dataDir, groupsFile)
-		if _, err := storage.ReadFileAtomic(fsys, file); errors.Is(err, storage.ErrCorrupt) {
+		if _, _, err := storage.ReadFileEither(fsys, file); errors.Is(err, storage.ErrCorrupt) {
 			out = append(out, RepairedLog{Partition: -1, Dir: file, GroupsReset: true})
 			if !o.DryRun {
-				if err := removeDurably(fsys, file); err != nil {
-					return out, fmt.Errorf("node: repair: remove %s: %w", file, err)
+				for _, f := range []string{file, file + storage.CopySuffix} {
+					if err := removeDurably(fsys, f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+						return out, fmt.Errorf("node: repair: remove %s: %w", f, err)
+					}
 				}
 			}
 		}

@@ -124,15 +124,17 @@ func (s *sim) repair() (err error) {
 
 // flipStateBit flips one bit of one of the single node's state files: a
 // group's ack ledger (a segment, or its snapshot), settings.json or an
-// incarnation copy, groups.json (with Options.Members), a partition's
-// epoch file, dedup snapshot or its copy, or topics.json or its copy;
+// incarnation copy, groups.json or its copy (with Options.Members), a
+// partition's epoch file, dedup snapshot or its copy, or topics.json or
+// its copy;
 // half the time the node is killed -9 at once, so its restart reads the
 // file. What each must come to is in docs/OPERATIONS.md (Corruption and
 // repair): refused with DATA_CORRUPT until a repair (the ledger, the
 // epoch file), set again (the group's files), replayed from the log or
 // read from the copy (the dedup snapshot), read from the other copy and
-// written again (topics.json), or a start that fails until a repair
-// (groups.json: its members join again; topics.json with its copy).
+// written again (topics.json, groups.json), or a start that fails until a
+// repair (both copies of groups.json: its members join again; of
+// topics.json).
 func (s *sim) flipStateBit() {
 	fs := s.b.fs
 	var files []string
@@ -141,8 +143,10 @@ func (s *sim) flipStateBit() {
 		files = groupLedgerFiles(fs)
 	case 1:
 		files = groupStateFiles(fs)
-		if f := path.Join(dataDir, "groups.json"); fileExists(fs, f) { // Options.Members
-			files = append(files, f)
+		for _, name := range []string{"groups.json", "groups.json.copy"} { // Options.Members
+			if f := path.Join(dataDir, name); fileExists(fs, f) {
+				files = append(files, f)
+			}
 		}
 	case 2:
 		for p := uint32(0); p < s.opts.Partitions; p++ {
@@ -163,15 +167,36 @@ func (s *sim) flipStateBit() {
 		return
 	}
 	file := files[s.w.rng.IntN(len(files))]
+	if !s.flipFileBit(file) {
+		return
+	}
+	if base := path.Base(file); strings.HasPrefix(base, "groups.json") && s.w.rng.IntN(3) == 0 {
+		// A double fault, now and then: both copies damaged keep the
+		// node down until the operator's repair forgets its members.
+		other := path.Join(dataDir, "groups.json")
+		if base == "groups.json" {
+			other += ".copy"
+		}
+		s.flipFileBit(other)
+	}
+	if s.w.rng.IntN(2) == 0 {
+		s.b.crash()
+	}
+}
+
+// flipFileBit flips a random bit of file, when it holds any, and tells
+// the checker.
+func (s *sim) flipFileBit(file string) bool {
+	fs := s.b.fs
 	size, err := fs.Stat(file)
 	if err != nil || size == 0 {
-		return
+		return false
 	}
 	off := s.w.rng.Int64N(size)
 	content, _ := fs.ReadFile(file) // before the flip: what its batches held
 	bit := uint(s.w.rng.IntN(8))
 	if err := fs.FlipBit(file, off, bit); err != nil {
-		return
+		return false
 	}
 	s.chk.stateFlips++
 	s.stateFlips[flipKind(file)]++
@@ -179,9 +204,7 @@ func (s *sim) flipStateBit() {
 		s.ledgerFlipped(file, content, off, byte(1)<<bit)
 	}
 	s.w.tracef("fault bit flip %s@%d", strings.TrimPrefix(file, dataDir+"/"), off)
-	if s.w.rng.IntN(2) == 0 {
-		s.b.crash()
-	}
+	return true
 }
 
 // flipKind names the kind of state file a flip hit (Result.StateFlips).
