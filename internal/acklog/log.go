@@ -35,6 +35,9 @@ type Mutations struct {
 	// needs no record of its own; its reply waits for whichever record is
 	// last in flight (or none).
 	ReAckWaitsForAnyRecord bool
+	// CheckpointDropsCounts writes checkpoints without the cursors'
+	// delivery counts.
+	CheckpointDropsCounts bool
 }
 
 // Proposal is a record the shell proposes to the partition's log, in the
@@ -299,6 +302,9 @@ func (l *Log[R]) maybeCheckpoint(in Input[R], eff *Effects[R]) {
 	}
 	cp := CheckpointOf(in.Cursors)
 	cp.Fence = in.Fence
+	if l.cfg.Mutations.CheckpointDropsCounts {
+		cp.Counts = nil
+	}
 	value := l.cfg.EncodeCheckpoint(cp)
 	if len(value) > l.cfg.RecordBytesMax {
 		eff.CheckpointTooLargeBytes = len(value)

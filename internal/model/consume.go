@@ -211,6 +211,18 @@ func (cfg *ConsumeConfig) takeOffice(s *cstate) string {
 	if phantom := done &^ s.processed; phantom != 0 {
 		return invariant.Violated("NoMessageLost", "epoch %d rebuilt seqs %b as done, though no consumer acked them and none was dead-lettered", s.epoch, phantom).Error()
 	}
+	// And it counts every delivery a committed record counted: a new
+	// leader that forgot some would deliver a message more than
+	// MaxDeliver times before it dies.
+	rebuilt := map[uint64]uint32{}
+	for _, sc := range s.cursor.Counts() {
+		rebuilt[sc.Seq] = sc.Count
+	}
+	for seq := uint64(1); seq <= uint64(cfg.Messages); seq++ {
+		if c := s.committedCount(seq); done&bit(seq) == 0 && rebuilt[seq] < c {
+			return invariant.Violated("RebuildKeepsDeliveryCounts", "epoch %d rebuilt seq %d with %d deliveries counted, though a committed record counted %d", s.epoch, seq, rebuilt[seq], c).Error()
+		}
+	}
 	s.events |= ceRebuild
 	return ""
 }
@@ -320,23 +332,33 @@ func (cfg *ConsumeConfig) flush(s *cstate, quiet bool) string {
 // countCommitted reports whether a committed count record, or checkpoint,
 // holds seq at count or more.
 func (s *cstate) countCommitted(seq uint64, count uint32) bool {
+	return s.committedCount(seq) >= count
+}
+
+// committedCount is the highest delivery count of seq a committed count
+// record or checkpoint holds (0: none).
+func (s *cstate) committedCount(seq uint64) uint32 {
+	var count uint32
 	for _, r := range s.log {
 		switch r.kind {
 		case acklog.KindCount:
 			for v := r.value; len(v) >= acklog.CountEntryBytes; v = v[acklog.CountEntryBytes:] {
-				if binary.BigEndian.Uint64(v[4:]) == seq && binary.BigEndian.Uint32(v[12:]) >= count {
-					return true
+				if binary.BigEndian.Uint64(v[4:]) == seq {
+					count = max(count, binary.BigEndian.Uint32(v[12:]))
 				}
 			}
 		case acklog.KindCheckpoint:
 			var cp acklog.Checkpoint
-			if json.Unmarshal(r.value, &cp) == nil && len(cp.Counts) > 0 &&
-				slices.ContainsFunc(cp.Counts[0], func(sc delivery.SeqCount) bool { return sc.Seq == seq && sc.Count >= count }) {
-				return true
+			if json.Unmarshal(r.value, &cp) == nil && len(cp.Counts) > 0 {
+				for _, sc := range cp.Counts[0] {
+					if sc.Seq == seq {
+						count = max(count, sc.Count)
+					}
+				}
 			}
 		}
 	}
-	return false
+	return count
 }
 
 // commit appends the oldest pending record to the log.

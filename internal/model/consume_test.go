@@ -68,6 +68,7 @@ func TestConsumeModelMutations(t *testing.T) {
 		{"ReplayAckKeepsRetry", "AckFloorNeverRedelivered", consumeDead, func(c *ConsumeConfig) { c.Delivery = delivery.Mutations{ReplayAckKeepsRetry: true} }},
 		{"DeadOnLastDelivery", "NoDeadLetterOfAnAck", consumeDead, func(c *ConsumeConfig) { c.Delivery = delivery.Mutations{DeadOnLastDelivery: true} }},
 		{"ReAckWaitsForAnyRecord", "RebuildHoldsConfirmedAcks", consumeFaults, func(c *ConsumeConfig) { c.AckLog = acklog.Mutations{ReAckWaitsForAnyRecord: true} }},
+		{"CheckpointDropsCounts", "RebuildKeepsDeliveryCounts", consumeDead, func(c *ConsumeConfig) { c.AckLog = acklog.Mutations{CheckpointDropsCounts: true} }},
 		{"SameIDBase", "DeliveryIDsUnique", consumeAcks, func(c *ConsumeConfig) { c.SameIDBase = true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
