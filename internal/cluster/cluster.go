@@ -55,6 +55,10 @@ type Config struct {
 	// follower still needs before retention may delete it (default 30 s);
 	// a follower away longer rebuilds from the leader's snapshot point.
 	Reservation time.Duration
+	// ChaseWindow is the tail-chase watch's window (replica.Config.
+	// ChaseTicks; default the reservation): a follower whose lag has not
+	// shrunk over one, after one to measure it, loses its reservation.
+	ChaseWindow time.Duration
 	// NoLeaderRebalance turns off handing a partition's leadership back
 	// to its preferred leader (the first replica of its placement) once
 	// that node is back and caught up after a failover: leaders then stay
@@ -422,7 +426,7 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 		Storage: storage.Options{SegmentBytesMax: cmp.Or(gs.SegmentBytesMax, c.opts.SegmentBytesMax), RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes},
 		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit,
-		Clock: c.opts.Env.Clock, Reservation: c.cfg.Reservation,
+		Clock: c.opts.Env.Clock, Reservation: c.cfg.Reservation, ChaseWindow: c.cfg.ChaseWindow,
 		Notify: notify, ObserveSync: c.opts.ObserveSync, ObserveCommit: c.opts.ObserveCommit,
 		Send: func(m replica.Message) { c.tr.Send(uint32(m.To), replog.ToWire(topic, partition, m)) }})
 	if err != nil {

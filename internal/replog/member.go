@@ -171,7 +171,7 @@ func loadOrQuarantine(cfg Config, lg *storage.Log) (p replica.Persisted, marked 
 func kernelConfig(cfg Config) replica.Config {
 	return replica.Config{ID: cfg.ID, Replicas: cfg.Members, Policy: cfg.Policy,
 		ElectionTicks: cfg.ElectionTicks, HeartbeatTicks: cfg.HeartbeatTicks, Seed: cfg.Seed, Mutations: cfg.Mutations, PreferredLeader: cfg.PreferredLeader, ReleaseBeforeTransfer: cfg.ReleaseBeforeTransfer,
-		ReservationTicks: max(int(cfg.Reservation/cfg.Tick), 4*cfg.ElectionTicks)}
+		ReservationTicks: max(int(cfg.Reservation/cfg.Tick), 4*cfg.ElectionTicks), ChaseTicks: int(cfg.ChaseWindow / cfg.Tick)}
 }
 
 // Step hands the kernel a message from another member.

@@ -86,6 +86,9 @@ type Config struct {
 	// still needs (default 30 s); a follower away longer may have to
 	// rebuild from a snapshot.
 	Reservation time.Duration
+	// ChaseWindow is the tail-chase watch's window (replica.Config.
+	// ChaseTicks; 0: the reservation).
+	ChaseWindow time.Duration
 	// Manual makes Open start no goroutine: the driver (a simulated node)
 	// calls Pump on its own goroutine, and ticks and compactions follow
 	// the Clock's NowMs.

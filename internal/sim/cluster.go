@@ -126,6 +126,9 @@ type ClusterRetention struct {
 	// ReservationMs is how long a leader keeps the log a silent follower
 	// needs (node.ClusterConfig.Reservation).
 	ReservationMs int64
+	// ChaseMs is the leader's tail-chase window (node.ClusterConfig.
+	// ChaseWindow; 0: the reservation).
+	ChaseMs int64
 }
 
 // RetentionPreset is an aggressive retention for soaks (`nereus sim
@@ -374,7 +377,8 @@ func newClusterSim(o ClusterOptions) *sim {
 		b := newBroker(w, chk, o.Mutations)
 		b.id, b.peers = members[i-1].ID, s.net
 		b.cluster = &node.ClusterConfig{Members: members, Tick: clusterTick, DeclareTimeout: clusterDeclareTimeout,
-			Reservation: time.Duration(o.Retention.ReservationMs) * time.Millisecond, NoLeaderRebalance: o.NoLeaderRebalance}
+			Reservation: time.Duration(o.Retention.ReservationMs) * time.Millisecond, NoLeaderRebalance: o.NoLeaderRebalance,
+			ChaseWindow: time.Duration(o.Retention.ChaseMs) * time.Millisecond}
 		if o.KV > 0 && o.Retention.ReservationMs == 0 {
 			// A follower silent this long is left behind by the bucket's
 			// truncation: it is reset to the leader's snapshot point and

@@ -18,7 +18,8 @@ import (
 // connection that cannot keep up: what does not fit is lost). C answers
 // what reaches it, so the leader keeps hearing it, but its lag grows past
 // an APPEND's worth (256 entries) and, over a chase window (ChaseTicks:
-// the 800 ms reservation), does not shrink. The leader then revokes C's
+// 400 ms here) after the one that measured it, does not shrink. The
+// leader then revokes C's
 // reservation — asserted: reported NeedsRebuild while C's match is still
 // above the snapshot point (or was a tick before), with C not silent —
 // and compacts past C,
@@ -61,11 +62,13 @@ func (st s6Stage) String() string {
 		st.compactedAtMs, st.compactedSnap, st.compactedMatch, st.rebuilds, st.rebuiltAtMs, st.insyncAtMs, st.recoveredBySnapshot)
 }
 
-// s6Retention: the chase window is the reservation (ChaseTicks defaults
-// to ReservationTicks), 800 ms here — longer than the leader's ack
+// s6Retention: the reservation is 800 ms — longer than the leader's ack
 // timeout (600 ms), so a follower reported not silent is inside its
-// reservation by time: only the chase watch can revoke it.
-var s6Retention = ClusterRetention{Bytes: 4096, SegmentBytesMax: 1024, RetentionCheckMs: 50, ReservationMs: 800}
+// reservation by time: only the chase watch can revoke it. The chase
+// window is 400 ms: the first after C falls behind measures its lag
+// (ChaseFromABaseline), the second revokes, 800 ms after it fell behind —
+// before the slow link, dropping what its queue cannot take, silences C.
+var s6Retention = ClusterRetention{Bytes: 4096, SegmentBytesMax: 1024, RetentionCheckMs: 50, ReservationMs: 800, ChaseMs: 400}
 
 // tailChasingEscalates runs S6 on one seed: what it saw, and what went
 // wrong (nil).
