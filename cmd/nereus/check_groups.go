@@ -15,10 +15,11 @@ import (
 
 // groupMutations names the group kernel's deliberate bugs for --mutation.
 var groupMutations = map[string]func(*group.Mutations){
-	"assign-before-revoke": func(m *group.Mutations) { m.AssignBeforeRevoke = true },
-	"no-epoch-fencing":     func(m *group.Mutations) { m.NoEpochFencing = true },
-	"non-sticky":           func(m *group.Mutations) { m.NonSticky = true },
-	"stale-ack-accepted":   func(m *group.Mutations) { m.StaleAckAccepted = true },
+	"assign-before-revoke":    func(m *group.Mutations) { m.AssignBeforeRevoke = true },
+	"no-epoch-fencing":        func(m *group.Mutations) { m.NoEpochFencing = true },
+	"non-sticky":              func(m *group.Mutations) { m.NonSticky = true },
+	"stale-ack-accepted":      func(m *group.Mutations) { m.StaleAckAccepted = true },
+	"ack-ignores-incarnation": func(m *group.Mutations) { m.AckIgnoresIncarnation = true },
 }
 
 func newCheckGroupsCmd() *cobra.Command {
@@ -30,9 +31,10 @@ func newCheckGroupsCmd() *cobra.Command {
 		Long: `Explore every interleaving of a small consumer group (depth-first, each
 distinct state once) with the real group kernel: members join, leave, crash
 and are fenced while still running; notices and CONTROL_ACKs are lost,
-duplicated and resent; partition leaders apply the metadata log at their own
-pace and move between nodes. ExclusiveDelivery, MinimalRebalance,
-EventuallyOwned and AckFromCurrentOwner are checked in every state. On a
+duplicated and resent; the group, once empty, is deleted and joined again;
+partition leaders apply the metadata log at their own pace and move between
+nodes. ExclusiveDelivery, MinimalRebalance, EventuallyOwned and
+AckFromCurrentOwner are checked in every state. On a
 violation it prints the action trace and exits non-zero. --mutation runs a
 deliberately broken kernel, which must fail.`,
 		Args: cobra.NoArgs,
@@ -49,8 +51,8 @@ deliberately broken kernel, which must fail.`,
 			}
 			start := time.Now()
 			r := model.CheckGroup(cfg)
-			return reportOutcome(cmd.OutOrStdout(), r.Outcome, time.Since(start), fmt.Sprintf("%d deliveries, %d redeliveries, %d stale pulls or acks refused, %d revokes answered, %d members fenced holding deliveries",
-				r.Deliveries, r.Redeliveries, r.Refused, r.Revokes, r.ZombieFenced))
+			return reportOutcome(cmd.OutOrStdout(), r.Outcome, time.Since(start), fmt.Sprintf("%d deliveries, %d redeliveries, %d stale pulls or acks refused, %d revokes answered, %d members fenced holding deliveries, %d deletes, %d rejoins, %d stale CONTROL_ACKs of a deleted incarnation",
+				r.Deliveries, r.Redeliveries, r.Refused, r.Revokes, r.ZombieFenced, r.Deletes, r.Rejoins, r.StaleAcks))
 		},
 	}
 	f := cmd.Flags()
@@ -62,6 +64,7 @@ deliberately broken kernel, which must fail.`,
 	f.IntVar(&cfg.Leaves, "leaves", 0, "graceful LEAVEs")
 	f.IntVar(&cfg.Crashes, "crashes", 0, "member crashes")
 	f.IntVar(&cfg.Fences, "fences", 1, "members fenced by the coordinator (session or rebalance timeout), possibly while still running")
+	f.IntVar(&cfg.Deletes, "deletes", 0, "deletes of the group while it has no members (joined again as its next incarnation)")
 	f.IntVar(&cfg.Moves, "moves", 0, "partition leadership moves to another node")
 	f.IntVar(&cfg.Resends, "resends", 0, "notices resent")
 	f.IntVar(&cfg.Drops, "drops", 0, "notices or CONTROL_ACKs lost")
@@ -69,6 +72,6 @@ deliberately broken kernel, which must fail.`,
 	f.IntVar(&cfg.NetworkMax, "network-max", 4, "messages in flight before a state is not expanded")
 	f.IntVar(&cfg.DepthMax, "depth-max", 40, "actions along one path")
 	f.IntVar(&cfg.StatesMax, "states-max", 1_000_000, "distinct states before stopping")
-	f.StringVar(&mutation, "mutation", "", "a deliberate bug: assign-before-revoke, no-epoch-fencing, non-sticky, stale-ack-accepted, or the member's answer-copy-early (try with --resends 1)")
+	f.StringVar(&mutation, "mutation", "", "a deliberate bug: assign-before-revoke, no-epoch-fencing, non-sticky, stale-ack-accepted, ack-ignores-incarnation (try with --nodes 1 --joins 4 --leaves 1 --deletes 1), or the member's answer-copy-early (try with --resends 1)")
 	return cmd
 }

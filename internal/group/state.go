@@ -121,6 +121,11 @@ type Mutations struct {
 	// delete naming an incarnation already deleted against the current
 	// one (meta: GroupDeleteRetryDeletesOnce).
 	DeleteRetryIgnoresIncarnation bool
+	// AckIgnoresIncarnation: Apply takes a CONTROL_ACK naming one member
+	// incarnation as an ack of the notice of that id and member whatever
+	// its incarnation — an ack decided for a deleted group incarnation's
+	// notice acks the next incarnation's notice of the same id.
+	AckIgnoresIncarnation bool
 }
 
 // NewState returns an empty group.
@@ -224,7 +229,7 @@ func (g *State) Apply(seq uint64, c Command, topics Topics, mut Mutations) (Outc
 		if !ok || n.Member != c.Member {
 			return Duplicate, nil
 		}
-		if c.Incarnation != 0 && c.Incarnation != n.Incarnation {
+		if c.Incarnation != 0 && c.Incarnation != n.Incarnation && !mut.AckIgnoresIncarnation {
 			// An ack of an earlier incarnation's notice of the same id: the
 			// group was deleted and joined again, numbering its notices
 			// from 1 again, between the ack's decision and its apply.
