@@ -402,6 +402,12 @@ func (n *Node) GroupRequest(f wire.Frame, done func(epoch uint64, err error)) {
 	case *wire.Leave:
 		ref, c = f.MemberRef, group.Command{Op: group.OpLeave}
 	case *wire.ControlAck:
+		if f.Incarnation == 0 {
+			// A notice is numbered within its incarnation (NoticesOfAnIncarnation):
+			// an answer must say which one it answers.
+			done(0, wire.Errorf(wire.CodeInvalidArgument, "CONTROL_ACK of notice %d names no incarnation", f.NoticeID))
+			return
+		}
 		ref, c = f.MemberRef, group.Command{Op: group.OpControlAck, Notice: f.NoticeID}
 	case *wire.Heartbeat:
 		ref = f.MemberRef

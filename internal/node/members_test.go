@@ -129,6 +129,14 @@ func TestGroupMembershipOnASingleNode(t *testing.T) {
 	}
 	refA := wire.MemberRef{Group: "g", Member: "a", Incarnation: okA.Incarnation}
 	refB := wire.MemberRef{Group: "g", Member: "b", Incarnation: okB.Incarnation}
+	// An answer that names no incarnation is refused, and answers nothing
+	// (NoticesOfAnIncarnation: notice ids start again in a group's next life).
+	if err := h.request(&wire.ControlAck{MemberRef: wire.MemberRef{Group: "g", Member: "a"}, NoticeID: revoke.NoticeID}); !errors.Is(err, wire.ErrInvalidArgument) {
+		t.Fatalf("a CONTROL_ACK of incarnation 0: %v, want INVALID_ARGUMENT", err)
+	}
+	if got := b.take(); len(got) != 0 {
+		t.Fatalf("b heard %+v after a CONTROL_ACK of incarnation 0", got)
+	}
 	if err := h.request(&wire.ControlAck{MemberRef: refA, NoticeID: revoke.NoticeID}); err != nil {
 		t.Fatal(err)
 	}
