@@ -85,6 +85,9 @@ func (s *State) applyCheckpoint(seq uint64, c *Checkpoint) {
 		*p = ckptProgress{active: true, base: c.Base, chunks: c.Chunks}
 		if s.restoring {
 			s.loadHead(c)
+			if s.failed != nil {
+				return // its spill failed (ErrSpill): not to be taken for a contradiction of the log
+			}
 		}
 	case p.active && c.Base == p.base && c.Chunk == p.next && c.Chunks == p.chunks &&
 		(seq == c.Base+1+uint64(c.Chunk) || s.Mutations.CheckpointAnyBase || s.Mutations.CheckpointGaps):
