@@ -1019,6 +1019,14 @@ func TestOwnerDigestTellsRuntimesApart(t *testing.T) {
 	if strings.HasPrefix(d(b), d(a)) {
 		t.Error("a digest is a prefix of another's")
 	}
+	// Every list is delimited, not only the last two: a resolution of ref
+	// 5 for id 7 and nothing in flight is not refs 5 and 7 in flight.
+	a, b = base.Clone(w.st), base.Clone(w.st)
+	a.resolutions, a.inflight = map[uint64][]uint64{5: {7}}, map[uint64]bool{}
+	b.resolutions, b.inflight = map[uint64][]uint64{}, map[uint64]bool{5: true, 7: true}
+	if d(a) == d(b) {
+		t.Error("resolutions and the refs in flight run together in the digest")
+	}
 }
 
 func forIntent(o *Owner, f func(*Intent)) {

@@ -914,15 +914,22 @@ func (o *Owner) Clone(st *State) *Owner {
 // states with it).
 func (o *Owner) AppendDigest(b []byte) []byte {
 	u := func(v uint64) { b = binary.BigEndian.AppendUint64(b, v) }
+	// Every string and list is length-prefixed: the encoding must be
+	// self-delimiting, or two owners could encode alike.
+	str := func(v string) {
+		u(uint64(len(v)))
+		b = append(b, v...)
+	}
 	u(uint64(o.life))
 	u(o.epoch)
 	u(uint64(o.drainUntil))
 	u(uint64(o.retryAfter))
 	u(uint64(o.maintainAfter))
 	u(o.nextRef)
+	u(uint64(len(o.lanes)))
 	for _, t := range slices.Sorted(maps.Keys(o.lanes)) {
 		rt := o.lanes[t]
-		b = append(b, t...)
+		str(t)
 		u(uint64(rt.readiness))
 		u(rt.cert.Epoch)
 		u(rt.cert.Incarnation)
@@ -935,27 +942,33 @@ func (o *Owner) AppendDigest(b []byte) []byte {
 		}
 		u(rt.brokeFor)
 	}
+	u(uint64(len(o.claims)))
 	for _, id := range slices.Sorted(maps.Keys(o.claims)) {
 		u(id)
 		u(o.claims[id])
 	}
+	u(uint64(len(o.intents)))
 	for _, ref := range slices.Sorted(maps.Keys(o.intents)) {
 		u(ref)
+		u(uint64(len(o.intents[ref].intents)))
 		for _, in := range o.intents[ref].intents {
 			u(in.ID)
 			u(uint64(in.Partition))
 			u(in.FireSeq)
 		}
 	}
+	u(uint64(len(o.fire)))
 	for _, d := range slices.SortedFunc(maps.Keys(o.fire), compareDest) {
 		f := o.fire[d]
-		b = append(b, d.topic...)
+		str(d.topic)
 		u(uint64(d.partition))
 		u(f.high)
+		u(uint64(len(f.seqs)))
 		for _, s := range slices.Sorted(maps.Keys(f.seqs)) {
 			u(s)
 		}
 	}
+	u(uint64(len(o.publishing)))
 	for _, id := range slices.Sorted(maps.Keys(o.publishing)) {
 		p := o.publishing[id]
 		u(id)
@@ -963,12 +976,15 @@ func (o *Owner) AppendDigest(b []byte) []byte {
 		u(p.Epoch)
 		u(p.Incarnation)
 	}
+	u(uint64(len(o.resolutions)))
 	for _, ref := range slices.Sorted(maps.Keys(o.resolutions)) {
 		u(ref)
+		u(uint64(len(o.resolutions[ref])))
 		for _, id := range o.resolutions[ref] {
 			u(id)
 		}
 	}
+	u(uint64(len(o.inflight)))
 	for _, ref := range slices.Sorted(maps.Keys(o.inflight)) {
 		u(ref)
 	}
