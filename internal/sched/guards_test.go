@@ -176,8 +176,7 @@ func TestDrainEndsReleasedAndForgotten(t *testing.T) {
 // TestFailedOwnerForgetsItsRuntime pins Step's reset when the state
 // failed: the FAILED owner holds no certificate.
 func TestFailedOwnerForgetsItsRuntime(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	w.schedule("a", 5000, 0)
 	w.settle(true)
 	if r := w.o.LaneReadiness("a"); r != Ready {
@@ -194,8 +193,7 @@ func TestFailedOwnerForgetsItsRuntime(t *testing.T) {
 // back in office under the same epoch (its lease guard closed, then
 // renewed) probes its lanes again before it claims.
 func TestFenceForgetsCertificates(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	w.schedule("a", 1100, 0)
 	w.settle(true) // READY until 11000
 	closeGuard(w)
@@ -216,8 +214,7 @@ func TestFenceForgetsCertificates(t *testing.T) {
 // certificate's incarnation against the lane's: a lane resumed into a
 // new incarnation is probed again, and its next claim is for the new one.
 func TestReadyRechecksTheIncarnation(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	first := w.schedule("a", 1000, 0)
 	w.settle(true) // READY for incarnation 7 until 11000
 	w.expectDelivered("a", first)
@@ -243,8 +240,7 @@ func TestReadyRechecksTheIncarnation(t *testing.T) {
 // TestExpiredCertificateIsNoLongerReady pins ready's demotion of a
 // lane whose certificate expired to RECOVERING_EVIDENCE.
 func TestExpiredCertificateIsNoLongerReady(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	w.schedule("a", 20_000, 0)
 	w.settle(true) // READY until 11000
 	if r := w.o.LaneReadiness("a"); r != Ready {
@@ -260,8 +256,7 @@ func TestExpiredCertificateIsNoLongerReady(t *testing.T) {
 // lane that is not READY is probed only while it is OPEN and holds
 // pending schedules.
 func TestNoProbeForAnIdleOrPausedLane(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	w.schedule("a", 1000, 0) // fires: lane a is left with nothing
 	w.schedule("b", 50_000, 0)
 	w.settle(true)
@@ -281,8 +276,7 @@ func TestNoProbeForAnIdleOrPausedLane(t *testing.T) {
 // proposed again after a refusal (resolutions), never published into
 // the new incarnation.
 func TestFiringIntentOfAnotherIncarnationIsUnknown(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	id := w.schedule("a", 1000, 0)
 	w.hold = true
 	w.settle(true) // its intent committed, its publish in flight
@@ -324,8 +318,7 @@ func TestFiringIntentOfAnotherIncarnationIsUnknown(t *testing.T) {
 // TestIntentClaimsAtMostClaimMax pins claimDue's len(intents) >=
 // ClaimMax: five due schedules are claimed four, then one.
 func TestIntentClaimsAtMostClaimMax(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	for range 5 {
 		w.schedule("b", 2000, 0)
 	}
@@ -372,8 +365,7 @@ func TestClaimPassVisitBudget(t *testing.T) {
 // TestClaimedScheduleIsNotClaimedAgain pins claimDue's skip of a
 // schedule whose intent is proposed and not completed.
 func TestClaimedScheduleIsNotClaimedAgain(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	w.schedule("a", 1000, 0)
 	w.settle(false)
 	if n := w.queued(KindIntent); n != 1 {
@@ -389,11 +381,8 @@ func TestClaimedScheduleIsNotClaimedAgain(t *testing.T) {
 // reported and not yet proposed: they are the fenced office's, and the
 // next office publishes the intent again instead of recording them.
 func TestFenceDropsReportedOutcomes(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
-	w.schedule("a", 1000, 0)
-	w.hold = true
-	w.settle(true)
+	w := activeWorld(t, Mutations{})
+	w.heldPublish("a", 1000, 0)
 	w.publishAt(w.inFlight[0]) // landed, reported, not stepped
 	w.inFlight, w.hold = nil, false
 	w.auth.GuardUntilMs = w.now
@@ -454,8 +443,7 @@ func TestClaimsInFlightHoldTheirFireSequences(t *testing.T) {
 // settled digests to the same length after one schedule fired as after
 // ten.
 func TestOwnerRuntimeDoesNotGrowWithHistory(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	w.schedule("b", 1000, 0)
 	w.settle(true)
 	one := len(w.o.AppendDigest(nil))
@@ -476,11 +464,8 @@ func TestOwnerRuntimeDoesNotGrowWithHistory(t *testing.T) {
 // office's outcome is ignored — not recorded, and it does not end the
 // current publish.
 func TestStaleOutcomeChangesNothing(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
-	w.schedule("a", 1000, 0)
-	w.hold = true
-	w.settle(true)
+	w := activeWorld(t, Mutations{})
+	w.heldPublish("a", 1000, 0)
 	old := w.inFlight[0]
 	w.inFlight = nil
 	w.auth.Epoch, w.auth.Barrier = 2, w.st.Applied()
@@ -505,11 +490,8 @@ func TestStaleOutcomeChangesNothing(t *testing.T) {
 // for a schedule that left the state while its publish was in flight
 // (its lane retired): no FIRED is proposed for it.
 func TestOutcomeOfAScheduleNoLongerFiringIsDropped(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
-	w.schedule("a", 1000, 0)
-	w.hold = true
-	w.settle(true)
+	w := activeWorld(t, Mutations{})
+	w.heldPublish("a", 1000, 0)
 	if _, err := w.o.Manage(w.now, LaneCommand{Topic: "a", Op: LaneRetire}); err != nil {
 		t.Fatal(err)
 	}
@@ -531,8 +513,7 @@ func TestOutcomeOfAScheduleNoLongerFiringIsDropped(t *testing.T) {
 // resolving mark: between a Landed outcome and its FIRED's commit the
 // message is not published again.
 func TestLandedIsNotPublishedAgainWhileItsFiredIsOnItsWay(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	w.schedule("a", 1000, 0)
 	w.settle(false)
 	w.commitAll() // the intent
@@ -550,11 +531,8 @@ func TestLandedIsNotPublishedAgainWhileItsFiredIsOnItsWay(t *testing.T) {
 // TestRefusedPublishBlocksTheLane pins Published's Refused branch: the
 // lane is BLOCKED until a probe finds it ready.
 func TestRefusedPublishBlocksTheLane(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
-	w.schedule("a", 1000, 0)
-	w.hold = true
-	w.settle(true)
+	w := activeWorld(t, Mutations{})
+	w.heldPublish("a", 1000, 0)
 	w.o.Published(w.now, w.inFlight[0], Refused, 0)
 	if r := w.o.LaneReadiness("a"); r != Blocked {
 		t.Fatalf("lane %v after a refused publish, want BLOCKED", r)
@@ -567,8 +545,7 @@ func TestRefusedPublishBlocksTheLane(t *testing.T) {
 // (ValidUntilMs = now) block the lane without breaking it; another
 // incarnation blocks it whatever it was before.
 func TestEvidenceVerdicts(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	w.schedule("a", 50_000, 0)
 	w.settle(true)
 	good := Evidence{Topic: "a", Incarnation: 7, Partitions: 2, Writable: true, ValidUntilMs: w.now + 1000}
@@ -729,8 +706,7 @@ func TestServingOnlyInOffice(t *testing.T) {
 // (active, an encodable command) and Cancel (active, 1..RecordEntriesMax
 // ids): a refused command proposes nothing and has no ref.
 func TestCommandsRefusedWhole(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	for _, topic := range []string{"", strings.Repeat("t", TopicBytesMax+1)} {
 		if err := w.o.Admit(w.now, Schedule{Topic: topic, DeliverAtMs: 1}); err == nil {
 			t.Fatalf("admitted a schedule to a topic of %d bytes", len(topic))
@@ -767,8 +743,7 @@ func TestCommandsRefusedWhole(t *testing.T) {
 // lease guard, the drain's deadline, a READY lane's certificate expiry
 // and next due schedule, a probe to repeat.
 func TestNextWakeMsNamesEachDeadline(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	w.auth.GuardUntilMs = 500_000
 	w.o.SetAuthority(w.now, w.auth)
 	if at := w.o.NextWakeMs(w.now); at != 500_000 {
@@ -805,8 +780,7 @@ func TestNextWakeMsNamesEachDeadline(t *testing.T) {
 // TestDrainWithNothingInFlightReleasesAtOnce pins Drain's Step: a drain
 // with nothing in flight ends in the call, released.
 func TestDrainWithNothingInFlightReleasesAtOnce(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	w.o.Drain(w.now, w.now+100)
 	released := false
 	for _, e := range w.o.TakeEffects() {
@@ -885,8 +859,7 @@ func TestOwnerCloneSharesNothing(t *testing.T) {
 // effects not taken: what the original and the clone emit after the
 // clone are each their own.
 func TestOwnerCloneKeepsItsOwnEffects(t *testing.T) {
-	w := newWorld(t, testConfig)
-	w.activate(1)
+	w := activeWorld(t, Mutations{})
 	for range 3 {
 		if _, err := w.o.Cancel(w.now, []uint64{100}); err != nil {
 			t.Fatal(err)
@@ -915,9 +888,7 @@ func TestUnprovableIsNotPublishedAgain(t *testing.T) {
 	w := newWorld(t, testConfig)
 	w.dests["a"] = newDest(7, 1, 1) // a dedup window of one sequence
 	w.activate(1)
-	first := w.schedule("a", 1000, 0)
-	w.hold = true
-	w.settle(true)
+	first := w.heldPublish("a", 1000, 0)
 	w.deliver(w.inFlight[0]) // it lands; the FIRED is lost with the owner
 	w.o.TakeEffects()
 	w.inFlight, w.hold, w.queue = nil, false, nil

@@ -66,6 +66,17 @@ func activeWorld(t *testing.T, mut Mutations) *world {
 	return w
 }
 
+// heldPublish schedules a message for topic's partition p at atMs and
+// settles until its publish is in flight, held (w.hold): its intent
+// committed, its outcome not reported yet.
+func (w *world) heldPublish(topic string, atMs int64, p uint32) uint64 {
+	w.t.Helper()
+	id := w.schedule(topic, atMs, p)
+	w.hold = true
+	w.settle(true)
+	return id
+}
+
 // append applies a record at the shard log's next seq, as a committed
 // entry written by whoever leads.
 func (w *world) append(r *Record) Result {
