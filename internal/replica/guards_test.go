@@ -827,12 +827,7 @@ func TestLeaderMessagesOfANewEpochAreFollowed(t *testing.T) {
 // stepAppend's `len(m.Entries) == 0` after the snapshot skip: entries
 // past the snapshot point in an Append that starts below it are taken.
 func TestAppendStartingBelowTheSnapshotKeepsItsTail(t *testing.T) {
-	r := follower2(t, Persisted{})
-	r.Step(Message{Type: MsgAppend, From: 1, To: 2, Epoch: 1, PrevSeq: 4, PrevEpoch: 1, CommitSeq: 4})
-	r.Advance(r.Ready())
-	if got := r.CompactTo(3); got != 3 {
-		t.Fatalf("compacted to %d", got)
-	}
+	r := compactedAt3(t)
 	var entries []Entry
 	for s := uint64(2); s <= 6; s++ {
 		entries = append(entries, Entry{Seq: s, Epoch: 1})
@@ -893,10 +888,7 @@ func TestUncertainReplicaStaysUncertainUnderItsEpochsLeader(t *testing.T) {
 // Outcome and epochAt below the snapshot point: an entry compacted away
 // is committed or lost, never asked of a log that no longer holds it.
 func TestOutcomeBelowTheSnapshotIsLost(t *testing.T) {
-	r := follower2(t, Persisted{})
-	r.Step(Message{Type: MsgAppend, From: 1, To: 2, Epoch: 1, PrevSeq: 4, PrevEpoch: 1, CommitSeq: 4})
-	r.Advance(r.Ready())
-	r.CompactTo(3)
+	r := compactedAt3(t)
 	if got := r.Outcome(2, 1); got != Lost {
 		t.Fatalf("Outcome below the snapshot: %v", got)
 	}
@@ -905,12 +897,22 @@ func TestOutcomeBelowTheSnapshotIsLost(t *testing.T) {
 	}
 }
 
-// CompactTo's `seq <= r.snapSeq`: a compaction never goes back.
-func TestCompactToNeverGoesBack(t *testing.T) {
+// compactedAt3 is follower 2 of a group whose leader committed seqs 1–4
+// in epoch 1, compacted to 3.
+func compactedAt3(t *testing.T) *Replica {
+	t.Helper()
 	r := follower2(t, Persisted{})
 	r.Step(Message{Type: MsgAppend, From: 1, To: 2, Epoch: 1, PrevSeq: 4, PrevEpoch: 1, CommitSeq: 4})
 	r.Advance(r.Ready())
-	r.CompactTo(3)
+	if got := r.CompactTo(3); got != 3 {
+		t.Fatalf("compacted to %d", got)
+	}
+	return r
+}
+
+// CompactTo's `seq <= r.snapSeq`: a compaction never goes back.
+func TestCompactToNeverGoesBack(t *testing.T) {
+	r := compactedAt3(t)
 	if got := r.CompactTo(2); got != 3 {
 		t.Fatalf("CompactTo(2) after 3 = %d", got)
 	}
