@@ -700,6 +700,59 @@ func (c *Client) DeleteTopic(ctx context.Context, name string, incarnation uint6
 	return ok.Incarnation, nil
 }
 
+// TopicUpdate is a change to the settings of a topic that may change
+// after its declare: its retention. A nil field keeps its value; 0 means
+// unlimited, as in TopicConfig.
+type TopicUpdate struct {
+	Retention      *time.Duration // a whole number of milliseconds
+	RetentionBytes *int64         // per partition
+	// Incarnation, when not 0, names the incarnation to update (as
+	// Topics described it): another one is left alone (ErrNotFound).
+	Incarnation uint64
+}
+
+// UpdateTopic changes a topic's retention and returns its configuration
+// and incarnation after the change (an update that changes nothing
+// succeeds too). Each partition applies it at its next retention check:
+// a shorter retention deletes what it no longer keeps then. A topic that
+// does not exist is ErrNotFound; internal topics are refused. In a
+// cluster it goes to the metadata leader, and the metadata log carries it
+// to every node.
+func (c *Client) UpdateTopic(ctx context.Context, name string, u TopicUpdate) (TopicConfig, uint64, error) {
+	f := wire.TopicUpdate{TopicRef: wire.TopicRef{Topic: name, Incarnation: u.Incarnation}}
+	if u.Retention != nil {
+		if *u.Retention%time.Millisecond != 0 {
+			return TopicConfig{}, 0, fmt.Errorf("nereus: update topic %s: %w", name,
+				wire.Errorf(wire.CodeInvalidArgument, "retention %v is not a whole number of milliseconds", *u.Retention))
+		}
+		f.Set |= wire.SetRetentionMs
+		f.RetentionMs = u.Retention.Milliseconds()
+	}
+	if u.RetentionBytes != nil {
+		f.Set |= wire.SetRetentionBytes
+		f.RetentionBytes = *u.RetentionBytes
+	}
+	if err := wire.ValidateName("topic", name); err != nil {
+		return TopicConfig{}, 0, fmt.Errorf("nereus: update topic: %w", err)
+	}
+	if err := f.Validate(); err != nil {
+		return TopicConfig{}, 0, fmt.Errorf("nereus: update topic %s: %w", name, err)
+	}
+	if cn, err := c.leaderConn(ctx, wire.CoordinatorTopic, 0, true); err == nil && !cn.topicUpdates {
+		return TopicConfig{}, 0, fmt.Errorf("nereus: update topic %s: the broker speaks a protocol version below %d, which cannot update a topic",
+			name, wire.VersionTopicUpdate)
+	}
+	reply, err := c.coordinatorRequest(ctx, &f)
+	if err != nil {
+		return TopicConfig{}, 0, fmt.Errorf("nereus: update topic %s: %w", name, err)
+	}
+	ok, isOK := reply.(*wire.TopicUpdateOK)
+	if !isOK {
+		return TopicConfig{}, 0, unexpected("TOPIC_UPDATE", reply)
+	}
+	return topicConfigFromWire(ok.Topic), ok.Incarnation, nil
+}
+
 // topics asks METADATA for the routing cache, reporting whether that
 // changed.
 func (c *Client) topics(ctx context.Context, names ...string) ([]TopicInfo, bool, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -787,5 +788,29 @@ func TestDeleteGroupOnABrokerOfBefore(t *testing.T) {
 	want := []wire.Frame{&wire.GroupDeleteForce{Group: "g"}, &wire.GroupDelete{Group: "h"}}
 	if !reflect.DeepEqual(old, want) || named != 0 {
 		t.Fatalf("frames the broker got: %+v and %d GROUP_DELETE_INCARNATION; want %+v alone", old, named, want)
+	}
+}
+
+// TestUpdateTopicRefusesWhatNoBrokerTakes: UpdateTopic says what is wrong
+// before sending anything — no setting given, a retention that is not a
+// whole number of milliseconds, a negative size — and refuses a broker of
+// before protocol version 4, which would not decode TOPIC_UPDATE.
+func TestUpdateTopicRefusesWhatNoBrokerTakes(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	fs.version = wire.VersionGroupIncarnation
+	c := dialFake(t, fs)
+	sub, negative, hour := 1500*time.Microsecond, int64(-1), time.Hour
+	for _, tc := range []struct {
+		u    TopicUpdate
+		want string
+	}{
+		{TopicUpdate{}, "sets nothing"},
+		{TopicUpdate{Retention: &sub}, "not a whole number of milliseconds"},
+		{TopicUpdate{RetentionBytes: &negative}, "must not be negative"},
+		{TopicUpdate{Retention: &hour}, "protocol version below 4"},
+	} {
+		if _, _, err := c.UpdateTopic(testCtx(t), "orders", tc.u); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("UpdateTopic(%+v): %v, want an error saying %q", tc.u, err, tc.want)
+		}
 	}
 }

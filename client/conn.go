@@ -58,6 +58,8 @@ type conn struct {
 	// groupIncarnations: the broker knows GROUP_INCARNATION and
 	// GROUP_DELETE_INCARNATION (HELLO_OK's version).
 	groupIncarnations bool
+	// topicUpdates: the broker knows TOPIC_UPDATE (protocol version 4).
+	topicUpdates bool
 
 	mu       sync.Mutex
 	err      error                   // why the conn failed; set once by fail
@@ -163,6 +165,7 @@ func dialConn(ctx context.Context, addr string, opts *Options) (*conn, error) {
 		pubBatches:    ok.Version >= wire.VersionPubBatch,
 
 		groupIncarnations: ok.Version >= wire.VersionGroupIncarnation,
+		topicUpdates:      ok.Version >= wire.VersionTopicUpdate,
 	}
 	c.inline = sockwrite.New(nc)
 	go c.readLoop(br, opts.FrameBytesMax)

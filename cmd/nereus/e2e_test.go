@@ -394,12 +394,6 @@ func TestCLIAgainstRealServer(t *testing.T) {
 	}
 }
 
-// TestCLIRefusesAndStopsAtCount: names reserved for Nereus or shaped like
-// paths, and a retention finer than the protocol's millisecond, are refused
-// with the reason and leave the data directory as it was; `topic list` of
-// a missing topic fails; `sub --count N` takes exactly N messages, so the
-// next member of the group gets the rest at once, delivered for the first
-// time.
 // startInsecureServe runs `nereus serve` without auth on a data
 // directory of its own and returns the directory, the process and a
 // runner of CLI commands against it (stdout, stderr, exit error).
@@ -417,6 +411,25 @@ func startInsecureServe(t *testing.T) (string, *serverProcess, func(args ...stri
 	}
 }
 
+// mustRunner turns a runner of startInsecureServe into one that fails the
+// test when the command fails, and returns its stdout.
+func mustRunner(t *testing.T, run func(args ...string) (string, string, error)) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, stderr, err := run(args...)
+		if err != nil {
+			t.Fatalf("nereus %v: %v\n%s%s", args, err, out, stderr)
+		}
+		return out
+	}
+}
+
+// TestCLIRefusesAndStopsAtCount: names reserved for Nereus or shaped like
+// paths, and a retention finer than the protocol's millisecond, are refused
+// with the reason and leave the data directory as it was; `topic list` of
+// a missing topic fails; `sub --count N` takes exactly N messages, so the
+// next member of the group gets the rest at once, delivered for the first
+// time.
 func TestCLIRefusesAndStopsAtCount(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real processes")

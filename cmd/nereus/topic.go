@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,8 +17,48 @@ import (
 )
 
 func newTopicCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "topic", Short: "Create, list and delete topics"}
-	cmd.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicDeleteCmd())
+	cmd := &cobra.Command{Use: "topic", Short: "Create, list, update and delete topics"}
+	cmd.AddCommand(newTopicCreateCmd(), newTopicListCmd(), newTopicUpdateCmd(), newTopicDeleteCmd())
+	return cmd
+}
+
+func newTopicUpdateCmd() *cobra.Command {
+	var u client.TopicUpdate
+	var retention time.Duration
+	var retentionBytes int64
+	cmd := &cobra.Command{
+		Use:   "update NAME",
+		Short: "Change a topic's retention",
+		Long: "Change a topic's retention: --retention, --retention-bytes or both (0 = unlimited); what is not\n" +
+			"given keeps its value. Every partition applies it at its next retention check: a shorter retention\n" +
+			"deletes then what it no longer keeps. Partitions, replicas and the ack policy cannot change.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("retention") {
+				u.Retention = &retention
+			}
+			if cmd.Flags().Changed("retention-bytes") {
+				u.RetentionBytes = &retentionBytes
+			}
+			if u.Retention == nil && u.RetentionBytes == nil {
+				return fmt.Errorf("topic update %s: give --retention, --retention-bytes or both", args[0])
+			}
+			return withKV(cmd, func(ctx context.Context, c *client.Client) error { // (dial and a request context: not KV's own)
+				cfg, incarnation, err := c.UpdateTopic(ctx, args[0], u)
+				if err != nil {
+					return err
+				}
+				age, bytes := retentionText(cfg)
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "updated topic %s (incarnation %d): retention %s, retention-bytes %s\n",
+					cfg.Name, incarnation, age, bytes)
+				return err
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&retention, "retention", 0, "retention age (0 = unlimited)")
+	f.Int64Var(&retentionBytes, "retention-bytes", 0, "retention size per partition in bytes (0 = unlimited)")
+	f.Uint64Var(&u.Incarnation, "incarnation", 0, "update only this incarnation of the topic (0 = the current one)")
 	return cmd
 }
 
@@ -192,17 +233,23 @@ func writeTopicsJSON(w io.Writer, topics []client.TopicInfo) error {
 	return nil
 }
 
+// retentionText is a topic's retention as the CLI prints it.
+func retentionText(c client.TopicConfig) (age, bytes string) {
+	age, bytes = "unlimited", "unlimited"
+	if c.Retention > 0 {
+		age = c.Retention.String()
+	}
+	if c.RetentionBytes > 0 {
+		bytes = strconv.FormatInt(c.RetentionBytes, 10)
+	}
+	return age, bytes
+}
+
 func writeTopicsTable(w io.Writer, topics []client.TopicInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tINCARNATION\tPARTITION\tLEADER\tEPOCH\tSTART_SEQ\tCOMMIT_SEQ\tRETENTION\tRETENTION_BYTES")
 	for _, t := range topics {
-		retention, retentionBytes := "unlimited", "unlimited"
-		if t.Config.Retention > 0 {
-			retention = t.Config.Retention.String()
-		}
-		if t.Config.RetentionBytes > 0 {
-			retentionBytes = strconv.FormatInt(t.Config.RetentionBytes, 10)
-		}
+		retention, retentionBytes := retentionText(t.Config)
 		fmt.Fprintf(tw, "%s\t%d\t%d partitions × %d replicas (ack %s)\t\t\t\t\t%s\t%s\n", t.Config.Name, t.Incarnation, t.Config.Partitions,
 			t.Config.Replicas, t.Config.Ack, retention, retentionBytes)
 		for _, p := range t.Partitions {

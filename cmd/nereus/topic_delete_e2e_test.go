@@ -22,14 +22,7 @@ func TestCLITopicDelete(t *testing.T) {
 		t.Skip("starts real processes")
 	}
 	data, srv, run := startInsecureServe(t)
-	must := func(args ...string) string {
-		t.Helper()
-		out, stderr, err := run(args...)
-		if err != nil {
-			t.Fatalf("nereus %v: %v\n%s%s", args, err, out, stderr)
-		}
-		return out
-	}
+	must := mustRunner(t, run)
 	incarnation := func() uint64 {
 		t.Helper()
 		var topic struct {
@@ -88,8 +81,8 @@ func TestCLITopicDelete(t *testing.T) {
 	}
 }
 
-// Three processes: `topic delete` given every node goes to the metadata
-// leader; every node's directories of the topic go; the name created
+// Three processes: `topic update` and `topic delete` given every node go
+// to the metadata leader; every node's directories of the topic go; the name created
 // again (with another partition count) is incarnation 2 on every node.
 func TestClusterCLITopicDelete(t *testing.T) {
 	rc := startRealCluster(t)
@@ -110,6 +103,23 @@ func TestClusterCLITopicDelete(t *testing.T) {
 		cmd := exec.Command(nereusBinary(t), append(args, "--server", servers)...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
+	}
+	// An update given every node goes to the metadata leader too, and
+	// every node then lists the topic with it.
+	if out, err := run("topic", "update", "orders", "--retention", "1h"); err != nil || !strings.Contains(out, "retention 1h0m0s") {
+		t.Fatalf("topic update: %v\n%s", err, out)
+	}
+	for _, addr := range rc.addrs() {
+		for {
+			out, err := exec.Command(nereusBinary(t), "topic", "list", "orders", "--json", "--server", addr).Output()
+			if err == nil && strings.Contains(string(out), `"retention_ms":3600000`) {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("topic list at %s never showed the update: %v\n%s", addr, err, out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 	if out, err := run("topic", "delete", "orders"); err != nil || !strings.Contains(out, "incarnation 1") {
 		t.Fatalf("topic delete: %v\n%s", err, out)

@@ -95,6 +95,9 @@ type Host interface {
 	// incarnation the metadata applied (its runners stop; with
 	// removeData, set as for StopTopic, its directories go).
 	GroupDeleted(name string, incarnation uint64, removeData bool)
+	// TopicUpdated gives the topic's partitions here the settings the
+	// metadata now holds for its incarnation, if it runs here.
+	TopicUpdated(t meta.Topic)
 	// PublishLocal publishes a forwarded PUB on this node (it does not
 	// forward again), into the topic's incarnation when it is not 0; in
 	// Manual mode it must not block.
@@ -389,8 +392,11 @@ func (c *Cluster) ClientAddr(id replica.NodeID) string {
 // when Config.NoLeaderRebalance is set).
 type GroupOptions struct {
 	RetentionMs, RetentionBytes int64
-	Limit                       func() uint64
-	PreferredLeader             replica.NodeID
+	// Retention, when set, is the retention now: it replaces RetentionMs
+	// and RetentionBytes at each compaction pass (a topic update).
+	Retention       func() (ageMs, bytes int64)
+	Limit           func() uint64
+	PreferredLeader replica.NodeID
 	// ReleaseBeforeTransfer: a rebalancing hand-off waits for the
 	// caller's Log.TransferTo (replog.Config.ReleaseBeforeTransfer).
 	ReleaseBeforeTransfer bool
@@ -425,7 +431,7 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, HeartbeatTicks: heartbeat, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred, ReleaseBeforeTransfer: gs.ReleaseBeforeTransfer,
 		Storage: storage.Options{SegmentBytesMax: cmp.Or(gs.SegmentBytesMax, c.opts.SegmentBytesMax), RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
 			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes},
-		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit,
+		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit, Retention: gs.Retention,
 		Clock: c.opts.Env.Clock, Reservation: c.cfg.Reservation, ChaseWindow: c.cfg.ChaseWindow,
 		Notify: notify, ObserveSync: c.opts.ObserveSync, ObserveCommit: c.opts.ObserveCommit,
 		Send: func(m replica.Message) { c.tr.Send(uint32(m.To), replog.ToWire(topic, partition, m)) }})
@@ -524,7 +530,7 @@ func (c *Cluster) applyCommittedMeta() {
 			return
 		}
 		c.metaMu.Lock()
-		var deleted []*meta.Topic
+		var deleted, updated []*meta.Topic
 		var groupsDeleted []meta.Change
 		for _, e := range entries {
 			if replog.IsControl(&e.Record) {
@@ -544,6 +550,14 @@ func (c *Cluster) applyCommittedMeta() {
 					delete(c.damaged, t.Config.Name)
 				}
 				deleted = append(deleted, t)
+			}
+			if t := ch.Updated; t != nil {
+				if s := c.toStart[t.Config.Name]; s != nil && s.Incarnation == t.Incarnation {
+					again := *s
+					again.Config = t.Config // not started yet: it starts with them
+					c.toStart[t.Config.Name] = &again
+				}
+				updated = append(updated, t)
 			}
 			if ch.GroupDeleted != "" {
 				groupsDeleted = append(groupsDeleted, ch)
@@ -572,6 +586,11 @@ func (c *Cluster) applyCommittedMeta() {
 		}
 		for _, ch := range groupsDeleted {
 			c.host.GroupDeleted(ch.GroupDeleted, ch.GroupIncarnation, err == nil)
+		}
+		for _, t := range updated {
+			c.host.TopicUpdated(*t)
+			c.log.Info("topic updated", "topic", t.Config.Name, "incarnation", t.Incarnation,
+				"retention_ms", t.Config.RetentionMs, "retention_bytes", t.Config.RetentionBytes)
 		}
 		c.host.MetadataApplied()
 		c.startTopics()

@@ -121,7 +121,9 @@ type fakeHost struct {
 	// (storage.ErrCorrupt).
 	corruptTopic string
 	startCalls   int
-	stopped      []stoppedTopic // StopTopic calls, in order
+	stopped      []stoppedTopic              // StopTopic calls, in order
+	updated      []meta.Topic                // TopicUpdated calls, in order
+	configs      map[string]wire.TopicConfig // the configuration each topic started with
 }
 
 func (h *fakeHost) StartTopic(t meta.Topic) (bool, error) {
@@ -152,6 +154,10 @@ func (h *fakeHost) StartTopic(t meta.Topic) (bool, error) {
 		h.c.CampaignIfNew(l, members[0])
 	}
 	h.started[tc.Name] = placement
+	if h.configs == nil {
+		h.configs = map[string]wire.TopicConfig{}
+	}
+	h.configs[tc.Name] = tc
 	return true, nil
 }
 
@@ -162,6 +168,8 @@ func (h *fakeHost) PublishLocal(pub *wire.Pub, incarnation uint64, reply func(wi
 }
 
 func (h *fakeHost) MetadataApplied() {}
+
+func (h *fakeHost) TopicUpdated(t meta.Topic) { h.updated = append(h.updated, t) }
 
 // StopTopic closes the deleted topic's replica groups here.
 func (h *fakeHost) GroupDeleted(string, uint64, bool) {}
@@ -973,5 +981,67 @@ func TestDeposedCoordinatorAnswersNothing(t *testing.T) {
 				t.Fatalf("the deposed leader read incarnation %d (%v) and answered the delete of incarnation 2 with %v; want UNAVAILABLE for both", inc, rerr, err)
 			}
 		})
+	}
+}
+
+// updateTopic proposes a retention update of topic name at member i and
+// returns its answer once it came.
+func (tc *testCluster) updateTopic(i int, u wire.TopicUpdate) error {
+	tc.t.Helper()
+	var answered bool
+	var err error
+	tc.nodes[i].ProposeMeta(func(st *meta.State) (meta.Command, error) {
+		cmd, _, _, err := st.DecideTopicUpdate(u)
+		return cmd, err
+	}, func(e error) { answered, err = true, e })
+	tc.runUntil(3*time.Second, "the update answered", func() bool { return answered })
+	return err
+}
+
+// A topic update reaches every member through the metadata log: a member
+// running the topic hears it (Host.TopicUpdated); one whose start of the
+// topic keeps failing starts it, once its disk recovers, with the updated
+// settings, not those of the declare. An update that changes nothing is
+// answered without an entry in the metadata log.
+func TestTopicUpdateReachesEveryMember(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.runUntil(5*time.Second, "a metadata leader", func() bool { return tc.metaLeader() >= 0 })
+	leader := tc.metaLeader()
+	sick := (leader + 1) % 3
+	tc.hosts[sick].startFailures = 1 << 30
+	r := tc.declare(leader, wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 3})
+	tc.runUntil(3*time.Second, "the DECLARE answered", func() bool { return r.answered })
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	u := wire.TopicUpdate{TopicRef: wire.TopicRef{Topic: "t"}, Set: wire.SetRetentionMs, RetentionMs: 5000}
+	if err := tc.updateTopic(leader, u); err != nil {
+		t.Fatal(err)
+	}
+	tc.runFor(100 * time.Millisecond)
+	for i, h := range tc.hosts {
+		var cfg wire.TopicConfig
+		tc.nodes[i].ReadGroups(func(st *meta.State) { cfg = st.Topics["t"].Config })
+		if cfg.RetentionMs != 5000 {
+			t.Fatalf("n%d applied retention %d ms, want 5000", i+1, cfg.RetentionMs)
+		}
+		heard := len(h.updated) == 1 && h.updated[0].Config == cfg && h.updated[0].Incarnation == 1
+		if i != sick && !heard {
+			t.Fatalf("n%d's host heard %+v, want the update", i+1, h.updated)
+		}
+	}
+	tc.hosts[sick].startFailures = 0
+	tc.runUntil(time.Second, "the sick member starts the topic", func() bool { return tc.hosts[sick].started["t"] != nil })
+	if got := tc.hosts[sick].configs["t"]; got.RetentionMs != 5000 {
+		t.Fatalf("n%d started the topic with retention %d ms, want the updated 5000", sick+1, got.RetentionMs)
+	}
+
+	applied := tc.nodes[leader].applied()
+	if err := tc.updateTopic(leader, u); err != nil {
+		t.Fatalf("the same update again: %v", err)
+	}
+	tc.runFor(100 * time.Millisecond)
+	if got := tc.nodes[leader].applied(); got != applied {
+		t.Fatalf("an update that changes nothing went through the metadata log: applied %d, then %d", applied, got)
 	}
 }

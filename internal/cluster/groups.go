@@ -126,10 +126,11 @@ func DecideGroupDelete(name string, force bool, incarnation uint64) func(*meta.S
 }
 
 // ProposeMeta decides a command against the applied metadata — a group
-// command (DecideGroup) or a topic delete — and proposes it, here on the
-// metadata leader; done is called exactly once: nil once this node
+// command (DecideGroup), a topic delete or update — and proposes it, here
+// on the metadata leader; done is called exactly once: nil once this node
 // applied the entry (and carried out what it asks of this node: a deleted
-// topic is stopped), or the error.
+// topic is stopped), or at once when the decision is no command (Op
+// empty: nothing to change), or the error.
 func (c *Cluster) ProposeMeta(decide func(*meta.State) (meta.Command, error), done func(error)) {
 	if here, _ := c.Coordinator(); !here {
 		done(c.NotCoordinator())
@@ -165,7 +166,7 @@ func (c *Cluster) proposeGroupJob(j *groupJob, decide func(*meta.State) (meta.Co
 	if err == nil {
 		data, err = json.Marshal(m)
 	}
-	if err != nil {
+	if err != nil || m.Op == "" { // (no command: nothing to change, done)
 		c.declMu.Lock()
 		c.groupJobs = slices.DeleteFunc(c.groupJobs, func(o *groupJob) bool { return o == j })
 		c.declMu.Unlock()

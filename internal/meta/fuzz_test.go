@@ -42,6 +42,8 @@ func FuzzApply(f *testing.F) {
 	f.Add(seed(Command{Op: OpTopicDelete, Topic: wire.TopicConfig{Name: "t"}, Incarnation: 1},
 		Command{Op: OpDeclare, Topic: wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 1}, Placement: [][]uint32{{3}}}))
 	f.Add(seed(Command{Op: OpGroup, Group: &group.Command{Op: group.OpFence, Group: "g", Member: "m1", Incarnation: 2}}))
+	f.Add(seed(Command{Op: OpTopicUpdate, Topic: wire.TopicConfig{Name: "t", RetentionMs: 5}, Set: wire.SetRetentionMs, Incarnation: 1},
+		Command{Op: OpTopicUpdate, Topic: wire.TopicConfig{Name: "t", RetentionBytes: -1}, Set: wire.SetRetentionBytes, Incarnation: 1}))
 	f.Add([]byte("{\"op\":\"group\"}\n{\"op\":\"declare\",\"topic\":{\"name\":\"\"}}\nnot json\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, b := fuzzState(t), fuzzState(t)
@@ -56,7 +58,8 @@ func FuzzApply(f *testing.F) {
 			if (errA == nil) != (errB == nil) {
 				t.Fatalf("entry %d %q: the nodes disagree: %v / %v", seq, line, errA, errB)
 			}
-			if (chA.Created == nil) != (chB.Created == nil) || (chA.Deleted == nil) != (chB.Deleted == nil) || chA.GroupDeleted != chB.GroupDeleted {
+			if (chA.Created == nil) != (chB.Created == nil) || (chA.Deleted == nil) != (chB.Deleted == nil) || (chA.Updated == nil) != (chB.Updated == nil) ||
+				chA.GroupDeleted != chB.GroupDeleted {
 				t.Fatalf("entry %d %q: changes differ: %+v / %+v", seq, line, chA, chB)
 			}
 			if errA != nil {

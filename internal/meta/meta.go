@@ -30,6 +30,7 @@ const (
 	OpGroup       = "group"        // a consumer-group command (JOIN, LEAVE, fence, CONTROL_ACK)
 	OpGroupDelete = "group_delete" // remove a group without members
 	OpTopicDelete = "topic_delete" // delete one incarnation of a topic
+	OpTopicUpdate = "topic_update" // change the retention of one incarnation of a topic
 )
 
 // Command is one entry of the metadata log.
@@ -48,6 +49,10 @@ type Command struct {
 	// entries of before forced deletes). A declare's incarnation is not
 	// carried: Apply numbers it.
 	Incarnation uint64 `json:"incarnation,omitempty"`
+	// Set is, for OpTopicUpdate, which of Topic's settings it changes
+	// (wire.SetRetentionMs, wire.SetRetentionBytes); it names its
+	// incarnation in Incarnation.
+	Set uint8 `json:"set,omitempty"`
 }
 
 // Topic is a declared topic and where its partitions live.
@@ -80,6 +85,7 @@ func (t *Topic) UnmarshalJSON(b []byte) error {
 type Change struct {
 	Created *Topic
 	Deleted *Topic
+	Updated *Topic // the topic with its new settings
 	// GroupDeleted names the group a group delete removed, and
 	// GroupIncarnation the incarnation it removed (GroupKey).
 	GroupDeleted     string
@@ -195,6 +201,8 @@ func (s *State) Apply(seq uint64, data []byte) (Change, error) {
 	case OpDeclare:
 	case OpTopicDelete:
 		return s.applyTopicDelete(seq, cmd)
+	case OpTopicUpdate:
+		return s.applyTopicUpdate(seq, cmd)
 	case OpGroup, OpGroupDelete:
 		if cmd.Group == nil {
 			return Change{}, fmt.Errorf("meta: entry %d: %s without a group command", seq, cmd.Op)

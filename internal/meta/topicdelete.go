@@ -37,9 +37,13 @@ func (s *State) DecideTopicDelete(name string, incarnation uint64) (Command, err
 
 // ValidateDeletable refuses the names a client may not delete: internal
 // topics (TopicDeleteRefusesInternal) and invalid names.
-func ValidateDeletable(name string) error {
+func ValidateDeletable(name string) error { return validateClientTopic(name, "deleted") }
+
+// validateClientTopic refuses internal topics and invalid names for a
+// change a client asks of a topic (what: "deleted", "updated").
+func validateClientTopic(name, what string) error {
 	if strings.HasPrefix(name, wire.ReservedPrefix) {
-		return wire.Errorf(wire.CodeInvalidArgument, "topic %q is internal to Nereus and cannot be deleted", name)
+		return wire.Errorf(wire.CodeInvalidArgument, "topic %q is internal to Nereus and cannot be %s", name, what)
 	}
 	return wire.ValidateName("topic", name)
 }

@@ -119,6 +119,8 @@ func (h clusterHost) GroupDeleted(name string, incarnation uint64, removeData bo
 	h.n.groupDeleted(name, incarnation, removeData)
 }
 
+func (h clusterHost) TopicUpdated(t meta.Topic) { h.n.topicUpdated(t.Config, t.Incarnation) }
+
 func (h clusterHost) PublishLocal(pub *wire.Pub, incarnation uint64, reply func(wire.PubOK, *wire.Error)) {
 	h.n.publishInto(pub, incarnation, reply, nil)
 }

@@ -156,11 +156,12 @@ func (p *localStore) recover() error {
 		p.log.Close()
 		p.log = nil
 	}
-	segmentBytes, retentionBytes, _ := p.compaction()
+	segmentBytes, _, _ := p.compaction()
+	ageMs, retentionBytes := p.retention()
 	lg, err := storage.Open(cfg.Env.FS, p.dir, storage.Options{
 		SegmentBytesMax: segmentBytes,
 		RetentionBytes:  retentionBytes,
-		RetentionAgeMs:  p.topic.cfg.RetentionMs,
+		RetentionAgeMs:  ageMs,
 		RecordBytesMax:  cfg.RecordBytesMax + 64<<10,
 	})
 	if err != nil {
@@ -387,6 +388,11 @@ func (p *localStore) failWaiters(werr *wire.Error) {
 // the table is too large to snapshot at all.
 func (p *localStore) applyRetention() {
 	if p.failure != nil {
+		return
+	}
+	// The topic's retention may have changed since the last pass.
+	if err := p.log.SetRetention(p.retention()); err != nil {
+		p.node.log.Error("retention failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
 		return
 	}
 	// An idle partition's last records expire too (IdleLogExpires).

@@ -234,7 +234,10 @@ type Node struct {
 }
 
 type topic struct {
-	cfg wire.TopicConfig
+	// cfg changes only in its retention (setConfig), under n.mu and
+	// settingsMu; its other fields are read without a lock.
+	cfg        wire.TopicConfig
+	settingsMu sync.Mutex
 	// incarnation numbers this life of the topic's name (meta.Topic);
 	// its data lives under meta.TopicKey(name, incarnation).
 	incarnation uint64

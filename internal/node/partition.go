@@ -148,7 +148,16 @@ func (p *partitionRunner) compaction() (segmentBytes, retentionBytes int64, limi
 		// limit lets go — through that checkpoint's base, no further.
 		return p.node.cfg.SegmentBytesMax, 1, p.kvCompactLimit.Load
 	}
-	return p.node.cfg.SegmentBytesMax, p.topic.cfg.RetentionBytes, func() uint64 { return math.MaxUint64 }
+	_, bytes := p.topic.retention()
+	return p.node.cfg.SegmentBytesMax, bytes, func() uint64 { return math.MaxUint64 }
+}
+
+// retention is the partition's retention now: its topic's (age, and bytes
+// as compaction sets them: an internal log's own bound).
+func (p *partitionRunner) retention() (ageMs, bytes int64) {
+	ageMs, _ = p.topic.retention()
+	_, bytes, _ = p.compaction()
+	return ageMs, bytes
 }
 
 // partitionStore is what differs between the kinds of partition: a single

@@ -126,9 +126,10 @@ func (p *partitionRunner) openReplica() error {
 	s.published = p.node.metrics.publishes.WithLabelValues(p.topic.cfg.Name)
 	s.publishedBytes = p.node.metrics.publishBytes.WithLabelValues(p.topic.cfg.Name)
 	segmentBytes, retentionBytes, limit := p.compaction()
+	ageMs, _ := p.topic.retention()
 	s.retainLimit = limit
 	l, err := c.OpenGroup(p.topic.key(), p.id, members, policy, s.poke, cluster.GroupOptions{
-		RetentionMs: p.topic.cfg.RetentionMs, RetentionBytes: retentionBytes,
+		RetentionMs: ageMs, RetentionBytes: retentionBytes, Retention: p.retention,
 		Limit:           s.compactionLimit,
 		PreferredLeader: members[0], SegmentBytesMax: segmentBytes,
 		// A scheduler shard's owner drains its publishes in flight before

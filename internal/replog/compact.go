@@ -71,7 +71,12 @@ func writeSnapshotPoint(fsys vfs.FS, dir string, p snapshotPoint) error {
 // Compact applies retention within what the kernel (and CompactLimit)
 // allow. Its driver calls it every CompactEvery.
 func (m *Member) Compact() error {
-	if m.cfg.Storage.RetentionBytes == 0 && m.cfg.Storage.RetentionAgeMs == 0 {
+	if f := m.cfg.Retention; f != nil {
+		if err := m.log.SetRetention(f()); err != nil {
+			return err
+		}
+	}
+	if ageMs, bytes := m.log.Retention(); ageMs == 0 && bytes == 0 {
 		return nil
 	}
 	// An idle log's last records expire too (IdleLogExpires); the

@@ -78,6 +78,11 @@ type Config struct {
 	// CompactLimit when set (what the caller has not consumed yet).
 	CompactEvery time.Duration
 	CompactLimit func() uint64
+	// Retention, when set, is the retention now (age in ms, bytes): each
+	// compaction pass gives it to the log first, so a topic's retention
+	// may change while it runs (storage.Log.SetRetention). Unset, the
+	// log keeps Storage's.
+	Retention func() (ageMs, bytes int64)
 	// Clock is the member's time: the retention clock, and the tickers of
 	// the production driver (Log); a Manual Log ticks by its NowMs.
 	// Required.

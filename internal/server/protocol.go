@@ -227,6 +227,18 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *readBuf) bool {
 			}
 			p.send(corr, &wire.TopicDeleteOK{TopicRef: wire.TopicRef{Topic: f.Topic, Incarnation: deleted}})
 		})
+	case *wire.TopicUpdate:
+		if p.version < wire.VersionTopicUpdate {
+			p.sendErr(corr, wire.Errorf(wire.CodeBadFrame, "TOPIC_UPDATE needs protocol version %d; this connection speaks %d", wire.VersionTopicUpdate, p.version))
+			return true
+		}
+		n.UpdateTopic(*f, func(cfg wire.TopicConfig, incarnation uint64, err error) {
+			if err != nil {
+				p.sendErr(corr, err)
+				return
+			}
+			p.send(corr, &wire.TopicUpdateOK{Topic: cfg, Incarnation: incarnation})
+		})
 	case *wire.Pull:
 		p.pull(corr, f)
 	case *wire.Ack:
@@ -415,6 +427,10 @@ func (p *Protocol) authorize(f wire.Frame) error {
 	case *wire.TopicDelete:
 		if !p.perms.canDeclare() {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not delete topics")
+		}
+	case *wire.TopicUpdate:
+		if !p.perms.canDeclare() {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not update topics")
 		}
 	case *wire.Schedule:
 		if !p.perms.canPublish(f.Pub.Topic) {

@@ -261,7 +261,17 @@ func TestTokenPermissions(t *testing.T) {
 	expect(r, 14, &wire.GroupDeleteIncarnation{GroupRef: wire.GroupRef{Group: "m", Incarnation: 2}}, wire.TypeErr, wire.CodeUnauthorized)
 	expect(w, 10, &wire.GroupDeleteIncarnation{GroupRef: wire.GroupRef{Group: "m", Incarnation: 1}}, wire.TypeGroupOK, 0)
 	expect(w, 11, &wire.GroupDeleteIncarnation{GroupRef: wire.GroupRef{Group: "m", Incarnation: 3}, Force: true}, wire.TypeErr, wire.CodeNotFound)
-	// Topic deletion needs an admin token too; DESCRIBE is a read.
+	// Topic updates and deletion need an admin token too; DESCRIBE is a
+	// read. TOPIC_UPDATE needs protocol version 4: on w's connection of
+	// version 1 it is BAD_FRAME, and the connection stays open.
+	update := &wire.TopicUpdate{TopicRef: wire.TopicRef{Topic: "billing"}, Set: wire.SetRetentionMs, RetentionMs: 60_000}
+	r4, w4 := dialRaw(t, addr), dialRaw(t, addr)
+	r4.helloVersion("reader", wire.VersionTopicUpdate)
+	w4.helloVersion("writer", wire.VersionTopicUpdate)
+	expect(r4, 2, update, wire.TypeErr, wire.CodeUnauthorized)
+	expect(w, 12, update, wire.TypeErr, wire.CodeBadFrame)
+	expect(w, 13, &wire.Ping{}, wire.TypePong, 0)
+	expect(w4, 2, update, wire.TypeTopicUpdateOK, 0)
 	expect(r, 10, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: "billing"}}, wire.TypeErr, wire.CodeUnauthorized)
 	expect(r, 11, &wire.Describe{Metadata: wire.Metadata{Topics: []string{"billing"}}}, wire.TypeDescribeOK, 0)
 	expect(w, 6, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: "billing"}}, wire.TypeTopicDeleteOK, 0)

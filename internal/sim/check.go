@@ -56,6 +56,10 @@ const (
 	// RepairRestores: after a salvage repair of a damaged node no
 	// partition is corrupt, and its log reads back around the gaps.
 	RepairRestores = "RepairRestores"
+	// SettingsKept: a single node's topic keeps the retention it was
+	// declared with — after a repair rebuilt topics.json (settings back
+	// to their defaults), once the operator's TOPIC_UPDATE set it again.
+	SettingsKept = "SettingsKept"
 	// GroupDeleteNamesItsIncarnation: a group delete removes the
 	// incarnation it was decided against, never the next one, and so does
 	// a retry of one already applied, which names the incarnation it

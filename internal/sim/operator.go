@@ -11,6 +11,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 // The single node's operator: it watches the node's WARN and ERROR lines
@@ -78,6 +79,59 @@ func (s *sim) operatorRepair() {
 		return
 	}
 	s.b.start()
+	s.restoreRetention()
+}
+
+// restoreRetention is the operator checking the topic's settings after a
+// repair and setting its retention again when the repair rebuilt
+// topics.json (OPERATIONS: `nereus topic update`); a node that is down, a
+// topic not there yet or an update that fails is tried again a while
+// later.
+func (s *sim) restoreRetention() {
+	s.restoreDue = false
+	if !s.settingsUnchecked {
+		return
+	}
+	if !s.b.up {
+		s.askRestoreRetention()
+		return
+	}
+	md := s.b.node.Metadata([]string{simTopic})
+	if len(md) != 1 {
+		s.askRestoreRetention()
+		return
+	}
+	if s.retentionKept(md[0].Config) {
+		s.settingsUnchecked, s.retentionLost = false, false
+		return
+	}
+	s.retentionLost = true
+	u := wire.TopicUpdate{TopicRef: wire.TopicRef{Topic: simTopic}, Set: wire.SetRetentionMs | wire.SetRetentionBytes,
+		RetentionMs: s.retentionMs, RetentionBytes: s.retentionBytes}
+	s.b.node.UpdateTopic(u, func(_ wire.TopicConfig, _ uint64, err error) {
+		if err != nil {
+			s.w.tracef("operator: topic update failed: %v", err)
+			s.askRestoreRetention()
+			return
+		}
+		s.settingsUnchecked, s.retentionLost = false, false
+		s.repaired["retention set again"]++
+		s.w.tracef("operator: topic update set the retention lost with topics.json again")
+	})
+}
+
+// askRestoreRetention runs restoreRetention a while later, once.
+func (s *sim) askRestoreRetention() {
+	if !s.restoreDue {
+		s.restoreDue = true
+		s.w.after(s.w.between(1, 100), s.restoreRetention)
+	}
+}
+
+// retentionKept reports whether c has the retention the topic was
+// declared with.
+func (s *sim) retentionKept(c wire.TopicConfig) bool {
+	return c.RetentionMs == s.retentionMs && c.RetentionBytes == s.retentionBytes
 }
 
 // repair runs `nereus repair --salvage` on the stopped node's data
@@ -96,6 +150,7 @@ func (s *sim) repair() (err error) {
 			err = fmt.Errorf("repair killed -9 at %s", k.at)
 		}
 	}()
+	s.settingsUnchecked = true // topics.json may be rebuilt, even by a repair killed before it says so
 	logs, err := node.Repair(s.b.fs, dataDir, node.RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
 	if err != nil {
 		return err
@@ -134,7 +189,7 @@ func (s *sim) repair() (err error) {
 // read from the copy (the dedup snapshot), read from the other copy and
 // written again (topics.json, groups.json), or a start that fails until a
 // repair (both copies of groups.json: its members join again; of
-// topics.json).
+// topics.json: the operator sets its retention again).
 func (s *sim) flipStateBit() {
 	fs := s.b.fs
 	var files []string
@@ -170,11 +225,16 @@ func (s *sim) flipStateBit() {
 	if !s.flipFileBit(file) {
 		return
 	}
-	if base := path.Base(file); strings.HasPrefix(base, "groups.json") && s.w.rng.IntN(3) == 0 {
+	// (topics.json's draw comes from a stream of its own, so that the runs
+	// whose flips miss it keep their traces of before.)
+	base, twice := strings.CutSuffix(path.Base(file), ".copy")
+	if (base == "groups.json" && s.w.rng.IntN(3) == 0) || (base == "topics.json" && s.doubleFlips.IntN(3) == 0) {
 		// A double fault, now and then: both copies damaged keep the
-		// node down until the operator's repair forgets its members.
-		other := path.Join(dataDir, "groups.json")
-		if base == "groups.json" {
+		// node down until the operator's repair — which forgets its
+		// members (groups.json), or the topic's settings (topics.json),
+		// which the operator then sets again (restoreRetention).
+		other := path.Join(dataDir, base)
+		if !twice {
 			other += ".copy"
 		}
 		s.flipFileBit(other)

@@ -132,12 +132,18 @@ func (lw *logWatcher) observe() {
 		return
 	}
 	for _, t := range b.node.Metadata([]string{simTopic}) {
-		if (t.Config.RetentionBytes != lw.s.retentionBytes || t.Config.RetentionMs != lw.s.retentionMs) && !lw.s.retentionLost {
-			// A repair rebuilt topics.json (OPERATIONS: settings such as
-			// retention back to their defaults, "set them again" — but no
-			// command can: a DECLARE with them gets TOPIC_CONFLICT).
+		switch {
+		case lw.s.retentionKept(t.Config):
+		case !lw.s.settingsUnchecked:
+			chk.violate(SettingsKept, "the topic's retention is %d ms, %d bytes; it was declared with %d ms, %d bytes and no repair ran since",
+				t.Config.RetentionMs, t.Config.RetentionBytes, lw.s.retentionMs, lw.s.retentionBytes)
+			return
+		default:
+			// A repair rebuilt topics.json: the operator sets the
+			// retention again, and the clients declare the topic without
+			// it meanwhile.
 			lw.s.retentionLost = true
-			lw.s.w.tracef("operator: the topic's retention was lost with topics.json and no command sets it again: the clients declare it without")
+			lw.s.askRestoreRetention()
 		}
 		for _, info := range t.Partitions {
 			if !chk.damaged[info.Partition] {

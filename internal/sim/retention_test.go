@@ -12,13 +12,17 @@ import (
 // members: retention deletes records all the time, every producer's
 // among them, across crashes, repairs and bit flips into the dedup
 // snapshots; every invariant holds for what it keeps, and retries stay
-// duplicates (the logWatcher). NEREUS_SIM_SEEDS sets the count.
+// duplicates (the logWatcher). A repair that rebuilt topics.json (both
+// copies flipped) has the operator set the retention again with a topic
+// update, and the topic keeps it from then on (SettingsKept).
+// NEREUS_SIM_SEEDS sets the count.
 func TestSingleNodeRetentionCampaign(t *testing.T) {
 	seeds := envUint(t, "NEREUS_SIM_SEEDS", 20)
 	if testing.Short() {
 		seeds = min(seeds, 5)
 	}
 	var acked, restarts, stateFlips int
+	repaired := map[string]int{}
 	for seed := uint64(1); seed <= seeds; seed++ {
 		for _, members := range []bool{false, true} {
 			o := Options{Seed: seed, Faults: AllFaults, Retention: RetentionPreset, Members: members}
@@ -27,15 +31,19 @@ func TestSingleNodeRetentionCampaign(t *testing.T) {
 			for _, n := range r.StateFlips {
 				stateFlips += n
 			}
+			addCounts(repaired, r.Repaired)
 			if r.Violation != nil {
 				failRun(t, o, r)
 				return
 			}
 		}
 	}
-	t.Logf("%d seeds (with and without members): %d acked, %d restarts, %d state-file flips", seeds, acked, restarts, stateFlips)
+	t.Logf("%d seeds (with and without members): %d acked, %d restarts, %d state-file flips; repairs %v", seeds, acked, restarts, stateFlips, repaired)
 	if restarts == 0 || stateFlips == 0 {
 		t.Fatalf("the campaign restarted the node %d times and flipped %d state-file bits", restarts, stateFlips)
+	}
+	if !testing.Short() && repaired["retention set again"] == 0 {
+		t.Fatalf("no repair rebuilt topics.json and had its retention set again by a topic update (repairs %v)", repaired)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 
@@ -290,10 +291,16 @@ type sim struct {
 	// observePartition in a cluster (nil: no retention).
 	replays *replayWatch
 	// retentionLost: a single node's repair rebuilt topics.json, and the
-	// topic's retention with it went back to none (OPERATIONS: "set them
-	// again" — but no command can): the clients declare it so from then
-	// on, or every DECLARE would get TOPIC_CONFLICT.
+	// topic's retention with it went back to none, until the operator's
+	// TOPIC_UPDATE sets it again (restoreRetention): the clients declare
+	// it so meanwhile, or every DECLARE would get TOPIC_CONFLICT.
 	retentionLost bool
+	// settingsUnchecked: a repair ran (perhaps killed before it said what
+	// it did) since the operator last saw the topic's settings as
+	// declared; only then may they differ (SettingsKept).
+	settingsUnchecked, restoreDue bool
+	// doubleFlips decides which bit flips of topics.json hit its copy too.
+	doubleFlips *rand.Rand
 	// A cluster's faults, and its replication checks (cluster.go): the
 	// ghost state of each partition, and the last committed seq checked
 	// per (partition, node incarnation).
@@ -385,7 +392,7 @@ func newSim(opts Options) *sim {
 	s := &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{},
 		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{},
 		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}, ledgerFlips: map[string]*ledgerFlip{}, acksForgotten: map[string]int{},
-		memberEvents: map[string]int{}}
+		memberEvents: map[string]int{}, doubleFlips: rand.New(rand.NewPCG(opts.Seed, 0x746f70696373))}
 	s.watchForRepair()
 	if opts.Retention.Bytes > 0 {
 		s.retentionBytes, s.retentionMs = opts.Retention.Bytes, opts.Retention.AgeMs

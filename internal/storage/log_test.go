@@ -950,3 +950,49 @@ func TestSealExpiredLetsAnIdleLogExpire(t *testing.T) {
 		t.Fatalf("a log without an age limit was sealed: %v, %v", sealed, err)
 	}
 }
+
+// SetRetention: a log opened without retention keeps everything until its
+// retention is set (a topic update), then seals and lets go of what the new
+// retention no longer keeps; negative values are refused and change
+// nothing.
+func TestSetRetentionTakesEffectAtTheNextPass(t *testing.T) {
+	m := vfs.NewMem()
+	l := openLog(t, m, smallOpts())
+	for i := range 3 {
+		r := testRecord(i)
+		r.TimestampMs = int64(100 + i)
+		if _, err := l.Append(1, []Record{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sealed, err := l.SealExpired(1_000_000); sealed || err != nil {
+		t.Fatalf("without retention: sealed %v, %v", sealed, err)
+	}
+	if err := l.SetRetention(-1, 0); err == nil {
+		t.Fatal("a negative retention age was taken")
+	}
+	if err := l.SetRetention(0, -1); err == nil {
+		t.Fatal("a negative retention size was taken")
+	}
+	if age, bytes := l.Retention(); age != 0 || bytes != 0 {
+		t.Fatalf("after refused settings: retention %d ms, %d bytes", age, bytes)
+	}
+	if err := l.SetRetention(1000, 0); err != nil {
+		t.Fatal(err)
+	}
+	if age, bytes := l.Retention(); age != 1000 || bytes != 0 {
+		t.Fatalf("retention %d ms, %d bytes, want 1000 ms", age, bytes)
+	}
+	if sealed, err := l.SealExpired(1103); !sealed || err != nil {
+		t.Fatalf("with 1000 ms set: sealed %v, %v", sealed, err)
+	}
+	if point := l.RetentionPoint(1103, math.MaxUint64); point != 3 {
+		t.Fatalf("retention point %d, want 3", point)
+	}
+	if err := l.SetRetention(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if point := l.RetentionPoint(1103, math.MaxUint64); point != 0 {
+		t.Fatalf("retention point %d with retention unlimited again, want 0", point)
+	}
+}

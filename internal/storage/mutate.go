@@ -313,6 +313,26 @@ func (l *Log) ApplyRetention(nowMs int64) (segmentsDeleted int, err error) {
 	return l.DeleteThrough(l.RetentionPoint(nowMs, math.MaxUint64))
 }
 
+// SetRetention replaces the log's RetentionAgeMs and RetentionBytes (a
+// topic's retention changed); the next retention pass applies them. Any
+// goroutine may call it.
+func (l *Log) SetRetention(ageMs, bytes int64) error {
+	if ageMs < 0 || bytes < 0 {
+		return fmt.Errorf("storage: negative retention (age %d ms, %d bytes)", ageMs, bytes)
+	}
+	l.mu.Lock()
+	l.opts.RetentionAgeMs, l.opts.RetentionBytes = ageMs, bytes
+	l.mu.Unlock()
+	return nil
+}
+
+// Retention reports the log's RetentionAgeMs and RetentionBytes.
+func (l *Log) Retention() (ageMs, bytes int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.opts.RetentionAgeMs, l.opts.RetentionBytes
+}
+
 // SealExpired seals the active segment (rolls the log) when it holds a
 // dated record (a timestamp above 0) and all of its records are older than
 // RetentionAgeMs at nowMs, and reports whether it did. Retention deletes

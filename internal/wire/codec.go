@@ -12,8 +12,9 @@ import (
 const (
 	VersionMin uint16 = 1
 	// VersionMax 2 adds PUB_BATCH and PUB_BATCH_OK; 3 GROUP_INCARNATION,
-	// GROUP_INCARNATION_OK and GROUP_DELETE_INCARNATION.
-	VersionMax uint16 = 3
+	// GROUP_INCARNATION_OK and GROUP_DELETE_INCARNATION; 4 TOPIC_UPDATE and
+	// TOPIC_UPDATE_OK.
+	VersionMax uint16 = 4
 	// VersionPubBatch is the first version with PUB_BATCH.
 	VersionPubBatch uint16 = 2
 	// VersionGroupIncarnation is the first version whose brokers know a
@@ -21,6 +22,8 @@ const (
 	// GROUP_DELETE_INCARNATION): a client deletes with the frames of
 	// before on a connection of an earlier version.
 	VersionGroupIncarnation uint16 = 3
+	// VersionTopicUpdate is the first version with TOPIC_UPDATE.
+	VersionTopicUpdate uint16 = 4
 )
 
 // Size bounds. A frame is never larger than the negotiated maximum; lists are

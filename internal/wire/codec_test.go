@@ -61,6 +61,8 @@ func sampleFrames() []Frame {
 		&TopicDelete{TopicRef: TopicRef{Topic: "orders", Incarnation: 2}},
 		&TopicDeleteOK{TopicRef: TopicRef{Topic: "orders", Incarnation: 2}},
 		&Describe{Metadata{Topics: []string{"orders"}}},
+		&TopicUpdate{TopicRef: TopicRef{Topic: "orders", Incarnation: 2}, Set: SetRetentionMs | SetRetentionBytes, RetentionMs: 60_000, RetentionBytes: 1 << 30},
+		&TopicUpdateOK{Topic: TopicConfig{Name: "orders", Partitions: 3, RetentionMs: 60_000, Replicas: 3, Ack: AckAll}, Incarnation: 2},
 		&DescribeOK{Topics: []TopicInfo{{Config: TopicConfig{Name: "a", Partitions: 1}, Incarnation: 3, Partitions: []PartitionInfo{
 			{Partition: 0, Epoch: 1, StartSeq: 1, CommitSeq: 2, Leader: "n1", Replicas: []ReplicaInfo{{Node: "n1", State: "InSync", FlushedSeq: 2}}}}},
 			{Config: TopicConfig{Name: "b", Partitions: 0}, Partitions: []PartitionInfo{}, Incarnation: 1}}},

@@ -25,18 +25,21 @@ func TestMetadataOKLayoutIgnoresIncarnation(t *testing.T) {
 }
 
 // FuzzDecodeTopicFrames feeds arbitrary bodies to the decoders of
-// TOPIC_DELETE, TOPIC_DELETE_OK, DESCRIBE and DESCRIBE_OK: no panic, a
+// TOPIC_DELETE, TOPIC_DELETE_OK, DESCRIBE, DESCRIBE_OK, TOPIC_UPDATE and
+// TOPIC_UPDATE_OK: no panic, a
 // list bounded by the bytes it arrives in, and whatever is accepted
 // re-encodes to the same bytes.
 func FuzzDecodeTopicFrames(f *testing.F) {
 	for _, fr := range []Frame{&TopicDelete{TopicRef: TopicRef{Topic: "orders", Incarnation: 2}}, &TopicDeleteOK{TopicRef: TopicRef{Topic: "o"}},
 		&Describe{Metadata{Topics: []string{"a", "b"}}}, &DescribeOK{Topics: []TopicInfo{{Config: TopicConfig{Name: "a", Partitions: 1}, Incarnation: 2,
-			Partitions: []PartitionInfo{{Partition: 0, Leader: "n1", Replicas: []ReplicaInfo{{Node: "n1"}}}}}}}} {
+			Partitions: []PartitionInfo{{Partition: 0, Leader: "n1", Replicas: []ReplicaInfo{{Node: "n1"}}}}}}},
+		&TopicUpdate{TopicRef: TopicRef{Topic: "o"}, Set: SetRetentionBytes, RetentionBytes: 7}, &TopicUpdateOK{Topic: TopicConfig{Name: "o", Partitions: 1}, Incarnation: 1}} {
 		f.Add(uint8(fr.Type()), fr.appendBody(nil))
 	}
 	f.Add(uint8(TypeDescribeOK), []byte{0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, typ uint8, body []byte) {
-		fr := newTopicFrame(TypeTopicDelete + FrameType(typ%4))
+		types := []FrameType{TypeTopicDelete, TypeTopicDeleteOK, TypeDescribe, TypeDescribeOK, TypeTopicUpdate, TypeTopicUpdateOK}
+		fr := newTopicFrame(types[int(typ)%len(types)])
 		if decodeBody(fr, body) != nil {
 			return
 		}
