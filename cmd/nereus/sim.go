@@ -44,6 +44,7 @@ func newSimCmd() *cobra.Command {
 		deadLetters  bool
 		retention    bool
 		retentionAge int64
+		retentionUps int
 		schedules    int
 		kvOps        int
 		churn        int
@@ -97,6 +98,9 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 			if retentionAge < 0 || retentionAge > 0 && !retention {
 				return errors.New("--retention-age needs --retention and a positive age in virtual ms")
 			}
+			if retentionUps < 0 || retentionUps > 0 && (!retention || nodes == 0) {
+				return errors.New("--retention-updates needs --nodes, --retention and a positive count")
+			}
 			if listMut {
 				names := slices.Sorted(maps.Keys(sim.NodeMutations))
 				if nodes > 0 {
@@ -116,7 +120,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				}
 				if retention {
 					o.Retention = sim.RetentionPreset
-					o.Retention.AgeMs = retentionAge
+					o.Retention.AgeMs, o.Retention.Updates = retentionAge, retentionUps
 				}
 				if logs {
 					o.Logs = cmd.ErrOrStderr()
@@ -227,6 +231,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
 	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty, CoordinatorAnswersCurrent)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved, CoordinatorAnswersCurrent)")
+	fl.IntVar(&retentionUps, "retention-updates", 0, "with --nodes and --retention: also change the topic's retention (size, and age with --retention-age) this many times under the faults with topic updates (SettingsKept)")
 	fl.Int64Var(&retentionAge, "retention-age", 0, "with --retention: the topic's records also expire this many virtual ms after they were written, an idle partition's last ones included")
 	fl.BoolVar(&retention, "retention", false, "the workload's topic keeps 4 KiB a partition (1 KiB segments): retention compacts it all the time, past producers' records (with --nodes: dedup carries, lagging replicas rebuilt; a single node: its dedup snapshot and copy, 300 messages a producer)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
@@ -270,6 +275,9 @@ func runClusterSim(ctx context.Context, out io.Writer, seed, seeds uint64, o sim
 		}
 		if o.DeadLetters {
 			fmt.Fprintf(out, "%d dead letters: ", r.DeadLetters)
+		}
+		if o.Retention.Updates > 0 {
+			fmt.Fprintf(out, "%d retention updates: ", r.RetentionUpdates)
 		}
 		if r.Coordinator != nil {
 			fmt.Fprintf(out, "coordinator %v: ", r.Coordinator)

@@ -129,6 +129,9 @@ type ClusterRetention struct {
 	// ChaseMs is the leader's tail-chase window (node.ClusterConfig.
 	// ChaseWindow; 0: the reservation).
 	ChaseMs int64
+	// Updates changes the topic's retention this many times under the
+	// faults, with topic updates (retentionupdate.go).
+	Updates int
 }
 
 // RetentionPreset is an aggressive retention for soaks (`nereus sim
@@ -141,17 +144,22 @@ var RetentionPreset = ClusterRetention{Bytes: 4096, SegmentBytesMax: 1024, Reten
 
 // retentionFlags is the sim command's flags for r ("" when it has none).
 func retentionFlags(r ClusterRetention) (string, bool) {
-	age := r.AgeMs
-	r.AgeMs = 0
+	age, updates := r.AgeMs, r.Updates
+	r.AgeMs, r.Updates = 0, 0
 	switch {
-	case r == (ClusterRetention{}) && age == 0:
+	case r == (ClusterRetention{}) && age == 0 && updates == 0:
 		return "", true
 	case r != RetentionPreset:
 		return "", false
-	case age > 0:
-		return fmt.Sprintf(" --retention --retention-age %d", age), true
 	}
-	return " --retention", true
+	flags := " --retention"
+	if age > 0 {
+		flags += fmt.Sprintf(" --retention-age %d", age)
+	}
+	if updates > 0 {
+		flags += fmt.Sprintf(" --retention-updates %d", updates)
+	}
+	return flags, true
 }
 
 func (o *ClusterOptions) setDefaults() {
@@ -487,6 +495,9 @@ func newClusterSim(o ClusterOptions) *sim {
 	if o.GroupDeletes > 0 && !o.Shared {
 		s.groupDel = newGroupDeleter(s, o.GroupDeletes, !o.Members)
 	}
+	if o.Retention.Updates > 0 && o.Retention.Bytes > 0 {
+		s.retentionUpd = newRetentionUpdater(s, o.Retention.Updates)
+	}
 	s.meta = newMetaChecker(s)
 	if s.opts.DeadLetters {
 		s.deadLetters = newDeadLetterWatch(s)
@@ -525,6 +536,9 @@ func (s *sim) runPhases() Result {
 	}
 	if s.groupDel != nil {
 		r.GroupDeletes = s.groupDel.deletes
+	}
+	if s.retentionUpd != nil {
+		r.RetentionUpdates = s.retentionUpd.answered
 	}
 	if s.coord != nil {
 		r.Coordinator = s.coord.counts
@@ -796,6 +810,9 @@ func (s *sim) clusterFinalPhase() {
 	}
 	if s.churn != nil && s.chk.violation == nil {
 		s.churnFinal()
+	}
+	if s.retentionUpd != nil && s.chk.violation == nil {
+		s.retentionUpd.final(deadline)
 	}
 	s.w.tracef("end: acked=%d deliveries=%d", len(s.chk.acked), s.chk.deliveries)
 }

@@ -115,3 +115,31 @@ func TestRetentionByAgeCampaign(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterRetentionUpdatesCampaign: the operator changes the topic's
+// retention with topic updates under every cluster fault — its size to
+// none, below, at or above the preset's, its age too in a run with one —
+// while producers, a group (members in one run) and retention's carries,
+// checkpoints and rebuilds go on; every invariant holds across the
+// changes, the updates are answered, and every node ends with the last
+// one's settings (SettingsKept).
+func TestClusterRetentionUpdatesCampaign(t *testing.T) {
+	updates := 0
+	for seed := uint64(1); seed <= 3; seed++ {
+		ret := RetentionPreset
+		ret.Updates = 5
+		if seed == 3 {
+			ret.AgeMs = 1000
+		}
+		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Retention: ret, Members: seed == 2}
+		r := RunCluster(o)
+		if r.Violation != nil {
+			failClusterRun(t, o, r)
+			return
+		}
+		updates += r.RetentionUpdates
+	}
+	if updates < 6 {
+		t.Fatalf("%d retention updates answered in 3 runs of 5: the campaign did not change the retention", updates)
+	}
+}

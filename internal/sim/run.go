@@ -206,6 +206,9 @@ type Result struct {
 	// GroupDeletes: the group incarnations a node applied the delete of
 	// (ClusterOptions.GroupDeletes).
 	GroupDeletes int
+	// RetentionUpdates: the topic's retention updates a node answered
+	// (ClusterRetention.Updates).
+	RetentionUpdates int
 	// Coordinator counts what CoordinatorAnswersCurrent saw (runs with
 	// topic churn or group deletes; coordcheck.go): "heir faults",
 	// "windows" (events after which the newest metadata leader had applied
@@ -342,6 +345,9 @@ type sim struct {
 	// churn deletes and re-declares a topic (topicchurn.go; nil: none).
 	churn    *churnClient
 	groupDel *groupDeleter // ClusterOptions.GroupDeletes (nil: none)
+	// retentionUpd changes the topic's retention (ClusterRetention.Updates;
+	// nil: none).
+	retentionUpd *retentionUpdater
 	// coord judges the metadata leader's answers (coordcheck.go; nil
 	// without topic churn or group deletes).
 	coord *coordChecker
