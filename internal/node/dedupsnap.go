@@ -88,14 +88,15 @@ func (p *partitionRunner) loadDedupSnapshotFile(lg *storage.Log, name string) *p
 	}
 	// The epoch of the entry at the snapshot's point, from the batch
 	// headers (a read of the entry would read its whole batch).
+	// A repair's gap after it is no reason to refuse it: the repair kept
+	// the snapshot knowing it lies before every seq it dropped
+	// (forgetDedupSnapshot).
 	var epochAt uint64
 	inLog := s.Applied >= lg.StartSeq() && s.Applied < lg.NextSeq()
 	if inLog {
-		starts, err := lg.EpochStarts(s.Applied)
-		inLog = err == nil && len(starts) > 0 && starts[0].Seq == s.Applied
-		if inLog {
-			epochAt = starts[0].Epoch
-		}
+		var err error
+		epochAt, err = lg.EpochAt(s.Applied)
+		inLog = err == nil
 	}
 	if cfg.Mutations.DedupSnapshotUnchecked || partition.SnapshotUsable(s, lg.StartSeq(), epochAt, inLog) {
 		return s

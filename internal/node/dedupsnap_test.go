@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -661,4 +662,107 @@ func TestRestoredTableNotSealedAfterRetention(t *testing.T) {
 			}
 		})
 	}
+}
+
+// RepairKeepsTrueDedupSnapshots with damage: a repair that drops a
+// damaged range of a single node's partition keeps a dedup snapshot
+// whose point lies before the range — it knows nothing of the dropped
+// records, whose retries append them again, and it still remembers the
+// producers retention deleted, whose retries stay duplicates — and
+// removes one whose point lies past the range's start (it may answer a
+// dropped record's retry as a duplicate of what is gone).
+func TestRepairKeepsDedupSnapshotsBeforeTheDamage(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		damageBefore bool // the damaged record lies before the snapshot's point
+	}{{"damage after the snapshot", false}, {"damage before the snapshot", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := retentionHarness(t, func(c *Config) { c.DedupSnapshotBytes = 1 << 30 })
+			oks := publishIdempotent(h, "t", 7, 0, 20)
+			publishIdempotent(h, "t", 8, 0, 600)
+			eventually(t, "retention deletes producer 7's records", deletedThrough(h, oks[19].Seq))
+			if tc.damageBefore {
+				h.node.Close() // a clean close writes a snapshot at the last record
+				h.open()
+			}
+			dir := "/data/topics/t/0"
+			b, err := storage.ReadFileAtomic(h.fs, path.Join(dir, dedupSnapshotFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			point, err := partition.SnapshotPoint(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lost map[uint64]wire.PubOK // producer 9's: the first is damaged
+			if !tc.damageBefore {
+				lost = map[uint64]wire.PubOK{}
+				for i := range uint64(3) {
+					lost[i] = h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 9, ProducerSeq: i, Value: fmt.Appendf(nil, "producer-nine-%d", i)})
+				}
+				if lost[0].Seq <= point {
+					t.Fatalf("producer 9's first record at %d, not after the snapshot's point %d: the test proves nothing", lost[0].Seq, point)
+				}
+			}
+			publishIdempotent(h, "t", 10, 0, 3)
+			h.crash()
+			victim := []byte("producer-nine-0")
+			if tc.damageBefore {
+				victim = []byte("value-0599-") // producer 8's last record, at the snapshot's point
+			}
+			flipInSegments(t, h.fs, dir, victim)
+			out, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var dropped uint64
+			for _, r := range out {
+				dropped += r.Report.DroppedSeqs
+			}
+			if dropped == 0 {
+				t.Fatalf("the repair dropped nothing: %+v", out)
+			}
+			_, err = h.fs.Stat(path.Join(dir, dedupSnapshotFile))
+			_, errCopy := h.fs.Stat(path.Join(dir, dedupSnapshotCopyFile))
+			if tc.damageBefore {
+				if !errors.Is(err, fs.ErrNotExist) || !errors.Is(errCopy, fs.ErrNotExist) {
+					t.Fatalf("a snapshot past the damaged range was kept (%v, %v)", err, errCopy)
+				}
+				return
+			}
+			if err != nil || errCopy != nil {
+				t.Fatalf("the repair removed a snapshot from before the damage: %v, %v", err, errCopy)
+			}
+			h.open()
+			retriesAreDuplicates(t, h, "t", 7, map[uint64]wire.PubOK{0: oks[0], 19: oks[19]})
+			retriesAreDuplicates(t, h, "t", 9, map[uint64]wire.PubOK{1: lost[1], 2: lost[2]})
+			again := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 9, ProducerSeq: 0, Value: []byte("producer-nine-0")})
+			if again.Duplicate {
+				t.Fatalf("the retry of the record the repair dropped was answered as a duplicate of %d", again.Seq)
+			}
+		})
+	}
+}
+
+// flipInSegments flips a bit inside the first occurrence of victim in
+// the log segments of dir.
+func flipInSegments(t *testing.T, fsys *vfs.MemFS, dir string, victim []byte) {
+	t.Helper()
+	names, err := fsys.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".log") {
+			continue
+		}
+		data := readAll(t, fsys, path.Join(dir, n))
+		if i := bytes.Index(data, victim); i >= 0 {
+			if err := fsys.FlipBit(path.Join(dir, n), int64(i), 1); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("%q is in no segment of %s", victim, dir)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/meta"
+	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -236,8 +238,9 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 
 // dedupSnapshotStale reports whether a single node's repair left its
 // partition's dedup snapshots possibly lying (RepairKeepsTrueDedupSnapshots):
-// when it dropped damaged ranges (they may know of records gone, whose
-// retries must append again), or cut a torn tail with the epoch file
+// when it dropped damaged ranges (one whose point is past the first of
+// them may know of records gone, whose retries must append again:
+// forgetDedupSnapshot), or cut a torn tail with the epoch file
 // removed — the next reign may then reuse the epoch of a cut entry the
 // snapshot stands for, and SnapshotUsable would take it. A torn tail
 // alone is what any restart cuts, and the next open uses the snapshot
@@ -252,20 +255,49 @@ func (r RepairedLog) dedupSnapshotStale() bool {
 }
 
 // forgetDedupSnapshot removes the dedup snapshot and its copy of a
-// partition log the repair changed: they may know of records the repair
-// dropped, and a retry of one must append it again, not be answered as a
-// duplicate of what is gone.
+// partition log the repair changed when they may know of records the
+// repair dropped: a retry of one must append it again, not be answered as
+// a duplicate of what is gone. A snapshot whose point lies before the
+// first seq the repair dropped knows nothing of them — the next open
+// reads the log after its point again, around the gaps — and is kept
+// (RepairKeepsTrueDedupSnapshots): after retention it may be the only
+// memory of producers whose every record was deleted. A torn tail cut
+// with the epoch file removed still removes both (dedupSnapshotStale).
 func forgetDedupSnapshot(fsys vfs.FS, r RepairedLog, dryRun bool) error {
 	if !r.Damaged() || dryRun {
 		return nil
 	}
+	keepBelow := r.firstDroppedSeq()
+	if r.Report.TornTail != nil && r.EpochFileRemoved {
+		keepBelow = 0
+	}
 	for _, name := range []string{dedupSnapshotFile, dedupSnapshotCopyFile} {
 		file := path.Join(r.Dir, name)
+		if b, err := storage.ReadFileAtomic(fsys, file); err == nil {
+			if point, err := partition.SnapshotPoint(b); err == nil && point < keepBelow {
+				continue
+			}
+		}
 		if err := removeDurably(fsys, file); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("node: repair: remove %s: %w", file, err)
 		}
 	}
 	return nil
+}
+
+// firstDroppedSeq is the lowest seq the repair dropped or found damaged
+// (math.MaxUint64: none).
+func (r RepairedLog) firstDroppedSeq() uint64 {
+	first := uint64(math.MaxUint64)
+	for _, d := range r.Report.Dropped {
+		first = min(first, d.First)
+	}
+	for _, d := range r.Report.Damage {
+		if d.LastSeq >= d.FirstSeq {
+			first = min(first, d.FirstSeq)
+		}
+	}
+	return first
 }
 
 // removeDurably removes file and syncs its directory: what a repair

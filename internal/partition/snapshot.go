@@ -77,6 +77,18 @@ func appendSnapshot(b []byte, applied, epoch uint64, p *Producers, groups map[st
 	return b, nil
 }
 
+// SnapshotPoint reads only the seq a dedup snapshot stands for (its
+// Applied): a repair that dropped records asks whether the snapshot can
+// know of them.
+func SnapshotPoint(b []byte) (uint64, error) {
+	d := snapDecoder{b: b}
+	if v := d.u8(); d.err == nil && v != snapshotVersion {
+		return 0, fmt.Errorf("partition: dedup snapshot version %d, want %d", v, snapshotVersion)
+	}
+	applied := d.u64()
+	return applied, d.err
+}
+
 // DecodeSnapshot decodes an encoded Snapshot for a partition bounded by
 // cfg. It checks every field it can on its own: a snapshot that does not
 // fit cfg's bounds (they were lowered since) or is inconsistent is an

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -17,11 +18,34 @@ type EpochStart struct{ Epoch, Seq uint64 }
 func (l *Log) EpochStarts(fromSeq uint64) ([]EpochStart, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	return l.epochStarts(fromSeq, math.MaxUint64)
+}
+
+// EpochAt returns the epoch of the entry at seq, from its batch's header
+// alone: damage or a repair's gap after seq does not concern it (a dedup
+// snapshot at seq, kept by a repair that dropped later records, is
+// checked with it).
+func (l *Log) EpochAt(seq uint64) (uint64, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if seq >= l.nextSeq {
+		return 0, fmt.Errorf("%w: seq %d at or past the log's end %d", ErrOutOfRange, seq, l.nextSeq)
+	}
+	starts, err := l.epochStarts(seq, seq+1)
+	if err != nil {
+		return 0, err
+	}
+	return starts[0].Epoch, nil
+}
+
+// epochStarts is EpochStarts over the entries from fromSeq below
+// untilSeq; l.mu is held.
+func (l *Log) epochStarts(fromSeq, untilSeq uint64) ([]EpochStart, error) {
 	if err := l.readableFrom(fromSeq); err != nil {
 		return nil, err
 	}
 	for _, d := range l.damage {
-		if d.Seqs() > 0 && d.LastSeq >= fromSeq {
+		if d.Seqs() > 0 && d.LastSeq >= fromSeq && d.FirstSeq < untilSeq {
 			return nil, &CorruptError{Damage: d}
 		}
 	}
@@ -30,11 +54,12 @@ func (l *Log) EpochStarts(fromSeq uint64) ([]EpochStart, error) {
 		header [batchHeaderBytes]byte
 		seq    = fromSeq
 	)
+	end := min(l.nextSeq, untilSeq)
 	i := sort.Search(len(l.segments), func(i int) bool { return l.segments[i].baseSeq > fromSeq }) - 1
-	for ; i < len(l.segments) && seq < l.nextSeq; i++ {
+	for ; i < len(l.segments) && seq < end; i++ {
 		s := l.segments[i]
 		off, expectSeq := s.lookup(seq)
-		for off < s.sizeBytes && expectSeq < s.nextSeq {
+		for off < s.sizeBytes && expectSeq < s.nextSeq && seq < end {
 			h, err := readBatchHeader(s, off, expectSeq, header[:])
 			if err != nil {
 				return nil, err
@@ -49,7 +74,7 @@ func (l *Log) EpochStarts(fromSeq uint64) ([]EpochStart, error) {
 			off += h.totalBytes
 			expectSeq = h.nextSeq()
 		}
-		if expectSeq < s.nextSeq {
+		if expectSeq < s.nextSeq && seq < end {
 			return nil, fmt.Errorf("%w: segment %d ends before seq %d", ErrCorrupt, s.baseSeq, s.nextSeq)
 		}
 	}

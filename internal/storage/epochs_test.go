@@ -68,6 +68,11 @@ func TestEpochStartsAreTheRecordsEpochs(t *testing.T) {
 				if want := epochStartsByRead(t, l, from); !slices.Equal(got, want) {
 					t.Fatalf("seed %d reopened %d from %d: %v, want %v", seed, reopen, from, got, want)
 				}
+				if from < l.NextSeq() {
+					if e, err := l.EpochAt(from); err != nil || e != got[0].Epoch {
+						t.Fatalf("seed %d reopened %d: EpochAt(%d) = %d, %v; want %d", seed, reopen, from, e, err, got[0].Epoch)
+					}
+				}
 			}
 		}
 		l.Close()
@@ -94,5 +99,16 @@ func TestEpochStartsStopsAtDamageAndGaps(t *testing.T) {
 	}
 	if _, err := l.EpochStarts(l.NextSeq() + 1); !errors.Is(err, ErrOutOfRange) {
 		t.Fatalf("EpochStarts past the end: %v", err)
+	}
+	// EpochAt reads the one entry's batch: damage after it does not
+	// concern it, damage at it does; no entry at the log's end.
+	if e, err := l.EpochAt(19); err != nil || e != 2 {
+		t.Fatalf("EpochAt(19) before damage at 20: %d, %v; want 2", e, err)
+	}
+	if _, err := l.EpochAt(21); !errors.As(err, &ce) {
+		t.Fatalf("EpochAt(21) in damage: %v", err)
+	}
+	if _, err := l.EpochAt(l.NextSeq()); !errors.Is(err, ErrOutOfRange) {
+		t.Fatalf("EpochAt at the end: %v", err)
 	}
 }
