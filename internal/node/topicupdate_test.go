@@ -79,6 +79,25 @@ func TestTopicUpdateChangesRetention(t *testing.T) {
 	if _, _, err := updateTopic(t, h.node, retentionAge("t", 5000)); err != nil {
 		t.Fatalf("the same update again: %v", err)
 	}
+	// Lifted again, it keeps what is written from then on: 20 s later,
+	// four times the age the records would have expired at.
+	if _, _, err := updateTopic(t, h.node, retentionAge("t", 0)); err != nil {
+		t.Fatal(err)
+	}
+	kept := startSeq()
+	for i := range uint64(5) {
+		h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: 10 + i, Value: []byte("kept")})
+	}
+	for range 20 {
+		clock.Advance(time.Second)
+		time.Sleep(time.Millisecond) // (the partition's goroutine runs its retention checks)
+	}
+	if s := startSeq(); s != kept {
+		t.Fatalf("with retention lifted the log start moved from %d to %d", kept, s)
+	}
+	if _, _, err := updateTopic(t, h.node, retentionAge("t", 5000)); err != nil {
+		t.Fatal(err)
+	}
 
 	h.restart()
 	if got := h.node.Metadata([]string{"t"})[0].Config; got.RetentionMs != 5000 {
