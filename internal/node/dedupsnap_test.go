@@ -766,3 +766,47 @@ func flipInSegments(t *testing.T, fsys *vfs.MemFS, dir string, victim []byte) {
 	}
 	t.Fatalf("%q is in no segment of %s", victim, dir)
 }
+
+// RepairKeepsTrueDedupSnapshots for a cluster partition's only replica:
+// a repair that cut a torn tail keeps its dedup snapshots while the hard
+// state still holds the promise (the next reign's epoch is new), and
+// removes them when it rebuilt the hard state from the repaired log: the
+// next reign could then write the cut seqs again under a cut entry's
+// epoch, which a snapshot's point would match.
+func TestAloneRepairRemovesDedupSnapshotsWhenAnEpochMayRecur(t *testing.T) {
+	for _, hardState := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hardstate damaged=%v", hardState), func(t *testing.T) {
+			tc := newTestClusterWith(t, 3, nil)
+			tc.declare("n1", wire.TopicConfig{Name: "one", Partitions: 1, Replicas: 1})
+			holder := tc.leaderOf("one", 0)
+			for i := range 20 {
+				if _, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, ProducerID: 7, ProducerSeq: uint64(i), Value: []byte("m")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.stop(holder)
+			dir := path.Join("/"+holder, "topics", "one", "0")
+			if _, err := tc.fs.Stat(path.Join(dir, dedupSnapshotFile)); err != nil {
+				t.Fatalf("no dedup snapshot after a clean stop: %v", err)
+			}
+			tearActiveSegment(t, tc.fs, dir)
+			if hardState {
+				if err := tc.fs.FlipBit(path.Join(dir, "hardstate"), 15, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep, err := Repair(tc.fs, "/"+holder, RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+			if err != nil || len(rep) != 1 || rep[0].Report.TornTail == nil || rep[0].HardStateReset != hardState {
+				t.Fatalf("repair: %+v, %v", rep, err)
+			}
+			// (A replica keeps no copy of its snapshot: its peers hold the log.)
+			_, err = tc.fs.Stat(path.Join(dir, dedupSnapshotFile))
+			switch {
+			case hardState && !errors.Is(err, fs.ErrNotExist):
+				t.Fatalf("a torn tail cut with the hard state rebuilt kept the dedup snapshot (%v)", err)
+			case !hardState && err != nil:
+				t.Fatalf("a torn tail cut under an intact hard state removed the dedup snapshot (%v)", err)
+			}
+		})
+	}
+}

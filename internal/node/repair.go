@@ -262,13 +262,17 @@ func (r RepairedLog) dedupSnapshotStale() bool {
 // reads the log after its point again, around the gaps — and is kept
 // (RepairKeepsTrueDedupSnapshots): after retention it may be the only
 // memory of producers whose every record was deleted. A torn tail cut
-// with the epoch file removed still removes both (dedupSnapshotStale).
+// where the next reign's epoch is not known to be new — the epoch file
+// (a single node) or the hard state (a cluster partition's only replica)
+// rebuilt from the repaired log — still removes both: that reign may
+// write the cut seqs again under a cut entry's epoch, which a snapshot's
+// point would then match (dedupSnapshotStale).
 func forgetDedupSnapshot(fsys vfs.FS, r RepairedLog, dryRun bool) error {
 	if !r.Damaged() || dryRun {
 		return nil
 	}
 	keepBelow := r.firstDroppedSeq()
-	if r.Report.TornTail != nil && r.EpochFileRemoved {
+	if r.Report.TornTail != nil && (r.EpochFileRemoved || r.HardStateReset) {
 		keepBelow = 0
 	}
 	for _, name := range []string{dedupSnapshotFile, dedupSnapshotCopyFile} {
