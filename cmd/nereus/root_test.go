@@ -190,7 +190,7 @@ func TestSimNodes(t *testing.T) {
 // `sim --retention` without --nodes runs a single node whose topic keeps
 // 4 KiB a partition; --mutation picks a single node's deliberate bugs
 // there, and the error of a caught one names the command that reproduces
-// it. --retention-updates needs a cluster run with retention.
+// it. --retention-updates needs --retention, and runs on a single node too.
 func TestSimSingleNodeRetention(t *testing.T) {
 	run := runSim
 	out, err := run("--retention", "--seed", "1", "--members")
@@ -210,14 +210,18 @@ func TestSimSingleNodeRetention(t *testing.T) {
 	if _, err = run("--mutation", "ack-before-commit"); err == nil || !strings.Contains(err.Error(), "unknown") {
 		t.Fatalf("a cluster's mutation without --nodes: %v", err)
 	}
-	for _, args := range [][]string{{"--retention", "--retention-updates", "2"}, {"--nodes", "3", "--retention-updates", "2"}} {
-		if _, err = run(args...); err == nil || !strings.Contains(err.Error(), "--retention-updates needs --nodes, --retention") {
+	for _, args := range [][]string{{"--retention-updates", "2"}, {"--nodes", "3", "--retention-updates", "2"}, {"--retention", "--retention-updates", "-1"}} {
+		if _, err = run(args...); err == nil || !strings.Contains(err.Error(), "--retention-updates needs --retention") {
 			t.Fatalf("sim %v: %v", args, err)
 		}
 	}
 	out, err = run("--nodes", "3", "--retention", "--retention-updates", "3", "--seed", "1")
 	if err != nil || !strings.Contains(out, " retention updates: ok") {
 		t.Fatalf("sim --nodes 3 --retention --retention-updates 3: %v\n%s", err, out)
+	}
+	out, err = run("--retention", "--retention-updates", "3", "--seed", "1")
+	if err != nil || !strings.Contains(out, " retention updates, trace ") || !strings.HasSuffix(out, ": ok\n") {
+		t.Fatalf("sim --retention --retention-updates 3: %v\n%s", err, out)
 	}
 }
 

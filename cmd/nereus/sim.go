@@ -98,8 +98,8 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 			if retentionAge < 0 || retentionAge > 0 && !retention {
 				return errors.New("--retention-age needs --retention and a positive age in virtual ms")
 			}
-			if retentionUps < 0 || retentionUps > 0 && (!retention || nodes == 0) {
-				return errors.New("--retention-updates needs --nodes, --retention and a positive count")
+			if retentionUps < 0 || retentionUps > 0 && !retention {
+				return errors.New("--retention-updates needs --retention and a positive count")
 			}
 			if listMut {
 				names := slices.Sorted(maps.Keys(sim.NodeMutations))
@@ -168,7 +168,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				o := sim.Options{Seed: s, Steps: steps, Faults: f, KeepTrace: trace, PubBatch: pubBatch, Members: members, DeadLetters: deadLetters, Mutations: mutations}
 				if retention {
 					o.Retention = sim.RetentionPreset
-					o.Retention.AgeMs = retentionAge
+					o.Retention.AgeMs, o.Retention.Updates = retentionAge, retentionUps
 				}
 				if logs {
 					o.Logs = cmd.ErrOrStderr()
@@ -194,6 +194,9 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 					}
 					if flips := sumCounts(r.StateFlips); flips > 0 || r.Repairs > 0 {
 						fmt.Fprintf(out, "%d state-file flips, %d repairs, ", flips, r.Repairs)
+					}
+					if o.Retention.Updates > 0 {
+						fmt.Fprintf(out, "%d retention updates, ", r.RetentionUpdates)
 					}
 					fmt.Fprintf(out, "trace %s: ", r.TraceHash)
 					if r.Violation == nil {
@@ -231,7 +234,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
 	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty, CoordinatorAnswersCurrent)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved, CoordinatorAnswersCurrent)")
-	fl.IntVar(&retentionUps, "retention-updates", 0, "with --nodes and --retention: also change the topic's retention (size, and age with --retention-age) this many times under the faults with topic updates (SettingsKept)")
+	fl.IntVar(&retentionUps, "retention-updates", 0, "with --retention: also change the topic's retention (size, and age with --retention-age) this many times under the faults with topic updates (SettingsKept)")
 	fl.Int64Var(&retentionAge, "retention-age", 0, "with --retention: the topic's records also expire this many virtual ms after they were written, an idle partition's last ones included")
 	fl.BoolVar(&retention, "retention", false, "the workload's topic keeps 4 KiB a partition (1 KiB segments): retention compacts it all the time, past producers' records (with --nodes: dedup carries, lagging replicas rebuilt; a single node: its dedup snapshot and copy, 300 messages a producer)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")

@@ -371,7 +371,7 @@ func newClusterSim(o ClusterOptions) *sim {
 	s := &sim{opts: Options{Seed: o.Seed, Steps: o.Steps, Producers: o.Producers, MessagesPerProducer: o.MessagesPerProducer,
 		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace, DeadLetters: o.DeadLetters && o.GroupDeletes == 0},
 		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: uint8(o.Nodes), syncAll: o.SyncAll,
-		retentionBytes: o.Retention.Bytes, retentionMs: o.Retention.AgeMs,
+		retention: o.Retention, retentionBytes: o.Retention.Bytes, retentionMs: o.Retention.AgeMs,
 		clusterFaults: o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, memberEvents: map[string]int{}}
 	s.opts.setDefaults()
 	if o.Retention.Bytes > 0 {

@@ -2,7 +2,8 @@ package sim
 
 import "github.com/nereus-broker/nereus/internal/wire"
 
-// Retention updates (ClusterRetention.Updates, `--retention-updates N`):
+// Retention updates (ClusterRetention.Updates, `--retention-updates N`;
+// a single node too, where the repair's restoreRetention interleaves):
 // at random moments of the fault phase the operator changes the topic's
 // retention with a topic update — its size per partition to one of
 // retentionSizes (0: unlimited), and in a run with an age its age to one
@@ -51,7 +52,7 @@ func (u *retentionUpdater) start() {
 	u.left--
 	w := &wire.TopicUpdate{TopicRef: wire.TopicRef{Topic: simTopic}, Set: wire.SetRetentionMs | wire.SetRetentionBytes,
 		RetentionBytes: retentionSizes[s.w.rng.IntN(len(retentionSizes))]}
-	if age := s.opts.Retention.AgeMs; age > 0 {
+	if age := s.retention.AgeMs; age > 0 {
 		w.RetentionMs = []int64{0, age / 2, age, 2 * age}[s.w.rng.IntN(4)]
 	}
 	u.want = w
@@ -88,8 +89,9 @@ func (u *retentionUpdater) try() {
 	s.w.after(retentionUpdateTryMs, u.try)
 }
 
-// final waits, after the final power loss, for the update in flight to be
-// answered and for every node to hold the last answered settings.
+// final waits, after the final power loss (a single node: its last
+// restart), for the update in flight to be answered and for every node to
+// hold the last answered settings.
 func (u *retentionUpdater) final(deadline int64) {
 	s := u.s
 	for s.chk.violation == nil {
@@ -102,6 +104,12 @@ func (u *retentionUpdater) final(deadline int64) {
 			return
 		}
 	}
+}
+
+// mayHold reports whether c has the settings of the update in flight
+// (false without an updater).
+func (u *retentionUpdater) mayHold(c wire.TopicConfig) bool {
+	return u != nil && u.want != nil && c.RetentionMs == u.want.RetentionMs && c.RetentionBytes == u.want.RetentionBytes
 }
 
 func (u *retentionUpdater) everyNodeHolds() bool {

@@ -283,6 +283,9 @@ type sim struct {
 	net      *peerNet  // a cluster's peer network (nil on a single node)
 	replicas uint8     // the topic's replication factor (0: the default)
 	syncAll  bool      // the topic is sync_all (cluster runs)
+	// retention is the run's retention as configured (Options.Retention,
+	// ClusterOptions.Retention): an update may change the topic's since.
+	retention ClusterRetention
 	// retentionBytes and retentionMs are the topic's RetentionBytes and
 	// RetentionMs (0: none).
 	retentionBytes, retentionMs int64
@@ -401,10 +404,14 @@ func newSim(opts Options) *sim {
 		memberEvents: map[string]int{}, doubleFlips: rand.New(rand.NewPCG(opts.Seed, 0x746f70696373))}
 	s.watchForRepair()
 	if opts.Retention.Bytes > 0 {
+		s.retention = opts.Retention
 		s.retentionBytes, s.retentionMs = opts.Retention.Bytes, opts.Retention.AgeMs
 		chk.retained = map[uint32]uint64{}
 		b.segmentBytesMax, b.retentionCheckMs = opts.Retention.SegmentBytesMax, opts.Retention.RetentionCheckMs
 		s.watchCommittedLog()
+		if opts.Retention.Updates > 0 {
+			s.retentionUpd = newRetentionUpdater(s, opts.Retention.Updates)
+		}
 	}
 	if opts.DeadLetters {
 		s.deadLetters = newDeadLetterWatch(s)
@@ -593,17 +600,24 @@ func (s *sim) finalPhase() {
 	if s.logWatch != nil {
 		s.logWatch.observe()
 	}
+	if s.retentionUpd != nil && s.chk.violation == nil {
+		s.retentionUpd.final(s.w.nowMs + 30_000)
+	}
 	s.chk.finalChecks(func(uint32) *broker { return s.b }, s.opts.Partitions)
 	s.w.tracef("end: acked=%d deliveries=%d restarts=%d", len(s.chk.acked), s.chk.deliveries, s.b.started-1)
 }
 
 func (s *sim) result() Result {
-	return Result{Seed: s.opts.Seed, Events: s.w.events, VirtualMs: s.w.nowMs - epochMs,
+	r := Result{Seed: s.opts.Seed, Events: s.w.events, VirtualMs: s.w.nowMs - epochMs,
 		TraceHash: s.w.trace.sum(), Trace: s.w.trace.all, Tail: s.w.trace.lastLines(),
 		Violation: s.chk.violation, Acked: len(s.chk.acked), Deliveries: s.chk.deliveries,
 		Restarts: max(s.b.started-1, 0), PubBatches: s.pubBatches,
 		StateFlips: s.stateFlips, Repairs: s.repairs, Repaired: s.repaired, NodeLines: s.nodeLines,
 		AcksForgotten: s.acksForgotten, Members: s.memberEvents, DeadLetters: s.deadLetters.count()}
+	if s.retentionUpd != nil {
+		r.RetentionUpdates = s.retentionUpd.answered
+	}
+	return r
 }
 
 // injectFault applies one randomly chosen enabled fault, then schedules the

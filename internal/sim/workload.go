@@ -119,12 +119,13 @@ func (p *producer) onFrame(c *conn, corr uint64, f wire.Frame) {
 		if _, ok := p.inflight[corr]; ok {
 			// A partition whose files took a bit flip may refuse writes
 			// until repaired: that is the right answer, not a failure.
-			// With a retention, a retry whose seq fell below the dedup
+			// With a retention (ever: an update may lift it since), a
+			// retry whose seq fell below the dedup
 			// window once the records around it were compacted gets
 			// PRODUCER_SEQ_TOO_OLD: its outcome is unknowable by then (a
 			// documented gap), so it is given up, not a violation.
 			damaged := f.Code == wire.CodeDataCorrupt && p.s.chk.mayRefuse()
-			tooOld := f.Code == wire.CodeProducerSeqTooOld && p.s.retentionBytes > 0 && p.s.tooOldExcused(p.id, corr)
+			tooOld := f.Code == wire.CodeProducerSeqTooOld && p.s.retention.Bytes > 0 && p.s.tooOldExcused(p.id, corr)
 			if !damaged && !tooOld {
 				p.s.chk.violate("PublishAnswered", "%s: PUB pseq=%d failed permanently: %s", p.name(), corr, f.AsError())
 			}
