@@ -21,7 +21,7 @@ func TestConnectionsBeyondTheMaximumAreRefused(t *testing.T) {
 		t.Fatalf("the third of two allowed connections got %#v, want ERR UNAVAILABLE", f)
 	}
 	third.expectClosed()
-	if n := counterValue(t, s, "nereus_client_connections_refused_total"); n != 1 {
+	if n := metricValue(t, s, "nereus_client_connections_refused_total"); n != 1 {
 		t.Fatalf("%v refusals counted, want 1", n)
 	}
 	first.conn.Close()
@@ -41,8 +41,8 @@ func TestConnectionsBeyondTheMaximumAreRefused(t *testing.T) {
 	}
 }
 
-// counterValue reads a counter of the server's node.
-func counterValue(t *testing.T, s *Server, name string) float64 {
+// metricValue reads a counter or a gauge of the server's node.
+func metricValue(t *testing.T, s *Server, name string) float64 {
 	t.Helper()
 	mfs, err := s.node.Metrics().Registry.Gather()
 	if err != nil {
@@ -50,6 +50,9 @@ func counterValue(t *testing.T, s *Server, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
+			if g := mf.GetMetric()[0].GetGauge(); g != nil {
+				return g.GetValue()
+			}
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
