@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -746,6 +748,48 @@ func TestAConnectionAfterCloseIsClosed(t *testing.T) {
 			t.Errorf("%d sessions after Close", len(s.sessions))
 		}
 	})
+}
+
+// A JOIN answered after its connection closed (in a cluster the answer
+// comes from the metadata applier, here held up by its fsync) leaves no
+// notice sink behind: its member hears nothing, and the node does not
+// keep the closed connection for it.
+func TestAJoinAnsweredAfterItsConnectionClosedHearsNothing(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fs := newHeldSyncsOf("/meta/")
+	defer fs.let()
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.Open(node.Config{NodeID: "n1", DataDir: "/d", Env: env.Env{FS: fs}, Logger: logger,
+		Cluster: &node.ClusterConfig{Members: []node.Member{{ID: "n1", PeerAddr: pl.Addr().String()}},
+			Secret: []byte("test-cluster-secret-0123456789ab"), PeerListener: pl}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	s, err := New(Config{AllowNoAuth: true, Logger: logger}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, sent1 := openProtocol(t, s)
+	p1.Handle(2, &wire.Declare{Topic: wire.TopicConfig{Name: "t", Partitions: 2}})
+	sent1.waitFor(t, "DECLARE_OK", isType(wire.TypeDeclareOK))
+	fs.held.Store(true)
+	p1.Handle(3, &wire.Join{Group: "m", Member: "a", Topics: []string{"t"}, JoinID: 1})
+	p1.Close()
+	fs.let()
+	// Another member's JOIN is applied after a's: once it is answered, a's
+	// answer came too, and its ASSIGN would have gone out.
+	p2, sent2 := openProtocol(t, s)
+	defer p2.Close()
+	p2.Handle(2, &wire.Join{Group: "m", Member: "b", Topics: []string{"t"}, JoinID: 1})
+	sent2.waitFor(t, "JOIN_OK", isType(wire.TypeJoinOK))
+	time.Sleep(100 * time.Millisecond)
+	if n := sent1.count(isType(wire.TypeNotice)); n != 0 {
+		t.Fatalf("a member whose connection closed before its JOIN was answered was sent %d notices", n)
+	}
 }
 
 // Close closes the open connections and returns once their sessions

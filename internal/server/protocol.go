@@ -35,9 +35,11 @@ type Protocol struct {
 	// close; the next Handle says so.
 	broken bool
 	// members joined on this connection (their notices stop at Close);
-	// JOIN answers may come from the metadata applier's goroutine.
+	// JOIN answers may come from the metadata applier's goroutine, after
+	// Close (closed).
 	membersMu sync.Mutex
 	members   []wire.MemberRef
+	closed    bool
 	// kv: the connection's KV watches (kv.go).
 	kv kvSession
 }
@@ -119,6 +121,7 @@ func (p *Protocol) Close() {
 	p.membersMu.Lock()
 	members := p.members
 	p.members = nil
+	p.closed = true
 	p.membersMu.Unlock()
 	for _, m := range members {
 		p.srv.node.DropNotices(m)
@@ -470,9 +473,19 @@ func (p *Protocol) join(corr uint64, f *wire.Join) {
 			p.sendErr(corr, err)
 			return
 		}
+		ref := wire.MemberRef{Group: f.Group, Member: f.Member, Incarnation: ok.Incarnation}
 		p.membersMu.Lock()
-		p.members = append(p.members, wire.MemberRef{Group: f.Group, Member: f.Member, Incarnation: ok.Incarnation})
+		closed := p.closed
+		if !closed {
+			p.members = append(p.members, ref)
+		}
 		p.membersMu.Unlock()
+		if closed {
+			// Answered after the connection closed: Close could not drop
+			// this member's notices, which nobody would hear.
+			p.srv.node.DropNotices(ref)
+			return
+		}
 		p.send(corr, ok)
 	})
 }

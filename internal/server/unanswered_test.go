@@ -14,8 +14,8 @@ import (
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
-// heldSyncs is a MemFS whose topic logs' fsyncs wait while held: the
-// node answers no publish meanwhile.
+// heldSyncs is a MemFS whose fsyncs of some files (newHeldSyncs: the
+// topic logs) wait while held: the node answers no publish meanwhile.
 type heldSyncs struct {
 	*vfs.MemFS
 	held    atomic.Bool
@@ -23,10 +23,13 @@ type heldSyncs struct {
 	once    sync.Once
 }
 
-func newHeldSyncs() *heldSyncs {
+func newHeldSyncs() *heldSyncs { return newHeldSyncsOf("/topics/") }
+
+// newHeldSyncsOf is newHeldSyncs for the files whose names contain dir.
+func newHeldSyncsOf(dir string) *heldSyncs {
 	h := &heldSyncs{MemFS: vfs.NewMem(), release: make(chan struct{})}
 	h.SetInjector(func(op vfs.Op, name string) error {
-		if op == vfs.OpSync && h.held.Load() && strings.Contains(name, "/topics/") {
+		if op == vfs.OpSync && h.held.Load() && strings.Contains(name, dir) {
 			<-h.release
 		}
 		return nil
