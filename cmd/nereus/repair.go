@@ -98,6 +98,9 @@ type repairJSON struct {
 	SnapshotPointReset  bool           `json:"snapshot_point_reset,omitempty"`
 	TopicsRebuilt       int            `json:"topics_rebuilt,omitempty"`
 	GroupsReset         bool           `json:"groups_reset,omitempty"`
+	// DedupSnapshotRemoved: the partition's dedup snapshots were removed;
+	// producers whose every record retention deleted are forgotten there.
+	DedupSnapshotRemoved bool `json:"dedup_snapshot_removed,omitempty"`
 	// LedgerSnapshotRemoved: a group's damaged ledger-snapshot was
 	// removed; the group's acks are forgotten.
 	LedgerSnapshotRemoved bool `json:"ledger_snapshot_removed,omitempty"`
@@ -125,7 +128,8 @@ func writeRepairJSON(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 			Damage: []damageJSON{}, Dropped: []seqRangeJSON{}, DroppedSeqs: r.DroppedSeqs,
 			ValidRecordsDropped: r.ValidRecordsDropped, NextSeq: r.NextSeq, EpochFileRemoved: l.EpochFileRemoved,
 			HardStateReset: l.HardStateReset, SnapshotPointReset: l.SnapshotPointReset,
-			TopicsRebuilt: l.TopicsRebuilt, GroupsReset: l.GroupsReset, LedgerSnapshotRemoved: l.LedgerSnapshotRemoved}
+			TopicsRebuilt: l.TopicsRebuilt, GroupsReset: l.GroupsReset, DedupSnapshotRemoved: l.DedupSnapshotRemoved,
+			LedgerSnapshotRemoved: l.LedgerSnapshotRemoved}
 		if l.Group == "" && l.TopicsRebuilt == 0 && !l.GroupsReset {
 			j.Partition = &l.Partition
 		}
@@ -196,6 +200,10 @@ func writeRepairText(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 		}
 		if l.SnapshotPointReset {
 			fmt.Fprintf(w, "%s: corrupt snapshot point rewritten from the log\n", name)
+		}
+		if l.DedupSnapshotRemoved {
+			fmt.Fprintf(w, "%s: dedup snapshot %s: producers whose every record retention deleted are forgotten, and their retries append again\n",
+				name, map[bool]string{true: "would be removed", false: "removed"}[dryRun])
 		}
 		if l.LedgerSnapshotRemoved {
 			fmt.Fprintf(w, "%s: corrupt snapshot %s: the group's acks are forgotten and its messages delivered again\n",

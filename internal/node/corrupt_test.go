@@ -915,6 +915,9 @@ func TestDamagedMemberAloneStaysLocal(t *testing.T) {
 		t.Fatalf("repair of the members alone: %+v, want one damaged log (one/0)", rep)
 	}
 	lost, nextSeq := repaired[0].Report.Damage[0], repaired[0].Report.NextSeq
+	if _, err := tc.fs.Stat(path.Join(dir, dedupSnapshotFile)); err != nil {
+		t.Fatalf("the repair removed the dedup snapshot, whose point it kept: %v", err)
+	}
 	tc.start(holder)
 	tc.leaderOf("one", 0) // its member elects itself again
 	if d := tc.nodes[holder].Damaged(); len(d) != 0 {
@@ -931,6 +934,17 @@ func TestDamagedMemberAloneStaysLocal(t *testing.T) {
 	again, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, ProducerID: 7, ProducerSeq: pseq, Value: []byte("again")})
 	if err != nil || again.Duplicate || again.Seq <= ok.Seq {
 		t.Fatalf("retry of producer seq %d, lost at seq %d: %+v, %v; want it appended again", pseq, lost.FirstSeq, again, err)
+	}
+	// The others' retries stay duplicates (the snapshot rewritten without
+	// the lost seqs still stands for them).
+	for seq, ps := range producerSeqAt {
+		if seq >= lost.FirstSeq && seq <= lost.LastSeq {
+			continue
+		}
+		dup, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, ProducerID: 7, ProducerSeq: ps, Value: []byte("again")})
+		if err != nil || !dup.Duplicate || dup.Seq != seq {
+			t.Fatalf("retry of producer seq %d, kept at seq %d: %+v, %v; want a duplicate", ps, seq, dup, err)
+		}
 	}
 	s := newSink()
 	sub, serr := tc.nodes[holder].Subscribe("one", "g", GroupOptions{AckWaitMs: 60_000}, s)

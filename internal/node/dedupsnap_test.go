@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"strings"
 	"sync"
@@ -664,24 +665,41 @@ func TestRestoredTableNotSealedAfterRetention(t *testing.T) {
 	}
 }
 
-// RepairKeepsTrueDedupSnapshots with damage: a repair that drops a
-// damaged range of a single node's partition keeps a dedup snapshot
-// whose point lies before the range — it knows nothing of the dropped
-// records, whose retries append them again, and it still remembers the
-// producers retention deleted, whose retries stay duplicates — and
-// removes one whose point lies past the range's start (it may answer a
-// dropped record's retry as a duplicate of what is gone).
+// RepairKeepsTrueDedupSnapshots with damage: a repair that drops damaged
+// ranges of a single node's partition keeps its dedup snapshots — they
+// still remember the producers retention deleted, whose retries stay
+// duplicates — and makes them forget the appends at the dropped seqs,
+// whose retries append again (SnapshotForgetsOnlyGoneSeqs): a snapshot
+// whose point lies before the damage as it is, one whose point lies past
+// it rewritten. One whose own point was dropped is removed. With
+// interrupted, the log's rewrite fails: the snapshots forgot the dropped
+// seqs before it (a repair run again after the log's rewrite would find
+// nothing to drop), and the repair run again completes it.
 func TestRepairKeepsDedupSnapshotsBeforeTheDamage(t *testing.T) {
 	for _, tc := range []struct {
-		name         string
-		damageBefore bool // the damaged record lies before the snapshot's point
-	}{{"damage after the snapshot", false}, {"damage before the snapshot", true}} {
+		name        string
+		damage      string // where the damage lies: "after" the snapshot's point, "at" it, "before" it
+		interrupted bool
+	}{
+		{"damage after the snapshot", "after", false},
+		{"damage at the snapshot's point", "at", false},
+		{"damage before the snapshot", "before", false},
+		{"damage before the snapshot, repair interrupted", "before", true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := retentionHarness(t, func(c *Config) { c.DedupSnapshotBytes = 1 << 30 })
 			oks := publishIdempotent(h, "t", 7, 0, 20)
-			publishIdempotent(h, "t", 8, 0, 600)
+			eights := publishIdempotent(h, "t", 8, 0, 600)
 			eventually(t, "retention deletes producer 7's records", deletedThrough(h, oks[19].Seq))
-			if tc.damageBefore {
+			var elevens map[uint64]wire.PubOK // producer 11's: its highest is damaged
+			if tc.damage == "before" {
+				elevens = map[uint64]wire.PubOK{}
+				for i := range uint64(2) {
+					elevens[i] = h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 11, ProducerSeq: i, Value: fmt.Appendf(nil, "producer-eleven-%d", i)})
+				}
+				maps.Copy(eights, publishIdempotent(h, "t", 8, 600, 3))
+			}
+			if tc.damage != "after" {
 				h.node.Close() // a clean close writes a snapshot at the last record
 				h.open()
 			}
@@ -690,12 +708,13 @@ func TestRepairKeepsDedupSnapshotsBeforeTheDamage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			point, err := partition.SnapshotPoint(b)
+			snap, err := partition.DecodeSnapshot(b, partition.DefaultConfig)
 			if err != nil {
 				t.Fatal(err)
 			}
+			point := snap.Applied
 			var lost map[uint64]wire.PubOK // producer 9's: the first is damaged
-			if !tc.damageBefore {
+			if tc.damage == "after" {
 				lost = map[uint64]wire.PubOK{}
 				for i := range uint64(3) {
 					lost[i] = h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 9, ProducerSeq: i, Value: fmt.Appendf(nil, "producer-nine-%d", i)})
@@ -706,39 +725,85 @@ func TestRepairKeepsDedupSnapshotsBeforeTheDamage(t *testing.T) {
 			}
 			publishIdempotent(h, "t", 10, 0, 3)
 			h.crash()
-			victim := []byte("producer-nine-0")
-			if tc.damageBefore {
-				victim = []byte("value-0599-") // producer 8's last record, at the snapshot's point
+			switch tc.damage {
+			case "after":
+				flipInSegments(t, h.fs, dir, []byte("producer-nine-0"))
+			case "at":
+				flipInSegments(t, h.fs, dir, []byte("value-0599-")) // producer 8's last record, at the snapshot's point
+			case "before":
+				if point != eights[602].Seq || eights[595].Seq >= point {
+					t.Fatalf("snapshot at %d, producer 8's last at %d: the test proves nothing", point, eights[602].Seq)
+				}
+				flipInSegments(t, h.fs, dir, []byte("value-0595-"))
+				flipInSegments(t, h.fs, dir, []byte("producer-eleven-1"))
 			}
-			flipInSegments(t, h.fs, dir, victim)
-			out, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
-			if err != nil {
-				t.Fatal(err)
+			repair := func() []RepairedLog {
+				t.Helper()
+				out, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			if tc.interrupted {
+				h.fs.SetInjector(func(op vfs.Op, name string) error {
+					if op == vfs.OpRename && strings.Contains(name, ".log") {
+						return errors.New("injected: the log's rewrite fails")
+					}
+					return nil
+				})
+				if _, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage}); err == nil {
+					t.Fatal("the repair went on past the log's failed rewrite")
+				}
+				h.fs.SetInjector(nil)
+				for _, name := range []string{dedupSnapshotFile, dedupSnapshotCopyFile} {
+					after, err := storage.ReadFileAtomic(h.fs, path.Join(dir, name))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := partition.DecodeSnapshot(after, partition.DefaultConfig); err != nil || bytes.Equal(after, b) {
+						t.Fatalf("%s before the log's rewrite: unchanged=%v, %v", name, bytes.Equal(after, b), err)
+					}
+				}
 			}
 			var dropped uint64
-			for _, r := range out {
+			for _, r := range repair() {
 				dropped += r.Report.DroppedSeqs
+				if r.Topic == "t" && r.DedupSnapshotRemoved != (tc.damage == "at") {
+					t.Fatalf("the repair says the dedup snapshot removed=%v", r.DedupSnapshotRemoved)
+				}
 			}
 			if dropped == 0 {
-				t.Fatalf("the repair dropped nothing: %+v", out)
+				t.Fatalf("the repair dropped nothing")
 			}
 			_, err = h.fs.Stat(path.Join(dir, dedupSnapshotFile))
 			_, errCopy := h.fs.Stat(path.Join(dir, dedupSnapshotCopyFile))
-			if tc.damageBefore {
+			if tc.damage == "at" {
 				if !errors.Is(err, fs.ErrNotExist) || !errors.Is(errCopy, fs.ErrNotExist) {
-					t.Fatalf("a snapshot past the damaged range was kept (%v, %v)", err, errCopy)
+					t.Fatalf("a snapshot whose point was dropped was kept (%v, %v)", err, errCopy)
 				}
 				return
 			}
 			if err != nil || errCopy != nil {
-				t.Fatalf("the repair removed a snapshot from before the damage: %v, %v", err, errCopy)
+				t.Fatalf("the repair removed a snapshot (%v, %v)", err, errCopy)
 			}
 			h.open()
 			retriesAreDuplicates(t, h, "t", 7, map[uint64]wire.PubOK{0: oks[0], 19: oks[19]})
-			retriesAreDuplicates(t, h, "t", 9, map[uint64]wire.PubOK{1: lost[1], 2: lost[2]})
-			again := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 9, ProducerSeq: 0, Value: []byte("producer-nine-0")})
-			if again.Duplicate {
-				t.Fatalf("the retry of the record the repair dropped was answered as a duplicate of %d", again.Seq)
+			var again map[uint64]string // dropped records: their retries append again
+			switch tc.damage {
+			case "after":
+				retriesAreDuplicates(t, h, "t", 9, map[uint64]wire.PubOK{1: lost[1], 2: lost[2]})
+				again = map[uint64]string{9<<32 | 0: "producer-nine-0"}
+			case "before":
+				retriesAreDuplicates(t, h, "t", 8, map[uint64]wire.PubOK{594: eights[594], 596: eights[596], 602: eights[602]})
+				retriesAreDuplicates(t, h, "t", 11, map[uint64]wire.PubOK{0: elevens[0]})
+				again = map[uint64]string{8<<32 | 595: "value-0595-", 11<<32 | 1: "producer-eleven-1"}
+			}
+			for key, value := range again {
+				ok := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: key >> 32, ProducerSeq: key & (1<<32 - 1), Value: []byte(value)})
+				if ok.Duplicate {
+					t.Fatalf("the retry of producer %d's record the repair dropped was answered as a duplicate of %d", key>>32, ok.Seq)
+				}
 			}
 		})
 	}
@@ -796,7 +861,7 @@ func TestAloneRepairRemovesDedupSnapshotsWhenAnEpochMayRecur(t *testing.T) {
 				}
 			}
 			rep, err := Repair(tc.fs, "/"+holder, RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
-			if err != nil || len(rep) != 1 || rep[0].Report.TornTail == nil || rep[0].HardStateReset != hardState {
+			if err != nil || len(rep) != 1 || rep[0].Report.TornTail == nil || rep[0].HardStateReset != hardState || rep[0].DedupSnapshotRemoved != hardState {
 				t.Fatalf("repair: %+v, %v", rep, err)
 			}
 			// (A replica keeps no copy of its snapshot: its peers hold the log.)

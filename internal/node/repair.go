@@ -1,11 +1,11 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -56,6 +56,12 @@ type RepairedLog struct {
 	// replica had its hard state or snapshot point damaged; each is
 	// rewritten from its repaired log (replog.AloneRepair).
 	HardStateReset, SnapshotPointReset bool
+	// DedupSnapshotRemoved: the partition's dedup snapshot and its copy
+	// were removed (their point was dropped, or a torn tail cut with the
+	// epoch file or hard state rebuilt; or they were unreadable): after
+	// retention, the producers whose every record was deleted are
+	// forgotten there, and their retries append again.
+	DedupSnapshotRemoved bool
 	// LedgerSnapshotRemoved is set (with Group and Topic) on the entry of
 	// a group's damaged ledger-snapshot, removed: the group's acks are
 	// forgotten and its messages delivered again.
@@ -161,22 +167,33 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 				continue
 			}
 			dir := path.Join(dataDir, "topics", meta.TopicKey(tc.Name, tc.Incarnation), strconv.Itoa(p))
+			// What the repair will drop is read first (a dry run), and the
+			// dedup snapshots forget it before the log changes: a repair
+			// interrupted after the log's rewrite finds no damage when run
+			// again, and would leave them answering for records gone.
 			r := RepairedLog{Topic: tc.Name, Partition: p, Dir: dir}
-			if r.Report, err = storage.Repair(fsys, dir, storage.Options{}, o.Mode, o.DryRun); err != nil {
+			if r.Report, err = storage.Repair(fsys, dir, storage.Options{}, o.Mode, true); err != nil {
 				return out, fmt.Errorf("node: repair %s: %w", dir, err)
 			}
 			epochFile := path.Join(dir, "epoch")
 			if _, err := storage.ReadFileAtomic(fsys, epochFile); errors.Is(err, storage.ErrCorrupt) {
 				r.EpochFileRemoved = true
-				if !o.DryRun {
+			}
+			if r.dedupSnapshotStale() {
+				if err := forgetDedupSnapshot(fsys, &r, o); err != nil {
+					return out, err
+				}
+			}
+			if !o.DryRun {
+				if len(r.Report.Damage) > 0 || r.Report.TornTail != nil {
+					if r.Report, err = storage.Repair(fsys, dir, storage.Options{}, o.Mode, false); err != nil {
+						return out, fmt.Errorf("node: repair %s: %w", dir, err)
+					}
+				}
+				if r.EpochFileRemoved {
 					if err := removeDurably(fsys, epochFile); err != nil {
 						return out, fmt.Errorf("node: repair: remove %s: %w", epochFile, err)
 					}
-				}
-			}
-			if r.dedupSnapshotStale() {
-				if err := forgetDedupSnapshot(fsys, r, o.DryRun); err != nil {
-					return out, err
 				}
 			}
 			out = append(out, r)
@@ -236,72 +253,80 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 	return out, nil
 }
 
-// dedupSnapshotStale reports whether a single node's repair left its
-// partition's dedup snapshots possibly lying (RepairKeepsTrueDedupSnapshots):
-// when it dropped damaged ranges (one whose point is past the first of
-// them may know of records gone, whose retries must append again:
-// forgetDedupSnapshot), or cut a torn tail with the epoch file
+// dedupSnapshotStale reports whether a single node's repair would leave
+// its partition's dedup snapshots possibly lying
+// (RepairKeepsTrueDedupSnapshots): when it drops damaged ranges (a
+// snapshot may know of records gone, whose retries must append again:
+// forgetDedupSnapshot), or cuts a torn tail with the epoch file
 // removed — the next reign may then reuse the epoch of a cut entry the
 // snapshot stands for, and SnapshotUsable would take it. A torn tail
 // alone is what any restart cuts, and the next open uses the snapshot
 // only while the log still holds its point (the epoch file makes the next
-// reign's epoch new); an epoch file alone changes no record. Those keep
-// the snapshots: on a single node with retention they are the only
-// memory of producers whose every record was deleted, and removing them
-// made those producers' retries append again (found by `nereus sim
+// reign's epoch new); an epoch file alone changes no record. Those leave
+// the snapshots as they are: on a single node with retention they are the
+// only memory of producers whose every record was deleted, and removing
+// them made those producers' retries append again (found by `nereus sim
 // --retention`, seed 126).
 func (r RepairedLog) dedupSnapshotStale() bool {
 	return len(r.Report.Damage) > 0 || r.Report.DroppedSeqs > 0 || r.Report.TornTail != nil && r.EpochFileRemoved
 }
 
-// forgetDedupSnapshot removes the dedup snapshot and its copy of a
-// partition log the repair changed when they may know of records the
-// repair dropped: a retry of one must append it again, not be answered as
-// a duplicate of what is gone. A snapshot whose point lies before the
-// first seq the repair dropped knows nothing of them — the next open
-// reads the log after its point again, around the gaps — and is kept
-// (RepairKeepsTrueDedupSnapshots): after retention it may be the only
-// memory of producers whose every record was deleted. A torn tail cut
-// where the next reign's epoch is not known to be new — the epoch file
-// (a single node) or the hard state (a cluster partition's only replica)
-// rebuilt from the repaired log — still removes both: that reign may
-// write the cut seqs again under a cut entry's epoch, which a snapshot's
-// point would then match (dedupSnapshotStale).
-func forgetDedupSnapshot(fsys vfs.FS, r RepairedLog, dryRun bool) error {
-	if !r.Damaged() || dryRun {
-		return nil
-	}
-	keepBelow := r.firstDroppedSeq()
-	if r.Report.TornTail != nil && (r.EpochFileRemoved || r.HardStateReset) {
-		keepBelow = 0
-	}
+// forgetDedupSnapshot makes the dedup snapshot and its copy of a
+// partition log the repair is about to change forget the records the
+// repair drops (or fills with lost records), before the log changes: a
+// retry of one must append it again, not be answered as a duplicate of
+// what is gone. Each is rewritten without the appends at those seqs
+// (partition.ForgetGoneSeqs), and kept: after retention it may be the
+// only memory of producers whose every record was deleted
+// (RepairKeepsTrueDedupSnapshots). One whose point is dropped, or that
+// does not decode, is removed. A torn tail cut where the next reign's
+// epoch is not known to be new — the epoch file (a single node) or the
+// hard state (a cluster partition's only replica) rebuilt from the
+// repaired log — removes both: that reign may write the cut seqs again
+// under a cut entry's epoch, which a snapshot's point would then match
+// (dedupSnapshotStale).
+func forgetDedupSnapshot(fsys vfs.FS, r *RepairedLog, o RepairOptions) error {
+	gone := r.goneSeqs()
+	removeAll := r.Report.TornTail != nil && (r.EpochFileRemoved || r.HardStateReset)
+	found, kept := false, false
 	for _, name := range []string{dedupSnapshotFile, dedupSnapshotCopyFile} {
 		file := path.Join(r.Dir, name)
-		if b, err := storage.ReadFileAtomic(fsys, file); err == nil {
-			if point, err := partition.SnapshotPoint(b); err == nil && point < keepBelow {
+		b, err := storage.ReadFileAtomic(fsys, file)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		found = true
+		if err == nil && !removeAll {
+			var rewritten []byte
+			if rewritten, err = partition.ForgetGoneSeqs(b, gone); err == nil {
+				kept = true
+				if bytes.Equal(rewritten, b) || o.DryRun {
+					continue
+				}
+				if err := storage.WriteFileAtomic(fsys, file, rewritten); err != nil {
+					return fmt.Errorf("node: repair: rewrite %s: %w", file, err)
+				}
 				continue
 			}
+		}
+		if o.DryRun {
+			continue
 		}
 		if err := removeDurably(fsys, file); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("node: repair: remove %s: %w", file, err)
 		}
 	}
+	r.DedupSnapshotRemoved = found && !kept
 	return nil
 }
 
-// firstDroppedSeq is the lowest seq the repair dropped or found damaged
-// (math.MaxUint64: none).
-func (r RepairedLog) firstDroppedSeq() uint64 {
-	first := uint64(math.MaxUint64)
-	for _, d := range r.Report.Dropped {
-		first = min(first, d.First)
+// goneSeqs reports whether the repair drops seq: every damaged seq, and
+// in truncate mode every seq after the first (a cluster partition's only
+// replica fills them with lost records instead).
+func (r RepairedLog) goneSeqs() func(seq uint64) bool {
+	return func(seq uint64) bool {
+		return slices.ContainsFunc(r.Report.Dropped, func(g storage.SeqRange) bool { return g.First <= seq && seq <= g.Last })
 	}
-	for _, d := range r.Report.Damage {
-		if d.LastSeq >= d.FirstSeq {
-			first = min(first, d.FirstSeq)
-		}
-	}
-	return first
 }
 
 // removeDurably removes file and syncs its directory: what a repair
@@ -356,14 +381,24 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 			if _, err := fsys.List(dir); err != nil {
 				continue // another node's
 			}
-			alone, err := replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), o.DryRun)
+			// As on a single node: the dedup snapshot forgets what the
+			// repair will drop before the log changes.
+			alone, err := replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), true)
 			if err != nil {
 				return out, fmt.Errorf("node: repair %s: %w", dir, err)
 			}
 			r := RepairedLog{Topic: t.Config.Name, Partition: p, Dir: dir, Report: alone.Log,
 				HardStateReset: alone.HardStateReset, SnapshotPointReset: alone.SnapshotPointReset}
-			if err := forgetDedupSnapshot(fsys, r, o.DryRun); err != nil {
-				return out, err
+			if r.Damaged() {
+				if err := forgetDedupSnapshot(fsys, &r, o); err != nil {
+					return out, err
+				}
+			}
+			if !o.DryRun && r.Damaged() {
+				if alone, err = replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), false); err != nil {
+					return out, fmt.Errorf("node: repair %s: %w", dir, err)
+				}
+				r.Report = alone.Log
 			}
 			out = append(out, r)
 		}

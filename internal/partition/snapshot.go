@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -77,16 +78,59 @@ func appendSnapshot(b []byte, applied, epoch uint64, p *Producers, groups map[st
 	return b, nil
 }
 
-// SnapshotPoint reads only the seq a dedup snapshot stands for (its
-// Applied): a repair that dropped records asks whether the snapshot can
-// know of them.
-func SnapshotPoint(b []byte) (uint64, error) {
-	d := snapDecoder{b: b}
-	if v := d.u8(); d.err == nil && v != snapshotVersion {
-		return 0, fmt.Errorf("partition: dedup snapshot version %d, want %d", v, snapshotVersion)
+// ErrSnapshotPointGone: the entry a dedup snapshot stands for is among
+// the seqs a repair dropped, so no log can match it any more.
+var ErrSnapshotPointGone = errors.New("partition: dedup snapshot's point is gone")
+
+// ForgetGoneSeqs rewrites an encoded snapshot as if the appends at seqs
+// for which gone reports true (a repair dropped them, or filled them
+// with lost records) had never happened (SnapshotForgetsOnlyGoneSeqs): a
+// retry of one appends it again instead of being answered with a record
+// that is gone, while every other fact stays — above all the producers
+// whose every record retention deleted, which nothing else remembers.
+//
+// A window loses the entries at gone seqs. One that loses its highest
+// producer_seq, or whose latest mention is gone (a carry), takes the
+// highest kept as what it saw and that entry's append as its latest
+// mention: a mention still in the log, and no later than the truth (a
+// carry after it may mention it too), so compaction keeps more, never
+// less. One that loses every entry is forgotten, as a replay of the log
+// would. Floors stay — what they refuse as too old was evicted, or sealed
+// as unprovable after retention — except that a window sealed at a
+// producer_seq that is gone is sealed just past the highest kept, where a
+// replay of the kept log would seal it: the gone one's retry appends
+// again. A gone entry below the floor is too old then, as after a replay.
+// A snapshot whose own point is gone is ErrSnapshotPointGone (the caller
+// removes it). The writer's bounds are not known here; the next start
+// checks them (DecodeSnapshot).
+func ForgetGoneSeqs(b []byte, gone func(seq uint64) bool) ([]byte, error) {
+	s, err := DecodeSnapshot(b, Config{DedupWindowMax: math.MaxInt, ProducersMax: math.MaxInt})
+	if err != nil {
+		return nil, err
 	}
-	applied := d.u64()
-	return applied, d.err
+	if s.Applied > 0 && gone(s.Applied) {
+		return nil, ErrSnapshotPointGone
+	}
+	kept := NewProducers(math.MaxInt, math.MaxInt)
+	for w := s.producers.oldest; w != nil; w = w.newer {
+		entries := make([]dedupEntry, 0, w.n)
+		for i := range w.n {
+			if e := *w.at(i); !gone(e.seq) {
+				entries = append(entries, e)
+			}
+		}
+		if len(entries) == 0 {
+			continue
+		}
+		nw := &producerWindow{id: w.id, floor: w.floor, lastSeq: w.lastSeq, maxSeen: w.maxSeen, ring: entries, n: len(entries)}
+		if top := entries[len(entries)-1]; top.producerSeq != w.maxSeen || gone(w.lastSeq) {
+			nw.maxSeen, nw.lastSeq = top.producerSeq, top.seq
+			nw.floor = min(nw.floor, top.producerSeq+1)
+		}
+		kept.byID[nw.id] = nw
+		kept.link(nw)
+	}
+	return appendSnapshot(nil, s.Applied, s.Epoch, kept, s.groups)
 }
 
 // DecodeSnapshot decodes an encoded Snapshot for a partition bounded by

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -282,5 +283,145 @@ func FuzzDecodeSnapshot(f *testing.F) {
 			t.Fatal("a decoded snapshot was refused by a fresh member")
 		}
 		r.Apply(Entry{Seq: s.Applied + 1, Epoch: s.Epoch, ProducerID: 1, ProducerSeq: 1 << 40})
+		// What a repair does to it decodes too (every third seq gone).
+		if s.Applied%3 != 0 {
+			out, err := ForgetGoneSeqs(b, func(seq uint64) bool { return seq%3 == 0 })
+			if err == nil {
+				_, err = DecodeSnapshot(out, cfg)
+			}
+			if err != nil {
+				t.Fatalf("a decoded snapshot with seqs gone: %v", err)
+			}
+		}
 	})
+}
+
+// SnapshotForgetsOnlyGoneSeqs: after a repair drops random seqs of a
+// history, every (producer, producer_seq) the snapshot answered as a
+// duplicate at a dropped seq is new (a retry appends it again), every
+// other answer stays — duplicates at kept seqs, floors' too-old, new —
+// except that a producer whose every remembered seq was dropped is
+// forgotten, and that a window sealed at a dropped top (after retention)
+// is sealed past the highest kept: below that, too old. The result decodes under the writer's own bounds, keeps the
+// groups, lowers no latest mention past the truth, is unchanged by a
+// second pass, and takes further appends in recency order.
+func TestForgetGoneSeqsForgetsOnlyThem(t *testing.T) {
+	cfg := Config{DedupWindowMax: 4, ProducersMax: 5}
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		h := snapHistory(rng, 20+rng.IntN(100))
+		m := NewMember[int](cfg, 1, Mutations{})
+		m.Apply(Entry{Seq: 1, Epoch: 1, Group: "g", GroupKind: 1})
+		seq := uint64(1)
+		for _, e := range h {
+			seq++
+			m.Apply(Entry{Seq: seq, Epoch: e.epoch, ProducerID: e.id, ProducerSeq: e.pseq})
+			if rng.IntN(6) == 0 { // a carry: latest mentions that are no appends
+				if c, ok := m.AppendCarry(nil, 1+rng.Uint64N(seq)); ok {
+					seq++
+					if err := m.Apply(Entry{Seq: seq, Epoch: e.epoch, Carry: c}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		if seed%2 == 0 {
+			m.producers.SealHistory() // as a single node rebuilt after retention
+		}
+		last := snapEntry{seq: seq - 1, epoch: h[len(h)-1].epoch} // last.seq+1: the point
+		b, err := m.AppendSnapshot(nil, last.epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if same, err := ForgetGoneSeqs(b, func(uint64) bool { return false }); err != nil || !bytes.Equal(same, b) {
+			t.Fatalf("seed %d: nothing gone changed the snapshot (%v)", seed, err)
+		}
+		gone := map[uint64]bool{}
+		for range 1 + rng.IntN(6) { // a few damaged ranges, never the point
+			from := 2 + rng.Uint64N(last.seq)
+			for s := from; s < min(from+1+rng.Uint64N(8), last.seq+1); s++ {
+				gone[s] = true
+			}
+		}
+		isGone := func(s uint64) bool { return gone[s] }
+		out, err := ForgetGoneSeqs(b, isGone)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		s, err := DecodeSnapshot(out, cfg)
+		if err != nil {
+			t.Fatalf("seed %d: the rewritten snapshot does not decode: %v", seed, err)
+		}
+		if s.Applied != last.seq+1 || s.Epoch != last.epoch || s.groups["g"] != 1 {
+			t.Fatalf("seed %d: point (%d, %d), groups %v", seed, s.Applied, s.Epoch, s.groups)
+		}
+		if again, err := ForgetGoneSeqs(out, isGone); err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("seed %d: a second pass changed the snapshot (%v)", seed, err)
+		}
+		before, after := m.producers, s.producers
+		for id := uint64(1); id <= 8; id++ {
+			bw, aw := before.byID[id], after.byID[id]
+			forgotten := false
+			if bw != nil {
+				forgotten = true
+				for i := range bw.n {
+					forgotten = forgotten && gone[bw.at(i).seq]
+				}
+			}
+			if forgotten != (bw != nil && aw == nil) || bw == nil && aw != nil {
+				t.Fatalf("seed %d: producer %d forgotten=%v, yet it is %v after (%v before)", seed, id, forgotten, aw, bw)
+			}
+			if aw != nil {
+				top := aw.at(aw.n - 1)
+				wantLast := bw.lastSeq
+				if top.producerSeq != bw.maxSeen || gone[bw.lastSeq] {
+					wantLast = top.seq
+				}
+				if aw.maxSeen != top.producerSeq || aw.lastSeq != wantLast {
+					t.Fatalf("seed %d: producer %d last mention %d (was %d), highest %d", seed, id, aw.lastSeq, bw.lastSeq, aw.maxSeen)
+				}
+			}
+			floor := uint64(0) // a window sealed at a gone top: sealed past the highest kept
+			if aw != nil {
+				floor = min(bw.floor, aw.maxSeen+1)
+			}
+			for pseq := uint64(0); pseq < 80; pseq++ {
+				v, seq, epoch := before.Check(id, pseq)
+				want := v
+				switch {
+				case forgotten:
+					want, seq, epoch = VerdictNew, 0, 0
+				case v == VerdictDuplicate && !gone[seq]:
+				case v != VerdictNew && pseq < floor:
+					want, seq, epoch = VerdictTooOld, 0, 0
+				case v != VerdictNew:
+					want, seq, epoch = VerdictNew, 0, 0
+				}
+				if gv, gs, ge := after.Check(id, pseq); gv != want || gs != seq || ge != epoch {
+					t.Fatalf("seed %d: producer %d seq %d: %v at %d/%d, want %v at %d/%d", seed, id, pseq, gv, gs, ge, want, seq, epoch)
+				}
+			}
+		}
+		// A retry appended again moves its producer's latest mention; the
+		// recency list stays ordered (the next snapshot decodes).
+		r := NewMember[int](cfg, 1, Mutations{})
+		if !r.Restore(s) {
+			t.Fatalf("seed %d: restore refused", seed)
+		}
+		r.Apply(Entry{Seq: last.seq + 2, Epoch: last.epoch, ProducerID: h[0].id, ProducerSeq: 1000})
+		b2, err := r.AppendSnapshot(nil, last.epoch)
+		if err == nil {
+			_, err = DecodeSnapshot(b2, cfg)
+		}
+		if err != nil {
+			t.Fatalf("seed %d: after an append: %v", seed, err)
+		}
+	}
+	// The point itself gone: nothing can match the snapshot any more.
+	m := NewMember[int](cfg, 1, Mutations{})
+	m.Apply(Entry{Seq: 1, Epoch: 1, ProducerID: 3, ProducerSeq: 0})
+	b, _ := m.AppendSnapshot(nil, 1)
+	if _, err := ForgetGoneSeqs(b, func(s uint64) bool { return s == 1 }); !errors.Is(err, ErrSnapshotPointGone) {
+		t.Fatalf("a snapshot whose point is gone: %v", err)
+	}
 }

@@ -99,7 +99,11 @@ type checker struct {
 	// which starts over when it restarts (a single node's never shrinks).
 	perIncarnation bool
 	damaged        map[uint32]bool // partitions hit by a bit flip: loss is expected there
-	stateFlips     int             // bit flips into a node's state files (single node)
+	// lost lists, per partition, the seqs a single node's repairs
+	// dropped: a retry of a record there appends again on purpose, and a
+	// PUB_OK naming one names a record that is gone.
+	lost       map[uint32][]storage.SeqRange
+	stateFlips int // bit flips into a node's state files (single node)
 	// retained is, with a retention (cluster runs), the highest start seq
 	// any node reported per partition: records below it may be compacted
 	// before the group saw them (nil: no retention, nothing may go).
@@ -145,9 +149,29 @@ func (c *checker) violate(invariant, format string, args ...any) {
 	c.w.tracef("VIOLATION %s", c.violation)
 }
 
+// dropped notes the seqs of partition p a repair drops.
+func (c *checker) dropped(p uint32, seqs []storage.SeqRange) {
+	if len(seqs) == 0 {
+		return
+	}
+	if c.lost == nil {
+		c.lost = map[uint32][]storage.SeqRange{}
+	}
+	c.lost[p] = append(c.lost[p], seqs...)
+}
+
+// isLost reports whether a repair dropped the record at pos.
+func (c *checker) isLost(pos position) bool {
+	return slices.ContainsFunc(c.lost[pos.partition], func(r storage.SeqRange) bool { return r.First <= pos.seq && pos.seq <= r.Last })
+}
+
 func (c *checker) publishAcked(producerID, producerSeq uint64, value string, ok *wire.PubOK) {
 	k := prodKey{producerID, producerSeq}
 	pos := position{ok.Partition, ok.Seq}
+	if ok.Duplicate && c.isLost(pos) {
+		c.violate(NoDuplicateFromReplay, "producer %d seq %d answered as a duplicate of %s, which a repair dropped", producerID, producerSeq, pos)
+		return
+	}
 	if prev, dup := c.acked[k]; dup {
 		if prev.pos != pos {
 			c.violate(NoDuplicateFromReplay, "producer %d seq %d acked at %s and again at %s", producerID, producerSeq, prev.pos, pos)

@@ -151,11 +151,25 @@ func (s *sim) repair() (err error) {
 		}
 	}()
 	s.settingsUnchecked = true // topics.json may be rebuilt, even by a repair killed before it says so
-	logs, err := node.Repair(s.b.fs, dataDir, node.RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+	// What it will drop, read first (a dry run changes nothing): a
+	// repair killed after the log's rewrite drops nothing when run again.
+	opts := node.RepairOptions{Partition: -1, Mode: storage.RepairSalvage, DryRun: true}
+	plan, err := node.Repair(s.b.fs, dataDir, opts)
+	if err != nil {
+		return err
+	}
+	for _, l := range plan {
+		if l.Topic == simTopic && l.Group == "" && l.Partition >= 0 {
+			s.chk.dropped(uint32(l.Partition), l.Report.Dropped)
+		}
+	}
+	opts.DryRun = false
+	logs, err := node.Repair(s.b.fs, dataDir, opts)
 	if err != nil {
 		return err
 	}
 	s.repairs++
+	s.dedupSnapshotsLeft()
 	for _, l := range logs {
 		if !l.Damaged() {
 			continue
@@ -175,6 +189,29 @@ func (s *sim) repair() (err error) {
 		}
 	}
 	return nil
+}
+
+// dedupSnapshotsLeft makes a partition left without a readable dedup
+// snapshot or copy forgetful: a producer whose every record retention
+// deleted is forgotten there (the repair removed them, or they were
+// unreadable; a repair killed -9 may have removed them before saying so).
+func (s *sim) dedupSnapshotsLeft() {
+	if s.logWatch == nil {
+		return
+	}
+	for p := range uint32(s.opts.Partitions) {
+		dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
+		left := false
+		for _, name := range []string{"dedup", "dedup.copy"} {
+			if _, err := storage.ReadFileAtomic(s.b.fs, path.Join(dir, name)); err == nil {
+				left = true
+			}
+		}
+		if !left && !s.logWatch.forgetful[p] {
+			s.logWatch.forgetful[p] = true
+			s.w.tracef("checker: partition %d has no dedup snapshot after the repair: a retry of a producer retention deleted may append again", p)
+		}
+	}
 }
 
 // flipStateBit flips one bit of one of the single node's state files: a

@@ -75,6 +75,7 @@ func (s *sim) watchCommittedLog() {
 	lw := &logWatcher{s: s, next: map[uint32]uint64{},
 		unreadable: map[uint32]map[string]bool{}, forgetful: map[uint32]bool{}}
 	s.logWatch, s.replays = lw, newReplayWatch(s.chk)
+	s.replays.lost = s.chk.isLost
 	operator := s.b.onLog
 	s.b.onLog = func(r slog.Record) {
 		operator(r)
@@ -122,10 +123,14 @@ func (lw *logWatcher) nodeSaid(r slog.Record) {
 // it cannot read (node/dedupsnap.go).
 const dedupUnreadableMessage = "dedup snapshot unreadable; trying its copy, else replaying the partition's log"
 
-// observe reads what each partition committed since the last look. A
-// partition a bit flip damaged is not watched from then on: a repair
-// drops its damaged ranges and a retry of a lost record appends again
-// on purpose (OPERATIONS, Corruption and repair).
+// observe reads what each partition committed since the last look,
+// around the damaged ranges of a partition a bit flip hit and the gaps a
+// repair left: a retry of a record the repair dropped appends again on
+// purpose (OPERATIONS, Corruption and repair), and any other retry
+// committed again breaks NoDuplicateFromReplay there too — the repair's
+// rewritten dedup snapshots still remember the producers retention
+// deleted (SnapshotForgetsOnlyGoneSeqs), unless it removed them
+// (forgetful).
 func (lw *logWatcher) observe() {
 	b, chk := lw.s.b, lw.s.chk
 	if !b.up || chk.violation != nil {
@@ -149,20 +154,36 @@ func (lw *logWatcher) observe() {
 			lw.s.askRestoreRetention()
 		}
 		for _, info := range t.Partitions {
-			if !chk.damaged[info.Partition] {
-				lw.observePartition(info)
-			}
+			lw.observePartition(info)
 		}
 	}
 }
 
 func (lw *logWatcher) observePartition(info wire.PartitionInfo) {
 	p, b := info.Partition, lw.s.b
+	if next := lw.next[p]; lw.s.chk.damaged[p] && next > info.CommitSeq+1 {
+		// A start cut records it had seen committed: a bit flip into the
+		// active segment's last batches looks like a torn write (a
+		// documented gap). Their seqs are written again, and a retry of
+		// one appends it again.
+		lw.s.replays.forget(p, info.CommitSeq+1, next-1)
+		lw.next[p] = info.CommitSeq + 1
+	}
 	from := max(lw.next[p], info.StartSeq, 1)
 	for from <= info.CommitSeq {
 		entries, err := b.node.Read(simTopic, p, from, 256)
 		if errors.Is(err, storage.ErrOutOfRange) {
 			return // deleted meanwhile: looked at again from the new start
+		}
+		if damaged := (*storage.CorruptError)(nil); errors.As(err, &damaged) && damaged.Damage.LastSeq >= from {
+			from = damaged.Damage.LastSeq + 1 // refused, never served: a repair drops it
+			lw.next[p] = from
+			continue
+		}
+		if gap := (*storage.GapError)(nil); errors.As(err, &gap) && gap.Next > from {
+			from = gap.Next // dropped by a repair
+			lw.next[p] = from
+			continue
 		}
 		if err != nil || len(entries) == 0 {
 			return
@@ -191,6 +212,9 @@ func (lw *logWatcher) observePartition(info wire.PartitionInfo) {
 type replayWatch struct {
 	chk    *checker
 	stored map[prodKey]position
+	// lost (a single node): a first copy a repair dropped may be
+	// committed again — the retry of a lost record appends it again.
+	lost func(position) bool
 }
 
 func newReplayWatch(chk *checker) *replayWatch {
@@ -210,7 +234,7 @@ func (rw *replayWatch) committed(p uint32, e *storage.Entry, at string, start ui
 		return true
 	}
 	pos := position{p, e.Seq}
-	if prev, dup := rw.stored[k]; dup && prev != pos && !excused {
+	if prev, dup := rw.stored[k]; dup && prev != pos && !excused && (rw.lost == nil || !rw.lost(prev)) {
 		where := fmt.Sprintf("log start %d", start)
 		if at != "" {
 			where = fmt.Sprintf("read at %s, its log starting at %d", at, start)
@@ -221,6 +245,17 @@ func (rw *replayWatch) committed(p uint32, e *storage.Entry, at string, start ui
 	}
 	rw.stored[k] = pos
 	return true
+}
+
+// forget drops what was seen committed at partition p's seqs from..to:
+// they were cut, and will hold other records.
+func (rw *replayWatch) forget(p uint32, from, to uint64) {
+	for k, pos := range rw.stored {
+		if pos.partition == p && from <= pos.seq && pos.seq <= to {
+			delete(rw.stored, k)
+		}
+	}
+	rw.chk.w.tracef("checker: partition %d's seqs %d-%d were cut (a bit flip into its last batches looks like a torn write): seen again as new", p, from, to)
 }
 
 // producerOf is the producer_seq a record was published under, if it was
