@@ -577,8 +577,9 @@ func TestNewChecksItsConfig(t *testing.T) {
 }
 
 // A token file's lines are its tokens, less blank lines and comments; a
-// file without any, a line too long for HELLO, and a file that cannot be
-// read (saying why) are errors.
+// file without any, a token too long for HELLO or a line too long (each
+// named by its line), and a file that cannot be read (saying why) are
+// errors. A token at HELLO's limit loads with its permissions.
 func TestLoadTokens(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) string {
@@ -592,16 +593,23 @@ func TestLoadTokens(t *testing.T) {
 	if err != nil || fmt.Sprint(got) != "[s3cret reader sub:orders.*]" {
 		t.Fatalf("tokens %q, %v", got, err)
 	}
-	for name, text := range map[string]string{
-		"empty":    "# nothing\n\n",
-		"too long": strings.Repeat("x", wire.TokenBytesMax+1) + "\n",
+	for name, c := range map[string]struct{ text, says string }{
+		"empty":          {"# nothing\n\n", "has no tokens"},
+		"token too long": {"ok\n" + strings.Repeat("x", wire.TokenBytesMax+1) + " sub:a\n", "line 2: the token is 4097 bytes"},
+		"line too long":  {"# c\nok sub:" + strings.Repeat("a", tokenLineBytesMax) + "\n", "line 2 is 65543 bytes"},
 	} {
-		if got, err := LoadTokens(write(name, text)); err == nil {
-			t.Errorf("%s token file loaded %q", name, got)
+		if got, err := LoadTokens(write(name, c.text)); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s token file loaded %d tokens, %v; want an error saying %q", name, len(got), err, c.says)
 		}
 	}
-	if got, err := LoadTokens(write("at the limit", strings.Repeat("x", wire.TokenBytesMax))); err != nil || len(got) != 1 {
-		t.Errorf("a token of %d bytes: %v", wire.TokenBytesMax, err)
+	limit := strings.Repeat("x", wire.TokenBytesMax)
+	if got, err := LoadTokens(write("at the limit", limit+" pub:orders.* sub:orders.*\n")); err != nil || len(got) != 1 {
+		t.Errorf("a token of %d bytes with permissions: %v", wire.TokenBytesMax, err)
+	} else if _, err := New(Config{Tokens: got}, nil); err != nil {
+		t.Errorf("a token of %d bytes with permissions: %v", wire.TokenBytesMax, err)
+	}
+	if _, err := New(Config{Tokens: []string{limit + "x"}}, nil); err == nil || !strings.Contains(err.Error(), "token 1 is 4097 bytes") {
+		t.Errorf("New with a token longer than HELLO carries: %v", err)
 	}
 	if got, err := LoadTokens(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a missing token file loaded %q, %v", got, err)

@@ -126,6 +126,9 @@ func New(cfg Config, n *node.Node) (*Server, error) {
 		if len(fields) == 0 {
 			return nil, fmt.Errorf("server: token %d is empty", i+1)
 		}
+		if len(fields[0]) > wire.TokenBytesMax {
+			return nil, fmt.Errorf("server: token %d is %d bytes, longer than the %d a client can send", i+1, len(fields[0]), wire.TokenBytesMax)
+		}
 		p, err := parsePerms(fields[1:])
 		if err != nil {
 			return nil, fmt.Errorf("server: token %d: %w", i+1, err)
@@ -137,6 +140,10 @@ func New(cfg Config, n *node.Node) (*Server, error) {
 	return s, nil
 }
 
+// tokenLineBytesMax bounds a token file's line: a token and its
+// permissions.
+const tokenLineBytesMax = 64 << 10
+
 // LoadTokens reads a token file: one token per line, optionally followed by
 // its permissions ("s3cret pub:orders.* sub:orders.*"); blank lines and
 // lines starting with # are ignored.
@@ -146,13 +153,17 @@ func LoadTokens(path string) ([]string, error) {
 		return nil, fmt.Errorf("read token file: %w", err)
 	}
 	var tokens []string
-	for _, line := range strings.Split(string(b), "\n") {
+	for i, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if len(line) > wire.TokenBytesMax {
-			return nil, fmt.Errorf("token file %s: a token is longer than %d bytes", path, wire.TokenBytesMax)
+		// The token alone must fit HELLO; its permissions follow it.
+		if n := len(strings.Fields(line)[0]); n > wire.TokenBytesMax {
+			return nil, fmt.Errorf("token file %s line %d: the token is %d bytes, longer than the %d a client can send", path, i+1, n, wire.TokenBytesMax)
+		}
+		if len(line) > tokenLineBytesMax {
+			return nil, fmt.Errorf("token file %s line %d is %d bytes, longer than %d", path, i+1, len(line), tokenLineBytesMax)
 		}
 		tokens = append(tokens, line)
 	}
