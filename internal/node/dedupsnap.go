@@ -15,6 +15,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
 )
 
 // dedupSnapshotFile is the snapshot's name in the partition's directory.
@@ -53,6 +54,23 @@ type dedupSnapshots struct {
 	buf      []byte
 }
 
+// durablePoint is the highest point of the single node's readable dedup
+// snapshot files in dir (0: none): a snapshot stands only for synced
+// records, so the log held every seq up to it durably, and a log that
+// ends below it lost them to damage — not to a torn write
+// (storage.Options.DurableThrough, DurableTailNotTorn).
+func durablePoint(fsys vfs.FS, dir string) uint64 {
+	var point uint64
+	for _, name := range []string{dedupSnapshotFile, dedupSnapshotCopyFile} {
+		if b, err := storage.ReadFileAtomic(fsys, path.Join(dir, name)); err == nil {
+			if p, err := partition.SnapshotPoint(b); err == nil {
+				point = max(point, p)
+			}
+		}
+	}
+	return point
+}
+
 // loadDedupSnapshot reads the partition's snapshot, or its copy when the
 // snapshot is missing, unreadable or unusable, and checks it against lg
 // (partition.SnapshotUsable); nil when there is none it can use. Only an
@@ -88,9 +106,8 @@ func (p *partitionRunner) loadDedupSnapshotFile(lg *storage.Log, name string) *p
 	}
 	// The epoch of the entry at the snapshot's point, from the batch
 	// headers (a read of the entry would read its whole batch).
-	// A repair's gap after it is no reason to refuse it: the repair kept
-	// the snapshot knowing it lies before every seq it dropped
-	// (forgetDedupSnapshot).
+	// A repair's gap is no reason to refuse it: the repair rewrote it
+	// without the seqs it dropped (forgetDedupSnapshot).
 	var epochAt uint64
 	inLog := s.Applied >= lg.StartSeq() && s.Applied < lg.NextSeq()
 	if inLog {

@@ -875,3 +875,73 @@ func TestAloneRepairRemovesDedupSnapshotsWhenAnEpochMayRecur(t *testing.T) {
 		})
 	}
 }
+
+// DurableTailNotTorn on a single node: a bit flip into the last batch of
+// a partition closed cleanly (its dedup snapshot stands for that batch)
+// looks exactly like a torn write. The node used to cut it at the next
+// start and hand its seqs out again to other records, the acknowledged
+// ones lost without a word but a WARN. Now that partition stays unopened
+// — DATA_CORRUPT naming `nereus repair`, listed by Damaged — while the
+// node's other partitions run; the repair drops the seqs (and the dedup
+// snapshot whose point they hold), and the partition comes back with
+// new records above the old end and the lost record's retry appended
+// again. With TornTailBelowDurablePoint the old behaviour returns: the
+// next publish takes a lost record's seq.
+func TestDurableTailIsNotCutAsTorn(t *testing.T) {
+	for _, mutated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mutated=%v", mutated), func(t *testing.T) {
+			h := newHarness(t)
+			h.tune = func(c *Config) { c.Mutations.TornTailBelowDurablePoint = mutated }
+			h.restart()
+			h.declare("t", 2)
+			var last wire.PubOK
+			for i := range uint64(10) {
+				last = h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: i, Value: fmt.Appendf(nil, "record-%02d", i)})
+			}
+			h.mustPublish(&wire.Pub{Topic: "t", Partition: 1, Value: []byte("other")})
+			h.node.Close() // a clean close: the dedup snapshot stands for seq last.Seq
+			flipInSegments(t, h.fs, "/data/topics/t/0", []byte("record-09"))
+			h.open()
+			next, err := h.publish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("after the flip")})
+			if mutated {
+				if err != nil || next.Seq != last.Seq {
+					t.Fatalf("mutated: publish after the flip got %+v, %v; want the lost record's seq %d again", next, err, last.Seq)
+				}
+				return
+			}
+			if we, ok := err.(*wire.Error); !ok || we.Code != wire.CodeDataCorrupt || !strings.Contains(we.Message, "nereus repair") {
+				t.Fatalf("publish to the partition whose durable tail is damaged: %+v, %v; want DATA_CORRUPT naming nereus repair", next, err)
+			}
+			if d := h.node.Damaged(); len(d) != 1 || !strings.HasPrefix(d[0], "t/0") {
+				t.Fatalf("damaged %q, want t/0", d)
+			}
+			h.mustPublish(&wire.Pub{Topic: "t", Partition: 1, Value: []byte("other, still")})
+			h.node.Close()
+			out, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r RepairedLog
+			for _, l := range out {
+				if l.Topic == "t" && l.Partition == 0 {
+					r = l
+				}
+			}
+			if r.Report.TornTail != nil || len(r.Report.Dropped) != 1 || r.Report.Dropped[0].Last != last.Seq || !r.DedupSnapshotRemoved {
+				t.Fatalf("repair of t/0: %+v", r)
+			}
+			h.open()
+			if d := h.node.Damaged(); len(d) != 0 {
+				t.Fatalf("damaged %q after the repair", d)
+			}
+			after := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("after the repair")})
+			again := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: 9, Value: []byte("record-09")})
+			if after.Seq <= last.Seq || again.Duplicate || again.Seq <= after.Seq {
+				t.Fatalf("after the repair: a new record at %d, the lost one's retry %+v; want both above the old end %d", after.Seq, again, last.Seq)
+			}
+			if ok := h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, ProducerID: 7, ProducerSeq: 0, Value: []byte("retry")}); !ok.Duplicate {
+				t.Fatalf("a kept record's retry appended again: %+v", ok)
+			}
+		})
+	}
+}

@@ -148,6 +148,15 @@ func (p *localStore) forwardTo(int) (replica.NodeID, bool) { return 0, false }
 
 func (p *localStore) collect(chan<- prometheus.Metric, string, string) {}
 
+// durableThrough is what the log must hold when it opens: the point of
+// its dedup snapshot (durablePoint), unless snapshots are off.
+func (p *localStore) durableThrough() uint64 {
+	if p.node.cfg.DedupSnapshotBytes < 0 || p.node.cfg.Mutations.TornTailBelowDurablePoint {
+		return 0
+	}
+	return durablePoint(p.node.cfg.Env.FS, p.dir)
+}
+
 // recover opens the log, starts a new epoch and rebuilds the kernel state
 // (dedup table) from the retained log.
 func (p *localStore) recover() error {
@@ -163,6 +172,7 @@ func (p *localStore) recover() error {
 		RetentionBytes:  retentionBytes,
 		RetentionAgeMs:  ageMs,
 		RecordBytesMax:  cfg.RecordBytesMax + 64<<10,
+		DurableThrough:  p.durableThrough(),
 	})
 	if err != nil {
 		return fmt.Errorf("partition %s/%d: open log: %w", p.topic.cfg.Name, p.id, err)
@@ -256,7 +266,7 @@ func replayLog(lg *storage.Log, from uint64, apply func(storage.Entry) error) er
 func (p *localStore) reportRecovery(lg *storage.Log) {
 	if t, ok := lg.TornTail(); ok {
 		p.node.log.Warn("torn tail truncated", "topic", p.topic.cfg.Name, "partition", p.id,
-			"file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes)
+			"file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes, "first_seq", t.FirstSeq)
 	}
 }
 
@@ -363,7 +373,11 @@ func (p *localStore) recoverNow() {
 	p.failWaiters(wire.Errorf(wire.CodeStorage, "write not durable: %v", p.failure))
 	if err := p.recover(); err != nil {
 		p.failure = err
-		p.node.logRepeatedError(p.subject(), "partition recovery failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+		msg := "partition recovery failed"
+		if errors.Is(err, storage.ErrCorrupt) {
+			msg = "partition recovery found its log damaged; publishes refused until `nereus repair` (the node stopped)"
+		}
+		p.node.logRepeatedError(p.subject(), msg, "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
 		return
 	}
 	p.topic.notifyGroups()

@@ -36,6 +36,11 @@ type Mutations struct {
 	// copy: a bit flip in it after retention deleted a producer's every
 	// record forgets the producer.
 	DedupSnapshotOnce bool
+	// TornTailBelowDurablePoint opens a single node's partition log
+	// without its dedup snapshot's point: a bit flip in the last synced
+	// batches is cut as a torn write, and the seqs of the records it
+	// held are handed out again.
+	TornTailBelowDurablePoint bool
 	// SkipLedgerFsync answers ACKs without fsyncing the group's ledger.
 	SkipLedgerFsync bool
 	// LedgerReplayStopsAtGap stops a single node's ledger replay at the

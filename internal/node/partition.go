@@ -208,6 +208,10 @@ func (n *Node) openPartition(t *topic, id uint32) (*partitionRunner, error) {
 	switch {
 	case n.cluster == nil:
 		err = p.openLocal()
+		if errors.Is(err, storage.ErrCorrupt) {
+			p.openDamaged(err) // DamageStaysLocal: the node runs its other partitions
+			err = nil
+		}
 	case t.hosts(int(id), uint32(n.cluster.Self())):
 		err = p.openReplica()
 		if errors.Is(err, storage.ErrCorrupt) && len(t.placement[id]) == 1 {

@@ -171,8 +171,12 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			// dedup snapshots forget it before the log changes: a repair
 			// interrupted after the log's rewrite finds no damage when run
 			// again, and would leave them answering for records gone.
+			// A log ending below its dedup snapshot's point lost durable
+			// records: those seqs are dropped, never handed out again
+			// (DurableTailNotTorn). Read once: the snapshot may go below.
+			logOpts := storage.Options{DurableThrough: durablePoint(fsys, dir)}
 			r := RepairedLog{Topic: tc.Name, Partition: p, Dir: dir}
-			if r.Report, err = storage.Repair(fsys, dir, storage.Options{}, o.Mode, true); err != nil {
+			if r.Report, err = storage.Repair(fsys, dir, logOpts, o.Mode, true); err != nil {
 				return out, fmt.Errorf("node: repair %s: %w", dir, err)
 			}
 			epochFile := path.Join(dir, "epoch")
@@ -186,7 +190,7 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			}
 			if !o.DryRun {
 				if len(r.Report.Damage) > 0 || r.Report.TornTail != nil {
-					if r.Report, err = storage.Repair(fsys, dir, storage.Options{}, o.Mode, false); err != nil {
+					if r.Report, err = storage.Repair(fsys, dir, logOpts, o.Mode, false); err != nil {
 						return out, fmt.Errorf("node: repair %s: %w", dir, err)
 					}
 				}

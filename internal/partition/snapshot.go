@@ -133,6 +133,18 @@ func ForgetGoneSeqs(b []byte, gone func(seq uint64) bool) ([]byte, error) {
 	return appendSnapshot(nil, s.Applied, s.Epoch, kept, s.groups)
 }
 
+// SnapshotPoint reads only the seq a dedup snapshot stands for (its
+// Applied), without decoding its table: a single node opens its log
+// knowing the log held that seq durably.
+func SnapshotPoint(b []byte) (uint64, error) {
+	d := snapDecoder{b: b}
+	if v := d.u8(); d.err == nil && v != snapshotVersion {
+		return 0, fmt.Errorf("partition: dedup snapshot version %d, want %d", v, snapshotVersion)
+	}
+	applied := d.u64()
+	return applied, d.err
+}
+
 // DecodeSnapshot decodes an encoded Snapshot for a partition bounded by
 // cfg. It checks every field it can on its own: a snapshot that does not
 // fit cfg's bounds (they were lowered since) or is inconsistent is an

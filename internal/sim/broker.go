@@ -56,6 +56,8 @@ type broker struct {
 	// onLog sees every WARN and ERROR line the node logs, and every
 	// failed start as an ERROR line (nil: nobody watches).
 	onLog func(r slog.Record)
+	// beforeStart, when set, runs before each start opens the node.
+	beforeStart func()
 	// cleanCrash (scripted scenarios only) makes a crash lose every
 	// unsynced write whole, tearing nothing: one outcome of fs.Crash,
 	// chosen instead of drawn.
@@ -141,6 +143,9 @@ func (b *broker) start() {
 		return
 	}
 	b.started++
+	if b.beforeStart != nil {
+		b.beforeStart()
+	}
 	var n *node.Node
 	err := b.guard(func() error {
 		var err error

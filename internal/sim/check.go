@@ -56,6 +56,9 @@ const (
 	// RepairRestores: after a salvage repair of a damaged node no
 	// partition is corrupt, and its log reads back around the gaps.
 	RepairRestores = "RepairRestores"
+	// DurableTailNotTorn: a single node's start never cuts as a torn
+	// write the records its dedup snapshot stood for (they were synced).
+	DurableTailNotTorn = "DurableTailNotTorn"
 	// SettingsKept: a single node's topic keeps the retention it was
 	// declared with — after a repair rebuilt topics.json (settings back
 	// to their defaults), once the operator's TOPIC_UPDATE set it again.

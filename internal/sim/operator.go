@@ -158,9 +158,15 @@ func (s *sim) repair() (err error) {
 	if err != nil {
 		return err
 	}
+	if s.logWatch != nil {
+		s.logWatch.readDurablePoints() // what the repair reads too
+	}
 	for _, l := range plan {
 		if l.Topic == simTopic && l.Group == "" && l.Partition >= 0 {
 			s.chk.dropped(uint32(l.Partition), l.Report.Dropped)
+			if t := l.Report.TornTail; t != nil && s.logWatch != nil {
+				s.logWatch.tornTailCut(uint32(l.Partition), t.FirstSeq)
+			}
 		}
 	}
 	opts.DryRun = false

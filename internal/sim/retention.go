@@ -7,6 +7,7 @@ import (
 	"path"
 
 	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -42,6 +43,10 @@ var NodeMutations = map[string]node.Mutations{
 	// without its copy; a flip in it forgets the producers retention
 	// deleted (NoDuplicateFromReplay, likewise).
 	"dedup-snapshot-once": {DedupSnapshotOnce: true},
+	// With bit flips: a partition log opens without its dedup snapshot's
+	// point, so a flip into its last synced batches is cut as a torn write
+	// (DurableTailNotTorn).
+	"torn-tail-below-durable-point": {TornTailBelowDurablePoint: true},
 	// With --dead-letters: dead letters published without their producer
 	// identity; one published again after a restart is appended twice
 	// (DeadLetterOnce).
@@ -61,6 +66,10 @@ type logWatcher struct {
 	// incarnation.
 	unreadable map[uint32]map[string]bool
 	startedAt  int
+	// durable is each partition's dedup snapshot point as the node's
+	// current incarnation found it at start: the log held every seq up to
+	// it durably, and no start may cut below it (DurableTailNotTorn).
+	durable map[uint32]uint64
 	// forgetful: partitions whose dedup table a start rebuilt from the
 	// kept log with both snapshot files unreadable (bit flips into each:
 	// a documented gap, ARCHITECTURE "Known gaps"); a producer whose
@@ -73,7 +82,8 @@ type logWatcher struct {
 // run, and has it hear the node's warnings about its dedup snapshots.
 func (s *sim) watchCommittedLog() {
 	lw := &logWatcher{s: s, next: map[uint32]uint64{},
-		unreadable: map[uint32]map[string]bool{}, forgetful: map[uint32]bool{}}
+		unreadable: map[uint32]map[string]bool{}, forgetful: map[uint32]bool{}, durable: map[uint32]uint64{}}
+	s.b.beforeStart = lw.readDurablePoints
 	s.logWatch, s.replays = lw, newReplayWatch(s.chk)
 	s.replays.lost = s.chk.isLost
 	operator := s.b.onLog
@@ -83,9 +93,55 @@ func (s *sim) watchCommittedLog() {
 	}
 }
 
-// nodeSaid notes a dedup snapshot file the node found unreadable; both of
-// one partition in one incarnation make the partition forgetful.
+// readDurablePoints reads each partition's dedup snapshot points before
+// the node opens its logs.
+func (lw *logWatcher) readDurablePoints() {
+	clear(lw.durable)
+	for p := range uint32(lw.s.opts.Partitions) {
+		for _, name := range []string{"dedup", "dedup.copy"} {
+			b, err := storage.ReadFileAtomic(lw.s.b.fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(p), name))
+			if err != nil {
+				continue
+			}
+			if point, err := partition.SnapshotPoint(b); err == nil {
+				lw.durable[p] = max(lw.durable[p], point)
+			}
+		}
+	}
+}
+
+// tornTailCut takes in a start's torn tail cut of partition p from seq
+// first on. Only records never synced may go so: a cut at or below the
+// snapshot's point breaks DurableTailNotTorn, and one of records seen
+// committed breaks VisibleMonotonic — unless a bit flip hit the partition
+// and the snapshot does not stand for them (a crash since it was
+// written): a flip into the last batches looks exactly like a torn write
+// (a documented gap). The watcher then forgets what it saw at the cut
+// seqs, which hold other records next, and a retry of one appends again.
+func (lw *logWatcher) tornTailCut(p uint32, first uint64) {
+	chk := lw.s.chk
+	next := lw.next[p]
+	switch {
+	case first <= lw.durable[p]:
+		chk.violate(DurableTailNotTorn, "partition %d's start cut its log from seq %d as a torn tail, below seq %d its dedup snapshot stood for", p, first, lw.durable[p])
+	case first >= next:
+	case !chk.damaged[p]:
+		chk.violate(VisibleMonotonic, "partition %d's start cut its log from seq %d as a torn tail, below committed seq %d", p, first, next-1)
+	default:
+		lw.s.replays.forget(p, first, next-1)
+		lw.next[p] = first
+	}
+}
+
+// nodeSaid notes a dedup snapshot file the node found unreadable (both
+// of one partition in one incarnation make the partition forgetful) and
+// a start's torn tail cut.
 func (lw *logWatcher) nodeSaid(r slog.Record) {
+	if r.Message == tornTailMessage {
+		p, first := logAttrUint(r, "partition"), logAttrUint(r, "first_seq")
+		lw.tornTailCut(uint32(p), first)
+		return
+	}
 	if r.Message != dedupUnreadableMessage {
 		return
 	}
@@ -93,18 +149,10 @@ func (lw *logWatcher) nodeSaid(r slog.Record) {
 		lw.startedAt = lw.s.b.started
 		clear(lw.unreadable)
 	}
-	var p uint32
+	p := uint32(logAttrUint(r, "partition"))
 	var file string
 	r.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "partition":
-			switch a.Value.Kind() {
-			case slog.KindUint64:
-				p = uint32(a.Value.Uint64())
-			case slog.KindInt64:
-				p = uint32(a.Value.Int64())
-			}
-		case "file":
+		if a.Key == "file" {
 			file = path.Base(a.Value.String())
 		}
 		return true
@@ -120,8 +168,30 @@ func (lw *logWatcher) nodeSaid(r slog.Record) {
 }
 
 // dedupUnreadableMessage is the node's warning for a dedup snapshot file
-// it cannot read (node/dedupsnap.go).
-const dedupUnreadableMessage = "dedup snapshot unreadable; trying its copy, else replaying the partition's log"
+// it cannot read (node/dedupsnap.go); tornTailMessage for a partition
+// log's torn tail cut at start (node/local.go).
+const (
+	dedupUnreadableMessage = "dedup snapshot unreadable; trying its copy, else replaying the partition's log"
+	tornTailMessage        = "torn tail truncated"
+)
+
+// logAttrUint is the unsigned value of r's attribute key (0: none).
+func logAttrUint(r slog.Record, key string) uint64 {
+	var v uint64
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == key {
+			switch a.Value.Kind() {
+			case slog.KindUint64:
+				v = a.Value.Uint64()
+			case slog.KindInt64:
+				v = uint64(a.Value.Int64())
+			}
+			return false
+		}
+		return true
+	})
+	return v
+}
 
 // observe reads what each partition committed since the last look,
 // around the damaged ranges of a partition a bit flip hit and the gaps a
@@ -161,14 +231,6 @@ func (lw *logWatcher) observe() {
 
 func (lw *logWatcher) observePartition(info wire.PartitionInfo) {
 	p, b := info.Partition, lw.s.b
-	if next := lw.next[p]; lw.s.chk.damaged[p] && next > info.CommitSeq+1 {
-		// A start cut records it had seen committed: a bit flip into the
-		// active segment's last batches looks like a torn write (a
-		// documented gap). Their seqs are written again, and a retry of
-		// one appends it again.
-		lw.s.replays.forget(p, info.CommitSeq+1, next-1)
-		lw.next[p] = info.CommitSeq + 1
-	}
 	from := max(lw.next[p], info.StartSeq, 1)
 	for from <= info.CommitSeq {
 		entries, err := b.node.Read(simTopic, p, from, 256)

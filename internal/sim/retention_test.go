@@ -63,19 +63,24 @@ func TestSingleNodeRetentionMutationsAreCaught(t *testing.T) {
 	const seedsMax = 40
 	for _, name := range []string{"retention-past-dedup-snapshot", "dedup-snapshot-once"} {
 		t.Run(name, func(t *testing.T) {
-			firstSingleNodeSeedCatching(t, NodeMutations[name], []string{NoDuplicateFromReplay}, seedsMax)
+			firstSingleNodeSeedCatching(t, NodeMutations[name], Faults{Partition: true, BitFlip: true}, []string{NoDuplicateFromReplay}, seedsMax)
 		})
 	}
+	// Restarts are what cut a flipped tail: crashes, not partitions.
+	t.Run("torn-tail-below-durable-point", func(t *testing.T) {
+		firstSingleNodeSeedCatching(t, NodeMutations["torn-tail-below-durable-point"], Faults{Crash: true, BitFlip: true},
+			[]string{DurableTailNotTorn}, 120)
+	})
 }
 
 // firstSingleNodeSeedCatching runs a single node with retention under
-// client partitions and bit flips, carrying m, on seeds 1, 2, ...
-// seedsMax until one breaks an invariant of want, and returns that seed;
-// it fails the test when none does.
-func firstSingleNodeSeedCatching(t *testing.T, m node.Mutations, want []string, seedsMax uint64) uint64 {
+// faults, carrying m, on seeds 1, 2, ... seedsMax until one breaks an
+// invariant of want, and returns that seed; it fails the test when none
+// does.
+func firstSingleNodeSeedCatching(t *testing.T, m node.Mutations, faults Faults, want []string, seedsMax uint64) uint64 {
 	t.Helper()
 	for seed := uint64(1); seed <= seedsMax; seed++ {
-		o := Options{Seed: seed, Faults: Faults{Partition: true, BitFlip: true}, Retention: RetentionPreset, Mutations: m}
+		o := Options{Seed: seed, Faults: faults, Retention: RetentionPreset, Mutations: m}
 		r := Run(o)
 		switch {
 		case r.Violation == nil:

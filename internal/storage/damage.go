@@ -68,6 +68,9 @@ type TornTail struct {
 	// Bytes is how much was cut off (up to the end of the file, any
 	// preallocated zeroes excluded).
 	Bytes int64
+	// FirstSeq is the seq the cut bytes would have held first: the next
+	// seq after the last valid batch.
+	FirstSeq uint64
 }
 
 // nextValidBatch searches f for the first batch after off (exclusive) that

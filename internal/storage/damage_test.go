@@ -530,3 +530,90 @@ func TestBeforeTornTailCutRunsFirst(t *testing.T) {
 		t.Fatalf("torn tail %+v %v, NextSeq %d; want a cut at %d, NextSeq %d", tt, ok, l.NextSeq(), off, next)
 	}
 }
+
+// DurableTailNotTorn: a last batch that fails its checksum after every
+// batch was synced looks like a torn write. With Options.DurableThrough
+// at or past its seqs (a single node's dedup snapshot point), Open
+// refuses the log with a *CorruptError naming them and cuts nothing; a
+// repair (either mode) drops them as a gap, and the log's next seq is
+// above DurableThrough — never handed out again. Past the durable point
+// the same tail is still cut as torn, and a log missing every segment
+// is refused too, then repaired to start after the durable point.
+func TestDurableTailIsNotTorn(t *testing.T) {
+	for _, mode := range []RepairMode{RepairSalvage, RepairTruncate} {
+		t.Run(mode.String(), func(t *testing.T) {
+			m := vfs.NewMem()
+			l := openLog(t, m, Options{})
+			var mod model
+			appendSynced(t, l, &mod, 4, -1)
+			off, first := l.active().sizeBytes, l.NextSeq()
+			appendSynced(t, l, &mod, 1, -1) // the last batch, synced: durable
+			durable := l.NextSeq() - 1
+			l.Close()
+			name := segmentPath(testDir, 1)
+			if err := m.FlipBit(name, off+batchOverheadBytes+3, 1); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := m.ReadFile(name)
+
+			// Without the durable point: a torn tail (as before).
+			if l, err := Open(m, testDir, Options{DurableThrough: first - 1}); err != nil {
+				t.Fatal(err)
+			} else if tt, ok := l.TornTail(); !ok || tt.FirstSeq != first {
+				t.Fatalf("torn tail %+v %v below the durable point, want one from %d", tt, ok, first)
+			} else {
+				l.Close()
+			}
+			if err := m.WriteFile(name, before); err != nil { // as it was
+				t.Fatal(err)
+			}
+
+			opts := Options{DurableThrough: durable}
+			_, err := Open(m, testDir, opts)
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.Damage.FirstSeq != first || ce.Damage.LastSeq != durable {
+				t.Fatalf("open with the tail's seqs known durable: %v, want a *CorruptError naming %d-%d", err, first, durable)
+			}
+			if after, _ := m.ReadFile(name); string(after) != string(before) {
+				t.Fatal("the refused open cut the segment")
+			}
+			rep, err := Repair(m, testDir, opts, mode, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.TornTail != nil || len(rep.Dropped) != 1 || rep.Dropped[0] != (SeqRange{first, durable}) || rep.NextSeq != durable+1 {
+				t.Fatalf("repair %+v, want %d-%d dropped and next seq %d", rep, first, durable, durable+1)
+			}
+			l = openLog(t, m, opts)
+			if l.NextSeq() != durable+1 || len(l.Damage()) != 0 {
+				t.Fatalf("after the repair: next seq %d, damage %v; want %d and none", l.NextSeq(), l.Damage(), durable+1)
+			}
+			mod.truncate(first - 1)
+			for range durable - first + 1 { // the dropped seqs: gaps, never served
+				mod.records = append(mod.records, Record{})
+				mod.epochs = append(mod.epochs, 1)
+			}
+			appendAfterRepair(t, l, &mod, durable+1)
+			l.Close()
+		})
+	}
+	t.Run("no segment left", func(t *testing.T) {
+		m := vfs.NewMem()
+		if err := m.MkdirAll(testDir); err != nil {
+			t.Fatal(err)
+		}
+		opts := Options{DurableThrough: 40}
+		if _, err := Open(m, testDir, opts); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("open of a log without segments that held seq 40: %v", err)
+		}
+		rep, err := Repair(m, testDir, opts, RepairSalvage, false)
+		if err != nil || rep.NextSeq != 41 || len(rep.Dropped) != 1 {
+			t.Fatalf("repair %+v, %v", rep, err)
+		}
+		l := openLog(t, m, opts)
+		defer l.Close()
+		if l.StartSeq() != 41 || l.NextSeq() != 41 {
+			t.Fatalf("after the repair the log holds %d-%d, want it to start at 41", l.StartSeq(), l.NextSeq())
+		}
+	})
+}

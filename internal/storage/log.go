@@ -46,6 +46,15 @@ type Options struct {
 	// entries it acknowledged: a flipped bit in the last batch looks
 	// exactly like a torn write, and only the cut bytes told them apart.
 	BeforeTornTailCut func(TornTail) error
+	// DurableThrough is a seq the caller knows the log held durably (a
+	// single node's dedup snapshot point: it stands only for synced
+	// records). A log that would end below it after recovery lost records
+	// that were durable — a bit flip in its last batches, which looks
+	// exactly like a torn write, or its end gone — and Open refuses it
+	// with a *CorruptError naming the seqs up to DurableThrough, cutting
+	// nothing (DurableTailNotTorn); Repair drops them as damage, never
+	// to be handed out again. 0: nothing known.
+	DurableThrough uint64
 }
 
 const (
@@ -245,6 +254,16 @@ func (l *Log) recover() error {
 			}
 		}
 	}
+	if n := len(l.segments); l.opts.DurableThrough > 0 && (n == 0 || l.segments[n-1].nextSeq <= l.opts.DurableThrough) {
+		// Segments that do not continue the log, or none at all: what
+		// remains ends below what was durable.
+		d := noSegmentsLeft(l.dir, l.opts.DurableThrough)
+		if n > 0 {
+			last := l.segments[n-1]
+			d = durableTailLost(last, last.sizeBytes, last.sizeBytes, l.opts.DurableThrough)
+		}
+		return &CorruptError{Damage: d}
+	}
 	// Delete what does not continue the recovered log, newest first.
 	for i := len(bases) - 1; i >= dropFrom; i-- {
 		if err := l.removeSegmentFiles(bases[i]); err != nil {
@@ -301,12 +320,15 @@ func (l *Log) scanSegment(s *segment, fileBytes int64, limitSeq uint64) error {
 		return fmt.Errorf("storage: scan segment %d: %w", s.baseSeq, err)
 	}
 	l.damage = append(l.damage, res.damage...)
+	if limitSeq == 0 && s.nextSeq <= l.opts.DurableThrough {
+		return &CorruptError{Damage: durableTailLost(s, res.validEnd, fileBytes, l.opts.DurableThrough)}
+	}
 	if res.validEnd == fileBytes || (res.zeroTail && limitSeq == 0) {
 		return nil
 	}
 	var torn *TornTail
 	if !res.zeroTail {
-		torn = &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: fileBytes - res.validEnd}
+		torn = &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: fileBytes - res.validEnd, FirstSeq: s.nextSeq}
 		if l.opts.BeforeTornTailCut != nil {
 			if err := l.opts.BeforeTornTailCut(*torn); err != nil {
 				return fmt.Errorf("storage: before cutting the torn tail of segment %d: %w", s.baseSeq, err)
@@ -321,6 +343,22 @@ func (l *Log) scanSegment(s *segment, fileBytes int64, limitSeq uint64) error {
 		l.tornTail = torn
 	}
 	return nil
+}
+
+// durableTailLost is the damage of a last segment s that ends (its valid
+// batches, validEnd of fileBytes) below durableThrough
+// (Options.DurableThrough).
+func durableTailLost(s *segment, validEnd, fileBytes int64, durableThrough uint64) Damage {
+	return Damage{Segment: s.path, Offset: validEnd, Bytes: fileBytes - validEnd, FirstSeq: s.nextSeq, LastSeq: durableThrough,
+		Cause: fmt.Sprintf("the log ends at seq %d, below seq %d known durable (not a torn write)", s.nextSeq-1, durableThrough),
+		epoch: s.lastEpoch}
+}
+
+// noSegmentsLeft is the damage of a log directory without a segment whose
+// seqs up to durableThrough were durable.
+func noSegmentsLeft(dir string, durableThrough uint64) Damage {
+	return Damage{Segment: dir, FirstSeq: 1, LastSeq: durableThrough,
+		Cause: fmt.Sprintf("no segment holds seqs up to %d, known durable", durableThrough)}
 }
 
 // createSegment creates the file of a new, empty segment, opened for

@@ -139,18 +139,34 @@ func repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, filler *Reco
 			return rep, fmt.Errorf("storage: scan segment %d: %w", base, err)
 		}
 		cur.validEnd, cur.damage = res.validEnd, res.damage
-		if res.validEnd < size && !res.zeroTail && limitSeq == 0 {
-			rep.TornTail = &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: size - res.validEnd}
+		switch {
+		case limitSeq == 0 && s.nextSeq <= opts.DurableThrough:
+			// Its end below what was durable is damage, not a torn write
+			// (DurableTailNotTorn): its seqs are dropped, never reused.
+			cur.damage = append(cur.damage, durableTailLost(s, res.validEnd, size, opts.DurableThrough))
+		case res.validEnd < size && !res.zeroTail && limitSeq == 0:
+			rep.TornTail = &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: size - res.validEnd, FirstSeq: s.nextSeq}
 		}
 	}
 	for _, s := range segs {
 		rep.Damage = append(rep.Damage, s.damage...)
 	}
 	if len(segs) == 0 {
-		rep.NextSeq = 1
+		rep.NextSeq = opts.DurableThrough + 1
+		if d := opts.DurableThrough; d > 0 {
+			// Every segment is gone: the log starts again after what was
+			// durable (an empty first segment at d+1), never reusing it.
+			rep.Damage = []Damage{noSegmentsLeft(dir, d)}
+			rep.Dropped, rep.DroppedSeqs = []SeqRange{{1, d}}, d
+			if !dryRun {
+				if err := replaceSegment(fsys, dir, d+1, nil); err != nil {
+					return rep, err
+				}
+			}
+		}
 		return rep, nil
 	}
-	rep.NextSeq = segs[len(segs)-1].seg.nextSeq
+	rep.NextSeq = max(segs[len(segs)-1].seg.nextSeq, opts.DurableThrough+1)
 	if len(rep.Damage) == 0 {
 		if rep.TornTail != nil && !dryRun {
 			t := rep.TornTail
