@@ -403,6 +403,9 @@ type GroupOptions struct {
 	// SegmentBytesMax, when set, replaces the node's segment size for
 	// this group's log (scheduler shards compact in small steps).
 	SegmentBytesMax int64
+	// DurableThrough: a seq this member's log held durably
+	// (storage.Options.DurableThrough; a partition's only replica).
+	DurableThrough uint64
 }
 
 // OpenGroup starts this node's member of a replica group and registers it
@@ -430,7 +433,7 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 		Mutations: c.opts.Replica, SendBeforePersist: c.opts.SendBeforePersist,
 		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, HeartbeatTicks: heartbeat, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred, ReleaseBeforeTransfer: gs.ReleaseBeforeTransfer,
 		Storage: storage.Options{SegmentBytesMax: cmp.Or(gs.SegmentBytesMax, c.opts.SegmentBytesMax), RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
-			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes},
+			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes, DurableThrough: gs.DurableThrough},
 		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit, Retention: gs.Retention,
 		Clock: c.opts.Env.Clock, Reservation: c.cfg.Reservation, ChaseWindow: c.cfg.ChaseWindow,
 		Notify: notify, ObserveSync: c.opts.ObserveSync, ObserveCommit: c.opts.ObserveCommit,

@@ -945,3 +945,78 @@ func TestDurableTailIsNotCutAsTorn(t *testing.T) {
 		})
 	}
 }
+
+// DurableTailNotTorn for a cluster partition's only replica: it commits
+// what it synced, so its dedup snapshot's point is durable too. A bit
+// flip into its last batch after a clean stop used to be cut at the next
+// open as a torn write (a member alone has no one to vouch to) and the
+// seq handed out again; now the partition stays unopened (DATA_CORRUPT
+// naming `nereus repair`), and the repair turns the seqs up to the point
+// into lost records: the next record lands above them, the lost record's
+// retry is appended again.
+func TestDurableTailOfAMemberAloneIsNotCut(t *testing.T) {
+	tc := newTestClusterWith(t, 3, nil)
+	tc.declare("n1", wire.TopicConfig{Name: "one", Partitions: 1, Replicas: 1})
+	holder := tc.leaderOf("one", 0)
+	var last wire.PubOK
+	for i := range uint64(10) {
+		ok, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, ProducerID: 7, ProducerSeq: i, Value: fmt.Appendf(nil, "rec-%02d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ok
+	}
+	tc.stop(holder)
+	dir := path.Join("/"+holder, "topics", "one", "0")
+	flipInSegments(t, tc.fs, dir, []byte("rec-09"))
+	tc.start(holder)
+	if _, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, Value: []byte("after the flip")}); err == nil ||
+		err.Code != wire.CodeDataCorrupt || !strings.Contains(err.Message, "nereus repair") {
+		t.Fatalf("publish to the partition whose durable tail is damaged: %v, want DATA_CORRUPT naming nereus repair", err)
+	}
+	tc.stop(holder)
+	rep, err := Repair(tc.fs, "/"+holder, RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+	if err != nil || len(rep) != 1 || rep[0].Report.TornTail != nil || len(rep[0].Report.Dropped) != 1 ||
+		rep[0].Report.Dropped[0].First > last.Seq || rep[0].Report.Dropped[0].Last < last.Seq || !rep[0].DedupSnapshotRemoved {
+		t.Fatalf("repair: %+v, %v", rep, err)
+	}
+	end := rep[0].Report.Dropped[0].Last
+	tc.start(holder)
+	tc.leaderOf("one", 0)
+	after, perr := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, Value: []byte("after the repair")})
+	if perr != nil || after.Seq <= end {
+		t.Fatalf("publish after the repair: %+v, %v; want a seq above %d", after, perr, end)
+	}
+	again, perr := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, ProducerID: 7, ProducerSeq: 9, Value: []byte("rec-09")})
+	if perr != nil || again.Duplicate || again.Seq <= after.Seq {
+		t.Fatalf("the lost record's retry: %+v, %v; want it appended again", again, perr)
+	}
+}
+
+// A replica of a larger group does not take its dedup snapshot's point
+// as a durable end: a flipped last batch after a clean stop is cut (the
+// member marks itself uncertain) and a newer leader makes it whole again
+// — refusing the open there would keep the topic down on the node.
+func TestDurableTailOfAReplicaIsMadeWholeByItsGroup(t *testing.T) {
+	tc := newTestClusterWith(t, 3, nil)
+	tc.declare("n1", wire.TopicConfig{Name: "three", Partitions: 1, Replicas: 3})
+	leader := tc.leaderOf("three", 0)
+	var last wire.PubOK
+	for i := range uint64(10) {
+		ok, err := publishOn(t, tc.nodes[leader], &wire.Pub{Topic: "three", Partition: 0, Value: fmt.Appendf(nil, "rec-%02d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ok
+	}
+	tc.readAll(leader, "three", 0, last.Seq)
+	tc.stop(leader)
+	flipInSegments(t, tc.fs, path.Join("/"+leader, "topics", "three", "0"), []byte("rec-09"))
+	tc.start(leader)
+	if d := tc.nodes[leader].Damaged(); len(d) != 0 {
+		t.Fatalf("%s reports %q after its flipped tail", leader, d)
+	}
+	if got := tc.readAll(leader, "three", 0, last.Seq); len(got) == 0 || !strings.HasSuffix(got[len(got)-1], ":rec-09") {
+		t.Fatalf("%s holds %q, want rec-09 back at the end", leader, got)
+	}
+}

@@ -150,11 +150,20 @@ func (p *localStore) collect(chan<- prometheus.Metric, string, string) {}
 
 // durableThrough is what the log must hold when it opens: the point of
 // its dedup snapshot (durablePoint), unless snapshots are off.
-func (p *localStore) durableThrough() uint64 {
+func (p *partitionRunner) durableThrough() uint64 {
 	if p.node.cfg.DedupSnapshotBytes < 0 || p.node.cfg.Mutations.TornTailBelowDurablePoint {
 		return 0
 	}
 	return durablePoint(p.node.cfg.Env.FS, p.dir)
+}
+
+// aloneDurableThrough is durableThrough for a replica group of members
+// replicas: only a partition's only replica has one.
+func (p *partitionRunner) aloneDurableThrough(members int) uint64 {
+	if members != 1 {
+		return 0
+	}
+	return p.durableThrough()
 }
 
 // recover opens the log, starts a new epoch and rebuilds the kernel state

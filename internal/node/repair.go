@@ -386,8 +386,10 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 				continue // another node's
 			}
 			// As on a single node: the dedup snapshot forgets what the
-			// repair will drop before the log changes.
-			alone, err := replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), true)
+			// repair will drop before the log changes, and a tail lost
+			// below its point is damage.
+			durable := durablePoint(fsys, dir)
+			alone, err := replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), durable, true)
 			if err != nil {
 				return out, fmt.Errorf("node: repair %s: %w", dir, err)
 			}
@@ -399,7 +401,7 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 				}
 			}
 			if !o.DryRun && r.Damaged() {
-				if alone, err = replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), false); err != nil {
+				if alone, err = replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), durable, false); err != nil {
 					return out, fmt.Errorf("node: repair %s: %w", dir, err)
 				}
 				r.Report = alone.Log

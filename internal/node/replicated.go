@@ -134,7 +134,12 @@ func (p *partitionRunner) openReplica() error {
 		PreferredLeader: members[0], SegmentBytesMax: segmentBytes,
 		// A scheduler shard's owner drains its publishes in flight before
 		// a rebalancing hand-off fences it (schedRunner.release).
-		ReleaseBeforeTransfer: p.topic.cfg.Name == wire.SchedTopic})
+		ReleaseBeforeTransfer: p.topic.cfg.Name == wire.SchedTopic,
+		// A partition's only replica commits what it synced: its dedup
+		// snapshot's point is durable, and a tail cut below it is damage
+		// (DurableTailNotTorn). A member of a larger group marks itself
+		// uncertain instead and is made whole by a newer leader.
+		DurableThrough: p.aloneDurableThrough(len(members))})
 	if err != nil {
 		return err
 	}

@@ -150,14 +150,16 @@ type AloneRepair struct {
 // replica, self: no member holds a healthy copy, so it refuses to open
 // damage), which must not be open. Each damaged range of its log becomes
 // lost records, every valid record after it keeps its seq, an invalid
-// tail is cut; what the range held is gone. A damaged hard state or
+// tail is cut — below durableThrough (a seq the log held durably; 0:
+// none known) it is a damaged range too; what the range held is gone. A
+// damaged hard state or
 // snapshot point is rewritten from the repaired log (AloneRepair). A
 // member of a larger group needs none of it: it drops its damage and
 // rebuilds from a healthy member (and must not forget its promises).
-func RepairAlone(fsys vfs.FS, dir string, self replica.NodeID, dryRun bool) (AloneRepair, error) {
+func RepairAlone(fsys vfs.FS, dir string, self replica.NodeID, durableThrough uint64, dryRun bool) (AloneRepair, error) {
 	var r AloneRepair
 	var err error
-	if r.Log, err = storage.RepairFilled(fsys, dir, storage.Options{}, lostRecord, dryRun); err != nil {
+	if r.Log, err = storage.RepairFilled(fsys, dir, storage.Options{DurableThrough: durableThrough}, lostRecord, dryRun); err != nil {
 		return r, err
 	}
 	if _, err := readHardState(fsys, dir); errors.Is(err, errHardStateDamaged) {
