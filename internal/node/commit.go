@@ -159,6 +159,8 @@ func (p *localStore) run() {
 		case <-p.ackedWake:
 			takeAcked()
 			requestSync()
+		case <-p.verifyWake:
+			p.verifyAt()
 		case <-retention.C():
 			takeAcked()
 			if syncs == 0 {

@@ -1334,3 +1334,63 @@ func TestDamagedGroupFilesAreSetAgain(t *testing.T) {
 		})
 	}
 }
+
+// DamageNeverSilent for damage a read finds but cannot locate: a batch
+// that went bad after open, in the active segment (which the scrubber
+// never reads) or in a sealed segment trusted through its index. The
+// group's delivery used to retry that record for good, the partition
+// taking publishes and nothing asking for a repair. Now the partition's
+// goroutine verifies the segment holding the seq: the range is recorded,
+// the partition goes corrupt (DATA_CORRUPT naming `nereus repair`,
+// Damaged), and the group gets every other record. With
+// ReadDamageUnverified the partition stays as it was.
+func TestDamageADeliveryReadFindsIsLocated(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sealed   bool
+		mutation bool
+	}{{"active segment", false, false}, {"sealed segment", true, false}, {"unverified", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.tune = func(c *Config) {
+				c.Mutations.ReadDamageUnverified = tc.mutation
+				c.ScrubBytesPerSecond = -1 // the read alone finds it
+				if tc.sealed {
+					c.SegmentBytesMax = 4 << 10
+				}
+			}
+			h.restart()
+			h.declare("t", 1)
+			n := 20
+			if tc.sealed {
+				n = 200 // several sealed segments, then the active one
+			}
+			for i := range n {
+				h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: fmt.Appendf(nil, "m%03d-%s", i, strings.Repeat("x", 40))})
+			}
+			flipInSegments(t, h.fs, "/data/topics/t/0", []byte("m005-")) // in the first segment: sealed when there are several
+			s := newSink()
+			sub, err := h.node.Subscribe("t", "g", GroupOptions{AckWaitMs: 60_000}, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub.AddCredit(1000)
+			s.waitFor(t, n-1)
+			_, perr := h.publish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("after")})
+			if tc.mutation {
+				if perr != nil || len(h.node.Damaged()) != 0 {
+					t.Fatalf("unverified: publish %v, damaged %q; want the partition as it was", perr, h.node.Damaged())
+				}
+				return
+			}
+			eventually(t, "the read's damage is located", func() bool { return len(h.node.Damaged()) == 1 })
+			_, perr = h.publish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("after")})
+			if we, ok := perr.(*wire.Error); !ok || we.Code != wire.CodeDataCorrupt || !strings.Contains(we.Message, "nereus repair") {
+				t.Fatalf("publish after the located damage: %v, want DATA_CORRUPT naming nereus repair", perr)
+			}
+			if d := h.node.Damaged()[0]; !strings.Contains(d, "seqs 6-6") {
+				t.Fatalf("damaged %q, want seq 6 named", d)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -35,6 +36,10 @@ type localStore struct {
 	// nextRetentionMs is the next retention run in Manual mode (the
 	// driver's goroutine).
 	nextRetentionMs int64
+	// verifyFrom: a seq a reader failed on with damage it could not
+	// locate (0: none); verifyWake (capacity 1) wakes run to verify it.
+	verifyFrom atomic.Uint64
+	verifyWake chan struct{}
 
 	// Owned by run.
 	log     *storage.Log
@@ -69,7 +74,7 @@ type localStore struct {
 // openLocal recovers the partition's log and starts its loop (none in
 // Manual mode: Step runs it).
 func (p *partitionRunner) openLocal() error {
-	s := &localStore{partitionRunner: p, waiters: map[uint64][]dupWaiter{}, ackedWake: make(chan struct{}, 1)}
+	s := &localStore{partitionRunner: p, waiters: map[uint64][]dupWaiter{}, ackedWake: make(chan struct{}, 1), verifyWake: make(chan struct{}, 1)}
 	if err := s.recover(); err != nil {
 		return err
 	}
@@ -89,6 +94,10 @@ func (p *localStore) accept(r *pubReq) { p.queue(r) }
 // retention when due, then every queued publish in batches.
 func (p *localStore) stepManual(monoMs int64) bool {
 	progress := false
+	if p.verifyFrom.Load() != 0 {
+		p.verifyAt()
+		progress = true
+	}
 	if monoMs >= p.nextRetentionMs {
 		p.applyRetention()
 		p.nextRetentionMs = monoMs + p.node.cfg.RetentionCheckMs
@@ -135,9 +144,45 @@ func (p *localStore) snapshotDedup(force bool) {
 func (p *localStore) release() {}
 
 // foundDamage marks the partition corrupt for the ranges found: it
-// refuses publishes until `nereus repair`. A read's failure alone names
-// no range and changes nothing: the reader gets the error.
-func (p *localStore) foundDamage(ds []storage.Damage) { p.noteDamage(ds) }
+// refuses publishes until `nereus repair`. A read's failure that names no
+// range (at: the seq it asked for) — a batch that went bad after open in
+// a sealed segment trusted through its index, or in the active segment,
+// which the scrubber never reads — has the partition's goroutine verify
+// the segment holding it (verifyAt): its damage is then recorded, refused
+// by name and reported (DamageNeverSilent). Unverified, a group's
+// delivery retried the record for good and nothing asked for a repair
+// (`nereus sim`, seeds 20 and 5, once the checker stopped excusing every
+// liveness failure of a flipped partition).
+func (p *localStore) foundDamage(ds []storage.Damage, at uint64) {
+	if len(ds) > 0 || at == 0 || p.node.cfg.Mutations.ReadDamageUnverified {
+		p.noteDamage(ds)
+		return
+	}
+	if p.verifyFrom.CompareAndSwap(0, at) {
+		select {
+		case p.verifyWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// verifyAt verifies the segment holding the seq a reader failed on
+// (foundDamage): the sealed one, else the active one; on the partition's
+// goroutine, which alone appends to the log.
+func (p *localStore) verifyAt() {
+	at := p.verifyFrom.Swap(0)
+	if at == 0 || p.log == nil {
+		return
+	}
+	_, _, found, err := p.log.Verify(at, 1) // a sealed segment holding at, if one does
+	if err == nil && len(found) == 0 {
+		found, err = p.log.VerifyActive()
+	}
+	if err != nil {
+		p.node.logRepeatedError(p.subject(), "partition verify failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
+	}
+	p.noteDamage(found)
+}
 
 // describe names this node, the only replica, as the leader.
 func (p *localStore) describe(info *wire.PartitionInfo) {

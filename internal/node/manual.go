@@ -41,6 +41,10 @@ type Mutations struct {
 	// batches is cut as a torn write, and the seqs of the records it
 	// held are handed out again.
 	TornTailBelowDurablePoint bool
+	// ReadDamageUnverified: a single node's read that fails on damage it
+	// cannot locate changes nothing (the reader gets the error, as
+	// before VerifyActive).
+	ReadDamageUnverified bool
 	// SkipLedgerFsync answers ACKs without fsyncing the group's ledger.
 	SkipLedgerFsync bool
 	// LedgerReplayStopsAtGap stops a single node's ledger replay at the

@@ -183,8 +183,9 @@ type partitionStore interface {
 	release()
 	// foundDamage reacts to damage a reader found in the log (any
 	// goroutine): ds lists the damaged ranges when the reader knows them
-	// (the scrubber); a read that failed on damage passes none.
-	foundDamage(ds []storage.Damage)
+	// (the scrubber, a read refused by name); a read that failed on
+	// damage not located yet passes none, and at, the seq it asked for.
+	foundDamage(ds []storage.Damage, at uint64)
 	// describe fills in what METADATA says of the partition beyond its
 	// positions: leader, replicas, degraded (any goroutine).
 	describe(info *wire.PartitionInfo)
@@ -345,8 +346,10 @@ func (p *partitionRunner) read(from uint64, recordsMax, bytesMax int) ([]storage
 	}
 	recordsMax = min(recordsMax, int(commit-from+1))
 	entries, err := p.readLog.Load().Read(from, recordsMax, bytesMax)
-	if err != nil && errors.Is(err, storage.ErrCorrupt) {
-		p.store.foundDamage(nil)
+	if ce := (*storage.CorruptError)(nil); errors.As(err, &ce) {
+		p.store.foundDamage([]storage.Damage{ce.Damage}, from)
+	} else if errors.Is(err, storage.ErrCorrupt) {
+		p.store.foundDamage(nil, from) // not located yet
 	}
 	if err != nil {
 		return nil, err
@@ -401,7 +404,7 @@ func (p damagedStore) accept(r *pubReq)                               { answerCh
 func (damagedStore) stepManual(int64) bool                            { return false }
 func (p damagedStore) shutdown()                                      { p.failQueued() }
 func (damagedStore) release()                                         {}
-func (damagedStore) foundDamage([]storage.Damage)                     {}
+func (damagedStore) foundDamage([]storage.Damage, uint64)             {}
 func (damagedStore) forwardTo(int) (replica.NodeID, bool)             { return 0, false }
 func (damagedStore) collect(chan<- prometheus.Metric, string, string) {}
 
@@ -430,7 +433,7 @@ func (p unhostedStore) shutdown() { p.failQueued() }
 
 func (unhostedStore) release() {}
 
-func (unhostedStore) foundDamage([]storage.Damage) {} // it holds no log to read
+func (unhostedStore) foundDamage([]storage.Damage, uint64) {} // it holds no log to read
 
 // describe names the first replica as the leader, the best hint (the only
 // one with R=1); the client is redirected from there if needed.

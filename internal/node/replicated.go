@@ -610,7 +610,7 @@ func (p *replicaStore) release() {
 // with DATA_CORRUPT, /readyz — until `nereus repair`, as a single node's
 // does (DamageNeverSilent; a read's failure names no range: the
 // scrubber's pass or the apply will).
-func (p *replicaStore) foundDamage(ds []storage.Damage) {
+func (p *replicaStore) foundDamage(ds []storage.Damage, _ uint64) {
 	if p.alone() {
 		p.noteDamage(ds)
 		return

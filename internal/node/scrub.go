@@ -73,7 +73,7 @@ func (s *scrubber) step(rateBytes int64) {
 		}
 		if len(found) > 0 {
 			s.n.metrics.scrubDamage.Add(float64(len(found)))
-			p.store.foundDamage(found)
+			p.store.foundDamage(found, 0)
 		}
 		s.from[p] = next
 		if next == 0 { // this log is done for this round

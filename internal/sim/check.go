@@ -104,8 +104,15 @@ type checker struct {
 	damaged        map[uint32]bool // partitions hit by a bit flip: loss is expected there
 	// lost lists, per partition, the seqs a single node's repairs
 	// dropped: a retry of a record there appends again on purpose, and a
-	// PUB_OK naming one names a record that is gone.
+	// PUB_OK naming one names a record that is gone. cut is, per
+	// partition, the lowest seq a torn tail cut of committed records
+	// started from (a flip into the last batches, after a crash): from
+	// there on a position may hold another record than before.
+	// unreadable lists the ranges the final read-back found damaged
+	// (refused, never served).
 	lost       map[uint32][]storage.SeqRange
+	cut        map[uint32]uint64
+	unreadable map[uint32][]storage.SeqRange
 	stateFlips int // bit flips into a node's state files (single node)
 	// retained is, with a retention (cluster runs), the highest start seq
 	// any node reported per partition: records below it may be compacted
@@ -164,8 +171,35 @@ func (c *checker) dropped(p uint32, seqs []storage.SeqRange) {
 }
 
 // isLost reports whether a repair dropped the record at pos.
-func (c *checker) isLost(pos position) bool {
-	return slices.ContainsFunc(c.lost[pos.partition], func(r storage.SeqRange) bool { return r.First <= pos.seq && pos.seq <= r.Last })
+func (c *checker) isLost(pos position) bool { return inRanges(c.lost[pos.partition], pos.seq) }
+
+func inRanges(rs []storage.SeqRange, seq uint64) bool {
+	return slices.ContainsFunc(rs, func(r storage.SeqRange) bool { return r.First <= seq && seq <= r.Last })
+}
+
+// cutFrom notes a torn tail cut of partition p's committed records from
+// seq first on.
+func (c *checker) cutFrom(p uint32, first uint64) {
+	if c.cut == nil {
+		c.cut = map[uint32]uint64{}
+	}
+	if at, ok := c.cut[p]; !ok || first < at {
+		c.cut[p] = first
+	}
+}
+
+// reused reports whether pos may hold another record than it did: a
+// torn tail cut of its partition's committed records reached it.
+func (c *checker) reused(pos position) bool {
+	at, ok := c.cut[pos.partition]
+	return ok && pos.seq >= at
+}
+
+// gone reports whether the record acknowledged at pos may be gone: a
+// repair dropped it, a cut took it, or the final read-back found it
+// damaged. Only those, in a partition a bit flip hit, lose records.
+func (c *checker) gone(pos position) bool {
+	return c.damaged[pos.partition] && (c.isLost(pos) || c.reused(pos) || inRanges(c.unreadable[pos.partition], pos.seq))
 }
 
 func (c *checker) publishAcked(producerID, producerSeq uint64, value string, ok *wire.PubOK) {
@@ -181,12 +215,12 @@ func (c *checker) publishAcked(producerID, producerSeq uint64, value string, ok 
 		}
 		return
 	}
-	if other, taken := c.ackedAt[pos]; taken && !c.damaged[pos.partition] {
+	if other, taken := c.ackedAt[pos]; taken && !c.reused(pos) {
 		c.violate(AckedNeverLost, "position %s acked for producer %d seq %d and for producer %d seq %d",
 			pos, other.producerID, other.producerSeq, producerID, producerSeq)
 		return
 	}
-	if seen, ok := c.seen[pos]; ok && seen != value && !c.damaged[pos.partition] {
+	if seen, ok := c.seen[pos]; ok && seen != value && !c.reused(pos) {
 		c.violate(VisibleMonotonic, "position %s delivered %q, later acked as %q", pos, seen, value)
 		return
 	}
@@ -243,7 +277,7 @@ func (c *checker) delivered(consumer string, m *wire.Msg) {
 	c.deliveries++
 	pos := position{m.Partition, m.Seq}
 	value := string(m.Value)
-	if prev, ok := c.seen[pos]; ok && prev != value && !c.damaged[pos.partition] {
+	if prev, ok := c.seen[pos]; ok && prev != value && !c.reused(pos) {
 		c.violate(VisibleMonotonic, "position %s delivered as %q, earlier as %q", pos, value, prev)
 		return
 	}
@@ -252,7 +286,7 @@ func (c *checker) delivered(consumer string, m *wire.Msg) {
 		return
 	}
 	c.seen[pos] = value
-	if k, ok := c.ackedAt[pos]; ok && c.acked[k].value != value && !c.damaged[pos.partition] {
+	if k, ok := c.ackedAt[pos]; ok && c.acked[k].value != value && !c.reused(pos) {
 		c.violate(DeliveredOnlyVisible, "position %s acked as %q, delivered as %q", pos, c.acked[k].value, value)
 	}
 }
@@ -280,7 +314,10 @@ func (c *checker) afterEvent(b *broker) {
 			if c.perIncarnation {
 				k.node, k.incarnation = b.id, b.started
 			}
-			if p.CommitSeq < c.maxCommit[k] && !c.damaged[p.Partition] {
+			if p.State == wire.PartitionStateCorrupt && p.CommitSeq == 0 {
+				continue // not opened (its log ends below what was durable): no commit known
+			}
+			if cut, ok := c.cut[p.Partition]; p.CommitSeq < c.maxCommit[k] && !(ok && cut <= p.CommitSeq+1) {
 				c.violate(VisibleMonotonic, "partition %d commit_seq went from %d to %d %s", p.Partition, c.maxCommit[k], p.CommitSeq, b.id)
 			}
 			c.maxCommit[k] = max(c.maxCommit[k], p.CommitSeq)
@@ -310,7 +347,7 @@ func (c *checker) compacted(pos position) bool { return pos.seq < c.retained[pos
 func (c *checker) undelivered() []position {
 	var out []position
 	for pos := range c.ackedAt {
-		if !c.groupDone[pos] && !c.damaged[pos.partition] && !c.compacted(pos) {
+		if !c.groupDone[pos] && !c.gone(pos) && !c.compacted(pos) {
 			out = append(out, pos)
 		}
 	}
@@ -350,6 +387,10 @@ func (c *checker) finalChecks(pick func(partition uint32) *broker, partitions ui
 			if damaged := (*storage.CorruptError)(nil); errors.As(err, &damaged) && c.damaged[p] {
 				// A flipped bit that recovery found: refused, never
 				// served; every record after it is checked too.
+				if c.unreadable == nil {
+					c.unreadable = map[uint32][]storage.SeqRange{}
+				}
+				c.unreadable[p] = append(c.unreadable[p], storage.SeqRange{First: from, Last: damaged.Damage.LastSeq})
 				from = damaged.Damage.LastSeq + 1
 				continue
 			}
@@ -374,7 +415,7 @@ func (c *checker) finalChecks(pick func(partition uint32) *broker, partitions ui
 					}
 					stored[k] = pos
 				}
-				if want, ok := c.ackedAt[pos]; ok && (want != k || c.acked[want].value != string(e.Record.Value)) && !c.damaged[p] {
+				if want, ok := c.ackedAt[pos]; ok && (want != k || c.acked[want].value != string(e.Record.Value)) && !c.reused(pos) {
 					c.violate(AckedNeverLost, "position %s holds producer %d seq %d %q, acked producer %d seq %d %q",
 						pos, k.producerID, k.producerSeq, e.Record.Value, want.producerID, want.producerSeq, c.acked[want].value)
 					return
@@ -395,7 +436,7 @@ func (c *checker) finalChecks(pick func(partition uint32) *broker, partitions ui
 	})
 	for _, k := range keys {
 		rec := c.acked[k]
-		if c.damaged[rec.pos.partition] || c.compacted(rec.pos) {
+		if c.gone(rec.pos) || c.compacted(rec.pos) {
 			continue
 		}
 		if got, ok := stored[k]; !ok || got != rec.pos {

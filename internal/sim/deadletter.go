@@ -121,7 +121,7 @@ func (dw *deadLetterWatch) deadLetter(b *broker, e *storage.Entry) {
 		}
 		return
 	}
-	if k, ok := chk.ackedAt[pos]; ok && chk.acked[k].value != string(e.Record.Value) && !chk.damaged[pos.partition] {
+	if k, ok := chk.ackedAt[pos]; ok && chk.acked[k].value != string(e.Record.Value) && !chk.reused(pos) {
 		chk.violate(DeadLetterIsTheRecord, "%s: dead letter %d of %s holds %q, the message was %q", b.id, e.Seq, pos, e.Record.Value, chk.acked[k].value)
 		return
 	}

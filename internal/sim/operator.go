@@ -9,6 +9,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -45,8 +46,54 @@ func (s *sim) watchForRepair() {
 			})
 			s.ledgerTailCut(file, off)
 		}
+		if msg == tornTailMessage && logAttrString(r, "topic") == simTopic {
+			s.tornTailCut(uint32(logAttrUint(r, "partition")), logAttrUint(r, "first_seq"))
+		}
 		if strings.Contains(msg, "nereus repair") {
 			s.askRepair(msg)
+		}
+	}
+	s.b.beforeStart = s.readDurablePoints
+}
+
+// readDurablePoints reads each partition's dedup snapshot points, as the
+// node reads them before it opens its logs and as a repair does.
+func (s *sim) readDurablePoints() {
+	clear(s.durable)
+	for p := range uint32(s.opts.Partitions) {
+		for _, name := range []string{"dedup", "dedup.copy"} {
+			b, err := storage.ReadFileAtomic(s.b.fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(p), name))
+			if err != nil {
+				continue
+			}
+			if point, err := partition.SnapshotPoint(b); err == nil {
+				s.durable[p] = max(s.durable[p], point)
+			}
+		}
+	}
+}
+
+// tornTailCut takes in a start's or a repair's torn tail cut of
+// partition p from seq first on. Only records never synced may go so: a
+// cut at or below the snapshot's point breaks DurableTailNotTorn, and one
+// of committed records breaks VisibleMonotonic — unless a bit flip hit
+// the partition and the snapshot does not stand for them (a crash since
+// it was written): a flip into the last batches looks exactly like a
+// torn write (a documented gap). Positions from first on may then hold
+// other records (checker.reused).
+func (s *sim) tornTailCut(p uint32, first uint64) {
+	chk := s.chk
+	committed := chk.maxCommit[commitKey{partition: p}]
+	switch {
+	case first <= s.durable[p]:
+		chk.violate(DurableTailNotTorn, "partition %d's log was cut from seq %d as a torn tail, below seq %d its dedup snapshot stood for", p, first, s.durable[p])
+	case first > committed:
+	case !chk.damaged[p]:
+		chk.violate(VisibleMonotonic, "partition %d's log was cut from seq %d as a torn tail, below its commit_seq %d", p, first, committed)
+	default:
+		chk.cutFrom(p, first)
+		if s.logWatch != nil {
+			s.logWatch.forgetCut(p, first)
 		}
 	}
 }
@@ -158,14 +205,12 @@ func (s *sim) repair() (err error) {
 	if err != nil {
 		return err
 	}
-	if s.logWatch != nil {
-		s.logWatch.readDurablePoints() // what the repair reads too
-	}
+	s.readDurablePoints() // what the repair reads too
 	for _, l := range plan {
 		if l.Topic == simTopic && l.Group == "" && l.Partition >= 0 {
 			s.chk.dropped(uint32(l.Partition), l.Report.Dropped)
-			if t := l.Report.TornTail; t != nil && s.logWatch != nil {
-				s.logWatch.tornTailCut(uint32(l.Partition), t.FirstSeq)
+			if t := l.Report.TornTail; t != nil {
+				s.tornTailCut(uint32(l.Partition), t.FirstSeq)
 			}
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"path"
 
 	"github.com/nereus-broker/nereus/internal/node"
-	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -47,6 +46,10 @@ var NodeMutations = map[string]node.Mutations{
 	// point, so a flip into its last synced batches is cut as a torn write
 	// (DurableTailNotTorn).
 	"torn-tail-below-durable-point": {TornTailBelowDurablePoint: true},
+	// With bit flips: a read that fails on damage no check located yet
+	// changes nothing; a group's delivery retries the record for good and
+	// nothing asks for a repair (Liveness).
+	"read-damage-unverified": {ReadDamageUnverified: true},
 	// With --dead-letters: dead letters published without their producer
 	// identity; one published again after a restart is appended twice
 	// (DeadLetterOnce).
@@ -66,10 +69,6 @@ type logWatcher struct {
 	// incarnation.
 	unreadable map[uint32]map[string]bool
 	startedAt  int
-	// durable is each partition's dedup snapshot point as the node's
-	// current incarnation found it at start: the log held every seq up to
-	// it durably, and no start may cut below it (DurableTailNotTorn).
-	durable map[uint32]uint64
 	// forgetful: partitions whose dedup table a start rebuilt from the
 	// kept log with both snapshot files unreadable (bit flips into each:
 	// a documented gap, ARCHITECTURE "Known gaps"); a producer whose
@@ -82,8 +81,7 @@ type logWatcher struct {
 // run, and has it hear the node's warnings about its dedup snapshots.
 func (s *sim) watchCommittedLog() {
 	lw := &logWatcher{s: s, next: map[uint32]uint64{},
-		unreadable: map[uint32]map[string]bool{}, forgetful: map[uint32]bool{}, durable: map[uint32]uint64{}}
-	s.b.beforeStart = lw.readDurablePoints
+		unreadable: map[uint32]map[string]bool{}, forgetful: map[uint32]bool{}}
 	s.logWatch, s.replays = lw, newReplayWatch(s.chk)
 	s.replays.lost = s.chk.isLost
 	operator := s.b.onLog
@@ -93,55 +91,19 @@ func (s *sim) watchCommittedLog() {
 	}
 }
 
-// readDurablePoints reads each partition's dedup snapshot points before
-// the node opens its logs.
-func (lw *logWatcher) readDurablePoints() {
-	clear(lw.durable)
-	for p := range uint32(lw.s.opts.Partitions) {
-		for _, name := range []string{"dedup", "dedup.copy"} {
-			b, err := storage.ReadFileAtomic(lw.s.b.fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(p), name))
-			if err != nil {
-				continue
-			}
-			if point, err := partition.SnapshotPoint(b); err == nil {
-				lw.durable[p] = max(lw.durable[p], point)
-			}
-		}
-	}
-}
-
-// tornTailCut takes in a start's torn tail cut of partition p from seq
-// first on. Only records never synced may go so: a cut at or below the
-// snapshot's point breaks DurableTailNotTorn, and one of records seen
-// committed breaks VisibleMonotonic — unless a bit flip hit the partition
-// and the snapshot does not stand for them (a crash since it was
-// written): a flip into the last batches looks exactly like a torn write
-// (a documented gap). The watcher then forgets what it saw at the cut
-// seqs, which hold other records next, and a retry of one appends again.
-func (lw *logWatcher) tornTailCut(p uint32, first uint64) {
-	chk := lw.s.chk
-	next := lw.next[p]
-	switch {
-	case first <= lw.durable[p]:
-		chk.violate(DurableTailNotTorn, "partition %d's start cut its log from seq %d as a torn tail, below seq %d its dedup snapshot stood for", p, first, lw.durable[p])
-	case first >= next:
-	case !chk.damaged[p]:
-		chk.violate(VisibleMonotonic, "partition %d's start cut its log from seq %d as a torn tail, below committed seq %d", p, first, next-1)
-	default:
+// forgetCut takes in a torn tail cut of partition p from seq first on
+// (sim.tornTailCut): the watcher forgets what it saw at the cut seqs,
+// which hold other records next, and a retry of one appends again.
+func (lw *logWatcher) forgetCut(p uint32, first uint64) {
+	if next := lw.next[p]; first < next {
 		lw.s.replays.forget(p, first, next-1)
 		lw.next[p] = first
 	}
 }
 
-// nodeSaid notes a dedup snapshot file the node found unreadable (both
-// of one partition in one incarnation make the partition forgetful) and
-// a start's torn tail cut.
+// nodeSaid notes a dedup snapshot file the node found unreadable; both of
+// one partition in one incarnation make the partition forgetful.
 func (lw *logWatcher) nodeSaid(r slog.Record) {
-	if r.Message == tornTailMessage {
-		p, first := logAttrUint(r, "partition"), logAttrUint(r, "first_seq")
-		lw.tornTailCut(uint32(p), first)
-		return
-	}
 	if r.Message != dedupUnreadableMessage {
 		return
 	}
@@ -149,14 +111,7 @@ func (lw *logWatcher) nodeSaid(r slog.Record) {
 		lw.startedAt = lw.s.b.started
 		clear(lw.unreadable)
 	}
-	p := uint32(logAttrUint(r, "partition"))
-	var file string
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "file" {
-			file = path.Base(a.Value.String())
-		}
-		return true
-	})
+	p, file := uint32(logAttrUint(r, "partition")), path.Base(logAttrString(r, "file"))
 	if lw.unreadable[p] == nil {
 		lw.unreadable[p] = map[string]bool{}
 	}
@@ -174,6 +129,19 @@ const (
 	dedupUnreadableMessage = "dedup snapshot unreadable; trying its copy, else replaying the partition's log"
 	tornTailMessage        = "torn tail truncated"
 )
+
+// logAttrString is the string value of r's attribute key ("": none).
+func logAttrString(r slog.Record, key string) string {
+	var v string
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == key {
+			v = a.Value.String()
+			return false
+		}
+		return true
+	})
+	return v
+}
 
 // logAttrUint is the unsigned value of r's attribute key (0: none).
 func logAttrUint(r slog.Record, key string) uint64 {

@@ -296,6 +296,11 @@ type sim struct {
 	// retention: fed by the logWatcher on a single node, by
 	// observePartition in a cluster (nil: no retention).
 	replays *replayWatch
+	// durable is each partition's dedup snapshot point as the node's
+	// last start (or the last repair) found it: the log held every seq up
+	// to it durably, and no torn tail cut may start at or below it
+	// (DurableTailNotTorn).
+	durable map[uint32]uint64
 	// retentionLost: a single node's repair rebuilt topics.json, and the
 	// topic's retention with it went back to none, until the operator's
 	// TOPIC_UPDATE sets it again (restoreRetention): the clients declare
@@ -401,7 +406,7 @@ func newSim(opts Options) *sim {
 	s := &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{},
 		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{},
 		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}, ledgerFlips: map[string]*ledgerFlip{}, acksForgotten: map[string]int{},
-		memberEvents: map[string]int{}, doubleFlips: rand.New(rand.NewPCG(opts.Seed, 0x746f70696373))}
+		memberEvents: map[string]int{}, doubleFlips: rand.New(rand.NewPCG(opts.Seed, 0x746f70696373)), durable: map[uint32]uint64{}}
 	s.watchForRepair()
 	if opts.Retention.Bytes > 0 {
 		s.retention = opts.Retention

@@ -125,6 +125,13 @@ func TestMutationsAreCaught(t *testing.T) {
 			})
 		})
 	}
+	// Bit flips alone: a flipped record a delivery read fails on, never
+	// located, keeps its group from ever acking it and asks for no repair.
+	t.Run("read damage not located", func(t *testing.T) {
+		expectCaught(t, seedsMax, []string{Liveness}, func(seed uint64) *Violation {
+			return Run(Options{Seed: seed, Faults: Faults{BitFlip: true}, Mutations: NodeMutations["read-damage-unverified"]}).Violation
+		})
+	})
 }
 
 // expectCaught runs seeds 1..seedsMax until one breaks an invariant and

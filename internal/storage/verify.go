@@ -153,6 +153,17 @@ func (l *Log) VerifyAll() ([]Damage, error) {
 			break
 		}
 	}
+	ds, err := l.VerifyActive()
+	return append(found, ds...), err
+}
+
+// VerifyActive checks the active segment up to what was appended (the
+// scrubber reads only sealed ones), records the damage it finds and
+// returns it: every invalid range counts there (it was read back wrong;
+// no crash came between its write and this read). Writer only, as
+// VerifyAll.
+func (l *Log) VerifyActive() ([]Damage, error) {
+	var found []Damage
 	l.mu.RLock()
 	if l.closed {
 		l.mu.RUnlock()
