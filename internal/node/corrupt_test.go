@@ -1394,3 +1394,31 @@ func TestDamageADeliveryReadFindsIsLocated(t *testing.T) {
 		})
 	}
 }
+
+// A partition's torn tail is said — a WARN naming the file and the first
+// seq cut — before it is cut: an open that cuts it and then fails (an
+// fsync) used to cut in silence, and the next open had nothing left to
+// say (found by the single-node simulator, seed 20400, once its checker
+// required every cut of committed records to be said).
+func TestPartitionTornTailIsSaidEvenWhenTheOpenFails(t *testing.T) {
+	var logs logBuffer
+	h := newCorruptionHarness(t, &logs)
+	h.declare("t", 1)
+	publishTo(h, "t", 0, 3)
+	h.node.Close()
+	tearActiveSegment(t, h.fs, "/data/topics/t/0")
+	h.fs.SetInjector(func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && strings.HasSuffix(name, ".log") {
+			return errInjected
+		}
+		return nil
+	})
+	if err := h.tryOpen(); err == nil {
+		t.Fatal("the open succeeded without its fsync")
+	}
+	h.fs.SetInjector(nil)
+	if line := `msg="torn tail truncated" topic=t partition=0`; !strings.Contains(logs.String(), line) || !strings.Contains(logs.String(), "first_seq=4") {
+		t.Fatalf("the failed open did not say the cut (%q, first_seq=4):\n%s", line, logs.String())
+	}
+	h.open()
+}

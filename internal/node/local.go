@@ -227,11 +227,17 @@ func (p *localStore) recover() error {
 		RetentionAgeMs:  ageMs,
 		RecordBytesMax:  cfg.RecordBytesMax + 64<<10,
 		DurableThrough:  p.durableThrough(),
+		// Said before the cut: an open that fails after it (an fsync)
+		// must not cut in silence — the next open finds nothing to say.
+		BeforeTornTailCut: func(t storage.TornTail) error {
+			p.node.log.Warn("torn tail truncated", "topic", p.topic.cfg.Name, "partition", p.id,
+				"file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes, "first_seq", t.FirstSeq)
+			return nil
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("partition %s/%d: open log: %w", p.topic.cfg.Name, p.id, err)
 	}
-	p.reportRecovery(lg)
 	epoch, err := p.bumpEpoch(lg.LastEpoch())
 	if err != nil {
 		lg.Close()
@@ -314,14 +320,6 @@ func replayLog(lg *storage.Log, from uint64, apply func(storage.Entry) error) er
 		from = entries[len(entries)-1].Seq + 1
 	}
 	return nil
-}
-
-// reportRecovery logs what opening the log cut off.
-func (p *localStore) reportRecovery(lg *storage.Log) {
-	if t, ok := lg.TornTail(); ok {
-		p.node.log.Warn("torn tail truncated", "topic", p.topic.cfg.Name, "partition", p.id,
-			"file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes, "first_seq", t.FirstSeq)
-	}
 }
 
 // noteDamage marks the partition corrupt when ds is not empty, logging

@@ -183,8 +183,8 @@ type partitionStore interface {
 	release()
 	// foundDamage reacts to damage a reader found in the log (any
 	// goroutine): ds lists the damaged ranges when the reader knows them
-	// (the scrubber, a read refused by name); a read that failed on
-	// damage not located yet passes none, and at, the seq it asked for.
+	// (the scrubber); a read that failed on damage passes none, and at,
+	// the seq it asked for, when no check has located that damage yet.
 	foundDamage(ds []storage.Damage, at uint64)
 	// describe fills in what METADATA says of the partition beyond its
 	// positions: leader, replicas, degraded (any goroutine).
@@ -347,7 +347,7 @@ func (p *partitionRunner) read(from uint64, recordsMax, bytesMax int) ([]storage
 	recordsMax = min(recordsMax, int(commit-from+1))
 	entries, err := p.readLog.Load().Read(from, recordsMax, bytesMax)
 	if ce := (*storage.CorruptError)(nil); errors.As(err, &ce) {
-		p.store.foundDamage([]storage.Damage{ce.Damage}, from)
+		p.store.foundDamage(nil, 0) // refused by name: recorded, and said, when it was found
 	} else if errors.Is(err, storage.ErrCorrupt) {
 		p.store.foundDamage(nil, from) // not located yet
 	}
