@@ -104,8 +104,8 @@ func (lw *logWatcher) forgetCut(p uint32, first uint64) {
 // nodeSaid notes a dedup snapshot file the node found unreadable; both of
 // one partition in one incarnation make the partition forgetful.
 func (lw *logWatcher) nodeSaid(r slog.Record) {
-	if r.Message != dedupUnreadableMessage {
-		return
+	if r.Message != dedupUnreadableMessage || logAttrString(r, "topic") != simTopic {
+		return // another topic's (a dead-letter topic's) partition of the same number
 	}
 	if lw.startedAt != lw.s.b.started {
 		lw.startedAt = lw.s.b.started
