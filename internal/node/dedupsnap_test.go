@@ -958,14 +958,7 @@ func TestDurableTailOfAMemberAloneIsNotCut(t *testing.T) {
 	tc := newTestClusterWith(t, 3, nil)
 	tc.declare("n1", wire.TopicConfig{Name: "one", Partitions: 1, Replicas: 1})
 	holder := tc.leaderOf("one", 0)
-	var last wire.PubOK
-	for i := range uint64(10) {
-		ok, err := publishOn(t, tc.nodes[holder], &wire.Pub{Topic: "one", Partition: 0, ProducerID: 7, ProducerSeq: i, Value: fmt.Appendf(nil, "rec-%02d", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = ok
-	}
+	last := publishRecs(t, tc.nodes[holder], "one", 7)
 	tc.stop(holder)
 	dir := path.Join("/"+holder, "topics", "one", "0")
 	flipInSegments(t, tc.fs, dir, []byte("rec-09"))
@@ -1001,14 +994,7 @@ func TestDurableTailOfAReplicaIsMadeWholeByItsGroup(t *testing.T) {
 	tc := newTestClusterWith(t, 3, nil)
 	tc.declare("n1", wire.TopicConfig{Name: "three", Partitions: 1, Replicas: 3})
 	leader := tc.leaderOf("three", 0)
-	var last wire.PubOK
-	for i := range uint64(10) {
-		ok, err := publishOn(t, tc.nodes[leader], &wire.Pub{Topic: "three", Partition: 0, Value: fmt.Appendf(nil, "rec-%02d", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = ok
-	}
+	last := publishRecs(t, tc.nodes[leader], "three", 0)
 	tc.readAll(leader, "three", 0, last.Seq)
 	tc.stop(leader)
 	flipInSegments(t, tc.fs, path.Join("/"+leader, "topics", "three", "0"), []byte("rec-09"))
@@ -1019,4 +1005,24 @@ func TestDurableTailOfAReplicaIsMadeWholeByItsGroup(t *testing.T) {
 	if got := tc.readAll(leader, "three", 0, last.Seq); len(got) == 0 || !strings.HasSuffix(got[len(got)-1], ":rec-09") {
 		t.Fatalf("%s holds %q, want rec-09 back at the end", leader, got)
 	}
+}
+
+// publishRecs publishes "rec-00" to "rec-09" to partition 0 of topic on
+// n, as producer id (0: none, producer_seq 0-9 otherwise), and returns
+// the last answer.
+func publishRecs(t *testing.T, n *Node, topic string, id uint64) wire.PubOK {
+	t.Helper()
+	var last wire.PubOK
+	for i := range uint64(10) {
+		pub := &wire.Pub{Topic: topic, Partition: 0, Value: fmt.Appendf(nil, "rec-%02d", i)}
+		if id != 0 {
+			pub.ProducerID, pub.ProducerSeq = id, i
+		}
+		ok, err := publishOn(t, n, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ok
+	}
+	return last
 }
