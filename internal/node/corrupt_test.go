@@ -1335,6 +1335,15 @@ func TestDamagedGroupFilesAreSetAgain(t *testing.T) {
 	}
 }
 
+// readDamageCases: where a read meets damage no check located (the
+// active segment, or a sealed one trusted through its index), and the
+// mutation that keeps the old behaviour (node.Mutations.ReadDamageUnverified).
+var readDamageCases = []struct {
+	name     string
+	sealed   bool
+	mutation bool
+}{{"active segment", false, false}, {"sealed segment", true, false}, {"unverified", false, true}}
+
 // DamageNeverSilent for damage a read finds but cannot locate: a batch
 // that went bad after open, in the active segment (which the scrubber
 // never reads) or in a sealed segment trusted through its index. The
@@ -1345,11 +1354,7 @@ func TestDamagedGroupFilesAreSetAgain(t *testing.T) {
 // Damaged), and the group gets every other record. With
 // ReadDamageUnverified the partition stays as it was.
 func TestDamageADeliveryReadFindsIsLocated(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		sealed   bool
-		mutation bool
-	}{{"active segment", false, false}, {"sealed segment", true, false}, {"unverified", false, true}} {
+	for _, tc := range readDamageCases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			h.tune = func(c *Config) {
@@ -1390,6 +1395,76 @@ func TestDamageADeliveryReadFindsIsLocated(t *testing.T) {
 			}
 			if d := h.node.Damaged()[0]; !strings.Contains(d, "seqs 6-6") {
 				t.Fatalf("damaged %q, want seq 6 named", d)
+			}
+		})
+	}
+}
+
+// DamageNeverSilent for a cluster partition's only replica (N7f): a read
+// that fails on damage no check located — a batch gone bad after it was
+// verified, in the active segment (which the scrubber never reads) or in
+// a sealed one trusted through its index — has the member verify the
+// segment holding the seq on its own goroutine (replog.Log.DamagedAt).
+// The range is recorded, the group gets every other record, the
+// partition refuses publishes until a repair. Before, the member ignored
+// a read's damage that named no range, and the group retried that record
+// for good.
+func TestDamageAMemberAlonesReadFindsIsLocated(t *testing.T) {
+	for _, tc := range readDamageCases {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs logBuffer
+			c := newTestClusterWith(t, 1, func(cfg *Config) {
+				cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+				cfg.Mutations.ReadDamageUnverified = tc.mutation
+				cfg.ScrubBytesPerSecond = -1 // the read alone finds it
+				if tc.sealed {
+					cfg.SegmentBytesMax = 4 << 10
+				}
+			})
+			c.declare("n1", wire.TopicConfig{Name: "t", Partitions: 1, Replicas: 1})
+			c.leaderOf("t", 0)
+			node := c.nodes["n1"]
+			n := 20
+			if tc.sealed {
+				n = 200 // several sealed segments, then the active one
+			}
+			for i := range n {
+				if _, err := publishOn(t, node, &wire.Pub{Topic: "t", Partition: 0, Value: fmt.Appendf(nil, "m%03d-%s", i, strings.Repeat("x", 40))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Applied when answered: only the group's read meets the flip.
+			flipInSegments(t, c.fs, "/n1/topics/t/0", []byte("m005-"))
+			s := newSink()
+			sub, err := node.Subscribe("t", "g", GroupOptions{AckWaitMs: 60_000}, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			sub.AddCredit(1000)
+			s.waitFor(t, n-1)
+			if tc.mutation {
+				if _, perr := publishOn(t, node, &wire.Pub{Topic: "t", Partition: 0, Value: []byte("after")}); perr != nil || len(node.Damaged()) != 0 {
+					t.Fatalf("unverified: publish %v, damaged %q; want the partition as it was", perr, node.Damaged())
+				}
+				return
+			}
+			eventually(t, "the read's damage is located", func() bool { return len(node.Damaged()) == 1 })
+			if d := node.Damaged()[0]; !strings.Contains(d, "t/0: seqs 7-7") {
+				t.Fatalf("damaged %q, want seq 7 of t/0 named (seq 1 is the install entry)", d)
+			}
+			// Reads refused by name say nothing new: the range was said once.
+			for range 3 {
+				if _, err := node.Read("t", 0, 7, 1); !errors.Is(err, storage.ErrCorrupt) {
+					t.Fatalf("read of the damaged seq: %v, want it refused", err)
+				}
+			}
+			if said := strings.Count(logs.String(), `msg="partition data corrupt; publishes refused until `+"`nereus repair`"+`"`); said != 1 {
+				t.Fatalf("the damaged range was said %d times, want once:\n%s", said, logs.String())
+			}
+			_, perr := publishOn(t, node, &wire.Pub{Topic: "t", Partition: 0, Value: []byte("after")})
+			if perr == nil || perr.Code != wire.CodeDataCorrupt || !strings.Contains(perr.Message, "nereus repair") {
+				t.Fatalf("publish after the located damage: %v, want DATA_CORRUPT naming nereus repair", perr)
 			}
 		})
 	}

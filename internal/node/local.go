@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"math"
 	"path"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -174,10 +175,7 @@ func (p *localStore) verifyAt() {
 	if at == 0 || p.log == nil {
 		return
 	}
-	_, _, found, err := p.log.Verify(at, 1) // a sealed segment holding at, if one does
-	if err == nil && len(found) == 0 {
-		found, err = p.log.VerifyActive()
-	}
+	found, err := p.log.VerifyAt(at)
 	if err != nil {
 		p.node.logRepeatedError(p.subject(), "partition verify failed", "topic", p.topic.cfg.Name, "partition", p.id, "err", err)
 	}
@@ -325,7 +323,13 @@ func replayLog(lg *storage.Log, from uint64, apply func(storage.Entry) error) er
 // noteDamage marks the partition corrupt when ds is not empty, logging
 // each damaged range once.
 func (p *partitionRunner) noteDamage(ds []storage.Damage) {
+	p.damageMu.Lock()
+	defer p.damageMu.Unlock()
 	for _, d := range ds {
+		if slices.Contains(p.damageSaid, d) {
+			continue
+		}
+		p.damageSaid = append(p.damageSaid, d)
 		p.node.log.Error("partition data corrupt; publishes refused until `nereus repair`", "topic", p.topic.cfg.Name,
 			"partition", p.id, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes,
 			"first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)

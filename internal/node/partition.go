@@ -117,6 +117,10 @@ type partitionRunner struct {
 	// set by recovery or the scrubber, it makes the partition refuse
 	// publishes with DATA_CORRUPT until a repair.
 	damage atomic.Pointer[storage.Damage]
+	// damageSaid lists the ranges noteDamage said (each once: a read
+	// refused by name passes its range every time).
+	damageMu   sync.Mutex
+	damageSaid []storage.Damage
 
 	// Published for readers (groups, METADATA, metrics, the scrubber); the
 	// store's goroutine writes them.
@@ -183,8 +187,8 @@ type partitionStore interface {
 	release()
 	// foundDamage reacts to damage a reader found in the log (any
 	// goroutine): ds lists the damaged ranges when the reader knows them
-	// (the scrubber); a read that failed on damage passes none, and at,
-	// the seq it asked for, when no check has located that damage yet.
+	// (the scrubber, a read refused by name); a read that failed on damage
+	// no check has located yet passes none, and at, the seq it asked for.
 	foundDamage(ds []storage.Damage, at uint64)
 	// describe fills in what METADATA says of the partition beyond its
 	// positions: leader, replicas, degraded (any goroutine).
@@ -347,7 +351,7 @@ func (p *partitionRunner) read(from uint64, recordsMax, bytesMax int) ([]storage
 	recordsMax = min(recordsMax, int(commit-from+1))
 	entries, err := p.readLog.Load().Read(from, recordsMax, bytesMax)
 	if ce := (*storage.CorruptError)(nil); errors.As(err, &ce) {
-		p.store.foundDamage(nil, 0) // refused by name: recorded, and said, when it was found
+		p.store.foundDamage([]storage.Damage{ce.Damage}, 0) // refused by name: said once (noteDamage)
 	} else if errors.Is(err, storage.ErrCorrupt) {
 		p.store.foundDamage(nil, from) // not located yet
 	}

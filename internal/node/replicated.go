@@ -62,6 +62,9 @@ type replicaStore struct {
 	// runReplicated).
 	carrying       atomic.Bool
 	carryCheckAtMs int64
+	// locating: a member alone was asked to locate a read's damage
+	// (foundDamage); applyReplicated notes what it recorded.
+	locating atomic.Bool
 	// checkpointWant: a group whose latest checkpoint is at or below it
 	// checkpoints again (retention would compact past it, or too much
 	// log follows it: pins); 0: none, or not leading. As of the last
@@ -332,6 +335,14 @@ func (p *replicaStore) applyReplicated() {
 	}()
 	commit := p.repl.CommitSeq()
 	p.readLog.Store(p.repl.ReadLog()) // a member restarted in place reads a new one
+	if p.locating.Load() {
+		// A member alone asked to locate a read's damage (foundDamage):
+		// what it recorded makes the partition corrupt, once it has.
+		if ds := p.repl.ReadLog().Damage(); len(ds) > 0 {
+			p.locating.Store(false)
+			p.noteDamage(ds)
+		}
+	}
 	p.followStart()
 	if d := p.node.groupsGone.Load(); d != p.groupsGoneSeen {
 		p.groupsGoneSeen = d
@@ -362,9 +373,13 @@ func (p *replicaStore) applyReplicated() {
 			// Damage in this replica's copy of committed entries: the
 			// member drops the damaged range and is made whole from a
 			// healthy replica (as when the scrubber finds it); applying
-			// resumes from its rebuilt log.
-			p.node.logRepeatedError(p.subject(), "committed entries damaged in this replica; dropping the range to rebuild it", "from", from, "err", err)
-			p.repl.Damaged()
+			// resumes from its rebuilt log. A member alone whose damage
+			// damageAt did not find (the active segment) locates it, and
+			// the next pass steps over it.
+			if !p.alone() {
+				p.node.logRepeatedError(p.subject(), "committed entries damaged in this replica; dropping the range to rebuild it", "from", from, "err", err)
+			}
+			p.foundDamage(nil, from)
 			break
 		}
 		if err != nil || len(entries) == 0 {
@@ -608,14 +623,22 @@ func (p *replicaStore) release() {
 // restart, and readers retry. It logs what it drops. A member alone has
 // no healthy copy: the partition goes corrupt instead — publishes refused
 // with DATA_CORRUPT, /readyz — until `nereus repair`, as a single node's
-// does (DamageNeverSilent; a read's failure names no range: the
-// scrubber's pass or the apply will).
-func (p *replicaStore) foundDamage(ds []storage.Damage, _ uint64) {
-	if p.alone() {
+// does (DamageNeverSilent). A read's failure that names no range (at)
+// has the member alone locate it (replog.Log.DamagedAt, which verifies
+// the segment holding at): the next read is refused by name and brings
+// it here. Before, a group's delivery retried such a record for good
+// unless the scrubber's pass (sealed segments only) or the apply found
+// it, as on a single node (N7f).
+func (p *replicaStore) foundDamage(ds []storage.Damage, at uint64) {
+	switch {
+	case !p.alone():
+		p.repl.Damaged()
+	case len(ds) == 0 && at != 0 && !p.node.cfg.Mutations.ReadDamageUnverified:
+		p.locating.Store(true)
+		p.repl.DamagedAt(at) // it notifies once it recorded the damage
+	default:
 		p.noteDamage(ds)
-		return
 	}
-	p.repl.Damaged()
 }
 
 // damageAt returns, for a member alone whose read from seq from failed

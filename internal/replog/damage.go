@@ -246,6 +246,40 @@ var ErrRestarted = errors.New("replog: member restarted to drop a damaged range"
 // inside a damaged range (storage's cutOutsideDamage).
 var errDamagedLog = errors.New("replog: damaged entries")
 
+// damaged answers Damaged and DamagedAt (at: the seq a read failed on,
+// 0: none): a member alone locates the damage (locateDamage), any other
+// drops it and rebuilds (restartDamaged).
+func (m *Member) damaged(at uint64) (bool, error) {
+	if len(m.cfg.Members) < 2 {
+		m.locateDamage(at)
+		return false, nil
+	}
+	return m.restartDamaged()
+}
+
+// locateDamage verifies, for a member alone, the segment holding seq
+// (storage.Log.VerifyAt), which records the damage there: reads then
+// refuse those seqs by name, and the node marks the partition corrupt
+// until a repair. What it finds is said, and the caller notified (the
+// node's apply steps over a located range). A failed verify is said and
+// changes nothing: the next failing read asks again.
+func (m *Member) locateDamage(seq uint64) {
+	if seq == 0 {
+		return
+	}
+	found, err := m.log.VerifyAt(seq)
+	if err != nil {
+		m.cfg.Logger.Error("replog: cannot verify the segment a read failed in", "dir", m.cfg.Dir, "seq", seq, "err", err)
+	}
+	for _, d := range found {
+		m.cfg.Logger.Error("replog: damaged log found by a read; a member alone keeps it (nothing to rebuild it from)",
+			"dir", m.cfg.Dir, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes, "first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)
+	}
+	if len(found) > 0 && m.cfg.Notify != nil {
+		m.cfg.Notify()
+	}
+}
+
 // restartDamaged drops the log's first damaged range (verifying the sealed
 // segments when no damage is recorded yet) and restarts the member in
 // place, as a process restart would: a fresh kernel from what is durable,

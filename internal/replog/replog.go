@@ -208,8 +208,10 @@ type Log struct {
 	wg       sync.WaitGroup
 	dropped  atomic.Uint64
 	// damaged (capacity 1) tells run that damage was found in the log
-	// while the member runs (Damaged).
-	damaged chan struct{}
+	// while the member runs (Damaged); damagedAt is the seq of a read that
+	// failed on damage nobody located (DamagedAt; 0: none).
+	damaged   chan struct{}
+	damagedAt atomic.Uint64
 	// The tick timer (run's goroutine only): the clock reading of the
 	// last tick stepped, the pending timer (nil: none) and when it fires;
 	// wake (capacity 1) is its signal.
@@ -300,7 +302,7 @@ func (l *Log) Pump() (bool, error) {
 	select {
 	case <-l.damaged:
 		ran = true
-		if _, err := m.restartDamaged(); err != nil {
+		if _, err := m.damaged(l.damagedAt.Swap(0)); err != nil {
 			return true, l.fail(fmt.Errorf("replog: cannot drop a damaged range: %w", err), now)
 		}
 	default:
@@ -725,6 +727,19 @@ func (l *Log) Damaged() {
 	}
 }
 
+// DamagedAt tells a running member that a read of seq failed on damage
+// no check had located (a batch that went bad after it was verified,
+// say in the active segment, which the scrubber never reads). A member
+// of a larger group drops its damage as after Damaged; a member alone,
+// which has nothing to rebuild from, verifies the segment holding seq on
+// its own goroutine (which alone appends: storage.Log.VerifyAt), so the
+// damage is recorded and later reads name it (DamageNeverSilent). Safe
+// to call from any goroutine.
+func (l *Log) DamagedAt(seq uint64) {
+	l.damagedAt.CompareAndSwap(0, seq)
+	l.Damaged()
+}
+
 func (l *Log) run() {
 	defer l.wg.Done()
 	m := l.m
@@ -772,7 +787,7 @@ func (l *Log) run() {
 			l.stepTicks(false)
 			m.transferTo(id)
 		case <-l.damaged:
-			restarted, err := m.restartDamaged()
+			restarted, err := m.damaged(l.damagedAt.Swap(0))
 			if err != nil {
 				// The range may be half dropped (its mark is on disk): a
 				// restart in place finishes it from what is durable.

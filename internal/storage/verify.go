@@ -157,6 +157,18 @@ func (l *Log) VerifyAll() ([]Damage, error) {
 	return append(found, ds...), err
 }
 
+// VerifyAt checks the segment holding seq, where a read failed on damage
+// no check had located: the sealed one (Verify), else the active one
+// (VerifyActive). It records and returns what it finds. Writer only, as
+// VerifyAll.
+func (l *Log) VerifyAt(seq uint64) ([]Damage, error) {
+	_, _, found, err := l.Verify(seq, 1) // a sealed segment holding seq, if one does
+	if err != nil || len(found) > 0 {
+		return found, err
+	}
+	return l.VerifyActive()
+}
+
 // VerifyActive checks the active segment up to what was appended (the
 // scrubber reads only sealed ones), records the damage it finds and
 // returns it: every invalid range counts there (it was read back wrong;
