@@ -142,6 +142,9 @@ type Options struct {
 	// ObserveSync and ObserveCommit measure every replica group's fsyncs
 	// and replication (replog.Config; nil: not measured).
 	ObserveSync, ObserveCommit func(time.Duration)
+	// BeforeDrop is every replica group's replog.Config.BeforeDrop, told
+	// the group's topic (incarnation key) and partition (nil: none).
+	BeforeDrop func(topic string, partition uint32, st replica.Status, synced uint64)
 }
 
 // Cluster is a node's membership: the peer network, the metadata log and
@@ -429,7 +432,11 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 	if topic == meta.MetaTopic {
 		heartbeat = 1
 	}
-	l, err := replog.Open(replog.Config{ID: c.self, Members: members, Policy: policy, Dir: dir, FS: c.opts.Env.FS, Manual: c.opts.Manual,
+	var beforeDrop func(replica.Status, uint64)
+	if observe := c.opts.BeforeDrop; observe != nil {
+		beforeDrop = func(st replica.Status, synced uint64) { observe(topic, partition, st, synced) }
+	}
+	l, err := replog.Open(replog.Config{ID: c.self, BeforeDrop: beforeDrop, Members: members, Policy: policy, Dir: dir, FS: c.opts.Env.FS, Manual: c.opts.Manual,
 		Mutations: c.opts.Replica, SendBeforePersist: c.opts.SendBeforePersist,
 		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, HeartbeatTicks: heartbeat, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred, ReleaseBeforeTransfer: gs.ReleaseBeforeTransfer,
 		Storage: storage.Options{SegmentBytesMax: cmp.Or(gs.SegmentBytesMax, c.opts.SegmentBytesMax), RecordBytesMax: c.opts.RecordBytesMax + 64<<10,

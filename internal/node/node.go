@@ -18,6 +18,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/partition"
+	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -55,6 +56,10 @@ type Config struct {
 	// after what it applied: a follower rebuilt from its leader's
 	// snapshot point). Never set outside tests; it must not block.
 	SchedCompactObserver func(shard uint32, event string)
+	// ReplicaDropObserver, when set, is told what a running replica
+	// holds just before it drops a damaged range (cluster.Options.
+	// BeforeDrop; the simulator's checker).
+	ReplicaDropObserver func(topic string, partition uint32, st replica.Status, synced uint64)
 	// ClientAddr is the address clients reach this node at; METADATA
 	// names it as the leader of what this node leads.
 	ClientAddr string

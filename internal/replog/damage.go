@@ -291,6 +291,9 @@ func (m *Member) restartDamaged() (bool, error) {
 	if len(m.cfg.Members) < 2 {
 		return false, nil
 	}
+	if m.cfg.BeforeDrop != nil {
+		m.cfg.BeforeDrop(m.k.Status(), m.log.SyncedSeq())
+	}
 	quarantined, err := quarantineDamage(m.cfg.FS, m.cfg.Dir, m.log, m.cfg.Logger)
 	if err != nil || !quarantined {
 		return false, err

@@ -104,6 +104,12 @@ type Config struct {
 	// the quorum's fsyncs and FLUSHED). By the Clock's NowNanos; both run
 	// on the member's goroutine and must not block (metrics).
 	ObserveSync, ObserveCommit func(time.Duration)
+	// BeforeDrop, when set, is told what the running member holds (its
+	// kernel's view and its log's synced seq) just before it looks for
+	// damage to drop (restartDamaged), on its goroutine: it may have
+	// flushed entries since anyone last looked. The simulator's checker
+	// counts them as held (VisibleImpliesQuorumFlushed).
+	BeforeDrop func(st replica.Status, synced uint64)
 	// Mutations and SendBeforePersist deliberately break the kernel and the
 	// executor, so tests can prove the simulator catches each. Never set
 	// outside tests.

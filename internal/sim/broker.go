@@ -12,6 +12,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/server"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -101,6 +102,9 @@ type broker struct {
 	// schedCompact counts what the runners saw of their shards'
 	// compaction (node.Config.SchedCompactObserver).
 	schedCompacted func(shard uint32, event string)
+	// replicaDrop is node.Config.ReplicaDropObserver (a cluster run's
+	// checker: sim.beforeDrop).
+	replicaDrop func(topic string, partition uint32, st replica.Status, synced uint64)
 }
 
 func (b *broker) paused() bool { return b.w.nowMs < b.pausedUntil }
@@ -162,7 +166,7 @@ func (b *broker) start() {
 			Logger:          b.nodeLogger(),
 			Mutations:       b.mutations,
 			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
-			LedgerCompactBytes: b.ledgerCompactBytes, SchedPublishObserver: b.schedPublish, SchedCompactObserver: b.schedCompacted,
+			LedgerCompactBytes: b.ledgerCompactBytes, SchedPublishObserver: b.schedPublish, SchedCompactObserver: b.schedCompacted, ReplicaDropObserver: b.replicaDrop,
 			KVCheckpointMinBytes: b.kvCheckpointMinBytes,
 			DedupSnapshotBytes:   b.dedupSnapshotBytes,
 			// A tiny window, so the scheduler's spill runs under every

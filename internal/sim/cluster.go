@@ -446,12 +446,16 @@ func newClusterSim(o ClusterOptions) *sim {
 	s.observed = map[commitKey]uint64{}
 	s.replicaViews = map[replicaKey]node.ReplicaView{}
 	s.flipped = map[string]bool{}
+	s.heldBeforeDrop = map[replicaKey][]node.ReplicaView{}
 	s.lostPromises = map[string]uint64{}
 	s.replicaStates = map[string]int{}
 	s.lagging, s.recoveries = map[replicaKey]lagEpisode{}, map[string]int{}
 	s.metaGhost = invariant.NewGroup(o.Nodes, false)
 	s.metaViews = map[string]node.ReplicaView{}
 	s.w.tracef("cluster run seed=%d nodes=%d faults=%s", o.Seed, o.Nodes, o.Faults)
+	for _, b := range s.nodes {
+		b.replicaDrop = func(topic string, p uint32, st replica.Status, synced uint64) { s.beforeDrop(b, topic, p, st, synced) }
+	}
 	for _, b := range s.nodes {
 		b.start()
 	}
@@ -650,10 +654,25 @@ func (s *sim) observePartition(ni int, b *broker, p wire.PartitionInfo) {
 // are). A node that is down holds what it had synced as it died (a crash
 // keeps synced writes; recordViews).
 func (s *sim) holds(b *broker, p uint32, seq, epoch uint64) bool {
-	// A damaged disk may have dropped a range it held when the entry
-	// became visible (and rebuilds it): counted, not checked.
-	v, ok := s.replicaViews[replicaKey{b.id, p}]
-	return s.flipped[b.id] || viewHolds(v, ok, seq, epoch)
+	k := replicaKey{b.id, p}
+	v, ok := s.replicaViews[k]
+	return viewHolds(v, ok, seq, epoch) || s.heldBeforeDamage(k, seq, epoch)
+}
+
+// heldBeforeDamage reports whether a member on a damaged disk held the
+// entry (seq, epoch) before it dropped a range (its damaged range and
+// what follows, which it then rebuilds): the entry counts where it was
+// when it became visible. Any other member holds only what it holds now.
+// (Before, a flipped node counted as holding everything: a leader that
+// counted a damaged member's FLUSHED for entries it never held would
+// have passed.)
+func (s *sim) heldBeforeDamage(k replicaKey, seq, epoch uint64) bool {
+	for _, v := range s.heldBeforeDrop[k] {
+		if viewHolds(v, true, seq, epoch) {
+			return true
+		}
+	}
+	return false
 }
 
 // viewHolds reports whether a member seen as v (ok: seen at all) durably
@@ -704,11 +723,47 @@ func (s *sim) recordViews(b *broker) {
 	}
 	for p := range s.opts.Partitions {
 		if v, ok := b.node.Replica(simTopic, p); ok {
-			s.replicaViews[replicaKey{b.id, p}] = v
+			k := replicaKey{b.id, p}
+			s.keepHeldBeforeDrop(k, s.replicaViews[k], v)
+			s.replicaViews[k] = v
 		}
 	}
 	if v, ok := b.node.Replica(meta.MetaTopic, 0); ok {
+		s.keepHeldBeforeDrop(replicaKey{b.id, metaPartition}, s.metaViews[b.id], v)
 		s.metaViews[b.id] = v
+	}
+}
+
+// beforeDrop takes what a running member of node b holds just before it
+// drops a damaged range (node.Config.ReplicaDropObserver) as its latest
+// view: it may have flushed entries earlier in the same event, which the
+// views taken after each event never saw (seed 75 of crash,bitflip: a
+// rebuilding member took 225 entries and said FLUSHED, then its apply
+// found damage below them and it dropped everything from there). The
+// next recordViews sees the drop and keeps this view (keepHeldBeforeDrop).
+// A member that drops a range as it opens held what it held as it died.
+func (s *sim) beforeDrop(b *broker, topic string, p uint32, st replica.Status, synced uint64) {
+	// Only a member seen before: its log (v.Log) stays the one to read.
+	switch topic {
+	case meta.MetaTopic:
+		if v, ok := s.metaViews[b.id]; ok {
+			v.Status, v.Synced = st, synced
+			s.metaViews[b.id] = v
+		}
+	case simTopic:
+		k := replicaKey{b.id, p}
+		if v, ok := s.replicaViews[k]; ok {
+			v.Status, v.Synced = st, synced
+			s.replicaViews[k] = v
+		}
+	}
+}
+
+// keepHeldBeforeDrop keeps a flipped node's member view old when the
+// next one, v, holds less (heldBeforeDamage).
+func (s *sim) keepHeldBeforeDrop(k replicaKey, old, v node.ReplicaView) {
+	if s.flipped[k.node] && v.Synced < old.Synced {
+		s.heldBeforeDrop[k] = append(s.heldBeforeDrop[k], old)
 	}
 }
 
@@ -759,7 +814,7 @@ func (s *sim) observeMetaCommits(ni int, b *broker) {
 // holdsMeta is holds for node b's metadata member.
 func (s *sim) holdsMeta(b *broker, seq, epoch uint64) bool {
 	v, ok := s.metaViews[b.id]
-	return s.flipped[b.id] || viewHolds(v, ok, seq, epoch) // see holds
+	return viewHolds(v, ok, seq, epoch) || s.heldBeforeDamage(replicaKey{b.id, metaPartition}, seq, epoch) // see holds
 }
 
 // durablePromise is the promise a node's member of a partition holds in

@@ -322,15 +322,16 @@ type sim struct {
 	faultsInjected        int
 	ghosts                []*invariant.Group
 	observed              map[commitKey]uint64
-	replicaViews          map[replicaKey]node.ReplicaView // each member as last seen up, or as it died
-	flipped               map[string]bool                 // nodes whose disks took a bit flip
-	lostPromises          map[string]uint64               // "node:file": the promise a hard state held when a bit flip hit it
-	minorityPromiseLosses int                             // Result.MinorityPromiseLosses
-	metaGhost             *invariant.Group                // the metadata log's leaders and committed prefix
-	metaViews             map[string]node.ReplicaView     // each node's metadata member, likewise
-	replicaStates         map[string]int                  // replica states leaders reported, and how often
-	lagging               map[replicaKey]lagEpisode       // replicas a leader last saw behind
-	recoveries            map[string]int                  // Result.Recoveries
+	replicaViews          map[replicaKey]node.ReplicaView   // each member as last seen up, or as it died
+	flipped               map[string]bool                   // nodes whose disks took a bit flip
+	heldBeforeDrop        map[replicaKey][]node.ReplicaView // a flipped node's members as they were before each drop (holds)
+	lostPromises          map[string]uint64                 // "node:file": the promise a hard state held when a bit flip hit it
+	minorityPromiseLosses int                               // Result.MinorityPromiseLosses
+	metaGhost             *invariant.Group                  // the metadata log's leaders and committed prefix
+	metaViews             map[string]node.ReplicaView       // each node's metadata member, likewise
+	replicaStates         map[string]int                    // replica states leaders reported, and how often
+	lagging               map[replicaKey]lagEpisode         // replicas a leader last saw behind
+	recoveries            map[string]int                    // Result.Recoveries
 	chk                   *checker
 	producers             []*producer
 	consumers             []*consumer
