@@ -16,7 +16,7 @@ import "slices"
 // pre-votes first instead. A leader, a rebuilding replica and one whose
 // promise is lost (promise.go) ignore it.
 func (r *Replica) Campaign() {
-	if r.role != Leader && !r.rebuilding && !r.lost {
+	if r.role != Leader && !r.barred() && !r.lost {
 		r.campaign(true)
 	}
 }
@@ -27,7 +27,7 @@ func (r *Replica) Campaign() {
 // directly. A leader, a rebuilding replica and one whose promise is lost
 // ignore it.
 func (r *Replica) ElectionTimeout() {
-	if r.role != Leader && !r.rebuilding && !r.lost {
+	if r.role != Leader && !r.barred() && !r.lost {
 		r.preVote()
 	}
 }
@@ -197,7 +197,7 @@ func (r *Replica) becomeLeader() {
 // and its lease on the leader has expired. Answering changes nothing here
 // — no promise, no timer — so a pre-vote cannot disturb a healthy group.
 func (r *Replica) stepPreVote(m Message) {
-	granted := m.Epoch > r.hard.Promised && !r.rebuilding &&
+	granted := m.Epoch > r.hard.Promised && !r.barred() &&
 		(r.cfg.Mutations.GrantIgnoresLineage || lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last)) &&
 		(r.cfg.Mutations.PreVoteIgnoresLease || r.leaseExpired())
 	epoch := r.hard.Promised
@@ -251,7 +251,7 @@ func (r *Replica) stepPrepare(m Message) {
 	// Promise the epoch even to a candidate with a worse lineage: the
 	// promise is what fences the old leader. Grant only a lineage at least
 	// as good as ours, so the winner carries every committed entry.
-	granted := !r.rebuilding && (r.cfg.Mutations.GrantIgnoresLineage || lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last))
+	granted := !r.barred() && (r.cfg.Mutations.GrantIgnoresLineage || lineageAtLeast(m.LastEpoch, m.LastSeq, r.lastEpoch(), r.last))
 	to := NodeID(0)
 	if granted {
 		to = m.From
@@ -267,6 +267,13 @@ func (r *Replica) stepPrepare(m Message) {
 	}
 	r.send(Message{Type: MsgPrepareAck, To: m.From, Epoch: m.Epoch, Granted: granted, LastEpoch: r.lastEpoch(), LastSeq: r.last, CommitSeq: r.commit,
 		Uncertain: granted && r.uncertain, Damaged: r.rebuilding})
+}
+
+// barred reports whether this replica is kept out of elections by a
+// rebuild (RebuildingNeverPromotable): its log lacks a range it may have
+// acknowledged, so neither its campaign nor its grant may count.
+func (r *Replica) barred() bool {
+	return r.rebuilding && !r.cfg.Mutations.RebuildingPromotable
 }
 
 func (r *Replica) stepPrepareAck(m Message) {

@@ -107,6 +107,7 @@ type Mutations struct {
 	TransferNeverAbandoned      bool // keep refusing proposals until a transfer succeeds
 	TransferWithoutRelease      bool // under ReleaseBeforeTransfer, start a rebalancing transfer without waiting for the shell
 	TrustUncertainGrants        bool // count an uncertain replica's grant as a witness of its whole log
+	RebuildingPromotable        bool // a replica rebuilding a dropped range campaigns and grants as a whole one
 	UncertainClearsOnAnyLeader  bool // leave Uncertain once any leader made the replica whole, not only a newer one
 	QuietThroughSilence         bool // NextTickDue: sleep past the tick at which a follower stops vouching for its leader
 	LeaseFromCurrentTick        bool // replog: end the published lease LeaseTicks after the current tick's clock reading, not LeaseSpan after LeaseFrom's

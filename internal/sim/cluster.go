@@ -220,6 +220,7 @@ var ClusterMutations = map[string]node.Mutations{
 	"send-before-persist":        {SendBeforePersist: true},
 	"commit-on-leader-fsync":     {Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}},
 	"trust-uncertain-grants":     {Replica: replica.Mutations{TrustUncertainGrants: true}},
+	"rebuilding-promotable":      {Replica: replica.Mutations{RebuildingPromotable: true}},
 	"accept-stale-flushed":       {Replica: replica.Mutations{AcceptStaleFlushed: true}},
 	// With --nodes 5 --policy all: a replica whose promise is lost
 	// answers no PROMISE_QUERY (as before PROMISE_UNKNOWN); two such of

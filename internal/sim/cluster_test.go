@@ -136,6 +136,12 @@ func TestClusterMutationsAreCaught(t *testing.T) {
 			node.Mutations{SendBeforePersist: true}, []string{VisibleImpliesQuorumFlushed, AckedNeverLost, InstallNeedsQuorumPromise}},
 		{"commit on the leader's own fsync alone",
 			node.Mutations{Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}}, []string{VisibleImpliesQuorumFlushed}},
+		// A member that dropped a damaged range (bit flips) campaigns and
+		// grants: a leader can then lack committed entries (RB at node
+		// level; seed 27 loses a committed ack record).
+		{"a rebuilding replica is promotable",
+			node.Mutations{Replica: replica.Mutations{RebuildingPromotable: true}},
+			[]string{AckFloorNeverRedelivered, AckedNeverLost, VisibleMonotonic, CommittedPrefixAgreement, VisibleImpliesQuorumFlushed}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			expectCaught(t, 40, c.want, func(seed uint64) *Violation {
