@@ -67,6 +67,15 @@ func (l *Log) epochStarts(fromSeq, untilSeq uint64) ([]EpochStart, error) {
 			if h.gap() && h.nextSeq() > seq {
 				return nil, &GapError{Next: h.nextSeq()}
 			}
+			if !h.gap() && len(out) > 0 && h.epoch < out[len(out)-1].Epoch {
+				// EpochsNeverDecrease: a log's epochs only grow (a newer
+				// leader's entries replace an older one's, never the
+				// reverse), so a header that says otherwise was damaged —
+				// one of the two. The header alone is read here; the
+				// batch's checksum, which covers it, says which.
+				return nil, fmt.Errorf("%w: segment %d offset %d: batch at seq %d has epoch %d, below the epoch %d before it",
+					ErrCorrupt, s.baseSeq, off, h.baseSeq, h.epoch, out[len(out)-1].Epoch)
+			}
 			if h.nextSeq() > seq && (len(out) == 0 || out[len(out)-1].Epoch != h.epoch) {
 				out = append(out, EpochStart{Epoch: h.epoch, Seq: max(seq, h.baseSeq)})
 			}
