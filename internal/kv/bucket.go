@@ -65,6 +65,10 @@ type Mutations struct {
 	// refuse a CAS against a state that misses a write the previous
 	// leader acknowledged.
 	SubmitBeforeReignStart bool
+	// DropKeepsFloor: seqs a repair dropped are stepped over without
+	// raising the floor, so a watcher resumes past them without knowing
+	// what it missed (DroppedNeverSkippedSilently).
+	DropKeepsFloor bool
 }
 
 // ErrConfig: a Config is invalid.
@@ -229,6 +233,26 @@ func (b *Bucket) LogRetainFrom() uint64 {
 		}
 	}
 	return from
+}
+
+// Drop moves the cursor over seqs first..last, which the log no longer
+// holds: a repair dropped them, so what they held is unknown (a
+// revision, a delete, a checkpoint chunk, or nothing). The state keeps
+// what it had; the floor rises above them, so a watcher that has not
+// seen them all gets CURSOR_EXPIRED and lists the bucket again instead
+// of missing them in silence (DroppedNeverSkippedSilently), and a
+// checkpoint whose chunks they interrupted no longer counts. first must
+// be Applied()+1.
+func (b *Bucket) Drop(first, last uint64) error {
+	if first != b.applied+1 || last < first {
+		return fmt.Errorf("%w: drop of seqs %d-%d after %d", ErrOutOfOrder, first, last, b.applied)
+	}
+	b.applied = last
+	if !b.cfg.Mutations.DropKeepsFloor {
+		b.floor = max(b.floor, last+1)
+	}
+	b.pending = checkpointTracker{}
+	return nil
 }
 
 // Apply applies the committed record at seq, which must be Applied()+1.

@@ -63,6 +63,8 @@ func TestMutationsAreCaught(t *testing.T) {
 			map[string]func(tb, Mutations){"cutCheckpointCompletesNothing": cutCheckpointCompletesNothing}, true},
 		{"SubmitBeforeReignStart", Mutations{SubmitBeforeReignStart: true},
 			map[string]func(tb, Mutations){"leaderWaitsForItsReignStart": leaderWaitsForItsReignStart}, false},
+		{"DropKeepsFloor", Mutations{DropKeepsFloor: true},
+			map[string]func(tb, Mutations){"droppedSeqsExpireWatchers": droppedSeqsExpireWatchers}, false},
 		{"CheckpointUnverified", Mutations{CheckpointUnverified: true},
 			map[string]func(tb, Mutations){"divergedReplicaStopsAtCheckpoint": divergedReplicaStopsAtCheckpoint}, false},
 	} {

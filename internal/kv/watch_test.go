@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -103,5 +104,39 @@ func watchCursorExpired(t tb, m Mutations) {
 	}
 	if got, _ := watchAll(t, r.b, Cursor{Next: 3}, 10); !slices.Equal(got, []string{"PUT j@3", "SKIP 4-4 overwritten"}) {
 		t.Fatalf("watch from the floor: %v", got)
+	}
+}
+
+// Seqs a repair dropped (DroppedNeverSkippedSilently): the cursor moves
+// over them, the state keeps what it had, and the floor rises above them
+// — a watcher that had not seen them all gets CURSOR_EXPIRED and lists
+// again, one past them goes on. Out of order is refused.
+func TestDropRaisesTheFloorOverTheLostSeqs(t *testing.T) { droppedSeqsExpireWatchers(t, Mutations{}) }
+
+func droppedSeqsExpireWatchers(t tb, m Mutations) {
+	r := newRun(m)
+	r.mustApply(t, put("a", "1", 0))       // 1
+	r.mustApply(t, put("b", "1", 0))       // 2
+	seen := Cursor{Next: 3}                // a watcher that has seen 1-2
+	if err := r.b.Drop(3, 4); err != nil { // a put of a at 3, say: lost
+		t.Fatal(err)
+	}
+	if r.b.Applied() != 4 || r.b.Floor() != 5 {
+		t.Fatalf("after the drop: applied %d floor %d, want 4 and 5", r.b.Applied(), r.b.Floor())
+	}
+	if rev, ok := r.b.Get("a"); !ok || string(rev.Value) != "1" || rev.Seq != 1 {
+		t.Fatalf("a = %+v, %v: the state keeps what it had", rev, ok)
+	}
+	r.mustApply(t, put("c", "1", 0)) // 5
+	if got := describe(r.b.Watch(seen, 10).Events); !slices.Equal(got, []string{"CURSOR_EXPIRED floor=5"}) {
+		t.Fatalf("watch from 3 across the dropped seqs: %v", got)
+	}
+	if got, _ := watchAll(t, r.b, Cursor{Next: 5}, 10); !slices.Equal(got, []string{"PUT c@5"}) {
+		t.Fatalf("watch from past them: %v", got)
+	}
+	for _, d := range [][2]uint64{{5, 5}, {7, 8}, {7, 6}} {
+		if err := r.b.Drop(d[0], d[1]); !errors.Is(err, ErrOutOfOrder) || r.b.Applied() != 5 {
+			t.Fatalf("Drop(%d, %d) after 5: %v, applied %d", d[0], d[1], err, r.b.Applied())
+		}
 	}
 }

@@ -159,6 +159,14 @@ type kvRunner struct {
 	state   *kv.Bucket    // nil: no bucket (never created, or deleted)
 	applied uint64        // last seq applied (bucket or not)
 	broken  error         // a record that cannot be applied: the runner stops applying
+	// unreadable, while set, is why the committed log could not be read
+	// to its end the last time: the bucket answers nothing (ready), its
+	// state may miss acknowledged writes (KVAnswersOnlyWhenCaughtUp).
+	unreadable *wire.Error
+	// dropped: a repair's gap was stepped over (kv.Bucket.Drop), so the
+	// state may miss the dropped writes, and the next complete checkpoint
+	// gives the bucket instead of being checked against it.
+	dropped bool
 	// seeker, when set, rebuilds the bucket: the log starts after what
 	// this runner applied, so it reads on to the first complete
 	// checkpoint (no bucket until then).
@@ -342,11 +350,18 @@ func (r *kvRunner) catchUp() {
 			break
 		}
 		if start := r.p.startSeq.Load(); r.applied+1 < start {
-			r.startSeeking(start)
+			r.startSeeking(start, "the bucket's log starts after what it applied")
 		}
 		entries, err := r.p.read(r.applied+1, int(min(commit-r.applied, kvApplyBatchMax)), kvApplyBatchBytesMax)
+		if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
+			if err := r.stepOverGap(gap.Next); err != nil {
+				r.fail(err)
+				return
+			}
+			continue
+		}
 		if err != nil || len(entries) == 0 {
-			r.n.logRepeatedError(r.p.subject(), "kv: reading committed records failed; will retry", "from", r.applied+1, "err", err)
+			r.cannotRead(err)
 			return
 		}
 		for i := range entries {
@@ -355,11 +370,16 @@ func (r *kvRunner) catchUp() {
 				apply = r.seek
 			}
 			if err := apply(&entries[i]); err != nil {
+				if base, ok := r.rebuildsAfterDrop(&entries[i], err); ok {
+					r.startSeeking(base+1, "the bucket lost writes to a repair; rebuilding from the checkpoint that followed")
+					break
+				}
 				r.fail(err)
 				return
 			}
 		}
 	}
+	r.unreadable = nil
 	if r.state != nil && r.state.LastCheckpoint() > r.checkpointBase {
 		r.checkpointBase = r.state.LastCheckpoint()
 	}
@@ -378,14 +398,68 @@ func (r *kvRunner) catchUp() {
 	r.runWaits()
 }
 
-// startSeeking drops the bucket: the log now starts at start, after what
+// cannotRead refuses every answer while the committed log cannot be read
+// to its end (KVAnswersOnlyWhenCaughtUp): the state may miss writes that
+// were acknowledged, so a read would answer them wrong (a key "not
+// found") and a CAS be decided against them. Damage on a single node or
+// a member alone is DATA_CORRUPT until a repair; elsewhere (a replica
+// rebuilds a damaged range, a read raced a restart) it is to retry.
+func (r *kvRunner) cannotRead(err error) {
+	r.n.logRepeatedError(r.p.subject(), "kv: reading committed records failed; will retry", "from", r.applied+1, "err", err)
+	if errors.Is(err, storage.ErrCorrupt) && r.p.corruptError() != nil {
+		r.unreadable = wire.Errorf(wire.CodeDataCorrupt, "bucket %q: its log is damaged at seq %d (%v); it answers nothing until repaired (nereus repair, with the node stopped)", r.bucket, r.applied+1, err)
+		return
+	}
+	r.unreadable = wire.Errorf(wire.CodeUnavailable, "bucket %q: its log could not be read at seq %d (%v); retry", r.bucket, r.applied+1, err)
+}
+
+// stepOverGap moves past seqs a repair dropped, up to next (exclusive):
+// the bucket keeps what it had and raises its floor above them
+// (kv.Bucket.Drop: its watchers list again); a rebuild under way starts
+// over at the next complete checkpoint.
+func (r *kvRunner) stepOverGap(next uint64) error {
+	first := r.applied + 1
+	r.n.log.Warn("kv: the bucket's log lost seqs to a repair; their writes are gone, its watchers list again", "bucket", r.bucket, "first_seq", first, "last_seq", next-1)
+	switch {
+	case r.seeker != nil:
+		r.seeker = kv.NewSeeker(r.n.cfg.Mutations.KV) // a checkpoint the gap cut completes nothing
+	case r.state != nil:
+		if err := r.state.Drop(first, next-1); err != nil {
+			return err
+		}
+		r.dropped = true
+	}
+	r.applied = next - 1
+	return nil
+}
+
+// rebuildsAfterDrop reports whether err is a complete checkpoint that
+// does not match a bucket which lost writes to a repair (stepOverGap):
+// the checkpoint holds the state as of its base, the lost writes
+// included, so the bucket is rebuilt from it (its base returned) instead
+// of stopping.
+func (r *kvRunner) rebuildsAfterDrop(e *storage.Entry, err error) (uint64, bool) {
+	if !r.dropped || !errors.Is(err, kv.ErrCheckpointMismatch) {
+		return 0, false
+	}
+	w, derr := kv.DecodeRecord(kvRecord(&e.Record))
+	if derr != nil || w.Op != kv.OpCheckpoint {
+		return 0, false
+	}
+	r.dropped = false
+	return w.Chunk.Base, true
+}
+
+// startSeeking drops the bucket and rebuilds it from the first complete
+// checkpoint at or after start: the log now starts at start, after what
 // this runner applied (a restart after the log was truncated, or a
 // follower reset to its leader's snapshot point), so the records in
-// between are gone and only a checkpoint can rebuild the bucket.
-func (r *kvRunner) startSeeking(start uint64) {
+// between are gone; or (why) a checkpoint there holds what the bucket
+// lost.
+func (r *kvRunner) startSeeking(start uint64, why string) {
 	if r.applied > 0 {
 		r.resets++
-		r.n.log.Info("kv: the bucket's log starts after what it applied; rebuilding from its first checkpoint", "bucket", r.bucket, "applied", r.applied, "log_start", start)
+		r.n.log.Info("kv: rebuilding the bucket from a checkpoint", "bucket", r.bucket, "why", why, "applied", r.applied, "from", start)
 	}
 	if r.leader != nil {
 		r.carry(r.leader.LeadershipLost())
@@ -621,8 +695,18 @@ func (r *kvRunner) ready() *wire.Error {
 	if r.broken != nil {
 		return wire.Errorf(wire.CodeDataCorrupt, "bucket %q stopped applying its log at seq %d: %v", r.bucket, r.applied+1, r.broken)
 	}
+	unreadable := r.unreadable
+	if r.n.cfg.Mutations.KVAnswersBehind {
+		unreadable = nil
+	}
+	if unreadable != nil && unreadable.Code == wire.CodeDataCorrupt {
+		return unreadable // until a repair: no retry helps
+	}
 	if r.seeker != nil {
 		return wire.Errorf(wire.CodeUnavailable, "bucket %q is rebuilding from the checkpoint in its log; retry", r.bucket)
+	}
+	if unreadable != nil {
+		return unreadable
 	}
 	if !r.leading {
 		return r.notLeader()
@@ -839,6 +923,11 @@ func (r *kvRunner) write(w kv.Write, done func(uint64, error)) {
 	}
 	if r.leader == nil {
 		done(0, wire.Errorf(wire.CodeUnavailable, "bucket %q: the leader is starting; retry", r.bucket))
+		return
+	}
+	if werr := r.p.corruptError(); werr != nil {
+		// Refused here for the same reason as below: nothing is proposed.
+		done(0, werr)
 		return
 	}
 	if rs := r.p.replica(); rs != nil {

@@ -45,6 +45,10 @@ type Mutations struct {
 	// cannot locate changes nothing (the reader gets the error, as
 	// before VerifyActive).
 	ReadDamageUnverified bool
+	// KVAnswersBehind lets a bucket answer reads and writes while its
+	// committed log could not be read to its end (a damaged record): it
+	// answers from a state that may miss acknowledged writes.
+	KVAnswersBehind bool
 	// SkipLedgerFsync answers ACKs without fsyncing the group's ledger.
 	SkipLedgerFsync bool
 	// LedgerReplayStopsAtGap stops a single node's ledger replay at the
