@@ -240,8 +240,9 @@ func (b *Bucket) LogRetainFrom() uint64 {
 // revision, a delete, a checkpoint chunk, or nothing). The state keeps
 // what it had; the floor rises above them, so a watcher that has not
 // seen them all gets CURSOR_EXPIRED and lists the bucket again instead
-// of missing them in silence (DroppedNeverSkippedSilently), and a
-// checkpoint whose chunks they interrupted no longer counts. first must
+// of missing them in silence (DroppedNeverSkippedSilently). A checkpoint
+// whose chunks they interrupted no longer counts: its next chunk does
+// not sit where its base says (CheckpointBaseIsPrecedingSeq). first must
 // be Applied()+1.
 func (b *Bucket) Drop(first, last uint64) error {
 	if first != b.applied+1 || last < first {
@@ -251,7 +252,6 @@ func (b *Bucket) Drop(first, last uint64) error {
 	if !b.cfg.Mutations.DropKeepsFloor {
 		b.floor = max(b.floor, last+1)
 	}
-	b.pending = checkpointTracker{}
 	return nil
 }
 

@@ -797,6 +797,14 @@ func (r *schedRunner) apply(now int64) {
 			continue
 		}
 		entries, err := r.p.read(from, 1024, 4<<20)
+		if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
+			r.node.log.Warn("scheduler shard's log lost seqs to a repair; what they held is gone", "shard", r.shard, "first_seq", from, "last_seq", gap.Next-1)
+			if err := r.st.Drop(from, gap.Next-1); err != nil {
+				r.fail(err)
+				return
+			}
+			continue
+		}
 		if err != nil {
 			r.node.logRepeatedError(r.p.subject(), "scheduler cannot read its shard; will retry", "err", err)
 			return

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/sched"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -537,4 +540,50 @@ func TestScheduledPublishIsBoundToItsDestinationsIncarnation(t *testing.T) {
 			h.stays("t")
 		})
 	}
+}
+
+// A schedule shard whose log a repair cut: the runner steps over the
+// dropped seqs (sched.State.Drop) and every schedule outside them fires
+// once when due. Before, the shard stopped at the repair's gap for good
+// and none of its schedules fired again.
+func TestSchedulesOfARepairedShardFire(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	now := h.nowMs.Load()
+	var want []string
+	for i := range 20 {
+		v := fmt.Sprintf("sched-%02d-%s", i, strings.Repeat("x", 24))
+		h.mustSchedule("t", v, now+1000)
+		if i != 5 {
+			want = append(want, v)
+		}
+	}
+	h.node.Close()
+	flipped := false
+	shards, _ := h.fs.List("/data/topics/" + wire.SchedTopic)
+	for _, s := range shards {
+		dir := path.Join("/data/topics", wire.SchedTopic, s)
+		names, _ := h.fs.List(dir)
+		for _, n := range names {
+			if b, err := h.fs.ReadFile(path.Join(dir, n)); err == nil && strings.HasSuffix(n, ".log") && bytes.Contains(b, []byte("sched-05-")) {
+				flipInSegments(t, h.fs, dir, []byte("sched-05-"))
+				flipped = true
+			}
+		}
+	}
+	if !flipped {
+		t.Fatal("no shard holds sched-05")
+	}
+	h.open()
+	if d := h.node.Damaged(); len(d) != 1 || !strings.HasPrefix(d[0], wire.SchedTopic+"/") {
+		t.Fatalf("damaged %q, want the shard", d)
+	}
+	h.node.Close()
+	if _, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage}); err != nil {
+		t.Fatal(err)
+	}
+	h.open()
+	h.at(now + 1000)
+	h.waitValues("t", want...)
+	h.stays("t", want...)
 }

@@ -1993,3 +1993,32 @@ func TestSkippedIntentLeavesTheQueueWhole(t *testing.T) {
 		t.Fatalf("lane a still has a schedule due at %d, with both firing", at)
 	}
 }
+
+// TestDropStepsOverARepairsGap pins State.Drop: the cursor moves over the
+// dropped seqs (they count since the checkpoint), a checkpoint they cut
+// completes nothing, and a drop out of order is refused.
+func TestDropStepsOverARepairsGap(t *testing.T) {
+	st := NewState()
+	applyAll(t, st, Record{Kind: KindSchedule, Schedule: Schedule{Topic: "a", DeliverAtMs: 1}},
+		Record{Kind: KindSchedule, Schedule: Schedule{Topic: "a", DeliverAtMs: 2}})
+	recs, err := st.Checkpoint(1) // two chunks at 3 and 4
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("%d chunks, %v", len(recs), err)
+	}
+	applyAll(t, st, recs[0])
+	if err := st.Drop(4, 5); err != nil { // the second chunk, and one more
+		t.Fatal(err)
+	}
+	if st.Applied() != 5 || st.Live() != 2 || st.SinceCheckpoint() != 5 {
+		t.Fatalf("after the drop: applied %d, %d live, %d since the checkpoint; want 5, 2, 5", st.Applied(), st.Live(), st.SinceCheckpoint())
+	}
+	applyAll(t, st, recs[1]) // the cut checkpoint's last chunk, late: it completes nothing
+	if st.LastCheckpoint() != 0 {
+		t.Fatalf("a checkpoint a drop cut counted: at %d", st.LastCheckpoint())
+	}
+	for _, d := range [][2]uint64{{6, 6}, {8, 9}, {8, 7}} {
+		if err := st.Drop(d[0], d[1]); err == nil || st.Applied() != 6 {
+			t.Fatalf("Drop(%d, %d) after 6: %v, applied %d", d[0], d[1], err, st.Applied())
+		}
+	}
+}

@@ -268,6 +268,25 @@ func (s *State) lowestFiring(d dest) uint64 {
 // advance together. A record that contradicts the state beyond what the
 // rules below resolve is an integrity failure: the state stops (Failed)
 // and applies nothing more.
+// Drop steps over seqs first..last, which a repair dropped from the
+// shard's log (storage's gap): what they held — a schedule, an intent, a
+// cancel, a checkpoint's chunk — is gone, and they count as records that
+// are not the scheduler's. A checkpoint they interrupted completes
+// nothing: its next chunk no longer sits where its base says
+// (CheckpointAtItsBase). first must be Applied()+1. Without it a shard stopped at the
+// repair's gap for good: none of its schedules fired again.
+func (s *State) Drop(first, last uint64) error {
+	if s.failed != nil {
+		return s.failed
+	}
+	if first != s.applied+1 || last < first {
+		return fmt.Errorf("sched: drop seqs %d-%d after %d", first, last, s.applied)
+	}
+	s.applied = last
+	s.sinceCkpt += last - first + 1
+	return nil
+}
+
 func (s *State) Apply(seq uint64, r *Record) (Result, error) {
 	if s.failed != nil {
 		return Result{}, s.failed
