@@ -163,6 +163,11 @@ type kvRunner struct {
 	// to its end the last time: the bucket answers nothing (ready), its
 	// state may miss acknowledged writes (KVAnswersOnlyWhenCaughtUp).
 	unreadable *wire.Error
+	// seekLost, while a rebuild is under way (seeker), says that a
+	// repair's gap cut the checkpoint it was reading: once the seeker has
+	// read the whole log without another, the bucket cannot be rebuilt
+	// (ready says so; only a delete of the bucket is taken).
+	seekLost *wire.Error
 	// dropped: a repair's gap was stepped over (kv.Bucket.Drop), so the
 	// state may miss the dropped writes, and the next complete checkpoint
 	// gives the bucket instead of being checked against it.
@@ -423,6 +428,7 @@ func (r *kvRunner) stepOverGap(next uint64) error {
 	switch {
 	case r.seeker != nil:
 		r.seeker = kv.NewSeeker(r.n.cfg.Mutations.KV) // a checkpoint the gap cut completes nothing
+		r.seekLost = wire.Errorf(wire.CodeDataCorrupt, "bucket %q lost the checkpoint it is rebuilt from to a repair (seqs %d-%d) and its log holds no later one: it cannot be rebuilt; delete the bucket and create it again", r.bucket, first, next-1)
 	case r.state != nil:
 		if err := r.state.Drop(first, next-1); err != nil {
 			return err
@@ -474,7 +480,7 @@ func (r *kvRunner) startSeeking(start uint64, why string) {
 	r.conf, r.confSeq, r.state = nil, 0, nil
 	r.listings = kvListings{} // a rebuilt bucket's confSeq is 0: its listings could not tell it from the old one
 	r.applied = start - 1
-	r.seeker = kv.NewSeeker(r.n.cfg.Mutations.KV)
+	r.seeker, r.seekLost = kv.NewSeeker(r.n.cfg.Mutations.KV), nil
 }
 
 // seek takes one entry while rebuilding: records pass by until the first
@@ -491,7 +497,7 @@ func (r *kvRunner) seek(e *storage.Entry) error {
 		}
 		if c.Deleted {
 			// No bucket after a delete, whatever came before: rebuilt.
-			r.conf, r.state, r.seeker = &c, nil, nil
+			r.conf, r.state, r.seeker, r.seekLost = &c, nil, nil, nil
 			r.applied, r.deleteSeq = e.Seq, e.Seq
 			r.n.log.Info("kv: bucket rebuilt from a delete record: no bucket", "bucket", r.bucket, "applied", e.Seq)
 			return nil
@@ -510,7 +516,7 @@ func (r *kvRunner) seek(e *storage.Entry) error {
 	if err != nil {
 		return err
 	}
-	r.conf, r.state, r.seeker = &conf, b, nil
+	r.conf, r.state, r.seeker, r.seekLost = &conf, b, nil, nil
 	r.rebuilds++
 	r.n.metrics.kvRebuilds.WithLabelValues(r.bucket).Inc()
 	r.n.log.Info("kv: bucket rebuilt from its checkpoint", "bucket", r.bucket, "base", c.Snapshot.Applied, "applied", e.Seq, "keys", b.LiveKeys())
@@ -701,6 +707,9 @@ func (r *kvRunner) ready() *wire.Error {
 	}
 	if unreadable != nil && unreadable.Code == wire.CodeDataCorrupt {
 		return unreadable // until a repair: no retry helps
+	}
+	if r.seeker != nil && r.seekLost != nil && r.applied >= r.p.commitSeq.Load() {
+		return r.seekLost
 	}
 	if r.seeker != nil {
 		return wire.Errorf(wire.CodeUnavailable, "bucket %q is rebuilding from the checkpoint in its log; retry", r.bucket)
@@ -984,8 +993,8 @@ func (r *kvRunner) conflict() *wire.Error {
 
 // remove proposes the record that deletes the bucket.
 func (r *kvRunner) remove(done func(error)) {
-	if _, err := r.readyBucket(); err != nil {
-		done(err)
+	if _, err := r.readyBucket(); err != nil && (r.seeker == nil || r.seekLost == nil) {
+		done(err) // a bucket that cannot be rebuilt may still be deleted
 		return
 	}
 	r.propose(kvBucketConf{Deleted: true}.record(), func(seq uint64, err *wire.Error) {
@@ -1177,6 +1186,9 @@ func (n *Node) kvRunnerOf(bucket string) (*kvRunner, error) {
 	r := n.kv.runners[bucket]
 	n.kv.mu.Unlock()
 	if r == nil {
+		if werr := t.partitions[0].corruptError(); werr != nil {
+			return nil, werr // its only replica, here, did not open: damaged (not "no replica")
+		}
 		info := t.partitions[0].info()
 		return nil, wire.Errorf(wire.CodeNotLeader, "bucket %q has no replica on this node; leader: %s at %s", bucket, info.Leader, info.LeaderAddr)
 	}

@@ -1,10 +1,13 @@
 package node
 
 import (
+	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"testing"
 
+	"github.com/nereus-broker/nereus/internal/kv"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -146,5 +149,79 @@ func TestKVWriteToACorruptPartitionIsRefused(t *testing.T) {
 	wantCode(t, err, wire.CodeDataCorrupt)
 	if got, err := kvGet(t, h.node, "cfg", "k05", 0); err != nil || !got.Found {
 		t.Fatalf("get k05 = %+v, %v: the bucket's state is whole", got, err)
+	}
+}
+
+// A bucket whose log lost every checkpoint to a repair (its log truncated
+// up to the latest one, which a bit flip damaged): its runner rebuilds
+// from a checkpoint and has none left, so it cannot be rebuilt. It says
+// so — DATA_CORRUPT naming the lost seqs and the way out — instead of
+// "rebuilding; retry" for good, and takes a delete of the bucket (refused
+// before, like every request), after which the bucket is created again.
+// Before the repair the bucket answers its partition's DATA_CORRUPT, not
+// NOT_LEADER "no replica on this node" (its only replica, here, did not
+// open).
+func TestKVBucketThatLostItsCheckpointSaysSo(t *testing.T) {
+	h := newHarness(t)
+	h.tune = func(c *Config) { kvCheckpointTune(c); c.ScrubBytesPerSecond = -1 }
+	h.restart()
+	if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for range 5 {
+		kvOverwrites(t, h.node, "b", 10, 200, want)
+	}
+	eventually(t, "the bucket's log is truncated to its checkpoint", func() bool {
+		return h.node.topics[wire.KVTopic("b")].partitions[0].startSeq.Load() > 1
+	})
+	h.node.Close()
+	dir := path.Join("/data/topics", wire.KVTopic("b"), "0")
+	names, _ := h.fs.List(dir)
+	chunks := 0
+	for _, n := range names {
+		file := path.Join(dir, n)
+		b, err := h.fs.ReadFile(file)
+		if err != nil || !strings.HasSuffix(n, ".log") {
+			continue
+		}
+		for _, sb := range storage.SegmentBatches(b) {
+			if w, err := kv.DecodeRecord(kvRecord(&sb.Entries[0].Record)); err == nil && w.Op == kv.OpCheckpoint {
+				if err := h.fs.FlipBit(file, (sb.Offset+sb.End)/2, 3); err != nil {
+					t.Fatal(err)
+				}
+				chunks++
+			}
+		}
+	}
+	if chunks == 0 {
+		t.Fatal("no checkpoint chunk in the bucket's log")
+	}
+	h.open()
+	_, err := kvGet(t, h.node, "b", "k0", 0)
+	wantCode(t, err, wire.CodeDataCorrupt)
+	h.node.Close()
+	if _, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage}); err != nil {
+		t.Fatal(err)
+	}
+	h.open()
+	eventually(t, "the bucket says it cannot be rebuilt", func() bool {
+		_, err := kvGet(t, h.node, "b", "k0", 0)
+		var we *wire.Error
+		return errors.As(err, &we) && we.Code == wire.CodeDataCorrupt && strings.Contains(we.Message, "delete the bucket")
+	})
+	_, err = kvWrite(t, h.node, wire.KVWrite{Bucket: "b", Op: wire.KVOpPut, Key: []byte("new"), Value: []byte("1")})
+	wantCode(t, err, wire.CodeDataCorrupt)
+	if _, err := kvCall(t, "delete b", func(done func(bool, error)) {
+		h.node.KVDeleteBucket("b", func(err error) { done(true, err) })
+	}); err != nil {
+		t.Fatalf("delete of the lost bucket: %v", err)
+	}
+	if created, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil || !created {
+		t.Fatalf("create again: %v, %v", created, err)
+	}
+	kvPut(t, h.node, "b", "new", "1")
+	if got, err := kvGet(t, h.node, "b", "new", 0); err != nil || !got.Found {
+		t.Fatalf("get new = %+v, %v", got, err)
 	}
 }
