@@ -714,11 +714,11 @@ func (r *kvRunner) ready() *wire.Error {
 	if r.seeker != nil {
 		return wire.Errorf(wire.CodeUnavailable, "bucket %q is rebuilding from the checkpoint in its log; retry", r.bucket)
 	}
+	if !r.leading {
+		return r.notLeader() // a follower points the client on, whatever it can read
+	}
 	if unreadable != nil {
 		return unreadable
-	}
-	if !r.leading {
-		return r.notLeader()
 	}
 	if r.applied < r.reignStart {
 		return wire.Errorf(wire.CodeUnavailable, "bucket %q: the new leader is taking office; retry", r.bucket)

@@ -625,8 +625,8 @@ func (p *replicaStore) release() {
 // with DATA_CORRUPT, /readyz — until `nereus repair`, as a single node's
 // does (DamageNeverSilent). A read's failure that names no range (at)
 // has the member alone locate it (replog.Log.DamagedAt, which verifies
-// the segment holding at): the next read is refused by name and brings
-// it here. Before, a group's delivery retried such a record for good
+// the segment holding at and notifies): the next pass of applyReplicated
+// notes what it recorded (locating). Before, a group's delivery retried such a record for good
 // unless the scrubber's pass (sealed segments only) or the apply found
 // it, as on a single node (N7f).
 func (p *replicaStore) foundDamage(ds []storage.Damage, at uint64) {
