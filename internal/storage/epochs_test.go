@@ -115,19 +115,26 @@ func TestEpochStartsStopsAtDamageAndGaps(t *testing.T) {
 	}
 }
 
-// EpochsNeverDecrease: EpochStarts reads batch headers without their
-// checksums, so a bit flipped in a header's epoch used to come out as
-// that entry's epoch (a replica's kernel took epoch 2^58+1 for seq 42 of
-// its log at open, cluster simulator seed 26 with --kv). An epoch below
-// the one before it is damage: an error wrapping ErrCorrupt, whichever
-// of the two headers the flip hit; Verify then finds the batch by its
+// EpochStarts reads batch headers without their checksums, so a bit
+// flipped in a header's epoch used to come out as that entry's epoch (a
+// replica's kernel took epoch 2^58+1 for seq 42 of its log at open,
+// cluster simulator seed 26 with --kv). EpochBoundariesVerified: a
+// flipped epoch makes or moves a boundary (a log's epochs never
+// decrease, so the flipped batch starts a run or ends one), and the
+// batches at and just before each boundary are read whole and checked:
+// the error wraps ErrCorrupt, and VerifyAll finds the batch by its
 // checksum.
-func TestEpochsThatDecreaseAreDamage(t *testing.T) {
+func TestFlippedEpochsAreDamage(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		seq  uint64 // the batch whose epoch is flipped
 		bit  int    // of its epoch, little-endian
-	}{{"raised above the next", 15, 58}, {"lowered below the previous", 25, 0}} {
+	}{
+		{"raised above the next", 15, 58},                 // 2 -> 2^58+2
+		{"lowered below the previous", 25, 0},             // 3 -> 2, inside epoch 3's run
+		{"last of a run raised to the next", 20, 0},       // 2 -> 3
+		{"first of a run lowered to the previous", 21, 0}, // 3 -> 2
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fsys := vfs.NewMem()
 			l := openLog(t, fsys, smallOpts())
