@@ -357,6 +357,9 @@ type schedPublished struct {
 	pub sched.Publish
 	ok  wire.PubOK
 	err *wire.Error
+	// lost: the schedule's message is in seqs a repair dropped (publish),
+	// so it can never be published.
+	lost bool
 }
 
 // schedRunner is one shard's scheduler on this node, run by its own
@@ -1142,6 +1145,12 @@ func (r *schedRunner) publish(now int64, p sched.Publish) {
 		r.deliver(schedCmd{published: &schedPublished{pub: p, ok: ok, err: err}})
 	}
 	rec, err := r.message(p.At)
+	if gap := (*storage.GapError)(nil); errors.As(err, &gap) {
+		// A checkpoint lists the schedule, but a repair dropped the
+		// record holding its message: it can never be published.
+		r.deliver(schedCmd{published: &schedPublished{pub: p, lost: true}})
+		return
+	}
 	if err != nil {
 		done(wire.PubOK{}, wire.Errorf(wire.CodeStorage, "read schedule %d of shard %d at %d: %v", p.ID, r.shard, p.At, err))
 		return
@@ -1159,6 +1168,13 @@ func (r *schedRunner) publish(now int64, p sched.Publish) {
 func (r *schedRunner) published(now int64, p *schedPublished) {
 	out := sched.Landed
 	switch {
+	case p.lost:
+		// LostMessageResolvedUnknown: recorded UNKNOWN (an earlier
+		// office may have published it before the damage), never
+		// guessed. Before, its publish failed for good: it stayed FIRING
+		// and blocked its lane at every try.
+		out = sched.Unprovable
+		r.node.log.Warn("scheduled message lost to a repair; its schedule is resolved unknown", "shard", r.shard, "id", p.pub.ID, "topic", p.pub.Topic, "at", p.pub.At)
 	case p.err == nil:
 	case p.err.Code == wire.CodeProducerSeqTooOld:
 		out = sched.Unprovable
