@@ -373,9 +373,8 @@ func (p *replicaStore) applyReplicated() {
 			// Damage in this replica's copy of committed entries: the
 			// member drops the damaged range and is made whole from a
 			// healthy replica (as when the scrubber finds it); applying
-			// resumes from its rebuilt log. A member alone whose damage
-			// damageAt did not find (the active segment) locates it, and
-			// the next pass steps over it.
+			// resumes from its rebuilt log. A member alone locates
+			// damage nobody named yet, and the next pass steps over it.
 			if !p.alone() {
 				p.node.logRepeatedError(p.subject(), "committed entries damaged in this replica; dropping the range to rebuild it", "from", from, "err", err)
 			}
@@ -642,34 +641,17 @@ func (p *replicaStore) foundDamage(ds []storage.Damage, at uint64) {
 }
 
 // damageAt returns, for a member alone whose read from seq from failed
-// with err, the damaged range holding from: the one err names, or the
-// one verifying the log from there finds (and records, so later reads
-// name it too).
+// with err, the damaged range holding from that err names. Damage no
+// check located yet is the member's to locate (foundDamage, DamagedAt:
+// the segment holding from, on its goroutine); the next pass finds it
+// named here.
 func (p *replicaStore) damageAt(from uint64, err error) (storage.Damage, bool) {
-	if !p.alone() || !errors.Is(err, storage.ErrCorrupt) {
+	ce := (*storage.CorruptError)(nil)
+	if !p.alone() || !errors.As(err, &ce) {
 		return storage.Damage{}, false
 	}
-	holds := func(d storage.Damage) bool { return d.Seqs() > 0 && d.FirstSeq <= from && from <= d.LastSeq }
-	if ce := (*storage.CorruptError)(nil); errors.As(err, &ce) && holds(ce.Damage) {
-		return ce.Damage, true
-	}
-	lg := p.repl.ReadLog()
-	for at := from; at != 0; {
-		next, _, found, verr := lg.Verify(at, 1<<20)
-		if verr != nil {
-			return storage.Damage{}, false
-		}
-		for _, d := range found {
-			if holds(d) {
-				return d, true
-			}
-		}
-		if next <= at {
-			break
-		}
-		at = next
-	}
-	return storage.Damage{}, false
+	d := ce.Damage
+	return d, d.Seqs() > 0 && d.FirstSeq <= from && from <= d.LastSeq
 }
 
 // alone reports whether this member is its partition's only replica.
