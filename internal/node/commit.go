@@ -151,6 +151,12 @@ func (p *localStore) run() {
 	}()
 	retention := p.node.cfg.Env.Clock.NewTicker(time.Duration(p.node.cfg.RetentionCheckMs) * time.Millisecond)
 	defer retention.Stop()
+	var markDue <-chan time.Time // nil: marks off
+	if ms := p.node.cfg.SyncedMarkMs; ms > 0 {
+		mark := p.node.cfg.Env.Clock.NewTicker(time.Duration(ms) * time.Millisecond)
+		defer mark.Stop()
+		markDue = mark.C()
+	}
 	batch := make([]*pubReq, 0, p.node.cfg.PublishBatchMax)
 	for {
 		select {
@@ -166,6 +172,9 @@ func (p *localStore) run() {
 			if syncs == 0 {
 				p.applyRetention()
 			}
+		case <-markDue:
+			takeAcked() // the commit point: what is synced
+			p.markTail()
 		case r := <-syncDone:
 			syncs--
 			if r.err != nil {

@@ -457,6 +457,13 @@ func TestFullDiskLogsOneLinePerWindow(t *testing.T) {
 // in turn, and a compaction after each once the ledger passed
 // compactBytes (0: the default) — then closes the node.
 func ackOneByOne(h *harness, n int, compactBytes int64) {
+	h.t.Helper()
+	ackOneByOneOpen(h, n, compactBytes)
+	h.node.Close()
+}
+
+// ackOneByOneOpen is ackOneByOne that leaves the node open.
+func ackOneByOneOpen(h *harness, n int, compactBytes int64) {
 	t := h.t
 	t.Helper()
 	h.declare("t", 1)
@@ -475,7 +482,6 @@ func ackOneByOne(h *harness, n int, compactBytes int64) {
 			t.Fatalf("ack %d: %v", m.Seq, res)
 		}
 	}
-	h.node.Close()
 }
 
 // groupRefusedAsCorrupt opens the node and checks that group g on topic
@@ -512,46 +518,150 @@ func deliveredAfterRepair(h *harness, credit, want int) []*wire.Msg {
 	return s.all()
 }
 
+// ackOneMore publishes one more record to t/0 on the open node and has
+// group g, whose earlier records are all acked, receive and ack it.
+func ackOneMore(h *harness) {
+	t := h.t
+	t.Helper()
+	publishTo(h, "t", 0, 1)
+	s := newSink()
+	sub, err := h.node.Subscribe("t", "g", GroupOptions{}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.AddCredit(1)
+	m := s.waitFor(t, 1)[0]
+	if res := h.ack("t", "g", false, wire.AckEntry{Partition: m.Partition, Seq: m.Seq, DeliveryID: m.DeliveryID}); res[0] != wire.CodeOK {
+		t.Fatalf("ack %d: %v", m.Seq, res)
+	}
+}
+
+// testLedger is group g's ack ledger segment in the corruption harness.
+const testLedger = "/data/groups/g/t/ledger/00000000000000000001.log"
+
+// flipLastLedgerBatch flips a bit in the last batch of the ledger: the
+// segment's preallocated tail is zeros, so the last byte that is not is
+// in it.
+func flipLastLedgerBatch(h *harness) {
+	t := h.t
+	t.Helper()
+	data, err := h.fs.ReadFile(testLedger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := len(bytes.TrimRight(data, "\x00")) - 1
+	if err := h.fs.FlipBit(testLedger, int64(last), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lastLedgerSeq is the seq of the last record in the ledger segment.
+func lastLedgerSeq(h *harness) uint64 {
+	t := h.t
+	t.Helper()
+	data, err := h.fs.ReadFile(testLedger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := storage.SegmentBatches(data)
+	if len(batches) == 0 {
+		t.Fatalf("no batch in %s", testLedger)
+	}
+	entries := batches[len(batches)-1].Entries
+	return entries[len(entries)-1].Seq
+}
+
 // TestAckLedgerTornTailIsSaid: a bit flipped in the last batch of an ack
-// ledger cannot be told from a crash's torn write, and is cut as one; the
-// ack it held is forgotten and its message delivered again (at least
-// once) — with a WARN line naming the file, not in silence (found by the
+// ledger that no synced mark covers — written just before a crash —
+// cannot be told from a crash's torn write, and is cut as one; the ack it
+// held is forgotten and its message delivered again (at least once) —
+// with a WARN line naming the file, not in silence (found by the
 // single-node simulator's state-file flips; N25t).
 func TestAckLedgerTornTailIsSaid(t *testing.T) {
 	var logs logBuffer
 	h := newCorruptionHarness(t, &logs)
 	const n = 5
-	ackOneByOne(h, n, 0)
-	h.open() // a clean restart cuts nothing and says nothing
-	h.node.Close()
+	ackOneByOne(h, n, 0) // a clean close: the ledger's synced mark covers the n acks
+	h.open()             // a clean restart cuts nothing and says nothing
 	if line := "ack ledger torn tail truncated"; strings.Contains(logs.String(), line) {
 		t.Fatalf("a clean restart logged %q:\n%s", line, logs.String())
 	}
-	ledger := "/data/groups/g/t/ledger/00000000000000000001.log"
-	data, err := h.fs.ReadFile(ledger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The segment's preallocated tail is zeros: the last byte that is not
-	// is in the last batch, the ack of seq n.
-	last := len(data) - 1
-	for last > 0 && data[last] == 0 {
-		last--
-	}
-	if err := h.fs.FlipBit(ledger, int64(last), 0); err != nil {
-		t.Fatal(err)
-	}
+	ackOneMore(h)
+	h.crash() // no close: the last ack is past the mark
+	flipLastLedgerBatch(h)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log(logs.String())
 		}
 	})
-	got := deliveredAfterRepair(h, n, 1)
-	if len(got) != 1 || got[0].Seq != n {
-		t.Fatalf("delivered %v after the cut, want seq %d alone (its ack was in the last batch)", got, n)
+	got := deliveredAfterRepair(h, n+1, 1)
+	if len(got) != 1 || got[0].Seq != n+1 {
+		t.Fatalf("delivered %v after the cut, want seq %d alone (its ack was in the last batch)", got, n+1)
 	}
-	if line := "ack ledger torn tail truncated"; !strings.Contains(logs.String(), line) || !strings.Contains(logs.String(), ledger) {
-		t.Fatalf("no WARN line %q naming %s:\n%s", line, ledger, logs.String())
+	if line := "ack ledger torn tail truncated"; !strings.Contains(logs.String(), line) || !strings.Contains(logs.String(), testLedger) {
+		t.Fatalf("no WARN line %q naming %s:\n%s", line, testLedger, logs.String())
+	}
+}
+
+// DurableTailNotTorn for an ack ledger: its synced mark — written when
+// the group closes, and once the ledger took no ack for a period — makes
+// a flip into its last batch damage: the group is refused (DATA_CORRUPT)
+// until a repair drops the ack on purpose, and only that message comes
+// again. Before, it was cut as a torn write: the confirmed ack forgotten
+// with a WARN line alone, after a clean stop too (SyncedMarkSkipped).
+func TestAckLedgerMarkedTailIsDamage(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		idle    bool // marked by an idle period before a crash, not by a clean close
+		skipped bool
+	}{{"clean close", false, false}, {"idle then crash", true, false}, {"mark skipped", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs logBuffer
+			h := newCorruptionHarness(t, &logs)
+			tune := h.tune
+			h.tune = func(cfg *Config) {
+				tune(cfg)
+				cfg.SyncedMarkMs = markPeriodMs
+				cfg.Mutations.SyncedMarkSkipped = c.skipped
+			}
+			h.restart()
+			const n = 5
+			if !c.idle {
+				ackOneByOne(h, n, 0)
+			} else {
+				ackOneByOneOpen(h, n, 0)
+				// The group's clock moves on: the ledger marks what it
+				// synced once it took nothing through a period.
+				last := lastLedgerSeq(h)
+				eventually(t, fmt.Sprintf("the ledger's synced mark at seq %d", last), func() bool {
+					h.nowMs.Add(markPeriodMs)
+					h.node.pokeGroups()
+					mark, err := readSyncedMark(h.fs, path.Dir(testLedger))
+					return err == nil && mark == last
+				})
+				h.crash()
+			}
+			flipLastLedgerBatch(h)
+			if c.skipped {
+				if got := deliveredAfterRepair(h, n, 1); len(got) != 1 || got[0].Seq != n {
+					t.Fatalf("mark skipped: delivered %v, want seq %d alone, its ack cut as a torn write", got, n)
+				}
+				return
+			}
+			groupRefusedAsCorrupt(h, &logs, "ledger", "group ack ledger corrupt")
+			repaired, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range repaired {
+				if l.Group == "g" && (l.Report.TornTail != nil || l.Report.DroppedSeqs != 1) {
+					t.Fatalf("repair of the ledger: %+v; want its last seq dropped, no torn tail", l)
+				}
+			}
+			if got := deliveredAfterRepair(h, n, 1); len(got) != 1 || got[0].Seq != n {
+				t.Fatalf("delivered %v after the repair, want seq %d alone (its ack was dropped)", got, n)
+			}
+		})
 	}
 }
 

@@ -95,7 +95,9 @@ func advanceUntil(t *testing.T, clock *recordingClock, step time.Duration, what 
 // deliveredOnce opens a node on a virtual clock, publishes one message and
 // hands it to a subscription of group g (ack wait 500 ms) with credit.
 func deliveredOnce(t *testing.T, credit uint32) (*recordingClock, *Subscription, *sink, *wire.Msg) {
-	h, clock := newVirtualHarness(t, func(c *Config) { c.ScrubBytesPerSecond = -1 })
+	// No synced marks: the tests read the group's wake-ups, which a
+	// ledger's mark period would add to.
+	h, clock := newVirtualHarness(t, func(c *Config) { c.ScrubBytesPerSecond, c.SyncedMarkMs = -1, -1 })
 	h.declare("t", 1)
 	h.mustPublish(&wire.Pub{Topic: "t", Partition: 0, Value: []byte("m")})
 	s := newSink()

@@ -95,6 +95,12 @@ type fileLedger struct {
 	// compactRetryBytes defers compaction after a failed attempt until
 	// bytes reaches it; 0 = no deferral.
 	compactRetryBytes int64
+	// marks are the live generation's synced marks (syncedmark.go): a
+	// confirmed ack in an idle ledger tail a bit flip hit is damage
+	// after a crash, not a torn write forgetting it; nextMarkMs is the
+	// current period's end.
+	marks      syncedMarks
+	nextMarkMs int64
 }
 
 // The local ledger's ack and count records have the layout of the
@@ -128,16 +134,23 @@ func (l *fileLedger) load(inc uint64) ([]*delivery.Cursor, error) {
 	if err != nil {
 		return nil, err
 	}
-	lg, err := storage.Open(fsys, path.Join(g.dir, ledgerDirName(snap.gen)), storage.Options{})
+	dir := path.Join(g.dir, ledgerDirName(snap.gen))
+	mark := g.node.syncedMark(dir, "group", g.name, "topic", g.topic.cfg.Name)
+	lg, err := storage.Open(fsys, dir, storage.Options{DurableThrough: mark})
+	if ce := (*storage.CorruptError)(nil); errors.As(err, &ce) {
+		// Its tail below the mark was synced: damage, not a torn write.
+		return nil, l.damage([]storage.Damage{ce.Damage})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("group %s: open ledger: %w", g.name, err)
 	}
 	if t, ok := lg.TornTail(); ok {
 		// A crash's torn write holds only acks never confirmed; a bit
-		// flipped in the last batch looks the same and forgets confirmed
-		// ones, whose messages come again: said, as a partition's is.
+		// flipped in a last batch the synced mark does not cover looks
+		// the same and forgets confirmed ones, whose messages come
+		// again: said, as a partition's is.
 		g.node.log.Warn("ack ledger torn tail truncated; acks in it are forgotten and their messages delivered again",
-			"group", g.name, "topic", g.topic.cfg.Name, "file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes)
+			"group", g.name, "topic", g.topic.cfg.Name, "file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes, "first_seq", t.FirstSeq)
 	}
 	cursors := make([]*delivery.Cursor, len(g.topic.partitions))
 	for i, p := range g.topic.partitions {
@@ -186,6 +199,7 @@ func (l *fileLedger) load(inc uint64) ([]*delivery.Cursor, error) {
 	}
 	l.log = lg
 	l.gen, l.bytes = snap.gen, ledgerBytes
+	l.marks = syncedMarks{point: mark, seen: lg.NextSeq() - 1} // the open synced what it recovered
 	l.removeStale(snap.gen)
 	return cursors, nil
 }
@@ -193,23 +207,43 @@ func (l *fileLedger) load(inc uint64) ([]*delivery.Cursor, error) {
 // needsRecord: an ack goes into the ledger once, when it is new.
 func (l *fileLedger) needsRecord(isNew bool, _ uint32, _ uint64) bool { return isNew }
 
-// follow: a single node delivers every partition.
-func (l *fileLedger) follow(int64) {}
+// follow: a single node delivers every partition. At each period's end
+// the ledger marks its synced tail when it took no record through the
+// period (syncedmark.go).
+func (l *fileLedger) follow(now int64) {
+	g := l.g
+	ms := g.node.cfg.SyncedMarkMs
+	if l.log == nil || ms <= 0 || now < l.nextMarkMs {
+		return
+	}
+	l.nextMarkMs = now + ms
+	g.node.markSynced(&l.marks, path.Join(g.dir, ledgerDirName(l.gen)), l.log.NextSeq()-1, l.log.SyncedSeq(), g.name+"/"+g.topic.cfg.Name, "group", g.name, "topic", g.topic.cfg.Name)
+}
 
 // fenced: a single node's one view of the group never goes back.
 func (l *fileLedger) fenced(int, uint64, uint64) bool { return true }
 
 func (l *fileLedger) leased(int) bool { return true }
 
-func (l *fileLedger) wakeAtMs() int64 { return 0 }
+func (l *fileLedger) wakeAtMs() int64 {
+	if l.log == nil || l.g.node.cfg.SyncedMarkMs <= 0 || l.log.SyncedSeq() <= l.marks.point {
+		return 0
+	}
+	return l.nextMarkMs // a synced tail to mark once it stays idle
+}
 
 // settled: a file ledger's flush is synchronous.
 func (l *fileLedger) settled(int) bool {
 	return len(l.g.ledgerBatch) == 0 && len(l.g.countBatch) == 0 && l.g.failure == nil
 }
 
+// close marks what the ledger synced (a clean stop leaves no tail a
+// flip could pass off as torn), then closes it.
 func (l *fileLedger) close() {
 	if l.log != nil {
+		if g := l.g; g.failure == nil {
+			g.node.writeSyncedMark(&l.marks, path.Join(g.dir, ledgerDirName(l.gen)), l.log.SyncedSeq(), g.name+"/"+g.topic.cfg.Name, "group", g.name, "topic", g.topic.cfg.Name)
+		}
 		l.log.Close()
 	}
 }
@@ -547,6 +581,7 @@ func (l *fileLedger) compact() (committed bool, err error) {
 	}
 	old, oldGen := l.log, l.gen // step 4
 	l.log, l.gen, l.bytes = lg, next, 0
+	l.marks = syncedMarks{seen: lg.NextSeq() - 1} // step 1 removed the directory's old mark
 	old.Close()
 	g.node.log.Info("ack ledger compacted", "group", g.name, "topic", g.topic.cfg.Name, "generation", next)
 	return true, l.removeFiles(oldGen) // step 5

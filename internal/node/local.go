@@ -37,6 +37,8 @@ type localStore struct {
 	// nextRetentionMs is the next retention run in Manual mode (the
 	// driver's goroutine).
 	nextRetentionMs int64
+	// nextMarkMs is the next synced-mark period's end in Manual mode.
+	nextMarkMs int64
 	// verifyFrom: a seq a reader failed on with damage it could not
 	// locate (0: none); verifyWake (capacity 1) wakes run to verify it.
 	verifyFrom atomic.Uint64
@@ -56,6 +58,7 @@ type localStore struct {
 	// corked is acknowledge's scratch list of the connections it corked
 	// (under ackMu, or in manual mode).
 	corked []Corker
+	marks  syncedMarks // owned by run
 	// acked holds the results of fsyncs the syncer acknowledged itself,
 	// for run to settle when it next wakes: waking it for each would cost
 	// the next ack the same goroutine wakeup the syncer saved. The syncer
@@ -82,6 +85,7 @@ func (p *partitionRunner) openLocal() error {
 	p.store = s
 	if p.node.cfg.Manual {
 		s.nextRetentionMs = p.node.monoMs() + p.node.cfg.RetentionCheckMs // a wait: monotonic
+		s.nextMarkMs = p.node.monoMs() + p.node.cfg.SyncedMarkMs
 		return nil
 	}
 	p.wg.Add(1)
@@ -104,6 +108,10 @@ func (p *localStore) stepManual(monoMs int64) bool {
 		p.nextRetentionMs = monoMs + p.node.cfg.RetentionCheckMs
 		progress = true
 	}
+	if p.node.cfg.SyncedMarkMs > 0 && monoMs >= p.nextMarkMs {
+		p.nextMarkMs = monoMs + p.node.cfg.SyncedMarkMs
+		progress = p.markTail() || progress
+	}
 	for len(p.manualQueue) > 0 {
 		n := min(len(p.manualQueue), p.node.cfg.PublishBatchMax)
 		batch := p.manualQueue[:n:n]
@@ -122,6 +130,11 @@ func (p *localStore) shutdown() {
 	p.failWaiters(wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
 	if p.log != nil {
 		p.snapshotDedup(true)
+		if st := p.state; st != nil && p.failure == nil && p.snaps.applied < st.CommitSeq() {
+			// No snapshot stands for the tail (off, too large, or not
+			// written): the mark does, as after an idle period.
+			p.node.writeSyncedMark(&p.marks, p.dir, st.CommitSeq(), p.subject(), "topic", p.topic.cfg.Name, "partition", p.id)
+		}
 		p.log.Close()
 	}
 }
@@ -143,6 +156,15 @@ func (p *localStore) snapshotDedup(force bool) {
 }
 
 func (p *localStore) release() {}
+
+// markTail writes the synced mark at a period's end over a tail that
+// stayed idle through it (syncedmark.go): the commit point is synced.
+func (p *localStore) markTail() bool {
+	if p.failure != nil || p.log == nil || p.state == nil {
+		return false
+	}
+	return p.markLog(&p.marks, p.log.NextSeq()-1, p.state.CommitSeq())
+}
 
 // foundDamage marks the partition corrupt for the ranges found: it
 // refuses publishes until `nereus repair`. A read's failure that names no
@@ -192,12 +214,19 @@ func (p *localStore) forwardTo(int) (replica.NodeID, bool) { return 0, false }
 func (p *localStore) collect(chan<- prometheus.Metric, string, string) {}
 
 // durableThrough is what the log must hold when it opens: the point of
-// its dedup snapshot (durablePoint), unless snapshots are off.
+// its dedup snapshot (durablePoint), unless snapshots are off, or of its
+// synced mark, unless marks are off. An unreadable mark is said: the
+// open goes on without it.
 func (p *partitionRunner) durableThrough() uint64 {
-	if p.node.cfg.DedupSnapshotBytes < 0 || p.node.cfg.Mutations.TornTailBelowDurablePoint {
+	cfg := &p.node.cfg
+	if cfg.Mutations.TornTailBelowDurablePoint {
 		return 0
 	}
-	return durablePoint(p.node.cfg.Env.FS, p.dir)
+	var point uint64
+	if cfg.DedupSnapshotBytes >= 0 {
+		point = durablePoint(cfg.Env.FS, p.dir)
+	}
+	return max(point, p.node.syncedMark(p.dir, "topic", p.topic.cfg.Name, "partition", p.id))
 }
 
 // aloneDurableThrough is durableThrough for a replica group of members
@@ -219,12 +248,13 @@ func (p *localStore) recover() error {
 	}
 	segmentBytes, _, _ := p.compaction()
 	ageMs, retentionBytes := p.retention()
+	durable := p.durableThrough()
 	lg, err := storage.Open(cfg.Env.FS, p.dir, storage.Options{
 		SegmentBytesMax: segmentBytes,
 		RetentionBytes:  retentionBytes,
 		RetentionAgeMs:  ageMs,
 		RecordBytesMax:  cfg.RecordBytesMax + 64<<10,
-		DurableThrough:  p.durableThrough(),
+		DurableThrough:  durable,
 		// Said before the cut: an open that fails after it (an fsync)
 		// must not cut in silence — the next open finds nothing to say.
 		BeforeTornTailCut: func(t storage.TornTail) error {
@@ -242,6 +272,7 @@ func (p *localStore) recover() error {
 		return err
 	}
 	st := partition.NewState(cfg.Dedup, epoch, lg.NextSeq())
+	p.marks = syncedMarks{point: durable, seen: lg.NextSeq() - 1} // the open synced what it recovered
 	from := lg.StartSeq()
 	p.snaps = dedupSnapshots{keepCopy: true}
 	restored := false

@@ -41,6 +41,10 @@ type Mutations struct {
 	// batches is cut as a torn write, and the seqs of the records it
 	// held are handed out again.
 	TornTailBelowDurablePoint bool
+	// SyncedMarkSkipped: a partition with no other replica never writes
+	// its synced mark, so a bit flip into its idle tail before a crash is
+	// cut as a torn write (the point covers only its dedup snapshot).
+	SyncedMarkSkipped bool
 	// ReadDamageUnverified: a single node's read that fails on damage it
 	// cannot locate changes nothing (the reader gets the error, as
 	// before VerifyActive).

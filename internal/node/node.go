@@ -121,7 +121,13 @@ type Config struct {
 	// reads only the log after it. 0 = DedupSnapshotBytesDefault, < 0 =
 	// never (a restart replays the whole retained log).
 	DedupSnapshotBytes int64
-	Dedup              partition.Config
+	// SyncedMarkMs: a partition with no other replica that took no
+	// append for this long, everything it appended synced, writes its
+	// synced mark (the file "synced" beside its log, syncedmark.go), so a
+	// bit flip into its idle tail is damage after a crash, not a torn
+	// write. 0 = SyncedMarkMsDefault, < 0 = never.
+	SyncedMarkMs int64
+	Dedup        partition.Config
 }
 
 // KVCheckpointMinBytesDefault is Config.KVCheckpointMinBytes's default.
@@ -189,6 +195,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DedupSnapshotBytes == 0 {
 		c.DedupSnapshotBytes = DedupSnapshotBytesDefault
+	}
+	if c.SyncedMarkMs == 0 {
+		c.SyncedMarkMs = SyncedMarkMsDefault
 	}
 	if c.KVCheckpointMinBytes == 0 {
 		c.KVCheckpointMinBytes = KVCheckpointMinBytesDefault

@@ -174,7 +174,7 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			// A log ending below its dedup snapshot's point lost durable
 			// records: those seqs are dropped, never handed out again
 			// (DurableTailNotTorn). Read once: the snapshot may go below.
-			logOpts := storage.Options{DurableThrough: durablePoint(fsys, dir)}
+			logOpts := storage.Options{DurableThrough: DurablePoint(fsys, dir)}
 			r := RepairedLog{Topic: tc.Name, Partition: p, Dir: dir}
 			if r.Report, err = storage.Repair(fsys, dir, logOpts, o.Mode, true); err != nil {
 				return out, fmt.Errorf("node: repair %s: %w", dir, err)
@@ -249,7 +249,10 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			out = append(out, r)
 			continue
 		}
-		if r.Report, err = storage.Repair(fsys, l.dir, storage.Options{}, o.Mode, o.DryRun); err != nil {
+		// A ledger ending below its synced mark lost confirmed acks to
+		// damage: their seqs are dropped, not cut as a torn tail.
+		mark, _ := readSyncedMark(fsys, l.dir)
+		if r.Report, err = storage.Repair(fsys, l.dir, storage.Options{DurableThrough: mark}, o.Mode, o.DryRun); err != nil {
 			return out, fmt.Errorf("node: repair %s: %w", l.dir, err)
 		}
 		out = append(out, r)
@@ -388,7 +391,7 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 			// As on a single node: the dedup snapshot forgets what the
 			// repair will drop before the log changes, and a tail lost
 			// below its point is damage.
-			durable := durablePoint(fsys, dir)
+			durable := DurablePoint(fsys, dir)
 			alone, err := replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), durable, true)
 			if err != nil {
 				return out, fmt.Errorf("node: repair %s: %w", dir, err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -45,6 +46,10 @@ type replicaStore struct {
 	// for every burst). Owned by runReplicated.
 	spareCompletions []completion
 	snaps            dedupSnapshots // owned by runReplicated
+	// marks: a member alone's synced marks (syncedmark.go); nextMarkMs
+	// the next period's end in Manual mode. Owned by runReplicated.
+	marks      syncedMarks
+	nextMarkMs int64
 	// applying is the array committed entries are decoded into for
 	// applying (repl.Committed), reused. Owned by runReplicated.
 	applying []storage.Entry
@@ -131,6 +136,7 @@ func (p *partitionRunner) openReplica() error {
 	segmentBytes, retentionBytes, limit := p.compaction()
 	ageMs, _ := p.topic.retention()
 	s.retainLimit = limit
+	durable := p.aloneDurableThrough(len(members))
 	l, err := c.OpenGroup(p.topic.key(), p.id, members, policy, s.poke, cluster.GroupOptions{
 		RetentionMs: ageMs, RetentionBytes: retentionBytes, Retention: p.retention,
 		Limit:           s.compactionLimit,
@@ -142,10 +148,11 @@ func (p *partitionRunner) openReplica() error {
 		// snapshot's point is durable, and a tail cut below it is damage
 		// (DurableTailNotTorn). A member of a larger group marks itself
 		// uncertain instead and is made whole by a newer leader.
-		DurableThrough: p.aloneDurableThrough(len(members))})
+		DurableThrough: durable})
 	if err != nil {
 		return err
 	}
+	s.marks.point = durable
 	s.repl = l
 	c.CampaignIfNew(l, members[0])
 	p.readLog.Store(l.ReadLog())
@@ -158,6 +165,7 @@ func (p *partitionRunner) openReplica() error {
 	}
 	p.store = s
 	if p.node.cfg.Manual {
+		s.nextMarkMs = p.node.monoMs() + p.node.cfg.SyncedMarkMs
 		return nil // stepManual, from Step
 	}
 	p.wg.Add(1)
@@ -182,12 +190,16 @@ func (p *replicaStore) compactionLimit() uint64 {
 // stepManual is runReplicated's loop for a Manual node: the queued
 // publishes, and the applying and answering a wake-up asks for. It
 // reports whether anything ran.
-func (p *replicaStore) stepManual(int64) bool {
+func (p *replicaStore) stepManual(monoMs int64) bool {
 	progress := false
 	select {
 	case <-p.wake:
 		progress = true
 	default:
+	}
+	if p.node.cfg.SyncedMarkMs > 0 && monoMs >= p.nextMarkMs {
+		p.nextMarkMs = monoMs + p.node.cfg.SyncedMarkMs
+		progress = p.markTail() || progress
 	}
 	for len(p.manualQueue) > 0 {
 		r := p.manualQueue[0]
@@ -214,10 +226,18 @@ func (p *replicaStore) poke() {
 func (p *replicaStore) runReplicated() {
 	defer p.wg.Done()
 	defer p.failReplicated(wire.Errorf(wire.CodeUnavailable, "partition is shutting down"))
+	var markDue <-chan time.Time // nil: marks off
+	if ms := p.node.cfg.SyncedMarkMs; ms > 0 {
+		mark := p.node.cfg.Env.Clock.NewTicker(time.Duration(ms) * time.Millisecond)
+		defer mark.Stop()
+		markDue = mark.C()
+	}
 	for {
 		select {
 		case <-p.done:
 			return
+		case <-markDue:
+			p.markTail()
 		case <-p.wake:
 		case r := <-p.reqs:
 			n := p.proposeChain(p.take(r))
@@ -487,6 +507,18 @@ func (p *replicaStore) followStart() bool {
 	return true
 }
 
+// markTail writes a member alone's synced mark at a period's end over a
+// tail that stayed idle through it (syncedmark.go): it commits only what
+// it synced, so what it applied is synced. A member of a larger group
+// writes none (its open reads no point: it is made whole by a leader).
+func (p *replicaStore) markTail() bool {
+	if !p.alone() {
+		return false
+	}
+	applied := p.kernel.Applied()
+	return p.markLog(&p.marks, applied, applied)
+}
+
 // snapshotDedup writes the member's dedup snapshot of what it applied,
 // if that moved since the last. What it applied may not be durable here
 // yet (a leader applies entries two followers flushed before its own
@@ -609,9 +641,14 @@ func (p *replicaStore) shutdown() {
 }
 
 // release closes the member once the loop ended, with a dedup snapshot
-// of what it applied.
+// of what it applied (a member alone: or its synced mark).
 func (p *replicaStore) release() {
 	p.snapshotDedup()
+	if applied := p.kernel.Applied(); p.alone() && p.snaps.applied < applied {
+		// No snapshot stands for the tail: the mark does (a member
+		// alone commits only what it synced).
+		p.node.writeSyncedMark(&p.marks, p.dir, applied, p.subject(), "topic", p.topic.cfg.Name, "partition", p.id)
+	}
 	p.node.cluster.CloseGroup(p.topic.key(), p.id)
 	p.repl.Close()
 }

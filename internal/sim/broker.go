@@ -168,7 +168,7 @@ func (b *broker) start() {
 			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
 			LedgerCompactBytes: b.ledgerCompactBytes, SchedPublishObserver: b.schedPublish, SchedCompactObserver: b.schedCompacted, ReplicaDropObserver: b.replicaDrop,
 			KVCheckpointMinBytes: b.kvCheckpointMinBytes,
-			DedupSnapshotBytes:   b.dedupSnapshotBytes,
+			DedupSnapshotBytes:   b.dedupSnapshotBytes, SyncedMarkMs: syncedMarkMs,
 			// A tiny window, so the scheduler's spill runs under every
 			// fault (its files take write errors, crashes, power loss).
 			SchedWindow: 4, SchedCheckpointEvery: checkpointEvery, SchedSegmentBytesMax: schedSegment})

@@ -27,6 +27,12 @@ import (
 // from them under every fault.
 const dedupSnapshotBytes = 512
 
+// syncedMarkMs is the nodes' node.Config.SyncedMarkMs: a partition with
+// no other replica marks its synced tail after 50 ms idle, so marks are
+// written (and read by every start and repair, DurableTailNotTorn) under
+// every fault.
+const syncedMarkMs = 50
+
 // ClusterOptions configure a cluster run: Nodes complete nodes — the real
 // server.Protocol, node, replog members and metadata log, each over its own
 // crashable MemFS — over a simulated peer network, in Manual mode on the

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/acklog"
 	"github.com/nereus-broker/nereus/internal/node"
-	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -44,7 +43,7 @@ func (s *sim) watchForRepair() {
 				}
 				return true
 			})
-			s.ledgerTailCut(file, off)
+			s.ledgerTailCut(file, off, logAttrUint(r, "first_seq"))
 		}
 		if msg == tornTailMessage && logAttrString(r, "topic") == simTopic {
 			s.tornTailCut(uint32(logAttrUint(r, "partition")), logAttrUint(r, "first_seq"))
@@ -56,18 +55,28 @@ func (s *sim) watchForRepair() {
 	s.b.beforeStart = s.readDurablePoints
 }
 
-// readDurablePoints reads each partition's dedup snapshot points, as the
-// node reads them before it opens its logs and as a repair does.
+// readDurablePoints reads each partition's durable point (its dedup
+// snapshots' and its synced mark's), as the node reads it before it opens
+// its logs and as a repair does.
 func (s *sim) readDurablePoints() {
 	clear(s.durable)
 	for p := range uint32(s.opts.Partitions) {
-		for _, name := range []string{"dedup", "dedup.copy"} {
-			b, err := storage.ReadFileAtomic(s.b.fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(p), name))
-			if err != nil {
-				continue
-			}
-			if point, err := partition.SnapshotPoint(b); err == nil {
-				s.durable[p] = max(s.durable[p], point)
+		if point := node.DurablePoint(s.b.fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))); point > 0 {
+			s.durable[p] = point
+		}
+	}
+	clear(s.ledgerDurable)
+	groups := path.Join(dataDir, "groups")
+	gs, _ := s.b.fs.List(groups)
+	for _, g := range gs {
+		ts, _ := s.b.fs.List(path.Join(groups, g))
+		for _, t := range ts {
+			ls, _ := s.b.fs.List(path.Join(groups, g, t))
+			for _, l := range ls {
+				dir := path.Join(groups, g, t, l)
+				if point := node.DurablePoint(s.b.fs, dir); strings.HasPrefix(l, "ledger") && point > 0 {
+					s.ledgerDurable[dir] = point
+				}
 			}
 		}
 	}
@@ -434,6 +443,11 @@ func (s *sim) ledgerFlipped(file string, content []byte, off int64, mask byte) {
 			f.acksAt[e.Seq] = acks
 			inBatch = append(inBatch, acks...)
 		}
+		if g := b.Gap; g != nil {
+			for seq := g.First; seq <= g.Last; seq++ {
+				f.acksAt[seq] = nil // an earlier repair's gap: no ack
+			}
+		}
 		if off >= b.Offset && off < b.End {
 			f.flipped = append(f.flipped, flippedBatch{file: file, offset: b.Offset, acks: inBatch, at: off, mask: mask})
 		}
@@ -444,7 +458,10 @@ func (s *sim) ledgerFlipped(file string, content []byte, off int64, mask byte) {
 // as a crash's torn write; a flipped batch there was cut with it, and
 // the checker forgets its acks. (A cut of a segment no flip hit loses
 // only acks never confirmed.)
-func (s *sim) ledgerTailCut(file string, off int64) {
+func (s *sim) ledgerTailCut(file string, off int64, first uint64) {
+	if mark := s.ledgerDurable[path.Dir(file)]; mark > 0 && first <= mark {
+		s.chk.violate(DurableTailNotTorn, "ack ledger %s was cut from seq %d as a torn tail, at or below seq %d its synced mark stood for", strings.TrimPrefix(path.Dir(file), dataDir+"/"), first, mark)
+	}
 	f := s.ledgerFlips[path.Dir(file)]
 	if f == nil {
 		return
@@ -491,7 +508,7 @@ func (s *sim) ledgerRepaired(l node.RepairedLog) {
 		s.acksForgotten["dropped seqs"]++
 	}
 	if t := l.Report.TornTail; t != nil {
-		s.ledgerTailCut(t.Segment, t.Offset)
+		s.ledgerTailCut(t.Segment, t.Offset, t.FirstSeq)
 	}
 	if l.Damaged() {
 		delete(s.ledgerFlips, l.Dir) // answered: the repaired ledger holds no flipped byte

@@ -301,6 +301,10 @@ type sim struct {
 	// to it durably, and no torn tail cut may start at or below it
 	// (DurableTailNotTorn).
 	durable map[uint32]uint64
+	// ledgerDurable is each ack ledger directory's synced mark as the
+	// node's last start (or the last repair) found it: no torn tail cut
+	// of that ledger may start at or below it (DurableTailNotTorn).
+	ledgerDurable map[string]uint64
 	// retentionLost: a single node's repair rebuilt topics.json, and the
 	// topic's retention with it went back to none, until the operator's
 	// TOPIC_UPDATE sets it again (restoreRetention): the clients declare
@@ -407,7 +411,7 @@ func newSim(opts Options) *sim {
 	s := &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{},
 		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{},
 		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}, ledgerFlips: map[string]*ledgerFlip{}, acksForgotten: map[string]int{},
-		memberEvents: map[string]int{}, doubleFlips: rand.New(rand.NewPCG(opts.Seed, 0x746f70696373)), durable: map[uint32]uint64{}}
+		memberEvents: map[string]int{}, doubleFlips: rand.New(rand.NewPCG(opts.Seed, 0x746f70696373)), durable: map[uint32]uint64{}, ledgerDurable: map[string]uint64{}}
 	s.watchForRepair()
 	if opts.Retention.Bytes > 0 {
 		s.retention = opts.Retention

@@ -372,6 +372,9 @@ func (d *decoder) bytes() []byte {
 type SegmentBatch struct {
 	Offset, End int64
 	Entries     []Entry
+	// Gap holds the seqs of a gap batch (a repair dropped them; it has
+	// no entries); nil for a batch of records.
+	Gap *SeqRange
 }
 
 // SegmentBatches decodes the batches of a segment file's content b from
@@ -389,7 +392,11 @@ func SegmentBatches(b []byte) []SegmentBatch {
 		if err != nil {
 			break
 		}
-		out = append(out, SegmentBatch{Offset: off, End: off + h.totalBytes, Entries: entries})
+		sb := SegmentBatch{Offset: off, End: off + h.totalBytes, Entries: entries}
+		if h.gap() && h.count > 0 {
+			sb.Gap = &SeqRange{First: h.baseSeq, Last: h.baseSeq + uint64(h.count) - 1}
+		}
+		out = append(out, sb)
 		off += h.totalBytes
 	}
 	return out

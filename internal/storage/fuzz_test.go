@@ -225,6 +225,14 @@ func TestSegmentBatches(t *testing.T) {
 	if got := SegmentBatches(flipped); len(got) != 2 || got[1].End != batches[2].Offset {
 		t.Fatalf("after a flip in the third batch: %d batches", len(got))
 	}
+	// A repair's gap batch has no entries: it names the seqs it stands for.
+	last := batches[len(batches)-1].Entries
+	next := last[len(last)-1].Seq + 1
+	withGap := appendGapBatch(append([]byte(nil), seg[:used]...), next, 1, 3)
+	got := SegmentBatches(withGap)
+	if g := got[len(got)-1]; len(got) != 5 || len(g.Entries) != 0 || g.Gap == nil || *g.Gap != (SeqRange{next, next + 2}) || batches[0].Gap != nil {
+		t.Fatalf("a gap of seqs %d-%d after the batches: %d batches, the last %+v", next, next+2, len(got), g)
+	}
 }
 
 // FuzzSegmentBatches: whatever the bytes, the batches are contiguous from
