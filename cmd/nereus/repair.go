@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 func init() {
@@ -39,8 +41,9 @@ with --salvage only, their damaged seqs becoming lost records readers skip:
 
 Either way new records get seqs above everything the log held before, and the
 command prints what it dropped (seq ranges, counts). A dropped ack-ledger range
-makes those messages be delivered again, never skipped. Run it with --dry-run
-first. The node must not be running.`,
+makes those messages be delivered again, never skipped; a KV bucket's or a
+schedule shard's log is named as such, with what its dropped seqs cost. Run it
+with --dry-run first. The node must not be running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dataDir == "" {
@@ -81,8 +84,12 @@ first. The node must not be running.`,
 
 // repairJSON is the --json form of one repaired log.
 type repairJSON struct {
-	Topic               string         `json:"topic"`
-	Partition           *int           `json:"partition,omitempty"`
+	Topic     string `json:"topic"`
+	Partition *int   `json:"partition,omitempty"`
+	// Bucket names the KV bucket whose log this is (topic __kv.B);
+	// SchedShard is set for a schedule shard's log (topic __sched).
+	Bucket              string         `json:"bucket,omitempty"`
+	SchedShard          bool           `json:"sched_shard,omitempty"`
 	Group               string         `json:"group,omitempty"`
 	Dir                 string         `json:"dir"`
 	Mode                string         `json:"mode"`
@@ -132,6 +139,7 @@ func writeRepairJSON(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 			LedgerSnapshotRemoved: l.LedgerSnapshotRemoved}
 		if l.Group == "" && l.TopicsRebuilt == 0 && !l.GroupsReset {
 			j.Partition = &l.Partition
+			j.Bucket, j.SchedShard = internalLog(l.Topic)
 		}
 		for _, d := range r.Damage {
 			j.Damage = append(j.Damage, damageJSON{File: d.Segment, Offset: d.Offset, Bytes: d.Bytes,
@@ -148,6 +156,16 @@ func writeRepairJSON(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 		}
 	}
 	return nil
+}
+
+// internalLog names the KV bucket whose log the topic is, or reports that
+// it is a schedule shard's: their lost records lose a bucket's writes or
+// a shard's schedules, which the report says.
+func internalLog(topic string) (bucket string, schedShard bool) {
+	if wire.IsKVTopic(topic) {
+		return strings.TrimPrefix(topic, wire.KVTopicPrefix), false
+	}
+	return "", topic == wire.SchedTopic
 }
 
 func writeRepairText(w io.Writer, logs []node.RepairedLog, mode storage.RepairMode, dryRun bool) {
@@ -169,8 +187,14 @@ func writeRepairText(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 			continue
 		}
 		name := fmt.Sprintf("topic %s partition %d", l.Topic, l.Partition)
-		if l.Group != "" {
+		bucket, shard := internalLog(l.Topic)
+		switch {
+		case l.Group != "":
 			name = fmt.Sprintf("group %s topic %s ack ledger (%s)", l.Group, l.Topic, l.Dir)
+		case bucket != "":
+			name = fmt.Sprintf("KV bucket %s (topic %s)", bucket, l.Topic)
+		case shard:
+			name = fmt.Sprintf("schedule shard %d (topic %s partition %d)", l.Partition, l.Topic, l.Partition)
 		}
 		if !l.Damaged() {
 			fmt.Fprintf(w, "%s: ok\n", name)
@@ -191,6 +215,14 @@ func writeRepairText(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 		if len(r.Damage) > 0 {
 			fmt.Fprintf(w, "%s: %s: %s %d seqs (%d of them readable records); next seq %d\n",
 				name, mode, verb, r.DroppedSeqs, r.ValidRecordsDropped, r.NextSeq)
+		}
+		if r.DroppedSeqs > 0 && l.Group == "" {
+			switch {
+			case bucket != "":
+				fmt.Fprintf(w, "%s: the writes at those seqs are lost unless a later checkpoint in its log holds them (the bucket is then rebuilt from it); watches from before them end CURSOR_EXPIRED and list again; a bucket that lost the only checkpoint it is rebuilt from answers DATA_CORRUPT until it is deleted and created again\n", name)
+			case shard:
+				fmt.Fprintf(w, "%s: a schedule whose record was at those seqs never fires, one whose cancel was there fires when due, and one whose message was there is resolved unknown\n", name)
+			}
 		}
 		if l.EpochFileRemoved {
 			fmt.Fprintf(w, "%s: corrupt epoch file removed\n", name)
