@@ -31,9 +31,10 @@ VisibleImpliesQuorumFlushed, VisibleMonotonic and ReadOnlyRefusesWrites in every
 state. Crashes in the middle of a Ready (--crash-partial), ack timeouts into
 read-only mode (--ack-timeouts), compactions with snapshot installs
 (--compactions), a node whose last durable entry goes bad (--damages: it
-restarts uncertain) and one whose hard state goes bad (--promise-losses: it
-asks every peer for its promise before it takes part) are in the explored
-space on request. On a violation
+restarts uncertain), one whose log goes bad inside (--rebuilds: it drops the
+entry and what follows and stays out of elections until a leader made it whole)
+and one whose hard state goes bad (--promise-losses: it asks every peer for its
+promise before it takes part) are in the explored space on request. On a violation
 it prints the action trace that leads to it and exits non-zero.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -47,9 +48,9 @@ it prints the action trace that leads to it and exits non-zero.`,
 			}
 			start := time.Now()
 			r := model.Check(cfg)
-			return reportOutcome(cmd.OutOrStdout(), r.Outcome, time.Since(start), fmt.Sprintf("max epoch %d, %d committed, %d mid-Ready crashes, %d of them undoing a truncation, %d read-only, %d back from read-only, %d compactions, %d snapshot installs, %d appends below a snapshot, %d uncertain grants, %d campaigns on TIMEOUT_NOW, %d hand-offs completed, %d abandoned, %d promises recovered",
+			return reportOutcome(cmd.OutOrStdout(), r.Outcome, time.Since(start), fmt.Sprintf("max epoch %d, %d committed, %d mid-Ready crashes, %d of them undoing a truncation, %d read-only, %d back from read-only, %d compactions, %d snapshot installs, %d appends below a snapshot, %d uncertain grants, %d campaigns on TIMEOUT_NOW, %d hand-offs completed, %d abandoned, %d promises recovered, %d damaged refusals, %d nodes rebuilt",
 				r.MaxEpoch, r.Committed, r.MidReadyCrashes, r.TruncationsUndone, r.ReadOnly, r.ReadOnlyBack, r.Compactions, r.SnapshotInstalls, r.AppendsBelowSnapshot, r.UncertainGrants,
-				r.TransferCampaigns, r.TransferLeaders, r.TransfersAbandoned, r.PromisesRecovered))
+				r.TransferCampaigns, r.TransferLeaders, r.TransfersAbandoned, r.PromisesRecovered, r.DamagedRefusals, r.Rebuilt))
 		},
 	}
 	cmd.AddCommand(newCheckGroupsCmd())
@@ -72,6 +73,7 @@ it prints the action trace that leads to it and exits non-zero.`,
 	f.IntVar(&cfg.Compactions, "compactions", 0, "compactions: a node compacts its log to its RetainFloor; followers behind a leader's snapshot install it")
 	f.IntVar(&cfg.Transfers, "transfers", 0, "leadership transfers: a leader hands leadership to another node (TIMEOUT_NOW once it flushed the leader's log; the target campaigns at once)")
 	f.IntVar(&cfg.Damages, "damages", 0, "damaged tails: a node's last durable entry goes bad and it restarts uncertain (keep within a minority of nodes)")
+	f.IntVar(&cfg.Rebuilds, "rebuilds", 0, "damaged logs: an entry of a node's log goes bad and is found as damage; it drops it and what follows and restarts rebuilding (keep within a minority of nodes)")
 	f.IntVar(&cfg.PromiseLosses, "promise-losses", 0, "lost hard states: a node's hard state goes bad and it restarts not knowing its promise (keep within a minority of nodes)")
 	f.IntVar(&cfg.Drops, "drops", 1, "lost messages")
 	f.IntVar(&cfg.Dups, "dups", 0, "duplicated messages")

@@ -291,6 +291,10 @@ func TestCheckNewDimensions(t *testing.T) {
 	if reached["promises recovered"] == 0 {
 		t.Errorf("--promise-losses 1 never reached a recovered promise: %v", reached)
 	}
+	_, reached = check("--proposals", "1", "--crashes", "0", "--campaigns", "2", "--heartbeats", "1", "--rebuilds", "1", "--network-max", "6", "--states-max", "20000")
+	if reached["damaged refusals"] == 0 || reached["nodes rebuilt"] == 0 {
+		t.Errorf("--rebuilds 1 never reached a damaged refusal and a node rebuilt: %v", reached)
+	}
 }
 
 // `check groups` explores the group kernel; a mutation fails with a

@@ -64,6 +64,10 @@ func (cfg *Config) process(s *state, i int) string {
 	if n.uncertain && !n.k.Status().Uncertain {
 		n.uncertain = false // the shell removes its mark
 	}
+	if n.rebuilding && !n.k.Status().Rebuilding {
+		n.rebuilding = false // whole again: the shell removes its mark
+		s.events |= evRebuilt
+	}
 	if n.promiseLost && !n.k.Status().PromiseLost {
 		n.promiseLost = false // the hard state is written: the mark goes
 		s.events |= evPromiseRecovered
@@ -227,6 +231,9 @@ func (cfg *Config) successors(s *state) []rstep {
 				if m.Type == replica.MsgPrepareAck && m.Uncertain {
 					t.events |= evUncertainGrant
 				}
+				if m.Type == replica.MsgPrepareAck && m.Damaged {
+					t.events |= evDamagedRefusal
+				}
 				t.mut(to).k.Step(m)
 				if status[to].ReadOnly && !t.nodes[to].k.Status().ReadOnly {
 					t.events |= evReadOnlyBack
@@ -341,6 +348,17 @@ func (cfg *Config) successors(s *state) []rstep {
 				n.lost = append(n.lost, n.log[len(n.log)-1])
 				n.log = n.log[:len(n.log)-1]
 				n.uncertain = true
+				cfg.crash(t, i, 0)
+				return ""
+			})
+		}
+		for k := range s.nodes[i].log {
+			seq := s.nodes[i].log[k].Seq
+			add(fmt.Sprintf("n%d's entry %d goes bad; it drops it and what follows and restarts rebuilding", i+1, seq), budgetRebuilds, func(t *state) string {
+				n := t.mut(i)
+				n.lost = append(n.lost, n.log[k:]...)
+				n.log = n.log[:k]
+				n.rebuilding = true
 				cfg.crash(t, i, 0)
 				return ""
 			})

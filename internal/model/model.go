@@ -67,6 +67,12 @@ type Config struct {
 	// Keep it within the damage a group is built for (a minority of
 	// nodes: 1 of 3).
 	Damages int
+	// Rebuilds: an entry of a node's log goes bad and is found as damage
+	// (a later batch proves it was durable, or a check found it while the
+	// node ran): it drops the entry and everything after it and restarts
+	// rebuilding (replica.Persisted.Rebuilding), out of elections until a
+	// leader made it whole (RB). Within a minority of nodes too.
+	Rebuilds int
 	// PromiseLosses: a node's hard state goes bad and it restarts not
 	// knowing its promise (replica.Persisted.PromiseLost): it asks every
 	// peer for its promise before it takes part again. Keep it within a
@@ -120,6 +126,9 @@ type Result struct {
 	// PromisesRecovered: a node whose promise was lost learned every
 	// peer's and took part again.
 	PromisesRecovered int
+	// DamagedRefusals: a candidate heard a rebuilding node refuse it;
+	// Rebuilt: a rebuilding node was made whole again by a leader.
+	DamagedRefusals, Rebuilt int
 }
 
 type node struct {
@@ -169,11 +178,12 @@ const (
 	budgetDamages
 	budgetTransfers
 	budgetPromiseLosses
+	budgetRebuilds
 	budgets
 )
 
 func (c *Config) budget(i int) int {
-	return [budgets]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups, c.AckTimeouts, c.Compactions, c.Damages, c.Transfers, c.PromiseLosses}[i]
+	return [budgets]int{c.Proposals, c.Campaigns, c.Heartbeats, c.Crashes, c.Drops, c.Dups, c.AckTimeouts, c.Compactions, c.Damages, c.Transfers, c.PromiseLosses, c.Rebuilds}[i]
 }
 
 // event marks what the step into a state did, for Result's counts.
@@ -192,6 +202,8 @@ const (
 	evTransferLeader
 	evTransferAbandoned
 	evPromiseRecovered
+	evDamagedRefusal
+	evRebuilt
 )
 
 // errNotCommitted is a snapshot of something else than the committed
@@ -278,7 +290,7 @@ func (cfg *Config) ackTimeoutTicks() int { return cfg.Heartbeats + 1 }
 
 func (cfg *Config) newKernel(id replica.NodeID, n *node) *replica.Replica {
 	p := replica.PersistedFromSnapshot(n.hard, n.snapSeq, n.snapEpoch, n.log)
-	p.Uncertain = n.uncertain
+	p.Uncertain, p.Rebuilding = n.uncertain, n.rebuilding
 	p.PromiseLost, p.LostNonce = n.promiseLost, n.lostNonce
 	// Election timeouts are explicit actions: a huge ElectionTicks keeps
 	// ticks from starting elections on their own. Reservations last as
@@ -418,6 +430,7 @@ func (res *Result) count(s *state) {
 		{evCompaction, &res.Compactions}, {evSnapshotInstall, &res.SnapshotInstalls}, {evAppendBelowSnapshot, &res.AppendsBelowSnapshot},
 		{evUncertainGrant, &res.UncertainGrants}, {evTransferCampaign, &res.TransferCampaigns}, {evTransferLeader, &res.TransferLeaders},
 		{evTransferAbandoned, &res.TransfersAbandoned}, {evPromiseRecovered, &res.PromisesRecovered},
+		{evDamagedRefusal, &res.DamagedRefusals}, {evRebuilt, &res.Rebuilt},
 	} {
 		if s.events&c.ev != 0 {
 			*c.n++

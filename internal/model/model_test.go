@@ -237,6 +237,7 @@ func TestMutationsHaveCounterexamples(t *testing.T) {
 		{"a proposal lost once its leader is deposed, before the committed prefix moves on", small, replica.Mutations{OutcomeLostOnceDeposed: true}, "LostIsFinal", false},
 		{"a node whose promise was lost takes part at once (S24)", lostPromiseSpace, replica.Mutations{PromiseLostNotRecovered: true}, "VisibleImpliesQuorumFlushed", true},
 		{"a node whose promise was lost recovers on a majority's reports (S24)", lostPromiseSpace, replica.Mutations{PromiseFromQuorumReports: true}, "KernelAssertion", true},
+		{"a rebuilding replica campaigns and grants as a whole one (RB)", rebuildSpace, replica.Mutations{RebuildingPromotable: true}, "CommittedPrefixAgreement", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -277,6 +278,26 @@ func belowSnapshotSpace() Config {
 // flushed — and maybe acknowledged — an entry it no longer holds.
 func damagedTailSpace() Config {
 	return Config{Replicas: 3, Proposals: 1, Campaigns: 2, Heartbeats: 1, Damages: 1, NetworkMax: 6, DepthMax: 24, StatesMax: 400_000}
+}
+
+// rebuildSpace: two elections, one proposal, a heartbeat and one node
+// whose log goes bad inside (RB): it drops the entry and what follows —
+// entries it flushed, maybe committed — and restarts rebuilding.
+func rebuildSpace() Config {
+	return Config{Replicas: 3, Proposals: 1, Campaigns: 2, Heartbeats: 1, Rebuilds: 1, NetworkMax: 6, DepthMax: 24, StatesMax: 400_000}
+}
+
+// TestBoundedRebuild: the first 100k states of rebuildSpace — a
+// rebuilding node refusing candidates, then made whole by a leader —
+// violate nothing.
+func TestBoundedRebuild(t *testing.T) {
+	cfg := rebuildSpace()
+	cfg.StatesMax = 100_000
+	r := run(t, "rebuild", cfg)
+	if r.DamagedRefusals == 0 || r.Rebuilt == 0 || r.MaxEpoch < 2 || r.Committed < 2 {
+		t.Fatalf("expected damaged refusals, a node rebuilt, a second epoch and a committed value: %+v", r)
+	}
+	t.Logf("reached: %d states entered by a damaged refusal, %d by a node made whole", r.DamagedRefusals, r.Rebuilt)
 }
 
 // lostPromiseSpace: two elections, one proposal, a heartbeat and one node

@@ -18,6 +18,10 @@ type disk struct {
 	// uncertain is replog's uncertain mark: set when damage cut the last
 	// entry, removed once the kernel is no longer uncertain.
 	uncertain bool
+	// rebuilding is replog's rebuilding mark: set when damage inside the
+	// log dropped a range and everything after it, removed once the
+	// kernel is whole again (replica.Persisted.Rebuilding).
+	rebuilding bool
 	// lost is ghost state: the entries damage took from this disk. The
 	// node flushed them, and may have said so: it counts as holding them
 	// for VisibleImpliesQuorumFlushed (damage after a flush is not a
@@ -75,6 +79,9 @@ func (d *disk) appendState(b []byte) []byte {
 	}
 	if d.promiseLost {
 		flags |= 2
+	}
+	if d.rebuilding {
+		flags |= 4
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, d.lostNonce)
