@@ -818,7 +818,7 @@ func TestRepairKeepsDedupSnapshotsBeforeTheDamage(t *testing.T) {
 
 // flipInSegments flips a bit inside the first occurrence of victim in
 // the log segments of dir.
-func flipInSegments(t *testing.T, fsys *vfs.MemFS, dir string, victim []byte) {
+func flipInSegments(t testing.TB, fsys *vfs.MemFS, dir string, victim []byte) {
 	t.Helper()
 	names, err := fsys.List(dir)
 	if err != nil {

@@ -544,6 +544,25 @@ func TestScheduledPublishIsBoundToItsDestinationsIncarnation(t *testing.T) {
 	}
 }
 
+// flipInShards flips a bit in the victim's bytes in every schedule
+// shard's segment that holds them (the node closed), and reports whether
+// one did.
+func (h *harness) flipInShards(victim []byte) bool {
+	flipped := false
+	shards, _ := h.fs.List("/data/topics/" + wire.SchedTopic)
+	for _, s := range shards {
+		dir := path.Join("/data/topics", wire.SchedTopic, s)
+		names, _ := h.fs.List(dir)
+		for _, n := range names {
+			if b, err := h.fs.ReadFile(path.Join(dir, n)); err == nil && strings.HasSuffix(n, ".log") && bytes.Contains(b, victim) {
+				flipInSegments(h.t, h.fs, dir, victim)
+				flipped = true
+			}
+		}
+	}
+	return flipped
+}
+
 // A schedule shard whose log a repair cut: the runner steps over the
 // dropped seqs (sched.State.Drop) and every schedule outside them fires
 // once when due. Before, the shard stopped at the repair's gap for good
@@ -561,19 +580,7 @@ func TestSchedulesOfARepairedShardFire(t *testing.T) {
 		}
 	}
 	h.node.Close()
-	flipped := false
-	shards, _ := h.fs.List("/data/topics/" + wire.SchedTopic)
-	for _, s := range shards {
-		dir := path.Join("/data/topics", wire.SchedTopic, s)
-		names, _ := h.fs.List(dir)
-		for _, n := range names {
-			if b, err := h.fs.ReadFile(path.Join(dir, n)); err == nil && strings.HasSuffix(n, ".log") && bytes.Contains(b, []byte("sched-05-")) {
-				flipInSegments(t, h.fs, dir, []byte("sched-05-"))
-				flipped = true
-			}
-		}
-	}
-	if !flipped {
+	if !h.flipInShards([]byte("sched-05-")) {
 		t.Fatal("no shard holds sched-05")
 	}
 	h.open()
@@ -636,18 +643,8 @@ func TestAScheduleWhoseMessageARepairDroppedIsResolvedUnknown(t *testing.T) {
 	}
 	eventually(t, "a second checkpoint on each shard", each(2))
 	h.node.Close()
-	shards, _ := h.fs.List("/data/topics/" + wire.SchedTopic)
 	for i := range 20 {
-		victim := fmt.Appendf(nil, "second-%02d-", i)
-		for _, s := range shards {
-			dir := path.Join("/data/topics", wire.SchedTopic, s)
-			names, _ := h.fs.List(dir)
-			for _, n := range names {
-				if b, err := h.fs.ReadFile(path.Join(dir, n)); err == nil && strings.HasSuffix(n, ".log") && bytes.Contains(b, victim) {
-					flipInSegments(t, h.fs, dir, victim)
-				}
-			}
-		}
+		h.flipInShards(fmt.Appendf(nil, "second-%02d-", i))
 	}
 	h.open()
 	h.node.Close()

@@ -162,7 +162,7 @@ func TestSingleNodeDeleteFinishesAtOpen(t *testing.T) {
 	}
 }
 
-func readAll(t *testing.T, fsys vfs.FS, name string) []byte {
+func readAll(t testing.TB, fsys vfs.FS, name string) []byte {
 	t.Helper()
 	size, err := fsys.Stat(name)
 	if err != nil {
