@@ -187,3 +187,34 @@ func TestIdleTailOfAMemberAloneIsNotCutAfterACrash(t *testing.T) {
 		})
 	}
 }
+
+// The mark's rules, step by step: a period that took an append writes
+// none (a log under steady load writes no marks); an idle one writes the
+// synced seq once it passed the known point, and only then.
+func TestSyncedMarkOnlyAfterAnIdlePeriod(t *testing.T) {
+	h := newHarness(t)
+	const dir = "/marks"
+	if err := h.fs.MkdirAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	var m syncedMarks
+	for i, step := range []struct {
+		last, synced uint64
+		wrote        bool
+		mark         uint64
+	}{
+		{3, 3, false, 0}, // appended through the period (0 -> 3)
+		{5, 5, false, 0}, // again (3 -> 5)
+		{5, 4, true, 4},  // idle: the synced seq, even behind the last
+		{5, 4, false, 4}, // idle, nothing synced past the mark
+		{5, 5, true, 5},
+		{6, 6, false, 5}, // an append: no mark, however synced
+	} {
+		if wrote := h.node.markSynced(&m, dir, step.last, step.synced, "test"); wrote != step.wrote {
+			t.Fatalf("step %d %+v: wrote %v", i, step, wrote)
+		}
+		if mark, err := readSyncedMark(h.fs, dir); err != nil || mark != step.mark {
+			t.Fatalf("step %d %+v: mark %d, %v", i, step, mark, err)
+		}
+	}
+}
