@@ -1,18 +1,20 @@
 package node
 
-// A partition's synced mark: the file "synced" beside the log of a
-// partition with no other replica (a single node's, a cluster's member
-// alone) holds a seq its log had synced. It widens the point a log must
-// hold when it opens (storage.Options.DurableThrough, DurableTailNotTorn)
-// over an idle tail. The last batches of the active segment have no later
-// batch to prove them durable by its synced-through seq, so a bit flip
-// there cannot be told from a torn write; the dedup snapshot's point
-// covers them after a clean stop, but after a crash only as far as its
-// last write (every 64 MiB of records). A tail that stayed idle for a
-// period before the crash is now covered by the mark: a flip into it is
-// damage (DATA_CORRUPT, `nereus repair`), not a torn write cut in
-// silence with its seqs handed out again. Left uncovered: the batches of
-// the last period before a crash while appends ran.
+// A log's synced mark: the file "synced" beside a log with no other
+// replica — a single node's partition or ack ledger, a cluster's member
+// alone — holds a seq the log had synced. It widens the point the log
+// must hold when it opens (storage.Options.DurableThrough,
+// DurableTailNotTorn) over an idle tail. The last batches of the active
+// segment have no later batch to prove them durable by its synced-through
+// seq, so a bit flip there cannot be told from a torn write; a partition's
+// dedup snapshot covers them after a clean stop, but after a crash only
+// as far as its last write (every 64 MiB of records), and a ledger had
+// nothing. The mark is written once the log took nothing for a whole
+// period (Config.SyncedMarkMs) and at a clean close no snapshot covers: a
+// flip into a marked tail is damage (DATA_CORRUPT, `nereus repair`), not
+// a torn write cut with only a WARN — a partition's seqs handed out
+// again, a ledger's confirmed acks forgotten. Left uncovered: the batches
+// of the last period before a crash while appends ran.
 
 import (
 	"encoding/binary"
