@@ -96,6 +96,9 @@ type groupCmd struct {
 	entries []wire.AckEntry
 	delayMs int64
 	reply   AckReply
+	// officeUntilMs: an ACK or NACK waiting for a partition this node
+	// takes office for (awaitOffice), until then at most (0: never waited).
+	officeUntilMs int64
 }
 
 type groupSettings struct {
@@ -127,6 +130,9 @@ type groupRunner struct {
 	// Manual mode (Config.Manual): queued commands and wake-ups, owned by
 	// the driver's goroutine instead of run.
 	manualQueue []groupCmd
+	// officeWaits are ACKs and NACKs waiting for a partition this node
+	// takes office for (awaitOffice); owned by the group's goroutine.
+	officeWaits []groupCmd
 	woken       bool
 	nextWakeMs  int64
 
@@ -239,6 +245,11 @@ type ackLedger interface {
 	// is durable (nothing of it batched, in flight or undurable), so its
 	// floor may be published as durable.
 	settled(pi int) bool
+	// takingOffice reports whether this node may deliver partition pi
+	// soon but does not yet: it leads pi and its install entry is not
+	// applied or the group has not rebuilt its position from the log, or
+	// an election for pi runs.
+	takingOffice(pi int) bool
 	// close releases the ledger (the group is shutting down).
 	close()
 }
@@ -664,10 +675,10 @@ func (g *groupRunner) shutdown() {
 		g.subs = nil
 	}
 	g.ledger.flush()
-	for _, c := range g.manualQueue {
+	for _, c := range append(g.manualQueue, g.officeWaits...) {
 		g.refuse(c)
 	}
-	g.manualQueue = nil
+	g.manualQueue, g.officeWaits = nil, nil
 	for {
 		select {
 		case c := <-g.cmds:
@@ -737,8 +748,19 @@ func (g *groupRunner) iterate(now int64) (waitMs int64) {
 			return groupReloadRetryMs
 		}
 	}
+	if waiting := g.officeWaits; len(waiting) > 0 {
+		g.officeWaits = nil
+		for _, c := range waiting {
+			g.handleAcks(c) // waits again while its partition is still taking office
+		}
+	}
 	g.collectDeadLetters(now)
 	wait := int64(groupIdleWaitMs)
+	if len(g.officeWaits) > 0 {
+		// Looked at again soon: an election another node wins wakes
+		// nothing here (one this node wins does, with its commit).
+		wait = min(wait, leaseRetryMs)
+	}
 	if hold := g.ledger.holdMs(); hold > 0 {
 		wait = hold // the acks and replies wait in their batches
 	} else {
@@ -842,6 +864,37 @@ func (g *groupRunner) handle(c groupCmd) {
 	}
 }
 
+// officeWaitMs bounds how long an ACK or NACK waits for a partition this
+// node takes office for (about an election and an install's commit).
+const officeWaitMs = 2000
+
+// awaitOffice holds c back, up to officeWaitMs, when it names a partition
+// this node leads, or may lead once an election ends, but does not
+// deliver yet (AckAwaitsOffice): the group's
+// rebuild from the partition's log, once the install entry is applied,
+// may find the ack already durable — the record committed, its ACK_OK
+// lost with the node that took it. Answered at once, it got
+// STALE_DELIVERY, "the leader delivers it again", and the leader never
+// did: the seq was done (`nereus sim --nodes 1 --faults crash`, seeds 2,
+// 6, 8, 11, 14, 15 of 16: the consumer's retried ack went unconfirmed for
+// good). The iteration after the group starts delivering the partition
+// handles c again; after the bound, as before.
+func (g *groupRunner) awaitOffice(c groupCmd, now int64) bool {
+	if c.officeUntilMs != 0 && now >= c.officeUntilMs || g.node.cfg.Mutations.AckIgnoresOffice {
+		return false
+	}
+	for _, e := range c.entries {
+		if pi := int(e.Partition); pi < len(g.cursors) && g.cursors[pi] == nil && g.ledger.takingOffice(pi) {
+			if c.officeUntilMs == 0 {
+				c.officeUntilMs = now + officeWaitMs
+			}
+			g.officeWaits = append(g.officeWaits, c)
+			return true
+		}
+	}
+	return false
+}
+
 // reload rebuilds the cursors from the durable ledger after a failure. Until
 // it succeeds, acks are refused: the in-memory cursors may hold acks that
 // never became durable, and must not confirm a retried one.
@@ -860,6 +913,9 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		return
 	}
 	now := g.node.monoMs()
+	if g.awaitOffice(c, now) {
+		return
+	}
 	m := g.node.metrics
 	results := make([]wire.Code, len(c.entries))
 	var parts []uint32

@@ -225,6 +225,9 @@ func (l *fileLedger) fenced(int, uint64, uint64) bool { return true }
 
 func (l *fileLedger) leased(int) bool { return true }
 
+// takingOffice: a single node delivers every partition from its load on.
+func (l *fileLedger) takingOffice(int) bool { return false }
+
 func (l *fileLedger) wakeAtMs() int64 {
 	if l.log == nil || l.g.node.cfg.SyncedMarkMs <= 0 || l.log.SyncedSeq() <= l.marks.point {
 		return 0

@@ -41,6 +41,10 @@ type Mutations struct {
 	// batches is cut as a torn write, and the seqs of the records it
 	// held are handed out again.
 	TornTailBelowDurablePoint bool
+	// AckIgnoresOffice: an ACK or NACK naming a partition this node leads
+	// but does not deliver yet is answered at once (STALE_DELIVERY), not
+	// held until the group rebuilt its position from the log.
+	AckIgnoresOffice bool
 	// SyncedMarkSkipped: a partition with no other replica never writes
 	// its synced mark, so a bit flip into its idle tail before a crash is
 	// cut as a torn write (the point covers only its dedup snapshot).

@@ -213,6 +213,23 @@ func (l *replicatedLedger) follow(now int64) {
 	}
 }
 
+// takingOffice reports whether this node may deliver partition pi soon
+// while the group does not deliver it yet: its replica leads it (the
+// install entry not applied, or follow has not rebuilt the group's
+// position), or hears no leader (an election runs, which it may win — a
+// partition's only replica always does).
+func (l *replicatedLedger) takingOffice(pi int) bool {
+	if l.parts[pi] != nil {
+		return false
+	}
+	store := l.g.topic.partitions[pi].replica()
+	if store == nil {
+		return false
+	}
+	st := store.repl.Status()
+	return st.Role == replica.Leader || st.Leader == 0
+}
+
 // leads reports whether this node leads p and took office in its epoch:
 // its install entry is applied, so every group record an earlier leader
 // committed is in what it rebuilds from (LeaderDeliversAfterInstall).

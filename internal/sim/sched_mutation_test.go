@@ -20,9 +20,9 @@ var schedMutationSeeds = map[string]struct {
 	seeds     []uint64
 	invariant string
 }{
-	"sched-publish-without-lease": {[]uint64{1, 2, 3}, "NoPublishWithoutBothGates"},   // each of seeds 1-3
-	"sched-publish-before-intent": {[]uint64{1, 2, 3}, "NoPublishBeforeIntent"},       // each of seeds 1-3
-	"sched-fenced-still-fires":    {[]uint64{9, 13, 41}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-60 since the stall fault and the monotonic clock (4, 15, 22 before; 1, 3, 30 before partitions heartbeat every 3 ticks; 5, 7, 26 before the dedup snapshots)
+	"sched-publish-without-lease": {[]uint64{1, 2, 3}, "NoPublishWithoutBothGates"},  // each of seeds 1-3
+	"sched-publish-before-intent": {[]uint64{1, 2, 3}, "NoPublishBeforeIntent"},      // each of seeds 1-3
+	"sched-fenced-still-fires":    {[]uint64{4, 5, 10}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-60 (17 of them) since acks await their partition's office (9, 13, 41 before; 4, 15, 22 before the stall fault and the monotonic clock; 1, 3, 30 before partitions heartbeat every 3 ticks; 5, 7, 26 before the dedup snapshots)
 	// The replication kernel's lease dated from the answers' arrival: a
 	// paused leader renews it from answers to heartbeats sent before its
 	// pause and acts after another node took office. Which invariant it
@@ -30,10 +30,11 @@ var schedMutationSeeds = map[string]struct {
 	// gates (NoPublishWithoutBothGates) on one seed of 1-300 in the last
 	// search that found any (108), on none of 1-150 since the coordinator
 	// decides only once it took office; through delivery, which the lease
-	// guards too (AckFloorNeverRedelivered), on 15 of 1-150, the first three
-	// recorded. It needs a pause across an election; the kernel's
-	// TestLeaseDatesFromTheAppendNotTheAnswer catches it directly.
-	"lease-from-receipt": {[]uint64{8, 16, 19}, "AckFloorNeverRedelivered"},
+	// guards too (AckFloorNeverRedelivered), on 15 of 1-150 before acks
+	// awaited their partition's office, on 4 of 1-60 (7, 8, 10, 34) since,
+	// the first three recorded. It needs a pause across an election; the
+	// kernel's TestLeaseDatesFromTheAppendNotTheAnswer catches it directly.
+	"lease-from-receipt": {[]uint64{7, 8, 10}, "AckFloorNeverRedelivered"},
 }
 
 // schedMutationsNotReached are the scheduler mutations the campaign has

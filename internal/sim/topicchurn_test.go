@@ -22,9 +22,12 @@ import (
 // coordinate-before-office a seed of 1-12 breaks it (12 of 1-20 now, 1 first): the
 // metadata leader killed as it applied the topic's delete (a crash
 // fault), its heir answers a DECLARE "exists" before it took office, from
-// a state that lacks the delete. So does one with coordinate-without-lease:
-// a deposed metadata leader, cut off, answers from its older state
-// (CoordinatorHoldsLease).
+// a state that lacks the delete. coordinate-without-lease (a deposed
+// metadata leader, cut off, answering from its older state) breaks it
+// too, but rarely here: seeds 10, 36 and 54 of 1-98, and 65 and 124 of
+// 1-159 once AckAwaitsOffice moved the runs' timing; the group-delete
+// campaign (seed 2) and internal/cluster's TestDeposedCoordinatorAnswers-
+// Nothing catch it.
 func TestClusterTopicChurnCampaign(t *testing.T) {
 	want := 3
 	if testing.Short() {
@@ -45,7 +48,5 @@ func TestClusterTopicChurnCampaign(t *testing.T) {
 	if busy < want {
 		t.Fatalf("only %d of seeds 1-8 answered 10 topic deletes or more, want %d", busy, want)
 	}
-	for _, m := range []string{"coordinate-before-office", "coordinate-without-lease"} {
-		firstSeedCatching(t, ClusterOptions{Faults: AllClusterFaults, TopicChurn: 20}, m, CoordinatorAnswersCurrent, 12)
-	}
+	firstSeedCatching(t, ClusterOptions{Faults: AllClusterFaults, TopicChurn: 20}, "coordinate-before-office", CoordinatorAnswersCurrent, 12)
 }
