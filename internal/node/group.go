@@ -870,15 +870,14 @@ const officeWaitMs = 2000
 
 // awaitOffice holds c back, up to officeWaitMs, when it names a partition
 // this node leads, or may lead once an election ends, but does not
-// deliver yet (AckAwaitsOffice): the group's
-// rebuild from the partition's log, once the install entry is applied,
-// may find the ack already durable — the record committed, its ACK_OK
-// lost with the node that took it. Answered at once, it got
-// STALE_DELIVERY, "the leader delivers it again", and the leader never
-// did: the seq was done (`nereus sim --nodes 1 --faults crash`, seeds 2,
-// 6, 8, 11, 14, 15 of 16: the consumer's retried ack went unconfirmed for
-// good). The iteration after the group starts delivering the partition
-// handles c again; after the bound, as before.
+// deliver yet (AckAwaitsOffice): the group's rebuild from the partition's
+// log, once the install entry is applied, may find the ack already
+// durable — the record committed, its ACK_OK lost with the node that took
+// it. Answered at once, it got STALE_DELIVERY, "the leader delivers it
+// again", and the leader never did: the seq was done (`nereus sim --nodes
+// 1 --faults crash`, seeds 2, 6, 8, 11, 14, 15 of 16: the consumer's
+// retried ack went unconfirmed for good). The pass after the group starts
+// delivering the partition handles c again; after the bound, as before.
 func (g *groupRunner) awaitOffice(c groupCmd, now int64) bool {
 	if c.officeUntilMs != 0 && now >= c.officeUntilMs || g.node.cfg.Mutations.AckIgnoresOffice {
 		return false
