@@ -628,6 +628,10 @@ func TestAckLedgerMarkedTailIsDamage(t *testing.T) {
 			const n = 5
 			if !c.idle {
 				ackOneByOne(h, n, 0)
+				// What the simulator reads before each start and repair.
+				if marks := LedgerMarks(h.fs, "/data"); !c.skipped && (len(marks) != 1 || marks[path.Dir(testLedger)] != lastLedgerSeq(h)) {
+					t.Fatalf("ledger marks %v, want %s at seq %d", marks, path.Dir(testLedger), lastLedgerSeq(h))
+				}
 			} else {
 				ackOneByOneOpen(h, n, 0)
 				// The group's clock moves on: the ledger marks what it

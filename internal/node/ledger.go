@@ -217,7 +217,15 @@ func (l *fileLedger) follow(now int64) {
 		return
 	}
 	l.nextMarkMs = now + ms
-	g.node.markSynced(&l.marks, path.Join(g.dir, ledgerDirName(l.gen)), l.log.NextSeq()-1, l.log.SyncedSeq(), g.name+"/"+g.topic.cfg.Name, "group", g.name, "topic", g.topic.cfg.Name)
+	dir, subject, attrs := l.markPlace()
+	g.node.markSynced(&l.marks, dir, l.log.NextSeq()-1, l.log.SyncedSeq(), subject, attrs...)
+}
+
+// markPlace is where the live generation's synced mark goes, and how a
+// failed write of it is logged.
+func (l *fileLedger) markPlace() (dir, subject string, attrs []any) {
+	g := l.g
+	return path.Join(g.dir, ledgerDirName(l.gen)), g.name + "/" + g.topic.cfg.Name, []any{"group", g.name, "topic", g.topic.cfg.Name}
 }
 
 // fenced: a single node's one view of the group never goes back.
@@ -244,8 +252,9 @@ func (l *fileLedger) settled(int) bool {
 // flip could pass off as torn), then closes it.
 func (l *fileLedger) close() {
 	if l.log != nil {
-		if g := l.g; g.failure == nil {
-			g.node.writeSyncedMark(&l.marks, path.Join(g.dir, ledgerDirName(l.gen)), l.log.SyncedSeq(), g.name+"/"+g.topic.cfg.Name, "group", g.name, "topic", g.topic.cfg.Name)
+		if l.g.failure == nil {
+			dir, subject, attrs := l.markPlace()
+			l.g.node.writeSyncedMark(&l.marks, dir, l.log.SyncedSeq(), subject, attrs...)
 		}
 		l.log.Close()
 	}

@@ -69,6 +69,20 @@ func DurablePoint(fsys vfs.FS, dir string) uint64 {
 	return max(durablePoint(fsys, dir), mark)
 }
 
+// LedgerMarks is the synced mark of every ack ledger directory of the
+// data directory dataDir (by directory; none: absent), as a group's load
+// and `nereus repair` read them.
+func LedgerMarks(fsys vfs.FS, dataDir string) map[string]uint64 {
+	out := map[string]uint64{}
+	dirs, _ := ledgerDirs(fsys, path.Join(dataDir, "groups"))
+	for _, l := range dirs {
+		if mark, _ := readSyncedMark(fsys, l.dir); !l.snapshot && mark > 0 {
+			out[l.dir] = mark
+		}
+	}
+	return out
+}
+
 // syncedMark reads the synced mark in dir for an open (0: none); an
 // unreadable one is said, and the open goes on without it.
 func (n *Node) syncedMark(dir string, attrs ...any) uint64 {

@@ -56,8 +56,8 @@ func (s *sim) watchForRepair() {
 }
 
 // readDurablePoints reads each partition's durable point (its dedup
-// snapshots' and its synced mark's), as the node reads it before it opens
-// its logs and as a repair does.
+// snapshots' and its synced mark's) and each ack ledger's synced mark, as
+// the node reads them before it opens its logs and as a repair does.
 func (s *sim) readDurablePoints() {
 	clear(s.durable)
 	for p := range uint32(s.opts.Partitions) {
@@ -65,21 +65,7 @@ func (s *sim) readDurablePoints() {
 			s.durable[p] = point
 		}
 	}
-	clear(s.ledgerDurable)
-	groups := path.Join(dataDir, "groups")
-	gs, _ := s.b.fs.List(groups)
-	for _, g := range gs {
-		ts, _ := s.b.fs.List(path.Join(groups, g))
-		for _, t := range ts {
-			ls, _ := s.b.fs.List(path.Join(groups, g, t))
-			for _, l := range ls {
-				dir := path.Join(groups, g, t, l)
-				if point := node.DurablePoint(s.b.fs, dir); strings.HasPrefix(l, "ledger") && point > 0 {
-					s.ledgerDurable[dir] = point
-				}
-			}
-		}
-	}
+	s.ledgerDurable = node.LedgerMarks(s.b.fs, dataDir)
 }
 
 // tornTailCut takes in a start's or a repair's torn tail cut of

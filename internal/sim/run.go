@@ -411,7 +411,7 @@ func newSim(opts Options) *sim {
 	s := &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{},
 		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{},
 		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}, ledgerFlips: map[string]*ledgerFlip{}, acksForgotten: map[string]int{},
-		memberEvents: map[string]int{}, doubleFlips: rand.New(rand.NewPCG(opts.Seed, 0x746f70696373)), durable: map[uint32]uint64{}, ledgerDurable: map[string]uint64{}}
+		memberEvents: map[string]int{}, doubleFlips: rand.New(rand.NewPCG(opts.Seed, 0x746f70696373)), durable: map[uint32]uint64{}}
 	s.watchForRepair()
 	if opts.Retention.Bytes > 0 {
 		s.retention = opts.Retention
