@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -602,9 +601,11 @@ func TestSchedulesOfARepairedShardFire(t *testing.T) {
 // published: it is resolved UNKNOWN (recorded, never guessed: an earlier
 // office may have published it) and leaves the shard. Before, its
 // publish failed at every try, it stayed FIRING for good and blocked its
-// lane each time. Two checkpoints on each shard: the second carries the
-// first batch's messages and lists the second batch's without them;
-// every record of the second batch is then flipped.
+// lane each time. Second-batch schedules are added until a shard's latest
+// checkpoint lists one whose message lies in a batch apart from that
+// checkpoint's chunks; those batches alone are flipped. (When a shard
+// checkpoints depends on when its owner's upkeep runs, so the test reads
+// the logs rather than counting checkpoints.)
 func TestAScheduleWhoseMessageARepairDroppedIsResolvedUnknown(t *testing.T) {
 	var mu sync.Mutex
 	checkpoints := map[uint32]int{}
@@ -623,13 +624,6 @@ func TestAScheduleWhoseMessageARepairDroppedIsResolvedUnknown(t *testing.T) {
 	}
 	h.restart()
 	h.declare("t", 1)
-	each := func(n int) func() bool {
-		return func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(checkpoints) == 2 && checkpoints[0] >= n && checkpoints[1] >= n
-		}
-	}
 	now := h.nowMs.Load()
 	var firsts []string
 	for i := range 20 {
@@ -637,14 +631,29 @@ func TestAScheduleWhoseMessageARepairDroppedIsResolvedUnknown(t *testing.T) {
 		h.mustSchedule("t", v, now+1000)
 		firsts = append(firsts, v)
 	}
-	eventually(t, "a checkpoint on each shard", each(1))
-	for i := range 20 {
-		h.mustSchedule("t", fmt.Sprintf("second-%02d-%s", i, strings.Repeat("x", 24)), now+1000)
+	eventually(t, "a checkpoint on each shard", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(checkpoints) == 2 && checkpoints[0] >= 1 && checkpoints[1] >= 1
+	})
+	const secondsMax = 200
+	seconds := 0
+	for ; len(h.checkpointedMessages("second-")) == 0; seconds++ {
+		if seconds == secondsMax {
+			t.Fatalf("%d second-batch schedules, and no checkpoint lists one apart from its message", secondsMax)
+		}
+		h.mustSchedule("t", fmt.Sprintf("second-%03d-%s", seconds, strings.Repeat("x", 24)), now+1000)
 	}
-	eventually(t, "a second checkpoint on each shard", each(2))
 	h.node.Close()
-	for i := range 20 {
-		h.flipInShards(fmt.Appendf(nil, "second-%02d-", i))
+	victims := h.checkpointedMessages("second-")
+	if len(victims) == 0 {
+		t.Fatal("the shards' final checkpoints list no second-batch schedule apart from its message")
+	}
+	t.Logf("%d second-batch schedules; %d of their messages flipped", seconds, len(victims))
+	for _, v := range victims {
+		if err := h.fs.FlipBit(v.file, v.offset, 1); err != nil {
+			t.Fatal(err)
+		}
 	}
 	h.open()
 	h.node.Close()
@@ -657,20 +666,125 @@ func TestAScheduleWhoseMessageARepairDroppedIsResolvedUnknown(t *testing.T) {
 		list, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedList})
 		return err == nil && len(list.Schedules) == 0
 	})
-	if !strings.Contains(logs.String(), "its schedule is resolved unknown") {
-		t.Fatal("no lost message was resolved: the case proves nothing (no checkpoint listed a second-batch schedule)")
+	if n := strings.Count(logs.String(), "its schedule is resolved unknown"); n < len(victims) {
+		t.Fatalf("%d lost messages resolved unknown, want %d (one per flipped message)", n, len(victims))
 	}
-	// What fired, fired once; a message the repair dropped never did (a
-	// first's carry may share a batch with a second's record: then it is
-	// lost too).
+	// What fired, fired once; a message the repair dropped never did.
 	time.Sleep(100 * time.Millisecond)
 	got := h.values("t")
 	for v, n := range got {
-		if n != 1 || !slices.Contains(firsts, v) {
-			t.Fatalf("%q published %d times; want only first-batch messages, once", v, n)
+		if n != 1 {
+			t.Fatalf("%q published %d times, want once", v, n)
 		}
 	}
-	if len(got) == 0 {
-		t.Fatal("nothing fired")
+	for _, v := range victims {
+		if got[v.value] != 0 {
+			t.Fatalf("%q was published, but the repair dropped its message", v.value)
+		}
 	}
+	for _, v := range firsts {
+		if got[v] != 0 {
+			return
+		}
+	}
+	t.Fatal("no first-batch schedule fired")
+}
+
+// checkpointedMessage is a message a shard's latest checkpoint lists
+// apart from its chunks: a byte of it to flip.
+type checkpointedMessage struct {
+	file   string
+	offset int64
+	value  string
+}
+
+// checkpointedMessages reads each schedule shard's segments and returns
+// the messages, with the given prefix, of the schedules its latest whole
+// checkpoint lists whose message record lies in a batch without any of
+// that checkpoint's chunks: a repair that drops such a batch leaves the
+// checkpoint whole and the schedule without its message.
+func (h *harness) checkpointedMessages(prefix string) []checkpointedMessage {
+	h.t.Helper()
+	type held struct {
+		file        string
+		segment     []byte
+		start, end  int64  // the batch's bytes
+		first, last uint64 // the batch's seqs
+		value       []byte
+	}
+	var out []checkpointedMessage
+	shards, _ := h.fs.List("/data/topics/" + wire.SchedTopic)
+	for _, s := range shards {
+		dir := path.Join("/data/topics", wire.SchedTopic, s)
+		names, _ := h.fs.List(dir)
+		records := map[uint64]held{}
+		chunks := map[uint64]sched.Checkpoint{} // by seq
+		for _, n := range names {
+			if !strings.HasSuffix(n, ".log") {
+				continue
+			}
+			file := path.Join(dir, n)
+			b, err := h.fs.ReadFile(file)
+			if err != nil {
+				continue // compacted away while the node runs
+			}
+			for _, sb := range storage.SegmentBatches(b) {
+				if len(sb.Entries) == 0 {
+					continue
+				}
+				first, last := sb.Entries[0].Seq, sb.Entries[len(sb.Entries)-1].Seq
+				for _, e := range sb.Entries {
+					hs := e.Record.Headers
+					if len(hs) == 0 || hs[0].Key != schedHeader {
+						continue
+					}
+					d, err := sched.Decode(hs[0].Value)
+					if err != nil {
+						h.t.Fatal(err)
+					}
+					switch d.Kind {
+					case sched.KindCheckpoint:
+						chunks[e.Seq] = d.Checkpoint
+					case sched.KindSchedule, sched.KindCarry:
+						records[e.Seq] = held{file, b, sb.Offset, sb.End, first, last, e.Record.Value}
+					}
+				}
+			}
+		}
+		// The latest whole checkpoint: chunk 0 at Base+1 and every other
+		// chunk after it.
+		var latest []sched.Checkpoint
+		for seq, c := range chunks {
+			if c.Chunk != 0 || seq != c.Base+1 || (len(latest) > 0 && c.Base < latest[0].Base) {
+				continue
+			}
+			whole := []sched.Checkpoint{c}
+			for i := uint32(1); i < c.Chunks; i++ {
+				if next, ok := chunks[seq+uint64(i)]; ok && next.Base == c.Base && next.Chunk == i {
+					whole = append(whole, next)
+				}
+			}
+			if len(whole) == int(c.Chunks) {
+				latest = whole
+			}
+		}
+		if len(latest) == 0 {
+			continue
+		}
+		lo, hi := latest[0].Base+1, latest[0].Base+uint64(latest[0].Chunks)
+		for _, c := range latest {
+			for _, e := range c.Entries {
+				r, ok := records[e.At]
+				if !ok || !bytes.HasPrefix(r.value, []byte(prefix)) || (r.first <= hi && r.last >= lo) {
+					continue
+				}
+				i := bytes.Index(r.segment[r.start:r.end], r.value)
+				if i < 0 {
+					h.t.Fatalf("%s: message %q not in its batch", r.file, r.value)
+				}
+				out = append(out, checkpointedMessage{r.file, r.start + int64(i), string(r.value)})
+			}
+		}
+	}
+	return out
 }
