@@ -119,9 +119,12 @@ type ConsumerStats struct {
 // later; the consumer goes on with its other lanes.
 //
 // An ack goes to the node that delivered the message. Acks refused as a
-// whole with NOT_LEADER or UNAVAILABLE, or lost with their connection,
-// fail; per entry STALE_DELIVERY means the message was redelivered
-// meanwhile (for example by a partition's new leader).
+// whole with NOT_LEADER or UNAVAILABLE, or whose answer was lost with
+// their connection, may have been durable: they are asked again at each
+// partition's leader (rerouteAcks), whose answer is final. Acks still
+// queued when their lane's connection is lost fail. Per entry
+// STALE_DELIVERY means the message was redelivered meanwhile (for example
+// by a partition's new leader).
 type Consumer struct {
 	client    *Client
 	key       subKey
@@ -1117,10 +1120,13 @@ func (co *Consumer) ackEnded()   { co.acksOut.Add(-1); co.acksInFlight.Done() }
 // sendAcks sends batch (at most ackBatchEntriesMax entries) as one ACK on
 // l's connection; the reply completes each entry.
 func (co *Consumer) sendAcks(l *lane, batch []ackRequest) {
-	co.sendAcksAttempt(l, batch, 0)
+	co.sendAcksAttempt(l.cn, batch, 0, 0)
 }
 
-func (co *Consumer) sendAcksAttempt(l *lane, batch []ackRequest, attempt int) {
+// sendAcksAttempt sends batch as one ACK on cn: attempt counts its resends
+// after a retryable refusal, reroutes the times it was asked again at its
+// partitions' leaders (rerouteAcks).
+func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt, reroutes int) {
 	// Not the pump's context: acks taken in must go out even while closing.
 	ctx, cancel := co.client.withRequestTimeout(context.Background())
 	defer cancel()
@@ -1129,20 +1135,23 @@ func (co *Consumer) sendAcksAttempt(l *lane, batch []ackRequest, attempt int) {
 		entries[i] = a.entry
 	}
 	co.ackStarted()
-	_, err := l.cn.request(ctx, &wire.Ack{Topic: co.key.topic, Group: co.key.group, Entries: entries},
+	_, err := cn.request(ctx, &wire.Ack{Topic: co.key.topic, Group: co.key.group, Entries: entries},
 		func(f wire.Frame, err error) {
 			defer co.ackEnded()
 			var werr *wire.Error
-			if hasCode(err, wire.CodeNotLeader, wire.CodeUnavailable) {
-				// This node no longer serves what it delivered: these acks
-				// fail, their messages come again from the new leader.
-				// Look for it.
+			switch {
+			case hasCode(err, wire.CodeNotLeader, wire.CodeUnavailable) || errors.Is(err, ErrDisconnected):
+				// This node no longer serves what it delivered, or the
+				// answer was lost: the ack may be durable or not. The
+				// partition's leader tells.
 				co.askReconcile()
-			} else if attempt < ackRetriesMax && errors.As(err, &werr) && werr.Code.Retryable() {
+				co.rerouteAcks(batch, reroutes+1, fmt.Errorf("nereus: ack: %w", err))
+				return
+			case attempt < ackRetriesMax && errors.As(err, &werr) && werr.Code.Retryable():
 				co.ackStarted()
 				time.AfterFunc(time.Duration(attempt+1)*50*time.Millisecond, func() {
 					defer co.ackEnded()
-					co.sendAcksAttempt(l, batch, attempt+1)
+					co.sendAcksAttempt(cn, batch, attempt+1, reroutes)
 				})
 				return
 			}
@@ -1150,10 +1159,76 @@ func (co *Consumer) sendAcksAttempt(l *lane, batch []ackRequest, attempt int) {
 		})
 	if err != nil {
 		co.ackEnded()
-		co.failAcks(batch, fmt.Errorf("nereus: ack: %w", err))
+		co.failAcks(batch, fmt.Errorf("nereus: ack: %w", err)) // not sent
 	}
 }
 
+// ackReroutesMax bounds how many times an ack is asked again at its
+// partition's leader (rerouteAcks) before it fails.
+const ackReroutesMax = 5
+
+// rerouteAcks asks batch again, after a pause and a refresh of the
+// metadata, at the node that leads each entry's partition now
+// (AckFollowsItsPartition). It is for acks whose fate the node they went
+// to could not tell: refused as a whole with NOT_LEADER or UNAVAILABLE
+// (the node stopped delivering the partition, perhaps with the ack's
+// record already committed) or answered by nobody (the connection was
+// lost after they were sent). The leader answers OK for a seq
+// the group has done — the ack was durable — and STALE_DELIVERY for one it
+// delivers again. Before, these acks failed as "redelivered", and one
+// that was durable never came again. The reroute-th ask (from 1) waits
+// reroute × 100 ms; after ackReroutesMax the acks fail with cause. Acks
+// are idempotent, so asking twice is safe.
+func (co *Consumer) rerouteAcks(batch []ackRequest, reroute int, cause error) {
+	if reroute > ackReroutesMax || errors.Is(cause, ErrClosed) {
+		co.failAcks(batch, cause)
+		return
+	}
+	c := co.client
+	co.ackStarted()
+	go func() {
+		defer co.ackEnded()
+		// The pause lets an election end; the refresh names its winner
+		// (rate-limited: waited for a little longer at most).
+		refreshed := c.refreshTopic(co.key.topic)
+		pause := time.Duration(reroute) * 100 * time.Millisecond
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-c.closed:
+			t.Stop()
+		}
+		t.Reset(pause)
+		select {
+		case <-refreshed:
+		case <-t.C:
+		}
+		t.Stop()
+		ctx, cancel := c.withRequestTimeout(context.Background())
+		defer cancel()
+		byConn := map[*conn][]ackRequest{}
+		var unrouted []ackRequest
+		for _, a := range batch {
+			cn, err := c.leaderConn(ctx, co.key.topic, int32(a.entry.Partition), true)
+			switch {
+			case errors.Is(err, ErrClosed):
+				co.failAcks([]ackRequest{a}, fmt.Errorf("nereus: ack: %w", err))
+			case err != nil || cn == nil:
+				unrouted = append(unrouted, a)
+			default:
+				byConn[cn] = append(byConn[cn], a)
+			}
+		}
+		for cn, acks := range byConn {
+			co.sendAcksAttempt(cn, acks, 0, reroute)
+		}
+		if len(unrouted) > 0 {
+			co.rerouteAcks(unrouted, reroute+1, cause)
+		}
+	}()
+}
+
+// completeAcks completes batch with its answer f (or err).
 func (co *Consumer) completeAcks(batch []ackRequest, f wire.Frame, err error) {
 	if err == nil {
 		ok, isOK := f.(*wire.AckOK)

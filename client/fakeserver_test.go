@@ -62,7 +62,11 @@ type fakeServer struct {
 	// perPartition: delivery at each partition's leader (see fakeServer).
 	perPartition bool
 	// onAck, when set, may refuse the nth ACK frame with an error frame.
-	onAck          func(n int) *wire.Err
+	onAck func(n int) *wire.Err
+	// onAckApplied, when set, applies a fault to the nth ACK frame after
+	// applying it (a leader that made the ack durable, then lost office or
+	// its connection before it answered).
+	onAckApplied   func(n int) fakeAction
 	ackCount       int
 	reorderReplies bool // answer PUBs in reverse batches
 	creditLimit    int  // if > 0: unused credit of a sub must stay ≤ it
@@ -612,7 +616,11 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 				return e, false
 			}
 		}
-		return fs.ackLocked(s, f.Topic, f.Group, f.Entries, false, 0), false
+		reply := fs.ackLocked(s, f.Topic, f.Group, f.Entries, false, 0)
+		if fs.onAckApplied != nil {
+			return fs.afterAppendLocked(s, f.Topic, fs.onAckApplied(fs.ackCount), reply)
+		}
+		return reply, false
 	case *wire.Nack:
 		if !fs.isCoordinatorLocked(s, f.Topic) && !fs.perPartition {
 			return errFrame(wire.CodeNotLeader, "not the coordinator of %s", f.Topic), false
@@ -724,9 +732,9 @@ func (fs *fakeServer) pubLocked(s *fakeSession, f *wire.Pub) (wire.Frame, bool) 
 	return fs.afterAppendLocked(s, f.Topic, action, &ok2)
 }
 
-// afterAppendLocked applies the fault of action to an appended PUB whose
-// reply is ok, returning handleLocked's results.
-func (fs *fakeServer) afterAppendLocked(s *fakeSession, topic string, action fakeAction, ok *wire.PubOK) (wire.Frame, bool) {
+// afterAppendLocked applies the fault of action to an appended PUB (or an
+// applied ACK) whose reply is ok, returning handleLocked's results.
+func (fs *fakeServer) afterAppendLocked(s *fakeSession, topic string, action fakeAction, ok wire.Frame) (wire.Frame, bool) {
 	switch action {
 	case fakeAppendThenDrop:
 		return nil, true
@@ -862,6 +870,10 @@ func (fs *fakeServer) ackLocked(s *fakeSession, topic, group string, entries []w
 	res := &wire.AckOK{}
 	for _, e := range entries {
 		ref := fakeRef{e.Partition, e.Seq}
+		if g.acked[ref] && !nack {
+			res.Results = append(res.Results, wire.CodeOK) // acks are idempotent
+			continue
+		}
 		if id, ok := g.current[ref]; !ok || id != e.DeliveryID {
 			res.Results = append(res.Results, wire.CodeStaleDelivery)
 			continue

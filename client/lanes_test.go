@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -318,5 +319,69 @@ func TestConsumerNewIncarnationResubscribesEveryLane(t *testing.T) {
 		if at != int(ref.partition) {
 			t.Fatalf("record %v acked at n%d", ref, at)
 		}
+	}
+}
+
+// AckFollowsItsPartition: a leader makes an ack durable and loses office
+// (or its connection) before it answers. The consumer asks the
+// partition's leader again, which answers OK: AckSync succeeds and the
+// message does not come again. Before, AckSync failed with NOT_LEADER (or
+// the disconnection), documented as "the message is redelivered", and it
+// never was: the ack was durable.
+func TestAckDurableBeforeItsAnswerWasLostSucceedsAtTheLeader(t *testing.T) {
+	for name, fault := range map[string]fakeAction{"NOT_LEADER": fakeAppendThenStepDown, "connection lost": fakeAppendThenCrash} {
+		t.Run(name, func(t *testing.T) {
+			fs, c, ctx, p := laneFixture(t, 3, 2, 0)
+			publishTo(ctx, t, p, 0, 2, "a")
+			co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer co.Close()
+			m, err := co.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs.mu.Lock()
+			fs.onAckApplied = func(n int) fakeAction {
+				if n == 1 {
+					return fault // p0 moves to n1
+				}
+				return fakeNormal
+			}
+			fs.mu.Unlock()
+			if err := m.AckSync(ctx); err != nil {
+				t.Fatalf("AckSync of an ack made durable before its answer was lost: %v", err)
+			}
+			// The consumer goes on at the new leader: the next message
+			// (perhaps first a copy the old leader sent before it moved,
+			// now stale), and never the acked one again.
+			for {
+				next, err := co.Next(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if next.Seq == m.Seq {
+					t.Fatalf("seq %d delivered again after its ack was durable", m.Seq)
+				}
+				err = next.AckSync(ctx)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrDisconnected) {
+					t.Fatal(err) // a stale copy's ack, at its leader or on its lost lane
+				}
+			}
+			fs.mu.Lock()
+			acks := slices.Clone(fs.acksAt)
+			fs.mu.Unlock()
+			if acks[0] < 1 || acks[1] < 2 {
+				t.Fatalf("ACK frames by node = %v, want one at n0 and two at n1 at least (the first asked again there)", acks)
+			}
+			if st := co.Stats(); st.Acked != 2 {
+				t.Fatalf("stats = %+v, want 2 acked", st)
+			}
+			fs.checkViolations()
+		})
 	}
 }

@@ -114,10 +114,16 @@ func (m *Message) Ack() error {
 // AckSync acknowledges the message, at the node that delivered it, and
 // waits until the ack is durable. A delivery that is no longer current
 // (redelivered meanwhile, say by a partition's new leader) fails with an
-// error matching ErrStaleDelivery; an ack the node refuses because it no
-// longer serves the partition fails with ErrNotLeader (or UNAVAILABLE),
-// one whose connection was lost with ErrDisconnected: the message is
-// redelivered.
+// error matching ErrStaleDelivery. An ack the node refuses because it no
+// longer serves the partition (NOT_LEADER or UNAVAILABLE), or whose answer
+// is lost with its connection, may still have been made durable: it is
+// asked again at the partition's leader, up to five times over about
+// 1.5 s, and that answer is returned — nil when the ack was durable (the
+// message does not come again), ErrStaleDelivery when it is redelivered.
+// Only when no leader answers does it fail with ErrNotLeader, UNAVAILABLE
+// or ErrDisconnected, and then the message may or may not come again. An
+// ack not yet sent when its connection is lost fails with ErrDisconnected:
+// the message is redelivered.
 func (m *Message) AckSync(ctx context.Context) error {
 	if m.consumer == nil || m.lane == nil {
 		return fmt.Errorf("nereus: ack of a message not delivered by a consumer: %w", wire.ErrInvalidArgument)
