@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -502,6 +503,43 @@ func TestClusterAckAtOldCoordinatorIsAskedAgainAndRedelivered(t *testing.T) {
 	}
 	if st := co.Stats(); st.Acked != 1 || st.StaleAcks != 1 || st.FailedAcks != 0 {
 		t.Fatalf("stats = %+v, want 1 acked and 1 stale", st)
+	}
+}
+
+// On a broker whose one coordinator delivers the whole topic, an ack the
+// former coordinator refused goes to the partition's leader, which refuses
+// it too (it is not the coordinator) and again when asked again: the
+// reroute stops there, after two asks at that node, not five.
+func TestAckRefusedTwiceByTheLeaderItWasRoutedToStops(t *testing.T) {
+	fs := newFakeCluster(t, testToken, 3)
+	fs.silentMoves = true
+	c := dialSeeds(t, fs, 0)
+	ctx := testCtx(t)
+	declare(t, c, "t", 2)
+	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	publishTo(ctx, t, p, 1, 1, "x") // partition 1, led by n1
+	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	m, err := co.Next(ctx) // from the coordinator n0
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.setLeader("t", 0, 2) // the coordinator moves to n2
+	if err := m.AckSync(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("ack refused by every node it reached: err = %v, want NOT_LEADER", err)
+	}
+	fs.mu.Lock()
+	acks := slices.Clone(fs.acksAt)
+	fs.mu.Unlock()
+	if acks[0] != 1 || acks[1] != 2 || acks[2] != 0 {
+		t.Fatalf("ACK frames by node = %v, want one at n0 (the former coordinator) and two at n1 (partition 1's leader)", acks)
 	}
 }
 

@@ -173,6 +173,15 @@ func dialConn(ctx context.Context, addr string, opts *Options) (*conn, error) {
 	return c, nil
 }
 
+// node names the connection's node: its id, or its address when it
+// named none.
+func (c *conn) node() string {
+	if c.nodeID != "" {
+		return c.nodeID
+	}
+	return c.addr
+}
+
 // isDead reports whether the connection has failed.
 func (c *conn) isDead() bool {
 	select {

@@ -364,10 +364,7 @@ func (co *Consumer) hasLane(id, addr string) bool {
 // addLane makes a lane on cn and subscribes it (the first PULL). A send
 // failure still returns the lane: its pump sees the connection end.
 func (co *Consumer) addLane(ctx context.Context, cn *conn) (*lane, error) {
-	node := cn.nodeID
-	if node == "" {
-		node = cn.addr
-	}
+	node := cn.node()
 	l := &lane{
 		co: co, node: node, cn: cn,
 		acks:     make(chan ackRequest, co.creditMax),
@@ -1120,13 +1117,14 @@ func (co *Consumer) ackEnded()   { co.acksOut.Add(-1); co.acksInFlight.Done() }
 // sendAcks sends batch (at most ackBatchEntriesMax entries) as one ACK on
 // l's connection; the reply completes each entry.
 func (co *Consumer) sendAcks(l *lane, batch []ackRequest) {
-	co.sendAcksAttempt(l.cn, batch, 0, 0)
+	co.sendAcksAttempt(l.cn, batch, 0, 0, "")
 }
 
 // sendAcksAttempt sends batch as one ACK on cn: attempt counts its resends
 // after a retryable refusal, reroutes the times it was asked again at its
-// partitions' leaders (rerouteAcks).
-func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt, reroutes int) {
+// partitions' leaders (rerouteAcks), refusedBy the node that refused the
+// ask before this one ("" if none did).
+func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt, reroutes int, refusedBy string) {
 	// Not the pump's context: acks taken in must go out even while closing.
 	ctx, cancel := co.client.withRequestTimeout(context.Background())
 	defer cancel()
@@ -1139,19 +1137,29 @@ func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt, rerou
 		func(f wire.Frame, err error) {
 			defer co.ackEnded()
 			var werr *wire.Error
+			refused := hasCode(err, wire.CodeNotLeader, wire.CodeUnavailable)
 			switch {
-			case hasCode(err, wire.CodeNotLeader, wire.CodeUnavailable) || errors.Is(err, ErrDisconnected):
+			case refused && reroutes > 0 && cn.node() == refusedBy:
+				// The node the metadata names again refused again: it does
+				// not take these acks (a broker whose one coordinator
+				// delivers the whole topic), or no leader is known yet.
+				co.askReconcile()
+			case refused || errors.Is(err, ErrDisconnected):
 				// This node no longer serves what it delivered, or the
 				// answer was lost: the ack may be durable or not. The
 				// partition's leader tells.
 				co.askReconcile()
-				co.rerouteAcks(batch, reroutes+1, fmt.Errorf("nereus: ack: %w", err))
+				by := ""
+				if refused {
+					by = cn.node()
+				}
+				co.rerouteAcks(batch, reroutes+1, fmt.Errorf("nereus: ack: %w", err), by)
 				return
 			case attempt < ackRetriesMax && errors.As(err, &werr) && werr.Code.Retryable():
 				co.ackStarted()
 				time.AfterFunc(time.Duration(attempt+1)*50*time.Millisecond, func() {
 					defer co.ackEnded()
-					co.sendAcksAttempt(cn, batch, attempt+1, reroutes)
+					co.sendAcksAttempt(cn, batch, attempt+1, reroutes, refusedBy)
 				})
 				return
 			}
@@ -1177,9 +1185,11 @@ const ackReroutesMax = 5
 // the group has done — the ack was durable — and STALE_DELIVERY for one it
 // delivers again. Before, these acks failed as "redelivered", and one
 // that was durable never came again. The reroute-th ask (from 1) waits
-// reroute × 100 ms; after ackReroutesMax the acks fail with cause. Acks
-// are idempotent, so asking twice is safe.
-func (co *Consumer) rerouteAcks(batch []ackRequest, reroute int, cause error) {
+// reroute × 50 ms (and for the refresh as long again at most); the acks
+// fail with cause after ackReroutesMax asks, or when the node that
+// refused the last ask (refusedBy) refuses this one too. Acks are
+// idempotent, so asking twice is safe.
+func (co *Consumer) rerouteAcks(batch []ackRequest, reroute int, cause error, refusedBy string) {
 	if reroute > ackReroutesMax || errors.Is(cause, ErrClosed) {
 		co.failAcks(batch, cause)
 		return
@@ -1191,7 +1201,7 @@ func (co *Consumer) rerouteAcks(batch []ackRequest, reroute int, cause error) {
 		// The pause lets an election end; the refresh names its winner
 		// (rate-limited: waited for a little longer at most).
 		refreshed := c.refreshTopic(co.key.topic)
-		pause := time.Duration(reroute) * 100 * time.Millisecond
+		pause := time.Duration(reroute) * 50 * time.Millisecond
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
@@ -1220,10 +1230,10 @@ func (co *Consumer) rerouteAcks(batch []ackRequest, reroute int, cause error) {
 			}
 		}
 		for cn, acks := range byConn {
-			co.sendAcksAttempt(cn, acks, 0, reroute)
+			co.sendAcksAttempt(cn, acks, 0, reroute, refusedBy)
 		}
 		if len(unrouted) > 0 {
-			co.rerouteAcks(unrouted, reroute+1, cause)
+			co.rerouteAcks(unrouted, reroute+1, cause, refusedBy)
 		}
 	}()
 }
