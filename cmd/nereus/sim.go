@@ -85,13 +85,13 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				}
 				return nil
 			}
-			if replicas == 0 {
+			if replicas == 0 || nodes > 0 {
 				for _, f := range []struct {
 					name string
 					set  bool
 				}{{"compact", compact}, {"short-reads", shortReads}, {"disk-faults", diskFaults}, {"clock-faults", clockFaults}} {
 					if f.set {
-						return fmt.Errorf("--%s needs --replicas", f.name)
+						return fmt.Errorf("--%s needs --replicas without --nodes", f.name)
 					}
 				}
 			}
@@ -117,6 +117,13 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, PubBatch: pubBatch, DeadLetters: deadLetters}
 				if deadLetters && groupDels > 0 {
 					return errors.New("--dead-letters and --group-deletes cannot be combined: each group incarnation dead-letters anew")
+				}
+				if replicas < 0 || replicas > 5 {
+					return fmt.Errorf("--replicas %d: want 1, 3 or 5", replicas)
+				}
+				o.Replicas = uint8(replicas)
+				if err := o.Validate(); err != nil {
+					return fmt.Errorf("--nodes %d: %w", nodes, err)
 				}
 				if retention {
 					o.Retention = sim.RetentionPreset
@@ -239,7 +246,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&retention, "retention", false, "the workload's topic keeps 4 KiB a partition (1 KiB segments): retention compacts it all the time, past producers' records (with --nodes: dedup carries, lagging replicas rebuilt; a single node: its dedup snapshot and copy, 300 messages a producer)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations a single node's runs can carry (with --nodes: a cluster's)")
-	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node")
+	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node; with --nodes: the replication factor of the workload's topics and bucket (default: the number of nodes)")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
 	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")
 	fl.BoolVar(&shortReads, "short-reads", false, "with --replicas: every read of a log for an APPEND stops after a few entries (catch-ups send less than the kernel asked for)")

@@ -38,8 +38,14 @@ const syncedMarkMs = 50
 // crashable MemFS — over a simulated peer network, in Manual mode on the
 // simulator's goroutine, driven by clients that speak the client frames.
 type ClusterOptions struct {
-	Seed                uint64
-	Nodes               int    // cluster members (default 3)
+	Seed  uint64
+	Nodes int // cluster members (default 3)
+	// Replicas is the replication factor of the workloads' topics and
+	// buckets (0: Nodes, every node a replica of every partition). Below
+	// Nodes, each partition lives on some nodes only: the others route,
+	// forward and refuse for it (5 nodes with 3 replicas, the usual
+	// production layout).
+	Replicas            uint8
 	Steps               int    // events in the fault phase (default 20,000)
 	Producers           int    // default 3, each on its own partition
 	MessagesPerProducer int    // default 300
@@ -171,6 +177,9 @@ func retentionFlags(r ClusterRetention) (string, bool) {
 func (o *ClusterOptions) setDefaults() {
 	if o.Nodes == 0 {
 		o.Nodes = 3
+	}
+	if o.Replicas == 0 {
+		o.Replicas = uint8(min(o.Nodes, 255))
 	}
 	if o.Steps == 0 {
 		o.Steps = 20_000
@@ -306,6 +315,9 @@ var ClusterMutations = map[string]node.Mutations{
 func ClusterReproduce(o ClusterOptions) string {
 	o.setDefaults()
 	cmd := fmt.Sprintf("go run ./cmd/nereus sim --nodes %d --faults %s --steps %d --seed %d", o.Nodes, o.Faults, o.Steps, o.Seed)
+	if int(o.Replicas) != o.Nodes {
+		cmd += fmt.Sprintf(" --replicas %d", o.Replicas)
+	}
 	if o.SyncAll {
 		cmd += " --policy all"
 	}
@@ -362,11 +374,29 @@ const (
 // RunCluster runs one seed of a cluster and returns its result. It never
 // panics on a broken invariant; it reports it.
 func RunCluster(o ClusterOptions) Result {
+	if err := o.Validate(); err != nil {
+		panic(err) // the CLI validates first; a test's options are its own bug
+	}
 	s := newClusterSim(o)
 	if s.clusterFaults != (ClusterFaults{}) {
 		s.w.after(s.w.between(50, 200), s.injectClusterFault)
 	}
 	return s.runPhases()
+}
+
+// Validate reports options no run can honour: a topic's replication
+// factor is 1, 3 or 5 and at most the cluster's size (meta.Normalize).
+func (o ClusterOptions) Validate() error {
+	o.setDefaults()
+	switch {
+	case o.Nodes < 1:
+		return fmt.Errorf("a cluster run needs at least one node, not %d", o.Nodes)
+	case o.Replicas != 1 && o.Replicas != 3 && o.Replicas != 5:
+		return fmt.Errorf("the topics' replicas (default: the number of nodes) must be 1, 3 or 5, not %d", o.Replicas)
+	case int(o.Replicas) > o.Nodes:
+		return fmt.Errorf("%d replicas need at least as many nodes, not %d", o.Replicas, o.Nodes)
+	}
+	return nil
 }
 
 // newClusterSim builds a cluster run with its nodes started and its
@@ -382,7 +412,7 @@ func newClusterSim(o ClusterOptions) *sim {
 	}
 	s := &sim{opts: Options{Seed: o.Seed, Steps: o.Steps, Producers: o.Producers, MessagesPerProducer: o.MessagesPerProducer,
 		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace, DeadLetters: o.DeadLetters && o.GroupDeletes == 0},
-		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: uint8(o.Nodes), syncAll: o.SyncAll,
+		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: o.Replicas, syncAll: o.SyncAll,
 		retention: o.Retention, retentionBytes: o.Retention.Bytes, retentionMs: o.Retention.AgeMs,
 		clusterFaults: o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, memberEvents: map[string]int{}}
 	s.opts.setDefaults()
@@ -453,7 +483,7 @@ func newClusterSim(o ClusterOptions) *sim {
 	s.b = s.nodes[0]
 	s.ghosts = make([]*invariant.Group, o.Partitions)
 	for p := range s.ghosts {
-		s.ghosts[p] = invariant.NewGroup(o.Nodes, o.SyncAll)
+		s.ghosts[p] = invariant.NewGroup(int(o.Replicas), o.SyncAll)
 	}
 	s.observed = map[commitKey]uint64{}
 	s.replicaViews = map[replicaKey]node.ReplicaView{}
@@ -539,6 +569,15 @@ func (s *sim) runPhases() Result {
 	r := s.result()
 	r.Faults = s.faultsInjected
 	r.ReplicaStates, r.Recoveries = s.replicaStates, s.recoveries
+	for p := range s.opts.Partitions {
+		hosts := 0
+		for _, b := range s.nodes {
+			if names, _ := b.fs.List(path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))); len(names) > 0 {
+				hosts++
+			}
+		}
+		r.PartitionHosts = append(r.PartitionHosts, hosts)
+	}
 	r.MinorityPromiseLosses = s.minorityPromiseLosses
 	r.PubErrors = s.pubErrors
 	r.PubBatches = s.pubBatches
@@ -884,28 +923,21 @@ func (s *sim) clusterFinalPhase() {
 	s.w.tracef("end: acked=%d deliveries=%d", len(s.chk.acked), s.chk.deliveries)
 }
 
-// schedFinal waits until some node holds every acknowledged schedule's
-// message (after the power loss), then checks each is there once.
+// schedFinal waits until the nodes hold every acknowledged schedule's
+// message (after the power loss; each partition at one of its replicas
+// at least), then checks each is there once.
 func (s *sim) schedFinal(deadline int64) {
 	for s.chk.violation == nil {
-		complete := false
-		for _, b := range s.nodes {
-			if !b.up {
-				continue
-			}
-			vs := schedValues(b)
-			all := true
-			for v := range s.sched.acked {
-				all = all && vs[v] > 0
-			}
-			complete = complete || all
+		vs, complete := schedValuesOfCluster(s), true
+		for v := range s.sched.acked {
+			complete = complete && vs[v] > 0
 		}
 		if complete {
 			s.sched.finalCheck()
 			return
 		}
 		if s.w.nowMs > deadline || !s.step() {
-			s.chk.violate(Liveness, "30 s after the final power loss, no node holds every acknowledged schedule's message")
+			s.chk.violate(Liveness, "30 s after the final power loss, the nodes do not hold every acknowledged schedule's message")
 			return
 		}
 	}

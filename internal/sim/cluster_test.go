@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"strconv"
 	"testing"
 	"time"
@@ -32,15 +33,21 @@ func TestClusterCampaign(t *testing.T) {
 		retention ClusterRetention
 		seeds     uint64
 		pubBatch  bool
+		// nodes and replicas: 0 for 3 and 3.
+		nodes    int
+		replicas uint8
 	}{
-		{"sync_quorum", false, ClusterRetention{}, 30, false},
-		{"sync_all", true, ClusterRetention{}, 10, false},
+		{"sync_quorum", false, ClusterRetention{}, 30, false, 0, 0},
+		{"sync_all", true, ClusterRetention{}, 10, false, 0, 0},
 		// Logs compacting all the time: snapshot rebuilds, dedup seals,
 		// group checkpoints and acks of compacted seqs under every fault.
-		{"retention", false, retentionOptions, 10, false},
+		{"retention", false, retentionOptions, 10, false, 0, 0},
 		// The producers publish in PUB_BATCH frames: each record is the
 		// PUB it stands for, its answer comes in the batch's answer.
-		{"pub_batch", false, ClusterRetention{}, 10, true},
+		{"pub_batch", false, ClusterRetention{}, 10, true, 0, 0},
+		// Five nodes, three replicas a partition: each partition lives on
+		// three of them, the other two route, forward and refuse for it.
+		{"five_nodes_three_replicas", false, ClusterRetention{}, 6, false, 5, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			seeds := c.seeds
@@ -52,7 +59,8 @@ func TestClusterCampaign(t *testing.T) {
 			states, recoveries := map[string]int{}, map[string]int{}
 			quorumLost := 0
 			for seed := uint64(1); seed <= seeds; seed++ {
-				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, SyncAll: c.syncAll, Retention: c.retention, PubBatch: c.pubBatch}
+				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, SyncAll: c.syncAll, Retention: c.retention, PubBatch: c.pubBatch,
+					Nodes: c.nodes, Replicas: c.replicas}
 				r := RunCluster(o)
 				if r.Violation != nil {
 					failClusterRun(t, o, r)
@@ -67,6 +75,11 @@ func TestClusterCampaign(t *testing.T) {
 					recoveries[how] += n
 				}
 				quorumLost += r.PubErrors[wire.CodeQuorumLost]
+				for p, n := range r.PartitionHosts {
+					if want := int(cmp.Or(c.replicas, 3)); n != want {
+						t.Fatalf("seed %d: partition %d has replicas on %d nodes, want %d", seed, p, n, want)
+					}
+				}
 			}
 			el := time.Since(start)
 			t.Logf("%d seeds in %v (%.1f seeds/s): %d faults, %d node restarts, %d messages acked, %d deliveries; replica states reported by leaders %v",

@@ -247,16 +247,20 @@ func (s *sim) stallNode(b *broker) {
 }
 
 // minority is the nodes whose disks bit flips may damage: the last
-// R − quorum of them (one of three, two of five; a cluster run replicates
-// its topics on every node), so that the damage stays on a minority of
-// every replica group.
-func (s *sim) minority() []*broker { return s.nodes[len(s.nodes)/2+1:] }
+// R − quorum of them for the topics' replication factor R (one of three,
+// two of five; none of one), so that the damage stays on a minority of
+// every replica group whatever its placement — and of the metadata log's,
+// which has every node.
+func (s *sim) minority() []*broker { return s.nodes[len(s.nodes)-(int(s.replicas)-1)/2:] }
 
 // flipMinority damages one minority node's disk (flipMinorityBit) or,
 // with more than one minority node, now and then the hard states of one
 // replica group on all of them at once (loseMinorityPromises).
 func (s *sim) flipMinority() {
 	m := s.minority()
+	if len(m) == 0 {
+		return // a single replica: any damage is a majority's
+	}
 	if len(m) == 1 {
 		s.flipMinorityBit(m[0])
 		return

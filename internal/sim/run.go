@@ -234,6 +234,10 @@ type Result struct {
 	// SchedStats counts what the scheduler ghost saw (destination
 	// outages, publishes checked, lanes blocked, intake probes).
 	SchedStats map[string]int
+	// PartitionHosts counts, for each partition of the workload's topic,
+	// the nodes whose disk holds a replica of it at the end (cluster
+	// runs): ClusterOptions.Replicas each.
+	PartitionHosts []int
 	// ReplicaStates counts the replica states partition leaders reported
 	// after events (cluster runs): InSync, CatchingUp, Unreachable, ...;
 	// and followers of themselves, suffixed " (self)": Rebuilding,

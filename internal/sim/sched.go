@@ -25,6 +25,9 @@ import (
 // schedDestTopics are the destinations: each is a lane in every shard.
 var schedDestTopics = [2]string{"sd", "se"}
 
+// schedDestPartitions is each destination topic's partition count.
+const schedDestPartitions = 2
+
 // schedTopic is the destination of schedule i.
 func schedTopic(i int) string { return schedDestTopics[i%len(schedDestTopics)] }
 
@@ -72,7 +75,7 @@ func (sc *schedClient) connect(at int) {
 	if c := sc.conns[at]; c.open {
 		c.send(0, &wire.Hello{VersionMin: wire.VersionMin, VersionMax: wire.VersionMax, ClientName: sc.name()})
 		for _, t := range schedDestTopics {
-			c.send(0, &wire.Declare{Topic: wire.TopicConfig{Name: t, Partitions: 2, Replicas: sc.s.replicas}})
+			c.send(0, &wire.Declare{Topic: wire.TopicConfig{Name: t, Partitions: schedDestPartitions, Replicas: sc.s.replicas}})
 		}
 	}
 }
@@ -282,16 +285,7 @@ func (sc *schedClient) missing() int {
 // finalCheck reads the scheduled topic at the end: every acknowledged
 // schedule's message exactly once.
 func (sc *schedClient) finalCheck() {
-	best := map[string]int{}
-	for _, b := range sc.s.nodes {
-		if !b.up {
-			continue
-		}
-		vs := schedValues(b)
-		if len(vs) > len(best) {
-			best = vs
-		}
-	}
+	best := schedValuesOfCluster(sc.s)
 	for v := range sc.acked {
 		if best[v] != 1 {
 			sc.s.chk.violate("ExactlyOnce", "acknowledged schedule %s published %d times", v, best[v])
@@ -301,26 +295,68 @@ func (sc *schedClient) finalCheck() {
 }
 
 // schedValues counts the values of the scheduled topics' committed
-// records on b.
+// records on b (of the partitions it holds a replica of).
 func schedValues(b *broker) map[string]int {
 	out := map[string]int{}
 	for _, t := range b.node.Metadata(schedDestTopics[:]) {
 		for _, p := range t.Partitions {
-			for from := p.StartSeq; ; {
-				es, err := b.node.Read(t.Config.Name, p.Partition, from, 1000)
-				if err != nil || len(es) == 0 {
-					break
-				}
-				for _, e := range es {
-					if len(e.Record.Headers) == 0 {
-						out[string(e.Record.Value)]++
-					}
-					from = e.Seq + 1
-				}
+			vs, _ := schedPartitionValues(b, t.Config.Name, p)
+			for v, n := range vs {
+				out[v] += n
 			}
 		}
 	}
 	return out
+}
+
+// schedValuesOfCluster counts the values of the scheduled topics'
+// committed records, each partition read from the up node whose replica
+// of it holds the most: with fewer replicas than nodes, no node need hold
+// every partition.
+func schedValuesOfCluster(s *sim) map[string]int {
+	out := map[string]int{}
+	for _, name := range schedDestTopics {
+		for p := range schedDestPartitions {
+			var best map[string]int
+			bestN := -1
+			for _, b := range s.nodes {
+				if !b.up {
+					continue
+				}
+				for _, t := range b.node.Metadata([]string{name}) {
+					if p < len(t.Partitions) {
+						if vs, n := schedPartitionValues(b, name, t.Partitions[p]); n > bestN {
+							best, bestN = vs, n
+						}
+					}
+				}
+			}
+			for v, n := range best {
+				out[v] += n
+			}
+		}
+	}
+	return out
+}
+
+// schedPartitionValues counts the values of partition p's committed
+// records on b, and the records it read.
+func schedPartitionValues(b *broker, topic string, p wire.PartitionInfo) (map[string]int, int) {
+	out, read := map[string]int{}, 0
+	for from := p.StartSeq; ; {
+		es, err := b.node.Read(topic, p.Partition, from, 1000)
+		if err != nil || len(es) == 0 {
+			break
+		}
+		for _, e := range es {
+			if len(e.Record.Headers) == 0 {
+				out[string(e.Record.Value)]++
+			}
+			from = e.Seq + 1
+		}
+		read += len(es)
+	}
+	return out, read
 }
 
 // The scheduled workload's shard compaction: a checkpoint every 16
