@@ -459,28 +459,7 @@ func TestClusterConsumerFollowsCoordinator(t *testing.T) {
 // the message again — and AckSync reports that; the consumer moves and
 // the message is redelivered by the new coordinator.
 func TestClusterAckAtOldCoordinatorIsAskedAgainAndRedelivered(t *testing.T) {
-	fs := newFakeCluster(t, testToken, 3)
-	fs.silentMoves = true
-	c := dialSeeds(t, fs, 0)
-	ctx := testCtx(t)
-	declare(t, c, "t", 1)
-	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if _, err := p.Publish(ctx, Message{Value: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
-	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer co.Close()
-	first, err := co.Next(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, ctx, co, first := consumeFromSilentCoordinator(t, 1, 0)
 	fs.setLeader("t", 0, 1)
 	if err := first.AckSync(ctx); !errors.Is(err, ErrStaleDelivery) {
 		t.Fatalf("ack at the former coordinator, asked again at the new one: err = %v, want STALE_DELIVERY", err)
@@ -506,32 +485,43 @@ func TestClusterAckAtOldCoordinatorIsAskedAgainAndRedelivered(t *testing.T) {
 	}
 }
 
+// consumeFromSilentCoordinator makes a fake cluster of 3 whose
+// coordinator (partition 0's leader, n0) delivers topic "t" of partitions
+// partitions and keeps its subscriptions when it moves (silentMoves),
+// publishes one message to partition part, and takes it from a consumer
+// of group "g".
+func consumeFromSilentCoordinator(t *testing.T, partitions, part int) (*fakeServer, context.Context, *Consumer, *Message) {
+	t.Helper()
+	fs := newFakeCluster(t, testToken, 3)
+	fs.silentMoves = true
+	c := dialSeeds(t, fs, 0)
+	ctx := testCtx(t)
+	declare(t, c, "t", partitions)
+	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	publishTo(ctx, t, p, part, 1, "x")
+	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { co.Close() })
+	m, err := co.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs, ctx, co, m
+}
+
 // On a broker whose one coordinator delivers the whole topic, an ack the
 // former coordinator refused goes to the partition's leader, which refuses
 // it too (it is not the coordinator) and again when asked again: the
 // reroute stops there, after two asks at that node, not five.
 func TestAckRefusedTwiceByTheLeaderItWasRoutedToStops(t *testing.T) {
-	fs := newFakeCluster(t, testToken, 3)
-	fs.silentMoves = true
-	c := dialSeeds(t, fs, 0)
-	ctx := testCtx(t)
-	declare(t, c, "t", 2)
-	p, err := c.NewProducer(ProducerOptions{Topic: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	publishTo(ctx, t, p, 1, 1, "x") // partition 1, led by n1
-	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer co.Close()
-	m, err := co.Next(ctx) // from the coordinator n0
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs.setLeader("t", 0, 2) // the coordinator moves to n2
+	fs, ctx, _, m := consumeFromSilentCoordinator(t, 2, 1) // partition 1, led by n1
+	fs.setLeader("t", 0, 2)                                // the coordinator moves to n2
 	if err := m.AckSync(ctx); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("ack refused by every node it reached: err = %v, want NOT_LEADER", err)
 	}
