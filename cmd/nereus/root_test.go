@@ -125,14 +125,31 @@ func TestSimReplicasWithDiskAndClockFaults(t *testing.T) {
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), `--policy "most"`) {
 		t.Fatalf("a bad policy: %v", err)
 	}
-	// The replica group's own options are refused without --replicas,
-	// instead of running a node simulation without them.
+	// The replica group's own options are refused without --replicas
+	// (or with --nodes, where --replicas is the topics'), instead of
+	// running a node or cluster simulation without them.
 	for _, flag := range []string{"--compact", "--short-reads", "--disk-faults", "--clock-faults"} {
+		for _, args := range [][]string{{flag}, {"--nodes", "3", "--replicas", "3", flag}} {
+			root = newRootCmd()
+			addExtraCommands(root)
+			root.SetArgs(append(append([]string{"sim"}, args...), "--seed", "1", "--steps", "100"))
+			if err := root.Execute(); err == nil || err.Error() != flag+" needs --replicas without --nodes" {
+				t.Fatalf("sim %v: %v", args, err)
+			}
+		}
+	}
+	// A cluster run's topics have 1, 3 or 5 replicas, at most one a node:
+	// refused up front, not after a run that cannot declare them.
+	for _, c := range []struct{ args, want string }{
+		{"--nodes 4", "--nodes 4: the topics' replicas (default: the number of nodes) must be 1, 3 or 5, not 4"},
+		{"--nodes 5 --replicas 2", "--nodes 5: the topics' replicas (default: the number of nodes) must be 1, 3 or 5, not 2"},
+		{"--nodes 3 --replicas 5", "--nodes 3: 5 replicas need at least as many nodes, not 3"},
+	} {
 		root = newRootCmd()
 		addExtraCommands(root)
-		root.SetArgs([]string{"sim", flag, "--seed", "1", "--steps", "100"})
-		if err := root.Execute(); err == nil || err.Error() != flag+" needs --replicas" {
-			t.Fatalf("sim %s without --replicas: %v", flag, err)
+		root.SetArgs(append(append([]string{"sim"}, strings.Fields(c.args)...), "--seed", "1", "--steps", "100"))
+		if err := root.Execute(); err == nil || err.Error() != c.want {
+			t.Fatalf("sim %s: %v, want %q", c.args, err, c.want)
 		}
 	}
 	root = newRootCmd()

@@ -246,7 +246,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&retention, "retention", false, "the workload's topic keeps 4 KiB a partition (1 KiB segments): retention compacts it all the time, past producers' records (with --nodes: dedup carries, lagging replicas rebuilt; a single node: its dedup snapshot and copy, 300 messages a producer)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations a single node's runs can carry (with --nodes: a cluster's)")
-	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node; with --nodes: the replication factor of the workload's topics and bucket (default: the number of nodes)")
+	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node; with --nodes: the replication factor of the workload's topics and bucket, 1, 3 or 5 (default: the number of nodes; bit flips hit only the last (R-1)/2 nodes, so none with 1)")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
 	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")
 	fl.BoolVar(&shortReads, "short-reads", false, "with --replicas: every read of a log for an APPEND stops after a few entries (catch-ups send less than the kernel asked for)")
