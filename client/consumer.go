@@ -1117,14 +1117,14 @@ func (co *Consumer) ackEnded()   { co.acksOut.Add(-1); co.acksInFlight.Done() }
 // sendAcks sends batch (at most ackBatchEntriesMax entries) as one ACK on
 // l's connection; the reply completes each entry.
 func (co *Consumer) sendAcks(l *lane, batch []ackRequest) {
-	co.sendAcksAttempt(l.cn, batch, 0, 0, "")
+	co.sendAcksAttempt(l.cn, batch, 0, 0)
 }
 
 // sendAcksAttempt sends batch as one ACK on cn: attempt counts its resends
 // after a retryable refusal, reroutes the times it was asked again at its
-// partitions' leaders (rerouteAcks), refusedBy the node that refused the
-// ask before this one ("" if none did).
-func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt, reroutes int, refusedBy string) {
+// partitions' leaders (rerouteAcks; cn is then the node the metadata
+// named).
+func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt, reroutes int) {
 	// Not the pump's context: acks taken in must go out even while closing.
 	ctx, cancel := co.client.withRequestTimeout(context.Background())
 	defer cancel()
@@ -1139,27 +1139,22 @@ func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt, rerou
 			var werr *wire.Error
 			refused := hasCode(err, wire.CodeNotLeader, wire.CodeUnavailable)
 			switch {
-			case refused && reroutes > 0 && cn.node() == refusedBy:
-				// The node the metadata names again refused again: it does
-				// not take these acks (a broker whose one coordinator
-				// delivers the whole topic), or no leader is known yet.
-				co.askReconcile()
 			case refused || errors.Is(err, ErrDisconnected):
 				// This node no longer serves what it delivered, or the
 				// answer was lost: the ack may be durable or not. The
 				// partition's leader tells.
 				co.askReconcile()
-				by := ""
+				r := ackReroute{n: reroutes + 1, cause: fmt.Errorf("nereus: ack: %w", err)}
 				if refused {
-					by = cn.node()
+					r.refusedBy, r.routed = cn.node(), reroutes > 0
 				}
-				co.rerouteAcks(batch, reroutes+1, fmt.Errorf("nereus: ack: %w", err), by)
+				co.rerouteAcks(batch, r)
 				return
 			case attempt < ackRetriesMax && errors.As(err, &werr) && werr.Code.Retryable():
 				co.ackStarted()
 				time.AfterFunc(time.Duration(attempt+1)*50*time.Millisecond, func() {
 					defer co.ackEnded()
-					co.sendAcksAttempt(cn, batch, attempt+1, reroutes, refusedBy)
+					co.sendAcksAttempt(cn, batch, attempt+1, reroutes)
 				})
 				return
 			}
@@ -1175,23 +1170,40 @@ func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt, rerou
 // partition's leader (rerouteAcks) before it fails.
 const ackReroutesMax = 5
 
+// ackReroute is one round of rerouteAcks: the nth (from 1), the error the
+// acks fail with if none is left, and the node that refused the last ask
+// ("" for a lost connection) — routed when the metadata had named it the
+// leader.
+type ackReroute struct {
+	n         int
+	cause     error
+	refusedBy string
+	routed    bool
+}
+
 // rerouteAcks asks batch again, after a pause and a refresh of the
-// metadata, at the node that leads each entry's partition now
-// (AckFollowsItsPartition). It is for acks whose fate the node they went
-// to could not tell: refused as a whole with NOT_LEADER or UNAVAILABLE
-// (the node stopped delivering the partition, perhaps with the ack's
-// record already committed) or answered by nobody (the connection was
-// lost after they were sent). The leader answers OK for a seq
-// the group has done — the ack was durable — and STALE_DELIVERY for one it
-// delivers again. Before, these acks failed as "redelivered", and one
-// that was durable never came again. The reroute-th ask (from 1) waits
-// reroute × 50 ms (and for the refresh as long again at most); the acks
-// fail with cause after ackReroutesMax asks, or when the node that
-// refused the last ask (refusedBy) refuses this one too. Acks are
-// idempotent, so asking twice is safe.
-func (co *Consumer) rerouteAcks(batch []ackRequest, reroute int, cause error, refusedBy string) {
-	if reroute > ackReroutesMax || errors.Is(cause, ErrClosed) {
-		co.failAcks(batch, cause)
+// metadata, at the node the metadata names the leader of each entry's
+// partition now (AckFollowsItsPartition). It is for acks whose fate the
+// node they went to could not tell: refused as a whole with NOT_LEADER or
+// UNAVAILABLE (the node stopped delivering the partition, perhaps with
+// the ack's record already committed) or answered by nobody (the
+// connection was lost after they were sent). That leader answers OK for a
+// seq the group has done — the ack was durable — and STALE_DELIVERY for
+// one it delivers again. Before, these acks failed as "redelivered", and
+// one that was durable never came again.
+//
+// Only a named leader other than the node that refused is asked: during
+// an election (no leader named, or still the one that refused) any other
+// node would answer STALE_DELIVERY for a partition it does not deliver,
+// which says nothing of a durable ack. Round n waits n × 50 ms (and for
+// the refresh as long again at most); after ackReroutesMax rounds the acks
+// fail with the cause. A named leader that refused a routed ask and is
+// still named takes no acks there (a broker whose one coordinator
+// delivers the whole topic): the acks fail at once. Acks are idempotent,
+// so asking twice is safe.
+func (co *Consumer) rerouteAcks(batch []ackRequest, r ackReroute) {
+	if r.n > ackReroutesMax || errors.Is(r.cause, ErrClosed) {
+		co.failAcks(batch, r.cause)
 		return
 	}
 	c := co.client
@@ -1201,7 +1213,7 @@ func (co *Consumer) rerouteAcks(batch []ackRequest, reroute int, cause error, re
 		// The pause lets an election end; the refresh names its winner
 		// (rate-limited: waited for a little longer at most).
 		refreshed := c.refreshTopic(co.key.topic)
-		pause := time.Duration(reroute) * 50 * time.Millisecond
+		pause := time.Duration(r.n) * 50 * time.Millisecond
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
@@ -1217,23 +1229,43 @@ func (co *Consumer) rerouteAcks(batch []ackRequest, reroute int, cause error, re
 		ctx, cancel := c.withRequestTimeout(context.Background())
 		defer cancel()
 		byConn := map[*conn][]ackRequest{}
-		var unrouted []ackRequest
+		var wait []ackRequest
 		for _, a := range batch {
+			c.mu.Lock()
+			route := c.routeLocked(co.key.topic, int32(a.entry.Partition))
+			c.mu.Unlock()
+			named := route.leader
+			if named == "" {
+				named = route.addr
+			}
+			switch {
+			case named == r.refusedBy && r.routed:
+				co.failAcks([]ackRequest{a}, fmt.Errorf("nereus: ack %d/%d: %s, named its partition's leader, refuses it: %w",
+					a.entry.Partition, a.entry.Seq, named, r.cause))
+				continue
+			case named == r.refusedBy:
+				wait = append(wait, a) // the metadata has not moved yet
+				continue
+			}
+			// Only the named leader: with none named (an election) or
+			// none reachable, leaderConn gives some other node.
 			cn, err := c.leaderConn(ctx, co.key.topic, int32(a.entry.Partition), true)
 			switch {
 			case errors.Is(err, ErrClosed):
 				co.failAcks([]ackRequest{a}, fmt.Errorf("nereus: ack: %w", err))
-			case err != nil || cn == nil:
-				unrouted = append(unrouted, a)
+			case err != nil || cn == nil || named == "" || cn.node() != named && cn.addr != route.addr:
+				wait = append(wait, a)
 			default:
 				byConn[cn] = append(byConn[cn], a)
 			}
 		}
 		for cn, acks := range byConn {
-			co.sendAcksAttempt(cn, acks, 0, reroute, refusedBy)
+			co.sendAcksAttempt(cn, acks, 0, r.n)
 		}
-		if len(unrouted) > 0 {
-			co.rerouteAcks(unrouted, reroute+1, cause, refusedBy)
+		if len(wait) > 0 {
+			next := r
+			next.n++
+			co.rerouteAcks(wait, next)
 		}
 	}()
 }

@@ -41,6 +41,7 @@ type fakeServer struct {
 	groups     map[subKey]*fakeGroup
 	sessions   map[*fakeSession]bool
 	leaders    map[fakePart]int  // leader node index (absent: partition % nodes; -1: election)
+	staleMeta  map[fakePart]int  // the leader METADATA names, when set, whatever leaders says
 	readOnly   map[fakePart]bool // PUBs fail with QUORUM_LOST
 	pubLog     []wire.Pub        // every PUB appended, in arrival order
 	pubFrames  []fakePubFrame    // every PUB received, with its outcome
@@ -94,11 +95,13 @@ type fakeServer struct {
 type fakeAction int
 
 const (
-	fakeNormal             fakeAction = iota
-	fakeAppendThenDrop                // append, then close the connection without replying
-	fakeDropBeforeAppend              // close the connection without appending
-	fakeAppendThenStepDown            // append, move the topic's leaders to the next node, answer NOT_LEADER
-	fakeAppendThenCrash               // append, move the topic's leaders, close every connection of this node
+	fakeNormal              fakeAction = iota
+	fakeAppendThenDrop                 // append, then close the connection without replying
+	fakeDropBeforeAppend               // close the connection without appending
+	fakeAppendThenStepDown             // append, move the topic's leaders to the next node, answer NOT_LEADER
+	fakeAppendThenCrash                // append, move the topic's leaders, close every connection of this node
+	fakeAppendThenElection             // append, leave the topic's partitions leaderless (an election), answer NOT_LEADER
+	fakeAppendThenStaleMeta            // fakeAppendThenElection, METADATA still naming this node the leader
 )
 
 type fakeNode struct {
@@ -581,6 +584,9 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 				pi := wire.PartitionInfo{Partition: uint32(p), Epoch: 1, StartSeq: 1, CommitSeq: uint64(len(recs)),
 					ReadOnly: fs.readOnly[fakePart{n, uint32(p)}]}
 				leader := fs.leaderLocked(n, uint32(p))
+				if l, ok := fs.staleMeta[fakePart{n, uint32(p)}]; ok {
+					leader = l // nodes that have not noticed the change yet
+				}
 				if leader >= 0 {
 					pi.Leader, pi.LeaderAddr = fs.nodes[leader].id, fs.nodeAddr(leader)
 					if a, ok := fs.advertised[leader]; ok {
@@ -745,6 +751,17 @@ func (fs *fakeServer) afterAppendLocked(s *fakeSession, topic string, action fak
 		fs.rotateLeadersLocked(topic)
 		fs.dropNodeLocked(s.node.idx)
 		return nil, true
+	case fakeAppendThenElection, fakeAppendThenStaleMeta:
+		for p := range fs.topics[topic].cfg.Partitions {
+			fs.setLeaderLocked(topic, p, -1)
+			if action == fakeAppendThenStaleMeta {
+				if fs.staleMeta == nil {
+					fs.staleMeta = map[fakePart]int{}
+				}
+				fs.staleMeta[fakePart{topic, p}] = s.node.idx
+			}
+		}
+		return errFrame(wire.CodeNotLeader, "lost the lease"), false
 	}
 	return ok, false
 }

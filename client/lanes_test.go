@@ -385,3 +385,51 @@ func TestAckDurableBeforeItsAnswerWasLostSucceedsAtTheLeader(t *testing.T) {
 		})
 	}
 }
+
+// AckFollowsItsPartition through an election: the leader makes an ack
+// durable and loses its lease before it answers (NOT_LEADER), and for a
+// while the metadata names no leader, or still names it. The ack is asked
+// only once another leader is named — any other node, not delivering the
+// partition, would answer STALE_DELIVERY, which says nothing of a durable
+// ack — and the winner answers OK.
+func TestAckDurableBeforeAnElectionSucceedsAtItsWinner(t *testing.T) {
+	for name, fault := range map[string]fakeAction{"no leader named": fakeAppendThenElection, "the old leader still named": fakeAppendThenStaleMeta} {
+		t.Run(name, func(t *testing.T) {
+			fs, c, ctx, p := laneFixture(t, 3, 2, 0)
+			publishTo(ctx, t, p, 0, 1, "a")
+			co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer co.Close()
+			m, err := co.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs.mu.Lock()
+			fs.onAckApplied = func(n int) fakeAction {
+				if n == 1 {
+					time.AfterFunc(300*time.Millisecond, func() { // n1 wins, and every node knows
+						fs.mu.Lock()
+						delete(fs.staleMeta, fakePart{"t", 0})
+						fs.mu.Unlock()
+						fs.setLeader("t", 0, 1)
+					})
+					return fault
+				}
+				return fakeNormal
+			}
+			fs.mu.Unlock()
+			if err := m.AckSync(ctx); err != nil {
+				t.Fatalf("AckSync of an ack made durable before an election: %v", err)
+			}
+			fs.mu.Lock()
+			acks := slices.Clone(fs.acksAt)
+			fs.mu.Unlock()
+			if acks[0] != 1 || acks[1] != 1 || acks[2] != 0 {
+				t.Fatalf("ACK frames by node = %v, want one at n0 and one at n1, the winner, none elsewhere", acks)
+			}
+			fs.checkViolations()
+		})
+	}
+}

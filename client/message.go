@@ -117,12 +117,12 @@ func (m *Message) Ack() error {
 // error matching ErrStaleDelivery. An ack the node refuses because it no
 // longer serves the partition (NOT_LEADER or UNAVAILABLE), or whose answer
 // is lost with its connection, may still have been made durable: it is
-// asked again at the partition's leader, up to five times within about
-// 1.5 s, and that answer is returned — nil when the ack was durable (the
-// message does not come again), ErrStaleDelivery when it is redelivered.
-// Only when no leader answers (or the node named the leader refuses it
-// twice) does it fail with ErrNotLeader, UNAVAILABLE or ErrDisconnected,
-// and then the message may or may not come again. An
+// asked again at the partition's leader once the metadata names one
+// (for about 1.5 s at most), and that answer is returned — nil when the
+// ack was durable (the message does not come again), ErrStaleDelivery
+// when it is redelivered. Only when no leader answers (or the named
+// leader refuses it) does it fail with ErrNotLeader, UNAVAILABLE or
+// ErrDisconnected, and then the message may or may not come again. An
 // ack not yet sent when its connection is lost fails with ErrDisconnected:
 // the message is redelivered.
 func (m *Message) AckSync(ctx context.Context) error {
