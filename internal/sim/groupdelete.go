@@ -65,6 +65,7 @@ const groupDeleteAcks = 10
 
 func newGroupDeleter(s *sim, episodes int, force bool) *groupDeleter {
 	d := &groupDeleter{s: s, left: episodes, inc: 1, force: force}
+	s.chk.sentIn = map[sentDelivery]int{}
 	s.w.after(s.w.between(groupDeleteGapMinMs, groupDeleteGapMaxMs), d.start)
 	return d
 }
@@ -165,8 +166,7 @@ func (s *sim) observeGroupDeletes() {
 			}
 			d.deletes += int(inc - d.inc)
 			d.inc = inc
-			clear(s.chk.groupDone)
-			clear(s.chk.doneAtID)
+			s.chk.groupDeleted()
 			switch {
 			case d.deleting && d.force:
 				d.applied = true
