@@ -524,7 +524,7 @@ func TestAckRefusedByItsNamedLeaderFailsAtOnce(t *testing.T) {
 	fs, ctx, _, m := consumeFromSilentCoordinator(t, 2, 1) // partition 1, led by n1
 	fs.setLeader("t", 0, 2)                                // the coordinator moves to n2
 	err := m.AckSync(ctx)
-	if !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), "n1, named its partition's leader, refuses it") {
+	if !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), "(n1, named the leader of partition 1, refuses seq 1)") {
 		t.Fatalf("ack refused by its partition's named leader: err = %v, want NOT_LEADER naming n1", err)
 	}
 	fs.mu.Lock()

@@ -1240,8 +1240,8 @@ func (co *Consumer) rerouteAcks(batch []ackRequest, r ackReroute) {
 			}
 			switch {
 			case named == r.refusedBy && r.routed:
-				co.failAcks([]ackRequest{a}, fmt.Errorf("nereus: ack %d/%d: %s, named its partition's leader, refuses it: %w",
-					a.entry.Partition, a.entry.Seq, named, r.cause))
+				co.failAcks([]ackRequest{a}, fmt.Errorf("%w (%s, named the leader of partition %d, refuses seq %d)",
+					r.cause, named, a.entry.Partition, a.entry.Seq))
 				continue
 			case named == r.refusedBy:
 				wait = append(wait, a) // the metadata has not moved yet
