@@ -416,3 +416,24 @@ func TestOneNodeClusterAcksAwaitOffice(t *testing.T) {
 		return RunCluster(ClusterOptions{Seed: seed, Nodes: 1, Faults: ClusterFaults{Crash: true}, Mutations: ClusterMutations["ack-ignores-office"]}).Violation
 	})
 }
+
+// CS7 with the scheduled and KV workloads: five nodes and three replicas,
+// so no node need hold every destination partition and the bucket lives
+// on three nodes. The final checks read each destination partition from
+// its fullest replica and wait for the bucket's three replicas. Before,
+// they wanted one node holding every acknowledged schedule's message
+// (seed 1: Liveness) and every node a replica of the bucket
+// (KVReplicasAgree).
+func TestFiveNodesThreeReplicasSchedulesAndKV(t *testing.T) {
+	for seed := range uint64(2) {
+		o := ClusterOptions{Seed: seed + 1, Nodes: 5, Replicas: 3, Faults: AllClusterFaults, Schedules: 30, KV: 30}
+		r := RunCluster(o)
+		if r.Violation != nil {
+			failClusterRun(t, o, r)
+			return
+		}
+		if r.Scheduled == 0 || r.SchedPublished < r.Scheduled || r.KVOps == 0 {
+			t.Fatalf("seed %d: %d schedules acknowledged, %d published, %d KV operations: the workloads did not run", o.Seed, r.Scheduled, r.SchedPublished, r.KVOps)
+		}
+	}
+}
