@@ -267,6 +267,10 @@ type conn struct {
 	// repliesLost models a one-way partition: the broker still receives
 	// the client's frames, but nothing it sends arrives.
 	repliesLost bool
+	// ackOKInc: the group's incarnation the broker served when it sent
+	// each ACK_OK in flight, by corr (runs with group deletes only;
+	// checker.ackConfirms).
+	ackOKInc map[uint64]uint64
 }
 
 // client is a workload participant that owns connections.
@@ -357,6 +361,12 @@ func (c *conn) serverSend(corr uint64, f wire.Frame) {
 		panic(killSignal{at: "send " + f.Type().String()})
 	}
 	c.b.chk.brokerSends(c.b, f)
+	if _, ok := f.(*wire.AckOK); ok && c.b.chk.groupInc > 0 {
+		if c.ackOKInc == nil {
+			c.ackOKInc = map[uint64]uint64{}
+		}
+		c.ackOKInc[corr] = c.b.node.GroupIncarnation(simGroup)
+	}
 	if c.repliesLost {
 		return
 	}

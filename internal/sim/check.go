@@ -121,34 +121,32 @@ type checker struct {
 	sent       map[string]bool // every value a producer ever published
 	violation  *Violation
 	deliveries int
-	// groupDeletes counts the group's incarnations deleted so far, and
-	// sentIn is the count each delivery was sent under (nil: a run
-	// without group deletes): see groupDeleted.
-	groupDeletes int
-	sentIn       map[sentDelivery]int
+	// groupInc is the group's incarnation the checker follows, in a run
+	// with group deletes (0: none; see groupDeleted).
+	groupInc uint64
 }
 
-// sentDelivery is one MSG: a position and its delivery id.
-type sentDelivery struct {
-	pos position
-	id  uint64
-}
-
-// groupDeleted: a node applied a delete of the group's incarnation (group
-// deletes). Its acks are forgotten; the next incarnation must deliver and
-// ack everything again (GroupIncarnationStartsEmpty). A delivery it sent
-// before is the deleted incarnation's: an ack of it that a node which had
-// not applied the delete yet answers OK confirms nothing of the next one
-// (groupAcked). Counted before, such an ack — a consumer of the new
-// incarnation asking again an ack whose answer it lost — made the next
-// incarnation's own delivery of the record look like a redelivery after
-// a confirmed ack (seed 1 of --nodes 5 --replicas 3 --members
-// --group-deletes 2).
-func (c *checker) groupDeleted() {
+// groupDeleted: a node applied a delete of the group's incarnation, and
+// inc is the group's incarnation now (group deletes). The acks are
+// forgotten; the next incarnation must deliver and ack everything again
+// (GroupIncarnationStartsEmpty). An ACK_OK from a node that had not
+// applied the delete when it answered is the deleted incarnation's, which
+// it still served, and confirms nothing of the next (ackConfirms). Counted
+// before, such an answer — to a member of the new incarnation asking
+// again an ack whose answer it lost, of a delivery made before the delete
+// — made the next incarnation's own delivery of the record look like a
+// redelivery after a confirmed ack (seed 1 of --nodes 5 --replicas 3
+// --members --group-deletes 2).
+func (c *checker) groupDeleted(inc uint64) {
 	clear(c.groupDone)
 	clear(c.doneAtID)
-	c.groupDeletes++
+	c.groupInc = inc
 }
+
+// ackConfirms reports whether an ACK_OK a node sent while it served the
+// group's incarnation inc confirms acks of the incarnation the checker
+// follows.
+func (c *checker) ackConfirms(inc uint64) bool { return inc >= c.groupInc }
 
 // anyDamaged reports whether a bit flip hit any partition.
 func (c *checker) anyDamaged() bool { return len(c.damaged) > 0 }
@@ -288,9 +286,6 @@ func (c *checker) brokerSends(b *broker, f wire.Frame) {
 		c.maxSentID[pos] = sent
 	}
 	sent[b.id] = max(sent[b.id], m.DeliveryID)
-	if c.sentIn != nil {
-		c.sentIn[sentDelivery{pos, m.DeliveryID}] = c.groupDeletes
-	}
 	if !c.perIncarnation {
 		k := deliveryKey{m.Partition, m.DeliveryID}
 		if seq, ok := c.sentIDs[k]; ok {
@@ -323,9 +318,6 @@ func (c *checker) delivered(consumer string, m *wire.Msg) {
 
 func (c *checker) groupAcked(consumer string, e wire.AckEntry) {
 	pos := position{e.Partition, e.Seq}
-	if in, ok := c.sentIn[sentDelivery{pos, e.DeliveryID}]; ok && in != c.groupDeletes {
-		return // a deleted incarnation's delivery (groupDeleted)
-	}
 	c.groupDone[pos] = true
 	if _, ok := c.doneAtID[pos]; !ok { // first confirmed (since acksForgotten)
 		c.doneAtID[pos] = maps.Clone(c.maxSentID[pos])

@@ -65,7 +65,7 @@ const groupDeleteAcks = 10
 
 func newGroupDeleter(s *sim, episodes int, force bool) *groupDeleter {
 	d := &groupDeleter{s: s, left: episodes, inc: 1, force: force}
-	s.chk.sentIn = map[sentDelivery]int{}
+	s.chk.groupInc = 1
 	s.w.after(s.w.between(groupDeleteGapMinMs, groupDeleteGapMaxMs), d.start)
 	return d
 }
@@ -166,7 +166,7 @@ func (s *sim) observeGroupDeletes() {
 			}
 			d.deletes += int(inc - d.inc)
 			d.inc = inc
-			s.chk.groupDeleted()
+			s.chk.groupDeleted(inc)
 			switch {
 			case d.deleting && d.force:
 				d.applied = true

@@ -393,6 +393,12 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		c.s.w.tracef("%s ACK_OK %v", c.name(), f.Results)
 		entries := l.pending[corr]
 		delete(l.pending, corr)
+		inc, tagged := cn.ackOKInc[corr]
+		delete(cn.ackOKInc, corr)
+		confirms := !tagged || c.s.chk.ackConfirms(inc)
+		if !confirms {
+			c.s.w.tracef("%s ACK_OK of the group's deleted incarnation %d: confirms nothing", c.name(), inc)
+		}
 		for i, e := range entries {
 			pos := position{e.Partition, e.Seq}
 			if i < len(f.Results) && f.Results[i] == wire.CodeStaleDelivery {
@@ -407,8 +413,10 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 			}
 			if i < len(f.Results) && f.Results[i] == wire.CodeOK {
 				delete(c.orphans, pos)
-				c.s.acksConfirmed++
-				c.s.chk.groupAcked(c.name(), e)
+				if confirms {
+					c.s.acksConfirmed++
+					c.s.chk.groupAcked(c.name(), e)
+				}
 			}
 		}
 		c.revokeAnswered(corr)
