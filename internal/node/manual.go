@@ -45,6 +45,11 @@ type Mutations struct {
 	// but does not deliver yet is answered at once (STALE_DELIVERY), not
 	// held until the group rebuilt its position from the log.
 	AckIgnoresOffice bool
+	// SchedForwardsToFirstReplica: a scheduled publish is forwarded as
+	// attempt 0 every time (PublishFindsTheLeader), so a shard owner
+	// without a replica of the destination partition asks its first
+	// replica only, whichever leads.
+	SchedForwardsToFirstReplica bool
 	// SyncedMarkSkipped: a partition with no other replica never writes
 	// its synced mark, so a bit flip into its idle tail before a crash is
 	// cut as a torn write (the point covers only its dedup snapshot).

@@ -416,6 +416,11 @@ type schedRunner struct {
 	waiting map[uint64]*schedAppended
 	// adminRefs: lane and cancel proposals, answered when applied.
 	adminRefs map[uint64]SchedAdminReply
+	// refusals counts, per destination partition, the publishes refused
+	// in a row: the attempt a publish is forwarded as (publishToLeader),
+	// so that a node without a replica of the partition tries its
+	// replicas in turn (PublishFindsTheLeader).
+	refusals map[schedDest]int
 
 	cmds chan schedCmd // sessions' requests
 	// Manual mode (Config.Manual): no goroutine; Step runs the runner when
@@ -1136,6 +1141,12 @@ func schedProducerID(shard uint32, topic string, partition uint32) uint64 {
 	return h.Sum64() | 1 // never 0 (0 = not idempotent)
 }
 
+// schedDest is a destination partition.
+type schedDest struct {
+	topic     string
+	partition uint32
+}
+
 // publish reads the due schedule's message from the shard and publishes it.
 func (r *schedRunner) publish(now int64, p sched.Publish) {
 	if observe := r.node.cfg.SchedPublishObserver; observe != nil {
@@ -1162,10 +1173,27 @@ func (r *schedRunner) publish(now int64, p sched.Publish) {
 	// To the destination partition's leader, wherever it is.
 	// Into the incarnation the lane's certificate vouched for, and no other.
 	r.node.publishToLeader(&wire.Pub{Topic: p.Topic, Partition: int32(p.Partition), ProducerID: schedProducerID(r.shard, p.Topic, p.Partition),
-		ProducerSeq: p.FireSeq, TimestampMs: rec.TimestampMs, Key: rec.Key, Value: rec.Value, Headers: hs}, p.Incarnation, 0, done)
+		ProducerSeq: p.FireSeq, TimestampMs: rec.TimestampMs, Key: rec.Key, Value: rec.Value, Headers: hs}, p.Incarnation,
+		r.refusals[schedDest{p.Topic, p.Partition}], done)
 }
 
 func (r *schedRunner) published(now int64, p *schedPublished) {
+	// PublishFindsTheLeader: a node without a replica of the destination
+	// partition forwards to the replica its attempt names (the first one
+	// for attempt 0). Sent as attempt 0 every time, a publish went to the
+	// first replica, which refused it NOT_LEADER while another led: the
+	// lane was BLOCKED, probed READY and refused again, until the first
+	// replica led again (`nereus sim --nodes 5 --replicas 3 --members --kv
+	// 30 --schedules 30 --retention`, seed 1: ScheduledOnTime).
+	dest := schedDest{p.pub.Topic, p.pub.Partition}
+	if p.err != nil && !r.node.cfg.Mutations.SchedForwardsToFirstReplica {
+		if r.refusals == nil {
+			r.refusals = map[schedDest]int{}
+		}
+		r.refusals[dest]++
+	} else {
+		delete(r.refusals, dest)
+	}
 	out := sched.Landed
 	switch {
 	case p.lost:

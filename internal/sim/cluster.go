@@ -240,8 +240,9 @@ var ClusterMutations = map[string]node.Mutations{
 	// replica is taking office again is answered STALE_DELIVERY at once;
 	// the rebuild then finds it durable and never redelivers it, and the
 	// consumer's ack stays unconfirmed (Liveness).
-	"ack-ignores-office":   {AckIgnoresOffice: true},
-	"accept-stale-flushed": {Replica: replica.Mutations{AcceptStaleFlushed: true}},
+	"ack-ignores-office":              {AckIgnoresOffice: true},
+	"sched-forwards-to-first-replica": {SchedForwardsToFirstReplica: true},
+	"accept-stale-flushed":            {Replica: replica.Mutations{AcceptStaleFlushed: true}},
 	// With --nodes 5 --policy all: a replica whose promise is lost
 	// answers no PROMISE_QUERY (as before PROMISE_UNKNOWN); two such of
 	// five wait for each other for good, and so does every write

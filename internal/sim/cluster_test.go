@@ -437,3 +437,22 @@ func TestFiveNodesThreeReplicasSchedulesAndKV(t *testing.T) {
 		}
 	}
 }
+
+// PublishFindsTheLeader: a shard owner without a replica of a scheduled
+// message's destination partition forwards the publish to the replica its
+// attempt names. It sent attempt 0 every time: the first replica, which
+// refused NOT_LEADER while another led, and the lane stayed BLOCKED,
+// probed READY and refused again until the first replica led again
+// (ScheduledOnTime at seed 1, "sch-11 not published 1001 ms after it fell
+// due"). The runner counts a destination partition's refusals in a row
+// and forwards the next try as that attempt: the next replica in turn.
+func TestScheduledPublishFindsALeaderItHasNoReplicaOf(t *testing.T) {
+	o := ClusterOptions{Seed: 1, Nodes: 5, Replicas: 3, Faults: AllClusterFaults, Members: true, KV: 30, Schedules: 30, Retention: retentionOptions}
+	if r := RunCluster(o); r.Violation != nil {
+		failClusterRun(t, o, r)
+	}
+	o.Mutations = ClusterMutations["sched-forwards-to-first-replica"]
+	if v := RunCluster(o).Violation; v == nil || v.Invariant != "ScheduledOnTime" {
+		t.Fatalf("with the publish always forwarded to the first replica: %v, want ScheduledOnTime", v)
+	}
+}
