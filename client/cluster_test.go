@@ -502,8 +502,16 @@ func consumeFromSilentCoordinator(t *testing.T, partitions, part int) (*fakeServ
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	publishTo(ctx, t, p, part, 1, "x")
-	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 4})
+	co, m := publishAndTakeOne(ctx, t, c, p, part, 1, 4)
+	return fs, ctx, co, m
+}
+
+// publishAndTakeOne publishes n messages to partition part of topic "t"
+// and takes the first from a new consumer of group "g" with credit.
+func publishAndTakeOne(ctx context.Context, t *testing.T, c *Client, p *Producer, part, n, credit int) (*Consumer, *Message) {
+	t.Helper()
+	publishTo(ctx, t, p, part, n, "x")
+	co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: credit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +520,7 @@ func consumeFromSilentCoordinator(t *testing.T, partitions, part int) (*fakeServ
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fs, ctx, co, m
+	return co, m
 }
 
 // On a broker whose one coordinator delivers the whole topic, an ack the

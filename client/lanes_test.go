@@ -322,6 +322,16 @@ func TestConsumerNewIncarnationResubscribesEveryLane(t *testing.T) {
 	}
 }
 
+// consumeOneOfPartition0 publishes n messages to partition 0 (led by n0)
+// of a laneFixture's topic and takes the first from a consumer of group
+// "g" with a credit of 1.
+func consumeOneOfPartition0(t *testing.T, n int) (*fakeServer, context.Context, *Consumer, *Message) {
+	t.Helper()
+	fs, c, ctx, p := laneFixture(t, 3, 2, 0)
+	co, m := publishAndTakeOne(ctx, t, c, p, 0, n, 1)
+	return fs, ctx, co, m
+}
+
 // AckFollowsItsPartition: a leader makes an ack durable and loses office
 // (or its connection) before it answers. The consumer asks the
 // partition's leader again, which answers OK: AckSync succeeds and the
@@ -331,17 +341,7 @@ func TestConsumerNewIncarnationResubscribesEveryLane(t *testing.T) {
 func TestAckDurableBeforeItsAnswerWasLostSucceedsAtTheLeader(t *testing.T) {
 	for name, fault := range map[string]fakeAction{"NOT_LEADER": fakeAppendThenStepDown, "connection lost": fakeAppendThenCrash} {
 		t.Run(name, func(t *testing.T) {
-			fs, c, ctx, p := laneFixture(t, 3, 2, 0)
-			publishTo(ctx, t, p, 0, 2, "a")
-			co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer co.Close()
-			m, err := co.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			fs, ctx, co, m := consumeOneOfPartition0(t, 2)
 			fs.mu.Lock()
 			fs.onAckApplied = func(n int) fakeAction {
 				if n == 1 {
@@ -395,17 +395,7 @@ func TestAckDurableBeforeItsAnswerWasLostSucceedsAtTheLeader(t *testing.T) {
 func TestAckDurableBeforeAnElectionSucceedsAtItsWinner(t *testing.T) {
 	for name, fault := range map[string]fakeAction{"no leader named": fakeAppendThenElection, "the old leader still named": fakeAppendThenStaleMeta} {
 		t.Run(name, func(t *testing.T) {
-			fs, c, ctx, p := laneFixture(t, 3, 2, 0)
-			publishTo(ctx, t, p, 0, 1, "a")
-			co, err := c.Subscribe(ctx, "t", "g", ConsumerOptions{Credit: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer co.Close()
-			m, err := co.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			fs, ctx, _, m := consumeOneOfPartition0(t, 1)
 			fs.mu.Lock()
 			fs.onAckApplied = func(n int) fakeAction {
 				if n == 1 {
