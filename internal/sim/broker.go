@@ -361,14 +361,14 @@ func (c *conn) serverSend(corr uint64, f wire.Frame) {
 		panic(killSignal{at: "send " + f.Type().String()})
 	}
 	c.b.chk.brokerSends(c.b, f)
-	if _, ok := f.(*wire.AckOK); ok && c.b.chk.groupInc > 0 {
+	if c.repliesLost {
+		return
+	}
+	if _, ok := f.(*wire.AckOK); ok && c.b.chk.groupInc > 0 { // noted only for an answer that arrives
 		if c.ackOKInc == nil {
 			c.ackOKInc = map[uint64]uint64{}
 		}
 		c.ackOKInc[corr] = c.b.node.GroupIncarnation(simGroup)
-	}
-	if c.repliesLost {
-		return
 	}
 	frame := wire.AppendFrame(nil, corr, f)
 	c.s2cAt = max(c.w().nowMs+c.b.latency(), c.s2cAt)
