@@ -16,6 +16,7 @@ var schedMutations = map[string]func(*sched.Mutations){
 	"publish-before-intent": func(m *sched.Mutations) { m.PublishBeforeIntent = true },
 	"fenced-still-fires":    func(m *sched.Mutations) { m.FencedStillFires = true },
 	"ready-not-revalidated": func(m *sched.Mutations) { m.ReadyNotRevalidated = true },
+	"claims-before-due":     func(m *sched.Mutations) { m.ClaimsBeforeDue = true },
 }
 
 func newCheckSchedCmd() *cobra.Command {

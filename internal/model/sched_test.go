@@ -64,6 +64,7 @@ func TestSchedModelMutations(t *testing.T) {
 		{"PublishWithoutLease", "NoPublishWithoutBothGates", func(c *SchedConfig) { c.Mutations.PublishWithoutLease, c.Crashes = true, 0 }},
 		{"PublishBeforeIntent", "NoPublishBeforeIntent", func(c *SchedConfig) { c.Mutations.PublishBeforeIntent, c.Moves = true, 0 }},
 		{"FencedStillFires", "NoPublishWithoutBothGates", func(c *SchedConfig) { c.Mutations.FencedStillFires, c.Crashes = true, 0 }},
+		{"ClaimsBeforeDue", "NeverEarly", func(c *SchedConfig) { c.Mutations.ClaimsBeforeDue, c.Moves, c.Crashes = true, 0, 0 }},
 		{"ReadyNotRevalidated", "NoPublishOnStaleEvidence", func(c *SchedConfig) {
 			c.Mutations.ReadyNotRevalidated, c.Recreates, c.Moves, c.Crashes, c.TimeMax = true, 1, 0, 0, 3
 		}},

@@ -206,6 +206,9 @@ type Mutations struct {
 	// DrainForgetsOutcomes lets a draining owner drop what its publishes
 	// in flight did instead of recording it before the release.
 	DrainForgetsOutcomes bool
+	// ClaimsBeforeDue claims a lane's pending schedules whatever their
+	// deliver_at: the NeverEarly guard deleted.
+	ClaimsBeforeDue bool
 }
 
 // ErrNotActive refuses a command at a node that is not the shard's
@@ -517,7 +520,7 @@ func (o *Owner) claimDue(now int64, l Lane, rt *laneRuntime) {
 	full := map[uint32]bool{}
 	visits := o.cfg.ClaimMax*8 + len(o.claims)
 	o.st.dueInOrder(l.Topic, func(e *Entry) bool {
-		if e.DeliverAtMs > now || len(intents) >= o.cfg.ClaimMax || visits == 0 {
+		if e.DeliverAtMs > now && !o.cfg.Mutations.ClaimsBeforeDue || len(intents) >= o.cfg.ClaimMax || visits == 0 {
 			return false
 		}
 		visits--

@@ -29,6 +29,19 @@ func TestFiresExactlyOnceWhenDue(t *testing.T) {
 	}
 }
 
+// The NeverEarly guard is what holds a schedule back: deleted
+// (ClaimsBeforeDue), the owner claims and publishes it at once.
+func TestClaimsBeforeDueFiresEarly(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		w := activeWorld(t, Mutations{ClaimsBeforeDue: mut})
+		w.schedule("a", 1100, 0)
+		w.settle(true)
+		if early := len(w.published) > 0; early != mut {
+			t.Fatalf("ClaimsBeforeDue %v: published at 1000 a schedule due at 1100: %v", mut, early)
+		}
+	}
+}
+
 func TestClockJumpingBackFiresNothingEarly(t *testing.T) {
 	w := newWorld(t, testConfig)
 	w.activate(1)

@@ -304,6 +304,7 @@ var ClusterMutations = map[string]node.Mutations{
 	"sched-publish-before-intent": {Sched: sched.Mutations{PublishBeforeIntent: true}},
 	"sched-fenced-still-fires":    {Sched: sched.Mutations{FencedStillFires: true}},
 	"sched-ready-not-revalidated": {Sched: sched.Mutations{ReadyNotRevalidated: true}},
+	"sched-claims-before-due":     {Sched: sched.Mutations{ClaimsBeforeDue: true}},
 	"sched-reuse-fire-seq":        {SchedState: sched.StateMutations{ReuseFireSeq: true}},
 	// With --schedules: a shard owner's lease guard taken from the lease
 	// ticks its replica last published, not from the lease's end on the

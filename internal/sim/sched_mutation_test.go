@@ -22,6 +22,7 @@ var schedMutationSeeds = map[string]struct {
 }{
 	"sched-publish-without-lease": {[]uint64{1, 2, 3}, "NoPublishWithoutBothGates"},  // each of seeds 1-3
 	"sched-publish-before-intent": {[]uint64{1, 2, 3}, "NoPublishBeforeIntent"},      // each of seeds 1-3
+	"sched-claims-before-due":     {[]uint64{1, 2, 3}, "NeverEarly"},                 // each of seeds 1-6
 	"sched-fenced-still-fires":    {[]uint64{4, 5, 10}, "NoPublishWithoutBothGates"}, // the first three of seeds 1-60 (17 of them) since acks await their partition's office (9, 13, 41 before; 4, 15, 22 before the stall fault and the monotonic clock; 1, 3, 30 before partitions heartbeat every 3 ticks; 5, 7, 26 before the dedup snapshots)
 	// The replication kernel's lease dated from the answers' arrival: a
 	// paused leader renews it from answers to heartbeats sent before its
