@@ -209,6 +209,11 @@ type Mutations struct {
 	// ClaimsBeforeDue claims a lane's pending schedules whatever their
 	// deliver_at: the NeverEarly guard deleted.
 	ClaimsBeforeDue bool
+	// PauseIgnored lets a PAUSED lane claim and publish as an OPEN one.
+	PauseIgnored bool
+	// GateNotRecheckedAtTake hands out a publish decided before a LANE
+	// record closed its lane's gate in the same pass.
+	GateNotRecheckedAtTake bool
 }
 
 // ErrNotActive refuses a command at a node that is not the shard's
@@ -337,10 +342,30 @@ func (o *Owner) LaneReadiness(topic string) Readiness {
 }
 
 // TakeEffects returns the effects since the last call.
+//
+// A publish whose lane's gate a LANE record closed since it was decided
+// — its intent and a pause, close or retire applied in one pass of the
+// shell, the pause's answer given before the effects are taken — is not
+// handed out (GateClosesAtItsAnswer): its schedule stays FIRING and goes
+// out once the lane is OPEN again, and nothing is sent after the
+// command's answer.
 func (o *Owner) TakeEffects() []Effect {
 	e := o.effects
 	o.effects = nil
-	return e
+	if o.cfg.Mutations.GateNotRecheckedAtTake {
+		return e
+	}
+	kept := e[:0]
+	for _, x := range e {
+		if p := x.Publish; p != nil {
+			if l, ok := o.st.Lane(p.Topic); ok && !o.gateOpen(l) {
+				delete(o.publishing, p.ID)
+				continue
+			}
+		}
+		kept = append(kept, x)
+	}
+	return kept
 }
 
 // SetAuthority reports the gates as the shell sees them now.
@@ -430,7 +455,7 @@ func (o *Owner) fence() {
 // READY certificate still valid for this office, this incarnation and
 // this instant.
 func (o *Owner) ready(l Lane, rt *laneRuntime, now int64) bool {
-	if l.Gate != GateOpen || rt.readiness != Ready {
+	if !o.gateOpen(l) || rt.readiness != Ready {
 		return false
 	}
 	if o.cfg.Mutations.ReadyNotRevalidated {
@@ -442,6 +467,11 @@ func (o *Owner) ready(l Lane, rt *laneRuntime, now int64) bool {
 	}
 	rt.readiness = RecoveringEvidence
 	return false
+}
+
+// gateOpen reports whether l's admission gate lets it claim and publish.
+func (o *Owner) gateOpen(l Lane) bool {
+	return l.Gate == GateOpen || l.Gate == GatePaused && o.cfg.Mutations.PauseIgnored
 }
 
 func (o *Owner) lane(topic string) *laneRuntime {

@@ -276,6 +276,59 @@ func TestBlockedLaneIsolated(t *testing.T) {
 // Pause holds a lane's due schedules until resume; close refuses new
 // ones; retire cancels what is pending. Recovery of the destination
 // never clears a pause.
+// The gate is what holds a paused lane: ignored (PauseIgnored), the owner
+// publishes a due schedule under a standing pause.
+func TestPauseIgnoredPublishesWhilePaused(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		w := activeWorld(t, Mutations{PauseIgnored: mut})
+		w.schedule("a", 1100, 0)
+		if _, err := w.o.Manage(w.now, LaneCommand{Topic: "a", Op: LanePause}); err != nil {
+			t.Fatal(err)
+		}
+		w.settle(true)
+		w.at(1200)
+		w.answerProbe("a")
+		w.settle(true)
+		if published := len(w.published) > 0; published != mut {
+			t.Fatalf("PauseIgnored %v: published on a paused lane: %v", mut, published)
+		}
+	}
+}
+
+// GateClosesAtItsAnswer: a pause applied in the same pass as the intent
+// that made a schedule's publish due — the shell answers the pause before
+// it takes the effects — holds that publish too; it goes out after the
+// resume, once. Without the re-check at take (GateNotRecheckedAtTake) it
+// is sent after the pause was answered.
+func TestPauseAppliedWithTheIntentHoldsItsPublish(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		w := activeWorld(t, Mutations{GateNotRecheckedAtTake: mut})
+		id := w.schedule("a", 1100, 0)
+		w.at(1100)
+		w.settle(false) // the intent proposed, not committed
+		if _, err := w.o.Manage(w.now, LaneCommand{Topic: "a", Op: LanePause}); err != nil {
+			t.Fatal(err)
+		}
+		w.settle(false)
+		if len(w.queue) != 2 || w.queue[0].Record.Kind != KindIntent || w.queue[1].Record.Kind != KindLane {
+			t.Fatalf("proposed %+v, want the intent then the pause", w.queue)
+		}
+		w.commitAll() // both applied in one pass, then the effects taken
+		w.settle(true)
+		if sent := len(w.published) > 0; sent != mut {
+			t.Fatalf("GateNotRecheckedAtTake %v: published after the pause applied: %v", mut, sent)
+		}
+		if mut {
+			continue
+		}
+		if _, err := w.o.Manage(w.now, LaneCommand{Topic: "a", Op: LaneResume}); err != nil {
+			t.Fatal(err)
+		}
+		w.settle(true)
+		w.expectDelivered("a", id)
+	}
+}
+
 func TestLaneGates(t *testing.T) {
 	w := newWorld(t, testConfig)
 	w.activate(1)

@@ -96,6 +96,10 @@ type ClusterOptions struct {
 	// messages scheduled into their own topic, each due within 3 s, with
 	// NeverEarly and ExactlyOnce checked (0: none).
 	Schedules int
+	// LanePauses, with Schedules, pauses a destination's lane this many
+	// times at random moments of the fault phase and resumes it a while
+	// later (lanepause.go: PauseHolds; 0: none).
+	LanePauses int
 	// KV adds the KV workload (kv.go): 3 clients run this many operations
 	// each (put, get, CAS, delete) on 5 keys of a bucket replicated on
 	// every node, and the history is checked for linearizability; a
@@ -305,7 +309,13 @@ var ClusterMutations = map[string]node.Mutations{
 	"sched-fenced-still-fires":    {Sched: sched.Mutations{FencedStillFires: true}},
 	"sched-ready-not-revalidated": {Sched: sched.Mutations{ReadyNotRevalidated: true}},
 	"sched-claims-before-due":     {Sched: sched.Mutations{ClaimsBeforeDue: true}},
-	"sched-reuse-fire-seq":        {SchedState: sched.StateMutations{ReuseFireSeq: true}},
+	// With --lane-pauses: a PAUSED lane claims and publishes as an OPEN
+	// one (PauseHolds).
+	"sched-pause-ignored": {Sched: sched.Mutations{PauseIgnored: true}},
+	// With --lane-pauses: a publish decided before a pause applied in
+	// the same pass is still sent (PauseHolds, at the pause's answer).
+	"sched-gate-not-rechecked-at-take": {Sched: sched.Mutations{GateNotRecheckedAtTake: true}},
+	"sched-reuse-fire-seq":             {SchedState: sched.StateMutations{ReuseFireSeq: true}},
 	// With --schedules: a shard owner's lease guard taken from the lease
 	// ticks its replica last published, not from the lease's end on the
 	// clock (NoPublishWithoutBothGates, in TestSchedHeldUpOwnerFenced: an
@@ -334,6 +344,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.Schedules > 0 {
 		cmd += fmt.Sprintf(" --schedules %d", o.Schedules)
+	}
+	if o.LanePauses > 0 {
+		cmd += fmt.Sprintf(" --lane-pauses %d", o.LanePauses)
 	}
 	if o.KV > 0 {
 		cmd += fmt.Sprintf(" --kv %d", o.KV)
@@ -397,6 +410,8 @@ func (o ClusterOptions) Validate() error {
 		return fmt.Errorf("the topics' replicas (default: the number of nodes) must be 1, 3 or 5, not %d", o.Replicas)
 	case int(o.Replicas) > o.Nodes:
 		return fmt.Errorf("%d replicas need at least as many nodes, not %d", o.Replicas, o.Nodes)
+	case o.LanePauses > 0 && o.Schedules == 0:
+		return fmt.Errorf("lane pauses need the scheduled workload (--schedules)")
 	}
 	return nil
 }
@@ -532,6 +547,9 @@ func newClusterSim(o ClusterOptions) *sim {
 		for at := range s.nodes {
 			s.w.after(s.w.between(0, 10), func() { sc.connect(at) })
 		}
+		if o.LanePauses > 0 {
+			sc.pauser = newLanePauser(s, o.LanePauses)
+		}
 	}
 	if o.KV > 0 {
 		s.kv = newKVWorkload(s, o.KV)
@@ -587,6 +605,10 @@ func (s *sim) runPhases() Result {
 	if s.sched != nil {
 		r.Scheduled, r.SchedPublished = len(s.sched.acked), len(s.sched.seen)
 		r.SchedStats = s.sched.ghost.stats
+		if p := s.sched.pauser; p != nil {
+			r.SchedStats["lane pauses answered"] = p.pauses
+			r.SchedStats["schedules due on a paused lane"] = p.heldBack
+		}
 	}
 	if s.churn != nil {
 		r.TopicDeletes, r.TopicDeclares = s.churn.deletes, s.churn.declares
@@ -910,6 +932,9 @@ func (s *sim) clusterFinalPhase() {
 		return
 	}
 	s.chk.finalChecks(func(p uint32) *broker { return leaders[p] }, s.opts.Partitions)
+	if s.sched != nil && s.sched.pauser != nil && s.chk.violation == nil {
+		s.sched.pauser.final(deadline)
+	}
 	if s.sched != nil && s.chk.violation == nil {
 		s.schedFinal(deadline)
 	}

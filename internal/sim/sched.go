@@ -37,6 +37,7 @@ const schedGapMsMax = 150
 
 type schedClient struct {
 	s        *sim
+	pauser   *lanePauser // ClusterOptions.LanePauses (nil: none)
 	total    int
 	next     int
 	window   int

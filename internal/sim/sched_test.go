@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -120,5 +121,69 @@ func TestSchedIntakeJudgedUnderTheGatesOfNow(t *testing.T) {
 	o := ClusterOptions{Seed: 7002, Nodes: 3, Steps: 20000, Faults: AllClusterFaults, Members: true, Schedules: 200}
 	if r := RunCluster(o); r.Violation != nil {
 		t.Fatalf("%v\nreproduce: %s", r.Violation, ClusterReproduce(o))
+	}
+}
+
+// TestLanePausesHold runs the scheduled-delivery workload with the
+// operator pausing a destination's lane and resuming it (lanepause.go):
+// PauseHolds at every publish, the paused lane's schedules published
+// after the resume (ScheduledOnTime from its answer in a quiet cluster,
+// Liveness after healing), under every fault and with destination outages
+// alone. Seed 108 with members, PUB_BATCH and five pauses found a
+// publish decided in the pass that applied the pause, sent after its
+// answer (sched.Owner.TakeEffects: GateClosesAtItsAnswer). Each mutation
+// breaks PauseHolds on its recorded seeds (the test stops at the first).
+func TestLanePausesHold(t *testing.T) {
+	paused, heldBack := 0, 0
+	busy := func(seed uint64) ClusterOptions {
+		return ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, PubBatch: true, Schedules: 30, LanePauses: 5}
+	}
+	for _, o := range []ClusterOptions{
+		{Seed: 1, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
+		{Seed: 2, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
+		{Seed: 4, Faults: ClusterFaults{Outage: true}, Schedules: 30, LanePauses: 3},
+		busy(108),
+	} {
+		r := RunCluster(o)
+		if r.Violation != nil {
+			t.Fatalf("%v\nreproduce: %s\ntrace tail:\n%v", r.Violation, ClusterReproduce(o), r.Tail)
+		}
+		if r.Scheduled == 0 || r.SchedPublished < r.Scheduled {
+			t.Fatalf("seed %d: %d schedules acknowledged, %d published", o.Seed, r.Scheduled, r.SchedPublished)
+		}
+		paused += r.SchedStats["lane pauses answered"]
+		heldBack += r.SchedStats["schedules due on a paused lane"]
+	}
+	if paused == 0 || heldBack == 0 {
+		t.Fatalf("%d pauses answered, %d schedules due on a paused lane: the runs did not hold anything", paused, heldBack)
+	}
+	t.Logf("%d pauses answered, %d schedules due on a paused lane", paused, heldBack)
+
+	for _, m := range []struct {
+		name string
+		runs []ClusterOptions
+	}{
+		// Seeds 2, 3, 5 and 6 of 1-6.
+		{"sched-pause-ignored", []ClusterOptions{
+			{Seed: 2, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
+			{Seed: 3, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
+		}},
+		// None of seeds 1-30 with three pauses; 108 and 112 of 100-140
+		// with members, PUB_BATCH and five.
+		{"sched-gate-not-rechecked-at-take", []ClusterOptions{busy(108), busy(112)}},
+	} {
+		var got []string
+		caught := false
+		for _, o := range m.runs {
+			o.Mutations = ClusterMutations[m.name]
+			r := RunCluster(o)
+			if caught = r.Violation != nil && r.Violation.Invariant == PauseHolds; caught {
+				break
+			}
+			got = append(got, fmt.Sprintf("seed %d: %v", o.Seed, r.Violation))
+		}
+		if !caught {
+			t.Errorf("%s not caught by PauseHolds: %v", m.name, got)
+		}
 	}
 }

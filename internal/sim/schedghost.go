@@ -231,6 +231,7 @@ func (g *schedGhost) published(b *broker, shard uint32, p sched.Publish) {
 		}
 		g.publishedAfterIntent(b, shard, p)
 		g.publishedOnFreshEvidence(b, shard, p)
+		g.sc.pauser.published(b, shard, p.ID, p.Topic)
 	}
 }
 
@@ -444,7 +445,7 @@ func (g *schedGhost) checkOnTime() {
 	s, sc := g.s, g.sc
 	var health = map[string]bool{}
 	for _, t := range schedDestTopics {
-		health[t] = g.healthy(t)
+		health[t] = g.healthy(t) && !g.sc.pauser.held(t)
 		if !health[t] || !g.quiet {
 			g.troubleMs[t] = s.w.nowMs
 		}
