@@ -12,11 +12,13 @@ import (
 
 // schedMutations names the scheduler kernel's deliberate bugs for --mutation.
 var schedMutations = map[string]func(*sched.Mutations){
-	"publish-without-lease": func(m *sched.Mutations) { m.PublishWithoutLease = true },
-	"publish-before-intent": func(m *sched.Mutations) { m.PublishBeforeIntent = true },
-	"fenced-still-fires":    func(m *sched.Mutations) { m.FencedStillFires = true },
-	"ready-not-revalidated": func(m *sched.Mutations) { m.ReadyNotRevalidated = true },
-	"claims-before-due":     func(m *sched.Mutations) { m.ClaimsBeforeDue = true },
+	"publish-without-lease":      func(m *sched.Mutations) { m.PublishWithoutLease = true },
+	"publish-before-intent":      func(m *sched.Mutations) { m.PublishBeforeIntent = true },
+	"fenced-still-fires":         func(m *sched.Mutations) { m.FencedStillFires = true },
+	"ready-not-revalidated":      func(m *sched.Mutations) { m.ReadyNotRevalidated = true },
+	"claims-before-due":          func(m *sched.Mutations) { m.ClaimsBeforeDue = true },
+	"pause-ignored":              func(m *sched.Mutations) { m.PauseIgnored = true },
+	"gate-not-rechecked-at-take": func(m *sched.Mutations) { m.GateNotRecheckedAtTake = true },
 }
 
 func newCheckSchedCmd() *cobra.Command {
@@ -30,9 +32,11 @@ func newCheckSchedCmd() *cobra.Command {
 scheduler kernel (internal/sched): leadership moves once the old lease guard
 closed, owners restart, clocks jump back, nodes apply the shard's log at their
 own pace, the destination refuses writes or is deleted and re-created, publish
-replies are lost. The destination deduplicates with the real producer table.
-NoPublishWithoutBothGates, NoPublishBeforeIntent, NeverEarly,
-NoPublishOnStaleEvidence and ExactlyOnce are checked in every state. On a
+replies are lost. The destination deduplicates with the real producer table;
+an operator pauses the lane and resumes it, a node ends its proposals in one
+pass. NoPublishWithoutBothGates, NoPublishBeforeIntent, NeverEarly,
+NoPublishOnStaleEvidence, PauseHolds and ExactlyOnce are checked in every
+state. On a
 violation it prints the action trace and exits non-zero. --mutation runs a
 deliberately broken kernel, which must fail (ready-not-revalidated needs
 --recreates 1 --time-max 3).`,
@@ -47,8 +51,8 @@ deliberately broken kernel, which must fail (ready-not-revalidated needs
 			cfg.Due = due
 			start := time.Now()
 			r := model.CheckSched(cfg)
-			return reportOutcome(cmd.OutOrStdout(), r.Outcome, time.Since(start), fmt.Sprintf("%d landed, %d retries deduplicated, %d unknown, %d ordering breaks, %d takeovers, %d with every schedule resolved",
-				r.Landed, r.Retries, r.Unknown, r.Breaks, r.Takeovers, r.AllResolved))
+			return reportOutcome(cmd.OutOrStdout(), r.Outcome, time.Since(start), fmt.Sprintf("%d landed, %d retries deduplicated, %d unknown, %d ordering breaks, %d takeovers, %d with every schedule resolved, %d with a due schedule held by a pause",
+				r.Landed, r.Retries, r.Unknown, r.Breaks, r.Takeovers, r.AllResolved, r.PausedHeld))
 		},
 	}
 	f := cmd.Flags()
@@ -59,6 +63,7 @@ deliberately broken kernel, which must fail (ready-not-revalidated needs
 	f.IntVar(&cfg.ClockJumps, "clock-jumps", 0, "a node's clock jumps one tick back")
 	f.IntVar(&cfg.Recreates, "recreates", 0, "the destination is deleted and re-created")
 	f.IntVar(&cfg.Resumes, "resumes", 0, "an operator resumes the lane")
+	f.IntVar(&cfg.Pauses, "pauses", 0, "an operator pauses the lane (with --resumes to open it again)")
 	f.IntVar(&cfg.Outages, "outages", 0, "the destination refuses writes until it recovers")
 	f.IntVar(&cfg.LostReplies, "lost-replies", 0, "a publish lands and its reply is lost")
 	f.IntVar(&cfg.NetworkMax, "network-max", 4, "publishes and proposals in flight before a state is not expanded")

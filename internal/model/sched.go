@@ -12,7 +12,10 @@ package model
 // the destination refuses writes for a while, or is deleted and
 // re-created (a publish names the incarnation it is for, and the
 // destination refuses another); publish replies are lost (the shell's
-// timeout: Refused).
+// timeout: Refused); an operator pauses the lane and resumes it. A node
+// may end all its proposals in one pass, as the shell applies every
+// committed entry (answering the operator's command among them) before it
+// takes the owner's effects.
 
 import (
 	"encoding/binary"
@@ -36,7 +39,8 @@ type SchedConfig struct {
 	Crashes     int // an owner restarts and loses its runtime
 	ClockJumps  int // a node's clock jumps one tick back
 	Recreates   int // the destination is deleted and re-created
-	Resumes     int // an operator resumes the lane (after a break)
+	Resumes     int // an operator resumes the lane (after a break or a pause)
+	Pauses      int // an operator pauses the lane
 	Outages     int // the destination refuses writes until it recovers
 	LostReplies int // a publish lands but its reply is lost (the shell times out: Refused)
 	// LeaseTicks is how long a lease renewal keeps the leader's guard
@@ -62,6 +66,7 @@ type SchedResult struct {
 	Breaks      int // a lane's ordering was broken by a re-created destination
 	Takeovers   int // a second owner published
 	AllResolved int // every schedule admitted, fired or unknown
+	PausedHeld  int // a schedule fell due, not landed, while the lane was paused
 }
 
 const schedTopic = "a"
@@ -74,11 +79,12 @@ const (
 	sbResumes
 	sbOutages
 	sbLostReplies
+	sbPauses
 	sbCount
 )
 
 func (c *SchedConfig) budget(i int) int {
-	return [...]int{c.Moves, c.Crashes, c.ClockJumps, c.Recreates, c.Resumes, c.Outages, c.LostReplies}[i]
+	return [...]int{c.Moves, c.Crashes, c.ClockJumps, c.Recreates, c.Resumes, c.Outages, c.LostReplies, c.Pauses}[i]
 }
 
 type sproposal struct {
@@ -120,8 +126,14 @@ type sstate struct {
 	writable    bool
 	recreatedAt int64
 	landings    []slanding
-	used        [sbCount]int
-	events      sevent
+	// The operator's pause: the proposal asked (node, ref; ref 0: none)
+	// and whether it was answered with no resume asked since (PauseHolds:
+	// nothing is published meanwhile).
+	pauseNode int
+	pauseRef  uint64
+	paused    bool
+	used      [sbCount]int
+	events    sevent
 }
 
 type sevent uint8
@@ -133,6 +145,7 @@ const (
 	seBreak
 	seTakeover
 	seResolved
+	sePausedHeld // a schedule fell due, not landed, while the lane was paused
 )
 
 func (cfg *SchedConfig) ownerConfig() sched.Config {
@@ -221,6 +234,9 @@ func (cfg *SchedConfig) checkPublish(s *sstate, i int, p sched.Publish) string {
 	if e, ok := n.st.Entry(p.ID); ok && e.Epoch != p.Epoch {
 		s.events |= seTakeover
 	}
+	if s.paused {
+		return fmt.Sprintf("PauseHolds: n%d published schedule %d after the lane's pause was answered, before a resume was asked", i+1, p.ID)
+	}
 	if due := cfg.Due[cfg.admissionOf(s, p.ID)]; s.t < due {
 		return fmt.Sprintf("NeverEarly: schedule %d due at %d published at %d", p.ID, due, s.t)
 	}
@@ -290,10 +306,66 @@ func (cfg *SchedConfig) commit(s *sstate, i int) string {
 		}
 	}
 	n.o.Proposed(s.clock(i), p.ref, nil)
+	s.answered(i, p.ref)
 	if v := cfg.collect(s, i); v != "" {
 		return v
 	}
 	return cfg.checkResolved(s)
+}
+
+// commitPass ends every proposal node i has queued in one pass, as the
+// shell does: each committed one (while i leads in its epoch) is applied
+// and completed — the operator's command answered — and only then are the
+// owner's effects taken.
+func (cfg *SchedConfig) commitPass(s *sstate, i int) string {
+	n := s.nodes[i]
+	q := n.queue
+	n.queue = nil
+	for _, p := range q {
+		if s.holder != i || p.epoch != s.epoch {
+			n.o.Proposed(s.clock(i), p.ref, fmt.Errorf("fenced"))
+			continue
+		}
+		r := p.rec
+		s.log = append(s.log, &r)
+		if r.Kind == sched.KindUnknown {
+			s.events |= seUnknown
+		}
+		for n.st.Applied() < uint64(len(s.log)) {
+			seq := n.st.Applied() + 1
+			if _, err := n.st.Apply(seq, s.log[seq-1]); err != nil {
+				panic(err)
+			}
+		}
+		n.o.Proposed(s.clock(i), p.ref, nil)
+		s.answered(i, p.ref)
+	}
+	if v := cfg.collect(s, i); v != "" {
+		return v
+	}
+	return cfg.checkResolved(s)
+}
+
+// answered notes the operator's pause answered when node i completes its
+// proposal.
+func (s *sstate) answered(i int, ref uint64) {
+	if s.pauseRef != 0 && s.pauseNode == i && s.pauseRef == ref {
+		s.pauseRef, s.paused = 0, true
+	}
+}
+
+// heldByPause notes a schedule due and not landed while the lane is
+// paused (what the exploration is for).
+func (cfg *SchedConfig) heldByPause(s *sstate) {
+	if !s.paused {
+		return
+	}
+	for seq, r := range s.log {
+		if r != nil && r.Kind == sched.KindSchedule && r.Schedule.DeliverAtMs <= s.t && s.landed(uint64(seq+1)) == 0 {
+			s.events |= sePausedHeld
+			return
+		}
+	}
 }
 
 // checkResolved: once every schedule is admitted, a log in which none is
@@ -404,7 +476,7 @@ func (cfg *SchedConfig) successors(s *sstate) []sstep {
 	}
 	can := func(b int) bool { return s.used[b] < cfg.budget(b) }
 	if s.t < cfg.TimeMax {
-		try(fmt.Sprintf("tick to %d", s.t+1), func(x *sstate) string { x.t++; return "" })
+		try(fmt.Sprintf("tick to %d", s.t+1), func(x *sstate) string { x.t++; cfg.heldByPause(x); return "" })
 	}
 	for i, n := range s.nodes {
 		if n.st.Applied() < uint64(len(s.log)) {
@@ -416,6 +488,9 @@ func (cfg *SchedConfig) successors(s *sstate) []sstep {
 		})
 		if len(n.queue) > 0 {
 			try(fmt.Sprintf("n%d's proposal %d (%v) ends", i+1, n.queue[0].ref, n.queue[0].rec.Kind), func(x *sstate) string { return cfg.commit(x, i) })
+		}
+		if len(n.queue) > 1 {
+			try(fmt.Sprintf("n%d's %d proposals end in one pass", i+1, len(n.queue)), func(x *sstate) string { return cfg.commitPass(x, i) })
 		}
 		if n.probing {
 			try(fmt.Sprintf("n%d's probe answered", i+1), func(x *sstate) string {
@@ -497,9 +572,21 @@ func (cfg *SchedConfig) successors(s *sstate) []sstep {
 	if h := s.nodes[s.holder]; can(sbResumes) && h.o.Lifecycle() == sched.Active {
 		try("an operator resumes the lane", func(x *sstate) string {
 			x.used[sbResumes]++
+			x.pauseRef, x.paused = 0, false // asked: publishing may start again
 			if _, err := x.nodes[x.holder].o.Manage(x.clock(x.holder), sched.LaneCommand{Topic: schedTopic, Op: sched.LaneResume, Incarnation: x.destInc}); err != nil {
 				return ""
 			}
+			return cfg.collect(x, x.holder)
+		})
+	}
+	if h := s.nodes[s.holder]; can(sbPauses) && h.o.Lifecycle() == sched.Active {
+		try("an operator pauses the lane", func(x *sstate) string {
+			x.used[sbPauses]++
+			ref, err := x.nodes[x.holder].o.Manage(x.clock(x.holder), sched.LaneCommand{Topic: schedTopic, Op: sched.LanePause})
+			if err != nil {
+				return ""
+			}
+			x.pauseNode, x.pauseRef = x.holder, ref
 			return cfg.collect(x, x.holder)
 		})
 	}
@@ -577,6 +664,9 @@ func (s *sstate) key() [16]byte {
 	u(s.destInc)
 	u(uint64(boolByte(s.writable)))
 	u(uint64(s.recreatedAt))
+	u(uint64(s.pauseNode))
+	u(s.pauseRef)
+	u(uint64(boolByte(s.paused)))
 	for _, l := range s.landings {
 		u(l.id)
 		u(l.fireSeq)
@@ -598,7 +688,7 @@ func CheckSched(cfg SchedConfig) SchedResult {
 		successors: cfg.successors,
 		key:        (*sstate).key,
 		visit: func(s *sstate) {
-			for ev, n := range map[sevent]*int{seLanded: &res.Landed, seRetry: &res.Retries, seUnknown: &res.Unknown, seBreak: &res.Breaks, seTakeover: &res.Takeovers, seResolved: &res.AllResolved} {
+			for ev, n := range map[sevent]*int{seLanded: &res.Landed, seRetry: &res.Retries, seUnknown: &res.Unknown, seBreak: &res.Breaks, seTakeover: &res.Takeovers, seResolved: &res.AllResolved, sePausedHeld: &res.PausedHeld} {
 				if s.events&ev != 0 {
 					*n++
 				}

@@ -33,6 +33,9 @@ func TestSchedModelGuarded(t *testing.T) {
 		{"lost replies", func(c *SchedConfig) { c.Crashes, c.LostReplies = 0, 1 }, func(r SchedResult) bool { return r.Retries > 0 && r.AllResolved > 0 }},
 		{"clock jumps", func(c *SchedConfig) { c.Due, c.Crashes, c.ClockJumps = []int64{2}, 0, 1 }, func(r SchedResult) bool { return r.AllResolved > 0 }},
 		{"outage", func(c *SchedConfig) { c.Due, c.Crashes, c.Moves, c.Outages, c.TimeMax = []int64{1}, 0, 0, 1, 3 }, func(r SchedResult) bool { return r.AllResolved > 0 }},
+		{"pause and resume", func(c *SchedConfig) {
+			c.Due, c.Crashes, c.Pauses, c.Resumes, c.TimeMax = []int64{1}, 0, 1, 1, 2
+		}, func(r SchedResult) bool { return r.PausedHeld > 0 && r.Takeovers > 0 && r.AllResolved > 0 }},
 		{"re-created destination", func(c *SchedConfig) {
 			c.Due, c.Moves, c.Crashes, c.Recreates, c.Resumes, c.TimeMax = []int64{1}, 0, 0, 1, 1, 3
 		}, func(r SchedResult) bool { return r.Breaks > 0 && r.Unknown > 0 && r.AllResolved > 0 }},
@@ -64,6 +67,12 @@ func TestSchedModelMutations(t *testing.T) {
 		{"PublishWithoutLease", "NoPublishWithoutBothGates", func(c *SchedConfig) { c.Mutations.PublishWithoutLease, c.Crashes = true, 0 }},
 		{"PublishBeforeIntent", "NoPublishBeforeIntent", func(c *SchedConfig) { c.Mutations.PublishBeforeIntent, c.Moves = true, 0 }},
 		{"FencedStillFires", "NoPublishWithoutBothGates", func(c *SchedConfig) { c.Mutations.FencedStillFires, c.Crashes = true, 0 }},
+		{"PauseIgnored", "PauseHolds", func(c *SchedConfig) {
+			c.Mutations.PauseIgnored, c.Due, c.Crashes, c.Moves, c.Pauses, c.Resumes, c.TimeMax = true, []int64{1}, 0, 0, 1, 1, 3
+		}},
+		{"GateNotRecheckedAtTake", "PauseHolds", func(c *SchedConfig) {
+			c.Mutations.GateNotRecheckedAtTake, c.Due, c.Crashes, c.Moves, c.Pauses, c.Resumes, c.TimeMax = true, []int64{1}, 0, 0, 1, 1, 3
+		}},
 		{"ClaimsBeforeDue", "NeverEarly", func(c *SchedConfig) { c.Mutations.ClaimsBeforeDue, c.Moves, c.Crashes = true, 0, 0 }},
 		{"ReadyNotRevalidated", "NoPublishOnStaleEvidence", func(c *SchedConfig) {
 			c.Mutations.ReadyNotRevalidated, c.Recreates, c.Moves, c.Crashes, c.TimeMax = true, 1, 0, 0, 3
