@@ -157,8 +157,8 @@ func TestOversizedFrameGetsFrameTooLargeAndCloses(t *testing.T) {
 	c := dialRaw(t, addr)
 	c.hello("")
 	c.write(5, &wire.Pub{Topic: "t", Value: make([]byte, wire.FrameBytesMin)})
-	if _, f := c.read(); f.(*wire.Err).Code != wire.CodeFrameTooLarge {
-		t.Fatalf("got %#v", f)
+	if corr, f := c.read(); f.(*wire.Err).Code != wire.CodeFrameTooLarge || corr != 5 {
+		t.Fatalf("got %#v on corr %d, want FRAME_TOO_LARGE on the request's corr 5", f, corr)
 	}
 	c.expectClosed()
 }

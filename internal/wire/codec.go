@@ -146,7 +146,7 @@ func ReadFrameInto(r io.Reader, frameBytesMax int, buf []byte) (corr uint64, f F
 	}
 	n := binary.BigEndian.Uint32(lenBuf[:])
 	if int64(n) > int64(frameBytesMax) {
-		return 0, nil, nil, Errorf(CodeFrameTooLarge, "frame of %d bytes exceeds %d", n, frameBytesMax)
+		return oversizedCorr(r), nil, nil, Errorf(CodeFrameTooLarge, "frame of %d bytes exceeds %d", n, frameBytesMax)
 	}
 	if n < frameFixedBytes {
 		return 0, nil, nil, Errorf(CodeBadFrame, "frame of %d bytes is shorter than its header", n)
@@ -164,6 +164,27 @@ func ReadFrameInto(r io.Reader, frameBytesMax int, buf []byte) (corr uint64, f F
 	}
 	corr, f, err = DecodeFrame(buf)
 	return corr, f, buf, err
+}
+
+// oversizedCorr is the corr of a frame refused for its size, so the ERR
+// names the request it refuses: read from the type and corr bytes after
+// the length prefix when r already holds them (a buffered reader; a
+// client writes a frame's head at once), never waiting for more. It is
+// not verified (the checksum ends the body, which is not read); 0 when
+// the bytes are not there.
+func oversizedCorr(r io.Reader) uint64 {
+	b, ok := r.(interface {
+		Buffered() int
+		Peek(n int) ([]byte, error)
+	})
+	if !ok || b.Buffered() < 9 {
+		return 0
+	}
+	head, err := b.Peek(9)
+	if err != nil {
+		return 0
+	}
+	return binary.BigEndian.Uint64(head[1:9])
 }
 
 // DecodeFrame decodes a frame without its length prefix (type, corr, body,

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sampleFrames holds one populated value of every frame type; it is the
@@ -134,6 +135,33 @@ func TestFrameTooLargeRejectedBeforeAllocation(t *testing.T) {
 	if !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("err = %v, want FRAME_TOO_LARGE", err)
 	}
+}
+
+// The refusal of an oversized frame names its request's corr when the
+// frame's head is already buffered, and never waits for it.
+func TestFrameTooLargeNamesItsCorr(t *testing.T) {
+	b := AppendFrame(nil, 77, &Pub{Topic: "t", Value: make([]byte, 1000)})
+	corr, _, err := ReadFrame(bufio.NewReader(bytes.NewReader(b)), 500)
+	if !errors.Is(err, ErrFrameTooLarge) || corr != 77 {
+		t.Fatalf("corr %d, err %v; want 77, FRAME_TOO_LARGE", corr, err)
+	}
+	// Only the length prefix has arrived: answered at once, corr 0.
+	pr, pw := io.Pipe()
+	go pw.Write(b[:4])
+	done := make(chan uint64, 1)
+	go func() {
+		corr, _, _ := ReadFrame(bufio.NewReader(pr), 500)
+		done <- corr
+	}()
+	select {
+	case corr := <-done:
+		if corr != 0 {
+			t.Fatalf("corr %d without the frame's head, want 0", corr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refusal waited for the frame's head")
+	}
+	pw.Close()
 }
 
 func TestMalformedFramesAreBadFrame(t *testing.T) {
