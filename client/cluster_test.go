@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -535,12 +534,7 @@ func TestAckRefusedByItsNamedLeaderFailsAtOnce(t *testing.T) {
 	if !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), "(n1, named the leader of partition 1, refuses seq 1)") {
 		t.Fatalf("ack refused by its partition's named leader: err = %v, want NOT_LEADER naming n1", err)
 	}
-	fs.mu.Lock()
-	acks := slices.Clone(fs.acksAt)
-	fs.mu.Unlock()
-	if acks[0] != 1 || acks[1] != 1 || acks[2] != 0 {
-		t.Fatalf("ACK frames by node = %v, want one at n0 (the former coordinator) and one at n1 (partition 1's leader)", acks)
-	}
+	fs.wantAckFrames("one at n0 (the former coordinator) and one at n1 (partition 1's leader)", 1, 1, 0)
 }
 
 // A single node advertises an address the client cannot use (say, behind

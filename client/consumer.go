@@ -1158,6 +1158,27 @@ func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt, rerou
 				})
 				return
 			}
+			if ok, isOK := f.(*wire.AckOK); err == nil && isOK && len(ok.Results) == len(batch) && slices.Contains(ok.Results, wire.CodeNotLeader) {
+				// Entries of partitions this node does not deliver: their
+				// fate is told at the partition's leader, as for an ACK
+				// refused whole.
+				var kept, moved []ackRequest
+				var keptResults []wire.Code
+				for i, a := range batch {
+					if ok.Results[i] == wire.CodeNotLeader {
+						moved = append(moved, a)
+					} else {
+						kept, keptResults = append(kept, a), append(keptResults, ok.Results[i])
+					}
+				}
+				if len(kept) > 0 {
+					co.completeAcks(kept, &wire.AckOK{Results: keptResults}, nil)
+				}
+				co.askReconcile()
+				co.rerouteAcks(moved, ackReroute{n: reroutes + 1, refusedBy: cn.node(), routed: reroutes > 0,
+					cause: fmt.Errorf("nereus: ack: %w", &wire.Error{Code: wire.CodeNotLeader, Message: "the node does not deliver the partition"})})
+				return
+			}
 			co.completeAcks(batch, f, err)
 		})
 	if err != nil {
@@ -1185,17 +1206,17 @@ type ackReroute struct {
 // metadata, at the node the metadata names the leader of each entry's
 // partition now (AckFollowsItsPartition). It is for acks whose fate the
 // node they went to could not tell: refused as a whole with NOT_LEADER or
-// UNAVAILABLE (the node stopped delivering the partition, perhaps with
-// the ack's record already committed) or answered by nobody (the
-// connection was lost after they were sent). That leader answers OK for a
+// UNAVAILABLE, or entry by entry with NOT_LEADER (the node stopped
+// delivering the partition, perhaps with the ack's record already
+// committed), or answered by nobody (the connection was lost after they
+// were sent). That leader answers OK for a
 // seq the group has done — the ack was durable — and STALE_DELIVERY for
 // one it delivers again. Before, these acks failed as "redelivered", and
 // one that was durable never came again.
 //
 // Only a named leader other than the node that refused is asked: during
 // an election (no leader named, or still the one that refused) any other
-// node would answer STALE_DELIVERY for a partition it does not deliver,
-// which says nothing of a durable ack. Round n waits n × 50 ms (and for
+// node would answer NOT_LEADER again for a partition it does not deliver. Round n waits n × 50 ms (and for
 // the refresh as long again at most); after ackReroutesMax rounds the acks
 // fail with the cause. A named leader that refused a routed ask and is
 // still named takes no acks there (a broker whose one coordinator

@@ -887,6 +887,12 @@ func (fs *fakeServer) ackLocked(s *fakeSession, topic, group string, entries []w
 	res := &wire.AckOK{}
 	for _, e := range entries {
 		ref := fakeRef{e.Partition, e.Seq}
+		if fs.perPartition && fs.leaderLocked(topic, e.Partition) != s.node.idx {
+			// This node does not lead the partition (any more): it
+			// cannot tell whether the ack was durable.
+			res.Results = append(res.Results, wire.CodeNotLeader)
+			continue
+		}
 		if g.acked[ref] && !nack {
 			res.Results = append(res.Results, wire.CodeOK) // acks are idempotent
 			continue
@@ -895,10 +901,8 @@ func (fs *fakeServer) ackLocked(s *fakeSession, topic, group string, entries []w
 			res.Results = append(res.Results, wire.CodeStaleDelivery)
 			continue
 		}
-		if fs.perPartition && (g.owner[ref].node != s.node.idx || fs.leaderLocked(topic, e.Partition) != s.node.idx) {
-			// Delivered by another node, or this node no longer leads
-			// the partition.
-			res.Results = append(res.Results, wire.CodeStaleDelivery)
+		if fs.perPartition && g.owner[ref].node != s.node.idx {
+			res.Results = append(res.Results, wire.CodeStaleDelivery) // delivered by another node
 			continue
 		}
 		delete(g.current, ref)
@@ -963,6 +967,18 @@ func (fs *fakeServer) waitFor(timeout time.Duration, what string, cond func() bo
 			fs.t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		fs.cond.Wait()
+	}
+}
+
+// wantAckFrames fails the test unless the fake received exactly want ACK
+// frames at each node, in node order; why says what that means.
+func (fs *fakeServer) wantAckFrames(why string, want ...int) {
+	fs.t.Helper()
+	fs.mu.Lock()
+	got := slices.Clone(fs.acksAt)
+	fs.mu.Unlock()
+	if !slices.Equal(got, want) {
+		fs.t.Fatalf("ACK frames by node = %v, want %v: %s", got, want, why)
 	}
 }
 

@@ -386,12 +386,41 @@ func TestAckDurableBeforeItsAnswerWasLostSucceedsAtTheLeader(t *testing.T) {
 	}
 }
 
+// AckFollowsItsPartition, entry by entry: an ACK reaching a node that no
+// longer delivers its partition is answered NOT_LEADER for that entry —
+// the node cannot tell whether the ack is durable — and the consumer asks
+// the partition's leader, whose answer is final: OK when the group has the
+// seq done (here a record the old leader committed), STALE_DELIVERY when
+// it delivers the message again. Before, that node answered
+// STALE_DELIVERY, "redelivered", for an ack that may have been durable.
+func TestAckAtANodeNoLongerDeliveringItsPartitionIsAskedAtTheLeader(t *testing.T) {
+	for _, done := range []bool{true, false} {
+		t.Run(fmt.Sprintf("done=%v", done), func(t *testing.T) {
+			fs, ctx, _, m := consumeOneOfPartition0(t, 1)
+			fs.mu.Lock()
+			if done {
+				fs.groups[subKey{"t", "g"}].acked[fakeRef{0, m.Seq}] = true
+			}
+			fs.setLeaderLocked("t", 0, 1) // n0's lane stays; it no longer delivers p0
+			fs.mu.Unlock()
+			err := m.AckSync(ctx)
+			switch {
+			case done && err != nil:
+				t.Fatalf("AckSync of a seq its leader has done: %v", err)
+			case !done && !errors.Is(err, ErrStaleDelivery):
+				t.Fatalf("AckSync of a seq its leader delivers again: %v, want STALE_DELIVERY", err)
+			}
+			fs.wantAckFrames("one at n0 (NOT_LEADER) and one at n1, the leader", 1, 1, 0)
+			fs.checkViolations()
+		})
+	}
+}
+
 // AckFollowsItsPartition through an election: the leader makes an ack
 // durable and loses its lease before it answers (NOT_LEADER), and for a
 // while the metadata names no leader, or still names it. The ack is asked
 // only once another leader is named — any other node, not delivering the
-// partition, would answer STALE_DELIVERY, which says nothing of a durable
-// ack — and the winner answers OK.
+// partition, would answer NOT_LEADER again — and the winner answers OK.
 func TestAckDurableBeforeAnElectionSucceedsAtItsWinner(t *testing.T) {
 	for name, fault := range map[string]fakeAction{"no leader named": fakeAppendThenElection, "the old leader still named": fakeAppendThenStaleMeta} {
 		t.Run(name, func(t *testing.T) {
@@ -413,12 +442,7 @@ func TestAckDurableBeforeAnElectionSucceedsAtItsWinner(t *testing.T) {
 			if err := m.AckSync(ctx); err != nil {
 				t.Fatalf("AckSync of an ack made durable before an election: %v", err)
 			}
-			fs.mu.Lock()
-			acks := slices.Clone(fs.acksAt)
-			fs.mu.Unlock()
-			if acks[0] != 1 || acks[1] != 1 || acks[2] != 0 {
-				t.Fatalf("ACK frames by node = %v, want one at n0 and one at n1, the winner, none elsewhere", acks)
-			}
+			fs.wantAckFrames("one at n0 and one at n1, the winner, none elsewhere", 1, 1, 0)
 			fs.checkViolations()
 		})
 	}

@@ -115,8 +115,9 @@ func (m *Message) Ack() error {
 // waits until the ack is durable. A delivery that is no longer current
 // (redelivered meanwhile, say by a partition's new leader) fails with an
 // error matching ErrStaleDelivery. An ack the node refuses because it no
-// longer serves the partition (NOT_LEADER or UNAVAILABLE), or whose answer
-// is lost with its connection, may still have been made durable: it is
+// longer serves the partition (NOT_LEADER or UNAVAILABLE, for the whole
+// ACK or for its entry), or whose answer is lost with its connection, may
+// still have been made durable: it is
 // asked again at the partition's leader once the metadata names one
 // (for about 1.5 s at most), and that answer is returned — nil when the
 // ack was durable (the message does not come again), ErrStaleDelivery

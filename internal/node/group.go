@@ -925,9 +925,12 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 		}
 		cur := g.cursors[e.Partition]
 		if cur == nil {
-			// A partition this node does not deliver (any more): its
-			// leader delivers it under delivery ids of its own.
-			results[i] = wire.CodeStaleDelivery
+			// A partition this node does not deliver (any more):
+			// NOT_LEADER, not STALE_DELIVERY — this node cannot tell
+			// whether the ack is durable (it may have committed it
+			// while it led), so the client asks the partition's leader,
+			// which can (AckFollowsItsPartition).
+			results[i] = wire.CodeNotLeader
 			continue
 		}
 		if !slices.Contains(parts, e.Partition) {

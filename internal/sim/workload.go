@@ -401,11 +401,10 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		}
 		for i, e := range entries {
 			pos := position{e.Partition, e.Seq}
-			if i < len(f.Results) && f.Results[i] == wire.CodeStaleDelivery {
-				// Stale here: not acked here, and if this node did not
-				// deliver the partition when it got the ack, maybe acked
-				// where it is delivered now (or once this node took
-				// office).
+			if i < len(f.Results) && (f.Results[i] == wire.CodeStaleDelivery || f.Results[i] == wire.CodeNotLeader) {
+				// Stale here, or this node did not deliver the partition
+				// when it got the ack: not acked here, maybe acked where
+				// it is delivered now (or once this node took office).
 				c.orphan(l, e)
 			}
 			if u, ok := l.unanswered[pos]; ok && u.DeliveryID == e.DeliveryID {
