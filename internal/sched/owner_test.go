@@ -595,6 +595,27 @@ func TestCancel(t *testing.T) {
 	w.expectDelivered("a", keep)
 }
 
+// A cancel takes a PENDING schedule only: one FIRING (its publish on its
+// way) is too late, and lands once. With CancelFiring the cancel takes it
+// and its publish lands all the same: cancelled, and delivered.
+func TestCancelOfAFiringScheduleIsTooLate(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		w := activeWorld(t, Mutations{})
+		w.st.Mutations.CancelFiring = mut
+		id := w.heldPublish("a", 1000, 0) // due now: claimed, its publish held in flight
+		if _, err := w.o.Cancel(w.now, []uint64{id}); err != nil {
+			t.Fatal(err)
+		}
+		w.settle(true)
+		if _, live := w.st.Entry(id); live == mut {
+			t.Fatalf("CancelFiring %v: the firing schedule still live after its cancel: %v", mut, live)
+		}
+		w.release()
+		w.settle(true)
+		w.expectDelivered("a", id) // it lands either way; only the mutation called it cancelled
+	}
+}
+
 // An intent the log refused (a degraded leader) is not proposed again
 // before ProbeEveryMs: a refusal must not turn into a busy loop.
 func TestRefusedIntentWaitsBeforeClaimingAgain(t *testing.T) {

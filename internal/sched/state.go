@@ -154,6 +154,9 @@ type StateMutations struct {
 	// CompactPastMessages lets the log be compacted through the latest
 	// checkpoint's base, messages of live schedules included.
 	CompactPastMessages bool
+	// CancelFiring lets a cancel take a FIRING schedule too, whose
+	// publish may be on its way.
+	CancelFiring bool
 }
 
 // NewState returns the state of an empty shard.
@@ -344,7 +347,7 @@ func (s *State) apply(seq uint64, r *Record) Result {
 			if e == nil {
 				e, _ = s.unspill(id)
 			}
-			if e == nil || e.Status != StatusPending {
+			if e == nil || e.Status != StatusPending && !(s.Mutations.CancelFiring && e.Status == StatusFiring) {
 				res.Skipped = append(res.Skipped, id) // unknown, already fired or firing: too late
 				continue
 			}

@@ -96,6 +96,10 @@ type ClusterOptions struct {
 	// messages scheduled into their own topic, each due within 3 s, with
 	// NeverEarly and ExactlyOnce checked (0: none).
 	Schedules int
+	// SchedCancels, with Schedules, cancels this many acknowledged
+	// schedules at random moments of the fault phase (schedcancel.go:
+	// CancelledNeverPublished; 0: none).
+	SchedCancels int
 	// LanePauses, with Schedules, pauses a destination's lane this many
 	// times at random moments of the fault phase and resumes it a while
 	// later (lanepause.go: PauseHolds; 0: none).
@@ -315,7 +319,10 @@ var ClusterMutations = map[string]node.Mutations{
 	// With --lane-pauses: a publish decided before a pause applied in
 	// the same pass is still sent (PauseHolds, at the pause's answer).
 	"sched-gate-not-rechecked-at-take": {Sched: sched.Mutations{GateNotRecheckedAtTake: true}},
-	"sched-reuse-fire-seq":             {SchedState: sched.StateMutations{ReuseFireSeq: true}},
+	// With --sched-cancels: a cancel takes a FIRING schedule too
+	// (CancelledNeverPublished: its publish was on its way).
+	"sched-cancel-firing":  {SchedState: sched.StateMutations{CancelFiring: true}},
+	"sched-reuse-fire-seq": {SchedState: sched.StateMutations{ReuseFireSeq: true}},
 	// With --schedules: a shard owner's lease guard taken from the lease
 	// ticks its replica last published, not from the lease's end on the
 	// clock (NoPublishWithoutBothGates, in TestSchedHeldUpOwnerFenced: an
@@ -347,6 +354,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.LanePauses > 0 {
 		cmd += fmt.Sprintf(" --lane-pauses %d", o.LanePauses)
+	}
+	if o.SchedCancels > 0 {
+		cmd += fmt.Sprintf(" --sched-cancels %d", o.SchedCancels)
 	}
 	if o.KV > 0 {
 		cmd += fmt.Sprintf(" --kv %d", o.KV)
@@ -410,8 +420,8 @@ func (o ClusterOptions) Validate() error {
 		return fmt.Errorf("the topics' replicas (default: the number of nodes) must be 1, 3 or 5, not %d", o.Replicas)
 	case int(o.Replicas) > o.Nodes:
 		return fmt.Errorf("%d replicas need at least as many nodes, not %d", o.Replicas, o.Nodes)
-	case o.LanePauses > 0 && o.Schedules == 0:
-		return fmt.Errorf("lane pauses need the scheduled workload (--schedules)")
+	case (o.LanePauses > 0 || o.SchedCancels > 0) && o.Schedules == 0:
+		return fmt.Errorf("lane pauses and schedule cancels need the scheduled workload (--schedules)")
 	}
 	return nil
 }
@@ -537,7 +547,7 @@ func newClusterSim(o ClusterOptions) *sim {
 	if o.Schedules > 0 {
 		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules), inflight: map[int]bool{}, sentTo: map[int]int{}, attempts: map[int]uint32{},
 			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{},
-			unseen: map[int]bool{}, declared: make([]int, len(s.nodes))}
+			unseen: map[int]bool{}, ids: map[int]schedID{}, declared: make([]int, len(s.nodes))}
 		sc.ghost = newSchedGhost(s, sc)
 		sc.ghost.outageMsMax = o.SchedOutageMsMax
 		for shard := range sc.shardAt {
@@ -549,6 +559,9 @@ func newClusterSim(o ClusterOptions) *sim {
 		}
 		if o.LanePauses > 0 {
 			sc.pauser = newLanePauser(s, o.LanePauses)
+		}
+		if o.SchedCancels > 0 {
+			sc.canceler = newSchedCanceller(s, sc, o.SchedCancels)
 		}
 	}
 	if o.KV > 0 {
@@ -608,6 +621,11 @@ func (s *sim) runPhases() Result {
 		if p := s.sched.pauser; p != nil {
 			r.SchedStats["lane pauses answered"] = p.pauses
 			r.SchedStats["schedules due on a paused lane"] = p.heldBack
+		}
+		if c := s.sched.canceler; c != nil {
+			for o, n := range c.counts() {
+				r.SchedStats["cancels "+o.String()] = n
+			}
 		}
 	}
 	if s.churn != nil {
@@ -957,7 +975,7 @@ func (s *sim) schedFinal(deadline int64) {
 	for s.chk.violation == nil {
 		vs, complete := schedValuesOfCluster(s), true
 		for v := range s.sched.acked {
-			complete = complete && vs[v] > 0
+			complete = complete && (vs[v] > 0 || !s.sched.canceler.required(schedIndex(v)))
 		}
 		if complete {
 			s.sched.finalCheck()

@@ -37,7 +37,9 @@ const schedGapMsMax = 150
 
 type schedClient struct {
 	s        *sim
-	pauser   *lanePauser // ClusterOptions.LanePauses (nil: none)
+	pauser   *lanePauser     // ClusterOptions.LanePauses (nil: none)
+	canceler *schedCanceller // ClusterOptions.SchedCancels (nil: none)
+	ids      map[int]schedID // by acknowledged schedule: its shard and id
 	total    int
 	next     int
 	window   int
@@ -69,6 +71,21 @@ type schedClient struct {
 func (sc *schedClient) name() string { return "sched" }
 
 func schedValue(i int) string { return fmt.Sprintf("sch-%d", i) }
+
+// schedIndex is the schedule whose value v is (-1: none).
+func schedIndex(v string) int {
+	var i int
+	if _, err := fmt.Sscanf(v, "sch-%d", &i); err != nil {
+		return -1
+	}
+	return i
+}
+
+// schedID is where a SCHEDULE_OK put a schedule.
+type schedID struct {
+	shard uint32
+	id    uint64
+}
 
 func (sc *schedClient) connect(at int) {
 	sc.ready[at], sc.declared[at] = false, 0
@@ -137,6 +154,7 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 		delete(sc.inflight, i)
 		delete(sc.sentTo, i)
 		sc.acked[schedValue(i)] = sc.due[i]
+		sc.ids[i] = schedID{f.Shard, f.ID}
 		sc.unseen[i] = true
 		sc.ghost.intakeAnswered(i, attempt, nil)
 		sc.s.w.tracef("sched SCHEDULE_OK %s -> %d/%d dup=%v", schedValue(i), f.Shard, f.ID, f.Duplicate)
@@ -250,6 +268,7 @@ func (sc *schedClient) observe() {
 			}
 			sc.seen[v] = true
 			delete(sc.unseen, i)
+			sc.canceler.published(i, b.id)
 			if early := sc.due[i] - sc.maxSkewMs - sc.s.w.nowMs; early > 0 {
 				sc.s.chk.violate("NeverEarly", "%s: scheduled message %s published %d ms before its deliver_at (beyond the largest clock skew, %d ms)",
 					b.id, v, early, sc.maxSkewMs)
@@ -266,7 +285,7 @@ func (sc *schedClient) done() bool {
 		return false
 	}
 	for v := range sc.acked {
-		if !sc.seen[v] {
+		if !sc.seen[v] && sc.canceler.required(schedIndex(v)) {
 			return false
 		}
 	}
@@ -276,7 +295,7 @@ func (sc *schedClient) done() bool {
 func (sc *schedClient) missing() int {
 	n := len(sc.inflight) + sc.total - sc.next
 	for v := range sc.acked {
-		if !sc.seen[v] {
+		if !sc.seen[v] && sc.canceler.required(schedIndex(v)) {
 			n++
 		}
 	}
@@ -288,8 +307,16 @@ func (sc *schedClient) missing() int {
 func (sc *schedClient) finalCheck() {
 	best := schedValuesOfCluster(sc.s)
 	for v := range sc.acked {
-		if best[v] != 1 {
+		i := schedIndex(v)
+		switch {
+		case sc.canceler.required(i) && best[v] != 1:
 			sc.s.chk.violate("ExactlyOnce", "acknowledged schedule %s published %d times", v, best[v])
+			return
+		case best[v] > 1:
+			sc.s.chk.violate("ExactlyOnce", "acknowledged schedule %s published %d times (a cancel may have taken it)", v, best[v])
+			return
+		case best[v] > 0 && sc.canceler.outcome[i] == cancelDone:
+			sc.s.chk.violate(CancelledNeverPublished, "schedule %s is in its topic after the final power loss; its cancel was answered OK", v)
 			return
 		}
 	}

@@ -187,3 +187,41 @@ func TestLanePausesHold(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleCancelsHold runs the scheduled-delivery workload with the
+// client cancelling acknowledged schedules under the faults
+// (schedcancel.go): a schedule whose cancel was answered OK is never
+// published (CancelledNeverPublished), one found too late is published
+// once, and the rest as always. With a cancel taking a FIRING schedule
+// (`sched-cancel-firing`) CancelledNeverPublished breaks.
+func TestScheduleCancelsHold(t *testing.T) {
+	outcomes := map[string]int{}
+	for _, o := range []ClusterOptions{
+		{Seed: 1, Faults: AllClusterFaults, Schedules: 30, SchedCancels: 6},
+		{Seed: 3, Faults: AllClusterFaults, Schedules: 30, SchedCancels: 6},
+		{Seed: 6, Faults: AllClusterFaults, Schedules: 30, SchedCancels: 6, LanePauses: 3},
+	} {
+		r := RunCluster(o)
+		if r.Violation != nil {
+			t.Fatalf("%v\nreproduce: %s\ntrace tail:\n%v", r.Violation, ClusterReproduce(o), r.Tail)
+		}
+		for _, o := range []string{"cancelled", "too late", "uncertain"} {
+			outcomes[o] += r.SchedStats["cancels "+o]
+		}
+	}
+	if outcomes["cancelled"] == 0 || outcomes["too late"]+outcomes["uncertain"] == 0 {
+		t.Fatalf("cancels by outcome %v: want some cancelled and some not", outcomes)
+	}
+	t.Logf("cancels by outcome: %v", outcomes)
+
+	var got []string
+	for _, seed := range []uint64{4, 8, 10} { // of seeds 1-12
+		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Schedules: 30, SchedCancels: 6, Mutations: ClusterMutations["sched-cancel-firing"]}
+		r := RunCluster(o)
+		if r.Violation != nil && r.Violation.Invariant == CancelledNeverPublished {
+			return
+		}
+		got = append(got, fmt.Sprintf("seed %d: %v", seed, r.Violation))
+	}
+	t.Fatalf("sched-cancel-firing not caught by CancelledNeverPublished: %v", got)
+}
