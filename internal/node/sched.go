@@ -1021,10 +1021,16 @@ func (r *schedRunner) refusal(err error) *wire.Error {
 func (r *schedRunner) intake(now int64, in *schedIntake) {
 	pub := &in.f.Pub
 	sc := sched.Schedule{DeliverAtMs: in.f.DeliverAtMs, Topic: pub.Topic, Incarnation: r.node.scheduleIncarnation(pub.Topic), Partition: in.partition}
-	if err := r.o.Admit(now, sc); err != nil {
+	if err := r.o.Admit(now, sc); err != nil && (!errors.Is(err, sched.ErrLaneAdmitsNone) || pub.ProducerID == 0) {
 		in.reply(wire.ScheduleOK{}, r.refusal(err))
 		return
 	}
+	// RetryIsItsOriginal: an idempotent SCHEDULE to a lane closed (or
+	// retired) since is appended all the same. A retry of one admitted
+	// before is then answered by the shard's producer table with the
+	// original's SCHEDULE_OK — it is live and fires once the lane opens —
+	// where a refusal told its client "not scheduled"; a new one is
+	// refused as its record applies (INVALID_ARGUMENT), and never fires.
 	rec := sched.Record{Kind: sched.KindSchedule, Schedule: sc}
 	v, err := rec.Encode()
 	if err != nil {

@@ -766,10 +766,13 @@ func (o *Owner) Admit(now int64, sc Schedule) error {
 		return err
 	}
 	if l, ok := o.st.Lane(sc.Topic); ok && (l.Gate == GateClosed || l.Gate == GateRetired) {
-		return fmt.Errorf("lane %q is %v: it admits no schedules", sc.Topic, l.Gate)
+		return fmt.Errorf("lane %q is %v: %w", sc.Topic, l.Gate, ErrLaneAdmitsNone)
 	}
 	return nil
 }
+
+// ErrLaneAdmitsNone refuses a schedule to a CLOSED or RETIRED lane (Admit).
+var ErrLaneAdmitsNone = errors.New("it admits no schedules")
 
 // Manage proposes an operator's lane command; its applied Result answers it.
 func (o *Owner) Manage(now int64, c LaneCommand) (uint64, error) {
