@@ -315,7 +315,7 @@ func (sc *schedClient) finalCheck() {
 		case best[v] > 1:
 			sc.s.chk.violate("ExactlyOnce", "acknowledged schedule %s published %d times (a cancel may have taken it)", v, best[v])
 			return
-		case best[v] > 0 && sc.canceler.outcome[i] == cancelDone:
+		case best[v] > 0 && sc.canceler.cancelled(i):
 			sc.s.chk.violate(CancelledNeverPublished, "schedule %s is in its topic after the final power loss; its cancel was answered OK", v)
 			return
 		}

@@ -147,9 +147,12 @@ func (c *schedCanceller) required(i int) bool {
 	return !ok || o == cancelTooLate
 }
 
+// cancelled reports whether schedule i's cancel was answered OK.
+func (c *schedCanceller) cancelled(i int) bool { return c != nil && c.outcome[i] == cancelDone }
+
 // published checks a schedule seen published for the first time.
 func (c *schedCanceller) published(i int, at string) {
-	if c != nil && c.outcome[i] == cancelDone && c.s.chk.violation == nil {
+	if c.cancelled(i) && c.s.chk.violation == nil {
 		c.s.chk.violate(CancelledNeverPublished, "%s: schedule %s published after its cancel was answered OK", at, schedValue(i))
 	}
 }
