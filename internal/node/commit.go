@@ -384,7 +384,15 @@ func (p *localStore) appendBatch(batch []*pubReq) *pendingSync {
 	recs := p.recsBuf[:0]
 	ps := p.newPendingSync()
 	for _, r := range batch {
-		d := p.state.Publish(r.producerID, r.producerSeq)
+		var d partition.Decision
+		if r.retryOnly != nil {
+			if d = p.state.Lookup(r.producerID, r.producerSeq); d.Verdict == partition.VerdictNew {
+				r.answer(wire.PubOK{}, r.retryOnly)
+				continue
+			}
+		} else {
+			d = p.state.Publish(r.producerID, r.producerSeq)
+		}
 		switch d.Verdict {
 		case partition.VerdictNew:
 			recs = append(recs, r.rec)

@@ -50,6 +50,10 @@ type Mutations struct {
 	// without a replica of the destination partition asks its first
 	// replica only, whichever leads.
 	SchedForwardsToFirstReplica bool
+	// SchedRetryRefusedOnClosedLane: a SCHEDULE to a CLOSED or RETIRED
+	// lane is refused at admission, a retry of one admitted before
+	// included (RetryIsItsOriginal).
+	SchedRetryRefusedOnClosedLane bool
 	// SyncedMarkSkipped: a partition with no other replica never writes
 	// its synced mark, so a bit flip into its idle tail before a crash is
 	// cut as a torn write (the point covers only its dedup snapshot).

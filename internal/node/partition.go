@@ -53,6 +53,10 @@ type pubReq struct {
 	reply       replyTo
 	corker      Corker // of reply's connection, or nil
 	next        *pubReq
+	// retryOnly, when set, takes the publish only as a retry of one the
+	// partition knows (RetryIsItsOriginal: a SCHEDULE to a lane closed
+	// since): a new one is not appended but answered with this error.
+	retryOnly *wire.Error
 	// queuedBytes, on the head of a hand-off made by Publish, publish or
 	// PublishBatchCorked (clients', dead letters, scheduled messages), is
 	// the record bytes of the chain, held in the partition's reqBytes

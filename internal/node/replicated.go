@@ -314,8 +314,15 @@ func (p *replicaStore) proposeReplicated(r *pubReq) {
 		return
 	}
 	st, view := p.leaderView()
-	d := p.kernel.Publish(view, r.producerID, r.producerSeq, r.reply)
+	var d partition.PublishDecision
+	if r.retryOnly != nil {
+		d = p.kernel.PublishRetryOnly(view, r.producerID, r.producerSeq, r.reply)
+	} else {
+		d = p.kernel.Publish(view, r.producerID, r.producerSeq, r.reply)
+	}
 	switch d.Action {
+	case partition.NotARetry:
+		r.answer(wire.PubOK{}, r.retryOnly)
 	case partition.Refuse:
 		r.answer(wire.PubOK{}, p.refusal(st, d.Refusal))
 	case partition.AnswerDuplicate:

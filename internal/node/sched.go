@@ -1021,16 +1021,20 @@ func (r *schedRunner) refusal(err error) *wire.Error {
 func (r *schedRunner) intake(now int64, in *schedIntake) {
 	pub := &in.f.Pub
 	sc := sched.Schedule{DeliverAtMs: in.f.DeliverAtMs, Topic: pub.Topic, Incarnation: r.node.scheduleIncarnation(pub.Topic), Partition: in.partition}
-	if err := r.o.Admit(now, sc); err != nil && (!errors.Is(err, sched.ErrLaneAdmitsNone) || pub.ProducerID == 0) {
-		in.reply(wire.ScheduleOK{}, r.refusal(err))
-		return
-	}
 	// RetryIsItsOriginal: an idempotent SCHEDULE to a lane closed (or
-	// retired) since is appended all the same. A retry of one admitted
-	// before is then answered by the shard's producer table with the
-	// original's SCHEDULE_OK — it is live and fires once the lane opens —
-	// where a refusal told its client "not scheduled"; a new one is
-	// refused as its record applies (INVALID_ARGUMENT), and never fires.
+	// retired) since goes to the shard's log as a retry only. One
+	// admitted before is answered by the shard's producer table with the
+	// original's SCHEDULE_OK — it is live and fires once the lane opens,
+	// or was cancelled by a retire — where the refusal told its client
+	// "not scheduled"; a new one is refused with it, nothing appended.
+	var retryOnly *wire.Error
+	if err := r.o.Admit(now, sc); err != nil {
+		if !errors.Is(err, sched.ErrLaneAdmitsNone) || pub.ProducerID == 0 || r.node.cfg.Mutations.SchedRetryRefusedOnClosedLane {
+			in.reply(wire.ScheduleOK{}, r.refusal(err))
+			return
+		}
+		retryOnly = r.refusal(err)
+	}
 	rec := sched.Record{Kind: sched.KindSchedule, Schedule: sc}
 	v, err := rec.Encode()
 	if err != nil {
@@ -1050,7 +1054,7 @@ func (r *schedRunner) intake(now int64, in *schedIntake) {
 	r.appending++
 	r.p.enqueue(&pubReq{
 		rec:        storage.Record{TimestampMs: ts, Key: pub.Key, Value: pub.Value, Headers: headers, ProducerID: pub.ProducerID, ProducerSeq: pub.ProducerSeq},
-		producerID: pub.ProducerID, producerSeq: pub.ProducerSeq,
+		producerID: pub.ProducerID, producerSeq: pub.ProducerSeq, retryOnly: retryOnly,
 		reply: replyTo{fn: func(ok wire.PubOK, err *wire.Error) {
 			a.ok, a.err = ok, err
 			r.deliver(schedCmd{appended: a})

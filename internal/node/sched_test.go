@@ -236,38 +236,50 @@ func TestScheduleRetryIsDeduplicated(t *testing.T) {
 	h.stays("t", "once")
 }
 
-// A retried SCHEDULE is answered with the original's SCHEDULE_OK whatever
-// the lane's gate is now: the schedule was admitted, is live and fires
-// once the lane opens. Refused because its lane was closed since, the
-// retry told its client "not scheduled" of a message that then fired.
-// A new schedule to the closed lane is refused, and never fires.
+// RetryIsItsOriginal: a retried SCHEDULE is answered with the original's
+// SCHEDULE_OK whatever the lane's gate is now: the schedule was admitted,
+// is live and fires once the lane opens. Refused because its lane was
+// closed since (SchedRetryRefusedOnClosedLane, as before), the retry told
+// its client "not scheduled" of a message that then fired. A new
+// schedule to the closed lane is refused with nothing appended: a retry
+// of it once the lane opened again is taken as new, and fires.
 func TestScheduleRetryOnAClosedLaneIsItsOriginal(t *testing.T) {
-	h := newHarness(t)
-	h.declare("t", 1)
-	now := h.nowMs.Load()
-	f := &wire.Schedule{Pub: wire.Pub{Topic: "t", Partition: wire.PartitionAuto, ProducerID: 77, ProducerSeq: 1, Value: []byte("admitted")}, DeliverAtMs: now + 50}
-	first, err := h.schedule(f)
-	if err != nil {
-		t.Fatal(err)
+	for _, mut := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SchedRetryRefusedOnClosedLane=%v", mut), func(t *testing.T) {
+			h := &harness{t: t, fs: vfs.NewMem(), tune: func(c *Config) { c.Mutations.SchedRetryRefusedOnClosedLane = mut }}
+			h.nowMs.Store(1_000_000)
+			h.open()
+			t.Cleanup(func() { h.node.Close() })
+			h.declare("t", 1)
+			now := h.nowMs.Load()
+			f := &wire.Schedule{Pub: wire.Pub{Topic: "t", Partition: wire.PartitionAuto, ProducerID: 77, ProducerSeq: 1, Value: []byte("admitted")}, DeliverAtMs: now + 50}
+			first, err := h.schedule(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneClose}); err != nil {
+				t.Fatal(err)
+			}
+			again, err := h.schedule(f)
+			if original := err == nil && again.Duplicate && again.ID == first.ID && again.Shard == first.Shard; original == mut {
+				t.Fatalf("retry on the closed lane answered %+v %v (the original %+v): answered as the original %v, want %v", again, err, first, original, !mut)
+			}
+			late := &wire.Schedule{Pub: wire.Pub{Topic: "t", Partition: wire.PartitionAuto, ProducerID: 78, ProducerSeq: 1, Value: []byte("late")}, DeliverAtMs: now + 50}
+			if ok, err := h.schedule(late); err == nil || err.Code != wire.CodeInvalidArgument {
+				t.Fatalf("a new schedule on the closed lane answered %+v %v, want INVALID_ARGUMENT", ok, err)
+			}
+			h.at(now + 1000)
+			h.stays("t")
+			if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneResume}); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := h.schedule(late); err != nil || ok.Duplicate {
+				t.Fatalf("the refused schedule sent again to the open lane answered %+v %v, want taken as new", ok, err)
+			}
+			h.waitValues("t", "admitted", "late")
+			h.stays("t", "admitted", "late")
+		})
 	}
-	if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneClose}); err != nil {
-		t.Fatal(err)
-	}
-	again, err := h.schedule(f)
-	if err != nil || !again.Duplicate || again.ID != first.ID || again.Shard != first.Shard {
-		t.Fatalf("retry on the closed lane answered %+v %v, want the original %+v as a duplicate", again, err, first)
-	}
-	late := &wire.Schedule{Pub: wire.Pub{Topic: "t", Partition: wire.PartitionAuto, ProducerID: 78, ProducerSeq: 1, Value: []byte("refused")}, DeliverAtMs: now + 50}
-	if ok, err := h.schedule(late); err == nil || err.Code != wire.CodeInvalidArgument {
-		t.Fatalf("a new schedule on the closed lane answered %+v %v, want INVALID_ARGUMENT", ok, err)
-	}
-	h.at(now + 1000)
-	h.stays("t")
-	if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneResume}); err != nil {
-		t.Fatal(err)
-	}
-	h.waitValues("t", "admitted")
-	h.stays("t", "admitted")
 }
 
 func TestScheduleLaneGatesAndCancel(t *testing.T) {

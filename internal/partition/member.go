@@ -134,6 +134,9 @@ const (
 	Wait
 	// Propose: propose the record; report its end with Completed(Key).
 	Propose
+	// NotARetry: a publish that may only be a retry (PublishRetryOnly)
+	// is new; nothing was kept: answer it as its caller says.
+	NotARetry
 )
 
 func (a Action) String() string {
@@ -148,6 +151,8 @@ func (a Action) String() string {
 		return "Wait"
 	case Propose:
 		return "Propose"
+	case NotARetry:
+		return "NotARetry"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }
@@ -220,6 +225,18 @@ func (m *Member[R]) Admit(v View) Refusal {
 // Publish decides one PUB (producerID 0: not idempotent). reply is kept
 // when the decision is Wait or Propose and comes back in an Answer.
 func (m *Member[R]) Publish(v View, producerID, producerSeq uint64, reply R) PublishDecision {
+	return m.publish(v, producerID, producerSeq, reply, false)
+}
+
+// PublishRetryOnly decides a publish its caller takes only as a retry (a
+// SCHEDULE to a lane closed since: RetryIsItsOriginal): one the dedup
+// table or the proposals in flight know is decided as Publish decides
+// it; a new one is NotARetry, and nothing is kept.
+func (m *Member[R]) PublishRetryOnly(v View, producerID, producerSeq uint64, reply R) PublishDecision {
+	return m.publish(v, producerID, producerSeq, reply, true)
+}
+
+func (m *Member[R]) publish(v View, producerID, producerSeq uint64, reply R, retryOnly bool) PublishDecision {
 	if r := m.Admit(v); r != RefusedNone {
 		return PublishDecision{Action: Refuse, Refusal: r}
 	}
@@ -238,7 +255,11 @@ func (m *Member[R]) Publish(v View, producerID, producerSeq uint64, reply R) Pub
 		if _, ok := m.unapplied[key]; ok {
 			return PublishDecision{Action: Refuse, Refusal: RefusedNotApplied}
 		}
-	} else {
+	}
+	if retryOnly {
+		return PublishDecision{Action: NotARetry}
+	}
+	if producerID == 0 {
 		m.anon++
 		key = ProposalKey{ProducerSeq: m.anon}
 	}

@@ -364,6 +364,46 @@ func TestNewMemberRefusesSeqZero(t *testing.T) {
 	NewMember[string](DefaultConfig, 0, Mutations{})
 }
 
+// PublishRetryOnly decides a known identity as Publish does — a duplicate
+// of an applied record, a wait on one in flight — and a new one as
+// NotARetry, keeping nothing: the same identity published afterwards is
+// proposed as any new one.
+func TestPublishRetryOnlyKeepsNothingNew(t *testing.T) {
+	m := NewMember[string](DefaultConfig, 1, Mutations{})
+	m.Apply(Entry{Seq: 1, Epoch: 1}) // the install entry
+	view := View{Leader: true, Epoch: 1, InstallSeq: 1}
+	if d := m.PublishRetryOnly(view, 7, 1, "retry"); d.Action != NotARetry {
+		t.Fatalf("an unknown identity: %v, want NotARetry", d.Action)
+	}
+	d := m.Publish(view, 7, 1, "first")
+	if d.Action != Propose {
+		t.Fatalf("the identity published after a NotARetry: %v, want Propose", d.Action)
+	}
+	if r := m.PublishRetryOnly(view, 7, 1, "retry"); r.Action != Wait {
+		t.Fatalf("a retry of one in flight: %v, want Wait", r.Action)
+	}
+	m.Apply(Entry{Seq: 2, Epoch: 1, ProducerID: 7, ProducerSeq: 1})
+	if a, ok := m.Completed(d.Key, 2, 1, nil); !ok || len(a.Replies) != 2 {
+		t.Fatalf("answer %+v %v, want the first and the retry answered", a, ok)
+	}
+	if r := m.PublishRetryOnly(view, 7, 1, "retry"); r.Action != AnswerDuplicate || r.Seq != 2 {
+		t.Fatalf("a retry of an applied one: %+v, want a duplicate of seq 2", r)
+	}
+	if r := m.PublishRetryOnly(View{Epoch: 1}, 7, 1, "retry"); r.Action != Refuse || r.Refusal != RefusedNotLeader {
+		t.Fatalf("at a follower: %+v, want NOT_LEADER", r)
+	}
+	st := NewState(DefaultConfig, 1, 1)
+	if d := st.Lookup(7, 1); d.Verdict != VerdictNew {
+		t.Fatalf("Lookup of an unknown identity: %+v", d)
+	}
+	if d := st.Publish(7, 1); d.Verdict != VerdictNew || d.Seq != 1 {
+		t.Fatalf("Publish after a Lookup: %+v, want seq 1", d)
+	}
+	if d := st.Lookup(7, 1); d.Verdict != VerdictDuplicate || d.Seq != 1 {
+		t.Fatalf("Lookup of a known identity: %+v, want a duplicate of seq 1", d)
+	}
+}
+
 // One idempotent publish through the kernel as a leader sees it: decided,
 // applied once committed, answered.
 func BenchmarkPublishApplyComplete(b *testing.B) {

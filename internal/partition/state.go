@@ -80,6 +80,18 @@ func (s *State) Publish(producerID, producerSeq uint64) Decision {
 	return Decision{Verdict: VerdictNew, Seq: seq, Epoch: s.epoch}
 }
 
+// Lookup decides a publish its caller takes only as a retry
+// (RetryIsItsOriginal), changing nothing: Duplicate or TooOld as Publish
+// would decide them; VerdictNew for one the table does not know, with no
+// seq assigned (not to be appended).
+func (s *State) Lookup(producerID, producerSeq uint64) Decision {
+	if producerID == 0 {
+		return Decision{Verdict: VerdictNew}
+	}
+	v, seq, epoch := s.producers.Check(producerID, producerSeq)
+	return Decision{Verdict: v, Seq: seq, Epoch: epoch}
+}
+
 // Committed reports that every seq ≤ seq is durable; they become visible.
 func (s *State) Committed(seq uint64) {
 	if seq >= s.nextSeq {
