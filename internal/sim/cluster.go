@@ -250,7 +250,12 @@ var ClusterMutations = map[string]node.Mutations{
 	// consumer's ack stays unconfirmed (Liveness).
 	"ack-ignores-office":              {AckIgnoresOffice: true},
 	"sched-forwards-to-first-replica": {SchedForwardsToFirstReplica: true},
-	"accept-stale-flushed":            {Replica: replica.Mutations{AcceptStaleFlushed: true}},
+	// With --lane-pauses: a SCHEDULE to a closed lane is refused at
+	// admission, a retry of one admitted before included
+	// (RefusedNeverPublished: the client hears "refused" of a schedule
+	// that fires once the lane opens).
+	"sched-retry-refused-on-closed-lane": {SchedRetryRefusedOnClosedLane: true},
+	"accept-stale-flushed":               {Replica: replica.Mutations{AcceptStaleFlushed: true}},
 	// With --nodes 5 --policy all: a replica whose promise is lost
 	// answers no PROMISE_QUERY (as before PROMISE_UNKNOWN); two such of
 	// five wait for each other for good, and so does every write
@@ -547,7 +552,7 @@ func newClusterSim(o ClusterOptions) *sim {
 	if o.Schedules > 0 {
 		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules), inflight: map[int]bool{}, sentTo: map[int]int{}, attempts: map[int]uint32{},
 			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{},
-			unseen: map[int]bool{}, ids: map[int]schedID{}, declared: make([]int, len(s.nodes))}
+			unseen: map[int]bool{}, ids: map[int]schedID{}, refused: map[int]bool{}, mayRefuse: map[int]bool{}, declared: make([]int, len(s.nodes))}
 		sc.ghost = newSchedGhost(s, sc)
 		sc.ghost.outageMsMax = o.SchedOutageMsMax
 		for shard := range sc.shardAt {
@@ -620,6 +625,8 @@ func (s *sim) runPhases() Result {
 		r.SchedStats = s.sched.ghost.stats
 		if p := s.sched.pauser; p != nil {
 			r.SchedStats["lane pauses answered"] = p.pauses
+			r.SchedStats["of which closes"] = p.closed
+			r.SchedStats["schedules refused by a closed lane"] = len(s.sched.refused)
 			r.SchedStats["schedules due on a paused lane"] = p.heldBack
 		}
 		if c := s.sched.canceler; c != nil {

@@ -9,18 +9,26 @@ import (
 
 // Lane pauses (ClusterOptions.LanePauses, `--lane-pauses N`, with
 // --schedules): at random moments of the fault phase the operator pauses
-// one destination topic's lane — a PAUSE for each schedule shard, asked
-// at every node that is up every lanePauseTryMs until one (the shard's
-// owner) answers it — holds it for lanePauseHoldMinMs to
-// lanePauseHoldMaxMs, then resumes it the same way, and only then pauses
-// again. Schedules keep being admitted meanwhile (IntakeNeverBlocked
-// still holds); what falls due on a paused lane waits for the resume.
+// or closes one destination topic's lane — a PAUSE or CLOSE for each
+// schedule shard, asked at every node that is up every lanePauseTryMs
+// until one (the shard's owner) answers it — holds it for
+// lanePauseHoldMinMs to lanePauseHoldMaxMs, then resumes it the same way,
+// and only then holds one again. A paused lane keeps admitting schedules
+// (IntakeNeverBlocked still holds); a closed one refuses new ones
+// (INVALID_ARGUMENT), and answers a retry of one it admitted before with
+// that one's SCHEDULE_OK (RetryIsItsOriginal). What falls due on a held
+// lane waits for the resume.
 //
-//   - PauseHolds: from the instant a shard answered PAUSE until the
-//     RESUME is first asked, no owner of that shard publishes a schedule
-//     of the paused lane — not one it claimed before the pause, not one
-//     a later owner finds FIRING. (The check is at the instant of every
+//   - PauseHolds: from the instant a shard answered PAUSE or CLOSE until
+//     the RESUME is first asked, no owner of that shard publishes a
+//     schedule of the held lane — not one it claimed before, not one a
+//     later owner finds FIRING. (The check is at the instant of every
 //     publish, node.Config.SchedPublishObserver.)
+//   - RefusedNeverPublished: a SCHEDULE refused INVALID_ARGUMENT — in
+//     flight when its lane's CLOSE was asked, or sent while the lane was
+//     being closed, closed or being resumed (the refusal, decided then,
+//     may be answered later) — was never admitted: a retry of one
+//     admitted before is its original. It is never published.
 //
 // While a lane is paused or being resumed, its schedules are not held to
 // ScheduledOnTime: its destination counts as troubled, so the bound runs
@@ -33,22 +41,28 @@ const (
 	lanePauseHoldMaxMs = 1_500
 )
 
-const PauseHolds = "PauseHolds"
+const (
+	PauseHolds            = "PauseHolds"
+	RefusedNeverPublished = "RefusedNeverPublished"
+)
 
 type lanePauser struct {
 	s    *sim
 	left int // pauses still to start
-	// topic is the lane paused, being paused or being resumed ("":
-	// none); op the command being asked (0: none), gen numbers the asks
-	// so a late answer to an earlier one is not taken for this one's.
+	// topic is the lane held, being held or being resumed ("": none),
+	// hold the command that holds it (PAUSE or CLOSE); op the command
+	// being asked (0: none), gen numbers the asks so a late answer to an
+	// earlier one is not taken for this one's.
 	topic    string
+	hold     uint8
 	op       uint8
 	gen      int
 	answered [node.SchedShards]bool
 	// heldFromMs: by shard, when it answered the current PAUSE (0: not
 	// paused, or its RESUME asked): PauseHolds from then on.
 	heldFromMs [node.SchedShards]int64
-	pauses     int // PAUSEs answered by every shard
+	pauses     int // PAUSEs and CLOSEs answered by every shard
+	closed     int // of which CLOSEs
 	// heldBack counts the schedules due and not yet seen published when
 	// their lane's RESUME was asked: what the pauses held.
 	heldBack int
@@ -68,7 +82,17 @@ func (p *lanePauser) pause() {
 	}
 	p.left--
 	p.topic = schedDestTopics[s.w.rng.IntN(len(schedDestTopics))]
-	p.ask(wire.LanePause)
+	p.hold = []uint8{wire.LanePause, wire.LaneClose}[s.w.rng.IntN(2)]
+	if p.hold == wire.LaneClose {
+		// A SCHEDULE in flight now may be appended after the CLOSE (its
+		// first answer lost, or QUORUM_LOST), and refused as it applies.
+		for i := range s.sched.inflight {
+			if schedTopic(i) == p.topic {
+				s.sched.mayRefuse[i] = true
+			}
+		}
+	}
+	p.ask(p.hold)
 }
 
 // resume asks for the paused lane's RESUME: from now on its owners may
@@ -113,7 +137,7 @@ func (p *lanePauser) try() {
 					return
 				}
 				p.answered[shard] = true
-				if op == wire.LanePause {
+				if op != wire.LaneResume {
 					p.heldFromMs[shard] = s.w.nowMs
 				}
 				s.w.tracef("lane %s: %s answered for shard %d by %s", topic, laneOpName(op), shard, b.id)
@@ -137,18 +161,25 @@ func (p *lanePauser) answeredAll() {
 	}
 	s := p.s
 	p.gen++ // the asks still in flight are done with
-	if p.op == wire.LanePause {
+	if p.op != wire.LaneResume {
 		p.pauses++
+		if p.op == wire.LaneClose {
+			p.closed++
+		}
 		p.op = 0
 		s.w.after(s.w.between(lanePauseHoldMinMs, lanePauseHoldMaxMs), p.resume)
 		return
 	}
-	p.op, p.topic = 0, ""
+	p.op, p.topic, p.hold = 0, "", 0
 	s.w.after(s.w.between(lanePauseGapMinMs, lanePauseGapMaxMs), p.pause)
 }
 
-// held reports whether topic's lane is paused or being paused or resumed.
+// held reports whether topic's lane is held or being held or resumed.
 func (p *lanePauser) held(topic string) bool { return p != nil && p.topic == topic }
+
+// closes reports whether topic's lane is closed or being closed or
+// resumed: a SCHEDULE to it may be refused.
+func (p *lanePauser) closes(topic string) bool { return p.held(topic) && p.hold == wire.LaneClose }
 
 // published is PauseHolds at the instant node b publishes a schedule of
 // topic from shard.
@@ -156,8 +187,8 @@ func (p *lanePauser) published(b *broker, shard uint32, id uint64, topic string)
 	if p == nil || p.topic != topic || p.heldFromMs[shard] == 0 {
 		return
 	}
-	p.s.chk.violate(PauseHolds, "%s published schedule %d of shard %d to %s, whose lane that shard paused %d ms before (no RESUME asked since)",
-		b.id, id, shard, topic, p.s.w.nowMs-p.heldFromMs[shard])
+	p.s.chk.violate(PauseHolds, "%s published schedule %d of shard %d to %s, whose lane that shard held (%s) %d ms before (no RESUME asked since)",
+		b.id, id, shard, topic, laneOpName(p.hold), p.s.w.nowMs-p.heldFromMs[shard])
 }
 
 // final waits, after the final power loss, until the lane paused last is
@@ -178,6 +209,8 @@ func laneOpName(op uint8) string {
 		return "PAUSE"
 	case wire.LaneResume:
 		return "RESUME"
+	case wire.LaneClose:
+		return "CLOSE"
 	}
 	return fmt.Sprint("lane op ", op)
 }

@@ -40,12 +40,17 @@ type schedClient struct {
 	pauser   *lanePauser     // ClusterOptions.LanePauses (nil: none)
 	canceler *schedCanceller // ClusterOptions.SchedCancels (nil: none)
 	ids      map[int]schedID // by acknowledged schedule: its shard and id
-	total    int
-	next     int
-	window   int
-	due      []int64 // by index: deliver_at in virtual time
-	inflight map[int]bool
-	sentTo   map[int]int // by schedule in flight: the node it was last sent to
+	refused  map[int]bool    // refused by a closed lane (RefusedNeverPublished)
+	// mayRefuse: a send of the schedule went out while its lane was
+	// closed or being closed or resumed; its answer may be a refusal,
+	// decided then and answered later.
+	mayRefuse map[int]bool
+	total     int
+	next      int
+	window    int
+	due       []int64 // by index: deliver_at in virtual time
+	inflight  map[int]bool
+	sentTo    map[int]int // by schedule in flight: the node it was last sent to
 	// attempts numbers each schedule's sends (the high half of their
 	// corr): a resend may go out while an earlier send's answer is still
 	// on its way, and a probe of IntakeNeverBlocked is the latest send's.
@@ -181,6 +186,13 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 			sc.s.w.after(sc.s.w.between(5, 50), func() { sc.send(i) })
 		case f.Code.Retryable():
 			sc.s.w.after(sc.s.w.between(5, 50), func() { sc.send(i) })
+		case f.Code == wire.CodeInvalidArgument && sc.mayRefuse[i]:
+			// Its lane was closed (a send made while it may have been):
+			// never admitted (RefusedNeverPublished).
+			delete(sc.inflight, i)
+			delete(sc.sentTo, i)
+			sc.refused[i] = true
+			sc.fill()
 		case f.Code == wire.CodeDataCorrupt && sc.s.chk.anyDamaged():
 			delete(sc.inflight, i) // a damaged shard refuses writes until repaired
 			delete(sc.sentTo, i)
@@ -230,6 +242,9 @@ func (sc *schedClient) send(i int) {
 		return // sent when that connection is ready again
 	}
 	v := schedValue(i)
+	if sc.pauser.closes(schedTopic(i)) {
+		sc.mayRefuse[i] = true
+	}
 	sc.sentTo[i] = at
 	sc.attempts[i]++
 	sc.ghost.intakeSent(i, at, sc.attempts[i])
@@ -269,6 +284,10 @@ func (sc *schedClient) observe() {
 			sc.seen[v] = true
 			delete(sc.unseen, i)
 			sc.canceler.published(i, b.id)
+			if sc.refused[i] {
+				sc.s.chk.violate(RefusedNeverPublished, "%s: schedule %s published; it was refused while its lane was closed", b.id, v)
+				return
+			}
 			if early := sc.due[i] - sc.maxSkewMs - sc.s.w.nowMs; early > 0 {
 				sc.s.chk.violate("NeverEarly", "%s: scheduled message %s published %d ms before its deliver_at (beyond the largest clock skew, %d ms)",
 					b.id, v, early, sc.maxSkewMs)

@@ -125,16 +125,17 @@ func TestSchedIntakeJudgedUnderTheGatesOfNow(t *testing.T) {
 }
 
 // TestLanePausesHold runs the scheduled-delivery workload with the
-// operator pausing a destination's lane and resuming it (lanepause.go):
-// PauseHolds at every publish, the paused lane's schedules published
-// after the resume (ScheduledOnTime from its answer in a quiet cluster,
+// operator pausing or closing a destination's lane and resuming it
+// (lanepause.go): PauseHolds at every publish, RefusedNeverPublished for
+// what a closed lane refused, the held lane's schedules published after
+// the resume (ScheduledOnTime from its answer in a quiet cluster,
 // Liveness after healing), under every fault and with destination outages
 // alone. Seed 108 with members, PUB_BATCH and five pauses found a
 // publish decided in the pass that applied the pause, sent after its
 // answer (sched.Owner.TakeEffects: GateClosesAtItsAnswer). Each mutation
 // breaks PauseHolds on its recorded seeds (the test stops at the first).
 func TestLanePausesHold(t *testing.T) {
-	paused, heldBack := 0, 0
+	paused, heldBack, closed, refused := 0, 0, 0, 0
 	busy := func(seed uint64) ClusterOptions {
 		return ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, PubBatch: true, Schedules: 30, LanePauses: 5}
 	}
@@ -153,37 +154,46 @@ func TestLanePausesHold(t *testing.T) {
 		}
 		paused += r.SchedStats["lane pauses answered"]
 		heldBack += r.SchedStats["schedules due on a paused lane"]
+		closed += r.SchedStats["of which closes"]
+		refused += r.SchedStats["schedules refused by a closed lane"]
 	}
-	if paused == 0 || heldBack == 0 {
-		t.Fatalf("%d pauses answered, %d schedules due on a paused lane: the runs did not hold anything", paused, heldBack)
+	if paused == 0 || heldBack == 0 || closed == 0 || refused == 0 {
+		t.Fatalf("%d holds answered (%d closes), %d schedules due on a held lane, %d refused by a closed one: the runs did not hold and refuse", paused, closed, heldBack, refused)
 	}
-	t.Logf("%d pauses answered, %d schedules due on a paused lane", paused, heldBack)
+	t.Logf("%d holds answered (%d closes), %d schedules due on a held lane, %d refused by a closed one", paused, closed, heldBack, refused)
 
 	for _, m := range []struct {
-		name string
-		runs []ClusterOptions
+		name, invariant string
+		runs            []ClusterOptions
 	}{
-		// Seeds 2, 3, 5 and 6 of 1-6.
-		{"sched-pause-ignored", []ClusterOptions{
-			{Seed: 2, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
-			{Seed: 3, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
+		// Seeds 6, 7 and 10 of 1-12 (half the holds are CLOSEs, which it
+		// does not touch).
+		{"sched-pause-ignored", PauseHolds, []ClusterOptions{
+			{Seed: 6, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
+			{Seed: 7, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
 		}},
 		// None of seeds 1-30 with three pauses; 108 and 112 of 100-140
 		// with members, PUB_BATCH and five.
-		{"sched-gate-not-rechecked-at-take", []ClusterOptions{busy(108), busy(112)}},
+		{"sched-gate-not-rechecked-at-take", PauseHolds, []ClusterOptions{busy(108), busy(112)}},
+		// Seeds 7 and 53 of 1-80 (none of 100-130 busy): a retry across
+		// a CLOSE, of a schedule admitted before it.
+		{"sched-retry-refused-on-closed-lane", RefusedNeverPublished, []ClusterOptions{
+			{Seed: 7, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
+			{Seed: 53, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
+		}},
 	} {
 		var got []string
 		caught := false
 		for _, o := range m.runs {
 			o.Mutations = ClusterMutations[m.name]
 			r := RunCluster(o)
-			if caught = r.Violation != nil && r.Violation.Invariant == PauseHolds; caught {
+			if caught = r.Violation != nil && r.Violation.Invariant == m.invariant; caught {
 				break
 			}
 			got = append(got, fmt.Sprintf("seed %d: %v", o.Seed, r.Violation))
 		}
 		if !caught {
-			t.Errorf("%s not caught by PauseHolds: %v", m.name, got)
+			t.Errorf("%s not caught by %s: %v", m.name, m.invariant, got)
 		}
 	}
 }

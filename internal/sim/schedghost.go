@@ -526,8 +526,8 @@ func (g *schedGhost) intakeAnswered(i int, attempt uint32, err *wire.Err) {
 		return
 	}
 	delete(g.intake, i)
-	if !g.valid(i, p) {
-		return
+	if !g.valid(i, p) || err != nil && err.Code == wire.CodeInvalidArgument && g.sc.mayRefuse[i] {
+		return // (a closed lane refuses new schedules)
 	}
 	if err == nil {
 		g.stats["intake probes answered OK"]++
