@@ -47,6 +47,7 @@ func newSimCmd() *cobra.Command {
 		retentionUps int
 		schedules    int
 		lanePauses   int
+		laneRetire   bool
 		schedCancels int
 		kvOps        int
 		churn        int
@@ -116,7 +117,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err != nil {
 					return err
 				}
-				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, LanePauses: lanePauses, SchedCancels: schedCancels, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, PubBatch: pubBatch, DeadLetters: deadLetters}
+				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, LanePauses: lanePauses, LaneRetire: laneRetire, SchedCancels: schedCancels, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, PubBatch: pubBatch, DeadLetters: deadLetters}
 				if deadLetters && groupDels > 0 {
 					return errors.New("--dead-letters and --group-deletes cannot be combined: each group incarnation dead-letters anew")
 				}
@@ -242,6 +243,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&pubBatch, "pub-batch", false, "the producers publish in PUB_BATCH frames (protocol v2), a retry of one message as a PUB (a single node, or with --nodes)")
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
 	fl.IntVar(&lanePauses, "lane-pauses", 0, "with --schedules: also pause or close a destination's lane this many times under the faults and resume it 0.3-1.5 s later (PauseHolds: nothing of a held lane published; RefusedNeverPublished: nothing a closed lane refused)")
+	fl.BoolVar(&laneRetire, "lane-retire", false, "with --lane-pauses: the last hold retires the lane for good (its pending schedules cancelled, firing ones UNKNOWN; nothing of it published after the RETIRE's answer)")
 	fl.IntVar(&schedCancels, "sched-cancels", 0, "with --schedules: also cancel this many acknowledged schedules under the faults (CancelledNeverPublished: one whose cancel was answered OK is never published)")
 	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty, CoordinatorAnswersCurrent)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved, CoordinatorAnswersCurrent)")

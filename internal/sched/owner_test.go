@@ -329,6 +329,31 @@ func TestPauseAppliedWithTheIntentHoldsItsPublish(t *testing.T) {
 	}
 }
 
+// A RETIRE of a RETIRED lane is answered OK — the operator's retry of a
+// retire whose answer was lost; every other command there is refused.
+// With RetireRetriedRefused the retry fails, as it did before: the
+// cluster simulator's operator asked it again for good (Liveness).
+func TestRetriedRetireIsAnsweredOK(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		w := activeWorld(t, Mutations{})
+		w.st.Mutations.RetireRetriedRefused = mut
+		w.schedule("a", 5000, 0)
+		retire := &Record{Kind: KindLane, Lane: LaneCommand{Topic: "a", Op: LaneRetire}}
+		if res := w.append(retire); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		if res := w.append(retire); (res.Err == nil) == mut {
+			t.Fatalf("RetireRetriedRefused %v: the retried retire answered %v", mut, res.Err)
+		}
+		if res := w.append(&Record{Kind: KindLane, Lane: LaneCommand{Topic: "a", Op: LaneResume}}); res.Err == nil {
+			t.Fatal("a RETIRED lane resumed")
+		}
+		if l, _ := w.st.Lane("a"); l.Gate != GateRetired {
+			t.Fatalf("lane %+v, want RETIRED", l)
+		}
+	}
+}
+
 func TestLaneGates(t *testing.T) {
 	w := newWorld(t, testConfig)
 	w.activate(1)

@@ -157,6 +157,10 @@ type StateMutations struct {
 	// CancelFiring lets a cancel take a FIRING schedule too, whose
 	// publish may be on its way.
 	CancelFiring bool
+	// RetireRetriedRefused refuses a RETIRE of a RETIRED lane, as any
+	// other command there: the operator's retry of a retire whose answer
+	// was lost fails for good.
+	RetireRetriedRefused bool
 }
 
 // NewState returns the state of an empty shard.
@@ -472,6 +476,9 @@ func (s *State) applyLane(c LaneCommand) Result {
 		s.lanes[c.Topic] = l
 	}
 	if l.Gate == GateRetired {
+		if c.Op == LaneRetire && !s.Mutations.RetireRetriedRefused {
+			return Result{} // a retried retire: what it asks holds
+		}
 		return Result{Err: fmt.Errorf("lane %q is RETIRED", c.Topic)}
 	}
 	switch c.Op {

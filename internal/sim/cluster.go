@@ -104,6 +104,9 @@ type ClusterOptions struct {
 	// times at random moments of the fault phase and resumes it a while
 	// later (lanepause.go: PauseHolds; 0: none).
 	LanePauses int
+	// LaneRetire makes the last of the LanePauses a RETIRE, never
+	// resumed (lanepause.go).
+	LaneRetire bool
 	// KV adds the KV workload (kv.go): 3 clients run this many operations
 	// each (put, get, CAS, delete) on 5 keys of a bucket replicated on
 	// every node, and the history is checked for linearizability; a
@@ -326,8 +329,11 @@ var ClusterMutations = map[string]node.Mutations{
 	"sched-gate-not-rechecked-at-take": {Sched: sched.Mutations{GateNotRecheckedAtTake: true}},
 	// With --sched-cancels: a cancel takes a FIRING schedule too
 	// (CancelledNeverPublished: its publish was on its way).
-	"sched-cancel-firing":  {SchedState: sched.StateMutations{CancelFiring: true}},
-	"sched-reuse-fire-seq": {SchedState: sched.StateMutations{ReuseFireSeq: true}},
+	"sched-cancel-firing": {SchedState: sched.StateMutations{CancelFiring: true}},
+	// With --lane-pauses --lane-retire: a retried RETIRE is refused as
+	// the lane is RETIRED (Liveness: the operator asks it for good).
+	"sched-retire-retried-refused": {SchedState: sched.StateMutations{RetireRetriedRefused: true}},
+	"sched-reuse-fire-seq":         {SchedState: sched.StateMutations{ReuseFireSeq: true}},
 	// With --schedules: a shard owner's lease guard taken from the lease
 	// ticks its replica last published, not from the lease's end on the
 	// clock (NoPublishWithoutBothGates, in TestSchedHeldUpOwnerFenced: an
@@ -359,6 +365,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.LanePauses > 0 {
 		cmd += fmt.Sprintf(" --lane-pauses %d", o.LanePauses)
+	}
+	if o.LaneRetire {
+		cmd += " --lane-retire"
 	}
 	if o.SchedCancels > 0 {
 		cmd += fmt.Sprintf(" --sched-cancels %d", o.SchedCancels)
@@ -427,6 +436,8 @@ func (o ClusterOptions) Validate() error {
 		return fmt.Errorf("%d replicas need at least as many nodes, not %d", o.Replicas, o.Nodes)
 	case (o.LanePauses > 0 || o.SchedCancels > 0) && o.Schedules == 0:
 		return fmt.Errorf("lane pauses and schedule cancels need the scheduled workload (--schedules)")
+	case o.LaneRetire && o.LanePauses == 0:
+		return fmt.Errorf("a lane retire is the last of the lane pauses (--lane-pauses)")
 	}
 	return nil
 }
@@ -563,7 +574,7 @@ func newClusterSim(o ClusterOptions) *sim {
 			s.w.after(s.w.between(0, 10), func() { sc.connect(at) })
 		}
 		if o.LanePauses > 0 {
-			sc.pauser = newLanePauser(s, o.LanePauses)
+			sc.pauser = newLanePauser(s, o.LanePauses, o.LaneRetire)
 		}
 		if o.SchedCancels > 0 {
 			sc.canceler = newSchedCanceller(s, sc, o.SchedCancels)
@@ -626,6 +637,9 @@ func (s *sim) runPhases() Result {
 		if p := s.sched.pauser; p != nil {
 			r.SchedStats["lane pauses answered"] = p.pauses
 			r.SchedStats["of which closes"] = p.closed
+			if p.retired != "" {
+				r.SchedStats["lane retired"] = 1
+			}
 			r.SchedStats["schedules refused by a closed lane"] = len(s.sched.refused)
 			r.SchedStats["schedules due on a paused lane"] = p.heldBack
 		}
@@ -982,7 +996,7 @@ func (s *sim) schedFinal(deadline int64) {
 	for s.chk.violation == nil {
 		vs, complete := schedValuesOfCluster(s), true
 		for v := range s.sched.acked {
-			complete = complete && (vs[v] > 0 || !s.sched.canceler.required(schedIndex(v)))
+			complete = complete && (vs[v] > 0 || !s.sched.required(schedIndex(v)))
 		}
 		if complete {
 			s.sched.finalCheck()

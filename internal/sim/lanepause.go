@@ -17,7 +17,11 @@ import (
 // (IntakeNeverBlocked still holds); a closed one refuses new ones
 // (INVALID_ARGUMENT), and answers a retry of one it admitted before with
 // that one's SCHEDULE_OK (RetryIsItsOriginal). What falls due on a held
-// lane waits for the resume.
+// lane waits for the resume. With ClusterOptions.LaneRetire
+// (`--lane-retire`) the last hold is a RETIRE, never resumed: the lane
+// refuses every schedule from then on, its pending ones are cancelled and
+// its firing ones recorded UNKNOWN, so none of its schedules is required
+// to be published (each at most once), and PauseHolds holds for good.
 //
 //   - PauseHolds: from the instant a shard answered PAUSE or CLOSE until
 //     the RESUME is first asked, no owner of that shard publishes a
@@ -63,13 +67,19 @@ type lanePauser struct {
 	heldFromMs [node.SchedShards]int64
 	pauses     int // PAUSEs and CLOSEs answered by every shard
 	closed     int // of which CLOSEs
+	// retire: the last hold is a RETIRE (ClusterOptions.LaneRetire);
+	// retired is the lane it retired ("" none), retiredFromMs when each
+	// shard answered it.
+	retire        bool
+	retired       string
+	retiredFromMs [node.SchedShards]int64
 	// heldBack counts the schedules due and not yet seen published when
 	// their lane's RESUME was asked: what the pauses held.
 	heldBack int
 }
 
-func newLanePauser(s *sim, pauses int) *lanePauser {
-	p := &lanePauser{s: s, left: pauses}
+func newLanePauser(s *sim, pauses int, retire bool) *lanePauser {
+	p := &lanePauser{s: s, left: pauses, retire: retire}
 	s.w.after(s.w.between(lanePauseGapMinMs, lanePauseGapMaxMs), p.pause)
 	return p
 }
@@ -83,7 +93,10 @@ func (p *lanePauser) pause() {
 	p.left--
 	p.topic = schedDestTopics[s.w.rng.IntN(len(schedDestTopics))]
 	p.hold = []uint8{wire.LanePause, wire.LaneClose}[s.w.rng.IntN(2)]
-	if p.hold == wire.LaneClose {
+	if p.retire && p.left == 0 {
+		p.hold = wire.LaneRetire
+	}
+	if p.hold != wire.LanePause {
 		// A SCHEDULE in flight now may be appended after the CLOSE (its
 		// first answer lost, or QUORUM_LOST), and refused as it applies.
 		for i := range s.sched.inflight {
@@ -161,6 +174,12 @@ func (p *lanePauser) answeredAll() {
 	}
 	s := p.s
 	p.gen++ // the asks still in flight are done with
+	if p.op == wire.LaneRetire {
+		s.w.tracef("lane %s: retired", p.topic)
+		p.retired, p.retiredFromMs = p.topic, p.heldFromMs
+		p.op, p.topic, p.hold, p.heldFromMs = 0, "", 0, [node.SchedShards]int64{}
+		return // for good: nothing to resume, and the last hold
+	}
 	if p.op != wire.LaneResume {
 		p.pauses++
 		if p.op == wire.LaneClose {
@@ -174,16 +193,32 @@ func (p *lanePauser) answeredAll() {
 	s.w.after(s.w.between(lanePauseGapMinMs, lanePauseGapMaxMs), p.pause)
 }
 
-// held reports whether topic's lane is held or being held or resumed.
-func (p *lanePauser) held(topic string) bool { return p != nil && p.topic == topic }
+// held reports whether topic's lane is held or being held or resumed, or
+// retired.
+func (p *lanePauser) held(topic string) bool {
+	return p != nil && (p.topic == topic || p.retired == topic)
+}
 
-// closes reports whether topic's lane is closed or being closed or
-// resumed: a SCHEDULE to it may be refused.
-func (p *lanePauser) closes(topic string) bool { return p.held(topic) && p.hold == wire.LaneClose }
+// closes reports whether topic's lane is closed or retired, or being
+// closed, retired or resumed: a SCHEDULE to it may be refused.
+func (p *lanePauser) closes(topic string) bool {
+	return p != nil && (p.topic == topic && p.hold != wire.LanePause || p.retired == topic)
+}
+
+// retiredLane reports whether topic's lane is retired or being retired:
+// its schedules may be cancelled by it, or recorded UNKNOWN.
+func (p *lanePauser) retiredLane(topic string) bool {
+	return p != nil && (p.retired == topic || p.topic == topic && p.hold == wire.LaneRetire)
+}
 
 // published is PauseHolds at the instant node b publishes a schedule of
 // topic from shard.
 func (p *lanePauser) published(b *broker, shard uint32, id uint64, topic string) {
+	if p != nil && p.retired == topic && p.retiredFromMs[shard] != 0 {
+		p.s.chk.violate(PauseHolds, "%s published schedule %d of shard %d to %s, whose lane that shard retired %d ms before",
+			b.id, id, shard, topic, p.s.w.nowMs-p.retiredFromMs[shard])
+		return
+	}
 	if p == nil || p.topic != topic || p.heldFromMs[shard] == 0 {
 		return
 	}
@@ -197,7 +232,7 @@ func (p *lanePauser) final(deadline int64) {
 	s := p.s
 	for s.chk.violation == nil && p.topic != "" {
 		if s.w.nowMs > deadline || !s.step() {
-			s.chk.violate(Liveness, "lane %s still paused or being resumed 30 s after the final power loss", p.topic)
+			s.chk.violate(Liveness, "lane %s: %s still not answered by every shard 30 s after the final power loss", p.topic, laneOpName(p.op))
 			return
 		}
 	}
@@ -211,6 +246,8 @@ func laneOpName(op uint8) string {
 		return "RESUME"
 	case wire.LaneClose:
 		return "CLOSE"
+	case wire.LaneRetire:
+		return "RETIRE"
 	}
 	return fmt.Sprint("lane op ", op)
 }

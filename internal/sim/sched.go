@@ -77,6 +77,12 @@ func (sc *schedClient) name() string { return "sched" }
 
 func schedValue(i int) string { return fmt.Sprintf("sch-%d", i) }
 
+// required reports whether acknowledged schedule i must be published: not
+// one a cancel took or may have taken, nor one of a retired lane.
+func (sc *schedClient) required(i int) bool {
+	return sc.canceler.required(i) && !sc.pauser.retiredLane(schedTopic(i))
+}
+
 // schedIndex is the schedule whose value v is (-1: none).
 func schedIndex(v string) int {
 	var i int
@@ -304,7 +310,7 @@ func (sc *schedClient) done() bool {
 		return false
 	}
 	for v := range sc.acked {
-		if !sc.seen[v] && sc.canceler.required(schedIndex(v)) {
+		if !sc.seen[v] && sc.required(schedIndex(v)) {
 			return false
 		}
 	}
@@ -314,7 +320,7 @@ func (sc *schedClient) done() bool {
 func (sc *schedClient) missing() int {
 	n := len(sc.inflight) + sc.total - sc.next
 	for v := range sc.acked {
-		if !sc.seen[v] && sc.canceler.required(schedIndex(v)) {
+		if !sc.seen[v] && sc.required(schedIndex(v)) {
 			n++
 		}
 	}
@@ -328,7 +334,7 @@ func (sc *schedClient) finalCheck() {
 	for v := range sc.acked {
 		i := schedIndex(v)
 		switch {
-		case sc.canceler.required(i) && best[v] != 1:
+		case sc.required(i) && best[v] != 1:
 			sc.s.chk.violate("ExactlyOnce", "acknowledged schedule %s published %d times", v, best[v])
 			return
 		case best[v] > 1:

@@ -235,3 +235,29 @@ func TestScheduleCancelsHold(t *testing.T) {
 	}
 	t.Fatalf("sched-cancel-firing not caught by CancelledNeverPublished: %v", got)
 }
+
+// TestLaneRetireUnderFaults: the operator's last hold retires a lane for
+// good (lanepause.go, LaneRetire): nothing of it is published after a
+// shard answered the RETIRE (PauseHolds), nothing it refused ever, its
+// schedules at most once, the other lane's all. Seed 4 found a retried
+// RETIRE refused (the lane RETIRED) — an operator whose first answer was
+// lost could never see it done; with that refusal back
+// (`sched-retire-retried-refused`) the run breaks Liveness.
+func TestLaneRetireUnderFaults(t *testing.T) {
+	retired := 0
+	for _, seed := range []uint64{2, 3, 4} {
+		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Schedules: 30, LanePauses: 2, LaneRetire: true}
+		r := RunCluster(o)
+		if r.Violation != nil {
+			t.Fatalf("%v\nreproduce: %s\ntrace tail:\n%v", r.Violation, ClusterReproduce(o), r.Tail)
+		}
+		retired += r.SchedStats["lane retired"]
+	}
+	if retired == 0 {
+		t.Fatal("no run retired a lane")
+	}
+	o := ClusterOptions{Seed: 4, Faults: AllClusterFaults, Schedules: 30, LanePauses: 2, LaneRetire: true, Mutations: ClusterMutations["sched-retire-retried-refused"]}
+	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != Liveness {
+		t.Fatalf("sched-retire-retried-refused at seed 4: %v, want Liveness", r.Violation)
+	}
+}
