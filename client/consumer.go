@@ -1209,14 +1209,15 @@ type ackReroute struct {
 // UNAVAILABLE, or entry by entry with NOT_LEADER (the node stopped
 // delivering the partition, perhaps with the ack's record already
 // committed), or answered by nobody (the connection was lost after they
-// were sent). That leader answers OK for a
-// seq the group has done — the ack was durable — and STALE_DELIVERY for
-// one it delivers again. Before, these acks failed as "redelivered", and
-// one that was durable never came again.
+// were sent). That leader answers OK for a seq the group has done — the
+// ack was durable — and STALE_DELIVERY for one it delivers again. Before,
+// these acks failed as "redelivered", and one that was durable never
+// came again.
 //
 // Only a named leader other than the node that refused is asked: during
 // an election (no leader named, or still the one that refused) any other
-// node would answer NOT_LEADER again for a partition it does not deliver. Round n waits n × 50 ms (and for
+// node would answer NOT_LEADER again for a partition it does not
+// deliver. Round n waits n × 50 ms (and for
 // the refresh as long again at most); after ackReroutesMax rounds the acks
 // fail with the cause. A named leader that refused a routed ask and is
 // still named takes no acks there (a broker whose one coordinator

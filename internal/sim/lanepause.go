@@ -84,7 +84,8 @@ func newLanePauser(s *sim, pauses int, retire bool) *lanePauser {
 	return p
 }
 
-// pause picks a lane and asks for its PAUSE; none once healed.
+// pause picks a lane and asks for its PAUSE or CLOSE (the last hold, with
+// retire: its RETIRE); none once healed.
 func (p *lanePauser) pause() {
 	s := p.s
 	if s.healed || p.left == 0 {

@@ -10,9 +10,10 @@ import (
 // Schedule cancels (ClusterOptions.SchedCancels, `--sched-cancels N`,
 // with --schedules): at random moments of the fault phase the client
 // cancels an acknowledged schedule not seen published yet — due later,
-// or due already and perhaps being published — with a SCHED_ADMIN cancel naming the shard and id
-// its SCHEDULE_OK gave, asked at every node that is up every
-// schedCancelTryMs until one (the shard's owner) answers OK or NOT_FOUND.
+// or due already and perhaps being published — with a SCHED_ADMIN
+// cancel naming the shard and id its SCHEDULE_OK gave, asked at every
+// node that is up every schedCancelTryMs until one (the shard's owner)
+// answers OK or NOT_FOUND.
 //
 //   - CancelledNeverPublished: a schedule whose cancel was answered OK is
 //     never published — not before (a cancel takes only a PENDING
