@@ -288,26 +288,11 @@ func (cfg *SchedConfig) commit(s *sstate, i int) string {
 	n := s.nodes[i]
 	p := n.queue[0]
 	n.queue = n.queue[1:]
-	if s.holder != i || p.epoch != s.epoch {
-		n.o.Proposed(s.clock(i), p.ref, fmt.Errorf("fenced"))
-		return cfg.collect(s, i)
+	v, committed := cfg.end(s, i, p, true)
+	if v != "" {
+		return v
 	}
-	r := p.rec
-	s.log = append(s.log, &r)
-	switch {
-	case r.Kind == sched.KindLane && r.Lane.Op == sched.LaneBreak:
-		s.events |= seBreak
-	case r.Kind == sched.KindUnknown:
-		s.events |= seUnknown
-	}
-	for n.st.Applied() < uint64(len(s.log)) {
-		if v := cfg.apply(s, i); v != "" {
-			return v
-		}
-	}
-	n.o.Proposed(s.clock(i), p.ref, nil)
-	s.answered(i, p.ref)
-	if v := cfg.collect(s, i); v != "" {
+	if v := cfg.collect(s, i); v != "" || !committed {
 		return v
 	}
 	return cfg.checkResolved(s)
@@ -322,28 +307,48 @@ func (cfg *SchedConfig) commitPass(s *sstate, i int) string {
 	q := n.queue
 	n.queue = nil
 	for _, p := range q {
-		if s.holder != i || p.epoch != s.epoch {
-			n.o.Proposed(s.clock(i), p.ref, fmt.Errorf("fenced"))
-			continue
-		}
-		r := p.rec
-		s.log = append(s.log, &r)
-		if r.Kind == sched.KindUnknown {
-			s.events |= seUnknown
-		}
-		for n.st.Applied() < uint64(len(s.log)) {
-			seq := n.st.Applied() + 1
-			if _, err := n.st.Apply(seq, s.log[seq-1]); err != nil {
-				panic(err)
-			}
-		}
-		n.o.Proposed(s.clock(i), p.ref, nil)
-		s.answered(i, p.ref)
+		cfg.end(s, i, p, false) // (no effects taken: nothing to check)
 	}
 	if v := cfg.collect(s, i); v != "" {
 		return v
 	}
 	return cfg.checkResolved(s)
+}
+
+// end ends node i's proposal p: refused when i no longer leads in p's
+// epoch (replication fences it), else appended to the log, applied at i
+// up to it and completed. With eachStep the owner steps and its effects
+// are taken after every entry applied (apply), as when one proposal ends
+// at a time; without, they wait for the caller (commitPass).
+func (cfg *SchedConfig) end(s *sstate, i int, p sproposal, eachStep bool) (violation string, committed bool) {
+	n := s.nodes[i]
+	if s.holder != i || p.epoch != s.epoch {
+		n.o.Proposed(s.clock(i), p.ref, fmt.Errorf("fenced"))
+		return "", false
+	}
+	r := p.rec
+	s.log = append(s.log, &r)
+	switch {
+	case r.Kind == sched.KindLane && r.Lane.Op == sched.LaneBreak:
+		s.events |= seBreak
+	case r.Kind == sched.KindUnknown:
+		s.events |= seUnknown
+	}
+	for n.st.Applied() < uint64(len(s.log)) {
+		if eachStep {
+			if v := cfg.apply(s, i); v != "" {
+				return v, true
+			}
+			continue
+		}
+		seq := n.st.Applied() + 1
+		if _, err := n.st.Apply(seq, s.log[seq-1]); err != nil {
+			panic(err)
+		}
+	}
+	n.o.Proposed(s.clock(i), p.ref, nil)
+	s.answered(i, p.ref)
+	return "", true
 }
 
 // answered notes the operator's pause answered when node i completes its

@@ -66,11 +66,8 @@ type Decision struct {
 // Publish decides one PUB. For VerdictNew it reserves the next seq: the shell
 // must append the records of one batch in the order Publish returned them.
 func (s *State) Publish(producerID, producerSeq uint64) Decision {
-	if producerID != 0 {
-		v, seq, epoch := s.producers.Check(producerID, producerSeq)
-		if v != VerdictNew {
-			return Decision{Verdict: v, Seq: seq, Epoch: epoch}
-		}
+	if d := s.Lookup(producerID, producerSeq); d.Verdict != VerdictNew {
+		return d
 	}
 	seq := s.nextSeq
 	s.nextSeq++
