@@ -357,6 +357,11 @@ func TestCheckSched(t *testing.T) {
 	if err == nil || !strings.Contains(out, "VIOLATION NoPublishWithoutBothGates") {
 		t.Fatalf("the fenced-still-fires mutation passed: %v\n%s", err, out)
 	}
+	// A mutation of the applied state, at every node.
+	out, err = run("--mutation", "closed-lane-admits", "--closes", "1", "--intake-races", "--moves", "0", "--time-max", "1")
+	if err == nil || !strings.Contains(out, "VIOLATION ClosedAdmitsNone") {
+		t.Fatalf("the closed-lane-admits mutation passed: %v\n%s", err, out)
+	}
 	if _, err := run("--mutation", "nonsense"); err == nil {
 		t.Fatal("an unknown mutation was accepted")
 	}

@@ -12,10 +12,13 @@ package model
 // the destination refuses writes for a while, or is deleted and
 // re-created (a publish names the incarnation it is for, and the
 // destination refuses another); publish replies are lost (the shell's
-// timeout: Refused); an operator pauses the lane and resumes it. A node
-// may end all its proposals in one pass, as the shell applies every
-// committed entry (answering the operator's command among them) before it
-// takes the owner's effects.
+// timeout: Refused); an operator pauses, closes or retires the lane and
+// resumes it; a client cancels a schedule; a schedule's append may commit
+// after a lane command the owner proposed once it was admitted, as the
+// shell's intake appends apart from the owner's proposals. A node may end
+// all its proposals in one pass, as the shell applies every committed
+// entry (answering the operator's command among them) before it takes the
+// owner's effects.
 
 import (
 	"encoding/binary"
@@ -41,8 +44,15 @@ type SchedConfig struct {
 	Recreates   int // the destination is deleted and re-created
 	Resumes     int // an operator resumes the lane (after a break or a pause)
 	Pauses      int // an operator pauses the lane
+	Closes      int // an operator closes the lane (new schedules refused; held as by a pause)
+	Retires     int // an operator retires the lane (2: the operator asks again)
+	Cancels     int // a client cancels an admitted schedule
 	Outages     int // the destination refuses writes until it recovers
 	LostReplies int // a publish lands but its reply is lost (the shell times out: Refused)
+	// IntakeRaces: an admitted schedule's record commits at any later
+	// point, not at once: after a lane command proposed meanwhile, which
+	// the applied record obeys.
+	IntakeRaces bool
 	// LeaseTicks is how long a lease renewal keeps the leader's guard
 	// open (by its own clock).
 	LeaseTicks int64
@@ -55,6 +65,8 @@ type SchedConfig struct {
 	DepthMax      int
 	StatesMax     int
 	Mutations     sched.Mutations
+	// StateMutations break the applied state, at every node.
+	StateMutations sched.StateMutations
 }
 
 // SchedResult is the outcome of a scheduler exploration.
@@ -67,6 +79,10 @@ type SchedResult struct {
 	Takeovers   int // a second owner published
 	AllResolved int // every schedule admitted, fired or unknown
 	PausedHeld  int // a schedule fell due, not landed, while the lane was paused
+	Cancelled   int // a cancel was answered OK
+	TooLate     int // a cancel was answered too late (firing or fired)
+	Refused     int // a schedule's record was refused as it applied (its lane closed or retired meanwhile)
+	Retired     int // the lane's RETIRE was answered
 }
 
 const schedTopic = "a"
@@ -80,11 +96,14 @@ const (
 	sbOutages
 	sbLostReplies
 	sbPauses
+	sbCloses
+	sbRetires
+	sbCancels
 	sbCount
 )
 
 func (c *SchedConfig) budget(i int) int {
-	return [...]int{c.Moves, c.Crashes, c.ClockJumps, c.Recreates, c.Resumes, c.Outages, c.LostReplies, c.Pauses}[i]
+	return [...]int{c.Moves, c.Crashes, c.ClockJumps, c.Recreates, c.Resumes, c.Outages, c.LostReplies, c.Pauses, c.Closes, c.Retires, c.Cancels}[i]
 }
 
 type sproposal struct {
@@ -116,6 +135,7 @@ type sstate struct {
 	t        int64
 	log      []*sched.Record // nil: a replica group install entry
 	admitted int
+	intake   []sched.Schedule // IntakeRaces: admitted, not yet committed
 	nodes    [2]*snode
 	holder   int
 	epoch    uint64
@@ -126,17 +146,29 @@ type sstate struct {
 	writable    bool
 	recreatedAt int64
 	landings    []slanding
-	// The operator's pause: the proposal asked (node, ref; ref 0: none)
-	// and whether it was answered with no resume asked since (PauseHolds:
-	// nothing is published meanwhile).
-	pauseNode int
-	pauseRef  uint64
-	paused    bool
+	// asks: the operator's lane commands and the client's cancels not yet
+	// answered. held: a PAUSE or CLOSE was answered and no resume asked
+	// since (PauseHolds: nothing is published meanwhile); retired: a
+	// RETIRE was answered (nothing is published again); cancelled: the
+	// schedules whose cancel was answered OK (never to land).
+	asks      []sask
+	held      bool
+	retired   bool
+	cancelled []uint64
 	used      [sbCount]int
 	events    sevent
 }
 
-type sevent uint8
+// sask is a command asked of node's owner, answered when its proposal
+// ref ends: a lane command (op) or a cancel of schedule id.
+type sask struct {
+	node int
+	ref  uint64
+	op   sched.LaneOp // 0: a cancel
+	id   uint64
+}
+
+type sevent uint16
 
 const (
 	seLanded sevent = 1 << iota
@@ -146,15 +178,26 @@ const (
 	seTakeover
 	seResolved
 	sePausedHeld // a schedule fell due, not landed, while the lane was paused
+	seCancelled
+	seTooLate
+	seRefused
+	seRetired
 )
 
 func (cfg *SchedConfig) ownerConfig() sched.Config {
 	return sched.Config{ClaimMax: 4, FireWindow: cfg.Window, ProbeEveryMs: 1, Mutations: cfg.Mutations}
 }
 
+// newState is an empty shard's state, with the configured mutations.
+func (cfg *SchedConfig) newState() *sched.State {
+	st := sched.NewState()
+	st.Mutations = cfg.StateMutations
+	return st
+}
+
 // replay builds a node's state from the log's first n entries.
 func (cfg *SchedConfig) replay(log []*sched.Record, n int) *sched.State {
-	st := sched.NewState()
+	st := cfg.newState()
 	for i, r := range log[:n] {
 		if _, err := st.Apply(uint64(i+1), r); err != nil {
 			panic(err)
@@ -169,6 +212,9 @@ func (s *sstate) clone(cfg *SchedConfig) *sstate {
 	c.log = slices.Clone(s.log)
 	c.net = slices.Clone(s.net)
 	c.landings = slices.Clone(s.landings)
+	c.intake = slices.Clone(s.intake)
+	c.asks = slices.Clone(s.asks)
+	c.cancelled = slices.Clone(s.cancelled)
 	for i, n := range s.nodes {
 		m := *n
 		m.st = n.st.Clone()
@@ -185,7 +231,7 @@ func (s *sstate) clock(i int) int64 { return s.t + s.nodes[i].skew }
 func (cfg *SchedConfig) initial() *sstate {
 	s := &sstate{holder: 0, epoch: 1, log: []*sched.Record{nil}, destInc: 1, writable: true}
 	for i := range s.nodes {
-		st := sched.NewState()
+		st := cfg.newState()
 		st.MarkLoaded()
 		s.nodes[i] = &snode{st: st, o: sched.NewOwner(cfg.ownerConfig(), st), auth: sched.Authority{Assigned: true}}
 	}
@@ -234,8 +280,14 @@ func (cfg *SchedConfig) checkPublish(s *sstate, i int, p sched.Publish) string {
 	if e, ok := n.st.Entry(p.ID); ok && e.Epoch != p.Epoch {
 		s.events |= seTakeover
 	}
-	if s.paused {
-		return fmt.Sprintf("PauseHolds: n%d published schedule %d after the lane's pause was answered, before a resume was asked", i+1, p.ID)
+	if s.held {
+		return fmt.Sprintf("PauseHolds: n%d published schedule %d after the lane's pause or close was answered, before a resume was asked", i+1, p.ID)
+	}
+	if s.retired {
+		return fmt.Sprintf("RetireHolds: n%d published schedule %d after the lane's RETIRE was answered", i+1, p.ID)
+	}
+	if slices.Contains(s.cancelled, p.ID) {
+		return fmt.Sprintf("CancelledNeverPublished: n%d published schedule %d after its cancel was answered OK", i+1, p.ID)
 	}
 	if due := cfg.Due[cfg.admissionOf(s, p.ID)]; s.t < due {
 		return fmt.Sprintf("NeverEarly: schedule %d due at %d published at %d", p.ID, due, s.t)
@@ -347,22 +399,94 @@ func (cfg *SchedConfig) end(s *sstate, i int, p sproposal, eachStep bool) (viola
 		}
 	}
 	n.o.Proposed(s.clock(i), p.ref, nil)
-	s.answered(i, p.ref)
-	return "", true
+	return cfg.answered(s, i, p.ref, uint64(len(s.log))), true
 }
 
-// answered notes the operator's pause answered when node i completes its
-// proposal.
-func (s *sstate) answered(i int, ref uint64) {
-	if s.pauseRef != 0 && s.pauseNode == i && s.pauseRef == ref {
-		s.pauseRef, s.paused = 0, true
+// answered answers the command asked of node i whose proposal ref
+// committed at seq, from what its record decided as it applied.
+func (cfg *SchedConfig) answered(s *sstate, i int, ref, seq uint64) string {
+	k := slices.IndexFunc(s.asks, func(a sask) bool { return a.node == i && a.ref == ref })
+	if k < 0 {
+		return ""
 	}
+	a := s.asks[k]
+	s.asks = slices.Delete(s.asks, k, k+1)
+	res := cfg.resultAt(s.log, seq)
+	switch a.op {
+	case 0:
+		if slices.Contains(res.Skipped, a.id) {
+			s.events |= seTooLate
+			return ""
+		}
+		if s.landed(a.id) > 0 {
+			return fmt.Sprintf("CancelledNeverPublished: schedule %d's cancel was answered OK after it landed", a.id)
+		}
+		s.cancelled = append(s.cancelled, a.id)
+		s.events |= seCancelled
+	case sched.LanePause, sched.LaneClose:
+		if res.Err == nil {
+			s.held = true
+		}
+	case sched.LaneRetire:
+		if res.Err != nil {
+			return fmt.Sprintf("RetireAnsweredOK: n%d's RETIRE committed at %d and was refused (%v): an operator asking again after a lost answer never hears it done", i+1, seq, res.Err)
+		}
+		s.retired = true
+		s.events |= seRetired
+	}
+	return ""
+}
+
+// resultAt is what the log's record at seq decided as it applied.
+func (cfg *SchedConfig) resultAt(log []*sched.Record, seq uint64) sched.Result {
+	res, err := cfg.replay(log, int(seq-1)).Apply(seq, log[seq-1])
+	if err != nil {
+		panic(err)
+	}
+	return res
+}
+
+// closedInLog reports whether the log, read as the operator's commands
+// alone, leaves the lane refusing schedules: a CLOSE or a RETIRE with no
+// RESUME after it (none undoes a RETIRE).
+func closedInLog(log []*sched.Record) bool {
+	closed, retired := false, false
+	for _, r := range log {
+		if r == nil || r.Kind != sched.KindLane {
+			continue
+		}
+		switch r.Lane.Op {
+		case sched.LaneClose:
+			closed = true
+		case sched.LaneRetire:
+			retired = true
+		case sched.LaneResume:
+			closed = false
+		}
+	}
+	return closed || retired
+}
+
+// appendSchedule commits an admitted schedule's record: a lane closed or
+// retired in the log before it must refuse it (ClosedAdmitsNone: the
+// client hears the refusal; it is never published).
+func (cfg *SchedConfig) appendSchedule(s *sstate, sc sched.Schedule) string {
+	closed := closedInLog(s.log)
+	s.log = append(s.log, &sched.Record{Kind: sched.KindSchedule, Schedule: sc})
+	if !closed {
+		return ""
+	}
+	if res := cfg.resultAt(s.log, uint64(len(s.log))); res.Err == nil {
+		return fmt.Sprintf("ClosedAdmitsNone: schedule %d committed after its lane's CLOSE or RETIRE and was admitted", len(s.log))
+	}
+	s.events |= seRefused
+	return ""
 }
 
 // heldByPause notes a schedule due and not landed while the lane is
 // paused (what the exploration is for).
 func (cfg *SchedConfig) heldByPause(s *sstate) {
-	if !s.paused {
+	if !s.held {
 		return
 	}
 	for seq, r := range s.log {
@@ -378,7 +502,7 @@ func (cfg *SchedConfig) heldByPause(s *sstate) {
 // unknown.
 func (cfg *SchedConfig) checkResolved(s *sstate) string {
 	st := cfg.replay(s.log, len(s.log))
-	if s.admitted < len(cfg.Due) || st.Live() > 0 {
+	if s.admitted < len(cfg.Due) || len(s.intake) > 0 || st.Live() > 0 {
 		return ""
 	}
 	fired := map[uint64]bool{}
@@ -440,6 +564,9 @@ func (cfg *SchedConfig) deliver(s *sstate, k int, lostReply bool) string {
 			s.landings = append(s.landings, slanding{id: m.p.ID, fireSeq: m.p.FireSeq, incarnation: s.destInc})
 			if n := s.landed(m.p.ID); n > 1 {
 				return fmt.Sprintf("ExactlyOnce: schedule %d landed %d times", m.p.ID, n)
+			}
+			if slices.Contains(s.cancelled, m.p.ID) {
+				return fmt.Sprintf("CancelledNeverPublished: schedule %d landed after its cancel was answered OK", m.p.ID)
 			}
 			out, destSeq = sched.Landed, seq+1
 			s.events |= seLanded
@@ -532,6 +659,9 @@ func (cfg *SchedConfig) successors(s *sstate) []sstep {
 				m.o = sched.NewOwner(cfg.ownerConfig(), m.st)
 				m.inc++
 				m.queue, m.probing = nil, false
+				// Its proposals are gone unanswered; the new owner's refs
+				// start again.
+				x.asks = slices.DeleteFunc(x.asks, func(a sask) bool { return a.node == i })
 				m.o.SetAuthority(x.clock(i), m.auth)
 				return cfg.collect(x, i)
 			})
@@ -570,30 +700,66 @@ func (cfg *SchedConfig) successors(s *sstate) []sstep {
 				return ""
 			}
 			x.admitted++
-			x.log = append(x.log, &sched.Record{Kind: sched.KindSchedule, Schedule: sc})
-			return ""
+			if cfg.IntakeRaces {
+				x.intake = append(x.intake, sc)
+				return ""
+			}
+			return cfg.appendSchedule(x, sc)
+		})
+	}
+	if len(s.intake) > 0 {
+		try(fmt.Sprintf("schedule %d's append commits", len(s.log)+1), func(x *sstate) string {
+			sc := x.intake[0]
+			x.intake = x.intake[1:]
+			return cfg.appendSchedule(x, sc)
 		})
 	}
 	if h := s.nodes[s.holder]; can(sbResumes) && h.o.Lifecycle() == sched.Active {
 		try("an operator resumes the lane", func(x *sstate) string {
 			x.used[sbResumes]++
-			x.pauseRef, x.paused = 0, false // asked: publishing may start again
+			// Asked: publishing may start again, and a pause or close
+			// still on its way ends before it.
+			x.held = false
+			x.asks = slices.DeleteFunc(x.asks, func(a sask) bool { return a.op == sched.LanePause || a.op == sched.LaneClose })
 			if _, err := x.nodes[x.holder].o.Manage(x.clock(x.holder), sched.LaneCommand{Topic: schedTopic, Op: sched.LaneResume, Incarnation: x.destInc}); err != nil {
 				return ""
 			}
 			return cfg.collect(x, x.holder)
 		})
 	}
-	if h := s.nodes[s.holder]; can(sbPauses) && h.o.Lifecycle() == sched.Active {
-		try("an operator pauses the lane", func(x *sstate) string {
-			x.used[sbPauses]++
-			ref, err := x.nodes[x.holder].o.Manage(x.clock(x.holder), sched.LaneCommand{Topic: schedTopic, Op: sched.LanePause})
-			if err != nil {
-				return ""
+	for _, c := range []struct {
+		op     sched.LaneOp
+		budget int
+		what   string
+	}{{sched.LanePause, sbPauses, "pauses"}, {sched.LaneClose, sbCloses, "closes"}, {sched.LaneRetire, sbRetires, "retires"}} {
+		if h := s.nodes[s.holder]; can(c.budget) && h.o.Lifecycle() == sched.Active {
+			try("an operator "+c.what+" the lane", func(x *sstate) string {
+				x.used[c.budget]++
+				ref, err := x.nodes[x.holder].o.Manage(x.clock(x.holder), sched.LaneCommand{Topic: schedTopic, Op: c.op})
+				if err != nil {
+					return ""
+				}
+				x.asks = append(x.asks, sask{node: x.holder, ref: ref, op: c.op})
+				return cfg.collect(x, x.holder)
+			})
+		}
+	}
+	if h := s.nodes[s.holder]; can(sbCancels) && h.o.Lifecycle() == sched.Active {
+		for seq, r := range s.log {
+			if r == nil || r.Kind != sched.KindSchedule {
+				continue
 			}
-			x.pauseNode, x.pauseRef = x.holder, ref
-			return cfg.collect(x, x.holder)
-		})
+			id := uint64(seq + 1)
+			try(fmt.Sprintf("a client cancels schedule %d", id), func(x *sstate) string {
+				x.used[sbCancels]++
+				ref, err := x.nodes[x.holder].o.Cancel(x.clock(x.holder), []uint64{id})
+				if err != nil {
+					return ""
+				}
+				x.asks = append(x.asks, sask{node: x.holder, ref: ref, id: id})
+				return cfg.collect(x, x.holder)
+			})
+		}
 	}
 	for k := range s.net {
 		try(fmt.Sprintf("publish of schedule %d (fire sequence %d) reaches the destination", s.net[k].p.ID, s.net[k].p.FireSeq), func(x *sstate) string { return cfg.deliver(x, k, false) })
@@ -650,6 +816,7 @@ func (s *sstate) key() [16]byte {
 		u(n.auth.Epoch)
 		u(uint64(n.auth.GuardUntilMs))
 		u(n.auth.Barrier)
+		u(uint64(len(n.queue)))
 		for _, p := range n.queue {
 			u(p.ref)
 			u(p.epoch)
@@ -658,6 +825,7 @@ func (s *sstate) key() [16]byte {
 		}
 		b = n.o.AppendDigest(append(b, 0xff))
 	}
+	u(uint64(len(s.net)))
 	for _, m := range s.net {
 		u(uint64(m.node))
 		u(uint64(m.inc))
@@ -669,9 +837,25 @@ func (s *sstate) key() [16]byte {
 	u(s.destInc)
 	u(uint64(boolByte(s.writable)))
 	u(uint64(s.recreatedAt))
-	u(uint64(s.pauseNode))
-	u(s.pauseRef)
-	u(uint64(boolByte(s.paused)))
+	u(uint64(len(s.asks)))
+	for _, a := range s.asks {
+		u(uint64(a.node))
+		u(a.ref)
+		u(uint64(a.op))
+		u(a.id)
+	}
+	u(uint64(boolByte(s.held)))
+	u(uint64(boolByte(s.retired)))
+	u(uint64(len(s.cancelled)))
+	for _, id := range s.cancelled {
+		u(id)
+	}
+	u(uint64(len(s.intake)))
+	for _, sc := range s.intake {
+		u(uint64(sc.DeliverAtMs))
+		u(sc.Incarnation)
+	}
+	u(uint64(len(s.landings)))
 	for _, l := range s.landings {
 		u(l.id)
 		u(l.fireSeq)
@@ -693,7 +877,8 @@ func CheckSched(cfg SchedConfig) SchedResult {
 		successors: cfg.successors,
 		key:        (*sstate).key,
 		visit: func(s *sstate) {
-			for ev, n := range map[sevent]*int{seLanded: &res.Landed, seRetry: &res.Retries, seUnknown: &res.Unknown, seBreak: &res.Breaks, seTakeover: &res.Takeovers, seResolved: &res.AllResolved, sePausedHeld: &res.PausedHeld} {
+			for ev, n := range map[sevent]*int{seLanded: &res.Landed, seRetry: &res.Retries, seUnknown: &res.Unknown, seBreak: &res.Breaks, seTakeover: &res.Takeovers, seResolved: &res.AllResolved, sePausedHeld: &res.PausedHeld,
+				seCancelled: &res.Cancelled, seTooLate: &res.TooLate, seRefused: &res.Refused, seRetired: &res.Retired} {
 				if s.events&ev != 0 {
 					*n++
 				}

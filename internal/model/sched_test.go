@@ -17,8 +17,9 @@ func runSched(t *testing.T, name string, cfg SchedConfig) SchedResult {
 	t.Helper()
 	start := time.Now()
 	r := CheckSched(cfg)
-	t.Logf("%s: %d states, %d pruned, complete=%v, %v; landed %d, retries %d, unknown %d, breaks %d, takeovers %d, all resolved %d",
-		name, r.States, r.Pruned, r.Complete, time.Since(start).Round(time.Millisecond), r.Landed, r.Retries, r.Unknown, r.Breaks, r.Takeovers, r.AllResolved)
+	t.Logf("%s: %d states, %d pruned, complete=%v, %v; landed %d, retries %d, unknown %d, breaks %d, takeovers %d, all resolved %d, paused held %d, cancelled %d, too late %d, refused %d, retired %d",
+		name, r.States, r.Pruned, r.Complete, time.Since(start).Round(time.Millisecond), r.Landed, r.Retries, r.Unknown, r.Breaks, r.Takeovers, r.AllResolved,
+		r.PausedHeld, r.Cancelled, r.TooLate, r.Refused, r.Retired)
 	return r
 }
 
@@ -36,6 +37,19 @@ func TestSchedModelGuarded(t *testing.T) {
 		{"pause and resume", func(c *SchedConfig) {
 			c.Due, c.Crashes, c.Pauses, c.Resumes, c.TimeMax = []int64{1}, 0, 1, 1, 2
 		}, func(r SchedResult) bool { return r.PausedHeld > 0 && r.Takeovers > 0 && r.AllResolved > 0 }},
+		{"cancels", func(c *SchedConfig) {
+			c.Due, c.Cancels, c.TimeMax = []int64{1}, 1, 2
+		}, func(r SchedResult) bool {
+			return r.Cancelled > 0 && r.TooLate > 0 && r.Takeovers > 0 && r.AllResolved > 0
+		}},
+		{"close against intake, resume", func(c *SchedConfig) {
+			c.Due, c.Crashes, c.IntakeRaces, c.Closes, c.Resumes, c.TimeMax = []int64{1}, 0, true, 1, 1, 2
+		}, func(r SchedResult) bool {
+			return r.Refused > 0 && r.PausedHeld > 0 && r.Takeovers > 0 && r.AllResolved > 0
+		}},
+		{"retire asked twice", func(c *SchedConfig) {
+			c.Due, c.Crashes, c.IntakeRaces, c.Retires, c.TimeMax = []int64{1, 1}, 0, true, 2, 1
+		}, func(r SchedResult) bool { return r.Retired > 0 && r.Refused > 0 && r.AllResolved > 0 }},
 		{"re-created destination", func(c *SchedConfig) {
 			c.Due, c.Moves, c.Crashes, c.Recreates, c.Resumes, c.TimeMax = []int64{1}, 0, 0, 1, 1, 3
 		}, func(r SchedResult) bool { return r.Breaks > 0 && r.Unknown > 0 && r.AllResolved > 0 }},
@@ -73,7 +87,19 @@ func TestSchedModelMutations(t *testing.T) {
 		{"GateNotRecheckedAtTake", "PauseHolds", func(c *SchedConfig) {
 			c.Mutations.GateNotRecheckedAtTake, c.Due, c.Crashes, c.Moves, c.Pauses, c.Resumes, c.TimeMax = true, []int64{1}, 0, 0, 1, 1, 3
 		}},
+		{"GateNotRecheckedAtTake/retire", "RetireHolds", func(c *SchedConfig) {
+			c.Mutations.GateNotRecheckedAtTake, c.Due, c.Crashes, c.Moves, c.Retires, c.TimeMax = true, []int64{1}, 0, 0, 1, 3
+		}},
 		{"ClaimsBeforeDue", "NeverEarly", func(c *SchedConfig) { c.Mutations.ClaimsBeforeDue, c.Moves, c.Crashes = true, 0, 0 }},
+		{"CancelFiring", "CancelledNeverPublished", func(c *SchedConfig) {
+			c.StateMutations.CancelFiring, c.Due, c.Crashes, c.Moves, c.Cancels, c.TimeMax = true, []int64{1}, 0, 0, 1, 1
+		}},
+		{"ClosedLaneAdmits", "ClosedAdmitsNone", func(c *SchedConfig) {
+			c.StateMutations.ClosedLaneAdmits, c.Due, c.Crashes, c.Moves, c.IntakeRaces, c.Closes, c.TimeMax = true, []int64{1}, 0, 0, true, 1, 1
+		}},
+		{"RetireRetriedRefused", "RetireAnsweredOK", func(c *SchedConfig) {
+			c.StateMutations.RetireRetriedRefused, c.Due, c.Crashes, c.Moves, c.Retires, c.TimeMax = true, []int64{1}, 0, 0, 2, 1
+		}},
 		{"ReadyNotRevalidated", "NoPublishOnStaleEvidence", func(c *SchedConfig) {
 			c.Mutations.ReadyNotRevalidated, c.Recreates, c.Moves, c.Crashes, c.TimeMax = true, 1, 0, 0, 3
 		}},

@@ -354,6 +354,29 @@ func TestRetriedRetireIsAnsweredOK(t *testing.T) {
 	}
 }
 
+// A schedule admitted while its lane was open, whose record commits
+// after a CLOSE or RETIRE of the lane, is refused as it applies
+// (ClosedAdmitsNone) and leaves nothing live; with ClosedLaneAdmits it
+// is taken — in a retired lane, never to be published.
+func TestScheduleAppliedAfterACloseIsRefused(t *testing.T) {
+	for _, op := range []LaneOp{LaneClose, LaneRetire} {
+		for _, mut := range []bool{false, true} {
+			w := activeWorld(t, Mutations{})
+			w.st.Mutations.ClosedLaneAdmits = mut
+			if err := w.o.Admit(w.now, Schedule{DeliverAtMs: 1, Topic: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			if res := w.append(&Record{Kind: KindLane, Lane: LaneCommand{Topic: "a", Op: op}}); res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			res := w.append(&Record{Kind: KindSchedule, Schedule: Schedule{DeliverAtMs: 1, Topic: "a"}})
+			if refused := res.Err != nil && w.st.Live() == 0; refused == mut {
+				t.Fatalf("%v, ClosedLaneAdmits %v: the schedule applied after it answered %v, %d live", op, mut, res.Err, w.st.Live())
+			}
+		}
+	}
+}
+
 func TestLaneGates(t *testing.T) {
 	w := newWorld(t, testConfig)
 	w.activate(1)

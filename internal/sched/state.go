@@ -161,6 +161,11 @@ type StateMutations struct {
 	// other command there: the operator's retry of a retire whose answer
 	// was lost fails for good.
 	RetireRetriedRefused bool
+	// ClosedLaneAdmits applies a schedule into a CLOSED or RETIRED lane
+	// as into an open one: a schedule admitted before the close applied,
+	// whose record commits after it, is taken (and, in a retired lane,
+	// never published).
+	ClosedLaneAdmits bool
 }
 
 // NewState returns the state of an empty shard.
@@ -382,6 +387,9 @@ func (s *State) applySchedule(id uint64, sc Schedule) Result {
 	}
 	switch l.Gate {
 	case GateClosed, GateRetired:
+		if s.Mutations.ClosedLaneAdmits {
+			break
+		}
 		s.counts.Rejected++
 		return Result{Err: fmt.Errorf("lane %q is %v: it admits no schedules", sc.Topic, l.Gate)}
 	}
