@@ -54,6 +54,11 @@ type Mutations struct {
 	// lane is refused at admission, a retry of one admitted before
 	// included (RetryIsItsOriginal).
 	SchedRetryRefusedOnClosedLane bool
+	// SchedRefusalForgotten answers a retried SCHEDULE from the runner's
+	// recent results alone: one whose record a closed lane refused as it
+	// applied, retried after a restart (or 4,096 shard seqs later), is
+	// answered OK as a duplicate of a schedule that does not exist.
+	SchedRefusalForgotten bool
 	// SyncedMarkSkipped: a partition with no other replica never writes
 	// its synced mark, so a bit flip into its idle tail before a crash is
 	// cut as a torn write (the point covers only its dedup snapshot).

@@ -962,7 +962,14 @@ func (r *schedRunner) handle(c schedCmd) {
 			return // an earlier owner's proposal
 		}
 		if a.err != nil || a.ok.Seq <= r.st.Applied() {
-			r.answer(now, a, r.recent[a.ok.Seq])
+			res := r.recent[a.ok.Seq]
+			if a.err == nil && a.intake != nil && res.Err == nil && !r.node.cfg.Mutations.SchedRefusalForgotten {
+				// A retry of a schedule applied long ago (or before a
+				// restart): the lane remembers whether it refused it
+				// (RefusalOutlivesItsAnswer).
+				res.Err = r.st.Refused(a.intake.f.Pub.Topic, a.ok.Seq)
+			}
+			r.answer(now, a, res)
 			return
 		}
 		r.waiting[a.ok.Seq] = a // answered when applied

@@ -282,6 +282,88 @@ func TestScheduleRetryOnAClosedLaneIsItsOriginal(t *testing.T) {
 	}
 }
 
+// RefusalOutlivesItsAnswer: a schedule admitted while its lane was open,
+// whose record applies after the lane's CLOSE (in a cluster, a SCHEDULE
+// that crossed the network while the CLOSE did not), is refused as it
+// applies. A retry of it after a restart that restored the shard from a
+// checkpoint past that record used to be answered OK — the runner's
+// memory of the refusal gone, the shard's producer table taking the
+// retry for a duplicate — of a schedule that does not exist. The lane
+// remembers the spans of seqs in which it refused schedules, in its
+// checkpoints too. With SchedRefusalForgotten the retry is answered OK
+// and nothing is ever published, as before.
+func TestRefusedScheduleRetriedAfterARestartIsRefused(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SchedRefusalForgotten=%v", mut), func(t *testing.T) {
+			h := compactingSchedTuned(t, func(c *Config) { c.Mutations.SchedRefusalForgotten = mut })
+			h.declare("t", 1)
+			now := h.nowMs.Load()
+			key := []byte("raced")
+			shard := wire.SchedShard("t", key, 0, 0, 0, SchedShards)
+			f := &wire.Schedule{Pub: wire.Pub{Topic: "t", Partition: wire.PartitionAuto, Key: key, ProducerID: 77, ProducerSeq: 1, Value: []byte("raced")}, DeliverAtMs: now + 50}
+			h.declare("u", 1)
+			runners, werr := h.node.schedRunners()
+			if werr != nil {
+				t.Fatal(werr)
+			}
+			if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneClose}); err != nil {
+				t.Fatal(err)
+			}
+			// The record of a SCHEDULE admitted before the close, appended
+			// after it, as the runner's intake appends it.
+			v, err := (&sched.Record{Kind: sched.KindSchedule, Schedule: sched.Schedule{DeliverAtMs: f.DeliverAtMs, Topic: "t", Incarnation: h.node.scheduleIncarnation("t")}}).Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			appended := make(chan wire.PubOK, 1)
+			runners[shard].p.enqueue(&pubReq{
+				rec:        storage.Record{TimestampMs: now, Key: key, Value: f.Pub.Value, Headers: []storage.Header{{Key: schedHeader, Value: v}}, ProducerID: 77, ProducerSeq: 1},
+				producerID: 77, producerSeq: 1,
+				reply: replyTo{fn: func(ok wire.PubOK, err *wire.Error) {
+					if err != nil {
+						t.Error(err)
+					}
+					appended <- ok
+				}},
+			})
+			var raced wire.PubOK
+			select {
+			case raced = <-appended:
+			case <-time.After(waitMax):
+				t.Fatal("the raced record was not appended")
+			}
+			if _, err := h.schedule(f); err == nil || err.Code != wire.CodeInvalidArgument {
+				t.Fatalf("the retry at once answered %v, want INVALID_ARGUMENT (the record was refused as it applied)", err)
+			}
+			// Open the lane, and let the shard checkpoint past the record
+			// and drop it.
+			if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneResume}); err != nil {
+				t.Fatal(err)
+			}
+			at := h.nowMs.Load()
+			for range 30 {
+				at += 10
+				h.scheduleOnShard("u", shard, 6, 64, at)
+				h.at(at)
+			}
+			eventually(t, "the shard's log start passes the raced record", func() bool {
+				h.at(at)
+				return h.shardStarts()[shard] > raced.Seq
+			})
+			h.restart()
+			ok, err2 := h.schedule(f)
+			switch {
+			case !mut && (err2 == nil || err2.Code != wire.CodeInvalidArgument):
+				t.Fatalf("the retry after the restart answered %+v %v, want INVALID_ARGUMENT", ok, err2)
+			case mut && (err2 != nil || !ok.Duplicate || ok.ID != raced.Seq):
+				t.Fatalf("SchedRefusalForgotten: the retry after the restart answered %+v %v, want the lie: OK, a duplicate of %d", ok, err2, raced.Seq)
+			}
+			h.at(h.nowMs.Load() + 1000)
+			h.stays("t")
+		})
+	}
+}
+
 func TestScheduleLaneGatesAndCancel(t *testing.T) {
 	h := newHarness(t)
 	h.declare("t", 1)

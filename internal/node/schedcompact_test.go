@@ -15,7 +15,11 @@ import (
 
 // compactingSched makes a harness whose scheduler shards checkpoint
 // every few records, in small segments, compacted often.
-func compactingSched(t *testing.T) *harness {
+func compactingSched(t *testing.T) *harness { return compactingSchedTuned(t, func(*Config) {}) }
+
+// compactingSchedTuned is compactingSched with tune applied to its
+// configuration too.
+func compactingSchedTuned(t *testing.T, tune func(*Config)) *harness {
 	h := &harness{t: t, fs: vfs.NewMem()}
 	h.nowMs.Store(1_000_000)
 	h.tune = func(c *Config) {
@@ -23,6 +27,7 @@ func compactingSched(t *testing.T) *harness {
 		c.RetentionCheckMs = 5
 		c.SchedCheckpointEvery = 24
 		c.SchedWindow = 2
+		tune(c)
 	}
 	h.open()
 	t.Cleanup(func() { h.node.Close() })

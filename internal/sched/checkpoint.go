@@ -131,6 +131,14 @@ func (s *State) loadHead(c *Checkpoint) {
 		t := c.Topics[l.Topic]
 		s.lanes[t] = &Lane{Topic: t, Gate: l.Gate, Incarnation: l.Incarnation}
 	}
+	for _, sp := range c.Refusing {
+		l := s.lanes[c.Topics[sp.Topic]]
+		if l == nil || len(l.refusing) == RefusingSpansMax {
+			s.failed = fmt.Errorf("sched: checkpoint at %d: a refusing span of %q contradicts its lanes", c.Base, c.Topics[sp.Topic])
+			return
+		}
+		l.refusing = append(l.refusing, SeqSpan{From: sp.From, To: sp.To})
+	}
 	for _, f := range c.Fires {
 		s.fires[dest{c.Topics[f.Topic], f.Partition}] = &fireLog{last: f.Last, firing: map[uint64]uint64{}}
 	}
@@ -238,6 +246,9 @@ func (s *State) Checkpoint(chunkEntries int) ([]Record, error) {
 	for _, t := range topics {
 		l := s.lanes[t]
 		head.Lanes = append(head.Lanes, CheckpointLane{Topic: index[t], Gate: l.Gate, Incarnation: l.Incarnation})
+		for _, sp := range l.refusing {
+			head.Refusing = append(head.Refusing, CheckpointSpan{Topic: index[t], From: sp.From, To: sp.To})
+		}
 	}
 	for _, d := range slices.SortedFunc(maps.Keys(s.fires), compareDest) {
 		head.Fires = append(head.Fires, CheckpointFire{Topic: index[d.topic], Partition: d.partition, Last: s.fires[d].last})

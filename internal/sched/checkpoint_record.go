@@ -6,12 +6,19 @@ import (
 )
 
 // The layout of a KindCheckpoint record, after its kind byte: base u64,
-// chunk u32, chunks u32, the five counts u64; topics (u16 count, each a
+// chunk u32 (its high bit set when refusing spans follow the entries),
+// chunks u32, the five counts u64; topics (u16 count, each a
 // u8 length and bytes), lanes (u32 count of topic u16, gate u8,
 // incarnation u64), fires (u32 count of topic u16, partition u32, last
 // u64), entries (u32 count of topic u16, status u8, id u64, deliver_at
 // u64, partition u32, at u64, and for a firing one fire seq, epoch and
-// incarnation u64). Canonical, like every record.
+// incarnation u64), and when the chunk's high bit is set the lanes'
+// refusing spans (u32 count, at least one, of topic u16, from u64, to
+// u64). Canonical, like every record; no prefix of one is another.
+
+// ckptRefusingFlag marks a chunk whose refusing spans follow its entries
+// (a checkpoint without spans reads as before they were kept).
+const ckptRefusingFlag = 1 << 31
 
 func (c *Checkpoint) check() error {
 	switch {
@@ -47,6 +54,17 @@ func (c *Checkpoint) check() error {
 			return err
 		}
 	}
+	if len(c.Refusing) > len(c.Topics)*RefusingSpansMax {
+		return fmt.Errorf("sched: checkpoint chunk with %d refusing spans for %d topics", len(c.Refusing), len(c.Topics))
+	}
+	for _, sp := range c.Refusing {
+		if err := topic(sp.Topic); err != nil {
+			return err
+		}
+		if sp.To != 0 && sp.To <= sp.From {
+			return fmt.Errorf("sched: checkpoint refusing span %d-%d", sp.From, sp.To)
+		}
+	}
 	for _, e := range c.Entries {
 		if err := topic(e.Topic); err != nil {
 			return err
@@ -69,7 +87,11 @@ func (c *Checkpoint) encode(b []byte) ([]byte, error) {
 	u32 := binary.BigEndian.AppendUint32
 	u16 := binary.BigEndian.AppendUint16
 	b = u64(b, c.Base)
-	b = u32(b, c.Chunk)
+	if len(c.Refusing) > 0 {
+		b = u32(b, c.Chunk|ckptRefusingFlag)
+	} else {
+		b = u32(b, c.Chunk)
+	}
 	b = u32(b, c.Chunks)
 	for _, n := range []uint64{c.Counts.Admitted, c.Counts.Fired, c.Counts.Unknown, c.Counts.Cancelled, c.Counts.Rejected} {
 		b = u64(b, n)
@@ -104,6 +126,14 @@ func (c *Checkpoint) encode(b []byte) ([]byte, error) {
 			b = u64(b, e.Incarnation)
 		}
 	}
+	if len(c.Refusing) > 0 {
+		b = u32(b, uint32(len(c.Refusing)))
+		for _, sp := range c.Refusing {
+			b = u16(b, sp.Topic)
+			b = u64(b, sp.From)
+			b = u64(b, sp.To)
+		}
+	}
 	return b, nil
 }
 
@@ -120,6 +150,8 @@ func (d *decoder) checkpoint() Checkpoint {
 	var c Checkpoint
 	c.Base = d.u64()
 	c.Chunk = d.u32()
+	refusing := c.Chunk&ckptRefusingFlag != 0
+	c.Chunk &^= ckptRefusingFlag
 	c.Chunks = d.u32()
 	c.Counts = Counts{Admitted: d.u64(), Fired: d.u64(), Unknown: d.u64(), Cancelled: d.u64(), Rejected: d.u64()}
 	nt := int(d.u16())
@@ -155,6 +187,18 @@ func (d *decoder) checkpoint() Checkpoint {
 				e.FireSeq, e.Epoch, e.Incarnation = d.u64(), d.u64(), d.u64()
 			}
 			c.Entries[i] = e
+		}
+	}
+	if refusing {
+		n := d.list(ckptSpanBytes)
+		if d.err == nil && n == 0 {
+			d.err = fmt.Errorf("sched: checkpoint with an empty list of refusing spans (not canonical)")
+		}
+		if n > 0 {
+			c.Refusing = make([]CheckpointSpan, n)
+			for i := range c.Refusing {
+				c.Refusing[i] = CheckpointSpan{Topic: d.u16(), From: d.u64(), To: d.u64()}
+			}
 		}
 	}
 	if d.err == nil {

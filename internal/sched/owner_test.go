@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"errors"
+	"slices"
 	"testing"
 )
 
@@ -374,6 +376,66 @@ func TestScheduleAppliedAfterACloseIsRefused(t *testing.T) {
 				t.Fatalf("%v, ClosedLaneAdmits %v: the schedule applied after it answered %v, %d live", op, mut, res.Err, w.st.Live())
 			}
 		}
+	}
+}
+
+// RefusalOutlivesItsAnswer: a lane remembers the spans of seqs in which
+// it refused schedules (CLOSED or RETIRED; its last RefusingSpansMax),
+// and its checkpoints carry them, so a retry of a schedule refused as it
+// applied is answered with the refusal long after (Refused).
+func TestRefusedRemembersTheLanesClosedSpans(t *testing.T) {
+	st := NewState()
+	lane := func(op LaneOp) Record { return Record{Kind: KindLane, Lane: LaneCommand{Topic: "a", Op: op}} }
+	sc := Record{Kind: KindSchedule, Schedule: Schedule{Topic: "a", DeliverAtMs: 1}}
+	res := applyAll(t, st, sc, lane(LaneClose), sc, lane(LanePause), lane(LaneResume), sc, lane(LaneRetire), sc)
+	if res[2].Err == nil || res[5].Err != nil || res[7].Err == nil {
+		t.Fatalf("results %+v", res)
+	}
+	want := map[uint64]bool{1: false, 2: false, 3: true, 4: true, 5: false, 6: false, 7: false, 8: true, 99: true}
+	check := func(st *State, what string) {
+		t.Helper()
+		for seq, refused := range want {
+			if err := st.Refused("a", seq); (err != nil) != refused || refused && !errors.Is(err, ErrLaneAdmitsNone) {
+				t.Fatalf("%s: Refused(a, %d) = %v, want refused %v", what, seq, err, refused)
+			}
+		}
+		if err := st.Refused("b", 3); err != nil {
+			t.Fatalf("%s: a lane never closed answered %v", what, err)
+		}
+	}
+	check(st, "applied")
+	recs, err := st.Checkpoint(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := NewState()
+	restored.Restore(st.Applied() + 1)
+	applyAll(t, restored, recs...)
+	check(restored, "restored from a checkpoint")
+
+	// A lane loaded CLOSED from a checkpoint made before spans were kept
+	// knows none; its resume closes nothing.
+	st = NewState()
+	applyAll(t, st, sc, lane(LaneClose), sc)
+	if recs, err = st.Checkpoint(10); err != nil {
+		t.Fatal(err)
+	}
+	recs[0].Checkpoint.Refusing = nil
+	restored = NewState()
+	restored.Restore(st.Applied() + 1)
+	applyAll(t, restored, recs...)
+	applyAll(t, restored, lane(LaneResume), lane(LaneClose))
+	if l, _ := restored.Lane("a"); restored.Refused("a", 3) != nil || !slices.Equal(l.Refusing(), []SeqSpan{{From: 6}}) {
+		t.Fatalf("a lane restored closed without spans, resumed and closed: %+v", l.Refusing())
+	}
+
+	// Only the last RefusingSpansMax spans are kept.
+	st = NewState()
+	for range RefusingSpansMax + 1 {
+		applyAll(t, st, lane(LaneClose), sc, lane(LaneResume))
+	}
+	if st.Refused("a", 2) != nil || st.Refused("a", 5) == nil || st.Refused("a", 3*RefusingSpansMax+2) == nil {
+		t.Fatalf("after %d spans: the first still remembered, or a later one forgotten", RefusingSpansMax+1)
 	}
 }
 

@@ -155,6 +155,16 @@ type Checkpoint struct {
 	Lanes         []CheckpointLane
 	Fires         []CheckpointFire
 	Entries       []CheckpointEntry
+	// Refusing: the lanes' spans of seqs refusing schedules (Lane.refusing),
+	// in the head chunk; encoded only when there are any, so a checkpoint
+	// without them reads as before they were kept.
+	Refusing []CheckpointSpan
+}
+
+// CheckpointSpan is one of a lane's spans of seqs refusing schedules.
+type CheckpointSpan struct {
+	Topic    uint16
+	From, To uint64
 }
 
 // CheckpointLane is a lane's gate and pinned incarnation.
@@ -225,6 +235,7 @@ const (
 	// (a firing one adds fire seq, epoch, incarnation)
 	ckptLaneBytes        = 2 + 1 + 8
 	ckptFireBytes        = 2 + 4 + 8
+	ckptSpanBytes        = 2 + 8 + 8
 	ckptEntryBytes       = 2 + 1 + 8 + 8 + 4 + 8
 	ckptFiringExtraBytes = 8 + 8 + 8
 	ckptTopicBytesMin    = 2

@@ -22,7 +22,8 @@ var sampleRecords = []Record{
 		Lanes:  []CheckpointLane{{Topic: 0, Gate: GateOpen, Incarnation: 42}, {Topic: 1, Gate: GateRetired, Incarnation: 1}},
 		Fires:  []CheckpointFire{{Topic: 0, Partition: 3, Last: 7}},
 		Entries: []CheckpointEntry{{Topic: 0, Status: StatusPending, ID: 5, DeliverAtMs: 1767225600000, Partition: 3, At: 77},
-			{Topic: 0, Status: StatusFiring, ID: 6, DeliverAtMs: -1, Partition: 3, At: 6, FireSeq: 7, Epoch: 2, Incarnation: 42}}}},
+			{Topic: 0, Status: StatusFiring, ID: 6, DeliverAtMs: -1, Partition: 3, At: 6, FireSeq: 7, Epoch: 2, Incarnation: 42}},
+		Refusing: []CheckpointSpan{{Topic: 0, From: 10, To: 20}, {Topic: 1, From: 40}}}},
 	{Kind: KindCheckpoint, Checkpoint: Checkpoint{Base: 99, Chunk: 1, Chunks: 2}},
 }
 
@@ -66,11 +67,25 @@ func TestRecordRefusesWhatItCannotDecode(t *testing.T) {
 		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Entries: []CheckpointEntry{{Status: 3}}}},
 		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Entries: []CheckpointEntry{{Status: StatusPending, FireSeq: 1}}}},
 		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{""}}},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Refusing: []CheckpointSpan{{Topic: 1, From: 1}}}},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Refusing: []CheckpointSpan{{From: 5, To: 5}}}},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Refusing: make([]CheckpointSpan, RefusingSpansMax+1)}},
 		{Kind: 99},
 	} {
 		if b, err := r.Encode(); err == nil {
 			t.Fatalf("encoded %v %+v as %x", r.Kind, r, b)
 		}
+	}
+	// An empty list of refusing spans is not canonical: a checkpoint
+	// without any has the chunk's high bit clear and ends before it.
+	plain, err := sampleRecords[len(sampleRecords)-1].Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flagged := append(plain, 0, 0, 0, 0)
+	flagged[1+8] |= 0x80 // the chunk's high bit: refusing spans follow
+	if _, err := Decode(flagged); err == nil || !strings.Contains(err.Error(), "empty list") {
+		t.Fatalf("a checkpoint with an empty list of refusing spans: %v", err)
 	}
 	// A count the value cannot hold is refused before allocating.
 	if _, err := Decode([]byte{byte(KindCancel), 0, 1, 0, 0, 1, 2, 3}); err == nil {

@@ -80,7 +80,24 @@ type Lane struct {
 	due         dueQueue
 	spilled     int // pending schedules in the spill (bounded memory: spill.go)
 	bound       Key // while spilled > 0: the last resident, before every spilled one
+	// refusing: the lane's last RefusingSpansMax spans of shard seqs in
+	// which it admitted no schedule (CLOSED or RETIRED), kept in its
+	// checkpoints: a schedule whose record lies in one was refused as it
+	// applied, and a retry of it is answered so long after (Refused).
+	refusing []SeqSpan
 }
+
+// SeqSpan is the shard seqs after From and before To (0: none yet).
+type SeqSpan struct{ From, To uint64 }
+
+// Refusing returns the spans of seqs in which the lane refused schedules
+// (the last RefusingSpansMax).
+func (l Lane) Refusing() []SeqSpan { return slices.Clone(l.refusing) }
+
+// RefusingSpansMax bounds the spans a lane remembers (Lane.refusing).
+const RefusingSpansMax = 8
+
+func gateRefuses(g Gate) bool { return g == GateClosed || g == GateRetired }
 
 // dest is one destination partition of a lane: one producer identity.
 type dest struct {
@@ -211,7 +228,7 @@ func (s *State) Lane(topic string) (Lane, bool) {
 	if !ok {
 		return Lane{}, false
 	}
-	return Lane{Topic: l.Topic, Gate: l.Gate, Incarnation: l.Incarnation, Pending: l.Pending}, true
+	return Lane{Topic: l.Topic, Gate: l.Gate, Incarnation: l.Incarnation, Pending: l.Pending, refusing: slices.Clone(l.refusing)}, true
 }
 
 // Lanes returns the lanes' topics in order.
@@ -365,7 +382,7 @@ func (s *State) apply(seq uint64, r *Record) Result {
 		}
 		return res
 	case KindLane:
-		return s.applyLane(r.Lane)
+		return s.applyLane(seq, r.Lane)
 	case KindCarry:
 		return s.applyCarry(seq, r.Carry)
 	case KindCheckpoint:
@@ -468,10 +485,51 @@ func (s *State) drop(e *Entry) {
 	delete(s.entries, e.ID)
 }
 
-// applyLane changes a lane's gate. The transitions are closed: a retired
+// applyLane changes a lane's gate at seq and notes where it starts or
+// stops refusing schedules (Lane.refusing).
+func (s *State) applyLane(seq uint64, c LaneCommand) Result {
+	l := s.lanes[c.Topic]
+	was := l != nil && gateRefuses(l.Gate)
+	res := s.applyGate(c)
+	if l = s.lanes[c.Topic]; l == nil || gateRefuses(l.Gate) == was {
+		return res
+	}
+	if was {
+		// Its span is open, unless the lane was loaded closed from a
+		// checkpoint made before spans were kept.
+		if n := len(l.refusing); n > 0 && l.refusing[n-1].To == 0 {
+			l.refusing[n-1].To = seq
+		}
+		return res
+	}
+	if len(l.refusing) == RefusingSpansMax {
+		l.refusing = slices.Delete(l.refusing, 0, 1)
+	}
+	l.refusing = append(l.refusing, SeqSpan{From: seq})
+	return res
+}
+
+// Refused answers for a schedule of topic whose record lies at seq, as a
+// retry of it may ask long after it applied: the error it was refused
+// with, or nil when its lane admitted schedules there (or closed too
+// long ago for the lane to remember).
+func (s *State) Refused(topic string, seq uint64) error {
+	l := s.lanes[topic]
+	if l == nil {
+		return nil
+	}
+	for _, sp := range l.refusing {
+		if seq > sp.From && (sp.To == 0 || seq < sp.To) {
+			return fmt.Errorf("lane %q admitted no schedules at shard seq %d (CLOSED or RETIRED from %d): %w", topic, seq, sp.From, ErrLaneAdmitsNone)
+		}
+	}
+	return nil
+}
+
+// applyGate changes a lane's gate. The transitions are closed: a retired
 // lane takes no command; an ordering break names the incarnation it saw
 // contradicted and is ignored once a resume re-pinned another.
-func (s *State) applyLane(c LaneCommand) Result {
+func (s *State) applyGate(c LaneCommand) Result {
 	l := s.lanes[c.Topic]
 	if l == nil {
 		if c.Op == LaneBreak || c.Op == LaneResume {
@@ -647,6 +705,7 @@ func (s *State) Clone() *State {
 	c.lanes = make(map[string]*Lane, len(s.lanes))
 	for t, l := range s.lanes {
 		x := *l
+		x.refusing = slices.Clone(l.refusing)
 		x.due = make(dueQueue, len(l.due))
 		for i, e := range l.due {
 			x.due[i] = c.entries[e.ID]

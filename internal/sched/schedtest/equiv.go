@@ -294,7 +294,8 @@ func compare(t testing.TB, seed, seq uint64, ref, got *sched.State, window int) 
 	for _, lane := range ref.Lanes() {
 		rl, _ := ref.Lane(lane)
 		gl, _ := got.Lane(lane)
-		if rl.Topic != gl.Topic || rl.Gate != gl.Gate || rl.Incarnation != gl.Incarnation || rl.Pending != gl.Pending {
+		if rl.Topic != gl.Topic || rl.Gate != gl.Gate || rl.Incarnation != gl.Incarnation || rl.Pending != gl.Pending ||
+			!slices.Equal(rl.Refusing(), gl.Refusing()) {
 			t.Fatalf("seed %d seq %d: lane %+v, want %+v", seed, seq, gl, rl)
 		}
 		rd, rok := ref.NextDue(lane)
