@@ -5,6 +5,7 @@ package node
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -243,5 +244,47 @@ func TestLedgerFailureWithFailedReloadRecovers(t *testing.T) {
 			t.Fatalf("group never recovered: %v %v", r, err)
 		}
 		<-time.After(10 * time.Millisecond) // the group retries its reload on a 100 ms timer
+	}
+}
+
+// SettingsAskedAreNotSilent: a group's ack wait and max deliveries are
+// fixed when the group is created on a node; a later subscriber asking
+// others gets the group's, and the node warns once per distinct ask (it
+// used to say nothing: a changed AckWait in a client's code was ignored
+// without a trace).
+func TestGroupSettingsAskedOtherAreWarned(t *testing.T) {
+	var logs logBuffer
+	h := &harness{t: t, fs: vfs.NewMem(), tune: func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}}
+	h.open()
+	t.Cleanup(func() { h.node.Close() })
+	h.declare("t", 1)
+	for _, opts := range []GroupOptions{
+		{AckWaitMs: 5000, MaxDeliver: 3}, // creates the group
+		{AckWaitMs: 7000, MaxDeliver: 3}, // warned
+		{AckWaitMs: 7000, MaxDeliver: 3}, // once
+		{AckWaitMs: 5000, MaxDeliver: 3},
+		{},                // the group's, whatever they are
+		{MaxDeliver: 9},   // warned
+		{AckWaitMs: 5000}, // its own ack wait, no max deliver asked
+	} {
+		sub, err := h.node.Subscribe("t", "g", opts, newSink())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub.Close()
+	}
+	h.node.mu.Lock()
+	g := h.node.groups[groupKey{group: "g", topic: "t"}]
+	h.node.mu.Unlock()
+	if g.cfg.AckWaitMs != 5000 || g.cfg.MaxDeliver != 3 {
+		t.Fatalf("the group's settings %d ms, %d: want the first subscriber's 5000 ms, 3", g.cfg.AckWaitMs, g.cfg.MaxDeliver)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "asks other settings"); n != 2 ||
+		!strings.Contains(out, "asked_ack_wait_ms=7000 asked_max_deliver=3 ack_wait_ms=5000 max_deliver=3") ||
+		!strings.Contains(out, "asked_ack_wait_ms=0 asked_max_deliver=9") {
+		t.Fatalf("%d warnings, want 2 (7000 ms once, max deliver 9 once):\n%s", n, out)
 	}
 }
