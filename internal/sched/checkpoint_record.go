@@ -54,8 +54,9 @@ func (c *Checkpoint) check() error {
 			return err
 		}
 	}
-	if len(c.Refusing) > len(c.Topics)*RefusingSpansMax {
-		return fmt.Errorf("sched: checkpoint chunk with %d refusing spans for %d topics", len(c.Refusing), len(c.Topics))
+	if len(c.Refusing) > min(len(c.Topics)*RefusingSpansMax, RecordEntriesMax) || len(c.Refusing) > 0 && c.Chunk != 0 {
+		return fmt.Errorf("sched: checkpoint chunk %d with %d refusing spans for %d topics (only the first chunk has them, at most %d a topic)",
+			c.Chunk, len(c.Refusing), len(c.Topics), RefusingSpansMax)
 	}
 	for _, sp := range c.Refusing {
 		if err := topic(sp.Topic); err != nil {

@@ -70,6 +70,7 @@ func TestRecordRefusesWhatItCannotDecode(t *testing.T) {
 		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Refusing: []CheckpointSpan{{Topic: 1, From: 1}}}},
 		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Refusing: []CheckpointSpan{{From: 5, To: 5}}}},
 		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunks: 1, Topics: []string{"t"}, Refusing: make([]CheckpointSpan, RefusingSpansMax+1)}},
+		{Kind: KindCheckpoint, Checkpoint: Checkpoint{Chunk: 1, Chunks: 2, Topics: []string{"t"}, Refusing: []CheckpointSpan{{From: 1}}}},
 		{Kind: 99},
 	} {
 		if b, err := r.Encode(); err == nil {
