@@ -159,6 +159,10 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 		sc.fill()
 	case *wire.ScheduleOK:
 		i, attempt := schedCorrParts(corr)
+		// The ghost hears every answer, also one to a send the client
+		// no longer waits for: an IntakeNeverBlocked probe is judged by
+		// its own send's answer.
+		sc.ghost.intakeAnswered(i, attempt, nil)
 		if !sc.inflight[i] {
 			return
 		}
@@ -167,7 +171,6 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 		sc.acked[schedValue(i)] = sc.due[i]
 		sc.ids[i] = schedID{f.Shard, f.ID}
 		sc.unseen[i] = true
-		sc.ghost.intakeAnswered(i, attempt, nil)
 		sc.s.w.tracef("sched SCHEDULE_OK %s -> %d/%d dup=%v", schedValue(i), f.Shard, f.ID, f.Duplicate)
 		sc.fill()
 	case *wire.Err:
@@ -178,11 +181,11 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 			return
 		}
 		i, attempt := schedCorrParts(corr)
+		sc.ghost.intakeAnswered(i, attempt, f)
 		if !sc.inflight[i] {
 			return
 		}
 		sc.s.w.tracef("sched ERR %s %s", schedValue(i), f.Code)
-		sc.ghost.intakeAnswered(i, attempt, f)
 		switch {
 		case f.Code == wire.CodeNotLeader:
 			shard := sc.shardOf(i)

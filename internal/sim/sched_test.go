@@ -144,6 +144,13 @@ func TestLanePausesHold(t *testing.T) {
 		{Seed: 2, Faults: AllClusterFaults, Schedules: 30, LanePauses: 3},
 		{Seed: 4, Faults: ClusterFaults{Outage: true}, Schedules: 30, LanePauses: 3},
 		busy(108),
+		// Seed 809: a closed lane's refusal of one send of sch-20 ended
+		// the schedule for the client while a later send to the shard's
+		// owner was on its way; the client dropped that send's answer
+		// before the ghost heard it, which then took the probe for
+		// unanswered (a false IntakeNeverBlocked). The ghost hears every
+		// answer now.
+		{Seed: 809, Faults: AllClusterFaults, Schedules: 30, LanePauses: 5},
 	} {
 		r := RunCluster(o)
 		if r.Violation != nil {
