@@ -45,10 +45,10 @@ func TestS21IsolatedFollowerAtNodeLevel(t *testing.T) {
 	}
 }
 
-// runIsolatedFollower runs S21 at node level: deposed says how partition
-// 0's leader lost its office or epoch, or the follower's promise moved
-// (empty: neither); err is a violation of the run's invariants or a run
-// that did not get where it is for.
+// runIsolatedFollower runs S21 at node level: deposed says how the
+// watched partition's leader lost its office or epoch, or the follower's
+// promise moved (empty: neither); err is a violation of the run's
+// invariants or a run that did not get where it is for.
 func runIsolatedFollower(seed uint64, m node.Mutations) (deposed string, err error) {
 	s := newClusterSim(ClusterOptions{Seed: seed, Producers: 1, MessagesPerProducer: 1500, Mutations: m})
 	// The partition watched takes no writes (the one producer publishes
