@@ -85,6 +85,14 @@ func Handler(n *node.Node, ready *atomic.Bool) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"node": n.NodeID(), "groups": groupsJSON(infos)})
 	})
+	mux.HandleFunc("GET /api/v1/group-settings", func(w http.ResponseWriter, _ *http.Request) {
+		out := []map[string]any{}
+		for _, s := range n.GroupSettings() {
+			out = append(out, map[string]any{"group": s.Group, "topic": s.Topic, "ack_wait_ms": s.AckWaitMs, "max_deliver": s.MaxDeliver})
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"node": n.NodeID(), "groups": out})
+	})
 	mux.HandleFunc("GET /api/v1/schedules", schedulesHandler(n))
 	return mux
 }

@@ -107,11 +107,38 @@ func TestEndpoints(t *testing.T) {
 		len(g[0].Pending) != 1 || g[0].Pending[0].Kind != "ASSIGN" {
 		t.Fatalf("groups API: %s", body)
 	}
+
+	// The settings in force of each group running here, as its first
+	// subscriber set them (a later one asking others does not change them).
+	for _, opts := range []node.GroupOptions{{AckWaitMs: 5000, MaxDeliver: 3}, {AckWaitMs: 9000}} {
+		sub, err := n.Subscribe("orders", "audit", opts, noSink{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub.Close()
+	}
+	_, body = get("/api/v1/group-settings")
+	var settings struct {
+		Groups []struct {
+			Group      string `json:"group"`
+			Topic      string `json:"topic"`
+			AckWaitMs  int64  `json:"ack_wait_ms"`
+			MaxDeliver uint32 `json:"max_deliver"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal([]byte(body), &settings); err != nil {
+		t.Fatal(err)
+	}
+	if s := settings.Groups; len(s) != 1 || s[0].Group != "audit" || s[0].Topic != "orders" || s[0].AckWaitMs != 5000 || s[0].MaxDeliver != 3 {
+		t.Fatalf("group settings API: %s", body)
+	}
 }
 
 type noSink struct{}
 
 func (noSink) SendNotice(*wire.Notice) {}
+func (noSink) SendMsg(*wire.Msg)       {}
+func (noSink) End(*wire.Error)         {}
 
 // /api/v1/schedules refuses a malformed cursor or limit (400), lists
 // nothing on a node without schedule shards (and does not create them),

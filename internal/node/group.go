@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -309,6 +310,30 @@ func (n *Node) Subscribe(topicName, group string, opts GroupOptions, sink Sink) 
 	return s, nil
 }
 
+// GroupSettingsInfo is a group's settings in force on this node for one
+// topic (fixed when the group was created here).
+type GroupSettingsInfo struct {
+	Group, Topic string
+	AckWaitMs    int64
+	MaxDeliver   uint32
+}
+
+// GroupSettings lists the settings of every group running on this node,
+// by group and topic: what a subscriber asking others gets
+// (SettingsAskedAreNotSilent).
+func (n *Node) GroupSettings() []GroupSettingsInfo {
+	n.mu.Lock()
+	out := make([]GroupSettingsInfo, 0, len(n.groups))
+	for k, g := range n.groups {
+		out = append(out, GroupSettingsInfo{Group: k.group, Topic: k.topic, AckWaitMs: g.cfg.AckWaitMs, MaxDeliver: g.cfg.MaxDeliver})
+	}
+	n.mu.Unlock()
+	slices.SortFunc(out, func(a, b GroupSettingsInfo) int {
+		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Topic, b.Topic))
+	})
+	return out
+}
+
 // askedOtherMax bounds the distinct asks a group warns of.
 const askedOtherMax = 16
 
@@ -332,7 +357,7 @@ func (g *groupRunner) noteAsked(opts GroupOptions) {
 	}
 	g.askedMu.Unlock()
 	if warn {
-		g.node.log.Warn("a subscriber asks other settings than the group keeps on this node: they were fixed when the group was created here (delete the group to set them again)",
+		g.node.log.Warn("a subscriber asks other settings than the group keeps on this node: they were fixed when the group was created here (delete the group to set them again; /api/v1/group-settings lists them)",
 			"group", g.name, "topic", g.topic.cfg.Name, "asked_ack_wait_ms", opts.AckWaitMs, "asked_max_deliver", opts.MaxDeliver,
 			"ack_wait_ms", g.cfg.AckWaitMs, "max_deliver", g.cfg.MaxDeliver)
 	}
