@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path"
 	"slices"
 	"strconv"
@@ -119,11 +120,6 @@ type groupRunner struct {
 	dir string
 	cfg delivery.Config
 	dlq string
-	// askedOther: the settings subscribers asked that differ from the
-	// group's here, each warned of once (noteAsked; at most
-	// askedOtherMax).
-	askedMu    sync.Mutex
-	askedOther map[[2]int64]bool
 
 	cmds   chan groupCmd
 	wakeCh chan struct{}
@@ -334,33 +330,19 @@ func (n *Node) GroupSettings() []GroupSettingsInfo {
 	return out
 }
 
-// askedOtherMax bounds the distinct asks a group warns of.
-const askedOtherMax = 16
-
-// noteAsked warns, once per distinct ask, of a subscriber whose options
-// differ from the group's settings here (SettingsAskedAreNotSilent): they
-// were fixed when the group was created on this node, and a later PULL
-// does not change them, so the subscriber's ack wait or max deliveries
-// are not the ones in force.
+// noteAsked warns of a subscriber whose options differ from the group's
+// settings here (SettingsAskedAreNotSilent), at most once a repeat window
+// per distinct ask: they were fixed when the group was created on this
+// node, and a later PULL does not change them, so the subscriber's ack
+// wait or max deliveries are not the ones in force.
 func (g *groupRunner) noteAsked(opts GroupOptions) {
 	if (opts.AckWaitMs <= 0 || opts.AckWaitMs == g.cfg.AckWaitMs) && (opts.MaxDeliver == 0 || opts.MaxDeliver == g.cfg.MaxDeliver) {
 		return
 	}
-	ask := [2]int64{opts.AckWaitMs, int64(opts.MaxDeliver)}
-	g.askedMu.Lock()
-	warn := !g.askedOther[ask] && len(g.askedOther) < askedOtherMax
-	if warn {
-		if g.askedOther == nil {
-			g.askedOther = map[[2]int64]bool{}
-		}
-		g.askedOther[ask] = true
-	}
-	g.askedMu.Unlock()
-	if warn {
-		g.node.log.Warn("a subscriber asks other settings than the group keeps on this node: they were fixed when the group was created here (delete the group to set them again; /api/v1/group-settings lists them)",
-			"group", g.name, "topic", g.topic.cfg.Name, "asked_ack_wait_ms", opts.AckWaitMs, "asked_max_deliver", opts.MaxDeliver,
-			"ack_wait_ms", g.cfg.AckWaitMs, "max_deliver", g.cfg.MaxDeliver)
-	}
+	g.node.logRepeated(slog.LevelWarn, fmt.Sprintf("group %s/%s asks %d ms, %d", g.key, g.topic.cfg.Name, opts.AckWaitMs, opts.MaxDeliver),
+		"a subscriber asks other settings than the group keeps on this node: they were fixed when the group was created here (delete the group to set them again; /api/v1/group-settings lists them)",
+		"group", g.name, "topic", g.topic.cfg.Name, "asked_ack_wait_ms", opts.AckWaitMs, "asked_max_deliver", opts.MaxDeliver,
+		"ack_wait_ms", g.cfg.AckWaitMs, "max_deliver", g.cfg.MaxDeliver)
 }
 
 // Ack completes deliveries; reply is called after they are durable.

@@ -1,6 +1,10 @@
 package node
 
-import "sync"
+import (
+	"context"
+	"log/slog"
+	"sync"
+)
 
 // repeatWindowMs is how often one repeating ERROR line gets through.
 const repeatWindowMs = 10_000
@@ -47,6 +51,12 @@ func (r *repeatLimiter) allow(key string, nowMs int64) (ok bool, suppressed int)
 // logRepeatedError logs msg at ERROR unless the same msg for the same
 // subject (e.g. "topic/partition") was logged within the window.
 func (n *Node) logRepeatedError(subject, msg string, args ...any) {
+	n.logRepeated(slog.LevelError, subject, msg, args...)
+}
+
+// logRepeated logs msg at level unless the same msg for the same subject
+// was logged within the window.
+func (n *Node) logRepeated(level slog.Level, subject, msg string, args ...any) {
 	ok, suppressed := n.repeats.allow(subject+"\x00"+msg, n.monoMs())
 	if !ok {
 		return
@@ -54,5 +64,5 @@ func (n *Node) logRepeatedError(subject, msg string, args ...any) {
 	if suppressed > 0 {
 		args = append(args, "suppressed_repeats", suppressed)
 	}
-	n.log.Error(msg, args...)
+	n.log.Log(context.Background(), level, msg, args...)
 }
