@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -252,7 +253,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&retention, "retention", false, "the workload's topic keeps 4 KiB a partition (1 KiB segments): retention compacts it all the time, past producers' records (with --nodes: dedup carries, lagging replicas rebuilt; a single node: its dedup snapshot and copy, 300 messages a producer)")
 	fl.IntVar(&kvOps, "kv", 0, "with --nodes: also run 3 KV clients doing this many put/get/cas/del each on one bucket, check the history for linearizability (porcupine), and watch the bucket from revision 1")
 	fl.BoolVar(&listMut, "list-mutations", false, "list the mutations a single node's runs can carry (with --nodes: a cluster's)")
-	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node; with --nodes: the replication factor of the workload's topics and bucket, 1, 3 or 5 (default: the number of nodes; bit flips hit only the last (R-1)/2 nodes, so none with 1)")
+	fl.IntVar(&replicas, "replicas", 0, "simulate the replication kernel of one replica group of this size instead of a node; with --nodes: the replication factor of the workload's topics and bucket, 1, 3 or 5 (default: the number of nodes; bit flips hit only the last (R-1)/2 nodes; with 1 they hit the partitions' only copies, which the operator repairs with nereus repair --salvage)")
 	fl.StringVar(&policy, "policy", "quorum", "ack policy with --replicas or --nodes: quorum or all")
 	fl.BoolVar(&compact, "compact", false, "with --replicas: compact logs into snapshots (lagging replicas rebuild)")
 	fl.BoolVar(&shortReads, "short-reads", false, "with --replicas: every read of a log for an APPEND stops after a few entries (catch-ups send less than the kernel asked for)")
@@ -276,7 +277,7 @@ func runClusterSim(ctx context.Context, out io.Writer, seed, seeds uint64, o sim
 			fmt.Fprintln(out, strings.Join(r.Trace, "\n"))
 		}
 		fmt.Fprintf(out, "seed %d: %d nodes, %d events, %dms virtual, %d faults, %d restarts, %d acked, %d deliveries, trace %s: ",
-			s, max(o.Nodes, 3), r.Events, r.VirtualMs, r.Faults, r.Restarts, r.Acked, r.Deliveries, r.TraceHash)
+			s, cmp.Or(o.Nodes, 3), r.Events, r.VirtualMs, r.Faults, r.Restarts, r.Acked, r.Deliveries, r.TraceHash)
 		if o.Members {
 			fmt.Fprintf(out, "members %v: ", r.Members)
 		}
@@ -294,6 +295,9 @@ func runClusterSim(ctx context.Context, out io.Writer, seed, seeds uint64, o sim
 		}
 		if o.Retention.Updates > 0 {
 			fmt.Fprintf(out, "%d retention updates: ", r.RetentionUpdates)
+		}
+		if r.Repairs > 0 {
+			fmt.Fprintf(out, "%d repairs %v: ", r.Repairs, r.Repaired)
 		}
 		if r.Coordinator != nil {
 			fmt.Fprintf(out, "coordinator %v: ", r.Coordinator)

@@ -139,12 +139,21 @@ type Options struct {
 	// group incarnations (mutation tests only: the simulator's
 	// MetadataAgrees).
 	SaveStateWithoutGroupDeletes bool
+	// LoneTornTailSilent: a group's only member cuts a torn tail with no
+	// WARN line (mutation tests only: the simulator's lone replicas
+	// under bit flips).
+	LoneTornTailSilent bool
 	// ObserveSync and ObserveCommit measure every replica group's fsyncs
 	// and replication (replog.Config; nil: not measured).
 	ObserveSync, ObserveCommit func(time.Duration)
 	// BeforeDrop is every replica group's replog.Config.BeforeDrop, told
 	// the group's topic (incarnation key) and partition (nil: none).
 	BeforeDrop func(topic string, partition uint32, st replica.Status, synced uint64)
+	// ObserveGroupApply, when set, is told of each consumer-group entry
+	// of the metadata log this node applies: the group before and after
+	// it (before nil: new), and the partition count of each topic then
+	// (the simulator's MinimalRebalance check; never set outside tests).
+	ObserveGroupApply func(seq uint64, before, after *group.State, partitions group.Topics)
 }
 
 // Cluster is a node's membership: the peer network, the metadata log and
@@ -411,6 +420,10 @@ type GroupOptions struct {
 	DurableThrough uint64
 }
 
+// TornTailMessage is the WARN line of a torn tail cut off a replica
+// group's only member as it opens (and of a single node's partition).
+const TornTailMessage = "torn tail truncated"
+
 // OpenGroup starts this node's member of a replica group and registers it
 // for peer traffic.
 func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.NodeID, policy replica.AckPolicy, notify func(), gs GroupOptions) (*replog.Log, error) {
@@ -436,11 +449,24 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 	if observe := c.opts.BeforeDrop; observe != nil {
 		beforeDrop = func(st replica.Status, synced uint64) { observe(topic, partition, st, synced) }
 	}
+	var beforeCut func(storage.TornTail) error
+	if len(members) == 1 && !c.opts.LoneTornTailSilent {
+		// A member alone cuts an invalid tail as torn with no one to make
+		// it whole: a batch flushed and acknowledged that went bad since
+		// looks the same, so the cut is said, never silent (a larger
+		// group's member marks itself uncertain instead: replog).
+		// LoneCutIsSaid.
+		beforeCut = func(t storage.TornTail) error {
+			c.log.Warn(TornTailMessage, "topic", topic, "partition", partition,
+				"file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes, "first_seq", t.FirstSeq)
+			return nil
+		}
+	}
 	l, err := replog.Open(replog.Config{ID: c.self, BeforeDrop: beforeDrop, Members: members, Policy: policy, Dir: dir, FS: c.opts.Env.FS, Manual: c.opts.Manual,
 		Mutations: c.opts.Replica, SendBeforePersist: c.opts.SendBeforePersist,
 		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, HeartbeatTicks: heartbeat, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred, ReleaseBeforeTransfer: gs.ReleaseBeforeTransfer,
 		Storage: storage.Options{SegmentBytesMax: cmp.Or(gs.SegmentBytesMax, c.opts.SegmentBytesMax), RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
-			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes, DurableThrough: gs.DurableThrough},
+			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes, DurableThrough: gs.DurableThrough, BeforeTornTailCut: beforeCut},
 		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit, Retention: gs.Retention,
 		Clock: c.opts.Env.Clock, Reservation: c.cfg.Reservation, ChaseWindow: c.cfg.ChaseWindow,
 		Notify: notify, ObserveSync: c.opts.ObserveSync, ObserveCommit: c.opts.ObserveCommit,
@@ -452,6 +478,23 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 	c.groups[gid] = l
 	c.mu.Unlock()
 	return l, nil
+}
+
+// groupBefore names the group a metadata entry's group command changes,
+// and a copy of it before (nil: none yet), for ObserveGroupApply ("":
+// not observed, or not a group command).
+func (c *Cluster) groupBefore(data []byte) (string, *group.State) {
+	if c.opts.ObserveGroupApply == nil {
+		return "", nil
+	}
+	var cmd meta.Command
+	if json.Unmarshal(data, &cmd) != nil || cmd.Op != meta.OpGroup || cmd.Group == nil {
+		return "", nil
+	}
+	if g := c.state.Groups[cmd.Group.Group]; g != nil {
+		return cmd.Group.Group, g.Clone()
+	}
+	return cmd.Group.Group, nil
 }
 
 // CloseGroup forgets a replica group this node no longer hosts.
@@ -547,9 +590,14 @@ func (c *Cluster) applyCommittedMeta() {
 				c.state.Applied = e.Seq
 				continue
 			}
+			name, before := c.groupBefore(e.Record.Value)
 			ch, err := c.state.Apply(e.Seq, e.Record.Value)
 			if err != nil {
 				c.log.Error("metadata entry refused", "seq", e.Seq, "err", err)
+			}
+			if name != "" {
+				st := c.state
+				c.opts.ObserveGroupApply(e.Seq, before, st.Groups[name], func(t string) int { return int(st.Topics[t].Config.Partitions) })
 			}
 			if t := ch.Created; t != nil {
 				c.toStart[t.Config.Name] = t

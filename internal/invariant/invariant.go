@@ -165,6 +165,16 @@ func (g *Group) Agree(node uint32, seq uint64, e Entry) *Violation {
 	return nil
 }
 
+// Forget drops the entries committed at seqs from through through: a
+// group's only replica lost them to damage (a repair dropped them, or a
+// cut took them as a torn tail), and other entries may be committed there
+// next. Only a checker that saw the loss said calls it.
+func (g *Group) Forget(from, through uint64) {
+	for seq := max(from, 1); seq <= through && seq <= uint64(len(g.committed)); seq++ {
+		g.committed[seq-1], g.known[seq-1] = Entry{}, false
+	}
+}
+
 // Clone is an independent copy (the model checker forks states).
 func (g *Group) Clone() *Group {
 	c := *g

@@ -27,7 +27,8 @@ func (n *Node) openCluster() error {
 		Manual: n.cfg.Manual, SegmentBytesMax: n.cfg.SegmentBytesMax, RecordBytesMax: n.cfg.RecordBytesMax,
 		RetentionCheckMs: n.cfg.RetentionCheckMs, Replica: n.cfg.Mutations.Replica, SendBeforePersist: n.cfg.Mutations.SendBeforePersist,
 		Group: n.cfg.Mutations.Group, DecideBeforeOffice: n.cfg.Mutations.CoordinateBeforeOffice, AnswerWithoutLease: n.cfg.Mutations.CoordinateWithoutLease,
-		SaveStateWithoutGroupDeletes: n.cfg.Mutations.MetaStateForgetsGroupDeletes, BeforeDrop: n.cfg.ReplicaDropObserver,
+		SaveStateWithoutGroupDeletes: n.cfg.Mutations.MetaStateForgetsGroupDeletes, LoneTornTailSilent: n.cfg.Mutations.LoneTornTailSilent,
+		BeforeDrop: n.cfg.ReplicaDropObserver, ObserveGroupApply: n.cfg.GroupApplyObserver,
 		ObserveSync: observeSeconds(n.metrics.fsyncSeconds.WithLabelValues("replica")), ObserveCommit: observeSeconds(n.metrics.replicationSeconds)})
 	if err != nil {
 		return err

@@ -971,8 +971,13 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 			// NOT_LEADER, not STALE_DELIVERY — this node cannot tell
 			// whether the ack is durable (it may have committed it
 			// while it led), so the client asks the partition's leader,
-			// which can (AckFollowsItsPartition).
+			// which can (AckFollowsItsPartition). Its only replica here
+			// unopened for damage, there is no leader to ask until a
+			// repair: DATA_CORRUPT, as its publishes are answered.
 			results[i] = wire.CodeNotLeader
+			if g.topic.partitions[e.Partition].unopenedForDamage() {
+				results[i] = wire.CodeDataCorrupt
+			}
 			continue
 		}
 		if !slices.Contains(parts, e.Partition) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -258,7 +259,7 @@ func (p *localStore) recover() error {
 		// Said before the cut: an open that fails after it (an fsync)
 		// must not cut in silence — the next open finds nothing to say.
 		BeforeTornTailCut: func(t storage.TornTail) error {
-			p.node.log.Warn("torn tail truncated", "topic", p.topic.cfg.Name, "partition", p.id,
+			p.node.log.Warn(cluster.TornTailMessage, "topic", p.topic.cfg.Name, "partition", p.id,
 				"file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes, "first_seq", t.FirstSeq)
 			return nil
 		},

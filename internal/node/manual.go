@@ -101,6 +101,10 @@ type Mutations struct {
 	// a restart the member's state differs from the others' at the same
 	// seq (MetadataAgrees).
 	MetaStateForgetsGroupDeletes bool
+	// LoneTornTailSilent: a replica group's only member cuts a torn tail
+	// as it opens without saying so (cluster.Options.LoneTornTailSilent):
+	// acknowledged records a bit flip took are gone without a trace.
+	LoneTornTailSilent bool
 	// DeadLetterNotIdempotent publishes dead letters without their
 	// producer identity: a copy published again (after a restart, or by
 	// a partition's next leader) is appended twice.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/group"
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/partition"
 	"github.com/nereus-broker/nereus/internal/replica"
@@ -60,6 +61,11 @@ type Config struct {
 	// holds just before it drops a damaged range (cluster.Options.
 	// BeforeDrop; the simulator's checker).
 	ReplicaDropObserver func(topic string, partition uint32, st replica.Status, synced uint64)
+	// GroupApplyObserver, when set, is told of each consumer-group entry
+	// of the metadata log a cluster member applies
+	// (cluster.Options.ObserveGroupApply; the simulator's checker). It
+	// must not block or keep the states.
+	GroupApplyObserver func(seq uint64, before, after *group.State, partitions group.Topics)
 	// ClientAddr is the address clients reach this node at; METADATA
 	// names it as the leader of what this node leads.
 	ClientAddr string

@@ -259,6 +259,13 @@ func (p *partitionRunner) replica() *replicaStore {
 	return r
 }
 
+// unopenedForDamage reports whether the partition is this node's only
+// replica left unopened for damage (openDamaged) until a repair.
+func (p *partitionRunner) unopenedForDamage() bool {
+	_, ok := p.store.(damagedStore)
+	return ok
+}
+
 // held reports whether this node holds the partition's log (a local log
 // or a replica).
 func (p *partitionRunner) held() bool { return p.readLog.Load() != nil }

@@ -362,6 +362,11 @@ func (p *replicaStore) applyReplicated() {
 	}()
 	commit := p.repl.CommitSeq()
 	p.readLog.Store(p.repl.ReadLog()) // a member restarted in place reads a new one
+	if d := p.repl.StuckOnDamage(); d != nil && p.damage.Load() == nil {
+		// A member alone found its log damaged restarting in place: down
+		// until a repair, corrupt meanwhile (LoneDamageAtRestartIsSaid).
+		p.noteDamage([]storage.Damage{*d})
+	}
 	if p.locating.Load() {
 		// A member alone asked to locate a read's damage (foundDamage):
 		// what it recorded makes the partition corrupt, once it has.

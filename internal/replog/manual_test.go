@@ -312,3 +312,53 @@ func TestLeaderThatCannotDropDamageRestartsInPlace(t *testing.T) {
 		t.Fatalf("n%d commit %d, leader %d: not caught up", id, c, lc)
 	}
 }
+
+// TestLoneMemberDamagedAtRestartIsSaid (LoneDamageAtRestartIsSaid): a
+// member alone restarting in place after a failed fsync whose log also
+// took damage has no healthy copy to rebuild from and cannot drop it: it
+// used to retry the restart in silence for good. It says the damage once
+// (StuckOnDamage, which its node turns into a corrupt partition until a
+// repair) and notifies, and stays down.
+func TestLoneMemberDamagedAtRestartIsSaid(t *testing.T) {
+	notified := 0
+	g := newManualGroup(t, 1, func(c *Config) { c.Notify = func() { notified++ } })
+	l := g.elect()
+	for i := 0; i < 20; i++ {
+		l.ProposeFunc(storage.Record{Value: []byte(fmt.Sprintf("value-%02d", i))}, func(_, _ uint64, _ error) {})
+		g.run(20)
+	}
+	failing := true
+	g.fs.SetInjector(func(op vfs.Op, name string) error {
+		if failing && op == vfs.OpSync && strings.HasPrefix(name, "/m1/") {
+			return errors.New("injected fsync error")
+		}
+		return nil
+	})
+	l.ProposeFunc(storage.Record{Value: []byte("while failing")}, func(_, _ uint64, _ error) {})
+	g.run(50)
+	if st := l.Status(); st.Leader != 0 {
+		t.Fatalf("setup: the member did not fail (status %+v)", st)
+	}
+	if l.StuckOnDamage() != nil {
+		t.Fatal("stuck on damage before any")
+	}
+	if err := g.fs.FlipBit("/m1/00000000000000000001.log", 200, 3); err != nil {
+		t.Fatal(err)
+	}
+	failing = false
+	before := notified
+	g.run(1000) // several restart attempts
+	d := l.StuckOnDamage()
+	if d == nil {
+		t.Fatalf("a member alone restarting over damage says nothing (status %+v)", l.Status())
+	}
+	if d.Segment == "" || d.FirstSeq == 0 {
+		t.Fatalf("the damage said names no place: %+v", d)
+	}
+	if notified == before {
+		t.Fatal("its node was not notified")
+	}
+	if st := l.Status(); st.Role == replica.Leader || st.Leader != 0 {
+		t.Fatalf("a member alone down on damage claims leadership: %+v", st)
+	}
+}

@@ -36,6 +36,10 @@ type Member struct {
 	appendRecords []storage.Record
 
 	status atomic.Pointer[replica.Status]
+	// stuck: a member alone whose restart in place found its log damaged
+	// (recoverFailed); nothing to rebuild it from, it stays down until a
+	// repair.
+	stuck atomic.Pointer[storage.Damage]
 	// tickClock is the clock reading (nanoseconds) at which each of the
 	// kernel's last LeaseSpan+1 ticks began, by tick modulo its length:
 	// the published lease ends on the clock (leaseUntil, LeaseOnTheClock).
@@ -610,6 +614,28 @@ func (m *Member) Recover() error {
 	m.publishStatus()
 	m.cfg.Logger.Warn("replog: member restarted in place after a failed write", "member", m.cfg.ID, "dir", m.cfg.Dir, "synced", synced)
 	return nil
+}
+
+// recoverFailed takes in a failed Recover. A member alone whose log the
+// restart found damaged (its open, or the cut back to what it synced)
+// cannot recover by retrying, and has no healthy copy to rebuild from:
+// the damage is said once and its caller notified, which then holds the
+// partition corrupt until `nereus repair` (LoneDamageAtRestartIsSaid:
+// before, it retried in silence for good, its partition answering
+// nothing, no repair asked — `nereus sim --nodes 3 --replicas 1
+// --policy all --members`, seed 1728). Any other failure is retried.
+func (m *Member) recoverFailed(err error) {
+	ce := (*storage.CorruptError)(nil)
+	if len(m.cfg.Members) > 1 || !errors.As(err, &ce) || m.stuck.Load() != nil {
+		return
+	}
+	d := ce.Damage
+	m.stuck.Store(&d)
+	m.cfg.Logger.Error("replog: a member alone cannot restart in place: its log is damaged (nothing to rebuild it from)",
+		"dir", m.cfg.Dir, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes, "first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)
+	if m.cfg.Notify != nil {
+		m.cfg.Notify()
+	}
 }
 
 // publishStopped fails the pending proposals and publishes a status that

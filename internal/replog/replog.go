@@ -393,6 +393,7 @@ func (l *Log) pumpFailed(nowMs int64) bool {
 		return ran
 	}
 	if err := l.m.Recover(); err != nil {
+		l.m.recoverFailed(err)
 		l.failedAtMs = nowMs // retry later
 		return ran
 	}
@@ -644,6 +645,10 @@ func (p *Proposal) finish(err error) {
 // ReadLog is the member's log for concurrent readers (storage.Log.Read);
 // entries above CommitSeq may still be truncated. Never write to it.
 func (l *Log) ReadLog() *storage.Log { return l.m.ReadLog() }
+
+// StuckOnDamage is the damage a member alone found restarting in place,
+// which keeps it down until a repair (nil: none).
+func (l *Log) StuckOnDamage() *storage.Damage { return l.m.stuck.Load() }
 
 // Campaign asks the member to start an election now rather than after its
 // election timeout (a new group's first leader; a leader hand-off). The
@@ -946,6 +951,7 @@ func (l *Log) recoverLoop() bool {
 		case <-retry.C():
 			if err := m.Recover(); err != nil {
 				m.cfg.Logger.Error("replog: member still cannot restart; will retry", "member", m.cfg.ID, "dir", m.cfg.Dir, "err", err)
+				m.recoverFailed(err)
 				continue
 			}
 			l.startTicks() // a new kernel: its time starts now

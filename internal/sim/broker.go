@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/group"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/replica"
 	"github.com/nereus-broker/nereus/internal/sched"
@@ -105,6 +106,9 @@ type broker struct {
 	// replicaDrop is node.Config.ReplicaDropObserver (a cluster run's
 	// checker: sim.beforeDrop).
 	replicaDrop func(topic string, partition uint32, st replica.Status, synced uint64)
+	// groupApply is node.Config.GroupApplyObserver (a cluster run's
+	// checker: sim.groupApplied).
+	groupApply func(seq uint64, before, after *group.State, partitions group.Topics)
 }
 
 func (b *broker) paused() bool { return b.w.nowMs < b.pausedUntil }
@@ -166,7 +170,7 @@ func (b *broker) start() {
 			Logger:          b.nodeLogger(),
 			Mutations:       b.mutations,
 			SegmentBytesMax: b.segmentBytesMax, RetentionCheckMs: b.retentionCheckMs,
-			LedgerCompactBytes: b.ledgerCompactBytes, SchedPublishObserver: b.schedPublish, SchedCompactObserver: b.schedCompacted, ReplicaDropObserver: b.replicaDrop,
+			LedgerCompactBytes: b.ledgerCompactBytes, SchedPublishObserver: b.schedPublish, SchedCompactObserver: b.schedCompacted, ReplicaDropObserver: b.replicaDrop, GroupApplyObserver: b.groupApply,
 			KVCheckpointMinBytes: b.kvCheckpointMinBytes,
 			DedupSnapshotBytes:   b.dedupSnapshotBytes, SyncedMarkMs: syncedMarkMs,
 			// A tiny window, so the scheduler's spill runs under every

@@ -38,7 +38,7 @@ func TestClusterMembersCampaign(t *testing.T) {
 	if a, b := RunCluster(o), RunCluster(o); a.TraceHash != b.TraceHash || a.Events != b.Events {
 		t.Errorf("seed 3 ran twice: traces %s and %s, %d and %d events", a.TraceHash, b.TraceHash, a.Events, b.Events)
 	}
-	for _, k := range []string{"joins", "assigns", "revokes", "fenced", "crashes"} {
+	for _, k := range []string{"joins", "assigns", "revokes", "fenced", "crashes", "rebalances checked"} {
 		if total[k] == 0 {
 			t.Errorf("no member went through %q in %d seeds: %v", k, seeds, total)
 		}
@@ -52,6 +52,19 @@ func TestClusterMembersMutationIsCaught(t *testing.T) {
 	expectCaught(t, 20, []string{invariant.ExclusiveDelivery}, func(seed uint64) *Violation {
 		return RunCluster(ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, Consumers: 3,
 			Mutations: node.Mutations{Group: group.Mutations{AssignBeforeRevoke: true}}}).Violation
+	})
+}
+
+// TestRebalancesAreMinimalAtNodeLevel (CB2): each node checks
+// MinimalRebalance as it applies each group entry of the metadata log
+// (sim.groupApplied), so the campaigns above check it on every rebalance
+// the real coordinator made; an assignment that ignores the previous one
+// is caught at once. Sampled after each event it was not: ten seeds of
+// the mutation passed.
+func TestRebalancesAreMinimalAtNodeLevel(t *testing.T) {
+	expectCaught(t, 5, []string{invariant.MinimalRebalance}, func(seed uint64) *Violation {
+		return RunCluster(ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, Consumers: 3,
+			Mutations: ClusterMutations["group-non-sticky"]}).Violation
 	})
 }
 

@@ -129,8 +129,10 @@ func (s *sim) partitionNode(b *broker) {
 	case 2:
 		from = false // it hears no one
 	case 3:
-		s.bridgePartition(id)
-		return
+		if len(s.nodes) >= 3 { // a bridge needs two others
+			s.bridgePartition(id)
+			return
+		}
 	}
 	s.w.tracef("fault partition %s (sends lost %v, receives lost %v)", b.id, from, to)
 	s.holdCut(s.net.linksOf(id, from, to), "heal partition "+b.id)
@@ -259,7 +261,8 @@ func (s *sim) minority() []*broker { return s.nodes[len(s.nodes)-(int(s.replicas
 func (s *sim) flipMinority() {
 	m := s.minority()
 	if len(m) == 0 {
-		return // a single replica: any damage is a majority's
+		s.flipLoneReplica()
+		return
 	}
 	if len(m) == 1 {
 		s.flipMinorityBit(m[0])
@@ -270,6 +273,36 @@ func (s *sim) flipMinority() {
 		return
 	}
 	s.flipMinorityBit(m[s.w.rng.IntN(len(m))])
+}
+
+// flipLoneReplica flips one bit of a segment of one of the workload
+// topic's partitions on the node that holds its only replica (a topic of
+// one replica): no healthy copy is left, so the partition may lose
+// records (checker.damaged), but never silently — its node refuses the
+// damage (DATA_CORRUPT) until the operator repairs it, and never serves
+// a damaged record.
+func (s *sim) flipLoneReplica() {
+	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
+	for _, b := range s.nodes {
+		if files := segmentFiles(b.fs, p); len(files) > 0 {
+			file := files[s.w.rng.IntN(len(files))]
+			if s.w.rng.IntN(4) == 0 {
+				// Its hard state or snapshot point: the repair rewrites
+				// them from the repaired log (replog.RepairAlone).
+				dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
+				file = path.Join(dir, []string{"hardstate", "snapshot"}[s.w.rng.IntN(2)])
+			}
+			if s.flipFile(b, file) {
+				s.chk.damaged[p] = true
+				s.flipped[b.id] = true
+				// The group's acks of p live in p's log: the flipped batch
+				// may hold some, now lost (their messages are delivered
+				// again, at least once).
+				s.loneAcksForgotten(p)
+			}
+			return
+		}
+	}
 }
 
 // flipMinorityBit flips one bit of a partition segment on node b's disk

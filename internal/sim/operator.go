@@ -69,28 +69,35 @@ func (s *sim) readDurablePoints() {
 }
 
 // tornTailCut takes in a start's or a repair's torn tail cut of
-// partition p from seq first on. Only records never synced may go so: a
-// cut at or below the snapshot's point breaks DurableTailNotTorn, and one
-// of committed records breaks VisibleMonotonic — unless a bit flip hit
-// the partition and the snapshot does not stand for them (a crash since
-// it was written): a flip into the last batches looks exactly like a
-// torn write (a documented gap). Positions from first on may then hold
-// other records (checker.reused).
+// partition p from seq first on (cutCommitted).
 func (s *sim) tornTailCut(p uint32, first uint64) {
+	if s.cutCommitted(p, first, s.chk.maxCommit[commitKey{partition: p}]) && s.logWatch != nil {
+		s.logWatch.forgetCut(p, first)
+	}
+}
+
+// cutCommitted judges a torn tail cut of partition p from seq first on,
+// its highest commit_seq seen committed. Only records never synced may
+// go so: a cut at or below the partition's durable point (its dedup
+// snapshot's, its synced mark's) breaks DurableTailNotTorn, and one of
+// committed records breaks VisibleMonotonic — unless a bit flip hit the
+// partition and the point does not stand for them (a crash since it was
+// written): a flip into the last batches looks exactly like a torn write
+// (a documented gap). It reports whether committed records were cut:
+// positions from first on may then hold other records (checker.reused).
+func (s *sim) cutCommitted(p uint32, first, committed uint64) bool {
 	chk := s.chk
-	committed := chk.maxCommit[commitKey{partition: p}]
 	switch {
 	case first <= s.durable[p]:
-		chk.violate(DurableTailNotTorn, "partition %d's log was cut from seq %d as a torn tail, below seq %d its dedup snapshot stood for", p, first, s.durable[p])
+		chk.violate(DurableTailNotTorn, "partition %d's log was cut from seq %d as a torn tail, below seq %d its durable point stood for", p, first, s.durable[p])
 	case first > committed:
 	case !chk.damaged[p]:
 		chk.violate(VisibleMonotonic, "partition %d's log was cut from seq %d as a torn tail, below its commit_seq %d", p, first, committed)
 	default:
 		chk.cutFrom(p, first)
-		if s.logWatch != nil {
-			s.logWatch.forgetCut(p, first)
-		}
+		return true
 	}
+	return false
 }
 
 // askRepair pages the operator, who repairs the node a while later (once

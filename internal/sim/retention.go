@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path"
 
+	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
@@ -124,10 +125,11 @@ func (lw *logWatcher) nodeSaid(r slog.Record) {
 
 // dedupUnreadableMessage is the node's warning for a dedup snapshot file
 // it cannot read (node/dedupsnap.go); tornTailMessage for a partition
-// log's torn tail cut at start (node/local.go).
+// log's torn tail cut at start (node/local.go; a replica group's only
+// member's, cluster.OpenGroup).
 const (
 	dedupUnreadableMessage = "dedup snapshot unreadable; trying its copy, else replaying the partition's log"
-	tornTailMessage        = "torn tail truncated"
+	tornTailMessage        = cluster.TornTailMessage
 )
 
 // logAttrString is the string value of r's attribute key ("": none).

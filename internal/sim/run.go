@@ -377,12 +377,15 @@ type sim struct {
 	// failed starts it saw; stateFlips counts the state files bit flips
 	// hit, by kind; ledgerFlips: what the flips into ack ledgers' segments
 	// hit, by ledger directory, until a cut tail or a repair answers them.
-	repairDue   bool
-	repairs     int
-	repaired    map[string]int
-	nodeLines   map[string]int
-	stateFlips  map[string]int
-	ledgerFlips map[string]*ledgerFlip
+	repairDue bool
+	// loneRepairDue: a cluster node the operator is due to repair
+	// (clusterrepair.go).
+	loneRepairDue map[string]bool
+	repairs       int
+	repaired      map[string]int
+	nodeLines     map[string]int
+	stateFlips    map[string]int
+	ledgerFlips   map[string]*ledgerFlip
 	// acksForgotten counts the checker's forgetting by cause
 	// (Result.AcksForgotten).
 	acksForgotten map[string]int
