@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
@@ -24,10 +25,10 @@ func newRepairCmd() *cobra.Command {
 		dataDir, topic            string
 		partition                 int
 		salvage, truncate, dryRun bool
-		asJSON                    bool
+		asJSON, oneNodeCluster    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "repair --data DIR (--salvage | --truncate) [--topic T] [--partition P] [--dry-run]",
+		Use:   "repair --data DIR (--salvage | --truncate) [--topic T] [--partition P] [--one-node-cluster] [--dry-run]",
 		Short: "Repair damaged logs of a stopped node's data directory",
 		Long: `Check every partition log (and every consumer group's ack ledger) of a stopped
 single node's data directory, ignoring the segment indexes, and repair what is
@@ -42,8 +43,11 @@ with --salvage only, their damaged seqs becoming lost records readers skip:
 Either way new records get seqs above everything the log held before, and the
 command prints what it dropped (seq ranges, counts). A dropped ack-ledger range
 makes those messages be delivered again, never skipped; a KV bucket's or a
-schedule shard's log is named as such, with what its dropped seqs cost. Run it
-with --dry-run first. The node must not be running.`,
+schedule shard's log is named as such, with what its dropped seqs cost. With
+--one-node-cluster the metadata log of a one-node cluster (its only copy) is
+repaired too: its damaged entries become lost records, none it applied is cut
+(what they did stays in meta.json). Run it with --dry-run first. The node must
+not be running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dataDir == "" {
@@ -59,7 +63,11 @@ with --dry-run first. The node must not be running.`,
 			if truncate {
 				mode = storage.RepairTruncate
 			}
-			logs, err := node.Repair(vfs.OS(), dataDir, node.RepairOptions{Topic: topic, Partition: partition, Mode: mode, DryRun: dryRun})
+			if oneNodeCluster && topic != "" {
+				return errors.New("--one-node-cluster repairs every topic: leave out --topic")
+			}
+			logs, err := node.Repair(vfs.OS(), dataDir, node.RepairOptions{Topic: topic, Partition: partition, Mode: mode, DryRun: dryRun,
+				OneNodeCluster: oneNodeCluster})
 			if err != nil {
 				return err
 			}
@@ -79,6 +87,7 @@ with --dry-run first. The node must not be running.`,
 	f.BoolVar(&truncate, "truncate", false, "cut each log at its first damage")
 	f.BoolVar(&dryRun, "dry-run", false, "report what would be dropped; change nothing")
 	f.BoolVar(&asJSON, "json", false, "one JSON object per log")
+	f.BoolVar(&oneNodeCluster, "one-node-cluster", false, "the directory is a one-node cluster's: repair its metadata log too (it has no other copy)")
 	return cmd
 }
 
@@ -195,6 +204,8 @@ func writeRepairText(w io.Writer, logs []node.RepairedLog, mode storage.RepairMo
 			name = fmt.Sprintf("KV bucket %s (topic %s)", bucket, l.Topic)
 		case shard:
 			name = fmt.Sprintf("schedule shard %d (topic %s partition %d)", l.Partition, l.Topic, l.Partition)
+		case l.Topic == meta.MetaTopic:
+			name = fmt.Sprintf("the metadata log (%s)", l.Dir)
 		}
 		if !l.Damaged() {
 			fmt.Fprintf(w, "%s: ok\n", name)

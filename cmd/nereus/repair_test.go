@@ -79,6 +79,7 @@ func TestRepairOutputSaysWhatABucketAndAShardLose(t *testing.T) {
 		{"__kv.prices", "KV bucket prices (topic __kv.prices)", "watches from before them end CURSOR_EXPIRED", "bucket", "prices"},
 		{"__sched", "schedule shard 2 (topic __sched partition 2)", "never fires, one whose cancel was there fires", "sched_shard", true},
 		{"orders", "topic orders partition 2", "", "", nil},
+		{"__meta", "the metadata log (/data/topics/__meta/2)", "", "", nil}, // --one-node-cluster
 	} {
 		logs := []node.RepairedLog{{Topic: c.topic, Partition: 2, Dir: "/data/topics/" + c.topic + "/2", Report: report}}
 		var text bytes.Buffer

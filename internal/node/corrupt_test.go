@@ -17,6 +17,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/env"
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -1613,4 +1614,68 @@ func TestPartitionTornTailIsSaidEvenWhenTheOpenFails(t *testing.T) {
 		t.Fatalf("the failed open did not say the cut (%q, first_seq=4):\n%s", line, logs.String())
 	}
 	h.open()
+}
+
+// TestOneNodeClusterMetaLogNotCutBelowApplied (MetaNotCutBelowApplied): a
+// one-node cluster's metadata log is its only copy, and the node applied
+// it only as far as it synced. A bit flip into its last batches looked
+// like a torn write: the open cut committed entries (with a WARN), the
+// next entries took their seqs, and the applier — past those seqs by
+// meta.json — skipped them for good: a DECLARE committed there was never
+// applied (found by the cluster simulator flipping a one-node cluster's
+// metadata log). The open now refuses a log ending below what meta.json
+// applied, and the node says why it cannot start.
+func TestOneNodeClusterMetaLogNotCutBelowApplied(t *testing.T) {
+	tc := newTestCluster(t, 1)
+	tc.declare("n1", wire.TopicConfig{Name: "a", Partitions: 1})
+	tc.declare("n1", wire.TopicConfig{Name: "b", Partitions: 1})
+	tc.stop("n1")
+	st, err := storage.ReadFileAtomic(tc.fs, "/n1/"+cluster.MetaStateFile)
+	if err != nil || !strings.Contains(string(st), `"b"`) {
+		t.Fatalf("setup: meta.json %q, %v", st, err)
+	}
+	segs, err := tc.fs.List("/n1/meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for _, n := range segs {
+		if strings.HasSuffix(n, ".log") {
+			last = "/n1/meta/" + n
+		}
+	}
+	data, err := tc.fs.ReadFile(last)
+	at := bytes.LastIndex(data, []byte(`"Name":"b"`)) // the last batch: topic b's declare
+	if err != nil || at < 0 {
+		t.Fatalf("setup: %s: %v, declare of b at %d", last, err, at)
+	}
+	if err := tc.fs.FlipBit(last, int64(at), 1); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{NodeID: "n1", DataDir: "/n1", Env: env.Env{FS: tc.fs}, ClientAddr: "client-of-n1",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Cluster: &ClusterConfig{Members: tc.members, Secret: []byte("test-cluster-secret-0123456789"),
+			Tick: 5 * time.Millisecond, ElectionTicks: 30}}
+	n, err := Open(cfg)
+	if err == nil {
+		n.Close()
+		t.Fatal("a one-node cluster whose metadata log lost applied entries started")
+	}
+	if !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), "--one-node-cluster") {
+		t.Fatalf("start: %v", err)
+	}
+	// The repair fills the lost entry (seq 3) as a lost record, cuts
+	// nothing the node applied; the node starts from meta.json, which
+	// kept what the entry did, and applies what comes next.
+	logs, err := Repair(tc.fs, "/n1", RepairOptions{Partition: -1, Mode: storage.RepairSalvage, OneNodeCluster: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(logs, func(l RepairedLog) bool { return l.Topic == meta.MetaTopic })
+	if i < 0 || !slices.Equal(logs[i].Report.Dropped, []storage.SeqRange{{First: 3, Last: 3}}) {
+		t.Fatalf("repair: %+v", logs)
+	}
+	tc.start("n1")
+	eventually(t, "topic b still known", func() bool { _, err := tc.nodes["n1"].topic("b"); return err == nil })
+	tc.declare("n1", wire.TopicConfig{Name: "c", Partitions: 1}) // applied, not skipped
 }

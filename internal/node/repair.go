@@ -31,6 +31,10 @@ type RepairOptions struct {
 	Mode      storage.RepairMode
 	// DryRun reports what would be dropped and changes nothing.
 	DryRun bool
+	// OneNodeCluster: the directory is a one-node cluster member's, whose
+	// metadata log has no other copy: it is repaired too, below what
+	// meta.json applied (MetaNotCutBelowApplied). Only with every topic.
+	OneNodeCluster bool
 }
 
 // RepairedLog is what Repair found in one log and did with it.
@@ -371,6 +375,13 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 		return nil, fmt.Errorf("node: repair: %s: %w", cluster.MetaStateFile, err)
 	}
 	var out []RepairedLog
+	if o.OneNodeCluster && o.Topic == "" {
+		r, err := repairMetaAlone(fsys, dataDir, st.Applied, o.DryRun)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
 	found := o.Topic == ""
 	for _, t := range st.Sorted() {
 		if o.Topic != "" && t.Config.Name != o.Topic {
@@ -416,6 +427,26 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 		return nil, fmt.Errorf("node: repair: no topic %q in %s", o.Topic, dataDir)
 	}
 	return out, nil
+}
+
+// repairMetaAlone repairs a one-node cluster's metadata log, its only
+// member node 1's: each damaged range becomes lost records (the applier
+// skips them), an invalid tail below applied — the seq meta.json applied
+// through, which the node's state keeps — is a damaged range too, so no
+// seq it applied is handed out again. What the lost entries did stays in
+// meta.json; only a replay of the log (a damaged meta.json) would miss it.
+func repairMetaAlone(fsys vfs.FS, dataDir string, applied uint64, dryRun bool) (RepairedLog, error) {
+	dir := path.Join(dataDir, "meta")
+	alone, err := replog.RepairAlone(fsys, dir, 1, applied, true)
+	r := RepairedLog{Topic: meta.MetaTopic, Dir: dir, Report: alone.Log, HardStateReset: alone.HardStateReset, SnapshotPointReset: alone.SnapshotPointReset}
+	if err == nil && !dryRun && r.Damaged() {
+		alone, err = replog.RepairAlone(fsys, dir, 1, applied, false)
+		r.Report = alone.Log
+	}
+	if err != nil {
+		return RepairedLog{}, fmt.Errorf("node: repair %s: %w", dir, err)
+	}
+	return r, nil
 }
 
 // ledgerDir is a consumer group's ack ledger directory on a topic — or,
