@@ -714,6 +714,11 @@ func (s *sim) observeReplication() {
 }
 
 func (s *sim) observePartition(ni int, b *broker, p wire.PartitionInfo) {
+	if v, ok := s.replicaViews[replicaKey{b.id, p.Partition}]; ok && v.Status.Anomalies > 0 {
+		s.chk.violate(KernelAssertion, "%s's member of partition %d refused %d impossible messages (a second leader of an epoch, or a rewrite of a committed entry)",
+			b.id, p.Partition, v.Status.Anomalies)
+		return
+	}
 	g := s.ghosts[p.Partition]
 	if p.Leader == b.id {
 		for _, r := range p.Replicas {
@@ -827,6 +832,10 @@ type replicaKey struct {
 // for the metadata log, as node ni reports leading it.
 func (s *sim) observeMetaLeader(ni int, b *broker) {
 	v, ok := b.node.Replica(meta.MetaTopic, 0)
+	if ok && v.Status.Anomalies > 0 {
+		s.chk.violate(KernelAssertion, "%s's %s member refused %d impossible messages", b.id, meta.MetaTopic, v.Status.Anomalies)
+		return
+	}
 	if !ok || v.Status.Role != replica.Leader || s.metaGhost.Leader(v.Status.Hard.Promised) == uint32(ni+1) {
 		return
 	}
