@@ -18,6 +18,7 @@ var groupMutations = map[string]func(*group.Mutations){
 	"assign-before-revoke":    func(m *group.Mutations) { m.AssignBeforeRevoke = true },
 	"no-epoch-fencing":        func(m *group.Mutations) { m.NoEpochFencing = true },
 	"non-sticky":              func(m *group.Mutations) { m.NonSticky = true },
+	"reassign-unmoved":        func(m *group.Mutations) { m.ReassignUnmoved = true },
 	"stale-ack-accepted":      func(m *group.Mutations) { m.StaleAckAccepted = true },
 	"ack-ignores-incarnation": func(m *group.Mutations) { m.AckIgnoresIncarnation = true },
 }

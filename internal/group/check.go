@@ -106,3 +106,77 @@ func (g *State) CheckRebalance(before *State, topics Topics) *invariant.Violatio
 	}
 	return nil
 }
+
+// CheckQuiet verifies the other half of MinimalRebalance between the state
+// before a command and after it: a member present in both (the same
+// incarnation) that was settled before — holding all its targets and
+// nothing else, none under a pending REVOKE — and keeps the same targets
+// hears nothing: no
+// new notice names it, and it holds the same partitions at the same
+// epochs (incremental rebalance: unaffected members keep their epochs).
+func (g *State) CheckQuiet(before *State) *invariant.Violation {
+	if g.Mode == Shared {
+		return nil
+	}
+	for _, id := range slices.Sorted(maps.Keys(g.Members)) {
+		if m, was := g.Members[id], before.Members[id]; was == nil || was.Incarnation != m.Incarnation {
+			continue
+		}
+		held := before.heldBy(id)
+		if targets := before.targetsOf(id); !maps.Equal(targets, g.targetsOf(id)) || len(held) != len(targets) || !sameKeys(held, targets) ||
+			before.revoking(id) {
+			continue // its partitions move, or were still moving
+		}
+		if now := g.heldBy(id); !maps.Equal(now, held) {
+			return invariant.Violated(invariant.MinimalRebalance, "group %s: nothing of %s moves, yet it holds %v, not %v", g.Name, id, now, held)
+		}
+		for _, nid := range slices.Sorted(maps.Keys(g.Notices)) {
+			if n := g.Notices[nid]; n.Member == id && before.Notices[nid] == nil {
+				return invariant.Violated(invariant.MinimalRebalance, "group %s: nothing of %s moves, yet it got %s #%d", g.Name, id, n.Kind, nid)
+			}
+		}
+	}
+	return nil
+}
+
+// revoking reports whether a REVOKE of a partition member id owns is
+// pending.
+func (g *State) revoking(id string) bool {
+	for _, o := range g.Owners {
+		if o.Member == id && o.Revoking != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// heldBy maps the partitions member id owns to their epochs.
+func (g *State) heldBy(id string) map[Partition]uint64 {
+	out := map[Partition]uint64{}
+	for p, o := range g.Owners {
+		if o.Member == id {
+			out[p] = o.Epoch
+		}
+	}
+	return out
+}
+
+// targetsOf is the set of partitions whose target is member id.
+func (g *State) targetsOf(id string) map[Partition]bool {
+	out := map[Partition]bool{}
+	for p, t := range g.Target {
+		if t == id {
+			out[p] = true
+		}
+	}
+	return out
+}
+
+func sameKeys[V any](a map[Partition]V, b map[Partition]bool) bool {
+	for p := range a {
+		if !b[p] {
+			return false
+		}
+	}
+	return true
+}

@@ -111,6 +111,10 @@ type Mutations struct {
 	NoEpochFencing bool
 	// NonSticky: the assignment ignores the previous one.
 	NonSticky bool
+	// ReassignUnmoved: each assignment step gives every partition whose
+	// owner is its target to that owner again, at the new epoch, with a
+	// notice (CheckQuiet: unaffected members hear nothing).
+	ReassignUnmoved bool
 	// StaleAckAccepted: CheckAck accepts acks at any epoch.
 	StaleAckAccepted bool
 	// DeleteIgnoresIncarnation: the metadata applies a group delete to
@@ -294,6 +298,8 @@ func (g *State) Rebalance(topics Topics, mut Mutations) {
 				assign[target] = append(assign[target], Held{Partition: p})
 			}
 		case o == nil && target != "":
+			assign[target] = append(assign[target], Held{Partition: p})
+		case mut.ReassignUnmoved && o != nil && o.Member == target && o.Revoking == 0:
 			assign[target] = append(assign[target], Held{Partition: p})
 		}
 	}

@@ -274,6 +274,9 @@ func (cfg *GroupConfig) commit(s *gstate, c group.Command) string {
 	if v := next.CheckRebalance(before, cfg.topics); v != nil {
 		return v.Error()
 	}
+	if v := next.CheckQuiet(before); v != nil {
+		return v.Error()
+	}
 	return ""
 }
 

@@ -66,6 +66,7 @@ func TestGroupMutationsHaveCounterexamples(t *testing.T) {
 		{"assign before revoke is acknowledged", GroupConfig{Members: 2, Partitions: 2, Joins: 2, Mutations: group.Mutations{AssignBeforeRevoke: true}}, invariant.ExclusiveDelivery},
 		{"no epoch fencing", GroupConfig{Members: 2, Partitions: 1, Joins: 2, Fences: 1, Mutations: group.Mutations{NoEpochFencing: true}}, ""},
 		{"non-sticky assignment", GroupConfig{Members: 2, Partitions: 3, Joins: 2, Mutations: group.Mutations{NonSticky: true}}, invariant.MinimalRebalance},
+		{"unmoved partitions assigned again", GroupConfig{Members: 2, Partitions: 3, Joins: 2, Mutations: group.Mutations{ReassignUnmoved: true}}, invariant.MinimalRebalance},
 		{"a stale member's ack accepted", GroupConfig{Members: 2, Partitions: 1, Joins: 2, Fences: 1, Mutations: group.Mutations{StaleAckAccepted: true}}, invariant.AckFromCurrentOwner},
 		{"an ack of a deleted incarnation's notice accepted", revokeAnswerAcrossADelete(group.Mutations{AckIgnoresIncarnation: true}), invariant.ExclusiveDelivery},
 	} {

@@ -280,6 +280,10 @@ var ClusterMutations = map[string]node.Mutations{
 	// (MinimalRebalance, checked as each node applies each group entry:
 	// TestRebalancesAreMinimalAtNodeLevel).
 	"group-non-sticky": {Group: group.Mutations{NonSticky: true}},
+	// With --members: every assignment step gives the unmoved partitions
+	// to their owners again, at a new epoch (CheckQuiet: members whose
+	// partitions do not move hear nothing).
+	"group-reassign-unmoved": {Group: group.Mutations{ReassignUnmoved: true}},
 	// With --pub-batch --topic-churn 5 --retention (seed 51003): a
 	// partition's leader delivers with its lease run out, not degraded
 	// (AckFloorNeverRedelivered: woken from a pause, a deposed leader

@@ -57,15 +57,20 @@ func TestClusterMembersMutationIsCaught(t *testing.T) {
 
 // TestRebalancesAreMinimalAtNodeLevel (CB2): each node checks
 // MinimalRebalance as it applies each group entry of the metadata log
-// (sim.groupApplied), so the campaigns above check it on every rebalance
-// the real coordinator made; an assignment that ignores the previous one
-// is caught at once. Sampled after each event it was not: ten seeds of
+// (sim.groupApplied: CheckRebalance and CheckQuiet), so the campaigns
+// above check it on every rebalance the real coordinator made; an
+// assignment that ignores the previous one, or that assigns unmoved
+// partitions again, is caught at once. Sampled after each event it was not: ten seeds of
 // the mutation passed.
 func TestRebalancesAreMinimalAtNodeLevel(t *testing.T) {
-	expectCaught(t, 5, []string{invariant.MinimalRebalance}, func(seed uint64) *Violation {
-		return RunCluster(ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, Consumers: 3,
-			Mutations: ClusterMutations["group-non-sticky"]}).Violation
-	})
+	for _, m := range []string{"group-non-sticky", "group-reassign-unmoved"} {
+		t.Run(m, func(t *testing.T) {
+			expectCaught(t, 5, []string{invariant.MinimalRebalance}, func(seed uint64) *Violation {
+				return RunCluster(ClusterOptions{Seed: seed, Faults: AllClusterFaults, Members: true, Consumers: 3,
+					Mutations: ClusterMutations[m]}).Violation
+			})
+		})
+	}
 }
 
 // TestClusterSharedMembersCampaign: members of a shared group compete for

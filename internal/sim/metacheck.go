@@ -104,7 +104,11 @@ func (s *sim) groupApplied(b *broker, seq uint64, before, after *group.State, pa
 	if before == nil {
 		before = group.NewState(after.Name, after.Mode)
 	}
-	if v := after.CheckRebalance(before, parts); v != nil {
+	v := after.CheckRebalance(before, parts)
+	if v == nil {
+		v = after.CheckQuiet(before)
+	}
+	if v != nil {
 		s.chk.violate(v.Invariant, "%s, metadata entry %d: %s", b.id, seq, v.Detail)
 		return
 	}
