@@ -133,32 +133,41 @@ func TestClusterSameSeedSameTrace(t *testing.T) {
 // each removed, are caught by the cluster campaign within 20 seeds.
 func TestClusterMutationsAreCaught(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		m    node.Mutations
-		want []string
+		name      string
+		m         node.Mutations
+		want      []string
+		retention bool // the workload's topic keeps 4 KiB (RetentionPreset)
 	}{
 		{"new leader takes publishes before its install entry is applied",
-			node.Mutations{Partition: partition.Mutations{SkipInstallGate: true}}, []string{NoDuplicateFromReplay}},
+			node.Mutations{Partition: partition.Mutations{SkipInstallGate: true}}, []string{NoDuplicateFromReplay}, false},
+		// A replica's dedup table not sealed where compaction cut it: a
+		// retry of a compacted producer's record is appended again (seed 12).
+		{"dedup seal skipped, with retention",
+			node.Mutations{Partition: partition.Mutations{SkipDedupSeal: true}}, []string{NoDuplicateFromReplay}, true},
 		{"ack answered before its record commits",
-			node.Mutations{AckLog: acklog.Mutations{AckBeforeCommit: true}}, []string{AckFloorNeverRedelivered}},
+			node.Mutations{AckLog: acklog.Mutations{AckBeforeCommit: true}}, []string{AckFloorNeverRedelivered}, false},
 		{"groups coordinated before the install entry is applied",
-			node.Mutations{CoordinateBeforeInstall: true}, []string{AckFloorNeverRedelivered}},
+			node.Mutations{CoordinateBeforeInstall: true}, []string{AckFloorNeverRedelivered}, false},
 		// Every message of a Ready goes before its writes are durable: a
 		// FLUSHED before its fsync, and a PREPARE_ACK before its promise.
 		{"FLUSHED before fsync in the real replog (the shared executor)",
-			node.Mutations{SendBeforePersist: true}, []string{VisibleImpliesQuorumFlushed, AckedNeverLost, InstallNeedsQuorumPromise}},
+			node.Mutations{SendBeforePersist: true}, []string{VisibleImpliesQuorumFlushed, AckedNeverLost, InstallNeedsQuorumPromise}, false},
 		{"commit on the leader's own fsync alone",
-			node.Mutations{Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}}, []string{VisibleImpliesQuorumFlushed}},
+			node.Mutations{Replica: replica.Mutations{CommitOnLeaderFlushAlone: true}}, []string{VisibleImpliesQuorumFlushed}, false},
 		// A member that dropped a damaged range (bit flips) campaigns and
 		// grants: a leader can then lack committed entries (RB at node
 		// level; seed 27 loses a committed ack record).
 		{"a rebuilding replica is promotable",
 			node.Mutations{Replica: replica.Mutations{RebuildingPromotable: true}},
-			[]string{AckFloorNeverRedelivered, AckedNeverLost, VisibleMonotonic, CommittedPrefixAgreement, VisibleImpliesQuorumFlushed}},
+			[]string{AckFloorNeverRedelivered, AckedNeverLost, VisibleMonotonic, CommittedPrefixAgreement, VisibleImpliesQuorumFlushed}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			expectCaught(t, 40, c.want, func(seed uint64) *Violation {
-				return RunCluster(ClusterOptions{Seed: seed, Faults: AllClusterFaults, Mutations: c.m}).Violation
+				o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Mutations: c.m}
+				if c.retention {
+					o.Retention = RetentionPreset
+				}
+				return RunCluster(o).Violation
 			})
 		})
 	}
