@@ -282,7 +282,8 @@ func (c *Cluster) Start() error {
 	}
 	var err error
 	var gs GroupOptions
-	if members := c.allMembers(); len(members) == 1 {
+	members := c.allMembers()
+	if len(members) == 1 {
 		// A one-node cluster's metadata member commits what it synced,
 		// and applied no further: a log that would end below what
 		// meta.json applied lost committed entries to damage — never cut
@@ -290,10 +291,10 @@ func (c *Cluster) Start() error {
 		// the applier, past them, skipped them for good (MetaNotCutBelowApplied).
 		gs.DurableThrough = c.state.Applied
 	}
-	c.metaLog, err = c.OpenGroup(meta.MetaTopic, 0, c.allMembers(), replica.SyncQuorum, c.wakeMeta, gs)
+	c.metaLog, err = c.OpenGroup(meta.MetaTopic, 0, members, replica.SyncQuorum, c.wakeMeta, gs)
 	if errors.Is(err, storage.ErrCorrupt) && gs.DurableThrough > 0 {
 		return fmt.Errorf("the metadata log of this one-node cluster is damaged, and no other member holds a copy "+
-			"(it applied through seq %d, kept in %s): stop, then run nereus repair --data DIR --salvage --one-node-cluster: %w",
+			"(it applied through seq %d, kept in %s): with the node stopped, run nereus repair --data DIR --salvage --one-node-cluster: %w",
 			gs.DurableThrough, MetaStateFile, err)
 	}
 	if err != nil {
