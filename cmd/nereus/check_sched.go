@@ -22,6 +22,10 @@ var schedMutations = map[string]func(*model.SchedConfig){
 	"cancel-firing":              func(c *model.SchedConfig) { c.StateMutations.CancelFiring = true },
 	"closed-lane-admits":         func(c *model.SchedConfig) { c.StateMutations.ClosedLaneAdmits = true },
 	"retire-retried-refused":     func(c *model.SchedConfig) { c.StateMutations.RetireRetriedRefused = true },
+	"later-incarnation-admitted": func(c *model.SchedConfig) { c.StateMutations.LaterIncarnationAdmitted = true },
+	"follows-recreated-destination": func(c *model.SchedConfig) {
+		c.Mutations.FollowsRecreatedDestination = true
+	},
 }
 
 func newCheckSchedCmd() *cobra.Command {
@@ -40,13 +44,15 @@ an operator pauses, closes or retires the lane and resumes it, a client
 cancels a schedule, a schedule's append commits after a lane command
 (--intake-races), a node ends its proposals in one pass.
 NoPublishWithoutBothGates, NoPublishBeforeIntent, NeverEarly,
-NoPublishOnStaleEvidence, PauseHolds, RetireHolds, RetireAnsweredOK,
-ClosedAdmitsNone, CancelledNeverPublished and ExactlyOnce are checked in
-every state. On a violation it prints the action trace and exits non-zero.
+NoPublishOnStaleEvidence, NoClaimForAnEarlierIncarnation, PauseHolds,
+RetireHolds, RetireAnsweredOK, ClosedAdmitsNone, CancelledNeverPublished
+and ExactlyOnce are checked in every state. On a violation it prints the action trace and exits non-zero.
 --mutation runs a deliberately broken kernel, which must fail (each needs
 the action it breaks: ready-not-revalidated --recreates 1 --time-max 3,
 cancel-firing --cancels 1, closed-lane-admits --closes 1 --intake-races,
-retire-retried-refused --retires 2).`,
+retire-retried-refused --retires 2, later-incarnation-admitted --due 1,2
+--recreates 1 --time-max 3, follows-recreated-destination --recreates 1
+--time-max 3).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyMutation(mutation, schedMutations, &cfg); err != nil {

@@ -49,6 +49,7 @@ func newSimCmd() *cobra.Command {
 		schedules    int
 		lanePauses   int
 		laneRetire   bool
+		laneRecreate bool
 		schedCancels int
 		kvOps        int
 		churn        int
@@ -118,7 +119,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err != nil {
 					return err
 				}
-				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, LanePauses: lanePauses, LaneRetire: laneRetire, SchedCancels: schedCancels, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, PubBatch: pubBatch, DeadLetters: deadLetters}
+				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, LanePauses: lanePauses, LaneRetire: laneRetire, LaneRecreate: laneRecreate, SchedCancels: schedCancels, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, PubBatch: pubBatch, DeadLetters: deadLetters}
 				if deadLetters && groupDels > 0 {
 					return errors.New("--dead-letters and --group-deletes cannot be combined: each group incarnation dead-letters anew")
 				}
@@ -245,6 +246,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.IntVar(&schedules, "schedules", 0, "with --nodes: also schedule this many messages (scheduled delivery; NeverEarly and ExactlyOnce checked)")
 	fl.IntVar(&lanePauses, "lane-pauses", 0, "with --schedules: also pause or close a destination's lane this many times under the faults and resume it 0.3-1.5 s later (PauseHolds: nothing of a held lane published; RefusedNeverPublished: nothing a closed lane refused)")
 	fl.BoolVar(&laneRetire, "lane-retire", false, "with --lane-pauses: the last hold retires the lane for good (its pending schedules cancelled, firing ones UNKNOWN; nothing of it published after the RETIRE's answer)")
+	fl.BoolVar(&laneRecreate, "lane-recreate", false, "with --lane-pauses: half the holds delete the destination topic and declare it again, then resume its lanes (LaneFiresOnlyIntoItsIncarnation: nothing published into the new topic before a RESUME; nothing lands in both)")
 	fl.IntVar(&schedCancels, "sched-cancels", 0, "with --schedules: also cancel this many acknowledged schedules under the faults (CancelledNeverPublished: one whose cancel was answered OK is never published)")
 	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty, CoordinatorAnswersCurrent)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved, CoordinatorAnswersCurrent)")

@@ -380,6 +380,9 @@ func (cfg *SchedConfig) end(s *sstate, i int, p sproposal, eachStep bool) (viola
 	}
 	r := p.rec
 	s.log = append(s.log, &r)
+	if v := cfg.claimedForItsIncarnation(s, &r); v != "" {
+		return v, true
+	}
 	switch {
 	case r.Kind == sched.KindLane && r.Lane.Op == sched.LaneBreak:
 		s.events |= seBreak
@@ -400,6 +403,28 @@ func (cfg *SchedConfig) end(s *sstate, i int, p sproposal, eachStep bool) (viola
 	}
 	n.o.Proposed(s.clock(i), p.ref, nil)
 	return cfg.answered(s, i, p.ref, uint64(len(s.log))), true
+}
+
+// claimedForItsIncarnation is NoClaimForAnEarlierIncarnation at an
+// intent's commit: no schedule is claimed for an earlier incarnation of
+// its destination than the one it was admitted under (the intent would
+// be resolved UNKNOWN when the lane resumes into the new topic, the
+// schedule never published).
+func (cfg *SchedConfig) claimedForItsIncarnation(s *sstate, r *sched.Record) string {
+	if r.Kind != sched.KindIntent {
+		return ""
+	}
+	res := cfg.resultAt(s.log, uint64(len(s.log)))
+	for _, in := range r.Intents {
+		adm := s.log[in.ID-1]
+		if slices.Contains(res.Skipped, in.ID) || adm == nil || adm.Kind != sched.KindSchedule {
+			continue
+		}
+		if adm.Schedule.Incarnation > r.Incarnation {
+			return fmt.Sprintf("NoClaimForAnEarlierIncarnation: schedule %d, admitted for incarnation %d, claimed for incarnation %d", in.ID, adm.Schedule.Incarnation, r.Incarnation)
+		}
+	}
+	return ""
 }
 
 // answered answers the command asked of node i whose proposal ref

@@ -103,6 +103,12 @@ func TestSchedModelMutations(t *testing.T) {
 		{"ReadyNotRevalidated", "NoPublishOnStaleEvidence", func(c *SchedConfig) {
 			c.Mutations.ReadyNotRevalidated, c.Recreates, c.Moves, c.Crashes, c.TimeMax = true, 1, 0, 0, 3
 		}},
+		{"LaterIncarnationAdmitted", "NoClaimForAnEarlierIncarnation", func(c *SchedConfig) {
+			c.StateMutations.LaterIncarnationAdmitted, c.Due, c.Recreates, c.Moves, c.Crashes, c.TimeMax = true, []int64{1, 2}, 1, 0, 0, 3
+		}},
+		{"FollowsRecreatedDestination", "ExactlyOnce", func(c *SchedConfig) {
+			c.Mutations.FollowsRecreatedDestination, c.Recreates, c.Moves, c.Crashes, c.TimeMax = true, 1, 0, 0, 3
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := schedBase

@@ -315,6 +315,44 @@ func TestFiringIntentOfAnotherIncarnationIsUnknown(t *testing.T) {
 	w.expectDelivered("a")
 }
 
+// TestScheduleOfALaterIncarnationBreaksTheLane pins applySchedule's
+// NoClaimForAnEarlierIncarnation: a schedule admitted for the
+// destination declared again, while the lane's certificate for the
+// deleted incarnation is still valid, breaks the lane as it applies —
+// nothing is claimed for the deleted topic, and after the operator's
+// resume into the new one the schedule is delivered there. With
+// LaterIncarnationAdmitted the lane claims it for the deleted
+// incarnation: refused there, then resolved UNKNOWN at the resume, never
+// delivered.
+func TestScheduleOfALaterIncarnationBreaksTheLane(t *testing.T) {
+	for _, mut := range []bool{false, true} {
+		w := activeWorld(t, Mutations{})
+		w.st.Mutations.LaterIncarnationAdmitted = mut
+		w.schedule("a", 1000, 0)
+		w.settle(true) // READY for incarnation 7 until 11000
+		w.dests["a"] = newDest(8, 2, 16)
+		id := w.schedule("a", 2000, 1) // admitted for incarnation 8
+		w.at(2000)                     // due, the certificate still valid
+		w.settle(true)
+		l, _ := w.st.Lane("a")
+		if !mut && (l.Gate != GateOrderingBroken || w.st.Counts().Unknown != 0) {
+			t.Fatalf("lane %+v, counts %+v: want ORDERING_BROKEN at once, nothing claimed", l, w.st.Counts())
+		}
+		if _, err := w.o.Manage(w.now, LaneCommand{Topic: "a", Op: LaneResume, Incarnation: 8}); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			w.settle(true)
+			w.at(w.now + testConfig.ProbeEveryMs)
+		}
+		w.settle(true)
+		got := w.delivered("a")
+		if delivered := got[id] == 1; delivered == mut {
+			t.Fatalf("mutation %v: incarnation 8 holds %v (schedule %d), counts %+v", mut, got, id, w.st.Counts())
+		}
+	}
+}
+
 // TestIntentClaimsAtMostClaimMax pins claimDue's len(intents) >=
 // ClaimMax: five due schedules are claimed four, then one.
 func TestIntentClaimsAtMostClaimMax(t *testing.T) {

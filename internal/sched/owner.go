@@ -214,6 +214,10 @@ type Mutations struct {
 	// GateNotRecheckedAtTake hands out a publish decided before a LANE
 	// record closed its lane's gate in the same pass.
 	GateNotRecheckedAtTake bool
+	// FollowsRecreatedDestination takes a destination deleted and
+	// declared again for the lane's own: no ordering break, and READY
+	// certificates for whichever incarnation a probe found.
+	FollowsRecreatedDestination bool
 }
 
 // ErrNotActive refuses a command at a node that is not the shard's
@@ -462,7 +466,7 @@ func (o *Owner) ready(l Lane, rt *laneRuntime, now int64) bool {
 		return true
 	}
 	c := rt.cert
-	if c.Epoch == o.epoch && c.Incarnation == l.Incarnation && now < c.UntilMs {
+	if c.Epoch == o.epoch && (c.Incarnation == l.Incarnation || o.cfg.Mutations.FollowsRecreatedDestination) && now < c.UntilMs {
 		return true
 	}
 	rt.readiness = RecoveringEvidence
@@ -717,7 +721,7 @@ func (o *Owner) Evidence(now int64, ev Evidence) {
 	}
 	rt := o.lane(ev.Topic)
 	switch {
-	case ev.Incarnation != 0 && ev.Incarnation != l.Incarnation:
+	case ev.Incarnation != 0 && ev.Incarnation != l.Incarnation && !o.cfg.Mutations.FollowsRecreatedDestination:
 		rt.readiness = Blocked
 		if (l.Gate == GateOpen || l.Gate == GatePaused) && rt.brokeFor != l.Incarnation && o.life == Active {
 			rt.brokeFor = l.Incarnation

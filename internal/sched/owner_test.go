@@ -494,8 +494,8 @@ func TestRecreatedDestinationBreaksTheLane(t *testing.T) {
 	w.activate(1)
 	w.schedule("a", 1000, 0)
 	w.settle(true)
+	id := w.schedule("a", 2000, 1) // admitted for incarnation 7
 	w.dests["a"] = newDest(8, 2, 16)
-	id := w.schedule("a", 2000, 1)
 	w.at(1000 + 10_000) // the certificate expires: a new probe sees incarnation 8
 	w.settle(true)
 	if l, _ := w.st.Lane("a"); l.Gate != GateOrderingBroken {
@@ -522,8 +522,10 @@ func TestReadyIsRevalidated(t *testing.T) {
 		w.activate(1)
 		w.schedule("a", 1000, 0)
 		w.settle(true) // READY until 11000
-		w.dests["a"] = newDest(8, 2, 16)
+		// Admitted before the destination is declared again (one admitted
+		// after would break the lane as it applies).
 		w.schedule("a", 20_000, 0)
+		w.dests["a"] = newDest(8, 2, 16)
 		w.at(20_000)
 		effects := w.o.TakeEffects()
 		var pubs, probes int // claims and publishes, probes

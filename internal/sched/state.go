@@ -183,6 +183,11 @@ type StateMutations struct {
 	// whose record commits after it, is taken (and, in a retired lane,
 	// never published).
 	ClosedLaneAdmits bool
+	// LaterIncarnationAdmitted applies a schedule admitted under a later
+	// incarnation of its destination than its lane pins as any other:
+	// the lane goes on claiming for the deleted one, and the schedule is
+	// resolved UNKNOWN when the lane resumes (NoClaimForAnEarlierIncarnation).
+	LaterIncarnationAdmitted bool
 }
 
 // NewState returns the state of an empty shard.
@@ -409,6 +414,17 @@ func (s *State) applySchedule(id uint64, sc Schedule) Result {
 		}
 		s.counts.Rejected++
 		return Result{Err: fmt.Errorf("lane %q is %v: it admits no schedules", sc.Topic, l.Gate)}
+	}
+	if sc.Incarnation > l.Incarnation && (l.Gate == GateOpen || l.Gate == GatePaused) && !s.Mutations.LaterIncarnationAdmitted {
+		// NoClaimForAnEarlierIncarnation: the schedule was admitted for
+		// a destination declared again since the lane's pin — proof that
+		// the pinned topic was deleted, which the owner would otherwise
+		// learn only from a probe or a refused publish, claiming due
+		// schedules for the deleted topic meanwhile (this one included:
+		// resolved UNKNOWN at the resume, never published). The lane
+		// breaks as the record applies, on every replica alike, until
+		// an operator resumes it into the new topic.
+		l.Gate = GateOrderingBroken
 	}
 	e := &Entry{ID: id, DeliverAtMs: sc.DeliverAtMs, Topic: sc.Topic, Partition: sc.Partition, Status: StatusPending, At: id, heapIndex: -1}
 	l.Pending++

@@ -107,6 +107,10 @@ type ClusterOptions struct {
 	// LaneRetire makes the last of the LanePauses a RETIRE, never
 	// resumed (lanepause.go).
 	LaneRetire bool
+	// LaneRecreate makes half the LanePauses a re-creation of the
+	// destination — deleted, declared again, its lanes resumed
+	// (lanerecreate.go: LaneFiresOnlyIntoItsIncarnation).
+	LaneRecreate bool
 	// KV adds the KV workload (kv.go): 3 clients run this many operations
 	// each (put, get, CAS, delete) on 5 keys of a bucket replicated on
 	// every node, and the history is checked for linearizability; a
@@ -333,7 +337,14 @@ var ClusterMutations = map[string]node.Mutations{
 	"sched-publish-before-intent": {Sched: sched.Mutations{PublishBeforeIntent: true}},
 	"sched-fenced-still-fires":    {Sched: sched.Mutations{FencedStillFires: true}},
 	"sched-ready-not-revalidated": {Sched: sched.Mutations{ReadyNotRevalidated: true}},
-	"sched-claims-before-due":     {Sched: sched.Mutations{ClaimsBeforeDue: true}},
+	// With --lane-pauses --lane-recreate: a lane publishes into its
+	// destination declared again, no operator asked.
+	"sched-follows-recreated-destination": {Sched: sched.Mutations{FollowsRecreatedDestination: true}},
+	// With --lane-pauses --lane-recreate: a schedule admitted for the
+	// destination declared again is claimed for the deleted one (its
+	// lane learns of the re-creation late), then resolved UNKNOWN.
+	"sched-later-incarnation-admitted": {SchedState: sched.StateMutations{LaterIncarnationAdmitted: true}},
+	"sched-claims-before-due":          {Sched: sched.Mutations{ClaimsBeforeDue: true}},
 	// With --lane-pauses: a PAUSED lane claims and publishes as an OPEN
 	// one (PauseHolds).
 	"sched-pause-ignored": {Sched: sched.Mutations{PauseIgnored: true}},
@@ -381,6 +392,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	}
 	if o.LaneRetire {
 		cmd += " --lane-retire"
+	}
+	if o.LaneRecreate {
+		cmd += " --lane-recreate"
 	}
 	if o.SchedCancels > 0 {
 		cmd += fmt.Sprintf(" --sched-cancels %d", o.SchedCancels)
@@ -451,6 +465,8 @@ func (o ClusterOptions) Validate() error {
 		return fmt.Errorf("lane pauses and schedule cancels need the scheduled workload (--schedules)")
 	case o.LaneRetire && o.LanePauses == 0:
 		return fmt.Errorf("a lane retire is the last of the lane pauses (--lane-pauses)")
+	case o.LaneRecreate && o.LanePauses == 0:
+		return fmt.Errorf("a destination re-creation is one of the lane pauses (--lane-pauses)")
 	}
 	return nil
 }
@@ -580,7 +596,8 @@ func newClusterSim(o ClusterOptions) *sim {
 		}
 	}
 	if o.Schedules > 0 {
-		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules), inflight: map[int]bool{}, sentTo: map[int]int{}, attempts: map[int]uint32{},
+		sc := &schedClient{s: s, total: o.Schedules, window: 8, due: make([]int64, o.Schedules),
+			laneSinceMs: map[schedLane]int64{}, seenIn: map[string]uint64{}, inflight: map[int]bool{}, sentTo: map[int]int{}, attempts: map[int]uint32{},
 			acked: map[string]int64{}, conns: make([]*conn, len(s.nodes)), ready: make([]bool, len(s.nodes)), seen: map[string]bool{},
 			unseen: map[int]bool{}, ids: map[int]schedID{}, refused: map[int]bool{}, mayRefuse: map[int]bool{}, declared: make([]int, len(s.nodes))}
 		sc.ghost = newSchedGhost(s, sc)
@@ -593,7 +610,7 @@ func newClusterSim(o ClusterOptions) *sim {
 			s.w.after(s.w.between(0, 10), func() { sc.connect(at) })
 		}
 		if o.LanePauses > 0 {
-			sc.pauser = newLanePauser(s, o.LanePauses, o.LaneRetire)
+			sc.pauser = newLanePauser(s, o.LanePauses, o.LaneRetire, o.LaneRecreate)
 		}
 		if o.SchedCancels > 0 {
 			sc.canceler = newSchedCanceller(s, sc, o.SchedCancels)
@@ -661,6 +678,7 @@ func (s *sim) runPhases() Result {
 			}
 			r.SchedStats["schedules refused by a closed lane"] = len(s.sched.refused)
 			r.SchedStats["schedules due on a paused lane"] = p.heldBack
+			p.recreateStats(r.SchedStats)
 		}
 		if c := s.sched.canceler; c != nil {
 			for o, n := range c.counts() {

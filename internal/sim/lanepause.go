@@ -76,11 +76,18 @@ type lanePauser struct {
 	// heldBack counts the schedules due and not yet seen published when
 	// their lane's RESUME was asked: what the pauses held.
 	heldBack int
+	// rec: with ClusterOptions.LaneRecreate, half the holds re-create the
+	// destination (lanerecreate.go); nil otherwise.
+	rec *recreation
 }
 
-func newLanePauser(s *sim, pauses int, retire bool) *lanePauser {
+func newLanePauser(s *sim, pauses int, retire, recreate bool) *lanePauser {
 	p := &lanePauser{s: s, left: pauses, retire: retire}
 	s.w.after(s.w.between(lanePauseGapMinMs, lanePauseGapMaxMs), p.pause)
+	if recreate {
+		p.rec = newRecreation()
+		s.w.after(laneWatchMs, p.watchLanes)
+	}
 	return p
 }
 
@@ -96,6 +103,11 @@ func (p *lanePauser) pause() {
 	p.hold = []uint8{wire.LanePause, wire.LaneClose}[s.w.rng.IntN(2)]
 	if p.retire && p.left == 0 {
 		p.hold = wire.LaneRetire
+	}
+	if p.rec != nil && p.hold != wire.LaneRetire && s.w.rng.IntN(2) == 0 {
+		p.hold = laneRecreate
+		p.startRecreate()
+		return
 	}
 	if p.hold != wire.LanePause {
 		// A SCHEDULE in flight now may be appended after the CLOSE (its
@@ -141,6 +153,9 @@ func (p *lanePauser) try() {
 	for shard := range uint32(node.SchedShards) {
 		if p.answered[shard] {
 			continue
+		}
+		if p.rec != nil && op == wire.LaneResume {
+			p.rec.resumeAskedMs[shard][topic] = s.w.nowMs
 		}
 		for _, b := range s.nodes {
 			if !b.up {
@@ -195,15 +210,16 @@ func (p *lanePauser) answeredAll() {
 }
 
 // held reports whether topic's lane is held or being held or resumed, or
-// retired.
+// retired, or its destination was ever re-created (its lanes may break
+// and wait for the operator).
 func (p *lanePauser) held(topic string) bool {
-	return p != nil && (p.topic == topic || p.retired == topic)
+	return p != nil && (p.topic == topic || p.retired == topic || p.recreated(topic))
 }
 
 // closes reports whether topic's lane is closed or retired, or being
 // closed, retired or resumed: a SCHEDULE to it may be refused.
 func (p *lanePauser) closes(topic string) bool {
-	return p != nil && (p.topic == topic && p.hold != wire.LanePause || p.retired == topic)
+	return p != nil && (p.topic == topic && (p.hold == wire.LaneClose || p.hold == wire.LaneRetire) || p.retired == topic)
 }
 
 // retiredLane reports whether topic's lane is retired or being retired:

@@ -571,16 +571,16 @@ func (s *sim) livenessPhase() {
 			if len(missing) > 0 {
 				first = missing[0].String()
 			}
-			schedMissing := 0
+			schedMissing, schedFirst := 0, "none"
 			if s.sched != nil {
-				schedMissing = s.sched.missing()
+				schedMissing, schedFirst = s.sched.missing()
 			}
 			kvMissing := 0
 			if s.kv != nil {
 				kvMissing = s.kv.missing()
 			}
-			s.chk.violate(Liveness, "%d acknowledged records not acked by the group (first %s), %d messages never acknowledged, %d schedules not answered or not published, %d KV operations not run, %dms after healing",
-				len(missing), first, unacked, schedMissing, kvMissing, s.w.nowMs-(deadline-livenessMsMax))
+			s.chk.violate(Liveness, "%d acknowledged records not acked by the group (first %s), %d messages never acknowledged, %d schedules not answered or not published (first %s), %d KV operations not run, %dms after healing",
+				len(missing), first, unacked, schedMissing, schedFirst, kvMissing, s.w.nowMs-(deadline-livenessMsMax))
 			return
 		}
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -49,8 +50,14 @@ type schedClient struct {
 	next      int
 	window    int
 	due       []int64 // by index: deliver_at in virtual time
-	inflight  map[int]bool
-	sentTo    map[int]int // by schedule in flight: the node it was last sent to
+	// laneSinceMs: by shard and topic, when the first schedule of that
+	// lane was acknowledged (LaneFiresOnlyIntoItsIncarnation).
+	laneSinceMs map[schedLane]int64
+	// seenIn: by value seen published, the incarnation of its topic it
+	// was seen in (ExactlyOnce across incarnations).
+	seenIn   map[string]uint64
+	inflight map[int]bool
+	sentTo   map[int]int // by schedule in flight: the node it was last sent to
 	// attempts numbers each schedule's sends (the high half of their
 	// corr): a resend may go out while an earlier send's answer is still
 	// on its way, and a probe of IntakeNeverBlocked is the latest send's.
@@ -80,7 +87,7 @@ func schedValue(i int) string { return fmt.Sprintf("sch-%d", i) }
 // required reports whether acknowledged schedule i must be published: not
 // one a cancel took or may have taken, nor one of a retired lane.
 func (sc *schedClient) required(i int) bool {
-	return sc.canceler.required(i) && !sc.pauser.retiredLane(schedTopic(i))
+	return sc.canceler.required(i) && !sc.pauser.retiredLane(schedTopic(i)) && !sc.pauser.lostToRecreate(i)
 }
 
 // schedIndex is the schedule whose value v is (-1: none).
@@ -164,12 +171,17 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 		// its own send's answer.
 		sc.ghost.intakeAnswered(i, attempt, nil)
 		if !sc.inflight[i] {
+			sc.s.w.tracef("sched late SCHEDULE_OK %s (send %d) at n%d -> %d/%d", schedValue(i), attempt, at+1, f.Shard, f.ID)
 			return
 		}
 		delete(sc.inflight, i)
 		delete(sc.sentTo, i)
 		sc.acked[schedValue(i)] = sc.due[i]
 		sc.ids[i] = schedID{f.Shard, f.ID}
+		sc.pauser.admitted(sc.s.nodes[at], i, f.Shard, f.ID)
+		if lane := (schedLane{f.Shard, schedTopic(i)}); sc.laneSinceMs[lane] == 0 {
+			sc.laneSinceMs[lane] = sc.s.w.nowMs
+		}
 		sc.unseen[i] = true
 		sc.s.w.tracef("sched SCHEDULE_OK %s -> %d/%d dup=%v", schedValue(i), f.Shard, f.ID, f.Duplicate)
 		sc.fill()
@@ -183,9 +195,10 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 		i, attempt := schedCorrParts(corr)
 		sc.ghost.intakeAnswered(i, attempt, f)
 		if !sc.inflight[i] {
+			sc.s.w.tracef("sched late ERR %s (send %d) at n%d: %s", schedValue(i), attempt, at+1, f.Code)
 			return
 		}
-		sc.s.w.tracef("sched ERR %s %s", schedValue(i), f.Code)
+		sc.s.w.tracef("sched ERR %s (send %d) at n%d: %s %s", schedValue(i), attempt, at+1, f.Code, f.Message)
 		switch {
 		case f.Code == wire.CodeNotLeader:
 			shard := sc.shardOf(i)
@@ -193,7 +206,8 @@ func (sc *schedClient) onFrame(c *conn, corr uint64, f wire.Frame) {
 				sc.shardAt[shard] = (at + 1) % len(sc.conns)
 			}
 			sc.s.w.after(sc.s.w.between(5, 50), func() { sc.send(i) })
-		case f.Code.Retryable():
+		case f.Code.Retryable(), f.Code == wire.CodeNotFound && sc.pauser.recreated(schedTopic(i)):
+			// (NOT_FOUND: its destination deleted, to be declared again.)
 			sc.s.w.after(sc.s.w.between(5, 50), func() { sc.send(i) })
 		case f.Code == wire.CodeInvalidArgument && sc.mayRefuse[i]:
 			// Its lane was closed (a send made while it may have been):
@@ -277,12 +291,18 @@ func (sc *schedClient) observe() {
 		if !b.up {
 			continue
 		}
-		for v, n := range schedValues(b) {
+		values, incs := schedValues(b)
+		for v, n := range values {
 			if n > 1 {
 				sc.s.chk.violate("ExactlyOnce", "%s: scheduled message %s published %d times", b.id, v, n)
 				return
 			}
 			if sc.seen[v] {
+				if was := sc.seenIn[v]; was != incs[v] {
+					sc.s.chk.violate("ExactlyOnce", "%s: scheduled message %s is in %s incarnation %d; it was seen published into incarnation %d before",
+						b.id, v, schedTopic(schedIndex(v)), incs[v], was)
+					return
+				}
 				continue
 			}
 			var i int
@@ -290,7 +310,7 @@ func (sc *schedClient) observe() {
 				sc.s.chk.violate("ExactlyOnce", "%s: %q in the scheduled topic was never scheduled", b.id, v)
 				return
 			}
-			sc.seen[v] = true
+			sc.seen[v], sc.seenIn[v] = true, incs[v]
 			delete(sc.unseen, i)
 			sc.canceler.published(i, b.id)
 			if sc.refused[i] {
@@ -320,14 +340,25 @@ func (sc *schedClient) done() bool {
 	return true
 }
 
-func (sc *schedClient) missing() int {
-	n := len(sc.inflight) + sc.total - sc.next
-	for v := range sc.acked {
-		if !sc.seen[v] && sc.required(schedIndex(v)) {
+func (sc *schedClient) missing() (n int, first string) {
+	n = len(sc.inflight) + sc.total - sc.next
+	for i := range sc.next {
+		v := schedValue(i)
+		if _, acked := sc.acked[v]; !acked && !sc.inflight[i] || sc.seen[v] || !sc.required(i) {
+			continue
+		}
+		if _, acked := sc.acked[v]; acked {
 			n++
 		}
+		if first == "" {
+			state := "in flight"
+			if id, ok := sc.ids[i]; ok {
+				state = fmt.Sprintf("acknowledged as %d/%d, not published", id.shard, id.id)
+			}
+			first = fmt.Sprintf("%s to %s, %s", v, schedTopic(i), state)
+		}
 	}
-	return n
+	return n, cmp.Or(first, "none")
 }
 
 // finalCheck reads the scheduled topic at the end: every acknowledged
@@ -351,18 +382,20 @@ func (sc *schedClient) finalCheck() {
 }
 
 // schedValues counts the values of the scheduled topics' committed
-// records on b (of the partitions it holds a replica of).
-func schedValues(b *broker) map[string]int {
-	out := map[string]int{}
+// records on b (of the partitions it holds a replica of), with the
+// incarnation of the topic each was read in.
+func schedValues(b *broker) (map[string]int, map[string]uint64) {
+	out, incs := map[string]int{}, map[string]uint64{}
 	for _, t := range b.node.Metadata(schedDestTopics[:]) {
 		for _, p := range t.Partitions {
 			vs, _ := schedPartitionValues(b, t.Config.Name, p)
 			for v, n := range vs {
 				out[v] += n
+				incs[v] = t.Incarnation
 			}
 		}
 	}
-	return out
+	return out, incs
 }
 
 // schedValuesOfCluster counts the values of the scheduled topics'

@@ -268,3 +268,45 @@ func TestLaneRetireUnderFaults(t *testing.T) {
 		t.Fatalf("sched-retire-retried-refused at seed 4: %v, want Liveness", r.Violation)
 	}
 }
+
+// TestLaneRecreateUnderFaults: half the operator's lane holds delete the
+// destination topic and declare it again, then resume its lanes
+// (lanerecreate.go, LaneRecreate): no lane publishes into the new topic
+// before a RESUME was asked (LaneFiresOnlyIntoItsIncarnation), no
+// schedule lands in both topics (ExactlyOnce), every schedule admitted
+// for the new topic is published. With the lane following the new topic on its
+// own (`sched-follows-recreated-destination`) the first invariant breaks.
+// These runs found a schedule acknowledged after its destination was
+// declared again resolved UNKNOWN, never published: the lane, still
+// pinned to the deleted topic with a valid certificate, claimed it for
+// that topic (seed 128 of 100-159, Liveness); a schedule admitted for a
+// later incarnation now breaks the lane as it applies
+// (NoClaimForAnEarlierIncarnation, sched's
+// TestScheduleOfALaterIncarnationBreaksTheLane and the model).
+func TestLaneRecreateUnderFaults(t *testing.T) {
+	stats := map[string]int{}
+	for _, seed := range []uint64{2, 3, 8} {
+		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Schedules: 30, LanePauses: 4, LaneRecreate: true}
+		r := RunCluster(o)
+		if r.Violation != nil {
+			t.Fatalf("%v\nreproduce: %s\ntrace tail:\n%v", r.Violation, ClusterReproduce(o), r.Tail)
+		}
+		for _, k := range []string{"destinations re-created", "publishes into a re-created destination"} {
+			stats[k] += r.SchedStats[k]
+		}
+	}
+	if stats["destinations re-created"] == 0 || stats["publishes into a re-created destination"] == 0 {
+		t.Fatalf("the runs did not reach what they are for: %v", stats)
+	}
+	t.Logf("%v", stats)
+	var got []string
+	for _, seed := range []uint64{3, 8} { // of seeds 2-8
+		o := ClusterOptions{Seed: seed, Faults: AllClusterFaults, Schedules: 30, LanePauses: 4, LaneRecreate: true, Mutations: ClusterMutations["sched-follows-recreated-destination"]}
+		r := RunCluster(o)
+		if r.Violation != nil && r.Violation.Invariant == LaneFiresOnlyIntoItsIncarnation {
+			return
+		}
+		got = append(got, fmt.Sprintf("seed %d: %v", seed, r.Violation))
+	}
+	t.Fatalf("sched-follows-recreated-destination not caught by %s: %v", LaneFiresOnlyIntoItsIncarnation, got)
+}

@@ -232,6 +232,7 @@ func (g *schedGhost) published(b *broker, shard uint32, p sched.Publish) {
 		g.publishedAfterIntent(b, shard, p)
 		g.publishedOnFreshEvidence(b, shard, p)
 		g.sc.pauser.published(b, shard, p.ID, p.Topic)
+		g.sc.pauser.publishedInto(b, shard, p.ID, p.Topic, p.Incarnation)
 	}
 }
 
@@ -391,6 +392,7 @@ func (g *schedGhost) watch() {
 		return
 	}
 	g.observeOffices()
+	g.sc.pauser.watchIncarnations()
 	for _, o := range g.owner {
 		// Only an active owner probes: one that becomes active is
 		// sampled from the event it activated in (and at its publishes).
@@ -528,6 +530,9 @@ func (g *schedGhost) intakeAnswered(i int, attempt uint32, err *wire.Err) {
 	delete(g.intake, i)
 	if !g.valid(i, p) || err != nil && err.Code == wire.CodeInvalidArgument && g.sc.mayRefuse[i] {
 		return // (a closed lane refuses new schedules)
+	}
+	if err != nil && err.Code == wire.CodeNotFound && g.sc.pauser.recreated(schedTopic(i)) {
+		return // (its destination deleted, to be declared again: no lane refused it)
 	}
 	if err == nil {
 		g.stats["intake probes answered OK"]++
