@@ -54,6 +54,12 @@ type Mutations struct {
 	// lane is refused at admission, a retry of one admitted before
 	// included (RetryIsItsOriginal).
 	SchedRetryRefusedOnClosedLane bool
+	// SchedRefusalNotRecorded refuses a new SCHEDULE to a CLOSED lane
+	// with nothing appended, as to a RETIRED one: another send of it
+	// still on its way (the client's retry of a send whose answer was
+	// late) is taken as new once the lane opens again, and fires — its
+	// client was told "refused" (RefusalIsFinal).
+	SchedRefusalNotRecorded bool
 	// SchedRefusalForgotten answers a retried SCHEDULE from the runner's
 	// recent results alone: one whose record a closed lane refused as it
 	// applied, retried after a restart (or 4,096 shard seqs later), is

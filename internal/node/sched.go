@@ -1029,18 +1029,28 @@ func (r *schedRunner) intake(now int64, in *schedIntake) {
 	pub := &in.f.Pub
 	sc := sched.Schedule{DeliverAtMs: in.f.DeliverAtMs, Topic: pub.Topic, Incarnation: r.node.scheduleIncarnation(pub.Topic), Partition: in.partition}
 	// RetryIsItsOriginal: an idempotent SCHEDULE to a lane closed (or
-	// retired) since goes to the shard's log as a retry only. One
-	// admitted before is answered by the shard's producer table with the
+	// retired) since goes to the shard's log all the same. One admitted
+	// before is answered by the shard's producer table with the
 	// original's SCHEDULE_OK — it is live and fires once the lane opens,
 	// or was cancelled by a retire — where the refusal told its client
-	// "not scheduled"; a new one is refused with it, nothing appended.
+	// "not scheduled".
+	//
+	// RefusalIsFinal: a new one to a CLOSED lane is appended and refused
+	// as it applies, so that its producer_seq keeps that answer: another
+	// send of it still on its way (a client's retry of a send whose answer
+	// was late) arriving once the lane is open again is answered as the
+	// refused original, never taken as new — its client was told
+	// "refused" of a schedule that would then fire. A RETIRED lane never
+	// opens again: a new one is refused with nothing appended.
 	var retryOnly *wire.Error
 	if err := r.o.Admit(now, sc); err != nil {
 		if !errors.Is(err, sched.ErrLaneAdmitsNone) || pub.ProducerID == 0 || r.node.cfg.Mutations.SchedRetryRefusedOnClosedLane {
 			in.reply(wire.ScheduleOK{}, r.refusal(err))
 			return
 		}
-		retryOnly = r.refusal(err)
+		if l, _ := r.st.Lane(pub.Topic); l.Gate == sched.GateRetired || r.node.cfg.Mutations.SchedRefusalNotRecorded {
+			retryOnly = r.refusal(err)
+		}
 	}
 	rec := sched.Record{Kind: sched.KindSchedule, Schedule: sc}
 	v, err := rec.Encode()

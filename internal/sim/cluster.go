@@ -267,7 +267,11 @@ var ClusterMutations = map[string]node.Mutations{
 	// (RefusedNeverPublished: the client hears "refused" of a schedule
 	// that fires once the lane opens).
 	"sched-retry-refused-on-closed-lane": {SchedRetryRefusedOnClosedLane: true},
-	"accept-stale-flushed":               {Replica: replica.Mutations{AcceptStaleFlushed: true}},
+	// With --lane-pauses: a new SCHEDULE to a CLOSED lane is refused
+	// with nothing written; another send of it on its way is taken as
+	// new once the lane opens (RefusalIsFinal).
+	"sched-refusal-not-recorded": {SchedRefusalNotRecorded: true},
+	"accept-stale-flushed":       {Replica: replica.Mutations{AcceptStaleFlushed: true}},
 	// With --nodes 5 --policy all: a replica whose promise is lost
 	// answers no PROMISE_QUERY (as before PROMISE_UNKNOWN); two such of
 	// five wait for each other for good, and so does every write

@@ -52,6 +52,7 @@ var schedMutationsNotReached = map[string]string{
 	"sched-gate-not-rechecked-at-take":    "it needs lane pauses (--lane-pauses) and a pause applied in the pass of an intent: TestLanePausesHold catches it (PauseHolds, seeds 108 and 112 of 100-140 with --members --pub-batch --lane-pauses 5)",
 	"sched-follows-recreated-destination": "it needs destination re-creations (--lane-pauses --lane-recreate), which this campaign does not run: TestLaneRecreateUnderFaults catches it (LaneFiresOnlyIntoItsIncarnation, seeds 3 and 8 of 2-8)",
 	"sched-later-incarnation-admitted":    "it needs destination re-creations (--lane-pauses --lane-recreate) and a schedule admitted for the new topic while its lane's certificate for the deleted one holds; reached at seeds 13, 25 and 33 of 1-80 with --lane-pauses 4 (Liveness, 120 s of virtual time each, too long for CI): sched's TestScheduleOfALaterIncarnationBreaksTheLane and the model (NoClaimForAnEarlierIncarnation) catch it",
+	"sched-refusal-not-recorded":          "it needs lane closes (--lane-pauses) and two sends of one schedule in flight across a CLOSE and its RESUME: TestClosedLaneRefusalIsFinal catches it (RefusedNeverPublished, seed 616 of --replicas 1 --lane-pauses 4 --lane-recreate)",
 	"sched-forwards-to-first-replica":     "it needs a shard owner without a replica of the destination partition, so fewer replicas than nodes; this campaign runs three nodes and three replicas. TestScheduledPublishFindsALeaderItHasNoReplicaOf catches it on five nodes and three replicas (ScheduledOnTime, seed 1)",
 }
 

@@ -310,3 +310,21 @@ func TestLaneRecreateUnderFaults(t *testing.T) {
 	}
 	t.Fatalf("sched-follows-recreated-destination not caught by %s: %v", LaneFiresOnlyIntoItsIncarnation, got)
 }
+
+// TestClosedLaneRefusalIsFinal: two sends of one schedule in flight
+// across a CLOSE and its RESUME — the first refused by the CLOSED lane,
+// the second arriving 40 ms later, after the RESUME applied. With nothing
+// written for the refusal (`sched-refusal-not-recorded`, as before) the
+// second was taken as new and the schedule fired, its client told
+// "refused" (RefusedNeverPublished, found at this seed); the refusal is
+// now written and the producer_seq keeps it (RefusalIsFinal).
+func TestClosedLaneRefusalIsFinal(t *testing.T) {
+	o := ClusterOptions{Seed: 616, Replicas: 1, Faults: AllClusterFaults, Schedules: 30, LanePauses: 4, LaneRecreate: true}
+	if r := RunCluster(o); r.Violation != nil {
+		t.Fatalf("%v\nreproduce: %s\ntrace tail:\n%v", r.Violation, ClusterReproduce(o), r.Tail)
+	}
+	o.Mutations = ClusterMutations["sched-refusal-not-recorded"]
+	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != RefusedNeverPublished {
+		t.Fatalf("sched-refusal-not-recorded at seed 616: %v, want %s", r.Violation, RefusedNeverPublished)
+	}
+}
