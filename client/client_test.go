@@ -585,6 +585,52 @@ func TestPublishAsyncOutlivesItsContext(t *testing.T) {
 // An ACK refused with a retryable error (the broker's ledger write failed)
 // is asked again, so AckSync reports the real outcome.
 func TestAckRetriedAfterRetryableError(t *testing.T) {
+	frames, err := ackOneMessage(t, func(fs *fakeServer) {
+		fs.onAck = func(n int) *wire.Err {
+			if n == 1 {
+				return &wire.Err{Code: wire.CodeStorage, Message: "ledger write failed"}
+			}
+			return nil
+		}
+	})
+	if err != nil {
+		t.Fatalf("ack after one retryable refusal: %v", err)
+	}
+	if frames != 2 {
+		t.Fatalf("%d ACK frames, want 2 (one refused, one retried)", frames)
+	}
+}
+
+// An ACK entry answered UNAVAILABLE — its partition's only replica is on
+// that node and not delivering yet (restarting, taking office) — is asked
+// there again a moment later, so AckSync reports the real outcome; it
+// used to fail at once though the ack may have been durable.
+func TestAckEntryUnavailableIsAskedAgain(t *testing.T) {
+	frames, err := ackOneMessage(t, func(fs *fakeServer) {
+		fs.onAckEntries = func(n, entries int) []wire.Code {
+			if n > 2 {
+				return nil
+			}
+			codes := make([]wire.Code, entries)
+			for i := range codes {
+				codes[i] = wire.CodeUnavailable
+			}
+			return codes
+		}
+	})
+	if err != nil {
+		t.Fatalf("ack after two entries answered UNAVAILABLE: %v", err)
+	}
+	if frames != 3 {
+		t.Fatalf("%d ACK frames, want 3 (two answered UNAVAILABLE, one applied)", frames)
+	}
+}
+
+// ackOneMessage publishes one message to a fake server set up by setup,
+// consumes it and acks it with AckSync: the ACK frames the server took,
+// and AckSync's outcome.
+func ackOneMessage(t *testing.T, setup func(*fakeServer)) (int, error) {
+	t.Helper()
 	fs := newFakeServer(t, testToken)
 	c := dialFake(t, fs)
 	declare(t, c, "t", 1)
@@ -596,12 +642,7 @@ func TestAckRetriedAfterRetryableError(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs.mu.Lock()
-	fs.onAck = func(n int) *wire.Err {
-		if n == 1 {
-			return &wire.Err{Code: wire.CodeStorage, Message: "ledger write failed"}
-		}
-		return nil
-	}
+	setup(fs)
 	fs.mu.Unlock()
 	cons, err := c.Subscribe(testCtx(t), "t", "g", ConsumerOptions{})
 	if err != nil {
@@ -611,15 +652,10 @@ func TestAckRetriedAfterRetryableError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.AckSync(testCtx(t)); err != nil {
-		t.Fatalf("ack after one retryable refusal: %v", err)
-	}
+	ackErr := m.AckSync(testCtx(t))
 	fs.mu.Lock()
-	n := fs.ackCount
-	fs.mu.Unlock()
-	if n != 2 {
-		t.Fatalf("%d ACK frames, want 2 (one refused, one retried)", n)
-	}
+	defer fs.mu.Unlock()
+	return fs.ackCount, ackErr
 }
 
 // publishRange publishes the values from..to-1 (as decimal text) and

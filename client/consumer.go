@@ -1158,25 +1158,41 @@ func (co *Consumer) sendAcksAttempt(cn *conn, batch []ackRequest, attempt, rerou
 				})
 				return
 			}
-			if ok, isOK := f.(*wire.AckOK); err == nil && isOK && len(ok.Results) == len(batch) && slices.Contains(ok.Results, wire.CodeNotLeader) {
+			again := attempt < ackRetriesMax
+			if ok, isOK := f.(*wire.AckOK); err == nil && isOK && len(ok.Results) == len(batch) &&
+				(slices.Contains(ok.Results, wire.CodeNotLeader) || again && slices.Contains(ok.Results, wire.CodeUnavailable)) {
 				// Entries of partitions this node does not deliver: their
 				// fate is told at the partition's leader, as for an ACK
-				// refused whole.
-				var kept, moved []ackRequest
+				// refused whole. Entries of a partition whose only
+				// replica is this node's, not delivering yet: asked here
+				// again a moment later (the ack may be durable).
+				var kept, moved, retried []ackRequest
 				var keptResults []wire.Code
 				for i, a := range batch {
-					if ok.Results[i] == wire.CodeNotLeader {
+					switch {
+					case ok.Results[i] == wire.CodeNotLeader:
 						moved = append(moved, a)
-					} else {
+					case ok.Results[i] == wire.CodeUnavailable && again:
+						retried = append(retried, a)
+					default:
 						kept, keptResults = append(kept, a), append(keptResults, ok.Results[i])
 					}
 				}
 				if len(kept) > 0 {
 					co.completeAcks(kept, &wire.AckOK{Results: keptResults}, nil)
 				}
-				co.askReconcile()
-				co.rerouteAcks(moved, ackReroute{n: reroutes + 1, refusedBy: cn.node(), routed: reroutes > 0,
-					cause: fmt.Errorf("nereus: ack: %w", &wire.Error{Code: wire.CodeNotLeader, Message: "the node does not deliver the partition"})})
+				if len(retried) > 0 {
+					co.ackStarted()
+					time.AfterFunc(time.Duration(attempt+1)*50*time.Millisecond, func() {
+						defer co.ackEnded()
+						co.sendAcksAttempt(cn, retried, attempt+1, reroutes)
+					})
+				}
+				if len(moved) > 0 {
+					co.askReconcile()
+					co.rerouteAcks(moved, ackReroute{n: reroutes + 1, refusedBy: cn.node(), routed: reroutes > 0,
+						cause: fmt.Errorf("nereus: ack: %w", &wire.Error{Code: wire.CodeNotLeader, Message: "the node does not deliver the partition"})})
+				}
 				return
 			}
 			co.completeAcks(batch, f, err)

@@ -64,6 +64,9 @@ type fakeServer struct {
 	perPartition bool
 	// onAck, when set, may refuse the nth ACK frame with an error frame.
 	onAck func(n int) *wire.Err
+	// onAckEntries, when set, may answer the nth ACK frame with these
+	// per-entry results, applying nothing.
+	onAckEntries func(n, entries int) []wire.Code
 	// onAckApplied, when set, applies a fault to the nth ACK frame after
 	// applying it (a leader that made the ack durable, then lost office or
 	// its connection before it answered).
@@ -620,6 +623,11 @@ func (fs *fakeServer) handleLocked(s *fakeSession, corr uint64, f wire.Frame) (w
 		if fs.onAck != nil {
 			if e := fs.onAck(fs.ackCount); e != nil {
 				return e, false
+			}
+		}
+		if fs.onAckEntries != nil {
+			if codes := fs.onAckEntries(fs.ackCount, len(f.Entries)); codes != nil {
+				return &wire.AckOK{Results: codes}, false
 			}
 		}
 		reply := fs.ackLocked(s, f.Topic, f.Group, f.Entries, false, 0)

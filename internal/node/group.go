@@ -947,6 +947,12 @@ func (g *groupRunner) reload() {
 	g.failure = nil
 }
 
+// loneHere reports whether partition p's only replica is this node's.
+func (g *groupRunner) loneHere(p uint32) bool {
+	c := g.node.cluster
+	return c != nil && len(g.topic.placement[p]) == 1 && g.topic.hosts(int(p), uint32(c.Self()))
+}
+
 func (g *groupRunner) handleAcks(c groupCmd) {
 	if g.failure != nil {
 		reply, refused := c.reply, wire.Errorf(wire.CodeStorage, "group ledger unavailable: %v", g.failure)
@@ -975,8 +981,19 @@ func (g *groupRunner) handleAcks(c groupCmd) {
 			// unopened for damage, there is no leader to ask until a
 			// repair: DATA_CORRUPT, as its publishes are answered.
 			results[i] = wire.CodeNotLeader
-			if g.topic.partitions[e.Partition].unopenedForDamage() {
+			switch {
+			case g.topic.partitions[e.Partition].unopenedForDamage():
 				results[i] = wire.CodeDataCorrupt
+			case g.loneHere(e.Partition) && !g.node.cfg.Mutations.LoneAckRedirected:
+				// LoneAckAskedAgainHere: its only replica is here, not
+				// delivering yet (restarting in place, taking office):
+				// there is no other node to ask, and the ack may be
+				// durable in its log — retry here. NOT_LEADER sent the
+				// client after a leader that is this node (seed 7 of
+				// `--nodes 1` with the metadata log flipped: the ack was
+				// durable, the consumer took the answer for a
+				// redelivery to come, and waited for good).
+				results[i] = wire.CodeUnavailable
 			}
 			continue
 		}

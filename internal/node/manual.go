@@ -50,6 +50,10 @@ type Mutations struct {
 	// without a replica of the destination partition asks its first
 	// replica only, whichever leads.
 	SchedForwardsToFirstReplica bool
+	// LoneAckRedirected answers an ACK entry of a partition whose only
+	// replica is here, not delivering yet, NOT_LEADER (as before
+	// LoneAckAskedAgainHere): the client looks for a leader elsewhere.
+	LoneAckRedirected bool
 	// SchedRetryRefusedOnClosedLane: a SCHEDULE to a CLOSED or RETIRED
 	// lane is refused at admission, a retry of one admitted before
 	// included (RetryIsItsOriginal).

@@ -247,6 +247,11 @@ var ClusterMutations = map[string]node.Mutations{
 	// records come back as others (CommittedPrefixAgreement, seed 6 of
 	// crash,bitflip; TestLoneReplicaDamageIsRepaired).
 	"lone-torn-tail-silent": {LoneTornTailSilent: true},
+	// With --nodes 1 (or --replicas 1) and bit flips: an ACK entry of a
+	// partition whose only replica, here, is restarting is answered
+	// NOT_LEADER; the ack was durable, the consumer waits for a
+	// redelivery that never comes (Liveness, seed 7 of --nodes 1).
+	"lone-ack-redirected": {LoneAckRedirected: true},
 	// With --dead-letters: dead letters published without their producer
 	// identity; one published again is appended twice (DeadLetterOnce).
 	"dead-letter-not-idempotent": {DeadLetterNotIdempotent: true},

@@ -13,6 +13,11 @@ import "testing"
 // WARN line, which the checker hears), and everything else acknowledged
 // is read back.
 //
+// One node alone also takes flips into its metadata log, its only copy
+// (flipLoneMeta): the node refuses to start until `nereus repair --salvage
+// --one-node-cluster`, whose dropped entries the checker forgets (what
+// they did stays in meta.json).
+//
 // Before the cut was said, a member alone cut a flipped last batch as a
 // torn tail in silence (seed 6: its committed seq 1 came back as another
 // entry); `lone-torn-tail-silent` brings that back and is caught.
@@ -40,8 +45,17 @@ func TestLoneReplicaDamageIsRepaired(t *testing.T) {
 	// nothing and no repair was asked (seed 1728 of `--replicas 1 --policy
 	// all --members`: Liveness). It is said and the partition goes corrupt
 	// now (LoneDamageAtRestartIsSaid).
+	//
+	// An ACK naming a partition whose only replica, here, was restarting
+	// in place (a failed fsync of its hard state) was answered NOT_LEADER
+	// after the wait: there is no other node, the ack was durable, and the
+	// consumer of a one-node cluster waited for a redelivery that never
+	// came (seed 7 of `--nodes 1`, every fault, the metadata log flipped:
+	// Liveness). It is answered UNAVAILABLE now, and asked again
+	// (LoneAckAskedAgainHere; `lone-ack-redirected` brings it back).
 	for _, o := range []ClusterOptions{{Seed: 1127, Nodes: 1, Faults: AllClusterFaults},
-		{Seed: 1728, Replicas: 1, SyncAll: true, Members: true, Faults: AllClusterFaults}} {
+		{Seed: 1728, Replicas: 1, SyncAll: true, Members: true, Faults: AllClusterFaults},
+		{Seed: 7, Nodes: 1, Faults: AllClusterFaults}} {
 		r := RunCluster(o)
 		if r.Violation != nil {
 			t.Fatalf("seed %d: %v\n%s", o.Seed, r.Violation, ClusterReproduce(o))
@@ -49,10 +63,14 @@ func TestLoneReplicaDamageIsRepaired(t *testing.T) {
 		addCounts(repaired, r.Repaired)
 	}
 	t.Logf("repaired: %v", repaired)
-	for _, what := range []string{"partition ranges dropped", "committed records cut as a torn tail"} {
+	for _, what := range []string{"partition ranges dropped", "committed records cut as a torn tail", "metadata entries dropped"} {
 		if repaired[what] == 0 {
 			t.Errorf("no run had %s: the test no longer reaches it", what)
 		}
+	}
+	o := ClusterOptions{Seed: 7, Nodes: 1, Faults: AllClusterFaults, Mutations: ClusterMutations["lone-ack-redirected"]}
+	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != Liveness {
+		t.Errorf("lone-ack-redirected at seed 7 of one node: %v, want %s", r.Violation, Liveness)
 	}
 	expectCaught(t, 8, []string{CommittedPrefixAgreement, VisibleMonotonic, AckedNeverLost}, func(seed uint64) *Violation {
 		return RunCluster(ClusterOptions{Seed: seed, Nodes: 3, Replicas: 1, Faults: ClusterFaults{Crash: true, BitFlip: true},

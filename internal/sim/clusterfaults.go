@@ -282,6 +282,10 @@ func (s *sim) flipMinority() {
 // damage (DATA_CORRUPT) until the operator repairs it, and never serves
 // a damaged record.
 func (s *sim) flipLoneReplica() {
+	if len(s.nodes) == 1 && s.w.rng.IntN(4) == 0 {
+		s.flipLoneMeta(s.nodes[0])
+		return
+	}
 	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
 	for _, b := range s.nodes {
 		if files := segmentFiles(b.fs, p); len(files) > 0 {
@@ -302,6 +306,26 @@ func (s *sim) flipLoneReplica() {
 			}
 			return
 		}
+	}
+}
+
+// flipLoneMeta flips one bit of a segment or the hard state of a
+// one-node cluster's metadata log, its only copy: the node cuts no entry
+// it applied (MetaNotCutBelowApplied) — it refuses to start until
+// `nereus repair --salvage --one-node-cluster` — and what it applied
+// stays in meta.json; an entry cut above that was answered to no client.
+func (s *sim) flipLoneMeta(b *broker) {
+	dir := path.Join(dataDir, "meta")
+	names, _ := b.fs.List(dir)
+	var files []string
+	for _, n := range names {
+		if strings.HasSuffix(n, ".log") || n == "hardstate" {
+			files = append(files, path.Join(dir, n))
+		}
+	}
+	if len(files) > 0 && s.flipFile(b, files[s.w.rng.IntN(len(files))]) {
+		s.flipped[b.id] = true
+		s.repaired["metadata log flips"]++
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/storage"
 )
@@ -30,8 +31,11 @@ func (s *sim) watchLoneRepairs() {
 	for _, b := range s.nodes {
 		b.onLog = func(r slog.Record) {
 			s.nodeLines[r.Message]++
-			if r.Message == tornTailMessage && logAttrString(r, "topic") == simTopic {
+			switch {
+			case r.Message == tornTailMessage && logAttrString(r, "topic") == simTopic:
 				s.loneTornTailCut(uint32(logAttrUint(r, "partition")), logAttrUint(r, "first_seq"))
+			case r.Message == tornTailMessage && logAttrString(r, "topic") == meta.MetaTopic:
+				s.metaCut(logAttrUint(r, "first_seq"))
 			}
 			if strings.Contains(r.Message, "nereus repair") {
 				s.askLoneRepair(b, r.Message)
@@ -78,6 +82,18 @@ func (s *sim) loneTornTailCut(p uint32, first uint64) {
 	s.repaired["committed records cut as a torn tail"]++
 	s.ghosts[p].Forget(first, committed)
 	s.loneAcksForgotten(p)
+}
+
+// metaCut takes in a torn tail cut of a one-node cluster's metadata log
+// from seq first on, said by the node's WARN line: entries above what
+// meta.json applied (MetaNotCutBelowApplied keeps the rest), answered to
+// no client; the checker forgets them, and new entries take their seqs.
+func (s *sim) metaCut(first uint64) {
+	if last := s.metaGhost.CommittedLen(); first <= last {
+		s.w.tracef("checker: the metadata log's seqs %d-%d were cut as a torn tail: seen again as new", first, last)
+		s.repaired["metadata entries cut as a torn tail"]++
+		s.metaGhost.Forget(first, last)
+	}
 }
 
 // loneAcksForgotten: the group's acks of partition p live in its log,
@@ -136,13 +152,25 @@ func (s *sim) repairLone(b *broker) (err error) {
 			err = fmt.Errorf("repair killed -9 at %s", k.at)
 		}
 	}()
-	opts := node.RepairOptions{Partition: -1, Mode: storage.RepairSalvage, DryRun: true}
+	// A one-node cluster's metadata log has no other copy either.
+	opts := node.RepairOptions{Partition: -1, Mode: storage.RepairSalvage, DryRun: true, OneNodeCluster: len(s.nodes) == 1}
 	plan, err := node.Repair(b.fs, dataDir, opts)
 	if err != nil {
 		return err
 	}
 	s.readLoneDurablePoints(b)
 	for _, l := range plan {
+		if l.Topic == meta.MetaTopic {
+			for _, r := range l.Report.Dropped {
+				s.w.tracef("checker: the metadata log's seqs %d-%d were dropped by the repair (applied: what they did stays in meta.json)", r.First, r.Last)
+				s.repaired["metadata entries dropped"] += int(r.Last - r.First + 1)
+				s.metaGhost.Forget(r.First, r.Last)
+			}
+			if t := l.Report.TornTail; t != nil {
+				s.metaCut(t.FirstSeq)
+			}
+			continue
+		}
 		if l.Topic != simTopic || l.Group != "" || l.Partition < 0 {
 			continue
 		}

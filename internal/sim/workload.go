@@ -401,11 +401,12 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		}
 		for i, e := range entries {
 			pos := position{e.Partition, e.Seq}
-			if i < len(f.Results) && (f.Results[i] == wire.CodeStaleDelivery || f.Results[i] == wire.CodeNotLeader || f.Results[i] == wire.CodeDataCorrupt) {
+			if i < len(f.Results) && slices.Contains([]wire.Code{wire.CodeStaleDelivery, wire.CodeNotLeader, wire.CodeDataCorrupt, wire.CodeUnavailable}, f.Results[i]) {
 				// Stale here, or this node did not deliver the partition
 				// when it got the ack: not acked here, maybe acked where
 				// it is delivered now (or once this node took office, or
-				// once its damaged only replica was repaired).
+				// once its only replica, here, delivers again or was
+				// repaired).
 				c.orphan(l, e, f.Results[i])
 			}
 			if u, ok := l.unanswered[pos]; ok && u.DeliveryID == e.DeliveryID {
@@ -478,13 +479,16 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 // orphan makes an unanswered ack of lane l, answered code, an orphan,
 // asked after on every lane. A single node's answer is final: nothing to
 // ask elsewhere — but for DATA_CORRUPT, a partition whose only replica
-// is unopened for damage, which may hold the ack durable: asked again
-// until the repair lets it tell (seed 1127 of `--nodes 1`: answered
-// NOT_LEADER then, the consumer took the answer for a redelivery to come
-// while the ack was durable, and waited for good).
+// is unopened for damage, and UNAVAILABLE, one whose only replica is not
+// delivering yet, either of which may hold the ack durable: asked again
+// until the repair or the replica lets it tell (seed 1127 of `--nodes 1`:
+// answered NOT_LEADER then, the consumer took the answer for a
+// redelivery to come while the ack was durable, and waited for good;
+// seed 7 of `--nodes 1`, the metadata log flipped: the same while the
+// replica restarted in place).
 func (c *consumer) orphan(l *lane, e wire.AckEntry, code wire.Code) {
 	pos := position{e.Partition, e.Seq}
-	final := len(c.lanes) == 1 && code != wire.CodeDataCorrupt
+	final := len(c.lanes) == 1 && code != wire.CodeDataCorrupt && code != wire.CodeUnavailable
 	if u, ok := l.unanswered[pos]; !ok || u.DeliveryID != e.DeliveryID || final {
 		return
 	}
