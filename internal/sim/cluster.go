@@ -495,7 +495,7 @@ func newClusterSim(o ClusterOptions) *sim {
 		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace, DeadLetters: o.DeadLetters && o.GroupDeletes == 0},
 		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: o.Replicas, syncAll: o.SyncAll,
 		retention: o.Retention, retentionBytes: o.Retention.Bytes, retentionMs: o.Retention.AgeMs,
-		clusterFaults: o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, memberEvents: map[string]int{}}
+		clusterFaults: o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, ackEntryCodes: map[wire.Code]int{}, memberEvents: map[string]int{}}
 	s.opts.setDefaults()
 	if o.Retention.Bytes > 0 {
 		s.replays = newReplayWatch(chk)
@@ -674,6 +674,7 @@ func (s *sim) runPhases() Result {
 	}
 	r.MinorityPromiseLosses = s.minorityPromiseLosses
 	r.PubErrors = s.pubErrors
+	r.AckEntryCodes = s.ackEntryCodes
 	r.PubBatches = s.pubBatches
 	r.Members = s.memberEvents
 	if s.sched != nil {

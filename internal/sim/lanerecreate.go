@@ -33,10 +33,11 @@ import (
 // operator deleted (read from its SCHEDULE record as it is acknowledged:
 // an owner that had not applied the delete yet admits it for the old
 // topic) is not required to be published — it may have landed in the
-// deleted topic, or be an intent resolved UNKNOWN — only at most once; a SCHEDULE answered
-// NOT_FOUND while its destination is re-created is sent again. A
-// re-created destination is not held to ScheduledOnTime from its first
-// delete on: its lanes wait for the operator whenever an owner breaks one.
+// deleted topic, or be an intent resolved UNKNOWN — only at most once; a
+// SCHEDULE answered NOT_FOUND while its destination is re-created is
+// sent again. A re-created destination is not held to ScheduledOnTime
+// from its first delete on: its lanes wait for the operator whenever an
+// owner breaks one.
 const (
 	LaneFiresOnlyIntoItsIncarnation = "LaneFiresOnlyIntoItsIncarnation"
 	// laneRecreate is the pauser's hold that re-creates the destination
@@ -49,9 +50,8 @@ const (
 
 // recreation is the lanePauser's state for re-created destinations.
 type recreation struct {
-	// fromInc is the incarnation being deleted, toInc the one declared
-	// (0 until its DECLARE was answered).
-	fromInc, toInc uint64
+	// fromInc is the incarnation being deleted.
+	fromInc uint64
 	// deletedUpTo: by topic, the latest incarnation whose delete was
 	// asked.
 	deletedUpTo map[string]uint64
@@ -134,7 +134,7 @@ func (p *lanePauser) startRecreate() {
 		s.w.after(s.w.between(lanePauseGapMinMs, lanePauseGapMaxMs), p.pause)
 		return
 	}
-	r.fromInc, r.toInc = cur, 0
+	r.fromInc = cur
 	r.deletedUpTo[topic] = cur
 	sc := s.sched
 	for i := range sc.unseen {
@@ -189,7 +189,6 @@ func (p *lanePauser) tryDeclare(gen int) {
 				return
 			}
 			p.gen++
-			r.toInc = cur
 			r.recreated++
 			r.watching[topic] = true
 			s.w.tracef("lane %s: declared again as incarnation %d (answered by %s)", topic, cur, b.id)

@@ -251,6 +251,9 @@ type Result struct {
 	// PubErrors counts the errors producers got for their publishes, by
 	// code (cluster runs).
 	PubErrors map[wire.Code]int
+	// AckEntryCodes counts the ACK entries answered other than OK in an
+	// ACK_OK, by code (cluster runs).
+	AckEntryCodes map[wire.Code]int
 	// Members counts what group members went through (ClusterOptions.
 	// Members): "joins", "assigns", "revokes", "fenced", "crashes",
 	// "dropped" (a message of a partition not held).
@@ -348,6 +351,7 @@ type sim struct {
 	// What clients heard (scripted scenarios assert on it): ERR codes
 	// answering a PUB or an ACK, and acks confirmed (ACK_OK results OK).
 	pubErrors, ackErrors map[wire.Code]int
+	ackEntryCodes        map[wire.Code]int
 	pubBatches           int            // Result.PubBatches
 	memberEvents         map[string]int // Result.Members
 	acksConfirmed        int
@@ -416,7 +420,7 @@ func newSim(opts Options) *sim {
 	b.damaged = damaged
 	b.dedupSnapshotBytes = dedupSnapshotBytes // restarts start from dedup snapshots, as a cluster's nodes do
 	s := &sim{opts: opts, w: w, b: b, nodes: []*broker{b}, chk: chk, partitioned: map[string]bool{},
-		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{},
+		pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, ackEntryCodes: map[wire.Code]int{},
 		repaired: map[string]int{}, nodeLines: map[string]int{}, stateFlips: map[string]int{}, ledgerFlips: map[string]*ledgerFlip{}, acksForgotten: map[string]int{},
 		memberEvents: map[string]int{}, doubleFlips: rand.New(rand.NewPCG(opts.Seed, 0x746f70696373)), durable: map[uint32]uint64{}}
 	s.watchForRepair()

@@ -401,6 +401,9 @@ func (c *consumer) onFrame(cn *conn, corr uint64, f wire.Frame) {
 		}
 		for i, e := range entries {
 			pos := position{e.Partition, e.Seq}
+			if i < len(f.Results) && f.Results[i] != wire.CodeOK {
+				c.s.ackEntryCodes[f.Results[i]]++
+			}
 			if i < len(f.Results) && slices.Contains([]wire.Code{wire.CodeStaleDelivery, wire.CodeNotLeader, wire.CodeDataCorrupt, wire.CodeUnavailable}, f.Results[i]) {
 				// Stale here, or this node did not deliver the partition
 				// when it got the ack: not acked here, maybe acked where
