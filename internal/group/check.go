@@ -111,9 +111,9 @@ func (g *State) CheckRebalance(before *State, topics Topics) *invariant.Violatio
 // before a command and after it: a member present in both (the same
 // incarnation) that was settled before — holding all its targets and
 // nothing else, none under a pending REVOKE — and keeps the same targets
-// hears nothing: no
-// new notice names it, and it holds the same partitions at the same
-// epochs (incremental rebalance: unaffected members keep their epochs).
+// hears nothing: no new notice names it, and it holds the same
+// partitions at the same epochs (incremental rebalance: unaffected
+// members keep their epochs).
 func (g *State) CheckQuiet(before *State) *invariant.Violation {
 	if g.Mode == Shared {
 		return nil
