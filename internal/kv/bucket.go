@@ -69,6 +69,10 @@ type Mutations struct {
 	// raising the floor, so a watcher resumes past them without knowing
 	// what it missed (DroppedNeverSkippedSilently).
 	DropKeepsFloor bool
+	// FenceKeepsFloor: a fence record raises no floor, so a watcher that
+	// saw a write a repair dropped resumes past the loss without knowing
+	// (LossExpiresEveryCursor).
+	FenceKeepsFloor bool
 }
 
 // ErrConfig: a Config is invalid.
@@ -120,6 +124,8 @@ const (
 	// Checkpointed: a checkpoint's chunk; nothing changed (LastCheckpoint
 	// moves when it completes a checkpoint).
 	Checkpointed
+	// Fenced: a fence record; the floor rose above it.
+	Fenced
 )
 
 func (o Outcome) String() string {
@@ -130,6 +136,8 @@ func (o Outcome) String() string {
 		return "Refused"
 	case Compacted:
 		return "Compacted"
+	case Fenced:
+		return "Fenced"
 	case NotRevision:
 		return "NotRevision"
 	case Checkpointed:
@@ -197,6 +205,13 @@ type Bucket struct {
 
 // NewBucket returns an empty bucket whose log starts at seq 1.
 func NewBucket(cfg Config) (*Bucket, error) { return newBucketAt(cfg, 1) }
+
+// NewBucketAfter returns an empty bucket created by the record at seq:
+// seqs through it are applied, and its floor is above them, so a watcher
+// whose cursor is at or below seq — one of a bucket of that name deleted
+// before — gets CURSOR_EXPIRED instead of going on with what it derived
+// from that one (RecreationExpiresOldCursors).
+func NewBucketAfter(cfg Config, seq uint64) (*Bucket, error) { return newBucketAt(cfg, seq+1) }
 
 // newBucketAt returns an empty bucket whose floor is startSeq.
 func newBucketAt(cfg Config, startSeq uint64) (*Bucket, error) {
@@ -281,6 +296,12 @@ func (b *Bucket) Apply(seq uint64, r Record) (ApplyResult, error) {
 	b.logBytesSince += recordBytes(r)
 	if w.Op == OpCompact {
 		return ApplyResult{Outcome: Compacted, PurgedKeys: b.purge(w.TimestampMs)}, nil
+	}
+	if w.Op == OpFence {
+		if !b.cfg.Mutations.FenceKeepsFloor {
+			b.floor = max(b.floor, seq+1)
+		}
+		return ApplyResult{Outcome: Fenced}, nil
 	}
 	key := string(w.Key)
 	// The condition is checked again here, against the committed state,

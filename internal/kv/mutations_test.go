@@ -65,6 +65,8 @@ func TestMutationsAreCaught(t *testing.T) {
 			map[string]func(tb, Mutations){"leaderWaitsForItsReignStart": leaderWaitsForItsReignStart}, false},
 		{"DropKeepsFloor", Mutations{DropKeepsFloor: true},
 			map[string]func(tb, Mutations){"droppedSeqsExpireWatchers": droppedSeqsExpireWatchers}, false},
+		{"FenceKeepsFloor", Mutations{FenceKeepsFloor: true},
+			map[string]func(tb, Mutations){"fenceExpiresEveryCursor": fenceExpiresEveryCursor}, false},
 		{"CheckpointUnverified", Mutations{CheckpointUnverified: true},
 			map[string]func(tb, Mutations){"divergedReplicaStopsAtCheckpoint": divergedReplicaStopsAtCheckpoint}, false},
 	} {

@@ -87,6 +87,12 @@ const (
 	// OpCheckpoint is one chunk of a checkpoint (checkpoint.go): not a
 	// revision, and it changes no state.
 	OpCheckpoint
+	// OpFence follows a repair that dropped seqs of the bucket's log (not
+	// a revision; no key; its value lists the dropped spans it answers,
+	// FenceSpans): the floor rises above it, so every watcher whose cursor
+	// is at or below it — every one that may have seen a lost write —
+	// lists the bucket again (LossExpiresEveryCursor).
+	OpFence
 )
 
 func (o Op) String() string {
@@ -99,12 +105,14 @@ func (o Op) String() string {
 		return "compact"
 	case OpCheckpoint:
 		return "checkpoint"
+	case OpFence:
+		return "fence"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
 
 func opOf(name []byte) (Op, bool) {
-	for _, o := range []Op{OpPut, OpDelete, OpCompact, OpCheckpoint} {
+	for _, o := range []Op{OpPut, OpDelete, OpCompact, OpCheckpoint, OpFence} {
 		if string(name) == o.String() {
 			return o, true
 		}
@@ -175,16 +183,19 @@ func DecodeRecord(r Record) (Write, error) {
 		if h.Key != ExpectHeader || len(h.Value) != expectBytes {
 			return Write{}, fmt.Errorf("%w: second header %q of %d bytes, want %q of %d", ErrMalformed, h.Key, len(h.Value), ExpectHeader, expectBytes)
 		}
-		if op == OpCompact {
-			return Write{}, fmt.Errorf("%w: a conditional compaction", ErrMalformed)
+		if op == OpCompact || op == OpFence {
+			return Write{}, fmt.Errorf("%w: a conditional %s", ErrMalformed, op)
 		}
 		w.Conditional, w.Expected = true, binary.BigEndian.Uint64(h.Value)
 	default:
 		return Write{}, fmt.Errorf("%w: %d headers", ErrMalformed, len(r.Headers))
 	}
-	if op == OpCompact {
-		if len(r.Key) != 0 || len(r.Value) != 0 {
-			return Write{}, fmt.Errorf("%w: a compaction with a key or value", ErrMalformed)
+	if op == OpCompact || op == OpFence {
+		if len(r.Key) != 0 || op == OpCompact && len(r.Value) != 0 {
+			return Write{}, fmt.Errorf("%w: a %s with a key or value", ErrMalformed, op)
+		}
+		if _, err := FenceSpans(w); op == OpFence && err != nil {
+			return Write{}, err
 		}
 		return w, nil
 	}
@@ -215,4 +226,42 @@ func checkKey(key []byte, keyBytesMax int) error {
 // with the same time).
 func CompactRecord(nowMs int64) Record {
 	return EncodeRecord(Write{Op: OpCompact, TimestampMs: nowMs})
+}
+
+// Span is a range of seqs, First through Last.
+type Span struct{ First, Last uint64 }
+
+// FenceSpansMax bounds the spans one fence record lists.
+const FenceSpansMax = 4096
+
+const spanBytes = 16
+
+// FenceRecord is the record that expires every watcher's cursor at or
+// below its seq (OpFence): the leader of a bucket whose log lost seqs to
+// a repair proposes it once it stepped over them, naming them (at most
+// FenceSpansMax), so that a replay tells a loss fenced then from one a
+// later repair made below it.
+func FenceRecord(lost []Span) Record {
+	value := make([]byte, 0, spanBytes*len(lost))
+	for _, sp := range lost {
+		value = binary.BigEndian.AppendUint64(value, sp.First)
+		value = binary.BigEndian.AppendUint64(value, sp.Last)
+	}
+	return EncodeRecord(Write{Op: OpFence, Value: value})
+}
+
+// FenceSpans decodes the spans a fence record answers.
+func FenceSpans(w Write) ([]Span, error) {
+	if len(w.Value)%spanBytes != 0 || len(w.Value) > spanBytes*FenceSpansMax {
+		return nil, fmt.Errorf("%w: a fence of %d bytes", ErrMalformed, len(w.Value))
+	}
+	spans := make([]Span, 0, len(w.Value)/spanBytes)
+	for b := w.Value; len(b) > 0; b = b[spanBytes:] {
+		sp := Span{binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:])}
+		if sp.First == 0 || sp.Last < sp.First {
+			return nil, fmt.Errorf("%w: a fence naming seqs %d-%d", ErrMalformed, sp.First, sp.Last)
+		}
+		spans = append(spans, sp)
+	}
+	return spans, nil
 }

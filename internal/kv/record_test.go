@@ -15,6 +15,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Op: OpDelete, Key: []byte("k"), TimestampMs: 1e12},
 		{Op: OpDelete, Key: []byte("k"), Conditional: true, Expected: 3},
 		{Op: OpCompact, TimestampMs: 99},
+		{Op: OpFence},
+		{Op: OpFence, Value: FenceRecord([]Span{{3, 5}, {9, 9}}).Value},
 	} {
 		got, err := DecodeRecord(EncodeRecord(w))
 		if err != nil {
@@ -48,6 +50,12 @@ func TestDecodeRecordRefusesMalformed(t *testing.T) {
 		{"short expect", Record{Key: []byte("k"), Headers: []Header{op("put"), {Key: ExpectHeader, Value: []byte{1}}}}, ErrMalformed},
 		{"foreign second header", Record{Key: []byte("k"), Headers: []Header{op("put"), {Key: "x", Value: make([]byte, 8)}}}, ErrMalformed},
 		{"three headers", Record{Key: []byte("k"), Headers: []Header{op("put"), expect, expect}}, ErrMalformed},
+		{"fence with key", Record{Key: []byte("k"), Headers: []Header{op("fence")}}, ErrMalformed},
+		{"conditional fence", Record{Headers: []Header{op("fence"), expect}}, ErrMalformed},
+		{"fence of a partial span", Record{Value: make([]byte, 15), Headers: []Header{op("fence")}}, ErrMalformed},
+		{"fence of seq 0", Record{Value: make([]byte, 16), Headers: []Header{op("fence")}}, ErrMalformed},
+		{"fence of a span backwards", Record{Value: FenceRecord([]Span{{5, 4}}).Value, Headers: []Header{op("fence")}}, ErrMalformed},
+		{"fence of too many spans", Record{Value: FenceRecord(make([]Span, FenceSpansMax+1)).Value, Headers: []Header{op("fence")}}, ErrMalformed},
 	} {
 		_, err := DecodeRecord(tc.r)
 		if !errors.Is(err, tc.want) {
@@ -68,6 +76,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		{Op: OpDelete, Key: []byte("k"), Conditional: true, Expected: 3},
 		{Op: OpCompact, TimestampMs: 99},
 		{Op: OpCheckpoint, Value: []byte("chunk"), TimestampMs: 3, Chunk: CheckpointChunk{Base: 9, Index: 1, Count: 2}},
+		{Op: OpFence, Value: FenceRecord([]Span{{3, 5}}).Value},
 	} {
 		r := EncodeRecord(w)
 		var k1 string

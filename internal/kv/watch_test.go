@@ -113,6 +113,8 @@ func watchCursorExpired(t tb, m Mutations) {
 // again, one past them goes on. Out of order is refused.
 func TestDropRaisesTheFloorOverTheLostSeqs(t *testing.T) { droppedSeqsExpireWatchers(t, Mutations{}) }
 
+func TestFenceExpiresEveryCursor(t *testing.T) { fenceExpiresEveryCursor(t, Mutations{}) }
+
 func droppedSeqsExpireWatchers(t tb, m Mutations) {
 	r := newRun(m)
 	r.mustApply(t, put("a", "1", 0))       // 1
@@ -138,5 +140,37 @@ func droppedSeqsExpireWatchers(t tb, m Mutations) {
 		if err := r.b.Drop(d[0], d[1]); !errors.Is(err, ErrOutOfOrder) || r.b.Applied() != 5 {
 			t.Fatalf("Drop(%d, %d) after 5: %v, applied %d", d[0], d[1], err, r.b.Applied())
 		}
+	}
+}
+
+// fenceExpiresEveryCursor: a watcher that saw the write at 2 before a
+// repair dropped it — its cursor past the drop — is not expired by the
+// drop itself; the fence the leader proposes after it expires every
+// cursor up to the fence, that one included, and a watch from past the
+// fence runs on (LossExpiresEveryCursor).
+func fenceExpiresEveryCursor(t tb, m Mutations) {
+	// The log after the repair, replayed: a=1 at 1, seq 2 (a=2, which
+	// the watcher saw) dropped, b=1 at 3.
+	r := newRun(m)
+	r.mustApply(t, put("a", "1", 0)) // 1
+	if err := r.b.Drop(2, 2); err != nil {
+		t.Fatal(err)
+	}
+	r.mustApply(t, put("b", "1", 0)) // 3
+	sawLost := Cursor{Next: 4}
+	if got, _ := watchAll(t, r.b, sawLost, 10); len(got) != 0 {
+		t.Fatalf("before the fence, the watch past the drop: %v", got)
+	}
+	if _, res, err := r.apply(FenceRecord([]Span{{2, 2}})); err != nil || res.Outcome != Fenced {
+		t.Fatalf("the fence applied: %+v, %v", res, err)
+	}
+	for _, c := range []Cursor{{Next: 3}, sawLost} {
+		if got := describe(r.b.Watch(c, 10).Events); !slices.Equal(got, []string{"CURSOR_EXPIRED floor=5"}) {
+			t.Fatalf("watch from %d after the fence at 4: %v", c.Next, got)
+		}
+	}
+	r.mustApply(t, put("c", "1", 0)) // 5
+	if got, _ := watchAll(t, r.b, Cursor{Next: 5}, 10); !slices.Equal(got, []string{"PUT c@5"}) {
+		t.Fatalf("watch from past the fence: %v", got)
 	}
 }

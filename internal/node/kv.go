@@ -21,7 +21,8 @@ package node
 // configuration included, in the log itself: the leader writes one once
 // the log since the last one outgrows max(Config.KVCheckpointMinBytes,
 // the state), the partition's log is compacted through the latest
-// complete one (kvCompactLimit), and a runner whose log starts after what
+// complete one (kvCompactLimit; a bucket of one replica, through the one
+// before), and a runner whose log starts after what
 // it applied (a restart after truncation, a follower reset to its
 // leader's snapshot point) reads on from the log's start to the first
 // complete checkpoint, loads the bucket from it and applies what follows.
@@ -38,6 +39,7 @@ package node
 // watches from its bucket, and proposes compaction records.
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +50,7 @@ import (
 	"time"
 
 	"github.com/nereus-broker/nereus/internal/kv"
+	"github.com/nereus-broker/nereus/internal/replog"
 	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
@@ -168,10 +171,20 @@ type kvRunner struct {
 	// read the whole log without another, the bucket cannot be rebuilt
 	// (ready says so; only a delete of the bucket is taken).
 	seekLost *wire.Error
+	// seekCreation: the rebuild under way follows a gap that may have held
+	// the bucket's creation (stepOverGap), so a creation record ends it
+	// too.
+	seekCreation bool
 	// dropped: a repair's gap was stepped over (kv.Bucket.Drop), so the
 	// state may miss the dropped writes, and the next complete checkpoint
 	// gives the bucket instead of being checked against it.
 	dropped bool
+	// lost: seqs a repair dropped that this runner stepped over
+	// (stepOverGap) and that no fence applied since names, nor a
+	// checkpoint the bucket was rebuilt from holds; the leader proposes a
+	// fence naming them (maybeFence), fencing while it is in flight.
+	lost    []kv.Span
+	fencing bool
 	// seeker, when set, rebuilds the bucket: the log starts after what
 	// this runner applied, so it reads on to the first complete
 	// checkpoint (no bucket until then).
@@ -180,6 +193,9 @@ type kvRunner struct {
 	// (published as the partition's kvCompactLimit); voidChunks counts
 	// the checkpoint chunks applied that counted toward none (tests).
 	checkpointBase uint64
+	// prevCheckpointBase is the base of the complete checkpoint before
+	// that one (0: none applied since the runner started).
+	prevCheckpointBase uint64
 	// deleteSeq is the seq of the latest delete record applied: the log
 	// before it holds nothing anyone needs (DeletedBucketKeepsNoLog).
 	deleteSeq  uint64
@@ -319,6 +335,7 @@ func (r *kvRunner) round() {
 		r.maybeCompact()
 	}
 	r.maybeCheckpoint()
+	r.maybeFence()
 	if r.leader == nil || r.leader.Inflight() == 0 {
 		clear(r.results)
 	}
@@ -369,7 +386,21 @@ func (r *kvRunner) catchUp() {
 			r.cannotRead(err)
 			return
 		}
-		for i := range entries {
+		for i := 0; i < len(entries); i++ {
+			if replog.IsLost(&entries[i].Record) && !r.n.cfg.Mutations.KVLostRecordSkipped {
+				// A member alone's repair filled dropped seqs with lost
+				// records: a gap, as a single node's repair leaves one.
+				j := i
+				for j+1 < len(entries) && replog.IsLost(&entries[j+1].Record) {
+					j++
+				}
+				if err := r.stepOverGap(entries[j].Seq + 1); err != nil {
+					r.fail(err)
+					return
+				}
+				i = j
+				continue
+			}
 			apply := r.apply
 			if r.seeker != nil {
 				apply = r.seek
@@ -386,11 +417,18 @@ func (r *kvRunner) catchUp() {
 	}
 	r.unreadable = nil
 	if r.state != nil && r.state.LastCheckpoint() > r.checkpointBase {
-		r.checkpointBase = r.state.LastCheckpoint()
+		r.prevCheckpointBase, r.checkpointBase = r.checkpointBase, r.state.LastCheckpoint()
 	}
 	// The log may go through the latest checkpoint's base, or up to the
-	// latest delete record (kept: a rebuild starts at it).
+	// latest delete record (kept: a rebuild starts at it). A bucket of
+	// one replica keeps the log from its previous checkpoint on: no other
+	// copy can make a damaged chunk of the latest one whole, and the
+	// previous one, with the records after it, rebuilds the bucket
+	// instead (CheckpointDamageCostsNoBucket).
 	limit := r.checkpointBase
+	if r.t.cfg.Replicas <= 1 && !r.n.cfg.Mutations.KVLoneKeepsOneCheckpoint {
+		limit = r.prevCheckpointBase
+	}
 	if r.deleteSeq > 0 {
 		limit = max(limit, r.deleteSeq-1)
 	}
@@ -418,17 +456,36 @@ func (r *kvRunner) cannotRead(err error) {
 	r.unreadable = wire.Errorf(wire.CodeUnavailable, "bucket %q: its log could not be read at seq %d (%v); retry", r.bucket, r.applied+1, err)
 }
 
-// stepOverGap moves past seqs a repair dropped, up to next (exclusive):
+// KVRebuiltMessage is the INFO line of a bucket loaded from a checkpoint
+// in its log (its base: the seq the checkpoint's state is as of).
+const KVRebuiltMessage = "kv: bucket rebuilt from its checkpoint"
+
+// stepOverGap moves past seqs a repair dropped, up to next (exclusive;
+// a gap of a single node's log, lost records of a member alone's):
 // the bucket keeps what it had and raises its floor above them
 // (kv.Bucket.Drop: its watchers list again); a rebuild under way starts
 // over at the next complete checkpoint.
 func (r *kvRunner) stepOverGap(next uint64) error {
 	first := r.applied + 1
 	r.n.log.Warn("kv: the bucket's log lost seqs to a repair; their writes are gone, its watchers list again", "bucket", r.bucket, "first_seq", first, "last_seq", next-1)
+	if n := len(r.lost); n > 0 && r.lost[n-1].Last+1 == first {
+		r.lost[n-1].Last = next - 1
+	} else {
+		r.lost = append(r.lost, kv.Span{First: first, Last: next - 1})
+	}
 	switch {
 	case r.seeker != nil:
 		r.seeker = kv.NewSeeker(r.n.cfg.Mutations.KV) // a checkpoint the gap cut completes nothing
 		r.seekLost = wire.Errorf(wire.CodeDataCorrupt, "bucket %q lost the checkpoint it is rebuilt from to a repair (seqs %d-%d) and its log holds no later one: it cannot be rebuilt; delete the bucket and create it again", r.bucket, first, next-1)
+	case r.state == nil && !r.n.cfg.Mutations.KVLostCreationSkipped:
+		// No bucket in the log read so far (never created, or deleted):
+		// the gap may have held its creation, and a bucket whose records
+		// follow would answer NOT_FOUND for good. It is rebuilt from what
+		// comes next — a checkpoint (which carries the configuration), or
+		// a creation record when the gap held none — and what lies between
+		// is lost: its watchers list again (LostCreationIsSaid).
+		r.seeker, r.seekCreation = kv.NewSeeker(r.n.cfg.Mutations.KV), true
+		r.seekLost = wire.Errorf(wire.CodeDataCorrupt, "bucket %q: its log lost seqs %d-%d to a repair where it had no bucket (they may have held its creation), and no checkpoint or creation follows: it cannot be rebuilt; delete the bucket and create it again", r.bucket, first, next-1)
 	case r.state != nil:
 		if err := r.state.Drop(first, next-1); err != nil {
 			return err
@@ -497,10 +554,16 @@ func (r *kvRunner) seek(e *storage.Entry) error {
 		}
 		if c.Deleted {
 			// No bucket after a delete, whatever came before: rebuilt.
-			r.conf, r.state, r.seeker, r.seekLost = &c, nil, nil, nil
+			r.conf, r.state, r.seeker, r.seekLost, r.seekCreation = &c, nil, nil, nil, false
 			r.applied, r.deleteSeq = e.Seq, e.Seq
 			r.n.log.Info("kv: bucket rebuilt from a delete record: no bucket", "bucket", r.bucket, "applied", e.Seq)
 			return nil
+		}
+		if r.seekCreation {
+			// The bucket starts here: nothing before it is its own.
+			r.seeker, r.seekLost, r.seekCreation = nil, nil, false
+			r.n.log.Info("kv: bucket rebuilt from its creation record", "bucket", r.bucket, "applied", e.Seq)
+			return r.applyConfig(e.Seq, rec.Headers[0].Value)
 		}
 	}
 	c, err := r.seeker.Add(e.Seq, kvRecord(&e.Record))
@@ -512,14 +575,16 @@ func (r *kvRunner) seek(e *storage.Entry) error {
 		return nil
 	}
 	conf := kvBucketConf{History: c.HistoryMax, TombstoneTTLMs: c.TombstoneTTLms}
-	b, err := kv.LoadCheckpoint(kvConfig(conf, r.n.cfg.RecordBytesMax), *c, e.Seq)
+	b, err := kv.LoadCheckpoint(r.bucketConfig(conf), *c, e.Seq)
 	if err != nil {
 		return err
 	}
-	r.conf, r.state, r.seeker, r.seekLost = &conf, b, nil, nil
+	r.conf, r.state, r.seeker, r.seekLost, r.seekCreation = &conf, b, nil, nil, false
+	// What gaps below its base dropped, the checkpoint holds.
+	r.lost = slices.DeleteFunc(r.lost, func(sp kv.Span) bool { return sp.Last <= c.Snapshot.Applied })
 	r.rebuilds++
 	r.n.metrics.kvRebuilds.WithLabelValues(r.bucket).Inc()
-	r.n.log.Info("kv: bucket rebuilt from its checkpoint", "bucket", r.bucket, "base", c.Snapshot.Applied, "applied", e.Seq, "keys", b.LiveKeys())
+	r.n.log.Info(KVRebuiltMessage, "bucket", r.bucket, "base", c.Snapshot.Applied, "applied", e.Seq, "keys", b.LiveKeys())
 	return nil
 }
 
@@ -546,6 +611,9 @@ func (r *kvRunner) apply(e *storage.Entry) error {
 		return err // malformed: corruption, the cursor stays
 	}
 	r.applied = e.Seq
+	if res.Outcome == kv.Fenced {
+		r.fenced(rec)
+	}
 	if res.Outcome == kv.Checkpointed && !res.ChunkCounted {
 		r.voidChunks++
 	}
@@ -568,13 +636,24 @@ func (r *kvRunner) applyConfig(seq uint64, body []byte) error {
 			r.conf, r.state = &c, nil
 		}
 		r.deleteSeq = seq
+	case r.conf != nil && r.conf.Deleted && !r.n.cfg.Mutations.KVRecreationKeepsFloor:
+		// Created again after a delete: a watcher of the deleted bucket
+		// resuming with its cursor gets CURSOR_EXPIRED (the floor is above
+		// every revision of that one), not the new bucket's events on top
+		// of the old keys it holds.
+		b, err := kv.NewBucketAfter(r.bucketConfig(c), seq)
+		if err != nil {
+			return fmt.Errorf("config record %d: %w", seq, err)
+		}
+		r.conf, r.confSeq, r.state = &c, seq, b
 	case r.conf == nil || r.conf.Deleted:
-		b, err := kv.NewBucket(kvConfig(c, r.n.cfg.RecordBytesMax))
+		b, err := kv.NewBucket(r.bucketConfig(c))
 		if err != nil {
 			return fmt.Errorf("config record %d: %w", seq, err)
 		}
 		// The bucket's revisions start after its config record: the
-		// seqs before it hold nothing it keeps.
+		// seqs before it hold nothing it keeps. Its floor stays at 1, so
+		// a first watch "from the start" (revision 1) is not expired.
 		for s := uint64(1); s <= seq; s++ {
 			if _, err := b.Apply(s, kv.Record{}); err != nil {
 				return err
@@ -590,6 +669,14 @@ func (r *kvRunner) applyConfig(seq uint64, body []byte) error {
 	}
 	r.applied = seq
 	return nil
+}
+
+// bucketConfig is the kernels' configuration of bucket configuration c,
+// with the node's kv mutations (the simulator's).
+func (r *kvRunner) bucketConfig(c kvBucketConf) kv.Config {
+	cfg := kvConfig(c, r.n.cfg.RecordBytesMax)
+	cfg.Mutations = r.n.cfg.Mutations.KV
+	return cfg
 }
 
 func kvConfig(c kvBucketConf, recordBytesMax int) kv.Config {
@@ -675,9 +762,7 @@ func (r *kvRunner) followLeadership() {
 		clear(r.results)
 	}
 	if leading && r.state != nil && r.leader == nil {
-		cfg := kvConfig(*r.conf, r.n.cfg.RecordBytesMax)
-		cfg.Mutations = r.n.cfg.Mutations.KV // the leader kernel's (the simulator's mutations)
-		l, err := kv.NewLeader(cfg, start)
+		l, err := kv.NewLeader(r.bucketConfig(*r.conf), start)
 		if err != nil {
 			r.fail(err)
 			return
@@ -1021,6 +1106,57 @@ func (r *kvRunner) maybeCompact() {
 	r.propose(storageRecord(kv.CompactRecord(now)), func(uint64, *wire.Error) { r.compacting = false })
 }
 
+// maybeFence proposes a fence record after a repair's gap
+// (LossExpiresEveryCursor): the floor it raises expires every watcher
+// whose cursor is at or below it, so one that saw a write the repair
+// dropped lists the bucket again instead of keeping that write in its
+// derived state. The drop's own floor (stepOverGap) reaches only the
+// watchers that had not passed the gap. The fence names the gaps it
+// answers: replayed after a restart it answers those again, but not a
+// gap a later repair made below it (FenceAnswersOnlyItsGaps).
+func (r *kvRunner) maybeFence() {
+	if len(r.lost) == 0 || r.fencing || r.leader == nil {
+		return
+	}
+	if _, err := r.readyBucket(); err != nil {
+		return
+	}
+	r.fencing = true
+	lost := r.lost[:min(len(r.lost), kv.FenceSpansMax)]
+	r.n.log.Info("kv: fencing the bucket's watchers after a repair's loss: every one lists it again", "bucket", r.bucket, "applied", r.applied, "lost", fmt.Sprint(lost))
+	r.propose(storageRecord(kv.FenceRecord(lost)), func(uint64, *wire.Error) { r.fencing = false })
+}
+
+// fenced takes in the fence record rec applied: the gaps it names are
+// answered.
+func (r *kvRunner) fenced(rec *storage.Record) {
+	w, err := kv.DecodeRecord(kvRecord(rec))
+	spans, serr := kv.FenceSpans(w)
+	if err != nil || serr != nil || r.n.cfg.Mutations.KVFenceAnswersAnyGap {
+		r.lost = nil
+		return
+	}
+	r.lost = slices.DeleteFunc(r.lost, func(sp kv.Span) bool { return spansCover(spans, sp) })
+}
+
+// spansCover reports whether the union of spans holds every seq of sp.
+func spansCover(spans []kv.Span, sp kv.Span) bool {
+	sorted := slices.SortedFunc(slices.Values(spans), func(a, b kv.Span) int { return cmp.Compare(a.First, b.First) })
+	next := sp.First
+	for _, s := range sorted {
+		if s.First > next {
+			break
+		}
+		if s.Last >= next {
+			if s.Last >= sp.Last {
+				return true
+			}
+			next = s.Last + 1
+		}
+	}
+	return false
+}
+
 // describe is what KV_BUCKET_LIST says of the bucket as this node
 // applied it (nil: no bucket, or the node is stopping). It waits for the
 // runner's goroutine.
@@ -1158,7 +1294,7 @@ func (r *kvRunner) serveWatch(b *kv.Bucket, w *kvWatchState) bool {
 				w.sink.SendEvent(&wire.KVEvent{Kind: wire.KVEventSkipped, From: ev.From, To: ev.To, Reasons: uint8(ev.Reasons), Floor: b.Floor()})
 			case kv.EventCursorExpired:
 				r.n.metrics.kvExpired.WithLabelValues(r.bucket).Inc()
-				w.sink.End(wire.CursorExpired(ev.Floor, "bucket %q: the watch's next revision %d is below the floor %d (a revision it has not seen was purged); list the bucket and watch again", r.bucket, w.cursor.Next, ev.Floor))
+				w.sink.End(wire.CursorExpired(ev.Floor, "bucket %q: the watch's next revision %d is below the floor %d (a revision it has not seen was purged, or the bucket lost writes to a repair or was created again); list the bucket and watch again", r.bucket, w.cursor.Next, ev.Floor))
 				return false
 			}
 		}
@@ -1439,6 +1575,13 @@ func (n *Node) KVStartWatch(f *wire.KVWatch, sink KVWatchSink) (*KVWatch, error)
 		if _, err := r.readableBucket(); err != nil {
 			sink.End(err)
 			return
+		}
+		if b := r.state; w.cursor.Next <= 1 && r.confSeq > 0 && b.Floor() == r.confSeq+1 {
+			// "From the start" of a bucket created again, whose floor is
+			// above its creation (RecreationExpiresOldCursors): the seqs
+			// before it hold none of its revisions.
+			sink.SendEvent(&wire.KVEvent{Kind: wire.KVEventSkipped, From: w.cursor.Next, To: r.confSeq, Reasons: uint8(kv.SkipOverwritten), Floor: b.Floor()})
+			w.cursor.Next = r.confSeq + 1
 		}
 		r.watches[h] = w
 	})

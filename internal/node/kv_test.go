@@ -633,3 +633,53 @@ func TestKVReadsNeedTheLeadersLease(t *testing.T) {
 	peers.setCut(false)
 	tc.kvLeader("b")
 }
+
+// A watcher of a deleted bucket that resumes with its cursor on the
+// bucket created again under that name gets CURSOR_EXPIRED
+// (RecreationExpiresOldCursors): it holds the old bucket's keys, which
+// the new one's events never delete. It used to go on silently, the new
+// bucket's revisions on top of the old keys (KVRecreationKeepsFloor). A
+// first watch from revision 1 of the new bucket is not expired by that.
+func TestKVRecreatedBucketExpiresOldCursors(t *testing.T) {
+	for _, mutation := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keeps floor=%v", mutation), func(t *testing.T) {
+			h := newHarness(t)
+			h.tune = func(c *Config) { c.Mutations.KVRecreationKeepsFloor = mutation }
+			h.restart()
+			if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
+				t.Fatal(err)
+			}
+			rev := kvPut(t, h.node, "b", "old", "1")
+			if _, err := kvCall(t, "delete b", func(done func(bool, error)) {
+				h.node.KVDeleteBucket("b", func(err error) { done(true, err) })
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
+				t.Fatal(err)
+			}
+			fresh := kvPut(t, h.node, "b", "new", "1")
+			for _, from := range []uint64{rev + 1, 1} {
+				rec := &watchRecorder{}
+				w, err := h.node.KVStartWatch(&wire.KVWatch{Bucket: "b", FromRevision: from, Credit: 100}, rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Cancel()
+				eventually(t, fmt.Sprintf("the watch from %d hears something", from), func() bool {
+					got, end := rec.seen(t, from)
+					return len(got) > 0 || end != nil
+				})
+				got, end := rec.seen(t, from)
+				switch {
+				case from == 1 && (end != nil || len(got) == 0 || got[0] != fmt.Sprintf("%d:put:new=1", fresh)):
+					t.Fatalf("a first watch from 1: %v, %v; want the new bucket's revisions", got, end)
+				case from != 1 && !mutation && (end == nil || end.Code != wire.CodeCursorExpired):
+					t.Fatalf("the old bucket's watcher resuming from %d: %v, %v; want CURSOR_EXPIRED", from, got, end)
+				case from != 1 && mutation && end != nil:
+					t.Fatalf("with the floor kept, the old watcher is not told: %v, %v", got, end)
+				}
+			}
+		})
+	}
+}

@@ -6,9 +6,11 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/kv"
 	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -20,7 +22,9 @@ import (
 // OUTCOME_UNKNOWN. After `nereus repair` it steps over the dropped seq:
 // every other key is back, writes are taken, and a watch from before the
 // gap gets CURSOR_EXPIRED (the floor rose above it) instead of missing
-// the lost write in silence. A checkpoint after the gap holds the state
+// the lost write in silence, and so does a watch from past the gap (one
+// that saw the lost write): the fence the leader writes after the
+// repair expires every cursor up to it. A checkpoint after the gap holds the state
 // as of its base, the lost write included: the bucket is rebuilt from it
 // instead of stopping on its mismatch, and the write is back, watch
 // included. Before, a bucket stopped at the
@@ -113,6 +117,40 @@ func TestKVBucketDamageIsRefusedUntilRepaired(t *testing.T) {
 			if _, end := rec.seen(t, revs[4]); end.Code != wire.CodeCursorExpired {
 				t.Fatalf("watch from %d, before the dropped seq: %v, want CURSOR_EXPIRED", revs[4], end)
 			}
+			// A watcher that saw the lost write — its cursor past the gap,
+			// or past every write before the repair — is told too: the
+			// leader's fence expired every cursor up to it
+			// (LossExpiresEveryCursor).
+			for _, from := range []uint64{revs[6], revs[19] + 1} {
+				rec := &watchRecorder{}
+				w, err := h.node.KVStartWatch(&wire.KVWatch{Bucket: "cfg", FromRevision: from, Credit: 100}, rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Cancel()
+				eventually(t, fmt.Sprintf("the watch from %d ends", from), func() bool { _, end := rec.seen(t, from); return end != nil })
+				if _, end := rec.seen(t, from); end.Code != wire.CodeCursorExpired {
+					t.Fatalf("watch from %d, past the dropped seq: %v, want CURSOR_EXPIRED", from, end)
+				}
+			}
+			// A restart replays the gap and then the fence: no other.
+			type point struct{ applied, floor uint64 }
+			at := func() point {
+				return kvOnRunner(t, h.node, "cfg", func(r *kvRunner) point {
+					if r.state == nil || len(r.lost) > 0 || r.fencing {
+						return point{}
+					}
+					return point{r.applied, r.state.Floor()}
+				})
+			}
+			eventually(t, "the fence applied", func() bool { return at() != point{} })
+			before := at()
+			h.node.Close()
+			h.open()
+			eventually(t, "the bucket replayed after a restart", func() bool { return at().applied >= before.applied })
+			if after := at(); after != before {
+				t.Fatalf("after a restart: applied and floor %+v, before it %+v (fenced again?)", after, before)
+			}
 		})
 	}
 }
@@ -165,35 +203,12 @@ func TestKVBucketThatLostItsCheckpointSaysSo(t *testing.T) {
 	h := newHarness(t)
 	h.tune = func(c *Config) { kvCheckpointTune(c); c.ScrubBytesPerSecond = -1 }
 	h.restart()
-	if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{}
-	for range 5 {
-		kvOverwrites(t, h.node, "b", 10, 200, want)
-	}
+	kvOverwrittenBucket(t, h)
 	eventually(t, "the bucket's log is truncated to its checkpoint", func() bool {
 		return h.node.topics[wire.KVTopic("b")].partitions[0].startSeq.Load() > 1
 	})
 	h.node.Close()
-	dir := path.Join("/data/topics", wire.KVTopic("b"), "0")
-	names, _ := h.fs.List(dir)
-	chunks := 0
-	for _, n := range names {
-		file := path.Join(dir, n)
-		b, err := h.fs.ReadFile(file)
-		if err != nil || !strings.HasSuffix(n, ".log") {
-			continue
-		}
-		for _, sb := range storage.SegmentBatches(b) {
-			if w, err := kv.DecodeRecord(kvRecord(&sb.Entries[0].Record)); err == nil && w.Op == kv.OpCheckpoint {
-				if err := h.fs.FlipBit(file, (sb.Offset+sb.End)/2, 3); err != nil {
-					t.Fatal(err)
-				}
-				chunks++
-			}
-		}
-	}
+	chunks := flipBucketBatches(t, h.fs, "b", -1, func(w kv.Write, _ *storage.Record) bool { return w.Op == kv.OpCheckpoint })
 	if chunks == 0 {
 		t.Fatal("no checkpoint chunk in the bucket's log")
 	}
@@ -223,5 +238,232 @@ func TestKVBucketThatLostItsCheckpointSaysSo(t *testing.T) {
 	kvPut(t, h.node, "b", "new", "1")
 	if got, err := kvGet(t, h.node, "b", "new", 0); err != nil || !got.Found {
 		t.Fatalf("get new = %+v, %v", got, err)
+	}
+}
+
+// A bucket of one replica whose latest checkpoint a bit flip damaged
+// loses nothing (CheckpointDamageCostsNoBucket): its log goes back to the
+// checkpoint before that one, so after `nereus repair` the bucket is
+// rebuilt from it and the records that follow, every write there. It
+// used to be compacted through the latest one, as a replicated bucket's
+// is, and one flipped chunk cost the whole bucket ("delete the bucket
+// and create it again": KVLoneKeepsOneCheckpoint).
+func TestKVBucketOfOneReplicaSurvivesADamagedCheckpoint(t *testing.T) {
+	for _, mutation := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keeps one checkpoint=%v", mutation), func(t *testing.T) {
+			h := newHarness(t)
+			h.tune = func(c *Config) {
+				kvCheckpointTune(c)
+				c.ScrubBytesPerSecond = -1
+				c.Mutations.KVLoneKeepsOneCheckpoint = mutation
+			}
+			h.restart()
+			want := kvOverwrittenBucket(t, h)
+			// The log truncated: to the previous checkpoint, or (the
+			// mutation) past its first chunk, so that only the latest
+			// checkpoint can rebuild the bucket. More writes until then
+			// (truncation goes by whole segments).
+			var latest uint64
+			truncated := func() bool {
+				type bases struct{ prev, latest uint64 }
+				b := kvOnRunner(t, h.node, "b", func(r *kvRunner) bases { return bases{r.prevCheckpointBase, r.checkpointBase} })
+				start := h.node.topics[wire.KVTopic("b")].partitions[0].startSeq.Load()
+				latest = b.latest
+				return b.prev > 0 && start > 1 && (!mutation || start > b.prev+1)
+			}
+			for i := 0; !truncated(); i++ {
+				if i == 20 {
+					t.Fatal("the bucket's log is not truncated as the case needs")
+				}
+				kvOverwrites(t, h.node, "b", 10, 50, want)
+				time.Sleep(50 * time.Millisecond)
+			}
+			h.node.Close()
+			if flipBucketBatches(t, h.fs, "b", 1, func(w kv.Write, _ *storage.Record) bool {
+				return w.Op == kv.OpCheckpoint && w.Chunk.Base == latest
+			}) == 0 {
+				t.Fatalf("no chunk of the latest checkpoint (base %d) in the log", latest)
+			}
+			if _, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage}); err != nil {
+				t.Fatal(err)
+			}
+			h.open()
+			if mutation {
+				eventually(t, "the bucket says it cannot be rebuilt", func() bool {
+					_, err := kvGet(t, h.node, "b", "key-0", 0)
+					var we *wire.Error
+					return errors.As(err, &we) && we.Code == wire.CodeDataCorrupt && strings.Contains(we.Message, "delete the bucket")
+				})
+				return
+			}
+			eventually(t, "the bucket answers", func() bool { _, err := kvGet(t, h.node, "b", "key-0", 0); return err == nil })
+			checkKVValues(t, h.node, "b", want)
+		})
+	}
+}
+
+// A bucket of one replica whose creation record a bit flip damaged
+// (LostCreationIsSaid): after `nereus repair` its runner cannot know the
+// bucket from the records that follow, so it rebuilds it from the next
+// checkpoint (which carries the configuration; every write through its
+// base back) or, with none, says it cannot be rebuilt — DATA_CORRUPT
+// naming the way out — where it used to answer NOT_FOUND for a bucket its
+// clients created (KVLostCreationSkipped).
+func TestKVBucketThatLostItsCreationSaysSo(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		checkpoint bool // a checkpoint follows the creation
+		mutation   bool
+	}{{"no checkpoint", false, false}, {"a checkpoint after it", true, false}, {"creation skipped", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.tune = func(c *Config) {
+				c.ScrubBytesPerSecond = -1
+				c.Mutations.KVLostCreationSkipped = tc.mutation
+				if tc.checkpoint {
+					kvCheckpointTune(c)
+				}
+			}
+			h.restart()
+			if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{}
+			kvOverwrites(t, h.node, "b", 10, 100, want)
+			if _, base := kvRunnerState(t, h.node, "b"); (base > 0) != tc.checkpoint {
+				t.Fatalf("latest checkpoint at %d: the case proves nothing", base)
+			}
+			h.node.Close()
+			if flipBucketBatches(t, h.fs, "b", 1, func(_ kv.Write, r *storage.Record) bool {
+				return len(r.Headers) > 0 && r.Headers[0].Key == kvConfigHeader
+			}) == 0 {
+				t.Fatal("no creation record in the bucket's log")
+			}
+			if _, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage}); err != nil {
+				t.Fatal(err)
+			}
+			h.open()
+			var err error
+			eventually(t, "the bucket answers", func() bool {
+				_, err = kvGet(t, h.node, "b", "key-0", 0)
+				var we *wire.Error
+				return !errors.As(err, &we) || we.Code != wire.CodeUnavailable
+			})
+			switch {
+			case tc.mutation:
+				wantCode(t, err, wire.CodeNotFound)
+			case tc.checkpoint:
+				if err != nil {
+					t.Fatalf("get after the repair: %v", err)
+				}
+				checkKVValues(t, h.node, "b", want)
+			default:
+				wantCode(t, err, wire.CodeDataCorrupt)
+				if !strings.Contains(err.Error(), "may have held its creation") || !strings.Contains(err.Error(), "delete the bucket") {
+					t.Fatalf("get after the repair: %v, want the lost creation and the way out named", err)
+				}
+			}
+		})
+	}
+}
+
+// flipBucketBatches flips a bit in the middle of each batch of bucket's
+// log (on a closed node) whose first record match takes (w: its KV
+// decoding, zero if none), at most limit of them (-1: every one), and
+// returns how many it flipped.
+func flipBucketBatches(t *testing.T, fsys *vfs.MemFS, bucket string, limit int, match func(w kv.Write, r *storage.Record) bool) int {
+	t.Helper()
+	dir := path.Join("/data/topics", wire.KVTopic(bucket), "0")
+	names, _ := fsys.List(dir)
+	flipped := 0
+	for _, n := range names {
+		file := path.Join(dir, n)
+		b, err := fsys.ReadFile(file)
+		if err != nil || !strings.HasSuffix(n, ".log") {
+			continue
+		}
+		for _, sb := range storage.SegmentBatches(b) {
+			if flipped == limit {
+				return flipped
+			}
+			r := &sb.Entries[0].Record
+			w, _ := kv.DecodeRecord(kvRecord(r))
+			if match(w, r) {
+				if err := fsys.FlipBit(file, (sb.Offset+sb.End)/2, 3); err != nil {
+					t.Fatal(err)
+				}
+				flipped++
+			}
+		}
+	}
+	return flipped
+}
+
+// kvOverwrittenBucket creates bucket b and overwrites 10 keys 1,000
+// times; it returns their values.
+func kvOverwrittenBucket(t *testing.T, h *harness) map[string]string {
+	t.Helper()
+	if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for range 5 {
+		kvOverwrites(t, h.node, "b", 10, 200, want)
+	}
+	return want
+}
+
+// FenceAnswersOnlyItsGaps: a second repair drops a seq below the fence
+// the first one's loss was answered with. Replayed, that fence answers
+// the first gap only, so the leader fences again and a watcher that saw
+// everything — the write the second repair dropped included — gets
+// CURSOR_EXPIRED. With KVFenceAnswersAnyGap the replayed fence answers
+// the new gap too, and that watcher goes on, its lost write kept.
+func TestKVFenceAnswersOnlyItsGaps(t *testing.T) {
+	for _, mutation := range []bool{false, true} {
+		t.Run(fmt.Sprintf("any gap=%v", mutation), func(t *testing.T) {
+			h := newHarness(t)
+			h.tune = func(c *Config) {
+				c.ScrubBytesPerSecond = -1
+				c.Mutations.KVFenceAnswersAnyGap = mutation
+			}
+			h.restart()
+			if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 10 {
+				kvPut(t, h.node, "b", fmt.Sprintf("k%d", i), fmt.Sprintf("first-%d", i))
+			}
+			dir := path.Join("/data/topics", wire.KVTopic("b"), "0")
+			repairFlipping := func(victim string) {
+				h.node.Close()
+				flipInSegments(t, h.fs, dir, []byte(victim))
+				if _, err := Repair(h.fs, "/data", RepairOptions{Partition: -1, Mode: storage.RepairSalvage}); err != nil {
+					t.Fatal(err)
+				}
+				h.open()
+				eventually(t, "the bucket fenced its loss", func() bool {
+					return kvOnRunner(t, h.node, "b", func(r *kvRunner) bool { return r.state != nil && len(r.lost) == 0 && !r.fencing })
+				})
+			}
+			repairFlipping("first-7") // the first repair: fenced
+			end := kvPut(t, h.node, "b", "after", "1")
+			repairFlipping("first-3") // below that fence
+			rec := &watchRecorder{}
+			w, err := h.node.KVStartWatch(&wire.KVWatch{Bucket: "b", FromRevision: end + 1, Credit: 100}, rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Cancel()
+			kvPut(t, h.node, "b", "later", "1")
+			eventually(t, "the watch from past everything hears something", func() bool {
+				got, end := rec.seen(t, end+1)
+				return len(got) > 0 || end != nil
+			})
+			_, stop := rec.seen(t, end+1)
+			if expired := stop != nil && stop.Code == wire.CodeCursorExpired; expired == mutation {
+				t.Fatalf("a watcher that saw the write the second repair dropped: ended %v (the replayed fence answering any gap: %v)", stop, mutation)
+			}
+		})
 	}
 }

@@ -81,6 +81,25 @@ type Mutations struct {
 	// committed log could not be read to its end (a damaged record): it
 	// answers from a state that may miss acknowledged writes.
 	KVAnswersBehind bool
+	// KVLostRecordSkipped: a bucket's runner skips the lost records a
+	// member alone's repair fills dropped seqs with, as control records,
+	// instead of stepping over them as a gap (its watchers never told).
+	KVLostRecordSkipped bool
+	// KVLoneKeepsOneCheckpoint: a bucket of one replica compacts its log
+	// through its latest checkpoint, as a replicated one does, so a
+	// damaged chunk of it leaves nothing to rebuild the bucket from.
+	KVLoneKeepsOneCheckpoint bool
+	// KVLostCreationSkipped: a gap in a bucket's log read before any
+	// creation record is stepped over as if nothing were lost: a bucket
+	// whose creation it held answers NOT_FOUND for good (LostCreationIsSaid).
+	KVLostCreationSkipped bool
+	// KVRecreationKeepsFloor: a bucket created again after a delete starts
+	// with its floor at 1, so a watcher of the deleted one goes on with
+	// its cursor (RecreationExpiresOldCursors).
+	KVRecreationKeepsFloor bool
+	// KVFenceAnswersAnyGap: a fence applied answers every gap stepped over
+	// before it, a later repair's too (FenceAnswersOnlyItsGaps).
+	KVFenceAnswersAnyGap bool
 	// SkipLedgerFsync answers ACKs without fsyncing the group's ledger.
 	SkipLedgerFsync bool
 	// LedgerReplayStopsAtGap stops a single node's ledger replay at the

@@ -93,7 +93,7 @@ func newMetrics() *Metrics {
 		kvWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nereus_kv_writes_total", Help: "KV writes (put, delete, CAS) this node acknowledged as the bucket's leader."}, []string{"bucket"}),
 		kvExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nereus_kv_watch_expired_total", Help: "KV watches this node ended CURSOR_EXPIRED (their next revision was purged)."}, []string{"bucket"}),
+			Name: "nereus_kv_watch_expired_total", Help: "KV watches this node ended CURSOR_EXPIRED (their next revision below the floor: purged, lost to a repair, or of a deleted bucket)."}, []string{"bucket"}),
 		kvCheckpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nereus_kv_checkpoints_total", Help: "Checkpoints of a bucket this node wrote into its log as the leader (the log is truncated through them)."}, []string{"bucket"}),
 		kvRebuilds: prometheus.NewCounterVec(prometheus.CounterOpts{

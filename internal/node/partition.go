@@ -133,8 +133,9 @@ type partitionRunner struct {
 	startSeq  atomic.Uint64
 	commitSeq atomic.Uint64
 	// kvCompactLimit is, on a bucket's partition, the base of the latest
-	// complete checkpoint its runner applied (kv.go): the log may be
-	// compacted through it and no further (0: not at all).
+	// complete checkpoint its runner applied (of one replica: the one
+	// before; kv.go): the log may be compacted through it and no further
+	// (0: not at all).
 	kvCompactLimit atomic.Uint64
 	// schedLimit is a scheduler shard's compaction limit, published by
 	// its runner (sched.State.CompactLimit; 0 until it has one).

@@ -131,6 +131,15 @@ func storageOptions(cfg Config) storage.Options {
 // its partition still apply every seq in turn.
 var lostRecord = storage.Record{Headers: []storage.Header{{Key: ControlHeader, Value: []byte("lost")}}}
 
+// IsLost reports whether r fills a seq a repair of a member alone dropped
+// (RepairAlone): what the seq held is gone. State derived from the log
+// that must not lose a write in silence (a KV bucket's watchers) takes it
+// as a dropped seq, not as a control record to skip.
+func IsLost(r *storage.Record) bool {
+	return len(r.Headers) == 1 && r.Headers[0].Key == ControlHeader && string(r.Headers[0].Value) == "lost" &&
+		len(r.Key) == 0 && len(r.Value) == 0
+}
+
 // AloneRepair is what RepairAlone found in a member alone's directory and
 // did (or, in a dry run, would do).
 type AloneRepair struct {

@@ -55,8 +55,9 @@ type broker struct {
 	stopRestarts  bool
 	damaged       map[uint32]bool // partitions whose files took a bit flip
 	discardLogger *slog.Logger
-	// onLog sees every WARN and ERROR line the node logs, and every
-	// failed start as an ERROR line (nil: nobody watches).
+	// onLog sees every WARN and ERROR line the node logs, the INFO lines
+	// a checker follows (infoWatched), and every failed start as an ERROR
+	// line (nil: nobody watches).
 	onLog func(r slog.Record)
 	// beforeStart, when set, runs before each start opens the node.
 	beforeStart func()
@@ -456,12 +457,16 @@ type logWatch struct {
 	b *broker
 }
 
+// infoWatched: the INFO lines onLog sees too — a bucket loaded from a
+// checkpoint holds what a repair's gap below its base dropped (kvloss.go).
+var infoWatched = map[string]bool{node.KVRebuiltMessage: true}
+
 func (e logWatch) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn || e.Handler.Enabled(ctx, l)
+	return l >= slog.LevelWarn || l == slog.LevelInfo && e.b.onLog != nil || e.Handler.Enabled(ctx, l)
 }
 
 func (e logWatch) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelWarn && e.b.onLog != nil {
+	if (r.Level >= slog.LevelWarn || infoWatched[r.Message]) && e.b.onLog != nil {
 		e.b.onLog(r)
 	}
 	if !e.Handler.Enabled(ctx, r.Level) {

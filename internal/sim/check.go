@@ -428,6 +428,13 @@ func (c *checker) finalChecks(pick func(partition uint32) *broker, partitions ui
 					c.violate(AckedNeverLost, "partition %d unreadable at %d: %v", p, from, err)
 					return
 				}
+				// Damage found only now (after the final power loss: no
+				// repair), refused as DATA_CORRUPT: nothing from here on is
+				// served, damaged or not.
+				if c.unreadable == nil {
+					c.unreadable = map[uint32][]storage.SeqRange{}
+				}
+				c.unreadable[p] = append(c.unreadable[p], storage.SeqRange{First: from, Last: commit})
 				break
 			}
 			for _, e := range entries {

@@ -338,8 +338,24 @@ var ClusterMutations = map[string]node.Mutations{
 	// stalled answers a stale REVISION_MISMATCH).
 	"kv-refuse-without-lease": {KV: kv.Mutations{RefuseWithoutLease: true}},
 	// With --kv: a checkpoint counted wherever it lands
-	// (CheckpointBaseIsPrecedingSeq).
+	// (CheckpointBaseIsPrecedingSeq; the kernel's tests and the model
+	// catch it, the simulator not in 40 seeds of --kv 30).
 	"kv-checkpoint-any-base": {KV: kv.Mutations{CheckpointAnyBase: true}},
+	// With --replicas 1 --kv and bit flips (kvloss.go): the guards of a
+	// bucket of one replica that loses records to a repair
+	// (TestLoneBucketLossesAreSaid).
+	// Its runner skips the lost records a member alone's repair fills
+	// dropped seqs with (LossExpiresEveryCursor: a watcher that saw a
+	// lost write is never told).
+	"kv-lost-record-skipped": {KVLostRecordSkipped: true},
+	// A fence raises no floor (LossExpiresEveryCursor).
+	"kv-fence-keeps-floor": {KV: kv.Mutations{FenceKeepsFloor: true}},
+	// A fence answers every gap before it, one a later repair made too
+	// (LossExpiresEveryCursor).
+	"kv-fence-answers-any-gap": {KVFenceAnswersAnyGap: true},
+	// A gap read before any creation record is stepped over (the bucket
+	// answers NOT_FOUND for good: Liveness).
+	"kv-lost-creation-skipped": {KVLostCreationSkipped: true},
 	// With --schedules: the scheduler's owner and applied state
 	// (sched_mutation_test.go).
 	"sched-publish-without-lease": {Sched: sched.Mutations{PublishWithoutLease: true}},

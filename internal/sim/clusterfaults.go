@@ -8,6 +8,7 @@ import (
 
 	"github.com/nereus-broker/nereus/internal/cluster"
 	"github.com/nereus-broker/nereus/internal/vfs"
+	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 // The faults a cluster run injects (ClusterFaults): one is drawn every 50
@@ -286,6 +287,10 @@ func (s *sim) flipLoneReplica() {
 		s.flipLoneMeta(s.nodes[0])
 		return
 	}
+	if s.kv != nil && s.w.rng.IntN(3) == 0 {
+		s.flipLoneBucket()
+		return
+	}
 	p := uint32(s.w.rng.IntN(int(s.opts.Partitions)))
 	for _, b := range s.nodes {
 		if files := segmentFiles(b.fs, p); len(files) > 0 {
@@ -303,6 +308,28 @@ func (s *sim) flipLoneReplica() {
 				// may hold some, now lost (their messages are delivered
 				// again, at least once).
 				s.loneAcksForgotten(p)
+			}
+			return
+		}
+	}
+}
+
+// flipLoneBucket flips one bit of a segment of the KV bucket's log on
+// the node holding its only replica.
+func (s *sim) flipLoneBucket() {
+	dir := path.Join(dataDir, "topics", wire.KVTopic(kvBucket), "0")
+	for _, b := range s.nodes {
+		names, _ := b.fs.List(dir)
+		var files []string
+		for _, n := range names {
+			if strings.HasSuffix(n, ".log") {
+				files = append(files, path.Join(dir, n))
+			}
+		}
+		if len(files) > 0 {
+			if s.flipFile(b, files[s.w.rng.IntN(len(files))]) {
+				s.flipped[b.id] = true
+				s.repaired["bucket flips"]++
 			}
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/nereus-broker/nereus/internal/meta"
 	"github.com/nereus-broker/nereus/internal/node"
 	"github.com/nereus-broker/nereus/internal/storage"
+	"github.com/nereus-broker/nereus/internal/wire"
 )
 
 // The operator of a cluster whose workload topic has one replica
@@ -36,6 +37,10 @@ func (s *sim) watchLoneRepairs() {
 				s.loneTornTailCut(uint32(logAttrUint(r, "partition")), logAttrUint(r, "first_seq"))
 			case r.Message == tornTailMessage && logAttrString(r, "topic") == meta.MetaTopic:
 				s.metaCut(logAttrUint(r, "first_seq"))
+			case r.Message == tornTailMessage && logAttrString(r, "topic") == wire.KVTopic(kvBucket) && s.kv != nil:
+				s.kv.lose(kvLoss{cutFrom: logAttrUint(r, "first_seq")})
+			case r.Message == node.KVRebuiltMessage && logAttrString(r, "bucket") == kvBucket && s.kv != nil:
+				s.kv.watcher.covered(logAttrUint(r, "base"))
 			}
 			if strings.Contains(r.Message, "nereus repair") {
 				s.askLoneRepair(b, r.Message)
@@ -169,6 +174,14 @@ func (s *sim) repairLone(b *broker) (err error) {
 			if t := l.Report.TornTail; t != nil {
 				s.metaCut(t.FirstSeq)
 			}
+			continue
+		}
+		if l.Topic == wire.KVTopic(kvBucket) && s.kv != nil {
+			loss := kvLoss{dropped: l.Report.Dropped}
+			if t := l.Report.TornTail; t != nil {
+				loss.cutFrom = t.FirstSeq
+			}
+			s.kv.lose(loss)
 			continue
 		}
 		if l.Topic != simTopic || l.Group != "" || l.Partition < 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -32,8 +33,9 @@ import (
 //     never returning (its return after everything), so it may or may not
 //     have taken effect;
 //   - a write refused before the leader proposed it (NOT_LEADER,
-//     UNAVAILABLE, NOT_FOUND, QUORUM_LOST: a KV write's definite
-//     refusals) is not recorded and is sent again, a new operation;
+//     UNAVAILABLE, NOT_FOUND, QUORUM_LOST, DATA_CORRUPT: a KV write's
+//     definite refusals) is not recorded and is sent again, a new
+//     operation;
 //   - a read that failed or was not answered is not recorded (it changed
 //     nothing and observed nothing).
 
@@ -116,6 +118,10 @@ type kvWorkload struct {
 	// reset under them (countRebuilds).
 	logStartMax, checkpointMax uint64
 	rebuilds, resets           int
+	// losses: what a bucket of one replica lost, in time order; operator:
+	// who creates it again when it cannot be rebuilt (kvloss.go).
+	losses   []kvLoss
+	operator *kvRecreator
 }
 
 // countRebuilds adds an incarnation's rebuilds (as it crashes, and at the
@@ -159,6 +165,7 @@ func newKVWorkload(s *sim, opsPerClient int) *kvWorkload {
 		s.w.after(s.w.between(10, 50), c.issue)
 	}
 	kw.watcher = newKVWatcher(kw)
+	kw.operator = &kvRecreator{kw: kw, kvConns: kvConns{make([]*conn, len(s.nodes))}}
 	return kw
 }
 
@@ -397,14 +404,23 @@ func (c *kvClient) onFrame(cn *conn, corr uint64, f wire.Frame) {
 			}
 			c.lastRev[op.in.Key] = current
 			c.record(op, kvOutput{Mismatch: true, Rev: current})
-		case code == wire.CodeNotLeader || code == wire.CodeUnavailable || code == wire.CodeNotFound || code == wire.CodeQuorumLost:
+		case code == wire.CodeNotLeader || code == wire.CodeUnavailable || code == wire.CodeNotFound || code == wire.CodeQuorumLost || code == wire.CodeDataCorrupt:
 			// Refused before anything was proposed: nothing happened. A
-			// leader without a quorum may have been replaced elsewhere.
+			// leader without a quorum may have been replaced elsewhere; a
+			// bucket of one replica found damaged answers nothing until
+			// its node is repaired.
 			if (code == wire.CodeNotLeader || code == wire.CodeQuorumLost) && c.at == slices.Index(c.conns, cn) {
 				c.at = (c.at + 1) % len(c.conns)
 			}
 			c.cur = nil
-			w.tracef("%s <- %s: %s", c.name(), op, code)
+			if code == wire.CodeDataCorrupt {
+				w.tracef("%s <- %s: %v", c.name(), op, f.AsError())
+				if strings.Contains(f.Message, kvRecreateAdvice) {
+					c.kw.operator.start(slices.Index(c.conns, cn))
+				}
+			} else {
+				w.tracef("%s <- %s: %s", c.name(), op, code)
+			}
 			c.again(op)
 		default:
 			c.fail(op, f.AsError().Error())
@@ -496,6 +512,10 @@ func (s *sim) kvFinal(deadline int64) {
 	kw.clients[0].issue()
 	for s.chk.violation == nil && !kw.done() {
 		if s.w.nowMs > deadline || !s.step() {
+			if owed := kw.watcher.owed; owed != "" {
+				s.chk.violate(LossExpiresEveryCursor, "30 s after the final power loss, the watcher was still not told: %s", owed)
+				return
+			}
 			s.chk.violate(Liveness, "30 s after the final power loss, %d KV reads not answered", kw.missing())
 			return
 		}

@@ -23,36 +23,44 @@ const KVLinearizable = "KVLinearizable"
 // cannot decide in time fails the run as unchecked, never passes.
 const kvCheckTimeout = 20 * time.Second
 
-// check checks the history for linearizability; a history porcupine
-// cannot decide within kvCheckTimeout fails the run too.
+// check checks the history for linearizability, key by key and, after
+// losses of a bucket with one replica, era by era (kvloss.go); a history
+// porcupine cannot decide within kvCheckTimeout fails the run too.
 func (kw *kvWorkload) check() {
 	w := kw.s.w
-	res := porcupine.CheckOperationsTimeout(kvModel, kw.history, kvCheckTimeout)
-	w.tracef("kv: %d operations (%d writes with unknown outcomes): %s; the watcher reached %d in %d watches, %d ended CURSOR_EXPIRED",
-		len(kw.history), kw.unknown, res, kw.watcher.next, kw.watcher.resumes, kw.watcher.expired)
-	switch res {
-	case porcupine.Ok:
-		return
-	case porcupine.Unknown:
-		kw.s.chk.violate(KVLinearizable, "porcupine could not decide the history of %d operations within %s: not checked", len(kw.history), kvCheckTimeout)
+	eras := kw.eras()
+	w.tracef("kv: %d operations (%d writes with unknown outcomes) in %d eras; the watcher reached %d in %d watches, %d ended CURSOR_EXPIRED",
+		len(kw.history), kw.unknown, len(eras), kw.watcher.next, kw.watcher.resumes, kw.watcher.expired)
+	if owed := kw.watcher.owed; owed != "" {
+		kw.s.chk.violate(LossExpiresEveryCursor, "the watcher was never told: %s", owed)
 		return
 	}
-	// Name the first key whose history is not linearizable and the first
-	// operation it cannot be linearized at; trace what led to it.
-	for _, part := range kvPartition(kw.history) {
-		if porcupine.CheckOperationsTimeout(kvModel, part, kvCheckTimeout) != porcupine.Illegal {
-			continue
+	for i, era := range eras {
+		for _, part := range kvPartition(era.ops) {
+			key := part[0].Input.(kvInput).Key
+			model := kvModelFrom(era.init[key])
+			switch porcupine.CheckOperationsTimeout(model, part, kvCheckTimeout) {
+			case porcupine.Ok:
+				continue
+			case porcupine.Unknown:
+				kw.s.chk.violate(KVLinearizable, "porcupine could not decide the history of key %s (%d operations) within %s: not checked", key, len(part), kvCheckTimeout)
+				return
+			}
+			// Name the first operation the key's history cannot be
+			// linearized at; trace what led to it.
+			culprit, before := kvFirstIllegal(model, part)
+			for _, op := range before[max(0, len(before)-kvTracedOpsMax):] {
+				w.tracef("kv history %s: %s", key, kvDescribe(op))
+			}
+			where := ""
+			if len(eras) > 1 {
+				where = fmt.Sprintf(" (era %d of %d, after %d losses of the bucket; it may start it in %v)", i+1, len(eras), i, era.init[key])
+			}
+			kw.s.chk.violate(KVLinearizable, "key %s%s: %s cannot be linearized after the %d operations of the key that precede it (the last %d traced above)",
+				key, where, kvDescribe(culprit), len(before), min(len(before), kvTracedOpsMax))
+			return
 		}
-		key := part[0].Input.(kvInput).Key
-		culprit, before := kvFirstIllegal(part)
-		for _, op := range before[max(0, len(before)-kvTracedOpsMax):] {
-			w.tracef("kv history %s: %s", key, kvDescribe(op))
-		}
-		kw.s.chk.violate(KVLinearizable, "key %s: %s cannot be linearized after the %d operations of the key that precede it (the last %d traced above)",
-			key, kvDescribe(culprit), len(before), min(len(before), kvTracedOpsMax))
-		return
 	}
-	kw.s.chk.violate(KVLinearizable, "the history of %d operations is not linearizable", len(kw.history))
 }
 
 // kvTracedOpsMax bounds the operations a failed check traces.
@@ -64,7 +72,7 @@ const kvTracedOpsMax = 30
 // already illegal (a binary search: knowing more never makes a history
 // legal again). It returns that operation and the ones known at T before
 // it, in call order.
-func kvFirstIllegal(part []porcupine.Operation) (porcupine.Operation, []porcupine.Operation) {
+func kvFirstIllegal(model porcupine.Model, part []porcupine.Operation) (porcupine.Operation, []porcupine.Operation) {
 	var returns []int64
 	for _, op := range part {
 		if op.Return != math.MaxInt64 {
@@ -88,7 +96,7 @@ func kvFirstIllegal(part []porcupine.Operation) (porcupine.Operation, []porcupin
 		return out
 	}
 	i, _ := slices.BinarySearchFunc(returns, true, func(t int64, _ bool) int {
-		if porcupine.CheckOperationsTimeout(kvModel, known(t), kvCheckTimeout) == porcupine.Illegal {
+		if porcupine.CheckOperationsTimeout(model, known(t), kvCheckTimeout) == porcupine.Illegal {
 			return 0
 		}
 		return -1
@@ -248,12 +256,10 @@ func kvPartition(history []porcupine.Operation) [][]porcupine.Operation {
 	return out
 }
 
-// kvModel is a map of keys with revisions, checked key by key.
-var kvModel = (&porcupine.NondeterministicModel{
-	Partition: kvPartition,
-	Init:      func() []any { return []any{kvKeyState{RevKnown: true}} },
-	Step:      kvStep,
-	DescribeOperation: func(input, output any) string {
-		return fmt.Sprintf("%s -> %+v", input.(kvInput), output.(kvOutput))
-	},
-}).ToModel()
+// kvModel is a map of keys with revisions, none written yet, checked key
+// by key.
+var kvModel = func() porcupine.Model {
+	m := kvModelFrom([]any{kvKeyState{RevKnown: true}})
+	m.Partition = kvPartition
+	return m
+}()

@@ -1,6 +1,10 @@
 package sim
 
-import "github.com/nereus-broker/nereus/internal/wire"
+import (
+	"strings"
+
+	"github.com/nereus-broker/nereus/internal/wire"
+)
 
 // The KV workload's watcher: one client watches the bucket from revision
 // 1 through a connection to every node, for the whole run, resuming from
@@ -50,6 +54,16 @@ type kvWatcher struct {
 	seen  map[uint64]kvWritten
 	// keyOf: every value a client sent, with its key (values are unique).
 	keyOf map[string]string
+	// owed, when set, says why the watcher must hear CURSOR_EXPIRED before
+	// its next event: it went past a revision the bucket lost (owedLoss,
+	// what of that it passed; kvloss.go).
+	owed     string
+	owedLoss kvLoss
+	// bucketStart: the floor of the CURSOR_EXPIRED that followed the
+	// bucket's latest re-creation (recreating until then): the watcher
+	// holds nothing from below it.
+	bucketStart uint64
+	recreating  bool
 }
 
 func newKVWatcher(kw *kvWorkload) *kvWatcher {
@@ -115,8 +129,12 @@ func (wt *kvWatcher) check() {
 	wt.ended("silent", true)
 }
 
-// caughtUp reports whether the watcher saw every acknowledged revision.
+// caughtUp reports whether the watcher saw every acknowledged revision
+// (and heard the CURSOR_EXPIRED it is owed).
 func (wt *kvWatcher) caughtUp() bool {
+	if wt.owed != "" {
+		return false
+	}
 	for rev := range wt.acked {
 		if rev >= wt.next {
 			return false
@@ -133,6 +151,10 @@ func (wt *kvWatcher) onFrame(c *conn, corr uint64, f wire.Frame) {
 	wt.quietMs = w.nowMs
 	switch f := f.(type) {
 	case *wire.KVEvent:
+		if wt.owed != "" {
+			chk.violate(LossExpiresEveryCursor, "the watch from %d went on (event kind %d at %d) without CURSOR_EXPIRED: %s", wt.next, f.Kind, f.Entry.Revision, wt.owed)
+			return
+		}
 		if f.Kind == wire.KVEventSkipped {
 			if f.From != wt.next || f.To < f.From {
 				chk.violate(KVWatchEveryRevision, "the watch's cursor is at %d, the server skipped %d..%d", wt.next, f.From, f.To)
@@ -161,9 +183,19 @@ func (wt *kvWatcher) onFrame(c *conn, corr uint64, f wire.Frame) {
 				return
 			}
 			wt.expired++
+			if wt.owed != "" {
+				wt.kw.s.repaired["watcher told of a loss"]++
+			}
+			wt.owed, wt.owedLoss = "", kvLoss{}
+			if wt.recreating {
+				wt.bucketStart, wt.recreating = floor, false
+			}
 			wt.next = floor // told in band: revisions below the floor were purged
 			wt.ended("CURSOR_EXPIRED", false)
 		default:
+			if f.Code == wire.CodeDataCorrupt && strings.Contains(f.Message, kvRecreateAdvice) {
+				wt.kw.operator.start(wt.at)
+			}
 			wt.ended(f.Code.String(), f.Code != wire.CodeUnavailable)
 		}
 	}
