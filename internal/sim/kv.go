@@ -416,7 +416,7 @@ func (c *kvClient) onFrame(cn *conn, corr uint64, f wire.Frame) {
 			if code == wire.CodeDataCorrupt {
 				w.tracef("%s <- %s: %v", c.name(), op, f.AsError())
 				if strings.Contains(f.Message, kvRecreateAdvice) {
-					c.kw.operator.start(slices.Index(c.conns, cn))
+					c.kw.operator.start(slices.Index(c.conns, cn), op.callMs)
 				}
 			} else {
 				w.tracef("%s <- %s: %s", c.name(), op, code)

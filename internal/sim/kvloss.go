@@ -243,15 +243,15 @@ func kvModelFrom(states []any) porcupine.Model {
 	}).ToModel()
 }
 
+// kvRecreateAdvice is what a bucket that cannot be rebuilt says to do.
+const kvRecreateAdvice = "delete the bucket and create it again"
+
 // kvRecreator is the operator of a bucket that says it cannot be rebuilt
 // (DATA_CORRUPT "delete the bucket and create it again": every checkpoint
 // it could be rebuilt from lost, or its creation with none after it): it
 // deletes the bucket and creates it again, as OPERATIONS says. Everything
 // the bucket held is lost then: the era after its loss starts with every
 // key absent, and the watcher, if it saw anything, is owed CURSOR_EXPIRED.
-// kvRecreateAdvice is what a bucket that cannot be rebuilt says to do.
-const kvRecreateAdvice = "delete the bucket and create it again"
-
 type kvRecreator struct {
 	kw *kvWorkload
 	kvConns
@@ -259,6 +259,9 @@ type kvRecreator struct {
 	creating bool   // the delete was answered; the create is next
 	corr     uint64 // the request in flight (0: idle)
 	busy     bool
+	// doneMs: when the last re-creation was answered; advice asked
+	// before it (an answer late on its way) is old news.
+	doneMs int64
 }
 
 func (o *kvRecreator) name() string { return "kvoperator" }
@@ -269,9 +272,10 @@ func (o *kvRecreator) onClose(c *conn) {
 	}
 }
 
-// start asks for the re-creation at node at (the one that said it).
-func (o *kvRecreator) start(at int) {
-	if o.busy {
+// start asks for the re-creation at node at (the one that said it, to
+// a request sent at askedMs).
+func (o *kvRecreator) start(at int, askedMs int64) {
+	if o.busy || askedMs < o.doneMs {
 		return
 	}
 	o.busy, o.creating, o.at = true, false, at
@@ -329,7 +333,7 @@ func (o *kvRecreator) onFrame(c *conn, corr uint64, f wire.Frame) {
 			o.send()
 			return
 		}
-		o.busy, o.corr = false, 0
+		o.busy, o.corr, o.doneMs = false, 0, w.nowMs
 		w.tracef("operator: the bucket was created again (created %v)", f.Created)
 		o.kw.recreated()
 	case *wire.Err:

@@ -46,8 +46,10 @@ type kvWatcher struct {
 	watch   *conn // the connection of the watch running (nil: none)
 	credit  int
 	quietMs int64 // when the watch last heard something
-	expired int   // CURSOR_EXPIRED ends seen
-	resumes int   // watches started
+	// startedMs: when the watch running was asked.
+	startedMs int64
+	expired   int // CURSOR_EXPIRED ends seen
+	resumes   int // watches started
 	// acked: acknowledged writes by revision; seen: what the watcher saw
 	// at each revision, to compare with writes acknowledged later.
 	acked map[uint64]kvWritten
@@ -99,7 +101,7 @@ func (wt *kvWatcher) start() {
 		return
 	}
 	wt.corr++
-	wt.watch, wt.credit, wt.quietMs = c, kvWatchCredit, w.nowMs
+	wt.watch, wt.credit, wt.quietMs, wt.startedMs = c, kvWatchCredit, w.nowMs, w.nowMs
 	wt.resumes++
 	w.tracef("kvwatch -> n%d watch from %d", wt.at+1, wt.next)
 	c.send(wt.corr, &wire.KVWatch{Bucket: kvBucket, FromRevision: wt.next, Credit: kvWatchCredit})
@@ -194,7 +196,7 @@ func (wt *kvWatcher) onFrame(c *conn, corr uint64, f wire.Frame) {
 			wt.ended("CURSOR_EXPIRED", false)
 		default:
 			if f.Code == wire.CodeDataCorrupt && strings.Contains(f.Message, kvRecreateAdvice) {
-				wt.kw.operator.start(wt.at)
+				wt.kw.operator.start(wt.at, wt.startedMs)
 			}
 			wt.ended(f.Code.String(), f.Code != wire.CodeUnavailable)
 		}
