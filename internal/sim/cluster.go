@@ -250,7 +250,8 @@ var ClusterMutations = map[string]node.Mutations{
 	// With --nodes 1 (or --replicas 1) and bit flips: an ACK entry of a
 	// partition whose only replica, here, is restarting is answered
 	// NOT_LEADER; the ack was durable, the consumer waits for a
-	// redelivery that never comes (Liveness, seed 7 of --nodes 1).
+	// redelivery that never comes (Liveness; with ack-ignores-office,
+	// TestOneNodeClusterAcksAwaitOffice).
 	"lone-ack-redirected": {LoneAckRedirected: true},
 	// With --dead-letters: dead letters published without their producer
 	// identity; one published again is appended twice (DeadLetterOnce).

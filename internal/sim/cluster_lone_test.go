@@ -52,7 +52,12 @@ func TestLoneReplicaDamageIsRepaired(t *testing.T) {
 	// consumer of a one-node cluster waited for a redelivery that never
 	// came (seed 7 of `--nodes 1`, every fault, the metadata log flipped:
 	// Liveness). It is answered UNAVAILABLE now, and asked again
-	// (LoneAckAskedAgainHere; `lone-ack-redirected` brings it back).
+	// (LoneAckAskedAgainHere; `lone-ack-redirected` brings it back). Its
+	// replica was slow to come back because its restarts in place met
+	// damage they did not say (LoneDamageAtRestartIsSaid, fixed since):
+	// seed 7 no longer reaches the guard alone, nor do seeds 1-160 of
+	// `--nodes 1` or 1-80 of `--replicas 1`; TestOneNodeClusterAcksAwaitOffice
+	// catches it, with acks that do not await the office.
 	for _, o := range []ClusterOptions{{Seed: 1127, Nodes: 1, Faults: AllClusterFaults},
 		{Seed: 1728, Replicas: 1, SyncAll: true, Members: true, Faults: AllClusterFaults},
 		{Seed: 7, Nodes: 1, Faults: AllClusterFaults}} {
@@ -67,10 +72,6 @@ func TestLoneReplicaDamageIsRepaired(t *testing.T) {
 		if repaired[what] == 0 {
 			t.Errorf("no run had %s: the test no longer reaches it", what)
 		}
-	}
-	o := ClusterOptions{Seed: 7, Nodes: 1, Faults: AllClusterFaults, Mutations: ClusterMutations["lone-ack-redirected"]}
-	if r := RunCluster(o); r.Violation == nil || r.Violation.Invariant != Liveness {
-		t.Errorf("lone-ack-redirected at seed 7 of one node: %v, want %s", r.Violation, Liveness)
 	}
 	expectCaught(t, 8, []string{CommittedPrefixAgreement, VisibleMonotonic, AckedNeverLost}, func(seed uint64) *Violation {
 		return RunCluster(ClusterOptions{Seed: seed, Nodes: 3, Replicas: 1, Faults: ClusterFaults{Crash: true, BitFlip: true},
