@@ -1136,12 +1136,13 @@ func (r *kvRunner) fenced(rec *storage.Record) {
 		r.lost = nil
 		return
 	}
+	slices.SortFunc(spans, func(a, b kv.Span) int { return cmp.Compare(a.First, b.First) })
 	r.lost = slices.DeleteFunc(r.lost, func(sp kv.Span) bool { return spansCover(spans, sp) })
 }
 
-// spansCover reports whether the union of spans holds every seq of sp.
-func spansCover(spans []kv.Span, sp kv.Span) bool {
-	sorted := slices.SortedFunc(slices.Values(spans), func(a, b kv.Span) int { return cmp.Compare(a.First, b.First) })
+// spansCover reports whether the union of sorted (by First) holds every
+// seq of sp.
+func spansCover(sorted []kv.Span, sp kv.Span) bool {
 	next := sp.First
 	for _, s := range sorted {
 		if s.First > next {

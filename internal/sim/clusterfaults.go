@@ -319,14 +319,7 @@ func (s *sim) flipLoneReplica() {
 func (s *sim) flipLoneBucket() {
 	dir := path.Join(dataDir, "topics", wire.KVTopic(kvBucket), "0")
 	for _, b := range s.nodes {
-		names, _ := b.fs.List(dir)
-		var files []string
-		for _, n := range names {
-			if strings.HasSuffix(n, ".log") {
-				files = append(files, path.Join(dir, n))
-			}
-		}
-		if len(files) > 0 {
+		if files := logFiles(b.fs, dir); len(files) > 0 {
 			if s.flipFile(b, files[s.w.rng.IntN(len(files))]) {
 				s.flipped[b.id] = true
 				s.repaired["bucket flips"]++
@@ -506,7 +499,11 @@ func (n *peerNet) heal() {
 // segmentFiles lists the paths of partition p's log segments on fs, in
 // seq order (none when it cannot list them).
 func segmentFiles(fs *vfs.MemFS, p uint32) []string {
-	dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
+	return logFiles(fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(p)))
+}
+
+// logFiles lists the segment files of the log in dir on fs.
+func logFiles(fs *vfs.MemFS, dir string) []string {
 	names, err := fs.List(dir)
 	if err != nil {
 		return nil
