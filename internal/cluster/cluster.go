@@ -433,11 +433,26 @@ type GroupOptions struct {
 	// DurableThrough: a seq this member's log held durably
 	// (storage.Options.DurableThrough; a partition's only replica).
 	DurableThrough uint64
+	// KeepTornSeqs: a member alone fills the seqs a torn tail's headers
+	// name with lost records instead of handing them out again
+	// (storage.Options.KeepTornSeqs; a partition's only replica).
+	KeepTornSeqs bool
 }
 
 // TornTailMessage is the WARN line of a torn tail cut off a replica
 // group's only member as it opens (and of a single node's partition).
 const TornTailMessage = "torn tail truncated"
+
+// TornTailAttrs are TornTailMessage's attributes for t, after the
+// log's (topic, partition): where it was, and when its seqs were kept
+// (storage.Options.KeepTornSeqs) the last of them, "kept_through".
+func TornTailAttrs(t storage.TornTail, logAttrs ...any) []any {
+	attrs := append(logAttrs, "file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes, "first_seq", t.FirstSeq)
+	if t.Kept {
+		attrs = append(attrs, "kept_through", t.LastSeq)
+	}
+	return attrs
+}
 
 // OpenGroup starts this node's member of a replica group and registers it
 // for peer traffic.
@@ -472,8 +487,7 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 		// group's member marks itself uncertain instead: replog).
 		// LoneCutIsSaid.
 		beforeCut = func(t storage.TornTail) error {
-			c.log.Warn(TornTailMessage, "topic", topic, "partition", partition,
-				"file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes, "first_seq", t.FirstSeq)
+			c.log.Warn(TornTailMessage, TornTailAttrs(t, "topic", topic, "partition", partition)...)
 			return nil
 		}
 	}
@@ -481,7 +495,8 @@ func (c *Cluster) OpenGroup(topic string, partition uint32, members []replica.No
 		Mutations: c.opts.Replica, SendBeforePersist: c.opts.SendBeforePersist,
 		Logger: c.log, Tick: c.cfg.Tick, ElectionTicks: c.cfg.ElectionTicks, HeartbeatTicks: heartbeat, Seed: uint64(c.self)<<32 ^ uint64(partition), PreferredLeader: preferred, ReleaseBeforeTransfer: gs.ReleaseBeforeTransfer,
 		Storage: storage.Options{SegmentBytesMax: cmp.Or(gs.SegmentBytesMax, c.opts.SegmentBytesMax), RecordBytesMax: c.opts.RecordBytesMax + 64<<10,
-			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes, DurableThrough: gs.DurableThrough, BeforeTornTailCut: beforeCut},
+			RetentionAgeMs: gs.RetentionMs, RetentionBytes: gs.RetentionBytes, DurableThrough: gs.DurableThrough, BeforeTornTailCut: beforeCut,
+			KeepTornSeqs: gs.KeepTornSeqs},
 		CompactEvery: time.Duration(c.opts.RetentionCheckMs) * time.Millisecond, CompactLimit: gs.Limit, Retention: gs.Retention,
 		Clock: c.opts.Env.Clock, Reservation: c.cfg.Reservation, ChaseWindow: c.cfg.ChaseWindow,
 		Notify: notify, ObserveSync: c.opts.ObserveSync, ObserveCommit: c.opts.ObserveCommit,

@@ -467,3 +467,57 @@ func TestKVFenceAnswersOnlyItsGaps(t *testing.T) {
 		})
 	}
 }
+
+// TornSeqsNotReused: a bucket's last write, flushed and acknowledged, is
+// flipped before a crash's restart; no mark or snapshot stands for it, so
+// it looks exactly like a torn write and is cut. A watcher had gone past
+// it. The node keeps the seq the cut batch's header named (a gap) and
+// the bucket's runner steps over it: the write is gone, a new one gets a
+// revision above it, and the watcher resuming past it hears
+// CURSOR_EXPIRED. With TornSeqsReused the new write took the lost one's
+// revision: the watcher, resuming after it, never heard of it.
+func TestKVTornTailSeqsAreNotReused(t *testing.T) {
+	for _, mutation := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reused=%v", mutation), func(t *testing.T) {
+			h := newHarness(t)
+			h.tune = func(c *Config) {
+				c.SyncedMarkMs = int64(time.Hour / time.Millisecond)
+				c.Mutations.TornSeqsReused = mutation
+			}
+			h.restart()
+			if _, err := kvCreate(t, h.node, wire.KVBucketConfig{Bucket: "b"}); err != nil {
+				t.Fatal(err)
+			}
+			var last uint64
+			for i := range 10 {
+				last = kvPut(t, h.node, "b", fmt.Sprintf("k%d", i), fmt.Sprintf("value-%d", i))
+			}
+			h.crash()
+			flipInSegments(t, h.fs, path.Join("/data/topics", wire.KVTopic("b"), "0"), []byte("value-9"))
+			h.open()
+			rev := kvPut(t, h.node, "b", "new", "after the restart")
+			if mutation {
+				if rev != last {
+					t.Fatalf("reused: the new write got revision %d, want the lost write's %d again", rev, last)
+				}
+				return
+			}
+			if rev <= last {
+				t.Fatalf("the new write got revision %d, at or below the lost write's %d", rev, last)
+			}
+			if got, err := kvGet(t, h.node, "b", "k9", 0); err != nil || got.Found {
+				t.Fatalf("get k9 = %+v, %v; want it lost", got, err)
+			}
+			rec := &watchRecorder{}
+			w, err := h.node.KVStartWatch(&wire.KVWatch{Bucket: "b", FromRevision: last + 1, Credit: 100}, rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Cancel()
+			eventually(t, "the watch from past the lost write ends", func() bool { _, end := rec.seen(t, last+1); return end != nil })
+			if _, end := rec.seen(t, last+1); end.Code != wire.CodeCursorExpired {
+				t.Fatalf("watch from %d, past the lost write: %v, want CURSOR_EXPIRED", last+1, end)
+			}
+		})
+	}
+}

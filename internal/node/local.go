@@ -256,11 +256,14 @@ func (p *localStore) recover() error {
 		RetentionAgeMs:  ageMs,
 		RecordBytesMax:  cfg.RecordBytesMax + 64<<10,
 		DurableThrough:  durable,
+		// A torn tail's named seqs are never handed out again
+		// (TornSeqsNotReused): a flip in acknowledged last batches looks
+		// torn, and a reader may have gone past them.
+		KeepTornSeqs: !cfg.Mutations.TornSeqsReused,
 		// Said before the cut: an open that fails after it (an fsync)
 		// must not cut in silence — the next open finds nothing to say.
 		BeforeTornTailCut: func(t storage.TornTail) error {
-			p.node.log.Warn(cluster.TornTailMessage, "topic", p.topic.cfg.Name, "partition", p.id,
-				"file", t.Segment, "offset", t.Offset, "bytes_dropped", t.Bytes, "first_seq", t.FirstSeq)
+			p.node.log.Warn(cluster.TornTailMessage, cluster.TornTailAttrs(t, "topic", p.topic.cfg.Name, "partition", p.id)...)
 			return nil
 		},
 	})

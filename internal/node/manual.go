@@ -130,6 +130,11 @@ type Mutations struct {
 	// a restart the member's state differs from the others' at the same
 	// seq (MetadataAgrees).
 	MetaStateForgetsGroupDeletes bool
+	// TornSeqsReused: a partition with no other replica cuts a torn tail
+	// and hands the seqs its headers named out again
+	// (storage.Options.KeepTornSeqs off): a KV watcher past them misses
+	// the new writes there.
+	TornSeqsReused bool
 	// LoneTornTailSilent: a replica group's only member cuts a torn tail
 	// as it opens without saying so (cluster.Options.LoneTornTailSilent):
 	// acknowledged records a bit flip took are gone without a trace.

@@ -178,7 +178,7 @@ func Repair(fsys vfs.FS, dataDir string, o RepairOptions) ([]RepairedLog, error)
 			// A log ending below its dedup snapshot's point lost durable
 			// records: those seqs are dropped, never handed out again
 			// (DurableTailNotTorn). Read once: the snapshot may go below.
-			logOpts := storage.Options{DurableThrough: DurablePoint(fsys, dir)}
+			logOpts := storage.Options{DurableThrough: DurablePoint(fsys, dir), KeepTornSeqs: true}
 			r := RepairedLog{Topic: tc.Name, Partition: p, Dir: dir}
 			if r.Report, err = storage.Repair(fsys, dir, logOpts, o.Mode, true); err != nil {
 				return out, fmt.Errorf("node: repair %s: %w", dir, err)
@@ -402,8 +402,8 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 			// As on a single node: the dedup snapshot forgets what the
 			// repair will drop before the log changes, and a tail lost
 			// below its point is damage.
-			durable := DurablePoint(fsys, dir)
-			alone, err := replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), durable, true)
+			logOpts := storage.Options{DurableThrough: DurablePoint(fsys, dir), KeepTornSeqs: true}
+			alone, err := replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), logOpts, true)
 			if err != nil {
 				return out, fmt.Errorf("node: repair %s: %w", dir, err)
 			}
@@ -415,7 +415,7 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 				}
 			}
 			if !o.DryRun && r.Damaged() {
-				if alone, err = replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), durable, false); err != nil {
+				if alone, err = replog.RepairAlone(fsys, dir, replica.NodeID(replicas[0]), logOpts, false); err != nil {
 					return out, fmt.Errorf("node: repair %s: %w", dir, err)
 				}
 				r.Report = alone.Log
@@ -437,10 +437,11 @@ func repairMembersAlone(fsys vfs.FS, dataDir string, o RepairOptions) ([]Repaire
 // meta.json; only a replay of the log (a damaged meta.json) would miss it.
 func repairMetaAlone(fsys vfs.FS, dataDir string, applied uint64, dryRun bool) (RepairedLog, error) {
 	dir := path.Join(dataDir, "meta")
-	alone, err := replog.RepairAlone(fsys, dir, 1, applied, true)
+	logOpts := storage.Options{DurableThrough: applied}
+	alone, err := replog.RepairAlone(fsys, dir, 1, logOpts, true)
 	r := RepairedLog{Topic: meta.MetaTopic, Dir: dir, Report: alone.Log, HardStateReset: alone.HardStateReset, SnapshotPointReset: alone.SnapshotPointReset}
 	if err == nil && !dryRun && r.Damaged() {
-		alone, err = replog.RepairAlone(fsys, dir, 1, applied, false)
+		alone, err = replog.RepairAlone(fsys, dir, 1, logOpts, false)
 		r.Report = alone.Log
 	}
 	if err != nil {

@@ -148,7 +148,10 @@ func (p *partitionRunner) openReplica() error {
 		// snapshot's point is durable, and a tail cut below it is damage
 		// (DurableTailNotTorn). A member of a larger group marks itself
 		// uncertain instead and is made whole by a newer leader.
-		DurableThrough: durable})
+		DurableThrough: durable,
+		// Its only replica keeps a torn tail's named seqs
+		// (TornSeqsNotReused).
+		KeepTornSeqs: len(members) == 1 && !p.node.cfg.Mutations.TornSeqsReused})
 	if err != nil {
 		return err
 	}

@@ -111,10 +111,16 @@ func readPromiseLost(fsys vfs.FS, dir string) (lost bool, nonce uint64, err erro
 }
 
 // storageOptions are the member's log options: a member of a group marks
-// itself uncertain before its log cuts a torn tail. A member alone has no
-// one to vouch to.
+// itself uncertain before its log cuts a torn tail, and a newer leader
+// makes it whole. A member alone has no one to vouch to: when it keeps a
+// torn tail's seqs (storage.Options.KeepTornSeqs) it fills them with lost
+// records, as its repair does.
 func storageOptions(cfg Config) storage.Options {
 	opts := cfg.Storage
+	opts.KeepTornSeqs = opts.KeepTornSeqs && len(cfg.Members) == 1
+	if opts.KeepTornSeqs {
+		opts.Filler = &lostRecord
+	}
 	if len(cfg.Members) > 1 {
 		opts.BeforeTornTailCut = func(t storage.TornTail) error {
 			cfg.Logger.Warn("replog: cutting an invalid tail that nothing proves torn; this member's votes vouch for less until a new leader has made it whole",
@@ -126,9 +132,10 @@ func storageOptions(cfg Config) storage.Options {
 	return opts
 }
 
-// lostRecord fills each seq of a damaged range that RepairAlone dropped:
-// a control record, which every reader skips, so the member's kernel and
-// its partition still apply every seq in turn.
+// lostRecord fills each seq of a damaged range that RepairAlone dropped,
+// and of a torn tail a member alone kept: a control record, which every
+// reader skips, so the member's kernel and its partition still apply
+// every seq in turn.
 var lostRecord = storage.Record{Headers: []storage.Header{{Key: ControlHeader, Value: []byte("lost")}}}
 
 // IsLost reports whether r fills a seq a repair of a member alone dropped
@@ -159,16 +166,17 @@ type AloneRepair struct {
 // replica, self: no member holds a healthy copy, so it refuses to open
 // damage), which must not be open. Each damaged range of its log becomes
 // lost records, every valid record after it keeps its seq, an invalid
-// tail is cut — below durableThrough (a seq the log held durably; 0:
-// none known) it is a damaged range too; what the range held is gone. A
-// damaged hard state or
+// tail is cut (its named seqs filled with lost records with
+// opts.KeepTornSeqs) — below opts.DurableThrough (a seq the log held
+// durably; 0: none known) it is a damaged range too; what the range held
+// is gone. A damaged hard state or
 // snapshot point is rewritten from the repaired log (AloneRepair). A
 // member of a larger group needs none of it: it drops its damage and
 // rebuilds from a healthy member (and must not forget its promises).
-func RepairAlone(fsys vfs.FS, dir string, self replica.NodeID, durableThrough uint64, dryRun bool) (AloneRepair, error) {
+func RepairAlone(fsys vfs.FS, dir string, self replica.NodeID, opts storage.Options, dryRun bool) (AloneRepair, error) {
 	var r AloneRepair
 	var err error
-	if r.Log, err = storage.RepairFilled(fsys, dir, storage.Options{DurableThrough: durableThrough}, lostRecord, dryRun); err != nil {
+	if r.Log, err = storage.RepairFilled(fsys, dir, opts, lostRecord, dryRun); err != nil {
 		return r, err
 	}
 	if _, err := readHardState(fsys, dir); errors.Is(err, errHardStateDamaged) {

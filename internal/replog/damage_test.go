@@ -706,3 +706,17 @@ func TestDamagedHardStateRecoversThePromiseFromEveryMember(t *testing.T) {
 		t.Fatal("lost again after a clean restart")
 	}
 }
+
+// TestOnlyAMemberAloneKeepsTornSeqs: a member alone keeps a torn tail's
+// seqs as lost records; a member of a larger group never does, asked or
+// not — its torn tail is cut, it marks itself uncertain, and a newer
+// leader makes it whole with the group's own records at those seqs.
+func TestOnlyAMemberAloneKeepsTornSeqs(t *testing.T) {
+	for _, members := range [][]replica.NodeID{{1}, {1, 2, 3}} {
+		opts := storageOptions(Config{ID: 1, Members: members, Storage: storage.Options{KeepTornSeqs: true}})
+		alone := len(members) == 1
+		if opts.KeepTornSeqs != alone || (opts.Filler != nil) != alone || alone && !IsLost(opts.Filler) {
+			t.Fatalf("%d members: keep %v, filler %+v", len(members), opts.KeepTornSeqs, opts.Filler)
+		}
+	}
+}

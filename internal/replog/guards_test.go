@@ -437,7 +437,7 @@ func TestRepairAloneRewritesDamagedStateFiles(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r, err := RepairAlone(fsys, "/n1", 1, 0, true)
+			r, err := RepairAlone(fsys, "/n1", 1, storage.Options{}, true)
 			if err != nil || !r.HardStateReset || !r.SnapshotPointReset {
 				t.Fatalf("dry run: %+v, %v; want both files found damaged", r, err)
 			}
@@ -447,7 +447,7 @@ func TestRepairAloneRewritesDamagedStateFiles(t *testing.T) {
 			if _, err := readSnapshotPoint(fsys, "/n1"); !errors.Is(err, errSnapshotPointDamaged) {
 				t.Fatalf("a dry run rewrote the snapshot point: %v", err)
 			}
-			if r, err := RepairAlone(fsys, "/n1", 1, 0, false); err != nil || !r.HardStateReset || !r.SnapshotPointReset {
+			if r, err := RepairAlone(fsys, "/n1", 1, storage.Options{}, false); err != nil || !r.HardStateReset || !r.SnapshotPointReset {
 				t.Fatalf("repair: %+v, %v", r, err)
 			}
 			if p, err := readSnapshotPoint(fsys, "/n1"); err != nil || p != c.wantPoint {

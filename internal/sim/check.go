@@ -109,10 +109,13 @@ type checker struct {
 	// started from (a flip into the last batches, after a crash): from
 	// there on a position may hold another record than before.
 	// unreadable lists the ranges the final read-back found damaged
-	// (refused, never served).
+	// (refused, never served). keptTorn lists the seqs a torn tail cut
+	// filled (storage.Options.KeepTornSeqs: never handed out again), of
+	// records never committed or lost to a flip: a gap to readers.
 	lost       map[uint32][]storage.SeqRange
 	cut        map[uint32]uint64
 	unreadable map[uint32][]storage.SeqRange
+	keptTorn   map[uint32][]storage.SeqRange
 	stateFlips int // bit flips into a node's state files (single node)
 	// retained is, with a retention (cluster runs), the highest start seq
 	// any node reported per partition: records below it may be compacted
@@ -193,6 +196,14 @@ func (c *checker) dropped(p uint32, seqs []storage.SeqRange) {
 		c.lost = map[uint32][]storage.SeqRange{}
 	}
 	c.lost[p] = append(c.lost[p], seqs...)
+}
+
+// tornKept notes the seqs of partition p a torn tail cut kept.
+func (c *checker) tornKept(p uint32, r storage.SeqRange) {
+	if c.keptTorn == nil {
+		c.keptTorn = map[uint32][]storage.SeqRange{}
+	}
+	c.keptTorn[p] = append(c.keptTorn[p], r)
 }
 
 // isLost reports whether a repair dropped the record at pos.
@@ -419,8 +430,8 @@ func (c *checker) finalChecks(pick func(partition uint32) *broker, partitions ui
 				from = damaged.Damage.LastSeq + 1
 				continue
 			}
-			if gap := (*storage.GapError)(nil); errors.As(err, &gap) && c.damaged[p] {
-				from = gap.Next // dropped by the repair, on purpose
+			if gap := (*storage.GapError)(nil); errors.As(err, &gap) && (c.damaged[p] || inRanges(c.keptTorn[p], from)) {
+				from = gap.Next // dropped by the repair, or a torn tail's kept seqs, on purpose
 				continue
 			}
 			if err != nil || len(entries) == 0 {

@@ -247,6 +247,11 @@ var ClusterMutations = map[string]node.Mutations{
 	// records come back as others (CommittedPrefixAgreement, seed 6 of
 	// crash,bitflip; TestLoneReplicaDamageIsRepaired).
 	"lone-torn-tail-silent": {LoneTornTailSilent: true},
+	// With --replicas 1 --kv N and bit flips: a bucket's only replica cuts
+	// a flipped last batch as a torn tail and hands its seqs out again; a
+	// watcher that went past them is never told (LossExpiresEveryCursor;
+	// TestLoneBucketLossesAreSaid).
+	"torn-seqs-reused": {TornSeqsReused: true},
 	// With --nodes 1 (or --replicas 1) and bit flips: an ACK entry of a
 	// partition whose only replica, here, is restarting is answered
 	// NOT_LEADER; the ack was durable, the consumer waits for a

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/nereus-broker/nereus/internal/cluster"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -315,12 +316,26 @@ func (s *sim) flipLoneReplica() {
 }
 
 // flipLoneBucket flips one bit of a segment of the KV bucket's log on
-// the node holding its only replica.
+// the node holding its only replica. While that node is down, the bit
+// is in the last batch of the newest segment: the batches written in the
+// last period before a crash have no mark or snapshot to prove them
+// durable, so the restart takes the flip for a torn write
+// (TornSeqsNotReused: a watcher may have gone past them).
 func (s *sim) flipLoneBucket() {
 	dir := path.Join(dataDir, "topics", wire.KVTopic(kvBucket), "0")
 	for _, b := range s.nodes {
 		if files := logFiles(b.fs, dir); len(files) > 0 {
-			if s.flipFile(b, files[s.w.rng.IntN(len(files))]) {
+			file := files[s.w.rng.IntN(len(files))]
+			var from, to int64 // the whole file
+			if !b.up {
+				file = slices.Max(files)
+				if content, err := b.fs.ReadFile(file); err == nil {
+					if batches := storage.SegmentBatches(content); len(batches) > 0 {
+						from, to = batches[len(batches)-1].Offset, batches[len(batches)-1].End
+					}
+				}
+			}
+			if s.flipFileIn(b, file, from, to) {
 				s.flipped[b.id] = true
 				s.repaired["bucket flips"]++
 			}
@@ -442,15 +457,22 @@ func (s *sim) loseMinorityPromises(m []*broker) {
 // content), keeping the promise a hard state held as ghost state: it was
 // made, and InstallNeedsQuorumPromise counts it (promiseOf). It reports
 // whether a bit was flipped.
-func (s *sim) flipFile(b *broker, file string) bool {
+func (s *sim) flipFile(b *broker, file string) bool { return s.flipFileIn(b, file, 0, 0) }
+
+// flipFileIn is flipFile with the bit in bytes [from, to) of the file
+// (to 0: anywhere).
+func (s *sim) flipFileIn(b *broker, file string, from, to int64) bool {
 	size, err := b.fs.Stat(file)
-	if err != nil || size == 0 {
+	if err != nil || size == 0 || to > size {
 		return false
 	}
 	if key := b.id + ":" + file; path.Base(file) == "hardstate" {
 		s.lostPromises[key] = max(s.lostPromises[key], hardStatePromise(b.fs, file))
 	}
-	off := s.w.rng.Int64N(size)
+	if to == 0 {
+		from, to = 0, size
+	}
+	off := from + s.w.rng.Int64N(to-from)
 	if err := b.fs.FlipBit(file, off, uint(s.w.rng.IntN(8))); err != nil {
 		return false
 	}

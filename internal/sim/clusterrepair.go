@@ -34,11 +34,17 @@ func (s *sim) watchLoneRepairs() {
 			s.nodeLines[r.Message]++
 			switch {
 			case r.Message == tornTailMessage && logAttrString(r, "topic") == simTopic:
-				s.loneTornTailCut(uint32(logAttrUint(r, "partition")), logAttrUint(r, "first_seq"))
+				s.loneTornTailCut(uint32(logAttrUint(r, "partition")), tornTailOf(r))
 			case r.Message == tornTailMessage && logAttrString(r, "topic") == meta.MetaTopic:
 				s.metaCut(logAttrUint(r, "first_seq"))
 			case r.Message == tornTailMessage && logAttrString(r, "topic") == wire.KVTopic(kvBucket) && s.kv != nil:
-				s.kv.lose(kvLoss{cutFrom: logAttrUint(r, "first_seq")})
+				t := tornTailOf(r)
+				if s.kv.watcher.next > t.FirstSeq {
+					s.repaired["bucket torn tails a watcher went past"]++
+				}
+				var loss kvLoss
+				loss.cut(t)
+				s.kv.lose(loss)
 			case r.Message == node.KVRebuiltMessage && logAttrString(r, "bucket") == kvBucket && s.kv != nil:
 				s.kv.watcher.covered(logAttrUint(r, "base"))
 			}
@@ -73,17 +79,18 @@ func (s *sim) readLoneDurablePoints(b *broker) {
 // committed records a flip makes look torn must be said (the node's WARN
 // line, which this hears): the checker forgets them, and the acks the
 // partition's log held there.
-func (s *sim) loneTornTailCut(p uint32, first uint64) {
+func (s *sim) loneTornTailCut(p uint32, t storage.TornTail) {
+	first := t.FirstSeq
 	var committed uint64
 	for k, c := range s.chk.maxCommit {
 		if k.partition == p {
 			committed = max(committed, c)
 		}
 	}
-	if !s.cutCommitted(p, first, committed) {
+	if !s.cutCommitted(p, t, committed) {
 		return
 	}
-	s.w.tracef("checker: partition %d's seqs %d-%d were cut (a bit flip into its last batches looks like a torn write): seen again as new", p, first, committed)
+	s.w.tracef("checker: partition %d's seqs %d-%d were cut (a bit flip into its last batches looks like a torn write); kept through %d, seen again as new above", p, first, committed, t.LastSeq)
 	s.repaired["committed records cut as a torn tail"]++
 	s.ghosts[p].Forget(first, committed)
 	s.loneAcksForgotten(p)
@@ -179,7 +186,7 @@ func (s *sim) repairLone(b *broker) (err error) {
 		if l.Topic == wire.KVTopic(kvBucket) && s.kv != nil {
 			loss := kvLoss{dropped: l.Report.Dropped}
 			if t := l.Report.TornTail; t != nil {
-				loss.cutFrom = t.FirstSeq
+				loss.cut(*t)
 			}
 			s.kv.lose(loss)
 			continue
@@ -196,7 +203,7 @@ func (s *sim) repairLone(b *broker) (err error) {
 			s.loneAcksForgotten(p)
 		}
 		if t := l.Report.TornTail; t != nil {
-			s.loneTornTailCut(p, t.FirstSeq)
+			s.loneTornTailCut(p, *t)
 		}
 	}
 	opts.DryRun = false

@@ -49,6 +49,17 @@ func (l kvLoss) lost(rev uint64) bool {
 	return false
 }
 
+// cut adds a torn tail t cut off the bucket's log: the seqs the node
+// kept (storage.Options.KeepTornSeqs) are dropped, never written again;
+// otherwise every seq from its first on may be.
+func (l *kvLoss) cut(t storage.TornTail) {
+	if t.Kept {
+		l.dropped = append(l.dropped, storage.SeqRange{First: t.FirstSeq, Last: t.LastSeq})
+		return
+	}
+	l.cutFrom = t.FirstSeq
+}
+
 // first is the lowest seq lost.
 func (l kvLoss) first() uint64 {
 	first := l.cutFrom
@@ -329,18 +340,15 @@ func (o *kvRecreator) onFrame(c *conn, corr uint64, f wire.Frame) {
 	switch f := f.(type) {
 	case *wire.KVBucketOK:
 		if !o.creating { // the delete's answer
-			o.creating = true
-			o.send()
+			o.deleted()
 			return
 		}
 		o.busy, o.corr, o.doneMs = false, 0, w.nowMs
 		w.tracef("operator: the bucket was created again (created %v)", f.Created)
-		o.kw.recreated()
 	case *wire.Err:
 		switch {
 		case !o.creating && f.Code == wire.CodeNotFound:
-			o.creating = true
-			o.send()
+			o.deleted()
 		default:
 			w.tracef("operator: %s of the bucket: %v", map[bool]string{false: "delete", true: "create"}[o.creating], f.AsError())
 			o.again()
@@ -348,8 +356,19 @@ func (o *kvRecreator) onFrame(c *conn, corr uint64, f wire.Frame) {
 	}
 }
 
-// recreated takes in the bucket deleted and created again: nothing of it
-// is left.
+// deleted takes in the bucket's delete, answered (or found done): what
+// comes next is a new bucket, whoever creates it — a client's create may
+// come before the operator's (which then finds it created, and the
+// watcher may be on it already).
+func (o *kvRecreator) deleted() {
+	o.kw.s.w.tracef("operator: the bucket was deleted")
+	o.kw.recreated()
+	o.creating = true
+	o.send()
+}
+
+// recreated takes in the bucket deleted, to be created again: nothing of
+// it is left.
 func (kw *kvWorkload) recreated() {
 	if len(kw.losses) == 0 {
 		kw.s.chk.violate(KVLinearizable, "the bucket said it cannot be rebuilt, and it lost nothing")

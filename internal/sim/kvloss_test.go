@@ -17,7 +17,11 @@ import (
 // losses; 114: a bucket that could not be rebuilt, deleted and created
 // again by the operator; 48: a member alone of the workload topic whose
 // restart in place met damage in a sealed segment (it was retried in
-// silence for good, no repair asked: Liveness; LoneDamageAtRestartIsSaid).
+// silence for good, no repair asked: Liveness; LoneDamageAtRestartIsSaid);
+// 100: a flip into the bucket's last batch while its node was down after
+// a crash, cut as a torn tail past the watcher's cursor — its seqs kept,
+// the watcher told (TornSeqsNotReused; `torn-seqs-reused` hands them out
+// again and the watcher misses the writes that took them).
 //
 // The runs found, before their fixes: the lost records a member alone's
 // repair fills dropped seqs with read as control records, every lost
@@ -35,7 +39,7 @@ import (
 // (TestKVRecreatedBucketExpiresOldCursors).
 func TestLoneBucketLossesAreSaid(t *testing.T) {
 	counts := map[string]int{}
-	for _, seed := range []uint64{1, 10, 18, 48, 114} {
+	for _, seed := range []uint64{1, 10, 18, 48, 100, 114} {
 		o := ClusterOptions{Seed: seed, Replicas: 1, KV: 30, Faults: AllClusterFaults}
 		r := RunCluster(o)
 		if r.Violation != nil {
@@ -44,7 +48,8 @@ func TestLoneBucketLossesAreSaid(t *testing.T) {
 		addCounts(counts, r.Repaired)
 	}
 	t.Logf("%v", counts)
-	for _, what := range []string{"bucket losses", "watcher told of a loss", "bucket losses a checkpoint held", "buckets created again"} {
+	for _, what := range []string{"bucket losses", "watcher told of a loss", "bucket losses a checkpoint held", "buckets created again",
+		"bucket torn tails a watcher went past"} {
 		if counts[what] == 0 {
 			t.Errorf("no run had %s: the test no longer reaches it", what)
 		}
@@ -61,6 +66,9 @@ func TestLoneBucketLossesAreSaid(t *testing.T) {
 		{"kv-fence-answers-any-gap", []uint64{180}, []string{LossExpiresEveryCursor}},
 		// The bucket answers NOT_FOUND for good: its operations never run.
 		{"kv-lost-creation-skipped", []uint64{3, 23, 27}, []string{LossExpiresEveryCursor, Liveness}},
+		// A flipped last batch cut as torn and its seqs written again:
+		// the watcher past them is never told.
+		{"torn-seqs-reused", []uint64{100}, []string{LossExpiresEveryCursor}},
 	} {
 		caught := false
 		for _, seed := range tc.seeds {

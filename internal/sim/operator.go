@@ -46,7 +46,7 @@ func (s *sim) watchForRepair() {
 			s.ledgerTailCut(file, off, logAttrUint(r, "first_seq"))
 		}
 		if msg == tornTailMessage && logAttrString(r, "topic") == simTopic {
-			s.tornTailCut(uint32(logAttrUint(r, "partition")), logAttrUint(r, "first_seq"))
+			s.tornTailCut(uint32(logAttrUint(r, "partition")), tornTailOf(r))
 		}
 		if strings.Contains(msg, "nereus repair") {
 			s.askRepair(msg)
@@ -68,15 +68,22 @@ func (s *sim) readDurablePoints() {
 	s.ledgerDurable = node.LedgerMarks(s.b.fs, dataDir)
 }
 
-// tornTailCut takes in a start's or a repair's torn tail cut of
-// partition p from seq first on (cutCommitted).
-func (s *sim) tornTailCut(p uint32, first uint64) {
-	if s.cutCommitted(p, first, s.chk.maxCommit[commitKey{partition: p}]) && s.logWatch != nil {
-		s.logWatch.forgetCut(p, first)
+// tornTailCut takes in a start's or a repair's torn tail t cut of
+// partition p (cutCommitted).
+func (s *sim) tornTailCut(p uint32, t storage.TornTail) {
+	if s.cutCommitted(p, t, s.chk.maxCommit[commitKey{partition: p}]) && s.logWatch != nil {
+		s.logWatch.forgetCut(p, t.FirstSeq)
 	}
 }
 
-// cutCommitted judges a torn tail cut of partition p from seq first on,
+// tornTailOf is the torn tail a node's TornTailMessage line r says.
+func tornTailOf(r slog.Record) storage.TornTail {
+	t := storage.TornTail{FirstSeq: logAttrUint(r, "first_seq"), LastSeq: logAttrUint(r, "kept_through")}
+	t.Kept = t.Named()
+	return t
+}
+
+// cutCommitted judges a torn tail t cut of partition p,
 // its highest commit_seq seen committed. Only records never synced may
 // go so: a cut at or below the partition's durable point (its dedup
 // snapshot's, its synced mark's) breaks DurableTailNotTorn, and one of
@@ -84,9 +91,14 @@ func (s *sim) tornTailCut(p uint32, first uint64) {
 // partition and the point does not stand for them (a crash since it was
 // written): a flip into the last batches looks exactly like a torn write
 // (a documented gap). It reports whether committed records were cut:
-// positions from first on may then hold other records (checker.reused).
-func (s *sim) cutCommitted(p uint32, first, committed uint64) bool {
-	chk := s.chk
+// the seqs the node kept (storage.Options.KeepTornSeqs) are lost like a
+// repair's dropped ones, positions after them may hold other records
+// (checker.reused).
+func (s *sim) cutCommitted(p uint32, t storage.TornTail, committed uint64) bool {
+	chk, first := s.chk, t.FirstSeq
+	if t.Kept {
+		chk.tornKept(p, storage.SeqRange{First: first, Last: t.LastSeq})
+	}
 	switch {
 	case first <= s.durable[p]:
 		chk.violate(DurableTailNotTorn, "partition %d's log was cut from seq %d as a torn tail, below seq %d its durable point stood for", p, first, s.durable[p])
@@ -94,7 +106,13 @@ func (s *sim) cutCommitted(p uint32, first, committed uint64) bool {
 	case !chk.damaged[p]:
 		chk.violate(VisibleMonotonic, "partition %d's log was cut from seq %d as a torn tail, below its commit_seq %d", p, first, committed)
 	default:
-		chk.cutFrom(p, first)
+		if t.Kept {
+			chk.dropped(p, []storage.SeqRange{{First: first, Last: t.LastSeq}})
+			first = t.LastSeq + 1
+		}
+		if committed >= first {
+			chk.cutFrom(p, first)
+		}
 		return true
 	}
 	return false
@@ -212,7 +230,7 @@ func (s *sim) repair() (err error) {
 		if l.Topic == simTopic && l.Group == "" && l.Partition >= 0 {
 			s.chk.dropped(uint32(l.Partition), l.Report.Dropped)
 			if t := l.Report.TornTail; t != nil {
-				s.tornTailCut(uint32(l.Partition), t.FirstSeq)
+				s.tornTailCut(uint32(l.Partition), *t)
 			}
 		}
 	}

@@ -2,11 +2,13 @@ package sim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/nereus-broker/nereus/internal/node"
+	"github.com/nereus-broker/nereus/internal/storage"
 	"github.com/nereus-broker/nereus/internal/wire"
 )
 
@@ -434,6 +436,10 @@ func schedPartitionValues(b *broker, topic string, p wire.PartitionInfo) (map[st
 	out, read := map[string]int{}, 0
 	for from := p.StartSeq; ; {
 		es, err := b.node.Read(topic, p.Partition, from, 1000)
+		if gap := (*storage.GapError)(nil); errors.As(err, &gap) && gap.Next > from {
+			from = gap.Next // a torn tail's kept seqs, or a repair's drop
+			continue
+		}
 		if err != nil || len(es) == 0 {
 			break
 		}

@@ -71,6 +71,28 @@ type TornTail struct {
 	// FirstSeq is the seq the cut bytes would have held first: the next
 	// seq after the last valid batch.
 	FirstSeq uint64
+	// LastSeq is the last seq a batch header in the cut bytes named
+	// where the log expected it (a torn batch's header is written first;
+	// an invalid one counts only within Options.BatchBytesMax); below
+	// FirstSeq when none did, and what the bytes held is unknown.
+	LastSeq uint64
+	// Kept: the seqs FirstSeq..LastSeq were not cut but filled
+	// (Options.KeepTornSeqs), never to be handed out again.
+	Kept bool
+	// epoch is the epoch of the batch before the cut, which a fill takes.
+	epoch uint64
+}
+
+// Named reports whether the cut bytes' headers named any seq.
+func (t TornTail) Named() bool { return t.LastSeq >= t.FirstSeq }
+
+// fill is what KeepTornSeqs puts in place of t: gap batches for its
+// named seqs, or batches of filler copies.
+func (t TornTail) fill(filler *Record) ([]byte, error) {
+	if filler == nil {
+		return appendGaps(nil, t.FirstSeq, t.LastSeq, t.epoch), nil
+	}
+	return appendFillers(nil, t.FirstSeq, t.LastSeq, t.epoch, filler)
 }
 
 // nextValidBatch searches f for the first batch after off (exclusive) that

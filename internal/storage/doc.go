@@ -94,7 +94,13 @@
 //     valid follows) it is a torn tail: the segment is truncated there,
 //     everything after it included, and Open reports it (TornTail) so the
 //     caller can log the bytes dropped. After recovery nothing but zeroes
-//     follows the last batch.
+//     follows the last batch. A log with no other copy opens with
+//     Options.KeepTornSeqs: the seqs the cut batches' headers still name
+//     (a torn write's header is written first; a flipped bit elsewhere
+//     leaves it whole) are filled with gap batches, or copies of
+//     Options.Filler, in a segment rewritten and renamed over the old one,
+//     so they are never handed out again (TornSeqsNotReused): those
+//     batches may have been synced and acknowledged.
 //
 // Damage is never truncated and its seqs are never reused: Open keeps the
 // log at its full length, lists each damaged range (Damage: file, offset,

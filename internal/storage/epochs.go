@@ -19,20 +19,22 @@ type EpochStart struct{ Epoch, Seq uint64 }
 func (l *Log) EpochStarts(fromSeq uint64) ([]EpochStart, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.epochStarts(fromSeq, math.MaxUint64)
+	return l.epochStarts(fromSeq, math.MaxUint64, false)
 }
 
 // EpochAt returns the epoch of the entry at seq, from its batch's header
 // alone: damage or a repair's gap after seq does not concern it (a dedup
 // snapshot at seq, kept by a repair that dropped later records, is
-// checked with it).
+// checked with it). A seq in a gap has its gap batch's epoch: the log's
+// last epoch when the gap was written, which a dedup snapshot taken at
+// that point (a torn tail's kept seqs the last of the log) recorded.
 func (l *Log) EpochAt(seq uint64) (uint64, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if seq >= l.nextSeq {
 		return 0, fmt.Errorf("%w: seq %d at or past the log's end %d", ErrOutOfRange, seq, l.nextSeq)
 	}
-	starts, err := l.epochStarts(seq, seq+1)
+	starts, err := l.epochStarts(seq, seq+1, true)
 	if err != nil {
 		return 0, err
 	}
@@ -40,8 +42,9 @@ func (l *Log) EpochAt(seq uint64) (uint64, error) {
 }
 
 // epochStarts is EpochStarts over the entries from fromSeq below
-// untilSeq; l.mu is held.
-func (l *Log) epochStarts(fromSeq, untilSeq uint64) ([]EpochStart, error) {
+// untilSeq; l.mu is held. With gapEpochs a gap's seqs have its batch's
+// epoch, as entries do.
+func (l *Log) epochStarts(fromSeq, untilSeq uint64, gapEpochs bool) ([]EpochStart, error) {
 	if err := l.readableFrom(fromSeq); err != nil {
 		return nil, err
 	}
@@ -66,7 +69,7 @@ func (l *Log) epochStarts(fromSeq, untilSeq uint64) ([]EpochStart, error) {
 			if err != nil {
 				return nil, err
 			}
-			if h.gap() && h.nextSeq() > seq {
+			if h.gap() && h.nextSeq() > seq && !gapEpochs {
 				return nil, &GapError{Next: h.nextSeq()}
 			}
 			if h.nextSeq() > seq && (len(out) == 0 || out[len(out)-1].Epoch != h.epoch) {

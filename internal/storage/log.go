@@ -55,6 +55,22 @@ type Options struct {
 	// nothing (DurableTailNotTorn); Repair drops them as damage, never
 	// to be handed out again. 0: nothing known.
 	DurableThrough uint64
+	// KeepTornSeqs: a torn tail whose batch headers still name their seqs
+	// (TornTail.LastSeq) is replaced by a fill of those seqs instead of
+	// cut — gap batches, or copies of Filler — so they are never handed
+	// out again. For a log with no other copy: a bit flipped in its
+	// acknowledged last batch looks exactly like a torn write, and a
+	// reader that went past it (a KV watcher's revision, a consumer's
+	// seq) must not find new records there (TornSeqsNotReused). A torn
+	// tail that names nothing (a header of its own flipped or never
+	// written, or one claiming a batch larger than BatchBytesMax) is cut
+	// as before.
+	KeepTornSeqs bool
+	// Filler, when set, is what a kept torn tail and RepairFilled put at
+	// each seq they drop instead of a gap: for a log whose reader applies
+	// every seq in turn (a replicated member's kernel), and which knows
+	// the filler for what it is.
+	Filler *Record
 }
 
 const (
@@ -328,11 +344,15 @@ func (l *Log) scanSegment(s *segment, fileBytes int64, limitSeq uint64) error {
 	}
 	var torn *TornTail
 	if !res.zeroTail {
-		torn = &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: fileBytes - res.validEnd, FirstSeq: s.nextSeq}
+		torn = l.describeTornTail(s, res, fileBytes)
 		if l.opts.BeforeTornTailCut != nil {
 			if err := l.opts.BeforeTornTailCut(*torn); err != nil {
 				return fmt.Errorf("storage: before cutting the torn tail of segment %d: %w", s.baseSeq, err)
 			}
+		}
+		if torn.Kept {
+			l.tornTail = torn
+			return l.fillTornTail(s, *torn)
 		}
 	}
 	if err := s.file.Truncate(res.validEnd); err != nil {
@@ -342,6 +362,46 @@ func (l *Log) scanSegment(s *segment, fileBytes int64, limitSeq uint64) error {
 	if torn != nil {
 		l.tornTail = torn
 	}
+	return nil
+}
+
+// describeTornTail describes the torn tail of the last segment s that a scan
+// (res) stopped at.
+func (l *Log) describeTornTail(s *segment, res scanResult, fileBytes int64) *TornTail {
+	t := &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: fileBytes - res.validEnd, FirstSeq: s.nextSeq,
+		LastSeq: res.tornLastSeq(s.nextSeq, l.opts.BatchBytesMax), epoch: s.lastEpoch}
+	if s.nextSeq == s.baseSeq && len(l.segments) > 1 {
+		t.epoch = l.segments[len(l.segments)-2].lastEpoch // s holds no batch before the cut
+	}
+	t.Kept = l.opts.KeepTornSeqs && t.Named()
+	return t
+}
+
+// fillTornTail replaces the torn tail t of the last segment s by its fill
+// (Options.KeepTornSeqs). The segment is rewritten whole and renamed over
+// the old one, so that a crash leaves the torn tail, filled again by the
+// next open, or the fill; never the seqs free.
+func (l *Log) fillTornTail(s *segment, t TornTail) error {
+	fill, err := t.fill(l.opts.Filler)
+	if err != nil {
+		return fmt.Errorf("storage: fill the torn tail of segment %d: %w", s.baseSeq, err)
+	}
+	if err := cutSegment(l.fsys, l.dir, s, t.Offset, fill); err != nil {
+		return err
+	}
+	_ = s.file.Close()
+	if s.file, err = l.fsys.OpenRW(s.path); err != nil {
+		return fmt.Errorf("storage: open segment: %w", err)
+	}
+	for off := 0; off < len(fill); {
+		h, err := decodeBatchHeader(fill[off:])
+		if err != nil {
+			return fmt.Errorf("storage: the torn tail's fill: %w", err)
+		}
+		s.addBatch(t.Offset+int64(off), h, l.opts.IndexIntervalBytes)
+		off += int(h.totalBytes)
+	}
+	s.allocBytes = s.sizeBytes
 	return nil
 }
 

@@ -64,7 +64,7 @@ type SeqRange struct{ First, Last uint64 }
 // interrupted repair leaves the log as it was or repaired, and can be run
 // again.
 func Repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, dryRun bool) (RepairReport, error) {
-	return repair(fsys, dir, opts, mode, nil, dryRun)
+	return repair(fsys, dir, opts, mode, dryRun)
 }
 
 // RepairFilled is Repair in RepairSalvage mode that puts a copy of filler
@@ -72,10 +72,13 @@ func Repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, dryRun bool)
 // instead of a gap: for a log whose reader applies every seq in turn (a
 // replicated member's kernel), and which knows filler for what it is.
 func RepairFilled(fsys vfs.FS, dir string, opts Options, filler Record, dryRun bool) (RepairReport, error) {
-	return repair(fsys, dir, opts, RepairSalvage, &filler, dryRun)
+	opts.Filler = &filler
+	return repair(fsys, dir, opts, RepairSalvage, dryRun)
 }
 
-func repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, filler *Record, dryRun bool) (RepairReport, error) {
+// repair is Repair; a torn tail is cut as Open would, or with
+// Options.KeepTornSeqs filled as Open would.
+func repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, dryRun bool) (RepairReport, error) {
 	var rep RepairReport
 	if mode != RepairSalvage && mode != RepairTruncate {
 		return rep, fmt.Errorf("storage: repair mode %v", mode)
@@ -145,7 +148,21 @@ func repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, filler *Reco
 			// (DurableTailNotTorn): its seqs are dropped, never reused.
 			cur.damage = append(cur.damage, durableTailLost(s, res.validEnd, size, opts.DurableThrough))
 		case res.validEnd < size && !res.zeroTail && limitSeq == 0:
-			rep.TornTail = &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: size - res.validEnd, FirstSeq: s.nextSeq}
+			t := &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: size - res.validEnd, FirstSeq: s.nextSeq,
+				LastSeq: res.tornLastSeq(s.nextSeq, opts.BatchBytesMax), epoch: s.lastEpoch}
+			if s.nextSeq == base && i > 0 {
+				t.epoch = segs[i-1].seg.lastEpoch
+			}
+			t.Kept = opts.KeepTornSeqs && t.Named()
+			rep.TornTail = t
+		}
+	}
+	// tornFill is what replaces the torn tail: nothing (a cut), or the
+	// fill of the seqs it named.
+	var tornFill []byte
+	if t := rep.TornTail; t != nil && t.Kept {
+		if tornFill, err = t.fill(opts.Filler); err != nil {
+			return rep, fmt.Errorf("storage: repair: fill the torn tail: %w", err)
 		}
 	}
 	for _, s := range segs {
@@ -167,10 +184,13 @@ func repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, filler *Reco
 		return rep, nil
 	}
 	rep.NextSeq = max(segs[len(segs)-1].seg.nextSeq, opts.DurableThrough+1)
+	if t := rep.TornTail; t != nil && t.Kept {
+		rep.NextSeq = max(rep.NextSeq, t.LastSeq+1)
+	}
 	if len(rep.Damage) == 0 {
 		if rep.TornTail != nil && !dryRun {
 			t := rep.TornTail
-			if err := cutSegment(fsys, dir, segs[len(segs)-1].seg, t.Offset, nil); err != nil {
+			if err := cutSegment(fsys, dir, segs[len(segs)-1].seg, t.Offset, tornFill); err != nil {
 				return rep, err
 			}
 		}
@@ -192,13 +212,17 @@ func repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, filler *Reco
 			s := &segs[i]
 			if len(s.damage) == 0 {
 				if i == len(segs)-1 && rep.TornTail != nil {
-					if err := cutSegment(fsys, dir, s.seg, s.validEnd, nil); err != nil {
+					if err := cutSegment(fsys, dir, s.seg, s.validEnd, tornFill); err != nil {
 						return rep, err
 					}
 				}
 				continue
 			}
-			if err := salvageSegment(fsys, dir, s.seg, s.validEnd, s.damage, filler); err != nil {
+			var tail []byte
+			if i == len(segs)-1 {
+				tail = tornFill
+			}
+			if err := salvageSegment(fsys, dir, s.seg, s.validEnd, s.damage, opts.Filler, tail); err != nil {
 				return rep, err
 			}
 		}
@@ -282,8 +306,9 @@ func appendFillers(dst []byte, first, last, epoch uint64, filler *Record) ([]byt
 }
 
 // salvageSegment rewrites s: its valid bytes up to validEnd, each damaged
-// range replaced by gap batches, or by filler records when filler is set.
-func salvageSegment(fsys vfs.FS, dir string, s *segment, validEnd int64, damage []Damage, filler *Record) error {
+// range replaced by gap batches, or by filler records when filler is set,
+// then tail.
+func salvageSegment(fsys vfs.FS, dir string, s *segment, validEnd int64, damage []Damage, filler *Record, tail []byte) error {
 	var out []byte
 	var off int64
 	for _, d := range damage {
@@ -311,7 +336,7 @@ func salvageSegment(fsys vfs.FS, dir string, s *segment, validEnd int64, damage 
 		}
 		out = append(out, b...)
 	}
-	return replaceSegment(fsys, dir, s.baseSeq, out)
+	return replaceSegment(fsys, dir, s.baseSeq, append(out, tail...))
 }
 
 // cutSegment rewrites s as its first `at` bytes followed by tail.

@@ -131,6 +131,27 @@ type scanResult struct {
 	// segment (limitSeq > 0) every invalid range, in the last segment
 	// only those that a later batch proves were durable.
 	damage []Damage
+	// namedNext, when the scan stopped at an invalid tail, is the seq
+	// after the last one a valid batch in that tail named (one after an
+	// unproven invalid range); no higher than validEnd's next seq when
+	// none did. tornHeader is the invalid last batch's own header when it
+	// still decodes at the seq that continues the log (its CRC or its end
+	// is what failed), zero otherwise (TornTail.LastSeq).
+	namedNext  uint64
+	tornHeader batchHeader
+}
+
+// tornLastSeq is the last seq the torn tail the scan stopped at named
+// (below first, its first seq, when none): its invalid last batch's
+// header counts only when it fits in batchBytesMax, as a batch this log
+// wrote does — a header made up of damage must not have a fill grow
+// without bound.
+func (r scanResult) tornLastSeq(first uint64, batchBytesMax int) uint64 {
+	next := max(r.namedNext, first)
+	if h := r.tornHeader; h.count > 0 && h.totalBytes <= int64(batchBytesMax) {
+		next = max(next, h.nextSeq())
+	}
+	return next - 1
 }
 
 // scanMark is the state of a segment at the start of an unproven invalid
@@ -171,12 +192,15 @@ func (s *segment) scan(fileBytes, indexIntervalBytes int64, limitSeq uint64) (sc
 	)
 	// stop ends the scan at an invalid batch at off, or at the first
 	// unproven one before it.
-	stop := func(cause error) scanResult {
+	// torn is the invalid last batch's header, when it named its seqs
+	// (scanResult.tornHeader).
+	stop := func(cause error, torn batchHeader) scanResult {
+		res := scanResult{validEnd: off, stopErr: cause, damage: damage, namedNext: s.nextSeq, tornHeader: torn}
 		if len(pending) > 0 {
 			*s = pending[0].seg
-			return scanResult{validEnd: pending[0].off, stopErr: fmt.Errorf("%w: %s", ErrCorrupt, pending[0].damage.Cause), damage: damage}
+			res.validEnd, res.stopErr = pending[0].off, fmt.Errorf("%w: %s", ErrCorrupt, pending[0].damage.Cause)
 		}
-		return scanResult{validEnd: off, stopErr: cause, damage: damage}
+		return res
 	}
 	for off < fileBytes {
 		n := min(fileBytes-off, batchHeaderBytes)
@@ -191,7 +215,7 @@ func (s *segment) scan(fileBytes, indexIntervalBytes int64, limitSeq uint64) (sc
 			}
 			if zero {
 				if len(pending) > 0 {
-					return stop(nil), nil
+					return stop(nil, batchHeader{}), nil
 				}
 				return scanResult{validEnd: off, zeroTail: true, damage: damage}, nil
 			}
@@ -255,7 +279,10 @@ func (s *segment) scan(fileBytes, indexIntervalBytes int64, limitSeq uint64) (sc
 		case limitSeq > 0:
 			damage = append(damage, d)
 		case !found:
-			return stop(cause), nil
+			if h.baseSeq != s.nextSeq {
+				h = batchHeader{}
+			}
+			return stop(cause, h), nil
 		default:
 			pending = append(pending, scanMark{off: off, seg: *s, damage: d})
 			pending[len(pending)-1].seg.index = slices.Clone(s.index)
@@ -264,7 +291,7 @@ func (s *segment) scan(fileBytes, indexIntervalBytes int64, limitSeq uint64) (sc
 		s.nextSeq = next.baseSeq
 	}
 	if len(pending) > 0 {
-		return stop(nil), nil
+		return stop(nil, batchHeader{}), nil
 	}
 	return scanResult{validEnd: off, damage: damage}, nil
 }
