@@ -61,10 +61,11 @@ type Options struct {
 	// out again. For a log with no other copy: a bit flipped in its
 	// acknowledged last batch looks exactly like a torn write, and a
 	// reader that went past it (a KV watcher's revision, a consumer's
-	// seq) must not find new records there (TornSeqsNotReused). A torn
-	// tail that names nothing (a header of its own flipped or never
-	// written, or one claiming a batch larger than BatchBytesMax) is cut
-	// as before.
+	// seq) must not find new records there (TornSeqsNotReused). A cut
+	// batch whose header no longer decodes names the most records its
+	// bytes could hold (a flushed batch is whole); one whose header
+	// claims a batch larger than BatchBytesMax, or is all zeroes, names
+	// none, and a tail that names nothing is cut as before.
 	KeepTornSeqs bool
 	// Filler, when set, is what a kept torn tail and RepairFilled put at
 	// each seq they drop instead of a gap: for a log whose reader applies
@@ -344,7 +345,9 @@ func (l *Log) scanSegment(s *segment, fileBytes int64, limitSeq uint64) error {
 	}
 	var torn *TornTail
 	if !res.zeroTail {
-		torn = l.describeTornTail(s, res, fileBytes)
+		if torn, err = l.describeTornTail(s, res, fileBytes); err != nil {
+			return err
+		}
 		if l.opts.BeforeTornTailCut != nil {
 			if err := l.opts.BeforeTornTailCut(*torn); err != nil {
 				return fmt.Errorf("storage: before cutting the torn tail of segment %d: %w", s.baseSeq, err)
@@ -367,14 +370,18 @@ func (l *Log) scanSegment(s *segment, fileBytes int64, limitSeq uint64) error {
 
 // describeTornTail describes the torn tail of the last segment s that a scan
 // (res) stopped at.
-func (l *Log) describeTornTail(s *segment, res scanResult, fileBytes int64) *TornTail {
+func (l *Log) describeTornTail(s *segment, res scanResult, fileBytes int64) (*TornTail, error) {
+	last, err := res.tornLastSeq(s.file, s.nextSeq, fileBytes, l.opts.BatchBytesMax)
+	if err != nil {
+		return nil, fmt.Errorf("storage: read the torn tail of segment %d: %w", s.baseSeq, err)
+	}
 	t := &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: fileBytes - res.validEnd, FirstSeq: s.nextSeq,
-		LastSeq: res.tornLastSeq(s.nextSeq, l.opts.BatchBytesMax), epoch: s.lastEpoch}
+		LastSeq: last, epoch: s.lastEpoch}
 	if s.nextSeq == s.baseSeq && len(l.segments) > 1 {
 		t.epoch = l.segments[len(l.segments)-2].lastEpoch // s holds no batch before the cut
 	}
 	t.Kept = l.opts.KeepTornSeqs && t.Named()
-	return t
+	return t, nil
 }
 
 // fillTornTail replaces the torn tail t of the last segment s by its fill

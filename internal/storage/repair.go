@@ -148,8 +148,12 @@ func repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, dryRun bool)
 			// (DurableTailNotTorn): its seqs are dropped, never reused.
 			cur.damage = append(cur.damage, durableTailLost(s, res.validEnd, size, opts.DurableThrough))
 		case res.validEnd < size && !res.zeroTail && limitSeq == 0:
+			last, err := res.tornLastSeq(f, s.nextSeq, size, opts.BatchBytesMax)
+			if err != nil {
+				return rep, fmt.Errorf("storage: read the torn tail of segment %d: %w", base, err)
+			}
 			t := &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: size - res.validEnd, FirstSeq: s.nextSeq,
-				LastSeq: res.tornLastSeq(s.nextSeq, opts.BatchBytesMax), epoch: s.lastEpoch}
+				LastSeq: last, epoch: s.lastEpoch}
 			if s.nextSeq == base && i > 0 {
 				t.epoch = segs[i-1].seg.lastEpoch
 			}

@@ -136,22 +136,62 @@ type scanResult struct {
 	// unproven invalid range); no higher than validEnd's next seq when
 	// none did. tornHeader is the invalid last batch's own header when it
 	// still decodes at the seq that continues the log (its CRC or its end
-	// is what failed), zero otherwise (TornTail.LastSeq).
+	// is what failed), zero otherwise. tornBytes: that batch is at tornAt
+	// and its header is not all zeroes (something was written there)
+	// (TornTail.LastSeq).
 	namedNext  uint64
 	tornHeader batchHeader
+	tornBytes  bool
+	tornAt     int64
 }
 
 // tornLastSeq is the last seq the torn tail the scan stopped at named
-// (below first, its first seq, when none): its invalid last batch's
-// header counts only when it fits in batchBytesMax, as a batch this log
-// wrote does — a header made up of damage must not have a fill grow
-// without bound.
-func (r scanResult) tornLastSeq(first uint64, batchBytesMax int) uint64 {
+// (below first, its first seq, when none), the tail in f of fileBytes.
+// Its invalid last batch's header counts only when it fits in
+// batchBytesMax, as a batch this log wrote does — a header made up of
+// damage must not have a fill grow without bound. A header that no
+// longer decodes where the log expected it (a flip into its magic, its
+// length or its base seq) names the most records its bytes could hold:
+// a flushed batch that a flip made look torn is whole, so its bytes
+// bound its records (a torn write's were never acknowledged).
+func (r scanResult) tornLastSeq(f vfs.File, first uint64, fileBytes int64, batchBytesMax int) (uint64, error) {
 	next := max(r.namedNext, first)
-	if h := r.tornHeader; h.count > 0 && h.totalBytes <= int64(batchBytesMax) {
-		next = max(next, h.nextSeq())
+	switch h := r.tornHeader; {
+	case h.count > 0:
+		if h.totalBytes <= int64(batchBytesMax) {
+			next = max(next, h.nextSeq())
+		}
+	case r.tornBytes:
+		end, err := nonZeroEnd(f, r.tornAt, min(fileBytes, r.tornAt+int64(batchBytesMax)))
+		if err != nil {
+			return 0, err
+		}
+		if n := (end - r.tornAt - batchOverheadBytes) / recordBytesMin; n > 0 {
+			next = max(next, r.namedNext+uint64(n))
+		}
 	}
-	return next - 1
+	return next - 1, nil
+}
+
+// nonZeroEnd is the offset after the last byte of [off, end) of f that
+// is not zero (off when there is none).
+func nonZeroEnd(f vfs.File, off, end int64) (int64, error) {
+	buf := make([]byte, min(end-off, 64<<10))
+	last := off
+	for at := off; at < end; {
+		b := buf[:min(end-at, int64(len(buf)))]
+		if err := readFull(f, b, at); err != nil {
+			return 0, err
+		}
+		for i := len(b) - 1; i >= 0; i-- {
+			if b[i] != 0 {
+				last = at + int64(i) + 1
+				break
+			}
+		}
+		at += int64(len(b))
+	}
+	return last, nil
 }
 
 // scanMark is the state of a segment at the start of an unproven invalid
@@ -194,8 +234,8 @@ func (s *segment) scan(fileBytes, indexIntervalBytes int64, limitSeq uint64) (sc
 	// unproven one before it.
 	// torn is the invalid last batch's header, when it named its seqs
 	// (scanResult.tornHeader).
-	stop := func(cause error, torn batchHeader) scanResult {
-		res := scanResult{validEnd: off, stopErr: cause, damage: damage, namedNext: s.nextSeq, tornHeader: torn}
+	stop := func(cause error, torn batchHeader, tornBytes bool) scanResult {
+		res := scanResult{validEnd: off, stopErr: cause, damage: damage, namedNext: s.nextSeq, tornHeader: torn, tornBytes: tornBytes, tornAt: off}
 		if len(pending) > 0 {
 			*s = pending[0].seg
 			res.validEnd, res.stopErr = pending[0].off, fmt.Errorf("%w: %s", ErrCorrupt, pending[0].damage.Cause)
@@ -215,7 +255,7 @@ func (s *segment) scan(fileBytes, indexIntervalBytes int64, limitSeq uint64) (sc
 			}
 			if zero {
 				if len(pending) > 0 {
-					return stop(nil, batchHeader{}), nil
+					return stop(nil, batchHeader{}, false), nil
 				}
 				return scanResult{validEnd: off, zeroTail: true, damage: damage}, nil
 			}
@@ -282,7 +322,7 @@ func (s *segment) scan(fileBytes, indexIntervalBytes int64, limitSeq uint64) (sc
 			if h.baseSeq != s.nextSeq {
 				h = batchHeader{}
 			}
-			return stop(cause, h), nil
+			return stop(cause, h, !allZero(header[:n])), nil
 		default:
 			pending = append(pending, scanMark{off: off, seg: *s, damage: d})
 			pending[len(pending)-1].seg.index = slices.Clone(s.index)
@@ -291,7 +331,7 @@ func (s *segment) scan(fileBytes, indexIntervalBytes int64, limitSeq uint64) (sc
 		s.nextSeq = next.baseSeq
 	}
 	if len(pending) > 0 {
-		return stop(nil, batchHeader{}), nil
+		return stop(nil, batchHeader{}, false), nil
 	}
 	return scanResult{validEnd: off, damage: damage}, nil
 }

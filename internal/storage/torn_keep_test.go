@@ -27,6 +27,24 @@ func tornTailLog(t *testing.T, m *vfs.MemFS, shape string) (name string, first, 
 			t.Fatal(err)
 		}
 		return name, 11, 12
+	case "flipped header of the last batch":
+		// Its magic flipped: the header names nothing, and the batch, whole
+		// because it was flushed, holds at most its bytes' worth of
+		// records.
+		mod.append(t, l, 2, []Record{testRecord(11), testRecord(12)})
+		size := l.active().sizeBytes - end
+		l.Close()
+		if err := m.FlipBit(name, end, 3); err != nil {
+			t.Fatal(err)
+		}
+		return name, 11, 10 + uint64((size-batchOverheadBytes)/recordBytesMin)
+	case "flip into the zeroes after the last batch":
+		// Nothing was written there: nothing to keep.
+		l.Close()
+		if err := m.FlipBit(name, end+100, 3); err != nil {
+			t.Fatal(err)
+		}
+		return name, 0, 0
 	case "group commit", "group commit at the file's end":
 		// A batch written while the one before it was not yet synced
 		// proves nothing about it: both go with the flip.
@@ -75,7 +93,8 @@ func tornTailLog(t *testing.T, m *vfs.MemFS, shape string) (name string, first, 
 	return name, 11, 13
 }
 
-var tornTailShapes = []string{"flipped last batch", "group commit", "group commit at the file's end", "torn write, its header whole", "torn write inside its header"}
+var tornTailShapes = []string{"flipped last batch", "flipped header of the last batch", "group commit", "group commit at the file's end",
+	"torn write, its header whole", "torn write inside its header", "flip into the zeroes after the last batch"}
 
 // TestKeptTornTailSeqsAreNotReused: with KeepTornSeqs, the seqs a torn
 // tail's headers name are filled — gaps, or the filler — and a new record
