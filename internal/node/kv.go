@@ -1577,6 +1577,13 @@ func (n *Node) KVStartWatch(f *wire.KVWatch, sink KVWatchSink) (*KVWatch, error)
 			sink.End(err)
 			return
 		}
+		if len(r.lost) > 0 && !r.n.cfg.Mutations.KVWatchBeforeFence {
+			// A gap stepped over and not fenced yet: a watch from past it
+			// may have seen a write it lost, and would go on before the
+			// fence expires it (FenceBeforeWatch).
+			sink.End(wire.Errorf(wire.CodeUnavailable, "bucket %q: a repair lost writes; it is fencing its watchers (each lists it again); retry", r.bucket))
+			return
+		}
 		if b := r.state; w.cursor.Next <= 1 && r.confSeq > 0 && b.Floor() == r.confSeq+1 {
 			// "From the start" of a bucket created again, whose floor is
 			// above its creation (RecreationExpiresOldCursors): the seqs

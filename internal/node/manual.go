@@ -130,6 +130,10 @@ type Mutations struct {
 	// a restart the member's state differs from the others' at the same
 	// seq (MetadataAgrees).
 	MetaStateForgetsGroupDeletes bool
+	// KVWatchBeforeFence: a bucket starts watches while a gap it stepped
+	// over awaits its fence: a watcher past the gap goes on before the
+	// fence expires it (LossExpiresEveryCursor).
+	KVWatchBeforeFence bool
 	// TornSeqsReused: a partition with no other replica cuts a torn tail
 	// and hands the seqs its headers named out again
 	// (storage.Options.KeepTornSeqs off): a KV watcher past them misses

@@ -252,6 +252,10 @@ var ClusterMutations = map[string]node.Mutations{
 	// watcher that went past them is never told (LossExpiresEveryCursor;
 	// TestLoneBucketLossesAreSaid).
 	"torn-seqs-reused": {TornSeqsReused: true},
+	// With --replicas 1 --kv N and bit flips: a bucket starts watches
+	// before the fence after a repair's gap; a watcher past the gap goes
+	// on (LossExpiresEveryCursor; TestLoneBucketLossesAreSaid).
+	"kv-watch-before-fence": {KVWatchBeforeFence: true},
 	// With --nodes 1 (or --replicas 1) and bit flips: an ACK entry of a
 	// partition whose only replica, here, is restarting is answered
 	// NOT_LEADER; the ack was durable, the consumer waits for a

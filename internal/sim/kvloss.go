@@ -60,6 +60,27 @@ func (l *kvLoss) cut(t storage.TornTail) {
 	l.cutFrom = t.FirstSeq
 }
 
+// subtractRanges is the seqs of rs that none of minus holds.
+func subtractRanges(rs, minus []storage.SeqRange) []storage.SeqRange {
+	for _, m := range minus {
+		var out []storage.SeqRange
+		for _, r := range rs {
+			if m.Last < r.First || m.First > r.Last {
+				out = append(out, r)
+				continue
+			}
+			if r.First < m.First {
+				out = append(out, storage.SeqRange{First: r.First, Last: m.First - 1})
+			}
+			if r.Last > m.Last {
+				out = append(out, storage.SeqRange{First: m.Last + 1, Last: r.Last})
+			}
+		}
+		rs = out
+	}
+	return rs
+}
+
 // first is the lowest seq lost.
 func (l kvLoss) first() uint64 {
 	first := l.cutFrom
@@ -79,8 +100,14 @@ func (l kvLoss) String() string {
 	return s
 }
 
-// lose takes in a loss of the bucket at the current time.
+// lose takes in a loss of the bucket at the current time. Seqs an
+// earlier loss dropped hold lost records (or a gap) since, and are never
+// written again: a repair that drops one again (a flip into a repair's
+// fill) loses nothing.
 func (kw *kvWorkload) lose(l kvLoss) {
+	for _, prev := range kw.losses {
+		l.dropped = subtractRanges(l.dropped, prev.dropped)
+	}
 	if len(l.dropped) == 0 && l.cutFrom == 0 {
 		return
 	}

@@ -21,7 +21,10 @@ import (
 // 100: a flip into the bucket's last batch while its node was down after
 // a crash, cut as a torn tail past the watcher's cursor — its seqs kept,
 // the watcher told (TornSeqsNotReused; `torn-seqs-reused` hands them out
-// again and the watcher misses the writes that took them).
+// again and the watcher misses the writes that took them). Seed 730
+// (under `kv-watch-before-fence` only): a watch started after a repair's
+// gap was stepped over and before its fence applied went on past the gap
+// (FenceBeforeWatch).
 //
 // The runs found, before their fixes: the lost records a member alone's
 // repair fills dropped seqs with read as control records, every lost
@@ -69,6 +72,9 @@ func TestLoneBucketLossesAreSaid(t *testing.T) {
 		// A flipped last batch cut as torn and its seqs written again:
 		// the watcher past them is never told.
 		{"torn-seqs-reused", []uint64{100}, []string{LossExpiresEveryCursor}},
+		// A watch started between a gap stepped over and its fence: the
+		// watcher past the gap goes on (seed 730 found it).
+		{"kv-watch-before-fence", []uint64{730}, []string{LossExpiresEveryCursor}},
 	} {
 		caught := false
 		for _, seed := range tc.seeds {
