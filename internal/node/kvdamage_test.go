@@ -508,16 +508,32 @@ func TestKVTornTailSeqsAreNotReused(t *testing.T) {
 			if got, err := kvGet(t, h.node, "b", "k9", 0); err != nil || got.Found {
 				t.Fatalf("get k9 = %+v, %v; want it lost", got, err)
 			}
-			rec := &watchRecorder{}
-			w, err := h.node.KVStartWatch(&wire.KVWatch{Bucket: "b", FromRevision: last + 1, Credit: 100}, rec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Cancel()
-			eventually(t, "the watch from past the lost write ends", func() bool { _, end := rec.seen(t, last+1); return end != nil })
-			if _, end := rec.seen(t, last+1); end.Code != wire.CodeCursorExpired {
+			if end := watchEnd(t, h.node, "b", last+1); end.Code != wire.CodeCursorExpired {
 				t.Fatalf("watch from %d, past the lost write: %v, want CURSOR_EXPIRED", last+1, end)
 			}
 		})
 	}
+}
+
+// watchEnd starts a watch of bucket from revision from, again while it
+// is refused UNAVAILABLE (a bucket fencing its watchers after a loss
+// starts none until the fence applies: FenceBeforeWatch), and returns
+// how it ended.
+func watchEnd(t *testing.T, n *Node, bucket string, from uint64) *wire.Error {
+	t.Helper()
+	var end *wire.Error
+	eventually(t, fmt.Sprintf("a watch of %s from %d ends, not UNAVAILABLE", bucket, from), func() bool {
+		rec := &watchRecorder{}
+		w, err := n.KVStartWatch(&wire.KVWatch{Bucket: bucket, FromRevision: from, Credit: 100}, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Cancel()
+		deadline := time.Now().Add(waitMax)
+		for end = nil; end == nil && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			_, end = rec.seen(t, from)
+		}
+		return end != nil && end.Code != wire.CodeUnavailable
+	})
+	return end
 }
