@@ -371,16 +371,29 @@ func (l *Log) scanSegment(s *segment, fileBytes int64, limitSeq uint64) error {
 // describeTornTail describes the torn tail of the last segment s that a scan
 // (res) stopped at.
 func (l *Log) describeTornTail(s *segment, res scanResult, fileBytes int64) (*TornTail, error) {
-	last, err := res.tornLastSeq(s.file, s.nextSeq, fileBytes, l.opts.BatchBytesMax)
+	var prev *segment
+	if len(l.segments) > 1 {
+		prev = l.segments[len(l.segments)-2]
+	}
+	return newTornTail(s, prev, res, fileBytes, l.opts)
+}
+
+// newTornTail describes the torn tail of segment s (fileBytes long) that a
+// scan (res) stopped at; prev is the segment before s, if any. Open and
+// Repair both describe it so: the seqs it names, the epoch a fill takes
+// (the batch before it, prev's last when s holds none), and whether the
+// seqs are kept.
+func newTornTail(s, prev *segment, res scanResult, fileBytes int64, opts Options) (*TornTail, error) {
+	last, err := res.tornLastSeq(s.file, s.nextSeq, fileBytes, opts.BatchBytesMax)
 	if err != nil {
 		return nil, fmt.Errorf("storage: read the torn tail of segment %d: %w", s.baseSeq, err)
 	}
 	t := &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: fileBytes - res.validEnd, FirstSeq: s.nextSeq,
 		LastSeq: last, epoch: s.lastEpoch}
-	if s.nextSeq == s.baseSeq && len(l.segments) > 1 {
-		t.epoch = l.segments[len(l.segments)-2].lastEpoch // s holds no batch before the cut
+	if s.nextSeq == s.baseSeq && prev != nil {
+		t.epoch = prev.lastEpoch // s holds no batch before the cut
 	}
-	t.Kept = l.opts.KeepTornSeqs && t.Named()
+	t.Kept = opts.KeepTornSeqs && t.Named()
 	return t, nil
 }
 

@@ -148,16 +148,14 @@ func repair(fsys vfs.FS, dir string, opts Options, mode RepairMode, dryRun bool)
 			// (DurableTailNotTorn): its seqs are dropped, never reused.
 			cur.damage = append(cur.damage, durableTailLost(s, res.validEnd, size, opts.DurableThrough))
 		case res.validEnd < size && !res.zeroTail && limitSeq == 0:
-			last, err := res.tornLastSeq(f, s.nextSeq, size, opts.BatchBytesMax)
+			var prev *segment
+			if i > 0 {
+				prev = segs[i-1].seg
+			}
+			t, err := newTornTail(s, prev, res, size, opts)
 			if err != nil {
-				return rep, fmt.Errorf("storage: read the torn tail of segment %d: %w", base, err)
+				return rep, err
 			}
-			t := &TornTail{Segment: s.path, Offset: res.validEnd, Bytes: size - res.validEnd, FirstSeq: s.nextSeq,
-				LastSeq: last, epoch: s.lastEpoch}
-			if s.nextSeq == base && i > 0 {
-				t.epoch = segs[i-1].seg.lastEpoch
-			}
-			t.Kept = opts.KeepTornSeqs && t.Named()
 			rep.TornTail = t
 		}
 	}
