@@ -153,13 +153,23 @@ type scanResult struct {
 // longer decodes where the log expected it (a flip into its magic, its
 // length or its base seq) names the most records its bytes could hold:
 // a flushed batch that a flip made look torn is whole, so its bytes
-// bound its records (a torn write's were never acknowledged).
+// bound its records (a torn write's were never acknowledged). A header
+// that decodes names its count, or more when more of its records decode
+// (recordsWritten).
 func (r scanResult) tornLastSeq(f vfs.File, first uint64, fileBytes int64, batchBytesMax int) (uint64, error) {
 	next := max(r.namedNext, first)
 	switch h := r.tornHeader; {
 	case h.count > 0:
-		if h.totalBytes <= int64(batchBytesMax) {
-			next = max(next, h.nextSeq())
+		if h.totalBytes > int64(batchBytesMax) {
+			break
+		}
+		next = max(next, h.nextSeq())
+		if !h.gap() {
+			n, err := recordsWritten(f, r.tornAt, h, fileBytes)
+			if err != nil {
+				return 0, err
+			}
+			next = max(next, h.baseSeq+n)
 		}
 	case r.tornBytes:
 		end, err := nonZeroEnd(f, r.tornAt, min(fileBytes, r.tornAt+int64(batchBytesMax)))
@@ -171,6 +181,32 @@ func (r scanResult) tornLastSeq(f vfs.File, first uint64, fileBytes int64, batch
 		}
 	}
 	return next - 1, nil
+}
+
+// recordsWritten counts the records of the batch with header h at off in
+// f (fileBytes long) that decode and start before its last non-zero
+// byte: what was written of it. A flip into the count field of a whole
+// batch can leave a count that still decodes but names too few records
+// (TornSeqsNotReused); its records, read one by one, name them all. A torn
+// write's zeroes after what it wrote start no record.
+func recordsWritten(f vfs.File, off int64, h batchHeader, fileBytes int64) (uint64, error) {
+	b := make([]byte, min(h.totalBytes, fileBytes-off))
+	if err := readFull(f, b, off); err != nil {
+		return 0, err
+	}
+	end := len(b)
+	for end > 0 && b[end-1] == 0 {
+		end--
+	}
+	d := decoder{b: b[:len(b):len(b)], off: batchHeaderBytes + h.prefixBytes()}
+	var n uint64
+	for d.off < end {
+		if d.record(); d.err != nil {
+			break
+		}
+		n++
+	}
+	return n, nil
 }
 
 // nonZeroEnd is the offset after the last byte of [off, end) of f that

@@ -38,6 +38,15 @@ func tornTailLog(t *testing.T, m *vfs.MemFS, shape string) (name string, first, 
 			t.Fatal(err)
 		}
 		return name, 11, 10 + uint64((size-batchOverheadBytes)/recordBytesMin)
+	case "flipped count of the last batch":
+		// Its count flipped from 3 to 1, which still decodes: its records,
+		// read one by one, name all three.
+		mod.append(t, l, 2, []Record{testRecord(11), testRecord(12), testRecord(13)})
+		l.Close()
+		if err := m.FlipBit(name, end+26, 1); err != nil {
+			t.Fatal(err)
+		}
+		return name, 11, 13
 	case "flip into the zeroes after the last batch":
 		// Nothing was written there: nothing to keep.
 		l.Close()
@@ -93,7 +102,7 @@ func tornTailLog(t *testing.T, m *vfs.MemFS, shape string) (name string, first, 
 	return name, 11, 13
 }
 
-var tornTailShapes = []string{"flipped last batch", "flipped header of the last batch", "group commit", "group commit at the file's end",
+var tornTailShapes = []string{"flipped last batch", "flipped header of the last batch", "flipped count of the last batch", "group commit", "group commit at the file's end",
 	"torn write, its header whole", "torn write inside its header", "flip into the zeroes after the last batch"}
 
 // TestKeptTornTailSeqsAreNotReused: with KeepTornSeqs, the seqs a torn
