@@ -327,6 +327,10 @@ func (r *kvRunner) runInbox() {
 func (r *kvRunner) round() {
 	r.catchUp()
 	r.followLeadership()
+	// A fence goes before the round's writes (FenceBeforeWrites): a write
+	// acknowledged after the gap is then above the fence's floor, and a
+	// watch from past it is not expired by it.
+	r.maybeFence()
 	r.runInbox()
 	r.catchUp()
 	r.serveWatches()

@@ -511,6 +511,12 @@ func TestKVTornTailSeqsAreNotReused(t *testing.T) {
 			if end := watchEnd(t, h.node, "b", last+1); end.Code != wire.CodeCursorExpired {
 				t.Fatalf("watch from %d, past the lost write: %v, want CURSOR_EXPIRED", last+1, end)
 			}
+			// The fence went before the first write after the restart
+			// (FenceBeforeWrites): a watch from that write is not expired.
+			seen, end := watchUntil(t, h.node, "b", rev, func(seen []string, end *wire.Error) bool { return len(seen) > 0 || end != nil })
+			if want := fmt.Sprintf("%d:put:new=after the restart", rev); end != nil || seen[0] != want {
+				t.Fatalf("watch from the write after the restart: %v, %v; want %s", seen, end, want)
+			}
 		})
 	}
 }
@@ -521,8 +527,19 @@ func TestKVTornTailSeqsAreNotReused(t *testing.T) {
 // how it ended.
 func watchEnd(t *testing.T, n *Node, bucket string, from uint64) *wire.Error {
 	t.Helper()
-	var end *wire.Error
-	eventually(t, fmt.Sprintf("a watch of %s from %d ends, not UNAVAILABLE", bucket, from), func() bool {
+	_, end := watchUntil(t, n, bucket, from, func(_ []string, end *wire.Error) bool { return end != nil })
+	return end
+}
+
+// watchUntil starts a watch of bucket from revision from, again while it
+// is refused UNAVAILABLE, and returns what it saw once enough says so.
+func watchUntil(t *testing.T, n *Node, bucket string, from uint64, enough func([]string, *wire.Error) bool) ([]string, *wire.Error) {
+	t.Helper()
+	var (
+		seen []string
+		end  *wire.Error
+	)
+	eventually(t, fmt.Sprintf("a watch of %s from %d is seen, not UNAVAILABLE", bucket, from), func() bool {
 		rec := &watchRecorder{}
 		w, err := n.KVStartWatch(&wire.KVWatch{Bucket: bucket, FromRevision: from, Credit: 100}, rec)
 		if err != nil {
@@ -530,10 +547,10 @@ func watchEnd(t *testing.T, n *Node, bucket string, from uint64) *wire.Error {
 		}
 		defer w.Cancel()
 		deadline := time.Now().Add(waitMax)
-		for end = nil; end == nil && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			_, end = rec.seen(t, from)
+		for seen, end = nil, nil; !enough(seen, end) && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			seen, end = rec.seen(t, from)
 		}
-		return end != nil && end.Code != wire.CodeUnavailable
+		return enough(seen, end) && (end == nil || end.Code != wire.CodeUnavailable)
 	})
-	return end
+	return seen, end
 }
