@@ -173,10 +173,16 @@ type Cluster struct {
 
 	// Metadata state, applied by the applier goroutine (metaMu guards it
 	// for readers).
-	metaMu   sync.Mutex
-	state    *meta.State
-	metaWake chan struct{}
-	toStart  map[string]*meta.Topic // applied but not started yet (startTopics retries)
+	metaMu sync.Mutex
+	state  *meta.State
+	// persisted is the applied seq meta.json holds. The node answers a
+	// metadata command and starts a topic only once it is there
+	// (StateDurableBeforeAnswer): a one-node cluster's metadata log is
+	// its only copy, and an open may cut entries above what meta.json
+	// applied as a torn tail.
+	persisted uint64
+	metaWake  chan struct{}
+	toStart   map[string]*meta.Topic // applied but not started yet (startTopics retries)
 	// damaged: topics of toStart whose start found damage on this node's
 	// disk that its replicas cannot drop and rebuild (replog rebuilds a
 	// damaged log range or snapshot point, and recovers a damaged hard
@@ -244,7 +250,7 @@ func New(host Host, cfg Config, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.state = st
+	c.state, c.persisted = st, st.Applied
 	// The peer network first (members send through it), but peer frames
 	// wait until every member is open (Start).
 	network := opts.Env.Peers
@@ -610,6 +616,13 @@ func (c *Cluster) applyCommittedMeta() {
 			return
 		}
 		if len(entries) == 0 {
+			if c.unpersisted() {
+				// A failed write of meta.json is tried again: what it
+				// holds is what the node answers.
+				if err := c.persistState(); err != nil {
+					c.host.LogRepeatedError("meta.json", "persist metadata state failed; will retry", "err", err)
+				}
+			}
 			return
 		}
 		c.metaMu.Lock()
@@ -651,17 +664,8 @@ func (c *Cluster) applyCommittedMeta() {
 				groupsDeleted = append(groupsDeleted, ch)
 			}
 		}
-		saved := c.state
-		if c.opts.SaveStateWithoutGroupDeletes {
-			short := *c.state
-			short.GroupsDeleted = nil
-			saved = &short
-		}
-		b, err := json.Marshal(saved)
 		c.metaMu.Unlock()
-		if err == nil {
-			err = storage.WriteFileAtomic(c.opts.Env.FS, path.Join(c.opts.DataDir, MetaStateFile), b)
-		}
+		err = c.persistState()
 		if err != nil {
 			c.log.Error("persist metadata state failed", "err", err)
 		}
@@ -685,11 +689,45 @@ func (c *Cluster) applyCommittedMeta() {
 	}
 }
 
+// persistState writes the applied metadata state to meta.json.
+func (c *Cluster) persistState() error {
+	c.metaMu.Lock()
+	saved := c.state
+	if c.opts.SaveStateWithoutGroupDeletes {
+		short := *c.state
+		short.GroupsDeleted = nil
+		saved = &short
+	}
+	applied := saved.Applied
+	b, err := json.Marshal(saved)
+	c.metaMu.Unlock()
+	if err == nil {
+		err = storage.WriteFileAtomic(c.opts.Env.FS, path.Join(c.opts.DataDir, MetaStateFile), b)
+	}
+	if err == nil {
+		c.metaMu.Lock()
+		c.persisted = max(c.persisted, applied)
+		c.metaMu.Unlock()
+	}
+	return err
+}
+
+// unpersisted reports whether the node applied entries meta.json does
+// not hold yet.
+func (c *Cluster) unpersisted() bool {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	return c.persisted < c.state.Applied
+}
+
 // startTopics starts the topics applied metadata created here. One whose
 // start fails (a disk error opening its replicas) is retried on the next
 // apply pass; meanwhile the node answers UNAVAILABLE for it, not
 // NOT_FOUND. One whose start finds damage is not retried (damaged).
 func (c *Cluster) startTopics() (progress bool) {
+	if c.unpersisted() {
+		return false // StateDurableBeforeAnswer: not before meta.json holds them
+	}
 	c.metaMu.Lock()
 	names := slices.Sorted(maps.Keys(c.toStart))
 	c.metaMu.Unlock()

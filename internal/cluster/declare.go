@@ -177,6 +177,15 @@ func (c *Cluster) applied() uint64 {
 	return c.state.Applied
 }
 
+// answerable is the last metadata entry this node applied and holds in
+// meta.json: a command is answered only once its entry is there
+// (StateDurableBeforeAnswer).
+func (c *Cluster) answerable() uint64 {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	return c.persisted
+}
+
 // advance moves j on as far as it can; ok reports that it is finished
 // with (created, err).
 func (c *Cluster) advance(j *declareJob, nowMs int64) (created bool, err error, ok bool) {
@@ -261,7 +270,7 @@ func (c *Cluster) advance(j *declareJob, nowMs int64) (created bool, err error, 
 			}
 			j.seq, j.created, j.stage = o.seq, true, awaitApplied
 		case awaitApplied:
-			if c.applied() < j.seq {
+			if c.answerable() < j.seq {
 				return false, nil, false
 			}
 			c.deciding = nil

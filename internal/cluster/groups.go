@@ -185,7 +185,7 @@ func (c *Cluster) proposeGroupJob(j *groupJob, decide func(*meta.State) (meta.Co
 // failed, or timed out), reporting whether any finished.
 func (c *Cluster) stepGroupJobs() bool {
 	now := c.monoMs()
-	applied := c.applied()
+	answerable := c.answerable()
 	inOffice, leading := c.InOffice(), c.metaLog.Status().Role == replica.Leader
 	c.declMu.Lock()
 	var finished, ready []*groupJob
@@ -206,7 +206,7 @@ func (c *Cluster) stepGroupJobs() bool {
 		case j.decide != nil && inOffice:
 			ready, decides = append(ready, j), append(decides, j.decide)
 			j.decide = nil
-		case j.seq != 0 && applied >= j.seq:
+		case j.seq != 0 && answerable >= j.seq:
 			finished, errs = append(finished, j), append(errs, nil)
 		case now >= j.deadlineMs:
 			finished, errs = append(finished, j), append(errs, wire.Errorf(wire.CodeUnavailable, "the metadata log did not apply the group command in %v; retry", c.cfg.DeclareTimeout))

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -1678,4 +1679,75 @@ func TestOneNodeClusterMetaLogNotCutBelowApplied(t *testing.T) {
 	tc.start("n1")
 	eventually(t, "topic b still known", func() bool { _, err := tc.nodes["n1"].topic("b"); return err == nil })
 	tc.declare("n1", wire.TopicConfig{Name: "c", Partitions: 1}) // applied, not skipped
+}
+
+// TestOneNodeClusterAnswersWhatMetaStateHolds (StateDurableBeforeAnswer):
+// a one-node cluster's metadata log is its only copy, and its open may
+// cut entries above what meta.json applied as a torn tail. So the node
+// answers a metadata command only once meta.json holds its entry: while
+// that write fails, a DECLARE or a topic update applied here is not
+// answered (nor the declared topic started); the write is tried again
+// until it lands, and then they are.
+func TestOneNodeClusterAnswersWhatMetaStateHolds(t *testing.T) {
+	tc := newTestCluster(t, 1)
+	tc.declare("n1", wire.TopicConfig{Name: "a", Partitions: 1})
+	n := tc.nodes["n1"]
+	file := "/n1/" + cluster.MetaStateFile
+	var failing atomic.Bool
+	tc.fs.SetInjector(func(op vfs.Op, name string) error {
+		if failing.Load() && strings.HasPrefix(name, file) {
+			return errors.New("injected: disk full")
+		}
+		return nil
+	})
+	defer tc.fs.SetInjector(nil)
+	for _, c := range []struct {
+		name    string
+		command func(answered chan<- error)
+		applied func(*meta.State) bool
+		held    string // in meta.json once answered
+		starts  string // the topic it starts
+	}{
+		{"declare", func(answered chan<- error) {
+			_, err := n.Declare(wire.TopicConfig{Name: "b", Partitions: 1})
+			answered <- err
+		}, func(st *meta.State) bool { _, ok := st.Topics["b"]; return ok }, `"b"`, "b"},
+		{"update", func(answered chan<- error) {
+			u := wire.TopicUpdate{TopicRef: wire.TopicRef{Topic: "a"}, Set: wire.SetRetentionMs, RetentionMs: 987654}
+			n.UpdateTopic(u, func(_ wire.TopicConfig, _ uint64, err error) { answered <- err })
+		}, func(st *meta.State) bool { return st.Topics["a"].Config.RetentionMs == 987654 }, "987654", ""},
+	} {
+		failing.Store(true)
+		answered := make(chan error, 1)
+		go c.command(answered)
+		eventually(t, c.name+" applied", func() (applied bool) {
+			n.cluster.ReadGroups(func(st *meta.State) { applied = c.applied(st) })
+			return applied
+		})
+		time.Sleep(50 * time.Millisecond) // the applier's pass that applied it ends
+		select {
+		case err := <-answered:
+			t.Fatalf("%s answered (%v) while meta.json could not hold it", c.name, err)
+		default:
+		}
+		if _, err := n.topic(c.starts); c.starts != "" && err == nil {
+			t.Fatalf("%s: topic %s started while meta.json could not hold it", c.name, c.starts)
+		}
+		failing.Store(false)
+		select {
+		case err := <-answered:
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		case <-time.After(waitMax):
+			t.Fatalf("%s not answered once meta.json could be written", c.name)
+		}
+		st, err := storage.ReadFileAtomic(tc.fs, file)
+		if err != nil || !strings.Contains(string(st), c.held) {
+			t.Fatalf("meta.json after the %s's answer: %q, %v", c.name, st, err)
+		}
+		if c.starts != "" {
+			eventually(t, "topic "+c.starts+" started", func() bool { _, err := n.topic(c.starts); return err == nil })
+		}
+	}
 }
