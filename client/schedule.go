@@ -30,7 +30,9 @@ type Scheduled struct {
 // sequences of a producer per shard, and a retry that fell out of them
 // could only be refused PRODUCER_SEQ_TOO_OLD (which a shard stalled
 // during a hand-off, while the other took newer sequences, used to
-// cause).
+// cause). ErrOutcomeUnknown: a retry reached a lane that has closed so
+// many times since the original that it no longer knows whether it
+// admitted it — list the lane's schedules before scheduling it again.
 func (c *Client) Schedule(ctx context.Context, topic string, msg Message, deliverAt time.Time) (Scheduled, error) {
 	id, seq, err := c.nextScheduleIdentity(ctx)
 	if err != nil {

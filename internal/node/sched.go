@@ -1004,6 +1004,8 @@ func (r *schedRunner) answer(now int64, a *schedAppended, res sched.Result) {
 		switch {
 		case a.err != nil:
 			a.intake.reply(wire.ScheduleOK{}, a.err)
+		case errors.Is(res.Err, sched.ErrRefusalForgotten):
+			a.intake.reply(wire.ScheduleOK{}, wire.Errorf(wire.CodeOutcomeUnknown, "schedule shard %d: %v", r.shard, res.Err))
 		case res.Err != nil:
 			a.intake.reply(wire.ScheduleOK{}, wire.Errorf(wire.CodeInvalidArgument, "%v", res.Err))
 		default:

@@ -383,6 +383,21 @@ func TestRefusedScheduleRetriedAfterARestartIsRefused(t *testing.T) {
 			case mut && (err2 != nil || !ok.Duplicate || ok.ID != raced.Seq):
 				t.Fatalf("SchedRefusalForgotten: the retry after the restart answered %+v %v, want the lie: OK, a duplicate of %d", ok, err2, raced.Seq)
 			}
+			if !mut {
+				// RefusalNeverForgottenAsOK: once the lane has closed
+				// RefusingSpansMax times more, it no longer remembers the
+				// span of the refusal: OUTCOME_UNKNOWN, never OK.
+				for range sched.RefusingSpansMax {
+					for _, op := range []uint8{wire.LaneClose, wire.LaneResume} {
+						if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: op}); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if ok, err := h.schedule(f); err == nil || err.Code != wire.CodeOutcomeUnknown {
+					t.Fatalf("the retry after %d more closes answered %+v %v, want OUTCOME_UNKNOWN", sched.RefusingSpansMax, ok, err)
+				}
+			}
 			h.at(h.nowMs.Load() + 1000)
 			h.stays("t")
 		})

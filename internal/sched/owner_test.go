@@ -429,13 +429,19 @@ func TestRefusedRemembersTheLanesClosedSpans(t *testing.T) {
 		t.Fatalf("a lane restored closed without spans, resumed and closed: %+v", l.Refusing())
 	}
 
-	// Only the last RefusingSpansMax spans are kept.
+	// Only the last RefusingSpansMax spans are kept; below the oldest, a
+	// schedule that is not live has an outcome no longer known
+	// (RefusalNeverForgottenAsOK): never nil, which would answer a
+	// refused one OK.
 	st = NewState()
+	applyAll(t, st, Record{Kind: KindSchedule, Schedule: Schedule{Topic: "a", DeliverAtMs: 1 << 40}}) // seq 1: live
 	for range RefusingSpansMax + 1 {
 		applyAll(t, st, lane(LaneClose), sc, lane(LaneResume))
 	}
-	if st.Refused("a", 2) != nil || st.Refused("a", 5) == nil || st.Refused("a", 3*RefusingSpansMax+2) == nil {
-		t.Fatalf("after %d spans: the first still remembered, or a later one forgotten", RefusingSpansMax+1)
+	for seq, want := range map[uint64]error{1: nil, 3: ErrRefusalForgotten, 5: ErrRefusalForgotten, 6: ErrLaneAdmitsNone, 3*RefusingSpansMax + 3: ErrLaneAdmitsNone} {
+		if err := st.Refused("a", seq); !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Fatalf("after %d spans: Refused(a, %d) = %v, want %v", RefusingSpansMax+1, seq, err, want)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package sched
 import (
 	"cmp"
 	"container/heap"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -527,8 +528,13 @@ func (s *State) applyLane(seq uint64, c LaneCommand) Result {
 
 // Refused answers for a schedule of topic whose record lies at seq, as a
 // retry of it may ask long after it applied: the error it was refused
-// with, or nil when its lane admitted schedules there (or closed too
-// long ago for the lane to remember).
+// with, or nil when its lane admitted schedules there.
+//
+// RefusalNeverForgottenAsOK: a lane that holds RefusingSpansMax spans may
+// have dropped older ones, so below its oldest it cannot tell a refusal
+// from an admission: a schedule there that is not live is answered
+// ErrRefusalForgotten, never nil — an OK for a refused schedule would
+// tell its client it will fire.
 func (s *State) Refused(topic string, seq uint64) error {
 	l := s.lanes[topic]
 	if l == nil {
@@ -539,8 +545,16 @@ func (s *State) Refused(topic string, seq uint64) error {
 			return fmt.Errorf("lane %q admitted no schedules at shard seq %d (CLOSED or RETIRED from %d): %w", topic, seq, sp.From, ErrLaneAdmitsNone)
 		}
 	}
+	if len(l.refusing) == RefusingSpansMax && seq <= l.refusing[0].From && s.entries[seq] == nil {
+		return fmt.Errorf("lane %q closed %d times or more since shard seq %d and no longer knows whether it admitted the schedule there "+
+			"(list the lane's schedules to find it): %w", topic, RefusingSpansMax, seq, ErrRefusalForgotten)
+	}
 	return nil
 }
+
+// ErrRefusalForgotten answers a retry of a schedule whose lane no longer
+// knows whether it refused it (State.Refused).
+var ErrRefusalForgotten = errors.New("its outcome is no longer known")
 
 // applyGate changes a lane's gate. The transitions are closed: a retired
 // lane takes no command; an ordering break names the incarnation it saw

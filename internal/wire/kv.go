@@ -55,7 +55,9 @@ const (
 	// CodeOutcomeUnknown: a KV write was handed to the bucket's log but
 	// the leader lost its office (or its quorum) before it committed: it
 	// may still commit under the next leader, or not. Not retryable
-	// blindly — read the key and decide.
+	// blindly — read the key and decide. A retried SCHEDULE gets it too
+	// when its lane has closed too many times since to remember whether
+	// it admitted the original: list the lane's schedules and decide.
 	CodeOutcomeUnknown Code = 32
 )
 
