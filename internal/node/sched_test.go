@@ -404,6 +404,48 @@ func TestRefusedScheduleRetriedAfterARestartIsRefused(t *testing.T) {
 	}
 }
 
+// A new SCHEDULE to a RETIRED lane is refused with nothing written to its
+// shard: a retired lane never opens again, so no later send of it needs
+// its refusal kept as a record (as RefusalIsFinal keeps a CLOSED lane's).
+// A retry of a schedule admitted before the retire is still answered as
+// its original (RetryIsItsOriginal).
+func TestNewScheduleToARetiredLaneWritesNothing(t *testing.T) {
+	h := newHarness(t)
+	h.declare("t", 1)
+	key := []byte("k")
+	pub := wire.Pub{Topic: "t", Partition: wire.PartitionAuto, Key: key, ProducerID: 5, ProducerSeq: 1, Value: []byte("v")}
+	admitted := &wire.Schedule{Pub: pub, DeliverAtMs: h.nowMs.Load() + 1_000_000}
+	first, err := h.schedule(admitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: wire.LaneRetire}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := *admitted
+	fresh.Pub.ProducerSeq = 2
+	if _, err := h.schedule(&fresh); err == nil || err.Code != wire.CodeInvalidArgument {
+		t.Fatalf("a new schedule to the retired lane: %v, want INVALID_ARGUMENT", err)
+	}
+	if ok, err := h.schedule(admitted); err != nil || !ok.Duplicate || ok.ID != first.ID {
+		t.Fatalf("the retry of the schedule admitted before the retire: %+v %v, want its original %d", ok, err, first.ID)
+	}
+	runners, werr := h.node.schedRunners()
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	shard := wire.SchedShard("t", key, pub.ProducerID, pub.ProducerSeq, 0, SchedShards)
+	entries, rerr := runners[shard].p.read(1, 1000, 1<<20)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	for _, e := range entries {
+		if e.Record.ProducerID == pub.ProducerID && e.Record.ProducerSeq == fresh.Pub.ProducerSeq {
+			t.Fatalf("the refused schedule was written to shard %d at seq %d", shard, e.Seq)
+		}
+	}
+}
+
 func TestScheduleLaneGatesAndCancel(t *testing.T) {
 	h := newHarness(t)
 	h.declare("t", 1)
