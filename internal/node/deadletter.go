@@ -185,7 +185,11 @@ func (g *groupRunner) startDeadLetter(pi uint32, seq uint64) {
 		// Declared through the metadata log in a cluster: the group's
 		// goroutine does not wait for it (the answer may come from
 		// another goroutine, as a publish's does).
-		g.node.declareAsync(wire.TopicConfig{Name: g.dlq, Partitions: 1}, func(_ bool, err error) {
+		// DeadLetterAsDurable: a letter leaves its topic for the
+		// dead-letter topic, which keeps it with the same replication
+		// and ack policy.
+		cfg := wire.TopicConfig{Name: g.dlq, Partitions: 1, Replicas: g.topic.cfg.Replicas, Ack: g.topic.cfg.Ack}
+		g.node.declareAsync(cfg, func(_ bool, err error) {
 			if err != nil {
 				g.dlqDone(pi, seq, asWire(err))
 				return

@@ -295,6 +295,28 @@ func TestClusterDeliveryCountsSurviveCoordinatorFailover(t *testing.T) {
 	}
 }
 
+// DeadLetterAsDurable: the dead-letter topic a group declares for a
+// topic has that topic's replication and ack policy, so a letter that
+// leaves the topic is kept as it was (it was declared with the defaults:
+// three replicas acking at a quorum, whatever the topic's).
+func TestClusterDeadLetterTopicIsAsDurableAsItsTopic(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	for i, cfg := range []wire.TopicConfig{{Replicas: 3, Ack: wire.AckAll}, {Replicas: 1, Ack: wire.AckQuorum}} {
+		cfg.Name, cfg.Partitions = fmt.Sprintf("q%d", i), 1
+		tc.declare("n1", cfg)
+		poison := &wire.Pub{Topic: cfg.Name, Partition: 0, ProducerID: 5, ProducerSeq: 1, Value: []byte("poison")}
+		coordinator, _ := tc.publishAnywhere(poison)
+		s := subscribeWith(t, tc.nodes[coordinator], cfg.Name, "g", GroupOptions{AckWaitMs: 60_000, MaxDeliver: 1})
+		nackOn(t, tc.nodes[coordinator], cfg.Name, "g", s.waitFor(t, 1)[0])
+		dlq := dlqTopicName("g", cfg.Name)
+		tc.waitKnown(dlq)
+		got := tc.nodes["n1"].Metadata([]string{dlq})[0].Config
+		if got.Replicas != cfg.Replicas || got.Ack != cfg.Ack {
+			t.Fatalf("%s of a topic of %d replicas acking %v: %d replicas acking %v", dlq, cfg.Replicas, cfg.Ack, got.Replicas, got.Ack)
+		}
+	}
+}
+
 // Issue 11, item 6. In a cluster the dead letter goes to the leader of the
 // dead-letter topic's partition, also when that is not the group's
 // coordinator — whether the coordinator holds a follower replica of it or
