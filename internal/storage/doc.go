@@ -98,8 +98,9 @@
 //     Options.KeepTornSeqs: the seqs the cut batches' headers still name
 //     (a torn write's header is written first; a flipped bit elsewhere
 //     leaves it whole; a header a flip made undecodable names as many
-//     records as its batch's bytes could hold, one whose count a flip
-//     lowered names the records that still decode) are filled with gap
+//     records as its batch's bytes could hold, one whose count or
+//     length a flip changed names the records that still decode, within
+//     BatchBytesMax) are filled with gap
 //     batches, or copies of
 //     Options.Filler, in a segment rewritten and renamed over the old one,
 //     so they are never handed out again (TornSeqsNotReused): those

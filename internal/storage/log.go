@@ -63,9 +63,12 @@ type Options struct {
 	// reader that went past it (a KV watcher's revision, a consumer's
 	// seq) must not find new records there (TornSeqsNotReused). A cut
 	// batch whose header no longer decodes names the most records its
-	// bytes could hold (a flushed batch is whole); one whose header
-	// claims a batch larger than BatchBytesMax, or is all zeroes, names
-	// none, and a tail that names nothing is cut as before.
+	// bytes could hold (a flushed batch is whole); one that decodes names
+	// its count, or more when more of its records decode (a flip into
+	// its count); one whose header claims a batch larger than
+	// BatchBytesMax names only the records that decode within
+	// BatchBytesMax (a flip into its length), one of all zeroes none,
+	// and a tail that names nothing is cut as before.
 	KeepTornSeqs bool
 	// Filler, when set, is what a kept torn tail and RepairFilled put at
 	// each seq they drop instead of a gap: for a log whose reader applies

@@ -148,8 +148,9 @@ type scanResult struct {
 // tornLastSeq is the last seq the torn tail the scan stopped at named
 // (below first, its first seq, when none), the tail in f of fileBytes.
 // Its invalid last batch's header counts only when it fits in
-// batchBytesMax, as a batch this log wrote does — a header made up of
-// damage must not have a fill grow without bound. A header that no
+// batchBytesMax, as a batch this log wrote does, and its records are read
+// no further — a header made up of damage must not have a fill grow
+// without bound. A header that no
 // longer decodes where the log expected it (a flip into its magic, its
 // length or its base seq) names the most records its bytes could hold:
 // a flushed batch that a flip made look torn is whole, so its bytes
@@ -159,18 +160,20 @@ type scanResult struct {
 func (r scanResult) tornLastSeq(f vfs.File, first uint64, fileBytes int64, batchBytesMax int) (uint64, error) {
 	next := max(r.namedNext, first)
 	switch h := r.tornHeader; {
-	case h.count > 0:
-		if h.totalBytes > int64(batchBytesMax) {
-			break
-		}
+	case h.gap():
 		next = max(next, h.nextSeq())
-		if !h.gap() {
-			n, err := recordsWritten(f, r.tornAt, h, fileBytes)
-			if err != nil {
-				return 0, err
-			}
-			next = max(next, h.baseSeq+n)
+	case h.count > 0:
+		// A length a flip made larger than any batch this log writes
+		// leaves the records whole: they are read, as far as a batch of
+		// batchBytesMax reaches.
+		if h.totalBytes <= int64(batchBytesMax) {
+			next = max(next, h.nextSeq())
 		}
+		n, err := recordsWritten(f, r.tornAt, min(h.totalBytes, int64(batchBytesMax)), h, fileBytes)
+		if err != nil {
+			return 0, err
+		}
+		next = max(next, h.baseSeq+n)
 	case r.tornBytes:
 		end, err := nonZeroEnd(f, r.tornAt, min(fileBytes, r.tornAt+int64(batchBytesMax)))
 		if err != nil {
@@ -184,13 +187,14 @@ func (r scanResult) tornLastSeq(f vfs.File, first uint64, fileBytes int64, batch
 }
 
 // recordsWritten counts the records of the batch with header h at off in
-// f (fileBytes long) that decode and start before its last non-zero
-// byte: what was written of it. A flip into the count field of a whole
-// batch can leave a count that still decodes but names too few records
-// (TornSeqsNotReused); its records, read one by one, name them all. A torn
-// write's zeroes after what it wrote start no record.
-func recordsWritten(f vfs.File, off int64, h batchHeader, fileBytes int64) (uint64, error) {
-	b := make([]byte, min(h.totalBytes, fileBytes-off))
+// f (fileBytes long, the batch read as at most batchBytes) that decode
+// and start before its last non-zero byte: what was written of it. A
+// flip into the count field of a whole batch can leave a count that
+// still decodes but names too few records (TornSeqsNotReused); its
+// records, read one by one, name them all. A torn write's zeroes after
+// what it wrote start no record.
+func recordsWritten(f vfs.File, off, batchBytes int64, h batchHeader, fileBytes int64) (uint64, error) {
+	b := make([]byte, min(batchBytes, fileBytes-off))
 	if err := readFull(f, b, off); err != nil {
 		return 0, err
 	}

@@ -38,12 +38,17 @@ func tornTailLog(t *testing.T, m *vfs.MemFS, shape string) (name string, first, 
 			t.Fatal(err)
 		}
 		return name, 11, 10 + uint64((size-batchOverheadBytes)/recordBytesMin)
-	case "flipped count of the last batch":
-		// Its count flipped from 3 to 1, which still decodes: its records,
-		// read one by one, name all three.
+	case "flipped count of the last batch", "flipped length of the last batch":
+		// Its count flipped from 3 to 1, or its length's bit 24 (a batch
+		// longer than BatchBytesMax), and the header still decodes: its
+		// records, read one by one, name all three.
 		mod.append(t, l, 2, []Record{testRecord(11), testRecord(12), testRecord(13)})
 		l.Close()
-		if err := m.FlipBit(name, end+26, 1); err != nil {
+		at, bit := int64(26), uint(1)
+		if shape == "flipped length of the last batch" {
+			at, bit = 5, 0
+		}
+		if err := m.FlipBit(name, end+at, bit); err != nil {
 			t.Fatal(err)
 		}
 		return name, 11, 13
@@ -102,7 +107,7 @@ func tornTailLog(t *testing.T, m *vfs.MemFS, shape string) (name string, first, 
 	return name, 11, 13
 }
 
-var tornTailShapes = []string{"flipped last batch", "flipped header of the last batch", "flipped count of the last batch", "group commit", "group commit at the file's end",
+var tornTailShapes = []string{"flipped last batch", "flipped header of the last batch", "flipped count of the last batch", "flipped length of the last batch", "group commit", "group commit at the file's end",
 	"torn write, its header whole", "torn write inside its header", "flip into the zeroes after the last batch"}
 
 // TestKeptTornTailSeqsAreNotReused: with KeepTornSeqs, the seqs a torn
@@ -310,6 +315,44 @@ func TestKeptTornTailTrustsOnlyAHeaderOfABatchItCouldHold(t *testing.T) {
 // ends the log below where the plain open does, serves only what a
 // plain open serves below that end, and a reopen finds nothing torn and
 // the same end.
+// TestKeptTornTailReadsNoFurtherThanABatchItCouldHold: the records of a
+// torn last batch whose header claims more bytes than BatchBytesMax are
+// read only as far as a batch of BatchBytesMax reaches, so a length made
+// up of damage does not name every record-like byte after it.
+func TestKeptTornTailReadsNoFurtherThanABatchItCouldHold(t *testing.T) {
+	const batchMax = 4 << 10
+	m := vfs.NewMem()
+	l := openLog(t, m, Options{BatchBytesMax: batchMax, RecordBytesMax: 1 << 10})
+	var mod model
+	appendMany(t, l, &mod, 10, 1)
+	end := l.active().sizeBytes
+	l.Close()
+	var recs []Record
+	for i := range 400 { // about 20 KiB of records
+		recs = append(recs, testRecord(11+i))
+	}
+	batch, err := appendBatch(nil, 11, 1, 10, recs, 1<<20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch[batchCRCOffset] ^= 1 // torn: its CRC fails
+	f, err := m.OpenRW(segmentPath(testDir, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(batch, end); err != nil {
+		t.Fatal(err)
+	}
+	f.Sync()
+	f.Close()
+	l = openLog(t, m, Options{BatchBytesMax: batchMax, RecordBytesMax: 1 << 10, KeepTornSeqs: true})
+	defer l.Close()
+	tt, _ := l.TornTail()
+	if n := tt.LastSeq - tt.FirstSeq + 1; !tt.Named() || n*uint64(RecordBytes(&recs[0])) > batchMax {
+		t.Fatalf("a torn batch of %d bytes for %d records, BatchBytesMax %d: %+v names %d", len(batch), len(recs), batchMax, tt, n)
+	}
+}
+
 func FuzzKeptTornTail(f *testing.F) {
 	seg, used := validSegmentUsed(f)
 	f.Add(seg, false)
