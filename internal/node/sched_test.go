@@ -404,6 +404,42 @@ func TestRefusedScheduleRetriedAfterARestartIsRefused(t *testing.T) {
 	}
 }
 
+// A retry of a pending schedule from before a lane's oldest remembered
+// refusal is a duplicate, also when the schedule lies in the lane's
+// spill (RefusalNeverForgottenAsOK counts spilled schedules live): the
+// lane closed more than RefusingSpansMax times since, and a schedule its
+// window keeps on disk is as live as a resident one.
+func TestRetriedSpilledScheduleBelowForgottenRefusalsIsADuplicate(t *testing.T) {
+	h := compactingSched(t) // a window of 2: most of the lane spills
+	h.declare("t", 1)
+	key := []byte("k")
+	var sent []*wire.Schedule
+	var first []wire.ScheduleOK
+	for i := range 6 {
+		f := &wire.Schedule{Pub: wire.Pub{Topic: "t", Partition: wire.PartitionAuto, Key: key, ProducerID: 90, ProducerSeq: uint64(i + 1), Value: []byte("v")},
+			DeliverAtMs: h.nowMs.Load() + 1_000_000_000 + int64(i)}
+		ok, err := h.schedule(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent, first = append(sent, f), append(first, ok)
+	}
+	for range sched.RefusingSpansMax + 1 {
+		for _, op := range []uint8{wire.LaneClose, wire.LaneResume} {
+			if _, err := h.schedAdminAll(wire.SchedAdmin{Op: wire.SchedLane, Topic: "t", LaneOp: op}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	h.restart()
+	for i, f := range sent {
+		ok, err := h.schedule(f)
+		if err != nil || !ok.Duplicate || ok.ID != first[i].ID {
+			t.Fatalf("retry of pending schedule %d (seq %d): %+v %v, want OK, a duplicate", i+1, first[i].ID, ok, err)
+		}
+	}
+}
+
 // A new SCHEDULE to a RETIRED lane is refused with nothing written to its
 // shard: a retired lane never opens again, so no later send of it needs
 // its refusal kept as a record (as RefusalIsFinal keeps a CLOSED lane's).

@@ -443,6 +443,30 @@ func TestRefusedRemembersTheLanesClosedSpans(t *testing.T) {
 			t.Fatalf("after %d spans: Refused(a, %d) = %v, want %v", RefusingSpansMax+1, seq, err, want)
 		}
 	}
+
+	// A live schedule the lane spilled is live too: its retry is a
+	// duplicate, not an outcome no longer known.
+	st = NewState()
+	spill := NewMemSpill()
+	st.SetSpill(spill, 2)
+	far := func(ms int64) Record {
+		return Record{Kind: KindSchedule, Schedule: Schedule{Topic: "a", DeliverAtMs: ms}}
+	}
+	applyAll(t, st, far(1<<40), far(1<<41), far(1<<42), far(1<<43), far(1<<44), far(1<<45)) // seqs 1-6
+	for range RefusingSpansMax + 1 {
+		applyAll(t, st, lane(LaneClose), sc, lane(LaneResume))
+	}
+	if spill.Len() == 0 {
+		t.Fatal("the window spilled nothing")
+	}
+	for seq := uint64(1); seq <= 6; seq++ {
+		if err := st.Refused("a", seq); err != nil {
+			t.Fatalf("live schedule %d (%d spilled): Refused = %v, want nil", seq, spill.Len(), err)
+		}
+	}
+	if err := st.Refused("a", 8); !errors.Is(err, ErrRefusalForgotten) {
+		t.Fatalf("refused schedule 8 below the oldest span: Refused = %v, want ErrRefusalForgotten", err)
+	}
 }
 
 func TestLaneGates(t *testing.T) {

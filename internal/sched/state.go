@@ -532,9 +532,9 @@ func (s *State) applyLane(seq uint64, c LaneCommand) Result {
 //
 // RefusalNeverForgottenAsOK: a lane that holds RefusingSpansMax spans may
 // have dropped older ones, so below its oldest it cannot tell a refusal
-// from an admission: a schedule there that is not live is answered
-// ErrRefusalForgotten, never nil — an OK for a refused schedule would
-// tell its client it will fire.
+// from an admission: a schedule there that is not live (resident or in
+// its lane's spill) is answered ErrRefusalForgotten, never nil — an OK
+// for a refused schedule would tell its client it will fire.
 func (s *State) Refused(topic string, seq uint64) error {
 	l := s.lanes[topic]
 	if l == nil {
@@ -545,11 +545,33 @@ func (s *State) Refused(topic string, seq uint64) error {
 			return fmt.Errorf("lane %q admitted no schedules at shard seq %d (CLOSED or RETIRED from %d): %w", topic, seq, sp.From, ErrLaneAdmitsNone)
 		}
 	}
-	if len(l.refusing) == RefusingSpansMax && seq <= l.refusing[0].From && s.entries[seq] == nil {
+	if len(l.refusing) < RefusingSpansMax || seq > l.refusing[0].From || s.entries[seq] != nil {
+		return nil
+	}
+	spilled, err := s.spilledIn(l, seq)
+	switch {
+	case err != nil:
+		return fmt.Errorf("lane %q cannot tell whether it admitted the schedule at shard seq %d: read its spill: %v: %w", topic, seq, err, ErrRefusalForgotten)
+	case !spilled:
 		return fmt.Errorf("lane %q closed %d times or more since shard seq %d and no longer knows whether it admitted the schedule there "+
 			"(list the lane's schedules to find it): %w", topic, RefusingSpansMax, seq, ErrRefusalForgotten)
 	}
 	return nil
+}
+
+// spilledIn reports whether lane l's spill holds the pending schedule id.
+// It reads the lane's whole spill (Refused's rare case: a retry from
+// before the lane's oldest remembered refusal).
+func (s *State) spilledIn(l *Lane, id uint64) (bool, error) {
+	if l.spilled == 0 {
+		return false, nil
+	}
+	found := false
+	err := s.spill.Scan(l.Topic, nil, func(k Key) bool {
+		found = k.ID == id
+		return !found
+	})
+	return found, err
 }
 
 // ErrRefusalForgotten answers a retry of a schedule whose lane no longer
