@@ -115,6 +115,21 @@ func (c *Cluster) ReadGroups(f func(*meta.State)) {
 	f(c.state)
 }
 
+// ReadPersistedGroups calls f with the applied metadata, as ReadGroups,
+// only when meta.json holds all of it, and reports whether it did: the
+// coordinator's NOTICEs and fences act on what the node would answer
+// (StateDurableBeforeAnswer) — a one-node cluster's entries above
+// meta.json may still be cut as a torn tail.
+func (c *Cluster) ReadPersistedGroups(f func(*meta.State)) bool {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	if c.persisted < c.state.Applied {
+		return false
+	}
+	f(c.state)
+	return true
+}
+
 // DecideGroup decides a group command against a metadata state.
 func DecideGroup(cmd group.Command) func(*meta.State) (meta.Command, error) {
 	return func(st *meta.State) (meta.Command, error) { return st.DecideGroup(cmd) }

@@ -1701,21 +1701,50 @@ func TestOneNodeClusterAnswersWhatMetaStateHolds(t *testing.T) {
 		return nil
 	})
 	defer tc.fs.SetInjector(nil)
+	// A member holding both partitions of "c": a second member's JOIN
+	// takes one from it, by a NOTICE REVOKE.
+	tc.declare("n1", wire.TopicConfig{Name: "c", Partitions: 2})
+	first := &noticeBox{}
+	join := func(member string, id uint64, sink NoticeSink, done func(*wire.JoinOK, error)) {
+		n.JoinGroup(&wire.Join{Group: "g", Member: member, Topics: []string{"c"}, SessionTimeoutMs: 30_000, RebalanceTimeoutMs: 20_000, JoinID: id}, sink, done)
+	}
+	joined := make(chan *wire.JoinOK, 1)
+	join("m1", 1, first, func(ok *wire.JoinOK, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		joined <- ok
+	})
+	okM1 := <-joined
+	var assigned []*wire.Notice
+	eventually(t, "m1's ASSIGN", func() bool { assigned = append(assigned, first.take()...); return len(assigned) > 0 })
+	acked := make(chan error, 1)
+	n.GroupRequest(&wire.ControlAck{MemberRef: wire.MemberRef{Group: "g", Member: "m1", Incarnation: okM1.Incarnation}, NoticeID: assigned[0].NoticeID},
+		func(_ uint64, err error) { acked <- err })
+	if err := <-acked; err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name    string
 		command func(answered chan<- error)
 		applied func(*meta.State) bool
 		held    string // in meta.json once answered
 		starts  string // the topic it starts
+		// noticed is the NOTICE that the command makes the coordinator
+		// send, none of which may go while meta.json lags.
+		noticed func() []*wire.Notice
 	}{
 		{"declare", func(answered chan<- error) {
 			_, err := n.Declare(wire.TopicConfig{Name: "b", Partitions: 1})
 			answered <- err
-		}, func(st *meta.State) bool { _, ok := st.Topics["b"]; return ok }, `"b"`, "b"},
+		}, func(st *meta.State) bool { _, ok := st.Topics["b"]; return ok }, `"b"`, "b", nil},
 		{"update", func(answered chan<- error) {
 			u := wire.TopicUpdate{TopicRef: wire.TopicRef{Topic: "a"}, Set: wire.SetRetentionMs, RetentionMs: 987654}
 			n.UpdateTopic(u, func(_ wire.TopicConfig, _ uint64, err error) { answered <- err })
-		}, func(st *meta.State) bool { return st.Topics["a"].Config.RetentionMs == 987654 }, "987654", ""},
+		}, func(st *meta.State) bool { return st.Topics["a"].Config.RetentionMs == 987654 }, "987654", "", nil},
+		{"join", func(answered chan<- error) {
+			join("m2", 2, &noticeBox{}, func(_ *wire.JoinOK, err error) { answered <- err })
+		}, func(st *meta.State) bool { return st.Groups["g"] != nil && st.Groups["g"].Members["m2"] != nil }, `"m2"`, "", first.take},
 	} {
 		failing.Store(true)
 		answered := make(chan error, 1)
@@ -1733,6 +1762,12 @@ func TestOneNodeClusterAnswersWhatMetaStateHolds(t *testing.T) {
 		if _, err := n.topic(c.starts); c.starts != "" && err == nil {
 			t.Fatalf("%s: topic %s started while meta.json could not hold it", c.name, c.starts)
 		}
+		if c.noticed != nil {
+			time.Sleep(2 * coordinatorTick)
+			if ns := c.noticed(); len(ns) > 0 {
+				t.Fatalf("%s: the coordinator sent %+v while meta.json could not hold what it acts on", c.name, ns[0])
+			}
+		}
 		failing.Store(false)
 		select {
 		case err := <-answered:
@@ -1748,6 +1783,9 @@ func TestOneNodeClusterAnswersWhatMetaStateHolds(t *testing.T) {
 		}
 		if c.starts != "" {
 			eventually(t, "topic "+c.starts+" started", func() bool { _, err := n.topic(c.starts); return err == nil })
+		}
+		if c.noticed != nil {
+			eventually(t, c.name+"'s NOTICE once meta.json holds it", func() bool { return len(c.noticed()) > 0 })
 		}
 	}
 }

@@ -264,11 +264,16 @@ func (m *membership) tick() bool {
 		return false
 	}
 	var groups []*group.State
-	m.read(func(st *meta.State) {
+	read := func(st *meta.State) {
 		for _, g := range st.SortedGroups() {
 			groups = append(groups, g.Clone())
 		}
-	})
+	}
+	if m.n.cluster == nil {
+		m.read(read)
+	} else if !m.n.cluster.ReadPersistedGroups(read) {
+		return false // the next tick, once meta.json holds what was applied
+	}
 	m.mu.Lock()
 	if m.coord == nil {
 		m.coord = group.NewCoordinator(noticeRetransmit.Milliseconds())
