@@ -301,6 +301,9 @@ func runClusterSim(ctx context.Context, out io.Writer, seed, seeds uint64, o sim
 		if r.Repairs > 0 {
 			fmt.Fprintf(out, "%d repairs %v: ", r.Repairs, r.Repaired)
 		}
+		if len(r.AcksForgotten) > 0 {
+			fmt.Fprintf(out, "acks forgotten %v: ", r.AcksForgotten)
+		}
 		if r.Coordinator != nil {
 			fmt.Fprintf(out, "coordinator %v: ", r.Coordinator)
 		}

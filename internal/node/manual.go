@@ -106,6 +106,11 @@ type Mutations struct {
 	// first gap a repair left: the acks recorded after the dropped range
 	// are forgotten too (only the dropped range's may be).
 	LedgerReplayStopsAtGap bool
+	// GroupReplayStopsAtLost stops the replay of a group's acks from a
+	// partition's log at the first record a repair of its only replica
+	// put in place of a dropped one: the acks recorded after the dropped
+	// range are forgotten too (only the dropped range's may be).
+	GroupReplayStopsAtLost bool
 	// Partition and AckLog break the guards of the replicated-partition
 	// and ack-log kernels (install gate, dedup seal; ACK_OK before commit).
 	Partition partition.Mutations

@@ -79,6 +79,21 @@ func groupRecordOf(r *storage.Record) (kind acklog.Kind, group string, ok bool) 
 	return kind, string(r.Headers[1].Value), true
 }
 
+// GroupRecordAcks reads a record of a partition's log as the group
+// control record it may be: the acks an ack record holds, and summary
+// set for a checkpoint or carry, which holds a group's acks folded in
+// (the simulator's checker: which confirmed acks a dropped record took).
+func GroupRecordAcks(r *storage.Record) (acks []acklog.Key, summary bool) {
+	switch kind, _, ok := groupRecordOf(r); {
+	case !ok:
+	case kind == acklog.KindAck:
+		acklog.ForEachAck(r.Value, func(k acklog.Key) { acks = append(acks, k) })
+	case kind == acklog.KindCheckpoint || kind == acklog.KindCarry:
+		summary = true
+	}
+	return acks, summary
+}
+
 // foldGroupRecords feeds rb group's records among entries (committed, in
 // log order).
 func foldGroupRecords(rb *acklog.Rebuild, group string, entries []storage.Entry) error {
@@ -277,8 +292,17 @@ func (l *replicatedLedger) startDelivering(i int, epoch uint64) error {
 		if len(entries) == 0 {
 			break
 		}
+		stop := false
+		if g.node.cfg.Mutations.GroupReplayStopsAtLost {
+			if j := slices.IndexFunc(entries, func(e storage.Entry) bool { return replog.IsLost(&e.Record) }); j >= 0 {
+				entries, stop = entries[:j], true
+			}
+		}
 		if err := foldGroupRecords(rb, g.key, entries); err != nil {
 			return err
+		}
+		if stop {
+			break
 		}
 		from = entries[len(entries)-1].Seq + 1
 	}

@@ -247,6 +247,11 @@ var ClusterMutations = map[string]node.Mutations{
 	// records come back as others (CommittedPrefixAgreement, seed 6 of
 	// crash,bitflip; TestLoneReplicaDamageIsRepaired).
 	"lone-torn-tail-silent": {LoneTornTailSilent: true},
+	// With --replicas 1 and bit flips: a partition's only replica replays
+	// its group's acks only up to the first record a repair dropped; the
+	// acks after it are forgotten and their messages delivered again
+	// (AckFloorNeverRedelivered; TestLoneRepairForgetsOnlyWhatItDropped).
+	"group-replay-stops-at-lost": {GroupReplayStopsAtLost: true},
 	// With --replicas 1 --kv N and bit flips: a bucket's only replica cuts
 	// a flipped last batch as a torn tail and hands its seqs out again; a
 	// watcher that went past them is never told (LossExpiresEveryCursor;
@@ -521,7 +526,8 @@ func newClusterSim(o ClusterOptions) *sim {
 		Consumers: o.Consumers, Partitions: o.Partitions, KeepTrace: o.KeepTrace, DeadLetters: o.DeadLetters && o.GroupDeletes == 0},
 		w: w, chk: chk, partitioned: map[string]bool{}, net: newPeerNet(w), replicas: o.Replicas, syncAll: o.SyncAll,
 		retention: o.Retention, retentionBytes: o.Retention.Bytes, retentionMs: o.Retention.AgeMs,
-		clusterFaults: o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, ackEntryCodes: map[wire.Code]int{}, memberEvents: map[string]int{}}
+		clusterFaults: o.Faults, pubErrors: map[wire.Code]int{}, ackErrors: map[wire.Code]int{}, ackEntryCodes: map[wire.Code]int{}, memberEvents: map[string]int{},
+		ledgerFlips: map[string]*ledgerFlip{}, acksForgotten: map[string]int{}}
 	s.opts.setDefaults()
 	if o.Retention.Bytes > 0 {
 		s.replays = newReplayWatch(chk)

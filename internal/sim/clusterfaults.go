@@ -296,19 +296,24 @@ func (s *sim) flipLoneReplica() {
 	for _, b := range s.nodes {
 		if files := segmentFiles(b.fs, p); len(files) > 0 {
 			file := files[s.w.rng.IntN(len(files))]
-			if s.w.rng.IntN(4) == 0 {
+			segment := s.w.rng.IntN(4) != 0
+			if !segment {
 				// Its hard state or snapshot point: the repair rewrites
-				// them from the repaired log (replog.RepairAlone).
+				// them from the repaired log (replog.RepairAlone), and
+				// neither holds an ack.
 				dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
 				file = path.Join(dir, []string{"hardstate", "snapshot"}[s.w.rng.IntN(2)])
 			}
-			if s.flipFile(b, file) {
+			content, _ := b.fs.ReadFile(file) // before the flip: what its batches held
+			if off, mask, ok := s.flipFileAt(b, file, 0, 0); ok {
 				s.chk.damaged[p] = true
 				s.flipped[b.id] = true
-				// The group's acks of p live in p's log: the flipped batch
-				// may hold some, now lost (their messages are delivered
-				// again, at least once).
-				s.loneAcksForgotten(p)
+				if segment {
+					// The group's acks of p live in p's log: those of the
+					// flipped batch are lost if a repair drops it or a
+					// restart cuts it (loneAcksDropped).
+					s.ledgerFlipped(file, content, off, mask, partitionRecordAcks)
+				}
 			}
 			return
 		}
@@ -462,9 +467,16 @@ func (s *sim) flipFile(b *broker, file string) bool { return s.flipFileIn(b, fil
 // flipFileIn is flipFile with the bit in bytes [from, to) of the file
 // (to 0: anywhere).
 func (s *sim) flipFileIn(b *broker, file string, from, to int64) bool {
+	_, _, ok := s.flipFileAt(b, file, from, to)
+	return ok
+}
+
+// flipFileAt is flipFileIn, returning where the bit went: the offset and
+// the mask of the flipped byte.
+func (s *sim) flipFileAt(b *broker, file string, from, to int64) (off int64, mask byte, ok bool) {
 	size, err := b.fs.Stat(file)
 	if err != nil || size == 0 || to > size {
-		return false
+		return 0, 0, false
 	}
 	if key := b.id + ":" + file; path.Base(file) == "hardstate" {
 		s.lostPromises[key] = max(s.lostPromises[key], hardStatePromise(b.fs, file))
@@ -472,12 +484,13 @@ func (s *sim) flipFileIn(b *broker, file string, from, to int64) bool {
 	if to == 0 {
 		from, to = 0, size
 	}
-	off := from + s.w.rng.Int64N(to-from)
-	if err := b.fs.FlipBit(file, off, uint(s.w.rng.IntN(8))); err != nil {
-		return false
+	off = from + s.w.rng.Int64N(to-from)
+	bit := uint(s.w.rng.IntN(8))
+	if err := b.fs.FlipBit(file, off, bit); err != nil {
+		return 0, 0, false
 	}
 	s.w.tracef("fault %s bit flip %s@%d", b.id, strings.TrimPrefix(file, dataDir+"/"), off)
-	return true
+	return off, byte(1) << bit, true
 }
 
 // groupStateFiles lists the consumer groups' settings.json and

@@ -93,7 +93,8 @@ func (s *sim) loneTornTailCut(p uint32, t storage.TornTail) {
 	s.w.tracef("checker: partition %d's seqs %d-%d were cut (a bit flip into its last batches looks like a torn write); kept through %d, seen again as new above", p, first, committed, t.LastSeq)
 	s.repaired["committed records cut as a torn tail"]++
 	s.ghosts[p].Forget(first, committed)
-	s.loneAcksForgotten(p)
+	s.loneAcksDropped(p, path.Dir(t.Segment), []storage.SeqRange{{First: first, Last: committed}})
+	delete(s.ledgerFlips, path.Dir(t.Segment)) // answered: the cut took the flipped batch
 }
 
 // metaCut takes in a torn tail cut of a one-node cluster's metadata log
@@ -108,8 +109,34 @@ func (s *sim) metaCut(first uint64) {
 	}
 }
 
+// loneAcksDropped: the group's acks of partition p live in its log (in
+// dir), and the seqs a repair dropped or a restart cut (dropped) may
+// have held some: their messages may be delivered again, at least once.
+// The checker forgets the acks the flips showed there (ledgerFlipped);
+// every one of p when a dropped seq is one no flip showed, or a
+// checkpoint, which held them folded.
+func (s *sim) loneAcksDropped(p uint32, dir string, dropped []storage.SeqRange) {
+	f := s.ledgerFlips[dir]
+	var acks []position
+	for _, r := range dropped {
+		for seq := r.First; seq <= r.Last; seq++ {
+			held, known := f.acksAtSeq(seq)
+			if !known {
+				s.w.tracef("checker: every ack of partition %d forgotten: seq %d dropped, which no flip showed (or a checkpoint)", p, seq)
+				s.acksForgotten["unknown damage"]++
+				s.loneAcksForgotten(p)
+				return
+			}
+			acks = append(acks, held...)
+		}
+	}
+	s.w.tracef("checker: %d acks of partition %d forgotten with its dropped seqs", len(acks), p)
+	s.acksForgotten["dropped seqs"]++
+	s.chk.forgetAcks(acks)
+}
+
 // loneAcksForgotten: the group's acks of partition p live in its log,
-// and what a repair or a cut took may have held some: its records may be
+// and what a repair or a cut took may have held any: its records may be
 // delivered again, at least once.
 func (s *sim) loneAcksForgotten(p uint32) {
 	for pos := range s.chk.doneAtID {
@@ -200,7 +227,7 @@ func (s *sim) repairLone(b *broker) (err error) {
 			for _, r := range l.Report.Dropped {
 				s.ghosts[p].Forget(r.First, r.Last)
 			}
-			s.loneAcksForgotten(p)
+			s.loneAcksDropped(p, l.Dir, l.Report.Dropped)
 		}
 		if t := l.Report.TornTail; t != nil {
 			s.loneTornTailCut(p, *t)
@@ -216,6 +243,7 @@ func (s *sim) repairLone(b *broker) (err error) {
 		if !l.Damaged() {
 			continue
 		}
+		delete(s.ledgerFlips, l.Dir) // answered: the repaired log holds no flipped byte
 		s.w.tracef("repair %s %s: %d damaged ranges, %d seqs dropped, torn tail %v, hard state reset %v, snapshot point reset %v",
 			b.id, strings.TrimPrefix(l.Dir, dataDir+"/"), len(l.Report.Damage), l.Report.DroppedSeqs, l.Report.TornTail != nil,
 			l.HardStateReset, l.SnapshotPointReset)

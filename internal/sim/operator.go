@@ -369,7 +369,7 @@ func (s *sim) flipFileBit(file string) bool {
 	s.chk.stateFlips++
 	s.stateFlips[flipKind(file)]++
 	if flipKind(file) == "ledger segment" {
-		s.ledgerFlipped(file, content, off, byte(1)<<bit)
+		s.ledgerFlipped(file, content, off, byte(1)<<bit, ledgerRecordAcks)
 	}
 	s.w.tracef("fault bit flip %s@%d", strings.TrimPrefix(file, dataDir+"/"), off)
 	return true
@@ -427,12 +427,36 @@ type flippedBatch struct {
 	mask   byte
 }
 
-// ledgerFlipped notes a flip of mask at off of a ledger segment whose
-// content was content: the acks its batches held, so that a repair or a
-// cut tail makes the checker forget only those it drops. The earlier
-// flips into its batches that no cut or repair answered yet are undone
-// in content first, or the batches after the first would not be read.
-func (s *sim) ledgerFlipped(file string, content []byte, off int64, mask byte) {
+// recordAcks reads a record of a log holding a group's acks: the acks
+// it holds, and known false when it holds them folded (a checkpoint),
+// so that its loss may take any.
+type recordAcks func(r *storage.Record) (acks []position, known bool)
+
+// ledgerRecordAcks reads a record of a single node's ack ledger.
+func ledgerRecordAcks(r *storage.Record) (acks []position, known bool) {
+	if len(r.Headers) == 0 { // an ack record (node/ledger.go); the others hold counts
+		acklog.ForEachAck(r.Value, func(k acklog.Key) { acks = append(acks, position{k.Partition, k.Seq}) })
+	}
+	return acks, true
+}
+
+// partitionRecordAcks reads a record of a cluster partition's log, which
+// holds the group's acks of that partition among its messages.
+func partitionRecordAcks(r *storage.Record) (acks []position, known bool) {
+	keys, summary := node.GroupRecordAcks(r)
+	for _, k := range keys {
+		acks = append(acks, position{k.Partition, k.Seq})
+	}
+	return acks, !summary
+}
+
+// ledgerFlipped notes a flip of mask at off of a segment of a log holding
+// a group's acks (read by acksOf) whose content was content: the acks
+// its batches held, so that a repair or a cut tail makes the checker
+// forget only those it drops. The earlier flips into its batches that no
+// cut or repair answered yet are undone in content first, or the batches
+// after the first would not be read.
+func (s *sim) ledgerFlipped(file string, content []byte, off int64, mask byte, acksOf recordAcks) {
 	dir := path.Dir(file)
 	f := s.ledgerFlips[dir]
 	if f == nil {
@@ -447,9 +471,10 @@ func (s *sim) ledgerFlipped(file string, content []byte, off int64, mask byte) {
 	for _, b := range storage.SegmentBatches(content) {
 		var inBatch []position
 		for _, e := range b.Entries {
-			var acks []position
-			if len(e.Record.Headers) == 0 { // an ack record (node/ledger.go); the others hold counts
-				acklog.ForEachAck(e.Record.Value, func(k acklog.Key) { acks = append(acks, position{k.Partition, k.Seq}) })
+			acks, known := acksOf(&e.Record)
+			if !known {
+				delete(f.acksAt, e.Seq) // its loss may take any ack
+				continue
 			}
 			f.acksAt[e.Seq] = acks
 			inBatch = append(inBatch, acks...)
