@@ -355,6 +355,10 @@ func replayLog(lg *storage.Log, from uint64, apply func(storage.Entry) error) er
 	return nil
 }
 
+// PartitionCorruptMessage is the ERROR line that says a damaged range of
+// a partition (topic, partition, file, first_seq, last_seq), once.
+const PartitionCorruptMessage = "partition data corrupt; publishes refused until `nereus repair`"
+
 // noteDamage marks the partition corrupt when ds is not empty, logging
 // each damaged range once.
 func (p *partitionRunner) noteDamage(ds []storage.Damage) {
@@ -365,7 +369,7 @@ func (p *partitionRunner) noteDamage(ds []storage.Damage) {
 			continue
 		}
 		p.damageSaid = append(p.damageSaid, d)
-		p.node.log.Error("partition data corrupt; publishes refused until `nereus repair`", "topic", p.topic.cfg.Name,
+		p.node.log.Error(PartitionCorruptMessage, "topic", p.topic.cfg.Name,
 			"partition", p.id, "file", d.Segment, "offset", d.Offset, "bytes", d.Bytes,
 			"first_seq", d.FirstSeq, "last_seq", d.LastSeq, "cause", d.Cause)
 	}

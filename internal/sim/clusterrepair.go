@@ -35,6 +35,8 @@ func (s *sim) watchLoneRepairs() {
 			switch {
 			case r.Message == tornTailMessage && logAttrString(r, "topic") == simTopic:
 				s.loneTornTailCut(uint32(logAttrUint(r, "partition")), tornTailOf(r))
+			case r.Message == node.PartitionCorruptMessage && logAttrString(r, "topic") == simTopic:
+				s.loneDamageSaid(uint32(logAttrUint(r, "partition")), logAttrString(r, "file"), logAttrUint(r, "first_seq"), logAttrUint(r, "last_seq"))
 			case r.Message == tornTailMessage && logAttrString(r, "topic") == meta.MetaTopic:
 				s.metaCut(logAttrUint(r, "first_seq"))
 			case r.Message == tornTailMessage && logAttrString(r, "topic") == wire.KVTopic(kvBucket) && s.kv != nil:
@@ -107,6 +109,19 @@ func (s *sim) metaCut(first uint64) {
 		s.repaired["metadata entries cut as a torn tail"]++
 		s.metaGhost.Forget(first, last)
 	}
+}
+
+// loneDamageSaid takes in the node's word that seqs first-last of
+// partition p (in file) are damaged. Its only replica keeps serving the
+// rest, and its apply steps over them: a group that rebuilds its cursor
+// from that log meanwhile misses the acks they held, as the repair that
+// drops them will (loneAcksDropped). A range not located (no seqs) is
+// refused whole and changes nothing yet.
+func (s *sim) loneDamageSaid(p uint32, file string, first, last uint64) {
+	if !s.chk.damaged[p] || first == 0 || last < first {
+		return
+	}
+	s.loneAcksDropped(p, path.Dir(file), []storage.SeqRange{{First: first, Last: last}})
 }
 
 // loneAcksDropped: the group's acks of partition p live in its log (in
