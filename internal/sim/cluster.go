@@ -698,7 +698,7 @@ func (s *sim) runPhases() Result {
 	for p := range s.opts.Partitions {
 		hosts := 0
 		for _, b := range s.nodes {
-			if names, _ := b.fs.List(path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))); len(names) > 0 {
+			if names, _ := b.fs.List(partitionDir(p)); len(names) > 0 {
 				hosts++
 			}
 		}
@@ -1023,7 +1023,7 @@ func (s *sim) holdsMeta(b *broker, seq, epoch uint64) bool {
 // its hard-state file (between events no write is in progress, so what
 // the file holds is durable).
 func (s *sim) durablePromise(b *broker, partition uint32) uint64 {
-	return s.promiseOf(b, path.Join(dataDir, "topics", simTopic, fmt.Sprint(partition), "hardstate"))
+	return s.promiseOf(b, path.Join(partitionDir(partition), "hardstate"))
 }
 
 // clusterFinalPhase cuts the power to every node at once, restarts them

@@ -301,8 +301,7 @@ func (s *sim) flipLoneReplica() {
 				// Its hard state or snapshot point: the repair rewrites
 				// them from the repaired log (replog.RepairAlone), and
 				// neither holds an ack.
-				dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
-				file = path.Join(dir, []string{"hardstate", "snapshot"}[s.w.rng.IntN(2)])
+				file = path.Join(partitionDir(p), []string{"hardstate", "snapshot"}[s.w.rng.IntN(2)])
 			}
 			content, _ := b.fs.ReadFile(file) // before the flip: what its batches held
 			if off, mask, ok := s.flipFileAt(b, file, 0, 0); ok {
@@ -418,7 +417,7 @@ func (s *sim) flipAnyFile(b *broker) {
 // the group's file again (N25g), unless the file was written again
 // first.
 func (s *sim) flipStateFile(b *broker) {
-	file := path.Join(dataDir, "topics", simTopic, fmt.Sprint(s.w.rng.IntN(int(s.opts.Partitions))), "hardstate")
+	file := path.Join(partitionDir(uint32(s.w.rng.IntN(int(s.opts.Partitions)))), "hardstate")
 	switch s.w.rng.IntN(8) {
 	case 0:
 		file = path.Join(dataDir, "meta", "hardstate")
@@ -442,7 +441,7 @@ func (s *sim) flipStateFile(b *broker) {
 // PROMISE_UNKNOWN). Result.MinorityPromiseLosses counts the times it hit
 // more than one node.
 func (s *sim) loseMinorityPromises(m []*broker) {
-	file := path.Join(dataDir, "topics", simTopic, fmt.Sprint(s.w.rng.IntN(int(s.opts.Partitions))), "hardstate")
+	file := path.Join(partitionDir(uint32(s.w.rng.IntN(int(s.opts.Partitions)))), "hardstate")
 	if s.w.rng.IntN(4) == 0 {
 		file = path.Join(dataDir, "meta", "hardstate")
 	}
@@ -531,10 +530,16 @@ func (n *peerNet) heal() {
 	n.outTopic = ""
 }
 
+// partitionDir is the directory of the workload topic's partition p on
+// a node's file system.
+func partitionDir(p uint32) string {
+	return path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
+}
+
 // segmentFiles lists the paths of partition p's log segments on fs, in
 // seq order (none when it cannot list them).
 func segmentFiles(fs *vfs.MemFS, p uint32) []string {
-	return logFiles(fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(p)))
+	return logFiles(fs, partitionDir(p))
 }
 
 // logFiles lists the segment files of the log in dir on fs.

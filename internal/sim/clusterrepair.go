@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"log/slog"
-	"path"
 	"strings"
 
 	"github.com/nereus-broker/nereus/internal/meta"
@@ -36,7 +35,7 @@ func (s *sim) watchLoneRepairs() {
 			case r.Message == tornTailMessage && logAttrString(r, "topic") == simTopic:
 				s.loneTornTailCut(uint32(logAttrUint(r, "partition")), tornTailOf(r))
 			case r.Message == node.PartitionCorruptMessage && logAttrString(r, "topic") == simTopic:
-				s.loneDamageSaid(uint32(logAttrUint(r, "partition")), logAttrString(r, "file"), logAttrUint(r, "first_seq"), logAttrUint(r, "last_seq"))
+				s.loneDamageSaid(uint32(logAttrUint(r, "partition")), logAttrUint(r, "first_seq"), logAttrUint(r, "last_seq"))
 			case r.Message == tornTailMessage && logAttrString(r, "topic") == meta.MetaTopic:
 				s.metaCut(logAttrUint(r, "first_seq"))
 			case r.Message == tornTailMessage && logAttrString(r, "topic") == wire.KVTopic(kvBucket) && s.kv != nil:
@@ -63,7 +62,7 @@ func (s *sim) watchLoneRepairs() {
 // them before it opens its logs and as a repair does.
 func (s *sim) readLoneDurablePoints(b *broker) {
 	for p := range s.opts.Partitions {
-		dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
+		dir := partitionDir(p)
 		if names, _ := b.fs.List(dir); len(names) == 0 {
 			continue
 		}
@@ -95,8 +94,8 @@ func (s *sim) loneTornTailCut(p uint32, t storage.TornTail) {
 	s.w.tracef("checker: partition %d's seqs %d-%d were cut (a bit flip into its last batches looks like a torn write); kept through %d, seen again as new above", p, first, committed, t.LastSeq)
 	s.repaired["committed records cut as a torn tail"]++
 	s.ghosts[p].Forget(first, committed)
-	s.loneAcksDropped(p, path.Dir(t.Segment), []storage.SeqRange{{First: first, Last: committed}})
-	delete(s.ledgerFlips, path.Dir(t.Segment)) // answered: the cut took the flipped batch
+	s.loneAcksDropped(p, []storage.SeqRange{{First: first, Last: committed}})
+	delete(s.ledgerFlips, partitionDir(p)) // answered: the cut took the flipped batch
 }
 
 // metaCut takes in a torn tail cut of a one-node cluster's metadata log
@@ -112,26 +111,26 @@ func (s *sim) metaCut(first uint64) {
 }
 
 // loneDamageSaid takes in the node's word that seqs first-last of
-// partition p (in file) are damaged. Its only replica keeps serving the
+// partition p are damaged. Its only replica keeps serving the
 // rest, and its apply steps over them: a group that rebuilds its cursor
 // from that log meanwhile misses the acks they held, as the repair that
 // drops them will (loneAcksDropped). A range not located (no seqs) is
 // refused whole and changes nothing yet.
-func (s *sim) loneDamageSaid(p uint32, file string, first, last uint64) {
+func (s *sim) loneDamageSaid(p uint32, first, last uint64) {
 	if !s.chk.damaged[p] || first == 0 || last < first {
 		return
 	}
-	s.loneAcksDropped(p, path.Dir(file), []storage.SeqRange{{First: first, Last: last}})
+	s.loneAcksDropped(p, []storage.SeqRange{{First: first, Last: last}})
 }
 
-// loneAcksDropped: the group's acks of partition p live in its log (in
-// dir), and the seqs a repair dropped or a restart cut (dropped) may
+// loneAcksDropped: the group's acks of partition p live in its log, and
+// the seqs a repair dropped or a restart cut (dropped) may
 // have held some: their messages may be delivered again, at least once.
 // The checker forgets the acks the flips showed there (ledgerFlipped);
 // every one of p when a dropped seq is one no flip showed, or a
 // checkpoint, which held them folded.
-func (s *sim) loneAcksDropped(p uint32, dir string, dropped []storage.SeqRange) {
-	f := s.ledgerFlips[dir]
+func (s *sim) loneAcksDropped(p uint32, dropped []storage.SeqRange) {
+	f := s.ledgerFlips[partitionDir(p)]
 	var acks []position
 	for _, r := range dropped {
 		for seq := r.First; seq <= r.Last; seq++ {
@@ -242,7 +241,7 @@ func (s *sim) repairLone(b *broker) (err error) {
 			for _, r := range l.Report.Dropped {
 				s.ghosts[p].Forget(r.First, r.Last)
 			}
-			s.loneAcksDropped(p, l.Dir, l.Report.Dropped)
+			s.loneAcksDropped(p, l.Report.Dropped)
 		}
 		if t := l.Report.TornTail; t != nil {
 			s.loneTornTailCut(p, *t)

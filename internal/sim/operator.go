@@ -61,7 +61,7 @@ func (s *sim) watchForRepair() {
 func (s *sim) readDurablePoints() {
 	clear(s.durable)
 	for p := range uint32(s.opts.Partitions) {
-		if point := node.DurablePoint(s.b.fs, path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))); point > 0 {
+		if point := node.DurablePoint(s.b.fs, partitionDir(p)); point > 0 {
 			s.durable[p] = point
 		}
 	}
@@ -271,7 +271,7 @@ func (s *sim) dedupSnapshotsLeft() {
 		return
 	}
 	for p := range uint32(s.opts.Partitions) {
-		dir := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p))
+		dir := partitionDir(p)
 		left := false
 		for _, name := range []string{"dedup", "dedup.copy"} {
 			if _, err := storage.ReadFileAtomic(s.b.fs, path.Join(dir, name)); err == nil {
@@ -314,7 +314,7 @@ func (s *sim) flipStateBit() {
 	case 2:
 		for p := uint32(0); p < s.opts.Partitions; p++ {
 			for _, name := range []string{"epoch", "dedup", "dedup.copy"} {
-				if f := path.Join(dataDir, "topics", simTopic, fmt.Sprint(p), name); fileExists(fs, f) {
+				if f := path.Join(partitionDir(p), name); fileExists(fs, f) {
 					files = append(files, f)
 				}
 			}
