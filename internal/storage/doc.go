@@ -100,8 +100,7 @@
 //     leaves it whole; a header a flip made undecodable names as many
 //     records as its batch's bytes could hold, one whose count or
 //     length a flip changed names the records that still decode, within
-//     BatchBytesMax) are filled with gap
-//     batches, or copies of
+//     BatchBytesMax) are filled with gap batches, or copies of
 //     Options.Filler, in a segment rewritten and renamed over the old one,
 //     so they are never handed out again (TornSeqsNotReused): those
 //     batches may have been synced and acknowledged.

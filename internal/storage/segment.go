@@ -150,9 +150,9 @@ type scanResult struct {
 // Its invalid last batch's header counts only when it fits in
 // batchBytesMax, as a batch this log wrote does, and its records are read
 // no further — a header made up of damage must not have a fill grow
-// without bound. A header that no
-// longer decodes where the log expected it (a flip into its magic, its
-// length or its base seq) names the most records its bytes could hold:
+// without bound. A header that no longer decodes where the log expected
+// it (a flip into its magic, its length or its base seq) names the most
+// records its bytes could hold:
 // a flushed batch that a flip made look torn is whole, so its bytes
 // bound its records (a torn write's were never acknowledged). A header
 // that decodes names its count, or more when more of its records decode
