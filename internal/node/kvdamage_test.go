@@ -262,9 +262,18 @@ func TestKVBucketOfOneReplicaSurvivesADamagedCheckpoint(t *testing.T) {
 			// The log truncated: to the previous checkpoint, or (the
 			// mutation) past its first chunk, so that only the latest
 			// checkpoint can rebuild the bucket. More writes until then
-			// (truncation goes by whole segments).
+			// (truncation goes by whole segments). Each look waits for the
+			// runner to be done checkpointing: a checkpoint still due or in
+			// flight when the node closes would be a later one than the one
+			// flipped.
 			var latest uint64
 			truncated := func() bool {
+				eventually(t, "the bucket's checkpoints settle", func() bool {
+					return kvOnRunner(t, h.node, "b", func(r *kvRunner) bool {
+						b, err := r.readyBucket()
+						return err == nil && !r.checkpointing && r.proposing == 0 && !b.CheckpointDue(r.n.cfg.KVCheckpointMinBytes)
+					})
+				})
 				type bases struct{ prev, latest uint64 }
 				b := kvOnRunner(t, h.node, "b", func(r *kvRunner) bases { return bases{r.prevCheckpointBase, r.checkpointBase} })
 				start := h.node.topics[wire.KVTopic("b")].partitions[0].startSeq.Load()
