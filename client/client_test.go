@@ -850,3 +850,31 @@ func TestUpdateTopicRefusesWhatNoBrokerTakes(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateGroupRefusesWhatNoBrokerTakes: UpdateGroup says what is wrong
+// before sending anything — no setting given, an ack wait that is not a
+// whole number of milliseconds or out of range, a max deliveries of 0 —
+// and refuses a broker of before protocol version 5, which would not
+// decode GROUP_UPDATE.
+func TestUpdateGroupRefusesWhatNoBrokerTakes(t *testing.T) {
+	fs := newFakeServer(t, testToken)
+	fs.version = wire.VersionTopicUpdate
+	c := dialFake(t, fs)
+	sub, zero, huge, second := 1500*time.Microsecond, time.Duration(0), 50*24*time.Hour, time.Second
+	var none, three uint32 = 0, 3
+	for _, tc := range []struct {
+		u    GroupUpdate
+		want string
+	}{
+		{GroupUpdate{}, "sets nothing"},
+		{GroupUpdate{AckWait: &sub}, "whole number of milliseconds"},
+		{GroupUpdate{AckWait: &zero}, "from 1 ms"},
+		{GroupUpdate{AckWait: &huge}, "from 1 ms"},
+		{GroupUpdate{MaxDeliver: &none}, "at least 1"},
+		{GroupUpdate{AckWait: &second, MaxDeliver: &three}, "protocol version below 5"},
+	} {
+		if _, err := c.UpdateGroup(testCtx(t), "g", tc.u); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("UpdateGroup(%+v): %v, want an error saying %q", tc.u, err, tc.want)
+		}
+	}
+}

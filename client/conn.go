@@ -60,6 +60,8 @@ type conn struct {
 	groupIncarnations bool
 	// topicUpdates: the broker knows TOPIC_UPDATE (protocol version 4).
 	topicUpdates bool
+	// groupUpdates: the broker knows GROUP_UPDATE (protocol version 5).
+	groupUpdates bool
 
 	mu       sync.Mutex
 	err      error                   // why the conn failed; set once by fail
@@ -166,6 +168,7 @@ func dialConn(ctx context.Context, addr string, opts *Options) (*conn, error) {
 
 		groupIncarnations: ok.Version >= wire.VersionGroupIncarnation,
 		topicUpdates:      ok.Version >= wire.VersionTopicUpdate,
+		groupUpdates:      ok.Version >= wire.VersionGroupUpdate,
 	}
 	c.inline = sockwrite.New(nc)
 	go c.readLoop(br, opts.FrameBytesMax)

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
+	"time"
 
 	"github.com/nereus-broker/nereus/internal/wire"
 )
@@ -283,4 +285,68 @@ func (c *Client) coordinatorRequest(ctx context.Context, f wire.Frame) (wire.Fra
 		return nil, err
 	}
 	return cn.roundTrip(ctx, f)
+}
+
+// GroupUpdate is a change to a consumer group's settings. A nil field
+// keeps its value (a group never updated has the broker's defaults).
+type GroupUpdate struct {
+	AckWait     *time.Duration // a whole number of milliseconds, 1 ms to about 49.7 days
+	MaxDeliver  *uint32        // at least 1
+	Incarnation uint64         // when not 0, the incarnation to update (another is ErrNotFound)
+}
+
+// GroupSettings are a group's settings after an update.
+type GroupSettings struct {
+	Group       string
+	Incarnation uint64
+	AckWait     time.Duration
+	MaxDeliver  uint32
+}
+
+// UpdateGroup sets a consumer group's ack wait and max deliveries for
+// every topic it consumes and returns its settings after the update (an
+// update that changes nothing succeeds too). They hold on every node
+// that delivers one of the group's partitions, from the next delivery
+// on, for consumers of any ConsumerOptions; a lowered max deliveries
+// sends a message that has used it up to the dead letters rather than
+// out again. A group never updated keeps the settings its first
+// consumer asked on each node. In a cluster it goes to the coordinator,
+// and is sent again after a lost connection or a coordinator change
+// until ctx ends: it sets values, so a repeat changes nothing more.
+func (c *Client) UpdateGroup(ctx context.Context, name string, u GroupUpdate) (GroupSettings, error) {
+	f := wire.GroupUpdate{GroupRef: wire.GroupRef{Group: name, Incarnation: u.Incarnation}}
+	if u.AckWait != nil {
+		ms := u.AckWait.Milliseconds()
+		if *u.AckWait%time.Millisecond != 0 || ms < 1 || ms > math.MaxUint32 {
+			return GroupSettings{}, fmt.Errorf("nereus: update group %s: %w", name,
+				wire.Errorf(wire.CodeInvalidArgument, "ack wait %v: want a whole number of milliseconds from 1 ms to %v", *u.AckWait, time.Duration(math.MaxUint32)*time.Millisecond))
+		}
+		f.Set |= wire.SetAckWaitMs
+		f.AckWaitMs = uint32(ms)
+	}
+	if u.MaxDeliver != nil {
+		f.Set |= wire.SetMaxDeliver
+		f.MaxDeliver = *u.MaxDeliver
+	}
+	if err := wire.ValidateName("group", name); err != nil {
+		return GroupSettings{}, fmt.Errorf("nereus: update group: %w", err)
+	}
+	if err := f.Validate(); err != nil {
+		return GroupSettings{}, fmt.Errorf("nereus: update group %s: %w", name, err)
+	}
+	ctx, cancel := c.withRequestTimeout(ctx)
+	defer cancel()
+	if cn, err := c.leaderConn(ctx, wire.CoordinatorTopic, 0, true); err == nil && !cn.groupUpdates {
+		return GroupSettings{}, fmt.Errorf("nereus: update group %s: the broker speaks a protocol version below %d, which cannot update a group",
+			name, wire.VersionGroupUpdate)
+	}
+	reply, err := c.coordinatorRetry(ctx, &f)
+	if err != nil {
+		return GroupSettings{}, fmt.Errorf("nereus: update group %s: %w", name, err)
+	}
+	ok, isOK := reply.(*wire.GroupUpdateOK)
+	if !isOK {
+		return GroupSettings{}, unexpected("GROUP_UPDATE", reply)
+	}
+	return GroupSettings{Group: ok.Group, Incarnation: ok.Incarnation, AckWait: time.Duration(ok.AckWaitMs) * time.Millisecond, MaxDeliver: ok.MaxDeliver}, nil
 }

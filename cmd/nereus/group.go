@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,8 +20,8 @@ func init() {
 }
 
 func newGroupCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "group", Short: "List and describe consumer groups with members; delete groups"}
-	cmd.AddCommand(newGroupListCmd(), newGroupDescribeCmd(), newGroupDeleteCmd())
+	cmd := &cobra.Command{Use: "group", Short: "List and describe consumer groups with members; update and delete groups"}
+	cmd.AddCommand(newGroupListCmd(), newGroupDescribeCmd(), newGroupUpdateCmd(), newGroupDeleteCmd())
 	return cmd
 }
 
@@ -143,6 +145,50 @@ never deleted).`,
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "also delete a group the coordinator does not know: one consumed only by consumers without --member (no typo check: any name is accepted)")
 	cmd.Flags().Uint64Var(&incarnation, "incarnation", 0, "delete this incarnation of the group (0: the current one); OK if it is already deleted")
+	return cmd
+}
+
+func newGroupUpdateCmd() *cobra.Command {
+	var u client.GroupUpdate
+	var ackWait time.Duration
+	var maxDeliver uint32
+	cmd := &cobra.Command{
+		Use:   "update GROUP",
+		Short: "Set a group's ack wait and max deliveries on every topic and node",
+		Long: `Set a group's ack wait, max deliveries or both, for every topic it consumes:
+what is not given keeps its value (the broker's default for a group never
+updated). They hold on every node that delivers one of the group's
+partitions, from the next delivery on, whatever its consumers ask; a
+lowered max deliveries sends a message that used it up to the dead letters
+rather than out again. Without an update, each node keeps the settings the
+group's first consumer there asked. A group deleted and used again starts
+with the defaults.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("ack-wait") {
+				u.AckWait = &ackWait
+			}
+			if cmd.Flags().Changed("max-deliver") {
+				u.MaxDeliver = &maxDeliver
+			}
+			if u.AckWait == nil && u.MaxDeliver == nil {
+				return fmt.Errorf("group update %s: give --ack-wait, --max-deliver or both", args[0])
+			}
+			return withKV(cmd, func(ctx context.Context, c *client.Client) error { // (dial and a request context: not KV's own)
+				st, err := c.UpdateGroup(ctx, args[0], u)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "updated group %s (incarnation %d): ack wait %v, max deliveries %d\n",
+					st.Group, st.Incarnation, st.AckWait, st.MaxDeliver)
+				return err
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&ackWait, "ack-wait", 0, "how long a delivery waits for its ack before it goes out again (whole milliseconds)")
+	f.Uint32Var(&maxDeliver, "max-deliver", 0, "deliveries of a message before it goes to the dead letters (at least 1)")
+	f.Uint64Var(&u.Incarnation, "incarnation", 0, "update only this incarnation of the group (0 = the current one)")
 	return cmd
 }
 

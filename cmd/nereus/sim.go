@@ -54,6 +54,7 @@ func newSimCmd() *cobra.Command {
 		kvOps        int
 		churn        int
 		groupDels    int
+		groupUpdates int
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -119,7 +120,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 				if err != nil {
 					return err
 				}
-				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, LanePauses: lanePauses, LaneRetire: laneRetire, LaneRecreate: laneRecreate, SchedCancels: schedCancels, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, PubBatch: pubBatch, DeadLetters: deadLetters}
+				o := sim.ClusterOptions{Nodes: nodes, Steps: steps, Faults: f, KeepTrace: trace, Members: members, Schedules: schedules, LanePauses: lanePauses, LaneRetire: laneRetire, LaneRecreate: laneRecreate, SchedCancels: schedCancels, KV: kvOps, TopicChurn: churn, GroupDeletes: groupDels, GroupUpdates: groupUpdates, PubBatch: pubBatch, DeadLetters: deadLetters}
 				if deadLetters && groupDels > 0 {
 					return errors.New("--dead-letters and --group-deletes cannot be combined: each group incarnation dead-letters anew")
 				}
@@ -248,6 +249,7 @@ with --nodes: ` + strings.Join(sim.ClusterFaultNames, ", ") + `.`,
 	fl.BoolVar(&laneRetire, "lane-retire", false, "with --lane-pauses: the last hold retires the lane for good (its pending schedules cancelled, firing ones UNKNOWN; nothing of it published after the RETIRE's answer)")
 	fl.BoolVar(&laneRecreate, "lane-recreate", false, "with --lane-pauses: half the holds delete the destination topic and declare it again, then resume its lanes (LaneFiresOnlyIntoItsIncarnation: nothing published into the new topic before a RESUME; nothing lands in both)")
 	fl.IntVar(&schedCancels, "sched-cancels", 0, "with --schedules: also cancel this many acknowledged schedules under the faults (CancelledNeverPublished: one whose cancel was answered OK is never published)")
+	fl.IntVar(&groupUpdates, "group-updates", 0, "with --nodes: also set the consumers' group's ack wait with a group update this many times under the faults; at the end every runner of the group holds the last (GroupSettingsOnEveryNode; not with --group-deletes)")
 	fl.IntVar(&groupDels, "group-deletes", 0, "with --nodes: also delete the consumers' group this many times under the faults (with force without --members), the consumers coming back as its next incarnation (GroupIncarnationStartsEmpty, CoordinatorAnswersCurrent)")
 	fl.IntVar(&churn, "topic-churn", 0, "with --nodes: also delete and re-declare a topic of its own this many times under the faults (DeletedNeverResurrected, DeletedDataRemoved, CoordinatorAnswersCurrent)")
 	fl.IntVar(&retentionUps, "retention-updates", 0, "with --retention: also change the topic's retention (size, and age with --retention-age) this many times under the faults with topic updates (SettingsKept)")
@@ -291,6 +293,9 @@ func runClusterSim(ctx context.Context, out io.Writer, seed, seeds uint64, o sim
 		}
 		if o.GroupDeletes > 0 {
 			fmt.Fprintf(out, "%d group deletes: ", r.GroupDeletes)
+		}
+		if o.GroupUpdates > 0 {
+			fmt.Fprintf(out, "%d group updates, %d runners checked: ", r.GroupUpdates, r.GroupRunnersChecked)
 		}
 		if o.DeadLetters {
 			fmt.Fprintf(out, "%d dead letters: ", r.DeadLetters)

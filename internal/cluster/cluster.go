@@ -98,6 +98,9 @@ type Host interface {
 	// TopicUpdated gives the topic's partitions here the settings the
 	// metadata now holds for its incarnation, if it runs here.
 	TopicUpdated(t meta.Topic)
+	// GroupSettingsUpdated gives the group's runners here the settings a
+	// group update gave its incarnation.
+	GroupSettingsUpdated(st meta.GroupSettings)
 	// PublishLocal publishes a forwarded PUB on this node (it does not
 	// forward again), into the topic's incarnation when it is not 0; in
 	// Manual mode it must not block.
@@ -628,6 +631,7 @@ func (c *Cluster) applyCommittedMeta() {
 		c.metaMu.Lock()
 		var deleted, updated []*meta.Topic
 		var groupsDeleted []meta.Change
+		var settings []meta.GroupSettings
 		for _, e := range entries {
 			if replog.IsControl(&e.Record) {
 				c.state.Applied = e.Seq
@@ -663,6 +667,9 @@ func (c *Cluster) applyCommittedMeta() {
 			if ch.GroupDeleted != "" {
 				groupsDeleted = append(groupsDeleted, ch)
 			}
+			if ch.GroupSettings != nil {
+				settings = append(settings, *ch.GroupSettings)
+			}
 		}
 		c.metaMu.Unlock()
 		err = c.persistState()
@@ -683,6 +690,11 @@ func (c *Cluster) applyCommittedMeta() {
 			c.host.TopicUpdated(*t)
 			c.log.Info("topic updated", "topic", t.Config.Name, "incarnation", t.Incarnation,
 				"retention_ms", t.Config.RetentionMs, "retention_bytes", t.Config.RetentionBytes)
+		}
+		for _, st := range settings {
+			c.host.GroupSettingsUpdated(st)
+			c.log.Info("group updated", "group", st.Group, "incarnation", st.Incarnation,
+				"ack_wait_ms", st.AckWaitMs, "max_deliver", st.MaxDeliver)
 		}
 		c.host.MetadataApplied()
 		c.startTopics()

@@ -169,7 +169,8 @@ func (h *fakeHost) PublishLocal(pub *wire.Pub, incarnation uint64, reply func(wi
 
 func (h *fakeHost) MetadataApplied() {}
 
-func (h *fakeHost) TopicUpdated(t meta.Topic) { h.updated = append(h.updated, t) }
+func (h *fakeHost) TopicUpdated(t meta.Topic)               { h.updated = append(h.updated, t) }
+func (h *fakeHost) GroupSettingsUpdated(meta.GroupSettings) {}
 
 // StopTopic closes the deleted topic's replica groups here.
 func (h *fakeHost) GroupDeleted(string, uint64, bool) {}

@@ -38,6 +38,9 @@ type Mutations struct {
 	// for dead-lettering as it is sent, not once it ends unacked — an
 	// ack of it comes too late.
 	DeadOnLastDelivery bool
+	// LoweredMaxKeepsRetries: SetLimits leaves a retry that used up a
+	// lowered max deliveries queued, to go out once more.
+	LoweredMaxKeepsRetries bool
 }
 
 // Validate checks the bounds once, at construction.
@@ -107,6 +110,34 @@ func NewCursor(cfg Config, startSeq, idBase uint64) (*Cursor, error) {
 	return &Cursor{cfg: cfg, ackFloor: startSeq, nextNew: startSeq,
 		inflight: map[uint64]inflight{},
 		dead:     map[uint64]bool{}, idBase: idBase}, nil
+}
+
+// SetLimits changes the ack wait and the max deliveries (a group update).
+// Deliveries in flight keep their deadline; the new ack wait holds from
+// the next delivery. A retry that has used up a lowered max deliveries
+// goes to the dead letters at once rather than out once more
+// (LoweredMaxDeliverNotExceeded); a raised one gives messages not yet
+// dead more deliveries.
+func (c *Cursor) SetLimits(ackWaitMs int64, maxDeliver uint32) error {
+	cfg := c.cfg
+	cfg.AckWaitMs, cfg.MaxDeliver = ackWaitMs, maxDeliver
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	c.cfg = cfg
+	c.retries = slices.DeleteFunc(c.retries, func(r retry) bool {
+		if r.count < maxDeliver || c.cfg.Mutations.LoweredMaxKeepsRetries {
+			return false
+		}
+		c.dead[r.seq] = false
+		return true
+	})
+	return nil
+}
+
+// Limits returns the ack wait and the max deliveries in force.
+func (c *Cursor) Limits() (ackWaitMs int64, maxDeliver uint32) {
+	return c.cfg.AckWaitMs, c.cfg.MaxDeliver
 }
 
 // SeqCount records that seq has been delivered Count times.

@@ -44,6 +44,10 @@ func FuzzApply(f *testing.F) {
 	f.Add(seed(Command{Op: OpGroup, Group: &group.Command{Op: group.OpFence, Group: "g", Member: "m1", Incarnation: 2}}))
 	f.Add(seed(Command{Op: OpTopicUpdate, Topic: wire.TopicConfig{Name: "t", RetentionMs: 5}, Set: wire.SetRetentionMs, Incarnation: 1},
 		Command{Op: OpTopicUpdate, Topic: wire.TopicConfig{Name: "t", RetentionBytes: -1}, Set: wire.SetRetentionBytes, Incarnation: 1}))
+	f.Add(seed(Command{Op: OpGroupSettings, GroupUpdate: &wire.GroupUpdate{GroupRef: wire.GroupRef{Group: "g", Incarnation: 1}, Set: wire.SetAckWaitMs, AckWaitMs: 5}},
+		Command{Op: OpGroupDelete, Group: &group.Command{Group: "g"}, Incarnation: 1},
+		Command{Op: OpGroupSettings, GroupUpdate: &wire.GroupUpdate{GroupRef: wire.GroupRef{Group: "g", Incarnation: 1}, Set: wire.SetMaxDeliver}},
+		Command{Op: OpGroupSettings}))
 	f.Add([]byte("{\"op\":\"group\"}\n{\"op\":\"declare\",\"topic\":{\"name\":\"\"}}\nnot json\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, b := fuzzState(t), fuzzState(t)

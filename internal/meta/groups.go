@@ -135,6 +135,7 @@ func (s *State) applyGroup(seq uint64, op string, c group.Command, incarnation u
 			return Change{}, nil // an entry of before forced deletes deletes only a group the metadata knows
 		}
 		delete(s.Groups, c.Group)
+		delete(s.GroupSettings, c.Group) // SettingsBelongToTheirIncarnation: the next starts with the defaults
 		if s.GroupsDeleted == nil {
 			s.GroupsDeleted = map[string]uint64{}
 		}
@@ -203,7 +204,8 @@ func (s *State) SortedGroups() []*group.State {
 // Clone returns a deep copy.
 func (s *State) Clone() *State {
 	c := &State{Applied: s.Applied, Topics: make(map[string]Topic, len(s.Topics)), Groups: make(map[string]*group.State, len(s.Groups)),
-		GroupMutations: s.GroupMutations, Deleted: maps.Clone(s.Deleted), GroupsDeleted: maps.Clone(s.GroupsDeleted)}
+		GroupMutations: s.GroupMutations, Deleted: maps.Clone(s.Deleted), GroupsDeleted: maps.Clone(s.GroupsDeleted),
+		GroupSettings: maps.Clone(s.GroupSettings)}
 	for name, t := range s.Topics {
 		t.Placement = slices.Clone(t.Placement)
 		c.Topics[name] = t

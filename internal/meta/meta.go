@@ -31,6 +31,7 @@ const (
 	OpGroupDelete = "group_delete" // remove a group without members
 	OpTopicDelete = "topic_delete" // delete one incarnation of a topic
 	OpTopicUpdate = "topic_update" // change the retention of one incarnation of a topic
+	// OpGroupSettings (groupsettings.go) sets a group's ack wait and max deliveries.
 )
 
 // Command is one entry of the metadata log.
@@ -53,6 +54,9 @@ type Command struct {
 	// (wire.SetRetentionMs, wire.SetRetentionBytes); it names its
 	// incarnation in Incarnation.
 	Set uint8 `json:"set,omitempty"`
+	// GroupUpdate is the update of OpGroupSettings, naming the group
+	// incarnation it was decided against.
+	GroupUpdate *wire.GroupUpdate `json:"group_update,omitempty"`
 }
 
 // Topic is a declared topic and where its partitions live.
@@ -90,6 +94,8 @@ type Change struct {
 	// GroupIncarnation the incarnation it removed (GroupKey).
 	GroupDeleted     string
 	GroupIncarnation uint64
+	// GroupSettings are a group's settings after a group update.
+	GroupSettings *GroupSettings
 }
 
 // State is the applied metadata. The zero value is not usable; use New.
@@ -107,6 +113,9 @@ type State struct {
 	// by GroupKey, so a group of the name again starts with no acks
 	// (GroupIncarnationStartsEmpty).
 	GroupsDeleted map[string]uint64 `json:"groups_deleted,omitempty"`
+	// GroupSettings are the settings group updates gave, by group name
+	// (SettingsOf: only those of the name's current incarnation count).
+	GroupSettings map[string]GroupSettings `json:"group_settings,omitempty"`
 	// GroupMutations break the group kernel on purpose (simulator
 	// mutation tests only; never persisted).
 	GroupMutations group.Mutations `json:"-"`
@@ -203,6 +212,8 @@ func (s *State) Apply(seq uint64, data []byte) (Change, error) {
 		return s.applyTopicDelete(seq, cmd)
 	case OpTopicUpdate:
 		return s.applyTopicUpdate(seq, cmd)
+	case OpGroupSettings:
+		return s.applyGroupSettings(seq, cmd)
 	case OpGroup, OpGroupDelete:
 		if cmd.Group == nil {
 			return Change{}, fmt.Errorf("meta: entry %d: %s without a group command", seq, cmd.Op)

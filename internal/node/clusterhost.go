@@ -122,6 +122,8 @@ func (h clusterHost) GroupDeleted(name string, incarnation uint64, removeData bo
 
 func (h clusterHost) TopicUpdated(t meta.Topic) { h.n.topicUpdated(t.Config, t.Incarnation) }
 
+func (h clusterHost) GroupSettingsUpdated(st meta.GroupSettings) { h.n.groupSettingsUpdated(st.Group) }
+
 func (h clusterHost) PublishLocal(pub *wire.Pub, incarnation uint64, reply func(wire.PubOK, *wire.Error)) {
 	h.n.publishInto(pub, incarnation, reply, nil)
 }

@@ -89,6 +89,7 @@ const (
 	cmdClose
 	cmdAck
 	cmdNack
+	cmdSettings // a group update applied (applySettings)
 )
 
 type groupCmd struct {
@@ -118,8 +119,11 @@ type groupRunner struct {
 	// and directories: a group deleted and used again starts empty.
 	key string
 	dir string
-	cfg delivery.Config
-	dlq string
+	// cfg's ack wait and max deliveries change on the runner's goroutine
+	// (applySettings), under settingsMu for readers elsewhere (settings).
+	cfg        delivery.Config
+	settingsMu sync.Mutex
+	dlq        string
 
 	cmds   chan groupCmd
 	wakeCh chan struct{}
@@ -321,7 +325,8 @@ func (n *Node) GroupSettings() []GroupSettingsInfo {
 	n.mu.Lock()
 	out := make([]GroupSettingsInfo, 0, len(n.groups))
 	for k, g := range n.groups {
-		out = append(out, GroupSettingsInfo{Group: k.group, Topic: k.topic, AckWaitMs: g.cfg.AckWaitMs, MaxDeliver: g.cfg.MaxDeliver})
+		st := g.settings()
+		out = append(out, GroupSettingsInfo{Group: k.group, Topic: k.topic, AckWaitMs: st.AckWaitMs, MaxDeliver: st.MaxDeliver})
 	}
 	n.mu.Unlock()
 	slices.SortFunc(out, func(a, b GroupSettingsInfo) int {
@@ -336,13 +341,14 @@ func (n *Node) GroupSettings() []GroupSettingsInfo {
 // node, and a later PULL does not change them, so the subscriber's ack
 // wait or max deliveries are not the ones in force.
 func (g *groupRunner) noteAsked(opts GroupOptions) {
-	if (opts.AckWaitMs <= 0 || opts.AckWaitMs == g.cfg.AckWaitMs) && (opts.MaxDeliver == 0 || opts.MaxDeliver == g.cfg.MaxDeliver) {
+	st := g.settings()
+	if (opts.AckWaitMs <= 0 || opts.AckWaitMs == st.AckWaitMs) && (opts.MaxDeliver == 0 || opts.MaxDeliver == st.MaxDeliver) {
 		return
 	}
 	g.node.logRepeated(slog.LevelWarn, fmt.Sprintf("group %s/%s asks %d ms, %d", g.key, g.topic.cfg.Name, opts.AckWaitMs, opts.MaxDeliver),
-		"a subscriber asks other settings than the group keeps on this node: they were fixed when the group was created here (delete the group to set them again; /api/v1/group-settings lists them)",
+		"a subscriber asks other settings than the group keeps: they were fixed by a group update or, without one, when the group was created on this node (`nereus group update` sets them; /api/v1/group-settings lists them)",
 		"group", g.name, "topic", g.topic.cfg.Name, "asked_ack_wait_ms", opts.AckWaitMs, "asked_max_deliver", opts.MaxDeliver,
-		"ack_wait_ms", g.cfg.AckWaitMs, "max_deliver", g.cfg.MaxDeliver)
+		"ack_wait_ms", st.AckWaitMs, "max_deliver", st.MaxDeliver)
 }
 
 // Ack completes deliveries; reply is called after they are durable.
@@ -514,6 +520,15 @@ func (n *Node) startGroup(t *topic, group, key string, opts GroupOptions) (*grou
 }
 
 func (g *groupRunner) loadSettings(opts GroupOptions) error {
+	if st, ok := g.node.updatedSettings(g.name); ok && !g.node.cfg.Mutations.GroupSettingsPerNode {
+		// A group update's settings hold whatever settings.json or the
+		// PULL say (GroupSettingsOnEveryNode).
+		if err := g.writeSettings(st); err != nil {
+			return fmt.Errorf("group %s: persist settings: %w", g.name, err)
+		}
+		g.setSettings(st)
+		return g.cfg.Validate()
+	}
 	fsys, file := g.node.cfg.Env.FS, path.Join(g.dir, "settings.json")
 	var st groupSettings
 	b, err := storage.ReadFileAtomic(fsys, file)
@@ -538,19 +553,20 @@ func (g *groupRunner) loadSettings(opts GroupOptions) error {
 		if st.MaxDeliver == 0 {
 			st.MaxDeliver = g.node.cfg.DefaultMaxDeliver
 		}
-		if err := fsys.MkdirAll(g.dir); err != nil {
-			return fmt.Errorf("group %s: %w", g.name, err)
-		}
-		b, _ := json.Marshal(st)
-		if err := storage.WriteFileAtomic(fsys, file, b); err != nil {
+		if err := g.writeSettings(st); err != nil {
 			return fmt.Errorf("group %s: persist settings: %w", g.name, err)
 		}
 	default:
 		return fmt.Errorf("group %s: read settings: %w", g.name, err)
 	}
+	g.setSettings(st)
+	return g.cfg.Validate()
+}
+
+// setSettings makes st the settings of a runner not yet running.
+func (g *groupRunner) setSettings(st groupSettings) {
 	g.cfg = delivery.Config{AckWaitMs: st.AckWaitMs, MaxDeliver: st.MaxDeliver, InflightMax: g.node.cfg.InflightMax,
 		Mutations: delivery.Mutations{DeadOnLastDelivery: g.node.cfg.Mutations.DeadOnLastDelivery}}
-	return g.cfg.Validate()
 }
 
 // load (re)builds the cursors from the durable ledger under a new
@@ -608,6 +624,10 @@ func (g *groupRunner) setCursors(cursors []*delivery.Cursor) {
 
 // setCursor starts delivering partition i from c (a cluster's new leader).
 func (g *groupRunner) setCursor(i int, c *delivery.Cursor) {
+	// Built when its rebuild started: a group update since then holds.
+	if err := c.SetLimits(g.cfg.AckWaitMs, g.cfg.MaxDeliver); err != nil {
+		g.node.log.Error("group settings refused by a cursor", "group", g.name, "topic", g.topic.cfg.Name, "err", err)
+	}
 	g.cursors[i], g.cache[i] = c, nil
 	g.floors[i].Store(c.AckFloor())
 	g.delivering[i].Store(true)
@@ -903,6 +923,8 @@ func (g *groupRunner) handle(c groupCmd) {
 		}
 	case cmdAck, cmdNack:
 		g.handleAcks(c)
+	case cmdSettings:
+		g.applySettings()
 	}
 }
 

@@ -189,6 +189,11 @@ type Mutations struct {
 	// again shares them with its deleted incarnation
 	// (GroupIncarnationStartsEmpty).
 	GroupKeyIgnoresIncarnation bool
+	// GroupSettingsPerNode starts a runner with the settings its
+	// settings.json or its first PULL give, not a group update's
+	// (GroupSettingsOnEveryNode); runners already running still take an
+	// update.
+	GroupSettingsPerNode bool
 	// Replica breaks the replication kernel of every replica group, and
 	// SendBeforePersist the shared Ready executor (every message of a
 	// Ready before its writes are durable: FLUSHED before fsync).

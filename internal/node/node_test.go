@@ -97,6 +97,19 @@ func (h *harness) declare(name string, partitions uint32) {
 
 const waitMax = 10 * time.Second
 
+// openManual opens a node in Manual mode on a fresh file system, its
+// clock at now: the test's goroutine drives it (Step) and owns its runners.
+func openManual(t *testing.T, now *atomic.Int64) *Node {
+	t.Helper()
+	n, err := Open(Config{DataDir: "/data", Env: env.Env{FS: vfs.NewMem(), Clock: testClock{nowMs: now}}, Manual: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
 func (h *harness) publish(pub *wire.Pub) (wire.PubOK, error) {
 	h.t.Helper()
 	type res struct {

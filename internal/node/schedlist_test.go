@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nereus-broker/nereus/internal/env"
 	"github.com/nereus-broker/nereus/internal/sched"
 	"github.com/nereus-broker/nereus/internal/vfs"
 	"github.com/nereus-broker/nereus/internal/wire"
@@ -370,12 +367,7 @@ func TestClusterSchedListOnlyAtTheOwner(t *testing.T) {
 func TestSchedListAppliesWhatCommittedFirst(t *testing.T) {
 	var now atomic.Int64
 	now.Store(1_000_000)
-	n, err := Open(Config{DataDir: "/data", Env: env.Env{FS: vfs.NewMem(), Clock: testClock{nowMs: &now}}, Manual: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := openManual(t, &now)
 	if _, err := n.Declare(wire.TopicConfig{Name: "t", Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -263,6 +263,18 @@ func (p *Protocol) handle(corr uint64, f wire.Frame, buf *readBuf) bool {
 		p.deleteGroup(corr, f.Group, true, 0)
 	case *wire.GroupDeleteIncarnation:
 		p.deleteGroup(corr, f.Group, f.Force, f.Incarnation)
+	case *wire.GroupUpdate:
+		if p.version < wire.VersionGroupUpdate {
+			p.sendErr(corr, wire.Errorf(wire.CodeBadFrame, "GROUP_UPDATE needs protocol version %d; this connection speaks %d", wire.VersionGroupUpdate, p.version))
+			return true
+		}
+		n.UpdateGroup(*f, func(ok wire.GroupUpdateOK, err error) {
+			if err != nil {
+				p.sendErr(corr, err)
+				return
+			}
+			p.send(corr, &ok)
+		})
 	case *wire.GroupIncarnation:
 		inc, err := n.CoordinatorGroupIncarnation(f.Group)
 		if err != nil {
@@ -434,6 +446,10 @@ func (p *Protocol) authorize(f wire.Frame) error {
 	case *wire.TopicUpdate:
 		if !p.perms.canDeclare() {
 			return wire.Errorf(wire.CodeUnauthorized, "token may not update topics")
+		}
+	case *wire.GroupUpdate:
+		if !p.perms.canDeclare() {
+			return wire.Errorf(wire.CodeUnauthorized, "token may not update groups")
 		}
 	case *wire.Schedule:
 		if !p.perms.canPublish(f.Pub.Topic) {

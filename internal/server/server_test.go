@@ -272,6 +272,16 @@ func TestTokenPermissions(t *testing.T) {
 	expect(w, 12, update, wire.TypeErr, wire.CodeBadFrame)
 	expect(w, 13, &wire.Ping{}, wire.TypePong, 0)
 	expect(w4, 2, update, wire.TypeTopicUpdateOK, 0)
+	// GROUP_UPDATE: an admin token and protocol version 5.
+	groupUpdate := &wire.GroupUpdate{GroupRef: wire.GroupRef{Group: "m"}, Set: wire.SetMaxDeliver, MaxDeliver: 3}
+	r5, w5 := dialRaw(t, addr), dialRaw(t, addr)
+	r5.helloVersion("reader", wire.VersionGroupUpdate)
+	w5.helloVersion("writer", wire.VersionGroupUpdate)
+	expect(r5, 2, groupUpdate, wire.TypeErr, wire.CodeUnauthorized)
+	expect(w4, 3, groupUpdate, wire.TypeErr, wire.CodeBadFrame)
+	expect(w4, 4, &wire.Ping{}, wire.TypePong, 0)
+	expect(w5, 2, groupUpdate, wire.TypeGroupUpdateOK, 0)
+	expect(w5, 3, &wire.GroupUpdate{GroupRef: wire.GroupRef{Group: "m"}, Set: wire.SetMaxDeliver}, wire.TypeErr, wire.CodeInvalidArgument)
 	expect(r, 10, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: "billing"}}, wire.TypeErr, wire.CodeUnauthorized)
 	expect(r, 11, &wire.Describe{Metadata: wire.Metadata{Topics: []string{"billing"}}}, wire.TypeDescribeOK, 0)
 	expect(w, 6, &wire.TopicDelete{TopicRef: wire.TopicRef{Topic: "billing"}}, wire.TypeTopicDeleteOK, 0)

@@ -69,6 +69,10 @@ const (
 	// deleted (meta: GroupDeleteRetryDeletesOnce) — checked where only the
 	// deleter's forced deletes move a group's incarnation.
 	GroupDeleteNamesItsIncarnation = "GroupDeleteNamesItsIncarnation"
+	// GroupSettingsOnEveryNode: after group updates, every runner of the
+	// group on every node holds the last one's settings, whatever its
+	// consumers' PULLs ask and however it started (groupupdate.go).
+	GroupSettingsOnEveryNode = "GroupSettingsOnEveryNode"
 )
 
 type position struct {

@@ -130,6 +130,10 @@ type ClusterOptions struct {
 	// next incarnation (groupdelete.go; with force when not Members; not
 	// with Shared; 0: none).
 	GroupDeletes int
+	// GroupUpdates sets the consumers' group's ack wait with a group
+	// update this many times, at random moments of the fault phase
+	// (groupupdate.go; not with GroupDeletes; 0: none).
+	GroupUpdates int
 
 	// SchedOutageMsMax bounds a destination outage of the scheduled
 	// workload (ClusterFaults.Outage, schedghost.go; 0: 2,500 ms). Longer
@@ -242,6 +246,9 @@ var ClusterMutations = map[string]node.Mutations{
 	// a restart its applied metadata differs from the others'
 	// (MetadataAgrees).
 	"meta-state-forgets-group-deletes": {MetaStateForgetsGroupDeletes: true},
+	// With --group-updates: a runner started after a group update takes
+	// its consumers' PULL settings (GroupSettingsOnEveryNode).
+	"group-settings-per-node": {GroupSettingsPerNode: true},
 	// With --replicas 1 and bit flips: a partition's only replica cuts a
 	// flipped last batch as a torn tail in silence; its acknowledged
 	// records come back as others (CommittedPrefixAgreement, seed 6 of
@@ -448,6 +455,9 @@ func ClusterReproduce(o ClusterOptions) string {
 	if o.GroupDeletes > 0 {
 		cmd += fmt.Sprintf(" --group-deletes %d", o.GroupDeletes)
 	}
+	if o.GroupUpdates > 0 {
+		cmd += fmt.Sprintf(" --group-updates %d", o.GroupUpdates)
+	}
 	if o.Shared {
 		cmd += " # with ClusterOptions.Shared (no CLI flag: run it from a test)"
 	}
@@ -507,6 +517,8 @@ func (o ClusterOptions) Validate() error {
 		return fmt.Errorf("a lane retire is the last of the lane pauses (--lane-pauses)")
 	case o.LaneRecreate && o.LanePauses == 0:
 		return fmt.Errorf("a destination re-creation is one of the lane pauses (--lane-pauses)")
+	case o.GroupUpdates > 0 && o.GroupDeletes > 0:
+		return fmt.Errorf("group updates and group deletes cannot be combined: a delete drops the settings the updates gave")
 	}
 	return nil
 }
@@ -670,6 +682,9 @@ func newClusterSim(o ClusterOptions) *sim {
 	if o.Retention.Updates > 0 && o.Retention.Bytes > 0 {
 		s.retentionUpd = newRetentionUpdater(s, o.Retention.Updates)
 	}
+	if o.GroupUpdates > 0 {
+		s.groupUpd = newGroupUpdater(s, o.GroupUpdates)
+	}
 	s.meta = newMetaChecker(s)
 	if s.opts.DeadLetters {
 		s.deadLetters = newDeadLetterWatch(s)
@@ -736,6 +751,9 @@ func (s *sim) runPhases() Result {
 	}
 	if s.retentionUpd != nil {
 		r.RetentionUpdates = s.retentionUpd.answered
+	}
+	if s.groupUpd != nil {
+		r.GroupUpdates, r.GroupRunnersChecked = s.groupUpd.answered, s.groupUpd.checked
 	}
 	if s.coord != nil {
 		r.Coordinator = s.coord.counts
@@ -1073,6 +1091,9 @@ func (s *sim) clusterFinalPhase() {
 	}
 	if s.retentionUpd != nil && s.chk.violation == nil {
 		s.retentionUpd.final(deadline)
+	}
+	if s.groupUpd != nil && s.chk.violation == nil {
+		s.groupUpd.final(deadline)
 	}
 	s.w.tracef("end: acked=%d deliveries=%d", len(s.chk.acked), s.chk.deliveries)
 }

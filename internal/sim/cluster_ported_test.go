@@ -222,12 +222,6 @@ func quorumLossIsReadOnly(seed uint64, m node.Mutations) (Result, error) {
 	return sc.run()
 }
 
-// nopSink is a subscription sink that drops what it is sent.
-type nopSink struct{}
-
-func (nopSink) SendMsg(*wire.Msg) {}
-func (nopSink) End(*wire.Error)   {}
-
 // TestAcksSurviveCoordinatorFailoverAtNodeLevel (was
 // TestClusterAcksSurviveCoordinatorFailover): each partition's leader
 // delivers it to the group (a subscription at any node holding the topic

@@ -41,6 +41,14 @@ const (
 // (1000 otherwise: nothing dies).
 const deadLetterMaxDeliver = 3
 
+// consumersMaxDeliver is the max_deliver the consumers' PULLs ask.
+func consumersMaxDeliver(o Options) uint32 {
+	if o.DeadLetters {
+		return deadLetterMaxDeliver
+	}
+	return 1000
+}
+
 // poison reports whether the consumers always NACK the message at seq:
 // one in eight.
 func poison(seq uint64) bool { return seq%8 == 5 }

@@ -209,6 +209,9 @@ type Result struct {
 	// RetentionUpdates: the topic's retention updates a node answered
 	// (ClusterRetention.Updates).
 	RetentionUpdates int
+	// GroupUpdates: the group updates a node answered; GroupRunnersChecked
+	// the runners of the group the final check found holding the last.
+	GroupUpdates, GroupRunnersChecked int
 	// Coordinator counts what CoordinatorAnswersCurrent saw (runs with
 	// topic churn or group deletes; coordcheck.go): "heir faults",
 	// "windows" (events after which the newest metadata leader had applied
@@ -369,6 +372,7 @@ type sim struct {
 	// retentionUpd changes the topic's retention (ClusterRetention.Updates;
 	// nil: none).
 	retentionUpd *retentionUpdater
+	groupUpd     *groupUpdater // ClusterOptions.GroupUpdates (nil: none)
 	// coord judges the metadata leader's answers (coordcheck.go; nil
 	// without topic churn or group deletes).
 	coord *coordChecker

@@ -325,10 +325,7 @@ func (c *consumer) pull(l *lane) {
 	l.subCorrs[l.subCorr] = true
 	l.repulling = false
 	l.unreturned = 0
-	pull := &wire.Pull{Topic: simTopic, Group: simGroup, Credit: c.credit, AckWaitMs: uint32(c.s.opts.AckWaitMs), MaxDeliver: 1000}
-	if c.s.opts.DeadLetters {
-		pull.MaxDeliver = deadLetterMaxDeliver
-	}
+	pull := &wire.Pull{Topic: simTopic, Group: simGroup, Credit: c.credit, AckWaitMs: uint32(c.s.opts.AckWaitMs), MaxDeliver: consumersMaxDeliver(c.s.opts)}
 	if c.m != nil {
 		pull.Member, pull.Incarnation = c.memberName(), c.m.inc
 	}

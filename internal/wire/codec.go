@@ -13,8 +13,8 @@ const (
 	VersionMin uint16 = 1
 	// VersionMax 2 adds PUB_BATCH and PUB_BATCH_OK; 3 GROUP_INCARNATION,
 	// GROUP_INCARNATION_OK and GROUP_DELETE_INCARNATION; 4 TOPIC_UPDATE and
-	// TOPIC_UPDATE_OK.
-	VersionMax uint16 = 4
+	// TOPIC_UPDATE_OK; 5 GROUP_UPDATE and GROUP_UPDATE_OK.
+	VersionMax uint16 = 5
 	// VersionPubBatch is the first version with PUB_BATCH.
 	VersionPubBatch uint16 = 2
 	// VersionGroupIncarnation is the first version whose brokers know a
@@ -24,6 +24,8 @@ const (
 	VersionGroupIncarnation uint16 = 3
 	// VersionTopicUpdate is the first version with TOPIC_UPDATE.
 	VersionTopicUpdate uint16 = 4
+	// VersionGroupUpdate is the first version with GROUP_UPDATE.
+	VersionGroupUpdate uint16 = 5
 )
 
 // Size bounds. A frame is never larger than the negotiated maximum; lists are

@@ -72,6 +72,8 @@ func sampleFrames() []Frame {
 		&GroupIncarnation{Group: "billing"},
 		&GroupIncarnationOK{GroupRef: GroupRef{Group: "billing", Incarnation: 3}},
 		&GroupDeleteIncarnation{GroupRef: GroupRef{Group: "billing", Incarnation: 3}, Force: true},
+		&GroupUpdate{GroupRef: GroupRef{Group: "billing", Incarnation: 3}, Set: SetAckWaitMs | SetMaxDeliver, AckWaitMs: 45_000, MaxDeliver: 7},
+		&GroupUpdateOK{GroupRef: GroupRef{Group: "billing", Incarnation: 3}, AckWaitMs: 45_000, MaxDeliver: 7},
 		&Schedule{Pub: Pub{Topic: "orders", Partition: -1, ProducerID: 7, ProducerSeq: 3, Key: []byte("k"), Value: []byte("v"), Headers: []Header{{Key: "h", Value: []byte("x")}}}, DeliverAtMs: 1767225600000},
 		&ScheduleOK{Shard: 2, ID: 41, DeliverAtMs: 1767225600000, Duplicate: true},
 		&SchedAdmin{Op: SchedLane, Topic: "orders", Shard: 1, ID: 9, LaneOp: LanePause, Limit: 100},

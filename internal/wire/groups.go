@@ -57,6 +57,9 @@ func newGroupFrame(t FrameType) Frame {
 	if f := newTopicFrame(t); f != nil {
 		return f
 	}
+	if f := newGroupUpdateFrame(t); f != nil {
+		return f
+	}
 	return newKVFrame(t)
 }
 
