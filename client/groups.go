@@ -288,7 +288,8 @@ func (c *Client) coordinatorRequest(ctx context.Context, f wire.Frame) (wire.Fra
 }
 
 // GroupUpdate is a change to a consumer group's settings. A nil field
-// keeps its value (a group never updated has the broker's defaults).
+// keeps the value an earlier update gave, else the broker's default —
+// not what the group's consumers asked.
 type GroupUpdate struct {
 	AckWait     *time.Duration // a whole number of milliseconds, 1 ms to about 49.7 days
 	MaxDeliver  *uint32        // at least 1

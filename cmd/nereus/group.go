@@ -156,13 +156,13 @@ func newGroupUpdateCmd() *cobra.Command {
 		Use:   "update GROUP",
 		Short: "Set a group's ack wait and max deliveries on every topic and node",
 		Long: `Set a group's ack wait, max deliveries or both, for every topic it consumes:
-what is not given keeps its value (the broker's default for a group never
-updated). They hold on every node that delivers one of the group's
-partitions, from the next delivery on, whatever its consumers ask; a
-lowered max deliveries sends a message that used it up to the dead letters
-rather than out again. Without an update, each node keeps the settings the
-group's first consumer there asked. A group deleted and used again starts
-with the defaults.`,
+what is not given keeps the value an earlier update gave, else the broker's
+default — not what the group's consumers asked (give both the first time).
+They hold on every node that delivers one of the group's partitions, from
+the next delivery on, whatever its consumers ask; a lowered max deliveries
+sends a message that used it up to the dead letters rather than out again.
+Without an update, each node keeps the settings the group's first consumer
+there asked. A group deleted and used again starts afresh.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("ack-wait") {

@@ -137,6 +137,16 @@ func TestGroupUpdateHoldsForEveryRunnerOfTheGroup(t *testing.T) {
 			if got, _ := settingsOn(h.node, "g", "a"); got.AckWaitMs != 45_000 || got.MaxDeliver != 9 {
 				t.Fatalf("the group's next incarnation: %+v, want its first PULL's", got)
 			}
+			// An update giving one setting: the other is the default, not
+			// what the first PULL asked.
+			ok, err = updateGroup(t, h.node, wire.GroupUpdate{GroupRef: wire.GroupRef{Group: "g"}, Set: wire.SetMaxDeliver, MaxDeliver: 4})
+			if err != nil || ok != (wire.GroupUpdateOK{GroupRef: wire.GroupRef{Group: "g", Incarnation: 2}, AckWaitMs: 30_000, MaxDeliver: 4}) {
+				t.Fatalf("an update of the max deliveries alone: %+v %v", ok, err)
+			}
+			h.sync("a", "g")
+			if got, _ := settingsOn(h.node, "g", "a"); got.AckWaitMs != 30_000 || got.MaxDeliver != 4 {
+				t.Fatalf("after an update of the max deliveries alone: %+v, want the default ack wait and 4", got)
+			}
 		})
 	}
 }
