@@ -655,6 +655,12 @@ func (m *Member) publishStopped() {
 	m.pending = nil
 	st := m.k.Status()
 	st.Role, st.Leader, st.LeaderSilent, st.Peers, st.LeaseTicks, st.LeaseFrom = replica.Follower, 0, true, nil, 0, 0
+	// The kernel stepped what could not be persisted: its commit may
+	// cover entries this member's log does not hold (an APPEND's
+	// truncation and entries whose write failed). The status claims no
+	// more than CommitSeq, what was durable when it was published
+	// (StoppedStatusClaimsOnlyDurable).
+	st.CommitSeq = min(st.CommitSeq, m.commitSeq.Load())
 	m.leaseUntil.Store(0)
 	m.status.Store(&st)
 	if m.cfg.Notify != nil {

@@ -214,6 +214,14 @@ func TestClusterRegressionSeeds(t *testing.T) {
 		// good: its partition had no third replica any more. Restarting in
 		// place now drops damage and rebuilds, as at open.
 		{Seed: 40343, Faults: AllClusterFaults},
+		// (soak of group updates) A metadata member that had stepped a
+		// leader's APPEND — its truncation of an older epoch's entry and
+		// a commit past it — failed to write its hard state and stopped:
+		// the status it published claimed the kernel's commit, over the
+		// entry the failed write never replaced (CommittedPrefixAgreement,
+		// seq 6 seen as epoch 3's entry after epoch 5's). The stopped
+		// status claims only the commit that was durable now.
+		{Seed: 406, Faults: AllClusterFaults, GroupUpdates: 6},
 		// A topic with an aggressive retention: an ack for a seq already
 		// compacted on the coordinator's replica was answered OK without a
 		// record; a later coordinator, whose replica still held the seq,
